@@ -1,0 +1,181 @@
+//! The one public error type.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// What kind of failure an [`Error`] is. Stable: match on it, not on messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The network failed and the SDK could not recover within its limits.
+    Transport,
+    /// The call's deadline passed (it spans every resume and re-send).
+    Timeout,
+    /// The session could not be re-established (re-initialization kept failing), or the
+    /// server ended it.
+    SessionLost,
+    /// The call was interrupted and it cannot be known whether the server executed it; it was
+    /// not re-sent because re-sending it was not provably safe.
+    OutcomeUnknown,
+    /// The server answered under a negotiated context (capability hash) other than this
+    /// session's: the answer may be wrong, so it is not returned as success.
+    ContextMismatch,
+    /// The server answered with a JSON-RPC error; see [`Error::rpc`].
+    Rpc,
+    /// The server broke the protocol: malformed SSE or JSON, unexpected status, hostile
+    /// headers, orphaned responses.
+    Protocol,
+    /// The server sent an event or body larger than the configured maximum.
+    TooLarge,
+    /// The client was closed (or its driver stopped) before the call completed.
+    Closed,
+    /// The builder's configuration is invalid.
+    InvalidConfig,
+}
+
+impl ErrorKind {
+    /// A short, stable name, e.g. `"outcome_unknown"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Transport => "transport",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::SessionLost => "session_lost",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
+            ErrorKind::ContextMismatch => "context_mismatch",
+            ErrorKind::Rpc => "rpc",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::TooLarge => "too_large",
+            ErrorKind::Closed => "closed",
+            ErrorKind::InvalidConfig => "invalid_config",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A JSON-RPC error object returned by the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    /// The JSON-RPC error code.
+    pub code: i64,
+    /// The error message.
+    pub message: String,
+    /// Optional structured data.
+    pub data: Option<serde_json::Value>,
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JSON-RPC error {}: {}", self.code, self.message)
+    }
+}
+
+/// The error type of every fallible operation in this crate.
+///
+/// Cheap to clone (the payload is shared), so the same error can be delivered to a caller and
+/// reported on the event stream.
+#[derive(Clone)]
+pub struct Error {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    message: String,
+    rpc: Option<RpcError>,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl Error {
+    /// Creates an error of `kind` with a human-readable message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            inner: Arc::new(Inner {
+                kind,
+                message: message.into(),
+                rpc: None,
+                source: None,
+            }),
+        }
+    }
+
+    /// Creates an error wrapping a lower-level cause.
+    pub fn with_source(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error {
+            inner: Arc::new(Inner {
+                kind,
+                message: message.into(),
+                rpc: None,
+                source: Some(Box::new(source)),
+            }),
+        }
+    }
+
+    /// An [`ErrorKind::Rpc`] error carrying the server's error object.
+    pub fn rpc(error: RpcError) -> Self {
+        Error {
+            inner: Arc::new(Inner {
+                kind: ErrorKind::Rpc,
+                message: error.to_string(),
+                rpc: Some(error),
+                source: None,
+            }),
+        }
+    }
+
+    /// The stable kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The server's JSON-RPC error, for [`ErrorKind::Rpc`].
+    pub fn rpc_error(&self) -> Option<&RpcError> {
+        self.inner.rpc.as_ref()
+    }
+
+    /// The human-readable message (without the kind).
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.inner.kind)
+            .field("message", &self.inner.message);
+        if let Some(rpc) = &self.inner.rpc {
+            d.field("rpc", rpc);
+        }
+        if let Some(source) = &self.inner.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.inner.kind, self.inner.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner
+            .source
+            .as_ref()
+            .map(|s| s.as_ref() as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,75 @@
+//! Configuration of the protocol core. Every default is documented here, in one place.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::policy::ReconnectPolicy;
+
+/// Protocol versions this client speaks, newest first. The newest is offered at `initialize`.
+pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The `_meta` key that carries an idempotency key when the server does not advertise its own.
+pub const DEFAULT_IDEMPOTENCY_META_KEY: &str = "io.github.mcp-resume/idempotency-key";
+
+/// When a keyed tool call may be re-sent after an interruption whose outcome is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ResendPolicy {
+    /// Only when the server advertised idempotency support (resume-safety extension).
+    /// A key sent to a server that ignores it protects nothing. **Default.**
+    #[default]
+    ServerAdvertised,
+    /// The application knows the server deduplicates keyed calls: re-send every keyed call.
+    AssumeServerDeduplicates,
+}
+
+/// Configuration of a [`crate::proto::Session`].
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// `clientInfo.name`. Default: `"mcp-resume"`.
+    pub client_name: String,
+    /// `clientInfo.version`. Default: this crate's version.
+    pub client_version: String,
+    /// Client capabilities sent at `initialize`. Default: `{}`.
+    pub client_capabilities: Value,
+    /// Protocol version offered at `initialize`. Default: `"2025-11-25"`.
+    pub protocol_version: String,
+    /// Default per-call deadline, spanning every resume and re-send. Default: 60 s.
+    pub call_timeout: Duration,
+    /// Reconnect delays and caps. Default: see [`ReconnectPolicy::default`].
+    pub reconnect: ReconnectPolicy,
+    /// Largest SSE event (sum of its field lines) accepted. Default: 16 MiB.
+    pub max_event_size: usize,
+    /// Largest JSON response body accepted. Default: 16 MiB.
+    pub max_body_size: usize,
+    /// Whether to open the standalone GET stream after `initialize`. Default: `true`.
+    pub open_listen_stream: bool,
+    /// Re-send rule for keyed calls. Default: [`ResendPolicy::ServerAdvertised`].
+    pub resend: ResendPolicy,
+    /// Seed of the jitter generator (the driver seeds it from entropy; tests fix it).
+    pub jitter_seed: u64,
+    /// **Unsafe, for comparison only.** Behave like the stock SDKs: trust replayed streams
+    /// and clean ends, ignore capability hashes, sequenced ids and rejection bodies.
+    /// Default: `false`.
+    pub dangerous_trust_replay: bool,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            client_name: "mcp-resume".to_owned(),
+            client_version: env!("CARGO_PKG_VERSION").to_owned(),
+            client_capabilities: Value::Object(Default::default()),
+            protocol_version: SUPPORTED_PROTOCOL_VERSIONS[0].to_owned(),
+            call_timeout: Duration::from_secs(60),
+            reconnect: ReconnectPolicy::default(),
+            max_event_size: 16 * 1024 * 1024,
+            max_body_size: 16 * 1024 * 1024,
+            open_listen_stream: true,
+            resend: ResendPolicy::default(),
+            jitter_seed: 0x5eed,
+            dangerous_trust_replay: false,
+        }
+    }
+}

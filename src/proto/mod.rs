@@ -1,0 +1,256 @@
+//! The sans-IO protocol core.
+//!
+//! [`Session`] is a deterministic state machine: no tokio, no reqwest, no clock reads. The
+//! driver (or a language binding, or the test simulator) feeds it inputs with `handle_*`
+//! and app commands, and drains its outputs with `poll_*`; time is passed in as `now`.
+//!
+//! Contract with the driver:
+//! - After any input, drain [`Session::poll_transmit`] and [`Session::poll_output`] until they
+//!   return `None`, then arm a timer for [`Session::poll_timeout`] and call
+//!   [`Session::handle_timeout`] when it fires.
+//! - For every [`Transmit::Send`], perform the HTTP request, then report exactly one of:
+//!   [`Session::handle_head`] followed by any number of [`Session::handle_data`] and one
+//!   [`Session::handle_end`]; or a [`Session::handle_error`] (before or after the head).
+//! - [`Transmit::Abort`] drops that HTTP exchange; the session expects no more input for it
+//!   (input that still arrives is ignored).
+
+// Module layout (owned by the protocol core):
+//   session.rs  – the Session state machine
+//   decide.rs   – the pure recovery decision (DESIGN.md §4), table-tested
+//   jsonrpc.rs  – JSON-RPC message encoding/decoding
+//   ext.rs      – the resume-safety extension (advertisement, headers, rejection body)
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::error::Error;
+use crate::ids::{EventId, IdempotencyKey};
+
+/// Identifies one HTTP exchange the session asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HttpId(pub u64);
+
+/// Identifies one application call (a request the app is waiting on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallId(pub u64);
+
+/// HTTP method of a [`HttpRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpMethod {
+    /// A JSON-RPC message (request, notification or response).
+    Post,
+    /// The standalone stream, or a resume with `Last-Event-ID`.
+    Get,
+    /// Session termination.
+    Delete,
+}
+
+/// Why the session opened an HTTP exchange: lets the driver pick per-purpose timeouts and log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HttpPurpose {
+    /// POST of a request that expects a response.
+    Request,
+    /// POST of a notification or of a response to a server request (202 expected).
+    Notify,
+    /// GET of the standalone server-to-client stream.
+    Listen,
+    /// GET with `Last-Event-ID` resuming a stream.
+    Resume,
+    /// DELETE of the session.
+    Terminate,
+}
+
+/// One HTTP request to perform against the configured endpoint URL.
+///
+/// `headers` holds the protocol headers (`Accept`, `Content-Type`, `Mcp-Session-Id`,
+/// `MCP-Protocol-Version`, `Last-Event-ID`, `Idempotency-Key`); the driver adds the app's
+/// own headers (authorization, custom) to every request.
+#[derive(Debug, Clone)]
+pub struct HttpRequest {
+    /// Id to report the outcome under.
+    pub id: HttpId,
+    /// Method.
+    pub method: HttpMethod,
+    /// Why it is sent.
+    pub purpose: HttpPurpose,
+    /// Protocol headers, names in lowercase.
+    pub headers: Vec<(&'static str, String)>,
+    /// JSON body for POST.
+    pub body: Option<Bytes>,
+}
+
+/// Something the driver must do on the network.
+#[derive(Debug, Clone)]
+pub enum Transmit {
+    /// Perform this request.
+    Send(HttpRequest),
+    /// Stop reading (and drop) this exchange: its stream is finished or abandoned.
+    Abort(HttpId),
+}
+
+/// How an HTTP exchange failed at the transport level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportFailure {
+    /// The request was provably never sent (connection refused, DNS failure).
+    Connect(String),
+    /// The connection broke after (possibly) sending: before the response head, or while
+    /// reading the body.
+    Lost(String),
+}
+
+/// A request the app wants to make.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    /// JSON-RPC method, e.g. `tools/call`.
+    pub method: String,
+    /// JSON-RPC params.
+    pub params: Option<Value>,
+    /// Idempotency key (only meaningful for `tools/call`).
+    pub idempotency_key: Option<IdempotencyKey>,
+    /// Per-call deadline, spanning every resume and re-send; `None` = the configured default.
+    pub timeout: Option<Duration>,
+}
+
+/// A server-to-client JSON-RPC request the app must answer with [`crate::proto::Session::respond`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerRequest {
+    /// The server's request id (opaque to the app).
+    pub id: crate::ids::RequestId,
+    /// Method.
+    pub method: String,
+    /// Params.
+    pub params: Option<Value>,
+}
+
+/// A JSON-RPC notification from the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notification {
+    /// Method, e.g. `notifications/progress`.
+    pub method: String,
+    /// Params.
+    pub params: Option<Value>,
+}
+
+/// Why the client re-initialized.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReinitReason {
+    /// A request carrying the session id was answered 404.
+    SessionNotFound,
+    /// A resume was explicitly rejected (resume-safety extension); the server's reason.
+    ResumeRejected(RejectReason),
+    /// A resumed stream ended cleanly without what it owed, with no progress.
+    UnverifiableCleanEnd,
+    /// Event ids on a resumed stream were not contiguous.
+    EventGap,
+    /// A resumed stream delivered a response to a request that is not pending.
+    OrphanedResponse,
+    /// A response carried a capability hash other than the session's.
+    CapabilityMismatch,
+}
+
+/// The reason in a `SESSION_RESUME_REJECTED` body (resume-safety extension).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The resuming instance does not know the session.
+    UnknownSession,
+    /// Another instance owns the session/stream.
+    NotOwner,
+    /// The event log has a gap after `Last-Event-ID`.
+    EventGap,
+    /// A replayed response refers to a request record that cannot be resolved.
+    OrphanedRequest,
+    /// The capability hash in force differs from the negotiated one.
+    CapabilityMismatch,
+    /// A reason this client version does not know (kept verbatim, truncated).
+    Other(String),
+}
+
+/// What the session tells the application about itself. Delivered on `Client::events()`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum SessionEvent {
+    /// `initialize` succeeded (first time).
+    Connected {
+        /// Negotiated protocol version.
+        protocol_version: String,
+    },
+    /// A dropped stream was resumed with `Last-Event-ID`.
+    Resumed {
+        /// The cursor presented.
+        last_event_id: EventId,
+    },
+    /// A resume was rejected by the server (404, rejection body, or capability-hash change).
+    ResumeRejected {
+        /// The server's reason, when it gave one.
+        reason: Option<RejectReason>,
+    },
+    /// A new session replaced the old one.
+    Reinitialized {
+        /// Why.
+        reason: ReinitReason,
+        /// Whether protocol version, server capabilities or capability hash differ from the
+        /// previous session's.
+        capabilities_changed: bool,
+    },
+    /// An interrupted call was re-sent (new JSON-RPC id, same idempotency key if any).
+    Redispatched {
+        /// The call.
+        call: CallId,
+        /// Its method.
+        method: String,
+        /// Its idempotency key, if any.
+        idempotency_key: Option<IdempotencyKey>,
+    },
+    /// An interrupted call ended with [`crate::ErrorKind::OutcomeUnknown`].
+    OutcomeUnknown {
+        /// The call.
+        call: CallId,
+        /// Its method.
+        method: String,
+    },
+    /// A response was produced under another capability hash; the call failed with
+    /// [`crate::ErrorKind::ContextMismatch`].
+    ContextMismatch {
+        /// The call.
+        call: CallId,
+    },
+    /// The session was lost for good (re-initialization kept failing).
+    SessionLost,
+    /// The session was closed by the app.
+    Closed,
+}
+
+/// An output of the session for the app side of the driver.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// A call finished, exactly once.
+    Completed {
+        /// The call.
+        call: CallId,
+        /// Its result (the JSON-RPC `result` member) or error.
+        result: Result<Value, Error>,
+    },
+    /// A notification from the server; `call` is set when it arrived on that call's stream
+    /// (e.g. progress).
+    Notification {
+        /// The call whose stream carried it, if any.
+        call: Option<CallId>,
+        /// The notification.
+        notification: Notification,
+    },
+    /// A request from the server the app must answer.
+    ServerRequest(ServerRequest),
+    /// Lifecycle news.
+    Event(SessionEvent),
+}
+
+pub mod config;
+mod session;
+
+pub use config::{ResendPolicy, SessionConfig};
+pub use session::Session;
