@@ -1,6 +1,7 @@
 //! mcp-resume: a resume-aware Model Context Protocol client for the Streamable HTTP transport.
 #![warn(missing_docs)]
 
+pub mod client;
 pub mod error;
 pub mod ids;
 pub mod policy;

@@ -1,0 +1,1 @@
+//! The tokio/reqwest driver and the public async API. (In progress.)
