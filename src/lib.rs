@@ -8,4 +8,13 @@ pub mod policy;
 pub mod proto;
 pub mod sse;
 
+pub use client::{
+    CallToolResult, Client, ClientBuilder, Content, EventStream, InitializeResult,
+    IntoIdempotencyKey, NotificationStream, ServerNotification, Tool, ToolCall,
+};
 pub use error::{Error, ErrorKind, Result, RpcError};
+pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
+pub use policy::ReconnectPolicy;
+pub use proto::{
+    CallId, Notification, ReinitReason, RejectReason, ResendPolicy, ServerRequest, SessionEvent,
+};

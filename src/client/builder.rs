@@ -1,0 +1,339 @@
+//! [`ClientBuilder`]: configuration, validated in one place at [`ClientBuilder::build`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use reqwest::Url;
+use serde_json::Value;
+
+use super::client::Client;
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::policy::ReconnectPolicy;
+use crate::proto::config::SUPPORTED_PROTOCOL_VERSIONS;
+use crate::proto::{ResendPolicy, ServerRequest, SessionConfig};
+
+/// Default TCP connect timeout of the built-in HTTP client.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Answers server-to-client requests (`sampling/createMessage`, `elicitation/create`, …).
+pub(crate) type ServerRequestHandler =
+    Arc<dyn Fn(ServerRequest) -> BoxFuture<'static, Result<Value, RpcError>> + Send + Sync>;
+
+/// Headers the protocol owns: an application value would corrupt the exchange.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+    "idempotency-key",
+    "transfer-encoding",
+    "connection",
+];
+
+/// Everything the driver needs, validated.
+pub(crate) struct ClientConfig {
+    pub(crate) url: Url,
+    /// Authorization and custom headers, added to every request.
+    pub(crate) headers: HeaderMap,
+    pub(crate) session: SessionConfig,
+    pub(crate) http: reqwest::Client,
+    pub(crate) server_requests: Option<ServerRequestHandler>,
+}
+
+/// Builds a [`Client`]. Obtained from [`Client::builder`].
+///
+/// Setters never fail; every problem (bad URL, bad header, zero sizes or timeouts, an
+/// unsupported protocol version) is reported by [`ClientBuilder::build`] as
+/// [`ErrorKind::InvalidConfig`].
+#[must_use = "a ClientBuilder does nothing until build() is called"]
+pub struct ClientBuilder {
+    url: String,
+    session: SessionConfig,
+    jitter_seed: Option<u64>,
+    bearer: Option<String>,
+    headers: Vec<(String, String)>,
+    connect_timeout: Duration,
+    http: Option<reqwest::Client>,
+    server_requests: Option<ServerRequestHandler>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The bearer token and header values may be secrets.
+        f.debug_struct("ClientBuilder")
+            .field("url", &self.url)
+            .field("session", &self.session)
+            .field("bearer", &self.bearer.as_ref().map(|_| "<redacted>"))
+            .field(
+                "headers",
+                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    pub(crate) fn new(url: impl Into<String>) -> Self {
+        ClientBuilder {
+            url: url.into(),
+            session: SessionConfig::default(),
+            jitter_seed: None,
+            bearer: None,
+            headers: Vec::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            http: None,
+            server_requests: None,
+        }
+    }
+
+    /// Client capabilities sent at `initialize` (a JSON object). Default: `{}`.
+    pub fn client_capabilities(mut self, capabilities: Value) -> Self {
+        self.session.client_capabilities = capabilities;
+        self
+    }
+
+    /// `clientInfo` sent at `initialize`. Default: `mcp-resume` and this crate's version.
+    pub fn client_info(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.session.client_name = name.into();
+        self.session.client_version = version.into();
+        self
+    }
+
+    /// Protocol version offered at `initialize`; one of
+    /// [`SUPPORTED_PROTOCOL_VERSIONS`]. Default: the newest.
+    pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
+        self.session.protocol_version = version.into();
+        self
+    }
+
+    /// Sends `Authorization: Bearer <token>` on every request (resumes and DELETE included).
+    /// The value is marked sensitive and never logged.
+    pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
+        self.bearer = Some(token.into());
+        self
+    }
+
+    /// Adds a header to every request (resumes and DELETE included). Protocol headers
+    /// (`Accept`, `Content-Type`, `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`,
+    /// `Idempotency-Key`, …) cannot be set this way. Repeating a name sends it repeatedly.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Default deadline of a call, spanning all its resumes and re-sends. Default: 60 s.
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.session.call_timeout = timeout;
+        self
+    }
+
+    /// Reconnect delays and caps. Default: [`ReconnectPolicy::default`].
+    pub fn reconnect(mut self, policy: ReconnectPolicy) -> Self {
+        self.session.reconnect = policy;
+        self
+    }
+
+    /// Largest SSE event accepted; a larger one fails its stream with
+    /// [`ErrorKind::TooLarge`]. Default: 16 MiB.
+    pub fn max_event_size(mut self, bytes: usize) -> Self {
+        self.session.max_event_size = bytes;
+        self
+    }
+
+    /// Largest JSON response body accepted. Default: 16 MiB.
+    pub fn max_body_size(mut self, bytes: usize) -> Self {
+        self.session.max_body_size = bytes;
+        self
+    }
+
+    /// Whether to open the standalone GET stream after `initialize`. Default: `true`.
+    pub fn open_listen_stream(mut self, open: bool) -> Self {
+        self.session.open_listen_stream = open;
+        self
+    }
+
+    /// When a keyed tool call may be re-sent after an interruption. Default:
+    /// [`ResendPolicy::ServerAdvertised`].
+    pub fn resend_policy(mut self, policy: ResendPolicy) -> Self {
+        self.session.resend = policy;
+        self
+    }
+
+    /// Fixes the seed of the reconnect jitter (for reproducible tests). Default: from entropy.
+    pub fn jitter_seed(mut self, seed: u64) -> Self {
+        self.jitter_seed = Some(seed);
+        self
+    }
+
+    /// **Unsafe: for comparison only.** Behaves like the stock SDKs: trusts replayed streams
+    /// and clean ends, ignores capability hashes, sequenced event ids and rejection bodies.
+    /// This reintroduces exactly the failure this crate exists to prevent (wrong answers
+    /// with no error). Default: `false`.
+    pub fn dangerous_trust_replay(mut self, trust: bool) -> Self {
+        self.session.dangerous_trust_replay = trust;
+        self
+    }
+
+    /// TCP connect timeout of the built-in HTTP client. Default: 10 s. Ignored with
+    /// [`ClientBuilder::http_client`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Uses this HTTP client (TLS roots, proxies, …) instead of the built-in one. It should
+    /// not follow redirects: a redirected POST could run twice.
+    pub fn http_client(mut self, client: reqwest::Client) -> Self {
+        self.http = Some(client);
+        self
+    }
+
+    /// Answers server-to-client requests (`sampling/createMessage`, `roots/list`, …). Without
+    /// a handler they are answered with JSON-RPC error -32601 (method not found). `ping` is
+    /// always answered by the client itself.
+    pub fn on_server_request<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(ServerRequest) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, RpcError>> + Send + 'static,
+    {
+        self.server_requests = Some(Arc::new(move |req| Box::pin(handler(req))));
+        self
+    }
+
+    /// Validates the configuration and creates the client.
+    ///
+    /// Does not touch the network and does not need a tokio runtime: the driver task is
+    /// spawned on the runtime of the first call that needs it (every async method of
+    /// [`Client`] must run inside a tokio runtime with the time driver enabled).
+    pub fn build(self) -> Result<Client, Error> {
+        let config = self.validate()?;
+        Ok(Client::from_config(config))
+    }
+
+    pub(crate) fn validate(self) -> Result<ClientConfig, Error> {
+        let url = Url::parse(&self.url)
+            .map_err(|e| Error::with_source(ErrorKind::InvalidConfig, "invalid endpoint URL", e))?;
+        match url.scheme() {
+            "http" => {}
+            "https" if cfg!(feature = "rustls-tls") || self.http.is_some() => {}
+            "https" => {
+                return Err(invalid(
+                    "https:// endpoints need the `rustls-tls` feature (or `http_client`)",
+                ))
+            }
+            other => return Err(invalid(format!("unsupported URL scheme `{other}`"))),
+        }
+        if !matches!(url.host_str(), Some(host) if !host.is_empty()) {
+            return Err(invalid("endpoint URL has no host"));
+        }
+
+        let mut session = self.session;
+        if !SUPPORTED_PROTOCOL_VERSIONS.contains(&session.protocol_version.as_str()) {
+            return Err(invalid(format!(
+                "unsupported protocol version `{}` (supported: {})",
+                session.protocol_version,
+                SUPPORTED_PROTOCOL_VERSIONS.join(", ")
+            )));
+        }
+        if !session.client_capabilities.is_object() {
+            return Err(invalid("client capabilities must be a JSON object"));
+        }
+        if session.call_timeout.is_zero() {
+            return Err(invalid("call_timeout must be greater than zero"));
+        }
+        if session.max_event_size == 0 || session.max_body_size == 0 {
+            return Err(invalid(
+                "max_event_size and max_body_size must be greater than zero",
+            ));
+        }
+        if session.client_name.is_empty() {
+            return Err(invalid("client name must not be empty"));
+        }
+        validate_policy(&session.reconnect)?;
+        if self.connect_timeout.is_zero() {
+            return Err(invalid("connect_timeout must be greater than zero"));
+        }
+        session.jitter_seed = self
+            .jitter_seed
+            .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
+
+        let mut headers = HeaderMap::new();
+        for (name, value) in &self.headers {
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
+                Error::with_source(
+                    ErrorKind::InvalidConfig,
+                    format!("invalid header name `{name}`"),
+                    e,
+                )
+            })?;
+            if RESERVED_HEADERS.contains(&name.as_str()) {
+                return Err(invalid(format!(
+                    "header `{name}` is set by the protocol and cannot be overridden"
+                )));
+            }
+            let value = HeaderValue::from_str(value).map_err(|e| {
+                Error::with_source(
+                    ErrorKind::InvalidConfig,
+                    format!("invalid value for header `{name}`"),
+                    e,
+                )
+            })?;
+            headers.append(name, value);
+        }
+        if let Some(token) = &self.bearer {
+            if token.is_empty() {
+                return Err(invalid("bearer token must not be empty"));
+            }
+            let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| invalid("bearer token is not a valid header value"))?;
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+
+        let http = match self.http {
+            Some(client) => client,
+            None => reqwest::Client::builder()
+                // A redirected POST could execute twice; MCP endpoints do not redirect.
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(self.connect_timeout)
+                .tcp_nodelay(true)
+                .build()
+                .map_err(|e| {
+                    Error::with_source(ErrorKind::InvalidConfig, "cannot build the HTTP client", e)
+                })?,
+        };
+
+        Ok(ClientConfig {
+            url,
+            headers,
+            session,
+            http,
+            server_requests: self.server_requests,
+        })
+    }
+}
+
+fn validate_policy(p: &ReconnectPolicy) -> Result<(), Error> {
+    if !(p.multiplier.is_finite() && p.multiplier >= 1.0) {
+        return Err(invalid(
+            "reconnect multiplier must be a finite number >= 1.0",
+        ));
+    }
+    if !(p.jitter.is_finite() && (0.0..=1.0).contains(&p.jitter)) {
+        return Err(invalid("reconnect jitter must be between 0.0 and 1.0"));
+    }
+    if p.max_delay < p.initial_delay {
+        return Err(invalid("reconnect max_delay must be >= initial_delay"));
+    }
+    Ok(())
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidConfig, message)
+}

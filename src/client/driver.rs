@@ -1,0 +1,480 @@
+//! The driver: the one tokio task that owns the [`Session`] and is the only place with I/O,
+//! clocks and spawning.
+//!
+//! It pumps the session: application commands and exchange reports go in, HTTP exchanges,
+//! completions, events and notifications come out, and a single timer is kept armed for the
+//! session's next deadline. Each HTTP exchange runs in its own task so a slow stream never
+//! blocks the others; reports come back over one bounded channel, which keeps memory bounded
+//! however fast a server sends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::builder::{ClientConfig, ServerRequestHandler};
+use super::events::ServerNotification;
+use super::http::{Endpoint, ExchangeEvent};
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::RequestId;
+use crate::proto::{
+    CallId, CallRequest, HttpId, Output, Session, SessionConfig, SessionEvent, Transmit,
+};
+
+/// Exchange reports buffered before exchange tasks wait for the driver.
+const EXCHANGE_BUFFER: usize = 64;
+/// Server-to-client requests handled at once; more are answered with an error at once, so a
+/// server cannot make the client spawn without bound.
+const MAX_SERVER_REQUESTS: usize = 32;
+/// How long a dropped client waits for its DELETE before the driver stops anyway.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+pub(crate) type Reply = oneshot::Sender<Result<Value, Error>>;
+
+/// What the application side asks of the driver.
+pub(crate) enum Command {
+    /// Initialize (or report the result of the initialization already done).
+    Connect { reply: Reply },
+    /// A request; `ticket` names it for [`Command::Cancel`].
+    Call {
+        ticket: u64,
+        request: CallRequest,
+        reply: Reply,
+    },
+    /// The call's future was dropped.
+    Cancel { ticket: u64 },
+    /// A notification to the server.
+    Notify {
+        method: String,
+        params: Option<Value>,
+    },
+    /// Close the session (DELETE).
+    Close { reply: Reply },
+    /// The last client handle is gone: close (best effort) and stop.
+    Shutdown,
+}
+
+/// A driver not yet spawned: the client starts it on the first call that needs it.
+pub(crate) struct Driver {
+    endpoint: Endpoint,
+    session: SessionConfig,
+    handler: Option<ServerRequestHandler>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    events: broadcast::Sender<SessionEvent>,
+    notifications: broadcast::Sender<ServerNotification>,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        config: ClientConfig,
+        commands: mpsc::UnboundedReceiver<Command>,
+        events: broadcast::Sender<SessionEvent>,
+        notifications: broadcast::Sender<ServerNotification>,
+    ) -> Self {
+        Driver {
+            endpoint: Endpoint {
+                http: config.http,
+                url: config.url,
+                headers: Arc::new(config.headers),
+            },
+            session: config.session,
+            handler: config.server_requests,
+            commands,
+            events,
+            notifications,
+        }
+    }
+
+    /// Spawns the driver task on the current tokio runtime.
+    pub(crate) fn spawn(self, handle: &tokio::runtime::Handle) {
+        // Only scheme, host, port and path: a query string may carry credentials.
+        let url = &self.endpoint.url;
+        let endpoint = format!(
+            "{}://{}{}{}",
+            url.scheme(),
+            url.host_str().unwrap_or_default(),
+            url.port().map(|p| format!(":{p}")).unwrap_or_default(),
+            url.path()
+        );
+        let span = tracing::info_span!("mcp_client", %endpoint);
+        handle.spawn(self.run().instrument(span));
+    }
+
+    async fn run(self) {
+        let (exchange_tx, exchange_rx) = mpsc::channel(EXCHANGE_BUFFER);
+        let (answer_tx, answer_rx) = mpsc::unbounded_channel();
+        let mut state = State {
+            session: Session::new(self.session, now()),
+            endpoint: self.endpoint,
+            handler: self.handler,
+            events: self.events,
+            notifications: self.notifications,
+            exchange_tx,
+            answer_tx,
+            exchanges: HashMap::new(),
+            calls: HashMap::new(),
+            tickets: HashMap::new(),
+            initialized: None,
+            connecting: None,
+            connect_waiters: Vec::new(),
+            lost: false,
+            closed: false,
+            server_requests_in_flight: 0,
+            shutdown: None,
+        };
+        tracing::debug!("driver started");
+        state.run(self.commands, exchange_rx, answer_rx).await;
+        tracing::debug!("driver stopped");
+    }
+}
+
+/// The session's view of time; tokio's clock, so paused-time tests drive it.
+fn now() -> std::time::Instant {
+    Instant::now().into_std()
+}
+
+enum Pending {
+    Call { ticket: u64, reply: Reply },
+    Close { reply: Option<Reply> },
+}
+
+struct Shutdown {
+    /// The DELETE still awaited, if any.
+    close: Option<CallId>,
+    deadline: Instant,
+}
+
+struct State {
+    session: Session,
+    endpoint: Endpoint,
+    handler: Option<ServerRequestHandler>,
+    events: broadcast::Sender<SessionEvent>,
+    notifications: broadcast::Sender<ServerNotification>,
+    exchange_tx: mpsc::Sender<ExchangeEvent>,
+    answer_tx: mpsc::UnboundedSender<(RequestId, Result<Value, RpcError>)>,
+    /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
+    exchanges: HashMap<HttpId, AbortHandle>,
+    calls: HashMap<CallId, Pending>,
+    tickets: HashMap<u64, CallId>,
+    /// The `initialize` result, once connected.
+    initialized: Option<Value>,
+    /// The `initialize` call in progress.
+    connecting: Option<CallId>,
+    connect_waiters: Vec<Reply>,
+    lost: bool,
+    closed: bool,
+    server_requests_in_flight: usize,
+    shutdown: Option<Shutdown>,
+}
+
+type AnswerRx = mpsc::UnboundedReceiver<(RequestId, Result<Value, RpcError>)>;
+
+impl State {
+    async fn run(
+        &mut self,
+        mut commands: mpsc::UnboundedReceiver<Command>,
+        mut exchanges: mpsc::Receiver<ExchangeEvent>,
+        mut answers: AnswerRx,
+    ) {
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(timer);
+        loop {
+            self.pump();
+            if let Some(shutdown) = &self.shutdown {
+                if shutdown.close.is_none() || Instant::now() >= shutdown.deadline {
+                    break;
+                }
+            }
+            let deadline = self.session.poll_timeout().map(Instant::from_std);
+            if let Some(deadline) = deadline {
+                timer.as_mut().reset(deadline);
+            }
+            let shutdown_deadline = self.shutdown.as_ref().map(|s| s.deadline);
+            tokio::select! {
+                command = commands.recv(), if self.shutdown.is_none() => match command {
+                    Some(Command::Shutdown) | None => self.begin_shutdown(),
+                    Some(command) => self.handle_command(command),
+                },
+                Some(event) = exchanges.recv() => self.handle_exchange(event),
+                Some((id, result)) = answers.recv() => {
+                    self.server_requests_in_flight -= 1;
+                    self.session.respond(id, result, now());
+                }
+                () = &mut timer, if deadline.is_some() => self.session.handle_timeout(now()),
+                () = tokio::time::sleep_until(shutdown_deadline.unwrap_or_else(Instant::now)),
+                    if shutdown_deadline.is_some() => {}
+            }
+        }
+        for (_, exchange) in self.exchanges.drain() {
+            exchange.abort();
+        }
+    }
+
+    fn handle_command(&mut self, command: Command) {
+        let now = now();
+        match command {
+            Command::Connect { reply } => {
+                if let Some(err) = self.terminal_error() {
+                    let _ = reply.send(Err(err));
+                } else if let Some(result) = &self.initialized {
+                    let _ = reply.send(Ok(result.clone()));
+                } else {
+                    self.ensure_connecting(now);
+                    self.connect_waiters.push(reply);
+                }
+            }
+            Command::Call {
+                ticket,
+                request,
+                reply,
+            } => {
+                if let Some(err) = self.terminal_error() {
+                    let _ = reply.send(Err(err));
+                    return;
+                }
+                // The first call connects: `connect()` is optional on the paved path.
+                self.ensure_connecting(now);
+                tracing::debug!(method = %request.method, "call submitted");
+                let call = self.session.submit(request, now);
+                self.calls.insert(call, Pending::Call { ticket, reply });
+                self.tickets.insert(ticket, call);
+            }
+            Command::Cancel { ticket } => {
+                if let Some(call) = self.tickets.remove(&ticket) {
+                    if self.calls.remove(&call).is_some() {
+                        tracing::debug!(call = call.0, "call abandoned by the application");
+                        self.session.cancel(call, now);
+                    }
+                }
+            }
+            Command::Notify { method, params } => {
+                if self.terminal_error().is_none() {
+                    self.ensure_connecting(now);
+                    self.session.notify(&method, params, now);
+                }
+            }
+            Command::Close { reply } => {
+                if self.closed || self.lost || !self.started() {
+                    // Nothing to DELETE; later calls fail with `Closed`.
+                    self.closed = true;
+                    let _ = reply.send(Ok(Value::Null));
+                    return;
+                }
+                self.closed = true;
+                let call = self.session.close(now);
+                self.calls
+                    .insert(call, Pending::Close { reply: Some(reply) });
+            }
+            Command::Shutdown => self.begin_shutdown(),
+        }
+    }
+
+    fn started(&self) -> bool {
+        self.initialized.is_some() || self.connecting.is_some()
+    }
+
+    fn ensure_connecting(&mut self, now: std::time::Instant) {
+        if !self.started() {
+            tracing::debug!("connecting");
+            self.connecting = Some(self.session.connect(now));
+        }
+    }
+
+    fn terminal_error(&self) -> Option<Error> {
+        if self.closed {
+            Some(Error::new(ErrorKind::Closed, "the client was closed"))
+        } else if self.lost {
+            Some(Error::new(
+                ErrorKind::SessionLost,
+                "the session was lost and could not be re-established",
+            ))
+        } else {
+            None
+        }
+    }
+
+    fn begin_shutdown(&mut self) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let close = if self.started() && !self.closed && !self.lost {
+            tracing::debug!("last client handle dropped: closing the session");
+            self.closed = true;
+            let call = self.session.close(now());
+            self.calls.insert(call, Pending::Close { reply: None });
+            Some(call)
+        } else {
+            None
+        };
+        self.shutdown = Some(Shutdown {
+            close,
+            deadline: Instant::now() + CLOSE_GRACE,
+        });
+    }
+
+    fn handle_exchange(&mut self, event: ExchangeEvent) {
+        let id = event.id();
+        if !self.exchanges.contains_key(&id) {
+            return;
+        }
+        let now = now();
+        match event {
+            ExchangeEvent::Head {
+                id,
+                status,
+                headers,
+            } => self.session.handle_head(id, status, &headers, now),
+            ExchangeEvent::Data { id, bytes } => self.session.handle_data(id, &bytes, now),
+            ExchangeEvent::End { id } => {
+                self.exchanges.remove(&id);
+                self.session.handle_end(id, now);
+            }
+            ExchangeEvent::Failed { id, failure } => {
+                self.exchanges.remove(&id);
+                self.session.handle_error(id, failure, now);
+            }
+        }
+    }
+
+    /// Drains the session's actions until it has nothing more to say.
+    fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(transmit) = self.session.poll_transmit() {
+                progressed = true;
+                self.transmit(transmit);
+            }
+            while let Some(output) = self.session.poll_output() {
+                progressed = true;
+                self.output(output);
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn transmit(&mut self, transmit: Transmit) {
+        match transmit {
+            Transmit::Send(request) => {
+                let id = request.id;
+                tracing::debug!(
+                    http = id.0,
+                    method = ?request.method,
+                    purpose = ?request.purpose,
+                    "http exchange"
+                );
+                let task = tokio::spawn(
+                    self.endpoint
+                        .clone()
+                        .run(request, self.exchange_tx.clone())
+                        .in_current_span(),
+                );
+                if let Some(old) = self.exchanges.insert(id, task.abort_handle()) {
+                    old.abort();
+                }
+            }
+            Transmit::Abort(id) => {
+                if let Some(exchange) = self.exchanges.remove(&id) {
+                    tracing::trace!(http = id.0, "exchange aborted");
+                    exchange.abort();
+                }
+            }
+        }
+    }
+
+    fn output(&mut self, output: Output) {
+        match output {
+            Output::Completed { call, result } => self.complete(call, result),
+            Output::Notification { call, notification } => {
+                // No subscriber is not an error: notifications are informational.
+                let _ = self.notifications.send(ServerNotification {
+                    call,
+                    method: notification.method,
+                    params: notification.params,
+                });
+            }
+            Output::ServerRequest(request) => {
+                let id = request.id.clone();
+                let Some(handler) = self.handler.clone() else {
+                    let error = RpcError {
+                        code: -32601,
+                        message: format!("method not found: {}", request.method),
+                        data: None,
+                    };
+                    self.session.respond(id, Err(error), now());
+                    return;
+                };
+                if self.server_requests_in_flight >= MAX_SERVER_REQUESTS {
+                    let error = RpcError {
+                        code: -32603,
+                        message: "too many concurrent server requests".to_owned(),
+                        data: None,
+                    };
+                    self.session.respond(id, Err(error), now());
+                    return;
+                }
+                self.server_requests_in_flight += 1;
+                let answers = self.answer_tx.clone();
+                tokio::spawn(
+                    async move {
+                        let result = handler(request).await;
+                        let _ = answers.send((id, result));
+                    }
+                    .in_current_span(),
+                );
+            }
+            Output::Event(event) => {
+                match &event {
+                    SessionEvent::SessionLost => {
+                        tracing::warn!("session lost");
+                        self.lost = true;
+                    }
+                    SessionEvent::Closed => tracing::debug!("session closed"),
+                    other => tracing::info!(event = ?other, "session event"),
+                }
+                let _ = self.events.send(event);
+            }
+        }
+    }
+
+    fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
+        if self.connecting == Some(call) {
+            self.connecting = None;
+            match &result {
+                Ok(value) => {
+                    tracing::debug!("connected");
+                    self.initialized = Some(value.clone());
+                }
+                Err(err) => tracing::debug!(error = %err, "initialize failed"),
+            }
+            for waiter in self.connect_waiters.drain(..) {
+                let _ = waiter.send(result.clone());
+            }
+            return;
+        }
+        match self.calls.remove(&call) {
+            Some(Pending::Call { ticket, reply }) => {
+                self.tickets.remove(&ticket);
+                let _ = reply.send(result);
+            }
+            Some(Pending::Close { reply }) => {
+                if let Some(shutdown) = &mut self.shutdown {
+                    if shutdown.close == Some(call) {
+                        shutdown.close = None;
+                    }
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
+            // Cancelled by the application: nobody is waiting.
+            None => {}
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! One HTTP exchange, performed with reqwest in its own task and reported back to the driver
+//! as the inputs the session expects (head, data, end, or a transport failure).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::Url;
+use tokio::sync::mpsc;
+
+use crate::proto::{HttpId, HttpMethod, HttpRequest, TransportFailure};
+
+/// What happened to an exchange, in order: `Head`, any `Data`, then `End`; or `Failed` at
+/// any point.
+#[derive(Debug)]
+pub(crate) enum ExchangeEvent {
+    Head {
+        id: HttpId,
+        status: u16,
+        headers: HeaderMap,
+    },
+    Data {
+        id: HttpId,
+        bytes: Bytes,
+    },
+    End {
+        id: HttpId,
+    },
+    Failed {
+        id: HttpId,
+        failure: TransportFailure,
+    },
+}
+
+impl ExchangeEvent {
+    pub(crate) fn id(&self) -> HttpId {
+        match self {
+            ExchangeEvent::Head { id, .. }
+            | ExchangeEvent::Data { id, .. }
+            | ExchangeEvent::End { id }
+            | ExchangeEvent::Failed { id, .. } => *id,
+        }
+    }
+}
+
+/// Everything an exchange task needs besides the request.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub(crate) http: reqwest::Client,
+    pub(crate) url: Url,
+    /// The application's headers (authorization, custom), sent on every request.
+    pub(crate) headers: Arc<HeaderMap>,
+}
+
+impl Endpoint {
+    /// Performs `request`, reporting on `tx`. Returns when the exchange is over or the driver
+    /// is gone; the driver aborts the task to stop it early.
+    pub(crate) async fn run(self, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
+        let id = request.id;
+        let report = |event| {
+            let tx = tx.clone();
+            async move { tx.send(event).await.is_ok() }
+        };
+        let headers = match self.headers_for(&request) {
+            Ok(headers) => headers,
+            Err(message) => {
+                // Nothing left the machine, so the request was provably not sent.
+                report(ExchangeEvent::Failed {
+                    id,
+                    failure: TransportFailure::Connect(message),
+                })
+                .await;
+                return;
+            }
+        };
+        let method = match request.method {
+            HttpMethod::Post => reqwest::Method::POST,
+            HttpMethod::Get => reqwest::Method::GET,
+            HttpMethod::Delete => reqwest::Method::DELETE,
+        };
+        let mut builder = self.http.request(method, self.url.clone()).headers(headers);
+        if let Some(body) = request.body {
+            builder = builder.body(body);
+        }
+        let response = match builder.send().await {
+            Ok(response) => response,
+            Err(err) => {
+                let failure = classify(&err);
+                tracing::debug!(http = id.0, ?failure, "request failed");
+                report(ExchangeEvent::Failed { id, failure }).await;
+                return;
+            }
+        };
+        let status = response.status().as_u16();
+        tracing::trace!(http = id.0, status, "response head");
+        let head = ExchangeEvent::Head {
+            id,
+            status,
+            headers: response.headers().clone(),
+        };
+        if !report(head).await {
+            return;
+        }
+        let mut body = response.bytes_stream();
+        while let Some(chunk) = body.next().await {
+            let event = match chunk {
+                Ok(bytes) if bytes.is_empty() => continue,
+                Ok(bytes) => ExchangeEvent::Data { id, bytes },
+                Err(err) => {
+                    let failure = TransportFailure::Lost(error_chain(&err));
+                    tracing::debug!(http = id.0, ?failure, "response body failed");
+                    report(ExchangeEvent::Failed { id, failure }).await;
+                    return;
+                }
+            };
+            if !report(event).await {
+                return;
+            }
+        }
+        report(ExchangeEvent::End { id }).await;
+    }
+
+    /// The app's headers, then the protocol's (which win on a clash).
+    fn headers_for(&self, request: &HttpRequest) -> Result<HeaderMap, String> {
+        let mut headers = (*self.headers).clone();
+        for (name, value) in &request.headers {
+            let name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| format!("invalid protocol header name {name:?}"))?;
+            let mut value = HeaderValue::from_str(value)
+                .map_err(|_| format!("invalid value for protocol header {name}"))?;
+            if name == "mcp-session-id" {
+                // A bearer secret: keep it out of any debug output of the request.
+                value.set_sensitive(true);
+            }
+            headers.insert(name, value);
+        }
+        Ok(headers)
+    }
+}
+
+/// Only a failure to establish the connection proves the request was never sent.
+fn classify(err: &reqwest::Error) -> TransportFailure {
+    if err.is_connect() {
+        TransportFailure::Connect(error_chain(err))
+    } else {
+        TransportFailure::Lost(error_chain(err))
+    }
+}
+
+/// reqwest's `Display` omits the cause ("error sending request"); the cause is what helps.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}

@@ -1,0 +1,210 @@
+//! [`ToolCall`]: a `tools/call` request under construction.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::{Error, ErrorKind};
+use crate::ids::{IdempotencyKey, InvalidId};
+use crate::proto::CallRequest;
+
+/// A value usable as an idempotency key: a [`uuid::Uuid`], an [`IdempotencyKey`], or any
+/// string (validated when the call is made; an invalid one fails the call with
+/// [`ErrorKind::InvalidConfig`], it never panics).
+pub trait IntoIdempotencyKey {
+    /// Converts into a key, or says why the value cannot be one.
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId>;
+}
+
+impl IntoIdempotencyKey for IdempotencyKey {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
+        Ok(self)
+    }
+}
+
+impl IntoIdempotencyKey for uuid::Uuid {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
+        Ok(IdempotencyKey::from(self))
+    }
+}
+
+impl IntoIdempotencyKey for &str {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
+        IdempotencyKey::new(self)
+    }
+}
+
+impl IntoIdempotencyKey for String {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
+        IdempotencyKey::new(self)
+    }
+}
+
+impl IntoIdempotencyKey for &String {
+    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
+        IdempotencyKey::new(self.as_str())
+    }
+}
+
+/// A `tools/call` request: a tool name, its arguments and how to deliver it.
+///
+/// ```
+/// use mcp_resume::ToolCall;
+/// use serde_json::json;
+/// use std::time::Duration;
+///
+/// let call = ToolCall::new("counter_increment", json!({}))
+///     .random_idempotency_key()
+///     .meta("tag", json!("run-7"))
+///     .timeout(Duration::from_secs(5));
+/// assert!(call.key().is_some());
+/// ```
+///
+/// Only a call carrying an idempotency key can ever be re-sent after an interruption whose
+/// outcome is unknown, and only when that is safe (see [`crate::ResendPolicy`]).
+#[derive(Debug, Clone)]
+#[must_use = "a ToolCall does nothing until passed to Client::call_tool"]
+pub struct ToolCall {
+    name: String,
+    arguments: Value,
+    key: Option<Result<IdempotencyKey, InvalidId>>,
+    meta: Map<String, Value>,
+    timeout: Option<Duration>,
+}
+
+impl ToolCall {
+    /// A call of tool `name` with `arguments` (normally a JSON object; `null` sends none).
+    pub fn new(name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall {
+            name: name.into(),
+            arguments,
+            key: None,
+            meta: Map::new(),
+            timeout: None,
+        }
+    }
+
+    /// Sets the idempotency key: it stays the same across re-sends while the JSON-RPC id
+    /// changes. It travels in `params._meta` and in the `Idempotency-Key` header.
+    pub fn idempotency_key(mut self, key: impl IntoIdempotencyKey) -> Self {
+        self.key = Some(key.into_idempotency_key());
+        self
+    }
+
+    /// Sets a fresh random (UUID v4) idempotency key.
+    pub fn random_idempotency_key(mut self) -> Self {
+        self.key = Some(Ok(IdempotencyKey::random()));
+        self
+    }
+
+    /// Adds an entry to `params._meta` (e.g. a caller's tag, or `progressToken`).
+    pub fn meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.meta.insert(key.into(), value);
+        self
+    }
+
+    /// Asks the server for progress notifications under `token` (`_meta.progressToken`);
+    /// they arrive on [`Client::notifications`](super::Client::notifications) with the call's
+    /// [`CallId`](crate::proto::CallId) when they came on its stream.
+    pub fn progress_token(self, token: impl Into<Value>) -> Self {
+        self.meta("progressToken", token.into())
+    }
+
+    /// Deadline of this call, spanning every resume and re-send (default: the client's
+    /// `call_timeout`).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The idempotency key, if one was set and is valid.
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref().and_then(|k| k.as_ref().ok())
+    }
+
+    /// Builds the core's request; an invalid key or timeout is a configuration error.
+    pub(crate) fn into_request(self) -> Result<CallRequest, Error> {
+        let idempotency_key = match self.key {
+            None => None,
+            Some(Ok(key)) => Some(key),
+            Some(Err(err)) => {
+                return Err(Error::with_source(
+                    ErrorKind::InvalidConfig,
+                    "invalid idempotency key",
+                    err,
+                ))
+            }
+        };
+        if self.timeout == Some(Duration::ZERO) {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a call timeout must be greater than zero",
+            ));
+        }
+        let mut params = Map::new();
+        params.insert("name".to_owned(), Value::String(self.name));
+        if !self.arguments.is_null() {
+            params.insert("arguments".to_owned(), self.arguments);
+        }
+        if !self.meta.is_empty() {
+            params.insert("_meta".to_owned(), Value::Object(self.meta));
+        }
+        Ok(CallRequest {
+            method: "tools/call".to_owned(),
+            params: Some(Value::Object(params)),
+            idempotency_key,
+            timeout: self.timeout,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn builds_params_with_meta_and_key() {
+        let req = ToolCall::new("echo", json!({"text": "hi"}))
+            .idempotency_key("k-1")
+            .meta("tag", json!(7))
+            .progress_token("p")
+            .timeout(Duration::from_secs(3))
+            .into_request()
+            .unwrap();
+        assert_eq!(req.method, "tools/call");
+        assert_eq!(
+            req.params,
+            Some(json!({"name": "echo", "arguments": {"text": "hi"},
+                         "_meta": {"tag": 7, "progressToken": "p"}}))
+        );
+        assert_eq!(req.idempotency_key.unwrap().as_str(), "k-1");
+        assert_eq!(req.timeout, Some(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn invalid_key_is_a_config_error_not_a_panic() {
+        let err = ToolCall::new("echo", json!({}))
+            .idempotency_key("bad\nkey")
+            .into_request()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+        let err = ToolCall::new("echo", json!({}))
+            .idempotency_key(String::new())
+            .into_request()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    }
+
+    #[test]
+    fn uuid_keys() {
+        let u = uuid::Uuid::new_v4();
+        let call = ToolCall::new("c", json!({})).idempotency_key(u);
+        assert_eq!(call.key().unwrap().as_str(), u.to_string());
+    }
+}
