@@ -31,6 +31,8 @@ const EXCHANGE_BUFFER: usize = 64;
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
 /// server cannot make the client spawn without bound.
 const MAX_SERVER_REQUESTS: usize = 32;
+/// Notifications held while the session is not ready (the session drops them then).
+const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
 /// How long a dropped client waits for its DELETE before the driver stops anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -125,6 +127,7 @@ impl Driver {
             lost: false,
             closed: false,
             server_requests_in_flight: 0,
+            queued_notifications: Vec::new(),
             shutdown: None,
         };
         tracing::debug!("driver started");
@@ -169,6 +172,8 @@ struct State {
     lost: bool,
     closed: bool,
     server_requests_in_flight: usize,
+    /// Notifications the app sent before the session was ready.
+    queued_notifications: Vec<(String, Option<Value>)>,
     shutdown: Option<Shutdown>,
 }
 
@@ -185,6 +190,12 @@ impl State {
         tokio::pin!(timer);
         loop {
             self.pump();
+            if !self.queued_notifications.is_empty() && self.session.is_ready() {
+                for (method, params) in std::mem::take(&mut self.queued_notifications) {
+                    self.session.notify(&method, params, now());
+                }
+                self.pump();
+            }
             if let Some(shutdown) = &self.shutdown {
                 if shutdown.close.is_none() || Instant::now() >= shutdown.deadline {
                     break;
@@ -253,9 +264,17 @@ impl State {
                 }
             }
             Command::Notify { method, params } => {
-                if self.terminal_error().is_none() {
-                    self.ensure_connecting(now);
+                if self.terminal_error().is_some() {
+                    return;
+                }
+                self.ensure_connecting(now);
+                if self.session.is_ready() {
                     self.session.notify(&method, params, now);
+                } else if self.queued_notifications.len() < MAX_QUEUED_NOTIFICATIONS {
+                    // Sent once the session is ready: notifying is not a reason to lose them.
+                    self.queued_notifications.push((method, params));
+                } else {
+                    tracing::warn!(%method, "notification dropped: too many queued");
                 }
             }
             Command::Close { reply } => {
