@@ -284,14 +284,13 @@ impl SseDecoder {
                 self.block.event = non_empty(text);
                 self.block.dispatchable = true;
             }
-            b"id" => {
-                if !value.contains(&0) {
-                    let text = String::from_utf8_lossy(value);
-                    self.block.id = None;
-                    self.check_grow(text.len())?;
-                    self.block.id = Some(text.into_owned());
-                    self.block.dispatchable = true;
-                }
+            // An id containing NUL is ignored (falls through to the unknown-field arm).
+            b"id" if !value.contains(&0) => {
+                let text = String::from_utf8_lossy(value);
+                self.block.id = None;
+                self.check_grow(text.len())?;
+                self.block.id = Some(text.into_owned());
+                self.block.dispatchable = true;
             }
             b"retry" => {
                 if let Some(ms) = parse_retry(value) {
