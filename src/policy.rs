@@ -37,3 +37,127 @@ impl Default for ReconnectPolicy {
         }
     }
 }
+
+impl ReconnectPolicy {
+    /// The delay before reconnect attempt `attempt` (0 for the first retry after a failure).
+    ///
+    /// `base = min(initial_delay * multiplier^attempt, max_delay)`; the server's `retry`
+    /// (`floor`) is never undercut, even above `max_delay`, because reconnecting earlier than
+    /// the server asked breaks the SSE contract. Jitter is added on top, as a fraction of
+    /// `base` scaled by `random` (uniform over `u64`): scaling it by the exponential part and
+    /// not by `retry` keeps a reconnect close to the server's requested time while still
+    /// spreading a crowd of clients that failed together.
+    ///
+    /// Pure: the caller supplies the randomness, so the same inputs give the same delay.
+    pub fn delay(&self, attempt: u32, random: u64, floor: Option<Duration>) -> Duration {
+        let initial = self.initial_delay.as_secs_f64();
+        let cap = self.max_delay.as_secs_f64().max(initial);
+        let multiplier = if self.multiplier.is_finite() && self.multiplier >= 1.0 {
+            self.multiplier
+        } else {
+            1.0
+        };
+        // powi saturates to +inf for large exponents; min() then brings it back to the cap.
+        let exponent = i32::try_from(attempt).unwrap_or(i32::MAX);
+        let base = (initial * multiplier.powi(exponent)).min(cap);
+        let jitter = if self.jitter.is_finite() {
+            self.jitter.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        let fraction = (random >> 11) as f64 / (1u64 << 53) as f64;
+        let base = Duration::try_from_secs_f64(base).unwrap_or(self.max_delay);
+        let extra = Duration::try_from_secs_f64(base.as_secs_f64() * jitter * fraction)
+            .unwrap_or(Duration::ZERO);
+        base.max(floor.unwrap_or(Duration::ZERO))
+            .saturating_add(extra)
+    }
+
+    /// Checks the policy for values that would make reconnection meaningless.
+    pub fn validate(&self) -> Result<(), crate::Error> {
+        let bad = |what: &str| {
+            Err(crate::Error::new(
+                crate::ErrorKind::InvalidConfig,
+                format!("reconnect policy: {what}"),
+            ))
+        };
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
+            return bad("multiplier must be a finite number >= 1.0");
+        }
+        if !(self.jitter.is_finite() && (0.0..=1.0).contains(&self.jitter)) {
+            return bad("jitter must be within 0.0..=1.0");
+        }
+        if self.max_delay < self.initial_delay {
+            return bad("max_delay must be >= initial_delay");
+        }
+        if self.max_attempts == 0 || self.max_reinit_failures == 0 {
+            return bad("max_attempts and max_reinit_failures must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn exponential_then_capped() {
+        let p = ReconnectPolicy {
+            jitter: 0.0,
+            ..ReconnectPolicy::default()
+        };
+        assert_eq!(p.delay(0, 0, None), ms(100));
+        assert_eq!(p.delay(1, 0, None), ms(200));
+        assert_eq!(p.delay(3, 0, None), ms(800));
+        assert_eq!(p.delay(20, 0, None), Duration::from_secs(10));
+        assert_eq!(p.delay(u32::MAX, u64::MAX, None), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn jitter_is_on_top_and_bounded() {
+        let p = ReconnectPolicy::default();
+        assert_eq!(p.delay(0, 0, None), ms(100));
+        let top = p.delay(0, u64::MAX, None);
+        assert!(top > ms(119) && top <= ms(120), "{top:?}");
+        let mid = p.delay(1, u64::MAX / 2, None);
+        assert!(mid > ms(219) && mid <= ms(220), "{mid:?}");
+    }
+
+    #[test]
+    fn retry_is_a_floor_never_undercut() {
+        let p = ReconnectPolicy::default();
+        for r in [0, 1, u64::MAX / 3, u64::MAX] {
+            assert!(p.delay(0, r, Some(ms(500))) >= ms(500));
+            assert!(p.delay(0, r, Some(ms(500))) <= ms(520));
+            assert!(p.delay(0, r, Some(Duration::from_secs(30))) >= Duration::from_secs(30));
+        }
+        // A floor below the backoff does not shorten it.
+        assert_eq!(
+            ReconnectPolicy {
+                jitter: 0.0,
+                ..p.clone()
+            }
+            .delay(2, 0, Some(ms(10))),
+            ms(400)
+        );
+    }
+
+    #[test]
+    fn odd_values_do_not_panic() {
+        let p = ReconnectPolicy {
+            multiplier: f64::NAN,
+            jitter: f64::INFINITY,
+            max_delay: Duration::ZERO,
+            initial_delay: Duration::MAX,
+            ..ReconnectPolicy::default()
+        };
+        let _ = p.delay(5, u64::MAX, Some(Duration::MAX));
+        assert!(p.validate().is_err());
+        assert!(ReconnectPolicy::default().validate().is_ok());
+    }
+}

@@ -250,6 +250,9 @@ pub enum Output {
 }
 
 pub mod config;
+pub mod decide;
+mod ext;
+mod jsonrpc;
 mod session;
 
 pub use config::{ResendPolicy, SessionConfig};

@@ -1,0 +1,274 @@
+//! The recovery decision (DESIGN.md §4) as one pure function.
+//!
+//! [`decide`] maps what went wrong for one call ([`Failure`]) and a few plain facts about that
+//! call ([`State`]) to what the session does next ([`Decision`]). The session gathers the facts
+//! and carries the decision out; keeping the rule itself free of state and I/O is what lets
+//! every row of the table be tested on one line.
+
+use crate::error::ErrorKind;
+use crate::policy::ReconnectPolicy;
+
+use super::{ReinitReason, RejectReason};
+
+/// What happened to a call's exchange (one row of DESIGN.md §4 each).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// The call's POST carried a session id and was answered 404 (or a 400 naming the
+    /// session): the session is gone and the request was not executed.
+    PostSessionNotFound,
+    /// The call's POST could not even connect: not sent, so not executed.
+    PostConnectFailed,
+    /// The call's POST connection was lost after sending, before a response head (or the
+    /// server's gateway answered 502/503/504): it may or may not have run.
+    PostLost,
+    /// The call's response stream ended (error or clean close) before its response.
+    StreamEnded {
+        /// Whether an event id was seen on it (a cursor to resume from).
+        event_id_seen: bool,
+    },
+    /// The resume GET was answered 404 without a rejection body.
+    ResumeNotFound,
+    /// The resume GET was answered with the extension's rejection (body or header).
+    ResumeRejected(RejectReason),
+    /// The resume GET was answered 405: the server cannot resume.
+    ResumeNotAllowed,
+    /// The resume GET did not reach the server (connection refused, 5xx from a gateway).
+    ResumeConnectFailed,
+    /// The resumed stream's capability hash differs from the one recorded at `initialize`.
+    ResumeCapabilityHashChanged,
+    /// A (non-resumed) response carried a capability hash other than the recorded one, or a
+    /// replayed tool result was produced under another hash: the call ran in another context.
+    CapabilityHashMismatch,
+    /// Event ids on a resumed stream were not contiguous (server advertises sequenced ids).
+    EventGap,
+    /// A resumed stream delivered a response to a request that was never pending.
+    OrphanedResponse,
+    /// A resumed stream ended before the pending response.
+    ResumedStreamEnded {
+        /// Clean close (`true`) or transport error (`false`).
+        clean: bool,
+        /// Whether it delivered anything new (an event id past the cursor).
+        progress: bool,
+    },
+    /// The call's stream belongs to a session that has since been replaced: it cannot be
+    /// resumed with the old session id.
+    SessionReplaced,
+    /// A re-initialization attempt failed.
+    ReinitFailed,
+    /// The call's deadline passed.
+    DeadlineExpired,
+}
+
+/// Plain facts about the call (and session) the failure happened to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    /// The call carries an idempotency key and re-sending it is safe: the server advertised
+    /// idempotency, or the application opted in (`ResendPolicy::AssumeServerDeduplicates`).
+    pub resend_safe: bool,
+    /// `dangerous_trust_replay`: behave like the stock SDKs (ignore extension signals, trust
+    /// clean ends). Unsafe; for comparison only.
+    pub trust_replay: bool,
+    /// Consecutive failed attempts to reach the server for this call, this one included.
+    pub attempts: u32,
+    /// Resumes of this stream that delivered nothing new, this one included.
+    pub resumes_without_progress: u32,
+    /// Consecutive failed re-initializations, this one included.
+    pub reinit_failures: u32,
+    /// [`ReconnectPolicy::max_attempts`].
+    pub max_attempts: u32,
+    /// [`ReconnectPolicy::max_resumes_without_progress`].
+    pub max_resumes_without_progress: u32,
+    /// [`ReconnectPolicy::max_reinit_failures`].
+    pub max_reinit_failures: u32,
+}
+
+impl State {
+    /// An unkeyed (or unsafe keyed) call on its first failure, with the default limits.
+    pub const UNKEYED: State = State {
+        resend_safe: false,
+        trust_replay: false,
+        attempts: 1,
+        resumes_without_progress: 0,
+        reinit_failures: 0,
+        max_attempts: 8,
+        max_resumes_without_progress: 3,
+        max_reinit_failures: 5,
+    };
+
+    /// A keyed call that is safe to re-send, on its first failure, with the default limits.
+    pub const SAFE_KEYED: State = State {
+        resend_safe: true,
+        ..State::UNKEYED
+    };
+
+    /// Initial facts for a call under `policy`.
+    pub fn new(policy: &ReconnectPolicy, resend_safe: bool, trust_replay: bool) -> Self {
+        State {
+            resend_safe,
+            trust_replay,
+            attempts: 1,
+            resumes_without_progress: 0,
+            reinit_failures: 0,
+            max_attempts: policy.max_attempts,
+            max_resumes_without_progress: policy.max_resumes_without_progress,
+            max_reinit_failures: policy.max_reinit_failures,
+        }
+    }
+
+    /// The same facts under `dangerous_trust_replay`.
+    pub const fn trusting(self) -> Self {
+        State {
+            trust_replay: true,
+            ..self
+        }
+    }
+
+    /// The same facts with `attempts` failed attempts.
+    pub const fn attempts(self, attempts: u32) -> Self {
+        State { attempts, ..self }
+    }
+
+    /// The same facts with `n` resumes without progress.
+    pub const fn without_progress(self, n: u32) -> Self {
+        State {
+            resumes_without_progress: n,
+            ..self
+        }
+    }
+
+    /// The same facts with `n` consecutive failed re-initializations.
+    pub const fn reinit_failures(self, n: u32) -> Self {
+        State {
+            reinit_failures: n,
+            ..self
+        }
+    }
+
+    fn may_retry(&self) -> bool {
+        self.attempts < self.max_attempts
+    }
+}
+
+/// What happens to the call after a re-initialization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallFate {
+    /// Re-sent on the new session (new JSON-RPC id, same idempotency key).
+    Resend,
+    /// Completed with this error.
+    Fail(ErrorKind),
+}
+
+/// What the session does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Not a failure under this policy: keep reading the stream.
+    Continue,
+    /// GET with `Last-Event-ID` after the backoff delay (the server's `retry` as a floor).
+    Resume,
+    /// Re-send on the same session after the backoff delay (new JSON-RPC id).
+    Resend,
+    /// Start a fresh session; the call's fate is settled as given.
+    Reinitialize {
+        /// Why (reported in `SessionEvent::Reinitialized`).
+        reason: ReinitReason,
+        /// What happens to the call.
+        call: CallFate,
+    },
+    /// Try the re-initialization again after the backoff delay.
+    RetryReinitialize,
+    /// Complete the call (or, for `SessionLost`, every waiting call) with this error.
+    Fail(ErrorKind),
+}
+
+/// The recovery rule. Total and pure: the same inputs always give the same decision.
+pub fn decide(failure: &Failure, state: &State) -> Decision {
+    use Decision::*;
+    // The fate of a call that may have run: only a safe keyed call may run again.
+    let interrupted = if state.resend_safe {
+        CallFate::Resend
+    } else {
+        CallFate::Fail(ErrorKind::OutcomeUnknown)
+    };
+    let reinit = |reason: ReinitReason| Reinitialize {
+        reason,
+        call: interrupted.clone(),
+    };
+    // Same fate, on the same session, when the session itself is still fine.
+    let resend_or_unknown = if state.resend_safe && state.may_retry() {
+        Resend
+    } else {
+        Fail(ErrorKind::OutcomeUnknown)
+    };
+    let resume_or_give_up = if state.may_retry() {
+        Resume
+    } else if state.trust_replay {
+        Fail(ErrorKind::Transport)
+    } else {
+        Fail(ErrorKind::OutcomeUnknown)
+    };
+
+    match failure {
+        Failure::PostSessionNotFound => Reinitialize {
+            reason: ReinitReason::SessionNotFound,
+            call: CallFate::Resend,
+        },
+        Failure::PostConnectFailed => {
+            if state.may_retry() {
+                Resend
+            } else {
+                Fail(ErrorKind::Transport)
+            }
+        }
+        Failure::PostLost
+        | Failure::StreamEnded {
+            event_id_seen: false,
+        } => resend_or_unknown,
+        Failure::StreamEnded {
+            event_id_seen: true,
+        } => resume_or_give_up,
+        Failure::ResumeNotFound => reinit(ReinitReason::SessionNotFound),
+        Failure::ResumeRejected(_) if state.trust_replay => reinit(ReinitReason::SessionNotFound),
+        Failure::ResumeRejected(reason) => reinit(ReinitReason::ResumeRejected(reason.clone())),
+        Failure::ResumeNotAllowed => resend_or_unknown,
+        Failure::ResumeConnectFailed => resume_or_give_up,
+        Failure::ResumeCapabilityHashChanged
+        | Failure::CapabilityHashMismatch
+        | Failure::EventGap
+        | Failure::OrphanedResponse
+            if state.trust_replay =>
+        {
+            Continue
+        }
+        Failure::ResumeCapabilityHashChanged => reinit(ReinitReason::CapabilityMismatch),
+        Failure::CapabilityHashMismatch => Reinitialize {
+            reason: ReinitReason::CapabilityMismatch,
+            call: CallFate::Fail(ErrorKind::ContextMismatch),
+        },
+        Failure::EventGap => reinit(ReinitReason::EventGap),
+        Failure::OrphanedResponse => reinit(ReinitReason::OrphanedResponse),
+        Failure::ResumedStreamEnded { .. } if state.trust_replay => resume_or_give_up,
+        Failure::ResumedStreamEnded {
+            clean: true,
+            progress: false,
+        } => reinit(ReinitReason::UnverifiableCleanEnd),
+        Failure::ResumedStreamEnded { .. }
+            if state.resumes_without_progress > state.max_resumes_without_progress =>
+        {
+            reinit(ReinitReason::UnverifiableCleanEnd)
+        }
+        Failure::ResumedStreamEnded { .. } => resume_or_give_up,
+        Failure::SessionReplaced => match interrupted {
+            CallFate::Resend => Resend,
+            CallFate::Fail(kind) => Fail(kind),
+        },
+        Failure::ReinitFailed => {
+            if state.reinit_failures < state.max_reinit_failures {
+                RetryReinitialize
+            } else {
+                Fail(ErrorKind::SessionLost)
+            }
+        }
+        Failure::DeadlineExpired => Fail(ErrorKind::Timeout),
+    }
+}

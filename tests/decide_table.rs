@@ -1,0 +1,331 @@
+//! DESIGN.md §4, one named test per row, against the pure recovery decision.
+
+use mcp_resume::proto::decide::{decide, CallFate, Decision, Failure, State};
+use mcp_resume::proto::{ReinitReason, RejectReason};
+use mcp_resume::ErrorKind;
+
+use CallFate::Fail as FateFail;
+use Decision::*;
+
+const UNKEYED: State = State::UNKEYED;
+const SAFE: State = State::SAFE_KEYED;
+
+fn reinit(reason: ReinitReason, call: CallFate) -> Decision {
+    Reinitialize { reason, call }
+}
+
+const UNKNOWN: Decision = Fail(ErrorKind::OutcomeUnknown);
+
+// | POST answered 404 and it carried a session id | re-initialize; re-sent whatever its key |
+#[test]
+fn post_404_with_session_id_reinitializes_and_resends_unkeyed_call() {
+    assert_eq!(
+        decide(&Failure::PostSessionNotFound, &UNKEYED),
+        reinit(ReinitReason::SessionNotFound, CallFate::Resend)
+    );
+}
+
+#[test]
+fn post_404_with_session_id_resends_keyed_call_too() {
+    assert_eq!(
+        decide(&Failure::PostSessionNotFound, &SAFE),
+        reinit(ReinitReason::SessionNotFound, CallFate::Resend)
+    );
+}
+
+// | POST could not even connect | re-send after backoff |
+#[test]
+fn post_connect_failure_resends_unkeyed_call() {
+    assert_eq!(decide(&Failure::PostConnectFailed, &UNKEYED), Resend);
+}
+
+#[test]
+fn post_connect_failure_gives_up_after_max_attempts() {
+    assert_eq!(
+        decide(&Failure::PostConnectFailed, &UNKEYED.attempts(8)),
+        Fail(ErrorKind::Transport)
+    );
+}
+
+// | POST connection lost after sending, before a response head | keyed+safe re-send, else unknown |
+#[test]
+fn post_lost_unkeyed_is_outcome_unknown() {
+    assert_eq!(decide(&Failure::PostLost, &UNKEYED), UNKNOWN);
+}
+
+#[test]
+fn post_lost_safe_keyed_is_resent() {
+    assert_eq!(decide(&Failure::PostLost, &SAFE), Resend);
+}
+
+#[test]
+fn post_lost_safe_keyed_out_of_attempts_is_outcome_unknown() {
+    assert_eq!(decide(&Failure::PostLost, &SAFE.attempts(8)), UNKNOWN);
+}
+
+// | response stream ends before the pending response, no event id seen | as the row above |
+#[test]
+fn stream_end_without_event_id_unkeyed_is_outcome_unknown() {
+    let f = Failure::StreamEnded {
+        event_id_seen: false,
+    };
+    assert_eq!(decide(&f, &UNKEYED), UNKNOWN);
+}
+
+#[test]
+fn stream_end_without_event_id_safe_keyed_is_resent() {
+    let f = Failure::StreamEnded {
+        event_id_seen: false,
+    };
+    assert_eq!(decide(&f, &SAFE), Resend);
+}
+
+// | … with an event id seen | resume |
+#[test]
+fn stream_end_with_event_id_resumes() {
+    let f = Failure::StreamEnded {
+        event_id_seen: true,
+    };
+    assert_eq!(decide(&f, &UNKEYED), Resume);
+    assert_eq!(decide(&f, &SAFE), Resume);
+}
+
+#[test]
+fn stream_end_with_event_id_out_of_attempts_is_outcome_unknown() {
+    let f = Failure::StreamEnded {
+        event_id_seen: true,
+    };
+    assert_eq!(decide(&f, &UNKEYED.attempts(8)), UNKNOWN);
+}
+
+#[test]
+fn resume_connect_failure_resumes_again() {
+    assert_eq!(decide(&Failure::ResumeConnectFailed, &UNKEYED), Resume);
+}
+
+// | resume GET answered 404 (any body) | re-initialize; safe keyed re-sent, rest unknown |
+#[test]
+fn resume_404_unkeyed_reinitializes_with_outcome_unknown() {
+    assert_eq!(
+        decide(&Failure::ResumeNotFound, &UNKEYED),
+        reinit(
+            ReinitReason::SessionNotFound,
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+}
+
+#[test]
+fn resume_404_safe_keyed_reinitializes_and_resends() {
+    assert_eq!(
+        decide(&Failure::ResumeNotFound, &SAFE),
+        reinit(ReinitReason::SessionNotFound, CallFate::Resend)
+    );
+}
+
+// | resume GET answered with the resume-rejection body | same as 404, the event names the reason |
+#[test]
+fn resume_rejection_body_reinitializes_with_reason() {
+    let f = Failure::ResumeRejected(RejectReason::NotOwner);
+    assert_eq!(
+        decide(&f, &UNKEYED),
+        reinit(
+            ReinitReason::ResumeRejected(RejectReason::NotOwner),
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+    assert_eq!(
+        decide(&f, &SAFE),
+        reinit(
+            ReinitReason::ResumeRejected(RejectReason::NotOwner),
+            CallFate::Resend
+        )
+    );
+}
+
+// | resume GET answered 405 | keyed+safe re-send on the same session; rest unknown |
+#[test]
+fn resume_405_unkeyed_is_outcome_unknown() {
+    assert_eq!(decide(&Failure::ResumeNotAllowed, &UNKEYED), UNKNOWN);
+}
+
+#[test]
+fn resume_405_safe_keyed_is_resent_on_same_session() {
+    assert_eq!(decide(&Failure::ResumeNotAllowed, &SAFE), Resend);
+}
+
+// | resumed stream: capability hash header differs | treat as rejection: re-initialize |
+#[test]
+fn resumed_stream_capability_hash_change_reinitializes() {
+    assert_eq!(
+        decide(&Failure::ResumeCapabilityHashChanged, &UNKEYED),
+        reinit(
+            ReinitReason::CapabilityMismatch,
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+    assert_eq!(
+        decide(&Failure::ResumeCapabilityHashChanged, &SAFE),
+        reinit(ReinitReason::CapabilityMismatch, CallFate::Resend)
+    );
+}
+
+// | any other response carries another capability hash | context mismatch, never re-sent; re-init |
+#[test]
+fn other_response_capability_hash_mismatch_fails_call_and_reinitializes() {
+    let expected = reinit(
+        ReinitReason::CapabilityMismatch,
+        FateFail(ErrorKind::ContextMismatch),
+    );
+    assert_eq!(decide(&Failure::CapabilityHashMismatch, &UNKEYED), expected);
+    // Even a safe keyed call is not re-sent: it already ran.
+    assert_eq!(decide(&Failure::CapabilityHashMismatch, &SAFE), expected);
+}
+
+// | resumed stream: event ids not contiguous | gap: re-initialize |
+#[test]
+fn resumed_stream_event_gap_reinitializes() {
+    assert_eq!(
+        decide(&Failure::EventGap, &UNKEYED),
+        reinit(ReinitReason::EventGap, FateFail(ErrorKind::OutcomeUnknown))
+    );
+    assert_eq!(
+        decide(&Failure::EventGap, &SAFE),
+        reinit(ReinitReason::EventGap, CallFate::Resend)
+    );
+}
+
+// | resumed stream delivers a response to a request that is not pending | orphan: re-initialize |
+#[test]
+fn resumed_stream_orphaned_response_reinitializes() {
+    assert_eq!(
+        decide(&Failure::OrphanedResponse, &UNKEYED),
+        reinit(
+            ReinitReason::OrphanedResponse,
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+    assert_eq!(
+        decide(&Failure::OrphanedResponse, &SAFE),
+        reinit(ReinitReason::OrphanedResponse, CallFate::Resend)
+    );
+}
+
+// | resumed stream ends cleanly without the response and made no progress | unverifiable clean end |
+#[test]
+fn resumed_stream_clean_end_without_progress_is_unverifiable() {
+    let f = Failure::ResumedStreamEnded {
+        clean: true,
+        progress: false,
+    };
+    assert_eq!(
+        decide(&f, &UNKEYED.without_progress(1)),
+        reinit(
+            ReinitReason::UnverifiableCleanEnd,
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+    assert_eq!(
+        decide(&f, &SAFE.without_progress(1)),
+        reinit(ReinitReason::UnverifiableCleanEnd, CallFate::Resend)
+    );
+}
+
+// | … but new events arrived (polling server) | resume again; bounded without progress |
+#[test]
+fn resumed_stream_clean_end_with_progress_resumes_again() {
+    let f = Failure::ResumedStreamEnded {
+        clean: true,
+        progress: true,
+    };
+    assert_eq!(decide(&f, &UNKEYED), Resume);
+}
+
+#[test]
+fn resumed_stream_errors_without_progress_are_bounded() {
+    let f = Failure::ResumedStreamEnded {
+        clean: false,
+        progress: false,
+    };
+    assert_eq!(decide(&f, &UNKEYED.without_progress(3)), Resume);
+    assert_eq!(
+        decide(&f, &UNKEYED.without_progress(4)),
+        reinit(
+            ReinitReason::UnverifiableCleanEnd,
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+}
+
+// | re-initialize | the old session's streams cannot be resumed; safe keyed re-sent, rest unknown |
+#[test]
+fn stream_of_replaced_session_is_not_resumed() {
+    assert_eq!(decide(&Failure::SessionReplaced, &UNKEYED), UNKNOWN);
+    assert_eq!(decide(&Failure::SessionReplaced, &SAFE), Resend);
+}
+
+// | re-initialize keeps failing | bounded: after N consecutive failures SessionLost |
+#[test]
+fn reinit_failure_is_retried_then_session_lost() {
+    assert_eq!(
+        decide(&Failure::ReinitFailed, &UNKEYED.reinit_failures(4)),
+        RetryReinitialize
+    );
+    assert_eq!(
+        decide(&Failure::ReinitFailed, &UNKEYED.reinit_failures(5)),
+        Fail(ErrorKind::SessionLost)
+    );
+}
+
+// | any call: one deadline spans all its resumes and re-sends | Timeout |
+#[test]
+fn deadline_expiry_fails_with_timeout() {
+    assert_eq!(
+        decide(&Failure::DeadlineExpired, &SAFE),
+        Fail(ErrorKind::Timeout)
+    );
+    assert_eq!(
+        decide(&Failure::DeadlineExpired, &UNKEYED),
+        Fail(ErrorKind::Timeout)
+    );
+}
+
+// `dangerous_trust_replay`: the stock behaviour, kept for comparison.
+#[test]
+fn trusting_mode_ignores_extension_signals() {
+    let t = UNKEYED.trusting();
+    for f in [
+        Failure::ResumeCapabilityHashChanged,
+        Failure::CapabilityHashMismatch,
+        Failure::EventGap,
+        Failure::OrphanedResponse,
+    ] {
+        assert_eq!(decide(&f, &t), Continue, "{f:?}");
+    }
+    assert_eq!(
+        decide(&Failure::ResumeRejected(RejectReason::NotOwner), &t),
+        reinit(
+            ReinitReason::SessionNotFound,
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+}
+
+#[test]
+fn trusting_mode_resumes_clean_ends_until_attempts_run_out() {
+    let f = Failure::ResumedStreamEnded {
+        clean: true,
+        progress: false,
+    };
+    let t = UNKEYED.trusting();
+    assert_eq!(decide(&f, &t.without_progress(10)), Resume);
+    assert_eq!(decide(&f, &t.attempts(8)), Fail(ErrorKind::Transport));
+}
+
+#[test]
+fn trusting_mode_follows_spec_on_404() {
+    assert_eq!(
+        decide(&Failure::PostSessionNotFound, &UNKEYED.trusting()),
+        reinit(ReinitReason::SessionNotFound, CallFate::Resend)
+    );
+}
