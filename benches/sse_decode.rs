@@ -113,36 +113,41 @@ fn criterion_groups(c: &mut Criterion, cases: &[Case]) {
     }
 }
 
-/// Median seconds per decode of the whole case, over at least 5 runs and about `budget`.
-fn median_secs(case: &Case, decode: Decode, budget: Duration) -> f64 {
-    let mut times = Vec::new();
+/// Median seconds per whole-input decode for each decoder. Runs alternate between the
+/// decoders, so a change in machine load hits both alike and the ratio stays fair.
+fn median_secs(case: &Case, budget: Duration) -> [f64; 2] {
+    let mut times = [Vec::new(), Vec::new()];
     let start = Instant::now();
-    while times.len() < 5 || (start.elapsed() < budget && times.len() < 1000) {
-        let t = Instant::now();
-        black_box(decode(&case.chunks));
-        times.push(t.elapsed().as_secs_f64());
+    while times[0].len() < 5 || (start.elapsed() < budget && times[0].len() < 1000) {
+        for (i, (_, decode)) in DECODERS.iter().enumerate() {
+            let t = Instant::now();
+            black_box(decode(&case.chunks));
+            times[i].push(t.elapsed().as_secs_f64());
+        }
     }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    })
 }
 
 fn summary(cases: &[Case]) {
     println!();
-    println!("SSE decode summary (median of repeated whole-input decodes)");
+    println!("SSE decode summary (median of alternating whole-input decodes)");
     println!(
         "{:<26} {:<20} {:>10} {:>14} {:>12}",
         "case", "decoder", "MB/s", "events/s", "ours/theirs"
     );
     for case in cases {
-        let mut rates = Vec::new();
-        for (name, decode) in DECODERS {
-            let secs = median_secs(case, decode, Duration::from_secs(2));
-            let mb_s = case.bytes as f64 / secs / 1e6;
-            let ev_s = case.events as f64 / secs;
-            rates.push(mb_s);
+        let secs = median_secs(case, Duration::from_secs(4));
+        for ((name, _), secs) in DECODERS.iter().zip(secs) {
             println!(
                 "{:<26} {:<20} {:>10.1} {:>14.0} {:>12}",
-                case.name, name, mb_s, ev_s, ""
+                case.name,
+                name,
+                case.bytes as f64 / secs / 1e6,
+                case.events as f64 / secs,
+                ""
             );
         }
         println!(
@@ -151,7 +156,7 @@ fn summary(cases: &[Case]) {
             "ratio",
             "",
             "",
-            rates[0] / rates[1]
+            secs[1] / secs[0]
         );
     }
 }
