@@ -223,18 +223,6 @@ pub fn sse_open(text: impl Into<String>) -> Response {
         .unwrap()
 }
 
-/// An SSE response sending `text`, then failing the connection (no clean end).
-pub fn sse_then_cut(text: impl Into<String>) -> Response {
-    let items: Vec<Result<Bytes, std::io::Error>> = vec![
-        Ok(Bytes::from(text.into())),
-        Err(std::io::Error::other("cut")),
-    ];
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .body(Body::from_stream(futures::stream::iter(items)))
-        .unwrap()
-}
-
 pub fn sse_event(id: Option<&str>, data: &Value) -> String {
     match id {
         Some(id) => format!("id: {id}\ndata: {data}\n\n"),

@@ -1,0 +1,360 @@
+//! The driver under faults: dropped futures, deadlines, hanging servers, refused
+//! connections, broken and hostile bodies, and resumes that must carry every header.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::Method;
+use mcp_resume::{Client, ErrorKind, ReconnectPolicy, ToolCall};
+use serde_json::json;
+use support::*;
+
+fn fast_policy(max_attempts: u32) -> ReconnectPolicy {
+    ReconnectPolicy {
+        initial_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(50),
+        max_attempts,
+        ..ReconnectPolicy::default()
+    }
+}
+
+fn client_for(server: &TestServer) -> mcp_resume::ClientBuilder {
+    Client::builder(&server.url)
+        .bearer_token("secret-token")
+        .header("x-foo", "bar")
+        .call_timeout(Duration::from_secs(10))
+        .reconnect(fast_policy(4))
+        .jitter_seed(3)
+}
+
+fn hang_on_tool_calls(req: &Recorded) -> axum::response::Response {
+    if req.is_rpc("tools/call") {
+        return hang();
+    }
+    default_reply(req)
+}
+
+#[tokio::test]
+async fn dropping_a_call_future_sends_notifications_cancelled() {
+    let server = TestServer::start(hang_on_tool_calls).await;
+    let client = client_for(&server).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+
+    let call = client.call_tool(ToolCall::new("slow", json!({})));
+    let received = async {
+        let post = server.wait_for(|r| r.is_rpc("tools/call")).await;
+        post.rpc_id()
+    };
+    // The call is dropped as soon as the server has it.
+    let request_id = tokio::select! {
+        _ = call => panic!("the call cannot complete: the server never answers"),
+        id = received => id,
+    };
+    let cancel = server
+        .wait_for(|r| r.is_rpc("notifications/cancelled"))
+        .await;
+    assert_eq!(cancel.params()["requestId"], request_id);
+    assert_eq!(cancel.header("authorization"), Some("Bearer secret-token"));
+    assert_eq!(cancel.header("mcp-session-id"), Some(SESSION_ID));
+    // The session is still usable.
+    guarded(client.ping()).await.unwrap();
+}
+
+#[tokio::test]
+async fn deadline_passes_with_timeout_and_a_cancellation() {
+    let server = TestServer::start(hang_on_tool_calls).await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(
+        client.call_tool(ToolCall::new("slow", json!({})).timeout(Duration::from_millis(300))),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let call = server.wait_for(|r| r.is_rpc("tools/call")).await;
+    let cancel = server
+        .wait_for(|r| r.is_rpc("notifications/cancelled"))
+        .await;
+    assert_eq!(cancel.params()["requestId"], call.rpc_id());
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_initialize_times_out() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("initialize") {
+            return hang();
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server)
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let err = guarded(client.connect()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+}
+
+#[tokio::test]
+async fn a_silent_open_stream_times_out() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            // Head sent, then nothing at all, connection held open.
+            return sse_open(String::new());
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(
+        client.call_tool(ToolCall::new("slow", json!({})).timeout(Duration::from_millis(300))),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+}
+
+#[tokio::test]
+async fn first_connect_refused_is_a_transport_error() {
+    // Bound but not listening: connections are refused.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = socket.local_addr().unwrap().port();
+    let client = Client::builder(format!("http://127.0.0.1:{port}/mcp"))
+        .reconnect(fast_policy(2))
+        .build()
+        .unwrap();
+    let err = guarded(client.connect()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+    drop(socket);
+}
+
+/// Resolves `mcp.test` to the server, or to an address nobody listens on (connection
+/// refused) for the next `refuse` connection attempts. The client pools no connections, so
+/// every request resolves.
+struct Gate {
+    server: SocketAddr,
+    refuse: AtomicUsize,
+    refused: AtomicUsize,
+}
+
+impl reqwest::dns::Resolve for Gate {
+    fn resolve(&self, _name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let refuse = self
+            .refuse
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let addr = if refuse {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            // Loopback, but not the address the server is bound to.
+            SocketAddr::from(([127, 0, 0, 2], self.server.port()))
+        } else {
+            self.server
+        };
+        let addrs: reqwest::dns::Addrs = Box::new(std::iter::once(addr));
+        Box::pin(async move { Ok(addrs) })
+    }
+}
+
+async fn gated(server: &TestServer) -> (Arc<Gate>, mcp_resume::ClientBuilder) {
+    let gate = Arc::new(Gate {
+        server: SocketAddr::from(([127, 0, 0, 1], server.port)),
+        refuse: AtomicUsize::new(0),
+        refused: AtomicUsize::new(0),
+    });
+    let http = reqwest::Client::builder()
+        .dns_resolver(gate.clone())
+        .pool_max_idle_per_host(0)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let builder = Client::builder(format!("http://mcp.test:{}/mcp", server.port))
+        .http_client(http)
+        .bearer_token("secret-token")
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+        .jitter_seed(5);
+    (gate, builder)
+}
+
+#[tokio::test]
+async fn refused_posts_are_re_sent_after_backoff_even_without_a_key() {
+    let server = TestServer::start(default_reply).await;
+    let (gate, builder) = gated(&server).await;
+    let client = builder.reconnect(fast_policy(5)).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+
+    gate.refuse.store(2, Ordering::SeqCst);
+    let r = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "late"}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "late");
+    assert_eq!(gate.refused.load(Ordering::SeqCst), 2);
+    let calls: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .collect();
+    assert_eq!(calls.len(), 1, "refused attempts never reached the server");
+    assert_eq!(
+        calls[0].header("authorization"),
+        Some("Bearer secret-token")
+    );
+}
+
+#[tokio::test]
+async fn refused_posts_fail_with_transport_after_the_attempt_cap() {
+    let server = TestServer::start(default_reply).await;
+    let (gate, builder) = gated(&server).await;
+    let client = builder.reconnect(fast_policy(3)).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+
+    gate.refuse.store(usize::MAX, Ordering::SeqCst);
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "never"}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+    let refused = gate.refused.load(Ordering::SeqCst);
+    assert!(
+        (2..=4).contains(&refused),
+        "bounded attempts, got {refused}"
+    );
+    assert!(!server.requests().iter().any(|r| r.is_rpc("tools/call")));
+}
+
+#[tokio::test]
+async fn a_cut_stream_is_resumed_with_every_header() {
+    let posted = Arc::new(std::sync::Mutex::new(serde_json::Value::Null));
+    let seen = posted.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            *seen.lock().unwrap() = req.rpc_id();
+            // Priming event, then the stream ends before the response.
+            return sse_text("id: ev-1\ndata: \n\n");
+        }
+        if req.method == Method::GET && req.header("last-event-id").is_some() {
+            let id = seen.lock().unwrap().clone();
+            let result = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "resumed"}]}});
+            return sse_text(sse_event(Some("ev-2"), &result));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server)
+        .open_listen_stream(false)
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let r = guarded(client.call_tool(ToolCall::new("slow", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "resumed");
+    let posts = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(posts, 1, "resumed, not re-sent");
+    let resume = server
+        .wait_for(|r| r.method == Method::GET && r.header("last-event-id").is_some())
+        .await;
+    assert_eq!(resume.header("last-event-id"), Some("ev-1"));
+    assert_eq!(resume.header("authorization"), Some("Bearer secret-token"));
+    assert_eq!(resume.header("x-foo"), Some("bar"));
+    assert_eq!(resume.header("mcp-session-id"), Some(SESSION_ID));
+    assert_eq!(resume.header("mcp-protocol-version"), Some(SERVER_VERSION));
+    assert_eq!(resume.header("accept"), Some("text/event-stream"));
+    assert!(posted.lock().unwrap().is_number());
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_protocol_error() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return axum::response::Response::builder()
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from("{not json"))
+                .unwrap();
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+}
+
+/// The core skips an undecodable SSE message (it logs it); the stream then ends without the
+/// response and without an event id, so the call's outcome is unknown: an error, never a hang
+/// or a success.
+#[tokio::test]
+async fn malformed_sse_data_fails_the_call() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return sse_text("data: {broken\n\n");
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+}
+
+#[tokio::test]
+async fn an_oversized_event_is_too_large() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            let big = "x".repeat(64 * 1024);
+            return sse_open(format!("data: {big}"));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).max_event_size(4096).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TooLarge, "{err}");
+}
+
+#[tokio::test]
+async fn an_oversized_json_body_is_too_large() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            let big = "y".repeat(64 * 1024);
+            return json_result(req, json!({"content": [{"type": "text", "text": big}]}));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).max_body_size(4096).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::TooLarge, "{err}");
+}
+
+#[tokio::test]
+async fn an_unexpected_status_is_a_protocol_error() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return status(500);
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+}
