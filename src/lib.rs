@@ -1,4 +1,104 @@
-//! mcp-resume: a resume-aware Model Context Protocol client for the Streamable HTTP transport.
+//! A resume-aware [Model Context Protocol] client for the Streamable HTTP transport, that
+//! never mistakes a replayed stream for a resumed session.
+//!
+//! Behind a load balancer without session affinity, a reconnect with `Last-Event-ID` can land
+//! on an instance that replays the stream's bytes without owning the session: the client
+//! believes it resumed, and a dependent call later runs under the wrong context, with no error
+//! anywhere. This client treats a resume as valid only when the server can prove it, and
+//! otherwise re-initializes and re-sends only the calls that are safe to repeat.
+//!
+//! # Quickstart
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use futures::StreamExt;
+//! use mcp_resume::{Client, ErrorKind, SessionEvent, ToolCall};
+//! use serde_json::json;
+//! use uuid::Uuid;
+//!
+//! # async fn run() -> Result<(), mcp_resume::Error> {
+//! let client = Client::builder("http://127.0.0.1:8080/mcp")
+//!     .bearer_token("my-token") // sent on every request, resumes and DELETE included
+//!     .call_timeout(Duration::from_secs(30))
+//!     .build()?; // configuration errors surface here, as ErrorKind::InvalidConfig
+//!
+//! let server = client.connect().await?; // initialize + initialized (+ the GET stream)
+//! println!("connected to {} {}", server.server_name, server.server_version);
+//!
+//! // Lifecycle news: resumes, rejections, re-initializations, re-sends.
+//! let mut events = client.events();
+//! tokio::spawn(async move {
+//!     while let Some(event) = events.next().await {
+//!         if let SessionEvent::Reinitialized { reason, capabilities_changed, .. } = event {
+//!             eprintln!("re-initialized ({reason:?}), capabilities changed: {capabilities_changed}");
+//!         }
+//!     }
+//! });
+//!
+//! for tool in client.list_tools().await? {
+//!     println!("{}: {}", tool.name, tool.description.unwrap_or_default());
+//! }
+//!
+//! let reply = client.call_tool(ToolCall::new("echo", json!({"text": "hi"}))).await?;
+//! println!("{}", reply.text());
+//!
+//! // A call with a side effect: the idempotency key lets the client re-send it safely
+//! // after an interruption, if the server deduplicates by key.
+//! let call = ToolCall::new("counter_increment", json!({})).idempotency_key(Uuid::new_v4());
+//! match client.call_tool(call).await {
+//!     Ok(result) => println!("{:?}", result.structured_content),
+//!     Err(e) if e.kind() == ErrorKind::OutcomeUnknown => {
+//!         eprintln!("interrupted: it may or may not have run; check before retrying")
+//!     }
+//!     Err(e) => return Err(e),
+//! }
+//!
+//! client.close().await?; // DELETE the session
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every async method must run inside a tokio runtime; [`ClientBuilder::build`] does not need
+//! one. [`Client`] is cheap to clone; dropping a call's future cancels the call
+//! (`notifications/cancelled`); dropping the last clone closes the session.
+//!
+//! # Recovery rules, in brief
+//!
+//! The full table is in the design notes (`DESIGN.md` §4); [`proto::decide`] implements it as
+//! one pure function.
+//!
+//! - **Session gone** (404 to a request carrying the session id, or an explicit rejection of a
+//!   resume): re-initialize without the old id and report [`SessionEvent::Reinitialized`]
+//!   with `capabilities_changed`.
+//! - **Never sent** (connection refused): re-send after backoff, whatever the call.
+//! - **Stream cut after an event id**: resume with `Last-Event-ID` after the server's `retry`
+//!   or the backoff delay ([`ReconnectPolicy`]), never earlier.
+//! - **Outcome unknown** (connection lost after sending, a stream that ends without its
+//!   response and cannot be resumed, an unverifiable clean end): a call carrying an
+//!   idempotency key is re-sent (new JSON-RPC id, same key) only when the server advertised
+//!   idempotency support or the application opted in with
+//!   [`ResendPolicy::AssumeServerDeduplicates`]; every other call fails with
+//!   [`ErrorKind::OutcomeUnknown`]. Never a silent re-send, never a hang.
+//! - **Another context**: a response produced under a capability hash other than the
+//!   session's fails with [`ErrorKind::ContextMismatch`] (it already ran, so it is never
+//!   re-sent) and the session is re-initialized.
+//! - **Deadlines**: one per call, spanning every resume and re-send; on expiry the server is
+//!   sent `notifications/cancelled` and the call fails with [`ErrorKind::Timeout`].
+//!
+//! Servers can opt into stronger checks (capability hash, sequenced event ids, explicit
+//! resume rejection, idempotency keys) by advertising the resume-safety extension
+//! (`capabilities.experimental.resumeSafety`); without it the client relies on the
+//! specification's signals only.
+//!
+//! # Layers
+//!
+//! - [`Client`] / [`ClientBuilder`]: the async API (tokio + reqwest), in [`client`].
+//! - [`proto::Session`]: the sans-IO state machine the driver pumps; a language binding or a
+//!   simulator can drive it directly with virtual time.
+//! - [`sse`]: a bounded, spec-exact `text/event-stream` decoder.
+//!
+//! [Model Context Protocol]: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports
 #![warn(missing_docs)]
 
 pub mod client;
