@@ -255,7 +255,9 @@ async fn deleted_session_reinitializes_and_resends_unaccepted_call() {
     .unwrap();
     assert_eq!(result.text(), "after");
 
-    let posts = server.find("http_done", |e| e["tool"] == "echo");
+    let posts = server
+        .wait_count("http_done", 3, GUARD, |e| e["tool"] == "echo")
+        .await;
     assert_eq!(posts.len(), 3, "{}", server.dump());
     assert_eq!(posts[1]["session"], old.as_str());
     assert_eq!(posts[1]["status"], 404);
@@ -356,20 +358,25 @@ async fn interrupted_call_ends_outcome_unknown() {
         server.dump()
     );
     // Each interruption: resume GET with the stale session, 404, fresh initialize.
-    let resumes = server.find("http_done", |e| {
-        e["method"] == "GET" && !e["last_event_id"].is_null()
-    });
+    let resumes = server
+        .wait_count("http_done", 2, GUARD, |e| {
+            e["method"] == "GET" && !e["last_event_id"].is_null()
+        })
+        .await;
     assert_eq!(resumes.len(), 2, "{}", server.dump());
     assert!(
         resumes.iter().all(|r| r["status"] == 404),
         "{}",
         server.dump()
     );
-    assert_eq!(
-        server
-            .find("http_in", |e| e["rpc_method"] == "initialize")
-            .len(),
-        3
+    // The call fails as soon as the 404 is seen; the fresh initialize may follow it.
+    let inits = server
+        .wait_count("http_in", 3, GUARD, |e| e["rpc_method"] == "initialize")
+        .await;
+    assert!(
+        inits.iter().all(|i| i["session"].is_null()),
+        "{}",
+        server.dump()
     );
 
     let after = within(

@@ -266,6 +266,38 @@ impl TsServer {
         }
     }
 
+    /// Waits (up to `timeout`) until at least `n` events named `ev` match `pred`; returns
+    /// them all. The server logs a request's end after the client may already have its answer.
+    pub async fn wait_count(
+        &self,
+        ev: &str,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let mut changed = self.changed.clone();
+        let found = tokio::time::timeout(timeout, async {
+            loop {
+                changed.borrow_and_update();
+                let all = self.find(ev, &pred);
+                if all.len() >= n {
+                    return Some(all);
+                }
+                if changed.changed().await.is_err() {
+                    return None;
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(Some(all)) => all,
+            _ => panic!(
+                "server never logged {n} matching {ev:?} events within {timeout:?}; log:\n{}",
+                self.dump()
+            ),
+        }
+    }
+
     /// The log, one event per line, for failure messages.
     pub fn dump(&self) -> String {
         self.events()
