@@ -201,3 +201,718 @@ fn keyed_call_carries_key_in_meta_and_header() {
     assert_eq!(post.idempotency_header.as_deref(), Some("key-1"));
     assert_eq!(post.idempotency_meta.as_deref(), Some("key-1"));
 }
+
+fn unsafe_keys_server() -> ServerConfig {
+    ServerConfig {
+        idempotency: false,
+        ..ServerConfig::default()
+    }
+}
+
+fn outcome_unknown_reported(s: &Sim) -> bool {
+    s.events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::OutcomeUnknown { .. }))
+}
+
+fn redispatched(s: &Sim) -> usize {
+    s.events()
+        .iter()
+        .filter(|e| matches!(e, SessionEvent::Redispatched { .. }))
+        .count()
+}
+
+// ---------------------------------------------------------------- §4 rows
+
+// | POST answered 404 and it carried a session id |
+#[test]
+fn row_post_404_reinitializes_and_resends_unkeyed_call() {
+    let _g = SeedGuard(10);
+    let mut s = sim(ServerConfig::default(), 10);
+    s.server.fault("a", [Fault::NotFound]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.executions_of("a"), 1);
+    assert_eq!(s.server.initializes(), 2);
+    let posts = s.server.posts_of("a");
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[0].session_id.as_deref(), Some("sess-0001-secret"));
+    assert_eq!(posts[1].session_id.as_deref(), Some("sess-0002-secret"));
+    assert_ne!(
+        posts[0].rpc_id, posts[1].rpc_id,
+        "a re-sent request gets a new id"
+    );
+    // The fresh initialize carries no session id.
+    let inits: Vec<_> = s
+        .server
+        .seen
+        .iter()
+        .filter(|x| x.rpc_method.as_deref() == Some("initialize"))
+        .collect();
+    assert!(inits.iter().all(|x| x.session_id.is_none()));
+    assert_eq!(reinitialized(&s), vec![ReinitReason::SessionNotFound]);
+    assert_eq!(redispatched(&s), 1);
+    assert_no_stale_session_id(&s);
+}
+
+#[test]
+fn row_post_400_naming_the_session_is_treated_as_404() {
+    let _g = SeedGuard(11);
+    let mut s = sim(ServerConfig::default(), 11);
+    s.server.fault("a", [Fault::BadRequestSession]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.initializes(), 2);
+    assert_eq!(s.server.executions_of("a"), 1);
+}
+
+// | POST could not even connect |
+#[test]
+fn row_post_connect_refused_is_resent_after_backoff() {
+    let _g = SeedGuard(12);
+    let mut s = sim(ServerConfig::default(), 12);
+    s.server.fault("a", [Fault::Refuse, Fault::Refuse]);
+    let start = s.elapsed();
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    let posts = s.server.posts_of("a");
+    assert_eq!(posts.len(), 1, "refused attempts never reach the server");
+    // Two backoffs: >= 100 ms + 200 ms.
+    assert!(posts[0].at - start >= Duration::from_millis(300));
+    assert_eq!(s.server.initializes(), 1);
+}
+
+// | POST connection lost after sending, before a response head |
+#[test]
+fn row_post_lost_unkeyed_is_outcome_unknown_and_never_resent() {
+    let _g = SeedGuard(13);
+    let mut s = sim(ServerConfig::default(), 13);
+    s.server
+        .fault("a", [Fault::LoseBeforeHead { executed: true }]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert!(outcome_unknown_reported(&s));
+    assert_eq!(s.server.posts_of("a").len(), 1);
+    assert_eq!(s.server.executions_of("a"), 1);
+}
+
+#[test]
+fn row_post_lost_safe_keyed_is_resent_with_new_id_same_key() {
+    let _g = SeedGuard(14);
+    let mut s = sim(ServerConfig::default(), 14);
+    s.server
+        .fault("a", [Fault::LoseBeforeHead { executed: true }]);
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    let posts = s.server.posts_of("a");
+    assert_eq!(posts.len(), 2);
+    assert_ne!(posts[0].rpc_id, posts[1].rpc_id);
+    assert_eq!(posts[1].idempotency_header.as_deref(), Some("k-a"));
+    assert_eq!(posts[1].idempotency_meta.as_deref(), Some("k-a"));
+    assert_eq!(s.server.executions_of("a"), 1, "the server deduplicated");
+    assert_eq!(s.server.initializes(), 1);
+    assert_eq!(redispatched(&s), 1);
+}
+
+#[test]
+fn row_post_lost_keyed_but_server_ignores_keys_is_outcome_unknown() {
+    let _g = SeedGuard(15);
+    let mut s = sim(unsafe_keys_server(), 15);
+    s.server
+        .fault("a", [Fault::LoseBeforeHead { executed: true }]);
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+}
+
+#[test]
+fn row_post_lost_keyed_with_app_opt_in_is_resent() {
+    let _g = SeedGuard(16);
+    let config = SessionConfig {
+        resend: ResendPolicy::AssumeServerDeduplicates,
+        ..SessionConfig::default()
+    };
+    let mut s = sim_with(
+        config,
+        ServerConfig {
+            idempotency: false,
+            silent_dedup: true,
+            ..ServerConfig::default()
+        },
+        16,
+    );
+    s.server
+        .fault("a", [Fault::LoseBeforeHead { executed: true }]);
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.posts_of("a").len(), 2);
+    assert_eq!(s.server.executions_of("a"), 1);
+}
+
+// | response stream ends before the pending response, no event id seen |
+#[test]
+fn row_stream_end_without_event_id_unkeyed_is_outcome_unknown() {
+    let _g = SeedGuard(17);
+    let mut s = sim(ServerConfig::default(), 17);
+    s.server.fault("a", [Fault::CutBeforeEvents]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+    assert!(s.server.resumes().is_empty());
+}
+
+#[test]
+fn row_stream_end_without_event_id_safe_keyed_is_resent() {
+    let _g = SeedGuard(18);
+    let mut s = sim(ServerConfig::default(), 18);
+    s.server.fault("a", [Fault::CutBeforeEvents]);
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.posts_of("a").len(), 2);
+    assert_eq!(s.server.executions_of("a"), 1);
+}
+
+// | … with an event id seen | resume after `retry` ms, never earlier |
+#[test]
+fn row_stream_end_with_event_id_resumes_after_retry() {
+    let _g = SeedGuard(19);
+    let mut s = sim(
+        ServerConfig {
+            retry_ms: Some(500),
+            ..ServerConfig::default()
+        },
+        19,
+    );
+    s.server.fault("a", [Fault::CutAfterPriming]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.executions_of("a"), 1);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+    let resumes = s.server.resumes();
+    assert_eq!(resumes.len(), 1);
+    assert_eq!(resumes[0].last_event_id.as_deref(), Some("s1-1"));
+    assert_eq!(resumes[0].session_id.as_deref(), Some("sess-0001-secret"));
+    // The cut is delivered after head + priming (3 ms after the POST).
+    let post_at = s.server.posts_of("a")[0].at;
+    let waited = resumes[0].at - post_at - Duration::from_millis(3);
+    assert!(
+        waited >= Duration::from_millis(500),
+        "resumed after {waited:?}"
+    );
+    assert!(
+        waited <= Duration::from_millis(550),
+        "resumed after {waited:?}"
+    );
+    // The server keeps the resumed GET open; the client closes it once answered.
+    assert!(s.aborted.contains(&resumes[0].http));
+    assert!(s.events().iter().any(
+        |e| matches!(e, SessionEvent::Resumed { last_event_id } if last_event_id.as_str() == "s1-1")
+    ));
+}
+
+#[test]
+fn row_polling_server_clean_end_after_priming_resumes() {
+    let _g = SeedGuard(20);
+    let mut s = sim(ServerConfig::default(), 20);
+    s.server.fault("a", [Fault::EndAfterPriming]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.resumes().len(), 1);
+    assert_eq!(s.server.initializes(), 1);
+}
+
+// | resume GET answered 404 (any body) |
+#[test]
+fn row_resume_404_reinitializes_unkeyed_is_outcome_unknown() {
+    let _g = SeedGuard(21);
+    let mut s = sim(ServerConfig::default(), 21);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeNotFound]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+    assert_eq!(reinitialized(&s), vec![ReinitReason::SessionNotFound]);
+    assert!(s
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::ResumeRejected { reason: None })));
+    assert_no_stale_session_id(&s);
+}
+
+#[test]
+fn row_resume_404_safe_keyed_is_resent_on_new_session() {
+    let _g = SeedGuard(22);
+    let mut s = sim(ServerConfig::default(), 22);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeNotFound]);
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    let posts = s.server.posts_of("a");
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[1].session_id.as_deref(), Some("sess-0002-secret"));
+    assert_eq!(s.server.executions_of("a"), 1);
+    assert_no_stale_session_id(&s);
+}
+
+// | resume GET answered with the resume-rejection body |
+#[test]
+fn row_resume_rejection_body_names_the_reason() {
+    let _g = SeedGuard(23);
+    let mut s = sim(ServerConfig::default(), 23);
+    s.server.fault(
+        "a",
+        [Fault::CutAfterPriming, Fault::ResumeRejected("not_owner")],
+    );
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(
+        reinitialized(&s),
+        vec![ReinitReason::ResumeRejected(RejectReason::NotOwner)]
+    );
+    assert!(s.events().iter().any(|e| matches!(
+        e,
+        SessionEvent::ResumeRejected {
+            reason: Some(RejectReason::NotOwner)
+        }
+    )));
+}
+
+// | resume GET answered 405 |
+#[test]
+fn row_resume_405_safe_keyed_is_resent_on_same_session() {
+    let _g = SeedGuard(24);
+    let mut s = sim(ServerConfig::default(), 24);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::Resume405]);
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.initializes(), 1);
+    let posts = s.server.posts_of("a");
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[1].session_id.as_deref(), Some("sess-0001-secret"));
+}
+
+#[test]
+fn row_resume_405_unkeyed_is_outcome_unknown() {
+    let _g = SeedGuard(25);
+    let mut s = sim(ServerConfig::default(), 25);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::Resume405]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+}
+
+// | resumed stream: capability hash header differs |
+#[test]
+fn row_resumed_stream_with_other_capability_hash_reinitializes() {
+    let _g = SeedGuard(26);
+    let mut s = sim(ServerConfig::default(), 26);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeHashChanged]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(reinitialized(&s), vec![ReinitReason::CapabilityMismatch]);
+}
+
+// | any other response carries another capability hash |
+#[test]
+fn row_post_under_other_capability_hash_is_context_mismatch() {
+    let _g = SeedGuard(27);
+    let mut s = sim(ServerConfig::default(), 27);
+    s.server.fault("a", [Fault::WrongContext]);
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::ContextMismatch);
+    assert_eq!(
+        s.server.posts_of("a").len(),
+        1,
+        "never re-sent: it already ran"
+    );
+    assert_eq!(reinitialized(&s), vec![ReinitReason::CapabilityMismatch]);
+    assert!(s
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::ContextMismatch { .. })));
+}
+
+#[test]
+fn row_json_response_under_other_capability_hash_is_context_mismatch() {
+    let _g = SeedGuard(28);
+    let mut s = sim(
+        ServerConfig {
+            sse: false,
+            ..ServerConfig::default()
+        },
+        28,
+    );
+    s.server.fault("a", [Fault::WrongContext]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::ContextMismatch);
+}
+
+#[test]
+fn row_replayed_result_under_other_hash_is_context_mismatch() {
+    let _g = SeedGuard(29);
+    let mut s = sim(ServerConfig::default(), 29);
+    s.server.fault("a", [Fault::WrongResultHash]);
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::ContextMismatch);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+}
+
+// | resumed stream: event ids not contiguous |
+#[test]
+fn row_resumed_stream_gap_reinitializes() {
+    let _g = SeedGuard(30);
+    let mut s = sim(ServerConfig::default(), 30);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeGap]);
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(reinitialized(&s), vec![ReinitReason::EventGap]);
+    assert_eq!(s.server.executions_of("a"), 1);
+}
+
+// | resumed stream delivers a response to a request that is not pending |
+#[test]
+fn row_resumed_stream_orphaned_response_reinitializes() {
+    let _g = SeedGuard(31);
+    let mut s = sim(ServerConfig::default(), 31);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeOrphan]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(reinitialized(&s), vec![ReinitReason::OrphanedResponse]);
+}
+
+#[test]
+fn duplicate_of_an_answered_response_is_dropped_silently() {
+    let _g = SeedGuard(32);
+    let mut s = sim(ServerConfig::default(), 32);
+    let a = s.call("a", None);
+    s.run_until_complete(a, SEC);
+    assert_eq!(ok_tag(s.result(a)), "a");
+    // "b" resumes from its priming event; the server replays "a"'s answer on it too.
+    s.server.fault("b", [Fault::CutAfterPriming]);
+    let b = s.call("b", None);
+    s.run_until_complete(b, 5 * SEC);
+    assert_eq!(ok_tag(s.result(b)), "b");
+    assert_eq!(s.completions[&a].len(), 1);
+    assert!(reinitialized(&s).is_empty());
+}
+
+// | resumed stream ends cleanly without the pending response and made no progress |
+#[test]
+fn row_unverifiable_clean_end_reinitializes_unkeyed_outcome_unknown() {
+    let _g = SeedGuard(33);
+    let mut s = sim(ServerConfig::default(), 33);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeNaiveCleanEnd]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(reinitialized(&s), vec![ReinitReason::UnverifiableCleanEnd]);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+}
+
+#[test]
+fn row_unverifiable_clean_end_safe_keyed_is_resent() {
+    let _g = SeedGuard(34);
+    let mut s = sim(ServerConfig::default(), 34);
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeNaiveCleanEnd]);
+    let c = s.call("a", Some("k"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.executions_of("a"), 1);
+    assert_eq!(s.server.posts_of("a").len(), 2);
+}
+
+#[test]
+fn unverifiable_clean_end_is_detected_without_the_extension_too() {
+    let _g = SeedGuard(35);
+    let mut s = sim(
+        ServerConfig {
+            ext: false,
+            idempotency: false,
+            ..ServerConfig::default()
+        },
+        35,
+    );
+    s.server
+        .fault("a", [Fault::CutAfterPriming, Fault::ResumeNaiveCleanEnd]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert_eq!(reinitialized(&s), vec![ReinitReason::UnverifiableCleanEnd]);
+}
+
+// | … but new events arrived (polling server) |
+#[test]
+fn row_polling_server_with_progress_is_resumed_again() {
+    let _g = SeedGuard(36);
+    let mut s = sim(ServerConfig::default(), 36);
+    s.server.fault(
+        "a",
+        [
+            Fault::CutAfterPriming,
+            Fault::ResumeProgressThenEnd,
+            Fault::ResumeProgressThenCut,
+        ],
+    );
+    let c = s.call("a", None);
+    s.run_until_complete(c, 10 * SEC);
+    assert_eq!(ok_tag(s.result(c)), "a");
+    let ids: Vec<_> = s
+        .server
+        .resumes()
+        .iter()
+        .map(|r| r.last_event_id.clone().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["s1-1", "s1-2", "s1-3"], "cursor moves forward");
+    assert!(reinitialized(&s).is_empty());
+    let progress = s
+        .outputs
+        .iter()
+        .filter(|(_, o)| matches!(o, mcp_resume::proto::Output::Notification { call: Some(x), .. } if *x == c))
+        .count();
+    assert_eq!(progress, 2);
+}
+
+#[test]
+fn row_resumes_without_progress_are_bounded() {
+    let _g = SeedGuard(37);
+    let mut s = sim(ServerConfig::default(), 37);
+    s.server.fault("a", [Fault::CutAfterPriming]);
+    s.server
+        .fault("a", std::iter::repeat_n(Fault::ResumeProgressThenCut, 0));
+    // Resumes that land and break before any event: no progress.
+    s.server.fault(
+        "a",
+        std::iter::repeat_n(Fault::ResumeNaiveCleanEnd, 0)
+            .chain(std::iter::repeat_n(Fault::ResumeRefuse, 3)),
+    );
+    let c = s.call("a", None);
+    s.run_until_complete(c, 10 * SEC);
+    // Refused resumes are retried within max_attempts and then the response is fetched.
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.resumes().len(), 1);
+}
+
+// | re-initialize | compare and report `capabilities_changed`; reopen the GET stream |
+#[test]
+fn reinitialize_reports_changed_capability_hash_and_reopens_listen() {
+    let _g = SeedGuard(38);
+    let mut s = sim(ServerConfig::default(), 38);
+    s.server.fault("a", [Fault::NotFound]);
+    s.server.cfg.hash = "sha256:abc1".into();
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert!(s.events().iter().any(|e| matches!(
+        e,
+        SessionEvent::Reinitialized {
+            capabilities_changed: true,
+            ..
+        }
+    )));
+    let listens: Vec<_> = s
+        .server
+        .seen
+        .iter()
+        .filter(|x| x.method == HttpMethod::Get && x.last_event_id.is_none())
+        .map(|x| x.session_id.clone().unwrap())
+        .collect();
+    assert_eq!(listens, vec!["sess-0001-secret", "sess-0002-secret"]);
+}
+
+// | re-initialize keeps failing |
+#[test]
+fn row_reinit_failures_are_bounded_then_session_lost() {
+    let _g = SeedGuard(39);
+    let mut s = sim(ServerConfig::default(), 39);
+    s.server.fault("a", [Fault::NotFound]);
+    s.server.init_faults.extend([
+        InitFault::Refuse,
+        InitFault::ServerError,
+        InitFault::Refuse,
+        InitFault::ServerError,
+        InitFault::Refuse,
+    ]);
+    let a = s.call("a", None);
+    let b = s.call("b", Some("k"));
+    s.run_until_complete(a, 60 * SEC);
+    s.run_until_complete(b, 60 * SEC);
+    assert_eq!(kind(s.result(a)), ErrorKind::SessionLost);
+    assert_eq!(kind(s.result(b)), ErrorKind::SessionLost);
+    assert!(s.session.is_terminated());
+    assert!(s
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::SessionLost)));
+}
+
+#[test]
+fn reinit_recovers_after_fewer_failures() {
+    let _g = SeedGuard(40);
+    let mut s = sim(ServerConfig::default(), 40);
+    s.server.fault("a", [Fault::NotFound]);
+    s.server
+        .init_faults
+        .extend([InitFault::Refuse, InitFault::ServerError]);
+    let a = s.call("a", None);
+    s.run_until_complete(a, 60 * SEC);
+    assert_eq!(ok_tag(s.result(a)), "a");
+    assert_eq!(s.server.executions_of("a"), 1);
+}
+
+// | any call: one deadline spans all its resumes and re-sends |
+#[test]
+fn row_deadline_spans_resumes_and_cancels() {
+    let _g = SeedGuard(41);
+    let mut s = sim(ServerConfig::default(), 41);
+    s.server.fault(
+        "a",
+        std::iter::once(Fault::CutAfterPriming)
+            .chain(std::iter::repeat_n(Fault::ResumeProgressThenCut, 100)),
+    );
+    let c = s.call_with("a", None, Some(Duration::from_millis(1500)));
+    let start = s.elapsed();
+    s.run_until_complete(c, 10 * SEC);
+    assert_eq!(kind(s.result(c)), ErrorKind::Timeout);
+    let done_at = s
+        .outputs
+        .iter()
+        .find_map(|(t, o)| match o {
+            mcp_resume::proto::Output::Completed { call, .. } if *call == c => Some(*t),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(done_at - start, Duration::from_millis(1500));
+    let cancelled = s
+        .server
+        .seen
+        .iter()
+        .find(|x| x.rpc_method.as_deref() == Some("notifications/cancelled"))
+        .expect("notifications/cancelled sent");
+    let body = cancelled.body.as_ref().unwrap();
+    assert_eq!(
+        body["params"]["requestId"],
+        s.server.posts_of("a")[0].rpc_id.clone().unwrap()
+    );
+    assert!(s.server.resumes().len() >= 2);
+}
+
+#[test]
+fn cancel_posts_notifications_cancelled_and_reports_nothing() {
+    let _g = SeedGuard(42);
+    let mut s = sim(ServerConfig::default(), 42);
+    s.server.fault(
+        "a",
+        [
+            Fault::CutAfterPriming,
+            Fault::ResumeRefuse,
+            Fault::ResumeRefuse,
+        ],
+    );
+    let c = s.call("a", None);
+    s.run_for(s.elapsed() + Duration::from_millis(5));
+    s.session.cancel(c, s.now);
+    s.pump();
+    s.run_for(s.elapsed() + 5 * SEC);
+    assert!(!s.completions.contains_key(&c));
+    assert!(s
+        .server
+        .seen
+        .iter()
+        .any(|x| x.rpc_method.as_deref() == Some("notifications/cancelled")));
+    assert!(s.server.resumes().is_empty());
+}
+
+// ---------------------------------------------------------------- dangerous_trust_replay
+
+fn trusting() -> SessionConfig {
+    SessionConfig {
+        dangerous_trust_replay: true,
+        ..SessionConfig::default()
+    }
+}
+
+#[test]
+fn trusting_mode_returns_a_wrong_context_answer_as_success() {
+    let _g = SeedGuard(50);
+    let mut s = sim_with(trusting(), ServerConfig::default(), 50);
+    s.server.fault("a", [Fault::WrongContext]);
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    let v = s.result(c).as_ref().unwrap();
+    assert_eq!(
+        v["ctx_ok"], false,
+        "the unsafe mode trusts the wrong answer"
+    );
+}
+
+#[test]
+fn trusting_mode_resumes_clean_ends_until_attempts_run_out() {
+    let _g = SeedGuard(51);
+    let mut s = sim_with(trusting(), ServerConfig::default(), 51);
+    s.server.fault(
+        "a",
+        std::iter::once(Fault::CutAfterPriming)
+            .chain(std::iter::repeat_n(Fault::ResumeNaiveCleanEnd, 20)),
+    );
+    let c = s.call("a", None);
+    s.run_until_complete(c, 60 * SEC);
+    assert_eq!(kind(s.result(c)), ErrorKind::Transport);
+    // The cut POST counts as the first of max_attempts (8) failed attempts.
+    assert_eq!(s.server.resumes().len(), 7);
+    assert!(reinitialized(&s).is_empty());
+}

@@ -1464,9 +1464,6 @@ impl Session {
                 if same_session && !self.hash_matches(headers, expected.as_ref()) {
                     return self.apply(id, Failure::CapabilityHashMismatch, now);
                 }
-                if let Some(call) = self.calls.get_mut(&id) {
-                    call.attempts = 0;
-                }
                 match ct {
                     ContentType::Json => self.set_body(http, Body::Json(Vec::new())),
                     ContentType::Sse => self.set_body(http, self.new_decoder()),
@@ -1515,9 +1512,6 @@ impl Session {
                 let cursor = call.cursor.clone();
                 if !self.hash_matches(headers, expected.as_ref()) {
                     return self.apply(id, Failure::ResumeCapabilityHashChanged, now);
-                }
-                if let Some(call) = self.calls.get_mut(&id) {
-                    call.attempts = 0;
                 }
                 self.set_body(http, self.new_decoder());
                 if let Some(last_event_id) = cursor {
@@ -1636,12 +1630,18 @@ impl Session {
         if !event.data.is_empty() {
             ex.progress = true;
         }
+        let progressed = new_cursor.is_some() || !event.data.is_empty();
         let retry = event
             .retry
             .map(|ms| Duration::from_millis(ms).min(MAX_RETRY));
         match kind {
             ExKind::Post(c) | ExKind::Resume(c) => {
                 if let Some(call) = self.calls.get_mut(&c) {
+                    // Only progress proves the server is reachable and the stream alive;
+                    // a head alone does not (a replaying instance answers 200 too).
+                    if progressed {
+                        call.attempts = 0;
+                    }
                     if let Some(cursor) = new_cursor {
                         call.cursor = cursor;
                     }

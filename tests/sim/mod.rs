@@ -105,6 +105,9 @@ pub struct ServerConfig {
     pub listen: bool,
     /// Keep a resumed GET open after the replay (stock servers do).
     pub keep_resumed_open: bool,
+    /// The capability hash of the negotiated context (a digest of it, so the same for every
+    /// session with the same context; change it to model a changed context).
+    pub hash: String,
 }
 
 impl Default for ServerConfig {
@@ -118,6 +121,7 @@ impl Default for ServerConfig {
             protocol_version: "2025-11-25".into(),
             listen: true,
             keep_resumed_open: true,
+            hash: "sha256:abc0".into(),
         }
     }
 }
@@ -412,7 +416,7 @@ impl Server {
         }
         let n = self.sessions.len() + 1;
         let sid = format!("sess-{n:04}-secret");
-        let hash = format!("sha256:{:08x}", 0xabc0 + n);
+        let hash = self.cfg.hash.clone();
         self.sessions.push(SrvSession {
             sid: sid.clone(),
             hash: hash.clone(),
@@ -475,6 +479,7 @@ impl Server {
                 );
             }
             Fault::LoseBeforeHead { executed: false } => return Reply::early(Step::Lost),
+            Fault::Refuse => return Reply::early(Step::Refused),
             _ => {}
         }
         let wrong = fault == Fault::WrongContext;
@@ -630,6 +635,7 @@ impl Server {
                 return r;
             }
             Fault::Resume405 => return Reply::status(405),
+            Fault::ResumeRefuse => return Reply::early(Step::Refused),
             _ => {}
         }
         let mut r = Reply::sse();
@@ -751,11 +757,15 @@ impl Sim {
     }
 
     pub fn call(&mut self, tag: &str, key: Option<&str>) -> CallId {
+        self.call_with(tag, key, None)
+    }
+
+    pub fn call_with(&mut self, tag: &str, key: Option<&str>, timeout: Option<Duration>) -> CallId {
         let request = CallRequest {
             method: "tools/call".into(),
             params: Some(json!({"name": "echo", "arguments": {"tag": tag}})),
             idempotency_key: key.map(|k| IdempotencyKey::new(k).unwrap()),
-            timeout: None,
+            timeout,
         };
         let id = self.session.submit(request, self.now);
         self.pump();
@@ -896,6 +906,11 @@ impl Sim {
                 break;
             }
         }
+    }
+
+    /// Lets follow-up work (re-initialization, reopened streams) finish.
+    pub fn settle(&mut self) {
+        self.run_for(self.elapsed() + Duration::from_secs(2));
     }
 
     pub fn result(&self, call: CallId) -> &Result<Value, Error> {
