@@ -147,7 +147,7 @@ fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
 
 /// Runs `scenario` and requires a clean pass: suite exit 0, at least one SUCCESS check, no
 /// FAILURE, no WARNING. The `required` check ids must be among the successes.
-fn assert_passes(scenario: &str, required: &[&str]) {
+fn assert_passes(scenario: &str, required: &[&str]) -> Outcome {
     // One scenario at a time: `sse-retry` grades reconnect timing to a few tens of ms, which
     // parallel scenarios on a small machine would blur.
     static SERIAL: Mutex<()> = Mutex::new(());
@@ -181,26 +181,53 @@ fn assert_passes(scenario: &str, required: &[&str]) {
         "{scenario}: the suite exited with failure\nchecks: {checks}\n{}",
         outcome.output
     );
+    outcome
 }
 
 #[test]
 fn scenario_initialize() {
-    assert_passes("initialize", &["mcp-client-initialization"]);
+    let _ = assert_passes("initialize", &["mcp-client-initialization"]);
 }
 
 #[test]
 fn scenario_tools_call() {
-    assert_passes("tools_call", &["tool-add-numbers"]);
+    let _ = assert_passes("tools_call", &["tool-add-numbers"]);
 }
 
 #[test]
 fn scenario_sse_retry() {
-    assert_passes(
+    let outcome = assert_passes(
         "sse-retry",
         &[
             "client-sse-graceful-reconnect",
             "client-sse-retry-timing",
             "client-sse-last-event-id",
+        ],
+    );
+    let timing = outcome
+        .checks
+        .iter()
+        .find(|c| c["id"] == "client-sse-retry-timing")
+        .map(|c| c["details"].clone())
+        .unwrap_or_default();
+    eprintln!(
+        "sse-retry: reconnected {} ms after the stream closed (retry {} ms)",
+        timing["actualDelayMs"], timing["expectedRetryMs"]
+    );
+}
+
+/// Server-to-client requests: the example answers `elicitation/create` through
+/// `on_server_request`, applying the schema's defaults (SEP-1034).
+#[test]
+fn scenario_elicitation_defaults() {
+    let _ = assert_passes(
+        "elicitation-sep1034-client-defaults",
+        &[
+            "client-elicitation-sep1034-string-default",
+            "client-elicitation-sep1034-integer-default",
+            "client-elicitation-sep1034-number-default",
+            "client-elicitation-sep1034-enum-default",
+            "client-elicitation-sep1034-boolean-default",
         ],
     );
 }

@@ -166,6 +166,7 @@ async fn closed_stream_is_resumed_after_retry() {
     });
     assert_eq!(resumes.len(), 1, "one resume expected:\n{}", server.dump());
     let waited = resumes[0]["t"].as_f64().unwrap() - closed[0]["t"].as_f64().unwrap();
+    eprintln!("resume GET arrived {waited:.0} ms after closeSSEStream (retry {RETRY_MS} ms)");
     assert!(
         waited >= RETRY_MS,
         "resumed {waited:.0} ms after the close, retry was {RETRY_MS} ms"
@@ -220,6 +221,10 @@ async fn resumed_stream_left_open_is_closed_by_client() {
             e["method"] == "GET" && !e["last_event_id"].is_null()
         })
         .await;
+    eprintln!(
+        "client closed the replayed stream {:.0} ms after the server replayed into it",
+        done["t"].as_f64().unwrap() - replay["t"].as_f64().unwrap()
+    );
     assert_eq!(
         done["server_ended"],
         false,
