@@ -1,1 +1,2 @@
+//! `mock-cluster`: runs the mock cluster until Ctrl-C.
 fn main() {}

@@ -1,0 +1,528 @@
+//! The load balancer: one public port, round-robin or session affinity, streams passed
+//! through frame by frame, and the stream faults a real balancer inflicts.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio::time::Sleep;
+
+use crate::cluster::Inner;
+use crate::config::{CutStyle, Faults};
+use crate::context::headers as h;
+use crate::rng::SplitMix;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Delay between the last byte a cut stream delivers and the dropped connection.
+const CUT_GRACE: Duration = Duration::from_millis(5);
+
+/// Headers that describe one hop, never forwarded.
+const HOP_HEADERS: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// The error a cut stream ends with: the connection is dropped mid-body.
+#[derive(Debug)]
+struct Cut(&'static str);
+
+impl fmt::Display for Cut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "stream cut by the balancer: {}", self.0)
+    }
+}
+
+impl std::error::Error for Cut {}
+
+/// Routing state of the balancer.
+pub(crate) struct Proxy {
+    inner: Arc<Inner>,
+    rr: AtomicUsize,
+    pins: Mutex<HashMap<String, usize>>,
+    client: Client<HttpConnector, Incoming>,
+}
+
+/// A running balancer.
+pub(crate) struct BalancerHandle {
+    pub addr: SocketAddr,
+    accept: tokio::task::JoinHandle<()>,
+    connections: Arc<Mutex<JoinSet<()>>>,
+}
+
+impl BalancerHandle {
+    pub(crate) async fn stop(self) {
+        self.accept.abort();
+        let _ = self.accept.await;
+        self.connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .abort_all();
+    }
+}
+
+/// Binds the public port and serves until stopped.
+pub(crate) async fn start(inner: Arc<Inner>, listen: SocketAddr) -> io::Result<BalancerHandle> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .build(connector);
+    let proxy = Arc::new(Proxy {
+        inner,
+        rr: AtomicUsize::new(0),
+        pins: Mutex::new(HashMap::new()),
+        client,
+    });
+    let connections = Arc::new(Mutex::new(JoinSet::new()));
+    let conns = connections.clone();
+    let accept = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let proxy = proxy.clone();
+            let service = hyper::service::service_fn(move |req| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, Infallible>(proxy.handle(req).await) }
+            });
+            let mut set = conns.lock().unwrap_or_else(|p| p.into_inner());
+            while set.try_join_next().is_some() {}
+            set.spawn(async move {
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+            });
+        }
+    });
+    Ok(BalancerHandle {
+        addr,
+        accept,
+        connections,
+    })
+}
+
+fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<ProxyBody> {
+    let mut resp = Response::new(
+        Full::new(body.into())
+            .map_err(|e: Infallible| match e {})
+            .boxed_unsync(),
+    );
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+fn gateway_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": message}});
+    full(status, "application/json", body.to_string())
+}
+
+fn strip_hop_headers(headers: &mut hyper::HeaderMap) {
+    // A `Connection` header may name further hop-by-hop headers.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| {
+            v.split(',')
+                .map(|s| s.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for n in HOP_HEADERS {
+        headers.remove(n);
+    }
+}
+
+impl Proxy {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
+        if req.uri().path().starts_with("/admin/") {
+            return self.admin(req).await;
+        }
+        let session = req
+            .headers()
+            .get(h::SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let Some((index, addr)) = self.pick(session.as_deref()) else {
+            return gateway_error(StatusCode::BAD_GATEWAY, "Bad Gateway: no instance is up");
+        };
+        let is_delete = req.method() == Method::DELETE;
+        let (mut parts, body) = req.into_parts();
+        let pq = parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .to_owned();
+        parts.uri = match Uri::builder()
+            .scheme("http")
+            .authority(addr.to_string())
+            .path_and_query(pq)
+            .build()
+        {
+            Ok(u) => u,
+            Err(_) => return gateway_error(StatusCode::BAD_REQUEST, "Bad Request: invalid target"),
+        };
+        strip_hop_headers(&mut parts.headers);
+        let upstream = match self.client.request(Request::from_parts(parts, body)).await {
+            Ok(r) => r,
+            Err(_) => {
+                return gateway_error(StatusCode::BAD_GATEWAY, "Bad Gateway: instance unreachable")
+            }
+        };
+        let (mut parts, body) = upstream.into_parts();
+        strip_hop_headers(&mut parts.headers);
+        if let Some(sid) = parts
+            .headers
+            .get(h::SESSION_ID)
+            .and_then(|v| v.to_str().ok())
+        {
+            if self.inner.affinity {
+                self.pins().insert(sid.to_owned(), index);
+            }
+        }
+        if is_delete {
+            if let Some(s) = &session {
+                self.pins().remove(s);
+            }
+        }
+        let is_sse = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let body = if is_sse {
+            FaultBody::new(
+                body,
+                &self.inner.current_faults(),
+                self.inner.cut_rng.clone(),
+            )
+            .boxed_unsync()
+        } else {
+            body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+        };
+        Response::from_parts(parts, body)
+    }
+
+    fn pins(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.pins.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Chooses an instance that is up: the pinned one under affinity, else the next in turn.
+    fn pick(&self, session: Option<&str>) -> Option<(usize, SocketAddr)> {
+        let backends = self.inner.backends();
+        let n = backends.len();
+        if self.inner.affinity {
+            if let Some(sid) = session {
+                if let Some(&i) = self.pins().get(sid) {
+                    if let Some(Some(addr)) = backends.get(i) {
+                        return Some((i, *addr));
+                    }
+                }
+            }
+        }
+        for _ in 0..n {
+            let i = self.rr.fetch_add(1, Ordering::Relaxed) % n;
+            if let Some(addr) = backends[i] {
+                if self.inner.affinity {
+                    if let Some(sid) = session {
+                        self.pins().insert(sid.to_owned(), i);
+                    }
+                }
+                return Some((i, addr));
+            }
+        }
+        None
+    }
+
+    async fn admin(&self, req: Request<Incoming>) -> Response<ProxyBody> {
+        let path = req.uri().path().trim_end_matches('/').to_owned();
+        let method = req.method().clone();
+        let parts: Vec<&str> = path.trim_start_matches("/admin/").split('/').collect();
+        let no_content = || full(StatusCode::NO_CONTENT, "text/plain", Bytes::new());
+        match (method, parts.as_slice()) {
+            (Method::GET, ["oracle"]) => match serde_json::to_vec(&self.inner.oracle.report()) {
+                Ok(b) => full(StatusCode::OK, "application/json", b),
+                Err(_) => gateway_error(StatusCode::INTERNAL_SERVER_ERROR, "could not serialize"),
+            },
+            (Method::POST, ["reset"]) => {
+                self.inner.oracle.reset();
+                no_content()
+            }
+            (Method::GET, ["status"]) => {
+                let backends = self.inner.backends();
+                let instances: Vec<_> = backends
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| json!({"index": i, "up": a.is_some(), "addr": a.map(|a| a.to_string())}))
+                    .collect();
+                let body = json!({"preset": self.inner.preset.as_str(), "affinity": self.inner.affinity,
+                                  "extension": self.inner.settings.extension, "instances": instances});
+                full(StatusCode::OK, "application/json", body.to_string())
+            }
+            (Method::POST, ["instances", i, action @ ("kill" | "restart")]) => {
+                let Ok(i) = i.parse::<usize>() else {
+                    return gateway_error(StatusCode::BAD_REQUEST, "bad instance index");
+                };
+                let ok = if *action == "kill" {
+                    self.inner.kill(i).await
+                } else {
+                    self.inner.restart(i).await.is_ok()
+                };
+                if ok {
+                    no_content()
+                } else {
+                    gateway_error(
+                        StatusCode::NOT_FOUND,
+                        "no such instance, or not in that state",
+                    )
+                }
+            }
+            _ => gateway_error(StatusCode::NOT_FOUND, "unknown admin route"),
+        }
+    }
+}
+
+/// Finds SSE event boundaries (a blank line after at least one field line) across frames,
+/// for `\n`, `\r\n` and `\r` line ends.
+#[derive(Debug, Default)]
+struct EventScanner {
+    at_line_start: bool,
+    after_cr: bool,
+    has_content: bool,
+}
+
+impl EventScanner {
+    fn new() -> Self {
+        Self {
+            at_line_start: true,
+            after_cr: false,
+            has_content: false,
+        }
+    }
+
+    /// Feeds one byte; true when it completes an event.
+    fn feed(&mut self, b: u8) -> bool {
+        match b {
+            b'\n' if self.after_cr => {
+                self.after_cr = false;
+                false
+            }
+            b'\r' | b'\n' => {
+                self.after_cr = b == b'\r';
+                let boundary = self.at_line_start && self.has_content;
+                if self.at_line_start {
+                    self.has_content = false;
+                }
+                self.at_line_start = true;
+                boundary
+            }
+            _ => {
+                // Only blocks with an `id` or `data` field count as events: a `retry`-only
+                // block or a comment dispatches nothing.
+                if self.at_line_start && (b == b'i' || b == b'd') {
+                    self.has_content = true;
+                }
+                self.after_cr = false;
+                self.at_line_start = false;
+                false
+            }
+        }
+    }
+}
+
+/// Passes an SSE body through, frame by frame, and cuts it when a fault says so.
+struct FaultBody {
+    inner: Incoming,
+    idle: Option<Duration>,
+    timer: Option<Pin<Box<Sleep>>>,
+    cut_after: Option<u32>,
+    random: Option<(Arc<Mutex<Option<SplitMix>>>, f64)>,
+    style: CutStyle,
+    events: u32,
+    scanner: EventScanner,
+    cut: Option<&'static str>,
+    grace: Option<Pin<Box<Sleep>>>,
+    done: bool,
+}
+
+impl FaultBody {
+    fn new(inner: Incoming, faults: &Faults, rng: Arc<Mutex<Option<SplitMix>>>) -> Self {
+        Self {
+            inner,
+            idle: faults.idle_timeout,
+            timer: faults.idle_timeout.map(|d| Box::pin(tokio::time::sleep(d))),
+            cut_after: faults.cut_after_events,
+            random: faults.random_cut.map(|(_, p)| (rng, p)),
+            style: faults.cut_style,
+            events: 0,
+            scanner: EventScanner::new(),
+            cut: None,
+            grace: None,
+            done: false,
+        }
+    }
+
+    /// Scans a data frame; returns how many bytes to deliver before cutting, if a cut falls
+    /// inside it.
+    fn scan(&mut self, data: &[u8]) -> Option<usize> {
+        for (i, b) in data.iter().enumerate() {
+            if self.scanner.feed(*b) {
+                self.events += 1;
+                if self.cut_after.is_some_and(|n| self.events >= n) {
+                    self.cut = Some("cut after events");
+                    return Some(i + 1);
+                }
+                if let Some((rng, p)) = &self.random {
+                    let hit = rng
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_mut()
+                        .is_some_and(|r| r.chance(*p));
+                    if hit {
+                        self.cut = Some("random cut");
+                        return Some(i + 1);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn end(&mut self, reason: &'static str) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.done = true;
+        match self.style {
+            CutStyle::Abort => Poll::Ready(Some(Err(Box::new(Cut(reason))))),
+            CutStyle::CleanEnd => Poll::Ready(None),
+        }
+    }
+}
+
+impl Body for FaultBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(reason) = this.cut {
+            // Give the server a moment to flush the frame that completed the last event
+            // before the connection drops, as a balancer closing between writes would.
+            let grace = this
+                .grace
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(CUT_GRACE)));
+            if grace.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.cut = None;
+            return this.end(reason);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(d), Some(t)) = (this.idle, this.timer.as_mut()) {
+                    t.as_mut().reset(tokio::time::Instant::now() + d);
+                }
+                match frame.into_data() {
+                    Ok(mut data) => {
+                        if let Some(keep) = this.scan(&data) {
+                            data.truncate(keep);
+                        }
+                        Poll::Ready(Some(Ok(Frame::data(data))))
+                    }
+                    Err(frame) => Poll::Ready(Some(Ok(frame))),
+                }
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.done = true;
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Ready(None) => {
+                this.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let fired = this
+                    .timer
+                    .as_mut()
+                    .is_some_and(|t| t.as_mut().poll(cx).is_ready());
+                if fired {
+                    this.end("idle timeout")
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(chunks: &[&[u8]]) -> u32 {
+        let mut s = EventScanner::new();
+        chunks
+            .iter()
+            .flat_map(|c| c.iter())
+            .filter(|b| s.feed(**b))
+            .count() as u32
+    }
+
+    #[test]
+    fn scanner_counts_events_across_frames_and_line_ends() {
+        assert_eq!(count(&[b"id: 1\ndata: \n\n", b"data: x\n", b"\n"]), 2);
+        assert_eq!(count(&[b"data: a\r\n\r\ndata: b\r\r"]), 2);
+        assert_eq!(count(&[b"data: a\r", b"\n\r", b"\n"]), 1);
+        assert_eq!(count(&[b"\n\n\n"]), 0);
+        assert_eq!(count(&[b"retry: 5\n\n: comment\n\nid: 1\n\n"]), 1);
+    }
+}

@@ -1,0 +1,170 @@
+//! The negotiated context of a session and its capability hash (DESIGN §5).
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+/// Protocol versions the instances accept, oldest first.
+pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// The version an instance answers with when the client asks for one it does not know.
+pub const LATEST_VERSION: &str = "2025-11-25";
+
+/// The version assumed for a session the instance never saw `initialize` for (the spec's
+/// fallback when no `MCP-Protocol-Version` header says otherwise).
+pub const DEFAULT_VERSION: &str = "2025-03-26";
+
+/// `params._meta` key (and result `_meta` key) names used by the extension and the oracle.
+pub mod meta {
+    /// Where a `tools/call` carries its idempotency key.
+    pub const IDEMPOTENCY_KEY: &str = "io.github.mcp-resume/idempotency-key";
+    /// Where a keyed result carries the capability hash it was produced under.
+    pub const CAPABILITY_HASH: &str = "io.github.mcp-resume/capability-hash";
+    /// Where a caller puts the tag the oracle records with each execution.
+    pub const TAG: &str = "io.github.mcp-resume/tag";
+}
+
+/// HTTP header names of the transport and of the extension.
+pub mod headers {
+    /// Session id header.
+    pub const SESSION_ID: &str = "mcp-session-id";
+    /// Protocol version header (from 2025-06-18).
+    pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+    /// The capability hash in force on the answering instance.
+    pub const CAPABILITY_HASH: &str = "mcp-capability-hash";
+    /// Reason of an explicit resume rejection.
+    pub const RESUME_REJECTED: &str = "mcp-resume-rejected";
+    /// Idempotency key of a `tools/call`.
+    pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+    /// SSE resume cursor.
+    pub const LAST_EVENT_ID: &str = "last-event-id";
+}
+
+/// True when `v` is one of [`SUPPORTED_VERSIONS`].
+pub fn is_supported(v: &str) -> bool {
+    SUPPORTED_VERSIONS.contains(&v)
+}
+
+/// True when the version sends a priming event first on every SSE stream (2025-11-25 on).
+pub fn sends_priming(v: &str) -> bool {
+    v >= "2025-11-25"
+}
+
+/// The `capabilities.experimental.resumeSafety` object the instances advertise.
+pub fn resume_safety_capability() -> Value {
+    json!({
+        "version": 1,
+        "sequencedEventIds": true,
+        "capabilityHash": true,
+        "idempotency": { "metaKey": meta::IDEMPOTENCY_KEY, "header": "Idempotency-Key" }
+    })
+}
+
+/// Server capabilities of an instance, with or without the extension's advertisement.
+pub fn server_capabilities(extension: bool) -> Value {
+    let mut caps = json!({ "tools": { "listChanged": false } });
+    if extension {
+        caps["experimental"] = json!({ "resumeSafety": resume_safety_capability() });
+    }
+    caps
+}
+
+/// `sha256:<hex>` of the negotiated context: protocol version, client and server
+/// capabilities, serialized with sorted keys so equal contexts always hash equally.
+pub fn capability_hash(protocol_version: &str, client_caps: &Value, server_caps: &Value) -> String {
+    let ctx = json!({
+        "protocolVersion": protocol_version,
+        "clientCapabilities": client_caps,
+        "serverCapabilities": server_caps,
+    });
+    let mut canon = String::new();
+    write_canonical(&ctx, &mut canon);
+    let digest = Sha256::digest(canon.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// Serializes with object keys sorted, independently of serde_json's map ordering feature.
+pub(crate) fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String((*k).clone()).to_string());
+                out.push(':');
+                write_canonical(&map[*k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Digest of a tool name and its arguments, used to tell "same key, same call" from
+/// "same key, different call".
+pub(crate) fn call_fingerprint(tool: &str, args: &Value) -> String {
+    let mut canon = String::from(tool);
+    canon.push('\n');
+    write_canonical(args, &mut canon);
+    let digest = Sha256::digest(canon.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The sampling temperature a client negotiated (`capabilities.experimental.sampling.temperature`),
+/// 1.0 when absent.
+pub fn negotiated_temperature(client_caps: &Value) -> f64 {
+    client_caps
+        .pointer("/experimental/sampling/temperature")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0)
+}
+
+/// An empty JSON object, for default client capabilities.
+pub(crate) fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_ignores_key_order() {
+        let a: Value = serde_json::from_str(r#"{"a":1,"b":{"c":2,"d":3}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"b":{"d":3,"c":2},"a":1}"#).unwrap();
+        let s = server_capabilities(true);
+        assert_eq!(
+            capability_hash("2025-11-25", &a, &s),
+            capability_hash("2025-11-25", &b, &s)
+        );
+        assert_ne!(
+            capability_hash("2025-11-25", &a, &s),
+            capability_hash("2025-06-18", &a, &s)
+        );
+    }
+
+    #[test]
+    fn temperature_defaults_to_one() {
+        assert_eq!(negotiated_temperature(&json!({})), 1.0);
+        let caps = json!({"experimental": {"sampling": {"temperature": 0.2}}});
+        assert_eq!(negotiated_temperature(&caps), 0.2);
+    }
+}

@@ -1,0 +1,1421 @@
+//! One MCP server instance: legacy Streamable HTTP (2025-03-26 … 2025-11-25) on `/mcp`.
+//!
+//! An instance lives in *incarnations*: killing it drops the incarnation (its local store,
+//! its connections, its running calls); restarting makes a new, empty one.
+
+// Validation helpers return the ready-made HTTP error as their `Err`: it is the cold path
+// and boxing it would only add noise at every call site.
+#![allow(clippy::result_large_err)]
+
+use std::collections::{HashMap, HashSet};
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::config::{Faults, Placement, ResumePolicy, Scope};
+use crate::context::{self, headers as h, meta};
+use crate::oracle::{Oracle, ResumeRecord};
+use crate::rng::SplitMix;
+use crate::sse;
+use crate::store::{
+    EventKind, MemoryStore, RequestRecord, RequestState, SessionRecord, Store, StoreError,
+    StoredEvent, StreamKind, StreamRecord,
+};
+use crate::tools;
+
+/// JSON-RPC error codes used on the wire.
+pub(crate) mod code {
+    pub const PARSE_ERROR: i64 = -32700;
+    pub const INVALID_REQUEST: i64 = -32600;
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    pub const INVALID_PARAMS: i64 = -32602;
+    pub const INTERNAL: i64 = -32603;
+    /// Server-defined: session not found, forbidden origin, idempotency conflicts.
+    pub const SERVER: i64 = -32000;
+    /// What the TypeScript SDK answers for an unknown session.
+    pub const SESSION_NOT_FOUND: i64 = -32001;
+}
+
+/// Longest accepted `Mcp-Session-Id` / `Last-Event-ID` value.
+const MAX_ID_LEN: usize = 128;
+
+/// How long a live-following resume waits on the store before re-checking its client.
+const FOLLOW_POLL: Duration = Duration::from_millis(500);
+
+/// Settings common to every instance of a cluster.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub placement: Placement,
+    pub extension: bool,
+    pub retry_ms: Option<u64>,
+    pub json_response: bool,
+    pub max_body_bytes: usize,
+    pub allowed_origins: Vec<String>,
+    pub check_host: bool,
+}
+
+/// What an instance keeps across restarts: its identity and its view of the cluster.
+pub(crate) struct InstanceEnv {
+    pub index: usize,
+    pub settings: Arc<Settings>,
+    pub shared: Arc<dyn Store>,
+    pub oracle: Oracle,
+    pub faults: Arc<RwLock<Faults>>,
+    pub log_rng: Arc<Mutex<Option<SplitMix>>>,
+}
+
+struct RunningCall {
+    abort: AbortHandle,
+    stream: Option<(String, Arc<AtomicU64>)>,
+}
+
+/// One life of an instance: everything here is lost when it is killed.
+pub(crate) struct Incarnation {
+    pub env: Arc<InstanceEnv>,
+    local: MemoryStore,
+    tasks: Mutex<JoinSet<()>>,
+    running: Mutex<HashMap<(String, String), RunningCall>>,
+    standalone: Mutex<HashMap<String, mpsc::UnboundedSender<Bytes>>>,
+    tombstones: Mutex<HashSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running instance: its address and the handles that kill it.
+pub(crate) struct RunningInstance {
+    pub addr: SocketAddr,
+    pub incarnation: Arc<Incarnation>,
+    accept: tokio::task::JoinHandle<()>,
+    connections: Arc<Mutex<JoinSet<()>>>,
+}
+
+impl RunningInstance {
+    /// Stops accepting, drops every connection and every running call.
+    pub(crate) async fn kill(self) {
+        self.accept.abort();
+        let _ = self.accept.await;
+        lock(&self.connections).abort_all();
+        lock(&self.incarnation.tasks).abort_all();
+        lock(&self.incarnation.standalone).clear();
+        let _ = self
+            .incarnation
+            .env
+            .shared
+            .release_instance(self.incarnation.env.index)
+            .await;
+    }
+}
+
+/// Starts a fresh incarnation on 127.0.0.1, port 0.
+pub(crate) async fn start(env: Arc<InstanceEnv>) -> io::Result<RunningInstance> {
+    let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    let addr = listener.local_addr()?;
+    let incarnation = Arc::new(Incarnation {
+        env,
+        local: MemoryStore::new(),
+        tasks: Mutex::new(JoinSet::new()),
+        running: Mutex::new(HashMap::new()),
+        standalone: Mutex::new(HashMap::new()),
+        tombstones: Mutex::new(HashSet::new()),
+    });
+    let router = router(incarnation.clone());
+    let connections = Arc::new(Mutex::new(JoinSet::new()));
+    let conns = connections.clone();
+    let accept = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = tcp.set_nodelay(true);
+            let service = hyper_util::service::TowerToHyperService::new(router.clone());
+            let mut set = lock(&conns);
+            while set.try_join_next().is_some() {}
+            set.spawn(async move {
+                let builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                let _ = builder
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    Ok(RunningInstance {
+        addr,
+        incarnation,
+        accept,
+        connections,
+    })
+}
+
+fn router(inc: Arc<Incarnation>) -> Router {
+    Router::new()
+        .route(
+            "/mcp",
+            post(handle_post)
+                .get(handle_get)
+                .delete(handle_delete)
+                .fallback(method_not_allowed),
+        )
+        .fallback(not_found)
+        .with_state(inc)
+}
+
+// ---------------------------------------------------------------------------------------
+// Responses
+
+/// A JSON-RPC error response with an HTTP status.
+pub(crate) fn rpc_error(
+    status: StatusCode,
+    code: i64,
+    message: &str,
+    data: Option<Value>,
+) -> Response {
+    let mut error = json!({ "code": code, "message": message });
+    if let Some(d) = data {
+        error["data"] = d;
+    }
+    json_response(
+        status,
+        &json!({ "jsonrpc": "2.0", "id": null, "error": error }),
+    )
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut resp = Response::new(Body::from(body.to_string()));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn sse_response(rx: mpsc::UnboundedReceiver<Bytes>) -> Response {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    let hs = resp.headers_mut();
+    hs.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+fn store_failure(e: StoreError) -> Response {
+    rpc_error(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        code::INTERNAL,
+        &e.to_string(),
+        None,
+    )
+}
+
+async fn not_found() -> Response {
+    rpc_error(
+        StatusCode::NOT_FOUND,
+        code::INVALID_REQUEST,
+        "Not found: the MCP endpoint is /mcp",
+        None,
+    )
+}
+
+async fn method_not_allowed() -> Response {
+    let mut resp = rpc_error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        code::INVALID_REQUEST,
+        "Method not allowed",
+        None,
+    );
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+    resp
+}
+
+fn session_not_found() -> Response {
+    rpc_error(
+        StatusCode::NOT_FOUND,
+        code::SESSION_NOT_FOUND,
+        "Session not found",
+        None,
+    )
+}
+
+fn bad_request(message: &str) -> Response {
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        code::INVALID_REQUEST,
+        message,
+        None,
+    )
+}
+
+// ---------------------------------------------------------------------------------------
+// Header checks
+
+fn is_local_host(host: &str) -> bool {
+    // Strip a port; keep bracketed IPv6 intact.
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.find(']') {
+            Some(end) => &host[..end + 2],
+            None => return false,
+        }
+    } else {
+        host.split(':').next().unwrap_or("")
+    };
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "localhost" | "127.0.0.1" | "[::1]"
+    )
+}
+
+impl Incarnation {
+    fn settings(&self) -> &Settings {
+        &self.env.settings
+    }
+
+    /// DNS-rebinding protection, as the official SDKs do it for local servers.
+    fn check_origin(&self, headers: &HeaderMap) -> Result<(), Response> {
+        let s = self.settings();
+        if s.check_host {
+            if let Some(host) = headers.get(header::HOST) {
+                let ok = host.to_str().map(is_local_host).unwrap_or(false);
+                if !ok {
+                    return Err(rpc_error(
+                        StatusCode::FORBIDDEN,
+                        code::SERVER,
+                        "Invalid Host header",
+                        None,
+                    ));
+                }
+            }
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let ok = origin.to_str().is_ok_and(|o| {
+                s.allowed_origins.iter().any(|a| a == o)
+                    || o.strip_prefix("http://")
+                        .or_else(|| o.strip_prefix("https://"))
+                        .is_some_and(|rest| !rest.contains('/') && is_local_host(rest))
+            });
+            if !ok {
+                return Err(rpc_error(
+                    StatusCode::FORBIDDEN,
+                    code::SERVER,
+                    "Invalid Origin header",
+                    None,
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn sessions(&self) -> &dyn Store {
+        self.store_for(self.settings().placement.sessions)
+    }
+
+    fn requests(&self) -> &dyn Store {
+        self.store_for(self.settings().placement.requests)
+    }
+
+    pub(crate) fn prepared(&self) -> &dyn Store {
+        self.store_for(self.settings().placement.prepared)
+    }
+
+    fn store_for(&self, scope: Scope) -> &dyn Store {
+        match scope {
+            Scope::Local => &self.local,
+            Scope::Shared => &*self.env.shared,
+        }
+    }
+
+    /// The session in force on this instance for `id`: the stored record, or — on a
+    /// permissive instance — a default one made up on the spot.
+    async fn resolve_session(
+        &self,
+        id: &str,
+        headers: &HeaderMap,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        if let Some(rec) = self.sessions().get_session(id).await? {
+            return Ok(Some(rec));
+        }
+        let permissive = self.settings().placement.resume == ResumePolicy::Permissive;
+        if !permissive || lock(&self.tombstones).contains(id) {
+            return Ok(None);
+        }
+        let version = headers
+            .get(h::PROTOCOL_VERSION)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| context::is_supported(v))
+            .unwrap_or(context::DEFAULT_VERSION)
+            .to_owned();
+        let server_caps = context::server_capabilities(self.settings().extension);
+        let client_caps = context::empty_object();
+        let rec = SessionRecord {
+            id: id.to_owned(),
+            capability_hash: context::capability_hash(&version, &client_caps, &server_caps),
+            protocol_version: version,
+            client_capabilities: client_caps,
+            server_capabilities: server_caps,
+            created_by: self.env.index,
+            default_context: true,
+        };
+        self.sessions().put_session(rec.clone()).await?;
+        self.env.oracle.session_made_up();
+        Ok(Some(rec))
+    }
+
+    fn with_session_headers(&self, mut resp: Response, session: &SessionRecord) -> Response {
+        if self.settings().extension {
+            if let Ok(v) = HeaderValue::from_str(&session.capability_hash) {
+                resp.headers_mut().insert(h::CAPABILITY_HASH, v);
+            }
+        }
+        resp
+    }
+
+    fn spawn_task(
+        &self,
+        fut: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> AbortHandle {
+        let mut set = lock(&self.tasks);
+        while set.try_join_next().is_some() {}
+        set.spawn(fut)
+    }
+
+    fn new_event_id(&self, stream: &str, seq: u64) -> String {
+        if self.settings().extension {
+            format!("{stream}-{seq}")
+        } else {
+            // Stock servers promise nothing about their ids: make them unique but not
+            // contiguous, so a client cannot rely on sequencing that was not advertised.
+            format!("{stream}_{}", seq * 7 + 3)
+        }
+    }
+
+    fn log_loses_event(&self) -> bool {
+        let p = match lock_read(&self.env.faults).log_loss {
+            Some((_, p)) => p,
+            None => return false,
+        };
+        let mut rng = lock(&self.env.log_rng);
+        rng.as_mut().is_some_and(|r| r.chance(p))
+    }
+}
+
+fn lock_read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Parses and validates the `Mcp-Session-Id` header: `Ok(None)` when absent.
+fn session_header(headers: &HeaderMap) -> Result<Option<String>, Response> {
+    let Some(v) = headers.get(h::SESSION_ID) else {
+        return Ok(None);
+    };
+    let bytes = v.as_bytes();
+    if bytes.is_empty()
+        || bytes.len() > MAX_ID_LEN
+        || !bytes.iter().all(|b| (0x21..=0x7e).contains(b))
+    {
+        return Err(bad_request("Bad Request: malformed Mcp-Session-Id header"));
+    }
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+fn check_protocol_header(headers: &HeaderMap) -> Result<(), Response> {
+    if let Some(v) = headers.get(h::PROTOCOL_VERSION) {
+        let ok = v.to_str().is_ok_and(context::is_supported);
+        if !ok {
+            return Err(bad_request(&format!(
+                "Bad Request: unsupported MCP-Protocol-Version (supported: {})",
+                context::SUPPORTED_VERSIONS.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn accepts(headers: &HeaderMap, needed: &str) -> bool {
+    headers.get_all(header::ACCEPT).iter().any(|v| {
+        v.to_str().is_ok_and(|s| {
+            s.split(',').any(|part| {
+                let t = part.split(';').next().unwrap_or("").trim();
+                t.eq_ignore_ascii_case(needed) || t == "*/*"
+            })
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// POST
+
+enum Message {
+    Request {
+        id: Value,
+        method: String,
+        value: Value,
+    },
+    Notification {
+        method: String,
+        value: Value,
+    },
+    Response,
+}
+
+fn classify(v: &Value) -> Option<Message> {
+    let obj = v.as_object()?;
+    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return None;
+    }
+    match (obj.get("method"), obj.get("id")) {
+        (Some(Value::String(m)), Some(id @ (Value::String(_) | Value::Number(_)))) => {
+            Some(Message::Request {
+                id: id.clone(),
+                method: m.clone(),
+                value: v.clone(),
+            })
+        }
+        (Some(Value::String(m)), None) => Some(Message::Notification {
+            method: m.clone(),
+            value: v.clone(),
+        }),
+        (None, Some(_)) if obj.contains_key("result") || obj.contains_key("error") => {
+            Some(Message::Response)
+        }
+        _ => None,
+    }
+}
+
+async fn read_body(inc: &Incarnation, req: Request) -> Result<(HeaderMap, Bytes), Response> {
+    let max = inc.settings().max_body_bytes;
+    let too_large = || {
+        rpc_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            code::INVALID_REQUEST,
+            &format!("Request body larger than {max} bytes"),
+            None,
+        )
+    };
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    match http_body_util::Limited::new(body, max).collect().await {
+        Ok(c) => Ok((parts.headers, c.to_bytes())),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(_) => Err(bad_request("Bad Request: could not read the request body")),
+    }
+}
+
+async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
+    inc.env.oracle.request(inc.env.index);
+    if let Err(r) = inc.check_origin(req.headers()) {
+        return r;
+    }
+    if !(accepts(req.headers(), "application/json") && accepts(req.headers(), "text/event-stream"))
+    {
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            code::INVALID_REQUEST,
+            "Not Acceptable: Accept must include application/json and text/event-stream",
+            None,
+        );
+    }
+    let json_ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .eq_ignore_ascii_case("application/json")
+        });
+    if !json_ct {
+        return rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            code::INVALID_REQUEST,
+            "Unsupported Media Type: Content-Type must be application/json",
+            None,
+        );
+    }
+    let (headers, body) = match read_body(&inc, req).await {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    let parsed: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(_) => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                code::PARSE_ERROR,
+                "Parse error",
+                None,
+            )
+        }
+    };
+    let (items, batch) = match parsed {
+        Value::Array(items) if !items.is_empty() => (items, true),
+        Value::Array(_) => return bad_request("Invalid Request: empty batch"),
+        single => (vec![single], false),
+    };
+    let mut messages = Vec::with_capacity(items.len());
+    for item in &items {
+        match classify(item) {
+            Some(m) => messages.push(m),
+            None => return bad_request("Invalid Request: not a JSON-RPC 2.0 message"),
+        }
+    }
+    let is_init =
+        |m: &Message| matches!(m, Message::Request { method, .. } if method == "initialize");
+    if messages.iter().any(is_init) {
+        if batch {
+            return bad_request("Invalid Request: initialize must not be part of a batch");
+        }
+        return match messages.pop() {
+            Some(Message::Request { id, value, .. }) => initialize(&inc, id, &value).await,
+            _ => bad_request("Invalid Request"),
+        };
+    }
+    let sid = match session_header(&headers) {
+        Ok(Some(s)) => s,
+        Ok(None) => return bad_request("Bad Request: Mcp-Session-Id header is required"),
+        Err(r) => return r,
+    };
+    if let Err(r) = check_protocol_header(&headers) {
+        return r;
+    }
+    let session = match inc.resolve_session(&sid, &headers).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return session_not_found(),
+        Err(e) => return store_failure(e),
+    };
+    let mut requests = Vec::new();
+    for m in messages {
+        match m {
+            Message::Request { id, method, value } => requests.push((id, method, value)),
+            Message::Notification { method, value } => {
+                notification(&inc, &session, &method, &value).await
+            }
+            Message::Response => {}
+        }
+    }
+    if requests.is_empty() {
+        let resp = StatusCode::ACCEPTED.into_response();
+        return inc.with_session_headers(resp, &session);
+    }
+    let use_sse =
+        !inc.settings().json_response && requests.iter().any(|(_, m, _)| m == "tools/call");
+    let resp = if use_sse {
+        respond_sse(inc.clone(), session.clone(), requests, headers).await
+    } else {
+        respond_json(inc.clone(), session.clone(), requests, headers, batch).await
+    };
+    inc.with_session_headers(resp, &session)
+}
+
+async fn initialize(inc: &Incarnation, id: Value, req: &Value) -> Response {
+    let params = req.get("params").cloned().unwrap_or(Value::Null);
+    let Some(requested) = params.get("protocolVersion").and_then(Value::as_str) else {
+        let body = json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": code::INVALID_PARAMS, "message": "initialize: params.protocolVersion is required"}});
+        return json_response(StatusCode::BAD_REQUEST, &body);
+    };
+    let version = if context::is_supported(requested) {
+        requested
+    } else {
+        context::LATEST_VERSION
+    };
+    let client_caps = match params.get("capabilities") {
+        Some(c @ Value::Object(_)) => c.clone(),
+        _ => context::empty_object(),
+    };
+    let server_caps = context::server_capabilities(inc.settings().extension);
+    let session_id = uuid::Uuid::new_v4().simple().to_string();
+    let rec = SessionRecord {
+        id: session_id.clone(),
+        capability_hash: context::capability_hash(version, &client_caps, &server_caps),
+        protocol_version: version.to_owned(),
+        client_capabilities: client_caps,
+        server_capabilities: server_caps.clone(),
+        created_by: inc.env.index,
+        default_context: false,
+    };
+    if let Err(e) = inc.sessions().put_session(rec.clone()).await {
+        return store_failure(e);
+    }
+    inc.env
+        .oracle
+        .initialized(&session_id, &rec.capability_hash);
+    let result = json!({
+        "protocolVersion": version,
+        "capabilities": server_caps,
+        "serverInfo": { "name": "mcp-resume-mock", "version": env!("CARGO_PKG_VERSION") },
+        "instructions": format!("mock MCP instance {}", inc.env.index),
+    });
+    let body = json!({ "jsonrpc": "2.0", "id": id, "result": result });
+    let mut resp = json_response(StatusCode::OK, &body);
+    if let Ok(v) = HeaderValue::from_str(&session_id) {
+        resp.headers_mut().insert(h::SESSION_ID, v);
+    }
+    inc.with_session_headers(resp, &rec)
+}
+
+async fn notification(inc: &Incarnation, session: &SessionRecord, method: &str, value: &Value) {
+    if method == "notifications/cancelled" {
+        let Some(rid) = value.pointer("/params/requestId") else {
+            return;
+        };
+        let call = lock(&inc.running).remove(&(session.id.clone(), rid.to_string()));
+        if let Some(call) = call {
+            call.abort.abort();
+            // The aborted task cannot finish its bookkeeping: close the stream for it so
+            // readers of the log do not wait for a response that will never come.
+            if let Some((stream, seq)) = call.stream {
+                let _ = inc
+                    .env
+                    .shared
+                    .finish_stream(&stream, seq.load(Ordering::SeqCst))
+                    .await;
+            }
+            let rec = RequestRecord {
+                session: session.id.clone(),
+                stream: None,
+                request_id: rid.clone(),
+                instance: inc.env.index,
+                state: RequestState::Done,
+            };
+            let _ = inc.requests().put_request(rec).await;
+        }
+    }
+    // notifications/initialized, progress and anything else need no action.
+}
+
+/// Writes ids and events of one stream, to the log and to the live connection.
+pub(crate) struct Emitter {
+    inc: Arc<Incarnation>,
+    stream: String,
+    seq: Arc<AtomicU64>,
+    live: Option<mpsc::UnboundedSender<Bytes>>,
+}
+
+impl Emitter {
+    /// Emits one id-carrying event. A dead live connection is not an error: the log keeps
+    /// the event for a resume.
+    pub(crate) async fn emit(
+        &mut self,
+        data: String,
+        kind: EventKind,
+        retry: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
+        let id = self.inc.new_event_id(&self.stream, seq);
+        let frame = sse::event(Some(&id), retry, &data);
+        if !self.inc.log_loses_event() {
+            self.inc
+                .env
+                .shared
+                .append_event(
+                    &self.stream,
+                    StoredEvent {
+                        seq,
+                        id,
+                        data,
+                        kind,
+                    },
+                )
+                .await?;
+        }
+        if let Some(tx) = &self.live {
+            let _ = tx.send(frame);
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn notify(&mut self, notification: Value) {
+        let _ = self
+            .emit(notification.to_string(), EventKind::Notification, None)
+            .await;
+    }
+}
+
+async fn respond_sse(
+    inc: Arc<Incarnation>,
+    session: SessionRecord,
+    requests: Vec<(Value, String, Value)>,
+    headers: HeaderMap,
+) -> Response {
+    let stream_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+    let record = StreamRecord {
+        id: stream_id.clone(),
+        session: session.id.clone(),
+        owner: inc.env.index,
+        kind: StreamKind::Post,
+        capability_hash: session.capability_hash.clone(),
+        protocol_version: session.protocol_version.clone(),
+        request_ids: requests.iter().map(|(id, _, _)| id.clone()).collect(),
+        finished: false,
+        head: 0,
+    };
+    if let Err(e) = inc.env.shared.create_stream(record).await {
+        return store_failure(e);
+    }
+    for (id, _, _) in &requests {
+        let rec = RequestRecord {
+            session: session.id.clone(),
+            stream: Some(stream_id.clone()),
+            request_id: id.clone(),
+            instance: inc.env.index,
+            state: RequestState::Running,
+        };
+        if let Err(e) = inc.requests().put_request(rec).await {
+            return store_failure(e);
+        }
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let seq = Arc::new(AtomicU64::new(0));
+    let mut emitter = Emitter {
+        inc: inc.clone(),
+        stream: stream_id.clone(),
+        seq: seq.clone(),
+        live: Some(tx),
+    };
+    if context::sends_priming(&session.protocol_version) {
+        if let Err(e) = emitter
+            .emit(String::new(), EventKind::Priming, inc.settings().retry_ms)
+            .await
+        {
+            return store_failure(e);
+        }
+    }
+    let task_inc = inc.clone();
+    let task_session = session.clone();
+    let ids: Vec<Value> = requests.iter().map(|(id, _, _)| id.clone()).collect();
+    let abort = inc.spawn_task(async move {
+        let inc = task_inc;
+        for (id, method, value) in requests {
+            let response = handle_request(
+                &inc,
+                &task_session,
+                &id,
+                &method,
+                &value,
+                &headers,
+                Some(&mut emitter),
+            )
+            .await;
+            let _ = emitter
+                .emit(
+                    response.to_string(),
+                    EventKind::Response {
+                        request_id: id.clone(),
+                    },
+                    None,
+                )
+                .await;
+            let rec = RequestRecord {
+                session: task_session.id.clone(),
+                stream: Some(emitter.stream.clone()),
+                request_id: id.clone(),
+                instance: inc.env.index,
+                state: RequestState::Done,
+            };
+            let _ = inc.requests().put_request(rec).await;
+            lock(&inc.running).remove(&(task_session.id.clone(), id.to_string()));
+        }
+        let head = emitter.seq.load(Ordering::SeqCst);
+        let _ = inc.env.shared.finish_stream(&emitter.stream, head).await;
+    });
+    {
+        let mut running = lock(&inc.running);
+        for id in ids {
+            running.insert(
+                (session.id.clone(), id.to_string()),
+                RunningCall {
+                    abort: abort.clone(),
+                    stream: Some((stream_id.clone(), seq.clone())),
+                },
+            );
+        }
+    }
+    sse_response(rx)
+}
+
+async fn respond_json(
+    inc: Arc<Incarnation>,
+    session: SessionRecord,
+    requests: Vec<(Value, String, Value)>,
+    headers: HeaderMap,
+    batch: bool,
+) -> Response {
+    for (id, _, _) in &requests {
+        let rec = RequestRecord {
+            session: session.id.clone(),
+            stream: None,
+            request_id: id.clone(),
+            instance: inc.env.index,
+            state: RequestState::Running,
+        };
+        if let Err(e) = inc.requests().put_request(rec).await {
+            return store_failure(e);
+        }
+    }
+    // The work runs in its own task: a client that disconnects does not cancel it.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let task_inc = inc.clone();
+    let task_session = session.clone();
+    let abort = inc.spawn_task(async move {
+        let inc = task_inc;
+        let mut out = Vec::with_capacity(requests.len());
+        for (id, method, value) in requests {
+            out.push(
+                handle_request(&inc, &task_session, &id, &method, &value, &headers, None).await,
+            );
+            let rec = RequestRecord {
+                session: task_session.id.clone(),
+                stream: None,
+                request_id: id.clone(),
+                instance: inc.env.index,
+                state: RequestState::Done,
+            };
+            let _ = inc.requests().put_request(rec).await;
+            lock(&inc.running).remove(&(task_session.id.clone(), id.to_string()));
+        }
+        let _ = tx.send(out);
+    });
+    let _ = abort;
+    match rx.await {
+        Ok(mut out) if !batch && out.len() == 1 => json_response(StatusCode::OK, &out.remove(0)),
+        Ok(out) => json_response(StatusCode::OK, &Value::Array(out)),
+        // The task was aborted (cancelled): nothing to answer.
+        Err(_) => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+fn rpc_result(id: &Value, result: Value) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+}
+
+fn rpc_err(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut error = json!({ "code": code, "message": message });
+    if let Some(d) = data {
+        error["data"] = d;
+    }
+    json!({ "jsonrpc": "2.0", "id": id, "error": error })
+}
+
+async fn handle_request(
+    inc: &Arc<Incarnation>,
+    session: &SessionRecord,
+    id: &Value,
+    method: &str,
+    value: &Value,
+    headers: &HeaderMap,
+    emitter: Option<&mut Emitter>,
+) -> Value {
+    match method {
+        "ping" => rpc_result(id, json!({})),
+        "tools/list" => rpc_result(id, json!({ "tools": tools::list() })),
+        "tools/call" => tools_call(inc, session, id, value, headers, emitter).await,
+        "initialize" => rpc_err(
+            id,
+            code::INVALID_REQUEST,
+            "initialize is not allowed here",
+            None,
+        ),
+        other => rpc_err(
+            id,
+            code::METHOD_NOT_FOUND,
+            &format!("Method not found: {other}"),
+            None,
+        ),
+    }
+}
+
+/// Releases a claimed idempotency key if the call never finished (cancel, abort).
+struct KeyClaim {
+    store: Arc<dyn Store>,
+    key: Option<String>,
+}
+
+impl Drop for KeyClaim {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            let store = self.store.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move {
+                    let _ = store.idempotency_abandon(&key).await;
+                });
+            }
+        }
+    }
+}
+
+async fn tools_call(
+    inc: &Arc<Incarnation>,
+    session: &SessionRecord,
+    id: &Value,
+    value: &Value,
+    headers: &HeaderMap,
+    emitter: Option<&mut Emitter>,
+) -> Value {
+    let params = value.get("params").cloned().unwrap_or(Value::Null);
+    let Some(name) = params.get("name").and_then(Value::as_str) else {
+        return rpc_err(
+            id,
+            code::INVALID_PARAMS,
+            "tools/call: params.name is required",
+            None,
+        );
+    };
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => context::empty_object(),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => {
+            return rpc_err(
+                id,
+                code::INVALID_PARAMS,
+                "tools/call: arguments must be an object",
+                None,
+            )
+        }
+    };
+    let meta_obj = params.get("_meta");
+    let tag = meta_obj
+        .and_then(|m| m.get(meta::TAG))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let progress_token = meta_obj.and_then(|m| m.get("progressToken")).cloned();
+    let call = match tools::parse(name, &args) {
+        Ok(c) => c,
+        Err(e) => return rpc_err(id, code::INVALID_PARAMS, &e, None),
+    };
+    let key = if inc.settings().extension {
+        meta_obj
+            .and_then(|m| m.get(meta::IDEMPOTENCY_KEY))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| {
+                headers
+                    .get(h::IDEMPOTENCY_KEY)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            })
+            .filter(|k| !k.is_empty() && k.len() <= 256)
+    } else {
+        None
+    };
+    let mut claim = KeyClaim {
+        store: inc.env.shared.clone(),
+        key: None,
+    };
+    if let Some(key) = &key {
+        let fp = context::call_fingerprint(name, &args);
+        match inc
+            .env
+            .shared
+            .idempotency_begin(key, &fp, inc.env.index)
+            .await
+        {
+            Ok(crate::store::IdempotencyBegin::Started) => claim.key = Some(key.clone()),
+            Ok(crate::store::IdempotencyBegin::Running) => {
+                return rpc_err(
+                    id,
+                    code::SERVER,
+                    "A call with this idempotency key is still running",
+                    Some(json!({ "code": "IDEMPOTENCY_KEY_IN_USE" })),
+                )
+            }
+            Ok(crate::store::IdempotencyBegin::Mismatch) => {
+                return rpc_err(
+                    id,
+                    code::INVALID_PARAMS,
+                    "This idempotency key was used for a different call",
+                    Some(json!({ "code": "IDEMPOTENCY_KEY_REUSED" })),
+                )
+            }
+            Ok(crate::store::IdempotencyBegin::Done(outcome)) => {
+                inc.env.oracle.idempotent_replay();
+                let mut resp = outcome.response;
+                resp["jsonrpc"] = json!("2.0");
+                resp["id"] = id.clone();
+                return resp;
+            }
+            Err(e) => return rpc_err(id, code::INTERNAL, &e.to_string(), None),
+        }
+    }
+    let ctx = tools::ToolCtx {
+        inc: inc.clone(),
+        session,
+        tag,
+        progress_token,
+        emitter,
+    };
+    let outcome = tools::run(call, ctx).await;
+    let mut response = match outcome {
+        Ok(mut result) => {
+            if key.is_some() {
+                result["_meta"][meta::CAPABILITY_HASH] = json!(session.capability_hash);
+            }
+            json!({ "result": result })
+        }
+        Err(err) => json!({ "error": err }),
+    };
+    if let Some(key) = claim.key.take() {
+        let stored = crate::store::StoredOutcome {
+            response: response.clone(),
+            capability_hash: session.capability_hash.clone(),
+        };
+        let _ = inc.env.shared.idempotency_finish(&key, stored).await;
+    }
+    response["jsonrpc"] = json!("2.0");
+    response["id"] = id.clone();
+    response
+}
+
+// ---------------------------------------------------------------------------------------
+// GET
+
+async fn handle_get(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
+    inc.env.oracle.request(inc.env.index);
+    let headers = req.headers().clone();
+    if let Err(r) = inc.check_origin(&headers) {
+        return r;
+    }
+    if !accepts(&headers, "text/event-stream") {
+        return rpc_error(
+            StatusCode::NOT_ACCEPTABLE,
+            code::INVALID_REQUEST,
+            "Not Acceptable: Accept must include text/event-stream",
+            None,
+        );
+    }
+    let sid = match session_header(&headers) {
+        Ok(Some(s)) => s,
+        Ok(None) => return bad_request("Bad Request: Mcp-Session-Id header is required"),
+        Err(r) => return r,
+    };
+    if let Err(r) = check_protocol_header(&headers) {
+        return r;
+    }
+    if let Some(last) = headers.get(h::LAST_EVENT_ID) {
+        return resume(inc.clone(), sid, last.as_bytes().to_vec(), &headers).await;
+    }
+    let session = match inc.resolve_session(&sid, &headers).await {
+        Ok(Some(s)) => s,
+        Ok(None) => return session_not_found(),
+        Err(e) => return store_failure(e),
+    };
+    let stream_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
+    let record = StreamRecord {
+        id: stream_id.clone(),
+        session: session.id.clone(),
+        owner: inc.env.index,
+        kind: StreamKind::Standalone,
+        capability_hash: session.capability_hash.clone(),
+        protocol_version: session.protocol_version.clone(),
+        request_ids: Vec::new(),
+        finished: false,
+        head: 0,
+    };
+    if let Err(e) = inc.env.shared.create_stream(record).await {
+        return store_failure(e);
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut emitter = Emitter {
+        inc: inc.clone(),
+        stream: stream_id,
+        seq: Arc::new(AtomicU64::new(0)),
+        live: Some(tx.clone()),
+    };
+    if context::sends_priming(&session.protocol_version) {
+        if let Err(e) = emitter
+            .emit(String::new(), EventKind::Priming, inc.settings().retry_ms)
+            .await
+        {
+            return store_failure(e);
+        }
+    }
+    // One standalone stream per session and instance: a new one replaces the old (whose
+    // connection a balancer may have silently dropped).
+    lock(&inc.standalone).insert(session.id.clone(), tx);
+    inc.with_session_headers(sse_response(rx), &session)
+}
+
+/// Parses `Last-Event-ID` into (stream, sequence) for sequenced ids, or (stream, raw id).
+fn parse_last_event_id(raw: &[u8]) -> Option<(String, String)> {
+    if raw.is_empty() || raw.len() > MAX_ID_LEN || !raw.iter().all(|b| (0x21..=0x7e).contains(b)) {
+        return None;
+    }
+    let s = std::str::from_utf8(raw).ok()?;
+    let cut = s.rfind(['-', '_'])?;
+    let (stream, _) = s.split_at(cut);
+    if stream.is_empty() || cut + 1 == s.len() {
+        return None;
+    }
+    Some((stream.to_owned(), s.to_owned()))
+}
+
+/// The sequence number `Last-Event-ID` points at, if it names an event we issued.
+async fn cursor_seq(inc: &Incarnation, stream: &str, raw: &str) -> Result<Option<u64>, StoreError> {
+    if inc.settings().extension {
+        let n = raw.rsplit('-').next().and_then(|n| n.parse::<u64>().ok());
+        return Ok(n.filter(|n| *n >= 1));
+    }
+    let events = inc.env.shared.events_after(stream, 0).await?;
+    Ok(events.iter().find(|e| e.id == raw).map(|e| e.seq))
+}
+
+fn reject(inc: &Incarnation, reason: &str) -> Response {
+    if !inc.settings().extension {
+        return session_not_found();
+    }
+    let mut resp = rpc_error(
+        StatusCode::NOT_FOUND,
+        code::SESSION_NOT_FOUND,
+        "Session resume rejected: re-initialize",
+        Some(json!({ "code": "SESSION_RESUME_REJECTED", "reason": reason })),
+    );
+    if let Ok(v) = HeaderValue::from_str(reason) {
+        resp.headers_mut().insert(h::RESUME_REJECTED, v);
+    }
+    resp
+}
+
+async fn resume(inc: Arc<Incarnation>, sid: String, raw: Vec<u8>, headers: &HeaderMap) -> Response {
+    let Some((stream_id, raw_id)) = parse_last_event_id(&raw) else {
+        return bad_request("Bad Request: malformed Last-Event-ID");
+    };
+    let me = inc.env.index;
+    let policy = inc.settings().placement.resume;
+    let stream = match inc.env.shared.get_stream(&stream_id).await {
+        Ok(s) => s,
+        Err(e) => return store_failure(e),
+    };
+    let owner = stream.as_ref().map(|s| s.owner);
+    let mut record = ResumeRecord {
+        session: sid.clone(),
+        stream: stream_id.clone(),
+        instance: me,
+        owner,
+        cross_instance: owner.is_some_and(|o| o != me),
+        honored: false,
+        reason: None,
+    };
+
+    if policy == ResumePolicy::Permissive {
+        // The observed system: whatever the shared log holds is replayed, no questions.
+        let session = match inc.resolve_session(&sid, headers).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return session_not_found(),
+            Err(e) => return store_failure(e),
+        };
+        let after = match cursor_seq(&inc, &stream_id, &raw_id).await {
+            Ok(n) => n.unwrap_or(0),
+            Err(e) => return store_failure(e),
+        };
+        let follow = stream
+            .as_ref()
+            .is_some_and(|s| s.owner == me && !s.finished);
+        record.honored = true;
+        inc.env.oracle.resume(record);
+        let resp = replay(inc.clone(), stream_id, after, follow, false);
+        return inc.with_session_headers(resp, &session);
+    }
+
+    match authorize_resume(&inc, &sid, &stream_id, &raw_id, stream.as_ref()).await {
+        Ok(Ok((session, after))) => {
+            record.honored = true;
+            inc.env.oracle.resume(record);
+            let keep_open = !inc.settings().extension;
+            let resp = replay(inc.clone(), stream_id, after, true, keep_open);
+            inc.with_session_headers(resp, &session)
+        }
+        Ok(Err(reason)) => {
+            // The server cannot vouch for this session any more: forget it everywhere it
+            // can, so every later request gets 404 and the client starts over.
+            let _ = inc.sessions().remove_session(&sid).await;
+            lock(&inc.tombstones).insert(sid.clone());
+            lock(&inc.standalone).remove(&sid);
+            record.reason = Some(reason.to_owned());
+            inc.env.oracle.resume(record);
+            reject(&inc, reason)
+        }
+        Err(e) => store_failure(e),
+    }
+}
+
+/// The seed's `authorize_resume`: ownership, gap-free log, resolvable requests, same
+/// capability hash. Returns the session and the cursor's sequence number, or the reason.
+async fn authorize_resume(
+    inc: &Incarnation,
+    sid: &str,
+    stream_id: &str,
+    raw_id: &str,
+    stream: Option<&StreamRecord>,
+) -> Result<Result<(SessionRecord, u64), &'static str>, StoreError> {
+    let Some(session) = inc.sessions().get_session(sid).await? else {
+        return Ok(Err("unknown_session"));
+    };
+    let Some(stream) = stream.filter(|s| s.session == sid) else {
+        // The cursor names no stream of this session that the log knows: continuity
+        // from it cannot be proven.
+        return Ok(Err("event_gap"));
+    };
+    if inc.settings().placement.resume == ResumePolicy::OwnerOnly && stream.owner != inc.env.index {
+        return Ok(Err("not_owner"));
+    }
+    let Some(after) = cursor_seq(inc, stream_id, raw_id).await? else {
+        return Ok(Err("event_gap"));
+    };
+    let events = inc.env.shared.events_after(stream_id, 0).await?;
+    let issued = if stream.finished {
+        stream.head
+    } else {
+        events.last().map_or(0, |e| e.seq)
+    };
+    if after > issued {
+        return Ok(Err("event_gap"));
+    }
+    let mut expect = after + 1;
+    for e in events.iter().filter(|e| e.seq > after) {
+        if e.seq != expect {
+            return Ok(Err("event_gap"));
+        }
+        expect += 1;
+    }
+    if stream.finished && expect != stream.head + 1 {
+        return Ok(Err("event_gap"));
+    }
+    let answered_before: HashSet<String> = events
+        .iter()
+        .filter(|e| e.seq <= after)
+        .filter_map(|e| match &e.kind {
+            EventKind::Response { request_id } => Some(request_id.to_string()),
+            _ => None,
+        })
+        .collect();
+    for rid in stream
+        .request_ids
+        .iter()
+        .filter(|r| !answered_before.contains(&r.to_string()))
+    {
+        match inc.requests().get_request(sid, rid).await? {
+            Some(r) if r.state != RequestState::Lost => {}
+            _ => return Ok(Err("orphaned_request")),
+        }
+    }
+    if stream.capability_hash != session.capability_hash {
+        return Ok(Err("capability_mismatch"));
+    }
+    Ok(Ok((session, after)))
+}
+
+/// Serves a resumed stream: `retry`, the stored events after the cursor, then (when
+/// `follow`) new events until the stream finishes; then ends, or stays open like stock
+/// servers do when `keep_open`.
+fn replay(
+    inc: Arc<Incarnation>,
+    stream: String,
+    after: u64,
+    follow: bool,
+    keep_open: bool,
+) -> Response {
+    let (tx, rx) = mpsc::unbounded_channel();
+    if let Some(ms) = inc.settings().retry_ms {
+        let _ = tx.send(sse::retry_only(ms));
+    }
+    let store = inc.env.shared.clone();
+    inc.spawn_task(async move {
+        let mut last = after;
+        let mut first = true;
+        loop {
+            let events = if first || !follow {
+                store.events_after(&stream, last).await
+            } else {
+                tokio::select! {
+                    r = store.wait_events(&stream, last, FOLLOW_POLL) => r,
+                    _ = tx.closed() => return,
+                }
+            };
+            first = false;
+            let Ok(events) = events else { return };
+            for e in &events {
+                last = e.seq;
+                if tx.send(sse::event(Some(&e.id), None, &e.data)).is_err() {
+                    return;
+                }
+            }
+            if !follow {
+                break;
+            }
+            match store.get_stream(&stream).await {
+                Ok(Some(s)) if s.finished => {
+                    if events.is_empty() {
+                        break;
+                    }
+                }
+                Ok(Some(_)) => {}
+                _ => break,
+            }
+        }
+        if keep_open {
+            tx.closed().await;
+        }
+    });
+    sse_response(rx)
+}
+
+// ---------------------------------------------------------------------------------------
+// DELETE
+
+async fn handle_delete(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
+    inc.env.oracle.request(inc.env.index);
+    let headers = req.headers();
+    if let Err(r) = inc.check_origin(headers) {
+        return r;
+    }
+    let sid = match session_header(headers) {
+        Ok(Some(s)) => s,
+        Ok(None) => return bad_request("Bad Request: Mcp-Session-Id header is required"),
+        Err(r) => return r,
+    };
+    let existed = match inc.sessions().remove_session(&sid).await {
+        Ok(b) => b,
+        Err(e) => return store_failure(e),
+    };
+    lock(&inc.tombstones).insert(sid.clone());
+    lock(&inc.standalone).remove(&sid);
+    let permissive = inc.settings().placement.resume == ResumePolicy::Permissive;
+    if existed || permissive {
+        StatusCode::OK.into_response()
+    } else {
+        session_not_found()
+    }
+}

@@ -1,0 +1,679 @@
+//! The store behind the instances: events, session records, request records, prepared
+//! records and idempotency results.
+//!
+//! Every method returns a boxed future and owned data, so a networked store (Redis, SQL, a
+//! replicated log) can implement [`Store`] as well as the in-memory [`MemoryStore`]. The
+//! cluster gives each instance two stores: the *shared* one (one for the whole cluster) and a
+//! *local* one that dies with the instance; the preset decides which record kinds go where.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+/// A failure of the store itself (a networked store may lose its connection).
+#[derive(Debug, Clone)]
+pub struct StoreError(pub String);
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "store error: {}", self.0)
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// What every store method returns.
+pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
+/// A session as the instance that holds it knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The `Mcp-Session-Id`.
+    pub id: String,
+    /// Negotiated protocol version.
+    pub protocol_version: String,
+    /// Client capabilities from `initialize` (empty for a default session).
+    pub client_capabilities: Value,
+    /// Server capabilities answered at `initialize`.
+    pub server_capabilities: Value,
+    /// `sha256:<hex>` of the context above.
+    pub capability_hash: String,
+    /// Index of the instance that created the record.
+    pub created_by: usize,
+    /// True when a permissive instance made this record up for a session id it did not know.
+    pub default_context: bool,
+}
+
+/// Which kind of SSE stream a [`StreamRecord`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StreamKind {
+    /// The response stream of a POST; finished once every response on it was written.
+    Post,
+    /// The standalone GET stream of a session.
+    Standalone,
+}
+
+/// Metadata of one SSE stream: who opened it, under which context, for which requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamRecord {
+    /// Stream id, the part of an event id before the separator.
+    pub id: String,
+    /// Session the stream belongs to.
+    pub session: String,
+    /// Instance that served the request that opened the stream.
+    pub owner: usize,
+    /// POST response stream or standalone GET stream.
+    pub kind: StreamKind,
+    /// Capability hash in force on the owner when the stream was opened.
+    pub capability_hash: String,
+    /// Protocol version of the session when the stream was opened.
+    pub protocol_version: String,
+    /// JSON-RPC ids of the requests answered on this stream.
+    pub request_ids: Vec<Value>,
+    /// Set once the last event was issued; `head` is final then.
+    pub finished: bool,
+    /// Highest sequence number issued on the stream, known once `finished`.
+    pub head: u64,
+}
+
+/// What a stored event carries, as far as resume checks care.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum EventKind {
+    /// The priming event: an id and empty data.
+    Priming,
+    /// A notification (progress, log message).
+    Notification,
+    /// A JSON-RPC response to the request with this id.
+    Response {
+        /// The request's JSON-RPC id.
+        request_id: Value,
+    },
+}
+
+/// One SSE event in the log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Position in its stream, from 1, one per id-carrying event.
+    pub seq: u64,
+    /// The `id:` field as sent.
+    pub id: String,
+    /// The `data:` field (empty for the priming event).
+    pub data: String,
+    /// What the event is.
+    pub kind: EventKind,
+}
+
+/// Life of a request record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RequestState {
+    /// The instance is still working on it.
+    Running,
+    /// Its response was written.
+    Done,
+    /// The instance working on it died: it will never be answered.
+    Lost,
+}
+
+/// A request an instance accepted, so that responses replayed later can be resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Session of the request.
+    pub session: String,
+    /// The stream its response goes to, if any (JSON responses have none).
+    pub stream: Option<String>,
+    /// Its JSON-RPC id.
+    pub request_id: Value,
+    /// Instance that executes it.
+    pub instance: usize,
+    /// Where it stands.
+    pub state: RequestState,
+}
+
+/// The record `prepare` creates and `commit` depends on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreparedRecord {
+    /// Record id returned by `prepare`.
+    pub id: String,
+    /// Session that prepared it.
+    pub session: String,
+    /// The prepared item.
+    pub item: Value,
+    /// Instance that prepared it.
+    pub instance: usize,
+}
+
+/// A finished call remembered under its idempotency key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredOutcome {
+    /// `{"result": ...}` or `{"error": ...}`: the JSON-RPC response minus `jsonrpc` and `id`.
+    pub response: Value,
+    /// Capability hash in force when it was produced.
+    pub capability_hash: String,
+}
+
+/// Answer of [`Store::idempotency_begin`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyBegin {
+    /// The key was free: the caller now owns it and must finish or abandon it.
+    Started,
+    /// The same key is being executed right now.
+    Running,
+    /// The key was used for a different call (other tool or arguments).
+    Mismatch,
+    /// The call already ran: here is what it produced.
+    Done(StoredOutcome),
+}
+
+/// Everything an instance stores. See the module docs.
+pub trait Store: Send + Sync + 'static {
+    /// Creates or replaces a session record.
+    fn put_session(&self, record: SessionRecord) -> StoreFuture<'_, ()>;
+    /// Looks a session up.
+    fn get_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>>;
+    /// Forgets a session; true when it existed.
+    fn remove_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool>;
+
+    /// Registers a new stream.
+    fn create_stream(&self, record: StreamRecord) -> StoreFuture<'_, ()>;
+    /// Looks a stream up.
+    fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>>;
+    /// Appends an event to a stream's log and wakes readers waiting on it.
+    fn append_event<'a>(&'a self, stream: &'a str, event: StoredEvent) -> StoreFuture<'a, ()>;
+    /// Marks a stream finished with `head` its last issued sequence number.
+    fn finish_stream<'a>(&'a self, stream: &'a str, head: u64) -> StoreFuture<'a, ()>;
+    /// The stored events of a stream with `seq > after`, in order.
+    fn events_after<'a>(&'a self, stream: &'a str, after: u64)
+        -> StoreFuture<'a, Vec<StoredEvent>>;
+    /// Like [`Store::events_after`] but waits up to `timeout` for at least one such event,
+    /// returning early (possibly empty) once the stream is finished.
+    fn wait_events<'a>(
+        &'a self,
+        stream: &'a str,
+        after: u64,
+        timeout: Duration,
+    ) -> StoreFuture<'a, Vec<StoredEvent>>;
+
+    /// Creates or replaces a request record.
+    fn put_request(&self, record: RequestRecord) -> StoreFuture<'_, ()>;
+    /// Looks a request record up by session and JSON-RPC id.
+    fn get_request<'a>(
+        &'a self,
+        session: &'a str,
+        request_id: &'a Value,
+    ) -> StoreFuture<'a, Option<RequestRecord>>;
+
+    /// Stores a prepared record.
+    fn put_prepared(&self, record: PreparedRecord) -> StoreFuture<'_, ()>;
+    /// Looks a prepared record up.
+    fn get_prepared<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PreparedRecord>>;
+
+    /// Claims an idempotency key for a call with this fingerprint on behalf of `instance`.
+    fn idempotency_begin<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        instance: usize,
+    ) -> StoreFuture<'a, IdempotencyBegin>;
+    /// Records the outcome of a claimed key.
+    fn idempotency_finish<'a>(
+        &'a self,
+        key: &'a str,
+        outcome: StoredOutcome,
+    ) -> StoreFuture<'a, ()>;
+    /// Releases a claimed key without an outcome (the call was cancelled).
+    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
+
+    /// Adds one to a named counter and returns the new value.
+    fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64>;
+
+    /// The instance died: its running requests become [`RequestState::Lost`] and the
+    /// idempotency keys it held are released (a lease expiring, in a networked store).
+    fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()>;
+}
+
+/// Caps that keep a long-running in-memory store bounded.
+const MAX_STREAMS: usize = 50_000;
+const MAX_EVENTS_PER_STREAM: usize = 10_000;
+const MAX_REQUESTS: usize = 100_000;
+const MAX_PREPARED: usize = 100_000;
+const MAX_SESSIONS: usize = 100_000;
+const MAX_KEYS: usize = 100_000;
+
+#[derive(Debug)]
+struct StreamLog {
+    record: StreamRecord,
+    events: VecDeque<StoredEvent>,
+}
+
+#[derive(Debug)]
+enum KeyState {
+    Running {
+        fingerprint: String,
+        instance: usize,
+    },
+    Done {
+        fingerprint: String,
+        outcome: StoredOutcome,
+    },
+}
+
+/// A map that forgets its oldest entries beyond a capacity.
+#[derive(Debug)]
+struct Bounded<K, V> {
+    map: HashMap<K, V>,
+    order: VecDeque<K>,
+    cap: usize,
+}
+
+impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
+    fn new(cap: usize) -> Self {
+        Self {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            cap,
+        }
+    }
+
+    fn insert(&mut self, k: K, v: V) {
+        if self.map.insert(k.clone(), v).is_none() {
+            self.order.push_back(k);
+            while self.map.len() > self.cap {
+                match self.order.pop_front() {
+                    Some(old) => {
+                        self.map.remove(&old);
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, k: &K) -> Option<V> {
+        // The order queue keeps the stale key; it is skipped harmlessly on eviction.
+        self.map.remove(k)
+    }
+}
+
+#[derive(Debug)]
+struct MemoryState {
+    sessions: Bounded<String, SessionRecord>,
+    streams: Bounded<String, StreamLog>,
+    requests: Bounded<(String, String), RequestRecord>,
+    prepared: Bounded<String, PreparedRecord>,
+    keys: Bounded<String, KeyState>,
+    counters: HashMap<String, u64>,
+}
+
+#[derive(Debug)]
+struct MemoryInner {
+    state: Mutex<MemoryState>,
+    appended: Notify,
+}
+
+/// The in-memory [`Store`]: one mutex, bounded maps (oldest entries are forgotten first).
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<MemoryInner>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn request_key(session: &str, id: &Value) -> (String, String) {
+    (session.to_owned(), id.to_string())
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(MemoryInner {
+                state: Mutex::new(MemoryState {
+                    sessions: Bounded::new(MAX_SESSIONS),
+                    streams: Bounded::new(MAX_STREAMS),
+                    requests: Bounded::new(MAX_REQUESTS),
+                    prepared: Bounded::new(MAX_PREPARED),
+                    keys: Bounded::new(MAX_KEYS),
+                    counters: HashMap::new(),
+                }),
+                appended: Notify::new(),
+            }),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut MemoryState) -> T) -> T {
+        // A panic while holding the lock cannot leave a half-written record behind that
+        // matters to a mock, so a poisoned lock is simply reused.
+        let mut guard = self.inner.state.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut guard)
+    }
+
+    fn ready<'a, T: Send + 'a>(v: T) -> StoreFuture<'a, T> {
+        Box::pin(futures::future::ready(Ok(v)))
+    }
+
+    fn collect_after(&self, stream: &str, after: u64) -> (Vec<StoredEvent>, bool) {
+        self.with(|s| match s.streams.map.get(stream) {
+            Some(log) => (
+                log.events
+                    .iter()
+                    .filter(|e| e.seq > after)
+                    .cloned()
+                    .collect(),
+                log.record.finished,
+            ),
+            None => (Vec::new(), true),
+        })
+    }
+}
+
+impl Store for MemoryStore {
+    fn put_session(&self, record: SessionRecord) -> StoreFuture<'_, ()> {
+        self.with(|s| s.sessions.insert(record.id.clone(), record));
+        Self::ready(())
+    }
+
+    fn get_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
+        Self::ready(self.with(|s| s.sessions.map.get(id).cloned()))
+    }
+
+    fn remove_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        Self::ready(self.with(|s| s.sessions.remove(&id.to_owned()).is_some()))
+    }
+
+    fn create_stream(&self, record: StreamRecord) -> StoreFuture<'_, ()> {
+        self.with(|s| {
+            s.streams.insert(
+                record.id.clone(),
+                StreamLog {
+                    record,
+                    events: VecDeque::new(),
+                },
+            )
+        });
+        Self::ready(())
+    }
+
+    fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>> {
+        Self::ready(self.with(|s| s.streams.map.get(id).map(|l| l.record.clone())))
+    }
+
+    fn append_event<'a>(&'a self, stream: &'a str, event: StoredEvent) -> StoreFuture<'a, ()> {
+        self.with(|s| {
+            if let Some(log) = s.streams.map.get_mut(stream) {
+                log.events.push_back(event);
+                if log.events.len() > MAX_EVENTS_PER_STREAM {
+                    log.events.pop_front();
+                }
+            }
+        });
+        self.inner.appended.notify_waiters();
+        Self::ready(())
+    }
+
+    fn finish_stream<'a>(&'a self, stream: &'a str, head: u64) -> StoreFuture<'a, ()> {
+        self.with(|s| {
+            if let Some(log) = s.streams.map.get_mut(stream) {
+                log.record.finished = true;
+                log.record.head = head;
+            }
+        });
+        self.inner.appended.notify_waiters();
+        Self::ready(())
+    }
+
+    fn events_after<'a>(
+        &'a self,
+        stream: &'a str,
+        after: u64,
+    ) -> StoreFuture<'a, Vec<StoredEvent>> {
+        Self::ready(self.collect_after(stream, after).0)
+    }
+
+    fn wait_events<'a>(
+        &'a self,
+        stream: &'a str,
+        after: u64,
+        timeout: Duration,
+    ) -> StoreFuture<'a, Vec<StoredEvent>> {
+        Box::pin(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                // Register before checking so an append between the check and the wait
+                // is not missed.
+                let notified = self.inner.appended.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let (events, finished) = self.collect_after(stream, after);
+                if !events.is_empty() || finished {
+                    return Ok(events);
+                }
+                if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                    return Ok(Vec::new());
+                }
+            }
+        })
+    }
+
+    fn put_request(&self, record: RequestRecord) -> StoreFuture<'_, ()> {
+        self.with(|s| {
+            s.requests
+                .insert(request_key(&record.session, &record.request_id), record)
+        });
+        Self::ready(())
+    }
+
+    fn get_request<'a>(
+        &'a self,
+        session: &'a str,
+        request_id: &'a Value,
+    ) -> StoreFuture<'a, Option<RequestRecord>> {
+        Self::ready(self.with(|s| {
+            s.requests
+                .map
+                .get(&request_key(session, request_id))
+                .cloned()
+        }))
+    }
+
+    fn put_prepared(&self, record: PreparedRecord) -> StoreFuture<'_, ()> {
+        self.with(|s| s.prepared.insert(record.id.clone(), record));
+        Self::ready(())
+    }
+
+    fn get_prepared<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PreparedRecord>> {
+        Self::ready(self.with(|s| s.prepared.map.get(id).cloned()))
+    }
+
+    fn idempotency_begin<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        instance: usize,
+    ) -> StoreFuture<'a, IdempotencyBegin> {
+        let answer = self.with(|s| match s.keys.map.get(key) {
+            None => {
+                s.keys.insert(
+                    key.to_owned(),
+                    KeyState::Running {
+                        fingerprint: fingerprint.to_owned(),
+                        instance,
+                    },
+                );
+                IdempotencyBegin::Started
+            }
+            Some(KeyState::Running { fingerprint: f, .. })
+            | Some(KeyState::Done { fingerprint: f, .. })
+                if f != fingerprint =>
+            {
+                IdempotencyBegin::Mismatch
+            }
+            Some(KeyState::Running { .. }) => IdempotencyBegin::Running,
+            Some(KeyState::Done { outcome, .. }) => IdempotencyBegin::Done(outcome.clone()),
+        });
+        Self::ready(answer)
+    }
+
+    fn idempotency_finish<'a>(
+        &'a self,
+        key: &'a str,
+        outcome: StoredOutcome,
+    ) -> StoreFuture<'a, ()> {
+        self.with(|s| {
+            if let Some(state) = s.keys.map.get_mut(key) {
+                let fingerprint = match state {
+                    KeyState::Running { fingerprint, .. } | KeyState::Done { fingerprint, .. } => {
+                        std::mem::take(fingerprint)
+                    }
+                };
+                *state = KeyState::Done {
+                    fingerprint,
+                    outcome,
+                };
+            }
+        });
+        Self::ready(())
+    }
+
+    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        self.with(|s| {
+            if matches!(s.keys.map.get(key), Some(KeyState::Running { .. })) {
+                s.keys.remove(&key.to_owned());
+            }
+        });
+        Self::ready(())
+    }
+
+    fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64> {
+        Self::ready(self.with(|s| {
+            let c = s.counters.entry(name.to_owned()).or_insert(0);
+            *c += 1;
+            *c
+        }))
+    }
+
+    fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()> {
+        self.with(|s| {
+            for r in s.requests.map.values_mut() {
+                if r.instance == instance && r.state == RequestState::Running {
+                    r.state = RequestState::Lost;
+                }
+            }
+            let held: Vec<String> = s
+                .keys
+                .map
+                .iter()
+                .filter(
+                    |(_, v)| matches!(v, KeyState::Running { instance: i, .. } if *i == instance),
+                )
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in held {
+                s.keys.remove(&k);
+            }
+        });
+        self.inner.appended.notify_waiters();
+        Self::ready(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn stream(id: &str) -> StreamRecord {
+        StreamRecord {
+            id: id.into(),
+            session: "s".into(),
+            owner: 0,
+            kind: StreamKind::Post,
+            capability_hash: "h".into(),
+            protocol_version: "2025-11-25".into(),
+            request_ids: vec![json!(1)],
+            finished: false,
+            head: 0,
+        }
+    }
+
+    fn ev(seq: u64) -> StoredEvent {
+        StoredEvent {
+            seq,
+            id: format!("a-{seq}"),
+            data: String::new(),
+            kind: EventKind::Priming,
+        }
+    }
+
+    #[tokio::test]
+    async fn wait_events_wakes_on_append_and_finish() {
+        let store = MemoryStore::new();
+        store.create_stream(stream("a")).await.unwrap();
+        let s2 = store.clone();
+        let waiter = tokio::spawn(async move {
+            s2.wait_events("a", 0, Duration::from_secs(10))
+                .await
+                .unwrap()
+        });
+        tokio::task::yield_now().await;
+        store.append_event("a", ev(1)).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, vec![ev(1)]);
+        store.finish_stream("a", 1).await.unwrap();
+        let got = store
+            .wait_events("a", 1, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(got.is_empty());
+    }
+
+    #[tokio::test]
+    async fn idempotency_semantics() {
+        let store = MemoryStore::new();
+        assert_eq!(
+            store.idempotency_begin("k", "f", 0).await.unwrap(),
+            IdempotencyBegin::Started
+        );
+        assert_eq!(
+            store.idempotency_begin("k", "f", 1).await.unwrap(),
+            IdempotencyBegin::Running
+        );
+        assert_eq!(
+            store.idempotency_begin("k", "g", 1).await.unwrap(),
+            IdempotencyBegin::Mismatch
+        );
+        let outcome = StoredOutcome {
+            response: json!({"result": {}}),
+            capability_hash: "h".into(),
+        };
+        store
+            .idempotency_finish("k", outcome.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.idempotency_begin("k", "f", 2).await.unwrap(),
+            IdempotencyBegin::Done(outcome)
+        );
+        assert_eq!(
+            store.idempotency_begin("j", "f", 3).await.unwrap(),
+            IdempotencyBegin::Started
+        );
+        store.release_instance(3).await.unwrap();
+        assert_eq!(
+            store.idempotency_begin("j", "f", 0).await.unwrap(),
+            IdempotencyBegin::Started
+        );
+    }
+}
