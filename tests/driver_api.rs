@@ -424,3 +424,57 @@ async fn notifications_sent_before_connect_are_delivered_after_it() {
     assert_eq!(note.params(), json!({"n": 1}));
     assert_eq!(note.header("mcp-session-id"), Some(SESSION_ID));
 }
+
+#[tokio::test]
+async fn a_failed_first_connect_can_be_retried() {
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = attempts.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("initialize") && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return status(503);
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(client.connect()).await.unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::Timeout, "{err}");
+    // A call after the failure starts a new initialize by itself.
+    let r = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "again"}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "again");
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        guarded(client.connect()).await.unwrap().server_name,
+        "driver-test"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_server_request_handler_still_answers() {
+    let server = TestServer::start(|req| {
+        if req.method == Method::GET {
+            let ask = json!({"jsonrpc": "2.0", "id": "boom", "method": "roots/list"});
+            return sse_open(sse_event(None, &ask));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server)
+        .on_server_request(|_req| async move {
+            if true {
+                panic!("handler bug");
+            }
+            Ok::<Value, RpcError>(Value::Null)
+        })
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("boom"))
+        .await;
+    assert_eq!(answer.body.unwrap()["error"]["code"], -32603);
+    // The client keeps working.
+    guarded(client.ping()).await.unwrap();
+}

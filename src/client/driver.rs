@@ -8,9 +8,11 @@
 //! however fast a server sends.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::task::AbortHandle;
@@ -121,9 +123,8 @@ impl Driver {
             exchanges: HashMap::new(),
             calls: HashMap::new(),
             tickets: HashMap::new(),
-            initialized: None,
-            connecting: None,
-            connect_waiters: Vec::new(),
+            connected_once: false,
+            connecting: 0,
             lost: false,
             closed: false,
             server_requests_in_flight: 0,
@@ -142,6 +143,7 @@ fn now() -> std::time::Instant {
 }
 
 enum Pending {
+    Connect { reply: Option<Reply> },
     Call { ticket: u64, reply: Reply },
     Close { reply: Option<Reply> },
 }
@@ -164,11 +166,10 @@ struct State {
     exchanges: HashMap<HttpId, AbortHandle>,
     calls: HashMap<CallId, Pending>,
     tickets: HashMap<u64, CallId>,
-    /// The `initialize` result, once connected.
-    initialized: Option<Value>,
-    /// The `initialize` call in progress.
-    connecting: Option<CallId>,
-    connect_waiters: Vec<Reply>,
+    /// A connect succeeded: from then on the session re-initializes by itself.
+    connected_once: bool,
+    /// Connect calls in flight.
+    connecting: usize,
     lost: bool,
     closed: bool,
     server_requests_in_flight: usize,
@@ -232,11 +233,11 @@ impl State {
             Command::Connect { reply } => {
                 if let Some(err) = self.terminal_error() {
                     let _ = reply.send(Err(err));
-                } else if let Some(result) = &self.initialized {
-                    let _ = reply.send(Ok(result.clone()));
                 } else {
-                    self.ensure_connecting(now);
-                    self.connect_waiters.push(reply);
+                    // The session answers from its current state: at once when ready (with the
+                    // current `initialize` result, also after a re-initialization), else
+                    // once (re-)initialization ends.
+                    self.start_connect(Some(reply), now);
                 }
             }
             Command::Call {
@@ -294,14 +295,20 @@ impl State {
     }
 
     fn started(&self) -> bool {
-        self.initialized.is_some() || self.connecting.is_some()
+        self.connected_once || self.connecting > 0
     }
 
     fn ensure_connecting(&mut self, now: std::time::Instant) {
         if !self.started() {
-            tracing::debug!("connecting");
-            self.connecting = Some(self.session.connect(now));
+            self.start_connect(None, now);
         }
+    }
+
+    fn start_connect(&mut self, reply: Option<Reply>, now: std::time::Instant) {
+        tracing::debug!("connect");
+        self.connecting += 1;
+        let call = self.session.connect(now);
+        self.calls.insert(call, Pending::Connect { reply });
     }
 
     fn terminal_error(&self) -> Option<Error> {
@@ -388,11 +395,17 @@ impl State {
                     purpose = ?request.purpose,
                     "http exchange"
                 );
+                let span = tracing::debug_span!(
+                    "http",
+                    id = id.0,
+                    method = ?request.method,
+                    purpose = ?request.purpose
+                );
                 let task = tokio::spawn(
                     self.endpoint
                         .clone()
                         .run(request, self.exchange_tx.clone())
-                        .in_current_span(),
+                        .instrument(span),
                 );
                 if let Some(old) = self.exchanges.insert(id, task.abort_handle()) {
                     old.abort();
@@ -442,7 +455,18 @@ impl State {
                 let answers = self.answer_tx.clone();
                 tokio::spawn(
                     async move {
-                        let result = handler(request).await;
+                        // A panicking handler must still answer, or the server waits forever.
+                        let result = AssertUnwindSafe(handler(request))
+                            .catch_unwind()
+                            .await
+                            .unwrap_or_else(|_| {
+                                tracing::error!("server request handler panicked");
+                                Err(RpcError {
+                                    code: -32603,
+                                    message: "internal error".to_owned(),
+                                    data: None,
+                                })
+                            });
                         let _ = answers.send((id, result));
                     }
                     .in_current_span(),
@@ -463,21 +487,20 @@ impl State {
     }
 
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
-        if self.connecting == Some(call) {
-            self.connecting = None;
-            match &result {
-                Ok(value) => {
-                    tracing::debug!("connected");
-                    self.initialized = Some(value.clone());
-                }
-                Err(err) => tracing::debug!(error = %err, "initialize failed"),
-            }
-            for waiter in self.connect_waiters.drain(..) {
-                let _ = waiter.send(result.clone());
-            }
-            return;
-        }
         match self.calls.remove(&call) {
+            Some(Pending::Connect { reply }) => {
+                self.connecting -= 1;
+                match &result {
+                    Ok(_) => {
+                        tracing::debug!("connected");
+                        self.connected_once = true;
+                    }
+                    Err(err) => tracing::debug!(error = %err, "connect failed"),
+                }
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
             Some(Pending::Call { ticket, reply }) => {
                 self.tickets.remove(&ticket);
                 let _ = reply.send(result);
