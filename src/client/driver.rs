@@ -35,6 +35,8 @@ const EXCHANGE_BUFFER: usize = 64;
 const MAX_SERVER_REQUESTS: usize = 32;
 /// Notifications held while the session is not ready (the session drops them then).
 const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
+/// Smallest step between two timer expiries for the same deadline.
+const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
 /// How long a dropped client waits for its DELETE before the driver stops anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -189,6 +191,7 @@ impl State {
     ) {
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
+        let mut last_fired: Option<Instant> = None;
         loop {
             self.pump();
             if !self.queued_notifications.is_empty() && self.session.is_ready() {
@@ -202,7 +205,14 @@ impl State {
                     break;
                 }
             }
-            let deadline = self.session.poll_timeout().map(Instant::from_std);
+            let mut deadline = self.session.poll_timeout().map(Instant::from_std);
+            if let (Some(next), Some(fired)) = (deadline, last_fired) {
+                if next <= fired {
+                    // The timer already fired for this instant: never spin on a deadline the
+                    // session did not move.
+                    deadline = Some(fired + MIN_TIMER_STEP);
+                }
+            }
             if let Some(deadline) = deadline {
                 timer.as_mut().reset(deadline);
             }
@@ -217,7 +227,11 @@ impl State {
                     self.server_requests_in_flight -= 1;
                     self.session.respond(id, result, now());
                 }
-                () = &mut timer, if deadline.is_some() => self.session.handle_timeout(now()),
+                () = &mut timer, if deadline.is_some() => {
+                    let now = Instant::now();
+                    last_fired = Some(now);
+                    self.session.handle_timeout(now.into_std());
+                }
                 () = tokio::time::sleep_until(shutdown_deadline.unwrap_or_else(Instant::now)),
                     if shutdown_deadline.is_some() => {}
             }

@@ -3,7 +3,8 @@
 //! Both are fan-out (every subscriber sees every item sent after it subscribed) over a bounded
 //! buffer: a subscriber that falls more than [`EVENT_BUFFER`] items behind loses the oldest
 //! ones instead of holding memory for them. The loss is counted ([`EventStream::missed`]) and
-//! logged, never silent.
+//! logged, never silent. Memory held for a lagging subscriber is therefore bounded by
+//! [`EVENT_BUFFER`] items, each bounded by the configured maximum event size.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
