@@ -190,6 +190,8 @@ pub struct Session {
     generation: u64,
     init: Option<Init>,
     ever_connected: bool,
+    /// Terminated because re-initialization kept failing (not closed by the app).
+    lost: bool,
     reinit_failures: u32,
     init_result: Option<Value>,
     connect_waiters: Vec<CallId>,
@@ -218,6 +220,7 @@ impl Session {
             generation: 0,
             init: None,
             ever_connected: false,
+            lost: false,
             reinit_failures: 0,
             init_result: None,
             connect_waiters: Vec::new(),
@@ -268,9 +271,14 @@ impl Session {
     pub fn submit(&mut self, request: CallRequest, now: Instant) -> CallId {
         let id = self.new_call_id();
         if matches!(self.phase, Phase::Closing | Phase::Terminated) {
+            let error = if self.lost {
+                Error::new(ErrorKind::SessionLost, "session lost")
+            } else {
+                Error::new(ErrorKind::Closed, "session closed")
+            };
             self.outputs.push_back(Output::Completed {
                 call: id,
-                result: Err(Error::new(ErrorKind::Closed, "session closed")),
+                result: Err(error),
             });
             return id;
         }
@@ -520,9 +528,9 @@ impl Session {
             Body::Json(buf) => {
                 let buf = std::mem::take(buf);
                 let allow_batch = ex.allow_batch;
-                self.on_payload(http, &buf, allow_batch, now);
+                let decoded = self.on_payload(http, &buf, allow_batch, now);
                 if let Some(ex) = self.exchanges.remove(&http) {
-                    self.json_ended_without_response(ex.kind, now);
+                    self.json_ended_without_response(ex.kind, decoded, now);
                 }
             }
             Body::Sse(decoder) => {
@@ -940,7 +948,7 @@ impl Session {
                     }));
             }
             Some(reason) => {
-                let changed = self.previous.as_ref().is_none_or(|p| {
+                let changed = self.previous.as_ref().map_or(true, |p| {
                     p.protocol_version != ctx.protocol_version
                         || p.server_capabilities != ctx.server_capabilities
                         || p.hash != ctx.hash
@@ -1032,6 +1040,7 @@ impl Session {
         );
         self.init = None;
         self.phase = Phase::Terminated;
+        self.lost = true;
         self.abort_all_exchanges();
         self.listen.state = ListenState::Off;
         self.fail_everything(
@@ -1664,7 +1673,7 @@ impl Session {
             return;
         }
         let allow_batch = self.exchanges.get(&http).is_some_and(|e| e.allow_batch);
-        self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+        let _ = self.on_payload(http, event.data.as_bytes(), allow_batch, now);
     }
 
     /// A protocol violation on a resumed stream (gap, orphan).
@@ -1688,23 +1697,31 @@ impl Session {
         }
     }
 
-    fn on_payload(&mut self, http: HttpId, payload: &[u8], allow_batch: bool, now: Instant) {
+    /// Handles a body or event payload; `false` when it was not JSON-RPC at all.
+    fn on_payload(
+        &mut self,
+        http: HttpId,
+        payload: &[u8],
+        allow_batch: bool,
+        now: Instant,
+    ) -> bool {
         let messages = match jsonrpc::decode(payload, allow_batch) {
             Ok(m) => m,
             Err(e) => {
                 warn!(error = %e, "undecodable message ignored");
-                return;
+                return false;
             }
         };
         for message in messages {
             if !self.exchanges.contains_key(&http) {
-                return;
+                return true;
             }
             match message {
                 Ok(m) => self.on_message(http, m, now),
                 Err(e) => warn!(error = %e, "undecodable message ignored"),
             }
         }
+        true
     }
 
     fn on_message(&mut self, http: HttpId, message: Message, now: Instant) {
@@ -1804,23 +1821,33 @@ impl Session {
     }
 
     /// A JSON body ended: a call whose response was not in it fails.
-    fn json_ended_without_response(&mut self, kind: ExKind, now: Instant) {
+    fn json_ended_without_response(&mut self, kind: ExKind, decoded: bool, now: Instant) {
         match kind {
-            ExKind::Post(c) => {
+            ExKind::Post(c)
                 if self
                     .calls
                     .get(&c)
-                    .is_some_and(|call| matches!(call.state, CallState::Posting(_)))
-                {
-                    if let Some(call) = self.calls.get_mut(&c) {
-                        call.state = CallState::Waiting;
-                    }
+                    .is_some_and(|call| matches!(call.state, CallState::Posting(_))) =>
+            {
+                if let Some(call) = self.calls.get_mut(&c) {
+                    call.state = CallState::Waiting;
+                }
+                if decoded {
                     self.complete(
                         c,
                         Err(Error::new(
                             ErrorKind::Protocol,
                             "JSON body without the response",
                         )),
+                    );
+                } else {
+                    // A cut or garbled body: the call may have run.
+                    self.apply(
+                        c,
+                        Failure::StreamEnded {
+                            event_id_seen: false,
+                        },
+                        now,
                     );
                 }
             }

@@ -145,6 +145,8 @@ pub struct Seen {
     pub accept: Option<String>,
     pub content_type: Option<String>,
     pub body: Option<Value>,
+    /// Answered without being accepted (404/400: the request provably did not run).
+    pub not_accepted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -368,8 +370,29 @@ impl Server {
                 accept: header("accept"),
                 content_type: header("content-type"),
                 body: body.clone(),
+                not_accepted: false,
             });
         }
+        let reply = self.dispatch(req, sid, last_event_id, rpc_method, body, tag, fault);
+        if !refused && matches!(reply.status, 400 | 404) {
+            if let Some(last) = self.seen.last_mut() {
+                last.not_accepted = true;
+            }
+        }
+        reply
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch(
+        &mut self,
+        req: &HttpRequest,
+        sid: Option<String>,
+        last_event_id: Option<String>,
+        rpc_method: Option<String>,
+        body: Option<Value>,
+        tag: Option<String>,
+        fault: Fault,
+    ) -> Reply {
         match req.method {
             HttpMethod::Delete => Reply::status(200),
             HttpMethod::Get => self.get(sid, last_event_id, fault),
