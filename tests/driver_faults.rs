@@ -365,3 +365,40 @@ async fn an_unexpected_status_is_a_protocol_error() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
 }
+
+/// The server's `retry` is a floor for the resume: the driver's timer must not fire early.
+#[tokio::test]
+async fn the_resume_waits_for_the_servers_retry() {
+    let posted = Arc::new(std::sync::Mutex::new(serde_json::Value::Null));
+    let seen = posted.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            *seen.lock().unwrap() = req.rpc_id();
+            return sse_text("id: r-1\nretry: 400\ndata: \n\n");
+        }
+        if req.method == Method::GET && req.header("last-event-id").is_some() {
+            let id = seen.lock().unwrap().clone();
+            let result = json!({"jsonrpc": "2.0", "id": id, "result": {"content": []}});
+            return sse_text(sse_event(Some("r-2"), &result));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server)
+        .open_listen_stream(false)
+        .build()
+        .unwrap();
+    guarded(client.call_tool(ToolCall::new("slow", json!({}))))
+        .await
+        .unwrap();
+    let post = server.wait_for(|r| r.is_rpc("tools/call")).await;
+    let resume = server
+        .wait_for(|r| r.method == Method::GET && r.header("last-event-id").is_some())
+        .await;
+    let waited = resume.at.duration_since(post.at);
+    assert!(
+        waited >= Duration::from_millis(400),
+        "resumed after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "resumed after {waited:?}");
+}

@@ -24,6 +24,8 @@ pub struct Recorded {
     pub method: Method,
     pub headers: HeaderMap,
     pub body: Option<Value>,
+    /// When the request arrived.
+    pub at: std::time::Instant,
 }
 
 impl Recorded {
@@ -116,6 +118,7 @@ impl TestServer {
                         method,
                         headers,
                         body,
+                        at: std::time::Instant::now(),
                     };
                     let response = responder(&recorded);
                     {
