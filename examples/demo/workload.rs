@@ -1,0 +1,484 @@
+//! The agent workload of the demo, shared with the end-to-end tests so that they assert on
+//! exactly what the demo runs.
+//!
+//! One run = one preset × one client kind, on a fresh in-process cluster: `initialize` with a
+//! non-default sampling temperature, a `slow` call whose stream the balancer cuts, then rounds
+//! of `generate`, `prepare`→`commit`, keyed and unkeyed `counter_increment`. Every call carries
+//! a unique caller tag in `_meta`; what the client reported for a tag is joined with what the
+//! cluster's oracle recorded for it.
+
+// Each includer (the demo, several test crates) uses a different part of this module.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use mcp_resume::{Client, ErrorKind, ReconnectPolicy, SessionEvent, ToolCall};
+use mock_server::context::meta;
+use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, Preset};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+/// The sampling temperature negotiated at `initialize` (the mock's default is 1.0).
+pub const TEMPERATURE: f64 = 0.2;
+
+/// Client capabilities every agent negotiates; `generate` reads the temperature.
+pub fn client_capabilities() -> Value {
+    json!({"experimental": {"sampling": {"temperature": TEMPERATURE}}})
+}
+
+/// The two clients compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClientKind {
+    /// Behaves like the stock SDKs: trusts replayed streams and clean ends
+    /// (`dangerous_trust_replay(true)`).
+    StockLike,
+    /// The SDK's default, resume-aware behaviour.
+    ResumeAware,
+}
+
+impl ClientKind {
+    /// Both kinds, in table order.
+    pub const ALL: [ClientKind; 2] = [ClientKind::StockLike, ClientKind::ResumeAware];
+
+    /// Name used in the table and the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientKind::StockLike => "stock-like",
+            ClientKind::ResumeAware => "resume-aware",
+        }
+    }
+}
+
+/// Sizes and timings of a run.
+#[derive(Debug, Clone)]
+pub struct WorkloadConfig {
+    /// Instances behind the balancer.
+    pub instances: usize,
+    /// Rounds of generate, prepare→commit, keyed and unkeyed counter_increment.
+    pub rounds: usize,
+    /// Progress steps of the `slow` call.
+    pub slow_steps: u64,
+    /// Delay between the `slow` call's steps.
+    pub slow_delay_ms: u64,
+    /// The balancer cuts every SSE stream after this many events: the `slow` call's stream
+    /// (priming event + one event per step) is cut, short calls' streams (priming + response)
+    /// are not.
+    pub cut_after_events: u32,
+    /// Deadline of each call.
+    pub call_timeout: Duration,
+    /// Seed of the client's reconnect jitter.
+    pub jitter_seed: u64,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        WorkloadConfig {
+            instances: 3,
+            rounds: 4,
+            slow_steps: 6,
+            slow_delay_ms: 20,
+            cut_after_events: 3,
+            call_timeout: Duration::from_secs(3),
+            jitter_seed: 7,
+        }
+    }
+}
+
+/// The cluster configuration of a run: the preset with the extension on, its own routing
+/// (round-robin except `sticky`), and the cut that hits the `slow` call.
+pub fn cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
+    ClusterConfig {
+        preset,
+        instances: cfg.instances,
+        extension: true,
+        idle_timeout: None,
+        cut_after_events: Some(cfg.cut_after_events),
+        cut_style: CutStyle::Abort,
+        ..ClusterConfig::default()
+    }
+}
+
+/// Builds the client of `kind` for `url`.
+pub fn build_client(kind: ClientKind, url: &str, cfg: &WorkloadConfig) -> Client {
+    Client::builder(url)
+        .client_capabilities(client_capabilities())
+        .call_timeout(cfg.call_timeout)
+        .reconnect(ReconnectPolicy {
+            initial_delay: Duration::from_millis(10),
+            max_delay: Duration::from_millis(200),
+            ..ReconnectPolicy::default()
+        })
+        .jitter_seed(cfg.jitter_seed)
+        .dangerous_trust_replay(kind == ClientKind::StockLike)
+        .build()
+        .expect("the demo's client configuration is valid")
+}
+
+/// What the client reported for one call.
+#[derive(Debug, Clone)]
+pub struct CallRecord {
+    /// The unique caller tag sent in `_meta`.
+    pub tag: String,
+    /// Tool name.
+    pub tool: &'static str,
+    /// Whether the call carried an idempotency key.
+    pub keyed: bool,
+    /// `structuredContent` (or `null`) on success, the error kind otherwise.
+    pub outcome: Result<Value, ErrorKind>,
+    /// Time from the call to its completion.
+    pub elapsed: Duration,
+}
+
+/// Everything a run produced: the client's view, its events, and the oracle's truth.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// Preset of the cluster.
+    pub preset: Preset,
+    /// Client kind.
+    pub client: ClientKind,
+    /// Result of `connect`, as the error kind if it failed.
+    pub connect: Result<(), ErrorKind>,
+    /// Every tool call, in order.
+    pub calls: Vec<CallRecord>,
+    /// Every session event the client reported.
+    pub events: Vec<SessionEvent>,
+    /// What really happened.
+    pub oracle: OracleReport,
+    /// Wall time of the run (cluster start to shutdown).
+    pub seconds: f64,
+}
+
+/// Unique tag of the `n`-th call of a run.
+fn tag(preset: Preset, kind: ClientKind, n: usize, tool: &str) -> String {
+    format!("{}/{}/{n:03}-{tool}", preset.as_str(), kind.as_str())
+}
+
+struct Agent<'a> {
+    client: &'a Client,
+    preset: Preset,
+    kind: ClientKind,
+    calls: Vec<CallRecord>,
+}
+
+impl Agent<'_> {
+    async fn call(&mut self, tool: &'static str, args: Value, keyed: bool) -> Option<Value> {
+        let tag = tag(self.preset, self.kind, self.calls.len(), tool);
+        let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
+        if keyed {
+            call = call.random_idempotency_key();
+        }
+        if tool == "slow" {
+            call = call.progress_token(tag.clone());
+        }
+        let started = Instant::now();
+        let outcome = self
+            .client
+            .call_tool(call)
+            .await
+            .map(|r| r.structured_content.unwrap_or(Value::Null))
+            .map_err(|e| e.kind());
+        self.calls.push(CallRecord {
+            tag,
+            tool,
+            keyed,
+            outcome: outcome.clone(),
+            elapsed: started.elapsed(),
+        });
+        outcome.ok()
+    }
+}
+
+/// Runs the workload for one preset and one client kind on a fresh cluster.
+pub async fn run_one(preset: Preset, kind: ClientKind, cfg: &WorkloadConfig) -> RunReport {
+    let started = Instant::now();
+    let cluster = Cluster::start(cluster_config(preset, cfg))
+        .await
+        .expect("the cluster starts on 127.0.0.1");
+    let client = build_client(kind, &cluster.url(), cfg);
+    let mut events = client.events();
+    let collector = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(event) = events.next().await {
+            seen.push(event);
+        }
+        seen
+    });
+
+    let connect = client.connect().await.map(drop).map_err(|e| e.kind());
+    let mut agent = Agent {
+        client: &client,
+        preset,
+        kind,
+        calls: Vec::new(),
+    };
+    if connect.is_ok() {
+        agent
+            .call(
+                "slow",
+                json!({"steps": cfg.slow_steps, "delay_ms": cfg.slow_delay_ms}),
+                true,
+            )
+            .await;
+        for round in 0..cfg.rounds {
+            agent
+                .call(
+                    "generate",
+                    json!({"prompt": format!("summary {round}")}),
+                    false,
+                )
+                .await;
+            let prepared = agent
+                .call("prepare", json!({"item": format!("order-{round}")}), true)
+                .await;
+            let record = prepared
+                .as_ref()
+                .and_then(|v| v.get("record"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if let Some(record) = record {
+                agent.call("commit", json!({"record": record}), true).await;
+            }
+            agent.call("counter_increment", json!({}), true).await;
+            agent.call("counter_increment", json!({}), false).await;
+        }
+    }
+    let calls = std::mem::take(&mut agent.calls);
+    let _ = tokio::time::timeout(Duration::from_secs(5), client.close()).await;
+    drop(client);
+    // The last handle is gone: the driver stops and the event stream ends.
+    let events = tokio::time::timeout(Duration::from_secs(10), collector)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    // Calls cut off from their client may still be running; their executions count too.
+    cluster.wait_idle(Duration::from_secs(5)).await;
+    let oracle = cluster.oracle();
+    cluster.shutdown().await;
+    RunReport {
+        preset,
+        client: kind,
+        connect,
+        calls,
+        events,
+        oracle,
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Runs every preset for both clients, one after the other (wall times stay comparable).
+pub async fn run_all(cfg: &WorkloadConfig) -> Vec<RunReport> {
+    let mut reports = Vec::new();
+    for preset in Preset::ALL {
+        for kind in ClientKind::ALL {
+            reports.push(run_one(preset, kind, cfg).await);
+        }
+    }
+    reports
+}
+
+/// One line of the table / one element of the JSON `rows`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    /// Preset name.
+    pub preset: String,
+    /// Client kind name.
+    pub client: String,
+    /// Tool calls made.
+    pub calls: u64,
+    /// Calls that ended in success.
+    pub ok: u64,
+    /// Calls the client reported as success while the oracle recorded, for their tag, an
+    /// execution under the wrong capabilities, against an unknown record, or a duplicate
+    /// side effect.
+    pub silent_wrong: u64,
+    /// Oracle: executions of this run's calls under the wrong capabilities.
+    pub wrong_capability: u64,
+    /// Oracle: dependent calls executed against unknown records.
+    pub unknown_record: u64,
+    /// Oracle: side effects executed more than once for one tag.
+    pub duplicate_side_effects: u64,
+    /// Oracle: duplicate side effects of keyed calls.
+    pub duplicate_keyed: u64,
+    /// Oracle: `initialize` requests beyond the first.
+    pub reinitializations: u64,
+    /// Client: `Reinitialized` events it reported.
+    pub reinitialized_events: u64,
+    /// Client: calls re-sent (`Redispatched` events).
+    pub resent: u64,
+    /// Client: calls that ended with `OutcomeUnknown`.
+    pub outcome_unknown: u64,
+    /// Client: calls that ended with an error, by error kind.
+    pub errors: BTreeMap<String, u64>,
+    /// Oracle: resumes honored by another instance than the stream's owner.
+    pub cross_instance_resumes: u64,
+    /// Oracle: resumes rejected, all reasons.
+    pub rejected_resumes: u64,
+    /// Wall time of the run.
+    pub seconds: f64,
+}
+
+/// Joins the client's view of each call with the oracle's records for its tag.
+pub fn row(report: &RunReport) -> Row {
+    let oracle = &report.oracle;
+    let mut row = Row {
+        preset: report.preset.as_str().to_owned(),
+        client: report.client.as_str().to_owned(),
+        calls: report.calls.len() as u64,
+        ok: 0,
+        silent_wrong: 0,
+        wrong_capability: 0,
+        unknown_record: 0,
+        duplicate_side_effects: 0,
+        duplicate_keyed: 0,
+        reinitializations: oracle.totals.initializes.saturating_sub(1),
+        reinitialized_events: 0,
+        resent: 0,
+        outcome_unknown: 0,
+        errors: BTreeMap::new(),
+        cross_instance_resumes: oracle.totals.cross_instance_resumes,
+        rejected_resumes: oracle.totals.rejections.values().sum(),
+        seconds: (report.seconds * 100.0).round() / 100.0,
+    };
+    if let Err(kind) = report.connect {
+        *row.errors.entry(format!("connect:{kind}")).or_default() += 1;
+    }
+    for call in &report.calls {
+        let mut wrong = false;
+        for exec in oracle.executions_tagged(&call.tag) {
+            row.wrong_capability += u64::from(exec.wrong_capability);
+            row.unknown_record += u64::from(exec.unknown_record);
+            row.duplicate_side_effects += u64::from(exec.duplicate_side_effect);
+            if call.keyed {
+                row.duplicate_keyed += u64::from(exec.duplicate_side_effect);
+            }
+            wrong |= exec.wrong_capability || exec.unknown_record || exec.duplicate_side_effect;
+        }
+        match call.outcome {
+            Ok(_) => {
+                row.ok += 1;
+                row.silent_wrong += u64::from(wrong);
+            }
+            Err(kind) => {
+                *row.errors.entry(kind.as_str().to_owned()).or_default() += 1;
+                row.outcome_unknown += u64::from(kind == ErrorKind::OutcomeUnknown);
+            }
+        }
+    }
+    for event in &report.events {
+        match event {
+            SessionEvent::Reinitialized { .. } => row.reinitialized_events += 1,
+            SessionEvent::Redispatched { .. } => row.resent += 1,
+            _ => {}
+        }
+    }
+    row
+}
+
+/// The human-readable table.
+pub fn render_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<10} {:<12} {:>5} {:>4} {:>6} | {:>5} {:>6} {:>5} | {:>7} {:>6} {:>7} {:>6} | {:<28}",
+        "preset",
+        "client",
+        "calls",
+        "ok",
+        "SILENT",
+        "wcap",
+        "unkrec",
+        "dup",
+        "re-init",
+        "resent",
+        "unknown",
+        "secs",
+        "explicit errors by kind",
+    );
+    let _ = writeln!(out, "{}", "-".repeat(124));
+    for r in rows {
+        let errors = if r.errors.is_empty() {
+            "-".to_owned()
+        } else {
+            r.errors
+                .iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let _ = writeln!(
+            out,
+            "{:<10} {:<12} {:>5} {:>4} {:>6} | {:>5} {:>6} {:>5} | {:>7} {:>6} {:>7} {:>6.2} | {}",
+            r.preset,
+            r.client,
+            r.calls,
+            r.ok,
+            r.silent_wrong,
+            r.wrong_capability,
+            r.unknown_record,
+            r.duplicate_side_effects,
+            r.reinitializations,
+            r.resent,
+            r.outcome_unknown,
+            r.seconds,
+            errors,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nSILENT: the client said success, the oracle says the call ran under the wrong \
+         capabilities, against an unknown record, or twice.\nwcap/unkrec/dup: oracle counts \
+         for the run's calls. re-init: initialize requests beyond the first (oracle).\n\
+         resent/unknown: calls re-sent / ended OutcomeUnknown (client)."
+    );
+    out
+}
+
+/// The JSON document printed by `--json`.
+pub fn render_json(rows: &[Row]) -> String {
+    serde_json::to_string_pretty(&json!({ "rows": rows })).expect("rows serialize")
+}
+
+/// One line per call: the client's outcome next to the oracle's records for its tag.
+pub fn render_calls(report: &RunReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "== {} / {}", report.preset, report.client.as_str());
+    for call in &report.calls {
+        let outcome = match &call.outcome {
+            Ok(v) => format!("ok {v}"),
+            Err(kind) => format!("error {kind}"),
+        };
+        let execs: Vec<String> = report
+            .oracle
+            .executions_tagged(&call.tag)
+            .map(|e| {
+                let mut flags = Vec::new();
+                if e.wrong_capability {
+                    flags.push("WRONG-CAPABILITY");
+                }
+                if e.unknown_record {
+                    flags.push("UNKNOWN-RECORD");
+                }
+                if e.duplicate_side_effect {
+                    flags.push("DUPLICATE");
+                }
+                format!("i{}[{}]", e.instance, flags.join(","))
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{:<44} {:<5} {:<40} ran: {}",
+            call.tag,
+            if call.keyed { "keyed" } else { "" },
+            outcome,
+            execs.join(" ")
+        );
+    }
+    for event in &report.events {
+        let _ = writeln!(out, "   event: {event:?}");
+    }
+    out
+}
