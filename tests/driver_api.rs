@@ -478,3 +478,31 @@ async fn a_panicking_server_request_handler_still_answers() {
     // The client keeps working.
     guarded(client.ping()).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_from_clones_each_get_their_own_answer() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server).build().unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let text = format!("call-{i}");
+                let r = client
+                    .call_tool(ToolCall::new("echo", json!({ "text": text })))
+                    .await
+                    .unwrap();
+                assert_eq!(r.text(), text);
+            })
+        })
+        .collect();
+    for task in tasks {
+        guarded(task).await.unwrap();
+    }
+    let inits = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("initialize"))
+        .count();
+    assert_eq!(inits, 1, "one session for every clone");
+}

@@ -27,8 +27,13 @@ const MAX_LIST_PAGES: usize = 1000;
 /// the last clone is dropped the driver closes the session (best effort, bounded) and stops.
 ///
 /// Every async method must run inside a tokio runtime (with the time driver); the driver task
-/// is spawned on the runtime of the first one called. Dropping a call's future abandons the
-/// call: the server is sent `notifications/cancelled` if the call may be running.
+/// is spawned on the runtime of the first one called and lives as long as that runtime: if it
+/// shuts down first, later calls fail with [`ErrorKind::Closed`]. Dropping a call's future
+/// abandons the call: the server is sent `notifications/cancelled` if the call may be running.
+///
+/// After [`Client::close`], or once the session is lost for good
+/// ([`SessionEvent::SessionLost`](crate::SessionEvent::SessionLost)), every call fails
+/// ([`ErrorKind::Closed`], [`ErrorKind::SessionLost`]); build a new client to start over.
 #[derive(Clone)]
 pub struct Client {
     shared: Arc<Shared>,
