@@ -355,3 +355,176 @@ proptest! {
         let _ = check(&plan);
     }
 }
+
+// ---------------------------------------------------------------- hostile input
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit {
+        keyed: bool,
+    },
+    Cancel(u8),
+    Head {
+        http: u8,
+        status: u16,
+        ct: u8,
+        sid: u8,
+        hash: u8,
+    },
+    Data {
+        http: u8,
+        bytes: Vec<u8>,
+    },
+    SseEvent {
+        http: u8,
+        id: Option<String>,
+        data: String,
+    },
+    End(u8),
+    Error {
+        http: u8,
+        connect: bool,
+    },
+    Advance(u16),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let json_ish = prop_oneof![
+        Just(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#.to_owned()),
+        Just(r#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"experimental":{"resumeSafety":{"capabilityHash":true,"sequencedEventIds":true}}}}}"#.to_owned()),
+        Just(r#"{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"x"}}"#.to_owned()),
+        Just(r#"{"jsonrpc":"2.0","id":5,"result":{"_meta":{"io.github.mcp-resume/capability-hash":"sha256:01"}}}"#.to_owned()),
+        Just(r#"[{"jsonrpc":"2.0","id":4,"result":1},{"jsonrpc":"2.0","method":"ping","id":"p"}]"#.to_owned()),
+        Just(r#"{"jsonrpc":"2.0","id":99999,"result":{}}"#.to_owned()),
+        Just(r#"{"jsonrpc":"2.0","method":"notifications/progress"}"#.to_owned()),
+        ".{0,40}",
+    ];
+    prop_oneof![
+        2 => any::<bool>().prop_map(|keyed| Op::Submit { keyed }),
+        1 => any::<u8>().prop_map(Op::Cancel),
+        4 => (0u8..12, prop::sample::select(vec![200u16, 202, 400, 404, 405, 500, 503]), 0u8..4, 0u8..4, 0u8..3)
+            .prop_map(|(http, status, ct, sid, hash)| Op::Head { http, status, ct, sid, hash }),
+        3 => (0u8..12, prop::collection::vec(any::<u8>(), 0..64)).prop_map(|(http, bytes)| Op::Data { http, bytes }),
+        4 => (0u8..12, prop::option::of(prop_oneof![Just("s-1".to_owned()), Just("s-3".to_owned()), Just(String::new()), "[a-z0-9-]{0,6}"]), json_ish)
+            .prop_map(|(http, id, data)| Op::SseEvent { http, id, data }),
+        2 => (0u8..12).prop_map(Op::End),
+        1 => (0u8..12, any::<bool>()).prop_map(|(http, connect)| Op::Error { http, connect }),
+        2 => (0u16..5000).prop_map(Op::Advance),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases() / 5,
+        failure_persistence: None,
+        .. ProptestConfig::default()
+    })]
+
+    /// Whatever arrives, in whatever order, for whatever exchange: no panic, no call
+    /// completed twice, and closing completes every call.
+    #[test]
+    fn hostile_input_never_panics_or_double_completes(
+        ops in prop::collection::vec(op(), 1..80),
+        trust in any::<bool>(),
+    ) {
+        use http::{HeaderMap, HeaderValue};
+        use mcp_resume::ids::IdempotencyKey;
+        use mcp_resume::proto::{CallRequest, HttpId, Output, Session, Transmit, TransportFailure};
+        let base = std::time::Instant::now();
+        let mut now = base;
+        let config = SessionConfig { dangerous_trust_replay: trust, ..SessionConfig::default() };
+        let mut session = Session::new(config, now);
+        let mut calls: Vec<CallId> = vec![session.connect(now)];
+        let mut completed: HashMap<CallId, u32> = HashMap::new();
+        let mut cancelled: Vec<CallId> = Vec::new();
+        let mut https: Vec<HttpId> = Vec::new();
+        let drain = |session: &mut Session, https: &mut Vec<HttpId>, completed: &mut HashMap<CallId, u32>| {
+            while let Some(t) = session.poll_transmit() {
+                if let Transmit::Send(r) = t {
+                    https.push(r.id);
+                }
+            }
+            while let Some(o) = session.poll_output() {
+                if let Output::Completed { call, .. } = o {
+                    *completed.entry(call).or_default() += 1;
+                }
+            }
+        };
+        drain(&mut session, &mut https, &mut completed);
+        for op in ops {
+            let pick = |i: u8| https.get(i as usize % https.len().max(1)).copied().unwrap_or(HttpId(i as u64));
+            match op {
+                Op::Submit { keyed } => calls.push(session.submit(CallRequest {
+                    method: "tools/call".into(),
+                    params: Some(serde_json::json!({"name": "x"})),
+                    idempotency_key: keyed.then(|| IdempotencyKey::new("k").unwrap()),
+                    timeout: Some(Duration::from_secs(3)),
+                }, now)),
+                Op::Cancel(i) => {
+                    if let Some(c) = calls.get(i as usize % calls.len()).copied() {
+                        session.cancel(c, now);
+                        cancelled.push(c);
+                    }
+                }
+                Op::Head { http, status, ct, sid, hash } => {
+                    let mut h = HeaderMap::new();
+                    match ct {
+                        0 => { h.insert("content-type", HeaderValue::from_static("application/json")); }
+                        1 => { h.insert("content-type", HeaderValue::from_static("text/event-stream; charset=utf-8")); }
+                        2 => { h.insert("content-type", HeaderValue::from_static("text/html")); }
+                        _ => {}
+                    }
+                    match sid {
+                        0 => { h.insert("mcp-session-id", HeaderValue::from_static("abc")); }
+                        1 => { h.insert("mcp-session-id", HeaderValue::from_bytes(b"bad id\xff").unwrap()); }
+                        _ => {}
+                    }
+                    match hash {
+                        0 => { h.insert("mcp-capability-hash", HeaderValue::from_static("sha256:00")); }
+                        1 => { h.insert("mcp-capability-hash", HeaderValue::from_static("garbage")); }
+                        _ => {}
+                    }
+                    session.handle_head(pick(http), status, &h, now);
+                }
+                Op::Data { http, bytes } => session.handle_data(pick(http), &bytes, now),
+                Op::SseEvent { http, id, data } => {
+                    let mut ev = String::new();
+                    if let Some(id) = id { ev.push_str(&format!("id: {id}\n")); }
+                    ev.push_str(&format!("data: {}\n\n", data.replace('\n', " ")));
+                    session.handle_data(pick(http), ev.as_bytes(), now);
+                }
+                Op::End(http) => session.handle_end(pick(http), now),
+                Op::Error { http, connect } => session.handle_error(
+                    pick(http),
+                    if connect { TransportFailure::Connect("x".into()) } else { TransportFailure::Lost("x".into()) },
+                    now,
+                ),
+                Op::Advance(ms) => {
+                    now += Duration::from_millis(ms as u64);
+                    session.handle_timeout(now);
+                }
+            }
+            drain(&mut session, &mut https, &mut completed);
+            for (c, n) in &completed {
+                prop_assert!(*n <= 1, "call {c:?} completed {n} times");
+            }
+            if let Some(t) = session.poll_timeout() {
+                prop_assert!(t >= base);
+            }
+        }
+        calls.push(session.close(now));
+        drain(&mut session, &mut https, &mut completed);
+        // A DELETE may still be out; answer it.
+        if let Some(last) = https.last().copied() {
+            session.handle_head(last, 200, &HeaderMap::new(), now);
+            drain(&mut session, &mut https, &mut completed);
+        }
+        for c in &calls {
+            if cancelled.contains(c) {
+                continue;
+            }
+            let n = completed.get(c).copied().unwrap_or(0);
+            prop_assert_eq!(n, 1, "call {:?} completed {} times", c, n);
+        }
+    }
+}

@@ -916,3 +916,152 @@ fn trusting_mode_resumes_clean_ends_until_attempts_run_out() {
     assert_eq!(s.server.resumes().len(), 7);
     assert!(reinitialized(&s).is_empty());
 }
+
+// ---------------------------------------------------------------- streams and messages
+
+#[test]
+fn listen_stream_is_resumed_with_last_event_id_after_retry() {
+    let _g = SeedGuard(60);
+    let mut s = sim(
+        ServerConfig {
+            listen_events: 3,
+            retry_ms: Some(700),
+            ..ServerConfig::default()
+        },
+        60,
+    );
+    s.settle();
+    let gets: Vec<_> = s
+        .server
+        .seen
+        .iter()
+        .filter(|x| x.method == HttpMethod::Get)
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert_eq!(gets[0].last_event_id, None);
+    assert_eq!(gets[1].last_event_id.as_deref(), Some("L1-3"));
+    // Three events and the cut arrive 1 ms apart after the head.
+    let waited = gets[1].at - gets[0].at - Duration::from_millis(5);
+    assert!(
+        waited >= Duration::from_millis(700),
+        "reconnected after {waited:?}"
+    );
+    let notes = s
+        .outputs
+        .iter()
+        .filter(|(_, o)| {
+            matches!(o, mcp_resume::proto::Output::Notification { call: None, notification }
+                if notification.method == "notifications/message")
+        })
+        .count();
+    assert_eq!(notes, 3);
+}
+
+#[test]
+fn server_requests_and_notifications_reach_the_app_and_ping_is_answered() {
+    let _g = SeedGuard(61);
+    let mut s = sim(ServerConfig::default(), 61);
+    let c = s.call("req1", None);
+    s.run_until_complete(c, SEC);
+    assert_eq!(ok_tag(s.result(c)), "req1");
+    // ping is answered by the session itself.
+    let answer = s
+        .server
+        .seen
+        .iter()
+        .find(|x| x.body.as_ref().is_some_and(|b| b["id"] == "srv-ping"))
+        .expect("ping answered");
+    assert_eq!(
+        answer.body.as_ref().unwrap()["result"],
+        serde_json::json!({})
+    );
+    assert_eq!(answer.session_id.as_deref(), Some("sess-0001-secret"));
+    // Other requests go to the app, which answers through respond().
+    let req = s
+        .outputs
+        .iter()
+        .find_map(|(_, o)| match o {
+            mcp_resume::proto::Output::ServerRequest(r) => Some(r.clone()),
+            _ => None,
+        })
+        .expect("server request delivered");
+    assert_eq!(req.method, "roots/list");
+    s.session
+        .respond(req.id, Ok(serde_json::json!({"roots": []})), s.now);
+    s.pump();
+    assert!(s.server.seen.iter().any(|x| x
+        .body
+        .as_ref()
+        .is_some_and(|b| b["id"] == "srv-roots" && b["result"]["roots"].is_array())));
+    // The progress notification is attributed to the call whose stream carried it.
+    assert!(s.outputs.iter().any(|(_, o)| matches!(
+        o,
+        mcp_resume::proto::Output::Notification { call: Some(x), notification }
+            if *x == c && notification.method == "notifications/progress"
+    )));
+}
+
+#[test]
+fn batches_are_accepted_under_2025_03_26() {
+    let _g = SeedGuard(62);
+    let mut s = sim(
+        ServerConfig {
+            protocol_version: "2025-03-26".into(),
+            sse: false,
+            batch: true,
+            ..ServerConfig::default()
+        },
+        62,
+    );
+    let c = s.call("a", None);
+    s.run_until_complete(c, SEC);
+    assert_eq!(ok_tag(s.result(c)), "a");
+}
+
+#[test]
+fn batches_are_refused_under_later_versions() {
+    let _g = SeedGuard(63);
+    let mut s = sim(
+        ServerConfig {
+            sse: false,
+            batch: true,
+            ..ServerConfig::default()
+        },
+        63,
+    );
+    let c = s.call("a", None);
+    s.run_until_complete(c, SEC);
+    assert!(s.result(c).is_err());
+}
+
+#[test]
+fn oversized_bodies_and_events_fail_with_too_large() {
+    for sse in [false, true] {
+        let _g = SeedGuard(64);
+        let config = SessionConfig {
+            max_body_size: 600,
+            max_event_size: 600,
+            ..SessionConfig::default()
+        };
+        let mut s = sim_with(
+            config,
+            ServerConfig {
+                sse,
+                ..ServerConfig::default()
+            },
+            64,
+        );
+        let c = s.call(&"x".repeat(1000), None);
+        s.run_until_complete(c, SEC);
+        assert_eq!(kind(s.result(c)), ErrorKind::TooLarge, "sse={sse}");
+    }
+}
+
+#[test]
+fn session_id_is_never_shown_in_full() {
+    let _g = SeedGuard(65);
+    let s = sim(ServerConfig::default(), 65);
+    let id = s.session.session_id().unwrap();
+    assert_eq!(id.expose(), "sess-0001-secret");
+    assert!(!format!("{id} {id:?}").contains("secret"));
+}

@@ -108,6 +108,10 @@ pub struct ServerConfig {
     /// The capability hash of the negotiated context (a digest of it, so the same for every
     /// session with the same context; change it to model a changed context).
     pub hash: String,
+    /// Notifications sent on the first standalone GET stream before it is cut.
+    pub listen_events: u32,
+    /// Answer JSON responses as one-element batches (only valid under 2025-03-26).
+    pub batch: bool,
 }
 
 impl Default for ServerConfig {
@@ -122,6 +126,8 @@ impl Default for ServerConfig {
             listen: true,
             keep_resumed_open: true,
             hash: "sha256:abc0".into(),
+            listen_events: 0,
+            batch: false,
         }
     }
 }
@@ -229,6 +235,7 @@ pub struct Server {
     streams: HashMap<String, StreamLog>,
     idem: HashMap<String, Value>,
     next_stream: u32,
+    listen_cut_done: bool,
 }
 
 impl Server {
@@ -244,6 +251,7 @@ impl Server {
             streams: HashMap::new(),
             idem: HashMap::new(),
             next_stream: 0,
+            listen_cut_done: false,
         }
     }
 
@@ -584,18 +592,35 @@ impl Server {
     fn answer(&mut self, response: Value, tag: Option<String>, _call: bool) -> Reply {
         let hash = self.current().map(|s| s.hash.clone()).unwrap_or_default();
         if !self.cfg.sse {
-            let mut r = Reply::json(200, response);
+            let body = if self.cfg.batch {
+                json!([response])
+            } else {
+                response
+            };
+            let mut r = Reply::json(200, body);
             r.headers.extend(self.hash_header(&hash));
             return r;
         }
+        // Calls tagged "req…" get a server request and a notification before the answer.
+        let mut messages = Vec::new();
+        if tag.as_deref().is_some_and(|t| t.starts_with("req")) {
+            messages.push(json!({"jsonrpc":"2.0","id":"srv-ping","method":"ping"}));
+            messages.push(json!({"jsonrpc":"2.0","id":"srv-roots","method":"roots/list"}));
+            messages.push(json!({"jsonrpc":"2.0","method":"notifications/progress",
+                "params":{"progressToken":1,"progress":1}}));
+        }
+        messages.push(response);
         self.next_stream += 1;
         let name = format!("s{}", self.next_stream);
-        let data = serde_json::to_string(&response).unwrap();
+        let mut events = vec![(1, String::new())];
+        for m in &messages {
+            events.push((events.len() as u64 + 1, serde_json::to_string(m).unwrap()));
+        }
         self.streams.insert(
             name.clone(),
             StreamLog {
                 tag,
-                events: vec![(1, String::new()), (2, data.clone())],
+                events: events.clone(),
             },
         );
         let mut r = Reply::sse();
@@ -607,8 +632,12 @@ impl Server {
             .unwrap_or_default();
         r.chunks
             .push(format!("id: {name}-1\n{retry}data:\n\n").into_bytes());
-        r.chunks
-            .push(format!("id: {name}-2\ndata: {data}\n\n").into_bytes());
+        // Everything else in one chunk, so "cut after priming" keeps only the first.
+        let rest: String = events[1..]
+            .iter()
+            .map(|(seq, data)| format!("id: {name}-{seq}\ndata: {data}\n\n"))
+            .collect();
+        r.chunks.push(rest.into_bytes());
         r
     }
 
@@ -628,6 +657,27 @@ impl Server {
             let mut r = Reply::sse();
             r.headers.extend(self.hash_header(&hash));
             r.finish = None;
+            if self.cfg.listen_events > 0 && !self.listen_cut_done {
+                self.listen_cut_done = true;
+                self.next_stream += 1;
+                let name = format!("L{}", self.next_stream);
+                let retry = self
+                    .cfg
+                    .retry_ms
+                    .map(|ms| format!("retry: {ms}\n"))
+                    .unwrap_or_default();
+                let mut events = Vec::new();
+                for i in 1..=self.cfg.listen_events {
+                    let data = json!({"jsonrpc":"2.0","method":"notifications/message",
+                        "params":{"level":"info","data":i}})
+                    .to_string();
+                    r.chunks
+                        .push(format!("id: {name}-{i}\n{retry}data: {data}\n\n").into_bytes());
+                    events.push((u64::from(i), data));
+                }
+                self.streams.insert(name, StreamLog { tag: None, events });
+                r.finish = Some(Step::Lost);
+            }
             return r;
         };
         let (stream, seq) = lei
