@@ -504,3 +504,100 @@ async fn standalone_stream_notifications_arrive() {
     assert_eq!(n.params.as_ref().unwrap()["data"], "on the GET stream");
     assert!(n.call.is_none(), "it was not on a call's stream: {n:?}");
 }
+
+/// Older protocol versions the SDK offers are accepted by the stock server, and the version
+/// header follows the negotiated one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_protocol_versions() {
+    for version in ["2025-06-18", "2025-03-26"] {
+        let server = TsServer::start(&[]);
+        let client = client(&server).protocol_version(version).build().unwrap();
+        let init = within("connect", client.connect()).await.unwrap();
+        assert_eq!(init.protocol_version, version);
+        let result = within(
+            "echo",
+            client.call_tool(ToolCall::new("echo", json!({"text": version}))),
+        )
+        .await
+        .unwrap();
+        assert_eq!(result.text(), version);
+        within("close", client.close()).await.unwrap();
+        let later = server.find("http_in", |e| e["rpc_method"] != "initialize");
+        assert!(!later.is_empty());
+        for req in later {
+            // The header exists from 2025-06-18 on; a 2025-03-26 client may omit it.
+            let header = &req["protocol_version"];
+            let ok = header == version || (version == "2025-03-26" && header.is_null());
+            assert!(ok, "{version}: header {header}\n{}", server.dump());
+        }
+    }
+}
+
+/// A call whose deadline passes is cancelled on the server with `notifications/cancelled`
+/// (a disconnect alone would not cancel it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_call_is_cancelled_on_the_server() {
+    let server = TsServer::start(&[]);
+    let client = client(&server).build().unwrap();
+    within("connect", client.connect()).await.unwrap();
+
+    let err = within(
+        "block with a deadline",
+        client.call_tool(ToolCall::new("block", json!({})).timeout(Duration::from_millis(500))),
+    )
+    .await
+    .expect_err("block never finishes by itself");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+
+    let run = tool_runs(&server, "block").pop().expect("block ran");
+    let cancel = server
+        .wait_for("http_in", GUARD, |e| {
+            e["rpc_method"] == "notifications/cancelled"
+        })
+        .await;
+    assert_eq!(cancel["session"], run["session"]);
+    server
+        .wait_for("cancelled", GUARD, |e| e["request_id"] == run["request_id"])
+        .await;
+
+    // The session is still usable.
+    let after = within(
+        "echo after",
+        client.call_tool(ToolCall::new("echo", json!({"text": "next"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(after.text(), "next");
+}
+
+/// Concurrent calls through one client: each completes once, with its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_complete_once_each() {
+    const CALLS: usize = 20;
+    let server = TsServer::start(&[]);
+    let client = client(&server).build().unwrap();
+    within("connect", client.connect()).await.unwrap();
+
+    let calls = (0..CALLS).map(|i| {
+        let client = client.clone();
+        async move {
+            let text = format!("call-{i}");
+            let r = client
+                .call_tool(ToolCall::new("echo", json!({ "text": text })))
+                .await
+                .unwrap();
+            assert_eq!(r.text(), text);
+        }
+    });
+    within("concurrent echoes", futures::future::join_all(calls)).await;
+
+    let runs = tool_runs(&server, "echo");
+    assert_eq!(runs.len(), CALLS, "{}", server.dump());
+    let mut texts: Vec<&str> = runs
+        .iter()
+        .map(|r| str_of(&r["arguments"]["text"]))
+        .collect();
+    texts.sort_unstable();
+    texts.dedup();
+    assert_eq!(texts.len(), CALLS, "each call executed exactly once");
+}
