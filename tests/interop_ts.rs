@@ -601,3 +601,55 @@ async fn concurrent_calls_complete_once_each() {
     texts.dedup();
     assert_eq!(texts.len(), CALLS, "each call executed exactly once");
 }
+
+/// The server ends the standalone GET stream (`closeStandaloneSSEStream`): the client opens a
+/// new one, and notifications sent after that arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_listen_stream_is_reopened() {
+    let server = TsServer::start(&["--retry-ms", "200"]);
+    let client = client(&server).build().unwrap();
+    let mut notifications = client.notifications();
+    within("connect", client.connect()).await.unwrap();
+    let is_listen_head = |e: &Value| e["method"] == "GET" && e["status"] == 200;
+    server
+        .wait_count("http_head", 1, GUARD, is_listen_head)
+        .await;
+
+    within(
+        "close_listen_stream",
+        client.call_tool(ToolCall::new("close_listen_stream", json!({}))),
+    )
+    .await
+    .unwrap();
+    let heads = server
+        .wait_count("http_head", 2, GUARD, is_listen_head)
+        .await;
+    let reopened_at = heads[1]["t"].as_f64().unwrap();
+    let closed_at = server.find("listen_stream_closed", |_| true)[0]["t"]
+        .as_f64()
+        .unwrap();
+    eprintln!(
+        "standalone stream reopened {:.0} ms after the server closed it",
+        reopened_at - closed_at
+    );
+
+    within(
+        "notify",
+        client.call_tool(ToolCall::new("notify", json!({"text": "after reopen"}))),
+    )
+    .await
+    .unwrap();
+    let n = within("notification", async {
+        loop {
+            let n = notifications
+                .recv()
+                .await
+                .expect("notification stream ended");
+            if n.method == "notifications/message" {
+                return n;
+            }
+        }
+    })
+    .await;
+    assert_eq!(n.params.as_ref().unwrap()["data"], "after reopen");
+}

@@ -100,6 +100,11 @@ const TOOLS = [
     inputSchema: { type: 'object', properties: { text: { type: 'string' } } },
   },
   {
+    name: 'close_listen_stream',
+    description: 'Closes the standalone GET stream (closeStandaloneSSEStream)',
+    inputSchema: { type: 'object', properties: {} },
+  },
+  {
     name: 'block',
     description: 'Runs until POST /admin/release or until cancelled',
     inputSchema: { type: 'object', properties: {} },
@@ -170,6 +175,14 @@ function createServer(sessionRef) {
         });
         log('notified', { session: sessionRef.id ?? null });
         return text('notification sent');
+      }
+      case 'close_listen_stream': {
+        if (!extra.closeStandaloneSSEStream) {
+          throw new Error('closeStandaloneSSEStream unavailable (protocol < 2025-11-25 or no event store)');
+        }
+        extra.closeStandaloneSSEStream();
+        log('listen_stream_closed', { session: sessionRef.id ?? null });
+        return text('standalone stream closed');
       }
       case 'block': {
         await new Promise((resolve) => {
