@@ -402,3 +402,29 @@ async fn the_resume_waits_for_the_servers_retry() {
     );
     assert!(waited < Duration::from_secs(3), "resumed after {waited:?}");
 }
+
+/// DELETE has no session deadline: the driver bounds it, so `close` cannot hang.
+#[tokio::test]
+async fn a_hanging_delete_does_not_hang_close() {
+    let server = TestServer::start(|req| match req.method {
+        Method::DELETE => hang(),
+        _ => default_reply(req),
+    })
+    .await;
+    let client = client_for(&server)
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let err = guarded(client.close()).await.unwrap_err();
+    assert!(
+        matches!(err.kind(), ErrorKind::Transport | ErrorKind::Timeout),
+        "{err}"
+    );
+    server.wait_for(|r| r.method == Method::DELETE).await;
+    // Closed all the same.
+    assert_eq!(
+        guarded(client.ping()).await.unwrap_err().kind(),
+        ErrorKind::Closed
+    );
+}

@@ -87,6 +87,7 @@ impl Driver {
                 http: config.http,
                 url: config.url,
                 headers: Arc::new(config.headers),
+                fire_and_forget_timeout: config.session.call_timeout,
             },
             session: config.session,
             handler: config.server_requests,

@@ -2,6 +2,7 @@
 //! as the inputs the session expects (head, data, end, or a transport failure).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -9,7 +10,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::Url;
 use tokio::sync::mpsc;
 
-use crate::proto::{HttpId, HttpMethod, HttpRequest, TransportFailure};
+use crate::proto::{HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
 
 /// What happened to an exchange, in order: `Head`, any `Data`, then `End`; or `Failed` at
 /// any point.
@@ -51,12 +52,33 @@ pub(crate) struct Endpoint {
     pub(crate) url: Url,
     /// The application's headers (authorization, custom), sent on every request.
     pub(crate) headers: Arc<HeaderMap>,
+    /// Bound on exchanges the session sets no deadline for (notifications, responses to the
+    /// server, DELETE), so a server that never answers them cannot pile up connections.
+    pub(crate) fire_and_forget_timeout: Duration,
 }
 
 impl Endpoint {
     /// Performs `request`, reporting on `tx`. Returns when the exchange is over or the driver
     /// is gone; the driver aborts the task to stop it early.
     pub(crate) async fn run(self, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
+        let id = request.id;
+        match request.purpose {
+            HttpPurpose::Notify | HttpPurpose::Terminate => {
+                let limit = self.fire_and_forget_timeout;
+                let exchange = self.exchange(request, tx.clone());
+                if tokio::time::timeout(limit, exchange).await.is_err() {
+                    tracing::debug!(http = id.0, "exchange timed out");
+                    let failure = TransportFailure::Lost(format!("no answer within {limit:?}"));
+                    let _ = tx.send(ExchangeEvent::Failed { id, failure }).await;
+                }
+            }
+            // Requests, resumes and the listen stream are bounded by the session's deadlines
+            // or are meant to stay open.
+            _ => self.exchange(request, tx).await,
+        }
+    }
+
+    async fn exchange(self, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
         let id = request.id;
         let report = |event| {
             let tx = tx.clone();
