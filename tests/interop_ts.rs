@@ -653,3 +653,31 @@ async fn closed_listen_stream_is_reopened() {
     .await;
     assert_eq!(n.params.as_ref().unwrap()["data"], "after reopen");
 }
+
+/// Servers derived from older SDK examples answer an unknown session id with 400 and a
+/// "No valid session ID" body instead of 404: the client reads the body, starts a new session
+/// and re-sends the call the server never accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_session_answered_400_reinitializes() {
+    let server = TsServer::start(&["--unknown-session-400"]);
+    let client = client(&server).open_listen_stream(false).build().unwrap();
+    within("connect", client.connect()).await.unwrap();
+    assert_eq!(server.admin("/admin/drop-sessions").await["dropped"], 1);
+
+    let result = within(
+        "echo after drop",
+        client.call_tool(ToolCall::new("echo", json!({"text": "after 400"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(result.text(), "after 400");
+    let posts = server
+        .wait_count("http_done", 2, GUARD, |e| e["tool"] == "echo")
+        .await;
+    assert_eq!(posts[0]["status"], 400, "{}", server.dump());
+    assert_eq!(posts[1]["status"], 200, "{}", server.dump());
+    let inits = server.find("http_in", |e| e["rpc_method"] == "initialize");
+    assert_eq!(inits.len(), 2, "{}", server.dump());
+    assert!(inits[1]["session"].is_null());
+    assert_eq!(tool_runs(&server, "echo").len(), 1);
+}

@@ -1,7 +1,7 @@
 // An MCP server built only from the official TypeScript SDK, used as an independent peer for
 // the interoperability tests of mcp-resume.
 //
-// Usage: node ts-server.mjs [--json] [--retry-ms N] [--no-event-store]
+// Usage: node ts-server.mjs [--json] [--retry-ms N] [--no-event-store] [--unknown-session-400]
 //   (or env MCP_INTEROP_JSON=1, MCP_INTEROP_RETRY_MS=N)
 //
 // Prints the endpoint URL as its first stdout line, then one JSON object per line describing what
@@ -31,6 +31,9 @@ const jsonResponse = flag('--json') || process.env.MCP_INTEROP_JSON === '1';
 const retryText = option('--retry-ms') ?? process.env.MCP_INTEROP_RETRY_MS;
 const retryInterval = retryText === undefined ? undefined : Number.parseInt(retryText, 10);
 const useEventStore = !flag('--no-event-store');
+// Older SDK example servers (and servers derived from them) answer an unknown session id with
+// 400 instead of 404.
+const unknownSession400 = flag('--unknown-session-400');
 
 const log = (ev, fields = {}) => {
   process.stdout.write(JSON.stringify({ ev, t: performance.now(), ...fields }) + '\n');
@@ -280,7 +283,9 @@ async function handleMcp(req, res) {
   if (sid !== undefined) {
     const transport = sessions.get(sid);
     if (!transport) {
-      return jsonError(res, 404, -32001, 'Session not found');
+      return unknownSession400
+        ? jsonError(res, 400, -32000, 'Bad Request: No valid session ID provided')
+        : jsonError(res, 404, -32001, 'Session not found');
     }
     return transport.handleRequest(req, res, body);
   }
@@ -352,7 +357,12 @@ const httpServer = http.createServer((req, res) => {
 httpServer.listen(0, '127.0.0.1', () => {
   const { port } = httpServer.address();
   process.stdout.write(`http://127.0.0.1:${port}/mcp\n`);
-  log('config', { json_response: jsonResponse, retry_ms: retryInterval ?? null, event_store: useEventStore });
+  log('config', {
+    json_response: jsonResponse,
+    retry_ms: retryInterval ?? null,
+    event_store: useEventStore,
+    unknown_session_400: unknownSession400,
+  });
 });
 
 process.stdin.on('data', () => {});
