@@ -37,6 +37,22 @@ fn str_of(v: &Value) -> &str {
     v.as_str().unwrap_or_default()
 }
 
+/// The next `notifications/message` (hang-guarded).
+async fn next_message(notifications: &mut mcp_resume::NotificationStream) -> ServerNotification {
+    within("notification", async {
+        loop {
+            let n = notifications
+                .recv()
+                .await
+                .expect("notification stream ended");
+            if n.method == "notifications/message" {
+                return n;
+            }
+        }
+    })
+    .await
+}
+
 /// Collects session events until `pred` matches one (hang-guarded).
 async fn event_matching(
     events: &mut mcp_resume::EventStream,
@@ -489,18 +505,7 @@ async fn standalone_stream_notifications_arrive() {
     )
     .await
     .unwrap();
-    let n = within("notification", async {
-        loop {
-            let n = notifications
-                .recv()
-                .await
-                .expect("notification stream ended");
-            if n.method == "notifications/message" {
-                return n;
-            }
-        }
-    })
-    .await;
+    let n = next_message(&mut notifications).await;
     assert_eq!(n.params.as_ref().unwrap()["data"], "on the GET stream");
     assert!(n.call.is_none(), "it was not on a call's stream: {n:?}");
 }
@@ -639,18 +644,7 @@ async fn closed_listen_stream_is_reopened() {
     )
     .await
     .unwrap();
-    let n = within("notification", async {
-        loop {
-            let n = notifications
-                .recv()
-                .await
-                .expect("notification stream ended");
-            if n.method == "notifications/message" {
-                return n;
-            }
-        }
-    })
-    .await;
+    let n = next_message(&mut notifications).await;
     assert_eq!(n.params.as_ref().unwrap()["data"], "after reopen");
 }
 
@@ -680,4 +674,58 @@ async fn unknown_session_answered_400_reinitializes() {
     assert_eq!(inits.len(), 2, "{}", server.dump());
     assert!(inits[1]["session"].is_null());
     assert_eq!(tool_runs(&server, "echo").len(), 1);
+}
+
+/// Once a notification (with an event id) came on the standalone GET stream, a server-side
+/// close is resumed with `Last-Event-ID`, and a notification sent while it was down is
+/// replayed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_stream_resumes_with_cursor_and_gets_missed_notification() {
+    let server = TsServer::start(&["--retry-ms", "200"]);
+    let client = client(&server).build().unwrap();
+    let mut notifications = client.notifications();
+    within("connect", client.connect()).await.unwrap();
+    server
+        .wait_count("http_head", 1, GUARD, |e| {
+            e["method"] == "GET" && e["status"] == 200
+        })
+        .await;
+
+    within(
+        "notify",
+        client.call_tool(ToolCall::new("notify", json!({"text": "one"}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_message(&mut notifications).await.params.unwrap()["data"],
+        "one"
+    );
+
+    within(
+        "close_listen_stream",
+        client.call_tool(ToolCall::new(
+            "close_listen_stream",
+            json!({"then_notify": "two"}),
+        )),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_message(&mut notifications).await.params.unwrap()["data"],
+        "two"
+    );
+
+    let resume = server
+        .wait_for("http_in", GUARD, |e| {
+            e["method"] == "GET" && !e["last_event_id"].is_null()
+        })
+        .await;
+    let replay = server
+        .wait_for("replay", GUARD, |e| {
+            e["last_event_id"] == resume["last_event_id"]
+        })
+        .await;
+    assert_eq!(replay["stream"], "_GET_stream", "{}", server.dump());
+    assert_eq!(replay["count"], 1, "{}", server.dump());
 }

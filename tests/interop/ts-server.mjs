@@ -104,8 +104,10 @@ const TOOLS = [
   },
   {
     name: 'close_listen_stream',
-    description: 'Closes the standalone GET stream (closeStandaloneSSEStream)',
-    inputSchema: { type: 'object', properties: {} },
+    description:
+      'Closes the standalone GET stream (closeStandaloneSSEStream), then optionally sends a ' +
+      'notification while it is down (stored for replay)',
+    inputSchema: { type: 'object', properties: { then_notify: { type: 'string' } } },
   },
   {
     name: 'block',
@@ -185,6 +187,13 @@ function createServer(sessionRef) {
         }
         extra.closeStandaloneSSEStream();
         log('listen_stream_closed', { session: sessionRef.id ?? null });
+        if (typeof a.then_notify === 'string') {
+          await server.notification({
+            method: 'notifications/message',
+            params: { level: 'info', logger: 'interop', data: a.then_notify },
+          });
+          log('notified', { session: sessionRef.id ?? null, while_closed: true });
+        }
         return text('standalone stream closed');
       }
       case 'block': {
