@@ -1,0 +1,209 @@
+//! What the demo shows, asserted: the same workload (`examples/demo/workload.rs`), the numbers
+//! taken from the cluster's oracle, joined per call tag with what the client reported.
+
+#[path = "../examples/demo/workload.rs"]
+mod workload;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use mock_server::Preset;
+use serde_json::Value;
+use workload::{render_json, row, run_one, ClientKind, RunReport, WorkloadConfig};
+
+/// The calls the client reported as success while the oracle says they went wrong.
+fn silent_wrong_calls(report: &RunReport) -> Vec<String> {
+    report
+        .calls
+        .iter()
+        .filter(|c| c.outcome.is_ok())
+        .filter(|c| {
+            report
+                .oracle
+                .executions_tagged(&c.tag)
+                .any(|e| e.wrong_capability || e.unknown_record || e.duplicate_side_effect)
+        })
+        .map(|c| format!("{} -> {:?}", c.tag, c.outcome))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_like_client_on_naive_gives_silent_wrong_answers() {
+    let report = run_one(
+        Preset::Naive,
+        ClientKind::StockLike,
+        &WorkloadConfig::default(),
+    )
+    .await;
+    let r = row(&report);
+    assert!(report.connect.is_ok(), "{:?}", report.connect);
+    // The seed's failure: success reported, wrong context underneath, no error anywhere.
+    assert!(r.silent_wrong > 0, "{r:?}");
+    assert!(report.oracle.totals.wrong_capability > 0, "{r:?}");
+    assert!(
+        report.oracle.totals.sessions_made_up > 0,
+        "{:?}",
+        report.oracle.totals
+    );
+    // At least one generate call answered at the default temperature, reported as success.
+    assert!(
+        report
+            .calls
+            .iter()
+            .any(|c| c.tool == "generate"
+                && c.outcome.as_ref().is_ok_and(|v| v["temperature"] == 1.0)),
+        "{:#?}",
+        report.calls
+    );
+    assert!(r.errors.is_empty(), "no explicit error surfaced: {r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_aware_has_no_silent_wrong_answers() {
+    let cfg = WorkloadConfig::default();
+    // Naive is where a race can let a wrong answer through: run it several times.
+    let runs = [
+        Preset::Naive,
+        Preset::Naive,
+        Preset::Naive,
+        Preset::Naive,
+        Preset::Strict,
+        Preset::Replicated,
+        Preset::Sticky,
+    ];
+    let mut failures = Vec::new();
+    for preset in runs {
+        let report = run_one(preset, ClientKind::ResumeAware, &cfg).await;
+        let r = row(&report);
+        assert!(report.connect.is_ok(), "{preset}: {:?}", report.connect);
+        let wrong = silent_wrong_calls(&report);
+        if !wrong.is_empty() || r.silent_wrong != 0 {
+            failures.push(format!("{preset}: {wrong:?}"));
+        }
+        // Keyed side effects never ran twice, whatever the preset.
+        assert_eq!(r.duplicate_keyed, 0, "{preset}: {r:?}");
+        // Every call ends exactly once: the workload recorded one outcome per call.
+        let mut tags: Vec<&str> = report.calls.iter().map(|c| c.tag.as_str()).collect();
+        tags.sort_unstable();
+        tags.dedup();
+        assert_eq!(tags.len(), report.calls.len(), "{preset}");
+    }
+    assert!(
+        failures.is_empty(),
+        "silent wrong answers (success reported, oracle says wrong): {failures:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_aware_never_reinitializes_where_resume_is_safe() {
+    let cfg = WorkloadConfig::default();
+    for preset in [Preset::Replicated, Preset::Sticky] {
+        let report = run_one(preset, ClientKind::ResumeAware, &cfg).await;
+        let totals = &report.oracle.totals;
+        assert_eq!(totals.initializes, 1, "{preset}: {totals:?}");
+        assert_eq!(totals.wrong_capability, 0, "{preset}: {totals:?}");
+        assert_eq!(totals.unknown_record, 0, "{preset}: {totals:?}");
+        assert_eq!(totals.duplicate_side_effects, 0, "{preset}: {totals:?}");
+        // The slow call's stream was cut and resumed, and every call succeeded.
+        let honored = report.oracle.resumes.iter().filter(|r| r.honored).count();
+        assert!(honored > 0, "{preset}: {:?}", report.oracle.resumes);
+        let failed: Vec<_> = report.calls.iter().filter(|c| c.outcome.is_err()).collect();
+        assert!(failed.is_empty(), "{preset}: {failed:#?}");
+        // Each call ran exactly once (no re-send was needed).
+        for call in &report.calls {
+            assert_eq!(
+                report.oracle.executions_tagged(&call.tag).count(),
+                1,
+                "{preset}: {}",
+                call.tag
+            );
+        }
+    }
+}
+
+const FIELDS: [&str; 11] = [
+    "preset",
+    "client",
+    "calls",
+    "silent_wrong",
+    "wrong_capability",
+    "unknown_record",
+    "duplicate_side_effects",
+    "reinitializations",
+    "resent",
+    "outcome_unknown",
+    "seconds",
+];
+
+fn check_json_document(text: &str) -> Vec<Value> {
+    let doc: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let rows = doc["rows"].as_array().expect("`rows` is an array").clone();
+    for r in &rows {
+        for field in FIELDS {
+            assert!(r.get(field).is_some(), "{field} missing from {r}");
+        }
+        assert!(r["preset"].is_string() && r["client"].is_string(), "{r}");
+        for field in &FIELDS[2..10] {
+            assert!(r[field].is_u64(), "{field} is not a count in {r}");
+        }
+        assert!(r["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{r}");
+    }
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_rendering_has_the_documented_fields() {
+    let cfg = WorkloadConfig::default();
+    let reports = vec![
+        run_one(Preset::Sticky, ClientKind::StockLike, &cfg).await,
+        run_one(Preset::Sticky, ClientKind::ResumeAware, &cfg).await,
+    ];
+    let rows: Vec<_> = reports.iter().map(row).collect();
+    let parsed = check_json_document(&render_json(&rows));
+    assert_eq!(parsed.len(), 2);
+    assert_eq!(parsed[0]["client"], "stock-like");
+    assert_eq!(parsed[1]["client"], "resume-aware");
+    assert_eq!(parsed[1]["calls"], rows[1].calls);
+}
+
+/// The built demo binary, next to this test's binary (`target/<profile>/examples/demo`).
+fn demo_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let profile_dir = exe.parent()?.parent()?;
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("demo{}", std::env::consts::EXE_SUFFIX));
+    bin.is_file().then_some(bin)
+}
+
+#[test]
+fn demo_binary_prints_one_json_document() {
+    // `cargo test` builds the examples; a run limited to this test target may not have.
+    let Some(bin) = demo_binary() else {
+        eprintln!("demo binary not built (run `cargo build --example demo`); skipped");
+        return;
+    };
+    let out = Command::new(&bin)
+        .arg("--json")
+        .output()
+        .expect("the demo runs");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8 stdout");
+    let rows = check_json_document(&stdout);
+    let mut pairs: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["preset"].as_str().unwrap().to_owned(),
+                r["client"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    let mut expected: Vec<(String, String)> = Preset::ALL
+        .iter()
+        .flat_map(|p| ClientKind::ALL.map(|k| (p.as_str().to_owned(), k.as_str().to_owned())))
+        .collect();
+    expected.sort();
+    assert_eq!(pairs, expected);
+}
