@@ -258,16 +258,17 @@ async fn sse_answers_with_progress_notifications() {
     .await;
     let client = client_for(&server).build().unwrap();
     let mut notes = client.notifications();
-    let r = guarded(client.call_tool(ToolCall::new("slow", json!({})).progress_token("tok-1")))
-        .await
-        .unwrap();
+    let call = ToolCall::new("slow", json!({})).progress_token("tok-1");
+    let id = call.id();
+    let r = guarded(client.call_tool(call)).await.unwrap();
     assert_eq!(r.text(), "done");
     assert_eq!(r.structured_content, Some(json!({"ok": true})));
     let note = guarded(notes.next()).await.unwrap();
     assert_eq!(note.method, "notifications/progress");
     assert_eq!(note.progress_token(), Some(&json!("tok-1")));
-    assert!(
-        note.call.is_some(),
+    assert_eq!(
+        note.call,
+        Some(id),
         "progress on the call's stream names the call"
     );
 }
@@ -505,4 +506,32 @@ async fn concurrent_calls_from_clones_each_get_their_own_answer() {
         .filter(|r| r.is_rpc("initialize"))
         .count();
     assert_eq!(inits, 1, "one session for every clone");
+}
+
+#[tokio::test]
+async fn events_name_calls_by_their_tool_call_id() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            // Ends without the response and without an event id: outcome unknown.
+            return sse_text(": nothing\n\n");
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let mut events = client.events();
+    let call = ToolCall::new("counter_increment", json!({}));
+    let id = call.id();
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    loop {
+        match guarded(events.next()).await.expect("event stream ended") {
+            mcp_resume::SessionEvent::OutcomeUnknown { call, method } => {
+                assert_eq!(call, id);
+                assert_eq!(method, "tools/call");
+                break;
+            }
+            _ => continue,
+        }
+    }
 }

@@ -11,9 +11,9 @@ use super::builder::{ClientBuilder, ClientConfig};
 use super::driver::{Command, Driver};
 use super::events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFFER};
 use super::results::{protocol, CallToolResult, InitializeResult, Tool};
-use super::tool_call::ToolCall;
+use super::tool_call::{next_call_id, ToolCall};
 use crate::error::{Error, ErrorKind};
-use crate::proto::CallRequest;
+use crate::proto::{CallId, CallRequest};
 
 /// Added to a call's deadline for the handle's own guard. The session enforces the deadline;
 /// the guard only guarantees that a call never hangs, whatever happens to the driver.
@@ -132,8 +132,8 @@ impl Client {
     /// not have run, and was not re-sent because that was not provably safe: give the call
     /// an idempotency key to let the client re-send it when the server deduplicates.
     pub async fn call_tool(&self, call: ToolCall) -> Result<CallToolResult, Error> {
-        let request = call.into_request()?;
-        let value = self.call(request).await?;
+        let (id, request) = call.into_request()?;
+        let value = self.submit(id, request).await?;
         CallToolResult::from_value(value)
     }
 
@@ -154,6 +154,10 @@ impl Client {
     /// Sends a request with every option of the core ([`CallRequest`]): idempotency key,
     /// deadline. The key is only meaningful for `tools/call`.
     pub async fn call(&self, request: CallRequest) -> Result<Value, Error> {
+        self.submit(next_call_id(), request).await
+    }
+
+    async fn submit(&self, id: CallId, request: CallRequest) -> Result<Value, Error> {
         if request.timeout == Some(Duration::ZERO) {
             return Err(Error::new(
                 ErrorKind::InvalidConfig,
@@ -165,6 +169,7 @@ impl Client {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Call {
             ticket,
+            id,
             request,
             reply,
         })?;

@@ -7,7 +7,7 @@
 //! blocks the others; reports come back over one bounded channel, which keeps memory bounded
 //! however fast a server sends.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,6 +35,8 @@ const EXCHANGE_BUFFER: usize = 64;
 const MAX_SERVER_REQUESTS: usize = 32;
 /// Notifications held while the session is not ready (the session drops them then).
 const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
+/// Finished calls whose ids stay translatable for late events.
+const RETIRED_IDS: usize = 1024;
 /// Smallest step between two timer expiries for the same deadline.
 const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
 /// How long a dropped client waits for its DELETE before the driver stops anyway.
@@ -46,9 +48,10 @@ pub(crate) type Reply = oneshot::Sender<Result<Value, Error>>;
 pub(crate) enum Command {
     /// Initialize (or report the result of the initialization already done).
     Connect { reply: Reply },
-    /// A request; `ticket` names it for [`Command::Cancel`].
+    /// A request; `ticket` names it for [`Command::Cancel`], `id` in events.
     Call {
         ticket: u64,
+        id: CallId,
         request: CallRequest,
         reply: Reply,
     },
@@ -126,6 +129,8 @@ impl Driver {
             exchanges: HashMap::new(),
             calls: HashMap::new(),
             tickets: HashMap::new(),
+            app_ids: HashMap::new(),
+            finished: VecDeque::new(),
             connected_once: false,
             connecting: 0,
             lost: false,
@@ -169,6 +174,11 @@ struct State {
     exchanges: HashMap<HttpId, AbortHandle>,
     calls: HashMap<CallId, Pending>,
     tickets: HashMap<u64, CallId>,
+    /// The session's call ids to the application's ([`ToolCall::id`](super::ToolCall::id)).
+    app_ids: HashMap<CallId, CallId>,
+    /// Calls finished recently, oldest first: their ids stay translatable for events the
+    /// session reports around their completion, within a bound.
+    finished: VecDeque<CallId>,
     /// A connect succeeded: from then on the session re-initializes by itself.
     connected_once: bool,
     /// Connect calls in flight.
@@ -257,6 +267,7 @@ impl State {
             }
             Command::Call {
                 ticket,
+                id,
                 request,
                 reply,
             } => {
@@ -270,6 +281,7 @@ impl State {
                 let call = self.session.submit(request, now);
                 self.calls.insert(call, Pending::Call { ticket, reply });
                 self.tickets.insert(ticket, call);
+                self.app_ids.insert(call, id);
             }
             Command::Cancel { ticket } => {
                 if let Some(call) = self.tickets.remove(&ticket) {
@@ -441,7 +453,7 @@ impl State {
             Output::Notification { call, notification } => {
                 // No subscriber is not an error: notifications are informational.
                 let _ = self.notifications.send(ServerNotification {
-                    call,
+                    call: call.map(|c| self.app_id(c)),
                     method: notification.method,
                     params: notification.params,
                 });
@@ -496,7 +508,44 @@ impl State {
                     SessionEvent::Closed => tracing::debug!("session closed"),
                     other => tracing::info!(event = ?other, "session event"),
                 }
-                let _ = self.events.send(event);
+                let _ = self.events.send(self.translate(event));
+            }
+        }
+    }
+
+    /// The application's id for a session call id (unchanged if unknown).
+    fn app_id(&self, call: CallId) -> CallId {
+        self.app_ids.get(&call).copied().unwrap_or(call)
+    }
+
+    fn translate(&self, event: SessionEvent) -> SessionEvent {
+        match event {
+            SessionEvent::Redispatched {
+                call,
+                method,
+                idempotency_key,
+            } => SessionEvent::Redispatched {
+                call: self.app_id(call),
+                method,
+                idempotency_key,
+            },
+            SessionEvent::OutcomeUnknown { call, method } => SessionEvent::OutcomeUnknown {
+                call: self.app_id(call),
+                method,
+            },
+            SessionEvent::ContextMismatch { call } => SessionEvent::ContextMismatch {
+                call: self.app_id(call),
+            },
+            other => other,
+        }
+    }
+
+    /// Keeps a finished call's id translatable for a while, then forgets it.
+    fn retire(&mut self, call: CallId) {
+        self.finished.push_back(call);
+        if self.finished.len() > RETIRED_IDS {
+            if let Some(old) = self.finished.pop_front() {
+                self.app_ids.remove(&old);
             }
         }
     }
@@ -518,6 +567,7 @@ impl State {
             }
             Some(Pending::Call { ticket, reply }) => {
                 self.tickets.remove(&ticket);
+                self.retire(call);
                 let _ = reply.send(result);
             }
             Some(Pending::Close { reply }) => {

@@ -1,12 +1,21 @@
 //! [`ToolCall`]: a `tools/call` request under construction.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorKind};
 use crate::ids::{IdempotencyKey, InvalidId};
-use crate::proto::CallRequest;
+use crate::proto::{CallId, CallRequest};
+
+/// Ids the application sees for its calls (in [`SessionEvent`](crate::SessionEvent)s and
+/// [`ServerNotification`](super::ServerNotification)s): unique in the process, known before the
+/// call is made.
+pub(crate) fn next_call_id() -> CallId {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    CallId(NEXT.fetch_add(1, Ordering::Relaxed))
+}
 
 /// A value usable as an idempotency key: a [`uuid::Uuid`], an [`IdempotencyKey`], or any
 /// string (validated when the call is made; an invalid one fails the call with
@@ -65,6 +74,7 @@ impl IntoIdempotencyKey for &String {
 #[derive(Debug, Clone)]
 #[must_use = "a ToolCall does nothing until passed to Client::call_tool"]
 pub struct ToolCall {
+    id: CallId,
     name: String,
     arguments: Value,
     key: Option<Result<IdempotencyKey, InvalidId>>,
@@ -76,6 +86,7 @@ impl ToolCall {
     /// A call of tool `name` with `arguments` (normally a JSON object; `null` sends none).
     pub fn new(name: impl Into<String>, arguments: Value) -> Self {
         ToolCall {
+            id: next_call_id(),
             name: name.into(),
             arguments,
             key: None,
@@ -117,6 +128,14 @@ impl ToolCall {
         self
     }
 
+    /// The id this call goes by in [`Client::events`](super::Client::events) (re-sends,
+    /// unknown outcomes, context mismatches) and in
+    /// [`Client::notifications`](super::Client::notifications) (progress on its stream).
+    /// Assigned by [`ToolCall::new`]; a clone keeps it, so make a new `ToolCall` per call.
+    pub fn id(&self) -> CallId {
+        self.id
+    }
+
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -128,7 +147,7 @@ impl ToolCall {
     }
 
     /// Builds the core's request; an invalid key or timeout is a configuration error.
-    pub(crate) fn into_request(self) -> Result<CallRequest, Error> {
+    pub(crate) fn into_request(self) -> Result<(CallId, CallRequest), Error> {
         let idempotency_key = match self.key {
             None => None,
             Some(Ok(key)) => Some(key),
@@ -154,12 +173,13 @@ impl ToolCall {
         if !self.meta.is_empty() {
             params.insert("_meta".to_owned(), Value::Object(self.meta));
         }
-        Ok(CallRequest {
+        let request = CallRequest {
             method: "tools/call".to_owned(),
             params: Some(Value::Object(params)),
             idempotency_key,
             timeout: self.timeout,
-        })
+        };
+        Ok((self.id, request))
     }
 }
 
@@ -170,13 +190,15 @@ mod tests {
 
     #[test]
     fn builds_params_with_meta_and_key() {
-        let req = ToolCall::new("echo", json!({"text": "hi"}))
+        let call = ToolCall::new("echo", json!({"text": "hi"}))
             .idempotency_key("k-1")
             .meta("tag", json!(7))
             .progress_token("p")
-            .timeout(Duration::from_secs(3))
-            .into_request()
-            .unwrap();
+            .timeout(Duration::from_secs(3));
+        let id = call.id();
+        let (req_id, req) = call.into_request().unwrap();
+        assert_eq!(req_id, id);
+        assert_ne!(ToolCall::new("echo", json!({})).id(), id);
         assert_eq!(req.method, "tools/call");
         assert_eq!(
             req.params,
