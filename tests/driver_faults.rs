@@ -412,7 +412,7 @@ async fn a_hanging_delete_does_not_hang_close() {
     })
     .await;
     let client = client_for(&server)
-        .call_timeout(Duration::from_millis(300))
+        .call_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
     guarded(client.connect()).await.unwrap();
