@@ -1,0 +1,283 @@
+//! The seed incident, one line of its story per test, through the public API against the
+//! mock cluster. Each test sets the cluster up so the situation happens deterministically,
+//! then asserts what the resume-aware client reported (results, error kinds, session events)
+//! and what the cluster's oracle saw really happen.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use mcp_resume::{
+    CallToolResult, Client, ClientBuilder, Error, ErrorKind, ReconnectPolicy, ReinitReason,
+    RejectReason, SessionEvent, ToolCall,
+};
+use mock_server::context::meta;
+use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, Preset};
+use serde_json::{json, Value};
+
+const GUARD: Duration = Duration::from_secs(20);
+const TEMPERATURE: f64 = 0.2;
+
+async fn guarded<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(GUARD, fut)
+        .await
+        .expect("hang guard: the future did not complete")
+}
+
+/// A cluster, one client on it, and every session event the client reports.
+struct Bench {
+    cluster: Cluster,
+    client: Client,
+    events: Arc<Mutex<Vec<SessionEvent>>>,
+    collector: tokio::task::JoinHandle<()>,
+}
+
+/// What a scenario ends with.
+struct Seen {
+    events: Vec<SessionEvent>,
+    oracle: OracleReport,
+}
+
+impl Bench {
+    async fn start(
+        config: ClusterConfig,
+        client: impl FnOnce(ClientBuilder) -> ClientBuilder,
+    ) -> Bench {
+        let cluster = Cluster::start(config).await.expect("cluster starts");
+        let builder = Client::builder(cluster.url())
+            .client_capabilities(
+                json!({"experimental": {"sampling": {"temperature": TEMPERATURE}}}),
+            )
+            // Deterministic routing: only the calls of the scenario go through the balancer.
+            .open_listen_stream(false)
+            .call_timeout(Duration::from_secs(5))
+            .reconnect(ReconnectPolicy {
+                initial_delay: Duration::from_millis(20),
+                max_delay: Duration::from_millis(200),
+                ..ReconnectPolicy::default()
+            })
+            .jitter_seed(3);
+        let client = client(builder).build().expect("valid configuration");
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let mut stream = client.events();
+        let sink = events.clone();
+        let collector = tokio::spawn(async move {
+            while let Some(event) = stream.next().await {
+                sink.lock().unwrap().push(event);
+            }
+        });
+        guarded(client.connect()).await.expect("connect");
+        Bench {
+            cluster,
+            client,
+            events,
+            collector,
+        }
+    }
+
+    async fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        keyed: bool,
+        tag: &str,
+    ) -> Result<CallToolResult, Error> {
+        let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
+        if keyed {
+            call = call.random_idempotency_key();
+        }
+        guarded(self.client.call_tool(call)).await
+    }
+
+    /// Closes the client, waits for every execution to end, and returns what was seen.
+    async fn finish(self) -> Seen {
+        let _ = guarded(self.client.close()).await;
+        drop(self.client);
+        guarded(self.collector).await.expect("collector");
+        assert!(
+            self.cluster.wait_idle(GUARD).await,
+            "executions still running"
+        );
+        let oracle = self.cluster.oracle();
+        self.cluster.shutdown().await;
+        let events = std::mem::take(&mut *self.events.lock().unwrap());
+        Seen { events, oracle }
+    }
+}
+
+fn count(events: &[SessionEvent], pred: impl Fn(&SessionEvent) -> bool) -> usize {
+    events.iter().filter(|e| pred(e)).count()
+}
+
+/// Nothing ran under the wrong context, against an unknown record, or twice.
+fn assert_clean(oracle: &OracleReport) {
+    let t = &oracle.totals;
+    assert_eq!(t.wrong_capability, 0, "{t:?}");
+    assert_eq!(t.unknown_record, 0, "{t:?}");
+    assert_eq!(t.duplicate_side_effects, 0, "{t:?}");
+}
+
+fn cluster(preset: Preset) -> ClusterConfig {
+    ClusterConfig {
+        preset,
+        instances: 3,
+        idle_timeout: None,
+        ..ClusterConfig::default()
+    }
+}
+
+/// "Mid-stream, the LB drops the connection (idle timeout)": the client resumes with
+/// `Last-Event-ID` on the instance that owns the stream and gets the rest, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cut_is_resumed_where_the_stream_lives() {
+    let bench = Bench::start(
+        ClusterConfig {
+            idle_timeout: Some(Duration::from_millis(150)),
+            ..cluster(Preset::Sticky)
+        },
+        |b| b,
+    )
+    .await;
+    let r = bench
+        .call("slow", json!({"steps": 3, "delay_ms": 250}), false, "slow")
+        .await
+        .expect("the cut call completes");
+    assert_eq!(r.text(), "slow: done after 3 steps");
+    let seen = bench.finish().await;
+    assert!(
+        count(&seen.events, |e| matches!(e, SessionEvent::Resumed { .. })) >= 1,
+        "{:?}",
+        seen.events
+    );
+    assert_eq!(
+        count(&seen.events, |e| matches!(
+            e,
+            SessionEvent::Reinitialized { .. }
+        )),
+        0,
+        "{:?}",
+        seen.events
+    );
+    let o = &seen.oracle;
+    assert!(
+        !o.resumes.is_empty() && o.resumes.iter().all(|r| r.honored && !r.cross_instance),
+        "{:?}",
+        o.resumes
+    );
+    assert_eq!(o.executions_tagged("slow").count(), 1);
+    assert_eq!(o.totals.initializes, 1);
+    assert_clean(o);
+}
+
+/// "Client reconnects … and lands on instance B, which never saw session S1": under the
+/// seed's rule B rejects the resume; the client re-initializes and re-sends the keyed call,
+/// which the idempotency store answers without running it again.
+///
+/// The call's stream (priming, two steps, response) is cut after its second event; the
+/// re-sent call's stream (priming, stored response) is short enough to get through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_instance_resume_is_rejected_and_the_keyed_call_resent_once() {
+    let bench = Bench::start(
+        ClusterConfig {
+            cut_after_events: Some(2),
+            ..cluster(Preset::Strict)
+        },
+        |b| b,
+    )
+    .await;
+    let r = bench
+        .call("slow", json!({"steps": 2, "delay_ms": 0}), true, "keyed")
+        .await
+        .expect("the keyed call is re-sent and answered");
+    assert_eq!(r.text(), "slow: done after 2 steps");
+    let seen = bench.finish().await;
+    let o = &seen.oracle;
+    // The situation: the resume reached another instance than the stream's owner.
+    assert!(
+        o.resumes.iter().any(|r| r.cross_instance),
+        "{:?}",
+        o.resumes
+    );
+    assert!(o.resumes.iter().all(|r| !r.honored), "{:?}", o.resumes);
+    assert!(o.rejections("not_owner") >= 1, "{:?}", o.totals);
+    let ev = &seen.events;
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::ResumeRejected {
+                reason: Some(RejectReason::NotOwner)
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::ResumeRejected(RejectReason::NotOwner),
+                capabilities_changed: false
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Redispatched {
+                idempotency_key: Some(_),
+                ..
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    // Ran once; the re-send was answered from the idempotency store.
+    assert_eq!(o.executions_tagged("keyed").count(), 1);
+    assert!(o.totals.idempotent_replays >= 1, "{:?}", o.totals);
+    assert!(o.totals.initializes >= 2, "{:?}", o.totals);
+    assert_clean(o);
+}
+
+/// The same cut for an unkeyed side effect: it ran, the client cannot know, so it says so
+/// (`OutcomeUnknown`) instead of re-sending it or claiming success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_instance_resume_of_an_unkeyed_call_is_outcome_unknown() {
+    let bench = Bench::start(
+        ClusterConfig {
+            cut_after_events: Some(1),
+            ..cluster(Preset::Strict)
+        },
+        |b| b,
+    )
+    .await;
+    let err = bench
+        .call("counter_increment", json!({}), false, "unkeyed")
+        .await
+        .expect_err("the response was lost with the stream");
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    let seen = bench.finish().await;
+    assert!(
+        count(&seen.events, |e| matches!(
+            e,
+            SessionEvent::OutcomeUnknown { .. }
+        )) == 1,
+        "{:?}",
+        seen.events
+    );
+    assert_eq!(
+        count(&seen.events, |e| matches!(
+            e,
+            SessionEvent::Redispatched { .. }
+        )),
+        0,
+        "{:?}",
+        seen.events
+    );
+    // It did run, exactly once: re-sending it would have incremented twice.
+    assert_eq!(seen.oracle.executions_tagged("unkeyed").count(), 1);
+    assert!(
+        seen.oracle.rejections("not_owner") >= 1,
+        "{:?}",
+        seen.oracle.totals
+    );
+    assert_clean(&seen.oracle);
+}
