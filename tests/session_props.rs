@@ -48,6 +48,7 @@ fn fault() -> impl Strategy<Value = Fault> {
         1 => Just(Fault::CutBeforeEvents),
         1 => Just(Fault::WrongContext),
         1 => Just(Fault::WrongResultHash),
+        1 => Just(Fault::WrongContextHeaderOnly),
         1 => Just(Fault::ResumeNotFound),
         1 => Just(Fault::ResumeRejected("not_owner")),
         1 => Just(Fault::ResumeRejected("event_gap")),

@@ -1101,7 +1101,9 @@ impl Session {
         };
         let body = jsonrpc::encode_request(&rpc, &call.method, params.as_ref());
         call.generation = ctx.generation;
-        call.hash = ctx.hash.clone();
+        // Hash checks (head and replayed result) are the extension's: only for a session
+        // whose server advertised it.
+        call.hash = ctx.ext.as_ref().and(ctx.hash.clone());
         call.server_dedups = ctx
             .ext
             .as_ref()

@@ -55,6 +55,9 @@ pub enum Fault {
     CutBeforeEvents,
     /// The call runs on an instance with another negotiated context (hash header differs).
     WrongContext,
+    /// Like `WrongContext`, from an instance that does not stamp its results: only the
+    /// response head shows the other context.
+    WrongContextHeaderOnly,
     /// The call's result is replayed from a store where it was produced under another hash.
     WrongResultHash,
     // --- for a resume GET ---
@@ -513,7 +516,7 @@ impl Server {
             Fault::Refuse => return Reply::early(Step::Refused),
             _ => {}
         }
-        let wrong = fault == Fault::WrongContext;
+        let wrong = matches!(fault, Fault::WrongContext | Fault::WrongContextHeaderOnly);
         let exec_hash = if wrong {
             WRONG_HASH.to_owned()
         } else {
@@ -536,7 +539,7 @@ impl Server {
                 }
                 let mut r = json!({"content": [{"type": "text", "text": tag_s}],
                     "ctx_ok": !wrong});
-                if self.cfg.ext {
+                if self.cfg.ext && fault != Fault::WrongContextHeaderOnly {
                     r["_meta"] = json!({HASH_META_KEY: exec_hash});
                 }
                 if let (Some(k), true) = (&key, self.dedups()) {
