@@ -281,3 +281,209 @@ async fn cross_instance_resume_of_an_unkeyed_call_is_outcome_unknown() {
     );
     assert_clean(&seen.oracle);
 }
+
+/// "Instance B … looks up event 41 in a shared store and replays events 42–47", among them a
+/// `tools/call` result whose request B has no record of. Where only the event log is shared
+/// (`naive`), the stock-like client takes the replay as a resume; the resume-aware client
+/// sees the instance answers under another context and starts over instead.
+///
+/// Two instances: `initialize` → 0, `initialized` → 1, the call → 0 (the session's owner),
+/// the resume → 1, which never saw the session.
+async fn replayed_response(
+    stock_like: bool,
+) -> (
+    Result<CallToolResult, Error>,
+    Result<CallToolResult, Error>,
+    Seen,
+) {
+    let bench = Bench::start(
+        ClusterConfig {
+            instances: 2,
+            cut_after_events: Some(1),
+            ..cluster(Preset::Naive)
+        },
+        |b| b.dangerous_trust_replay(stock_like),
+    )
+    .await;
+    let result = bench
+        .call(
+            "slow",
+            json!({"steps": 1, "delay_ms": 0}),
+            false,
+            "replayed",
+        )
+        .await;
+    // The agent goes on with a call that depends on the negotiated context.
+    let next = bench
+        .call("generate", json!({"prompt": "next"}), false, "next")
+        .await;
+    let seen = bench.finish().await;
+    // The situation: a cross-instance replay was served from the shared log.
+    let o = &seen.oracle;
+    assert!(
+        o.resumes.iter().any(|r| r.cross_instance && r.honored),
+        "{:?}",
+        o.resumes
+    );
+    assert!(o.totals.cross_instance_resumes >= 1, "{:?}", o.totals);
+    assert_eq!(o.executions_tagged("replayed").count(), 1);
+    (result, next, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_response_is_believed_by_a_stock_like_client() {
+    let (result, _, seen) = replayed_response(true).await;
+    let r = result.expect("the stock-like client takes the replay as a resume");
+    assert_eq!(r.text(), "slow: done after 1 steps");
+    assert!(
+        count(&seen.events, |e| matches!(e, SessionEvent::Resumed { .. })) >= 1,
+        "{:?}",
+        seen.events
+    );
+    assert_eq!(
+        count(&seen.events, |e| matches!(
+            e,
+            SessionEvent::Reinitialized { .. }
+        )),
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_response_from_a_stranger_is_not_a_resume() {
+    let (result, next, seen) = replayed_response(false).await;
+    let ev = &seen.events;
+    // The replaying instance answers under a made-up context: treated as a rejection, and
+    // the session starts over before the next call.
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::ResumeRejected {
+                reason: Some(RejectReason::CapabilityMismatch)
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::CapabilityMismatch,
+                ..
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    assert_eq!(
+        seen.oracle.totals.initializes, 2,
+        "{:?}",
+        seen.oracle.totals
+    );
+    let next = next.expect("the follow-up runs on the new session");
+    assert_eq!(
+        next.structured_content,
+        Some(json!({"temperature": TEMPERATURE}))
+    );
+    assert_eq!(
+        count(ev, |e| matches!(e, SessionEvent::Resumed { .. })),
+        0,
+        "{ev:?}"
+    );
+    // Unkeyed, it ran, and the client cannot prove it: it says so.
+    let err = result.expect_err("a replay from a stranger is not a result");
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert_clean(&seen.oracle);
+}
+
+/// "When the client later sent a dependent follow-up tool call, instance C … silently
+/// executed it": `prepare` on one instance, `commit` on the next.
+async fn dependent_follow_up(
+    preset: Preset,
+    stock_like: bool,
+) -> (Vec<Result<CallToolResult, Error>>, Seen) {
+    let bench = Bench::start(cluster(preset), |b| b.dangerous_trust_replay(stock_like)).await;
+    let mut results = Vec::new();
+    for round in 0..3 {
+        let prepared = bench
+            .call(
+                "prepare",
+                json!({"item": round}),
+                false,
+                &format!("prepare-{round}"),
+            )
+            .await;
+        let record = prepared
+            .as_ref()
+            .ok()
+            .and_then(|r| r.structured_content.as_ref())
+            .and_then(|v| v["record"].as_str())
+            .unwrap_or("rec-never-prepared")
+            .to_owned();
+        results.push(prepared);
+        results.push(
+            bench
+                .call(
+                    "commit",
+                    json!({"record": record}),
+                    false,
+                    &format!("commit-{round}"),
+                )
+                .await,
+        );
+    }
+    (results, bench.finish().await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependent_follow_up_on_naive_silently_commits_unknown_records_for_a_stock_client() {
+    let (results, seen) = dependent_follow_up(Preset::Naive, true).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // Success everywhere, yet the oracle saw commits against records the instance never had.
+    assert!(
+        seen.oracle.totals.unknown_record >= 1,
+        "{:?}",
+        seen.oracle.totals
+    );
+    assert!(
+        seen.oracle.totals.wrong_capability >= 1,
+        "{:?}",
+        seen.oracle.totals
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependent_follow_up_never_succeeds_against_an_unknown_record() {
+    for preset in Preset::ALL {
+        let (results, seen) = dependent_follow_up(preset, false).await;
+        let o = &seen.oracle;
+        for round in 0..3 {
+            let commit = &results[2 * round + 1];
+            let tag = format!("commit-{round}");
+            let wrong = o
+                .executions_tagged(&tag)
+                .any(|e| e.unknown_record || e.wrong_capability);
+            assert!(
+                !(commit.is_ok() && wrong),
+                "{preset}: {tag} reported success but ran wrong: {commit:?}"
+            );
+        }
+        if preset != Preset::Naive {
+            // Records are shared: every commit succeeds, on another instance than its prepare
+            // (round-robin) except under affinity.
+            assert!(results.iter().all(Result::is_ok), "{preset}: {results:?}");
+            assert_clean(o);
+            let p = o.executions_tagged("prepare-0").next().unwrap().instance;
+            let c = o.executions_tagged("commit-0").next().unwrap().instance;
+            assert_eq!(
+                p == c,
+                preset == Preset::Sticky,
+                "{preset}: prepare on {p}, commit on {c}"
+            );
+        } else {
+            // Where the records live on one instance, failures are explicit.
+            for r in results.iter().filter_map(|r| r.as_ref().err()) {
+                assert_eq!(r.kind(), ErrorKind::ContextMismatch, "{preset}: {r}");
+            }
+        }
+    }
+}
