@@ -374,8 +374,8 @@ async fn replayed_response_from_a_stranger_is_not_a_resume() {
         )) >= 1,
         "{ev:?}"
     );
-    assert_eq!(
-        seen.oracle.totals.initializes, 2,
+    assert!(
+        seen.oracle.totals.initializes >= 2,
         "{:?}",
         seen.oracle.totals
     );
