@@ -1065,3 +1065,22 @@ fn session_id_is_never_shown_in_full() {
     assert_eq!(id.expose(), "sess-0001-secret");
     assert!(!format!("{id} {id:?}").contains("secret"));
 }
+
+#[test]
+fn a_get_endpoint_that_says_404_for_405_does_not_loop_reinitializing() {
+    let _g = SeedGuard(66);
+    let mut s = sim(
+        ServerConfig {
+            listen: false,
+            listen_404: true,
+            ..ServerConfig::default()
+        },
+        66,
+    );
+    s.run_for(Duration::from_secs(60));
+    assert_eq!(s.server.initializes(), 2);
+    let c = s.call("a", None);
+    s.run_until_complete(c, SEC);
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_no_stale_session_id(&s);
+}

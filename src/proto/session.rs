@@ -200,6 +200,8 @@ pub struct Session {
     rpc_index: HashMap<RequestId, CallId>,
     exchanges: BTreeMap<HttpId, Exchange>,
     listen: Listen,
+    /// The last re-initialization was caused by a 404 on the standalone stream.
+    listen_404_reinit: bool,
     next_http: u64,
     next_call: u64,
     next_rpc: i64,
@@ -234,6 +236,7 @@ impl Session {
                 retry: None,
                 attempts: 0,
             },
+            listen_404_reinit: false,
             next_http: 0,
             next_call: 0,
             next_rpc: 0,
@@ -1559,8 +1562,16 @@ impl Session {
                 let expected = self.ctx.as_ref().and_then(|c| c.hash.clone());
                 if !self.hash_matches(headers, expected.as_ref()) {
                     self.finish_exchange(http);
-                    return self.start_reinit(ReinitReason::CapabilityMismatch, now);
+                    if resumed {
+                        return self.start_reinit(ReinitReason::CapabilityMismatch, now);
+                    }
+                    // A fresh stream carries no call; re-initializing for it could loop
+                    // against a server that omits the header on GET. Stop listening.
+                    warn!("standalone GET stream under another capability hash; not listening");
+                    self.listen.state = ListenState::GaveUp;
+                    return;
                 }
+                self.listen_404_reinit = false;
                 self.set_body(http, self.new_decoder());
                 if let (true, Some(last_event_id)) = (resumed, self.listen.cursor.clone()) {
                     self.outputs
@@ -2007,7 +2018,14 @@ impl Session {
                     None => ReinitReason::SessionNotFound,
                 };
                 self.listen.state = ListenState::Off;
-                if status == 404 && ex.carried_session_id {
+                if status == 404 && ex.carried_session_id && self.listen_404_reinit {
+                    // The fresh session's stream was refused the same way: the endpoint does
+                    // not offer the stream (a server that says 404 where it means 405).
+                    // Re-initializing again would loop.
+                    warn!("standalone GET stream answered 404 twice in a row; not offered");
+                    self.listen.state = ListenState::NotOffered;
+                } else if status == 404 && ex.carried_session_id {
+                    self.listen_404_reinit = true;
                     self.start_reinit(reason, now);
                 } else {
                     self.listen_failed(false, now);

@@ -113,6 +113,8 @@ pub struct ServerConfig {
     pub hash: String,
     /// Notifications sent on the first standalone GET stream before it is cut.
     pub listen_events: u32,
+    /// Answer a GET without `Last-Event-ID` with 404 instead of 405 when `listen` is off.
+    pub listen_404: bool,
     /// Answer JSON responses as one-element batches (only valid under 2025-03-26).
     pub batch: bool,
 }
@@ -130,6 +132,7 @@ impl Default for ServerConfig {
             keep_resumed_open: true,
             hash: "sha256:abc0".into(),
             listen_events: 0,
+            listen_404: false,
             batch: false,
         }
     }
@@ -655,7 +658,7 @@ impl Server {
         }
         let Some(lei) = last_event_id else {
             if !self.cfg.listen {
-                return Reply::status(405);
+                return Reply::status(if self.cfg.listen_404 { 404 } else { 405 });
             }
             let mut r = Reply::sse();
             r.headers.extend(self.hash_header(&hash));
