@@ -1,1 +1,170 @@
-fn main() {}
+//! Balancer overhead: tool calls per second through the balancer vs straight to the
+//! instance, in one run, printed as a ratio.
+//!
+//! `cargo bench -p mock-server --bench balancer` (env `BENCH_SECS` per round, default 2;
+//! `BENCH_CONCURRENCY`, default 16).
+//!
+//! One instance, so both paths end at the same server; rounds alternate between the two
+//! paths and the median of each is reported, which keeps machine noise from favouring one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mock_server::{Cluster, ClusterConfig, Preset};
+use serde_json::json;
+
+const ROUNDS: usize = 5;
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn initialize(http: &reqwest::Client, url: &str) -> String {
+    let resp = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                   "params": {"protocolVersion": "2025-11-25", "capabilities": {}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .expect("initialize");
+    resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Runs `concurrency` callers for `secs` against `url`; returns calls per second.
+async fn round(
+    http: &reqwest::Client,
+    url: &str,
+    session: &str,
+    concurrency: usize,
+    secs: u64,
+) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for w in 0..concurrency {
+        let (http, url, session, done) = (
+            http.clone(),
+            url.to_owned(),
+            session.to_owned(),
+            done.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            let mut id = 0u64;
+            while Instant::now() < deadline {
+                id += 1;
+                let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                                  "params": {"name": "echo", "arguments": {"text": format!("w{w}-{id}")}}});
+                let resp = http
+                    .post(&url)
+                    .header("accept", "application/json, text/event-stream")
+                    .header("content-type", "application/json")
+                    .header("mcp-session-id", &session)
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .expect("call");
+                assert_eq!(resp.status(), 200);
+                let text = resp.text().await.expect("body");
+                assert!(text.contains("\"result\""), "{text}");
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    for w in workers {
+        w.await.expect("worker");
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+async fn measure(concurrency: usize, secs: u64) {
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Replicated,
+        instances: 1,
+        idle_timeout: None,
+        json_response: std::env::var_os("BENCH_JSON").is_some(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let direct_url = cluster.instance_url(0).unwrap();
+    let lb_url = cluster.url();
+    // Saturated (CPU-bound: client, balancer and instance share the machine's cores)
+    // and one caller at a time (latency-bound: what one agent sees).
+    for c in [concurrency, 1] {
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(c)
+            .build()
+            .unwrap();
+        let session = initialize(&http, &direct_url).await;
+        // Warm both paths' connection pools.
+        round(&http, &direct_url, &session, c, 1).await;
+        round(&http, &lb_url, &session, c, 1).await;
+        let (mut direct, mut balanced) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            cluster.reset_oracle();
+            direct.push(round(&http, &direct_url, &session, c, secs).await);
+            cluster.reset_oracle();
+            balanced.push(round(&http, &lb_url, &session, c, secs).await);
+        }
+        let (d, b) = (median(direct), median(balanced));
+        println!("  {c:>2} concurrent caller(s):");
+        println!(
+            "    direct to instance : {d:>9.0} calls/s ({:.0} us/call per caller)",
+            1e6 * c as f64 / d
+        );
+        println!(
+            "    through balancer   : {b:>9.0} calls/s ({:.0} us/call per caller)",
+            1e6 * c as f64 / b
+        );
+        println!(
+            "    ratio balancer/direct = {:.3} (balancer costs {:.1}%)",
+            b / d,
+            (1.0 - b / d) * 100.0
+        );
+    }
+    cluster.shutdown().await;
+}
+
+fn main() {
+    let secs = env_or("BENCH_SECS", 2);
+    let concurrency = env_or("BENCH_CONCURRENCY", 16) as usize;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    println!(
+        "balancer overhead: tools/call echo (SSE answer), {ROUNDS} alternating rounds of {secs} s per path, medians; {cores} cores"
+    );
+    // Multi-threaded, as the cluster normally runs: includes the cost of the extra
+    // cross-thread wake-ups a proxy hop adds, which grows with machine load.
+    println!("multi-thread runtime ({cores} workers):");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(measure(concurrency, secs));
+    drop(rt);
+    // One thread for client, balancer and instance: the balancer's CPU cost alone.
+    println!("current-thread runtime (client, balancer and instance on one thread):");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(measure(concurrency, secs));
+}

@@ -52,6 +52,9 @@ pub(crate) mod code {
     pub const SESSION_NOT_FOUND: i64 = -32001;
 }
 
+/// Ended sessions an instance remembers (for its 404s) before starting over.
+const MAX_TOMBSTONES: usize = 100_000;
+
 /// Longest accepted `Mcp-Session-Id` / `Last-Event-ID` value.
 const MAX_ID_LEN: usize = 128;
 
@@ -210,8 +213,25 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 }
 
 fn sse_response(rx: mpsc::UnboundedReceiver<Bytes>) -> Response {
+    // Events already queued go out as one chunk: fewer writes for the common case of a
+    // quick call whose priming event and response are ready together. Nothing waits.
     let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+        let first = rx.recv().await?;
+        let mut more = match rx.try_recv() {
+            Ok(next) => {
+                let mut buf = bytes::BytesMut::from(&first[..]);
+                buf.extend_from_slice(&next);
+                buf
+            }
+            Err(_) => return Some((Ok::<_, Infallible>(first), rx)),
+        };
+        while more.len() < 64 * 1024 {
+            match rx.try_recv() {
+                Ok(next) => more.extend_from_slice(&next),
+                Err(_) => break,
+            }
+        }
+        Some((Ok(more.freeze()), rx))
     });
     let mut resp = Response::new(Body::from_stream(stream));
     let hs = resp.headers_mut();
@@ -392,6 +412,15 @@ impl Incarnation {
             }
         }
         resp
+    }
+
+    /// Remembers that this instance ended a session (bounded: a very old one is forgotten).
+    fn bury(&self, sid: &str) {
+        let mut t = lock(&self.tombstones);
+        if t.len() >= MAX_TOMBSTONES {
+            t.clear();
+        }
+        t.insert(sid.to_owned());
     }
 
     fn spawn_task(
@@ -886,6 +915,7 @@ async fn respond_json(
             return store_failure(e);
         }
     }
+    let ids: Vec<Value> = requests.iter().map(|(id, _, _)| id.clone()).collect();
     // The work runs in its own task: a client that disconnects does not cancel it.
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_inc = inc.clone();
@@ -909,7 +939,18 @@ async fn respond_json(
         }
         let _ = tx.send(out);
     });
-    let _ = abort;
+    {
+        let mut running = lock(&inc.running);
+        for id in ids {
+            running.insert(
+                (session.id.clone(), id.to_string()),
+                RunningCall {
+                    abort: abort.clone(),
+                    stream: None,
+                },
+            );
+        }
+    }
     match rx.await {
         Ok(mut out) if !batch && out.len() == 1 => json_response(StatusCode::OK, &out.remove(0)),
         Ok(out) => json_response(StatusCode::OK, &Value::Array(out)),
@@ -1261,7 +1302,7 @@ async fn resume(inc: Arc<Incarnation>, sid: String, raw: Vec<u8>, headers: &Head
             // The server cannot vouch for this session any more: forget it everywhere it
             // can, so every later request gets 404 and the client starts over.
             let _ = inc.sessions().remove_session(&sid).await;
-            lock(&inc.tombstones).insert(sid.clone());
+            inc.bury(&sid);
             lock(&inc.standalone).remove(&sid);
             record.reason = Some(reason.to_owned());
             inc.env.oracle.resume(record);
@@ -1410,7 +1451,7 @@ async fn handle_delete(State(inc): State<Arc<Incarnation>>, req: Request) -> Res
         Ok(b) => b,
         Err(e) => return store_failure(e),
     };
-    lock(&inc.tombstones).insert(sid.clone());
+    inc.bury(&sid);
     lock(&inc.standalone).remove(&sid);
     let permissive = inc.settings().placement.resume == ResumePolicy::Permissive;
     if existed || permissive {

@@ -583,3 +583,52 @@ async fn extension_off_looks_like_a_stock_server() {
     assert_eq!(o.rejections("not_owner"), 1);
     c.shutdown().await;
 }
+
+#[tokio::test]
+async fn cancelled_notification_stops_the_call_on_its_instance() {
+    let c = Cluster::start(ClusterConfig {
+        preset: Preset::Sticky,
+        instances: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let m2 = mcp.clone();
+    let s2 = sid.clone();
+    let call = tokio::spawn(async move {
+        m2.post(
+            Some(&s2),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                   "params": {"name": "slow", "arguments": {"steps": 1000, "delay_ms": 10},
+                              "_meta": {"progressToken": "p", TAG: "slow"}}}),
+        )
+        .await
+    });
+    let deadline = tokio::time::Instant::now() + STEP;
+    while c.oracle().executions_tagged("slow").next().is_none() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "slow call never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let r = mcp
+        .post(Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}))
+        .await;
+    assert_eq!(r.status, 202);
+    let reply = tokio::time::timeout(STEP, call)
+        .await
+        .expect("stream ended")
+        .unwrap();
+    assert!(
+        reply.response().is_none(),
+        "no response to a cancelled request"
+    );
+    assert!(
+        c.wait_idle(Duration::from_secs(2)).await,
+        "the call stopped"
+    );
+    c.shutdown().await;
+}
