@@ -12,7 +12,7 @@ use mcp_resume::{
     RejectReason, SessionEvent, ToolCall,
 };
 use mock_server::context::meta;
-use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, Preset};
+use mock_server::{Cluster, ClusterConfig, CutStyle, Faults, OracleReport, Preset};
 use serde_json::{json, Value};
 
 const GUARD: Duration = Duration::from_secs(20);
@@ -313,7 +313,11 @@ async fn replayed_response(
             "replayed",
         )
         .await;
-    // The agent goes on with a call that depends on the negotiated context.
+    // The agent goes on with a call that depends on the negotiated context (no more cuts).
+    bench.cluster.set_faults(Faults {
+        idle_timeout: None,
+        ..Faults::default()
+    });
     let next = bench
         .call("generate", json!({"prompt": "next"}), false, "next")
         .await;
