@@ -427,6 +427,7 @@ proptest! {
     fn hostile_input_never_panics_or_double_completes(
         ops in prop::collection::vec(op(), 1..80),
         trust in any::<bool>(),
+        handshake in prop::bool::weighted(0.8),
     ) {
         use http::{HeaderMap, HeaderValue};
         use mcp_resume::ids::IdempotencyKey;
@@ -452,6 +453,22 @@ proptest! {
             }
         };
         drain(&mut session, &mut https, &mut completed);
+        if handshake {
+            // Most cases start from an established session, so the random input hits the
+            // paths of a ready session rather than only the handshake's.
+            let mut h = HeaderMap::new();
+            h.insert("content-type", HeaderValue::from_static("application/json"));
+            h.insert("mcp-session-id", HeaderValue::from_static("abc"));
+            h.insert("mcp-capability-hash", HeaderValue::from_static("sha256:00"));
+            let init = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"experimental":{"resumeSafety":{"capabilityHash":true,"sequencedEventIds":true,"idempotency":{}}}}}}"#;
+            session.handle_head(HttpId(1), 200, &h, now);
+            session.handle_data(HttpId(1), init, now);
+            session.handle_end(HttpId(1), now);
+            drain(&mut session, &mut https, &mut completed);
+            session.handle_head(HttpId(2), 202, &HeaderMap::new(), now);
+            drain(&mut session, &mut https, &mut completed);
+            prop_assert!(session.is_ready());
+        }
         for op in ops {
             let pick = |i: u8| https.get(i as usize % https.len().max(1)).copied().unwrap_or(HttpId(i as u64));
             match op {
