@@ -61,7 +61,9 @@
 //!
 //! Every async method must run inside a tokio runtime; [`ClientBuilder::build`] does not need
 //! one. [`Client`] is cheap to clone; dropping a call's future cancels the call
-//! (`notifications/cancelled`); dropping the last clone closes the session.
+//! (`notifications/cancelled`); dropping the last clone closes the session. Events and
+//! notifications name calls by [`ToolCall::id`], known before the call is made. Server
+//! requests (sampling, elicitation, roots) go to [`ClientBuilder::on_server_request`].
 //!
 //! # Recovery rules, in brief
 //!
