@@ -12,7 +12,7 @@ use mcp_resume::{
     RejectReason, SessionEvent, ToolCall,
 };
 use mock_server::context::meta;
-use mock_server::{Cluster, ClusterConfig, CutStyle, Faults, OracleReport, Preset};
+use mock_server::{Cluster, ClusterConfig, Faults, OracleReport, Preset};
 use serde_json::{json, Value};
 
 const GUARD: Duration = Duration::from_secs(20);
@@ -102,6 +102,25 @@ impl Bench {
         self.cluster.shutdown().await;
         let events = std::mem::take(&mut *self.events.lock().unwrap());
         Seen { events, oracle }
+    }
+}
+
+impl Bench {
+    /// Stops cutting streams, then makes a call that depends on the negotiated context: it
+    /// must run on a session with that context (a new one, if the old one was given up).
+    async fn follow_up(&self, tag: &str) {
+        self.cluster.set_faults(Faults {
+            idle_timeout: None,
+            ..Faults::default()
+        });
+        let r = self
+            .call("generate", json!({"prompt": "next"}), false, tag)
+            .await
+            .expect("the follow-up call succeeds");
+        assert_eq!(
+            r.structured_content,
+            Some(json!({"temperature": TEMPERATURE}))
+        );
     }
 }
 
@@ -491,3 +510,313 @@ async fn dependent_follow_up_never_succeeds_against_an_unknown_record() {
         }
     }
 }
+
+/// "The replayed stream terminated cleanly … clients interpret clean termination as
+/// successful completion." A stock-like server (no extension): the resume lands on an
+/// instance that replays what the shared log holds — nothing new — and ends the stream
+/// cleanly. That end proves nothing: the client starts over and says it cannot know.
+///
+/// Two instances: `initialize` → 0, `initialized` → 1, the call → 0, the resume → 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_end_without_the_response_is_not_completion() {
+    let bench = Bench::start(
+        ClusterConfig {
+            instances: 2,
+            extension: false,
+            cut_after_events: Some(1),
+            ..cluster(Preset::Naive)
+        },
+        |b| b,
+    )
+    .await;
+    // Keyed, but this server never advertised idempotency: the key protects nothing, so the
+    // call is not re-sent either.
+    let err = bench
+        .call(
+            "slow",
+            json!({"steps": 2, "delay_ms": 200}),
+            true,
+            "clean-end",
+        )
+        .await
+        .expect_err("a clean end without the response is not a result");
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    bench.follow_up("next").await;
+    let seen = bench.finish().await;
+    let ev = &seen.events;
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::UnverifiableCleanEnd,
+                ..
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    assert_eq!(
+        count(ev, |e| matches!(e, SessionEvent::Redispatched { .. })),
+        0,
+        "{ev:?}"
+    );
+    let o = &seen.oracle;
+    assert!(
+        o.resumes.iter().any(|r| r.cross_instance && r.honored),
+        "the situation: a cross-instance replay: {:?}",
+        o.resumes
+    );
+    // It did run (to completion, on the owner): re-sending would have run it twice.
+    assert_eq!(o.executions_tagged("clean-end").count(), 1);
+    assert_clean(o);
+}
+
+/// "Skipping the initialize handshake that had negotiated a non-default sampling
+/// temperature": the session's context changes under the client (a configuration rollout
+/// on shared session records). The call that ran under the drifted context fails with
+/// `ContextMismatch` — never success — and the session is re-initialized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capability_drift_is_an_error_not_a_plausible_answer() {
+    let bench = Bench::start(cluster(Preset::Strict), |b| b).await;
+    bench
+        .call("echo", json!({"text": "hi"}), false, "before")
+        .await
+        .expect("echo");
+    let session = bench
+        .cluster
+        .oracle()
+        .executions_tagged("before")
+        .next()
+        .expect("echo ran")
+        .session
+        .clone();
+    bench
+        .cluster
+        .drift_session(&session)
+        .await
+        .expect("strict shares session records");
+    let err = bench
+        .call("generate", json!({"prompt": "p"}), false, "drifted")
+        .await
+        .expect_err("an answer under another context is not a result");
+    assert_eq!(err.kind(), ErrorKind::ContextMismatch, "{err}");
+    let after = bench
+        .call("generate", json!({"prompt": "p"}), false, "after")
+        .await
+        .expect("the new session has the negotiated context");
+    assert_eq!(
+        after.structured_content,
+        Some(json!({"temperature": TEMPERATURE}))
+    );
+    let seen = bench.finish().await;
+    let ev = &seen.events;
+    assert_eq!(
+        count(ev, |e| matches!(e, SessionEvent::ContextMismatch { .. })),
+        1,
+        "{ev:?}"
+    );
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::CapabilityMismatch,
+                capabilities_changed: false
+            }
+        )) == 1,
+        "{ev:?}"
+    );
+    let o = &seen.oracle;
+    // The oracle confirms: that one call really ran under the wrong context; nothing else did.
+    assert!(o.executions_tagged("drifted").all(|e| e.wrong_capability));
+    assert_eq!(o.totals.wrong_capability, 1, "{:?}", o.totals);
+    assert!(o.executions_tagged("after").all(|e| !e.wrong_capability));
+    assert_eq!(o.totals.initializes, 2, "{:?}", o.totals);
+}
+
+/// The fourth check of the seed's `authorize_resume`: a stream opened under one context
+/// cannot be resumed once the session's context changed, even on its owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capability_drift_during_a_cut_stream_rejects_the_resume() {
+    let bench = Bench::start(
+        ClusterConfig {
+            cut_after_events: Some(2),
+            // The client must wait this long before resuming: the drift happens meanwhile.
+            retry_ms: Some(300),
+            ..cluster(Preset::Sticky)
+        },
+        |b| b,
+    )
+    .await;
+    bench
+        .call("echo", json!({"text": "hi"}), false, "before")
+        .await
+        .expect("echo");
+    let session = bench
+        .cluster
+        .oracle()
+        .executions_tagged("before")
+        .next()
+        .expect("echo ran")
+        .session
+        .clone();
+    let mut notes = bench.client.notifications();
+    let client = bench.client.clone();
+    let slow = tokio::spawn(async move {
+        client
+            .call_tool(
+                ToolCall::new("slow", json!({"steps": 3, "delay_ms": 50}))
+                    .meta(meta::TAG, json!("slow"))
+                    .progress_token("p"),
+            )
+            .await
+    });
+    // The first progress step is the stream's second event: the cut follows it.
+    let first = guarded(notes.next())
+        .await
+        .expect("a progress notification");
+    assert_eq!(first.method, "notifications/progress");
+    bench.cluster.drift_session(&session).await.expect("drift");
+    let err = guarded(slow)
+        .await
+        .expect("task")
+        .expect_err("the stream cannot be resumed");
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    bench.follow_up("next").await;
+    let seen = bench.finish().await;
+    let ev = &seen.events;
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::ResumeRejected {
+                reason: Some(RejectReason::CapabilityMismatch)
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::ResumeRejected(RejectReason::CapabilityMismatch),
+                ..
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    let o = &seen.oracle;
+    assert!(o.rejections("capability_mismatch") >= 1, "{:?}", o.totals);
+    assert!(
+        o.resumes.iter().all(|r| !r.cross_instance),
+        "{:?}",
+        o.resumes
+    );
+    assert_clean(o);
+}
+
+/// "The event store has a gap between Last-Event-ID and the current head": events missing
+/// from the shared log. The server proves it cannot continue and says so; the keyed call is
+/// re-sent and answered from the idempotency store, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gap_in_the_event_log_is_rejected_and_the_keyed_call_resent() {
+    let bench = Bench::start(
+        ClusterConfig {
+            cut_after_events: Some(2),
+            log_loss: Some((1, 1.0)),
+            ..cluster(Preset::Replicated)
+        },
+        |b| b,
+    )
+    .await;
+    let r = bench
+        .call("slow", json!({"steps": 2, "delay_ms": 0}), true, "gap")
+        .await
+        .expect("re-sent and answered");
+    assert_eq!(r.text(), "slow: done after 2 steps");
+    let seen = bench.finish().await;
+    let ev = &seen.events;
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::ResumeRejected {
+                reason: Some(RejectReason::EventGap)
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::ResumeRejected(RejectReason::EventGap),
+                ..
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    let o = &seen.oracle;
+    assert!(o.rejections("event_gap") >= 1, "{:?}", o.totals);
+    assert_eq!(o.executions_tagged("gap").count(), 1);
+    assert_clean(o);
+}
+
+/// A gap the server does not admit: a permissive replay from a log with holes. The client
+/// checks the sequenced ids itself and starts over instead of trusting the replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gap_in_a_replayed_stream_is_detected_by_the_client() {
+    let bench = Bench::start(
+        ClusterConfig {
+            instances: 1,
+            cut_after_events: Some(2),
+            log_loss: Some((GAP_SEED, 0.5)),
+            // The resume comes once every event (some missing from the log) is stored.
+            retry_ms: Some(300),
+            ..cluster(Preset::Naive)
+        },
+        |b| b,
+    )
+    .await;
+    let mut notes = bench.client.notifications();
+    let client = bench.client.clone();
+    let slow = tokio::spawn(async move {
+        client
+            .call_tool(
+                ToolCall::new("slow", json!({"steps": 8, "delay_ms": 10}))
+                    .meta(meta::TAG, json!("holes"))
+                    .progress_token("p"),
+            )
+            .await
+    });
+    // The first step is the stream's second event: the cut follows it. The resumed stream
+    // is not cut, so what the client sees is the log's content.
+    guarded(notes.next())
+        .await
+        .expect("a progress notification");
+    bench.cluster.set_faults(Faults {
+        idle_timeout: None,
+        log_loss: Some((GAP_SEED, 0.5)),
+        ..Faults::default()
+    });
+    let err = guarded(slow)
+        .await
+        .expect("task")
+        .expect_err("a replay with holes is not a resume");
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    bench.follow_up("next").await;
+    let seen = bench.finish().await;
+    let ev = &seen.events;
+    assert!(
+        count(ev, |e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::EventGap,
+                ..
+            }
+        )) >= 1,
+        "{ev:?}"
+    );
+    let o = &seen.oracle;
+    assert!(o.resumes.iter().any(|r| r.honored), "{:?}", o.resumes);
+    assert_eq!(o.executions_tagged("holes").count(), 1);
+    assert_clean(o);
+}
+
+const GAP_SEED: u64 = 5;
