@@ -255,6 +255,14 @@ fn row_post_404_reinitializes_and_resends_unkeyed_call() {
     assert_eq!(reinitialized(&s), vec![ReinitReason::SessionNotFound]);
     assert_eq!(redispatched(&s), 1);
     assert_no_stale_session_id(&s);
+    // Same version, capabilities and hash: nothing changed.
+    assert!(s.events().iter().any(|e| matches!(
+        e,
+        SessionEvent::Reinitialized {
+            capabilities_changed: false,
+            ..
+        }
+    )));
 }
 
 #[test]
@@ -1083,4 +1091,22 @@ fn a_get_endpoint_that_says_404_for_405_does_not_loop_reinitializing() {
     s.run_until_complete(c, SEC);
     assert_eq!(ok_tag(s.result(c)), "a");
     assert_no_stale_session_id(&s);
+}
+
+#[test]
+fn cancelling_a_call_that_never_left_sends_nothing() {
+    let _g = SeedGuard(67);
+    let mut s = Sim::new(SessionConfig::default(), ServerConfig::default(), 67);
+    let c = s.call("a", None);
+    s.session.cancel(c, s.now);
+    let conn = s.connect();
+    s.run_until_complete(conn, SEC);
+    s.settle();
+    assert!(s.server.posts_of("a").is_empty());
+    assert!(!s
+        .server
+        .seen
+        .iter()
+        .any(|x| x.rpc_method.as_deref() == Some("notifications/cancelled")));
+    assert!(!s.completions.contains_key(&c));
 }
