@@ -1110,3 +1110,51 @@ fn cancelling_a_call_that_never_left_sends_nothing() {
         .any(|x| x.rpc_method.as_deref() == Some("notifications/cancelled")));
     assert!(!s.completions.contains_key(&c));
 }
+
+#[test]
+fn initialize_answered_over_sse_captures_the_session_id_from_its_head() {
+    let _g = SeedGuard(68);
+    let mut s = sim(
+        ServerConfig {
+            init_sse: true,
+            ..ServerConfig::default()
+        },
+        68,
+    );
+    let c = s.call("a", None);
+    s.run_until_complete(c, SEC);
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(
+        s.server.posts_of("a")[0].session_id.as_deref(),
+        Some("sess-0001-secret")
+    );
+    // The initialize stream was held open by the server: the client closed it.
+    assert!(s.aborted.contains(&s.server.seen[0].http));
+}
+
+#[test]
+fn concurrent_calls_on_a_vanished_session_are_each_resent_once() {
+    let _g = SeedGuard(69);
+    let mut s = sim(ServerConfig::default(), 69);
+    s.server.fault("a", [Fault::NotFound]);
+    let a = s.call("a", None);
+    let b = s.call("b", None);
+    let c = s.call("c", Some("kc"));
+    for id in [a, b, c] {
+        s.run_until_complete(id, 5 * SEC);
+    }
+    s.settle();
+    for (id, tag) in [(a, "a"), (b, "b"), (c, "c")] {
+        assert_eq!(ok_tag(s.result(id)), tag);
+        assert_eq!(s.server.executions_of(tag), 1, "{tag}");
+        let accepted = s
+            .server
+            .posts_of(tag)
+            .iter()
+            .filter(|p| !p.not_accepted)
+            .count();
+        assert_eq!(accepted, 1, "{tag}");
+    }
+    assert_eq!(s.server.initializes(), 2, "one re-initialization for all");
+    assert_no_stale_session_id(&s);
+}

@@ -115,6 +115,8 @@ pub struct ServerConfig {
     pub listen_events: u32,
     /// Answer a GET without `Last-Event-ID` with 404 instead of 405 when `listen` is off.
     pub listen_404: bool,
+    /// Answer `initialize` with an SSE stream (priming event first) instead of JSON.
+    pub init_sse: bool,
     /// Answer JSON responses as one-element batches (only valid under 2025-03-26).
     pub batch: bool,
 }
@@ -133,6 +135,7 @@ impl Default for ServerConfig {
             hash: "sha256:abc0".into(),
             listen_events: 0,
             listen_404: false,
+            init_sse: false,
             batch: false,
         }
     }
@@ -474,7 +477,16 @@ impl Server {
             "protocolVersion": self.cfg.protocol_version,
             "capabilities": caps,
             "serverInfo": {"name": "sim", "version": "0"}}});
-        let mut r = Reply::json(200, result);
+        let mut r = if self.cfg.init_sse {
+            let mut r = Reply::sse();
+            r.chunks.push(b"id: init-1\ndata:\n\n".to_vec());
+            r.chunks
+                .push(format!("id: init-2\ndata: {result}\n\n").into_bytes());
+            r.finish = None;
+            r
+        } else {
+            Reply::json(200, result)
+        };
         r.headers.push(("mcp-session-id", sid));
         r.headers.extend(self.hash_header(&hash));
         r
