@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::Method;
+use futures::StreamExt;
 use mcp_resume::{Client, ErrorKind, ReconnectPolicy, ToolCall};
 use serde_json::json;
 use support::*;
@@ -427,4 +428,70 @@ async fn a_hanging_delete_does_not_hang_close() {
         guarded(client.ping()).await.unwrap_err().kind(),
         ErrorKind::Closed
     );
+}
+
+/// 404 to a POST carrying the session id: a fresh `initialize` without the old id, then the
+/// call re-sent on the new session, every request still carrying the app's headers.
+#[tokio::test]
+async fn session_gone_reinitializes_and_resends_with_every_header() {
+    let inits = Arc::new(AtomicUsize::new(0));
+    let counter = inits.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("initialize") {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let mut response = default_reply(req);
+            let id = format!("sess-{n}");
+            response
+                .headers_mut()
+                .insert("mcp-session-id", id.parse().unwrap());
+            return response;
+        }
+        if req.is_rpc("tools/call") && req.header("mcp-session-id") == Some("sess-0") {
+            return status(404);
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let mut events = client.events();
+    guarded(client.connect()).await.unwrap();
+    let r = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "again"}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "again");
+    assert_eq!(inits.load(Ordering::SeqCst), 2);
+
+    let requests = server.requests();
+    let calls: Vec<_> = requests.iter().filter(|r| r.is_rpc("tools/call")).collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[0].header("mcp-session-id"), Some("sess-0"));
+    assert_eq!(calls[1].header("mcp-session-id"), Some("sess-1"));
+    assert_ne!(
+        calls[0].rpc_id(),
+        calls[1].rpc_id(),
+        "a re-send gets a new id"
+    );
+    let reinit = requests
+        .iter()
+        .filter(|r| r.is_rpc("initialize"))
+        .nth(1)
+        .unwrap();
+    assert_eq!(reinit.header("mcp-session-id"), None);
+    for r in &requests {
+        assert_eq!(
+            r.header("authorization"),
+            Some("Bearer secret-token"),
+            "{}",
+            r.label()
+        );
+        assert_eq!(r.header("x-foo"), Some("bar"), "{}", r.label());
+    }
+    loop {
+        if let mcp_resume::SessionEvent::Reinitialized { reason, .. } =
+            guarded(events.next()).await.expect("events ended")
+        {
+            assert_eq!(reason, mcp_resume::ReinitReason::SessionNotFound);
+            break;
+        }
+    }
 }
