@@ -124,12 +124,14 @@ async fn first_connect_refused_is_a_transport_error() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let port = socket.local_addr().unwrap().port();
-    let client = Client::builder(format!("http://127.0.0.1:{port}/mcp"))
+    let client = Client::builder(format!("http://127.0.0.1:{port}/mcp?token=s3cret"))
         .reconnect(fast_policy(2))
         .build()
         .unwrap();
     let err = guarded(client.connect()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+    // The query may carry credentials: it stays out of error messages.
+    assert!(!format!("{err} {err:?}").contains("s3cret"), "{err:?}");
     drop(socket);
 }
 

@@ -108,7 +108,7 @@ impl Endpoint {
         let response = match builder.send().await {
             Ok(response) => response,
             Err(err) => {
-                let failure = classify(&err);
+                let failure = classify(err);
                 tracing::debug!(http = id.0, ?failure, "request failed");
                 report(ExchangeEvent::Failed { id, failure }).await;
                 return;
@@ -130,7 +130,7 @@ impl Endpoint {
                 Ok(bytes) if bytes.is_empty() => continue,
                 Ok(bytes) => ExchangeEvent::Data { id, bytes },
                 Err(err) => {
-                    let failure = TransportFailure::Lost(error_chain(&err));
+                    let failure = TransportFailure::Lost(error_chain(&err.without_url()));
                     tracing::debug!(http = id.0, ?failure, "response body failed");
                     report(ExchangeEvent::Failed { id, failure }).await;
                     return;
@@ -162,11 +162,16 @@ impl Endpoint {
 }
 
 /// Only a failure to establish the connection proves the request was never sent.
-fn classify(err: &reqwest::Error) -> TransportFailure {
-    if err.is_connect() {
-        TransportFailure::Connect(error_chain(err))
+///
+/// The URL is left out of the message: its query may carry credentials, and the message ends
+/// up in logs and in errors handed to the application.
+fn classify(err: reqwest::Error) -> TransportFailure {
+    let connect = err.is_connect();
+    let message = error_chain(&err.without_url());
+    if connect {
+        TransportFailure::Connect(message)
     } else {
-        TransportFailure::Lost(error_chain(err))
+        TransportFailure::Lost(message)
     }
 }
 
