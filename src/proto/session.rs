@@ -160,6 +160,8 @@ struct Exchange {
     progress: bool,
     /// Next sequenced id expected (resume-safety extension).
     expect_seq: Option<(String, u64)>,
+    /// The driver reported its end; no abort is owed.
+    ended: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -523,6 +525,9 @@ impl Session {
         let Some(ex) = self.exchanges.get_mut(&http) else {
             return;
         };
+        // The driver is done with it: finishing it while its last bytes are handled must not
+        // send a pointless abort.
+        ex.ended = true;
         match &mut ex.body {
             Body::Pending => {
                 // End without a head: the driver broke its contract; treat as a lost exchange.
@@ -2178,6 +2183,7 @@ impl Session {
                 resumed: false,
                 progress: false,
                 expect_seq: None,
+                ended: false,
             },
         );
         self.transmits.push_back(Transmit::Send(HttpRequest {
@@ -2192,8 +2198,10 @@ impl Session {
 
     /// Drops an exchange the session no longer needs and tells the driver to stop it.
     fn finish_exchange(&mut self, http: HttpId) {
-        if self.exchanges.remove(&http).is_some() {
-            self.transmits.push_back(Transmit::Abort(http));
+        if let Some(ex) = self.exchanges.remove(&http) {
+            if !ex.ended {
+                self.transmits.push_back(Transmit::Abort(http));
+            }
         }
     }
 

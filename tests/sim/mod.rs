@@ -812,6 +812,8 @@ pub struct Sim {
     pub outputs: Vec<(Duration, Output)>,
     pub completions: HashMap<CallId, Vec<Result<Value, Error>>>,
     pub aborted: Vec<HttpId>,
+    /// Exchanges whose end (or error) was delivered: the session owes them no abort.
+    pub finished: Vec<HttpId>,
     pub sent: Vec<(Duration, HttpRequest)>,
     pub steps: u64,
 }
@@ -832,6 +834,7 @@ impl Sim {
             outputs: Vec::new(),
             completions: HashMap::new(),
             aborted: Vec::new(),
+            finished: Vec::new(),
             sent: Vec::new(),
             steps: 0,
         }
@@ -888,6 +891,11 @@ impl Sim {
                         self.enqueue(req.id, reply);
                     }
                     Transmit::Abort(http) => {
+                        assert!(
+                            !self.finished.contains(&http),
+                            "abort of {http:?} after its end was delivered"
+                        );
+                        assert!(!self.aborted.contains(&http), "{http:?} aborted twice");
                         self.aborted.push(http);
                         self.queue.retain(|_, (h, _)| *h != http);
                     }
@@ -978,8 +986,14 @@ impl Sim {
                 match d {
                     Delivery::Head(s, h) => self.session.handle_head(http, s, &h, self.now),
                     Delivery::Data(b) => self.session.handle_data(http, &b, self.now),
-                    Delivery::End => self.session.handle_end(http, self.now),
-                    Delivery::Error(f) => self.session.handle_error(http, f, self.now),
+                    Delivery::End => {
+                        self.finished.push(http);
+                        self.session.handle_end(http, self.now)
+                    }
+                    Delivery::Error(f) => {
+                        self.finished.push(http);
+                        self.session.handle_error(http, f, self.now)
+                    }
                 }
             } else {
                 self.session.handle_timeout(self.now);
