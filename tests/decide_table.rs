@@ -329,3 +329,11 @@ fn trusting_mode_follows_spec_on_404() {
         reinit(ReinitReason::SessionNotFound, CallFate::Resend)
     );
 }
+
+#[test]
+fn table_constants_use_the_default_policy() {
+    use mcp_resume::policy::ReconnectPolicy;
+    let p = ReconnectPolicy::default();
+    assert_eq!(State::new(&p, false, false), UNKEYED);
+    assert_eq!(State::new(&p, true, false), SAFE);
+}
