@@ -154,7 +154,7 @@ fn check_json_document(text: &str) -> Vec<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_rendering_has_the_documented_fields() {
     let cfg = WorkloadConfig::default();
-    let reports = vec![
+    let reports = [
         run_one(Preset::Sticky, ClientKind::StockLike, &cfg).await,
         run_one(Preset::Sticky, ClientKind::ResumeAware, &cfg).await,
     ];
