@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use mock_server::{Cluster, ClusterConfig, Preset};
 use serde_json::json;
 
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 3;
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -42,6 +42,31 @@ async fn initialize(http: &reqwest::Client, url: &str) -> String {
         .to_owned()
 }
 
+/// What each call asks for.
+#[derive(Clone, Copy)]
+enum Work {
+    /// `echo`: no work at all, the transport is everything (the balancer's worst case).
+    Echo,
+    /// `slow` with one 1 ms step: a call that does (very little) work.
+    OneMs,
+}
+
+impl Work {
+    fn params(self, w: usize, id: u64) -> serde_json::Value {
+        match self {
+            Work::Echo => json!({"name": "echo", "arguments": {"text": format!("w{w}-{id}")}}),
+            Work::OneMs => json!({"name": "slow", "arguments": {"steps": 1, "delay_ms": 1}}),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Work::Echo => "tools/call echo (no work)",
+            Work::OneMs => "tools/call slow (1 step of 1 ms)",
+        }
+    }
+}
+
 /// Runs `concurrency` callers for `secs` against `url`; returns calls per second.
 async fn round(
     http: &reqwest::Client,
@@ -49,6 +74,7 @@ async fn round(
     session: &str,
     concurrency: usize,
     secs: u64,
+    work: Work,
 ) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -65,8 +91,7 @@ async fn round(
             let mut id = 0u64;
             while Instant::now() < deadline {
                 id += 1;
-                let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                                  "params": {"name": "echo", "arguments": {"text": format!("w{w}-{id}")}}});
+                let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": work.params(w, id)});
                 let resp = http
                     .post(&url)
                     .header("accept", "application/json, text/event-stream")
@@ -95,7 +120,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn measure(concurrency: usize, secs: u64) {
+async fn measure(concurrency: usize, secs: u64, work: Work) {
     let cluster = Cluster::start(ClusterConfig {
         preset: Preset::Replicated,
         instances: 1,
@@ -116,17 +141,17 @@ async fn measure(concurrency: usize, secs: u64) {
             .unwrap();
         let session = initialize(&http, &direct_url).await;
         // Warm both paths' connection pools.
-        round(&http, &direct_url, &session, c, 1).await;
-        round(&http, &lb_url, &session, c, 1).await;
+        round(&http, &direct_url, &session, c, 1, work).await;
+        round(&http, &lb_url, &session, c, 1, work).await;
         let (mut direct, mut balanced) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
             cluster.reset_oracle();
-            direct.push(round(&http, &direct_url, &session, c, secs).await);
+            direct.push(round(&http, &direct_url, &session, c, secs, work).await);
             cluster.reset_oracle();
-            balanced.push(round(&http, &lb_url, &session, c, secs).await);
+            balanced.push(round(&http, &lb_url, &session, c, secs, work).await);
         }
         let (d, b) = (median(direct), median(balanced));
-        println!("  {c:>2} concurrent caller(s):");
+        println!("  {}, {c} concurrent caller(s):", work.label());
         println!(
             "    direct to instance : {d:>9.0} calls/s ({:.0} us/call per caller)",
             1e6 * c as f64 / d
@@ -149,7 +174,7 @@ fn main() {
     let concurrency = env_or("BENCH_CONCURRENCY", 16) as usize;
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
-        "balancer overhead: tools/call echo (SSE answer), {ROUNDS} alternating rounds of {secs} s per path, medians; {cores} cores"
+        "balancer overhead: SSE-answered tool calls, {ROUNDS} alternating rounds of {secs} s per path, medians; {cores} cores"
     );
     // Multi-threaded, as the cluster normally runs: includes the cost of the extra
     // cross-thread wake-ups a proxy hop adds, which grows with machine load.
@@ -158,7 +183,8 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(measure(concurrency, secs));
+    rt.block_on(measure(concurrency, secs, Work::Echo));
+    rt.block_on(measure(concurrency, secs, Work::OneMs));
     drop(rt);
     // One thread for client, balancer and instance: the balancer's CPU cost alone.
     println!("current-thread runtime (client, balancer and instance on one thread):");
@@ -166,5 +192,5 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(measure(concurrency, secs));
+    rt.block_on(measure(concurrency, secs, Work::Echo));
 }
