@@ -101,7 +101,7 @@
 //! - [`sse`]: a bounded, spec-exact `text/event-stream` decoder.
 //!
 //! [Model Context Protocol]: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 pub mod client;
 pub mod error;
