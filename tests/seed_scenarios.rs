@@ -820,3 +820,40 @@ async fn gap_in_a_replayed_stream_is_detected_by_the_client() {
 }
 
 const GAP_SEED: u64 = 5;
+
+/// "The agent executed three tool calls under the wrong capability set": several calls in
+/// flight at once on a `naive` cluster. One answer under a made-up context starts a
+/// re-initialization; the answers to the other calls, sent on the old session, must still
+/// be checked against the context they were sent under.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_never_succeed_under_the_wrong_context() {
+    let mut wrong = Vec::new();
+    for round in 0..5 {
+        let bench = Bench::start(cluster(Preset::Naive), |b| b).await;
+        let calls = (0..9).map(|i| {
+            let tag = format!("r{round}-c{i}");
+            let bench = &bench;
+            async move {
+                let r = bench
+                    .call("generate", json!({"prompt": "p"}), false, &tag)
+                    .await;
+                (tag, r)
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        let seen = bench.finish().await;
+        for (tag, r) in results {
+            let ran_wrong = seen
+                .oracle
+                .executions_tagged(&tag)
+                .any(|e| e.wrong_capability);
+            if let (Ok(r), true) = (&r, ran_wrong) {
+                wrong.push(format!("{tag}: {:?}", r.structured_content));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "success reported for calls that ran under the wrong context: {wrong:?}"
+    );
+}
