@@ -78,6 +78,15 @@ pub(crate) struct BalancerHandle {
 }
 
 impl BalancerHandle {
+    /// Stops accepting and drops every connection, without waiting.
+    pub(crate) fn abort(&self) {
+        self.accept.abort();
+        self.connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .abort_all();
+    }
+
     pub(crate) async fn stop(self) {
         self.accept.abort();
         let _ = self.accept.await;

@@ -92,8 +92,8 @@ impl Inner {
     }
 }
 
-/// A running mock cluster. Dropping it without [`Cluster::shutdown`] leaves its tasks
-/// running until the runtime ends.
+/// A running mock cluster. [`Cluster::shutdown`] stops it; dropping it stops it too (its
+/// ports close and its tasks are aborted), without waiting.
 pub struct Cluster {
     inner: Arc<Inner>,
     balancer: Option<BalancerHandle>,
@@ -303,6 +303,19 @@ impl Cluster {
         }
         for i in 0..self.inner.envs.len() {
             self.inner.kill(i).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(b) = self.balancer.take() {
+            b.abort();
+        }
+        if let Ok(mut instances) = self.inner.instances.try_lock() {
+            for running in instances.iter_mut().filter_map(Option::take) {
+                running.abort();
+            }
         }
     }
 }

@@ -111,6 +111,14 @@ pub(crate) struct RunningInstance {
 }
 
 impl RunningInstance {
+    /// Stops accepting, drops every connection and every running call, without waiting and
+    /// without telling the shared store (for teardown on drop).
+    pub(crate) fn abort(&self) {
+        self.accept.abort();
+        lock(&self.connections).abort_all();
+        lock(&self.incarnation.tasks).abort_all();
+    }
+
     /// Stops accepting, drops every connection and every running call.
     pub(crate) async fn kill(self) {
         self.accept.abort();

@@ -632,3 +632,47 @@ async fn cancelled_notification_stops_the_call_on_its_instance() {
     );
     c.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_killed_instance_refuses_and_comes_back_empty() {
+    let c = cluster(Preset::Naive, None).await;
+    let mcp = Mcp::new(c.url());
+    let single = Mcp::new(c.instance_url(0).unwrap());
+    let (sid, hash, _) = single.initialize(Some(NEGOTIATED)).await;
+    assert!(c.kill_instance(0).await);
+    assert!(!c.kill_instance(0).await, "already down");
+    assert!(!c.is_up(0) && c.instance_url(0).is_none());
+    // The balancer no longer routes to it.
+    for _ in 0..3 {
+        assert_eq!(mcp.ping(&sid).await.status, 200);
+    }
+    assert_eq!(
+        c.oracle().totals.requests_per_instance[0],
+        1,
+        "only the initialize"
+    );
+    c.restart_instance(0).await.unwrap();
+    let single = Mcp::new(c.instance_url(0).unwrap());
+    let r = single.ping(&sid).await;
+    assert_eq!(r.status, 200, "naive makes a session up");
+    assert_ne!(
+        r.header("mcp-capability-hash"),
+        hash,
+        "the negotiated context is gone"
+    );
+    let o = c.oracle();
+    assert_eq!(o.totals.sessions_made_up, 3, "I1, I2 and the restarted I0");
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn dropping_the_cluster_closes_its_port() {
+    let c = cluster(Preset::Strict, None).await;
+    let addr = c.addr();
+    drop(c);
+    let deadline = tokio::time::Instant::now() + STEP;
+    while tokio::net::TcpStream::connect(addr).await.is_ok() {
+        assert!(tokio::time::Instant::now() < deadline, "port still open");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
