@@ -676,3 +676,80 @@ async fn dropping_the_cluster_closes_its_port() {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
+
+#[tokio::test]
+async fn standalone_get_stream_is_primed_and_resumable_on_its_owner() {
+    let c = Cluster::start(ClusterConfig {
+        preset: Preset::Sticky,
+        instances: 2,
+        idle_timeout: Some(Duration::from_millis(200)),
+        retry_ms: Some(1500),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mcp = Mcp::new(c.url());
+    let (sid, hash, _) = mcp.initialize(None).await;
+    let stream = mcp.get(&sid, None).await;
+    assert_eq!(stream.status, 200);
+    assert!(stream.cut, "idle standalone stream cut by the balancer");
+    assert_eq!(stream.header("mcp-capability-hash"), hash);
+    assert_eq!(stream.events.len(), 1);
+    let priming = &stream.events[0];
+    assert!(priming.id.as_deref().is_some_and(|id| id.ends_with("-1")));
+    assert_eq!((priming.data.as_str(), priming.retry), ("", Some(1500)));
+    let resumed = mcp.get(&sid, priming.id.as_deref()).await;
+    assert_eq!(resumed.status, 200);
+    assert!(
+        resumed.body.starts_with("retry: 1500\n\n"),
+        "{:?}",
+        resumed.body
+    );
+    let o = c.oracle();
+    assert_eq!(o.totals.resumes, 1);
+    assert!(o.resumes[0].honored && !o.resumes[0].cross_instance);
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn older_protocol_versions_get_no_priming_event() {
+    let c = cluster(Preset::Replicated, None).await;
+    let mcp = Mcp::new(c.url());
+    let r = mcp
+        .post(
+            None,
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                          "params": {"protocolVersion": "2025-03-26", "capabilities": {}}}),
+        )
+        .await;
+    assert_eq!(
+        r.json().pointer("/result/protocolVersion"),
+        Some(&json!("2025-03-26"))
+    );
+    let sid = r.header("mcp-session-id").unwrap();
+    let call = mcp
+        .call(&sid, 1, "slow", json!({"steps": 1, "delay_ms": 0}), "t")
+        .await;
+    let ids: Vec<_> = call.events.iter().map(|e| e.id.clone().unwrap()).collect();
+    assert_eq!(
+        ids.len(),
+        2,
+        "progress and response only: {:?}",
+        call.events
+    );
+    assert!(ids[0].ends_with("-1") && ids[1].ends_with("-2"));
+    assert!(call.events.iter().all(|e| !e.data.is_empty()));
+    // Unknown versions are answered with the latest.
+    let r = mcp
+        .post(
+            None,
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                          "params": {"protocolVersion": "2099-01-01", "capabilities": {}}}),
+        )
+        .await;
+    assert_eq!(
+        r.json().pointer("/result/protocolVersion"),
+        Some(&json!("2025-11-25"))
+    );
+    c.shutdown().await;
+}
