@@ -497,3 +497,29 @@ async fn session_gone_reinitializes_and_resends_with_every_header() {
         }
     }
 }
+
+/// Once a POST stream has delivered its response the session is done with it: the driver
+/// must drop the connection even though the server keeps the stream open.
+#[tokio::test]
+async fn a_finished_stream_left_open_is_dropped() {
+    let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            let result = result_msg(req, json!({"content": [{"type": "text", "text": "ok"}]}));
+            return sse_open_watched(sse_event(Some("o-1"), &result), dropped_tx.clone());
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server)
+        .open_listen_stream(false)
+        .build()
+        .unwrap();
+    let r = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "ok");
+    // The client is still alive: only the finished exchange was aborted.
+    guarded(dropped.recv()).await.expect("stream dropped");
+    guarded(client.ping()).await.unwrap();
+}

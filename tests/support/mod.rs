@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::Response;
+use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -220,6 +221,32 @@ pub fn sse_text(text: impl Into<String>) -> Response {
 pub fn sse_open(text: impl Into<String>) -> Response {
     let first: Result<Bytes, Infallible> = Ok(Bytes::from(text.into()));
     let stream = futures::stream::once(async move { first }).chain_pending();
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+/// Like [`sse_open`], and `dropped` fires when the server drops the body (the client went
+/// away).
+pub fn sse_open_watched(
+    text: impl Into<String>,
+    dropped: tokio::sync::mpsc::UnboundedSender<()>,
+) -> Response {
+    struct OnDrop(tokio::sync::mpsc::UnboundedSender<()>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+    let guard = OnDrop(dropped);
+    let first: Result<Bytes, Infallible> = Ok(Bytes::from(text.into()));
+    let stream = futures::stream::once(async move { first })
+        .chain_pending()
+        .map(move |item| {
+            let _keep = &guard;
+            item
+        });
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(stream))
