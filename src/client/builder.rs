@@ -122,6 +122,7 @@ impl ClientBuilder {
     /// Adds a header to every request (resumes and DELETE included). Protocol headers
     /// (`Accept`, `Content-Type`, `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`,
     /// `Idempotency-Key`, …) cannot be set this way. Repeating a name sends it repeatedly.
+    /// [`ClientBuilder::bearer_token`] replaces any `Authorization` set here.
     pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.push((name.into(), value.into()));
         self
