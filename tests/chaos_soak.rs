@@ -2,12 +2,14 @@
 //! the mock cluster under seeded random cuts, idle timeouts and instance restarts, on every
 //! preset. The DESIGN §4 invariants are checked against the cluster's oracle:
 //!
+//! Agents mostly call one at a time, with occasional bursts of concurrent calls.
+//!
 //! - every call ends exactly once (result or typed error) within its deadline plus slack;
 //! - no keyed side effect runs twice (the server advertises idempotency);
 //! - no unkeyed call runs twice;
 //! - no success for a call that ran under the wrong capabilities or against an unknown record.
 //!
-//! Sizes: `MCP_RESUME_SOAK_CALLS` (total calls over all presets, default 3200),
+//! Sizes: `MCP_RESUME_SOAK_CALLS` (total calls over all presets, default 6400),
 //! `MCP_RESUME_SOAK_SECS` (minimum seconds per preset, default 0), `MCP_RESUME_SOAK_SEED`
 //! (default: from the clock). The seed is printed on failure.
 
@@ -147,6 +149,25 @@ async fn agent(
             7 => ("counter_increment", json!({}), false),
             _ => ("prepare", json!({"item": n}), rng.below(2) == 0),
         };
+        if rng.below(12) == 0 {
+            // A burst of concurrent calls on the same session: one of them meeting a fault
+            // must not change how the others' answers are judged.
+            let burst = (0..3).map(|b| {
+                let (tool, args, keyed) = match rng.below(3) {
+                    0 => ("generate", json!({"prompt": "b"}), false),
+                    1 => ("echo", json!({"text": "b"}), false),
+                    _ => ("counter_increment", json!({}), true),
+                };
+                one_call(&client, format!("{}-b{b}", tag(tool)), tool, args, keyed)
+            });
+            out.extend(
+                futures::future::join_all(burst)
+                    .await
+                    .into_iter()
+                    .map(|(o, _)| o),
+            );
+            continue;
+        }
         let (outcome, value) = one_call(&client, tag(tool), tool, args, keyed).await;
         out.push(outcome);
         if tool == "prepare" {
@@ -274,8 +295,9 @@ fn violations(preset: Preset, run: &PresetRun) -> Vec<String> {
         if o.result.is_ok() {
             if let Some(e) = ran.iter().find(|e| e.wrong_capability || e.unknown_record) {
                 v.push(format!(
-                    "{preset}: {} reported success but ran wrong: {e:?}",
-                    o.tag
+                    "{preset}: {} reported success but ran on instance {} with \
+                     wrong_capability={} unknown_record={}",
+                    o.tag, e.instance, e.wrong_capability, e.unknown_record
                 ));
             }
         }
