@@ -427,6 +427,18 @@ pub fn render_table(rows: &[Row]) -> String {
             errors,
         );
     }
+    let silent = |client: ClientKind| -> u64 {
+        rows.iter()
+            .filter(|r| r.client == client.as_str())
+            .map(|r| r.silent_wrong)
+            .sum()
+    };
+    let _ = writeln!(
+        out,
+        "\nSilent wrong answers in total: stock-like {}, resume-aware {}.",
+        silent(ClientKind::StockLike),
+        silent(ClientKind::ResumeAware)
+    );
     let _ = writeln!(
         out,
         "\nSILENT: the client said success, the oracle says the call ran under the wrong \
