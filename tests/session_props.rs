@@ -15,6 +15,9 @@ use sim::{Fault, InitFault, SeedGuard, ServerConfig, Sim};
 struct CallPlan {
     keyed: bool,
     start_ms: u64,
+    /// Extra latency of this call's answers (a slow instance), so answers and
+    /// re-initializations interleave.
+    slow_ms: u64,
     faults: Vec<Fault>,
 }
 
@@ -67,11 +70,13 @@ fn call_plan() -> impl Strategy<Value = CallPlan> {
     (
         any::<bool>(),
         0u64..3000,
+        prop_oneof![3 => Just(0u64), 1 => 1u64..8],
         prop::collection::vec(fault(), 0..5),
     )
-        .prop_map(|(keyed, start_ms, faults)| CallPlan {
+        .prop_map(|(keyed, start_ms, slow_ms, faults)| CallPlan {
             keyed,
             start_ms,
+            slow_ms,
             faults,
         })
 }
@@ -186,6 +191,11 @@ fn check(plan: &Schedule) -> Coverage {
         let key = format!("key-{i}");
         let c = &plan.calls[i];
         s.server.fault(&tag, c.faults.iter().cloned());
+        if c.slow_ms > 0 {
+            s.server
+                .slow
+                .insert(tag.clone(), Duration::from_millis(c.slow_ms));
+        }
         let id = s.call(&tag, c.keyed.then_some(key.as_str()));
         ids.insert(id, i);
     }

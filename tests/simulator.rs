@@ -1158,3 +1158,21 @@ fn concurrent_calls_on_a_vanished_session_are_each_resent_once() {
     assert_eq!(s.server.initializes(), 2, "one re-initialization for all");
     assert_no_stale_session_id(&s);
 }
+
+#[test]
+fn a_response_arriving_during_reinitialization_is_still_checked_against_its_session() {
+    let _g = SeedGuard(70);
+    let mut s = sim(ServerConfig::default(), 70);
+    // "a" is answered 404 first, which starts a re-initialization; "b" was already running
+    // on an instance with another context and its head arrives while the session is
+    // re-initializing.
+    s.server.fault("a", [Fault::NotFound]);
+    s.server.fault("b", [Fault::WrongContextHeaderOnly]);
+    s.server.slow.insert("b".into(), Duration::from_millis(2));
+    let b = s.call("b", None);
+    let a = s.call("a", None);
+    s.run_until_complete(a, 5 * SEC);
+    s.run_until_complete(b, 5 * SEC);
+    assert_eq!(ok_tag(s.result(a)), "a");
+    assert_eq!(kind(s.result(b)), ErrorKind::ContextMismatch);
+}

@@ -162,6 +162,9 @@ struct Exchange {
     expect_seq: Option<(String, u64)>,
     /// The driver reported its end; no abort is owed.
     ended: bool,
+    /// The extension checks in force for this exchange: those of the session it was sent
+    /// on, fixed at send time so a re-initialization in the meantime cannot switch them off.
+    checks: Option<ResumeSafety>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1434,9 +1437,20 @@ impl Session {
         self.ctx.as_ref().and_then(|c| c.ext.as_ref())
     }
 
-    /// Whether a response head's capability hash matches `expected` (when checked).
-    fn hash_matches(&self, headers: &HeaderMap, expected: Option<&CapabilityHash>) -> bool {
-        if !self.checks().is_some_and(|e| e.capability_hash) {
+    /// Whether a response head's capability hash matches `expected` (when the exchange's
+    /// session advertised hashes).
+    fn hash_matches(
+        &self,
+        http: HttpId,
+        headers: &HeaderMap,
+        expected: Option<&CapabilityHash>,
+    ) -> bool {
+        let checked = self
+            .exchanges
+            .get(&http)
+            .and_then(|e| e.checks.as_ref())
+            .is_some_and(|e| e.capability_hash);
+        if !checked {
             return true;
         }
         let got = headers
@@ -1479,8 +1493,7 @@ impl Session {
             }
             200..=299 => {
                 let expected = call.hash.clone();
-                let same_session = call.generation == self.generation;
-                if same_session && !self.hash_matches(headers, expected.as_ref()) {
+                if !self.hash_matches(http, headers, expected.as_ref()) {
                     return self.apply(id, Failure::CapabilityHashMismatch, now);
                 }
                 match ct {
@@ -1522,14 +1535,16 @@ impl Session {
             return;
         }
         let rejected = self
-            .checks()
+            .exchanges
+            .get(&http)
+            .and_then(|e| e.checks.as_ref())
             .and(headers.get(ext::REJECTED_HEADER))
             .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
         match status {
             200..=299 if ct == ContentType::Sse => {
                 let expected = call.hash.clone();
                 let cursor = call.cursor.clone();
-                if !self.hash_matches(headers, expected.as_ref()) {
+                if !self.hash_matches(http, headers, expected.as_ref()) {
                     return self.apply(id, Failure::ResumeCapabilityHashChanged, now);
                 }
                 self.set_body(http, self.new_decoder());
@@ -1559,13 +1574,15 @@ impl Session {
     ) {
         let resumed = self.exchanges.get(&http).is_some_and(|e| e.resumed);
         let rejected = self
-            .checks()
+            .exchanges
+            .get(&http)
+            .and_then(|e| e.checks.as_ref())
             .and(headers.get(ext::REJECTED_HEADER))
             .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
         match status {
             200..=299 if ct == ContentType::Sse => {
                 let expected = self.ctx.as_ref().and_then(|c| c.hash.clone());
-                if !self.hash_matches(headers, expected.as_ref()) {
+                if !self.hash_matches(http, headers, expected.as_ref()) {
                     self.finish_exchange(http);
                     if resumed {
                         return self.start_reinit(ReinitReason::CapabilityMismatch, now);
@@ -1615,10 +1632,10 @@ impl Session {
     }
 
     fn on_event(&mut self, http: HttpId, event: SseEvent, now: Instant) {
-        let sequenced = self.checks().is_some_and(|e| e.sequenced_event_ids);
         let Some(ex) = self.exchanges.get_mut(&http) else {
             return;
         };
+        let sequenced = ex.checks.as_ref().is_some_and(|e| e.sequenced_event_ids);
         let kind = ex.kind;
         let mut new_cursor: Option<Option<EventId>> = None;
         if let Some(raw) = &event.id {
@@ -2184,6 +2201,7 @@ impl Session {
                 progress: false,
                 expect_seq: None,
                 ended: false,
+                checks: self.checks().cloned(),
             },
         );
         self.transmits.push_back(Transmit::Send(HttpRequest {

@@ -183,6 +183,8 @@ struct Reply {
     finish: Option<Step>,
     /// Refused / lost before the head.
     early: Option<Step>,
+    /// Extra time before the head (a slow instance).
+    delay: Duration,
 }
 
 impl Reply {
@@ -193,6 +195,7 @@ impl Reply {
             chunks: Vec::new(),
             finish: Some(Step::End),
             early: None,
+            delay: Duration::ZERO,
         }
     }
     fn early(step: Step) -> Self {
@@ -235,6 +238,8 @@ pub struct Server {
     /// Per call tag, the faults of its successive exchanges.
     pub faults: HashMap<String, VecDeque<Fault>>,
     pub init_faults: VecDeque<InitFault>,
+    /// Extra reply latency for the POSTs of these call tags.
+    pub slow: HashMap<String, Duration>,
     pub seen: Vec<Seen>,
     /// Executions per call tag: the truth about side effects.
     pub executions: HashMap<String, u32>,
@@ -253,6 +258,7 @@ impl Server {
             cfg,
             faults: HashMap::new(),
             init_faults: VecDeque::new(),
+            slow: HashMap::new(),
             seen: Vec::new(),
             executions: HashMap::new(),
             wrong_context_executions: HashMap::new(),
@@ -390,7 +396,9 @@ impl Server {
                 not_accepted: false,
             });
         }
-        let reply = self.dispatch(req, sid, last_event_id, rpc_method, body, tag, fault);
+        let slow = tag.as_ref().and_then(|t| self.slow.get(t)).copied();
+        let mut reply = self.dispatch(req, sid, last_event_id, rpc_method, body, tag, fault);
+        reply.delay = slow.unwrap_or_default();
         if !refused && matches!(reply.status, 400 | 404) {
             if let Some(last) = self.seen.last_mut() {
                 last.not_accepted = true;
@@ -918,7 +926,7 @@ impl Sim {
     }
 
     fn enqueue(&mut self, http: HttpId, reply: Reply) {
-        let mut t = self.now + self.latency;
+        let mut t = self.now + self.latency + reply.delay;
         match reply.early {
             Some(Step::Refused) => {
                 return self.schedule(
