@@ -3,16 +3,9 @@
 use std::fmt;
 
 /// Error returned when a value received from the network is not a valid identifier.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct InvalidId(pub(crate) &'static str);
-
-impl fmt::Display for InvalidId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-impl std::error::Error for InvalidId {}
 
 /// The `Mcp-Session-Id` a server assigned at `initialize`.
 ///
@@ -72,7 +65,10 @@ impl EventId {
         if value.len() > Self::MAX_LEN {
             return Err(InvalidId("event id longer than 1024 bytes"));
         }
-        if !value.bytes().all(|b| (0x20..=0x7e).contains(&b) || b == b'\t') {
+        if !value
+            .bytes()
+            .all(|b| (0x20..=0x7e).contains(&b) || b == b'\t')
+        {
             return Err(InvalidId("event id is not a valid header value"));
         }
         Ok(EventId(value.to_owned()))

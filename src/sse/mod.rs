@@ -22,7 +22,6 @@
 //! tail of a chunk is copied, so the work per byte does not depend on how the stream is cut.
 
 use std::borrow::Cow;
-use std::fmt;
 
 #[cfg(test)]
 mod tests;
@@ -46,26 +45,15 @@ pub struct SseEvent {
 }
 
 /// Why decoding failed. After an error the decoder is poisoned: the stream must be abandoned.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
     /// An event (or a single line) exceeded the configured maximum size.
+    #[error("SSE event larger than the maximum of {max} bytes")]
     TooLarge {
         /// The configured maximum in bytes.
         max: usize,
     },
 }
-
-impl fmt::Display for SseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SseError::TooLarge { max } => {
-                write!(f, "SSE event larger than the maximum of {max} bytes")
-            }
-        }
-    }
-}
-
-impl std::error::Error for SseError {}
 
 /// Incremental decoder. Memory stays bounded by `max_event_size` plus the chunk in hand.
 #[derive(Debug)]
