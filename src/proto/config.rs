@@ -52,6 +52,14 @@ pub struct SessionConfig {
     /// **Unsafe, for comparison only.** Behave like the stock SDKs: trust replayed streams
     /// and clean ends, ignore capability hashes, sequenced ids and rejection bodies.
     /// Default: `false`.
+    ///
+    /// With it set, the session ignores every resume-safety signal (capability-hash headers,
+    /// sequenced event ids, rejection bodies and headers, capability hashes of replayed tool
+    /// results) and orphaned responses; a resumed stream that ends cleanly without the
+    /// awaited response is simply resumed again until `reconnect.max_attempts` runs out
+    /// (then the call fails with `Transport`); a 404 still re-initializes, as the
+    /// specification requires. This reproduces the silent wrong answers of the incident
+    /// this crate exists to prevent: never enable it outside demonstrations and tests.
     pub dangerous_trust_replay: bool,
 }
 
