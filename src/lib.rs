@@ -67,7 +67,7 @@
 //!
 //! # Recovery rules, in brief
 //!
-//! The full table is in the design notes (`DESIGN.md` §4); [`proto::decide`] implements it as
+//! The full table is in the README; [`proto::decide`] implements it as
 //! one pure function.
 //!
 //! - **Session gone** (404 to a request carrying the session id, or an explicit rejection of a
