@@ -7,7 +7,8 @@
 //! - every call ends exactly once (result or typed error) within its deadline plus slack;
 //! - no keyed side effect runs twice (the server advertises idempotency);
 //! - no unkeyed call runs twice;
-//! - no success for a call that ran under the wrong capabilities or against an unknown record.
+//! - no success for a call that ran under the wrong capabilities, or for a commit that ran
+//!   against an unknown record in the very session that prepared it.
 //!
 //! Sizes: `MCP_RESUME_SOAK_CALLS` (total calls over all presets, default 6400),
 //! `MCP_RESUME_SOAK_SECS` (minimum seconds per preset, default 0), `MCP_RESUME_SOAK_SEED`
@@ -76,6 +77,8 @@ struct Outcome {
     elapsed: Duration,
     /// The call's future did not end within deadline + slack.
     hung: bool,
+    /// For a `commit`, the tag of the `prepare` whose record it commits.
+    depends_on: Option<String>,
 }
 
 async fn one_call(
@@ -107,6 +110,7 @@ async fn one_call(
             result,
             elapsed,
             hung,
+            depends_on: None,
         },
         value,
     )
@@ -174,7 +178,9 @@ async fn agent(
             if let Some(record) = value.as_ref().and_then(|v| v["record"].as_str()) {
                 let keyed = rng.below(2) == 0;
                 let args = json!({"record": record});
-                let (o, _) = one_call(&client, tag("commit") + "c", "commit", args, keyed).await;
+                let (mut o, _) =
+                    one_call(&client, tag("commit") + "c", "commit", args, keyed).await;
+                o.depends_on = Some(tag(tool));
                 out.push(o);
             }
         }
@@ -293,11 +299,30 @@ fn violations(preset: Preset, run: &PresetRun) -> Vec<String> {
             v.push(format!("{preset}: keyed {} incremented twice", o.tag));
         }
         if o.result.is_ok() {
-            if let Some(e) = ran.iter().find(|e| e.wrong_capability || e.unknown_record) {
+            if let Some(e) = ran.iter().find(|e| e.wrong_capability) {
                 v.push(format!(
-                    "{preset}: {} reported success but ran on instance {} with \
-                     wrong_capability={} unknown_record={}",
-                    o.tag, e.instance, e.wrong_capability, e.unknown_record
+                    "{preset}: {} reported success but ran under the wrong capabilities \
+                     on instance {}",
+                    o.tag, e.instance
+                ));
+            }
+            // A commit against an unknown record is a wrong answer the client could have
+            // caught only if it ran in the session that prepared the record: a commit on a
+            // later session (after a re-initialization) is the application's business.
+            let prepared_in: Vec<&str> = o
+                .depends_on
+                .as_deref()
+                .and_then(|p| execs.get(p))
+                .map(|es| es.iter().map(|e| e.session.as_str()).collect())
+                .unwrap_or_default();
+            if let Some(e) = ran
+                .iter()
+                .find(|e| e.unknown_record && prepared_in.contains(&e.session.as_str()))
+            {
+                v.push(format!(
+                    "{preset}: {} reported success but committed an unknown record on \
+                     instance {} in the session that prepared it",
+                    o.tag, e.instance
                 ));
             }
         }
