@@ -15,7 +15,7 @@
 //!   (input that still arrives is ignored).
 
 // Module layout (owned by the protocol core):
-//   session.rs  – the Session state machine
+//   session/    – the Session state machine, one module per job (see its docs)
 //   decide.rs   – the pure recovery decision (DESIGN.md §4), table-tested
 //   jsonrpc.rs  – JSON-RPC message encoding/decoding
 //   ext.rs      – the resume-safety extension (advertisement, headers, rejection body)

@@ -1,0 +1,186 @@
+//! HTTP exchange bookkeeping: what the session asked the driver for, what it knows of each
+//! exchange, and the headers every request carries.
+
+use bytes::Bytes;
+use http::HeaderMap;
+
+use super::{Ctx, Session, VERSION_HEADER_SINCE};
+use crate::proto::ext::ResumeSafety;
+use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
+use crate::sse::SseDecoder;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExKind {
+    Initialize,
+    Initialized,
+    Post(CallId),
+    Resume(CallId),
+    Listen,
+    Notify,
+    Delete,
+}
+
+#[derive(Debug)]
+pub(super) enum Body {
+    /// No head yet.
+    Pending,
+    Json(Vec<u8>),
+    Sse(Box<SseDecoder>),
+    Error(Vec<u8>),
+}
+
+#[derive(Debug)]
+pub(super) struct Exchange {
+    pub(super) kind: ExKind,
+    pub(super) carried_session_id: bool,
+    pub(super) allow_batch: bool,
+    pub(super) status: Option<u16>,
+    pub(super) body: Body,
+    /// A GET with `Last-Event-ID`.
+    pub(super) resumed: bool,
+    /// Delivered anything new.
+    pub(super) progress: bool,
+    /// Next sequenced id expected (resume-safety extension).
+    pub(super) expect_seq: Option<(String, u64)>,
+    /// The driver reported its end; no abort is owed.
+    pub(super) ended: bool,
+    /// The extension checks in force for this exchange: those of the session it was sent
+    /// on, fixed at send time so a re-initialization in the meantime cannot switch them off.
+    pub(super) checks: Option<ResumeSafety>,
+}
+
+impl Session {
+    pub(super) fn new_decoder(&self) -> Body {
+        Body::Sse(Box::new(SseDecoder::new(self.config.max_event_size)))
+    }
+
+    pub(super) fn set_body(&mut self, http: HttpId, body: Body) {
+        if let Some(ex) = self.exchanges.get_mut(&http) {
+            ex.body = body;
+        }
+    }
+
+    pub(super) fn session_headers(ctx: &Ctx, post: bool) -> Vec<(&'static str, String)> {
+        let mut headers = Vec::with_capacity(5);
+        if post {
+            headers.push(("accept", "application/json, text/event-stream".to_owned()));
+            headers.push(("content-type", "application/json".to_owned()));
+        } else {
+            headers.push(("accept", "text/event-stream".to_owned()));
+        }
+        if let Some(id) = &ctx.id {
+            headers.push(("mcp-session-id", id.expose().to_owned()));
+        }
+        if ctx.protocol_version.as_str() >= VERSION_HEADER_SINCE {
+            headers.push(("mcp-protocol-version", ctx.protocol_version.clone()));
+        }
+        headers
+    }
+
+    pub(super) fn post(
+        &mut self,
+        kind: ExKind,
+        purpose: HttpPurpose,
+        body: Bytes,
+        extra: Option<(&'static str, String)>,
+    ) {
+        let Some(ctx) = self.ctx.clone() else {
+            return;
+        };
+        let mut headers = Self::session_headers(&ctx, true);
+        headers.extend(extra);
+        self.transmit(
+            kind,
+            HttpMethod::Post,
+            purpose,
+            headers,
+            Some(body),
+            ctx.id.is_some(),
+            false,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn transmit(
+        &mut self,
+        kind: ExKind,
+        method: HttpMethod,
+        purpose: HttpPurpose,
+        headers: Vec<(&'static str, String)>,
+        body: Option<Bytes>,
+        carried_session_id: bool,
+        allow_batch: bool,
+    ) -> HttpId {
+        self.next_http += 1;
+        let id = HttpId(self.next_http);
+        self.exchanges.insert(
+            id,
+            Exchange {
+                kind,
+                carried_session_id,
+                allow_batch,
+                status: None,
+                body: Body::Pending,
+                resumed: false,
+                progress: false,
+                expect_seq: None,
+                ended: false,
+                checks: self.checks().cloned(),
+            },
+        );
+        self.transmits.push_back(Transmit::Send(HttpRequest {
+            id,
+            method,
+            purpose,
+            headers,
+            body,
+        }));
+        id
+    }
+
+    /// Drops an exchange the session no longer needs and tells the driver to stop it.
+    pub(super) fn finish_exchange(&mut self, http: HttpId) {
+        if let Some(ex) = self.exchanges.remove(&http) {
+            if !ex.ended {
+                self.transmits.push_back(Transmit::Abort(http));
+            }
+        }
+    }
+
+    pub(super) fn abort_all_exchanges(&mut self) {
+        let ids: Vec<HttpId> = self
+            .exchanges
+            .iter()
+            .filter(|(_, e)| e.kind != ExKind::Delete)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.finish_exchange(id);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ContentType {
+    Json,
+    Sse,
+    Other,
+}
+
+pub(super) fn content_type(headers: &HeaderMap) -> ContentType {
+    let Some(v) = headers.get(http::header::CONTENT_TYPE) else {
+        return ContentType::Other;
+    };
+    let v = String::from_utf8_lossy(v.as_bytes());
+    let essence = v
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match essence.as_str() {
+        "application/json" => ContentType::Json,
+        "text/event-stream" => ContentType::Sse,
+        _ => ContentType::Other,
+    }
+}

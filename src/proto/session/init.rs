@@ -1,0 +1,370 @@
+//! Initialization and re-initialization: the `initialize` exchange, the
+//! `notifications/initialized` that follows, and comparing the new context with the old one.
+
+use std::time::Instant;
+
+use http::HeaderMap;
+use serde_json::{json, Map, Value};
+use tracing::{debug, info, warn};
+
+use super::calls::CallState;
+use super::exchange::{Body, ContentType, ExKind};
+use super::listen::{Listen, ListenState};
+use super::recovery::Retry;
+use super::{Ctx, Phase, Session, BATCH_VERSION};
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::{CapabilityHash, RequestId, SessionId};
+use crate::proto::config::SUPPORTED_PROTOCOL_VERSIONS;
+use crate::proto::decide::{decide, Decision, Failure, State};
+use crate::proto::ext::{self, ResumeSafety};
+use crate::proto::jsonrpc;
+use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, Output, ReinitReason, SessionEvent};
+
+#[derive(Debug)]
+pub(super) enum InitStep {
+    Backoff { until: Instant },
+    Initialize { http: HttpId, rpc: RequestId },
+    Initialized { http: HttpId },
+}
+
+#[derive(Debug)]
+pub(super) struct Init {
+    pub(super) step: InitStep,
+    /// `None` for the first connect.
+    pub(super) reason: Option<ReinitReason>,
+    pub(super) deadline: Instant,
+    pub(super) head_session_id: Option<SessionId>,
+    pub(super) head_hash: Option<CapabilityHash>,
+    pub(super) pending: Option<Ctx>,
+    pub(super) result: Option<Value>,
+}
+
+impl Session {
+    pub(super) fn start_init(&mut self, reason: Option<ReinitReason>, now: Instant) {
+        self.phase = Phase::Initializing;
+        self.generation += 1;
+        self.init = Some(Init {
+            step: InitStep::Backoff { until: now },
+            reason,
+            deadline: now,
+            head_session_id: None,
+            head_hash: None,
+            pending: None,
+            result: None,
+        });
+        self.send_initialize(now);
+    }
+
+    pub(super) fn start_reinit(&mut self, reason: ReinitReason, now: Instant) {
+        if self.phase != Phase::Ready {
+            return;
+        }
+        info!(?reason, "re-initializing the session");
+        self.previous = self.ctx.take();
+        // The listen stream belongs to the old session; it is reopened afterwards.
+        if let ListenState::Open(http) = self.listen.state {
+            self.finish_exchange(http);
+        }
+        self.listen = Listen {
+            state: ListenState::Off,
+            cursor: None,
+            retry: None,
+            attempts: 0,
+        };
+        self.start_init(Some(reason), now);
+        // Calls waiting for a retry on the old session: a resend waits for the new one; a
+        // resume cannot happen any more (its cursor belongs to the old session).
+        let ids: Vec<CallId> = self.calls.keys().copied().collect();
+        for id in ids {
+            let Some(call) = self.calls.get_mut(&id) else {
+                continue;
+            };
+            match call.state {
+                CallState::Backoff {
+                    then: Retry::Resend,
+                    ..
+                } => call.state = CallState::Waiting,
+                CallState::Backoff {
+                    then: Retry::Resume,
+                    ..
+                } => self.apply(id, Failure::SessionReplaced, now),
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) fn send_initialize(&mut self, now: Instant) {
+        let Some(init) = &mut self.init else {
+            return;
+        };
+        self.next_rpc += 1;
+        let rpc = RequestId::Number(self.next_rpc);
+        let params = json!({
+            "protocolVersion": self.config.protocol_version,
+            "capabilities": self.config.client_capabilities,
+            "clientInfo": {"name": self.config.client_name, "version": self.config.client_version},
+        });
+        let body = jsonrpc::encode_request(&rpc, "initialize", Some(&params));
+        init.deadline = now.checked_add(self.config.call_timeout).unwrap_or(now);
+        init.head_session_id = None;
+        init.head_hash = None;
+        init.pending = None;
+        init.result = None;
+        debug!(generation = self.generation, "sending initialize");
+        let headers = vec![
+            ("accept", "application/json, text/event-stream".to_owned()),
+            ("content-type", "application/json".to_owned()),
+        ];
+        let http = self.transmit(
+            ExKind::Initialize,
+            HttpMethod::Post,
+            HttpPurpose::Request,
+            headers,
+            Some(body),
+            false,
+            self.config.protocol_version == BATCH_VERSION,
+        );
+        if let Some(init) = &mut self.init {
+            init.step = InitStep::Initialize { http, rpc };
+        }
+    }
+
+    pub(super) fn on_initialize_head(
+        &mut self,
+        http: HttpId,
+        status: u16,
+        headers: &HeaderMap,
+        ct: ContentType,
+        now: Instant,
+    ) {
+        if !(200..300).contains(&status) || status == 202 {
+            self.set_body(http, Body::Error(Vec::new()));
+            return;
+        }
+        let session_id = match headers.get("mcp-session-id") {
+            None => None,
+            Some(v) => match SessionId::parse(v.as_bytes()) {
+                Ok(id) => Some(id),
+                Err(e) => {
+                    self.finish_exchange(http);
+                    self.init_failed(
+                        Error::with_source(ErrorKind::Protocol, "invalid Mcp-Session-Id", e),
+                        now,
+                    );
+                    return;
+                }
+            },
+        };
+        let hash = headers
+            .get(ext::CAPABILITY_HASH_HEADER)
+            .and_then(|v| CapabilityHash::parse(v.as_bytes()).ok());
+        if let Some(init) = &mut self.init {
+            init.head_session_id = session_id;
+            init.head_hash = hash;
+        }
+        match ct {
+            ContentType::Json => self.set_body(http, Body::Json(Vec::new())),
+            ContentType::Sse => self.set_body(http, self.new_decoder()),
+            ContentType::Other => {
+                self.finish_exchange(http);
+                self.init_failed(
+                    Error::new(
+                        ErrorKind::Protocol,
+                        "initialize answered with an unexpected content type",
+                    ),
+                    now,
+                );
+            }
+        }
+    }
+
+    pub(super) fn on_initialize_response(
+        &mut self,
+        http: HttpId,
+        result: Result<Value, RpcError>,
+        now: Instant,
+    ) {
+        self.finish_exchange(http);
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => return self.init_failed(Error::rpc(e), now),
+        };
+        let version = result.get("protocolVersion").and_then(Value::as_str);
+        let Some(version) = version.filter(|v| SUPPORTED_PROTOCOL_VERSIONS.contains(v)) else {
+            let mut shown = version.unwrap_or("<none>").to_owned();
+            jsonrpc::truncate(&mut shown, 64);
+            return self.init_failed(
+                Error::new(
+                    ErrorKind::Protocol,
+                    format!("server answered unsupported protocol version {shown:?}"),
+                ),
+                now,
+            );
+        };
+        let Some(init) = &mut self.init else {
+            return;
+        };
+        let mut ext = ResumeSafety::from_initialize_result(&result);
+        if let Some(e) = &mut ext {
+            if e.capability_hash && init.head_hash.is_none() {
+                warn!("server advertised capability hashes but sent none at initialize; hash checks off");
+                e.capability_hash = false;
+            }
+        }
+        let ctx = Ctx {
+            generation: self.generation,
+            id: init.head_session_id.clone(),
+            protocol_version: version.to_owned(),
+            server_capabilities: result
+                .get("capabilities")
+                .cloned()
+                .unwrap_or(Value::Object(Map::new())),
+            hash: init.head_hash.clone(),
+            ext,
+        };
+        init.pending = Some(ctx.clone());
+        init.result = Some(result);
+        let headers = Self::session_headers(&ctx, true);
+        let body = jsonrpc::encode_notification("notifications/initialized", None);
+        let http = self.transmit(
+            ExKind::Initialized,
+            HttpMethod::Post,
+            HttpPurpose::Notify,
+            headers,
+            Some(body),
+            ctx.id.is_some(),
+            false,
+        );
+        if let Some(init) = &mut self.init {
+            init.step = InitStep::Initialized { http };
+        }
+    }
+
+    pub(super) fn init_succeeded(&mut self, now: Instant) {
+        let _ = now;
+        let Some(init) = self.init.take() else {
+            return;
+        };
+        let (Some(ctx), Some(result)) = (init.pending, init.result) else {
+            return;
+        };
+        match &ctx.id {
+            Some(id) => info!(session = %id, version = %ctx.protocol_version, "session ready"),
+            None => info!(version = %ctx.protocol_version, "session ready (no session id)"),
+        }
+        self.phase = Phase::Ready;
+        self.reinit_failures = 0;
+        self.init_result = Some(result.clone());
+        match init.reason {
+            None => {
+                self.ever_connected = true;
+                self.outputs
+                    .push_back(Output::Event(SessionEvent::Connected {
+                        protocol_version: ctx.protocol_version.clone(),
+                    }));
+            }
+            Some(reason) => {
+                let changed = self.previous.as_ref().map_or(true, |p| {
+                    p.protocol_version != ctx.protocol_version
+                        || p.server_capabilities != ctx.server_capabilities
+                        || p.hash != ctx.hash
+                });
+                info!(
+                    ?reason,
+                    capabilities_changed = changed,
+                    "session re-initialized"
+                );
+                self.outputs
+                    .push_back(Output::Event(SessionEvent::Reinitialized {
+                        reason,
+                        capabilities_changed: changed,
+                    }));
+            }
+        }
+        self.ctx = Some(ctx);
+        for waiter in std::mem::take(&mut self.connect_waiters) {
+            self.outputs.push_back(Output::Completed {
+                call: waiter,
+                result: Ok(result.clone()),
+            });
+        }
+        let waiting: Vec<CallId> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.state == CallState::Waiting)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            self.send_call(id);
+        }
+        self.open_listen();
+    }
+
+    pub(super) fn init_failed(&mut self, error: Error, now: Instant) {
+        let Some(init) = &self.init else {
+            return;
+        };
+        match init.step {
+            InitStep::Initialize { http, .. } | InitStep::Initialized { http } => {
+                self.finish_exchange(http)
+            }
+            InitStep::Backoff { .. } => {}
+        }
+        warn!(error = %error, "initialization failed");
+        if !self.ever_connected {
+            // First connect: report to the app rather than retrying behind its back.
+            self.init = None;
+            self.phase = Phase::Idle;
+            for waiter in std::mem::take(&mut self.connect_waiters) {
+                self.outputs.push_back(Output::Completed {
+                    call: waiter,
+                    result: Err(error.clone()),
+                });
+            }
+            let ids: Vec<CallId> = self.calls.keys().copied().collect();
+            for id in ids {
+                self.complete(id, Err(error.clone()));
+            }
+            return;
+        }
+        self.reinit_failures += 1;
+        let state = State {
+            reinit_failures: self.reinit_failures,
+            ..self.base_state(false)
+        };
+        match decide(&Failure::ReinitFailed, &state) {
+            Decision::RetryReinitialize => {
+                let delay = self.config.reconnect.delay(
+                    self.reinit_failures.saturating_sub(1),
+                    self.rng.next(),
+                    None,
+                );
+                if let Some(init) = &mut self.init {
+                    init.step = InitStep::Backoff {
+                        until: now.checked_add(delay).unwrap_or(now),
+                    };
+                }
+            }
+            _ => self.session_lost(),
+        }
+    }
+
+    pub(super) fn session_lost(&mut self) {
+        warn!(
+            failures = self.reinit_failures,
+            "session lost: re-initialization kept failing"
+        );
+        self.init = None;
+        self.phase = Phase::Terminated;
+        self.lost = true;
+        self.abort_all_exchanges();
+        self.listen.state = ListenState::Off;
+        self.fail_everything(
+            ErrorKind::SessionLost,
+            "session lost: re-initialization kept failing",
+            true,
+        );
+        self.outputs
+            .push_back(Output::Event(SessionEvent::SessionLost));
+    }
+}

@@ -1,0 +1,142 @@
+//! Decoded JSON-RPC messages, routed to the call they answer, to the app, or to
+//! `initialize`.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tracing::{debug, warn};
+
+use super::exchange::ExKind;
+use super::init::{Init, InitStep};
+use super::Session;
+use crate::error::{Error, RpcError};
+use crate::ids::RequestId;
+use crate::proto::decide::Failure;
+use crate::proto::ext;
+use crate::proto::jsonrpc::{self, Message};
+use crate::proto::{CallId, HttpId, Notification, Output, ReinitReason, ServerRequest};
+
+impl Session {
+    /// Handles a body or event payload; `false` when it was not JSON-RPC at all.
+    pub(super) fn on_payload(
+        &mut self,
+        http: HttpId,
+        payload: &[u8],
+        allow_batch: bool,
+        now: Instant,
+    ) -> bool {
+        let messages = match jsonrpc::decode(payload, allow_batch) {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "undecodable message ignored");
+                return false;
+            }
+        };
+        for message in messages {
+            if !self.exchanges.contains_key(&http) {
+                return true;
+            }
+            match message {
+                Ok(m) => self.on_message(http, m, now),
+                Err(e) => warn!(error = %e, "undecodable message ignored"),
+            }
+        }
+        true
+    }
+
+    fn on_message(&mut self, http: HttpId, message: Message, now: Instant) {
+        let Some(ex) = self.exchanges.get(&http) else {
+            return;
+        };
+        let kind = ex.kind;
+        let resumed = ex.resumed;
+        let stream_call = match kind {
+            ExKind::Post(c) | ExKind::Resume(c) => Some(c),
+            _ => None,
+        };
+        match message {
+            Message::Request { id, method, params } => {
+                if method == "ping" {
+                    self.respond(id, Ok(json!({})), now);
+                } else {
+                    self.outputs.push_back(Output::ServerRequest(ServerRequest {
+                        id,
+                        method,
+                        params,
+                    }));
+                }
+            }
+            Message::Notification { method, params } => {
+                self.outputs.push_back(Output::Notification {
+                    call: stream_call,
+                    notification: Notification { method, params },
+                });
+            }
+            Message::Response { id, result } => {
+                if kind == ExKind::Initialize {
+                    let expected = match &self.init {
+                        Some(Init {
+                            step: InitStep::Initialize { rpc, .. },
+                            ..
+                        }) => Some(rpc.clone()),
+                        _ => None,
+                    };
+                    if id.is_some() && id == expected {
+                        self.on_initialize_response(http, result, now);
+                    } else {
+                        warn!("unexpected response on the initialize stream ignored");
+                    }
+                    return;
+                }
+                let Some(id) = id else {
+                    // An error the server could not attribute: on a call's own POST it can
+                    // only be about that call.
+                    match (kind, result) {
+                        (ExKind::Post(c), Err(e)) => self.complete(c, Err(Error::rpc(e))),
+                        _ => warn!("response without id ignored"),
+                    }
+                    return;
+                };
+                match self.rpc_index.get(&id).copied() {
+                    Some(call) => self.deliver(call, result, now),
+                    None if self.was_issued(&id) => {
+                        debug!(%id, "duplicate response dropped");
+                    }
+                    None if resumed && !self.config.dangerous_trust_replay => {
+                        warn!(%id, "resumed stream delivered a response to a request never sent");
+                        self.stream_violation(
+                            http,
+                            Failure::OrphanedResponse,
+                            ReinitReason::OrphanedResponse,
+                            now,
+                        );
+                    }
+                    None => warn!(%id, "response to an unknown request ignored"),
+                }
+            }
+        }
+    }
+
+    fn was_issued(&self, id: &RequestId) -> bool {
+        matches!(id, RequestId::Number(n) if *n >= 1 && *n <= self.next_rpc)
+    }
+
+    fn deliver(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
+        let Some(call) = self.calls.get(&id) else {
+            return;
+        };
+        if let (Ok(value), Some(expected), false) =
+            (&result, &call.hash, self.config.dangerous_trust_replay)
+        {
+            if call.method == "tools/call" {
+                if let Some(got) = ext::result_capability_hash(value) {
+                    if !got.eq_ignore_ascii_case(expected.as_str()) {
+                        return self.apply(id, Failure::CapabilityHashMismatch, now);
+                    }
+                }
+            }
+        }
+        debug!(call = id.0, ok = result.is_ok(), "call completed");
+        self.complete(id, result.map_err(Error::rpc));
+    }
+}

@@ -1,0 +1,463 @@
+//! What arrives on an exchange: response heads of a call's POST or resume, SSE events and
+//! their cursors, and the ways a body ends.
+
+use std::time::{Duration, Instant};
+
+use http::HeaderMap;
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use super::calls::CallState;
+use super::exchange::{Body, ContentType, ExKind, Exchange};
+use super::listen::ListenState;
+use super::{Session, MAX_RETRY};
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::EventId;
+use crate::proto::decide::Failure;
+use crate::proto::ext;
+use crate::proto::jsonrpc::{self, Message};
+use crate::proto::{CallId, HttpId, Output, ReinitReason, RejectReason, SessionEvent};
+use crate::sse::SseEvent;
+
+impl Session {
+    pub(super) fn on_post_head(
+        &mut self,
+        http: HttpId,
+        id: CallId,
+        status: u16,
+        headers: &HeaderMap,
+        ct: ContentType,
+        now: Instant,
+    ) {
+        let Some(call) = self.calls.get(&id) else {
+            self.finish_exchange(http);
+            return;
+        };
+        if call.state != CallState::Posting(http) {
+            self.finish_exchange(http);
+            return;
+        }
+        let carried = self
+            .exchanges
+            .get(&http)
+            .is_some_and(|e| e.carried_session_id);
+        match status {
+            202 => {
+                self.finish_exchange(http);
+                self.complete(
+                    id,
+                    Err(Error::new(
+                        ErrorKind::Protocol,
+                        "request answered 202 without a response",
+                    )),
+                );
+            }
+            200..=299 => {
+                let expected = call.hash.clone();
+                if !self.hash_matches(http, headers, expected.as_ref()) {
+                    return self.apply(id, Failure::CapabilityHashMismatch, now);
+                }
+                match ct {
+                    ContentType::Json => self.set_body(http, Body::Json(Vec::new())),
+                    ContentType::Sse => self.set_body(http, self.new_decoder()),
+                    ContentType::Other => {
+                        self.finish_exchange(http);
+                        self.complete(
+                            id,
+                            Err(Error::new(
+                                ErrorKind::Protocol,
+                                "response with an unexpected content type",
+                            )),
+                        );
+                    }
+                }
+            }
+            404 if carried => self.apply(id, Failure::PostSessionNotFound, now),
+            502..=504 => self.apply(id, Failure::PostLost, now),
+            _ => self.set_body(http, Body::Error(Vec::new())),
+        }
+    }
+
+    pub(super) fn on_resume_head(
+        &mut self,
+        http: HttpId,
+        id: CallId,
+        status: u16,
+        headers: &HeaderMap,
+        ct: ContentType,
+        now: Instant,
+    ) {
+        let Some(call) = self.calls.get(&id) else {
+            self.finish_exchange(http);
+            return;
+        };
+        if call.state != CallState::Resuming(http) {
+            self.finish_exchange(http);
+            return;
+        }
+        let rejected = self
+            .exchanges
+            .get(&http)
+            .and_then(|e| e.checks.as_ref())
+            .and(headers.get(ext::REJECTED_HEADER))
+            .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
+        match status {
+            200..=299 if ct == ContentType::Sse => {
+                let expected = call.hash.clone();
+                let cursor = call.cursor.clone();
+                if !self.hash_matches(http, headers, expected.as_ref()) {
+                    return self.apply(id, Failure::ResumeCapabilityHashChanged, now);
+                }
+                self.set_body(http, self.new_decoder());
+                if let Some(last_event_id) = cursor {
+                    self.outputs
+                        .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
+                }
+            }
+            _ if rejected.is_some() => {
+                let reason = rejected.unwrap_or(RejectReason::Other(String::new()));
+                self.apply(id, Failure::ResumeRejected(reason), now)
+            }
+            404 | 400 => self.set_body(http, Body::Error(Vec::new())),
+            405 => self.apply(id, Failure::ResumeNotAllowed, now),
+            429 | 500..=599 => self.apply(id, Failure::ResumeConnectFailed, now),
+            _ => self.apply(id, Failure::ResumeNotAllowed, now),
+        }
+    }
+
+    pub(super) fn on_events(&mut self, http: HttpId, events: Vec<SseEvent>, now: Instant) {
+        for event in events {
+            if !self.exchanges.contains_key(&http) {
+                return;
+            }
+            self.on_event(http, event, now);
+        }
+    }
+
+    fn on_event(&mut self, http: HttpId, event: SseEvent, now: Instant) {
+        let Some(ex) = self.exchanges.get_mut(&http) else {
+            return;
+        };
+        let sequenced = ex.checks.as_ref().is_some_and(|e| e.sequenced_event_ids);
+        let kind = ex.kind;
+        let mut new_cursor: Option<Option<EventId>> = None;
+        if let Some(raw) = &event.id {
+            if raw.is_empty() {
+                // Per the SSE spec an empty id resets the cursor.
+                new_cursor = Some(None);
+            } else {
+                match EventId::parse(raw) {
+                    Ok(id) => {
+                        if sequenced && ex.resumed {
+                            let ok = match (&ex.expect_seq, id.sequenced()) {
+                                (None, _) => true,
+                                (Some((s, n)), Some((gs, gn))) => s == gs && *n == gn,
+                                (Some(_), None) => false,
+                            };
+                            if !ok {
+                                warn!(event_id = %id, "event ids not contiguous on a resumed stream");
+                                return self.stream_violation(
+                                    http,
+                                    Failure::EventGap,
+                                    ReinitReason::EventGap,
+                                    now,
+                                );
+                            }
+                        }
+                        ex.expect_seq = id
+                            .sequenced()
+                            .map(|(s, n)| (s.to_owned(), n.saturating_add(1)));
+                        ex.progress = true;
+                        new_cursor = Some(Some(id));
+                    }
+                    Err(e) => warn!(error = %e, "invalid SSE event id ignored"),
+                }
+            }
+        }
+        if !event.data.is_empty() {
+            ex.progress = true;
+        }
+        let progressed = new_cursor.is_some() || !event.data.is_empty();
+        let retry = event
+            .retry
+            .map(|ms| Duration::from_millis(ms).min(MAX_RETRY));
+        match kind {
+            ExKind::Post(c) | ExKind::Resume(c) => {
+                if let Some(call) = self.calls.get_mut(&c) {
+                    // Only progress proves the server is reachable and the stream alive;
+                    // a head alone does not (a replaying instance answers 200 too).
+                    if progressed {
+                        call.attempts = 0;
+                    }
+                    if let Some(cursor) = new_cursor {
+                        call.cursor = cursor;
+                    }
+                    if retry.is_some() {
+                        call.retry = retry;
+                    }
+                }
+            }
+            ExKind::Listen => {
+                if let Some(cursor) = new_cursor {
+                    self.listen.cursor = cursor;
+                }
+                if retry.is_some() {
+                    self.listen.retry = retry;
+                }
+            }
+            _ => {}
+        }
+        if event.data.is_empty() {
+            return;
+        }
+        let allow_batch = self.exchanges.get(&http).is_some_and(|e| e.allow_batch);
+        let _ = self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+    }
+
+    /// A protocol violation on a resumed stream (gap, orphan).
+    pub(super) fn stream_violation(
+        &mut self,
+        http: HttpId,
+        failure: Failure,
+        reason: ReinitReason,
+        now: Instant,
+    ) {
+        let Some(ex) = self.exchanges.get(&http) else {
+            return;
+        };
+        match ex.kind {
+            ExKind::Resume(c) | ExKind::Post(c) => self.apply(c, failure, now),
+            ExKind::Listen => {
+                self.finish_exchange(http);
+                self.start_reinit(reason, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// A JSON body ended: a call whose response was not in it fails.
+    pub(super) fn json_ended_without_response(
+        &mut self,
+        kind: ExKind,
+        decoded: bool,
+        now: Instant,
+    ) {
+        match kind {
+            ExKind::Post(c)
+                if self
+                    .calls
+                    .get(&c)
+                    .is_some_and(|call| matches!(call.state, CallState::Posting(_))) =>
+            {
+                if let Some(call) = self.calls.get_mut(&c) {
+                    call.state = CallState::Waiting;
+                }
+                if decoded {
+                    self.complete(
+                        c,
+                        Err(Error::new(
+                            ErrorKind::Protocol,
+                            "JSON body without the response",
+                        )),
+                    );
+                } else {
+                    // A cut or garbled body: the call may have run.
+                    self.apply(
+                        c,
+                        Failure::StreamEnded {
+                            event_id_seen: false,
+                        },
+                        now,
+                    );
+                }
+            }
+            ExKind::Initialize => self.init_failed(
+                Error::new(ErrorKind::Protocol, "initialize body without the response"),
+                now,
+            ),
+            _ => {}
+        }
+    }
+
+    pub(super) fn stream_ended(&mut self, ex: Exchange, clean: bool, now: Instant) {
+        match ex.kind {
+            ExKind::Initialize => self.init_failed(
+                Error::new(
+                    ErrorKind::Transport,
+                    "initialize stream ended before the response",
+                ),
+                now,
+            ),
+            ExKind::Post(c) => {
+                let Some(call) = self.calls.get_mut(&c) else {
+                    return;
+                };
+                if !matches!(call.state, CallState::Posting(_)) {
+                    return;
+                }
+                call.state = CallState::Waiting;
+                let event_id_seen = call.cursor.is_some();
+                debug!(
+                    call = c.0,
+                    clean, event_id_seen, "response stream ended early"
+                );
+                self.apply(c, Failure::StreamEnded { event_id_seen }, now);
+            }
+            ExKind::Resume(c) => {
+                let Some(call) = self.calls.get_mut(&c) else {
+                    return;
+                };
+                if !matches!(call.state, CallState::Resuming(_)) {
+                    return;
+                }
+                call.state = CallState::Waiting;
+                self.bump_no_progress(c, ex.progress);
+                debug!(
+                    call = c.0,
+                    clean,
+                    progress = ex.progress,
+                    "resumed stream ended early"
+                );
+                self.apply(
+                    c,
+                    Failure::ResumedStreamEnded {
+                        clean,
+                        progress: ex.progress,
+                    },
+                    now,
+                );
+            }
+            ExKind::Listen => self.listen_failed(ex.progress, now),
+            _ => {}
+        }
+    }
+
+    /// An error body (non-2xx) was read to its end (or as far as it went).
+    pub(super) fn error_body_done(&mut self, ex: Exchange, now: Instant) {
+        let status = ex.status.unwrap_or(0);
+        let Body::Error(body) = ex.body else {
+            return;
+        };
+        let mentions_session = status == 400
+            && ex.carried_session_id
+            && body
+                .to_ascii_lowercase()
+                .windows(7)
+                .any(|w| w == b"session");
+        let rpc_error = || -> Option<RpcError> {
+            let v: Value = serde_json::from_slice(&body).ok()?;
+            match jsonrpc::decode_value(v).ok()? {
+                Message::Response { result: Err(e), .. } => Some(e),
+                _ => None,
+            }
+        };
+        match ex.kind {
+            ExKind::Initialize => {
+                let err = rpc_error().map(Error::rpc).unwrap_or_else(|| {
+                    Error::new(
+                        ErrorKind::Protocol,
+                        format!("initialize answered HTTP {status}"),
+                    )
+                });
+                self.init_failed(err, now);
+            }
+            ExKind::Post(c) => {
+                if !self
+                    .calls
+                    .get(&c)
+                    .is_some_and(|call| matches!(call.state, CallState::Posting(_)))
+                {
+                    return;
+                }
+                if mentions_session {
+                    return self.apply(c, Failure::PostSessionNotFound, now);
+                }
+                let err = rpc_error().map(Error::rpc).unwrap_or_else(|| {
+                    Error::new(
+                        ErrorKind::Protocol,
+                        format!("request answered HTTP {status}"),
+                    )
+                });
+                if let Some(call) = self.calls.get_mut(&c) {
+                    call.state = CallState::Waiting;
+                }
+                self.complete(c, Err(err));
+            }
+            ExKind::Resume(c) => {
+                if !self
+                    .calls
+                    .get(&c)
+                    .is_some_and(|call| matches!(call.state, CallState::Resuming(_)))
+                {
+                    return;
+                }
+                if let Some(call) = self.calls.get_mut(&c) {
+                    call.state = CallState::Waiting;
+                }
+                let rejection = if self.config.dangerous_trust_replay {
+                    None
+                } else {
+                    ext::rejection_from_body(&body)
+                };
+                let failure = match (status, rejection) {
+                    (404, Some(r)) => Failure::ResumeRejected(r),
+                    (404, None) => Failure::ResumeNotFound,
+                    (_, Some(r)) => Failure::ResumeRejected(r),
+                    (_, None) if mentions_session => Failure::ResumeNotFound,
+                    _ => Failure::ResumeNotAllowed,
+                };
+                self.apply(c, failure, now);
+            }
+            ExKind::Listen => {
+                let rejection = if self.config.dangerous_trust_replay {
+                    None
+                } else {
+                    ext::rejection_from_body(&body)
+                };
+                let reason = match rejection {
+                    Some(r) => {
+                        self.outputs
+                            .push_back(Output::Event(SessionEvent::ResumeRejected {
+                                reason: Some(r.clone()),
+                            }));
+                        ReinitReason::ResumeRejected(r)
+                    }
+                    None => ReinitReason::SessionNotFound,
+                };
+                self.listen.state = ListenState::Off;
+                if status == 404 && ex.carried_session_id && self.listen_404_reinit {
+                    // The fresh session's stream was refused the same way: the endpoint does
+                    // not offer the stream (a server that says 404 where it means 405).
+                    // Re-initializing again would loop.
+                    warn!("standalone GET stream answered 404 twice in a row; not offered");
+                    self.listen.state = ListenState::NotOffered;
+                } else if status == 404 && ex.carried_session_id {
+                    self.listen_404_reinit = true;
+                    self.start_reinit(reason, now);
+                } else {
+                    self.listen_failed(false, now);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Something in a body was unacceptable (too large): the exchange is abandoned.
+    pub(super) fn exchange_broken(&mut self, http: HttpId, error: Error, now: Instant) {
+        let Some(ex) = self.exchanges.get(&http) else {
+            return;
+        };
+        let kind = ex.kind;
+        self.finish_exchange(http);
+        warn!(error = %error, "exchange abandoned");
+        match kind {
+            ExKind::Initialize => self.init_failed(error, now),
+            ExKind::Post(c) | ExKind::Resume(c) => self.complete(c, Err(error)),
+            ExKind::Listen => {
+                // A hostile stream would only repeat itself: stop listening.
+                self.listen.state = ListenState::GaveUp;
+            }
+            _ => {}
+        }
+    }
+}
