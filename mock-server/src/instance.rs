@@ -1101,6 +1101,15 @@ async fn tools_call(
                     Some(json!({ "code": "IDEMPOTENCY_KEY_IN_USE" })),
                 )
             }
+            Ok(crate::store::IdempotencyBegin::Lost) => {
+                return rpc_err(
+                    id,
+                    code::SERVER,
+                    "The call with this idempotency key was interrupted by an instance failure; \
+                     its outcome is unknown",
+                    Some(json!({ "code": "IDEMPOTENCY_OUTCOME_UNKNOWN" })),
+                )
+            }
             Ok(crate::store::IdempotencyBegin::Mismatch) => {
                 return rpc_err(
                     id,

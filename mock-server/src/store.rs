@@ -168,6 +168,9 @@ pub enum IdempotencyBegin {
     Mismatch,
     /// The call already ran: here is what it produced.
     Done(StoredOutcome),
+    /// The instance running the call died: it may or may not have applied its effect, so
+    /// the key can never run again (that would risk a second execution).
+    Lost,
 }
 
 /// Everything an instance stores. See the module docs.
@@ -232,8 +235,9 @@ pub trait Store: Send + Sync + 'static {
     /// Adds one to a named counter and returns the new value.
     fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64>;
 
-    /// The instance died: its running requests become [`RequestState::Lost`] and the
-    /// idempotency keys it held are released (a lease expiring, in a networked store).
+    /// The instance died: its running requests become [`RequestState::Lost`], and so do the
+    /// idempotency keys it held: a lease expiring must not free a key whose effect may have
+    /// been applied, or a re-send would apply it twice.
     fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()>;
 }
 
@@ -261,6 +265,8 @@ enum KeyState {
         fingerprint: String,
         outcome: StoredOutcome,
     },
+    /// Held by an instance that died mid-call: outcome unknown, never runs again.
+    Lost { fingerprint: String },
 }
 
 /// A map that forgets its oldest entries beyond a capacity.
@@ -513,12 +519,14 @@ impl Store for MemoryStore {
             }
             Some(KeyState::Running { fingerprint: f, .. })
             | Some(KeyState::Done { fingerprint: f, .. })
+            | Some(KeyState::Lost { fingerprint: f })
                 if f != fingerprint =>
             {
                 IdempotencyBegin::Mismatch
             }
             Some(KeyState::Running { .. }) => IdempotencyBegin::Running,
             Some(KeyState::Done { outcome, .. }) => IdempotencyBegin::Done(outcome.clone()),
+            Some(KeyState::Lost { .. }) => IdempotencyBegin::Lost,
         });
         Self::ready(answer)
     }
@@ -531,9 +539,9 @@ impl Store for MemoryStore {
         self.with(|s| {
             if let Some(state) = s.keys.map.get_mut(key) {
                 let fingerprint = match state {
-                    KeyState::Running { fingerprint, .. } | KeyState::Done { fingerprint, .. } => {
-                        std::mem::take(fingerprint)
-                    }
+                    KeyState::Running { fingerprint, .. }
+                    | KeyState::Done { fingerprint, .. }
+                    | KeyState::Lost { fingerprint } => std::mem::take(fingerprint),
                 };
                 *state = KeyState::Done {
                     fingerprint,
@@ -568,17 +576,18 @@ impl Store for MemoryStore {
                     r.state = RequestState::Lost;
                 }
             }
-            let held: Vec<String> = s
-                .keys
-                .map
-                .iter()
-                .filter(
-                    |(_, v)| matches!(v, KeyState::Running { instance: i, .. } if *i == instance),
-                )
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in held {
-                s.keys.remove(&k);
+            for state in s.keys.map.values_mut() {
+                if let KeyState::Running {
+                    fingerprint,
+                    instance: i,
+                } = state
+                {
+                    if *i == instance {
+                        *state = KeyState::Lost {
+                            fingerprint: std::mem::take(fingerprint),
+                        };
+                    }
+                }
             }
         });
         self.inner.appended.notify_waiters();
@@ -664,16 +673,35 @@ mod tests {
             .unwrap();
         assert_eq!(
             store.idempotency_begin("k", "f", 2).await.unwrap(),
-            IdempotencyBegin::Done(outcome)
+            IdempotencyBegin::Done(outcome.clone())
         );
         assert_eq!(
             store.idempotency_begin("j", "f", 3).await.unwrap(),
             IdempotencyBegin::Started
         );
+        // The instance holding "j" dies: its effect may have been applied, so the key must
+        // never run again, though an outcome stored late still wins.
         store.release_instance(3).await.unwrap();
         assert_eq!(
             store.idempotency_begin("j", "f", 0).await.unwrap(),
-            IdempotencyBegin::Started
+            IdempotencyBegin::Lost
+        );
+        assert_eq!(
+            store.idempotency_begin("j", "g", 0).await.unwrap(),
+            IdempotencyBegin::Mismatch
+        );
+        store.idempotency_abandon("j").await.unwrap();
+        assert_eq!(
+            store.idempotency_begin("j", "f", 0).await.unwrap(),
+            IdempotencyBegin::Lost
+        );
+        store
+            .idempotency_finish("j", outcome.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.idempotency_begin("j", "f", 0).await.unwrap(),
+            IdempotencyBegin::Done(outcome)
         );
     }
 }
