@@ -1,11 +1,14 @@
-//! The resume-safety extension checks (DESIGN.md §5): capability hash on heads.
+//! The resume-safety extension checks (DESIGN.md §5): capability hash on heads and on
+//! replayed results, contiguous event ids on resumed streams, and resume rejections.
 
 use http::HeaderMap;
+use serde_json::Value;
 
+use super::calls::Call;
 use super::Session;
-use crate::ids::CapabilityHash;
+use crate::ids::{CapabilityHash, EventId};
 use crate::proto::ext::{self, ResumeSafety};
-use crate::proto::HttpId;
+use crate::proto::{HttpId, RejectReason};
 
 impl Session {
     pub(super) fn checks(&self) -> Option<&ResumeSafety> {
@@ -35,5 +38,56 @@ impl Session {
             .get(ext::CAPABILITY_HASH_HEADER)
             .and_then(|v| CapabilityHash::parse(v.as_bytes()).ok());
         got.as_ref() == expected
+    }
+
+    /// Whether a successful result carries no capability hash other than the one of the
+    /// session `call` was sent on (a replayed answer may name the context it ran under).
+    pub(super) fn result_hash_matches(&self, call: &Call, value: &Value) -> bool {
+        let Some(expected) = &call.hash else {
+            return true;
+        };
+        if self.config.dangerous_trust_replay || call.method != "tools/call" {
+            return true;
+        }
+        ext::result_capability_hash(value)
+            .map_or(true, |got| got.eq_ignore_ascii_case(expected.as_str()))
+    }
+
+    /// The rejection named by a resume's response head, when the exchange's session speaks
+    /// the extension.
+    pub(super) fn header_rejection(
+        &self,
+        http: HttpId,
+        headers: &HeaderMap,
+    ) -> Option<RejectReason> {
+        self.exchanges
+            .get(&http)
+            .and_then(|e| e.checks.as_ref())
+            .and(headers.get(ext::REJECTED_HEADER))
+            .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())))
+    }
+
+    /// The rejection named by a resume's error body, unless replay is trusted blindly.
+    pub(super) fn body_rejection(&self, body: &[u8]) -> Option<RejectReason> {
+        if self.config.dangerous_trust_replay {
+            None
+        } else {
+            ext::rejection_from_body(body)
+        }
+    }
+}
+
+/// The sequenced id that must follow `id` on a resumed stream, if `id` is sequenced.
+pub(super) fn next_in_sequence(id: &EventId) -> Option<(String, u64)> {
+    id.sequenced()
+        .map(|(s, n)| (s.to_owned(), n.saturating_add(1)))
+}
+
+/// Whether `id` is the one `expected` (nothing expected yet: anything goes).
+pub(super) fn continues_sequence(expected: &Option<(String, u64)>, id: &EventId) -> bool {
+    match (expected, id.sequenced()) {
+        (None, _) => true,
+        (Some((s, n)), Some((gs, gn))) => s == gs && *n == gn,
+        (Some(_), None) => false,
     }
 }

@@ -65,12 +65,7 @@ impl Session {
         if let ListenState::Open(http) = self.listen.state {
             self.finish_exchange(http);
         }
-        self.listen = Listen {
-            state: ListenState::Off,
-            cursor: None,
-            retry: None,
-            attempts: 0,
-        };
+        self.listen = Listen::new();
         self.start_init(Some(reason), now);
         // Calls waiting for a retry on the old session: a resend waits for the new one; a
         // resume cannot happen any more (its cursor belongs to the old session).

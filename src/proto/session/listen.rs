@@ -7,9 +7,8 @@ use http::HeaderMap;
 use tracing::{debug, warn};
 
 use super::exchange::{Body, ContentType, ExKind};
-use super::{Phase, Session, BATCH_VERSION};
+use super::{checks, Phase, Session, BATCH_VERSION};
 use crate::ids::EventId;
-use crate::proto::ext;
 use crate::proto::{
     HttpId, HttpMethod, HttpPurpose, Output, ReinitReason, RejectReason, SessionEvent,
 };
@@ -31,6 +30,17 @@ pub(super) struct Listen {
     pub(super) attempts: u32,
 }
 
+impl Listen {
+    pub(super) fn new() -> Self {
+        Listen {
+            state: ListenState::Off,
+            cursor: None,
+            retry: None,
+            attempts: 0,
+        }
+    }
+}
+
 impl Session {
     pub(super) fn on_listen_head(
         &mut self,
@@ -41,12 +51,7 @@ impl Session {
         now: Instant,
     ) {
         let resumed = self.exchanges.get(&http).is_some_and(|e| e.resumed);
-        let rejected = self
-            .exchanges
-            .get(&http)
-            .and_then(|e| e.checks.as_ref())
-            .and(headers.get(ext::REJECTED_HEADER))
-            .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
+        let rejected = self.header_rejection(http, headers);
         match status {
             200..=299 if ct == ContentType::Sse => {
                 let expected = self.ctx.as_ref().and_then(|c| c.hash.clone());
@@ -90,6 +95,40 @@ impl Session {
         }
     }
 
+    /// The GET was answered with an error body, read to its end.
+    pub(super) fn listen_refused(
+        &mut self,
+        status: u16,
+        carried_session_id: bool,
+        body: &[u8],
+        now: Instant,
+    ) {
+        let rejection = self.body_rejection(body);
+        let reason = match rejection {
+            Some(r) => {
+                self.outputs
+                    .push_back(Output::Event(SessionEvent::ResumeRejected {
+                        reason: Some(r.clone()),
+                    }));
+                ReinitReason::ResumeRejected(r)
+            }
+            None => ReinitReason::SessionNotFound,
+        };
+        self.listen.state = ListenState::Off;
+        if status == 404 && carried_session_id && self.listen_404_reinit {
+            // The fresh session's stream was refused the same way: the endpoint does
+            // not offer the stream (a server that says 404 where it means 405).
+            // Re-initializing again would loop.
+            warn!("standalone GET stream answered 404 twice in a row; not offered");
+            self.listen.state = ListenState::NotOffered;
+        } else if status == 404 && carried_session_id {
+            self.listen_404_reinit = true;
+            self.start_reinit(reason, now);
+        } else {
+            self.listen_failed(false, now);
+        }
+    }
+
     pub(super) fn open_listen(&mut self) {
         if !self.config.open_listen_stream || self.phase != Phase::Ready {
             return;
@@ -121,10 +160,7 @@ impl Session {
         );
         if let Some(ex) = self.exchanges.get_mut(&http) {
             ex.resumed = cursor.is_some();
-            ex.expect_seq = cursor
-                .as_ref()
-                .and_then(|c| c.sequenced())
-                .map(|(s, n)| (s.to_owned(), n.saturating_add(1)));
+            ex.expect_seq = cursor.as_ref().and_then(checks::next_in_sequence);
         }
         self.listen.state = ListenState::Open(http);
     }

@@ -12,7 +12,6 @@ use super::Session;
 use crate::error::{Error, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
-use crate::proto::ext;
 use crate::proto::jsonrpc::{self, Message};
 use crate::proto::{CallId, HttpId, Notification, Output, ReinitReason, ServerRequest};
 
@@ -125,15 +124,9 @@ impl Session {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
-        if let (Ok(value), Some(expected), false) =
-            (&result, &call.hash, self.config.dangerous_trust_replay)
-        {
-            if call.method == "tools/call" {
-                if let Some(got) = ext::result_capability_hash(value) {
-                    if !got.eq_ignore_ascii_case(expected.as_str()) {
-                        return self.apply(id, Failure::CapabilityHashMismatch, now);
-                    }
-                }
+        if let Ok(value) = &result {
+            if !self.result_hash_matches(call, value) {
+                return self.apply(id, Failure::CapabilityHashMismatch, now);
             }
         }
         debug!(call = id.0, ok = result.is_ok(), "call completed");

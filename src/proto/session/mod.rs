@@ -143,12 +143,7 @@ impl Session {
             calls: BTreeMap::new(),
             rpc_index: HashMap::new(),
             exchanges: BTreeMap::new(),
-            listen: Listen {
-                state: ListenState::Off,
-                cursor: None,
-                retry: None,
-                attempts: 0,
-            },
+            listen: Listen::new(),
             listen_404_reinit: false,
             next_http: 0,
             next_call: 0,

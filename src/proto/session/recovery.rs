@@ -7,7 +7,7 @@ use tracing::{debug, info};
 
 use super::calls::CallState;
 use super::exchange::ExKind;
-use super::{Phase, Session, BATCH_VERSION};
+use super::{checks, Phase, Session, BATCH_VERSION};
 use crate::error::ErrorKind;
 use crate::proto::config::ResendPolicy;
 use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
@@ -46,36 +46,14 @@ impl Session {
             attempts: call.attempts,
             resumes_without_progress: call.no_progress,
             reinit_failures: self.reinit_failures,
-            ..State::new(
-                &self.config.reconnect,
-                resend_safe,
-                self.config.dangerous_trust_replay,
-            )
+            ..self.base_state(resend_safe)
         };
         let decision = decide(&failure, &state);
         debug!(call = id.0, ?failure, ?decision, "recovery decision");
         match decision {
             Decision::Continue | Decision::RetryReinitialize => {}
-            Decision::Resume => {
-                self.detach(id);
-                let delay = self.retry_delay(id);
-                if let Some(call) = self.calls.get_mut(&id) {
-                    call.state = CallState::Backoff {
-                        until: now.checked_add(delay).unwrap_or(now),
-                        then: Retry::Resume,
-                    };
-                }
-            }
-            Decision::Resend => {
-                self.detach(id);
-                let delay = self.retry_delay(id);
-                if let Some(call) = self.calls.get_mut(&id) {
-                    call.state = CallState::Backoff {
-                        until: now.checked_add(delay).unwrap_or(now),
-                        then: Retry::Resend,
-                    };
-                }
-            }
+            Decision::Resume => self.schedule_retry(id, Retry::Resume, now),
+            Decision::Resend => self.schedule_retry(id, Retry::Resend, now),
             Decision::Reinitialize { reason, call: fate } => {
                 self.detach(id);
                 if matches!(failure, Failure::PostSessionNotFound) {
@@ -122,6 +100,18 @@ impl Session {
                 self.detach(id);
                 self.fail_call(id, kind);
             }
+        }
+    }
+
+    /// Stops the call's exchange and arms its backoff timer for `then`.
+    fn schedule_retry(&mut self, id: CallId, then: Retry, now: Instant) {
+        self.detach(id);
+        let delay = self.retry_delay(id);
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.state = CallState::Backoff {
+                until: now.checked_add(delay).unwrap_or(now),
+                then,
+            };
         }
     }
 
@@ -189,9 +179,7 @@ impl Session {
         );
         if let Some(ex) = self.exchanges.get_mut(&http) {
             ex.resumed = true;
-            ex.expect_seq = cursor
-                .sequenced()
-                .map(|(s, n)| (s.to_owned(), n.saturating_add(1)));
+            ex.expect_seq = checks::next_in_sequence(&cursor);
         }
         if let Some(call) = self.calls.get_mut(&id) {
             call.state = CallState::Resuming(http);

@@ -10,16 +10,24 @@ use tracing::{debug, warn};
 use super::calls::CallState;
 use super::exchange::{Body, ContentType, ExKind, Exchange};
 use super::listen::ListenState;
-use super::{Session, MAX_RETRY};
+use super::{checks, Session, MAX_RETRY};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::EventId;
 use crate::proto::decide::Failure;
-use crate::proto::ext;
 use crate::proto::jsonrpc::{self, Message};
 use crate::proto::{CallId, HttpId, Output, ReinitReason, RejectReason, SessionEvent};
 use crate::sse::SseEvent;
 
 impl Session {
+    /// Whether the call is still `on` the exchange `http`; a stale exchange is dropped.
+    fn still_on(&mut self, id: CallId, http: HttpId, on: CallState) -> bool {
+        let current = self.calls.get(&id).is_some_and(|c| c.state == on);
+        if !current {
+            self.finish_exchange(http);
+        }
+        current
+    }
+
     pub(super) fn on_post_head(
         &mut self,
         http: HttpId,
@@ -29,14 +37,12 @@ impl Session {
         ct: ContentType,
         now: Instant,
     ) {
-        let Some(call) = self.calls.get(&id) else {
-            self.finish_exchange(http);
-            return;
-        };
-        if call.state != CallState::Posting(http) {
-            self.finish_exchange(http);
+        if !self.still_on(id, http, CallState::Posting(http)) {
             return;
         }
+        let Some(call) = self.calls.get(&id) else {
+            return;
+        };
         let carried = self
             .exchanges
             .get(&http)
@@ -87,20 +93,13 @@ impl Session {
         ct: ContentType,
         now: Instant,
     ) {
-        let Some(call) = self.calls.get(&id) else {
-            self.finish_exchange(http);
-            return;
-        };
-        if call.state != CallState::Resuming(http) {
-            self.finish_exchange(http);
+        if !self.still_on(id, http, CallState::Resuming(http)) {
             return;
         }
-        let rejected = self
-            .exchanges
-            .get(&http)
-            .and_then(|e| e.checks.as_ref())
-            .and(headers.get(ext::REJECTED_HEADER))
-            .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
+        let Some(call) = self.calls.get(&id) else {
+            return;
+        };
+        let rejected = self.header_rejection(http, headers);
         match status {
             200..=299 if ct == ContentType::Sse => {
                 let expected = call.hash.clone();
@@ -148,25 +147,19 @@ impl Session {
             } else {
                 match EventId::parse(raw) {
                     Ok(id) => {
-                        if sequenced && ex.resumed {
-                            let ok = match (&ex.expect_seq, id.sequenced()) {
-                                (None, _) => true,
-                                (Some((s, n)), Some((gs, gn))) => s == gs && *n == gn,
-                                (Some(_), None) => false,
-                            };
-                            if !ok {
-                                warn!(event_id = %id, "event ids not contiguous on a resumed stream");
-                                return self.stream_violation(
-                                    http,
-                                    Failure::EventGap,
-                                    ReinitReason::EventGap,
-                                    now,
-                                );
-                            }
+                        if sequenced
+                            && ex.resumed
+                            && !checks::continues_sequence(&ex.expect_seq, &id)
+                        {
+                            warn!(event_id = %id, "event ids not contiguous on a resumed stream");
+                            return self.stream_violation(
+                                http,
+                                Failure::EventGap,
+                                ReinitReason::EventGap,
+                                now,
+                            );
                         }
-                        ex.expect_seq = id
-                            .sequenced()
-                            .map(|(s, n)| (s.to_owned(), n.saturating_add(1)));
+                        ex.expect_seq = checks::next_in_sequence(&id);
                         ex.progress = true;
                         new_cursor = Some(Some(id));
                     }
@@ -394,11 +387,7 @@ impl Session {
                 if let Some(call) = self.calls.get_mut(&c) {
                     call.state = CallState::Waiting;
                 }
-                let rejection = if self.config.dangerous_trust_replay {
-                    None
-                } else {
-                    ext::rejection_from_body(&body)
-                };
+                let rejection = self.body_rejection(&body);
                 let failure = match (status, rejection) {
                     (404, Some(r)) => Failure::ResumeRejected(r),
                     (404, None) => Failure::ResumeNotFound,
@@ -408,36 +397,7 @@ impl Session {
                 };
                 self.apply(c, failure, now);
             }
-            ExKind::Listen => {
-                let rejection = if self.config.dangerous_trust_replay {
-                    None
-                } else {
-                    ext::rejection_from_body(&body)
-                };
-                let reason = match rejection {
-                    Some(r) => {
-                        self.outputs
-                            .push_back(Output::Event(SessionEvent::ResumeRejected {
-                                reason: Some(r.clone()),
-                            }));
-                        ReinitReason::ResumeRejected(r)
-                    }
-                    None => ReinitReason::SessionNotFound,
-                };
-                self.listen.state = ListenState::Off;
-                if status == 404 && ex.carried_session_id && self.listen_404_reinit {
-                    // The fresh session's stream was refused the same way: the endpoint does
-                    // not offer the stream (a server that says 404 where it means 405).
-                    // Re-initializing again would loop.
-                    warn!("standalone GET stream answered 404 twice in a row; not offered");
-                    self.listen.state = ListenState::NotOffered;
-                } else if status == 404 && ex.carried_session_id {
-                    self.listen_404_reinit = true;
-                    self.start_reinit(reason, now);
-                } else {
-                    self.listen_failed(false, now);
-                }
-            }
+            ExKind::Listen => self.listen_refused(status, ex.carried_session_id, &body, now),
             _ => {}
         }
     }
