@@ -1,11 +1,14 @@
 //! Balancer overhead: tool calls per second through the balancer vs straight to the
 //! instance, in one run, printed as a ratio.
 //!
-//! `cargo bench -p mock-server --bench balancer` (env `BENCH_SECS` per round, default 2;
-//! `BENCH_CONCURRENCY`, default 16).
+//! `cargo bench -p mock-server --bench balancer` (env `BENCH_MS` per round, default 1000;
+//! `BENCH_ROUNDS`, default 5; `BENCH_CONCURRENCY`, default 16; `BENCH_ONLY=echo|slow` runs
+//! one workload on the multi-thread runtime only). About a minute with the defaults.
 //!
-//! One instance, so both paths end at the same server; rounds alternate between the two
-//! paths and the median of each is reported, which keeps machine noise from favouring one.
+//! One instance, so both paths end at the same server; one HTTP client (pooled keep-alive
+//! connections, `TCP_NODELAY`, as reqwest sets by default) for both; rounds alternate between
+//! the two paths and the median of each is reported, which keeps machine noise from
+//! favouring one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,8 +16,6 @@ use std::time::{Duration, Instant};
 
 use mock_server::{Cluster, ClusterConfig, Preset};
 use serde_json::json;
-
-const ROUNDS: usize = 3;
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -67,17 +68,17 @@ impl Work {
     }
 }
 
-/// Runs `concurrency` callers for `secs` against `url`; returns calls per second.
+/// Runs `concurrency` callers for `ms` milliseconds against `url`; returns calls per second.
 async fn round(
     http: &reqwest::Client,
     url: &str,
     session: &str,
     concurrency: usize,
-    secs: u64,
+    ms: u64,
     work: Work,
 ) -> f64 {
     let done = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + Duration::from_secs(secs);
+    let deadline = Instant::now() + Duration::from_millis(ms);
     let start = Instant::now();
     let mut workers = Vec::new();
     for w in 0..concurrency {
@@ -120,7 +121,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn measure(concurrency: usize, secs: u64, work: Work) {
+async fn measure(concurrency: usize, ms: u64, rounds: usize, work: Work, callers: &[usize]) {
     let cluster = Cluster::start(ClusterConfig {
         preset: Preset::Replicated,
         instances: 1,
@@ -134,21 +135,23 @@ async fn measure(concurrency: usize, secs: u64, work: Work) {
     let lb_url = cluster.url();
     // Saturated (CPU-bound: client, balancer and instance share the machine's cores)
     // and one caller at a time (latency-bound: what one agent sees).
-    for c in [concurrency, 1] {
+    for &c in callers {
+        let c = if c == 0 { concurrency } else { c };
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(c)
+            .tcp_nodelay(true)
             .build()
             .unwrap();
         let session = initialize(&http, &direct_url).await;
         // Warm both paths' connection pools.
-        round(&http, &direct_url, &session, c, 1, work).await;
-        round(&http, &lb_url, &session, c, 1, work).await;
+        round(&http, &direct_url, &session, c, 300, work).await;
+        round(&http, &lb_url, &session, c, 300, work).await;
         let (mut direct, mut balanced) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
+        for _ in 0..rounds {
             cluster.reset_oracle();
-            direct.push(round(&http, &direct_url, &session, c, secs, work).await);
+            direct.push(round(&http, &direct_url, &session, c, ms, work).await);
             cluster.reset_oracle();
-            balanced.push(round(&http, &lb_url, &session, c, secs, work).await);
+            balanced.push(round(&http, &lb_url, &session, c, ms, work).await);
         }
         let (d, b) = (median(direct), median(balanced));
         println!("  {}, {c} concurrent caller(s):", work.label());
@@ -170,11 +173,13 @@ async fn measure(concurrency: usize, secs: u64, work: Work) {
 }
 
 fn main() {
-    let secs = env_or("BENCH_SECS", 2);
+    let ms = env_or("BENCH_MS", 1000);
+    let rounds = env_or("BENCH_ROUNDS", 5) as usize;
     let concurrency = env_or("BENCH_CONCURRENCY", 16) as usize;
+    let only = std::env::var("BENCH_ONLY").ok();
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     println!(
-        "balancer overhead: SSE-answered tool calls, {ROUNDS} alternating rounds of {secs} s per path, medians; {cores} cores"
+        "balancer overhead: SSE-answered tool calls, {rounds} alternating rounds of {ms} ms per path, medians; {cores} cores"
     );
     // Multi-threaded, as the cluster normally runs: includes the cost of the extra
     // cross-thread wake-ups a proxy hop adds, which grows with machine load.
@@ -183,14 +188,25 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(measure(concurrency, secs, Work::Echo));
-    rt.block_on(measure(concurrency, secs, Work::OneMs));
+    // 0 stands for `concurrency`.
+    for work in [Work::Echo, Work::OneMs] {
+        let name = match work {
+            Work::Echo => "echo",
+            Work::OneMs => "slow",
+        };
+        if only.is_none() || only.as_deref() == Some(name) {
+            rt.block_on(measure(concurrency, ms, rounds, work, &[0, 1]));
+        }
+    }
     drop(rt);
-    // One thread for client, balancer and instance: the balancer's CPU cost alone.
+    if only.is_some() {
+        return;
+    }
+    // One thread for client, balancer and instance: what the hop costs in CPU alone.
     println!("current-thread runtime (client, balancer and instance on one thread):");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(measure(concurrency, secs, Work::Echo));
+    rt.block_on(measure(concurrency, ms, rounds, Work::Echo, &[1]));
 }

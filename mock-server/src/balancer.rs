@@ -4,26 +4,27 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
-use std::pin::Pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
+use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
 
@@ -67,7 +68,120 @@ pub(crate) struct Proxy {
     inner: Arc<Inner>,
     rr: AtomicUsize,
     pins: Mutex<HashMap<String, usize>>,
-    client: Client<HttpConnector, Incoming>,
+}
+
+/// An upstream connection to the instance at an address (a restarted instance has a new one).
+type Upstream = (SocketAddr, SendRequest<Incoming>);
+
+/// A future that drives one upstream connection.
+type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The upstream connections of one client connection: at most one per instance, driven by
+/// the client connection's own task.
+///
+/// An HTTP/1.1 client connection carries one exchange at a time, so one upstream connection
+/// per instance is all it can use. Driving them in the same task as the client connection
+/// means every frame of a streamed body is handed from the upstream reader to the
+/// downstream writer without waking another task (possibly on another thread), which is
+/// most of what a shared pool with its own connection tasks costs per call.
+struct Upstreams {
+    conns: Mutex<Vec<Option<Upstream>>>,
+    drivers: mpsc::UnboundedSender<Driver>,
+}
+
+impl Upstreams {
+    /// The idle connection to instance `index` at `addr`, if there is one still open.
+    fn take(&self, index: usize, addr: SocketAddr) -> Option<SendRequest<Incoming>> {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        match conns.get_mut(index)?.take() {
+            Some((a, s)) if a == addr && !s.is_closed() => Some(s),
+            _ => None,
+        }
+    }
+
+    fn put(&self, index: usize, addr: SocketAddr, sender: SendRequest<Incoming>) {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        if conns.len() <= index {
+            conns.resize_with(index + 1, || None);
+        }
+        conns[index] = Some((addr, sender));
+    }
+
+    async fn connect(&self, addr: SocketAddr) -> Option<SendRequest<Incoming>> {
+        let tcp = TcpStream::connect(addr).await.ok()?;
+        let _ = tcp.set_nodelay(true);
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+            .await
+            .ok()?;
+        self.drivers
+            .send(Box::pin(async move {
+                let _ = conn.await;
+            }))
+            .ok()?;
+        Some(sender)
+    }
+
+    /// Sends `req` to instance `index`, reusing its connection when it is still open; a
+    /// request that never left (the connection closed under it) is sent once more on a
+    /// fresh connection.
+    async fn send(
+        &self,
+        index: usize,
+        addr: SocketAddr,
+        mut req: Request<Incoming>,
+    ) -> Option<Response<Incoming>> {
+        for attempt in 0..2 {
+            let mut sender = match self.take(index, addr) {
+                Some(s) => s,
+                None => self.connect(addr).await?,
+            };
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    self.put(index, addr, sender);
+                    return Some(resp);
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(r) if attempt == 0 => req = r,
+                    _ => return None,
+                },
+            }
+        }
+        None
+    }
+}
+
+/// Serves one client connection, with its upstream connections in the same task.
+async fn serve(proxy: Arc<Proxy>, tcp: TcpStream) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Driver>();
+    let upstreams = Arc::new(Upstreams {
+        conns: Mutex::new(Vec::new()),
+        drivers: tx,
+    });
+    let service = hyper::service::service_fn(move |req| {
+        let (proxy, upstreams) = (proxy.clone(), upstreams.clone());
+        async move { Ok::<_, Infallible>(proxy.handle(&upstreams, req).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let mut server = pin!(builder.serve_connection(TokioIo::new(tcp), service));
+    let mut drivers = FuturesUnordered::new();
+    poll_fn(|cx| {
+        // Twice: serving the client may free room an upstream reader waits for, and the
+        // other way round, without a round trip through the scheduler.
+        for _ in 0..2 {
+            while let Poll::Ready(Some(d)) = rx.poll_recv(cx) {
+                drivers.push(d);
+            }
+            while let Poll::Ready(Some(())) = drivers.poll_next_unpin(cx) {}
+            if server.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+        }
+        Poll::Pending
+    })
+    .await;
 }
 
 /// A running balancer.
@@ -101,16 +215,10 @@ impl BalancerHandle {
 pub(crate) async fn start(inner: Arc<Inner>, listen: SocketAddr) -> io::Result<BalancerHandle> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .build(connector);
     let proxy = Arc::new(Proxy {
         inner,
         rr: AtomicUsize::new(0),
         pins: Mutex::new(HashMap::new()),
-        client,
     });
     let connections = Arc::new(Mutex::new(JoinSet::new()));
     let conns = connections.clone();
@@ -120,17 +228,9 @@ pub(crate) async fn start(inner: Arc<Inner>, listen: SocketAddr) -> io::Result<B
                 continue;
             };
             let _ = tcp.set_nodelay(true);
-            let proxy = proxy.clone();
-            let service = hyper::service::service_fn(move |req| {
-                let proxy = proxy.clone();
-                async move { Ok::<_, Infallible>(proxy.handle(req).await) }
-            });
             let mut set = conns.lock().unwrap_or_else(|p| p.into_inner());
             while set.try_join_next().is_some() {}
-            set.spawn(async move {
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
-            });
+            set.spawn(serve(proxy.clone(), tcp));
         }
     });
     Ok(BalancerHandle {
@@ -183,7 +283,7 @@ fn strip_hop_headers(headers: &mut hyper::HeaderMap) {
 }
 
 impl Proxy {
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<ProxyBody> {
+    async fn handle(&self, upstreams: &Upstreams, req: Request<Incoming>) -> Response<ProxyBody> {
         if req.uri().path().starts_with("/admin/") {
             return self.admin(req).await;
         }
@@ -197,27 +297,31 @@ impl Proxy {
         };
         let is_delete = req.method() == Method::DELETE;
         let (mut parts, body) = req.into_parts();
-        let pq = parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .to_owned();
-        parts.uri = match Uri::builder()
-            .scheme("http")
-            .authority(addr.to_string())
-            .path_and_query(pq)
-            .build()
-        {
-            Ok(u) => u,
-            Err(_) => return gateway_error(StatusCode::BAD_REQUEST, "Bad Request: invalid target"),
-        };
-        strip_hop_headers(&mut parts.headers);
-        let upstream = match self.client.request(Request::from_parts(parts, body)).await {
-            Ok(r) => r,
-            Err(_) => {
-                return gateway_error(StatusCode::BAD_GATEWAY, "Bad Gateway: instance unreachable")
+        if parts.uri.authority().is_some() {
+            // Absolute-form target: the instance gets origin-form.
+            let pq = parts.uri.path_and_query().cloned();
+            let mut uri = Uri::builder();
+            if let Some(pq) = pq {
+                uri = uri.path_and_query(pq);
             }
+            parts.uri = match uri.build() {
+                Ok(u) => u,
+                Err(_) => {
+                    return gateway_error(StatusCode::BAD_REQUEST, "Bad Request: invalid target")
+                }
+            };
+        }
+        strip_hop_headers(&mut parts.headers);
+        if !parts.headers.contains_key(header::HOST) {
+            if let Ok(v) = HeaderValue::from_str(&addr.to_string()) {
+                parts.headers.insert(header::HOST, v);
+            }
+        }
+        let Some(upstream) = upstreams
+            .send(index, addr, Request::from_parts(parts, body))
+            .await
+        else {
+            return gateway_error(StatusCode::BAD_GATEWAY, "Bad Gateway: instance unreachable");
         };
         let (mut parts, body) = upstream.into_parts();
         strip_hop_headers(&mut parts.headers);
