@@ -321,4 +321,269 @@ mod tests {
             json!({"jsonrpc":"2.0","id":"s","error":{"code":-1,"message":"no"}})
         );
     }
+
+    /// Property tests of decoding (DESIGN.md §8): whatever a server sends, decoding returns
+    /// a typed error or a message that keeps the decoder's promises, and never panics.
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Leaves that stress number handling: extremes, floats, values past `i64`.
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                Just(json!(i64::MIN)),
+                Just(json!(u64::MAX)),
+                ".{0,12}".prop_map(Value::from),
+            ]
+        }
+
+        /// Arbitrary JSON, nested a few levels deep.
+        fn value() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(4, 48, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::btree_map(".{0,6}", inner, 0..6)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        /// Something shaped like a JSON-RPC message: each member absent, of the right type,
+        /// or of a wrong one (wrong id types, a numeric method, scalar params, ...).
+        fn message_like() -> impl Strategy<Value = Value> {
+            let member = |right: BoxedStrategy<Value>| {
+                prop_oneof![
+                    2 => Just(None),
+                    3 => right.prop_map(Some),
+                    2 => value().prop_map(Some),
+                ]
+            };
+            let id = prop_oneof![
+                any::<i64>().prop_map(Value::from),
+                ".{0,8}".prop_map(Value::from),
+                Just(Value::Null),
+            ]
+            .boxed();
+            let method = prop_oneof![Just(json!("ping")), ".{0,12}".prop_map(Value::from)].boxed();
+            let params = prop_oneof![
+                Just(json!({})),
+                Just(json!([])),
+                value().prop_map(|v| json!({ "v": v })),
+            ]
+            .boxed();
+            let error = prop_oneof![
+                (any::<i64>(), ".{0,20}").prop_map(|(c, m)| json!({"code": c, "message": m})),
+                value().prop_map(|d| json!({"code": -1, "message": "x", "data": d})),
+            ]
+            .boxed();
+            (
+                member(Just(json!("2.0")).boxed()),
+                member(id),
+                member(method),
+                member(params),
+                member(value().boxed()),
+                member(error),
+            )
+                .prop_map(|(jsonrpc, id, method, params, result, error)| {
+                    let mut obj = Map::new();
+                    for (k, v) in [
+                        ("jsonrpc", jsonrpc),
+                        ("id", id),
+                        ("method", method),
+                        ("params", params),
+                        ("result", result),
+                        ("error", error),
+                    ] {
+                        if let Some(v) = v {
+                            obj.insert(k.into(), v);
+                        }
+                    }
+                    Value::Object(obj)
+                })
+        }
+
+        /// What every decoded message promises its consumer.
+        fn check_well_formed(m: &Message) -> Result<(), TestCaseError> {
+            match m {
+                Message::Request { params, .. } | Message::Notification { params, .. } => {
+                    prop_assert!(params
+                        .as_ref()
+                        .map_or(true, |p| p.is_object() || p.is_array()));
+                }
+                Message::Response { id, result } => match result {
+                    Ok(_) => prop_assert!(id.is_some(), "a result without an id"),
+                    Err(e) => prop_assert!(e.message.len() <= 1024, "error message not bounded"),
+                },
+            }
+            Ok(())
+        }
+
+        /// serde_json (without `float_roundtrip`) may parse a printed float back one ulp off,
+        /// so messages carrying floats are exempt from exact round-trip comparisons.
+        fn has_float(m: &Message) -> bool {
+            fn any_float(v: &Value) -> bool {
+                match v {
+                    Value::Number(n) => n.is_f64(),
+                    Value::Array(a) => a.iter().any(any_float),
+                    Value::Object(o) => o.values().any(any_float),
+                    _ => false,
+                }
+            }
+            let inner = match m {
+                Message::Request { params, .. } | Message::Notification { params, .. } => {
+                    params.as_ref()
+                }
+                Message::Response { result: Ok(v), .. } => Some(v),
+                Message::Response { result: Err(e), .. } => e.data.as_ref(),
+            };
+            inner.is_some_and(any_float)
+        }
+
+        /// Encodes a decoded message again with our own encoders.
+        fn encode(m: &Message) -> Option<Bytes> {
+            Some(match m {
+                Message::Request { id, method, params } => {
+                    encode_request(id, method, params.as_ref())
+                }
+                Message::Notification { method, params } => {
+                    encode_notification(method, params.as_ref())
+                }
+                Message::Response { id, result } => encode_response(id.as_ref()?, result),
+            })
+        }
+
+        /// Checks a decode result: errors are typed, messages well formed and stable under
+        /// encode-then-decode.
+        fn check_decoded(
+            decoded: Result<Vec<Result<Message, DecodeError>>, DecodeError>,
+            allow_batch: bool,
+        ) -> Result<(), TestCaseError> {
+            let Ok(messages) = decoded else {
+                return Ok(());
+            };
+            prop_assert!(!messages.is_empty());
+            prop_assert!(allow_batch || messages.len() == 1);
+            for m in messages.iter().flatten() {
+                check_well_formed(m)?;
+                if has_float(m) {
+                    continue;
+                }
+                if let Some(bytes) = encode(m) {
+                    let again = decode(&bytes, false).map(|mut v| v.remove(0));
+                    prop_assert_eq!(again, Ok(Ok(m.clone())));
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #[test]
+            fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256), batch: bool) {
+                check_decoded(decode(&bytes, batch), batch)?;
+            }
+
+            #[test]
+            fn arbitrary_json(v in value(), batch: bool) {
+                let bytes = serde_json::to_vec(&v).unwrap();
+                check_decoded(decode(&bytes, batch), batch)?;
+            }
+
+            #[test]
+            fn message_shaped_json(v in message_like(), batch: bool) {
+                let bytes = serde_json::to_vec(&v).unwrap();
+                check_decoded(decode(&bytes, batch), batch)?;
+            }
+
+            #[test]
+            fn batches_of_message_shaped_json(
+                items in prop::collection::vec(message_like(), 0..6),
+                batch: bool,
+            ) {
+                let bytes = serde_json::to_vec(&Value::Array(items.clone())).unwrap();
+                let decoded = decode(&bytes, batch);
+                if !batch {
+                    prop_assert_eq!(decoded, Err(DecodeError::BatchNotAllowed));
+                } else if items.is_empty() {
+                    prop_assert_eq!(decoded, Err(DecodeError::Shape("empty batch")));
+                } else {
+                    // One element's verdict does not depend on its neighbours. (Compared with
+                    // the elements as parsed back, not as generated: see `has_float`.)
+                    let Ok(Value::Array(parsed)) = serde_json::from_slice::<Value>(&bytes) else {
+                        return Err(TestCaseError::fail("a batch did not parse back"));
+                    };
+                    let each: Vec<_> = parsed.into_iter().map(decode_value).collect();
+                    prop_assert_eq!(decoded.clone(), Ok(each));
+                    check_decoded(decoded, batch)?;
+                }
+            }
+
+            #[test]
+            fn numbers_of_any_size_as_ids(
+                number in "-?[0-9]{1,40}(\\.[0-9]{1,5})?([eE][+-]?[0-9]{1,4})?",
+                response: bool,
+            ) {
+                let text = if response {
+                    format!(r#"{{"jsonrpc":"2.0","id":{number},"result":{number}}}"#)
+                } else {
+                    format!(r#"{{"jsonrpc":"2.0","id":{number},"method":"m"}}"#)
+                };
+                let decoded = decode(text.as_bytes(), false);
+                check_decoded(decoded.clone(), false)?;
+                // An id is accepted exactly when it is a JSON integer that fits `i64`.
+                let fits = serde_json::from_str::<Value>(&number)
+                    .ok()
+                    .is_some_and(|v| v.as_i64().is_some());
+                let accepted = matches!(decoded, Ok(ref v) if v[0].is_ok());
+                prop_assert_eq!(accepted, fits);
+            }
+
+            #[test]
+            fn deep_nesting(depth in 0usize..600, object: bool, at_params: bool) {
+                let (open, close) = if object { (r#"{"a":"#, "}") } else { ("[", "]") };
+                let nested = format!("{}0{}", open.repeat(depth), close.repeat(depth));
+                let member = if at_params { "params" } else { "id" };
+                let text = format!(r#"{{"jsonrpc":"2.0","method":"m","{member}":{nested}}}"#);
+                let decoded = decode(text.as_bytes(), false);
+                check_decoded(decoded.clone(), false)?;
+                if depth >= 128 {
+                    // serde_json's recursion limit: a typed error, not a stack overflow.
+                    prop_assert!(matches!(decoded, Err(DecodeError::Json(_))));
+                }
+            }
+
+            #[test]
+            fn what_we_encode_decodes_to_itself(
+                number: i64,
+                string in ".{0,16}",
+                use_string: bool,
+                method in ".{0,16}",
+                params in prop::option::of(prop_oneof![
+                    prop::collection::vec(any::<i64>(), 0..4).prop_map(|v| json!(v)),
+                    (".{0,6}", any::<i64>()).prop_map(|(k, v)| json!({ k: v })),
+                ]),
+                code: i64,
+                message in ".{0,40}",
+                failed: bool,
+            ) {
+                let id = if use_string { RequestId::String(string) } else { RequestId::Number(number) };
+                let request = Message::Request { id: id.clone(), method: method.clone(), params: params.clone() };
+                let notification = Message::Notification { method, params: params.clone() };
+                let result = if failed {
+                    Err(RpcError { code, message, data: params })
+                } else {
+                    Ok(params.unwrap_or(Value::Null))
+                };
+                let response = Message::Response { id: Some(id), result };
+                for m in [request, notification, response] {
+                    let bytes = encode(&m).unwrap();
+                    prop_assert_eq!(decode(&bytes, false), Ok(vec![Ok(m)]));
+                }
+            }
+        }
+    }
 }
