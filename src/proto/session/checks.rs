@@ -8,7 +8,7 @@ use super::calls::Call;
 use super::Session;
 use crate::ids::{CapabilityHash, EventId};
 use crate::proto::ext::{self, ResumeSafety};
-use crate::proto::{HttpId, RejectReason};
+use crate::proto::{CallId, HttpId, RejectReason};
 
 impl Session {
     pub(super) fn checks(&self) -> Option<&ResumeSafety> {
@@ -34,10 +34,13 @@ impl Session {
         if !checked {
             return true;
         }
-        let got = headers
-            .get(ext::CAPABILITY_HASH_HEADER)
-            .and_then(|v| CapabilityHash::parse(v.as_bytes()).ok());
-        got.as_ref() == expected
+        head_hash(headers).as_ref() == expected
+    }
+
+    /// Whether a head's capability hash is the one of the session the call was sent on.
+    pub(super) fn call_hash_matches(&self, id: CallId, http: HttpId, headers: &HeaderMap) -> bool {
+        let expected = self.calls.get(&id).and_then(|c| c.hash.as_ref());
+        self.hash_matches(http, headers, expected)
     }
 
     /// Whether a successful result carries no capability hash other than the one of the
@@ -75,6 +78,13 @@ impl Session {
             ext::rejection_from_body(body)
         }
     }
+}
+
+/// The capability hash a response head names, if a valid one.
+pub(super) fn head_hash(headers: &HeaderMap) -> Option<CapabilityHash> {
+    headers
+        .get(ext::CAPABILITY_HASH_HEADER)
+        .and_then(|v| CapabilityHash::parse(v.as_bytes()).ok())
 }
 
 /// The sequenced id that must follow `id` on a resumed stream, if `id` is sequenced.

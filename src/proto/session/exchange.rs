@@ -54,6 +54,15 @@ impl Session {
         Body::Sse(Box::new(SseDecoder::new(self.config.max_event_size)))
     }
 
+    /// The reader for a success head's body; `None` for a content type that has none.
+    pub(super) fn success_body(&self, ct: ContentType) -> Option<Body> {
+        match ct {
+            ContentType::Json => Some(Body::Json(Vec::new())),
+            ContentType::Sse => Some(self.new_decoder()),
+            ContentType::Other => None,
+        }
+    }
+
     pub(super) fn set_body(&mut self, http: HttpId, body: Body) {
         if let Some(ex) = self.exchanges.get_mut(&http) {
             ex.body = body;

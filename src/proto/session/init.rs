@@ -11,12 +11,12 @@ use super::calls::CallState;
 use super::exchange::{Body, ContentType, ExKind};
 use super::listen::{Listen, ListenState};
 use super::recovery::Retry;
-use super::{Ctx, Phase, Session, BATCH_VERSION};
+use super::{checks, Ctx, Phase, Session, BATCH_VERSION};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::config::SUPPORTED_PROTOCOL_VERSIONS;
 use crate::proto::decide::{decide, Decision, Failure, State};
-use crate::proto::ext::{self, ResumeSafety};
+use crate::proto::ext::ResumeSafety;
 use crate::proto::jsonrpc;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, Output, ReinitReason, SessionEvent};
 
@@ -150,17 +150,14 @@ impl Session {
                 }
             },
         };
-        let hash = headers
-            .get(ext::CAPABILITY_HASH_HEADER)
-            .and_then(|v| CapabilityHash::parse(v.as_bytes()).ok());
+        let hash = checks::head_hash(headers);
         if let Some(init) = &mut self.init {
             init.head_session_id = session_id;
             init.head_hash = hash;
         }
-        match ct {
-            ContentType::Json => self.set_body(http, Body::Json(Vec::new())),
-            ContentType::Sse => self.set_body(http, self.new_decoder()),
-            ContentType::Other => {
+        match self.success_body(ct) {
+            Some(body) => self.set_body(http, body),
+            None => {
                 self.finish_exchange(http);
                 self.init_failed(
                     Error::new(

@@ -40,9 +40,6 @@ impl Session {
         if !self.still_on(id, http, CallState::Posting(http)) {
             return;
         }
-        let Some(call) = self.calls.get(&id) else {
-            return;
-        };
         let carried = self
             .exchanges
             .get(&http)
@@ -59,14 +56,12 @@ impl Session {
                 );
             }
             200..=299 => {
-                let expected = call.hash.clone();
-                if !self.hash_matches(http, headers, expected.as_ref()) {
+                if !self.call_hash_matches(id, http, headers) {
                     return self.apply(id, Failure::CapabilityHashMismatch, now);
                 }
-                match ct {
-                    ContentType::Json => self.set_body(http, Body::Json(Vec::new())),
-                    ContentType::Sse => self.set_body(http, self.new_decoder()),
-                    ContentType::Other => {
+                match self.success_body(ct) {
+                    Some(body) => self.set_body(http, body),
+                    None => {
                         self.finish_exchange(http);
                         self.complete(
                             id,
@@ -96,19 +91,14 @@ impl Session {
         if !self.still_on(id, http, CallState::Resuming(http)) {
             return;
         }
-        let Some(call) = self.calls.get(&id) else {
-            return;
-        };
         let rejected = self.header_rejection(http, headers);
         match status {
             200..=299 if ct == ContentType::Sse => {
-                let expected = call.hash.clone();
-                let cursor = call.cursor.clone();
-                if !self.hash_matches(http, headers, expected.as_ref()) {
+                if !self.call_hash_matches(id, http, headers) {
                     return self.apply(id, Failure::ResumeCapabilityHashChanged, now);
                 }
                 self.set_body(http, self.new_decoder());
-                if let Some(last_event_id) = cursor {
+                if let Some(last_event_id) = self.calls.get(&id).and_then(|c| c.cursor.clone()) {
                     self.outputs
                         .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
                 }
