@@ -3,7 +3,8 @@
 //!
 //! `cargo bench -p mock-server --bench balancer` (env `BENCH_MS` per round, default 1000;
 //! `BENCH_ROUNDS`, default 5; `BENCH_CONCURRENCY`, default 16; `BENCH_ONLY=echo|slow` runs
-//! one workload on the multi-thread runtime only). About a minute with the defaults.
+//! one workload on the multi-thread runtime only, `BENCH_ONLY=current` the current-thread
+//! run only). About a minute with the defaults.
 //!
 //! One instance, so both paths end at the same server; one HTTP client (pooled keep-alive
 //! connections, `TCP_NODELAY`, as reqwest sets by default) for both; rounds alternate between
@@ -199,7 +200,7 @@ fn main() {
         }
     }
     drop(rt);
-    if only.is_some() {
+    if only.is_some() && only.as_deref() != Some("current") {
         return;
     }
     // One thread for client, balancer and instance: what the hop costs in CPU alone.

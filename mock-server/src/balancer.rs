@@ -24,7 +24,6 @@ use hyper::{Method, Request, Response, StatusCode, Uri};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
 
@@ -86,10 +85,19 @@ type Driver = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// most of what a shared pool with its own connection tasks costs per call.
 struct Upstreams {
     conns: Mutex<Vec<Option<Upstream>>>,
-    drivers: mpsc::UnboundedSender<Driver>,
+    drivers: Mutex<FuturesUnordered<Driver>>,
 }
 
 impl Upstreams {
+    /// Lets the upstream connections read and decode what has arrived. Also called from a
+    /// response body that would otherwise report "pending" while the rest of the response
+    /// already sits in the upstream connection's buffer: the frames then reach the client
+    /// in one write instead of one write each.
+    fn poll_drivers(&self, cx: &mut Context<'_>) {
+        let mut drivers = self.drivers.lock().unwrap_or_else(|p| p.into_inner());
+        while let Poll::Ready(Some(())) = drivers.poll_next_unpin(cx) {}
+    }
+
     /// The idle connection to instance `index` at `addr`, if there is one still open.
     fn take(&self, index: usize, addr: SocketAddr) -> Option<SendRequest<Incoming>> {
         let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
@@ -114,10 +122,13 @@ impl Upstreams {
             .await
             .ok()?;
         self.drivers
-            .send(Box::pin(async move {
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::pin(async move {
                 let _ = conn.await;
-            }))
-            .ok()?;
+            }));
+        // The serving loop polls the new connection once this task runs again.
+        tokio::task::yield_now().await;
         Some(sender)
     }
 
@@ -155,26 +166,22 @@ impl Upstreams {
 
 /// Serves one client connection, with its upstream connections in the same task.
 async fn serve(proxy: Arc<Proxy>, tcp: TcpStream) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Driver>();
     let upstreams = Arc::new(Upstreams {
         conns: Mutex::new(Vec::new()),
-        drivers: tx,
+        drivers: Mutex::new(FuturesUnordered::new()),
     });
+    let ups = upstreams.clone();
     let service = hyper::service::service_fn(move |req| {
         let (proxy, upstreams) = (proxy.clone(), upstreams.clone());
         async move { Ok::<_, Infallible>(proxy.handle(&upstreams, req).await) }
     });
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let mut server = pin!(builder.serve_connection(TokioIo::new(tcp), service));
-    let mut drivers = FuturesUnordered::new();
     poll_fn(|cx| {
         // Twice: serving the client may free room an upstream reader waits for, and the
         // other way round, without a round trip through the scheduler.
         for _ in 0..2 {
-            while let Poll::Ready(Some(d)) = rx.poll_recv(cx) {
-                drivers.push(d);
-            }
-            while let Poll::Ready(Some(())) = drivers.poll_next_unpin(cx) {}
+            ups.poll_drivers(cx);
             if server.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(());
             }
@@ -283,7 +290,11 @@ fn strip_hop_headers(headers: &mut hyper::HeaderMap) {
 }
 
 impl Proxy {
-    async fn handle(&self, upstreams: &Upstreams, req: Request<Incoming>) -> Response<ProxyBody> {
+    async fn handle(
+        &self,
+        upstreams: &Arc<Upstreams>,
+        req: Request<Incoming>,
+    ) -> Response<ProxyBody> {
         if req.uri().path().starts_with("/admin/") {
             return self.admin(req).await;
         }
@@ -344,15 +355,18 @@ impl Proxy {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        let body = if is_sse {
-            FaultBody::new(
-                body,
-                &self.inner.current_faults(),
-                self.inner.cut_rng.clone(),
-            )
-            .boxed_unsync()
+        let faults = self.inner.current_faults();
+        let faulty = faults.idle_timeout.is_some()
+            || faults.cut_after_events.is_some()
+            || faults.random_cut.is_some();
+        let body = Passthrough {
+            inner: body,
+            upstreams: upstreams.clone(),
+        };
+        let body = if is_sse && faulty {
+            FaultBody::new(body, &faults, self.inner.cut_rng.clone()).boxed_unsync()
         } else {
-            body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()
+            body.boxed_unsync()
         };
         Response::from_parts(parts, body)
     }
@@ -484,9 +498,43 @@ impl EventScanner {
     }
 }
 
+/// An upstream response body, frame by frame as the instance sent them.
+struct Passthrough {
+    inner: Incoming,
+    upstreams: Arc<Upstreams>,
+}
+
+impl Body for Passthrough {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.inner).poll_frame(cx);
+        let poll = if poll.is_pending() {
+            this.upstreams.poll_drivers(cx);
+            Pin::new(&mut this.inner).poll_frame(cx)
+        } else {
+            poll
+        };
+        poll.map_err(|e| Box::new(e) as BoxError)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Passes an SSE body through, frame by frame, and cuts it when a fault says so.
 struct FaultBody {
-    inner: Incoming,
+    inner: Passthrough,
     idle: Option<Duration>,
     timer: Option<Pin<Box<Sleep>>>,
     cut_after: Option<u32>,
@@ -500,7 +548,7 @@ struct FaultBody {
 }
 
 impl FaultBody {
-    fn new(inner: Incoming, faults: &Faults, rng: Arc<Mutex<Option<SplitMix>>>) -> Self {
+    fn new(inner: Passthrough, faults: &Faults, rng: Arc<Mutex<Option<SplitMix>>>) -> Self {
         Self {
             inner,
             idle: faults.idle_timeout,
@@ -519,6 +567,10 @@ impl FaultBody {
     /// Scans a data frame; returns how many bytes to deliver before cutting, if a cut falls
     /// inside it.
     fn scan(&mut self, data: &[u8]) -> Option<usize> {
+        if self.cut_after.is_none() && self.random.is_none() {
+            // Only the idle timeout is on: nothing to count.
+            return None;
+        }
         for (i, b) in data.iter().enumerate() {
             if self.scanner.feed(*b) {
                 self.events += 1;
@@ -592,7 +644,7 @@ impl Body for FaultBody {
             }
             Poll::Ready(Some(Err(e))) => {
                 this.done = true;
-                Poll::Ready(Some(Err(Box::new(e))))
+                Poll::Ready(Some(Err(e)))
             }
             Poll::Ready(None) => {
                 this.done = true;
