@@ -290,6 +290,25 @@ fn deadline_expiry_fails_with_timeout() {
     );
 }
 
+// Idempotency refusals (resume-safety extension): a re-sent keyed call can race its first
+// execution, which still holds the key; the stored result comes once that one ends.
+#[test]
+fn key_in_use_resends_safe_keyed_call_after_backoff() {
+    assert_eq!(decide(&Failure::KeyInUse, &SAFE), Resend);
+}
+
+#[test]
+fn key_in_use_gives_up_as_outcome_unknown_when_attempts_run_out() {
+    assert_eq!(decide(&Failure::KeyInUse, &SAFE.attempts(8)), UNKNOWN);
+    assert_eq!(decide(&Failure::KeyInUse, &UNKEYED), UNKNOWN);
+}
+
+#[test]
+fn key_outcome_lost_is_outcome_unknown() {
+    assert_eq!(decide(&Failure::KeyOutcomeLost, &SAFE), UNKNOWN);
+    assert_eq!(decide(&Failure::KeyOutcomeLost, &UNKEYED), UNKNOWN);
+}
+
 // `dangerous_trust_replay`: the stock behaviour, kept for comparison.
 #[test]
 fn trusting_mode_ignores_extension_signals() {

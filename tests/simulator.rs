@@ -608,6 +608,55 @@ fn row_replayed_result_under_other_hash_is_context_mismatch() {
     assert_eq!(s.server.posts_of("a").len(), 1);
 }
 
+// Idempotency refusals: a re-sent keyed call that races its first execution waits for the
+// stored result; a key whose execution the server lost ends as an unknown outcome.
+#[test]
+fn key_in_use_is_resent_until_the_stored_result_is_ready() {
+    let _g = SeedGuard(90);
+    let mut s = sim(ServerConfig::default(), 90);
+    s.server.fault("a", [Fault::KeyInUse, Fault::KeyInUse]);
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 10 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    let posts = s.server.posts_of("a");
+    assert_eq!(posts.len(), 3);
+    assert!(posts
+        .iter()
+        .all(|p| p.idempotency_header.as_deref() == Some("k-a")));
+    assert!(
+        posts[1].at > posts[0].at && posts[2].at > posts[1].at,
+        "backoff between"
+    );
+    assert_eq!(s.server.executions_of("a"), 1);
+    assert_eq!(redispatched(&s), 2);
+}
+
+#[test]
+fn key_outcome_lost_is_outcome_unknown_and_not_resent() {
+    let _g = SeedGuard(91);
+    let mut s = sim(ServerConfig::default(), 91);
+    s.server.fault("a", [Fault::KeyOutcomeLost]);
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    assert!(outcome_unknown_reported(&s));
+    assert_eq!(s.server.posts_of("a").len(), 1);
+}
+
+#[test]
+fn key_refusal_from_a_server_without_idempotency_is_the_servers_answer() {
+    let _g = SeedGuard(92);
+    let mut s = sim(unsafe_keys_server(), 92);
+    s.server.fault("a", [Fault::KeyInUse]);
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(kind(s.result(c)), ErrorKind::Rpc);
+    assert_eq!(s.server.posts_of("a").len(), 1);
+}
+
 // | resumed stream: event ids not contiguous |
 #[test]
 fn row_resumed_stream_gap_reinitializes() {

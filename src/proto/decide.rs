@@ -56,6 +56,12 @@ pub enum Failure {
     SessionReplaced,
     /// A re-initialization attempt failed.
     ReinitFailed,
+    /// A server that deduplicates keyed calls refused this one because the key's first
+    /// execution still runs (a re-send raced it): its stored result will exist once it ends.
+    KeyInUse,
+    /// A server that deduplicates keyed calls lost track of the key's first execution (the
+    /// instance running it died): it may or may not have run, and will never run again.
+    KeyOutcomeLost,
     /// The call's deadline passed.
     DeadlineExpired,
 }
@@ -269,6 +275,8 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
                 Fail(ErrorKind::SessionLost)
             }
         }
+        Failure::KeyInUse => resend_or_unknown,
+        Failure::KeyOutcomeLost => Fail(ErrorKind::OutcomeUnknown),
         Failure::DeadlineExpired => Fail(ErrorKind::Timeout),
     }
 }

@@ -86,6 +86,29 @@ pub(crate) fn rejection_from_body(body: &[u8]) -> Option<RejectReason> {
     ))
 }
 
+/// `error.data.code` of a keyed call refused because the key's first execution still runs.
+pub(crate) const KEY_IN_USE_CODE: &str = "IDEMPOTENCY_KEY_IN_USE";
+/// `error.data.code` of a keyed call whose first execution the server lost track of.
+pub(crate) const KEY_OUTCOME_UNKNOWN_CODE: &str = "IDEMPOTENCY_OUTCOME_UNKNOWN";
+
+/// How a server that deduplicates keyed calls refused one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyRefusal {
+    /// The first execution still holds the key; its stored result will come.
+    InUse,
+    /// The first execution was lost mid-way: whether it ran cannot be known.
+    OutcomeUnknown,
+}
+
+/// Reads an idempotency refusal from a JSON-RPC error's `data.code`.
+pub(crate) fn key_refusal(data: Option<&Value>) -> Option<KeyRefusal> {
+    match data?.get("code")?.as_str()? {
+        KEY_IN_USE_CODE => Some(KeyRefusal::InUse),
+        KEY_OUTCOME_UNKNOWN_CODE => Some(KeyRefusal::OutcomeUnknown),
+        _ => None,
+    }
+}
+
 /// The capability hash a tool result says it was produced under, if it says so.
 pub(crate) fn result_capability_hash(result: &Value) -> Option<&str> {
     result.get("_meta")?.get(RESULT_HASH_META_KEY)?.as_str()
@@ -95,6 +118,17 @@ pub(crate) fn result_capability_hash(result: &Value) -> Option<&str> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn idempotency_refusals() {
+        let data = json!({"code": "IDEMPOTENCY_KEY_IN_USE"});
+        assert_eq!(key_refusal(Some(&data)), Some(KeyRefusal::InUse));
+        let data = json!({"code": "IDEMPOTENCY_OUTCOME_UNKNOWN"});
+        assert_eq!(key_refusal(Some(&data)), Some(KeyRefusal::OutcomeUnknown));
+        assert_eq!(key_refusal(Some(&json!({"code": "OTHER"}))), None);
+        assert_eq!(key_refusal(Some(&json!("IDEMPOTENCY_KEY_IN_USE"))), None);
+        assert_eq!(key_refusal(None), None);
+    }
 
     #[test]
     fn full_advertisement() {

@@ -60,6 +60,10 @@ pub enum Fault {
     WrongContextHeaderOnly,
     /// The call's result is replayed from a store where it was produced under another hash.
     WrongResultHash,
+    /// Nothing runs: the key's first execution still holds it (`IDEMPOTENCY_KEY_IN_USE`).
+    KeyInUse,
+    /// Nothing runs: the key's first execution was lost (`IDEMPOTENCY_OUTCOME_UNKNOWN`).
+    KeyOutcomeLost,
     // --- for a resume GET ---
     /// 404 with a plain JSON-RPC error body.
     ResumeNotFound,
@@ -534,6 +538,16 @@ impl Server {
                     json!({"jsonrpc":"2.0","id":null,
                     "error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}),
                 );
+            }
+            Fault::KeyInUse | Fault::KeyOutcomeLost => {
+                let code = if fault == Fault::KeyInUse {
+                    "IDEMPOTENCY_KEY_IN_USE"
+                } else {
+                    "IDEMPOTENCY_OUTCOME_UNKNOWN"
+                };
+                let refusal = json!({"jsonrpc": "2.0", "id": id, "error": {
+                    "code": -32000, "message": "idempotency key refused", "data": {"code": code}}});
+                return self.answer(refusal, tag, true);
             }
             Fault::LoseBeforeHead { executed: false } => return Reply::early(Step::Lost),
             Fault::Refuse => return Reply::early(Step::Refused),

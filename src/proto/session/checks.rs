@@ -6,7 +6,9 @@ use serde_json::Value;
 
 use super::calls::Call;
 use super::Session;
+use crate::error::RpcError;
 use crate::ids::{CapabilityHash, EventId};
+use crate::proto::decide::Failure;
 use crate::proto::ext::{self, ResumeSafety};
 use crate::proto::{CallId, HttpId, RejectReason};
 
@@ -54,6 +56,18 @@ impl Session {
         }
         ext::result_capability_hash(value)
             .map_or(true, |got| got.eq_ignore_ascii_case(expected.as_str()))
+    }
+
+    /// The recovery failure an error answer stands for, when it is an idempotency refusal of
+    /// a keyed call by a server that deduplicates keys (anything else is the app's answer).
+    pub(super) fn key_refusal(&self, call: &Call, error: &RpcError) -> Option<Failure> {
+        if self.config.dangerous_trust_replay || call.key.is_none() || !call.server_dedups {
+            return None;
+        }
+        Some(match ext::key_refusal(error.data.as_ref())? {
+            ext::KeyRefusal::InUse => Failure::KeyInUse,
+            ext::KeyRefusal::OutcomeUnknown => Failure::KeyOutcomeLost,
+        })
     }
 
     /// The rejection named by a resume's response head, when the exchange's session speaks

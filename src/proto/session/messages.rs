@@ -124,10 +124,15 @@ impl Session {
         let Some(call) = self.calls.get(&id) else {
             return;
         };
-        if let Ok(value) = &result {
-            if !self.result_hash_matches(call, value) {
-                return self.apply(id, Failure::CapabilityHashMismatch, now);
+        let failure = match &result {
+            Ok(value) if !self.result_hash_matches(call, value) => {
+                Some(Failure::CapabilityHashMismatch)
             }
+            Ok(_) => None,
+            Err(error) => self.key_refusal(call, error),
+        };
+        if let Some(failure) = failure {
+            return self.apply(id, failure, now);
         }
         debug!(call = id.0, ok = result.is_ok(), "call completed");
         self.complete(id, result.map_err(Error::rpc));
