@@ -1,6 +1,6 @@
 //! Chaos soak: many concurrent agents, each with its own client, thousands of calls through
 //! the mock cluster under seeded random cuts, idle timeouts and instance restarts, on every
-//! preset. The DESIGN §4 invariants are checked against the cluster's oracle:
+//! preset. The recovery invariants are checked against the cluster's oracle:
 //!
 //! Agents mostly call one at a time, with occasional bursts of concurrent calls.
 //!

@@ -1,4 +1,5 @@
-//! DESIGN.md §4, one named test per row, against the pure recovery decision.
+//! The recovery table (README, "Recovery rules"), one named test per row, against the pure
+//! recovery decision.
 
 use mcp_resume::proto::decide::{decide, CallFate, Decision, Failure, State};
 use mcp_resume::proto::{ReinitReason, RejectReason};

@@ -1,5 +1,5 @@
 //! Property tests: random fault schedules against the Session in the simulator, checking
-//! the invariants of DESIGN.md §4 on what the scripted server observed.
+//! the recovery invariants on what the scripted server observed.
 
 mod sim;
 

@@ -1,5 +1,5 @@
 //! Deterministic simulation: the Session against a scripted server in virtual time, one
-//! fault schedule per DESIGN.md §4 row, asserting on what the server observed.
+//! fault schedule per recovery-table row, asserting on what the server observed.
 
 mod sim;
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::store::Store;
 
-/// How the cluster keeps state and routes requests (DESIGN §6).
+/// How the cluster keeps state and routes requests (the presets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Preset {
     /// The observed system: only the event log is shared; replay is permissive (no checks);

@@ -1,4 +1,4 @@
-//! The negotiated context of a session and its capability hash (DESIGN §5).
+//! The negotiated context of a session and its capability hash, as the resume-safety extension defines it.
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};

@@ -1,4 +1,4 @@
-//! The recovery decision (DESIGN.md §4) as one pure function.
+//! The recovery decision (README, "Recovery rules") as one pure function.
 //!
 //! [`decide`] maps what went wrong for one call ([`Failure`]) and a few plain facts about that
 //! call ([`State`]) to what the session does next ([`Decision`]). The session gathers the facts
@@ -10,7 +10,7 @@ use crate::policy::ReconnectPolicy;
 
 use super::{ReinitReason, RejectReason};
 
-/// What happened to a call's exchange (one row of DESIGN.md §4 each).
+/// What happened to a call's exchange (one row of the recovery table each).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Failure {

@@ -1,4 +1,5 @@
-//! The resume-safety extension (DESIGN.md §5): advertisement, headers, rejection body.
+//! The resume-safety extension (README, "The resume-safety extension"): advertisement,
+//! headers, rejection body, idempotency refusals.
 
 use serde_json::Value;
 

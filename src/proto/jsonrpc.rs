@@ -322,7 +322,7 @@ mod tests {
         );
     }
 
-    /// Property tests of decoding (DESIGN.md §8): whatever a server sends, decoding returns
+    /// Property tests of decoding: whatever a server sends, decoding returns
     /// a typed error or a message that keeps the decoder's promises, and never panics.
     mod props {
         use super::*;

@@ -16,7 +16,7 @@
 
 // Module layout (owned by the protocol core):
 //   session/    – the Session state machine, one module per job (see its docs)
-//   decide.rs   – the pure recovery decision (DESIGN.md §4), table-tested
+//   decide.rs   – the pure recovery decision (README, "Recovery rules"), table-tested
 //   jsonrpc.rs  – JSON-RPC message encoding/decoding
 //   ext.rs      – the resume-safety extension (advertisement, headers, rejection body)
 

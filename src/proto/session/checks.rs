@@ -1,5 +1,5 @@
-//! The resume-safety extension checks (DESIGN.md §5): capability hash on heads and on
-//! replayed results, contiguous event ids on resumed streams, and resume rejections.
+//! The resume-safety extension checks: capability hash on heads and on replayed results,
+//! contiguous event ids on resumed streams, resume rejections and idempotency refusals.
 
 use http::HeaderMap;
 use serde_json::Value;
