@@ -208,7 +208,7 @@ pub struct ClusterConfig {
     pub listen: SocketAddr,
     /// Largest accepted POST body; larger ones get 413.
     pub max_body_bytes: usize,
-    /// Extra allowed `Origin` values besides http(s)://localhost, 127.0.0.1 and [::1].
+    /// Extra allowed `Origin` values besides http(s)://localhost, 127.0.0.1 and `[::1]`.
     pub allowed_origins: Vec<String>,
     /// Shared store to use instead of a fresh [`MemoryStore`](crate::MemoryStore).
     pub store: Option<Arc<dyn Store>>,
