@@ -120,3 +120,8 @@ pub use policy::ReconnectPolicy;
 pub use proto::{
     CallId, Notification, ReinitReason, RejectReason, ResendPolicy, ServerRequest, SessionEvent,
 };
+
+// The README's quickstart is compiled too, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
