@@ -327,21 +327,25 @@ fn parse_retry(value: &[u8]) -> Option<u64> {
 /// Grows like `Vec::reserve` (amortized doubling) but never past `limit` bytes of capacity
 /// when the content itself fits in `limit`, so the bound holds for allocations too.
 fn reserve_within(buf: &mut Vec<u8>, additional: usize, limit: usize) {
-    let needed = buf.len() + additional;
-    if needed > buf.capacity() {
-        let target = needed
-            .max(buf.capacity().saturating_mul(2))
-            .min(limit.max(needed));
-        buf.reserve_exact(target - buf.len());
+    if let Some(extra) = extra_within(buf.len(), buf.capacity(), additional, limit) {
+        buf.reserve_exact(extra);
     }
 }
 
+/// [`reserve_within`] for a `String`.
 fn reserve_within_string(buf: &mut String, additional: usize, limit: usize) {
-    let needed = buf.len() + additional;
-    if needed > buf.capacity() {
-        let target = needed
-            .max(buf.capacity().saturating_mul(2))
-            .min(limit.max(needed));
-        buf.reserve_exact(target - buf.len());
+    if let Some(extra) = extra_within(buf.len(), buf.capacity(), additional, limit) {
+        buf.reserve_exact(extra);
     }
+}
+
+/// How much to reserve beyond `len` for `additional` more bytes, if the capacity is short.
+fn extra_within(len: usize, capacity: usize, additional: usize, limit: usize) -> Option<usize> {
+    let needed = len + additional;
+    (needed > capacity).then(|| {
+        needed
+            .max(capacity.saturating_mul(2))
+            .min(limit.max(needed))
+            - len
+    })
 }
