@@ -479,6 +479,12 @@ fn session_header(headers: &HeaderMap) -> Result<Option<String>, Response> {
     Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }
 
+/// The session id of a request that needs one (everything but `initialize`).
+fn required_session(headers: &HeaderMap) -> Result<String, Response> {
+    session_header(headers)?
+        .ok_or_else(|| bad_request("Bad Request: Mcp-Session-Id header is required"))
+}
+
 fn check_protocol_header(headers: &HeaderMap) -> Result<(), Response> {
     if let Some(v) = headers.get(h::PROTOCOL_VERSION) {
         let ok = v.to_str().is_ok_and(context::is_supported);
@@ -640,14 +646,13 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
             _ => bad_request("Invalid Request"),
         };
     }
-    let sid = match session_header(&headers) {
-        Ok(Some(s)) => s,
-        Ok(None) => return bad_request("Bad Request: Mcp-Session-Id header is required"),
+    let sid = match required_session(&headers).and_then(|sid| {
+        check_protocol_header(&headers)?;
+        Ok(sid)
+    }) {
+        Ok(sid) => sid,
         Err(r) => return r,
     };
-    if let Err(r) = check_protocol_header(&headers) {
-        return r;
-    }
     let session = match inc.resolve_session(&sid, &headers).await {
         Ok(Some(s)) => s,
         Ok(None) => return session_not_found(),
@@ -1174,14 +1179,13 @@ async fn handle_get(State(inc): State<Arc<Incarnation>>, req: Request) -> Respon
             None,
         );
     }
-    let sid = match session_header(&headers) {
-        Ok(Some(s)) => s,
-        Ok(None) => return bad_request("Bad Request: Mcp-Session-Id header is required"),
+    let sid = match required_session(&headers).and_then(|sid| {
+        check_protocol_header(&headers)?;
+        Ok(sid)
+    }) {
+        Ok(sid) => sid,
         Err(r) => return r,
     };
-    if let Err(r) = check_protocol_header(&headers) {
-        return r;
-    }
     if let Some(last) = headers.get(h::LAST_EVENT_ID) {
         return resume(inc.clone(), sid, last.as_bytes().to_vec(), &headers).await;
     }
@@ -1459,9 +1463,8 @@ async fn handle_delete(State(inc): State<Arc<Incarnation>>, req: Request) -> Res
     if let Err(r) = inc.check_origin(headers) {
         return r;
     }
-    let sid = match session_header(headers) {
-        Ok(Some(s)) => s,
-        Ok(None) => return bad_request("Bad Request: Mcp-Session-Id header is required"),
+    let sid = match required_session(headers) {
+        Ok(sid) => sid,
         Err(r) => return r,
     };
     let existed = match inc.sessions().remove_session(&sid).await {
