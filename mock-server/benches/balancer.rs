@@ -4,7 +4,7 @@
 //! `cargo bench -p mock-server --bench balancer` (env `BENCH_MS` per round, default 1000;
 //! `BENCH_ROUNDS`, default 5; `BENCH_CONCURRENCY`, default 16; `BENCH_ONLY=echo|slow` runs
 //! one workload on the multi-thread runtime only, `BENCH_ONLY=current` the current-thread
-//! run only). About a minute with the defaults.
+//! run only; `BENCH_CALLS`, see `fixed_calls`). About a minute with the defaults.
 //!
 //! One instance, so both paths end at the same server; one HTTP client (pooled keep-alive
 //! connections, `TCP_NODELAY`, as reqwest sets by default) for both; rounds alternate between
@@ -173,7 +173,67 @@ async fn measure(concurrency: usize, ms: u64, rounds: usize, work: Work, callers
     cluster.shutdown().await;
 }
 
+/// `BENCH_CALLS=n BENCH_PATH=direct|balancer`: exactly `n` echo calls (after 200 warm-up
+/// calls) on one thread, for instruction counts under a profiler: the difference between
+/// two values of `n`, divided by their difference, is the cost of one call.
+fn fixed_calls(n: u64, through_balancer: bool) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cluster = Cluster::start(ClusterConfig {
+            preset: Preset::Replicated,
+            instances: 1,
+            idle_timeout: None,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let direct_url = cluster.instance_url(0).unwrap();
+        let url = if through_balancer {
+            cluster.url()
+        } else {
+            direct_url.clone()
+        };
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .build()
+            .unwrap();
+        let session = initialize(&http, &direct_url).await;
+        for (i, calls) in [200, n].into_iter().enumerate() {
+            for id in 0..calls {
+                let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                                  "params": Work::Echo.params(i, id)});
+                let text = http
+                    .post(&url)
+                    .header("accept", "application/json, text/event-stream")
+                    .header("content-type", "application/json")
+                    .header("mcp-session-id", &session)
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .expect("call")
+                    .text()
+                    .await
+                    .expect("body");
+                assert!(text.contains("\"result\""), "{text}");
+            }
+        }
+        cluster.shutdown().await;
+    });
+}
+
 fn main() {
+    if let Some(n) = std::env::var("BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        let through = std::env::var("BENCH_PATH").is_ok_and(|p| p == "balancer");
+        fixed_calls(n, through);
+        return;
+    }
     let ms = env_or("BENCH_MS", 1000);
     let rounds = env_or("BENCH_ROUNDS", 5) as usize;
     let concurrency = env_or("BENCH_CONCURRENCY", 16) as usize;

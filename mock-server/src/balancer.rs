@@ -38,16 +38,17 @@ type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// Delay between the last byte a cut stream delivers and the dropped connection.
 const CUT_GRACE: Duration = Duration::from_millis(5);
 
-/// Headers that describe one hop, never forwarded.
-const HOP_HEADERS: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "upgrade",
+/// Headers that describe one hop, never forwarded (pre-parsed: removing by `&str` would
+/// parse and hash each name again on every request).
+const HOP_HEADERS: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
 ];
 
 /// The error a cut stream ends with: the connection is dropped mid-body.
@@ -269,7 +270,16 @@ fn gateway_error(status: StatusCode, message: &str) -> Response<ProxyBody> {
 }
 
 fn strip_hop_headers(headers: &mut hyper::HeaderMap) {
-    // A `Connection` header may name further hop-by-hop headers.
+    if headers.contains_key(header::CONNECTION) {
+        strip_connection_named(headers);
+    }
+    for n in &HOP_HEADERS {
+        headers.remove(n);
+    }
+}
+
+/// A `Connection` header may name further hop-by-hop headers.
+fn strip_connection_named(headers: &mut hyper::HeaderMap) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -282,9 +292,6 @@ fn strip_hop_headers(headers: &mut hyper::HeaderMap) {
         .filter_map(|n| HeaderName::from_bytes(n.as_bytes()).ok())
         .collect();
     for n in named {
-        headers.remove(n);
-    }
-    for n in HOP_HEADERS {
         headers.remove(n);
     }
 }
@@ -680,6 +687,22 @@ mod tests {
             .flat_map(|c| c.iter())
             .filter(|b| s.feed(**b))
             .count() as u32
+    }
+
+    #[test]
+    fn hop_headers_and_those_connection_names_are_stripped() {
+        let mut h = hyper::HeaderMap::new();
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("X-Hop, keep-alive"),
+        );
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
+        h.insert("mcp-session-id", HeaderValue::from_static("s"));
+        strip_hop_headers(&mut h);
+        let left: Vec<_> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["mcp-session-id"]);
     }
 
     #[test]
