@@ -21,7 +21,7 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode, Uri};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -176,7 +176,10 @@ async fn serve(proxy: Arc<Proxy>, tcp: TcpStream) {
         let (proxy, upstreams) = (proxy.clone(), upstreams.clone());
         async move { Ok::<_, Infallible>(proxy.handle(&upstreams, req).await) }
     });
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // HTTP/1.1 only: the design above relies on the service and the response body being
+    // polled by this task, one exchange at a time (an HTTP/2 server runs each stream in a
+    // task of its own). MCP's Streamable HTTP clients speak HTTP/1.1 to a plain-text port.
+    let builder = hyper::server::conn::http1::Builder::new();
     let mut server = pin!(builder.serve_connection(TokioIo::new(tcp), service));
     poll_fn(|cx| {
         // Twice: serving the client may free room an upstream reader waits for, and the
