@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mock_server::{Cluster, ClusterConfig, Preset};
-use serde_json::json;
+use serde_json::{json, Value};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -54,7 +54,7 @@ enum Work {
 }
 
 impl Work {
-    fn params(self, w: usize, id: u64) -> serde_json::Value {
+    fn params(self, w: usize, id: u64) -> Value {
         match self {
             Work::Echo => json!({"name": "echo", "arguments": {"text": format!("w{w}-{id}")}}),
             Work::OneMs => json!({"name": "slow", "arguments": {"steps": 1, "delay_ms": 1}}),
@@ -93,20 +93,7 @@ async fn round(
             let mut id = 0u64;
             while Instant::now() < deadline {
                 id += 1;
-                let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": work.params(w, id)});
-                let resp = http
-                    .post(&url)
-                    .header("accept", "application/json, text/event-stream")
-                    .header("content-type", "application/json")
-                    .header("mcp-session-id", &session)
-                    .header("mcp-protocol-version", "2025-11-25")
-                    .body(body.to_string())
-                    .send()
-                    .await
-                    .expect("call");
-                assert_eq!(resp.status(), 200);
-                let text = resp.text().await.expect("body");
-                assert!(text.contains("\"result\""), "{text}");
+                call(&http, &url, &session, id, work.params(w, id)).await;
                 done.fetch_add(1, Ordering::Relaxed);
             }
         }));
@@ -115,6 +102,24 @@ async fn round(
         w.await.expect("worker");
     }
     done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// One `tools/call` on the session; panics unless it was answered with a result.
+async fn call(http: &reqwest::Client, url: &str, session: &str, id: u64, params: Value) {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+    let resp = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("call");
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.expect("body");
+    assert!(text.contains("\"result\""), "{text}");
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -203,22 +208,7 @@ fn fixed_calls(n: u64, through_balancer: bool) {
         let session = initialize(&http, &direct_url).await;
         for (i, calls) in [200, n].into_iter().enumerate() {
             for id in 0..calls {
-                let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-                                  "params": Work::Echo.params(i, id)});
-                let text = http
-                    .post(&url)
-                    .header("accept", "application/json, text/event-stream")
-                    .header("content-type", "application/json")
-                    .header("mcp-session-id", &session)
-                    .header("mcp-protocol-version", "2025-11-25")
-                    .body(body.to_string())
-                    .send()
-                    .await
-                    .expect("call")
-                    .text()
-                    .await
-                    .expect("body");
-                assert!(text.contains("\"result\""), "{text}");
+                call(&http, &url, &session, id, Work::Echo.params(i, id)).await;
             }
         }
         cluster.shutdown().await;
