@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What kind of failure an [`Error`] is. Stable: match on it, not on messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,6 +88,7 @@ struct Inner {
     kind: ErrorKind,
     message: String,
     rpc: Option<RpcError>,
+    retry_after: Option<Duration>,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -98,6 +100,7 @@ impl Error {
                 kind,
                 message: message.into(),
                 rpc: None,
+                retry_after: None,
                 source: None,
             }),
         }
@@ -114,6 +117,7 @@ impl Error {
                 kind,
                 message: message.into(),
                 rpc: None,
+                retry_after: None,
                 source: Some(Box::new(source)),
             }),
         }
@@ -126,6 +130,7 @@ impl Error {
                 kind: ErrorKind::Rpc,
                 message: error.to_string(),
                 rpc: Some(error),
+                retry_after: None,
                 source: None,
             }),
         }
@@ -145,6 +150,46 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.inner.message
     }
+
+    /// How long the server asked the client to wait before trying again (`Retry-After` on a
+    /// 429 or 503), when that wait did not fit in the call's deadline and the call failed
+    /// instead. Within the deadline the client waits and re-sends by itself.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.inner.retry_after
+    }
+
+    /// The same error, naming the server's `Retry-After`.
+    pub(crate) fn with_retry_after(self, after: Duration) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            kind: shared.kind,
+            message: shared.message.clone(),
+            rpc: shared.rpc.clone(),
+            retry_after: shared.retry_after,
+            source: None,
+        });
+        Error {
+            inner: Arc::new(Inner {
+                retry_after: Some(after),
+                ..inner
+            }),
+        }
+    }
+
+    /// An error of `kind` whose cause is `cause` (its message is appended, it is the source,
+    /// and its `Retry-After` is kept).
+    pub(crate) fn caused_by(kind: ErrorKind, message: impl Into<String>, cause: Error) -> Self {
+        let message = format!("{}: {}", message.into(), cause.message());
+        let retry_after = cause.retry_after();
+        Error {
+            inner: Arc::new(Inner {
+                kind,
+                message,
+                rpc: None,
+                retry_after,
+                source: Some(Box::new(cause)),
+            }),
+        }
+    }
 }
 
 impl fmt::Debug for Error {
@@ -154,6 +199,9 @@ impl fmt::Debug for Error {
             .field("message", &self.inner.message);
         if let Some(rpc) = &self.inner.rpc {
             d.field("rpc", rpc);
+        }
+        if let Some(after) = &self.inner.retry_after {
+            d.field("retry_after", after);
         }
         if let Some(source) = &self.inner.source {
             d.field("source", source);

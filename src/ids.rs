@@ -17,6 +17,8 @@ pub struct SessionId(String);
 impl SessionId {
     /// Maximum accepted length; a longer header is treated as hostile.
     pub const MAX_LEN: usize = 1024;
+    /// The header that carries it, lowercase as the core writes header names.
+    pub const HEADER: &'static str = "mcp-session-id";
 
     /// Validates a session id received from a server.
     pub fn parse(value: &[u8]) -> Result<Self, InvalidId> {

@@ -118,7 +118,8 @@ pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
 pub use policy::ReconnectPolicy;
 pub use proto::{
-    CallId, Notification, ReinitReason, RejectReason, ResendPolicy, ServerRequest, SessionEvent,
+    CallId, ExtensionStatus, Notification, ReinitReason, RejectReason, ResendPolicy, ServerRequest,
+    SessionEvent,
 };
 
 // The README's quickstart is compiled too, so it cannot drift from the API.

@@ -82,6 +82,22 @@ fn builder_rejects_bad_configuration_without_a_runtime() {
                 ..ReconnectPolicy::default()
             }),
         ),
+        // A client that may never reconnect would never resume: the policy's own check says
+        // so, and the builder runs that one check rather than a copy of it.
+        (
+            "zero reconnect attempts",
+            Client::builder("http://127.0.0.1/mcp").reconnect(ReconnectPolicy {
+                max_attempts: 0,
+                ..ReconnectPolicy::default()
+            }),
+        ),
+        (
+            "zero re-initialization failures",
+            Client::builder("http://127.0.0.1/mcp").reconnect(ReconnectPolicy {
+                max_reinit_failures: 0,
+                ..ReconnectPolicy::default()
+            }),
+        ),
     ];
     for (name, builder) in cases {
         let err = builder.build().expect_err(name);

@@ -349,8 +349,10 @@ async fn an_oversized_json_body_is_too_large() {
     assert_eq!(err.kind(), ErrorKind::TooLarge, "{err}");
 }
 
+/// A 500 after the request reached the server does not prove it did not run: the outcome is
+/// unknown, and the error says what was answered.
 #[tokio::test]
-async fn an_unexpected_status_is_a_protocol_error() {
+async fn a_server_error_after_delivery_is_an_unknown_outcome() {
     let server = TestServer::start(|req| {
         if req.is_rpc("tools/call") {
             return status(500);
@@ -362,7 +364,34 @@ async fn an_unexpected_status_is_a_protocol_error() {
     let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
         .await
         .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert!(err.to_string().contains("HTTP 500"), "{err}");
+}
+
+/// A status that proves the request was not processed is the call's answer, sent once.
+#[tokio::test]
+async fn a_status_that_proves_no_processing_is_a_plain_error() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return status(403);
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(err.to_string().contains("HTTP 403"), "{err}");
+    assert_eq!(
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.is_rpc("tools/call"))
+            .count(),
+        1
+    );
 }
 
 /// The server's `retry` is a floor for the resume: the driver's timer must not fire early.

@@ -503,9 +503,14 @@ async fn dependent_follow_up_never_succeeds_against_an_unknown_record() {
                 "{preset}: prepare on {p}, commit on {c}"
             );
         } else {
-            // Where the records live on one instance, failures are explicit.
+            // Where the records live on one instance, failures are explicit: a call that ran
+            // under another context, or, once several sessions in a row never worked, the
+            // session given up.
             for r in results.iter().filter_map(|r| r.as_ref().err()) {
-                assert_eq!(r.kind(), ErrorKind::ContextMismatch, "{preset}: {r}");
+                assert!(
+                    matches!(r.kind(), ErrorKind::ContextMismatch | ErrorKind::SessionLost),
+                    "{preset}: {r}"
+                );
             }
         }
     }

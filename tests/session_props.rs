@@ -482,12 +482,10 @@ proptest! {
         for op in ops {
             let pick = |i: u8| https.get(i as usize % https.len().max(1)).copied().unwrap_or(HttpId(i as u64));
             match op {
-                Op::Submit { keyed } => calls.push(session.submit(CallRequest {
-                    method: "tools/call".into(),
-                    params: Some(serde_json::json!({"name": "x"})),
-                    idempotency_key: keyed.then(|| IdempotencyKey::new("k").unwrap()),
-                    timeout: Some(Duration::from_secs(3)),
-                }, now)),
+                Op::Submit { keyed } => calls.push(session.submit(CallRequest::tool_call(
+                    serde_json::json!({"name": "x"}),
+                    keyed.then(|| IdempotencyKey::new("k").unwrap()),
+                ).timeout(Duration::from_secs(3)), now)),
                 Op::Cancel(i) => {
                     if let Some(c) = calls.get(i as usize % calls.len()).copied() {
                         session.cancel(c, now);

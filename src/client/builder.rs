@@ -256,7 +256,7 @@ impl ClientBuilder {
         if session.client_name.is_empty() {
             return Err(invalid("client name must not be empty"));
         }
-        validate_policy(&session.reconnect)?;
+        session.reconnect.validate()?;
         if self.connect_timeout.is_zero() {
             return Err(invalid("connect_timeout must be greater than zero"));
         }
@@ -318,21 +318,6 @@ impl ClientBuilder {
             server_requests: self.server_requests,
         })
     }
-}
-
-fn validate_policy(p: &ReconnectPolicy) -> Result<(), Error> {
-    if !(p.multiplier.is_finite() && p.multiplier >= 1.0) {
-        return Err(invalid(
-            "reconnect multiplier must be a finite number >= 1.0",
-        ));
-    }
-    if !(p.jitter.is_finite() && (0.0..=1.0).contains(&p.jitter)) {
-        return Err(invalid("reconnect jitter must be between 0.0 and 1.0"));
-    }
-    if p.max_delay < p.initial_delay {
-        return Err(invalid("reconnect max_delay must be >= initial_delay"));
-    }
-    Ok(())
 }
 
 fn invalid(message: impl Into<String>) -> Error {

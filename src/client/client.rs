@@ -8,12 +8,12 @@ use serde_json::{json, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::builder::{ClientBuilder, ClientConfig};
-use super::driver::{Command, Driver};
+use super::driver::{Command, Driver, StatusCell};
 use super::events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFFER};
 use super::results::{protocol, CallToolResult, InitializeResult, Tool};
 use super::tool_call::{next_call_id, ToolCall};
 use crate::error::{Error, ErrorKind};
-use crate::proto::{CallId, CallRequest};
+use crate::proto::{CallId, CallRequest, ExtensionStatus};
 
 /// Added to a call's deadline for the handle's own guard. The session enforces the deadline;
 /// the guard only guarantees that a call never hangs, whatever happens to the driver.
@@ -47,6 +47,7 @@ struct Shared {
     driver: Mutex<Option<Driver>>,
     next_ticket: AtomicU64,
     call_timeout: Duration,
+    status: StatusCell,
 }
 
 impl Drop for Shared {
@@ -74,7 +75,14 @@ impl Client {
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let (notifications, _) = broadcast::channel(EVENT_BUFFER);
         let call_timeout = config.session.call_timeout;
-        let driver = Driver::new(config, command_rx, events.clone(), notifications.clone());
+        let status = StatusCell::default();
+        let driver = Driver::new(
+            config,
+            command_rx,
+            events.clone(),
+            notifications.clone(),
+            status.clone(),
+        );
         Client {
             shared: Arc::new(Shared {
                 commands,
@@ -83,6 +91,7 @@ impl Client {
                 driver: Mutex::new(Some(driver)),
                 next_ticket: AtomicU64::new(0),
                 call_timeout,
+                status,
             }),
         }
     }
@@ -142,17 +151,11 @@ impl Client {
     /// Such a request is never re-sent after an interruption whose outcome is unknown (it has
     /// no idempotency key); use [`Client::call_tool`] with a key for calls worth re-sending.
     pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, Error> {
-        self.call(CallRequest {
-            method: method.to_owned(),
-            params,
-            idempotency_key: None,
-            timeout: None,
-        })
-        .await
+        self.call(CallRequest::new(method, params)).await
     }
 
-    /// Sends a request with every option of the core ([`CallRequest`]): idempotency key,
-    /// deadline. The key is only meaningful for `tools/call`.
+    /// Sends a request with every option of the core ([`CallRequest`]): deadline, and for a
+    /// `tools/call` an idempotency key.
     pub async fn call(&self, request: CallRequest) -> Result<Value, Error> {
         self.submit(next_call_id(), request).await
     }
@@ -202,6 +205,17 @@ impl Client {
     /// stream carried them when known. Same buffering as [`Client::events`].
     pub fn notifications(&self) -> NotificationStream {
         NotificationStream::new(self.shared.notifications.subscribe())
+    }
+
+    /// Which resume-safety checks the current session's server advertised and which are in
+    /// force (capability hashes, sequenced event ids, idempotency); `None` before the first
+    /// session is established. A change is announced by
+    /// [`SessionEvent::ChecksDegraded`](crate::SessionEvent::ChecksDegraded).
+    pub fn extension_status(&self) -> Option<ExtensionStatus> {
+        match self.shared.status.lock() {
+            Ok(status) => *status,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
     }
 
     /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the session is

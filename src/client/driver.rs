@@ -25,7 +25,8 @@ use super::http::{Endpoint, ExchangeEvent};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
-    CallId, CallRequest, HttpId, Output, Session, SessionConfig, SessionEvent, Transmit,
+    CallId, CallRequest, ExtensionStatus, HttpId, Output, Session, SessionConfig, SessionEvent,
+    Transmit,
 };
 
 /// Exchange reports buffered before exchange tasks wait for the driver.
@@ -43,6 +44,10 @@ const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 pub(crate) type Reply = oneshot::Sender<Result<Value, Error>>;
+
+/// The session's extension status as last published by the driver, read by
+/// [`Client::extension_status`](super::Client::extension_status) without a round trip.
+pub(crate) type StatusCell = Arc<std::sync::Mutex<Option<ExtensionStatus>>>;
 
 /// What the application side asks of the driver.
 pub(crate) enum Command {
@@ -76,6 +81,7 @@ pub(crate) struct Driver {
     commands: mpsc::UnboundedReceiver<Command>,
     events: broadcast::Sender<SessionEvent>,
     notifications: broadcast::Sender<ServerNotification>,
+    status: StatusCell,
 }
 
 impl Driver {
@@ -84,6 +90,7 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Command>,
         events: broadcast::Sender<SessionEvent>,
         notifications: broadcast::Sender<ServerNotification>,
+        status: StatusCell,
     ) -> Self {
         Driver {
             endpoint: Endpoint {
@@ -97,6 +104,7 @@ impl Driver {
             commands,
             events,
             notifications,
+            status,
         }
     }
 
@@ -124,6 +132,7 @@ impl Driver {
             handler: self.handler,
             events: self.events,
             notifications: self.notifications,
+            status: self.status,
             exchange_tx,
             answer_tx,
             exchanges: HashMap::new(),
@@ -168,6 +177,7 @@ struct State {
     handler: Option<ServerRequestHandler>,
     events: broadcast::Sender<SessionEvent>,
     notifications: broadcast::Sender<ServerNotification>,
+    status: StatusCell,
     exchange_tx: mpsc::Sender<ExchangeEvent>,
     answer_tx: mpsc::UnboundedSender<(RequestId, Result<Value, RpcError>)>,
     /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
@@ -500,6 +510,9 @@ impl State {
                 );
             }
             Output::Event(event) => {
+                if let Ok(mut status) = self.status.lock() {
+                    *status = self.session.extension_status();
+                }
                 match &event {
                     SessionEvent::SessionLost => {
                         tracing::warn!("session lost");

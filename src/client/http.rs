@@ -151,7 +151,7 @@ impl Endpoint {
                 .map_err(|_| format!("invalid protocol header name {name:?}"))?;
             let mut value = HeaderValue::from_str(value)
                 .map_err(|_| format!("invalid value for protocol header {name}"))?;
-            if name == "mcp-session-id" {
+            if name == crate::ids::SessionId::HEADER {
                 // A bearer secret: keep it out of any debug output of the request.
                 value.set_sensitive(true);
             }

@@ -173,12 +173,10 @@ impl ToolCall {
         if !self.meta.is_empty() {
             params.insert("_meta".to_owned(), Value::Object(self.meta));
         }
-        let request = CallRequest {
-            method: "tools/call".to_owned(),
-            params: Some(Value::Object(params)),
-            idempotency_key,
-            timeout: self.timeout,
-        };
+        let mut request = CallRequest::tool_call(Value::Object(params), idempotency_key);
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
+        }
         Ok((self.id, request))
     }
 }

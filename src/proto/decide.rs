@@ -22,6 +22,16 @@ pub enum Failure {
     /// The call's POST connection was lost after sending, before a response head (or the
     /// server's gateway answered 502/503/504): it may or may not have run.
     PostLost,
+    /// The call's POST reached the server and was answered without the call's response (202,
+    /// a 5xx, a body that answers another request or none): it may or may not have run.
+    AnsweredWithoutResponse,
+    /// The call's POST was refused with a status that proves it was not processed (400, 401,
+    /// 403, 405, 406, 413, 415, 429, 503 with `Retry-After`, …).
+    Refused {
+        /// The server named a time to come back (`Retry-After`) that fits in the call's
+        /// deadline.
+        retry_within_deadline: bool,
+    },
     /// The call's response stream ended (error or clean close) before its response.
     StreamEnded {
         /// Whether an event id was seen on it (a cursor to resume from).
@@ -183,6 +193,9 @@ pub enum Decision {
     },
     /// Try the re-initialization again after the backoff delay.
     RetryReinitialize,
+    /// Complete the call with the server's refusal: it proves the request was not processed,
+    /// so it is the call's answer, not an interruption.
+    Report,
     /// Complete the call (or, for `SessionLost`, every waiting call) with this error.
     Fail(ErrorKind),
 }
@@ -227,9 +240,14 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
             }
         }
         Failure::PostLost
+        | Failure::AnsweredWithoutResponse
         | Failure::StreamEnded {
             event_id_seen: false,
         } => resend_or_unknown,
+        Failure::Refused {
+            retry_within_deadline: true,
+        } if state.may_retry() => Resend,
+        Failure::Refused { .. } => Report,
         Failure::StreamEnded {
             event_id_seen: true,
         } => resume_or_give_up,

@@ -68,7 +68,10 @@ pub enum HttpPurpose {
 /// `headers` holds the protocol headers (`Accept`, `Content-Type`, `Mcp-Session-Id`,
 /// `MCP-Protocol-Version`, `Last-Event-ID`, `Idempotency-Key`); the driver adds the app's
 /// own headers (authorization, custom) to every request.
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the session id only as a prefix: it is a bearer secret, and requests end up
+/// in logs through the `Debug` of whatever holds them (the session's queues included).
+#[derive(Clone)]
 pub struct HttpRequest {
     /// Id to report the outcome under.
     pub id: HttpId,
@@ -80,6 +83,33 @@ pub struct HttpRequest {
     pub headers: Vec<(&'static str, String)>,
     /// JSON body for POST.
     pub body: Option<Bytes>,
+}
+
+impl std::fmt::Debug for HttpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Headers<'a>(&'a [(&'static str, String)]);
+        impl std::fmt::Debug for Headers<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut list = f.debug_list();
+                for (name, value) in self.0 {
+                    if *name == crate::ids::SessionId::HEADER {
+                        let prefix: String = value.chars().take(4).collect();
+                        list.entry(&(name, format_args!("{prefix}…")));
+                    } else {
+                        list.entry(&(name, value));
+                    }
+                }
+                list.finish()
+            }
+        }
+        f.debug_struct("HttpRequest")
+            .field("id", &self.id)
+            .field("method", &self.method)
+            .field("purpose", &self.purpose)
+            .field("headers", &Headers(&self.headers))
+            .field("body", &self.body.as_ref().map(|b| b.len()))
+            .finish()
+    }
 }
 
 /// Something the driver must do on the network.
@@ -102,16 +132,66 @@ pub enum TransportFailure {
 }
 
 /// A request the app wants to make.
+///
+/// An idempotency key can only be attached where it travels on the wire and the server can
+/// deduplicate by it ([`CallRequest::tool_call`]): a key the server never sees would make a
+/// re-send look safe when it is not.
 #[derive(Debug, Clone)]
 pub struct CallRequest {
-    /// JSON-RPC method, e.g. `tools/call`.
-    pub method: String,
-    /// JSON-RPC params.
-    pub params: Option<Value>,
-    /// Idempotency key (only meaningful for `tools/call`).
-    pub idempotency_key: Option<IdempotencyKey>,
-    /// Per-call deadline, spanning every resume and re-send; `None` = the configured default.
-    pub timeout: Option<Duration>,
+    pub(crate) method: String,
+    pub(crate) params: Option<Value>,
+    pub(crate) idempotency_key: Option<IdempotencyKey>,
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl CallRequest {
+    /// A request of `method` with `params`, without an idempotency key: it is never re-sent
+    /// after an interruption whose outcome is unknown.
+    pub fn new(method: impl Into<String>, params: Option<Value>) -> Self {
+        CallRequest {
+            method: method.into(),
+            params,
+            idempotency_key: None,
+            timeout: None,
+        }
+    }
+
+    /// A `tools/call` with `params` (`name`, `arguments`, `_meta`) and an optional idempotency
+    /// key, sent in `params._meta` and in the `Idempotency-Key` header.
+    pub fn tool_call(params: Value, idempotency_key: Option<IdempotencyKey>) -> Self {
+        CallRequest {
+            method: "tools/call".to_owned(),
+            params: Some(params),
+            idempotency_key,
+            timeout: None,
+        }
+    }
+
+    /// Sets the deadline, spanning every resume and re-send. Default: the configured one.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The JSON-RPC method.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// The JSON-RPC params.
+    pub fn params(&self) -> Option<&Value> {
+        self.params.as_ref()
+    }
+
+    /// The idempotency key (only a `tools/call` has one).
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.idempotency_key.as_ref()
+    }
+
+    /// The deadline, when set.
+    pub fn deadline(&self) -> Option<Duration> {
+        self.timeout
+    }
 }
 
 /// A server-to-client JSON-RPC request the app must answer with [`crate::proto::Session::respond`].
@@ -219,10 +299,33 @@ pub enum SessionEvent {
         /// The call.
         call: CallId,
     },
+    /// The server advertised resume-safety checks this session cannot use (e.g. capability
+    /// hashes without a valid hash at `initialize`): the session runs with fewer checks.
+    ChecksDegraded {
+        /// The checks in force now.
+        status: ExtensionStatus,
+        /// What is missing, and which checks are off because of it.
+        reason: String,
+    },
     /// The session was lost for good (re-initialization kept failing).
     SessionLost,
     /// The session was closed by the app.
     Closed,
+}
+
+/// What the server advertised of the resume-safety extension, and which checks are in force.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExtensionStatus {
+    /// The server advertised the extension (`capabilities.experimental.resumeSafety`).
+    pub advertised: bool,
+    /// Capability hashes are compared on every response (advertised, and a valid hash was
+    /// recorded at `initialize`).
+    pub capability_hash: bool,
+    /// Event ids on resumed streams are checked for gaps.
+    pub sequenced_event_ids: bool,
+    /// The server deduplicates keyed tool calls, so a keyed call is safe to re-send.
+    pub idempotency: bool,
 }
 
 /// An output of the session for the app side of the driver.
@@ -249,6 +352,7 @@ pub enum Output {
     Event(SessionEvent),
 }
 
+mod classify;
 pub mod config;
 pub mod decide;
 mod ext;
@@ -256,4 +360,4 @@ mod jsonrpc;
 mod session;
 
 pub use config::{ResendPolicy, SessionConfig};
-pub use session::Session;
+pub use session::{Session, MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};

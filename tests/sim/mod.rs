@@ -281,6 +281,14 @@ impl Server {
             .extend(faults);
     }
 
+    /// The server forgets every session it has (a restart): requests carrying their ids get
+    /// 404 from now on.
+    pub fn forget_sessions(&mut self) {
+        for s in &mut self.sessions {
+            s.alive = false;
+        }
+    }
+
     pub fn session_ids(&self) -> Vec<String> {
         self.sessions.iter().map(|s| s.sid.clone()).collect()
     }
@@ -647,7 +655,7 @@ impl Server {
             messages.push(json!({"jsonrpc":"2.0","id":"srv-ping","method":"ping"}));
             messages.push(json!({"jsonrpc":"2.0","id":"srv-roots","method":"roots/list"}));
             messages.push(json!({"jsonrpc":"2.0","method":"notifications/progress",
-                "params":{"progressToken":1,"progress":1}}));
+                "params":{"progressToken":tag,"progress":1}}));
         }
         messages.push(response);
         self.next_stream += 1;
@@ -783,8 +791,9 @@ impl Server {
             Fault::ResumeProgressThenCut | Fault::ResumeProgressThenEnd => {
                 // A new event appended to the stream: real progress.
                 let next = log.as_ref().map_or(seq, |l| l.events.len() as u64) + 1;
+                let token = log.as_ref().and_then(|l| l.tag.clone());
                 let data = json!({"jsonrpc":"2.0","method":"notifications/progress",
-                    "params":{"progressToken":1,"progress":next}});
+                    "params":{"progressToken":token,"progress":next}});
                 if let Some(l) = self.streams.get_mut(&stream) {
                     l.events.insert(l.events.len() - 1, (0, data.to_string()));
                     for (i, e) in l.events.iter_mut().enumerate() {
@@ -877,12 +886,14 @@ impl Sim {
     }
 
     pub fn call_with(&mut self, tag: &str, key: Option<&str>, timeout: Option<Duration>) -> CallId {
-        let request = CallRequest {
-            method: "tools/call".into(),
-            params: Some(json!({"name": "echo", "arguments": {"tag": tag}})),
-            idempotency_key: key.map(|k| IdempotencyKey::new(k).unwrap()),
-            timeout,
-        };
+        // The tag doubles as the progress token: the server's progress names the call.
+        let mut request = CallRequest::tool_call(
+            json!({"name": "echo", "arguments": {"tag": tag}, "_meta": {"progressToken": tag}}),
+            key.map(|k| IdempotencyKey::new(k).unwrap()),
+        );
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
         let id = self.session.submit(request, self.now);
         self.pump();
         id

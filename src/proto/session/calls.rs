@@ -46,6 +46,10 @@ pub(super) struct Call {
     pub(super) no_progress: u32,
     pub(super) may_have_run: bool,
     pub(super) sends: u32,
+    /// What explains the last failure, for the error the call may end with.
+    pub(super) cause: Option<Error>,
+    /// `params._meta.progressToken`, when the call asked for progress.
+    pub(super) progress_token: Option<RequestId>,
 }
 
 impl Session {
@@ -81,10 +85,11 @@ impl Session {
             .as_ref()
             .and_then(|e| e.idempotency_meta_key.as_deref())
             .unwrap_or(DEFAULT_IDEMPOTENCY_META_KEY);
-        let keyed = call.method == "tools/call" && call.key.is_some();
-        let params = match (&call.key, keyed) {
-            (Some(key), true) => Some(with_meta_key(call.params.clone(), meta_key, key)),
-            _ => call.params.clone(),
+        // `CallRequest` admits a key only where it travels on the wire (`tools/call`), so a
+        // keyed call is always one the server can deduplicate.
+        let params = match &call.key {
+            Some(key) => Some(with_meta_key(call.params.clone(), meta_key, key)),
+            None => call.params.clone(),
         };
         let body = jsonrpc::encode_request(&rpc, &call.method, params.as_ref());
         call.generation = ctx.generation;
@@ -100,8 +105,9 @@ impl Session {
         call.no_progress = 0;
         call.may_have_run = true;
         call.sends += 1;
+        call.cause = None;
         let mut headers = Self::session_headers(&ctx, true);
-        if let (true, Some(key)) = (keyed, &call.key) {
+        if let Some(key) = &call.key {
             headers.push(("idempotency-key", key.as_str().to_owned()));
         }
         debug!(call = id.0, %rpc, method = %call.method, "sending call");
@@ -144,7 +150,11 @@ impl Session {
             ErrorKind::Transport => format!("{method}: the server could not be reached"),
             _ => format!("{method} failed"),
         };
-        self.complete(id, Err(Error::new(kind, message)));
+        let error = match self.calls.get_mut(&id).and_then(|c| c.cause.take()) {
+            Some(cause) => Error::caused_by(kind, message, cause),
+            None => Error::new(kind, message),
+        };
+        self.complete(id, Err(error));
     }
 
     pub(super) fn complete(&mut self, id: CallId, result: Result<Value, Error>) {
@@ -158,6 +168,11 @@ impl Session {
         let call = self.calls.remove(&id)?;
         if let Some(rpc) = &call.rpc {
             self.rpc_index.remove(rpc);
+        }
+        if let Some(token) = &call.progress_token {
+            if self.progress_tokens.get(token) == Some(&id) {
+                self.progress_tokens.remove(token);
+            }
         }
         if let CallState::Posting(http) | CallState::Resuming(http) = call.state {
             self.finish_exchange(http);
@@ -194,7 +209,7 @@ impl Session {
         }
         let params = json!({"requestId": rpc.to_json(), "reason": reason});
         let body = jsonrpc::encode_notification("notifications/cancelled", Some(&params));
-        self.post(ExKind::Notify, HttpPurpose::Notify, body, None);
+        self.post(ExKind::Notify, HttpPurpose::Notify, body);
     }
 }
 

@@ -1,5 +1,6 @@
 //! The resume-safety extension checks: capability hash on heads and on replayed results,
-//! contiguous event ids on resumed streams, resume rejections and idempotency refusals.
+//! contiguous event ids on resumed streams and idempotency refusals (rejections are read
+//! with every other refusal, in `classify`).
 
 use http::HeaderMap;
 use serde_json::Value;
@@ -10,7 +11,7 @@ use crate::error::RpcError;
 use crate::ids::{CapabilityHash, EventId};
 use crate::proto::decide::Failure;
 use crate::proto::ext::{self, ResumeSafety};
-use crate::proto::{CallId, HttpId, RejectReason};
+use crate::proto::{CallId, HttpId};
 
 impl Session {
     pub(super) fn checks(&self) -> Option<&ResumeSafety> {
@@ -68,29 +69,6 @@ impl Session {
             ext::KeyRefusal::InUse => Failure::KeyInUse,
             ext::KeyRefusal::OutcomeUnknown => Failure::KeyOutcomeLost,
         })
-    }
-
-    /// The rejection named by a resume's response head, when the exchange's session speaks
-    /// the extension.
-    pub(super) fn header_rejection(
-        &self,
-        http: HttpId,
-        headers: &HeaderMap,
-    ) -> Option<RejectReason> {
-        self.exchanges
-            .get(&http)
-            .and_then(|e| e.checks.as_ref())
-            .and(headers.get(ext::REJECTED_HEADER))
-            .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())))
-    }
-
-    /// The rejection named by a resume's error body, unless replay is trusted blindly.
-    pub(super) fn body_rejection(&self, body: &[u8]) -> Option<RejectReason> {
-        if self.config.dangerous_trust_replay {
-            None
-        } else {
-            ext::rejection_from_body(body)
-        }
     }
 }
 

@@ -1,10 +1,15 @@
 //! HTTP exchange bookkeeping: what the session asked the driver for, what it knows of each
 //! exchange, and the headers every request carries.
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
 use http::HeaderMap;
+use tracing::warn;
 
 use super::{Ctx, Session, VERSION_HEADER_SINCE};
+use crate::ids::SessionId;
+use crate::proto::classify::HeadFacts;
 use crate::proto::ext::ResumeSafety;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::SseDecoder;
@@ -16,7 +21,10 @@ pub(super) enum ExKind {
     Post(CallId),
     Resume(CallId),
     Listen,
+    /// A notification POST (the app's, or `notifications/cancelled`).
     Notify,
+    /// A POST answering a server request; bounded by [`Answers`].
+    Answer,
     Delete,
 }
 
@@ -47,6 +55,23 @@ pub(super) struct Exchange {
     /// The extension checks in force for this exchange: those of the session it was sent
     /// on, fixed at send time so a re-initialization in the meantime cannot switch them off.
     pub(super) checks: Option<ResumeSafety>,
+    /// What a refused head said (rejection header, `Retry-After`), kept for its body's end.
+    pub(super) head: HeadFacts,
+}
+
+/// Answers to server requests in flight at once. A server that floods a stream with requests
+/// (`ping`, sampling) must not make the client open a connection per request.
+pub const MAX_ANSWERS_IN_FLIGHT: usize = 8;
+/// Answers queued behind those in flight; past this they are dropped (counted and logged):
+/// the server gets no answer, which it must tolerate anyway from a client that went away.
+pub const MAX_QUEUED_ANSWERS: usize = 256;
+
+/// Answer POSTs: those in flight and the bounded queue behind them.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    pub(super) in_flight: usize,
+    pub(super) queue: VecDeque<Bytes>,
+    pub(super) dropped: u64,
 }
 
 impl Session {
@@ -78,7 +103,7 @@ impl Session {
             headers.push(("accept", "text/event-stream".to_owned()));
         }
         if let Some(id) = &ctx.id {
-            headers.push(("mcp-session-id", id.expose().to_owned()));
+            headers.push((SessionId::HEADER, id.expose().to_owned()));
         }
         if ctx.protocol_version.as_str() >= VERSION_HEADER_SINCE {
             headers.push(("mcp-protocol-version", ctx.protocol_version.clone()));
@@ -91,14 +116,10 @@ impl Session {
         kind: ExKind,
         purpose: HttpPurpose,
         body: Bytes,
-        extra: Option<(&'static str, String)>,
-    ) {
-        let Some(ctx) = self.ctx.clone() else {
-            return;
-        };
-        let mut headers = Self::session_headers(&ctx, true);
-        headers.extend(extra);
-        self.transmit(
+    ) -> Option<HttpId> {
+        let ctx = self.ctx.clone()?;
+        let headers = Self::session_headers(&ctx, true);
+        Some(self.transmit(
             kind,
             HttpMethod::Post,
             purpose,
@@ -106,7 +127,7 @@ impl Session {
             Some(body),
             ctx.id.is_some(),
             false,
-        );
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -135,6 +156,7 @@ impl Session {
                 expect_seq: None,
                 ended: false,
                 checks: self.checks().cloned(),
+                head: HeadFacts::default(),
             },
         );
         self.transmits.push_back(Transmit::Send(HttpRequest {
@@ -149,10 +171,56 @@ impl Session {
 
     /// Drops an exchange the session no longer needs and tells the driver to stop it.
     pub(super) fn finish_exchange(&mut self, http: HttpId) {
-        if let Some(ex) = self.exchanges.remove(&http) {
+        if let Some(ex) = self.remove_exchange(http) {
             if !ex.ended {
                 self.transmits.push_back(Transmit::Abort(http));
             }
+        }
+    }
+
+    /// The one place an exchange leaves the table, so per-kind counts stay true.
+    pub(super) fn remove_exchange(&mut self, http: HttpId) -> Option<Exchange> {
+        let ex = self.exchanges.remove(&http)?;
+        if ex.kind == ExKind::Answer {
+            self.answers.in_flight = self.answers.in_flight.saturating_sub(1);
+            self.send_queued_answers();
+        }
+        Some(ex)
+    }
+
+    /// Sends an answer to a server request now, or queues it behind those in flight.
+    pub(super) fn send_answer(&mut self, body: Bytes) {
+        if self.answers.in_flight < MAX_ANSWERS_IN_FLIGHT {
+            if self
+                .post(ExKind::Answer, HttpPurpose::Notify, body)
+                .is_some()
+            {
+                self.answers.in_flight += 1;
+            }
+        } else if self.answers.queue.len() < MAX_QUEUED_ANSWERS {
+            self.answers.queue.push_back(body);
+        } else {
+            self.answers.dropped += 1;
+            warn!(
+                dropped = self.answers.dropped,
+                "answer to a server request dropped: too many queued"
+            );
+        }
+    }
+
+    fn send_queued_answers(&mut self) {
+        while self.answers.in_flight < MAX_ANSWERS_IN_FLIGHT {
+            let Some(body) = self.answers.queue.pop_front() else {
+                break;
+            };
+            if self
+                .post(ExKind::Answer, HttpPurpose::Notify, body)
+                .is_none()
+            {
+                self.answers.queue.clear();
+                break;
+            }
+            self.answers.in_flight += 1;
         }
     }
 

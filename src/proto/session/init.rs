@@ -1,14 +1,14 @@
 //! Initialization and re-initialization: the `initialize` exchange, the
 //! `notifications/initialized` that follows, and comparing the new context with the old one.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use http::HeaderMap;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
 use super::calls::CallState;
-use super::exchange::{Body, ContentType, ExKind};
+use super::exchange::{ContentType, ExKind};
 use super::listen::{Listen, ListenState};
 use super::recovery::Retry;
 use super::{checks, Ctx, Phase, Session, BATCH_VERSION};
@@ -37,36 +37,80 @@ pub(super) struct Init {
     pub(super) head_hash: Option<CapabilityHash>,
     pub(super) pending: Option<Ctx>,
     pub(super) result: Option<Value>,
+    /// Why advertised extension checks cannot be used on the session being set up.
+    pub(super) degraded: Option<String>,
 }
 
+/// A session that stayed up this long worked, whatever else happened on it.
+pub(super) const STABLE_SESSION: Duration = Duration::from_secs(5);
+
 impl Session {
-    pub(super) fn start_init(&mut self, reason: Option<ReinitReason>, now: Instant) {
+    /// Starts (re-)initializing: at once, or after `delay` (a re-initialization backing off).
+    pub(super) fn start_init(
+        &mut self,
+        reason: Option<ReinitReason>,
+        delay: Option<Duration>,
+        now: Instant,
+    ) {
         self.phase = Phase::Initializing;
         self.generation += 1;
+        self.confirmed = false;
         self.init = Some(Init {
-            step: InitStep::Backoff { until: now },
+            step: InitStep::Backoff {
+                until: now.checked_add(delay.unwrap_or_default()).unwrap_or(now),
+            },
             reason,
             deadline: now,
             head_session_id: None,
             head_hash: None,
             pending: None,
             result: None,
+            degraded: None,
         });
-        self.send_initialize(now);
+        if delay.is_none() {
+            self.send_initialize(now);
+        }
     }
 
+    /// Replaces the established session with a fresh one.
+    ///
+    /// A session that never worked (no call answered, no message on its stream, and younger
+    /// than [`STABLE_SESSION`]) makes this re-initialization count as a failed one: it backs
+    /// off, and after `max_reinit_failures` the session is lost. That is what ends the loop
+    /// against a server that accepts `initialize` and refuses everything after it.
     pub(super) fn start_reinit(&mut self, reason: ReinitReason, now: Instant) {
         if self.phase != Phase::Ready {
             return;
         }
-        info!(?reason, "re-initializing the session");
+        if self
+            .established_at
+            .is_some_and(|t| now.saturating_duration_since(t) >= STABLE_SESSION)
+        {
+            self.confirm();
+        }
+        let delay = if self.confirmed {
+            None
+        } else {
+            self.reinit_failures += 1;
+            let state = State {
+                reinit_failures: self.reinit_failures,
+                ..self.base_state(false)
+            };
+            match decide(&Failure::ReinitFailed, &state) {
+                Decision::RetryReinitialize => Some(self.reinit_delay()),
+                _ => return self.session_lost(),
+            }
+        };
+        info!(?reason, ?delay, "re-initializing the session");
         self.previous = self.ctx.take();
         // The listen stream belongs to the old session; it is reopened afterwards.
         if let ListenState::Open(http) = self.listen.state {
             self.finish_exchange(http);
         }
         self.listen = Listen::new();
-        self.start_init(Some(reason), now);
+        // Answers queued for the old session's requests have nobody to reach.
+        self.answers.queue.clear();
+        self.start_init(Some(reason), delay, now);
         // Calls waiting for a retry on the old session: a resend waits for the new one; a
         // resume cannot happen any more (its cursor belongs to the old session).
         let ids: Vec<CallId> = self.calls.keys().copied().collect();
@@ -86,6 +130,21 @@ impl Session {
                 _ => {}
             }
         }
+    }
+
+    /// The current session works: re-initializations start counting afresh.
+    pub(super) fn confirm(&mut self) {
+        self.confirmed = true;
+        self.reinit_failures = 0;
+    }
+
+    /// Backoff before the next re-initialization attempt.
+    fn reinit_delay(&mut self) -> Duration {
+        self.config.reconnect.delay(
+            self.reinit_failures.saturating_sub(1),
+            self.rng.next(),
+            None,
+        )
     }
 
     pub(super) fn send_initialize(&mut self, now: Instant) {
@@ -127,16 +186,11 @@ impl Session {
     pub(super) fn on_initialize_head(
         &mut self,
         http: HttpId,
-        status: u16,
         headers: &HeaderMap,
         ct: ContentType,
         now: Instant,
     ) {
-        if !(200..300).contains(&status) || status == 202 {
-            self.set_body(http, Body::Error(Vec::new()));
-            return;
-        }
-        let session_id = match headers.get("mcp-session-id") {
+        let session_id = match headers.get(SessionId::HEADER) {
             None => None,
             Some(v) => match SessionId::parse(v.as_bytes()) {
                 Ok(id) => Some(id),
@@ -199,8 +253,15 @@ impl Session {
         let mut ext = ResumeSafety::from_initialize_result(&result);
         if let Some(e) = &mut ext {
             if e.capability_hash && init.head_hash.is_none() {
-                warn!("server advertised capability hashes but sent none at initialize; hash checks off");
+                // Nothing to compare against: the checks cannot run. The app is told (an
+                // event, and the queryable extension status), not just the log.
+                warn!("server advertised capability hashes but sent no valid one at initialize; hash checks off");
                 e.capability_hash = false;
+                init.degraded = Some(
+                    "the server advertised capability hashes but its initialize response \
+                     carried no valid Mcp-Capability-Hash: hash checks are off for this session"
+                        .to_owned(),
+                );
             }
         }
         let ctx = Ctx {
@@ -233,7 +294,6 @@ impl Session {
     }
 
     pub(super) fn init_succeeded(&mut self, now: Instant) {
-        let _ = now;
         let Some(init) = self.init.take() else {
             return;
         };
@@ -245,7 +305,9 @@ impl Session {
             None => info!(version = %ctx.protocol_version, "session ready (no session id)"),
         }
         self.phase = Phase::Ready;
-        self.reinit_failures = 0;
+        self.established_at = Some(now);
+        // A fresh session has its own event ids.
+        self.delivered.clear();
         self.init_result = Some(result.clone());
         match init.reason {
             None => {
@@ -274,6 +336,14 @@ impl Session {
             }
         }
         self.ctx = Some(ctx);
+        if let Some(reason) = init.degraded {
+            let status = self.extension_status().unwrap_or_default();
+            self.outputs
+                .push_back(Output::Event(SessionEvent::ChecksDegraded {
+                    status,
+                    reason,
+                }));
+        }
         for waiter in std::mem::take(&mut self.connect_waiters) {
             self.outputs.push_back(Output::Completed {
                 call: waiter,
@@ -326,11 +396,7 @@ impl Session {
         };
         match decide(&Failure::ReinitFailed, &state) {
             Decision::RetryReinitialize => {
-                let delay = self.config.reconnect.delay(
-                    self.reinit_failures.saturating_sub(1),
-                    self.rng.next(),
-                    None,
-                );
+                let delay = self.reinit_delay();
                 if let Some(init) = &mut self.init {
                     init.step = InitStep::Backoff {
                         until: now.checked_add(delay).unwrap_or(now),

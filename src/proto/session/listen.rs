@@ -4,14 +4,13 @@
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::exchange::{Body, ContentType, ExKind};
+use super::exchange::{ContentType, ExKind};
 use super::{checks, Phase, Session, BATCH_VERSION};
 use crate::ids::EventId;
-use crate::proto::{
-    HttpId, HttpMethod, HttpPurpose, Output, ReinitReason, RejectReason, SessionEvent,
-};
+use crate::proto::decide::Failure;
+use crate::proto::{HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ListenState {
@@ -42,90 +41,39 @@ impl Listen {
 }
 
 impl Session {
+    /// A 2xx head for the standalone stream.
     pub(super) fn on_listen_head(
         &mut self,
         http: HttpId,
-        status: u16,
         headers: &HeaderMap,
         ct: ContentType,
         now: Instant,
     ) {
-        let resumed = self.exchanges.get(&http).is_some_and(|e| e.resumed);
-        let rejected = self.header_rejection(http, headers);
-        match status {
-            200..=299 if ct == ContentType::Sse => {
-                let expected = self.ctx.as_ref().and_then(|c| c.hash.clone());
-                if !self.hash_matches(http, headers, expected.as_ref()) {
-                    self.finish_exchange(http);
-                    if resumed {
-                        return self.start_reinit(ReinitReason::CapabilityMismatch, now);
-                    }
-                    // A fresh stream carries no call; re-initializing for it could loop
-                    // against a server that omits the header on GET. Stop listening.
-                    warn!("standalone GET stream under another capability hash; not listening");
-                    self.listen.state = ListenState::GaveUp;
-                    return;
-                }
-                self.listen_404_reinit = false;
-                self.set_body(http, self.new_decoder());
-                if let (true, Some(last_event_id)) = (resumed, self.listen.cursor.clone()) {
-                    self.outputs
-                        .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
-                }
-            }
-            405 => {
-                debug!("server offers no standalone GET stream");
-                self.finish_exchange(http);
-                self.listen.state = ListenState::NotOffered;
-            }
-            _ if rejected.is_some() => {
-                self.finish_exchange(http);
-                let reason = rejected.unwrap_or(RejectReason::Other(String::new()));
-                self.outputs
-                    .push_back(Output::Event(SessionEvent::ResumeRejected {
-                        reason: Some(reason.clone()),
-                    }));
-                self.start_reinit(ReinitReason::ResumeRejected(reason), now);
-            }
-            404 => self.set_body(http, Body::Error(Vec::new())),
-            _ => {
-                self.finish_exchange(http);
-                self.listen_failed(false, now);
-            }
+        if ct != ContentType::Sse {
+            self.finish_exchange(http);
+            return self.listen_failed(false, now);
         }
-    }
-
-    /// The GET was answered with an error body, read to its end.
-    pub(super) fn listen_refused(
-        &mut self,
-        status: u16,
-        carried_session_id: bool,
-        body: &[u8],
-        now: Instant,
-    ) {
-        let rejection = self.body_rejection(body);
-        let reason = match rejection {
-            Some(r) => {
-                self.outputs
-                    .push_back(Output::Event(SessionEvent::ResumeRejected {
-                        reason: Some(r.clone()),
-                    }));
-                ReinitReason::ResumeRejected(r)
+        let resumed = self.exchanges.get(&http).is_some_and(|e| e.resumed);
+        let expected = self.ctx.as_ref().and_then(|c| c.hash.clone());
+        if !self.hash_matches(http, headers, expected.as_ref()) {
+            self.finish_exchange(http);
+            if resumed {
+                return self.apply_to_session(Failure::ResumeCapabilityHashChanged, now);
             }
-            None => ReinitReason::SessionNotFound,
-        };
-        self.listen.state = ListenState::Off;
-        if status == 404 && carried_session_id && self.listen_404_reinit {
-            // The fresh session's stream was refused the same way: the endpoint does
-            // not offer the stream (a server that says 404 where it means 405).
-            // Re-initializing again would loop.
-            warn!("standalone GET stream answered 404 twice in a row; not offered");
-            self.listen.state = ListenState::NotOffered;
-        } else if status == 404 && carried_session_id {
-            self.listen_404_reinit = true;
-            self.start_reinit(reason, now);
-        } else {
-            self.listen_failed(false, now);
+            // A fresh stream carries no call; re-initializing for it could loop against a
+            // server that omits the header on GET. Stop listening.
+            warn!("standalone GET stream under another capability hash; not listening");
+            self.listen.state = ListenState::GaveUp;
+            return;
+        }
+        self.listen_404_reinit = false;
+        if let Some(ex) = self.exchanges.get_mut(&http) {
+            ex.progress = false;
+        }
+        self.set_body(http, self.new_decoder());
+        if let (true, Some(last_event_id)) = (resumed, self.listen.cursor.clone()) {
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
         }
     }
 

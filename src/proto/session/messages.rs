@@ -13,7 +13,7 @@ use crate::error::{Error, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc::{self, Message};
-use crate::proto::{CallId, HttpId, Notification, Output, ReinitReason, ServerRequest};
+use crate::proto::{CallId, HttpId, Notification, Output, ServerRequest};
 
 impl Session {
     /// Handles a body or event payload; `false` when it was not JSON-RPC at all.
@@ -49,10 +49,6 @@ impl Session {
         };
         let kind = ex.kind;
         let resumed = ex.resumed;
-        let stream_call = match kind {
-            ExKind::Post(c) | ExKind::Resume(c) => Some(c),
-            _ => None,
-        };
         match message {
             Message::Request { id, method, params } => {
                 if method == "ping" {
@@ -66,8 +62,9 @@ impl Session {
                 }
             }
             Message::Notification { method, params } => {
+                let call = self.related_call(&method, params.as_ref(), kind, resumed);
                 self.outputs.push_back(Output::Notification {
-                    call: stream_call,
+                    call,
                     notification: Notification { method, params },
                 });
             }
@@ -103,16 +100,36 @@ impl Session {
                     }
                     None if resumed && !self.config.dangerous_trust_replay => {
                         warn!(%id, "resumed stream delivered a response to a request never sent");
-                        self.stream_violation(
-                            http,
-                            Failure::OrphanedResponse,
-                            ReinitReason::OrphanedResponse,
-                            now,
-                        );
+                        self.stream_violation(http, Failure::OrphanedResponse, now);
                     }
                     None => warn!(%id, "response to an unknown request ignored"),
                 }
             }
+        }
+    }
+
+    /// The call a notification is about: a progress notification's by its `progressToken`;
+    /// any other's, the call whose own POST stream carried it (the specification relates such
+    /// messages to that request). Never by a resumed or standalone stream: a server may
+    /// replay other calls' messages there.
+    fn related_call(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        kind: ExKind,
+        resumed: bool,
+    ) -> Option<CallId> {
+        match method {
+            "notifications/progress" => {
+                let token = params?
+                    .get("progressToken")
+                    .and_then(RequestId::from_json)?;
+                self.progress_tokens.get(&token).copied()
+            }
+            _ => match kind {
+                ExKind::Post(c) if !resumed => Some(c),
+                _ => None,
+            },
         }
     }
 

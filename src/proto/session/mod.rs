@@ -19,12 +19,16 @@
 
 mod calls;
 mod checks;
+mod delivered;
 mod exchange;
 mod init;
 mod listen;
 mod messages;
 mod recovery;
+mod refusals;
 mod streams;
+
+pub use self::exchange::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -34,22 +38,22 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use self::calls::{Call, CallState};
-use self::exchange::{content_type, Body, ExKind, Exchange};
+use self::delivered::Delivered;
+use self::exchange::{content_type, Answers, Body, ExKind, Exchange};
 use self::init::{Init, InitStep};
 use self::listen::{Listen, ListenState};
+use super::classify::{HeadFacts, MAX_ERROR_BODY};
 use super::config::SessionConfig;
 use super::decide::Failure;
 use super::ext::ResumeSafety;
 use super::jsonrpc;
 use super::{
-    CallId, CallRequest, HttpId, HttpMethod, HttpPurpose, Output, ReinitReason, SessionEvent,
+    CallId, CallRequest, ExtensionStatus, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent,
     Transmit, TransportFailure,
 };
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 
-/// Error bodies are read only to classify them; a larger one is cut.
-const MAX_ERROR_BODY: usize = 64 * 1024;
 /// A server's `retry` above this is clamped: a hostile value must not park a call forever
 /// (its deadline still bounds it).
 const MAX_RETRY: Duration = Duration::from_secs(3600);
@@ -105,13 +109,25 @@ pub struct Session {
     ever_connected: bool,
     /// Terminated because re-initialization kept failing (not closed by the app).
     lost: bool,
+    /// When the current session was established.
+    established_at: Option<Instant>,
+    /// Consecutive re-initializations not yet confirmed by a successful exchange (failed
+    /// ones included): what bounds a server that accepts `initialize` and refuses the rest.
     reinit_failures: u32,
+    /// A call of the current session got a success answer since it was established.
+    confirmed: bool,
     init_result: Option<Value>,
     connect_waiters: Vec<CallId>,
     close_call: Option<CallId>,
     calls: BTreeMap<CallId, Call>,
     rpc_index: HashMap<RequestId, CallId>,
     exchanges: BTreeMap<HttpId, Exchange>,
+    answers: Answers,
+    /// Event ids already delivered in this session (they are unique across its streams), so
+    /// a server that replays more than asked never delivers anything twice.
+    delivered: Delivered,
+    /// Which call a `progressToken` belongs to.
+    progress_tokens: HashMap<RequestId, CallId>,
     listen: Listen,
     /// The last re-initialization was caused by a 404 on the standalone stream.
     listen_404_reinit: bool,
@@ -136,13 +152,18 @@ impl Session {
             init: None,
             ever_connected: false,
             lost: false,
+            established_at: None,
             reinit_failures: 0,
+            confirmed: false,
             init_result: None,
             connect_waiters: Vec::new(),
             close_call: None,
             calls: BTreeMap::new(),
             rpc_index: HashMap::new(),
             exchanges: BTreeMap::new(),
+            answers: Answers::default(),
+            delivered: Delivered::default(),
+            progress_tokens: HashMap::new(),
             listen: Listen::new(),
             listen_404_reinit: false,
             next_http: 0,
@@ -168,7 +189,7 @@ impl Session {
             Phase::Initializing => self.connect_waiters.push(id),
             Phase::Idle => {
                 self.connect_waiters.push(id);
-                self.start_init(None, now);
+                self.start_init(None, None, now);
             }
             Phase::Closing | Phase::Terminated => self.outputs.push_back(Output::Completed {
                 call: id,
@@ -195,6 +216,15 @@ impl Session {
         }
         let timeout = request.timeout.unwrap_or(self.config.call_timeout);
         let deadline = now.checked_add(timeout).unwrap_or(now + MAX_RETRY);
+        let progress_token = request
+            .params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .and_then(RequestId::from_json);
+        if let Some(token) = &progress_token {
+            self.progress_tokens.insert(token.clone(), id);
+        }
         self.calls.insert(
             id,
             Call {
@@ -213,6 +243,8 @@ impl Session {
                 no_progress: 0,
                 may_have_run: false,
                 sends: 0,
+                cause: None,
+                progress_token,
             },
         );
         if self.phase == Phase::Ready {
@@ -229,7 +261,7 @@ impl Session {
             return;
         }
         let body = jsonrpc::encode_notification(method, params.as_ref());
-        self.post(ExKind::Notify, HttpPurpose::Notify, body, None);
+        self.post(ExKind::Notify, HttpPurpose::Notify, body);
     }
 
     /// Answers a server-to-client request.
@@ -240,7 +272,7 @@ impl Session {
             return;
         }
         let body = jsonrpc::encode_response(&id, &result);
-        self.post(ExKind::Notify, HttpPurpose::Notify, body, None);
+        self.send_answer(body);
     }
 
     /// The app gave up on a call (its future was dropped): POST `notifications/cancelled`
@@ -295,7 +327,7 @@ impl Session {
         match session.and_then(|c| c.id.clone().map(|id| (id, c))) {
             Some((sid, ctx)) => {
                 info!(session = %sid, "closing session");
-                let mut headers = vec![("mcp-session-id", sid.expose().to_owned())];
+                let mut headers = vec![(SessionId::HEADER, sid.expose().to_owned())];
                 if ctx.protocol_version.as_str() >= VERSION_HEADER_SINCE {
                     headers.push(("mcp-protocol-version", ctx.protocol_version.clone()));
                 }
@@ -336,50 +368,27 @@ impl Session {
         }
         ex.status = Some(status);
         let kind = ex.kind;
+        if !(200..300).contains(&status) {
+            // A refusal: what it means may depend on its body, which is read (bounded) and
+            // classified when it ends.
+            ex.head = HeadFacts::read(headers, !self.config.dangerous_trust_replay);
+            ex.body = Body::Error(Vec::new());
+            return;
+        }
         let ct = content_type(headers);
-        let ok = (200..300).contains(&status);
         match kind {
-            ExKind::Initialize => self.on_initialize_head(http, status, headers, ct, now),
+            ExKind::Initialize => self.on_initialize_head(http, headers, ct, now),
             ExKind::Initialized => {
                 self.finish_exchange(http);
-                if ok {
-                    self.init_succeeded(now);
-                } else {
-                    self.init_failed(
-                        Error::new(
-                            ErrorKind::Protocol,
-                            format!("notifications/initialized answered HTTP {status}"),
-                        ),
-                        now,
-                    );
-                }
+                self.init_succeeded(now);
             }
             ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
-            ExKind::Resume(call) => self.on_resume_head(http, call, status, headers, ct, now),
-            ExKind::Listen => self.on_listen_head(http, status, headers, ct, now),
-            ExKind::Notify => {
-                let carried = self
-                    .exchanges
-                    .get(&http)
-                    .is_some_and(|e| e.carried_session_id);
-                self.finish_exchange(http);
-                if status == 404 && carried {
-                    self.start_reinit(ReinitReason::SessionNotFound, now);
-                } else if !ok {
-                    warn!(status, "notification or answer POST not accepted");
-                }
-            }
+            ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
+            ExKind::Listen => self.on_listen_head(http, headers, ct, now),
+            ExKind::Notify | ExKind::Answer => self.finish_exchange(http),
             ExKind::Delete => {
                 self.finish_exchange(http);
-                let result = if ok || status == 404 || status == 405 {
-                    Ok(Value::Null)
-                } else {
-                    Err(Error::new(
-                        ErrorKind::Protocol,
-                        format!("DELETE answered HTTP {status}"),
-                    ))
-                };
-                self.close_done(result);
+                self.close_done(Ok(Value::Null));
             }
         }
     }
@@ -399,6 +408,14 @@ impl Session {
             Body::Error(buf) => {
                 let room = MAX_ERROR_BODY.saturating_sub(buf.len());
                 buf.extend_from_slice(&data[..data.len().min(room)]);
+                if buf.len() >= MAX_ERROR_BODY {
+                    // Enough to classify: an endless error body must not hold the answer.
+                    if let Some(ex) = self.remove_exchange(http) {
+                        self.transmits.push_back(Transmit::Abort(http));
+                        self.on_refusal(ex, now);
+                    }
+                    return;
+                }
                 None
             }
             Body::Json(buf) => {
@@ -443,7 +460,7 @@ impl Session {
                 let buf = std::mem::take(buf);
                 let allow_batch = ex.allow_batch;
                 let decoded = self.on_payload(http, &buf, allow_batch, now);
-                if let Some(ex) = self.exchanges.remove(&http) {
+                if let Some(ex) = self.remove_exchange(http) {
                     self.json_ended_without_response(ex.kind, decoded, now);
                 }
             }
@@ -451,13 +468,13 @@ impl Session {
                 let mut events = Vec::new();
                 decoder.finish(&mut events);
                 self.on_events(http, events, now);
-                if let Some(ex) = self.exchanges.remove(&http) {
+                if let Some(ex) = self.remove_exchange(http) {
                     self.stream_ended(ex, true, now);
                 }
             }
             Body::Error(_) => {
-                if let Some(ex) = self.exchanges.remove(&http) {
-                    self.error_body_done(ex, now);
+                if let Some(ex) = self.remove_exchange(http) {
+                    self.on_refusal(ex, now);
                 }
             }
         }
@@ -465,7 +482,7 @@ impl Session {
 
     /// An exchange failed at the transport level.
     pub fn handle_error(&mut self, http: HttpId, failure: TransportFailure, now: Instant) {
-        let Some(ex) = self.exchanges.remove(&http) else {
+        let Some(ex) = self.remove_exchange(http) else {
             return;
         };
         let connect = matches!(failure, TransportFailure::Connect(_));
@@ -476,7 +493,7 @@ impl Session {
         if ex.status.is_some() {
             match ex.body {
                 Body::Sse(_) => self.stream_ended(ex, false, now),
-                Body::Error(_) => self.error_body_done(ex, now),
+                Body::Error(_) => self.on_refusal(ex, now),
                 Body::Json(_) => match ex.kind {
                     ExKind::Initialize => self.init_failed(
                         Error::new(ErrorKind::Transport, format!("initialize: {reason}")),
@@ -522,7 +539,7 @@ impl Session {
                 self.apply(call, failure, now);
             }
             ExKind::Listen => self.listen_failed(false, now),
-            ExKind::Notify => debug!("notification POST failed: {reason}"),
+            ExKind::Notify | ExKind::Answer => debug!("notification POST failed: {reason}"),
             ExKind::Delete => self.close_done(Err(Error::new(ErrorKind::Transport, reason))),
         }
     }
@@ -633,6 +650,27 @@ impl Session {
     /// Number of calls not yet completed.
     pub fn pending_calls(&self) -> usize {
         self.calls.len()
+    }
+
+    /// Which resume-safety checks the current session's server advertised and which are in
+    /// force; `None` before the first session is established.
+    pub fn extension_status(&self) -> Option<ExtensionStatus> {
+        let ctx = self.ctx.as_ref()?;
+        Some(match &ctx.ext {
+            None => ExtensionStatus::default(),
+            Some(ext) => ExtensionStatus {
+                advertised: true,
+                capability_hash: ext.capability_hash,
+                sequenced_event_ids: ext.sequenced_event_ids,
+                idempotency: ext.idempotency_meta_key.is_some(),
+            },
+        })
+    }
+
+    /// Answers to server requests dropped because too many were queued (see
+    /// [`MAX_QUEUED_ANSWERS`]).
+    pub fn dropped_answers(&self) -> u64 {
+        self.answers.dropped
     }
 }
 

@@ -8,7 +8,7 @@ use tracing::{debug, info};
 use super::calls::CallState;
 use super::exchange::ExKind;
 use super::{checks, Phase, Session, BATCH_VERSION};
-use crate::error::ErrorKind;
+use crate::error::{Error, ErrorKind};
 use crate::proto::config::ResendPolicy;
 use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
 use crate::proto::{CallId, HttpMethod, HttpPurpose, Output, RejectReason, SessionEvent};
@@ -20,6 +20,45 @@ pub(super) enum Retry {
 }
 
 impl Session {
+    /// [`Session::apply`], with the error that explains the failure: it becomes the call's
+    /// error if the call fails (as its cause when the failure is an unknown outcome).
+    pub(super) fn apply_because(
+        &mut self,
+        id: CallId,
+        failure: Failure,
+        cause: Error,
+        now: Instant,
+    ) {
+        if let Some(call) = self.calls.get_mut(&id) {
+            call.cause = Some(cause);
+        }
+        self.apply(id, failure, now);
+    }
+
+    /// Runs the recovery decision for a failure of the session itself (the standalone stream,
+    /// a notification or answer POST): no call's fate hangs on it, only the session's.
+    pub(super) fn apply_to_session(&mut self, failure: Failure, now: Instant) {
+        let decision = decide(&failure, &self.base_state(true));
+        debug!(?failure, ?decision, "recovery decision for the session");
+        if let Decision::Reinitialize { reason, .. } = decision {
+            self.report_rejection(&failure);
+            self.start_reinit(reason, now);
+        }
+    }
+
+    /// Tells the app a resume was refused, when `failure` is such a refusal.
+    fn report_rejection(&mut self, failure: &Failure) {
+        let reason = match failure {
+            Failure::ResumeNotFound => None,
+            Failure::ResumeRejected(r) => Some(r.clone()),
+            Failure::ResumeCapabilityHashChanged => Some(RejectReason::CapabilityMismatch),
+            _ => return,
+        };
+        info!(reason = ?reason, "resume rejected");
+        self.outputs
+            .push_back(Output::Event(SessionEvent::ResumeRejected { reason }));
+    }
+
     /// Runs the recovery decision for one call and carries it out.
     pub(super) fn apply(&mut self, id: CallId, failure: Failure, now: Instant) {
         let Some(call) = self.calls.get_mut(&id) else {
@@ -61,18 +100,7 @@ impl Session {
                         call.may_have_run = false;
                     }
                 }
-                if let Some(r) = match &failure {
-                    Failure::ResumeNotFound => Some(None),
-                    Failure::ResumeRejected(r) => Some(Some(r.clone())),
-                    Failure::ResumeCapabilityHashChanged => {
-                        Some(Some(RejectReason::CapabilityMismatch))
-                    }
-                    _ => None,
-                } {
-                    info!(call = id.0, reason = ?r, "resume rejected");
-                    self.outputs
-                        .push_back(Output::Event(SessionEvent::ResumeRejected { reason: r }));
-                }
+                self.report_rejection(&failure);
                 match fate {
                     CallFate::Resend => {
                         if let Some(call) = self.calls.get_mut(&id) {
@@ -99,6 +127,15 @@ impl Session {
             Decision::Fail(kind) => {
                 self.detach(id);
                 self.fail_call(id, kind);
+            }
+            Decision::Report => {
+                self.detach(id);
+                let error = self
+                    .calls
+                    .get_mut(&id)
+                    .and_then(|c| c.cause.take())
+                    .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "request refused"));
+                self.complete(id, Err(error));
             }
         }
     }

@@ -4,18 +4,16 @@
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
-use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::calls::CallState;
-use super::exchange::{Body, ContentType, ExKind, Exchange};
+use super::exchange::{ContentType, ExKind, Exchange};
 use super::listen::ListenState;
 use super::{checks, Session, MAX_RETRY};
-use crate::error::{Error, ErrorKind, RpcError};
+use crate::error::{Error, ErrorKind};
 use crate::ids::EventId;
 use crate::proto::decide::Failure;
-use crate::proto::jsonrpc::{self, Message};
-use crate::proto::{CallId, HttpId, Output, ReinitReason, RejectReason, SessionEvent};
+use crate::proto::{CallId, HttpId, Output, SessionEvent};
 use crate::sse::SseEvent;
 
 impl Session {
@@ -28,6 +26,7 @@ impl Session {
         current
     }
 
+    /// A 2xx head for a call's POST.
     pub(super) fn on_post_head(
         &mut self,
         http: HttpId,
@@ -40,50 +39,43 @@ impl Session {
         if !self.still_on(id, http, CallState::Posting(http)) {
             return;
         }
-        let carried = self
-            .exchanges
-            .get(&http)
-            .is_some_and(|e| e.carried_session_id);
-        match status {
-            202 => {
+        if status == 202 {
+            // Accepted, with no response to come: whatever happened to the call is unknown.
+            self.finish_exchange(http);
+            let cause = Error::new(
+                ErrorKind::Protocol,
+                "request answered 202 without a response",
+            );
+            return self.apply_because(id, Failure::AnsweredWithoutResponse, cause, now);
+        }
+        if !self.call_hash_matches(id, http, headers) {
+            return self.apply(id, Failure::CapabilityHashMismatch, now);
+        }
+        if self
+            .calls
+            .get(&id)
+            .is_some_and(|c| c.generation == self.generation)
+        {
+            self.confirm();
+        }
+        match self.success_body(ct) {
+            Some(body) => self.set_body(http, body),
+            None => {
                 self.finish_exchange(http);
-                self.complete(
-                    id,
-                    Err(Error::new(
-                        ErrorKind::Protocol,
-                        "request answered 202 without a response",
-                    )),
+                let cause = Error::new(
+                    ErrorKind::Protocol,
+                    "response with an unexpected content type",
                 );
+                self.apply_because(id, Failure::AnsweredWithoutResponse, cause, now);
             }
-            200..=299 => {
-                if !self.call_hash_matches(id, http, headers) {
-                    return self.apply(id, Failure::CapabilityHashMismatch, now);
-                }
-                match self.success_body(ct) {
-                    Some(body) => self.set_body(http, body),
-                    None => {
-                        self.finish_exchange(http);
-                        self.complete(
-                            id,
-                            Err(Error::new(
-                                ErrorKind::Protocol,
-                                "response with an unexpected content type",
-                            )),
-                        );
-                    }
-                }
-            }
-            404 if carried => self.apply(id, Failure::PostSessionNotFound, now),
-            502..=504 => self.apply(id, Failure::PostLost, now),
-            _ => self.set_body(http, Body::Error(Vec::new())),
         }
     }
 
+    /// A 2xx head for a call's resume GET.
     pub(super) fn on_resume_head(
         &mut self,
         http: HttpId,
         id: CallId,
-        status: u16,
         headers: &HeaderMap,
         ct: ContentType,
         now: Instant,
@@ -91,26 +83,16 @@ impl Session {
         if !self.still_on(id, http, CallState::Resuming(http)) {
             return;
         }
-        let rejected = self.header_rejection(http, headers);
-        match status {
-            200..=299 if ct == ContentType::Sse => {
-                if !self.call_hash_matches(id, http, headers) {
-                    return self.apply(id, Failure::ResumeCapabilityHashChanged, now);
-                }
-                self.set_body(http, self.new_decoder());
-                if let Some(last_event_id) = self.calls.get(&id).and_then(|c| c.cursor.clone()) {
-                    self.outputs
-                        .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
-                }
-            }
-            _ if rejected.is_some() => {
-                let reason = rejected.unwrap_or(RejectReason::Other(String::new()));
-                self.apply(id, Failure::ResumeRejected(reason), now)
-            }
-            404 | 400 => self.set_body(http, Body::Error(Vec::new())),
-            405 => self.apply(id, Failure::ResumeNotAllowed, now),
-            429 | 500..=599 => self.apply(id, Failure::ResumeConnectFailed, now),
-            _ => self.apply(id, Failure::ResumeNotAllowed, now),
+        if ct != ContentType::Sse {
+            return self.apply(id, Failure::ResumeNotAllowed, now);
+        }
+        if !self.call_hash_matches(id, http, headers) {
+            return self.apply(id, Failure::ResumeCapabilityHashChanged, now);
+        }
+        self.set_body(http, self.new_decoder());
+        if let Some(last_event_id) = self.calls.get(&id).and_then(|c| c.cursor.clone()) {
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
         }
     }
 
@@ -142,12 +124,13 @@ impl Session {
                             && !checks::continues_sequence(&ex.expect_seq, &id)
                         {
                             warn!(event_id = %id, "event ids not contiguous on a resumed stream");
-                            return self.stream_violation(
-                                http,
-                                Failure::EventGap,
-                                ReinitReason::EventGap,
-                                now,
-                            );
+                            return self.stream_violation(http, Failure::EventGap, now);
+                        }
+                        if !self.delivered.insert(&id) {
+                            // Replayed beyond what was asked: handled once already, and its
+                            // id must not pull this stream's cursor back.
+                            debug!(event_id = %id, "event already delivered; skipped");
+                            return;
                         }
                         ex.expect_seq = checks::next_in_sequence(&id);
                         ex.progress = true;
@@ -187,6 +170,10 @@ impl Session {
                 if retry.is_some() {
                     self.listen.retry = retry;
                 }
+                if !event.data.is_empty() {
+                    // A message from the server on its own stream: the session works.
+                    self.confirm();
+                }
             }
             _ => {}
         }
@@ -198,13 +185,7 @@ impl Session {
     }
 
     /// A protocol violation on a resumed stream (gap, orphan).
-    pub(super) fn stream_violation(
-        &mut self,
-        http: HttpId,
-        failure: Failure,
-        reason: ReinitReason,
-        now: Instant,
-    ) {
+    pub(super) fn stream_violation(&mut self, http: HttpId, failure: Failure, now: Instant) {
         let Some(ex) = self.exchanges.get(&http) else {
             return;
         };
@@ -212,7 +193,7 @@ impl Session {
             ExKind::Resume(c) | ExKind::Post(c) => self.apply(c, failure, now),
             ExKind::Listen => {
                 self.finish_exchange(http);
-                self.start_reinit(reason, now);
+                self.apply_to_session(failure, now);
             }
             _ => {}
         }
@@ -311,83 +292,6 @@ impl Session {
                 );
             }
             ExKind::Listen => self.listen_failed(ex.progress, now),
-            _ => {}
-        }
-    }
-
-    /// An error body (non-2xx) was read to its end (or as far as it went).
-    pub(super) fn error_body_done(&mut self, ex: Exchange, now: Instant) {
-        let status = ex.status.unwrap_or(0);
-        let Body::Error(body) = ex.body else {
-            return;
-        };
-        let mentions_session = status == 400
-            && ex.carried_session_id
-            && body
-                .to_ascii_lowercase()
-                .windows(7)
-                .any(|w| w == b"session");
-        let rpc_error = || -> Option<RpcError> {
-            let v: Value = serde_json::from_slice(&body).ok()?;
-            match jsonrpc::decode_value(v).ok()? {
-                Message::Response { result: Err(e), .. } => Some(e),
-                _ => None,
-            }
-        };
-        match ex.kind {
-            ExKind::Initialize => {
-                let err = rpc_error().map(Error::rpc).unwrap_or_else(|| {
-                    Error::new(
-                        ErrorKind::Protocol,
-                        format!("initialize answered HTTP {status}"),
-                    )
-                });
-                self.init_failed(err, now);
-            }
-            ExKind::Post(c) => {
-                if !self
-                    .calls
-                    .get(&c)
-                    .is_some_and(|call| matches!(call.state, CallState::Posting(_)))
-                {
-                    return;
-                }
-                if mentions_session {
-                    return self.apply(c, Failure::PostSessionNotFound, now);
-                }
-                let err = rpc_error().map(Error::rpc).unwrap_or_else(|| {
-                    Error::new(
-                        ErrorKind::Protocol,
-                        format!("request answered HTTP {status}"),
-                    )
-                });
-                if let Some(call) = self.calls.get_mut(&c) {
-                    call.state = CallState::Waiting;
-                }
-                self.complete(c, Err(err));
-            }
-            ExKind::Resume(c) => {
-                if !self
-                    .calls
-                    .get(&c)
-                    .is_some_and(|call| matches!(call.state, CallState::Resuming(_)))
-                {
-                    return;
-                }
-                if let Some(call) = self.calls.get_mut(&c) {
-                    call.state = CallState::Waiting;
-                }
-                let rejection = self.body_rejection(&body);
-                let failure = match (status, rejection) {
-                    (404, Some(r)) => Failure::ResumeRejected(r),
-                    (404, None) => Failure::ResumeNotFound,
-                    (_, Some(r)) => Failure::ResumeRejected(r),
-                    (_, None) if mentions_session => Failure::ResumeNotFound,
-                    _ => Failure::ResumeNotAllowed,
-                };
-                self.apply(c, failure, now);
-            }
-            ExKind::Listen => self.listen_refused(status, ex.carried_session_id, &body, now),
             _ => {}
         }
     }

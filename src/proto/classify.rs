@@ -1,0 +1,259 @@
+//! What a refused HTTP exchange means: the one rule that reads a non-success answer's status,
+//! headers and (bounded) body, shared by every kind of exchange.
+//!
+//! Each exchange kind then maps the [`Refused`] class to its recovery failure; keeping the
+//! reading in one place is what stops "the session is gone" from meaning one thing on a call
+//! and another on the standalone stream or a DELETE.
+
+use std::time::Duration;
+
+use http::HeaderMap;
+use serde_json::Value;
+
+use super::ext;
+use super::jsonrpc::{self, Message};
+use super::RejectReason;
+use crate::error::{Error, ErrorKind, RpcError};
+
+/// Error bodies are read only to classify them; reading stops here.
+pub(crate) const MAX_ERROR_BODY: usize = 64 * 1024;
+/// A `Retry-After` above this is clamped (a hostile value must not park a request forever).
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// What a refusal says about the request and its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The session is gone: 404 to a request that carried the session id, or a 400 whose body
+    /// names the session (what one stock server, and a proxy that strips the header, answer).
+    SessionGone,
+    /// The resume-safety extension's explicit rejection (header or body).
+    Rejected(RejectReason),
+    /// 405: the endpoint does not offer this method (no GET stream, no DELETE, no resume).
+    NotAllowed,
+    /// The status proves the request was not processed; come back after `retry_after` if set.
+    NotProcessed {
+        /// `Retry-After` (delta-seconds), when the server named a time to come back.
+        retry_after: Option<Duration>,
+    },
+    /// The request reached the server and may have been processed.
+    MayHaveRun,
+}
+
+/// A classified refusal: what it means, and the error that describes it to the application.
+#[derive(Debug, Clone)]
+pub(crate) struct Refusal {
+    /// What it means.
+    pub(crate) class: Refused,
+    /// The server's JSON-RPC error when the body was one, else a `Protocol` error naming the
+    /// status; carries `Retry-After` when given.
+    pub(crate) error: Error,
+}
+
+/// Facts read off a refused exchange's head, kept until its body is read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct HeadFacts {
+    /// `Mcp-Resume-Rejected`, when the exchange's session speaks the extension.
+    pub(crate) rejected: Option<RejectReason>,
+    /// `Retry-After`, in delta-seconds (an HTTP date is ignored: the core has no wall clock).
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl HeadFacts {
+    /// Reads the facts of a refused head; `rejections` when the extension's rejection is
+    /// honoured on this exchange.
+    pub(crate) fn read(headers: &HeaderMap, rejections: bool) -> Self {
+        let rejected = headers
+            .get(ext::REJECTED_HEADER)
+            .filter(|_| rejections)
+            .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
+        let retry_after = headers
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+        HeadFacts {
+            rejected,
+            retry_after,
+        }
+    }
+}
+
+/// Classifies a refused exchange (any non-2xx status) from its status, head facts and the
+/// first [`MAX_ERROR_BODY`] bytes of its body.
+///
+/// `carried_session_id`: the request carried `Mcp-Session-Id` (a 404 means "session gone"
+/// only then). `rejections`: the extension's rejection body is honoured on this exchange.
+pub(crate) fn refusal(
+    status: u16,
+    head: &HeadFacts,
+    body: &[u8],
+    carried_session_id: bool,
+    rejections: bool,
+) -> Refusal {
+    let rpc = rpc_error(body);
+    let rejected = head
+        .rejected
+        .clone()
+        .or_else(|| rejections.then(|| ext::rejection_from_body(body)).flatten());
+    let class = if let Some(reason) = rejected {
+        Refused::Rejected(reason)
+    } else if carried_session_id && (status == 404 || (status == 400 && names_session(body))) {
+        Refused::SessionGone
+    } else if status == 405 {
+        Refused::NotAllowed
+    } else if proves_not_processed(status, head.retry_after.is_some()) {
+        Refused::NotProcessed {
+            retry_after: head.retry_after,
+        }
+    } else {
+        Refused::MayHaveRun
+    };
+    let mut error = match rpc {
+        Some(rpc) => Error::rpc(rpc),
+        None => Error::new(ErrorKind::Protocol, format!("answered HTTP {status}")),
+    };
+    if let Some(after) = head.retry_after {
+        error = error.with_retry_after(after);
+    }
+    Refusal { class, error }
+}
+
+/// Statuses after which the server has not acted on the request: the client's request was
+/// refused before any processing (most 4xx), the resource is elsewhere (a redirect this
+/// client does not follow), or the server asked to come back later (429, or 503 with
+/// `Retry-After`). A 303 is absent on purpose: it answers a POST that was processed.
+fn proves_not_processed(status: u16, retry_after: bool) -> bool {
+    matches!(
+        status,
+        301 | 302
+            | 307
+            | 308
+            | 400
+            | 401
+            | 403
+            | 404
+            | 405
+            | 406
+            | 408
+            | 411
+            | 413
+            | 414
+            | 415
+            | 417
+            | 421
+            | 429
+            | 431
+    ) || (status == 503 && retry_after)
+}
+
+/// Whether a 400's body says the session is unknown, e.g. "Bad Request: No valid session ID
+/// provided" (the case-insensitive word "session" anywhere in the body).
+fn names_session(body: &[u8]) -> bool {
+    body.windows(7).any(|w| w.eq_ignore_ascii_case(b"session"))
+}
+
+/// The JSON-RPC error object of a body, when it is one.
+fn rpc_error(body: &[u8]) -> Option<RpcError> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    match jsonrpc::decode_value(v).ok()? {
+        Message::Response { result: Err(e), .. } => Some(e),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_SESSION: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#;
+    const REJECTED: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"rejected","data":{"code":"SESSION_RESUME_REJECTED","reason":"not_owner"}}}"#;
+
+    fn class(status: u16, body: &[u8], carried: bool) -> Refused {
+        refusal(status, &HeadFacts::default(), body, carried, true).class
+    }
+
+    #[test]
+    fn session_gone_needs_the_session_id() {
+        assert_eq!(class(404, b"", true), Refused::SessionGone);
+        assert_eq!(class(400, NO_SESSION, true), Refused::SessionGone);
+        assert_eq!(
+            class(404, b"", false),
+            Refused::NotProcessed { retry_after: None }
+        );
+        assert_eq!(
+            class(400, NO_SESSION, false),
+            Refused::NotProcessed { retry_after: None }
+        );
+        assert_eq!(
+            class(400, b"bad params", true),
+            Refused::NotProcessed { retry_after: None }
+        );
+    }
+
+    #[test]
+    fn rejection_by_body_or_header_only_when_honoured() {
+        assert_eq!(
+            class(404, REJECTED, true),
+            Refused::Rejected(RejectReason::NotOwner)
+        );
+        let ignored = refusal(404, &HeadFacts::default(), REJECTED, true, false);
+        assert_eq!(ignored.class, Refused::SessionGone);
+        let mut headers = HeaderMap::new();
+        headers.insert(ext::REJECTED_HEADER, "event_gap".parse().unwrap());
+        let head = HeadFacts::read(&headers, true);
+        assert_eq!(
+            refusal(404, &head, b"", true, true).class,
+            Refused::Rejected(RejectReason::EventGap)
+        );
+        assert_eq!(HeadFacts::read(&headers, false).rejected, None);
+    }
+
+    #[test]
+    fn may_have_run_unless_proved_otherwise() {
+        for status in [500, 501, 502, 503, 504, 303, 409, 422, 418] {
+            assert_eq!(class(status, b"", true), Refused::MayHaveRun, "{status}");
+        }
+        for status in [401, 403, 406, 413, 415, 429, 307] {
+            assert_eq!(
+                class(status, b"", true),
+                Refused::NotProcessed { retry_after: None },
+                "{status}"
+            );
+        }
+        assert_eq!(class(405, b"", true), Refused::NotAllowed);
+    }
+
+    #[test]
+    fn retry_after_is_read_clamped_and_carried() {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
+        let head = HeadFacts::read(&headers, true);
+        let r = refusal(503, &head, b"", true, true);
+        assert_eq!(
+            r.class,
+            Refused::NotProcessed {
+                retry_after: Some(Duration::from_secs(2))
+            }
+        );
+        assert_eq!(r.error.retry_after(), Some(Duration::from_secs(2)));
+        headers.insert(http::header::RETRY_AFTER, "99999999".parse().unwrap());
+        assert_eq!(
+            HeadFacts::read(&headers, true).retry_after,
+            Some(MAX_RETRY_AFTER)
+        );
+        for odd in ["-1", "soon", "Wed, 21 Oct 2015 07:28:00 GMT", ""] {
+            headers.insert(http::header::RETRY_AFTER, odd.parse().unwrap());
+            assert_eq!(HeadFacts::read(&headers, true).retry_after, None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn the_error_is_the_servers_when_it_sent_one() {
+        let r = refusal(400, &HeadFacts::default(), NO_SESSION, false, true);
+        assert_eq!(r.error.kind(), ErrorKind::Rpc);
+        assert_eq!(r.error.rpc_error().map(|e| e.code), Some(-32000));
+        let r = refusal(500, &HeadFacts::default(), b"<html>oops", true, true);
+        assert_eq!(r.error.kind(), ErrorKind::Protocol);
+        assert!(r.error.to_string().contains("500"), "{}", r.error);
+    }
+}
