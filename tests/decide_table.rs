@@ -34,6 +34,41 @@ fn post_404_with_session_id_resends_keyed_call_too() {
     );
 }
 
+// | POST answered without its response after delivery (202, 5xx, another id) | may have run |
+#[test]
+fn answered_without_response_unkeyed_is_outcome_unknown() {
+    assert_eq!(decide(&Failure::AnsweredWithoutResponse, &UNKEYED), UNKNOWN);
+}
+
+#[test]
+fn answered_without_response_safe_keyed_is_resent() {
+    assert_eq!(decide(&Failure::AnsweredWithoutResponse, &SAFE), Resend);
+    assert_eq!(
+        decide(&Failure::AnsweredWithoutResponse, &SAFE.attempts(8)),
+        UNKNOWN
+    );
+}
+
+// | POST refused with a status that proves it was not processed | the refusal is the answer |
+#[test]
+fn refused_unprocessed_is_reported_whatever_the_key() {
+    let refused = Failure::Refused {
+        retry_within_deadline: false,
+    };
+    assert_eq!(decide(&refused, &UNKEYED), Report);
+    assert_eq!(decide(&refused, &SAFE), Report);
+}
+
+// | … with `Retry-After` within the deadline | wait that long, then re-send |
+#[test]
+fn refused_with_retry_after_within_deadline_is_resent_until_attempts_run_out() {
+    let refused = Failure::Refused {
+        retry_within_deadline: true,
+    };
+    assert_eq!(decide(&refused, &UNKEYED), Resend);
+    assert_eq!(decide(&refused, &UNKEYED.attempts(8)), Report);
+}
+
 // | POST could not even connect | re-send after backoff |
 #[test]
 fn post_connect_failure_resends_unkeyed_call() {
