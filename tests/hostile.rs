@@ -8,9 +8,10 @@
 //! again once the server behaves, unless the outcome is terminal.
 //!
 //! Memory is counted per thread: every case runs on a current-thread tokio runtime, so the
-//! client's driver, its exchanges and the server all allocate on the test's own thread, and
-//! cases running in parallel on other threads do not blur each other's peaks. The heaviest
-//! cases still run one at a time ([`harness::heavy`]) to keep the machine's two cores for them.
+//! client's driver and its exchanges allocate on the test's own thread, while the server runs
+//! on a thread of its own and cases running in parallel use theirs; neither blurs the client's
+//! peak. The heaviest cases still run one at a time ([`harness::heavy`]) to keep the machine's
+//! two cores for them.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

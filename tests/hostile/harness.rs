@@ -79,6 +79,12 @@ impl Probe {
     /// Panics with `what` when the peak grew beyond `bound`.
     pub fn assert_memory(&self, what: &str, bound: usize) {
         let grown = self.peak_growth();
+        eprintln!(
+            "{what}: {:?}, heap peak +{} KiB (bound {} KiB)",
+            self.elapsed(),
+            grown / 1024,
+            bound / 1024
+        );
         assert!(
             grown < bound,
             "{what}: heap peak grew by {} KiB, bound {} KiB (process peak {} KiB)",

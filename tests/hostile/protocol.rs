@@ -250,6 +250,8 @@ async fn malformed_capability_hash_on_an_answer_is_a_context_mismatch() {
     assert_usable("bad hash", &server, &client).await;
 }
 
+/// Memory must not grow with the flood: the answers are tiny, and only a bounded number of
+/// them may be in flight or queued at once.
 #[tokio::test]
 async fn a_flood_of_server_pings_is_answered_in_bounds() {
     let _heavy = heavy().await;
@@ -281,7 +283,7 @@ async fn a_flood_of_server_pings_is_answered_in_bounds() {
     .unwrap()
     .unwrap();
     assert_eq!(result.text(), "after the flood");
-    probe.assert_memory("ping flood", 32 * MIB);
+    probe.assert_memory("ping flood", 16 * MIB);
     let answers = server.matching(Request::is_answer);
     assert!(answers.len() <= PINGS, "{} answers", answers.len());
     let mut ids = HashSet::new();
@@ -409,4 +411,96 @@ async fn listen_stream_storm_gives_up() {
     }
     probe.assert_memory("listen storm", MIB);
     assert_usable("listen storm", &server, &client).await;
+}
+
+/// A session id a server may send, and the error kinds refusing it may take.
+type HostileId = (&'static str, fn() -> String, &'static [ErrorKind]);
+
+#[tokio::test]
+async fn hostile_session_ids_are_refused_at_initialize() {
+    let mut failures = Failures::default();
+    // The HTTP layer itself refuses a control character in a header, before the client sees
+    // the head: that surfaces as a transport failure of `initialize`.
+    let hostile: [HostileId; 3] = [
+        ("a space", || "bad id".to_owned(), &[ErrorKind::Protocol]),
+        (
+            "a control character",
+            || "bad\u{7}id".to_owned(),
+            &[ErrorKind::Protocol, ErrorKind::Transport],
+        ),
+        ("2,000 bytes", || "s".repeat(2000), &[ErrorKind::Protocol]),
+    ];
+    for (what, id, kinds) in hostile {
+        let server = Server::start(move |req| {
+            if initializes(req) {
+                let body = result_msg(
+                    req,
+                    json!({"protocolVersion": VERSION, "capabilities": {},
+                        "serverInfo": {"name": "hostile", "version": "1"}}),
+                );
+                let id = id();
+                return Reply::full(
+                    200,
+                    &[
+                        ("Content-Type", "application/json"),
+                        ("Mcp-Session-Id", &id),
+                    ],
+                    body.to_string(),
+                );
+            }
+            Reply::good()
+        })
+        .await;
+        let client = builder(&server).build().unwrap();
+        match within(what, Duration::from_secs(2), client.connect()).await {
+            Ok(Err(err)) => failures.check(kinds.contains(&err.kind()), || {
+                format!("session id with {what}: {err}")
+            }),
+            other => failures.push(format!("session id with {what}: {other:?}")),
+        }
+        // Nothing was ever sent with the hostile id.
+        failures.check(server.count(|r| !initializes(r)) == 0, || {
+            format!("session id with {what}: {:?}", server.labels())
+        });
+        // A failed first connect is not terminal: the next one starts over.
+        server.behave();
+        let again = within(what, Duration::from_secs(2), client.call_tool(echo("ok"))).await;
+        failures.check(matches!(&again, Ok(Ok(r)) if r.text() == "ok"), || {
+            format!("session id with {what}: afterwards {again:?}")
+        });
+    }
+    failures.finish("hostile session ids");
+}
+
+#[tokio::test]
+async fn a_hanging_delete_does_not_hang_close() {
+    let server = Server::start(|req| {
+        if req.is_delete() {
+            Reply::hang_before_head()
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server)
+        .call_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.connect().await.unwrap();
+    let started = std::time::Instant::now();
+    let closed = within("close", Duration::from_secs(4), client.close())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(2500), "close took {took:?}");
+    if let Err(err) = closed {
+        assert!(
+            matches!(err.kind(), ErrorKind::Transport | ErrorKind::Timeout),
+            "{err}"
+        );
+    }
+    assert_eq!(server.count(Request::is_delete), 1);
+    // Closed is terminal, whatever the DELETE did.
+    let (err, _) = failing("after close", Duration::from_secs(1), client.ping()).await;
+    assert_kind("after close", &err, ErrorKind::Closed);
 }
