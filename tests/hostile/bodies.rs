@@ -267,6 +267,33 @@ async fn endless_trickle_meets_the_deadline() {
 }
 
 #[tokio::test]
+async fn endless_events_without_the_response() {
+    // Valid progress notifications, forever: nothing may accumulate per event, and only the
+    // deadline ends the call.
+    let _heavy = heavy().await;
+    let mut case = Case::new(
+        "endless events",
+        |_| {
+            let mut chunk = String::new();
+            for i in 0..100 {
+                let note = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": "t", "progress": i}});
+                chunk.push_str(&sse_event(Some(&format!("p{i}")), &note));
+            }
+            Reply::sse_head().endless(chunk)
+        },
+        Expect::Err(ErrorKind::Timeout),
+    )
+    .timing(
+        Duration::from_secs(1),
+        Duration::from_millis(900),
+        Duration::from_secs(3),
+    );
+    case.memory = 8 * MIB;
+    run(case).await;
+}
+
+#[tokio::test]
 async fn hang_before_the_head() {
     run(Case::new(
         "hang before head",

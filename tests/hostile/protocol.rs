@@ -504,3 +504,65 @@ async fn a_hanging_delete_does_not_hang_close() {
     let (err, _) = failing("after close", Duration::from_secs(1), client.ping()).await;
     assert_kind("after close", &err, ErrorKind::Closed);
 }
+
+#[tokio::test]
+async fn initialize_redirect_is_not_followed() {
+    let server = Server::start(|req| {
+        if initializes(req) {
+            let location = format!("http://{}/elsewhere", req.header("host").unwrap_or(""));
+            Reply::full(307, &[("Location", &location)], "")
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    let (err, took) = failing("redirect", Duration::from_secs(2), client.connect()).await;
+    assert_kind("redirect", &err, ErrorKind::Protocol);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(
+        server.count(|r| r.path != "/mcp"),
+        0,
+        "{:?}",
+        server.labels()
+    );
+    assert_eq!(server.count(initializes), 1);
+    assert_usable("redirect", &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_session_id_on_a_later_answer_is_ignored() {
+    // Only `initialize` assigns the session; a later header naming another one is noise.
+    let server = Server::start(|req| {
+        if tool_calls(req) {
+            let body = response_text(req, "x");
+            return Reply::full(
+                200,
+                &[
+                    ("Content-Type", "application/json"),
+                    ("Mcp-Session-Id", "hijacked"),
+                ],
+                body.to_string(),
+            );
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    let r = within(
+        "late id",
+        Duration::from_secs(2),
+        client.call_tool(echo("x")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.text(), "x");
+    within("late id", Duration::from_secs(2), client.ping())
+        .await
+        .unwrap()
+        .unwrap();
+    let ping = server.wait_for(|r| r.is_rpc("ping")).await;
+    assert_eq!(ping.session_id(), Some(session_name(1).as_str()));
+}

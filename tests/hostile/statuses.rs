@@ -126,6 +126,8 @@ async fn statuses_after_which_the_call_may_have_run() {
             row(status, body, ErrorKind::OutcomeUnknown, &mut failures).await;
         }
     }
+    // Success without the response: processed, answer lost, like a 202.
+    row(204, Body::None, ErrorKind::OutcomeUnknown, &mut failures).await;
     failures.finish("may have run");
 }
 
