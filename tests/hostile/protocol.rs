@@ -1,0 +1,568 @@
+//! Hostile protocol content: wrong, duplicate and unknown JSON-RPC ids, batches where they are
+//! not allowed, wrong content types, hostile `retry` and event ids, malformed capability
+//! hashes, floods of server requests, and reconnect storms.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use mcp_resume::{ErrorKind, ReinitReason, SessionEvent};
+use serde_json::{json, Value};
+
+use crate::harness::*;
+use crate::server::*;
+
+fn response_text(req: &Request, text: &str) -> Value {
+    result_msg(req, echo_result(text))
+}
+
+#[tokio::test]
+async fn unknown_null_and_duplicate_ids_on_a_stream_are_ignored() {
+    run(Case::new(
+        "stray responses around the real one",
+        |req| {
+            let stray =
+                |id: Value| json!({"jsonrpc": "2.0", "id": id, "result": echo_result("stray")});
+            let mut text = String::new();
+            text.push_str(&sse_event(None, &stray(json!(424242))));
+            text.push_str(&sse_event(None, &stray(json!("not-ours"))));
+            text.push_str(&sse_event(None, &stray(Value::Null)));
+            text.push_str(&sse_event(None, &response_text(req, "real")));
+            text.push_str(&sse_event(None, &response_text(req, "duplicate")));
+            Reply::sse(text)
+        },
+        Expect::Ok(|text| text == "real"),
+    ))
+    .await;
+}
+
+// A batch is not a message on 2025-11-25: the answer is unreadable, after the request reached
+// the server.
+
+#[tokio::test]
+async fn json_rpc_batch_as_a_json_body() {
+    run(Case::new(
+        "batch body",
+        |req| Reply::json(200, &json!([response_text(req, "batched")])),
+        Expect::Err(ErrorKind::OutcomeUnknown),
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn json_rpc_batch_in_an_sse_event() {
+    run(Case::new(
+        "batch event",
+        |req| Reply::sse(sse_event(None, &json!([response_text(req, "batched")]))),
+        Expect::Err(ErrorKind::OutcomeUnknown),
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn text_html_with_200() {
+    // A 200 page from something that is not the MCP server (a portal, a proxy) may or may
+    // not have passed the request on: both readings are defensible; success is not.
+    run(Case::new(
+        "text/html 200",
+        |_| {
+            Reply::full(
+                200,
+                &[("Content-Type", "text/html")],
+                "<html><body>hello</body></html>",
+            )
+        },
+        Expect::ErrAny(&[ErrorKind::Protocol, ErrorKind::OutcomeUnknown]),
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn a_huge_retry_is_never_undercut() {
+    // `retry` beyond the deadline: the client may not reconnect earlier than asked, so the call
+    // cannot be resumed in time. It ends by its deadline at the latest, and no resume is sent.
+    let server = Server::start(|req| {
+        if tool_calls(req) {
+            Reply::sse("retry: 99999999999999999999999999\nid: r1\ndata:\n\n")
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server)
+        .call_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.connect().await.unwrap();
+    let probe = Probe::start();
+    let (err, took) = failing(
+        "huge retry",
+        Duration::from_secs(3),
+        client.call_tool(echo("x")),
+    )
+    .await;
+    assert!(
+        matches!(err.kind(), ErrorKind::Timeout | ErrorKind::OutcomeUnknown),
+        "{err}"
+    );
+    assert!(took < Duration::from_millis(2500), "{took:?}");
+    probe.assert_memory("huge retry", MIB);
+    assert_eq!(server.count(Request::is_resume), 0, "{:?}", server.labels());
+    assert_eq!(server.count(tool_calls), 1);
+    assert_usable("huge retry", &server, &client).await;
+}
+
+#[tokio::test]
+async fn negative_and_non_numeric_retry_values_are_ignored() {
+    let posted = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let seen = posted.clone();
+    let server = Server::start(move |req| {
+        if tool_calls(req) {
+            *seen.lock().unwrap() = req.rpc_id();
+            return Reply::sse("retry: -5\nretry: 1e3\nretry: 12abc\nretry:\nid: r1\ndata:\n\n");
+        }
+        if req.is_resume() {
+            let id = seen.lock().unwrap().clone();
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": echo_result("resumed")});
+            return Reply::sse_open(sse_event(Some("r2"), &answer));
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    let probe = Probe::start();
+    let result = within(
+        "odd retry",
+        Duration::from_secs(3),
+        client.call_tool(echo("x")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(result.text(), "resumed");
+    probe.assert_memory("odd retry", MIB);
+    let post = server.wait_for(tool_calls).await;
+    let resumes = server.matching(Request::is_resume);
+    assert_eq!(resumes.len(), 1, "{:?}", server.labels());
+    assert_eq!(resumes[0].last_event_id(), Some("r1"));
+    // The backoff still applies: an ignored `retry` is not a `retry: 0`.
+    let gap = resumes[0].at - post.at;
+    assert!(gap >= Duration::from_millis(10), "resumed after {gap:?}");
+    assert_eq!(server.count(tool_calls), 1);
+    assert_usable("odd retry", &server, &client).await;
+}
+
+#[tokio::test]
+async fn hostile_event_ids_never_become_the_cursor() {
+    let posted = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let seen = posted.clone();
+    let server = Server::start(move |req| {
+        if tool_calls(req) {
+            *seen.lock().unwrap() = req.rpc_id();
+            let mut text = b"id: e1\ndata:\n\n".to_vec();
+            // Too long for a header, then control characters a header cannot carry.
+            text.extend(format!("id: {}\ndata:\n\n", "x".repeat(2000)).into_bytes());
+            text.extend_from_slice(b"id: e\x01x\ndata:\n\n");
+            text.extend_from_slice(b"id: e\x7fx\ndata:\n\n");
+            text.extend_from_slice(b"id: e\x00x\ndata:\n\n");
+            text.extend_from_slice(b"id: e\x1bx\ndata:\n\n");
+            return Reply::sse(text);
+        }
+        if req.is_resume() {
+            let id = seen.lock().unwrap().clone();
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": echo_result("resumed")});
+            return Reply::sse_open(sse_event(Some("e9"), &answer));
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    let result = within(
+        "hostile ids",
+        Duration::from_secs(3),
+        client.call_tool(echo("x")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(result.text(), "resumed");
+    let resumes = server.matching(Request::is_resume);
+    assert_eq!(resumes.len(), 1, "{:?}", server.labels());
+    assert_eq!(resumes[0].last_event_id(), Some("e1"));
+    assert_usable("hostile ids", &server, &client).await;
+}
+
+fn hash_options() -> Options {
+    Options {
+        capabilities: json!({
+            "tools": {},
+            "experimental": {"resumeSafety": {"version": 1, "capabilityHash": true}}
+        }),
+        capability_hash: Some(format!("sha256:{}", "ab".repeat(32))),
+        listen: false,
+    }
+}
+
+#[tokio::test]
+async fn malformed_capability_hash_on_an_answer_is_a_context_mismatch() {
+    // The session negotiated a valid hash; an answer naming no valid hash cannot be proven to
+    // come from the same context.
+    let server = Server::start_with(hash_options(), |req| {
+        if tool_calls(req) {
+            let body = response_text(req, "unproven");
+            return Reply::full(
+                200,
+                &[
+                    ("Content-Type", "application/json"),
+                    ("Mcp-Capability-Hash", "sha256:zz"),
+                ],
+                body.to_string(),
+            );
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    let mut events = client.events();
+    client.connect().await.unwrap();
+    let (err, took) = failing(
+        "bad hash",
+        Duration::from_secs(3),
+        client.call_tool(echo("x")),
+    )
+    .await;
+    assert_kind("bad hash", &err, ErrorKind::ContextMismatch);
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    let reinit = within("bad hash", Duration::from_secs(3), async {
+        while let Some(event) = events.next().await {
+            if let SessionEvent::Reinitialized { reason, .. } = event {
+                return Some(reason);
+            }
+        }
+        None
+    })
+    .await
+    .unwrap();
+    assert_eq!(reinit, Some(ReinitReason::CapabilityMismatch));
+    assert_eq!(server.count(tool_calls), 1, "it already ran: never re-sent");
+    assert_usable("bad hash", &server, &client).await;
+}
+
+/// Memory must not grow with the flood: the answers are tiny, and only a bounded number of
+/// them may be in flight or queued at once.
+#[tokio::test]
+async fn a_flood_of_server_pings_is_answered_in_bounds() {
+    let _heavy = heavy().await;
+    const PINGS: usize = 1000;
+    let server = Server::start(|req| {
+        if tool_calls(req) {
+            let mut text = String::with_capacity(PINGS * 48);
+            for i in 1..=PINGS {
+                text.push_str(&sse_event(
+                    None,
+                    &json!({"jsonrpc": "2.0", "id": i, "method": "ping"}),
+                ));
+            }
+            text.push_str(&sse_event(None, &response_text(req, "after the flood")));
+            return Reply::sse(text);
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    let probe = Probe::start();
+    let result = within(
+        "ping flood",
+        Duration::from_secs(5),
+        client.call_tool(echo("x")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(result.text(), "after the flood");
+    probe.assert_memory("ping flood", 16 * MIB);
+    let answers = server.matching(Request::is_answer);
+    assert!(answers.len() <= PINGS, "{} answers", answers.len());
+    let mut ids = HashSet::new();
+    for answer in &answers {
+        let body = answer.json.as_ref().unwrap();
+        assert_eq!(body["result"], json!({}), "{body}");
+        assert!(ids.insert(body["id"].clone()), "answered twice: {body}");
+    }
+    assert_usable("ping flood", &server, &client).await;
+}
+
+/// A POST stream that sends its priming event and closes, and resumes answered by `resume`.
+async fn storm(resume: fn(&Request) -> Reply) -> (Server, mcp_resume::Client) {
+    let server = Server::start(move |req| {
+        if tool_calls(req) {
+            Reply::sse("id: s1\ndata:\n\n")
+        } else if req.is_resume() {
+            resume(req)
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    (server, client)
+}
+
+/// The resumes are bounded, spaced by the backoff, and the call ends fast.
+async fn assert_storm_bounded(what: &str, server: &Server, client: &mcp_resume::Client) {
+    let probe = Probe::start();
+    let outcome = within(what, Duration::from_secs(3), client.call_tool(echo("x"))).await;
+    let took = probe.elapsed();
+    let err = match outcome {
+        Ok(Err(err)) => err,
+        Ok(Ok(r)) => panic!("{what}: succeeded with {:?}", r.text()),
+        Err(message) => panic!(
+            "{message}: {} resumes so far (a storm)",
+            server.count(Request::is_resume)
+        ),
+    };
+    assert_kind(what, &err, ErrorKind::OutcomeUnknown);
+    assert!(took < Duration::from_secs(2), "{what}: {took:?}");
+    probe.assert_memory(what, MIB);
+    let post = server.wait_for(tool_calls).await;
+    let resumes = server.matching(Request::is_resume);
+    assert!(
+        (1..=5).contains(&resumes.len()),
+        "{what}: {} resumes: {:?}",
+        resumes.len(),
+        server.labels()
+    );
+    let mut last = post.at;
+    for resume in &resumes {
+        assert_eq!(resume.last_event_id(), Some("s1"), "{what}");
+        let gap = resume.at - last;
+        assert!(
+            gap >= Duration::from_millis(10),
+            "{what}: resumed after {gap:?}"
+        );
+        last = resume.at;
+    }
+    assert_eq!(
+        server.count(tool_calls),
+        1,
+        "{what}: unkeyed, never re-sent"
+    );
+    assert_usable(what, server, client).await;
+}
+
+#[tokio::test]
+async fn reconnect_storm_of_empty_streams() {
+    let (server, client) = storm(|_| Reply::sse("")).await;
+    assert_storm_bounded("empty resumed streams", &server, &client).await;
+}
+
+#[tokio::test]
+async fn reconnect_storm_of_cut_streams() {
+    // Chunked, cut inside a chunk: an error, not a clean end.
+    let (server, client) = storm(|_| {
+        Reply::raw(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n: partial",
+        )
+    })
+    .await;
+    assert_storm_bounded("cut resumed streams", &server, &client).await;
+}
+
+#[tokio::test]
+async fn reconnect_storm_replaying_the_cursor() {
+    // Each resume replays the event the client resumed from, and ends: nothing new arrives,
+    // so this is no progress however many times it repeats.
+    let (server, client) = storm(|_| Reply::sse("id: s1\ndata:\n\n")).await;
+    assert_storm_bounded("resumes replaying the cursor", &server, &client).await;
+}
+
+#[tokio::test]
+async fn listen_stream_storm_gives_up() {
+    let server = Server::start(|req| {
+        if req.is_get() {
+            Reply::sse("")
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server).open_listen_stream(true).build().unwrap();
+    let probe = Probe::start();
+    client.connect().await.unwrap();
+    let cap = fast_policy().max_attempts as usize + 1;
+    assert!(
+        server
+            .saw_within(Duration::from_secs(3), cap, Request::is_get)
+            .await,
+        "{:?}",
+        server.labels()
+    );
+    // An observation window for the absence of more GETs: twenty times the longest backoff.
+    tokio::time::sleep(fast_policy().max_delay * 20).await;
+    let gets = server.matching(Request::is_get);
+    assert_eq!(gets.len(), cap, "{:?}", server.labels());
+    for pair in gets.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(10), "reopened after {gap:?}");
+    }
+    probe.assert_memory("listen storm", MIB);
+    assert_usable("listen storm", &server, &client).await;
+}
+
+/// A session id a server may send, and the error kinds refusing it may take.
+type HostileId = (&'static str, fn() -> String, &'static [ErrorKind]);
+
+#[tokio::test]
+async fn hostile_session_ids_are_refused_at_initialize() {
+    let mut failures = Failures::default();
+    // The HTTP layer itself refuses a control character in a header, before the client sees
+    // the head: that surfaces as a transport failure of `initialize`.
+    let hostile: [HostileId; 3] = [
+        ("a space", || "bad id".to_owned(), &[ErrorKind::Protocol]),
+        (
+            "a control character",
+            || "bad\u{7}id".to_owned(),
+            &[ErrorKind::Protocol, ErrorKind::Transport],
+        ),
+        ("2,000 bytes", || "s".repeat(2000), &[ErrorKind::Protocol]),
+    ];
+    for (what, id, kinds) in hostile {
+        let server = Server::start(move |req| {
+            if initializes(req) {
+                let body = result_msg(
+                    req,
+                    json!({"protocolVersion": VERSION, "capabilities": {},
+                        "serverInfo": {"name": "hostile", "version": "1"}}),
+                );
+                let id = id();
+                return Reply::full(
+                    200,
+                    &[
+                        ("Content-Type", "application/json"),
+                        ("Mcp-Session-Id", &id),
+                    ],
+                    body.to_string(),
+                );
+            }
+            Reply::good()
+        })
+        .await;
+        let client = builder(&server).build().unwrap();
+        match within(what, Duration::from_secs(2), client.connect()).await {
+            Ok(Err(err)) => failures.check(kinds.contains(&err.kind()), || {
+                format!("session id with {what}: {err}")
+            }),
+            other => failures.push(format!("session id with {what}: {other:?}")),
+        }
+        // Nothing was ever sent with the hostile id.
+        failures.check(server.count(|r| !initializes(r)) == 0, || {
+            format!("session id with {what}: {:?}", server.labels())
+        });
+        // A failed first connect is not terminal: the next one starts over.
+        server.behave();
+        let again = within(what, Duration::from_secs(2), client.call_tool(echo("ok"))).await;
+        failures.check(matches!(&again, Ok(Ok(r)) if r.text() == "ok"), || {
+            format!("session id with {what}: afterwards {again:?}")
+        });
+    }
+    failures.finish("hostile session ids");
+}
+
+#[tokio::test]
+async fn a_hanging_delete_does_not_hang_close() {
+    let server = Server::start(|req| {
+        if req.is_delete() {
+            Reply::hang_before_head()
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server)
+        .call_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    client.connect().await.unwrap();
+    let started = std::time::Instant::now();
+    let closed = within("close", Duration::from_secs(4), client.close())
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(2500), "close took {took:?}");
+    if let Err(err) = closed {
+        assert!(
+            matches!(err.kind(), ErrorKind::Transport | ErrorKind::Timeout),
+            "{err}"
+        );
+    }
+    assert_eq!(server.count(Request::is_delete), 1);
+    // Closed is terminal, whatever the DELETE did.
+    let (err, _) = failing("after close", Duration::from_secs(1), client.ping()).await;
+    assert_kind("after close", &err, ErrorKind::Closed);
+}
+
+#[tokio::test]
+async fn initialize_redirect_is_not_followed() {
+    let server = Server::start(|req| {
+        if initializes(req) {
+            let location = format!("http://{}/elsewhere", req.header("host").unwrap_or(""));
+            Reply::full(307, &[("Location", &location)], "")
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    let (err, took) = failing("redirect", Duration::from_secs(2), client.connect()).await;
+    assert_kind("redirect", &err, ErrorKind::Protocol);
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(
+        server.count(|r| r.path != "/mcp"),
+        0,
+        "{:?}",
+        server.labels()
+    );
+    assert_eq!(server.count(initializes), 1);
+    assert_usable("redirect", &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_session_id_on_a_later_answer_is_ignored() {
+    // Only `initialize` assigns the session; a later header naming another one is noise.
+    let server = Server::start(|req| {
+        if tool_calls(req) {
+            let body = response_text(req, "x");
+            return Reply::full(
+                200,
+                &[
+                    ("Content-Type", "application/json"),
+                    ("Mcp-Session-Id", "hijacked"),
+                ],
+                body.to_string(),
+            );
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    let r = within(
+        "late id",
+        Duration::from_secs(2),
+        client.call_tool(echo("x")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(r.text(), "x");
+    within("late id", Duration::from_secs(2), client.ping())
+        .await
+        .unwrap()
+        .unwrap();
+    let ping = server.wait_for(|r| r.is_rpc("ping")).await;
+    assert_eq!(ping.session_id(), Some(session_name(1).as_str()));
+}
