@@ -28,13 +28,10 @@ mod bodies;
 mod defects;
 #[path = "hostile/protocol.rs"]
 mod protocol;
+#[path = "hostile/retry_and_checks.rs"]
+mod retry_and_checks;
 #[path = "hostile/statuses.rs"]
 mod statuses;
-// The tests of `Error::retry_after`, `SessionEvent::ChecksDegraded` and
-// `Client::extension_status` are written against the API the core is about to gain; they are
-// compiled in once it exists.
-// #[path = "hostile/pending_api.rs"]
-// mod pending_api;
 
 struct Counting;
 

@@ -596,6 +596,16 @@ async fn concurrent_calls_complete_once_each() {
     });
     within("concurrent echoes", futures::future::join_all(calls)).await;
 
+    // The server's log is read from its output asynchronously: an answer can arrive before
+    // the log line that records its run.
+    for i in 0..CALLS {
+        let text = format!("call-{i}");
+        server
+            .wait_for("tool", GUARD, |e| {
+                e["name"] == "echo" && e["arguments"]["text"] == text.as_str()
+            })
+            .await;
+    }
     let runs = tool_runs(&server, "echo");
     assert_eq!(runs.len(), CALLS, "{}", server.dump());
     let mut texts: Vec<&str> = runs

@@ -104,9 +104,7 @@ fn req_port(req: &Request) -> u16 {
 #[tokio::test]
 async fn statuses_that_prove_the_call_was_not_processed() {
     let mut failures = Failures::default();
-    for status in [
-        301, 302, 303, 307, 308, 400, 401, 403, 405, 406, 413, 415, 429,
-    ] {
+    for status in [301, 302, 307, 308, 400, 401, 403, 405, 406, 413, 415, 429] {
         for body in BODIES {
             let expected = match body {
                 Body::RpcError => ErrorKind::Rpc,
@@ -128,6 +126,10 @@ async fn statuses_after_which_the_call_may_have_run() {
     }
     // Success without the response: processed, answer lost, like a 202.
     row(204, Body::None, ErrorKind::OutcomeUnknown, &mut failures).await;
+    // "See Other" answers a POST that was processed: the answer is elsewhere, not absent.
+    for body in BODIES {
+        row(303, body, ErrorKind::OutcomeUnknown, &mut failures).await;
+    }
     failures.finish("may have run");
 }
 

@@ -95,7 +95,18 @@ impl Session {
             Refused::MayHaveRun => Failure::AnsweredWithoutResponse,
         };
         debug!(call = id.0, status, ?failure, "call refused");
-        self.apply_because(id, failure, refusal.error, now);
+        let cause = match failure {
+            // The cause of an unknown outcome names what was answered, whatever the body.
+            Failure::AnsweredWithoutResponse if refusal.error.kind() == ErrorKind::Rpc => {
+                Error::caused_by(
+                    ErrorKind::Protocol,
+                    format!("answered HTTP {status}"),
+                    refusal.error,
+                )
+            }
+            _ => refusal.error,
+        };
+        self.apply_because(id, failure, cause, now);
     }
 
     fn resume_refused(&mut self, id: CallId, status: u16, refusal: Refusal, now: Instant) {

@@ -216,24 +216,15 @@ impl Session {
                 if let Some(call) = self.calls.get_mut(&c) {
                     call.state = CallState::Waiting;
                 }
-                if decoded {
-                    self.complete(
-                        c,
-                        Err(Error::new(
-                            ErrorKind::Protocol,
-                            "JSON body without the response",
-                        )),
-                    );
+                // The request reached the server, and the answer is not this call's
+                // response (another id, none, or garbled): the call may have run.
+                let cause = if decoded {
+                    "the JSON body answered another request id or none"
                 } else {
-                    // A cut or garbled body: the call may have run.
-                    self.apply(
-                        c,
-                        Failure::StreamEnded {
-                            event_id_seen: false,
-                        },
-                        now,
-                    );
-                }
+                    "the JSON body was cut or undecodable"
+                };
+                let cause = Error::new(ErrorKind::Protocol, cause);
+                self.apply_because(c, Failure::AnsweredWithoutResponse, cause, now);
             }
             ExKind::Initialize => self.init_failed(
                 Error::new(ErrorKind::Protocol, "initialize body without the response"),
