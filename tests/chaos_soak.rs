@@ -112,7 +112,7 @@ fn outcome_label(result: &Result<(), Error>) -> String {
                 .and_then(|d| d.get("code"))
                 .and_then(Value::as_str)
             {
-                Some(code) => format!("rpc({} {code})", rpc.code),
+                Some(code) => format!("rpc({}/{code})", rpc.code),
                 None => format!("rpc({})", rpc.code),
             }
         }
@@ -629,7 +629,7 @@ fn rpc_outcomes_are_named_by_code() {
             -32000,
             Some(json!({"code": "IDEMPOTENCY_KEY_IN_USE"}))
         )),
-        "rpc(-32000 IDEMPOTENCY_KEY_IN_USE)"
+        "rpc(-32000/IDEMPOTENCY_KEY_IN_USE)"
     );
     assert_eq!(outcome_label(&rpc(-32602, None)), "rpc(-32602)");
     assert_eq!(
