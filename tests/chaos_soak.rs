@@ -488,7 +488,22 @@ fn report_line(preset: Preset, run: &PresetRun, judgement: &Judgement) -> String
     }
     let t = &run.oracle.totals;
     let records = if judgement.joined {
-        format!("records={} (complete, joined per call)", t.executions)
+        // Keyed calls that ran more than once, by tool: allowed for read-only tools (the
+        // key's first execution was abandoned), a violation for side effects.
+        let mut runs: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
+        for e in run.oracle.executions.iter().filter(|e| e.keyed) {
+            if let Some(tag) = e.tag.as_deref() {
+                runs.entry(tag).or_insert((e.tool.as_str(), 0)).1 += 1;
+            }
+        }
+        let mut repeated_keyed: BTreeMap<&str, u64> = BTreeMap::new();
+        for (tool, n) in runs.into_values().filter(|(_, n)| *n > 1) {
+            *repeated_keyed.entry(tool).or_default() += n - 1;
+        }
+        format!(
+            "repeated_keyed={repeated_keyed:?} records={} (complete, joined per call)",
+            t.executions
+        )
     } else {
         format!(
             "records={}/{} (LIMIT REACHED, {} dropped: per-call joins skipped, totals checked)",
