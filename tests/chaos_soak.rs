@@ -5,10 +5,21 @@
 //! Agents mostly call one at a time, with occasional bursts of concurrent calls.
 //!
 //! - every call ends exactly once (result or typed error) within its deadline plus slack;
-//! - no keyed side effect runs twice (the server advertises idempotency);
+//! - every successful result echoes the tag of the call that received it (an answer
+//!   delivered to another call is a violation);
+//! - no side effect (`prepare`, `commit`, `counter_increment`) runs twice for one call, keyed
+//!   or not (the server advertises idempotency; unkeyed calls are never re-sent);
 //! - no unkeyed call runs twice;
 //! - no success for a call that ran under the wrong capabilities, or for a commit that ran
-//!   against an unknown record in the very session that prepared it.
+//!   against an unknown record in the very session that prepared it;
+//! - on every preset but `naive`, nothing runs under a wrong context at all.
+//!
+//! The oracle's totals are never capped, so the checks that can be made from them (side
+//! effects run twice, unkeyed calls run twice, wrong contexts outside `naive`) always run.
+//! The per-call joins need every execution record; the oracle keeps a limited number
+//! (`MCP_RESUME_SOAK_RECORD_LIMIT`, default the cluster's 200,000) and says how many it
+//! dropped. A run that dropped records fails, saying so, unless `MCP_RESUME_SOAK_CHECK=totals`
+//! accepts that the per-call joins are skipped (the run then says they were).
 //!
 //! Sizes: `MCP_RESUME_SOAK_CALLS` (total calls over all presets, default 6400),
 //! `MCP_RESUME_SOAK_SECS` (minimum seconds per preset, default 0), `MCP_RESUME_SOAK_SEED`
@@ -19,9 +30,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_resume::{Client, ErrorKind, ReconnectPolicy, ToolCall};
+use mcp_resume::{Client, Error, ErrorKind, ReconnectPolicy, ToolCall};
 use mock_server::context::meta;
-use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, Preset};
+use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, OracleTotals, Preset};
 use serde_json::{json, Value};
 
 const AGENTS: usize = 8;
@@ -68,12 +79,57 @@ impl Rng {
     }
 }
 
+/// What the per-call checks need from the oracle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckMode {
+    /// Totals, and every per-call join: a run whose oracle dropped records fails.
+    Records,
+    /// Totals; the per-call joins only while the oracle kept every record.
+    Totals,
+}
+
+impl CheckMode {
+    fn from_env() -> Self {
+        match std::env::var("MCP_RESUME_SOAK_CHECK").as_deref() {
+            Ok("totals") => CheckMode::Totals,
+            Ok("records") | Err(_) => CheckMode::Records,
+            Ok(other) => panic!("MCP_RESUME_SOAK_CHECK={other:?}: expected `records` or `totals`"),
+        }
+    }
+}
+
+/// How a call ended, as counted in the report: `ok`, an error kind, and for `rpc` the
+/// JSON-RPC code and the `error.data.code` the server gave, if any.
+fn outcome_label(result: &Result<(), Error>) -> String {
+    let Err(e) = result else {
+        return "ok".to_owned();
+    };
+    match (e.kind(), e.rpc_error()) {
+        (ErrorKind::Rpc, Some(rpc)) => {
+            match rpc
+                .data
+                .as_ref()
+                .and_then(|d| d.get("code"))
+                .and_then(Value::as_str)
+            {
+                Some(code) => format!("rpc({}/{code})", rpc.code),
+                None => format!("rpc({})", rpc.code),
+            }
+        }
+        (kind, _) => kind.as_str().to_owned(),
+    }
+}
+
 /// One call as the client saw it.
 struct Outcome {
     tag: String,
     tool: &'static str,
     keyed: bool,
     result: Result<(), ErrorKind>,
+    /// `ok`, the error kind, or the named JSON-RPC error.
+    label: String,
+    /// On success, the tag the result's `_meta` echoed.
+    echoed_tag: Option<String>,
     elapsed: Duration,
     /// The call's future did not end within deadline + slack.
     hung: bool,
@@ -97,17 +153,32 @@ async fn one_call(
     let started = Instant::now();
     let res = tokio::time::timeout(CALL_TIMEOUT + SLACK, client.call_tool(call)).await;
     let elapsed = started.elapsed();
-    let (result, value, hung) = match res {
-        Ok(Ok(r)) => (Ok(()), r.structured_content, false),
-        Ok(Err(e)) => (Err(e.kind()), None, false),
-        Err(_) => (Err(ErrorKind::Timeout), None, true),
+    let (result, value, echoed_tag, hung) = match res {
+        Ok(Ok(r)) => {
+            let echoed = r
+                .meta
+                .as_ref()
+                .and_then(|m| m.get(meta::TAG))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            (Ok(()), r.structured_content, echoed, false)
+        }
+        Ok(Err(e)) => (Err(e), None, None, false),
+        Err(_) => (
+            Err(Error::new(ErrorKind::Timeout, "deadline + slack")),
+            None,
+            None,
+            true,
+        ),
     };
     (
         Outcome {
             tag,
             tool,
             keyed,
-            result,
+            label: outcome_label(&result),
+            result: result.map_err(|e| e.kind()),
+            echoed_tag,
             elapsed,
             hung,
             depends_on: None,
@@ -218,6 +289,7 @@ async fn soak_preset(
     seed: u64,
     calls_per_agent: usize,
     min_time: Duration,
+    record_limit: usize,
 ) -> PresetRun {
     let started = Instant::now();
     let mut rng = Rng(seed ^ preset as u64);
@@ -232,6 +304,7 @@ async fn soak_preset(
         } else {
             CutStyle::CleanEnd
         },
+        oracle_record_limit: record_limit,
         ..ClusterConfig::default()
     };
     let cluster = Arc::new(Cluster::start(config).await.expect("cluster starts"));
@@ -272,9 +345,80 @@ async fn soak_preset(
     }
 }
 
-/// The §4 invariants for one preset's run; returns the violations.
-fn violations(preset: Preset, run: &PresetRun) -> Vec<String> {
+/// The side-effect tools of the mock (see its README, "Tools").
+fn has_side_effect(tool: &str) -> bool {
+    matches!(tool, "prepare" | "commit" | "counter_increment")
+}
+
+/// What the checks found for one preset's run.
+#[derive(Debug, Default)]
+struct Judgement {
+    violations: Vec<String>,
+    /// Whether the per-call joins with the oracle's records ran.
+    joined: bool,
+}
+
+/// Checks that need only the oracle's totals, which are never capped.
+fn check_totals(preset: Preset, t: &OracleTotals, v: &mut Vec<String>) {
+    if t.duplicate_side_effects > 0 {
+        v.push(format!(
+            "{preset}: {} side effects ran twice for one call (oracle totals)",
+            t.duplicate_side_effects
+        ));
+    }
+    if t.repeated_unkeyed_executions > 0 {
+        v.push(format!(
+            "{preset}: {} unkeyed calls ran more than once (oracle totals)",
+            t.repeated_unkeyed_executions
+        ));
+    }
+    // Every preset but `naive` serves a session correctly from any instance, so nothing may
+    // run under a context other than the negotiated one, whatever the client does.
+    if preset != Preset::Naive && (t.wrong_capability > 0 || t.unknown_record > 0) {
+        v.push(format!(
+            "{preset}: {} executions under the wrong capabilities, {} against unknown \
+             records (oracle totals)",
+            t.wrong_capability, t.unknown_record
+        ));
+    }
+}
+
+/// The §4 invariants for one preset's run.
+fn judge(preset: Preset, run: &PresetRun, mode: CheckMode) -> Judgement {
     let mut v = Vec::new();
+    let t = &run.oracle.totals;
+    check_totals(preset, t, &mut v);
+    for o in &run.outcomes {
+        if o.hung {
+            v.push(format!("{preset}: {} never ended", o.tag));
+        } else if o.elapsed > CALL_TIMEOUT + SLACK {
+            v.push(format!("{preset}: {} ended after {:?}", o.tag, o.elapsed));
+        }
+        if o.result.is_ok() && o.echoed_tag.as_deref() != Some(o.tag.as_str()) {
+            v.push(format!(
+                "{preset}: {} got the result of another call (it echoes tag {:?})",
+                o.tag, o.echoed_tag
+            ));
+        }
+    }
+    if !run.oracle.executions_complete() {
+        let kept = run.oracle.executions.len();
+        if mode == CheckMode::Records {
+            v.push(format!(
+                "{preset}: per-call checks incomplete: the oracle kept {kept} of {} execution \
+                 records ({} dropped at its limit), so success under wrong capabilities, \
+                 commits of unknown records and repeated calls cannot be joined per call. \
+                 Make the run smaller (MCP_RESUME_SOAK_CALLS / MCP_RESUME_SOAK_SECS), raise \
+                 MCP_RESUME_SOAK_RECORD_LIMIT, or accept totals-only checks with \
+                 MCP_RESUME_SOAK_CHECK=totals",
+                t.executions, t.execution_records_dropped
+            ));
+        }
+        return Judgement {
+            violations: v,
+            joined: false,
+        };
+    }
     let mut execs: BTreeMap<&str, Vec<&mock_server::ExecutionRecord>> = BTreeMap::new();
     for e in &run.oracle.executions {
         if let Some(tag) = e.tag.as_deref() {
@@ -283,20 +427,23 @@ fn violations(preset: Preset, run: &PresetRun) -> Vec<String> {
     }
     for o in &run.outcomes {
         let ran = execs.get(o.tag.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-        if o.hung {
-            v.push(format!("{preset}: {} never ended", o.tag));
-        } else if o.elapsed > CALL_TIMEOUT + SLACK {
-            v.push(format!("{preset}: {} ended after {:?}", o.tag, o.elapsed));
-        }
         if !o.keyed && ran.len() > 1 {
             v.push(format!(
                 "{preset}: unkeyed {} ran {} times",
                 o.tag,
                 ran.len()
             ));
+        } else if let Some(e) = ran.iter().find(|e| e.duplicate_side_effect) {
+            v.push(format!(
+                "{preset}: keyed {} ran its side effect twice (again on instance {})",
+                o.tag, e.instance
+            ));
         }
-        if o.keyed && o.tool == "counter_increment" && ran.iter().any(|e| e.duplicate_side_effect) {
-            v.push(format!("{preset}: keyed {} incremented twice", o.tag));
+        if ran.iter().any(|e| e.side_effect != has_side_effect(o.tool)) {
+            v.push(format!(
+                "{preset}: the oracle's side-effect mark of {} disagrees with the tool list",
+                o.tag
+            ));
         }
         if o.result.is_ok() {
             if let Some(e) = ran.iter().find(|e| e.wrong_capability) {
@@ -327,7 +474,60 @@ fn violations(preset: Preset, run: &PresetRun) -> Vec<String> {
             }
         }
     }
-    v
+    Judgement {
+        violations: v,
+        joined: true,
+    }
+}
+
+/// One line of the report for a preset.
+fn report_line(preset: Preset, run: &PresetRun, judgement: &Judgement) -> String {
+    let mut outcomes: BTreeMap<&str, u64> = BTreeMap::new();
+    for o in &run.outcomes {
+        *outcomes.entry(o.label.as_str()).or_default() += 1;
+    }
+    let t = &run.oracle.totals;
+    let records = if judgement.joined {
+        // Keyed calls that ran more than once, by tool: allowed for read-only tools (the
+        // key's first execution was abandoned), a violation for side effects.
+        let mut runs: BTreeMap<&str, (&str, u64)> = BTreeMap::new();
+        for e in run.oracle.executions.iter().filter(|e| e.keyed) {
+            if let Some(tag) = e.tag.as_deref() {
+                runs.entry(tag).or_insert((e.tool.as_str(), 0)).1 += 1;
+            }
+        }
+        let mut repeated_keyed: BTreeMap<&str, u64> = BTreeMap::new();
+        for (tool, n) in runs.into_values().filter(|(_, n)| *n > 1) {
+            *repeated_keyed.entry(tool).or_default() += n - 1;
+        }
+        format!(
+            "repeated_keyed={repeated_keyed:?} records={} (complete, joined per call)",
+            t.executions
+        )
+    } else {
+        format!(
+            "records={}/{} (LIMIT REACHED, {} dropped: per-call joins skipped, totals checked)",
+            run.oracle.executions.len(),
+            t.executions,
+            t.execution_records_dropped
+        )
+    };
+    format!(
+        "{preset:<10} calls={} {outcomes:?} restarts={} resumes={} rejections={:?} \
+         initializes={} made_up={} wrong_capability={} unknown_record={} \
+         duplicate_side_effects={} repeated={} {records} {:.1}s",
+        run.outcomes.len(),
+        run.restarts,
+        t.resumes,
+        t.rejections,
+        t.initializes,
+        t.sessions_made_up,
+        t.wrong_capability,
+        t.unknown_record,
+        t.duplicate_side_effects,
+        t.repeated_executions,
+        run.seconds
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,45 +539,116 @@ async fn chaos_soak_every_preset() {
     });
     let total = env_u64("MCP_RESUME_SOAK_CALLS").unwrap_or(6400) as usize;
     let min_time = Duration::from_secs(env_u64("MCP_RESUME_SOAK_SECS").unwrap_or(0));
+    let record_limit = env_u64("MCP_RESUME_SOAK_RECORD_LIMIT")
+        .map_or(mock_server::DEFAULT_ORACLE_RECORD_LIMIT, |n| n as usize);
+    let mode = CheckMode::from_env();
     let per_agent = (total / (Preset::ALL.len() * AGENTS)).max(1);
     let _report = SeedReport {
         seed,
-        what: format!("{total} calls, {AGENTS} agents, >= {min_time:?} per preset"),
+        what: format!(
+            "{total} calls, {AGENTS} agents, >= {min_time:?} per preset, \
+             record limit {record_limit}, {mode:?} checks"
+        ),
     };
-    eprintln!("chaos soak seed {seed}: {per_agent} calls per agent, {AGENTS} agents per preset");
+    eprintln!(
+        "chaos soak seed {seed}: {per_agent} calls per agent, {AGENTS} agents per preset, \
+         oracle record limit {record_limit}, {mode:?} checks"
+    );
 
     let mut all = Vec::new();
     for preset in Preset::ALL {
-        let run = soak_preset(preset, seed, per_agent, min_time).await;
-        let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
-        for o in &run.outcomes {
-            let k = match o.result {
-                Ok(()) => "ok".to_owned(),
-                Err(k) => k.as_str().to_owned(),
-            };
-            *kinds.entry(k).or_default() += 1;
-        }
-        let t = &run.oracle.totals;
-        eprintln!(
-            "{preset:<10} calls={} {kinds:?} restarts={} resumes={} rejections={:?} \
-             initializes={} wrong_capability={} unknown_record={} duplicates={} {:.1}s",
-            run.outcomes.len(),
-            run.restarts,
-            t.resumes,
-            t.rejections,
-            t.initializes,
-            t.wrong_capability,
-            t.unknown_record,
-            t.duplicate_side_effects,
-            run.seconds
-        );
+        let run = soak_preset(preset, seed, per_agent, min_time, record_limit).await;
+        let judgement = judge(preset, &run, mode);
+        eprintln!("{}", report_line(preset, &run, &judgement));
         assert!(run.outcomes.len() >= per_agent * AGENTS, "{preset}");
-        all.extend(violations(preset, &run));
+        all.extend(judgement.violations);
     }
     assert!(
         all.is_empty(),
         "{} invariant violations (seed {seed}):\n{}",
         all.len(),
         all.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// A soak past the oracle's record limit is never silently blind: by default it fails and
+/// says why; in totals mode it passes on the totals and says the joins were skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soak_past_the_record_limit_says_so() {
+    let seed = env_u64("MCP_RESUME_SOAK_SEED").unwrap_or(7);
+    let run = soak_preset(Preset::Replicated, seed, 20, Duration::ZERO, 50).await;
+    let t = &run.oracle.totals;
+    assert!(t.executions > 50, "{t:?}");
+    assert_eq!(run.oracle.executions.len(), 50);
+    assert_eq!(t.execution_records_dropped, t.executions - 50);
+
+    let strict = judge(Preset::Replicated, &run, CheckMode::Records);
+    assert!(!strict.joined);
+    assert!(
+        strict
+            .violations
+            .iter()
+            .any(|v| v.contains("per-call checks incomplete") && v.contains("dropped")),
+        "{:#?}",
+        strict.violations
+    );
+
+    let totals = judge(Preset::Replicated, &run, CheckMode::Totals);
+    assert!(!totals.joined);
+    assert!(totals.violations.is_empty(), "{:#?}", totals.violations);
+    let line = report_line(Preset::Replicated, &run, &totals);
+    assert!(line.contains("LIMIT REACHED"), "{line}");
+}
+
+#[test]
+fn a_result_delivered_to_another_call_is_a_violation() {
+    let outcome = |tag: &str, echoed: Option<&str>| Outcome {
+        tag: tag.to_owned(),
+        tool: "echo",
+        keyed: false,
+        result: Ok(()),
+        label: "ok".to_owned(),
+        echoed_tag: echoed.map(str::to_owned),
+        elapsed: Duration::ZERO,
+        hung: false,
+        depends_on: None,
+    };
+    let run = PresetRun {
+        outcomes: vec![
+            outcome("a", Some("a")),
+            outcome("b", Some("c")),
+            outcome("c", None),
+        ],
+        oracle: OracleReport::default(),
+        restarts: 0,
+        seconds: 0.0,
+    };
+    let j = judge(Preset::Strict, &run, CheckMode::Records);
+    assert!(j.joined);
+    assert_eq!(j.violations.len(), 2, "{:#?}", j.violations);
+    assert!(j.violations[0].contains("b got the result of another call"));
+}
+
+#[test]
+fn rpc_outcomes_are_named_by_code() {
+    let rpc = |code, data| {
+        Err(Error::rpc(mcp_resume::RpcError {
+            code,
+            message: "m".into(),
+            data,
+        }))
+    };
+    assert_eq!(outcome_label(&Ok(())), "ok");
+    assert_eq!(
+        outcome_label(&rpc(
+            -32000,
+            Some(json!({"code": "IDEMPOTENCY_KEY_IN_USE"}))
+        )),
+        "rpc(-32000/IDEMPOTENCY_KEY_IN_USE)"
+    );
+    assert_eq!(outcome_label(&rpc(-32602, None)), "rpc(-32602)");
+    assert_eq!(
+        outcome_label(&Err(Error::new(ErrorKind::OutcomeUnknown, "x"))),
+        "outcome_unknown"
     );
 }

@@ -133,7 +133,7 @@ impl Cluster {
             Some(s) => s.clone(),
             None => Arc::new(MemoryStore::new()),
         };
-        let oracle = Oracle::new(config.instances);
+        let oracle = Oracle::new(config.instances, config.oracle_record_limit);
         let faults = Arc::new(RwLock::new(config.faults()));
         let log_rng = Arc::new(Mutex::new(None));
         let envs: Vec<Arc<InstanceEnv>> = (0..config.instances)

@@ -212,6 +212,9 @@ pub struct ClusterConfig {
     pub allowed_origins: Vec<String>,
     /// Shared store to use instead of a fresh [`MemoryStore`](crate::MemoryStore).
     pub store: Option<Arc<dyn Store>>,
+    /// How many execution records and resume records the oracle keeps in detail (each list).
+    /// Its totals keep counting beyond, and say how many records were dropped.
+    pub oracle_record_limit: usize,
 }
 
 impl fmt::Debug for ClusterConfig {
@@ -232,6 +235,7 @@ impl fmt::Debug for ClusterConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("allowed_origins", &self.allowed_origins)
             .field("store", &self.store.as_ref().map(|_| "custom"))
+            .field("oracle_record_limit", &self.oracle_record_limit)
             .finish()
     }
 }
@@ -255,6 +259,7 @@ impl Default for ClusterConfig {
             max_body_bytes: 1024 * 1024,
             allowed_origins: Vec::new(),
             store: None,
+            oracle_record_limit: crate::DEFAULT_ORACLE_RECORD_LIMIT,
         }
     }
 }

@@ -19,7 +19,9 @@ pub mod meta {
     pub const IDEMPOTENCY_KEY: &str = "io.github.mcp-resume/idempotency-key";
     /// Where a keyed result carries the capability hash it was produced under.
     pub const CAPABILITY_HASH: &str = "io.github.mcp-resume/capability-hash";
-    /// Where a caller puts the tag the oracle records with each execution.
+    /// Where a caller puts the tag the oracle records with each execution; a tool result
+    /// echoes it under the same key in its `_meta` (a stored result replayed for a keyed
+    /// call echoes the tag of the execution that produced it).
     pub const TAG: &str = "io.github.mcp-resume/tag";
 }
 

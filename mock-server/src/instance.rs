@@ -1137,6 +1137,7 @@ async fn tools_call(
         inc: inc.clone(),
         session,
         tag,
+        keyed: key.is_some(),
         progress_token,
         emitter,
     };

@@ -45,5 +45,7 @@ mod tools;
 
 pub use cluster::Cluster;
 pub use config::{ClusterConfig, CutStyle, Faults, Preset, UnknownPreset};
-pub use oracle::{ExecutionRecord, OracleReport, OracleTotals, ResumeRecord};
+pub use oracle::{
+    ExecutionRecord, OracleReport, OracleTotals, ResumeRecord, DEFAULT_ORACLE_RECORD_LIMIT,
+};
 pub use store::{MemoryStore, Store};

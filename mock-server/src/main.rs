@@ -131,6 +131,7 @@ fn config(a: &Args) -> Result<ClusterConfig, String> {
         max_body_bytes: a.max_body_bytes,
         allowed_origins: a.allowed_origins.clone(),
         store: None,
+        oracle_record_limit: mock_server::DEFAULT_ORACLE_RECORD_LIMIT,
     })
 }
 

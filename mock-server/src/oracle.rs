@@ -11,9 +11,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-/// Executions kept in detail; totals keep counting beyond it.
-const MAX_EXECUTION_RECORDS: usize = 200_000;
-const MAX_RESUME_RECORDS: usize = 100_000;
+/// Default of [`ClusterConfig::oracle_record_limit`](crate::ClusterConfig::oracle_record_limit):
+/// records kept in detail per list (executions, resumes). Totals keep counting beyond it, and
+/// say how many records were dropped.
+pub const DEFAULT_ORACLE_RECORD_LIMIT: usize = 200_000;
 
 /// One tool execution (an idempotent replay is not an execution).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,7 +35,13 @@ pub struct ExecutionRecord {
     pub wrong_capability: bool,
     /// A dependent call (`commit`) ran against a record the instance did not know.
     pub unknown_record: bool,
-    /// A side effect (`counter_increment`) whose tag had already been executed once.
+    /// The tool has a side effect (`prepare`, `commit`, `counter_increment`).
+    #[serde(default)]
+    pub side_effect: bool,
+    /// The call carried an idempotency key the instance honoured (extension on).
+    #[serde(default)]
+    pub keyed: bool,
+    /// A side effect whose tag had already been executed once.
     pub duplicate_side_effect: bool,
 }
 
@@ -57,8 +64,10 @@ pub struct ResumeRecord {
     pub reason: Option<String>,
 }
 
-/// Counters of an [`OracleReport`].
+/// Counters of an [`OracleReport`]. They are never capped: they stay exact when the
+/// per-execution records are not (see `execution_records_dropped`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct OracleTotals {
     /// Tool executions.
     pub executions: u64,
@@ -68,6 +77,10 @@ pub struct OracleTotals {
     pub unknown_record: u64,
     /// Side effects executed more than once for the same tag.
     pub duplicate_side_effects: u64,
+    /// Tagged executions whose tag had already executed (any tool, keyed or not).
+    pub repeated_executions: u64,
+    /// The part of `repeated_executions` that carried no idempotency key.
+    pub repeated_unkeyed_executions: u64,
     /// Calls answered from the idempotency store without running.
     pub idempotent_replays: u64,
     /// Successful `initialize` requests.
@@ -82,6 +95,11 @@ pub struct OracleTotals {
     pub rejections: BTreeMap<String, u64>,
     /// HTTP requests handled per instance (index = instance).
     pub requests_per_instance: Vec<u64>,
+    /// Executions counted above but missing from `executions` (the record limit was
+    /// reached): a join of calls with `executions` is incomplete unless this is 0.
+    pub execution_records_dropped: u64,
+    /// Resume attempts counted above but missing from `resumes`.
+    pub resume_records_dropped: u64,
 }
 
 /// What the oracle saw since the last reset. Serialized as the admin route's JSON.
@@ -110,14 +128,35 @@ impl OracleReport {
     pub fn rejections(&self, reason: &str) -> u64 {
         self.totals.rejections.get(reason).copied().unwrap_or(0)
     }
+
+    /// Whether `executions` holds every execution counted in the totals (the record limit
+    /// was not reached). A per-call join over an incomplete list misses executions silently.
+    pub fn executions_complete(&self) -> bool {
+        self.totals.execution_records_dropped == 0
+    }
 }
 
 #[derive(Debug, Default)]
 struct OracleState {
     truth: HashMap<String, String>,
-    side_effect_tags: HashSet<String>,
+    /// Every tag that executed since the last reset. Not capped: the repeat and duplicate
+    /// totals depend on it (about 100 bytes per distinct tag).
+    executed_tags: HashSet<String>,
+    record_limit: usize,
     report: OracleReport,
     running: u64,
+}
+
+/// One execution as an instance reports it.
+pub(crate) struct Execution<'a> {
+    pub tag: Option<String>,
+    pub tool: &'a str,
+    pub instance: usize,
+    pub session: &'a str,
+    pub capability_hash: &'a str,
+    pub unknown_record: bool,
+    pub side_effect: bool,
+    pub keyed: bool,
 }
 
 /// Shared handle to the oracle. Cheap to clone.
@@ -146,8 +185,11 @@ impl Drop for RunningGuard {
 }
 
 impl Oracle {
-    pub(crate) fn new(instances: usize) -> Self {
-        let mut state = OracleState::default();
+    pub(crate) fn new(instances: usize, record_limit: usize) -> Self {
+        let mut state = OracleState {
+            record_limit,
+            ..OracleState::default()
+        };
         state.report.totals.requests_per_instance = vec![0; instances];
         Self {
             state: Arc::new(Mutex::new(state)),
@@ -171,7 +213,7 @@ impl Oracle {
             let n = s.report.totals.requests_per_instance.len();
             s.report = OracleReport::default();
             s.report.totals.requests_per_instance = vec![0; n];
-            s.side_effect_tags.clear();
+            s.executed_tags.clear();
         });
     }
 
@@ -217,42 +259,39 @@ impl Oracle {
     }
 
     /// Records an execution starting now and returns the guard that marks it in flight.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn execution(
-        &self,
-        tag: Option<String>,
-        tool: &str,
-        instance: usize,
-        session: &str,
-        capability_hash: &str,
-        unknown_record: bool,
-        side_effect: bool,
-    ) -> RunningGuard {
+    pub(crate) fn execution(&self, e: Execution<'_>) -> RunningGuard {
         self.with(|s| {
-            let expected = s.truth.get(session).cloned();
-            let wrong_capability = expected.as_deref().is_some_and(|e| e != capability_hash);
-            let duplicate_side_effect = side_effect
-                && match &tag {
-                    Some(t) => !s.side_effect_tags.insert(t.clone()),
-                    None => false,
-                };
+            let expected = s.truth.get(e.session).cloned();
+            let wrong_capability = expected.as_deref().is_some_and(|h| h != e.capability_hash);
+            // Untagged calls cannot be told apart, so they are never counted as repeats.
+            let repeated = match &e.tag {
+                Some(t) => !s.executed_tags.insert(t.clone()),
+                None => false,
+            };
+            let duplicate_side_effect = e.side_effect && repeated;
             let t = &mut s.report.totals;
             t.executions += 1;
             t.wrong_capability += u64::from(wrong_capability);
-            t.unknown_record += u64::from(unknown_record);
+            t.unknown_record += u64::from(e.unknown_record);
             t.duplicate_side_effects += u64::from(duplicate_side_effect);
-            if s.report.executions.len() < MAX_EXECUTION_RECORDS {
+            t.repeated_executions += u64::from(repeated);
+            t.repeated_unkeyed_executions += u64::from(repeated && !e.keyed);
+            if s.report.executions.len() < s.record_limit {
                 s.report.executions.push(ExecutionRecord {
-                    tag,
-                    tool: tool.to_owned(),
-                    instance,
-                    session: session.to_owned(),
-                    capability_hash: capability_hash.to_owned(),
+                    tag: e.tag,
+                    tool: e.tool.to_owned(),
+                    instance: e.instance,
+                    session: e.session.to_owned(),
+                    capability_hash: e.capability_hash.to_owned(),
                     expected_capability_hash: expected,
                     wrong_capability,
-                    unknown_record,
+                    unknown_record: e.unknown_record,
+                    side_effect: e.side_effect,
+                    keyed: e.keyed,
                     duplicate_side_effect,
                 });
+            } else {
+                s.report.totals.execution_records_dropped += 1;
             }
             s.running += 1;
         });
@@ -271,8 +310,10 @@ impl Oracle {
             if let Some(reason) = &record.reason {
                 *t.rejections.entry(reason.clone()).or_insert(0) += 1;
             }
-            if s.report.resumes.len() < MAX_RESUME_RECORDS {
+            if s.report.resumes.len() < s.record_limit {
                 s.report.resumes.push(record);
+            } else {
+                t.resume_records_dropped += 1;
             }
         });
     }
@@ -282,38 +323,88 @@ impl Oracle {
 mod tests {
     use super::*;
 
+    fn exec<'a>(tag: Option<&str>, tool: &'a str, instance: usize, hash: &'a str) -> Execution<'a> {
+        Execution {
+            tag: tag.map(str::to_owned),
+            tool,
+            instance,
+            session: "s",
+            capability_hash: hash,
+            unknown_record: false,
+            side_effect: tool != "generate",
+            keyed: false,
+        }
+    }
+
     #[test]
     fn flags_wrong_capability_and_duplicates() {
-        let o = Oracle::new(2);
+        let o = Oracle::new(2, DEFAULT_ORACLE_RECORD_LIMIT);
         o.initialized("s", "h1");
-        drop(o.execution(Some("a".into()), "generate", 0, "s", "h1", false, false));
-        drop(o.execution(Some("b".into()), "generate", 1, "s", "h0", false, false));
-        drop(o.execution(
-            Some("c".into()),
-            "counter_increment",
-            1,
-            "s",
-            "h1",
-            false,
-            true,
-        ));
-        drop(o.execution(
-            Some("c".into()),
-            "counter_increment",
-            0,
-            "s",
-            "h1",
-            false,
-            true,
-        ));
-        drop(o.execution(None, "generate", 0, "unknown", "h0", false, false));
+        drop(o.execution(exec(Some("a"), "generate", 0, "h1")));
+        drop(o.execution(exec(Some("b"), "generate", 1, "h0")));
+        drop(o.execution(exec(Some("c"), "counter_increment", 1, "h1")));
+        drop(o.execution(exec(Some("c"), "counter_increment", 0, "h1")));
+        drop(o.execution(Execution {
+            keyed: true,
+            ..exec(Some("p"), "prepare", 0, "h1")
+        }));
+        drop(o.execution(Execution {
+            keyed: true,
+            ..exec(Some("p"), "prepare", 1, "h1")
+        }));
+        drop(o.execution(Execution {
+            session: "unknown",
+            ..exec(None, "generate", 0, "h0")
+        }));
         let r = o.report();
-        assert_eq!(r.totals.executions, 5);
+        assert_eq!(r.totals.executions, 7);
         assert_eq!(r.totals.wrong_capability, 1);
         assert!(r.executions_tagged("b").all(|e| e.wrong_capability));
-        assert_eq!(r.totals.duplicate_side_effects, 1);
+        assert_eq!(r.totals.duplicate_side_effects, 2);
+        assert!(
+            r.executions_tagged("p")
+                .last()
+                .unwrap()
+                .duplicate_side_effect
+        );
+        assert_eq!(r.totals.repeated_executions, 2);
+        assert_eq!(r.totals.repeated_unkeyed_executions, 1);
+        assert!(r.executions_complete());
         o.reset();
         assert_eq!(o.report().totals.executions, 0);
         assert_eq!(o.report().totals.requests_per_instance, vec![0, 0]);
+    }
+
+    #[test]
+    fn the_record_limit_is_reported_and_totals_keep_counting() {
+        let o = Oracle::new(1, 2);
+        o.initialized("s", "h1");
+        for tag in ["a", "b", "c", "c"] {
+            drop(o.execution(exec(Some(tag), "counter_increment", 0, "h0")));
+        }
+        for _ in 0..3 {
+            o.resume(ResumeRecord {
+                session: "s".into(),
+                stream: "x".into(),
+                instance: 0,
+                owner: Some(0),
+                cross_instance: false,
+                honored: true,
+                reason: None,
+            });
+        }
+        let r = o.report();
+        assert_eq!(r.executions.len(), 2);
+        assert_eq!(r.totals.executions, 4);
+        assert_eq!(r.totals.execution_records_dropped, 2);
+        assert!(!r.executions_complete());
+        // Past the limit the counters are still exact.
+        assert_eq!(r.totals.wrong_capability, 4);
+        assert_eq!(r.totals.duplicate_side_effects, 1);
+        assert_eq!((r.resumes.len(), r.totals.resume_records_dropped), (2, 1));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["totals"]["execution_records_dropped"], 2);
+        o.reset();
+        assert!(o.report().executions_complete());
     }
 }

@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use crate::context;
 use crate::instance::{code, Emitter, Incarnation};
+use crate::oracle::Execution;
 use crate::store::{PreparedRecord, SessionRecord};
 
 /// Bounds that keep a hostile `slow` call from tying an instance up forever.
@@ -33,6 +34,20 @@ impl Call {
             Call::Prepare { .. } => "prepare",
             Call::Commit { .. } => "commit",
             Call::CounterIncrement => "counter_increment",
+        }
+    }
+
+    /// Whether running the call twice does something running it once does not, so the
+    /// oracle counts a second execution of its tag as a duplicate side effect.
+    ///
+    /// `prepare` stores a record (twice: two records for one request, one of them never
+    /// committed); `commit` is the write the prepared record stands for (the mock keeps no
+    /// commit state, so the oracle is the only place a double commit shows);
+    /// `counter_increment` adds one. `echo`, `slow` and `generate` only read.
+    pub(crate) fn has_side_effect(&self) -> bool {
+        match self {
+            Call::Echo { .. } | Call::Slow { .. } | Call::Generate { .. } => false,
+            Call::Prepare { .. } | Call::Commit { .. } | Call::CounterIncrement => true,
         }
     }
 }
@@ -128,6 +143,8 @@ pub(crate) struct ToolCtx<'a> {
     pub inc: Arc<Incarnation>,
     pub session: &'a SessionRecord,
     pub tag: Option<String>,
+    /// The call carries an idempotency key the instance honours.
+    pub keyed: bool,
     pub progress_token: Option<Value>,
     pub emitter: Option<&'a mut Emitter>,
 }
@@ -140,35 +157,48 @@ fn error(code: i64, message: &str, data: Value) -> Value {
     json!({ "code": code, "message": message, "data": data })
 }
 
-/// Runs a call: the `tools/call` result, or a JSON-RPC error object.
+/// Runs a call: the `tools/call` result, or a JSON-RPC error object. A result echoes the
+/// caller's tag in `_meta` (see [`context::meta::TAG`]), so a caller can check that the answer
+/// it got belongs to the call it made.
 pub(crate) async fn run(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
+    let tag = ctx.tag.clone();
+    let mut result = run_tool(call, ctx).await?;
+    if let Some(tag) = tag {
+        result["_meta"][context::meta::TAG] = Value::String(tag);
+    }
+    Ok(result)
+}
+
+async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
     let ToolCtx {
         inc,
         session,
         tag,
+        keyed,
         progress_token,
         emitter,
     } = ctx;
     let oracle = &inc.env.oracle;
     let me = inc.env.index;
-    let exec = |unknown_record: bool, side_effect: bool| {
-        oracle.execution(
-            tag.clone(),
-            call.name(),
-            me,
-            &session.id,
-            &session.capability_hash,
+    let exec = |unknown_record: bool| {
+        oracle.execution(Execution {
+            tag: tag.clone(),
+            tool: call.name(),
+            instance: me,
+            session: &session.id,
+            capability_hash: &session.capability_hash,
             unknown_record,
-            side_effect,
-        )
+            side_effect: call.has_side_effect(),
+            keyed,
+        })
     };
     match &call {
         Call::Echo { text: t } => {
-            let _running = exec(false, false);
+            let _running = exec(false);
             Ok(text(t.clone()))
         }
         Call::Slow { steps, delay_ms } => {
-            let _running = exec(false, false);
+            let _running = exec(false);
             let mut emitter = emitter;
             for i in 1..=*steps {
                 tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
@@ -192,14 +222,14 @@ pub(crate) async fn run(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
             Ok(text(format!("slow: done after {steps} steps")))
         }
         Call::Generate { prompt } => {
-            let _running = exec(false, false);
+            let _running = exec(false);
             let t = context::negotiated_temperature(&session.client_capabilities);
             let mut r = text(format!("{prompt} [generated at temperature {t}]"));
             r["structuredContent"] = json!({ "temperature": t });
             Ok(r)
         }
         Call::Prepare { item } => {
-            let _running = exec(false, false);
+            let _running = exec(false);
             let id = format!("rec-{}", uuid::Uuid::new_v4().simple());
             let rec = PreparedRecord {
                 id: id.clone(),
@@ -225,12 +255,12 @@ pub(crate) async fn run(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
                 inc.env.settings.placement.resume == crate::config::ResumePolicy::Permissive;
             match found {
                 Some(rec) => {
-                    let _running = exec(false, false);
+                    let _running = exec(false);
                     Ok(text(format!("committed {record}: {}", rec.item)))
                 }
                 // The observed system: the record is unknown here, and it "commits" anyway.
                 None if permissive => {
-                    let _running = exec(true, false);
+                    let _running = exec(true);
                     Ok(text(format!("committed {record}")))
                 }
                 None => Err(error(
@@ -241,7 +271,7 @@ pub(crate) async fn run(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
             }
         }
         Call::CounterIncrement => {
-            let _running = exec(false, true);
+            let _running = exec(false);
             let n = inc
                 .env
                 .shared
@@ -272,5 +302,25 @@ mod tests {
             parse("counter_increment", &json!({})).unwrap(),
             Call::CounterIncrement
         );
+    }
+
+    #[test]
+    fn every_listed_tool_says_whether_it_has_a_side_effect() {
+        let args = json!({"text": "t", "steps": 0, "delay_ms": 0, "prompt": "p", "item": 1, "record": "r"});
+        let effects: Vec<(String, bool)> = list()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let name = t["name"].as_str().unwrap();
+                (
+                    name.to_owned(),
+                    parse(name, &args).unwrap().has_side_effect(),
+                )
+            })
+            .collect();
+        let named = |n: &str| effects.iter().find(|(t, _)| t == n).unwrap().1;
+        assert!(!named("echo") && !named("slow") && !named("generate"));
+        assert!(named("prepare") && named("commit") && named("counter_increment"));
     }
 }

@@ -100,6 +100,9 @@ async fn check(config: ClusterConfig) {
         ])
     );
     assert_eq!(s["echo"], json!("hello"));
+    // Results echo the caller's tag; the keyed repeat's stored result carries it too.
+    assert_eq!(s["echoTag"], json!("ts-echo"));
+    assert_eq!(s["counterTags"], json!(["ts-counter", "ts-counter"]));
     assert_eq!(s["slow"], json!("slow: done after 3 steps"));
     // Progress travels on the call's SSE stream; a JSON answer has nowhere to put it.
     assert_eq!(s["slowProgress"], json!(if sse { 3 } else { 0 }));

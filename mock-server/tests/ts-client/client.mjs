@@ -38,7 +38,9 @@ async function main() {
   const call = (name, args, tag, extraMeta = {}, options = undefined) =>
     client.callTool({ name, arguments: args, _meta: { [TAG]: tag, ...extraMeta } }, undefined, options);
 
-  summary.echo = textOf(await call("echo", { text: "hello" }, "ts-echo"));
+  const echoed = await call("echo", { text: "hello" }, "ts-echo");
+  summary.echo = textOf(echoed);
+  summary.echoTag = echoed._meta?.[TAG] ?? null;
   let progress = 0;
   summary.slow = textOf(
     await call("slow", { steps: 3, delay_ms: 10 }, "ts-slow", {}, { onprogress: () => { progress += 1; } }),
@@ -53,6 +55,7 @@ async function main() {
   summary.counter = textOf(first);
   summary.counterAgain = textOf(again);
   summary.counterHash = first._meta?.["io.github.mcp-resume/capability-hash"] ?? null;
+  summary.counterTags = [first._meta?.[TAG] ?? null, again._meta?.[TAG] ?? null];
   log({ step: "calls", ...summary });
 
   await transport.terminateSession();
