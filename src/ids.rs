@@ -91,6 +91,38 @@ impl EventId {
     }
 }
 
+/// A position in a sequenced stream of the resume-safety extension: ids are `<stream>-<seq>`,
+/// `seq` growing by exactly one per event that carries an id.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SequencedEventId {
+    stream: String,
+    seq: u64,
+}
+
+impl SequencedEventId {
+    /// The position `id` names, when it is sequenced.
+    pub fn of(id: &EventId) -> Option<Self> {
+        id.sequenced().map(|(stream, seq)| SequencedEventId {
+            stream: stream.to_owned(),
+            seq,
+        })
+    }
+
+    /// The position right after this one.
+    pub fn next(&self) -> Self {
+        SequencedEventId {
+            stream: self.stream.clone(),
+            seq: self.seq.saturating_add(1),
+        }
+    }
+
+    /// Whether `id` is exactly this position.
+    pub fn is(&self, id: &EventId) -> bool {
+        id.sequenced()
+            .is_some_and(|(stream, seq)| stream == self.stream && seq == self.seq)
+    }
+}
+
 impl fmt::Display for EventId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

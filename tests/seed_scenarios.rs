@@ -508,7 +508,10 @@ async fn dependent_follow_up_never_succeeds_against_an_unknown_record() {
             // session given up.
             for r in results.iter().filter_map(|r| r.as_ref().err()) {
                 assert!(
-                    matches!(r.kind(), ErrorKind::ContextMismatch | ErrorKind::SessionLost),
+                    matches!(
+                        r.kind(),
+                        ErrorKind::ContextMismatch | ErrorKind::SessionLost
+                    ),
                     "{preset}: {r}"
                 );
             }

@@ -97,7 +97,7 @@ fn happy_path_sse() {
     assert!(s.aborted.contains(&post));
     assert!(matches!(
         s.events()[0],
-        SessionEvent::Connected { ref protocol_version } if protocol_version == "2025-11-25"
+        SessionEvent::Connected { protocol_version } if protocol_version.as_str() == "2025-11-25"
     ));
 }
 
@@ -155,16 +155,30 @@ fn unsupported_protocol_version_fails_connect() {
     assert_eq!(kind(s.result(c)), ErrorKind::Protocol);
 }
 
+/// The first call connects by itself, and waits for the handshake before it is sent.
 #[test]
-fn calls_submitted_before_connect_wait_for_it() {
+fn the_first_call_connects_and_waits_for_the_handshake() {
     let _g = SeedGuard(5);
     let mut s = Sim::new(SessionConfig::default(), ServerConfig::default(), 5);
     let c = s.call("early", None);
-    assert!(s.server.seen.is_empty());
     let conn = s.connect();
     s.run_until_complete(c, SEC);
     assert!(s.result(conn).is_ok());
     assert_eq!(ok_tag(s.result(c)), "early");
+    assert_eq!(s.server.initializes(), 1);
+    let first_call = s
+        .server
+        .seen
+        .iter()
+        .position(|x| x.tag.as_deref() == Some("early"))
+        .unwrap();
+    let initialized = s
+        .server
+        .seen
+        .iter()
+        .position(|x| x.rpc_method.as_deref() == Some("notifications/initialized"))
+        .unwrap();
+    assert!(initialized < first_call, "{:?}", s.server.seen);
 }
 
 #[test]

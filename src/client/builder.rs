@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::client::Client;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::policy::ReconnectPolicy;
-use crate::proto::config::SUPPORTED_PROTOCOL_VERSIONS;
+use crate::proto::version::ProtocolVersion;
 use crate::proto::{ResendPolicy, ServerRequest, SessionConfig};
 
 /// Default TCP connect timeout of the built-in HTTP client.
@@ -55,6 +55,7 @@ pub(crate) struct ClientConfig {
 pub struct ClientBuilder {
     url: String,
     session: SessionConfig,
+    protocol_version: Option<String>,
     jitter_seed: Option<u64>,
     bearer: Option<String>,
     headers: Vec<(String, String)>,
@@ -83,6 +84,7 @@ impl ClientBuilder {
         ClientBuilder {
             url: url.into(),
             session: SessionConfig::default(),
+            protocol_version: None,
             jitter_seed: None,
             bearer: None,
             headers: Vec::new(),
@@ -105,10 +107,10 @@ impl ClientBuilder {
         self
     }
 
-    /// Protocol version offered at `initialize`; one of
-    /// [`SUPPORTED_PROTOCOL_VERSIONS`]. Default: the newest.
+    /// Protocol version offered at `initialize`, by name (e.g. `"2025-06-18"`); one of
+    /// [`ProtocolVersion::SUPPORTED`]. Default: [`ProtocolVersion::LATEST`].
     pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
-        self.session.protocol_version = version.into();
+        self.protocol_version = Some(version.into());
         self
     }
 
@@ -235,12 +237,17 @@ impl ClientBuilder {
         }
 
         let mut session = self.session;
-        if !SUPPORTED_PROTOCOL_VERSIONS.contains(&session.protocol_version.as_str()) {
-            return Err(invalid(format!(
-                "unsupported protocol version `{}` (supported: {})",
-                session.protocol_version,
-                SUPPORTED_PROTOCOL_VERSIONS.join(", ")
-            )));
+        if let Some(name) = &self.protocol_version {
+            session.protocol_version = ProtocolVersion::parse(name).ok_or_else(|| {
+                let supported: Vec<&str> = ProtocolVersion::SUPPORTED
+                    .iter()
+                    .map(|v| v.as_str())
+                    .collect();
+                invalid(format!(
+                    "unsupported protocol version `{name}` (supported: {})",
+                    supported.join(", ")
+                ))
+            })?;
         }
         if !session.client_capabilities.is_object() {
             return Err(invalid("client capabilities must be a JSON object"));

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::builder::{ClientConfig, ServerRequestHandler};
 use super::events::ServerNotification;
 use super::http::{Endpoint, ExchangeEvent};
-use crate::error::{Error, ErrorKind, RpcError};
+use crate::error::{Error, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
     CallId, CallRequest, ExtensionStatus, HttpId, Output, Session, SessionConfig, SessionEvent,
@@ -34,12 +34,8 @@ const EXCHANGE_BUFFER: usize = 64;
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
 /// server cannot make the client spawn without bound.
 const MAX_SERVER_REQUESTS: usize = 32;
-/// Notifications held while the session is not ready (the session drops them then).
-const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
 /// Finished calls whose ids stay translatable for late events.
 const RETIRED_IDS: usize = 1024;
-/// Smallest step between two timer expiries for the same deadline.
-const MIN_TIMER_STEP: Duration = Duration::from_millis(1);
 /// How long a dropped client waits for its DELETE before the driver stops anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -140,12 +136,7 @@ impl Driver {
             tickets: HashMap::new(),
             app_ids: HashMap::new(),
             finished: VecDeque::new(),
-            connected_once: false,
-            connecting: 0,
-            lost: false,
-            closed: false,
             server_requests_in_flight: 0,
-            queued_notifications: Vec::new(),
             shutdown: None,
         };
         tracing::debug!("driver started");
@@ -160,7 +151,7 @@ fn now() -> std::time::Instant {
 }
 
 enum Pending {
-    Connect { reply: Option<Reply> },
+    Connect { reply: Reply },
     Call { ticket: u64, reply: Reply },
     Close { reply: Option<Reply> },
 }
@@ -171,6 +162,8 @@ struct Shutdown {
     deadline: Instant,
 }
 
+/// The driver's own state: channels and replies, never protocol state (that is the
+/// session's).
 struct State {
     session: Session,
     endpoint: Endpoint,
@@ -189,15 +182,7 @@ struct State {
     /// Calls finished recently, oldest first: their ids stay translatable for events the
     /// session reports around their completion, within a bound.
     finished: VecDeque<CallId>,
-    /// A connect succeeded: from then on the session re-initializes by itself.
-    connected_once: bool,
-    /// Connect calls in flight.
-    connecting: usize,
-    lost: bool,
-    closed: bool,
     server_requests_in_flight: usize,
-    /// Notifications the app sent before the session was ready.
-    queued_notifications: Vec<(String, Option<Value>)>,
     shutdown: Option<Shutdown>,
 }
 
@@ -212,28 +197,14 @@ impl State {
     ) {
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
-        let mut last_fired: Option<Instant> = None;
         loop {
             self.pump();
-            if !self.queued_notifications.is_empty() && self.session.is_ready() {
-                for (method, params) in std::mem::take(&mut self.queued_notifications) {
-                    self.session.notify(&method, params, now());
-                }
-                self.pump();
-            }
             if let Some(shutdown) = &self.shutdown {
                 if shutdown.close.is_none() || Instant::now() >= shutdown.deadline {
                     break;
                 }
             }
-            let mut deadline = self.session.poll_timeout().map(Instant::from_std);
-            if let (Some(next), Some(fired)) = (deadline, last_fired) {
-                if next <= fired {
-                    // The timer already fired for this instant: never spin on a deadline the
-                    // session did not move.
-                    deadline = Some(fired + MIN_TIMER_STEP);
-                }
-            }
+            let deadline = self.session.poll_timeout().map(Instant::from_std);
             if let Some(deadline) = deadline {
                 timer.as_mut().reset(deadline);
             }
@@ -249,9 +220,10 @@ impl State {
                     self.session.respond(id, result, now());
                 }
                 () = &mut timer, if deadline.is_some() => {
-                    let now = Instant::now();
-                    last_fired = Some(now);
-                    self.session.handle_timeout(now.into_std());
+                    // The timer fired for `deadline`: whatever is due then fires, even if the
+                    // clock reads a hair earlier.
+                    let fired = deadline.map_or_else(Instant::now, |d| d.max(Instant::now()));
+                    self.session.handle_timeout(fired.into_std());
                 }
                 () = tokio::time::sleep_until(shutdown_deadline.unwrap_or_else(Instant::now)),
                     if shutdown_deadline.is_some() => {}
@@ -265,15 +237,11 @@ impl State {
     fn handle_command(&mut self, command: Command) {
         let now = now();
         match command {
+            // The session answers from its state: at once when ready (or closed, or lost),
+            // else once the handshake ends. The first call or notification connects too.
             Command::Connect { reply } => {
-                if let Some(err) = self.terminal_error() {
-                    let _ = reply.send(Err(err));
-                } else {
-                    // The session answers from its current state: at once when ready (with the
-                    // current `initialize` result, also after a re-initialization), else
-                    // once (re-)initialization ends.
-                    self.start_connect(Some(reply), now);
-                }
+                let call = self.session.connect(now);
+                self.calls.insert(call, Pending::Connect { reply });
             }
             Command::Call {
                 ticket,
@@ -281,12 +249,6 @@ impl State {
                 request,
                 reply,
             } => {
-                if let Some(err) = self.terminal_error() {
-                    let _ = reply.send(Err(err));
-                    return;
-                }
-                // The first call connects: `connect()` is optional on the paved path.
-                self.ensure_connecting(now);
                 tracing::debug!(method = %request.method, "call submitted");
                 let call = self.session.submit(request, now);
                 self.calls.insert(call, Pending::Call { ticket, reply });
@@ -301,28 +263,8 @@ impl State {
                     }
                 }
             }
-            Command::Notify { method, params } => {
-                if self.terminal_error().is_some() {
-                    return;
-                }
-                self.ensure_connecting(now);
-                if self.session.is_ready() {
-                    self.session.notify(&method, params, now);
-                } else if self.queued_notifications.len() < MAX_QUEUED_NOTIFICATIONS {
-                    // Sent once the session is ready: notifying is not a reason to lose them.
-                    self.queued_notifications.push((method, params));
-                } else {
-                    tracing::warn!(%method, "notification dropped: too many queued");
-                }
-            }
+            Command::Notify { method, params } => self.session.notify(&method, params, now),
             Command::Close { reply } => {
-                if self.closed || self.lost || !self.started() {
-                    // Nothing to DELETE; later calls fail with `Closed`.
-                    self.closed = true;
-                    let _ = reply.send(Ok(Value::Null));
-                    return;
-                }
-                self.closed = true;
                 let call = self.session.close(now);
                 self.calls
                     .insert(call, Pending::Close { reply: Some(reply) });
@@ -331,51 +273,15 @@ impl State {
         }
     }
 
-    fn started(&self) -> bool {
-        self.connected_once || self.connecting > 0
-    }
-
-    fn ensure_connecting(&mut self, now: std::time::Instant) {
-        if !self.started() {
-            self.start_connect(None, now);
-        }
-    }
-
-    fn start_connect(&mut self, reply: Option<Reply>, now: std::time::Instant) {
-        tracing::debug!("connect");
-        self.connecting += 1;
-        let call = self.session.connect(now);
-        self.calls.insert(call, Pending::Connect { reply });
-    }
-
-    fn terminal_error(&self) -> Option<Error> {
-        if self.closed {
-            Some(Error::new(ErrorKind::Closed, "the client was closed"))
-        } else if self.lost {
-            Some(Error::new(
-                ErrorKind::SessionLost,
-                "the session was lost and could not be re-established",
-            ))
-        } else {
-            None
-        }
-    }
-
     fn begin_shutdown(&mut self) {
         if self.shutdown.is_some() {
             return;
         }
-        let close = if self.started() && !self.closed && !self.lost {
-            tracing::debug!("last client handle dropped: closing the session");
-            self.closed = true;
-            let call = self.session.close(now());
-            self.calls.insert(call, Pending::Close { reply: None });
-            Some(call)
-        } else {
-            None
-        };
+        tracing::debug!("last client handle dropped: closing the session");
+        let call = self.session.close(now());
+        self.calls.insert(call, Pending::Close { reply: None });
         self.shutdown = Some(Shutdown {
-            close,
+            close: Some(call),
             deadline: Instant::now() + CLOSE_GRACE,
         });
     }
@@ -514,10 +420,7 @@ impl State {
                     *status = self.session.extension_status();
                 }
                 match &event {
-                    SessionEvent::SessionLost => {
-                        tracing::warn!("session lost");
-                        self.lost = true;
-                    }
+                    SessionEvent::SessionLost => tracing::warn!("session lost"),
                     SessionEvent::Closed => tracing::debug!("session closed"),
                     other => tracing::info!(event = ?other, "session event"),
                 }
@@ -566,17 +469,11 @@ impl State {
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
         match self.calls.remove(&call) {
             Some(Pending::Connect { reply }) => {
-                self.connecting -= 1;
                 match &result {
-                    Ok(_) => {
-                        tracing::debug!("connected");
-                        self.connected_once = true;
-                    }
+                    Ok(_) => tracing::debug!("connected"),
                     Err(err) => tracing::debug!(error = %err, "connect failed"),
                 }
-                if let Some(reply) = reply {
-                    let _ = reply.send(result);
-                }
+                let _ = reply.send(result);
             }
             Some(Pending::Call { ticket, reply }) => {
                 self.tickets.remove(&ticket);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::HeaderMap;
 use reqwest::Url;
 use tokio::sync::mpsc;
 
@@ -84,18 +84,12 @@ impl Endpoint {
             let tx = tx.clone();
             async move { tx.send(event).await.is_ok() }
         };
-        let headers = match self.headers_for(&request) {
-            Ok(headers) => headers,
-            Err(message) => {
-                // Nothing left the machine, so the request was provably not sent.
-                report(ExchangeEvent::Failed {
-                    id,
-                    failure: TransportFailure::Connect(message),
-                })
-                .await;
-                return;
-            }
-        };
+        let mut headers = request.headers;
+        // The app's headers (authorization, custom) go beside the protocol's; the builder
+        // refused any that would clash with one.
+        for (name, value) in self.headers.iter() {
+            headers.append(name.clone(), value.clone());
+        }
         let method = match request.method {
             HttpMethod::Post => reqwest::Method::POST,
             HttpMethod::Get => reqwest::Method::GET,
@@ -105,7 +99,7 @@ impl Endpoint {
         if let Some(body) = request.body {
             builder = builder.body(body);
         }
-        let response = match builder.send().await {
+        let mut response = match builder.send().await {
             Ok(response) => response,
             Err(err) => {
                 let failure = classify(err);
@@ -119,7 +113,8 @@ impl Endpoint {
         let head = ExchangeEvent::Head {
             id,
             status,
-            headers: response.headers().clone(),
+            // Taken, not cloned: the body stream does not need them.
+            headers: std::mem::take(response.headers_mut()),
         };
         if !report(head).await {
             return;
@@ -141,23 +136,6 @@ impl Endpoint {
             }
         }
         report(ExchangeEvent::End { id }).await;
-    }
-
-    /// The app's headers, then the protocol's (which win on a clash).
-    fn headers_for(&self, request: &HttpRequest) -> Result<HeaderMap, String> {
-        let mut headers = (*self.headers).clone();
-        for (name, value) in &request.headers {
-            let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| format!("invalid protocol header name {name:?}"))?;
-            let mut value = HeaderValue::from_str(value)
-                .map_err(|_| format!("invalid value for protocol header {name}"))?;
-            if name == crate::ids::SessionId::HEADER {
-                // A bearer secret: keep it out of any debug output of the request.
-                value.set_sensitive(true);
-            }
-            headers.insert(name, value);
-        }
-        Ok(headers)
     }
 }
 

@@ -1,9 +1,10 @@
-//! What a refused HTTP exchange means: the one rule that reads a non-success answer's status,
-//! headers and (bounded) body, shared by every kind of exchange.
+//! Reading what the network said: the one place that interprets response heads (content
+//! type, capability hash, session id, `Retry-After`, rejection) and refused answers (status
+//! and bounded body), shared by every kind of exchange.
 //!
-//! Each exchange kind then maps the [`Refused`] class to its recovery failure; keeping the
-//! reading in one place is what stops "the session is gone" from meaning one thing on a call
-//! and another on the standalone stream or a DELETE.
+//! The session maps what is read here to a recovery [`Failure`](super::decide::Failure) per
+//! exchange kind; keeping the reading in one place is what stops "the session is gone" from
+//! meaning one thing on a call and another on the standalone stream or a DELETE.
 
 use std::time::Duration;
 
@@ -14,11 +15,64 @@ use super::ext;
 use super::jsonrpc::{self, Message};
 use super::RejectReason;
 use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::{CapabilityHash, SessionId};
 
 /// Error bodies are read only to classify them; reading stops here.
 pub(crate) const MAX_ERROR_BODY: usize = 64 * 1024;
 /// A `Retry-After` above this is clamped (a hostile value must not park a request forever).
 pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// The body kind a success head announces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ContentType {
+    Json,
+    Sse,
+    Other,
+}
+
+/// Reads `Content-Type` (its essence, case-insensitively), without allocating.
+pub(crate) fn content_type(headers: &HeaderMap) -> ContentType {
+    let Some(v) = headers.get(http::header::CONTENT_TYPE) else {
+        return ContentType::Other;
+    };
+    let essence = v.as_bytes().split(|b| *b == b';').next().unwrap_or(b"");
+    let essence = essence.trim_ascii();
+    if essence.eq_ignore_ascii_case(b"application/json") {
+        ContentType::Json
+    } else if essence.eq_ignore_ascii_case(b"text/event-stream") {
+        ContentType::Sse
+    } else {
+        ContentType::Other
+    }
+}
+
+/// The capability hash a head names, if a valid one.
+pub(crate) fn head_hash(headers: &HeaderMap) -> Option<CapabilityHash> {
+    headers
+        .get(ext::CAPABILITY_HASH_HEADER)
+        .and_then(|v| CapabilityHash::parse(v.as_bytes()).ok())
+}
+
+/// Whether a head's capability hash is `expected`, when the exchange checks hashes. A head
+/// without a valid hash from a server that advertised them counts as a mismatch.
+pub(crate) fn hash_matches(
+    checked: bool,
+    headers: &HeaderMap,
+    expected: Option<&CapabilityHash>,
+) -> bool {
+    !checked || head_hash(headers).as_ref() == expected
+}
+
+/// The session id an `initialize` head assigns: `Ok(None)` without one, an error for a
+/// value that is not a valid id.
+pub(crate) fn session_id(headers: &HeaderMap) -> Result<Option<SessionId>, Error> {
+    match headers.get(SessionId::HEADER) {
+        None => Ok(None),
+        Some(v) => SessionId::parse(v.as_bytes())
+            .map(Some)
+            .map_err(|e| Error::with_source(ErrorKind::Protocol, "invalid Mcp-Session-Id", e)),
+    }
+}
 
 /// What a refusal says about the request and its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,12 +113,10 @@ pub(crate) struct HeadFacts {
 }
 
 impl HeadFacts {
-    /// Reads the facts of a refused head; `rejections` when the extension's rejection is
-    /// honoured on this exchange.
-    pub(crate) fn read(headers: &HeaderMap, rejections: bool) -> Self {
+    /// Reads the facts of a refused head.
+    pub(crate) fn read(headers: &HeaderMap) -> Self {
         let rejected = headers
             .get(ext::REJECTED_HEADER)
-            .filter(|_| rejections)
             .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
         let retry_after = headers
             .get(http::header::RETRY_AFTER)
@@ -82,19 +134,18 @@ impl HeadFacts {
 /// first [`MAX_ERROR_BODY`] bytes of its body.
 ///
 /// `carried_session_id`: the request carried `Mcp-Session-Id` (a 404 means "session gone"
-/// only then). `rejections`: the extension's rejection body is honoured on this exchange.
+/// only then).
 pub(crate) fn refusal(
     status: u16,
     head: &HeadFacts,
     body: &[u8],
     carried_session_id: bool,
-    rejections: bool,
 ) -> Refusal {
     let rpc = rpc_error(body);
     let rejected = head
         .rejected
         .clone()
-        .or_else(|| rejections.then(|| ext::rejection_from_body(body)).flatten());
+        .or_else(|| ext::rejection_from_body(body));
     let class = if let Some(reason) = rejected {
         Refused::Rejected(reason)
     } else if carried_session_id && (status == 404 || (status == 400 && names_session(body))) {
@@ -169,7 +220,7 @@ mod tests {
     const REJECTED: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"rejected","data":{"code":"SESSION_RESUME_REJECTED","reason":"not_owner"}}}"#;
 
     fn class(status: u16, body: &[u8], carried: bool) -> Refused {
-        refusal(status, &HeadFacts::default(), body, carried, true).class
+        refusal(status, &HeadFacts::default(), body, carried).class
     }
 
     #[test]
@@ -191,21 +242,18 @@ mod tests {
     }
 
     #[test]
-    fn rejection_by_body_or_header_only_when_honoured() {
+    fn rejection_by_body_or_header() {
         assert_eq!(
             class(404, REJECTED, true),
             Refused::Rejected(RejectReason::NotOwner)
         );
-        let ignored = refusal(404, &HeadFacts::default(), REJECTED, true, false);
-        assert_eq!(ignored.class, Refused::SessionGone);
         let mut headers = HeaderMap::new();
         headers.insert(ext::REJECTED_HEADER, "event_gap".parse().unwrap());
-        let head = HeadFacts::read(&headers, true);
+        let head = HeadFacts::read(&headers);
         assert_eq!(
-            refusal(404, &head, b"", true, true).class,
+            refusal(404, &head, b"", true).class,
             Refused::Rejected(RejectReason::EventGap)
         );
-        assert_eq!(HeadFacts::read(&headers, false).rejected, None);
     }
 
     #[test]
@@ -227,8 +275,8 @@ mod tests {
     fn retry_after_is_read_clamped_and_carried() {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
-        let head = HeadFacts::read(&headers, true);
-        let r = refusal(503, &head, b"", true, true);
+        let head = HeadFacts::read(&headers);
+        let r = refusal(503, &head, b"", true);
         assert_eq!(
             r.class,
             Refused::NotProcessed {
@@ -237,22 +285,19 @@ mod tests {
         );
         assert_eq!(r.error.retry_after(), Some(Duration::from_secs(2)));
         headers.insert(http::header::RETRY_AFTER, "99999999".parse().unwrap());
-        assert_eq!(
-            HeadFacts::read(&headers, true).retry_after,
-            Some(MAX_RETRY_AFTER)
-        );
+        assert_eq!(HeadFacts::read(&headers).retry_after, Some(MAX_RETRY_AFTER));
         for odd in ["-1", "soon", "Wed, 21 Oct 2015 07:28:00 GMT", ""] {
             headers.insert(http::header::RETRY_AFTER, odd.parse().unwrap());
-            assert_eq!(HeadFacts::read(&headers, true).retry_after, None, "{odd}");
+            assert_eq!(HeadFacts::read(&headers).retry_after, None, "{odd}");
         }
     }
 
     #[test]
     fn the_error_is_the_servers_when_it_sent_one() {
-        let r = refusal(400, &HeadFacts::default(), NO_SESSION, false, true);
+        let r = refusal(400, &HeadFacts::default(), NO_SESSION, false);
         assert_eq!(r.error.kind(), ErrorKind::Rpc);
         assert_eq!(r.error.rpc_error().map(|e| e.code), Some(-32000));
-        let r = refusal(500, &HeadFacts::default(), b"<html>oops", true, true);
+        let r = refusal(500, &HeadFacts::default(), b"<html>oops", true);
         assert_eq!(r.error.kind(), ErrorKind::Protocol);
         assert!(r.error.to_string().contains("500"), "{}", r.error);
     }

@@ -5,9 +5,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::policy::ReconnectPolicy;
-
-/// Protocol versions this client speaks, newest first. The newest is offered at `initialize`.
-pub const SUPPORTED_PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26"];
+use crate::proto::version::ProtocolVersion;
 
 /// The `_meta` key that carries an idempotency key when the server does not advertise its own.
 pub const DEFAULT_IDEMPOTENCY_META_KEY: &str = "io.github.mcp-resume/idempotency-key";
@@ -33,8 +31,8 @@ pub struct SessionConfig {
     pub client_version: String,
     /// Client capabilities sent at `initialize`. Default: `{}`.
     pub client_capabilities: Value,
-    /// Protocol version offered at `initialize`. Default: `"2025-11-25"`.
-    pub protocol_version: String,
+    /// Protocol version offered at `initialize`. Default: [`ProtocolVersion::LATEST`].
+    pub protocol_version: ProtocolVersion,
     /// Default per-call deadline, spanning every resume and re-send. Default: 60 s.
     pub call_timeout: Duration,
     /// Reconnect delays and caps. Default: see [`ReconnectPolicy::default`].
@@ -69,7 +67,7 @@ impl Default for SessionConfig {
             client_name: "mcp-resume".to_owned(),
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
             client_capabilities: Value::Object(Default::default()),
-            protocol_version: SUPPORTED_PROTOCOL_VERSIONS[0].to_owned(),
+            protocol_version: ProtocolVersion::LATEST,
             call_timeout: Duration::from_secs(60),
             reconnect: ReconnectPolicy::default(),
             max_event_size: 16 * 1024 * 1024,

@@ -74,6 +74,12 @@ pub enum Failure {
     KeyOutcomeLost,
     /// The call's deadline passed.
     DeadlineExpired,
+    /// The standalone GET stream is not offered (405, or a non-stream answer).
+    ListenNotOffered,
+    /// A fresh standalone stream came under another capability hash. It carries no call, and
+    /// a server may omit the header on GET: stop listening rather than re-initialize for it
+    /// (that could loop).
+    ListenHashMismatch,
 }
 
 /// Plain facts about the call (and session) the failure happened to.
@@ -258,6 +264,7 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
         Failure::ResumeConnectFailed => resume_or_give_up,
         Failure::ResumeCapabilityHashChanged
         | Failure::CapabilityHashMismatch
+        | Failure::ListenHashMismatch
         | Failure::EventGap
         | Failure::OrphanedResponse
             if state.trust_replay =>
@@ -293,8 +300,11 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
                 Fail(ErrorKind::SessionLost)
             }
         }
+        // Trusting clients take an idempotency refusal as the server's answer.
+        Failure::KeyInUse | Failure::KeyOutcomeLost if state.trust_replay => Report,
         Failure::KeyInUse => resend_or_unknown,
         Failure::KeyOutcomeLost => Fail(ErrorKind::OutcomeUnknown),
         Failure::DeadlineExpired => Fail(ErrorKind::Timeout),
+        Failure::ListenNotOffered | Failure::ListenHashMismatch => Fail(ErrorKind::Protocol),
     }
 }

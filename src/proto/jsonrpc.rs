@@ -157,54 +157,94 @@ pub(crate) fn truncate(s: &mut String, max: usize) {
     }
 }
 
+/// The wire shape of an outgoing message: serialized straight from borrowed parts, so the
+/// params and results the caller holds are never copied to be sent.
+#[derive(serde::Serialize)]
+struct Outgoing<'a> {
+    jsonrpc: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<WireId<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    method: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    params: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    result: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<WireError<'a>>,
+}
+
+struct WireId<'a>(&'a RequestId);
+
+impl serde::Serialize for WireId<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            RequestId::Number(n) => s.serialize_i64(*n),
+            RequestId::String(v) => s.serialize_str(v),
+        }
+    }
+}
+
+#[derive(serde::Serialize)]
+struct WireError<'a> {
+    code: i64,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<&'a Value>,
+}
+
+const EMPTY: Outgoing<'static> = Outgoing {
+    jsonrpc: "2.0",
+    id: None,
+    method: None,
+    params: None,
+    result: None,
+    error: None,
+};
+
 /// Encodes a request.
 pub(crate) fn encode_request(id: &RequestId, method: &str, params: Option<&Value>) -> Bytes {
-    let mut obj = Map::new();
-    obj.insert("jsonrpc".into(), "2.0".into());
-    obj.insert("id".into(), id.to_json());
-    obj.insert("method".into(), method.into());
-    if let Some(p) = params {
-        obj.insert("params".into(), p.clone());
-    }
-    to_bytes(obj)
+    to_bytes(&Outgoing {
+        id: Some(WireId(id)),
+        method: Some(method),
+        params,
+        ..EMPTY
+    })
 }
 
 /// Encodes a notification.
 pub(crate) fn encode_notification(method: &str, params: Option<&Value>) -> Bytes {
-    let mut obj = Map::new();
-    obj.insert("jsonrpc".into(), "2.0".into());
-    obj.insert("method".into(), method.into());
-    if let Some(p) = params {
-        obj.insert("params".into(), p.clone());
-    }
-    to_bytes(obj)
+    to_bytes(&Outgoing {
+        method: Some(method),
+        params,
+        ..EMPTY
+    })
 }
 
 /// Encodes a response to a server request.
 pub(crate) fn encode_response(id: &RequestId, result: &Result<Value, RpcError>) -> Bytes {
-    let mut obj = Map::new();
-    obj.insert("jsonrpc".into(), "2.0".into());
-    obj.insert("id".into(), id.to_json());
-    match result {
-        Ok(v) => {
-            obj.insert("result".into(), v.clone());
-        }
-        Err(e) => {
-            let mut err = Map::new();
-            err.insert("code".into(), e.code.into());
-            err.insert("message".into(), e.message.clone().into());
-            if let Some(d) = &e.data {
-                err.insert("data".into(), d.clone());
-            }
-            obj.insert("error".into(), Value::Object(err));
-        }
-    }
-    to_bytes(obj)
+    let (result, error) = match result {
+        Ok(v) => (Some(v), None),
+        Err(e) => (
+            None,
+            Some(WireError {
+                code: e.code,
+                message: &e.message,
+                data: e.data.as_ref(),
+            }),
+        ),
+    };
+    to_bytes(&Outgoing {
+        id: Some(WireId(id)),
+        result,
+        error,
+        ..EMPTY
+    })
 }
 
-fn to_bytes(obj: Map<String, Value>) -> Bytes {
-    // Serializing a `Value` cannot fail: all map keys are strings.
-    Bytes::from(serde_json::to_vec(&Value::Object(obj)).unwrap_or_default())
+fn to_bytes(message: &Outgoing<'_>) -> Bytes {
+    // Serializing these shapes cannot fail: every map key is a string.
+    Bytes::from(serde_json::to_vec(message).unwrap_or_default())
 }
 
 #[cfg(test)]

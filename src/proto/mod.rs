@@ -15,14 +15,18 @@
 //!   (input that still arrives is ignored).
 
 // Module layout (owned by the protocol core):
-//   session/    – the Session state machine, one module per job (see its docs)
-//   decide.rs   – the pure recovery decision (README, "Recovery rules"), table-tested
-//   jsonrpc.rs  – JSON-RPC message encoding/decoding
-//   ext.rs      – the resume-safety extension (advertisement, headers, rejection body)
+//   session/     – the Session state machine: a facade over parts that own their data
+//   classify.rs  – reads heads and refused answers (the one place that interprets them)
+//   decide.rs    – the pure recovery decision (README, "Recovery rules"), table-tested
+//   version.rs   – protocol revisions as a type; methods.rs – method names
+//   jsonrpc.rs   – JSON-RPC message encoding/decoding
+//   ext.rs       – the resume-safety extension (advertisement, headers, rejection body)
+//   walkthrough  – documentation: a cross-instance resume through the pipeline
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::HeaderMap;
 use serde_json::Value;
 
 use crate::error::Error;
@@ -67,11 +71,9 @@ pub enum HttpPurpose {
 ///
 /// `headers` holds the protocol headers (`Accept`, `Content-Type`, `Mcp-Session-Id`,
 /// `MCP-Protocol-Version`, `Last-Event-ID`, `Idempotency-Key`); the driver adds the app's
-/// own headers (authorization, custom) to every request.
-///
-/// `Debug` shows the session id only as a prefix: it is a bearer secret, and requests end up
-/// in logs through the `Debug` of whatever holds them (the session's queues included).
-#[derive(Clone)]
+/// own headers (authorization, custom) to every request. The session id is a sensitive
+/// header value: no `Debug` shows it.
+#[derive(Debug, Clone)]
 pub struct HttpRequest {
     /// Id to report the outcome under.
     pub id: HttpId,
@@ -79,37 +81,10 @@ pub struct HttpRequest {
     pub method: HttpMethod,
     /// Why it is sent.
     pub purpose: HttpPurpose,
-    /// Protocol headers, names in lowercase.
-    pub headers: Vec<(&'static str, String)>,
+    /// Protocol headers.
+    pub headers: HeaderMap,
     /// JSON body for POST.
     pub body: Option<Bytes>,
-}
-
-impl std::fmt::Debug for HttpRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        struct Headers<'a>(&'a [(&'static str, String)]);
-        impl std::fmt::Debug for Headers<'_> {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                let mut list = f.debug_list();
-                for (name, value) in self.0 {
-                    if *name == crate::ids::SessionId::HEADER {
-                        let prefix: String = value.chars().take(4).collect();
-                        list.entry(&(name, format_args!("{prefix}…")));
-                    } else {
-                        list.entry(&(name, value));
-                    }
-                }
-                list.finish()
-            }
-        }
-        f.debug_struct("HttpRequest")
-            .field("id", &self.id)
-            .field("method", &self.method)
-            .field("purpose", &self.purpose)
-            .field("headers", &Headers(&self.headers))
-            .field("body", &self.body.as_ref().map(|b| b.len()))
-            .finish()
-    }
 }
 
 /// Something the driver must do on the network.
@@ -257,7 +232,7 @@ pub enum SessionEvent {
     /// `initialize` succeeded (first time).
     Connected {
         /// Negotiated protocol version.
-        protocol_version: String,
+        protocol_version: ProtocolVersion,
     },
     /// A dropped stream was resumed with `Last-Event-ID`.
     Resumed {
@@ -357,7 +332,14 @@ pub mod config;
 pub mod decide;
 mod ext;
 mod jsonrpc;
+pub mod methods;
 mod session;
+pub mod version;
+pub mod walkthrough;
 
 pub use config::{ResendPolicy, SessionConfig};
-pub use session::{Session, MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
+pub use session::{
+    Session, MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS, MAX_QUEUED_NOTIFICATIONS,
+    MAX_REMEMBERED_EVENT_IDS,
+};
+pub use version::ProtocolVersion;

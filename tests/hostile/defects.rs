@@ -98,7 +98,12 @@ async fn reinit_storm(what: &str, refuse: fn() -> Reply, refuse_initialized: boo
     let started = Instant::now();
     let (err, _) = failing(what, Duration::from_secs(1), client.call_tool(echo("y"))).await;
     assert_kind(what, &err, ErrorKind::SessionLost);
-    assert!(started.elapsed() < Duration::from_millis(500));
+    // "At once": far below the 10 s deadline, with room for a loaded machine.
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(
         server.requests().len(),
         before,

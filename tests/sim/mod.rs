@@ -339,9 +339,9 @@ impl Server {
     fn handle(&mut self, req: &HttpRequest, at: Duration) -> Reply {
         let header = |name: &str| {
             req.headers
-                .iter()
-                .find(|(n, _)| *n == name)
-                .map(|(_, v)| v.clone())
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
         };
         let body: Option<Value> = req
             .body

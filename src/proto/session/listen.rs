@@ -1,133 +1,170 @@
 //! The standalone GET stream: server-to-client messages outside any call. It carries no
-//! call, so its failures never fail one; they only decide whether to listen again.
+//! call, so its failures never fail one; they decide whether to listen again, and whether
+//! the session itself is gone.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http::HeaderMap;
-use tracing::warn;
+use tracing::{debug, warn};
 
-use super::exchange::{ContentType, ExKind};
-use super::{checks, Phase, Session, BATCH_VERSION};
-use crate::ids::EventId;
-use crate::proto::decide::Failure;
-use crate::proto::{HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
+use super::cursors::Cursor;
+use super::exchanges::{request_headers, ExKind, Sent, LAST_EVENT_ID};
+use super::timers::Timer;
+use super::Session;
+use crate::proto::decide::{decide, Decision, Failure, State};
+use crate::proto::{HttpId, HttpMethod, HttpPurpose};
 
+/// Where the standalone stream stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ListenState {
+    /// Not open (yet, or until the session is ready).
     Off,
     Open(HttpId),
-    Backoff(Instant),
+    /// Waiting out a backoff (its timer is armed).
+    Backoff,
+    /// The server does not offer it.
     NotOffered,
+    /// It kept failing.
     GaveUp,
 }
 
+/// The standalone stream of the current session.
 #[derive(Debug)]
 pub(super) struct Listen {
     pub(super) state: ListenState,
-    pub(super) cursor: Option<EventId>,
-    pub(super) retry: Option<Duration>,
+    pub(super) cursor: Cursor,
+    /// Consecutive failed attempts.
     pub(super) attempts: u32,
+    /// The current session was made by a re-initialization this stream's own refusal caused.
+    pub(super) caused_reinit: bool,
 }
 
 impl Listen {
     pub(super) fn new() -> Self {
         Listen {
             state: ListenState::Off,
-            cursor: None,
-            retry: None,
+            cursor: Cursor::default(),
             attempts: 0,
+            caused_reinit: false,
         }
     }
 }
 
 impl Session {
-    /// A 2xx head for the standalone stream.
-    pub(super) fn on_listen_head(
-        &mut self,
-        http: HttpId,
-        headers: &HeaderMap,
-        ct: ContentType,
-        now: Instant,
-    ) {
-        if ct != ContentType::Sse {
-            self.finish_exchange(http);
-            return self.listen_failed(false, now);
-        }
-        let resumed = self.exchanges.get(&http).is_some_and(|e| e.resumed);
-        let expected = self.ctx.as_ref().and_then(|c| c.hash.clone());
-        if !self.hash_matches(http, headers, expected.as_ref()) {
-            self.finish_exchange(http);
-            if resumed {
-                return self.apply_to_session(Failure::ResumeCapabilityHashChanged, now);
-            }
-            // A fresh stream carries no call; re-initializing for it could loop against a
-            // server that omits the header on GET. Stop listening.
-            warn!("standalone GET stream under another capability hash; not listening");
-            self.listen.state = ListenState::GaveUp;
-            return;
-        }
-        self.listen_404_reinit = false;
-        if let Some(ex) = self.exchanges.get_mut(&http) {
-            ex.progress = false;
-        }
-        self.set_body(http, self.new_decoder());
-        if let (true, Some(last_event_id)) = (resumed, self.listen.cursor.clone()) {
-            self.outputs
-                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
-        }
-    }
-
+    /// Opens the standalone stream if the app wants it and nothing says otherwise; resumes it
+    /// with `Last-Event-ID` when a cursor is known.
     pub(super) fn open_listen(&mut self) {
-        if !self.config.open_listen_stream || self.phase != Phase::Ready {
+        if !self.config.open_listen_stream || self.listen.state != ListenState::Off {
             return;
         }
-        if self.listen.state != ListenState::Off {
-            return;
-        }
-        let Some(ctx) = self.ctx.clone() else {
+        let Some(session) = self.life.ready() else {
             return;
         };
-        let mut headers = Self::session_headers(&ctx, false);
-        let cursor = self.listen.cursor.clone();
-        if let Some(c) = &cursor {
-            headers.push(("last-event-id", c.as_str().to_owned()));
-        }
-        let purpose = if cursor.is_some() {
-            HttpPurpose::Resume
-        } else {
-            HttpPurpose::Listen
+        let mut headers = request_headers(session, false);
+        let sent = Sent::on(session);
+        let cursor = self.listen.cursor.last.clone();
+        let purpose = match &cursor {
+            Some(c) => {
+                if let Ok(v) = http::HeaderValue::from_str(c.as_str()) {
+                    headers.insert(LAST_EVENT_ID, v);
+                }
+                HttpPurpose::Resume
+            }
+            None => HttpPurpose::Listen,
         };
-        let http = self.transmit(
+        let http = self.exchanges.open(
             ExKind::Listen,
             HttpMethod::Get,
             purpose,
             headers,
             None,
-            ctx.id.is_some(),
-            ctx.protocol_version == BATCH_VERSION,
+            sent,
         );
-        if let Some(ex) = self.exchanges.get_mut(&http) {
+        if let Some(ex) = self.exchanges.get_mut(http) {
             ex.resumed = cursor.is_some();
-            ex.expect_seq = cursor.as_ref().and_then(checks::next_in_sequence);
+            ex.expect = cursor
+                .as_ref()
+                .and_then(crate::ids::SequencedEventId::of)
+                .map(|s| s.next());
         }
         self.listen.state = ListenState::Open(http);
     }
 
-    pub(super) fn listen_failed(&mut self, progress: bool, now: Instant) {
-        if progress {
-            self.listen.attempts = 0;
-        }
-        self.listen.attempts = self.listen.attempts.saturating_add(1);
-        if self.listen.attempts > self.config.reconnect.max_attempts {
-            warn!("standalone GET stream keeps failing; giving up on it");
-            self.listen.state = ListenState::GaveUp;
+    /// The standalone stream failed: the recovery decision says whether to listen again, stop,
+    /// or start over with a new session. `http`: the exchange still open, finished here unless
+    /// the decision is to keep reading it.
+    pub(super) fn listen_failed(
+        &mut self,
+        failure: Failure,
+        http: Option<HttpId>,
+        progress: bool,
+        now: Instant,
+    ) {
+        let attempts = if progress {
+            1
+        } else {
+            self.listen.attempts.saturating_add(1)
+        };
+        let state = State {
+            attempts,
+            ..self.base_state(true)
+        };
+        let decision = decide(&failure, &state);
+        debug!(
+            ?failure,
+            ?decision,
+            "recovery decision for the standalone stream"
+        );
+        if decision == Decision::Continue {
             return;
         }
-        let delay = self.config.reconnect.delay(
-            self.listen.attempts - 1,
-            self.rng.next(),
-            self.listen.retry,
-        );
-        self.listen.state = ListenState::Backoff(now.checked_add(delay).unwrap_or(now));
+        if let Some(http) = http {
+            self.exchanges.finish(http);
+        }
+        self.listen.attempts = attempts;
+        self.listen.state = ListenState::Off;
+        let refused_again = matches!(
+            failure,
+            Failure::ResumeNotFound | Failure::ResumeRejected(_)
+        ) && self.listen.caused_reinit
+            && !self.is_confirmed();
+        if refused_again {
+            // The fresh session's stream was refused the same way before anything else
+            // worked on it: the endpoint does not offer the stream (a server that says 404
+            // where it means 405). Re-initializing again would loop.
+            warn!("standalone GET stream refused twice in a row; not offered");
+            self.listen.state = ListenState::NotOffered;
+            return;
+        }
+        match decision {
+            Decision::Continue => {}
+            Decision::Resume | Decision::Resend => {
+                let delay = self.config.reconnect.delay(
+                    attempts - 1,
+                    self.rng.next(),
+                    self.listen.cursor.retry,
+                );
+                self.listen.state = ListenState::Backoff;
+                self.timers
+                    .set(Timer::ListenBackoff, now.checked_add(delay).unwrap_or(now));
+            }
+            Decision::Reinitialize { reason, .. } => {
+                self.report_rejection(&failure);
+                self.start_reinit(reason, now);
+                // Set after: the new session starts with a new stream state.
+                self.listen.caused_reinit = true;
+            }
+            Decision::Fail(_) if matches!(failure, Failure::ListenNotOffered) => {
+                debug!("the server offers no standalone GET stream");
+                self.listen.state = ListenState::NotOffered;
+            }
+            Decision::Fail(_) if matches!(failure, Failure::ListenHashMismatch) => {
+                warn!("standalone GET stream under another capability hash; not listening");
+                self.listen.state = ListenState::GaveUp;
+            }
+            Decision::RetryReinitialize | Decision::Report | Decision::Fail(_) => {
+                warn!("standalone GET stream keeps failing; giving up on it");
+                self.listen.state = ListenState::GaveUp;
+            }
+        }
     }
 }

@@ -1,66 +1,71 @@
 //! The session state machine.
 //!
 //! One [`Session`] follows one logical MCP connection across every stream, resume and
-//! re-initialization. Failures are turned into [`Failure`]s and handed to the pure
-//! [`decide`](super::decide::decide); the modules below only gather the facts and carry the
-//! decisions out:
+//! re-initialization. This file is the facade: the driver-facing `handle_*` / `poll_*` and
+//! the app's commands. It owns the parts below and holds little logic of its own:
 //!
-//! - this file: the [`Session`] struct, its public API and the driver-facing `handle_*` /
-//!   `poll_*`;
-//! - `init`: initialize, re-initialize, and comparing the new context with the old one;
-//! - `calls`: the call table: sending, completing and failing calls;
-//! - `recovery`: carrying each decision out: scheduling resumes and re-sends;
-//! - `streams`: response heads, bodies and SSE events of a call's exchanges; cursors;
-//! - `messages`: routing decoded JSON-RPC messages to calls, the app or `initialize`;
+//! - `lifecycle`: the phase (idle, initializing, ready, closing, terminated), each variant
+//!   carrying its data, and the negotiated session;
+//! - `calls`: the call table (ids, progress tokens, recovery state);
+//! - `exchanges`: the HTTP exchanges in flight and the driver's action queue;
+//! - `cursors`: stream cursors and the event ids already delivered;
+//! - `timers`: every deadline and backoff, ordered by expiry;
 //! - `listen`: the standalone GET stream;
-//! - `checks`: the resume-safety extension checks (capability hash, event sequence,
-//!   rejection);
-//! - `exchange`: HTTP exchange bookkeeping and the headers every request carries.
+//! - `heads`, `refusals`, `inbound`: what arrives, read through
+//!   [`classify`](super::classify) into successes or [`Failure`](super::decide::Failure)s;
+//! - `apply`: the recovery decision of [`decide`](super::decide::decide) carried out, the one
+//!   place that starts a re-initialization;
+//! - `init`: the handshake; `outbound`: what the session sends.
+//!
+//! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
+//! these parts.
 
+mod apply;
 mod calls;
-mod checks;
-mod delivered;
-mod exchange;
+mod cursors;
+mod exchanges;
+mod heads;
+mod inbound;
 mod init;
+mod lifecycle;
 mod listen;
-mod messages;
-mod recovery;
+mod outbound;
 mod refusals;
-mod streams;
+mod timers;
 
-pub use self::exchange::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
+pub use self::cursors::MAX_REMEMBERED_EVENT_IDS;
+pub use self::exchanges::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
+pub use self::outbound::MAX_QUEUED_NOTIFICATIONS;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::collections::VecDeque;
+use std::time::Instant;
 
-use http::HeaderMap;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-use self::calls::{Call, CallState};
-use self::delivered::Delivered;
-use self::exchange::{content_type, Answers, Body, ExKind, Exchange};
-use self::init::{Init, InitStep};
+use self::calls::{Call, CallState, Calls};
+use self::cursors::{Cursor, Delivered};
+use self::exchanges::{
+    session_id_header, Body, ExKind, Exchanges, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+};
+use self::lifecycle::{Lifecycle, Phase, Step};
 use self::listen::{Listen, ListenState};
+use self::timers::{Timer, Timers};
 use super::classify::{HeadFacts, MAX_ERROR_BODY};
 use super::config::SessionConfig;
 use super::decide::Failure;
-use super::ext::ResumeSafety;
-use super::jsonrpc;
+use super::version::ProtocolVersion;
 use super::{
-    CallId, CallRequest, ExtensionStatus, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent,
-    Transmit, TransportFailure,
+    jsonrpc, CallId, CallRequest, ExtensionStatus, HttpId, Output, SessionEvent, Transmit,
+    TransportFailure,
 };
 use crate::error::{Error, ErrorKind, RpcError};
-use crate::ids::{CapabilityHash, RequestId, SessionId};
+use crate::ids::{RequestId, SessionId};
 
-/// A server's `retry` above this is clamped: a hostile value must not park a call forever
-/// (its deadline still bounds it).
-const MAX_RETRY: Duration = Duration::from_secs(3600);
-/// The first protocol version that has the `MCP-Protocol-Version` header.
-const VERSION_HEADER_SINCE: &str = "2025-06-18";
-/// The only protocol version that allows JSON-RPC batches.
-const BATCH_VERSION: &str = "2025-03-26";
+/// A call whose deadline cannot be represented (a timeout of centuries) gets this one.
+const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// SplitMix64: a tiny seeded generator for jitter, so the core never reads entropy or clocks.
 #[derive(Debug, Clone)]
@@ -76,138 +81,76 @@ impl Rng {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Idle,
-    Initializing,
-    Ready,
-    Closing,
-    Terminated,
-}
-
-/// What one established session negotiated.
-#[derive(Debug, Clone)]
-struct Ctx {
-    generation: u64,
-    id: Option<SessionId>,
-    protocol_version: String,
-    server_capabilities: Value,
-    hash: Option<CapabilityHash>,
-    ext: Option<ResumeSafety>,
-}
-
 /// The sans-IO MCP client session. See the [module docs](super) for the driver contract.
 #[derive(Debug)]
 pub struct Session {
     config: SessionConfig,
     rng: Rng,
-    phase: Phase,
-    ctx: Option<Ctx>,
-    previous: Option<Ctx>,
-    generation: u64,
-    init: Option<Init>,
-    ever_connected: bool,
-    /// Terminated because re-initialization kept failing (not closed by the app).
-    lost: bool,
-    /// When the current session was established.
-    established_at: Option<Instant>,
-    /// Consecutive re-initializations not yet confirmed by a successful exchange (failed
-    /// ones included): what bounds a server that accepts `initialize` and refuses the rest.
-    reinit_failures: u32,
-    /// A call of the current session got a success answer since it was established.
-    confirmed: bool,
-    init_result: Option<Value>,
-    connect_waiters: Vec<CallId>,
-    close_call: Option<CallId>,
-    calls: BTreeMap<CallId, Call>,
-    rpc_index: HashMap<RequestId, CallId>,
-    exchanges: BTreeMap<HttpId, Exchange>,
-    answers: Answers,
-    /// Event ids already delivered in this session (they are unique across its streams), so
-    /// a server that replays more than asked never delivers anything twice.
-    delivered: Delivered,
-    /// Which call a `progressToken` belongs to.
-    progress_tokens: HashMap<RequestId, CallId>,
+    life: Lifecycle,
+    calls: Calls,
+    exchanges: Exchanges,
+    timers: Timers,
     listen: Listen,
-    /// The last re-initialization was caused by a 404 on the standalone stream.
-    listen_404_reinit: bool,
-    next_http: u64,
-    next_call: u64,
-    next_rpc: i64,
-    transmits: VecDeque<Transmit>,
+    delivered: Delivered,
+    /// The app's notifications held until the session is ready.
+    notifications: VecDeque<Bytes>,
     outputs: VecDeque<Output>,
 }
 
 impl Session {
-    /// Creates an idle session. Nothing is sent until [`Session::connect`].
+    /// Creates an idle session. Nothing is sent until [`Session::connect`] or the first
+    /// [`Session::submit`].
     pub fn new(config: SessionConfig, now: Instant) -> Self {
         let _ = now;
         Session {
             rng: Rng(config.jitter_seed),
             config,
-            phase: Phase::Idle,
-            ctx: None,
-            previous: None,
-            generation: 0,
-            init: None,
-            ever_connected: false,
-            lost: false,
-            established_at: None,
-            reinit_failures: 0,
-            confirmed: false,
-            init_result: None,
-            connect_waiters: Vec::new(),
-            close_call: None,
-            calls: BTreeMap::new(),
-            rpc_index: HashMap::new(),
-            exchanges: BTreeMap::new(),
-            answers: Answers::default(),
-            delivered: Delivered::default(),
-            progress_tokens: HashMap::new(),
+            life: Lifecycle::new(),
+            calls: Calls::default(),
+            exchanges: Exchanges::default(),
+            timers: Timers::default(),
             listen: Listen::new(),
-            listen_404_reinit: false,
-            next_http: 0,
-            next_call: 0,
-            next_rpc: 0,
-            transmits: VecDeque::new(),
+            delivered: Delivered::default(),
+            notifications: VecDeque::new(),
             outputs: VecDeque::new(),
         }
     }
 
     /// Starts `initialize` (+ `notifications/initialized`, + the GET stream). The returned
-    /// call completes with the `initialize` result once the session is ready.
+    /// call completes with the `initialize` result once the session is ready (at once when it
+    /// already is).
     pub fn connect(&mut self, now: Instant) -> CallId {
-        let id = self.new_call_id();
-        match self.phase {
-            Phase::Ready => {
-                let result = self.init_result.clone().unwrap_or(Value::Null);
+        let id = self.calls.new_id();
+        match &self.life.phase {
+            Phase::Ready(e) => {
+                let result = e.session.result.clone();
                 self.outputs.push_back(Output::Completed {
                     call: id,
                     result: Ok(result),
                 });
             }
-            Phase::Initializing => self.connect_waiters.push(id),
+            Phase::Initializing(_) => self.life.connect_waiters.push(id),
             Phase::Idle => {
-                self.connect_waiters.push(id);
-                self.start_init(None, None, now);
+                self.life.connect_waiters.push(id);
+                self.start_handshake(None, None, None, now);
             }
-            Phase::Closing | Phase::Terminated => self.outputs.push_back(Output::Completed {
-                call: id,
-                result: Err(Error::new(ErrorKind::Closed, "session closed")),
-            }),
+            Phase::Closing { .. } | Phase::Terminated { .. } => {
+                let error = self.terminal_error();
+                self.outputs.push_back(Output::Completed {
+                    call: id,
+                    result: Err(error),
+                });
+            }
         }
         id
     }
 
-    /// Submits a request. Calls submitted before or during (re-)initialization wait for it.
+    /// Submits a request. Calls submitted before or during (re-)initialization wait for it;
+    /// the first one connects.
     pub fn submit(&mut self, request: CallRequest, now: Instant) -> CallId {
-        let id = self.new_call_id();
-        if matches!(self.phase, Phase::Closing | Phase::Terminated) {
-            let error = if self.lost {
-                Error::new(ErrorKind::SessionLost, "session lost")
-            } else {
-                Error::new(ErrorKind::Closed, "session closed")
-            };
+        let id = self.calls.new_id();
+        if self.life.is_over() {
+            let error = self.terminal_error();
             self.outputs.push_back(Output::Completed {
                 call: id,
                 result: Err(error),
@@ -215,16 +158,16 @@ impl Session {
             return id;
         }
         let timeout = request.timeout.unwrap_or(self.config.call_timeout);
-        let deadline = now.checked_add(timeout).unwrap_or(now + MAX_RETRY);
+        let deadline = now
+            .checked_add(timeout)
+            .or_else(|| now.checked_add(FAR_FUTURE))
+            .unwrap_or(now);
         let progress_token = request
             .params
             .as_ref()
             .and_then(|p| p.get("_meta"))
             .and_then(|m| m.get("progressToken"))
             .and_then(RequestId::from_json);
-        if let Some(token) = &progress_token {
-            self.progress_tokens.insert(token.clone(), id);
-        }
         self.calls.insert(
             id,
             Call {
@@ -237,8 +180,7 @@ impl Session {
                 generation: 0,
                 hash: None,
                 server_dedups: false,
-                cursor: None,
-                retry: None,
+                cursor: Cursor::default(),
                 attempts: 0,
                 no_progress: 0,
                 may_have_run: false,
@@ -247,115 +189,126 @@ impl Session {
                 progress_token,
             },
         );
-        if self.phase == Phase::Ready {
-            self.send_call(id);
+        self.timers.set(Timer::CallDeadline(id), deadline);
+        match self.life.phase {
+            Phase::Ready(_) => self.send_call(id),
+            Phase::Idle => self.start_handshake(None, None, None, now),
+            _ => {}
         }
         id
     }
 
-    /// Sends a notification to the server (best effort; no completion is reported).
+    /// Sends a notification to the server (best effort; no completion is reported). Before
+    /// the session is ready it is held (bounded) and sent once it is.
     pub fn notify(&mut self, method: &str, params: Option<Value>, now: Instant) {
-        let _ = now;
-        if self.phase != Phase::Ready {
-            debug!(method, "notification dropped: session not ready");
+        if self.life.is_over() {
+            debug!(method, "notification dropped: session closed");
             return;
         }
         let body = jsonrpc::encode_notification(method, params.as_ref());
-        self.post(ExKind::Notify, HttpPurpose::Notify, body);
+        if self.life.is_ready() {
+            self.post(ExKind::Notify, body);
+        } else {
+            self.queue_notification(body);
+            if matches!(self.life.phase, Phase::Idle) {
+                self.start_handshake(None, None, None, now);
+            }
+        }
     }
 
-    /// Answers a server-to-client request.
+    /// Answers a server-to-client request. At most [`MAX_ANSWERS_IN_FLIGHT`] answers are in
+    /// flight; up to [`MAX_QUEUED_ANSWERS`] wait behind them, more are dropped and counted.
     pub fn respond(&mut self, id: RequestId, result: Result<Value, RpcError>, now: Instant) {
         let _ = now;
-        if self.phase != Phase::Ready {
+        if !self.life.is_ready() {
             debug!(%id, "answer to a server request dropped: session not ready");
             return;
         }
         let body = jsonrpc::encode_response(&id, &result);
-        self.send_answer(body);
+        if !self.exchanges.queue_answer(body) {
+            warn!(
+                dropped = self.exchanges.answers.dropped,
+                "answer to a server request dropped: too many queued"
+            );
+        }
+        self.flush_answers();
     }
 
     /// The app gave up on a call (its future was dropped): POST `notifications/cancelled`
     /// if it may be running, abort its stream, and report nothing more for it.
     pub fn cancel(&mut self, call: CallId, now: Instant) {
         let _ = now;
-        if !self.calls.contains_key(&call) {
+        if !self.calls.contains(call) {
             return;
         }
         self.send_cancelled(call, "cancelled by the client");
-        if let Some(c) = self.remove_call(call) {
-            debug!(call = call.0, method = %c.method, "call cancelled");
+        if self.remove_call(call) {
+            debug!(call = call.0, "call cancelled");
         }
     }
 
     /// Closes the session: fails waiting calls with `Closed` and DELETEs the session. The
-    /// returned call completes when the DELETE is answered (405 tolerated).
+    /// returned call completes when the DELETE is answered (405 tolerated, and a session the
+    /// server no longer knows is closed too).
     pub fn close(&mut self, now: Instant) -> CallId {
         let _ = now;
-        let id = self.new_call_id();
-        if matches!(self.phase, Phase::Closing | Phase::Terminated) {
+        let id = self.calls.new_id();
+        if self.life.is_over() || matches!(self.life.phase, Phase::Idle) {
+            if matches!(self.life.phase, Phase::Idle) {
+                self.life.phase = Phase::Terminated { lost: false };
+                self.outputs.push_back(Output::Event(SessionEvent::Closed));
+            }
             self.outputs.push_back(Output::Completed {
                 call: id,
                 result: Ok(Value::Null),
             });
             return id;
         }
-        // The session to delete: the established one, or the one a re-initialization has
-        // just obtained.
-        let session = self
-            .ctx
-            .clone()
-            .or_else(|| self.init.as_ref().and_then(|i| i.pending.clone()))
-            .or_else(|| {
-                self.init.as_ref().and_then(|i| {
-                    i.head_session_id.clone().map(|id| Ctx {
-                        generation: self.generation,
-                        id: Some(id),
-                        protocol_version: self.config.protocol_version.clone(),
-                        server_capabilities: Value::Null,
-                        hash: None,
-                        ext: None,
-                    })
-                })
-            });
-        self.phase = Phase::Closing;
-        self.init = None;
-        self.fail_everything(ErrorKind::Closed, "session closed", false);
-        self.abort_all_exchanges();
-        self.listen.state = ListenState::Off;
-        self.outputs.push_back(Output::Event(SessionEvent::Closed));
-        match session.and_then(|c| c.id.clone().map(|id| (id, c))) {
-            Some((sid, ctx)) => {
-                info!(session = %sid, "closing session");
-                let mut headers = vec![(SessionId::HEADER, sid.expose().to_owned())];
-                if ctx.protocol_version.as_str() >= VERSION_HEADER_SINCE {
-                    headers.push(("mcp-protocol-version", ctx.protocol_version.clone()));
+        // The session to delete: the established one, or the one a handshake has obtained.
+        let delete = match &self.life.phase {
+            Phase::Ready(e) => e.session.id_header.clone().map(|v| (v, e.session.version)),
+            Phase::Initializing(h) => match &h.step {
+                Step::Initialized { session, .. } => {
+                    session.id_header.clone().map(|v| (v, session.version))
                 }
-                self.close_call = Some(id);
-                self.transmit(
-                    ExKind::Delete,
-                    HttpMethod::Delete,
-                    HttpPurpose::Terminate,
-                    headers,
-                    None,
-                    true,
-                    false,
-                );
+                Step::Initialize { head, .. } => head.session_id.as_ref().and_then(|sid| {
+                    session_id_header(sid).map(|v| (v, self.config.protocol_version))
+                }),
+                Step::Backoff => None,
+            },
+            _ => None,
+        };
+        self.life.phase = Phase::Terminated { lost: false };
+        self.fail_everything(ErrorKind::Closed, "session closed", false);
+        self.exchanges.finish_all_but_delete();
+        self.timers.clear();
+        self.listen = Listen::new();
+        self.notifications.clear();
+        self.outputs.push_back(Output::Event(SessionEvent::Closed));
+        match delete {
+            Some((sid, version)) => {
+                info!("closing session");
+                let mut headers = HeaderMap::with_capacity(2);
+                headers.insert(MCP_SESSION_ID, sid);
+                if version.has_version_header() {
+                    headers.insert(
+                        MCP_PROTOCOL_VERSION,
+                        HeaderValue::from_static(version.as_str()),
+                    );
+                }
+                self.send_delete(headers, id);
             }
-            None => {
-                self.phase = Phase::Terminated;
-                self.outputs.push_back(Output::Completed {
-                    call: id,
-                    result: Ok(Value::Null),
-                });
-            }
+            None => self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Ok(Value::Null),
+            }),
         }
         id
     }
 
     /// The response head of an exchange arrived.
     pub fn handle_head(&mut self, http: HttpId, status: u16, headers: &HeaderMap, now: Instant) {
-        let Some(ex) = self.exchanges.get_mut(&http) else {
+        let Some(ex) = self.exchanges.get_mut(http) else {
             debug!(
                 http = http.0,
                 "head for an unknown or aborted exchange ignored"
@@ -367,36 +320,21 @@ impl Session {
             return;
         }
         ex.status = Some(status);
-        let kind = ex.kind;
         if !(200..300).contains(&status) {
             // A refusal: what it means may depend on its body, which is read (bounded) and
             // classified when it ends.
-            ex.head = HeadFacts::read(headers, !self.config.dangerous_trust_replay);
+            ex.head = HeadFacts::read(headers);
             ex.body = Body::Error(Vec::new());
             return;
         }
-        let ct = content_type(headers);
-        match kind {
-            ExKind::Initialize => self.on_initialize_head(http, headers, ct, now),
-            ExKind::Initialized => {
-                self.finish_exchange(http);
-                self.init_succeeded(now);
-            }
-            ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
-            ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
-            ExKind::Listen => self.on_listen_head(http, headers, ct, now),
-            ExKind::Notify | ExKind::Answer => self.finish_exchange(http),
-            ExKind::Delete => {
-                self.finish_exchange(http);
-                self.close_done(Ok(Value::Null));
-            }
-        }
+        let kind = ex.kind;
+        self.on_success_head(http, kind, status, headers, now);
     }
 
     /// Body bytes of an exchange arrived (SSE or JSON, per the head's content type).
     pub fn handle_data(&mut self, http: HttpId, data: &[u8], now: Instant) {
         let max_body = self.config.max_body_size;
-        let Some(ex) = self.exchanges.get_mut(&http) else {
+        let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
         let mut events = Vec::new();
@@ -410,13 +348,12 @@ impl Session {
                 buf.extend_from_slice(&data[..data.len().min(room)]);
                 if buf.len() >= MAX_ERROR_BODY {
                     // Enough to classify: an endless error body must not hold the answer.
-                    if let Some(ex) = self.remove_exchange(http) {
-                        self.transmits.push_back(Transmit::Abort(http));
+                    if let Some(ex) = self.exchanges.remove(http) {
+                        self.exchanges.abort(http);
                         self.on_refusal(ex, now);
                     }
-                    return;
                 }
-                None
+                return;
             }
             Body::Json(buf) => {
                 if buf.len().saturating_add(data.len()) > max_body {
@@ -445,7 +382,7 @@ impl Session {
 
     /// The body of an exchange ended cleanly.
     pub fn handle_end(&mut self, http: HttpId, now: Instant) {
-        let Some(ex) = self.exchanges.get_mut(&http) else {
+        let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
         // The driver is done with it: finishing it while its last bytes are handled must not
@@ -460,20 +397,20 @@ impl Session {
                 let buf = std::mem::take(buf);
                 let allow_batch = ex.allow_batch;
                 let decoded = self.on_payload(http, &buf, allow_batch, now);
-                if let Some(ex) = self.remove_exchange(http) {
-                    self.json_ended_without_response(ex.kind, decoded, now);
+                if let Some(ex) = self.exchanges.remove(http) {
+                    self.json_ended(ex.kind, decoded, now);
                 }
             }
             Body::Sse(decoder) => {
                 let mut events = Vec::new();
                 decoder.finish(&mut events);
                 self.on_events(http, events, now);
-                if let Some(ex) = self.remove_exchange(http) {
-                    self.stream_ended(ex, true, now);
+                if let Some(ex) = self.exchanges.remove(http) {
+                    self.stream_ended(ex.kind, ex.progress, true, now);
                 }
             }
             Body::Error(_) => {
-                if let Some(ex) = self.remove_exchange(http) {
+                if let Some(ex) = self.exchanges.remove(http) {
                     self.on_refusal(ex, now);
                 }
             }
@@ -482,32 +419,19 @@ impl Session {
 
     /// An exchange failed at the transport level.
     pub fn handle_error(&mut self, http: HttpId, failure: TransportFailure, now: Instant) {
-        let Some(ex) = self.remove_exchange(http) else {
+        let Some(ex) = self.exchanges.remove(http) else {
             return;
         };
         let connect = matches!(failure, TransportFailure::Connect(_));
-        let reason = match &failure {
-            TransportFailure::Connect(r) | TransportFailure::Lost(r) => r.clone(),
+        let reason = match failure {
+            TransportFailure::Connect(r) | TransportFailure::Lost(r) => r,
         };
         debug!(http = http.0, kind = ?ex.kind, connect, reason = %reason, "exchange failed");
         if ex.status.is_some() {
             match ex.body {
-                Body::Sse(_) => self.stream_ended(ex, false, now),
+                Body::Sse(_) => self.stream_ended(ex.kind, ex.progress, false, now),
                 Body::Error(_) => self.on_refusal(ex, now),
-                Body::Json(_) => match ex.kind {
-                    ExKind::Initialize => self.init_failed(
-                        Error::new(ErrorKind::Transport, format!("initialize: {reason}")),
-                        now,
-                    ),
-                    ExKind::Post(call) => self.apply(
-                        call,
-                        Failure::StreamEnded {
-                            event_id_seen: false,
-                        },
-                        now,
-                    ),
-                    _ => {}
-                },
+                Body::Json(_) => self.json_ended(ex.kind, false, now),
                 Body::Pending => {}
             }
             return;
@@ -517,13 +441,14 @@ impl Session {
                 self.init_failed(Error::new(ErrorKind::Transport, reason), now)
             }
             ExKind::Post(call) => {
+                let cause = Error::new(ErrorKind::Transport, reason);
                 if connect {
-                    if let Some(c) = self.calls.get_mut(&call) {
+                    if let Some(c) = self.calls.get_mut(call) {
                         c.may_have_run = false;
                     }
-                    self.apply(call, Failure::PostConnectFailed, now);
+                    self.apply_because(call, Failure::PostConnectFailed, cause, now);
                 } else {
-                    self.apply(call, Failure::PostLost, now);
+                    self.apply_because(call, Failure::PostLost, cause, now);
                 }
             }
             ExKind::Resume(call) => {
@@ -538,113 +463,85 @@ impl Session {
                 };
                 self.apply(call, failure, now);
             }
-            ExKind::Listen => self.listen_failed(false, now),
+            ExKind::Listen => self.listen_failed(Failure::ResumeConnectFailed, None, false, now),
             ExKind::Notify | ExKind::Answer => debug!("notification POST failed: {reason}"),
             ExKind::Delete => self.close_done(Err(Error::new(ErrorKind::Transport, reason))),
         }
     }
 
-    /// Time passed: fire expired timers (backoff, deadlines).
+    /// Time passed: fire expired timers (backoffs, deadlines).
     pub fn handle_timeout(&mut self, now: Instant) {
-        if matches!(self.phase, Phase::Closing | Phase::Terminated) {
-            return;
-        }
-        if let Some(init) = &self.init {
-            match init.step {
-                InitStep::Backoff { until } if until <= now => self.send_initialize(now),
-                InitStep::Initialize { http, .. } | InitStep::Initialized { http }
-                    if init.deadline <= now =>
-                {
-                    self.finish_exchange(http);
-                    self.init_failed(Error::new(ErrorKind::Timeout, "initialize timed out"), now);
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::InitBackoff => self.send_initialize(now),
+                Timer::InitDeadline => {
+                    self.init_failed(Error::new(ErrorKind::Timeout, "initialize timed out"), now)
                 }
-                _ => {}
-            }
-        }
-        let ids: Vec<CallId> = self.calls.keys().copied().collect();
-        for id in ids {
-            let Some(call) = self.calls.get(&id) else {
-                continue;
-            };
-            if call.deadline <= now {
-                info!(call = id.0, method = %call.method, "call deadline passed");
-                self.send_cancelled(id, "timeout");
-                self.apply(id, Failure::DeadlineExpired, now);
-                continue;
-            }
-            if let CallState::Backoff { until, then } = call.state {
-                if until <= now {
-                    self.fire_retry(id, then, now);
+                Timer::ListenBackoff => {
+                    if self.listen.state == ListenState::Backoff {
+                        self.listen.state = ListenState::Off;
+                        self.open_listen();
+                    }
                 }
-            }
-        }
-        if let ListenState::Backoff(until) = self.listen.state {
-            if until <= now {
-                self.listen.state = ListenState::Off;
-                self.open_listen();
+                Timer::CallBackoff(id) => self.fire_retry(id, now),
+                Timer::CallDeadline(id) => {
+                    if let Some(call) = self.calls.get(id) {
+                        info!(call = id.0, method = %call.method, "call deadline passed");
+                        self.send_cancelled(id, "timeout");
+                        self.apply(id, Failure::DeadlineExpired, now);
+                    }
+                }
             }
         }
     }
 
     /// Next network action.
+    #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.transmits.pop_front()
+        self.flush_answers();
+        self.exchanges.poll_transmit()
     }
 
     /// Next output for the app.
+    #[must_use]
     pub fn poll_output(&mut self) -> Option<Output> {
         self.outputs.pop_front()
     }
 
     /// When [`Session::handle_timeout`] must be called next.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if matches!(self.phase, Phase::Closing | Phase::Terminated) {
-            return None;
-        }
-        let mut next: Option<Instant> = None;
-        let mut consider = |t: Instant| {
-            next = Some(next.map_or(t, |n| n.min(t)));
-        };
-        if let Some(init) = &self.init {
-            match init.step {
-                InitStep::Backoff { until } => consider(until),
-                _ => consider(init.deadline),
-            }
-        }
-        for call in self.calls.values() {
-            consider(call.deadline);
-            if let CallState::Backoff { until, .. } = call.state {
-                consider(until);
-            }
-        }
-        if let ListenState::Backoff(until) = self.listen.state {
-            consider(until);
-        }
-        next
+        self.timers.next()
     }
 
-    /// Whether the session is closed or lost for good (the driver may stop).
+    /// Whether the session is closed or lost for good, with nothing left in flight (the driver
+    /// may stop).
     pub fn is_terminated(&self) -> bool {
-        self.phase == Phase::Terminated
+        matches!(self.life.phase, Phase::Terminated { .. })
     }
 }
 
-// Additions beyond the driver contract: read-only views for drivers, bindings and tests.
+// Read-only views for drivers, bindings and tests.
 impl Session {
     /// The current session id, once `initialize` succeeded (shown only as a prefix by
     /// `Display`).
     pub fn session_id(&self) -> Option<&SessionId> {
-        self.ctx.as_ref().and_then(|c| c.id.as_ref())
+        self.life.ready().and_then(|s| s.id.as_ref())
     }
 
     /// The negotiated protocol version of the current session.
-    pub fn protocol_version(&self) -> Option<&str> {
-        self.ctx.as_ref().map(|c| c.protocol_version.as_str())
+    pub fn protocol_version(&self) -> Option<ProtocolVersion> {
+        self.life.ready().map(|s| s.version)
     }
 
     /// Whether the session is established and not re-initializing.
     pub fn is_ready(&self) -> bool {
-        self.phase == Phase::Ready
+        self.life.is_ready()
+    }
+
+    /// Whether the session was lost for good (re-initialization kept failing).
+    pub fn is_lost(&self) -> bool {
+        matches!(self.life.phase, Phase::Terminated { lost: true })
     }
 
     /// Number of calls not yet completed.
@@ -655,31 +552,108 @@ impl Session {
     /// Which resume-safety checks the current session's server advertised and which are in
     /// force; `None` before the first session is established.
     pub fn extension_status(&self) -> Option<ExtensionStatus> {
-        let ctx = self.ctx.as_ref()?;
-        Some(match &ctx.ext {
-            None => ExtensionStatus::default(),
-            Some(ext) => ExtensionStatus {
-                advertised: true,
-                capability_hash: ext.capability_hash,
-                sequenced_event_ids: ext.sequenced_event_ids,
-                idempotency: ext.idempotency_meta_key.is_some(),
-            },
-        })
+        self.life.ready().map(|s| s.extension_status())
     }
 
     /// Answers to server requests dropped because too many were queued (see
     /// [`MAX_QUEUED_ANSWERS`]).
     pub fn dropped_answers(&self) -> u64 {
-        self.answers.dropped
+        self.exchanges.answers.dropped
     }
 }
 
-// Closing.
+// Small helpers of the facade.
 impl Session {
+    fn terminal_error(&self) -> Error {
+        if self.is_lost() {
+            Error::new(ErrorKind::SessionLost, "session lost")
+        } else {
+            Error::new(ErrorKind::Closed, "session closed")
+        }
+    }
+
+    /// The DELETE was answered (or failed): the close call completes.
     fn close_done(&mut self, result: Result<Value, Error>) {
-        self.phase = Phase::Terminated;
-        if let Some(call) = self.close_call.take() {
-            self.outputs.push_back(Output::Completed { call, result });
+        if let Phase::Closing { close } = self.life.phase {
+            self.life.phase = Phase::Terminated { lost: false };
+            self.outputs.push_back(Output::Completed {
+                call: close,
+                result,
+            });
+        }
+    }
+
+    fn bump_no_progress(&mut self, id: CallId, progress: bool) {
+        if let Some(call) = self.calls.get_mut(id) {
+            call.no_progress = if progress {
+                0
+            } else {
+                call.no_progress.saturating_add(1)
+            };
+        }
+    }
+
+    /// An SSE body ended (cleanly or not) before what its exchange was waiting for.
+    fn stream_ended(&mut self, kind: ExKind, progress: bool, clean: bool, now: Instant) {
+        match kind {
+            ExKind::Initialize => self.init_failed(
+                Error::new(
+                    ErrorKind::Transport,
+                    "initialize stream ended before the response",
+                ),
+                now,
+            ),
+            ExKind::Post(c) => {
+                let Some(call) = self.calls.get_mut(c) else {
+                    return;
+                };
+                if !matches!(call.state, CallState::Posting(_)) {
+                    return;
+                }
+                call.state = CallState::Waiting;
+                let event_id_seen = call.cursor.last.is_some();
+                debug!(
+                    call = c.0,
+                    clean, event_id_seen, "response stream ended early"
+                );
+                self.apply(c, Failure::StreamEnded { event_id_seen }, now);
+            }
+            ExKind::Resume(c) => {
+                let Some(call) = self.calls.get_mut(c) else {
+                    return;
+                };
+                if !matches!(call.state, CallState::Resuming(_)) {
+                    return;
+                }
+                call.state = CallState::Waiting;
+                self.bump_no_progress(c, progress);
+                debug!(call = c.0, clean, progress, "resumed stream ended early");
+                self.apply(c, Failure::ResumedStreamEnded { clean, progress }, now);
+            }
+            ExKind::Listen => {
+                let event_id_seen = self.listen.cursor.last.is_some();
+                self.listen_failed(Failure::StreamEnded { event_id_seen }, None, progress, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Something in a body was unacceptable (too large): the exchange is abandoned.
+    fn exchange_broken(&mut self, http: HttpId, error: Error, now: Instant) {
+        let Some(ex) = self.exchanges.get(http) else {
+            return;
+        };
+        let kind = ex.kind;
+        self.exchanges.finish(http);
+        warn!(error = %error, "exchange abandoned");
+        match kind {
+            ExKind::Initialize => self.init_failed(error, now),
+            ExKind::Post(c) | ExKind::Resume(c) => self.complete(c, Err(error)),
+            ExKind::Listen => {
+                // A hostile stream would only repeat itself: stop listening.
+                self.listen.state = ListenState::GaveUp;
+            }
+            _ => {}
         }
     }
 }

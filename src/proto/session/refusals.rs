@@ -8,8 +8,7 @@ use serde_json::Value;
 use tracing::{debug, warn};
 
 use super::calls::CallState;
-use super::exchange::{Body, ExKind, Exchange};
-use super::listen::ListenState;
+use super::exchanges::{Body, ExKind, Exchange};
 use super::Session;
 use crate::error::{Error, ErrorKind};
 use crate::proto::classify::{self, Refusal, Refused};
@@ -24,13 +23,7 @@ impl Session {
         let Body::Error(body) = &ex.body else {
             return;
         };
-        let refusal = classify::refusal(
-            status,
-            &ex.head,
-            body,
-            ex.carried_session_id,
-            !self.config.dangerous_trust_replay,
-        );
+        let refusal = classify::refusal(status, &ex.head, body, ex.carried_session_id);
         debug!(status, class = ?refusal.class, kind = ?ex.kind, "exchange refused");
         match ex.kind {
             ExKind::Initialize | ExKind::Initialized => {
@@ -65,7 +58,7 @@ impl Session {
     }
 
     fn call_refused(&mut self, id: CallId, status: u16, refusal: Refusal, now: Instant) {
-        let Some(call) = self.calls.get_mut(&id) else {
+        let Some(call) = self.calls.get_mut(id) else {
             return;
         };
         if !matches!(call.state, CallState::Posting(_)) {
@@ -86,7 +79,7 @@ impl Session {
                 });
                 if fits {
                     // The server's time to come back is the floor of the re-send's backoff.
-                    call.retry = retry_after;
+                    call.cursor.retry = retry_after;
                 }
                 Failure::Refused {
                     retry_within_deadline: fits,
@@ -110,7 +103,7 @@ impl Session {
     }
 
     fn resume_refused(&mut self, id: CallId, status: u16, refusal: Refusal, now: Instant) {
-        let Some(call) = self.calls.get_mut(&id) else {
+        let Some(call) = self.calls.get_mut(id) else {
             return;
         };
         if !matches!(call.state, CallState::Resuming(_)) {
@@ -123,7 +116,7 @@ impl Session {
             Refused::NotProcessed {
                 retry_after: Some(after),
             } => {
-                call.retry = Some(after);
+                call.cursor.retry = Some(after);
                 Failure::ResumeConnectFailed
             }
             Refused::NotProcessed { .. } if status == 429 => Failure::ResumeConnectFailed,
@@ -136,28 +129,12 @@ impl Session {
     }
 
     fn listen_refused(&mut self, class: Refused, now: Instant) {
-        self.listen.state = ListenState::Off;
         let failure = match class {
-            Refused::NotAllowed => {
-                debug!("server offers no standalone GET stream");
-                self.listen.state = ListenState::NotOffered;
-                return;
-            }
-            Refused::SessionGone if self.listen_404_reinit && !self.confirmed => {
-                // The fresh session's stream was refused the same way, before anything else
-                // succeeded on it: the endpoint does not offer the stream (a server that says
-                // 404 where it means 405). Re-initializing again would loop.
-                warn!("standalone GET stream refused twice in a row; not offered");
-                self.listen.state = ListenState::NotOffered;
-                return;
-            }
+            Refused::NotAllowed => Failure::ListenNotOffered,
             Refused::SessionGone => Failure::ResumeNotFound,
             Refused::Rejected(reason) => Failure::ResumeRejected(reason),
-            Refused::NotProcessed { .. } | Refused::MayHaveRun => {
-                return self.listen_failed(false, now);
-            }
+            Refused::NotProcessed { .. } | Refused::MayHaveRun => Failure::ResumeConnectFailed,
         };
-        self.listen_404_reinit = true;
-        self.apply_to_session(failure, now);
+        self.listen_failed(failure, None, false, now);
     }
 }

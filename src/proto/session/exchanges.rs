@@ -1,0 +1,275 @@
+//! The exchange table: every HTTP exchange the session asked the driver for, what each is
+//! for, what is known of it, and the queue of network actions the driver drains.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+
+use super::lifecycle::Negotiated;
+use crate::ids::{SequencedEventId, SessionId};
+use crate::proto::classify::HeadFacts;
+use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
+use crate::sse::SseDecoder;
+
+/// `Mcp-Session-Id`.
+pub(super) const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+/// `MCP-Protocol-Version`.
+pub(super) const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+/// `Last-Event-ID`.
+pub(super) const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+/// `Idempotency-Key`.
+pub(super) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+
+const ACCEPT_ANY: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
+const ACCEPT_SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
+const JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+/// Answers to server requests in flight at once. A server that floods a stream with requests
+/// (`ping`, sampling) must not make the client open a connection per request.
+pub const MAX_ANSWERS_IN_FLIGHT: usize = 8;
+/// Answers queued behind those in flight; past this they are dropped (counted and logged):
+/// the server gets no answer, which it must tolerate anyway from a client that went away.
+pub const MAX_QUEUED_ANSWERS: usize = 256;
+
+/// What an exchange is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ExKind {
+    Initialize,
+    Initialized,
+    /// A call's POST.
+    Post(CallId),
+    /// A GET with `Last-Event-ID` resuming a call's stream.
+    Resume(CallId),
+    /// The standalone GET stream (fresh or resumed).
+    Listen,
+    /// A notification POST (the app's, or `notifications/cancelled`).
+    Notify,
+    /// A POST answering a server request; bounded by [`MAX_ANSWERS_IN_FLIGHT`].
+    Answer,
+    Delete,
+}
+
+/// How the body is being read.
+#[derive(Debug)]
+pub(super) enum Body {
+    /// No head yet.
+    Pending,
+    Json(Vec<u8>),
+    Sse(Box<SseDecoder>),
+    /// A refusal's body, read only to classify it (bounded).
+    Error(Vec<u8>),
+}
+
+/// The resume-safety checks in force on one exchange: those of the session it was sent on,
+/// fixed at send time so a re-initialization in the meantime cannot switch them off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Checks {
+    /// Compare the capability hash of the answer's head.
+    pub(super) hash: bool,
+    /// Require contiguous sequenced ids on a resumed stream.
+    pub(super) sequenced: bool,
+}
+
+/// One exchange in flight.
+#[derive(Debug)]
+pub(super) struct Exchange {
+    pub(super) kind: ExKind,
+    pub(super) carried_session_id: bool,
+    pub(super) allow_batch: bool,
+    pub(super) checks: Checks,
+    pub(super) status: Option<u16>,
+    pub(super) body: Body,
+    /// A GET with `Last-Event-ID`.
+    pub(super) resumed: bool,
+    /// Delivered anything new.
+    pub(super) progress: bool,
+    /// The sequenced id that must come next on a resumed stream.
+    pub(super) expect: Option<SequencedEventId>,
+    /// The driver reported its end; no abort is owed.
+    pub(super) ended: bool,
+    /// What a refused head said, kept for its body's end.
+    pub(super) head: HeadFacts,
+}
+
+/// How an exchange is sent: the facts fixed at send time.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sent {
+    pub(super) carried_session_id: bool,
+    pub(super) allow_batch: bool,
+    pub(super) checks: Checks,
+}
+
+impl Sent {
+    /// An exchange of the established session `s`.
+    pub(super) fn on(s: &Negotiated) -> Self {
+        Sent {
+            carried_session_id: s.id.is_some(),
+            allow_batch: s.version.allows_batch(),
+            checks: s.checks,
+        }
+    }
+}
+
+/// Answer POSTs: how many are in flight and the bounded queue behind them.
+#[derive(Debug, Default)]
+pub(super) struct Answers {
+    pub(super) in_flight: usize,
+    pub(super) queue: VecDeque<Bytes>,
+    pub(super) dropped: u64,
+}
+
+/// The exchange table and the driver's action queue.
+#[derive(Debug, Default)]
+pub(super) struct Exchanges {
+    map: BTreeMap<HttpId, Exchange>,
+    next: u64,
+    transmits: VecDeque<Transmit>,
+    pub(super) answers: Answers,
+}
+
+impl Exchanges {
+    /// Opens an exchange: records it and queues the request for the driver.
+    pub(super) fn open(
+        &mut self,
+        kind: ExKind,
+        method: HttpMethod,
+        purpose: HttpPurpose,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+        sent: Sent,
+    ) -> HttpId {
+        self.next += 1;
+        let id = HttpId(self.next);
+        if kind == ExKind::Answer {
+            self.answers.in_flight += 1;
+        }
+        self.map.insert(
+            id,
+            Exchange {
+                kind,
+                carried_session_id: sent.carried_session_id,
+                allow_batch: sent.allow_batch,
+                checks: sent.checks,
+                status: None,
+                body: Body::Pending,
+                resumed: false,
+                progress: false,
+                expect: None,
+                ended: false,
+                head: HeadFacts::default(),
+            },
+        );
+        self.transmits.push_back(Transmit::Send(HttpRequest {
+            id,
+            method,
+            purpose,
+            headers,
+            body,
+        }));
+        id
+    }
+
+    pub(super) fn get(&self, http: HttpId) -> Option<&Exchange> {
+        self.map.get(&http)
+    }
+
+    pub(super) fn get_mut(&mut self, http: HttpId) -> Option<&mut Exchange> {
+        self.map.get_mut(&http)
+    }
+
+    /// The one place an exchange leaves the table, so per-kind counts stay true.
+    pub(super) fn remove(&mut self, http: HttpId) -> Option<Exchange> {
+        let ex = self.map.remove(&http)?;
+        if ex.kind == ExKind::Answer {
+            self.answers.in_flight = self.answers.in_flight.saturating_sub(1);
+        }
+        Some(ex)
+    }
+
+    /// Drops an exchange the session no longer needs and tells the driver to stop it.
+    pub(super) fn finish(&mut self, http: HttpId) {
+        if let Some(ex) = self.remove(http) {
+            if !ex.ended {
+                self.transmits.push_back(Transmit::Abort(http));
+            }
+        }
+    }
+
+    /// Tells the driver to stop an exchange already taken out of the table.
+    pub(super) fn abort(&mut self, http: HttpId) {
+        self.transmits.push_back(Transmit::Abort(http));
+    }
+
+    /// Finishes every exchange but a DELETE in flight.
+    pub(super) fn finish_all_but_delete(&mut self) {
+        let ids: Vec<HttpId> = self
+            .map
+            .iter()
+            .filter(|(_, e)| e.kind != ExKind::Delete)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.finish(id);
+        }
+    }
+
+    /// Queues an answer behind those in flight; `false` when the queue is full (dropped).
+    pub(super) fn queue_answer(&mut self, body: Bytes) -> bool {
+        if self.answers.queue.len() >= MAX_QUEUED_ANSWERS {
+            self.answers.dropped += 1;
+            return false;
+        }
+        self.answers.queue.push_back(body);
+        true
+    }
+
+    /// The next queued answer, when a slot is free.
+    pub(super) fn next_answer(&mut self) -> Option<Bytes> {
+        if self.answers.in_flight >= MAX_ANSWERS_IN_FLIGHT {
+            return None;
+        }
+        self.answers.queue.pop_front()
+    }
+
+    pub(super) fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+}
+
+/// The protocol headers of a request of session `s` (the driver adds the app's own).
+pub(super) fn request_headers(s: &Negotiated, post: bool) -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(5);
+    if post {
+        headers.insert(ACCEPT, ACCEPT_ANY);
+        headers.insert(CONTENT_TYPE, JSON);
+    } else {
+        headers.insert(ACCEPT, ACCEPT_SSE);
+    }
+    if let Some(id) = &s.id_header {
+        headers.insert(MCP_SESSION_ID, id.clone());
+    }
+    if s.version.has_version_header() {
+        headers.insert(
+            MCP_PROTOCOL_VERSION,
+            HeaderValue::from_static(s.version.as_str()),
+        );
+    }
+    headers
+}
+
+/// A session id as a header value, marked sensitive: it is a bearer secret, and requests end
+/// up in logs through the `Debug` of whatever holds them.
+pub(super) fn session_id_header(id: &SessionId) -> Option<HeaderValue> {
+    let mut v = HeaderValue::from_str(id.expose()).ok()?;
+    v.set_sensitive(true);
+    Some(v)
+}
+
+/// The headers of an `initialize` POST (no session yet).
+pub(super) fn initialize_headers() -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(2);
+    headers.insert(ACCEPT, ACCEPT_ANY);
+    headers.insert(CONTENT_TYPE, JSON);
+    headers
+}

@@ -1,0 +1,275 @@
+//! What arrives in bodies: SSE events and their cursors, decoded JSON-RPC messages routed to
+//! the call they answer, to the app or to the handshake, and the ways a body ends.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tracing::{debug, warn};
+
+use super::calls::CallState;
+use super::cursors::Observed;
+use super::exchanges::ExKind;
+use super::lifecycle::Step;
+use super::Session;
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::RequestId;
+use crate::proto::decide::Failure;
+use crate::proto::jsonrpc::{self, Message};
+use crate::proto::{ext, methods, CallId, HttpId, Notification, Output, ServerRequest};
+use crate::sse::SseEvent;
+
+impl Session {
+    pub(super) fn on_events(&mut self, http: HttpId, events: Vec<SseEvent>, now: Instant) {
+        for event in events {
+            if self.exchanges.get(http).is_none() {
+                return;
+            }
+            self.on_event(http, event, now);
+        }
+    }
+
+    fn on_event(&mut self, http: HttpId, event: SseEvent, now: Instant) {
+        let Some(ex) = self.exchanges.get_mut(http) else {
+            return;
+        };
+        let check_sequence = ex.checks.sequenced && ex.resumed;
+        let expect = check_sequence.then_some(&mut ex.expect);
+        let observed = match ex.kind {
+            ExKind::Post(c) | ExKind::Resume(c) => match self.calls.get_mut(c) {
+                Some(call) => {
+                    let observed = call.cursor.observe(&event, expect, &mut self.delivered);
+                    // Only progress proves the server is reachable and the stream alive; a
+                    // head alone does not (a replaying instance answers 200 too).
+                    if matches!(observed, Observed::New { progressed: true }) {
+                        call.attempts = 0;
+                    }
+                    observed
+                }
+                None => Observed::New { progressed: false },
+            },
+            ExKind::Listen => self
+                .listen
+                .cursor
+                .observe(&event, expect, &mut self.delivered),
+            _ => Observed::New { progressed: false },
+        };
+        match observed {
+            Observed::Duplicate => return,
+            Observed::Gap => return self.stream_violation(http, Failure::EventGap, now),
+            Observed::New { progressed } => {
+                if progressed {
+                    ex.progress = true;
+                }
+            }
+        }
+        if event.data.is_empty() {
+            return;
+        }
+        if ex.kind == ExKind::Listen {
+            // A message from the server on its own stream: the session works.
+            self.life.confirm();
+        }
+        let allow_batch = ex.allow_batch;
+        self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+    }
+
+    /// A protocol violation on a stream (gap, orphan): the recovery decision for whatever the
+    /// stream carried.
+    pub(super) fn stream_violation(&mut self, http: HttpId, failure: Failure, now: Instant) {
+        let Some(ex) = self.exchanges.get(http) else {
+            return;
+        };
+        match ex.kind {
+            ExKind::Resume(c) | ExKind::Post(c) => {
+                self.apply(c, failure, now);
+            }
+            ExKind::Listen => {
+                let progress = ex.progress;
+                self.listen_failed(failure, Some(http), progress, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Handles a body or event payload; `false` when it was not JSON-RPC at all.
+    pub(super) fn on_payload(
+        &mut self,
+        http: HttpId,
+        payload: &[u8],
+        allow_batch: bool,
+        now: Instant,
+    ) -> bool {
+        let messages = match jsonrpc::decode(payload, allow_batch) {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "undecodable message ignored");
+                return false;
+            }
+        };
+        for message in messages {
+            if self.exchanges.get(http).is_none() {
+                return true;
+            }
+            match message {
+                Ok(m) => self.on_message(http, m, now),
+                Err(e) => warn!(error = %e, "undecodable message ignored"),
+            }
+        }
+        true
+    }
+
+    fn on_message(&mut self, http: HttpId, message: Message, now: Instant) {
+        let Some(ex) = self.exchanges.get(http) else {
+            return;
+        };
+        let (kind, resumed) = (ex.kind, ex.resumed);
+        match message {
+            Message::Request { id, method, params } => {
+                if method == methods::PING {
+                    self.respond(id, Ok(json!({})), now);
+                } else {
+                    self.outputs.push_back(Output::ServerRequest(ServerRequest {
+                        id,
+                        method,
+                        params,
+                    }));
+                }
+            }
+            Message::Notification { method, params } => {
+                let call = self.related_call(&method, params.as_ref(), kind, resumed);
+                self.outputs.push_back(Output::Notification {
+                    call,
+                    notification: Notification { method, params },
+                });
+            }
+            Message::Response { id, result } => {
+                if kind == ExKind::Initialize {
+                    return self.on_initialize_message(http, id, result, now);
+                }
+                let Some(id) = id else {
+                    // An error the server could not attribute: on a call's own POST it can
+                    // only be about that call.
+                    match (kind, result) {
+                        (ExKind::Post(c), Err(e)) => self.complete(c, Err(Error::rpc(e))),
+                        _ => warn!("response without id ignored"),
+                    }
+                    return;
+                };
+                match self.calls.by_rpc(&id) {
+                    Some(call) => self.deliver(call, result, now),
+                    None if self.calls.was_issued(&id) => {
+                        debug!(%id, "duplicate response dropped");
+                    }
+                    None if resumed => {
+                        warn!(%id, "resumed stream delivered a response to a request never sent");
+                        self.stream_violation(http, Failure::OrphanedResponse, now);
+                    }
+                    None => warn!(%id, "response to an unknown request ignored"),
+                }
+            }
+        }
+    }
+
+    fn on_initialize_message(
+        &mut self,
+        http: HttpId,
+        id: Option<RequestId>,
+        result: Result<Value, RpcError>,
+        now: Instant,
+    ) {
+        let expected = match self.life.handshake().map(|h| &h.step) {
+            Some(Step::Initialize { rpc, .. }) => Some(rpc),
+            _ => None,
+        };
+        if id.is_some() && id.as_ref() == expected {
+            self.on_initialize_response(http, result, now);
+        } else {
+            warn!("unexpected response on the initialize stream ignored");
+        }
+    }
+
+    /// The call a notification is about: a progress notification's by its `progressToken`;
+    /// any other's, the call whose own POST stream carried it (the specification relates such
+    /// messages to that request). Never by a resumed or standalone stream: a server may
+    /// replay other calls' messages there.
+    fn related_call(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        kind: ExKind,
+        resumed: bool,
+    ) -> Option<CallId> {
+        if method == methods::PROGRESS {
+            let token = params?
+                .get("progressToken")
+                .and_then(RequestId::from_json)?;
+            return self.calls.by_progress_token(&token);
+        }
+        match kind {
+            ExKind::Post(c) if !resumed => Some(c),
+            _ => None,
+        }
+    }
+
+    /// A response reached its call: check what the extension lets us check, then complete.
+    fn deliver(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
+        let Some(call) = self.calls.get(id) else {
+            return;
+        };
+        let failure = match &result {
+            // A replayed answer may name the context it ran under.
+            Ok(value) if call.method == methods::TOOLS_CALL => call
+                .hash
+                .as_ref()
+                .zip(ext::result_capability_hash(value))
+                .filter(|(expected, got)| !got.eq_ignore_ascii_case(expected.as_str()))
+                .map(|_| Failure::CapabilityHashMismatch),
+            Ok(_) => None,
+            Err(error) if call.key.is_some() && call.server_dedups => {
+                match ext::key_refusal(error.data.as_ref()) {
+                    Some(ext::KeyRefusal::InUse) => Some(Failure::KeyInUse),
+                    Some(ext::KeyRefusal::OutcomeUnknown) => Some(Failure::KeyOutcomeLost),
+                    None => None,
+                }
+            }
+            Err(_) => None,
+        };
+        if let Some(failure) = failure {
+            let cause = match &result {
+                Err(e) => Error::rpc(e.clone()),
+                Ok(_) => Error::new(ErrorKind::Protocol, "result produced under another hash"),
+            };
+            if !self.apply_because(id, failure, cause, now) {
+                return;
+            }
+        }
+        debug!(call = id.0, ok = result.is_ok(), "call completed");
+        self.complete(id, result.map_err(Error::rpc));
+    }
+
+    /// A JSON body ended (`decoded`: it was JSON-RPC): a call whose response was not in it
+    /// may have run.
+    pub(super) fn json_ended(&mut self, kind: ExKind, decoded: bool, now: Instant) {
+        match kind {
+            ExKind::Post(c)
+                if self
+                    .calls
+                    .get(c)
+                    .is_some_and(|call| matches!(call.state, CallState::Posting(_))) =>
+            {
+                let cause = if decoded {
+                    "the JSON body answered another request id or none"
+                } else {
+                    "the JSON body was cut or undecodable"
+                };
+                let cause = Error::new(ErrorKind::Protocol, cause);
+                self.apply_because(c, Failure::AnsweredWithoutResponse, cause, now);
+            }
+            ExKind::Initialize => self.init_failed(
+                Error::new(ErrorKind::Protocol, "initialize body without the response"),
+                now,
+            ),
+            _ => {}
+        }
+    }
+}

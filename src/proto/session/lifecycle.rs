@@ -1,0 +1,187 @@
+//! The session's lifecycle: a phase whose variants carry their own data, so "ready without a
+//! negotiated context" or "initializing without a handshake" cannot be represented.
+
+use std::time::Instant;
+
+use http::HeaderValue;
+use serde_json::Value;
+
+use super::exchanges::Checks;
+use crate::ids::{CapabilityHash, RequestId, SessionId};
+use crate::proto::ext::ResumeSafety;
+use crate::proto::version::ProtocolVersion;
+use crate::proto::{CallId, ExtensionStatus, HttpId, ReinitReason};
+
+/// What one established session negotiated.
+#[derive(Debug, Clone)]
+pub(super) struct Negotiated {
+    /// Which session this is (one per successful `initialize`).
+    pub(super) generation: u64,
+    pub(super) id: Option<SessionId>,
+    /// `id` as a header value, built once (marked sensitive: it is a bearer secret).
+    pub(super) id_header: Option<HeaderValue>,
+    pub(super) version: ProtocolVersion,
+    pub(super) server_capabilities: Value,
+    pub(super) hash: Option<CapabilityHash>,
+    /// The extension as advertised (with the parts that cannot run switched off).
+    pub(super) ext: Option<ResumeSafety>,
+    /// The checks every exchange of this session runs.
+    pub(super) checks: Checks,
+    /// The `initialize` result, returned to later `connect` calls.
+    pub(super) result: Value,
+}
+
+impl Negotiated {
+    /// Which checks of the extension are in force.
+    pub(super) fn extension_status(&self) -> ExtensionStatus {
+        match &self.ext {
+            None => ExtensionStatus::default(),
+            Some(ext) => ExtensionStatus {
+                advertised: true,
+                capability_hash: ext.capability_hash,
+                sequenced_event_ids: ext.sequenced_event_ids,
+                idempotency: ext.idempotency_meta_key.is_some(),
+            },
+        }
+    }
+
+    /// Whether `other` differs in what the application may depend on.
+    pub(super) fn differs_from(&self, other: &Negotiated) -> bool {
+        self.version != other.version
+            || self.server_capabilities != other.server_capabilities
+            || self.hash != other.hash
+    }
+}
+
+/// An established session and what has been seen of it since.
+#[derive(Debug)]
+pub(super) struct Established {
+    pub(super) session: Negotiated,
+    pub(super) since: Instant,
+    /// A call got a success answer, or the server sent a message on its stream: the session
+    /// works. Until then a re-initialization counts as a failed one.
+    pub(super) confirmed: bool,
+}
+
+/// Where a handshake stands.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// Waiting out a backoff before sending `initialize`.
+    Backoff,
+    /// `initialize` sent.
+    Initialize {
+        http: HttpId,
+        rpc: RequestId,
+        /// Read off the `initialize` response head.
+        head: InitHead,
+    },
+    /// `notifications/initialized` sent; the session is known.
+    Initialized {
+        http: HttpId,
+        session: Box<Negotiated>,
+    },
+}
+
+/// What the `initialize` response head said.
+#[derive(Debug, Default, Clone)]
+pub(super) struct InitHead {
+    pub(super) session_id: Option<SessionId>,
+    pub(super) hash: Option<CapabilityHash>,
+}
+
+/// A (re-)initialization in progress.
+#[derive(Debug)]
+pub(super) struct Handshake {
+    pub(super) step: Step,
+    /// `None` for the first connect.
+    pub(super) reason: Option<ReinitReason>,
+    /// The session being replaced, to report what changed.
+    pub(super) previous: Option<Negotiated>,
+    /// Why advertised checks cannot run on the session being set up.
+    pub(super) degraded: Option<String>,
+}
+
+/// The phase of the session.
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Nothing sent yet.
+    Idle,
+    /// `initialize` (or its backoff) in progress.
+    Initializing(Handshake),
+    /// A session is established.
+    Ready(Established),
+    /// The app closed the session; its DELETE may be in flight.
+    Closing {
+        /// The call that completes when the DELETE is answered.
+        close: CallId,
+    },
+    /// Over: closed by the app, or lost because re-initialization kept failing.
+    Terminated {
+        /// Lost, not closed.
+        lost: bool,
+    },
+}
+
+/// The lifecycle: the phase and the counters that span phases.
+#[derive(Debug)]
+pub(super) struct Lifecycle {
+    pub(super) phase: Phase,
+    /// Bumped by every handshake: exchanges and calls remember the one they were sent on.
+    pub(super) generation: u64,
+    /// A session was established once: from then on failures re-initialize by themselves.
+    pub(super) ever_connected: bool,
+    /// Consecutive re-initializations not confirmed by a working session.
+    pub(super) reinit_failures: u32,
+    /// `connect` calls waiting for the handshake.
+    pub(super) connect_waiters: Vec<CallId>,
+}
+
+impl Lifecycle {
+    pub(super) fn new() -> Self {
+        Lifecycle {
+            phase: Phase::Idle,
+            generation: 0,
+            ever_connected: false,
+            reinit_failures: 0,
+            connect_waiters: Vec::new(),
+        }
+    }
+
+    /// The established session, when ready.
+    pub(super) fn ready(&self) -> Option<&Negotiated> {
+        match &self.phase {
+            Phase::Ready(e) => Some(&e.session),
+            _ => None,
+        }
+    }
+
+    pub(super) fn is_ready(&self) -> bool {
+        matches!(self.phase, Phase::Ready(_))
+    }
+
+    pub(super) fn is_over(&self) -> bool {
+        matches!(self.phase, Phase::Closing { .. } | Phase::Terminated { .. })
+    }
+
+    pub(super) fn handshake(&self) -> Option<&Handshake> {
+        match &self.phase {
+            Phase::Initializing(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    pub(super) fn handshake_mut(&mut self) -> Option<&mut Handshake> {
+        match &mut self.phase {
+            Phase::Initializing(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The current session works: re-initializations start counting afresh.
+    pub(super) fn confirm(&mut self) {
+        if let Phase::Ready(e) = &mut self.phase {
+            e.confirmed = true;
+        }
+        self.reinit_failures = 0;
+    }
+}

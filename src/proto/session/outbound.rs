@@ -1,0 +1,223 @@
+//! What the session sends: calls, resumes, cancellations, notifications, answers to server
+//! requests, and the DELETE that closes the session.
+
+use bytes::Bytes;
+use http::HeaderValue;
+use serde_json::{json, Map, Value};
+use tracing::{debug, info, warn};
+
+use super::calls::CallState;
+use super::exchanges::{request_headers, ExKind, Sent, IDEMPOTENCY_KEY, LAST_EVENT_ID};
+use super::lifecycle::Phase;
+use super::Session;
+use crate::ids::{IdempotencyKey, SequencedEventId};
+use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
+use crate::proto::{jsonrpc, methods, CallId, HttpMethod, HttpPurpose, Output, SessionEvent};
+
+/// Notifications the app sent before the session was ready, held until it is.
+pub const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
+
+impl Session {
+    /// POSTs a call on the established session (a new JSON-RPC id for every send).
+    pub(super) fn send_call(&mut self, id: CallId) {
+        let Some(session) = self.life.ready() else {
+            return;
+        };
+        let rpc = self.calls.new_rpc();
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        if call.sends > 0 {
+            info!(call = id.0, method = %call.method, "re-sending call");
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Redispatched {
+                    call: id,
+                    method: call.method.clone(),
+                    idempotency_key: call.key.clone(),
+                }));
+        }
+        if let Some(key) = &call.key {
+            // The key goes where the server said it looks (its advertised `metaKey`).
+            let meta_key = session
+                .ext
+                .as_ref()
+                .and_then(|e| e.idempotency_meta_key.as_deref())
+                .unwrap_or(DEFAULT_IDEMPOTENCY_META_KEY);
+            set_meta_key(&mut call.params, meta_key, key);
+        }
+        let body = jsonrpc::encode_request(&rpc, &call.method, call.params.as_ref());
+        call.generation = session.generation;
+        // Hash checks (head and replayed result) are the extension's: only for a session
+        // whose server advertised them.
+        call.hash = if session.checks.hash {
+            session.hash.clone()
+        } else {
+            None
+        };
+        call.server_dedups = session
+            .ext
+            .as_ref()
+            .is_some_and(|e| e.idempotency_meta_key.is_some());
+        call.cursor = Default::default();
+        call.no_progress = 0;
+        call.may_have_run = true;
+        call.sends += 1;
+        call.cause = None;
+        let mut headers = request_headers(session, true);
+        if let Some(v) = call
+            .key
+            .as_ref()
+            .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
+        {
+            headers.insert(IDEMPOTENCY_KEY, v);
+        }
+        debug!(call = id.0, %rpc, method = %call.method, "sending call");
+        let sent = Sent::on(session);
+        let http = self.exchanges.open(
+            ExKind::Post(id),
+            HttpMethod::Post,
+            HttpPurpose::Request,
+            headers,
+            Some(body),
+            sent,
+        );
+        self.calls.assign_rpc(id, rpc);
+        if let Some(call) = self.calls.get_mut(id) {
+            call.state = CallState::Posting(http);
+        }
+    }
+
+    /// GETs a call's stream with `Last-Event-ID`.
+    pub(super) fn send_resume(&mut self, id: CallId) {
+        let Some(session) = self.life.ready() else {
+            return;
+        };
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let Some(cursor) = call.cursor.last.clone() else {
+            return;
+        };
+        info!(call = id.0, last_event_id = %cursor, "resuming stream");
+        let mut headers = request_headers(session, false);
+        if let Ok(v) = HeaderValue::from_str(cursor.as_str()) {
+            headers.insert(LAST_EVENT_ID, v);
+        }
+        let sent = Sent::on(session);
+        let http = self.exchanges.open(
+            ExKind::Resume(id),
+            HttpMethod::Get,
+            HttpPurpose::Resume,
+            headers,
+            None,
+            sent,
+        );
+        call.state = CallState::Resuming(http);
+        if let Some(ex) = self.exchanges.get_mut(http) {
+            ex.resumed = true;
+            ex.expect = SequencedEventId::of(&cursor).map(|s| s.next());
+        }
+    }
+
+    /// POSTs `notifications/cancelled` for a call that may be running on this session.
+    pub(super) fn send_cancelled(&mut self, id: CallId, reason: &str) {
+        let generation = self.life.generation;
+        let Some(call) = self.calls.get(id) else {
+            return;
+        };
+        let Some(rpc) = &call.rpc else {
+            return;
+        };
+        if !call.may_have_run || call.generation != generation {
+            return;
+        }
+        let params = json!({"requestId": rpc.to_json(), "reason": reason});
+        let body = jsonrpc::encode_notification(methods::CANCELLED, Some(&params));
+        self.post(ExKind::Notify, body);
+    }
+
+    /// POSTs a notification or an answer on the established session.
+    pub(super) fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
+        let Some(session) = self.life.ready() else {
+            return false;
+        };
+        let headers = request_headers(session, true);
+        let sent = Sent::on(session);
+        self.exchanges.open(
+            kind,
+            HttpMethod::Post,
+            HttpPurpose::Notify,
+            headers,
+            Some(body),
+            sent,
+        );
+        true
+    }
+
+    /// Sends the app's notifications held while the session was not ready.
+    pub(super) fn flush_notifications(&mut self) {
+        while self.life.is_ready() {
+            let Some(body) = self.notifications.pop_front() else {
+                break;
+            };
+            self.post(ExKind::Notify, body);
+        }
+    }
+
+    /// Holds a notification until the session is ready (bounded).
+    pub(super) fn queue_notification(&mut self, body: Bytes) {
+        if self.notifications.len() < MAX_QUEUED_NOTIFICATIONS {
+            self.notifications.push_back(body);
+        } else {
+            warn!("notification dropped: too many queued while the session is not ready");
+        }
+    }
+
+    /// Sends queued answers while slots are free.
+    pub(super) fn flush_answers(&mut self) {
+        while self.life.is_ready() {
+            let Some(body) = self.exchanges.next_answer() else {
+                break;
+            };
+            self.post(ExKind::Answer, body);
+        }
+    }
+
+    /// DELETEs the session named `id` (closing).
+    pub(super) fn send_delete(&mut self, headers: http::HeaderMap, close: CallId) {
+        let sent = Sent {
+            carried_session_id: true,
+            allow_batch: false,
+            checks: Default::default(),
+        };
+        self.exchanges.open(
+            ExKind::Delete,
+            HttpMethod::Delete,
+            HttpPurpose::Terminate,
+            headers,
+            None,
+            sent,
+        );
+        self.life.phase = Phase::Closing { close };
+    }
+}
+
+/// Puts the idempotency key in `params._meta[meta_key]` (non-object params cannot carry
+/// `_meta`; the header still carries the key).
+fn set_meta_key(params: &mut Option<Value>, meta_key: &str, key: &IdempotencyKey) {
+    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
+    let Value::Object(params) = params else {
+        return;
+    };
+    let meta = params
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    if let Value::Object(meta) = meta {
+        if meta.get(meta_key).and_then(Value::as_str) != Some(key.as_str()) {
+            meta.insert(meta_key.to_owned(), Value::String(key.as_str().to_owned()));
+        }
+    }
+}
