@@ -1,6 +1,8 @@
 //! What the demo shows, asserted: the same workload (`examples/demo/workload.rs`), the numbers
 //! taken from the cluster's oracle, joined per call tag with what the client reported.
 
+#[path = "../examples/demo/rmcp_client.rs"]
+mod rmcp_client;
 #[path = "../examples/demo/workload.rs"]
 mod workload;
 
@@ -9,7 +11,9 @@ use std::process::Command;
 
 use mock_server::Preset;
 use serde_json::Value;
-use workload::{render_json, row, run_one, ClientKind, RunReport, WorkloadConfig};
+use workload::{
+    render_json, row, run_one, uncut_cluster_config, ClientKind, RunReport, WorkloadConfig,
+};
 
 /// The calls the client reported as success while the oracle says they went wrong.
 fn silent_wrong_calls(report: &RunReport) -> Vec<String> {
@@ -115,6 +119,96 @@ async fn resume_aware_never_reinitializes_where_resume_is_safe() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_on_naive_gives_silent_wrong_answers_with_or_without_cuts() {
+    let cfg = WorkloadConfig::default();
+    let cut = rmcp_client::run_one(Preset::Naive, &cfg).await;
+    let uncut = rmcp_client::run_one_on(uncut_cluster_config(Preset::Naive, &cfg), &cfg).await;
+    for (label, run) in [("cut", &cut), ("uncut", &uncut)] {
+        let r = run.row();
+        let report = &run.report;
+        assert!(report.connect.is_ok(), "{label}: {:?}", report.connect);
+        // The incident: every call reported as success, no error anywhere, and wrong answers
+        // underneath, whether or not a stream was cut (routing alone causes them).
+        assert_eq!(r.ok, r.calls, "{label}: {r:?}");
+        assert!(r.errors.is_empty(), "{label}: {r:?}");
+        assert!(r.silent_wrong > 0, "{label}: {r:?}");
+        assert_eq!(silent_wrong_calls(report).len() as u64, r.silent_wrong);
+        assert!(
+            report.calls.iter().any(|c| c.tool == "generate"
+                && c.outcome.as_ref().is_ok_and(|v| v["temperature"] == 1.0)),
+            "{label}: {:#?}",
+            report.calls
+        );
+        assert_eq!(r.reinitializations, 0, "{label}: {r:?}");
+    }
+    assert_eq!(
+        uncut.report.oracle.totals.resumes, 0,
+        "nothing to resume without a cut"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_on_strict_loses_the_cut_call_to_the_deadline() {
+    let cfg = WorkloadConfig::default();
+    let run = rmcp_client::run_one(Preset::Strict, &cfg).await;
+    let (report, r) = (&run.report, run.row());
+    assert!(report.connect.is_ok(), "{:?}", report.connect);
+    // The cut `slow` call: its resume is rejected and rmcp keeps retrying the GET, so the
+    // call ends only by the demo's deadline, although the server ran it to the end.
+    let expired: Vec<&str> = run
+        .deadline_expired()
+        .iter()
+        .map(|c| c.tag.as_str())
+        .collect();
+    assert_eq!(expired, [report.calls[0].tag.as_str()], "{r:?}");
+    assert_eq!(report.calls[0].tool, "slow");
+    assert!(report.calls[0].elapsed >= cfg.call_timeout);
+    assert_eq!(
+        report
+            .oracle
+            .executions_tagged(&report.calls[0].tag)
+            .count(),
+        1
+    );
+    assert!(r.rejected_resumes > 0, "{r:?}");
+    assert_eq!(r.errors.get("deadline"), Some(&1), "{r:?}");
+    // The next POST's 404 makes rmcp re-initialize once, silently, and re-send that POST;
+    // everything after runs on the new session, correctly.
+    assert_eq!(report.oracle.totals.initializes, 2, "{r:?}");
+    assert_eq!(r.ok, r.calls - 1, "{r:?}");
+    assert_eq!(r.silent_wrong, 0, "{r:?}");
+    assert_eq!(r.duplicate_side_effects, 0, "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_runs_the_same_workload() {
+    let cfg = WorkloadConfig::default();
+    let ours = run_one(Preset::Sticky, ClientKind::ResumeAware, &cfg).await;
+    let rmcp = rmcp_client::run_one(Preset::Sticky, &cfg).await;
+    let shape = |report: &RunReport| -> Vec<(&'static str, bool)> {
+        report.calls.iter().map(|c| (c.tool, c.keyed)).collect()
+    };
+    assert_eq!(shape(&rmcp.report), shape(&ours));
+    // With affinity nothing goes wrong for rmcp either: each call ran once, correctly.
+    let r = rmcp.row();
+    assert_eq!(r.ok, r.calls, "{r:?}");
+    for call in &rmcp.report.calls {
+        let execs: Vec<_> = rmcp.report.oracle.executions_tagged(&call.tag).collect();
+        assert_eq!(execs.len(), 1, "{}", call.tag);
+        assert!(
+            !execs[0].wrong_capability && !execs[0].unknown_record,
+            "{}",
+            call.tag
+        );
+    }
+    // The negotiated temperature reached the server.
+    assert!(rmcp.report.calls.iter().any(|c| c.tool == "generate"
+        && c.outcome
+            .as_ref()
+            .is_ok_and(|v| v["temperature"] == workload::TEMPERATURE)));
+}
+
 const FIELDS: [&str; 11] = [
     "preset",
     "client",
@@ -196,8 +290,21 @@ fn demo_binary_prints_one_json_document() {
     pairs.sort();
     let mut expected: Vec<(String, String)> = Preset::ALL
         .iter()
-        .flat_map(|p| ClientKind::ALL.map(|k| (p.as_str().to_owned(), k.as_str().to_owned())))
+        .flat_map(|p| {
+            [
+                ClientKind::StockLike,
+                ClientKind::ResumeAware,
+                ClientKind::Rmcp,
+            ]
+            .map(|k| (p.as_str().to_owned(), k.as_str().to_owned()))
+        })
         .collect();
     expected.sort();
     assert_eq!(pairs, expected);
+    let doc: Value = serde_json::from_str(&stdout).expect("JSON");
+    let uncut = doc["naive_uncut_rows"]
+        .as_array()
+        .expect("`naive_uncut_rows` is an array");
+    assert_eq!(uncut.len(), 3, "{uncut:?}");
+    assert!(uncut.iter().all(|r| r["preset"] == "naive"), "{uncut:?}");
 }

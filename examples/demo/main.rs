@@ -1,15 +1,44 @@
 //! The seed scenario, live: an agent workload through the mock round-robin cluster under
-//! every preset, for a stock-like client and the resume-aware default, with the truth taken
-//! from the cluster's oracle.
+//! every preset, for a stock-like client, the resume-aware default and rmcp 3.11 (the
+//! official Rust SDK), with the truth taken from the cluster's oracle. Then `naive` once more
+//! with the balancer cutting nothing, to tell the wrong answers routing causes from the ones
+//! resumption causes.
 //!
 //! ```text
 //! cargo run --example demo            # a table per preset and client
 //! cargo run --example demo -- --json  # one JSON document on stdout
 //! ```
 
+mod rmcp_client;
 mod workload;
 
-use workload::{render_calls, render_json, render_table, row, run_all, WorkloadConfig};
+use mock_server::Preset;
+use workload::{
+    render_calls, render_json_document, render_table, render_uncut_table, row, run_one, run_one_on,
+    uncut_cluster_config, ClientKind, Row, RunReport, WorkloadConfig,
+};
+
+/// Every client of the table, one run each, in table order.
+async fn run_clients(preset: Preset, uncut: bool, cfg: &WorkloadConfig) -> Vec<(RunReport, Row)> {
+    let mut out = Vec::new();
+    for kind in ClientKind::ALL {
+        let report = if uncut {
+            run_one_on(uncut_cluster_config(preset, cfg), kind, cfg).await
+        } else {
+            run_one(preset, kind, cfg).await
+        };
+        let r = row(&report);
+        out.push((report, r));
+    }
+    let run = if uncut {
+        rmcp_client::run_one_on(uncut_cluster_config(preset, cfg), cfg).await
+    } else {
+        rmcp_client::run_one(preset, cfg).await
+    };
+    let r = run.row();
+    out.push((run.report, r));
+    out
+}
 
 fn main() {
     let (mut json, mut verbose) = (false, false);
@@ -31,21 +60,35 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let reports = runtime.block_on(run_all(&WorkloadConfig::default()));
-    let rows: Vec<_> = reports.iter().map(row).collect();
+    let cfg = WorkloadConfig::default();
+    let (runs, uncut_runs) = runtime.block_on(async {
+        let mut runs = Vec::new();
+        for preset in Preset::ALL {
+            runs.extend(run_clients(preset, false, &cfg).await);
+        }
+        let uncut_runs = run_clients(Preset::Naive, true, &cfg).await;
+        (runs, uncut_runs)
+    });
     if verbose {
-        for report in &reports {
+        for (report, _) in runs.iter().chain(&uncut_runs) {
             eprintln!("{}", render_calls(report));
         }
     }
+    let rows: Vec<Row> = runs.into_iter().map(|(_, r)| r).collect();
+    let uncut_rows: Vec<Row> = uncut_runs.into_iter().map(|(_, r)| r).collect();
     if json {
-        println!("{}", render_json(&rows));
+        println!("{}", render_json_document(&rows, &uncut_rows));
     } else {
         println!(
-            "mcp-resume demo: {} presets x 2 clients on an in-process cluster (3 instances, \
-             streams cut after 3 events)\n",
-            rows.len() / 2
+            "mcp-resume demo: {} presets x 3 clients (mcp-resume stock-like, mcp-resume \
+             resume-aware, rmcp {}) on an in-process cluster\n(3 instances, streams cut after \
+             3 events, a {:.0} s deadline per call)\n",
+            Preset::ALL.len(),
+            rmcp_client::RMCP_VERSION,
+            cfg.call_timeout.as_secs_f64(),
         );
         print!("{}", render_table(&rows));
+        println!();
+        print!("{}", render_uncut_table(&uncut_rows));
     }
 }

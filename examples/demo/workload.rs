@@ -37,6 +37,9 @@ pub enum ClientKind {
     StockLike,
     /// The SDK's default, resume-aware behaviour.
     ResumeAware,
+    /// rmcp 3.11, the official Rust SDK, as configured by default (driven by `rmcp_client.rs`
+    /// next to this file, not by [`run_one`]).
+    Rmcp,
 }
 
 impl ClientKind {
@@ -48,6 +51,7 @@ impl ClientKind {
         match self {
             ClientKind::StockLike => "stock-like",
             ClientKind::ResumeAware => "resume-aware",
+            ClientKind::Rmcp => "rmcp",
         }
     }
 }
@@ -98,6 +102,16 @@ pub fn cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
         cut_after_events: Some(cfg.cut_after_events),
         cut_style: CutStyle::Abort,
         ..ClusterConfig::default()
+    }
+}
+
+/// [`cluster_config`] with the balancer cutting nothing: on `naive`, the wrong answers left
+/// are the ones routing alone causes (calls landing on instances that never saw
+/// `initialize`), none of them caused by a resumption.
+pub fn uncut_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
+    ClusterConfig {
+        cut_after_events: None,
+        ..cluster_config(preset, cfg)
     }
 }
 
@@ -152,7 +166,7 @@ pub struct RunReport {
 }
 
 /// Unique tag of the `n`-th call of a run.
-fn tag(preset: Preset, kind: ClientKind, n: usize, tool: &str) -> String {
+pub fn tag(preset: Preset, kind: ClientKind, n: usize, tool: &str) -> String {
     format!("{}/{}/{n:03}-{tool}", preset.as_str(), kind.as_str())
 }
 
@@ -193,8 +207,23 @@ impl Agent<'_> {
 
 /// Runs the workload for one preset and one client kind on a fresh cluster.
 pub async fn run_one(preset: Preset, kind: ClientKind, cfg: &WorkloadConfig) -> RunReport {
+    run_one_on(cluster_config(preset, cfg), kind, cfg).await
+}
+
+/// [`run_one`] on a fresh cluster started with `config`.
+pub async fn run_one_on(
+    config: ClusterConfig,
+    kind: ClientKind,
+    cfg: &WorkloadConfig,
+) -> RunReport {
+    assert_ne!(
+        kind,
+        ClientKind::Rmcp,
+        "rmcp runs are driven by rmcp_client.rs"
+    );
+    let preset = config.preset;
     let started = Instant::now();
-    let cluster = Cluster::start(cluster_config(preset, cfg))
+    let cluster = Cluster::start(config)
         .await
         .expect("the cluster starts on 127.0.0.1");
     let client = build_client(kind, &cluster.url(), cfg);
@@ -266,6 +295,52 @@ pub async fn run_one(preset: Preset, kind: ClientKind, cfg: &WorkloadConfig) -> 
         events,
         oracle,
         seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// How a driver of another SDK makes one call of the workload, so that it runs the very
+/// sequence [`run_one`] runs (see [`run_calls`]).
+pub trait WorkloadCaller {
+    /// Calls `tool` with `args` under the next tag (a fresh idempotency key when `keyed`),
+    /// records what the client reported, and returns `structuredContent` on success.
+    fn call(
+        &mut self,
+        tool: &'static str,
+        args: Value,
+        keyed: bool,
+    ) -> impl std::future::Future<Output = Option<Value>>;
+}
+
+/// The workload's calls after `initialize`, in the order [`run_one`] makes them.
+pub async fn run_calls(caller: &mut impl WorkloadCaller, cfg: &WorkloadConfig) {
+    caller
+        .call(
+            "slow",
+            json!({"steps": cfg.slow_steps, "delay_ms": cfg.slow_delay_ms}),
+            true,
+        )
+        .await;
+    for round in 0..cfg.rounds {
+        caller
+            .call(
+                "generate",
+                json!({"prompt": format!("summary {round}")}),
+                false,
+            )
+            .await;
+        let prepared = caller
+            .call("prepare", json!({"item": format!("order-{round}")}), true)
+            .await;
+        let record = prepared
+            .as_ref()
+            .and_then(|v| v.get("record"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(record) = record {
+            caller.call("commit", json!({"record": record}), true).await;
+        }
+        caller.call("counter_increment", json!({}), true).await;
+        caller.call("counter_increment", json!({}), false).await;
     }
 }
 
@@ -378,8 +453,8 @@ pub fn row(report: &RunReport) -> Row {
     row
 }
 
-/// The human-readable table.
-pub fn render_table(rows: &[Row]) -> String {
+/// The header and one line per row, in the table's columns.
+fn render_rows(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -427,31 +502,63 @@ pub fn render_table(rows: &[Row]) -> String {
             errors,
         );
     }
-    let silent = |client: ClientKind| -> u64 {
-        rows.iter()
-            .filter(|r| r.client == client.as_str())
-            .map(|r| r.silent_wrong)
-            .sum()
-    };
+    out
+}
+
+/// Silent wrong answers summed per client, clients in the order they first appear.
+fn silent_totals(rows: &[Row]) -> String {
+    let mut totals: Vec<(&str, u64)> = Vec::new();
+    for r in rows {
+        match totals.iter_mut().find(|(client, _)| *client == r.client) {
+            Some((_, n)) => *n += r.silent_wrong,
+            None => totals.push((&r.client, r.silent_wrong)),
+        }
+    }
+    totals
+        .iter()
+        .map(|(client, n)| format!("{client} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The human-readable table.
+pub fn render_table(rows: &[Row]) -> String {
+    let mut out = render_rows(rows);
     let _ = writeln!(
         out,
-        "\nSilent wrong answers in total: stock-like {}, resume-aware {}.",
-        silent(ClientKind::StockLike),
-        silent(ClientKind::ResumeAware)
+        "\nSilent wrong answers in total: {}.",
+        silent_totals(rows)
     );
     let _ = writeln!(
         out,
         "\nSILENT: the client said success, the oracle says the call ran under the wrong \
          capabilities, against an unknown record, or twice.\nwcap/unkrec/dup: oracle counts \
          for the run's calls. re-init: initialize requests beyond the first (oracle).\n\
-         resent/unknown: calls re-sent / ended OutcomeUnknown (client)."
+         resent/unknown: calls re-sent / ended OutcomeUnknown (client; rmcp: tools/call POSTs \
+         of a tag beyond its first).\ndeadline: the demo's deadline ended an rmcp call (rmcp \
+         sets none by default)."
     );
+    out
+}
+
+/// The table of runs on `naive` with the balancer cutting nothing: what routing alone does.
+pub fn render_uncut_table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "naive with the balancer cutting nothing (no stream is cut, nothing is resumed):\n",
+    );
+    out.push_str(&render_rows(rows));
     out
 }
 
 /// The JSON document printed by `--json`.
 pub fn render_json(rows: &[Row]) -> String {
     serde_json::to_string_pretty(&json!({ "rows": rows })).expect("rows serialize")
+}
+
+/// The JSON document printed by `--json` when the demo also ran `naive` uncut.
+pub fn render_json_document(rows: &[Row], uncut_rows: &[Row]) -> String {
+    serde_json::to_string_pretty(&json!({ "rows": rows, "naive_uncut_rows": uncut_rows }))
+        .expect("rows serialize")
 }
 
 /// One line per call: the client's outcome next to the oracle's records for its tag.
