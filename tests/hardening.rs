@@ -157,11 +157,11 @@ fn defect_09_debug_never_shows_the_session_id() {
     }
 }
 
-/// Defect 4: the standalone stream classifies like every other exchange: a 404 to its GET
+/// The standalone stream classifies like every other exchange: a 404 to its GET
 /// re-initializes through the recovery decision (not a private path), and a re-initialization
 /// that keeps being refused the same way stops listening instead of looping.
 #[test]
-fn defect_04_listen_stream_session_gone_reinitializes_once() {
+fn listen_stream_session_gone_reinitializes_once() {
     let _g = SeedGuard(106);
     // The first standalone stream is cut after one event, so the client reconnects it.
     let server = ServerConfig {
