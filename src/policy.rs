@@ -5,7 +5,8 @@ use std::time::Duration;
 /// Delays and caps for reconnecting (resumes, re-sends, re-initializations).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReconnectPolicy {
-    /// First delay. Default: 100 ms.
+    /// First delay when the server named none (its `retry` takes this place). Default:
+    /// 20 ms, so a cut stream is resumed about as fast as the network allows.
     pub initial_delay: Duration,
     /// Growth factor per attempt. Default: 2.0.
     pub multiplier: f64,
@@ -13,8 +14,9 @@ pub struct ReconnectPolicy {
     pub max_delay: Duration,
     /// Jitter added on top, as a fraction of the delay (0.0–1.0). Default: 0.2.
     pub jitter: f64,
-    /// Consecutive failed attempts to reach the server (resume, re-send, connect) before the
-    /// affected calls fail. Default: 8.
+    /// Attempts to reach the server for one call or stream (its first send included) before
+    /// it fails; progress starts the count over. Default: 10 (about 20 s of backoff from the
+    /// defaults).
     pub max_attempts: u32,
     /// Resumes of one stream that deliver nothing new before it is treated as an unverifiable
     /// clean end. Default: 3.
@@ -27,11 +29,11 @@ pub struct ReconnectPolicy {
 impl Default for ReconnectPolicy {
     fn default() -> Self {
         ReconnectPolicy {
-            initial_delay: Duration::from_millis(100),
+            initial_delay: Duration::from_millis(20),
             multiplier: 2.0,
             max_delay: Duration::from_secs(10),
             jitter: 0.2,
-            max_attempts: 8,
+            max_attempts: 10,
             max_resumes_without_progress: 3,
             max_reinit_failures: 5,
         }
@@ -41,16 +43,17 @@ impl Default for ReconnectPolicy {
 impl ReconnectPolicy {
     /// The delay before reconnect attempt `attempt` (0 for the first retry after a failure).
     ///
-    /// `base = min(initial_delay * multiplier^attempt, max_delay)`; the server's `retry`
-    /// (`floor`) is never undercut, even above `max_delay`, because reconnecting earlier than
-    /// the server asked breaks the SSE contract. Jitter is added on top, as a fraction of
-    /// `base` scaled by `random` (uniform over `u64`): scaling it by the exponential part and
-    /// not by `retry` keeps a reconnect close to the server's requested time while still
-    /// spreading a crowd of clients that failed together.
+    /// `base = min(first * multiplier^attempt, max_delay)`, where `first` is the server's
+    /// `retry` (`floor`) when it named one, else `initial_delay`: the first reconnect waits
+    /// what the server asked, no more, and later ones grow from there. The server's `retry` is
+    /// never undercut, even above `max_delay`, because reconnecting earlier than the server
+    /// asked breaks the SSE contract. Jitter is added on top, as a fraction of `base` scaled
+    /// by `random` (uniform over `u64`), which spreads a crowd of clients that failed
+    /// together.
     ///
     /// Pure: the caller supplies the randomness, so the same inputs give the same delay.
     pub fn delay(&self, attempt: u32, random: u64, floor: Option<Duration>) -> Duration {
-        let initial = self.initial_delay.as_secs_f64();
+        let initial = floor.unwrap_or(self.initial_delay).as_secs_f64();
         let cap = self.max_delay.as_secs_f64().max(initial);
         let multiplier = if self.multiplier.is_finite() && self.multiplier >= 1.0 {
             self.multiplier
@@ -111,16 +114,19 @@ mod tests {
             jitter: 0.0,
             ..ReconnectPolicy::default()
         };
-        assert_eq!(p.delay(0, 0, None), ms(100));
-        assert_eq!(p.delay(1, 0, None), ms(200));
-        assert_eq!(p.delay(3, 0, None), ms(800));
+        assert_eq!(p.delay(0, 0, None), ms(20));
+        assert_eq!(p.delay(1, 0, None), ms(40));
+        assert_eq!(p.delay(3, 0, None), ms(160));
         assert_eq!(p.delay(20, 0, None), Duration::from_secs(10));
         assert_eq!(p.delay(u32::MAX, u64::MAX, None), Duration::from_secs(10));
     }
 
     #[test]
     fn jitter_is_on_top_and_bounded() {
-        let p = ReconnectPolicy::default();
+        let p = ReconnectPolicy {
+            initial_delay: ms(100),
+            ..ReconnectPolicy::default()
+        };
         assert_eq!(p.delay(0, 0, None), ms(100));
         let top = p.delay(0, u64::MAX, None);
         assert!(top > ms(119) && top <= ms(120), "{top:?}");
@@ -133,18 +139,17 @@ mod tests {
         let p = ReconnectPolicy::default();
         for r in [0, 1, u64::MAX / 3, u64::MAX] {
             assert!(p.delay(0, r, Some(ms(500))) >= ms(500));
-            assert!(p.delay(0, r, Some(ms(500))) <= ms(520));
+            assert!(p.delay(0, r, Some(ms(500))) <= ms(600));
             assert!(p.delay(0, r, Some(Duration::from_secs(30))) >= Duration::from_secs(30));
         }
-        // A floor below the backoff does not shorten it.
-        assert_eq!(
-            ReconnectPolicy {
-                jitter: 0.0,
-                ..p.clone()
-            }
-            .delay(2, 0, Some(ms(10))),
-            ms(400)
-        );
+        // The server's time replaces the initial delay, and the backoff grows from it.
+        let exact = ReconnectPolicy {
+            jitter: 0.0,
+            ..p.clone()
+        };
+        assert_eq!(exact.delay(0, 0, Some(ms(10))), ms(10));
+        assert_eq!(exact.delay(2, 0, Some(ms(10))), ms(40));
+        assert_eq!(exact.delay(0, 0, Some(ms(500))), ms(500));
     }
 
     #[test]

@@ -44,7 +44,7 @@ fn answered_without_response_unkeyed_is_outcome_unknown() {
 fn answered_without_response_safe_keyed_is_resent() {
     assert_eq!(decide(&Failure::AnsweredWithoutResponse, &SAFE), Resend);
     assert_eq!(
-        decide(&Failure::AnsweredWithoutResponse, &SAFE.attempts(8)),
+        decide(&Failure::AnsweredWithoutResponse, &SAFE.attempts(10)),
         UNKNOWN
     );
 }
@@ -66,7 +66,7 @@ fn refused_with_retry_after_within_deadline_is_resent_until_attempts_run_out() {
         retry_within_deadline: true,
     };
     assert_eq!(decide(&refused, &UNKEYED), Resend);
-    assert_eq!(decide(&refused, &UNKEYED.attempts(8)), Report);
+    assert_eq!(decide(&refused, &UNKEYED.attempts(10)), Report);
 }
 
 // | POST could not even connect | re-send after backoff |
@@ -78,7 +78,7 @@ fn post_connect_failure_resends_unkeyed_call() {
 #[test]
 fn post_connect_failure_gives_up_after_max_attempts() {
     assert_eq!(
-        decide(&Failure::PostConnectFailed, &UNKEYED.attempts(8)),
+        decide(&Failure::PostConnectFailed, &UNKEYED.attempts(10)),
         Fail(ErrorKind::Transport)
     );
 }
@@ -96,7 +96,7 @@ fn post_lost_safe_keyed_is_resent() {
 
 #[test]
 fn post_lost_safe_keyed_out_of_attempts_is_outcome_unknown() {
-    assert_eq!(decide(&Failure::PostLost, &SAFE.attempts(8)), UNKNOWN);
+    assert_eq!(decide(&Failure::PostLost, &SAFE.attempts(10)), UNKNOWN);
 }
 
 // | response stream ends before the pending response, no event id seen | as the row above |
@@ -131,7 +131,7 @@ fn stream_end_with_event_id_out_of_attempts_is_outcome_unknown() {
     let f = Failure::StreamEnded {
         event_id_seen: true,
     };
-    assert_eq!(decide(&f, &UNKEYED.attempts(8)), UNKNOWN);
+    assert_eq!(decide(&f, &UNKEYED.attempts(10)), UNKNOWN);
 }
 
 #[test]
@@ -335,7 +335,7 @@ fn key_in_use_resends_safe_keyed_call_after_backoff() {
 
 #[test]
 fn key_in_use_gives_up_as_outcome_unknown_when_attempts_run_out() {
-    assert_eq!(decide(&Failure::KeyInUse, &SAFE.attempts(8)), UNKNOWN);
+    assert_eq!(decide(&Failure::KeyInUse, &SAFE.attempts(10)), UNKNOWN);
     assert_eq!(decide(&Failure::KeyInUse, &UNKEYED), UNKNOWN);
 }
 
@@ -374,7 +374,7 @@ fn trusting_mode_resumes_clean_ends_until_attempts_run_out() {
     };
     let t = UNKEYED.trusting();
     assert_eq!(decide(&f, &t.without_progress(10)), Resume);
-    assert_eq!(decide(&f, &t.attempts(8)), Fail(ErrorKind::Transport));
+    assert_eq!(decide(&f, &t.attempts(10)), Fail(ErrorKind::Transport));
 }
 
 #[test]

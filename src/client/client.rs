@@ -5,11 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 use super::builder::{ClientBuilder, ClientConfig};
-use super::driver::{Command, Driver, StatusCell};
-use super::events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFFER};
+use super::driver::{Command, Driver};
+use super::events::{EventStream, NotificationStream, Published};
 use super::results::{protocol, CallToolResult, InitializeResult, Tool};
 use super::tool_call::{next_call_id, ToolCall};
 use crate::error::{Error, ErrorKind};
@@ -41,13 +41,11 @@ pub struct Client {
 
 struct Shared {
     commands: mpsc::UnboundedSender<Command>,
-    events: broadcast::Sender<crate::proto::SessionEvent>,
-    notifications: broadcast::Sender<ServerNotification>,
+    published: Arc<Published>,
     /// The driver, until the first call spawns it.
     driver: Mutex<Option<Driver>>,
     next_ticket: AtomicU64,
     call_timeout: Duration,
-    status: StatusCell,
 }
 
 impl Drop for Shared {
@@ -72,26 +70,16 @@ impl Client {
 
     pub(crate) fn from_config(config: ClientConfig) -> Self {
         let (commands, command_rx) = mpsc::unbounded_channel();
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
-        let (notifications, _) = broadcast::channel(EVENT_BUFFER);
+        let published = Arc::new(Published::default());
         let call_timeout = config.session.call_timeout;
-        let status = StatusCell::default();
-        let driver = Driver::new(
-            config,
-            command_rx,
-            events.clone(),
-            notifications.clone(),
-            status.clone(),
-        );
+        let driver = Driver::new(config, command_rx, published.clone());
         Client {
             shared: Arc::new(Shared {
                 commands,
-                events,
-                notifications,
+                published,
                 driver: Mutex::new(Some(driver)),
                 next_ticket: AtomicU64::new(0),
                 call_timeout,
-                status,
             }),
         }
     }
@@ -195,16 +183,16 @@ impl Client {
     /// Lifecycle events: resumes, rejections, re-initializations, re-sends, unknown outcomes.
     ///
     /// Sees the events sent after it was created. A subscriber that falls more than
-    /// [`EVENT_BUFFER`] events behind loses the oldest (counted by
+    /// [`EVENT_BUFFER`](super::events::EVENT_BUFFER) events behind loses the oldest (counted by
     /// [`EventStream::missed`]); the client itself never waits for subscribers.
     pub fn events(&self) -> EventStream {
-        EventStream::new(self.shared.events.subscribe())
+        self.shared.published.subscribe_events()
     }
 
     /// Server notifications (progress, log messages, list changes), with the call whose
     /// stream carried them when known. Same buffering as [`Client::events`].
     pub fn notifications(&self) -> NotificationStream {
-        NotificationStream::new(self.shared.notifications.subscribe())
+        self.shared.published.subscribe_notifications()
     }
 
     /// Which resume-safety checks the current session's server advertised and which are in
@@ -212,10 +200,7 @@ impl Client {
     /// session is established. A change is announced by
     /// [`SessionEvent::ChecksDegraded`](crate::SessionEvent::ChecksDegraded).
     pub fn extension_status(&self) -> Option<ExtensionStatus> {
-        match self.shared.status.lock() {
-            Ok(status) => *status,
-            Err(poisoned) => *poisoned.into_inner(),
-        }
+        self.shared.published.status()
     }
 
     /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the session is

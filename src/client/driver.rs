@@ -14,19 +14,18 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::builder::{ClientConfig, ServerRequestHandler};
-use super::events::ServerNotification;
+use super::events::{Published, ServerNotification};
 use super::http::{Endpoint, ExchangeEvent};
 use crate::error::{Error, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
-    CallId, CallRequest, ExtensionStatus, HttpId, Output, Session, SessionConfig, SessionEvent,
-    Transmit,
+    CallId, CallRequest, HttpId, Output, Session, SessionConfig, SessionEvent, Transmit,
 };
 
 /// Exchange reports buffered before exchange tasks wait for the driver.
@@ -40,10 +39,6 @@ const RETIRED_IDS: usize = 1024;
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 pub(crate) type Reply = oneshot::Sender<Result<Value, Error>>;
-
-/// The session's extension status as last published by the driver, read by
-/// [`Client::extension_status`](super::Client::extension_status) without a round trip.
-pub(crate) type StatusCell = Arc<std::sync::Mutex<Option<ExtensionStatus>>>;
 
 /// What the application side asks of the driver.
 pub(crate) enum Command {
@@ -75,18 +70,14 @@ pub(crate) struct Driver {
     session: SessionConfig,
     handler: Option<ServerRequestHandler>,
     commands: mpsc::UnboundedReceiver<Command>,
-    events: broadcast::Sender<SessionEvent>,
-    notifications: broadcast::Sender<ServerNotification>,
-    status: StatusCell,
+    published: Arc<Published>,
 }
 
 impl Driver {
     pub(crate) fn new(
         config: ClientConfig,
         commands: mpsc::UnboundedReceiver<Command>,
-        events: broadcast::Sender<SessionEvent>,
-        notifications: broadcast::Sender<ServerNotification>,
-        status: StatusCell,
+        published: Arc<Published>,
     ) -> Self {
         Driver {
             endpoint: Endpoint {
@@ -98,9 +89,7 @@ impl Driver {
             session: config.session,
             handler: config.server_requests,
             commands,
-            events,
-            notifications,
-            status,
+            published,
         }
     }
 
@@ -126,9 +115,7 @@ impl Driver {
             session: Session::new(self.session, now()),
             endpoint: self.endpoint,
             handler: self.handler,
-            events: self.events,
-            notifications: self.notifications,
-            status: self.status,
+            published: self.published,
             exchange_tx,
             answer_tx,
             exchanges: HashMap::new(),
@@ -168,9 +155,7 @@ struct State {
     session: Session,
     endpoint: Endpoint,
     handler: Option<ServerRequestHandler>,
-    events: broadcast::Sender<SessionEvent>,
-    notifications: broadcast::Sender<ServerNotification>,
-    status: StatusCell,
+    published: Arc<Published>,
     exchange_tx: mpsc::Sender<ExchangeEvent>,
     answer_tx: mpsc::UnboundedSender<(RequestId, Result<Value, RpcError>)>,
     /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
@@ -368,7 +353,7 @@ impl State {
             Output::Completed { call, result } => self.complete(call, result),
             Output::Notification { call, notification } => {
                 // No subscriber is not an error: notifications are informational.
-                let _ = self.notifications.send(ServerNotification {
+                self.published.notification(ServerNotification {
                     call: call.map(|c| self.app_id(c)),
                     method: notification.method,
                     params: notification.params,
@@ -416,15 +401,13 @@ impl State {
                 );
             }
             Output::Event(event) => {
-                if let Ok(mut status) = self.status.lock() {
-                    *status = self.session.extension_status();
-                }
+                self.published.set_status(self.session.extension_status());
                 match &event {
                     SessionEvent::SessionLost => tracing::warn!("session lost"),
                     SessionEvent::Closed => tracing::debug!("session closed"),
                     other => tracing::info!(event = ?other, "session event"),
                 }
-                let _ = self.events.send(self.translate(event));
+                self.published.event(self.translate(event));
             }
         }
     }

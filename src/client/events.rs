@@ -8,14 +8,14 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 
 use futures::stream::{BoxStream, Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::proto::{CallId, SessionEvent};
+use crate::proto::{CallId, ExtensionStatus, SessionEvent};
 
 /// Items buffered per subscriber before the oldest are dropped.
 pub const EVENT_BUFFER: usize = 256;
@@ -36,6 +36,60 @@ impl ServerNotification {
     /// `params.progressToken` of a progress notification.
     pub fn progress_token(&self) -> Option<&Value> {
         self.params.as_ref()?.get("progressToken")
+    }
+}
+
+/// What the driver publishes for the application: lifecycle events, notifications and the
+/// extension status. A channel is created by its first subscriber: a client nobody listens to
+/// holds no buffers, and what is sent before anyone subscribes reaches nobody either way.
+#[derive(Default)]
+pub(crate) struct Published {
+    events: OnceLock<broadcast::Sender<SessionEvent>>,
+    notifications: OnceLock<broadcast::Sender<ServerNotification>>,
+    status: Mutex<Option<ExtensionStatus>>,
+}
+
+impl Published {
+    pub(crate) fn subscribe_events(&self) -> EventStream {
+        let tx = self
+            .events
+            .get_or_init(|| broadcast::channel(EVENT_BUFFER).0);
+        EventStream::new(tx.subscribe())
+    }
+
+    pub(crate) fn subscribe_notifications(&self) -> NotificationStream {
+        let tx = self
+            .notifications
+            .get_or_init(|| broadcast::channel(EVENT_BUFFER).0);
+        NotificationStream::new(tx.subscribe())
+    }
+
+    /// Sends to the event subscribers, if any (nobody listening is not an error).
+    pub(crate) fn event(&self, event: SessionEvent) {
+        if let Some(tx) = self.events.get() {
+            let _ = tx.send(event);
+        }
+    }
+
+    /// Sends to the notification subscribers, if any.
+    pub(crate) fn notification(&self, notification: ServerNotification) {
+        if let Some(tx) = self.notifications.get() {
+            let _ = tx.send(notification);
+        }
+    }
+
+    pub(crate) fn set_status(&self, status: Option<ExtensionStatus>) {
+        match self.status.lock() {
+            Ok(mut s) => *s = status,
+            Err(poisoned) => *poisoned.into_inner() = status,
+        }
+    }
+
+    pub(crate) fn status(&self) -> Option<ExtensionStatus> {
+        match self.status.lock() {
+            Ok(s) => *s,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
     }
 }
 

@@ -113,7 +113,7 @@ impl State {
         attempts: 1,
         resumes_without_progress: 0,
         reinit_failures: 0,
-        max_attempts: 8,
+        max_attempts: 10,
         max_resumes_without_progress: 3,
         max_reinit_failures: 5,
     };
