@@ -111,15 +111,15 @@ pub mod proto;
 pub mod sse;
 
 pub use client::{
-    CallToolResult, Client, ClientBuilder, Content, EventStream, InitializeResult,
+    CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream, InitializeResult,
     IntoIdempotencyKey, NotificationStream, ServerNotification, Tool, ToolCall,
 };
 pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
 pub use policy::ReconnectPolicy;
 pub use proto::{
-    CallId, ExtensionStatus, Notification, ReinitReason, RejectReason, ResendPolicy, ServerRequest,
-    SessionEvent,
+    CallId, Era, ExtensionStatus, Notification, ProtocolVersion, ReinitReason, RejectReason,
+    ResendPolicy, ServerRequest, SessionEvent,
 };
 
 // The README's quickstart is compiled too, so it cannot drift from the API.

@@ -194,7 +194,17 @@ async fn paved_path_sends_the_right_headers_on_every_request() {
                 r.label()
             );
         }
-        if r.is_rpc("initialize") {
+        if r.is_rpc("server/discover") {
+            // The era probe is a modern request: no session, the modern version, mirrored
+            // method.
+            assert_eq!(r.header("mcp-session-id"), None);
+            assert_eq!(r.header("mcp-protocol-version"), Some("2026-07-28"));
+            assert_eq!(r.header("mcp-method"), Some("server/discover"));
+            assert_eq!(
+                r.params()["_meta"]["io.modelcontextprotocol/protocolVersion"],
+                "2026-07-28"
+            );
+        } else if r.is_rpc("initialize") {
             assert_eq!(
                 r.header("mcp-session-id"),
                 None,
@@ -248,11 +258,44 @@ async fn first_call_connects_by_itself() {
         .unwrap();
     assert_eq!(r.text(), "direct");
     let labels = server.labels();
-    assert_eq!(labels[0], "POST initialize");
+    // Era::Auto: a modern probe, refused by this legacy server, then `initialize`.
+    assert_eq!(labels[..2], ["POST server/discover", "POST initialize"]);
     assert!(
         !labels.iter().any(|l| l == "GET"),
         "listen stream disabled: {labels:?}"
     );
+    assert_eq!(client.era(), Some(mcp_resume::Era::Legacy));
+}
+
+/// What a probe found is remembered per origin: the next client there starts with
+/// `initialize`, and an explicit era never probes.
+#[tokio::test]
+async fn the_era_is_remembered_per_origin() {
+    let server = TestServer::start(default_reply).await;
+    let cache = mcp_resume::EraCache::new();
+    for _ in 0..2 {
+        let client = client_for(&server)
+            .open_listen_stream(false)
+            .era_cache(cache.clone())
+            .build()
+            .unwrap();
+        guarded(client.ping()).await.unwrap();
+        guarded(client.close()).await.unwrap();
+    }
+    assert_eq!(cache.get(&server.url), Some(mcp_resume::Era::Legacy));
+    let explicit = client_for(&server)
+        .open_listen_stream(false)
+        .era(mcp_resume::Era::Legacy)
+        .era_cache(mcp_resume::EraCache::new())
+        .build()
+        .unwrap();
+    guarded(explicit.ping()).await.unwrap();
+    let probes = server
+        .labels()
+        .iter()
+        .filter(|l| *l == "POST server/discover")
+        .count();
+    assert_eq!(probes, 1, "{:?}", server.labels());
 }
 
 #[tokio::test]

@@ -444,7 +444,8 @@ proptest! {
         use mcp_resume::proto::{CallRequest, HttpId, Output, Session, Transmit, TransportFailure};
         let base = std::time::Instant::now();
         let mut now = base;
-        let config = SessionConfig { dangerous_trust_replay: trust, ..SessionConfig::default() };
+        // The script performs a legacy handshake.
+        let config = SessionConfig { dangerous_trust_replay: trust, era: mcp_resume::Era::Legacy, ..SessionConfig::default() };
         let mut session = Session::new(config, now);
         let mut calls: Vec<CallId> = vec![session.connect(now)];
         let mut completed: HashMap<CallId, u32> = HashMap::new();

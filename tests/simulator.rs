@@ -65,7 +65,8 @@ fn happy_path_sse() {
     s.run_until_complete(c, SEC);
     assert_eq!(ok_tag(s.result(c)), "a");
     assert_eq!(s.server.executions_of("a"), 1);
-    // initialize, initialized, GET listen, POST call.
+    // The era probe (a legacy server refuses it), initialize, initialized, GET listen, POST
+    // call.
     let kinds: Vec<_> = s
         .server
         .seen
@@ -75,20 +76,21 @@ fn happy_path_sse() {
     assert_eq!(
         kinds,
         vec![
+            (HttpMethod::Post, Some("server/discover".into())),
             (HttpMethod::Post, Some("initialize".into())),
             (HttpMethod::Post, Some("notifications/initialized".into())),
             (HttpMethod::Get, None),
             (HttpMethod::Post, Some("tools/call".into())),
         ]
     );
-    let init = &s.server.seen[0];
+    let init = &s.server.seen[1];
     assert_eq!(init.session_id, None);
     assert_eq!(
         init.accept.as_deref(),
         Some("application/json, text/event-stream")
     );
     assert_eq!(init.content_type.as_deref(), Some("application/json"));
-    for seen in &s.server.seen[1..] {
+    for seen in &s.server.seen[2..] {
         assert_eq!(seen.session_id.as_deref(), Some("sess-0001-secret"));
         assert_eq!(seen.protocol_version.as_deref(), Some("2025-11-25"));
     }
@@ -136,7 +138,13 @@ fn protocol_version_header_only_from_2025_06_18() {
     let c = s.call("a", None);
     s.run_until_complete(c, SEC);
     assert_eq!(ok_tag(s.result(c)), "a");
-    assert!(s.server.seen.iter().all(|x| x.protocol_version.is_none()));
+    // Only the era probe, a modern request, carries one.
+    assert!(s
+        .server
+        .seen
+        .iter()
+        .filter(|x| x.rpc_method.as_deref() != Some("server/discover"))
+        .all(|x| x.protocol_version.is_none()));
 }
 
 #[test]
@@ -1193,7 +1201,13 @@ fn initialize_answered_over_sse_captures_the_session_id_from_its_head() {
         Some("sess-0001-secret")
     );
     // The initialize stream was held open by the server: the client closed it.
-    assert!(s.aborted.contains(&s.server.seen[0].http));
+    let initialize = s
+        .server
+        .seen
+        .iter()
+        .find(|x| x.rpc_method.as_deref() == Some("initialize"))
+        .unwrap();
+    assert!(s.aborted.contains(&initialize.http));
 }
 
 #[test]

@@ -10,10 +10,11 @@ use reqwest::Url;
 use serde_json::Value;
 
 use super::client::Client;
+use super::era_cache::EraCache;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::policy::ReconnectPolicy;
 use crate::proto::version::ProtocolVersion;
-use crate::proto::{ResendPolicy, ServerRequest, SessionConfig};
+use crate::proto::{Era, ResendPolicy, ServerRequest, SessionConfig};
 
 /// Default TCP connect timeout of the built-in HTTP client.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -44,6 +45,7 @@ pub(crate) struct ClientConfig {
     pub(crate) session: SessionConfig,
     pub(crate) http: reqwest::Client,
     pub(crate) server_requests: Option<ServerRequestHandler>,
+    pub(crate) era_cache: EraCache,
 }
 
 /// Builds a [`Client`]. Obtained from [`Client::builder`].
@@ -62,6 +64,7 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     http: Option<reqwest::Client>,
     server_requests: Option<ServerRequestHandler>,
+    era_cache: Option<EraCache>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -91,6 +94,7 @@ impl ClientBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             http: None,
             server_requests: None,
+            era_cache: None,
         }
     }
 
@@ -107,8 +111,9 @@ impl ClientBuilder {
         self
     }
 
-    /// Protocol version offered at `initialize`, by name (e.g. `"2025-06-18"`); one of
-    /// [`ProtocolVersion::SUPPORTED`]. Default: [`ProtocolVersion::LATEST`].
+    /// Legacy protocol version offered at `initialize`, by name (e.g. `"2025-06-18"`); one of
+    /// the legacy [`ProtocolVersion::SUPPORTED`]. Default: [`ProtocolVersion::LATEST`]. (The
+    /// modern revision has no `initialize`; the era is chosen with `era`.)
     pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
         self.protocol_version = Some(version.into());
         self
@@ -133,6 +138,20 @@ impl ClientBuilder {
     /// Default deadline of a call, spanning all its resumes and re-sends. Default: 60 s.
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.session.call_timeout = timeout;
+        self
+    }
+
+    /// Which era of the protocol to speak. Default: [`Era::Auto`]: probe with
+    /// `server/discover` and fall back to `initialize` for a legacy server, remembering the
+    /// answer per origin in the [`EraCache`].
+    pub fn era(mut self, era: Era) -> Self {
+        self.session.era = era;
+        self
+    }
+
+    /// Shares this cache of which era each origin speaks. Default: [`EraCache::global`].
+    pub fn era_cache(mut self, cache: EraCache) -> Self {
+        self.era_cache = Some(cache);
         self
     }
 
@@ -238,16 +257,19 @@ impl ClientBuilder {
 
         let mut session = self.session;
         if let Some(name) = &self.protocol_version {
-            session.protocol_version = ProtocolVersion::parse(name).ok_or_else(|| {
-                let supported: Vec<&str> = ProtocolVersion::SUPPORTED
-                    .iter()
-                    .map(|v| v.as_str())
-                    .collect();
-                invalid(format!(
-                    "unsupported protocol version `{name}` (supported: {})",
-                    supported.join(", ")
-                ))
-            })?;
+            session.protocol_version = ProtocolVersion::parse(name)
+                .filter(|v| !v.is_modern())
+                .ok_or_else(|| {
+                    let supported: Vec<&str> = ProtocolVersion::SUPPORTED
+                        .iter()
+                        .filter(|v| !v.is_modern())
+                        .map(|v| v.as_str())
+                        .collect();
+                    invalid(format!(
+                        "unsupported protocol version `{name}` (supported: {})",
+                        supported.join(", ")
+                    ))
+                })?;
         }
         if !session.client_capabilities.is_object() {
             return Err(invalid("client capabilities must be a JSON object"));
@@ -323,6 +345,7 @@ impl ClientBuilder {
             session,
             http,
             server_requests: self.server_requests,
+            era_cache: self.era_cache.unwrap_or_else(EraCache::global),
         })
     }
 }

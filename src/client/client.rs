@@ -13,7 +13,7 @@ use super::events::{EventStream, NotificationStream, Published};
 use super::results::{protocol, CallToolResult, InitializeResult, Tool};
 use super::tool_call::{next_call_id, ToolCall};
 use crate::error::{Error, ErrorKind};
-use crate::proto::{CallId, CallRequest, ExtensionStatus};
+use crate::proto::{CallId, CallRequest, Era, ExtensionStatus};
 
 /// Added to a call's deadline for the handle's own guard. The session enforces the deadline;
 /// the guard only guarantees that a call never hangs, whatever happens to the driver.
@@ -201,6 +201,13 @@ impl Client {
     /// [`SessionEvent::ChecksDegraded`](crate::SessionEvent::ChecksDegraded).
     pub fn extension_status(&self) -> Option<ExtensionStatus> {
         self.shared.published.status()
+    }
+
+    /// The era the server was found to speak ([`Era::Legacy`] or [`Era::Modern`]); `None`
+    /// before the first handshake ended. Announced by
+    /// [`SessionEvent::EraDetected`](crate::SessionEvent::EraDetected).
+    pub fn era(&self) -> Option<Era> {
+        self.shared.published.era()
     }
 
     /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the session is

@@ -20,6 +20,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::builder::{ClientConfig, ServerRequestHandler};
+use super::era_cache::EraCache;
 use super::events::{Published, ServerNotification};
 use super::http::{Endpoint, ExchangeEvent};
 use crate::error::{Error, RpcError};
@@ -71,6 +72,7 @@ pub(crate) struct Driver {
     handler: Option<ServerRequestHandler>,
     commands: mpsc::UnboundedReceiver<Command>,
     published: Arc<Published>,
+    era_cache: EraCache,
 }
 
 impl Driver {
@@ -87,6 +89,7 @@ impl Driver {
                 fire_and_forget_timeout: config.session.call_timeout,
             },
             session: config.session,
+            era_cache: config.era_cache,
             handler: config.server_requests,
             commands,
             published,
@@ -111,8 +114,11 @@ impl Driver {
     async fn run(self) {
         let (exchange_tx, exchange_rx) = mpsc::channel(EXCHANGE_BUFFER);
         let (answer_tx, answer_rx) = mpsc::unbounded_channel();
+        let mut config = self.session;
+        config.era_hint = self.era_cache.lookup(&self.endpoint.url);
         let mut state = State {
-            session: Session::new(self.session, now()),
+            session: Session::new(config, now()),
+            era_cache: self.era_cache,
             endpoint: self.endpoint,
             handler: self.handler,
             published: self.published,
@@ -156,6 +162,7 @@ struct State {
     endpoint: Endpoint,
     handler: Option<ServerRequestHandler>,
     published: Arc<Published>,
+    era_cache: EraCache,
     exchange_tx: mpsc::Sender<ExchangeEvent>,
     answer_tx: mpsc::UnboundedSender<(RequestId, Result<Value, RpcError>)>,
     /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
@@ -403,6 +410,11 @@ impl State {
             Output::Event(event) => {
                 self.published.set_status(self.session.extension_status());
                 match &event {
+                    SessionEvent::EraDetected { era } => {
+                        tracing::info!(?era, "era detected");
+                        self.era_cache.record(&self.endpoint.url, *era);
+                        self.published.set_era(*era);
+                    }
                     SessionEvent::SessionLost => tracing::warn!("session lost"),
                     SessionEvent::Closed => tracing::debug!("session closed"),
                     other => tracing::info!(event = ?other, "session event"),

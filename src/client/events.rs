@@ -15,7 +15,7 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::proto::{CallId, ExtensionStatus, SessionEvent};
+use crate::proto::{CallId, Era, ExtensionStatus, SessionEvent};
 
 /// Items buffered per subscriber before the oldest are dropped.
 pub const EVENT_BUFFER: usize = 256;
@@ -47,6 +47,7 @@ pub(crate) struct Published {
     events: OnceLock<broadcast::Sender<SessionEvent>>,
     notifications: OnceLock<broadcast::Sender<ServerNotification>>,
     status: Mutex<Option<ExtensionStatus>>,
+    era: Mutex<Option<Era>>,
 }
 
 impl Published {
@@ -88,6 +89,20 @@ impl Published {
     pub(crate) fn status(&self) -> Option<ExtensionStatus> {
         match self.status.lock() {
             Ok(s) => *s,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+
+    pub(crate) fn set_era(&self, era: Era) {
+        match self.era.lock() {
+            Ok(mut e) => *e = Some(era),
+            Err(poisoned) => *poisoned.into_inner() = Some(era),
+        }
+    }
+
+    pub(crate) fn era(&self) -> Option<Era> {
+        match self.era.lock() {
+            Ok(e) => *e,
             Err(poisoned) => *poisoned.into_inner(),
         }
     }

@@ -21,6 +21,7 @@ mod builder;
 #[allow(clippy::module_inception)]
 mod client;
 mod driver;
+mod era_cache;
 mod events;
 mod http;
 mod results;
@@ -28,6 +29,7 @@ mod tool_call;
 
 pub use builder::{ClientBuilder, DEFAULT_CONNECT_TIMEOUT};
 pub use client::Client;
+pub use era_cache::EraCache;
 pub use events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFFER};
 pub use results::{CallToolResult, Content, InitializeResult, Tool};
 pub use tool_call::{IntoIdempotencyKey, ToolCall};

@@ -10,6 +10,21 @@ use crate::proto::version::ProtocolVersion;
 /// The `_meta` key that carries an idempotency key when the server does not advertise its own.
 pub const DEFAULT_IDEMPOTENCY_META_KEY: &str = "io.github.mcp-resume/idempotency-key";
 
+/// Which era of the protocol to speak: the legacy one (sessions, `initialize`; 2025-03-26 to
+/// 2025-11-25) or the modern one (2026-07-28: no session, per-request metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
+pub enum Era {
+    /// Probe with `server/discover`: a recognised modern answer or modern error means modern;
+    /// an empty or unrecognised refusal means legacy (`initialize`). **Default.**
+    #[default]
+    Auto,
+    /// Always `initialize` (a legacy server).
+    Legacy,
+    /// Always the modern revision (a modern server).
+    Modern,
+}
+
 /// When a keyed tool call may be re-sent after an interruption whose outcome is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -31,8 +46,14 @@ pub struct SessionConfig {
     pub client_version: String,
     /// Client capabilities sent at `initialize`. Default: `{}`.
     pub client_capabilities: Value,
-    /// Protocol version offered at `initialize`. Default: [`ProtocolVersion::LATEST`].
+    /// Protocol version offered at `initialize` (legacy era). Default:
+    /// [`ProtocolVersion::LATEST`].
     pub protocol_version: ProtocolVersion,
+    /// Which era to speak. Default: [`Era::Auto`].
+    pub era: Era,
+    /// The era this origin was last found to speak (a cache shared by clients), tried first
+    /// under [`Era::Auto`]; a server that answers otherwise is probed again. Default: none.
+    pub era_hint: Option<Era>,
     /// Default per-call deadline, spanning every resume and re-send. Default: 60 s.
     pub call_timeout: Duration,
     /// Reconnect delays and caps. Default: see [`ReconnectPolicy::default`].
@@ -68,6 +89,8 @@ impl Default for SessionConfig {
             client_version: env!("CARGO_PKG_VERSION").to_owned(),
             client_capabilities: Value::Object(Default::default()),
             protocol_version: ProtocolVersion::LATEST,
+            era: Era::Auto,
+            era_hint: None,
             call_timeout: Duration::from_secs(60),
             reconnect: ReconnectPolicy::default(),
             max_event_size: 16 * 1024 * 1024,

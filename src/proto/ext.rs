@@ -26,16 +26,26 @@ pub(crate) struct ResumeSafety {
     pub idempotency_meta_key: Option<String>,
 }
 
+/// The extension's identifier where the 2026-07-28 revision puts extensions
+/// (`capabilities.extensions`).
+pub(crate) const EXTENSION_ID: &str = "io.github.mcp-resume/resume-safety";
+
 impl ResumeSafety {
     /// Reads the advertisement from an `initialize` result; `None` when absent.
+    pub(crate) fn from_initialize_result(result: &Value) -> Option<Self> {
+        Self::from_capabilities(result.get("capabilities")?)
+    }
+
+    /// Reads the advertisement from server capabilities: under `extensions` (the 2026-07-28
+    /// place) or `experimental.resumeSafety` (legacy); `None` when absent.
     ///
     /// Each part is optional; a part with an unexpected shape counts as not advertised, so a
     /// confused server gets fewer checks rather than a failed connection.
-    pub(crate) fn from_initialize_result(result: &Value) -> Option<Self> {
-        let adv = result
-            .get("capabilities")?
-            .get("experimental")?
-            .get("resumeSafety")?;
+    pub(crate) fn from_capabilities(capabilities: &Value) -> Option<Self> {
+        let adv = capabilities
+            .get("extensions")
+            .and_then(|e| e.get(EXTENSION_ID))
+            .or_else(|| capabilities.get("experimental")?.get("resumeSafety"))?;
         if !adv.is_object() {
             return None;
         }
@@ -56,6 +66,16 @@ impl ResumeSafety {
             capability_hash: flag("capabilityHash"),
             idempotency_meta_key,
         })
+    }
+}
+
+/// Whether server capabilities advertise the proposed standard idempotency capability
+/// (`tools.idempotency`, SEP-3182: the key travels in `params.idempotencyKey`).
+pub(crate) fn standard_idempotency(capabilities: &Value) -> bool {
+    match capabilities.get("tools").and_then(|t| t.get("idempotency")) {
+        Some(Value::Bool(b)) => *b,
+        Some(Value::Object(_)) => true,
+        _ => false,
     }
 }
 

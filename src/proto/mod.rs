@@ -282,6 +282,12 @@ pub enum SessionEvent {
         /// What is missing, and which checks are off because of it.
         reason: String,
     },
+    /// The era of the server was determined (by probing, or by a cached assumption that
+    /// held). A driver may cache it per origin.
+    EraDetected {
+        /// [`Era::Legacy`] or [`Era::Modern`].
+        era: Era,
+    },
     /// The session was lost for good (re-initialization kept failing).
     SessionLost,
     /// The session was closed by the app.
@@ -333,11 +339,12 @@ pub mod decide;
 mod ext;
 mod jsonrpc;
 pub mod methods;
+pub mod modern;
 mod session;
 pub mod version;
 pub mod walkthrough;
 
-pub use config::{ResendPolicy, SessionConfig};
+pub use config::{Era, ResendPolicy, SessionConfig};
 pub use session::{
     Session, MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS, MAX_QUEUED_NOTIFICATIONS,
     MAX_REMEMBERED_EVENT_IDS,

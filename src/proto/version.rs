@@ -12,14 +12,20 @@ pub enum ProtocolVersion {
     V2025_06_18,
     /// `2025-11-25`: priming events, `retry`, servers may close a stream at any time.
     V2025_11_25,
+    /// `2026-07-28`: the modern era: no session, no `initialize`, per-request `_meta`.
+    V2026_07_28,
 }
 
 impl ProtocolVersion {
-    /// The revision offered at `initialize` by default.
+    /// The newest legacy revision: the one offered at `initialize` by default.
     pub const LATEST: ProtocolVersion = ProtocolVersion::V2025_11_25;
+
+    /// The modern revision this client speaks.
+    pub const MODERN: ProtocolVersion = ProtocolVersion::V2026_07_28;
 
     /// Every revision this client speaks, newest first.
     pub const SUPPORTED: &'static [ProtocolVersion] = &[
+        ProtocolVersion::V2026_07_28,
         ProtocolVersion::V2025_11_25,
         ProtocolVersion::V2025_06_18,
         ProtocolVersion::V2025_03_26,
@@ -36,7 +42,13 @@ impl ProtocolVersion {
             ProtocolVersion::V2025_03_26 => "2025-03-26",
             ProtocolVersion::V2025_06_18 => "2025-06-18",
             ProtocolVersion::V2025_11_25 => "2025-11-25",
+            ProtocolVersion::V2026_07_28 => "2026-07-28",
         }
+    }
+
+    /// Whether this revision is of the modern era (no session, no `initialize`).
+    pub const fn is_modern(self) -> bool {
+        matches!(self, ProtocolVersion::V2026_07_28)
     }
 
     /// Whether requests carry the `MCP-Protocol-Version` header.
@@ -71,6 +83,8 @@ mod tests {
         assert!(!ProtocolVersion::V2025_03_26.has_version_header());
         assert!(ProtocolVersion::V2025_06_18.has_version_header());
         assert!(!ProtocolVersion::V2025_11_25.allows_batch());
-        assert_eq!(ProtocolVersion::SUPPORTED[0], ProtocolVersion::LATEST);
+        assert!(!ProtocolVersion::LATEST.is_modern());
+        assert!(ProtocolVersion::MODERN.is_modern());
+        assert!(ProtocolVersion::MODERN.has_version_header());
     }
 }

@@ -471,7 +471,7 @@ async fn duplicate_session_id_headers_are_used_consistently() {
             .await
             .unwrap()
             .unwrap();
-            let later: Vec<Request> = server.matching(|r| !initializes(r));
+            let later: Vec<Request> = server.matching(|r| !handshake(r));
             assert!(!later.is_empty());
             let first = later[0].session_id().map(str::to_owned);
             assert!(

@@ -54,6 +54,12 @@ pub fn initializes(r: &Request) -> bool {
     r.is_rpc("initialize")
 }
 
+/// A request of the handshake, which carries no session id: the era probe
+/// (`server/discover`, refused by these legacy servers) or `initialize`.
+pub fn handshake(r: &Request) -> bool {
+    r.is_rpc("server/discover") || initializes(r)
+}
+
 /// Time and this thread's peak heap growth since [`Probe::start`].
 pub struct Probe {
     started: Instant,

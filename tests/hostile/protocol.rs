@@ -460,7 +460,7 @@ async fn hostile_session_ids_are_refused_at_initialize() {
             other => failures.push(format!("session id with {what}: {other:?}")),
         }
         // Nothing was ever sent with the hostile id.
-        failures.check(server.count(|r| !initializes(r)) == 0, || {
+        failures.check(server.count(|r| !handshake(r)) == 0, || {
             format!("session id with {what}: {:?}", server.labels())
         });
         // A failed first connect is not terminal: the next one starts over.

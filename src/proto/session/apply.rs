@@ -277,7 +277,15 @@ impl Session {
             Some(delay) => self
                 .timers
                 .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now)),
-            None => self.send_initialize(now),
+            None => self.send_handshake(now),
+        }
+    }
+
+    /// Sends the first request of a handshake: `server/discover` or `initialize`, per era.
+    pub(super) fn send_handshake(&mut self, now: Instant) {
+        match self.handshake_era() {
+            crate::proto::Era::Legacy => self.send_initialize(now),
+            _ => self.send_discover(now),
         }
     }
 

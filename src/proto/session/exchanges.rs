@@ -36,6 +36,8 @@ pub const MAX_QUEUED_ANSWERS: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ExKind {
     Initialize,
+    /// `server/discover`: the modern handshake, or a probe for the era.
+    Discover,
     Initialized,
     /// A call's POST.
     Post(CallId),

@@ -27,8 +27,10 @@ impl Session {
     ) {
         let ct = classify::content_type(headers);
         match kind {
-            ExKind::Initialize => {
-                self.on_initialize_head(http, headers, now);
+            ExKind::Initialize | ExKind::Discover => {
+                if kind == ExKind::Initialize {
+                    self.on_initialize_head(http, headers, now);
+                }
                 if self.exchanges.get(http).is_none() {
                     return;
                 }

@@ -143,8 +143,8 @@ impl Session {
                 });
             }
             Message::Response { id, result } => {
-                if kind == ExKind::Initialize {
-                    return self.on_initialize_message(http, id, result, now);
+                if matches!(kind, ExKind::Initialize | ExKind::Discover) {
+                    return self.on_handshake_message(http, id, result, now);
                 }
                 let Some(id) = id else {
                     // An error the server could not attribute: on a call's own POST it can
@@ -170,21 +170,24 @@ impl Session {
         }
     }
 
-    fn on_initialize_message(
+    fn on_handshake_message(
         &mut self,
         http: HttpId,
         id: Option<RequestId>,
         result: Result<Value, RpcError>,
         now: Instant,
     ) {
-        let expected = match self.life.handshake().map(|h| &h.step) {
-            Some(Step::Initialize { rpc, .. }) => Some(rpc),
-            _ => None,
+        let (expected, discover) = match self.life.handshake().map(|h| &h.step) {
+            Some(Step::Initialize { rpc, .. }) => (Some(rpc), false),
+            Some(Step::Discover { rpc, .. }) => (Some(rpc), true),
+            _ => (None, false),
         };
-        if id.is_some() && id.as_ref() == expected {
-            self.on_initialize_response(http, result, now);
+        if id.is_none() || id.as_ref() != expected {
+            warn!("unexpected response on the handshake stream ignored");
+        } else if discover {
+            self.on_discover_response(http, result, now);
         } else {
-            warn!("unexpected response on the initialize stream ignored");
+            self.on_initialize_response(http, result, now);
         }
     }
 
@@ -265,8 +268,8 @@ impl Session {
                 let cause = Error::new(ErrorKind::Protocol, cause);
                 self.apply_because(c, Failure::AnsweredWithoutResponse, cause, now);
             }
-            ExKind::Initialize => self.init_failed(
-                Error::new(ErrorKind::Protocol, "initialize body without the response"),
+            ExKind::Initialize | ExKind::Discover => self.init_failed(
+                Error::new(ErrorKind::Protocol, "handshake body without the response"),
                 now,
             ),
             _ => {}

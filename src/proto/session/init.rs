@@ -9,7 +9,7 @@ use tracing::{debug, info, warn};
 use super::exchanges::{
     initialize_headers, request_headers, session_id_header, Checks, ExKind, Sent,
 };
-use super::lifecycle::{Established, Handshake, InitHead, Negotiated, Phase, Step};
+use super::lifecycle::{Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step};
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -17,7 +17,7 @@ use crate::proto::classify;
 use crate::proto::decide::{decide, Decision, Failure, State};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
-use crate::proto::{jsonrpc, methods, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
+use crate::proto::{jsonrpc, methods, Era, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
 
 /// A session that stayed up this long worked, whatever else happened on it.
 pub(super) const STABLE_SESSION: Duration = Duration::from_secs(5);
@@ -99,7 +99,11 @@ impl Session {
             Err(e) => return self.init_failed(Error::rpc(e), now),
         };
         let named = result.get("protocolVersion").and_then(Value::as_str);
-        let Some(version) = named.and_then(ProtocolVersion::parse) else {
+        // `initialize` negotiates a legacy revision; a modern one has no place here.
+        let legacy = named
+            .and_then(ProtocolVersion::parse)
+            .filter(|v| !v.is_modern());
+        let Some(version) = legacy else {
             let mut shown = named.unwrap_or("<none>").to_owned();
             jsonrpc::truncate(&mut shown, 64);
             return self.init_failed(
@@ -152,6 +156,10 @@ impl Session {
                 .cloned()
                 .unwrap_or(Value::Object(Map::new())),
             hash: head.hash,
+            keys: ext
+                .as_ref()
+                .and_then(|e| e.idempotency_meta_key.clone())
+                .map(KeyPlacement::Meta),
             ext,
             checks,
             result,
@@ -175,20 +183,31 @@ impl Session {
         }
     }
 
-    /// `notifications/initialized` was accepted: the session is established.
+    /// `notifications/initialized` was accepted: the legacy session is established.
     pub(super) fn init_succeeded(&mut self, now: Instant) {
+        let session = match self.life.handshake_mut().map(|h| &mut h.step) {
+            Some(Step::Initialized { session, .. }) => {
+                std::mem::replace(session.as_mut(), Negotiated::probe())
+            }
+            _ => return,
+        };
+        self.life.era = Some(Era::Legacy);
+        self.established(session, now);
+    }
+
+    /// The handshake is over: `session` is the one in force from now on.
+    pub(super) fn established(&mut self, session: Negotiated, now: Instant) {
         let phase = std::mem::replace(&mut self.life.phase, Phase::Idle);
         let Phase::Initializing(Handshake {
-            step: Step::Initialized { session, .. },
             reason,
             previous,
             degraded,
+            ..
         }) = phase
         else {
             self.life.phase = phase;
             return;
         };
-        let session = *session;
         self.timers.cancel(Timer::InitDeadline);
         match &session.id {
             Some(id) => info!(session = %id, version = %session.version, "session ready"),
@@ -196,6 +215,13 @@ impl Session {
         }
         // A fresh session has its own event ids.
         self.delivered.clear();
+        let era = if session.version.is_modern() {
+            Era::Modern
+        } else {
+            Era::Legacy
+        };
+        let era_news =
+            previous.as_ref().map(|p| p.version.is_modern()) != Some(session.version.is_modern());
         match reason {
             None => {
                 self.life.ever_connected = true;
@@ -217,6 +243,10 @@ impl Session {
                         capabilities_changed: changed,
                     }));
             }
+        }
+        if era_news {
+            self.outputs
+                .push_back(Output::Event(SessionEvent::EraDetected { era }));
         }
         if let Some(reason) = degraded {
             self.outputs
@@ -251,7 +281,9 @@ impl Session {
             return;
         };
         match &h.step {
-            Step::Initialize { http, .. } | Step::Initialized { http, .. } => {
+            Step::Initialize { http, .. }
+            | Step::Initialized { http, .. }
+            | Step::Discover { http, .. } => {
                 let http = *http;
                 self.exchanges.finish(http);
             }

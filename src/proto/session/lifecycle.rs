@@ -10,7 +10,7 @@ use super::exchanges::Checks;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
-use crate::proto::{CallId, ExtensionStatus, HttpId, ReinitReason};
+use crate::proto::{CallId, Era, ExtensionStatus, HttpId, ReinitReason};
 
 /// What one established session negotiated.
 #[derive(Debug, Clone)]
@@ -27,8 +27,20 @@ pub(super) struct Negotiated {
     pub(super) ext: Option<ResumeSafety>,
     /// The checks every exchange of this session runs.
     pub(super) checks: Checks,
-    /// The `initialize` result, returned to later `connect` calls.
+    /// Where a keyed call carries its key, when the server deduplicates keyed calls.
+    pub(super) keys: Option<KeyPlacement>,
+    /// The `initialize` result (or, modern, the discovery reshaped like one), returned to
+    /// `connect` calls.
     pub(super) result: Value,
+}
+
+/// Where an idempotency key travels for a server that deduplicates by it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum KeyPlacement {
+    /// The resume-safety extension: `params._meta[<metaKey>]` and the `Idempotency-Key` header.
+    Meta(String),
+    /// The proposed standard (SEP-3182): `params.idempotencyKey`.
+    Params,
 }
 
 impl Negotiated {
@@ -40,7 +52,7 @@ impl Negotiated {
                 advertised: true,
                 capability_hash: ext.capability_hash,
                 sequenced_event_ids: ext.sequenced_event_ids,
-                idempotency: ext.idempotency_meta_key.is_some(),
+                idempotency: self.keys.is_some(),
             },
         }
     }
@@ -80,6 +92,8 @@ pub(super) enum Step {
         http: HttpId,
         session: Box<Negotiated>,
     },
+    /// `server/discover` sent (the modern era, or a probe for it).
+    Discover { http: HttpId, rpc: RequestId },
 }
 
 /// What the `initialize` response head said.
@@ -132,6 +146,8 @@ pub(super) struct Lifecycle {
     pub(super) ever_connected: bool,
     /// Consecutive re-initializations not confirmed by a working session.
     pub(super) reinit_failures: u32,
+    /// The era the server was found to speak.
+    pub(super) era: Option<Era>,
     /// `connect` calls waiting for the handshake.
     pub(super) connect_waiters: Vec<CallId>,
 }
@@ -143,6 +159,7 @@ impl Lifecycle {
             generation: 0,
             ever_connected: false,
             reinit_failures: 0,
+            era: None,
             connect_waiters: Vec::new(),
         }
     }

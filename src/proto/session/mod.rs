@@ -23,6 +23,7 @@
 mod apply;
 mod calls;
 mod cursors;
+mod discover;
 mod exchanges;
 mod heads;
 mod inbound;
@@ -274,7 +275,7 @@ impl Session {
                 Step::Initialize { head, .. } => head.session_id.as_ref().and_then(|sid| {
                     session_id_header(sid).map(|v| (v, self.config.protocol_version))
                 }),
-                Step::Backoff => None,
+                Step::Backoff | Step::Discover { .. } => None,
             },
             _ => None,
         };
@@ -437,7 +438,7 @@ impl Session {
             return;
         }
         match ex.kind {
-            ExKind::Initialize | ExKind::Initialized => {
+            ExKind::Initialize | ExKind::Initialized | ExKind::Discover => {
                 self.init_failed(Error::new(ErrorKind::Transport, reason), now)
             }
             ExKind::Post(call) => {
@@ -473,7 +474,7 @@ impl Session {
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(timer) = self.timers.pop_due(now) {
             match timer {
-                Timer::InitBackoff => self.send_initialize(now),
+                Timer::InitBackoff => self.send_handshake(now),
                 Timer::InitDeadline => {
                     self.init_failed(Error::new(ErrorKind::Timeout, "initialize timed out"), now)
                 }
@@ -596,7 +597,7 @@ impl Session {
     /// An SSE body ended (cleanly or not) before what its exchange was waiting for.
     fn stream_ended(&mut self, kind: ExKind, progress: bool, clean: bool, now: Instant) {
         match kind {
-            ExKind::Initialize => self.init_failed(
+            ExKind::Initialize | ExKind::Discover => self.init_failed(
                 Error::new(
                     ErrorKind::Transport,
                     "initialize stream ended before the response",
@@ -647,7 +648,7 @@ impl Session {
         self.exchanges.finish(http);
         warn!(error = %error, "exchange abandoned");
         match kind {
-            ExKind::Initialize => self.init_failed(error, now),
+            ExKind::Initialize | ExKind::Discover => self.init_failed(error, now),
             ExKind::Post(c) | ExKind::Resume(c) => self.complete(c, Err(error)),
             ExKind::Listen => {
                 // A hostile stream would only repeat itself: stop listening.

@@ -26,6 +26,8 @@ impl Session {
         let refusal = classify::refusal(status, &ex.head, body, ex.carried_session_id);
         debug!(status, class = ?refusal.class, kind = ?ex.kind, "exchange refused");
         match ex.kind {
+            ExKind::Discover => self.on_discover_refused(status, refusal, now),
+            ExKind::Initialize if self.initialize_refused_as_modern(&refusal, now) => {}
             ExKind::Initialize | ExKind::Initialized => {
                 let error = match refusal.error.kind() {
                     ErrorKind::Rpc => refusal.error,
