@@ -32,6 +32,10 @@ pub enum ErrorKind {
     Closed,
     /// The builder's configuration is invalid.
     InvalidConfig,
+    /// A modern server requires a client capability this client did not declare
+    /// (`MissingRequiredClientCapability`); [`Error::rpc_error`] carries the capabilities
+    /// it named in `data.requiredCapabilities`.
+    MissingCapability,
 }
 
 impl ErrorKind {
@@ -48,6 +52,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => "too_large",
             ErrorKind::Closed => "closed",
             ErrorKind::InvalidConfig => "invalid_config",
+            ErrorKind::MissingCapability => "missing_capability",
         }
     }
 }
@@ -156,6 +161,19 @@ impl Error {
     /// instead. Within the deadline the client waits and re-sends by itself.
     pub fn retry_after(&self) -> Option<Duration> {
         self.inner.retry_after
+    }
+
+    /// A [`ErrorKind::MissingCapability`] error carrying the server's JSON-RPC error.
+    pub(crate) fn missing_capability(error: RpcError) -> Self {
+        Error {
+            inner: Arc::new(Inner {
+                kind: ErrorKind::MissingCapability,
+                message: error.to_string(),
+                rpc: Some(error),
+                retry_after: None,
+                source: None,
+            }),
+        }
     }
 
     /// The same error, naming the server's `Retry-After`.

@@ -111,8 +111,9 @@ pub mod proto;
 pub mod sse;
 
 pub use client::{
-    CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream, InitializeResult,
-    IntoIdempotencyKey, NotificationStream, ServerNotification, Tool, ToolCall,
+    CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream, InMemoryTaskStore,
+    InitializeResult, IntoIdempotencyKey, NotificationStream, ServerNotification, StoredTask,
+    TaskStore, Tool, ToolCall,
 };
 pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};

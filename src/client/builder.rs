@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::client::Client;
 use super::era_cache::EraCache;
+use super::task_store::{InMemoryTaskStore, TaskStore};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::policy::ReconnectPolicy;
 use crate::proto::version::ProtocolVersion;
@@ -46,6 +47,7 @@ pub(crate) struct ClientConfig {
     pub(crate) http: reqwest::Client,
     pub(crate) server_requests: Option<ServerRequestHandler>,
     pub(crate) era_cache: EraCache,
+    pub(crate) task_store: Arc<dyn TaskStore>,
 }
 
 /// Builds a [`Client`]. Obtained from [`Client::builder`].
@@ -65,6 +67,7 @@ pub struct ClientBuilder {
     http: Option<reqwest::Client>,
     server_requests: Option<ServerRequestHandler>,
     era_cache: Option<EraCache>,
+    task_store: Option<Arc<dyn TaskStore>>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -95,6 +98,7 @@ impl ClientBuilder {
             http: None,
             server_requests: None,
             era_cache: None,
+            task_store: None,
         }
     }
 
@@ -152,6 +156,13 @@ impl ClientBuilder {
     /// Shares this cache of which era each origin speaks. Default: [`EraCache::global`].
     pub fn era_cache(mut self, cache: EraCache) -> Self {
         self.era_cache = Some(cache);
+        self
+    }
+
+    /// Where the ids of calls that became tasks are kept while they run (modern era, tasks
+    /// extension). Default: an [`InMemoryTaskStore`] of this client's own.
+    pub fn task_store(mut self, store: Arc<dyn TaskStore>) -> Self {
+        self.task_store = Some(store);
         self
     }
 
@@ -346,6 +357,9 @@ impl ClientBuilder {
             http,
             server_requests: self.server_requests,
             era_cache: self.era_cache.unwrap_or_else(EraCache::global),
+            task_store: self
+                .task_store
+                .unwrap_or_else(|| Arc::new(InMemoryTaskStore::new())),
         })
     }
 }

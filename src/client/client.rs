@@ -167,6 +167,21 @@ impl Client {
         self.wait(rx, timeout, Some(ticket)).await
     }
 
+    /// Polls a task a call became earlier (for instance before a restart: its id was in
+    /// the [`TaskStore`](super::TaskStore)) until it ends, and returns its final result.
+    pub async fn resume_task(&self, task_id: &str) -> Result<Value, Error> {
+        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::ResumeTask {
+            ticket,
+            id: next_call_id(),
+            task_id: task_id.to_owned(),
+            timeout: None,
+            reply,
+        })?;
+        self.wait(rx, self.shared.call_timeout, Some(ticket)).await
+    }
+
     /// Checks the server is alive (`ping`).
     pub async fn ping(&self) -> Result<(), Error> {
         self.request("ping", None).await.map(drop)

@@ -23,6 +23,7 @@ use super::builder::{ClientConfig, ServerRequestHandler};
 use super::era_cache::EraCache;
 use super::events::{Published, ServerNotification};
 use super::http::{Endpoint, ExchangeEvent};
+use super::task_store::{StoredTask, TaskStore};
 use crate::error::{Error, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
@@ -59,6 +60,14 @@ pub(crate) enum Command {
         method: String,
         params: Option<Value>,
     },
+    /// Poll a task created before.
+    ResumeTask {
+        ticket: u64,
+        id: CallId,
+        task_id: String,
+        timeout: Option<Duration>,
+        reply: Reply,
+    },
     /// Close the session (DELETE).
     Close { reply: Reply },
     /// The last client handle is gone: close (best effort) and stop.
@@ -73,6 +82,7 @@ pub(crate) struct Driver {
     commands: mpsc::UnboundedReceiver<Command>,
     published: Arc<Published>,
     era_cache: EraCache,
+    task_store: Arc<dyn TaskStore>,
 }
 
 impl Driver {
@@ -90,6 +100,7 @@ impl Driver {
             },
             session: config.session,
             era_cache: config.era_cache,
+            task_store: config.task_store,
             handler: config.server_requests,
             commands,
             published,
@@ -119,6 +130,7 @@ impl Driver {
         let mut state = State {
             session: Session::new(config, now()),
             era_cache: self.era_cache,
+            task_store: self.task_store,
             endpoint: self.endpoint,
             handler: self.handler,
             published: self.published,
@@ -163,6 +175,7 @@ struct State {
     handler: Option<ServerRequestHandler>,
     published: Arc<Published>,
     era_cache: EraCache,
+    task_store: Arc<dyn TaskStore>,
     exchange_tx: mpsc::Sender<ExchangeEvent>,
     answer_tx: mpsc::UnboundedSender<(RequestId, Result<Value, RpcError>)>,
     /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
@@ -256,6 +269,18 @@ impl State {
                 }
             }
             Command::Notify { method, params } => self.session.notify(&method, params, now),
+            Command::ResumeTask {
+                ticket,
+                id,
+                task_id,
+                timeout,
+                reply,
+            } => {
+                let call = self.session.resume_task(&task_id, timeout, now);
+                self.calls.insert(call, Pending::Call { ticket, reply });
+                self.tickets.insert(ticket, call);
+                self.app_ids.insert(call, id);
+            }
             Command::Close { reply } => {
                 let call = self.session.close(now);
                 self.calls
@@ -414,6 +439,17 @@ impl State {
                         tracing::info!(?era, "era detected");
                         self.era_cache.record(&self.endpoint.url, *era);
                         self.published.set_era(*era);
+                    }
+                    SessionEvent::TaskCreated { task_id, .. } => {
+                        // Recorded before the first poll is sent (the pump handles this
+                        // output before the poll's timer can fire).
+                        self.task_store.created(StoredTask {
+                            task_id: task_id.clone(),
+                            endpoint: self.endpoint.url.as_str().to_owned(),
+                        });
+                    }
+                    SessionEvent::TaskFinished { task_id, .. } => {
+                        self.task_store.finished(task_id);
                     }
                     SessionEvent::SessionLost => tracing::warn!("session lost"),
                     SessionEvent::Closed => tracing::debug!("session closed"),

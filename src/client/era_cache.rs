@@ -51,6 +51,14 @@ impl EraCache {
         self.lock().get(&origin).copied()
     }
 
+    /// Records that `url`'s origin speaks `era` (an era persisted by the app, restored).
+    /// Ignored for a URL that does not parse.
+    pub fn remember(&self, url: &str, era: Era) {
+        if let Ok(url) = Url::parse(url) {
+            self.record(&url, era);
+        }
+    }
+
     /// Forgets every origin.
     pub fn clear(&self) {
         self.lock().clear();

@@ -25,6 +25,7 @@ mod era_cache;
 mod events;
 mod http;
 mod results;
+mod task_store;
 mod tool_call;
 
 pub use builder::{ClientBuilder, DEFAULT_CONNECT_TIMEOUT};
@@ -32,4 +33,5 @@ pub use client::Client;
 pub use era_cache::EraCache;
 pub use events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFFER};
 pub use results::{CallToolResult, Content, InitializeResult, Tool};
+pub use task_store::{InMemoryTaskStore, StoredTask, TaskStore};
 pub use tool_call::{IntoIdempotencyKey, ToolCall};

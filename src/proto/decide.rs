@@ -76,6 +76,14 @@ pub enum Failure {
     DeadlineExpired,
     /// The standalone GET stream is not offered (405, or a non-stream answer).
     ListenNotOffered,
+    /// A modern server refused the call's mirrored headers (`HeaderMismatch`, -32020): nothing
+    /// ran. `refreshed`: the tool list was already fetched again for this call.
+    HeaderMismatch {
+        /// A refresh was already tried.
+        refreshed: bool,
+    },
+    /// A modern server does not speak the call's protocol version (-32022): nothing ran.
+    VersionRefused,
     /// A fresh standalone stream came under another capability hash. It carries no call, and
     /// a server may omit the header on GET: stop listening rather than re-initialize for it
     /// (that could loop).
@@ -91,6 +99,9 @@ pub struct State {
     /// `dangerous_trust_replay`: behave like the stock SDKs (ignore extension signals, trust
     /// clean ends). Unsafe; for comparison only.
     pub trust_replay: bool,
+    /// Streams can be resumed with `Last-Event-ID` (the legacy era; the modern era has no
+    /// resumption: a broken stream loses the request).
+    pub resumable: bool,
     /// Consecutive failed attempts to reach the server for this call, this one included.
     pub attempts: u32,
     /// Resumes of this stream that delivered nothing new, this one included.
@@ -110,6 +121,7 @@ impl State {
     pub const UNKEYED: State = State {
         resend_safe: false,
         trust_replay: false,
+        resumable: true,
         attempts: 1,
         resumes_without_progress: 0,
         reinit_failures: 0,
@@ -129,12 +141,21 @@ impl State {
         State {
             resend_safe,
             trust_replay,
+            resumable: true,
             attempts: 1,
             resumes_without_progress: 0,
             reinit_failures: 0,
             max_attempts: policy.max_attempts,
             max_resumes_without_progress: policy.max_resumes_without_progress,
             max_reinit_failures: policy.max_reinit_failures,
+        }
+    }
+
+    /// The same facts in the modern era (no resumption).
+    pub const fn modern(self) -> Self {
+        State {
+            resumable: false,
+            ..self
         }
     }
 
@@ -202,6 +223,9 @@ pub enum Decision {
     /// Complete the call with the server's refusal: it proves the request was not processed,
     /// so it is the call's answer, not an interruption.
     Report,
+    /// Fetch the tool list again (the annotations the headers come from may have changed),
+    /// then re-send the call.
+    RefreshTools,
     /// Complete the call (or, for `SessionLost`, every waiting call) with this error.
     Fail(ErrorKind),
 }
@@ -254,6 +278,10 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
             retry_within_deadline: true,
         } if state.may_retry() => Resend,
         Failure::Refused { .. } => Report,
+        // Without resumption a broken stream is like a lost connection: it may have run.
+        Failure::StreamEnded {
+            event_id_seen: true,
+        } if !state.resumable => resend_or_unknown,
         Failure::StreamEnded {
             event_id_seen: true,
         } => resume_or_give_up,
@@ -306,5 +334,13 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
         Failure::KeyOutcomeLost => Fail(ErrorKind::OutcomeUnknown),
         Failure::DeadlineExpired => Fail(ErrorKind::Timeout),
         Failure::ListenNotOffered | Failure::ListenHashMismatch => Fail(ErrorKind::Protocol),
+        Failure::HeaderMismatch { refreshed: false } => RefreshTools,
+        Failure::HeaderMismatch { refreshed: true } => Report,
+        // The server lists what it speaks: a new handshake picks it, and the call (which did
+        // not run) goes on the new session.
+        Failure::VersionRefused => Reinitialize {
+            reason: ReinitReason::VersionRefused,
+            call: CallFate::Resend,
+        },
     }
 }

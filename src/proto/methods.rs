@@ -14,3 +14,13 @@ pub const TOOLS_LIST: &str = "tools/list";
 pub const CANCELLED: &str = "notifications/cancelled";
 /// Progress of a request that asked for it with a `progressToken`.
 pub const PROGRESS: &str = "notifications/progress";
+/// Opens the modern era's stream of change notifications.
+pub const SUBSCRIPTIONS_LISTEN: &str = "subscriptions/listen";
+/// The server's acknowledgement that opens a `subscriptions/listen` stream.
+pub const SUBSCRIPTIONS_ACKNOWLEDGED: &str = "notifications/subscriptions/acknowledged";
+/// Polls a task (tasks extension).
+pub const TASKS_GET: &str = "tasks/get";
+/// Answers a task's input requests (tasks extension).
+pub const TASKS_UPDATE: &str = "tasks/update";
+/// Asks the server to cancel a task (tasks extension).
+pub const TASKS_CANCEL: &str = "tasks/cancel";

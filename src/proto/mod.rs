@@ -205,6 +205,8 @@ pub enum ReinitReason {
     OrphanedResponse,
     /// A response carried a capability hash other than the session's.
     CapabilityMismatch,
+    /// A modern server refused the protocol version in use (`UnsupportedProtocolVersion`).
+    VersionRefused,
 }
 
 /// The reason in a `SESSION_RESUME_REJECTED` body (resume-safety extension).
@@ -288,6 +290,21 @@ pub enum SessionEvent {
         /// [`Era::Legacy`] or [`Era::Modern`].
         era: Era,
     },
+    /// A call became a durable task (tasks extension): store `task_id` to pick the task up
+    /// again after a restart ([`Session::resume_task`]); it is polled until it ends.
+    TaskCreated {
+        /// The call.
+        call: CallId,
+        /// The server's task id.
+        task_id: String,
+    },
+    /// A task ended (completed, failed, or cancelled): its id need not be kept any longer.
+    TaskFinished {
+        /// The call.
+        call: CallId,
+        /// The server's task id.
+        task_id: String,
+    },
     /// The session was lost for good (re-initialization kept failing).
     SessionLost,
     /// The session was closed by the app.
@@ -346,7 +363,7 @@ pub mod walkthrough;
 
 pub use config::{Era, ResendPolicy, SessionConfig};
 pub use session::{
-    Session, MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS, MAX_QUEUED_NOTIFICATIONS,
-    MAX_REMEMBERED_EVENT_IDS,
+    Session, MAX_ANSWERS_IN_FLIGHT, MAX_INPUT_ROUNDS, MAX_QUEUED_ANSWERS, MAX_QUEUED_NOTIFICATIONS,
+    MAX_REMEMBERED_EVENT_IDS, TASKS_EXTENSION,
 };
 pub use version::ProtocolVersion;

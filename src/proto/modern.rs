@@ -76,6 +76,8 @@ pub fn mcp_name(method: &str, params: Option<&Value>) -> Option<HeaderValue> {
     let field = match method {
         methods::TOOLS_CALL | "prompts/get" => "name",
         "resources/read" => "uri",
+        // The tasks extension routes a task's requests by its id.
+        methods::TASKS_GET | methods::TASKS_UPDATE | methods::TASKS_CANCEL => "taskId",
         _ => return None,
     };
     let value = params?.get(field)?.as_str()?;

@@ -57,8 +57,10 @@ impl Session {
             f => f,
         };
         call.attempts = call.attempts.saturating_add(1);
-        let resend_safe = call.key.is_some()
-            && (call.server_dedups || resend == ResendPolicy::AssumeServerDeduplicates);
+        // A task's poll (`tasks/get`) reads and never runs anything: always safe to repeat.
+        let resend_safe = call.task.is_some()
+            || (call.key.is_some()
+                && (call.server_dedups || resend == ResendPolicy::AssumeServerDeduplicates));
         let state = State {
             attempts: call.attempts,
             resumes_without_progress: call.no_progress,
@@ -102,6 +104,10 @@ impl Session {
                 self.detach(id);
                 self.fail_call(id, kind);
             }
+            Decision::RefreshTools => {
+                self.detach(id);
+                self.refresh_tools(id, now);
+            }
             Decision::Report => {
                 self.detach(id);
                 let error = self
@@ -141,11 +147,16 @@ impl Session {
 
     /// Facts about the session every decision shares.
     pub(super) fn base_state(&self, resend_safe: bool) -> State {
-        State::new(
+        let state = State::new(
             &self.config.reconnect,
             resend_safe,
             self.config.dangerous_trust_replay,
-        )
+        );
+        if self.life.era == Some(crate::proto::Era::Modern) {
+            state.modern()
+        } else {
+            state
+        }
     }
 
     /// Stops the call's exchange and arms its backoff timer for `then`.
@@ -328,7 +339,11 @@ impl Session {
             return;
         };
         let method = call.method.clone();
+        // The app hears of its own calls only.
+        let report = call.internal.is_none();
         let message = match kind {
+            ErrorKind::OutcomeUnknown if !report => format!("{method} was interrupted"),
+            ErrorKind::ContextMismatch if !report => format!("{method}: another context"),
             ErrorKind::OutcomeUnknown => {
                 info!(call = id.0, %method, "outcome unknown: interrupted and not safe to re-send");
                 self.outputs
@@ -357,23 +372,26 @@ impl Session {
 
     /// Completes a call, exactly once.
     pub(super) fn complete(&mut self, id: CallId, result: Result<serde_json::Value, Error>) {
-        if self.remove_call(id) {
-            self.outputs
-                .push_back(Output::Completed { call: id, result });
+        let Some(call) = self.remove_call(id) else {
+            return;
+        };
+        match call.internal {
+            Some(target) => self.internal_done(target, result),
+            None => self
+                .outputs
+                .push_back(Output::Completed { call: id, result }),
         }
     }
 
     /// Forgets a call: its indexes, its timers and its exchange.
-    pub(super) fn remove_call(&mut self, id: CallId) -> bool {
-        let Some(call) = self.calls.remove(id) else {
-            return false;
-        };
+    pub(super) fn remove_call(&mut self, id: CallId) -> Option<super::calls::Call> {
+        let call = self.calls.remove(id)?;
         self.timers.cancel(Timer::CallBackoff(id));
         self.timers.cancel(Timer::CallDeadline(id));
         if let Some(http) = call.state.exchange() {
             self.exchanges.finish(http);
         }
-        true
+        Some(call)
     }
 
     /// Fails every call and connect waiter (closing, or the session lost).

@@ -7,6 +7,8 @@ use std::time::Instant;
 use serde_json::Value;
 
 use super::cursors::Cursor;
+use super::modern_calls::InputRound;
+use super::tasks::TaskState;
 use crate::error::Error;
 use crate::ids::{CapabilityHash, IdempotencyKey, RequestId};
 use crate::proto::{CallId, HttpId};
@@ -72,6 +74,51 @@ pub(super) struct Call {
     pub(super) cause: Option<Error>,
     /// `params._meta.progressToken`, when the call asked for progress.
     pub(super) progress_token: Option<RequestId>,
+    /// A request the session makes for itself, serving this call (never reported to the
+    /// app).
+    pub(super) internal: Option<CallId>,
+    /// The tool list was fetched again for this call after a header mismatch.
+    pub(super) refreshed: bool,
+    /// The MRTR round in progress (modern era).
+    pub(super) input: Option<InputRound>,
+    /// The task the call became (tasks extension): it is polled, not re-sent.
+    pub(super) task: Option<TaskState>,
+    /// Task inputs still waiting for the app's answer.
+    pub(super) task_inputs: usize,
+}
+
+impl Call {
+    /// A call not sent yet.
+    pub(super) fn new(
+        method: String,
+        params: Option<Value>,
+        key: Option<IdempotencyKey>,
+        deadline: Instant,
+    ) -> Self {
+        Call {
+            method,
+            params,
+            key,
+            deadline,
+            state: CallState::Waiting,
+            rpc: None,
+            generation: 0,
+            hash: None,
+            server_dedups: false,
+            cursor: Cursor::default(),
+            attempts: 0,
+            no_progress: 0,
+            may_have_run: false,
+            sends: 0,
+            cause: None,
+            progress_token: None,
+            internal: None,
+            refreshed: false,
+            input: None,
+            task: None,
+            task_inputs: 0,
+        }
+    }
 }
 
 /// The call table.
@@ -80,6 +127,8 @@ pub(super) struct Calls {
     map: BTreeMap<CallId, Call>,
     by_rpc: HashMap<RequestId, CallId>,
     by_token: HashMap<RequestId, CallId>,
+    /// MRTR inputs awaiting the app's answer: the call and the server's key for each.
+    by_input: HashMap<RequestId, (CallId, String)>,
     next_call: u64,
     next_rpc: i64,
 }
@@ -159,6 +208,21 @@ impl Calls {
         self.by_token.get(token).copied()
     }
 
+    /// Records an MRTR input of `call` the app is asked to answer under `id`.
+    pub(super) fn register_input(&mut self, id: RequestId, call: CallId, key: String) {
+        self.by_input.insert(id, (call, key));
+    }
+
+    /// Whether `id` names an input awaiting its answer.
+    pub(super) fn has_input(&self, id: &RequestId) -> bool {
+        self.by_input.contains_key(id)
+    }
+
+    /// The call and key an input answer belongs to, forgetting it.
+    pub(super) fn take_input(&mut self, id: &RequestId) -> Option<(CallId, String)> {
+        self.by_input.remove(id)
+    }
+
     /// Removes a call and every index that leads to it.
     pub(super) fn remove(&mut self, id: CallId) -> Option<Call> {
         let call = self.map.remove(&id)?;
@@ -169,6 +233,9 @@ impl Calls {
             if self.by_token.get(token) == Some(&id) {
                 self.by_token.remove(token);
             }
+        }
+        if call.input.is_some() {
+            self.by_input.retain(|_, (c, _)| *c != id);
         }
         Some(call)
     }

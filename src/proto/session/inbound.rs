@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc::{self, Message};
+use crate::proto::modern::{self, ResultType};
 use crate::proto::{ext, methods, CallId, HttpId, Notification, Output, ServerRequest};
 use crate::sse::SseEvent;
 
@@ -124,6 +125,11 @@ impl Session {
         };
         let (kind, resumed) = (ex.kind, ex.resumed);
         match message {
+            Message::Request { id, method, .. } if self.is_modern() => {
+                // The modern era has no server-to-client requests on a stream (they come as
+                // MRTR inputs), and no client-sent responses to answer one with.
+                warn!(%id, %method, "server request on a modern stream ignored");
+            }
             Message::Request { id, method, params } => {
                 if method == methods::PING {
                     self.respond(id, Ok(json!({})), now);
@@ -135,6 +141,8 @@ impl Session {
                     }));
                 }
             }
+            Message::Notification { method, params }
+                if kind == ExKind::Listen && !self.on_subscription(&method, params.as_ref()) => {}
             Message::Notification { method, params } => {
                 let call = self.related_call(&method, params.as_ref(), kind, resumed);
                 self.outputs.push_back(Output::Notification {
@@ -189,6 +197,28 @@ impl Session {
         } else {
             self.on_initialize_response(http, result, now);
         }
+    }
+
+    /// A notification on the modern change stream: `false` when it is not for the app (the
+    /// acknowledgement, or one naming another subscription).
+    fn on_subscription(&mut self, method: &str, params: Option<&Value>) -> bool {
+        let Some(ours) = &self.listen.subscription else {
+            return true;
+        };
+        let named = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(modern::META_SUBSCRIPTION_ID))
+            .and_then(RequestId::from_json);
+        if named.as_ref().is_some_and(|n| n != ours) {
+            debug!(%method, "notification of another subscription dropped");
+            return false;
+        }
+        if method == methods::SUBSCRIPTIONS_ACKNOWLEDGED {
+            debug!("subscription acknowledged");
+            self.life.confirm();
+            return false;
+        }
+        true
     }
 
     /// The call a notification is about: a progress notification's by its `progressToken`;
@@ -246,8 +276,53 @@ impl Session {
                 return;
             }
         }
+        if self.is_modern() {
+            return self.deliver_modern(id, result, now);
+        }
         debug!(call = id.0, ok = result.is_ok(), "call completed");
         self.complete(id, result.map_err(Error::rpc));
+    }
+
+    /// A modern answer: its `resultType` says whether it is the result, a request for
+    /// input, or a task; its error may be one only a modern server sends.
+    fn deliver_modern(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
+        let mut value = match result {
+            Ok(value) => value,
+            Err(error) => {
+                if let Some((failure, cause)) = self.modern_failure(id, &error) {
+                    self.apply_because(id, failure, cause, now);
+                } else {
+                    self.complete(id, Err(Error::rpc(error)));
+                }
+                return;
+            }
+        };
+        if self.calls.get(id).is_some_and(|c| c.task.is_some()) {
+            // The answer to a poll: the task's state.
+            return self.on_task_status(id, value, now);
+        }
+        match modern::result_type(&value) {
+            Ok(ResultType::Complete) => {
+                if self
+                    .calls
+                    .get(id)
+                    .is_some_and(|c| c.method == methods::TOOLS_LIST)
+                {
+                    self.learn_tools(&mut value);
+                }
+                debug!(call = id.0, "call completed");
+                self.complete(id, Ok(value));
+            }
+            Ok(ResultType::InputRequired) => self.input_required(id, value, now),
+            Ok(ResultType::Task) => self.task_created(id, value, now),
+            Err(unknown) => self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("result of unknown resultType {unknown:?}"),
+                )),
+            ),
+        }
     }
 
     /// A JSON body ended (`decoded`: it was JSON-RPC): a call whose response was not in it

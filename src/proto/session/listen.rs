@@ -4,14 +4,17 @@
 
 use std::time::Instant;
 
+use http::HeaderValue;
+use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
 
 use super::cursors::Cursor;
 use super::exchanges::{request_headers, ExKind, Sent, LAST_EVENT_ID};
 use super::timers::Timer;
 use super::Session;
+use crate::ids::RequestId;
 use crate::proto::decide::{decide, Decision, Failure, State};
-use crate::proto::{HttpId, HttpMethod, HttpPurpose};
+use crate::proto::{jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose};
 
 /// Where the standalone stream stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,9 @@ pub(super) struct Listen {
     pub(super) attempts: u32,
     /// The current session was made by a re-initialization this stream's own refusal caused.
     pub(super) caused_reinit: bool,
+    /// Modern era: the JSON-RPC id of the `subscriptions/listen` request the stream answers
+    /// (notifications on it name it as their `subscriptionId`).
+    pub(super) subscription: Option<RequestId>,
 }
 
 impl Listen {
@@ -45,16 +51,77 @@ impl Listen {
             cursor: Cursor::default(),
             attempts: 0,
             caused_reinit: false,
+            subscription: None,
         }
     }
 }
 
 impl Session {
+    /// Opens the modern era's change-notification stream: a `subscriptions/listen` request
+    /// for the list changes the server says it sends.
+    pub(super) fn open_subscription(&mut self) {
+        let Some(session) = self.life.ready() else {
+            return;
+        };
+        let caps = &session.server_capabilities;
+        let changes = |what: &str| {
+            caps.get(what)
+                .and_then(|c| c.get("listChanged"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        let mut filter = Map::new();
+        for (capability, field) in [
+            ("tools", "toolsListChanged"),
+            ("resources", "resourcesListChanged"),
+            ("prompts", "promptsListChanged"),
+        ] {
+            if changes(capability) {
+                filter.insert(field.to_owned(), Value::Bool(true));
+            }
+        }
+        if filter.is_empty() {
+            // Nothing the server would ever send on it.
+            self.listen.state = ListenState::NotOffered;
+            return;
+        }
+        let rpc = self.calls.new_rpc();
+        let mut params = Some(json!({ "notifications": filter }));
+        modern::add_request_meta(
+            &mut params,
+            session.version,
+            &self.config.client_capabilities,
+            &self.config.client_name,
+            &self.config.client_version,
+        );
+        let body = jsonrpc::encode_request(&rpc, methods::SUBSCRIPTIONS_LISTEN, params.as_ref());
+        let mut headers = request_headers(session, true);
+        if let Ok(v) = HeaderValue::from_str(methods::SUBSCRIPTIONS_LISTEN) {
+            headers.insert(modern::MCP_METHOD, v);
+        }
+        let sent = Sent::on(session);
+        let http = self.exchanges.open(
+            ExKind::Listen,
+            HttpMethod::Post,
+            HttpPurpose::Listen,
+            headers,
+            Some(body),
+            sent,
+        );
+        self.listen.subscription = Some(rpc);
+        self.listen.state = ListenState::Open(http);
+    }
+
     /// Opens the standalone stream if the app wants it and nothing says otherwise; resumes it
     /// with `Last-Event-ID` when a cursor is known.
     pub(super) fn open_listen(&mut self) {
         if !self.config.open_listen_stream || self.listen.state != ListenState::Off {
             return;
+        }
+        if self.is_modern() {
+            // The modern era has no GET stream; change notifications come on a
+            // `subscriptions/listen` request instead.
+            return self.open_subscription();
         }
         let Some(session) = self.life.ready() else {
             return;
@@ -161,7 +228,10 @@ impl Session {
                 warn!("standalone GET stream under another capability hash; not listening");
                 self.listen.state = ListenState::GaveUp;
             }
-            Decision::RetryReinitialize | Decision::Report | Decision::Fail(_) => {
+            Decision::RetryReinitialize
+            | Decision::Report
+            | Decision::RefreshTools
+            | Decision::Fail(_) => {
                 warn!("standalone GET stream keeps failing; giving up on it");
                 self.listen.state = ListenState::GaveUp;
             }

@@ -30,15 +30,19 @@ mod inbound;
 mod init;
 mod lifecycle;
 mod listen;
+mod modern_calls;
 mod outbound;
 mod refusals;
+mod tasks;
 mod timers;
 
 pub use self::cursors::MAX_REMEMBERED_EVENT_IDS;
 pub use self::exchanges::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
+pub use self::modern_calls::MAX_INPUT_ROUNDS;
 pub use self::outbound::MAX_QUEUED_NOTIFICATIONS;
+pub use self::tasks::TASKS_EXTENSION;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -47,7 +51,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 use self::calls::{Call, CallState, Calls};
-use self::cursors::{Cursor, Delivered};
+use self::cursors::Delivered;
 use self::exchanges::{
     session_id_header, Body, ExKind, Exchanges, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
@@ -57,6 +61,7 @@ use self::timers::{Timer, Timers};
 use super::classify::{HeadFacts, MAX_ERROR_BODY};
 use super::config::SessionConfig;
 use super::decide::Failure;
+use super::modern::ParamHeader;
 use super::version::ProtocolVersion;
 use super::{
     jsonrpc, CallId, CallRequest, ExtensionStatus, HttpId, Output, SessionEvent, Transmit,
@@ -93,6 +98,11 @@ pub struct Session {
     timers: Timers,
     listen: Listen,
     delivered: Delivered,
+    /// `x-mcp-header` annotations of the tools a modern server listed, by tool name.
+    tool_headers: HashMap<String, Vec<ParamHeader>>,
+    /// The client capabilities a modern request declares: the configured ones, and the
+    /// extensions the core itself handles (tasks).
+    modern_capabilities: Value,
     /// The app's notifications held until the session is ready.
     notifications: VecDeque<Bytes>,
     outputs: VecDeque<Output>,
@@ -103,8 +113,20 @@ impl Session {
     /// [`Session::submit`].
     pub fn new(config: SessionConfig, now: Instant) -> Self {
         let _ = now;
+        let mut modern_capabilities = config.client_capabilities.clone();
+        if let Value::Object(caps) = &mut modern_capabilities {
+            let extensions = caps
+                .entry("extensions")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Value::Object(extensions) = extensions {
+                extensions
+                    .entry(TASKS_EXTENSION)
+                    .or_insert_with(|| Value::Object(Default::default()));
+            }
+        }
         Session {
             rng: Rng(config.jitter_seed),
+            modern_capabilities,
             config,
             life: Lifecycle::new(),
             calls: Calls::default(),
@@ -112,6 +134,7 @@ impl Session {
             timers: Timers::default(),
             listen: Listen::new(),
             delivered: Delivered::default(),
+            tool_headers: HashMap::new(),
             notifications: VecDeque::new(),
             outputs: VecDeque::new(),
         }
@@ -172,22 +195,13 @@ impl Session {
         self.calls.insert(
             id,
             Call {
-                method: request.method,
-                params: request.params,
-                key: request.idempotency_key,
-                deadline,
-                state: CallState::Waiting,
-                rpc: None,
-                generation: 0,
-                hash: None,
-                server_dedups: false,
-                cursor: Cursor::default(),
-                attempts: 0,
-                no_progress: 0,
-                may_have_run: false,
-                sends: 0,
-                cause: None,
                 progress_token,
+                ..Call::new(
+                    request.method,
+                    request.params,
+                    request.idempotency_key,
+                    deadline,
+                )
             },
         );
         self.timers.set(Timer::CallDeadline(id), deadline);
@@ -220,7 +234,10 @@ impl Session {
     /// Answers a server-to-client request. At most [`MAX_ANSWERS_IN_FLIGHT`] answers are in
     /// flight; up to [`MAX_QUEUED_ANSWERS`] wait behind them, more are dropped and counted.
     pub fn respond(&mut self, id: RequestId, result: Result<Value, RpcError>, now: Instant) {
-        let _ = now;
+        // An answer to an MRTR input goes into the call's next round, not on the wire.
+        let Err(result) = self.input_answered_or(&id, result, now) else {
+            return;
+        };
         if !self.life.is_ready() {
             debug!(%id, "answer to a server request dropped: session not ready");
             return;
@@ -243,7 +260,8 @@ impl Session {
             return;
         }
         self.send_cancelled(call, "cancelled by the client");
-        if self.remove_call(call) {
+        self.cancel_task(call);
+        if self.remove_call(call).is_some() {
             debug!(call = call.0, "call cancelled");
         }
     }
@@ -489,6 +507,7 @@ impl Session {
                     if let Some(call) = self.calls.get(id) {
                         info!(call = id.0, method = %call.method, "call deadline passed");
                         self.send_cancelled(id, "timeout");
+                        self.cancel_task(id);
                         self.apply(id, Failure::DeadlineExpired, now);
                     }
                 }
@@ -565,6 +584,21 @@ impl Session {
 
 // Small helpers of the facade.
 impl Session {
+    /// Hands an answer to the MRTR round it belongs to; gives it back when it is not one.
+    fn input_answered_or(
+        &mut self,
+        id: &RequestId,
+        result: Result<Value, RpcError>,
+        now: Instant,
+    ) -> Result<(), Result<Value, RpcError>> {
+        if self.calls.has_input(id) {
+            self.input_answered(id, result, now);
+            Ok(())
+        } else {
+            Err(result)
+        }
+    }
+
     fn terminal_error(&self) -> Error {
         if self.is_lost() {
             Error::new(ErrorKind::SessionLost, "session lost")

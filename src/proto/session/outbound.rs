@@ -8,11 +8,14 @@ use tracing::{debug, info, warn};
 
 use super::calls::CallState;
 use super::exchanges::{request_headers, ExKind, Sent, IDEMPOTENCY_KEY, LAST_EVENT_ID};
-use super::lifecycle::Phase;
+use super::lifecycle::{KeyPlacement, Phase};
+use super::modern_calls::mirror_headers;
 use super::Session;
 use crate::ids::{IdempotencyKey, SequencedEventId};
 use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
-use crate::proto::{jsonrpc, methods, CallId, HttpMethod, HttpPurpose, Output, SessionEvent};
+use crate::proto::{
+    jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, SessionEvent,
+};
 
 /// Notifications the app sent before the session was ready, held until it is.
 pub const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
@@ -27,7 +30,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if call.sends > 0 {
+        if call.sends > 0 && call.task.is_none() {
             info!(call = id.0, method = %call.method, "re-sending call");
             self.outputs
                 .push_back(Output::Event(SessionEvent::Redispatched {
@@ -36,16 +39,56 @@ impl Session {
                     idempotency_key: call.key.clone(),
                 }));
         }
+        let modern = session.version.is_modern();
         if let Some(key) = &call.key {
-            // The key goes where the server said it looks (its advertised `metaKey`).
-            let meta_key = session
-                .ext
-                .as_ref()
-                .and_then(|e| e.idempotency_meta_key.as_deref())
-                .unwrap_or(DEFAULT_IDEMPOTENCY_META_KEY);
-            set_meta_key(&mut call.params, meta_key, key);
+            // The key goes where the server said it looks: the proposed standard's
+            // `params.idempotencyKey`, or the extension's `metaKey` (ours by default).
+            match &session.keys {
+                Some(KeyPlacement::Params) => set_param_key(&mut call.params, key),
+                Some(KeyPlacement::Meta(meta_key)) => set_meta_key(&mut call.params, meta_key, key),
+                None => set_meta_key(&mut call.params, DEFAULT_IDEMPOTENCY_META_KEY, key),
+            }
         }
-        let body = jsonrpc::encode_request(&rpc, &call.method, call.params.as_ref());
+        // A call that became a task is polled: the request sent is `tasks/get`.
+        let mut task_params = call
+            .task
+            .as_ref()
+            .map(|t| serde_json::json!({ "taskId": t.task_id }));
+        let (method, params) = match &mut task_params {
+            Some(p) => (methods::TASKS_GET, p),
+            None => (
+                call.method.as_str(),
+                call.params.get_or_insert_with(|| json!({})),
+            ),
+        };
+        let mut params = Some(std::mem::take(params));
+        if modern {
+            modern::add_request_meta(
+                &mut params,
+                session.version,
+                &self.modern_capabilities,
+                &self.config.client_name,
+                &self.config.client_version,
+            );
+        }
+        let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
+        let mut headers = request_headers(session, true);
+        if session.keys != Some(KeyPlacement::Params) && call.task.is_none() {
+            if let Some(v) = call
+                .key
+                .as_ref()
+                .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
+            {
+                headers.insert(IDEMPOTENCY_KEY, v);
+            }
+        }
+        if modern {
+            mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
+        }
+        debug!(call = id.0, %rpc, method, "sending call");
+        if call.task.is_none() {
+            call.params = params;
+        }
         call.generation = session.generation;
         // Hash checks (head and replayed result) are the extension's: only for a session
         // whose server advertised them.
@@ -54,24 +97,12 @@ impl Session {
         } else {
             None
         };
-        call.server_dedups = session
-            .ext
-            .as_ref()
-            .is_some_and(|e| e.idempotency_meta_key.is_some());
+        call.server_dedups = session.keys.is_some();
         call.cursor = Default::default();
         call.no_progress = 0;
         call.may_have_run = true;
         call.sends += 1;
         call.cause = None;
-        let mut headers = request_headers(session, true);
-        if let Some(v) = call
-            .key
-            .as_ref()
-            .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
-        {
-            headers.insert(IDEMPOTENCY_KEY, v);
-        }
-        debug!(call = id.0, %rpc, method = %call.method, "sending call");
         let sent = Sent::on(session);
         let http = self.exchanges.open(
             ExKind::Post(id),
@@ -85,6 +116,35 @@ impl Session {
         if let Some(call) = self.calls.get_mut(id) {
             call.state = CallState::Posting(http);
         }
+    }
+
+    /// POSTs a modern request whose answer nothing waits for (`tasks/update`,
+    /// `tasks/cancel`: their answer is an empty acknowledgement).
+    pub(super) fn send_unawaited(&mut self, method: &str, params: Value) {
+        let Some(session) = self.life.ready() else {
+            return;
+        };
+        let rpc = self.calls.new_rpc();
+        let mut params = Some(params);
+        modern::add_request_meta(
+            &mut params,
+            session.version,
+            &self.modern_capabilities,
+            &self.config.client_name,
+            &self.config.client_version,
+        );
+        let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
+        let mut headers = request_headers(session, true);
+        mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
+        let sent = Sent::on(session);
+        self.exchanges.open(
+            ExKind::Notify,
+            HttpMethod::Post,
+            HttpPurpose::Notify,
+            headers,
+            Some(body),
+            sent,
+        );
     }
 
     /// GETs a call's stream with `Last-Event-ID`.
@@ -119,8 +179,12 @@ impl Session {
         }
     }
 
-    /// POSTs `notifications/cancelled` for a call that may be running on this session.
+    /// POSTs `notifications/cancelled` for a call that may be running on this session. (In
+    /// the modern era closing the call's stream is the cancellation: nothing is sent.)
     pub(super) fn send_cancelled(&mut self, id: CallId, reason: &str) {
+        if self.is_modern() {
+            return;
+        }
         let generation = self.life.generation;
         let Some(call) = self.calls.get(id) else {
             return;
@@ -199,6 +263,17 @@ impl Session {
             sent,
         );
         self.life.phase = Phase::Closing { close };
+    }
+}
+
+/// Puts the idempotency key in `params.idempotencyKey` (the proposed standard, SEP-3182).
+fn set_param_key(params: &mut Option<Value>, key: &IdempotencyKey) {
+    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(params) = params {
+        params.insert(
+            "idempotencyKey".to_owned(),
+            Value::String(key.as_str().to_owned()),
+        );
     }
 }
 

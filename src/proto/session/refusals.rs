@@ -70,6 +70,19 @@ impl Session {
             // Refused unprocessed: there is nothing running to cancel.
             call.may_have_run = false;
         }
+        let modern = self.life.era == Some(crate::proto::Era::Modern);
+        if let Some((failure, cause)) = refusal
+            .error
+            .rpc_error()
+            .filter(|_| modern)
+            .and_then(|rpc| self.modern_failure(id, rpc))
+        {
+            self.apply_because(id, failure, cause, now);
+            return;
+        }
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
         let failure = match refusal.class {
             Refused::SessionGone | Refused::Rejected(_) => Failure::PostSessionNotFound,
             Refused::NotAllowed => Failure::Refused {

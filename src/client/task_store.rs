@@ -1,0 +1,63 @@
+//! [`TaskStore`]: where the ids of durable calls (tasks) are kept while they run, so an agent
+//! that crashes can pick its tasks up again ([`Client::resume_task`](super::Client::resume_task)).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// A task a call became, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredTask {
+    /// The server's task id.
+    pub task_id: String,
+    /// The endpoint it was created on.
+    pub endpoint: String,
+}
+
+/// Keeps the ids of the tasks in flight. The client records a task before it polls it the
+/// first time and forgets it once the task ended; an implementation that writes to durable
+/// storage lets an agent resume its tasks after a restart.
+///
+/// Calls come from the client's driver task: keep them quick (hand slow I/O to a task of
+/// your own).
+pub trait TaskStore: Send + Sync + 'static {
+    /// A call became a task.
+    fn created(&self, task: StoredTask);
+    /// The task ended (or the call was given up): it need not be kept.
+    fn finished(&self, task_id: &str);
+    /// The tasks recorded and not finished.
+    fn pending(&self) -> Vec<StoredTask>;
+}
+
+/// The default [`TaskStore`]: in memory, for the life of the process.
+#[derive(Debug, Default)]
+pub struct InMemoryTaskStore {
+    tasks: Mutex<BTreeMap<String, StoredTask>>,
+}
+
+impl InMemoryTaskStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, StoredTask>> {
+        match self.tasks.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+}
+
+impl TaskStore for InMemoryTaskStore {
+    fn created(&self, task: StoredTask) {
+        self.lock().insert(task.task_id.clone(), task);
+    }
+
+    fn finished(&self, task_id: &str) {
+        self.lock().remove(task_id);
+    }
+
+    fn pending(&self) -> Vec<StoredTask> {
+        self.lock().values().cloned().collect()
+    }
+}

@@ -1,0 +1,362 @@
+//! Calls in the modern era (2026-07-28): the headers a call mirrors and the tool annotations
+//! they come from, a fresh tool list when the server says the headers do not match, the
+//! errors only a modern server sends, and multi round-trip requests (MRTR): an
+//! `input_required` result answered through the app's handlers and the call sent again.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use http::header::{HeaderMap, HeaderValue};
+use serde_json::{json, Map, Value};
+use tracing::{debug, warn};
+
+use super::calls::{Call, CallState};
+use super::cursors::Cursor;
+use super::timers::Timer;
+use super::Session;
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::{IdempotencyKey, RequestId};
+use crate::proto::decide::Failure;
+use crate::proto::modern::{self, ModernError, ParamHeader};
+use crate::proto::{methods, CallId, Era, Output, ServerRequest};
+
+/// MRTR rounds one call may go through before it fails: a server that keeps asking must not
+/// keep a call (and its handlers) busy forever.
+pub const MAX_INPUT_ROUNDS: u32 = 16;
+
+/// An MRTR round in progress: the server's inputs still unanswered and what to send back.
+#[derive(Debug, Default)]
+pub(super) struct InputRound {
+    /// Rounds so far, this one included.
+    pub(super) round: u32,
+    /// `requestState`, echoed unchanged.
+    pub(super) state: Option<String>,
+    /// Inputs not answered yet.
+    pub(super) pending: usize,
+    /// `inputResponses` so far.
+    pub(super) responses: Map<String, Value>,
+    /// The call's own idempotency key: each round's key derives from it.
+    pub(super) base_key: Option<IdempotencyKey>,
+}
+
+impl Session {
+    /// Whether the server is known to speak the modern era.
+    pub(super) fn is_modern(&self) -> bool {
+        self.life.era == Some(Era::Modern)
+    }
+
+    /// A `tools/list` result from a modern server: tools with invalid `x-mcp-header`
+    /// annotations are dropped (the specification requires it; one bad tool must not hide
+    /// the others), and the valid annotations are remembered for the calls.
+    pub(super) fn learn_tools(&mut self, result: &mut Value) {
+        let Some(tools) = result.get_mut("tools").and_then(Value::as_array_mut) else {
+            return;
+        };
+        tools.retain(|tool| {
+            let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+            let schema = tool.get("inputSchema").unwrap_or(&Value::Null);
+            match modern::param_headers(schema) {
+                Ok(annotations) => {
+                    if annotations.is_empty() {
+                        self.tool_headers.remove(name);
+                    } else {
+                        self.tool_headers.insert(name.to_owned(), annotations);
+                    }
+                    true
+                }
+                Err(why) => {
+                    warn!(tool = name, reason = %why.0, "tool with invalid x-mcp-header dropped");
+                    self.tool_headers.remove(name);
+                    false
+                }
+            }
+        });
+    }
+
+    /// What a modern error answering call `id` means, when it is one only a modern server
+    /// sends: the recovery failure, and the error the call ends with if it ends.
+    pub(super) fn modern_failure(&self, id: CallId, rpc: &RpcError) -> Option<(Failure, Error)> {
+        let refreshed = self.calls.get(id).is_some_and(|c| c.refreshed);
+        Some(match modern::modern_error(rpc)? {
+            ModernError::HeaderMismatch => (
+                Failure::HeaderMismatch { refreshed },
+                Error::rpc(rpc.clone()),
+            ),
+            ModernError::UnsupportedVersion { .. } => {
+                (Failure::VersionRefused, Error::rpc(rpc.clone()))
+            }
+            ModernError::MissingCapability { .. } => (
+                Failure::Refused {
+                    retry_within_deadline: false,
+                },
+                Error::missing_capability(rpc.clone()),
+            ),
+        })
+    }
+
+    /// The headers did not match: fetch the tool list again (a call of our own, never
+    /// reported to the app), then send the call once more.
+    pub(super) fn refresh_tools(&mut self, target: CallId, now: Instant) {
+        let Some(call) = self.calls.get_mut(target) else {
+            return;
+        };
+        call.refreshed = true;
+        let deadline = call.deadline;
+        let id = self.calls.new_id();
+        self.calls
+            .insert(id, internal_call(methods::TOOLS_LIST, target, deadline));
+        self.timers.set(Timer::CallDeadline(id), deadline);
+        debug!(
+            call = target.0,
+            "tool annotations refreshed before sending again"
+        );
+        let _ = now;
+        self.send_call(id);
+    }
+
+    /// An internal call ended: carry on with the call it served.
+    pub(super) fn internal_done(&mut self, target: CallId, result: Result<Value, Error>) {
+        let waiting = self
+            .calls
+            .get(target)
+            .is_some_and(|c| c.state == CallState::Waiting);
+        match result {
+            Ok(_) if waiting => self.send_call(target),
+            Ok(_) => {}
+            Err(_) => {
+                let error = self
+                    .calls
+                    .get_mut(target)
+                    .and_then(|c| c.cause.take())
+                    .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "header mismatch"));
+                self.complete(target, Err(error));
+            }
+        }
+    }
+
+    /// An `input_required` result: ask the app's handlers for each input, or send the call
+    /// again at once when the server asked for nothing but its state back.
+    pub(super) fn input_required(&mut self, id: CallId, result: Value, now: Instant) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let round = call.input.as_ref().map_or(0, |r| r.round) + 1;
+        if round > MAX_INPUT_ROUNDS {
+            return self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("the server asked for input more than {MAX_INPUT_ROUNDS} times"),
+                )),
+            );
+        }
+        let state = match result.get("requestState") {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => {
+                return self.complete(
+                    id,
+                    Err(Error::new(
+                        ErrorKind::Protocol,
+                        "requestState is not a string",
+                    )),
+                )
+            }
+        };
+        let requests = match result.get("inputRequests") {
+            None => Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => {
+                return self.complete(
+                    id,
+                    Err(Error::new(
+                        ErrorKind::Protocol,
+                        "inputRequests is not an object",
+                    )),
+                )
+            }
+        };
+        if requests.is_empty() && state.is_none() {
+            return self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    "input_required with neither inputRequests nor requestState",
+                )),
+            );
+        }
+        let base_key = call
+            .input
+            .take()
+            .map_or_else(|| call.key.clone(), |r| r.base_key);
+        call.state = CallState::Waiting;
+        call.input = Some(InputRound {
+            round,
+            state,
+            pending: requests.len(),
+            responses: Map::new(),
+            base_key,
+        });
+        for (key, request) in requests {
+            let method = request
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let params = request.get("params").cloned();
+            let input_id = RequestId::String(format!("input/{}/{round}/{key}", id.0));
+            self.calls.register_input(input_id.clone(), id, key);
+            self.outputs.push_back(Output::ServerRequest(ServerRequest {
+                id: input_id,
+                method,
+                params,
+            }));
+        }
+        self.send_round_if_complete(id, now);
+    }
+
+    /// An answer to one of a call's inputs (from [`Session::respond`]); `false` when `id`
+    /// names no input.
+    pub(super) fn input_answered(
+        &mut self,
+        id: &RequestId,
+        result: Result<Value, RpcError>,
+        now: Instant,
+    ) -> bool {
+        let Some((call, key)) = self.calls.take_input(id) else {
+            return false;
+        };
+        let for_task = self.calls.get(call).is_some_and(|c| c.task.is_some());
+        match result {
+            Ok(value) if for_task => self.task_input_answered(call, key, value, now),
+            Err(error) => {
+                // Without the input the server asked for, the call cannot go on.
+                self.complete(
+                    call,
+                    Err(Error::caused_by(
+                        ErrorKind::Rpc,
+                        format!("input {key:?} could not be provided"),
+                        Error::rpc(error),
+                    )),
+                );
+            }
+            Ok(value) => {
+                if let Some(round) = self.calls.get_mut(call).and_then(|c| c.input.as_mut()) {
+                    round.responses.insert(key, value);
+                    round.pending = round.pending.saturating_sub(1);
+                }
+                self.send_round_if_complete(call, now);
+            }
+        }
+        true
+    }
+
+    /// Once every input of the round is answered, sends the call again: a new JSON-RPC id,
+    /// `inputResponses`, `requestState` echoed unchanged, and for a keyed call the round's
+    /// own key, so re-sends of one round stay deduplicated.
+    fn send_round_if_complete(&mut self, id: CallId, now: Instant) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let Some(round) = call.input.as_mut() else {
+            return;
+        };
+        if round.pending > 0 {
+            return;
+        }
+        let responses = std::mem::take(&mut round.responses);
+        let state = round.state.clone();
+        let key = round
+            .base_key
+            .as_ref()
+            .map(|base| round_key(base, round.round));
+        let params = call.params.get_or_insert_with(|| json!({}));
+        if let Value::Object(params) = params {
+            if responses.is_empty() {
+                params.remove("inputResponses");
+            } else {
+                params.insert("inputResponses".to_owned(), Value::Object(responses));
+            }
+            match state {
+                Some(state) => {
+                    params.insert("requestState".to_owned(), Value::String(state));
+                }
+                None => {
+                    params.remove("requestState");
+                }
+            }
+        }
+        if key.is_some() {
+            call.key = key;
+        }
+        // A new round is a new request: it starts without a stream or a count of failures.
+        call.cursor = Cursor::default();
+        call.attempts = 0;
+        call.sends = 0;
+        let _ = now;
+        if self.life.is_ready() {
+            self.send_call(id);
+        }
+    }
+}
+
+/// Adds the headers a modern request mirrors from its body: `Mcp-Method`, `Mcp-Name`, and
+/// the tool's `Mcp-Param-*` annotations (`tool_headers`, learned from `tools/list`).
+pub(super) fn mirror_headers(
+    tool_headers: &HashMap<String, Vec<ParamHeader>>,
+    method: &str,
+    params: Option<&Value>,
+    headers: &mut HeaderMap,
+) {
+    if let Ok(v) = HeaderValue::from_str(method) {
+        headers.insert(modern::MCP_METHOD, v);
+    }
+    if let Some(name) = modern::mcp_name(method, params) {
+        headers.insert(modern::MCP_NAME, name);
+    }
+    if method != methods::TOOLS_CALL {
+        return;
+    }
+    let tool = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+    if let Some(annotations) = tool.and_then(|t| tool_headers.get(t)) {
+        let arguments = params.and_then(|p| p.get("arguments"));
+        for (name, value) in modern::param_header_values(annotations, arguments) {
+            headers.insert(name, value);
+        }
+    }
+}
+
+/// The key of MRTR round `round` of a call keyed `base`: derived, so each round is its own
+/// request to the server while re-sends of the same round carry the same key.
+fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
+    let suffix = format!(".round{round}");
+    let mut text = base.as_str().to_owned();
+    let room = 256usize.saturating_sub(suffix.len());
+    while text.len() > room {
+        text.pop();
+    }
+    text.push_str(&suffix);
+    IdempotencyKey::new(text).unwrap_or_else(|_| base.clone())
+}
+
+/// A request the session makes for itself (never reported to the app), serving `target`.
+fn internal_call(method: &str, target: CallId, deadline: Instant) -> Call {
+    Call {
+        internal: Some(target),
+        ..Call::new(method.to_owned(), Some(json!({})), None, deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_keys_derive_from_the_base_and_stay_valid() {
+        let base = IdempotencyKey::new("k-1").unwrap();
+        assert_eq!(round_key(&base, 2).as_str(), "k-1.round2");
+        assert_eq!(round_key(&base, 2), round_key(&base, 2));
+        let long = IdempotencyKey::new("x".repeat(256)).unwrap();
+        assert_eq!(round_key(&long, 16).as_str().len(), 256);
+    }
+}

@@ -1,0 +1,266 @@
+//! Durable calls (the tasks extension, SEP-2663): a call the server answered with a task is
+//! polled with `tasks/get` until the task ends, and its final result completes the call.
+//!
+//! Polling is read-only, so it is always safe to repeat: a broken poll is simply sent again,
+//! across lost connections and instance deaths, until the call's deadline. The task id is
+//! announced ([`SessionEvent::TaskCreated`]) before the first poll, so an app can store it
+//! and pick the task up again after a restart ([`Session::resume_task`]).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+use tracing::{debug, info};
+
+use super::calls::{Call, CallState, Retry};
+use super::cursors::Cursor;
+use super::timers::Timer;
+use super::Session;
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::RequestId;
+use crate::proto::{methods, CallId, Output, ServerRequest, SessionEvent};
+
+/// The extension's identifier in capabilities.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+/// The fastest a task is polled, whatever the server suggests.
+const MIN_POLL: Duration = Duration::from_millis(10);
+/// The slowest a task is polled, whatever the server suggests.
+const MAX_POLL: Duration = Duration::from_secs(60);
+
+/// A call that became a task.
+#[derive(Debug, Clone)]
+pub(super) struct TaskState {
+    pub(super) task_id: String,
+    /// The server's suggested interval between polls.
+    pub(super) poll: Option<Duration>,
+    /// Input keys already answered (a task may list them again until it sees the answer).
+    pub(super) answered: Vec<String>,
+}
+
+impl Session {
+    /// The call was answered with a task: announce it, then poll.
+    pub(super) fn task_created(&mut self, id: CallId, result: Value, now: Instant) {
+        let Some(task_id) = result.get("taskId").and_then(Value::as_str) else {
+            return self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    "a task result without a taskId",
+                )),
+            );
+        };
+        let task_id = task_id.to_owned();
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        info!(call = id.0, %task_id, "the call became a task");
+        call.task = Some(TaskState {
+            task_id: task_id.clone(),
+            poll: None,
+            answered: Vec::new(),
+        });
+        self.outputs
+            .push_back(Output::Event(SessionEvent::TaskCreated {
+                call: id,
+                task_id,
+            }));
+        self.on_task_status(id, result, now);
+    }
+
+    /// Polls a task created before (by another session, or before a restart): the returned
+    /// call completes with the task's final result.
+    pub fn resume_task(
+        &mut self,
+        task_id: &str,
+        timeout: Option<Duration>,
+        now: Instant,
+    ) -> CallId {
+        let id = self.calls.new_id();
+        let deadline = now
+            .checked_add(timeout.unwrap_or(self.config.call_timeout))
+            .unwrap_or(now);
+        self.calls.insert(
+            id,
+            Call {
+                task: Some(TaskState {
+                    task_id: task_id.to_owned(),
+                    poll: None,
+                    answered: Vec::new(),
+                }),
+                ..Call::new(methods::TOOLS_CALL.to_owned(), None, None, deadline)
+            },
+        );
+        self.timers.set(Timer::CallDeadline(id), deadline);
+        if self.life.is_ready() {
+            self.send_call(id);
+        } else if matches!(self.life.phase, super::lifecycle::Phase::Idle) {
+            self.start_handshake(None, None, None, now);
+        }
+        id
+    }
+
+    /// A `tasks/get` answer (or the task a call was answered with): go on polling, ask for
+    /// input, or complete the call.
+    pub(super) fn on_task_status(&mut self, id: CallId, status: Value, now: Instant) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let Some(task) = call.task.as_mut() else {
+            return;
+        };
+        if let Some(ms) = status.get("pollIntervalMs").and_then(Value::as_u64) {
+            task.poll = Some(Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL));
+        }
+        let task_id = task.task_id.clone();
+        match status
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("working")
+        {
+            "completed" => {
+                let result = status.get("result").cloned().unwrap_or(json!({}));
+                self.task_finished(id, &task_id);
+                self.complete(id, Ok(result));
+            }
+            "failed" => {
+                let error = status.get("error").cloned().unwrap_or(Value::Null);
+                let rpc = RpcError {
+                    code: error.get("code").and_then(Value::as_i64).unwrap_or(-32603),
+                    message: error
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("task failed")
+                        .to_owned(),
+                    data: error.get("data").cloned(),
+                };
+                self.task_finished(id, &task_id);
+                self.complete(id, Err(Error::rpc(rpc)));
+            }
+            "cancelled" => {
+                self.task_finished(id, &task_id);
+                self.complete(
+                    id,
+                    Err(Error::new(
+                        ErrorKind::Rpc,
+                        format!("task {task_id} was cancelled"),
+                    )),
+                );
+            }
+            "input_required" => {
+                let requests = status
+                    .get("inputRequests")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                self.task_inputs(id, requests, now);
+            }
+            _ => self.schedule_poll(id, now),
+        }
+    }
+
+    /// Asks the app for the task's inputs not answered yet; polls on when there are none.
+    fn task_inputs(&mut self, id: CallId, requests: Map<String, Value>, now: Instant) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let Some(task) = call.task.as_mut() else {
+            return;
+        };
+        let fresh: Vec<(String, Value)> = requests
+            .into_iter()
+            .filter(|(key, _)| !task.answered.contains(key))
+            .collect();
+        if fresh.is_empty() {
+            return self.schedule_poll(id, now);
+        }
+        let task_id = task.task_id.clone();
+        call.state = CallState::Waiting;
+        call.task_inputs = fresh.len();
+        for (key, request) in fresh {
+            let input_id = RequestId::String(format!("task/{}/{task_id}/{key}", id.0));
+            self.calls.register_input(input_id.clone(), id, key);
+            self.outputs.push_back(Output::ServerRequest(ServerRequest {
+                id: input_id,
+                method: request
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                params: request.get("params").cloned(),
+            }));
+        }
+    }
+
+    /// An answer to one of a task's inputs: sent at once with `tasks/update` (the server may
+    /// take them one by one), then polling goes on once all are in.
+    pub(super) fn task_input_answered(
+        &mut self,
+        id: CallId,
+        key: String,
+        value: Value,
+        now: Instant,
+    ) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let Some(task) = call.task.as_mut() else {
+            return;
+        };
+        task.answered.push(key.clone());
+        let params = json!({
+            "taskId": task.task_id,
+            "inputResponses": { key: value },
+        });
+        call.task_inputs = call.task_inputs.saturating_sub(1);
+        let done = call.task_inputs == 0;
+        self.send_task_request(methods::TASKS_UPDATE, params);
+        if done {
+            self.schedule_poll(id, now);
+        }
+    }
+
+    /// Tells the server a task's call was given up (best effort: cancellation is
+    /// cooperative, and nothing waits for the answer).
+    pub(super) fn cancel_task(&mut self, id: CallId) {
+        let Some(task) = self.calls.get(id).and_then(|c| c.task.clone()) else {
+            return;
+        };
+        debug!(task_id = %task.task_id, "cancelling the task");
+        self.send_task_request(methods::TASKS_CANCEL, json!({ "taskId": task.task_id }));
+        self.outputs
+            .push_back(Output::Event(SessionEvent::TaskFinished {
+                call: id,
+                task_id: task.task_id,
+            }));
+    }
+
+    /// The next poll, after the server's interval (or the backoff when it gave none).
+    fn schedule_poll(&mut self, id: CallId, now: Instant) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let delay = call
+            .task
+            .as_ref()
+            .and_then(|t| t.poll)
+            .unwrap_or_else(|| self.config.reconnect.initial_delay.max(MIN_POLL));
+        call.state = CallState::Backoff(Retry::Resend);
+        call.attempts = 0;
+        call.cursor = Cursor::default();
+        self.timers.set(
+            Timer::CallBackoff(id),
+            now.checked_add(delay).unwrap_or(now),
+        );
+    }
+
+    fn task_finished(&mut self, id: CallId, task_id: &str) {
+        self.outputs
+            .push_back(Output::Event(SessionEvent::TaskFinished {
+                call: id,
+                task_id: task_id.to_owned(),
+            }));
+    }
+
+    fn send_task_request(&mut self, method: &str, params: Value) {
+        self.send_unawaited(method, params);
+    }
+}
