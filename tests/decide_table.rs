@@ -392,3 +392,67 @@ fn table_constants_use_the_default_policy() {
     assert_eq!(State::new(&p, false, false), UNKEYED);
     assert_eq!(State::new(&p, true, false), SAFE);
 }
+
+// ---------------------------------------------------------------- the modern era (2026-07-28)
+
+const MODERN_UNKEYED: State = State::UNKEYED.modern();
+const MODERN_SAFE: State = State::SAFE_KEYED.modern();
+
+// | POST could not connect | not sent: re-sent after backoff |
+#[test]
+fn modern_post_connect_failure_is_resent() {
+    assert_eq!(
+        decide(&Failure::PostConnectFailed, &MODERN_UNKEYED),
+        Resend
+    );
+}
+
+// | connection lost before the response head | a safe keyed call re-issued, else unknown |
+#[test]
+fn modern_post_lost_reissues_only_safe_keyed_calls() {
+    assert_eq!(decide(&Failure::PostLost, &MODERN_UNKEYED), UNKNOWN);
+    assert_eq!(decide(&Failure::PostLost, &MODERN_SAFE), Resend);
+}
+
+// | the stream broke before the response | no resumption: a safe keyed call re-issued, else unknown |
+#[test]
+fn modern_broken_stream_is_never_resumed() {
+    let broke = Failure::StreamEnded {
+        event_id_seen: true,
+    };
+    assert_eq!(decide(&broke, &MODERN_UNKEYED), UNKNOWN);
+    assert_eq!(decide(&broke, &MODERN_SAFE), Resend);
+    // The same event in the legacy era resumes.
+    assert_eq!(decide(&broke, &UNKEYED), Resume);
+}
+
+// | 400 -32020 (Mcp-Param) | never executed: fetch the tools again and re-send, once |
+#[test]
+fn modern_header_mismatch_refreshes_once_then_reports() {
+    assert_eq!(
+        decide(&Failure::HeaderMismatch { refreshed: false }, &MODERN_UNKEYED),
+        RefreshTools
+    );
+    assert_eq!(
+        decide(&Failure::HeaderMismatch { refreshed: true }, &MODERN_UNKEYED),
+        Report
+    );
+}
+
+// | 400 -32022 | never executed: handshake again with a version the server speaks, re-send |
+#[test]
+fn modern_version_refused_rehandshakes_and_resends_whatever_the_key() {
+    assert_eq!(
+        decide(&Failure::VersionRefused, &MODERN_UNKEYED),
+        reinit(ReinitReason::VersionRefused, CallFate::Resend)
+    );
+}
+
+// | deadline | close the stream (that is the cancel); Timeout |
+#[test]
+fn modern_deadline_is_a_timeout() {
+    assert_eq!(
+        decide(&Failure::DeadlineExpired, &MODERN_SAFE),
+        Fail(ErrorKind::Timeout)
+    );
+}
