@@ -70,7 +70,10 @@ async fn auto_detects_the_modern_era_by_discovery() {
     let tools = within("list_tools", client.list_tools()).await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     for expected in ["echo", "progress", "counter_increment", "confirm", "locate"] {
-        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
     }
     let reply = within(
         "echo",
@@ -296,7 +299,10 @@ async fn list_changes_arrive_from_subscriptions_listen() {
     server.admin("/admin/tools-changed").await;
     let changed = within("list_changed", async {
         loop {
-            let n = notifications.recv().await.expect("notification stream ended");
+            let n = notifications
+                .recv()
+                .await
+                .expect("notification stream ended");
             if n.method == "notifications/tools/list_changed" {
                 return n;
             }
