@@ -1,13 +1,10 @@
-//! The client against the TypeScript SDK v2 server (`tests/interop-modern/server.mjs`), once it
-//! speaks protocol revision 2026-07-28: what `tests/interop_ts_modern.rs` pins on the raw wire,
-//! done through the public API.
+//! The client against the TypeScript SDK v2 server (`tests/interop-modern/server.mjs`) through
+//! the public API: what `tests/interop_ts_modern.rs` pins on the raw wire, done by the client.
 //!
-//! Compiled only when `mod modern_client;` in `tests/interop_ts_modern.rs` is uncommented: it
-//! uses API the client gains with the modern era, as planned in DESIGN §9:
-//! - `mcp_resume::Era` (`Auto`, `Legacy`, `Modern`; `Debug + PartialEq`),
-//!   `ClientBuilder::era(Era)` and `Client::era() -> Option<Era>` (`None` before the first
-//!   request has settled the era);
-//! - `Client::connect()` runs discovery (`server/discover`) in the modern era;
+//! Written against the modern era planned in DESIGN §9:
+//! - `Era::Auto` probes with `server/discover`; `Client::era()` says what it found (era
+//!   detection is in: those tests run);
+//! - every later request carries the 2026-07-28 `_meta` and headers;
 //! - the MRTR round of an `input_required` result goes through the handler registered with
 //!   `ClientBuilder::on_server_request`, like a legacy server request;
 //! - a keyed call whose stream breaks is re-issued (new JSON-RPC id, same key) when the server
@@ -16,7 +13,8 @@
 //! - change notifications from `subscriptions/listen` arrive on `Client::notifications()`;
 //! - a `resultType: "task"` answer is polled with `tasks/get` to its result inside `call_tool`.
 //!
-//! Every test is ignored until then; run them with `--ignored` while building the modern era.
+//! The tests that need more than era detection are ignored until the client has it; run them
+//! with `--ignored` while building the modern era.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -56,16 +54,39 @@ fn assert_modern_wire(server: &TsServer) {
     }
 }
 
+/// `Era::Auto` against the modern-only server: the `server/discover` probe, with the modern
+/// headers and envelope, is the first request, and the client settles on the modern era.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn auto_detects_the_modern_era_by_discovery() {
     let server = start_modern(&[]);
     let client = client(&server).build().unwrap();
-    within("connect", client.connect()).await.unwrap();
+    let found = within("connect", client.connect()).await.unwrap();
     assert_eq!(client.era(), Some(Era::Modern));
+    assert_eq!(found.protocol_version, MODERN);
+    assert_eq!(found.server_name, "mcp-resume-interop-ts-modern");
 
+    state(&server).await;
     let first = server.find("http_in", |_| true).remove(0);
     assert_eq!(first["rpc_method"], "server/discover", "{}", server.dump());
+    assert_eq!(first["headers"]["mcp-method"], "server/discover");
+    assert_eq!(first["headers"]["mcp-protocol-version"], MODERN);
+    assert_eq!(
+        first["meta"]["io.modelcontextprotocol/protocolVersion"],
+        MODERN
+    );
+    assert!(first["meta"]["io.modelcontextprotocol/clientCapabilities"].is_object());
+    assert_eq!(
+        first["meta"]["io.modelcontextprotocol/clientInfo"]["name"],
+        "mcp-resume-modern-test"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the modern-era client"]
+async fn list_and_call_on_the_modern_wire() {
+    let server = start_modern(&[]);
+    let client = client(&server).build().unwrap();
+    within("connect", client.connect()).await.unwrap();
 
     let tools = within("list_tools", client.list_tools()).await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -88,7 +109,6 @@ async fn auto_detects_the_modern_era_by_discovery() {
 
 /// The dual-era server answers `server/discover`: the client stays modern there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn auto_stays_modern_on_a_dual_era_server() {
     let server = start_modern(&["--legacy", "stateless"]);
     let client = client(&server).build().unwrap();
@@ -102,7 +122,6 @@ async fn auto_stays_modern_on_a_dual_era_server() {
 /// The TypeScript SDK v1 server (`tests/interop/ts-server.mjs`) refuses the probe with a body
 /// that is no modern error: the client falls back to `initialize` and stays legacy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn auto_falls_back_to_legacy_on_a_legacy_server() {
     let server = TsServer::start(&[]);
     let client = client(&server).build().unwrap();
