@@ -2,20 +2,33 @@
 //! the process's CPU time (`getrusage`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub struct Counting;
 
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+// Off while CPU is timed: two counters written by both workers on every allocation would
+// bounce a cache line between the cores and charge the clients that allocate more for it.
+static COUNTING: AtomicBool = AtomicBool::new(true);
+
+/// Turns the counters on or off; `live_bytes` deltas are only meaningful across a span that
+/// was counted throughout.
+pub fn set_counting(on: bool) {
+    COUNTING.store(on, Ordering::SeqCst);
+}
+
+fn counting() -> bool {
+    COUNTING.load(Ordering::Relaxed)
+}
 
 // SAFETY: every call is forwarded to `System` with the caller's arguments unchanged; the
 // counters are only bookkeeping.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let p = System.alloc(layout);
-        if !p.is_null() {
+        if !p.is_null() && counting() {
             LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
@@ -24,7 +37,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         let p = System.alloc_zeroed(layout);
-        if !p.is_null() {
+        if !p.is_null() && counting() {
             LIVE_BYTES.fetch_add(layout.size() as i64, Ordering::Relaxed);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
@@ -33,12 +46,14 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         System.dealloc(ptr, layout);
-        LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        if counting() {
+            LIVE_BYTES.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let p = System.realloc(ptr, layout, new_size);
-        if !p.is_null() {
+        if !p.is_null() && counting() {
             LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
