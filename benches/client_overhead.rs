@@ -4,10 +4,11 @@
 //! the mock cluster. DESIGN.md §11 holds the budget each row is checked against.
 //!
 //! `cargo bench --bench client_overhead`. Environment:
-//! - `BENCH_QUICK=1`: 3 rounds of 300 ms, fewer recovery calls (about 40 s instead of ~3 min).
+//! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 45 s instead of 2.5 min).
 //! - `BENCH_ONLY=seq,conc,inflight,memory,recovery` (any subset): the metrics to run.
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per client per round), `BENCH_RECOVERY_CALLS`,
-//!   `BENCH_RMCP_RECOVERY_CALLS`: override the defaults.
+//!   `BENCH_RMCP_RECOVERY_CALLS`, `BENCH_WORKERS` (client runtime threads, default 2):
+//!   override the defaults.
 //!
 //! The server runs in a child process (this binary again, with `NEUTRAL_SERVER=json|sse`) so
 //! that `getrusage(RUSAGE_SELF)` here measures the clients' CPU alone. Rounds interleave the
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clients::{Client, Kind, ALL};
+use mcp_resume::ReconnectPolicy;
 use meter::median;
 use server::{Mode, NeutralServer, SERVER_ENV};
 use table::{Row, Table};
@@ -49,16 +51,23 @@ fn env_usize(name: &str) -> Option<usize> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// The client runtime's worker threads (`BENCH_WORKERS`, default 2, the machine's cores).
+fn workers() -> usize {
+    env_usize("BENCH_WORKERS").unwrap_or(2).max(1)
+}
+
 impl Config {
     fn from_env() -> Config {
         let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
         Config {
             quick,
-            rounds: env_usize("BENCH_ROUNDS").unwrap_or(if quick { 3 } else { 5 }),
+            // Many short rounds rather than a few long ones: the load other jobs put on the
+            // machine comes and goes within seconds, and more samples spread it evenly.
+            rounds: env_usize("BENCH_ROUNDS").unwrap_or(if quick { 4 } else { 12 }),
             window: Duration::from_millis(env_usize("BENCH_MS").unwrap_or(if quick {
-                300
+                250
             } else {
-                1000
+                400
             }) as u64),
             only: std::env::var("BENCH_ONLY")
                 .ok()
@@ -258,10 +267,11 @@ async fn run(cfg: Config) {
     let sse = NeutralServer::spawn(Mode::Sse);
     let mut t = Table::default();
     println!(
-        "client overhead: {} rounds of {} ms per client, medians; client runtime: tokio, 2 \
-         workers; server: child process{}",
+        "client overhead: {} rounds of {} ms per client, medians; client runtime: tokio, {} \
+         worker(s); server: child process{}",
         cfg.rounds,
         cfg.window.as_millis(),
+        workers(),
         if cfg.quick { " (BENCH_QUICK)" } else { "" }
     );
 
@@ -405,7 +415,7 @@ async fn run(cfg: Config) {
                 } else {
                     cfg.rmcp_recovery_calls
                 };
-                let r = recovery::measure(kind, retry, calls).await;
+                let r = recovery::measure(kind, None, retry, calls).await;
                 v[kind.column()] = Some(r.p50());
                 if kind == Kind::McpResume {
                     budget_ms = match retry {
@@ -434,6 +444,21 @@ async fn run(cfg: Config) {
                 }
                 notes.push(note);
             }
+            // What the reconnect itself costs once the policy's first delay is out of the way.
+            let fast = ReconnectPolicy {
+                initial_delay: Duration::from_millis(1),
+                ..ReconnectPolicy::default()
+            };
+            let r = recovery::measure(Kind::McpResume, Some(fast), retry, cfg.recovery_calls).await;
+            notes.push(format!(
+                "mcp-resume with ReconnectPolicy {{ initial_delay: 1 ms, .. }}: p10 {:.1} / p50 \
+                 {:.1} / p90 {:.1} ms; cluster: {} resumes served, {} executions",
+                r.percentile(0.1),
+                r.p50(),
+                r.percentile(0.9),
+                r.server_resumes,
+                r.executions
+            ));
             let what = match retry {
                 Some(ms) => format!("recovery p50 ms, retry {ms} ms"),
                 None => "recovery p50 ms, no retry".to_owned(),
@@ -501,7 +526,7 @@ fn main() {
         server::serve(&mode);
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers())
         .enable_all()
         .build()
         .expect("a runtime");

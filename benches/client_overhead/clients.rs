@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use mcp_resume::ReconnectPolicy;
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
@@ -62,14 +63,7 @@ impl Client {
     pub async fn connect(kind: Kind, url: &str) -> Client {
         match kind {
             Kind::Floor => Client::Floor(Floor::connect(reqwest::Client::new(), url).await),
-            Kind::McpResume => {
-                let client = mcp_resume::Client::builder(url)
-                    .open_listen_stream(false)
-                    .build()
-                    .expect("a valid configuration");
-                client.connect().await.expect("mcp-resume connects");
-                Client::McpResume(client)
-            }
+            Kind::McpResume => Client::connect_mcp_resume(url, None).await,
             Kind::RmcpPooled => {
                 let transport = StreamableHttpClientTransport::with_client(
                     reqwest::Client::new(),
@@ -82,6 +76,17 @@ impl Client {
                 Client::Rmcp(rmcp_config().serve(transport).await.expect("rmcp connects"))
             }
         }
+    }
+
+    /// mcp-resume with the default builder and the listen stream off, and `policy` if given.
+    pub async fn connect_mcp_resume(url: &str, policy: Option<ReconnectPolicy>) -> Client {
+        let mut builder = mcp_resume::Client::builder(url).open_listen_stream(false);
+        if let Some(policy) = policy {
+            builder = builder.reconnect(policy);
+        }
+        let client = builder.build().expect("a valid configuration");
+        client.connect().await.expect("mcp-resume connects");
+        Client::McpResume(client)
     }
 
     /// One `tools/call echo`; panics unless the answer is the echoed text.

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mcp_resume::ReconnectPolicy;
 use mock_server::{Cluster, ClusterConfig, Preset};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -103,7 +104,13 @@ async fn forwarder(upstream: SocketAddr, clock: CutClock) -> SocketAddr {
     addr
 }
 
-pub async fn measure(kind: Kind, retry_ms: Option<u64>, calls: usize) -> Recovery {
+/// `policy` applies to mcp-resume only (`None`: the default one).
+pub async fn measure(
+    kind: Kind,
+    policy: Option<ReconnectPolicy>,
+    retry_ms: Option<u64>,
+    calls: usize,
+) -> Recovery {
     let cluster = Cluster::start(ClusterConfig {
         // Every instance can serve a resume, so what is measured is the reconnect, never a
         // rejection and re-initialization.
@@ -128,7 +135,10 @@ pub async fn measure(kind: Kind, retry_ms: Option<u64>, calls: usize) -> Recover
         rtts.push(t.elapsed().as_secs_f64() * 1e3);
     }
 
-    let client = Client::connect(kind, &url).await;
+    let client = match (kind, policy) {
+        (Kind::McpResume, policy) => Client::connect_mcp_resume(&url, policy).await,
+        (kind, _) => Client::connect(kind, &url).await,
+    };
     let mut events = match &client {
         Client::McpResume(c) => Some(c.events()),
         _ => None,
