@@ -4,11 +4,13 @@
 //! the mock cluster. DESIGN.md §11 holds the budget each row is checked against.
 //!
 //! `cargo bench --bench client_overhead`. Environment:
-//! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 45 s instead of 2.5 min).
+//! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 40 s instead of 130 s).
 //! - `BENCH_ONLY=seq,conc,inflight,memory,recovery` (any subset): the metrics to run.
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per client per round), `BENCH_RECOVERY_CALLS`,
 //!   `BENCH_RMCP_RECOVERY_CALLS`, `BENCH_WORKERS` (client runtime threads, default 2):
 //!   override the defaults.
+//! - `BENCH_CALLS=n` (with `BENCH_CLIENT`, `BENCH_MODE`, `BENCH_CALLERS`): exactly `n` calls
+//!   by one client and nothing else, for `time`, `perf` or callgrind (see `fixed_calls`).
 //!
 //! The server runs in a child process (this binary again, with `NEUTRAL_SERVER=json|sse`) so
 //! that `getrusage(RUSAGE_SELF)` here measures the clients' CPU alone. Rounds interleave the
@@ -486,9 +488,10 @@ fn ratio(cells: [Option<f64>; 4], a: Kind, b: Kind) -> Option<f64> {
     Some(cells[a.column()]? / cells[b.column()]?)
 }
 
-/// `BENCH_CALLS=n`: exactly `n` sequential echo calls by one client (`BENCH_CLIENT=floor|
-/// mcp-resume|rmcp-pooled|rmcp-default`, `BENCH_MODE=json|sse`), for profilers: run it
-/// under callgrind at two counts and subtract, and start-up cancels out.
+/// `BENCH_CALLS=n`: exactly `n` echo calls by one client (`BENCH_CLIENT=floor|mcp-resume|
+/// rmcp-pooled|rmcp-default`, `BENCH_MODE=json|sse`, `BENCH_CALLERS` concurrent callers,
+/// default 1), for profilers: run it under callgrind at two counts and subtract, and
+/// start-up cancels out.
 async fn fixed_calls(calls: u64) {
     let kind = match std::env::var("BENCH_CLIENT").as_deref() {
         Ok("floor") => Kind::Floor,
@@ -503,22 +506,36 @@ async fn fixed_calls(calls: u64) {
     };
     meter::set_counting(false);
     let server = NeutralServer::spawn(mode);
-    let client = Client::connect(kind, &server.url).await;
+    let client = Arc::new(Client::connect(kind, &server.url).await);
+    let callers = env_usize("BENCH_CALLERS").unwrap_or(1).max(1) as u64;
     let cpu0 = meter::cpu_time();
     let t0 = Instant::now();
-    for _ in 0..calls {
-        client.echo().await;
+    let tasks: Vec<_> = (0..callers)
+        .map(|i| {
+            let client = client.clone();
+            let share = calls / callers + u64::from(i < calls % callers);
+            tokio::spawn(async move {
+                for _ in 0..share {
+                    client.echo().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("a caller panicked");
     }
     let secs = t0.elapsed().as_secs_f64();
     let cpu = (meter::cpu_time() - cpu0).as_secs_f64();
     println!(
-        "{} {}: {calls} calls, {:.1} µs/call, CPU {:.1} µs/call",
+        "{} {}: {calls} calls by {callers} caller(s), {:.1} µs/call, CPU {:.1} µs/call",
         kind.label(),
         mode.label(),
         secs * 1e6 / calls as f64,
         cpu * 1e6 / calls as f64
     );
-    client.close().await;
+    if let Ok(client) = Arc::try_unwrap(client) {
+        client.close().await;
+    }
 }
 
 fn main() {
