@@ -247,20 +247,24 @@ async fn built_bytes(url: &str, reps: usize) -> [f64; 2] {
     [median(&floor), median(&mine)]
 }
 
-/// Live heap bytes of two empty `tokio::sync::broadcast` channels of
-/// `mcp_resume::EVENT_BUFFER` slots carrying the client's event and notification types, the
-/// fan-out buffers the client documents: allocated in full up front, whatever flows.
-fn fan_out_bytes() -> f64 {
-    let before = meter::live_bytes();
-    let events = tokio::sync::broadcast::channel::<mcp_resume::SessionEvent>(
-        mcp_resume::client::EVENT_BUFFER,
-    );
-    let notes = tokio::sync::broadcast::channel::<mcp_resume::ServerNotification>(
-        mcp_resume::client::EVENT_BUFFER,
-    );
-    let bytes = (meter::live_bytes() - before) as f64;
-    drop((events, notes));
-    bytes
+/// Live heap bytes that subscribing to `events()` and `notifications()` adds to a connected
+/// mcp-resume client (their fan-out buffers), median.
+async fn subscribed_bytes(url: &str, reps: usize) -> f64 {
+    let settle = Duration::from_millis(50);
+    let mut deltas = Vec::new();
+    for _ in 0..reps {
+        let Client::McpResume(c) = Client::connect(Kind::McpResume, url).await else {
+            unreachable!()
+        };
+        tokio::time::sleep(settle).await;
+        let before = meter::live_bytes();
+        let streams = (c.events(), c.notifications());
+        tokio::time::sleep(settle).await;
+        deltas.push((meter::live_bytes() - before) as f64);
+        drop(streams);
+        let _ = c.close().await;
+    }
+    median(&deltas)
 }
 
 async fn run(cfg: Config) {
@@ -289,12 +293,11 @@ async fn run(cfg: Config) {
         row.notes.push(format!(
             "floor: a reqwest::Client after initialize + initialized (one pooled connection); \
              mcp-resume adds {:.0} B to it; built and not connected: floor {:.0} B, \
-             mcp-resume {:.0} B, of which two broadcast channels of {} slots would hold {:.0} B",
+             mcp-resume {:.0} B; subscribing to events() and notifications() adds {:.0} B",
             v[1].unwrap_or(f64::NAN) - v[0].unwrap_or(f64::NAN),
             built[0],
             built[1],
-            mcp_resume::client::EVENT_BUFFER,
-            fan_out_bytes()
+            subscribed_bytes(&json.url, 3).await
         ));
         t.push(row);
     }
