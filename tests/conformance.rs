@@ -9,7 +9,7 @@
 //! The suite runs a scenario at one protocol revision: `--spec-version` when given, else
 //! 2026-07-28 for a scenario introduced in that revision and 2025-11-25 for the others. The
 //! scenarios of revision 2026-07-28 are listed with what each checks in
-//! `tests/conformance/MODERN.md`; they are ignored until the client speaks that revision.
+//! `tests/conformance/MODERN.md`.
 
 mod interop_support;
 
@@ -296,7 +296,6 @@ fn scenario_json_schema_ref_no_deref() {
 /// `tools_call` on the stateless 2026-07-28 mock: headers and `_meta` on every request, every
 /// message schema-valid for 2026-07-28.
 #[test]
-#[ignore = "needs the modern-era client"]
 fn scenario_tools_call_modern() {
     let _ = assert_passes_modern("tools_call", &["tool-add-numbers", "wire-schema-valid"]);
 }
@@ -304,7 +303,6 @@ fn scenario_tools_call_modern() {
 /// SEP-2575: `MCP-Protocol-Version` and `_meta` on every request, and a retry with a version
 /// from `supported` after the first request is refused with -32022.
 #[test]
-#[ignore = "needs the modern-era client"]
 fn scenario_request_metadata() {
     let _ = assert_passes_modern(
         "request-metadata",
@@ -322,7 +320,6 @@ fn scenario_request_metadata() {
 /// SEP-2322 (MRTR): `requestState` echoed unchanged with a new JSON-RPC id, no state invented,
 /// nothing leaking into an unrelated call, a result without `resultType` taken as complete.
 #[test]
-#[ignore = "needs the modern-era client"]
 fn scenario_mrtr_request_state() {
     let _ = assert_passes_modern(
         "sep-2322-client-request-state",
@@ -339,7 +336,6 @@ fn scenario_mrtr_request_state() {
 /// SEP-2243: `Mcp-Method` on every request, `Mcp-Name` on tools/call, resources/read and
 /// prompts/get.
 #[test]
-#[ignore = "needs the modern-era client"]
 fn scenario_http_standard_headers() {
     let _ = assert_passes_modern(
         "http-standard-headers",
@@ -350,7 +346,6 @@ fn scenario_http_standard_headers() {
 /// SEP-2243: `x-mcp-header` parameters mirrored as `Mcp-Param-*`, with the value encoding
 /// (plain, numbers, booleans, the base64 sentinel) and null/absent values omitted.
 #[test]
-#[ignore = "needs the modern-era client"]
 fn scenario_http_custom_headers() {
     let _ = assert_passes_modern(
         "http-custom-headers",
@@ -367,7 +362,6 @@ fn scenario_http_custom_headers() {
 /// SEP-2243: tools with invalid `x-mcp-header` annotations are dropped from `tools/list`, the
 /// valid one is kept and callable.
 #[test]
-#[ignore = "needs the modern-era client"]
 fn scenario_http_invalid_tool_headers() {
     let _ = assert_passes_modern(
         "http-invalid-tool-headers",
@@ -384,7 +378,6 @@ fn scenario_http_invalid_tool_headers() {
 /// SEP-1613/SEP-2106 at 2026-07-28, where the SEP-2106 keywords are required (a loss is a
 /// FAILURE, not SKIPPED) and every message is schema-checked.
 #[test]
-#[ignore = "needs the modern-era client"]
 fn scenario_json_schema_2020_12_preservation_modern() {
     let _ = assert_passes_modern(
         "json-schema-2020-12-preservation",

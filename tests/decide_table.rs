@@ -401,10 +401,7 @@ const MODERN_SAFE: State = State::SAFE_KEYED.modern();
 // | POST could not connect | not sent: re-sent after backoff |
 #[test]
 fn modern_post_connect_failure_is_resent() {
-    assert_eq!(
-        decide(&Failure::PostConnectFailed, &MODERN_UNKEYED),
-        Resend
-    );
+    assert_eq!(decide(&Failure::PostConnectFailed, &MODERN_UNKEYED), Resend);
 }
 
 // | connection lost before the response head | a safe keyed call re-issued, else unknown |
@@ -430,11 +427,17 @@ fn modern_broken_stream_is_never_resumed() {
 #[test]
 fn modern_header_mismatch_refreshes_once_then_reports() {
     assert_eq!(
-        decide(&Failure::HeaderMismatch { refreshed: false }, &MODERN_UNKEYED),
+        decide(
+            &Failure::HeaderMismatch { refreshed: false },
+            &MODERN_UNKEYED
+        ),
         RefreshTools
     );
     assert_eq!(
-        decide(&Failure::HeaderMismatch { refreshed: true }, &MODERN_UNKEYED),
+        decide(
+            &Failure::HeaderMismatch { refreshed: true },
+            &MODERN_UNKEYED
+        ),
         Report
     );
 }

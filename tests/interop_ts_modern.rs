@@ -8,8 +8,7 @@
 //! legacy `initialize` gets), header validation (-32020), version negotiation (-32022), MRTR,
 //! idempotency-key deduplication, broken streams, `subscriptions/listen` and tasks.
 //!
-//! The client-level tests of the same server are in `tests/modern_client/mod.rs`: era
-//! detection runs; what needs the rest of the modern era is ignored until the client has it.
+//! The client-level tests of the same server are in `tests/modern_client/mod.rs`.
 //!
 //! Every assertion about what the server did is made on the server's own log (requests as
 //! received, tool runs with their keys, side effects, streams cut), not on the reply alone.

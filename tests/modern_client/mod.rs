@@ -12,9 +12,6 @@
 //!   `ErrorKind::OutcomeUnknown`;
 //! - change notifications from `subscriptions/listen` arrive on `Client::notifications()`;
 //! - a `resultType: "task"` answer is polled with `tasks/get` to its result inside `call_tool`.
-//!
-//! The tests that need more than era detection are ignored until the client has it; run them
-//! with `--ignored` while building the modern era.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -82,7 +79,6 @@ async fn auto_detects_the_modern_era_by_discovery() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn list_and_call_on_the_modern_wire() {
     let server = start_modern(&[]);
     let client = client(&server).build().unwrap();
@@ -138,7 +134,6 @@ async fn auto_falls_back_to_legacy_on_a_legacy_server() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn progress_notifications_arrive_before_the_result() {
     let server = start_modern(&[]);
     let client = client(&server).build().unwrap();
@@ -167,7 +162,6 @@ async fn progress_notifications_arrive_before_the_result() {
 /// `confirm` answers `input_required`: the elicitation goes to the app's handler, and the
 /// client re-sends the call with a new id, the answer and the server's `requestState`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn mrtr_round_goes_through_the_server_request_handler() {
     let server = start_modern(&[]);
     let asked = Arc::new(AtomicUsize::new(0));
@@ -218,7 +212,6 @@ async fn mrtr_round_goes_through_the_server_request_handler() {
 /// A keyed `counter_increment` whose response stream the server cuts after the side effect is
 /// re-issued once (new id, same key) and the counter moves once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn keyed_call_over_a_broken_stream_is_reissued_once() {
     for phase in ["after_head", "before_head"] {
         let server = start_modern(&[]);
@@ -255,7 +248,6 @@ async fn keyed_call_over_a_broken_stream_is_reissued_once() {
 
 /// An unkeyed call whose stream breaks is not re-issued: `OutcomeUnknown`, one run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn unkeyed_interrupted_call_is_outcome_unknown() {
     for phase in ["after_head", "before_head"] {
         let server = start_modern(&[]);
@@ -281,7 +273,6 @@ async fn unkeyed_interrupted_call_is_outcome_unknown() {
 /// `x-mcp-header` parameters are mirrored as `Mcp-Param-*` (the server refuses the call
 /// otherwise).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn x_mcp_header_parameters_are_mirrored() {
     let server = start_modern(&[]);
     let client = client(&server).build().unwrap();
@@ -302,7 +293,6 @@ async fn x_mcp_header_parameters_are_mirrored() {
 
 /// List changes come on the `subscriptions/listen` stream the client keeps open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn list_changes_arrive_from_subscriptions_listen() {
     let server = start_modern(&[]);
     let client = client(&server).build().unwrap();
@@ -333,7 +323,6 @@ async fn list_changes_arrive_from_subscriptions_listen() {
 
 /// A task handle (SEP-2663) is polled with `tasks/get` to its result inside `call_tool`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the modern-era client"]
 async fn task_results_are_polled_to_completion() {
     let server = start_modern(&[]);
     let client = client(&server).build().unwrap();

@@ -283,6 +283,7 @@ impl Session {
             reason,
             previous,
             degraded: None,
+            version_retries: 0,
         });
         match delay {
             Some(delay) => self

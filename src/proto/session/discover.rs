@@ -22,6 +22,8 @@ use crate::proto::{jsonrpc, Era, HttpId, HttpMethod, HttpPurpose};
 
 /// `server/discover`.
 pub(super) const DISCOVER: &str = "server/discover";
+/// Times a handshake retries a revision the server refused while listing it as supported.
+const MAX_VERSION_RETRIES: u32 = 2;
 
 impl Session {
     /// Which era the next handshake speaks first: the configured one, else what this origin
@@ -127,6 +129,22 @@ impl Session {
 
     fn discover_error(&mut self, error: RpcError, now: Instant) {
         match modern::modern_error(&error) {
+            Some(ModernError::UnsupportedVersion { supported })
+                if modern::pick_version(&supported).is_some() =>
+            {
+                // It refused a revision it lists as supported (a server may refuse a first
+                // request this way): retry with the one it names, a bounded number of times.
+                let retries = self.life.handshake_mut().map(|h| {
+                    h.version_retries += 1;
+                    h.version_retries
+                });
+                if retries.is_some_and(|r| r <= MAX_VERSION_RETRIES) {
+                    self.timers.cancel(Timer::InitDeadline);
+                    self.send_discover(now)
+                } else {
+                    self.init_failed(Error::rpc(error), now)
+                }
+            }
             Some(ModernError::UnsupportedVersion { supported }) => {
                 // A modern server that does not speak our modern revision. If it speaks a
                 // legacy one we do, that is the way in.

@@ -113,6 +113,8 @@ pub(super) struct Handshake {
     pub(super) previous: Option<Negotiated>,
     /// Why advertised checks cannot run on the session being set up.
     pub(super) degraded: Option<String>,
+    /// Version refusals retried so far (modern era).
+    pub(super) version_retries: u32,
 }
 
 /// The phase of the session.
