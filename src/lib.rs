@@ -93,6 +93,16 @@
 //! (`capabilities.experimental.resumeSafety`); without it the client relies on the
 //! specification's signals only.
 //!
+//! # Two eras
+//!
+//! The same client speaks the legacy era (2025-03-26 to 2025-11-25: sessions, `initialize`,
+//! resumable streams) and the modern one (2026-07-28: no session, per-request metadata,
+//! multi round-trip requests, tasks). [`Era::Auto`], the default, probes with
+//! `server/discover` and falls back to `initialize`, remembering each origin's era in an
+//! [`EraCache`]. In the modern era a broken stream cannot be resumed: the same rule applies,
+//! re-sending only the keyed calls a server deduplicates and failing the others with
+//! [`ErrorKind::OutcomeUnknown`].
+//!
 //! # Layers
 //!
 //! - [`Client`] / [`ClientBuilder`]: the async API (tokio + reqwest), in [`client`].
