@@ -20,10 +20,11 @@ use crate::proto::{ext, methods, CallId, HttpId, Notification, Output, ServerReq
 use crate::sse::SseEvent;
 
 impl Session {
-    pub(super) fn on_events(&mut self, http: HttpId, events: Vec<SseEvent>, now: Instant) {
-        for event in events {
+    /// Handles (and drains) the events of one chunk.
+    pub(super) fn on_events(&mut self, http: HttpId, events: &mut Vec<SseEvent>, now: Instant) {
+        for event in events.drain(..) {
             if self.exchanges.get(http).is_none() {
-                return;
+                continue;
             }
             self.on_event(http, event, now);
         }

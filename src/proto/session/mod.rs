@@ -69,6 +69,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::{RequestId, SessionId};
+use crate::sse::SseEvent;
 
 /// A call whose deadline cannot be represented (a timeout of centuries) gets this one.
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
@@ -105,6 +106,8 @@ pub struct Session {
     modern_capabilities: Value,
     /// The app's notifications held until the session is ready.
     notifications: VecDeque<Bytes>,
+    /// Reused for the events decoded from each body chunk.
+    scratch_events: Vec<SseEvent>,
     outputs: VecDeque<Output>,
 }
 
@@ -136,6 +139,7 @@ impl Session {
             delivered: Delivered::default(),
             tool_headers: HashMap::new(),
             notifications: VecDeque::new(),
+            scratch_events: Vec::new(),
             outputs: VecDeque::new(),
         }
     }
@@ -356,7 +360,8 @@ impl Session {
         let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
-        let mut events = Vec::new();
+        // One buffer for the events of every chunk: taken here, given back below.
+        let mut events = std::mem::take(&mut self.scratch_events);
         let broken = match &mut ex.body {
             Body::Pending => {
                 warn!(http = http.0, "body bytes before the head ignored");
@@ -393,7 +398,8 @@ impl Session {
                 )),
             },
         };
-        self.on_events(http, events, now);
+        self.on_events(http, &mut events, now);
+        self.scratch_events = events;
         if let Some(err) = broken {
             self.exchange_broken(http, err, now);
         }
@@ -423,7 +429,7 @@ impl Session {
             Body::Sse(decoder) => {
                 let mut events = Vec::new();
                 decoder.finish(&mut events);
-                self.on_events(http, events, now);
+                self.on_events(http, &mut events, now);
                 if let Some(ex) = self.exchanges.remove(http) {
                     self.stream_ended(ex.kind, ex.progress, true, now);
                 }
