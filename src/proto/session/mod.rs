@@ -61,7 +61,7 @@ use self::timers::{Timer, Timers};
 use super::classify::{HeadFacts, MAX_ERROR_BODY};
 use super::config::SessionConfig;
 use super::decide::Failure;
-use super::modern::ParamHeader;
+use super::modern::{ClientMeta, ParamHeader};
 use super::version::ProtocolVersion;
 use super::{
     jsonrpc, CallId, CallRequest, ExtensionStatus, HttpId, Output, SessionEvent, Transmit,
@@ -101,9 +101,9 @@ pub struct Session {
     delivered: Delivered,
     /// `x-mcp-header` annotations of the tools a modern server listed, by tool name.
     tool_headers: HashMap<String, Vec<ParamHeader>>,
-    /// The client capabilities a modern request declares: the configured ones, and the
-    /// extensions the core itself handles (tasks).
-    modern_capabilities: Value,
+    /// What a modern request says of the client: the configured capabilities with the
+    /// extensions the core itself handles (tasks), and the client's name and version.
+    client_meta: ClientMeta,
     /// The app's notifications held until the session is ready.
     notifications: VecDeque<Bytes>,
     /// Reused for the events decoded from each body chunk.
@@ -127,9 +127,14 @@ impl Session {
                     .or_insert_with(|| Value::Object(Default::default()));
             }
         }
+        let client_meta = ClientMeta::new(
+            modern_capabilities,
+            &config.client_name,
+            &config.client_version,
+        );
         Session {
             rng: Rng(config.jitter_seed),
-            modern_capabilities,
+            client_meta,
             config,
             life: Lifecycle::new(),
             calls: Calls::default(),
