@@ -103,6 +103,8 @@
 //! [Model Context Protocol]: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports
 #![deny(missing_docs)]
 
+pub mod auth;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod error;
 pub mod ids;
@@ -110,9 +112,12 @@ pub mod policy;
 pub mod proto;
 pub mod sse;
 
+pub use auth::AuthChallenge;
+#[cfg(feature = "client")]
 pub use client::{
-    CallToolResult, Client, ClientBuilder, Content, EventStream, InitializeResult,
-    IntoIdempotencyKey, NotificationStream, ServerNotification, Tool, ToolCall,
+    CallHandle, CallToolResult, Client, ClientBuilder, Content, EventStream, InitializeResult,
+    IntoIdempotencyKey, NotificationStream, ProgressStream, Request, RequestContext,
+    ServerNotification, TokenProvider, TokenRequest, Tool, ToolCall,
 };
 pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
@@ -123,6 +128,6 @@ pub use proto::{
 };
 
 // The README's quickstart is compiled too, so it cannot drift from the API.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "client"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
