@@ -37,9 +37,13 @@ mod cluster;
 mod config;
 pub mod context;
 mod instance;
+pub mod nginx;
 mod oracle;
+#[cfg(unix)]
+pub mod procs;
 mod rng;
 mod sse;
+mod standalone;
 pub mod store;
 mod tools;
 
@@ -48,4 +52,5 @@ pub use config::{ClusterConfig, CutStyle, Faults, Preset, UnknownPreset};
 pub use oracle::{
     ExecutionRecord, OracleReport, OracleTotals, ResumeRecord, DEFAULT_ORACLE_RECORD_LIMIT,
 };
-pub use store::{MemoryStore, Store};
+pub use standalone::StandaloneInstance;
+pub use store::{MemoryStore, RedisOptions, RedisStore, Store};

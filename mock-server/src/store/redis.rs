@@ -1,0 +1,852 @@
+//! [`RedisStore`]: the [`Store`] on Redis, as the seed's instances shared it.
+//!
+//! Layout, every key under the namespace (`mcp:` by default):
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `session:<id>` | string (JSON) | session record |
+//! | `stream:<id>` | hash `rec`, `finished`, `head` | SSE stream record |
+//! | `events:<id>` | stream | the stream's events; entry id `0-<seq>`, the finish marker `1-0` |
+//! | `request:<session>:<rpc id>` | hash `rec`, `state`, `instance`, `holder` | request record |
+//! | `prepared:<id>` | string (JSON) | `prepare`'s record |
+//! | `idem:<key>` | hash `state`, `fp`, `instance`, `holder`, `outcome` | idempotency key |
+//! | `running-requests:<i>`, `running-keys:<i>` | set | what instance `i` holds while it runs |
+//! | `lease:<holder>` | string with expiry | this handle is alive |
+//! | `counter:<name>` | integer | `counter_increment` |
+//! | `journal:oracle` | stream | the oracle's journal |
+//!
+//! Why the event log looks like this: `Last-Event-ID` names one SSE stream, so each SSE
+//! stream is one Redis stream whose entry ids *are* the event sequence numbers. Redis then
+//! refuses an append that does not increase the sequence, `XRANGE (0-<n>` is the resume
+//! read, and `XREAD BLOCK` from `0-<n>` follows the live tail without polling. Finishing a
+//! stream appends `1-0`, which sorts after every event, so a blocked reader wakes on the
+//! finish too, and nothing can be appended after it.
+//!
+//! Claims (an idempotency key, a request record in state `Running`) name the handle that
+//! made them. Each handle keeps a lease key alive; a claim whose holder's lease has expired
+//! belongs to a dead process and reads as lost, exactly as [`Store::release_instance`] would
+//! make it, so a killed instance process needs nobody to clean up after it. A key found lost
+//! that way stays lost (it never runs again); an outcome stored later still wins.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
+use redis::{AsyncConnectionConfig, Client, RedisError, Script};
+use serde_json::Value;
+
+use super::{
+    EventKind, IdempotencyBegin, PreparedRecord, RequestRecord, RequestState, SessionRecord, Store,
+    StoreError, StoreFuture, StoredEvent, StoredOutcome, StreamRecord,
+};
+
+/// Settings of a [`RedisStore`].
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    /// Prefix of every key. Stores with different namespaces share a server without seeing
+    /// each other (tests use one namespace each).
+    pub namespace: String,
+    /// How long records, event logs and finished idempotency results live after their last
+    /// write. Keys whose outcome is unknown (their instance died mid-call) never expire.
+    pub retention: Duration,
+    /// Events kept per SSE stream (`XADD MAXLEN ~`); older ones are trimmed, and a resume
+    /// from before them is rejected as a gap.
+    pub max_events_per_stream: usize,
+    /// Entries kept in the oracle's journal (`MAXLEN ~`).
+    pub max_journal: usize,
+    /// Lifetime of this handle's lease: how long after its process dies its claims start
+    /// reading as lost. Renewed every third of it.
+    pub lease: Duration,
+    /// Deadline of every command; a store that does not answer in time is an error.
+    pub response_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        Self {
+            namespace: "mcp:".into(),
+            retention: Duration::from_secs(3600),
+            max_events_per_stream: 10_000,
+            max_journal: 1_000_000,
+            lease: Duration::from_secs(3),
+            response_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Blocked reads idle in the pool beyond this many are closed.
+const MAX_IDLE_BLOCKING: usize = 16;
+
+/// Entry id of the finish marker: above every `0-<seq>`.
+const FINISH_ID: &str = "1-0";
+/// Upper bound of event entries in a range read (excludes the finish marker).
+const LAST_EVENT_ID: &str = "0-18446744073709551615";
+
+struct Inner {
+    client: Client,
+    conn: ConnectionManager,
+    /// Dedicated connections for `XREAD BLOCK`: a blocked read would stall every other
+    /// command multiplexed on the shared connection.
+    blocking: Mutex<Vec<MultiplexedConnection>>,
+    opts: RedisOptions,
+    holder: String,
+    heartbeat: tokio::task::AbortHandle,
+    scripts: Scripts,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
+struct Scripts {
+    get_request: Script,
+    begin: Script,
+    finish: Script,
+    abandon: Script,
+    release: Script,
+}
+
+/// The [`Store`] on Redis (see the module docs for the layout). Cheap to clone.
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("namespace", &self.inner.opts.namespace)
+            .field("holder", &self.inner.holder)
+            .finish()
+    }
+}
+
+fn err(e: RedisError) -> StoreError {
+    StoreError(format!("redis: {e}"))
+}
+
+fn json_err(e: serde_json::Error) -> StoreError {
+    StoreError(format!("redis: malformed record: {e}"))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn state_name(s: RequestState) -> &'static str {
+    match s {
+        RequestState::Running => "running",
+        RequestState::Done => "done",
+        RequestState::Lost => "lost",
+    }
+}
+
+const GET_REQUEST: &str = r#"
+local v = redis.call('HMGET', KEYS[1], 'rec', 'state', 'holder')
+if not v[1] then return false end
+local state = v[2]
+if state == 'running' and redis.call('EXISTS', ARGV[1] .. 'lease:' .. v[3]) == 0 then
+  state = 'lost'
+end
+return {v[1], state}
+"#;
+
+// KEYS: idem key, running-keys set of the instance. ARGV: fingerprint, instance, holder,
+// namespace.
+const BEGIN: &str = r#"
+local k = KEYS[1]
+local st = redis.call('HGET', k, 'state')
+if not st then
+  redis.call('HSET', k, 'state', 'running', 'fp', ARGV[1], 'instance', ARGV[2], 'holder', ARGV[3])
+  redis.call('SADD', KEYS[2], k)
+  return {'started'}
+end
+if st == 'running' then
+  local holder = redis.call('HGET', k, 'holder')
+  if redis.call('EXISTS', ARGV[4] .. 'lease:' .. holder) == 0 then
+    redis.call('HSET', k, 'state', 'lost')
+    redis.call('PERSIST', k)
+    st = 'lost'
+  end
+end
+if redis.call('HGET', k, 'fp') ~= ARGV[1] then return {'mismatch'} end
+if st == 'done' then return {'done', redis.call('HGET', k, 'outcome')} end
+return {st}
+"#;
+
+// KEYS: idem key. ARGV: outcome JSON, retention ms, namespace.
+const FINISH: &str = r#"
+local k = KEYS[1]
+if redis.call('EXISTS', k) == 0 then return 0 end
+local i = redis.call('HGET', k, 'instance')
+redis.call('HSET', k, 'state', 'done', 'outcome', ARGV[1])
+redis.call('PEXPIRE', k, ARGV[2])
+if i then redis.call('SREM', ARGV[3] .. 'running-keys:' .. i, k) end
+return 1
+"#;
+
+// KEYS: idem key. ARGV: namespace.
+const ABANDON: &str = r#"
+local k = KEYS[1]
+if redis.call('HGET', k, 'state') ~= 'running' then return 0 end
+local i = redis.call('HGET', k, 'instance')
+redis.call('DEL', k)
+if i then redis.call('SREM', ARGV[1] .. 'running-keys:' .. i, k) end
+return 1
+"#;
+
+// KEYS: running-requests set, running-keys set. ARGV: instance.
+const RELEASE: &str = r#"
+for _, r in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  if redis.call('HGET', r, 'state') == 'running' and redis.call('HGET', r, 'instance') == ARGV[1] then
+    redis.call('HSET', r, 'state', 'lost')
+  end
+end
+redis.call('DEL', KEYS[1])
+for _, k in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  if redis.call('HGET', k, 'state') == 'running' and redis.call('HGET', k, 'instance') == ARGV[1] then
+    redis.call('HSET', k, 'state', 'lost')
+    redis.call('PERSIST', k)
+  end
+end
+redis.call('DEL', KEYS[2])
+return 1
+"#;
+
+impl RedisStore {
+    /// Connects with default [`RedisOptions`] (`url` like `redis://127.0.0.1:6379`).
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connects, takes this handle's lease and starts renewing it. Fails when the server
+    /// cannot be reached.
+    pub async fn connect_with(url: &str, opts: RedisOptions) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(err)?;
+        // Fail fast while the server is away: every command during an outage is an error at
+        // once (and starts a reconnection), never a request hanging on a retry schedule.
+        let config = ConnectionManagerConfig::new()
+            .set_number_of_retries(1)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(200))
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(opts.response_timeout));
+        let conn = ConnectionManager::new_with_config(client.clone(), config)
+            .await
+            .map_err(err)?;
+        let holder = uuid::Uuid::new_v4().simple().to_string();
+        let lease_key = format!("{}lease:{holder}", opts.namespace);
+        let lease_ms = ms(opts.lease);
+        let mut c = conn.clone();
+        redis::cmd("SET")
+            .arg(&lease_key)
+            .arg(1)
+            .arg("PX")
+            .arg(lease_ms)
+            .exec_async(&mut c)
+            .await
+            .map_err(err)?;
+        let period = (opts.lease / 3).max(Duration::from_millis(10));
+        let heartbeat = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                // A failed renewal is not fatal here: if the server stays away, every
+                // command fails anyway; if the lease lapses, this handle's claims read as
+                // lost, which is the safe side.
+                let _ = redis::cmd("SET")
+                    .arg(&lease_key)
+                    .arg(1)
+                    .arg("PX")
+                    .arg(lease_ms)
+                    .exec_async(&mut c)
+                    .await;
+            }
+        })
+        .abort_handle();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                conn,
+                blocking: Mutex::new(Vec::new()),
+                opts,
+                holder,
+                heartbeat,
+                scripts: Scripts {
+                    get_request: Script::new(GET_REQUEST),
+                    begin: Script::new(BEGIN),
+                    finish: Script::new(FINISH),
+                    abandon: Script::new(ABANDON),
+                    release: Script::new(RELEASE),
+                },
+            }),
+        })
+    }
+
+    /// The options this store runs with.
+    pub fn options(&self) -> &RedisOptions {
+        &self.inner.opts
+    }
+
+    /// Deletes every key of this store's namespace (tests and fresh starts).
+    pub async fn clear(&self) -> Result<(), StoreError> {
+        let mut c = self.conn();
+        let pattern = format!("{}*", self.inner.opts.namespace);
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut c)
+                .await
+                .map_err(err)?;
+            if !keys.is_empty() {
+                redis::cmd("DEL")
+                    .arg(&keys)
+                    .exec_async(&mut c)
+                    .await
+                    .map_err(err)?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.inner.conn.clone()
+    }
+
+    fn key(&self, kind: &str, id: &str) -> String {
+        format!("{}{kind}:{id}", self.inner.opts.namespace)
+    }
+
+    fn request_key(&self, session: &str, request_id: &Value) -> String {
+        format!(
+            "{}request:{session}:{request_id}",
+            self.inner.opts.namespace
+        )
+    }
+
+    fn retention_ms(&self) -> u64 {
+        ms(self.inner.opts.retention)
+    }
+
+    async fn put_json(&self, key: String, value: &impl serde::Serialize) -> Result<(), StoreError> {
+        let body = serde_json::to_string(value).map_err(json_err)?;
+        redis::cmd("SET")
+            .arg(key)
+            .arg(body)
+            .arg("PX")
+            .arg(self.retention_ms())
+            .exec_async(&mut self.conn())
+            .await
+            .map_err(err)
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        key: String,
+    ) -> Result<Option<T>, StoreError> {
+        let body: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(err)?;
+        body.map(|b| serde_json::from_str(&b).map_err(json_err))
+            .transpose()
+    }
+
+    /// The stream's events with `seq > after`, whether it is finished, and whether its record
+    /// exists, in one round trip.
+    async fn read_after(
+        &self,
+        stream: &str,
+        after: u64,
+    ) -> Result<(Vec<StoredEvent>, bool, bool), StoreError> {
+        let (finished, range): (Option<String>, StreamRangeReply) = redis::pipe()
+            .cmd("HGET")
+            .arg(self.key("stream", stream))
+            .arg("finished")
+            .cmd("XRANGE")
+            .arg(self.key("events", stream))
+            .arg(format!("(0-{after}"))
+            .arg(LAST_EVENT_ID)
+            .query_async(&mut self.conn())
+            .await
+            .map_err(err)?;
+        let events = range
+            .ids
+            .iter()
+            .map(parse_event)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((events, finished.as_deref() == Some("1"), finished.is_some()))
+    }
+
+    async fn blocking_conn(&self) -> Result<MultiplexedConnection, StoreError> {
+        let pooled = self
+            .inner
+            .blocking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        if let Some(c) = pooled {
+            return Ok(c);
+        }
+        // No per-command deadline here: the read bounds itself with BLOCK, and the caller
+        // puts a deadline around it.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(None);
+        self.inner
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(err)
+    }
+
+    fn return_blocking(&self, c: MultiplexedConnection) {
+        let mut pool = self
+            .inner
+            .blocking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if pool.len() < MAX_IDLE_BLOCKING {
+            pool.push(c);
+        }
+    }
+}
+
+fn parse_event(entry: &StreamId) -> Result<StoredEvent, StoreError> {
+    let bad = || StoreError(format!("redis: malformed event entry {}", entry.id));
+    let seq = entry
+        .id
+        .strip_prefix("0-")
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or_else(bad)?;
+    let id: String = entry.get("id").ok_or_else(bad)?;
+    let data: String = entry.get("data").ok_or_else(bad)?;
+    let kind: String = entry.get("kind").ok_or_else(bad)?;
+    Ok(StoredEvent {
+        seq,
+        id,
+        data,
+        kind: serde_json::from_str::<EventKind>(&kind).map_err(json_err)?,
+    })
+}
+
+impl Store for RedisStore {
+    fn put_session(&self, record: SessionRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            self.put_json(self.key("session", &record.id), &record)
+                .await
+        })
+    }
+
+    fn get_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
+        Box::pin(async move { self.get_json(self.key("session", id)).await })
+    }
+
+    fn remove_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let n: u64 = redis::cmd("DEL")
+                .arg(self.key("session", id))
+                .query_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            Ok(n > 0)
+        })
+    }
+
+    fn create_stream(&self, record: StreamRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let key = self.key("stream", &record.id);
+            let rec = serde_json::to_string(&record).map_err(json_err)?;
+            // Replaces a stream of the same id, its log included, as the in-memory store does.
+            redis::pipe()
+                .atomic()
+                .cmd("DEL")
+                .arg(&key)
+                .arg(self.key("events", &record.id))
+                .ignore()
+                .cmd("HSET")
+                .arg(&key)
+                .arg("rec")
+                .arg(rec)
+                .arg("finished")
+                .arg(u8::from(record.finished))
+                .arg("head")
+                .arg(record.head)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(self.retention_ms())
+                .ignore()
+                .exec_async(&mut self.conn())
+                .await
+                .map_err(err)
+        })
+    }
+
+    fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>> {
+        Box::pin(async move {
+            let (rec, finished, head): (Option<String>, Option<String>, Option<u64>) =
+                redis::cmd("HMGET")
+                    .arg(self.key("stream", id))
+                    .arg("rec")
+                    .arg("finished")
+                    .arg("head")
+                    .query_async(&mut self.conn())
+                    .await
+                    .map_err(err)?;
+            let Some(rec) = rec else { return Ok(None) };
+            let mut record: StreamRecord = serde_json::from_str(&rec).map_err(json_err)?;
+            record.finished = finished.as_deref() == Some("1");
+            record.head = head.unwrap_or(0);
+            Ok(Some(record))
+        })
+    }
+
+    fn append_event<'a>(&'a self, stream: &'a str, event: StoredEvent) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let key = self.key("events", stream);
+            let kind = serde_json::to_string(&event.kind).map_err(json_err)?;
+            redis::pipe()
+                .atomic()
+                .cmd("XADD")
+                .arg(&key)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.inner.opts.max_events_per_stream)
+                .arg(format!("0-{}", event.seq))
+                .arg("id")
+                .arg(&event.id)
+                .arg("data")
+                .arg(&event.data)
+                .arg("kind")
+                .arg(kind)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(self.retention_ms())
+                .ignore()
+                .exec_async(&mut self.conn())
+                .await
+                .map_err(err)
+        })
+    }
+
+    fn finish_stream<'a>(&'a self, stream: &'a str, head: u64) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let rec_key = self.key("stream", stream);
+            let exists: bool = redis::cmd("EXISTS")
+                .arg(&rec_key)
+                .query_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            if !exists {
+                // Like the in-memory store: finishing an unknown stream does nothing.
+                return Ok(());
+            }
+            let key = self.key("events", stream);
+            let r: Result<(), RedisError> = redis::pipe()
+                .atomic()
+                .cmd("HSET")
+                .arg(&rec_key)
+                .arg("finished")
+                .arg(1)
+                .arg("head")
+                .arg(head)
+                .ignore()
+                .cmd("XADD")
+                .arg(&key)
+                .arg(FINISH_ID)
+                .arg("head")
+                .arg(head)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(self.retention_ms())
+                .ignore()
+                .exec_async(&mut self.conn())
+                .await;
+            match r {
+                Ok(()) => Ok(()),
+                // Finished twice (a cancel racing the call's own end): the marker is there.
+                Err(e) if e.to_string().contains("equal or smaller") => Ok(()),
+                Err(e) => Err(err(e)),
+            }
+        })
+    }
+
+    fn events_after<'a>(
+        &'a self,
+        stream: &'a str,
+        after: u64,
+    ) -> StoreFuture<'a, Vec<StoredEvent>> {
+        Box::pin(async move { Ok(self.read_after(stream, after).await?.0) })
+    }
+
+    fn wait_events<'a>(
+        &'a self,
+        stream: &'a str,
+        after: u64,
+        timeout: Duration,
+    ) -> StoreFuture<'a, Vec<StoredEvent>> {
+        Box::pin(async move {
+            let (events, finished, exists) = self.read_after(stream, after).await?;
+            if !events.is_empty() || finished || !exists || timeout.is_zero() {
+                return Ok(events);
+            }
+            let mut c = self.blocking_conn().await?;
+            let mut xread = redis::cmd("XREAD");
+            xread
+                .arg("BLOCK")
+                .arg(ms(timeout))
+                .arg("STREAMS")
+                .arg(self.key("events", stream))
+                .arg(format!("0-{after}"));
+            let read = xread.query_async::<Option<StreamReadReply>>(&mut c);
+            let reply = tokio::time::timeout(timeout + Duration::from_secs(1), read)
+                .await
+                .map_err(|_| StoreError("redis: blocked read overran its deadline".into()))?
+                .map_err(err)?;
+            self.return_blocking(c);
+            let mut out = Vec::new();
+            for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
+                if entry.id == FINISH_ID {
+                    break;
+                }
+                out.push(parse_event(&entry)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn put_request(&self, record: RequestRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let key = self.request_key(&record.session, &record.request_id);
+            let running = self.key("running-requests", &record.instance.to_string());
+            let rec = serde_json::to_string(&record).map_err(json_err)?;
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("HSET")
+                .arg(&key)
+                .arg("rec")
+                .arg(rec)
+                .arg("state")
+                .arg(state_name(record.state))
+                .arg("instance")
+                .arg(record.instance)
+                .arg("holder")
+                .arg(&self.inner.holder)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(self.retention_ms())
+                .ignore();
+            if record.state == RequestState::Running {
+                pipe.cmd("SADD").arg(&running).arg(&key).ignore();
+            } else {
+                pipe.cmd("SREM").arg(&running).arg(&key).ignore();
+            }
+            pipe.exec_async(&mut self.conn()).await.map_err(err)
+        })
+    }
+
+    fn get_request<'a>(
+        &'a self,
+        session: &'a str,
+        request_id: &'a Value,
+    ) -> StoreFuture<'a, Option<RequestRecord>> {
+        Box::pin(async move {
+            let got: Option<(String, String)> = self
+                .inner
+                .scripts
+                .get_request
+                .key(self.request_key(session, request_id))
+                .arg(&self.inner.opts.namespace)
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            let Some((rec, state)) = got else {
+                return Ok(None);
+            };
+            let mut record: RequestRecord = serde_json::from_str(&rec).map_err(json_err)?;
+            record.state = match state.as_str() {
+                "running" => RequestState::Running,
+                "done" => RequestState::Done,
+                _ => RequestState::Lost,
+            };
+            Ok(Some(record))
+        })
+    }
+
+    fn put_prepared(&self, record: PreparedRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            self.put_json(self.key("prepared", &record.id), &record)
+                .await
+        })
+    }
+
+    fn get_prepared<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PreparedRecord>> {
+        Box::pin(async move { self.get_json(self.key("prepared", id)).await })
+    }
+
+    fn idempotency_begin<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        instance: usize,
+    ) -> StoreFuture<'a, IdempotencyBegin> {
+        Box::pin(async move {
+            let answer: Vec<String> = self
+                .inner
+                .scripts
+                .begin
+                .key(self.key("idem", key))
+                .key(self.key("running-keys", &instance.to_string()))
+                .arg(fingerprint)
+                .arg(instance)
+                .arg(&self.inner.holder)
+                .arg(&self.inner.opts.namespace)
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            match answer.first().map(String::as_str) {
+                Some("started") => Ok(IdempotencyBegin::Started),
+                Some("running") => Ok(IdempotencyBegin::Running),
+                Some("mismatch") => Ok(IdempotencyBegin::Mismatch),
+                Some("lost") => Ok(IdempotencyBegin::Lost),
+                Some("done") => {
+                    let outcome = answer.get(1).ok_or_else(|| {
+                        StoreError("redis: idempotency result without outcome".into())
+                    })?;
+                    Ok(IdempotencyBegin::Done(
+                        serde_json::from_str(outcome).map_err(json_err)?,
+                    ))
+                }
+                other => Err(StoreError(format!(
+                    "redis: unexpected idempotency answer {other:?}"
+                ))),
+            }
+        })
+    }
+
+    fn idempotency_finish<'a>(
+        &'a self,
+        key: &'a str,
+        outcome: StoredOutcome,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let body = serde_json::to_string(&outcome).map_err(json_err)?;
+            let _: i64 = self
+                .inner
+                .scripts
+                .finish
+                .key(self.key("idem", key))
+                .arg(body)
+                .arg(self.retention_ms())
+                .arg(&self.inner.opts.namespace)
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            Ok(())
+        })
+    }
+
+    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let _: i64 = self
+                .inner
+                .scripts
+                .abandon
+                .key(self.key("idem", key))
+                .arg(&self.inner.opts.namespace)
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            Ok(())
+        })
+    }
+
+    fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64> {
+        Box::pin(async move {
+            redis::cmd("INCR")
+                .arg(self.key("counter", name))
+                .query_async(&mut self.conn())
+                .await
+                .map_err(err)
+        })
+    }
+
+    fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            let i = instance.to_string();
+            let _: i64 = self
+                .inner
+                .scripts
+                .release
+                .key(self.key("running-requests", &i))
+                .key(self.key("running-keys", &i))
+                .arg(&i)
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            Ok(())
+        })
+    }
+
+    fn journal_append<'a>(&'a self, entry: &'a Value) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            redis::cmd("XADD")
+                .arg(self.key("journal", "oracle"))
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.inner.opts.max_journal)
+                .arg("*")
+                .arg("e")
+                .arg(entry.to_string())
+                .exec_async(&mut self.conn())
+                .await
+                .map_err(err)
+        })
+    }
+
+    fn journal_entries(&self) -> StoreFuture<'_, Vec<Value>> {
+        Box::pin(async move {
+            let key = self.key("journal", "oracle");
+            let mut out = Vec::new();
+            let mut from = "-".to_owned();
+            loop {
+                let page: StreamRangeReply = redis::cmd("XRANGE")
+                    .arg(&key)
+                    .arg(&from)
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(10_000)
+                    .query_async(&mut self.conn())
+                    .await
+                    .map_err(err)?;
+                let Some(last) = page.ids.last() else {
+                    return Ok(out);
+                };
+                from = format!("({}", last.id);
+                for entry in &page.ids {
+                    let body: String = entry.get("e").ok_or_else(|| {
+                        StoreError(format!("redis: malformed journal entry {}", entry.id))
+                    })?;
+                    out.push(serde_json::from_str(&body).map_err(json_err)?);
+                }
+            }
+        })
+    }
+}
