@@ -46,12 +46,13 @@ impl NginxConfig {
     pub fn render(&self) -> String {
         let p = self.prefix.display();
         let idle = self.idle_timeout.as_millis().max(1);
-        let fail = self.fail_timeout.as_millis().max(1);
+        // nginx takes whole seconds here.
+        let fail = self.fail_timeout.as_secs_f64().ceil().max(1.0) as u64;
         let mut servers = String::new();
         for u in &self.upstreams {
             let _ = writeln!(
                 servers,
-                "        server {u} max_fails=1 fail_timeout={fail}ms;"
+                "        server {u} max_fails=1 fail_timeout={fail}s;"
             );
         }
         let balancing = if self.affinity {

@@ -681,9 +681,18 @@ impl ProcessCluster {
             .join("\n")
     }
 
-    /// What really happened: the journal the instances wrote, replayed.
+    /// What really happened: the journal the instances wrote, replayed. Retried for up to
+    /// 5 s: after a Redis restart the first command on a connection fails while it
+    /// reconnects.
     pub async fn oracle(&self) -> Result<OracleReport, StoreError> {
-        let entries = self.store.journal_entries().await?;
+        let end = tokio::time::Instant::now() + Duration::from_secs(5);
+        let entries = loop {
+            match self.store.journal_entries().await {
+                Ok(e) => break e,
+                Err(e) if tokio::time::Instant::now() >= end => return Err(e),
+                Err(_) => tokio::time::sleep(POLL).await,
+            }
+        };
         OracleReport::from_journal(&entries, DEFAULT_ORACLE_RECORD_LIMIT)
             .map_err(|e| StoreError(format!("oracle journal: {e}")))
     }
