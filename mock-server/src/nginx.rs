@@ -25,8 +25,6 @@ pub struct NginxConfig {
     pub idle_timeout: Duration,
     /// Directory for the pid file, logs and temp paths.
     pub prefix: PathBuf,
-    /// How long nginx leaves an instance alone after a failed connection to it.
-    pub fail_timeout: Duration,
 }
 
 impl NginxConfig {
@@ -38,7 +36,6 @@ impl NginxConfig {
             affinity: false,
             idle_timeout: Duration::from_secs(30),
             prefix,
-            fail_timeout: Duration::from_secs(1),
         }
     }
 
@@ -46,14 +43,9 @@ impl NginxConfig {
     pub fn render(&self) -> String {
         let p = self.prefix.display();
         let idle = self.idle_timeout.as_millis().max(1);
-        // nginx takes whole seconds here.
-        let fail = self.fail_timeout.as_secs_f64().ceil().max(1.0) as u64;
         let mut servers = String::new();
         for u in &self.upstreams {
-            let _ = writeln!(
-                servers,
-                "        server {u} max_fails=1 fail_timeout={fail}s;"
-            );
+            let _ = writeln!(servers, "        server {u} max_fails=0;");
         }
         let balancing = if self.affinity {
             "        # Affinity on the session id; initialize (no id yet) falls back to round-robin.\n        hash $http_mcp_session_id consistent;\n"
@@ -82,7 +74,10 @@ http {{
     scgi_temp_path {p}/scgi;
 
     upstream mcp_instances {{
-{balancing}{servers}        keepalive 32;
+{balancing}        # max_fails=0: an instance is never taken out of rotation for a while (a stream
+        # cut by the idle timeout, or a slow answer, would otherwise move a pinned session).
+        # A request that cannot connect still goes to the next instance (proxy_next_upstream).
+{servers}        keepalive 32;
     }}
 
     server {{
@@ -104,6 +99,9 @@ http {{
             proxy_read_timeout {idle}ms;
             proxy_send_timeout 10s;
             proxy_connect_timeout 1s;
+            # Only a request that never reached an instance is passed to the next one: a
+            # resume whose answer was slow is not silently retried elsewhere.
+            proxy_next_upstream error;
         }}
 
         location / {{
@@ -133,8 +131,9 @@ mod tests {
         );
         c.idle_timeout = Duration::from_millis(250);
         let rr = c.render();
-        assert!(rr.contains("server 127.0.0.1:9001 max_fails=1"));
-        assert!(rr.contains("server 127.0.0.1:9002 max_fails=1"));
+        assert!(rr.contains("server 127.0.0.1:9001 max_fails=0;"));
+        assert!(rr.contains("server 127.0.0.1:9002 max_fails=0;"));
+        assert!(rr.contains("proxy_next_upstream error;"));
         assert!(rr.contains("proxy_read_timeout 250ms;"));
         assert!(rr.contains("proxy_buffering off;"));
         assert!(rr.contains("proxy_http_version 1.1;"));
