@@ -102,6 +102,7 @@ impl Drop for Inner {
 }
 
 struct Scripts {
+    finish_stream: Script,
     get_request: Script,
     begin: Script,
     finish: Script,
@@ -143,6 +144,20 @@ fn state_name(s: RequestState) -> &'static str {
         RequestState::Lost => "lost",
     }
 }
+
+// KEYS: stream record, events. ARGV: head, retention ms. Finishing an unknown stream does
+// nothing (as in memory); finishing twice (a cancel racing the call's own end) leaves one
+// marker.
+const FINISH_STREAM: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'finished', 1, 'head', ARGV[1])
+local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if top[1] == nil or top[1][1] ~= '1-0' then
+  redis.call('XADD', KEYS[2], '1-0', 'head', ARGV[1])
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
+"#;
 
 const GET_REQUEST: &str = r#"
 local v = redis.call('HMGET', KEYS[1], 'rec', 'state', 'holder')
@@ -277,6 +292,7 @@ impl RedisStore {
                 holder,
                 heartbeat,
                 scripts: Scripts {
+                    finish_stream: Script::new(FINISH_STREAM),
                     get_request: Script::new(GET_REQUEST),
                     begin: Script::new(BEGIN),
                     finish: Script::new(FINISH),
@@ -546,44 +562,18 @@ impl Store for RedisStore {
 
     fn finish_stream<'a>(&'a self, stream: &'a str, head: u64) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let rec_key = self.key("stream", stream);
-            let exists: bool = redis::cmd("EXISTS")
-                .arg(&rec_key)
-                .query_async(&mut self.conn())
+            let _: i64 = self
+                .inner
+                .scripts
+                .finish_stream
+                .key(self.key("stream", stream))
+                .key(self.key("events", stream))
+                .arg(head)
+                .arg(self.retention_ms())
+                .invoke_async(&mut self.conn())
                 .await
                 .map_err(err)?;
-            if !exists {
-                // Like the in-memory store: finishing an unknown stream does nothing.
-                return Ok(());
-            }
-            let key = self.key("events", stream);
-            let r: Result<(), RedisError> = redis::pipe()
-                .atomic()
-                .cmd("HSET")
-                .arg(&rec_key)
-                .arg("finished")
-                .arg(1)
-                .arg("head")
-                .arg(head)
-                .ignore()
-                .cmd("XADD")
-                .arg(&key)
-                .arg(FINISH_ID)
-                .arg("head")
-                .arg(head)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&key)
-                .arg(self.retention_ms())
-                .ignore()
-                .exec_async(&mut self.conn())
-                .await;
-            match r {
-                Ok(()) => Ok(()),
-                // Finished twice (a cancel racing the call's own end): the marker is there.
-                Err(e) if e.to_string().contains("equal or smaller") => Ok(()),
-                Err(e) => Err(err(e)),
-            }
+            Ok(())
         })
     }
 
