@@ -27,6 +27,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The shared store is in memory by default; [`RedisStore`] puts it in Redis. A
+//! [`StandaloneInstance`] runs one instance without the balancer, so that instance processes
+//! can share a Redis behind nginx ([`nginx`] writes its configuration, [`procs`] runs the
+//! whole thing as child processes for tests); they report to the oracle through the store's
+//! journal ([`OracleReport::from_journal`]).
+//!
 //! See `README.md` in this crate for the wire behaviour of each preset, the status codes and
 //! the oracle's JSON shape.
 

@@ -516,13 +516,14 @@ impl ProcessClusterConfig {
 /// real parts. The oracle is the instances' journal in Redis.
 #[derive(Debug)]
 pub struct ProcessCluster {
-    config: ProcessClusterConfig,
-    redis: RedisServer,
+    // Dropped in this order: the balancer, the instances, then what they use.
+    nginx: Nginx,
+    instances: Vec<Option<InstanceProcess>>,
     store: RedisStore,
+    redis: RedisServer,
+    config: ProcessClusterConfig,
     namespace: String,
     addrs: Vec<SocketAddr>,
-    instances: Vec<Option<InstanceProcess>>,
-    nginx: Nginx,
     dir: TempDir,
 }
 
