@@ -231,12 +231,8 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
-        if let Err(e) = wait_listening(&mut child, addr, "redis-server", &log).await {
-            kill_now(&mut child);
-            return Err(e);
-        }
         // Listening is not serving: it answers LOADING while it reads its file back.
-        if let Err(e) = wait_pong(addr).await {
+        if let Err(e) = wait_redis(&mut child, addr, &log).await {
             kill_now(&mut child);
             return Err(e);
         }
@@ -257,24 +253,88 @@ impl Drop for RedisServer {
     }
 }
 
-async fn ping(addr: SocketAddr) -> io::Result<bool> {
+/// The pid of the redis-server answering on `addr`, once it serves (not while it loads).
+async fn redis_pid(addr: SocketAddr) -> io::Result<Option<u32>> {
     let mut s = TcpStream::connect(addr).await?;
-    s.write_all(b"PING\r\n").await?;
-    let mut buf = [0u8; 64];
-    let n = s.read(&mut buf).await?;
-    Ok(buf[..n].starts_with(b"+PONG"))
+    s.write_all(b"INFO server\r\n").await?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buf);
+        if text.starts_with('-') {
+            // -LOADING and other errors: not serving yet.
+            return Ok(None);
+        }
+        if let Some(rest) = text.split("process_id:").nth(1) {
+            if let Some(line) = rest.split("\r\n").next().filter(|_| rest.contains("\r\n")) {
+                return Ok(line.trim().parse().ok());
+            }
+        }
+        if buf.len() > 64 * 1024 {
+            return Ok(None);
+        }
+    }
 }
 
-async fn wait_pong(addr: SocketAddr) -> io::Result<()> {
+/// Waits until the child itself serves on `addr`: another process that happens to listen
+/// on the port (a free port is only free until someone takes it) does not count.
+async fn wait_redis(child: &mut Child, addr: SocketAddr, log: &Path) -> io::Result<()> {
     let end = tokio::time::Instant::now() + START_DEADLINE;
     loop {
-        if let Ok(Ok(true)) = tokio::time::timeout(Duration::from_secs(1), ping(addr)).await {
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!(
+                "redis-server exited ({status}) before serving on {addr}:\n{}",
+                read_log(log)
+            )));
+        }
+        let answer = tokio::time::timeout(Duration::from_secs(1), redis_pid(addr)).await;
+        match answer {
+            Ok(Ok(Some(pid))) if pid == child.id() => return Ok(()),
+            Ok(Ok(Some(other))) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{addr} is served by another redis-server (pid {other})"),
+                ))
+            }
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= end {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "redis-server did not serve on {addr} in time:\n{}",
+                    read_log(log)
+                ),
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until nginx has written its pid file (it does so once its sockets are bound), so
+/// that a port taken by someone else is not mistaken for nginx listening.
+async fn wait_nginx_pid(child: &mut Child, pid_file: &Path, log: &Path) -> io::Result<()> {
+    let end = tokio::time::Instant::now() + START_DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!(
+                "nginx exited ({status}) before starting:\n{}",
+                read_log(log)
+            )));
+        }
+        let written = std::fs::read_to_string(pid_file).unwrap_or_default();
+        if written.trim() == child.id().to_string() {
             return Ok(());
         }
         if tokio::time::Instant::now() >= end {
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("redis-server on {addr} did not answer PING in time"),
+                format!("nginx did not start in time:\n{}", read_log(log)),
             ));
         }
         tokio::time::sleep(POLL).await;
@@ -323,7 +383,12 @@ impl Nginx {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()?;
-            match wait_listening(&mut child, config.listen, "nginx", &log).await {
+            let pid_file = dir.path().join("nginx.pid");
+            let started = async {
+                wait_nginx_pid(&mut child, &pid_file, &log).await?;
+                wait_listening(&mut child, config.listen, "nginx", &log).await
+            };
+            match started.await {
                 Ok(()) => {
                     return Ok(Nginx {
                         child: Some(child),
