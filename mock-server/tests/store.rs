@@ -75,6 +75,7 @@ suite!(
     events_after_returns_events_in_order,
     wait_events_wakes_on_append_and_finish,
     wait_events_times_out_empty_and_returns_at_once_for_unknown_streams,
+    a_stream_sees_only_its_own_events_among_its_sessions_streams,
     requests_round_trip_and_a_released_instance_loses_its_running_ones,
     prepared_records_round_trip,
     idempotency_semantics,
@@ -250,6 +251,55 @@ async fn wait_events_times_out_empty_and_returns_at_once_for_unknown_streams(
         .unwrap()
         .is_empty());
     assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+async fn a_stream_sees_only_its_own_events_among_its_sessions_streams(store: Arc<dyn Store>) {
+    // Two streams of session "s" (a call's and the standalone one) and one of session "t".
+    store.create_stream(stream("a")).await.unwrap();
+    store
+        .create_stream(StreamRecord {
+            kind: StreamKind::Standalone,
+            request_ids: vec![],
+            ..stream("b")
+        })
+        .await
+        .unwrap();
+    store
+        .create_stream(StreamRecord {
+            session: "t".into(),
+            ..stream("c")
+        })
+        .await
+        .unwrap();
+    // A reader of "a" waits while the other streams get events.
+    let s2 = store.clone();
+    let waiter = tokio::spawn(async move {
+        s2.wait_events("a", 1, Duration::from_secs(10))
+            .await
+            .unwrap()
+    });
+    store.append_event("a", ev("a", 1)).await.unwrap();
+    for seq in 1..=3 {
+        store.append_event("b", ev("b", seq)).await.unwrap();
+        store.append_event("c", ev("c", seq)).await.unwrap();
+    }
+    store.finish_stream("c", 3).await.unwrap();
+    assert!(!waiter.is_finished());
+    store.append_event("a", ev("a", 2)).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got, vec![ev("a", 2)]);
+    assert_eq!(
+        store.events_after("b", 1).await.unwrap(),
+        vec![ev("b", 2), ev("b", 3)]
+    );
+    assert_eq!(store.events_after("c", 0).await.unwrap().len(), 3);
+    // Events of a stream nobody created are not kept.
+    store.append_event("ghost", ev("ghost", 1)).await.unwrap();
+    assert!(store.events_after("ghost", 0).await.unwrap().is_empty());
+    assert_eq!(store.get_stream("ghost").await.unwrap(), None);
 }
 
 fn request(

@@ -5,8 +5,8 @@
 //! | key | type | what |
 //! |---|---|---|
 //! | `session:<id>` | string (JSON) | session record |
-//! | `stream:<id>` | hash `rec`, `finished`, `head` | SSE stream record |
-//! | `events:<id>` | stream | the stream's events; entry id `0-<seq>`, the finish marker `1-0` |
+//! | `events:<session>` | stream | the session's event log: every event of every SSE stream of the session, fields `s` (SSE stream id), `seq`, `id`, `data`, `kind`; a finished stream adds an entry `s`, `fin` |
+//! | `stream:<id>` | hash `rec`, `session`, `finished`, `head`, `from` | SSE stream record; `from` is the session log's last entry id when the stream was created |
 //! | `request:<session>:<rpc id>` | hash `rec`, `state`, `instance`, `holder` | request record |
 //! | `prepared:<id>` | string (JSON) | `prepare`'s record |
 //! | `idem:<key>` | hash `state`, `fp`, `instance`, `holder`, `outcome` | idempotency key |
@@ -15,12 +15,13 @@
 //! | `counter:<name>` | integer | `counter_increment` |
 //! | `journal:oracle` | stream | the oracle's journal |
 //!
-//! Why the event log looks like this: `Last-Event-ID` names one SSE stream, so each SSE
-//! stream is one Redis stream whose entry ids *are* the event sequence numbers. Redis then
-//! refuses an append that does not increase the sequence, `XRANGE (0-<n>` is the resume
-//! read, and `XREAD BLOCK` from `0-<n>` follows the live tail without polling. Finishing a
-//! stream appends `1-0`, which sorts after every event, so a blocked reader wakes on the
-//! finish too, and nothing can be appended after it.
+//! The event log is a Redis stream keyed by session id, as in the incident. `Last-Event-ID`
+//! names one SSE stream: a read takes the session log from the stream's `from` on and keeps
+//! that stream's entries (a Lua script, one round trip). A resume on another instance follows
+//! the live tail with `XREAD BLOCK` from the log's last entry id (on a connection of its own,
+//! so the shared one never blocks) and reads again when anything is appended; finishing a
+//! stream appends an entry too, so a blocked reader wakes on the finish. The log is trimmed
+//! (`MAXLEN ~`) per session: a resume from before what is kept is rejected as a gap.
 //!
 //! Claims (an idempotency key, a request record in state `Running`) name the handle that
 //! made them. Each handle keeps a lease key alive; a claim whose holder's lease has expired
@@ -32,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
+use redis::streams::StreamRangeReply;
 use redis::{AsyncConnectionConfig, Client, RedisError, Script};
 use serde_json::Value;
 
@@ -50,9 +51,9 @@ pub struct RedisOptions {
     /// How long records, event logs and finished idempotency results live after their last
     /// write. Keys whose outcome is unknown (their instance died mid-call) never expire.
     pub retention: Duration,
-    /// Events kept per SSE stream (`XADD MAXLEN ~`); older ones are trimmed, and a resume
+    /// Entries kept per session log (`XADD MAXLEN ~`); older ones are trimmed, and a resume
     /// from before them is rejected as a gap.
-    pub max_events_per_stream: usize,
+    pub max_events_per_session: usize,
     /// Entries kept in the oracle's journal (`MAXLEN ~`).
     pub max_journal: usize,
     /// Lifetime of this handle's lease: how long after its process dies its claims start
@@ -67,7 +68,7 @@ impl Default for RedisOptions {
         Self {
             namespace: "mcp:".into(),
             retention: Duration::from_secs(3600),
-            max_events_per_stream: 10_000,
+            max_events_per_session: 10_000,
             max_journal: 1_000_000,
             lease: Duration::from_secs(3),
             response_timeout: Duration::from_secs(2),
@@ -77,11 +78,6 @@ impl Default for RedisOptions {
 
 /// Blocked reads idle in the pool beyond this many are closed.
 const MAX_IDLE_BLOCKING: usize = 16;
-
-/// Entry id of the finish marker: above every `0-<seq>`.
-const FINISH_ID: &str = "1-0";
-/// Upper bound of event entries in a range read (excludes the finish marker).
-const LAST_EVENT_ID: &str = "0-18446744073709551615";
 
 struct Inner {
     client: Client,
@@ -102,6 +98,9 @@ impl Drop for Inner {
 }
 
 struct Scripts {
+    create_stream: Script,
+    append: Script,
+    read_after: Script,
     finish_stream: Script,
     get_request: Script,
     begin: Script,
@@ -145,18 +144,67 @@ fn state_name(s: RequestState) -> &'static str {
     }
 }
 
-// KEYS: stream record, events. ARGV: head, retention ms. Finishing an unknown stream does
-// nothing (as in memory); finishing twice (a cancel racing the call's own end) leaves one
-// marker.
-const FINISH_STREAM: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'finished', 1, 'head', ARGV[1])
-local top = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if top[1] == nil or top[1][1] ~= '1-0' then
-  redis.call('XADD', KEYS[2], '1-0', 'head', ARGV[1])
-end
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+// The session log's key is computed from the stream record (the session id), so these
+// scripts touch a key they do not declare: one Redis server, not Redis Cluster.
+
+// KEYS: stream record. ARGV: namespace, stream id, record JSON, session, retention ms.
+// Replaces a stream of the same id; its reads start after what the log holds now.
+const CREATE_STREAM: &str = r#"
+local log = ARGV[1] .. 'events:' .. ARGV[4]
+local top = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
+local from = '0-0'
+if top[1] then from = top[1][1] end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'rec', ARGV[3], 'session', ARGV[4], 'finished', 0, 'head', 0, 'from', from)
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return 1
+"#;
+
+// KEYS: stream record. ARGV: namespace, stream id, seq, event id, data, kind JSON, maxlen,
+// retention ms. An event of an unknown stream is dropped, as in memory.
+const APPEND: &str = r#"
+local session = redis.call('HGET', KEYS[1], 'session')
+if not session then return 0 end
+local log = ARGV[1] .. 'events:' .. session
+redis.call('XADD', log, 'MAXLEN', '~', ARGV[7], '*', 's', ARGV[2], 'seq', ARGV[3], 'id', ARGV[4], 'data', ARGV[5], 'kind', ARGV[6])
+redis.call('PEXPIRE', log, ARGV[8])
+return 1
+"#;
+
+// KEYS: stream record. ARGV: namespace, stream id, head, retention ms. Finishing an unknown
+// stream does nothing (as in memory).
+const FINISH_STREAM: &str = r#"
+local session = redis.call('HGET', KEYS[1], 'session')
+if not session then return 0 end
+redis.call('HSET', KEYS[1], 'finished', 1, 'head', ARGV[3])
+local log = ARGV[1] .. 'events:' .. session
+redis.call('XADD', log, '*', 's', ARGV[2], 'fin', ARGV[3])
+redis.call('PEXPIRE', log, ARGV[4])
+return 1
+"#;
+
+// KEYS: stream record. ARGV: namespace, stream id, after. Returns {exists, finished, log key,
+// last entry id of the log, {{seq, id, data, kind}...}}: the stream's events with seq > after.
+const READ_AFTER: &str = r#"
+local v = redis.call('HMGET', KEYS[1], 'session', 'finished', 'from')
+if not v[1] then return {0, 0, '', '0-0', {}} end
+local log = ARGV[1] .. 'events:' .. v[1]
+local last = '0-0'
+local top = redis.call('XREVRANGE', log, '+', '-', 'COUNT', 1)
+if top[1] then last = top[1][1] end
+local out = {}
+local after = tonumber(ARGV[3])
+for _, e in ipairs(redis.call('XRANGE', log, '(' .. v[3], '+')) do
+  local f = e[2]
+  local h = {}
+  for i = 1, #f, 2 do h[f[i]] = f[i + 1] end
+  if h['s'] == ARGV[2] and h['seq'] and tonumber(h['seq']) > after then
+    table.insert(out, {h['seq'], h['id'], h['data'], h['kind']})
+  end
+end
+local finished = 0
+if v[2] == '1' then finished = 1 end
+return {1, finished, log, last, out}
 "#;
 
 const GET_REQUEST: &str = r#"
@@ -292,6 +340,9 @@ impl RedisStore {
                 holder,
                 heartbeat,
                 scripts: Scripts {
+                    create_stream: Script::new(CREATE_STREAM),
+                    append: Script::new(APPEND),
+                    read_after: Script::new(READ_AFTER),
                     finish_stream: Script::new(FINISH_STREAM),
                     get_request: Script::new(GET_REQUEST),
                     begin: Script::new(BEGIN),
@@ -381,30 +432,46 @@ impl RedisStore {
             .transpose()
     }
 
-    /// The stream's events with `seq > after`, whether it is finished, and whether its record
-    /// exists, in one round trip.
-    async fn read_after(
-        &self,
-        stream: &str,
-        after: u64,
-    ) -> Result<(Vec<StoredEvent>, bool, bool), StoreError> {
-        let (finished, range): (Option<String>, StreamRangeReply) = redis::pipe()
-            .cmd("HGET")
-            .arg(self.key("stream", stream))
-            .arg("finished")
-            .cmd("XRANGE")
-            .arg(self.key("events", stream))
-            .arg(format!("(0-{after}"))
-            .arg(LAST_EVENT_ID)
-            .query_async(&mut self.conn())
+    /// One read of a stream: its events with `seq > after`, in one round trip.
+    async fn read_after(&self, stream: &str, after: u64) -> Result<Read, StoreError> {
+        type Raw = (
+            u8,
+            u8,
+            String,
+            String,
+            Vec<(String, String, String, String)>,
+        );
+        let (exists, finished, log, last, raw): Raw = self
+            .inner
+            .scripts
+            .read_after
+            .key(self.key("stream", stream))
+            .arg(&self.inner.opts.namespace)
+            .arg(stream)
+            .arg(after)
+            .invoke_async(&mut self.conn())
             .await
             .map_err(err)?;
-        let events = range
-            .ids
-            .iter()
-            .map(parse_event)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((events, finished.as_deref() == Some("1"), finished.is_some()))
+        let events = raw
+            .into_iter()
+            .map(|(seq, id, data, kind)| {
+                Ok(StoredEvent {
+                    seq: seq
+                        .parse()
+                        .map_err(|_| StoreError(format!("redis: malformed event seq {seq:?}")))?,
+                    id,
+                    data,
+                    kind: serde_json::from_str::<EventKind>(&kind).map_err(json_err)?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok(Read {
+            events,
+            finished: finished == 1,
+            exists: exists == 1,
+            log,
+            last,
+        })
     }
 
     async fn blocking_conn(&self) -> Result<MultiplexedConnection, StoreError> {
@@ -441,22 +508,14 @@ impl RedisStore {
     }
 }
 
-fn parse_event(entry: &StreamId) -> Result<StoredEvent, StoreError> {
-    let bad = || StoreError(format!("redis: malformed event entry {}", entry.id));
-    let seq = entry
-        .id
-        .strip_prefix("0-")
-        .and_then(|n| n.parse::<u64>().ok())
-        .ok_or_else(bad)?;
-    let id: String = entry.get("id").ok_or_else(bad)?;
-    let data: String = entry.get("data").ok_or_else(bad)?;
-    let kind: String = entry.get("kind").ok_or_else(bad)?;
-    Ok(StoredEvent {
-        seq,
-        id,
-        data,
-        kind: serde_json::from_str::<EventKind>(&kind).map_err(json_err)?,
-    })
+/// What [`RedisStore::read_after`] found.
+struct Read {
+    events: Vec<StoredEvent>,
+    finished: bool,
+    exists: bool,
+    /// The session log's key and its last entry id: where a blocked read starts.
+    log: String,
+    last: String,
 }
 
 impl Store for RedisStore {
@@ -484,31 +543,21 @@ impl Store for RedisStore {
 
     fn create_stream(&self, record: StreamRecord) -> StoreFuture<'_, ()> {
         Box::pin(async move {
-            let key = self.key("stream", &record.id);
             let rec = serde_json::to_string(&record).map_err(json_err)?;
-            // Replaces a stream of the same id, its log included, as the in-memory store does.
-            redis::pipe()
-                .atomic()
-                .cmd("DEL")
-                .arg(&key)
-                .arg(self.key("events", &record.id))
-                .ignore()
-                .cmd("HSET")
-                .arg(&key)
-                .arg("rec")
+            let _: i64 = self
+                .inner
+                .scripts
+                .create_stream
+                .key(self.key("stream", &record.id))
+                .arg(&self.inner.opts.namespace)
+                .arg(&record.id)
                 .arg(rec)
-                .arg("finished")
-                .arg(u8::from(record.finished))
-                .arg("head")
-                .arg(record.head)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&key)
+                .arg(&record.session)
                 .arg(self.retention_ms())
-                .ignore()
-                .exec_async(&mut self.conn())
+                .invoke_async(&mut self.conn())
                 .await
-                .map_err(err)
+                .map_err(err)?;
+            Ok(())
         })
     }
 
@@ -533,30 +582,24 @@ impl Store for RedisStore {
 
     fn append_event<'a>(&'a self, stream: &'a str, event: StoredEvent) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let key = self.key("events", stream);
             let kind = serde_json::to_string(&event.kind).map_err(json_err)?;
-            redis::pipe()
-                .atomic()
-                .cmd("XADD")
-                .arg(&key)
-                .arg("MAXLEN")
-                .arg("~")
-                .arg(self.inner.opts.max_events_per_stream)
-                .arg(format!("0-{}", event.seq))
-                .arg("id")
+            let _: i64 = self
+                .inner
+                .scripts
+                .append
+                .key(self.key("stream", stream))
+                .arg(&self.inner.opts.namespace)
+                .arg(stream)
+                .arg(event.seq)
                 .arg(&event.id)
-                .arg("data")
                 .arg(&event.data)
-                .arg("kind")
                 .arg(kind)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(&key)
+                .arg(self.inner.opts.max_events_per_session)
                 .arg(self.retention_ms())
-                .ignore()
-                .exec_async(&mut self.conn())
+                .invoke_async(&mut self.conn())
                 .await
-                .map_err(err)
+                .map_err(err)?;
+            Ok(())
         })
     }
 
@@ -567,7 +610,8 @@ impl Store for RedisStore {
                 .scripts
                 .finish_stream
                 .key(self.key("stream", stream))
-                .key(self.key("events", stream))
+                .arg(&self.inner.opts.namespace)
+                .arg(stream)
                 .arg(head)
                 .arg(self.retention_ms())
                 .invoke_async(&mut self.conn())
@@ -582,7 +626,7 @@ impl Store for RedisStore {
         stream: &'a str,
         after: u64,
     ) -> StoreFuture<'a, Vec<StoredEvent>> {
-        Box::pin(async move { Ok(self.read_after(stream, after).await?.0) })
+        Box::pin(async move { Ok(self.read_after(stream, after).await?.events) })
     }
 
     fn wait_events<'a>(
@@ -592,32 +636,33 @@ impl Store for RedisStore {
         timeout: Duration,
     ) -> StoreFuture<'a, Vec<StoredEvent>> {
         Box::pin(async move {
-            let (events, finished, exists) = self.read_after(stream, after).await?;
-            if !events.is_empty() || finished || !exists || timeout.is_zero() {
-                return Ok(events);
-            }
-            let mut c = self.blocking_conn().await?;
-            let mut xread = redis::cmd("XREAD");
-            xread
-                .arg("BLOCK")
-                .arg(ms(timeout))
-                .arg("STREAMS")
-                .arg(self.key("events", stream))
-                .arg(format!("0-{after}"));
-            let read = xread.query_async::<Option<StreamReadReply>>(&mut c);
-            let reply = tokio::time::timeout(timeout + Duration::from_secs(1), read)
-                .await
-                .map_err(|_| StoreError("redis: blocked read overran its deadline".into()))?
-                .map_err(err)?;
-            self.return_blocking(c);
-            let mut out = Vec::new();
-            for entry in reply.into_iter().flat_map(|r| r.keys).flat_map(|k| k.ids) {
-                if entry.id == FINISH_ID {
-                    break;
+            let deadline = tokio::time::Instant::now() + timeout;
+            loop {
+                let read = self.read_after(stream, after).await?;
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if !read.events.is_empty() || read.finished || !read.exists || left.is_zero() {
+                    return Ok(read.events);
                 }
-                out.push(parse_event(&entry)?);
+                // Blocks until anything is appended to the session's log after what was just
+                // read (this stream's events, its finish, or another stream's), then reads
+                // again.
+                let mut c = self.blocking_conn().await?;
+                let mut xread = redis::cmd("XREAD");
+                xread
+                    .arg("COUNT")
+                    .arg(1)
+                    .arg("BLOCK")
+                    .arg(ms(left))
+                    .arg("STREAMS")
+                    .arg(&read.log)
+                    .arg(&read.last);
+                let blocked = xread.query_async::<redis::Value>(&mut c);
+                tokio::time::timeout(left + Duration::from_secs(1), blocked)
+                    .await
+                    .map_err(|_| StoreError("redis: blocked read overran its deadline".into()))?
+                    .map_err(err)?;
+                self.return_blocking(c);
             }
-            Ok(out)
         })
     }
 
