@@ -129,9 +129,6 @@
 //!
 //! [Model Context Protocol]: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports
 #![deny(missing_docs)]
-// With the MSRV at 1.89 clippy prefers `Option::is_none_or` to `map_or(true, ..)`, which two
-// places of the core still use; lift this once they are rewritten.
-#![allow(clippy::unnecessary_map_or)]
 // The crate docs introduce the client API; built without it, those links have no target.
 #![cfg_attr(not(feature = "client"), allow(rustdoc::broken_intra_doc_links))]
 

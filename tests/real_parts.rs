@@ -69,7 +69,7 @@ fn mock_cluster_binary() -> PathBuf {
             .into_iter()
             .chain(newest_mtime(&root.join("mock-server/Cargo.toml")))
             .max();
-        if built.is_some_and(|b| sources.map_or(true, |s| s <= b)) {
+        if built.is_some_and(|b| sources.is_none_or(|s| s <= b)) {
             return bin;
         }
         let target_dir = profile_dir.parent().expect("the target directory");

@@ -499,7 +499,7 @@ mod tests {
                 Message::Request { params, .. } | Message::Notification { params, .. } => {
                     prop_assert!(params
                         .as_ref()
-                        .map_or(true, |p| p.is_object() || p.is_array()));
+                        .is_none_or(|p| p.is_object() || p.is_array()));
                 }
                 Message::Response { id, result } => match result {
                     Ok(_) => prop_assert!(id.is_some(), "a result without an id"),

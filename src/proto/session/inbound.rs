@@ -16,7 +16,9 @@ use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc::{self, Message};
 use crate::proto::modern::{self, ResultType};
-use crate::proto::{ext, methods, CallId, HttpId, Notification, Output, ServerRequest};
+use crate::proto::{
+    ext, methods, CallId, HttpId, Notification, Output, ServerRequest, SessionEvent,
+};
 use crate::sse::SseEvent;
 
 impl Session {
@@ -217,6 +219,8 @@ impl Session {
         if method == methods::SUBSCRIPTIONS_ACKNOWLEDGED {
             debug!("subscription acknowledged");
             self.life.confirm();
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Listening));
             return false;
         }
         true
