@@ -8,14 +8,18 @@
 //! however fast a server sends.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::{AbortHandle, Abortable, BoxFuture};
+use futures::stream::FuturesUnordered;
 use futures::FutureExt;
+use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -84,7 +88,7 @@ pub(crate) enum Command {
 
 /// A driver not yet spawned: the client starts it on the first call that needs it.
 pub(crate) struct Driver {
-    endpoint: Endpoint,
+    endpoint: Arc<Endpoint>,
     session: SessionConfig,
     handlers: Arc<Handlers>,
     commands: mpsc::UnboundedReceiver<Command>,
@@ -100,13 +104,13 @@ impl Driver {
         published: Arc<Published>,
     ) -> Self {
         Driver {
-            endpoint: Endpoint {
+            endpoint: Arc::new(Endpoint {
                 http: config.http,
                 url: config.url,
                 headers: Arc::new(config.headers),
                 auth: config.auth,
                 fire_and_forget_timeout: config.session.call_timeout,
-            },
+            }),
             session: config.session,
             era_cache: config.era_cache,
             task_store: config.task_store,
@@ -128,7 +132,12 @@ impl Driver {
             url.path()
         );
         let span = tracing::info_span!("mcp_client", %endpoint);
-        handle.spawn(self.run().instrument(span));
+        // Entering a span on every poll costs even when nothing listens: only when enabled.
+        if span.is_disabled() {
+            handle.spawn(self.run());
+        } else {
+            handle.spawn(self.run().instrument(span));
+        }
     }
 
     async fn run(self) {
@@ -145,16 +154,17 @@ impl Driver {
             published: self.published,
             exchange_tx,
             answer_tx,
-            exchanges: HashMap::new(),
-            calls: HashMap::new(),
-            tickets: HashMap::new(),
-            app_ids: HashMap::new(),
+            exchanges: FxHashMap::default(),
+            running: FuturesUnordered::new(),
+            calls: FxHashMap::default(),
+            tickets: FxHashMap::default(),
+            app_ids: FxHashMap::default(),
             finished: VecDeque::new(),
             server_requests: HashMap::new(),
-            progress: HashMap::new(),
-            idle: HashMap::new(),
+            progress: FxHashMap::default(),
+            idle: FxHashMap::default(),
             idle_queue: BTreeSet::new(),
-            auth_refusals: HashMap::new(),
+            auth_refusals: FxHashMap::default(),
             auth_cause: None,
             shutdown: None,
         };
@@ -185,7 +195,7 @@ struct Shutdown {
 /// session's).
 struct State {
     session: Session,
-    endpoint: Endpoint,
+    endpoint: Arc<Endpoint>,
     handlers: Arc<Handlers>,
     published: Arc<Published>,
     era_cache: EraCache,
@@ -193,11 +203,15 @@ struct State {
     exchange_tx: mpsc::Sender<ExchangeEvent>,
     answer_tx: mpsc::UnboundedSender<Answer>,
     /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
-    exchanges: HashMap<HttpId, AbortHandle>,
-    calls: HashMap<CallId, Pending>,
-    tickets: HashMap<u64, CallId>,
+    exchanges: FxHashMap<HttpId, AbortHandle>,
+    /// The exchanges themselves, polled by this task (no task spawned per request: a
+    /// request costs no scheduling and no hand-off between threads; reqwest's connections
+    /// run in tasks of their own).
+    running: FuturesUnordered<Abortable<BoxFuture<'static, ()>>>,
+    calls: FxHashMap<CallId, Pending>,
+    tickets: FxHashMap<u64, CallId>,
     /// The session's call ids to the application's ([`ToolCall::id`](super::ToolCall::id)).
-    app_ids: HashMap<CallId, CallId>,
+    app_ids: FxHashMap<CallId, CallId>,
     /// Calls finished recently, oldest first: their ids stay translatable for events the
     /// session reports around their completion, within a bound.
     finished: VecDeque<CallId>,
@@ -205,13 +219,13 @@ struct State {
     /// is bounded by [`MAX_SERVER_REQUESTS`].
     server_requests: HashMap<RequestId, watch::Sender<Option<String>>>,
     /// Where each call's own progress goes (calls started as handles).
-    progress: HashMap<CallId, mpsc::Sender<Progress>>,
+    progress: FxHashMap<CallId, mpsc::Sender<Progress>>,
     /// Calls that reset their timeout on progress: the allowed silence and its end.
-    idle: HashMap<CallId, (Duration, Instant)>,
+    idle: FxHashMap<CallId, (Duration, Instant)>,
     /// The same ends, ordered, for the one idle timer.
     idle_queue: BTreeSet<(Instant, CallId)>,
     /// Exchanges whose credentials the server refused, with its challenge.
-    auth_refusals: HashMap<HttpId, AuthChallenge>,
+    auth_refusals: FxHashMap<HttpId, AuthChallenge>,
     /// While the session handles the end of such an exchange: the challenge that explains
     /// the calls it fails.
     auth_cause: Option<AuthChallenge>,
@@ -232,6 +246,7 @@ impl State {
     ) {
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         loop {
             self.pump();
             if let Some(shutdown) = &self.shutdown {
@@ -240,8 +255,10 @@ impl State {
                 }
             }
             let deadline = self.session.poll_timeout().map(Instant::from_std);
-            if let Some(deadline) = deadline {
+            if let Some(deadline) = deadline.filter(|d| armed != Some(*d)) {
+                // Re-arming costs a trip through the timer wheel: only when the time moved.
                 timer.as_mut().reset(deadline);
+                armed = Some(deadline);
             }
             let shutdown_deadline = self.shutdown.as_ref().map(|s| s.deadline);
             let idle_deadline = self.idle_queue.first().map(|(at, _)| *at);
@@ -251,6 +268,7 @@ impl State {
                     Some(command) => self.handle_command(command),
                 },
                 Some(event) = exchanges.recv() => self.handle_exchange(event),
+                Some(_) = self.running.next(), if !self.running.is_empty() => {}
                 Some((id, result)) = answers.recv() => {
                     self.server_requests.remove(&id);
                     match result {
@@ -264,6 +282,7 @@ impl State {
                     // The timer fired for `deadline`: whatever is due then fires, even if the
                     // clock reads a hair earlier.
                     let fired = deadline.map_or_else(Instant::now, |d| d.max(Instant::now()));
+                    armed = None;
                     self.session.handle_timeout(fired.into_std());
                 }
                 () = tokio::time::sleep_until(shutdown_deadline.unwrap_or_else(Instant::now)),
@@ -422,19 +441,11 @@ impl State {
                     purpose = ?request.purpose,
                     "http exchange"
                 );
-                let span = tracing::debug_span!(
-                    "http",
-                    id = id.0,
-                    method = ?request.method,
-                    purpose = ?request.purpose
-                );
-                let task = tokio::spawn(
-                    self.endpoint
-                        .clone()
-                        .run(request, self.exchange_tx.clone())
-                        .instrument(span),
-                );
-                if let Some(old) = self.exchanges.insert(id, task.abort_handle()) {
+                let (abort, registration) = AbortHandle::new_pair();
+                let exchange = self.endpoint.clone().run(request, self.exchange_tx.clone());
+                self.running
+                    .push(Abortable::new(Box::pin(exchange), registration));
+                if let Some(old) = self.exchanges.insert(id, abort) {
                     old.abort();
                 }
             }

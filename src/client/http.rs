@@ -53,8 +53,7 @@ impl ExchangeEvent {
     }
 }
 
-/// Everything an exchange task needs besides the request.
-#[derive(Clone)]
+/// Everything an exchange needs besides the request (shared by every exchange of a client).
 pub(crate) struct Endpoint {
     pub(crate) http: reqwest::Client,
     pub(crate) url: Url,
@@ -70,7 +69,11 @@ pub(crate) struct Endpoint {
 impl Endpoint {
     /// Performs `request`, reporting on `tx`. Returns when the exchange is over or the driver
     /// is gone; the driver aborts the task to stop it early.
-    pub(crate) async fn run(self, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        request: HttpRequest,
+        tx: mpsc::Sender<ExchangeEvent>,
+    ) {
         let id = request.id;
         match request.purpose {
             HttpPurpose::Notify | HttpPurpose::Terminate => {
@@ -88,7 +91,7 @@ impl Endpoint {
         }
     }
 
-    async fn exchange(self, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
+    async fn exchange(self: Arc<Self>, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
         let id = request.id;
         let report = |event| {
             let tx = tx.clone();
