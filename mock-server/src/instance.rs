@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -96,6 +96,9 @@ pub(crate) struct Incarnation {
     running: Mutex<HashMap<(String, String), RunningCall>>,
     standalone: Mutex<HashMap<String, mpsc::UnboundedSender<Bytes>>>,
     tombstones: Mutex<HashSet<String>>,
+    /// Set before a kill aborts the running calls: from then on, what they held belongs to
+    /// the store's record of the death, not to them (see [`KeyClaim`]).
+    dying: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -114,6 +117,7 @@ impl RunningInstance {
     /// Stops accepting, drops every connection and every running call, without waiting and
     /// without telling the shared store (for teardown on drop).
     pub(crate) fn abort(&self) {
+        self.incarnation.dying.store(true, Ordering::SeqCst);
         self.accept.abort();
         lock(&self.connections).abort_all();
         lock(&self.incarnation.tasks).abort_all();
@@ -121,6 +125,7 @@ impl RunningInstance {
 
     /// Stops accepting, drops every connection and every running call.
     pub(crate) async fn kill(self) {
+        self.incarnation.dying.store(true, Ordering::SeqCst);
         self.accept.abort();
         let _ = self.accept.await;
         lock(&self.connections).abort_all();
@@ -155,6 +160,7 @@ pub(crate) fn serve(
         running: Mutex::new(HashMap::new()),
         standalone: Mutex::new(HashMap::new()),
         tombstones: Mutex::new(HashSet::new()),
+        dying: AtomicBool::new(false),
     });
     let mut router = router(incarnation.clone());
     if let Some(extra) = extra {
@@ -1030,16 +1036,24 @@ async fn handle_request(
     }
 }
 
-/// Releases a claimed idempotency key if the call never finished (cancel, abort).
+/// Releases a claimed idempotency key if the call never finished because it was cancelled.
+///
+/// Not when its instance is being killed: the call may have applied its effect before it was
+/// aborted, so the key must become "outcome unknown" (the store's record of the death does
+/// that) and never run again. Releasing it here would race that record: a key freed first
+/// would let a re-sent call run a second time.
 struct KeyClaim {
-    store: Arc<dyn Store>,
+    inc: Arc<Incarnation>,
     key: Option<String>,
 }
 
 impl Drop for KeyClaim {
     fn drop(&mut self) {
+        if self.inc.dying.load(Ordering::SeqCst) {
+            return;
+        }
         if let Some(key) = self.key.take() {
-            let store = self.store.clone();
+            let store = self.inc.env.shared.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move {
                     let _ = store.idempotency_abandon(&key).await;
@@ -1104,7 +1118,7 @@ async fn tools_call(
         None
     };
     let mut claim = KeyClaim {
-        store: inc.env.shared.clone(),
+        inc: inc.clone(),
         key: None,
     };
     if let Some(key) = &key {
