@@ -54,7 +54,7 @@ pub mod store;
 mod tools;
 
 pub use cluster::Cluster;
-pub use config::{ClusterConfig, CutStyle, Faults, Preset, UnknownPreset};
+pub use config::{ClusterConfig, ClusterEra, CutStyle, Faults, Preset, UnknownEra, UnknownPreset};
 pub use oracle::{
     ExecutionRecord, OracleReport, OracleTotals, ResumeRecord, DEFAULT_ORACLE_RECORD_LIMIT,
 };

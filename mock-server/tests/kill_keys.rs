@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use mock_server::store::{
     IdempotencyBegin, PreparedRecord, RequestRecord, SessionRecord, StoreFuture, StoredEvent,
-    StoredOutcome, StreamRecord,
+    StoredOutcome, StreamRecord, TaskRecord,
 };
 use mock_server::{Cluster, ClusterConfig, MemoryStore, Preset, Store};
 use serde_json::{json, Value};
@@ -100,6 +100,12 @@ impl Store for GatedStore {
     fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
         self.abandoned.fetch_add(1, Ordering::SeqCst);
         self.inner.idempotency_abandon(key)
+    }
+    fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
+        self.inner.put_task(record)
+    }
+    fn get_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        self.inner.get_task(id)
     }
     fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64> {
         self.inner.increment_counter(name)
