@@ -10,7 +10,8 @@ mod interop_support;
 use std::time::Duration;
 
 use mcp_resume::{
-    Client, ErrorKind, ReinitReason, ResendPolicy, ServerNotification, SessionEvent, ToolCall,
+    Client, EraCache, ErrorKind, ReinitReason, ResendPolicy, ServerNotification, SessionEvent,
+    ToolCall,
 };
 use serde_json::{json, Value};
 
@@ -19,8 +20,12 @@ use interop_support::TsServer;
 /// Hang guard for anything awaited in these tests.
 const GUARD: Duration = Duration::from_secs(20);
 
+/// A client with an era cache of its own: the process-wide default would carry one test's
+/// answer to the next server that happens to get the same port.
 fn client(server: &TsServer) -> mcp_resume::ClientBuilder {
-    Client::builder(&server.url).call_timeout(GUARD)
+    Client::builder(&server.url)
+        .call_timeout(GUARD)
+        .era_cache(EraCache::new())
 }
 
 async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
