@@ -137,6 +137,8 @@ pub mod auth;
 pub mod client;
 pub mod error;
 pub mod ids;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 pub mod policy;
 pub mod proto;
 pub mod sse;
