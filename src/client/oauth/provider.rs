@@ -405,7 +405,13 @@ struct State {
     requested: Vec<String>,
     /// Step-up authorizations made per requested scope set.
     step_ups: HashMap<String, u32>,
+    /// When renewing ahead of expiry last failed: not tried again on every request.
+    renew_failed: Option<std::time::Instant>,
 }
+
+/// How long after a failed renewal ahead of expiry the provider keeps the current token
+/// without trying again.
+const RENEW_BACKOFF: Duration = Duration::from_secs(10);
 
 /// What discovery settled: the authorization server and how to reach it.
 #[derive(Clone, Debug)]
@@ -504,12 +510,23 @@ impl Inner {
     ) -> Result<Option<String>, OAuthError> {
         let now = SystemTime::now();
         if let Some(tokens) = &state.tokens {
-            if !tokens.expires_within(now, self.config.refresh_margin) {
+            let backing_off = state
+                .renew_failed
+                .is_some_and(|at| at.elapsed() < RENEW_BACKOFF);
+            if !tokens.expires_within(now, self.config.refresh_margin)
+                || (backing_off && !tokens.expires_within(now, Duration::ZERO))
+            {
                 return Ok(Some(tokens.access_token.expose().to_owned()));
             }
             match self.renew(state, server).await {
-                Ok(token) => return Ok(Some(token)),
-                Err(err) => tracing::debug!(%err, "could not renew the token before its expiry"),
+                Ok(token) => {
+                    state.renew_failed = None;
+                    return Ok(Some(token));
+                }
+                Err(err) => {
+                    tracing::debug!(%err, "could not renew the token before its expiry");
+                    state.renew_failed = Some(std::time::Instant::now());
+                }
             }
             if let Some(tokens) = &state.tokens {
                 if !tokens.expires_within(now, Duration::ZERO) {
@@ -622,6 +639,12 @@ impl Inner {
         let Some(tokens) = state.tokens.clone() else {
             return Err(OAuthError::Discovery("no token to renew".into()));
         };
+        if self.config.machine.is_none() && tokens.refresh_token.is_none() {
+            return Err(OAuthError::TokenEndpoint {
+                error: "no refresh token".into(),
+                description: None,
+            });
+        }
         let discovery = match &state.discovery {
             Some(d) => d.clone(),
             None => self.discover(state, server, None).await?,
