@@ -93,6 +93,22 @@ impl AuthorizationServerMetadata {
         Ok(())
     }
 
+    /// The check for a 2025-03-26 server's metadata, found under its authorization base URL
+    /// (the MCP server's origin, a value the client derived itself rather than one a server
+    /// published): the document's `issuer` is that origin, with or without a terminating `/`
+    /// (the one normalization allowed, since the origin has no canonical spelling of its
+    /// empty path). The document's own `issuer` is then the one recorded for RFC 9207.
+    pub fn validate_legacy(&self, base: &str) -> Result<(), OAuthError> {
+        let base = base.trim_end_matches('/');
+        match self.issuer.strip_prefix(base) {
+            Some("") | Some("/") => self.validate(&self.issuer),
+            _ => Err(OAuthError::IssuerMismatch {
+                expected: base.to_owned(),
+                found: self.issuer.clone(),
+            }),
+        }
+    }
+
     /// Whether the server advertises PKCE with `S256`: the only evidence of PKCE support
     /// an MCP client may rely on.
     pub fn supports_pkce_s256(&self) -> bool {
@@ -345,6 +361,30 @@ mod tests {
             insecure.validate("https://as.example"),
             Err(OAuthError::InsecureUrl(_))
         ));
+    }
+
+    #[test]
+    fn a_legacy_issuer_may_end_with_a_slash() {
+        let doc = |issuer: &str| -> AuthorizationServerMetadata {
+            serde_json::from_value(serde_json::json!({"issuer": issuer})).unwrap()
+        };
+        for ok in ["https://rs.example", "https://rs.example/"] {
+            assert!(
+                doc(ok).validate_legacy("https://rs.example").is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "https://rs.example//",
+            "https://rs.example/x",
+            "https://rs.example.evil",
+            "https://other.example",
+        ] {
+            assert!(
+                doc(bad).validate_legacy("https://rs.example").is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -896,9 +896,12 @@ impl Inner {
                     "the protected resource metadata names no authorization server".into(),
                 )
             })?;
-        let metadata = self.authorization_server(&issuer).await?.ok_or_else(|| {
-            OAuthError::Discovery(format!("no authorization server metadata for {issuer}"))
-        })?;
+        let metadata = self
+            .authorization_server(&issuer, false)
+            .await?
+            .ok_or_else(|| {
+                OAuthError::Discovery(format!("no authorization server metadata for {issuer}"))
+            })?;
         let token_endpoint = metadata
             .token_endpoint
             .clone()
@@ -916,25 +919,26 @@ impl Inner {
     /// A server of the 2025-03-26 revision: no protected resource metadata; authorization
     /// server metadata under its origin, or failing that the default endpoints there.
     async fn legacy(&self, server: &Url) -> Result<Discovery, OAuthError> {
-        let issuer = legacy_authorization_base(server);
-        if let Some(metadata) = self.authorization_server(&issuer).await? {
-            let token_endpoint = metadata.token_endpoint.clone().ok_or_else(|| {
-                OAuthError::Discovery(format!("{issuer} names no token endpoint"))
-            })?;
+        let base = legacy_authorization_base(server);
+        if let Some(metadata) = self.authorization_server(&base, true).await? {
+            let token_endpoint = metadata
+                .token_endpoint
+                .clone()
+                .ok_or_else(|| OAuthError::Discovery(format!("{base} names no token endpoint")))?;
             return Ok(Discovery {
                 resource_metadata: None,
-                issuer,
+                issuer: metadata.issuer.clone(),
                 authorization_endpoint: metadata.authorization_endpoint.clone(),
                 registration_endpoint: metadata.registration_endpoint.clone(),
                 token_endpoint,
                 metadata: Some(metadata),
             });
         }
-        tracing::debug!(%issuer, "no metadata at all: the 2025-03-26 default endpoints");
+        tracing::debug!(%base, "no metadata at all: the 2025-03-26 default endpoints");
         let defaults = legacy_endpoints(server);
         Ok(Discovery {
             resource_metadata: None,
-            issuer,
+            issuer: base,
             metadata: None,
             authorization_endpoint: Some(defaults.authorization_endpoint),
             token_endpoint: defaults.token_endpoint,
@@ -969,10 +973,11 @@ impl Inner {
     }
 
     /// The first metadata document of `issuer` whose `issuer` is `issuer` (a document naming
-    /// another issuer is not used).
+    /// another issuer is not used); `legacy` for a 2025-03-26 server's derived base URL.
     async fn authorization_server(
         &self,
         issuer: &str,
+        legacy: bool,
     ) -> Result<Option<AuthorizationServerMetadata>, OAuthError> {
         let mut refused = None;
         for url in authorization_server_metadata_urls(issuer)? {
@@ -981,7 +986,12 @@ impl Inner {
             else {
                 continue;
             };
-            match document.validate(issuer) {
+            let checked = if legacy {
+                document.validate_legacy(issuer)
+            } else {
+                document.validate(issuer)
+            };
+            match checked {
                 Ok(()) => return Ok(Some(document)),
                 Err(err) => {
                     tracing::warn!(%url, %err, "authorization server metadata not used");
