@@ -5,9 +5,12 @@
 //! scenario; the URL is always the last argument. `MCP_CONFORMANCE_PROTOCOL_VERSION` names the
 //! revision the scenario runs at (the client negotiates its own: it is only logged), and
 //! `MCP_CONFORMANCE_CONTEXT`, when set, is JSON that may list the tool calls to make
-//! (`toolCalls: [{name, arguments}]`). Each scenario is a short, ordinary session through the
-//! public API; exit status 0 means the client saw no error. The 2026-07-28 scenarios and what
-//! they check are in `tests/conformance/MODERN.md`.
+//! (`toolCalls: [{name, arguments}]`) or, for the `auth/*` scenarios, credentials (`client_id`,
+//! `client_secret`, `issuer`, `private_key_pem`, `signing_algorithm`). Each scenario is a short,
+//! ordinary session through the public API; exit status 0 means the client saw no error. The
+//! 2026-07-28 scenarios and what they check are in `tests/conformance/MODERN.md`, the `auth/*`
+//! ones in `tests/conformance/AUTH.md`: for those the client authorizes with an
+//! `OAuthProvider` whose authorizer follows the suite's authorization server headlessly.
 //!
 //! ```text
 //! MCP_CONFORMANCE_SCENARIO=tools_call cargo run --example conformance_client -- http://127.0.0.1:3000/mcp
@@ -16,6 +19,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use mcp_resume::client::oauth::{ClientCredentials, HeadlessAuthorizer, OAuth, OAuthProvider};
+use mcp_resume::oauth::RegisteredClient;
 use mcp_resume::{Client, RpcError, ToolCall};
 use serde_json::{json, Map, Value};
 
@@ -41,7 +46,63 @@ async fn main() -> ExitCode {
 }
 
 async fn run(scenario: &str, url: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let client = Client::builder(url)
+    let mut builder = Client::builder(url);
+    let oauth = if scenario.starts_with("auth/") {
+        let provider = oauth_provider(scenario)?;
+        builder = builder.auth(provider.clone());
+        Some(provider)
+    } else {
+        None
+    };
+    let outcome = session(builder, scenario).await;
+    if let (Err(_), Some(provider)) = (&outcome, &oauth) {
+        if let Some(failure) = provider.last_failure() {
+            eprintln!("authorization: {failure}");
+        }
+    }
+    outcome
+}
+
+/// The suite's client ID metadata document URL (its authorization server does not fetch it).
+const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+/// The OAuth provider of an `auth/*` scenario: pre-registered credentials when the context
+/// has them (bound to its `issuer`), client credentials for the machine-to-machine scenarios,
+/// otherwise the authorization code grant with registration by metadata document or DCR.
+fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::Error>> {
+    let context = conformance_context();
+    let text = |key: &str| context[key].as_str().map(str::to_owned);
+    let mut oauth = OAuth::builder()
+        .client_name("mcp-resume-conformance-client")
+        .redirect_uri("http://localhost:3000/callback")
+        .client_metadata_document(CLIENT_METADATA_URL)
+        .authorizer(HeadlessAuthorizer::new());
+    if scenario.starts_with("auth/client-credentials") {
+        let id = text("client_id").ok_or("the context has no client_id")?;
+        let credentials = match (text("private_key_pem"), text("client_secret")) {
+            (Some(pem), _) => {
+                let algorithm = text("signing_algorithm").unwrap_or_else(|| "ES256".into());
+                ClientCredentials::private_key_jwt(id, &pem, &algorithm)?
+            }
+            (None, Some(secret)) => ClientCredentials::secret(id, secret),
+            (None, None) => return Err("the context has no client credentials".into()),
+        };
+        oauth = oauth.client_credentials(credentials);
+    } else if let (Some(id), Some(issuer)) = (text("client_id"), text("issuer")) {
+        let mut client = RegisteredClient::new(issuer, id);
+        if let Some(secret) = text("client_secret") {
+            client = client.secret(secret);
+        }
+        oauth = oauth.pre_registered(client);
+    }
+    Ok(oauth.build()?)
+}
+
+async fn session(
+    builder: mcp_resume::ClientBuilder,
+    scenario: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let client = builder
         .client_info("mcp-resume-conformance-client", env!("CARGO_PKG_VERSION"))
         .client_capabilities(json!({ "elicitation": {} }))
         .call_timeout(Duration::from_secs(20))
@@ -170,13 +231,17 @@ async fn call(client: &Client, name: &str, arguments: Value) -> Result<(), mcp_r
     Ok(())
 }
 
-/// The tool calls `MCP_CONFORMANCE_CONTEXT` lists (`toolCalls: [{name, arguments}]`), if any.
-fn context_tool_calls() -> Vec<(String, Value)> {
-    let context = std::env::var("MCP_CONFORMANCE_CONTEXT")
+/// `MCP_CONFORMANCE_CONTEXT`, parsed (`null` when absent).
+fn conformance_context() -> Value {
+    std::env::var("MCP_CONFORMANCE_CONTEXT")
         .ok()
         .and_then(|c| serde_json::from_str::<Value>(&c).ok())
-        .unwrap_or(Value::Null);
-    context["toolCalls"]
+        .unwrap_or(Value::Null)
+}
+
+/// The tool calls `MCP_CONFORMANCE_CONTEXT` lists (`toolCalls: [{name, arguments}]`), if any.
+fn context_tool_calls() -> Vec<(String, Value)> {
+    conformance_context()["toolCalls"]
         .as_array()
         .into_iter()
         .flatten()

@@ -79,7 +79,9 @@
 //!   progress, `cancel(reason)`, a timeout that restarts on progress.
 //! - [`ClientBuilder::auth`]: a [`TokenProvider`] asked for every request's token, and once more
 //!   after a 401; a refused fresh token is [`ErrorKind::Unauthorized`] with the server's
-//!   [`AuthChallenge`].
+//!   [`AuthChallenge`]. [`client::oauth::OAuthProvider`] (the `oauth` feature, on by default)
+//!   is the provider that runs MCP authorization: discovery, registration, the authorization
+//!   code grant with PKCE or client credentials, refresh and step-up.
 //!
 //! # Recovery rules, in brief
 //!
@@ -129,14 +131,20 @@
 //!
 //! [Model Context Protocol]: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports
 #![deny(missing_docs)]
-// The crate docs introduce the client API; built without it, those links have no target.
-#![cfg_attr(not(feature = "client"), allow(rustdoc::broken_intra_doc_links))]
+// The crate docs introduce the client API and its OAuth provider; built without them, those
+// links have no target.
+#![cfg_attr(
+    not(all(feature = "client", feature = "oauth")),
+    allow(rustdoc::broken_intra_doc_links)
+)]
 
 pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod error;
 pub mod ids;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 pub mod policy;
 pub mod proto;
 pub mod sse;
@@ -158,6 +166,6 @@ pub use proto::{
 };
 
 // The README's quickstart is compiled too, so it cannot drift from the API.
-#[cfg(all(doctest, feature = "client"))]
+#[cfg(all(doctest, feature = "client", feature = "oauth"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -100,16 +100,29 @@ enum Spec {
     Default,
     /// `--spec-version 2026-07-28`.
     Modern,
+    /// `--spec-version <revision>`.
+    At(&'static str),
 }
 
-fn run_scenario(scenario: &str, spec: Spec) -> Outcome {
+impl Spec {
+    fn version(self) -> Option<&'static str> {
+        match self {
+            Spec::Default => None,
+            Spec::Modern => Some("2026-07-28"),
+            Spec::At(revision) => Some(revision),
+        }
+    }
+}
+
+fn try_run_scenario(scenario: &str, spec: Spec) -> Result<Outcome, String> {
     let dir = conformance_dir();
     ensure_npm_packages_in(&dir);
     let client = conformance_client();
     let out_dir = std::env::temp_dir().join(format!(
-        "mcp-resume-conformance-{}-{}-{spec:?}",
+        "mcp-resume-conformance-{}-{}-{}",
         std::process::id(),
-        scenario.replace('/', "_")
+        scenario.replace('/', "_"),
+        spec.version().unwrap_or("default")
     ));
     let _ = std::fs::remove_dir_all(&out_dir);
     std::fs::create_dir_all(&out_dir).expect("results dir");
@@ -117,8 +130,8 @@ fn run_scenario(scenario: &str, spec: Spec) -> Outcome {
     command
         .arg(dir.join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
         .args(["client", "--scenario", scenario, "--timeout", "30000"]);
-    if let Spec::Modern = spec {
-        command.args(["--spec-version", "2026-07-28"]);
+    if let Some(version) = spec.version() {
+        command.args(["--spec-version", version]);
     }
     let out = command
         // The suite splits this on spaces and hands it to a shell: quoting survives that.
@@ -142,14 +155,15 @@ fn run_scenario(scenario: &str, spec: Spec) -> Outcome {
     let output = format!("{output}\n--- client stderr ---\n{client_stderr}");
     let checks = find_file(&out_dir, "checks.json")
         .and_then(|p| std::fs::read(p).ok())
-        .and_then(|b| serde_json::from_slice::<Vec<Value>>(&b).ok())
-        .unwrap_or_else(|| panic!("the suite wrote no checks.json for {scenario}\n{output}"));
+        .and_then(|b| serde_json::from_slice::<Vec<Value>>(&b).ok());
     let _ = std::fs::remove_dir_all(&out_dir);
-    Outcome {
+    let checks =
+        checks.ok_or_else(|| format!("the suite wrote no checks.json for {scenario}\n{output}"))?;
+    Ok(Outcome {
         exit_ok: out.status.success(),
         checks,
         output,
-    }
+    })
 }
 
 fn find_file(dir: &Path, name: &str) -> Option<PathBuf> {
@@ -178,41 +192,51 @@ fn assert_passes_modern(scenario: &str, required: &[&str]) -> Outcome {
     assert_passes_at(scenario, Spec::Modern, required)
 }
 
+/// One scenario at a time: `sse-retry` grades reconnect timing to a few tens of ms, which
+/// parallel scenarios on a small machine would blur.
+static SERIAL: Mutex<()> = Mutex::new(());
+
 fn assert_passes_at(scenario: &str, spec: Spec, required: &[&str]) -> Outcome {
-    // One scenario at a time: `sse-retry` grades reconnect timing to a few tens of ms, which
-    // parallel scenarios on a small machine would blur.
-    static SERIAL: Mutex<()> = Mutex::new(());
+    check_passes(scenario, spec, required).unwrap_or_else(|failure| panic!("{failure}"))
+}
+
+/// [`assert_passes_at`] without panicking: what went wrong, with the checks and the output.
+fn check_passes(scenario: &str, spec: Spec, required: &[&str]) -> Result<Outcome, String> {
     let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let outcome = run_scenario(scenario, spec);
+    let outcome = try_run_scenario(scenario, spec)?;
     let checks = serde_json::to_string_pretty(&outcome.checks).unwrap_or_default();
     let failures = outcome.with_status("FAILURE");
     let warnings = outcome.with_status("WARNING");
-    assert!(
-        failures.is_empty() && warnings.is_empty(),
-        "{scenario} ({spec:?}): {} failure(s), {} warning(s)\nchecks: {checks}\n{}",
-        failures.len(),
-        warnings.len(),
-        outcome.output
-    );
-    let successes = outcome.with_status("SUCCESS");
-    assert!(
-        !successes.is_empty(),
-        "{scenario}: no check succeeded\nchecks: {checks}\n{}",
-        outcome.output
-    );
-    for id in required {
-        assert!(
-            successes.iter().any(|c| c["id"] == *id),
-            "{scenario}: check {id} did not succeed\nchecks: {checks}\n{}",
+    if !failures.is_empty() || !warnings.is_empty() {
+        return Err(format!(
+            "{scenario} ({spec:?}): {} failure(s), {} warning(s)\nchecks: {checks}\n{}",
+            failures.len(),
+            warnings.len(),
             outcome.output
-        );
+        ));
     }
-    assert!(
-        outcome.exit_ok,
-        "{scenario}: the suite exited with failure\nchecks: {checks}\n{}",
-        outcome.output
-    );
-    outcome
+    let successes = outcome.with_status("SUCCESS");
+    if successes.is_empty() {
+        return Err(format!(
+            "{scenario} ({spec:?}): no check succeeded\nchecks: {checks}\n{}",
+            outcome.output
+        ));
+    }
+    for id in required {
+        if !successes.iter().any(|c| c["id"] == *id) {
+            return Err(format!(
+                "{scenario} ({spec:?}): check {id} did not succeed\nchecks: {checks}\n{}",
+                outcome.output
+            ));
+        }
+    }
+    if !outcome.exit_ok {
+        return Err(format!(
+            "{scenario} ({spec:?}): the suite exited with failure\nchecks: {checks}\n{}",
+            outcome.output
+        ));
+    }
+    Ok(outcome)
 }
 
 #[test]
@@ -391,6 +415,322 @@ fn scenario_json_schema_2020_12_preservation_modern() {
             "sep-2106-client-conditional-keywords-preserved",
             "sep-2106-client-anchor-keyword-preserved",
             "wire-schema-valid",
+        ],
+    );
+}
+
+// ---- Authorization: the `auth/*` scenarios (tests/conformance/AUTH.md says what each checks) --
+
+/// The checks of an authorization code flow carried to its end.
+const CODE_FLOW: &[&str] = &[
+    "authorization-server-metadata",
+    "authorization-request",
+    "pkce-code-challenge-sent",
+    "pkce-s256-method-used",
+    "token-request",
+    "pkce-code-verifier-sent",
+    "pkce-verifier-matches-challenge",
+    "valid-bearer-token",
+];
+
+/// RFC 8707: `resource` in both requests, exactly as the protected resource metadata has it.
+const RESOURCE: &[&str] = &[
+    "resource-parameter-in-authorization",
+    "resource-parameter-in-token",
+    "resource-parameter-valid-uri",
+    "resource-parameter-consistency",
+    "resource-parameter-matches-prm",
+];
+
+/// An `auth/*` scenario and the checks that must succeed in it.
+struct AuthScenario {
+    name: &'static str,
+    /// The client goes through the authorization code flow to a valid token.
+    code_flow: bool,
+    /// The client registers dynamically (at 2026-07-28: with an `application_type`).
+    registers: bool,
+    checks: &'static [&'static str],
+}
+
+const fn auth(
+    name: &'static str,
+    code_flow: bool,
+    registers: bool,
+    checks: &'static [&'static str],
+) -> AuthScenario {
+    AuthScenario {
+        name,
+        code_flow,
+        registers,
+        checks,
+    }
+}
+
+/// The scenarios of revision 2025-11-25 (and, unchanged, of 2026-07-28).
+const AUTH_2025_11_25: &[AuthScenario] = &[
+    auth("auth/metadata-default", true, true, RESOURCE),
+    auth("auth/metadata-var1", true, true, RESOURCE),
+    auth("auth/metadata-var2", true, true, RESOURCE),
+    auth("auth/metadata-var3", true, true, RESOURCE),
+    auth("auth/basic-cimd", true, false, &["cimd-client-id-used"]),
+    auth(
+        "auth/scope-from-www-authenticate",
+        true,
+        true,
+        &["scope-from-www-authenticate"],
+    ),
+    auth(
+        "auth/scope-from-scopes-supported",
+        true,
+        true,
+        &["scope-from-scopes-supported"],
+    ),
+    auth(
+        "auth/scope-omitted-when-undefined",
+        true,
+        true,
+        &["scope-omitted-when-undefined"],
+    ),
+    auth(
+        "auth/scope-step-up",
+        true,
+        true,
+        &["scope-step-up-initial", "scope-step-up-escalation"],
+    ),
+    auth(
+        "auth/scope-retry-limit",
+        false,
+        true,
+        &["scope-retry-limit"],
+    ),
+    auth(
+        "auth/token-endpoint-auth-basic",
+        true,
+        true,
+        &["token-endpoint-auth-method"],
+    ),
+    auth(
+        "auth/token-endpoint-auth-post",
+        true,
+        true,
+        &["token-endpoint-auth-method"],
+    ),
+    auth(
+        "auth/token-endpoint-auth-none",
+        true,
+        true,
+        &["token-endpoint-auth-method"],
+    ),
+    auth(
+        "auth/pre-registration",
+        true,
+        false,
+        &["pre-registration-auth"],
+    ),
+];
+
+/// The scenarios introduced in revision 2026-07-28.
+const AUTH_2026_07_28: &[AuthScenario] = &[
+    auth(
+        "auth/resource-mismatch",
+        false,
+        false,
+        &["resource-mismatch-rejected"],
+    ),
+    auth(
+        "auth/offline-access-scope",
+        true,
+        false,
+        &["sep-2207-offline-access-requested"],
+    ),
+    auth(
+        "auth/offline-access-not-supported",
+        true,
+        true,
+        &["sep-2207-offline-access-not-requested"],
+    ),
+    auth(
+        "auth/authorization-server-migration",
+        true,
+        true,
+        &[
+            "sep-2352-reregister-on-as-change",
+            "sep-2352-no-reuse-on-as-change",
+            "sep-2352-no-cross-as-credential-reuse",
+        ],
+    ),
+    auth(
+        "auth/iss-supported",
+        true,
+        true,
+        &["sep-2468-client-compare-iss-supported"],
+    ),
+    auth(
+        "auth/iss-not-advertised",
+        true,
+        true,
+        &["sep-2468-client-proceed-no-iss"],
+    ),
+    auth(
+        "auth/iss-supported-missing",
+        false,
+        true,
+        &["sep-2468-client-reject-missing-iss"],
+    ),
+    auth(
+        "auth/iss-wrong-issuer",
+        false,
+        true,
+        &["sep-2468-client-compare-iss-supported"],
+    ),
+    auth(
+        "auth/iss-unexpected",
+        false,
+        true,
+        &["sep-2468-client-compare-iss-unadvertised"],
+    ),
+    auth(
+        "auth/iss-normalized",
+        false,
+        true,
+        &["sep-2468-client-no-normalization"],
+    ),
+    auth(
+        "auth/metadata-issuer-mismatch",
+        false,
+        false,
+        &["sep-2468-client-validate-metadata-issuer"],
+    ),
+];
+
+/// Runs `scenarios` at `spec` and reports every one that does not pass cleanly, with the
+/// checks the suite recorded.
+fn assert_auth_scenarios(spec: Spec, scenarios: &[&AuthScenario]) {
+    let modern = matches!(spec.version(), Some("2026-07-28"));
+    let mut failures = Vec::new();
+    for scenario in scenarios {
+        let mut required: Vec<&str> = scenario.checks.to_vec();
+        if scenario.code_flow {
+            required.extend_from_slice(CODE_FLOW);
+        }
+        if scenario.registers {
+            required.push("client-registration");
+            if modern {
+                required.push("sep-837-application-type-present");
+            }
+        }
+        if modern && scenario.name == "auth/scope-step-up" {
+            required.push("sep-2350-scope-union-on-reauth");
+        }
+        match check_passes(scenario.name, spec, &required) {
+            Ok(_) => eprintln!("{} ({spec:?}): passed", scenario.name),
+            Err(failure) => {
+                eprintln!("{} ({spec:?}): FAILED", scenario.name);
+                failures.push(failure);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} scenarios failed:\n\n{}",
+        failures.len(),
+        scenarios.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Revision 2025-03-26: no protected resource metadata; the authorization server's metadata
+/// at the server's origin, or without any metadata the default `/authorize`, `/token` and
+/// `/register` there.
+#[test]
+fn auth_scenarios_2025_03_26() {
+    assert_auth_scenarios(
+        Spec::At("2025-03-26"),
+        &[
+            &auth(
+                "auth/2025-03-26-oauth-metadata-backcompat",
+                false,
+                true,
+                &[
+                    "authorization-server-metadata",
+                    "authorization-request",
+                    "pkce-code-challenge-sent",
+                    "pkce-s256-method-used",
+                    "token-request",
+                    "pkce-code-verifier-sent",
+                    "pkce-verifier-matches-challenge",
+                    "valid-bearer-token",
+                ],
+            ),
+            &auth(
+                "auth/2025-03-26-oauth-endpoint-fallback",
+                false,
+                true,
+                &[
+                    "authorization-request",
+                    "token-request",
+                    "valid-bearer-token",
+                ],
+            ),
+        ],
+    );
+}
+
+/// Revision 2025-06-18: the token endpoint authentication methods.
+#[test]
+fn auth_scenarios_2025_06_18() {
+    let scenarios: Vec<&AuthScenario> = AUTH_2025_11_25
+        .iter()
+        .filter(|s| s.name.starts_with("auth/token-endpoint-auth-"))
+        .collect();
+    assert_auth_scenarios(Spec::At("2025-06-18"), &scenarios);
+}
+
+/// Revision 2025-11-25: discovery variants, client ID metadata documents, scope selection and
+/// step-up, token endpoint authentication, pre-registration.
+#[test]
+fn auth_scenarios_2025_11_25() {
+    let scenarios: Vec<&AuthScenario> = AUTH_2025_11_25.iter().collect();
+    assert_auth_scenarios(Spec::At("2025-11-25"), &scenarios);
+}
+
+/// Revision 2026-07-28: every scenario of 2025-11-25 again, then resource mismatch, offline
+/// access, authorization server migration, the RFC 9207 `iss` checks and the metadata issuer
+/// check.
+#[test]
+fn auth_scenarios_2026_07_28() {
+    let scenarios: Vec<&AuthScenario> = AUTH_2025_11_25.iter().chain(AUTH_2026_07_28).collect();
+    assert_auth_scenarios(Spec::Modern, &scenarios);
+}
+
+/// The OAuth client credentials extension: `client_secret_basic` and `private_key_jwt`.
+#[test]
+fn auth_scenarios_client_credentials() {
+    assert_auth_scenarios(
+        Spec::Default,
+        &[
+            &auth(
+                "auth/client-credentials-basic",
+                false,
+                false,
+                &[
+                    "client-credentials-basic-auth",
+                    "authorization-server-metadata",
+                    "token-request",
+                    "valid-bearer-token",
+                ],
+            ),
+            &auth(
+                "auth/client-credentials-jwt",
+                false,
+                false,
+                &[
+                    "client-credentials-jwt-verified",
+                    "authorization-server-metadata",
+                    "token-request",
+                    "valid-bearer-token",
+                ],
+            ),
         ],
     );
 }

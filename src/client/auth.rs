@@ -52,6 +52,22 @@ pub trait TokenProvider: Send + Sync + 'static {
     /// The token for the next request. An error fails the exchange as never sent: the client
     /// retries it like a refused connection, within its reconnect policy.
     fn token(&self, request: TokenRequest) -> BoxFuture<'static, Result<String, Error>>;
+
+    /// What the client actually asks for each request: a token, or `None` to send the request
+    /// without credentials. The default answers [`TokenProvider::token`].
+    ///
+    /// A provider that has no token yet, and learns how to get one from the server's refusal
+    /// (an OAuth client discovering the authorization server from the 401's
+    /// `WWW-Authenticate`), answers `None` to an ordinary request; the server's refusal then
+    /// comes back as a [`TokenRequest`] with its challenge, and the request is sent again
+    /// with the token that answer gives.
+    fn credential(
+        &self,
+        request: TokenRequest,
+    ) -> BoxFuture<'static, Result<Option<String>, Error>> {
+        let token = self.token(request);
+        Box::pin(async move { token.await.map(Some) })
+    }
 }
 
 impl<F, Fut> TokenProvider for F
@@ -73,6 +89,9 @@ pub struct TokenRequest {
     pub challenge: Option<AuthChallenge>,
     /// The token the server just refused, for the re-send after a refusal.
     pub refused_token: Option<String>,
+    /// The URL of the MCP endpoint the token is for (`None` when a provider is asked outside
+    /// a client). A provider bound to one server refuses to hand its token for another.
+    pub url: Option<String>,
 }
 
 impl TokenRequest {
@@ -91,6 +110,7 @@ impl std::fmt::Debug for TokenRequest {
                 "refused_token",
                 &self.refused_token.as_ref().map(|_| "<redacted>"),
             )
+            .field("url", &self.url)
             .finish()
     }
 }

@@ -101,7 +101,7 @@ impl Endpoint {
             tracing::debug!(http = id.0, ?failure, "request failed");
             report(ExchangeEvent::Failed { id, failure })
         };
-        let mut token = match self.token(TokenRequest::default()).await {
+        let mut token = match self.token(self.token_request(None, None)).await {
             Ok(token) => token,
             Err(failure) => {
                 fail(failure).await;
@@ -126,10 +126,7 @@ impl Endpoint {
                 // for a fresh token and send the same request again.
                 retried = true;
                 tracing::debug!(http = id.0, %challenge, "credentials refused: asking for a fresh token");
-                let fresh = TokenRequest {
-                    challenge: Some(challenge.clone()),
-                    refused_token: token.take(),
-                };
+                let fresh = self.token_request(Some(challenge.clone()), token.take());
                 match self.token(fresh).await {
                     Ok(fresh) => {
                         token = fresh;
@@ -178,14 +175,26 @@ impl Endpoint {
 }
 
 impl Endpoint {
-    /// The provider's token, if one is configured; a provider's failure means the request is
-    /// never sent.
+    fn token_request(
+        &self,
+        challenge: Option<AuthChallenge>,
+        refused_token: Option<String>,
+    ) -> TokenRequest {
+        TokenRequest {
+            challenge,
+            refused_token,
+            url: Some(self.url.as_str().to_owned()),
+        }
+    }
+
+    /// The provider's token, if one is configured and it has one; a provider's failure means
+    /// the request is never sent.
     async fn token(&self, request: TokenRequest) -> Result<Option<String>, TransportFailure> {
         let Some(provider) = &self.auth else {
             return Ok(None);
         };
-        match provider.token(request).await {
-            Ok(token) => Ok(Some(token)),
+        match provider.credential(request).await {
+            Ok(token) => Ok(token),
             Err(err) => Err(TransportFailure::Connect(format!(
                 "the token provider failed: {err}"
             ))),

@@ -34,6 +34,8 @@ mod handlers;
 mod http;
 mod methods;
 pub mod models;
+#[cfg(feature = "oauth")]
+pub mod oauth;
 mod request;
 mod results;
 mod task_store;

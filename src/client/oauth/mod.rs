@@ -1,0 +1,32 @@
+//! MCP authorization for the client: [`OAuthProvider`], a [`TokenProvider`] that discovers
+//! the server's authorization server, registers, runs the OAuth 2.1 flows and keeps the
+//! tokens fresh. The checks it relies on are pure functions in [`crate::oauth`].
+//!
+//! ```no_run
+//! use mcp_resume::client::oauth::{HeadlessAuthorizer, OAuth};
+//! use mcp_resume::Client;
+//!
+//! # async fn run() -> Result<(), mcp_resume::Error> {
+//! let oauth = OAuth::builder()
+//!     .client_name("my agent")
+//!     .redirect_uri("http://127.0.0.1:8976/callback")
+//!     // A desktop agent opens a browser here and waits for the redirect.
+//!     .authorizer(HeadlessAuthorizer::new())
+//!     .build()?;
+//! let client = Client::builder("https://mcp.example.com/mcp").auth(oauth).build()?;
+//! client.connect().await?; // the 401 starts discovery, registration and authorization
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`TokenProvider`]: crate::TokenProvider
+
+mod authorizer;
+mod jwt;
+mod provider;
+mod store;
+mod wire;
+
+pub use authorizer::{AuthorizationRequest, Authorizer, HeadlessAuthorizer};
+pub use provider::{ClientCredentials, OAuth, OAuthBuilder, OAuthProvider};
+pub use store::{InMemoryTokenStore, TokenStore};

@@ -1,0 +1,1007 @@
+//! [`OAuthProvider`]: a [`TokenProvider`] that obtains its tokens by MCP authorization.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use reqwest::Url;
+
+use crate::auth::AuthChallenge;
+use crate::client::auth::{TokenProvider, TokenRequest};
+use crate::error::{Error, ErrorKind};
+use crate::oauth::{
+    authorization_server_metadata_urls, check_resource, choose_registration, covers,
+    legacy_authorization_base, legacy_endpoints, offline_access, protected_resource_metadata_urls,
+    scope_param, select_initial_scopes, select_token_endpoint_auth, union,
+    AuthorizationServerMetadata, OAuthError, ProtectedResourceMetadata, RegisteredClient,
+    Registration, Secret, TokenEndpointAuth, TokenSet,
+};
+
+use super::authorizer::Authorizer;
+use super::jwt::ClientAssertion;
+use super::store::{InMemoryTokenStore, TokenStore};
+use super::wire::{self, ClientAuth, CodeFlow, TokenEndpoint};
+
+/// Entry point: `OAuth::builder()`.
+#[derive(Debug)]
+pub struct OAuth;
+
+impl OAuth {
+    /// A provider configuration with the defaults (authorization code grant, in-memory
+    /// store, refresh tokens asked for where offered).
+    pub fn builder() -> OAuthBuilder {
+        OAuthBuilder::default()
+    }
+}
+
+/// The client credentials of a machine-to-machine client (the client credentials grant,
+/// no user): an id with a secret, or with a private key for `private_key_jwt`.
+#[derive(Clone, Debug)]
+pub struct ClientCredentials {
+    client_id: String,
+    auth: MachineAuth,
+    issuer: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+enum MachineAuth {
+    Secret(Secret),
+    Jwt(ClientAssertion),
+}
+
+impl ClientCredentials {
+    /// `client_id` and `client_secret`, sent as the authorization server prefers
+    /// (`client_secret_basic`, else `client_secret_post`).
+    pub fn secret(client_id: impl Into<String>, client_secret: impl Into<Secret>) -> Self {
+        ClientCredentials {
+            client_id: client_id.into(),
+            auth: MachineAuth::Secret(client_secret.into()),
+            issuer: None,
+        }
+    }
+
+    /// `client_id` authenticated by a JWT signed with `private_key_pem` (PKCS#8 PEM; PKCS#1
+    /// for RSA) using `algorithm` (`ES256`, `RS256`, `PS256`, `EdDSA`, …): `private_key_jwt`.
+    /// Fails with [`ErrorKind::InvalidConfig`] when the key does not parse or fit.
+    pub fn private_key_jwt(
+        client_id: impl Into<String>,
+        private_key_pem: &str,
+        algorithm: &str,
+    ) -> Result<Self, Error> {
+        let assertion = ClientAssertion::from_pem(private_key_pem, algorithm, None)
+            .map_err(|e| Error::with_source(ErrorKind::InvalidConfig, e.to_string(), e))?;
+        Ok(ClientCredentials {
+            client_id: client_id.into(),
+            auth: MachineAuth::Jwt(assertion),
+            issuer: None,
+        })
+    }
+
+    /// Binds the credentials to the authorization server `issuer`: they are never presented
+    /// to another one (the protected resource metadata naming another is an error).
+    pub fn issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.issuer = Some(issuer.into());
+        self
+    }
+}
+
+/// Configures an [`OAuthProvider`]; see [`OAuth::builder`].
+pub struct OAuthBuilder {
+    server: Option<String>,
+    client_name: String,
+    redirect_uri: String,
+    metadata_document: Option<String>,
+    pre_registered: Vec<RegisteredClient>,
+    machine: Option<ClientCredentials>,
+    authorizer: Option<Arc<dyn Authorizer>>,
+    store: Arc<dyn TokenStore>,
+    http: Option<reqwest::Client>,
+    scopes: Option<Vec<String>>,
+    offline_access: bool,
+    refresh_margin: Duration,
+    max_step_ups: u32,
+}
+
+impl Default for OAuthBuilder {
+    fn default() -> Self {
+        OAuthBuilder {
+            server: None,
+            client_name: "mcp-resume".to_owned(),
+            redirect_uri: "http://127.0.0.1:8976/callback".to_owned(),
+            metadata_document: None,
+            pre_registered: Vec::new(),
+            machine: None,
+            authorizer: None,
+            store: Arc::new(InMemoryTokenStore::new()),
+            http: None,
+            scopes: None,
+            offline_access: true,
+            refresh_margin: Duration::from_secs(60),
+            max_step_ups: 2,
+        }
+    }
+}
+
+impl std::fmt::Debug for OAuthBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthBuilder")
+            .field("server", &self.server)
+            .field("client_name", &self.client_name)
+            .field("redirect_uri", &self.redirect_uri)
+            .field("metadata_document", &self.metadata_document)
+            .field("pre_registered", &self.pre_registered)
+            .field("client_credentials", &self.machine)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OAuthBuilder {
+    /// The MCP endpoint the tokens are for. Default: the URL of the first request the
+    /// provider is asked about; a provider bound to one endpoint refuses to hand its token
+    /// for another.
+    pub fn server_url(mut self, url: impl Into<String>) -> Self {
+        self.server = Some(url.into());
+        self
+    }
+
+    /// `client_name` for dynamic registration. Default `mcp-resume`.
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = name.into();
+        self
+    }
+
+    /// The redirect URI the authorization server sends the user agent back to; the
+    /// [`Authorizer`] must receive it. Default `http://127.0.0.1:8976/callback`.
+    pub fn redirect_uri(mut self, uri: impl Into<String>) -> Self {
+        self.redirect_uri = uri.into();
+        self
+    }
+
+    /// The hook that shows the authorization page and returns the redirect (required for the
+    /// authorization code grant).
+    pub fn authorizer(mut self, authorizer: impl Authorizer) -> Self {
+        self.authorizer = Some(Arc::new(authorizer));
+        self
+    }
+
+    /// The URL of this client's client ID metadata document, used as its `client_id` by
+    /// authorization servers that support them (`client_id_metadata_document_supported`).
+    /// The application hosts the document (https, with a path; its `client_id` equal to the
+    /// URL, and the redirect URI listed).
+    pub fn client_metadata_document(mut self, url: impl Into<String>) -> Self {
+        self.metadata_document = Some(url.into());
+        self
+    }
+
+    /// Credentials registered beforehand with the authorization server `client.issuer`;
+    /// preferred over any other registration at that server, never used at another.
+    pub fn pre_registered(mut self, client: RegisteredClient) -> Self {
+        self.pre_registered.push(client);
+        self
+    }
+
+    /// Machine to machine: the client credentials grant with these credentials instead of
+    /// the authorization code grant (no user, no authorizer).
+    pub fn client_credentials(mut self, credentials: ClientCredentials) -> Self {
+        self.machine = Some(credentials);
+        self
+    }
+
+    /// Where tokens and registrations are kept. Default: an [`InMemoryTokenStore`].
+    pub fn token_store(mut self, store: impl TokenStore) -> Self {
+        self.store = Arc::new(store);
+        self
+    }
+
+    /// The HTTP client for metadata, registration and token requests. It should not follow
+    /// redirects. Default: a client of its own that does not, with a 30 s timeout.
+    pub fn http_client(mut self, http: reqwest::Client) -> Self {
+        self.http = Some(http);
+        self
+    }
+
+    /// Scopes to ask for on the first authorization, replacing the specification's
+    /// selection (challenge, then `scopes_supported`, else none).
+    pub fn scopes<I, S>(mut self, scopes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.scopes = Some(scopes.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Whether to ask for a refresh token with `offline_access` when the authorization server
+    /// lists it in `scopes_supported` (never when it does not). Default `true`.
+    pub fn offline_access(mut self, wanted: bool) -> Self {
+        self.offline_access = wanted;
+        self
+    }
+
+    /// How long before its expiry a token is refreshed. Default 60 s.
+    pub fn refresh_margin(mut self, margin: Duration) -> Self {
+        self.refresh_margin = margin;
+        self
+    }
+
+    /// How many step-up authorizations (after a 403 `insufficient_scope`) are made for one
+    /// set of scopes before the provider gives up on it. Default 2.
+    pub fn max_step_ups(mut self, n: u32) -> Self {
+        self.max_step_ups = n;
+        self
+    }
+
+    /// The provider. [`ErrorKind::InvalidConfig`] for a bad server URL or redirect URI, or an
+    /// authorization code configuration without an authorizer.
+    pub fn build(self) -> Result<OAuthProvider, Error> {
+        let invalid = |m: String| Error::new(ErrorKind::InvalidConfig, m);
+        let server = self
+            .server
+            .as_deref()
+            .map(|s| Url::parse(s).map_err(|e| invalid(format!("server URL {s}: {e}"))))
+            .transpose()?;
+        let redirect = Url::parse(&self.redirect_uri)
+            .map_err(|e| invalid(format!("redirect URI {}: {e}", self.redirect_uri)))?;
+        if redirect.fragment().is_some() {
+            return Err(invalid("a redirect URI has no fragment".into()));
+        }
+        if self.machine.is_none() && self.authorizer.is_none() {
+            return Err(invalid(
+                "the authorization code grant needs an authorizer (OAuthBuilder::authorizer)"
+                    .into(),
+            ));
+        }
+        let http = match self.http {
+            Some(http) => http,
+            None => reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(10))
+                .timeout(Duration::from_secs(30))
+                .build()
+                .map_err(|e| Error::with_source(ErrorKind::InvalidConfig, "HTTP client", e))?,
+        };
+        Ok(OAuthProvider {
+            inner: Arc::new(Inner {
+                config: Config {
+                    client_name: self.client_name,
+                    redirect_uri: self.redirect_uri,
+                    metadata_document: self.metadata_document,
+                    pre_registered: self.pre_registered,
+                    machine: self.machine,
+                    authorizer: self.authorizer,
+                    scopes: self.scopes,
+                    offline_access: self.offline_access,
+                    refresh_margin: self.refresh_margin,
+                    max_step_ups: self.max_step_ups,
+                },
+                http,
+                store: self.store,
+                state: tokio::sync::Mutex::new(State {
+                    server,
+                    ..State::default()
+                }),
+                last_failure: Mutex::new(None),
+            }),
+        })
+    }
+}
+
+/// A [`TokenProvider`] that authorizes with OAuth 2.1 as the MCP specification describes;
+/// give it to [`ClientBuilder::auth`](crate::ClientBuilder::auth).
+///
+/// An ordinary request is sent with the current token, refreshed first when it expires
+/// within the refresh margin, or without credentials when there is none yet. The server's
+/// 401 then starts the flow: protected resource metadata (from the challenge's
+/// `resource_metadata`, else the well-known URIs), its `resource` checked against the
+/// server's URL, the authorization server's metadata (RFC 8414 or OpenID Connect, `issuer`
+/// checked), a registration (pre-registered, client ID metadata document, or dynamic), the
+/// authorization code grant with PKCE `S256`, `state`, `resource` and RFC 9207 `iss` checks
+/// (or the client credentials grant), and the request is sent again with the new token.
+/// A later 401 refreshes the token, or authorizes again; a 403 `insufficient_scope`
+/// authorizes again for the union of the scopes asked before and the challenge's, a bounded
+/// number of times. The protected resource metadata is read again on each refusal, so an
+/// authorization server that changed is noticed: tokens and registrations of the previous
+/// one are never presented to it.
+///
+/// Cheap to clone; clones share tokens and state. Concurrent refusals run one flow: the
+/// others wait and get its token.
+#[derive(Clone)]
+pub struct OAuthProvider {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for OAuthProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthProvider").finish_non_exhaustive()
+    }
+}
+
+impl OAuthProvider {
+    /// Why the last authorization attempt failed, if it did.
+    pub fn last_failure(&self) -> Option<OAuthError> {
+        self.inner
+            .last_failure
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The scopes granted to the current token, if there is one.
+    pub async fn granted_scopes(&self) -> Option<Vec<String>> {
+        let state = self.inner.state.lock().await;
+        state.tokens.as_ref().map(|t| t.scopes.clone())
+    }
+
+    /// The issuer of the authorization server in use, once discovered.
+    pub async fn issuer(&self) -> Option<String> {
+        let state = self.inner.state.lock().await;
+        state.discovery.as_ref().map(|d| d.issuer.clone())
+    }
+
+    /// Forgets the current tokens (in the store too): the next request goes without
+    /// credentials and the server's 401 starts a new authorization.
+    pub async fn sign_out(&self) -> Result<(), Error> {
+        let mut state = self.inner.state.lock().await;
+        state.tokens = None;
+        if let Some(server) = state.server.clone() {
+            self.inner.store.save_tokens(server.as_str(), None).await?;
+        }
+        Ok(())
+    }
+}
+
+impl TokenProvider for OAuthProvider {
+    /// The token of the next request; without one yet, discovery runs up front (the
+    /// well-known URIs) and the provider authorizes before answering.
+    fn token(&self, request: TokenRequest) -> BoxFuture<'static, Result<String, Error>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            match inner.credential(request, true).await? {
+                Some(token) => Ok(token),
+                None => Err(Error::new(ErrorKind::Unauthorized, "no token")),
+            }
+        })
+    }
+
+    fn credential(
+        &self,
+        request: TokenRequest,
+    ) -> BoxFuture<'static, Result<Option<String>, Error>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.credential(request, false).await })
+    }
+}
+
+struct Config {
+    client_name: String,
+    redirect_uri: String,
+    metadata_document: Option<String>,
+    pre_registered: Vec<RegisteredClient>,
+    machine: Option<ClientCredentials>,
+    authorizer: Option<Arc<dyn Authorizer>>,
+    scopes: Option<Vec<String>>,
+    offline_access: bool,
+    refresh_margin: Duration,
+    max_step_ups: u32,
+}
+
+struct Inner {
+    config: Config,
+    http: reqwest::Client,
+    store: Arc<dyn TokenStore>,
+    state: tokio::sync::Mutex<State>,
+    last_failure: Mutex<Option<OAuthError>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The MCP endpoint this provider's tokens are for.
+    server: Option<Url>,
+    loaded: bool,
+    discovery: Option<Discovery>,
+    tokens: Option<TokenSet>,
+    /// The scopes of the last authorization.
+    requested: Vec<String>,
+    /// Step-up authorizations made per requested scope set.
+    step_ups: HashMap<String, u32>,
+    /// When renewing ahead of expiry last failed: not tried again on every request.
+    renew_failed: Option<std::time::Instant>,
+}
+
+/// How long after a failed renewal ahead of expiry the provider keeps the current token
+/// without trying again.
+const RENEW_BACKOFF: Duration = Duration::from_secs(10);
+
+/// What discovery settled: the authorization server and how to reach it.
+#[derive(Clone, Debug)]
+struct Discovery {
+    resource_metadata: Option<ProtectedResourceMetadata>,
+    issuer: String,
+    metadata: Option<AuthorizationServerMetadata>,
+    authorization_endpoint: Option<String>,
+    token_endpoint: String,
+    registration_endpoint: Option<String>,
+}
+
+impl Discovery {
+    fn resource(&self) -> Option<&str> {
+        self.resource_metadata.as_ref().map(|m| m.resource.as_str())
+    }
+
+    fn scopes_supported(&self) -> Option<&[String]> {
+        self.metadata.as_ref()?.scopes_supported.as_deref()
+    }
+}
+
+impl Inner {
+    async fn credential(
+        &self,
+        request: TokenRequest,
+        up_front: bool,
+    ) -> Result<Option<String>, Error> {
+        let mut state = self.state.lock().await;
+        let server = self.bind(&mut state, request.url.as_deref())?;
+        if !state.loaded {
+            state.loaded = true;
+            state.tokens = self.store.load_tokens(server.as_str()).await?;
+            if let Some(tokens) = &state.tokens {
+                state.requested = tokens.scopes.clone();
+            }
+        }
+        let outcome = match &request.challenge {
+            None => self.ordinary(&mut state, &server, up_front).await,
+            Some(challenge) => self
+                .refused(
+                    &mut state,
+                    &server,
+                    challenge,
+                    request.refused_token.as_deref(),
+                )
+                .await
+                .map(Some),
+        };
+        match outcome {
+            Ok(token) => Ok(token),
+            Err(failure) => {
+                tracing::warn!(%failure, "authorization failed");
+                *self.last_failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(failure.clone());
+                let kind = match failure {
+                    OAuthError::Http(_) | OAuthError::Store(_) => ErrorKind::Transport,
+                    OAuthError::Config(_) => ErrorKind::InvalidConfig,
+                    _ => ErrorKind::Unauthorized,
+                };
+                Err(Error::with_source(kind, failure.to_string(), failure))
+            }
+        }
+    }
+
+    /// The endpoint the tokens are for; the first one asked about when none was configured.
+    fn bind(&self, state: &mut State, url: Option<&str>) -> Result<Url, Error> {
+        let asked = url
+            .map(|u| {
+                Url::parse(u).map_err(|e| Error::new(ErrorKind::InvalidConfig, format!("{u}: {e}")))
+            })
+            .transpose()?;
+        match (&state.server, asked) {
+            (Some(bound), Some(asked)) if *bound != asked => Err(Error::new(
+                ErrorKind::InvalidConfig,
+                format!("this OAuth provider holds tokens for {bound}, not for {asked}"),
+            )),
+            (Some(bound), _) => Ok(bound.clone()),
+            (None, Some(asked)) => {
+                state.server = Some(asked.clone());
+                Ok(asked)
+            }
+            (None, None) => Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "the OAuth provider does not know its server yet (OAuthBuilder::server_url)",
+            )),
+        }
+    }
+
+    /// An ordinary request: the current token, renewed first when it is about to expire.
+    async fn ordinary(
+        &self,
+        state: &mut State,
+        server: &Url,
+        up_front: bool,
+    ) -> Result<Option<String>, OAuthError> {
+        let now = SystemTime::now();
+        if let Some(tokens) = &state.tokens {
+            let backing_off = state
+                .renew_failed
+                .is_some_and(|at| at.elapsed() < RENEW_BACKOFF);
+            if !tokens.expires_within(now, self.config.refresh_margin)
+                || (backing_off && !tokens.expires_within(now, Duration::ZERO))
+            {
+                return Ok(Some(tokens.access_token.expose().to_owned()));
+            }
+            match self.renew(state, server).await {
+                Ok(token) => {
+                    state.renew_failed = None;
+                    return Ok(Some(token));
+                }
+                Err(err) => {
+                    tracing::debug!(%err, "could not renew the token before its expiry");
+                    state.renew_failed = Some(std::time::Instant::now());
+                }
+            }
+            if let Some(tokens) = &state.tokens {
+                if !tokens.expires_within(now, Duration::ZERO) {
+                    return Ok(Some(tokens.access_token.expose().to_owned()));
+                }
+            }
+            self.forget(state, server).await?;
+        }
+        if up_front {
+            let discovery = self.discover(state, server, None).await?;
+            let scopes = self.initial_scopes(&discovery, None);
+            return self.authorize(state, server, scopes).await.map(Some);
+        }
+        // No token: the server's refusal says where to get one.
+        Ok(None)
+    }
+
+    /// The server refused `refused` (or a request without credentials).
+    async fn refused(
+        &self,
+        state: &mut State,
+        server: &Url,
+        challenge: &AuthChallenge,
+        refused: Option<&str>,
+    ) -> Result<String, OAuthError> {
+        let insufficient =
+            challenge.status == 403 || challenge.error.as_deref() == Some("insufficient_scope");
+        if let Some(current) = &state.tokens {
+            // Another request already renewed it while this one was refused.
+            let renewed = refused != Some(current.access_token.expose());
+            if renewed && (!insufficient || covers(&current.scopes, challenge.scope.as_deref())) {
+                return Ok(current.access_token.expose().to_owned());
+            }
+        }
+        let discovery = self.discover(state, server, Some(challenge)).await?;
+        if insufficient {
+            let scopes = union(&state.requested, challenge.scope.as_deref());
+            let key = scope_param(&scopes).unwrap_or_default();
+            let attempts = state.step_ups.entry(key.clone()).or_default();
+            if *attempts >= self.config.max_step_ups {
+                return Err(OAuthError::StepUpLimit(key));
+            }
+            *attempts += 1;
+            tracing::debug!(scope = %key, "step-up authorization");
+            return self.authorize(state, server, scopes).await;
+        }
+        if state
+            .tokens
+            .as_ref()
+            .is_some_and(|t| t.refresh_token.is_some())
+        {
+            match self.renew(state, server).await {
+                Ok(token) => return Ok(token),
+                Err(err) => tracing::debug!(%err, "refresh failed: authorizing again"),
+            }
+        }
+        self.forget(state, server).await?;
+        let scopes = if state.requested.is_empty() {
+            self.initial_scopes(&discovery, challenge.scope.as_deref())
+        } else {
+            union(&state.requested, challenge.scope.as_deref())
+        };
+        self.authorize(state, server, scopes).await
+    }
+
+    fn initial_scopes(&self, discovery: &Discovery, challenge_scope: Option<&str>) -> Vec<String> {
+        let scopes = match &self.config.scopes {
+            Some(scopes) => scopes.clone(),
+            None => select_initial_scopes(
+                challenge_scope,
+                discovery
+                    .resource_metadata
+                    .as_ref()
+                    .and_then(|m| m.scopes_supported.as_deref()),
+            ),
+        };
+        // A refresh token matters to a user's session; a machine asks for a new token anyway.
+        let wanted = self.config.offline_access && self.config.machine.is_none();
+        offline_access(scopes, wanted, discovery.scopes_supported())
+    }
+
+    async fn forget(&self, state: &mut State, server: &Url) -> Result<(), OAuthError> {
+        if state.tokens.take().is_some() {
+            self.store
+                .save_tokens(server.as_str(), None)
+                .await
+                .map_err(|e| OAuthError::Store(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    async fn keep(
+        &self,
+        state: &mut State,
+        server: &Url,
+        tokens: TokenSet,
+    ) -> Result<String, OAuthError> {
+        let token = tokens.access_token.expose().to_owned();
+        state.tokens = Some(tokens.clone());
+        self.store
+            .save_tokens(server.as_str(), Some(tokens))
+            .await
+            .map_err(|e| OAuthError::Store(e.to_string()))?;
+        Ok(token)
+    }
+
+    /// A fresh token without the user: the refresh token grant, or for a machine client a
+    /// new client credentials grant. Never across authorization servers.
+    async fn renew(&self, state: &mut State, server: &Url) -> Result<String, OAuthError> {
+        let Some(tokens) = state.tokens.clone() else {
+            return Err(OAuthError::Discovery("no token to renew".into()));
+        };
+        if self.config.machine.is_none() && tokens.refresh_token.is_none() {
+            return Err(OAuthError::TokenEndpoint {
+                error: "no refresh token".into(),
+                description: None,
+            });
+        }
+        let discovery = match &state.discovery {
+            Some(d) => d.clone(),
+            None => self.discover(state, server, None).await?,
+        };
+        if discovery.issuer != tokens.issuer {
+            return Err(OAuthError::Discovery(
+                "the tokens are from another authorization server".into(),
+            ));
+        }
+        if self.config.machine.is_some() {
+            let scopes = state.requested.clone();
+            return self.authorize(state, server, scopes).await;
+        }
+        let client = self.client_for(&discovery, &state.requested).await?;
+        let endpoint = self.token_endpoint(&discovery, &client)?;
+        let fresh = endpoint.refresh(&tokens).await?;
+        tracing::debug!("token refreshed");
+        self.keep(state, server, fresh).await
+    }
+
+    /// A new grant for `scopes`: the authorization code flow, or client credentials.
+    async fn authorize(
+        &self,
+        state: &mut State,
+        server: &Url,
+        scopes: Vec<String>,
+    ) -> Result<String, OAuthError> {
+        let discovery = state
+            .discovery
+            .clone()
+            .ok_or_else(|| OAuthError::Discovery("no authorization server".into()))?;
+        let tokens = match &self.config.machine {
+            Some(machine) => {
+                let client = RegisteredClient::new(&discovery.issuer, &machine.client_id);
+                let endpoint = self.machine_endpoint(&discovery, machine, &client)?;
+                endpoint.client_credentials(&scopes).await?
+            }
+            None => {
+                let authorizer = self
+                    .config
+                    .authorizer
+                    .as_deref()
+                    .ok_or_else(|| OAuthError::Config("no authorizer".into()))?;
+                if let Some(metadata) = &discovery.metadata {
+                    if !metadata.supports_pkce_s256() {
+                        return Err(OAuthError::PkceUnsupported);
+                    }
+                }
+                let authorization_endpoint = discovery
+                    .authorization_endpoint
+                    .as_deref()
+                    .ok_or_else(|| OAuthError::Discovery("no authorization endpoint".into()))?;
+                let client = self.client_for(&discovery, &scopes).await?;
+                let endpoint = self.token_endpoint(&discovery, &client)?;
+                let iss_parameter_supported = discovery
+                    .metadata
+                    .as_ref()
+                    .is_some_and(AuthorizationServerMetadata::iss_parameter_supported);
+                let flow = CodeFlow {
+                    authorization_endpoint,
+                    redirect_uri: &self.config.redirect_uri,
+                    iss_parameter_supported,
+                    scopes: &scopes,
+                };
+                endpoint.authorization_code(flow, authorizer).await?
+            }
+        };
+        state.requested = scopes;
+        self.keep(state, server, tokens).await
+    }
+
+    fn token_endpoint<'a>(
+        &'a self,
+        discovery: &'a Discovery,
+        client: &'a RegisteredClient,
+    ) -> Result<TokenEndpoint<'a>, OAuthError> {
+        let supported = discovery
+            .metadata
+            .as_ref()
+            .and_then(|m| m.token_endpoint_auth_methods_supported.as_deref());
+        let method = select_token_endpoint_auth(
+            client.token_endpoint_auth_method.as_deref(),
+            client.client_secret.is_some(),
+            supported,
+        );
+        let auth = match (method, &client.client_secret) {
+            (TokenEndpointAuth::ClientSecretBasic, Some(secret)) => ClientAuth::SecretBasic(secret),
+            (TokenEndpointAuth::ClientSecretPost, Some(secret)) => ClientAuth::SecretPost(secret),
+            _ => ClientAuth::Public,
+        };
+        Ok(TokenEndpoint {
+            http: &self.http,
+            url: &discovery.token_endpoint,
+            issuer: &discovery.issuer,
+            client_id: &client.client_id,
+            auth,
+            resource: discovery.resource(),
+        })
+    }
+
+    fn machine_endpoint<'a>(
+        &'a self,
+        discovery: &'a Discovery,
+        machine: &'a ClientCredentials,
+        client: &'a RegisteredClient,
+    ) -> Result<TokenEndpoint<'a>, OAuthError> {
+        let auth = match &machine.auth {
+            MachineAuth::Jwt(assertion) => ClientAuth::Jwt(assertion),
+            MachineAuth::Secret(secret) => {
+                let supported = discovery
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.token_endpoint_auth_methods_supported.as_deref());
+                match select_token_endpoint_auth(None, true, supported) {
+                    TokenEndpointAuth::ClientSecretPost => ClientAuth::SecretPost(secret),
+                    _ => ClientAuth::SecretBasic(secret),
+                }
+            }
+        };
+        tracing::debug!(method = auth.method().as_str(), "client credentials grant");
+        Ok(TokenEndpoint {
+            http: &self.http,
+            url: &discovery.token_endpoint,
+            issuer: &discovery.issuer,
+            client_id: &client.client_id,
+            auth,
+            resource: discovery.resource(),
+        })
+    }
+
+    /// This client's identity at the discovered authorization server, registering when
+    /// needed, in the specification's order of preference.
+    async fn client_for(
+        &self,
+        discovery: &Discovery,
+        scopes: &[String],
+    ) -> Result<RegisteredClient, OAuthError> {
+        let issuer = &discovery.issuer;
+        if let Some(client) = self
+            .config
+            .pre_registered
+            .iter()
+            .find(|c| &c.issuer == issuer)
+        {
+            return Ok(client.clone());
+        }
+        if !self.config.pre_registered.is_empty() {
+            tracing::warn!(%issuer, "pre-registered credentials are for another authorization server: not using them here");
+        }
+        let stored = self
+            .store
+            .load_client(issuer)
+            .await
+            .map_err(|e| OAuthError::Store(e.to_string()))?;
+        let metadata_documents = discovery
+            .metadata
+            .as_ref()
+            .is_some_and(AuthorizationServerMetadata::supports_client_id_metadata_documents);
+        let choice = choose_registration(
+            false,
+            self.config.metadata_document.is_some(),
+            metadata_documents,
+            discovery.registration_endpoint.as_deref(),
+        );
+        match (choice, stored) {
+            (Registration::ClientIdMetadataDocument, _) => {
+                let url = self.config.metadata_document.clone().unwrap_or_default();
+                Ok(RegisteredClient::new(issuer, url).auth_method("none"))
+            }
+            (_, Some(stored)) => Ok(stored),
+            (Registration::Dynamic(endpoint), None) => {
+                let client = wire::register(
+                    &self.http,
+                    &endpoint,
+                    issuer,
+                    &self.config.client_name,
+                    std::slice::from_ref(&self.config.redirect_uri),
+                    scope_param(scopes).as_deref(),
+                )
+                .await?;
+                tracing::debug!(%issuer, "registered dynamically");
+                self.store
+                    .save_client(client.clone())
+                    .await
+                    .map_err(|e| OAuthError::Store(e.to_string()))?;
+                Ok(client)
+            }
+            _ => Err(OAuthError::Registration(format!(
+                "{issuer} supports neither client ID metadata documents nor dynamic registration, and no credentials are configured for it"
+            ))),
+        }
+    }
+
+    /// Protected resource metadata, then the authorization server's; remembered in `state`.
+    /// When the authorization server differs from the one in use, the tokens of the old one
+    /// are dropped.
+    async fn discover(
+        &self,
+        state: &mut State,
+        server: &Url,
+        challenge: Option<&AuthChallenge>,
+    ) -> Result<Discovery, OAuthError> {
+        let discovery = self.find(server, challenge).await?;
+        if let Some(machine) = &self.config.machine {
+            if machine
+                .issuer
+                .as_ref()
+                .is_some_and(|i| *i != discovery.issuer)
+            {
+                return Err(OAuthError::Registration(format!(
+                    "the client credentials are for another authorization server than {}",
+                    discovery.issuer
+                )));
+            }
+        }
+        let previous = state.discovery.as_ref().map(|d| d.issuer.clone());
+        let stale = state
+            .tokens
+            .as_ref()
+            .is_some_and(|t| t.issuer != discovery.issuer);
+        if previous.as_ref().is_some_and(|p| *p != discovery.issuer) || stale {
+            tracing::info!(issuer = %discovery.issuer, "the authorization server changed: authorizing anew");
+            self.forget(state, server).await?;
+            state.requested.clear();
+            state.step_ups.clear();
+        }
+        state.discovery = Some(discovery.clone());
+        Ok(discovery)
+    }
+
+    async fn find(
+        &self,
+        server: &Url,
+        challenge: Option<&AuthChallenge>,
+    ) -> Result<Discovery, OAuthError> {
+        let resource_metadata = self.resource_metadata(server, challenge).await?;
+        let Some(prm) = resource_metadata else {
+            return self.legacy(server).await;
+        };
+        check_resource(&prm.resource, server)?;
+        let issuer = prm
+            .authorization_servers
+            .iter()
+            .find(|i| self.config.pre_registered.iter().any(|c| &c.issuer == *i))
+            .or_else(|| prm.authorization_servers.first())
+            .cloned()
+            .ok_or_else(|| {
+                OAuthError::Discovery(
+                    "the protected resource metadata names no authorization server".into(),
+                )
+            })?;
+        let metadata = self
+            .authorization_server(&issuer, false)
+            .await?
+            .ok_or_else(|| {
+                OAuthError::Discovery(format!("no authorization server metadata for {issuer}"))
+            })?;
+        let token_endpoint = metadata
+            .token_endpoint
+            .clone()
+            .ok_or_else(|| OAuthError::Discovery(format!("{issuer} names no token endpoint")))?;
+        Ok(Discovery {
+            resource_metadata: Some(prm),
+            issuer,
+            authorization_endpoint: metadata.authorization_endpoint.clone(),
+            registration_endpoint: metadata.registration_endpoint.clone(),
+            token_endpoint,
+            metadata: Some(metadata),
+        })
+    }
+
+    /// A server of the 2025-03-26 revision: no protected resource metadata; authorization
+    /// server metadata under its origin, or failing that the default endpoints there.
+    async fn legacy(&self, server: &Url) -> Result<Discovery, OAuthError> {
+        let base = legacy_authorization_base(server);
+        if let Some(metadata) = self.authorization_server(&base, true).await? {
+            let token_endpoint = metadata
+                .token_endpoint
+                .clone()
+                .ok_or_else(|| OAuthError::Discovery(format!("{base} names no token endpoint")))?;
+            return Ok(Discovery {
+                resource_metadata: None,
+                issuer: metadata.issuer.clone(),
+                authorization_endpoint: metadata.authorization_endpoint.clone(),
+                registration_endpoint: metadata.registration_endpoint.clone(),
+                token_endpoint,
+                metadata: Some(metadata),
+            });
+        }
+        tracing::debug!(%base, "no metadata at all: the 2025-03-26 default endpoints");
+        let defaults = legacy_endpoints(server);
+        Ok(Discovery {
+            resource_metadata: None,
+            issuer: base,
+            metadata: None,
+            authorization_endpoint: Some(defaults.authorization_endpoint),
+            token_endpoint: defaults.token_endpoint,
+            registration_endpoint: Some(defaults.registration_endpoint),
+        })
+    }
+
+    async fn resource_metadata(
+        &self,
+        server: &Url,
+        challenge: Option<&AuthChallenge>,
+    ) -> Result<Option<ProtectedResourceMetadata>, OAuthError> {
+        if let Some(url) = challenge.and_then(|c| c.resource_metadata.as_deref()) {
+            let url = Url::parse(url)
+                .map_err(|_| OAuthError::Discovery(format!("bad resource_metadata URL {url}")))?;
+            if !crate::oauth::is_secure_url(&url) {
+                return Err(OAuthError::InsecureUrl(url.to_string()));
+            }
+            return match wire::fetch_document(&self.http, &url).await? {
+                Some(document) => Ok(Some(document)),
+                None => Err(OAuthError::Discovery(format!(
+                    "no protected resource metadata at {url}"
+                ))),
+            };
+        }
+        for url in protected_resource_metadata_urls(server) {
+            if let Some(document) = wire::fetch_document(&self.http, &url).await? {
+                return Ok(Some(document));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The first metadata document of `issuer` whose `issuer` is `issuer` (a document naming
+    /// another issuer is not used); `legacy` for a 2025-03-26 server's derived base URL.
+    async fn authorization_server(
+        &self,
+        issuer: &str,
+        legacy: bool,
+    ) -> Result<Option<AuthorizationServerMetadata>, OAuthError> {
+        let mut refused = None;
+        for url in authorization_server_metadata_urls(issuer)? {
+            let Some(document) =
+                wire::fetch_document::<AuthorizationServerMetadata>(&self.http, &url).await?
+            else {
+                continue;
+            };
+            let checked = if legacy {
+                document.validate_legacy(issuer)
+            } else {
+                document.validate(issuer)
+            };
+            match checked {
+                Ok(()) => return Ok(Some(document)),
+                Err(err) => {
+                    tracing::warn!(%url, %err, "authorization server metadata not used");
+                    refused = Some(err);
+                }
+            }
+        }
+        match refused {
+            Some(err) => Err(err),
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! [`TokenStore`]: where an [`OAuthProvider`](super::OAuthProvider) keeps tokens and client
+//! registrations between requests and, with a persistent store, between runs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+
+use crate::error::Error;
+use crate::oauth::{RegisteredClient, TokenSet};
+
+/// Keeps the tokens of each MCP server and the client registration at each authorization
+/// server. The provider reads a server's tokens once, then writes each change (a grant, a
+/// refresh, tokens dropped after the authorization server changed); it reads a registration
+/// before registering and writes the one it obtained by dynamic registration.
+///
+/// Values carry [`Secret`](crate::oauth::Secret)s: a store that persists them reads them with
+/// `expose()` and should encrypt or keep them in the platform's credential store. The default
+/// is an [`InMemoryTokenStore`].
+pub trait TokenStore: Send + Sync + 'static {
+    /// The tokens kept for the MCP server at `server` (its URL).
+    fn load_tokens(&self, server: &str) -> BoxFuture<'static, Result<Option<TokenSet>, Error>>;
+    /// Replaces the tokens of `server`; `None` forgets them.
+    fn save_tokens(
+        &self,
+        server: &str,
+        tokens: Option<TokenSet>,
+    ) -> BoxFuture<'static, Result<(), Error>>;
+    /// The registration kept for the authorization server `issuer`.
+    fn load_client(
+        &self,
+        issuer: &str,
+    ) -> BoxFuture<'static, Result<Option<RegisteredClient>, Error>>;
+    /// Keeps a registration, under its issuer.
+    fn save_client(&self, client: RegisteredClient) -> BoxFuture<'static, Result<(), Error>>;
+}
+
+/// A [`TokenStore`] in memory: tokens last as long as the process. Clones share the same
+/// contents.
+#[derive(Clone, Default)]
+pub struct InMemoryTokenStore {
+    inner: Arc<Mutex<Contents>>,
+}
+
+#[derive(Default)]
+struct Contents {
+    tokens: HashMap<String, TokenSet>,
+    clients: HashMap<String, RegisteredClient>,
+}
+
+impl InMemoryTokenStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Contents) -> T) -> T {
+        f(&mut self.inner.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl std::fmt::Debug for InMemoryTokenStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (tokens, clients) = self.with(|c| (c.tokens.len(), c.clients.len()));
+        f.debug_struct("InMemoryTokenStore")
+            .field("servers", &tokens)
+            .field("registrations", &clients)
+            .finish()
+    }
+}
+
+impl TokenStore for InMemoryTokenStore {
+    fn load_tokens(&self, server: &str) -> BoxFuture<'static, Result<Option<TokenSet>, Error>> {
+        let tokens = self.with(|c| c.tokens.get(server).cloned());
+        Box::pin(async move { Ok(tokens) })
+    }
+
+    fn save_tokens(
+        &self,
+        server: &str,
+        tokens: Option<TokenSet>,
+    ) -> BoxFuture<'static, Result<(), Error>> {
+        self.with(|c| match tokens {
+            Some(tokens) => c.tokens.insert(server.to_owned(), tokens),
+            None => c.tokens.remove(server),
+        });
+        Box::pin(async { Ok(()) })
+    }
+
+    fn load_client(
+        &self,
+        issuer: &str,
+    ) -> BoxFuture<'static, Result<Option<RegisteredClient>, Error>> {
+        let client = self.with(|c| c.clients.get(issuer).cloned());
+        Box::pin(async move { Ok(client) })
+    }
+
+    fn save_client(&self, client: RegisteredClient) -> BoxFuture<'static, Result<(), Error>> {
+        self.with(|c| c.clients.insert(client.issuer.clone(), client));
+        Box::pin(async { Ok(()) })
+    }
+}

@@ -1,0 +1,372 @@
+//! The provider's HTTP: metadata documents, dynamic registration, and the token endpoint
+//! through the `oauth2` crate, all over one reqwest client that never follows redirects.
+
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use oauth2::basic::{BasicClient, BasicTokenType};
+use oauth2::{
+    AuthType, AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, PkceCodeChallenge,
+    RedirectUrl, RefreshToken, RequestTokenError, Scope, TokenResponse, TokenUrl,
+};
+use reqwest::Url;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::oauth::{
+    authorization_code, dynamic_registration_request, ExpectedResponse, OAuthError,
+    RegisteredClient, Secret, TokenEndpointAuth, TokenSet,
+};
+
+use super::authorizer::{AuthorizationRequest, Authorizer};
+use super::jwt::ClientAssertion;
+
+/// Metadata documents and token responses are small; anything larger is refused unread.
+const MAX_DOCUMENT: usize = 1 << 20;
+
+/// GETs a JSON document. `Ok(None)` when the server answers anything but 2xx (it is not
+/// there) or a body that is not the document; `Err` only when the server cannot be reached.
+pub(super) async fn fetch_document<T: DeserializeOwned>(
+    http: &reqwest::Client,
+    url: &Url,
+) -> Result<Option<T>, OAuthError> {
+    let response = http
+        .get(url.clone())
+        .header(reqwest::header::ACCEPT, "application/json")
+        .send()
+        .await
+        .map_err(|e| OAuthError::Http(format!("GET {url}: {}", e.without_url())))?;
+    let status = response.status();
+    if !status.is_success() {
+        tracing::debug!(%url, %status, "no metadata here");
+        return Ok(None);
+    }
+    let body = read_limited(response).await?;
+    match serde_json::from_slice(&body) {
+        Ok(document) => Ok(Some(document)),
+        Err(err) => {
+            tracing::debug!(%url, %err, "not a metadata document");
+            Ok(None)
+        }
+    }
+}
+
+async fn read_limited(response: reqwest::Response) -> Result<Vec<u8>, OAuthError> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| OAuthError::Http(e.without_url().to_string()))?;
+        if body.len() + chunk.len() > MAX_DOCUMENT {
+            return Err(OAuthError::Http("response larger than 1 MiB".into()));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Dynamic client registration (RFC 7591) at `endpoint`, for `issuer`.
+pub(super) async fn register(
+    http: &reqwest::Client,
+    endpoint: &str,
+    issuer: &str,
+    client_name: &str,
+    redirect_uris: &[String],
+    scope: Option<&str>,
+) -> Result<RegisteredClient, OAuthError> {
+    let body = dynamic_registration_request(client_name, redirect_uris, scope);
+    let response = http
+        .post(endpoint)
+        .header(reqwest::header::ACCEPT, "application/json")
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .map_err(|e| OAuthError::Registration(format!("{endpoint}: {}", e.without_url())))?;
+    let status = response.status();
+    let answer = read_limited(response).await?;
+    let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
+    if !status.is_success() {
+        let error = answer["error"].as_str().unwrap_or("no error code");
+        let description = answer["error_description"].as_str().unwrap_or_default();
+        return Err(OAuthError::Registration(format!(
+            "{endpoint} refused the registration ({status}): {error} {description}"
+        )));
+    }
+    let client_id = answer["client_id"]
+        .as_str()
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| OAuthError::Registration(format!("{endpoint} answered no client_id")))?;
+    let mut client = RegisteredClient::new(issuer, client_id);
+    if let Some(secret) = answer["client_secret"].as_str() {
+        client = client.secret(secret);
+    }
+    if let Some(method) = answer["token_endpoint_auth_method"].as_str() {
+        client = client.auth_method(method);
+    }
+    Ok(client)
+}
+
+/// How the client authenticates at the token endpoint, with what it needs.
+pub(super) enum ClientAuth<'a> {
+    Public,
+    SecretBasic(&'a Secret),
+    SecretPost(&'a Secret),
+    Jwt(&'a ClientAssertion),
+}
+
+impl ClientAuth<'_> {
+    pub(super) fn method(&self) -> TokenEndpointAuth {
+        match self {
+            ClientAuth::Public => TokenEndpointAuth::None,
+            ClientAuth::SecretBasic(_) => TokenEndpointAuth::ClientSecretBasic,
+            ClientAuth::SecretPost(_) => TokenEndpointAuth::ClientSecretPost,
+            ClientAuth::Jwt(_) => TokenEndpointAuth::PrivateKeyJwt,
+        }
+    }
+}
+
+/// The token endpoint and what every request to it carries.
+pub(super) struct TokenEndpoint<'a> {
+    pub(super) http: &'a reqwest::Client,
+    pub(super) url: &'a str,
+    pub(super) issuer: &'a str,
+    pub(super) client_id: &'a str,
+    pub(super) auth: ClientAuth<'a>,
+    pub(super) resource: Option<&'a str>,
+}
+
+/// The authorization code flow's front half: where to send the user, and what to check
+/// the answer against.
+pub(super) struct CodeFlow<'a> {
+    pub(super) authorization_endpoint: &'a str,
+    pub(super) redirect_uri: &'a str,
+    pub(super) iss_parameter_supported: bool,
+    pub(super) scopes: &'a [String],
+}
+
+type Oauth2Error = RequestTokenError<HttpFailure, oauth2::basic::BasicErrorResponse>;
+
+impl TokenEndpoint<'_> {
+    fn client(
+        &self,
+    ) -> Result<
+        oauth2::basic::BasicClient<
+            oauth2::EndpointNotSet,
+            oauth2::EndpointNotSet,
+            oauth2::EndpointNotSet,
+            oauth2::EndpointNotSet,
+            oauth2::EndpointSet,
+        >,
+        OAuthError,
+    > {
+        let token_url = TokenUrl::new(self.url.to_owned())
+            .map_err(|e| OAuthError::Discovery(format!("token endpoint {}: {e}", self.url)))?;
+        let client =
+            BasicClient::new(ClientId::new(self.client_id.to_owned())).set_token_uri(token_url);
+        Ok(match &self.auth {
+            ClientAuth::Public | ClientAuth::Jwt(_) => client.set_auth_type(AuthType::RequestBody),
+            ClientAuth::SecretBasic(secret) => client
+                .set_client_secret(ClientSecret::new(secret.expose().to_owned()))
+                .set_auth_type(AuthType::BasicAuth),
+            ClientAuth::SecretPost(secret) => client
+                .set_client_secret(ClientSecret::new(secret.expose().to_owned()))
+                .set_auth_type(AuthType::RequestBody),
+        })
+    }
+
+    fn extra(&self) -> Result<Vec<(String, String)>, OAuthError> {
+        let mut extra = Vec::new();
+        if let Some(resource) = self.resource {
+            extra.push(("resource".to_owned(), resource.to_owned()));
+        }
+        if let ClientAuth::Jwt(assertion) = &self.auth {
+            extra.push((
+                "client_assertion_type".to_owned(),
+                "urn:ietf:params:oauth:client-assertion-type:jwt-bearer".to_owned(),
+            ));
+            extra.push((
+                "client_assertion".to_owned(),
+                assertion.sign(self.client_id, self.issuer)?,
+            ));
+        }
+        Ok(extra)
+    }
+
+    /// The authorization code grant: sends the user through `authorizer`, checks the answer
+    /// (RFC 9207 `iss`, `state`), then exchanges the code with its PKCE verifier.
+    pub(super) async fn authorization_code(
+        &self,
+        flow: CodeFlow<'_>,
+        authorizer: &dyn Authorizer,
+    ) -> Result<TokenSet, OAuthError> {
+        let auth_url = AuthUrl::new(flow.authorization_endpoint.to_owned()).map_err(|e| {
+            OAuthError::Discovery(format!(
+                "authorization endpoint {}: {e}",
+                flow.authorization_endpoint
+            ))
+        })?;
+        let redirect = RedirectUrl::new(flow.redirect_uri.to_owned())
+            .map_err(|e| OAuthError::Config(format!("redirect URI: {e}")))?;
+        let client = self
+            .client()?
+            .set_auth_uri(auth_url)
+            .set_redirect_uri(redirect);
+        let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+        let mut request = client
+            .authorize_url(CsrfToken::new_random)
+            .set_pkce_challenge(challenge)
+            .add_scopes(flow.scopes.iter().cloned().map(Scope::new));
+        if let Some(resource) = self.resource {
+            request = request.add_extra_param("resource", resource);
+        }
+        let (url, state) = request.url();
+        let redirect_back = authorizer
+            .authorize(AuthorizationRequest {
+                url,
+                redirect_uri: flow.redirect_uri.to_owned(),
+            })
+            .await
+            .map_err(|e| OAuthError::Authorizer(e.to_string()))?;
+        let expected =
+            ExpectedResponse::new(state.secret(), self.issuer, flow.iss_parameter_supported);
+        let code = authorization_code(&redirect_back, &expected)?;
+        let mut exchange = client
+            .exchange_code(AuthorizationCode::new(code))
+            .set_pkce_verifier(verifier);
+        for (name, value) in self.extra()? {
+            exchange = exchange.add_extra_param(name, value);
+        }
+        let http = self.http.clone();
+        let send = move |request| send(http.clone(), request);
+        let response = exchange.request_async(&send).await;
+        self.tokens(response, flow.scopes)
+    }
+
+    /// The refresh token grant; a response without a refresh token keeps the old one.
+    pub(super) async fn refresh(&self, tokens: &TokenSet) -> Result<TokenSet, OAuthError> {
+        let refresh = tokens
+            .refresh_token
+            .as_ref()
+            .ok_or_else(|| OAuthError::TokenEndpoint {
+                error: "no refresh token".into(),
+                description: None,
+            })?;
+        let client = self.client()?;
+        let refresh_token = RefreshToken::new(refresh.expose().to_owned());
+        let mut request = client.exchange_refresh_token(&refresh_token);
+        for (name, value) in self.extra()? {
+            request = request.add_extra_param(name, value);
+        }
+        let http = self.http.clone();
+        let send = move |request| send(http.clone(), request);
+        let response = request.request_async(&send).await;
+        let mut fresh = self.tokens(response, &tokens.scopes)?;
+        if fresh.refresh_token.is_none() {
+            fresh.refresh_token = tokens.refresh_token.clone();
+        }
+        Ok(fresh)
+    }
+
+    /// The client credentials grant.
+    pub(super) async fn client_credentials(
+        &self,
+        scopes: &[String],
+    ) -> Result<TokenSet, OAuthError> {
+        let client = self.client()?;
+        let mut request = client
+            .exchange_client_credentials()
+            .add_scopes(scopes.iter().cloned().map(Scope::new));
+        for (name, value) in self.extra()? {
+            request = request.add_extra_param(name, value);
+        }
+        let http = self.http.clone();
+        let send = move |request| send(http.clone(), request);
+        let response = request.request_async(&send).await;
+        self.tokens(response, scopes)
+    }
+
+    fn tokens(
+        &self,
+        response: Result<oauth2::basic::BasicTokenResponse, Oauth2Error>,
+        requested: &[String],
+    ) -> Result<TokenSet, OAuthError> {
+        let response = response.map_err(token_error)?;
+        if *response.token_type() != BasicTokenType::Bearer {
+            return Err(OAuthError::TokenEndpoint {
+                error: format!(
+                    "unsupported token type {:?}",
+                    response.token_type().as_ref()
+                ),
+                description: None,
+            });
+        }
+        let mut tokens = TokenSet::new(response.access_token().secret().as_str(), self.issuer);
+        tokens.refresh_token = response
+            .refresh_token()
+            .map(|r| Secret::new(r.secret().as_str()));
+        tokens.expires_at = response
+            .expires_in()
+            .map(|d: Duration| SystemTime::now() + d);
+        tokens.scopes = match response.scopes() {
+            Some(scopes) => scopes.iter().map(|s| s.to_string()).collect(),
+            None => requested.to_vec(),
+        };
+        tokens.resource = self.resource.map(str::to_owned);
+        Ok(tokens)
+    }
+}
+
+fn token_error(err: Oauth2Error) -> OAuthError {
+    match err {
+        RequestTokenError::ServerResponse(response) => OAuthError::TokenEndpoint {
+            error: response.error().as_ref().to_owned(),
+            description: response.error_description().cloned(),
+        },
+        RequestTokenError::Request(failure) => OAuthError::Http(failure.0),
+        RequestTokenError::Parse(err, _) => OAuthError::TokenEndpoint {
+            error: format!("unreadable response: {err}"),
+            description: None,
+        },
+        RequestTokenError::Other(message) => OAuthError::TokenEndpoint {
+            error: message,
+            description: None,
+        },
+    }
+}
+
+/// A failure to reach the token endpoint (the message carries no URL: no credentials).
+#[derive(Debug)]
+pub(super) struct HttpFailure(String);
+
+impl std::fmt::Display for HttpFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HttpFailure {}
+
+/// The `oauth2` crate's request, sent with our reqwest client.
+async fn send(
+    http: reqwest::Client,
+    request: oauth2::HttpRequest,
+) -> Result<oauth2::HttpResponse, HttpFailure> {
+    let (parts, body) = request.into_parts();
+    let url = parts.uri.to_string();
+    let response = http
+        .request(parts.method, url)
+        .headers(parts.headers)
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| HttpFailure(e.without_url().to_string()))?;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = read_limited(response)
+        .await
+        .map_err(|e| HttpFailure(e.to_string()))?;
+    let mut out = oauth2::HttpResponse::new(body);
+    *out.status_mut() = status;
+    *out.headers_mut() = headers;
+    Ok(out)
+}

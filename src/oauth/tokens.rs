@@ -1,0 +1,59 @@
+//! [`TokenSet`]: what a token endpoint granted, bound to its issuer and resource.
+
+use std::time::{Duration, SystemTime};
+
+use super::Secret;
+
+/// The tokens one grant produced, with what they are bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TokenSet {
+    /// The access token sent to the MCP server.
+    pub access_token: Secret,
+    /// The refresh token, when the server issued one.
+    pub refresh_token: Option<Secret>,
+    /// When the access token expires, when the server said (`expires_in`).
+    pub expires_at: Option<SystemTime>,
+    /// The scopes granted: the response's `scope`, or those requested when it has none.
+    pub scopes: Vec<String>,
+    /// The issuer of the authorization server that granted them.
+    pub issuer: String,
+    /// The `resource` they were requested for, when there was one.
+    pub resource: Option<String>,
+}
+
+impl TokenSet {
+    /// An access token granted by `issuer`.
+    pub fn new(access_token: impl Into<Secret>, issuer: impl Into<String>) -> Self {
+        TokenSet {
+            access_token: access_token.into(),
+            refresh_token: None,
+            expires_at: None,
+            scopes: Vec::new(),
+            issuer: issuer.into(),
+            resource: None,
+        }
+    }
+
+    /// Whether the access token expires within `margin` of `now` (a token without an expiry
+    /// never does).
+    pub fn expires_within(&self, now: SystemTime, margin: Duration) -> bool {
+        self.expires_at.is_some_and(|at| at <= now + margin)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let mut t = TokenSet::new("a", "https://as.example");
+        assert!(!t.expires_within(now, Duration::from_secs(60)));
+        t.expires_at = Some(now + Duration::from_secs(30));
+        assert!(t.expires_within(now, Duration::from_secs(60)));
+        assert!(!t.expires_within(now, Duration::from_secs(10)));
+        assert_eq!(format!("{:?}", t.access_token), "<redacted>");
+    }
+}
