@@ -26,8 +26,8 @@ use mock_server::procs::{ProcessCluster, ProcessClusterConfig, RedisServer};
 use mock_server::{ClusterConfig, CutStyle, OracleReport, Preset, RedisOptions, RedisStore};
 use serde_json::{json, Value};
 use workload::{
-    build_client, render_table, row, run_calls, run_one_on, tag, CallRecord, ClientKind, Row,
-    RunReport, WorkloadCaller, WorkloadConfig,
+    build_client, render_table, row, run_calls, run_one_on, Agent, ClientKind, Row, RunReport,
+    WorkloadCaller, WorkloadConfig,
 };
 
 /// nginx's `proxy_read_timeout`, and the in-process balancer's idle timeout in the
@@ -128,43 +128,6 @@ async fn oracle(c: &ProcessCluster) -> OracleReport {
     c.oracle().await.expect("the oracle journal reads back")
 }
 
-/// One call of the workload through mcp-resume, recorded by tag (what the demo's own agent
-/// does, on a cluster the demo does not start).
-struct Agent<'a> {
-    client: &'a Client,
-    preset: Preset,
-    kind: ClientKind,
-    calls: Vec<CallRecord>,
-}
-
-impl WorkloadCaller for Agent<'_> {
-    async fn call(&mut self, tool: &'static str, args: Value, keyed: bool) -> Option<Value> {
-        let tag = tag(self.preset, self.kind, self.calls.len(), tool);
-        let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
-        if keyed {
-            call = call.random_idempotency_key();
-        }
-        if tool == "slow" {
-            call = call.progress_token(tag.clone());
-        }
-        let started = Instant::now();
-        let outcome = self
-            .client
-            .call_tool(call)
-            .await
-            .map(|r| r.structured_content.unwrap_or(Value::Null))
-            .map_err(|e| e.kind());
-        self.calls.push(CallRecord {
-            tag,
-            tool,
-            keyed,
-            outcome: outcome.clone(),
-            elapsed: started.elapsed(),
-        });
-        outcome.ok()
-    }
-}
-
 /// Collects the client's session events until its last handle is dropped.
 fn collect_events(client: &Client) -> tokio::task::JoinHandle<Vec<SessionEvent>> {
     let mut events = client.events();
@@ -212,16 +175,11 @@ async fn run_real_logged(
     let client = build_client(kind, &cluster.url(), cfg);
     let collector = collect_events(&client);
     let connect = client.connect().await.map(drop).map_err(|e| e.kind());
-    let mut agent = Agent {
-        client: &client,
-        preset,
-        kind,
-        calls: Vec::new(),
-    };
+    let mut agent = Agent::new(&client, preset, kind);
     if connect.is_ok() {
         run_calls(&mut agent, cfg).await;
     }
-    let calls = std::mem::take(&mut agent.calls);
+    let calls = agent.into_calls();
     let events = finish(client, collector).await;
     // Calls cut off from their client may still run; their executions count too.
     assert!(
@@ -476,16 +434,11 @@ async fn redis_restarted_mid_run_fails_loudly_and_nothing_is_silently_wrong() {
         let client = build_client(kind, &cluster.url(), &cfg);
         let collector = collect_events(&client);
         client.connect().await.expect("connects");
-        let mut agent = Agent {
-            client: &client,
-            preset,
-            kind,
-            calls: Vec::new(),
-        };
+        let mut agent = Agent::new(&client, preset, kind);
         for n in 0..3 {
             agent.call("counter_increment", json!({}), n % 2 == 0).await;
         }
-        let before = agent.calls.len();
+        let before = agent.calls().len();
         cluster.redis_mut().kill();
         for n in 0..3 {
             agent
@@ -493,7 +446,7 @@ async fn redis_restarted_mid_run_fails_loudly_and_nothing_is_silently_wrong() {
                 .await;
             agent.call("counter_increment", json!({}), true).await;
         }
-        let during = agent.calls.len();
+        let during = agent.calls().len();
         cluster.redis_mut().start_again().await.unwrap();
         // Back: the client gets answers again (a session may have to be re-initialized on
         // `naive`, whose sessions live in the instances).
@@ -509,7 +462,7 @@ async fn redis_restarted_mid_run_fails_loudly_and_nothing_is_silently_wrong() {
             assert!(Instant::now() < deadline, "{preset}: never recovered");
         }
         agent.call("counter_increment", json!({}), true).await;
-        let calls = std::mem::take(&mut agent.calls);
+        let calls = agent.into_calls();
         let events = finish(client, collector).await;
         assert!(cluster.wait_idle(Duration::from_secs(5)).await);
         let report = RunReport {

@@ -174,14 +174,38 @@ pub fn tag(preset: Preset, kind: ClientKind, n: usize, tool: &str) -> String {
     format!("{}/{}/{n:03}-{tool}", preset.as_str(), kind.as_str())
 }
 
-struct Agent<'a> {
+/// The workload's caller on mcp-resume: each call tagged, keyed when asked, recorded with
+/// what the client reported.
+pub struct Agent<'a> {
     client: &'a Client,
     preset: Preset,
     kind: ClientKind,
     calls: Vec<CallRecord>,
 }
 
-impl Agent<'_> {
+impl<'a> Agent<'a> {
+    /// An agent making the calls of `kind`'s run on `preset` through `client`.
+    pub fn new(client: &'a Client, preset: Preset, kind: ClientKind) -> Self {
+        Self {
+            client,
+            preset,
+            kind,
+            calls: Vec::new(),
+        }
+    }
+
+    /// The calls made so far, in order.
+    pub fn calls(&self) -> &[CallRecord] {
+        &self.calls
+    }
+
+    /// The calls made, in order.
+    pub fn into_calls(self) -> Vec<CallRecord> {
+        self.calls
+    }
+}
+
+impl WorkloadCaller for Agent<'_> {
     async fn call(&mut self, tool: &'static str, args: Value, keyed: bool) -> Option<Value> {
         let tag = tag(self.preset, self.kind, self.calls.len(), tool);
         let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
@@ -241,44 +265,11 @@ pub async fn run_one_on(
     });
 
     let connect = client.connect().await.map(drop).map_err(|e| e.kind());
-    let mut agent = Agent {
-        client: &client,
-        preset,
-        kind,
-        calls: Vec::new(),
-    };
+    let mut agent = Agent::new(&client, preset, kind);
     if connect.is_ok() {
-        agent
-            .call(
-                "slow",
-                json!({"steps": cfg.slow_steps, "delay_ms": cfg.slow_delay_ms}),
-                true,
-            )
-            .await;
-        for round in 0..cfg.rounds {
-            agent
-                .call(
-                    "generate",
-                    json!({"prompt": format!("summary {round}")}),
-                    false,
-                )
-                .await;
-            let prepared = agent
-                .call("prepare", json!({"item": format!("order-{round}")}), true)
-                .await;
-            let record = prepared
-                .as_ref()
-                .and_then(|v| v.get("record"))
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            if let Some(record) = record {
-                agent.call("commit", json!({"record": record}), true).await;
-            }
-            agent.call("counter_increment", json!({}), true).await;
-            agent.call("counter_increment", json!({}), false).await;
-        }
+        run_calls(&mut agent, cfg).await;
     }
-    let calls = std::mem::take(&mut agent.calls);
+    let calls = agent.into_calls();
     let _ = tokio::time::timeout(Duration::from_secs(5), client.close()).await;
     drop(client);
     // The last handle is gone: the driver stops and the event stream ends.
