@@ -233,7 +233,7 @@ async fn built_bytes(url: &str, reps: usize) -> [f64; 2] {
     let mut mine = Vec::new();
     for _ in 0..reps {
         let before = meter::live_bytes();
-        let c = reqwest::Client::new();
+        let c = clients::plain_http();
         floor.push((meter::live_bytes() - before) as f64);
         drop(c);
         let before = meter::live_bytes();

@@ -58,15 +58,25 @@ pub enum Client {
     Rmcp(RunningService<RoleClient, ClientConfig>),
 }
 
+/// The HTTP client the floor and rmcp pooled run on: built as mcp-resume builds its own for
+/// a plain-http endpoint (no TLS trust anchors loaded), so the memory rows compare the
+/// clients and not which certificates each one loaded.
+pub fn plain_http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .tls_certs_only([])
+        .build()
+        .expect("a plain-http reqwest client builds")
+}
+
 impl Client {
     /// A connected session: `initialize` answered and `notifications/initialized` sent.
     pub async fn connect(kind: Kind, url: &str) -> Client {
         match kind {
-            Kind::Floor => Client::Floor(Floor::connect(reqwest::Client::new(), url).await),
+            Kind::Floor => Client::Floor(Floor::connect(plain_http(), url).await),
             Kind::McpResume => Client::connect_mcp_resume(url, None).await,
             Kind::RmcpPooled => {
                 let transport = StreamableHttpClientTransport::with_client(
-                    reqwest::Client::new(),
+                    plain_http(),
                     StreamableHttpClientTransportConfig::with_uri(url),
                 );
                 Client::Rmcp(rmcp_config().serve(transport).await.expect("rmcp connects"))

@@ -20,7 +20,7 @@ use mock_server::{Cluster, ClusterConfig, Preset};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::clients::{Client, Floor, Kind};
+use crate::clients::{plain_http, Client, Floor, Kind};
 use crate::meter::median;
 
 pub struct Recovery {
@@ -127,7 +127,7 @@ pub async fn measure(
     let addr = forwarder(cluster.addr(), clock.clone()).await;
     let url = format!("http://{addr}/mcp");
 
-    let floor = Floor::connect(reqwest::Client::new(), &url).await;
+    let floor = Floor::connect(plain_http(), &url).await;
     let mut rtts = Vec::new();
     for _ in 0..50 {
         let t = Instant::now();
