@@ -16,15 +16,18 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use mcp_resume::{Client, Era, ErrorKind, RpcError, ToolCall};
+use mcp_resume::{Client, Era, EraCache, ErrorKind, RpcError, ToolCall};
 use serde_json::{json, Value};
 
 use super::interop_support::TsServer;
 use super::{start_modern, state, within, GUARD, KEY_META, MODERN};
 
+/// A client with an era cache of its own: the process-wide default would carry one test's
+/// answer to the next server that happens to get the same port.
 fn client(server: &TsServer) -> mcp_resume::ClientBuilder {
     Client::builder(&server.url)
         .era(Era::Auto)
+        .era_cache(EraCache::new())
         .client_info("mcp-resume-modern-test", "0.0.0")
         .call_timeout(GUARD)
 }
