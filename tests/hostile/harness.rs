@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use mcp_resume::{Client, ClientBuilder, Error, ErrorKind, ReconnectPolicy, ToolCall};
+use mcp_resume::{Client, ClientBuilder, EraCache, Error, ErrorKind, ReconnectPolicy, ToolCall};
 use serde_json::json;
 
 use crate::server::{Reply, Request, Server};
@@ -31,9 +31,12 @@ pub fn fast_policy() -> ReconnectPolicy {
     }
 }
 
-/// A client for `server`: 5 s deadline, fast reconnects, no standalone stream, small limits.
+/// A client for `server`: 5 s deadline, fast reconnects, no standalone stream, small limits,
+/// and an era cache of its own (the process-wide one would carry what one case's server
+/// answered to the next server that gets the same port).
 pub fn builder(server: &Server) -> ClientBuilder {
     Client::builder(&server.url)
+        .era_cache(EraCache::new())
         .call_timeout(Duration::from_secs(5))
         .reconnect(fast_policy())
         .open_listen_stream(false)
