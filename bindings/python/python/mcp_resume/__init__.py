@@ -1,0 +1,82 @@
+"""mcp_resume: a resume-aware Model Context Protocol client for asyncio.
+
+Backed by the ``mcp-resume`` Rust SDK: the same recovery rules (a replayed stream is never
+taken for a resumed session; only calls that are provably safe are re-sent; every other
+interrupted call raises ``OutcomeUnknownError``), on a tokio runtime the extension owns.
+
+    import asyncio
+    from mcp_resume import Client
+
+    async def main() -> None:
+        async with Client("http://127.0.0.1:8080/mcp") as client:
+            for tool in await client.list_tools():
+                print(tool.name)
+            result = await client.call_tool("echo", {"text": "hi"})
+            print(result.text)
+
+    asyncio.run(main())
+"""
+
+from ._client import Client, ServerRequestHandler
+from ._enums import Era, ResendPolicy
+from ._errors import (
+    ClosedError,
+    ContextMismatchError,
+    InvalidConfigError,
+    McpResumeError,
+    McpTimeoutError,
+    MissingCapabilityError,
+    OutcomeUnknownError,
+    ProtocolError,
+    RpcError,
+    SessionLostError,
+    TooLargeError,
+    TransportError,
+)
+from ._mcp_resume import (
+    CallToolResult,
+    Content,
+    EraCache,
+    EventStream,
+    ExtensionStatus,
+    InitializeResult,
+    NotificationStream,
+    ReconnectPolicy,
+    ServerNotification,
+    ServerRequest,
+    SessionEvent,
+    Tool,
+    __version__,
+)
+
+__all__ = [
+    "CallToolResult",
+    "Client",
+    "ClosedError",
+    "Content",
+    "ContextMismatchError",
+    "Era",
+    "EraCache",
+    "EventStream",
+    "ExtensionStatus",
+    "InitializeResult",
+    "InvalidConfigError",
+    "McpResumeError",
+    "McpTimeoutError",
+    "MissingCapabilityError",
+    "NotificationStream",
+    "OutcomeUnknownError",
+    "ProtocolError",
+    "ReconnectPolicy",
+    "ResendPolicy",
+    "RpcError",
+    "ServerNotification",
+    "ServerRequest",
+    "ServerRequestHandler",
+    "SessionEvent",
+    "SessionLostError",
+    "TooLargeError",
+    "Tool",
+    "TransportError",
+    "__version__",
+]

@@ -1,0 +1,367 @@
+"""Type stubs of the extension module. Use the classes through ``mcp_resume``."""
+
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, Literal, final
+
+from ._enums import Era, ResendPolicy
+
+__version__: str
+
+EventType = Literal[
+    "connected",
+    "resumed",
+    "resume_rejected",
+    "reinitialized",
+    "redispatched",
+    "outcome_unknown",
+    "context_mismatch",
+    "checks_degraded",
+    "era_detected",
+    "task_created",
+    "task_finished",
+    "session_lost",
+    "closed",
+    "other",
+]
+
+@final
+class InitializeResult:
+    """The server's answer to ``initialize`` (in the modern era: its discovery, shaped
+    alike)."""
+
+    @property
+    def protocol_version(self) -> str:
+        """The protocol version the server chose."""
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The server's capabilities, as sent."""
+    @property
+    def server_name(self) -> str:
+        """``serverInfo.name``."""
+    @property
+    def server_version(self) -> str:
+        """``serverInfo.version``."""
+    @property
+    def instructions(self) -> str | None:
+        """Usage instructions for the model, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+@final
+class Tool:
+    """A tool the server offers."""
+
+    @property
+    def name(self) -> str:
+        """Name to call it by."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the arguments."""
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """JSON Schema of ``structuredContent``, if declared."""
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """Behaviour hints (``readOnlyHint``, ``idempotentHint``, …), as sent."""
+    @property
+    def is_idempotent_hint(self) -> bool:
+        """The ``idempotentHint`` annotation (``False`` when absent)."""
+    @property
+    def is_read_only_hint(self) -> bool:
+        """The ``readOnlyHint`` annotation (``False`` when absent)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole tool object, as sent (a fresh copy)."""
+
+@final
+class Content:
+    """One item of a tool result's ``content``."""
+
+    @property
+    def type(self) -> str:
+        """``"text"``, ``"image"``, ``"audio"``, or the item's own type (``"resource"``,
+        …)."""
+    @property
+    def text(self) -> str | None:
+        """The text of a text item."""
+    @property
+    def data(self) -> str | None:
+        """Base64 data of an image or audio item."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type of an image or audio item."""
+    def to_dict(self) -> dict[str, Any]:
+        """The item, as sent (a fresh copy)."""
+
+@final
+class CallToolResult:
+    """The result of ``tools/call``. A tool that failed says so in-band (``is_error``); a
+    call that failed raises instead."""
+
+    @property
+    def content(self) -> list[Content]:
+        """Unstructured result items."""
+    @property
+    def structured_content(self) -> Any:
+        """``structuredContent``, if any, else ``None``."""
+    @property
+    def is_error(self) -> bool:
+        """Whether the tool reported an error (``isError``)."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The result's ``_meta``, if any."""
+    @property
+    def text(self) -> str:
+        """The text items joined by newlines."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+@final
+class ServerNotification:
+    """A notification from the server (progress, log message, list change, …)."""
+
+    @property
+    def call(self) -> int | None:
+        """The id of the call whose stream carried it, when known."""
+    @property
+    def method(self) -> str:
+        """The method, e.g. ``"notifications/progress"``."""
+    @property
+    def params(self) -> Any:
+        """The params, as sent (``None`` when absent)."""
+    @property
+    def progress_token(self) -> str | int | None:
+        """``params.progressToken`` of a progress notification."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"call": ..., "method": ..., "params": ...}``."""
+
+@final
+class ServerRequest:
+    """A request from the server the application answers (sampling, elicitation, roots,
+    and in the modern era the input requests of a call)."""
+
+    @property
+    def id(self) -> int | str:
+        """The server's request id; opaque."""
+    @property
+    def method(self) -> str:
+        """The method, e.g. ``"sampling/createMessage"``."""
+    @property
+    def params(self) -> Any:
+        """The params, as sent (``None`` when absent)."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"id": ..., "method": ..., "params": ...}``."""
+
+@final
+class ExtensionStatus:
+    """Which resume-safety checks the server advertised and which are in force."""
+
+    @property
+    def advertised(self) -> bool:
+        """The server advertised the resume-safety extension."""
+    @property
+    def capability_hash(self) -> bool:
+        """Capability hashes are compared on every response."""
+    @property
+    def sequenced_event_ids(self) -> bool:
+        """Event ids on resumed streams are checked for gaps."""
+    @property
+    def idempotency(self) -> bool:
+        """The server deduplicates keyed tool calls."""
+    def to_dict(self) -> dict[str, bool]:
+        """The four flags."""
+
+@final
+class SessionEvent:
+    """Lifecycle news of the session. ``type`` says which; attributes that do not apply
+    are ``None``."""
+
+    @property
+    def type(self) -> EventType:
+        """Which event this is."""
+    @property
+    def call(self) -> int | None:
+        """The call concerned (``redispatched``, ``outcome_unknown``,
+        ``context_mismatch``, tasks)."""
+    @property
+    def method(self) -> str | None:
+        """The call's method (``redispatched``, ``outcome_unknown``)."""
+    @property
+    def idempotency_key(self) -> str | None:
+        """The key a call was re-sent with (``redispatched``)."""
+    @property
+    def protocol_version(self) -> str | None:
+        """The negotiated protocol version (``connected``)."""
+    @property
+    def last_event_id(self) -> str | None:
+        """The cursor presented (``resumed``)."""
+    @property
+    def reason(self) -> str | None:
+        """Why the session was re-initialized (``reinitialized``: ``"session_not_found"``,
+        ``"resume_rejected"``, ``"unverifiable_clean_end"``, ``"event_gap"``,
+        ``"orphaned_response"``, ``"capability_mismatch"``, ``"version_refused"``), or what
+        is missing (``checks_degraded``)."""
+    @property
+    def reject_reason(self) -> str | None:
+        """The server's reason for rejecting a resume (``"unknown_session"``,
+        ``"not_owner"``, ``"event_gap"``, ``"orphaned_request"``,
+        ``"capability_mismatch"``, or its own), when it gave one."""
+    @property
+    def capabilities_changed(self) -> bool | None:
+        """Whether version, server capabilities or capability hash changed
+        (``reinitialized``)."""
+    @property
+    def status(self) -> ExtensionStatus | None:
+        """The checks in force now (``checks_degraded``)."""
+    @property
+    def era(self) -> Era | None:
+        """The era found (``era_detected``)."""
+    @property
+    def task_id(self) -> str | None:
+        """The server's task id (``task_created``, ``task_finished``)."""
+    @property
+    def detail(self) -> str | None:
+        """The event as the SDK prints it (``other`` only)."""
+    def to_dict(self) -> dict[str, Any]:
+        """``type`` and the attributes that apply."""
+
+@final
+class ReconnectPolicy:
+    """Reconnect delays and caps. Every argument defaults to the SDK's default (20 ms
+    initial delay, ×2, 10 s cap, 20 % jitter, 10 attempts, 3 resumes without progress, 5
+    re-initialization failures); the policy is checked when it is made."""
+
+    def __init__(
+        self,
+        *,
+        initial_delay: float | None = None,
+        multiplier: float | None = None,
+        max_delay: float | None = None,
+        jitter: float | None = None,
+        max_attempts: int | None = None,
+        max_resumes_without_progress: int | None = None,
+        max_reinit_failures: int | None = None,
+    ) -> None:
+        """Raises ``InvalidConfigError`` for values that make reconnection meaningless."""
+    @property
+    def initial_delay(self) -> float:
+        """First delay in seconds when the server named none (its ``retry`` takes this
+        place)."""
+    @property
+    def multiplier(self) -> float:
+        """Growth factor per attempt."""
+    @property
+    def max_delay(self) -> float:
+        """Largest delay in seconds before jitter."""
+    @property
+    def jitter(self) -> float:
+        """Jitter added on top, as a fraction of the delay."""
+    @property
+    def max_attempts(self) -> int:
+        """Attempts to reach the server for one call or stream before it fails."""
+    @property
+    def max_resumes_without_progress(self) -> int:
+        """Resumes of one stream delivering nothing new before it counts as an
+        unverifiable clean end."""
+    @property
+    def max_reinit_failures(self) -> int:
+        """Consecutive failed re-initializations before waiting calls fail with
+        ``SessionLostError``."""
+
+@final
+class EraCache:
+    """Which era each origin was found to speak, shared by the clients given the same
+    cache."""
+
+    def __init__(self) -> None:
+        """An empty cache of its own."""
+    @staticmethod
+    def global_cache() -> EraCache:
+        """The process-wide cache every client uses unless given another."""
+    def get(self, url: str) -> Era | None:
+        """The era ``url``'s origin was found to speak, if known."""
+    def remember(self, url: str, era: Era | str) -> None:
+        """Records that ``url``'s origin speaks ``era`` (restoring a persisted answer)."""
+    def clear(self) -> None:
+        """Forgets every origin."""
+
+@final
+class EventStream:
+    """Session events, from ``Client.events()``."""
+
+    def __aiter__(self) -> EventStream: ...
+    def __anext__(self) -> Awaitable[SessionEvent]: ...
+    @property
+    def missed(self) -> int:
+        """Events this subscriber lost because it fell more than 256 behind."""
+
+@final
+class NotificationStream:
+    """Server notifications, from ``Client.notifications()``."""
+
+    def __aiter__(self) -> NotificationStream: ...
+    def __anext__(self) -> Awaitable[ServerNotification]: ...
+    @property
+    def missed(self) -> int:
+        """Notifications this subscriber lost because it fell more than 256 behind."""
+
+@final
+class RawClient:
+    """The low-level client behind ``mcp_resume.Client``; its methods return awaitables
+    bound to the running event loop."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        capabilities: Mapping[str, Any] | None = None,
+        client_info: tuple[str, str] | None = None,
+        protocol_version: str | None = None,
+        era: Era | str | None = None,
+        era_cache: EraCache | None = None,
+        bearer_token: str | None = None,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        call_timeout: float | None = None,
+        connect_timeout: float | None = None,
+        reconnect: ReconnectPolicy | None = None,
+        resend_policy: ResendPolicy | str | None = None,
+        max_event_size: int | None = None,
+        max_body_size: int | None = None,
+        open_listen_stream: bool | None = None,
+        jitter_seed: int | None = None,
+        on_server_request: Any = None,
+    ) -> None: ...
+    def connect(self) -> Awaitable[InitializeResult]: ...
+    def list_tools(self) -> Awaitable[list[Tool]]: ...
+    def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: Any = None,
+        timeout: float | None = None,
+        progress: str | int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Awaitable[CallToolResult]: ...
+    def request(self, method: str, params: Any = None) -> Awaitable[Any]: ...
+    def notify(self, method: str, params: Any = None) -> Awaitable[None]: ...
+    def ping(self) -> Awaitable[None]: ...
+    def resume_task(self, task_id: str) -> Awaitable[Any]: ...
+    def close(self) -> Awaitable[None]: ...
+    @property
+    def era(self) -> Era | None: ...
+    @property
+    def extension_status(self) -> ExtensionStatus | None: ...
+    @property
+    def url(self) -> str: ...
+    def events(self) -> EventStream: ...
+    def notifications(self) -> NotificationStream: ...
+    server_request_handler: Any
+
+def _bench_rust_calls(url: str, calls: int, concurrency: int) -> Awaitable[float]:
+    """Only in builds with the ``bench`` feature."""

@@ -1,0 +1,33 @@
+//! `mcp_resume._mcp_resume`: the extension module behind the `mcp_resume` Python package.
+//!
+//! It converts and forwards: every protocol rule (recovery, re-sends, deadlines, validation)
+//! is the Rust SDK's. The module owns a multi-threaded tokio runtime; awaitables resolve on
+//! it without holding the GIL, and dropping one (a cancelled asyncio task) drops the SDK's
+//! future, which cancels the call on the server.
+
+#[cfg(feature = "bench")]
+mod bench;
+mod client;
+mod convert;
+mod errors;
+mod handler;
+mod streams;
+mod types;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    runtime.enable_all().thread_name("mcp-resume");
+    pyo3_async_runtimes::tokio::init(runtime);
+
+    m.add_class::<client::RawClient>()?;
+    m.add_class::<streams::EventStream>()?;
+    m.add_class::<streams::NotificationStream>()?;
+    types::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    #[cfg(feature = "bench")]
+    m.add_function(wrap_pyfunction!(bench::bench_rust_calls, m)?)?;
+    Ok(())
+}
