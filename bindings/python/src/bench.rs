@@ -21,7 +21,7 @@ pub fn bench_rust_calls(
     calls: usize,
     concurrency: usize,
 ) -> PyResult<Bound<'_, PyAny>> {
-    pyo3_async_runtimes::tokio::future_into_py(py, async move {
+    crate::bridge::awaitable(py, async move {
         let run = async move {
             let client = Client::builder(url).open_listen_stream(false).build()?;
             client.connect().await?;
@@ -49,6 +49,7 @@ pub fn bench_rust_calls(
             client.close().await?;
             Ok::<_, mcp_resume::Error>(serde_json::Value::from(elapsed))
         };
-        Ok(Reply(run.await))
+        Reply(run.await)
     })
 }
+

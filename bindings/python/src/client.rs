@@ -258,11 +258,9 @@ impl RawClient {
         py: Python<'py>,
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let locals = pyo3_async_runtimes::tokio::get_current_locals(py)?;
-        self.handler.remember_loop(&locals);
-        pyo3_async_runtimes::tokio::future_into_py_with_locals(py, locals, async move {
-            Ok(Reply(fut.await))
-        })
+        let awaitable = crate::bridge::awaitable(py, async move { Reply(fut.await) })?;
+        self.handler.remember_loop(py, &awaitable)?;
+        Ok(awaitable)
     }
 }
 

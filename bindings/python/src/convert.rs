@@ -90,14 +90,10 @@ impl<T: IntoPython> IntoPython for Vec<T> {
 /// failed.
 pub struct Reply<T>(pub Result<T, mcp_resume::Error>);
 
-impl<'py, T: IntoPython> IntoPyObject<'py> for Reply<T> {
-    type Target = PyAny;
-    type Output = Bound<'py, PyAny>;
-    type Error = PyErr;
-
-    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+impl<T: IntoPython> IntoPython for Reply<T> {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         match self.0 {
-            Ok(value) => Ok(value.into_python(py)?.into_bound(py)),
+            Ok(value) => value.into_python(py),
             Err(err) => Err(errors::to_py_err(py, &err)),
         }
     }

@@ -55,8 +55,18 @@ impl HandlerSlot {
         self.lock().callback.as_ref().map(|c| c.clone_ref(py))
     }
 
-    pub fn remember_loop(&self, locals: &TaskLocals) {
-        self.lock().locals = Some(locals.clone());
+    /// Records the loop `awaitable` belongs to (the loop of the latest call).
+    pub fn remember_loop(&self, py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<()> {
+        let event_loop = awaitable.call_method0(pyo3::intern!(py, "get_loop"))?;
+        let mut state = self.lock();
+        let known = state
+            .locals
+            .as_ref()
+            .is_some_and(|l| l.event_loop(py).is(&event_loop));
+        if !known {
+            state.locals = Some(TaskLocals::new(event_loop));
+        }
+        Ok(())
     }
 
     /// Calls the Python callback and converts its answer (or exception) for the SDK.

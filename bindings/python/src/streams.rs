@@ -11,14 +11,10 @@ use crate::convert::IntoPython;
 /// The next item of a stream; the end of the stream stops the `async for`.
 struct Next<T>(Option<T>);
 
-impl<'py, T: IntoPython> IntoPyObject<'py> for Next<T> {
-    type Target = PyAny;
-    type Output = Bound<'py, PyAny>;
-    type Error = PyErr;
-
-    fn into_pyobject(self, py: Python<'py>) -> Result<Self::Output, Self::Error> {
+impl<T: IntoPython> IntoPython for Next<T> {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         match self.0 {
-            Some(item) => Ok(item.into_python(py)?.into_bound(py)),
+            Some(item) => item.into_python(py),
             None => Err(PyStopAsyncIteration::new_err(())),
         }
     }
@@ -53,11 +49,11 @@ macro_rules! stream_class {
             fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
                 let inner = self.inner.clone();
                 let missed = self.missed.clone();
-                pyo3_async_runtimes::tokio::future_into_py(py, async move {
+                crate::bridge::awaitable(py, async move {
                     let mut stream = inner.lock().await;
                     let item = stream.recv().await;
                     missed.store(stream.missed(), Ordering::Relaxed);
-                    Ok(Next(item))
+                    Next(item)
                 })
             }
 

@@ -1,13 +1,30 @@
 """Type stubs of the extension module. Use the classes through ``mcp_resume``."""
 
 from collections.abc import Awaitable, Iterable, Mapping
-from typing import Any, Literal, final
+from typing import Any, Literal, TypeVar, final
 
 from ._enums import Era, ResendPolicy
 
 __version__: str
+__all__ = [
+    "CallToolResult",
+    "Content",
+    "EraCache",
+    "EventStream",
+    "ExtensionStatus",
+    "InitializeResult",
+    "NotificationStream",
+    "RawClient",
+    "ReconnectPolicy",
+    "ServerNotification",
+    "ServerRequest",
+    "SessionEvent",
+    "Tool",
+    "__version__",
+    "_resolved",
+]
 
-EventType = Literal[
+_EventType = Literal[
     "connected",
     "resumed",
     "resume_rejected",
@@ -182,7 +199,7 @@ class SessionEvent:
     are ``None``."""
 
     @property
-    def type(self) -> EventType:
+    def type(self) -> _EventType:
         """Which event this is."""
     @property
     def call(self) -> int | None:
@@ -236,8 +253,8 @@ class ReconnectPolicy:
     initial delay, ×2, 10 s cap, 20 % jitter, 10 attempts, 3 resumes without progress, 5
     re-initialization failures); the policy is checked when it is made."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         initial_delay: float | None = None,
         multiplier: float | None = None,
@@ -246,7 +263,7 @@ class ReconnectPolicy:
         max_attempts: int | None = None,
         max_resumes_without_progress: int | None = None,
         max_reinit_failures: int | None = None,
-    ) -> None:
+    ) -> ReconnectPolicy:
         """Raises ``InvalidConfigError`` for values that make reconnection meaningless."""
     @property
     def initial_delay(self) -> float:
@@ -278,7 +295,7 @@ class EraCache:
     """Which era each origin was found to speak, shared by the clients given the same
     cache."""
 
-    def __init__(self) -> None:
+    def __new__(cls) -> EraCache:
         """An empty cache of its own."""
     @staticmethod
     def global_cache() -> EraCache:
@@ -315,8 +332,8 @@ class RawClient:
     """The low-level client behind ``mcp_resume.Client``; its methods return awaitables
     bound to the running event loop."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         url: str,
         *,
         capabilities: Mapping[str, Any] | None = None,
@@ -335,7 +352,7 @@ class RawClient:
         open_listen_stream: bool | None = None,
         jitter_seed: int | None = None,
         on_server_request: Any = None,
-    ) -> None: ...
+    ) -> RawClient: ...
     def connect(self) -> Awaitable[InitializeResult]: ...
     def list_tools(self) -> Awaitable[list[Tool]]: ...
     def call_tool(
@@ -362,6 +379,11 @@ class RawClient:
     def events(self) -> EventStream: ...
     def notifications(self) -> NotificationStream: ...
     server_request_handler: Any
+
+_T = TypeVar("_T")
+
+def _resolved(value: _T) -> Awaitable[_T]:
+    """Resolves to ``value`` on the runtime: the bridge between asyncio and tokio alone."""
 
 def _bench_rust_calls(url: str, calls: int, concurrency: int) -> Awaitable[float]:
     """Only in builds with the ``bench`` feature."""
