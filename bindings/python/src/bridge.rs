@@ -158,31 +158,43 @@ mod unix {
     impl LoopBridge {
         /// This loop's bridge, made on first use; `None` when the loop cannot watch a file
         /// descriptor.
-        // BRIDGES is only locked while attached, and never across a call into Python that
-        // could re-enter here.
         pub(super) fn of(
             py: Python<'_>,
             event_loop: &Bound<'_, PyAny>,
         ) -> PyResult<Option<Arc<Self>>> {
-            {
-                let entries = lock(&BRIDGES);
-                for entry in entries.iter() {
-                    if entry.event_loop.bind(py).call0()?.is(event_loop) {
-                        return Ok(entry.bridge.clone());
-                    }
+            // Python code may run (and hand the GIL to another thread that wants this lock)
+            // only while BRIDGES is not held: the entries are read from a copy.
+            let known: Vec<(Py<PyAny>, Option<Arc<LoopBridge>>)> = lock(&BRIDGES)
+                .iter()
+                .map(|e| (e.event_loop.clone_ref(py), e.bridge.clone()))
+                .collect();
+            let mut stale = Vec::new();
+            for (weak, bridge) in &known {
+                let target = weak.bind(py).call0()?;
+                if target.is(event_loop) {
+                    return Ok(bridge.clone());
+                }
+                if target.is_none() || is_closed(&target) {
+                    stale.push(weak.as_ptr());
                 }
             }
             let bridge = Self::register(py, event_loop)?;
             let weak = weakref(py)?.call1((event_loop,))?.unbind();
-            let mut entries = lock(&BRIDGES);
-            entries.retain(|e| {
-                let target = e.event_loop.bind(py).call0();
-                matches!(target, Ok(t) if !t.is_none() && !is_closed(&t))
-            });
-            entries.push(Entry {
-                event_loop: weak,
-                bridge: bridge.clone(),
-            });
+            let removed: Vec<Entry> = {
+                let mut entries = lock(&BRIDGES);
+                let (gone, kept) = std::mem::take(&mut *entries)
+                    .into_iter()
+                    .partition(|e| stale.contains(&e.event_loop.as_ptr()));
+                *entries = kept;
+                entries.push(Entry {
+                    event_loop: weak,
+                    bridge: bridge.clone(),
+                });
+                gone
+            };
+            // Dropped outside the lock: a bridge's queued futures may run Python code as they
+            // go. Dropping a bridge closes its sockets; its loop is closed or gone.
+            drop(removed);
             Ok(bridge)
         }
 
