@@ -19,6 +19,7 @@ from mcp_resume import (
     McpResumeError,
     ReconnectPolicy,
     ResendPolicy,
+    RpcError,
 )
 from scripted_server import ScriptedServer
 
@@ -169,3 +170,21 @@ async def test_unreachable_server_is_a_transport_error() -> None:
 
 def test_version() -> None:
     assert mcp_resume.__version__
+
+
+def test_exceptions_pickle_with_their_attributes() -> None:
+    import pickle
+
+    rpc = pickle.loads(pickle.dumps(RpcError(-32602, "bad", {"x": 1}, retry_after=1.5)))
+    assert (rpc.code, rpc.message, rpc.data, rpc.retry_after) == (-32602, "bad", {"x": 1}, 1.5)
+    assert str(rpc) == "JSON-RPC error -32602: bad"
+    lost = pickle.loads(pickle.dumps(mcp_resume.OutcomeUnknownError("maybe ran")))
+    assert type(lost) is mcp_resume.OutcomeUnknownError and lost.kind == "outcome_unknown"
+    other = pickle.loads(pickle.dumps(McpResumeError("new", kind="future_kind")))
+    assert other.kind == "future_kind" and other.message == "new"
+    missing = pickle.loads(
+        pickle.dumps(mcp_resume.MissingCapabilityError("m", code=-32021, data={"r": 1}))
+    )
+    assert (missing.code, missing.data) == (-32021, {"r": 1})
+    assert repr(mcp_resume.ClosedError("x")).startswith("ClosedError(")
+    assert mcp_resume.ClosedError.__module__ == "mcp_resume"

@@ -74,7 +74,7 @@ class Client:
         InvalidConfigError: a bad URL, header, size, duration, era or policy.
     """
 
-    __slots__ = ("_raw",)
+    __slots__ = ("_raw", "__weakref__")
 
     def __init__(
         self,

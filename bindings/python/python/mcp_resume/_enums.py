@@ -34,3 +34,7 @@ class ResendPolicy(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+Era.__module__ = "mcp_resume"
+ResendPolicy.__module__ = "mcp_resume"

@@ -51,6 +51,10 @@ class McpResumeError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with its attributes, so it survives a process pool.
+        return (type(self), (self.message,), self.__dict__)
+
 
 class TransportError(McpResumeError):
     """The network failed and the client could not recover within its limits."""
@@ -117,6 +121,9 @@ class RpcError(McpResumeError):
     def __str__(self) -> str:
         return f"JSON-RPC error {self.code}: {self.message}"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.message, self.data), self.__dict__)
+
 
 class ProtocolError(McpResumeError):
     """The server broke the protocol (malformed SSE or JSON, unexpected status, …)."""
@@ -169,3 +176,21 @@ class MissingCapabilityError(McpResumeError):
         self.code = code
         self.data = data
 
+
+
+# Shown (and pickled) under the package that exports them.
+for _cls in (
+    McpResumeError,
+    TransportError,
+    McpTimeoutError,
+    SessionLostError,
+    OutcomeUnknownError,
+    ContextMismatchError,
+    RpcError,
+    ProtocolError,
+    TooLargeError,
+    ClosedError,
+    InvalidConfigError,
+    MissingCapabilityError,
+):
+    _cls.__module__ = "mcp_resume"
