@@ -3,7 +3,7 @@
 # and runs the pytest suite. Run from anywhere; CI runs it after `cargo test --workspace`.
 #
 #   CARGO_TARGET_DIR   where cargo builds (default: the workspace's `target/`, so the mock
-#                      cluster binary and shared dependencies come from `cargo test`'s build)
+#                      cluster binary comes from `cargo test --workspace`'s build)
 #   MCP_RESUME_PY_VENV the virtualenv (default: $CARGO_TARGET_DIR/python-venv)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -15,11 +15,12 @@ venv="${MCP_RESUME_PY_VENV:-$CARGO_TARGET_DIR/python-venv}"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$here/requirements-dev.txt"
 export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 
-# The `test` profile is the one `cargo test --workspace` builds with: after it, the mock
-# cluster is already built, and the extension shares whatever compiled dependencies match.
-(cd "$repo" && cargo build --profile test -p mock-server --bin mock-cluster)
+# The mock cluster binary `cargo test --workspace` builds (its own tests run it): after that
+# command this is a no-op. The extension is a workspace of its own, built into the same
+# target directory.
+(cd "$repo" && cargo test --workspace --no-run --quiet)
 export MCP_RESUME_MOCK_CLUSTER="$CARGO_TARGET_DIR/debug/mock-cluster"
-(cd "$here" && maturin develop --profile test)
+(cd "$here" && maturin develop --quiet)
 
 cd "$here"
 mypy --strict examples
