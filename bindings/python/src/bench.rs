@@ -52,4 +52,3 @@ pub fn bench_rust_calls(
         Reply(run.await)
     })
 }
-

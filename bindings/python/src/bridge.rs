@@ -280,7 +280,9 @@ mod unix {
 
     fn weakref(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         static REF: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        REF.get_or_try_init(py, || Ok::<_, PyErr>(py.import("weakref")?.getattr("ref")?.unbind()))
-            .map(|r| r.bind(py))
+        REF.get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("weakref")?.getattr("ref")?.unbind())
+        })
+        .map(|r| r.bind(py))
     }
 }

@@ -57,8 +57,8 @@ pub fn size(py: Python<'_>, value: i64, what: &str) -> PyResult<usize> {
 
 /// A Rust value that becomes a Python object once the interpreter is attached.
 ///
-/// Awaitables resolve on a tokio thread without the GIL; the conversion runs later, where
-/// `pyo3-async-runtimes` hands the result to the event loop with the GIL held.
+/// Futures finish on a runtime thread, which never takes the GIL; the conversion runs later,
+/// on the event loop's thread (see `bridge`).
 pub trait IntoPython: Send + 'static {
     /// Converts, attached to the interpreter.
     fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>>;

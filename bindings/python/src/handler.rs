@@ -44,7 +44,9 @@ impl HandlerSlot {
     // The lock is only ever taken while attached to the interpreter and never held across an
     // attach, so it cannot deadlock against the GIL.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub fn set(&self, callback: Option<Py<PyAny>>) {

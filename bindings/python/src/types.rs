@@ -18,7 +18,9 @@ static ENUMS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 /// A member of one of the str enums of `mcp_resume/_enums.py`.
 fn enum_member<'py>(py: Python<'py>, class: &str, value: &str) -> PyResult<Bound<'py, PyAny>> {
     let module = ENUMS
-        .get_or_try_init(py, || Ok::<_, PyErr>(py.import("mcp_resume._enums")?.unbind()))?
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("mcp_resume._enums")?.unbind())
+        })?
         .bind(py);
     module.getattr(class)?.call1((value,))
 }
@@ -367,7 +369,8 @@ impl PyServerNotification {
 
 /// A deep copy, so `to_dict()` never hands out the object behind an attribute.
 fn copy<'py>(py: Python<'py>, value: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    py.import("copy")?.call_method1("deepcopy", (value.bind(py),))
+    py.import("copy")?
+        .call_method1("deepcopy", (value.bind(py),))
 }
 
 impl IntoPython for mcp_resume::ServerNotification {
@@ -541,7 +544,14 @@ impl PySessionEvent {
                 }
             )*};
         }
-        put!(call, method, idempotency_key, protocol_version, last_event_id, reason);
+        put!(
+            call,
+            method,
+            idempotency_key,
+            protocol_version,
+            last_event_id,
+            reason
+        );
         put!(reject_reason, capabilities_changed, task_id, detail);
         if let Some(status) = &self.status {
             dict.set_item("status", status.get().to_dict(py)?)?;
@@ -791,7 +801,10 @@ impl PyEraCache {
 
     /// The era `url`'s origin was found to speak, if known.
     fn get(&self, py: Python<'_>, url: &str) -> PyResult<Option<Py<PyAny>>> {
-        self.inner.get(url).map(|era| era_to_py(py, era)).transpose()
+        self.inner
+            .get(url)
+            .map(|era| era_to_py(py, era))
+            .transpose()
     }
 
     /// Records that `url`'s origin speaks `era` (restoring a persisted answer).
