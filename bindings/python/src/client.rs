@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 use mcp_resume::{Client, Error, ToolCall};
 use pyo3::exceptions::PyTypeError;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyMapping, PyModule, PyString};
+use pyo3::PyTraverseError;
 
 use crate::convert::{from_py, opt_from_py, seconds, size, IntoPython, Reply};
 use crate::errors;
@@ -228,6 +230,14 @@ impl RawClient {
 
     fn notifications(&self) -> NotificationStream {
         NotificationStream::new(self.client.notifications())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        self.handler.traverse(&visit)
+    }
+
+    fn __clear__(&self) {
+        self.handler.set(None);
     }
 
     #[getter]

@@ -9,9 +9,11 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mcp_resume::{RpcError, ServerRequest};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyModule};
+use pyo3::PyTraverseError;
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 
@@ -50,7 +52,22 @@ impl HandlerSlot {
     }
 
     pub fn set(&self, callback: Option<Py<PyAny>>) {
-        self.lock().callback = callback;
+        let previous = std::mem::replace(&mut self.lock().callback, callback);
+        // Released after the lock: dropping it may run Python code (its finalizers).
+        drop(previous);
+    }
+
+    /// Reports the callback to the garbage collector: a handler that refers to its own
+    /// client (a decorated closure) makes a cycle through this slot.
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // Never blocks: the lock is only held briefly by a thread attached to the
+        // interpreter, which the collector's thread is.
+        if let Ok(state) = self.state.try_lock() {
+            if let Some(callback) = &state.callback {
+                visit.call(callback)?;
+            }
+        }
+        Ok(())
     }
 
     pub fn callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
@@ -60,14 +77,18 @@ impl HandlerSlot {
     /// Records the loop `awaitable` belongs to (the loop of the latest call).
     pub fn remember_loop(&self, py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<()> {
         let event_loop = awaitable.call_method0(pyo3::intern!(py, "get_loop"))?;
-        let mut state = self.lock();
-        let known = state
-            .locals
-            .as_ref()
-            .is_some_and(|l| l.event_loop(py).is(&event_loop));
-        if !known {
-            state.locals = Some(TaskLocals::new(event_loop));
-        }
+        let previous = {
+            let mut state = self.lock();
+            let known = state
+                .locals
+                .as_ref()
+                .is_some_and(|l| l.event_loop(py).is(&event_loop));
+            if known {
+                return Ok(());
+            }
+            state.locals.replace(TaskLocals::new(event_loop))
+        };
+        drop(previous);
         Ok(())
     }
 

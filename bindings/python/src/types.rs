@@ -6,9 +6,11 @@
 
 use mcp_resume::proto::{ReinitReason, RejectReason};
 use mcp_resume::{Content, Era, ResendPolicy, SessionEvent};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyModule};
+use pyo3::PyTraverseError;
 use serde_json::Value;
 
 use crate::convert::{opt_to_py, to_py, IntoPython};
@@ -91,7 +93,7 @@ fn reinit_reason(reason: &ReinitReason) -> (&'static str, Option<String>) {
 }
 
 /// The server's answer to `initialize` (in the modern era: its discovery, shaped alike).
-#[pyclass(frozen, module = "mcp_resume", name = "InitializeResult")]
+#[pyclass(frozen, weakref, module = "mcp_resume", name = "InitializeResult")]
 pub struct PyInitializeResult {
     /// The protocol version the server chose.
     #[pyo3(get)]
@@ -113,6 +115,12 @@ pub struct PyInitializeResult {
 
 #[pymethods]
 impl PyInitializeResult {
+    // The JSON attributes are mutable dicts and lists: a caller can make a cycle through them.
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.capabilities)?;
+        Ok(())
+    }
+
     /// The whole `result` member, as sent.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.raw)
@@ -141,7 +149,7 @@ impl IntoPython for mcp_resume::InitializeResult {
 }
 
 /// A tool the server offers.
-#[pyclass(frozen, module = "mcp_resume", name = "Tool")]
+#[pyclass(frozen, weakref, module = "mcp_resume", name = "Tool")]
 pub struct PyTool {
     /// Name to call it by.
     #[pyo3(get)]
@@ -172,6 +180,13 @@ pub struct PyTool {
 
 #[pymethods]
 impl PyTool {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.input_schema)?;
+        visit.call(&self.output_schema)?;
+        visit.call(&self.annotations)?;
+        Ok(())
+    }
+
     /// The whole tool object, as sent.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.raw)
@@ -200,7 +215,7 @@ impl IntoPython for mcp_resume::Tool {
 }
 
 /// One item of a tool result's `content`.
-#[pyclass(frozen, module = "mcp_resume", name = "Content")]
+#[pyclass(frozen, weakref, module = "mcp_resume", name = "Content")]
 pub struct PyContent {
     /// `"text"`, `"image"`, `"audio"`, or the item's own `type` (`"resource"`, …).
     #[pyo3(get, name = "type")]
@@ -270,7 +285,7 @@ impl PyContent {
 
 /// The result of `tools/call`. A tool that failed says so in-band (`is_error`); a call that
 /// failed raises instead.
-#[pyclass(frozen, module = "mcp_resume", name = "CallToolResult")]
+#[pyclass(frozen, weakref, module = "mcp_resume", name = "CallToolResult")]
 pub struct PyCallToolResult {
     /// Unstructured result items.
     #[pyo3(get)]
@@ -292,6 +307,13 @@ pub struct PyCallToolResult {
 
 #[pymethods]
 impl PyCallToolResult {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.content)?;
+        visit.call(&self.structured_content)?;
+        visit.call(&self.meta)?;
+        Ok(())
+    }
+
     /// The whole `result` member, as sent.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.raw)
@@ -331,7 +353,7 @@ impl IntoPython for mcp_resume::CallToolResult {
 }
 
 /// A notification from the server (progress, log message, list change, …).
-#[pyclass(frozen, module = "mcp_resume", name = "ServerNotification")]
+#[pyclass(frozen, weakref, module = "mcp_resume", name = "ServerNotification")]
 pub struct PyServerNotification {
     /// The id of the call whose stream carried it (e.g. progress), when known.
     #[pyo3(get)]
@@ -349,6 +371,12 @@ pub struct PyServerNotification {
 
 #[pymethods]
 impl PyServerNotification {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.params)?;
+        visit.call(&self.progress_token)?;
+        Ok(())
+    }
+
     /// `{"call": ..., "method": ..., "params": ...}`.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
@@ -387,7 +415,7 @@ impl IntoPython for mcp_resume::ServerNotification {
 
 /// A request from the server the application answers (sampling, elicitation, roots, and in
 /// the modern era the input requests of a call).
-#[pyclass(frozen, module = "mcp_resume", name = "ServerRequest")]
+#[pyclass(frozen, weakref, module = "mcp_resume", name = "ServerRequest")]
 pub struct PyServerRequest {
     /// The server's request id (`int` or `str`); opaque.
     #[pyo3(get)]
@@ -402,6 +430,12 @@ pub struct PyServerRequest {
 
 #[pymethods]
 impl PyServerRequest {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.id)?;
+        visit.call(&self.params)?;
+        Ok(())
+    }
+
     /// `{"id": ..., "method": ..., "params": ...}`.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let dict = PyDict::new(py);
@@ -482,7 +516,7 @@ impl From<mcp_resume::ExtensionStatus> for PyExtensionStatus {
 
 /// Lifecycle news of the session: resumes, rejections, re-initializations, re-sends,
 /// unknown outcomes. `type` says which; the attributes that do not apply are `None`.
-#[pyclass(frozen, module = "mcp_resume", name = "SessionEvent")]
+#[pyclass(frozen, weakref, module = "mcp_resume", name = "SessionEvent")]
 #[derive(Default)]
 pub struct PySessionEvent {
     /// `"connected"`, `"resumed"`, `"resume_rejected"`, `"reinitialized"`, `"redispatched"`,

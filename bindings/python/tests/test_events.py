@@ -69,3 +69,18 @@ async def test_event_iteration_ends_when_the_client_is_gone(
     del client  # the last handle: the driver stops and the stream ends
     seen = [e.type async for e in events]
     assert "connected" in seen, seen
+
+
+async def test_results_take_part_in_garbage_collection(cluster: Callable[..., Cluster]) -> None:
+    import gc
+    import weakref
+
+    c = cluster("replicated", "--idle-timeout-ms", "0")
+    async with Client(c.url, open_listen_stream=False) as client:
+        result = await client.call_tool("generate", {"prompt": "x"})
+    assert isinstance(result.structured_content, dict)
+    result.structured_content["self"] = result  # a cycle through a JSON attribute
+    alive = weakref.ref(result)
+    del result
+    gc.collect()
+    assert alive() is None

@@ -126,3 +126,21 @@ async def test_missing_capability_error_carries_the_servers_data(
     assert info.value.kind == "missing_capability"
     assert info.value.code == -32021
     assert info.value.data == {"requiredCapabilities": {"sampling": {}}}
+
+
+def test_a_handler_referring_to_its_client_does_not_keep_it_alive() -> None:
+    import gc
+    import weakref
+
+    def make() -> weakref.ref[Client]:
+        client = Client("http://127.0.0.1:9/mcp")
+
+        @client.on_server_request
+        async def answer(request: ServerRequest) -> dict[str, Any]:
+            return {"from": repr(client)}  # client -> handler -> client: a cycle
+
+        return weakref.ref(client)
+
+    alive = make()
+    gc.collect()
+    assert alive() is None
