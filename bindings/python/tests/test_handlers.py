@@ -144,3 +144,21 @@ def test_a_handler_referring_to_its_client_does_not_keep_it_alive() -> None:
     alive = make()
     gc.collect()
     assert alive() is None
+
+
+async def test_notify_request_and_ping_reach_the_server(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    async with Client(server.url, era="legacy", open_listen_stream=False) as client:
+        await client.notify("notifications/roots/list_changed", {"why": "test"})
+        listed = await client.request("tools/list", {})
+        await client.ping()
+        for _ in range(50):  # a notification is queued, not awaited to delivery
+            if server.requests("notifications/roots/list_changed"):
+                break
+            await asyncio.sleep(0.02)
+    assert [t["name"] for t in listed["tools"]][:2] == ["echo", "ask"]
+    [note] = server.requests("notifications/roots/list_changed")
+    assert note["params"] == {"why": "test"}
+    assert len(server.requests("ping")) == 1
