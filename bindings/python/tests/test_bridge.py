@@ -47,3 +47,31 @@ async def test_a_cancelled_awaitable_stays_cancelled() -> None:
     fut.cancel()
     await asyncio.sleep(0.05)
     assert fut.cancelled()
+
+
+def test_loops_that_cannot_watch_a_socket_fall_back() -> None:
+    """The Windows proactor loop has no add_reader; results then come through
+    call_soon_threadsafe."""
+    import pytest
+
+    from mcp_resume import Client, ReconnectPolicy, TransportError
+
+    class NoReaderLoop(asyncio.SelectorEventLoop):
+        def add_reader(self, *args: object, **kwargs: object) -> None:
+            raise NotImplementedError
+
+    async def run() -> None:
+        assert await _mcp_resume._resolved("x") == "x"
+        client = Client(
+            "http://127.0.0.1:9/mcp",
+            era="legacy",
+            reconnect=ReconnectPolicy(initial_delay=0.01, max_delay=0.02, max_attempts=2),
+        )
+        with pytest.raises(TransportError):
+            await client.connect()
+
+    loop = NoReaderLoop()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
