@@ -92,7 +92,7 @@ impl Config {
     fn wants(&self, metric: &str) -> bool {
         self.only
             .as_ref()
-            .map_or(true, |only| only.iter().any(|m| m == metric))
+            .is_none_or(|only| only.iter().any(|m| m == metric))
     }
 }
 

@@ -41,7 +41,7 @@ fn case(name: &'static str, event_size: usize, total: usize) -> Case {
         let tail = "\"}\n\n";
         let pad = event_size - head.len() - tail.len();
         stream.extend_from_slice(head.as_bytes());
-        stream.extend(std::iter::repeat(b'a').take(pad));
+        stream.extend(std::iter::repeat_n(b'a', pad));
         stream.extend_from_slice(tail.as_bytes());
     }
     let bytes = stream.len();

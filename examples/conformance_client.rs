@@ -57,7 +57,26 @@ async fn run(scenario: &str, url: &str) -> Result<(), Box<dyn std::error::Error>
         })
         .build()?;
 
+    // These scenarios' servers use the standalone stream (one sends its request there, the
+    // other tells a reconnection from the standalone stream by its order): the call must not
+    // race the stream's opening.
+    let mut events = client.events();
     let init = client.connect().await?;
+    if matches!(
+        scenario,
+        "elicitation-sep1034-client-defaults" | "sse-retry"
+    ) {
+        let listening = async {
+            while let Some(event) = events.recv().await {
+                if matches!(event, mcp_resume::SessionEvent::Listening) {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), listening)
+            .await
+            .map_err(|_| "the standalone stream never opened")?;
+    }
     eprintln!(
         "connected: protocol {} server {} {}",
         init.protocol_version, init.server_name, init.server_version

@@ -4,6 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::auth::AuthChallenge;
+
 /// What kind of failure an [`Error`] is. Stable: match on it, not on messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -30,6 +32,9 @@ pub enum ErrorKind {
     TooLarge,
     /// The client was closed (or its driver stopped) before the call completed.
     Closed,
+    /// The server refused the credentials (HTTP 401, or 403 asking for more scope), fresh
+    /// ones included when a token provider is configured; see [`Error::auth_challenge`].
+    Unauthorized,
     /// The builder's configuration is invalid.
     InvalidConfig,
     /// A modern server requires a client capability this client did not declare
@@ -51,6 +56,7 @@ impl ErrorKind {
             ErrorKind::Protocol => "protocol",
             ErrorKind::TooLarge => "too_large",
             ErrorKind::Closed => "closed",
+            ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::InvalidConfig => "invalid_config",
             ErrorKind::MissingCapability => "missing_capability",
         }
@@ -94,6 +100,7 @@ struct Inner {
     message: String,
     rpc: Option<RpcError>,
     retry_after: Option<Duration>,
+    auth: Option<Box<AuthChallenge>>,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
@@ -106,6 +113,7 @@ impl Error {
                 message: message.into(),
                 rpc: None,
                 retry_after: None,
+                auth: None,
                 source: None,
             }),
         }
@@ -123,6 +131,7 @@ impl Error {
                 message: message.into(),
                 rpc: None,
                 retry_after: None,
+                auth: None,
                 source: Some(Box::new(source)),
             }),
         }
@@ -136,6 +145,7 @@ impl Error {
                 message: error.to_string(),
                 rpc: Some(error),
                 retry_after: None,
+                auth: None,
                 source: None,
             }),
         }
@@ -171,7 +181,35 @@ impl Error {
                 message: error.to_string(),
                 rpc: Some(error),
                 retry_after: None,
+                auth: None,
                 source: None,
+            }),
+        }
+    }
+
+    /// What the server said when it refused the credentials, for
+    /// [`ErrorKind::Unauthorized`]: the scopes it asks for and where its OAuth
+    /// protected-resource metadata is (`resource_metadata`), from `WWW-Authenticate`.
+    pub fn auth_challenge(&self) -> Option<&AuthChallenge> {
+        self.inner.auth.as_deref()
+    }
+
+    /// An [`ErrorKind::Unauthorized`] error: `cause` (how the refusal ended the call) with
+    /// the server's challenge.
+    #[cfg_attr(not(feature = "client"), allow(dead_code))]
+    pub(crate) fn unauthorized(challenge: AuthChallenge, cause: Error) -> Self {
+        let message = format!(
+            "the server refused the credentials ({challenge}): {}",
+            cause.message()
+        );
+        Error {
+            inner: Arc::new(Inner {
+                kind: ErrorKind::Unauthorized,
+                message,
+                rpc: cause.rpc_error().cloned(),
+                retry_after: cause.retry_after(),
+                auth: Some(Box::new(challenge)),
+                source: Some(Box::new(cause)),
             }),
         }
     }
@@ -183,6 +221,7 @@ impl Error {
             message: shared.message.clone(),
             rpc: shared.rpc.clone(),
             retry_after: shared.retry_after,
+            auth: shared.auth.clone(),
             source: None,
         });
         Error {
@@ -204,6 +243,7 @@ impl Error {
                 message,
                 rpc: None,
                 retry_after,
+                auth: None,
                 source: Some(Box::new(cause)),
             }),
         }
@@ -220,6 +260,9 @@ impl fmt::Debug for Error {
         }
         if let Some(after) = &self.inner.retry_after {
             d.field("retry_after", after);
+        }
+        if let Some(auth) = &self.inner.auth {
+            d.field("auth", auth);
         }
         if let Some(source) = &self.inner.source {
             d.field("source", source);

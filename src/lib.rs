@@ -62,8 +62,24 @@
 //! Every async method must run inside a tokio runtime; [`ClientBuilder::build`] does not need
 //! one. [`Client`] is cheap to clone; dropping a call's future cancels the call
 //! (`notifications/cancelled`); dropping the last clone closes the session. Events and
-//! notifications name calls by [`ToolCall::id`], known before the call is made. Server
-//! requests (sampling, elicitation, roots) go to [`ClientBuilder::on_server_request`].
+//! notifications name calls by [`ToolCall::id`], known before the call is made.
+//!
+//! # The rest of the client surface
+//!
+//! - Typed methods for resources, prompts, completion and logging, each list whole or by page
+//!   ([`Client::list_resources`], [`Client::list_prompts_page`], …), with the models in
+//!   [`client::models`] (unknown members kept, JSON Schemas verbatim).
+//! - [`ServerNotification::typed`]: progress, log messages, resource updates, list changes,
+//!   cancellations.
+//! - Typed handlers for server requests ([`ClientBuilder::on_sampling`],
+//!   [`ClientBuilder::on_elicitation`], [`ClientBuilder::on_roots`]) that declare their
+//!   capability at `initialize` and see the server's cancellation ([`RequestContext`]);
+//!   [`ClientBuilder::on_server_request`] for anything else.
+//! - [`CallHandle`]s ([`Client::start_tool`], [`Client::start`]): an id, the call's own
+//!   progress, `cancel(reason)`, a timeout that restarts on progress.
+//! - [`ClientBuilder::auth`]: a [`TokenProvider`] asked for every request's token, and once more
+//!   after a 401; a refused fresh token is [`ErrorKind::Unauthorized`] with the server's
+//!   [`AuthChallenge`].
 //!
 //! # Recovery rules, in brief
 //!
@@ -105,14 +121,19 @@
 //!
 //! # Layers
 //!
-//! - [`Client`] / [`ClientBuilder`]: the async API (tokio + reqwest), in [`client`].
+//! - [`Client`] / [`ClientBuilder`]: the async API (tokio + reqwest), in [`client`] (the
+//!   `client` feature, on by default; without it only the sans-IO core is built).
 //! - [`proto::Session`]: the sans-IO state machine the driver pumps; a language binding or a
 //!   simulator can drive it directly with virtual time.
 //! - [`sse`]: a bounded, spec-exact `text/event-stream` decoder.
 //!
 //! [Model Context Protocol]: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports
 #![deny(missing_docs)]
+// The crate docs introduce the client API; built without it, those links have no target.
+#![cfg_attr(not(feature = "client"), allow(rustdoc::broken_intra_doc_links))]
 
+pub mod auth;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod error;
 pub mod ids;
@@ -120,10 +141,13 @@ pub mod policy;
 pub mod proto;
 pub mod sse;
 
+pub use auth::AuthChallenge;
+#[cfg(feature = "client")]
 pub use client::{
-    CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream, InMemoryTaskStore,
-    InitializeResult, IntoIdempotencyKey, NotificationStream, ServerNotification, StoredTask,
-    TaskStore, Tool, ToolCall,
+    CallHandle, CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream,
+    InMemoryTaskStore, InitializeResult, IntoIdempotencyKey, NotificationStream, ProgressStream,
+    Request, RequestContext, ServerNotification, StoredTask, TaskStore, TokenProvider,
+    TokenRequest, Tool, ToolCall,
 };
 pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
@@ -134,6 +158,6 @@ pub use proto::{
 };
 
 // The README's quickstart is compiled too, so it cannot drift from the API.
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "client"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -259,7 +259,7 @@ fn endless_line_is_refused_by_ours_and_buffered_without_limit_by_eventsource_str
     // 8 MiB of one line without a terminator, in 64 KiB chunks.
     let chunk = vec![b'x'; 64 * 1024];
     let chunks: Vec<&[u8]> = std::iter::once(&b"data: "[..])
-        .chain(std::iter::repeat(chunk.as_slice()).take(128))
+        .chain(std::iter::repeat_n(chunk.as_slice(), 128))
         .collect();
 
     let max = 1 << 20;

@@ -138,6 +138,15 @@ impl RunningInstance {
 /// Starts a fresh incarnation on 127.0.0.1, port 0.
 pub(crate) async fn start(env: Arc<InstanceEnv>) -> io::Result<RunningInstance> {
     let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+    serve(env, listener, None)
+}
+
+/// Starts a fresh incarnation on `listener`, with `extra` routes beside `/mcp`.
+pub(crate) fn serve(
+    env: Arc<InstanceEnv>,
+    listener: TcpListener,
+    extra: Option<Router>,
+) -> io::Result<RunningInstance> {
     let addr = listener.local_addr()?;
     let incarnation = Arc::new(Incarnation {
         env,
@@ -147,7 +156,10 @@ pub(crate) async fn start(env: Arc<InstanceEnv>) -> io::Result<RunningInstance> 
         standalone: Mutex::new(HashMap::new()),
         tombstones: Mutex::new(HashSet::new()),
     });
-    let router = router(incarnation.clone());
+    let mut router = router(incarnation.clone());
+    if let Some(extra) = extra {
+        router = router.merge(extra);
+    }
     let connections = Arc::new(Mutex::new(JoinSet::new()));
     let conns = connections.clone();
     let accept = tokio::spawn(async move {
@@ -408,8 +420,8 @@ impl Incarnation {
             created_by: self.env.index,
             default_context: true,
         };
+        self.env.oracle.session_made_up().await?;
         self.sessions().put_session(rec.clone()).await?;
-        self.env.oracle.session_made_up();
         Ok(Some(rec))
     }
 
@@ -576,7 +588,7 @@ async fn read_body(inc: &Incarnation, req: Request) -> Result<(HeaderMap, Bytes)
 }
 
 async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
-    inc.env.oracle.request(inc.env.index);
+    inc.env.oracle.request(inc.env.index).await;
     if let Err(r) = inc.check_origin(req.headers()) {
         return r;
     }
@@ -709,12 +721,18 @@ async fn initialize(inc: &Incarnation, id: Value, req: &Value) -> Response {
         created_by: inc.env.index,
         default_context: false,
     };
+    // The truth first: a session the oracle does not know would never be flagged.
+    if let Err(e) = inc
+        .env
+        .oracle
+        .initialized(&session_id, &rec.capability_hash)
+        .await
+    {
+        return store_failure(e);
+    }
     if let Err(e) = inc.sessions().put_session(rec.clone()).await {
         return store_failure(e);
     }
-    inc.env
-        .oracle
-        .initialized(&session_id, &rec.capability_hash);
     let result = json!({
         "protocolVersion": version,
         "capabilities": server_caps,
@@ -1124,7 +1142,9 @@ async fn tools_call(
                 )
             }
             Ok(crate::store::IdempotencyBegin::Done(outcome)) => {
-                inc.env.oracle.idempotent_replay();
+                if let Err(e) = inc.env.oracle.idempotent_replay().await {
+                    return rpc_err(id, code::INTERNAL, &e.to_string(), None);
+                }
                 let mut resp = outcome.response;
                 resp["jsonrpc"] = json!("2.0");
                 resp["id"] = id.clone();
@@ -1167,7 +1187,7 @@ async fn tools_call(
 // GET
 
 async fn handle_get(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
-    inc.env.oracle.request(inc.env.index);
+    inc.env.oracle.request(inc.env.index).await;
     let headers = req.headers().clone();
     if let Err(r) = inc.check_origin(&headers) {
         return r;
@@ -1307,7 +1327,9 @@ async fn resume(inc: Arc<Incarnation>, sid: String, raw: Vec<u8>, headers: &Head
             .as_ref()
             .is_some_and(|s| s.owner == me && !s.finished);
         record.honored = true;
-        inc.env.oracle.resume(record);
+        if let Err(e) = inc.env.oracle.resume(record).await {
+            return store_failure(e);
+        }
         let resp = replay(inc.clone(), stream_id, after, follow, false);
         return inc.with_session_headers(resp, &session);
     }
@@ -1315,7 +1337,9 @@ async fn resume(inc: Arc<Incarnation>, sid: String, raw: Vec<u8>, headers: &Head
     match authorize_resume(&inc, &sid, &stream_id, &raw_id, stream.as_ref()).await {
         Ok(Ok((session, after))) => {
             record.honored = true;
-            inc.env.oracle.resume(record);
+            if let Err(e) = inc.env.oracle.resume(record).await {
+                return store_failure(e);
+            }
             let keep_open = !inc.settings().extension;
             let resp = replay(inc.clone(), stream_id, after, true, keep_open);
             inc.with_session_headers(resp, &session)
@@ -1327,7 +1351,9 @@ async fn resume(inc: Arc<Incarnation>, sid: String, raw: Vec<u8>, headers: &Head
             inc.bury(&sid);
             lock(&inc.standalone).remove(&sid);
             record.reason = Some(reason.to_owned());
-            inc.env.oracle.resume(record);
+            if let Err(e) = inc.env.oracle.resume(record).await {
+                return store_failure(e);
+            }
             reject(&inc, reason)
         }
         Err(e) => store_failure(e),
@@ -1459,7 +1485,7 @@ fn replay(
 // DELETE
 
 async fn handle_delete(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
-    inc.env.oracle.request(inc.env.index);
+    inc.env.oracle.request(inc.env.index).await;
     let headers = req.headers();
     if let Err(r) = inc.check_origin(headers) {
         return r;

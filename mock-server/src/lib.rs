@@ -27,6 +27,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The shared store is in memory by default; [`RedisStore`] puts it in Redis. A
+//! [`StandaloneInstance`] runs one instance without the balancer, so that instance processes
+//! can share a Redis behind nginx ([`nginx`] writes its configuration, [`procs`] runs the
+//! whole thing as child processes for tests); they report to the oracle through the store's
+//! journal ([`OracleReport::from_journal`]).
+//!
 //! See `README.md` in this crate for the wire behaviour of each preset, the status codes and
 //! the oracle's JSON shape.
 
@@ -37,9 +43,13 @@ mod cluster;
 mod config;
 pub mod context;
 mod instance;
+pub mod nginx;
 mod oracle;
+#[cfg(unix)]
+pub mod procs;
 mod rng;
 mod sse;
+mod standalone;
 pub mod store;
 mod tools;
 
@@ -48,4 +58,5 @@ pub use config::{ClusterConfig, CutStyle, Faults, Preset, UnknownPreset};
 pub use oracle::{
     ExecutionRecord, OracleReport, OracleTotals, ResumeRecord, DEFAULT_ORACLE_RECORD_LIMIT,
 };
-pub use store::{MemoryStore, Store};
+pub use standalone::StandaloneInstance;
+pub use store::{MemoryStore, RedisOptions, RedisStore, Store};

@@ -1,20 +1,29 @@
 //! `mock-cluster`: runs the mock round-robin MCP cluster until Ctrl-C (or SIGTERM).
 //!
 //! The first line on stdout is the MCP endpoint URL; the admin routes live next to it under
-//! `/admin/` (see the crate README).
+//! `/admin/` (see the crate README). `--instance-only` runs one instance without the
+//! balancer (for a real balancer in front); `nginx-config` prints such a balancer's
+//! configuration.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
-use mock_server::{Cluster, ClusterConfig, CutStyle, Preset};
+use clap::{Parser, Subcommand, ValueEnum};
+use mock_server::nginx::NginxConfig;
+use mock_server::store::{RedisOptions, RedisStore, Store};
+use mock_server::{Cluster, ClusterConfig, CutStyle, Preset, StandaloneInstance};
 
 /// Mock round-robin MCP cluster (Streamable HTTP 2025-03-26 … 2025-11-25) with stream faults
 /// and an oracle, for testing resume-aware MCP clients.
 #[derive(Debug, Parser)]
-#[command(name = "mock-cluster", version)]
+#[command(name = "mock-cluster", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Cmd>,
+
     /// State placement and resume rule: naive (shared event log only, permissive replay,
     /// unknown sessions silently get a default one), strict (shared sessions; a resume must
     /// pass ownership, gap, request and capability checks, else 404 + rejection), replicated
@@ -79,6 +88,58 @@ struct Args {
     /// Extra allowed Origin value (repeatable); localhost origins are always allowed.
     #[arg(long = "allowed-origin")]
     allowed_origins: Vec<String>,
+
+    /// The shared store: `memory` (in this process) or a Redis URL such as
+    /// redis://127.0.0.1:6379 (events as Redis streams, records, idempotency keys, counter,
+    /// and with --instance-only the oracle's journal).
+    #[arg(long, default_value = "memory")]
+    store: String,
+
+    /// Prefix of every Redis key: clusters with different namespaces share a server
+    /// without seeing each other. Instances of one cluster must use the same.
+    #[arg(long, default_value = "mcp:")]
+    namespace: String,
+
+    /// Lease of this process's claims in Redis, in milliseconds: after a crash, its running
+    /// calls read as lost (outcome unknown) once it has expired.
+    #[arg(long, default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(30..))]
+    lease_ms: u64,
+
+    /// Run one instance on --listen without the built-in balancer, for a real balancer in
+    /// front (see `nginx-config`). It reports to the oracle through the store's journal;
+    /// GET /admin/oracle on any instance replays it. Needs a shared --store to be useful.
+    #[arg(long)]
+    instance_only: bool,
+
+    /// With --instance-only: this instance's index, unique among the instances sharing the
+    /// store (it names stream owners and the holders of running calls).
+    #[arg(long, default_value_t = 0)]
+    instance_index: usize,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Print an nginx configuration fronting instances started with --instance-only:
+    /// round-robin (or --affinity on the Mcp-Session-Id header), proxy_buffering off for SSE,
+    /// HTTP/1.1 keep-alive upstream, proxy_read_timeout as the idle timeout that cuts
+    /// streams. Run it with `nginx -p PREFIX -c PREFIX/nginx.conf -e PREFIX/error.log`.
+    NginxConfig {
+        /// An instance's address (repeatable, in upstream order).
+        #[arg(long = "upstream", required = true)]
+        upstreams: Vec<SocketAddr>,
+        /// Where nginx listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// Directory for nginx's pid file, logs and temp files.
+        #[arg(long)]
+        prefix: PathBuf,
+        /// Pin sessions: `hash $http_mcp_session_id consistent`.
+        #[arg(long)]
+        affinity: bool,
+        /// proxy_read_timeout in milliseconds: idle streams are cut after it.
+        #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+        idle_timeout_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -157,16 +218,80 @@ async fn shutdown_signal() {
     }
 }
 
+async fn shared_store(a: &Args) -> Result<Option<Arc<dyn Store>>, String> {
+    if a.store == "memory" {
+        return Ok(None);
+    }
+    if !a.store.starts_with("redis://") {
+        return Err(format!(
+            "--store must be `memory` or a redis:// URL, got {:?}",
+            a.store
+        ));
+    }
+    let opts = RedisOptions {
+        namespace: a.namespace.clone(),
+        lease: Duration::from_millis(a.lease_ms),
+        ..RedisOptions::default()
+    };
+    match RedisStore::connect_with(&a.store, opts).await {
+        Ok(s) => Ok(Some(Arc::new(s))),
+        Err(e) => Err(format!("cannot reach the store {}: {e}", a.store)),
+    }
+}
+
+async fn run_instance(cfg: ClusterConfig, index: usize) -> ExitCode {
+    let instance = match StandaloneInstance::start(cfg, index).await {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("mock-cluster: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", instance.url());
+    eprintln!(
+        "mock-cluster: instance {index} alone on {}; Ctrl-C to stop",
+        instance.addr()
+    );
+    shutdown_signal().await;
+    instance.shutdown().await;
+    eprintln!("mock-cluster: stopped");
+    ExitCode::SUCCESS
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let cfg = match config(&args) {
+    if let Some(Cmd::NginxConfig {
+        upstreams,
+        listen,
+        prefix,
+        affinity,
+        idle_timeout_ms,
+    }) = &args.command
+    {
+        let mut c = NginxConfig::new(*listen, upstreams.clone(), prefix.clone());
+        c.affinity = *affinity;
+        c.idle_timeout = Duration::from_millis(*idle_timeout_ms);
+        print!("{}", c.render());
+        return ExitCode::SUCCESS;
+    }
+    let mut cfg = match config(&args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("mock-cluster: {e}");
             return ExitCode::from(2);
         }
     };
+    cfg.store = match shared_store(&args).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("mock-cluster: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.instance_only {
+        return run_instance(cfg, args.instance_index).await;
+    }
     let cluster = match Cluster::start(cfg).await {
         Ok(c) => c,
         Err(e) => {

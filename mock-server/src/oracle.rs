@@ -3,13 +3,23 @@
 //! Instances report to it; they never read it. It knows the context each session id was
 //! truly negotiated under (from the `initialize` that created it), so it can tell an
 //! execution under a made-up or drifted context from a correct one.
+//!
+//! Instances in other processes cannot reach this process's oracle, so an oracle can also
+//! write what it is told to a journal in the shared store (see [`Store::journal_append`]);
+//! [`OracleReport::from_journal`] replays the journal into the same report, with the same
+//! joins. A report is written to the journal before the instance acts on it (an execution is
+//! journaled before the tool runs): when the journal cannot be written, the instance fails
+//! the request instead of acting unrecorded.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::Notify;
+
+use crate::store::{Store, StoreError};
 
 /// Default of [`ClusterConfig::oracle_record_limit`](crate::ClusterConfig::oracle_record_limit):
 /// records kept in detail per list (executions, resumes). Totals keep counting beyond it, and
@@ -136,6 +146,77 @@ impl OracleReport {
     }
 }
 
+/// One thing an instance reports: what the oracle applies and what the journal stores.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum OracleEvent {
+    Request {
+        instance: usize,
+    },
+    Initialized {
+        session: String,
+        capability_hash: String,
+    },
+    SessionMadeUp,
+    IdempotentReplay,
+    Execution {
+        tag: Option<String>,
+        tool: String,
+        instance: usize,
+        session: String,
+        capability_hash: String,
+        unknown_record: bool,
+        side_effect: bool,
+        keyed: bool,
+    },
+    Resume {
+        record: ResumeRecord,
+    },
+    /// [`Oracle::reset`] as a journal entry: counters and records restart, the truth stays.
+    Reset,
+}
+
+impl OracleEvent {
+    fn of(e: Execution<'_>) -> Self {
+        OracleEvent::Execution {
+            tag: e.tag,
+            tool: e.tool.to_owned(),
+            instance: e.instance,
+            session: e.session.to_owned(),
+            capability_hash: e.capability_hash.to_owned(),
+            unknown_record: e.unknown_record,
+            side_effect: e.side_effect,
+            keyed: e.keyed,
+        }
+    }
+}
+
+impl OracleReport {
+    /// Replays an oracle journal (see [`Store::journal_entries`]) into the report an
+    /// in-process oracle would have produced from the same reports in the same order,
+    /// keeping up to `record_limit` records per list. Fails on an entry it cannot read.
+    pub fn from_journal(
+        entries: &[Value],
+        record_limit: usize,
+    ) -> Result<OracleReport, serde_json::Error> {
+        let mut state = OracleState {
+            record_limit,
+            ..OracleState::default()
+        };
+        for entry in entries {
+            let event: OracleEvent = serde_json::from_value(entry.clone())?;
+            state.apply(event);
+        }
+        Ok(state.report)
+    }
+
+    /// A journal entry that resets the counters and records of a report replayed from the
+    /// journal (what [`Cluster::reset_oracle`](crate::Cluster::reset_oracle) does in process).
+    pub fn journal_reset_entry() -> Value {
+        serde_json::to_value(OracleEvent::Reset).unwrap_or(Value::Null)
+    }
+}
+
 #[derive(Debug, Default)]
 struct OracleState {
     truth: HashMap<String, String>,
@@ -145,6 +226,93 @@ struct OracleState {
     record_limit: usize,
     report: OracleReport,
     running: u64,
+}
+
+impl OracleState {
+    fn apply(&mut self, event: OracleEvent) {
+        match event {
+            OracleEvent::Request { instance } => {
+                let per = &mut self.report.totals.requests_per_instance;
+                if per.len() <= instance {
+                    per.resize(instance + 1, 0);
+                }
+                per[instance] += 1;
+            }
+            OracleEvent::Initialized {
+                session,
+                capability_hash,
+            } => {
+                self.truth.insert(session, capability_hash);
+                self.report.totals.initializes += 1;
+            }
+            OracleEvent::SessionMadeUp => self.report.totals.sessions_made_up += 1,
+            OracleEvent::IdempotentReplay => self.report.totals.idempotent_replays += 1,
+            OracleEvent::Execution {
+                tag,
+                tool,
+                instance,
+                session,
+                capability_hash,
+                unknown_record,
+                side_effect,
+                keyed,
+            } => {
+                let expected = self.truth.get(&session).cloned();
+                let wrong_capability = expected.as_deref().is_some_and(|h| h != capability_hash);
+                // Untagged calls cannot be told apart, so they are never counted as repeats.
+                let repeated = match &tag {
+                    Some(t) => !self.executed_tags.insert(t.clone()),
+                    None => false,
+                };
+                let duplicate_side_effect = side_effect && repeated;
+                let t = &mut self.report.totals;
+                t.executions += 1;
+                t.wrong_capability += u64::from(wrong_capability);
+                t.unknown_record += u64::from(unknown_record);
+                t.duplicate_side_effects += u64::from(duplicate_side_effect);
+                t.repeated_executions += u64::from(repeated);
+                t.repeated_unkeyed_executions += u64::from(repeated && !keyed);
+                if self.report.executions.len() < self.record_limit {
+                    self.report.executions.push(ExecutionRecord {
+                        tag,
+                        tool,
+                        instance,
+                        session,
+                        capability_hash,
+                        expected_capability_hash: expected,
+                        wrong_capability,
+                        unknown_record,
+                        side_effect,
+                        keyed,
+                        duplicate_side_effect,
+                    });
+                } else {
+                    self.report.totals.execution_records_dropped += 1;
+                }
+            }
+            OracleEvent::Resume { record } => {
+                let t = &mut self.report.totals;
+                t.resumes += 1;
+                if record.honored && record.cross_instance {
+                    t.cross_instance_resumes += 1;
+                }
+                if let Some(reason) = &record.reason {
+                    *t.rejections.entry(reason.clone()).or_insert(0) += 1;
+                }
+                if self.report.resumes.len() < self.record_limit {
+                    self.report.resumes.push(record);
+                } else {
+                    t.resume_records_dropped += 1;
+                }
+            }
+            OracleEvent::Reset => {
+                let n = self.report.totals.requests_per_instance.len();
+                self.report = OracleReport::default();
+                self.report.totals.requests_per_instance = vec![0; n];
+                self.executed_tags.clear();
+            }
+        }
+    }
 }
 
 /// One execution as an instance reports it.
@@ -160,10 +328,19 @@ pub(crate) struct Execution<'a> {
 }
 
 /// Shared handle to the oracle. Cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Oracle {
     state: Arc<Mutex<OracleState>>,
     idle: Arc<Notify>,
+    journal: Option<Arc<dyn Store>>,
+}
+
+impl std::fmt::Debug for Oracle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Oracle")
+            .field("journal", &self.journal.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Marks one execution in flight; dropping it (also on abort) marks it over.
@@ -194,7 +371,31 @@ impl Oracle {
         Self {
             state: Arc::new(Mutex::new(state)),
             idle: Arc::new(Notify::new()),
+            journal: None,
         }
+    }
+
+    /// An oracle that also writes every report to `journal` before applying it.
+    pub(crate) fn with_journal(
+        instances: usize,
+        record_limit: usize,
+        journal: Arc<dyn Store>,
+    ) -> Self {
+        Self {
+            journal: Some(journal),
+            ..Self::new(instances, record_limit)
+        }
+    }
+
+    /// Journals the event (when this oracle has a journal), then applies it.
+    async fn record(&self, event: OracleEvent) -> Result<(), StoreError> {
+        if let Some(journal) = &self.journal {
+            let entry = serde_json::to_value(&event)
+                .map_err(|e| StoreError(format!("oracle entry: {e}")))?;
+            journal.journal_append(&entry).await?;
+        }
+        self.with(|s| s.apply(event));
+        Ok(())
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut OracleState) -> T) -> T {
@@ -209,12 +410,12 @@ impl Oracle {
 
     /// Clears the counters and records; the truth about live sessions is kept.
     pub fn reset(&self) {
-        self.with(|s| {
-            let n = s.report.totals.requests_per_instance.len();
-            s.report = OracleReport::default();
-            s.report.totals.requests_per_instance = vec![0; n];
-            s.executed_tags.clear();
-        });
+        self.with(|s| s.apply(OracleEvent::Reset));
+    }
+
+    /// Number of tool executions in flight on the instances reporting here.
+    pub(crate) fn running(&self) -> u64 {
+        self.with(|s| s.running)
     }
 
     /// Waits until no tool execution is in flight anywhere in the cluster, or `timeout`.
@@ -234,88 +435,45 @@ impl Oracle {
         }
     }
 
-    pub(crate) fn request(&self, instance: usize) {
-        self.with(|s| {
-            if let Some(c) = s.report.totals.requests_per_instance.get_mut(instance) {
-                *c += 1;
-            }
-        });
-    }
-
-    pub(crate) fn initialized(&self, session: &str, capability_hash: &str) {
-        self.with(|s| {
-            s.truth
-                .insert(session.to_owned(), capability_hash.to_owned());
-            s.report.totals.initializes += 1;
-        });
-    }
-
-    pub(crate) fn session_made_up(&self) {
-        self.with(|s| s.report.totals.sessions_made_up += 1);
-    }
-
-    pub(crate) fn idempotent_replay(&self) {
-        self.with(|s| s.report.totals.idempotent_replays += 1);
-    }
-
-    /// Records an execution starting now and returns the guard that marks it in flight.
-    pub(crate) fn execution(&self, e: Execution<'_>) -> RunningGuard {
-        self.with(|s| {
-            let expected = s.truth.get(e.session).cloned();
-            let wrong_capability = expected.as_deref().is_some_and(|h| h != e.capability_hash);
-            // Untagged calls cannot be told apart, so they are never counted as repeats.
-            let repeated = match &e.tag {
-                Some(t) => !s.executed_tags.insert(t.clone()),
-                None => false,
-            };
-            let duplicate_side_effect = e.side_effect && repeated;
-            let t = &mut s.report.totals;
-            t.executions += 1;
-            t.wrong_capability += u64::from(wrong_capability);
-            t.unknown_record += u64::from(e.unknown_record);
-            t.duplicate_side_effects += u64::from(duplicate_side_effect);
-            t.repeated_executions += u64::from(repeated);
-            t.repeated_unkeyed_executions += u64::from(repeated && !e.keyed);
-            if s.report.executions.len() < s.record_limit {
-                s.report.executions.push(ExecutionRecord {
-                    tag: e.tag,
-                    tool: e.tool.to_owned(),
-                    instance: e.instance,
-                    session: e.session.to_owned(),
-                    capability_hash: e.capability_hash.to_owned(),
-                    expected_capability_hash: expected,
-                    wrong_capability,
-                    unknown_record: e.unknown_record,
-                    side_effect: e.side_effect,
-                    keyed: e.keyed,
-                    duplicate_side_effect,
-                });
-            } else {
-                s.report.totals.execution_records_dropped += 1;
-            }
-            s.running += 1;
-        });
-        RunningGuard {
-            oracle: self.clone(),
+    /// Counts a request. Not worth failing a request for: a lost count is only a count.
+    pub(crate) async fn request(&self, instance: usize) {
+        if let Err(e) = self.record(OracleEvent::Request { instance }).await {
+            tracing::warn!("oracle: request not journaled: {e}");
         }
     }
 
-    pub(crate) fn resume(&self, record: ResumeRecord) {
-        self.with(|s| {
-            let t = &mut s.report.totals;
-            t.resumes += 1;
-            if record.honored && record.cross_instance {
-                t.cross_instance_resumes += 1;
-            }
-            if let Some(reason) = &record.reason {
-                *t.rejections.entry(reason.clone()).or_insert(0) += 1;
-            }
-            if s.report.resumes.len() < s.record_limit {
-                s.report.resumes.push(record);
-            } else {
-                t.resume_records_dropped += 1;
-            }
-        });
+    pub(crate) async fn initialized(
+        &self,
+        session: &str,
+        capability_hash: &str,
+    ) -> Result<(), StoreError> {
+        self.record(OracleEvent::Initialized {
+            session: session.to_owned(),
+            capability_hash: capability_hash.to_owned(),
+        })
+        .await
+    }
+
+    pub(crate) async fn session_made_up(&self) -> Result<(), StoreError> {
+        self.record(OracleEvent::SessionMadeUp).await
+    }
+
+    pub(crate) async fn idempotent_replay(&self) -> Result<(), StoreError> {
+        self.record(OracleEvent::IdempotentReplay).await
+    }
+
+    /// Records an execution starting now and returns the guard that marks it in flight; an
+    /// error when the journal cannot take it (the tool must not run then).
+    pub(crate) async fn execution(&self, e: Execution<'_>) -> Result<RunningGuard, StoreError> {
+        self.record(OracleEvent::of(e)).await?;
+        self.with(|s| s.running += 1);
+        Ok(RunningGuard {
+            oracle: self.clone(),
+        })
+    }
+
+    pub(crate) async fn resume(&self, record: ResumeRecord) -> Result<(), StoreError> {
+        self.record(OracleEvent::Resume { record }).await
     }
 }
 
@@ -336,26 +494,54 @@ mod tests {
         }
     }
 
-    #[test]
-    fn flags_wrong_capability_and_duplicates() {
+    #[tokio::test]
+    async fn flags_wrong_capability_and_duplicates() {
         let o = Oracle::new(2, DEFAULT_ORACLE_RECORD_LIMIT);
-        o.initialized("s", "h1");
-        drop(o.execution(exec(Some("a"), "generate", 0, "h1")));
-        drop(o.execution(exec(Some("b"), "generate", 1, "h0")));
-        drop(o.execution(exec(Some("c"), "counter_increment", 1, "h1")));
-        drop(o.execution(exec(Some("c"), "counter_increment", 0, "h1")));
-        drop(o.execution(Execution {
-            keyed: true,
-            ..exec(Some("p"), "prepare", 0, "h1")
-        }));
-        drop(o.execution(Execution {
-            keyed: true,
-            ..exec(Some("p"), "prepare", 1, "h1")
-        }));
-        drop(o.execution(Execution {
-            session: "unknown",
-            ..exec(None, "generate", 0, "h0")
-        }));
+        o.initialized("s", "h1").await.unwrap();
+        drop(
+            o.execution(exec(Some("a"), "generate", 0, "h1"))
+                .await
+                .unwrap(),
+        );
+        drop(
+            o.execution(exec(Some("b"), "generate", 1, "h0"))
+                .await
+                .unwrap(),
+        );
+        drop(
+            o.execution(exec(Some("c"), "counter_increment", 1, "h1"))
+                .await
+                .unwrap(),
+        );
+        drop(
+            o.execution(exec(Some("c"), "counter_increment", 0, "h1"))
+                .await
+                .unwrap(),
+        );
+        drop(
+            o.execution(Execution {
+                keyed: true,
+                ..exec(Some("p"), "prepare", 0, "h1")
+            })
+            .await
+            .unwrap(),
+        );
+        drop(
+            o.execution(Execution {
+                keyed: true,
+                ..exec(Some("p"), "prepare", 1, "h1")
+            })
+            .await
+            .unwrap(),
+        );
+        drop(
+            o.execution(Execution {
+                session: "unknown",
+                ..exec(None, "generate", 0, "h0")
+            })
+            .await
+            .unwrap(),
+        );
         let r = o.report();
         assert_eq!(r.totals.executions, 7);
         assert_eq!(r.totals.wrong_capability, 1);
@@ -375,12 +561,16 @@ mod tests {
         assert_eq!(o.report().totals.requests_per_instance, vec![0, 0]);
     }
 
-    #[test]
-    fn the_record_limit_is_reported_and_totals_keep_counting() {
+    #[tokio::test]
+    async fn the_record_limit_is_reported_and_totals_keep_counting() {
         let o = Oracle::new(1, 2);
-        o.initialized("s", "h1");
+        o.initialized("s", "h1").await.unwrap();
         for tag in ["a", "b", "c", "c"] {
-            drop(o.execution(exec(Some(tag), "counter_increment", 0, "h0")));
+            drop(
+                o.execution(exec(Some(tag), "counter_increment", 0, "h0"))
+                    .await
+                    .unwrap(),
+            );
         }
         for _ in 0..3 {
             o.resume(ResumeRecord {
@@ -391,7 +581,9 @@ mod tests {
                 cross_instance: false,
                 honored: true,
                 reason: None,
-            });
+            })
+            .await
+            .unwrap();
         }
         let r = o.report();
         assert_eq!(r.executions.len(), 2);
@@ -406,5 +598,53 @@ mod tests {
         assert_eq!(json["totals"]["execution_records_dropped"], 2);
         o.reset();
         assert!(o.report().executions_complete());
+    }
+
+    #[tokio::test]
+    async fn a_journal_replays_into_the_same_report() {
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new());
+        let o = Oracle::with_journal(2, DEFAULT_ORACLE_RECORD_LIMIT, store.clone());
+        o.request(1).await;
+        o.initialized("s", "h1").await.unwrap();
+        drop(
+            o.execution(exec(Some("a"), "counter_increment", 0, "h1"))
+                .await
+                .unwrap(),
+        );
+        o.reset();
+        store
+            .journal_append(&OracleReport::journal_reset_entry())
+            .await
+            .unwrap();
+        drop(
+            o.execution(exec(Some("a"), "counter_increment", 1, "h0"))
+                .await
+                .unwrap(),
+        );
+        drop(
+            o.execution(exec(Some("a"), "counter_increment", 1, "h1"))
+                .await
+                .unwrap(),
+        );
+        o.session_made_up().await.unwrap();
+        o.idempotent_replay().await.unwrap();
+        o.resume(ResumeRecord {
+            session: "s".into(),
+            stream: "x".into(),
+            instance: 1,
+            owner: Some(0),
+            cross_instance: true,
+            honored: false,
+            reason: Some("not_owner".into()),
+        })
+        .await
+        .unwrap();
+        let entries = store.journal_entries().await.unwrap();
+        let replayed = OracleReport::from_journal(&entries, DEFAULT_ORACLE_RECORD_LIMIT).unwrap();
+        assert_eq!(replayed, o.report());
+        // The truth survived the reset: the drifted execution is flagged.
+        assert_eq!(replayed.totals.wrong_capability, 1);
+        assert_eq!(replayed.totals.duplicate_side_effects, 1);
+        assert_eq!(replayed.rejections("not_owner"), 1);
     }
 }

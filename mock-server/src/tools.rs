@@ -180,6 +180,7 @@ async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
     } = ctx;
     let oracle = &inc.env.oracle;
     let me = inc.env.index;
+    // Journaled before the tool runs: an execution the oracle cannot record does not happen.
     let exec = |unknown_record: bool| {
         oracle.execution(Execution {
             tag: tag.clone(),
@@ -192,13 +193,15 @@ async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
             keyed,
         })
     };
+    let unrecorded =
+        |e: crate::store::StoreError| error(code::INTERNAL, &e.to_string(), Value::Null);
     match &call {
         Call::Echo { text: t } => {
-            let _running = exec(false);
+            let _running = exec(false).await.map_err(unrecorded)?;
             Ok(text(t.clone()))
         }
         Call::Slow { steps, delay_ms } => {
-            let _running = exec(false);
+            let _running = exec(false).await.map_err(unrecorded)?;
             let mut emitter = emitter;
             for i in 1..=*steps {
                 tokio::time::sleep(Duration::from_millis(*delay_ms)).await;
@@ -222,14 +225,14 @@ async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
             Ok(text(format!("slow: done after {steps} steps")))
         }
         Call::Generate { prompt } => {
-            let _running = exec(false);
+            let _running = exec(false).await.map_err(unrecorded)?;
             let t = context::negotiated_temperature(&session.client_capabilities);
             let mut r = text(format!("{prompt} [generated at temperature {t}]"));
             r["structuredContent"] = json!({ "temperature": t });
             Ok(r)
         }
         Call::Prepare { item } => {
-            let _running = exec(false);
+            let _running = exec(false).await.map_err(unrecorded)?;
             let id = format!("rec-{}", uuid::Uuid::new_v4().simple());
             let rec = PreparedRecord {
                 id: id.clone(),
@@ -255,12 +258,12 @@ async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
                 inc.env.settings.placement.resume == crate::config::ResumePolicy::Permissive;
             match found {
                 Some(rec) => {
-                    let _running = exec(false);
+                    let _running = exec(false).await.map_err(unrecorded)?;
                     Ok(text(format!("committed {record}: {}", rec.item)))
                 }
                 // The observed system: the record is unknown here, and it "commits" anyway.
                 None if permissive => {
-                    let _running = exec(true);
+                    let _running = exec(true).await.map_err(unrecorded)?;
                     Ok(text(format!("committed {record}")))
                 }
                 None => Err(error(
@@ -271,7 +274,7 @@ async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
             }
         }
         Call::CounterIncrement => {
-            let _running = exec(false);
+            let _running = exec(false).await.map_err(unrecorded)?;
             let n = inc
                 .env
                 .shared

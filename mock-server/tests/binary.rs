@@ -30,9 +30,38 @@ fn help_documents_every_flag() {
         "--affinity",
         "--max-body-bytes",
         "--allowed-origin",
+        "--store",
+        "--namespace",
+        "--lease-ms",
+        "--instance-only",
+        "--instance-index",
+        "nginx-config",
     ] {
         assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
     }
+    let nginx = Command::new(env!("CARGO_BIN_EXE_mock-cluster"))
+        .args(["nginx-config", "--help"])
+        .output()
+        .unwrap();
+    let nginx_help = String::from_utf8_lossy(&nginx.stdout);
+    for flag in [
+        "--upstream",
+        "--listen",
+        "--prefix",
+        "--affinity",
+        "--idle-timeout-ms",
+    ] {
+        assert!(
+            nginx_help.contains(flag),
+            "nginx-config --help lacks {flag}"
+        );
+    }
+    let bad_store = Command::new(env!("CARGO_BIN_EXE_mock-cluster"))
+        .args(["--store", "postgres://x"])
+        .output()
+        .unwrap();
+    assert!(!bad_store.status.success());
+    assert!(String::from_utf8_lossy(&bad_store.stderr).contains("--store must be"));
     let bad = Command::new(env!("CARGO_BIN_EXE_mock-cluster"))
         .args(["--preset", "wobbly"])
         .output()

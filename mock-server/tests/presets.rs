@@ -2,19 +2,32 @@
 //!
 //! Routing is deterministic: the balancer round-robins every request over the instances in
 //! order, so with 3 instances the n-th request of a test lands on instance n mod 3.
+//!
+//! The shared store is in memory here; `presets_on_redis.rs` runs every test of this file
+//! again with it in Redis.
 
-mod common;
+pub(crate) mod common;
 
 use std::time::Duration;
 
+use common::cluster::{start_on, Backend, TestCluster};
 use common::*;
 use mock_server::{Cluster, ClusterConfig, Faults, Preset};
 use serde_json::{json, Value};
 
 const NEGOTIATED: f64 = 0.2;
 
-async fn cluster(preset: Preset, cut_after: Option<u32>) -> Cluster {
-    Cluster::start(ClusterConfig {
+/// The store the clusters of this test binary share. A binary that includes this file as a
+/// module defines its own, which then wins (`crate::BACKEND`).
+#[allow(dead_code)]
+const BACKEND: Backend = Backend::Memory;
+
+async fn start(config: ClusterConfig) -> std::io::Result<TestCluster> {
+    start_on(crate::BACKEND, config).await
+}
+
+async fn cluster(preset: Preset, cut_after: Option<u32>) -> TestCluster {
+    start(ClusterConfig {
         preset,
         instances: 3,
         cut_after_events: cut_after,
@@ -125,7 +138,7 @@ async fn naive_honors_cross_instance_resume_and_follow_up_runs_under_default_cap
 
 #[tokio::test]
 async fn naive_commit_against_unknown_record_is_silently_executed() {
-    let c = Cluster::start(ClusterConfig {
+    let c = start(ClusterConfig {
         preset: Preset::Naive,
         instances: 2,
         ..Default::default()
@@ -302,7 +315,7 @@ async fn replicated_honors_cross_instance_resume_and_follow_up_is_correct() {
 
 #[tokio::test]
 async fn replicated_follows_a_live_stream_from_another_instance() {
-    let c = Cluster::start(ClusterConfig {
+    let c = start(ClusterConfig {
         preset: Preset::Replicated,
         instances: 2,
         cut_after_events: Some(2),
@@ -343,7 +356,7 @@ async fn replicated_follows_a_live_stream_from_another_instance() {
 
 #[tokio::test]
 async fn replicated_rejects_resume_of_a_call_lost_with_its_instance() {
-    let c = Cluster::start(ClusterConfig {
+    let c = start(ClusterConfig {
         preset: Preset::Replicated,
         instances: 2,
         cut_after_events: Some(2),
@@ -520,7 +533,7 @@ async fn unkeyed_repeat_of_a_side_effect_is_counted_as_duplicate() {
 
 #[tokio::test]
 async fn extension_off_looks_like_a_stock_server() {
-    let c = Cluster::start(ClusterConfig {
+    let c = start(ClusterConfig {
         preset: Preset::Strict,
         instances: 3,
         extension: false,
@@ -586,7 +599,7 @@ async fn extension_off_looks_like_a_stock_server() {
 
 #[tokio::test]
 async fn cancelled_notification_stops_the_call_on_its_instance() {
-    let c = Cluster::start(ClusterConfig {
+    let c = start(ClusterConfig {
         preset: Preset::Sticky,
         instances: 2,
         ..Default::default()
@@ -679,7 +692,7 @@ async fn dropping_the_cluster_closes_its_port() {
 
 #[tokio::test]
 async fn standalone_get_stream_is_primed_and_resumable_on_its_owner() {
-    let c = Cluster::start(ClusterConfig {
+    let c = start(ClusterConfig {
         preset: Preset::Sticky,
         instances: 2,
         idle_timeout: Some(Duration::from_millis(200)),

@@ -4,13 +4,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use http::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::Url;
 use serde_json::Value;
 
+use super::auth::TokenProvider;
 use super::client::Client;
 use super::era_cache::EraCache;
+use super::handlers::{merge_capabilities, Handlers, RequestContext};
+use super::models::{CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Root};
 use super::task_store::{InMemoryTaskStore, TaskStore};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::policy::ReconnectPolicy;
@@ -19,10 +21,6 @@ use crate::proto::{Era, ResendPolicy, ServerRequest, SessionConfig};
 
 /// Default TCP connect timeout of the built-in HTTP client.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Answers server-to-client requests (`sampling/createMessage`, `elicitation/create`, …).
-pub(crate) type ServerRequestHandler =
-    Arc<dyn Fn(ServerRequest) -> BoxFuture<'static, Result<Value, RpcError>> + Send + Sync>;
 
 /// Headers the protocol owns: an application value would corrupt the exchange.
 const RESERVED_HEADERS: &[&str] = &[
@@ -45,9 +43,10 @@ pub(crate) struct ClientConfig {
     pub(crate) headers: HeaderMap,
     pub(crate) session: SessionConfig,
     pub(crate) http: reqwest::Client,
-    pub(crate) server_requests: Option<ServerRequestHandler>,
     pub(crate) era_cache: EraCache,
     pub(crate) task_store: Arc<dyn TaskStore>,
+    pub(crate) handlers: Handlers,
+    pub(crate) auth: Option<Arc<dyn TokenProvider>>,
 }
 
 /// Builds a [`Client`]. Obtained from [`Client::builder`].
@@ -65,9 +64,10 @@ pub struct ClientBuilder {
     headers: Vec<(String, String)>,
     connect_timeout: Duration,
     http: Option<reqwest::Client>,
-    server_requests: Option<ServerRequestHandler>,
     era_cache: Option<EraCache>,
     task_store: Option<Arc<dyn TaskStore>>,
+    handlers: Handlers,
+    auth: Option<Arc<dyn TokenProvider>>,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -77,6 +77,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("url", &self.url)
             .field("session", &self.session)
             .field("bearer", &self.bearer.as_ref().map(|_| "<redacted>"))
+            .field("auth", &self.auth.as_ref().map(|_| "<token provider>"))
             .field(
                 "headers",
                 &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
@@ -96,13 +97,17 @@ impl ClientBuilder {
             headers: Vec::new(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             http: None,
-            server_requests: None,
             era_cache: None,
             task_store: None,
+            handlers: Handlers::default(),
+            auth: None,
         }
     }
 
-    /// Client capabilities sent at `initialize` (a JSON object). Default: `{}`.
+    /// Client capabilities sent at `initialize` (a JSON object). Default: `{}`, plus what
+    /// the registered handlers imply ([`ClientBuilder::on_sampling`],
+    /// [`ClientBuilder::on_elicitation`], [`ClientBuilder::on_roots`]); a member set here
+    /// wins over the implied one.
     pub fn client_capabilities(mut self, capabilities: Value) -> Self {
         self.session.client_capabilities = capabilities;
         self
@@ -124,7 +129,8 @@ impl ClientBuilder {
     }
 
     /// Sends `Authorization: Bearer <token>` on every request (resumes and DELETE included).
-    /// The value is marked sensitive and never logged.
+    /// The value is marked sensitive and never logged. For tokens that expire, use
+    /// [`ClientBuilder::auth`] instead (setting both is a configuration error).
     pub fn bearer_token(mut self, token: impl Into<String>) -> Self {
         self.bearer = Some(token.into());
         self
@@ -222,20 +228,85 @@ impl ClientBuilder {
 
     /// Uses this HTTP client (TLS roots, proxies, …) instead of the built-in one. It should
     /// not follow redirects: a redirected POST could run twice.
+    ///
+    /// The built-in client does not follow redirects, connects with `TCP_NODELAY`, and
+    /// for a plain `http://` endpoint loads no TLS trust anchors (they are most of an idle
+    /// client's memory); reaching a plain endpoint through an `https://` proxy therefore
+    /// needs a client of your own.
     pub fn http_client(mut self, client: reqwest::Client) -> Self {
         self.http = Some(client);
         self
     }
 
-    /// Answers server-to-client requests (`sampling/createMessage`, `roots/list`, …). Without
-    /// a handler they are answered with JSON-RPC error -32601 (method not found). `ping` is
-    /// always answered by the client itself.
+    /// Gets the bearer token of every request from `provider` (resumes, the standalone
+    /// stream and DELETE included), and a fresh one, once, when the server refuses it: see
+    /// [`TokenProvider`]. Default: none.
+    pub fn auth(mut self, provider: impl TokenProvider) -> Self {
+        self.auth = Some(Arc::new(provider));
+        self
+    }
+
+    /// Answers the server's `sampling/createMessage` requests, and declares the `sampling`
+    /// capability at `initialize`. The handler gets the typed request and a
+    /// [`RequestContext`] (request id, cancellation by the server).
+    ///
+    /// ```no_run
+    /// use mcp_resume::Client;
+    /// use mcp_resume::client::models::CreateMessageResult;
+    ///
+    /// let client = Client::builder("http://127.0.0.1:8080/mcp")
+    ///     .on_sampling(|request, _ctx| async move {
+    ///         let prompt = request.messages.last().map(|m| m.text()).unwrap_or_default();
+    ///         Ok(CreateMessageResult::new("my-model", format!("echo: {prompt}")))
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), mcp_resume::Error>(())
+    /// ```
+    pub fn on_sampling<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(CreateMessageRequest, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<CreateMessageResult, RpcError>> + Send + 'static,
+    {
+        self.handlers.set_sampling(handler);
+        self
+    }
+
+    /// Answers the server's `elicitation/create` requests, and declares the `elicitation`
+    /// capability (form mode) at `initialize`. To offer URL mode as well, add
+    /// `{"elicitation": {"url": {}}}` with [`ClientBuilder::client_capabilities`].
+    pub fn on_elicitation<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(ElicitRequest, RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ElicitResult, RpcError>> + Send + 'static,
+    {
+        self.handlers.set_elicitation(handler);
+        self
+    }
+
+    /// Answers the server's `roots/list` requests, and declares the `roots` capability (with
+    /// `listChanged`: call [`Client::notify_roots_changed`] when they change) at `initialize`.
+    pub fn on_roots<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(RequestContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Root>, RpcError>> + Send + 'static,
+    {
+        self.handlers.set_roots(handler);
+        self
+    }
+
+    /// Answers the server-to-client requests no typed handler takes (any method, e.g. one
+    /// of an extension). Without any handler for a method, the server gets JSON-RPC error
+    /// -32601 (method not found); `ping` is always answered by the client itself. This
+    /// handler declares no capability: declare what it answers with
+    /// [`ClientBuilder::client_capabilities`]. When the server cancels the request, its future
+    /// is dropped and no answer is sent.
     pub fn on_server_request<F, Fut>(mut self, handler: F) -> Self
     where
         F: Fn(ServerRequest) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Value, RpcError>> + Send + 'static,
     {
-        self.server_requests = Some(Arc::new(move |req| Box::pin(handler(req))));
+        self.handlers
+            .set_fallback(Arc::new(move |req| Box::pin(handler(req))));
         self
     }
 
@@ -254,10 +325,10 @@ impl ClientBuilder {
             .map_err(|e| Error::with_source(ErrorKind::InvalidConfig, "invalid endpoint URL", e))?;
         match url.scheme() {
             "http" => {}
-            "https" if cfg!(feature = "rustls-tls") || self.http.is_some() => {}
+            "https" if cfg!(feature = "rustls") || self.http.is_some() => {}
             "https" => {
                 return Err(invalid(
-                    "https:// endpoints need the `rustls-tls` feature (or `http_client`)",
+                    "https:// endpoints need the `rustls` feature (on by default) or `http_client`",
                 ))
             }
             other => return Err(invalid(format!("unsupported URL scheme `{other}`"))),
@@ -285,6 +356,10 @@ impl ClientBuilder {
         if !session.client_capabilities.is_object() {
             return Err(invalid("client capabilities must be a JSON object"));
         }
+        merge_capabilities(
+            &mut session.client_capabilities,
+            self.handlers.capabilities(),
+        );
         if session.call_timeout.is_zero() {
             return Err(invalid("call_timeout must be greater than zero"));
         }
@@ -327,6 +402,11 @@ impl ClientBuilder {
             })?;
             headers.append(name, value);
         }
+        if self.bearer.is_some() && self.auth.is_some() {
+            return Err(invalid(
+                "bearer_token and auth both set the Authorization header: choose one",
+            ));
+        }
         if let Some(token) = &self.bearer {
             if token.is_empty() {
                 return Err(invalid("bearer token must not be empty"));
@@ -339,15 +419,24 @@ impl ClientBuilder {
 
         let http = match self.http {
             Some(client) => client,
-            None => reqwest::Client::builder()
-                // A redirected POST could execute twice; MCP endpoints do not redirect.
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(self.connect_timeout)
-                .tcp_nodelay(true)
-                .build()
-                .map_err(|e| {
+            None => {
+                let builder = reqwest::Client::builder()
+                    // A redirected POST could execute twice; MCP endpoints do not redirect.
+                    .redirect(reqwest::redirect::Policy::none())
+                    .connect_timeout(self.connect_timeout)
+                    .tcp_nodelay(true);
+                // A plain-http endpoint never verifies a certificate, and the platform's
+                // trust anchors are most of an idle client's memory (about 85 KB).
+                #[cfg(feature = "rustls")]
+                let builder = if url.scheme() == "http" {
+                    builder.tls_certs_only([])
+                } else {
+                    builder
+                };
+                builder.build().map_err(|e| {
                     Error::with_source(ErrorKind::InvalidConfig, "cannot build the HTTP client", e)
-                })?,
+                })?
+            }
         };
 
         Ok(ClientConfig {
@@ -355,11 +444,12 @@ impl ClientBuilder {
             headers,
             session,
             http,
-            server_requests: self.server_requests,
             era_cache: self.era_cache.unwrap_or_else(EraCache::global),
             task_store: self
                 .task_store
                 .unwrap_or_else(|| Arc::new(InMemoryTaskStore::new())),
+            handlers: self.handlers,
+            auth: self.auth,
         })
     }
 }

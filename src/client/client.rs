@@ -4,22 +4,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::builder::{ClientBuilder, ClientConfig};
 use super::driver::{Command, Driver};
 use super::events::{EventStream, NotificationStream, Published};
-use super::results::{protocol, CallToolResult, InitializeResult, Tool};
+use super::handle::{CallHandle, GUARD_GRACE, PROGRESS_BUFFER};
+use super::models;
+use super::request::{Request, Submission, Timing};
+use super::results::{CallToolResult, InitializeResult};
 use super::tool_call::{next_call_id, ToolCall};
 use crate::error::{Error, ErrorKind};
-use crate::proto::{CallId, CallRequest, Era, ExtensionStatus};
-
-/// Added to a call's deadline for the handle's own guard. The session enforces the deadline;
-/// the guard only guarantees that a call never hangs, whatever happens to the driver.
-const GUARD_GRACE: Duration = Duration::from_secs(2);
-/// Bound on `tools/list` pages, so a server repeating cursors cannot loop the client forever.
-const MAX_LIST_PAGES: usize = 1000;
+use crate::proto::{CallRequest, Era, ExtensionStatus};
 
 /// An MCP client over the Streamable HTTP transport, resume-aware.
 ///
@@ -93,33 +91,8 @@ impl Client {
     pub async fn connect(&self) -> Result<InitializeResult, Error> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Connect { reply })?;
-        let value = self.wait(rx, self.shared.call_timeout, None).await?;
+        let value = self.wait(rx, self.shared.call_timeout).await?;
         InitializeResult::from_value(value)
-    }
-
-    /// Lists the server's tools (`tools/list`, following `nextCursor` to the end).
-    pub async fn list_tools(&self) -> Result<Vec<Tool>, Error> {
-        let mut tools = Vec::new();
-        let mut cursor: Option<String> = None;
-        for _ in 0..MAX_LIST_PAGES {
-            let params = match &cursor {
-                Some(cursor) => json!({ "cursor": cursor }),
-                None => json!({}),
-            };
-            let page = self.request("tools/list", Some(params)).await?;
-            let items = page
-                .get("tools")
-                .and_then(Value::as_array)
-                .ok_or_else(|| protocol("tools/list result lacks a `tools` array"))?;
-            for item in items {
-                tools.push(Tool::from_value(item.clone())?);
-            }
-            match page.get("nextCursor").and_then(Value::as_str) {
-                Some(next) if Some(next) != cursor.as_deref() => cursor = Some(next.to_owned()),
-                _ => return Ok(tools),
-            }
-        }
-        Err(protocol("tools/list did not end after 1000 pages"))
     }
 
     /// Calls a tool (`tools/call`).
@@ -129,9 +102,27 @@ impl Client {
     /// not have run, and was not re-sent because that was not provably safe: give the call
     /// an idempotency key to let the client re-send it when the server deduplicates.
     pub async fn call_tool(&self, call: ToolCall) -> Result<CallToolResult, Error> {
-        let (id, request) = call.into_request()?;
-        let value = self.submit(id, request).await?;
-        CallToolResult::from_value(value)
+        let submission = call.into_submission(self.shared.call_timeout)?;
+        self.submit(submission, CallToolResult::from_value)?.await
+    }
+
+    /// Starts a tool call and returns its [`CallHandle`] at once: its id, its own progress
+    /// stream (the call carries a progress token of its own when it has none), an explicit
+    /// cancel; await the handle for the result.
+    pub fn start_tool(&self, call: ToolCall) -> Result<CallHandle<CallToolResult>, Error> {
+        let submission = call
+            .into_submission(self.shared.call_timeout)?
+            .with_progress()?;
+        self.submit(submission, CallToolResult::from_value)
+    }
+
+    /// Starts any request and returns its [`CallHandle`] at once; see
+    /// [`Client::start_tool`]. [`CallHandle::typed`] reads the result as a type of yours.
+    pub fn start(&self, request: Request) -> Result<CallHandle<Value>, Error> {
+        let submission = request
+            .into_submission(self.shared.call_timeout)?
+            .with_progress()?;
+        self.submit(submission, Ok)
     }
 
     /// Sends any request and returns its JSON-RPC `result`.
@@ -142,29 +133,76 @@ impl Client {
         self.call(CallRequest::new(method, params)).await
     }
 
+    /// Sends any request and reads its `result` as `T` (a custom method's result type, or a
+    /// model of this crate). A result that does not fit is an [`ErrorKind::Protocol`] error.
+    ///
+    /// ```no_run
+    /// # async fn run(client: mcp_resume::Client) -> mcp_resume::Result<()> {
+    /// #[derive(serde::Deserialize)]
+    /// struct Status { healthy: bool }
+    ///
+    /// let status: Status = client.request_as("acme/status", None).await?;
+    /// # let _ = status.healthy; Ok(()) }
+    /// ```
+    pub async fn request_as<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<T, Error> {
+        let value = self.request(method, params).await?;
+        models::from_result(value)
+    }
+
     /// Sends a request with every option of the core ([`CallRequest`]): deadline, and for a
     /// `tools/call` an idempotency key.
     pub async fn call(&self, request: CallRequest) -> Result<Value, Error> {
-        self.submit(next_call_id(), request).await
+        let timing = Timing {
+            timeout: request.deadline(),
+            ..Timing::default()
+        };
+        let submission =
+            Submission::new(next_call_id(), request, timing, self.shared.call_timeout)?;
+        self.submit(submission, Ok)?.await
     }
 
-    async fn submit(&self, id: CallId, request: CallRequest) -> Result<Value, Error> {
-        if request.timeout == Some(Duration::ZERO) {
-            return Err(Error::new(
-                ErrorKind::InvalidConfig,
-                "a call timeout must be greater than zero",
-            ));
-        }
-        let timeout = request.timeout.unwrap_or(self.shared.call_timeout);
+    /// Hands a request to the driver; the handle waits for its result.
+    pub(crate) fn submit<T>(
+        &self,
+        submission: Submission,
+        convert: fn(Value) -> Result<T, Error>,
+    ) -> Result<CallHandle<T>, Error> {
         let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
+        let (progress_tx, progress_rx) = if submission.wants_progress {
+            let (tx, rx) = mpsc::channel(PROGRESS_BUFFER);
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let Submission {
+            id,
+            request,
+            idle,
+            total,
+            ..
+        } = submission;
         self.send(Command::Call {
             ticket,
             id,
             request,
+            idle,
+            progress: progress_tx,
             reply,
         })?;
-        self.wait(rx, timeout, Some(ticket)).await
+        Ok(CallHandle::new(
+            id,
+            ticket,
+            self.shared.commands.clone(),
+            rx,
+            total,
+            progress_rx,
+            convert,
+        ))
     }
 
     /// Polls a task a call became earlier (for instance before a restart: its id was in
@@ -172,14 +210,24 @@ impl Client {
     pub async fn resume_task(&self, task_id: &str) -> Result<Value, Error> {
         let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
+        let id = next_call_id();
         self.send(Command::ResumeTask {
             ticket,
-            id: next_call_id(),
+            id,
             task_id: task_id.to_owned(),
             timeout: None,
             reply,
         })?;
-        self.wait(rx, self.shared.call_timeout, Some(ticket)).await
+        let handle: CallHandle<Value> = CallHandle::new(
+            id,
+            ticket,
+            self.shared.commands.clone(),
+            rx,
+            Some(self.shared.call_timeout),
+            None,
+            Ok,
+        );
+        handle.await
     }
 
     /// Checks the server is alive (`ping`).
@@ -193,6 +241,12 @@ impl Client {
             method: method.to_owned(),
             params,
         })
+    }
+
+    /// Tells the server the roots changed (`notifications/roots/list_changed`): it will ask
+    /// for them again, and the [`ClientBuilder::on_roots`] handler answers.
+    pub async fn notify_roots_changed(&self) -> Result<(), Error> {
+        self.notify("notifications/roots/list_changed", None).await
     }
 
     /// Lifecycle events: resumes, rejections, re-initializations, re-sends, unknown outcomes.
@@ -230,9 +284,7 @@ impl Client {
     pub async fn close(&self) -> Result<(), Error> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Close { reply })?;
-        self.wait(rx, self.shared.call_timeout, None)
-            .await
-            .map(drop)
+        self.wait(rx, self.shared.call_timeout).await.map(drop)
     }
 
     fn send(&self, command: Command) -> Result<(), Error> {
@@ -268,41 +320,14 @@ impl Client {
         &self,
         rx: oneshot::Receiver<Result<Value, Error>>,
         timeout: Duration,
-        ticket: Option<u64>,
     ) -> Result<Value, Error> {
-        let mut guard = CancelOnDrop {
-            commands: &self.shared.commands,
-            ticket,
-        };
-        let outcome = tokio::time::timeout(timeout.saturating_add(GUARD_GRACE), rx).await;
-        match outcome {
-            Ok(Ok(result)) => {
-                guard.ticket = None;
-                result
-            }
-            Ok(Err(_)) => {
-                guard.ticket = None;
-                Err(Error::new(
-                    ErrorKind::Closed,
-                    "the client's driver stopped before the call completed",
-                ))
-            }
-            // The guard cancels the call, which posts `notifications/cancelled`.
+        match tokio::time::timeout(timeout.saturating_add(GUARD_GRACE), rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(Error::new(
+                ErrorKind::Closed,
+                "the client's driver stopped before the call completed",
+            )),
             Err(_) => Err(Error::new(ErrorKind::Timeout, "the call's deadline passed")),
-        }
-    }
-}
-
-/// Cancels its call when the call's future is dropped before completion.
-struct CancelOnDrop<'a> {
-    commands: &'a mpsc::UnboundedSender<Command>,
-    ticket: Option<u64>,
-}
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        if let Some(ticket) = self.ticket {
-            let _ = self.commands.send(Command::Cancel { ticket });
         }
     }
 }

@@ -7,27 +7,35 @@
 //! blocks the others; reports come back over one bounded channel, which keeps memory bounded
 //! however fast a server sends.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::{AbortHandle, Abortable, BoxFuture};
+use futures::stream::FuturesUnordered;
 use futures::FutureExt;
+use futures::StreamExt;
 use serde_json::Value;
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::AbortHandle;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::builder::{ClientConfig, ServerRequestHandler};
+use super::builder::ClientConfig;
 use super::era_cache::EraCache;
 use super::events::{Published, ServerNotification};
+use super::handlers::{internal, not_found, Handlers, RequestContext};
 use super::http::{Endpoint, ExchangeEvent};
+use super::models::{Progress, TypedNotification};
 use super::task_store::{StoredTask, TaskStore};
-use crate::error::{Error, RpcError};
+use crate::auth::AuthChallenge;
+use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
-    CallId, CallRequest, HttpId, Output, Session, SessionConfig, SessionEvent, Transmit,
+    CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionConfig, SessionEvent,
+    Transmit,
 };
 
 /// Exchange reports buffered before exchange tasks wait for the driver.
@@ -51,10 +59,14 @@ pub(crate) enum Command {
         ticket: u64,
         id: CallId,
         request: CallRequest,
+        /// Longest time without progress before the call is abandoned with a timeout.
+        idle: Option<Duration>,
+        /// Where the call's own progress goes.
+        progress: Option<mpsc::Sender<Progress>>,
         reply: Reply,
     },
-    /// The call's future was dropped.
-    Cancel { ticket: u64 },
+    /// The call's handle was dropped or cancelled (with the application's reason).
+    Cancel { ticket: u64, reason: Option<String> },
     /// A notification to the server.
     Notify {
         method: String,
@@ -76,9 +88,9 @@ pub(crate) enum Command {
 
 /// A driver not yet spawned: the client starts it on the first call that needs it.
 pub(crate) struct Driver {
-    endpoint: Endpoint,
+    endpoint: Arc<Endpoint>,
     session: SessionConfig,
-    handler: Option<ServerRequestHandler>,
+    handlers: Arc<Handlers>,
     commands: mpsc::UnboundedReceiver<Command>,
     published: Arc<Published>,
     era_cache: EraCache,
@@ -92,16 +104,17 @@ impl Driver {
         published: Arc<Published>,
     ) -> Self {
         Driver {
-            endpoint: Endpoint {
+            endpoint: Arc::new(Endpoint {
                 http: config.http,
                 url: config.url,
                 headers: Arc::new(config.headers),
+                auth: config.auth,
                 fire_and_forget_timeout: config.session.call_timeout,
-            },
+            }),
             session: config.session,
             era_cache: config.era_cache,
             task_store: config.task_store,
-            handler: config.server_requests,
+            handlers: Arc::new(config.handlers),
             commands,
             published,
         }
@@ -119,7 +132,12 @@ impl Driver {
             url.path()
         );
         let span = tracing::info_span!("mcp_client", %endpoint);
-        handle.spawn(self.run().instrument(span));
+        // Entering a span on every poll costs even when nothing listens: only when enabled.
+        if span.is_disabled() {
+            handle.spawn(self.run());
+        } else {
+            handle.spawn(self.run().instrument(span));
+        }
     }
 
     async fn run(self) {
@@ -132,16 +150,22 @@ impl Driver {
             era_cache: self.era_cache,
             task_store: self.task_store,
             endpoint: self.endpoint,
-            handler: self.handler,
+            handlers: self.handlers,
             published: self.published,
             exchange_tx,
             answer_tx,
-            exchanges: HashMap::new(),
-            calls: HashMap::new(),
-            tickets: HashMap::new(),
-            app_ids: HashMap::new(),
+            exchanges: FxHashMap::default(),
+            running: FuturesUnordered::new(),
+            calls: FxHashMap::default(),
+            tickets: FxHashMap::default(),
+            app_ids: FxHashMap::default(),
             finished: VecDeque::new(),
-            server_requests_in_flight: 0,
+            server_requests: HashMap::new(),
+            progress: FxHashMap::default(),
+            idle: FxHashMap::default(),
+            idle_queue: BTreeSet::new(),
+            auth_refusals: FxHashMap::default(),
+            auth_cause: None,
             shutdown: None,
         };
         tracing::debug!("driver started");
@@ -171,27 +195,47 @@ struct Shutdown {
 /// session's).
 struct State {
     session: Session,
-    endpoint: Endpoint,
-    handler: Option<ServerRequestHandler>,
+    endpoint: Arc<Endpoint>,
+    handlers: Arc<Handlers>,
     published: Arc<Published>,
     era_cache: EraCache,
     task_store: Arc<dyn TaskStore>,
     exchange_tx: mpsc::Sender<ExchangeEvent>,
-    answer_tx: mpsc::UnboundedSender<(RequestId, Result<Value, RpcError>)>,
+    answer_tx: mpsc::UnboundedSender<Answer>,
     /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
-    exchanges: HashMap<HttpId, AbortHandle>,
-    calls: HashMap<CallId, Pending>,
-    tickets: HashMap<u64, CallId>,
+    exchanges: FxHashMap<HttpId, AbortHandle>,
+    /// The exchanges themselves, polled by this task (no task spawned per request: a
+    /// request costs no scheduling and no hand-off between threads; reqwest's connections
+    /// run in tasks of their own).
+    running: FuturesUnordered<Abortable<BoxFuture<'static, ()>>>,
+    calls: FxHashMap<CallId, Pending>,
+    tickets: FxHashMap<u64, CallId>,
     /// The session's call ids to the application's ([`ToolCall::id`](super::ToolCall::id)).
-    app_ids: HashMap<CallId, CallId>,
+    app_ids: FxHashMap<CallId, CallId>,
     /// Calls finished recently, oldest first: their ids stay translatable for events the
     /// session reports around their completion, within a bound.
     finished: VecDeque<CallId>,
-    server_requests_in_flight: usize,
+    /// Server requests being handled, each with the sender of its cancellation; their number
+    /// is bounded by [`MAX_SERVER_REQUESTS`].
+    server_requests: HashMap<RequestId, watch::Sender<Option<String>>>,
+    /// Where each call's own progress goes (calls started as handles).
+    progress: FxHashMap<CallId, mpsc::Sender<Progress>>,
+    /// Calls that reset their timeout on progress: the allowed silence and its end.
+    idle: FxHashMap<CallId, (Duration, Instant)>,
+    /// The same ends, ordered, for the one idle timer.
+    idle_queue: BTreeSet<(Instant, CallId)>,
+    /// Exchanges whose credentials the server refused, with its challenge.
+    auth_refusals: FxHashMap<HttpId, AuthChallenge>,
+    /// While the session handles the end of such an exchange: the challenge that explains
+    /// the calls it fails.
+    auth_cause: Option<AuthChallenge>,
     shutdown: Option<Shutdown>,
 }
 
-type AnswerRx = mpsc::UnboundedReceiver<(RequestId, Result<Value, RpcError>)>;
+/// A handler's answer to a server request; `None` when the server cancelled it (no answer is
+/// sent then).
+type Answer = (RequestId, Option<Result<Value, RpcError>>);
+type AnswerRx = mpsc::UnboundedReceiver<Answer>;
 
 impl State {
     async fn run(
@@ -202,6 +246,7 @@ impl State {
     ) {
         let timer = tokio::time::sleep_until(Instant::now());
         tokio::pin!(timer);
+        let mut armed: Option<Instant> = None;
         loop {
             self.pump();
             if let Some(shutdown) = &self.shutdown {
@@ -210,24 +255,34 @@ impl State {
                 }
             }
             let deadline = self.session.poll_timeout().map(Instant::from_std);
-            if let Some(deadline) = deadline {
+            if let Some(deadline) = deadline.filter(|d| armed != Some(*d)) {
+                // Re-arming costs a trip through the timer wheel: only when the time moved.
                 timer.as_mut().reset(deadline);
+                armed = Some(deadline);
             }
             let shutdown_deadline = self.shutdown.as_ref().map(|s| s.deadline);
+            let idle_deadline = self.idle_queue.first().map(|(at, _)| *at);
             tokio::select! {
                 command = commands.recv(), if self.shutdown.is_none() => match command {
                     Some(Command::Shutdown) | None => self.begin_shutdown(),
                     Some(command) => self.handle_command(command),
                 },
                 Some(event) = exchanges.recv() => self.handle_exchange(event),
+                Some(_) = self.running.next(), if !self.running.is_empty() => {}
                 Some((id, result)) = answers.recv() => {
-                    self.server_requests_in_flight -= 1;
-                    self.session.respond(id, result, now());
+                    self.server_requests.remove(&id);
+                    match result {
+                        Some(result) => self.session.respond(id, result, now()),
+                        None => tracing::debug!(%id, "server request cancelled: not answered"),
+                    }
                 }
+                () = tokio::time::sleep_until(idle_deadline.unwrap_or_else(Instant::now)),
+                    if idle_deadline.is_some() => self.idle_expired(),
                 () = &mut timer, if deadline.is_some() => {
                     // The timer fired for `deadline`: whatever is due then fires, even if the
                     // clock reads a hair earlier.
                     let fired = deadline.map_or_else(Instant::now, |d| d.max(Instant::now()));
+                    armed = None;
                     self.session.handle_timeout(fired.into_std());
                 }
                 () = tokio::time::sleep_until(shutdown_deadline.unwrap_or_else(Instant::now)),
@@ -236,6 +291,10 @@ impl State {
         }
         for (_, exchange) in self.exchanges.drain() {
             exchange.abort();
+        }
+        // Handlers still running learn that nobody will take their answer.
+        for (_, cancel) in self.server_requests.drain() {
+            cancel.send_replace(Some("client closed".to_owned()));
         }
     }
 
@@ -252,6 +311,8 @@ impl State {
                 ticket,
                 id,
                 request,
+                idle,
+                progress,
                 reply,
             } => {
                 tracing::debug!(method = %request.method, "call submitted");
@@ -259,12 +320,26 @@ impl State {
                 self.calls.insert(call, Pending::Call { ticket, reply });
                 self.tickets.insert(ticket, call);
                 self.app_ids.insert(call, id);
+                if let Some(progress) = progress {
+                    self.progress.insert(call, progress);
+                }
+                if let Some(period) = idle {
+                    self.arm_idle(call, period);
+                }
             }
-            Command::Cancel { ticket } => {
+            Command::Cancel { ticket, reason } => {
                 if let Some(call) = self.tickets.remove(&ticket) {
                     if self.calls.remove(&call).is_some() {
-                        tracing::debug!(call = call.0, "call abandoned by the application");
+                        match &reason {
+                            Some(reason) => {
+                                tracing::debug!(call = call.0, %reason, "call cancelled by the application")
+                            }
+                            None => {
+                                tracing::debug!(call = call.0, "call abandoned by the application")
+                            }
+                        }
                         self.session.cancel(call, now);
+                        self.forget(call);
                     }
                 }
             }
@@ -310,6 +385,9 @@ impl State {
         }
         let now = now();
         match event {
+            ExchangeEvent::AuthRefused { id, challenge } => {
+                self.auth_refusals.insert(id, challenge);
+            }
             ExchangeEvent::Head {
                 id,
                 status,
@@ -318,12 +396,20 @@ impl State {
             ExchangeEvent::Data { id, bytes } => self.session.handle_data(id, &bytes, now),
             ExchangeEvent::End { id } => {
                 self.exchanges.remove(&id);
+                self.auth_cause = self.auth_refusals.remove(&id);
                 self.session.handle_end(id, now);
             }
             ExchangeEvent::Failed { id, failure } => {
                 self.exchanges.remove(&id);
+                self.auth_cause = self.auth_refusals.remove(&id);
                 self.session.handle_error(id, failure, now);
             }
+        }
+        if self.auth_cause.is_some() {
+            // What the session decides on the end of a refused exchange is decided now: every
+            // call it fails in doing so failed because of the refusal.
+            self.pump();
+            self.auth_cause = None;
         }
     }
 
@@ -355,23 +441,16 @@ impl State {
                     purpose = ?request.purpose,
                     "http exchange"
                 );
-                let span = tracing::debug_span!(
-                    "http",
-                    id = id.0,
-                    method = ?request.method,
-                    purpose = ?request.purpose
-                );
-                let task = tokio::spawn(
-                    self.endpoint
-                        .clone()
-                        .run(request, self.exchange_tx.clone())
-                        .instrument(span),
-                );
-                if let Some(old) = self.exchanges.insert(id, task.abort_handle()) {
+                let (abort, registration) = AbortHandle::new_pair();
+                let exchange = self.endpoint.clone().run(request, self.exchange_tx.clone());
+                self.running
+                    .push(Abortable::new(Box::pin(exchange), registration));
+                if let Some(old) = self.exchanges.insert(id, abort) {
                     old.abort();
                 }
             }
             Transmit::Abort(id) => {
+                self.auth_refusals.remove(&id);
                 if let Some(exchange) = self.exchanges.remove(&id) {
                     tracing::trace!(http = id.0, "exchange aborted");
                     exchange.abort();
@@ -384,6 +463,15 @@ impl State {
         match output {
             Output::Completed { call, result } => self.complete(call, result),
             Output::Notification { call, notification } => {
+                let typed =
+                    TypedNotification::parse(&notification.method, notification.params.as_ref());
+                match (&typed, call) {
+                    (TypedNotification::Progress(progress), Some(call)) => {
+                        self.on_progress(call, progress);
+                    }
+                    (TypedNotification::Cancelled(cancelled), _) => self.on_cancelled(cancelled),
+                    _ => {}
+                }
                 // No subscriber is not an error: notifications are informational.
                 self.published.notification(ServerNotification {
                     call: call.map(|c| self.app_id(c)),
@@ -391,47 +479,7 @@ impl State {
                     params: notification.params,
                 });
             }
-            Output::ServerRequest(request) => {
-                let id = request.id.clone();
-                let Some(handler) = self.handler.clone() else {
-                    let error = RpcError {
-                        code: -32601,
-                        message: format!("method not found: {}", request.method),
-                        data: None,
-                    };
-                    self.session.respond(id, Err(error), now());
-                    return;
-                };
-                if self.server_requests_in_flight >= MAX_SERVER_REQUESTS {
-                    let error = RpcError {
-                        code: -32603,
-                        message: "too many concurrent server requests".to_owned(),
-                        data: None,
-                    };
-                    self.session.respond(id, Err(error), now());
-                    return;
-                }
-                self.server_requests_in_flight += 1;
-                let answers = self.answer_tx.clone();
-                tokio::spawn(
-                    async move {
-                        // A panicking handler must still answer, or the server waits forever.
-                        let result = AssertUnwindSafe(handler(request))
-                            .catch_unwind()
-                            .await
-                            .unwrap_or_else(|_| {
-                                tracing::error!("server request handler panicked");
-                                Err(RpcError {
-                                    code: -32603,
-                                    message: "internal error".to_owned(),
-                                    data: None,
-                                })
-                            });
-                        let _ = answers.send((id, result));
-                    }
-                    .in_current_span(),
-                );
-            }
+            Output::ServerRequest(request) => self.server_request(request),
             Output::Event(event) => {
                 self.published.set_status(self.session.extension_status());
                 match &event {
@@ -498,6 +546,11 @@ impl State {
     }
 
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
+        self.forget(call);
+        let result = match (result, &self.auth_cause) {
+            (Err(error), Some(challenge)) => Err(Error::unauthorized(challenge.clone(), error)),
+            (result, _) => result,
+        };
         match self.calls.remove(&call) {
             Some(Pending::Connect { reply }) => {
                 match &result {
@@ -524,5 +577,118 @@ impl State {
             // Cancelled by the application: nobody is waiting.
             None => {}
         }
+    }
+
+    /// Drops what the driver keeps for a call besides its reply: progress routing, idle timer.
+    fn forget(&mut self, call: CallId) {
+        self.progress.remove(&call);
+        if let Some((_, at)) = self.idle.remove(&call) {
+            self.idle_queue.remove(&(at, call));
+        }
+    }
+
+    fn arm_idle(&mut self, call: CallId, period: Duration) {
+        if let Some((_, old)) = self.idle.remove(&call) {
+            self.idle_queue.remove(&(old, call));
+        }
+        // Beyond what the clock can represent the call is bounded by its total deadline only.
+        if let Some(at) = Instant::now().checked_add(period) {
+            self.idle.insert(call, (period, at));
+            self.idle_queue.insert((at, call));
+        }
+    }
+
+    /// A call's progress: to its handle, and its idle timer restarts.
+    fn on_progress(&mut self, call: CallId, progress: &Progress) {
+        if let Some(tx) = self.progress.get(&call) {
+            if tx.try_send(progress.clone()).is_err() {
+                tracing::debug!(
+                    call = call.0,
+                    "progress dropped: the handle does not read it"
+                );
+            }
+        }
+        if let Some(&(period, _)) = self.idle.get(&call) {
+            self.arm_idle(call, period);
+        }
+    }
+
+    /// Calls silent for longer than they allow: abandoned (the server is told) and failed
+    /// with a timeout.
+    fn idle_expired(&mut self) {
+        let now = Instant::now();
+        while let Some(&(at, call)) = self.idle_queue.first() {
+            if at > now {
+                break;
+            }
+            let period = self.idle.get(&call).map(|(p, _)| *p).unwrap_or_default();
+            self.forget(call);
+            if let Some(Pending::Call { ticket, reply }) = self.calls.remove(&call) {
+                tracing::debug!(
+                    call = call.0,
+                    ?period,
+                    "no progress in time: call abandoned"
+                );
+                self.tickets.remove(&ticket);
+                self.session.cancel(call, now.into_std());
+                self.retire(call);
+                let _ = reply.send(Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no progress within {period:?}"),
+                )));
+            }
+        }
+    }
+
+    /// The server cancels a request it sent: its handler stops, no answer is sent.
+    fn on_cancelled(&mut self, cancelled: &super::models::Cancelled) {
+        let Some(id) = RequestId::from_json(&cancelled.request_id) else {
+            return;
+        };
+        if let Some(cancel) = self.server_requests.get(&id) {
+            tracing::debug!(%id, reason = ?cancelled.reason, "server cancelled its request");
+            cancel.send_replace(Some(cancelled.reason.clone().unwrap_or_default()));
+        }
+    }
+
+    fn server_request(&mut self, request: ServerRequest) {
+        let id = request.id.clone();
+        if self.handlers.is_empty() {
+            self.session
+                .respond(id, Err(not_found(&request.method)), now());
+            return;
+        }
+        if self.server_requests.contains_key(&id) {
+            // One answer per id: the one being handled will give it.
+            tracing::warn!(%id, "server request id reused while in flight: ignored");
+            return;
+        }
+        if self.server_requests.len() >= MAX_SERVER_REQUESTS {
+            let error = internal("too many concurrent server requests");
+            self.session.respond(id, Err(error), now());
+            return;
+        }
+        let (cancel_tx, cancel_rx) = watch::channel(None);
+        self.server_requests.insert(id.clone(), cancel_tx);
+        let ctx = RequestContext::new(&request, cancel_rx.clone());
+        let handling = self.handlers.dispatch(request, ctx);
+        let answers = self.answer_tx.clone();
+        tokio::spawn(
+            async move {
+                // A panicking handler must still answer, or the server waits forever.
+                let handling = AssertUnwindSafe(handling).catch_unwind();
+                let mut cancelled = cancel_rx;
+                let answer = tokio::select! {
+                    result = handling => Some(result.unwrap_or_else(|_| {
+                        tracing::error!("server request handler panicked");
+                        Err(internal("internal error"))
+                    })),
+                    // The server no longer wants the answer: stop the handler, send nothing.
+                    _ = cancelled.wait_for(Option::is_some) => None,
+                };
+                let _ = answers.send((id, answer));
+            }
+            .in_current_span(),
+        );
     }
 }

@@ -15,6 +15,7 @@ use futures::stream::{BoxStream, Stream, StreamExt};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use super::models::TypedNotification;
 use crate::proto::{CallId, Era, ExtensionStatus, SessionEvent};
 
 /// Items buffered per subscriber before the oldest are dropped.
@@ -24,7 +25,10 @@ pub const EVENT_BUFFER: usize = 256;
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ServerNotification {
-    /// The call whose response stream carried it, when it came on one (e.g. progress).
+    /// The call it is about: for progress, the call whose `progressToken` it names; for
+    /// any other notification, the call whose own response stream carried it. `None` for
+    /// notifications on the standalone stream or on a resumed one (a server may replay other
+    /// calls' messages there).
     pub call: Option<CallId>,
     /// The method, e.g. `notifications/progress`.
     pub method: String,
@@ -33,6 +37,30 @@ pub struct ServerNotification {
 }
 
 impl ServerNotification {
+    /// The notification, typed: progress, log message, resource update, list change,
+    /// cancellation, or [`TypedNotification::Other`] for anything else.
+    ///
+    /// ```no_run
+    /// # async fn run(client: mcp_resume::Client) -> mcp_resume::Result<()> {
+    /// use mcp_resume::client::models::{ListKind, TypedNotification};
+    ///
+    /// let mut notifications = client.notifications();
+    /// while let Some(n) = notifications.recv().await {
+    ///     match n.typed() {
+    ///         TypedNotification::ListChanged(ListKind::Tools) => {
+    ///             let tools = client.list_tools().await?;
+    ///             println!("{} tools now", tools.len());
+    ///         }
+    ///         TypedNotification::Progress(p) => println!("call {:?}: {}", n.call, p.progress),
+    ///         _ => {}
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn typed(&self) -> TypedNotification {
+        TypedNotification::parse(&self.method, self.params.as_ref())
+    }
+
     /// `params.progressToken` of a progress notification.
     pub fn progress_token(&self) -> Option<&Value> {
         self.params.as_ref()?.get("progressToken")

@@ -6,16 +6,23 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use http::header::HeaderMap;
+use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
 use reqwest::Url;
 use tokio::sync::mpsc;
 
+use super::auth::{TokenProvider, TokenRequest};
+use crate::auth::AuthChallenge;
 use crate::proto::{HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
 
 /// What happened to an exchange, in order: `Head`, any `Data`, then `End`; or `Failed` at
-/// any point.
+/// any point. `AuthRefused`, before the head, says the server refused the credentials of
+/// the request (after the one retry with a fresh token, when a provider is configured).
 #[derive(Debug)]
 pub(crate) enum ExchangeEvent {
+    AuthRefused {
+        id: HttpId,
+        challenge: AuthChallenge,
+    },
     Head {
         id: HttpId,
         status: u16,
@@ -37,7 +44,8 @@ pub(crate) enum ExchangeEvent {
 impl ExchangeEvent {
     pub(crate) fn id(&self) -> HttpId {
         match self {
-            ExchangeEvent::Head { id, .. }
+            ExchangeEvent::AuthRefused { id, .. }
+            | ExchangeEvent::Head { id, .. }
             | ExchangeEvent::Data { id, .. }
             | ExchangeEvent::End { id }
             | ExchangeEvent::Failed { id, .. } => *id,
@@ -45,13 +53,14 @@ impl ExchangeEvent {
     }
 }
 
-/// Everything an exchange task needs besides the request.
-#[derive(Clone)]
+/// Everything an exchange needs besides the request (shared by every exchange of a client).
 pub(crate) struct Endpoint {
     pub(crate) http: reqwest::Client,
     pub(crate) url: Url,
     /// The application's headers (authorization, custom), sent on every request.
     pub(crate) headers: Arc<HeaderMap>,
+    /// Asked for the bearer token of every request, when configured.
+    pub(crate) auth: Option<Arc<dyn TokenProvider>>,
     /// Bound on exchanges the session sets no deadline for (notifications, responses to the
     /// server, DELETE), so a server that never answers them cannot pile up connections.
     pub(crate) fire_and_forget_timeout: Duration,
@@ -60,7 +69,11 @@ pub(crate) struct Endpoint {
 impl Endpoint {
     /// Performs `request`, reporting on `tx`. Returns when the exchange is over or the driver
     /// is gone; the driver aborts the task to stop it early.
-    pub(crate) async fn run(self, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        request: HttpRequest,
+        tx: mpsc::Sender<ExchangeEvent>,
+    ) {
         let id = request.id;
         match request.purpose {
             HttpPurpose::Notify | HttpPurpose::Terminate => {
@@ -78,35 +91,60 @@ impl Endpoint {
         }
     }
 
-    async fn exchange(self, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
+    async fn exchange(self: Arc<Self>, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
         let id = request.id;
         let report = |event| {
             let tx = tx.clone();
             async move { tx.send(event).await.is_ok() }
         };
-        let mut headers = request.headers;
-        // The app's headers (authorization, custom) go beside the protocol's; the builder
-        // refused any that would clash with one.
-        for (name, value) in self.headers.iter() {
-            headers.append(name.clone(), value.clone());
-        }
-        let method = match request.method {
-            HttpMethod::Post => reqwest::Method::POST,
-            HttpMethod::Get => reqwest::Method::GET,
-            HttpMethod::Delete => reqwest::Method::DELETE,
+        let fail = |failure: TransportFailure| {
+            tracing::debug!(http = id.0, ?failure, "request failed");
+            report(ExchangeEvent::Failed { id, failure })
         };
-        let mut builder = self.http.request(method, self.url.clone()).headers(headers);
-        if let Some(body) = request.body {
-            builder = builder.body(body);
-        }
-        let mut response = match builder.send().await {
-            Ok(response) => response,
-            Err(err) => {
-                let failure = classify(err);
-                tracing::debug!(http = id.0, ?failure, "request failed");
-                report(ExchangeEvent::Failed { id, failure }).await;
+        let mut token = match self.token(TokenRequest::default()).await {
+            Ok(token) => token,
+            Err(failure) => {
+                fail(failure).await;
                 return;
             }
+        };
+        let mut retried = false;
+        let mut response = loop {
+            let response = match self.send(&request, token.as_deref()).await {
+                Ok(response) => response,
+                Err(err) => {
+                    fail(classify(err)).await;
+                    return;
+                }
+            };
+            let Some(challenge) = auth_challenge(response.status().as_u16(), response.headers())
+            else {
+                break response;
+            };
+            if self.auth.is_some() && !retried {
+                // A refusal of the credentials proves the request was not processed: ask once
+                // for a fresh token and send the same request again.
+                retried = true;
+                tracing::debug!(http = id.0, %challenge, "credentials refused: asking for a fresh token");
+                let fresh = TokenRequest {
+                    challenge: Some(challenge.clone()),
+                    refused_token: token.take(),
+                };
+                match self.token(fresh).await {
+                    Ok(fresh) => {
+                        token = fresh;
+                        continue;
+                    }
+                    Err(failure) => {
+                        tracing::debug!(http = id.0, ?failure, "no fresh token");
+                    }
+                }
+            }
+            tracing::debug!(http = id.0, %challenge, "credentials refused");
+            if !report(ExchangeEvent::AuthRefused { id, challenge }).await {
+                return;
+            }
+            break response;
         };
         let status = response.status().as_u16();
         tracing::trace!(http = id.0, status, "response head");
@@ -136,6 +174,69 @@ impl Endpoint {
             }
         }
         report(ExchangeEvent::End { id }).await;
+    }
+}
+
+impl Endpoint {
+    /// The provider's token, if one is configured; a provider's failure means the request is
+    /// never sent.
+    async fn token(&self, request: TokenRequest) -> Result<Option<String>, TransportFailure> {
+        let Some(provider) = &self.auth else {
+            return Ok(None);
+        };
+        match provider.token(request).await {
+            Ok(token) => Ok(Some(token)),
+            Err(err) => Err(TransportFailure::Connect(format!(
+                "the token provider failed: {err}"
+            ))),
+        }
+    }
+
+    /// Sends the request once, with the application's headers and the bearer token.
+    async fn send(
+        &self,
+        request: &HttpRequest,
+        token: Option<&str>,
+    ) -> Result<reqwest::Response, reqwest::Error> {
+        let mut headers = request.headers.clone();
+        // The app's headers (authorization, custom) go beside the protocol's; the builder
+        // refused any that would clash with one.
+        for (name, value) in self.headers.iter() {
+            headers.append(name.clone(), value.clone());
+        }
+        if let Some(token) = token {
+            match HeaderValue::from_str(&format!("Bearer {token}")) {
+                Ok(mut value) => {
+                    value.set_sensitive(true);
+                    headers.insert(AUTHORIZATION, value);
+                }
+                // Sent without credentials, the request is refused and says why.
+                Err(_) => tracing::warn!("the token provider returned an invalid header value"),
+            }
+        }
+        let method = match request.method {
+            HttpMethod::Post => reqwest::Method::POST,
+            HttpMethod::Get => reqwest::Method::GET,
+            HttpMethod::Delete => reqwest::Method::DELETE,
+        };
+        let mut builder = self.http.request(method, self.url.clone()).headers(headers);
+        if let Some(body) = &request.body {
+            builder = builder.body(body.clone());
+        }
+        builder.send().await
+    }
+}
+
+/// The challenge of a response refusing the credentials: any 401, and a 403 whose
+/// `WWW-Authenticate` asks for more scope (a plain 403 is an ordinary refusal).
+fn auth_challenge(status: u16, headers: &HeaderMap) -> Option<AuthChallenge> {
+    let header = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok());
+    match status {
+        401 => Some(AuthChallenge::parse(status, header)),
+        403 if header.is_some_and(|h| h.contains("insufficient_scope")) => {
+            Some(AuthChallenge::parse(status, header))
+        }
+        _ => None,
     }
 }
 

@@ -13,25 +13,42 @@
 //! - One timer, armed for the session's next deadline. Exchanges the session sets no deadline
 //!   for (notifications, answers to server requests, DELETE) are bounded by `call_timeout`.
 //! - The application's headers (bearer token, custom headers) go on every request, resumes
-//!   and DELETE included; the protocol's own headers cannot be overridden.
+//!   and DELETE included; the protocol's own headers cannot be overridden. A token provider
+//!   is asked for each request's token, and once more when the server refuses it.
+//! - Server requests are answered by the typed handlers through one dispatch function, at
+//!   most 32 at once; a server's cancellation drops the handler and sends no answer.
+//! - A call that resets its timeout on progress has an idle timer here; the session keeps
+//!   its total deadline.
 //! - Nothing from the network can make it panic; a panicking server-request handler is
 //!   answered with a JSON-RPC internal error.
 
+mod auth;
 mod builder;
 #[allow(clippy::module_inception)]
 mod client;
 mod driver;
 mod era_cache;
 mod events;
+mod handle;
+mod handlers;
 mod http;
+mod methods;
+pub mod models;
+mod request;
 mod results;
 mod task_store;
 mod tool_call;
 
+pub use auth::{TokenProvider, TokenRequest};
 pub use builder::{ClientBuilder, DEFAULT_CONNECT_TIMEOUT};
 pub use client::Client;
 pub use era_cache::EraCache;
 pub use events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFFER};
-pub use results::{CallToolResult, Content, InitializeResult, Tool};
+pub use handle::{CallHandle, ProgressStream};
+pub use handlers::RequestContext;
+pub use methods::MAX_LIST_PAGES;
+pub use models::Content;
+pub use request::Request;
+pub use results::{CallToolResult, InitializeResult, Tool};
 pub use task_store::{InMemoryTaskStore, StoredTask, TaskStore};
 pub use tool_call::{IntoIdempotencyKey, ToolCall};

@@ -3,6 +3,7 @@
 
 use serde_json::{Map, Value};
 
+use super::models::Content;
 use crate::error::{Error, ErrorKind};
 
 /// The server's answer to `initialize`, returned by [`Client::connect`](super::Client::connect).
@@ -119,64 +120,6 @@ impl Tool {
     }
 }
 
-/// One item of a tool result's `content`.
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub enum Content {
-    /// `{"type": "text"}`.
-    Text {
-        /// The text.
-        text: String,
-    },
-    /// `{"type": "image"}`: base64 data.
-    Image {
-        /// Base64-encoded bytes.
-        data: String,
-        /// MIME type.
-        mime_type: String,
-    },
-    /// `{"type": "audio"}`: base64 data.
-    Audio {
-        /// Base64-encoded bytes.
-        data: String,
-        /// MIME type.
-        mime_type: String,
-    },
-    /// Any other item (`resource`, `resource_link`, future types), as sent.
-    Other(Value),
-}
-
-impl Content {
-    fn from_value(value: Value) -> Self {
-        let str_field = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        let kind = value.get("type").and_then(Value::as_str);
-        match kind {
-            Some("text") => match str_field(&value, "text") {
-                Some(text) => Content::Text { text },
-                None => Content::Other(value),
-            },
-            Some(k @ ("image" | "audio")) => {
-                match (str_field(&value, "data"), str_field(&value, "mimeType")) {
-                    (Some(data), Some(mime_type)) if k == "image" => {
-                        Content::Image { data, mime_type }
-                    }
-                    (Some(data), Some(mime_type)) => Content::Audio { data, mime_type },
-                    _ => Content::Other(value),
-                }
-            }
-            _ => Content::Other(value),
-        }
-    }
-
-    /// The text of a [`Content::Text`] item.
-    pub fn as_text(&self) -> Option<&str> {
-        match self {
-            Content::Text { text } => Some(text),
-            _ => None,
-        }
-    }
-}
-
 /// The result of `tools/call`.
 ///
 /// A tool that failed reports it in-band: `is_error` is `true` and the call itself succeeded.
@@ -239,7 +182,7 @@ mod tests {
     fn tool_result_reads_content_and_flags() {
         let r = CallToolResult::from_value(json!({
             "content": [{"type": "text", "text": "hi"}, {"type": "image", "data": "AA==", "mimeType": "image/png"},
-                        {"type": "resource_link", "uri": "x:/y"}],
+                        {"type": "resource_link", "uri": "x:/y", "name": "y"}],
             "structuredContent": {"n": 1},
             "isError": true,
             "_meta": {"k": 2}
@@ -248,8 +191,8 @@ mod tests {
         assert_eq!(r.text(), "hi");
         assert!(r.is_error);
         assert_eq!(r.structured_content, Some(json!({"n": 1})));
-        assert!(matches!(r.content[1], Content::Image { .. }));
-        assert!(matches!(r.content[2], Content::Other(_)));
+        assert!(matches!(r.content[1], Content::Image(_)));
+        assert!(matches!(r.content[2], Content::ResourceLink(_)));
         assert_eq!(r.meta, Some(json!({"k": 2})));
     }
 

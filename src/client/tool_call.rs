@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use super::request::{Submission, Timing};
 use crate::error::{Error, ErrorKind};
 use crate::ids::{IdempotencyKey, InvalidId};
 use crate::proto::{CallId, CallRequest};
@@ -79,7 +80,7 @@ pub struct ToolCall {
     arguments: Value,
     key: Option<Result<IdempotencyKey, InvalidId>>,
     meta: Map<String, Value>,
-    timeout: Option<Duration>,
+    timing: Timing,
 }
 
 impl ToolCall {
@@ -91,7 +92,7 @@ impl ToolCall {
             arguments,
             key: None,
             meta: Map::new(),
-            timeout: None,
+            timing: Timing::default(),
         }
     }
 
@@ -122,9 +123,26 @@ impl ToolCall {
     }
 
     /// Deadline of this call, spanning every resume and re-send (default: the client's
-    /// `call_timeout`).
+    /// `call_timeout`); with [`ToolCall::reset_timeout_on_progress`], how long it may go
+    /// without progress.
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = Some(timeout);
+        self.timing.timeout = Some(timeout);
+        self
+    }
+
+    /// Restarts the timeout at each progress notification of this call, so a long tool that
+    /// keeps reporting progress is not cut (default: `false`). A progress token is added when
+    /// the call has none. The whole call stays bounded by [`ToolCall::max_total_timeout`],
+    /// when set.
+    pub fn reset_timeout_on_progress(mut self, reset: bool) -> Self {
+        self.timing.reset_on_progress = reset;
+        self
+    }
+
+    /// Bound on the whole call, however much progress it reports (default: none beyond the
+    /// timeout; with [`ToolCall::reset_timeout_on_progress`], none at all).
+    pub fn max_total_timeout(mut self, timeout: Duration) -> Self {
+        self.timing.max_total = Some(timeout);
         self
     }
 
@@ -146,8 +164,8 @@ impl ToolCall {
         self.key.as_ref().and_then(|k| k.as_ref().ok())
     }
 
-    /// Builds the core's request; an invalid key or timeout is a configuration error.
-    pub(crate) fn into_request(self) -> Result<(CallId, CallRequest), Error> {
+    /// Builds what the driver needs; an invalid key or timeout is a configuration error.
+    pub(crate) fn into_submission(self, default_timeout: Duration) -> Result<Submission, Error> {
         let idempotency_key = match self.key {
             None => None,
             Some(Ok(key)) => Some(key),
@@ -159,12 +177,6 @@ impl ToolCall {
                 ))
             }
         };
-        if self.timeout == Some(Duration::ZERO) {
-            return Err(Error::new(
-                ErrorKind::InvalidConfig,
-                "a call timeout must be greater than zero",
-            ));
-        }
         let mut params = Map::new();
         params.insert("name".to_owned(), Value::String(self.name));
         if !self.arguments.is_null() {
@@ -173,11 +185,13 @@ impl ToolCall {
         if !self.meta.is_empty() {
             params.insert("_meta".to_owned(), Value::Object(self.meta));
         }
-        let mut request = CallRequest::tool_call(Value::Object(params), idempotency_key);
-        if let Some(timeout) = self.timeout {
-            request = request.timeout(timeout);
+        let request = CallRequest::tool_call(Value::Object(params), idempotency_key);
+        let submission = Submission::new(self.id, request, self.timing, default_timeout)?;
+        if submission.wants_progress {
+            submission.with_progress()
+        } else {
+            Ok(submission)
         }
-        Ok((self.id, request))
     }
 }
 
@@ -194,8 +208,9 @@ mod tests {
             .progress_token("p")
             .timeout(Duration::from_secs(3));
         let id = call.id();
-        let (req_id, req) = call.into_request().unwrap();
-        assert_eq!(req_id, id);
+        let sub = call.into_submission(Duration::from_secs(60)).unwrap();
+        let req = sub.request;
+        assert_eq!(sub.id, id);
         assert_ne!(ToolCall::new("echo", json!({})).id(), id);
         assert_eq!(req.method, "tools/call");
         assert_eq!(
@@ -205,18 +220,19 @@ mod tests {
         );
         assert_eq!(req.idempotency_key.unwrap().as_str(), "k-1");
         assert_eq!(req.timeout, Some(Duration::from_secs(3)));
+        assert_eq!(sub.idle, None);
     }
 
     #[test]
     fn invalid_key_is_a_config_error_not_a_panic() {
         let err = ToolCall::new("echo", json!({}))
             .idempotency_key("bad\nkey")
-            .into_request()
+            .into_submission(Duration::from_secs(60))
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
         let err = ToolCall::new("echo", json!({}))
             .idempotency_key(String::new())
-            .into_request()
+            .into_submission(Duration::from_secs(60))
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     }

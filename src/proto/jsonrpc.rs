@@ -52,14 +52,47 @@ impl std::fmt::Display for DecodeError {
     }
 }
 
+/// A decoded payload: one message, or the elements of a batch (each decoded on its own).
+#[derive(Debug)]
+pub(crate) enum Decoded {
+    One(Result<Message, DecodeError>),
+    Batch(Vec<Result<Message, DecodeError>>),
+}
+
+impl IntoIterator for Decoded {
+    type Item = Result<Message, DecodeError>;
+    type IntoIter = DecodedIter;
+
+    fn into_iter(self) -> DecodedIter {
+        match self {
+            Decoded::One(m) => DecodedIter::One(Some(m)),
+            Decoded::Batch(v) => DecodedIter::Batch(v.into_iter()),
+        }
+    }
+}
+
+/// Iterates a [`Decoded`] without allocating for the single message, the common case.
+pub(crate) enum DecodedIter {
+    One(Option<Result<Message, DecodeError>>),
+    Batch(std::vec::IntoIter<Result<Message, DecodeError>>),
+}
+
+impl Iterator for DecodedIter {
+    type Item = Result<Message, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            DecodedIter::One(m) => m.take(),
+            DecodedIter::Batch(v) => v.next(),
+        }
+    }
+}
+
 /// Decodes a body or SSE `data` payload: one message, or a batch when `allow_batch`.
 ///
 /// Each element of a batch is decoded on its own; malformed elements are returned as errors
 /// next to the good ones so one bad message does not hide the others.
-pub(crate) fn decode(
-    payload: &[u8],
-    allow_batch: bool,
-) -> Result<Vec<Result<Message, DecodeError>>, DecodeError> {
+pub(crate) fn decode(payload: &[u8], allow_batch: bool) -> Result<Decoded, DecodeError> {
     let value: Value =
         serde_json::from_slice(payload).map_err(|e| DecodeError::Json(e.to_string()))?;
     match value {
@@ -70,9 +103,11 @@ pub(crate) fn decode(
             if items.is_empty() {
                 return Err(DecodeError::Shape("empty batch"));
             }
-            Ok(items.into_iter().map(decode_value).collect())
+            Ok(Decoded::Batch(
+                items.into_iter().map(decode_value).collect(),
+            ))
         }
-        other => Ok(vec![decode_value(other)]),
+        other => Ok(Decoded::One(decode_value(other))),
     }
 }
 
@@ -250,10 +285,21 @@ fn to_bytes(message: &Outgoing<'_>) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The decoded messages as a list, for assertions.
+    pub(super) fn decode_vec(
+        payload: &[u8],
+        allow_batch: bool,
+    ) -> Result<Vec<Result<Message, DecodeError>>, DecodeError> {
+        decode(payload, allow_batch).map(|d| d.into_iter().collect())
+    }
     use serde_json::json;
 
     fn one(payload: &str) -> Result<Message, DecodeError> {
-        decode(payload.as_bytes(), false).map(|mut v| v.remove(0))?
+        decode_vec(payload.as_bytes(), false)?
+            .into_iter()
+            .next()
+            .unwrap()
     }
 
     #[test]
@@ -319,17 +365,17 @@ mod tests {
             assert!(one(bad).is_err(), "{bad:?} accepted");
         }
         let deep = "[".repeat(100_000);
-        assert!(decode(deep.as_bytes(), true).is_err());
+        assert!(decode_vec(deep.as_bytes(), true).is_err());
     }
 
     #[test]
     fn batches_only_when_allowed() {
         let batch = r#"[{"jsonrpc":"2.0","id":1,"result":1},{"bad":true}]"#;
         assert_eq!(
-            decode(batch.as_bytes(), false),
+            decode_vec(batch.as_bytes(), false),
             Err(DecodeError::BatchNotAllowed)
         );
-        let msgs = decode(batch.as_bytes(), true).unwrap();
+        let msgs = decode_vec(batch.as_bytes(), true).unwrap();
         assert_eq!(msgs.len(), 2);
         assert!(msgs[0].is_ok());
         assert!(msgs[1].is_err());
@@ -453,7 +499,7 @@ mod tests {
                 Message::Request { params, .. } | Message::Notification { params, .. } => {
                     prop_assert!(params
                         .as_ref()
-                        .map_or(true, |p| p.is_object() || p.is_array()));
+                        .is_none_or(|p| p.is_object() || p.is_array()));
                 }
                 Message::Response { id, result } => match result {
                     Ok(_) => prop_assert!(id.is_some(), "a result without an id"),
@@ -514,7 +560,7 @@ mod tests {
                     continue;
                 }
                 if let Some(bytes) = encode(m) {
-                    let again = decode(&bytes, false).map(|mut v| v.remove(0));
+                    let again = decode_vec(&bytes, false).map(|mut v| v.remove(0));
                     prop_assert_eq!(again, Ok(Ok(m.clone())));
                 }
             }
@@ -524,19 +570,19 @@ mod tests {
         proptest! {
             #[test]
             fn arbitrary_bytes(bytes in prop::collection::vec(any::<u8>(), 0..256), batch: bool) {
-                check_decoded(decode(&bytes, batch), batch)?;
+                check_decoded(decode_vec(&bytes, batch), batch)?;
             }
 
             #[test]
             fn arbitrary_json(v in value(), batch: bool) {
                 let bytes = serde_json::to_vec(&v).unwrap();
-                check_decoded(decode(&bytes, batch), batch)?;
+                check_decoded(decode_vec(&bytes, batch), batch)?;
             }
 
             #[test]
             fn message_shaped_json(v in message_like(), batch: bool) {
                 let bytes = serde_json::to_vec(&v).unwrap();
-                check_decoded(decode(&bytes, batch), batch)?;
+                check_decoded(decode_vec(&bytes, batch), batch)?;
             }
 
             #[test]
@@ -545,7 +591,7 @@ mod tests {
                 batch: bool,
             ) {
                 let bytes = serde_json::to_vec(&Value::Array(items.clone())).unwrap();
-                let decoded = decode(&bytes, batch);
+                let decoded = decode_vec(&bytes, batch);
                 if !batch {
                     prop_assert_eq!(decoded, Err(DecodeError::BatchNotAllowed));
                 } else if items.is_empty() {
@@ -572,7 +618,7 @@ mod tests {
                 } else {
                     format!(r#"{{"jsonrpc":"2.0","id":{number},"method":"m"}}"#)
                 };
-                let decoded = decode(text.as_bytes(), false);
+                let decoded = decode_vec(text.as_bytes(), false);
                 check_decoded(decoded.clone(), false)?;
                 // An id is accepted exactly when it is a JSON integer that fits `i64`.
                 let fits = serde_json::from_str::<Value>(&number)
@@ -588,7 +634,7 @@ mod tests {
                 let nested = format!("{}0{}", open.repeat(depth), close.repeat(depth));
                 let member = if at_params { "params" } else { "id" };
                 let text = format!(r#"{{"jsonrpc":"2.0","method":"m","{member}":{nested}}}"#);
-                let decoded = decode(text.as_bytes(), false);
+                let decoded = decode_vec(text.as_bytes(), false);
                 check_decoded(decoded.clone(), false)?;
                 if depth >= 128 {
                     // serde_json's recursion limit: a typed error, not a stack overflow.
@@ -621,7 +667,7 @@ mod tests {
                 let response = Message::Response { id: Some(id), result };
                 for m in [request, notification, response] {
                     let bytes = encode(&m).unwrap();
-                    prop_assert_eq!(decode(&bytes, false), Ok(vec![Ok(m)]));
+                    prop_assert_eq!(decode_vec(&bytes, false), Ok(vec![Ok(m)]));
                 }
             }
         }

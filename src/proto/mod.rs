@@ -236,6 +236,10 @@ pub enum SessionEvent {
         /// Negotiated protocol version.
         protocol_version: ProtocolVersion,
     },
+    /// The stream of server-initiated messages is open (the standalone GET stream, or in
+    /// the modern era an acknowledged `subscriptions/listen`): what the server sends outside
+    /// any call reaches the client from now on.
+    Listening,
     /// A dropped stream was resumed with `Last-Event-ID`.
     Resumed {
         /// The cursor presented.

@@ -39,18 +39,29 @@ pub const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 /// Largest integer a header may carry (the JavaScript safe range).
 const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
-/// Adds the modern request metadata to `params._meta` (creating `params` and `_meta` when
-/// absent; entries the caller set are kept, the protocol's own win).
-pub fn add_request_meta(
-    params: &mut Option<Value>,
-    version: ProtocolVersion,
-    capabilities: &Value,
-    client_name: &str,
-    client_version: &str,
-) {
+/// What every modern request says of its client: built once, added to each request.
+#[derive(Debug, Clone)]
+pub struct ClientMeta {
+    capabilities: Value,
+    info: Value,
+}
+
+impl ClientMeta {
+    /// The metadata of a client with these capabilities, name and version.
+    pub fn new(capabilities: Value, name: &str, version: &str) -> Self {
+        ClientMeta {
+            capabilities,
+            info: serde_json::json!({"name": name, "version": version}),
+        }
+    }
+}
+
+/// `params._meta` as an object, creating `params` and `_meta` when absent (a `_meta` that is
+/// not an object is replaced; params that are not an object cannot carry one).
+pub(crate) fn meta_mut(params: &mut Option<Value>) -> Option<&mut Map<String, Value>> {
     let params = params.get_or_insert_with(|| Value::Object(Map::new()));
     let Value::Object(params) = params else {
-        return;
+        return None;
     };
     let meta = params
         .entry("_meta")
@@ -58,17 +69,36 @@ pub fn add_request_meta(
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
-    if let Value::Object(meta) = meta {
+    meta.as_object_mut()
+}
+
+/// Adds the modern request metadata to `params._meta` (entries the caller set are kept, the
+/// protocol's own win).
+pub fn add_request_meta(params: &mut Option<Value>, version: ProtocolVersion, client: &ClientMeta) {
+    if let Some(meta) = meta_mut(params) {
         meta.insert(
             META_PROTOCOL_VERSION.to_owned(),
             Value::String(version.as_str().to_owned()),
         );
-        meta.insert(META_CLIENT_CAPABILITIES.to_owned(), capabilities.clone());
         meta.insert(
-            META_CLIENT_INFO.to_owned(),
-            serde_json::json!({"name": client_name, "version": client_version}),
+            META_CLIENT_CAPABILITIES.to_owned(),
+            client.capabilities.clone(),
         );
+        meta.insert(META_CLIENT_INFO.to_owned(), client.info.clone());
     }
+}
+
+/// The strings of a JSON array (anything else in it, or no array, gives fewer or none).
+pub(crate) fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The value of the `Mcp-Name` header a request must carry, when its method has one.
@@ -254,18 +284,7 @@ pub enum ModernError {
 pub fn modern_error(error: &RpcError) -> Option<ModernError> {
     match error.code {
         UNSUPPORTED_PROTOCOL_VERSION => {
-            let supported = error
-                .data
-                .as_ref()
-                .and_then(|d| d.get("supported"))
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let supported = strings(error.data.as_ref().and_then(|d| d.get("supported")));
             Some(ModernError::UnsupportedVersion { supported })
         }
         MISSING_REQUIRED_CLIENT_CAPABILITY => Some(ModernError::MissingCapability {
@@ -439,9 +458,7 @@ mod tests {
         add_request_meta(
             &mut params,
             ProtocolVersion::V2026_07_28,
-            &json!({}),
-            "c",
-            "1",
+            &ClientMeta::new(json!({}), "c", "1"),
         );
         let meta = &params.unwrap()["_meta"];
         assert_eq!(meta["progressToken"], 7);

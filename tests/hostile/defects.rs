@@ -563,6 +563,14 @@ async fn defect_10_one_meaning_for_may_have_run() {
     )
     .await;
     for status in [400u16, 401, 403, 405, 406, 413, 415, 429] {
+        // A 401 refuses the credentials: its own kind, the body's JSON-RPC error kept.
+        let refused = |kind| {
+            if status == 401 {
+                ErrorKind::Unauthorized
+            } else {
+                kind
+            }
+        };
         one_meaning(
             &format!("{status} with a JSON-RPC error"),
             move |_| {
@@ -572,7 +580,7 @@ async fn defect_10_one_meaning_for_may_have_run() {
                         "error": {"code": -32600, "message": "Refused"}}),
                 )
             },
-            ErrorKind::Rpc,
+            refused(ErrorKind::Rpc),
             None,
             &mut failures,
         )
@@ -580,7 +588,7 @@ async fn defect_10_one_meaning_for_may_have_run() {
         one_meaning(
             &format!("{status} with a text body"),
             move |_| Reply::full(status, &[("Content-Type", "text/plain")], "refused"),
-            ErrorKind::Protocol,
+            refused(ErrorKind::Protocol),
             None,
             &mut failures,
         )

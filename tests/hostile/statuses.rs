@@ -107,6 +107,8 @@ async fn statuses_that_prove_the_call_was_not_processed() {
     for status in [301, 302, 307, 308, 400, 401, 403, 405, 406, 413, 415, 429] {
         for body in BODIES {
             let expected = match body {
+                // A 401 refuses the credentials: its own kind, whatever the body.
+                _ if status == 401 => ErrorKind::Unauthorized,
                 Body::RpcError => ErrorKind::Rpc,
                 _ => ErrorKind::Protocol,
             };

@@ -32,6 +32,7 @@ fn class_name(kind: ErrorKind) -> Option<&'static str> {
         ErrorKind::Protocol => "ProtocolError",
         ErrorKind::TooLarge => "TooLargeError",
         ErrorKind::Closed => "ClosedError",
+        ErrorKind::Unauthorized => "UnauthorizedError",
         ErrorKind::InvalidConfig => "InvalidConfigError",
         ErrorKind::MissingCapability => "MissingCapabilityError",
         _ => return None,
@@ -60,6 +61,9 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
                 kwargs.set_item("code", rpc.code)?;
                 kwargs.set_item("data", convert::opt_to_py(py, rpc.data.as_ref())?)?;
             }
+            if let (ErrorKind::Unauthorized, Some(challenge)) = (kind, err.auth_challenge()) {
+                kwargs.set_item("auth_challenge", auth_challenge(py, challenge)?)?;
+            }
             let class = match class_name(kind) {
                 // RpcError's constructor needs the server's error object.
                 Some(name) if kind != ErrorKind::Rpc => module.getattr(name)?,
@@ -72,6 +76,22 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         }
     };
     Ok(PyErr::from_value(instance))
+}
+
+/// The server's `WWW-Authenticate` challenge as a dict of its parts.
+fn auth_challenge<'py>(
+    py: Python<'py>,
+    challenge: &mcp_resume::AuthChallenge,
+) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    dict.set_item("status", challenge.status)?;
+    dict.set_item("scheme", &challenge.scheme)?;
+    dict.set_item("error", &challenge.error)?;
+    dict.set_item("error_description", &challenge.error_description)?;
+    dict.set_item("scope", &challenge.scope)?;
+    dict.set_item("resource_metadata", &challenge.resource_metadata)?;
+    dict.set_item("realm", &challenge.realm)?;
+    Ok(dict)
 }
 
 /// An `InvalidConfigError` for a value the binding cannot even hand to the SDK (a negative

@@ -220,15 +220,18 @@ pub struct PyContent {
     /// `"text"`, `"image"`, `"audio"`, or the item's own `type` (`"resource"`, …).
     #[pyo3(get, name = "type")]
     kind: String,
-    /// The text of a text item.
+    /// The text of a text item, or of an embedded text resource.
     #[pyo3(get)]
     text: Option<String>,
-    /// Base64 data of an image or audio item.
+    /// Base64 data of an image or audio item, or of an embedded binary resource (`blob`).
     #[pyo3(get)]
     data: Option<String>,
-    /// MIME type of an image or audio item.
+    /// MIME type of an image, audio or resource item.
     #[pyo3(get)]
     mime_type: Option<String>,
+    /// URI of a `resource_link` or `resource` item.
+    #[pyo3(get)]
+    uri: Option<String>,
     raw: Value,
 }
 
@@ -248,38 +251,38 @@ impl PyContent {
 }
 
 impl PyContent {
-    fn new(content: &Content, raw: Value) -> Self {
-        let (kind, text, data, mime_type) = match content {
-            Content::Text { text } => ("text".to_owned(), Some(text.clone()), None, None),
-            Content::Image { data, mime_type } => (
-                "image".to_owned(),
-                None,
-                Some(data.clone()),
-                Some(mime_type.clone()),
-            ),
-            Content::Audio { data, mime_type } => (
-                "audio".to_owned(),
-                None,
-                Some(data.clone()),
-                Some(mime_type.clone()),
-            ),
-            _ => (
-                raw.get("type")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                None,
-                None,
-                None,
-            ),
+    fn new(content: &Content) -> Self {
+        let mut item = PyContent {
+            kind: content.kind().unwrap_or_default().to_owned(),
+            text: None,
+            data: None,
+            mime_type: None,
+            uri: None,
+            raw: content.to_value(),
         };
-        PyContent {
-            kind,
-            text,
-            data,
-            mime_type,
-            raw,
+        match content {
+            Content::Text(c) => item.text = Some(c.text.clone()),
+            Content::Image(c) => {
+                item.data = Some(c.data.clone());
+                item.mime_type = Some(c.mime_type.clone());
+            }
+            Content::Audio(c) => {
+                item.data = Some(c.data.clone());
+                item.mime_type = Some(c.mime_type.clone());
+            }
+            Content::ResourceLink(c) => {
+                item.uri = Some(c.uri.clone());
+                item.mime_type = c.mime_type.clone();
+            }
+            Content::Resource(c) => {
+                item.uri = Some(c.resource.uri.clone());
+                item.text = c.resource.text.clone();
+                item.data = c.resource.blob.clone();
+                item.mime_type = c.resource.mime_type.clone();
+            }
+            _ => {}
         }
+        item
     }
 }
 
@@ -330,16 +333,11 @@ impl PyCallToolResult {
 
 impl IntoPython for mcp_resume::CallToolResult {
     fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        // The SDK reads `content` item by item, in order: the raw items line up with it.
-        let raw_items = self.raw.get("content").and_then(Value::as_array);
-        let mut items = Vec::with_capacity(self.content.len());
-        for (i, content) in self.content.iter().enumerate() {
-            let raw = raw_items
-                .and_then(|r| r.get(i))
-                .cloned()
-                .unwrap_or(Value::Null);
-            items.push(Py::new(py, PyContent::new(content, raw))?);
-        }
+        let items = self
+            .content
+            .iter()
+            .map(|content| Py::new(py, PyContent::new(content)))
+            .collect::<PyResult<Vec<_>>>()?;
         let value = PyCallToolResult {
             text: self.text(),
             content: PyList::new(py, items)?.unbind(),
@@ -519,7 +517,8 @@ impl From<mcp_resume::ExtensionStatus> for PyExtensionStatus {
 #[pyclass(frozen, weakref, module = "mcp_resume", name = "SessionEvent")]
 #[derive(Default)]
 pub struct PySessionEvent {
-    /// `"connected"`, `"resumed"`, `"resume_rejected"`, `"reinitialized"`, `"redispatched"`,
+    /// `"connected"`, `"listening"`, `"resumed"`, `"resume_rejected"`, `"reinitialized"`,
+    /// `"redispatched"`,
     /// `"outcome_unknown"`, `"context_mismatch"`, `"checks_degraded"`, `"era_detected"`,
     /// `"task_created"`, `"task_finished"`, `"session_lost"`, `"closed"`, or `"other"` for an
     /// event this binding predates.
@@ -608,6 +607,10 @@ impl IntoPython for SessionEvent {
             SessionEvent::Connected { protocol_version } => PySessionEvent {
                 kind: "connected",
                 protocol_version: Some(protocol_version.as_str().to_owned()),
+                ..Default::default()
+            },
+            SessionEvent::Listening => PySessionEvent {
+                kind: "listening",
                 ..Default::default()
             },
             SessionEvent::Resumed { last_event_id } => PySessionEvent {

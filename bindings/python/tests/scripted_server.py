@@ -6,6 +6,9 @@ Legacy era: `initialize` with a session id, `tools/list`, and `tools/call` of
   the client's answer (POSTed separately), and returns it as the tool's structured result;
 - `hang`: an SSE stream that stays open until the client cancels the call (or 10 s).
 
+A request carrying `Authorization: Bearer expired` is refused with 401 and a `Bearer`
+challenge.
+
 Modern era (2026-07-28): `server/discover`, `tools/list`, and `tools/call` of
 - `confirm`: answered `input_required` (an `elicitation/create` input request) until the call
   comes back with `inputResponses`, then completed with the elicitation's `action`;
@@ -88,6 +91,16 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         message = json.loads(self.rfile.read(length))
         self.owner.record(message)
+        if self.headers.get("Authorization") == "Bearer expired":
+            self.send_response(401)
+            self.send_header(
+                "WWW-Authenticate",
+                'Bearer error="invalid_token", scope="tools:call", '
+                'resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource"',
+            )
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if "method" not in message or "id" not in message:
             self._empty(202)
             return

@@ -188,3 +188,18 @@ def test_exceptions_pickle_with_their_attributes() -> None:
     assert (missing.code, missing.data) == (-32021, {"r": 1})
     assert repr(mcp_resume.ClosedError("x")).startswith("ClosedError(")
     assert mcp_resume.ClosedError.__module__ == "mcp_resume"
+
+
+async def test_refused_credentials_raise_unauthorized_error_with_the_challenge(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    client = Client(server.url, era="legacy", bearer_token="expired")
+    with pytest.raises(mcp_resume.UnauthorizedError) as info:
+        await client.connect()
+    challenge = info.value.auth_challenge
+    assert info.value.kind == "unauthorized"
+    assert challenge is not None
+    assert challenge["status"] == 401 and challenge["error"] == "invalid_token"
+    assert challenge["scope"] == "tools:call"
+    assert challenge["resource_metadata"].endswith("/.well-known/oauth-protected-resource")

@@ -32,6 +32,7 @@ CLASS_OF_KIND: dict[str, type[McpResumeError]] = {
     "protocol": mcp_resume.ProtocolError,
     "too_large": mcp_resume.TooLargeError,
     "closed": mcp_resume.ClosedError,
+    "unauthorized": mcp_resume.UnauthorizedError,
     "invalid_config": mcp_resume.InvalidConfigError,
     "missing_capability": mcp_resume.MissingCapabilityError,
 }

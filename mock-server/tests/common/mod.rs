@@ -1,6 +1,8 @@
 //! Raw-HTTP helpers for the cluster's tests: a tiny MCP caller and SSE reader.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::time::Duration;
 
 use serde_json::{json, Value};

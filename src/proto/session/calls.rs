@@ -2,6 +2,8 @@
 //! that lead back to it, and each call's recovery state.
 
 use std::collections::{BTreeMap, HashMap};
+
+use rustc_hash::FxHashMap;
 use std::time::Instant;
 
 use serde_json::Value;
@@ -125,7 +127,9 @@ impl Call {
 #[derive(Debug, Default)]
 pub(super) struct Calls {
     map: BTreeMap<CallId, Call>,
-    by_rpc: HashMap<RequestId, CallId>,
+    /// Keyed by the ids this session issued (a server can look up, never insert): a fast
+    /// hash is safe here.
+    by_rpc: FxHashMap<RequestId, CallId>,
     by_token: HashMap<RequestId, CallId>,
     /// MRTR inputs awaiting the app's answer: the call and the server's key for each.
     by_input: HashMap<RequestId, (CallId, String)>,

@@ -51,13 +51,7 @@ impl Session {
         }
         let rpc = self.calls.new_rpc();
         let mut params = None;
-        modern::add_request_meta(
-            &mut params,
-            ProtocolVersion::MODERN,
-            &self.config.client_capabilities,
-            &self.config.client_name,
-            &self.config.client_version,
-        );
+        modern::add_request_meta(&mut params, ProtocolVersion::MODERN, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, DISCOVER, params.as_ref());
         let probe = Negotiated::probe();
         let mut headers = request_headers(&probe, true);
@@ -200,16 +194,7 @@ impl Session {
 
     /// A recognised discovery: the session is the modern one.
     fn discovered(&mut self, result: Value, now: Instant) {
-        let supported: Vec<String> = result
-            .get("supportedVersions")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_owned)
-                    .collect()
-            })
-            .unwrap_or_default();
+        let supported = modern::strings(result.get("supportedVersions"));
         if modern::pick_version(&supported).is_none() {
             return self.discover_error(
                 RpcError {

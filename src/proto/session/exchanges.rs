@@ -1,7 +1,9 @@
 //! The exchange table: every HTTP exchange the session asked the driver for, what each is
 //! for, what is known of it, and the queue of network actions the driver drains.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
@@ -124,7 +126,8 @@ pub(super) struct Answers {
 /// The exchange table and the driver's action queue.
 #[derive(Debug, Default)]
 pub(super) struct Exchanges {
-    map: BTreeMap<HttpId, Exchange>,
+    /// Keyed by ids this session issues: a fast hash is safe.
+    map: FxHashMap<HttpId, Exchange>,
     next: u64,
     transmits: VecDeque<Transmit>,
     pub(super) answers: Answers,
@@ -205,12 +208,14 @@ impl Exchanges {
 
     /// Finishes every exchange but a DELETE in flight.
     pub(super) fn finish_all_but_delete(&mut self) {
-        let ids: Vec<HttpId> = self
+        let mut ids: Vec<HttpId> = self
             .map
             .iter()
             .filter(|(_, e)| e.kind != ExKind::Delete)
             .map(|(id, _)| *id)
             .collect();
+        // In the order they were opened, so a run replays the same way.
+        ids.sort_unstable();
         for id in ids {
             self.finish(id);
         }

@@ -187,6 +187,8 @@ impl Session {
         }
         self.listen.caused_reinit = false;
         self.set_body(http, self.sse_reader());
+        self.outputs
+            .push_back(Output::Event(SessionEvent::Listening));
         if let (true, Some(last_event_id)) = (resumed, self.listen.cursor.last.clone()) {
             self.outputs
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));

@@ -16,14 +16,17 @@ use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc::{self, Message};
 use crate::proto::modern::{self, ResultType};
-use crate::proto::{ext, methods, CallId, HttpId, Notification, Output, ServerRequest};
+use crate::proto::{
+    ext, methods, CallId, HttpId, Notification, Output, ServerRequest, SessionEvent,
+};
 use crate::sse::SseEvent;
 
 impl Session {
-    pub(super) fn on_events(&mut self, http: HttpId, events: Vec<SseEvent>, now: Instant) {
-        for event in events {
+    /// Handles (and drains) the events of one chunk.
+    pub(super) fn on_events(&mut self, http: HttpId, events: &mut Vec<SseEvent>, now: Instant) {
+        for event in events.drain(..) {
             if self.exchanges.get(http).is_none() {
-                return;
+                continue;
             }
             self.on_event(http, event, now);
         }
@@ -216,6 +219,8 @@ impl Session {
         if method == methods::SUBSCRIPTIONS_ACKNOWLEDGED {
             debug!("subscription acknowledged");
             self.life.confirm();
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Listening));
             return false;
         }
         true

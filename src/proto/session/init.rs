@@ -231,7 +231,7 @@ impl Session {
                     }));
             }
             Some(reason) => {
-                let changed = previous.as_ref().map_or(true, |p| session.differs_from(p));
+                let changed = previous.as_ref().is_none_or(|p| session.differs_from(p));
                 info!(
                     ?reason,
                     capabilities_changed = changed,
@@ -267,11 +267,12 @@ impl Session {
                 result: Ok(result.clone()),
             });
         }
+        // The stream of server-initiated messages first: a call's server may send there.
+        self.open_listen();
         for id in self.calls.waiting() {
             self.send_call(id);
         }
         self.flush_notifications();
-        self.open_listen();
     }
 
     /// The handshake failed: report it (first connect) or back off and try again, until the

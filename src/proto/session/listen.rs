@@ -87,13 +87,7 @@ impl Session {
         }
         let rpc = self.calls.new_rpc();
         let mut params = Some(json!({ "notifications": filter }));
-        modern::add_request_meta(
-            &mut params,
-            session.version,
-            &self.config.client_capabilities,
-            &self.config.client_name,
-            &self.config.client_version,
-        );
+        modern::add_request_meta(&mut params, session.version, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, methods::SUBSCRIPTIONS_LISTEN, params.as_ref());
         let mut headers = request_headers(session, true);
         if let Ok(v) = HeaderValue::from_str(methods::SUBSCRIPTIONS_LISTEN) {

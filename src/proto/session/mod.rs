@@ -61,7 +61,7 @@ use self::timers::{Timer, Timers};
 use super::classify::{HeadFacts, MAX_ERROR_BODY};
 use super::config::SessionConfig;
 use super::decide::Failure;
-use super::modern::ParamHeader;
+use super::modern::{ClientMeta, ParamHeader};
 use super::version::ProtocolVersion;
 use super::{
     jsonrpc, CallId, CallRequest, ExtensionStatus, HttpId, Output, SessionEvent, Transmit,
@@ -69,6 +69,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::{RequestId, SessionId};
+use crate::sse::SseEvent;
 
 /// A call whose deadline cannot be represented (a timeout of centuries) gets this one.
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
@@ -100,11 +101,13 @@ pub struct Session {
     delivered: Delivered,
     /// `x-mcp-header` annotations of the tools a modern server listed, by tool name.
     tool_headers: HashMap<String, Vec<ParamHeader>>,
-    /// The client capabilities a modern request declares: the configured ones, and the
-    /// extensions the core itself handles (tasks).
-    modern_capabilities: Value,
+    /// What a modern request says of the client: the configured capabilities with the
+    /// extensions the core itself handles (tasks), and the client's name and version.
+    client_meta: ClientMeta,
     /// The app's notifications held until the session is ready.
     notifications: VecDeque<Bytes>,
+    /// Reused for the events decoded from each body chunk.
+    scratch_events: Vec<SseEvent>,
     outputs: VecDeque<Output>,
 }
 
@@ -124,9 +127,14 @@ impl Session {
                     .or_insert_with(|| Value::Object(Default::default()));
             }
         }
+        let client_meta = ClientMeta::new(
+            modern_capabilities,
+            &config.client_name,
+            &config.client_version,
+        );
         Session {
             rng: Rng(config.jitter_seed),
-            modern_capabilities,
+            client_meta,
             config,
             life: Lifecycle::new(),
             calls: Calls::default(),
@@ -136,6 +144,7 @@ impl Session {
             delivered: Delivered::default(),
             tool_headers: HashMap::new(),
             notifications: VecDeque::new(),
+            scratch_events: Vec::new(),
             outputs: VecDeque::new(),
         }
     }
@@ -356,7 +365,8 @@ impl Session {
         let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
-        let mut events = Vec::new();
+        // One buffer for the events of every chunk: taken here, given back below.
+        let mut events = std::mem::take(&mut self.scratch_events);
         let broken = match &mut ex.body {
             Body::Pending => {
                 warn!(http = http.0, "body bytes before the head ignored");
@@ -393,7 +403,8 @@ impl Session {
                 )),
             },
         };
-        self.on_events(http, events, now);
+        self.on_events(http, &mut events, now);
+        self.scratch_events = events;
         if let Some(err) = broken {
             self.exchange_broken(http, err, now);
         }
@@ -423,7 +434,7 @@ impl Session {
             Body::Sse(decoder) => {
                 let mut events = Vec::new();
                 decoder.finish(&mut events);
-                self.on_events(http, events, now);
+                self.on_events(http, &mut events, now);
                 if let Some(ex) = self.exchanges.remove(http) {
                     self.stream_ended(ex.kind, ex.progress, true, now);
                 }

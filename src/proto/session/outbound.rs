@@ -63,13 +63,7 @@ impl Session {
         };
         let mut params = Some(std::mem::take(params));
         if modern {
-            modern::add_request_meta(
-                &mut params,
-                session.version,
-                &self.modern_capabilities,
-                &self.config.client_name,
-                &self.config.client_version,
-            );
+            modern::add_request_meta(&mut params, session.version, &self.client_meta);
         }
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
         let mut headers = request_headers(session, true);
@@ -126,13 +120,7 @@ impl Session {
         };
         let rpc = self.calls.new_rpc();
         let mut params = Some(params);
-        modern::add_request_meta(
-            &mut params,
-            session.version,
-            &self.modern_capabilities,
-            &self.config.client_name,
-            &self.config.client_version,
-        );
+        modern::add_request_meta(&mut params, session.version, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
         let mut headers = request_headers(session, true);
         mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
@@ -280,17 +268,7 @@ fn set_param_key(params: &mut Option<Value>, key: &IdempotencyKey) {
 /// Puts the idempotency key in `params._meta[meta_key]` (non-object params cannot carry
 /// `_meta`; the header still carries the key).
 fn set_meta_key(params: &mut Option<Value>, meta_key: &str, key: &IdempotencyKey) {
-    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
-    let Value::Object(params) = params else {
-        return;
-    };
-    let meta = params
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    if let Value::Object(meta) = meta {
+    if let Some(meta) = modern::meta_mut(params) {
         if meta.get(meta_key).and_then(Value::as_str) != Some(key.as_str()) {
             meta.insert(meta_key.to_owned(), Value::String(key.as_str().to_owned()));
         }

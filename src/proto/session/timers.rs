@@ -1,7 +1,9 @@
 //! The timer table: every deadline and backoff the session waits for, ordered by expiry, so
 //! the next one is found without looking at the others (no per-poll scan of the calls).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
 use std::time::Instant;
 
 use crate::proto::CallId;
@@ -25,7 +27,7 @@ pub(super) enum Timer {
 #[derive(Debug, Default)]
 pub(super) struct Timers {
     queue: BTreeSet<(Instant, Timer)>,
-    armed: HashMap<Timer, Instant>,
+    armed: FxHashMap<Timer, Instant>,
 }
 
 impl Timers {

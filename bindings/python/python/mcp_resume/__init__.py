@@ -32,6 +32,7 @@ from ._errors import (
     SessionLostError,
     TooLargeError,
     TransportError,
+    UnauthorizedError,
 )
 from ._mcp_resume import (
     CallToolResult,
@@ -78,5 +79,6 @@ __all__ = [
     "TooLargeError",
     "Tool",
     "TransportError",
+    "UnauthorizedError",
     "__version__",
 ]

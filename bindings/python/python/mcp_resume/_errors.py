@@ -19,6 +19,7 @@ __all__ = [
     "ProtocolError",
     "TooLargeError",
     "ClosedError",
+    "UnauthorizedError",
     "InvalidConfigError",
     "MissingCapabilityError",
 ]
@@ -143,6 +144,29 @@ class ClosedError(McpResumeError):
     kind = "closed"
 
 
+class UnauthorizedError(McpResumeError):
+    """The server refused the credentials (HTTP 401, or 403 asking for more scope).
+
+    Attributes:
+        auth_challenge: the server's ``WWW-Authenticate`` challenge, as a dict (``status``,
+            ``scheme``, ``error``, ``error_description``, ``scope``, ``resource_metadata``,
+            ``realm``), or ``None``.
+    """
+
+    kind = "unauthorized"
+    auth_challenge: dict[str, Any] | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        auth_challenge: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.auth_challenge = auth_challenge
+
+
 class InvalidConfigError(McpResumeError, ValueError):
     """The configuration is invalid (raised by ``Client(...)``), or a call's own options are.
 
@@ -190,6 +214,7 @@ for _cls in (
     ProtocolError,
     TooLargeError,
     ClosedError,
+    UnauthorizedError,
     InvalidConfigError,
     MissingCapabilityError,
 ):

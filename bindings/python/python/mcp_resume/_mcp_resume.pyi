@@ -26,6 +26,7 @@ __all__ = [
 
 _EventType = Literal[
     "connected",
+    "listening",
     "resumed",
     "resume_rejected",
     "reinitialized",

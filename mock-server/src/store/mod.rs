@@ -5,6 +5,9 @@
 //! replicated log) can implement [`Store`] as well as the in-memory [`MemoryStore`]. The
 //! cluster gives each instance two stores: the *shared* one (one for the whole cluster) and a
 //! *local* one that dies with the instance; the preset decides which record kinds go where.
+//!
+//! [`RedisStore`] is the networked implementation: the store the seed's instances shared. The
+//! same test suite (`tests/store.rs`) runs against both.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -15,6 +18,10 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Notify;
+
+mod redis;
+
+pub use self::redis::{RedisOptions, RedisStore};
 
 /// A failure of the store itself (a networked store may lose its connection).
 #[derive(Debug, Clone)]
@@ -239,6 +246,23 @@ pub trait Store: Send + Sync + 'static {
     /// idempotency keys it held: a lease expiring must not free a key whose effect may have
     /// been applied, or a re-send would apply it twice.
     fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()>;
+
+    /// Appends one entry to the oracle's journal, an append-only log that instances in other
+    /// processes write to and a test reads back (see `OracleReport::from_journal`). Entries
+    /// keep the order in which the store accepted them.
+    fn journal_append<'a>(&'a self, entry: &'a Value) -> StoreFuture<'a, ()> {
+        let _ = entry;
+        Box::pin(futures::future::ready(Err(StoreError(
+            "this store keeps no journal".into(),
+        ))))
+    }
+
+    /// Every journal entry still retained, oldest first.
+    fn journal_entries(&self) -> StoreFuture<'_, Vec<Value>> {
+        Box::pin(futures::future::ready(Err(StoreError(
+            "this store keeps no journal".into(),
+        ))))
+    }
 }
 
 /// Caps that keep a long-running in-memory store bounded.
@@ -248,6 +272,7 @@ const MAX_REQUESTS: usize = 100_000;
 const MAX_PREPARED: usize = 100_000;
 const MAX_SESSIONS: usize = 100_000;
 const MAX_KEYS: usize = 100_000;
+const MAX_JOURNAL: usize = 1_000_000;
 
 #[derive(Debug)]
 struct StreamLog {
@@ -314,6 +339,7 @@ struct MemoryState {
     prepared: Bounded<String, PreparedRecord>,
     keys: Bounded<String, KeyState>,
     counters: HashMap<String, u64>,
+    journal: VecDeque<Value>,
 }
 
 #[derive(Debug)]
@@ -350,6 +376,7 @@ impl MemoryStore {
                     prepared: Bounded::new(MAX_PREPARED),
                     keys: Bounded::new(MAX_KEYS),
                     counters: HashMap::new(),
+                    journal: VecDeque::new(),
                 }),
                 appended: Notify::new(),
             }),
@@ -593,115 +620,18 @@ impl Store for MemoryStore {
         self.inner.appended.notify_waiters();
         Self::ready(())
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn stream(id: &str) -> StreamRecord {
-        StreamRecord {
-            id: id.into(),
-            session: "s".into(),
-            owner: 0,
-            kind: StreamKind::Post,
-            capability_hash: "h".into(),
-            protocol_version: "2025-11-25".into(),
-            request_ids: vec![json!(1)],
-            finished: false,
-            head: 0,
-        }
-    }
-
-    fn ev(seq: u64) -> StoredEvent {
-        StoredEvent {
-            seq,
-            id: format!("a-{seq}"),
-            data: String::new(),
-            kind: EventKind::Priming,
-        }
-    }
-
-    #[tokio::test]
-    async fn wait_events_wakes_on_append_and_finish() {
-        let store = MemoryStore::new();
-        store.create_stream(stream("a")).await.unwrap();
-        let s2 = store.clone();
-        let waiter = tokio::spawn(async move {
-            s2.wait_events("a", 0, Duration::from_secs(10))
-                .await
-                .unwrap()
+    fn journal_append<'a>(&'a self, entry: &'a Value) -> StoreFuture<'a, ()> {
+        self.with(|s| {
+            s.journal.push_back(entry.clone());
+            if s.journal.len() > MAX_JOURNAL {
+                s.journal.pop_front();
+            }
         });
-        tokio::task::yield_now().await;
-        store.append_event("a", ev(1)).await.unwrap();
-        let got = tokio::time::timeout(Duration::from_secs(5), waiter)
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(got, vec![ev(1)]);
-        store.finish_stream("a", 1).await.unwrap();
-        let got = store
-            .wait_events("a", 1, Duration::from_secs(10))
-            .await
-            .unwrap();
-        assert!(got.is_empty());
+        Self::ready(())
     }
 
-    #[tokio::test]
-    async fn idempotency_semantics() {
-        let store = MemoryStore::new();
-        assert_eq!(
-            store.idempotency_begin("k", "f", 0).await.unwrap(),
-            IdempotencyBegin::Started
-        );
-        assert_eq!(
-            store.idempotency_begin("k", "f", 1).await.unwrap(),
-            IdempotencyBegin::Running
-        );
-        assert_eq!(
-            store.idempotency_begin("k", "g", 1).await.unwrap(),
-            IdempotencyBegin::Mismatch
-        );
-        let outcome = StoredOutcome {
-            response: json!({"result": {}}),
-            capability_hash: "h".into(),
-        };
-        store
-            .idempotency_finish("k", outcome.clone())
-            .await
-            .unwrap();
-        assert_eq!(
-            store.idempotency_begin("k", "f", 2).await.unwrap(),
-            IdempotencyBegin::Done(outcome.clone())
-        );
-        assert_eq!(
-            store.idempotency_begin("j", "f", 3).await.unwrap(),
-            IdempotencyBegin::Started
-        );
-        // The instance holding "j" dies: its effect may have been applied, so the key must
-        // never run again, though an outcome stored late still wins.
-        store.release_instance(3).await.unwrap();
-        assert_eq!(
-            store.idempotency_begin("j", "f", 0).await.unwrap(),
-            IdempotencyBegin::Lost
-        );
-        assert_eq!(
-            store.idempotency_begin("j", "g", 0).await.unwrap(),
-            IdempotencyBegin::Mismatch
-        );
-        store.idempotency_abandon("j").await.unwrap();
-        assert_eq!(
-            store.idempotency_begin("j", "f", 0).await.unwrap(),
-            IdempotencyBegin::Lost
-        );
-        store
-            .idempotency_finish("j", outcome.clone())
-            .await
-            .unwrap();
-        assert_eq!(
-            store.idempotency_begin("j", "f", 0).await.unwrap(),
-            IdempotencyBegin::Done(outcome)
-        );
+    fn journal_entries(&self) -> StoreFuture<'_, Vec<Value>> {
+        Self::ready(self.with(|s| s.journal.iter().cloned().collect()))
     }
 }

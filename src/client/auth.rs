@@ -1,0 +1,96 @@
+//! [`TokenProvider`]: where the client gets the bearer token of each request, and a fresh one
+//! when the server refuses it.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+
+use crate::auth::AuthChallenge;
+use crate::error::Error;
+
+/// Supplies the bearer token of every request (`Authorization: Bearer <token>`), resumes,
+/// the standalone stream and DELETE included. Set with
+/// [`ClientBuilder::auth`](super::ClientBuilder::auth).
+///
+/// The client asks before each HTTP request, so a provider should answer from a cache and
+/// renew only when needed. When the server answers 401 (or 403 with `insufficient_scope`)
+/// the request was not processed: the client asks **once** more, with
+/// [`TokenRequest::challenge`] set, and sends the same request again with the new token. If
+/// that one is refused too, the call fails with
+/// [`ErrorKind::Unauthorized`](crate::ErrorKind::Unauthorized) and the server's challenge
+/// ([`Error::auth_challenge`]); the session itself is kept.
+///
+/// Several requests may be refused at once when a token expires; each asks for a fresh
+/// token. [`TokenRequest::refused_token`] lets a provider renew once: when its current token
+/// is no longer the refused one, another request already renewed it.
+///
+/// Any `Fn(TokenRequest) -> impl Future<Output = Result<String, Error>>` is a provider:
+///
+/// ```no_run
+/// use std::sync::{Arc, Mutex};
+/// use mcp_resume::{Client, TokenRequest};
+///
+/// # fn fetch_new_token(scope: Option<&str>) -> String { String::new() }
+/// let current = Arc::new(Mutex::new(String::from("initial-token")));
+/// let client = Client::builder("https://mcp.example.com/mcp")
+///     .auth(move |request: TokenRequest| {
+///         let current = current.clone();
+///         async move {
+///             let mut token = current.lock().unwrap();
+///             let refused = request.refused_token.as_deref();
+///             if request.challenge.is_some() && refused == Some(token.as_str()) {
+///                 let scope = request.challenge.as_ref().and_then(|c| c.scope.as_deref());
+///                 *token = fetch_new_token(scope);
+///             }
+///             Ok(token.clone())
+///         }
+///     })
+///     .build()?;
+/// # Ok::<(), mcp_resume::Error>(())
+/// ```
+pub trait TokenProvider: Send + Sync + 'static {
+    /// The token for the next request. An error fails the exchange as never sent: the client
+    /// retries it like a refused connection, within its reconnect policy.
+    fn token(&self, request: TokenRequest) -> BoxFuture<'static, Result<String, Error>>;
+}
+
+impl<F, Fut> TokenProvider for F
+where
+    F: Fn(TokenRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<String, Error>> + Send + 'static,
+{
+    fn token(&self, request: TokenRequest) -> BoxFuture<'static, Result<String, Error>> {
+        Box::pin(self(request))
+    }
+}
+
+/// Why the client asks a [`TokenProvider`] for a token.
+#[derive(Clone, Default)]
+#[non_exhaustive]
+pub struct TokenRequest {
+    /// `None` for an ordinary request. For the one re-send after a refusal, what the server
+    /// said: the scopes it wants, where its resource metadata is.
+    pub challenge: Option<AuthChallenge>,
+    /// The token the server just refused, for the re-send after a refusal.
+    pub refused_token: Option<String>,
+}
+
+impl TokenRequest {
+    /// Whether the previous token was refused and a fresh one is needed.
+    pub fn is_refresh(&self) -> bool {
+        self.challenge.is_some()
+    }
+}
+
+impl std::fmt::Debug for TokenRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The refused token is still a credential.
+        f.debug_struct("TokenRequest")
+            .field("challenge", &self.challenge)
+            .field(
+                "refused_token",
+                &self.refused_token.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}

@@ -1,0 +1,229 @@
+//! [`CallHandle`]: a request in flight, with its id, its progress and its cancellation.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::{Instant, Sleep};
+
+use super::driver::Command;
+use super::models::Progress;
+use crate::error::{Error, ErrorKind};
+use crate::proto::CallId;
+
+/// Added to a call's bound for the handle's own guard. The session enforces the deadline;
+/// the guard only guarantees that a call never hangs, whatever happens to the driver.
+pub(crate) const GUARD_GRACE: Duration = Duration::from_secs(2);
+
+/// Progress notifications buffered per handle before the oldest unread are dropped.
+pub(crate) const PROGRESS_BUFFER: usize = 64;
+
+/// A request in flight, from [`Client::start`](super::Client::start) or
+/// [`Client::start_tool`](super::Client::start_tool). Await it for the result.
+///
+/// - [`CallHandle::id`] names the call in events and notifications, and is known before the
+///   request is sent.
+/// - [`CallHandle::progress`] streams the call's own progress notifications (the request
+///   carries a progress token of its own when it had none).
+/// - [`CallHandle::cancel`] abandons the call with a reason; dropping the handle before it
+///   completes abandons it too. Either way the server is sent `notifications/cancelled` if
+///   the call may be running.
+///
+/// ```no_run
+/// # async fn run(client: mcp_resume::Client) -> mcp_resume::Result<()> {
+/// use futures::StreamExt;
+/// use mcp_resume::ToolCall;
+/// use serde_json::json;
+///
+/// let mut call = client.start_tool(ToolCall::new("slow", json!({"steps": 5})))?;
+/// let mut progress = call.progress();
+/// loop {
+///     tokio::select! {
+///         result = &mut call => { println!("{}", result?.text()); break; }
+///         Some(p) = progress.next() => println!("{} of {:?}", p.progress, p.total),
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "dropping a CallHandle cancels its call"]
+pub struct CallHandle<T> {
+    id: CallId,
+    waiting: Option<Waiting>,
+    progress: Option<mpsc::Receiver<Progress>>,
+    convert: fn(Value) -> Result<T, Error>,
+}
+
+struct Waiting {
+    ticket: u64,
+    commands: mpsc::UnboundedSender<Command>,
+    rx: oneshot::Receiver<Result<Value, Error>>,
+    /// When the guard fires, if the call has a bound at all.
+    guard_at: Option<Instant>,
+    guard: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> CallHandle<T> {
+    pub(crate) fn new(
+        id: CallId,
+        ticket: u64,
+        commands: mpsc::UnboundedSender<Command>,
+        rx: oneshot::Receiver<Result<Value, Error>>,
+        total: Option<Duration>,
+        progress: Option<mpsc::Receiver<Progress>>,
+        convert: fn(Value) -> Result<T, Error>,
+    ) -> Self {
+        let guard_at =
+            total.and_then(|t| Instant::now().checked_add(t.saturating_add(GUARD_GRACE)));
+        CallHandle {
+            id,
+            waiting: Some(Waiting {
+                ticket,
+                commands,
+                rx,
+                guard_at,
+                guard: None,
+            }),
+            progress,
+            convert,
+        }
+    }
+
+    /// The call's id, as in [`SessionEvent`](crate::SessionEvent)s and
+    /// [`ServerNotification::call`](super::ServerNotification::call).
+    pub fn id(&self) -> CallId {
+        self.id
+    }
+
+    /// The call's progress notifications, in order; the stream ends when the call does. The
+    /// first call takes the stream, later ones get an empty one. Reading it is optional: up to 64
+    /// unread notifications are kept, later ones are dropped.
+    pub fn progress(&mut self) -> ProgressStream {
+        ProgressStream {
+            rx: self.progress.take(),
+        }
+    }
+
+    /// Abandons the call: the server is sent `notifications/cancelled` if the call may be
+    /// running, and the call's result, if it still comes, is discarded. `reason` is logged
+    /// with the call; the notification carries the client's standard reason.
+    pub fn cancel(mut self, reason: impl Into<String>) {
+        if let Some(waiting) = self.waiting.take() {
+            let _ = waiting.commands.send(Command::Cancel {
+                ticket: waiting.ticket,
+                reason: Some(reason.into()),
+            });
+        }
+    }
+
+    /// Whether the call has completed (its result was returned by awaiting the handle).
+    pub fn is_finished(&self) -> bool {
+        self.waiting.is_none()
+    }
+}
+
+impl CallHandle<Value> {
+    /// The same call, with its result read as `U` (a result that does not fit is a
+    /// [`ErrorKind::Protocol`] error).
+    pub fn typed<U: DeserializeOwned>(mut self) -> CallHandle<U> {
+        CallHandle {
+            id: self.id,
+            waiting: self.waiting.take(),
+            progress: self.progress.take(),
+            convert: super::models::from_result::<U>,
+        }
+    }
+}
+
+impl<T> Future for CallHandle<T> {
+    type Output = Result<T, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let Some(waiting) = this.waiting.as_mut() else {
+            return Poll::Ready(Err(Error::new(
+                ErrorKind::Closed,
+                "the call's result was already taken",
+            )));
+        };
+        if let Poll::Ready(outcome) = Pin::new(&mut waiting.rx).poll(cx) {
+            this.waiting = None;
+            return Poll::Ready(match outcome {
+                Ok(result) => result.and_then(this.convert),
+                Err(_) => Err(Error::new(
+                    ErrorKind::Closed,
+                    "the client's driver stopped before the call completed",
+                )),
+            });
+        }
+        if let Some(at) = waiting.guard_at {
+            let guard = waiting
+                .guard
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            ready!(guard.as_mut().poll(cx));
+            // Dropping the waiting part cancels the call, which posts `notifications/cancelled`.
+            if let Some(waiting) = this.waiting.take() {
+                let _ = waiting.commands.send(Command::Cancel {
+                    ticket: waiting.ticket,
+                    reason: None,
+                });
+            }
+            return Poll::Ready(Err(Error::new(
+                ErrorKind::Timeout,
+                "the call's deadline passed",
+            )));
+        }
+        Poll::Pending
+    }
+}
+
+impl<T> Drop for CallHandle<T> {
+    fn drop(&mut self) {
+        if let Some(waiting) = self.waiting.take() {
+            let _ = waiting.commands.send(Command::Cancel {
+                ticket: waiting.ticket,
+                reason: None,
+            });
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for CallHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallHandle")
+            .field("id", &self.id)
+            .field("finished", &self.is_finished())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The progress notifications of one call, from [`CallHandle::progress`].
+#[derive(Debug)]
+pub struct ProgressStream {
+    rx: Option<mpsc::Receiver<Progress>>,
+}
+
+impl ProgressStream {
+    /// The next progress notification; `None` once the call has ended.
+    pub async fn recv(&mut self) -> Option<Progress> {
+        match &mut self.rx {
+            Some(rx) => rx.recv().await,
+            None => None,
+        }
+    }
+}
+
+impl Stream for ProgressStream {
+    type Item = Progress;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Progress>> {
+        match &mut self.rx {
+            Some(rx) => rx.poll_recv(cx),
+            None => Poll::Ready(None),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The typed methods of [`Client`]: listing (whole lists and single pages), resources,
+//! prompts, completion and logging.
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Map, Value};
+
+use super::client::Client;
+use super::models::{
+    self, CompleteRequest, CompleteResult, Completion, GetPromptResult, LoggingLevel, Page, Prompt,
+    ReadResourceResult, Resource, ResourceTemplate,
+};
+use super::results::{protocol, Tool};
+use crate::error::Error;
+
+/// Bound on the pages of one list, so a server that keeps sending cursors cannot loop the
+/// client forever.
+pub const MAX_LIST_PAGES: usize = 1000;
+
+/// A `*/list` method: its name, the member holding its items, and how an item is read.
+struct ListMethod<T> {
+    method: &'static str,
+    member: &'static str,
+    read: fn(Value) -> Result<T, Error>,
+}
+
+fn read_model<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
+    models::from_value(value, "list item")
+}
+
+const TOOLS: ListMethod<Tool> = ListMethod {
+    method: "tools/list",
+    member: "tools",
+    read: Tool::from_value,
+};
+const RESOURCES: ListMethod<Resource> = ListMethod {
+    method: "resources/list",
+    member: "resources",
+    read: read_model::<Resource>,
+};
+const RESOURCE_TEMPLATES: ListMethod<ResourceTemplate> = ListMethod {
+    method: "resources/templates/list",
+    member: "resourceTemplates",
+    read: read_model::<ResourceTemplate>,
+};
+const PROMPTS: ListMethod<Prompt> = ListMethod {
+    method: "prompts/list",
+    member: "prompts",
+    read: read_model::<Prompt>,
+};
+
+impl Client {
+    /// Lists the server's tools (`tools/list`, following `nextCursor` to the end, at most
+    /// [`MAX_LIST_PAGES`] pages).
+    pub async fn list_tools(&self) -> Result<Vec<Tool>, Error> {
+        self.list_all(&TOOLS).await
+    }
+
+    /// One page of `tools/list`: the first with `None`, then each
+    /// [`Page::next_cursor`] in turn.
+    pub async fn list_tools_page(&self, cursor: Option<&str>) -> Result<Page<Tool>, Error> {
+        self.list_page(&TOOLS, cursor).await
+    }
+
+    /// Lists the server's resources (`resources/list`, every page).
+    pub async fn list_resources(&self) -> Result<Vec<Resource>, Error> {
+        self.list_all(&RESOURCES).await
+    }
+
+    /// One page of `resources/list`.
+    pub async fn list_resources_page(&self, cursor: Option<&str>) -> Result<Page<Resource>, Error> {
+        self.list_page(&RESOURCES, cursor).await
+    }
+
+    /// Lists the server's resource templates (`resources/templates/list`, every page).
+    pub async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, Error> {
+        self.list_all(&RESOURCE_TEMPLATES).await
+    }
+
+    /// One page of `resources/templates/list`.
+    pub async fn list_resource_templates_page(
+        &self,
+        cursor: Option<&str>,
+    ) -> Result<Page<ResourceTemplate>, Error> {
+        self.list_page(&RESOURCE_TEMPLATES, cursor).await
+    }
+
+    /// Reads a resource (`resources/read`).
+    pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, Error> {
+        self.request_as("resources/read", Some(json!({ "uri": uri })))
+            .await
+    }
+
+    /// Subscribes to a resource's changes (`resources/subscribe`): each arrives as
+    /// [`TypedNotification::ResourceUpdated`](models::TypedNotification::ResourceUpdated) on
+    /// [`Client::notifications`]. A subscription belongs to the session: after a
+    /// re-initialization ([`SessionEvent::Reinitialized`](crate::SessionEvent::Reinitialized))
+    /// subscribe again.
+    pub async fn subscribe_resource(&self, uri: &str) -> Result<(), Error> {
+        self.request("resources/subscribe", Some(json!({ "uri": uri })))
+            .await
+            .map(drop)
+    }
+
+    /// Ends a subscription (`resources/unsubscribe`).
+    pub async fn unsubscribe_resource(&self, uri: &str) -> Result<(), Error> {
+        self.request("resources/unsubscribe", Some(json!({ "uri": uri })))
+            .await
+            .map(drop)
+    }
+
+    /// Lists the server's prompts (`prompts/list`, every page).
+    pub async fn list_prompts(&self) -> Result<Vec<Prompt>, Error> {
+        self.list_all(&PROMPTS).await
+    }
+
+    /// One page of `prompts/list`.
+    pub async fn list_prompts_page(&self, cursor: Option<&str>) -> Result<Page<Prompt>, Error> {
+        self.list_page(&PROMPTS, cursor).await
+    }
+
+    /// Renders a prompt (`prompts/get`) with its arguments (name to string value).
+    pub async fn get_prompt<I, K, V>(
+        &self,
+        name: &str,
+        arguments: I,
+    ) -> Result<GetPromptResult, Error>
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let arguments: Map<String, Value> = arguments
+            .into_iter()
+            .map(|(k, v)| (k.into(), Value::String(v.into())))
+            .collect();
+        let mut params = json!({ "name": name });
+        if !arguments.is_empty() {
+            params["arguments"] = Value::Object(arguments);
+        }
+        self.request_as("prompts/get", Some(params)).await
+    }
+
+    /// Asks for completions of a prompt argument or a resource template variable
+    /// (`completion/complete`).
+    pub async fn complete(&self, request: CompleteRequest) -> Result<Completion, Error> {
+        let result: CompleteResult = self
+            .request_as("completion/complete", Some(request.to_params()))
+            .await?;
+        Ok(result.completion)
+    }
+
+    /// Sets the least severe log level the server sends (`logging/setLevel`); the messages
+    /// arrive as [`TypedNotification::LoggingMessage`](models::TypedNotification::LoggingMessage)
+    /// on [`Client::notifications`]. The level belongs to the session: after a
+    /// re-initialization set it again.
+    pub async fn set_logging_level(&self, level: LoggingLevel) -> Result<(), Error> {
+        self.request("logging/setLevel", Some(json!({ "level": level.as_str() })))
+            .await
+            .map(drop)
+    }
+
+    async fn list_all<T>(&self, list: &ListMethod<T>) -> Result<Vec<T>, Error> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_LIST_PAGES {
+            let page = self.list_page(list, cursor.as_deref()).await?;
+            items.extend(page.items);
+            match page.next_cursor {
+                // A server repeating its cursor would loop forever: its list ends here.
+                Some(next) if Some(next.as_str()) != cursor.as_deref() => cursor = Some(next),
+                _ => return Ok(items),
+            }
+        }
+        Err(protocol(format!(
+            "{} did not end after {MAX_LIST_PAGES} pages",
+            list.method
+        )))
+    }
+
+    async fn list_page<T>(
+        &self,
+        list: &ListMethod<T>,
+        cursor: Option<&str>,
+    ) -> Result<Page<T>, Error> {
+        let params = match cursor {
+            Some(cursor) => json!({ "cursor": cursor }),
+            None => json!({}),
+        };
+        let raw = self.request(list.method, Some(params)).await?;
+        let values = raw
+            .get(list.member)
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                protocol(format!(
+                    "{} result lacks a `{}` array",
+                    list.method, list.member
+                ))
+            })?;
+        let items = values
+            .iter()
+            .cloned()
+            .map(list.read)
+            .collect::<Result<Vec<T>, Error>>()?;
+        let next_cursor = raw
+            .get("nextCursor")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Ok(Page {
+            items,
+            next_cursor,
+            raw,
+        })
+    }
+}

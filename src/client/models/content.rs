@@ -1,0 +1,338 @@
+//! Content items (`text`, `image`, `audio`, `resource_link`, `resource`) and resource
+//! contents, as tool results, prompt messages and sampling messages carry them.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use super::common::Annotations;
+
+/// One content item. An item of a type this version does not know, or one that does not
+/// match its type's shape, is kept whole as [`Content::Other`]: reading a result never fails
+/// because of one odd item.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Content {
+    /// `{"type": "text"}`.
+    Text(TextContent),
+    /// `{"type": "image"}`: base64 data.
+    Image(ImageContent),
+    /// `{"type": "audio"}`: base64 data.
+    Audio(AudioContent),
+    /// `{"type": "resource_link"}`: a resource the client may read.
+    ResourceLink(ResourceLink),
+    /// `{"type": "resource"}`: a resource embedded in the item.
+    Resource(EmbeddedResource),
+    /// Any other item (a newer type, `tool_use`/`tool_result` in sampling, a malformed one),
+    /// as sent.
+    Other(Value),
+}
+
+/// A text item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TextContent {
+    /// The text.
+    pub text: String,
+    /// Usage hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Annotations>,
+    /// `_meta`, as sent.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// Members this version does not model, kept as sent.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// An image item: base64 bytes and their MIME type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ImageContent {
+    /// Base64-encoded bytes.
+    pub data: String,
+    /// MIME type, e.g. `image/png`.
+    pub mime_type: String,
+    /// Usage hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Annotations>,
+    /// `_meta`, as sent.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// Members this version does not model, kept as sent.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// An audio item: base64 bytes and their MIME type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct AudioContent {
+    /// Base64-encoded bytes.
+    pub data: String,
+    /// MIME type, e.g. `audio/wav`.
+    pub mime_type: String,
+    /// Usage hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Annotations>,
+    /// `_meta`, as sent.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// Members this version does not model, kept as sent.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A link to a resource (`resource_link`); it may not appear in `resources/list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ResourceLink {
+    /// The resource's URI, for [`Client::read_resource`](crate::Client::read_resource).
+    pub uri: String,
+    /// Its name.
+    pub name: String,
+    /// Human-readable title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// Description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// MIME type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// Size in bytes, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// Usage hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Annotations>,
+    /// `_meta`, as sent.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// Members this version does not model (`icons`, …), kept as sent.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A resource embedded in a content item (`resource`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct EmbeddedResource {
+    /// The resource's contents.
+    pub resource: ResourceContents,
+    /// Usage hints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Annotations>,
+    /// `_meta`, as sent.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// Members this version does not model, kept as sent.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The contents of a resource: text or base64 `blob`, with its URI.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ResourceContents {
+    /// The URI these contents are of.
+    pub uri: String,
+    /// MIME type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// The text, for text resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Base64-encoded bytes, for binary resources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<String>,
+    /// `_meta`, as sent.
+    #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// Members this version does not model, kept as sent.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl TextContent {
+    /// A text item.
+    pub fn new(text: impl Into<String>) -> Self {
+        TextContent {
+            text: text.into(),
+            annotations: None,
+            meta: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+impl ImageContent {
+    /// An image item from base64 `data`.
+    pub fn new(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        ImageContent {
+            data: data.into(),
+            mime_type: mime_type.into(),
+            annotations: None,
+            meta: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+impl AudioContent {
+    /// An audio item from base64 `data`.
+    pub fn new(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        AudioContent {
+            data: data.into(),
+            mime_type: mime_type.into(),
+            annotations: None,
+            meta: None,
+            extra: Map::new(),
+        }
+    }
+}
+
+impl Content {
+    /// A text item.
+    pub fn text(text: impl Into<String>) -> Self {
+        Content::Text(TextContent::new(text))
+    }
+
+    /// The text of a [`Content::Text`] item.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            Content::Text(t) => Some(&t.text),
+            _ => None,
+        }
+    }
+
+    /// The `type` member (`"text"`, `"image"`, …; an [`Content::Other`] item's own, if any).
+    pub fn kind(&self) -> Option<&str> {
+        Some(match self {
+            Content::Text(_) => "text",
+            Content::Image(_) => "image",
+            Content::Audio(_) => "audio",
+            Content::ResourceLink(_) => "resource_link",
+            Content::Resource(_) => "resource",
+            Content::Other(v) => return v.get("type").and_then(Value::as_str),
+        })
+    }
+
+    pub(crate) fn from_value(value: Value) -> Self {
+        let Value::Object(mut map) = value else {
+            return Content::Other(value);
+        };
+        let Some(Value::String(kind)) = map.remove("type") else {
+            return Content::Other(Value::Object(map));
+        };
+        let object = Value::Object(map);
+        let typed = match kind.as_str() {
+            "text" => typed(&object).map(Content::Text),
+            "image" => typed(&object).map(Content::Image),
+            "audio" => typed(&object).map(Content::Audio),
+            "resource_link" => typed(&object).map(Content::ResourceLink),
+            "resource" => typed(&object).map(Content::Resource),
+            _ => None,
+        };
+        typed.unwrap_or_else(|| {
+            let Value::Object(mut map) = object else {
+                unreachable!("built as an object above")
+            };
+            map.insert("type".to_owned(), Value::String(kind));
+            Content::Other(Value::Object(map))
+        })
+    }
+
+    /// The item as the protocol writes it.
+    pub fn to_value(&self) -> Value {
+        let (kind, body) = match self {
+            Content::Text(c) => ("text", serde_json::to_value(c)),
+            Content::Image(c) => ("image", serde_json::to_value(c)),
+            Content::Audio(c) => ("audio", serde_json::to_value(c)),
+            Content::ResourceLink(c) => ("resource_link", serde_json::to_value(c)),
+            Content::Resource(c) => ("resource", serde_json::to_value(c)),
+            Content::Other(v) => return v.clone(),
+        };
+        // These types hold strings, numbers and JSON values only: they always serialize.
+        let mut body = body.unwrap_or_default();
+        if let Value::Object(map) = &mut body {
+            map.insert("type".to_owned(), Value::String(kind.to_owned()));
+        }
+        body
+    }
+}
+
+fn typed<T: DeserializeOwned>(object: &Value) -> Option<T> {
+    T::deserialize(object).ok()
+}
+
+impl Serialize for Content {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Content {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Value::deserialize(deserializer).map(Content::from_value)
+    }
+}
+
+impl From<TextContent> for Content {
+    fn from(c: TextContent) -> Self {
+        Content::Text(c)
+    }
+}
+
+impl From<ImageContent> for Content {
+    fn from(c: ImageContent) -> Self {
+        Content::Image(c)
+    }
+}
+
+impl From<AudioContent> for Content {
+    fn from(c: AudioContent) -> Self {
+        Content::Audio(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_type_round_trips_with_unknown_members() {
+        let items = json!([
+            {"type": "text", "text": "hi", "annotations": {"priority": 0.5, "x-new": 1}, "x-other": true},
+            {"type": "image", "data": "AA==", "mimeType": "image/png", "_meta": {"k": 1}},
+            {"type": "audio", "data": "AA==", "mimeType": "audio/wav"},
+            {"type": "resource_link", "uri": "file:///a", "name": "a", "size": 3, "icons": [{"src": "x"}]},
+            {"type": "resource", "resource": {"uri": "file:///b", "text": "b", "x": 2}},
+            {"type": "tool_use", "id": "t1", "name": "f", "input": {}},
+            {"type": "text"},
+            "not an object"
+        ]);
+        let parsed: Vec<Content> = serde_json::from_value(items.clone()).unwrap();
+        assert!(matches!(&parsed[0], Content::Text(t) if t.text == "hi"
+            && t.extra["x-other"] == json!(true)
+            && t.annotations.as_ref().unwrap().extra["x-new"] == json!(1)));
+        assert!(matches!(&parsed[1], Content::Image(i) if i.meta == Some(json!({"k": 1}))));
+        assert!(matches!(&parsed[2], Content::Audio(_)));
+        assert!(matches!(&parsed[3], Content::ResourceLink(l) if l.size == Some(3)));
+        assert!(
+            matches!(&parsed[4], Content::Resource(r) if r.resource.text.as_deref() == Some("b"))
+        );
+        assert!(matches!(&parsed[5], Content::Other(_)));
+        // A text item without its text is kept whole, not dropped.
+        assert_eq!(parsed[6], Content::Other(json!({"type": "text"})));
+        assert_eq!(parsed[7], Content::Other(json!("not an object")));
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), items);
+        assert_eq!(parsed[3].kind(), Some("resource_link"));
+        assert_eq!(parsed[5].kind(), Some("tool_use"));
+    }
+}
