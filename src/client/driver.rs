@@ -45,6 +45,8 @@ const EXCHANGE_BUFFER: usize = 64;
 const MAX_SERVER_REQUESTS: usize = 32;
 /// Finished calls whose ids stay translatable for late events.
 const RETIRED_IDS: usize = 1024;
+/// Commands or exchange events taken from a channel per turn of the driver's loop.
+const BATCH: usize = 32;
 /// How long a dropped client waits for its DELETE before the driver stops anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -265,9 +267,31 @@ impl State {
             tokio::select! {
                 command = commands.recv(), if self.shutdown.is_none() => match command {
                     Some(Command::Shutdown) | None => self.begin_shutdown(),
-                    Some(command) => self.handle_command(command),
+                    Some(command) => {
+                        self.handle_command(command);
+                        // What is already queued is taken in the same turn: one trip through
+                        // the loop (pump, timer, select) per batch instead of per command.
+                        for _ in 1..BATCH {
+                            match commands.try_recv() {
+                                Ok(Command::Shutdown) => {
+                                    self.begin_shutdown();
+                                    break;
+                                }
+                                Ok(command) => self.handle_command(command),
+                                Err(_) => break,
+                            }
+                        }
+                    }
                 },
-                Some(event) = exchanges.recv() => self.handle_exchange(event),
+                Some(event) = exchanges.recv() => {
+                    self.handle_exchange(event);
+                    for _ in 1..BATCH {
+                        match exchanges.try_recv() {
+                            Ok(event) => self.handle_exchange(event),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 Some(_) = self.running.next(), if !self.running.is_empty() => {}
                 Some((id, result)) = answers.recv() => {
                     self.server_requests.remove(&id);
