@@ -217,7 +217,8 @@ impl IntoPython for mcp_resume::Tool {
 /// One item of a tool result's `content`.
 #[pyclass(frozen, weakref, module = "mcp_resume", name = "Content")]
 pub struct PyContent {
-    /// `"text"`, `"image"`, `"audio"`, or the item's own `type` (`"resource"`, …).
+    /// `"text"`, `"image"`, `"audio"`, `"resource_link"`, `"resource"`, or the item's own
+    /// `type`.
     #[pyo3(get, name = "type")]
     kind: String,
     /// The text of a text item, or of an embedded text resource.

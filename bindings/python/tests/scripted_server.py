@@ -2,6 +2,7 @@
 
 Legacy era: `initialize` with a session id, `tools/list`, and `tools/call` of
 - `echo`: JSON result;
+- `mixed`: a result holding one content item of each type (`isError`, `_meta`);
 - `ask`: an SSE stream that sends the client a `sampling/createMessage` request, waits for
   the client's answer (POSTed separately), and returns it as the tool's structured result;
 - `hang`: an SSE stream that stays open until the client cancels the call (or 10 s).
@@ -26,7 +27,18 @@ MODERN = "2026-07-28"
 
 TOOLS = [
     {"name": name, "inputSchema": {"type": "object"}}
-    for name in ("echo", "ask", "hang", "confirm", "needs_sampling")
+    for name in ("echo", "ask", "hang", "confirm", "needs_sampling", "mixed")
+]
+
+# One content item of every type, and one of a type no client knows.
+MIXED = [
+    {"type": "text", "text": "hello", "annotations": {"priority": 1}},
+    {"type": "image", "data": "iVBORw0K", "mimeType": "image/png"},
+    {"type": "audio", "data": "UklGRg==", "mimeType": "audio/wav"},
+    {"type": "resource_link", "uri": "file:///a.txt", "name": "a", "mimeType": "text/plain"},
+    {"type": "resource", "resource": {"uri": "file:///b.bin", "blob": "AAE=",
+                                      "mimeType": "application/octet-stream"}},
+    {"type": "hologram", "frames": 3},
 ]
 
 
@@ -125,6 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "tools/call" and params.get("name") == "echo":
             text = (params.get("arguments") or {}).get("text", "")
             self._json(msg["id"], {"content": [{"type": "text", "text": text}]})
+        elif method == "tools/call" and params.get("name") == "mixed":
+            self._json(msg["id"], {"content": MIXED, "isError": True, "_meta": {"k": 1}})
         elif method == "tools/call" and params.get("name") == "ask":
             self._sse_start()
             question = {

@@ -102,17 +102,21 @@ class Content:
 
     @property
     def type(self) -> str:
-        """``"text"``, ``"image"``, ``"audio"``, or the item's own type (``"resource"``,
-        …)."""
+        """``"text"``, ``"image"``, ``"audio"``, ``"resource_link"``, ``"resource"``, or the
+        item's own type."""
     @property
     def text(self) -> str | None:
-        """The text of a text item."""
+        """The text of a text item, or of an embedded text resource."""
     @property
     def data(self) -> str | None:
-        """Base64 data of an image or audio item."""
+        """Base64 data of an image or audio item, or of an embedded binary resource
+        (``blob``)."""
     @property
     def mime_type(self) -> str | None:
-        """MIME type of an image or audio item."""
+        """MIME type of an image, audio or resource item."""
+    @property
+    def uri(self) -> str | None:
+        """URI of a ``resource_link`` or ``resource`` item."""
     def to_dict(self) -> dict[str, Any]:
         """The item, as sent (a fresh copy)."""
 
