@@ -1,6 +1,10 @@
 //! What the demo shows, asserted: the same workload (`examples/demo/workload.rs`), the numbers
 //! taken from the cluster's oracle, joined per call tag with what the client reported.
 
+#[path = "../examples/demo/modern.rs"]
+mod modern;
+#[path = "../examples/demo/reissue_client.rs"]
+mod reissue_client;
 #[path = "../examples/demo/rmcp_client.rs"]
 mod rmcp_client;
 #[path = "../examples/demo/workload.rs"]
@@ -9,7 +13,9 @@ mod workload;
 use std::path::PathBuf;
 use std::process::Command;
 
+use mcp_resume::ErrorKind;
 use mock_server::Preset;
+use modern::{run_modern, MODERN_CLIENTS};
 use serde_json::Value;
 use workload::{
     render_json, row, run_one, uncut_cluster_config, ClientKind, RunReport, WorkloadConfig,
@@ -209,6 +215,86 @@ async fn rmcp_runs_the_same_workload() {
             .is_ok_and(|v| v["temperature"] == workload::TEMPERATURE)));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modern_era_resume_aware_never_repeats_an_effect_and_says_what_it_cannot_know() {
+    let cfg = WorkloadConfig::default();
+    for preset in Preset::ALL {
+        let run = run_modern(preset, ClientKind::ResumeAware, &cfg).await;
+        let (report, r) = (&run.report, run.row());
+        assert!(report.connect.is_ok(), "{preset}: {:?}", report.connect);
+        let t = &report.oracle.totals;
+        assert_eq!(r.duplicate_side_effects, 0, "{preset}: {r:?}");
+        assert_eq!(t.duplicate_side_effects, 0, "{preset}: {t:?}");
+        assert_eq!(t.repeated_unkeyed_executions, 0, "{preset}: {t:?}");
+        assert_eq!(
+            r.silent_wrong,
+            0,
+            "{preset}: {:?}",
+            silent_wrong_calls(report)
+        );
+        assert_eq!(t.wrong_capability, 0, "{preset}: {t:?}");
+        assert_eq!(t.unknown_record, 0, "{preset}: {t:?}");
+        // Each crashed call applied its effect once; neither can be proven, so neither is
+        // re-run nor reported as success: the unkeyed one because it has no key, the keyed
+        // one because its key's first execution died with its instance.
+        let crashed: Vec<_> = run.crashed().collect();
+        assert_eq!(crashed.len(), 2, "{preset}");
+        for call in crashed {
+            assert_eq!(
+                call.outcome,
+                Err(ErrorKind::OutcomeUnknown),
+                "{preset}: {}",
+                call.tag
+            );
+            assert_eq!(
+                report.oracle.executions_tagged(&call.tag).count(),
+                1,
+                "{preset}: {}",
+                call.tag
+            );
+        }
+        // The keyed `slow` call whose stream was cut: re-issued with its key, answered from
+        // its one execution.
+        let slow = &report.calls[0];
+        assert_eq!(slow.tool, "slow");
+        assert!(slow.outcome.is_ok(), "{preset}: {slow:?}");
+        assert_eq!(report.oracle.executions_tagged(&slow.tag).count(), 1);
+        assert!(r.resent > 0, "{preset}: {r:?}");
+        // Every call ended exactly once.
+        let mut tags: Vec<&str> = report.calls.iter().map(|c| c.tag.as_str()).collect();
+        tags.sort_unstable();
+        tags.dedup();
+        assert_eq!(tags.len(), report.calls.len(), "{preset}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modern_era_blind_reissue_runs_side_effects_twice() {
+    let cfg = WorkloadConfig::default();
+    for preset in Preset::ALL {
+        let run = run_modern(preset, ClientKind::Reissue, &cfg).await;
+        let (report, r) = (&run.report, run.row());
+        assert!(report.connect.is_ok(), "{preset}: {:?}", report.connect);
+        assert!(r.duplicate_side_effects > 0, "{preset}: {r:?}");
+        // The server deduplicates keys, so only the unkeyed effect ran twice...
+        assert_eq!(r.duplicate_keyed, 0, "{preset}: {r:?}");
+        // ...and the client reported that call as a success.
+        let unkeyed = run
+            .crashed()
+            .find(|c| !c.keyed)
+            .expect("an unkeyed crashed call");
+        assert!(unkeyed.outcome.is_ok(), "{preset}: {unkeyed:?}");
+        assert_eq!(
+            report.oracle.executions_tagged(&unkeyed.tag).count(),
+            2,
+            "{preset}: {}",
+            unkeyed.tag
+        );
+        assert!(r.silent_wrong > 0, "{preset}: {r:?}");
+        assert!(run.reissued > 0, "{preset}");
+    }
+}
+
 const FIELDS: [&str; 11] = [
     "preset",
     "client",
@@ -307,4 +393,29 @@ fn demo_binary_prints_one_json_document() {
         .expect("`naive_uncut_rows` is an array");
     assert_eq!(uncut.len(), 3, "{uncut:?}");
     assert!(uncut.iter().all(|r| r["preset"] == "naive"), "{uncut:?}");
+    let modern = doc["modern_rows"]
+        .as_array()
+        .expect("`modern_rows` is an array");
+    let mut pairs: Vec<(String, String)> = modern
+        .iter()
+        .map(|r| {
+            (
+                r["preset"].as_str().unwrap().to_owned(),
+                r["client"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    pairs.sort();
+    let mut expected: Vec<(String, String)> = Preset::ALL
+        .iter()
+        .flat_map(|p| MODERN_CLIENTS.map(|k| (p.as_str().to_owned(), k.as_str().to_owned())))
+        .collect();
+    expected.sort();
+    assert_eq!(pairs, expected);
+    for r in modern {
+        if r["client"] == ClientKind::ResumeAware.as_str() {
+            assert_eq!(r["duplicate_side_effects"], 0, "{r}");
+            assert_eq!(r["silent_wrong"], 0, "{r}");
+        }
+    }
 }

@@ -12,7 +12,7 @@ use mcp_resume::client::models::{
     CompleteRequest, CompletionReference, Content, CreateMessageResult, ElicitAction, ElicitResult,
     ListKind, LoggingLevel, Role, Root, TypedNotification,
 };
-use mcp_resume::{Client, ErrorKind, RequestContext, TokenRequest, ToolCall};
+use mcp_resume::{Client, ErrorKind, RequestContext, SessionEvent, TokenRequest, ToolCall};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
@@ -318,8 +318,20 @@ async fn log_level_filters_and_messages_name_their_call() {
 async fn subscriptions_deliver_resource_updates() {
     let server = TsServer::start(&[]);
     let client = client(&server).build().unwrap();
+    let mut events = client.events();
     within("connect", client.connect()).await.unwrap();
     let mut notifications = client.notifications();
+    // The update travels on the standalone stream, and this server drops a notification
+    // when no such stream is open: touch only once the stream is up.
+    within("listening", async {
+        while let Some(event) = events.recv().await {
+            if matches!(event, SessionEvent::Listening) {
+                return;
+            }
+        }
+        panic!("event stream ended before the standalone stream opened");
+    })
+    .await;
 
     within("subscribe", client.subscribe_resource("mem://notes/2"))
         .await

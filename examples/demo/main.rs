@@ -2,20 +2,24 @@
 //! every preset, for a stock-like client, the resume-aware default and rmcp 3.11 (the
 //! official Rust SDK), with the truth taken from the cluster's oracle. Then `naive` once more
 //! with the balancer cutting nothing, to tell the wrong answers routing causes from the ones
-//! resumption causes.
+//! resumption causes. Then the 2026-07-28 era on every preset: mcp-resume against a client
+//! that re-issues every request whose stream broke.
 //!
 //! ```text
 //! cargo run --example demo            # a table per preset and client
 //! cargo run --example demo -- --json  # one JSON document on stdout
 //! ```
 
+mod modern;
+mod reissue_client;
 mod rmcp_client;
 mod workload;
 
 use mock_server::Preset;
+use modern::{run_modern, MODERN_CLIENTS};
 use workload::{
-    render_calls, render_json_document, render_table, render_uncut_table, row, run_one, run_one_on,
-    uncut_cluster_config, ClientKind, Row, RunReport, WorkloadConfig,
+    render_calls, render_json_document, render_modern_table, render_table, render_uncut_table, row,
+    run_one, run_one_on, uncut_cluster_config, ClientKind, Row, RunReport, WorkloadConfig,
 };
 
 /// Every client of the table, one run each, in table order.
@@ -61,23 +65,32 @@ fn main() {
         .build()
         .expect("a tokio runtime");
     let cfg = WorkloadConfig::default();
-    let (runs, uncut_runs) = runtime.block_on(async {
+    let (runs, uncut_runs, modern_runs) = runtime.block_on(async {
         let mut runs = Vec::new();
         for preset in Preset::ALL {
             runs.extend(run_clients(preset, false, &cfg).await);
         }
         let uncut_runs = run_clients(Preset::Naive, true, &cfg).await;
-        (runs, uncut_runs)
+        let mut modern_runs = Vec::new();
+        for preset in Preset::ALL {
+            for kind in MODERN_CLIENTS {
+                let run = run_modern(preset, kind, &cfg).await;
+                let r = run.row();
+                modern_runs.push((run.report, r));
+            }
+        }
+        (runs, uncut_runs, modern_runs)
     });
     if verbose {
-        for (report, _) in runs.iter().chain(&uncut_runs) {
+        for (report, _) in runs.iter().chain(&uncut_runs).chain(&modern_runs) {
             eprintln!("{}", render_calls(report));
         }
     }
     let rows: Vec<Row> = runs.into_iter().map(|(_, r)| r).collect();
     let uncut_rows: Vec<Row> = uncut_runs.into_iter().map(|(_, r)| r).collect();
+    let modern_rows: Vec<Row> = modern_runs.into_iter().map(|(_, r)| r).collect();
     if json {
-        println!("{}", render_json_document(&rows, &uncut_rows));
+        println!("{}", render_json_document(&rows, &uncut_rows, &modern_rows));
     } else {
         println!(
             "mcp-resume demo: {} presets x 3 clients (mcp-resume stock-like, mcp-resume \
@@ -90,5 +103,7 @@ fn main() {
         print!("{}", render_table(&rows));
         println!();
         print!("{}", render_uncut_table(&uncut_rows));
+        println!();
+        print!("{}", render_modern_table(&modern_rows));
     }
 }

@@ -40,6 +40,9 @@ pub enum ClientKind {
     /// rmcp 3.11, the official Rust SDK, as configured by default (driven by `rmcp_client.rs`
     /// next to this file, not by [`run_one`]).
     Rmcp,
+    /// The modern rows' stock-like client: re-issues every request whose stream broke
+    /// (`reissue_client.rs`, driven by `modern.rs`).
+    Reissue,
 }
 
 impl ClientKind {
@@ -52,6 +55,7 @@ impl ClientKind {
             ClientKind::StockLike => "stock-like",
             ClientKind::ResumeAware => "resume-aware",
             ClientKind::Rmcp => "rmcp",
+            ClientKind::Reissue => "blind-reissue",
         }
     }
 }
@@ -541,6 +545,28 @@ pub fn render_table(rows: &[Row]) -> String {
     out
 }
 
+/// The table of the 2026-07-28 runs.
+pub fn render_modern_table(rows: &[Row]) -> String {
+    let mut out = String::from(
+        "modern era (2026-07-28): the same presets in ClusterEra::Modern (stateless, nothing \
+         to resume); a keyed slow call cut after 3 events, two counter_increment calls whose \
+         instance crashes after the increment:\n",
+    );
+    out.push_str(&render_rows(rows));
+    let _ = writeln!(
+        out,
+        "\nSilent wrong answers in total: {}.",
+        silent_totals(rows)
+    );
+    let _ = writeln!(
+        out,
+        "blind-reissue: re-issues every request whose stream broke (the changelog's rule, read \
+         literally). resent: its re-issues / mcp-resume's Redispatched events.\nunknown: \
+         interrupted calls mcp-resume could not prove safe to re-issue (OutcomeUnknown)."
+    );
+    out
+}
+
 /// The table of runs on `naive` with the balancer cutting nothing: what routing alone does.
 pub fn render_uncut_table(rows: &[Row]) -> String {
     let mut out = String::from(
@@ -555,10 +581,14 @@ pub fn render_json(rows: &[Row]) -> String {
     serde_json::to_string_pretty(&json!({ "rows": rows })).expect("rows serialize")
 }
 
-/// The JSON document printed by `--json` when the demo also ran `naive` uncut.
-pub fn render_json_document(rows: &[Row], uncut_rows: &[Row]) -> String {
-    serde_json::to_string_pretty(&json!({ "rows": rows, "naive_uncut_rows": uncut_rows }))
-        .expect("rows serialize")
+/// The JSON document printed by `--json`: the legacy rows, `naive` uncut, the modern rows.
+pub fn render_json_document(rows: &[Row], uncut_rows: &[Row], modern_rows: &[Row]) -> String {
+    serde_json::to_string_pretty(&json!({
+        "rows": rows,
+        "naive_uncut_rows": uncut_rows,
+        "modern_rows": modern_rows,
+    }))
+    .expect("rows serialize")
 }
 
 /// One line per call: the client's outcome next to the oracle's records for its tag.

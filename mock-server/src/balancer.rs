@@ -434,7 +434,8 @@ impl Proxy {
                     .map(|(i, a)| json!({"index": i, "up": a.is_some(), "addr": a.map(|a| a.to_string())}))
                     .collect();
                 let body = json!({"preset": self.inner.preset.as_str(), "affinity": self.inner.affinity,
-                                  "extension": self.inner.settings.extension, "instances": instances});
+                                  "extension": self.inner.settings.extension, "era": self.inner.era.as_str(),
+                                  "instances": instances});
                 full(StatusCode::OK, "application/json", body.to_string())
             }
             (Method::POST, ["instances", i, action @ ("kill" | "restart")]) => {

@@ -2,13 +2,13 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use crate::balancer::{self, BalancerHandle};
-use crate::config::{ClusterConfig, Faults, Preset};
+use crate::config::{ClusterConfig, ClusterEra, Faults, Preset};
 use crate::context;
-use crate::instance::{self, InstanceEnv, RunningInstance, Settings};
+use crate::instance::{self, CrashPoints, InstanceEnv, RunningInstance, Settings};
 use crate::oracle::{Oracle, OracleReport};
 use crate::rng::SplitMix;
 use crate::store::{MemoryStore, Store};
@@ -16,6 +16,7 @@ use crate::store::{MemoryStore, Store};
 /// State shared by the balancer and the [`Cluster`] handle.
 pub(crate) struct Inner {
     pub preset: Preset,
+    pub era: ClusterEra,
     pub affinity: bool,
     pub settings: Arc<Settings>,
     pub oracle: Oracle,
@@ -25,6 +26,7 @@ pub(crate) struct Inner {
     log_rng: Arc<Mutex<Option<SplitMix>>>,
     backends: RwLock<Vec<Option<SocketAddr>>>,
     envs: Vec<Arc<InstanceEnv>>,
+    crash: Arc<CrashPoints>,
     instances: tokio::sync::Mutex<Vec<Option<RunningInstance>>>,
 }
 
@@ -92,6 +94,20 @@ impl Inner {
     }
 }
 
+/// Kills and restarts the instances whose armed crash point a call reached. It holds the
+/// cluster weakly: it ends with the cluster (the last sender goes with the instances' envs).
+async fn crash_and_restart(
+    inner: Weak<Inner>,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<usize>,
+) {
+    while let Some(i) = requests.recv().await {
+        let Some(inner) = inner.upgrade() else { return };
+        if inner.kill(i).await {
+            let _ = inner.restart(i).await;
+        }
+    }
+}
+
 /// A running mock cluster. [`Cluster::shutdown`] stops it; dropping it stops it too (its
 /// ports close and its tasks are aborted), without waiting.
 pub struct Cluster {
@@ -121,6 +137,7 @@ impl Cluster {
             ));
         }
         let settings = Arc::new(Settings {
+            era: config.era,
             placement: config.preset.placement(),
             extension: config.extension,
             retry_ms: config.retry_ms,
@@ -136,6 +153,8 @@ impl Cluster {
         let oracle = Oracle::new(config.instances, config.oracle_record_limit);
         let faults = Arc::new(RwLock::new(config.faults()));
         let log_rng = Arc::new(Mutex::new(None));
+        let (crash_tx, crash_rx) = tokio::sync::mpsc::unbounded_channel();
+        let crash = Arc::new(CrashPoints::new(crash_tx));
         let envs: Vec<Arc<InstanceEnv>> = (0..config.instances)
             .map(|index| {
                 Arc::new(InstanceEnv {
@@ -145,11 +164,13 @@ impl Cluster {
                     oracle: oracle.clone(),
                     faults: faults.clone(),
                     log_rng: log_rng.clone(),
+                    crash: Some(crash.clone()),
                 })
             })
             .collect();
         let inner = Arc::new(Inner {
             preset: config.preset,
+            era: config.era,
             affinity: config.uses_affinity(),
             settings,
             oracle,
@@ -159,12 +180,14 @@ impl Cluster {
             log_rng,
             backends: RwLock::new(vec![None; config.instances]),
             envs,
+            crash,
             instances: tokio::sync::Mutex::new((0..config.instances).map(|_| None).collect()),
         });
         inner.set_faults(config.faults());
         for i in 0..config.instances {
             inner.restart(i).await?;
         }
+        tokio::spawn(crash_and_restart(Arc::downgrade(&inner), crash_rx));
         let balancer = balancer::start(inner.clone(), config.listen).await?;
         let addr = balancer.addr;
         Ok(Cluster {
@@ -214,6 +237,21 @@ impl Cluster {
     /// The preset the cluster runs.
     pub fn preset(&self) -> Preset {
         self.inner.preset
+    }
+
+    /// The protocol era the instances speak.
+    pub fn era(&self) -> ClusterEra {
+        self.inner.era
+    }
+
+    /// Arms a one-shot crash: whichever instance runs the call tagged `tag` (the caller tag in
+    /// `params._meta`) dies right after the call's `after_steps`-th step of `slow`,
+    /// `counter_increment` or `batch_job` (its progress event sent, and for
+    /// `counter_increment` its side effect applied), as [`Cluster::kill_instance`] kills, and
+    /// is restarted empty at once. The call goes no further than that step. The instance
+    /// index the call ran on is in the oracle's record of it.
+    pub fn crash_mid_call(&self, tag: &str, after_steps: u64) {
+        self.inner.crash.arm(tag, after_steps);
     }
 
     /// Whether the balancer pins sessions to instances.

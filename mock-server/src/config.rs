@@ -110,6 +110,82 @@ impl FromStr for Preset {
     }
 }
 
+/// Which protocol revisions the instances speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ClusterEra {
+    /// 2025-03-26 … 2025-11-25: sessions, `initialize`, resumable SSE. What the presets are
+    /// about.
+    #[default]
+    Legacy,
+    /// 2026-07-28 only: stateless, no session, no `initialize`, no GET, no resumption. The
+    /// preset still routes (`sticky` has no session to pin, so it round-robins too); there is
+    /// no session or stream for it to place, and a `prepare` record is a handle any instance
+    /// resolves (shared store).
+    Modern,
+    /// Both, as the specification lets a dual-era server: `initialize` or a session id means
+    /// the legacy era for that session, a request without either is served as 2026-07-28.
+    Dual,
+}
+
+impl ClusterEra {
+    /// All eras, in documentation order.
+    pub const ALL: [ClusterEra; 3] = [ClusterEra::Legacy, ClusterEra::Modern, ClusterEra::Dual];
+
+    /// The lowercase name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterEra::Legacy => "legacy",
+            ClusterEra::Modern => "modern",
+            ClusterEra::Dual => "dual",
+        }
+    }
+
+    /// Whether 2026-07-28 requests are served.
+    pub fn serves_modern(self) -> bool {
+        self != ClusterEra::Legacy
+    }
+
+    /// Whether sessions (`initialize`, GET, DELETE) are served.
+    pub fn serves_legacy(self) -> bool {
+        self != ClusterEra::Modern
+    }
+}
+
+impl fmt::Display for ClusterEra {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ClusterEra {
+    type Err = UnknownEra;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "legacy" => Ok(ClusterEra::Legacy),
+            "modern" => Ok(ClusterEra::Modern),
+            "dual" => Ok(ClusterEra::Dual),
+            _ => Err(UnknownEra(s.to_owned())),
+        }
+    }
+}
+
+/// Error of [`ClusterEra::from_str`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownEra(pub String);
+
+impl fmt::Display for UnknownEra {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown era {:?} (expected legacy, modern or dual)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownEra {}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Scope {
     Local,
@@ -181,6 +257,8 @@ impl Default for Faults {
 pub struct ClusterConfig {
     /// State placement, resume rule and routing.
     pub preset: Preset,
+    /// Protocol revisions the instances speak (legacy by default).
+    pub era: ClusterEra,
     /// Number of instances behind the balancer (at least 1).
     pub instances: usize,
     /// The resume-safety extension (§5): advertisement, `Mcp-Capability-Hash`, sequenced
@@ -221,6 +299,7 @@ impl fmt::Debug for ClusterConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ClusterConfig")
             .field("preset", &self.preset)
+            .field("era", &self.era)
             .field("instances", &self.instances)
             .field("extension", &self.extension)
             .field("idle_timeout", &self.idle_timeout)
@@ -245,6 +324,7 @@ impl Default for ClusterConfig {
         let f = Faults::default();
         Self {
             preset: Preset::Naive,
+            era: ClusterEra::Legacy,
             instances: 3,
             extension: true,
             idle_timeout: f.idle_timeout,
@@ -271,6 +351,12 @@ impl ClusterConfig {
             preset,
             ..Self::default()
         }
+    }
+
+    /// Sets the protocol era.
+    pub fn with_era(mut self, era: ClusterEra) -> Self {
+        self.era = era;
+        self
     }
 
     /// Sets the number of instances.
@@ -335,5 +421,15 @@ mod tests {
         }
         assert_eq!(" Strict ".parse::<Preset>().unwrap(), Preset::Strict);
         assert!("sticky-ish".parse::<Preset>().is_err());
+    }
+
+    #[test]
+    fn era_round_trips() {
+        for e in ClusterEra::ALL {
+            assert_eq!(e.as_str().parse::<ClusterEra>().unwrap(), e);
+        }
+        assert!("2026".parse::<ClusterEra>().is_err());
+        assert!(ClusterEra::Dual.serves_legacy() && ClusterEra::Dual.serves_modern());
+        assert!(!ClusterEra::Modern.serves_legacy() && !ClusterEra::Legacy.serves_modern());
     }
 }

@@ -1,4 +1,5 @@
-//! The negotiated context of a session and its capability hash, as the resume-safety extension defines it.
+//! The negotiated context of a session and its capability hash, as the resume-safety extension
+//! defines it; and what a 2026-07-28 request carries instead (its own context, in `_meta`).
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -12,6 +13,76 @@ pub const LATEST_VERSION: &str = "2025-11-25";
 /// The version assumed for a session the instance never saw `initialize` for (the spec's
 /// fallback when no `MCP-Protocol-Version` header says otherwise).
 pub const DEFAULT_VERSION: &str = "2025-03-26";
+
+/// The stateless revision: no session, every request carries its own context.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// Protocol versions a server of `era` names as supported, newest first (what `server/discover`
+/// and an unsupported-version error list).
+pub fn supported_versions(era: crate::ClusterEra) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if era.serves_modern() {
+        out.push(MODERN_VERSION);
+    }
+    if era.serves_legacy() {
+        out.extend(SUPPORTED_VERSIONS.iter().rev());
+    }
+    out
+}
+
+/// `_meta` keys of the 2026-07-28 revision.
+pub mod modern_meta {
+    /// The protocol version a request is written in (mirrored in `MCP-Protocol-Version`).
+    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    /// The capabilities of the client that sent the request.
+    pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+    /// The name and version of the client that sent the request.
+    pub const CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
+    /// The server's name and version, in results.
+    pub const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+    /// The `subscriptions/listen` request a notification belongs to.
+    pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+    /// The log level a request asks for (no `notifications/message` without it).
+    pub const LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+}
+
+/// Capability extension identifiers.
+pub mod extensions {
+    /// The resume-safety extension, where the 2026-07-28 revision puts extensions.
+    pub const RESUME_SAFETY: &str = "io.github.mcp-resume/resume-safety";
+    /// The tasks extension (SEP-2663).
+    pub const TASKS: &str = "io.modelcontextprotocol/tasks";
+}
+
+/// Modern error codes (2026-07-28).
+pub mod modern_code {
+    /// The headers do not match the body, or a required one is missing or malformed.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// The request needs a client capability its `_meta` does not declare.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    /// The server does not speak the requested protocol version.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+}
+
+/// The resume-safety extension as a 2026-07-28 server advertises it: idempotency only (the
+/// capability hash and sequenced ids have no job without sessions and resumption).
+pub fn modern_resume_safety_capability() -> Value {
+    json!({
+        "version": 1,
+        "idempotency": { "metaKey": meta::IDEMPOTENCY_KEY, "header": "Idempotency-Key" }
+    })
+}
+
+/// What a 2026-07-28 instance answers in `server/discover`: tool list changes (on
+/// `subscriptions/listen`), tasks, and the resume-safety extension when it is on.
+pub fn modern_server_capabilities(extension: bool) -> Value {
+    let mut caps = json!({ "tools": { "listChanged": true }, "extensions": {} });
+    caps["extensions"][extensions::TASKS] = json!({});
+    if extension {
+        caps["extensions"][extensions::RESUME_SAFETY] = modern_resume_safety_capability();
+    }
+    caps
+}
 
 /// `params._meta` key (and result `_meta` key) names used by the extension and the oracle.
 pub mod meta {
@@ -39,6 +110,10 @@ pub mod headers {
     pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
     /// SSE resume cursor.
     pub const LAST_EVENT_ID: &str = "last-event-id";
+    /// The JSON-RPC method of a 2026-07-28 request.
+    pub const MCP_METHOD: &str = "mcp-method";
+    /// `params.name` (or `params.uri`) of a 2026-07-28 request that has one.
+    pub const MCP_NAME: &str = "mcp-name";
 }
 
 /// True when `v` is one of [`SUPPORTED_VERSIONS`].
@@ -160,6 +235,27 @@ mod tests {
         assert_ne!(
             capability_hash("2025-11-25", &a, &s),
             capability_hash("2025-06-18", &a, &s)
+        );
+    }
+
+    #[test]
+    fn modern_capabilities_advertise_idempotency_only_with_the_extension() {
+        let on = modern_server_capabilities(true);
+        assert_eq!(on["tools"]["listChanged"], true);
+        assert_eq!(
+            on["extensions"][extensions::RESUME_SAFETY]["idempotency"]["metaKey"],
+            meta::IDEMPOTENCY_KEY
+        );
+        assert!(on["extensions"][extensions::TASKS].is_object());
+        let off = modern_server_capabilities(false);
+        assert!(off["extensions"].get(extensions::RESUME_SAFETY).is_none());
+        assert_eq!(
+            supported_versions(crate::ClusterEra::Dual),
+            [MODERN_VERSION, "2025-11-25", "2025-06-18", "2025-03-26"]
+        );
+        assert_eq!(
+            supported_versions(crate::ClusterEra::Modern),
+            [MODERN_VERSION]
         );
     }
 

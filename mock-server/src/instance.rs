@@ -1,4 +1,5 @@
-//! One MCP server instance: legacy Streamable HTTP (2025-03-26 … 2025-11-25) on `/mcp`.
+//! One MCP server instance on `/mcp`: legacy Streamable HTTP (2025-03-26 … 2025-11-25) here,
+//! the stateless 2026-07-28 revision in [`modern`], or both (the cluster's era decides).
 //!
 //! An instance lives in *incarnations*: killing it drops the incarnation (its local store,
 //! its connections, its running calls); restarting makes a new, empty one.
@@ -11,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -28,7 +29,9 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
-use crate::config::{Faults, Placement, ResumePolicy, Scope};
+mod modern;
+
+use crate::config::{ClusterEra, Faults, Placement, ResumePolicy, Scope};
 use crate::context::{self, headers as h, meta};
 use crate::oracle::{Oracle, ResumeRecord};
 use crate::rng::SplitMix;
@@ -64,6 +67,7 @@ const FOLLOW_POLL: Duration = Duration::from_millis(500);
 /// Settings common to every instance of a cluster.
 #[derive(Debug)]
 pub(crate) struct Settings {
+    pub era: ClusterEra,
     pub placement: Placement,
     pub extension: bool,
     pub retry_ms: Option<u64>,
@@ -81,6 +85,31 @@ pub(crate) struct InstanceEnv {
     pub oracle: Oracle,
     pub faults: Arc<RwLock<Faults>>,
     pub log_rng: Arc<Mutex<Option<SplitMix>>>,
+    /// Armed crashes (a cluster's; stand-alone instances have none).
+    pub crash: Option<Arc<CrashPoints>>,
+}
+
+/// Calls armed to crash their instance mid-call (see `Cluster::crash_mid_call`): by caller
+/// tag, the step after which the instance dies. Shared by a cluster's instances.
+pub(crate) struct CrashPoints {
+    armed: Mutex<HashMap<String, u64>>,
+    /// Who kills (and restarts) an instance on request: the cluster.
+    kill: mpsc::UnboundedSender<usize>,
+}
+
+impl CrashPoints {
+    pub(crate) fn new(kill: mpsc::UnboundedSender<usize>) -> Self {
+        Self {
+            armed: Mutex::new(HashMap::new()),
+            kill,
+        }
+    }
+
+    /// Arms a one-shot crash of whichever instance runs the call tagged `tag`, right after
+    /// its `after_steps`-th step.
+    pub(crate) fn arm(&self, tag: &str, after_steps: u64) {
+        lock(&self.armed).insert(tag.to_owned(), after_steps.max(1));
+    }
 }
 
 struct RunningCall {
@@ -96,6 +125,9 @@ pub(crate) struct Incarnation {
     running: Mutex<HashMap<(String, String), RunningCall>>,
     standalone: Mutex<HashMap<String, mpsc::UnboundedSender<Bytes>>>,
     tombstones: Mutex<HashSet<String>>,
+    /// Set before a kill aborts the running calls: from then on, what they held belongs to
+    /// the store's record of the death, not to them (see [`KeyClaim`]).
+    dying: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -114,6 +146,7 @@ impl RunningInstance {
     /// Stops accepting, drops every connection and every running call, without waiting and
     /// without telling the shared store (for teardown on drop).
     pub(crate) fn abort(&self) {
+        self.incarnation.dying.store(true, Ordering::SeqCst);
         self.accept.abort();
         lock(&self.connections).abort_all();
         lock(&self.incarnation.tasks).abort_all();
@@ -121,6 +154,7 @@ impl RunningInstance {
 
     /// Stops accepting, drops every connection and every running call.
     pub(crate) async fn kill(self) {
+        self.incarnation.dying.store(true, Ordering::SeqCst);
         self.accept.abort();
         let _ = self.accept.await;
         lock(&self.connections).abort_all();
@@ -155,6 +189,7 @@ pub(crate) fn serve(
         running: Mutex::new(HashMap::new()),
         standalone: Mutex::new(HashMap::new()),
         tombstones: Mutex::new(HashSet::new()),
+        dying: AtomicBool::new(false),
     });
     let mut router = router(incarnation.clone());
     if let Some(extra) = extra {
@@ -281,15 +316,26 @@ async fn not_found() -> Response {
     )
 }
 
-async fn method_not_allowed() -> Response {
+async fn method_not_allowed(State(inc): State<Arc<Incarnation>>) -> Response {
+    not_allowed(inc.settings().era)
+}
+
+/// 405 with the methods the era serves: a 2026-07-28-only server has no GET stream and no
+/// session to DELETE.
+fn not_allowed(era: ClusterEra) -> Response {
     let mut resp = rpc_error(
         StatusCode::METHOD_NOT_ALLOWED,
         code::INVALID_REQUEST,
         "Method not allowed",
         None,
     );
+    let allow = if era.serves_legacy() {
+        "GET, POST, DELETE"
+    } else {
+        "POST"
+    };
     resp.headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("GET, POST, DELETE"));
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
     resp
 }
 
@@ -443,7 +489,22 @@ impl Incarnation {
         t.insert(sid.to_owned());
     }
 
-    fn spawn_task(
+    /// Whether the call tagged `tag` must crash this instance now, after its step `step`;
+    /// if so, the kill has been requested and the caller must not go on.
+    pub(crate) fn crash_point(&self, tag: Option<&str>, step: u64) -> bool {
+        let (Some(crash), Some(tag)) = (&self.env.crash, tag) else {
+            return false;
+        };
+        let mut armed = lock(&crash.armed);
+        if armed.get(tag).is_some_and(|n| step >= *n) {
+            armed.remove(tag);
+            let _ = crash.kill.send(self.env.index);
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn spawn_task(
         &self,
         fut: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> AbortHandle {
@@ -635,6 +696,9 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
             )
         }
     };
+    if modern::serves(inc.settings().era, &headers, &parsed) {
+        return modern::handle_post(&inc, headers, parsed).await;
+    }
     let (items, batch) = match parsed {
         Value::Array(items) if !items.is_empty() => (items, true),
         Value::Array(_) => return bad_request("Invalid Request: empty batch"),
@@ -783,6 +847,8 @@ pub(crate) struct Emitter {
     stream: String,
     seq: Arc<AtomicU64>,
     live: Option<mpsc::UnboundedSender<Bytes>>,
+    /// 2026-07-28: events carry no id and are not logged (nothing is ever resumed).
+    modern: bool,
 }
 
 impl Emitter {
@@ -794,6 +860,12 @@ impl Emitter {
         kind: EventKind,
         retry: Option<u64>,
     ) -> Result<(), StoreError> {
+        if self.modern {
+            if let Some(tx) = &self.live {
+                let _ = tx.send(sse::event(None, retry, &data));
+            }
+            return Ok(());
+        }
         let seq = self.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let id = self.inc.new_event_id(&self.stream, seq);
         let frame = sse::event(Some(&id), retry, &data);
@@ -865,6 +937,7 @@ async fn respond_sse(
         stream: stream_id.clone(),
         seq: seq.clone(),
         live: Some(tx),
+        modern: false,
     };
     if context::sends_priming(&session.protocol_version) {
         if let Err(e) = emitter
@@ -1014,7 +1087,7 @@ async fn handle_request(
     match method {
         "ping" => rpc_result(id, json!({})),
         "tools/list" => rpc_result(id, json!({ "tools": tools::list() })),
-        "tools/call" => tools_call(inc, session, id, value, headers, emitter).await,
+        "tools/call" => tools_call(inc, session, id, value, headers, emitter, None).await,
         "initialize" => rpc_err(
             id,
             code::INVALID_REQUEST,
@@ -1030,16 +1103,24 @@ async fn handle_request(
     }
 }
 
-/// Releases a claimed idempotency key if the call never finished (cancel, abort).
+/// Releases a claimed idempotency key if the call never finished because it was cancelled.
+///
+/// Not when its instance is being killed: the call may have applied its effect before it was
+/// aborted, so the key must become "outcome unknown" (the store's record of the death does
+/// that) and never run again. Releasing it here would race that record: a key freed first
+/// would let a re-sent call run a second time.
 struct KeyClaim {
-    store: Arc<dyn Store>,
+    inc: Arc<Incarnation>,
     key: Option<String>,
 }
 
 impl Drop for KeyClaim {
     fn drop(&mut self) {
+        if self.inc.dying.load(Ordering::SeqCst) {
+            return;
+        }
         if let Some(key) = self.key.take() {
-            let store = self.store.clone();
+            let store = self.inc.env.shared.clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move {
                     let _ = store.idempotency_abandon(&key).await;
@@ -1049,6 +1130,31 @@ impl Drop for KeyClaim {
     }
 }
 
+/// The idempotency key a call carries, when the instance honours keys (the extension is on):
+/// from `params._meta`, else the `Idempotency-Key` header.
+fn idempotency_key(
+    inc: &Incarnation,
+    meta_obj: Option<&Value>,
+    headers: &HeaderMap,
+) -> Option<String> {
+    if !inc.settings().extension {
+        return None;
+    }
+    meta_obj
+        .and_then(|m| m.get(meta::IDEMPOTENCY_KEY))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| {
+            headers
+                .get(h::IDEMPOTENCY_KEY)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+        .filter(|k| !k.is_empty() && k.len() <= 256)
+}
+
+/// A `tools/call`, legacy or (with `modern`, what the request carried) 2026-07-28: the
+/// idempotency key claimed, the tool run, the outcome stored under the key.
 async fn tools_call(
     inc: &Arc<Incarnation>,
     session: &SessionRecord,
@@ -1056,6 +1162,7 @@ async fn tools_call(
     value: &Value,
     headers: &HeaderMap,
     emitter: Option<&mut Emitter>,
+    modern: Option<modern::Carried<'_>>,
 ) -> Value {
     let params = value.get("params").cloned().unwrap_or(Value::Null);
     let Some(name) = params.get("name").and_then(Value::as_str) else {
@@ -1084,27 +1191,13 @@ async fn tools_call(
         .and_then(Value::as_str)
         .map(str::to_owned);
     let progress_token = meta_obj.and_then(|m| m.get("progressToken")).cloned();
-    let call = match tools::parse(name, &args) {
+    let call = match tools::parse(name, &args, modern.is_some()) {
         Ok(c) => c,
         Err(e) => return rpc_err(id, code::INVALID_PARAMS, &e, None),
     };
-    let key = if inc.settings().extension {
-        meta_obj
-            .and_then(|m| m.get(meta::IDEMPOTENCY_KEY))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| {
-                headers
-                    .get(h::IDEMPOTENCY_KEY)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-            })
-            .filter(|k| !k.is_empty() && k.len() <= 256)
-    } else {
-        None
-    };
+    let key = idempotency_key(inc, meta_obj, headers);
     let mut claim = KeyClaim {
-        store: inc.env.shared.clone(),
+        inc: inc.clone(),
         key: None,
     };
     if let Some(key) = &key {
@@ -1160,11 +1253,23 @@ async fn tools_call(
         keyed: key.is_some(),
         progress_token,
         emitter,
+        modern: modern.map(|c| tools::ModernCall {
+            params: &params,
+            args: &args,
+            carried_hash: c.hash,
+            carried_capabilities: c.capabilities,
+            log_level: c.log_level,
+            tasks: c.tasks,
+        }),
     };
     let outcome = tools::run(call, ctx).await;
     let mut response = match outcome {
         Ok(mut result) => {
-            if key.is_some() {
+            if modern.is_some() {
+                if result.get("resultType").is_none() {
+                    result["resultType"] = json!("complete");
+                }
+            } else if key.is_some() {
                 result["_meta"][meta::CAPABILITY_HASH] = json!(session.capability_hash);
             }
             json!({ "result": result })
@@ -1188,6 +1293,9 @@ async fn tools_call(
 
 async fn handle_get(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
     inc.env.oracle.request(inc.env.index).await;
+    if !inc.settings().era.serves_legacy() {
+        return not_allowed(inc.settings().era);
+    }
     let headers = req.headers().clone();
     if let Err(r) = inc.check_origin(&headers) {
         return r;
@@ -1236,6 +1344,7 @@ async fn handle_get(State(inc): State<Arc<Incarnation>>, req: Request) -> Respon
         stream: stream_id,
         seq: Arc::new(AtomicU64::new(0)),
         live: Some(tx.clone()),
+        modern: false,
     };
     if context::sends_priming(&session.protocol_version) {
         if let Err(e) = emitter
@@ -1486,6 +1595,9 @@ fn replay(
 
 async fn handle_delete(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
     inc.env.oracle.request(inc.env.index).await;
+    if !inc.settings().era.serves_legacy() {
+        return not_allowed(inc.settings().era);
+    }
     let headers = req.headers();
     if let Err(r) = inc.check_origin(headers) {
         return r;

@@ -1,7 +1,8 @@
 //! A mock round-robin MCP cluster with an oracle, for testing resume-aware clients.
 //!
 //! [`Cluster::start`] runs N MCP server instances (legacy Streamable HTTP, protocol
-//! versions 2025-03-26 to 2025-11-25) behind a load balancer on one public port. The
+//! versions 2025-03-26 to 2025-11-25; or, with [`ClusterEra`], the stateless 2026-07-28
+//! revision, or both) behind a load balancer on one public port. The
 //! balancer round-robins (or pins sessions) and cuts SSE streams the way real balancers do;
 //! instances can be killed and restarted. A [`Preset`] decides what the instances share and
 //! how they treat a resume; the resume-safety extension can be switched off to get a
@@ -54,7 +55,7 @@ pub mod store;
 mod tools;
 
 pub use cluster::Cluster;
-pub use config::{ClusterConfig, CutStyle, Faults, Preset, UnknownPreset};
+pub use config::{ClusterConfig, ClusterEra, CutStyle, Faults, Preset, UnknownEra, UnknownPreset};
 pub use oracle::{
     ExecutionRecord, OracleReport, OracleTotals, ResumeRecord, DEFAULT_ORACLE_RECORD_LIMIT,
 };

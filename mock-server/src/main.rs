@@ -14,10 +14,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use mock_server::nginx::NginxConfig;
 use mock_server::store::{RedisOptions, RedisStore, Store};
-use mock_server::{Cluster, ClusterConfig, CutStyle, Preset, StandaloneInstance};
+use mock_server::{Cluster, ClusterConfig, ClusterEra, CutStyle, Preset, StandaloneInstance};
 
-/// Mock round-robin MCP cluster (Streamable HTTP 2025-03-26 … 2025-11-25) with stream faults
-/// and an oracle, for testing resume-aware MCP clients.
+/// Mock round-robin MCP cluster (Streamable HTTP 2025-03-26 … 2025-11-25, and 2026-07-28 with
+/// --era) with stream faults and an oracle, for testing resume-aware MCP clients.
 #[derive(Debug, Parser)]
 #[command(name = "mock-cluster", version, args_conflicts_with_subcommands = true)]
 struct Args {
@@ -30,6 +30,12 @@ struct Args {
     /// (everything shared; resume anywhere), sticky (strict behind session affinity).
     #[arg(long, default_value = "naive", value_parser = parse_preset)]
     preset: Preset,
+
+    /// Protocol era: legacy (2025-03-26 … 2025-11-25: sessions, initialize, resumable SSE),
+    /// modern (2026-07-28 only: stateless, server/discover, no GET, no sessions) or dual
+    /// (initialize or a session id means legacy, any other request is served as 2026-07-28).
+    #[arg(long, default_value = "legacy", value_parser = parse_era)]
+    era: ClusterEra,
 
     /// Number of MCP instances behind the balancer.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -153,6 +159,11 @@ fn parse_preset(s: &str) -> Result<Preset, String> {
         .map_err(|e: mock_server::UnknownPreset| e.to_string())
 }
 
+fn parse_era(s: &str) -> Result<ClusterEra, String> {
+    s.parse()
+        .map_err(|e: mock_server::UnknownEra| e.to_string())
+}
+
 fn probability(name: &str, p: f64) -> Result<f64, String> {
     if (0.0..=1.0).contains(&p) {
         Ok(p)
@@ -175,6 +186,7 @@ fn config(a: &Args) -> Result<ClusterConfig, String> {
     };
     Ok(ClusterConfig {
         preset: a.preset,
+        era: a.era,
         instances: usize::from(a.instances),
         extension: !a.no_extension,
         idle_timeout: (a.idle_timeout_ms > 0).then(|| Duration::from_millis(a.idle_timeout_ms)),

@@ -2,7 +2,9 @@
 //!
 //! Instances report to it; they never read it. It knows the context each session id was
 //! truly negotiated under (from the `initialize` that created it), so it can tell an
-//! execution under a made-up or drifted context from a correct one.
+//! execution under a made-up or drifted context from a correct one. A 2026-07-28 request has
+//! no session: its truth is the context the request itself carried, read from the request
+//! before the instance acts on it.
 //!
 //! Instances in other processes cannot reach this process's oracle, so an oracle can also
 //! write what it is told to a journal in the shared store (see [`Store::journal_append`]);
@@ -35,12 +37,16 @@ pub struct ExecutionRecord {
     pub tool: String,
     /// Instance that executed it.
     pub instance: usize,
-    /// Session id the call carried.
+    /// Session id the call carried (empty in the 2026-07-28 era: there are no sessions).
     pub session: String,
     /// Capability hash in force on the executing instance.
     pub capability_hash: String,
-    /// Capability hash the session was truly negotiated under (None: never initialized here).
+    /// Capability hash the session was truly negotiated under (None: never initialized here),
+    /// or in the 2026-07-28 era the hash of the context the request carried.
     pub expected_capability_hash: Option<String>,
+    /// 2026-07-28 era: the client capabilities the request carried in its `_meta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried_capabilities: Option<Value>,
     /// It ran under another context than the negotiated one.
     pub wrong_capability: bool,
     /// A dependent call (`commit`) ran against a record the instance did not know.
@@ -168,6 +174,10 @@ enum OracleEvent {
         unknown_record: bool,
         side_effect: bool,
         keyed: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        carried_capability_hash: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        carried_capabilities: Option<Value>,
     },
     Resume {
         record: ResumeRecord,
@@ -187,6 +197,8 @@ impl OracleEvent {
             unknown_record: e.unknown_record,
             side_effect: e.side_effect,
             keyed: e.keyed,
+            carried_capability_hash: e.carried.map(|(h, _)| h.to_owned()),
+            carried_capabilities: e.carried.map(|(_, c)| c.clone()),
         }
     }
 }
@@ -256,8 +268,11 @@ impl OracleState {
                 unknown_record,
                 side_effect,
                 keyed,
+                carried_capability_hash,
+                carried_capabilities,
             } => {
-                let expected = self.truth.get(&session).cloned();
+                let expected =
+                    carried_capability_hash.or_else(|| self.truth.get(&session).cloned());
                 let wrong_capability = expected.as_deref().is_some_and(|h| h != capability_hash);
                 // Untagged calls cannot be told apart, so they are never counted as repeats.
                 let repeated = match &tag {
@@ -285,6 +300,7 @@ impl OracleState {
                         side_effect,
                         keyed,
                         duplicate_side_effect,
+                        carried_capabilities,
                     });
                 } else {
                     self.report.totals.execution_records_dropped += 1;
@@ -325,6 +341,9 @@ pub(crate) struct Execution<'a> {
     pub unknown_record: bool,
     pub side_effect: bool,
     pub keyed: bool,
+    /// 2026-07-28 era: the hash of the context the request carried, and its client
+    /// capabilities (the truth the execution is judged against).
+    pub carried: Option<(&'a str, &'a Value)>,
 }
 
 /// Shared handle to the oracle. Cheap to clone.
@@ -491,6 +510,7 @@ mod tests {
             unknown_record: false,
             side_effect: tool != "generate",
             keyed: false,
+            carried: None,
         }
     }
 
@@ -559,6 +579,45 @@ mod tests {
         o.reset();
         assert_eq!(o.report().totals.executions, 0);
         assert_eq!(o.report().totals.requests_per_instance, vec![0, 0]);
+    }
+
+    #[tokio::test]
+    async fn a_sessionless_execution_is_judged_by_what_its_request_carried() {
+        let o = Oracle::new(1, DEFAULT_ORACLE_RECORD_LIMIT);
+        let caps = serde_json::json!({"experimental": {"sampling": {"temperature": 0.2}}});
+        for ran_under in ["h1", "h2"] {
+            drop(
+                o.execution(Execution {
+                    session: "",
+                    carried: Some(("h1", &caps)),
+                    ..exec(Some(ran_under), "generate", 0, ran_under)
+                })
+                .await
+                .unwrap(),
+            );
+        }
+        let r = o.report();
+        assert_eq!(r.totals.wrong_capability, 1);
+        let wrong = r.executions_tagged("h2").next().unwrap();
+        assert!(wrong.wrong_capability);
+        assert_eq!(wrong.expected_capability_hash.as_deref(), Some("h1"));
+        assert_eq!(wrong.carried_capabilities.as_ref(), Some(&caps));
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new());
+        let journaled = Oracle::with_journal(1, DEFAULT_ORACLE_RECORD_LIMIT, store.clone());
+        drop(
+            journaled
+                .execution(Execution {
+                    session: "",
+                    carried: Some(("h1", &caps)),
+                    ..exec(Some("j"), "generate", 0, "h2")
+                })
+                .await
+                .unwrap(),
+        );
+        let entries = store.journal_entries().await.unwrap();
+        let replayed = OracleReport::from_journal(&entries, DEFAULT_ORACLE_RECORD_LIMIT).unwrap();
+        assert_eq!(replayed.executions, journaled.report().executions);
+        assert_eq!(replayed.totals.wrong_capability, 1);
     }
 
     #[tokio::test]

@@ -75,6 +75,7 @@ impl StandaloneInstance {
             None => Arc::new(MemoryStore::new()),
         };
         let settings = Arc::new(Settings {
+            era: config.era,
             placement: config.preset.placement(),
             extension: config.extension,
             retry_ms: config.retry_ms,
@@ -93,6 +94,7 @@ impl StandaloneInstance {
             log_rng: Arc::new(Mutex::new(
                 config.log_loss.map(|(seed, _)| SplitMix::new(seed)),
             )),
+            crash: None,
         });
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;

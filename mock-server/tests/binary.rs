@@ -16,6 +16,7 @@ fn help_documents_every_flag() {
     let help = String::from_utf8_lossy(&out.stdout);
     for flag in [
         "--preset",
+        "--era",
         "--instances",
         "--listen",
         "--idle-timeout-ms",

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use mock_server::procs::RedisServer;
 use mock_server::store::{
     EventKind, IdempotencyBegin, PreparedRecord, RequestRecord, RequestState, SessionRecord,
-    StoredEvent, StoredOutcome, StreamKind, StreamRecord,
+    StoredEvent, StoredOutcome, StreamKind, StreamRecord, TaskRecord, TaskStatus,
 };
 use mock_server::{MemoryStore, RedisOptions, RedisStore, Store};
 use serde_json::json;
@@ -78,6 +78,7 @@ suite!(
     a_stream_sees_only_its_own_events_among_its_sessions_streams,
     requests_round_trip_and_a_released_instance_loses_its_running_ones,
     prepared_records_round_trip,
+    tasks_round_trip_and_a_released_instance_loses_its_working_ones,
     idempotency_semantics,
     idempotency_abandon_frees_a_running_key_only,
     counters_count,
@@ -373,6 +374,46 @@ async fn prepared_records_round_trip(store: Arc<dyn Store>) {
     assert_eq!(store.get_prepared("rec-1").await.unwrap(), None);
     store.put_prepared(rec.clone()).await.unwrap();
     assert_eq!(store.get_prepared("rec-1").await.unwrap(), Some(rec));
+}
+
+async fn tasks_round_trip_and_a_released_instance_loses_its_working_ones(store: Arc<dyn Store>) {
+    let task = |id: &str, instance, status| TaskRecord {
+        id: id.into(),
+        instance,
+        status,
+        result: None,
+        error: None,
+    };
+    assert_eq!(store.get_task("t-1").await.unwrap(), None);
+    store
+        .put_task(task("t-1", 0, TaskStatus::Working))
+        .await
+        .unwrap();
+    store
+        .put_task(task("t-2", 1, TaskStatus::Working))
+        .await
+        .unwrap();
+    let done = TaskRecord {
+        result: Some(json!({"content": []})),
+        ..task("t-3", 0, TaskStatus::Completed)
+    };
+    store.put_task(done.clone()).await.unwrap();
+    assert_eq!(
+        store.get_task("t-1").await.unwrap(),
+        Some(task("t-1", 0, TaskStatus::Working))
+    );
+    store.release_instance(0).await.unwrap();
+    let status = |t: Option<TaskRecord>| t.map(|t| t.status);
+    assert_eq!(
+        status(store.get_task("t-1").await.unwrap()),
+        Some(TaskStatus::Lost)
+    );
+    assert_eq!(
+        status(store.get_task("t-2").await.unwrap()),
+        Some(TaskStatus::Working),
+        "another instance's task"
+    );
+    assert_eq!(store.get_task("t-3").await.unwrap(), Some(done));
 }
 
 async fn idempotency_semantics(store: Arc<dyn Store>) {

@@ -155,6 +155,44 @@ pub struct PreparedRecord {
     pub instance: usize,
 }
 
+/// Where a task (the tasks extension of the 2026-07-28 era) stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// The instance that created it is still working on it.
+    Working,
+    /// Done: `result` holds what the call would have returned.
+    Completed,
+    /// Ended with `error`.
+    Failed,
+    /// Cancelled by the client.
+    Cancelled,
+    /// The instance working on it died: it will never end.
+    Lost,
+}
+
+impl TaskStatus {
+    /// Whether the task can still change.
+    pub fn is_working(self) -> bool {
+        self == TaskStatus::Working
+    }
+}
+
+/// A task, kept in the shared store so that any instance can answer `tasks/get` for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// The `taskId`.
+    pub id: String,
+    /// Instance that works on it.
+    pub instance: usize,
+    /// Where it stands.
+    pub status: TaskStatus,
+    /// The call's result, once completed.
+    pub result: Option<Value>,
+    /// The JSON-RPC error, once failed.
+    pub error: Option<Value>,
+}
+
 /// A finished call remembered under its idempotency key.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredOutcome {
@@ -239,11 +277,16 @@ pub trait Store: Send + Sync + 'static {
     /// Releases a claimed key without an outcome (the call was cancelled).
     fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
 
+    /// Creates or replaces a task record.
+    fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()>;
+    /// Looks a task up; a working task whose instance died reads as [`TaskStatus::Lost`].
+    fn get_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+
     /// Adds one to a named counter and returns the new value.
     fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64>;
 
-    /// The instance died: its running requests become [`RequestState::Lost`], and so do the
-    /// idempotency keys it held: a lease expiring must not free a key whose effect may have
+    /// The instance died: its running requests become [`RequestState::Lost`], its working
+    /// tasks [`TaskStatus::Lost`], and so do the idempotency keys it held: a lease expiring must not free a key whose effect may have
     /// been applied, or a re-send would apply it twice.
     fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()>;
 
@@ -272,6 +315,7 @@ const MAX_REQUESTS: usize = 100_000;
 const MAX_PREPARED: usize = 100_000;
 const MAX_SESSIONS: usize = 100_000;
 const MAX_KEYS: usize = 100_000;
+const MAX_TASKS: usize = 100_000;
 const MAX_JOURNAL: usize = 1_000_000;
 
 #[derive(Debug)]
@@ -337,6 +381,7 @@ struct MemoryState {
     streams: Bounded<String, StreamLog>,
     requests: Bounded<(String, String), RequestRecord>,
     prepared: Bounded<String, PreparedRecord>,
+    tasks: Bounded<String, TaskRecord>,
     keys: Bounded<String, KeyState>,
     counters: HashMap<String, u64>,
     journal: VecDeque<Value>,
@@ -374,6 +419,7 @@ impl MemoryStore {
                     streams: Bounded::new(MAX_STREAMS),
                     requests: Bounded::new(MAX_REQUESTS),
                     prepared: Bounded::new(MAX_PREPARED),
+                    tasks: Bounded::new(MAX_TASKS),
                     keys: Bounded::new(MAX_KEYS),
                     counters: HashMap::new(),
                     journal: VecDeque::new(),
@@ -588,6 +634,15 @@ impl Store for MemoryStore {
         Self::ready(())
     }
 
+    fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
+        self.with(|s| s.tasks.insert(record.id.clone(), record));
+        Self::ready(())
+    }
+
+    fn get_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        Self::ready(self.with(|s| s.tasks.map.get(id).cloned()))
+    }
+
     fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64> {
         Self::ready(self.with(|s| {
             let c = s.counters.entry(name.to_owned()).or_insert(0);
@@ -601,6 +656,11 @@ impl Store for MemoryStore {
             for r in s.requests.map.values_mut() {
                 if r.instance == instance && r.state == RequestState::Running {
                     r.state = RequestState::Lost;
+                }
+            }
+            for t in s.tasks.map.values_mut() {
+                if t.instance == instance && t.status.is_working() {
+                    t.status = TaskStatus::Lost;
                 }
             }
             for state in s.keys.map.values_mut() {

@@ -9,8 +9,9 @@
 //! | `stream:<id>` | hash `rec`, `session`, `finished`, `head`, `from` | SSE stream record; `from` is the session log's last entry id when the stream was created |
 //! | `request:<session>:<rpc id>` | hash `rec`, `state`, `instance`, `holder` | request record |
 //! | `prepared:<id>` | string (JSON) | `prepare`'s record |
+//! | `task:<id>` | hash `rec`, `state`, `instance`, `holder` | task record (2026-07-28 tasks extension); `state` is `running` while it works |
 //! | `idem:<key>` | hash `state`, `fp`, `instance`, `holder`, `outcome` | idempotency key |
-//! | `running-requests:<i>`, `running-keys:<i>` | set | what instance `i` holds while it runs |
+//! | `running-requests:<i>`, `running-keys:<i>` | set | what instance `i` holds while it runs (working tasks are in the first) |
 //! | `lease:<holder>` | string with expiry | this handle is alive |
 //! | `counter:<name>` | integer | `counter_increment` |
 //! | `journal:oracle` | stream | the oracle's journal |
@@ -39,7 +40,7 @@ use serde_json::Value;
 
 use super::{
     EventKind, IdempotencyBegin, PreparedRecord, RequestRecord, RequestState, SessionRecord, Store,
-    StoreError, StoreFuture, StoredEvent, StoredOutcome, StreamRecord,
+    StoreError, StoreFuture, StoredEvent, StoredOutcome, StreamRecord, TaskRecord, TaskStatus,
 };
 
 /// Settings of a [`RedisStore`].
@@ -810,6 +811,62 @@ impl Store for RedisStore {
                 .await
                 .map_err(err)?;
             Ok(())
+        })
+    }
+
+    fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            // The same fields as a request record, so that the lease check and the release
+            // of a dead instance treat a working task as they treat a running request.
+            let key = self.key("task", &record.id);
+            let running = self.key("running-requests", &record.instance.to_string());
+            let rec = serde_json::to_string(&record).map_err(json_err)?;
+            let working = record.status.is_working();
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("HSET")
+                .arg(&key)
+                .arg("rec")
+                .arg(rec)
+                .arg("state")
+                .arg(if working { "running" } else { "done" })
+                .arg("instance")
+                .arg(record.instance)
+                .arg("holder")
+                .arg(&self.inner.holder)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(&key)
+                .arg(self.retention_ms())
+                .ignore();
+            if working {
+                pipe.cmd("SADD").arg(&running).arg(&key).ignore();
+            } else {
+                pipe.cmd("SREM").arg(&running).arg(&key).ignore();
+            }
+            pipe.exec_async(&mut self.conn()).await.map_err(err)
+        })
+    }
+
+    fn get_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        Box::pin(async move {
+            let got: Option<(String, String)> = self
+                .inner
+                .scripts
+                .get_request
+                .key(self.key("task", id))
+                .arg(&self.inner.opts.namespace)
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            let Some((rec, state)) = got else {
+                return Ok(None);
+            };
+            let mut record: TaskRecord = serde_json::from_str(&rec).map_err(json_err)?;
+            if state == "lost" && record.status.is_working() {
+                record.status = TaskStatus::Lost;
+            }
+            Ok(Some(record))
         })
     }
 

@@ -53,7 +53,7 @@ use tracing::{debug, info, warn};
 use self::calls::{Call, CallState, Calls};
 use self::cursors::Delivered;
 use self::exchanges::{
-    session_id_header, Body, ExKind, Exchanges, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
+    session_id_header, Body, ExKind, Exchange, Exchanges, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
 };
 use self::lifecycle::{Lifecycle, Phase, Step};
 use self::listen::{Listen, ListenState};
@@ -427,7 +427,7 @@ impl Session {
                 let buf = std::mem::take(buf);
                 let allow_batch = ex.allow_batch;
                 let decoded = self.on_payload(http, &buf, allow_batch, now);
-                if let Some(ex) = self.exchanges.remove(http) {
+                if let Some(ex) = self.remove_current(http) {
                     self.json_ended(ex.kind, decoded, now);
                 }
             }
@@ -435,12 +435,12 @@ impl Session {
                 let mut events = Vec::new();
                 decoder.finish(&mut events);
                 self.on_events(http, &mut events, now);
-                if let Some(ex) = self.exchanges.remove(http) {
+                if let Some(ex) = self.remove_current(http) {
                     self.stream_ended(ex.kind, ex.progress, true, now);
                 }
             }
             Body::Error(_) => {
-                if let Some(ex) = self.exchanges.remove(http) {
+                if let Some(ex) = self.remove_current(http) {
                     self.on_refusal(ex, now);
                 }
             }
@@ -449,7 +449,7 @@ impl Session {
 
     /// An exchange failed at the transport level.
     pub fn handle_error(&mut self, http: HttpId, failure: TransportFailure, now: Instant) {
-        let Some(ex) = self.exchanges.remove(http) else {
+        let Some(ex) = self.remove_current(http) else {
             return;
         };
         let connect = matches!(failure, TransportFailure::Connect(_));
@@ -681,6 +681,25 @@ impl Session {
                 self.listen_failed(Failure::StreamEnded { event_id_seen }, None, progress, now);
             }
             _ => {}
+        }
+    }
+
+    /// Removes exchange `http`, returning it only if its end still speaks for what it
+    /// served: a call that has moved on to another exchange (the next MRTR round's POST, a
+    /// resume after a cut) is not ended by the end of an earlier one.
+    fn remove_current(&mut self, http: HttpId) -> Option<Exchange> {
+        let ex = self.exchanges.remove(http)?;
+        match ex.kind {
+            ExKind::Post(c) | ExKind::Resume(c)
+                if self
+                    .calls
+                    .get(c)
+                    .is_some_and(|call| call.state.exchange() != Some(http)) =>
+            {
+                debug!(http = http.0, call = c.0, "a call's former exchange ended");
+                None
+            }
+            _ => Some(ex),
         }
     }
 
