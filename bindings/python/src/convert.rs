@@ -38,6 +38,12 @@ pub fn opt_from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Value>> {
     }
 }
 
+/// An SDK value as its JSON (the server's JSON for what the SDK read, every member kept).
+pub fn json(value: &impl serde::Serialize) -> PyResult<Value> {
+    serde_json::to_value(value)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("not JSON: {e}")))
+}
+
 /// Seconds (int or float) as a `Duration`. Zero passes through: the SDK decides whether a
 /// zero is acceptable where it is used. Only what no `Duration` can hold is refused here.
 pub fn seconds(py: Python<'_>, value: f64, what: &str) -> PyResult<Duration> {

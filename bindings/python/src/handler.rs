@@ -1,14 +1,21 @@
-//! Server-to-client requests answered by a Python callback.
+//! Server-to-client requests answered by Python callbacks.
 //!
-//! The SDK takes its handler when the client is built, while Python code registers one with a
-//! decorator after constructing the client; so the client is always built with a forwarder to
-//! this slot. An empty slot answers exactly as the SDK does without a handler.
+//! The SDK takes its handlers when the client is built. The generic one
+//! (`on_server_request`) is always registered as a forwarder to its slot, so Python code may
+//! set or replace it at any time; an empty slot answers exactly as the SDK does without a
+//! handler. A typed one (`on_sampling`, `on_elicitation`, `on_roots`) declares its capability
+//! at `initialize`, so it is registered on the builder only when its slot holds a callback
+//! by the time the client is built (see `client.rs`); the SDK then types the request, and
+//! the answer the callback returns is typed here before the SDK sends it.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use mcp_resume::{RpcError, ServerRequest};
+use mcp_resume::client::models::{
+    CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Root,
+};
+use mcp_resume::{RequestContext, RpcError, ServerRequest};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -18,20 +25,49 @@ use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 
 use crate::convert::{from_py, opt_from_py};
+use crate::requests::{
+    elicit_answer, roots_answer, sampling_answer, PyCreateMessageRequest, PyElicitRequest,
+    PyListRootsRequest,
+};
 use crate::types::PyServerRequest;
 
 const INTERNAL_ERROR: i64 = -32603;
 
+/// Which callback: the generic one, or a typed one of the SDK's builder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    ServerRequest = 0,
+    Sampling = 1,
+    Elicitation = 2,
+    Roots = 3,
+}
+
+impl Kind {
+    /// The typed kinds, each declaring a client capability when registered.
+    pub const TYPED: [Kind; 3] = [Kind::Sampling, Kind::Elicitation, Kind::Roots];
+
+    /// The name of its registration (keyword argument and decorator).
+    pub fn registration(self) -> &'static str {
+        match self {
+            Kind::ServerRequest => "on_server_request",
+            Kind::Sampling => "on_sampling",
+            Kind::Elicitation => "on_elicitation",
+            Kind::Roots => "on_roots",
+        }
+    }
+}
+
+/// The Python callbacks of one client, and the event loop their coroutines run on.
 #[derive(Default)]
-pub struct HandlerSlot {
+pub struct Handlers {
     state: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
-    callback: Option<Py<PyAny>>,
+    callbacks: [Option<Py<PyAny>>; 4],
     /// The event loop (and context) of the latest call into the client: coroutines the
-    /// callback returns run there.
+    /// callbacks return run there.
     locals: Option<TaskLocals>,
 }
 
@@ -42,7 +78,7 @@ enum Started {
     Pending(Pending),
 }
 
-impl HandlerSlot {
+impl Handlers {
     // The lock is only ever taken while attached to the interpreter and never held across an
     // attach, so it cannot deadlock against the GIL.
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -51,27 +87,41 @@ impl HandlerSlot {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub fn set(&self, callback: Option<Py<PyAny>>) {
-        let previous = std::mem::replace(&mut self.lock().callback, callback);
-        // Released after the lock: dropping it may run Python code (its finalizers).
+    /// Puts `callback` in `kind`'s slot and returns the previous one, which the caller drops
+    /// once it holds no lock (dropping it may run Python code: its finalizers).
+    #[must_use]
+    pub fn replace(&self, kind: Kind, callback: Option<Py<PyAny>>) -> Option<Py<PyAny>> {
+        std::mem::replace(&mut self.lock().callbacks[kind as usize], callback)
+    }
+
+    /// Empties every slot.
+    pub fn clear(&self) {
+        let previous = std::mem::take(&mut self.lock().callbacks);
         drop(previous);
     }
 
-    /// Reports the callback to the garbage collector: a handler that refers to its own
+    /// Whether `kind`'s slot holds a callback.
+    pub fn is_set(&self, kind: Kind) -> bool {
+        self.lock().callbacks[kind as usize].is_some()
+    }
+
+    /// Reports the callbacks to the garbage collector: a handler that refers to its own
     /// client (a decorated closure) makes a cycle through this slot.
     pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         // Never blocks: the lock is only held briefly by a thread attached to the
         // interpreter, which the collector's thread is.
         if let Ok(state) = self.state.try_lock() {
-            if let Some(callback) = &state.callback {
+            for callback in state.callbacks.iter().flatten() {
                 visit.call(callback)?;
             }
         }
         Ok(())
     }
 
-    pub fn callback(&self, py: Python<'_>) -> Option<Py<PyAny>> {
-        self.lock().callback.as_ref().map(|c| c.clone_ref(py))
+    pub fn callback(&self, py: Python<'_>, kind: Kind) -> Option<Py<PyAny>> {
+        self.lock().callbacks[kind as usize]
+            .as_ref()
+            .map(|c| c.clone_ref(py))
     }
 
     /// Records the loop `awaitable` belongs to (the loop of the latest call).
@@ -92,14 +142,85 @@ impl HandlerSlot {
         Ok(())
     }
 
-    /// Calls the Python callback and converts its answer (or exception) for the SDK.
-    pub async fn answer(self: Arc<Self>, request: ServerRequest) -> Result<Value, RpcError> {
+    /// The generic handler: a `ServerRequest` in, the JSON result out.
+    pub async fn server_request(
+        self: Arc<Self>,
+        request: ServerRequest,
+    ) -> Result<Value, RpcError> {
         let method = request.method.clone();
+        self.call(
+            Kind::ServerRequest,
+            method,
+            move |py| Ok(Py::new(py, PyServerRequest::new(py, &request)?)?.into_any()),
+            from_py,
+        )
+        .await
+    }
+
+    /// `sampling/createMessage`, typed by the SDK.
+    pub async fn sampling(
+        self: Arc<Self>,
+        request: CreateMessageRequest,
+        ctx: RequestContext,
+    ) -> Result<CreateMessageResult, RpcError> {
+        let method = ctx.method().to_owned();
+        self.call(
+            Kind::Sampling,
+            method,
+            move |py| Ok(Py::new(py, PyCreateMessageRequest::new(py, request, &ctx)?)?.into_any()),
+            sampling_answer,
+        )
+        .await
+    }
+
+    /// `elicitation/create`, typed by the SDK.
+    pub async fn elicitation(
+        self: Arc<Self>,
+        request: ElicitRequest,
+        ctx: RequestContext,
+    ) -> Result<ElicitResult, RpcError> {
+        let method = ctx.method().to_owned();
+        self.call(
+            Kind::Elicitation,
+            method,
+            move |py| Ok(Py::new(py, PyElicitRequest::new(py, request, &ctx)?)?.into_any()),
+            elicit_answer,
+        )
+        .await
+    }
+
+    /// `roots/list`: the SDK wraps the roots in its answer.
+    pub async fn roots(self: Arc<Self>, ctx: RequestContext) -> Result<Vec<Root>, RpcError> {
+        let method = ctx.method().to_owned();
+        self.call(
+            Kind::Roots,
+            method,
+            move |py| Ok(Py::new(py, PyListRootsRequest::new(py, &ctx)?)?.into_any()),
+            roots_answer,
+        )
+        .await
+    }
+
+    /// Calls `kind`'s callback with the argument `arg` builds, and converts its answer (or
+    /// exception) with `convert`.
+    async fn call<T, A, C>(
+        self: Arc<Self>,
+        kind: Kind,
+        method: String,
+        arg: A,
+        convert: C,
+    ) -> Result<T, RpcError>
+    where
+        T: Send + 'static,
+        A: FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send + 'static,
+        C: FnOnce(&Bound<'_, PyAny>) -> PyResult<T> + Send + 'static,
+    {
         // The GIL is taken on the blocking pool, never on a runtime worker, so Python code
         // holding it cannot stall the client's driver.
         let started = attached({
-            let slot = self.clone();
-            move |py| slot.start(py, &request)
+            let slots = self.clone();
+            let method = method.clone();
+            move |py| slots.start(py, kind, &method, arg)
         })
         .await?;
         let outcome = match started {
@@ -107,30 +228,40 @@ impl HandlerSlot {
             Started::Pending(future) => future.await,
         };
         attached(move |py| match outcome {
-            Ok(value) => from_py(value.bind(py)).map_err(|e| failure(py, &method, &e)),
+            Ok(value) => convert(value.bind(py)).map_err(|e| failure(py, &method, &e)),
             Err(e) => Err(failure(py, &method, &e)),
         })
         .await
     }
 
-    fn start(&self, py: Python<'_>, request: &ServerRequest) -> Result<Started, RpcError> {
+    fn start<A>(
+        &self,
+        py: Python<'_>,
+        kind: Kind,
+        method: &str,
+        arg: A,
+    ) -> Result<Started, RpcError>
+    where
+        A: FnOnce(Python<'_>) -> PyResult<Py<PyAny>>,
+    {
         let (callback, locals) = {
             let state = self.lock();
             (
-                state.callback.as_ref().map(|c| c.clone_ref(py)),
+                state.callbacks[kind as usize]
+                    .as_ref()
+                    .map(|c| c.clone_ref(py)),
                 state.locals.clone(),
             )
         };
         let Some(callback) = callback else {
             return Err(RpcError {
                 code: -32601,
-                message: format!("method not found: {}", request.method),
+                message: format!("method not found: {method}"),
                 data: None,
             });
         };
         let run = || -> PyResult<Started> {
-            let arg = Py::new(py, PyServerRequest::new(py, request)?)?;
-            let returned = callback.bind(py).call1((arg,))?;
+            let returned = callback.bind(py).call1((arg(py)?,))?;
             if !is_awaitable(py, &returned)? {
                 return Ok(Started::Ready(returned.unbind()));
             }
@@ -143,7 +274,7 @@ impl HandlerSlot {
             let future = pyo3_async_runtimes::into_future_with_locals(&locals, returned)?;
             Ok(Started::Pending(Box::pin(future)))
         };
-        run().map_err(|e| failure(py, &request.method, &e))
+        run().map_err(|e| failure(py, method, &e))
     }
 }
 

@@ -12,6 +12,8 @@ mod client;
 mod convert;
 mod errors;
 mod handler;
+mod models;
+mod requests;
 mod streams;
 mod types;
 
@@ -38,6 +40,8 @@ fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<streams::EventStream>()?;
     m.add_class::<streams::NotificationStream>()?;
     types::register(m)?;
+    models::register(m)?;
+    requests::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(bench::bench_rust_calls, m)?)?;

@@ -252,7 +252,7 @@ impl PyContent {
 }
 
 impl PyContent {
-    fn new(content: &Content) -> Self {
+    pub fn new(content: &Content) -> Self {
         let mut item = PyContent {
             kind: content.kind().unwrap_or_default().to_owned(),
             text: None,
@@ -395,7 +395,7 @@ impl PyServerNotification {
 }
 
 /// A deep copy, so `to_dict()` never hands out the object behind an attribute.
-fn copy<'py>(py: Python<'py>, value: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+pub fn copy<'py>(py: Python<'py>, value: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
     py.import("copy")?
         .call_method1("deepcopy", (value.bind(py),))
 }

@@ -11,29 +11,72 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Union
 
-from ._enums import Era, ResendPolicy
+from ._enums import Era, LoggingLevel, ResendPolicy
 from ._errors import McpResumeError
 from ._mcp_resume import (
     CallToolResult,
+    Completion,
+    CreateMessageRequest,
+    CreateMessageResult,
+    ElicitRequest,
+    ElicitResult,
     EraCache,
     EventStream,
     ExtensionStatus,
+    GetPromptResult,
     InitializeResult,
+    ListRootsRequest,
     NotificationStream,
+    Page,
+    Prompt,
+    PromptReference,
     RawClient,
+    ReadResourceResult,
     ReconnectPolicy,
+    Resource,
+    ResourceTemplate,
+    ResourceTemplateReference,
+    Root,
     ServerRequest,
     Tool,
 )
 
-__all__ = ["Client", "ServerRequestHandler"]
+__all__ = [
+    "Client",
+    "ElicitationHandler",
+    "RootsHandler",
+    "SamplingHandler",
+    "ServerRequestHandler",
+]
 
 ServerRequestHandler = Callable[[ServerRequest], Union[Awaitable[Any], Any]]
 """Answers a server-to-client request: returns (or resolves to) the JSON result, or raises
 ``RpcError`` to answer with that error. Any other exception is logged on the
 ``mcp_resume`` logger and answered as a JSON-RPC internal error."""
 
+_SamplingAnswer = Union[CreateMessageResult, Mapping[str, Any]]
+SamplingHandler = Callable[
+    [CreateMessageRequest], Union[Awaitable[_SamplingAnswer], _SamplingAnswer]
+]
+"""Answers ``sampling/createMessage``: returns (or resolves to) a ``CreateMessageResult`` or
+its JSON (``{"role": "assistant", "content": {...}, "model": ...}``)."""
+
+_ElicitationAnswer = Union[ElicitResult, Mapping[str, Any]]
+ElicitationHandler = Callable[
+    [ElicitRequest], Union[Awaitable[_ElicitationAnswer], _ElicitationAnswer]
+]
+"""Answers ``elicitation/create``: returns (or resolves to) an ``ElicitResult`` or its JSON
+(``{"action": "accept", "content": {...}}``)."""
+
+_RootsAnswer = Iterable[Union[Root, str, Mapping[str, Any]]]
+RootsHandler = Callable[[ListRootsRequest], Union[Awaitable[_RootsAnswer], _RootsAnswer]]
+"""Answers ``roots/list``: returns (or resolves to) the roots, each a ``Root``, a URI or a
+root's JSON (``{"uri": ..., "name": ...}``)."""
+
 _Handler = TypeVar("_Handler", bound=ServerRequestHandler)
+_Sampling = TypeVar("_Sampling", bound=SamplingHandler)
+_Elicitation = TypeVar("_Elicitation", bound=ElicitationHandler)
+_Roots = TypeVar("_Roots", bound=RootsHandler)
 
 
 class Client:
@@ -67,8 +110,14 @@ class Client:
         open_listen_stream: open the standalone GET stream after ``initialize``; default
             ``True``.
         jitter_seed: fixes the reconnect jitter (reproducible tests).
-        on_server_request: the handler of server-to-client requests (see
-            ``Client.on_server_request``).
+        on_server_request: the handler of the server-to-client requests no typed handler
+            takes (see ``Client.on_server_request``).
+        on_sampling: the handler of ``sampling/createMessage``; declares the ``sampling``
+            capability (see ``Client.on_sampling``).
+        on_elicitation: the handler of ``elicitation/create``; declares the ``elicitation``
+            capability (see ``Client.on_elicitation``).
+        on_roots: the handler of ``roots/list``; declares the ``roots`` capability (see
+            ``Client.on_roots``).
 
     Raises:
         InvalidConfigError: a bad URL, header, size, duration, era or policy.
@@ -96,6 +145,9 @@ class Client:
         open_listen_stream: bool | None = None,
         jitter_seed: int | None = None,
         on_server_request: ServerRequestHandler | None = None,
+        on_sampling: SamplingHandler | None = None,
+        on_elicitation: ElicitationHandler | None = None,
+        on_roots: RootsHandler | None = None,
     ) -> None:
         self._raw = RawClient(
             url,
@@ -115,6 +167,9 @@ class Client:
             open_listen_stream=open_listen_stream,
             jitter_seed=jitter_seed,
             on_server_request=on_server_request,
+            on_sampling=on_sampling,
+            on_elicitation=on_elicitation,
+            on_roots=on_roots,
         )
 
     async def __aenter__(self) -> Client:
@@ -144,6 +199,92 @@ class Client:
     async def list_tools(self) -> list[Tool]:
         """Lists the server's tools (``tools/list``, every page)."""
         return await self._raw.list_tools()
+
+    async def list_tools_page(self, cursor: str | None = None) -> Page[Tool]:
+        """One page of ``tools/list``: the first with ``cursor=None``, then each
+        ``next_cursor`` in turn."""
+        return await self._raw.list_tools_page(cursor)
+
+    async def list_resources(self) -> list[Resource]:
+        """Lists the server's resources (``resources/list``, every page)."""
+        return await self._raw.list_resources()
+
+    async def list_resources_page(self, cursor: str | None = None) -> Page[Resource]:
+        """One page of ``resources/list``."""
+        return await self._raw.list_resources_page(cursor)
+
+    async def list_resource_templates(self) -> list[ResourceTemplate]:
+        """Lists the server's resource templates (``resources/templates/list``, every
+        page)."""
+        return await self._raw.list_resource_templates()
+
+    async def list_resource_templates_page(
+        self, cursor: str | None = None
+    ) -> Page[ResourceTemplate]:
+        """One page of ``resources/templates/list``."""
+        return await self._raw.list_resource_templates_page(cursor)
+
+    async def read_resource(self, uri: str) -> ReadResourceResult:
+        """Reads a resource (``resources/read``)."""
+        return await self._raw.read_resource(uri)
+
+    async def subscribe_resource(self, uri: str) -> None:
+        """Subscribes to a resource's changes (``resources/subscribe``): each arrives as a
+        ``notifications/resources/updated`` on ``notifications()``. A subscription belongs
+        to the session: after a ``reinitialized`` event, subscribe again."""
+        await self._raw.subscribe_resource(uri)
+
+    async def unsubscribe_resource(self, uri: str) -> None:
+        """Ends a subscription (``resources/unsubscribe``)."""
+        await self._raw.unsubscribe_resource(uri)
+
+    async def list_prompts(self) -> list[Prompt]:
+        """Lists the server's prompts (``prompts/list``, every page)."""
+        return await self._raw.list_prompts()
+
+    async def list_prompts_page(self, cursor: str | None = None) -> Page[Prompt]:
+        """One page of ``prompts/list``."""
+        return await self._raw.list_prompts_page(cursor)
+
+    async def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None
+    ) -> GetPromptResult:
+        """Renders a prompt (``prompts/get``) with its arguments (names to string
+        values)."""
+        return await self._raw.get_prompt(name, arguments)
+
+    async def complete(
+        self,
+        ref: PromptReference | ResourceTemplateReference | Mapping[str, Any],
+        argument_name: str,
+        argument_value: str,
+        *,
+        context: Mapping[str, str] | None = None,
+    ) -> Completion:
+        """Asks for completions of a prompt's argument or a resource template's variable
+        (``completion/complete``).
+
+        Args:
+            ref: what is completed: ``PromptReference(name)``,
+                ``ResourceTemplateReference(uri_template)``, or their dict
+                (``{"type": "ref/prompt", "name": ...}``).
+            argument_name: the argument (or template variable) being completed.
+            argument_value: what the user typed so far.
+            context: the values of the arguments already chosen.
+        """
+        return await self._raw.complete(ref, argument_name, argument_value, context=context)
+
+    async def set_logging_level(self, level: LoggingLevel | str) -> None:
+        """Sets the least severe level of the log messages the server sends
+        (``logging/setLevel``); they arrive as ``notifications/message`` on
+        ``notifications()``. The level belongs to the session: after a ``reinitialized``
+        event, set it again. An unknown level raises ``InvalidConfigError``."""
+        await self._raw.set_logging_level(level)
+
+    async def notify_roots_changed(self) -> None:
+        """Tells the server the roots changed (``notifications/roots/list_changed``): it
+        asks for them again, and the ``on_roots`` handler answers."""
+        await self._raw.notify_roots_changed()
 
     async def call_tool(
         self,
@@ -241,15 +382,58 @@ class Client:
         return self._raw.notifications()
 
     def on_server_request(self, handler: _Handler) -> _Handler:
-        """Registers the handler of server-to-client requests (sampling, elicitation,
-        roots, and in the modern era the input requests of a call); usable as a decorator.
+        """Registers the handler of the server-to-client requests no typed handler
+        (``on_sampling``, ``on_elicitation``, ``on_roots``) takes: any method, in the modern
+        era also the input requests of a call; usable as a decorator, at any time.
 
         The handler gets a ``ServerRequest`` and returns the JSON result, directly or from
         an ``async def``; it runs on the event loop that last used this client. Raise
         ``RpcError(code, message, data)`` to answer with that error. Without a handler the
-        client answers "method not found"; ``ping`` is always answered for you.
+        client answers "method not found"; ``ping`` is always answered for you. It declares
+        no capability: pass what it answers in ``capabilities``.
         """
         self._raw.server_request_handler = handler
+        return handler
+
+    def on_sampling(self, handler: _Sampling) -> _Sampling:
+        """Registers the handler of ``sampling/createMessage`` (in the modern era also of
+        such input requests of a call); usable as a decorator. It declares the ``sampling``
+        capability at ``initialize``, so register it before the client is first used
+        (``connect()``, a call, ``events()``, ``notifications()``); afterwards only a
+        handler registered before can be replaced (else ``InvalidConfigError``).
+
+        The handler gets a ``CreateMessageRequest`` and returns a ``CreateMessageResult``
+        or its JSON, directly or from an ``async def``, on the event loop that last used
+        this client. ``RpcError`` and other exceptions are answered as with
+        ``on_server_request``; an answer of the wrong shape is logged and answered as an
+        internal error.
+        """
+        self._raw.sampling_handler = handler
+        return handler
+
+    def on_elicitation(self, handler: _Elicitation) -> _Elicitation:
+        """Registers the handler of ``elicitation/create`` (in the modern era also of such
+        input requests of a call); usable as a decorator. It declares the ``elicitation``
+        capability (form mode; add ``{"elicitation": {"url": {}}}`` to ``capabilities`` for
+        URL mode) at ``initialize``: register it before the client is first used, as
+        ``on_sampling``.
+
+        The handler gets an ``ElicitRequest`` and returns an ``ElicitResult``
+        (``ElicitResult.accept(values)``, ``.decline()``, ``.cancel()``) or its JSON.
+        """
+        self._raw.elicitation_handler = handler
+        return handler
+
+    def on_roots(self, handler: _Roots) -> _Roots:
+        """Registers the handler of ``roots/list``; usable as a decorator. It declares the
+        ``roots`` capability (with ``listChanged``: call ``notify_roots_changed()`` when
+        they change) at ``initialize``: register it before the client is first used, as
+        ``on_sampling``.
+
+        The handler gets a ``ListRootsRequest`` and returns the roots: ``Root(uri, name)``
+        objects, URIs, or root dicts.
+        """
+        self._raw.roots_handler = handler
         return handler
 
     def __repr__(self) -> str:

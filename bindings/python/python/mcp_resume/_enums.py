@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Era", "ResendPolicy"]
+__all__ = ["Era", "LoggingLevel", "ResendPolicy"]
 
 
 class Era(str, enum.Enum):
@@ -36,5 +36,23 @@ class ResendPolicy(str, enum.Enum):
         return self.value
 
 
+class LoggingLevel(str, enum.Enum):
+    """Severity of the server's log messages (RFC 5424), least severe first:
+    ``Client.set_logging_level`` asks for this level and above."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    NOTICE = "notice"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+    ALERT = "alert"
+    EMERGENCY = "emergency"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 Era.__module__ = "mcp_resume"
+LoggingLevel.__module__ = "mcp_resume"
 ResendPolicy.__module__ = "mcp_resume"

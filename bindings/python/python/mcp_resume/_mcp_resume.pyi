@@ -1,21 +1,41 @@
 """Type stubs of the extension module. Use the classes through ``mcp_resume``."""
 
 from collections.abc import Awaitable, Iterable, Mapping
-from typing import Any, Literal, TypeVar, final
+from types import GenericAlias
+from typing import Any, Generic, Literal, TypeVar, final
 
-from ._enums import Era, ResendPolicy
+from ._enums import Era, LoggingLevel, ResendPolicy
 
 __version__: str
 __all__ = [
     "CallToolResult",
+    "Completion",
     "Content",
+    "CreateMessageRequest",
+    "CreateMessageResult",
+    "ElicitRequest",
+    "ElicitResult",
     "EraCache",
     "EventStream",
     "ExtensionStatus",
+    "GetPromptResult",
     "InitializeResult",
+    "ListRootsRequest",
     "NotificationStream",
+    "Page",
+    "Prompt",
+    "PromptArgument",
+    "PromptMessage",
+    "PromptReference",
     "RawClient",
+    "ReadResourceResult",
     "ReconnectPolicy",
+    "Resource",
+    "ResourceContents",
+    "ResourceTemplate",
+    "ResourceTemplateReference",
+    "Root",
+    "SamplingMessage",
     "ServerNotification",
     "ServerRequest",
     "SessionEvent",
@@ -142,6 +162,400 @@ class CallToolResult:
         """The text items joined by newlines."""
     def to_dict(self) -> dict[str, Any]:
         """The whole ``result`` member, as sent (a fresh copy)."""
+
+_Item = TypeVar("_Item")
+
+@final
+class Page(Generic[_Item]):
+    """One page of a ``*/list`` result (``list_tools_page`` and its siblings)."""
+
+    @property
+    def items(self) -> list[_Item]:
+        """The items of this page."""
+    @property
+    def next_cursor(self) -> str | None:
+        """The cursor of the next page; ``None`` on the last page."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+    @classmethod
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        """``Page[Resource]`` in annotations."""
+
+@final
+class Resource:
+    """A resource the server offers (``resources/list``)."""
+
+    @property
+    def uri(self) -> str:
+        """Its URI, for ``read_resource``."""
+    @property
+    def name(self) -> str:
+        """Its name."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type, if known."""
+    @property
+    def size(self) -> int | None:
+        """Size in bytes, if known."""
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """Usage hints (``audience``, ``priority``, ``lastModified``), as sent."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The resource object, as sent (a fresh copy)."""
+
+@final
+class ResourceTemplate:
+    """A family of resources named by an RFC 6570 URI template
+    (``resources/templates/list``)."""
+
+    @property
+    def uri_template(self) -> str:
+        """The URI template, as sent (never expanded)."""
+    @property
+    def name(self) -> str:
+        """Its name."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type of the resources it names, when they share one."""
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """Usage hints, as sent."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The template object, as sent (a fresh copy)."""
+
+@final
+class ResourceContents:
+    """The contents of a resource, or of one of its parts: text or base64 ``blob``."""
+
+    @property
+    def uri(self) -> str:
+        """The URI these contents are of."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type, if known."""
+    @property
+    def text(self) -> str | None:
+        """The text, for a text resource."""
+    @property
+    def blob(self) -> str | None:
+        """Base64-encoded bytes, for a binary resource."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The contents object, as sent (a fresh copy)."""
+
+@final
+class ReadResourceResult:
+    """The result of ``resources/read``."""
+
+    @property
+    def contents(self) -> list[ResourceContents]:
+        """The contents (one resource may have several parts)."""
+    @property
+    def text(self) -> str:
+        """The text parts joined by newlines."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The result's ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+@final
+class PromptArgument:
+    """One argument of a prompt."""
+
+    @property
+    def name(self) -> str:
+        """Its name."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def required(self) -> bool | None:
+        """Whether it must be given (``None`` when the server did not say)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The argument object, as sent (a fresh copy)."""
+
+@final
+class Prompt:
+    """A prompt template the server offers (``prompts/list``)."""
+
+    @property
+    def name(self) -> str:
+        """Name to get it by."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def arguments(self) -> list[PromptArgument]:
+        """The arguments it takes."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The prompt object, as sent (a fresh copy)."""
+
+@final
+class PromptMessage:
+    """One message of a rendered prompt."""
+
+    @property
+    def role(self) -> str:
+        """``"user"`` or ``"assistant"``."""
+    @property
+    def content(self) -> Content:
+        """What is said."""
+    def to_dict(self) -> dict[str, Any]:
+        """The message, as sent (a fresh copy)."""
+
+@final
+class GetPromptResult:
+    """The result of ``prompts/get``: the rendered prompt."""
+
+    @property
+    def description(self) -> str | None:
+        """Description of the rendered prompt, if any."""
+    @property
+    def messages(self) -> list[PromptMessage]:
+        """The messages."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The result's ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+@final
+class Completion:
+    """Suggested values for the argument being completed (``completion/complete``)."""
+
+    @property
+    def values(self) -> list[str]:
+        """The suggestions (at most 100)."""
+    @property
+    def total(self) -> int | None:
+        """How many suggestions exist in all, if known."""
+    @property
+    def has_more(self) -> bool | None:
+        """Whether there are more than these, if the server said."""
+    def to_dict(self) -> dict[str, Any]:
+        """The ``completion`` member, as sent (a fresh copy)."""
+
+@final
+class PromptReference:
+    """What ``complete`` completes: an argument of the prompt ``name``."""
+
+    def __new__(cls, name: str) -> PromptReference:
+        """The prompt named ``name``."""
+    @property
+    def name(self) -> str:
+        """The prompt's name."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": "ref/prompt", "name": ...}``."""
+
+@final
+class ResourceTemplateReference:
+    """What ``complete`` completes: a variable of the resource template ``uri``."""
+
+    def __new__(cls, uri: str) -> ResourceTemplateReference:
+        """The resource template whose URI template is ``uri``."""
+    @property
+    def uri(self) -> str:
+        """The URI template."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": "ref/resource", "uri": ...}``."""
+
+@final
+class SamplingMessage:
+    """One message of a sampling conversation."""
+
+    @property
+    def role(self) -> str:
+        """``"user"`` or ``"assistant"``."""
+    @property
+    def content(self) -> list[Content]:
+        """Its content items (one or several; ``tool_use`` and ``tool_result`` items keep
+        their own ``type``)."""
+    @property
+    def text(self) -> str:
+        """The text items joined by newlines."""
+    def to_dict(self) -> dict[str, Any]:
+        """The message, as sent (a fresh copy)."""
+
+@final
+class CreateMessageRequest:
+    """The server's ``sampling/createMessage`` request: it asks the client's model for a
+    message."""
+
+    @property
+    def request_id(self) -> int | str:
+        """The server's request id."""
+    @property
+    def messages(self) -> list[SamplingMessage]:
+        """The conversation so far."""
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens to generate."""
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt the server asks for, if any."""
+    @property
+    def include_context(self) -> str | None:
+        """Which MCP context to include (``none``, ``thisServer``, ``allServers``), if
+        given."""
+    @property
+    def temperature(self) -> float | None:
+        """The sampling temperature, if given."""
+    @property
+    def stop_sequences(self) -> list[str] | None:
+        """Stop sequences, if given."""
+    @property
+    def model_preferences(self) -> dict[str, Any] | None:
+        """The server's model preferences, as sent."""
+    @property
+    def metadata(self) -> Any:
+        """Provider-specific metadata, as sent."""
+    @property
+    def tools(self) -> list[Any] | None:
+        """Tools the model may use, as sent."""
+    @property
+    def tool_choice(self) -> Any:
+        """How the model may use them, as sent."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The params' ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The request's params (a fresh copy)."""
+
+@final
+class ElicitRequest:
+    """The server's ``elicitation/create`` request: it asks the user for information, with
+    a form (``requested_schema``) or by sending them to a URL (``url`` mode)."""
+
+    @property
+    def request_id(self) -> int | str:
+        """The server's request id."""
+    @property
+    def message(self) -> str:
+        """What to tell the user."""
+    @property
+    def mode(self) -> str | None:
+        """``"form"`` or ``"url"``; ``None`` (older servers) means a form."""
+    @property
+    def requested_schema(self) -> dict[str, Any] | None:
+        """The form's JSON Schema, as sent."""
+    @property
+    def url(self) -> str | None:
+        """The URL to send the user to (``url`` mode)."""
+    @property
+    def elicitation_id(self) -> str | None:
+        """The elicitation's id (``url`` mode)."""
+    @property
+    def is_url_mode(self) -> bool:
+        """Whether the server asks the user to visit a URL rather than fill in a form."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The params' ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The request's params (a fresh copy)."""
+
+@final
+class ListRootsRequest:
+    """The server's ``roots/list`` request: it asks which roots the client exposes."""
+
+    @property
+    def request_id(self) -> int | str:
+        """The server's request id."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The params' ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The request's params (``{}``, or its ``_meta``)."""
+
+@final
+class CreateMessageResult:
+    """The client's answer to ``sampling/createMessage``: an assistant message from
+    ``model``."""
+
+    def __new__(
+        cls,
+        model: str,
+        content: str | Mapping[str, Any] | list[Mapping[str, Any]],
+        *,
+        stop_reason: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> CreateMessageResult:
+        """``content`` is text, one content item (``{"type": "image", ...}``), or a list of
+        items; ``stop_reason`` is e.g. ``"endTurn"``; ``meta`` becomes ``_meta``."""
+    @property
+    def model(self) -> str:
+        """The model that generated the message."""
+    @property
+    def stop_reason(self) -> str | None:
+        """Why generation stopped, if given."""
+    def to_dict(self) -> dict[str, Any]:
+        """The answer's JSON, as it will be sent."""
+
+@final
+class ElicitResult:
+    """The client's answer to ``elicitation/create``."""
+
+    @staticmethod
+    def accept(content: Mapping[str, Any] | None = None) -> ElicitResult:
+        """The user submitted ``content`` (the form's values; ``None`` for a URL)."""
+    @staticmethod
+    def decline() -> ElicitResult:
+        """The user refused."""
+    @staticmethod
+    def cancel() -> ElicitResult:
+        """The user dismissed the request."""
+    @property
+    def action(self) -> Literal["accept", "decline", "cancel"]:
+        """What the user did."""
+    @property
+    def content(self) -> dict[str, Any] | None:
+        """The submitted values, for an accepted form."""
+    def to_dict(self) -> dict[str, Any]:
+        """The answer's JSON, as it will be sent."""
+
+@final
+class Root:
+    """A root the client exposes to the server: a directory or file it may work in."""
+
+    def __new__(cls, uri: str, name: str | None = None) -> Root:
+        """A root at ``uri`` (a ``file://`` URI), with an optional human-readable name."""
+    @property
+    def uri(self) -> str:
+        """Its URI."""
+    @property
+    def name(self) -> str | None:
+        """Its name, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The root's JSON, as it will be sent."""
 
 @final
 class ServerNotification:
@@ -357,9 +771,37 @@ class RawClient:
         open_listen_stream: bool | None = None,
         jitter_seed: int | None = None,
         on_server_request: Any = None,
+        on_sampling: Any = None,
+        on_elicitation: Any = None,
+        on_roots: Any = None,
     ) -> RawClient: ...
     def connect(self) -> Awaitable[InitializeResult]: ...
     def list_tools(self) -> Awaitable[list[Tool]]: ...
+    def list_tools_page(self, cursor: str | None = None) -> Awaitable[Page[Tool]]: ...
+    def list_resources(self) -> Awaitable[list[Resource]]: ...
+    def list_resources_page(self, cursor: str | None = None) -> Awaitable[Page[Resource]]: ...
+    def list_resource_templates(self) -> Awaitable[list[ResourceTemplate]]: ...
+    def list_resource_templates_page(
+        self, cursor: str | None = None
+    ) -> Awaitable[Page[ResourceTemplate]]: ...
+    def read_resource(self, uri: str) -> Awaitable[ReadResourceResult]: ...
+    def subscribe_resource(self, uri: str) -> Awaitable[None]: ...
+    def unsubscribe_resource(self, uri: str) -> Awaitable[None]: ...
+    def list_prompts(self) -> Awaitable[list[Prompt]]: ...
+    def list_prompts_page(self, cursor: str | None = None) -> Awaitable[Page[Prompt]]: ...
+    def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None
+    ) -> Awaitable[GetPromptResult]: ...
+    def complete(
+        self,
+        ref: PromptReference | ResourceTemplateReference | Mapping[str, Any],
+        argument_name: str,
+        argument_value: str,
+        *,
+        context: Mapping[str, str] | None = None,
+    ) -> Awaitable[Completion]: ...
+    def set_logging_level(self, level: LoggingLevel | str) -> Awaitable[None]: ...
+    def notify_roots_changed(self) -> Awaitable[None]: ...
     def call_tool(
         self,
         name: str,
@@ -384,6 +826,9 @@ class RawClient:
     def events(self) -> EventStream: ...
     def notifications(self) -> NotificationStream: ...
     server_request_handler: Any
+    sampling_handler: Any
+    elicitation_handler: Any
+    roots_handler: Any
 
 _T = TypeVar("_T")
 
