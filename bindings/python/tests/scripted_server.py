@@ -3,9 +3,15 @@
 Legacy era: `initialize` with a session id, `tools/list`, and `tools/call` of
 - `echo`: JSON result;
 - `mixed`: a result holding one content item of each type (`isError`, `_meta`);
-- `ask`: an SSE stream that sends the client a `sampling/createMessage` request, waits for
-  the client's answer (POSTed separately), and returns it as the tool's structured result;
+- `ask`: an SSE stream that sends the client a request (`sampling/createMessage` by default,
+  else the `method` and `params` of its arguments), waits for the client's answer (POSTed
+  separately), and returns it as the tool's structured result;
 - `hang`: an SSE stream that stays open until the client cancels the call (or 10 s).
+
+and the typed methods: `resources/list` in two pages (cursor `page-2`),
+`resources/templates/list`, `resources/read`, `resources/subscribe` and `unsubscribe`,
+`prompts/list`, `prompts/get` (its messages echo the arguments), `completion/complete` (its
+values echo the request), `logging/setLevel`. Every message received is recorded.
 
 A request carrying `Authorization: Bearer expired` is refused with 401 and a `Bearer`
 challenge.
@@ -30,6 +36,23 @@ TOOLS = [
     for name in ("echo", "ask", "hang", "confirm", "needs_sampling", "mixed")
 ]
 
+RESOURCES_PAGE_1 = [
+    {"uri": "file:///a.txt", "name": "a", "mimeType": "text/plain", "size": 5,
+     "annotations": {"audience": ["user"], "priority": 0.5}, "icons": [{"src": "a.png"}]},
+    {"uri": "file:///b.bin", "name": "b", "title": "Bee", "_meta": {"k": "v"}},
+]
+RESOURCES_PAGE_2 = [{"uri": "mem://c", "name": "c", "description": "third"}]
+
+TEMPLATES = [
+    {"uriTemplate": "file:///logs/{day}.log", "name": "logs", "mimeType": "text/plain",
+     "x-new": True},
+]
+
+PROMPTS = [
+    {"name": "greet", "title": "Greeting", "description": "says hello",
+     "arguments": [{"name": "who", "required": True}, {"name": "style"}]},
+]
+
 # One content item of every type, and one of a type no client knows.
 MIXED = [
     {"type": "text", "text": "hello", "annotations": {"priority": 1}},
@@ -51,6 +74,7 @@ class ScriptedServer:
         self.answered = threading.Condition(self.lock)
         self.cancelled = threading.Event()
         self.hanging = threading.Event()
+        self.asked = 0
         server = self
 
         class Handler(_Handler):
@@ -126,7 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "initialize":
             result = {
                 "protocolVersion": params.get("protocolVersion", "2025-11-25"),
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {}, "resources": {"subscribe": True}, "prompts": {},
+                                 "completions": {}, "logging": {}},
                 "serverInfo": {"name": "scripted", "version": "1"},
             }
             self._json(msg["id"], result, {"Mcp-Session-Id": "session-1"})
@@ -140,20 +165,58 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "tools/call" and params.get("name") == "mixed":
             self._json(msg["id"], {"content": MIXED, "isError": True, "_meta": {"k": 1}})
         elif method == "tools/call" and params.get("name") == "ask":
+            args = params.get("arguments") or {}
+            with self.owner.lock:
+                self.owner.asked += 1
+                rid = f"srv-{self.owner.asked}"
             self._sse_start()
             question = {
                 "jsonrpc": "2.0",
-                "id": "srv-1",
-                "method": "sampling/createMessage",
-                "params": {"messages": [], "maxTokens": 5},
+                "id": rid,
+                "method": args.get("method", "sampling/createMessage"),
+                "params": args.get("params", {"messages": [], "maxTokens": 5}),
             }
             self._sse_event(question)
-            answer = self.owner.wait_answer("srv-1", timeout=5)
+            answer = self.owner.wait_answer(rid, timeout=5)
             result = {
                 "content": [{"type": "text", "text": "answered"}],
                 "structuredContent": {"answer": answer},
             }
             self._sse_event({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+        elif method == "resources/list":
+            if params.get("cursor") == "page-2":
+                self._json(msg["id"], {"resources": RESOURCES_PAGE_2})
+            else:
+                self._json(msg["id"], {"resources": RESOURCES_PAGE_1, "nextCursor": "page-2"})
+        elif method == "resources/templates/list":
+            self._json(msg["id"], {"resourceTemplates": TEMPLATES})
+        elif method == "resources/read":
+            uri = params["uri"]
+            self._json(msg["id"], {"contents": [
+                {"uri": uri, "mimeType": "text/plain", "text": f"text of {uri}"},
+                {"uri": uri + "#2", "blob": "AAE=", "mimeType": "application/octet-stream"},
+                {"uri": uri + "#3", "text": "more"},
+            ], "_meta": {"read": 1}})
+        elif method in ("resources/subscribe", "resources/unsubscribe", "logging/setLevel"):
+            self._json(msg["id"], {})
+        elif method == "prompts/list":
+            self._json(msg["id"], {"prompts": PROMPTS})
+        elif method == "prompts/get":
+            args = params.get("arguments") or {}
+            text = ", ".join(f"{k}={v}" for k, v in sorted(args.items()))
+            self._json(msg["id"], {"description": f"{params['name']} rendered", "messages": [
+                {"role": "user", "content": {"type": "text", "text": text}},
+                {"role": "assistant", "content": {"type": "resource_link", "uri": "file:///a.txt",
+                                                  "name": "a"}},
+            ]})
+        elif method == "completion/complete":
+            ref, arg = params["ref"], params["argument"]
+            label = ref.get("name") or ref.get("uri")
+            context = (params.get("context") or {}).get("arguments") or {}
+            values = [f"{arg['value']}-{label}-{arg['name']}"]
+            values += [f"{k}={v}" for k, v in sorted(context.items())]
+            self._json(msg["id"], {"completion": {"values": values, "total": 10,
+                                                  "hasMore": True}})
         elif method == "tools/call" and params.get("name") == "hang":
             self._sse_start()
             self._sse_event({"jsonrpc": "2.0", "method": "notifications/message",
