@@ -1,5 +1,5 @@
-"""Answer the server's requests (sampling, elicitation, roots; in the modern era also the
-input requests of a call) with one async function.
+"""Answer the server's requests: sampling, elicitation and roots with typed handlers (each
+declares its capability at ``initialize``), anything else with one generic handler.
 
     python examples/handlers.py http://127.0.0.1:8080/mcp
 """
@@ -10,27 +10,45 @@ import asyncio
 import sys
 from typing import Any
 
-from mcp_resume import Client, RpcError, ServerRequest
-
-
-async def answer(request: ServerRequest) -> dict[str, Any]:
-    if request.method == "sampling/createMessage":
-        return {
-            "role": "assistant",
-            "model": "local",
-            "content": {"type": "text", "text": "a short answer"},
-        }
-    if request.method == "elicitation/create":
-        return {"action": "decline"}
-    if request.method == "roots/list":
-        return {"roots": [{"uri": "file:///tmp", "name": "tmp"}]}
-    # Any other request is refused with a JSON-RPC error of our choosing.
-    raise RpcError(-32601, f"not supported: {request.method}")
+from mcp_resume import (
+    Client,
+    CreateMessageRequest,
+    CreateMessageResult,
+    ElicitRequest,
+    ElicitResult,
+    ListRootsRequest,
+    Root,
+    RpcError,
+    ServerRequest,
+)
 
 
 async def main(url: str) -> None:
-    client = Client(url, capabilities={"sampling": {}, "elicitation": {}, "roots": {}},
-                    on_server_request=answer)
+    client = Client(url)
+
+    # Typed handlers are registered before the client is first used: the capabilities they
+    # declare are sent at `initialize`.
+    @client.on_sampling
+    async def sample(request: CreateMessageRequest) -> CreateMessageResult:
+        question = request.messages[-1].text if request.messages else ""
+        return CreateMessageResult("local", f"a short answer to {question!r}",
+                                   stop_reason="endTurn")
+
+    @client.on_elicitation
+    def elicit(request: ElicitRequest) -> ElicitResult:
+        if request.is_url_mode:
+            return ElicitResult.decline()
+        return ElicitResult.accept({"name": "Ada"})
+
+    @client.on_roots
+    def roots(request: ListRootsRequest) -> list[Root]:
+        return [Root("file:///tmp", "tmp")]
+
+    # Any other request is refused with a JSON-RPC error of our choosing.
+    @client.on_server_request
+    def other(request: ServerRequest) -> dict[str, Any]:
+        raise RpcError(-32601, f"not supported: {request.method}")
+
     async with client:
         info = await client.connect()
         print(f"connected to {info.server_name} {info.server_version} ({client.era})")
