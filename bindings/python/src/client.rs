@@ -535,21 +535,32 @@ impl RawClient {
     /// The SDK's client every call goes to; the first use fixes it, built again first if
     /// typed handlers were registered or removed since construction.
     fn client(&self, py: Python<'_>) -> PyResult<Client> {
-        let mut built = self.lock();
-        if !built.fixed {
-            let declared = Kind::TYPED.map(|kind| self.handlers.is_set(kind));
-            if declared != built.declared {
-                let client = self
-                    .options
-                    .build(&self.handlers, declared)
-                    .map_err(|e| errors::to_py_err(py, &e))?;
-                let unused = std::mem::replace(&mut built.client, client);
-                built.declared = declared;
-                drop(unused);
+        // Python code (building an exception, finalizers) runs only once the lock is released.
+        let outcome = {
+            let mut built = self.lock();
+            let mut unused = None;
+            let mut failed = None;
+            if !built.fixed {
+                let declared = Kind::TYPED.map(|kind| self.handlers.is_set(kind));
+                if declared != built.declared {
+                    match self.options.build(&self.handlers, declared) {
+                        Ok(client) => {
+                            unused = Some(std::mem::replace(&mut built.client, client));
+                            built.declared = declared;
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                built.fixed = failed.is_none();
             }
-            built.fixed = true;
-        }
-        Ok(built.client.clone())
+            match failed {
+                Some(e) => Err(e),
+                None => Ok((built.client.clone(), unused)),
+            }
+        };
+        let (client, unused) = outcome.map_err(|e| errors::to_py_err(py, &e))?;
+        drop(unused);
+        Ok(client)
     }
 
     /// Sets or empties a handler's slot. A typed handler the client was not built with
@@ -559,14 +570,28 @@ impl RawClient {
             Some(c) if !c.is_none(py) => Some(callable(py, kind, c)?),
             _ => None,
         };
-        let previous = {
+        let refused = {
             let built = self.lock();
             let undeclared = Kind::TYPED
                 .iter()
                 .position(|&k| k == kind)
                 .is_some_and(|i| !built.declared[i]);
             if built.fixed && undeclared && callback.is_some() {
-                return Err(errors::invalid_config(
+                Err(callback)
+            } else {
+                Ok(self.handlers.replace(kind, callback))
+            }
+        };
+        // The previous callback (or the refused one) is dropped, and Python code runs, once
+        // no lock is held.
+        match refused {
+            Ok(previous) => {
+                drop(previous);
+                Ok(())
+            }
+            Err(refused) => {
+                drop(refused);
+                Err(errors::invalid_config(
                     py,
                     &format!(
                         "{0} must be registered before the client is first used (connect(), a \
@@ -575,12 +600,9 @@ impl RawClient {
                          constructing the client",
                         kind.registration()
                     ),
-                ));
+                ))
             }
-            self.handlers.replace(kind, callback)
-        };
-        drop(previous);
-        Ok(())
+        }
     }
 
     /// `fut` as an awaitable of the running event loop; dropping it (the task was cancelled)
