@@ -35,13 +35,15 @@ pub struct Annotations {
 
 /// A member the protocol allows to be one item or an array of items (sampling content),
 /// kept in the shape it came in so that it is written back unchanged.
+// `Many` is tried first: an item type that accepts any JSON (`Content` keeps unknown shapes
+// whole) would otherwise take an array as one item.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum OneOrMany<T> {
-    /// A single item.
-    One(T),
     /// An array of items.
     Many(Vec<T>),
+    /// A single item.
+    One(T),
 }
 
 impl<T> OneOrMany<T> {
@@ -76,4 +78,25 @@ pub struct Page<T> {
     pub next_cursor: Option<String>,
     /// The whole `result` member, as sent (its `_meta`, members this version does not model).
     pub raw: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::models::Content;
+    use serde_json::json;
+
+    #[test]
+    fn an_array_of_content_is_many_items_and_keeps_its_shape() {
+        let many = json!([{"type": "text", "text": "a"}, {"type": "tool_use", "id": "t"}]);
+        let parsed: OneOrMany<Content> = serde_json::from_value(many.clone()).unwrap();
+        assert!(matches!(&parsed, OneOrMany::Many(items) if items.len() == 2));
+        assert_eq!(parsed.as_slice()[0].as_text(), Some("a"));
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), many);
+
+        let one = json!({"type": "text", "text": "b"});
+        let parsed: OneOrMany<Content> = serde_json::from_value(one.clone()).unwrap();
+        assert!(matches!(&parsed, OneOrMany::One(c) if c.as_text() == Some("b")));
+        assert_eq!(serde_json::to_value(&parsed).unwrap(), one);
+    }
 }

@@ -1,0 +1,221 @@
+"""The exceptions of ``mcp_resume``: one base class and one subclass per error kind.
+
+The SDK decides which kind a failure is; the binding only picks the class. Match on the
+class (or on ``kind``), never on the message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "McpResumeError",
+    "TransportError",
+    "McpTimeoutError",
+    "SessionLostError",
+    "OutcomeUnknownError",
+    "ContextMismatchError",
+    "RpcError",
+    "ProtocolError",
+    "TooLargeError",
+    "ClosedError",
+    "UnauthorizedError",
+    "InvalidConfigError",
+    "MissingCapabilityError",
+]
+
+
+class McpResumeError(Exception):
+    """Base class of every error the client raises.
+
+    Attributes:
+        kind: the SDK's stable name of the error kind, e.g. ``"outcome_unknown"``.
+        message: the human-readable message.
+        retry_after: seconds the server asked to wait (``Retry-After`` on a 429 or 503) when
+            that wait did not fit in the call's deadline and the call failed instead;
+            ``None`` otherwise.
+    """
+
+    kind: str = "unknown"
+    message: str
+    retry_after: float | None
+
+    def __init__(
+        self, message: str, *, kind: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+        if kind is not None:
+            self.kind = kind
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled with its attributes, so it survives a process pool.
+        return (type(self), (self.message,), self.__dict__)
+
+
+class TransportError(McpResumeError):
+    """The network failed and the client could not recover within its limits."""
+
+    kind = "transport"
+
+
+class McpTimeoutError(McpResumeError, TimeoutError):
+    """The call's deadline passed; it spans every resume and re-send.
+
+    Also a builtin ``TimeoutError``, so ``except TimeoutError`` catches it.
+    """
+
+    kind = "timeout"
+
+
+class SessionLostError(McpResumeError):
+    """The session could not be re-established, or the server ended it."""
+
+    kind = "session_lost"
+
+
+class OutcomeUnknownError(McpResumeError):
+    """The call was interrupted and it cannot be known whether the server ran it.
+
+    It was not re-sent because that was not provably safe: give the call an idempotency key
+    (and use a server that deduplicates keys) to let the client re-send it.
+    """
+
+    kind = "outcome_unknown"
+
+
+class ContextMismatchError(McpResumeError):
+    """The answer was produced under another negotiated context than this session's.
+
+    It may be wrong, so it is not returned; the call already ran and is not re-sent.
+    """
+
+    kind = "context_mismatch"
+
+
+class RpcError(McpResumeError):
+    """A JSON-RPC error: raised when the server answers a call with one.
+
+    Raise it from a server-request handler to answer the server with this error.
+
+    Attributes:
+        code: the JSON-RPC error code.
+        message: the JSON-RPC error message.
+        data: the error's ``data`` member, or ``None``.
+    """
+
+    kind = "rpc"
+    code: int
+    data: Any
+
+    def __init__(
+        self, code: int, message: str, data: Any = None, *, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.code = code
+        self.data = data
+
+    def __str__(self) -> str:
+        return f"JSON-RPC error {self.code}: {self.message}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, self.message, self.data), self.__dict__)
+
+
+class ProtocolError(McpResumeError):
+    """The server broke the protocol (malformed SSE or JSON, unexpected status, …)."""
+
+    kind = "protocol"
+
+
+class TooLargeError(McpResumeError):
+    """The server sent an event or body larger than the configured maximum."""
+
+    kind = "too_large"
+
+
+class ClosedError(McpResumeError):
+    """The client was closed before the call completed, or is closed."""
+
+    kind = "closed"
+
+
+class UnauthorizedError(McpResumeError):
+    """The server refused the credentials (HTTP 401, or 403 asking for more scope).
+
+    Attributes:
+        auth_challenge: the server's ``WWW-Authenticate`` challenge, as a dict (``status``,
+            ``scheme``, ``error``, ``error_description``, ``scope``, ``resource_metadata``,
+            ``realm``), or ``None``.
+    """
+
+    kind = "unauthorized"
+    auth_challenge: dict[str, Any] | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        auth_challenge: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.auth_challenge = auth_challenge
+
+
+class InvalidConfigError(McpResumeError, ValueError):
+    """The configuration is invalid (raised by ``Client(...)``), or a call's own options are.
+
+    Also a builtin ``ValueError``.
+    """
+
+    kind = "invalid_config"
+
+
+class MissingCapabilityError(McpResumeError):
+    """A modern server requires a client capability this client did not declare.
+
+    Attributes:
+        code: the server's JSON-RPC error code.
+        data: the error's ``data``; ``data["requiredCapabilities"]`` names what is missing.
+    """
+
+    kind = "missing_capability"
+    code: int | None
+    data: Any
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        data: Any = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.code = code
+        self.data = data
+
+
+
+# Shown (and pickled) under the package that exports them.
+for _cls in (
+    McpResumeError,
+    TransportError,
+    McpTimeoutError,
+    SessionLostError,
+    OutcomeUnknownError,
+    ContextMismatchError,
+    RpcError,
+    ProtocolError,
+    TooLargeError,
+    ClosedError,
+    UnauthorizedError,
+    InvalidConfigError,
+    MissingCapabilityError,
+):
+    _cls.__module__ = "mcp_resume"

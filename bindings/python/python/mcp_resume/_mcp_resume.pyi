@@ -1,0 +1,839 @@
+"""Type stubs of the extension module. Use the classes through ``mcp_resume``."""
+
+from collections.abc import Awaitable, Iterable, Mapping
+from types import GenericAlias
+from typing import Any, Generic, Literal, TypeVar, final
+
+from ._enums import Era, LoggingLevel, ResendPolicy
+
+__version__: str
+__all__ = [
+    "CallToolResult",
+    "Completion",
+    "Content",
+    "CreateMessageRequest",
+    "CreateMessageResult",
+    "ElicitRequest",
+    "ElicitResult",
+    "EraCache",
+    "EventStream",
+    "ExtensionStatus",
+    "GetPromptResult",
+    "InitializeResult",
+    "ListRootsRequest",
+    "NotificationStream",
+    "Page",
+    "Prompt",
+    "PromptArgument",
+    "PromptMessage",
+    "PromptReference",
+    "RawClient",
+    "ReadResourceResult",
+    "ReconnectPolicy",
+    "Resource",
+    "ResourceContents",
+    "ResourceTemplate",
+    "ResourceTemplateReference",
+    "Root",
+    "SamplingMessage",
+    "ServerNotification",
+    "ServerRequest",
+    "SessionEvent",
+    "Tool",
+    "__version__",
+    "_resolved",
+]
+
+_EventType = Literal[
+    "connected",
+    "listening",
+    "resumed",
+    "resume_rejected",
+    "reinitialized",
+    "redispatched",
+    "outcome_unknown",
+    "context_mismatch",
+    "checks_degraded",
+    "era_detected",
+    "task_created",
+    "task_finished",
+    "session_lost",
+    "closed",
+    "other",
+]
+
+@final
+class InitializeResult:
+    """The server's answer to ``initialize`` (in the modern era: its discovery, shaped
+    alike)."""
+
+    @property
+    def protocol_version(self) -> str:
+        """The protocol version the server chose."""
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The server's capabilities, as sent."""
+    @property
+    def server_name(self) -> str:
+        """``serverInfo.name``."""
+    @property
+    def server_version(self) -> str:
+        """``serverInfo.version``."""
+    @property
+    def instructions(self) -> str | None:
+        """Usage instructions for the model, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+@final
+class Tool:
+    """A tool the server offers."""
+
+    @property
+    def name(self) -> str:
+        """Name to call it by."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """JSON Schema of the arguments."""
+    @property
+    def output_schema(self) -> dict[str, Any] | None:
+        """JSON Schema of ``structuredContent``, if declared."""
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """Behaviour hints (``readOnlyHint``, ``idempotentHint``, …), as sent."""
+    @property
+    def is_idempotent_hint(self) -> bool:
+        """The ``idempotentHint`` annotation (``False`` when absent)."""
+    @property
+    def is_read_only_hint(self) -> bool:
+        """The ``readOnlyHint`` annotation (``False`` when absent)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole tool object, as sent (a fresh copy)."""
+
+@final
+class Content:
+    """One item of a tool result's ``content``."""
+
+    @property
+    def type(self) -> str:
+        """``"text"``, ``"image"``, ``"audio"``, ``"resource_link"``, ``"resource"``, or the
+        item's own type."""
+    @property
+    def text(self) -> str | None:
+        """The text of a text item, or of an embedded text resource."""
+    @property
+    def data(self) -> str | None:
+        """Base64 data of an image or audio item, or of an embedded binary resource
+        (``blob``)."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type of an image, audio or resource item."""
+    @property
+    def uri(self) -> str | None:
+        """URI of a ``resource_link`` or ``resource`` item."""
+    def to_dict(self) -> dict[str, Any]:
+        """The item, as sent (a fresh copy)."""
+
+@final
+class CallToolResult:
+    """The result of ``tools/call``. A tool that failed says so in-band (``is_error``); a
+    call that failed raises instead."""
+
+    @property
+    def content(self) -> list[Content]:
+        """Unstructured result items."""
+    @property
+    def structured_content(self) -> Any:
+        """``structuredContent``, if any, else ``None``."""
+    @property
+    def is_error(self) -> bool:
+        """Whether the tool reported an error (``isError``)."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The result's ``_meta``, if any."""
+    @property
+    def text(self) -> str:
+        """The text items joined by newlines."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+_Item = TypeVar("_Item")
+
+@final
+class Page(Generic[_Item]):
+    """One page of a ``*/list`` result (``list_tools_page`` and its siblings)."""
+
+    @property
+    def items(self) -> list[_Item]:
+        """The items of this page."""
+    @property
+    def next_cursor(self) -> str | None:
+        """The cursor of the next page; ``None`` on the last page."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+    @classmethod
+    def __class_getitem__(cls, item: Any) -> GenericAlias:
+        """``Page[Resource]`` in annotations."""
+
+@final
+class Resource:
+    """A resource the server offers (``resources/list``)."""
+
+    @property
+    def uri(self) -> str:
+        """Its URI, for ``read_resource``."""
+    @property
+    def name(self) -> str:
+        """Its name."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type, if known."""
+    @property
+    def size(self) -> int | None:
+        """Size in bytes, if known."""
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """Usage hints (``audience``, ``priority``, ``lastModified``), as sent."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The resource object, as sent (a fresh copy)."""
+
+@final
+class ResourceTemplate:
+    """A family of resources named by an RFC 6570 URI template
+    (``resources/templates/list``)."""
+
+    @property
+    def uri_template(self) -> str:
+        """The URI template, as sent (never expanded)."""
+    @property
+    def name(self) -> str:
+        """Its name."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type of the resources it names, when they share one."""
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """Usage hints, as sent."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The template object, as sent (a fresh copy)."""
+
+@final
+class ResourceContents:
+    """The contents of a resource, or of one of its parts: text or base64 ``blob``."""
+
+    @property
+    def uri(self) -> str:
+        """The URI these contents are of."""
+    @property
+    def mime_type(self) -> str | None:
+        """MIME type, if known."""
+    @property
+    def text(self) -> str | None:
+        """The text, for a text resource."""
+    @property
+    def blob(self) -> str | None:
+        """Base64-encoded bytes, for a binary resource."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The contents object, as sent (a fresh copy)."""
+
+@final
+class ReadResourceResult:
+    """The result of ``resources/read``."""
+
+    @property
+    def contents(self) -> list[ResourceContents]:
+        """The contents (one resource may have several parts)."""
+    @property
+    def text(self) -> str:
+        """The text parts joined by newlines."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The result's ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+@final
+class PromptArgument:
+    """One argument of a prompt."""
+
+    @property
+    def name(self) -> str:
+        """Its name."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def required(self) -> bool | None:
+        """Whether it must be given (``None`` when the server did not say)."""
+    def to_dict(self) -> dict[str, Any]:
+        """The argument object, as sent (a fresh copy)."""
+
+@final
+class Prompt:
+    """A prompt template the server offers (``prompts/list``)."""
+
+    @property
+    def name(self) -> str:
+        """Name to get it by."""
+    @property
+    def title(self) -> str | None:
+        """Human-readable title, if any."""
+    @property
+    def description(self) -> str | None:
+        """Description, if any."""
+    @property
+    def arguments(self) -> list[PromptArgument]:
+        """The arguments it takes."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The prompt object, as sent (a fresh copy)."""
+
+@final
+class PromptMessage:
+    """One message of a rendered prompt."""
+
+    @property
+    def role(self) -> str:
+        """``"user"`` or ``"assistant"``."""
+    @property
+    def content(self) -> Content:
+        """What is said."""
+    def to_dict(self) -> dict[str, Any]:
+        """The message, as sent (a fresh copy)."""
+
+@final
+class GetPromptResult:
+    """The result of ``prompts/get``: the rendered prompt."""
+
+    @property
+    def description(self) -> str | None:
+        """Description of the rendered prompt, if any."""
+    @property
+    def messages(self) -> list[PromptMessage]:
+        """The messages."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The result's ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The whole ``result`` member, as sent (a fresh copy)."""
+
+@final
+class Completion:
+    """Suggested values for the argument being completed (``completion/complete``)."""
+
+    @property
+    def values(self) -> list[str]:
+        """The suggestions (at most 100)."""
+    @property
+    def total(self) -> int | None:
+        """How many suggestions exist in all, if known."""
+    @property
+    def has_more(self) -> bool | None:
+        """Whether there are more than these, if the server said."""
+    def to_dict(self) -> dict[str, Any]:
+        """The ``completion`` member, as sent (a fresh copy)."""
+
+@final
+class PromptReference:
+    """What ``complete`` completes: an argument of the prompt ``name``."""
+
+    def __new__(cls, name: str) -> PromptReference:
+        """The prompt named ``name``."""
+    @property
+    def name(self) -> str:
+        """The prompt's name."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": "ref/prompt", "name": ...}``."""
+
+@final
+class ResourceTemplateReference:
+    """What ``complete`` completes: a variable of the resource template ``uri``."""
+
+    def __new__(cls, uri: str) -> ResourceTemplateReference:
+        """The resource template whose URI template is ``uri``."""
+    @property
+    def uri(self) -> str:
+        """The URI template."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"type": "ref/resource", "uri": ...}``."""
+
+@final
+class SamplingMessage:
+    """One message of a sampling conversation."""
+
+    @property
+    def role(self) -> str:
+        """``"user"`` or ``"assistant"``."""
+    @property
+    def content(self) -> list[Content]:
+        """Its content items (one or several; ``tool_use`` and ``tool_result`` items keep
+        their own ``type``)."""
+    @property
+    def text(self) -> str:
+        """The text items joined by newlines."""
+    def to_dict(self) -> dict[str, Any]:
+        """The message, as sent (a fresh copy)."""
+
+@final
+class CreateMessageRequest:
+    """The server's ``sampling/createMessage`` request: it asks the client's model for a
+    message."""
+
+    @property
+    def request_id(self) -> int | str:
+        """The server's request id."""
+    @property
+    def messages(self) -> list[SamplingMessage]:
+        """The conversation so far."""
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens to generate."""
+    @property
+    def system_prompt(self) -> str | None:
+        """The system prompt the server asks for, if any."""
+    @property
+    def include_context(self) -> str | None:
+        """Which MCP context to include (``none``, ``thisServer``, ``allServers``), if
+        given."""
+    @property
+    def temperature(self) -> float | None:
+        """The sampling temperature, if given."""
+    @property
+    def stop_sequences(self) -> list[str] | None:
+        """Stop sequences, if given."""
+    @property
+    def model_preferences(self) -> dict[str, Any] | None:
+        """The server's model preferences, as sent."""
+    @property
+    def metadata(self) -> Any:
+        """Provider-specific metadata, as sent."""
+    @property
+    def tools(self) -> list[Any] | None:
+        """Tools the model may use, as sent."""
+    @property
+    def tool_choice(self) -> Any:
+        """How the model may use them, as sent."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The params' ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The request's params (a fresh copy)."""
+
+@final
+class ElicitRequest:
+    """The server's ``elicitation/create`` request: it asks the user for information, with
+    a form (``requested_schema``) or by sending them to a URL (``url`` mode)."""
+
+    @property
+    def request_id(self) -> int | str:
+        """The server's request id."""
+    @property
+    def message(self) -> str:
+        """What to tell the user."""
+    @property
+    def mode(self) -> str | None:
+        """``"form"`` or ``"url"``; ``None`` (older servers) means a form."""
+    @property
+    def requested_schema(self) -> dict[str, Any] | None:
+        """The form's JSON Schema, as sent."""
+    @property
+    def url(self) -> str | None:
+        """The URL to send the user to (``url`` mode)."""
+    @property
+    def elicitation_id(self) -> str | None:
+        """The elicitation's id (``url`` mode)."""
+    @property
+    def is_url_mode(self) -> bool:
+        """Whether the server asks the user to visit a URL rather than fill in a form."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The params' ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The request's params (a fresh copy)."""
+
+@final
+class ListRootsRequest:
+    """The server's ``roots/list`` request: it asks which roots the client exposes."""
+
+    @property
+    def request_id(self) -> int | str:
+        """The server's request id."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The params' ``_meta``, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The request's params (``{}``, or its ``_meta``)."""
+
+@final
+class CreateMessageResult:
+    """The client's answer to ``sampling/createMessage``: an assistant message from
+    ``model``."""
+
+    def __new__(
+        cls,
+        model: str,
+        content: str | Mapping[str, Any] | list[Mapping[str, Any]],
+        *,
+        stop_reason: str | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> CreateMessageResult:
+        """``content`` is text, one content item (``{"type": "image", ...}``), or a list of
+        items; ``stop_reason`` is e.g. ``"endTurn"``; ``meta`` becomes ``_meta``."""
+    @property
+    def model(self) -> str:
+        """The model that generated the message."""
+    @property
+    def stop_reason(self) -> str | None:
+        """Why generation stopped, if given."""
+    def to_dict(self) -> dict[str, Any]:
+        """The answer's JSON, as it will be sent."""
+
+@final
+class ElicitResult:
+    """The client's answer to ``elicitation/create``."""
+
+    @staticmethod
+    def accept(content: Mapping[str, Any] | None = None) -> ElicitResult:
+        """The user submitted ``content`` (the form's values; ``None`` for a URL)."""
+    @staticmethod
+    def decline() -> ElicitResult:
+        """The user refused."""
+    @staticmethod
+    def cancel() -> ElicitResult:
+        """The user dismissed the request."""
+    @property
+    def action(self) -> Literal["accept", "decline", "cancel"]:
+        """What the user did."""
+    @property
+    def content(self) -> dict[str, Any] | None:
+        """The submitted values, for an accepted form."""
+    def to_dict(self) -> dict[str, Any]:
+        """The answer's JSON, as it will be sent."""
+
+@final
+class Root:
+    """A root the client exposes to the server: a directory or file it may work in."""
+
+    def __new__(cls, uri: str, name: str | None = None) -> Root:
+        """A root at ``uri`` (a ``file://`` URI), with an optional human-readable name."""
+    @property
+    def uri(self) -> str:
+        """Its URI."""
+    @property
+    def name(self) -> str | None:
+        """Its name, if any."""
+    def to_dict(self) -> dict[str, Any]:
+        """The root's JSON, as it will be sent."""
+
+@final
+class ServerNotification:
+    """A notification from the server (progress, log message, list change, …)."""
+
+    @property
+    def call(self) -> int | None:
+        """The id of the call whose stream carried it, when known."""
+    @property
+    def method(self) -> str:
+        """The method, e.g. ``"notifications/progress"``."""
+    @property
+    def params(self) -> Any:
+        """The params, as sent (``None`` when absent)."""
+    @property
+    def progress_token(self) -> str | int | None:
+        """``params.progressToken`` of a progress notification."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"call": ..., "method": ..., "params": ...}``."""
+
+@final
+class ServerRequest:
+    """A request from the server the application answers (sampling, elicitation, roots,
+    and in the modern era the input requests of a call)."""
+
+    @property
+    def id(self) -> int | str:
+        """The server's request id; opaque."""
+    @property
+    def method(self) -> str:
+        """The method, e.g. ``"sampling/createMessage"``."""
+    @property
+    def params(self) -> Any:
+        """The params, as sent (``None`` when absent)."""
+    def to_dict(self) -> dict[str, Any]:
+        """``{"id": ..., "method": ..., "params": ...}``."""
+
+@final
+class ExtensionStatus:
+    """Which resume-safety checks the server advertised and which are in force."""
+
+    @property
+    def advertised(self) -> bool:
+        """The server advertised the resume-safety extension."""
+    @property
+    def capability_hash(self) -> bool:
+        """Capability hashes are compared on every response."""
+    @property
+    def sequenced_event_ids(self) -> bool:
+        """Event ids on resumed streams are checked for gaps."""
+    @property
+    def idempotency(self) -> bool:
+        """The server deduplicates keyed tool calls."""
+    def to_dict(self) -> dict[str, bool]:
+        """The four flags."""
+
+@final
+class SessionEvent:
+    """Lifecycle news of the session. ``type`` says which; attributes that do not apply
+    are ``None``."""
+
+    @property
+    def type(self) -> _EventType:
+        """Which event this is."""
+    @property
+    def call(self) -> int | None:
+        """The call concerned (``redispatched``, ``outcome_unknown``,
+        ``context_mismatch``, tasks)."""
+    @property
+    def method(self) -> str | None:
+        """The call's method (``redispatched``, ``outcome_unknown``)."""
+    @property
+    def idempotency_key(self) -> str | None:
+        """The key a call was re-sent with (``redispatched``)."""
+    @property
+    def protocol_version(self) -> str | None:
+        """The negotiated protocol version (``connected``)."""
+    @property
+    def last_event_id(self) -> str | None:
+        """The cursor presented (``resumed``)."""
+    @property
+    def reason(self) -> str | None:
+        """Why the session was re-initialized (``reinitialized``: ``"session_not_found"``,
+        ``"resume_rejected"``, ``"unverifiable_clean_end"``, ``"event_gap"``,
+        ``"orphaned_response"``, ``"capability_mismatch"``, ``"version_refused"``), or what
+        is missing (``checks_degraded``)."""
+    @property
+    def reject_reason(self) -> str | None:
+        """The server's reason for rejecting a resume (``"unknown_session"``,
+        ``"not_owner"``, ``"event_gap"``, ``"orphaned_request"``,
+        ``"capability_mismatch"``, or its own), when it gave one."""
+    @property
+    def capabilities_changed(self) -> bool | None:
+        """Whether version, server capabilities or capability hash changed
+        (``reinitialized``)."""
+    @property
+    def status(self) -> ExtensionStatus | None:
+        """The checks in force now (``checks_degraded``)."""
+    @property
+    def era(self) -> Era | None:
+        """The era found (``era_detected``)."""
+    @property
+    def task_id(self) -> str | None:
+        """The server's task id (``task_created``, ``task_finished``)."""
+    @property
+    def detail(self) -> str | None:
+        """The event as the SDK prints it (``other`` only)."""
+    def to_dict(self) -> dict[str, Any]:
+        """``type`` and the attributes that apply."""
+
+@final
+class ReconnectPolicy:
+    """Reconnect delays and caps. Every argument defaults to the SDK's default (20 ms
+    initial delay, ×2, 10 s cap, 20 % jitter, 10 attempts, 3 resumes without progress, 5
+    re-initialization failures); the policy is checked when it is made."""
+
+    def __new__(
+        cls,
+        *,
+        initial_delay: float | None = None,
+        multiplier: float | None = None,
+        max_delay: float | None = None,
+        jitter: float | None = None,
+        max_attempts: int | None = None,
+        max_resumes_without_progress: int | None = None,
+        max_reinit_failures: int | None = None,
+    ) -> ReconnectPolicy:
+        """Raises ``InvalidConfigError`` for values that make reconnection meaningless."""
+    @property
+    def initial_delay(self) -> float:
+        """First delay in seconds when the server named none (its ``retry`` takes this
+        place)."""
+    @property
+    def multiplier(self) -> float:
+        """Growth factor per attempt."""
+    @property
+    def max_delay(self) -> float:
+        """Largest delay in seconds before jitter."""
+    @property
+    def jitter(self) -> float:
+        """Jitter added on top, as a fraction of the delay."""
+    @property
+    def max_attempts(self) -> int:
+        """Attempts to reach the server for one call or stream before it fails."""
+    @property
+    def max_resumes_without_progress(self) -> int:
+        """Resumes of one stream delivering nothing new before it counts as an
+        unverifiable clean end."""
+    @property
+    def max_reinit_failures(self) -> int:
+        """Consecutive failed re-initializations before waiting calls fail with
+        ``SessionLostError``."""
+
+@final
+class EraCache:
+    """Which era each origin was found to speak, shared by the clients given the same
+    cache."""
+
+    def __new__(cls) -> EraCache:
+        """An empty cache of its own."""
+    @staticmethod
+    def global_cache() -> EraCache:
+        """The process-wide cache every client uses unless given another."""
+    def get(self, url: str) -> Era | None:
+        """The era ``url``'s origin was found to speak, if known."""
+    def remember(self, url: str, era: Era | str) -> None:
+        """Records that ``url``'s origin speaks ``era`` (restoring a persisted answer)."""
+    def clear(self) -> None:
+        """Forgets every origin."""
+
+@final
+class EventStream:
+    """Session events, from ``Client.events()``."""
+
+    def __aiter__(self) -> EventStream: ...
+    def __anext__(self) -> Awaitable[SessionEvent]: ...
+    @property
+    def missed(self) -> int:
+        """Events this subscriber lost because it fell more than 256 behind."""
+
+@final
+class NotificationStream:
+    """Server notifications, from ``Client.notifications()``."""
+
+    def __aiter__(self) -> NotificationStream: ...
+    def __anext__(self) -> Awaitable[ServerNotification]: ...
+    @property
+    def missed(self) -> int:
+        """Notifications this subscriber lost because it fell more than 256 behind."""
+
+@final
+class RawClient:
+    """The low-level client behind ``mcp_resume.Client``; its methods return awaitables
+    bound to the running event loop."""
+
+    def __new__(
+        cls,
+        url: str,
+        *,
+        capabilities: Mapping[str, Any] | None = None,
+        client_info: tuple[str, str] | None = None,
+        protocol_version: str | None = None,
+        era: Era | str | None = None,
+        era_cache: EraCache | None = None,
+        bearer_token: str | None = None,
+        headers: Mapping[str, str] | Iterable[tuple[str, str]] | None = None,
+        call_timeout: float | None = None,
+        connect_timeout: float | None = None,
+        reconnect: ReconnectPolicy | None = None,
+        resend_policy: ResendPolicy | str | None = None,
+        max_event_size: int | None = None,
+        max_body_size: int | None = None,
+        open_listen_stream: bool | None = None,
+        jitter_seed: int | None = None,
+        on_server_request: Any = None,
+        on_sampling: Any = None,
+        on_elicitation: Any = None,
+        on_roots: Any = None,
+    ) -> RawClient: ...
+    def connect(self) -> Awaitable[InitializeResult]: ...
+    def list_tools(self) -> Awaitable[list[Tool]]: ...
+    def list_tools_page(self, cursor: str | None = None) -> Awaitable[Page[Tool]]: ...
+    def list_resources(self) -> Awaitable[list[Resource]]: ...
+    def list_resources_page(self, cursor: str | None = None) -> Awaitable[Page[Resource]]: ...
+    def list_resource_templates(self) -> Awaitable[list[ResourceTemplate]]: ...
+    def list_resource_templates_page(
+        self, cursor: str | None = None
+    ) -> Awaitable[Page[ResourceTemplate]]: ...
+    def read_resource(self, uri: str) -> Awaitable[ReadResourceResult]: ...
+    def subscribe_resource(self, uri: str) -> Awaitable[None]: ...
+    def unsubscribe_resource(self, uri: str) -> Awaitable[None]: ...
+    def list_prompts(self) -> Awaitable[list[Prompt]]: ...
+    def list_prompts_page(self, cursor: str | None = None) -> Awaitable[Page[Prompt]]: ...
+    def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None
+    ) -> Awaitable[GetPromptResult]: ...
+    def complete(
+        self,
+        ref: PromptReference | ResourceTemplateReference | Mapping[str, Any],
+        argument_name: str,
+        argument_value: str,
+        *,
+        context: Mapping[str, str] | None = None,
+    ) -> Awaitable[Completion]: ...
+    def set_logging_level(self, level: LoggingLevel | str) -> Awaitable[None]: ...
+    def notify_roots_changed(self) -> Awaitable[None]: ...
+    def call_tool(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: Any = None,
+        timeout: float | None = None,
+        progress: str | int | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Awaitable[CallToolResult]: ...
+    def request(self, method: str, params: Any = None) -> Awaitable[Any]: ...
+    def notify(self, method: str, params: Any = None) -> Awaitable[None]: ...
+    def ping(self) -> Awaitable[None]: ...
+    def resume_task(self, task_id: str) -> Awaitable[Any]: ...
+    def close(self) -> Awaitable[None]: ...
+    @property
+    def era(self) -> Era | None: ...
+    @property
+    def extension_status(self) -> ExtensionStatus | None: ...
+    @property
+    def url(self) -> str: ...
+    def events(self) -> EventStream: ...
+    def notifications(self) -> NotificationStream: ...
+    server_request_handler: Any
+    sampling_handler: Any
+    elicitation_handler: Any
+    roots_handler: Any
+
+_T = TypeVar("_T")
+
+def _resolved(value: _T) -> Awaitable[_T]:
+    """Resolves to ``value`` on the runtime: the bridge between asyncio and tokio alone."""
+
+def _bench_rust_calls(url: str, calls: int, concurrency: int) -> Awaitable[float]:
+    """Only in builds with the ``bench`` feature."""

@@ -1,0 +1,106 @@
+//! Conversions between Python objects and the SDK's types: JSON values, durations, and the
+//! replies of awaitables.
+
+use std::time::Duration;
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use serde_json::Value;
+
+use crate::errors;
+
+/// A JSON value as a native Python object (dict, list, str, int, float, bool, None).
+pub fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    pythonize::pythonize(py, value).map_err(PyErr::from)
+}
+
+/// `None` for an absent value, else [`to_py`].
+pub fn opt_to_py(py: Python<'_>, value: Option<&Value>) -> PyResult<Py<PyAny>> {
+    match value {
+        Some(v) => Ok(to_py(py, v)?.unbind()),
+        None => Ok(py.None()),
+    }
+}
+
+/// A native Python object as JSON; anything JSON cannot hold (an arbitrary object, a
+/// non-`str` key, an integer beyond 64 bits) is a `TypeError`.
+pub fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
+    pythonize::depythonize(obj)
+        .map_err(|e| PyTypeError::new_err(format!("not representable as JSON: {e}")))
+}
+
+/// `None` stays absent; anything else must convert to JSON.
+pub fn opt_from_py(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Value>> {
+    match obj {
+        Some(o) if !o.is_none() => Ok(Some(from_py(o)?)),
+        _ => Ok(None),
+    }
+}
+
+/// An SDK value as its JSON (the server's JSON for what the SDK read, every member kept).
+pub fn json(value: &impl serde::Serialize) -> PyResult<Value> {
+    serde_json::to_value(value)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("not JSON: {e}")))
+}
+
+/// Seconds (int or float) as a `Duration`. Zero passes through: the SDK decides whether a
+/// zero is acceptable where it is used. Only what no `Duration` can hold is refused here.
+pub fn seconds(py: Python<'_>, value: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        errors::invalid_config(
+            py,
+            &format!("{what} must be a finite, non-negative number of seconds (got {value})"),
+        )
+    })
+}
+
+/// A size in bytes; negative numbers are configuration errors rather than `OverflowError`s.
+pub fn size(py: Python<'_>, value: i64, what: &str) -> PyResult<usize> {
+    usize::try_from(value)
+        .map_err(|_| errors::invalid_config(py, &format!("{what} must not be negative")))
+}
+
+/// A Rust value that becomes a Python object once the interpreter is attached.
+///
+/// Futures finish on a runtime thread, which never takes the GIL; the conversion runs later,
+/// on the event loop's thread (see `bridge`).
+pub trait IntoPython: Send + 'static {
+    /// Converts, attached to the interpreter.
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>>;
+}
+
+impl IntoPython for () {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(py.None())
+    }
+}
+
+impl IntoPython for Value {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(to_py(py, &self)?.unbind())
+    }
+}
+
+impl<T: IntoPython> IntoPython for Vec<T> {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let items = self
+            .into_iter()
+            .map(|item| item.into_python(py))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(PyList::new(py, items)?.into_any().unbind())
+    }
+}
+
+/// The outcome of one SDK call, raised as the matching `McpResumeError` subclass when it
+/// failed.
+pub struct Reply<T>(pub Result<T, mcp_resume::Error>);
+
+impl<T: IntoPython> IntoPython for Reply<T> {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self.0 {
+            Ok(value) => value.into_python(py),
+            Err(err) => Err(errors::to_py_err(py, &err)),
+        }
+    }
+}
