@@ -101,7 +101,7 @@ impl Endpoint {
             tracing::debug!(http = id.0, ?failure, "request failed");
             report(ExchangeEvent::Failed { id, failure })
         };
-        let mut token = match self.token(self.token_request(None, None)).await {
+        let mut token = match self.token(None, None).await {
             Ok(token) => token,
             Err(failure) => {
                 fail(failure).await;
@@ -126,8 +126,7 @@ impl Endpoint {
                 // for a fresh token and send the same request again.
                 retried = true;
                 tracing::debug!(http = id.0, %challenge, "credentials refused: asking for a fresh token");
-                let fresh = self.token_request(Some(challenge.clone()), token.take());
-                match self.token(fresh).await {
+                match self.token(Some(challenge.clone()), token.take()).await {
                     Ok(fresh) => {
                         token = fresh;
                         continue;
@@ -175,23 +174,21 @@ impl Endpoint {
 }
 
 impl Endpoint {
-    fn token_request(
+    /// The provider's token, if one is configured and it has one; a provider's failure means
+    /// the request is never sent. `challenge` and `refused_token` come from a refusal. The
+    /// request is built only for a provider: a client without one pays nothing per exchange.
+    async fn token(
         &self,
         challenge: Option<AuthChallenge>,
         refused_token: Option<String>,
-    ) -> TokenRequest {
-        TokenRequest {
+    ) -> Result<Option<String>, TransportFailure> {
+        let Some(provider) = &self.auth else {
+            return Ok(None);
+        };
+        let request = TokenRequest {
             challenge,
             refused_token,
             url: Some(self.url.as_str().to_owned()),
-        }
-    }
-
-    /// The provider's token, if one is configured and it has one; a provider's failure means
-    /// the request is never sent.
-    async fn token(&self, request: TokenRequest) -> Result<Option<String>, TransportFailure> {
-        let Some(provider) = &self.auth else {
-            return Ok(None);
         };
         match provider.credential(request).await {
             Ok(token) => Ok(token),
