@@ -38,6 +38,13 @@ fn tool_runs(server: &TsServer, name: &str) -> Vec<Value> {
     server.find("tool", |e| e["name"] == name)
 }
 
+/// [`tool_runs`] once the server's log has been read up to now: a run logged before the
+/// client got its answer may still be in the pipe.
+async fn settled_tool_runs(server: &TsServer, name: &str) -> Vec<Value> {
+    server.settle().await;
+    tool_runs(server, name)
+}
+
 fn str_of(v: &Value) -> &str {
     v.as_str().unwrap_or_default()
 }
@@ -125,7 +132,7 @@ async fn connect_list_call_close() {
         assert_eq!(req["session"], session.as_str(), "{}", server.dump());
         assert_eq!(req["protocol_version"], "2025-11-25", "{}", server.dump());
     }
-    assert_eq!(tool_runs(&server, "echo").len(), 1);
+    assert_eq!(settled_tool_runs(&server, "echo").await.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,7 +169,7 @@ async fn progress_notifications_are_delivered() {
             "progress came on the call's stream: {n:?}"
         );
     }
-    assert_eq!(tool_runs(&server, "progress").len(), 1);
+    assert_eq!(settled_tool_runs(&server, "progress").await.len(), 1);
 }
 
 /// The server closes the call's stream right after its priming event (`closeSSEStream`) and
@@ -211,7 +218,7 @@ async fn closed_stream_is_resumed_after_retry() {
         server.dump()
     );
     assert_eq!(resumes[0]["session"], call_post["session"]);
-    assert_eq!(tool_runs(&server, "close_stream").len(), 1);
+    assert_eq!(settled_tool_runs(&server, "close_stream").await.len(), 1);
 
     let resumed = event_matching(&mut events, "Resumed event", |e| {
         matches!(e, SessionEvent::Resumed { .. })
@@ -257,7 +264,7 @@ async fn resumed_stream_left_open_is_closed_by_client() {
         "the client did not close the resumed stream:\n{}",
         server.dump()
     );
-    assert_eq!(tool_runs(&server, "close_stream").len(), 1);
+    assert_eq!(settled_tool_runs(&server, "close_stream").await.len(), 1);
 }
 
 /// The server forgets the session while the client is idle: the next call gets 404, the client
@@ -313,7 +320,7 @@ async fn deleted_session_reinitializes_and_resends_unaccepted_call() {
             "stale id sent after re-initialize"
         );
     }
-    let runs = tool_runs(&server, "echo");
+    let runs = settled_tool_runs(&server, "echo").await;
     assert_eq!(runs.len(), 2, "each echo executed once:\n{}", server.dump());
     assert_eq!(runs[1]["arguments"]["text"], "after");
 
@@ -451,7 +458,7 @@ async fn interrupted_keyed_call_is_resent_when_app_opts_in() {
     let result = within("re-sent call", pending).await.unwrap().unwrap();
     assert_eq!(result.text(), "released");
 
-    let runs = tool_runs(&server, "block");
+    let runs = settled_tool_runs(&server, "block").await;
     assert_eq!(runs.len(), 2, "{}", server.dump());
     assert_ne!(runs[0]["session"], runs[1]["session"]);
     assert_ne!(runs[0]["request_id"], runs[1]["request_id"]);
@@ -486,7 +493,7 @@ async fn json_response_mode() {
             server.dump()
         );
     }
-    assert_eq!(tool_runs(&server, "echo").len(), 1);
+    assert_eq!(settled_tool_runs(&server, "echo").await.len(), 1);
 }
 
 /// A notification unrelated to any request goes out on the standalone GET stream.
@@ -566,7 +573,10 @@ async fn timed_out_call_is_cancelled_on_the_server() {
     .expect_err("block never finishes by itself");
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
 
-    let run = tool_runs(&server, "block").pop().expect("block ran");
+    let run = settled_tool_runs(&server, "block")
+        .await
+        .pop()
+        .expect("block ran");
     let cancel = server
         .wait_for("http_in", GUARD, |e| {
             e["rpc_method"] == "notifications/cancelled"
@@ -618,7 +628,7 @@ async fn concurrent_calls_complete_once_each() {
             })
             .await;
     }
-    let runs = tool_runs(&server, "echo");
+    let runs = settled_tool_runs(&server, "echo").await;
     assert_eq!(runs.len(), CALLS, "{}", server.dump());
     let mut texts: Vec<&str> = runs
         .iter()
@@ -695,7 +705,7 @@ async fn unknown_session_answered_400_reinitializes() {
     let inits = server.find("http_in", |e| e["rpc_method"] == "initialize");
     assert_eq!(inits.len(), 2, "{}", server.dump());
     assert!(inits[1]["session"].is_null());
-    assert_eq!(tool_runs(&server, "echo").len(), 1);
+    assert_eq!(settled_tool_runs(&server, "echo").await.len(), 1);
 }
 
 /// Once a notification (with an event id) came on the standalone GET stream, a server-side

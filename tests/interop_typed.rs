@@ -421,6 +421,7 @@ async fn handles_stream_their_own_progress() {
         })
         .collect();
     assert_eq!(steps, [1.0, 2.0, 3.0, 4.0]);
+    server.settle().await;
     let run = server
         .find("tool", |e| e["name"] == "progress")
         .pop()
@@ -789,6 +790,7 @@ async fn a_refused_fresh_token_is_an_unauthorized_error_with_the_challenge() {
         .wait_count("auth_refused", 2, GUARD, |e| e["method"] == "POST")
         .await;
     assert_eq!(refused.len(), 2, "{}", server.dump());
+    server.settle().await;
     assert!(server.find("tool", |e| e["name"] == "echo").is_empty());
     assert_eq!(
         asked

@@ -368,6 +368,16 @@ impl TsServer {
             .join("\n")
     }
 
+    /// Returns once every line the server logged before this call has been read: the server
+    /// logs the `/admin/mark` request after them, on the same pipe. (The legacy server,
+    /// `tests/interop/ts-server.mjs`.)
+    pub async fn settle(&self) {
+        let before = self.find("admin", |_| true).len();
+        self.admin("/admin/mark").await;
+        self.wait_count("admin", before + 1, Duration::from_secs(20), |_| true)
+            .await;
+    }
+
     /// POSTs to an admin route (`/admin/drop-sessions`, `/admin/release`) and returns its JSON.
     pub async fn admin(&self, route: &str) -> Value {
         self.admin_with(route, None).await
