@@ -21,14 +21,15 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use mcp_resume::client::models::ElicitResult;
-use mcp_resume::{Client, EraCache, ReconnectPolicy, SessionEvent, ToolCall};
+use mcp_resume::{Client, EraCache, ReconnectPolicy, SessionEvent};
 use mock_server::context::meta;
 use mock_server::{Cluster, ClusterConfig, ClusterEra, CutStyle, Preset};
 use serde_json::{json, Map, Value};
 
 use crate::reissue_client::ReissueClient;
 use crate::workload::{
-    client_capabilities, row, tag, CallRecord, ClientKind, Row, RunReport, WorkloadConfig,
+    call_tagged, client_capabilities, row, tag, CallRecord, ClientKind, Row, RunReport,
+    WorkloadConfig,
 };
 
 /// The clients of the modern rows, in table order.
@@ -226,20 +227,8 @@ impl ModernCaller for SdkCaller<'_> {
         crash_after: Option<u64>,
     ) -> Option<Value> {
         let tag = self.calls.next_tag(tool, crash_after);
-        let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
-        if keyed {
-            call = call.random_idempotency_key();
-        }
-        if progress {
-            call = call.progress_token(tag.clone());
-        }
         let started = Instant::now();
-        let outcome = self
-            .client
-            .call_tool(call)
-            .await
-            .map(|r| r.structured_content.unwrap_or(Value::Null))
-            .map_err(|e| e.kind());
+        let outcome = call_tagged(self.client, tool, args, &tag, keyed, progress).await;
         self.calls.record(tag, tool, keyed, outcome, started)
     }
 }

@@ -205,23 +205,35 @@ impl<'a> Agent<'a> {
     }
 }
 
+/// One workload call through mcp-resume: `tag` in its `_meta` (and as its progress token when
+/// `progress`), a fresh idempotency key when `keyed`; `structuredContent`, or the error's kind.
+pub async fn call_tagged(
+    client: &Client,
+    tool: &str,
+    args: Value,
+    tag: &str,
+    keyed: bool,
+    progress: bool,
+) -> Result<Value, ErrorKind> {
+    let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
+    if keyed {
+        call = call.random_idempotency_key();
+    }
+    if progress {
+        call = call.progress_token(tag);
+    }
+    client
+        .call_tool(call)
+        .await
+        .map(|r| r.structured_content.unwrap_or(Value::Null))
+        .map_err(|e| e.kind())
+}
+
 impl WorkloadCaller for Agent<'_> {
     async fn call(&mut self, tool: &'static str, args: Value, keyed: bool) -> Option<Value> {
         let tag = tag(self.preset, self.kind, self.calls.len(), tool);
-        let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
-        if keyed {
-            call = call.random_idempotency_key();
-        }
-        if tool == "slow" {
-            call = call.progress_token(tag.clone());
-        }
         let started = Instant::now();
-        let outcome = self
-            .client
-            .call_tool(call)
-            .await
-            .map(|r| r.structured_content.unwrap_or(Value::Null))
-            .map_err(|e| e.kind());
+        let outcome = call_tagged(self.client, tool, args, &tag, keyed, tool == "slow").await;
         self.calls.push(CallRecord {
             tag,
             tool,

@@ -8,16 +8,14 @@
 //! however fast a server sends.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-
-use rustc_hash::FxHashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::FuturesUnordered;
-use futures::FutureExt;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
+use rustc_hash::FxHashMap;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
