@@ -61,7 +61,9 @@ const LEGACY_ANSWERS: [Answer; 16] = [
     ("405 with a session id header", |_| {
         Reply::full(405, &[("Mcp-Session-Id", "assigned-anyway")], "")
     }),
-    ("406 plain text", |_| Reply::full(406, &[], "Not Acceptable")),
+    ("406 plain text", |_| {
+        Reply::full(406, &[], "Not Acceptable")
+    }),
     // goose #11965: a 200 event stream that ends without an event.
     ("200 SSE ending with no event", |_| Reply::sse("")),
     ("200 SSE with a priming event and no response", |_| {
@@ -77,7 +79,11 @@ const LEGACY_ANSWERS: [Answer; 16] = [
         Reply::full(200, &[("Content-Type", "application/json")], "")
     }),
     ("200 JSON that is not JSON-RPC", |_| {
-        Reply::full(200, &[("Content-Type", "application/json")], r#"{"ok":true}"#)
+        Reply::full(
+            200,
+            &[("Content-Type", "application/json")],
+            r#"{"ok":true}"#,
+        )
     }),
     ("200 text/html", |_| {
         Reply::full(200, &[("Content-Type", "text/html")], "<html>hello</html>")
@@ -268,6 +274,9 @@ async fn probe_retries_stay_within_the_connect_deadline() {
     let (err, took) = failing("503 then hang", Duration::from_secs(3), client.connect()).await;
     assert_kind("503 then hang", &err, ErrorKind::Timeout);
     assert!(err.to_string().contains("server/discover"), "{err}");
-    assert!(took < Duration::from_millis(750), "one deadline for both: {took:?}");
+    assert!(
+        took < Duration::from_millis(750),
+        "one deadline for both: {took:?}"
+    );
     assert_eq!(server.count(probes), 2, "{:?}", server.labels());
 }

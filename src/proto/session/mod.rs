@@ -249,6 +249,13 @@ impl Session {
         let Err(result) = self.input_answered_or(&id, result, now) else {
             return;
         };
+        if self.is_modern() {
+            // The modern era has no server requests to answer: this is an input of a call
+            // that ended (dropped, cancelled, past its deadline), and nothing more is sent
+            // for it.
+            debug!(%id, "answer to an input of an ended call dropped");
+            return;
+        }
         if !self.life.is_ready() {
             debug!(%id, "answer to a server request dropped: session not ready");
             return;
