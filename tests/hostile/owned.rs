@@ -281,3 +281,91 @@ async fn an_abandoned_modern_call_gets_no_mrtr_round() {
         assert_eq!(server.count(answers), 0, "{what}: {:?}", server.labels());
     }
 }
+
+/// A 2026-07-28 server that deduplicates keyed calls and cuts every `tools/call` stream
+/// before its response: each keyed call is re-issued after the backoff, again and again.
+fn modern_cutting_reply(req: &Request) -> Reply {
+    match req.rpc_method() {
+        Some("server/discover") => Reply::result(
+            req,
+            json!({"resultType": "complete", "supportedVersions": [MODERN],
+                "capabilities": {"tools": {}, "extensions": {
+                    "io.github.mcp-resume/resume-safety": {"version": 1, "idempotency": {}}}}}),
+        ),
+        Some("tools/call") => Reply::sse(""),
+        _ => Reply::good(),
+    }
+}
+
+fn issued(server: &Server, tag: &str) -> usize {
+    server.count(|r| r.is_rpc("tools/call") && r.params()["arguments"]["tag"] == tag)
+}
+
+fn keyed(tag: &str) -> ToolCall {
+    ToolCall::new("flaky", json!({ "tag": tag })).random_idempotency_key()
+}
+
+/// Modern: a keyed call waiting to be re-issued after its stream broke is never re-issued
+/// once dropped or past its deadline; after `close()` or the last drop nothing at all is
+/// sent (a modern session has nothing to DELETE).
+#[tokio::test]
+async fn an_abandoned_modern_call_is_not_reissued() {
+    let slow_retry = mcp_resume::ReconnectPolicy {
+        initial_delay: Duration::from_millis(150),
+        max_delay: Duration::from_millis(300),
+        ..fast_policy()
+    };
+    for how in ["dropped", "deadline", "close", "last drop"] {
+        let server = Server::start(modern_cutting_reply).await;
+        let client = builder(&server)
+            .era(Era::Modern)
+            .reconnect(slow_retry.clone())
+            .build()
+            .unwrap();
+        client.connect().await.unwrap();
+        let call = match how {
+            "deadline" => keyed("abandoned").timeout(Duration::from_millis(80)),
+            _ => keyed("abandoned"),
+        };
+        let abandoned = client.start_tool(call).unwrap();
+        let first = server.wait_for(|r| r.is_rpc("tools/call")).await;
+        server.wait_done(first.seq, GUARD).await;
+        let moment = server.requests().len();
+        match how {
+            "dropped" => drop(abandoned),
+            "deadline" => {
+                let outcome = within(how, Duration::from_secs(3), abandoned).await.unwrap();
+                let err = outcome.expect_err("past its deadline");
+                assert_kind(how, &err, ErrorKind::Timeout);
+            }
+            "close" => {
+                client.close().await.unwrap();
+                drop(abandoned);
+            }
+            _ => {
+                drop(client.clone());
+                drop(client);
+                drop(abandoned);
+            }
+        }
+        // A control call on a client of its own, re-issued twice: its second re-issue comes
+        // after the abandoned call's first would have.
+        let control = builder(&server)
+            .era(Era::Modern)
+            .reconnect(slow_retry.clone())
+            .build()
+            .unwrap();
+        let kept = control.start_tool(keyed("kept")).unwrap();
+        server
+            .wait_nth(3, |r| {
+                r.is_rpc("tools/call") && r.params()["arguments"]["tag"] == "kept"
+            })
+            .await;
+        drop(kept);
+        assert_eq!(issued(&server, "abandoned"), 1, "{how}: {:?}", server.labels());
+        let late = seen_since(&server, moment, |r| {
+            r.params()["arguments"]["tag"] == "kept" || r.is_rpc("server/discover")
+        });
+        assert!(late.is_empty(), "{how}: sent afterwards: {late:?}");
+    }
+}
