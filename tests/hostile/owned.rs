@@ -334,7 +334,9 @@ async fn an_abandoned_modern_call_is_not_reissued() {
         match how {
             "dropped" => drop(abandoned),
             "deadline" => {
-                let outcome = within(how, Duration::from_secs(3), abandoned).await.unwrap();
+                let outcome = within(how, Duration::from_secs(3), abandoned)
+                    .await
+                    .unwrap();
                 let err = outcome.expect_err("past its deadline");
                 assert_kind(how, &err, ErrorKind::Timeout);
             }
@@ -362,7 +364,12 @@ async fn an_abandoned_modern_call_is_not_reissued() {
             })
             .await;
         drop(kept);
-        assert_eq!(issued(&server, "abandoned"), 1, "{how}: {:?}", server.labels());
+        assert_eq!(
+            issued(&server, "abandoned"),
+            1,
+            "{how}: {:?}",
+            server.labels()
+        );
         let late = seen_since(&server, moment, |r| {
             r.params()["arguments"]["tag"] == "kept" || r.is_rpc("server/discover")
         });
