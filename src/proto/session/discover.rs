@@ -112,6 +112,7 @@ impl Session {
     /// What an answer to the probe means ([`read_probe`]), carried out. `cause` describes the
     /// answer: the handshake fails with it if it fails on this answer.
     pub(super) fn probe_answered(&mut self, answer: ProbeAnswer, cause: Error, now: Instant) {
+        let may_switch_era = self.may_switch_era();
         let Some(h) = self.life.handshake_mut() else {
             return;
         };
@@ -125,7 +126,7 @@ impl Session {
             h.probe.unanswered += 1;
         }
         let facts = ProbeFacts {
-            may_switch_era: self.config.era == Era::Auto,
+            may_switch_era,
             after_modern_refusal: h.probe.after_modern_refusal,
             unanswered: h.probe.unanswered,
             max_attempts: self.config.reconnect.max_attempts,
