@@ -232,6 +232,24 @@ impl Error {
         }
     }
 
+    /// The same error, its message naming the request it ended (`server/discover: …`).
+    pub(crate) fn during(self, request: &str) -> Self {
+        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+            kind: shared.kind,
+            message: shared.message.clone(),
+            rpc: shared.rpc.clone(),
+            retry_after: shared.retry_after,
+            auth: shared.auth.clone(),
+            source: None,
+        });
+        Error {
+            inner: Arc::new(Inner {
+                message: format!("{request}: {}", inner.message),
+                ..inner
+            }),
+        }
+    }
+
     /// An error of `kind` whose cause is `cause` (its message is appended, it is the source,
     /// and its `Retry-After` is kept).
     pub(crate) fn caused_by(kind: ErrorKind, message: impl Into<String>, cause: Error) -> Self {

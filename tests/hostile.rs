@@ -26,6 +26,10 @@ mod server;
 mod bodies;
 #[path = "hostile/defects.rs"]
 mod defects;
+#[path = "hostile/owned.rs"]
+mod owned;
+#[path = "hostile/probe.rs"]
+mod probe;
 #[path = "hostile/protocol.rs"]
 mod protocol;
 #[path = "hostile/retry_and_checks.rs"]

@@ -16,7 +16,9 @@ pub const DEFAULT_IDEMPOTENCY_META_KEY: &str = "io.github.mcp-resume/idempotency
 #[non_exhaustive]
 pub enum Era {
     /// Probe with `server/discover`: a recognised modern answer or modern error means modern;
-    /// an empty or unrecognised refusal means legacy (`initialize`). **Default.**
+    /// whatever else a server answers means legacy (`initialize`), and a probe without an
+    /// answer (transport, 5xx) is sent again; see [`read_probe`](super::probe::read_probe).
+    /// **Default.**
     #[default]
     Auto,
     /// Always `initialize` (a legacy server).

@@ -18,6 +18,7 @@
 //   session/     – the Session state machine: a facade over parts that own their data
 //   classify.rs  – reads heads and refused answers (the one place that interprets them)
 //   decide.rs    – the pure recovery decision (README, "Recovery rules"), table-tested
+//   probe.rs     – the pure era-detection rule (what a `server/discover` answer means), table-tested
 //   version.rs   – protocol revisions as a type; methods.rs – method names
 //   jsonrpc.rs   – JSON-RPC message encoding/decoding
 //   ext.rs       – the resume-safety extension (advertisement, headers, rejection body)
@@ -361,6 +362,7 @@ mod ext;
 mod jsonrpc;
 pub mod methods;
 pub mod modern;
+pub mod probe;
 mod session;
 pub mod version;
 pub mod walkthrough;

@@ -283,7 +283,7 @@ impl Session {
             reason,
             previous,
             degraded: None,
-            version_retries: 0,
+            probe: Default::default(),
         });
         match delay {
             Some(delay) => self

@@ -14,16 +14,15 @@ use super::lifecycle::{KeyPlacement, Negotiated, Step};
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
-use crate::proto::classify::{Refusal, Refused};
+use crate::proto::classify::Refusal;
 use crate::proto::ext::{self, ResumeSafety};
-use crate::proto::modern::{self, ModernError};
+use crate::proto::modern;
+use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{jsonrpc, Era, HttpId, HttpMethod, HttpPurpose};
 
 /// `server/discover`.
 pub(super) const DISCOVER: &str = "server/discover";
-/// Times a handshake retries a revision the server refused while listing it as supported.
-const MAX_VERSION_RETRIES: u32 = 2;
 
 impl Session {
     /// Which era the next handshake speaks first: the configured one, else what this origin
@@ -67,12 +66,16 @@ impl Session {
             Some(body),
             Sent::on(&probe),
         );
-        self.timers.set(
-            Timer::InitDeadline,
-            now.checked_add(self.config.call_timeout).unwrap_or(now),
-        );
+        // A probe sent again after no answer stays within the first one's deadline.
+        if !self.timers.is_armed(Timer::InitDeadline) {
+            self.timers.set(
+                Timer::InitDeadline,
+                now.checked_add(self.config.call_timeout).unwrap_or(now),
+            );
+        }
         if let Some(h) = self.life.handshake_mut() {
             h.step = Step::Discover { http, rpc };
+            h.probe.waiting = false;
         }
     }
 
@@ -84,95 +87,122 @@ impl Session {
         now: Instant,
     ) {
         self.exchanges.finish(http);
-        match result {
-            Ok(result) if modern::is_discover_result(&result) => {
-                self.discovered(result, now);
-            }
-            Ok(_) => self.not_modern("server/discover answered with something else", now),
-            Err(error) => self.discover_error(error, now),
-        }
+        let (answer, cause) = match result {
+            Ok(result) => (
+                ProbeAnswer::Result(result),
+                Error::new(
+                    ErrorKind::Protocol,
+                    "the result lists no revision this client speaks",
+                ),
+            ),
+            Err(error) => (ProbeAnswer::Error(error.clone()), Error::rpc(error)),
+        };
+        self.probe_answered(answer, cause, now);
     }
 
     /// `server/discover` was refused (non-2xx).
     pub(super) fn on_discover_refused(&mut self, status: u16, refusal: Refusal, now: Instant) {
-        match refusal.error.rpc_error() {
-            Some(rpc) if modern::modern_error(rpc).is_some() => {
-                let rpc = rpc.clone();
-                self.discover_error(rpc, now)
-            }
-            // A modern server without the method: modern all the same (the specification
-            // tells this 404 apart from a legacy one by its JSON-RPC body).
-            Some(rpc) if status == 404 && rpc.code == modern::METHOD_NOT_FOUND => self.discovered(
-                json!({"supportedVersions": [ProtocolVersion::MODERN.as_str()]}),
-                now,
-            ),
-            _ if matches!(
-                refusal.class,
-                Refused::NotProcessed { .. } | Refused::NotAllowed | Refused::SessionGone
-            ) =>
-            {
-                self.not_modern(&format!("server/discover answered HTTP {status}"), now)
-            }
-            _ => {
-                let error =
-                    Error::caused_by(refusal.error.kind(), "server/discover", refusal.error);
-                self.init_failed(error, now)
-            }
-        }
+        let answer = ProbeAnswer::Refused {
+            status,
+            error: refusal.error.rpc_error().cloned(),
+        };
+        self.probe_answered(answer, refusal.error, now);
     }
 
-    fn discover_error(&mut self, error: RpcError, now: Instant) {
-        match modern::modern_error(&error) {
-            Some(ModernError::UnsupportedVersion { supported })
-                if modern::pick_version(&supported).is_some() =>
-            {
-                // It refused a revision it lists as supported (a server may refuse a first
-                // request this way): retry with the one it names, a bounded number of times.
-                let retries = self.life.handshake_mut().map(|h| {
-                    h.version_retries += 1;
-                    h.version_retries
-                });
-                if retries.is_some_and(|r| r <= MAX_VERSION_RETRIES) {
-                    self.timers.cancel(Timer::InitDeadline);
-                    self.send_discover(now)
-                } else {
-                    self.init_failed(Error::rpc(error), now)
-                }
-            }
-            Some(ModernError::UnsupportedVersion { supported }) => {
-                // A modern server that does not speak our modern revision. If it speaks a
-                // legacy one we do, that is the way in.
-                let legacy = supported
-                    .iter()
-                    .filter_map(|s| ProtocolVersion::parse(s))
-                    .any(|v| !v.is_modern());
-                if legacy && self.may_switch_era() {
-                    self.not_modern("the server speaks no modern revision of ours", now)
-                } else {
-                    self.init_failed(Error::rpc(error), now)
-                }
-            }
-            Some(_) => self.init_failed(Error::rpc(error), now),
-            None => self.not_modern(&format!("server/discover answered {error}"), now),
+    /// What an answer to the probe means ([`read_probe`]), carried out. `cause` describes the
+    /// answer: the handshake fails with it if it fails on this answer.
+    pub(super) fn probe_answered(&mut self, answer: ProbeAnswer, cause: Error, now: Instant) {
+        let may_switch_era = self.may_switch_era();
+        let Some(h) = self.life.handshake_mut() else {
+            return;
+        };
+        let Step::Discover { http, .. } = h.step else {
+            debug!("answer to a superseded server/discover ignored");
+            return;
+        };
+        if matches!(answer, ProbeAnswer::Transport)
+            || matches!(answer, ProbeAnswer::Refused { status, .. } if status >= 500)
+        {
+            h.probe.unanswered += 1;
         }
-    }
-
-    /// The server is not (or no longer) modern: fall back to `initialize`, or fail when the
-    /// era is forced.
-    fn not_modern(&mut self, why: &str, now: Instant) {
-        if !self.may_switch_era() {
-            return self.init_failed(
-                Error::new(
-                    ErrorKind::Protocol,
-                    format!("not a 2026-07-28 server: {why}"),
+        let facts = ProbeFacts {
+            may_switch_era,
+            after_modern_refusal: h.probe.after_modern_refusal,
+            unanswered: h.probe.unanswered,
+            max_attempts: self.config.reconnect.max_attempts,
+            version_retries: h.probe.version_retries,
+        };
+        self.exchanges.finish(http);
+        let verdict = read_probe(&answer, &facts);
+        debug!(?verdict, "server/discover answered");
+        match verdict {
+            ProbeVerdict::Modern => match answer {
+                ProbeAnswer::Result(result) => self.discovered(result, now),
+                // A modern server without the method: modern all the same.
+                _ => self.discovered(
+                    json!({"supportedVersions": [ProtocolVersion::MODERN.as_str()]}),
+                    now,
                 ),
-                now,
-            );
+            },
+            ProbeVerdict::RetryVersion => {
+                if let Some(h) = self.life.handshake_mut() {
+                    h.probe.version_retries += 1;
+                }
+                self.timers.cancel(Timer::InitDeadline);
+                self.send_discover(now);
+            }
+            ProbeVerdict::Legacy => {
+                info!("the server speaks the legacy era; initializing");
+                self.timers.cancel(Timer::InitDeadline);
+                self.life.era = Some(Era::Legacy);
+                self.send_initialize(now);
+            }
+            ProbeVerdict::Retry => {
+                // Read-only, so safe to send again; the handshake's deadline keeps running.
+                let attempt = facts.unanswered.saturating_sub(1);
+                let delay =
+                    self.config
+                        .reconnect
+                        .delay(attempt, self.rng.next(), cause.retry_after());
+                debug!(?delay, %cause, "server/discover got no answer; probing again");
+                if let Some(h) = self.life.handshake_mut() {
+                    h.step = Step::Backoff;
+                    h.probe.waiting = true;
+                }
+                self.timers
+                    .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now));
+            }
+            ProbeVerdict::Report => {
+                // What the answer would have meant with the era free to change.
+                let free = ProbeFacts {
+                    may_switch_era: true,
+                    after_modern_refusal: false,
+                    ..facts
+                };
+                let error = if read_probe(&answer, &free) != ProbeVerdict::Legacy {
+                    cause
+                } else if facts.after_modern_refusal {
+                    Error::caused_by(
+                        ErrorKind::Protocol,
+                        "initialize was refused as by a 2026-07-28 server, and this as by a \
+                         legacy one",
+                        cause,
+                    )
+                } else {
+                    Error::caused_by(ErrorKind::Protocol, "not a 2026-07-28 server", cause)
+                };
+                self.init_failed(error.during(DISCOVER), now)
+            }
         }
-        info!(why, "the server speaks the legacy era; initializing");
-        self.timers.cancel(Timer::InitDeadline);
-        self.life.era = Some(Era::Legacy);
-        self.send_initialize(now);
+    }
+
+    /// The name of the handshake request in flight (or waited for), for the errors that
+    /// end it.
+    pub(super) fn handshake_request(&self) -> &'static str {
+        match self.life.handshake() {
+            Some(h) if matches!(h.step, Step::Discover { .. }) || h.probe.waiting => DISCOVER,
+            _ => crate::proto::methods::INITIALIZE,
+        }
     }
 
     /// A legacy handshake was refused in a way only a modern server refuses: probe forward.
@@ -188,6 +218,9 @@ impl Session {
         info!("initialize answered with a modern error: probing with server/discover");
         self.timers.cancel(Timer::InitDeadline);
         self.life.era = Some(Era::Modern);
+        if let Some(h) = self.life.handshake_mut() {
+            h.probe.after_modern_refusal = true;
+        }
         self.send_discover(now);
         true
     }
@@ -196,15 +229,12 @@ impl Session {
     fn discovered(&mut self, result: Value, now: Instant) {
         let supported = modern::strings(result.get("supportedVersions"));
         if modern::pick_version(&supported).is_none() {
-            return self.discover_error(
-                RpcError {
-                    code: modern::UNSUPPORTED_PROTOCOL_VERSION,
-                    message: "server/discover lists no modern revision this client speaks"
-                        .to_owned(),
-                    data: Some(json!({"supported": supported})),
-                },
-                now,
+            // Not reached through `read_probe`, which reads such a list otherwise.
+            let error = Error::new(
+                ErrorKind::Protocol,
+                "server/discover lists no modern revision this client speaks",
             );
+            return self.init_failed(error, now);
         }
         let capabilities = result
             .get("capabilities")

@@ -12,6 +12,7 @@ use super::Session;
 use crate::error::{Error, ErrorKind};
 use crate::proto::classify::{self, ContentType};
 use crate::proto::decide::Failure;
+use crate::proto::probe::ProbeAnswer;
 use crate::proto::{CallId, HttpId, Output, SessionEvent};
 use crate::sse::SseDecoder;
 
@@ -36,6 +37,11 @@ impl Session {
                 }
                 match self.reader(ct) {
                     Some(body) => self.set_body(http, body),
+                    None if kind == ExKind::Discover => self.probe_answered(
+                        ProbeAnswer::NoResponse,
+                        Error::new(ErrorKind::Protocol, "answered with no JSON or SSE body"),
+                        now,
+                    ),
                     None => {
                         self.exchanges.finish(http);
                         self.init_failed(

@@ -16,6 +16,7 @@ use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc::{self, Message};
 use crate::proto::modern::{self, ResultType};
+use crate::proto::probe::ProbeAnswer;
 use crate::proto::{
     ext, methods, CallId, HttpId, Notification, Output, ServerRequest, SessionEvent,
 };
@@ -193,7 +194,9 @@ impl Session {
             Some(Step::Discover { rpc, .. }) => (Some(rpc), true),
             _ => (None, false),
         };
-        if id.is_none() || id.as_ref() != expected {
+        // An error without an id on the probe's own stream can only be about the probe.
+        let unattributed_error = discover && id.is_none() && result.is_err();
+        if !unattributed_error && (id.is_none() || id.as_ref() != expected) {
             warn!("unexpected response on the handshake stream ignored");
         } else if discover {
             self.on_discover_response(http, result, now);
@@ -348,8 +351,13 @@ impl Session {
                 let cause = Error::new(ErrorKind::Protocol, cause);
                 self.apply_because(c, Failure::AnsweredWithoutResponse, cause, now);
             }
-            ExKind::Initialize | ExKind::Discover => self.init_failed(
-                Error::new(ErrorKind::Protocol, "handshake body without the response"),
+            ExKind::Initialize => self.init_failed(
+                Error::new(ErrorKind::Protocol, "initialize: body without the response"),
+                now,
+            ),
+            ExKind::Discover => self.probe_answered(
+                ProbeAnswer::NoResponse,
+                Error::new(ErrorKind::Protocol, "body without the response"),
                 now,
             ),
             _ => {}

@@ -293,8 +293,10 @@ impl Session {
         self.timers.cancel(Timer::InitDeadline);
         warn!(error = %error, "initialization failed");
         if !self.life.ever_connected {
-            // First connect: report to the app rather than retrying behind its back.
+            // First connect: report to the app rather than retrying behind its back (a probe
+            // waiting to be sent again included).
             self.life.phase = Phase::Idle;
+            self.timers.cancel(Timer::InitBackoff);
             for waiter in std::mem::take(&mut self.life.connect_waiters) {
                 self.outputs.push_back(Output::Completed {
                     call: waiter,

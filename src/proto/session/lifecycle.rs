@@ -113,8 +113,21 @@ pub(super) struct Handshake {
     pub(super) previous: Option<Negotiated>,
     /// Why advertised checks cannot run on the session being set up.
     pub(super) degraded: Option<String>,
-    /// Version refusals retried so far (modern era).
+    /// What the era probes of this handshake met so far.
+    pub(super) probe: ProbeState,
+}
+
+/// What the `server/discover` probes of one handshake met so far.
+#[derive(Debug, Default)]
+pub(super) struct ProbeState {
+    /// Probes that got no answer (transport failure, 5xx).
+    pub(super) unanswered: u32,
+    /// Version refusals retried.
     pub(super) version_retries: u32,
+    /// `initialize` was refused the way only a modern server refuses it.
+    pub(super) after_modern_refusal: bool,
+    /// The probe's backoff is running (a deadline then names `server/discover`).
+    pub(super) waiting: bool,
 }
 
 /// The phase of the session.

@@ -61,7 +61,9 @@ use self::timers::{Timer, Timers};
 use super::classify::{HeadFacts, MAX_ERROR_BODY};
 use super::config::SessionConfig;
 use super::decide::Failure;
+use super::methods;
 use super::modern::{ClientMeta, ParamHeader};
+use super::probe::ProbeAnswer;
 use super::version::ProtocolVersion;
 use super::{
     jsonrpc, CallId, CallRequest, ExtensionStatus, HttpId, Output, SessionEvent, Transmit,
@@ -247,6 +249,13 @@ impl Session {
         let Err(result) = self.input_answered_or(&id, result, now) else {
             return;
         };
+        if self.is_modern() {
+            // The modern era has no server requests to answer: this is an input of a call
+            // that ended (dropped, cancelled, past its deadline), and nothing more is sent
+            // for it.
+            debug!(%id, "answer to an input of an ended call dropped");
+            return;
+        }
         if !self.life.is_ready() {
             debug!(%id, "answer to a server request dropped: session not ready");
             return;
@@ -457,6 +466,11 @@ impl Session {
             TransportFailure::Connect(r) | TransportFailure::Lost(r) => r,
         };
         debug!(http = http.0, kind = ?ex.kind, connect, reason = %reason, "exchange failed");
+        if ex.kind == ExKind::Discover && !matches!(ex.body, Body::Error(_)) {
+            // No answer, or only part of one: the probe is asked again.
+            let cause = Error::new(ErrorKind::Transport, reason);
+            return self.probe_answered(ProbeAnswer::Transport, cause, now);
+        }
         if ex.status.is_some() {
             match ex.body {
                 Body::Sse(_) => self.stream_ended(ex.kind, ex.progress, false, now),
@@ -467,9 +481,10 @@ impl Session {
             return;
         }
         match ex.kind {
-            ExKind::Initialize | ExKind::Initialized | ExKind::Discover => {
-                self.init_failed(Error::new(ErrorKind::Transport, reason), now)
-            }
+            ExKind::Initialize | ExKind::Initialized | ExKind::Discover => self.init_failed(
+                Error::new(ErrorKind::Transport, reason).during(methods::INITIALIZE),
+                now,
+            ),
             ExKind::Post(call) => {
                 let cause = Error::new(ErrorKind::Transport, reason);
                 if connect {
@@ -505,7 +520,9 @@ impl Session {
             match timer {
                 Timer::InitBackoff => self.send_handshake(now),
                 Timer::InitDeadline => {
-                    self.init_failed(Error::new(ErrorKind::Timeout, "initialize timed out"), now)
+                    let request = self.handshake_request();
+                    let error = Error::new(ErrorKind::Timeout, format!("{request} timed out"));
+                    self.init_failed(error, now)
                 }
                 Timer::ListenBackoff => {
                     if self.listen.state == ListenState::Backoff {
@@ -642,11 +659,21 @@ impl Session {
     /// An SSE body ended (cleanly or not) before what its exchange was waiting for.
     fn stream_ended(&mut self, kind: ExKind, progress: bool, clean: bool, now: Instant) {
         match kind {
-            ExKind::Initialize | ExKind::Discover => self.init_failed(
+            ExKind::Initialize => self.init_failed(
                 Error::new(
                     ErrorKind::Transport,
                     "initialize stream ended before the response",
                 ),
+                now,
+            ),
+            ExKind::Discover if clean => self.probe_answered(
+                ProbeAnswer::NoResponse,
+                Error::new(ErrorKind::Protocol, "stream ended without the response"),
+                now,
+            ),
+            ExKind::Discover => self.probe_answered(
+                ProbeAnswer::Transport,
+                Error::new(ErrorKind::Transport, "stream broke before the response"),
                 now,
             ),
             ExKind::Post(c) => {
@@ -712,7 +739,9 @@ impl Session {
         self.exchanges.finish(http);
         warn!(error = %error, "exchange abandoned");
         match kind {
-            ExKind::Initialize | ExKind::Discover => self.init_failed(error, now),
+            ExKind::Initialize => self.init_failed(error.during(methods::INITIALIZE), now),
+            // Not an answer to read: a legacy server's page, say (`read_probe` decides).
+            ExKind::Discover => self.probe_answered(ProbeAnswer::NoResponse, error, now),
             ExKind::Post(c) | ExKind::Resume(c) => self.complete(c, Err(error)),
             ExKind::Listen => {
                 // A hostile stream would only repeat itself: stop listening.

@@ -46,6 +46,11 @@ impl Timers {
         }
     }
 
+    /// Whether `timer` is armed.
+    pub(super) fn is_armed(&self, timer: Timer) -> bool {
+        self.armed.contains_key(&timer)
+    }
+
     /// The earliest expiry.
     pub(super) fn next(&self) -> Option<Instant> {
         self.queue.first().map(|(at, _)| *at)
