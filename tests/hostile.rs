@@ -19,6 +19,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 #[path = "hostile/harness.rs"]
 mod harness;
+#[path = "hostile/modern_server.rs"]
+mod modern_server;
 #[path = "hostile/server.rs"]
 mod server;
 
@@ -26,6 +28,8 @@ mod server;
 mod bodies;
 #[path = "hostile/defects.rs"]
 mod defects;
+#[path = "hostile/modern.rs"]
+mod modern;
 #[path = "hostile/protocol.rs"]
 mod protocol;
 #[path = "hostile/retry_and_checks.rs"]
