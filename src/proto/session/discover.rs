@@ -142,11 +142,7 @@ impl Session {
             Some(ModernError::UnsupportedVersion { supported }) => {
                 // A modern server that does not speak our modern revision. If it speaks a
                 // legacy one we do, that is the way in.
-                let legacy = supported
-                    .iter()
-                    .filter_map(|s| ProtocolVersion::parse(s))
-                    .any(|v| !v.is_modern());
-                if legacy && self.may_switch_era() {
+                if self.may_fall_back_to(&supported) {
                     self.not_modern("the server speaks no modern revision of ours", now)
                 } else {
                     self.init_failed(Error::rpc(error), now)
@@ -155,6 +151,16 @@ impl Session {
             Some(_) => self.init_failed(Error::rpc(error), now),
             None => self.not_modern(&format!("server/discover answered {error}"), now),
         }
+    }
+
+    /// Whether a server listing `supported` (and no modern revision of ours) can still be
+    /// spoken to: it lists a legacy revision we speak, and the era is not forced.
+    pub(super) fn may_fall_back_to(&self, supported: &[String]) -> bool {
+        self.may_switch_era()
+            && supported
+                .iter()
+                .filter_map(|s| ProtocolVersion::parse(s))
+                .any(|v| !v.is_modern())
     }
 
     /// The server is not (or no longer) modern: fall back to `initialize`, or fail when the

@@ -82,6 +82,20 @@ impl Session {
                 Failure::HeaderMismatch { refreshed },
                 Error::rpc(rpc.clone()),
             ),
+            // A list with a revision we speak, in this era or (by a new handshake) the
+            // legacy one, is worth a new handshake; a list with none cannot become one, and
+            // handshakes that each succeed would only end with the session lost.
+            ModernError::UnsupportedVersion { supported }
+                if modern::pick_version(&supported).is_none()
+                    && !self.may_fall_back_to(&supported) =>
+            {
+                (
+                    Failure::Refused {
+                        retry_within_deadline: false,
+                    },
+                    Error::rpc(rpc.clone()),
+                )
+            }
             ModernError::UnsupportedVersion { .. } => {
                 (Failure::VersionRefused, Error::rpc(rpc.clone()))
             }
