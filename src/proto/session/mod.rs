@@ -38,7 +38,7 @@ mod timers;
 
 pub use self::cursors::MAX_REMEMBERED_EVENT_IDS;
 pub use self::exchanges::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
-pub use self::modern_calls::MAX_INPUT_ROUNDS;
+pub use self::modern_calls::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
 pub use self::outbound::MAX_QUEUED_NOTIFICATIONS;
 pub use self::tasks::TASKS_EXTENSION;
 
