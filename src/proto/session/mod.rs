@@ -518,7 +518,8 @@ impl Session {
                     if let Some(call) = self.calls.get(id) {
                         info!(call = id.0, method = %call.method, "call deadline passed");
                         self.send_cancelled(id, "timeout");
-                        self.cancel_task(id);
+                        // A task is not cancelled: the deadline bounds the wait, not the
+                        // durable work, whose id stays recorded to be resumed later.
                         self.apply(id, Failure::DeadlineExpired, now);
                     }
                 }
