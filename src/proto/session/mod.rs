@@ -510,7 +510,7 @@ impl Session {
                 Timer::ListenBackoff => {
                     if self.listen.state == ListenState::Backoff {
                         self.listen.state = ListenState::Off;
-                        self.open_listen();
+                        self.open_listen(now);
                     }
                 }
                 Timer::CallBackoff(id) => self.fire_retry(id, now),
