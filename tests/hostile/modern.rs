@@ -635,32 +635,58 @@ async fn a_notification_flood_on_subscriptions_listen_stays_bounded() {
     assert_usable(what, &server, &client).await;
 }
 
+/// One `subscriptions/listen` case: `reply` answers every subscription; returns how many
+/// the client sent while calls went on, and within a window in which a storm would send
+/// dozens.
+async fn subscription_case(what: String, reply: fn(&Request) -> Reply) -> usize {
+    let server = ModernServer::start(move |req| listens(req).then(|| reply(req))).await;
+    let client = builder(&server).open_listen_stream(true).build().unwrap();
+    connected(&server, &client).await;
+    // Calls work all along.
+    let answer = within(&what, LIMIT, client.call_tool(echo("beside")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.text(), "beside");
+    // The fast policy backs off 10, 20, 40, 50 ms and gives up: well within the window.
+    let storm = server
+        .saw_within(Duration::from_millis(500), 8, listens)
+        .await;
+    assert!(!storm, "{what}: {:?}", server.labels());
+    let sent = server.count(listens);
+    assert_modern_wire(&what, &server);
+    assert_usable(&what, &server, &client).await;
+    sent
+}
+
 #[tokio::test]
-async fn a_subscription_never_acknowledged_is_not_reissued_in_a_storm() {
-    let what = "subscriptions/listen unacknowledged";
-    for (name, reply) in [
-        ("closed at once", Reply::sse("")),
-        ("held silent", Reply::sse_head().hang()),
-        ("refused 500", Reply::status(500)),
-    ] {
-        let what = format!("{what}, {name}");
-        let server = ModernServer::start(move |req| listens(req).then(|| reply.clone())).await;
-        let client = builder(&server).open_listen_stream(true).build().unwrap();
-        connected(&server, &client).await;
-        // Calls work all along.
-        let reply = within(&what, LIMIT, client.call_tool(echo("beside")))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(reply.text(), "beside");
-        // The fast policy gives up after 4 attempts within ~200 ms; a storm would make
-        // hundreds in this time.
-        let storm = server
-            .saw_within(Duration::from_millis(600), 7, listens)
-            .await;
-        assert!(!storm, "{what}: {:?}", server.labels());
-        assert!(server.count(listens) >= 1, "{what}");
-        assert_modern_wire(&what, &server);
-        assert_usable(&what, &server, &client).await;
+async fn a_subscription_that_fails_or_stays_silent_is_not_reissued_in_a_storm() {
+    let what = "subscriptions/listen";
+    // A stream that fails is sent again until the policy's attempts are spent.
+    let attempts = crate::harness::fast_policy().max_attempts as usize;
+    let cases: [(&str, fn(&Request) -> Reply, usize); 5] = [
+        ("held silent", |_| Reply::sse_head().hang(), 1),
+        ("closed at once", |_| Reply::sse(""), attempts),
+        ("refused 500", |_| Reply::status(500), attempts),
+        (
+            "acknowledged, then closed",
+            |req| Reply::sse(acknowledgement(req)),
+            attempts,
+        ),
+        (
+            "one change, then closed",
+            |req| Reply::sse(acknowledgement(req) + &list_changed(req)),
+            attempts,
+        ),
+    ];
+    // Side by side: each waits out its window.
+    let sent = futures::future::join_all(
+        cases
+            .iter()
+            .map(|(name, reply, _)| subscription_case(format!("{what}, {name}"), *reply)),
+    )
+    .await;
+    for ((name, _, expected), sent) in cases.iter().zip(sent) {
+        assert_eq!(sent, *expected, "{what}, {name}: subscriptions sent");
     }
 }
