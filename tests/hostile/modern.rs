@@ -27,6 +27,9 @@ use crate::server::{Reply, Request, Step};
 
 const LIMIT: Duration = Duration::from_secs(3);
 
+/// How a case's server answers a request.
+type Script = fn(&Request) -> Reply;
+
 fn polls(r: &Request) -> bool {
     r.is_rpc("tasks/get")
 }
@@ -289,7 +292,7 @@ async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_store
 /// the task stays recorded (nothing says it ended), to be resumed.
 async fn task_case(
     what: &str,
-    poll: fn(&Request) -> Reply,
+    poll: Script,
     expect: ErrorKind,
 ) -> (ModernServer, mcp_resume::Client) {
     let server = ModernServer::start(move |req| {
@@ -722,7 +725,7 @@ async fn a_notification_flood_on_subscriptions_listen_stays_bounded() {
 /// One `subscriptions/listen` case: `reply` answers every subscription; returns how many
 /// the client sent while calls went on, and within a window in which a storm would send
 /// dozens.
-async fn subscription_case(what: String, reply: fn(&Request) -> Reply) -> usize {
+async fn subscription_case(what: String, reply: Script) -> usize {
     let server = ModernServer::start(move |req| listens(req).then(|| reply(req))).await;
     let client = builder(&server).open_listen_stream(true).build().unwrap();
     connected(&server, &client).await;
@@ -748,7 +751,7 @@ async fn a_subscription_that_fails_or_stays_silent_is_not_reissued_in_a_storm() 
     let what = "subscriptions/listen";
     // A stream that fails is sent again until the policy's attempts are spent.
     let attempts = crate::harness::fast_policy().max_attempts as usize;
-    let cases: [(&str, fn(&Request) -> Reply, usize); 5] = [
+    let cases: [(&str, Script, usize); 5] = [
         ("held silent", |_| Reply::sse_head().hang(), 1),
         ("closed at once", |_| Reply::sse(""), attempts),
         ("refused 500", |_| Reply::status(500), attempts),
