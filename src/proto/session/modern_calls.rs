@@ -24,8 +24,10 @@ use crate::proto::{methods, CallId, Era, Output, ServerRequest};
 /// keep a call (and its handlers) busy forever.
 pub const MAX_INPUT_ROUNDS: u32 = 16;
 /// Inputs one MRTR round may ask for: each runs an app handler (a sampling request costs a
-/// model call), so a round asking for thousands fails the call before any handler runs.
-pub const MAX_INPUTS_PER_ROUND: usize = 64;
+/// model call), so a round asking for more fails the call before any handler runs. Small
+/// enough that a round or two fit in what a driver handles at once (the tokio driver runs 32
+/// server requests at a time and refuses the rest, which would fail the round half-answered).
+pub const MAX_INPUTS_PER_ROUND: usize = 16;
 
 /// An MRTR round in progress: the server's inputs still unanswered and what to send back.
 #[derive(Debug, Default)]
