@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mcp_resume::proto::MAX_INPUT_ROUNDS;
+use mcp_resume::proto::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
 use mcp_resume::{ErrorKind, InMemoryTaskStore, TaskStore, ToolCall};
 use serde_json::{json, Value};
 
@@ -56,7 +56,7 @@ fn assert_modern_wire(what: &str, server: &ModernServer) {
     );
 }
 
-/// Connects a fresh client to `server` (built by `build`), within the limit.
+/// Connects `client` to `server`, within the limit.
 async fn connected(server: &ModernServer, client: &mcp_resume::Client) {
     within("connect", LIMIT, client.connect())
         .await
@@ -212,32 +212,61 @@ async fn a_large_request_state_is_echoed_each_round_without_piling_up() {
     assert_usable(what, &server, &client).await;
 }
 
-#[tokio::test]
-async fn oversized_input_requests_are_refused_before_any_handler_runs() {
-    let what = "oversized inputRequests";
-    // A thousand handler runs (sampling, say: a model call each) for one round.
-    let server = ModernServer::start(|req| {
-        tool_calls(req).then(|| {
-            let inputs: serde_json::Map<String, Value> = (0..1000)
-                .map(|n| (format!("i{n}"), json!({"method": "roots/list"})))
-                .collect();
-            complete(
-                req,
-                json!({"resultType": "input_required", "requestState": "s",
-                    "inputRequests": inputs}),
-            )
-        })
-    })
-    .await;
+/// An `input_required` answer asking for `n` roots lists.
+fn asking_for(req: &Request, n: usize) -> Reply {
+    let inputs: serde_json::Map<String, Value> = (0..n)
+        .map(|n| (format!("i{n}"), json!({"method": "roots/list"})))
+        .collect();
+    complete(
+        req,
+        json!({"resultType": "input_required", "requestState": "s", "inputRequests": inputs}),
+    )
+}
+
+/// A client whose handler answers every input, counting them.
+fn counting_inputs(server: &ModernServer) -> (mcp_resume::Client, Arc<AtomicUsize>) {
     let asked = Arc::new(AtomicUsize::new(0));
     let counter = asked.clone();
-    let client = builder(&server)
+    let client = builder(server)
         .on_server_request(move |_| {
             counter.fetch_add(1, Ordering::SeqCst);
             async { Ok(json!({"roots": []})) }
         })
         .build()
         .unwrap();
+    (client, asked)
+}
+
+#[tokio::test]
+async fn a_round_of_the_most_inputs_is_answered_and_one_more_is_refused() {
+    let what = "inputs per round";
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| match req.params().get("inputResponses") {
+            None => asking_for(req, MAX_INPUTS_PER_ROUND),
+            Some(_) => asking_for(req, MAX_INPUTS_PER_ROUND + 1),
+        })
+    })
+    .await;
+    let (client, asked) = counting_inputs(&server);
+    connected(&server, &client).await;
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    assert_eq!(asked.load(Ordering::SeqCst), MAX_INPUTS_PER_ROUND, "{what}");
+    let calls = server.matching(tool_calls);
+    assert_eq!(calls.len(), 2, "{what}: {:?}", server.labels());
+    let answered = calls[1].params()["inputResponses"]
+        .as_object()
+        .map(|m| m.len());
+    assert_eq!(answered, Some(MAX_INPUTS_PER_ROUND), "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn oversized_input_requests_are_refused_before_any_handler_runs() {
+    let what = "oversized inputRequests";
+    // A thousand handler runs (sampling, say: a model call each) for one round.
+    let server = ModernServer::start(|req| tool_calls(req).then(|| asking_for(req, 1000))).await;
+    let (client, asked) = counting_inputs(&server);
     connected(&server, &client).await;
     let probe = Probe::start();
     let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
