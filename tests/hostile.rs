@@ -1,7 +1,9 @@
 //! The client against a hostile server: a hand-written HTTP/1.1 server that answers
 //! `initialize` correctly and then misbehaves in scripted ways (endless or oversized lines,
 //! bodies and headers, invalid UTF-8, broken framing, wrong content types, trickles, hangs,
-//! redirects, hostile `retry` and event ids, floods and reconnect storms, every error status).
+//! redirects, hostile `retry` and event ids, floods and reconnect storms, every error status),
+//! and the same server speaking the modern era (`hostile/modern_server.rs`) misbehaving in the
+//! modern era's own ways (`hostile/modern.rs`).
 //!
 //! Each case checks what the client returns (`ErrorKind`), how fast, how much memory it took
 //! (a counting allocator, below), how many requests it made, and that the same client works
@@ -19,6 +21,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 
 #[path = "hostile/harness.rs"]
 mod harness;
+#[path = "hostile/modern_server.rs"]
+mod modern_server;
 #[path = "hostile/server.rs"]
 mod server;
 
@@ -26,6 +30,8 @@ mod server;
 mod bodies;
 #[path = "hostile/defects.rs"]
 mod defects;
+#[path = "hostile/modern.rs"]
+mod modern;
 #[path = "hostile/owned.rs"]
 mod owned;
 #[path = "hostile/probe.rs"]

@@ -189,11 +189,26 @@ impl Session {
                         cause,
                     )
                 } else {
-                    Error::caused_by(ErrorKind::Protocol, "not a 2026-07-28 server", cause)
+                    // An answer too large to read is still reported as what it was.
+                    let kind = match cause.kind() {
+                        ErrorKind::TooLarge => ErrorKind::TooLarge,
+                        _ => ErrorKind::Protocol,
+                    };
+                    Error::caused_by(kind, "not a 2026-07-28 server", cause)
                 };
                 self.init_failed(error.during(DISCOVER), now)
             }
         }
+    }
+
+    /// Whether a server listing `supported` (and no modern revision of ours) can still be
+    /// spoken to: it lists a legacy revision we speak, and the era is not forced.
+    pub(super) fn may_fall_back_to(&self, supported: &[String]) -> bool {
+        self.may_switch_era()
+            && supported
+                .iter()
+                .filter_map(|s| ProtocolVersion::parse(s))
+                .any(|v| !v.is_modern())
     }
 
     /// The name of the handshake request in flight (or waited for), for the errors that

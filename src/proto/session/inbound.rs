@@ -305,9 +305,12 @@ impl Session {
                 return;
             }
         };
-        if self.calls.get(id).is_some_and(|c| c.task.is_some()) {
-            // The answer to a poll: the task's state.
-            return self.on_task_status(id, value, now);
+        if let Some(task) = self.calls.get(id).and_then(|c| c.task.as_ref()) {
+            // The answer to a poll: the task's state, if it is one, of this task.
+            return match super::tasks::check_poll_answer(&task.task_id, &value) {
+                Ok(()) => self.on_task_status(id, value, now),
+                Err(error) => self.complete(id, Err(error)),
+            };
         }
         match modern::result_type(&value) {
             Ok(ResultType::Complete) => {

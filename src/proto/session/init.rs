@@ -268,7 +268,7 @@ impl Session {
             });
         }
         // The stream of server-initiated messages first: a call's server may send there.
-        self.open_listen();
+        self.open_listen(now);
         for id in self.calls.waiting() {
             self.send_call(id);
         }

@@ -10,6 +10,7 @@ use tracing::{debug, warn};
 
 use super::cursors::Cursor;
 use super::exchanges::{request_headers, ExKind, Sent, LAST_EVENT_ID};
+use super::init::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
@@ -42,6 +43,8 @@ pub(super) struct Listen {
     /// Modern era: the JSON-RPC id of the `subscriptions/listen` request the stream answers
     /// (notifications on it name it as their `subscriptionId`).
     pub(super) subscription: Option<RequestId>,
+    /// Modern era: when the `subscriptions/listen` request was sent.
+    pub(super) opened: Option<Instant>,
 }
 
 impl Listen {
@@ -52,6 +55,7 @@ impl Listen {
             attempts: 0,
             caused_reinit: false,
             subscription: None,
+            opened: None,
         }
     }
 }
@@ -59,7 +63,7 @@ impl Listen {
 impl Session {
     /// Opens the modern era's change-notification stream: a `subscriptions/listen` request
     /// for the list changes the server says it sends.
-    pub(super) fn open_subscription(&mut self) {
+    pub(super) fn open_subscription(&mut self, now: Instant) {
         let Some(session) = self.life.ready() else {
             return;
         };
@@ -103,19 +107,20 @@ impl Session {
             sent,
         );
         self.listen.subscription = Some(rpc);
+        self.listen.opened = Some(now);
         self.listen.state = ListenState::Open(http);
     }
 
     /// Opens the standalone stream if the app wants it and nothing says otherwise; resumes it
     /// with `Last-Event-ID` when a cursor is known.
-    pub(super) fn open_listen(&mut self) {
+    pub(super) fn open_listen(&mut self, now: Instant) {
         if !self.config.open_listen_stream || self.listen.state != ListenState::Off {
             return;
         }
         if self.is_modern() {
             // The modern era has no GET stream; change notifications come on a
             // `subscriptions/listen` request instead.
-            return self.open_subscription();
+            return self.open_subscription(now);
         }
         let Some(session) = self.life.ready() else {
             return;
@@ -160,6 +165,17 @@ impl Session {
         progress: bool,
         now: Instant,
     ) {
+        // A subscription is meant to stay open: one that ends soon after it was sent did not
+        // work, whatever it carried (an acknowledgement, a change), or a server that answers
+        // each one and closes it would have it re-sent at the initial delay forever. (A legacy
+        // GET stream may be closed after every event by design, to be resumed.)
+        let progress = if self.is_modern() {
+            self.listen
+                .opened
+                .is_some_and(|at| now.saturating_duration_since(at) >= STABLE_SESSION)
+        } else {
+            progress
+        };
         let attempts = if progress {
             1
         } else {

@@ -38,7 +38,7 @@ mod timers;
 
 pub use self::cursors::MAX_REMEMBERED_EVENT_IDS;
 pub use self::exchanges::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
-pub use self::modern_calls::MAX_INPUT_ROUNDS;
+pub use self::modern_calls::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
 pub use self::outbound::MAX_QUEUED_NOTIFICATIONS;
 pub use self::tasks::TASKS_EXTENSION;
 
@@ -527,7 +527,7 @@ impl Session {
                 Timer::ListenBackoff => {
                     if self.listen.state == ListenState::Backoff {
                         self.listen.state = ListenState::Off;
-                        self.open_listen();
+                        self.open_listen(now);
                     }
                 }
                 Timer::CallBackoff(id) => self.fire_retry(id, now),
@@ -535,7 +535,8 @@ impl Session {
                     if let Some(call) = self.calls.get(id) {
                         info!(call = id.0, method = %call.method, "call deadline passed");
                         self.send_cancelled(id, "timeout");
-                        self.cancel_task(id);
+                        // A task is not cancelled: the deadline bounds the wait, not the
+                        // durable work, whose id stays recorded to be resumed later.
                         self.apply(id, Failure::DeadlineExpired, now);
                     }
                 }

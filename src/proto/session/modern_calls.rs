@@ -23,6 +23,11 @@ use crate::proto::{methods, CallId, Era, Output, ServerRequest};
 /// MRTR rounds one call may go through before it fails: a server that keeps asking must not
 /// keep a call (and its handlers) busy forever.
 pub const MAX_INPUT_ROUNDS: u32 = 16;
+/// Inputs one MRTR round may ask for: each runs an app handler (a sampling request costs a
+/// model call), so a round asking for more fails the call before any handler runs. Small
+/// enough that a round or two fit in what a driver handles at once (the tokio driver runs 32
+/// server requests at a time and refuses the rest, which would fail the round half-answered).
+pub const MAX_INPUTS_PER_ROUND: usize = 16;
 
 /// An MRTR round in progress: the server's inputs still unanswered and what to send back.
 #[derive(Debug, Default)]
@@ -82,6 +87,20 @@ impl Session {
                 Failure::HeaderMismatch { refreshed },
                 Error::rpc(rpc.clone()),
             ),
+            // A list with a revision we speak, in this era or (by a new handshake) the
+            // legacy one, is worth a new handshake; a list with none cannot become one, and
+            // handshakes that each succeed would only end with the session lost.
+            ModernError::UnsupportedVersion { supported }
+                if modern::pick_version(&supported).is_none()
+                    && !self.may_fall_back_to(&supported) =>
+            {
+                (
+                    Failure::Refused {
+                        retry_within_deadline: false,
+                    },
+                    Error::rpc(rpc.clone()),
+                )
+            }
             ModernError::UnsupportedVersion { .. } => {
                 (Failure::VersionRefused, Error::rpc(rpc.clone()))
             }
@@ -136,7 +155,7 @@ impl Session {
 
     /// An `input_required` result: ask the app's handlers for each input, or send the call
     /// again at once when the server asked for nothing but its state back.
-    pub(super) fn input_required(&mut self, id: CallId, result: Value, now: Instant) {
+    pub(super) fn input_required(&mut self, id: CallId, mut result: Value, now: Instant) {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
@@ -150,9 +169,10 @@ impl Session {
                 )),
             );
         }
-        let state = match result.get("requestState") {
+        // Taken, not copied: a state or a list of requests may be as large as a body.
+        let state = match result.get_mut("requestState").map(Value::take) {
             None => None,
-            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::String(s)) => Some(s),
             Some(_) => {
                 return self.complete(
                     id,
@@ -163,9 +183,9 @@ impl Session {
                 )
             }
         };
-        let requests = match result.get("inputRequests") {
+        let requests = match result.get_mut("inputRequests").map(Value::take) {
             None => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
+            Some(Value::Object(m)) => m,
             Some(_) => {
                 return self.complete(
                     id,
@@ -176,6 +196,18 @@ impl Session {
                 )
             }
         };
+        if requests.len() > MAX_INPUTS_PER_ROUND {
+            return self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "the server asked for {} inputs in one round (at most {MAX_INPUTS_PER_ROUND})",
+                        requests.len()
+                    ),
+                )),
+            );
+        }
         if requests.is_empty() && state.is_none() {
             return self.complete(
                 id,

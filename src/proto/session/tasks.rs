@@ -264,3 +264,27 @@ impl Session {
         self.send_unawaited(method, params);
     }
 }
+
+/// Whether a `tasks/get` answer is the state of task `task_id`: one naming another task (its
+/// result would complete the call with someone else's) or without a status is not. The call
+/// then fails; the task stays recorded, to be resumed once the server answers sense.
+pub(super) fn check_poll_answer(task_id: &str, answer: &Value) -> Result<(), Error> {
+    match answer.get("taskId") {
+        None => {}
+        Some(Value::String(id)) if id == task_id => {}
+        Some(other) => {
+            let other: String = other.to_string().chars().take(64).collect();
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!("tasks/get for task {task_id} answered for task {other}"),
+            ));
+        }
+    }
+    if !answer.get("status").is_some_and(Value::is_string) {
+        return Err(Error::new(
+            ErrorKind::Protocol,
+            format!("tasks/get for task {task_id} answered without a status"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,808 @@
+//! The modern era (2026-07-28) against a hostile server: endless or oversized MRTR rounds,
+//! tasks that never end, answer garbage or change their id, `subscriptions/listen` floods and
+//! silences, the modern errors on every retry, header values no header can carry, an endless
+//! discovery and an unknown `resultType`.
+//!
+//! Same checks as the legacy cases: the error kind, the time to return, this thread's peak
+//! heap growth, what the server saw (request counts and bodies), and that the same client
+//! works again once the server behaves.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use mcp_resume::proto::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
+use mcp_resume::{ErrorKind, InMemoryTaskStore, TaskStore, ToolCall};
+use serde_json::{json, Value};
+
+use crate::harness::{
+    assert_kind, echo, failing, heavy, initializes, tool_calls, within, Probe, MAX_BODY, MIB,
+};
+use crate::modern_server::{
+    acknowledgement, assert_usable, builder, complete, list_changed, rpc_error, task_status,
+    ModernServer, MODERN,
+};
+use crate::server::{Reply, Request, Step};
+
+const LIMIT: Duration = Duration::from_secs(3);
+
+/// How a case's server answers a request.
+type Script = fn(&Request) -> Reply;
+
+fn polls(r: &Request) -> bool {
+    r.is_rpc("tasks/get")
+}
+
+fn discovers(r: &Request) -> bool {
+    r.is_rpc("server/discover")
+}
+
+fn listens(r: &Request) -> bool {
+    r.is_rpc("subscriptions/listen")
+}
+
+/// No modern client ever sends `initialize` or a session header.
+fn assert_modern_wire(what: &str, server: &ModernServer) {
+    assert_eq!(
+        server.count(initializes),
+        0,
+        "{what}: {:?}",
+        server.labels()
+    );
+    assert!(
+        server.requests().iter().all(|r| r.session_id().is_none()),
+        "{what}: a session id on the wire"
+    );
+}
+
+/// Connects `client` to `server`, within the limit.
+async fn connected(server: &ModernServer, client: &mcp_resume::Client) {
+    within("connect", LIMIT, client.connect())
+        .await
+        .unwrap()
+        .unwrap_or_else(|err| panic!("connect: {err}; the server saw {:?}", server.labels()));
+}
+
+#[tokio::test]
+async fn endless_input_rounds_end_after_the_round_limit() {
+    let what = "endless input_required";
+    // Each round asks for nothing but its state back: the client re-sends at once, so only
+    // the round limit stops it.
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| {
+            let round = req.params()["requestState"]
+                .as_str()
+                .and_then(|s| s.parse::<u32>().ok())
+                .unwrap_or(0);
+            complete(
+                req,
+                json!({"resultType": "input_required", "requestState": (round + 1).to_string()}),
+            )
+        })
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    let (err, took) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    probe.assert_memory(what, 2 * MIB);
+    let calls = server.matching(tool_calls);
+    assert_eq!(
+        calls.len(),
+        MAX_INPUT_ROUNDS as usize + 1,
+        "{what}: the first request and one per round ({took:?})"
+    );
+    // Each round echoed the state it was given, under a JSON-RPC id of its own.
+    for (n, call) in calls.iter().enumerate().skip(1) {
+        assert_eq!(call.params()["requestState"], n.to_string(), "{what}");
+    }
+    let mut ids: Vec<String> = calls.iter().map(|c| c.rpc_id().to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), calls.len(), "{what}: an id reused");
+    assert_modern_wire(what, &server);
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn endless_input_requests_ask_the_handler_once_per_round_up_to_the_limit() {
+    let what = "endless inputRequests";
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| {
+            complete(
+                req,
+                json!({"resultType": "input_required", "requestState": "s",
+                    "inputRequests": {"roots": {"method": "roots/list"}}}),
+            )
+        })
+    })
+    .await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let client = builder(&server)
+        .on_server_request(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"roots": []})) }
+        })
+        .build()
+        .unwrap();
+    connected(&server, &client).await;
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    let rounds = MAX_INPUT_ROUNDS as usize;
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        rounds,
+        "{what}: handler calls"
+    );
+    let calls = server.matching(tool_calls);
+    assert_eq!(calls.len(), rounds + 1, "{what}");
+    assert!(calls[1..]
+        .iter()
+        .all(|c| c.params()["inputResponses"]["roots"] == json!({"roots": []})));
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn an_oversized_request_state_is_refused_with_the_body_limit() {
+    let what = "oversized requestState";
+    let _heavy = heavy().await;
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| {
+            let head = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"resultType\":\"input_required\",\"requestState\":\"",
+                req.rpc_id()
+            );
+            Reply::head(200, &[("Content-Type", "application/json")])
+                .write(head)
+                .then(Step::Fill(b's', 10 * MIB as u64))
+                .write("\"}}")
+        })
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::TooLarge);
+    probe.assert_memory(what, 4 * MIB);
+    let call = server.wait_for(tool_calls).await;
+    let outcome = server.wait_done(call.seq, LIMIT).await;
+    assert!(
+        outcome.written < (MAX_BODY + 2 * MIB) as u64,
+        "{what}: the server wrote {} bytes",
+        outcome.written
+    );
+    assert_eq!(server.count(tool_calls), 1, "{what}: never re-sent");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_large_request_state_is_echoed_each_round_without_piling_up() {
+    let what = "large requestState each round";
+    let _heavy = heavy().await;
+    // Just under the body limit: every round is accepted, echoed once, then dropped.
+    let state = "s".repeat(MAX_BODY - 1024);
+    let server = ModernServer::start(move |req| {
+        tool_calls(req).then(|| {
+            complete(
+                req,
+                json!({"resultType": "input_required", "requestState": state}),
+            )
+        })
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    // A few copies of one state at a time (read, parsed, kept, sent: about 2 MiB), not one
+    // more per round (16 rounds would add 4 MiB).
+    probe.assert_memory(what, 3 * MIB);
+    let calls = server.matching(tool_calls);
+    assert_eq!(calls.len(), MAX_INPUT_ROUNDS as usize + 1, "{what}");
+    assert_eq!(
+        calls[1].params()["requestState"].as_str().map(str::len),
+        Some(MAX_BODY - 1024),
+        "{what}: echoed unchanged"
+    );
+    assert_usable(what, &server, &client).await;
+}
+
+/// An `input_required` answer asking for `n` roots lists.
+fn asking_for(req: &Request, n: usize) -> Reply {
+    let inputs: serde_json::Map<String, Value> = (0..n)
+        .map(|n| (format!("i{n}"), json!({"method": "roots/list"})))
+        .collect();
+    complete(
+        req,
+        json!({"resultType": "input_required", "requestState": "s", "inputRequests": inputs}),
+    )
+}
+
+/// A client whose handler answers every input, counting them.
+fn counting_inputs(server: &ModernServer) -> (mcp_resume::Client, Arc<AtomicUsize>) {
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let client = builder(server)
+        .on_server_request(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"roots": []})) }
+        })
+        .build()
+        .unwrap();
+    (client, asked)
+}
+
+#[tokio::test]
+async fn a_round_of_the_most_inputs_is_answered_and_one_more_is_refused() {
+    let what = "inputs per round";
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| match req.params().get("inputResponses") {
+            None => asking_for(req, MAX_INPUTS_PER_ROUND),
+            Some(_) => asking_for(req, MAX_INPUTS_PER_ROUND + 1),
+        })
+    })
+    .await;
+    let (client, asked) = counting_inputs(&server);
+    connected(&server, &client).await;
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    assert_eq!(asked.load(Ordering::SeqCst), MAX_INPUTS_PER_ROUND, "{what}");
+    let calls = server.matching(tool_calls);
+    assert_eq!(calls.len(), 2, "{what}: {:?}", server.labels());
+    let answered = calls[1].params()["inputResponses"]
+        .as_object()
+        .map(|m| m.len());
+    assert_eq!(answered, Some(MAX_INPUTS_PER_ROUND), "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn oversized_input_requests_are_refused_before_any_handler_runs() {
+    let what = "oversized inputRequests";
+    // A thousand handler runs (sampling, say: a model call each) for one round.
+    let server = ModernServer::start(|req| tool_calls(req).then(|| asking_for(req, 1000))).await;
+    let (client, asked) = counting_inputs(&server);
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    probe.assert_memory(what, 4 * MIB);
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "{what}: handler calls");
+    assert!(err.to_string().contains("1000 inputs"), "{what}: {err}");
+    assert_eq!(server.count(tool_calls), 1, "{what}: {:?}", server.labels());
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_store() {
+    let what = "endless task";
+    let server = ModernServer::start(|req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-forever", "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        polls(req).then(|| complete(req, task_status("t-forever", "working")))
+    })
+    .await;
+    let store = Arc::new(InMemoryTaskStore::new());
+    let client = builder(&server).task_store(store.clone()).build().unwrap();
+    connected(&server, &client).await;
+    let deadline = Duration::from_millis(400);
+    let probe = Probe::start();
+    let (err, took) = failing(what, LIMIT, client.call_tool(echo("x").timeout(deadline))).await;
+    assert_kind(what, &err, ErrorKind::Timeout);
+    assert!(took >= deadline, "{what}: returned after {took:?}");
+    probe.assert_memory(what, MIB);
+    // Polled at the server's 10 ms interval, no faster, for the deadline.
+    let polled = server.count(polls);
+    assert!(
+        (5..=deadline.as_millis() as usize / 10 + 5).contains(&polled),
+        "{what}: {polled} polls in {took:?}"
+    );
+    assert!(server
+        .matching(polls)
+        .iter()
+        .all(|p| p.params()["taskId"] == "t-forever" && p.header("mcp-name") == Some("t-forever")));
+    // The deadline bounds the wait, not the task: it stays recorded to be resumed, and
+    // nothing cancelled it.
+    let pending: Vec<String> = store.pending().into_iter().map(|t| t.task_id).collect();
+    assert_eq!(pending, ["t-forever"], "{what}");
+    assert_eq!(server.count(|r| r.is_rpc("tasks/cancel")), 0, "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+/// A call that becomes task `t-1`, whose polls `poll` answers: it fails with `expect`, and
+/// the task stays recorded (nothing says it ended), to be resumed.
+async fn task_case(
+    what: &str,
+    poll: Script,
+    expect: ErrorKind,
+) -> (ModernServer, mcp_resume::Client) {
+    let server = ModernServer::start(move |req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-1", "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        polls(req).then(|| poll(req))
+    })
+    .await;
+    let store = Arc::new(InMemoryTaskStore::new());
+    let client = builder(&server).task_store(store.clone()).build().unwrap();
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    let (err, took) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, expect);
+    probe.assert_memory(what, MIB);
+    eprintln!(
+        "{what}: {err} after {took:?}, {} polls",
+        server.count(polls)
+    );
+    assert_eq!(
+        server.count(tool_calls),
+        1,
+        "{what}: the call itself never re-sent"
+    );
+    let pending: Vec<String> = store.pending().into_iter().map(|t| t.task_id).collect();
+    assert_eq!(pending, ["t-1"], "{what}");
+    (server, client)
+}
+
+/// The polls after the first failed one came after a backoff that grew.
+fn assert_backoff(what: &str, server: &ModernServer) {
+    let at: Vec<_> = server.matching(polls).iter().map(|p| p.at).collect();
+    let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.len() >= 2, "{what}: {gaps:?}");
+    assert!(
+        gaps.iter().all(|g| *g >= Duration::from_millis(5)),
+        "{what}: {gaps:?}"
+    );
+    assert!(gaps.last() > gaps.first(), "{what}: no growth in {gaps:?}");
+}
+
+#[tokio::test]
+async fn a_task_poll_answered_5xx_backs_off_and_gives_up() {
+    let what = "tasks/get 503";
+    // The task may still end well: its outcome is unknown, and its id is kept to resume it.
+    let (server, client) = task_case(what, |_| Reply::status(503), ErrorKind::OutcomeUnknown).await;
+    let polled = server.count(polls);
+    let max = crate::harness::fast_policy().max_attempts as usize;
+    assert!(
+        (2..=max + 1).contains(&polled),
+        "{what}: {polled} polls, at most {max} retries"
+    );
+    assert_backoff(what, &server);
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_task_poll_answered_with_garbage_is_retried_boundedly() {
+    let what = "tasks/get garbage";
+    let (server, client) = task_case(
+        what,
+        |_| {
+            Reply::full(
+                200,
+                &[("Content-Type", "application/json")],
+                "{\"jsonrpc\":",
+            )
+        },
+        ErrorKind::OutcomeUnknown,
+    )
+    .await;
+    let polled = server.count(polls);
+    let max = crate::harness::fast_policy().max_attempts as usize;
+    assert!((2..=max + 1).contains(&polled), "{what}: {polled} polls");
+    assert_backoff(what, &server);
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_task_poll_answered_with_something_not_a_task_fails_the_call() {
+    let what = "tasks/get answers no task";
+    let (server, client) = task_case(
+        what,
+        |req| complete(req, json!({"status": 42, "whatever": [1, 2, 3]})),
+        ErrorKind::Protocol,
+    )
+    .await;
+    assert_eq!(server.count(polls), 1, "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_task_whose_id_changes_between_polls_fails_the_call() {
+    let what = "task id changes";
+    let (server, client) = task_case(
+        what,
+        |req| {
+            let mut done = task_status("t-2", "completed");
+            done["result"] = crate::server::echo_result("someone else's");
+            complete(req, done)
+        },
+        ErrorKind::Protocol,
+    )
+    .await;
+    let polled = server.matching(polls);
+    assert_eq!(polled.len(), 1, "{what}");
+    assert_eq!(polled[0].params()["taskId"], "t-1", "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+#[ignore = "task-requested inputs are bounded by the MRTR round limit with issue 24 gap 8"]
+async fn endless_task_inputs_end_after_the_round_limit() {
+    let what = "endless task inputs";
+    // Every poll asks for a new input: without a bound, the app's handler runs every 10 ms
+    // until the deadline.
+    let asked_for = Arc::new(AtomicUsize::new(0));
+    let polled = asked_for.clone();
+    let server = ModernServer::start(move |req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-1", "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        if req.is_rpc("tasks/update") {
+            return Some(complete(req, json!({})));
+        }
+        polls(req).then(|| {
+            let n = polled.fetch_add(1, Ordering::SeqCst);
+            let mut status = task_status("t-1", "input_required");
+            status["inputRequests"] = json!({ format!("k{n}"): {"method": "roots/list"} });
+            complete(req, status)
+        })
+    })
+    .await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let client = builder(&server)
+        .on_server_request(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"roots": []})) }
+        })
+        .build()
+        .unwrap();
+    connected(&server, &client).await;
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    let rounds = MAX_INPUT_ROUNDS as usize;
+    assert!(
+        asked.load(Ordering::SeqCst) <= rounds,
+        "{what}: handler calls"
+    );
+    assert!(
+        server.count(|r| r.is_rpc("tasks/update")) <= rounds,
+        "{what}: {:?}",
+        server.labels()
+    );
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn header_mismatch_on_every_retry_refreshes_once_then_fails() {
+    let what = "-32020 always";
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| rpc_error(req, 400, -32020, Value::Null))
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    connected(&server, &client).await;
+    let call = ToolCall::new("regional", json!({"region": "eu"}));
+    let (err, _) = failing(what, LIMIT, client.call_tool(call)).await;
+    assert_kind(what, &err, ErrorKind::Rpc);
+    assert_eq!(err.rpc_error().map(|e| e.code), Some(-32020), "{what}");
+    let labels = server.labels();
+    assert_eq!(
+        labels[1..],
+        ["POST tools/call", "POST tools/list", "POST tools/call"],
+        "{what}"
+    );
+    // The retry mirrored what the fresh list annotates.
+    assert_eq!(
+        server.matching(tool_calls)[1].header("mcp-param-region"),
+        Some("eu")
+    );
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_disjoint_version_list_at_discovery_fails_without_retrying() {
+    let what = "-32022 disjoint at discovery";
+    let server = ModernServer::start(|req| {
+        discovers(req).then(|| {
+            rpc_error(
+                req,
+                400,
+                -32022,
+                json!({"supported": ["1999-01-01", "2099-12-31"]}),
+            )
+        })
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    let probe = Probe::start();
+    let (err, _) = failing(what, LIMIT, client.connect()).await;
+    assert_kind(what, &err, ErrorKind::Rpc);
+    assert_eq!(err.rpc_error().map(|e| e.code), Some(-32022), "{what}");
+    probe.assert_memory(what, MIB);
+    assert_eq!(server.count(discovers), 1, "{what}: {:?}", server.labels());
+    assert_modern_wire(what, &server);
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_disjoint_version_list_on_a_call_is_its_answer() {
+    let what = "-32022 disjoint on a call";
+    // Discovery lists our revision, the call is refused listing only others: a new
+    // handshake would succeed and the call be refused again, until the session is lost.
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| rpc_error(req, 400, -32022, json!({"supported": ["1999-01-01"]})))
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    probe.assert_memory(what, MIB);
+    assert_kind(what, &err, ErrorKind::Rpc);
+    assert_eq!(err.rpc_error().map(|e| e.code), Some(-32022), "{what}");
+    assert_eq!(
+        server.labels(),
+        ["POST server/discover", "POST tools/call"],
+        "{what}"
+    );
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn parameter_values_no_header_can_carry_are_encoded_or_left_out() {
+    let what = "Mcp-Param values";
+    let server = ModernServer::start(|_| None).await;
+    let client = builder(&server).build().unwrap();
+    within(what, LIMIT, client.list_tools())
+        .await
+        .unwrap()
+        .unwrap();
+    let values = [
+        json!("line\r\nX-Injected: 1"),
+        json!("\u{0}\u{7f}nul and del"),
+        json!("=?base64?bm90IG1pbmU=?="),
+        json!(12.5),
+        json!({"nested": "object"}),
+        json!(["array"]),
+        json!(1u64 << 60),
+    ];
+    for value in &values {
+        let call = ToolCall::new("regional", json!({"region": value, "text": "ok"}));
+        let reply = within(what, LIMIT, client.call_tool(call))
+            .await
+            .unwrap()
+            .unwrap_or_else(|err| panic!("{what}: {value}: {err}"));
+        assert_eq!(reply.text(), "ok");
+    }
+    let calls = server.matching(tool_calls);
+    assert_eq!(calls.len(), values.len(), "{what}");
+    let sent: Vec<Option<&str>> = calls.iter().map(|c| c.header("mcp-param-region")).collect();
+    assert_eq!(
+        sent,
+        [
+            Some("=?base64?bGluZQ0KWC1JbmplY3RlZDogMQ==?="),
+            Some("=?base64?AH9udWwgYW5kIGRlbA==?="),
+            Some("=?base64?PT9iYXNlNjQ/Ym05MElHMXBibVU9Pz0=?="),
+            None,
+            None,
+            None,
+            None,
+        ],
+        "{what}"
+    );
+    assert!(
+        calls.iter().all(|c| c.header_count("x-injected") == 0),
+        "{what}: a header injected"
+    );
+}
+
+#[tokio::test]
+async fn a_parameter_too_long_for_a_header_fails_the_call_alone() {
+    let what = "Mcp-Param too long";
+    let server = ModernServer::start(|_| None).await;
+    let client = builder(&server).build().unwrap();
+    within(what, LIMIT, client.list_tools())
+        .await
+        .unwrap()
+        .unwrap();
+    let call = ToolCall::new("regional", json!({"region": "r".repeat(256 * 1024)}));
+    let probe = Probe::start();
+    let (err, _) = failing(what, LIMIT, client.call_tool(call)).await;
+    probe.assert_memory(what, 4 * MIB);
+    // Mirrored all the same (the specification wants every annotated value in its header);
+    // the server refuses the head (431) before reading the call, and it is not sent again.
+    assert_kind(what, &err, ErrorKind::Protocol);
+    assert!(err.to_string().contains("431"), "{what}: {err}");
+    assert_eq!(server.count(tool_calls), 0, "{what}: {:?}", server.labels());
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_discovery_ten_megabytes_long_is_cut_at_the_body_limit() {
+    let what = "10 MB discover";
+    let _heavy = heavy().await;
+    let server = ModernServer::start(|req| {
+        discovers(req).then(|| {
+            let head = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"supportedVersions\":[\"{MODERN}\"],\"instructions\":\"",
+                req.rpc_id()
+            );
+            Reply::head(200, &[("Content-Type", "application/json")])
+                .write(head)
+                .then(Step::Fill(b'i', 10 * MIB as u64))
+                .write("\"}}")
+        })
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    let probe = Probe::start();
+    let (err, _) = failing(what, LIMIT, client.connect()).await;
+    assert_kind(what, &err, ErrorKind::TooLarge);
+    probe.assert_memory(what, 4 * MIB);
+    let discover = server.wait_for(discovers).await;
+    let outcome = server.wait_done(discover.seq, LIMIT).await;
+    assert!(
+        outcome.done.is_some(),
+        "{what}: the connection is still held"
+    );
+    assert!(
+        outcome.written < (MAX_BODY + 2 * MIB) as u64,
+        "{what}: the server wrote {} bytes",
+        outcome.written
+    );
+    assert_eq!(server.count(discovers), 1, "{what}: {:?}", server.labels());
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_result_type_neither_known_nor_absent_fails_the_call() {
+    let what = "unknown resultType";
+    for result_type in [
+        json!("later"),
+        json!(7),
+        json!(null),
+        json!({"complete": true}),
+    ] {
+        let answer = result_type.clone();
+        let server = ModernServer::start(move |req| {
+            tool_calls(req).then(|| {
+                complete(
+                    req,
+                    json!({"resultType": answer, "content": [{"type": "text", "text": "x"}]}),
+                )
+            })
+        })
+        .await;
+        let client = builder(&server).build().unwrap();
+        connected(&server, &client).await;
+        let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+        assert_kind(&format!("{what} {result_type}"), &err, ErrorKind::Protocol);
+        assert_eq!(
+            server.count(tool_calls),
+            1,
+            "{what} {result_type}: never re-sent"
+        );
+        assert_usable(what, &server, &client).await;
+    }
+}
+
+#[tokio::test]
+async fn a_notification_flood_on_subscriptions_listen_stays_bounded() {
+    let what = "subscriptions/listen flood";
+    let _heavy = heavy().await;
+    let server = ModernServer::start(|req| {
+        listens(req).then(|| {
+            let flood: String = (0..64).map(|_| list_changed(req)).collect();
+            Reply::sse_head().write(acknowledgement(req)).endless(flood)
+        })
+    })
+    .await;
+    let client = builder(&server).open_listen_stream(true).build().unwrap();
+    let mut notes = client.notifications();
+    let probe = Probe::start();
+    connected(&server, &client).await;
+    let first = within(what, LIMIT, notes.next()).await.unwrap().unwrap();
+    assert_eq!(first.method, "notifications/tools/list_changed");
+    // Calls go on beside the flood.
+    for n in 0..5 {
+        let text = format!("during {n}");
+        let reply = within(what, LIMIT, client.call_tool(echo(&text)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(reply.text(), text);
+    }
+    // Then a good part of the flood, read (or dropped for this slow reader) by the client.
+    let flood = 40_000;
+    let mut received = 0u64;
+    within(what, LIMIT, async {
+        while received + notes.missed() < flood {
+            notes.next().await.expect("the client is alive");
+            received += 1;
+        }
+    })
+    .await
+    .unwrap();
+    let listen = server.wait_for(listens).await;
+    let written = server.outcome(listen.seq).written;
+    let event = list_changed(&listen).len() as u64;
+    assert!(written >= flood * event, "{what}: {written} bytes");
+    eprintln!(
+        "{what}: {received} notifications received, {} missed, {} MiB written",
+        notes.missed(),
+        written / MIB as u64
+    );
+    probe.assert_memory(what, 4 * MIB);
+    assert_eq!(server.count(listens), 1, "{what}: {:?}", server.labels());
+    drop(notes);
+    assert_usable(what, &server, &client).await;
+}
+
+/// One `subscriptions/listen` case: `reply` answers every subscription; returns how many
+/// the client sent while calls went on, and within a window in which a storm would send
+/// dozens.
+async fn subscription_case(what: String, reply: Script) -> usize {
+    let server = ModernServer::start(move |req| listens(req).then(|| reply(req))).await;
+    let client = builder(&server).open_listen_stream(true).build().unwrap();
+    connected(&server, &client).await;
+    // Calls work all along.
+    let answer = within(&what, LIMIT, client.call_tool(echo("beside")))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.text(), "beside");
+    // The fast policy backs off 10, 20, 40, 50 ms and gives up: well within the window.
+    let storm = server
+        .saw_within(Duration::from_millis(500), 8, listens)
+        .await;
+    assert!(!storm, "{what}: {:?}", server.labels());
+    let sent = server.count(listens);
+    assert_modern_wire(&what, &server);
+    assert_usable(&what, &server, &client).await;
+    sent
+}
+
+#[tokio::test]
+async fn a_subscription_that_fails_or_stays_silent_is_not_reissued_in_a_storm() {
+    let what = "subscriptions/listen";
+    // A stream that fails is sent again until the policy's attempts are spent.
+    let attempts = crate::harness::fast_policy().max_attempts as usize;
+    let cases: [(&str, Script, usize); 5] = [
+        ("held silent", |_| Reply::sse_head().hang(), 1),
+        ("closed at once", |_| Reply::sse(""), attempts),
+        ("refused 500", |_| Reply::status(500), attempts),
+        (
+            "acknowledged, then closed",
+            |req| Reply::sse(acknowledgement(req)),
+            attempts,
+        ),
+        (
+            "one change, then closed",
+            |req| Reply::sse(acknowledgement(req) + &list_changed(req)),
+            attempts,
+        ),
+    ];
+    // Side by side: each waits out its window.
+    let sent = futures::future::join_all(
+        cases
+            .iter()
+            .map(|(name, reply, _)| subscription_case(format!("{what}, {name}"), *reply)),
+    )
+    .await;
+    for ((name, _, expected), sent) in cases.iter().zip(sent) {
+        assert_eq!(sent, *expected, "{what}, {name}: subscriptions sent");
+    }
+}
