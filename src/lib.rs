@@ -140,6 +140,8 @@
 
 pub mod auth;
 #[cfg(feature = "client")]
+pub mod bridge;
+#[cfg(feature = "client")]
 pub mod client;
 pub mod error;
 pub mod ids;
