@@ -113,14 +113,19 @@ async fn a_legacy_session_is_the_hosts_own() {
         answer["result"]["content"][0]["text"],
         "slow: done after 2 steps"
     );
-    let progress: Vec<&Value> = host
+    // Progress travels apart from the answer: it may arrive on either side of it.
+    while !host
+        .seen
+        .iter()
+        .any(|m| m["method"] == "notifications/progress")
+    {
+        let message = host.next_message().await;
+        host.seen.push(message);
+    }
+    assert!(host
         .seen
         .iter()
         .filter(|m| m["method"] == "notifications/progress")
-        .collect();
-    assert!(!progress.is_empty(), "{:?}", host.seen);
-    assert!(progress
-        .iter()
         .all(|p| p["params"]["progressToken"] == "host-token"));
 
     let unknown = host.request("no/such-method", json!({})).await;
@@ -229,6 +234,16 @@ async fn a_capability_change_is_announced_as_list_changed() {
                 .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
             return response;
         }
+        if [
+            "logging/setLevel",
+            "resources/subscribe",
+            "resources/unsubscribe",
+        ]
+        .iter()
+        .any(|m| req.is_rpc(m))
+        {
+            return json_result(req, json!({}));
+        }
         // The first session expires before the call.
         if req.header("mcp-session-id") == Some(&format!("{SESSION_ID}-1"))
             && req.is_rpc("tools/call")
@@ -240,6 +255,14 @@ async fn a_capability_change_is_announced_as_list_changed() {
     .await;
     let mut host = Host::new(bridge(&server.url).build().unwrap());
     host.initialize(LEGACY, json!({})).await;
+    host.request("logging/setLevel", json!({"level": "debug"}))
+        .await;
+    for uri in ["file:///a", "file:///b"] {
+        host.request("resources/subscribe", json!({ "uri": uri }))
+            .await;
+    }
+    host.request("resources/unsubscribe", json!({"uri": "file:///b"}))
+        .await;
     let answer = host
         .request(
             "tools/call",
@@ -247,7 +270,11 @@ async fn a_capability_change_is_announced_as_list_changed() {
         )
         .await;
     assert_eq!(answer["result"]["content"][0]["text"], "t", "{answer}");
-    // The announcement comes from the re-initialization, before the re-sent call's answer.
+    // The announcements travel apart from the answer: on either side of it.
+    while host.notifications().len() < 2 {
+        let message = host.next_message().await;
+        host.seen.push(message);
+    }
     let mut announced = host.notifications();
     announced.sort();
     assert_eq!(
@@ -264,6 +291,24 @@ async fn a_capability_change_is_announced_as_list_changed() {
         .count();
     assert_eq!(calls, 2, "{:?}", server.labels());
     assert_eq!(*inits.lock().unwrap(), 2);
+    // The host's session state is set again on the new session, and only what it holds.
+    let second = format!("{SESSION_ID}-2");
+    let on_second = |r: &Recorded, method: &str| {
+        r.is_rpc(method) && r.header("mcp-session-id") == Some(second.as_str())
+    };
+    let level = server.wait_for(|r| on_second(r, "logging/setLevel")).await;
+    assert_eq!(level.params()["level"], "debug");
+    let subscribed = server
+        .wait_for(|r| on_second(r, "resources/subscribe"))
+        .await;
+    assert_eq!(subscribed.params()["uri"], "file:///a");
+    host.request("ping", json!({})).await;
+    let resubscribed = server
+        .requests()
+        .iter()
+        .filter(|r| on_second(r, "resources/subscribe"))
+        .count();
+    assert_eq!(resubscribed, 1, "{:?}", server.labels());
 }
 
 // ---- errors ------------------------------------------------------------------------------
@@ -703,6 +748,67 @@ async fn a_sampling_request_goes_to_the_host_and_back() {
         .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("srv-7"))
         .await;
     assert_eq!(reply.body.unwrap()["result"]["model"], "host-model");
+}
+
+/// The server cancels its request: the host is told under the bridge's id, and its late
+/// answer goes nowhere.
+#[tokio::test]
+async fn a_servers_cancellation_reaches_the_host() {
+    let forwarded = Arc::new(Notify::new());
+    let asked = forwarded.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            let ask = json!({"jsonrpc": "2.0", "id": "srv-9", "method": "roots/list"});
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "srv-9", "reason": "changed my mind"}});
+            let first: Result<Bytes, std::io::Error> = Ok(Bytes::from(sse_event(None, &ask)));
+            let asked = asked.clone();
+            // The cancellation once the host has the request.
+            let then = futures::stream::once(async move {
+                asked.notified().await;
+                Ok(Bytes::from(sse_event(None, &cancel)))
+            });
+            let body = futures::stream::once(async move { first })
+                .chain(then)
+                .chain(futures::stream::pending());
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({"roots": {"listChanged": true}}))
+        .await;
+    host.send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    let ask = host.server_request().await;
+    assert_eq!(ask["method"], "roots/list");
+    forwarded.notify_one();
+    let cancelled = loop {
+        let m = host.next_message().await;
+        if m["method"] == "notifications/cancelled" {
+            break m;
+        }
+    };
+    assert_eq!(cancelled["params"]["requestId"], ask["id"], "{cancelled}");
+    host.bridge
+        .send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": []}}))
+        .await
+        .unwrap();
+    // A request after the late answer reaches the server; the answer never did.
+    host.request("ping", json!({})).await;
+    server.wait_for(|r| r.is_rpc("ping")).await;
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.rpc_id() == json!("srv-9")),
+        "{:?}",
+        server.labels()
+    );
 }
 
 /// The 2026-07-28 era: an `input_required` round is answered by the host (an elicitation

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 
 use super::codes::to_rpc;
 use super::message::{id_key, response};
+use super::session_state::SessionState;
 use super::{lock, ANNOTATED_RESENDS, IDEMPOTENCY_META_KEY};
 use crate::client::Client;
 use crate::error::{Error, ErrorKind};
@@ -24,6 +25,8 @@ pub(crate) struct HostCalls {
     in_flight: Mutex<FxHashMap<String, oneshot::Sender<()>>>,
     /// Tools the last `tools/list` annotated read-only or idempotent.
     safe_tools: Mutex<FxHashMap<String, bool>>,
+    /// What the host set on its session, for the next one.
+    pub(crate) session_state: SessionState,
 }
 
 impl HostCalls {
@@ -33,6 +36,7 @@ impl HostCalls {
             out,
             in_flight: Mutex::new(FxHashMap::default()),
             safe_tools: Mutex::new(FxHashMap::default()),
+            session_state: SessionState::default(),
         }
     }
 
@@ -91,10 +95,11 @@ impl HostCalls {
             return self.call_tool(client, params).await;
         }
         let first_page = params.as_ref().and_then(|p| p.get("cursor")).is_none();
-        let result = client.call(CallRequest::new(method, params)).await;
-        if method == "tools/list" {
-            if let Ok(list) = &result {
-                self.remember_annotations(list, first_page);
+        let result = client.call(CallRequest::new(method, params.clone())).await;
+        if let Ok(answer) = &result {
+            match method {
+                "tools/list" => self.remember_annotations(answer, first_page),
+                _ => self.session_state.record(method, params.as_ref()),
             }
         }
         result

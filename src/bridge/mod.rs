@@ -37,7 +37,9 @@
 //!   capability hash ([`SessionEvent::Reinitialized`] with `capabilities_changed`), the host
 //!   receives `notifications/tools/list_changed`, `notifications/resources/list_changed` and
 //!   `notifications/prompts/list_changed` (those of the lists the server declared), so it
-//!   refreshes what it cached. [`Bridge::events`] streams the session's events.
+//!   refreshes what it cached. What the host set on its session and a new session lacks
+//!   (the last `logging/setLevel`, the `resources/subscribe`d URIs) is set again on the new
+//!   one. [`Bridge::events`] streams the session's events.
 //! - **One host request, one call.** The answer carries the host's id. The host's
 //!   `_meta.progressToken` travels unchanged, and the server's progress comes back under it.
 //!   A host's `notifications/cancelled` abandons the call: the server is told, every resume
@@ -92,6 +94,7 @@ mod lifecycle;
 mod message;
 mod pumps;
 mod server_requests;
+mod session_state;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! The two tasks that carry the real session's output to the host: server notifications,
-//! and session events (republished, and turned into `list_changed` announcements when a
-//! re-initialization changes the server's capabilities).
+//! and session events (republished; after a re-initialization, the host's session state is
+//! set again, and a capability change is announced as `list_changed`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -42,12 +42,16 @@ pub(crate) fn start(
     });
 
     let mut events = client.events();
+    let session = client.clone();
     let out = inner.out.clone();
     let republish = inner.events.clone();
     let calls = Arc::clone(&inner.calls);
     let server_capabilities = Arc::clone(&inner.server_capabilities);
     let announce = runtime.spawn(async move {
         while let Some(event) = events.recv().await {
+            if matches!(event, SessionEvent::Reinitialized { .. }) {
+                calls.session_state.restore(&session);
+            }
             if let SessionEvent::Reinitialized {
                 capabilities_changed: true,
                 ..
