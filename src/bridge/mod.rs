@@ -291,6 +291,7 @@ impl Bridge {
     /// [`Bridge::recv`]. Waits while `capacity` host requests are in flight
     /// (back-pressure). Fails with [`ErrorKind::Protocol`] for something that is not a
     /// JSON-RPC message, and with [`ErrorKind::Closed`] after [`Bridge::close`].
+    /// Cancel-safe: dropped while it waits for room, the message was not taken.
     pub async fn send(&self, message: Value) -> Result<(), Error> {
         if *self.inner.closed.borrow() {
             return Err(closed());
@@ -317,6 +318,7 @@ impl Bridge {
     }
 
     /// Server → host: the next JSON-RPC message; `None` once the bridge is closed.
+    /// Cancel-safe (usable in `select!`): dropped while it waits, no message is lost.
     pub async fn recv(&self) -> Option<Value> {
         let mut closed = self.inner.closed.subscribe();
         if *closed.borrow_and_update() {
