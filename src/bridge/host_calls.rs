@@ -1,7 +1,7 @@
 //! Host requests as mcp-resume calls: one call each, the host's id on the answer, its
 //! cancellation, its idempotency key, and the opt-in annotation policy.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::FxHashMap;
 use serde_json::Value;
@@ -27,6 +27,8 @@ pub(crate) struct HostCalls {
     safe_tools: Mutex<FxHashMap<String, bool>>,
     /// What the host set on its session, for the next one.
     pub(crate) session_state: SessionState,
+    /// Asks the notification pump to forward what the client published so far.
+    flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
 }
 
 impl HostCalls {
@@ -37,6 +39,23 @@ impl HostCalls {
             in_flight: Mutex::new(FxHashMap::default()),
             safe_tools: Mutex::new(FxHashMap::default()),
             session_state: SessionState::default(),
+            flush: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn set_flush(&self, flush: mpsc::Sender<oneshot::Sender<()>>) {
+        let _ = self.flush.set(flush);
+    }
+
+    /// Waits until the notifications the client published before now are queued for the
+    /// host: a call's progress, published before its result, then precedes its answer.
+    async fn flush_notifications(&self) {
+        let Some(flush) = self.flush.get() else {
+            return;
+        };
+        let (done, flushed) = oneshot::channel();
+        if flush.send(done).await.is_ok() {
+            let _ = flushed.await;
         }
     }
 
@@ -55,6 +74,11 @@ impl HostCalls {
         let (cancel, cancelled) = oneshot::channel();
         lock(&self.in_flight).insert(key.clone(), cancel);
         let this = Arc::clone(self);
+        let wants_progress = params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .is_some();
         runtime.spawn(async move {
             let _permit = permit;
             // Dropping the call's future abandons it: the client tells the server and stops
@@ -65,6 +89,9 @@ impl HostCalls {
             };
             lock(&this.in_flight).remove(&key);
             if let Some(result) = outcome {
+                if wants_progress {
+                    this.flush_notifications().await;
+                }
                 let _ = this
                     .out
                     .send(response(id, result.map_err(|e| to_rpc(&e))))

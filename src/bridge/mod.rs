@@ -68,8 +68,9 @@
 //!   from the server is answered by the client itself. In the 2026-07-28 era the same
 //!   forwarding answers multi round-trip rounds (`input_required`), and tasks are polled to
 //!   completion: the host sees a plain result.
-//! - **Notifications** from the server go to the host unchanged. They travel apart from the
-//!   answers: a call's last progress notification may reach the host just after its answer.
+//! - **Notifications** from the server go to the host unchanged. A request that carries a
+//!   `progressToken` has its answer queued only after the notifications the server sent
+//!   before it, so the host sees all its progress first.
 //!
 //! # Bounds (back-pressure, not loss)
 //!

@@ -5,11 +5,14 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use futures::{FutureExt, StreamExt};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::message::request;
 use super::{lock, Inner};
-use crate::client::Client;
+use crate::client::{Client, ServerNotification};
 use crate::proto::SessionEvent;
 
 /// The lists a host caches, by capability: what it is told to refresh.
@@ -27,16 +30,28 @@ pub(crate) fn start(
     let mut notifications = client.notifications();
     let out = inner.out.clone();
     let missed = Arc::clone(&inner.missed);
+    let (flush_tx, mut flushes) = mpsc::channel::<oneshot::Sender<()>>(1);
+    inner.calls.set_flush(flush_tx);
     let forward = runtime.spawn(async move {
-        while let Some(n) = notifications.recv().await {
-            missed.store(notifications.missed(), Ordering::Relaxed);
-            // Names the server's own request id: the host learns of it from the forwarded
-            // request's end instead (see `server_requests`).
-            if n.method == "notifications/cancelled" {
-                continue;
-            }
-            if out.send(request(None, &n.method, n.params)).await.is_err() {
-                return;
+        loop {
+            tokio::select! {
+                n = notifications.next() => {
+                    let Some(n) = n else { return };
+                    missed.store(notifications.missed(), Ordering::Relaxed);
+                    if !forward(&out, n).await {
+                        return;
+                    }
+                }
+                Some(done) = flushes.recv() => {
+                    // Whatever the client published before the flush was asked is buffered
+                    // here already: forward it, then let the answer go.
+                    while let Some(Some(n)) = notifications.next().now_or_never() {
+                        if !forward(&out, n).await {
+                            return;
+                        }
+                    }
+                    let _ = done.send(());
+                }
             }
         }
     });
@@ -74,4 +89,14 @@ pub(crate) fn start(
         }
     });
     [forward, announce]
+}
+
+/// Forwards one server notification; `false` once the host side is gone.
+async fn forward(out: &mpsc::Sender<Value>, n: ServerNotification) -> bool {
+    // Names the server's own request id: the host learns of it from the forwarded request's
+    // end instead (see `server_requests`).
+    if n.method == "notifications/cancelled" {
+        return true;
+    }
+    out.send(request(None, &n.method, n.params)).await.is_ok()
 }
