@@ -373,3 +373,20 @@ impl Bridge {
 fn closed() -> Error {
     Error::new(ErrorKind::Closed, "the bridge is closed")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Skins hold the bridge in `Send + Sync` transports and await it from spawned tasks.
+    #[test]
+    fn the_bridge_and_its_futures_are_send() {
+        fn shared<T: Send + Sync + 'static>() {}
+        fn send<T: Send>(_: T) {}
+        shared::<Bridge>();
+        let bridge = Bridge::builder("http://127.0.0.1:1/mcp").build().unwrap();
+        send(bridge.send(Value::Null));
+        send(bridge.recv());
+        send(bridge.close());
+    }
+}
