@@ -72,7 +72,11 @@ impl ServerRequests {
     /// The host's answer to the request the bridge forwarded as `id`; an answer to nothing
     /// pending (late, or an id the bridge never sent) is dropped.
     pub(crate) fn answer(&self, id: &Value, result: Result<Value, RpcError>) {
-        let Some(id) = id.as_i64() else {
+        // A host that turned the id into a string still means it.
+        let number = id
+            .as_i64()
+            .or_else(|| id.as_str().and_then(|s| s.parse().ok()));
+        let Some(id) = number else {
             tracing::debug!(%id, "host answered an id the bridge never sent");
             return;
         };
