@@ -125,6 +125,9 @@
 //!
 //! - [`Client`] / [`ClientBuilder`]: the async API (tokio + reqwest), in [`client`] (the
 //!   `client` feature, on by default; without it only the sans-IO core is built).
+//! - [`bridge::Bridge`]: keep another SDK's client (rmcp, Python `mcp`, the TypeScript SDK)
+//!   and get these rules: a JSON-RPC message adapter over [`Client`], with era translation
+//!   (a legacy-only host reaches a 2026-07-28 server).
 //! - [`proto::Session`]: the sans-IO state machine the driver pumps; a language binding or a
 //!   simulator can drive it directly with virtual time.
 //! - [`sse`]: a bounded, spec-exact `text/event-stream` decoder.
@@ -139,6 +142,8 @@
 )]
 
 pub mod auth;
+#[cfg(feature = "client")]
+pub mod bridge;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod error;

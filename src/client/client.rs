@@ -279,6 +279,14 @@ impl Client {
         self.shared.published.era()
     }
 
+    /// The current session's id (`Mcp-Session-Id`, legacy era), as of the last
+    /// [`SessionEvent`](crate::SessionEvent); `None` before the first session, for a server that
+    /// assigns none, and in the modern era (which has no sessions). A re-initialization
+    /// changes it. A credential of sorts: do not log it.
+    pub fn session_id(&self) -> Option<String> {
+        self.shared.published.session_id()
+    }
+
     /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the session is
     /// DELETEd (a server answering 405 is fine), and later calls fail with `Closed`.
     pub async fn close(&self) -> Result<(), Error> {

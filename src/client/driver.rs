@@ -504,6 +504,8 @@ impl State {
             Output::ServerRequest(request) => self.server_request(request),
             Output::Event(event) => {
                 self.published.set_status(self.session.extension_status());
+                self.published
+                    .set_session_id(self.session.session_id().map(|s| s.expose().to_owned()));
                 match &event {
                     SessionEvent::EraDetected { era } => {
                         tracing::info!(?era, "era detected");

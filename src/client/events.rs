@@ -76,6 +76,7 @@ pub(crate) struct Published {
     notifications: OnceLock<broadcast::Sender<ServerNotification>>,
     status: Mutex<Option<ExtensionStatus>>,
     era: Mutex<Option<Era>>,
+    session_id: Mutex<Option<String>>,
 }
 
 impl Published {
@@ -125,6 +126,20 @@ impl Published {
         match self.era.lock() {
             Ok(mut e) => *e = Some(era),
             Err(poisoned) => *poisoned.into_inner() = Some(era),
+        }
+    }
+
+    pub(crate) fn set_session_id(&self, id: Option<String>) {
+        match self.session_id.lock() {
+            Ok(mut s) => *s = id,
+            Err(poisoned) => *poisoned.into_inner() = id,
+        }
+    }
+
+    pub(crate) fn session_id(&self) -> Option<String> {
+        match self.session_id.lock() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 

@@ -30,7 +30,7 @@ mod driver;
 mod era_cache;
 mod events;
 mod handle;
-mod handlers;
+pub(crate) mod handlers;
 mod http;
 mod methods;
 pub mod models;

@@ -1,0 +1,131 @@
+//! How an [`Error`] reaches the host: as a JSON-RPC error object with a documented code and
+//! `data.kind` set to the [`ErrorKind`]'s name.
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, ErrorKind, RpcError};
+
+/// [`ErrorKind::Closed`]: the bridge or its session was closed. The code the TypeScript and
+/// Python SDKs call "connection closed".
+pub const CLOSED: i64 = -32000;
+/// [`ErrorKind::Timeout`]: the call's deadline passed. The code the TypeScript SDK calls
+/// "request timeout".
+pub const TIMEOUT: i64 = -32001;
+/// [`ErrorKind::OutcomeUnknown`]: the call was interrupted and may or may not have run.
+pub const OUTCOME_UNKNOWN: i64 = -32050;
+/// [`ErrorKind::ContextMismatch`]: the answer came under another negotiated context.
+pub const CONTEXT_MISMATCH: i64 = -32051;
+/// [`ErrorKind::SessionLost`]: the session could not be re-established.
+pub const SESSION_LOST: i64 = -32052;
+/// [`ErrorKind::Transport`]: the network failed beyond the recovery limits.
+pub const TRANSPORT: i64 = -32053;
+/// [`ErrorKind::Protocol`]: the server broke the protocol.
+pub const PROTOCOL: i64 = -32054;
+/// [`ErrorKind::TooLarge`]: the server sent more than the configured maximum.
+pub const TOO_LARGE: i64 = -32055;
+/// [`ErrorKind::Unauthorized`]: the server refused the credentials.
+pub const UNAUTHORIZED: i64 = -32056;
+/// [`ErrorKind::InvalidConfig`]: the bridge's configuration, or a host request's
+/// idempotency key, is invalid.
+pub const INVALID_CONFIG: i64 = -32057;
+/// JSON-RPC "invalid request": a request before `initialize`.
+pub const INVALID_REQUEST: i64 = -32600;
+/// JSON-RPC "method not found": the answer to a host's `server/discover`.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+
+/// The JSON-RPC error the host receives for `error`.
+///
+/// A server's own JSON-RPC error ([`ErrorKind::Rpc`]) reaches the host unchanged. A modern
+/// server's `MissingRequiredClientCapability` keeps its code and data, with `kind` added
+/// when the data is an object. Every other kind gets its own code, the error's message, and
+/// `data: {"kind": <name>}`.
+pub(crate) fn to_rpc(error: &Error) -> RpcError {
+    let code = match error.kind() {
+        ErrorKind::Rpc => {
+            if let Some(rpc) = error.rpc_error() {
+                return rpc.clone();
+            }
+            PROTOCOL
+        }
+        ErrorKind::MissingCapability => {
+            if let Some(rpc) = error.rpc_error() {
+                let mut rpc = rpc.clone();
+                match &mut rpc.data {
+                    Some(Value::Object(data)) => {
+                        data.entry("kind").or_insert_with(|| kind_value(error));
+                    }
+                    None => rpc.data = Some(json!({ "kind": error.kind().as_str() })),
+                    // The server's data is kept as it is.
+                    Some(_) => {}
+                }
+                return rpc;
+            }
+            PROTOCOL
+        }
+        ErrorKind::Closed => CLOSED,
+        ErrorKind::Timeout => TIMEOUT,
+        ErrorKind::OutcomeUnknown => OUTCOME_UNKNOWN,
+        ErrorKind::ContextMismatch => CONTEXT_MISMATCH,
+        ErrorKind::SessionLost => SESSION_LOST,
+        ErrorKind::Transport => TRANSPORT,
+        ErrorKind::Protocol => PROTOCOL,
+        ErrorKind::TooLarge => TOO_LARGE,
+        ErrorKind::Unauthorized => UNAUTHORIZED,
+        ErrorKind::InvalidConfig => INVALID_CONFIG,
+    };
+    let mut data = Map::new();
+    data.insert("kind".to_owned(), kind_value(error));
+    if let Some(after) = error.retry_after() {
+        data.insert("retryAfterMs".to_owned(), json!(after.as_millis() as u64));
+    }
+    RpcError {
+        code,
+        message: error.to_string(),
+        data: Some(Value::Object(data)),
+    }
+}
+
+fn kind_value(error: &Error) -> Value {
+    Value::String(error.kind().as_str().to_owned())
+}
+
+/// A JSON-RPC error object as JSON.
+pub(crate) fn error_object(error: &RpcError) -> Value {
+    let mut object = json!({ "code": error.code, "message": error.message });
+    if let Some(data) = &error.data {
+        object["data"] = data.clone();
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_a_code_and_its_name() {
+        let kinds = [
+            (ErrorKind::Closed, CLOSED),
+            (ErrorKind::Timeout, TIMEOUT),
+            (ErrorKind::OutcomeUnknown, OUTCOME_UNKNOWN),
+            (ErrorKind::ContextMismatch, CONTEXT_MISMATCH),
+            (ErrorKind::SessionLost, SESSION_LOST),
+            (ErrorKind::Transport, TRANSPORT),
+            (ErrorKind::Protocol, PROTOCOL),
+            (ErrorKind::TooLarge, TOO_LARGE),
+            (ErrorKind::Unauthorized, UNAUTHORIZED),
+            (ErrorKind::InvalidConfig, INVALID_CONFIG),
+        ];
+        for (kind, code) in kinds {
+            let rpc = to_rpc(&Error::new(kind, "m"));
+            assert_eq!(rpc.code, code, "{kind}");
+            assert_eq!(rpc.data, Some(json!({"kind": kind.as_str()})));
+        }
+        let server = RpcError {
+            code: -32602,
+            message: "bad".into(),
+            data: Some(json!([1])),
+        };
+        assert_eq!(to_rpc(&Error::rpc(server.clone())), server);
+    }
+}

@@ -1,0 +1,234 @@
+//! Host requests as mcp-resume calls: one call each, the host's id on the answer, its
+//! cancellation, its idempotency key, and the opt-in annotation policy.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rustc_hash::FxHashMap;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+
+use super::codes::to_rpc;
+use super::message::{id_key, response};
+use super::session_state::SessionState;
+use super::{lock, ANNOTATED_RESENDS, IDEMPOTENCY_META_KEY};
+use crate::client::Client;
+use crate::error::{Error, ErrorKind};
+use crate::ids::IdempotencyKey;
+use crate::proto::CallRequest;
+
+/// The host's requests in flight, and what the bridge remembers of the tools.
+pub(crate) struct HostCalls {
+    trust_annotations: bool,
+    /// Messages towards the host.
+    out: mpsc::Sender<Value>,
+    /// Each in-flight request's cancel switch, by host id.
+    in_flight: Mutex<FxHashMap<String, oneshot::Sender<()>>>,
+    /// Tools the last `tools/list` annotated read-only or idempotent.
+    safe_tools: Mutex<FxHashMap<String, bool>>,
+    /// What the host set on its session, for the next one.
+    pub(crate) session_state: SessionState,
+    /// Asks the notification pump to forward what the client published so far.
+    flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
+}
+
+impl HostCalls {
+    pub(crate) fn new(trust_annotations: bool, out: mpsc::Sender<Value>) -> Self {
+        HostCalls {
+            trust_annotations,
+            out,
+            in_flight: Mutex::new(FxHashMap::default()),
+            safe_tools: Mutex::new(FxHashMap::default()),
+            session_state: SessionState::default(),
+            flush: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn set_flush(&self, flush: mpsc::Sender<oneshot::Sender<()>>) {
+        let _ = self.flush.set(flush);
+    }
+
+    /// Waits until the notifications the client published before now are queued for the
+    /// host: a call's progress, published before its result, then precedes its answer.
+    async fn flush_notifications(&self) {
+        let Some(flush) = self.flush.get() else {
+            return;
+        };
+        let (done, flushed) = oneshot::channel();
+        if flush.send(done).await.is_ok() {
+            let _ = flushed.await;
+        }
+    }
+
+    /// Runs one host request as one call and queues its answer under the host's id, unless
+    /// the host cancels it first. The permit is held until the answer is queued.
+    pub(crate) fn start(
+        self: &Arc<Self>,
+        runtime: &tokio::runtime::Handle,
+        client: Client,
+        id: Value,
+        method: String,
+        params: Option<Value>,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let key = id_key(&id);
+        let (cancel, cancelled) = oneshot::channel();
+        lock(&self.in_flight).insert(key.clone(), cancel);
+        let this = Arc::clone(self);
+        let wants_progress = params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .is_some();
+        runtime.spawn(async move {
+            let _permit = permit;
+            // Dropping the call's future abandons it: the client tells the server and stops
+            // every resume and re-send.
+            let outcome = tokio::select! {
+                result = this.run(&client, &method, params) => Some(result),
+                _ = cancelled => None,
+            };
+            lock(&this.in_flight).remove(&key);
+            if let Some(result) = outcome {
+                if wants_progress {
+                    this.flush_notifications().await;
+                }
+                let _ = this
+                    .out
+                    .send(response(id, result.map_err(|e| to_rpc(&e))))
+                    .await;
+            }
+        });
+    }
+
+    /// The host's `notifications/cancelled` for its request `request_id`.
+    pub(crate) fn cancel(&self, request_id: &Value) {
+        if let Some(cancel) = lock(&self.in_flight).remove(&id_key(request_id)) {
+            let _ = cancel.send(());
+        }
+    }
+
+    /// Forgets the annotations (the server's capabilities changed: its tools may have).
+    pub(crate) fn forget_annotations(&self) {
+        lock(&self.safe_tools).clear();
+    }
+
+    async fn run(
+        &self,
+        client: &Client,
+        method: &str,
+        params: Option<Value>,
+    ) -> Result<Value, Error> {
+        if method == "tools/call" {
+            return self.call_tool(client, params).await;
+        }
+        let first_page = params.as_ref().and_then(|p| p.get("cursor")).is_none();
+        let result = client.call(CallRequest::new(method, params.clone())).await;
+        if let Ok(answer) = &result {
+            match method {
+                "tools/list" => self.remember_annotations(answer, first_page),
+                _ => self.session_state.record(method, params.as_ref()),
+            }
+        }
+        result
+    }
+
+    async fn call_tool(&self, client: &Client, params: Option<Value>) -> Result<Value, Error> {
+        let (params, key) = take_key(params.unwrap_or(Value::Null))?;
+        let resend_on_unknown = key.is_none() && self.trust_annotations && {
+            let name = params
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            lock(&self.safe_tools).get(name).copied().unwrap_or(false)
+        };
+        let request = CallRequest::tool_call(params, key);
+        let mut resends = 0;
+        loop {
+            match client.call(request.clone()).await {
+                Err(e)
+                    if e.kind() == ErrorKind::OutcomeUnknown
+                        && resend_on_unknown
+                        && resends < ANNOTATED_RESENDS =>
+                {
+                    resends += 1;
+                    tracing::info!(resends, "outcome unknown: sent again (annotated safe)");
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn remember_annotations(&self, list: &Value, first_page: bool) {
+        let Some(tools) = list.get("tools").and_then(Value::as_array) else {
+            return;
+        };
+        let mut safe = lock(&self.safe_tools);
+        if first_page {
+            safe.clear();
+        }
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let hint = |h: &str| {
+                tool.get("annotations")
+                    .and_then(|a| a.get(h))
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            };
+            safe.insert(
+                name.to_owned(),
+                hint("readOnlyHint") || hint("idempotentHint"),
+            );
+        }
+    }
+}
+
+/// Takes the host's idempotency key out of `params._meta`.
+fn take_key(mut params: Value) -> Result<(Value, Option<IdempotencyKey>), Error> {
+    let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) else {
+        return Ok((params, None));
+    };
+    let Some(key) = meta.remove(IDEMPOTENCY_META_KEY) else {
+        return Ok((params, None));
+    };
+    if meta.is_empty() {
+        if let Some(object) = params.as_object_mut() {
+            object.remove("_meta");
+        }
+    }
+    let key = match key {
+        Value::String(key) => IdempotencyKey::new(key).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidConfig,
+                format!("invalid idempotency key in _meta: {e}"),
+            )
+        })?,
+        _ => {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                format!("_meta[\"{IDEMPOTENCY_META_KEY}\"] must be a string"),
+            ))
+        }
+    };
+    Ok((params, Some(key)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_key_is_taken_out_of_meta() {
+        let (params, key) = take_key(json!({"name": "t", "_meta": {
+            IDEMPOTENCY_META_KEY: "k-1"}}))
+        .unwrap();
+        assert_eq!(params, json!({"name": "t"}));
+        assert_eq!(key.unwrap().as_str(), "k-1");
+        let (params, key) = take_key(json!({"name": "t", "_meta": {"progressToken": 1}})).unwrap();
+        assert_eq!(params, json!({"name": "t", "_meta": {"progressToken": 1}}));
+        assert!(key.is_none());
+        assert!(take_key(json!({"_meta": {IDEMPOTENCY_META_KEY: 3}})).is_err());
+    }
+}

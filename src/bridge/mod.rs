@@ -1,0 +1,392 @@
+//! The message bridge: keep your SDK's client, get mcp-resume's recovery.
+//!
+//! A host SDK's client (rmcp, the Python `mcp` package, the TypeScript SDK, …) speaks JSON-RPC
+//! messages. [`Bridge`] takes them ([`Bridge::send`]) and gives the answers back
+//! ([`Bridge::recv`]); in between everything runs on a real mcp-resume [`Client`], with every
+//! recovery rule of both eras. The skins (rmcp's `Transport`, the Python and Node bindings)
+//! only convert their own typed messages to and from [`serde_json::Value`].
+//!
+//! ```no_run
+//! # async fn run() -> mcp_resume::Result<()> {
+//! use mcp_resume::bridge::Bridge;
+//! use serde_json::json;
+//!
+//! let bridge = Bridge::builder("http://127.0.0.1:8080/mcp").build()?;
+//! bridge.send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+//!     "protocolVersion": "2025-06-18", "capabilities": {},
+//!     "clientInfo": {"name": "host", "version": "1"}}})).await?;
+//! let initialized = bridge.recv().await; // the server's InitializeResult, id 0
+//! # let _ = initialized; Ok(()) }
+//! ```
+//!
+//! # The rules
+//!
+//! - **Lifecycle.** The host's `initialize` configures the real session: its
+//!   `protocolVersion` (when it is a legacy version mcp-resume speaks), `capabilities` and
+//!   `clientInfo`. The host receives the server's `InitializeResult` (legacy server), or one
+//!   built from `server/discover` (2026-07-28 server) carrying the protocol version the host
+//!   asked for, so a host that speaks only the legacy lifecycle reaches a 2026-07-28-only
+//!   server (era translation). `notifications/initialized` is absorbed: the client sends its
+//!   own. A host request other than `initialize`, `server/discover` and `ping` before
+//!   `initialize` is answered with [`codes::INVALID_REQUEST`].
+//! - **`server/discover` from the host** is answered with JSON-RPC error -32601 (method not
+//!   found, [`codes::METHOD_NOT_FOUND`]), as a legacy server answers it: a dual-era host
+//!   then falls back to `initialize`, and the bridge picks the server's era by itself.
+//! - **Invisible recovery.** Resumes, re-initializations and re-sends never reach the host,
+//!   with one exception: when a re-initialization changes the server's capabilities or
+//!   capability hash ([`SessionEvent::Reinitialized`] with `capabilities_changed`), the host
+//!   receives `notifications/tools/list_changed`, `notifications/resources/list_changed` and
+//!   `notifications/prompts/list_changed` (those of the lists the server declared), so it
+//!   refreshes what it cached. What the host set on its session and a new session lacks
+//!   (the last `logging/setLevel`, the `resources/subscribe`d URIs) is set again on the new
+//!   one. [`Bridge::events`] streams the session's events.
+//! - **One host request, one call.** The answer carries the host's id. The host's
+//!   `_meta.progressToken` travels unchanged, and the server's progress comes back under it.
+//!   A host's `notifications/cancelled` abandons the call: the server is told, every resume
+//!   and re-send of it stops, and the host gets no answer (as the specification asks).
+//!   A call's deadline is the client's `call_timeout`
+//!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]).
+//! - **Errors.** A server's JSON-RPC error reaches the host unchanged. What JSON-RPC cannot
+//!   say arrives as a JSON-RPC error with the code of its [`ErrorKind`] (see [`codes`]) and
+//!   `data.kind` set to [`ErrorKind::as_str`] (e.g. `"outcome_unknown"`): never a success,
+//!   never a hang.
+//! - **Idempotency.** A `tools/call` whose `params._meta` holds
+//!   [`IDEMPOTENCY_META_KEY`] (`"io.github.mcp-resume/idempotency-key"`, a string) is a keyed
+//!   call: re-sent after an interruption when the resend policy allows
+//!   ([`ClientBuilder::resend_policy`]). The member is taken out of `_meta`; the client puts
+//!   the key where the server expects it.
+//! - **Annotations** (opt-in, [`BridgeBuilder::trust_tool_annotations`]). The specification
+//!   says annotations from untrusted servers must not drive decisions, so this is off by
+//!   default. On, a `tools/call` without a key, to a tool the server's last `tools/list`
+//!   (read through the bridge) marked `readOnlyHint: true` or `idempotentHint: true`, is sent
+//!   again when its outcome is unknown, at most [`ANNOTATED_RESENDS`] times. A capability
+//!   change forgets the annotations until the host lists the tools again.
+//! - **Server requests** (sampling, elicitation, roots, and any other) go to the host with
+//!   ids the bridge chooses (numbers from 1), and the host's answers go back to the server.
+//!   They are forwarded only as the host's `initialize` declared the capabilities. A server
+//!   that cancels one sends the host `notifications/cancelled` with the bridge's id. `ping`
+//!   from the server is answered by the client itself. In the 2026-07-28 era the same
+//!   forwarding answers multi round-trip rounds (`input_required`), and tasks are polled to
+//!   completion: the host sees a plain result.
+//! - **Notifications** from the server go to the host unchanged. A request that carries a
+//!   `progressToken` has its answer queued only after the notifications the server sent
+//!   before it, so the host sees all its progress first.
+//!
+//! # Bounds (back-pressure, not loss)
+//!
+//! - Host → server: at most `capacity` host requests are in flight (sent and not yet
+//!   answered into the outgoing queue); [`Bridge::send`] of another request waits. The host's
+//!   notifications and answers to server requests never wait, so a host answering an MRTR
+//!   round is never blocked behind the calls waiting for it.
+//! - Server → host: at most `capacity` messages wait for [`Bridge::recv`]; answers and
+//!   forwarded server requests wait for room (and so hold their call's place in the first
+//!   bound), which slows the host, never drops. Server notifications wait the same way;
+//!   behind them the client buffers [`EVENT_BUFFER`] more, and
+//!   a host that stops reading for longer loses the oldest of those (counted by
+//!   [`Bridge::missed_notifications`]): notifications are informational, answers never are.
+//! - `capacity` defaults to [`DEFAULT_CAPACITY`]. Each message is bounded by the client's
+//!   `max_event_size` / `max_body_size`.
+//!
+//! The host must read ([`Bridge::recv`]) concurrently with sending, as every SDK's transport
+//! loop does.
+
+pub mod codes;
+mod host_calls;
+mod lifecycle;
+mod message;
+mod pumps;
+mod server_requests;
+mod session_state;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc, watch, Semaphore};
+use tokio::task::JoinHandle;
+
+use crate::client::{Client, ClientBuilder, EventStream, EVENT_BUFFER};
+use crate::error::{Error, ErrorKind};
+use crate::proto::SessionEvent;
+
+use host_calls::HostCalls;
+use message::HostMessage;
+use server_requests::ServerRequests;
+
+pub use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY as IDEMPOTENCY_META_KEY;
+
+/// Default of [`BridgeBuilder::capacity`]: host requests in flight, and messages waiting for
+/// the host.
+pub const DEFAULT_CAPACITY: usize = 64;
+
+/// How many times a call made safe by the tool annotations is sent again after an unknown
+/// outcome (with [`BridgeBuilder::trust_tool_annotations`]).
+pub const ANNOTATED_RESENDS: u32 = 2;
+
+/// A virtual MCP session towards a host SDK's client, over a real mcp-resume session towards
+/// the server. See the [module docs](self) for the rules.
+///
+/// Cheap to clone: clones share the session. When the last clone is dropped the session is
+/// closed (as when the last [`Client`] is dropped).
+#[derive(Clone)]
+pub struct Bridge {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Bridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge").finish_non_exhaustive()
+    }
+}
+
+/// Builds a [`Bridge`]. Obtained from [`Bridge::builder`].
+#[must_use = "a BridgeBuilder does nothing until build() is called"]
+pub struct BridgeBuilder {
+    client: ClientBuilder,
+    trust_annotations: bool,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for BridgeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BridgeBuilder")
+            .field("client", &self.client)
+            .field("trust_annotations", &self.trust_annotations)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+impl BridgeBuilder {
+    /// Sets any mcp-resume option of the real session: reconnect policy, resend policy, era,
+    /// authorization, headers, timeouts, … (defaults: [`ClientBuilder`]'s).
+    ///
+    /// The host's `initialize` sets the protocol version, client capabilities and client
+    /// info, and the bridge answers server requests by forwarding them: what is set here for
+    /// those is replaced. Do not register typed server-request handlers
+    /// ([`ClientBuilder::on_sampling`], …): they would answer instead of the host.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use mcp_resume::{bridge::Bridge, ResendPolicy};
+    ///
+    /// let bridge = Bridge::builder("http://127.0.0.1:8080/mcp")
+    ///     .configure(|c| c.call_timeout(Duration::from_secs(30))
+    ///                     .resend_policy(ResendPolicy::AssumeServerDeduplicates))
+    ///     .build()?;
+    /// # Ok::<(), mcp_resume::Error>(())
+    /// ```
+    pub fn configure(mut self, f: impl FnOnce(ClientBuilder) -> ClientBuilder) -> Self {
+        self.client = f(self.client);
+        self
+    }
+
+    /// Whether tool annotations (`readOnlyHint`, `idempotentHint`) of the server's last
+    /// `tools/list` may make an unkeyed call safe to send again after an unknown outcome.
+    /// Default: `false`: the specification says annotations from untrusted servers must
+    /// not drive decisions. Turn it on only for servers you trust.
+    pub fn trust_tool_annotations(mut self, trust: bool) -> Self {
+        self.trust_annotations = trust;
+        self
+    }
+
+    /// The bound of each direction, in messages: host requests in flight, and messages
+    /// waiting for [`Bridge::recv`]. Default: [`DEFAULT_CAPACITY`]. Must be at least 1.
+    pub fn capacity(mut self, messages: usize) -> Self {
+        self.capacity = messages;
+        self
+    }
+
+    /// Validates the bridge's options and creates the bridge. The session's own options are
+    /// validated when the host's `initialize` builds it (an invalid one answers that
+    /// `initialize` with [`codes::INVALID_CONFIG`]). Touches no network and needs no runtime;
+    /// [`Bridge::send`] and [`Bridge::recv`] must run inside a tokio runtime.
+    pub fn build(self) -> Result<Bridge, Error> {
+        if self.capacity == 0 {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "the bridge's capacity must be at least 1",
+            ));
+        }
+        let (out_tx, out_rx) = mpsc::channel(self.capacity);
+        let (closed, _) = watch::channel(false);
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        Ok(Bridge {
+            inner: Arc::new(Inner {
+                phase: Mutex::new(Phase::Idle(Box::new(self.client))),
+                out: out_tx.clone(),
+                out_rx: tokio::sync::Mutex::new(out_rx),
+                permits: Arc::new(Semaphore::new(self.capacity)),
+                calls: Arc::new(HostCalls::new(self.trust_annotations, out_tx.clone())),
+                server_requests: Arc::new(ServerRequests::new(out_tx)),
+                events,
+                closed,
+                missed: Arc::new(AtomicU64::new(0)),
+                server_capabilities: Arc::new(Mutex::new(None)),
+                pumps: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+}
+
+/// Where the real session is.
+enum Phase {
+    /// No `initialize` yet: the configuration waits for the host's.
+    Idle(Box<ClientBuilder>),
+    /// The real client, built from the host's `initialize`.
+    Ready(Client),
+    /// The host's `initialize` could not build the client: every request gets this.
+    Failed(Error),
+    /// Closed by [`Bridge::close`].
+    Closed,
+}
+
+pub(crate) struct Inner {
+    phase: Mutex<Phase>,
+    /// Messages towards the host.
+    out: mpsc::Sender<Value>,
+    out_rx: tokio::sync::Mutex<mpsc::Receiver<Value>>,
+    /// One per host request in flight.
+    permits: Arc<Semaphore>,
+    calls: Arc<HostCalls>,
+    server_requests: Arc<ServerRequests>,
+    /// The session's events, republished (the client exists only after `initialize`).
+    events: broadcast::Sender<SessionEvent>,
+    closed: watch::Sender<bool>,
+    missed: Arc<AtomicU64>,
+    /// The server's capabilities as the host was told them (for `list_changed`).
+    server_capabilities: Arc<Mutex<Option<Value>>>,
+    pumps: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for pump in lock(&self.pumps).drain(..) {
+            pump.abort();
+        }
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+impl Bridge {
+    /// Starts configuring a bridge to the MCP endpoint at `url`.
+    pub fn builder(url: impl Into<String>) -> BridgeBuilder {
+        BridgeBuilder {
+            client: Client::builder(url),
+            trust_annotations: false,
+            capacity: DEFAULT_CAPACITY,
+        }
+    }
+
+    /// Host → server: one JSON-RPC message (request, notification, response or error
+    /// response) as JSON.
+    ///
+    /// Returns once the message is taken: a request's answer comes later through
+    /// [`Bridge::recv`]. Waits while `capacity` host requests are in flight
+    /// (back-pressure). Fails with [`ErrorKind::Protocol`] for something that is not a
+    /// JSON-RPC message, and with [`ErrorKind::Closed`] after [`Bridge::close`].
+    /// Cancel-safe: dropped while it waits for room, the message was not taken.
+    pub async fn send(&self, message: Value) -> Result<(), Error> {
+        if *self.inner.closed.borrow() {
+            return Err(closed());
+        }
+        match HostMessage::parse(message)? {
+            HostMessage::Request { id, method, params } => {
+                let permit = self
+                    .inner
+                    .permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| closed())?;
+                self.inner.request(id, method, params, permit)
+            }
+            HostMessage::Notification { method, params } => {
+                self.inner.notification(&method, params).await
+            }
+            HostMessage::Response { id, result } => {
+                self.inner.server_requests.answer(&id, result);
+                Ok(())
+            }
+        }
+    }
+
+    /// Server → host: the next JSON-RPC message; `None` once the bridge is closed.
+    /// Cancel-safe (usable in `select!`): dropped while it waits, no message is lost.
+    pub async fn recv(&self) -> Option<Value> {
+        let mut closed = self.inner.closed.subscribe();
+        if *closed.borrow_and_update() {
+            return None;
+        }
+        let mut rx = self.inner.out_rx.lock().await;
+        tokio::select! {
+            message = rx.recv() => message,
+            _ = closed.wait_for(|c| *c) => None,
+        }
+    }
+
+    /// The real session's [`SessionEvent`]s: resumes, re-initializations, re-sends, unknown
+    /// outcomes. Sees the events sent after it was created; buffered as
+    /// [`Client::events`].
+    pub fn events(&self) -> EventStream {
+        EventStream::new(self.inner.events.subscribe())
+    }
+
+    /// The real session's id (`Mcp-Session-Id`, legacy era), if any; see
+    /// [`Client::session_id`].
+    pub fn session_id(&self) -> Option<String> {
+        self.inner.client().and_then(|c| c.session_id())
+    }
+
+    /// The real client, once the host's `initialize` built it: for what the host SDK cannot
+    /// ask (the era, the extension status).
+    pub fn client(&self) -> Option<Client> {
+        self.inner.client()
+    }
+
+    /// Server notifications the host lost because it stopped reading for too long (see the
+    /// bounds in the [module docs](self)).
+    pub fn missed_notifications(&self) -> u64 {
+        self.inner.missed.load(Ordering::Relaxed)
+    }
+
+    /// Closes the bridge and its session (see [`Client::close`]): [`Bridge::recv`] returns
+    /// `None`, [`Bridge::send`] fails with [`ErrorKind::Closed`].
+    pub async fn close(&self) -> Result<(), Error> {
+        let previous = std::mem::replace(&mut *lock(&self.inner.phase), Phase::Closed);
+        self.inner.closed.send_replace(true);
+        self.inner.server_requests.close();
+        match previous {
+            Phase::Ready(client) => client.close().await,
+            Phase::Idle(_) | Phase::Failed(_) | Phase::Closed => Ok(()),
+        }
+    }
+}
+
+fn closed() -> Error {
+    Error::new(ErrorKind::Closed, "the bridge is closed")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Skins hold the bridge in `Send + Sync` transports and await it from spawned tasks.
+    #[test]
+    fn the_bridge_and_its_futures_are_send() {
+        fn shared<T: Send + Sync + 'static>() {}
+        fn send<T: Send>(_: T) {}
+        shared::<Bridge>();
+        let bridge = Bridge::builder("http://127.0.0.1:1/mcp").build().unwrap();
+        send(bridge.send(Value::Null));
+        send(bridge.recv());
+        send(bridge.close());
+    }
+}
