@@ -214,16 +214,22 @@ impl Error {
         }
     }
 
-    /// The same error, naming the server's `Retry-After`.
-    pub(crate) fn with_retry_after(self, after: Duration) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
+    /// This error's parts, to build a changed copy. A shared error is copied without its
+    /// source: a boxed `dyn Error` cannot be cloned.
+    fn into_inner(self) -> Inner {
+        Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
             kind: shared.kind,
             message: shared.message.clone(),
             rpc: shared.rpc.clone(),
             retry_after: shared.retry_after,
             auth: shared.auth.clone(),
             source: None,
-        });
+        })
+    }
+
+    /// The same error, naming the server's `Retry-After`.
+    pub(crate) fn with_retry_after(self, after: Duration) -> Self {
+        let inner = self.into_inner();
         Error {
             inner: Arc::new(Inner {
                 retry_after: Some(after),
@@ -234,14 +240,7 @@ impl Error {
 
     /// The same error, its message naming the request it ended (`server/discover: …`).
     pub(crate) fn during(self, request: &str) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| Inner {
-            kind: shared.kind,
-            message: shared.message.clone(),
-            rpc: shared.rpc.clone(),
-            retry_after: shared.retry_after,
-            auth: shared.auth.clone(),
-            source: None,
-        });
+        let inner = self.into_inner();
         Error {
             inner: Arc::new(Inner {
                 message: format!("{request}: {}", inner.message),
