@@ -73,6 +73,9 @@ pub(super) struct Checks {
     pub(super) hash: bool,
     /// Require contiguous sequenced ids on a resumed stream.
     pub(super) sequenced: bool,
+    /// Read the extension's rejection marker on a 404 as the server's explicit rejection:
+    /// the session negotiated the extension. Without it the marker proves nothing.
+    pub(super) rejections: bool,
 }
 
 /// One exchange in flight.
