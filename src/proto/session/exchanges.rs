@@ -198,10 +198,30 @@ impl Exchanges {
     /// Drops an exchange the session no longer needs and tells the driver to stop it.
     pub(super) fn finish(&mut self, http: HttpId) {
         if let Some(ex) = self.remove(http) {
+            if self.withdraw(http) {
+                // Never handed to the driver: there is nothing to stop.
+                return;
+            }
             if !ex.ended {
                 self.transmits.push_back(Transmit::Abort(http));
             }
         }
+    }
+
+    /// Whether exchange `http`'s request is still queued for the driver (it has not left).
+    pub(super) fn unsent(&self, http: HttpId) -> bool {
+        self.transmits
+            .iter()
+            .any(|t| matches!(t, Transmit::Send(r) if r.id == http))
+    }
+
+    /// Takes exchange `http`'s request back out of the driver's queue, if it is still there.
+    fn withdraw(&mut self, http: HttpId) -> bool {
+        let queued = self
+            .transmits
+            .iter()
+            .position(|t| matches!(t, Transmit::Send(r) if r.id == http));
+        queued.and_then(|i| self.transmits.remove(i)).is_some()
     }
 
     /// Tells the driver to stop an exchange already taken out of the table.

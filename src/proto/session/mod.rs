@@ -269,8 +269,16 @@ impl Session {
     /// if it may be running, abort its stream, and report nothing more for it.
     pub fn cancel(&mut self, call: CallId, now: Instant) {
         let _ = now;
-        if !self.calls.contains(call) {
+        let Some(c) = self.calls.get_mut(call) else {
             return;
+        };
+        if c.state
+            .exchange()
+            .is_some_and(|http| self.exchanges.unsent(http))
+        {
+            // Its request never left (the driver has not taken it yet): nothing runs, and
+            // the server is told nothing.
+            c.may_have_run = false;
         }
         self.send_cancelled(call, "cancelled by the client");
         self.cancel_task(call);
