@@ -272,13 +272,12 @@ impl Session {
         let Some(c) = self.calls.get_mut(call) else {
             return;
         };
-        if c.state
-            .exchange()
-            .is_some_and(|http| self.exchanges.unsent(http))
-        {
-            // Its request never left (the driver has not taken it yet): nothing runs, and
-            // the server is told nothing.
-            c.may_have_run = false;
+        // Its POST never left (the driver has not taken it yet): nothing runs, and the server
+        // is told nothing. (A resume GET not sent yet says nothing: the POST before it ran.)
+        if let CallState::Posting(http) = c.state {
+            if self.exchanges.unsent(http) {
+                c.may_have_run = false;
+            }
         }
         self.send_cancelled(call, "cancelled by the client");
         self.cancel_task(call);
