@@ -225,6 +225,9 @@ async fn defect_4_cancelled_calls_leave_nothing_behind() {
     cancel(50_000).await;
     client.ping().await.unwrap();
     probe.assert_memory("50,000 cancelled calls", 256 * 1024);
+    // Withdrawn before they left: no request, and no cancellation of what never ran.
+    assert_eq!(server.count(tool_calls), 0, "{:?}", server.labels());
+    assert_eq!(server.count(|r| r.is_rpc("notifications/cancelled")), 0);
     assert_usable("after cancelled calls", &server, &client).await;
 }
 

@@ -173,10 +173,6 @@ impl Calls {
         self.map.get_mut(&id)
     }
 
-    pub(super) fn contains(&self, id: CallId) -> bool {
-        self.map.contains_key(&id)
-    }
-
     pub(super) fn len(&self) -> usize {
         self.map.len()
     }
