@@ -196,7 +196,6 @@ impl Error {
 
     /// An [`ErrorKind::Unauthorized`] error: `cause` (how the refusal ended the call) with
     /// the server's challenge.
-    #[cfg_attr(not(feature = "client"), allow(dead_code))]
     pub(crate) fn unauthorized(challenge: AuthChallenge, cause: Error) -> Self {
         let message = format!(
             "the server refused the credentials ({challenge}): {}",

@@ -5,12 +5,15 @@
 
 mod sim;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use http::HeaderMap;
 use mcp_resume::proto::{
-    CallRequest, HttpMethod, ReinitReason, ResendPolicy, SessionConfig, SessionEvent,
+    CallId, CallRequest, Era, HttpMethod, Output, ReinitReason, ResendPolicy, ServerRequest,
+    Session, SessionConfig, SessionEvent, Transmit, MAX_INPUT_ROUNDS,
 };
 use mcp_resume::{ErrorKind, ReconnectPolicy};
+use serde_json::{json, Value};
 use sim::{Fault, SeedGuard, ServerConfig, Sim};
 
 const SEC: Duration = Duration::from_secs(1);
@@ -198,4 +201,417 @@ fn listen_stream_session_gone_reinitializes_once() {
         last.session_id.as_deref(),
         s.server.session_ids().last().map(|x| x.as_str())
     );
+}
+
+// --- Issue 24: input rounds, refusals, trust in signals ---------------------------------
+
+const MODERN: &str = "2026-07-28";
+
+/// The sans-IO session against a modern (2026-07-28) server scripted per request and
+/// answering at once, in virtual time. The script sees each POST's JSON-RPC body and returns
+/// its status and JSON body.
+struct Modern {
+    session: Session,
+    now: Instant,
+    /// Every POST body, in order: what the server saw.
+    seen: Vec<Value>,
+    outputs: Vec<Output>,
+}
+
+impl Modern {
+    fn new(config: SessionConfig) -> Self {
+        let now = Instant::now();
+        let config = SessionConfig {
+            era: Era::Modern,
+            open_listen_stream: false,
+            ..config
+        };
+        Modern {
+            session: Session::new(config, now),
+            now,
+            seen: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    /// Sends what the session sends, answers through `script`, fires timers due within
+    /// `limit`, until nothing is left to do.
+    fn run(&mut self, script: &mut dyn FnMut(&Value) -> (u16, Value), limit: Duration) {
+        let end = self.now + limit;
+        loop {
+            let mut progressed = false;
+            while let Some(transmit) = self.session.poll_transmit() {
+                progressed = true;
+                let Transmit::Send(request) = transmit else {
+                    continue;
+                };
+                let body: Value =
+                    serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+                self.seen.push(body.clone());
+                let (status, answer) = script(&body);
+                let mut headers = HeaderMap::new();
+                headers.insert("content-type", "application/json".parse().unwrap());
+                let bytes = serde_json::to_vec(&answer).unwrap();
+                self.session
+                    .handle_head(request.id, status, &headers, self.now);
+                self.session.handle_data(request.id, &bytes, self.now);
+                self.session.handle_end(request.id, self.now);
+            }
+            while let Some(output) = self.session.poll_output() {
+                progressed = true;
+                self.outputs.push(output);
+            }
+            if progressed {
+                continue;
+            }
+            match self.session.poll_timeout() {
+                Some(at) if at <= end => {
+                    self.now = self.now.max(at);
+                    self.session.handle_timeout(self.now);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn submit(&mut self, tag: &str) -> CallId {
+        let request = CallRequest::new(
+            "tools/call",
+            Some(json!({"name": "act", "arguments": {"tag": tag}})),
+        );
+        self.session.submit(request, self.now)
+    }
+
+    fn posts_of(&self, tag: &str) -> Vec<&Value> {
+        self.seen
+            .iter()
+            .filter(|b| b["method"] == "tools/call" && b["params"]["arguments"]["tag"] == tag)
+            .collect()
+    }
+
+    fn server_requests(&self) -> Vec<&ServerRequest> {
+        self.outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::ServerRequest(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn result(&self, call: CallId) -> Option<&Result<Value, mcp_resume::Error>> {
+        self.outputs.iter().find_map(|o| match o {
+            Output::Completed { call: c, result } if *c == call => Some(result),
+            _ => None,
+        })
+    }
+}
+
+fn ok(body: &Value, result: Value) -> (u16, Value) {
+    (
+        200,
+        json!({"jsonrpc": "2.0", "id": body["id"], "result": result}),
+    )
+}
+
+/// `server/discover` answered (tasks extension included); anything else is `None`.
+fn discover(body: &Value) -> Option<(u16, Value)> {
+    (body["method"] == "server/discover").then(|| {
+        ok(
+            body,
+            json!({"resultType": "complete", "supportedVersions": [MODERN],
+                "capabilities": {"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}}),
+        )
+    })
+}
+
+/// Issue 24, defect 1: an MRTR call waiting for the application's input is not sent again by
+/// a re-initialization (here: a version refusal on another call). Only `Waiting` calls go
+/// out when the new session is established; the round goes out once, when answered.
+#[test]
+fn issue24_defect_1_a_reinitialization_does_not_resend_a_call_awaiting_input() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut refused_once = false;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        let tag = body["params"]["arguments"]["tag"]
+            .as_str()
+            .unwrap_or_default();
+        match tag {
+            "ask" if body["params"]["inputResponses"].is_null() => ok(
+                body,
+                json!({"resultType": "input_required", "requestState": "s1",
+                    "inputRequests": {"q": {"method": "elicitation/create", "params": {}}}}),
+            ),
+            "other" if !refused_once => {
+                refused_once = true;
+                (
+                    400,
+                    json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                        "message": "Unsupported protocol version",
+                        "data": {"supported": [MODERN]}}}),
+                )
+            }
+            _ => ok(
+                body,
+                json!({"resultType": "complete", "content": [{"type": "text", "text": tag}]}),
+            ),
+        }
+    };
+    let ask = m.submit("ask");
+    m.run(&mut script, SEC);
+    assert_eq!(
+        m.server_requests().len(),
+        1,
+        "the server's input is asked for"
+    );
+    let other = m.submit("other");
+    m.run(&mut script, 10 * SEC);
+    assert!(
+        matches!(m.result(other), Some(Ok(_))),
+        "{:?}",
+        m.result(other)
+    );
+    assert_eq!(
+        m.seen
+            .iter()
+            .filter(|b| b["method"] == "server/discover")
+            .count(),
+        2,
+        "the version refusal re-initialized"
+    );
+    // The call awaiting input was not sent again, and no second round was opened.
+    assert_eq!(m.posts_of("ask").len(), 1, "{:#?}", m.posts_of("ask"));
+    assert_eq!(m.server_requests().len(), 1);
+    assert!(m.result(ask).is_none());
+    // The application answers: the round goes out once, with the answer.
+    let input = m.server_requests()[0].id.clone();
+    m.session
+        .respond(input, Ok(json!({"action": "accept"})), m.now);
+    m.run(&mut script, SEC);
+    let posts = m.posts_of("ask");
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[1]["params"]["requestState"], "s1");
+    assert_eq!(
+        posts[1]["params"]["inputResponses"]["q"]["action"],
+        "accept"
+    );
+    assert!(matches!(m.result(ask), Some(Ok(_))), "{:?}", m.result(ask));
+}
+
+/// Issue 24, trust gap 8: a task's requests for input are bounded by the MRTR round limit,
+/// not only by the deadline.
+#[test]
+fn issue24_gap_8_task_input_rounds_are_bounded() {
+    let config = SessionConfig {
+        call_timeout: Duration::from_secs(365 * 24 * 3600),
+        ..SessionConfig::default()
+    };
+    let mut m = Modern::new(config);
+    let mut asked = 0u32;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        match body["method"].as_str().unwrap_or_default() {
+            "tools/call" => ok(
+                body,
+                json!({"resultType": "task", "taskId": "t-1", "status": "working",
+                    "pollIntervalMs": 10}),
+            ),
+            "tasks/get" => {
+                // Every poll asks for one more, fresh input.
+                asked += 1;
+                ok(
+                    body,
+                    json!({"resultType": "complete", "taskId": "t-1",
+                        "status": "input_required", "pollIntervalMs": 10,
+                        "inputRequests": {format!("k{asked}"):
+                            {"method": "elicitation/create", "params": {}}}}),
+                )
+            }
+            _ => ok(body, json!({"resultType": "complete"})),
+        }
+    };
+    let call = m.submit("task");
+    let mut answered = 0;
+    for _ in 0..(2 * MAX_INPUT_ROUNDS) {
+        m.run(&mut script, SEC);
+        if m.result(call).is_some() {
+            break;
+        }
+        let pending: Vec<_> = m
+            .server_requests()
+            .into_iter()
+            .skip(answered)
+            .map(|r| r.id.clone())
+            .collect();
+        for id in pending {
+            answered += 1;
+            m.session
+                .respond(id, Ok(json!({"action": "accept"})), m.now);
+        }
+    }
+    let result = m.result(call).expect("the call ended");
+    assert_eq!(
+        result.as_ref().unwrap_err().kind(),
+        ErrorKind::Protocol,
+        "{result:?}"
+    );
+    assert_eq!(m.server_requests().len() as u32, MAX_INPUT_ROUNDS);
+    // The abandoned task is cancelled on the server.
+    assert!(m.seen.iter().any(|b| b["method"] == "tasks/cancel"));
+}
+
+/// Issue 24, trust gap 8: `Session::resume_task` with a timeout beyond what the clock can
+/// represent waits "practically forever", not "not at all".
+#[test]
+fn issue24_gap_8_resume_task_with_a_huge_timeout_does_not_expire_at_once() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut polls = 0;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        polls += 1;
+        let status = if polls < 3 { "working" } else { "completed" };
+        ok(
+            body,
+            json!({"resultType": "complete", "taskId": "t-9", "status": status,
+                "pollIntervalMs": 1000, "result": {"content": []}}),
+        )
+    };
+    let call = m.session.resume_task("t-9", Some(Duration::MAX), m.now);
+    m.run(&mut script, 10 * SEC);
+    assert!(
+        matches!(m.result(call), Some(Ok(_))),
+        "{:?}",
+        m.result(call)
+    );
+    assert_eq!(
+        m.seen.iter().filter(|b| b["method"] == "tasks/get").count(),
+        3
+    );
+}
+
+/// Issue 24, trust gap 6: the extension's rejection marker on a refused POST proves nothing
+/// unless it comes where the extension defines it (a 404, from a session that negotiated the
+/// extension). A 500 carrying it, from a server with or without the extension, leaves an
+/// unkeyed call's outcome unknown: it ran, and is not sent again.
+#[test]
+fn issue24_gap_6_a_rejection_marker_on_a_500_does_not_resend_an_unkeyed_call() {
+    const MARKED: &[(&str, &str)] = &[("mcp-resume-rejected", "not_owner")];
+    for (seed, ext) in [(2401u64, false), (2402, true)] {
+        let _g = SeedGuard(seed);
+        let server = ServerConfig {
+            ext,
+            idempotency: ext,
+            ..ServerConfig::default()
+        };
+        let mut s = connected(SessionConfig::default(), server, seed);
+        s.server.fault(
+            "u",
+            [Fault::Status {
+                status: 500,
+                headers: MARKED,
+                executed: true,
+            }],
+        );
+        let c = s.call("u", None);
+        s.run_until_complete(c, 5 * SEC);
+        assert_eq!(
+            s.result(c).as_ref().unwrap_err().kind(),
+            ErrorKind::OutcomeUnknown,
+            "ext {ext}: {:?}",
+            s.result(c)
+        );
+        assert_eq!(s.server.posts_of("u").len(), 1, "ext {ext}");
+        assert_eq!(s.server.executions_of("u"), 1, "ext {ext}");
+        assert_eq!(s.server.initializes(), 1, "ext {ext}: no re-initialization");
+    }
+}
+
+/// Issue 24, defect 2, at the core: a refusal of the credentials is the error of the call
+/// whose own request was refused (`Unauthorized`, with the challenge), and of no other; a 401
+/// on a resume GET leaves the interrupted call's outcome unknown (its POST may have run).
+#[test]
+fn issue24_defect_2_unauthorized_only_for_the_refused_request_itself() {
+    const CHALLENGE: &[(&str, &str)] = &[(
+        "www-authenticate",
+        r#"Bearer error="invalid_token", resource_metadata="https://as.example/prm""#,
+    )];
+    let _g = SeedGuard(2403);
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), 2403);
+    s.server.fault(
+        "refused",
+        [Fault::Status {
+            status: 401,
+            headers: CHALLENGE,
+            executed: false,
+        }],
+    );
+    let c = s.call("refused", None);
+    s.run_until_complete(c, 5 * SEC);
+    let err = s.result(c).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    let challenge = err.auth_challenge().expect("the challenge is on the error");
+    assert_eq!(challenge.error.as_deref(), Some("invalid_token"));
+    assert_eq!(s.server.posts_of("refused").len(), 1);
+
+    // The POST ran and its stream broke; the resume GET is refused the credentials.
+    s.server.fault(
+        "cut",
+        [
+            Fault::CutAfterPriming,
+            Fault::ResumeStatus {
+                status: 401,
+                headers: CHALLENGE,
+            },
+        ],
+    );
+    let c = s.call("cut", None);
+    s.run_until_complete(c, 5 * SEC);
+    let err = s.result(c).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert_eq!(s.server.executions_of("cut"), 1);
+    assert_eq!(s.server.posts_of("cut").len(), 1);
+}
+
+/// Issue 24, trust gap 8: a 503 with `Retry-After` is "not processed" by default (the call is
+/// sent again after the delay); an application can turn that off, and the 503 then leaves an
+/// unkeyed call's outcome unknown.
+#[test]
+fn issue24_gap_8_a_503_with_retry_after_can_be_taken_as_may_have_run() {
+    const UNAVAILABLE: &[(&str, &str)] = &[("retry-after", "1")];
+    for (seed, not_processed) in [(2404u64, true), (2405, false)] {
+        let _g = SeedGuard(seed);
+        let config = SessionConfig {
+            unavailable_not_processed: not_processed,
+            ..SessionConfig::default()
+        };
+        let mut s = connected(config, ServerConfig::default(), seed);
+        s.server.fault(
+            "busy",
+            [Fault::Status {
+                status: 503,
+                headers: UNAVAILABLE,
+                executed: false,
+            }],
+        );
+        let c = s.call("busy", None);
+        s.run_until_complete(c, 10 * SEC);
+        let posts = s.server.posts_of("busy").len();
+        if not_processed {
+            assert!(s.result(c).is_ok(), "{:?}", s.result(c));
+            assert_eq!(posts, 2);
+        } else {
+            assert_eq!(
+                s.result(c).as_ref().unwrap_err().kind(),
+                ErrorKind::OutcomeUnknown
+            );
+            assert_eq!(posts, 1);
+        }
+    }
 }

@@ -42,6 +42,8 @@ mod protocol;
 mod retry_and_checks;
 #[path = "hostile/statuses.rs"]
 mod statuses;
+#[path = "hostile/trust.rs"]
+mod trust;
 
 struct Counting;
 

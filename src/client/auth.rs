@@ -5,6 +5,7 @@ use std::future::Future;
 
 use futures::future::BoxFuture;
 
+use super::http::redacted_url;
 use crate::auth::AuthChallenge;
 use crate::error::Error;
 
@@ -110,7 +111,8 @@ impl std::fmt::Debug for TokenRequest {
                 "refused_token",
                 &self.refused_token.as_ref().map(|_| "<redacted>"),
             )
-            .field("url", &self.url)
+            // Its query string (and user info) may carry credentials too.
+            .field("url", &self.url.as_deref().map(redacted_url))
             .finish()
     }
 }

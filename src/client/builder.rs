@@ -204,6 +204,16 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether a 503 with `Retry-After` proves a request was not processed, so the call is
+    /// sent again after that delay, keyed or not (when the delay fits in its deadline).
+    /// Default: `true`. Turn it off for a server that may answer 503 after it started
+    /// processing: a 503 then leaves the outcome unknown, like any other 5xx. See
+    /// [`SessionConfig::unavailable_not_processed`](crate::proto::SessionConfig::unavailable_not_processed).
+    pub fn unavailable_not_processed(mut self, not_processed: bool) -> Self {
+        self.session.unavailable_not_processed = not_processed;
+        self
+    }
+
     /// Fixes the seed of the reconnect jitter (for reproducible tests). Default: from entropy.
     pub fn jitter_seed(mut self, seed: u64) -> Self {
         self.jitter_seed = Some(seed);

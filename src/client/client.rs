@@ -207,15 +207,23 @@ impl Client {
 
     /// Polls a task a call became earlier (for instance before a restart: its id was in
     /// the [`TaskStore`](super::TaskStore)) until it ends, and returns its final result.
-    pub async fn resume_task(&self, task_id: &str) -> Result<Value, Error> {
+    ///
+    /// `timeout` bounds the whole wait (every poll and re-send); `None` means the client's
+    /// call timeout. A task may run far longer than a call: give it the time it needs.
+    pub async fn resume_task(
+        &self,
+        task_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
         let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
         let id = next_call_id();
+        let total = timeout.unwrap_or(self.shared.call_timeout);
         self.send(Command::ResumeTask {
             ticket,
             id,
             task_id: task_id.to_owned(),
-            timeout: None,
+            timeout: Some(total),
             reply,
         })?;
         let handle: CallHandle<Value> = CallHandle::new(
@@ -223,7 +231,7 @@ impl Client {
             ticket,
             self.shared.commands.clone(),
             rx,
-            Some(self.shared.call_timeout),
+            Some(total),
             None,
             Ok,
         );

@@ -25,10 +25,9 @@ use super::builder::ClientConfig;
 use super::era_cache::EraCache;
 use super::events::{Published, ServerNotification};
 use super::handlers::{internal, not_found, Handlers, RequestContext};
-use super::http::{Endpoint, ExchangeEvent};
+use super::http::{redacted_url, Endpoint, ExchangeEvent};
 use super::models::{Progress, TypedNotification};
 use super::task_store::{StoredTask, TaskStore};
-use crate::auth::AuthChallenge;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
@@ -123,14 +122,7 @@ impl Driver {
     /// Spawns the driver task on the current tokio runtime.
     pub(crate) fn spawn(self, handle: &tokio::runtime::Handle) {
         // Only scheme, host, port and path: a query string may carry credentials.
-        let url = &self.endpoint.url;
-        let endpoint = format!(
-            "{}://{}{}{}",
-            url.scheme(),
-            url.host_str().unwrap_or_default(),
-            url.port().map(|p| format!(":{p}")).unwrap_or_default(),
-            url.path()
-        );
+        let endpoint = redacted_url(self.endpoint.url.as_str());
         let span = tracing::info_span!("mcp_client", %endpoint);
         // Entering a span on every poll costs even when nothing listens: only when enabled.
         if span.is_disabled() {
@@ -164,8 +156,6 @@ impl Driver {
             progress: FxHashMap::default(),
             idle: FxHashMap::default(),
             idle_queue: BTreeSet::new(),
-            auth_refusals: FxHashMap::default(),
-            auth_cause: None,
             shutdown: None,
         };
         tracing::debug!("driver started");
@@ -224,11 +214,6 @@ struct State {
     idle: FxHashMap<CallId, (Duration, Instant)>,
     /// The same ends, ordered, for the one idle timer.
     idle_queue: BTreeSet<(Instant, CallId)>,
-    /// Exchanges whose credentials the server refused, with its challenge.
-    auth_refusals: FxHashMap<HttpId, AuthChallenge>,
-    /// While the session handles the end of such an exchange: the challenge that explains
-    /// the calls it fails.
-    auth_cause: Option<AuthChallenge>,
     shutdown: Option<Shutdown>,
 }
 
@@ -362,6 +347,9 @@ impl State {
                         }
                         self.session.cancel(call, now);
                         self.forget(call);
+                        // Its id stays translatable for what the cancellation reports (a
+                        // task's end), then goes: nothing kept per call for the client's life.
+                        self.retire(call);
                     }
                 }
             }
@@ -407,9 +395,6 @@ impl State {
         }
         let now = now();
         match event {
-            ExchangeEvent::AuthRefused { id, challenge } => {
-                self.auth_refusals.insert(id, challenge);
-            }
             ExchangeEvent::Head {
                 id,
                 status,
@@ -418,20 +403,12 @@ impl State {
             ExchangeEvent::Data { id, bytes } => self.session.handle_data(id, &bytes, now),
             ExchangeEvent::End { id } => {
                 self.exchanges.remove(&id);
-                self.auth_cause = self.auth_refusals.remove(&id);
                 self.session.handle_end(id, now);
             }
             ExchangeEvent::Failed { id, failure } => {
                 self.exchanges.remove(&id);
-                self.auth_cause = self.auth_refusals.remove(&id);
                 self.session.handle_error(id, failure, now);
             }
-        }
-        if self.auth_cause.is_some() {
-            // What the session decides on the end of a refused exchange is decided now: every
-            // call it fails in doing so failed because of the refusal.
-            self.pump();
-            self.auth_cause = None;
         }
     }
 
@@ -472,7 +449,6 @@ impl State {
                 }
             }
             Transmit::Abort(id) => {
-                self.auth_refusals.remove(&id);
                 if let Some(exchange) = self.exchanges.remove(&id) {
                     tracing::trace!(http = id.0, "exchange aborted");
                     exchange.abort();
@@ -537,6 +513,8 @@ impl State {
         self.app_ids.get(&call).copied().unwrap_or(call)
     }
 
+    /// The event with the application's call ids. Every variant is named: an event that
+    /// gains a call id cannot reach the application in the session's id space by omission.
     fn translate(&self, event: SessionEvent) -> SessionEvent {
         match event {
             SessionEvent::Redispatched {
@@ -555,7 +533,23 @@ impl State {
             SessionEvent::ContextMismatch { call } => SessionEvent::ContextMismatch {
                 call: self.app_id(call),
             },
-            other => other,
+            SessionEvent::TaskCreated { call, task_id } => SessionEvent::TaskCreated {
+                call: self.app_id(call),
+                task_id,
+            },
+            SessionEvent::TaskFinished { call, task_id } => SessionEvent::TaskFinished {
+                call: self.app_id(call),
+                task_id,
+            },
+            other @ (SessionEvent::Connected { .. }
+            | SessionEvent::Listening
+            | SessionEvent::Resumed { .. }
+            | SessionEvent::ResumeRejected { .. }
+            | SessionEvent::Reinitialized { .. }
+            | SessionEvent::ChecksDegraded { .. }
+            | SessionEvent::EraDetected { .. }
+            | SessionEvent::SessionLost
+            | SessionEvent::Closed) => other,
         }
     }
 
@@ -571,10 +565,6 @@ impl State {
 
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
         self.forget(call);
-        let result = match (result, &self.auth_cause) {
-            (Err(error), Some(challenge)) => Err(Error::unauthorized(challenge.clone(), error)),
-            (result, _) => result,
-        };
         match self.calls.remove(&call) {
             Some(Pending::Connect { reply }) => {
                 match &result {

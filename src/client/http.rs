@@ -6,23 +6,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
-use http::header::{HeaderMap, HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
+use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::Url;
 use tokio::sync::mpsc;
 
 use super::auth::{TokenProvider, TokenRequest};
 use crate::auth::AuthChallenge;
+use crate::proto::classify::auth_challenge;
 use crate::proto::{HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
 
 /// What happened to an exchange, in order: `Head`, any `Data`, then `End`; or `Failed` at
-/// any point. `AuthRefused`, before the head, says the server refused the credentials of
-/// the request (after the one retry with a fresh token, when a provider is configured).
+/// any point. A refusal of the credentials (after the one retry with a fresh token, when a
+/// provider is configured) is an ordinary head: the session reads its challenge.
 #[derive(Debug)]
 pub(crate) enum ExchangeEvent {
-    AuthRefused {
-        id: HttpId,
-        challenge: AuthChallenge,
-    },
     Head {
         id: HttpId,
         status: u16,
@@ -44,8 +41,7 @@ pub(crate) enum ExchangeEvent {
 impl ExchangeEvent {
     pub(crate) fn id(&self) -> HttpId {
         match self {
-            ExchangeEvent::AuthRefused { id, .. }
-            | ExchangeEvent::Head { id, .. }
+            ExchangeEvent::Head { id, .. }
             | ExchangeEvent::Data { id, .. }
             | ExchangeEvent::End { id }
             | ExchangeEvent::Failed { id, .. } => *id,
@@ -137,9 +133,6 @@ impl Endpoint {
                 }
             }
             tracing::debug!(http = id.0, %challenge, "credentials refused");
-            if !report(ExchangeEvent::AuthRefused { id, challenge }).await {
-                return;
-            }
             break response;
         };
         let status = response.status().as_u16();
@@ -233,16 +226,20 @@ impl Endpoint {
     }
 }
 
-/// The challenge of a response refusing the credentials: any 401, and a 403 whose
-/// `WWW-Authenticate` asks for more scope (a plain 403 is an ordinary refusal).
-fn auth_challenge(status: u16, headers: &HeaderMap) -> Option<AuthChallenge> {
-    let header = headers.get(WWW_AUTHENTICATE).and_then(|v| v.to_str().ok());
-    match status {
-        401 => Some(AuthChallenge::parse(status, header)),
-        403 if header.is_some_and(|h| h.contains("insufficient_scope")) => {
-            Some(AuthChallenge::parse(status, header))
+/// `url` without what may carry credentials (user info, query string, fragment), for logs
+/// and `Debug`: scheme, host, port and path.
+pub(crate) fn redacted_url(url: &str) -> String {
+    match Url::parse(url) {
+        Ok(url) => {
+            let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!(
+                "{}://{}{port}{}",
+                url.scheme(),
+                url.host_str().unwrap_or_default(),
+                url.path()
+            )
         }
-        _ => None,
+        Err(_) => "<unparseable URL>".to_owned(),
     }
 }
 

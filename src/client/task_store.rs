@@ -4,13 +4,25 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use super::http::redacted_url;
+
 /// A task a call became, as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct StoredTask {
     /// The server's task id.
     pub task_id: String,
-    /// The endpoint it was created on.
+    /// The endpoint it was created on (the whole URL, query included: `Debug` leaves out
+    /// what may carry credentials).
     pub endpoint: String,
+}
+
+impl std::fmt::Debug for StoredTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredTask")
+            .field("task_id", &self.task_id)
+            .field("endpoint", &redacted_url(&self.endpoint))
+            .finish()
+    }
 }
 
 /// Keeps the ids of the tasks in flight. The client records a task before it polls it the

@@ -14,6 +14,7 @@ use serde_json::Value;
 use super::ext;
 use super::jsonrpc::{self, Message};
 use super::RejectReason;
+use crate::auth::AuthChallenge;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::{CapabilityHash, SessionId};
 
@@ -106,15 +107,17 @@ pub(crate) struct Refusal {
 /// Facts read off a refused exchange's head, kept until its body is read.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HeadFacts {
-    /// `Mcp-Resume-Rejected`, when the exchange's session speaks the extension.
+    /// `Mcp-Resume-Rejected`, when present (it counts only under [`Context::extension`]).
     pub(crate) rejected: Option<RejectReason>,
     /// `Retry-After`, in delta-seconds (an HTTP date is ignored: the core has no wall clock).
     pub(crate) retry_after: Option<Duration>,
+    /// The server refused the request's credentials: a 401, or a 403 asking for more scope.
+    pub(crate) auth: Option<AuthChallenge>,
 }
 
 impl HeadFacts {
     /// Reads the facts of a refused head.
-    pub(crate) fn read(headers: &HeaderMap) -> Self {
+    pub(crate) fn read(status: u16, headers: &HeaderMap) -> Self {
         let rejected = headers
             .get(ext::REJECTED_HEADER)
             .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
@@ -126,36 +129,67 @@ impl HeadFacts {
         HeadFacts {
             rejected,
             retry_after,
+            auth: auth_challenge(status, headers),
         }
     }
 }
 
+/// The challenge of a response refusing the credentials: any 401, and a 403 whose
+/// `WWW-Authenticate` asks for more scope (a plain 403 is an ordinary refusal).
+pub(crate) fn auth_challenge(status: u16, headers: &HeaderMap) -> Option<AuthChallenge> {
+    let header = headers
+        .get(http::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok());
+    match status {
+        401 => Some(AuthChallenge::parse(status, header)),
+        403 if header.is_some_and(|h| h.contains("insufficient_scope")) => {
+            Some(AuthChallenge::parse(status, header))
+        }
+        _ => None,
+    }
+}
+
+/// What a refusal is read against: how its request was sent, and the application's rules.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Context {
+    /// The request carried `Mcp-Session-Id` (a 404 means "session gone" only then).
+    pub(crate) carried_session_id: bool,
+    /// The request's session negotiated the resume-safety extension: only then does its
+    /// rejection marker (header or body) mean anything.
+    pub(crate) extension: bool,
+    /// A 503 with `Retry-After` proves the request was not processed
+    /// (`SessionConfig::unavailable_not_processed`).
+    pub(crate) unavailable_not_processed: bool,
+}
+
 /// Classifies a refused exchange (any non-2xx status) from its status, head facts and the
-/// first [`MAX_ERROR_BODY`] bytes of its body.
+/// first [`MAX_ERROR_BODY`] bytes of its body, in its [`Context`].
 ///
-/// `carried_session_id`: the request carried `Mcp-Session-Id` (a 404 means "session gone"
-/// only then).
-pub(crate) fn refusal(
-    status: u16,
-    head: &HeadFacts,
-    body: &[u8],
-    carried_session_id: bool,
-) -> Refusal {
+/// The extension's rejection marker is honoured only where the extension defines it: a 404
+/// from a session that negotiated the extension. Anywhere else (a 500 carrying it, a server
+/// that never advertised the extension) it proves nothing, and the status decides.
+pub(crate) fn refusal(status: u16, head: &HeadFacts, body: &[u8], context: Context) -> Refusal {
     let rpc = rpc_error(body);
-    let rejected = head
-        .rejected
-        .clone()
-        .or_else(|| ext::rejection_from_body(body));
+    let rejected = if context.extension && status == 404 {
+        head.rejected
+            .clone()
+            .or_else(|| ext::rejection_from_body(body))
+    } else {
+        None
+    };
+    let retry_after = head
+        .retry_after
+        .filter(|_| status != 503 || context.unavailable_not_processed);
     let class = if let Some(reason) = rejected {
         Refused::Rejected(reason)
-    } else if carried_session_id && (status == 404 || (status == 400 && names_session(body))) {
+    } else if context.carried_session_id
+        && (status == 404 || (status == 400 && names_session(body)))
+    {
         Refused::SessionGone
     } else if status == 405 {
         Refused::NotAllowed
-    } else if proves_not_processed(status, head.retry_after.is_some()) {
-        Refused::NotProcessed {
-            retry_after: head.retry_after,
-        }
+    } else if proves_not_processed(status, retry_after.is_some()) {
+        Refused::NotProcessed { retry_after }
     } else {
         Refused::MayHaveRun
     };
@@ -165,6 +199,11 @@ pub(crate) fn refusal(
     };
     if let Some(after) = head.retry_after {
         error = error.with_retry_after(after);
+    }
+    if let Some(challenge) = &head.auth {
+        // The refusal of this request's own credentials: its error says so, and a call that
+        // ends because of it (reported, or interrupted with an unknown outcome) carries it.
+        error = Error::unauthorized(challenge.clone(), error);
     }
     Refusal { class, error }
 }
@@ -219,8 +258,21 @@ mod tests {
     const NO_SESSION: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#;
     const REJECTED: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"rejected","data":{"code":"SESSION_RESUME_REJECTED","reason":"not_owner"}}}"#;
 
-    fn class(status: u16, body: &[u8], carried: bool) -> Refused {
-        refusal(status, &HeadFacts::default(), body, carried).class
+    const EXTENSION: Context = Context {
+        carried_session_id: true,
+        extension: true,
+        unavailable_not_processed: true,
+    };
+
+    fn carried(carried_session_id: bool) -> Context {
+        Context {
+            carried_session_id,
+            ..EXTENSION
+        }
+    }
+
+    fn class(status: u16, body: &[u8], carried_id: bool) -> Refused {
+        refusal(status, &HeadFacts::default(), body, carried(carried_id)).class
     }
 
     #[test]
@@ -249,11 +301,87 @@ mod tests {
         );
         let mut headers = HeaderMap::new();
         headers.insert(ext::REJECTED_HEADER, "event_gap".parse().unwrap());
-        let head = HeadFacts::read(&headers);
+        let head = HeadFacts::read(404, &headers);
         assert_eq!(
-            refusal(404, &head, b"", true).class,
+            refusal(404, &head, b"", EXTENSION).class,
             Refused::Rejected(RejectReason::EventGap)
         );
+    }
+
+    #[test]
+    fn a_rejection_counts_only_on_a_404_of_a_session_with_the_extension() {
+        let mut headers = HeaderMap::new();
+        headers.insert(ext::REJECTED_HEADER, "not_owner".parse().unwrap());
+        let without = Context {
+            extension: false,
+            ..EXTENSION
+        };
+        for status in [500, 503, 409, 400] {
+            let head = HeadFacts::read(status, &headers);
+            let by_header = refusal(status, &head, b"", EXTENSION).class;
+            let by_body = refusal(status, &HeadFacts::default(), REJECTED, EXTENSION).class;
+            assert!(!matches!(by_header, Refused::Rejected(_)), "{status}");
+            assert!(!matches!(by_body, Refused::Rejected(_)), "{status}");
+        }
+        assert_eq!(
+            refusal(500, &HeadFacts::read(500, &headers), b"", EXTENSION).class,
+            Refused::MayHaveRun
+        );
+        // From a server that never advertised the extension, a 404 is what it is.
+        let head = HeadFacts::read(404, &headers);
+        assert_eq!(
+            refusal(404, &head, REJECTED, without).class,
+            Refused::SessionGone
+        );
+    }
+
+    #[test]
+    fn a_503_with_retry_after_proves_nothing_when_the_application_says_so() {
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::RETRY_AFTER, "1".parse().unwrap());
+        let head = HeadFacts::read(503, &headers);
+        let off = Context {
+            unavailable_not_processed: false,
+            ..EXTENSION
+        };
+        assert_eq!(refusal(503, &head, b"", off).class, Refused::MayHaveRun);
+        // 429 names the client's own rate: still not processed.
+        let head = HeadFacts::read(429, &headers);
+        assert_eq!(
+            refusal(429, &head, b"", off).class,
+            Refused::NotProcessed {
+                retry_after: Some(Duration::from_secs(1))
+            }
+        );
+    }
+
+    #[test]
+    fn a_refusal_of_the_credentials_is_unauthorized_with_its_challenge() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::WWW_AUTHENTICATE,
+            r#"Bearer error="invalid_token""#.parse().unwrap(),
+        );
+        let r = refusal(401, &HeadFacts::read(401, &headers), b"", EXTENSION);
+        assert_eq!(r.error.kind(), ErrorKind::Unauthorized);
+        assert_eq!(
+            r.error.auth_challenge().and_then(|c| c.error.as_deref()),
+            Some("invalid_token")
+        );
+        // A plain 403 is an ordinary refusal; one asking for more scope is about credentials.
+        let plain = refusal(
+            403,
+            &HeadFacts::read(403, &HeaderMap::new()),
+            b"",
+            EXTENSION,
+        );
+        assert_eq!(plain.error.kind(), ErrorKind::Protocol);
+        headers.insert(
+            http::header::WWW_AUTHENTICATE,
+            r#"Bearer error="insufficient_scope", scope="a""#.parse().unwrap(),
+        );
+        let scope = refusal(403, &HeadFacts::read(403, &headers), b"", EXTENSION);
+        assert_eq!(scope.error.kind(), ErrorKind::Unauthorized);
     }
 
     #[test]
@@ -275,8 +403,8 @@ mod tests {
     fn retry_after_is_read_clamped_and_carried() {
         let mut headers = HeaderMap::new();
         headers.insert(http::header::RETRY_AFTER, "2".parse().unwrap());
-        let head = HeadFacts::read(&headers);
-        let r = refusal(503, &head, b"", true);
+        let head = HeadFacts::read(503, &headers);
+        let r = refusal(503, &head, b"", EXTENSION);
         assert_eq!(
             r.class,
             Refused::NotProcessed {
@@ -285,19 +413,22 @@ mod tests {
         );
         assert_eq!(r.error.retry_after(), Some(Duration::from_secs(2)));
         headers.insert(http::header::RETRY_AFTER, "99999999".parse().unwrap());
-        assert_eq!(HeadFacts::read(&headers).retry_after, Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            HeadFacts::read(503, &headers).retry_after,
+            Some(MAX_RETRY_AFTER)
+        );
         for odd in ["-1", "soon", "Wed, 21 Oct 2015 07:28:00 GMT", ""] {
             headers.insert(http::header::RETRY_AFTER, odd.parse().unwrap());
-            assert_eq!(HeadFacts::read(&headers).retry_after, None, "{odd}");
+            assert_eq!(HeadFacts::read(503, &headers).retry_after, None, "{odd}");
         }
     }
 
     #[test]
     fn the_error_is_the_servers_when_it_sent_one() {
-        let r = refusal(400, &HeadFacts::default(), NO_SESSION, false);
+        let r = refusal(400, &HeadFacts::default(), NO_SESSION, carried(false));
         assert_eq!(r.error.kind(), ErrorKind::Rpc);
         assert_eq!(r.error.rpc_error().map(|e| e.code), Some(-32000));
-        let r = refusal(500, &HeadFacts::default(), b"<html>oops", true);
+        let r = refusal(500, &HeadFacts::default(), b"<html>oops", EXTENSION);
         assert_eq!(r.error.kind(), ErrorKind::Protocol);
         assert!(r.error.to_string().contains("500"), "{}", r.error);
     }

@@ -68,6 +68,14 @@ pub struct SessionConfig {
     pub open_listen_stream: bool,
     /// Re-send rule for keyed calls. Default: [`ResendPolicy::ServerAdvertised`].
     pub resend: ResendPolicy,
+    /// Whether a 503 with `Retry-After` proves the request was not processed, so that the
+    /// call (keyed or not) is sent again after that delay when it fits in the deadline.
+    /// Default: `true`: a server or gateway that names a time to come back is taken to have
+    /// refused the request before acting on it (RFC 9110 §15.6.4), which is what load
+    /// balancers and overloaded servers do. Set it to `false` for a server that may answer 503
+    /// after it started processing: a 503 then leaves the call's outcome unknown, like any
+    /// other 5xx (a safe keyed call is re-sent, the rest fail `OutcomeUnknown`).
+    pub unavailable_not_processed: bool,
     /// Seed of the jitter generator (the driver seeds it from entropy; tests fix it).
     pub jitter_seed: u64,
     /// **Unsafe, for comparison only.** Behave like the stock SDKs: trust replayed streams
@@ -99,6 +107,7 @@ impl Default for SessionConfig {
             max_body_size: 16 * 1024 * 1024,
             open_listen_stream: true,
             resend: ResendPolicy::default(),
+            unavailable_not_processed: true,
             jitter_seed: 0x5eed,
             dangerous_trust_replay: false,
         }

@@ -355,7 +355,7 @@ pub enum Output {
     Event(SessionEvent),
 }
 
-mod classify;
+pub(crate) mod classify;
 pub mod config;
 pub mod decide;
 mod ext;

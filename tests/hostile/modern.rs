@@ -436,7 +436,6 @@ async fn a_task_whose_id_changes_between_polls_fails_the_call() {
 }
 
 #[tokio::test]
-#[ignore = "task-requested inputs are bounded by the MRTR round limit with issue 24 gap 8"]
 async fn endless_task_inputs_end_after_the_round_limit() {
     let what = "endless task inputs";
     // Every poll asks for a new input: without a bound, the app's handler runs every 10 ms

@@ -64,6 +64,14 @@ pub enum Fault {
     KeyInUse,
     /// Nothing runs: the key's first execution was lost (`IDEMPOTENCY_OUTCOME_UNKNOWN`).
     KeyOutcomeLost,
+    /// Answered `status` with these headers and a JSON-RPC error body (the extension's
+    /// rejection body when a header is `mcp-resume-rejected`); the call runs first when
+    /// `executed`.
+    Status {
+        status: u16,
+        headers: &'static [(&'static str, &'static str)],
+        executed: bool,
+    },
     // --- for a resume GET ---
     /// 404 with a plain JSON-RPC error body.
     ResumeNotFound,
@@ -71,6 +79,11 @@ pub enum Fault {
     ResumeRejected(&'static str),
     /// 405.
     Resume405,
+    /// Answered `status` with these headers and a plain JSON-RPC error body.
+    ResumeStatus {
+        status: u16,
+        headers: &'static [(&'static str, &'static str)],
+    },
     /// Connection refused.
     ResumeRefuse,
     /// 200, nothing replayed, clean end (the naive replaying instance with no continuation).
@@ -559,6 +572,16 @@ impl Server {
             }
             Fault::LoseBeforeHead { executed: false } => return Reply::early(Step::Lost),
             Fault::Refuse => return Reply::early(Step::Refused),
+            Fault::Status {
+                status,
+                headers,
+                executed,
+            } => {
+                if executed {
+                    *self.executions.entry(tag_s.clone()).or_default() += 1;
+                }
+                return status_reply(status, headers);
+            }
             _ => {}
         }
         let wrong = matches!(fault, Fault::WrongContext | Fault::WrongContextHeaderOnly);
@@ -756,6 +779,7 @@ impl Server {
                 return r;
             }
             Fault::Resume405 => return Reply::status(405),
+            Fault::ResumeStatus { status, headers } => return status_reply(status, headers),
             Fault::ResumeRefuse => return Reply::early(Step::Refused),
             _ => {}
         }
@@ -1069,4 +1093,28 @@ impl Sim {
             })
             .collect()
     }
+}
+
+/// A refusal: `status`, `headers`, and a JSON-RPC error body (the extension's rejection body
+/// when the headers carry its marker).
+fn status_reply(status: u16, headers: &[(&'static str, &'static str)]) -> Reply {
+    let rejected = headers
+        .iter()
+        .find(|(name, _)| *name == "mcp-resume-rejected")
+        .map(|(_, reason)| *reason);
+    let data = match rejected {
+        Some(reason) => json!({"code": "SESSION_RESUME_REJECTED", "reason": reason}),
+        None => Value::Null,
+    };
+    let mut r = Reply::json(
+        status,
+        json!({"jsonrpc": "2.0", "id": null,
+            "error": {"code": -32000, "message": "refused", "data": data}}),
+    );
+    r.headers.extend(
+        headers
+            .iter()
+            .map(|(name, value)| (*name, (*value).to_owned())),
+    );
+    r
 }

@@ -303,9 +303,16 @@ impl RawClient {
         self.run(py, async move { client.ping().await })
     }
 
-    fn resume_task<'py>(&self, py: Python<'py>, task_id: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (task_id, *, timeout=None))]
+    fn resume_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: String,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = timeout.map(|t| seconds(py, t, "timeout")).transpose()?;
         let client = self.client(py)?;
-        self.run(py, async move { client.resume_task(&task_id).await })
+        self.run(py, async move { client.resume_task(&task_id, timeout).await })
     }
 
     #[pyo3(signature = (cursor=None))]

@@ -29,6 +29,10 @@ pub(super) enum Retry {
 pub(super) enum CallState {
     /// Waits for the session to be ready, then is POSTed.
     Waiting,
+    /// Waits for the application's answers to the server's inputs (an MRTR round, or a
+    /// task's): nothing is sent for it until they are all in, whatever happens to the
+    /// session meanwhile (a re-initialization sends only `Waiting` calls).
+    AwaitingInput,
     /// Waits out a backoff (its timer is armed), then retries.
     Backoff(Retry),
     /// Its POST is in flight.
@@ -42,7 +46,7 @@ impl CallState {
     pub(super) fn exchange(self) -> Option<HttpId> {
         match self {
             CallState::Posting(http) | CallState::Resuming(http) => Some(http),
-            CallState::Waiting | CallState::Backoff(_) => None,
+            CallState::Waiting | CallState::AwaitingInput | CallState::Backoff(_) => None,
         }
     }
 }
@@ -169,10 +173,6 @@ impl Calls {
         self.map.get_mut(&id)
     }
 
-    pub(super) fn contains(&self, id: CallId) -> bool {
-        self.map.contains_key(&id)
-    }
-
     pub(super) fn len(&self) -> usize {
         self.map.len()
     }
@@ -238,7 +238,8 @@ impl Calls {
                 self.by_token.remove(token);
             }
         }
-        if call.input.is_some() {
+        // An MRTR round's inputs, or a task's: the app's late answers must find nothing.
+        if call.input.is_some() || call.task_inputs > 0 {
             self.by_input.retain(|_, (c, _)| *c != id);
         }
         Some(call)

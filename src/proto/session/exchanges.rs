@@ -73,6 +73,9 @@ pub(super) struct Checks {
     pub(super) hash: bool,
     /// Require contiguous sequenced ids on a resumed stream.
     pub(super) sequenced: bool,
+    /// Read the extension's rejection marker on a 404 as the server's explicit rejection:
+    /// the session negotiated the extension. Without it the marker proves nothing.
+    pub(super) rejections: bool,
 }
 
 /// One exchange in flight.
@@ -195,10 +198,30 @@ impl Exchanges {
     /// Drops an exchange the session no longer needs and tells the driver to stop it.
     pub(super) fn finish(&mut self, http: HttpId) {
         if let Some(ex) = self.remove(http) {
+            if self.withdraw(http) {
+                // Never handed to the driver: there is nothing to stop.
+                return;
+            }
             if !ex.ended {
                 self.transmits.push_back(Transmit::Abort(http));
             }
         }
+    }
+
+    /// Whether exchange `http`'s request is still queued for the driver (it has not left).
+    pub(super) fn unsent(&self, http: HttpId) -> bool {
+        self.transmits
+            .iter()
+            .any(|t| matches!(t, Transmit::Send(r) if r.id == http))
+    }
+
+    /// Takes exchange `http`'s request back out of the driver's queue, if it is still there.
+    fn withdraw(&mut self, http: HttpId) -> bool {
+        let queued = self
+            .transmits
+            .iter()
+            .position(|t| matches!(t, Transmit::Send(r) if r.id == http));
+        queued.and_then(|i| self.transmits.remove(i)).is_some()
     }
 
     /// Tells the driver to stop an exchange already taken out of the table.

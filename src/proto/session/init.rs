@@ -142,6 +142,7 @@ impl Session {
             (Some(e), false) => Checks {
                 hash: e.capability_hash,
                 sequenced: e.sequenced_event_ids,
+                rejections: true,
             },
             _ => Checks::default(),
         };

@@ -76,6 +76,14 @@ use crate::sse::SseEvent;
 /// A call whose deadline cannot be represented (a timeout of centuries) gets this one.
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
+/// The deadline of a call allowed `timeout` from `now`: a timeout beyond what the clock can
+/// represent means "practically never", not "at once".
+fn deadline_after(now: Instant, timeout: std::time::Duration) -> Instant {
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
 /// SplitMix64: a tiny seeded generator for jitter, so the core never reads entropy or clocks.
 #[derive(Debug, Clone)]
 struct Rng(u64);
@@ -192,11 +200,7 @@ impl Session {
             });
             return id;
         }
-        let timeout = request.timeout.unwrap_or(self.config.call_timeout);
-        let deadline = now
-            .checked_add(timeout)
-            .or_else(|| now.checked_add(FAR_FUTURE))
-            .unwrap_or(now);
+        let deadline = deadline_after(now, request.timeout.unwrap_or(self.config.call_timeout));
         let progress_token = request
             .params
             .as_ref()
@@ -274,8 +278,15 @@ impl Session {
     /// if it may be running, abort its stream, and report nothing more for it.
     pub fn cancel(&mut self, call: CallId, now: Instant) {
         let _ = now;
-        if !self.calls.contains(call) {
+        let Some(c) = self.calls.get_mut(call) else {
             return;
+        };
+        // Its POST never left (the driver has not taken it yet): nothing runs, and the server
+        // is told nothing. (A resume GET not sent yet says nothing: the POST before it ran.)
+        if let CallState::Posting(http) = c.state {
+            if self.exchanges.unsent(http) {
+                c.may_have_run = false;
+            }
         }
         self.send_cancelled(call, "cancelled by the client");
         self.cancel_task(call);
@@ -360,7 +371,7 @@ impl Session {
         if !(200..300).contains(&status) {
             // A refusal: what it means may depend on its body, which is read (bounded) and
             // classified when it ends.
-            ex.head = HeadFacts::read(headers);
+            ex.head = HeadFacts::read(status, headers);
             ex.body = Body::Error(Vec::new());
             return;
         }

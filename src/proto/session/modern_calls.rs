@@ -221,7 +221,7 @@ impl Session {
             .input
             .take()
             .map_or_else(|| call.key.clone(), |r| r.base_key);
-        call.state = CallState::Waiting;
+        call.state = CallState::AwaitingInput;
         call.input = Some(InputRound {
             round,
             state,
@@ -325,6 +325,8 @@ impl Session {
         call.cursor = Cursor::default();
         call.attempts = 0;
         call.sends = 0;
+        // Ready to go: now, or once the session is (re-)established.
+        call.state = CallState::Waiting;
         let _ = now;
         if self.life.is_ready() {
             self.send_call(id);

@@ -11,7 +11,7 @@ use super::calls::CallState;
 use super::exchanges::{Body, ExKind, Exchange};
 use super::Session;
 use crate::error::{Error, ErrorKind};
-use crate::proto::classify::{self, Refusal, Refused};
+use crate::proto::classify::{self, Context, Refusal, Refused};
 use crate::proto::decide::Failure;
 use crate::proto::CallId;
 
@@ -23,14 +23,19 @@ impl Session {
         let Body::Error(body) = &ex.body else {
             return;
         };
-        let refusal = classify::refusal(status, &ex.head, body, ex.carried_session_id);
+        let context = Context {
+            carried_session_id: ex.carried_session_id,
+            extension: ex.checks.rejections,
+            unavailable_not_processed: self.config.unavailable_not_processed,
+        };
+        let refusal = classify::refusal(status, &ex.head, body, context);
         debug!(status, class = ?refusal.class, kind = ?ex.kind, "exchange refused");
         match ex.kind {
             ExKind::Discover => self.on_discover_refused(status, refusal, now),
             ExKind::Initialize if self.initialize_refused_as_modern(&refusal, now) => {}
             ExKind::Initialize | ExKind::Initialized => {
                 let error = match refusal.error.kind() {
-                    ErrorKind::Rpc => refusal.error,
+                    ErrorKind::Rpc | ErrorKind::Unauthorized => refusal.error,
                     kind => Error::caused_by(kind, "initialize", refusal.error),
                 };
                 self.init_failed(error, now);

@@ -13,6 +13,7 @@ use tracing::{debug, info};
 
 use super::calls::{Call, CallState, Retry};
 use super::cursors::Cursor;
+use super::modern_calls::MAX_INPUT_ROUNDS;
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -34,6 +35,8 @@ pub(super) struct TaskState {
     pub(super) poll: Option<Duration>,
     /// Input keys already answered (a task may list them again until it sees the answer).
     pub(super) answered: Vec<String>,
+    /// Times the task asked for fresh input, bounded by [`MAX_INPUT_ROUNDS`].
+    pub(super) input_rounds: u32,
 }
 
 impl Session {
@@ -57,6 +60,7 @@ impl Session {
             task_id: task_id.clone(),
             poll: None,
             answered: Vec::new(),
+            input_rounds: 0,
         });
         self.outputs
             .push_back(Output::Event(SessionEvent::TaskCreated {
@@ -75,9 +79,7 @@ impl Session {
         now: Instant,
     ) -> CallId {
         let id = self.calls.new_id();
-        let deadline = now
-            .checked_add(timeout.unwrap_or(self.config.call_timeout))
-            .unwrap_or(now);
+        let deadline = super::deadline_after(now, timeout.unwrap_or(self.config.call_timeout));
         self.calls.insert(
             id,
             Call {
@@ -85,6 +87,7 @@ impl Session {
                     task_id: task_id.to_owned(),
                     poll: None,
                     answered: Vec::new(),
+                    input_rounds: 0,
                 }),
                 ..Call::new(methods::TOOLS_CALL.to_owned(), None, None, deadline)
             },
@@ -172,8 +175,21 @@ impl Session {
         if fresh.is_empty() {
             return self.schedule_poll(id, now);
         }
+        task.input_rounds += 1;
+        if task.input_rounds > MAX_INPUT_ROUNDS {
+            // The same bound as an MRTR call's: a task that keeps asking must not keep the
+            // call (and the app's handlers) busy until a deadline that may be a year away.
+            self.cancel_task(id);
+            return self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("the task asked for input more than {MAX_INPUT_ROUNDS} times"),
+                )),
+            );
+        }
         let task_id = task.task_id.clone();
-        call.state = CallState::Waiting;
+        call.state = CallState::AwaitingInput;
         call.task_inputs = fresh.len();
         for (key, request) in fresh {
             let input_id = RequestId::String(format!("task/{}/{task_id}/{key}", id.0));

@@ -341,10 +341,11 @@ class Client:
         """Checks the server is alive (``ping``)."""
         await self._raw.ping()
 
-    async def resume_task(self, task_id: str) -> Any:
+    async def resume_task(self, task_id: str, *, timeout: float | None = None) -> Any:
         """Polls a task a call became earlier (modern era, tasks extension) until it ends,
-        and returns its final result."""
-        return await self._raw.resume_task(task_id)
+        and returns its final result. ``timeout`` (seconds) bounds the whole wait; ``None``
+        means the client's call timeout."""
+        return await self._raw.resume_task(task_id, timeout=timeout)
 
     async def close(self) -> None:
         """Closes the session: waiting calls fail with ``ClosedError``, the session is
