@@ -115,6 +115,20 @@ pub(super) struct Handshake {
     pub(super) degraded: Option<String>,
     /// Version refusals retried so far (modern era).
     pub(super) version_retries: u32,
+    /// Why the last attempt of this handshake failed: the cause of a waiting call's error
+    /// when its deadline passes before the session is back.
+    pub(super) last_failure: Option<crate::Error>,
+}
+
+/// A re-initialization that gave up (it kept failing and no call was waiting). Not an end:
+/// the next call starts it again, no sooner than `retry_at`, so the backoff reached so far
+/// carries over and a dead server is not hammered by an app that keeps calling.
+#[derive(Debug)]
+pub(super) struct Lost {
+    pub(super) reason: ReinitReason,
+    /// The last working session, to report what changed once one is established again.
+    pub(super) previous: Option<Negotiated>,
+    pub(super) retry_at: Instant,
 }
 
 /// The phase of the session.
@@ -131,11 +145,10 @@ pub(super) enum Phase {
         /// The call that completes when the DELETE is answered.
         close: CallId,
     },
-    /// Over: closed by the app, or lost because re-initialization kept failing.
-    Terminated {
-        /// Lost, not closed.
-        lost: bool,
-    },
+    /// Re-initialization kept failing with no call waiting: idle until the next call.
+    Lost(Lost),
+    /// Over: closed by the app.
+    Terminated,
 }
 
 /// The lifecycle: the phase and the counters that span phases.
