@@ -26,6 +26,8 @@ mod server;
 mod bodies;
 #[path = "hostile/defects.rs"]
 mod defects;
+#[path = "hostile/deploy.rs"]
+mod deploy;
 #[path = "hostile/protocol.rs"]
 mod protocol;
 #[path = "hostile/retry_and_checks.rs"]
