@@ -112,7 +112,8 @@ pub struct State {
     /// Calls are waiting for the session (read by [`Failure::ReinitFailed`]: a
     /// re-initialization keeps trying while one does).
     pub calls_waiting: bool,
-    /// The call waits for a re-initialization whose last attempt failed (read by
+    /// The call waits for a re-initialization whose last attempt failed, or that replaces a
+    /// session that never worked (read by
     /// [`Failure::DeadlineExpired`]: the call ran out of time because the session could not
     /// be re-established, not because the server was slow to answer it).
     pub awaiting_reinit: bool,

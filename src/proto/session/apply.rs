@@ -67,11 +67,12 @@ impl Session {
             reinit_failures: self.life.reinit_failures,
             ..self.base_state(resend_safe)
         };
-        // A call still waiting when its deadline passes ran out of time because the session
-        // could not be re-established: that failure is what it ended on.
-        let state = match self.life.handshake().and_then(|h| h.last_failure.as_ref()) {
-            Some(last) if failure == Failure::DeadlineExpired => {
-                if let Some(call) = self.calls.get_mut(id) {
+        // A call still waiting when its deadline passes, while re-initializations keep failing
+        // (or keep replacing sessions that never worked), ran out of time because the session
+        // could not be re-established: the last failure is what it ended on.
+        let state = match self.life.handshake() {
+            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures > 0 => {
+                if let (Some(last), Some(call)) = (&h.last_failure, self.calls.get_mut(id)) {
                     call.cause = Some(last.clone());
                 }
                 state.awaiting_reinit()
