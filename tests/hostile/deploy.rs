@@ -170,11 +170,14 @@ async fn call_after_session_lost_reconnects() {
     );
 }
 
+/// A refusal, and its name.
+type Refusal = (&'static str, fn() -> Reply);
+
 /// A 400 whose body merely contains the word "session" is the call's own answer: never
 /// re-initialized for, never re-sent (it used to start a re-initialization storm).
 #[tokio::test]
 async fn a_400_mentioning_a_session_is_the_calls_answer() {
-    let bodies: [(&str, fn() -> Reply); 2] = [
+    let bodies: [Refusal; 2] = [
         ("-32602 naming a session parameter", || {
             Reply::json(
                 400,

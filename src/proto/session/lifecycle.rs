@@ -192,7 +192,7 @@ impl Lifecycle {
     }
 
     pub(super) fn is_over(&self) -> bool {
-        matches!(self.phase, Phase::Closing { .. } | Phase::Terminated { .. })
+        matches!(self.phase, Phase::Closing { .. } | Phase::Terminated)
     }
 
     pub(super) fn handshake(&self) -> Option<&Handshake> {
