@@ -14,8 +14,9 @@ pub enum ErrorKind {
     Transport,
     /// The call's deadline passed (it spans every resume and re-send).
     Timeout,
-    /// The session could not be re-established (re-initialization kept failing), or the
-    /// server ended it.
+    /// The session could not be re-established before the call's deadline (the cause is the
+    /// last failure), or the call kept finding its session gone (`max_attempts` times). Not
+    /// terminal: the next call reconnects.
     SessionLost,
     /// The call was interrupted and it cannot be known whether the server executed it; it was
     /// not re-sent because re-sending it was not provably safe.

@@ -15,14 +15,17 @@ pub struct ReconnectPolicy {
     /// Jitter added on top, as a fraction of the delay (0.0–1.0). Default: 0.2.
     pub jitter: f64,
     /// Attempts to reach the server for one call or stream (its first send included) before
-    /// it fails; progress starts the count over. Default: 10 (about 20 s of backoff from the
-    /// defaults).
+    /// it fails; progress starts the count over. Also bounds the re-sends of a call that
+    /// keeps drawing "session gone": it then fails alone with `SessionLost`, other calls
+    /// untouched. Default: 10 (about 20 s of backoff from the defaults).
     pub max_attempts: u32,
     /// Resumes of one stream that deliver nothing new before it is treated as an unverifiable
     /// clean end. Default: 3.
     pub max_resumes_without_progress: u32,
-    /// Consecutive failed re-initializations before every waiting call fails with
-    /// `SessionLost`. Default: 5.
+    /// Consecutive failed re-initializations after which, when no call is waiting, the client
+    /// stops trying and reports `SessionEvent::SessionLost`; the next call reconnects, no
+    /// sooner than the backoff reached. While a call waits, re-initialization keeps trying
+    /// (backing off up to `max_delay`) and the call ends at its own deadline. Default: 5.
     pub max_reinit_failures: u32,
 }
 

@@ -34,6 +34,39 @@ fn post_404_with_session_id_resends_keyed_call_too() {
     );
 }
 
+// | … the same call keeps drawing "session gone" | after `max_attempts` it fails alone with
+// `SessionLost`; the session is kept (no re-initialization) |
+#[test]
+fn post_404_resends_are_bounded_by_max_attempts() {
+    assert_eq!(
+        decide(&Failure::PostSessionNotFound, &UNKEYED.attempts(9)),
+        reinit(ReinitReason::SessionNotFound, CallFate::Resend)
+    );
+    for state in [UNKEYED, SAFE, UNKEYED.trusting()] {
+        assert_eq!(
+            decide(&Failure::PostSessionNotFound, &state.attempts(10)),
+            Fail(ErrorKind::SessionLost)
+        );
+    }
+}
+
+// | session gone on a resume, a safe keyed call with no attempts left | re-initialize; the
+// call is not re-sent again: `OutcomeUnknown` |
+#[test]
+fn resume_404_resends_are_bounded_by_max_attempts() {
+    assert_eq!(
+        decide(&Failure::ResumeNotFound, &SAFE.attempts(10)),
+        reinit(
+            ReinitReason::SessionNotFound,
+            FateFail(ErrorKind::OutcomeUnknown)
+        )
+    );
+    assert_eq!(
+        decide(&Failure::SessionReplaced, &SAFE.attempts(10)),
+        UNKNOWN
+    );
+}
+
 // | POST answered without its response after delivery (202, 5xx, another id) | may have run |
 #[test]
 fn answered_without_response_unkeyed_is_outcome_unknown() {
@@ -300,9 +333,26 @@ fn stream_of_replaced_session_is_not_resumed() {
     assert_eq!(decide(&Failure::SessionReplaced, &SAFE), Resend);
 }
 
-// | re-initialize keeps failing | bounded: after N consecutive failures SessionLost |
+// | re-initialize keeps failing, a call waiting | keep trying, backing off: the call ends at
+// its own deadline |
 #[test]
-fn reinit_failure_is_retried_then_session_lost() {
+fn reinit_failure_is_retried_while_a_call_waits() {
+    for failures in [1, 5, 6, 1000, u32::MAX] {
+        assert_eq!(
+            decide(
+                &Failure::ReinitFailed,
+                &UNKEYED.reinit_failures(failures).calls_waiting(true)
+            ),
+            RetryReinitialize,
+            "{failures}"
+        );
+    }
+}
+
+// | re-initialize keeps failing, no call waiting | after N consecutive failures stop:
+// `SessionLost` (the next call reconnects) |
+#[test]
+fn reinit_failure_without_calls_is_retried_then_session_lost() {
     assert_eq!(
         decide(&Failure::ReinitFailed, &UNKEYED.reinit_failures(4)),
         RetryReinitialize
@@ -324,6 +374,18 @@ fn deadline_expiry_fails_with_timeout() {
         decide(&Failure::DeadlineExpired, &UNKEYED),
         Fail(ErrorKind::Timeout)
     );
+}
+
+// | … while waiting for a re-initialization whose last attempt failed | `SessionLost`, the
+// last failure as its cause |
+#[test]
+fn deadline_expiry_awaiting_reinit_is_session_lost() {
+    for state in [UNKEYED, SAFE] {
+        assert_eq!(
+            decide(&Failure::DeadlineExpired, &state.awaiting_reinit()),
+            Fail(ErrorKind::SessionLost)
+        );
+    }
 }
 
 // Idempotency refusals (resume-safety extension): a re-sent keyed call can race its first

@@ -37,8 +37,10 @@ fn initialize_times(s: &Sim) -> Vec<Duration> {
 
 /// Defect 1: a server that accepts `initialize` and refuses everything after it (404, or a
 /// 400 naming the session) used to make the client re-initialize in a tight loop for the
-/// whole deadline. A re-initialization that nothing confirmed counts as failed: backoff
-/// between attempts, and `SessionLost` after `max_reinit_failures`.
+/// whole deadline. A re-initialization that nothing confirmed counts as failed, so they back
+/// off exponentially; and the call's re-sends are bounded by `max_attempts` (issue 24, gap 7:
+/// it used to end in a terminal `SessionLost` after `max_reinit_failures` instead), after
+/// which it fails alone and the client stays usable.
 #[test]
 fn defect_01_reinit_storm_is_bounded_and_backs_off() {
     for (seed, fault) in [(101, Fault::NotFound), (102, Fault::BadRequestSession)] {
@@ -57,9 +59,10 @@ fn defect_01_reinit_storm_is_bounded_and_backs_off() {
             ErrorKind::SessionLost
         );
         let policy = ReconnectPolicy::default();
+        assert_eq!(s.server.posts_of("a").len() as u32, policy.max_attempts);
         let inits = initialize_times(&s);
-        // The first connect, then one re-initialization per allowed failure but the last.
-        assert_eq!(inits.len() as u32, policy.max_reinit_failures, "{fault:?}");
+        // The first connect, then one re-initialization per failed attempt but the last.
+        assert_eq!(inits.len() as u32, policy.max_attempts, "{fault:?}");
         assert!(
             s.server.seen.len() <= 4 * inits.len() + 1,
             "{}",
@@ -72,13 +75,165 @@ fn defect_01_reinit_storm_is_bounded_and_backs_off() {
             assert!(*gap >= floor, "gap {i} {gap:?} < {floor:?}: {gaps:?}");
         }
         assert!(gaps[0] >= policy.initial_delay, "{gaps:?}");
-        assert!(s
-            .events()
-            .iter()
-            .any(|e| matches!(e, SessionEvent::SessionLost)));
-        // Ended well before the deadline.
-        assert!(s.elapsed() < 10 * SEC, "{:?}", s.elapsed());
+        // Not terminal: the client still works for a call the server answers (after the
+        // backoff reached, now `max_delay`: the server's session is gone again).
+        assert!(!s.session.is_lost() && !s.session.is_terminated());
+        let b = s.call("b", None);
+        s.run_until_complete(b, 15 * SEC);
+        assert!(s.result(b).is_ok(), "{:?}", s.result(b));
     }
+}
+
+/// The session confirmed by a call, then a rolling deploy: the server forgets it (404) and
+/// for 1.5 s the balancer answers `initialize` with 502.
+fn rolling_deploy(seed: u64) -> (Sim, Duration) {
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), seed);
+    let warm = s.call("warm", None);
+    s.run_until_complete(warm, SEC);
+    assert!(s.result(warm).is_ok());
+    let t0 = s.elapsed();
+    s.server.forget_sessions();
+    s.server.init_down_until = Some(t0 + 1500 * MS);
+    (s, t0)
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Issue 24, defect 5: a call waiting through a rolling deploy used to fail `SessionLost`
+/// after 0.34 s (5 `initialize`s) although its deadline was 3 s. Re-initialization keeps
+/// trying, backing off, while the call waits: it succeeds once the server is back, or ends
+/// at its own deadline with the 502 as its cause.
+#[test]
+fn defect_05_waiting_call_outlives_a_rolling_deploy() {
+    let _g = SeedGuard(111);
+    let (mut s, t0) = rolling_deploy(111);
+    let c = s.call_with("d", None, Some(3 * SEC));
+    s.run_until_complete(c, 5 * SEC);
+    let took = s.elapsed() - t0;
+    match s.result(c) {
+        Ok(_) => {
+            assert_eq!(s.server.executions_of("d"), 1);
+            assert!(took >= 1500 * MS, "{took:?}");
+        }
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
+            assert!(took >= 3 * SEC - 10 * MS, "ended after {took:?}: {e}");
+            assert!(format!("{e:#}").contains("502"), "{e:#}");
+        }
+    }
+    // Bounded by the backoff: each gap between attempts at least twice the one before.
+    let inits: Vec<Duration> = initialize_times(&s)
+        .into_iter()
+        .filter(|t| *t >= t0)
+        .collect();
+    assert!(inits.len() >= 7 && inits.len() <= 9, "{inits:?}");
+    let gaps: Vec<Duration> = inits.windows(2).map(|w| w[1] - w[0]).collect();
+    for (i, gap) in gaps.iter().enumerate() {
+        let floor = ReconnectPolicy::default().initial_delay * 2u32.pow(i as u32);
+        assert!(*gap >= floor, "gap {i} {gap:?} < {floor:?}: {gaps:?}");
+    }
+    assert!(!s.session.is_lost());
+}
+
+/// Issue 24, defect 5: `SessionLost` used to be terminal: a call made once the server was
+/// healthy again still failed at once. A call whose deadline passes during the outage fails
+/// `SessionLost` at that deadline; with no call left the client stops after
+/// `max_reinit_failures` and reports the session lost; the next call reconnects, no sooner
+/// than the backoff reached, and succeeds.
+#[test]
+fn defect_05_session_lost_is_not_terminal() {
+    let _g = SeedGuard(112);
+    let (mut s, t0) = rolling_deploy(112);
+    let short = s.call_with("short", None, Some(500 * MS));
+    s.run_until_complete(short, 2 * SEC);
+    let took = s.elapsed() - t0;
+    let err = s.result(short).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionLost, "{err}");
+    assert!(took >= 500 * MS && took < 600 * MS, "{took:?}");
+    assert!(format!("{err:#}").contains("502"), "{err:#}");
+    // No call waits: the client gives up after `max_reinit_failures` failures in a row.
+    s.run_for(t0 + SEC);
+    assert!(s.session.is_lost());
+    assert!(s
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::SessionLost)));
+    let failed = initialize_times(&s);
+    let last_failed = *failed.last().unwrap();
+    let policy = ReconnectPolicy::default();
+    assert_eq!(
+        failed.iter().filter(|t| **t >= t0).count() as u32,
+        policy.max_reinit_failures + 1
+    );
+    // Nothing is sent while nobody calls.
+    s.run_for(t0 + 1200 * MS);
+    assert_eq!(initialize_times(&s).len(), failed.len());
+
+    let after = s.call_with("after", None, Some(5 * SEC));
+    s.run_until_complete(after, 6 * SEC);
+    assert!(s.result(after).is_ok(), "{:?}", s.result(after));
+    assert_eq!(s.server.executions_of("after"), 1);
+    // The backoff reached was kept: the first attempt for the new call waited it out.
+    let revived = initialize_times(&s)[failed.len()];
+    let reached = policy.initial_delay * 2u32.pow(policy.max_reinit_failures);
+    assert!(
+        revived - last_failed >= reached,
+        "{:?} after the last failure, backoff reached {reached:?}",
+        revived - last_failed
+    );
+    assert!(!s.session.is_lost());
+}
+
+/// Issue 24, gap 7: a 400 whose body merely contains the word "session" is the call's own
+/// answer (never executed, nothing to re-initialize), not "session gone".
+#[test]
+fn defect_07_a_400_mentioning_a_session_is_the_calls_answer() {
+    let _g = SeedGuard(113);
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), 113);
+    s.server.fault("w", [Fault::BadRequestWord]);
+    let c = s.call("w", None);
+    s.run_until_complete(c, 5 * SEC);
+    let err = s.result(c).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rpc, "{err}");
+    assert_eq!(err.rpc_error().map(|e| e.code), Some(-32602));
+    assert_eq!(s.server.posts_of("w").len(), 1);
+    assert_eq!(s.server.initializes(), 1);
+}
+
+/// Issue 24, gap 7: a request that keeps drawing a proxy's 404 used to re-initialize the
+/// whole client until `SessionLost`, failing every other call. Its re-sends are bounded by
+/// `max_attempts`; then it fails alone and the other call in flight is answered.
+#[test]
+fn defect_07_repeated_404_on_one_call_is_bounded_by_max_attempts() {
+    let _g = SeedGuard(114);
+    let config = SessionConfig {
+        reconnect: ReconnectPolicy {
+            max_attempts: 3,
+            ..ReconnectPolicy::default()
+        },
+        ..SessionConfig::default()
+    };
+    let mut s = connected(config, ServerConfig::default(), 114);
+    let warm = s.call("warm", None);
+    s.run_until_complete(warm, SEC);
+    s.server
+        .fault("a", std::iter::repeat_n(Fault::ProxyNotFound, 1000));
+    s.server.slow.insert("b".into(), 300 * MS);
+    let a = s.call("a", None);
+    let b = s.call("b", None);
+    s.run_until_complete(a, 10 * SEC);
+    s.run_until_complete(b, 10 * SEC);
+    let err = s.result(a).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionLost, "{err}");
+    assert_eq!(s.server.posts_of("a").len(), 3);
+    assert_eq!(s.server.executions_of("a"), 0);
+    assert!(s.result(b).is_ok(), "{:?}", s.result(b));
+    assert_eq!(s.server.executions_of("b"), 1);
+    assert!(s.server.initializes() <= 3, "{}", s.server.initializes());
+    assert!(!s
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::SessionLost)));
 }
 
 /// Defect 1, the other side: a session that works is never counted against the bound, however

@@ -30,6 +30,8 @@ mod server;
 mod bodies;
 #[path = "hostile/defects.rs"]
 mod defects;
+#[path = "hostile/deploy.rs"]
+mod deploy;
 #[path = "hostile/modern.rs"]
 mod modern;
 #[path = "hostile/owned.rs"]

@@ -99,7 +99,9 @@ fn schedule() -> impl Strategy<Value = Schedule> {
             prop::bool::weighted(0.15),
             prop::collection::vec(
                 prop_oneof![Just(InitFault::Refuse), Just(InitFault::ServerError)],
-                0..7,
+                // Up to 11: enough failures in a row that backing off outlasts a call's
+                // deadline, the one way a waiting call ends `SessionLost`.
+                0..12,
             ),
             prop::collection::vec(call_plan(), 1..5),
         ),

@@ -853,30 +853,40 @@ fn reinitialize_reports_changed_capability_hash_and_reopens_listen() {
     assert_eq!(listens, vec!["sess-0001-secret", "sess-0002-secret"]);
 }
 
-// | re-initialize keeps failing |
+// | re-initialize keeps failing | while calls wait it keeps trying, backing off; each call
+// ends at its own deadline (`SessionLost`, the last failure as its cause); with none left
+// the client gives up until the next call, which reconnects |
 #[test]
-fn row_reinit_failures_are_bounded_then_session_lost() {
+fn row_reinit_failures_wait_for_the_deadline_then_session_lost() {
     let _g = SeedGuard(39);
     let mut s = sim(ServerConfig::default(), 39);
     s.server.fault("a", [Fault::NotFound]);
-    s.server.init_faults.extend([
-        InitFault::Refuse,
-        InitFault::ServerError,
-        InitFault::Refuse,
-        InitFault::ServerError,
-        InitFault::Refuse,
-    ]);
-    let a = s.call("a", None);
-    let b = s.call("b", Some("k"));
+    s.server
+        .init_faults
+        .extend(std::iter::repeat_n(InitFault::ServerError, 12));
+    let a = s.call_with("a", None, Some(2 * SEC));
+    let b = s.call_with("b", Some("k"), Some(3 * SEC));
     s.run_until_complete(a, 60 * SEC);
+    assert!(s.elapsed() >= 2 * SEC, "{:?}", s.elapsed());
     s.run_until_complete(b, 60 * SEC);
-    assert_eq!(kind(s.result(a)), ErrorKind::SessionLost);
-    assert_eq!(kind(s.result(b)), ErrorKind::SessionLost);
-    assert!(s.session.is_terminated());
+    assert!(s.elapsed() >= 3 * SEC, "{:?}", s.elapsed());
+    for c in [a, b] {
+        let err = s.result(c).as_ref().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::SessionLost, "{err}");
+        assert!(format!("{err:#}").contains("500"), "{err:#}");
+    }
+    // The attempt in backoff when the last call ended fails too: then the client stops.
+    s.run_for(s.elapsed() + 15 * SEC);
+    assert!(s.session.is_lost() && !s.session.is_terminated());
     assert!(s
         .events()
         .iter()
         .any(|e| matches!(e, SessionEvent::SessionLost)));
+    // The next call reconnects once `initialize` works again.
+    s.server.init_faults.clear();
+    let c = s.call("c", None);
+    s.run_until_complete(c, 60 * SEC);
+    assert_eq!(ok_tag(s.result(c)), "c");
 }
 
 #[test]

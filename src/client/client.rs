@@ -29,9 +29,9 @@ use crate::proto::{CallRequest, Era, ExtensionStatus};
 /// shuts down first, later calls fail with [`ErrorKind::Closed`]. Dropping a call's future
 /// abandons the call: the server is sent `notifications/cancelled` if the call may be running.
 ///
-/// After [`Client::close`], or once the session is lost for good
-/// ([`SessionEvent::SessionLost`](crate::SessionEvent::SessionLost)), every call fails
-/// ([`ErrorKind::Closed`], [`ErrorKind::SessionLost`]); build a new client to start over.
+/// After [`Client::close`] every call fails with [`ErrorKind::Closed`]. A lost session
+/// ([`SessionEvent::SessionLost`](crate::SessionEvent::SessionLost), or calls failing with
+/// [`ErrorKind::SessionLost`]) is not an end: the next call reconnects.
 #[derive(Clone)]
 pub struct Client {
     shared: Arc<Shared>,

@@ -78,8 +78,8 @@ pub(crate) fn session_id(headers: &HeaderMap) -> Result<Option<SessionId>, Error
 /// What a refusal says about the request and its session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Refused {
-    /// The session is gone: 404 to a request that carried the session id, or a 400 whose body
-    /// names the session (what one stock server, and a proxy that strips the header, answer).
+    /// The session is gone: 404 to a request that carried the session id, or a 400 in one of
+    /// the shapes stock servers give an unknown session ([`SESSION_GONE_400`]).
     SessionGone,
     /// The resume-safety extension's explicit rejection (header or body).
     Rejected(RejectReason),
@@ -183,7 +183,7 @@ pub(crate) fn refusal(status: u16, head: &HeadFacts, body: &[u8], context: Conte
     let class = if let Some(reason) = rejected {
         Refused::Rejected(reason)
     } else if context.carried_session_id
-        && (status == 404 || (status == 400 && names_session(body)))
+        && (status == 404 || (status == 400 && says_session_gone(body, rpc.as_ref())))
     {
         Refused::SessionGone
     } else if status == 405 {
@@ -236,10 +236,40 @@ fn proves_not_processed(status: u16, retry_after: bool) -> bool {
     ) || (status == 503 && retry_after)
 }
 
-/// Whether a 400's body says the session is unknown, e.g. "Bad Request: No valid session ID
-/// provided" (the case-insensitive word "session" anywhere in the body).
-fn names_session(body: &[u8]) -> bool {
-    body.windows(7).any(|w| w.eq_ignore_ascii_case(b"session"))
+/// What stock servers answer with 400 to a request whose session they do not know, body for
+/// body: a JSON-RPC error `(Some(code), message)` or a plain-text body `(None, text)`.
+///
+/// - The TypeScript SDK's stateful examples (which most TypeScript servers copy), 1.x:
+///   -32000 "Bad Request: No valid session ID provided" on POST (one example drops
+///   " provided"), plain "Invalid or missing session ID" on GET and DELETE.
+/// - The TypeScript SDK's transport: -32000 "Bad Request: Server not initialized", a session
+///   id reaching a transport that never saw `initialize` (a restarted single-session server).
+/// - The Python SDK's session manager before 2.0: plain "Bad Request: No valid session ID
+///   provided".
+///
+/// Only these: any other 400 is the request's own fault ("invalid params: session_name
+/// required" is not a lost session), and "header required" / "missing session ID" say the
+/// id never arrived (a proxy stripped it), which a new session would not cure.
+const SESSION_GONE_400: &[(Option<i64>, &str)] = &[
+    (Some(-32000), "Bad Request: No valid session ID provided"),
+    (Some(-32000), "Bad Request: No valid session ID"),
+    (Some(-32000), "Bad Request: Server not initialized"),
+    (None, "Bad Request: No valid session ID provided"),
+    (None, "Invalid or missing session ID"),
+];
+
+/// Whether a 400's body is one of the [`SESSION_GONE_400`] shapes.
+fn says_session_gone(body: &[u8], rpc: Option<&RpcError>) -> bool {
+    match rpc {
+        Some(e) => SESSION_GONE_400
+            .iter()
+            .any(|(code, message)| *code == Some(e.code) && e.message == *message),
+        None => std::str::from_utf8(body).is_ok_and(|text| {
+            SESSION_GONE_400
+                .iter()
+                .any(|(code, message)| code.is_none() && text.trim() == *message)
+        }),
+    }
 }
 
 /// The JSON-RPC error object of a body, when it is one.
@@ -291,6 +321,38 @@ mod tests {
             class(400, b"bad params", true),
             Refused::NotProcessed { retry_after: None }
         );
+    }
+
+    #[test]
+    fn session_gone_400_only_in_the_shapes_stock_servers_send() {
+        let gone: [&[u8]; 5] = [
+            NO_SESSION,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID"}}"#,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Server not initialized"}}"#,
+            b"Bad Request: No valid session ID provided",
+            b"Invalid or missing session ID\n",
+        ];
+        for body in gone {
+            let shown = String::from_utf8_lossy(body);
+            assert_eq!(class(400, body, true), Refused::SessionGone, "{shown}");
+        }
+        let not_gone: [&[u8]; 7] = [
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"invalid params: session_name is required"}}"#,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: No valid session ID provided"}}"#,
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: Mcp-Session-Id header is required"}}"#,
+            b"Bad Request: Missing session ID",
+            b"Bad Request: Session ID is required",
+            b"your session token expired",
+            b"Bad Request: No valid session ID provided, and more",
+        ];
+        for body in not_gone {
+            let shown = String::from_utf8_lossy(body);
+            assert_eq!(
+                class(400, body, true),
+                Refused::NotProcessed { retry_after: None },
+                "{shown}"
+            );
+        }
     }
 
     #[test]

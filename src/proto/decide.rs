@@ -14,8 +14,9 @@ use super::{ReinitReason, RejectReason};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Failure {
-    /// The call's POST carried a session id and was answered 404 (or a 400 naming the
-    /// session): the session is gone and the request was not executed.
+    /// The call's POST carried a session id and was answered 404 (or a 400 in one of the
+    /// shapes stock servers give an unknown session): the session is gone and the request was
+    /// not executed.
     PostSessionNotFound,
     /// The call's POST could not even connect: not sent, so not executed.
     PostConnectFailed,
@@ -64,7 +65,7 @@ pub enum Failure {
     /// The call's stream belongs to a session that has since been replaced: it cannot be
     /// resumed with the old session id.
     SessionReplaced,
-    /// A re-initialization attempt failed.
+    /// A re-initialization attempt failed (or replaced a session that never worked).
     ReinitFailed,
     /// A server that deduplicates keyed calls refused this one because the key's first
     /// execution still runs (a re-send raced it): its stored result will exist once it ends.
@@ -108,6 +109,14 @@ pub struct State {
     pub resumes_without_progress: u32,
     /// Consecutive failed re-initializations, this one included.
     pub reinit_failures: u32,
+    /// Calls are waiting for the session (read by [`Failure::ReinitFailed`]: a
+    /// re-initialization keeps trying while one does).
+    pub calls_waiting: bool,
+    /// The call waits for a re-initialization whose last attempt failed, or that replaces a
+    /// session that never worked (read by
+    /// [`Failure::DeadlineExpired`]: the call ran out of time because the session could not
+    /// be re-established, not because the server was slow to answer it).
+    pub awaiting_reinit: bool,
     /// [`ReconnectPolicy::max_attempts`].
     pub max_attempts: u32,
     /// [`ReconnectPolicy::max_resumes_without_progress`].
@@ -125,6 +134,8 @@ impl State {
         attempts: 1,
         resumes_without_progress: 0,
         reinit_failures: 0,
+        calls_waiting: false,
+        awaiting_reinit: false,
         max_attempts: 10,
         max_resumes_without_progress: 3,
         max_reinit_failures: 5,
@@ -145,6 +156,8 @@ impl State {
             attempts: 1,
             resumes_without_progress: 0,
             reinit_failures: 0,
+            calls_waiting: false,
+            awaiting_reinit: false,
             max_attempts: policy.max_attempts,
             max_resumes_without_progress: policy.max_resumes_without_progress,
             max_reinit_failures: policy.max_reinit_failures,
@@ -188,6 +201,22 @@ impl State {
         }
     }
 
+    /// The same facts with calls waiting for the session (or none).
+    pub const fn calls_waiting(self, calls_waiting: bool) -> Self {
+        State {
+            calls_waiting,
+            ..self
+        }
+    }
+
+    /// The same facts for a call waiting for a re-initialization whose last attempt failed.
+    pub const fn awaiting_reinit(self) -> Self {
+        State {
+            awaiting_reinit: true,
+            ..self
+        }
+    }
+
     fn may_retry(&self) -> bool {
         self.attempts < self.max_attempts
     }
@@ -226,15 +255,18 @@ pub enum Decision {
     /// Fetch the tool list again (the annotations the headers come from may have changed),
     /// then re-send the call.
     RefreshTools,
-    /// Complete the call (or, for `SessionLost`, every waiting call) with this error.
+    /// Complete the call with this error. For [`Failure::ReinitFailed`], `SessionLost` means:
+    /// stop re-initializing (no call waits), report the session lost, and reconnect on the
+    /// next call.
     Fail(ErrorKind),
 }
 
 /// The recovery rule. Total and pure: the same inputs always give the same decision.
 pub fn decide(failure: &Failure, state: &State) -> Decision {
     use Decision::*;
-    // The fate of a call that may have run: only a safe keyed call may run again.
-    let interrupted = if state.resend_safe {
+    // The fate of a call that may have run: only a safe keyed call may run again, and only
+    // while it has attempts left.
+    let interrupted = if state.resend_safe && state.may_retry() {
         CallFate::Resend
     } else {
         CallFate::Fail(ErrorKind::OutcomeUnknown)
@@ -258,10 +290,14 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
     };
 
     match failure {
-        Failure::PostSessionNotFound => Reinitialize {
+        // Never executed, so re-sent whatever its key; but a request that keeps drawing
+        // "session gone" (a proxy's 404 for this one request) must not re-initialize the
+        // client for ever: after `max_attempts` it fails alone, and the session is kept.
+        Failure::PostSessionNotFound if state.may_retry() => Reinitialize {
             reason: ReinitReason::SessionNotFound,
             call: CallFate::Resend,
         },
+        Failure::PostSessionNotFound => Fail(ErrorKind::SessionLost),
         Failure::PostConnectFailed => {
             if state.may_retry() {
                 Resend
@@ -321,8 +357,10 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
             CallFate::Resend => Resend,
             CallFate::Fail(kind) => Fail(kind),
         },
+        // Bounded by the backoff, not by giving up: while a call waits, keep trying (each
+        // call ends at its own deadline); with none waiting, stop after the limit.
         Failure::ReinitFailed => {
-            if state.reinit_failures < state.max_reinit_failures {
+            if state.calls_waiting || state.reinit_failures < state.max_reinit_failures {
                 RetryReinitialize
             } else {
                 Fail(ErrorKind::SessionLost)
@@ -332,6 +370,7 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
         Failure::KeyInUse | Failure::KeyOutcomeLost if state.trust_replay => Report,
         Failure::KeyInUse => resend_or_unknown,
         Failure::KeyOutcomeLost => Fail(ErrorKind::OutcomeUnknown),
+        Failure::DeadlineExpired if state.awaiting_reinit => Fail(ErrorKind::SessionLost),
         Failure::DeadlineExpired => Fail(ErrorKind::Timeout),
         Failure::ListenNotOffered | Failure::ListenHashMismatch => Fail(ErrorKind::Protocol),
         Failure::HeaderMismatch { refreshed: false } => RefreshTools,

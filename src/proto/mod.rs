@@ -310,7 +310,8 @@ pub enum SessionEvent {
         /// The server's task id.
         task_id: String,
     },
-    /// The session was lost for good (re-initialization kept failing).
+    /// Re-initialization kept failing with no call waiting and stopped; the next call
+    /// reconnects.
     SessionLost,
     /// The session was closed by the app.
     Closed,

@@ -44,6 +44,11 @@ pub enum Fault {
     NotFound,
     /// A 400 naming the session (one stock server's 404), nothing executed.
     BadRequestSession,
+    /// A proxy's 404 for this one request: the session is fine, nothing executed.
+    ProxyNotFound,
+    /// A 400 whose body merely contains the word "session" (a tool's own parameter error):
+    /// the session is fine, nothing executed.
+    BadRequestWord,
     /// Connection lost before the head; `executed` says whether the call ran.
     LoseBeforeHead { executed: bool },
     /// SSE: priming event, then the connection breaks (the call runs; its response stays
@@ -255,6 +260,8 @@ pub struct Server {
     /// Per call tag, the faults of its successive exchanges.
     pub faults: HashMap<String, VecDeque<Fault>>,
     pub init_faults: VecDeque<InitFault>,
+    /// A rolling deploy: until this time the balancer answers `initialize` with 502.
+    pub init_down_until: Option<Duration>,
     /// Extra reply latency for the POSTs of these call tags.
     pub slow: HashMap<String, Duration>,
     pub seen: Vec<Seen>,
@@ -275,6 +282,7 @@ impl Server {
             cfg,
             faults: HashMap::new(),
             init_faults: VecDeque::new(),
+            init_down_until: None,
             slow: HashMap::new(),
             seen: Vec::new(),
             executions: HashMap::new(),
@@ -422,7 +430,7 @@ impl Server {
             });
         }
         let slow = tag.as_ref().and_then(|t| self.slow.get(t)).copied();
-        let mut reply = self.dispatch(req, sid, last_event_id, rpc_method, body, tag, fault);
+        let mut reply = self.dispatch(req, at, sid, last_event_id, rpc_method, body, tag, fault);
         reply.delay = slow.unwrap_or_default();
         if !refused && matches!(reply.status, 400 | 404) {
             if let Some(last) = self.seen.last_mut() {
@@ -436,6 +444,7 @@ impl Server {
     fn dispatch(
         &mut self,
         req: &HttpRequest,
+        at: Duration,
         sid: Option<String>,
         last_event_id: Option<String>,
         rpc_method: Option<String>,
@@ -449,6 +458,9 @@ impl Server {
             HttpMethod::Post => {
                 let body = body.unwrap_or(Value::Null);
                 match rpc_method.as_deref() {
+                    Some("initialize") if self.init_down_until.is_some_and(|t| at < t) => {
+                        Reply::status(502)
+                    }
                     Some("initialize") => self.initialize(&body),
                     _ if sid.is_none() || !self.alive(sid.as_deref()) => {
                         if sid.is_some() {
@@ -558,6 +570,14 @@ impl Server {
                     400,
                     json!({"jsonrpc":"2.0","id":null,
                     "error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}),
+                );
+            }
+            Fault::ProxyNotFound => return Reply::status(404),
+            Fault::BadRequestWord => {
+                return Reply::json(
+                    400,
+                    json!({"jsonrpc":"2.0","id":id,
+                    "error":{"code":-32602,"message":"invalid params: session_name is required"}}),
                 );
             }
             Fault::KeyInUse | Fault::KeyOutcomeLost => {

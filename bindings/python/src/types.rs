@@ -789,8 +789,8 @@ impl PyReconnectPolicy {
         self.inner.max_resumes_without_progress
     }
 
-    /// Consecutive failed re-initializations before waiting calls fail with
-    /// `SessionLostError`.
+    /// Consecutive failed re-initializations after which, with no call waiting, the client
+    /// stops trying (the next call reconnects); waiting calls end at their own deadlines.
     #[getter]
     fn max_reinit_failures(&self) -> u32 {
         self.inner.max_reinit_failures

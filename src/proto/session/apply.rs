@@ -7,7 +7,7 @@ use tracing::{debug, info, warn};
 
 use super::calls::{CallState, Retry};
 use super::init::STABLE_SESSION;
-use super::lifecycle::{Handshake, Phase, Step};
+use super::lifecycle::{Handshake, Lost, Phase, Step};
 use super::listen::Listen;
 use super::timers::Timer;
 use super::Session;
@@ -67,6 +67,18 @@ impl Session {
             reinit_failures: self.life.reinit_failures,
             ..self.base_state(resend_safe)
         };
+        // A call still waiting when its deadline passes, while re-initializations keep failing
+        // (or keep replacing sessions that never worked), ran out of time because the session
+        // could not be re-established: the last failure is what it ended on.
+        let state = match self.life.handshake() {
+            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures > 0 => {
+                if let (Some(last), Some(call)) = (&h.last_failure, self.calls.get_mut(id)) {
+                    call.cause = Some(last.clone());
+                }
+                state.awaiting_reinit()
+            }
+            _ => state,
+        };
         let decision = decide(&failure, &state);
         debug!(call = id.0, ?failure, ?decision, "recovery decision");
         match decision {
@@ -99,7 +111,6 @@ impl Session {
                     self.send_call(id);
                 }
             }
-            Decision::Fail(ErrorKind::SessionLost) => self.session_lost(),
             Decision::Fail(kind) => {
                 self.detach(id);
                 self.fail_call(id, kind);
@@ -212,8 +223,8 @@ impl Session {
     ///
     /// A session that never worked (no call answered, no message on its stream, and younger
     /// than [`STABLE_SESSION`]) makes this re-initialization count as a failed one: it backs
-    /// off, and after `max_reinit_failures` the session is lost. That is what ends the loop
-    /// against a server that accepts `initialize` and refuses everything after it.
+    /// off exponentially, which is what slows the loop against a server that accepts
+    /// `initialize` and refuses everything after it (each call's `max_attempts` ends it).
     pub(super) fn start_reinit(&mut self, reason: ReinitReason, now: Instant) {
         let Phase::Ready(established) = &self.life.phase else {
             return;
@@ -225,13 +236,10 @@ impl Session {
             None
         } else {
             self.life.reinit_failures += 1;
-            let state = State {
-                reinit_failures: self.life.reinit_failures,
-                ..self.base_state(false)
-            };
+            let state = self.reinit_state();
             match decide(&Failure::ReinitFailed, &state) {
                 Decision::RetryReinitialize => Some(self.reinit_delay()),
-                _ => return self.session_lost(),
+                _ => return self.session_lost(Some(reason), now),
             }
         };
         info!(?reason, ?delay, "re-initializing the session");
@@ -284,6 +292,7 @@ impl Session {
             previous,
             degraded: None,
             probe: Default::default(),
+            last_failure: None,
         });
         match delay {
             Some(delay) => self
@@ -310,13 +319,35 @@ impl Session {
         )
     }
 
-    /// Re-initialization kept failing: every waiting call fails with `SessionLost`.
-    pub(super) fn session_lost(&mut self) {
+    /// Facts for deciding on a failed re-initialization.
+    pub(super) fn reinit_state(&self) -> State {
+        State {
+            reinit_failures: self.life.reinit_failures,
+            ..self.base_state(false)
+        }
+        // `connect` waiters are not counted: the driver bounds them with a timeout the core
+        // does not see, so they could keep a dead server busy for ever.
+        .calls_waiting(self.calls.len() > 0)
+    }
+
+    /// Re-initialization kept failing and no call waits: stop trying until the next call.
+    /// Not an end: the backoff reached so far is kept for that next attempt.
+    pub(super) fn session_lost(&mut self, reason: Option<ReinitReason>, now: Instant) {
         warn!(
             failures = self.life.reinit_failures,
-            "session lost: re-initialization kept failing"
+            "session lost: re-initialization kept failing; the next call reconnects"
         );
-        self.life.phase = Phase::Terminated { lost: true };
+        let previous = match std::mem::replace(&mut self.life.phase, Phase::Idle) {
+            Phase::Initializing(h) => h.previous,
+            Phase::Ready(e) => Some(e.session),
+            _ => None,
+        };
+        let retry_at = now.checked_add(self.reinit_delay()).unwrap_or(now);
+        self.life.phase = Phase::Lost(Lost {
+            reason: reason.unwrap_or(ReinitReason::SessionNotFound),
+            previous,
+            retry_at,
+        });
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
         self.listen = Listen::new();
@@ -327,6 +358,18 @@ impl Session {
         );
         self.outputs
             .push_back(Output::Event(SessionEvent::SessionLost));
+    }
+
+    /// The first call after the session was lost: re-initialize, no sooner than the backoff
+    /// reached when it was given up.
+    pub(super) fn reconnect_lost(&mut self, now: Instant) {
+        let Phase::Lost(lost) = std::mem::replace(&mut self.life.phase, Phase::Idle) else {
+            return;
+        };
+        let wait = lost.retry_at.saturating_duration_since(now);
+        info!(?wait, "reconnecting a lost session");
+        let delay = (!wait.is_zero()).then_some(wait);
+        self.start_handshake(Some(lost.reason), lost.previous, delay, now);
     }
 
     /// Whether the established session is known to work.

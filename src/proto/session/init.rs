@@ -14,7 +14,7 @@ use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::classify;
-use crate::proto::decide::{decide, Decision, Failure, State};
+use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{jsonrpc, methods, Era, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
@@ -276,8 +276,8 @@ impl Session {
         self.flush_notifications();
     }
 
-    /// The handshake failed: report it (first connect) or back off and try again, until the
-    /// recovery decision says the session is lost.
+    /// The handshake failed: report it (first connect) or back off and try again, while a
+    /// call waits or until the recovery decision says the session is lost.
     pub(super) fn init_failed(&mut self, error: Error, now: Instant) {
         let Some(h) = self.life.handshake() else {
             return;
@@ -311,20 +311,20 @@ impl Session {
             return;
         }
         self.life.reinit_failures += 1;
-        let state = State {
-            reinit_failures: self.life.reinit_failures,
-            ..self.base_state(false)
-        };
-        match decide(&Failure::ReinitFailed, &state) {
+        match decide(&Failure::ReinitFailed, &self.reinit_state()) {
             Decision::RetryReinitialize => {
                 let delay = self.reinit_delay();
                 if let Some(h) = self.life.handshake_mut() {
                     h.step = Step::Backoff;
+                    h.last_failure = Some(error);
                 }
                 self.timers
                     .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now));
             }
-            _ => self.session_lost(),
+            _ => {
+                let reason = self.life.handshake().and_then(|h| h.reason.clone());
+                self.session_lost(reason, now)
+            }
         }
     }
 }

@@ -115,6 +115,9 @@ pub(super) struct Handshake {
     pub(super) degraded: Option<String>,
     /// What the era probes of this handshake met so far.
     pub(super) probe: ProbeState,
+    /// Why the last attempt of this handshake failed: the cause of a waiting call's error
+    /// when its deadline passes before the session is back.
+    pub(super) last_failure: Option<crate::Error>,
 }
 
 /// What the `server/discover` probes of one handshake met so far.
@@ -128,6 +131,17 @@ pub(super) struct ProbeState {
     pub(super) after_modern_refusal: bool,
     /// The probe's backoff is running (a deadline then names `server/discover`).
     pub(super) waiting: bool,
+}
+
+/// A re-initialization that gave up (it kept failing and no call was waiting). Not an end:
+/// the next call starts it again, no sooner than `retry_at`, so the backoff reached so far
+/// carries over and a dead server is not hammered by an app that keeps calling.
+#[derive(Debug)]
+pub(super) struct Lost {
+    pub(super) reason: ReinitReason,
+    /// The last working session, to report what changed once one is established again.
+    pub(super) previous: Option<Negotiated>,
+    pub(super) retry_at: Instant,
 }
 
 /// The phase of the session.
@@ -144,11 +158,10 @@ pub(super) enum Phase {
         /// The call that completes when the DELETE is answered.
         close: CallId,
     },
-    /// Over: closed by the app, or lost because re-initialization kept failing.
-    Terminated {
-        /// Lost, not closed.
-        lost: bool,
-    },
+    /// Re-initialization kept failing with no call waiting: idle until the next call.
+    Lost(Lost),
+    /// Over: closed by the app.
+    Terminated,
 }
 
 /// The lifecycle: the phase and the counters that span phases.
@@ -192,7 +205,7 @@ impl Lifecycle {
     }
 
     pub(super) fn is_over(&self) -> bool {
-        matches!(self.phase, Phase::Closing { .. } | Phase::Terminated { .. })
+        matches!(self.phase, Phase::Closing { .. } | Phase::Terminated)
     }
 
     pub(super) fn handshake(&self) -> Option<&Handshake> {

@@ -177,7 +177,11 @@ impl Session {
                 self.life.connect_waiters.push(id);
                 self.start_handshake(None, None, None, now);
             }
-            Phase::Closing { .. } | Phase::Terminated { .. } => {
+            Phase::Lost(_) => {
+                self.life.connect_waiters.push(id);
+                self.reconnect_lost(now);
+            }
+            Phase::Closing { .. } | Phase::Terminated => {
                 let error = self.terminal_error();
                 self.outputs.push_back(Output::Completed {
                     call: id,
@@ -223,6 +227,7 @@ impl Session {
         match self.life.phase {
             Phase::Ready(_) => self.send_call(id),
             Phase::Idle => self.start_handshake(None, None, None, now),
+            Phase::Lost(_) => self.reconnect_lost(now),
             _ => {}
         }
         id
@@ -240,8 +245,10 @@ impl Session {
             self.post(ExKind::Notify, body);
         } else {
             self.queue_notification(body);
-            if matches!(self.life.phase, Phase::Idle) {
-                self.start_handshake(None, None, None, now);
+            match self.life.phase {
+                Phase::Idle => self.start_handshake(None, None, None, now),
+                Phase::Lost(_) => self.reconnect_lost(now),
+                _ => {}
             }
         }
     }
@@ -301,9 +308,10 @@ impl Session {
     pub fn close(&mut self, now: Instant) -> CallId {
         let _ = now;
         let id = self.calls.new_id();
-        if self.life.is_over() || matches!(self.life.phase, Phase::Idle) {
-            if matches!(self.life.phase, Phase::Idle) {
-                self.life.phase = Phase::Terminated { lost: false };
+        // A lost session has nothing left to delete: the server already forgot it.
+        if self.life.is_over() || matches!(self.life.phase, Phase::Idle | Phase::Lost(_)) {
+            if matches!(self.life.phase, Phase::Idle | Phase::Lost(_)) {
+                self.life.phase = Phase::Terminated;
                 self.outputs.push_back(Output::Event(SessionEvent::Closed));
             }
             self.outputs.push_back(Output::Completed {
@@ -326,7 +334,7 @@ impl Session {
             },
             _ => None,
         };
-        self.life.phase = Phase::Terminated { lost: false };
+        self.life.phase = Phase::Terminated;
         self.fail_everything(ErrorKind::Closed, "session closed", false);
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
@@ -574,10 +582,10 @@ impl Session {
         self.timers.next()
     }
 
-    /// Whether the session is closed or lost for good, with nothing left in flight (the driver
-    /// may stop).
+    /// Whether the session is closed, with nothing left in flight (the driver may stop). A
+    /// lost session is not: the next call reconnects.
     pub fn is_terminated(&self) -> bool {
-        matches!(self.life.phase, Phase::Terminated { .. })
+        matches!(self.life.phase, Phase::Terminated)
     }
 }
 
@@ -599,9 +607,10 @@ impl Session {
         self.life.is_ready()
     }
 
-    /// Whether the session was lost for good (re-initialization kept failing).
+    /// Whether the session is lost: re-initialization kept failing while no call waited, and
+    /// stopped. The next call (or `connect`) starts it again.
     pub fn is_lost(&self) -> bool {
-        matches!(self.life.phase, Phase::Terminated { lost: true })
+        matches!(self.life.phase, Phase::Lost(_))
     }
 
     /// Number of calls not yet completed.
@@ -640,17 +649,13 @@ impl Session {
     }
 
     fn terminal_error(&self) -> Error {
-        if self.is_lost() {
-            Error::new(ErrorKind::SessionLost, "session lost")
-        } else {
-            Error::new(ErrorKind::Closed, "session closed")
-        }
+        Error::new(ErrorKind::Closed, "session closed")
     }
 
     /// The DELETE was answered (or failed): the close call completes.
     fn close_done(&mut self, result: Result<Value, Error>) {
         if let Phase::Closing { close } = self.life.phase {
-            self.life.phase = Phase::Terminated { lost: false };
+            self.life.phase = Phase::Terminated;
             self.outputs.push_back(Output::Completed {
                 call: close,
                 result,

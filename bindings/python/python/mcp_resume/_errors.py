@@ -73,7 +73,8 @@ class McpTimeoutError(McpResumeError, TimeoutError):
 
 
 class SessionLostError(McpResumeError):
-    """The session could not be re-established, or the server ended it."""
+    """The session could not be re-established before the call's deadline, or the
+    call kept finding its session gone. Not terminal: the next call reconnects."""
 
     kind = "session_lost"
 

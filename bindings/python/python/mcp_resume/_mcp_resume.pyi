@@ -706,8 +706,9 @@ class ReconnectPolicy:
         unverifiable clean end."""
     @property
     def max_reinit_failures(self) -> int:
-        """Consecutive failed re-initializations before waiting calls fail with
-        ``SessionLostError``."""
+        """Consecutive failed re-initializations after which, with no call waiting,
+        the client stops trying (the next call reconnects); waiting calls end at their
+        own deadlines with ``SessionLostError``."""
 
 @final
 class EraCache:
