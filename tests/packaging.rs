@@ -1,35 +1,51 @@
 //! The library packages and builds from its package alone: what `cargo package` publishes
 //! (the sources, the README, the licenses) compiles without the workspace's path-only
 //! dev-dependencies and without the tests and examples that need them.
+//!
+//! The package is checked (`cargo check`), not built: compiling it proves that nothing it needs
+//! was left out, and a full verify build of the whole dependency tree a second time (with the
+//! package's own feature set) costs a minute and most of a gigabyte of disk on a CI machine
+//! that has already built the workspace. The check runs in a temporary directory, removed
+//! afterwards.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+}
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Removes a directory when dropped, so a failing check leaves no half-built tree behind.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 #[test]
 fn the_library_packages_and_builds_from_its_package() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let out = Command::new(cargo)
-        .args(["package", "-p", "mcp-resume", "--allow-dirty", "--offline"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "cargo package failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let package_args = ["package", "-p", "mcp-resume", "--allow-dirty", "--offline"];
+
+    let files = run(
+        cargo()
+            .args(package_args)
+            .arg("--list")
+            .current_dir(root),
+        "cargo package --list",
     );
-    let listing = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
-        .args([
-            "package",
-            "-p",
-            "mcp-resume",
-            "--allow-dirty",
-            "--offline",
-            "--list",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
-    let files = String::from_utf8_lossy(&listing.stdout);
     for expected in ["src/lib.rs", "README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
         assert!(
             files.lines().any(|f| f == expected),
@@ -41,5 +57,48 @@ fn the_library_packages_and_builds_from_its_package() {
             .lines()
             .any(|f| f.starts_with("tests/") || f.starts_with("mock-server/")),
         "test sources packaged:\n{files}"
+    );
+
+    // Outside the workspace: inside it, cargo would take the unpacked crate for a member.
+    let scratch = Scratch(std::env::temp_dir().join(format!(
+        "mcp-resume-package-check-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&scratch.0).expect("scratch directory");
+
+    run(
+        cargo()
+            .args(package_args)
+            .arg("--no-verify")
+            .arg("--target-dir")
+            .arg(&scratch.0)
+            .current_dir(root),
+        "cargo package",
+    );
+    let version = env!("CARGO_PKG_VERSION");
+    let crate_file = scratch
+        .0
+        .join("package")
+        .join(format!("mcp-resume-{version}.crate"));
+    let unpacked = scratch.0.join("unpacked");
+    std::fs::create_dir_all(&unpacked).expect("unpack directory");
+    run(
+        Command::new("tar")
+            .arg("xzf")
+            .arg(&crate_file)
+            .arg("-C")
+            .arg(&unpacked),
+        "unpacking the .crate",
+    );
+
+    // Outside the workspace, with the published manifest only: path dev-dependencies are gone,
+    // and a source file missing from `include` fails here.
+    run(
+        cargo()
+            .args(["check", "--offline", "--lib", "--quiet"])
+            .arg("--target-dir")
+            .arg(scratch.0.join("target"))
+            .current_dir(unpacked.join(format!("mcp-resume-{version}"))),
+        "cargo check of the packaged crate",
     );
 }
