@@ -40,10 +40,7 @@ fn the_library_packages_and_builds_from_its_package() {
     let package_args = ["package", "-p", "mcp-resume", "--allow-dirty", "--offline"];
 
     let files = run(
-        cargo()
-            .args(package_args)
-            .arg("--list")
-            .current_dir(root),
+        cargo().args(package_args).arg("--list").current_dir(root),
         "cargo package --list",
     );
     for expected in ["src/lib.rs", "README.md", "LICENSE-MIT", "LICENSE-APACHE"] {
@@ -60,10 +57,9 @@ fn the_library_packages_and_builds_from_its_package() {
     );
 
     // Outside the workspace: inside it, cargo would take the unpacked crate for a member.
-    let scratch = Scratch(std::env::temp_dir().join(format!(
-        "mcp-resume-package-check-{}",
-        std::process::id()
-    )));
+    let scratch = Scratch(
+        std::env::temp_dir().join(format!("mcp-resume-package-check-{}", std::process::id())),
+    );
     std::fs::create_dir_all(&scratch.0).expect("scratch directory");
 
     run(
