@@ -30,9 +30,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_resume::{Client, Error, ErrorKind, ReconnectPolicy, ToolCall};
+use mcp_resume::{Client, Era, Error, ErrorKind, ReconnectPolicy, ToolCall};
 use mock_server::context::meta;
-use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, OracleTotals, Preset};
+use mock_server::{
+    Cluster, ClusterConfig, ClusterEra, CutStyle, OracleReport, OracleTotals, Preset,
+};
 use serde_json::{json, Value};
 
 const AGENTS: usize = 8;
@@ -189,6 +191,7 @@ async fn one_call(
 
 async fn agent(
     url: String,
+    era: ClusterEra,
     preset: Preset,
     id: usize,
     seed: u64,
@@ -205,13 +208,14 @@ async fn agent(
             ..ReconnectPolicy::default()
         })
         .jitter_seed(rng.next())
+        .era(client_era(era))
         .build()
         .expect("valid configuration");
     let started = Instant::now();
     let mut out = Vec::with_capacity(calls);
     while out.len() < calls || started.elapsed() < min_time {
         let n = out.len();
-        let tag = |tool: &str| format!("{preset}/a{id}/{n:05}-{tool}");
+        let tag = |tool: &str| format!("{era}/{preset}/a{id}/{n:05}-{tool}");
         let (tool, args, keyed): (&'static str, Value, bool) = match rng.below(10) {
             0 | 1 => ("echo", json!({"text": "hi"}), false),
             2 | 3 => ("generate", json!({"prompt": "p"}), false),
@@ -284,7 +288,16 @@ struct PresetRun {
     seconds: f64,
 }
 
+/// The era the client is told to speak: the cluster's, without a probe.
+fn client_era(era: ClusterEra) -> Era {
+    match era {
+        ClusterEra::Modern => Era::Modern,
+        ClusterEra::Legacy | ClusterEra::Dual => Era::Legacy,
+    }
+}
+
 async fn soak_preset(
+    era: ClusterEra,
     preset: Preset,
     seed: u64,
     calls_per_agent: usize,
@@ -295,6 +308,7 @@ async fn soak_preset(
     let mut rng = Rng(seed ^ preset as u64);
     let config = ClusterConfig {
         preset,
+        era,
         instances: 3,
         extension: true,
         idle_timeout: Some(Duration::from_millis(300 + rng.below(300))),
@@ -314,6 +328,7 @@ async fn soak_preset(
         .map(|id| {
             tokio::spawn(agent(
                 cluster.url(),
+                era,
                 preset,
                 id,
                 seed ^ rng.next(),
@@ -331,7 +346,7 @@ async fn soak_preset(
     // Calls cut off from their clients may still be running: let them end before judging.
     assert!(
         cluster.wait_idle(Duration::from_secs(30)).await,
-        "{preset}: executions never ended"
+        "{era}/{preset}: executions never ended"
     );
     let oracle = cluster.oracle();
     if let Ok(cluster) = Arc::try_unwrap(cluster) {
@@ -359,7 +374,7 @@ struct Judgement {
 }
 
 /// Checks that need only the oracle's totals, which are never capped.
-fn check_totals(preset: Preset, t: &OracleTotals, v: &mut Vec<String>) {
+fn check_totals(era: ClusterEra, preset: Preset, t: &OracleTotals, v: &mut Vec<String>) {
     if t.duplicate_side_effects > 0 {
         v.push(format!(
             "{preset}: {} side effects ran twice for one call (oracle totals)",
@@ -372,9 +387,12 @@ fn check_totals(preset: Preset, t: &OracleTotals, v: &mut Vec<String>) {
             t.repeated_unkeyed_executions
         ));
     }
-    // Every preset but `naive` serves a session correctly from any instance, so nothing may
-    // run under a context other than the negotiated one, whatever the client does.
-    if preset != Preset::Naive && (t.wrong_capability > 0 || t.unknown_record > 0) {
+    // Every legacy preset but `naive` serves a session correctly from any instance, so nothing
+    // may run under a context other than the negotiated one, whatever the client does. In the
+    // 2026-07-28 era every request carries its own context and `prepare` handles live in the
+    // shared store: nothing may run under a wrong context on any preset, `naive` included.
+    let context_is_shared = preset != Preset::Naive || era == ClusterEra::Modern;
+    if context_is_shared && (t.wrong_capability > 0 || t.unknown_record > 0) {
         v.push(format!(
             "{preset}: {} executions under the wrong capabilities, {} against unknown \
              records (oracle totals)",
@@ -384,10 +402,10 @@ fn check_totals(preset: Preset, t: &OracleTotals, v: &mut Vec<String>) {
 }
 
 /// The §4 invariants for one preset's run.
-fn judge(preset: Preset, run: &PresetRun, mode: CheckMode) -> Judgement {
+fn judge(era: ClusterEra, preset: Preset, run: &PresetRun, mode: CheckMode) -> Judgement {
     let mut v = Vec::new();
     let t = &run.oracle.totals;
-    check_totals(preset, t, &mut v);
+    check_totals(era, preset, t, &mut v);
     for o in &run.outcomes {
         if o.hung {
             v.push(format!("{preset}: {} never ended", o.tag));
@@ -530,14 +548,15 @@ fn report_line(preset: Preset, run: &PresetRun, judgement: &Judgement) -> String
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_soak_every_preset() {
+/// Runs the soak on every preset of one era and fails on any violation. `default_calls` is the
+/// total over all presets unless `MCP_RESUME_SOAK_CALLS` says otherwise.
+async fn soak_every_preset(era: ClusterEra, default_calls: u64) {
     let seed = env_u64("MCP_RESUME_SOAK_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
     });
-    let total = env_u64("MCP_RESUME_SOAK_CALLS").unwrap_or(6400) as usize;
+    let total = env_u64("MCP_RESUME_SOAK_CALLS").unwrap_or(default_calls) as usize;
     let min_time = Duration::from_secs(env_u64("MCP_RESUME_SOAK_SECS").unwrap_or(0));
     let record_limit = env_u64("MCP_RESUME_SOAK_RECORD_LIMIT")
         .map_or(mock_server::DEFAULT_ORACLE_RECORD_LIMIT, |n| n as usize);
@@ -546,29 +565,42 @@ async fn chaos_soak_every_preset() {
     let _report = SeedReport {
         seed,
         what: format!(
-            "{total} calls, {AGENTS} agents, >= {min_time:?} per preset, \
+            "{era} era, {total} calls, {AGENTS} agents, >= {min_time:?} per preset, \
              record limit {record_limit}, {mode:?} checks"
         ),
     };
     eprintln!(
-        "chaos soak seed {seed}: {per_agent} calls per agent, {AGENTS} agents per preset, \
-         oracle record limit {record_limit}, {mode:?} checks"
+        "chaos soak ({era} era) seed {seed}: {per_agent} calls per agent, {AGENTS} agents per \
+         preset, oracle record limit {record_limit}, {mode:?} checks"
     );
 
     let mut all = Vec::new();
     for preset in Preset::ALL {
-        let run = soak_preset(preset, seed, per_agent, min_time, record_limit).await;
-        let judgement = judge(preset, &run, mode);
-        eprintln!("{}", report_line(preset, &run, &judgement));
-        assert!(run.outcomes.len() >= per_agent * AGENTS, "{preset}");
+        let run = soak_preset(era, preset, seed, per_agent, min_time, record_limit).await;
+        let judgement = judge(era, preset, &run, mode);
+        eprintln!("{era:<7} {}", report_line(preset, &run, &judgement));
+        assert!(run.outcomes.len() >= per_agent * AGENTS, "{era}/{preset}");
         all.extend(judgement.violations);
     }
     assert!(
         all.is_empty(),
-        "{} invariant violations (seed {seed}):\n{}",
+        "{} invariant violations ({era} era, seed {seed}):\n{}",
         all.len(),
         all.iter().take(40).cloned().collect::<Vec<_>>().join("\n")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_soak_every_preset() {
+    soak_every_preset(ClusterEra::Legacy, 6400).await;
+}
+
+/// The 2026-07-28 era: no sessions and no resumption, so a cut stream loses its request. An
+/// unkeyed call then ends `OutcomeUnknown`; a keyed one is re-sent and the server's
+/// idempotency store answers it without running it again. Instance kills and cuts as above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_soak_modern_every_preset() {
+    soak_every_preset(ClusterEra::Modern, 6400).await;
 }
 
 /// A soak past the oracle's record limit is never silently blind: by default it fails and
@@ -576,13 +608,26 @@ async fn chaos_soak_every_preset() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_soak_past_the_record_limit_says_so() {
     let seed = env_u64("MCP_RESUME_SOAK_SEED").unwrap_or(7);
-    let run = soak_preset(Preset::Replicated, seed, 20, Duration::ZERO, 50).await;
+    let run = soak_preset(
+        ClusterEra::Legacy,
+        Preset::Replicated,
+        seed,
+        20,
+        Duration::ZERO,
+        50,
+    )
+    .await;
     let t = &run.oracle.totals;
     assert!(t.executions > 50, "{t:?}");
     assert_eq!(run.oracle.executions.len(), 50);
     assert_eq!(t.execution_records_dropped, t.executions - 50);
 
-    let strict = judge(Preset::Replicated, &run, CheckMode::Records);
+    let strict = judge(
+        ClusterEra::Legacy,
+        Preset::Replicated,
+        &run,
+        CheckMode::Records,
+    );
     assert!(!strict.joined);
     assert!(
         strict
@@ -593,7 +638,12 @@ async fn a_soak_past_the_record_limit_says_so() {
         strict.violations
     );
 
-    let totals = judge(Preset::Replicated, &run, CheckMode::Totals);
+    let totals = judge(
+        ClusterEra::Legacy,
+        Preset::Replicated,
+        &run,
+        CheckMode::Totals,
+    );
     assert!(!totals.joined);
     assert!(totals.violations.is_empty(), "{:#?}", totals.violations);
     let line = report_line(Preset::Replicated, &run, &totals);
@@ -623,7 +673,7 @@ fn a_result_delivered_to_another_call_is_a_violation() {
         restarts: 0,
         seconds: 0.0,
     };
-    let j = judge(Preset::Strict, &run, CheckMode::Records);
+    let j = judge(ClusterEra::Legacy, Preset::Strict, &run, CheckMode::Records);
     assert!(j.joined);
     assert_eq!(j.violations.len(), 2, "{:#?}", j.violations);
     assert!(j.violations[0].contains("b got the result of another call"));
