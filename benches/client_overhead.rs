@@ -450,10 +450,7 @@ async fn run(cfg: Config) {
                 notes.push(note);
             }
             // What the reconnect itself costs once the policy's first delay is out of the way.
-            let fast = ReconnectPolicy {
-                initial_delay: Duration::from_millis(1),
-                ..ReconnectPolicy::default()
-            };
+            let fast = ReconnectPolicy::default().with_initial_delay(Duration::from_millis(1));
             let r = recovery::measure(Kind::McpResume, Some(fast), retry, cfg.recovery_calls).await;
             notes.push(format!(
                 "mcp-resume with ReconnectPolicy {{ initial_delay: 1 ms, .. }}: p10 {:.1} / p50 \

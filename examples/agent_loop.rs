@@ -122,7 +122,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // A long call as a handle: its own progress, a timeout that restarts on progress.
-    let mut slow = client.start_tool(
+    let mut slow = client.start(
         ToolCall::new("slow", json!({"steps": 5, "delay_ms": 50}))
             .timeout(Duration::from_secs(2))
             .reset_timeout_on_progress(true),

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use mcp_resume::client::oauth::{ClientCredentials, HeadlessAuthorizer, OAuth, OAuthProvider};
 use mcp_resume::oauth::RegisteredClient;
-use mcp_resume::{Client, RpcError, ToolCall};
+use mcp_resume::{Client, Request, RpcError, ToolCall};
 use serde_json::{json, Map, Value};
 
 #[tokio::main]
@@ -109,11 +109,7 @@ async fn session(
         .on_server_request(|request| async move {
             match request.method.as_str() {
                 "elicitation/create" => Ok(accept_with_defaults(request.params.as_ref())),
-                other => Err(RpcError {
-                    code: -32601,
-                    message: format!("method not found: {other}"),
-                    data: None,
-                }),
+                other => Err(RpcError::method_not_found(other)),
             }
         })
         .build()?;
@@ -185,16 +181,20 @@ async fn session(
             for tool in &tools {
                 call(&client, &tool.name, sample_arguments(&tool.input_schema)).await?;
             }
-            let resources = client.request("resources/list", None).await?;
+            let resources = client
+                .request::<Value>(Request::new("resources/list", None))
+                .await?;
             for uri in list_field(&resources, "resources", "uri") {
                 client
-                    .request("resources/read", Some(json!({ "uri": uri })))
+                    .request::<Value>(Request::new("resources/read", json!({ "uri": uri })))
                     .await?;
             }
-            let prompts = client.request("prompts/list", None).await?;
+            let prompts = client
+                .request::<Value>(Request::new("prompts/list", None))
+                .await?;
             for name in list_field(&prompts, "prompts", "name") {
                 client
-                    .request("prompts/get", Some(json!({ "name": name })))
+                    .request::<Value>(Request::new("prompts/get", json!({ "name": name })))
                     .await?;
             }
         }

@@ -38,11 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // A real client calls its model here. If the server cancels the request, this
             // future is dropped; work handed to other tasks can await `ctx.cancelled()`.
             if question.is_empty() {
-                return Err(RpcError {
-                    code: -32602,
-                    message: "nothing to answer".to_owned(),
-                    data: None,
-                });
+                return Err(RpcError::invalid_params("nothing to answer"));
             }
             Ok(CreateMessageResult::new("example-model", "Paris").stop_reason("endTurn"))
         })
@@ -69,7 +65,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // The roots changed: the server will ask again.
-    client.notify_roots_changed().await?;
+    client.notify_roots_changed()?;
     client.close().await?;
     Ok(())
 }

@@ -70,8 +70,20 @@ impl fmt::Display for ErrorKind {
     }
 }
 
-/// A JSON-RPC error object returned by the server.
+/// A JSON-RPC error object: returned by the server, or by a handler of the application's
+/// answering a server request.
+///
+/// ```
+/// use mcp_resume::RpcError;
+///
+/// let unknown = RpcError::method_not_found("acme/frobnicate");
+/// assert_eq!(unknown.code, RpcError::METHOD_NOT_FOUND);
+/// let bad = RpcError::invalid_params("`uri` is missing")
+///     .with_data(serde_json::json!({"field": "uri"}));
+/// assert_eq!(bad.code, -32602);
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RpcError {
     /// The JSON-RPC error code.
     pub code: i64,
@@ -79,6 +91,48 @@ pub struct RpcError {
     pub message: String,
     /// Optional structured data.
     pub data: Option<serde_json::Value>,
+}
+
+impl RpcError {
+    /// JSON-RPC's code for a request whose method the receiver does not know.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// JSON-RPC's code for params the method cannot take.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// JSON-RPC's code for a failure inside the receiver.
+    pub const INTERNAL_ERROR: i64 = -32603;
+
+    /// An error of `code` with `message` and no data.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            data: None,
+        }
+    }
+
+    /// `-32601`: no such method (the message names it).
+    pub fn method_not_found(method: &str) -> Self {
+        RpcError::new(
+            Self::METHOD_NOT_FOUND,
+            format!("Method not found: {method}"),
+        )
+    }
+
+    /// `-32602`: the params do not fit the method.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        RpcError::new(Self::INVALID_PARAMS, message)
+    }
+
+    /// `-32603`: the receiver failed.
+    pub fn internal_error(message: impl Into<String>) -> Self {
+        RpcError::new(Self::INTERNAL_ERROR, message)
+    }
+
+    /// The same error with structured `data`.
+    pub fn with_data(mut self, data: serde_json::Value) -> Self {
+        self.data = Some(data);
+        self
+    }
 }
 
 impl fmt::Display for RpcError {
@@ -107,7 +161,7 @@ struct Inner {
 
 impl Error {
     /// Creates an error of `kind` with a human-readable message.
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             inner: Arc::new(Inner {
                 kind,
@@ -121,7 +175,7 @@ impl Error {
     }
 
     /// Creates an error wrapping a lower-level cause.
-    pub fn with_source(
+    pub(crate) fn with_source(
         kind: ErrorKind,
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
@@ -139,7 +193,7 @@ impl Error {
     }
 
     /// An [`ErrorKind::Rpc`] error carrying the server's error object.
-    pub fn rpc(error: RpcError) -> Self {
+    pub(crate) fn rpc(error: RpcError) -> Self {
         Error {
             inner: Arc::new(Inner {
                 kind: ErrorKind::Rpc,
@@ -150,6 +204,14 @@ impl Error {
                 source: None,
             }),
         }
+    }
+
+    /// The error a token provider (`ClientBuilder::auth`) returns when it cannot produce a
+    /// token, `cause` saying why. The request is then not sent: the client treats it as a
+    /// failure to connect (tried again with backoff within the call's deadline), and the
+    /// provider's message reaches the call's error if the deadline passes first.
+    pub fn token_unavailable(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::with_source(ErrorKind::Unauthorized, "no token for the request", cause)
     }
 
     /// The stable kind of this error.

@@ -202,6 +202,37 @@ impl From<uuid::Uuid> for IdempotencyKey {
     }
 }
 
+impl TryFrom<&str> for IdempotencyKey {
+    type Error = InvalidId;
+
+    fn try_from(key: &str) -> Result<Self, InvalidId> {
+        IdempotencyKey::new(key)
+    }
+}
+
+impl TryFrom<String> for IdempotencyKey {
+    type Error = InvalidId;
+
+    fn try_from(key: String) -> Result<Self, InvalidId> {
+        IdempotencyKey::new(key)
+    }
+}
+
+impl TryFrom<&String> for IdempotencyKey {
+    type Error = InvalidId;
+
+    fn try_from(key: &String) -> Result<Self, InvalidId> {
+        IdempotencyKey::new(key.as_str())
+    }
+}
+
+// Lets infallible conversions (a key, a UUID) stand wherever a fallible one is accepted.
+impl From<std::convert::Infallible> for InvalidId {
+    fn from(never: std::convert::Infallible) -> Self {
+        match never {}
+    }
+}
+
 impl fmt::Display for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

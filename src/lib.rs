@@ -75,8 +75,11 @@
 //!   [`ClientBuilder::on_elicitation`], [`ClientBuilder::on_roots`]) that declare their
 //!   capability at `initialize` and see the server's cancellation ([`RequestContext`]);
 //!   [`ClientBuilder::on_server_request`] for anything else.
-//! - [`CallHandle`]s ([`Client::start_tool`], [`Client::start`]): an id, the call's own
-//!   progress, `cancel(reason)`, a timeout that restarts on progress.
+//! - Three ways to make a call: [`Client::call_tool`] (a [`ToolCall`], the only kind that can
+//!   carry an idempotency key), [`Client::request`] (a [`Request`] of any method, its result
+//!   read as a type of yours or as JSON), and [`Client::start`] (either of them behind a
+//!   [`CallHandle`]: an id, the call's own progress, `cancel(reason)`, a timeout that
+//!   restarts on progress). [`Client::notify`] sends a notification.
 //! - [`ClientBuilder::auth`]: a [`TokenProvider`] asked for every request's token, and once more
 //!   after a 401; a refused fresh token is [`ErrorKind::Unauthorized`] with the server's
 //!   [`AuthChallenge`]. [`client::oauth::OAuthProvider`] (the `oauth` feature, on by default)
@@ -152,22 +155,23 @@ pub mod ids;
 pub mod oauth;
 pub mod policy;
 pub mod proto;
+mod setters;
 pub mod sse;
 
 pub use auth::AuthChallenge;
 #[cfg(feature = "client")]
 pub use client::{
     CallHandle, CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream,
-    InMemoryTaskStore, InitializeResult, IntoIdempotencyKey, NotificationStream, ProgressStream,
-    Request, RequestContext, ServerNotification, StoredTask, TaskStore, TokenProvider,
+    InMemoryTaskStore, InitializeResult, NotificationStream, ProgressStream, Request,
+    RequestContext, ServerNotification, Startable, StoredTask, TaskStore, TokenProvider,
     TokenRequest, Tool, ToolCall,
 };
 pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
 pub use policy::ReconnectPolicy;
 pub use proto::{
-    CallId, Era, ExtensionStatus, Notification, ProtocolVersion, ReinitReason, RejectReason,
-    ResendPolicy, ServerRequest, SessionEvent,
+    CallId, Era, ExtensionStatus, ProtocolVersion, ReinitReason, RejectReason, ResendPolicy,
+    ServerRequest, SessionEvent,
 };
 
 // The README's quickstart is compiled too, so it cannot drift from the API.

@@ -3,7 +3,18 @@
 use std::time::Duration;
 
 /// Delays and caps for reconnecting (resumes, re-sends, re-initializations).
+///
+/// ```
+/// use std::time::Duration;
+/// use mcp_resume::ReconnectPolicy;
+///
+/// let policy = ReconnectPolicy::default()
+///     .with_initial_delay(Duration::from_millis(50))
+///     .with_max_attempts(5);
+/// assert_eq!(policy.max_delay, Duration::from_secs(10));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ReconnectPolicy {
     /// First delay when the server named none (its `retry` takes this place). Default:
     /// 20 ms, so a cut stream is resumed about as fast as the network allows.
@@ -42,6 +53,16 @@ impl Default for ReconnectPolicy {
         }
     }
 }
+
+crate::setters::with_setters!(ReconnectPolicy {
+    with_initial_delay => initial_delay: Duration,
+    with_multiplier => multiplier: f64,
+    with_max_delay => max_delay: Duration,
+    with_jitter => jitter: f64,
+    with_max_attempts => max_attempts: u32,
+    with_max_resumes_without_progress => max_resumes_without_progress: u32,
+    with_max_reinit_failures => max_reinit_failures: u32,
+});
 
 impl ReconnectPolicy {
     /// The delay before reconnect attempt `attempt` (0 for the first retry after a failure).

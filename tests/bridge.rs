@@ -34,11 +34,11 @@ fn bridge(url: &str) -> BridgeBuilder {
         c.era_cache(EraCache::new())
             .open_listen_stream(false)
             .call_timeout(Duration::from_secs(5))
-            .reconnect(ReconnectPolicy {
-                initial_delay: Duration::from_millis(20),
-                max_delay: Duration::from_millis(100),
-                ..ReconnectPolicy::default()
-            })
+            .reconnect(
+                ReconnectPolicy::default()
+                    .with_initial_delay(Duration::from_millis(20))
+                    .with_max_delay(Duration::from_millis(100)),
+            )
             .jitter_seed(5)
     })
 }

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_resume::{Client, Era, Error, ErrorKind, ReconnectPolicy, ToolCall};
+use mcp_resume::{Client, Era, ErrorKind, ReconnectPolicy, RpcError, ToolCall};
 use mock_server::context::meta;
 use mock_server::{
     Cluster, ClusterConfig, ClusterEra, CutStyle, OracleReport, OracleTotals, Preset,
@@ -100,13 +100,10 @@ impl CheckMode {
     }
 }
 
-/// How a call ended, as counted in the report: `ok`, an error kind, and for `rpc` the
+/// How a failed call ended, as counted in the report: the error kind, and for `rpc` the
 /// JSON-RPC code and the `error.data.code` the server gave, if any.
-fn outcome_label(result: &Result<(), Error>) -> String {
-    let Err(e) = result else {
-        return "ok".to_owned();
-    };
-    match (e.kind(), e.rpc_error()) {
+fn error_label(kind: ErrorKind, rpc: Option<&RpcError>) -> String {
+    match (kind, rpc) {
         (ErrorKind::Rpc, Some(rpc)) => {
             match rpc
                 .data
@@ -155,7 +152,7 @@ async fn one_call(
     let started = Instant::now();
     let res = tokio::time::timeout(CALL_TIMEOUT + SLACK, client.call_tool(call)).await;
     let elapsed = started.elapsed();
-    let (result, value, echoed_tag, hung) = match res {
+    let (result, label, value, echoed_tag, hung) = match res {
         Ok(Ok(r)) => {
             let echoed = r
                 .meta
@@ -163,23 +160,24 @@ async fn one_call(
                 .and_then(|m| m.get(meta::TAG))
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            (Ok(()), r.structured_content, echoed, false)
+            (Ok(()), "ok".to_owned(), r.structured_content, echoed, false)
         }
-        Ok(Err(e)) => (Err(e), None, None, false),
-        Err(_) => (
-            Err(Error::new(ErrorKind::Timeout, "deadline + slack")),
-            None,
-            None,
-            true,
-        ),
+        Ok(Err(e)) => {
+            let label = error_label(e.kind(), e.rpc_error());
+            (Err(e.kind()), label, None, None, false)
+        }
+        Err(_) => {
+            let label = error_label(ErrorKind::Timeout, None);
+            (Err(ErrorKind::Timeout), label, None, None, true)
+        }
     };
     (
         Outcome {
             tag,
             tool,
             keyed,
-            label: outcome_label(&result),
-            result: result.map_err(|e| e.kind()),
+            label,
+            result,
             echoed_tag,
             elapsed,
             hung,
@@ -202,11 +200,11 @@ async fn agent(
     let client = Client::builder(url)
         .client_capabilities(json!({"experimental": {"sampling": {"temperature": 0.2}}}))
         .call_timeout(CALL_TIMEOUT)
-        .reconnect(ReconnectPolicy {
-            initial_delay: Duration::from_millis(10),
-            max_delay: Duration::from_millis(250),
-            ..ReconnectPolicy::default()
-        })
+        .reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(10))
+                .with_max_delay(Duration::from_millis(250)),
+        )
         .jitter_seed(rng.next())
         .era(client_era(era))
         .build()
@@ -681,24 +679,18 @@ fn a_result_delivered_to_another_call_is_a_violation() {
 
 #[test]
 fn rpc_outcomes_are_named_by_code() {
-    let rpc = |code, data| {
-        Err(Error::rpc(mcp_resume::RpcError {
-            code,
-            message: "m".into(),
-            data,
-        }))
-    };
-    assert_eq!(outcome_label(&Ok(())), "ok");
+    let keyed_in_use =
+        RpcError::new(-32000, "m").with_data(json!({"code": "IDEMPOTENCY_KEY_IN_USE"}));
     assert_eq!(
-        outcome_label(&rpc(
-            -32000,
-            Some(json!({"code": "IDEMPOTENCY_KEY_IN_USE"}))
-        )),
+        error_label(ErrorKind::Rpc, Some(&keyed_in_use)),
         "rpc(-32000/IDEMPOTENCY_KEY_IN_USE)"
     );
-    assert_eq!(outcome_label(&rpc(-32602, None)), "rpc(-32602)");
     assert_eq!(
-        outcome_label(&Err(Error::new(ErrorKind::OutcomeUnknown, "x"))),
+        error_label(ErrorKind::Rpc, Some(&RpcError::new(-32602, "m"))),
+        "rpc(-32602)"
+    );
+    assert_eq!(
+        error_label(ErrorKind::OutcomeUnknown, None),
         "outcome_unknown"
     );
 }

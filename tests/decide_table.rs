@@ -8,8 +8,32 @@ use mcp_resume::ErrorKind;
 use CallFate::Fail as FateFail;
 use Decision::*;
 
-const UNKEYED: State = State::UNKEYED;
-const SAFE: State = State::SAFE_KEYED;
+/// An unkeyed (or unsafe keyed) call on its first failure, with the default limits.
+const UNKEYED: State = State {
+    resend_safe: false,
+    trust_replay: false,
+    resumable: true,
+    attempts: 1,
+    resumes_without_progress: 0,
+    reinit_failures: 0,
+    calls_waiting: false,
+    awaiting_reinit: false,
+    max_attempts: 10,
+    max_resumes_without_progress: 3,
+    max_reinit_failures: 5,
+};
+/// A keyed call that is safe to re-send, on its first failure, with the default limits.
+const SAFE: State = State {
+    resend_safe: true,
+    ..UNKEYED
+};
+
+#[test]
+fn the_table_starts_from_the_default_policy() {
+    let policy = mcp_resume::ReconnectPolicy::default();
+    assert_eq!(State::new(&policy, false, false), UNKEYED);
+    assert_eq!(State::new(&policy, true, false), SAFE);
+}
 
 fn reinit(reason: ReinitReason, call: CallFate) -> Decision {
     Reinitialize { reason, call }
@@ -457,8 +481,8 @@ fn table_constants_use_the_default_policy() {
 
 // ---------------------------------------------------------------- the modern era (2026-07-28)
 
-const MODERN_UNKEYED: State = State::UNKEYED.modern();
-const MODERN_SAFE: State = State::SAFE_KEYED.modern();
+const MODERN_UNKEYED: State = UNKEYED.modern();
+const MODERN_SAFE: State = SAFE.modern();
 
 // | POST could not connect | not sent: re-sent after backoff |
 #[test]

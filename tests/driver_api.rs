@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use futures::StreamExt;
-use mcp_resume::{Client, ErrorKind, ReconnectPolicy, ResendPolicy, RpcError, ToolCall};
+use mcp_resume::{Client, ErrorKind, ReconnectPolicy, Request, ResendPolicy, RpcError, ToolCall};
 use serde_json::{json, Value};
 use support::*;
 
@@ -70,33 +70,25 @@ fn builder_rejects_bad_configuration_without_a_runtime() {
         ),
         (
             "multiplier below one",
-            Client::builder("http://127.0.0.1/mcp").reconnect(ReconnectPolicy {
-                multiplier: 0.5,
-                ..ReconnectPolicy::default()
-            }),
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_multiplier(0.5)),
         ),
         (
             "jitter above one",
-            Client::builder("http://127.0.0.1/mcp").reconnect(ReconnectPolicy {
-                jitter: 1.5,
-                ..ReconnectPolicy::default()
-            }),
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_jitter(1.5)),
         ),
         // A client that may never reconnect would never resume: the policy's own check says
         // so, and the builder runs that one check rather than a copy of it.
         (
             "zero reconnect attempts",
-            Client::builder("http://127.0.0.1/mcp").reconnect(ReconnectPolicy {
-                max_attempts: 0,
-                ..ReconnectPolicy::default()
-            }),
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_max_attempts(0)),
         ),
         (
             "zero re-initialization failures",
-            Client::builder("http://127.0.0.1/mcp").reconnect(ReconnectPolicy {
-                max_reinit_failures: 0,
-                ..ReconnectPolicy::default()
-            }),
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_max_reinit_failures(0)),
         ),
     ];
     for (name, builder) in cases {
@@ -162,8 +154,8 @@ async fn paved_path_sends_the_right_headers_on_every_request() {
     assert!(!r.is_error);
 
     guarded(client.ping()).await.unwrap();
-    guarded(client.notify("notifications/roots/list_changed", None))
-        .await
+    client
+        .notify("notifications/roots/list_changed", None)
         .unwrap();
     server
         .wait_for(|r| r.is_rpc("notifications/roots/list_changed"))
@@ -381,7 +373,7 @@ async fn rpc_errors_and_generic_requests() {
     })
     .await;
     let client = client_for(&server).build().unwrap();
-    let v = guarded(client.request("resources/list", Some(json!({}))))
+    let v = guarded(client.request::<Value>(Request::new("resources/list", json!({}))))
         .await
         .unwrap();
     assert_eq!(v["resources"][0]["uri"], "file:///a");
@@ -477,8 +469,8 @@ async fn dropping_every_handle_closes_the_session() {
 async fn notifications_sent_before_connect_are_delivered_after_it() {
     let server = TestServer::start(default_reply).await;
     let client = client_for(&server).build().unwrap();
-    guarded(client.notify("notifications/custom", Some(json!({"n": 1}))))
-        .await
+    client
+        .notify("notifications/custom", Some(json!({"n": 1})))
         .unwrap();
     let note = server.wait_for(|r| r.is_rpc("notifications/custom")).await;
     assert_eq!(note.params(), json!({"n": 1}));

@@ -15,12 +15,10 @@ use serde_json::json;
 use support::*;
 
 fn fast_policy(max_attempts: u32) -> ReconnectPolicy {
-    ReconnectPolicy {
-        initial_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(50),
-        max_attempts,
-        ..ReconnectPolicy::default()
-    }
+    ReconnectPolicy::default()
+        .with_initial_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(50))
+        .with_max_attempts(max_attempts)
 }
 
 fn client_for(server: &TestServer) -> mcp_resume::ClientBuilder {

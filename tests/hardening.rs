@@ -45,10 +45,7 @@ fn initialize_times(s: &Sim) -> Vec<Duration> {
 fn defect_01_reinit_storm_is_bounded_and_backs_off() {
     for (seed, fault) in [(101, Fault::NotFound), (102, Fault::BadRequestSession)] {
         let _g = SeedGuard(seed);
-        let config = SessionConfig {
-            call_timeout: 60 * SEC,
-            ..SessionConfig::default()
-        };
+        let config = SessionConfig::default().with_call_timeout(60 * SEC);
         let mut s = connected(config, ServerConfig::default(), seed);
         s.server
             .fault("a", std::iter::repeat_n(fault.clone(), 1000));
@@ -206,13 +203,8 @@ fn defect_07_a_400_mentioning_a_session_is_the_calls_answer() {
 #[test]
 fn defect_07_repeated_404_on_one_call_is_bounded_by_max_attempts() {
     let _g = SeedGuard(114);
-    let config = SessionConfig {
-        reconnect: ReconnectPolicy {
-            max_attempts: 3,
-            ..ReconnectPolicy::default()
-        },
-        ..SessionConfig::default()
-    };
+    let config =
+        SessionConfig::default().with_reconnect(ReconnectPolicy::default().with_max_attempts(3));
     let mut s = connected(config, ServerConfig::default(), 114);
     let warm = s.call("warm", None);
     s.run_until_complete(warm, SEC);
@@ -258,10 +250,7 @@ fn defect_01_confirmed_sessions_reinitialize_without_limit() {
 #[test]
 fn defect_02_only_keys_on_the_wire_make_a_request_resend_safe() {
     let _g = SeedGuard(104);
-    let config = SessionConfig {
-        resend: ResendPolicy::AssumeServerDeduplicates,
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().with_resend(ResendPolicy::AssumeServerDeduplicates);
     let mut s = connected(config, ServerConfig::default(), 104);
     s.server
         .fault("k", [Fault::LoseBeforeHead { executed: true }]);
@@ -376,11 +365,7 @@ struct Modern {
 impl Modern {
     fn new(config: SessionConfig) -> Self {
         let now = Instant::now();
-        let config = SessionConfig {
-            era: Era::Modern,
-            open_listen_stream: false,
-            ..config
-        };
+        let config = config.with_era(Era::Modern).with_open_listen_stream(false);
         Modern {
             session: Session::new(config, now),
             now,
@@ -560,10 +545,7 @@ fn issue24_defect_1_a_reinitialization_does_not_resend_a_call_awaiting_input() {
 /// not only by the deadline.
 #[test]
 fn issue24_gap_8_task_input_rounds_are_bounded() {
-    let config = SessionConfig {
-        call_timeout: Duration::from_secs(365 * 24 * 3600),
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().with_call_timeout(Duration::from_secs(365 * 24 * 3600));
     let mut m = Modern::new(config);
     let mut asked = 0u32;
     let mut script = |body: &Value| -> (u16, Value) {
@@ -742,10 +724,7 @@ fn issue24_gap_8_a_503_with_retry_after_can_be_taken_as_may_have_run() {
     const UNAVAILABLE: &[(&str, &str)] = &[("retry-after", "1")];
     for (seed, not_processed) in [(2404u64, true), (2405, false)] {
         let _g = SeedGuard(seed);
-        let config = SessionConfig {
-            unavailable_not_processed: not_processed,
-            ..SessionConfig::default()
-        };
+        let config = SessionConfig::default().with_unavailable_not_processed(not_processed);
         let mut s = connected(config, ServerConfig::default(), seed);
         s.server.fault(
             "busy",

@@ -138,6 +138,6 @@ pub fn reset_thread_peak() -> isize {
     now
 }
 
-pub fn thread_peak() -> isize {
+pub(crate) fn thread_peak() -> isize {
     THREAD_PEAK.with(Cell::get)
 }

@@ -287,7 +287,7 @@ async fn log_level_filters_and_messages_name_their_call() {
         .await
         .unwrap();
     let call = client
-        .start_tool(ToolCall::new(
+        .start(ToolCall::new(
             "log",
             json!({"levels": ["debug", "info", "warning", "error"]}),
         ))
@@ -407,7 +407,7 @@ async fn handles_stream_their_own_progress() {
 
     // No progress token given: the handle brings its own.
     let mut call = client
-        .start_tool(ToolCall::new("progress", json!({"steps": 4})))
+        .start(ToolCall::new("progress", json!({"steps": 4})))
         .unwrap();
     let mut progress = call.progress();
     let result = within("progress", &mut call).await.unwrap();
@@ -428,7 +428,7 @@ async fn handles_stream_their_own_progress() {
         .unwrap();
     assert_eq!(
         run["meta"]["progressToken"],
-        json!(format!("mcp-resume-{}", call.id().0))
+        json!(format!("mcp-resume-{}", call.id().get()))
     );
 
     // Any request can be a handle, with its result typed by the caller.
@@ -446,9 +446,12 @@ async fn handles_stream_their_own_progress() {
     .await
     .unwrap();
     assert!(!listed.tools.is_empty());
-    let as_typed: Listed = within("request_as", client.request_as("tools/list", None))
-        .await
-        .unwrap();
+    let as_typed: Listed = within(
+        "request",
+        client.request(mcp_resume::Request::new("tools/list", None)),
+    )
+    .await
+    .unwrap();
     assert_eq!(as_typed.tools.len(), listed.tools.len());
 }
 
@@ -458,9 +461,7 @@ async fn cancel_with_a_reason_stops_the_server_side_call() {
     let client = client(&server).build().unwrap();
     within("connect", client.connect()).await.unwrap();
 
-    let call = client
-        .start_tool(ToolCall::new("block", json!({})))
-        .unwrap();
+    let call = client.start(ToolCall::new("block", json!({}))).unwrap();
     server
         .wait_for("tool", GUARD, |e| e["name"] == "block")
         .await;
@@ -580,9 +581,7 @@ async fn elicitation_and_roots_handlers_answer_typed() {
         .wait_for("http_in", GUARD, |e| e["rpc_method"] == "initialize")
         .await;
     assert_eq!(init["rpc_method"], "initialize");
-    within("roots changed", client.notify_roots_changed())
-        .await
-        .unwrap();
+    client.notify_roots_changed().unwrap();
     server
         .wait_for("http_in", GUARD, |e| {
             e["rpc_method"] == "notifications/roots/list_changed"
@@ -625,7 +624,7 @@ async fn the_servers_cancellation_reaches_the_handler_and_no_answer_is_sent() {
         .unwrap();
 
     let call = client
-        .start_tool(ToolCall::new("sample_then_cancel", json!({})))
+        .start(ToolCall::new("sample_then_cancel", json!({})))
         .unwrap();
     let ctx = within("handler started", started.recv()).await.unwrap();
     assert!(!ctx.is_cancelled());
@@ -670,10 +669,10 @@ fn provider(
                 .send()
                 .await
                 .and_then(|r| r.error_for_status())
-                .map_err(|e| mcp_resume::Error::new(ErrorKind::Transport, e.to_string()))?
+                .map_err(mcp_resume::Error::token_unavailable)?
                 .bytes()
                 .await
-                .map_err(|e| mcp_resume::Error::new(ErrorKind::Transport, e.to_string()))?;
+                .map_err(mcp_resume::Error::token_unavailable)?;
             let token = serde_json::from_slice::<Value>(&body).unwrap()["token"]
                 .as_str()
                 .unwrap()

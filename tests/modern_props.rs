@@ -275,12 +275,10 @@ enum Step {
 fn check(plan: &Plan) -> Result<(), TestCaseError> {
     let base = Instant::now();
     let mut now = base;
-    let config = SessionConfig {
-        era: Era::Modern,
-        open_listen_stream: false,
-        call_timeout: Duration::from_secs(30),
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default()
+        .with_era(Era::Modern)
+        .with_open_listen_stream(false)
+        .with_call_timeout(Duration::from_secs(30));
     let mut session = Session::new(config, now);
     let mut server = Server {
         dedups: plan.dedups,

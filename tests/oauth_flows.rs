@@ -216,11 +216,11 @@ fn client(url: &str, provider: &OAuthProvider) -> Client {
         .era(Era::Legacy)
         .open_listen_stream(false)
         .call_timeout(Duration::from_secs(10))
-        .reconnect(ReconnectPolicy {
-            initial_delay: Duration::from_millis(5),
-            max_delay: Duration::from_millis(50),
-            ..ReconnectPolicy::default()
-        })
+        .reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(5))
+                .with_max_delay(Duration::from_millis(50)),
+        )
         .build()
         .unwrap()
 }

@@ -30,16 +30,14 @@ fn probes_sent(session: &mut Session) -> Vec<mcp_resume::proto::HttpId> {
 fn a_timed_out_probe_backoff_does_not_fire_into_the_next_connect() {
     let t0 = Instant::now();
     let ms = |n: u64| t0 + Duration::from_millis(n);
-    let config = SessionConfig {
-        call_timeout: Duration::from_millis(100),
-        reconnect: ReconnectPolicy {
-            initial_delay: Duration::from_millis(150),
-            max_delay: Duration::from_millis(150),
-            jitter: 0.0,
-            ..ReconnectPolicy::default()
-        },
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default()
+        .with_call_timeout(Duration::from_millis(100))
+        .with_reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(150))
+                .with_max_delay(Duration::from_millis(150))
+                .with_jitter(0.0),
+        );
     let mut session = Session::new(config, t0);
     let first = session.connect(t0);
     let probe = probes_sent(&mut session);

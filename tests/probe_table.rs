@@ -11,11 +11,7 @@ const FIRST: ProbeFacts = ProbeFacts::FIRST;
 const MODERN: &str = "2026-07-28";
 
 fn rpc(code: i64, data: Value) -> RpcError {
-    RpcError {
-        code,
-        message: "whatever".into(),
-        data: Some(data),
-    }
+    RpcError::new(code, "whatever").with_data(data)
 }
 
 fn refused(status: u16, error: Option<RpcError>) -> ProbeAnswer {

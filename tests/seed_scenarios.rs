@@ -51,11 +51,11 @@ impl Bench {
             // Deterministic routing: only the calls of the scenario go through the balancer.
             .open_listen_stream(false)
             .call_timeout(Duration::from_secs(5))
-            .reconnect(ReconnectPolicy {
-                initial_delay: Duration::from_millis(20),
-                max_delay: Duration::from_millis(200),
-                ..ReconnectPolicy::default()
-            })
+            .reconnect(
+                ReconnectPolicy::default()
+                    .with_initial_delay(Duration::from_millis(20))
+                    .with_max_delay(Duration::from_millis(200)),
+            )
             .jitter_seed(3);
         let client = client(builder).build().expect("valid configuration");
         let events = Arc::new(Mutex::new(Vec::new()));

@@ -151,16 +151,14 @@ fn check(plan: &Schedule) -> Coverage {
     let dedups = plan.idempotency || plan.silent_dedup;
     // An application only opts in for servers it knows deduplicate.
     let opt_in = plan.opt_in && dedups;
-    let config = SessionConfig {
-        resend: if opt_in {
+    let config = SessionConfig::default()
+        .with_resend(if opt_in {
             ResendPolicy::AssumeServerDeduplicates
         } else {
             ResendPolicy::ServerAdvertised
-        },
-        dangerous_trust_replay: plan.trust,
-        call_timeout: Duration::from_secs(20),
-        ..SessionConfig::default()
-    };
+        })
+        .with_dangerous_trust_replay(plan.trust)
+        .with_call_timeout(Duration::from_secs(20));
     let server = ServerConfig {
         ext: plan.ext,
         idempotency: plan.idempotency,
@@ -447,7 +445,7 @@ proptest! {
         let base = std::time::Instant::now();
         let mut now = base;
         // The script performs a legacy handshake.
-        let config = SessionConfig { dangerous_trust_replay: trust, era: mcp_resume::Era::Legacy, ..SessionConfig::default() };
+        let config = SessionConfig::default().with_dangerous_trust_replay(trust).with_era(mcp_resume::Era::Legacy);
         let mut session = Session::new(config, now);
         let mut calls: Vec<CallId> = vec![session.connect(now)];
         let mut completed: HashMap<CallId, u32> = HashMap::new();

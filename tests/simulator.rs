@@ -370,10 +370,7 @@ fn row_post_lost_keyed_but_server_ignores_keys_is_outcome_unknown() {
 #[test]
 fn row_post_lost_keyed_with_app_opt_in_is_resent() {
     let _g = SeedGuard(16);
-    let config = SessionConfig {
-        resend: ResendPolicy::AssumeServerDeduplicates,
-        ..SessionConfig::default()
-    };
+    let config = SessionConfig::default().with_resend(ResendPolicy::AssumeServerDeduplicates);
     let mut s = sim_with(
         config,
         ServerConfig {
@@ -969,10 +966,7 @@ fn cancel_posts_notifications_cancelled_and_reports_nothing() {
 // ---------------------------------------------------------------- dangerous_trust_replay
 
 fn trusting() -> SessionConfig {
-    SessionConfig {
-        dangerous_trust_replay: true,
-        ..SessionConfig::default()
-    }
+    SessionConfig::default().with_dangerous_trust_replay(true)
 }
 
 #[test]
@@ -1128,11 +1122,9 @@ fn batches_are_refused_under_later_versions() {
 fn oversized_bodies_and_events_fail_with_too_large() {
     for sse in [false, true] {
         let _g = SeedGuard(64);
-        let config = SessionConfig {
-            max_body_size: 600,
-            max_event_size: 600,
-            ..SessionConfig::default()
-        };
+        let config = SessionConfig::default()
+            .with_max_body_size(600)
+            .with_max_event_size(600);
         let mut s = sim_with(
             config,
             ServerConfig {

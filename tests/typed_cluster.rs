@@ -45,7 +45,7 @@ async fn progress_restarts_the_timeout_of_a_long_call() {
     let (cluster, client) = cluster(sticky()).await;
     // Six steps 150 ms apart: 900 ms in all, never 500 ms without progress.
     let mut call = client
-        .start_tool(
+        .start(
             slow(6, 150)
                 .timeout(Duration::from_millis(500))
                 .reset_timeout_on_progress(true),
@@ -131,7 +131,7 @@ async fn a_handles_progress_survives_a_cut_and_resumed_stream() {
     .await;
     let mut events = client.events();
     let mut notifications = client.notifications();
-    let mut call = client.start_tool(slow(8, 30)).unwrap();
+    let mut call = client.start(slow(8, 30)).unwrap();
     let id = call.id();
     let mut progress = call.progress();
     let result = guarded(&mut call).await.unwrap();

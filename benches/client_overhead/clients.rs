@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::server::ECHO_TEXT;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A pooled `reqwest::Client` POSTing the JSON-RPC body and parsing the answer: what any
     /// client must at least do.
     Floor,
@@ -30,7 +30,7 @@ pub enum Kind {
     RmcpDefault,
 }
 
-pub const ALL: [Kind; 4] = [
+pub(crate) const ALL: [Kind; 4] = [
     Kind::Floor,
     Kind::McpResume,
     Kind::RmcpPooled,
@@ -38,7 +38,7 @@ pub const ALL: [Kind; 4] = [
 ];
 
 impl Kind {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Kind::Floor => "floor",
             Kind::McpResume => "mcp-resume",
@@ -47,12 +47,12 @@ impl Kind {
         }
     }
 
-    pub fn column(self) -> usize {
+    pub(crate) fn column(self) -> usize {
         ALL.iter().position(|k| *k == self).expect("a kind")
     }
 }
 
-pub enum Client {
+pub(crate) enum Client {
     Floor(Floor),
     McpResume(mcp_resume::Client),
     Rmcp(RunningService<RoleClient, ClientConfig>),
@@ -61,7 +61,7 @@ pub enum Client {
 /// The HTTP client the floor and rmcp pooled run on: built as mcp-resume builds its own for
 /// a plain-http endpoint (no TLS trust anchors loaded), so the memory rows compare the
 /// clients and not which certificates each one loaded.
-pub fn plain_http() -> reqwest::Client {
+pub(crate) fn plain_http() -> reqwest::Client {
     reqwest::Client::builder()
         .tls_certs_only([])
         .build()
@@ -70,7 +70,7 @@ pub fn plain_http() -> reqwest::Client {
 
 impl Client {
     /// A connected session: `initialize` answered and `notifications/initialized` sent.
-    pub async fn connect(kind: Kind, url: &str) -> Client {
+    pub(crate) async fn connect(kind: Kind, url: &str) -> Client {
         match kind {
             Kind::Floor => Client::Floor(Floor::connect(plain_http(), url).await),
             Kind::McpResume => Client::connect_mcp_resume(url, None).await,
@@ -89,7 +89,7 @@ impl Client {
     }
 
     /// mcp-resume with the default builder and the listen stream off, and `policy` if given.
-    pub async fn connect_mcp_resume(url: &str, policy: Option<ReconnectPolicy>) -> Client {
+    pub(crate) async fn connect_mcp_resume(url: &str, policy: Option<ReconnectPolicy>) -> Client {
         let mut builder = mcp_resume::Client::builder(url).open_listen_stream(false);
         if let Some(policy) = policy {
             builder = builder.reconnect(policy);
@@ -100,7 +100,7 @@ impl Client {
     }
 
     /// One `tools/call echo`; panics unless the answer is the echoed text.
-    pub async fn echo(&self) {
+    pub(crate) async fn echo(&self) {
         let ok = match self {
             Client::Floor(f) => f.echo().await,
             Client::McpResume(c) => {
@@ -133,7 +133,7 @@ impl Client {
 
     /// One `slow` call of one step (its stream is the one the cluster cuts); panics unless
     /// it answers as the tool does.
-    pub async fn slow(&self) {
+    pub(crate) async fn slow(&self) {
         let text = match self {
             Client::Floor(_) => panic!("the floor does not resume"),
             Client::McpResume(c) => c
@@ -163,7 +163,7 @@ impl Client {
         assert_eq!(text, "slow: done after 1 steps");
     }
 
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         match self {
             Client::Floor(_) => {}
             Client::McpResume(c) => {
@@ -186,7 +186,7 @@ fn rmcp_config() -> ClientConfig {
     .with_protocol_version(ProtocolVersion::V_2025_11_25)
 }
 
-pub struct Floor {
+pub(crate) struct Floor {
     http: reqwest::Client,
     url: reqwest::Url,
     session: HeaderValue,
@@ -229,7 +229,7 @@ struct EchoArgs {
 }
 
 impl Floor {
-    pub async fn connect(http: reqwest::Client, url: &str) -> Floor {
+    pub(crate) async fn connect(http: reqwest::Client, url: &str) -> Floor {
         let url = reqwest::Url::parse(url).expect("a URL");
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {},
@@ -303,7 +303,7 @@ impl Floor {
 
 impl Floor {
     /// One `ping`, the least a round trip through the server can be.
-    pub async fn ping(&self) {
+    pub(crate) async fn ping(&self) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let resp = self
             .http

@@ -5,7 +5,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
-pub struct Counting;
+pub(crate) struct Counting;
 
 static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
@@ -15,7 +15,7 @@ static COUNTING: AtomicBool = AtomicBool::new(true);
 
 /// Turns the counters on or off; `live_bytes` deltas are only meaningful across a span that
 /// was counted throughout.
-pub fn set_counting(on: bool) {
+pub(crate) fn set_counting(on: bool) {
     COUNTING.store(on, Ordering::SeqCst);
 }
 
@@ -62,17 +62,17 @@ unsafe impl GlobalAlloc for Counting {
 }
 
 /// Heap bytes requested and not yet freed, process-wide (allocator overhead not included).
-pub fn live_bytes() -> i64 {
+pub(crate) fn live_bytes() -> i64 {
     LIVE_BYTES.load(Ordering::Relaxed)
 }
 
 /// Allocations (and reallocations) so far, process-wide.
-pub fn allocations() -> u64 {
+pub(crate) fn allocations() -> u64 {
     ALLOCATIONS.load(Ordering::Relaxed)
 }
 
 /// User + system CPU time of this process, every thread included.
-pub fn cpu_time() -> Duration {
+pub(crate) fn cpu_time() -> Duration {
     // SAFETY: getrusage only writes into the zeroed struct it is given.
     let ru = unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
@@ -84,7 +84,7 @@ pub fn cpu_time() -> Duration {
 }
 
 /// The median; the mean of the middle two for an even count.
-pub fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return f64::NAN;

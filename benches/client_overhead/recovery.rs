@@ -23,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::clients::{plain_http, Client, Floor, Kind};
 use crate::meter::median;
 
-pub struct Recovery {
+pub(crate) struct Recovery {
     /// Cut → answer delivered to the caller, per call, in ms.
     pub samples: Vec<f64>,
     /// Calls whose stream was not cut (should be none).
@@ -41,11 +41,11 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    pub fn p50(&self) -> f64 {
+    pub(crate) fn p50(&self) -> f64 {
         median(&self.samples)
     }
 
-    pub fn percentile(&self, p: f64) -> f64 {
+    pub(crate) fn percentile(&self, p: f64) -> f64 {
         let mut v = self.samples.clone();
         if v.is_empty() {
             return f64::NAN;
@@ -105,7 +105,7 @@ async fn forwarder(upstream: SocketAddr, clock: CutClock) -> SocketAddr {
 }
 
 /// `policy` applies to mcp-resume only (`None`: the default one).
-pub async fn measure(
+pub(crate) async fn measure(
     kind: Kind,
     policy: Option<ReconnectPolicy>,
     retry_ms: Option<u64>,

@@ -15,29 +15,29 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The environment variable that turns the bench binary into the server.
-pub const SERVER_ENV: &str = "NEUTRAL_SERVER";
+pub(crate) const SERVER_ENV: &str = "NEUTRAL_SERVER";
 
-pub const SESSION_ID: &str = "neutral-session-0123456789abcdef";
+pub(crate) const SESSION_ID: &str = "neutral-session-0123456789abcdef";
 
 /// The `text` the echo tool answers; every client checks it.
-pub const ECHO_TEXT: &str = "hi";
+pub(crate) const ECHO_TEXT: &str = "hi";
 
 /// How `tools/call` is answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Json,
     Sse,
 }
 
 impl Mode {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::Json => "json",
             Mode::Sse => "sse",
         }
     }
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Mode::Json => "JSON",
             Mode::Sse => "SSE",
@@ -47,13 +47,13 @@ impl Mode {
 
 /// A server child process; it exits when its stdin closes, so a bench that dies leaves none
 /// behind.
-pub struct NeutralServer {
+pub(crate) struct NeutralServer {
     child: Child,
     pub url: String,
 }
 
 impl NeutralServer {
-    pub fn spawn(mode: Mode) -> NeutralServer {
+    pub(crate) fn spawn(mode: Mode) -> NeutralServer {
         let exe = std::env::current_exe().expect("the bench binary's path");
         let mut child = Command::new(exe)
             .env(SERVER_ENV, mode.name())
@@ -89,7 +89,7 @@ struct Incoming<'a> {
 }
 
 /// Runs the server in this process (the child) until stdin closes.
-pub fn serve(mode: &str) -> ! {
+pub(crate) fn serve(mode: &str) -> ! {
     let mode = match mode {
         "json" => Mode::Json,
         "sse" => Mode::Sse,

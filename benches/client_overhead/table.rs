@@ -3,7 +3,7 @@
 
 use crate::clients::{Kind, ALL};
 
-pub struct Row {
+pub(crate) struct Row {
     metric: String,
     cells: [Option<f64>; 4],
     reference: Option<Kind>,
@@ -14,7 +14,12 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn new(metric: &str, cells: [Option<f64>; 4], reference: Kind, decimals: usize) -> Row {
+    pub(crate) fn new(
+        metric: &str,
+        cells: [Option<f64>; 4],
+        reference: Kind,
+        decimals: usize,
+    ) -> Row {
         Row {
             metric: metric.to_owned(),
             cells,
@@ -27,13 +32,13 @@ impl Row {
     }
 
     /// The budget this row is checked against, and whether mcp-resume meets it.
-    pub fn budget(mut self, budget: &str, ok: Option<bool>) -> Row {
+    pub(crate) fn budget(mut self, budget: &str, ok: Option<bool>) -> Row {
         self.budget = budget.to_owned();
         self.ok = ok;
         self
     }
 
-    pub fn no_ratio(mut self) -> Row {
+    pub(crate) fn no_ratio(mut self) -> Row {
         self.reference = None;
         self
     }
@@ -51,16 +56,16 @@ impl Row {
 }
 
 #[derive(Default)]
-pub struct Table {
+pub(crate) struct Table {
     rows: Vec<Row>,
 }
 
 impl Table {
-    pub fn push(&mut self, row: Row) {
+    pub(crate) fn push(&mut self, row: Row) {
         self.rows.push(row);
     }
 
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let width = self
             .rows
             .iter()

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 /// A server the example talks to: one it started (stopped on drop), or one given by URL.
-pub struct Server {
+pub(crate) struct Server {
     pub url: String,
     child: Option<Child>,
 }
@@ -22,7 +22,7 @@ impl Drop for Server {
 }
 
 /// The URL given as the first argument, or a freshly started TypeScript SDK server.
-pub fn server_from_args() -> Result<Server, String> {
+pub(crate) fn server_from_args() -> Result<Server, String> {
     if let Some(url) = std::env::args().nth(1) {
         return Ok(Server { url, child: None });
     }

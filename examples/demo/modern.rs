@@ -33,10 +33,10 @@ use crate::workload::{
 };
 
 /// The clients of the modern rows, in table order.
-pub const MODERN_CLIENTS: [ClientKind; 2] = [ClientKind::Reissue, ClientKind::ResumeAware];
+pub(crate) const MODERN_CLIENTS: [ClientKind; 2] = [ClientKind::Reissue, ClientKind::ResumeAware];
 
 /// Rounds of generate, prepare→commit, keyed and unkeyed counter_increment.
-pub const MODERN_ROUNDS: usize = 2;
+pub(crate) const MODERN_ROUNDS: usize = 2;
 
 /// Steps a crashed `counter_increment` reports after its increment; the crash comes after
 /// the first. Fewer than the balancer's cut, so the call re-issued elsewhere is not cut too.
@@ -44,7 +44,7 @@ const CRASH_STEPS: u64 = 2;
 
 /// The cluster of a modern run: the preset in the 2026-07-28 era, the extension on (keys are
 /// deduplicated), every SSE stream cut after `cut_after_events` events.
-pub fn modern_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
+pub(crate) fn modern_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
     ClusterConfig {
         preset,
         era: ClusterEra::Modern,
@@ -60,7 +60,7 @@ pub fn modern_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterCon
 /// A modern run: the report every row is built from, and the stock-like client's re-issues
 /// (it reports no events).
 #[derive(Debug, Clone)]
-pub struct ModernRun {
+pub(crate) struct ModernRun {
     pub report: RunReport,
     pub reissued: u64,
 }
@@ -68,7 +68,7 @@ pub struct ModernRun {
 impl ModernRun {
     /// The table row; `resent` is mcp-resume's `Redispatched` events, or the re-issues of
     /// the stock-like client.
-    pub fn row(&self) -> Row {
+    pub(crate) fn row(&self) -> Row {
         let mut r = row(&self.report);
         if self.report.client == ClientKind::Reissue {
             r.resent = self.reissued;
@@ -77,7 +77,7 @@ impl ModernRun {
     }
 
     /// The calls whose instance was crashed mid-call.
-    pub fn crashed(&self) -> impl Iterator<Item = &CallRecord> {
+    pub(crate) fn crashed(&self) -> impl Iterator<Item = &CallRecord> {
         self.report
             .calls
             .iter()
@@ -273,15 +273,15 @@ impl ModernCaller for ReissueCaller<'_> {
 /// mcp-resume as an application would set it up for this server: the era detected (a cache
 /// of its own, so runs do not share what they learnt), an elicitation handler (it declares
 /// the capability `confirm` needs), the workload's capabilities, deadline and backoff.
-pub fn build_modern_client(url: &str, cfg: &WorkloadConfig) -> Client {
+pub(crate) fn build_modern_client(url: &str, cfg: &WorkloadConfig) -> Client {
     Client::builder(url)
         .client_capabilities(client_capabilities())
         .call_timeout(cfg.call_timeout)
-        .reconnect(ReconnectPolicy {
-            initial_delay: Duration::from_millis(10),
-            max_delay: Duration::from_millis(200),
-            ..ReconnectPolicy::default()
-        })
+        .reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(10))
+                .with_max_delay(Duration::from_millis(200)),
+        )
         .jitter_seed(cfg.jitter_seed)
         .era_cache(EraCache::new())
         .on_elicitation(|_request, _ctx| async move {
@@ -292,7 +292,11 @@ pub fn build_modern_client(url: &str, cfg: &WorkloadConfig) -> Client {
 }
 
 /// Runs the modern workload for one preset and one client on a fresh cluster.
-pub async fn run_modern(preset: Preset, kind: ClientKind, cfg: &WorkloadConfig) -> ModernRun {
+pub(crate) async fn run_modern(
+    preset: Preset,
+    kind: ClientKind,
+    cfg: &WorkloadConfig,
+) -> ModernRun {
     assert!(MODERN_CLIENTS.contains(&kind), "{kind:?} has no modern run");
     let started = Instant::now();
     let cluster = Cluster::start(modern_cluster_config(preset, cfg))

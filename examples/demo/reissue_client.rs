@@ -19,7 +19,7 @@ use mcp_resume::ErrorKind;
 use serde_json::{json, Map, Value};
 
 /// Times one request is sent before the client gives up on it: the first and two re-issues.
-pub const MAX_ISSUES: u32 = 3;
+pub(crate) const MAX_ISSUES: u32 = 3;
 /// MRTR rounds one call may take.
 const MAX_ROUNDS: u32 = 4;
 
@@ -27,7 +27,7 @@ const MODERN: &str = "2026-07-28";
 
 /// What one call came to.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The result, or what the call ended with.
     pub result: Result<Value, ErrorKind>,
     /// Requests sent again after a broken stream (each with a new JSON-RPC id).
@@ -35,7 +35,7 @@ pub struct Outcome {
 }
 
 /// The client: an HTTP client, the endpoint and the capabilities it declares on every request.
-pub struct ReissueClient {
+pub(crate) struct ReissueClient {
     http: reqwest::Client,
     url: String,
     capabilities: Value,
@@ -53,7 +53,7 @@ enum Answer {
 impl ReissueClient {
     /// A client declaring `capabilities` (plus `elicitation`: it answers the input requests of
     /// MRTR by accepting).
-    pub fn new(url: &str, capabilities: Value, timeout: Duration) -> Self {
+    pub(crate) fn new(url: &str, capabilities: Value, timeout: Duration) -> Self {
         let mut capabilities = capabilities;
         capabilities["elicitation"] = json!({});
         ReissueClient {
@@ -66,7 +66,7 @@ impl ReissueClient {
     }
 
     /// `server/discover`: the supported versions must include 2026-07-28.
-    pub async fn discover(&mut self) -> Result<Value, ErrorKind> {
+    pub(crate) async fn discover(&mut self) -> Result<Value, ErrorKind> {
         let outcome = self.request("server/discover", json!({})).await;
         let result = outcome.result?;
         let speaks = result["supportedVersions"]
@@ -81,7 +81,7 @@ impl ReissueClient {
 
     /// `tools/call` with `meta` merged into `params._meta` and, when it holds the
     /// resume-safety extension's key, that key in `Idempotency-Key` too.
-    pub async fn call_tool(
+    pub(crate) async fn call_tool(
         &mut self,
         name: &str,
         arguments: Value,
@@ -93,7 +93,7 @@ impl ReissueClient {
 
     /// One request to its end: re-issued after a broken stream, sent again for each MRTR
     /// round.
-    pub async fn request(&mut self, method: &str, mut params: Value) -> Outcome {
+    pub(crate) async fn request(&mut self, method: &str, mut params: Value) -> Outcome {
         let deadline = Instant::now() + self.timeout;
         let mut reissued = 0;
         let mut issues = 0;

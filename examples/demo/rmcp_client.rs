@@ -43,12 +43,12 @@ use crate::workload::{
 };
 
 /// The rmcp release the demo pins (`Cargo.toml`).
-pub const RMCP_VERSION: &str = "3.11.0";
+pub(crate) const RMCP_VERSION: &str = "3.11.0";
 
 /// What one rmcp run produced: the report every row is built from, and what only the HTTP
 /// layer under rmcp could see.
 #[derive(Debug, Clone)]
-pub struct RmcpRun {
+pub(crate) struct RmcpRun {
     /// The same report as the other clients' runs (no session events: rmcp has none).
     pub report: RunReport,
     /// `tools/call` POSTs beyond the first for one tag: rmcp's re-sends.
@@ -57,7 +57,7 @@ pub struct RmcpRun {
 
 impl RmcpRun {
     /// The table row: [`row`], with rmcp's re-sends and the demo's deadline named as such.
-    pub fn row(&self) -> Row {
+    pub(crate) fn row(&self) -> Row {
         let mut r = row(&self.report);
         r.resent = self.resent;
         if let Some(n) = r.errors.remove(ErrorKind::Timeout.as_str()) {
@@ -67,7 +67,7 @@ impl RmcpRun {
     }
 
     /// Calls the demo's deadline ended.
-    pub fn deadline_expired(&self) -> Vec<&CallRecord> {
+    pub(crate) fn deadline_expired(&self) -> Vec<&CallRecord> {
         self.report
             .calls
             .iter()
@@ -77,12 +77,12 @@ impl RmcpRun {
 }
 
 /// Runs the workload through rmcp on a fresh cluster of `preset` (streams cut).
-pub async fn run_one(preset: Preset, cfg: &WorkloadConfig) -> RmcpRun {
+pub(crate) async fn run_one(preset: Preset, cfg: &WorkloadConfig) -> RmcpRun {
     run_one_on(cluster_config(preset, cfg), cfg).await
 }
 
 /// [`run_one`] on a fresh cluster started with `config`.
-pub async fn run_one_on(config: ClusterConfig, cfg: &WorkloadConfig) -> RmcpRun {
+pub(crate) async fn run_one_on(config: ClusterConfig, cfg: &WorkloadConfig) -> RmcpRun {
     let preset = config.preset;
     let started = Instant::now();
     let cluster = Cluster::start(config)

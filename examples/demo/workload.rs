@@ -22,16 +22,16 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 /// The sampling temperature negotiated at `initialize` (the mock's default is 1.0).
-pub const TEMPERATURE: f64 = 0.2;
+pub(crate) const TEMPERATURE: f64 = 0.2;
 
 /// Client capabilities every agent negotiates; `generate` reads the temperature.
-pub fn client_capabilities() -> Value {
+pub(crate) fn client_capabilities() -> Value {
     json!({"experimental": {"sampling": {"temperature": TEMPERATURE}}})
 }
 
 /// The two clients compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ClientKind {
+pub(crate) enum ClientKind {
     /// Behaves like the stock SDKs: trusts replayed streams and clean ends
     /// (`dangerous_trust_replay(true)`).
     StockLike,
@@ -47,10 +47,10 @@ pub enum ClientKind {
 
 impl ClientKind {
     /// Both kinds, in table order.
-    pub const ALL: [ClientKind; 2] = [ClientKind::StockLike, ClientKind::ResumeAware];
+    pub(crate) const ALL: [ClientKind; 2] = [ClientKind::StockLike, ClientKind::ResumeAware];
 
     /// Name used in the table and the JSON.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ClientKind::StockLike => "stock-like",
             ClientKind::ResumeAware => "resume-aware",
@@ -62,7 +62,7 @@ impl ClientKind {
 
 /// Sizes and timings of a run.
 #[derive(Debug, Clone)]
-pub struct WorkloadConfig {
+pub(crate) struct WorkloadConfig {
     /// Instances behind the balancer.
     pub instances: usize,
     /// Rounds of generate, prepare→commit, keyed and unkeyed counter_increment.
@@ -97,7 +97,7 @@ impl Default for WorkloadConfig {
 
 /// The cluster configuration of a run: the preset with the extension on, its own routing
 /// (round-robin except `sticky`), and the cut that hits the `slow` call.
-pub fn cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
+pub(crate) fn cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
     ClusterConfig {
         preset,
         instances: cfg.instances,
@@ -112,7 +112,7 @@ pub fn cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
 /// [`cluster_config`] with the balancer cutting nothing: on `naive`, the wrong answers left
 /// are the ones routing alone causes (calls landing on instances that never saw
 /// `initialize`), none of them caused by a resumption.
-pub fn uncut_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
+pub(crate) fn uncut_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
     ClusterConfig {
         cut_after_events: None,
         ..cluster_config(preset, cfg)
@@ -120,15 +120,15 @@ pub fn uncut_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConf
 }
 
 /// Builds the client of `kind` for `url`.
-pub fn build_client(kind: ClientKind, url: &str, cfg: &WorkloadConfig) -> Client {
+pub(crate) fn build_client(kind: ClientKind, url: &str, cfg: &WorkloadConfig) -> Client {
     Client::builder(url)
         .client_capabilities(client_capabilities())
         .call_timeout(cfg.call_timeout)
-        .reconnect(ReconnectPolicy {
-            initial_delay: Duration::from_millis(10),
-            max_delay: Duration::from_millis(200),
-            ..ReconnectPolicy::default()
-        })
+        .reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(10))
+                .with_max_delay(Duration::from_millis(200)),
+        )
         .jitter_seed(cfg.jitter_seed)
         .dangerous_trust_replay(kind == ClientKind::StockLike)
         .build()
@@ -137,7 +137,7 @@ pub fn build_client(kind: ClientKind, url: &str, cfg: &WorkloadConfig) -> Client
 
 /// What the client reported for one call.
 #[derive(Debug, Clone)]
-pub struct CallRecord {
+pub(crate) struct CallRecord {
     /// The unique caller tag sent in `_meta`.
     pub tag: String,
     /// Tool name.
@@ -152,7 +152,7 @@ pub struct CallRecord {
 
 /// Everything a run produced: the client's view, its events, and the oracle's truth.
 #[derive(Debug, Clone)]
-pub struct RunReport {
+pub(crate) struct RunReport {
     /// Preset of the cluster.
     pub preset: Preset,
     /// Client kind.
@@ -170,13 +170,13 @@ pub struct RunReport {
 }
 
 /// Unique tag of the `n`-th call of a run.
-pub fn tag(preset: Preset, kind: ClientKind, n: usize, tool: &str) -> String {
+pub(crate) fn tag(preset: Preset, kind: ClientKind, n: usize, tool: &str) -> String {
     format!("{}/{}/{n:03}-{tool}", preset.as_str(), kind.as_str())
 }
 
 /// The workload's caller on mcp-resume: each call tagged, keyed when asked, recorded with
 /// what the client reported.
-pub struct Agent<'a> {
+pub(crate) struct Agent<'a> {
     client: &'a Client,
     preset: Preset,
     kind: ClientKind,
@@ -185,7 +185,7 @@ pub struct Agent<'a> {
 
 impl<'a> Agent<'a> {
     /// An agent making the calls of `kind`'s run on `preset` through `client`.
-    pub fn new(client: &'a Client, preset: Preset, kind: ClientKind) -> Self {
+    pub(crate) fn new(client: &'a Client, preset: Preset, kind: ClientKind) -> Self {
         Self {
             client,
             preset,
@@ -195,19 +195,19 @@ impl<'a> Agent<'a> {
     }
 
     /// The calls made so far, in order.
-    pub fn calls(&self) -> &[CallRecord] {
+    pub(crate) fn calls(&self) -> &[CallRecord] {
         &self.calls
     }
 
     /// The calls made, in order.
-    pub fn into_calls(self) -> Vec<CallRecord> {
+    pub(crate) fn into_calls(self) -> Vec<CallRecord> {
         self.calls
     }
 }
 
 /// One workload call through mcp-resume: `tag` in its `_meta` (and as its progress token when
 /// `progress`), a fresh idempotency key when `keyed`; `structuredContent`, or the error's kind.
-pub async fn call_tagged(
+pub(crate) async fn call_tagged(
     client: &Client,
     tool: &str,
     args: Value,
@@ -246,12 +246,12 @@ impl WorkloadCaller for Agent<'_> {
 }
 
 /// Runs the workload for one preset and one client kind on a fresh cluster.
-pub async fn run_one(preset: Preset, kind: ClientKind, cfg: &WorkloadConfig) -> RunReport {
+pub(crate) async fn run_one(preset: Preset, kind: ClientKind, cfg: &WorkloadConfig) -> RunReport {
     run_one_on(cluster_config(preset, cfg), kind, cfg).await
 }
 
 /// [`run_one`] on a fresh cluster started with `config`.
-pub async fn run_one_on(
+pub(crate) async fn run_one_on(
     config: ClusterConfig,
     kind: ClientKind,
     cfg: &WorkloadConfig,
@@ -307,7 +307,7 @@ pub async fn run_one_on(
 
 /// How a driver of another SDK makes one call of the workload, so that it runs the very
 /// sequence [`run_one`] runs (see [`run_calls`]).
-pub trait WorkloadCaller {
+pub(crate) trait WorkloadCaller {
     /// Calls `tool` with `args` under the next tag (a fresh idempotency key when `keyed`),
     /// records what the client reported, and returns `structuredContent` on success.
     fn call(
@@ -319,7 +319,7 @@ pub trait WorkloadCaller {
 }
 
 /// The workload's calls after `initialize`, in the order [`run_one`] makes them.
-pub async fn run_calls(caller: &mut impl WorkloadCaller, cfg: &WorkloadConfig) {
+pub(crate) async fn run_calls(caller: &mut impl WorkloadCaller, cfg: &WorkloadConfig) {
     caller
         .call(
             "slow",
@@ -352,7 +352,7 @@ pub async fn run_calls(caller: &mut impl WorkloadCaller, cfg: &WorkloadConfig) {
 }
 
 /// Runs every preset for both clients, one after the other (wall times stay comparable).
-pub async fn run_all(cfg: &WorkloadConfig) -> Vec<RunReport> {
+pub(crate) async fn run_all(cfg: &WorkloadConfig) -> Vec<RunReport> {
     let mut reports = Vec::new();
     for preset in Preset::ALL {
         for kind in ClientKind::ALL {
@@ -364,7 +364,7 @@ pub async fn run_all(cfg: &WorkloadConfig) -> Vec<RunReport> {
 
 /// One line of the table / one element of the JSON `rows`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// Preset name.
     pub preset: String,
     /// Client kind name.
@@ -404,7 +404,7 @@ pub struct Row {
 }
 
 /// Joins the client's view of each call with the oracle's records for its tag.
-pub fn row(report: &RunReport) -> Row {
+pub(crate) fn row(report: &RunReport) -> Row {
     let oracle = &report.oracle;
     let mut row = Row {
         preset: report.preset.as_str().to_owned(),
@@ -529,7 +529,7 @@ fn silent_totals(rows: &[Row]) -> String {
 }
 
 /// The human-readable table.
-pub fn render_table(rows: &[Row]) -> String {
+pub(crate) fn render_table(rows: &[Row]) -> String {
     let mut out = render_rows(rows);
     let _ = writeln!(
         out,
@@ -549,7 +549,7 @@ pub fn render_table(rows: &[Row]) -> String {
 }
 
 /// The table of the 2026-07-28 runs.
-pub fn render_modern_table(rows: &[Row]) -> String {
+pub(crate) fn render_modern_table(rows: &[Row]) -> String {
     let mut out = String::from(
         "modern era (2026-07-28): the same presets in ClusterEra::Modern (stateless, nothing \
          to resume); a keyed slow call cut after 3 events, two counter_increment calls whose \
@@ -571,7 +571,7 @@ pub fn render_modern_table(rows: &[Row]) -> String {
 }
 
 /// The table of runs on `naive` with the balancer cutting nothing: what routing alone does.
-pub fn render_uncut_table(rows: &[Row]) -> String {
+pub(crate) fn render_uncut_table(rows: &[Row]) -> String {
     let mut out = String::from(
         "naive with the balancer cutting nothing (no stream is cut, nothing is resumed):\n",
     );
@@ -580,12 +580,16 @@ pub fn render_uncut_table(rows: &[Row]) -> String {
 }
 
 /// The JSON document printed by `--json`.
-pub fn render_json(rows: &[Row]) -> String {
+pub(crate) fn render_json(rows: &[Row]) -> String {
     serde_json::to_string_pretty(&json!({ "rows": rows })).expect("rows serialize")
 }
 
 /// The JSON document printed by `--json`: the legacy rows, `naive` uncut, the modern rows.
-pub fn render_json_document(rows: &[Row], uncut_rows: &[Row], modern_rows: &[Row]) -> String {
+pub(crate) fn render_json_document(
+    rows: &[Row],
+    uncut_rows: &[Row],
+    modern_rows: &[Row],
+) -> String {
     serde_json::to_string_pretty(&json!({
         "rows": rows,
         "naive_uncut_rows": uncut_rows,
@@ -595,7 +599,7 @@ pub fn render_json_document(rows: &[Row], uncut_rows: &[Row], modern_rows: &[Row
 }
 
 /// One line per call: the client's outcome next to the oracle's records for its tag.
-pub fn render_calls(report: &RunReport) -> String {
+pub(crate) fn render_calls(report: &RunReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "== {} / {}", report.preset, report.client.as_str());
     for call in &report.calls {

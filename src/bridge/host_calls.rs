@@ -122,7 +122,9 @@ impl HostCalls {
             return self.call_tool(client, params).await;
         }
         let first_page = params.as_ref().and_then(|p| p.get("cursor")).is_none();
-        let result = client.call(CallRequest::new(method, params.clone())).await;
+        let result = client
+            .send_core(CallRequest::new(method, params.clone()))
+            .await;
         if let Ok(answer) = &result {
             match method {
                 "tools/list" => self.remember_annotations(answer, first_page),
@@ -144,7 +146,7 @@ impl HostCalls {
         let request = CallRequest::tool_call(params, key);
         let mut resends = 0;
         loop {
-            match client.call(request.clone()).await {
+            match client.send_core(request.clone()).await {
                 Err(e)
                     if e.kind() == ErrorKind::OutcomeUnknown
                         && resend_on_unknown

@@ -222,7 +222,7 @@ impl Inner {
                 Ok(())
             }
             _ => match self.client() {
-                Some(client) => client.notify(method, params).await,
+                Some(client) => client.notify(method, params),
                 // Before `initialize` the server has no session to tell.
                 None => Ok(()),
             },

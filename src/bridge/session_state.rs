@@ -71,7 +71,7 @@ impl SessionState {
         tokio::spawn(async move {
             for request in requests {
                 let method = request.method().to_owned();
-                if let Err(error) = client.call(request).await {
+                if let Err(error) = client.send_core(request).await {
                     tracing::warn!(%method, %error, "could not restore the host's session state");
                 }
             }

@@ -16,6 +16,7 @@ use super::models;
 use super::request::{Request, Submission, Timing};
 use super::results::{CallToolResult, InitializeResult};
 use super::tool_call::{next_call_id, ToolCall};
+use super::Startable;
 use crate::error::{Error, ErrorKind};
 use crate::proto::{CallRequest, Era, ExtensionStatus};
 
@@ -95,7 +96,7 @@ impl Client {
         InitializeResult::from_value(value)
     }
 
-    /// Calls a tool (`tools/call`).
+    /// Calls a tool (`tools/call`) and waits for its result.
     ///
     /// A tool that fails reports it in the result (`is_error`); an `Err` means the call
     /// itself failed. [`ErrorKind::OutcomeUnknown`] says the call was interrupted, may or may
@@ -106,56 +107,45 @@ impl Client {
         self.submit(submission, CallToolResult::from_value)?.await
     }
 
-    /// Starts a tool call and returns its [`CallHandle`] at once: its id, its own progress
-    /// stream (the call carries a progress token of its own when it has none), an explicit
-    /// cancel; await the handle for the result.
-    pub fn start_tool(&self, call: ToolCall) -> Result<CallHandle<CallToolResult>, Error> {
-        let submission = call
-            .into_submission(self.shared.call_timeout)?
-            .with_progress()?;
-        self.submit(submission, CallToolResult::from_value)
-    }
-
-    /// Starts any request and returns its [`CallHandle`] at once; see
-    /// [`Client::start_tool`]. [`CallHandle::typed`] reads the result as a type of yours.
-    pub fn start(&self, request: Request) -> Result<CallHandle<Value>, Error> {
-        let submission = request
-            .into_submission(self.shared.call_timeout)?
-            .with_progress()?;
-        self.submit(submission, Ok)
-    }
-
-    /// Sends any request and returns its JSON-RPC `result`.
+    /// Sends a request of any method and reads its `result` as `T`: a model of this crate, a
+    /// type of yours, or [`serde_json::Value`] for the raw result. A result that does not fit
+    /// `T` is an [`ErrorKind::Protocol`] error.
     ///
-    /// Such a request is never re-sent after an interruption whose outcome is unknown (it has
-    /// no idempotency key); use [`Client::call_tool`] with a key for calls worth re-sending.
-    pub async fn request(&self, method: &str, params: Option<Value>) -> Result<Value, Error> {
-        self.call(CallRequest::new(method, params)).await
-    }
-
-    /// Sends any request and reads its `result` as `T` (a custom method's result type, or a
-    /// model of this crate). A result that does not fit is an [`ErrorKind::Protocol`] error.
+    /// Such a request carries no idempotency key, so it is never re-sent after an
+    /// interruption whose outcome is unknown; [`Client::call_tool`] with a key is the call
+    /// that can be.
     ///
     /// ```no_run
     /// # async fn run(client: mcp_resume::Client) -> mcp_resume::Result<()> {
+    /// use mcp_resume::Request;
+    ///
     /// #[derive(serde::Deserialize)]
     /// struct Status { healthy: bool }
     ///
-    /// let status: Status = client.request_as("acme/status", None).await?;
-    /// # let _ = status.healthy; Ok(()) }
+    /// let status: Status = client.request(Request::new("acme/status", None)).await?;
+    /// let raw: serde_json::Value = client.request(Request::new("acme/status", None)).await?;
+    /// # let _ = (status.healthy, raw); Ok(()) }
     /// ```
-    pub async fn request_as<T: DeserializeOwned>(
-        &self,
-        method: &str,
-        params: Option<Value>,
-    ) -> Result<T, Error> {
-        let value = self.request(method, params).await?;
+    pub async fn request<T: DeserializeOwned>(&self, request: Request) -> Result<T, Error> {
+        let submission = request.into_submission(self.shared.call_timeout)?;
+        let value = self.submit(submission, Ok)?.await?;
         models::from_result(value)
     }
 
-    /// Sends a request with every option of the core ([`CallRequest`]): deadline, and for a
-    /// `tools/call` an idempotency key.
-    pub async fn call(&self, request: CallRequest) -> Result<Value, Error> {
+    /// Starts a [`ToolCall`] or a [`Request`] and returns its [`CallHandle`] at once: its id,
+    /// its own progress stream (the call carries a progress token of its own when it has
+    /// none), an explicit cancel; await the handle for the result (a [`CallToolResult`] for a
+    /// tool call, the raw `result` for a request; [`CallHandle::typed`] reads it as a type of
+    /// yours).
+    pub fn start<C: Startable>(&self, call: C) -> Result<CallHandle<C::Output>, Error> {
+        let submission = call
+            .into_submission(self.shared.call_timeout)?
+            .with_progress()?;
+        self.submit(submission, C::convert)
+    }
+
+    /// Sends a core request as it is (the bridge's path: its key and deadline already set).
+    pub(crate) async fn send_core(&self, request: CallRequest) -> Result<Value, Error> {
         let timing = Timing {
             timeout: request.deadline(),
             ..Timing::default()
@@ -240,11 +230,13 @@ impl Client {
 
     /// Checks the server is alive (`ping`).
     pub async fn ping(&self) -> Result<(), Error> {
-        self.request("ping", None).await.map(drop)
+        self.request::<Value>(Request::new("ping", None))
+            .await
+            .map(drop)
     }
 
     /// Sends a notification (best effort: returns once it is queued, not when delivered).
-    pub async fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
+    pub fn notify(&self, method: &str, params: Option<Value>) -> Result<(), Error> {
         self.send(Command::Notify {
             method: method.to_owned(),
             params,
@@ -253,8 +245,8 @@ impl Client {
 
     /// Tells the server the roots changed (`notifications/roots/list_changed`): it will ask
     /// for them again, and the [`ClientBuilder::on_roots`] handler answers.
-    pub async fn notify_roots_changed(&self) -> Result<(), Error> {
-        self.notify("notifications/roots/list_changed", None).await
+    pub fn notify_roots_changed(&self) -> Result<(), Error> {
+        self.notify("notifications/roots/list_changed", None)
     }
 
     /// Lifecycle events: resumes, rejections, re-initializations, re-sends, unknown outcomes.

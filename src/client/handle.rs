@@ -24,7 +24,7 @@ pub(crate) const GUARD_GRACE: Duration = Duration::from_secs(2);
 pub(crate) const PROGRESS_BUFFER: usize = 64;
 
 /// A request in flight, from [`Client::start`](super::Client::start) or
-/// [`Client::start_tool`](super::Client::start_tool). Await it for the result.
+/// [`Client::start`](super::Client::start). Await it for the result.
 ///
 /// - [`CallHandle::id`] names the call in events and notifications, and is known before the
 ///   request is sent.
@@ -40,7 +40,7 @@ pub(crate) const PROGRESS_BUFFER: usize = 64;
 /// use mcp_resume::ToolCall;
 /// use serde_json::json;
 ///
-/// let mut call = client.start_tool(ToolCall::new("slow", json!({"steps": 5})))?;
+/// let mut call = client.start(ToolCall::new("slow", json!({"steps": 5})))?;
 /// let mut progress = call.progress();
 /// loop {
 ///     tokio::select! {

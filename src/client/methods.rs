@@ -9,6 +9,7 @@ use super::models::{
     self, CompleteRequest, CompleteResult, Completion, GetPromptResult, LoggingLevel, Page, Prompt,
     ReadResourceResult, Resource, ResourceTemplate,
 };
+use super::request::Request;
 use super::results::{protocol, Tool};
 use crate::error::Error;
 
@@ -86,7 +87,7 @@ impl Client {
 
     /// Reads a resource (`resources/read`).
     pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, Error> {
-        self.request_as("resources/read", Some(json!({ "uri": uri })))
+        self.request(Request::new("resources/read", json!({ "uri": uri })))
             .await
     }
 
@@ -96,14 +97,14 @@ impl Client {
     /// re-initialization ([`SessionEvent::Reinitialized`](crate::SessionEvent::Reinitialized))
     /// subscribe again.
     pub async fn subscribe_resource(&self, uri: &str) -> Result<(), Error> {
-        self.request("resources/subscribe", Some(json!({ "uri": uri })))
+        self.request::<Value>(Request::new("resources/subscribe", json!({ "uri": uri })))
             .await
             .map(drop)
     }
 
     /// Ends a subscription (`resources/unsubscribe`).
     pub async fn unsubscribe_resource(&self, uri: &str) -> Result<(), Error> {
-        self.request("resources/unsubscribe", Some(json!({ "uri": uri })))
+        self.request::<Value>(Request::new("resources/unsubscribe", json!({ "uri": uri })))
             .await
             .map(drop)
     }
@@ -137,14 +138,14 @@ impl Client {
         if !arguments.is_empty() {
             params["arguments"] = Value::Object(arguments);
         }
-        self.request_as("prompts/get", Some(params)).await
+        self.request(Request::new("prompts/get", params)).await
     }
 
     /// Asks for completions of a prompt argument or a resource template variable
     /// (`completion/complete`).
     pub async fn complete(&self, request: CompleteRequest) -> Result<Completion, Error> {
         let result: CompleteResult = self
-            .request_as("completion/complete", Some(request.to_params()))
+            .request(Request::new("completion/complete", request.to_params()))
             .await?;
         Ok(result.completion)
     }
@@ -154,9 +155,12 @@ impl Client {
     /// on [`Client::notifications`]. The level belongs to the session: after a
     /// re-initialization set it again.
     pub async fn set_logging_level(&self, level: LoggingLevel) -> Result<(), Error> {
-        self.request("logging/setLevel", Some(json!({ "level": level.as_str() })))
-            .await
-            .map(drop)
+        self.request::<Value>(Request::new(
+            "logging/setLevel",
+            json!({ "level": level.as_str() }),
+        ))
+        .await
+        .map(drop)
     }
 
     async fn list_all<T>(&self, list: &ListMethod<T>) -> Result<Vec<T>, Error> {
@@ -186,7 +190,7 @@ impl Client {
             Some(cursor) => json!({ "cursor": cursor }),
             None => json!({}),
         };
-        let raw = self.request(list.method, Some(params)).await?;
+        let raw: Value = self.request(Request::new(list.method, params)).await?;
         let values = raw
             .get(list.member)
             .and_then(Value::as_array)

@@ -38,6 +38,7 @@ pub mod models;
 pub mod oauth;
 mod request;
 mod results;
+mod startable;
 mod task_store;
 mod tool_call;
 
@@ -52,5 +53,6 @@ pub use methods::MAX_LIST_PAGES;
 pub use models::Content;
 pub use request::Request;
 pub use results::{CallToolResult, InitializeResult, Tool};
+pub use startable::Startable;
 pub use task_store::{InMemoryTaskStore, StoredTask, TaskStore};
-pub use tool_call::{IntoIdempotencyKey, ToolCall};
+pub use tool_call::ToolCall;

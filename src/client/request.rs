@@ -26,7 +26,7 @@ use crate::proto::{CallId, CallRequest};
 /// Such a request carries no idempotency key, so it is never re-sent after an interruption
 /// whose outcome is unknown; [`ToolCall`](super::ToolCall) is the request that can be.
 #[derive(Debug, Clone)]
-#[must_use = "a Request does nothing until passed to Client::start or Client::request_as"]
+#[must_use = "a Request does nothing until passed to Client::request or Client::start"]
 pub struct Request {
     id: CallId,
     method: String,
@@ -36,12 +36,12 @@ pub struct Request {
 }
 
 impl Request {
-    /// A request of `method` with `params` (a JSON object; `null` sends none).
-    pub fn new(method: impl Into<String>, params: Value) -> Self {
+    /// A request of `method` with `params`: a JSON object, or `None` (or `null`) for none.
+    pub fn new(method: impl Into<String>, params: impl Into<Option<Value>>) -> Self {
         Request {
             id: next_call_id(),
             method: method.into(),
-            params,
+            params: params.into().unwrap_or(Value::Null),
             meta: Map::new(),
             timing: Timing::default(),
         }

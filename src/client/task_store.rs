@@ -8,12 +8,23 @@ use super::http::redacted_url;
 
 /// A task a call became, as stored.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StoredTask {
     /// The server's task id.
     pub task_id: String,
     /// The endpoint it was created on (the whole URL, query included: `Debug` leaves out
     /// what may carry credentials).
     pub endpoint: String,
+}
+
+impl StoredTask {
+    /// A task as a durable [`TaskStore`] reads it back.
+    pub fn new(task_id: impl Into<String>, endpoint: impl Into<String>) -> Self {
+        StoredTask {
+            task_id: task_id.into(),
+            endpoint: endpoint.into(),
+        }
+    }
 }
 
 impl std::fmt::Debug for StoredTask {

@@ -18,44 +18,6 @@ pub(crate) fn next_call_id() -> CallId {
     CallId(NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A value usable as an idempotency key: a [`uuid::Uuid`], an [`IdempotencyKey`], or any
-/// string (validated when the call is made; an invalid one fails the call with
-/// [`ErrorKind::InvalidConfig`], it never panics).
-pub trait IntoIdempotencyKey {
-    /// Converts into a key, or says why the value cannot be one.
-    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId>;
-}
-
-impl IntoIdempotencyKey for IdempotencyKey {
-    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
-        Ok(self)
-    }
-}
-
-impl IntoIdempotencyKey for uuid::Uuid {
-    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
-        Ok(IdempotencyKey::from(self))
-    }
-}
-
-impl IntoIdempotencyKey for &str {
-    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
-        IdempotencyKey::new(self)
-    }
-}
-
-impl IntoIdempotencyKey for String {
-    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
-        IdempotencyKey::new(self)
-    }
-}
-
-impl IntoIdempotencyKey for &String {
-    fn into_idempotency_key(self) -> Result<IdempotencyKey, InvalidId> {
-        IdempotencyKey::new(self.as_str())
-    }
-}
-
 /// A `tools/call` request: a tool name, its arguments and how to deliver it.
 ///
 /// ```
@@ -67,7 +29,7 @@ impl IntoIdempotencyKey for &String {
 ///     .random_idempotency_key()
 ///     .meta("tag", json!("run-7"))
 ///     .timeout(Duration::from_secs(5));
-/// assert!(call.key().is_some());
+/// assert!(call.idempotency_key_ref().is_some());
 /// ```
 ///
 /// Only a call carrying an idempotency key can ever be re-sent after an interruption whose
@@ -98,8 +60,15 @@ impl ToolCall {
 
     /// Sets the idempotency key: it stays the same across re-sends while the JSON-RPC id
     /// changes. It travels in `params._meta` and in the `Idempotency-Key` header.
-    pub fn idempotency_key(mut self, key: impl IntoIdempotencyKey) -> Self {
-        self.key = Some(key.into_idempotency_key());
+    ///
+    /// Takes an [`IdempotencyKey`], a [`uuid::Uuid`] or any string; a string that cannot be a
+    /// key fails the call with [`ErrorKind::InvalidConfig`] when it is made (it never panics).
+    pub fn idempotency_key<K>(mut self, key: K) -> Self
+    where
+        K: TryInto<IdempotencyKey>,
+        K::Error: Into<InvalidId>,
+    {
+        self.key = Some(key.try_into().map_err(Into::into));
         self
     }
 
@@ -159,8 +128,8 @@ impl ToolCall {
         &self.name
     }
 
-    /// The idempotency key, if one was set and is valid.
-    pub fn key(&self) -> Option<&IdempotencyKey> {
+    /// The idempotency key set by [`ToolCall::idempotency_key`], if any and valid.
+    pub fn idempotency_key_ref(&self) -> Option<&IdempotencyKey> {
         self.key.as_ref().and_then(|k| k.as_ref().ok())
     }
 
@@ -241,6 +210,6 @@ mod tests {
     fn uuid_keys() {
         let u = uuid::Uuid::new_v4();
         let call = ToolCall::new("c", json!({})).idempotency_key(u);
-        assert_eq!(call.key().unwrap().as_str(), u.to_string());
+        assert_eq!(call.idempotency_key_ref().unwrap().as_str(), u.to_string());
     }
 }

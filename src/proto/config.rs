@@ -39,8 +39,9 @@ pub enum ResendPolicy {
     AssumeServerDeduplicates,
 }
 
-/// Configuration of a [`crate::proto::Session`].
+/// Configuration of a [`crate::proto::Session`]: the defaults, then `with_*` setters.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SessionConfig {
     /// `clientInfo.name`. Default: `"mcp-resume"`.
     pub client_name: String,
@@ -91,6 +92,24 @@ pub struct SessionConfig {
     /// this crate exists to prevent: never enable it outside demonstrations and tests.
     pub dangerous_trust_replay: bool,
 }
+
+crate::setters::with_setters!(SessionConfig {
+    with_client_name => client_name: String,
+    with_client_version => client_version: String,
+    with_client_capabilities => client_capabilities: Value,
+    with_protocol_version => protocol_version: ProtocolVersion,
+    with_era => era: Era,
+    with_era_hint => era_hint: Option<Era>,
+    with_call_timeout => call_timeout: Duration,
+    with_reconnect => reconnect: ReconnectPolicy,
+    with_max_event_size => max_event_size: usize,
+    with_max_body_size => max_body_size: usize,
+    with_open_listen_stream => open_listen_stream: bool,
+    with_resend => resend: ResendPolicy,
+    with_unavailable_not_processed => unavailable_not_processed: bool,
+    with_jitter_seed => jitter_seed: u64,
+    with_dangerous_trust_replay => dangerous_trust_replay: bool,
+});
 
 impl Default for SessionConfig {
     fn default() -> Self {

@@ -126,27 +126,6 @@ pub struct State {
 }
 
 impl State {
-    /// An unkeyed (or unsafe keyed) call on its first failure, with the default limits.
-    pub const UNKEYED: State = State {
-        resend_safe: false,
-        trust_replay: false,
-        resumable: true,
-        attempts: 1,
-        resumes_without_progress: 0,
-        reinit_failures: 0,
-        calls_waiting: false,
-        awaiting_reinit: false,
-        max_attempts: 10,
-        max_resumes_without_progress: 3,
-        max_reinit_failures: 5,
-    };
-
-    /// A keyed call that is safe to re-send, on its first failure, with the default limits.
-    pub const SAFE_KEYED: State = State {
-        resend_safe: true,
-        ..State::UNKEYED
-    };
-
     /// Initial facts for a call under `policy`.
     pub fn new(policy: &ReconnectPolicy, resend_safe: bool, trust_replay: bool) -> Self {
         State {
@@ -224,6 +203,7 @@ impl State {
 
 /// What happens to the call after a re-initialization.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CallFate {
     /// Re-sent on the new session (new JSON-RPC id, same idempotency key).
     Resend,
@@ -233,6 +213,7 @@ pub enum CallFate {
 
 /// What the session does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decision {
     /// Not a failure under this policy: keep reading the stream.
     Continue,

@@ -13,6 +13,8 @@
 //!   [`Session::handle_end`]; or a [`Session::handle_error`] (before or after the head).
 //! - [`Transmit::Abort`] drops that HTTP exchange; the session expects no more input for it
 //!   (input that still arrives is ignored).
+// Clocks, threads, runtimes and entropy (clippy.toml) have no place in a sans-IO core.
+#![deny(clippy::disallowed_methods)]
 
 // Module layout (owned by the protocol core):
 //   session/     – the Session state machine: a facade over parts that own their data
@@ -37,9 +39,17 @@ use crate::ids::{EventId, IdempotencyKey};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HttpId(pub u64);
 
-/// Identifies one application call (a request the app is waiting on).
+/// Identifies one application call (a request the app is waiting on). Assigned by the
+/// client (unique in the process) or by the session; never made up by the application.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CallId(pub u64);
+pub struct CallId(pub(crate) u64);
+
+impl CallId {
+    /// The number behind the id (for logs and language bindings).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
 
 /// HTTP method of a [`HttpRequest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +85,7 @@ pub enum HttpPurpose {
 /// own headers (authorization, custom) to every request. The session id is a sensitive
 /// header value: no `Debug` shows it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HttpRequest {
     /// Id to report the outcome under.
     pub id: HttpId,
@@ -90,6 +101,7 @@ pub struct HttpRequest {
 
 /// Something the driver must do on the network.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Transmit {
     /// Perform this request.
     Send(HttpRequest),
@@ -99,6 +111,7 @@ pub enum Transmit {
 
 /// How an HTTP exchange failed at the transport level.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TransportFailure {
     /// The request was provably never sent (connection refused, DNS failure).
     Connect(String),
@@ -123,10 +136,10 @@ pub struct CallRequest {
 impl CallRequest {
     /// A request of `method` with `params`, without an idempotency key: it is never re-sent
     /// after an interruption whose outcome is unknown.
-    pub fn new(method: impl Into<String>, params: Option<Value>) -> Self {
+    pub fn new(method: impl Into<String>, params: impl Into<Option<Value>>) -> Self {
         CallRequest {
             method: method.into(),
-            params,
+            params: params.into(),
             idempotency_key: None,
             timeout: None,
         }
@@ -172,6 +185,7 @@ impl CallRequest {
 
 /// A server-to-client JSON-RPC request the app must answer with [`crate::proto::Session::respond`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ServerRequest {
     /// The server's request id (opaque to the app).
     pub id: crate::ids::RequestId,
@@ -183,6 +197,7 @@ pub struct ServerRequest {
 
 /// A JSON-RPC notification from the server.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Notification {
     /// Method, e.g. `notifications/progress`.
     pub method: String,
@@ -334,6 +349,7 @@ pub struct ExtensionStatus {
 
 /// An output of the session for the app side of the driver.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Output {
     /// A call finished, exactly once.
     Completed {

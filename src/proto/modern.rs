@@ -41,6 +41,7 @@ const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
 /// What every modern request says of its client: built once, added to each request.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientMeta {
     capabilities: Value,
     info: Value,
@@ -265,6 +266,7 @@ pub fn param_header_values(
 /// What a modern server said in an error, when it is one of the errors only a modern server
 /// sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ModernError {
     /// `-32022`: the versions it speaks.
     UnsupportedVersion {
@@ -302,6 +304,7 @@ pub fn modern_error(error: &RpcError) -> Option<ModernError> {
 
 /// The kind of a modern result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResultType {
     /// The final result (also when `resultType` is absent, as from a legacy server).
     Complete,

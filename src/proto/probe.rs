@@ -45,6 +45,7 @@ pub enum ProbeAnswer {
 
 /// Facts about the handshake the probe belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ProbeFacts {
     /// The era may still be chosen (`Era::Auto`); with `Era::Modern` forced, an answer that
     /// means "legacy" is an error.
@@ -105,6 +106,7 @@ impl ProbeFacts {
 
 /// What the handshake does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ProbeVerdict {
     /// A modern server: the session is the modern one.
     Modern,

@@ -46,6 +46,7 @@ pub struct SseEvent {
 
 /// Why decoding failed. After an error the decoder is poisoned: the stream must be abandoned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SseError {
     /// An event (or a single line) exceeded the configured maximum size.
     #[error("SSE event larger than the maximum of {max} bytes")]

@@ -7,15 +7,15 @@ use mcp_resume::bridge::Bridge;
 use serde_json::{json, Value};
 
 /// Hang guard: generous, never a stand-in for synchronisation.
-pub const GUARD: Duration = Duration::from_secs(30);
+pub(crate) const GUARD: Duration = Duration::from_secs(30);
 
-pub async fn guarded<T>(fut: impl std::future::Future<Output = T>) -> T {
+pub(crate) async fn guarded<T>(fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(GUARD, fut)
         .await
         .expect("hang guard: the future did not complete")
 }
 
-pub struct Host {
+pub(crate) struct Host {
     pub bridge: Bridge,
     next: i64,
     /// Every message received that was not the awaited answer, in order.
@@ -23,7 +23,7 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn new(bridge: Bridge) -> Self {
+    pub(crate) fn new(bridge: Bridge) -> Self {
         Host {
             bridge,
             next: 0,
@@ -33,7 +33,7 @@ impl Host {
 
     /// `initialize` with this version and capabilities, then `notifications/initialized`;
     /// returns the answer.
-    pub async fn initialize(&mut self, version: &str, capabilities: Value) -> Value {
+    pub(crate) async fn initialize(&mut self, version: &str, capabilities: Value) -> Value {
         let answer = self
             .request(
                 "initialize",
@@ -46,19 +46,19 @@ impl Host {
     }
 
     /// Sends a request with the next numeric id and returns the id.
-    pub async fn send(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn send(&mut self, method: &str, params: Value) -> Value {
         self.next += 1;
         let id = json!(self.next);
         self.send_with_id(id.clone(), method, params).await;
         id
     }
 
-    pub async fn send_with_id(&mut self, id: Value, method: &str, params: Value) {
+    pub(crate) async fn send_with_id(&mut self, id: Value, method: &str, params: Value) {
         let message = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         guarded(self.bridge.send(message)).await.unwrap();
     }
 
-    pub async fn notify(&mut self, method: &str, params: Option<Value>) {
+    pub(crate) async fn notify(&mut self, method: &str, params: Option<Value>) {
         let mut message = json!({"jsonrpc": "2.0", "method": method});
         if let Some(params) = params {
             message["params"] = params;
@@ -67,13 +67,13 @@ impl Host {
     }
 
     /// Sends a request and waits for its answer (the whole message).
-    pub async fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) async fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.send(method, params).await;
         self.answer(&id).await
     }
 
     /// The answer to request `id`; anything received before it goes to `seen`.
-    pub async fn answer(&mut self, id: &Value) -> Value {
+    pub(crate) async fn answer(&mut self, id: &Value) -> Value {
         loop {
             let message = self.next_message().await;
             if message.get("method").is_none() && message.get("id") == Some(id) {
@@ -84,14 +84,14 @@ impl Host {
     }
 
     /// The next message from the bridge.
-    pub async fn next_message(&mut self) -> Value {
+    pub(crate) async fn next_message(&mut self) -> Value {
         guarded(self.bridge.recv())
             .await
             .expect("the bridge closed")
     }
 
     /// The next server request forwarded to the host (other messages go to `seen`).
-    pub async fn server_request(&mut self) -> Value {
+    pub(crate) async fn server_request(&mut self) -> Value {
         loop {
             let message = self.next_message().await;
             if message.get("method").is_some() && message.get("id").is_some() {
@@ -102,7 +102,7 @@ impl Host {
     }
 
     /// The methods of the notifications seen so far.
-    pub fn notifications(&self) -> Vec<String> {
+    pub(crate) fn notifications(&self) -> Vec<String> {
         self.seen
             .iter()
             .filter(|m| m.get("id").is_none())
@@ -112,7 +112,7 @@ impl Host {
 }
 
 /// The `data.kind` and code of an error answer, or a panic naming the message.
-pub fn error_of(answer: &Value) -> (i64, String) {
+pub(crate) fn error_of(answer: &Value) -> (i64, String) {
     let error = answer
         .get("error")
         .unwrap_or_else(|| panic!("expected an error answer: {answer}"));

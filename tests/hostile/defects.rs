@@ -21,11 +21,9 @@ fn no_valid_session(status: u16) -> Reply {
 }
 
 fn storm_policy() -> ReconnectPolicy {
-    ReconnectPolicy {
-        initial_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(200),
-        ..ReconnectPolicy::default()
-    }
+    ReconnectPolicy::default()
+        .with_initial_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(200))
 }
 
 /// `initialize` always succeeds, every later request is refused with `refuse`; the first

@@ -10,31 +10,29 @@ use serde_json::json;
 
 use crate::server::{Reply, Request, Server};
 
-pub const MIB: usize = 1024 * 1024;
+pub(crate) const MIB: usize = 1024 * 1024;
 /// Limits small enough that an oversized answer is obvious, large enough for real answers.
-pub const MAX_EVENT: usize = 256 * 1024;
-pub const MAX_BODY: usize = 256 * 1024;
+pub(crate) const MAX_EVENT: usize = 256 * 1024;
+pub(crate) const MAX_BODY: usize = 256 * 1024;
 
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Held by the cases that push the most bytes, so they do not compete for the two cores.
-pub async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
+pub(crate) async fn heavy() -> tokio::sync::MutexGuard<'static, ()> {
     HEAVY.lock().await
 }
 
-pub fn fast_policy() -> ReconnectPolicy {
-    ReconnectPolicy {
-        initial_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(50),
-        max_attempts: 4,
-        ..ReconnectPolicy::default()
-    }
+pub(crate) fn fast_policy() -> ReconnectPolicy {
+    ReconnectPolicy::default()
+        .with_initial_delay(Duration::from_millis(10))
+        .with_max_delay(Duration::from_millis(50))
+        .with_max_attempts(4)
 }
 
 /// A client for `server`: 5 s deadline, fast reconnects, no standalone stream, small limits,
 /// and an era cache of its own (the process-wide one would carry what one case's server
 /// answered to the next server that gets the same port).
-pub fn builder(server: &Server) -> ClientBuilder {
+pub(crate) fn builder(server: &Server) -> ClientBuilder {
     Client::builder(&server.url)
         .era_cache(EraCache::new())
         .call_timeout(Duration::from_secs(5))
@@ -45,48 +43,48 @@ pub fn builder(server: &Server) -> ClientBuilder {
         .jitter_seed(11)
 }
 
-pub fn echo(text: &str) -> ToolCall {
+pub(crate) fn echo(text: &str) -> ToolCall {
     ToolCall::new("echo", json!({ "text": text }))
 }
 
-pub fn tool_calls(r: &Request) -> bool {
+pub(crate) fn tool_calls(r: &Request) -> bool {
     r.is_rpc("tools/call")
 }
 
-pub fn initializes(r: &Request) -> bool {
+pub(crate) fn initializes(r: &Request) -> bool {
     r.is_rpc("initialize")
 }
 
 /// A request of the handshake, which carries no session id: the era probe
 /// (`server/discover`, refused by these legacy servers) or `initialize`.
-pub fn handshake(r: &Request) -> bool {
+pub(crate) fn handshake(r: &Request) -> bool {
     r.is_rpc("server/discover") || initializes(r)
 }
 
 /// Time and this thread's peak heap growth since [`Probe::start`].
-pub struct Probe {
+pub(crate) struct Probe {
     started: Instant,
     base: isize,
 }
 
 impl Probe {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         Probe {
             base: crate::reset_thread_peak(),
             started: Instant::now(),
         }
     }
 
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
-    pub fn peak_growth(&self) -> usize {
+    pub(crate) fn peak_growth(&self) -> usize {
         (crate::thread_peak() - self.base).max(0) as usize
     }
 
     /// Panics with `what` when the peak grew beyond `bound`.
-    pub fn assert_memory(&self, what: &str, bound: usize) {
+    pub(crate) fn assert_memory(&self, what: &str, bound: usize) {
         let grown = self.peak_growth();
         eprintln!(
             "{what}: {:?}, heap peak +{} KiB (bound {} KiB)",
@@ -105,7 +103,7 @@ impl Probe {
 }
 
 /// `fut`, or `Err` naming `what` when it takes longer than `limit`.
-pub async fn within<T>(
+pub(crate) async fn within<T>(
     what: &str,
     limit: Duration,
     fut: impl Future<Output = T>,
@@ -116,7 +114,7 @@ pub async fn within<T>(
 }
 
 /// Runs a call that must fail within `limit`; returns the error and how long it took.
-pub async fn failing<T: std::fmt::Debug>(
+pub(crate) async fn failing<T: std::fmt::Debug>(
     what: &str,
     limit: Duration,
     fut: impl Future<Output = Result<T, Error>>,
@@ -129,12 +127,12 @@ pub async fn failing<T: std::fmt::Debug>(
     }
 }
 
-pub fn assert_kind(what: &str, err: &Error, kind: ErrorKind) {
+pub(crate) fn assert_kind(what: &str, err: &Error, kind: ErrorKind) {
     assert_eq!(err.kind(), kind, "{what}: {err}");
 }
 
 /// The server turns good; the same client must then ping and call a tool.
-pub async fn assert_usable(what: &str, server: &Server, client: &Client) {
+pub(crate) async fn assert_usable(what: &str, server: &Server, client: &Client) {
     server.behave();
     let limit = Duration::from_secs(5);
     match within(what, limit, client.ping()).await {
@@ -151,20 +149,20 @@ pub async fn assert_usable(what: &str, server: &Server, client: &Client) {
 
 /// Failures of a table of sub-cases, reported together.
 #[derive(Default)]
-pub struct Failures(Vec<String>);
+pub(crate) struct Failures(Vec<String>);
 
 impl Failures {
-    pub fn check(&mut self, ok: bool, message: impl FnOnce() -> String) {
+    pub(crate) fn check(&mut self, ok: bool, message: impl FnOnce() -> String) {
         if !ok {
             self.0.push(message());
         }
     }
 
-    pub fn push(&mut self, message: String) {
+    pub(crate) fn push(&mut self, message: String) {
         self.0.push(message);
     }
 
-    pub fn finish(self, what: &str) {
+    pub(crate) fn finish(self, what: &str) {
         assert!(
             self.0.is_empty(),
             "{what}: {} failure(s):\n  {}",
@@ -175,7 +173,7 @@ impl Failures {
 }
 
 /// What the call must end with.
-pub enum Expect {
+pub(crate) enum Expect {
     Err(ErrorKind),
     /// Any of these kinds: where more than one reading of the server's answer is defensible.
     ErrAny(&'static [ErrorKind]),
@@ -183,7 +181,7 @@ pub enum Expect {
     Ok(fn(&str) -> bool),
 }
 
-pub struct Case {
+pub(crate) struct Case {
     pub name: &'static str,
     /// The answer to the (first) `tools/call`.
     pub reply: fn(&Request) -> Reply,
@@ -200,7 +198,7 @@ pub struct Case {
 }
 
 impl Case {
-    pub fn new(name: &'static str, reply: fn(&Request) -> Reply, expect: Expect) -> Self {
+    pub(crate) fn new(name: &'static str, reply: fn(&Request) -> Reply, expect: Expect) -> Self {
         Case {
             name,
             reply,
@@ -213,12 +211,12 @@ impl Case {
         }
     }
 
-    pub fn written_below(mut self, bytes: u64) -> Self {
+    pub(crate) fn written_below(mut self, bytes: u64) -> Self {
         self.written = Some(bytes);
         self
     }
 
-    pub fn timing(mut self, timeout: Duration, at_least: Duration, limit: Duration) -> Self {
+    pub(crate) fn timing(mut self, timeout: Duration, at_least: Duration, limit: Duration) -> Self {
         self.timeout = timeout;
         self.at_least = at_least;
         self.limit = limit;
@@ -226,7 +224,7 @@ impl Case {
     }
 }
 
-pub async fn run(case: Case) {
+pub(crate) async fn run(case: Case) {
     let Case {
         name,
         reply,

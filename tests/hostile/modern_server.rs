@@ -20,10 +20,10 @@ use crate::harness::{self, within};
 use crate::server::{echo_result, result_msg, sse_event, Reply, Request, Server};
 
 /// The revision the server speaks.
-pub const MODERN: &str = "2026-07-28";
+pub(crate) const MODERN: &str = "2026-07-28";
 
 /// A modern hostile server: dereferences to the raw server for its log and counts.
-pub struct ModernServer {
+pub(crate) struct ModernServer {
     server: Server,
     good: Arc<AtomicBool>,
 }
@@ -38,7 +38,9 @@ impl std::ops::Deref for ModernServer {
 
 impl ModernServer {
     /// Starts a server answering through `script`; `None` is the modern default.
-    pub async fn start(script: impl Fn(&Request) -> Option<Reply> + Send + Sync + 'static) -> Self {
+    pub(crate) async fn start(
+        script: impl Fn(&Request) -> Option<Reply> + Send + Sync + 'static,
+    ) -> Self {
         let good = Arc::new(AtomicBool::new(false));
         let behaving = good.clone();
         let server = Server::start(move |req| {
@@ -54,19 +56,19 @@ impl ModernServer {
     }
 
     /// From now on every request gets the well-behaved modern answer.
-    pub fn behave(&self) {
+    pub(crate) fn behave(&self) {
         self.good.store(true, Ordering::SeqCst);
     }
 }
 
 /// A client for the modern server: the hostile harness's limits and deadlines, the modern era
 /// forced (so no case depends on an era cache), and the tasks extension declared.
-pub fn builder(server: &ModernServer) -> ClientBuilder {
+pub(crate) fn builder(server: &ModernServer) -> ClientBuilder {
     harness::builder(server).era(Era::Modern)
 }
 
 /// A modern JSON-RPC result: `resultType: "complete"` unless it names its own.
-pub fn complete(req: &Request, mut result: Value) -> Reply {
+pub(crate) fn complete(req: &Request, mut result: Value) -> Reply {
     if result.get("resultType").is_none() {
         result["resultType"] = json!("complete");
     }
@@ -74,7 +76,7 @@ pub fn complete(req: &Request, mut result: Value) -> Reply {
 }
 
 /// A JSON-RPC error in a body with `status`.
-pub fn rpc_error(req: &Request, status: u16, code: i64, data: Value) -> Reply {
+pub(crate) fn rpc_error(req: &Request, status: u16, code: i64, data: Value) -> Reply {
     Reply::json(
         status,
         &json!({"jsonrpc": "2.0", "id": req.rpc_id(),
@@ -83,12 +85,12 @@ pub fn rpc_error(req: &Request, status: u16, code: i64, data: Value) -> Reply {
 }
 
 /// The result of `tasks/get` for task `id` in `status`.
-pub fn task_status(id: &str, status: &str) -> Value {
+pub(crate) fn task_status(id: &str, status: &str) -> Value {
     json!({"resultType": "complete", "taskId": id, "status": status, "pollIntervalMs": 10})
 }
 
 /// The acknowledgement opening a `subscriptions/listen` stream, as an SSE event.
-pub fn acknowledgement(req: &Request) -> String {
+pub(crate) fn acknowledgement(req: &Request) -> String {
     sse_event(
         None,
         &json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
@@ -98,7 +100,7 @@ pub fn acknowledgement(req: &Request) -> String {
 }
 
 /// A tool list change on the `subscriptions/listen` stream `req` opened, as an SSE event.
-pub fn list_changed(req: &Request) -> String {
+pub(crate) fn list_changed(req: &Request) -> String {
     sse_event(
         None,
         &json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
@@ -106,7 +108,7 @@ pub fn list_changed(req: &Request) -> String {
     )
 }
 
-pub fn tools() -> Value {
+pub(crate) fn tools() -> Value {
     json!({"tools": [
         {"name": "echo", "inputSchema": {"type": "object"}},
         {"name": "regional", "inputSchema": {"type": "object", "properties": {
@@ -150,7 +152,7 @@ fn good_modern(req: &Request) -> Reply {
 }
 
 /// The server turns good; the same client must then ping and call a tool.
-pub async fn assert_usable(what: &str, server: &ModernServer, client: &Client) {
+pub(crate) async fn assert_usable(what: &str, server: &ModernServer, client: &Client) {
     server.behave();
     let limit = Duration::from_secs(5);
     match within(what, limit, client.ping()).await {
@@ -166,6 +168,6 @@ pub async fn assert_usable(what: &str, server: &ModernServer, client: &Client) {
 }
 
 /// The JSON-RPC result for `req` as a value (for scripts building SSE events).
-pub fn result_event(req: &Request, result: Value) -> String {
+pub(crate) fn result_event(req: &Request, result: Value) -> String {
     sse_event(None, &result_msg(req, result))
 }

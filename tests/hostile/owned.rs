@@ -66,9 +66,9 @@ async fn a_dropped_or_cancelled_legacy_call_is_not_resumed() {
     let server = cutting_server().await;
     let client = builder(&server).build().unwrap();
     client.connect().await.unwrap();
-    let kept = client.start_tool(echo("kept")).unwrap();
-    let dropped = client.start_tool(echo("dropped")).unwrap();
-    let cancelled = client.start_tool(echo("cancelled")).unwrap();
+    let kept = client.start(echo("kept")).unwrap();
+    let dropped = client.start(echo("dropped")).unwrap();
+    let cancelled = client.start(echo("cancelled")).unwrap();
     server.wait_nth(3, tool_calls).await;
     for call in server.matching(tool_calls) {
         server.wait_done(call.seq, GUARD).await;
@@ -119,7 +119,7 @@ async fn a_legacy_call_past_its_deadline_is_not_resumed() {
     let after = server.requests().len();
     // A control call resumed with the same `retry`, after the abandoned one's would have been.
     let control = builder(&server).build().unwrap();
-    let kept = control.start_tool(echo("y")).unwrap();
+    let kept = control.start(echo("y")).unwrap();
     server
         .wait_nth(1, |r| r.is_resume() && r.session_id() == Some("hostile-2"))
         .await;
@@ -141,7 +141,7 @@ async fn nothing_is_sent_after_close_or_the_last_drop() {
         let server = cutting_server().await;
         let client = builder(&server).build().unwrap();
         client.connect().await.unwrap();
-        let waiting = client.start_tool(echo("waiting")).unwrap();
+        let waiting = client.start(echo("waiting")).unwrap();
         let call = server.wait_for(tool_calls).await;
         server.wait_done(call.seq, GUARD).await;
         let moment = if by_drop {
@@ -157,7 +157,7 @@ async fn nothing_is_sent_after_close_or_the_last_drop() {
         assert!(outcome.is_err(), "{what}: {outcome:?}");
         // A control client's resume, due as late as the abandoned one's would have been.
         let control = builder(&server).build().unwrap();
-        let kept = control.start_tool(echo("control")).unwrap();
+        let kept = control.start(echo("control")).unwrap();
         server
             .wait_for(|r| r.is_resume() && r.last_event_id() == Some("control-1"))
             .await;
@@ -243,18 +243,18 @@ async fn an_abandoned_modern_call_gets_no_mrtr_round() {
             .build()
             .unwrap();
         client.connect().await.unwrap();
-        let kept = client.start_tool(confirm("kept")).unwrap();
+        let kept = client.start(confirm("kept")).unwrap();
         let abandoned = if by_deadline {
             let call = confirm("abandoned").timeout(Duration::from_millis(200));
             let (err, _) = failing(what, Duration::from_secs(3), async {
-                let handle = client.start_tool(call)?;
+                let handle = client.start(call)?;
                 handle.await
             })
             .await;
             assert_kind(what, &err, ErrorKind::Timeout);
             None
         } else {
-            Some(client.start_tool(confirm("abandoned")).unwrap())
+            Some(client.start(confirm("abandoned")).unwrap())
         };
         // Both handlers are running.
         let both = asked.acquire_many(2).await.unwrap();
@@ -310,11 +310,9 @@ fn keyed(tag: &str) -> ToolCall {
 /// sent (a modern session has nothing to DELETE).
 #[tokio::test]
 async fn an_abandoned_modern_call_is_not_reissued() {
-    let slow_retry = mcp_resume::ReconnectPolicy {
-        initial_delay: Duration::from_millis(150),
-        max_delay: Duration::from_millis(300),
-        ..fast_policy()
-    };
+    let slow_retry = fast_policy()
+        .with_initial_delay(Duration::from_millis(150))
+        .with_max_delay(Duration::from_millis(300));
     for how in ["dropped", "deadline", "close", "last drop"] {
         let server = Server::start(modern_cutting_reply).await;
         let client = builder(&server)
@@ -327,7 +325,7 @@ async fn an_abandoned_modern_call_is_not_reissued() {
             "deadline" => keyed("abandoned").timeout(Duration::from_millis(80)),
             _ => keyed("abandoned"),
         };
-        let abandoned = client.start_tool(call).unwrap();
+        let abandoned = client.start(call).unwrap();
         let first = server.wait_for(|r| r.is_rpc("tools/call")).await;
         server.wait_done(first.seq, GUARD).await;
         let moment = server.requests().len();
@@ -357,7 +355,7 @@ async fn an_abandoned_modern_call_is_not_reissued() {
             .reconnect(slow_retry.clone())
             .build()
             .unwrap();
-        let kept = control.start_tool(keyed("kept")).unwrap();
+        let kept = control.start(keyed("kept")).unwrap();
         server
             .wait_nth(3, |r| {
                 r.is_rpc("tools/call") && r.params()["arguments"]["tag"] == "kept"

@@ -21,24 +21,24 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{oneshot, watch};
 
 /// Hang guard for waits on the server: generous, never a stand-in for synchronisation.
-pub const GUARD: Duration = Duration::from_secs(20);
+pub(crate) const GUARD: Duration = Duration::from_secs(20);
 /// Protocol version the server speaks: the one where batches are not allowed.
-pub const VERSION: &str = "2025-11-25";
+pub(crate) const VERSION: &str = "2025-11-25";
 /// Body of the 400 a stock server sends for a session it does not know.
-pub const NO_VALID_SESSION: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#;
+pub(crate) const NO_VALID_SESSION: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: No valid session ID provided"}}"#;
 
 /// A request head larger than this is refused: the server must stay bounded too.
 const MAX_REQUEST_HEAD: usize = 64 * 1024;
 /// An endless body stops here even if the client keeps reading, so a client that never stops
 /// costs CPU for a bounded time and the test can still report what it read.
-pub const ENDLESS_CAP: u64 = 64 * 1024 * 1024;
+pub(crate) const ENDLESS_CAP: u64 = 64 * 1024 * 1024;
 /// Small socket buffers: the bytes the server "managed to write" then track what the client
 /// actually consumed, not what the kernel could absorb.
 const SEND_BUFFER: u32 = 64 * 1024;
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     /// Arrival order, from 0.
     pub seq: usize,
     /// Connection it came on, from 0.
@@ -55,34 +55,34 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n == name)
             .and_then(|(_, v)| std::str::from_utf8(v).ok())
     }
 
-    pub fn header_count(&self, name: &str) -> usize {
+    pub(crate) fn header_count(&self, name: &str) -> usize {
         self.headers.iter().filter(|(n, _)| n == name).count()
     }
 
-    pub fn is_post(&self) -> bool {
+    pub(crate) fn is_post(&self) -> bool {
         self.method == "POST"
     }
 
-    pub fn is_get(&self) -> bool {
+    pub(crate) fn is_get(&self) -> bool {
         self.method == "GET"
     }
 
-    pub fn is_delete(&self) -> bool {
+    pub(crate) fn is_delete(&self) -> bool {
         self.method == "DELETE"
     }
 
-    pub fn rpc_method(&self) -> Option<&str> {
+    pub(crate) fn rpc_method(&self) -> Option<&str> {
         self.json.as_ref()?.get("method")?.as_str()
     }
 
-    pub fn rpc_id(&self) -> Value {
+    pub(crate) fn rpc_id(&self) -> Value {
         self.json
             .as_ref()
             .and_then(|b| b.get("id"))
@@ -90,7 +90,7 @@ impl Request {
             .unwrap_or(Value::Null)
     }
 
-    pub fn params(&self) -> Value {
+    pub(crate) fn params(&self) -> Value {
         self.json
             .as_ref()
             .and_then(|b| b.get("params"))
@@ -98,12 +98,12 @@ impl Request {
             .unwrap_or(Value::Null)
     }
 
-    pub fn is_rpc(&self, method: &str) -> bool {
+    pub(crate) fn is_rpc(&self, method: &str) -> bool {
         self.is_post() && self.rpc_method() == Some(method)
     }
 
     /// A POST carrying a JSON-RPC response (an answer to a server request).
-    pub fn is_answer(&self) -> bool {
+    pub(crate) fn is_answer(&self) -> bool {
         self.is_post()
             && self.rpc_method().is_none()
             && self
@@ -112,20 +112,20 @@ impl Request {
                 .is_some_and(|j| j.get("result").is_some() || j.get("error").is_some())
     }
 
-    pub fn session_id(&self) -> Option<&str> {
+    pub(crate) fn session_id(&self) -> Option<&str> {
         self.header("mcp-session-id")
     }
 
-    pub fn last_event_id(&self) -> Option<&str> {
+    pub(crate) fn last_event_id(&self) -> Option<&str> {
         self.header("last-event-id")
     }
 
     /// A GET resuming a stream.
-    pub fn is_resume(&self) -> bool {
+    pub(crate) fn is_resume(&self) -> bool {
         self.is_get() && self.header_count("last-event-id") > 0
     }
 
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let what = match self.rpc_method() {
             Some(m) => format!("{} {m}", self.method),
             None if self.is_answer() => format!("{} <answer>", self.method),
@@ -140,7 +140,7 @@ impl Request {
 
 /// What became of the answer to a request.
 #[derive(Debug, Clone, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// When the server stopped answering (finished, or the client went away).
     pub done: Option<Instant>,
     /// Bytes of the answer written to the socket.
@@ -151,23 +151,23 @@ pub struct Outcome {
 
 /// A one-shot signal between a script, the server and the test.
 #[derive(Clone)]
-pub struct Latch(Arc<watch::Sender<bool>>);
+pub(crate) struct Latch(Arc<watch::Sender<bool>>);
 
 impl Latch {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Latch(Arc::new(watch::channel(false).0))
     }
 
-    pub fn open(&self) {
+    pub(crate) fn open(&self) {
         self.0.send_replace(true);
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         *self.0.borrow()
     }
 
     /// Waits (hang-guarded) until opened.
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         let mut rx = self.0.subscribe();
         let _ = tokio::time::timeout(GUARD, rx.wait_for(|open| *open)).await;
     }
@@ -175,7 +175,7 @@ impl Latch {
 
 /// One thing to do on the connection while answering.
 #[derive(Clone)]
-pub enum Step {
+pub(crate) enum Step {
     Write(Bytes),
     /// Writes `chunk` again and again until the client stops reading or closes, or
     /// [`ENDLESS_CAP`] bytes are written; then holds the connection until the client leaves.
@@ -198,7 +198,7 @@ pub enum Step {
 
 /// The answer to one request.
 #[derive(Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     steps: Vec<Step>,
     /// The connection may carry another request afterwards.
     keep_alive: bool,
@@ -208,7 +208,7 @@ pub struct Reply {
 
 impl Reply {
     /// The well-behaved answer.
-    pub fn good() -> Self {
+    pub(crate) fn good() -> Self {
         Reply {
             steps: Vec::new(),
             keep_alive: true,
@@ -217,7 +217,7 @@ impl Reply {
     }
 
     /// A complete response with a `Content-Length`, on a connection kept alive.
-    pub fn full(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Self {
+    pub(crate) fn full(status: u16, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Self {
         let body = body.into();
         let mut head = status_line(status);
         for (name, value) in headers {
@@ -231,11 +231,11 @@ impl Reply {
         }
     }
 
-    pub fn status(status: u16) -> Self {
+    pub(crate) fn status(status: u16) -> Self {
         Self::full(status, &[], Bytes::new())
     }
 
-    pub fn json(status: u16, body: &Value) -> Self {
+    pub(crate) fn json(status: u16, body: &Value) -> Self {
         Self::full(
             status,
             &[("Content-Type", "application/json")],
@@ -244,13 +244,13 @@ impl Reply {
     }
 
     /// A JSON-RPC result for `req`, as JSON.
-    pub fn result(req: &Request, result: Value) -> Self {
+    pub(crate) fn result(req: &Request, result: Value) -> Self {
         Self::json(200, &result_msg(req, result))
     }
 
     /// A response head with `headers` and no framing: the body runs until the connection
     /// closes. Continue it with [`Reply::then`] and friends.
-    pub fn head(status: u16, headers: &[(&str, &str)]) -> Self {
+    pub(crate) fn head(status: u16, headers: &[(&str, &str)]) -> Self {
         let mut head = status_line(status);
         for (name, value) in headers {
             head.push_str(&format!("{name}: {value}\r\n"));
@@ -264,7 +264,7 @@ impl Reply {
     }
 
     /// An SSE head; the body follows.
-    pub fn sse_head() -> Self {
+    pub(crate) fn sse_head() -> Self {
         Self::head(
             200,
             &[
@@ -275,17 +275,17 @@ impl Reply {
     }
 
     /// An SSE stream with `text`, then closed.
-    pub fn sse(text: impl Into<Bytes>) -> Self {
+    pub(crate) fn sse(text: impl Into<Bytes>) -> Self {
         Self::sse_head().write(text)
     }
 
     /// An SSE stream with `text`, then held open until the client leaves.
-    pub fn sse_open(text: impl Into<Bytes>) -> Self {
+    pub(crate) fn sse_open(text: impl Into<Bytes>) -> Self {
         Self::sse_head().write(text).hang()
     }
 
     /// Raw bytes on the wire, status line included, then the connection closes.
-    pub fn raw(bytes: impl Into<Bytes>) -> Self {
+    pub(crate) fn raw(bytes: impl Into<Bytes>) -> Self {
         Reply {
             steps: vec![Step::Write(bytes.into())],
             keep_alive: false,
@@ -294,7 +294,7 @@ impl Reply {
     }
 
     /// Reads the request and never answers.
-    pub fn hang_before_head() -> Self {
+    pub(crate) fn hang_before_head() -> Self {
         Reply {
             steps: vec![Step::Hang],
             keep_alive: false,
@@ -303,43 +303,43 @@ impl Reply {
     }
 
     /// The same answer, started only after `pause` (a slow server).
-    pub fn after(mut self, pause: Duration) -> Self {
+    pub(crate) fn after(mut self, pause: Duration) -> Self {
         self.steps.insert(0, Step::Pause(pause));
         self
     }
 
-    pub fn then(mut self, step: Step) -> Self {
+    pub(crate) fn then(mut self, step: Step) -> Self {
         self.steps.push(step);
         self
     }
 
-    pub fn write(self, bytes: impl Into<Bytes>) -> Self {
+    pub(crate) fn write(self, bytes: impl Into<Bytes>) -> Self {
         self.then(Step::Write(bytes.into()))
     }
 
-    pub fn endless(self, chunk: impl Into<Bytes>) -> Self {
+    pub(crate) fn endless(self, chunk: impl Into<Bytes>) -> Self {
         self.then(Step::Endless(chunk.into()))
     }
 
-    pub fn hang(self) -> Self {
+    pub(crate) fn hang(self) -> Self {
         self.then(Step::Hang)
     }
 
-    pub fn pause(self, pause: Duration) -> Self {
+    pub(crate) fn pause(self, pause: Duration) -> Self {
         self.then(Step::Pause(pause))
     }
 
-    pub fn wait(self, latch: &Latch) -> Self {
+    pub(crate) fn wait(self, latch: &Latch) -> Self {
         self.then(Step::Wait(latch.clone()))
     }
 
-    pub fn open(self, latch: &Latch) -> Self {
+    pub(crate) fn open(self, latch: &Latch) -> Self {
         self.then(Step::Open(latch.clone()))
     }
 
     /// Leaves the connection open for another request when the steps are done (the steps
     /// must frame their response).
-    pub fn keep_alive(mut self) -> Self {
+    pub(crate) fn keep_alive(mut self) -> Self {
         self.keep_alive = true;
         self
     }
@@ -371,17 +371,17 @@ fn status_line(status: u16) -> String {
     format!("HTTP/1.1 {status} {reason}\r\n")
 }
 
-pub fn result_msg(req: &Request, result: Value) -> Value {
+pub(crate) fn result_msg(req: &Request, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": result})
 }
 
 /// The result of the `echo` tool for `text`.
-pub fn echo_result(text: &str) -> Value {
+pub(crate) fn echo_result(text: &str) -> Value {
     json!({"content": [{"type": "text", "text": text}], "isError": false})
 }
 
 /// One SSE event block.
-pub fn sse_event(id: Option<&str>, data: &Value) -> String {
+pub(crate) fn sse_event(id: Option<&str>, data: &Value) -> String {
     match id {
         Some(id) => format!("id: {id}\ndata: {data}\n\n"),
         None => format!("data: {data}\n\n"),
@@ -392,7 +392,7 @@ type Script = Arc<dyn Fn(&Request) -> Reply + Send + Sync>;
 
 /// How the well-behaved part of the server presents itself.
 #[derive(Clone)]
-pub struct Options {
+pub(crate) struct Options {
     pub capabilities: Value,
     /// Sent as `Mcp-Capability-Hash` on every well-behaved answer, `initialize` included.
     pub capability_hash: Option<String>,
@@ -427,7 +427,7 @@ struct Shared {
     written: AtomicU64,
 }
 
-pub struct Server {
+pub(crate) struct Server {
     pub url: String,
     pub port: u16,
     shared: Arc<Shared>,
@@ -438,11 +438,11 @@ pub struct Server {
 impl Server {
     /// Starts a server on 127.0.0.1 answering through `script` (return [`Reply::good`] for
     /// the well-behaved answer).
-    pub async fn start(script: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
+    pub(crate) async fn start(script: impl Fn(&Request) -> Reply + Send + Sync + 'static) -> Self {
         Self::start_with(Options::default(), script).await
     }
 
-    pub async fn start_with(
+    pub(crate) async fn start_with(
         options: Options,
         script: impl Fn(&Request) -> Reply + Send + Sync + 'static,
     ) -> Self {
@@ -494,25 +494,25 @@ impl Server {
     }
 
     /// From now on every request gets the well-behaved answer.
-    pub fn behave(&self) {
+    pub(crate) fn behave(&self) {
         self.shared.good.store(true, Ordering::SeqCst);
     }
 
-    pub fn requests(&self) -> Vec<Request> {
+    pub(crate) fn requests(&self) -> Vec<Request> {
         lock(&self.shared.log)
             .iter()
             .map(|r| r.request.clone())
             .collect()
     }
 
-    pub fn count(&self, pred: impl Fn(&Request) -> bool) -> usize {
+    pub(crate) fn count(&self, pred: impl Fn(&Request) -> bool) -> usize {
         lock(&self.shared.log)
             .iter()
             .filter(|r| pred(&r.request))
             .count()
     }
 
-    pub fn matching(&self, pred: impl Fn(&Request) -> bool) -> Vec<Request> {
+    pub(crate) fn matching(&self, pred: impl Fn(&Request) -> bool) -> Vec<Request> {
         lock(&self.shared.log)
             .iter()
             .filter(|r| pred(&r.request))
@@ -520,7 +520,7 @@ impl Server {
             .collect()
     }
 
-    pub fn outcome(&self, seq: usize) -> Outcome {
+    pub(crate) fn outcome(&self, seq: usize) -> Outcome {
         lock(&self.shared.log)
             .get(seq)
             .map(|r| r.outcome.clone())
@@ -528,7 +528,7 @@ impl Server {
     }
 
     /// Every request with what became of its answer.
-    pub fn records(&self) -> Vec<(Request, Outcome)> {
+    pub(crate) fn records(&self) -> Vec<(Request, Outcome)> {
         lock(&self.shared.log)
             .iter()
             .map(|r| (r.request.clone(), r.outcome.clone()))
@@ -536,11 +536,11 @@ impl Server {
     }
 
     /// Bytes written on every connection so far.
-    pub fn written(&self) -> u64 {
+    pub(crate) fn written(&self) -> u64 {
         self.shared.written.load(Ordering::SeqCst)
     }
 
-    pub fn labels(&self) -> Vec<String> {
+    pub(crate) fn labels(&self) -> Vec<String> {
         lock(&self.shared.log)
             .iter()
             .map(|r| r.request.label())
@@ -548,7 +548,7 @@ impl Server {
     }
 
     /// Waits (hang-guarded) until `n` requests match `pred`; returns the `n`th.
-    pub async fn wait_nth(&self, n: usize, pred: impl Fn(&Request) -> bool) -> Request {
+    pub(crate) async fn wait_nth(&self, n: usize, pred: impl Fn(&Request) -> bool) -> Request {
         let mut changes = self.shared.changes.subscribe();
         let wait = async {
             loop {
@@ -569,12 +569,12 @@ impl Server {
         }
     }
 
-    pub async fn wait_for(&self, pred: impl Fn(&Request) -> bool) -> Request {
+    pub(crate) async fn wait_for(&self, pred: impl Fn(&Request) -> bool) -> Request {
         self.wait_nth(1, pred).await
     }
 
     /// Waits until `n` requests match `pred`, or `limit` passes; true if they did.
-    pub async fn saw_within(
+    pub(crate) async fn saw_within(
         &self,
         limit: Duration,
         n: usize,
@@ -593,7 +593,7 @@ impl Server {
 
     /// Waits until the answer to request `seq` is over (written, or the client left), or
     /// `limit` passes; returns the outcome either way.
-    pub async fn wait_done(&self, seq: usize, limit: Duration) -> Outcome {
+    pub(crate) async fn wait_done(&self, seq: usize, limit: Duration) -> Outcome {
         let mut changes = self.shared.changes.subscribe();
         let wait = async {
             loop {
@@ -611,7 +611,7 @@ impl Server {
     }
 
     /// The most requests matching `pred` whose answers were in progress at the same time.
-    pub fn max_overlap(&self, pred: impl Fn(&Request) -> bool) -> usize {
+    pub(crate) fn max_overlap(&self, pred: impl Fn(&Request) -> bool) -> usize {
         let now = Instant::now();
         let mut edges: Vec<(Instant, i32)> = Vec::new();
         for r in lock(&self.shared.log).iter() {
@@ -1009,6 +1009,6 @@ fn good_reply(shared: &Shared, req: &Request) -> Reply {
 }
 
 /// The session id the well-behaved server gives its `n`th `initialize`.
-pub fn session_name(n: u64) -> String {
+pub(crate) fn session_name(n: u64) -> String {
     format!("hostile-{n}")
 }

@@ -103,7 +103,7 @@ async fn defect_1_a_call_awaiting_input_is_not_resent_by_a_reinitialization() {
             .build()
             .unwrap()
     };
-    let ask = client.start_tool(tagged("ask")).unwrap();
+    let ask = client.start(tagged("ask")).unwrap();
     let ask = tokio::spawn(ask);
     server.wait_for(calls_tagged("ask")).await;
     let other = within("other", GUARD, client.call_tool(tagged("other"))).await;
@@ -213,7 +213,7 @@ async fn defect_4_cancelled_calls_leave_nothing_behind() {
             for _ in 0..n / 16 {
                 // Started and dropped in one batch of the driver: nothing reaches the wire.
                 for _ in 0..16 {
-                    drop(client.start_tool(echo("dropped")).unwrap());
+                    drop(client.start(echo("dropped")).unwrap());
                 }
                 tokio::task::yield_now().await;
             }
@@ -386,10 +386,7 @@ async fn gap_8_debug_leaves_out_the_endpoints_query() {
         assert!(debug.contains("/mcp"), "{debug}");
     }
     // The stored endpoint itself is whole: it is what a restarted agent reconnects to.
-    let task = StoredTask {
-        task_id: "t".into(),
-        endpoint: url.clone(),
-    };
+    let task = StoredTask::new("t", url.clone());
     assert!(task.endpoint.contains(SECRET));
     assert!(!format!("{task:?}").contains(SECRET));
 }

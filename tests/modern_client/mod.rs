@@ -179,11 +179,7 @@ async fn mrtr_round_goes_through_the_server_request_handler() {
                     "elicitation/create" => {
                         Ok(json!({"action": "accept", "content": {"confirmed": true}}))
                     }
-                    other => Err(RpcError {
-                        code: -32601,
-                        message: format!("method not found: {other}"),
-                        data: None,
-                    }),
+                    other => Err(RpcError::method_not_found(other)),
                 }
             }
         })

@@ -16,12 +16,12 @@ use mcp_resume::proto::{
 use mcp_resume::Error;
 use serde_json::{json, Value};
 
-pub const META_KEY: &str = "io.github.mcp-resume/idempotency-key";
-pub const HASH_META_KEY: &str = "io.github.mcp-resume/capability-hash";
-pub const WRONG_HASH: &str = "sha256:bad0bad0";
+pub(crate) const META_KEY: &str = "io.github.mcp-resume/idempotency-key";
+pub(crate) const HASH_META_KEY: &str = "io.github.mcp-resume/capability-hash";
+pub(crate) const WRONG_HASH: &str = "sha256:bad0bad0";
 
 /// Prints the seed when a test panics, so a failing schedule can be replayed.
-pub struct SeedGuard(pub u64);
+pub(crate) struct SeedGuard(pub u64);
 
 impl Drop for SeedGuard {
     fn drop(&mut self) {
@@ -34,7 +34,7 @@ impl Drop for SeedGuard {
 /// What the server does to one exchange touching a call (its POST or a resume GET of its
 /// stream). Consumed in order; an exhausted script means "behave".
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// Behave normally.
     None,
     // --- for a POST ---
@@ -107,13 +107,13 @@ pub enum Fault {
 
 /// What a faulty `initialize` does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InitFault {
+pub(crate) enum InitFault {
     Refuse,
     ServerError,
 }
 
 #[derive(Debug, Clone)]
-pub struct ServerConfig {
+pub(crate) struct ServerConfig {
     /// Advertise and enforce the resume-safety extension.
     pub ext: bool,
     /// Advertise idempotency (and deduplicate keyed calls).
@@ -165,7 +165,7 @@ impl Default for ServerConfig {
 
 /// One request as the server received it.
 #[derive(Debug, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub at: Duration,
     pub http: HttpId,
     pub method: HttpMethod,
@@ -255,7 +255,7 @@ struct SrvSession {
 
 /// The scripted server model.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     pub cfg: ServerConfig,
     /// Per call tag, the faults of its successive exchanges.
     pub faults: HashMap<String, VecDeque<Fault>>,
@@ -277,7 +277,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(cfg: ServerConfig) -> Self {
+    pub(crate) fn new(cfg: ServerConfig) -> Self {
         Server {
             cfg,
             faults: HashMap::new(),
@@ -295,7 +295,7 @@ impl Server {
         }
     }
 
-    pub fn fault(&mut self, tag: &str, faults: impl IntoIterator<Item = Fault>) {
+    pub(crate) fn fault(&mut self, tag: &str, faults: impl IntoIterator<Item = Fault>) {
         self.faults
             .entry(tag.to_owned())
             .or_default()
@@ -304,38 +304,38 @@ impl Server {
 
     /// The server forgets every session it has (a restart): requests carrying their ids get
     /// 404 from now on.
-    pub fn forget_sessions(&mut self) {
+    pub(crate) fn forget_sessions(&mut self) {
         for s in &mut self.sessions {
             s.alive = false;
         }
     }
 
-    pub fn session_ids(&self) -> Vec<String> {
+    pub(crate) fn session_ids(&self) -> Vec<String> {
         self.sessions.iter().map(|s| s.sid.clone()).collect()
     }
 
-    pub fn initializes(&self) -> usize {
+    pub(crate) fn initializes(&self) -> usize {
         self.seen
             .iter()
             .filter(|s| s.rpc_method.as_deref() == Some("initialize"))
             .count()
     }
 
-    pub fn posts_of(&self, tag: &str) -> Vec<&Seen> {
+    pub(crate) fn posts_of(&self, tag: &str) -> Vec<&Seen> {
         self.seen
             .iter()
             .filter(|s| s.method == HttpMethod::Post && s.tag.as_deref() == Some(tag))
             .collect()
     }
 
-    pub fn resumes(&self) -> Vec<&Seen> {
+    pub(crate) fn resumes(&self) -> Vec<&Seen> {
         self.seen
             .iter()
             .filter(|s| s.method == HttpMethod::Get && s.last_event_id.is_some())
             .collect()
     }
 
-    pub fn executions_of(&self, tag: &str) -> u32 {
+    pub(crate) fn executions_of(&self, tag: &str) -> u32 {
         self.executions.get(tag).copied().unwrap_or(0)
     }
 
@@ -874,7 +874,7 @@ enum Delivery {
 }
 
 /// Session + server + virtual time.
-pub struct Sim {
+pub(crate) struct Sim {
     pub session: Session,
     pub server: Server,
     pub base: Instant,
@@ -894,7 +894,7 @@ pub struct Sim {
 }
 
 impl Sim {
-    pub fn new(mut config: SessionConfig, server: ServerConfig, seed: u64) -> Self {
+    pub(crate) fn new(mut config: SessionConfig, server: ServerConfig, seed: u64) -> Self {
         config.jitter_seed = seed;
         let base = Instant::now();
         Sim {
@@ -915,21 +915,26 @@ impl Sim {
         }
     }
 
-    pub fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.now - self.base
     }
 
-    pub fn connect(&mut self) -> CallId {
+    pub(crate) fn connect(&mut self) -> CallId {
         let id = self.session.connect(self.now);
         self.pump();
         id
     }
 
-    pub fn call(&mut self, tag: &str, key: Option<&str>) -> CallId {
+    pub(crate) fn call(&mut self, tag: &str, key: Option<&str>) -> CallId {
         self.call_with(tag, key, None)
     }
 
-    pub fn call_with(&mut self, tag: &str, key: Option<&str>, timeout: Option<Duration>) -> CallId {
+    pub(crate) fn call_with(
+        &mut self,
+        tag: &str,
+        key: Option<&str>,
+        timeout: Option<Duration>,
+    ) -> CallId {
         // The tag doubles as the progress token: the server's progress names the call.
         let mut request = CallRequest::tool_call(
             json!({"name": "echo", "arguments": {"tag": tag}, "_meta": {"progressToken": tag}}),
@@ -943,7 +948,7 @@ impl Sim {
         id
     }
 
-    pub fn close(&mut self) -> CallId {
+    pub(crate) fn close(&mut self) -> CallId {
         let id = self.session.close(self.now);
         self.pump();
         id
@@ -955,7 +960,7 @@ impl Sim {
     }
 
     /// Drains the session's transmits and outputs.
-    pub fn pump(&mut self) {
+    pub(crate) fn pump(&mut self) {
         loop {
             let mut progressed = false;
             while let Some(t) = self.session.poll_transmit() {
@@ -976,6 +981,7 @@ impl Sim {
                         self.aborted.push(http);
                         self.queue.retain(|_, (h, _)| *h != http);
                     }
+                    other => panic!("a transmit this simulator does not know: {other:?}"),
                 }
             }
             while let Some(o) = self.session.poll_output() {
@@ -1038,7 +1044,7 @@ impl Sim {
     }
 
     /// Runs until nothing is scheduled before `limit` (virtual time from the start).
-    pub fn run_for(&mut self, limit: Duration) {
+    pub(crate) fn run_for(&mut self, limit: Duration) {
         let end = self.base + limit;
         loop {
             self.pump();
@@ -1079,7 +1085,7 @@ impl Sim {
     }
 
     /// Runs until `call` completed (or virtual `limit` passed).
-    pub fn run_until_complete(&mut self, call: CallId, limit: Duration) {
+    pub(crate) fn run_until_complete(&mut self, call: CallId, limit: Duration) {
         let end = self.elapsed() + limit;
         while !self.completions.contains_key(&call) && self.elapsed() < end {
             let before = (self.now, self.steps);
@@ -1091,11 +1097,11 @@ impl Sim {
     }
 
     /// Lets follow-up work (re-initialization, reopened streams) finish.
-    pub fn settle(&mut self) {
+    pub(crate) fn settle(&mut self) {
         self.run_for(self.elapsed() + Duration::from_secs(2));
     }
 
-    pub fn result(&self, call: CallId) -> &Result<Value, Error> {
+    pub(crate) fn result(&self, call: CallId) -> &Result<Value, Error> {
         let r = self
             .completions
             .get(&call)
@@ -1104,7 +1110,7 @@ impl Sim {
         &r[0]
     }
 
-    pub fn events(&self) -> Vec<SessionEvent> {
+    pub(crate) fn events(&self) -> Vec<SessionEvent> {
         self.outputs
             .iter()
             .filter_map(|(_, o)| match o {

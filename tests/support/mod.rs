@@ -17,11 +17,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 /// Hang guard for waits in tests: generous, never a stand-in for synchronisation.
-pub const GUARD: Duration = Duration::from_secs(20);
+pub(crate) const GUARD: Duration = Duration::from_secs(20);
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     pub method: Method,
     pub headers: HeaderMap,
     pub body: Option<Value>,
@@ -30,16 +30,16 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
     /// The JSON-RPC method of a POST.
-    pub fn rpc_method(&self) -> Option<&str> {
+    pub(crate) fn rpc_method(&self) -> Option<&str> {
         self.body.as_ref()?.get("method")?.as_str()
     }
 
-    pub fn rpc_id(&self) -> Value {
+    pub(crate) fn rpc_id(&self) -> Value {
         self.body
             .as_ref()
             .and_then(|b| b.get("id"))
@@ -47,7 +47,7 @@ impl Recorded {
             .unwrap_or(Value::Null)
     }
 
-    pub fn params(&self) -> Value {
+    pub(crate) fn params(&self) -> Value {
         self.body
             .as_ref()
             .and_then(|b| b.get("params"))
@@ -55,12 +55,12 @@ impl Recorded {
             .unwrap_or(Value::Null)
     }
 
-    pub fn is_rpc(&self, method: &str) -> bool {
+    pub(crate) fn is_rpc(&self, method: &str) -> bool {
         self.method == Method::POST && self.rpc_method() == Some(method)
     }
 
     /// Short label for assertion messages.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self.rpc_method() {
             Some(m) => format!("{} {m}", self.method),
             None => self.method.to_string(),
@@ -74,7 +74,7 @@ type Responder = Arc<dyn Fn(&Recorded) -> Response + Send + Sync>;
 #[derive(Clone, Copy)]
 struct Hang;
 
-pub struct TestServer {
+pub(crate) struct TestServer {
     pub url: String,
     pub port: u16,
     log: Arc<Mutex<Vec<Recorded>>>,
@@ -90,13 +90,15 @@ impl Drop for TestServer {
 
 impl TestServer {
     /// Starts a server answering with `responder`.
-    pub async fn start(responder: impl Fn(&Recorded) -> Response + Send + Sync + 'static) -> Self {
+    pub(crate) async fn start(
+        responder: impl Fn(&Recorded) -> Response + Send + Sync + 'static,
+    ) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         Self::start_on(listener, responder)
     }
 
     /// Starts a server on an existing listener.
-    pub fn start_on(
+    pub(crate) fn start_on(
         listener: TcpListener,
         responder: impl Fn(&Recorded) -> Response + Send + Sync + 'static,
     ) -> Self {
@@ -147,12 +149,12 @@ impl TestServer {
     }
 
     /// Every request received so far, in order.
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.log.lock().unwrap().clone()
     }
 
     /// Waits (hang-guarded) until a request matching `pred` has been received.
-    pub async fn wait_for(&self, pred: impl Fn(&Recorded) -> bool) -> Recorded {
+    pub(crate) async fn wait_for(&self, pred: impl Fn(&Recorded) -> bool) -> Recorded {
         let mut count = self.count.clone();
         let wait = async {
             loop {
@@ -167,49 +169,49 @@ impl TestServer {
             .unwrap_or_else(|_| panic!("request never arrived; saw {:?}", self.labels()))
     }
 
-    pub fn labels(&self) -> Vec<String> {
+    pub(crate) fn labels(&self) -> Vec<String> {
         self.requests().iter().map(Recorded::label).collect()
     }
 }
 
 // ---- response helpers ------------------------------------------------------------------
 
-pub const SESSION_ID: &str = "sess-0123456789";
-pub const SERVER_VERSION: &str = "2025-06-18";
+pub(crate) const SESSION_ID: &str = "sess-0123456789";
+pub(crate) const SERVER_VERSION: &str = "2025-06-18";
 
-pub fn hang() -> Response {
+pub(crate) fn hang() -> Response {
     let mut response = Response::new(Body::empty());
     response.extensions_mut().insert(Hang);
     response
 }
 
-pub fn status(code: u16) -> Response {
+pub(crate) fn status(code: u16) -> Response {
     let mut response = Response::new(Body::empty());
     *response.status_mut() = StatusCode::from_u16(code).unwrap();
     response
 }
 
-pub fn accepted() -> Response {
+pub(crate) fn accepted() -> Response {
     status(202)
 }
 
-pub fn json_body(value: &Value) -> Response {
+pub(crate) fn json_body(value: &Value) -> Response {
     Response::builder()
         .header("content-type", "application/json")
         .body(Body::from(value.to_string()))
         .unwrap()
 }
 
-pub fn result_msg(req: &Recorded, result: Value) -> Value {
+pub(crate) fn result_msg(req: &Recorded, result: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": result})
 }
 
-pub fn json_result(req: &Recorded, result: Value) -> Response {
+pub(crate) fn json_result(req: &Recorded, result: Value) -> Response {
     json_body(&result_msg(req, result))
 }
 
 /// An SSE response whose body is `text` verbatim, then ends.
-pub fn sse_text(text: impl Into<String>) -> Response {
+pub(crate) fn sse_text(text: impl Into<String>) -> Response {
     Response::builder()
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
@@ -218,7 +220,7 @@ pub fn sse_text(text: impl Into<String>) -> Response {
 }
 
 /// An SSE response sending `text`, then staying open forever.
-pub fn sse_open(text: impl Into<String>) -> Response {
+pub(crate) fn sse_open(text: impl Into<String>) -> Response {
     let first: Result<Bytes, Infallible> = Ok(Bytes::from(text.into()));
     let stream = futures::stream::once(async move { first }).chain_pending();
     Response::builder()
@@ -229,7 +231,7 @@ pub fn sse_open(text: impl Into<String>) -> Response {
 
 /// Like [`sse_open`], and `dropped` fires when the server drops the body (the client went
 /// away).
-pub fn sse_open_watched(
+pub(crate) fn sse_open_watched(
     text: impl Into<String>,
     dropped: tokio::sync::mpsc::UnboundedSender<()>,
 ) -> Response {
@@ -253,14 +255,14 @@ pub fn sse_open_watched(
         .unwrap()
 }
 
-pub fn sse_event(id: Option<&str>, data: &Value) -> String {
+pub(crate) fn sse_event(id: Option<&str>, data: &Value) -> String {
     match id {
         Some(id) => format!("id: {id}\ndata: {data}\n\n"),
         None => format!("data: {data}\n\n"),
     }
 }
 
-pub fn initialize_result() -> Value {
+pub(crate) fn initialize_result() -> Value {
     json!({
         "protocolVersion": SERVER_VERSION,
         "capabilities": {"tools": {}},
@@ -270,7 +272,7 @@ pub fn initialize_result() -> Value {
 }
 
 /// The plain MCP behaviour: JSON answers, 202 for notifications, GET 405, DELETE 200.
-pub fn default_reply(req: &Recorded) -> Response {
+pub(crate) fn default_reply(req: &Recorded) -> Response {
     match req.method {
         Method::GET => return status(405),
         Method::DELETE => return status(200),
@@ -319,10 +321,10 @@ trait ChainPending: futures::Stream + Sized {
 impl<S: futures::Stream> ChainPending for S {}
 
 /// Hang guard around a future under test.
-pub async fn guarded<T>(fut: impl Future<Output = T>) -> T {
+pub(crate) async fn guarded<T>(fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(GUARD, fut)
         .await
         .expect("hang guard: the future did not complete")
 }
 
-pub type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+pub(crate) type BoxFut<T> = Pin<Box<dyn Future<Output = T> + Send>>;

@@ -283,7 +283,11 @@ impl RawClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let params = opt_from_py(params.as_ref())?;
         let client = self.client(py)?;
-        self.run(py, async move { client.request(&method, params).await })
+        self.run(py, async move {
+            client
+                .request::<serde_json::Value>(mcp_resume::Request::new(method, params))
+                .await
+        })
     }
 
     #[pyo3(signature = (method, params=None))]
@@ -295,7 +299,7 @@ impl RawClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let params = opt_from_py(params.as_ref())?;
         let client = self.client(py)?;
-        self.run(py, async move { client.notify(&method, params).await })
+        self.run(py, async move { client.notify(&method, params) })
     }
 
     fn ping<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -444,7 +448,7 @@ impl RawClient {
 
     fn notify_roots_changed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let client = self.client(py)?;
-        self.run(py, async move { client.notify_roots_changed().await })
+        self.run(py, async move { client.notify_roots_changed() })
     }
 
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

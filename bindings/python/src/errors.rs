@@ -97,5 +97,9 @@ fn auth_challenge<'py>(
 /// An `InvalidConfigError` for a value the binding cannot even hand to the SDK (a negative
 /// duration, an unknown era name).
 pub fn invalid_config(py: Python<'_>, message: &str) -> PyErr {
-    to_py_err(py, &Error::new(ErrorKind::InvalidConfig, message))
+    let built = module(py).and_then(|m| m.getattr("InvalidConfigError")?.call1((message,)));
+    match built {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(e) => e,
+    }
 }

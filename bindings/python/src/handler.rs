@@ -31,8 +31,6 @@ use crate::requests::{
 };
 use crate::types::PyServerRequest;
 
-const INTERNAL_ERROR: i64 = -32603;
-
 /// Which callback: the generic one, or a typed one of the SDK's builder.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -254,11 +252,10 @@ impl Handlers {
             )
         };
         let Some(callback) = callback else {
-            return Err(RpcError {
-                code: -32601,
-                message: format!("method not found: {method}"),
-                data: None,
-            });
+            return Err(RpcError::new(
+                RpcError::METHOD_NOT_FOUND,
+                format!("method not found: {method}"),
+            ));
         };
         let run = || -> PyResult<Started> {
             let returned = callback.bind(py).call1((arg(py)?,))?;
@@ -287,11 +284,7 @@ where
     tokio::task::spawn_blocking(move || Python::attach(f))
         .await
         .unwrap_or_else(|_| {
-            Err(RpcError {
-                code: INTERNAL_ERROR,
-                message: "internal error".to_owned(),
-                data: None,
-            })
+            Err(RpcError::internal_error("internal error"))
         })
 }
 
@@ -312,11 +305,7 @@ fn failure(py: Python<'_>, method: &str, err: &PyErr) -> RpcError {
         Ok(Some(rpc)) => rpc,
         Ok(None) | Err(_) => {
             log(py, method, err);
-            RpcError {
-                code: INTERNAL_ERROR,
-                message: "internal error".to_owned(),
-                data: None,
-            }
+            RpcError::internal_error("internal error")
         }
     }
 }
@@ -327,10 +316,12 @@ fn requested_error(py: Python<'_>, err: &PyErr) -> PyResult<Option<RpcError>> {
     if !value.is_instance(&class)? {
         return Ok(None);
     }
-    Ok(Some(RpcError {
-        code: value.getattr("code")?.extract()?,
-        message: value.getattr("message")?.extract()?,
-        data: opt_from_py(Some(&value.getattr("data")?))?,
+    let code: i64 = value.getattr("code")?.extract()?;
+    let message: String = value.getattr("message")?.extract()?;
+    let error = RpcError::new(code, message);
+    Ok(Some(match opt_from_py(Some(&value.getattr("data")?))? {
+        Some(data) => error.with_data(data),
+        None => error,
     }))
 }
 

@@ -404,7 +404,7 @@ impl IntoPython for mcp_resume::ServerNotification {
     fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let value = PyServerNotification {
             progress_token: opt_to_py(py, self.progress_token())?,
-            call: self.call.map(|c| c.0),
+            call: self.call.map(|c| c.get()),
             params: opt_to_py(py, self.params.as_ref())?,
             method: self.method,
         };
@@ -643,20 +643,20 @@ impl IntoPython for SessionEvent {
                 idempotency_key,
             } => PySessionEvent {
                 kind: "redispatched",
-                call: Some(call.0),
+                call: Some(call.get()),
                 method: Some(method),
                 idempotency_key: idempotency_key.map(|k| k.as_str().to_owned()),
                 ..Default::default()
             },
             SessionEvent::OutcomeUnknown { call, method } => PySessionEvent {
                 kind: "outcome_unknown",
-                call: Some(call.0),
+                call: Some(call.get()),
                 method: Some(method),
                 ..Default::default()
             },
             SessionEvent::ContextMismatch { call } => PySessionEvent {
                 kind: "context_mismatch",
-                call: Some(call.0),
+                call: Some(call.get()),
                 ..Default::default()
             },
             SessionEvent::ChecksDegraded { status, reason } => PySessionEvent {
@@ -672,13 +672,13 @@ impl IntoPython for SessionEvent {
             },
             SessionEvent::TaskCreated { call, task_id } => PySessionEvent {
                 kind: "task_created",
-                call: Some(call.0),
+                call: Some(call.get()),
                 task_id: Some(task_id),
                 ..Default::default()
             },
             SessionEvent::TaskFinished { call, task_id } => PySessionEvent {
                 kind: "task_finished",
-                call: Some(call.0),
+                call: Some(call.get()),
                 task_id: Some(task_id),
                 ..Default::default()
             },

@@ -80,6 +80,7 @@ mod tests {
     use std::time::Duration;
 
     #[test]
+    #[allow(clippy::disallowed_methods)] // any instant will do as the test's origin of time
     fn ordered_by_expiry_and_rearmed_in_place() {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
