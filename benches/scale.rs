@@ -13,8 +13,8 @@
 //!   every session connected and nothing asked of it;
 //! - **connect time**: each `connect`'s own duration (p50, p99) and the whole ramp's wall
 //!   time per session;
-//! - afterwards every session answers one `ping`, or the row fails: the sessions counted
-//!   were really connected.
+//! - afterwards every session answers one `tools/call echo`, or the row fails: the sessions
+//!   counted were really connected.
 //!
 //! Environment: `SCALE_SESSIONS` (default 10000; the rows with the listen stream on hold at
 //! most what the descriptor limit allows), `SCALE_ONLY=<row>,<row>` (names below),
@@ -190,12 +190,13 @@ fn orchestrate() {
         "sessions",
         "RSS/session",
         "idle CPU",
-        "CPU/session",
+        "CPU/sess.",
         "connect p50",
         "connect p99",
         "ramp/sess."
     );
     let mut fleets: Vec<(ServerEra, Vec<ServerProcess>)> = Vec::new();
+    let mut reports: Vec<(Row, Value)> = Vec::new();
     for row in ROWS {
         if only
             .as_ref()
@@ -218,12 +219,12 @@ fn orchestrate() {
         let n = sessions.min(fit);
         let report = run_row(row, &urls.join(","), n);
         println!(
-            "{:<40} {:>8} {:>9.1} KiB {:>10.3} ms/s {:>10.2} µs/s {:>8.2} ms {:>8.2} ms {:>8.3} ms",
+            "{:<40} {:>8} {:>9.1} KiB {:>10.3} ms/s {:>10.2} ns/s {:>8.2} ms {:>8.2} ms {:>8.3} ms",
             row.label,
             report["sessions"],
             report["rss_bytes_per_session"].as_f64().unwrap_or(f64::NAN) / 1024.0,
             report["idle_cpu_ms_per_s"].as_f64().unwrap_or(f64::NAN),
-            report["idle_cpu_us_per_s_per_session"]
+            report["idle_cpu_ns_per_s_per_session"]
                 .as_f64()
                 .unwrap_or(f64::NAN),
             report["connect_p50_ms"].as_f64().unwrap_or(f64::NAN),
@@ -232,12 +233,38 @@ fn orchestrate() {
         );
         println!(
             "    {} descriptors open after connecting; RSS {:.1} MiB with one session, {:.1} MiB \
-             with all; {} of {} sessions answered a ping afterwards",
+             with all; {} of {} sessions answered a tools/call afterwards",
             report["fds"],
             report["rss_warm_bytes"].as_f64().unwrap_or(f64::NAN) / 1048576.0,
             report["rss_all_bytes"].as_f64().unwrap_or(f64::NAN) / 1048576.0,
-            report["pinged"],
+            report["answered"],
             report["sessions"],
+        );
+        reports.push((row, report));
+    }
+    print_ratios(&reports);
+}
+
+/// Each mcp-resume row against rmcp's (the baseline), when both ran: the ratios are what to
+/// compare, the absolute figures move with the machine.
+fn print_ratios(reports: &[(Row, Value)]) {
+    let Some((_, baseline)) = reports
+        .iter()
+        .find(|(r, _)| matches!(r.client, ClientKind::Rmcp))
+    else {
+        return;
+    };
+    let metric = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    println!("ratios to rmcp (lower is better): RSS per session, connect p50");
+    for (row, report) in reports {
+        if matches!(row.client, ClientKind::Rmcp) {
+            continue;
+        }
+        println!(
+            "    {:<40} {:>5.2}x {:>5.2}x",
+            row.label,
+            metric(report, "rss_bytes_per_session") / metric(baseline, "rss_bytes_per_session"),
+            metric(report, "connect_p50_ms") / metric(baseline, "connect_p50_ms"),
         );
     }
 }
@@ -261,8 +288,8 @@ fn run_row(row: Row, urls: &str, sessions: usize) -> Value {
     let line = String::from_utf8_lossy(&out.stdout);
     let report: Value = serde_json::from_str(line.trim()).expect("the row prints one JSON line");
     assert_eq!(
-        report["pinged"], report["sessions"],
-        "row {}: every connected session answers a ping",
+        report["answered"], report["sessions"],
+        "row {}: every connected session answers a call",
         row.name
     );
     report
@@ -338,13 +365,20 @@ enum Session {
 }
 
 impl Session {
-    async fn ping(&self) -> bool {
+    /// One `tools/call echo`; true when the answer is the echoed text.
+    async fn echo(&self) -> bool {
         match self {
-            Session::McpResume(c) => c.ping().await.is_ok(),
-            Session::Rmcp(s) => s
-                .send_request(rmcp::model::ClientRequest::PingRequest(Default::default()))
+            Session::McpResume(c) => c
+                .call_tool(mcp_resume::ToolCall::new("echo", json!({"text": "hi"})))
                 .await
-                .is_ok(),
+                .is_ok_and(|r| !r.is_error && r.text() == "hi"),
+            Session::Rmcp(s) => {
+                let mut args = rmcp::model::JsonObject::new();
+                args.insert("text".into(), json!("hi"));
+                s.call_tool(rmcp::model::CallToolRequestParams::new("echo").with_arguments(args))
+                    .await
+                    .is_ok_and(|r| r.is_error != Some(true))
+            }
         }
     }
 }
@@ -452,20 +486,20 @@ async fn measure(row: Row, sessions: usize, urls: Vec<String>) -> Value {
     let idle_cpu = cpu_time() - cpu_before;
 
     let held = Arc::new(held);
-    let mut pings = tokio::task::JoinSet::new();
+    let mut calls = tokio::task::JoinSet::new();
     for chunk in 0..RAMP_CONCURRENCY {
         let held = held.clone();
-        pings.spawn(async move {
+        calls.spawn(async move {
             let mut ok = 0usize;
             for s in held.iter().skip(chunk).step_by(RAMP_CONCURRENCY) {
-                ok += usize::from(s.ping().await);
+                ok += usize::from(s.echo().await);
             }
             ok
         });
     }
-    let mut pinged = 0;
-    while let Some(ok) = pings.join_next().await {
-        pinged += ok.expect("a ping task");
+    let mut answered = 0;
+    while let Some(ok) = calls.join_next().await {
+        answered += ok.expect("a call task");
     }
     drop(warm);
 
@@ -480,11 +514,11 @@ async fn measure(row: Row, sessions: usize, urls: Vec<String>) -> Value {
         "rss_bytes_per_session": (rss_all as f64 - rss_warm as f64) / sessions as f64,
         "fds": fds,
         "idle_cpu_ms_per_s": idle_ms_per_s,
-        "idle_cpu_us_per_s_per_session": idle_ms_per_s * 1000.0 / sessions as f64,
+        "idle_cpu_ns_per_s_per_session": idle_ms_per_s * 1e6 / sessions as f64,
         "connect_p50_ms": pct(0.5),
         "connect_p99_ms": pct(0.99),
         "ramp_ms_per_session": ramp.as_secs_f64() * 1000.0 / sessions as f64,
-        "pinged": pinged,
+        "answered": answered,
     })
 }
 

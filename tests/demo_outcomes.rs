@@ -125,11 +125,53 @@ async fn resume_aware_never_reinitializes_where_resume_is_safe() {
     }
 }
 
+/// rmcp's own API over mcp-resume's `ResumeTransport`: the calls rmcp's transport gets wrong
+/// (silent wrong answers on `naive`, the cut call lost on `strict`) come out right, and where
+/// resuming is safe the session is never re-initialized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rmcp_over_the_bridge_has_no_silent_wrong_answers() {
+    let cfg = WorkloadConfig::default();
+    for preset in Preset::ALL {
+        let run = rmcp_client::run_one(preset, ClientKind::RmcpBridge, &cfg).await;
+        let report = &run.report;
+        let r = run.row();
+        assert_eq!(r.client, "rmcp+bridge");
+        assert!(report.connect.is_ok(), "{preset}: {:?}", report.connect);
+        assert!(!report.calls.is_empty(), "{preset}: the workload ran");
+        let wrong = silent_wrong_calls(report);
+        assert!(
+            wrong.is_empty(),
+            "{preset}: silent wrong answers {wrong:#?}"
+        );
+        assert_eq!(r.silent_wrong, 0, "{preset}: {r:?}");
+        assert_eq!(r.duplicate_keyed, 0, "{preset}: {r:?}");
+        let failed: Vec<_> = report.calls.iter().filter(|c| c.outcome.is_err()).collect();
+        match preset {
+            // The seed's cluster: what cannot be proven right is an explicit error.
+            Preset::Naive => assert!(!failed.is_empty(), "{preset}: {r:?}"),
+            // Resume is safe (`replicated`, `sticky`) or refused explicitly (`strict`): every
+            // call succeeds, the cut one included.
+            _ => assert!(failed.is_empty(), "{preset}: {failed:#?}"),
+        }
+        if matches!(preset, Preset::Replicated | Preset::Sticky) {
+            let totals = &report.oracle.totals;
+            assert_eq!(totals.initializes, 1, "{preset}: {totals:?}");
+            let honored = report.oracle.resumes.iter().filter(|r| r.honored).count();
+            assert!(honored > 0, "{preset}: {:?}", report.oracle.resumes);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmcp_on_naive_gives_silent_wrong_answers_with_or_without_cuts() {
     let cfg = WorkloadConfig::default();
-    let cut = rmcp_client::run_one(Preset::Naive, &cfg).await;
-    let uncut = rmcp_client::run_one_on(uncut_cluster_config(Preset::Naive, &cfg), &cfg).await;
+    let cut = rmcp_client::run_one(Preset::Naive, ClientKind::Rmcp, &cfg).await;
+    let uncut = rmcp_client::run_one_on(
+        uncut_cluster_config(Preset::Naive, &cfg),
+        ClientKind::Rmcp,
+        &cfg,
+    )
+    .await;
     for (label, run) in [("cut", &cut), ("uncut", &uncut)] {
         let r = run.row();
         let report = &run.report;
@@ -157,7 +199,7 @@ async fn rmcp_on_naive_gives_silent_wrong_answers_with_or_without_cuts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rmcp_on_strict_loses_the_cut_call_to_the_deadline() {
     let cfg = WorkloadConfig::default();
-    let run = rmcp_client::run_one(Preset::Strict, &cfg).await;
+    let run = rmcp_client::run_one(Preset::Strict, ClientKind::Rmcp, &cfg).await;
     let (report, r) = (&run.report, run.row());
     assert!(report.connect.is_ok(), "{:?}", report.connect);
     // The cut `slow` call: its resume is rejected and rmcp keeps retrying the GET, so the
@@ -191,7 +233,7 @@ async fn rmcp_on_strict_loses_the_cut_call_to_the_deadline() {
 async fn rmcp_runs_the_same_workload() {
     let cfg = WorkloadConfig::default();
     let ours = run_one(Preset::Sticky, ClientKind::ResumeAware, &cfg).await;
-    let rmcp = rmcp_client::run_one(Preset::Sticky, &cfg).await;
+    let rmcp = rmcp_client::run_one(Preset::Sticky, ClientKind::Rmcp, &cfg).await;
     let shape = |report: &RunReport| -> Vec<(&'static str, bool)> {
         report.calls.iter().map(|c| (c.tool, c.keyed)).collect()
     };
@@ -381,6 +423,7 @@ fn demo_binary_prints_one_json_document() {
                 ClientKind::StockLike,
                 ClientKind::ResumeAware,
                 ClientKind::Rmcp,
+                ClientKind::RmcpBridge,
             ]
             .map(|k| (p.as_str().to_owned(), k.as_str().to_owned()))
         })
@@ -391,7 +434,7 @@ fn demo_binary_prints_one_json_document() {
     let uncut = doc["naive_uncut_rows"]
         .as_array()
         .expect("`naive_uncut_rows` is an array");
-    assert_eq!(uncut.len(), 3, "{uncut:?}");
+    assert_eq!(uncut.len(), 4, "{uncut:?}");
     assert!(uncut.iter().all(|r| r["preset"] == "naive"), "{uncut:?}");
     let modern = doc["modern_rows"]
         .as_array()

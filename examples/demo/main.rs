@@ -1,6 +1,6 @@
 //! The seed scenario, live: an agent workload through the mock round-robin cluster under
-//! every preset, for a stock-like client, the resume-aware default and rmcp 3.11 (the
-//! official Rust SDK), with the truth taken from the cluster's oracle. Then `naive` once more
+//! every preset, for a stock-like client, the resume-aware default, rmcp 3.11 (the official
+//! Rust SDK) and the same rmcp code over mcp-resume's `ResumeTransport`, with the truth taken from the cluster's oracle. Then `naive` once more
 //! with the balancer cutting nothing, to tell the wrong answers routing causes from the ones
 //! resumption causes. Then the 2026-07-28 era on every preset: mcp-resume against a client
 //! that re-issues every request whose stream broke.
@@ -34,13 +34,15 @@ async fn run_clients(preset: Preset, uncut: bool, cfg: &WorkloadConfig) -> Vec<(
         let r = row(&report);
         out.push((report, r));
     }
-    let run = if uncut {
-        rmcp_client::run_one_on(uncut_cluster_config(preset, cfg), cfg).await
-    } else {
-        rmcp_client::run_one(preset, cfg).await
-    };
-    let r = run.row();
-    out.push((run.report, r));
+    for kind in [ClientKind::Rmcp, ClientKind::RmcpBridge] {
+        let run = if uncut {
+            rmcp_client::run_one_on(uncut_cluster_config(preset, cfg), kind, cfg).await
+        } else {
+            rmcp_client::run_one(preset, kind, cfg).await
+        };
+        let r = run.row();
+        out.push((run.report, r));
+    }
     out
 }
 
@@ -93,9 +95,9 @@ fn main() {
         println!("{}", render_json_document(&rows, &uncut_rows, &modern_rows));
     } else {
         println!(
-            "mcp-resume demo: {} presets x 3 clients (mcp-resume stock-like, mcp-resume \
-             resume-aware, rmcp {}) on an in-process cluster\n(3 instances, streams cut after \
-             3 events, a {:.0} s deadline per call)\n",
+            "mcp-resume demo: {} presets x 4 clients (mcp-resume stock-like, mcp-resume \
+             resume-aware, rmcp {}, and rmcp over mcp-resume's bridge) on an in-process \
+             cluster\n(3 instances, streams cut after 3 events, a {:.0} s deadline per call)\n",
             Preset::ALL.len(),
             rmcp_client::RMCP_VERSION,
             cfg.call_timeout.as_secs_f64(),

@@ -11,6 +11,10 @@
 //! reaches the `Idempotency-Key` header through a thin [`StreamableHttpClient`] around
 //! reqwest that copies it from the call's `_meta`; the same wrapper counts the `tools/call`
 //! POSTs of each tag, which is how the row knows what rmcp re-sent (it reports no events).
+//!
+//! The `rmcp+bridge` row runs the same rmcp code over mcp-resume's `ResumeTransport`: the one
+//! line that builds the transport differs. The key travels in the same `_meta` member, which
+//! the bridge reads; the bridge's session events say what it resumed and re-sent.
 
 // The demo and the end-to-end tests use different parts of this module.
 #![allow(dead_code)]
@@ -19,7 +23,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use http::{HeaderName, HeaderValue};
+use mcp_resume::bridge::rmcp::ResumeTransport;
+use mcp_resume::bridge::Bridge;
 use mcp_resume::ErrorKind;
 use mock_server::context::meta;
 use mock_server::{Cluster, ClusterConfig, Preset};
@@ -38,7 +45,7 @@ use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 
 use crate::workload::{
-    client_capabilities, cluster_config, row, run_calls, tag, CallRecord, ClientKind, Row,
+    self, client_capabilities, cluster_config, row, run_calls, tag, CallRecord, ClientKind, Row,
     RunReport, WorkloadCaller, WorkloadConfig,
 };
 
@@ -56,10 +63,13 @@ pub(crate) struct RmcpRun {
 }
 
 impl RmcpRun {
-    /// The table row: [`row`], with rmcp's re-sends and the demo's deadline named as such.
+    /// The table row: [`row`], with rmcp's re-sends (over its own transport; over the bridge
+    /// the session's events count them) and the demo's deadline named as such.
     pub(crate) fn row(&self) -> Row {
         let mut r = row(&self.report);
-        r.resent = self.resent;
+        if self.report.client == ClientKind::Rmcp {
+            r.resent = self.resent;
+        }
         if let Some(n) = r.errors.remove(ErrorKind::Timeout.as_str()) {
             r.errors.insert("deadline".to_owned(), n);
         }
@@ -76,48 +86,69 @@ impl RmcpRun {
     }
 }
 
-/// Runs the workload through rmcp on a fresh cluster of `preset` (streams cut).
-pub(crate) async fn run_one(preset: Preset, cfg: &WorkloadConfig) -> RmcpRun {
-    run_one_on(cluster_config(preset, cfg), cfg).await
+/// Runs the workload through rmcp on a fresh cluster of `preset` (streams cut), over rmcp's
+/// own transport ([`ClientKind::Rmcp`]) or mcp-resume's ([`ClientKind::RmcpBridge`]).
+pub(crate) async fn run_one(preset: Preset, kind: ClientKind, cfg: &WorkloadConfig) -> RmcpRun {
+    run_one_on(cluster_config(preset, cfg), kind, cfg).await
 }
 
 /// [`run_one`] on a fresh cluster started with `config`.
-pub(crate) async fn run_one_on(config: ClusterConfig, cfg: &WorkloadConfig) -> RmcpRun {
+pub(crate) async fn run_one_on(
+    config: ClusterConfig,
+    kind: ClientKind,
+    cfg: &WorkloadConfig,
+) -> RmcpRun {
     let preset = config.preset;
     let started = Instant::now();
     let cluster = Cluster::start(config)
         .await
         .expect("the cluster starts on 127.0.0.1");
 
-    let http = RecordingHttp::new();
-    let transport = StreamableHttpClientTransport::with_client(
-        http.clone(),
-        StreamableHttpClientTransportConfig::with_uri(cluster.url()),
-    );
     let capabilities: ClientCapabilities = serde_json::from_value(client_capabilities())
         .expect("the workload's capabilities are valid client capabilities");
     let client_config = ClientConfig::new(capabilities, Implementation::from_build_env())
         .with_protocol_version(ProtocolVersion::V_2025_11_25);
 
-    let mut calls = Vec::new();
-    let connect = match tokio::time::timeout(cfg.call_timeout, client_config.serve(transport)).await
-    {
-        Ok(Ok(service)) => {
-            http.learn_idempotency(&service);
-            let mut agent = Agent {
-                service: &service,
-                preset,
-                calls: Vec::new(),
-                call_timeout: cfg.call_timeout,
-            };
-            run_calls(&mut agent, cfg).await;
-            calls = agent.calls;
-            // Ends the transport's worker, which DELETEs the session.
-            let _ = tokio::time::timeout(Duration::from_secs(5), service.cancel()).await;
-            Ok(())
+    let (connect, calls, events, resent) = match kind {
+        ClientKind::Rmcp => {
+            let http = RecordingHttp::new();
+            let transport = StreamableHttpClientTransport::with_client(
+                http.clone(),
+                StreamableHttpClientTransportConfig::with_uri(cluster.url()),
+            );
+            let served = tokio::time::timeout(cfg.call_timeout, client_config.serve(transport));
+            let (connect, calls) = drive(served.await, preset, kind, cfg, |service| {
+                http.learn_idempotency(service)
+            })
+            .await;
+            (connect, calls, Vec::new(), http.resent())
         }
-        Ok(Err(_)) => Err(ErrorKind::Transport),
-        Err(_) => Err(ErrorKind::Timeout),
+        ClientKind::RmcpBridge => {
+            let bridge = Bridge::builder(cluster.url())
+                .configure(|c| workload::configure(c, kind, cfg))
+                .build()
+                .expect("a valid configuration");
+            let mut stream = bridge.events();
+            let collector = tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while let Some(event) = stream.next().await {
+                    seen.push(event);
+                }
+                seen
+            });
+            let transport = ResumeTransport::with_bridge(bridge);
+            let served = tokio::time::timeout(cfg.call_timeout, client_config.serve(transport));
+            let (connect, calls) = drive(served.await, preset, kind, cfg, |_| {}).await;
+            // The service is gone and with it the last handle on the bridge: the session is
+            // closed and its event stream ends.
+            let events = tokio::time::timeout(Duration::from_secs(10), collector)
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            (connect, calls, events, 0)
+        }
+        other => panic!("{other:?} is not driven by rmcp"),
     };
 
     // Calls cut off from their client may still be running; their executions count too.
@@ -127,27 +158,60 @@ pub(crate) async fn run_one_on(config: ClusterConfig, cfg: &WorkloadConfig) -> R
     RmcpRun {
         report: RunReport {
             preset,
-            client: ClientKind::Rmcp,
+            client: kind,
             connect,
             calls,
-            events: Vec::new(),
+            events,
             oracle,
             seconds: started.elapsed().as_secs_f64(),
         },
-        resent: http.resent(),
+        resent,
+    }
+}
+
+/// Runs the workload on a served rmcp client (or reports why it could not connect), then
+/// ends the service (its transport DELETEs the session).
+async fn drive<E>(
+    served: Result<
+        Result<RunningService<RoleClient, ClientConfig>, E>,
+        tokio::time::error::Elapsed,
+    >,
+    preset: Preset,
+    kind: ClientKind,
+    cfg: &WorkloadConfig,
+    on_connect: impl FnOnce(&RunningService<RoleClient, ClientConfig>),
+) -> (Result<(), ErrorKind>, Vec<CallRecord>) {
+    match served {
+        Ok(Ok(service)) => {
+            on_connect(&service);
+            let mut agent = Agent {
+                service: &service,
+                preset,
+                kind,
+                calls: Vec::new(),
+                call_timeout: cfg.call_timeout,
+            };
+            run_calls(&mut agent, cfg).await;
+            let calls = agent.calls;
+            let _ = tokio::time::timeout(Duration::from_secs(5), service.cancel()).await;
+            (Ok(()), calls)
+        }
+        Ok(Err(_)) => (Err(ErrorKind::Transport), Vec::new()),
+        Err(_) => (Err(ErrorKind::Timeout), Vec::new()),
     }
 }
 
 struct Agent<'a> {
     service: &'a RunningService<RoleClient, ClientConfig>,
     preset: Preset,
+    kind: ClientKind,
     calls: Vec<CallRecord>,
     call_timeout: Duration,
 }
 
 impl WorkloadCaller for Agent<'_> {
     async fn call(&mut self, tool: &'static str, args: Value, keyed: bool) -> Option<Value> {
-        let tag = tag(self.preset, ClientKind::Rmcp, self.calls.len(), tool);
+        let tag = tag(self.preset, self.kind, self.calls.len(), tool);
         let mut meta = Map::new();
         meta.insert(meta::TAG.to_owned(), Value::String(tag.clone()));
         if keyed {
@@ -181,15 +245,41 @@ impl WorkloadCaller for Agent<'_> {
     }
 }
 
-/// rmcp's error, in the vocabulary of the table's "explicit errors by kind".
+/// rmcp's error, in the vocabulary of the table's "explicit errors by kind". Over the bridge,
+/// an outcome JSON-RPC cannot express arrives as a JSON-RPC error whose `data.kind` names it.
 fn error_kind(error: &ServiceError) -> ErrorKind {
     match error {
-        ServiceError::McpError(_) => ErrorKind::Rpc,
+        ServiceError::McpError(e) => e
+            .data
+            .as_ref()
+            .and_then(|d| d.get("kind"))
+            .and_then(Value::as_str)
+            .and_then(kind_named)
+            .unwrap_or(ErrorKind::Rpc),
         ServiceError::TransportSend(_) => ErrorKind::Transport,
         ServiceError::TransportClosed | ServiceError::Cancelled { .. } => ErrorKind::Closed,
         ServiceError::Timeout { .. } => ErrorKind::Timeout,
         _ => ErrorKind::Protocol,
     }
+}
+
+/// The [`ErrorKind`] whose `as_str()` is `name`.
+fn kind_named(name: &str) -> Option<ErrorKind> {
+    [
+        ErrorKind::Transport,
+        ErrorKind::Timeout,
+        ErrorKind::SessionLost,
+        ErrorKind::OutcomeUnknown,
+        ErrorKind::ContextMismatch,
+        ErrorKind::Protocol,
+        ErrorKind::TooLarge,
+        ErrorKind::Closed,
+        ErrorKind::Unauthorized,
+        ErrorKind::InvalidConfig,
+        ErrorKind::MissingCapability,
+    ]
+    .into_iter()
+    .find(|k| k.as_str() == name)
 }
 
 /// reqwest under rmcp, plus what rmcp cannot do per call: the `Idempotency-Key` header of a

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use mcp_resume::{Client, ErrorKind, ReconnectPolicy, SessionEvent, ToolCall};
+use mcp_resume::{Client, ClientBuilder, ErrorKind, ReconnectPolicy, SessionEvent, ToolCall};
 use mock_server::context::meta;
 use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, Preset};
 use serde::Serialize;
@@ -40,6 +40,9 @@ pub(crate) enum ClientKind {
     /// rmcp 3.11, the official Rust SDK, as configured by default (driven by `rmcp_client.rs`
     /// next to this file, not by [`run_one`]).
     Rmcp,
+    /// The same rmcp code over mcp-resume's `ResumeTransport` (the bridge), with the
+    /// resume-aware client's configuration (also driven by `rmcp_client.rs`).
+    RmcpBridge,
     /// The modern rows' stock-like client: re-issues every request whose stream broke
     /// (`reissue_client.rs`, driven by `modern.rs`).
     Reissue,
@@ -55,6 +58,7 @@ impl ClientKind {
             ClientKind::StockLike => "stock-like",
             ClientKind::ResumeAware => "resume-aware",
             ClientKind::Rmcp => "rmcp",
+            ClientKind::RmcpBridge => "rmcp+bridge",
             ClientKind::Reissue => "blind-reissue",
         }
     }
@@ -121,7 +125,19 @@ pub(crate) fn uncut_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> Clus
 
 /// Builds the client of `kind` for `url`.
 pub(crate) fn build_client(kind: ClientKind, url: &str, cfg: &WorkloadConfig) -> Client {
-    Client::builder(url)
+    configure(Client::builder(url), kind, cfg)
+        .build()
+        .expect("the demo's client configuration is valid")
+}
+
+/// The demo's options for a client of `kind` (the bridge's client too: its host's
+/// `initialize` then supplies the capabilities).
+pub(crate) fn configure(
+    builder: ClientBuilder,
+    kind: ClientKind,
+    cfg: &WorkloadConfig,
+) -> ClientBuilder {
+    builder
         .client_capabilities(client_capabilities())
         .call_timeout(cfg.call_timeout)
         .reconnect(
@@ -131,8 +147,6 @@ pub(crate) fn build_client(kind: ClientKind, url: &str, cfg: &WorkloadConfig) ->
         )
         .jitter_seed(cfg.jitter_seed)
         .dangerous_trust_replay(kind == ClientKind::StockLike)
-        .build()
-        .expect("the demo's client configuration is valid")
 }
 
 /// What the client reported for one call.
@@ -256,9 +270,8 @@ pub(crate) async fn run_one_on(
     kind: ClientKind,
     cfg: &WorkloadConfig,
 ) -> RunReport {
-    assert_ne!(
-        kind,
-        ClientKind::Rmcp,
+    assert!(
+        !matches!(kind, ClientKind::Rmcp | ClientKind::RmcpBridge),
         "rmcp runs are driven by rmcp_client.rs"
     );
     let preset = config.preset;

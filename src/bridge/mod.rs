@@ -95,6 +95,8 @@ mod host_calls;
 mod lifecycle;
 mod message;
 mod pumps;
+#[cfg(feature = "rmcp")]
+pub mod rmcp;
 mod server_requests;
 mod session_state;
 
@@ -208,10 +210,16 @@ impl BridgeBuilder {
                 "the bridge's capacity must be at least 1",
             ));
         }
+        Ok(self.assemble())
+    }
+
+    /// Creates the bridge; the capacity is at least 1 (checked by [`BridgeBuilder::build`],
+    /// or left at its default).
+    pub(crate) fn assemble(self) -> Bridge {
         let (out_tx, out_rx) = mpsc::channel(self.capacity);
         let (closed, _) = watch::channel(false);
         let (events, _) = broadcast::channel(EVENT_BUFFER);
-        Ok(Bridge {
+        Bridge {
             inner: Arc::new(Inner {
                 phase: Mutex::new(Phase::Idle(Box::new(self.client))),
                 out: out_tx.clone(),
@@ -225,7 +233,7 @@ impl BridgeBuilder {
                 server_capabilities: Arc::new(Mutex::new(None)),
                 pumps: Mutex::new(Vec::new()),
             }),
-        })
+        }
     }
 }
 

@@ -3,9 +3,10 @@
 //!
 //! It pumps the session: application commands and exchange reports go in, HTTP exchanges,
 //! completions, events and notifications come out, and a single timer is kept armed for the
-//! session's next deadline. Each HTTP exchange runs in its own task so a slow stream never
-//! blocks the others; reports come back over one bounded channel, which keeps memory bounded
-//! however fast a server sends.
+//! session's next deadline. The HTTP exchanges are futures this task polls side by side (a
+//! `FuturesUnordered`, no task spawned per request), so a slow stream never blocks the
+//! others; their reports come back over one bounded channel, which keeps memory bounded
+//! however fast a server sends. Only server-request handlers run in tasks of their own.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;

@@ -1,5 +1,5 @@
-//! One HTTP exchange, performed with reqwest in its own task and reported back to the driver
-//! as the inputs the session expects (head, data, end, or a transport failure).
+//! One HTTP exchange, performed with reqwest as a future the driver polls and reported back to
+//! the driver as the inputs the session expects (head, data, end, or a transport failure).
 
 use std::sync::Arc;
 use std::time::Duration;

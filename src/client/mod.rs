@@ -6,8 +6,9 @@
 //! notifications back.
 //!
 //! How the driver behaves, in short:
-//! - Every HTTP exchange runs in its own task and reports back over one bounded channel, so a
-//!   slow stream never blocks another and memory stays bounded however fast a server sends.
+//! - Every HTTP exchange is a future the driver polls beside the others (no task per
+//!   request) and reports back over one bounded channel, so a slow stream never blocks
+//!   another and memory stays bounded however fast a server sends.
 //! - Only a failure to establish the connection is reported as "never sent"; anything later
 //!   (a reset, a body that breaks) may have reached the server.
 //! - One timer, armed for the session's next deadline. Exchanges the session sets no deadline

@@ -4,16 +4,41 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rustc_hash::FxHashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::cursors::Cursor;
-use super::modern_calls::InputRound;
-use super::tasks::TaskState;
 use crate::error::Error;
 use crate::ids::{CapabilityHash, IdempotencyKey, RequestId};
 use crate::proto::{CallId, HttpId};
+
+/// An MRTR round in progress: the server's inputs still unanswered and what to send back.
+#[derive(Debug, Default)]
+pub(super) struct InputRound {
+    /// Rounds so far, this one included.
+    pub(super) round: u32,
+    /// `requestState`, echoed unchanged.
+    pub(super) state: Option<String>,
+    /// Inputs not answered yet.
+    pub(super) pending: usize,
+    /// `inputResponses` so far.
+    pub(super) responses: Map<String, Value>,
+    /// The call's own idempotency key: each round's key derives from it.
+    pub(super) base_key: Option<IdempotencyKey>,
+}
+
+/// A call that became a task.
+#[derive(Debug, Clone)]
+pub(super) struct TaskState {
+    pub(super) task_id: String,
+    /// The server's suggested interval between polls.
+    pub(super) poll: Option<Duration>,
+    /// Input keys already answered (a task may list them again until it sees the answer).
+    pub(super) answered: Vec<String>,
+    /// Times the task asked for fresh input, bounded by [`MAX_INPUT_ROUNDS`].
+    pub(super) input_rounds: u32,
+}
 
 /// What a waiting call does when its backoff ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

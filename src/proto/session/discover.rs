@@ -9,8 +9,8 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::exchanges::{request_headers, Checks, ExKind, Sent};
-use super::lifecycle::{KeyPlacement, Negotiated, Step};
+use super::exchanges::{request_headers, ExKind, Sent};
+use super::lifecycle::{Checks, KeyPlacement, Negotiated, Step};
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};

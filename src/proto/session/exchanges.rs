@@ -8,7 +8,7 @@ use rustc_hash::FxHashMap;
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 
-use super::lifecycle::Negotiated;
+use super::lifecycle::{Checks, Negotiated};
 use crate::ids::{SequencedEventId, SessionId};
 use crate::proto::classify::HeadFacts;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
@@ -63,19 +63,6 @@ pub(super) enum Body {
     Sse(Box<SseDecoder>),
     /// A refusal's body, read only to classify it (bounded).
     Error(Vec<u8>),
-}
-
-/// The resume-safety checks in force on one exchange: those of the session it was sent on,
-/// fixed at send time so a re-initialization in the meantime cannot switch them off.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Checks {
-    /// Compare the capability hash of the answer's head.
-    pub(super) hash: bool,
-    /// Require contiguous sequenced ids on a resumed stream.
-    pub(super) sequenced: bool,
-    /// Read the extension's rejection marker on a 404 as the server's explicit rejection:
-    /// the session negotiated the extension. Without it the marker proves nothing.
-    pub(super) rejections: bool,
 }
 
 /// One exchange in flight.

@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::exchanges::{
-    initialize_headers, request_headers, session_id_header, Checks, ExKind, Sent,
+use super::exchanges::{initialize_headers, request_headers, session_id_header, ExKind, Sent};
+use super::lifecycle::{
+    Checks, Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step,
 };
-use super::lifecycle::{Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step};
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};

@@ -6,11 +6,23 @@ use std::time::Instant;
 use http::HeaderValue;
 use serde_json::Value;
 
-use super::exchanges::Checks;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, Era, ExtensionStatus, HttpId, ReinitReason};
+
+/// The resume-safety checks in force on one exchange: those of the session it was sent on,
+/// fixed at send time so a re-initialization in the meantime cannot switch them off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Checks {
+    /// Compare the capability hash of the answer's head.
+    pub(super) hash: bool,
+    /// Require contiguous sequenced ids on a resumed stream.
+    pub(super) sequenced: bool,
+    /// Read the extension's rejection marker on a 404 as the server's explicit rejection:
+    /// the session negotiated the extension. Without it the marker proves nothing.
+    pub(super) rejections: bool,
+}
 
 /// What one established session negotiated.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use http::header::{HeaderMap, HeaderValue};
 use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
 
-use super::calls::{Call, CallState};
+use super::calls::{Call, CallState, InputRound};
 use super::cursors::Cursor;
 use super::timers::Timer;
 use super::Session;
@@ -28,21 +28,6 @@ pub const MAX_INPUT_ROUNDS: u32 = 16;
 /// enough that a round or two fit in what a driver handles at once (the tokio driver runs 32
 /// server requests at a time and refuses the rest, which would fail the round half-answered).
 pub const MAX_INPUTS_PER_ROUND: usize = 16;
-
-/// An MRTR round in progress: the server's inputs still unanswered and what to send back.
-#[derive(Debug, Default)]
-pub(super) struct InputRound {
-    /// Rounds so far, this one included.
-    pub(super) round: u32,
-    /// `requestState`, echoed unchanged.
-    pub(super) state: Option<String>,
-    /// Inputs not answered yet.
-    pub(super) pending: usize,
-    /// `inputResponses` so far.
-    pub(super) responses: Map<String, Value>,
-    /// The call's own idempotency key: each round's key derives from it.
-    pub(super) base_key: Option<IdempotencyKey>,
-}
 
 impl Session {
     /// Whether the server is known to speak the modern era.

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::calls::{Call, CallState, Retry};
+use super::calls::{Call, CallState, Retry, TaskState};
 use super::cursors::Cursor;
 use super::modern_calls::MAX_INPUT_ROUNDS;
 use super::timers::Timer;
@@ -26,18 +26,6 @@ pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 const MIN_POLL: Duration = Duration::from_millis(10);
 /// The slowest a task is polled, whatever the server suggests.
 const MAX_POLL: Duration = Duration::from_secs(60);
-
-/// A call that became a task.
-#[derive(Debug, Clone)]
-pub(super) struct TaskState {
-    pub(super) task_id: String,
-    /// The server's suggested interval between polls.
-    pub(super) poll: Option<Duration>,
-    /// Input keys already answered (a task may list them again until it sees the answer).
-    pub(super) answered: Vec<String>,
-    /// Times the task asked for fresh input, bounded by [`MAX_INPUT_ROUNDS`].
-    pub(super) input_rounds: u32,
-}
 
 impl Session {
     /// The call was answered with a task: announce it, then poll.

@@ -1,0 +1,151 @@
+//! rmcp's client [`Transport`] over the [`Bridge`] (the `rmcp` feature): an rmcp application
+//! keeps its code, its `ClientHandler` and every typed call, and gets mcp-resume's recovery
+//! by building its transport differently.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use mcp_resume::bridge::rmcp::ResumeTransport;
+//! use rmcp::ServiceExt;
+//!
+//! // Before: ().serve(StreamableHttpClientTransport::from_uri(url)).await?
+//! let service = ().serve(ResumeTransport::new("http://127.0.0.1:8080/mcp")).await?;
+//! let tools = service.list_all_tools().await?;
+//! # let _ = tools; Ok(()) }
+//! ```
+//!
+//! mcp-resume's own options (reconnect policy, resend policy, era, authorization, timeouts)
+//! are set on a [`Bridge`]: `ResumeTransport::with_bridge(Bridge::builder(url).configure(..)
+//! .build()?)`. A keyed call puts its key in `params._meta` under
+//! [`IDEMPOTENCY_META_KEY`](super::IDEMPOTENCY_META_KEY); the outcomes JSON-RPC cannot
+//! express reach rmcp as `ServiceError::McpError` with the codes of [`codes`](super::codes)
+//! and `data.kind` naming the [`ErrorKind`](crate::ErrorKind).
+
+use std::future::Future;
+
+use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{json, Value};
+
+use super::{codes, Bridge};
+use crate::error::{Error, ErrorKind};
+
+/// rmcp's client transport, running every message through a [`Bridge`].
+///
+/// Cheap to build (no I/O until rmcp sends `initialize`); needs a tokio runtime once
+/// served, as every rmcp transport does.
+#[derive(Debug, Clone)]
+pub struct ResumeTransport {
+    bridge: Bridge,
+}
+
+impl ResumeTransport {
+    /// A transport to the MCP endpoint at `url`, with mcp-resume's defaults.
+    pub fn new(url: impl Into<String>) -> Self {
+        ResumeTransport {
+            // The default capacity is valid: nothing here can fail.
+            bridge: Bridge::builder(url).assemble(),
+        }
+    }
+
+    /// A transport over a bridge built with options of your own.
+    pub fn with_bridge(bridge: Bridge) -> Self {
+        ResumeTransport { bridge }
+    }
+
+    /// The bridge underneath: its [`events`](Bridge::events) (resumes, re-initializations,
+    /// re-sends, unknown outcomes) and the session's state.
+    pub fn bridge(&self) -> &Bridge {
+        &self.bridge
+    }
+}
+
+impl Transport<RoleClient> for ResumeTransport {
+    type Error = Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let bridge = self.bridge.clone();
+        async move {
+            let message = serde_json::to_value(&item).map_err(|e| {
+                Error::with_source(ErrorKind::Protocol, "rmcp's message is not JSON", e)
+            })?;
+            bridge.send(message).await
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        let bridge = self.bridge.clone();
+        async move {
+            loop {
+                let message = bridge.recv().await?;
+                match serde_json::from_value(message.clone()) {
+                    Ok(read) => return Some(read),
+                    Err(error) => {
+                        // An answer rmcp cannot read must still end its request, or the
+                        // request would hang: it becomes an error answer with the same id.
+                        // Anything else (a notification or server request of a shape rmcp
+                        // does not know) is left out, as rmcp's own transports do.
+                        if let Some(answer) = unreadable_answer(&message, &error) {
+                            return Some(answer);
+                        }
+                        tracing::warn!(%error, "a message rmcp cannot read was left out");
+                    }
+                }
+            }
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Error>> + Send {
+        let bridge = self.bridge.clone();
+        async move { bridge.close().await }
+    }
+}
+
+/// For an answer (a response or an error response) rmcp could not read: the JSON-RPC error
+/// that ends the request it answers.
+fn unreadable_answer(
+    message: &Value,
+    error: &serde_json::Error,
+) -> Option<RxJsonRpcMessage<RoleClient>> {
+    let id = message.get("id")?;
+    if message.get("method").is_some() {
+        return None;
+    }
+    let answer = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": codes::PROTOCOL,
+            "message": format!("the server's answer could not be read as rmcp's model: {error}"),
+            "data": {"kind": ErrorKind::Protocol.as_str()},
+        },
+    });
+    serde_json::from_value(answer).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreadable_answer_becomes_an_error_with_its_id() {
+        let answer = json!({"jsonrpc": "2.0", "id": 7, "error": "not an error object"});
+        let error = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(answer.clone())
+            .expect_err("rmcp reads errors as objects");
+        let read = unreadable_answer(&answer, &error).expect("an answer is never left out");
+        let back = serde_json::to_value(read).expect("serializes");
+        assert_eq!(back["id"], 7);
+        assert_eq!(back["error"]["code"], codes::PROTOCOL);
+        assert_eq!(back["error"]["data"]["kind"], "protocol");
+    }
+
+    #[test]
+    fn an_unreadable_notification_is_left_out() {
+        let note = json!({"jsonrpc": "2.0", "method": 5});
+        let error =
+            serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(note.clone()).unwrap_err();
+        assert!(unreadable_answer(&note, &error).is_none());
+    }
+}
