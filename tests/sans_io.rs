@@ -56,3 +56,71 @@ fn the_protocol_core_has_no_io_clocks_or_spawning() {
     }
     assert!(violations.is_empty(), "{}", violations.join("\n"));
 }
+
+/// The session's modules (`src/proto/session/`) import one another without circles: the data
+/// types a module changes live with it, and behaviour sits next to its data. A circle (`calls`
+/// needing `tasks` needing `calls`) means a type sits in the wrong module.
+#[test]
+fn the_session_modules_import_each_other_without_circles() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/proto/session");
+    let mut modules: Vec<(String, Vec<String>)> = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("src/proto/session is readable") {
+        let path = entry.expect("a directory entry").path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if name == "mod" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let mut uses: Vec<String> = code
+            .match_indices("super::")
+            .filter_map(|(i, _)| {
+                let rest = &code[i + "super::".len()..];
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+                // `super::Session` (the parent's type) is not a sibling module.
+                let sibling = &rest[..end];
+                (rest[end..].starts_with("::") && sibling != name).then(|| sibling.to_owned())
+            })
+            .collect();
+        uses.sort();
+        uses.dedup();
+        modules.push((name, uses));
+    }
+    assert!(modules.len() > 10, "found only {modules:?}");
+    // Depth-first search for a back edge.
+    fn visit(
+        m: &str,
+        modules: &[(String, Vec<String>)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(start) = path.iter().position(|p| p == m) {
+            let mut circle = path[start..].to_vec();
+            circle.push(m.to_owned());
+            return Some(circle);
+        }
+        if done.iter().any(|d| d == m) {
+            return None;
+        }
+        path.push(m.to_owned());
+        let uses = modules
+            .iter()
+            .find(|(n, _)| n == m)
+            .map(|(_, u)| u.clone())
+            .unwrap_or_default();
+        for next in &uses {
+            if let Some(circle) = visit(next, modules, path, done) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        done.push(m.to_owned());
+        None
+    }
+    let mut done = Vec::new();
+    for (name, _) in &modules {
+        if let Some(circle) = visit(name, &modules, &mut Vec::new(), &mut done) {
+            panic!("an import circle: {}", circle.join(" -> "));
+        }
+    }
+}
