@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use mcp_resume::client::models::CompleteRequest;
-use mcp_resume::{Client, Era, EraCache, Error, ReconnectPolicy, ResendPolicy, ToolCall};
+use mcp_resume::{
+    Client, ClientBuilder, Era, EraCache, Error, ReconnectPolicy, ResendPolicy, ToolCall,
+};
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -73,7 +75,26 @@ struct Options {
 impl Options {
     /// The SDK's client, with the typed handlers `declared` says forwarding to their slots.
     fn build(&self, handlers: &Arc<Handlers>, declared: [bool; 3]) -> Result<Client, Error> {
-        let mut b = Client::builder(self.url.clone());
+        let mut b = self.configure(Client::builder(self.url.clone()));
+        let forward = handlers.clone();
+        b = b.on_server_request(move |request| forward.clone().server_request(request));
+        if declared[0] {
+            let forward = handlers.clone();
+            b = b.on_sampling(move |request, ctx| forward.clone().sampling(request, ctx));
+        }
+        if declared[1] {
+            let forward = handlers.clone();
+            b = b.on_elicitation(move |request, ctx| forward.clone().elicitation(request, ctx));
+        }
+        if declared[2] {
+            let forward = handlers.clone();
+            b = b.on_roots(move |ctx| forward.clone().roots(ctx));
+        }
+        b.build()
+    }
+
+    /// Every option but the handlers, on `b`.
+    fn configure(&self, mut b: ClientBuilder) -> ClientBuilder {
         if let Some(caps) = &self.capabilities {
             b = b.client_capabilities(caps.clone());
         }
@@ -119,21 +140,15 @@ impl Options {
         if let Some(seed) = self.jitter_seed {
             b = b.jitter_seed(seed);
         }
-        let forward = handlers.clone();
-        b = b.on_server_request(move |request| forward.clone().server_request(request));
-        if declared[0] {
-            let forward = handlers.clone();
-            b = b.on_sampling(move |request, ctx| forward.clone().sampling(request, ctx));
-        }
-        if declared[1] {
-            let forward = handlers.clone();
-            b = b.on_elicitation(move |request, ctx| forward.clone().elicitation(request, ctx));
-        }
-        if declared[2] {
-            let forward = handlers.clone();
-            b = b.on_roots(move |ctx| forward.clone().roots(ctx));
-        }
-        b.build()
+        b
+    }
+}
+
+impl RawClient {
+    /// Sets this client's options (not its handlers) on another builder: the message
+    /// bridge's session is configured like the client it was made from.
+    pub(crate) fn configure(&self, builder: ClientBuilder) -> ClientBuilder {
+        self.options.configure(builder)
     }
 }
 
@@ -316,7 +331,10 @@ impl RawClient {
     ) -> PyResult<Bound<'py, PyAny>> {
         let timeout = timeout.map(|t| seconds(py, t, "timeout")).transpose()?;
         let client = self.client(py)?;
-        self.run(py, async move { client.resume_task(&task_id, timeout).await })
+        self.run(
+            py,
+            async move { client.resume_task(&task_id, timeout).await },
+        )
     }
 
     #[pyo3(signature = (cursor=None))]
@@ -471,7 +489,7 @@ impl RawClient {
     }
 
     #[getter]
-    fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.options.url
     }
 

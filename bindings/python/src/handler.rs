@@ -283,9 +283,7 @@ where
 {
     tokio::task::spawn_blocking(move || Python::attach(f))
         .await
-        .unwrap_or_else(|_| {
-            Err(RpcError::internal_error("internal error"))
-        })
+        .unwrap_or_else(|_| Err(RpcError::internal_error("internal error")))
 }
 
 fn is_awaitable(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -12,6 +12,7 @@ mod client;
 mod convert;
 mod errors;
 mod handler;
+mod message_bridge;
 mod models;
 mod requests;
 mod streams;
@@ -37,6 +38,7 @@ fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pyo3_async_runtimes::tokio::init(runtime);
 
     m.add_class::<client::RawClient>()?;
+    m.add_class::<message_bridge::RawBridge>()?;
     m.add_class::<streams::EventStream>()?;
     m.add_class::<streams::NotificationStream>()?;
     types::register(m)?;

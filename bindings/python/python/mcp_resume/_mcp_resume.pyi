@@ -27,6 +27,7 @@ __all__ = [
     "PromptArgument",
     "PromptMessage",
     "PromptReference",
+    "RawBridge",
     "RawClient",
     "ReadResourceResult",
     "ReconnectPolicy",
@@ -746,6 +747,23 @@ class NotificationStream:
     @property
     def missed(self) -> int:
         """Notifications this subscriber lost because it fell more than 256 behind."""
+
+@final
+class RawBridge:
+    """The Rust SDK's message bridge: JSON-RPC messages in and out as dicts, an mcp-resume
+    session in between; see ``mcp_resume.bridge.streamablehttp_client``."""
+
+    def __new__(
+        cls,
+        client: RawClient,
+        *,
+        trust_tool_annotations: bool = False,
+        capacity: int | None = None,
+    ) -> RawBridge: ...
+    def send(self, message: Mapping[str, Any]) -> Awaitable[None]: ...
+    def recv(self) -> Awaitable[dict[str, Any] | None]: ...
+    def close(self) -> Awaitable[None]: ...
+    def session_id(self) -> str | None: ...
 
 @final
 class RawClient:

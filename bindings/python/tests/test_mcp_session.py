@@ -1,0 +1,215 @@
+"""The `mcp` package's own `ClientSession` (1.x, from PyPI) over `mcp_resume.bridge`, against
+the mock cluster binary: the demo's workload on every preset, stock transport against the
+bridge, judged by the cluster's oracle; and era translation (a legacy-only `ClientSession`
+reaching a 2026-07-28-only server)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client as stock_streamable_http_client
+from mcp.shared.exceptions import McpError
+
+from conftest import Cluster
+from mcp_resume import ReconnectPolicy
+from mcp_resume.bridge import (
+    IDEMPOTENCY_META_KEY,
+    streamable_http_client,
+    streamablehttp_client,
+)
+from workload import CAPABILITIES, TAG
+
+PRESETS = ["naive", "strict", "replicated", "sticky"]
+# The workload's deadline per call, as the demo's.
+DEADLINE = timedelta(seconds=3)
+
+
+class WorkloadSession(ClientSession):
+    """A `ClientSession` whose `initialize` negotiates the workload's capabilities (a
+    non-default sampling temperature), which `ClientSession.initialize` cannot express: a
+    made-up session on another instance then answers differently, as in the incident."""
+
+    async def initialize(self) -> types.InitializeResult:
+        result = await self.send_request(
+            types.ClientRequest(
+                types.InitializeRequest(
+                    params=types.InitializeRequestParams(
+                        protocolVersion=types.LATEST_PROTOCOL_VERSION,
+                        capabilities=types.ClientCapabilities(
+                            experimental=CAPABILITIES["experimental"]
+                        ),
+                        clientInfo=types.Implementation(name="workload", version="1"),
+                    )
+                )
+            ),
+            types.InitializeResult,
+        )
+        await self.send_notification(types.ClientNotification(types.InitializedNotification()))
+        return result
+
+
+@dataclass
+class Call:
+    tag: str
+    tool: str
+    keyed: bool
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass
+class Run:
+    preset: str
+    client: str
+    calls: list[Call] = field(default_factory=list)
+    oracle: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    connect_error: str | None = None
+
+    def executions(self, tag: str) -> list[dict[str, Any]]:
+        return [e for e in self.oracle["executions"] if e.get("tag") == tag]
+
+    def silent_wrong(self) -> list[str]:
+        return [
+            c.tag
+            for c in self.calls
+            if c.error is None
+            and any(
+                e["wrong_capability"] or e["unknown_record"] or e["duplicate_side_effect"]
+                for e in self.executions(c.tag)
+            )
+        ]
+
+    def failed(self) -> list[Call]:
+        return [c for c in self.calls if c.error is not None]
+
+
+def streams(client: str, url: str) -> AbstractAsyncContextManager[Any]:
+    if client == "stock":
+        return stock_streamable_http_client(url)
+    return streamablehttp_client(
+        url, reconnect=ReconnectPolicy(initial_delay=0.01, max_delay=0.2), jitter_seed=7
+    )
+
+
+async def session_workload(url: str, preset: str, client: str, rounds: int = 4) -> Run:
+    """The demo's workload through a `ClientSession` over `client`'s transport."""
+    run = Run(preset, client)
+    started = time.monotonic()
+
+    async def call(session: ClientSession, tool: str, args: dict[str, Any], keyed: bool) -> Any:
+        tag = f"{preset}/{client}/{len(run.calls):03}-{tool}"
+        record = Call(tag, tool, keyed)
+        run.calls.append(record)
+        meta: dict[str, Any] = {TAG: tag}
+        if keyed:
+            meta[IDEMPOTENCY_META_KEY] = str(uuid.uuid4())
+        try:
+            result = await session.call_tool(tool, args, read_timeout_seconds=DEADLINE, meta=meta)
+        except McpError as e:
+            record.error = str(e.error.data.get("kind") if isinstance(e.error.data, dict) else e)
+            return None
+        if result.isError:
+            record.error = "tool_error"
+            return None
+        record.result = result.structuredContent
+        return result.structuredContent
+
+    try:
+        async with streams(client, url) as (read, write, _):
+            async with WorkloadSession(read, write, read_timeout_seconds=DEADLINE) as session:
+                await session.initialize()
+                await call(session, "slow", {"steps": 6, "delay_ms": 20}, True)
+                for n in range(rounds):
+                    await call(session, "generate", {"prompt": f"summary {n}"}, False)
+                    prepared = await call(session, "prepare", {"item": f"order-{n}"}, True)
+                    if isinstance(prepared, dict) and isinstance(prepared.get("record"), str):
+                        await call(session, "commit", {"record": prepared["record"]}, True)
+                    await call(session, "counter_increment", {}, True)
+                    await call(session, "counter_increment", {}, False)
+    except Exception as e:  # the stock transport may fail the whole session
+        run.connect_error = repr(e)
+    run.seconds = time.monotonic() - started
+    return run
+
+
+def table(runs: list[Run]) -> str:
+    lines = [f"{'preset':<11}{'client':<9}{'calls':>6}{'ok':>5}{'SILENT':>8}{'failed':>8}{'secs':>7}"]
+    for r in runs:
+        ok = len(r.calls) - len(r.failed())
+        lines.append(
+            f"{r.preset:<11}{r.client:<9}{len(r.calls):>6}{ok:>5}{len(r.silent_wrong()):>8}"
+            f"{len(r.failed()):>8}{r.seconds:>7.2f}"
+        )
+    return "\n".join(lines)
+
+
+async def test_stock_against_bridged_client_session_on_every_preset(
+    cluster: Callable[..., Cluster],
+) -> None:
+    runs: list[Run] = []
+    for preset in PRESETS:
+        for client in ("stock", "bridged"):
+            c = cluster(preset, "--idle-timeout-ms", "0", "--cut-after-events", "3")
+            run = await session_workload(c.url, preset, client)
+            run.oracle = c.settled_oracle()
+            c.stop()
+            runs.append(run)
+    print("\n" + table(runs))
+    by = {(r.preset, r.client): r for r in runs}
+    for preset in PRESETS:
+        bridged = by[(preset, "bridged")]
+        summary = f"{preset}: {[(c.tag, c.error) for c in bridged.failed()]} {bridged.connect_error}"
+        # Over the bridge: never a silent wrong answer, no keyed side effect twice, no unkeyed
+        # call run twice.
+        assert bridged.connect_error is None, summary
+        assert bridged.silent_wrong() == [], summary
+        assert bridged.oracle["totals"]["repeated_unkeyed_executions"] == 0, summary
+        if preset != "naive":
+            # Resume is safe or refused explicitly: nothing is lost, the cut call included.
+            assert bridged.failed() == [], summary
+        else:
+            # What cannot be proven right is an explicit error naming its kind.
+            assert bridged.failed(), summary
+            assert {c.error for c in bridged.failed()} <= {
+                "context_mismatch",
+                "outcome_unknown",
+                "session_lost",
+            }, summary
+    # The stock client reproduces the incident on `naive` (success reported, wrong context
+    # underneath) and loses calls on `strict`.
+    assert by[("naive", "stock")].silent_wrong(), table(runs)
+    stock_strict = by[("strict", "stock")]
+    assert stock_strict.failed() or stock_strict.connect_error, table(runs)
+
+
+@pytest.mark.parametrize("era", ["modern"])
+async def test_a_legacy_client_session_reaches_a_2026_07_28_server(
+    cluster: Callable[..., Cluster], era: str
+) -> None:
+    c = cluster("replicated", "--era", era)
+    async with streamable_http_client(c.url) as (read, write, get_session_id):
+        async with ClientSession(read, write, read_timeout_seconds=DEADLINE) as session:
+            init = await session.initialize()
+            # The answer is built from server/discover, in the version the session asked for.
+            assert init.protocolVersion == types.LATEST_PROTOCOL_VERSION
+            assert init.capabilities.tools is not None
+            tools = await session.list_tools()
+            assert "echo" in {t.name for t in tools.tools}
+            result = await session.call_tool(
+                "echo", {"text": "modern"}, meta={TAG: "modern/echo"}
+            )
+            assert result.content[0].text == "modern"  # type: ignore[union-attr]
+            # The 2026-07-28 era has no sessions.
+            assert get_session_id() is None
+    oracle = c.settled_oracle()
+    assert oracle["totals"]["initializes"] == 0, oracle["totals"]
+    assert len([e for e in oracle["executions"] if e.get("tag") == "modern/echo"]) == 1
