@@ -11,13 +11,18 @@
 //! Loops without `add_reader` (the Windows proactor loop), and non-Unix builds, use
 //! `pyo3-async-runtimes` instead.
 //!
-//! Cancelling the awaitable (the awaiting task was cancelled) drops the Rust future.
+//! Cancelling the awaitable (the awaiting task was cancelled) drops the Rust future. A Rust
+//! future that panics fails its awaitable with `RuntimeError` (never a hang), and a process
+//! forked after the runtime started gets `RuntimeError` at once: the runtime's threads are
+//! not copied by `fork`, so nothing would ever complete there.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use pyo3::exceptions::PyNotImplementedError;
+use futures::FutureExt;
+use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyCFunction;
@@ -35,6 +40,8 @@ where
     T: IntoPython,
     F: Future<Output = T> + Send + 'static,
 {
+    same_process()?;
+    let fut = Guarded::new(fut);
     let event_loop = pyo3_async_runtimes::get_running_loop(py)?;
     let Some(bridge) = LoopBridge::of(py, &event_loop)? else {
         let locals = pyo3_async_runtimes::TaskLocals::new(event_loop).copy_context(py)?;
@@ -109,6 +116,63 @@ impl CancelOnDone {
         }
         Ok(())
     }
+}
+
+/// The process whose runtime this is: set when the first awaitable starts the runtime.
+static RUNTIME_PROCESS: OnceLock<u32> = OnceLock::new();
+
+/// Fails in a process forked after the runtime started: its worker threads stayed in the
+/// parent, so a future spawned here would never run.
+fn same_process() -> PyResult<()> {
+    let started_in = *RUNTIME_PROCESS.get_or_init(std::process::id);
+    if started_in == std::process::id() {
+        return Ok(());
+    }
+    Err(PyRuntimeError::new_err(format!(
+        "mcp_resume cannot run in a process forked after it was first used (in process \
+         {started_in}): the fork did not copy its runtime's threads. Use it only after \
+         forking, or start workers with the 'spawn' method"
+    )))
+}
+
+/// A future whose panic becomes the awaitable's `RuntimeError`.
+struct Guarded<T>(Result<T, String>);
+
+impl<T> Guarded<T> {
+    fn new<F: Future<Output = T>>(fut: F) -> impl Future<Output = Guarded<T>> {
+        AssertUnwindSafe(fut).catch_unwind().map(|outcome| {
+            Guarded(outcome.map_err(|panic| {
+                panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".to_owned())
+            }))
+        })
+    }
+}
+
+impl<T: IntoPython> IntoPython for Guarded<T> {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self.0 {
+            Ok(output) => output.into_python(py),
+            Err(message) => Err(PyRuntimeError::new_err(format!(
+                "the binding's runtime panicked while running this call ({message}); the \
+                 call's outcome is unknown"
+            ))),
+        }
+    }
+}
+
+/// A future that panics: for the test that every awaitable resolves.
+#[pyfunction]
+#[pyo3(name = "_panicking")]
+pub fn panicking(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    awaitable(py, async move {
+        if std::hint::black_box(true) {
+            panic!("a test's deliberate panic");
+        }
+    })
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -634,16 +634,16 @@ impl RawClient {
         }
     }
 
-    /// `fut` as an awaitable of the running event loop; dropping it (the task was cancelled)
-    /// drops the SDK's future, which cancels the call.
+    /// `fut` as an awaitable of the running event loop, which must be the client's own (see
+    /// `Handlers::bind_loop`: nothing is sent otherwise); dropping it (the task was
+    /// cancelled) drops the SDK's future, which cancels the call.
     fn run<'py, T: IntoPython>(
         &self,
         py: Python<'py>,
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let awaitable = crate::bridge::awaitable(py, async move { Reply(fut.await) })?;
-        self.handlers.remember_loop(py, &awaitable)?;
-        Ok(awaitable)
+        self.handlers.bind_loop(py)?;
+        crate::bridge::awaitable(py, async move { Reply(fut.await) })
     }
 }
 

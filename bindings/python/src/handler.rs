@@ -8,21 +8,20 @@
 //! by the time the client is built (see `client.rs`); the SDK then types the request, and
 //! the answer the callback returns is typed here before the SDK sends it.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use mcp_resume::client::models::{
     CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Root,
 };
 use mcp_resume::{RequestContext, RpcError, ServerRequest};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyModule};
+use pyo3::types::{PyCFunction, PyDict, PyModule, PyTuple};
 use pyo3::PyTraverseError;
-use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use crate::convert::{from_py, opt_from_py};
 use crate::requests::{
@@ -55,7 +54,7 @@ impl Kind {
     }
 }
 
-/// The Python callbacks of one client, and the event loop their coroutines run on.
+/// The Python callbacks of one client, and the event loop they run on.
 #[derive(Default)]
 pub struct Handlers {
     state: Mutex<State>,
@@ -64,18 +63,44 @@ pub struct Handlers {
 #[derive(Default)]
 struct State {
     callbacks: [Option<Py<PyAny>>; 4],
-    /// The event loop (and context) of the latest call into the client: coroutines the
-    /// callbacks return run there.
-    locals: Option<TaskLocals>,
+    /// The event loop the client belongs to: the one of its first use, until that loop is
+    /// closed. Callbacks run there, plain functions and coroutines alike.
+    event_loop: Option<Py<PyAny>>,
 }
 
-type Pending = Pin<Box<dyn Future<Output = PyResult<Py<PyAny>>> + Send>>;
-
-enum Started {
-    Ready(Py<PyAny>),
-    Pending(Pending),
+/// A callback running on the client's loop (a `concurrent.futures.Future` of
+/// `asyncio.run_coroutine_threadsafe`): its outcome arrives on `outcome`; dropped before
+/// that (the server cancelled its request, or the call it belongs to ended), it cancels the
+/// Python task.
+struct Running {
+    task: Option<Py<PyAny>>,
+    outcome: oneshot::Receiver<PyResult<Py<PyAny>>>,
 }
 
+impl Running {
+    async fn outcome(mut self) -> PyResult<Py<PyAny>> {
+        let outcome = (&mut self.outcome).await;
+        self.task = None; // finished: nothing to cancel
+        outcome.unwrap_or_else(|_| {
+            Err(PyRuntimeError::new_err(
+                "the handler's task ended without an outcome",
+            ))
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            // The GIL is taken on the blocking pool, never on a runtime worker.
+            tokio::task::spawn_blocking(move || {
+                Python::attach(|py| {
+                    let _ = task.bind(py).call_method0(pyo3::intern!(py, "cancel"));
+                })
+            });
+        }
+    }
+}
 impl Handlers {
     // The lock is only ever taken while attached to the interpreter and never held across an
     // attach, so it cannot deadlock against the GIL.
@@ -122,20 +147,24 @@ impl Handlers {
             .map(|c| c.clone_ref(py))
     }
 
-    /// Records the loop `awaitable` belongs to (the loop of the latest call).
-    pub fn remember_loop(&self, py: Python<'_>, awaitable: &Bound<'_, PyAny>) -> PyResult<()> {
-        let event_loop = awaitable.call_method0(pyo3::intern!(py, "get_loop"))?;
-        let previous = {
-            let mut state = self.lock();
-            let known = state
-                .locals
-                .as_ref()
-                .is_some_and(|l| l.event_loop(py).is(&event_loop));
-            if known {
+    /// Binds the client to the running event loop on its first use; raises `RuntimeError`
+    /// when it is used from another loop while its own is open (its handlers would run on
+    /// a loop the caller does not drive). A closed loop gives way to the next one.
+    pub fn bind_loop(&self, py: Python<'_>) -> PyResult<()> {
+        let running = pyo3_async_runtimes::get_running_loop(py)?;
+        let current = self.lock().event_loop.as_ref().map(|l| l.clone_ref(py));
+        if let Some(current) = &current {
+            let current = current.bind(py);
+            if current.is(&running) {
                 return Ok(());
             }
-            state.locals.replace(TaskLocals::new(event_loop))
-        };
+            if !is_closed(current) {
+                return Err(PyRuntimeError::new_err(
+                    "this mcp_resume client belongs to the event loop it was first used on,                      which is still open; use it from that loop, or make a client per loop",
+                ));
+            }
+        }
+        let previous = self.lock().event_loop.replace(running.unbind());
         drop(previous);
         Ok(())
     }
@@ -215,16 +244,13 @@ impl Handlers {
     {
         // The GIL is taken on the blocking pool, never on a runtime worker, so Python code
         // holding it cannot stall the client's driver.
-        let started = attached({
+        let running = attached({
             let slots = self.clone();
             let method = method.clone();
             move |py| slots.start(py, kind, &method, arg)
         })
         .await?;
-        let outcome = match started {
-            Started::Ready(value) => Ok(value),
-            Started::Pending(future) => future.await,
-        };
+        let outcome = running.outcome().await;
         attached(move |py| match outcome {
             Ok(value) => convert(value.bind(py)).map_err(|e| failure(py, &method, &e)),
             Err(e) => Err(failure(py, &method, &e)),
@@ -238,17 +264,17 @@ impl Handlers {
         kind: Kind,
         method: &str,
         arg: A,
-    ) -> Result<Started, RpcError>
+    ) -> Result<Running, RpcError>
     where
         A: FnOnce(Python<'_>) -> PyResult<Py<PyAny>>,
     {
-        let (callback, locals) = {
+        let (callback, event_loop) = {
             let state = self.lock();
             (
                 state.callbacks[kind as usize]
                     .as_ref()
                     .map(|c| c.clone_ref(py)),
-                state.locals.clone(),
+                state.event_loop.as_ref().map(|l| l.clone_ref(py)),
             )
         };
         let Some(callback) = callback else {
@@ -257,19 +283,40 @@ impl Handlers {
                 format!("method not found: {method}"),
             ));
         };
-        let run = || -> PyResult<Started> {
-            let returned = callback.bind(py).call1((arg(py)?,))?;
-            if !is_awaitable(py, &returned)? {
-                return Ok(Started::Ready(returned.unbind()));
-            }
-            let Some(locals) = locals else {
-                return Err(pyo3::exceptions::PyRuntimeError::new_err(
-                    "the handler returned an awaitable, but no event loop has used this \
-                     client yet",
+        let run = || -> PyResult<Running> {
+            let Some(event_loop) = event_loop else {
+                return Err(PyRuntimeError::new_err(
+                    "a server request arrived before any event loop used this client",
                 ));
             };
-            let future = pyo3_async_runtimes::into_future_with_locals(&locals, returned)?;
-            Ok(Started::Pending(Box::pin(future)))
+            let event_loop = event_loop.bind(py);
+            if is_closed(event_loop) {
+                return Err(PyRuntimeError::new_err(
+                    "the client's event loop is closed, so its handler cannot run; use the \
+                     client from a running loop",
+                ));
+            }
+            let coroutine = invoke(py)?.call1((callback, arg(py)?))?;
+            let task =
+                asyncio(py)?.call_method1("run_coroutine_threadsafe", (coroutine, event_loop))?;
+            let (tx, rx) = oneshot::channel();
+            let tx = Mutex::new(Some(tx));
+            let done =
+                PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _| {
+                    let py = args.py();
+                    let outcome = args.get_item(0).and_then(|task| {
+                        task.call_method0(pyo3::intern!(py, "result"))
+                            .map(Bound::unbind)
+                    });
+                    if let Some(tx) = lock_sender(&tx) {
+                        let _ = tx.send(outcome);
+                    }
+                })?;
+            task.call_method1(pyo3::intern!(py, "add_done_callback"), (done,))?;
+            Ok(Running {
+                task: Some(task.unbind()),
+                outcome: rx,
+            })
         };
         run().map_err(|e| failure(py, method, &e))
     }
@@ -286,13 +333,39 @@ where
         .unwrap_or_else(|_| Err(RpcError::internal_error("internal error")))
 }
 
-fn is_awaitable(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
-    static INSPECT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    let inspect = INSPECT.get_or_try_init(py, || Ok::<_, PyErr>(py.import("inspect")?.unbind()))?;
-    inspect
-        .bind(py)
-        .call_method1("isawaitable", (value,))?
-        .extract()
+/// `mcp_resume._handlers.invoke`: calls a handler on the loop, awaiting what it returns.
+fn invoke(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static INVOKE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    INVOKE
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(
+                py.import("mcp_resume._handlers")?
+                    .getattr("invoke")?
+                    .unbind(),
+            )
+        })
+        .map(|f| f.bind(py))
+}
+
+fn asyncio(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static ASYNCIO: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    ASYNCIO
+        .get_or_try_init(py, || Ok::<_, PyErr>(py.import("asyncio")?.unbind()))
+        .map(|m| m.bind(py))
+}
+
+fn is_closed(event_loop: &Bound<'_, PyAny>) -> bool {
+    event_loop
+        .call_method0("is_closed")
+        .and_then(|c| c.is_truthy())
+        .unwrap_or(true)
+}
+
+/// The sender, taken once (the done callback runs once, but its closure must be `Fn`).
+fn lock_sender<T>(m: &Mutex<Option<T>>) -> Option<T> {
+    m.lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take()
 }
 
 /// The JSON-RPC error for a callback that raised: an `mcp_resume.RpcError` is the answer it

@@ -48,5 +48,6 @@ fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(bench::bench_rust_calls, m)?)?;
     m.add_function(wrap_pyfunction!(bridge::resolved, m)?)?;
+    m.add_function(wrap_pyfunction!(bridge::panicking, m)?)?;
     Ok(())
 }

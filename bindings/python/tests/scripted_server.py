@@ -5,7 +5,9 @@ Legacy era: `initialize` with a session id, `tools/list`, and `tools/call` of
 - `mixed`: a result holding one content item of each type (`isError`, `_meta`);
 - `ask`: an SSE stream that sends the client a request (`sampling/createMessage` by default,
   else the `method` and `params` of its arguments), waits for the client's answer (POSTed
-  separately), and returns it as the tool's structured result;
+  separately), and returns it as the tool's structured result; with `cancel_after_ms` it
+  cancels its request after that long (`notifications/cancelled`) and returns the answer
+  that arrived anyway (`None` when none did);
 - `hang`: an SSE stream that stays open until the client cancels the call (or 10 s).
 
 and the typed methods: `resources/list` in two pages (cursor `page-2`),
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -177,7 +180,15 @@ class _Handler(BaseHTTPRequestHandler):
                 "params": args.get("params", {"messages": [], "maxTokens": 5}),
             }
             self._sse_event(question)
-            answer = self.owner.wait_answer(rid, timeout=5)
+            cancel_after = args.get("cancel_after_ms")
+            if cancel_after is not None:
+                # The server gives up on its own request: the client must not answer it.
+                time.sleep(cancel_after / 1000)
+                self._sse_event({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                 "params": {"requestId": rid, "reason": "no longer needed"}})
+                answer = self.owner.wait_answer(rid, timeout=0.5)
+            else:
+                answer = self.owner.wait_answer(rid, timeout=5)
             result = {
                 "content": [{"type": "text", "text": "answered"}],
                 "structuredContent": {"answer": answer},

@@ -388,7 +388,8 @@ class Client:
         era also the input requests of a call; usable as a decorator, at any time.
 
         The handler gets a ``ServerRequest`` and returns the JSON result, directly or from
-        an ``async def``; it runs on the event loop that last used this client. Raise
+        an ``async def``; it runs on the client's event loop (plain functions too, on the loop's
+        thread), and is cancelled when the server cancels its request. Raise
         ``RpcError(code, message, data)`` to answer with that error. Without a handler the
         client answers "method not found"; ``ping`` is always answered for you. It declares
         no capability: pass what it answers in ``capabilities``.
@@ -404,8 +405,7 @@ class Client:
         handler registered before can be replaced (else ``InvalidConfigError``).
 
         The handler gets a ``CreateMessageRequest`` and returns a ``CreateMessageResult``
-        or its JSON, directly or from an ``async def``, on the event loop that last used
-        this client. ``RpcError`` and other exceptions are answered as with
+        or its JSON, directly or from an ``async def``, on the client's event loop. ``RpcError`` and other exceptions are answered as with
         ``on_server_request``; an answer of the wrong shape is logged and answered as an
         internal error.
         """

@@ -42,6 +42,7 @@ __all__ = [
     "SessionEvent",
     "Tool",
     "__version__",
+    "_panicking",
     "_resolved",
 ]
 
@@ -850,6 +851,9 @@ class RawClient:
     roots_handler: Any
 
 _T = TypeVar("_T")
+
+def _panicking() -> Awaitable[None]:
+    """An awaitable whose Rust future panics: it fails with ``RuntimeError``."""
 
 def _resolved(value: _T) -> Awaitable[_T]:
     """Resolves to ``value`` on the runtime: the bridge between asyncio and tokio alone."""

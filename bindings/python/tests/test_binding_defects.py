@@ -1,0 +1,144 @@
+"""Defects of the binding found in review, each pinned: where handlers run, which event loop
+a client belongs to, an awaitable whose Rust side panicked, a forked process, and a server
+that cancels its own request."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from mcp_resume import Client, ServerRequest, _mcp_resume
+from scripted_server import ScriptedServer
+
+
+async def test_plain_function_handlers_run_on_the_event_loop(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    seen: list[tuple[int, bool]] = []
+
+    def answer(request: ServerRequest) -> dict[str, Any]:
+        # On the loop's own thread, where the loop is running (the README's promise).
+        running = asyncio.get_running_loop() is loop
+        seen.append((threading.get_ident(), running))
+        return {"echo": request.method}
+
+    loop = asyncio.get_running_loop()
+    async with Client(server.url, era="legacy", on_server_request=answer) as client:
+        result = await client.call_tool("ask")
+    assert result.structured_content["answer"]["result"] == {"echo": "sampling/createMessage"}
+    assert seen == [(threading.get_ident(), True)]
+
+
+def test_a_client_belongs_to_the_event_loop_it_was_first_used_on(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    client = Client(server.url, era="legacy", open_listen_stream=False)
+    first = asyncio.new_event_loop()
+    try:
+        first.run_until_complete(client.connect())
+        errors: list[BaseException] = []
+
+        def elsewhere() -> None:
+            try:
+                asyncio.run(client.ping())
+            except BaseException as e:  # noqa: BLE001 - the test inspects it
+                errors.append(e)
+
+        t = threading.Thread(target=elsewhere)
+        t.start()
+        t.join(10)
+        assert len(errors) == 1 and isinstance(errors[0], RuntimeError), errors
+        assert "event loop" in str(errors[0])
+        # Nothing was sent for the refused call.
+        assert server.requests("ping") == []
+        first.run_until_complete(client.ping())
+        first.run_until_complete(client.close())
+    finally:
+        first.close()
+
+
+def test_after_its_loop_closed_a_client_moves_to_the_next_one(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+
+    async def answer(request: ServerRequest) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {"loop": id(asyncio.get_running_loop())}
+
+    client = Client(server.url, era="legacy", on_server_request=answer)
+    asyncio.run(client.connect())  # that loop is closed when this returns
+
+    async def ask() -> tuple[Any, int]:
+        result = await client.call_tool("ask")
+        return result.structured_content["answer"], id(asyncio.get_running_loop())
+
+    answer_msg, loop_id = asyncio.run(ask())
+    # Not a silent internal error: the handler ran, on the loop now in use.
+    assert answer_msg.get("result") == {"loop": loop_id}, answer_msg
+
+
+async def test_a_panic_in_the_runtime_fails_the_awaitable() -> None:
+    with pytest.raises(RuntimeError, match="panicked"):
+        await asyncio.wait_for(_mcp_resume._panicking(), 10)
+    # The runtime goes on.
+    assert await asyncio.wait_for(_mcp_resume._resolved(7), 10) == 7
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_process_gets_an_error_not_a_hang() -> None:
+    async def resolve(value: int) -> Any:
+        return await asyncio.wait_for(_mcp_resume._resolved(value), 5)
+
+    asyncio.run(resolve(1))  # the runtime has started in this process
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what using the binding did, then leave at once
+        os.close(read)
+        try:
+            asyncio.run(resolve(2))
+            outcome = b"resolved"
+        except RuntimeError as e:
+            outcome = b"error: " + str(e).encode()
+        except BaseException as e:  # noqa: BLE001
+            outcome = b"other: " + repr(e).encode()
+        os.write(write, outcome)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        outcome = pipe.read()
+    os.waitpid(pid, 0)
+    assert outcome.startswith(b"error: "), outcome
+    assert b"fork" in outcome, outcome
+
+
+async def test_the_servers_cancellation_cancels_the_python_handler(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def slow_answer(request: ServerRequest) -> dict[str, Any]:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return {}
+
+    client = Client(server.url, era="legacy", on_server_request=slow_answer)
+    async with client:
+        result = await client.call_tool("ask", {"cancel_after_ms": 200})
+        await asyncio.wait_for(started.wait(), 5)
+        await asyncio.wait_for(cancelled.wait(), 5)
+    # No answer was sent for the cancelled request.
+    assert result.structured_content["answer"] is None
