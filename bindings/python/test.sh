@@ -21,7 +21,14 @@ export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 # target directory.
 (cd "$repo" && cargo test --workspace --no-run --quiet)
 export MCP_RESUME_MOCK_CLUSTER="$CARGO_TARGET_DIR/debug/mock-cluster"
-(cd "$here" && maturin develop --quiet)
+# What a user installs: a wheel (cargo's dev profile, to reuse the build) and an sdist, both
+# checked by tests/test_packaging.py; the suite runs against the installed wheel.
+dist="$CARGO_TARGET_DIR/python-dist"
+rm -rf "$dist"
+(cd "$here" && maturin build --quiet --profile dev --out "$dist" && maturin sdist --out "$dist" >/dev/null)
+wheel="$(ls "$dist"/*.whl)"
+python -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
+export MCP_RESUME_WHEEL="$wheel" MCP_RESUME_SDIST="$(ls "$dist"/*.tar.gz)"
 
 cd "$here"
 mypy --strict examples
