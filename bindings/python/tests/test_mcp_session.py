@@ -19,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client as stock_streamabl
 from mcp.shared.exceptions import McpError
 
 from conftest import Cluster
+from scripted_server import ScriptedServer
 from mcp_resume import ReconnectPolicy
 from mcp_resume.bridge import (
     IDEMPOTENCY_META_KEY,
@@ -213,3 +214,32 @@ async def test_a_legacy_client_session_reaches_a_2026_07_28_server(
     oracle = c.settled_oracle()
     assert oracle["totals"]["initializes"] == 0, oracle["totals"]
     assert len([e for e in oracle["executions"] if e.get("tag") == "modern/echo"]) == 1
+
+
+async def test_server_requests_reach_the_client_sessions_own_callbacks(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    seen: list[types.CreateMessageRequestParams] = []
+
+    async def sampling(
+        context: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        seen.append(params)
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="from the session"),
+            model="python-model",
+        )
+
+    async with streamablehttp_client(server.url) as (read, write, _):
+        async with ClientSession(read, write, sampling_callback=sampling) as session:
+            await session.initialize()
+            result = await session.call_tool("ask", {})
+    assert [p.maxTokens for p in seen] == [5]
+    answer = result.structuredContent["answer"]  # type: ignore[index]
+    assert answer["result"]["content"]["text"] == "from the session", answer
+    assert answer["result"]["model"] == "python-model"
+    # The session declared sampling at `initialize`, through the bridge.
+    init = server.requests("initialize")[0]
+    assert "sampling" in init["params"]["capabilities"], init
