@@ -25,8 +25,12 @@ pub struct InitializeResult {
 }
 
 impl InitializeResult {
-    /// Reads the `result` of an `initialize` response.
-    pub(crate) fn from_value(raw: Value) -> Result<Self, Error> {
+    /// Reads the `result` of an `initialize` response, as the client does (a language
+    /// binding rebuilding one, a test); what cannot be one is an [`ErrorKind::Protocol`]
+    /// error.
+    ///
+    /// [`ErrorKind::Protocol`]: crate::ErrorKind::Protocol
+    pub fn from_value(raw: Value) -> Result<Self, Error> {
         let obj = as_object(&raw, "initialize result")?;
         let protocol_version = obj
             .get("protocolVersion")
@@ -79,7 +83,9 @@ pub struct Tool {
 }
 
 impl Tool {
-    pub(crate) fn from_value(raw: Value) -> Result<Self, Error> {
+    /// Reads one tool of a `tools/list` result, as the client does; what cannot be one is an
+    /// [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error.
+    pub fn from_value(raw: Value) -> Result<Self, Error> {
         let obj = as_object(&raw, "tool")?;
         let name = obj
             .get("name")
@@ -140,7 +146,9 @@ pub struct CallToolResult {
 }
 
 impl CallToolResult {
-    pub(crate) fn from_value(raw: Value) -> Result<Self, Error> {
+    /// Reads the `result` of a `tools/call` response, as the client does; what cannot be
+    /// one is an [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error.
+    pub fn from_value(raw: Value) -> Result<Self, Error> {
         let obj = as_object(&raw, "tool result")?;
         let content = match obj.get("content") {
             None | Some(Value::Null) => Vec::new(),

@@ -192,6 +192,26 @@ impl PyTool {
         to_py(py, &self.raw)
     }
 
+    /// The tool's `_meta`, if any.
+    #[getter]
+    fn meta(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        opt_to_py(py, self.raw.get("_meta"))
+    }
+
+    /// The tool's `icons` (a list of `{"src", "mimeType", "sizes", "theme"}`), if any.
+    #[getter]
+    fn icons(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        opt_to_py(py, self.raw.get("icons"))
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<Self>().is_ok_and(|o| o.get().raw == self.raw)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        reduce(py, "Tool", &self.raw)
+    }
+
     fn __repr__(&self) -> String {
         format!("Tool(name={:?})", self.name)
     }
@@ -241,6 +261,26 @@ impl PyContent {
     /// The item, as sent.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.raw)
+    }
+
+    /// The item's `annotations` (`audience`, `priority`, `lastModified`), if any.
+    #[getter]
+    fn annotations(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        opt_to_py(py, self.raw.get("annotations"))
+    }
+
+    /// The item's `_meta`, if any.
+    #[getter]
+    fn meta(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        opt_to_py(py, self.raw.get("_meta"))
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<Self>().is_ok_and(|o| o.get().raw == self.raw)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        reduce(py, "Content", &self.raw)
     }
 
     fn __repr__(&self) -> String {
@@ -321,6 +361,14 @@ impl PyCallToolResult {
     /// The whole `result` member, as sent.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         to_py(py, &self.raw)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<Self>().is_ok_and(|o| o.get().raw == self.raw)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        reduce(py, "CallToolResult", &self.raw)
     }
 
     fn __repr__(&self) -> String {
@@ -862,7 +910,37 @@ impl PyEraCache {
 }
 
 /// Adds the classes of this file to the module.
+/// `__reduce__` of a result class: rebuilt by [`unpickle`] from what was sent, so a pickled
+/// value reads the same as the original (the SDK's own reader runs again).
+fn reduce<'py>(py: Python<'py>, class: &str, raw: &Value) -> PyResult<Bound<'py, PyAny>> {
+    let module = py.import("mcp_resume._mcp_resume")?;
+    (module.getattr("_unpickle")?, (class, to_py(py, raw)?))
+        .into_pyobject(py)
+        .map(Bound::into_any)
+}
+
+/// Rebuilds a pickled result value of `class` from its JSON.
+#[pyfunction]
+#[pyo3(name = "_unpickle")]
+pub fn unpickle(py: Python<'_>, class: &str, raw: Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+    let raw = crate::convert::from_py(&raw)?;
+    let sdk = |e: mcp_resume::Error| crate::errors::to_py_err(py, &e);
+    match class {
+        "Tool" => mcp_resume::Tool::from_value(raw)
+            .map_err(sdk)?
+            .into_python(py),
+        "CallToolResult" => mcp_resume::CallToolResult::from_value(raw)
+            .map_err(sdk)?
+            .into_python(py),
+        "Content" => Ok(Py::new(py, PyContent::new(&Content::from_value(raw)))?.into_any()),
+        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "no result class {other:?} to unpickle"
+        ))),
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(unpickle, m)?)?;
     m.add_class::<PyInitializeResult>()?;
     m.add_class::<PyTool>()?;
     m.add_class::<PyContent>()?;

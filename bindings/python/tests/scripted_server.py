@@ -38,6 +38,9 @@ TOOLS = [
     {"name": name, "inputSchema": {"type": "object"}}
     for name in ("echo", "ask", "hang", "confirm", "needs_sampling", "mixed")
 ]
+# One tool with what the typed view reads besides the basics.
+TOOLS[0]["icons"] = [{"src": "https://example.com/echo.png", "mimeType": "image/png"}]
+TOOLS[0]["_meta"] = {"vendor/rank": 1}
 
 RESOURCES_PAGE_1 = [
     {"uri": "file:///a.txt", "name": "a", "mimeType": "text/plain", "size": 5,

@@ -38,3 +38,31 @@ async def test_to_dict_is_a_fresh_copy(scripted: Callable[..., ScriptedServer]) 
     assert echo.input_schema == {"type": "object"} and echo.output_schema is None
     assert not echo.is_idempotent_hint and echo.to_dict()["name"] == "echo"
     assert "echo" in repr(echo) and "x" in repr(result)
+
+
+async def test_results_compare_by_value_pickle_and_expose_meta_icons_annotations(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    import pickle
+
+    server = scripted("legacy")
+    async with Client(server.url, era="legacy", open_listen_stream=False) as client:
+        first = await client.call_tool("mixed")
+        second = await client.call_tool("mixed")
+        tools = await client.list_tools()
+    # Two answers sent alike are equal; a different one is not.
+    assert first == second
+    assert first.content[0] == second.content[0]
+    assert first.content[0] != first.content[1]
+    assert first != first.content[0]
+    for value in (first, first.content[0], tools[0]):
+        copy = pickle.loads(pickle.dumps(value))
+        assert type(copy) is type(value) and copy == value
+        assert copy.to_dict() == value.to_dict()
+    echo = next(t for t in tools if t.name == "echo")
+    assert echo.meta == {"vendor/rank": 1}
+    assert echo.icons == [{"src": "https://example.com/echo.png", "mimeType": "image/png"}]
+    assert first.content[0].annotations == {"priority": 1}
+    for item in first.content:
+        assert item.annotations == item.to_dict().get("annotations")
+        assert item.meta == item.to_dict().get("_meta")

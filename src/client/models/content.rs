@@ -222,7 +222,9 @@ impl Content {
         })
     }
 
-    pub(crate) fn from_value(value: Value) -> Self {
+    /// Reads one content item, as the client does: an item of an unknown type, or one that
+    /// does not fit its type, is kept whole rather than refused.
+    pub fn from_value(value: Value) -> Self {
         let Value::Object(mut map) = value else {
             return Content::Other(value);
         };

@@ -43,6 +43,7 @@ __all__ = [
     "Tool",
     "__version__",
     "_panicking",
+    "_unpickle",
     "_resolved",
 ]
 
@@ -115,8 +116,17 @@ class Tool:
     @property
     def is_read_only_hint(self) -> bool:
         """The ``readOnlyHint`` annotation (``False`` when absent)."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The tool's ``_meta``, if any."""
+    @property
+    def icons(self) -> list[dict[str, Any]] | None:
+        """The tool's ``icons``, if any."""
     def to_dict(self) -> dict[str, Any]:
         """The whole tool object, as sent (a fresh copy)."""
+    def __eq__(self, value: object, /) -> bool:
+        """Equal when the tool objects sent are equal."""
+    def __reduce__(self) -> tuple[Any, ...]: ...
 
 @final
 class Content:
@@ -139,8 +149,17 @@ class Content:
     @property
     def uri(self) -> str | None:
         """URI of a ``resource_link`` or ``resource`` item."""
+    @property
+    def annotations(self) -> dict[str, Any] | None:
+        """The item's ``annotations`` (``audience``, ``priority``, ``lastModified``), if any."""
+    @property
+    def meta(self) -> dict[str, Any] | None:
+        """The item's ``_meta``, if any."""
     def to_dict(self) -> dict[str, Any]:
         """The item, as sent (a fresh copy)."""
+    def __eq__(self, value: object, /) -> bool:
+        """Equal when the items sent are equal."""
+    def __reduce__(self) -> tuple[Any, ...]: ...
 
 @final
 class CallToolResult:
@@ -164,6 +183,9 @@ class CallToolResult:
         """The text items joined by newlines."""
     def to_dict(self) -> dict[str, Any]:
         """The whole ``result`` member, as sent (a fresh copy)."""
+    def __eq__(self, value: object, /) -> bool:
+        """Equal when the results sent are equal."""
+    def __reduce__(self) -> tuple[Any, ...]: ...
 
 _Item = TypeVar("_Item")
 
@@ -851,6 +873,9 @@ class RawClient:
     roots_handler: Any
 
 _T = TypeVar("_T")
+
+def _unpickle(cls: str, raw: dict[str, Any]) -> Any:
+    """Rebuilds a pickled ``Tool``, ``Content`` or ``CallToolResult`` from its JSON."""
 
 def _panicking() -> Awaitable[None]:
     """An awaitable whose Rust future panics: it fails with ``RuntimeError``."""
