@@ -90,6 +90,10 @@ impl Options {
             let forward = handlers.clone();
             b = b.on_roots(move |ctx| forward.clone().roots(ctx));
         }
+        if handlers.is_set(Kind::TokenProvider) {
+            let forward = handlers.clone();
+            b = b.auth(move |request| forward.clone().token(request));
+        }
         b.build()
     }
 
@@ -159,7 +163,7 @@ impl RawClient {
         era=None, era_cache=None, bearer_token=None, headers=None, call_timeout=None,
         connect_timeout=None, reconnect=None, resend_policy=None, max_event_size=None,
         max_body_size=None, open_listen_stream=None, jitter_seed=None, on_server_request=None,
-        on_sampling=None, on_elicitation=None, on_roots=None))]
+        on_sampling=None, on_elicitation=None, on_roots=None, token_provider=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -183,6 +187,7 @@ impl RawClient {
         on_sampling: Option<Py<PyAny>>,
         on_elicitation: Option<Py<PyAny>>,
         on_roots: Option<Py<PyAny>>,
+        token_provider: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let handlers = Arc::new(Handlers::default());
         for (kind, callback) in [
@@ -190,6 +195,7 @@ impl RawClient {
             (Kind::Sampling, on_sampling),
             (Kind::Elicitation, on_elicitation),
             (Kind::Roots, on_roots),
+            (Kind::TokenProvider, token_provider),
         ] {
             if let Some(callback) = callback {
                 let previous = handlers.replace(kind, Some(callable(py, kind, callback)?));
@@ -656,6 +662,7 @@ fn callable(py: Python<'_>, kind: Kind, callback: Py<PyAny>) -> PyResult<Py<PyAn
             Kind::Sampling => "a CreateMessageRequest",
             Kind::Elicitation => "an ElicitRequest",
             Kind::Roots => "a ListRootsRequest",
+            Kind::TokenProvider => "a token request dict and returning the token",
         };
         Err(PyTypeError::new_err(format!(
             "{} must be a callable (an async def taking {takes})",

@@ -62,7 +62,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
                 kwargs.set_item("data", convert::opt_to_py(py, rpc.data.as_ref())?)?;
             }
             if let (ErrorKind::Unauthorized, Some(challenge)) = (kind, err.auth_challenge()) {
-                kwargs.set_item("auth_challenge", auth_challenge(py, challenge)?)?;
+                kwargs.set_item("auth_challenge", challenge_dict(py, challenge)?)?;
             }
             let class = match class_name(kind) {
                 // RpcError's constructor needs the server's error object.
@@ -79,7 +79,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
 }
 
 /// The server's `WWW-Authenticate` challenge as a dict of its parts.
-fn auth_challenge<'py>(
+pub fn challenge_dict<'py>(
     py: Python<'py>,
     challenge: &mcp_resume::AuthChallenge,
 ) -> PyResult<Bound<'py, PyDict>> {

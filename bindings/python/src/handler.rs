@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use mcp_resume::client::models::{
     CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Root,
 };
-use mcp_resume::{RequestContext, RpcError, ServerRequest};
+use mcp_resume::{Error, RequestContext, RpcError, ServerRequest, TokenRequest};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -37,6 +37,8 @@ pub enum Kind {
     Sampling = 1,
     Elicitation = 2,
     Roots = 3,
+    /// Not a server request: the token provider, asked for each request's token.
+    TokenProvider = 4,
 }
 
 impl Kind {
@@ -50,6 +52,7 @@ impl Kind {
             Kind::Sampling => "on_sampling",
             Kind::Elicitation => "on_elicitation",
             Kind::Roots => "on_roots",
+            Kind::TokenProvider => "token_provider",
         }
     }
 }
@@ -62,7 +65,7 @@ pub struct Handlers {
 
 #[derive(Default)]
 struct State {
-    callbacks: [Option<Py<PyAny>>; 4],
+    callbacks: [Option<Py<PyAny>>; 5],
     /// The event loop the client belongs to: the one of its first use, until that loop is
     /// closed. Callbacks run there, plain functions and coroutines alike.
     event_loop: Option<Py<PyAny>>,
@@ -226,6 +229,36 @@ impl Handlers {
             roots_answer,
         )
         .await
+    }
+
+    /// The token provider: asked on the client's loop with a dict (`refresh`, `challenge`,
+    /// `refused_token`, `url`), it returns the token (a `str`, directly or from an `async
+    /// def`). An exception fails the request as never sent (the client retries it within its
+    /// policy) and is logged.
+    pub async fn token(self: Arc<Self>, request: TokenRequest) -> Result<String, Error> {
+        let asked = self
+            .call(
+                Kind::TokenProvider,
+                "token_provider".to_owned(),
+                move |py| {
+                    let dict = PyDict::new(py);
+                    dict.set_item("refresh", request.is_refresh())?;
+                    dict.set_item(
+                        "challenge",
+                        request
+                            .challenge
+                            .as_ref()
+                            .map(|c| crate::errors::challenge_dict(py, c))
+                            .transpose()?,
+                    )?;
+                    dict.set_item("refused_token", request.refused_token.as_deref())?;
+                    dict.set_item("url", request.url.as_deref())?;
+                    Ok(dict.into_any().unbind())
+                },
+                |answer| answer.extract::<String>(),
+            )
+            .await;
+        asked.map_err(|e| Error::token_unavailable(std::io::Error::other(e.message)))
     }
 
     /// Calls `kind`'s callback with the argument `arg` builds, and converts its answer (or

@@ -23,6 +23,7 @@ from ._client import (
     RootsHandler,
     SamplingHandler,
     ServerRequestHandler,
+    TokenProvider,
 )
 from ._enums import Era, LoggingLevel, ResendPolicy
 from ._errors import (
@@ -122,6 +123,7 @@ __all__ = [
     "ServerNotification",
     "ServerRequest",
     "ServerRequestHandler",
+    "TokenProvider",
     "SessionEvent",
     "SessionLostError",
     "TooLargeError",

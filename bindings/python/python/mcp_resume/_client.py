@@ -72,6 +72,9 @@ _RootsAnswer = Iterable[Union[Root, str, Mapping[str, Any]]]
 RootsHandler = Callable[[ListRootsRequest], Union[Awaitable[_RootsAnswer], _RootsAnswer]]
 """Answers ``roots/list``: returns (or resolves to) the roots, each a ``Root``, a URI or a
 root's JSON (``{"uri": ..., "name": ...}``)."""
+TokenProvider = Callable[[dict[str, Any]], Union[Awaitable[str], str]]
+"""A token provider: a dict (``refresh``, ``challenge``, ``refused_token``, ``url``) in, the
+token out, directly or from an ``async def``."""
 
 _Handler = TypeVar("_Handler", bound=ServerRequestHandler)
 _Sampling = TypeVar("_Sampling", bound=SamplingHandler)
@@ -118,6 +121,12 @@ class Client:
             capability (see ``Client.on_elicitation``).
         on_roots: the handler of ``roots/list``; declares the ``roots`` capability (see
             ``Client.on_roots``).
+        token_provider: asked for every request's token (instead of ``bearer_token``), and
+            once more after a 401: a callable (``async def`` or plain, run on the client's
+            event loop) taking a dict (``refresh``: whether the last token was refused,
+            ``challenge``: the server's ``WWW-Authenticate`` parts, ``refused_token``,
+            ``url``) and returning the token. An exception fails the request as never sent
+            (tried again within the reconnect policy) and is logged.
 
     Raises:
         InvalidConfigError: a bad URL, header, size, duration, era or policy.
@@ -148,6 +157,7 @@ class Client:
         on_sampling: SamplingHandler | None = None,
         on_elicitation: ElicitationHandler | None = None,
         on_roots: RootsHandler | None = None,
+        token_provider: TokenProvider | None = None,
     ) -> None:
         self._raw = RawClient(
             url,
@@ -170,6 +180,7 @@ class Client:
             on_sampling=on_sampling,
             on_elicitation=on_elicitation,
             on_roots=on_roots,
+            token_provider=token_provider,
         )
 
     async def __aenter__(self) -> Client:
