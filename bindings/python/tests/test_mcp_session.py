@@ -5,12 +5,16 @@ reaching a 2026-07-28-only server)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -243,3 +247,26 @@ async def test_server_requests_reach_the_client_sessions_own_callbacks(
     # The session declared sampling at `initialize`, through the bridge.
     init = server.requests("initialize")[0]
     assert "sampling" in init["params"]["capabilities"], init
+
+
+def test_an_mcp_2_client_session_runs_over_the_bridge(
+    cluster: Callable[..., Cluster], tmp_path: Path
+) -> None:
+    """`mcp` 2.x (from PyPI, in a virtualenv of its own: the frameworks pin 1.x) takes the
+    same streams."""
+    wheel = os.environ.get("MCP_RESUME_WHEEL")
+    if not wheel:
+        pytest.fail("MCP_RESUME_WHEEL is not set: run the suite through bindings/python/test.sh")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "mcp==2.3.0"], check=True)
+    subprocess.run([*pip, "--no-deps", wheel], check=True)
+    c = cluster("strict", "--idle-timeout-ms", "0", "--cut-after-events", "3")
+    script = Path(__file__).parent / "scripts" / "mcp2_session.py"
+    out = subprocess.run(
+        [python, str(script), c.url], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "from mcp 2"

@@ -22,9 +22,9 @@ server requests (sampling, elicitation, roots) reach the session's own callbacks
 ``ClientSession`` of ``mcp`` 1.x, which speaks only the legacy lifecycle, reaches a
 2026-07-28-only server (era translation).
 
-Requires ``mcp`` (the ``mcp_resume[mcp]`` extra; tested with 1.30, the 1.x line the
-frameworks pin from 1.24) and the asyncio backend of anyio (the binding's awaitables are
-asyncio futures).
+Requires ``mcp`` (the ``mcp_resume[mcp]`` extra: 1.x from 1.24, the line the frameworks
+pin, tested with 1.30; and 2.x, whose ``ClientSession`` takes the same streams, tried with
+2.3) and the asyncio backend of anyio (the binding's awaitables are asyncio futures).
 """
 
 from __future__ import annotations
@@ -98,7 +98,10 @@ async def streamablehttp_client(
     import anyio
     from mcp.shared.message import SessionMessage
     from mcp.types import JSONRPCMessage
-    from pydantic import ValidationError
+    from pydantic import TypeAdapter, ValidationError
+
+    # `mcp` 1.x models a message as a RootModel, 2.x as a union: an adapter reads both.
+    messages: TypeAdapter[Any] = TypeAdapter(JSONRPCMessage)
 
     options = RawClient(
         url,
@@ -122,7 +125,7 @@ async def streamablehttp_client(
                 if message is None:
                     return
                 try:
-                    parsed = JSONRPCMessage.model_validate(message)
+                    parsed = messages.validate_python(message)
                 except ValidationError as error:
                     # As `mcp`'s own transport does: the session sees the error, not a hang.
                     await read_send.send(error)
