@@ -19,17 +19,16 @@
 
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use mcp_resume::client::models::ElicitResult;
-use mcp_resume::{Client, EraCache, ReconnectPolicy, SessionEvent};
+use mcp_resume::{Client, EraCache, ReconnectPolicy};
 use mock_server::context::meta;
 use mock_server::{Cluster, ClusterConfig, ClusterEra, CutStyle, Preset};
 use serde_json::{json, Map, Value};
 
 use crate::reissue_client::ReissueClient;
 use crate::workload::{
-    call_tagged, client_capabilities, row, tag, CallRecord, ClientKind, Row, RunReport,
-    WorkloadConfig,
+    call_tagged, client_capabilities, row, tag, CallRecord, ClientKind, EventCollector, Row,
+    RunReport, WorkloadConfig,
 };
 
 /// The clients of the modern rows, in table order.
@@ -310,14 +309,7 @@ pub(crate) async fn run_modern(
     };
     let (connect, calls, events, reissued) = if kind == ClientKind::ResumeAware {
         let client = build_modern_client(&cluster.url(), cfg);
-        let mut stream = client.events();
-        let collector = tokio::spawn(async move {
-            let mut seen = Vec::new();
-            while let Some(event) = stream.next().await {
-                seen.push(event);
-            }
-            seen
-        });
+        let events = EventCollector::start(client.events());
         let connect = client.connect().await.map(drop).map_err(|e| e.kind());
         let mut caller = SdkCaller {
             client: &client,
@@ -329,12 +321,7 @@ pub(crate) async fn run_modern(
         let calls = caller.calls.calls;
         let _ = tokio::time::timeout(Duration::from_secs(5), client.close()).await;
         drop(client);
-        let events: Vec<SessionEvent> = tokio::time::timeout(Duration::from_secs(10), collector)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
-        (connect, calls, events, 0)
+        (connect, calls, events.finish().await, 0)
     } else {
         let mut client =
             ReissueClient::new(&cluster.url(), client_capabilities(), cfg.call_timeout);

@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use http::{HeaderName, HeaderValue};
 use mcp_resume::bridge::rmcp::ResumeTransport;
 use mcp_resume::bridge::Bridge;
@@ -45,8 +44,8 @@ use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 
 use crate::workload::{
-    self, client_capabilities, cluster_config, row, run_calls, tag, CallRecord, ClientKind, Row,
-    RunReport, WorkloadCaller, WorkloadConfig,
+    self, client_capabilities, cluster_config, row, run_calls, tag, CallRecord, ClientKind,
+    EventCollector, Row, RunReport, WorkloadCaller, WorkloadConfig,
 };
 
 /// The rmcp release the demo pins (`Cargo.toml`).
@@ -128,25 +127,13 @@ pub(crate) async fn run_one_on(
                 .configure(|c| workload::configure(c, kind, cfg))
                 .build()
                 .expect("a valid configuration");
-            let mut stream = bridge.events();
-            let collector = tokio::spawn(async move {
-                let mut seen = Vec::new();
-                while let Some(event) = stream.next().await {
-                    seen.push(event);
-                }
-                seen
-            });
+            let events = EventCollector::start(bridge.events());
             let transport = ResumeTransport::with_bridge(bridge);
             let served = tokio::time::timeout(cfg.call_timeout, client_config.serve(transport));
             let (connect, calls) = drive(served.await, preset, kind, cfg, |_| {}).await;
             // The service is gone and with it the last handle on the bridge: the session is
             // closed and its event stream ends.
-            let events = tokio::time::timeout(Duration::from_secs(10), collector)
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            (connect, calls, events, 0)
+            (connect, calls, events.finish().await, 0)
         }
         other => panic!("{other:?} is not driven by rmcp"),
     };

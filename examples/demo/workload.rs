@@ -280,14 +280,7 @@ pub(crate) async fn run_one_on(
         .await
         .expect("the cluster starts on 127.0.0.1");
     let client = build_client(kind, &cluster.url(), cfg);
-    let mut events = client.events();
-    let collector = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while let Some(event) = events.next().await {
-            seen.push(event);
-        }
-        seen
-    });
+    let events = EventCollector::start(client.events());
 
     let connect = client.connect().await.map(drop).map_err(|e| e.kind());
     let mut agent = Agent::new(&client, preset, kind);
@@ -298,11 +291,7 @@ pub(crate) async fn run_one_on(
     let _ = tokio::time::timeout(Duration::from_secs(5), client.close()).await;
     drop(client);
     // The last handle is gone: the driver stops and the event stream ends.
-    let events = tokio::time::timeout(Duration::from_secs(10), collector)
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .unwrap_or_default();
+    let events = events.finish().await;
     // Calls cut off from their client may still be running; their executions count too.
     cluster.wait_idle(Duration::from_secs(5)).await;
     let oracle = cluster.oracle();
@@ -315,6 +304,31 @@ pub(crate) async fn run_one_on(
         events,
         oracle,
         seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// Gathers a client's session events while it runs.
+pub(crate) struct EventCollector(tokio::task::JoinHandle<Vec<SessionEvent>>);
+
+impl EventCollector {
+    pub(crate) fn start(mut events: mcp_resume::EventStream) -> Self {
+        EventCollector(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while let Some(event) = events.next().await {
+                seen.push(event);
+            }
+            seen
+        }))
+    }
+
+    /// The events, once the stream ended (the client's last handle is gone); what came
+    /// within 10 s if it did not.
+    pub(crate) async fn finish(self) -> Vec<SessionEvent> {
+        tokio::time::timeout(Duration::from_secs(10), self.0)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
     }
 }
 

@@ -155,16 +155,7 @@ async def streamablehttp_client(
 
 
 def streamable_http_client(
-    url: str,
-    *,
-    terminate_on_close: bool = True,
-    era: Era | None = None,
-    bearer_token: str | None = None,
-    reconnect: ReconnectPolicy | None = None,
-    resend_policy: ResendPolicy | None = None,
-    trust_tool_annotations: bool = False,
-    capacity: int | None = None,
-    jitter_seed: int | None = None,
+    url: str, *, terminate_on_close: bool = True, **options: Any
 ) -> AbstractAsyncContextManager[
     tuple[
         MemoryObjectReceiveStream[SessionMessage | Exception],
@@ -173,17 +164,7 @@ def streamable_http_client(
     ]
 ]:
     """The newer name ``mcp`` 1.2x gives its transport (``streamable_http_client``), with
-    the defaults of ``streamablehttp_client``. ``mcp``'s ``http_client`` argument has no
-    counterpart: the HTTP stack is the Rust SDK's (headers, timeouts and a bearer token are
-    options of ``streamablehttp_client``)."""
-    return streamablehttp_client(
-        url,
-        terminate_on_close=terminate_on_close,
-        era=era,
-        bearer_token=bearer_token,
-        reconnect=reconnect,
-        resend_policy=resend_policy,
-        trust_tool_annotations=trust_tool_annotations,
-        capacity=capacity,
-        jitter_seed=jitter_seed,
-    )
+    the defaults of ``streamablehttp_client`` and its keyword options (``era``,
+    ``bearer_token``, ``reconnect``, …). ``mcp``'s ``http_client`` argument has no
+    counterpart: the HTTP stack is the Rust SDK's."""
+    return streamablehttp_client(url, terminate_on_close=terminate_on_close, **options)
