@@ -25,11 +25,13 @@ use crate::convert::{from_py, opt_from_py, seconds, size, IntoPython, Reply};
 use crate::errors;
 use crate::handler::{Handlers, Kind};
 use crate::models::{logging_level, reference_from_py};
+use crate::oauth::PyOAuth;
 use crate::streams::{EventStream, NotificationStream};
 use crate::types::{
     era_from_str, era_to_py, resend_policy_from_str, PyEraCache, PyExtensionStatus,
     PyReconnectPolicy,
 };
+use mcp_resume::client::oauth::OAuthProvider;
 
 /// The low-level client; use `mcp_resume.Client`.
 ///
@@ -61,6 +63,7 @@ struct Options {
     era: Option<Era>,
     era_cache: Option<EraCache>,
     bearer_token: Option<String>,
+    oauth: Option<OAuthProvider>,
     headers: Vec<(String, String)>,
     call_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
@@ -93,6 +96,9 @@ impl Options {
         if handlers.is_set(Kind::TokenProvider) {
             let forward = handlers.clone();
             b = b.auth(move |request| forward.clone().token(request));
+        }
+        if let Some(provider) = &self.oauth {
+            b = b.auth(provider.clone());
         }
         b.build()
     }
@@ -163,7 +169,8 @@ impl RawClient {
         era=None, era_cache=None, bearer_token=None, headers=None, call_timeout=None,
         connect_timeout=None, reconnect=None, resend_policy=None, max_event_size=None,
         max_body_size=None, open_listen_stream=None, jitter_seed=None, on_server_request=None,
-        on_sampling=None, on_elicitation=None, on_roots=None, token_provider=None))]
+        on_sampling=None, on_elicitation=None, on_roots=None, token_provider=None,
+        oauth=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -188,6 +195,7 @@ impl RawClient {
         on_elicitation: Option<Py<PyAny>>,
         on_roots: Option<Py<PyAny>>,
         token_provider: Option<Py<PyAny>>,
+        oauth: Option<PyRef<'_, PyOAuth>>,
     ) -> PyResult<Self> {
         let handlers = Arc::new(Handlers::default());
         for (kind, callback) in [
@@ -208,6 +216,10 @@ impl RawClient {
             protocol_version,
             era: era.map(|era| era_from_str(py, &era)).transpose()?,
             era_cache: era_cache.map(|cache| cache.inner.clone()),
+            oauth: oauth
+                .map(|o| o.provider(py, &url, &handlers))
+                .transpose()
+                .map_err(|e| errors::to_py_err(py, &e))?,
             bearer_token,
             headers: headers
                 .map(|h| header_pairs(&h))
@@ -663,6 +675,7 @@ fn callable(py: Python<'_>, kind: Kind, callback: Py<PyAny>) -> PyResult<Py<PyAn
             Kind::Elicitation => "an ElicitRequest",
             Kind::Roots => "a ListRootsRequest",
             Kind::TokenProvider => "a token request dict and returning the token",
+            Kind::Authorizer => "the authorization URL and returning the redirect URL",
         };
         Err(PyTypeError::new_err(format!(
             "{} must be a callable (an async def taking {takes})",

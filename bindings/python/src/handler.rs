@@ -39,6 +39,8 @@ pub enum Kind {
     Roots = 3,
     /// Not a server request: the token provider, asked for each request's token.
     TokenProvider = 4,
+    /// Not a server request: the OAuth authorization code grant's user step.
+    Authorizer = 5,
 }
 
 impl Kind {
@@ -53,6 +55,7 @@ impl Kind {
             Kind::Elicitation => "on_elicitation",
             Kind::Roots => "on_roots",
             Kind::TokenProvider => "token_provider",
+            Kind::Authorizer => "OAuth.authorization_code",
         }
     }
 }
@@ -65,7 +68,7 @@ pub struct Handlers {
 
 #[derive(Default)]
 struct State {
-    callbacks: [Option<Py<PyAny>>; 5],
+    callbacks: [Option<Py<PyAny>>; 6],
     /// The event loop the client belongs to: the one of its first use, until that loop is
     /// closed. Callbacks run there, plain functions and coroutines alike.
     event_loop: Option<Py<PyAny>>,
@@ -259,6 +262,28 @@ impl Handlers {
             )
             .await;
         asked.map_err(|e| Error::token_unavailable(std::io::Error::other(e.message)))
+    }
+
+    /// The authorization code grant's user step: the callable gets the authorization URL and
+    /// returns the URL the authorization server redirected to.
+    pub async fn authorize(
+        self: Arc<Self>,
+        request: mcp_resume::client::oauth::AuthorizationRequest,
+    ) -> Result<url::Url, Error> {
+        let asked = self
+            .call(
+                Kind::Authorizer,
+                "authorize".to_owned(),
+                move |py| {
+                    Ok(pyo3::types::PyString::new(py, request.url.as_str())
+                        .into_any()
+                        .unbind())
+                },
+                |answer| answer.extract::<String>(),
+            )
+            .await
+            .map_err(|e| Error::token_unavailable(std::io::Error::other(e.message)))?;
+        url::Url::parse(&asked).map_err(Error::token_unavailable)
     }
 
     /// Calls `kind`'s callback with the argument `arg` builds, and converts its answer (or

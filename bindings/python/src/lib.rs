@@ -14,6 +14,7 @@ mod errors;
 mod handler;
 mod message_bridge;
 mod models;
+mod oauth;
 mod requests;
 mod streams;
 mod types;
@@ -39,6 +40,7 @@ fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
     m.add_class::<client::RawClient>()?;
     m.add_class::<message_bridge::RawBridge>()?;
+    m.add_class::<oauth::PyOAuth>()?;
     m.add_class::<streams::EventStream>()?;
     m.add_class::<streams::NotificationStream>()?;
     types::register(m)?;

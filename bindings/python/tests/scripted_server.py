@@ -81,6 +81,9 @@ class ScriptedServer:
         self.cancelled = threading.Event()
         self.hanging = threading.Event()
         self.asked = 0
+        # With an authorization server (tests/oauth_server.py), every POST needs a token it
+        # issued; others are refused with 401 naming its resource metadata.
+        self.auth: Any = None
         server = self
 
         class Handler(_Handler):
@@ -133,6 +136,15 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", "0"))
         message = json.loads(self.rfile.read(length))
         self.owner.record(message)
+        auth = self.owner.auth
+        if auth is not None:
+            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            if token not in auth.valid:
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", auth.challenge())
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
         if self.headers.get("Authorization") == "Bearer expired":
             self.send_response(401)
             self.send_header(

@@ -26,6 +26,7 @@ from ._mcp_resume import (
     GetPromptResult,
     InitializeResult,
     ListRootsRequest,
+    OAuth,
     NotificationStream,
     Page,
     Prompt,
@@ -127,6 +128,9 @@ class Client:
             ``challenge``: the server's ``WWW-Authenticate`` parts, ``refused_token``,
             ``url``) and returning the token. An exception fails the request as never sent
             (tried again within the reconnect policy) and is logged.
+        oauth: MCP authorization by the SDK's OAuth provider (``OAuth.client_credentials``
+            or ``OAuth.authorization_code``): discovery from the server's 401, dynamic
+            registration, PKCE, refresh and step-up.
 
     Raises:
         InvalidConfigError: a bad URL, header, size, duration, era or policy.
@@ -158,6 +162,7 @@ class Client:
         on_elicitation: ElicitationHandler | None = None,
         on_roots: RootsHandler | None = None,
         token_provider: TokenProvider | None = None,
+        oauth: OAuth | None = None,
     ) -> None:
         self._raw = RawClient(
             url,
@@ -181,6 +186,7 @@ class Client:
             on_elicitation=on_elicitation,
             on_roots=on_roots,
             token_provider=token_provider,
+            oauth=oauth,
         )
 
     async def __aenter__(self) -> Client:

@@ -1,6 +1,6 @@
 """Type stubs of the extension module. Use the classes through ``mcp_resume``."""
 
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import GenericAlias
 from typing import Any, Generic, Literal, TypeVar, final
 
@@ -22,6 +22,7 @@ __all__ = [
     "InitializeResult",
     "ListRootsRequest",
     "NotificationStream",
+    "OAuth",
     "Page",
     "Prompt",
     "PromptArgument",
@@ -772,6 +773,27 @@ class NotificationStream:
         """Notifications this subscriber lost because it fell more than 256 behind."""
 
 @final
+class OAuth:
+    """How a client gets its tokens by MCP authorization (the SDK's OAuth provider):
+    discovery from the server's 401, dynamic client registration, PKCE, refresh, step-up."""
+
+    @staticmethod
+    def client_credentials(
+        client_id: str, client_secret: str, *, scopes: list[str] | None = None
+    ) -> OAuth:
+        """A machine client, no user: the client credentials grant."""
+    @staticmethod
+    def authorization_code(
+        authorize: Callable[[str], Awaitable[str] | str],
+        *,
+        redirect_uri: str | None = None,
+        client_name: str | None = None,
+        scopes: list[str] | None = None,
+    ) -> OAuth:
+        """A user's authorization: ``authorize`` gets the authorization URL and returns the
+        URL the authorization server redirected to (run on the client's event loop)."""
+
+@final
 class RawBridge:
     """The Rust SDK's message bridge: JSON-RPC messages in and out as dicts, an mcp-resume
     session in between; see ``mcp_resume.bridge.streamablehttp_client``."""
@@ -817,6 +839,7 @@ class RawClient:
         on_elicitation: Any = None,
         on_roots: Any = None,
         token_provider: Any = None,
+        oauth: OAuth | None = None,
     ) -> RawClient: ...
     def connect(self) -> Awaitable[InitializeResult]: ...
     def list_tools(self) -> Awaitable[list[Tool]]: ...
