@@ -49,9 +49,28 @@ fn list<T>(
 /// `to_dict()` and `__traverse__` of a result class, from its `raw` JSON and its Python
 /// fields.
 macro_rules! result_methods {
-    ($class:ident, [$($field:ident),*], |$this:ident, $py:ident| $repr:expr) => {
+    // A class that pickles: rebuilt by `_unpickle` from the JSON the server sent.
+    (pickled $class:ident, $fields:tt, |$this:ident, $py:ident| $repr:expr) => {
+        result_methods!(@impl $class, $fields, |$this, $py| $repr, {
+            fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+                let name = slf.get_type().name()?;
+                crate::types::reduce(slf.py(), name.to_str()?, &slf.get().raw)
+            }
+        });
+    };
+    ($class:ident, $fields:tt, |$this:ident, $py:ident| $repr:expr) => {
+        result_methods!(@impl $class, $fields, |$this, $py| $repr, {});
+    };
+    (@impl $class:ident, [$($field:ident),*], |$this:ident, $py:ident| $repr:expr, {$($extra:tt)*}) => {
         #[pymethods]
         impl $class {
+            $($extra)*
+
+            /// Equal when the objects the server sent are equal.
+            fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+                other.cast::<Self>().is_ok_and(|o| o.get().raw == self.raw)
+            }
+
             fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
                 $(visit.call(&self.$field)?;)*
                 let _ = visit;
@@ -101,7 +120,7 @@ pub struct PyResource {
     raw: Value,
 }
 
-result_methods!(PyResource, [annotations, meta], |r, _py| format!(
+result_methods!(pickled PyResource, [annotations, meta], |r, _py| format!(
     "Resource(uri={:?}, name={:?})",
     r.uri, r.name
 ));
@@ -150,7 +169,7 @@ pub struct PyResourceTemplate {
     raw: Value,
 }
 
-result_methods!(PyResourceTemplate, [annotations, meta], |t, _py| format!(
+result_methods!(pickled PyResourceTemplate, [annotations, meta], |t, _py| format!(
     "ResourceTemplate(uri_template={:?}, name={:?})",
     t.uri_template, t.name
 ));
@@ -226,7 +245,7 @@ pub struct PyReadResourceResult {
     raw: Value,
 }
 
-result_methods!(PyReadResourceResult, [contents, meta], |r, py| format!(
+result_methods!(pickled PyReadResourceResult, [contents, meta], |r, py| format!(
     "ReadResourceResult(contents={})",
     r.contents.bind(py).len()
 ));
@@ -264,7 +283,7 @@ pub struct PyPrompt {
     raw: Value,
 }
 
-result_methods!(PyPrompt, [arguments, meta], |p, _py| format!(
+result_methods!(pickled PyPrompt, [arguments, meta], |p, _py| format!(
     "Prompt(name={:?})",
     p.name
 ));
@@ -334,7 +353,7 @@ pub struct PyGetPromptResult {
     raw: Value,
 }
 
-result_methods!(PyGetPromptResult, [messages, meta], |r, py| format!(
+result_methods!(pickled PyGetPromptResult, [messages, meta], |r, py| format!(
     "GetPromptResult(messages={})",
     r.messages.bind(py).len()
 ));
@@ -394,7 +413,7 @@ pub struct PyCompletion {
     raw: Value,
 }
 
-result_methods!(PyCompletion, [], |c, _py| format!(
+result_methods!(pickled PyCompletion, [], |c, _py| format!(
     "Completion(values={:?})",
     c.values
 ));
@@ -589,4 +608,25 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPromptReference>()?;
     m.add_class::<PyResourceTemplateReference>()?;
     Ok(())
+}
+
+/// Rebuilds a pickled model of `class` from its JSON; `None` for a class not modelled here.
+pub fn unpickle(py: Python<'_>, class: &str, raw: Value) -> Option<PyResult<Py<PyAny>>> {
+    fn read<T: serde::de::DeserializeOwned + IntoPython>(
+        py: Python<'_>,
+        raw: Value,
+    ) -> PyResult<Py<PyAny>> {
+        serde_json::from_value::<T>(raw)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
+            .into_python(py)
+    }
+    Some(match class {
+        "Resource" => read::<Resource>(py, raw),
+        "ResourceTemplate" => read::<ResourceTemplate>(py, raw),
+        "ReadResourceResult" => read::<ReadResourceResult>(py, raw),
+        "Prompt" => read::<Prompt>(py, raw),
+        "GetPromptResult" => read::<GetPromptResult>(py, raw),
+        "Completion" => read::<Completion>(py, raw),
+        _ => return None,
+    })
 }

@@ -912,7 +912,7 @@ impl PyEraCache {
 /// Adds the classes of this file to the module.
 /// `__reduce__` of a result class: rebuilt by [`unpickle`] from what was sent, so a pickled
 /// value reads the same as the original (the SDK's own reader runs again).
-fn reduce<'py>(py: Python<'py>, class: &str, raw: &Value) -> PyResult<Bound<'py, PyAny>> {
+pub fn reduce<'py>(py: Python<'py>, class: &str, raw: &Value) -> PyResult<Bound<'py, PyAny>> {
     let module = py.import("mcp_resume._mcp_resume")?;
     (module.getattr("_unpickle")?, (class, to_py(py, raw)?))
         .into_pyobject(py)
@@ -933,9 +933,11 @@ pub fn unpickle(py: Python<'_>, class: &str, raw: Bound<'_, PyAny>) -> PyResult<
             .map_err(sdk)?
             .into_python(py),
         "Content" => Ok(Py::new(py, PyContent::new(&Content::from_value(raw)))?.into_any()),
-        other => Err(pyo3::exceptions::PyValueError::new_err(format!(
-            "no result class {other:?} to unpickle"
-        ))),
+        other => crate::models::unpickle(py, other, raw).unwrap_or_else(|| {
+            Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "no result class {other:?} to unpickle"
+            )))
+        }),
     }
 }
 

@@ -176,3 +176,26 @@ async def test_set_logging_level(connected: tuple[Client, ScriptedServer]) -> No
     with pytest.raises(InvalidConfigError):
         await client.set_logging_level("loud")
     assert params_of(server, "logging/setLevel") == [{"level": "warning"}, {"level": "debug"}]
+
+
+async def test_typed_results_compare_by_value_and_pickle(
+    connected: tuple[Client, ScriptedServer],
+) -> None:
+    import pickle
+
+    client, _ = connected
+    values: list[Any] = [
+        (await client.list_resources())[0],
+        (await client.list_resource_templates())[0],
+        await client.read_resource("file:///a.txt"),
+        (await client.list_prompts())[0],
+        await client.get_prompt("greet", {"who": "Ada"}),
+        await client.complete(PromptReference("greet"), "style", "fo"),
+    ]
+    for value in values:
+        copy = pickle.loads(pickle.dumps(value))
+        assert type(copy) is type(value), value
+        assert copy == value and copy.to_dict() == value.to_dict()
+    # Another answer is another value.
+    assert values[0] != (await client.list_resources())[1]
+    assert await client.read_resource("file:///a.txt") == values[2]
