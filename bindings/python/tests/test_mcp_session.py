@@ -162,7 +162,10 @@ async def test_stock_against_bridged_client_session_on_every_preset(
 ) -> None:
     runs: list[Run] = []
     for preset in PRESETS:
-        for client in ("stock", "bridged"):
+        # The stock transport on `replicated` and `sticky` only loses the cut call to the
+        # deadline (it does not resume a cut POST stream): 3 s each, asserted nowhere.
+        clients = ("stock", "bridged") if preset in ("naive", "strict") else ("bridged",)
+        for client in clients:
             c = cluster(preset, "--idle-timeout-ms", "0", "--cut-after-events", "3")
             run = await session_workload(c.url, preset, client)
             run.oracle = c.settled_oracle()
