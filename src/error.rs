@@ -24,7 +24,7 @@ pub enum ErrorKind {
     /// The server answered under a negotiated context (capability hash) other than this
     /// session's: the answer may be wrong, so it is not returned as success.
     ContextMismatch,
-    /// The server answered with a JSON-RPC error; see [`Error::rpc`].
+    /// The server answered with a JSON-RPC error; see [`Error::rpc_error`].
     Rpc,
     /// The server broke the protocol: malformed SSE or JSON, unexpected status, hostile
     /// headers, orphaned responses.

@@ -17,8 +17,8 @@
 //! are set on a [`Bridge`]: `ResumeTransport::with_bridge(Bridge::builder(url).configure(..)
 //! .build()?)`. A keyed call puts its key in `params._meta` under
 //! [`IDEMPOTENCY_META_KEY`](super::IDEMPOTENCY_META_KEY); the outcomes JSON-RPC cannot
-//! express reach rmcp as `ServiceError::McpError` with the codes of [`codes`](super::codes)
-//! and `data.kind` naming the [`ErrorKind`](crate::ErrorKind).
+//! express reach rmcp as `ServiceError::McpError` with the codes of [`super::codes`]
+//! and `data.kind` naming the [`crate::ErrorKind`].
 
 use std::future::Future;
 
