@@ -230,9 +230,12 @@ impl Client {
 
     /// Checks the server is alive (`ping`).
     pub async fn ping(&self) -> Result<(), Error> {
-        self.request::<Value>(Request::new("ping", None))
-            .await
-            .map(drop)
+        self.request_ok(Request::new("ping", None)).await
+    }
+
+    /// A request whose result says nothing beyond success (`{}`).
+    pub(crate) async fn request_ok(&self, request: Request) -> Result<(), Error> {
+        self.request::<Value>(request).await.map(drop)
     }
 
     /// Sends a notification (best effort: returns once it is queued, not when delivered).

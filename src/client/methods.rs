@@ -97,16 +97,14 @@ impl Client {
     /// re-initialization ([`SessionEvent::Reinitialized`](crate::SessionEvent::Reinitialized))
     /// subscribe again.
     pub async fn subscribe_resource(&self, uri: &str) -> Result<(), Error> {
-        self.request::<Value>(Request::new("resources/subscribe", json!({ "uri": uri })))
+        self.request_ok(Request::new("resources/subscribe", json!({ "uri": uri })))
             .await
-            .map(drop)
     }
 
     /// Ends a subscription (`resources/unsubscribe`).
     pub async fn unsubscribe_resource(&self, uri: &str) -> Result<(), Error> {
-        self.request::<Value>(Request::new("resources/unsubscribe", json!({ "uri": uri })))
+        self.request_ok(Request::new("resources/unsubscribe", json!({ "uri": uri })))
             .await
-            .map(drop)
     }
 
     /// Lists the server's prompts (`prompts/list`, every page).
@@ -155,12 +153,11 @@ impl Client {
     /// on [`Client::notifications`]. The level belongs to the session: after a
     /// re-initialization set it again.
     pub async fn set_logging_level(&self, level: LoggingLevel) -> Result<(), Error> {
-        self.request::<Value>(Request::new(
+        self.request_ok(Request::new(
             "logging/setLevel",
             json!({ "level": level.as_str() }),
         ))
         .await
-        .map(drop)
     }
 
     async fn list_all<T>(&self, list: &ListMethod<T>) -> Result<Vec<T>, Error> {

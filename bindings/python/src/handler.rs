@@ -97,9 +97,14 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            // The GIL is taken on the blocking pool, never on a runtime worker.
-            tokio::task::spawn_blocking(move || {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        // The GIL is taken on the blocking pool, never on a runtime worker. Outside a
+        // runtime (it is shutting down, and the loop's task with it) there is nothing to
+        // cancel from here: the reference is just let go.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(move || {
                 Python::attach(|py| {
                     let _ = task.bind(py).call_method0(pyo3::intern!(py, "cancel"));
                 })
@@ -107,6 +112,7 @@ impl Drop for Running {
         }
     }
 }
+
 impl Handlers {
     // The lock is only ever taken while attached to the interpreter and never held across an
     // attach, so it cannot deadlock against the GIL.
