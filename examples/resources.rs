@@ -14,7 +14,7 @@ use std::time::Duration;
 use mcp_resume::client::models::{
     CompleteRequest, CompletionReference, Content, LoggingLevel, TypedNotification,
 };
-use mcp_resume::{Client, ToolCall};
+use mcp_resume::{Client, SessionEvent, ToolCall};
 use serde_json::json;
 
 #[tokio::main]
@@ -23,6 +23,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client = Client::builder(&server.url)
         .call_timeout(Duration::from_secs(30))
         .build()?;
+    let mut events = client.events();
     let init = client.connect().await?;
     println!("server capabilities: {}", init.capabilities);
 
@@ -54,8 +55,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let note = client.read_resource("mem://notes/2").await?;
     println!("mem://notes/2: {:?}", note.text());
 
-    // Subscriptions: updates arrive as notifications; read the resource again.
+    // Subscriptions: updates arrive as notifications; read the resource again. They travel on
+    // the stream the server opens outside any request, and a server may drop what it sends
+    // before that stream is up: wait for it.
     let mut notifications = client.notifications();
+    while let Some(event) = events.recv().await {
+        if matches!(event, SessionEvent::Listening) {
+            break;
+        }
+    }
     client.subscribe_resource("mem://notes/2").await?;
     client
         .call_tool(ToolCall::new(

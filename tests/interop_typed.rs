@@ -51,6 +51,20 @@ async fn next_typed<T>(
     .await
 }
 
+/// Waits until the standalone stream is open. This server drops a notification sent outside
+/// any request when no such stream is open, so a test that triggers one waits for this first.
+async fn listening(events: &mut mcp_resume::EventStream) {
+    within("listening", async {
+        while let Some(event) = events.recv().await {
+            if matches!(event, SessionEvent::Listening) {
+                return;
+            }
+        }
+        panic!("event stream ended before the standalone stream opened");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_follow_cursors_and_keep_unknown_members() {
     let server = TsServer::start(&[]);
@@ -321,17 +335,8 @@ async fn subscriptions_deliver_resource_updates() {
     let mut events = client.events();
     within("connect", client.connect()).await.unwrap();
     let mut notifications = client.notifications();
-    // The update travels on the standalone stream, and this server drops a notification
-    // when no such stream is open: touch only once the stream is up.
-    within("listening", async {
-        while let Some(event) = events.recv().await {
-            if matches!(event, SessionEvent::Listening) {
-                return;
-            }
-        }
-        panic!("event stream ended before the standalone stream opened");
-    })
-    .await;
+    // The update travels on the standalone stream: touch only once it is up.
+    listening(&mut events).await;
 
     within("subscribe", client.subscribe_resource("mem://notes/2"))
         .await
@@ -379,8 +384,11 @@ async fn subscriptions_deliver_resource_updates() {
 async fn list_changed_is_observed_and_the_list_fetched_again() {
     let server = TsServer::start(&[]);
     let client = client(&server).build().unwrap();
+    let mut events = client.events();
     within("connect", client.connect()).await.unwrap();
     let mut notifications = client.notifications();
+    // The notification travels on the standalone stream.
+    listening(&mut events).await;
     let before = within("tools", client.list_tools()).await.unwrap();
     assert!(!before.iter().any(|t| t.name == "fresh"));
 
