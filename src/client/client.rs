@@ -1,6 +1,6 @@
 //! [`Client`]: the cheap-to-clone handle the application calls.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,21 +9,22 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::builder::{ClientBuilder, ClientConfig};
-use super::driver::{Command, Driver};
+use super::driver::{Command, Core, Driver, Inline, Parts};
 use super::events::{EventStream, NotificationStream, Published};
 use super::handle::{CallHandle, GUARD_GRACE, PROGRESS_BUFFER};
+use super::http::Endpoint;
 use super::models;
 use super::request::{Request, Submission, Timing};
 use super::results::{CallToolResult, InitializeResult};
 use super::tool_call::{next_call_id, ToolCall};
 use super::Startable;
 use crate::error::{Error, ErrorKind};
-use crate::proto::{CallRequest, Era, ExtensionStatus};
+use crate::proto::{CallRequest, Era, ExtensionStatus, Session};
 
 /// An MCP client over the Streamable HTTP transport, resume-aware.
 ///
-/// Cheap to clone: every clone talks to the same session through the same driver task. When
-/// the last clone is dropped the driver closes the session (best effort, bounded) and stops.
+/// Cheap to clone: every clone talks to the same session and the same driver task. When the
+/// last clone is dropped the driver closes the session (best effort, bounded) and stops.
 ///
 /// Every async method must run inside a tokio runtime (with the time driver); the driver task
 /// is spawned on the runtime of the first one called and lives as long as that runtime: if it
@@ -39,18 +40,22 @@ pub struct Client {
 }
 
 struct Shared {
-    commands: mpsc::UnboundedSender<Command>,
+    core: Arc<Core>,
     published: Arc<Published>,
     /// The driver, until the first call spawns it.
     driver: Mutex<Option<Driver>>,
+    /// Whether the driver was spawned (read on every call without taking the lock above).
+    started: AtomicBool,
     next_ticket: AtomicU64,
     call_timeout: Duration,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // The driver may already be gone; nothing to do then.
-        let _ = self.commands.send(Command::Shutdown);
+        // Without a driver nothing was ever sent; with one gone, nothing is left to close.
+        if self.started.load(Ordering::Acquire) {
+            let _ = self.core.command(Command::Shutdown);
+        }
     }
 }
 
@@ -68,15 +73,31 @@ impl Client {
     }
 
     pub(crate) fn from_config(config: ClientConfig) -> Self {
-        let (commands, command_rx) = mpsc::unbounded_channel();
         let published = Arc::new(Published::default());
         let call_timeout = config.session.call_timeout;
-        let driver = Driver::new(config, command_rx, published.clone());
+        let endpoint = Arc::new(Endpoint {
+            http: config.http,
+            url: config.url,
+            headers: Arc::new(config.headers),
+            auth: config.auth,
+            fire_and_forget_timeout: call_timeout,
+        });
+        let mut session = config.session;
+        session.era_hint = config.era_cache.lookup(&endpoint.url);
+        let core = Core::new(Parts {
+            session: Session::new(session, tokio::time::Instant::now().into_std()),
+            endpoint,
+            handlers: Arc::new(config.handlers),
+            published: published.clone(),
+            era_cache: config.era_cache,
+            task_store: config.task_store,
+        });
         Client {
             shared: Arc::new(Shared {
-                commands,
+                driver: Mutex::new(Some(Driver::new(core.clone()))),
+                core,
                 published,
-                driver: Mutex::new(Some(driver)),
+                started: AtomicBool::new(false),
                 next_ticket: AtomicU64::new(0),
                 call_timeout,
             }),
@@ -104,7 +125,7 @@ impl Client {
     /// an idempotency key to let the client re-send it when the server deduplicates.
     pub async fn call_tool(&self, call: ToolCall) -> Result<CallToolResult, Error> {
         let submission = call.into_submission(self.shared.call_timeout)?;
-        self.submit(submission, CallToolResult::from_value)?.await
+        self.perform(submission, CallToolResult::from_value).await
     }
 
     /// Sends a request of any method and reads its `result` as `T`: a model of this crate, a
@@ -128,7 +149,7 @@ impl Client {
     /// ```
     pub async fn request<T: DeserializeOwned>(&self, request: Request) -> Result<T, Error> {
         let submission = request.into_submission(self.shared.call_timeout)?;
-        let value = self.submit(submission, Ok)?.await?;
+        let value = self.perform(submission, Ok).await?;
         models::from_result(value)
     }
 
@@ -152,15 +173,42 @@ impl Client {
         };
         let submission =
             Submission::new(next_call_id(), request, timing, self.shared.call_timeout)?;
-        self.submit(submission, Ok)?.await
+        self.perform(submission, Ok).await
     }
 
-    /// Hands a request to the driver; the handle waits for its result.
+    /// Registers a request; the driver sends it, the handle waits for its result.
     pub(crate) fn submit<T>(
         &self,
         submission: Submission,
         convert: fn(Value) -> Result<T, Error>,
     ) -> Result<CallHandle<T>, Error> {
+        self.register(submission, convert, false)
+            .map(|(handle, _)| handle)
+    }
+
+    /// Registers a request and waits for its result, performing its POST in this task when
+    /// the session sends it at once: an ordinary call never waits on the driver task.
+    async fn perform<T>(
+        &self,
+        submission: Submission,
+        convert: fn(Value) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let (handle, inline) = self.register(submission, convert, true)?;
+        if let Some(inline) = inline {
+            // Bounded by the session's deadline (which aborts it) and by the driver's stop
+            // (which aborts every exchange): no guard needed around it.
+            inline.perform(&self.shared.core).await;
+        }
+        handle.await
+    }
+
+    fn register<T>(
+        &self,
+        submission: Submission,
+        convert: fn(Value) -> Result<T, Error>,
+        inline: bool,
+    ) -> Result<(CallHandle<T>, Option<Inline>), Error> {
+        self.start_driver()?;
         let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
         let (progress_tx, progress_rx) = if submission.wants_progress {
@@ -176,23 +224,30 @@ impl Client {
             total,
             ..
         } = submission;
-        self.send(Command::Call {
+        let command = Command::Call {
             ticket,
             id,
             request,
             idle,
             progress: progress_tx,
             reply,
-        })?;
-        Ok(CallHandle::new(
+        };
+        let inline = if inline {
+            self.shared.core.submit(command)?
+        } else {
+            self.shared.core.command(command)?;
+            None
+        };
+        let handle = CallHandle::new(
             id,
             ticket,
-            self.shared.commands.clone(),
+            self.shared.core.clone(),
             rx,
             total,
             progress_rx,
             convert,
-        ))
+        );
+        Ok((handle, inline))
     }
 
     /// Polls a task a call became earlier (for instance before a restart: its id was in
@@ -219,7 +274,7 @@ impl Client {
         let handle: CallHandle<Value> = CallHandle::new(
             id,
             ticket,
-            self.shared.commands.clone(),
+            self.shared.core.clone(),
             rx,
             Some(total),
             None,
@@ -300,13 +355,13 @@ impl Client {
 
     fn send(&self, command: Command) -> Result<(), Error> {
         self.start_driver()?;
-        self.shared
-            .commands
-            .send(command)
-            .map_err(|_| Error::new(ErrorKind::Closed, "the client's driver has stopped"))
+        self.shared.core.command(command)
     }
 
     fn start_driver(&self) -> Result<(), Error> {
+        if self.shared.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let mut driver = match self.shared.driver.lock() {
             Ok(guard) => guard,
             // A panic while holding this lock cannot leave the Option half-updated.
@@ -323,6 +378,7 @@ impl Client {
         })?;
         if let Some(driver) = driver.take() {
             driver.spawn(&handle);
+            self.shared.started.store(true, Ordering::Release);
         }
         Ok(())
     }

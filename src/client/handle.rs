@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, Sleep};
 
-use super::driver::Command;
+use super::driver::{Command, Core};
 use super::models::Progress;
 use crate::error::{Error, ErrorKind};
 use crate::proto::CallId;
@@ -60,7 +61,7 @@ pub struct CallHandle<T> {
 
 struct Waiting {
     ticket: u64,
-    commands: mpsc::UnboundedSender<Command>,
+    core: Arc<Core>,
     rx: oneshot::Receiver<Result<Value, Error>>,
     /// When the guard fires, if the call has a bound at all.
     guard_at: Option<Instant>,
@@ -71,7 +72,7 @@ impl<T> CallHandle<T> {
     pub(crate) fn new(
         id: CallId,
         ticket: u64,
-        commands: mpsc::UnboundedSender<Command>,
+        core: Arc<Core>,
         rx: oneshot::Receiver<Result<Value, Error>>,
         total: Option<Duration>,
         progress: Option<mpsc::Receiver<Progress>>,
@@ -83,7 +84,7 @@ impl<T> CallHandle<T> {
             id,
             waiting: Some(Waiting {
                 ticket,
-                commands,
+                core,
                 rx,
                 guard_at,
                 guard: None,
@@ -113,7 +114,7 @@ impl<T> CallHandle<T> {
     /// with the call; the notification carries the client's standard reason.
     pub fn cancel(mut self, reason: impl Into<String>) {
         if let Some(waiting) = self.waiting.take() {
-            let _ = waiting.commands.send(Command::Cancel {
+            let _ = waiting.core.command(Command::Cancel {
                 ticket: waiting.ticket,
                 reason: Some(reason.into()),
             });
@@ -167,7 +168,7 @@ impl<T> Future for CallHandle<T> {
             ready!(guard.as_mut().poll(cx));
             // Dropping the waiting part cancels the call, which posts `notifications/cancelled`.
             if let Some(waiting) = this.waiting.take() {
-                let _ = waiting.commands.send(Command::Cancel {
+                let _ = waiting.core.command(Command::Cancel {
                     ticket: waiting.ticket,
                     reason: None,
                 });
@@ -184,7 +185,7 @@ impl<T> Future for CallHandle<T> {
 impl<T> Drop for CallHandle<T> {
     fn drop(&mut self) {
         if let Some(waiting) = self.waiting.take() {
-            let _ = waiting.commands.send(Command::Cancel {
+            let _ = waiting.core.command(Command::Cancel {
                 ticket: waiting.ticket,
                 reason: None,
             });

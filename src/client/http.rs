@@ -1,5 +1,6 @@
-//! One HTTP exchange, performed with reqwest as a future the driver polls and reported back to
-//! the driver as the inputs the session expects (head, data, end, or a transport failure).
+//! One HTTP exchange, performed with reqwest as a future (polled by the driver, or by the
+//! caller of a call), reported as the inputs the session expects (head, data, end, or a
+//! transport failure).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,6 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::Url;
-use tokio::sync::mpsc;
 
 use super::auth::{TokenProvider, TokenRequest};
 use crate::auth::AuthChallenge;
@@ -49,6 +49,13 @@ impl ExchangeEvent {
     }
 }
 
+/// Where an exchange reports what happens to it.
+pub(crate) trait ExchangeSink {
+    /// Takes one event; `false` when the exchange is no longer wanted (aborted, or over):
+    /// the exchange stops reading then.
+    fn report(&self, event: ExchangeEvent) -> bool;
+}
+
 /// Everything an exchange needs besides the request (shared by every exchange of a client).
 pub(crate) struct Endpoint {
     pub(crate) http: reqwest::Client,
@@ -63,44 +70,36 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    /// Performs `request`, reporting on `tx`. Returns when the exchange is over or the driver
-    /// is gone; the driver aborts the task to stop it early.
-    pub(crate) async fn run(
-        self: Arc<Self>,
-        request: HttpRequest,
-        tx: mpsc::Sender<ExchangeEvent>,
-    ) {
+    /// Performs `request`, reporting to `sink`. Returns when the exchange is over or the sink
+    /// no longer wants it; dropping the future stops it early.
+    pub(crate) async fn run(self: Arc<Self>, request: HttpRequest, sink: impl ExchangeSink) {
         let id = request.id;
         match request.purpose {
             HttpPurpose::Notify | HttpPurpose::Terminate => {
                 let limit = self.fire_and_forget_timeout;
-                let exchange = self.exchange(request, tx.clone());
+                let exchange = self.exchange(request, &sink);
                 if tokio::time::timeout(limit, exchange).await.is_err() {
                     tracing::debug!(http = id.0, "exchange timed out");
                     let failure = TransportFailure::Lost(format!("no answer within {limit:?}"));
-                    let _ = tx.send(ExchangeEvent::Failed { id, failure }).await;
+                    sink.report(ExchangeEvent::Failed { id, failure });
                 }
             }
             // Requests, resumes and the listen stream are bounded by the session's deadlines
             // or are meant to stay open.
-            _ => self.exchange(request, tx).await,
+            _ => self.exchange(request, &sink).await,
         }
     }
 
-    async fn exchange(self: Arc<Self>, request: HttpRequest, tx: mpsc::Sender<ExchangeEvent>) {
+    async fn exchange(&self, request: HttpRequest, sink: &impl ExchangeSink) {
         let id = request.id;
-        let report = |event| {
-            let tx = tx.clone();
-            async move { tx.send(event).await.is_ok() }
-        };
         let fail = |failure: TransportFailure| {
             tracing::debug!(http = id.0, ?failure, "request failed");
-            report(ExchangeEvent::Failed { id, failure })
+            sink.report(ExchangeEvent::Failed { id, failure });
         };
         let mut token = match self.token(None, None).await {
             Ok(token) => token,
             Err(failure) => {
-                fail(failure).await;
+                fail(failure);
                 return;
             }
         };
@@ -109,7 +108,7 @@ impl Endpoint {
             let response = match self.send(&request, token.as_deref()).await {
                 Ok(response) => response,
                 Err(err) => {
-                    fail(classify(err)).await;
+                    fail(classify(err));
                     return;
                 }
             };
@@ -143,7 +142,7 @@ impl Endpoint {
             // Taken, not cloned: the body stream does not need them.
             headers: std::mem::take(response.headers_mut()),
         };
-        if !report(head).await {
+        if !sink.report(head) {
             return;
         }
         let mut body = response.bytes_stream();
@@ -154,15 +153,15 @@ impl Endpoint {
                 Err(err) => {
                     let failure = TransportFailure::Lost(error_chain(&err.without_url()));
                     tracing::debug!(http = id.0, ?failure, "response body failed");
-                    report(ExchangeEvent::Failed { id, failure }).await;
+                    sink.report(ExchangeEvent::Failed { id, failure });
                     return;
                 }
             };
-            if !report(event).await {
+            if !sink.report(event) {
                 return;
             }
         }
-        report(ExchangeEvent::End { id }).await;
+        sink.report(ExchangeEvent::End { id });
     }
 }
 

@@ -1,14 +1,17 @@
 //! The tokio/reqwest driver and the public async API.
 //!
-//! [`Client`] is the handle the application calls; it sends commands to one driver task that
-//! owns the sans-IO [`Session`](crate::proto::Session), performs its HTTP exchanges with
-//! reqwest, keeps its timer, and hands results, [`SessionEvent`](crate::SessionEvent)s and
-//! notifications back.
+//! [`Client`] is the handle the application calls. The sans-IO
+//! [`Session`](crate::proto::Session) sits behind one lock shared by the client, its call
+//! handles and one driver task; results, [`SessionEvent`](crate::SessionEvent)s and
+//! notifications come back through it.
 //!
 //! How the driver behaves, in short:
-//! - Every HTTP exchange is a future the driver polls beside the others (no task per
-//!   request) and reports back over one bounded channel, so a slow stream never blocks
-//!   another and memory stays bounded however fast a server sends.
+//! - A call whose POST the session sends at once performs that POST in the caller's own task
+//!   and reports it to the session as it goes: an ordinary call never waits on another task.
+//!   Every other exchange (handshake, resumes, re-sends, the standalone stream,
+//!   notifications) is a future the driver task polls beside the others (no task per
+//!   request), so a slow stream never blocks another. Exchanges report under the lock, as
+//!   the bytes come: memory stays bounded however fast a server sends.
 //! - Only a failure to establish the connection is reported as "never sent"; anything later
 //!   (a reset, a body that breaks) may have reached the server.
 //! - One timer, armed for the session's next deadline. Exchanges the session sets no deadline

@@ -284,14 +284,26 @@ impl Session {
     /// The app gave up on a call (its future was dropped): POST `notifications/cancelled`
     /// if it may be running, abort its stream, and report nothing more for it.
     pub fn cancel(&mut self, call: CallId, now: Instant) {
+        self.cancel_call(call, None, now);
+    }
+
+    /// As [`Session::cancel`], for a call whose current POST, exchange `unsent`, the driver
+    /// took from [`Session::poll_transmit`] but never started (and now drops): the request
+    /// is known not to have left, and the server is told nothing, as for a POST still queued.
+    pub fn cancel_unsent(&mut self, call: CallId, unsent: HttpId, now: Instant) {
+        self.cancel_call(call, Some(unsent), now);
+    }
+
+    fn cancel_call(&mut self, call: CallId, unsent: Option<HttpId>, now: Instant) {
         let _ = now;
         let Some(c) = self.calls.get_mut(call) else {
             return;
         };
-        // Its POST never left (the driver has not taken it yet): nothing runs, and the server
-        // is told nothing. (A resume GET not sent yet says nothing: the POST before it ran.)
+        // Its POST never left (still queued, or given back by the driver): nothing runs, and
+        // the server is told nothing. (A resume GET not sent yet says nothing: the POST before
+        // it ran.)
         if let CallState::Posting(http) = c.state {
-            if self.exchanges.unsent(http) {
+            if unsent == Some(http) || self.exchanges.unsent(http) {
                 c.may_have_run = false;
             }
         }
@@ -611,6 +623,16 @@ impl Session {
     /// stopped. The next call (or `connect`) starts it again.
     pub fn is_lost(&self) -> bool {
         matches!(self.life.phase, Phase::Lost(_))
+    }
+
+    /// The call whose request the exchange `http` POSTs, if it is a call's POST (not a resume,
+    /// a handshake or a notification). A driver may perform that exchange wherever the call
+    /// is awaited; every other exchange belongs to the session as a whole.
+    pub fn exchange_call(&self, http: HttpId) -> Option<CallId> {
+        match self.exchanges.get(http)?.kind {
+            ExKind::Post(call) => Some(call),
+            _ => None,
+        }
     }
 
     /// Number of calls not yet completed.

@@ -1,56 +1,48 @@
-//! The driver: the one tokio task that owns the [`Session`] and is the only place with I/O,
-//! clocks and spawning.
-//!
-//! It pumps the session: application commands and exchange reports go in, HTTP exchanges,
-//! completions, events and notifications come out, and a single timer is kept armed for the
-//! session's next deadline. The HTTP exchanges are futures this task polls side by side (a
-//! `FuturesUnordered`, no task spawned per request), so a slow stream never blocks the
-//! others; their reports come back over one bounded channel, which keeps memory bounded
-//! however fast a server sends. Only server-request handlers run in tasks of their own.
+//! What the driver and the callers share behind one lock: the sans-IO [`Session`] and the
+//! bookkeeping around it (replies, id translation, progress routing, idle timers, server
+//! requests). Every input goes in through a method here and is followed by [`State::pump`],
+//! which drains the session's transmits and outputs: replies are sent, events published,
+//! exchanges queued for the driver or, for a call's own first POST, handed to its caller.
+//! No I/O and no awaiting here: whoever holds the lock holds it briefly.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::future::{AbortHandle, Abortable, BoxFuture};
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
+use futures::future::{AbortHandle, AbortRegistration};
+use futures::FutureExt;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::builder::ClientConfig;
-use super::era_cache::EraCache;
-use super::events::{Published, ServerNotification};
-use super::handlers::{internal, not_found, Handlers, RequestContext};
-use super::http::{redacted_url, Endpoint, ExchangeEvent};
-use super::models::{Progress, TypedNotification};
-use super::task_store::{StoredTask, TaskStore};
+use super::core::Core;
+use crate::client::era_cache::EraCache;
+use crate::client::events::{Published, ServerNotification};
+use crate::client::handlers::{internal, not_found, Handlers, RequestContext};
+use crate::client::http::{Endpoint, ExchangeEvent};
+use crate::client::models::{Cancelled, Progress, TypedNotification};
+use crate::client::task_store::{StoredTask, TaskStore};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
-    CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionConfig, SessionEvent,
+    CallId, CallRequest, HttpId, HttpRequest, Output, ServerRequest, Session, SessionEvent,
     Transmit,
 };
 
-/// Exchange reports buffered before exchange tasks wait for the driver.
-const EXCHANGE_BUFFER: usize = 64;
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
 /// server cannot make the client spawn without bound.
 const MAX_SERVER_REQUESTS: usize = 32;
 /// Finished calls whose ids stay translatable for late events.
 const RETIRED_IDS: usize = 1024;
-/// Commands or exchange events taken from a channel per turn of the driver's loop.
-const BATCH: usize = 32;
 /// How long a dropped client waits for its DELETE before the driver stops anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 pub(crate) type Reply = oneshot::Sender<Result<Value, Error>>;
 
-/// What the application side asks of the driver.
+/// What the application side asks of the session.
 pub(crate) enum Command {
     /// Initialize (or report the result of the initialization already done).
     Connect { reply: Reply },
@@ -86,91 +78,20 @@ pub(crate) enum Command {
     Shutdown,
 }
 
-/// A driver not yet spawned: the client starts it on the first call that needs it.
-pub(crate) struct Driver {
-    endpoint: Arc<Endpoint>,
-    session: SessionConfig,
-    handlers: Arc<Handlers>,
-    commands: mpsc::UnboundedReceiver<Command>,
-    published: Arc<Published>,
-    era_cache: EraCache,
-    task_store: Arc<dyn TaskStore>,
-}
-
-impl Driver {
-    pub(crate) fn new(
-        config: ClientConfig,
-        commands: mpsc::UnboundedReceiver<Command>,
-        published: Arc<Published>,
-    ) -> Self {
-        Driver {
-            endpoint: Arc::new(Endpoint {
-                http: config.http,
-                url: config.url,
-                headers: Arc::new(config.headers),
-                auth: config.auth,
-                fire_and_forget_timeout: config.session.call_timeout,
-            }),
-            session: config.session,
-            era_cache: config.era_cache,
-            task_store: config.task_store,
-            handlers: Arc::new(config.handlers),
-            commands,
-            published,
-        }
-    }
-
-    /// Spawns the driver task on the current tokio runtime.
-    pub(crate) fn spawn(self, handle: &tokio::runtime::Handle) {
-        // Only scheme, host, port and path: a query string may carry credentials.
-        let endpoint = redacted_url(self.endpoint.url.as_str());
-        let span = tracing::info_span!("mcp_client", %endpoint);
-        // Entering a span on every poll costs even when nothing listens: only when enabled.
-        if span.is_disabled() {
-            handle.spawn(self.run());
-        } else {
-            handle.spawn(self.run().instrument(span));
-        }
-    }
-
-    async fn run(self) {
-        let (exchange_tx, exchange_rx) = mpsc::channel(EXCHANGE_BUFFER);
-        let (answer_tx, answer_rx) = mpsc::unbounded_channel();
-        let mut config = self.session;
-        config.era_hint = self.era_cache.lookup(&self.endpoint.url);
-        let mut state = State {
-            session: Session::new(config, now()),
-            era_cache: self.era_cache,
-            task_store: self.task_store,
-            endpoint: self.endpoint,
-            handlers: self.handlers,
-            published: self.published,
-            exchange_tx,
-            answer_tx,
-            exchanges: FxHashMap::default(),
-            running: FuturesUnordered::new(),
-            calls: FxHashMap::default(),
-            tickets: FxHashMap::default(),
-            app_ids: FxHashMap::default(),
-            finished: VecDeque::new(),
-            server_requests: HashMap::new(),
-            progress: FxHashMap::default(),
-            idle: FxHashMap::default(),
-            idle_queue: BTreeSet::new(),
-            shutdown: None,
-        };
-        tracing::debug!("driver started");
-        state.run(self.commands, exchange_rx, answer_rx).await;
-        tracing::debug!("driver stopped");
-    }
-}
-
 /// The session's view of time; tokio's clock, so paused-time tests drive it.
-fn now() -> std::time::Instant {
+pub(super) fn now() -> std::time::Instant {
     Instant::now().into_std()
 }
 
-enum Pending {
+/// An exchange the session asked for, not yet started: the driver turns it into a future it
+/// polls, or a caller performs it in its own task. Either way `abort` (kept in
+/// [`State::exchanges`]) stops it.
+pub(crate) struct Pending {
+    pub(crate) request: HttpRequest,
+    pub(crate) registration: AbortRegistration,
+}
+
+enum Waiter {
     Connect { reply: Reply },
     Call { ticket: u64, reply: Reply },
     Close { reply: Option<Reply> },
@@ -182,26 +103,29 @@ struct Shutdown {
     deadline: Instant,
 }
 
-/// The driver's own state: channels and replies, never protocol state (that is the
+/// The state behind the lock: replies and routing, never protocol state (that is the
 /// session's).
-struct State {
+pub(crate) struct State {
     session: Session,
     endpoint: Arc<Endpoint>,
     handlers: Arc<Handlers>,
     published: Arc<Published>,
     era_cache: EraCache,
     task_store: Arc<dyn TaskStore>,
-    exchange_tx: mpsc::Sender<ExchangeEvent>,
-    answer_tx: mpsc::UnboundedSender<Answer>,
-    /// Exchanges in flight. Reports for an id not in here (aborted, finished) are dropped.
+    /// Where handlers' answers go back to (weak: the state lives inside it).
+    core: Weak<Core>,
+    /// Exchanges in flight, wherever they run. Reports for an id not in here (aborted,
+    /// finished) are dropped.
     exchanges: FxHashMap<HttpId, AbortHandle>,
-    /// The exchanges themselves, polled by this task (no task spawned per request: a
-    /// request costs no scheduling and no hand-off between threads; reqwest's connections
-    /// run in tasks of their own).
-    running: FuturesUnordered<Abortable<BoxFuture<'static, ()>>>,
-    calls: FxHashMap<CallId, Pending>,
+    /// Exchanges for the driver to start.
+    pub(super) to_start: Vec<Pending>,
+    /// The call whose registration is being pumped, when its caller performs the call's first
+    /// POST itself; the POST is then left in `inline` instead of `to_start`.
+    inline_for: Option<CallId>,
+    inline: Option<Pending>,
+    calls: FxHashMap<CallId, Waiter>,
     tickets: FxHashMap<u64, CallId>,
-    /// The session's call ids to the application's ([`ToolCall::id`](super::ToolCall::id)).
+    /// The session's call ids to the application's ([`ToolCall::id`](crate::ToolCall::id)).
     app_ids: FxHashMap<CallId, CallId>,
     /// Calls finished recently, oldest first: their ids stay translatable for events the
     /// session reports around their completion, within a bound.
@@ -213,107 +137,161 @@ struct State {
     progress: FxHashMap<CallId, mpsc::Sender<Progress>>,
     /// Calls that reset their timeout on progress: the allowed silence and its end.
     idle: FxHashMap<CallId, (Duration, Instant)>,
-    /// The same ends, ordered, for the one idle timer.
+    /// The same ends, ordered.
     idle_queue: BTreeSet<(Instant, CallId)>,
     shutdown: Option<Shutdown>,
+    /// The deadline the driver's timer is armed for (`None`: not armed). Whoever adds an
+    /// earlier one wakes the driver; later ones it finds when its timer fires.
+    pub(super) armed: Option<Instant>,
+    /// The driver has stopped: nothing more is sent.
+    stopped: bool,
 }
 
-/// A handler's answer to a server request; `None` when the server cancelled it (no answer is
-/// sent then).
-type Answer = (RequestId, Option<Result<Value, RpcError>>);
-type AnswerRx = mpsc::UnboundedReceiver<Answer>;
+/// What a [`State`] is built from.
+pub(crate) struct Parts {
+    pub(crate) session: Session,
+    pub(crate) endpoint: Arc<Endpoint>,
+    pub(crate) handlers: Arc<Handlers>,
+    pub(crate) published: Arc<Published>,
+    pub(crate) era_cache: EraCache,
+    pub(crate) task_store: Arc<dyn TaskStore>,
+}
 
 impl State {
-    async fn run(
-        &mut self,
-        mut commands: mpsc::UnboundedReceiver<Command>,
-        mut exchanges: mpsc::Receiver<ExchangeEvent>,
-        mut answers: AnswerRx,
-    ) {
-        let timer = tokio::time::sleep_until(Instant::now());
-        tokio::pin!(timer);
-        let mut armed: Option<Instant> = None;
-        loop {
-            self.pump();
-            if let Some(shutdown) = &self.shutdown {
-                if shutdown.close.is_none() || Instant::now() >= shutdown.deadline {
-                    break;
-                }
-            }
-            let deadline = self.session.poll_timeout().map(Instant::from_std);
-            if let Some(deadline) = deadline.filter(|d| armed != Some(*d)) {
-                // Re-arming costs a trip through the timer wheel: only when the time moved.
-                timer.as_mut().reset(deadline);
-                armed = Some(deadline);
-            }
-            let shutdown_deadline = self.shutdown.as_ref().map(|s| s.deadline);
-            let idle_deadline = self.idle_queue.first().map(|(at, _)| *at);
-            tokio::select! {
-                command = commands.recv(), if self.shutdown.is_none() => match command {
-                    Some(Command::Shutdown) | None => self.begin_shutdown(),
-                    Some(command) => {
-                        self.handle_command(command);
-                        // What is already queued is taken in the same turn: one trip through
-                        // the loop (pump, timer, select) per batch instead of per command.
-                        for _ in 1..BATCH {
-                            match commands.try_recv() {
-                                Ok(Command::Shutdown) => {
-                                    self.begin_shutdown();
-                                    break;
-                                }
-                                Ok(command) => self.handle_command(command),
-                                Err(_) => break,
-                            }
-                        }
-                    }
-                },
-                Some(event) = exchanges.recv() => {
-                    self.handle_exchange(event);
-                    for _ in 1..BATCH {
-                        match exchanges.try_recv() {
-                            Ok(event) => self.handle_exchange(event),
-                            Err(_) => break,
-                        }
-                    }
-                }
-                Some(_) = self.running.next(), if !self.running.is_empty() => {}
-                Some((id, result)) = answers.recv() => {
-                    self.server_requests.remove(&id);
-                    match result {
-                        Some(result) => self.session.respond(id, result, now()),
-                        None => tracing::debug!(%id, "server request cancelled: not answered"),
-                    }
-                }
-                () = tokio::time::sleep_until(idle_deadline.unwrap_or_else(Instant::now)),
-                    if idle_deadline.is_some() => self.idle_expired(),
-                () = &mut timer, if deadline.is_some() => {
-                    // The timer fired for `deadline`: whatever is due then fires, even if the
-                    // clock reads a hair earlier.
-                    let fired = deadline.map_or_else(Instant::now, |d| d.max(Instant::now()));
-                    armed = None;
-                    self.session.handle_timeout(fired.into_std());
-                }
-                () = tokio::time::sleep_until(shutdown_deadline.unwrap_or_else(Instant::now)),
-                    if shutdown_deadline.is_some() => {}
-            }
-        }
-        for (_, exchange) in self.exchanges.drain() {
-            exchange.abort();
-        }
-        // Handlers still running learn that nobody will take their answer.
-        for (_, cancel) in self.server_requests.drain() {
-            cancel.send_replace(Some("client closed".to_owned()));
+    pub(super) fn new(parts: Parts, core: Weak<Core>) -> Self {
+        State {
+            session: parts.session,
+            endpoint: parts.endpoint,
+            handlers: parts.handlers,
+            published: parts.published,
+            era_cache: parts.era_cache,
+            task_store: parts.task_store,
+            core,
+            exchanges: FxHashMap::default(),
+            to_start: Vec::new(),
+            inline_for: None,
+            inline: None,
+            calls: FxHashMap::default(),
+            tickets: FxHashMap::default(),
+            app_ids: FxHashMap::default(),
+            finished: VecDeque::new(),
+            server_requests: HashMap::new(),
+            progress: FxHashMap::default(),
+            idle: FxHashMap::default(),
+            idle_queue: BTreeSet::new(),
+            shutdown: None,
+            armed: None,
+            stopped: false,
         }
     }
 
-    fn handle_command(&mut self, command: Command) {
+    pub(super) fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Registers a call and pumps; when the session sends the call's POST at once, the POST is
+    /// returned for the caller to perform instead of being queued for the driver.
+    pub(super) fn submit_inline(&mut self, command: Command) -> Option<Pending> {
+        let Command::Call { ticket, .. } = &command else {
+            self.handle_command(command);
+            return None;
+        };
+        let ticket = *ticket;
+        self.handle_command(command);
+        self.inline_for = self.tickets.get(&ticket).copied();
+        self.pump();
+        self.inline_for = None;
+        self.inline.take()
+    }
+
+    /// Whether the driver has something to do that it does not know of yet: exchanges to
+    /// start, a deadline earlier than its timer's, a shutdown that may end.
+    pub(super) fn driver_needed(&self) -> bool {
+        !self.to_start.is_empty()
+            || self.shutdown.is_some()
+            || match (self.next_deadline(), self.armed) {
+                (Some(next), Some(armed)) => next < armed,
+                (Some(_), None) => true,
+                (None, _) => false,
+            }
+    }
+
+    /// The earliest of the session's next deadline, the idle timers and the shutdown's bound.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        let session = self.session.poll_timeout().map(Instant::from_std);
+        let idle = self.idle_queue.first().map(|(at, _)| *at);
+        let shutdown = self.shutdown.as_ref().map(|s| s.deadline);
+        [session, idle, shutdown].into_iter().flatten().min()
+    }
+
+    /// Whether the driver may stop: the client is gone and its DELETE answered or overdue.
+    pub(super) fn may_stop(&self) -> bool {
+        self.shutdown
+            .as_ref()
+            .is_some_and(|s| s.close.is_none() || Instant::now() >= s.deadline)
+    }
+
+    /// The driver's timer fired for `fired`: whatever is due then fires.
+    pub(super) fn handle_timeout(&mut self, fired: Instant) {
+        self.session.handle_timeout(fired.into_std());
+        self.idle_expired(fired);
+        self.pump();
+    }
+
+    /// A handler's answer to a server request (`None`: the server cancelled it, nothing is
+    /// sent).
+    pub(super) fn handle_answer(&mut self, id: RequestId, result: Option<Result<Value, RpcError>>) {
+        if self.server_requests.remove(&id).is_none() || self.stopped {
+            return;
+        }
+        match result {
+            Some(result) => self.session.respond(id, result, now()),
+            None => tracing::debug!(%id, "server request cancelled: not answered"),
+        }
+        self.pump();
+    }
+
+    /// The driver stopped (or is gone): every exchange is aborted, every waiting call fails
+    /// with [`ErrorKind::Closed`], running handlers learn that nobody will take their answer,
+    /// and nothing more is sent.
+    pub(super) fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        for (_, exchange) in self.exchanges.drain() {
+            exchange.abort();
+        }
+        self.to_start.clear();
+        for (_, cancel) in self.server_requests.drain() {
+            cancel.send_replace(Some("client closed".to_owned()));
+        }
+        for (_, waiter) in self.calls.drain() {
+            let reply = match waiter {
+                Waiter::Connect { reply } | Waiter::Call { reply, .. } => Some(reply),
+                Waiter::Close { reply } => reply,
+            };
+            if let Some(reply) = reply {
+                let _ = reply.send(Err(Error::new(
+                    ErrorKind::Closed,
+                    "the client's driver stopped before the call completed",
+                )));
+            }
+        }
+        self.tickets.clear();
+        self.progress.clear();
+        self.idle.clear();
+        self.idle_queue.clear();
+    }
+
+    pub(super) fn handle_command(&mut self, command: Command) {
         let now = now();
         match command {
             // The session answers from its state: at once when ready (or closed, or lost),
             // else once the handshake ends. The first call or notification connects too.
             Command::Connect { reply } => {
                 let call = self.session.connect(now);
-                self.calls.insert(call, Pending::Connect { reply });
+                self.calls.insert(call, Waiter::Connect { reply });
             }
             Command::Call {
                 ticket,
@@ -325,7 +303,7 @@ impl State {
             } => {
                 tracing::debug!(method = %request.method, "call submitted");
                 let call = self.session.submit(request, now);
-                self.calls.insert(call, Pending::Call { ticket, reply });
+                self.calls.insert(call, Waiter::Call { ticket, reply });
                 self.tickets.insert(ticket, call);
                 self.app_ids.insert(call, id);
                 if let Some(progress) = progress {
@@ -346,7 +324,10 @@ impl State {
                                 tracing::debug!(call = call.0, "call abandoned by the application")
                             }
                         }
-                        self.session.cancel(call, now);
+                        match self.withdraw_post(call) {
+                            Some(unsent) => self.session.cancel_unsent(call, unsent, now),
+                            None => self.session.cancel(call, now),
+                        }
                         self.forget(call);
                         // Its id stays translatable for what the cancellation reports (a
                         // task's end), then goes: nothing kept per call for the client's life.
@@ -363,36 +344,51 @@ impl State {
                 reply,
             } => {
                 let call = self.session.resume_task(&task_id, timeout, now);
-                self.calls.insert(call, Pending::Call { ticket, reply });
+                self.calls.insert(call, Waiter::Call { ticket, reply });
                 self.tickets.insert(ticket, call);
                 self.app_ids.insert(call, id);
             }
             Command::Close { reply } => {
                 let call = self.session.close(now);
                 self.calls
-                    .insert(call, Pending::Close { reply: Some(reply) });
+                    .insert(call, Waiter::Close { reply: Some(reply) });
             }
             Command::Shutdown => self.begin_shutdown(),
         }
     }
 
-    fn begin_shutdown(&mut self) {
+    /// Takes back `call`'s POST if the driver has not started it yet (a call started and
+    /// dropped before the driver ran): it is never sent then.
+    fn withdraw_post(&mut self, call: CallId) -> Option<HttpId> {
+        let session = &self.session;
+        let at = self
+            .to_start
+            .iter()
+            .position(|p| session.exchange_call(p.request.id) == Some(call))?;
+        let id = self.to_start.remove(at).request.id;
+        self.exchanges.remove(&id);
+        Some(id)
+    }
+
+    pub(super) fn begin_shutdown(&mut self) {
         if self.shutdown.is_some() {
             return;
         }
         tracing::debug!("last client handle dropped: closing the session");
         let call = self.session.close(now());
-        self.calls.insert(call, Pending::Close { reply: None });
+        self.calls.insert(call, Waiter::Close { reply: None });
         self.shutdown = Some(Shutdown {
             close: Some(call),
             deadline: Instant::now() + CLOSE_GRACE,
         });
     }
 
-    fn handle_exchange(&mut self, event: ExchangeEvent) {
+    /// One event of an exchange, then the pump. Returns whether the exchange is still wanted
+    /// (false once it was aborted or has ended).
+    pub(super) fn handle_exchange(&mut self, event: ExchangeEvent) -> bool {
         let id = event.id();
         if !self.exchanges.contains_key(&id) {
-            return;
+            return false;
         }
         let now = now();
         match event {
@@ -411,10 +407,12 @@ impl State {
                 self.session.handle_error(id, failure, now);
             }
         }
+        self.pump();
+        self.exchanges.contains_key(&id)
     }
 
     /// Drains the session's actions until it has nothing more to say.
-    fn pump(&mut self) {
+    pub(super) fn pump(&mut self) {
         loop {
             let mut progressed = false;
             while let Some(transmit) = self.session.poll_transmit() {
@@ -442,11 +440,20 @@ impl State {
                     "http exchange"
                 );
                 let (abort, registration) = AbortHandle::new_pair();
-                let exchange = self.endpoint.clone().run(request, self.exchange_tx.clone());
-                self.running
-                    .push(Abortable::new(Box::pin(exchange), registration));
                 if let Some(old) = self.exchanges.insert(id, abort) {
                     old.abort();
+                }
+                let pending = Pending {
+                    request,
+                    registration,
+                };
+                let own_post = self.inline_for.is_some()
+                    && self.inline.is_none()
+                    && self.session.exchange_call(id) == self.inline_for;
+                if own_post {
+                    self.inline = Some(pending);
+                } else {
+                    self.to_start.push(pending);
                 }
             }
             Transmit::Abort(id) => {
@@ -567,19 +574,19 @@ impl State {
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
         self.forget(call);
         match self.calls.remove(&call) {
-            Some(Pending::Connect { reply }) => {
+            Some(Waiter::Connect { reply }) => {
                 match &result {
                     Ok(_) => tracing::debug!("connected"),
                     Err(err) => tracing::debug!(error = %err, "connect failed"),
                 }
                 let _ = reply.send(result);
             }
-            Some(Pending::Call { ticket, reply }) => {
+            Some(Waiter::Call { ticket, reply }) => {
                 self.tickets.remove(&ticket);
                 self.retire(call);
                 let _ = reply.send(result);
             }
-            Some(Pending::Close { reply }) => {
+            Some(Waiter::Close { reply }) => {
                 if let Some(shutdown) = &mut self.shutdown {
                     if shutdown.close == Some(call) {
                         shutdown.close = None;
@@ -630,15 +637,14 @@ impl State {
 
     /// Calls silent for longer than they allow: abandoned (the server is told) and failed
     /// with a timeout.
-    fn idle_expired(&mut self) {
-        let now = Instant::now();
+    fn idle_expired(&mut self, now: Instant) {
         while let Some(&(at, call)) = self.idle_queue.first() {
             if at > now {
                 break;
             }
             let period = self.idle.get(&call).map(|(p, _)| *p).unwrap_or_default();
             self.forget(call);
-            if let Some(Pending::Call { ticket, reply }) = self.calls.remove(&call) {
+            if let Some(Waiter::Call { ticket, reply }) = self.calls.remove(&call) {
                 tracing::debug!(
                     call = call.0,
                     ?period,
@@ -656,7 +662,7 @@ impl State {
     }
 
     /// The server cancels a request it sent: its handler stops, no answer is sent.
-    fn on_cancelled(&mut self, cancelled: &super::models::Cancelled) {
+    fn on_cancelled(&mut self, cancelled: &Cancelled) {
         let Some(id) = RequestId::from_json(&cancelled.request_id) else {
             return;
         };
@@ -683,12 +689,19 @@ impl State {
             self.session.respond(id, Err(error), now());
             return;
         }
+        // Only an exchange's data brings a server request, and exchanges run in a runtime;
+        // should one not, the server is answered rather than the process brought down.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            let error = internal("no runtime to run the handler on");
+            self.session.respond(id, Err(error), now());
+            return;
+        };
         let (cancel_tx, cancel_rx) = watch::channel(None);
         self.server_requests.insert(id.clone(), cancel_tx);
         let ctx = RequestContext::new(&request, cancel_rx.clone());
         let handling = self.handlers.dispatch(request, ctx);
-        let answers = self.answer_tx.clone();
-        tokio::spawn(
+        let core = self.core.clone();
+        runtime.spawn(
             async move {
                 // A panicking handler must still answer, or the server waits forever.
                 let handling = AssertUnwindSafe(handling).catch_unwind();
@@ -701,7 +714,9 @@ impl State {
                     // The server no longer wants the answer: stop the handler, send nothing.
                     _ = cancelled.wait_for(Option::is_some) => None,
                 };
-                let _ = answers.send((id, answer));
+                if let Some(core) = core.upgrade() {
+                    core.answer(id, answer);
+                }
             }
             .in_current_span(),
         );
