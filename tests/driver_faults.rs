@@ -546,3 +546,42 @@ async fn a_finished_stream_left_open_is_dropped() {
     guarded(dropped.recv()).await.expect("stream dropped");
     guarded(client.ping()).await.unwrap();
 }
+
+/// A call performs its POST in its own task, but the driver keeps its deadline: when the
+/// driver's runtime shuts down under a call in flight, the call fails with `Closed` at once
+/// (nothing is left to enforce its deadline), and later calls fail the same way.
+#[test]
+fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
+    let rt = |workers| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let servers = rt(1);
+    let server = servers.block_on(TestServer::start(hang_on_tool_calls));
+    // The call may wait far longer than this test: only the shutdown can end it in time.
+    let client = Client::builder(&server.url)
+        .call_timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let drivers = rt(1);
+    drivers.block_on(guarded(client.connect())).unwrap();
+
+    let callers = rt(1);
+    let call = callers.spawn({
+        let client = client.clone();
+        async move { client.call_tool(ToolCall::new("slow", json!({}))).await }
+    });
+    servers.block_on(server.wait_for(|r| r.is_rpc("tools/call")));
+    drop(drivers);
+
+    let err = callers
+        .block_on(guarded(call))
+        .unwrap()
+        .expect_err("the server never answers");
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    let later = callers.block_on(guarded(client.call_tool(ToolCall::new("echo", json!({})))));
+    assert_eq!(later.unwrap_err().kind(), ErrorKind::Closed);
+}

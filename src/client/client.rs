@@ -28,8 +28,11 @@ use crate::proto::{CallRequest, Era, ExtensionStatus, Session};
 ///
 /// Every async method must run inside a tokio runtime (with the time driver); the driver task
 /// is spawned on the runtime of the first one called and lives as long as that runtime: if it
-/// shuts down first, later calls fail with [`ErrorKind::Closed`]. Dropping a call's future
-/// abandons the call: the server is sent `notifications/cancelled` if the call may be running.
+/// shuts down first, later calls fail with [`ErrorKind::Closed`]. An ordinary call performs
+/// its POST in the task that awaits it (no hand-off to the driver), and reqwest serves a
+/// pooled connection from the runtime that opened it: share a client only between runtimes
+/// that keep running. Dropping a call's future abandons the call: the server is sent
+/// `notifications/cancelled` if the call may be running.
 ///
 /// After [`Client::close`] every call fails with [`ErrorKind::Closed`]. A lost session
 /// ([`SessionEvent::SessionLost`](crate::SessionEvent::SessionLost), or calls failing with
@@ -193,11 +196,18 @@ impl Client {
         submission: Submission,
         convert: fn(Value) -> Result<T, Error>,
     ) -> Result<T, Error> {
-        let (handle, inline) = self.register(submission, convert, true)?;
+        let (mut handle, inline) = self.register(submission, convert, true)?;
         if let Some(inline) = inline {
-            // Bounded by the session's deadline (which aborts it) and by the driver's stop
-            // (which aborts every exchange): no guard needed around it.
-            inline.perform(&self.shared.core).await;
+            let exchange = inline.perform(&self.shared.core);
+            futures::pin_mut!(exchange);
+            // The session's deadline aborts the exchange, and so does the driver's stop; the
+            // handle's guard bounds it even if neither can happen (a driver whose runtime is
+            // no longer polled): a call never hangs.
+            tokio::select! {
+                biased;
+                () = &mut exchange => {}
+                result = &mut handle => return result,
+            }
         }
         handle.await
     }

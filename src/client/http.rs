@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::Url;
 
@@ -51,9 +51,88 @@ impl ExchangeEvent {
 
 /// Where an exchange reports what happens to it.
 pub(crate) trait ExchangeSink {
-    /// Takes one event; `false` when the exchange is no longer wanted (aborted, or over):
-    /// the exchange stops reading then.
-    fn report(&self, event: ExchangeEvent) -> bool;
+    /// Takes `event`, then whatever `ready` yields (the events already there, in order, until
+    /// it yields `None`): one report for what arrived together. `false` when the exchange is
+    /// no longer wanted (aborted, or over): the exchange stops reading then.
+    fn report(
+        &self,
+        event: ExchangeEvent,
+        ready: &mut dyn FnMut() -> Option<ExchangeEvent>,
+    ) -> bool;
+
+    /// Takes one event on its own.
+    fn report_one(&self, event: ExchangeEvent) -> bool {
+        self.report(event, &mut || None)
+    }
+}
+
+/// A response body read as exchange events: `Data` for each chunk, then `End` or `Failed`.
+struct BodyEvents<S> {
+    id: HttpId,
+    body: S,
+    done: bool,
+}
+
+impl<S> BodyEvents<S>
+where
+    S: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin,
+{
+    /// The next event, waiting for it; `None` after the last.
+    async fn next(&mut self) -> Option<ExchangeEvent> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let item = self.body.next().await;
+            if let Some(event) = self.event(item) {
+                return Some(event);
+            }
+        }
+    }
+
+    /// The next event if it is already there (most bodies end in the chunk that completes
+    /// them, so the end is reported with the data), without waiting.
+    fn ready(&mut self) -> Option<ExchangeEvent> {
+        loop {
+            if self.done {
+                return None;
+            }
+            let item = self.body.next().now_or_never()?;
+            if let Some(event) = self.event(item) {
+                return Some(event);
+            }
+        }
+    }
+
+    /// Reads what is already there of a body nobody wants any more (a stream whose answer
+    /// came, its end usually right behind): a body read to its end leaves its connection to
+    /// the pool, a body dropped before closes it. A few chunks at most, never waiting.
+    fn discard_ready(&mut self) {
+        for _ in 0..4 {
+            if self.ready().is_none() {
+                return;
+            }
+        }
+    }
+
+    /// What a body item means; `None` for an empty chunk.
+    fn event(&mut self, item: Option<reqwest::Result<Bytes>>) -> Option<ExchangeEvent> {
+        let id = self.id;
+        match item {
+            Some(Ok(bytes)) if bytes.is_empty() => None,
+            Some(Ok(bytes)) => Some(ExchangeEvent::Data { id, bytes }),
+            Some(Err(err)) => {
+                self.done = true;
+                let failure = TransportFailure::Lost(error_chain(&err.without_url()));
+                tracing::debug!(http = id.0, ?failure, "response body failed");
+                Some(ExchangeEvent::Failed { id, failure })
+            }
+            None => {
+                self.done = true;
+                Some(ExchangeEvent::End { id })
+            }
+        }
+    }
 }
 
 /// Everything an exchange needs besides the request (shared by every exchange of a client).
@@ -81,7 +160,7 @@ impl Endpoint {
                 if tokio::time::timeout(limit, exchange).await.is_err() {
                     tracing::debug!(http = id.0, "exchange timed out");
                     let failure = TransportFailure::Lost(format!("no answer within {limit:?}"));
-                    sink.report(ExchangeEvent::Failed { id, failure });
+                    sink.report_one(ExchangeEvent::Failed { id, failure });
                 }
             }
             // Requests, resumes and the listen stream are bounded by the session's deadlines
@@ -90,11 +169,17 @@ impl Endpoint {
         }
     }
 
-    async fn exchange(&self, request: HttpRequest, sink: &impl ExchangeSink) {
+    async fn exchange(&self, mut request: HttpRequest, sink: &impl ExchangeSink) {
         let id = request.id;
+        let mut headers = std::mem::take(&mut request.headers);
+        // The app's headers (authorization, custom) go beside the protocol's; the builder
+        // refused any that would clash with one.
+        for (name, value) in self.headers.iter() {
+            headers.append(name.clone(), value.clone());
+        }
         let fail = |failure: TransportFailure| {
             tracing::debug!(http = id.0, ?failure, "request failed");
-            sink.report(ExchangeEvent::Failed { id, failure });
+            sink.report_one(ExchangeEvent::Failed { id, failure });
         };
         let mut token = match self.token(None, None).await {
             Ok(token) => token,
@@ -105,7 +190,13 @@ impl Endpoint {
         };
         let mut retried = false;
         let mut response = loop {
-            let response = match self.send(&request, token.as_deref()).await {
+            // A refusal is answered once, with a fresh token: a copy is kept only for that.
+            let attempt = if self.auth.is_some() && !retried {
+                headers.clone()
+            } else {
+                std::mem::take(&mut headers)
+            };
+            let response = match self.send(&request, attempt, token.as_deref()).await {
                 Ok(response) => response,
                 Err(err) => {
                     fail(classify(err));
@@ -142,26 +233,21 @@ impl Endpoint {
             // Taken, not cloned: the body stream does not need them.
             headers: std::mem::take(response.headers_mut()),
         };
-        if !sink.report(head) {
+        let mut body = BodyEvents {
+            id,
+            body: response.bytes_stream(),
+            done: false,
+        };
+        if !sink.report(head, &mut || body.ready()) {
+            body.discard_ready();
             return;
         }
-        let mut body = response.bytes_stream();
-        while let Some(chunk) = body.next().await {
-            let event = match chunk {
-                Ok(bytes) if bytes.is_empty() => continue,
-                Ok(bytes) => ExchangeEvent::Data { id, bytes },
-                Err(err) => {
-                    let failure = TransportFailure::Lost(error_chain(&err.without_url()));
-                    tracing::debug!(http = id.0, ?failure, "response body failed");
-                    sink.report(ExchangeEvent::Failed { id, failure });
-                    return;
-                }
-            };
-            if !sink.report(event) {
+        while let Some(event) = body.next().await {
+            if !sink.report(event, &mut || body.ready()) {
+                body.discard_ready();
                 return;
             }
         }
-        sink.report(ExchangeEvent::End { id });
     }
 }
 
@@ -190,18 +276,14 @@ impl Endpoint {
         }
     }
 
-    /// Sends the request once, with the application's headers and the bearer token.
+    /// Sends the request once, with `headers` (the protocol's and the application's) and the
+    /// bearer token.
     async fn send(
         &self,
         request: &HttpRequest,
+        mut headers: HeaderMap,
         token: Option<&str>,
     ) -> Result<reqwest::Response, reqwest::Error> {
-        let mut headers = request.headers.clone();
-        // The app's headers (authorization, custom) go beside the protocol's; the builder
-        // refused any that would clash with one.
-        for (name, value) in self.headers.iter() {
-            headers.append(name.clone(), value.clone());
-        }
         if let Some(token) = token {
             match HeaderValue::from_str(&format!("Bearer {token}")) {
                 Ok(mut value) => {
@@ -217,11 +299,12 @@ impl Endpoint {
             HttpMethod::Get => reqwest::Method::GET,
             HttpMethod::Delete => reqwest::Method::DELETE,
         };
-        let mut builder = self.http.request(method, self.url.clone()).headers(headers);
+        let mut http = reqwest::Request::new(method, self.url.clone());
+        *http.headers_mut() = headers;
         if let Some(body) = &request.body {
-            builder = builder.body(body.clone());
+            *http.body_mut() = Some(body.clone().into());
         }
-        builder.send().await
+        self.http.execute(http).await
     }
 }
 

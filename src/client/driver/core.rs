@@ -121,9 +121,22 @@ impl Core {
 }
 
 impl ExchangeSink for Arc<Core> {
-    fn report(&self, event: ExchangeEvent) -> bool {
-        self.with(|state| state.handle_exchange(event))
-            .unwrap_or(false)
+    fn report(
+        &self,
+        event: ExchangeEvent,
+        ready: &mut dyn FnMut() -> Option<ExchangeEvent>,
+    ) -> bool {
+        self.with(|state| {
+            let mut wanted = state.handle_exchange(event);
+            while wanted {
+                match ready() {
+                    Some(event) => wanted = state.handle_exchange(event),
+                    None => break,
+                }
+            }
+            wanted
+        })
+        .unwrap_or(false)
     }
 }
 
