@@ -295,6 +295,8 @@ async fn run(cfg: Arc<Config>, workers: usize, last: bool) {
     );
 
     if last && cfg.wants("memory") {
+        // An earlier table's run switched the counters off; deltas need them on throughout.
+        meter::set_counting(true);
         let mut v = [None; 4];
         for k in ALL {
             v[k.column()] = Some(idle_bytes(k, &json.url, 5).await);
