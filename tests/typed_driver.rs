@@ -199,3 +199,39 @@ async fn the_servers_cancellation_drops_the_handler_and_sends_no_answer() {
         .any(|r| r.method == Method::POST && r.rpc_id() == json!("s1"));
     assert!(!answered, "{:?}", server.labels());
 }
+
+/// A handler may use the client from the moment it is called, before its future runs: the
+/// handler is called outside the session's lock, so a notification sent from its body goes
+/// out, and so does its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_may_call_the_client_as_soon_as_it_is_called() {
+    let server = TestServer::start(|req| {
+        if req.method == Method::GET {
+            let ask = json!({"jsonrpc": "2.0", "id": "s1", "method": "x/ask"});
+            return sse_open(sse_event(None, &ask));
+        }
+        default_reply(req)
+    })
+    .await;
+    let slot: Arc<std::sync::OnceLock<Client>> = Arc::default();
+    let client = builder(&server)
+        .on_server_request({
+            let slot = slot.clone();
+            move |_req| {
+                if let Some(client) = slot.get() {
+                    client.notify("notifications/x/asked", None).unwrap();
+                }
+                async { Ok::<Value, RpcError>(json!({"ok": true})) }
+            }
+        })
+        .build()
+        .unwrap();
+    // Through a weak link in a real program; a test may leak one client.
+    let _ = slot.set(client.clone());
+    guarded(client.connect()).await.unwrap();
+    server.wait_for(|r| r.is_rpc("notifications/x/asked")).await;
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("s1"))
+        .await;
+    assert_eq!(answer.body.unwrap()["result"], json!({"ok": true}));
+}

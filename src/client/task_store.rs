@@ -40,8 +40,8 @@ impl std::fmt::Debug for StoredTask {
 /// first time and forgets it once the task ended; an implementation that writes to durable
 /// storage lets an agent resume its tasks after a restart.
 ///
-/// Calls come from the client's driver task: keep them quick (hand slow I/O to a task of
-/// your own).
+/// Calls are made with the session's lock held: keep them quick (hand slow I/O to a task of
+/// your own), and do not call the client from them.
 pub trait TaskStore: Send + Sync + 'static {
     /// A call became a task.
     fn created(&self, task: StoredTask);

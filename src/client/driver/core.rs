@@ -71,12 +71,16 @@ impl Core {
         }
     }
 
-    /// Runs `f` on the state (each of the state's entries pumps what it changed), then
-    /// releases it.
+    /// Runs `f` on the state (each of the state's entries pumps what it changed), releases
+    /// it, then hands the server requests it brought to their handlers.
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> Result<T, Error> {
         let mut state = self.lock()?;
         let out = f(&mut state);
+        let dispatches = state.take_dispatches();
         self.release(state);
+        for dispatch in dispatches {
+            dispatch.spawn();
+        }
         Ok(out)
     }
 
@@ -98,6 +102,11 @@ impl Core {
     /// A server-request handler's answer.
     pub(super) fn answer(&self, id: RequestId, result: Option<Result<Value, RpcError>>) {
         let _ = self.with(|state| state.handle_answer(id, result));
+    }
+
+    /// The driver's timer fired for `fired`.
+    pub(super) fn timeout(&self, fired: tokio::time::Instant) {
+        let _ = self.with(|state| state.handle_timeout(fired));
     }
 
     /// Locks the state for the driver.

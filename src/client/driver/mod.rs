@@ -97,9 +97,7 @@ impl Driver {
                     // clock reads a hair earlier.
                     let fired = deadline.map_or_else(Instant::now, |d| d.max(Instant::now()));
                     timer_at = None;
-                    if let Ok(mut state) = core.driver_lock() {
-                        state.handle_timeout(fired);
-                    }
+                    core.timeout(fired);
                 }
             }
         }

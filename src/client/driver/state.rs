@@ -133,6 +133,8 @@ pub(crate) struct State {
     /// Server requests being handled, each with the sender of its cancellation; their number
     /// is bounded by [`MAX_SERVER_REQUESTS`].
     server_requests: HashMap<RequestId, watch::Sender<Option<String>>>,
+    /// Server requests registered above, not yet handed to their handlers.
+    to_dispatch: Vec<Dispatch>,
     /// Where each call's own progress goes (calls started as handles).
     progress: FxHashMap<CallId, mpsc::Sender<Progress>>,
     /// Calls that reset their timeout on progress: the allowed silence and its end.
@@ -176,6 +178,7 @@ impl State {
             app_ids: FxHashMap::default(),
             finished: VecDeque::new(),
             server_requests: HashMap::new(),
+            to_dispatch: Vec::new(),
             progress: FxHashMap::default(),
             idle: FxHashMap::default(),
             idle_queue: BTreeSet::new(),
@@ -689,23 +692,69 @@ impl State {
             self.session.respond(id, Err(error), now());
             return;
         }
+        let (cancel_tx, cancel) = watch::channel(None);
+        self.server_requests.insert(id, cancel_tx);
+        self.to_dispatch.push(Dispatch {
+            request,
+            cancel,
+            handlers: self.handlers.clone(),
+            core: self.core.clone(),
+        });
+    }
+
+    /// Server requests to hand to their handlers once the lock is released.
+    pub(super) fn take_dispatches(&mut self) -> Vec<Dispatch> {
+        std::mem::take(&mut self.to_dispatch)
+    }
+}
+
+/// A server request on its way to its handler. Handed over after the session's lock is
+/// released: application code never runs under it (a handler that called the client at once
+/// would wait on itself).
+pub(super) struct Dispatch {
+    request: ServerRequest,
+    cancel: watch::Receiver<Option<String>>,
+    handlers: Arc<Handlers>,
+    core: Weak<Core>,
+}
+
+impl Dispatch {
+    /// Starts the handler in a task of its own; its answer (or nothing, if the server
+    /// cancelled) goes back to the session.
+    pub(super) fn spawn(self) {
+        let Dispatch {
+            request,
+            cancel,
+            handlers,
+            core,
+        } = self;
+        let id = request.id.clone();
         // Only an exchange's data brings a server request, and exchanges run in a runtime;
         // should one not, the server is answered rather than the process brought down.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            let error = internal("no runtime to run the handler on");
-            self.session.respond(id, Err(error), now());
+            if let Some(core) = core.upgrade() {
+                core.answer(id, Some(Err(internal("no runtime to run the handler on"))));
+            }
             return;
         };
-        let (cancel_tx, cancel_rx) = watch::channel(None);
-        self.server_requests.insert(id.clone(), cancel_tx);
-        let ctx = RequestContext::new(&request, cancel_rx.clone());
-        let handling = self.handlers.dispatch(request, ctx);
-        let core = self.core.clone();
+        let ctx = RequestContext::new(&request, cancel.clone());
+        // Called now, so a handler sees its request even if the server cancels it at once; a
+        // handler that panics here, before its future exists, is answered like one that
+        // panics later.
+        let dispatched =
+            std::panic::catch_unwind(AssertUnwindSafe(|| handlers.dispatch(request, ctx)));
+        let Ok(handling) = dispatched else {
+            tracing::error!("server request handler panicked");
+            if let Some(core) = core.upgrade() {
+                core.answer(id, Some(Err(internal("internal error"))));
+            }
+            return;
+        };
         runtime.spawn(
             async move {
                 // A panicking handler must still answer, or the server waits forever.
                 let handling = AssertUnwindSafe(handling).catch_unwind();
-                let mut cancelled = cancel_rx;
+                let mut cancelled = cancel;
                 let answer = tokio::select! {
                     result = handling => Some(result.unwrap_or_else(|_| {
                         tracing::error!("server request handler panicked");
