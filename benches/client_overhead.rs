@@ -1,10 +1,11 @@
 //! Client overhead, side by side in one run, as ratios: a raw pooled reqwest POST + parse (the
 //! floor), mcp-resume, rmcp 3.11 over a pooled reqwest client, and rmcp as its
 //! `from_uri` builds it, all against the same neutral server; then recovery latency through
-//! the mock cluster. DESIGN.md §11 holds the budget each row is checked against.
+//! the mock cluster. The README's Performance section lists the target each row is checked
+//! against.
 //!
 //! `cargo bench --bench client_overhead`. Environment:
-//! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 40 s instead of 130 s).
+//! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 1 minute instead of 4).
 //! - `BENCH_ONLY=seq,conc,inflight,memory,recovery` (any subset): the metrics to run.
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per client per round), `BENCH_RECOVERY_CALLS`,
 //!   `BENCH_RMCP_RECOVERY_CALLS`: override the defaults.
