@@ -47,10 +47,10 @@ test("the v1 client reaches the TypeScript SDK v2 server in modern-only mode", a
   assert.equal(textOf(result), "across eras");
   await client.close();
   // What the server saw: 2026-07-28 requests only, never the legacy handshake.
-  const methods = server.find("http_in").map((e) => e.rpc_method);
+  const methods = server.find(0, "http_in").map((e) => e.rpc_method);
   assert.ok(methods.includes("server/discover"), methods.join());
   assert.ok(!methods.includes("initialize"), methods.join());
-  assert.equal(server.find("tool", (e) => e.name === "echo").length, 1);
+  assert.equal(server.find(0, "tool", (e) => e.name === "echo").length, 1);
 });
 
 test("the v2 client runs over ResumeTransport, its cut calls recovered", async () => {

@@ -97,14 +97,19 @@ export class LoggingServer extends Process {
     return new LoggingServer(child, url, lines);
   }
 
-  /** The events logged so far named `ev` and matching `predicate`. */
-  find(ev, predicate = () => true) {
-    return this.events.filter((e) => e.ev === ev && predicate(e));
+  /** Where the log is now: `find` and `waitFor` from here see only what comes after. */
+  mark() {
+    return this.events.length;
   }
 
-  /** The first event named `ev` matching `predicate`, logged already or from now on. */
-  waitFor(ev, predicate = () => true, timeoutMs = 10_000) {
-    const seen = this.find(ev, predicate)[0];
+  /** The events logged since `mark` named `ev` and matching `predicate`. */
+  find(mark, ev, predicate = () => true) {
+    return this.events.slice(mark).filter((e) => e.ev === ev && predicate(e));
+  }
+
+  /** The first event since `mark` named `ev` matching `predicate`, logged already or later. */
+  waitFor(mark, ev, predicate = () => true, timeoutMs = 10_000) {
+    const seen = this.find(mark, ev, predicate)[0];
     if (seen) return Promise.resolve(seen);
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`no ${ev} event within ${timeoutMs} ms`)), timeoutMs);
