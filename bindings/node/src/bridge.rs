@@ -99,10 +99,8 @@ impl NativeBridge {
     }
 }
 
-/// The bridge's constants: the `_meta` member that makes a `tools/call` keyed, and the
-/// JSON-RPC error code of each failure JSON-RPC cannot name (`data.kind` names it too).
-#[napi(ts_return_type = "any", catch_unwind)]
-pub fn bridge_constants() -> Value {
+/// The bridge's constants (`bridgeConstants`).
+pub(crate) fn constants() -> Value {
     json!({
         "idempotencyMetaKey": IDEMPOTENCY_META_KEY,
         "errorCodes": {

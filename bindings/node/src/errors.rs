@@ -13,7 +13,6 @@ use std::future::Future;
 use mcp_resume::{AuthChallenge, Error};
 use napi::bindgen_prelude::{Function, FunctionRef, PromiseRaw, ToNapiValue, Unknown};
 use napi::Env;
-use napi_derive::napi;
 use serde_json::{json, Value};
 
 /// Why a call of the addon failed.
@@ -47,9 +46,8 @@ thread_local! {
     static FACTORY: RefCell<Option<Factory>> = const { RefCell::new(None) };
 }
 
-/// Registers the function that makes the typed errors (done once by `lib/native.js`).
-#[napi(catch_unwind)]
-pub fn set_error_factory(factory: Function<Value, Unknown<'static>>) -> napi::Result<()> {
+/// Registers the function that makes the typed errors (`setErrorFactory`).
+pub(crate) fn register_factory(factory: Function<Value, Unknown<'static>>) -> napi::Result<()> {
     let factory = factory.create_ref()?;
     let previous = FACTORY.with(|slot| slot.borrow_mut().replace(factory));
     drop(previous);

@@ -21,7 +21,9 @@ mod handlers;
 mod options;
 mod streams;
 
+use napi::bindgen_prelude::{Function, Unknown};
 use napi_derive::napi;
+use serde_json::Value;
 
 /// One worker by default: JavaScript is one thread, and one worker keeps a call's tasks (the
 /// caller's future, the driver, the HTTP exchange) on one thread instead of bouncing them
@@ -48,4 +50,18 @@ fn init() {
 #[napi(catch_unwind)]
 pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
+}
+
+/// Registers the function that makes the typed errors: it takes `{kind, message, …}` and
+/// returns the instance (done once by `lib/native.js`).
+#[napi(catch_unwind)]
+pub fn set_error_factory(factory: Function<Value, Unknown<'static>>) -> napi::Result<()> {
+    errors::register_factory(factory)
+}
+
+/// The bridge's constants: the `_meta` member that makes a `tools/call` keyed, and the
+/// JSON-RPC error code of each failure JSON-RPC cannot name (`data.kind` names it too).
+#[napi(ts_return_type = "any", catch_unwind)]
+pub fn bridge_constants() -> Value {
+    bridge::constants()
 }
