@@ -1,5 +1,6 @@
-// Builds the addon: `node build.mjs [--release]` writes `mcp-resume.node` and its generated
-// declarations `native.d.ts` next to this file.
+// Builds the addon: `node build.mjs [--release] [cargo build options]` writes `mcp-resume.node`
+// and its generated declarations `native.d.ts` next to this file (the options go to cargo,
+// e.g. `--features bench` for bench/calls-per-second.mjs).
 //
 // `napi build` would do the same, but it always passes `--target <host triple>`, which gives
 // the build a directory of its own under the target directory: nothing compiled for the
@@ -27,7 +28,7 @@ if (!existsSync(join(typeDefDir, crate))) {
   env[`NAPI_FORCE_BUILD_${crate.replaceAll("-", "_").toUpperCase()}`] = String(Date.now());
 }
 
-const args = ["build", "--manifest-path", join(here, "Cargo.toml"), ...(release ? ["--release"] : [])];
+const args = ["build", "--manifest-path", join(here, "Cargo.toml"), ...process.argv.slice(2)];
 const cargo = spawnSync("cargo", args, { env, stdio: "inherit" });
 if (cargo.status !== 0) {
   process.exit(cargo.status ?? 1);

@@ -12,6 +12,8 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "bench")]
+mod bench;
 mod bridge;
 mod cancel;
 mod client;
@@ -64,4 +66,17 @@ pub fn set_error_factory(factory: Function<Value, Unknown<'static>>) -> napi::Re
 #[napi(ts_return_type = "any", catch_unwind)]
 pub fn bridge_constants() -> Value {
     bridge::constants()
+}
+
+/// Benchmark only (the `bench` feature): `calls` `echo` calls made by the Rust SDK, with
+/// `concurrency` in flight; resolves to the seconds they took.
+#[cfg(feature = "bench")]
+#[napi(catch_unwind)]
+pub fn bench_rust_calls<'env>(
+    env: &'env napi::Env,
+    url: String,
+    calls: u32,
+    concurrency: u32,
+) -> napi::Result<napi::bindgen_prelude::PromiseRaw<'env, f64>> {
+    bench::rust_calls(env, url, calls, concurrency)
 }
