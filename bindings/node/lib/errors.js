@@ -5,6 +5,9 @@
 
 /** Every error of this package: `kind` names what happened. */
 export class McpResumeError extends Error {
+  /** @type {string | undefined} The kind of this class's errors (each subclass names its own). */
+  static kind = undefined;
+
   constructor(message, details = {}) {
     super(message);
     this.name = new.target.name;

@@ -50,7 +50,7 @@ function dispatcher(callbacks) {
         return { error: { code: error.code, message: error.message, data: error.data ?? null } };
       }
       // Its text may hold what the server should not see: logged here, not sent.
-      process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} failed: ${error?.stack ?? error}`);
+      process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} failed: ${error instanceof Error ? error.stack : error}`);
       return { error: { code: -32603, message: "internal error" } };
     } finally {
       running.delete(message.id);

@@ -2,7 +2,11 @@
 // closed, or when `signal` aborts (a pending `next()` included).
 import { CancelToken } from "./native.js";
 
-/** `for await (const item of iterate(stream, { signal }))`. */
+/**
+ * `for await (const item of iterate(stream, { signal }))`.
+ * @param {import("../native.d.ts").NativeStream} stream
+ * @param {{ signal?: AbortSignal }} [options]
+ */
 export async function* iterate(stream, { signal } = {}) {
   const token = new CancelToken();
   const abort = () => token.cancel();

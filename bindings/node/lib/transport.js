@@ -8,15 +8,16 @@ import { iterate } from "./streams.js";
 /** `await client.connect(new ResumeTransport(url, options))`. */
 export class ResumeTransport {
   #bridge;
+  /** @type {Promise<void> | null} The delivery loop, once started. */
   #delivering = null;
 
-  /** Set by the host client. */
+  /** @type {((message: any) => void) | undefined} Set by the host client. */
   onmessage = undefined;
-  /** Set by the host client. */
+  /** @type {((error: Error) => void) | undefined} Set by the host client. */
   onerror = undefined;
-  /** Set by the host client. */
+  /** @type {(() => void) | undefined} Set by the host client. */
   onclose = undefined;
-  /** The protocol version the host negotiated (set through `setProtocolVersion`). */
+  /** @type {string | undefined} The protocol version the host negotiated. */
   protocolVersion = undefined;
 
   /**
@@ -49,11 +50,11 @@ export class ResumeTransport {
         try {
           this.onmessage?.(message);
         } catch (error) {
-          this.onerror?.(error);
+          this.onerror?.(/** @type {Error} */ (error));
         }
       }
     } catch (error) {
-      this.onerror?.(error);
+      this.onerror?.(/** @type {Error} */ (error));
     }
     this.onclose?.();
   }

@@ -1,6 +1,7 @@
 // The package as a user meets it: index.d.ts declares exactly what index.js exports (classes
 // with the same members), the examples type-check against it (and against the TypeScript and
-// AI SDKs' transport types) and run.
+// AI SDKs' transport types) and run; the JavaScript layer type-checks against the addon's
+// generated declarations.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -41,8 +42,10 @@ test("index.d.ts declares what index.js exports", () => {
   }
 });
 
-test("the examples type-check and run", async () => {
-  await run(process.execPath, [`${root}/node_modules/typescript/bin/tsc`, "-p", root]);
+test("the examples and the JavaScript layer type-check, and the examples run", async () => {
+  const tsc = `${root}/node_modules/typescript/bin/tsc`;
+  await run(process.execPath, [tsc, "-p", root]);
+  await run(process.execPath, [tsc, "-p", `${root}/tsconfig.lib.json`]);
   const cluster = await Cluster.start("strict", "--idle-timeout-ms", "0", "--cut-after-events", "3");
   try {
     for (const example of ["quickstart", "ts-sdk", "ai-sdk"]) {
