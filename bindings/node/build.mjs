@@ -15,20 +15,22 @@ import { generateTypeDef } from "@napi-rs/cli";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const targetDir = resolve(process.env.CARGO_TARGET_DIR ?? join(here, "../../target"));
-const release = process.argv.includes("--release");
+const options = process.argv.slice(2);
+const release = options.includes("--release");
 const crate = "mcp-resume-node";
 
 // napi-derive writes each exported item's declaration here while it expands the macros;
-// an up-to-date crate is not expanded again, so the folder is kept between builds, and a
-// build is forced only when the crate's file is missing (as `napi build` does).
-const typeDefDir = join(targetDir, "napi-type-defs");
+// an up-to-date crate is not expanded again, so the folder is kept between builds (one per
+// set of options: features change what is exported), and a build is forced only when the
+// crate's file is missing (as `napi build` does).
+const typeDefDir = join(targetDir, "napi-type-defs", options.join(" ").replace(/[^\w-]+/g, "_") || "default");
 mkdirSync(typeDefDir, { recursive: true });
 const env = { ...process.env, CARGO_TARGET_DIR: targetDir, NAPI_TYPE_DEF_TMP_FOLDER: typeDefDir };
 if (!existsSync(join(typeDefDir, crate))) {
   env[`NAPI_FORCE_BUILD_${crate.replaceAll("-", "_").toUpperCase()}`] = String(Date.now());
 }
 
-const args = ["build", "--manifest-path", join(here, "Cargo.toml"), ...process.argv.slice(2)];
+const args = ["build", "--manifest-path", join(here, "Cargo.toml"), ...options];
 const cargo = spawnSync("cargo", args, { env, stdio: "inherit" });
 if (cargo.status !== 0) {
   process.exit(cargo.status ?? 1);
