@@ -48,7 +48,6 @@ impl Default for CancelToken {
 }
 
 /// What a future waits on to learn it was cancelled; `None` never fires.
-#[derive(Clone, Default)]
 pub(crate) struct Cancellation(Option<watch::Receiver<bool>>);
 
 impl Cancellation {

@@ -190,15 +190,13 @@ impl Settings {
     }
 }
 
-/// A duration in milliseconds: finite and not negative.
+/// A duration in milliseconds: finite, not negative, and within what a `Duration` holds.
 pub(crate) fn millis(ms: f64, name: &str) -> Result<Duration, Failure> {
-    if ms.is_finite() && ms >= 0.0 {
-        Ok(Duration::from_secs_f64(ms / 1000.0))
-    } else {
-        Err(invalid(format!(
+    Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
+        invalid(format!(
             "{name} must be a finite, non-negative number of milliseconds (got {ms})"
-        )))
-    }
+        ))
+    })
 }
 
 fn size(n: f64, name: &str) -> Result<usize, Failure> {

@@ -56,7 +56,7 @@ describe("errors: one class per kind, each what really happened", () => {
   });
 
   test("invalid_config, from the constructor", () => {
-    for (const options of [{ era: "medieval" }, { callTimeout: -1 }, { resendPolicy: "always" }]) {
+    for (const options of [{ era: "medieval" }, { callTimeout: -1 }, { connectTimeout: 1e300 }, { resendPolicy: "always" }, { reconnect: { multiplier: Number.NaN } }]) {
       assert.throws(() => new Client("http://127.0.0.1:1/mcp", options), (e) => {
         assert.ok(e instanceof InvalidConfigError && e instanceof McpResumeError && e instanceof Error);
         assert.equal(e.kind, "invalid_config");
