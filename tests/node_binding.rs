@@ -18,6 +18,18 @@ fn tail(text: &str, max: usize) -> String {
     lines[lines.len().saturating_sub(max)..].join("\n")
 }
 
+/// Each failed test of node's TAP output with the lines that explain it.
+fn failures(stdout: &str) -> String {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("not ok") {
+            out.extend(lines[i..lines.len().min(i + 30)].iter().copied());
+        }
+    }
+    out.join("\n")
+}
+
 #[test]
 fn node_binding_suite_passes() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -39,10 +51,11 @@ fn node_binding_suite_passes() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "bindings/node/test.sh failed ({}):\n--- stdout (last lines)\n{}\n--- stderr (last \
-         lines)\n{}",
+        "bindings/node/test.sh failed ({}):\n--- failed tests\n{}\n--- stdout (last lines)\n{}\n\
+         --- stderr (last lines)\n{}",
         out.status,
-        tail(&stdout, 120),
+        failures(&stdout),
+        tail(&stdout, 40),
         tail(&stderr, 40)
     );
     // The stock-against-bridged table and node's summary, for the test's own output

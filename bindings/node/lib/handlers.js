@@ -49,8 +49,9 @@ function dispatcher(callbacks) {
       if (error instanceof RpcError) {
         return { error: { code: error.code, message: error.message, data: error.data ?? null } };
       }
-      // Its text may hold what the server should not see: logged here, not sent.
-      process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} failed: ${error instanceof Error ? error.stack : error}`);
+      // Its text may hold what the server should not see: logged here, not sent. A handler
+      // that ends because the server cancelled its request has no one to answer.
+      if (!controller.signal.aborted) process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} failed: ${error instanceof Error ? error.stack : error}`);
       return { error: { code: -32603, message: "internal error" } };
     } finally {
       running.delete(message.id);

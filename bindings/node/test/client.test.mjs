@@ -103,8 +103,10 @@ describe("errors: one class per kind, each what really happened", () => {
     await blockRunning(mark);
     await server.admin("/admin/drop-sessions");
     await assert.rejects(call, (e) => e instanceof OutcomeUnknownError && e.kind === "outcome_unknown");
-    // The client re-initialized and goes on; the call was not sent again.
+    // The client re-initialized and goes on; the call was not sent again (the server logs in
+    // order: everything before the next call's run is read once that run is).
     assert.equal(textOf(await client.callTool("echo", { text: "after" })), "after");
+    await server.waitFor(mark, "tool", (e) => e.arguments.text === "after");
     assert.equal(server.find(mark, "http_in", (e) => e.tool === "block").length, 1);
     await client.close();
   });
@@ -199,6 +201,7 @@ describe("AbortSignal", () => {
     // A keyed call still running would be re-sent on the next session; the aborted one is not.
     await server.admin("/admin/drop-sessions");
     assert.equal(textOf(await client.callTool("echo", { text: "next" })), "next");
+    await server.waitFor(mark, "tool", (e) => e.arguments.text === "next");
     assert.equal(server.find(mark, "http_in", (e) => e.tool === "block").length, 1);
     await client.close();
   });
@@ -210,6 +213,7 @@ describe("AbortSignal", () => {
     const reason = new Error("not wanted");
     await assert.rejects(client.callTool("echo", { text: "x" }, { signal: AbortSignal.abort(reason) }), (e) => e === reason);
     await client.callTool("echo", { text: "marker" });
+    await server.waitFor(mark, "tool", (e) => e.arguments.text === "marker");
     assert.deepEqual(server.find(mark, "tool").map((e) => e.arguments.text), ["marker"]);
     await client.close();
   });
@@ -237,9 +241,9 @@ describe("handlers", () => {
     await client.close();
     assert.deepEqual(seen, [["sampling", "hi", 64, "sampling/createMessage"], ["elicitation", "What is your name?"]]);
     // What the server received.
-    assert.equal(server.find(mark, "sampled")[0].result.model, "node-model");
-    assert.deepEqual(server.find(mark, "elicited")[0].result, { action: "accept", content: { name: "Ada" } });
-    assert.deepEqual(server.find(mark, "roots")[0].result.roots, [{ uri: "file:///work", name: "work" }]);
+    assert.equal((await server.waitFor(mark, "sampled")).result.model, "node-model");
+    assert.deepEqual((await server.waitFor(mark, "elicited")).result, { action: "accept", content: { name: "Ada" } });
+    assert.deepEqual((await server.waitFor(mark, "roots")).result.roots, [{ uri: "file:///work", name: "work" }]);
   });
 
   test("without a handler the capability is not declared and the server's request fails", async () => {

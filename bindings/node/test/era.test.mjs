@@ -46,6 +46,7 @@ test("the v1 client reaches the TypeScript SDK v2 server in modern-only mode", a
   const result = await client.callTool({ name: "echo", arguments: { text: "across eras" } });
   assert.equal(textOf(result), "across eras");
   await client.close();
+  await server.waitFor(0, "tool", (e) => e.name === "echo");
   // What the server saw: 2026-07-28 requests only, never the legacy handshake.
   const methods = server.find(0, "http_in").map((e) => e.rpc_method);
   assert.ok(methods.includes("server/discover"), methods.join());

@@ -52,6 +52,7 @@ test("an interrupted call is an error naming its kind, never a success", async (
   // The re-initialization underneath is invisible to the host, which goes on.
   const echo = await client.callTool({ name: "echo", arguments: { text: "still here" } });
   assert.equal(echo.content[0].text, "still here");
+  await server.waitFor(mark, "tool", (e) => e.arguments.text === "still here");
   await client.close();
   await collected;
   assert.ok(events.includes("reinitialized") && events.includes("outcome_unknown"), events.join());
@@ -69,6 +70,6 @@ test("the server's sampling request reaches the SDK client's own handler", async
   const mark = server.mark();
   const result = await client.callTool({ name: "sample", arguments: { prompt: "ping" } });
   assert.equal(result.content[0].text, "host-model: echo ping");
-  assert.equal(server.find(mark, "sampled")[0].result.model, "host-model");
+  assert.equal((await server.waitFor(mark, "sampled")).result.model, "host-model");
   await client.close();
 });

@@ -129,6 +129,7 @@ export class LoggingServer extends Process {
   }
 
   async stop() {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
     // The scripts exit when their stdin closes.
     const exited = once(this.child, "exit");
     this.child.stdin.end();
