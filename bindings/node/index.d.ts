@@ -1,0 +1,305 @@
+// Declarations of the public API (index.js). The addon's own, generated from the Rust
+// sources, are native.d.ts; the suite checks that these match what index.js exports.
+
+/** A JSON value as the server sent it. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** `initialize`'s result (for a 2026-07-28 server: its discovery, shaped alike). */
+export interface InitializeResult {
+  protocolVersion: string;
+  capabilities: { [key: string]: Json };
+  serverInfo: { name: string; version: string; [key: string]: Json };
+  instructions?: string;
+  [key: string]: Json | undefined;
+}
+
+/** A tool of `tools/list`. */
+export interface Tool {
+  name: string;
+  title?: string;
+  description?: string;
+  inputSchema: { [key: string]: Json };
+  outputSchema?: { [key: string]: Json };
+  annotations?: { readOnlyHint?: boolean; idempotentHint?: boolean; [key: string]: Json | undefined };
+  [key: string]: Json | undefined;
+}
+
+/** A content item (`text`, `image`, `audio`, `resource`, `resource_link`, …). */
+export interface Content {
+  type: string;
+  text?: string;
+  [key: string]: Json | undefined;
+}
+
+/** The result of `tools/call`; a tool's own failure is `isError: true`. */
+export interface CallToolResult {
+  content: Content[];
+  structuredContent?: { [key: string]: Json };
+  isError?: boolean;
+  _meta?: { [key: string]: Json };
+  [key: string]: Json | undefined;
+}
+
+/** One page of a list method's result: its items under the list's member, and `nextCursor`. */
+export interface Page {
+  nextCursor?: string;
+  [key: string]: Json | undefined;
+}
+
+/** A resource, a resource template or a prompt, as listed. */
+export interface Listed {
+  name: string;
+  [key: string]: Json | undefined;
+}
+
+/** `resources/read`'s result. */
+export interface ReadResourceResult {
+  contents: Array<{ uri: string; mimeType?: string; text?: string; blob?: string; [key: string]: Json | undefined }>;
+  [key: string]: Json | undefined;
+}
+
+/** `prompts/get`'s result. */
+export interface GetPromptResult {
+  description?: string;
+  messages: Array<{ role: "user" | "assistant"; content: Content }>;
+  [key: string]: Json | undefined;
+}
+
+/** `completion/complete`'s `completion`. */
+export interface Completion {
+  values: string[];
+  total?: number;
+  hasMore?: boolean;
+}
+
+/** Backoff and caps; delays in milliseconds. Each left out keeps the SDK's default. */
+export interface ReconnectOptions {
+  initialDelay?: number;
+  multiplier?: number;
+  maxDelay?: number;
+  jitter?: number;
+  maxAttempts?: number;
+  maxResumesWithoutProgress?: number;
+  maxReinitFailures?: number;
+}
+
+/** The session's options; durations in milliseconds. Each left out keeps the SDK's default. */
+export interface SessionOptions {
+  /** Capabilities sent at `initialize` (handlers add theirs). */
+  capabilities?: { [key: string]: Json };
+  clientInfo?: { name: string; version: string };
+  /** Offered at `initialize` (legacy era). */
+  protocolVersion?: string;
+  /** `auto` (default: probe with `server/discover`, fall back to `initialize`). */
+  era?: "auto" | "legacy" | "modern";
+  /** Sent as `Authorization: Bearer <token>` on every request. */
+  bearerToken?: string;
+  /** Extra headers on every request (resumes and DELETE included). */
+  headers?: Record<string, string>;
+  /** One deadline per call across every resume and re-send (default 60 000). */
+  callTimeout?: number;
+  /** TCP connect timeout (default 10 000). */
+  connectTimeout?: number;
+  reconnect?: ReconnectOptions;
+  /** When keyed calls may be re-sent (default `server_advertised`). */
+  resendPolicy?: "server_advertised" | "assume_server_deduplicates";
+  /** Largest SSE event accepted, in bytes (default 16 MiB). */
+  maxEventSize?: number;
+  /** Largest JSON body accepted, in bytes (default 16 MiB). */
+  maxBodySize?: number;
+  /** Open the standalone GET stream after `initialize` (default true). */
+  openListenStream?: boolean;
+  /** Fixes the reconnect jitter (reproducible tests). */
+  jitterSeed?: number;
+}
+
+/** What a handler is given besides the request's params. */
+export interface HandlerContext {
+  /** Fires when the server cancels its request (or the client is closed). */
+  signal: AbortSignal;
+  method: string;
+  requestId: string | number;
+}
+
+type Answer<T> = T | Promise<T>;
+
+/** The client's options: the session's, and handlers for the server's requests. */
+export interface ClientOptions extends SessionOptions {
+  /** `sampling/createMessage` (declares `sampling`): the params in, the result out. */
+  onSampling?: (params: { [key: string]: Json }, context: HandlerContext) => Answer<{ [key: string]: Json }>;
+  /** `elicitation/create` (declares `elicitation`). */
+  onElicitation?: (params: { [key: string]: Json }, context: HandlerContext) => Answer<{ action: "accept" | "decline" | "cancel"; content?: { [key: string]: Json } }>;
+  /** `roots/list` (declares `roots`): the roots. */
+  onRoots?: (context: HandlerContext) => Answer<Array<{ uri: string; name?: string }>>;
+  /** Any other server request (declares nothing). */
+  onServerRequest?: (request: { method: string; params?: { [key: string]: Json } }, context: HandlerContext) => Answer<{ [key: string]: Json }>;
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** Cancels the call on the server; no resume or re-send of it after. Rejects with its reason. */
+  signal?: AbortSignal;
+  /** This call's deadline (ms), across every resume and re-send. */
+  timeout?: number;
+  /** Members added to `_meta`. */
+  meta?: { [key: string]: Json };
+  /** `_meta.progressToken`: progress arrives under it on `notifications()`. */
+  progressToken?: string | number;
+}
+
+/** A session event: `type` names it; the other members depend on it. */
+export interface SessionEvent {
+  type:
+    | "connected" | "listening" | "resumed" | "resume_rejected" | "reinitialized" | "redispatched"
+    | "outcome_unknown" | "context_mismatch" | "checks_degraded" | "era_detected" | "task_created"
+    | "task_finished" | "session_lost" | "closed" | "other";
+  call?: number;
+  method?: string;
+  idempotencyKey?: string | null;
+  protocolVersion?: string;
+  lastEventId?: string;
+  reason?: string;
+  rejectReason?: string | null;
+  capabilitiesChanged?: boolean;
+  status?: ExtensionStatus;
+  era?: "auto" | "legacy" | "modern";
+  taskId?: string;
+  detail?: string;
+}
+
+/** A server notification; `call` is the call it belongs to, when known. */
+export interface ServerNotification {
+  method: string;
+  params: { [key: string]: Json } | null;
+  call: number | null;
+}
+
+/** The resume-safety checks in force. */
+export interface ExtensionStatus {
+  advertised: boolean;
+  capabilityHash: boolean;
+  sequencedEventIds: boolean;
+  idempotency: boolean;
+}
+
+/** Ends the iteration when aborted. */
+export interface IterateOptions {
+  signal?: AbortSignal;
+}
+
+/** A resume-aware MCP client for one Streamable HTTP endpoint. */
+export declare class Client {
+  /** Checks the options (throws InvalidConfigError); touches no network. */
+  constructor(url: string | URL, options?: ClientOptions);
+  connect(): Promise<InitializeResult>;
+  listTools(): Promise<Tool[]>;
+  listToolsPage(cursor?: string): Promise<Page & { tools: Tool[] }>;
+  /** `idempotencyKey` makes the call keyed: re-sent after an interruption where the server deduplicates. */
+  callTool(name: string, args?: { [key: string]: Json }, options?: CallOptions & { idempotencyKey?: string }): Promise<CallToolResult>;
+  request(method: string, params?: { [key: string]: Json }, options?: CallOptions): Promise<{ [key: string]: Json }>;
+  notify(method: string, params?: { [key: string]: Json }): void;
+  ping(): Promise<void>;
+  listResources(): Promise<Listed[]>;
+  listResourcesPage(cursor?: string): Promise<Page>;
+  listResourceTemplates(): Promise<Listed[]>;
+  listResourceTemplatesPage(cursor?: string): Promise<Page>;
+  readResource(uri: string): Promise<ReadResourceResult>;
+  subscribeResource(uri: string): Promise<void>;
+  unsubscribeResource(uri: string): Promise<void>;
+  listPrompts(): Promise<Listed[]>;
+  listPromptsPage(cursor?: string): Promise<Page>;
+  getPrompt(name: string, args?: Record<string, string>): Promise<GetPromptResult>;
+  complete(ref: { type: "ref/prompt"; name: string } | { type: "ref/resource"; uri: string }, argument: { name: string; value: string }, context?: Record<string, string>): Promise<Completion>;
+  setLoggingLevel(level: "debug" | "info" | "notice" | "warning" | "error" | "critical" | "alert" | "emergency"): Promise<void>;
+  notifyRootsChanged(): void;
+  /** DELETEs the session: later calls fail with ClosedError, iterators end. */
+  close(): Promise<void>;
+  get era(): "auto" | "legacy" | "modern";
+  get sessionId(): string | null;
+  get extensionStatus(): ExtensionStatus | null;
+  events(options?: IterateOptions): AsyncGenerator<SessionEvent, void, undefined>;
+  notifications(options?: IterateOptions): AsyncGenerator<ServerNotification, void, undefined>;
+}
+
+/** A JSON-RPC message, as the TypeScript SDK's transports carry it. */
+export interface JSONRPCMessage {
+  jsonrpc: "2.0";
+  id?: string | number;
+  method?: string;
+  params?: { [key: string]: unknown };
+  result?: { [key: string]: unknown };
+  error?: { code: number; message: string; data?: unknown };
+}
+
+/** ResumeTransport's options: the session's, and the bridge's own. */
+export interface ResumeTransportOptions extends SessionOptions {
+  /** Let `readOnlyHint`/`idempotentHint` make unkeyed calls safe to re-send (default false). */
+  trustToolAnnotations?: boolean;
+  /** The bound of each direction, in messages (default 64). */
+  capacity?: number;
+}
+
+/**
+ * The TypeScript SDK's `Transport` (and the Vercel AI SDK's `MCPTransport`) over mcp-resume:
+ * `await client.connect(new ResumeTransport(url))`.
+ */
+export declare class ResumeTransport {
+  constructor(url: string | URL, options?: ResumeTransportOptions);
+  onmessage?: (message: JSONRPCMessage) => void;
+  onerror?: (error: Error) => void;
+  onclose?: () => void;
+  protocolVersion?: string;
+  get sessionId(): string | undefined;
+  start(): Promise<void>;
+  send(message: JSONRPCMessage, options?: unknown): Promise<void>;
+  close(): Promise<void>;
+  setProtocolVersion(version: string): void;
+  events(options?: IterateOptions): AsyncGenerator<SessionEvent, void, undefined>;
+}
+
+/** Every error of this package: `kind` names what happened (the Rust SDK's `ErrorKind`). */
+export declare class McpResumeError extends Error {
+  constructor(message: string, details?: { kind?: string; retryAfterMs?: number });
+  readonly kind: string;
+  /** The wait the server asked for (`Retry-After`) when it did not fit in the deadline. */
+  readonly retryAfterMs?: number;
+}
+export declare class TransportError extends McpResumeError {}
+export declare class McpTimeoutError extends McpResumeError {}
+export declare class SessionLostError extends McpResumeError {}
+export declare class OutcomeUnknownError extends McpResumeError {}
+export declare class ContextMismatchError extends McpResumeError {}
+export declare class ProtocolError extends McpResumeError {}
+export declare class TooLargeError extends McpResumeError {}
+export declare class ClosedError extends McpResumeError {}
+export declare class InvalidConfigError extends McpResumeError {}
+export declare class UnauthorizedError extends McpResumeError {
+  readonly authChallenge: {
+    status: number;
+    scheme: string | null;
+    error: string | null;
+    errorDescription: string | null;
+    scope: string | null;
+    resourceMetadata: string | null;
+    realm: string | null;
+  } | null;
+}
+/** A JSON-RPC error: the server's, or thrown by a handler to answer with it. */
+export declare class RpcError extends McpResumeError {
+  constructor(code: number, message: string, data?: Json);
+  readonly code: number;
+  readonly data?: Json;
+}
+export declare class MissingCapabilityError extends McpResumeError {
+  readonly code: number;
+  readonly data?: Json;
+}
+
+/** The `_meta` member whose string value makes a `tools/call` keyed. */
+export declare const IDEMPOTENCY_META_KEY: string;
+/** ResumeTransport's JSON-RPC error code per failure kind (`error.data.kind`). */
+export declare const BRIDGE_ERROR_CODES: Readonly<Record<
+  "closed" | "timeout" | "outcome_unknown" | "context_mismatch" | "session_lost" | "transport"
+  | "protocol" | "too_large" | "unauthorized" | "invalid_config",
+  number
+>>;

@@ -1,0 +1,28 @@
+// mcp-resume for Node.js: the resume-aware client, and the TypeScript SDK's Transport over it.
+export { Client } from "./lib/client.js";
+export { ResumeTransport } from "./lib/transport.js";
+export {
+  ClosedError,
+  ContextMismatchError,
+  InvalidConfigError,
+  McpResumeError,
+  McpTimeoutError,
+  MissingCapabilityError,
+  OutcomeUnknownError,
+  ProtocolError,
+  RpcError,
+  SessionLostError,
+  TooLargeError,
+  TransportError,
+  UnauthorizedError,
+} from "./lib/errors.js";
+import { bridgeConstants } from "./lib/native.js";
+
+/** The `_meta` member whose string value makes a `tools/call` keyed (safe to re-send). */
+export const IDEMPOTENCY_META_KEY = bridgeConstants.idempotencyMetaKey;
+
+/**
+ * The JSON-RPC error code `ResumeTransport` answers with for each failure JSON-RPC cannot name
+ * (the error's `data.kind` is the key).
+ */
+export const BRIDGE_ERROR_CODES = Object.freeze(bridgeConstants.errorCodes);

@@ -1,0 +1,60 @@
+// The JavaScript side of the addon's handlers (src/handlers.rs): one `dispatch` per client
+// running the application's callbacks, each with an AbortSignal that fires when the server
+// cancels its request.
+import { RpcError } from "./errors.js";
+
+const KINDS = { sampling: "onSampling", elicitation: "onElicitation", roots: "onRoots", request: "onServerRequest" };
+
+/**
+ * The addon's `handlers` option for the callbacks in `options` (`onSampling`,
+ * `onElicitation`, `onRoots`, `onServerRequest`), or undefined when there are none.
+ */
+export function handlerOptions(options) {
+  const callbacks = {};
+  for (const [kind, name] of Object.entries(KINDS)) {
+    const callback = options[name];
+    if (callback === undefined || callback === null) continue;
+    if (typeof callback !== "function") throw new TypeError(`${name} must be a function`);
+    callbacks[kind] = callback;
+  }
+  if (Object.keys(callbacks).length === 0) return undefined;
+  return {
+    dispatch: dispatcher(callbacks),
+    sampling: "sampling" in callbacks,
+    elicitation: "elicitation" in callbacks,
+    roots: "roots" in callbacks,
+    serverRequest: "request" in callbacks,
+  };
+}
+
+function dispatcher(callbacks) {
+  const running = new Map();
+  return async (message) => {
+    if (message.type === "abort") {
+      running.get(message.id)?.abort(new Error("the server cancelled its request"));
+      return null;
+    }
+    const controller = new AbortController();
+    running.set(message.id, controller);
+    const context = { signal: controller.signal, method: message.method, requestId: message.requestId };
+    try {
+      const callback = callbacks[message.kind];
+      const result = message.kind === "request"
+        ? await callback({ method: message.method, params: message.params ?? undefined }, context)
+        : message.kind === "roots"
+          ? await callback(context)
+          : await callback(message.params, context);
+      return { result: result ?? {} };
+    } catch (error) {
+      if (error instanceof RpcError) {
+        return { error: { code: error.code, message: error.message, data: error.data ?? null } };
+      }
+      // Its text may hold what the server should not see: logged here, not sent. A handler
+      // that ends because the server cancelled its request has no one to answer.
+      if (!controller.signal.aborted) process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} failed: ${error instanceof Error ? error.stack : error}`);
+      return { error: { code: -32603, message: "internal error" } };
+    } finally {
+      running.delete(message.id);
+    }
+  };
+}

@@ -1,0 +1,86 @@
+// The TypeScript SDK's Transport (also the Vercel AI SDK's MCPTransport) on the Rust SDK's
+// message bridge: the host client keeps its API and sends JSON-RPC messages; underneath, an
+// mcp-resume session resumes, re-initializes and re-sends keyed calls where that is safe. What
+// JSON-RPC cannot say arrives as a JSON-RPC error with `data.kind` ("outcome_unknown", …).
+import { NativeBridge } from "./native.js";
+import { iterate } from "./streams.js";
+
+/** `await client.connect(new ResumeTransport(url, options))`. */
+export class ResumeTransport {
+  #bridge;
+  /** @type {Promise<void> | null} The delivery loop, once started. */
+  #delivering = null;
+
+  /** @type {((message: any) => void) | undefined} Set by the host client. */
+  onmessage = undefined;
+  /** @type {((error: Error) => void) | undefined} Set by the host client. */
+  onerror = undefined;
+  /** @type {(() => void) | undefined} Set by the host client. */
+  onclose = undefined;
+  /** @type {string | undefined} The protocol version the host negotiated. */
+  protocolVersion = undefined;
+
+  /**
+   * A transport to `url`. Options: those of `Client` (`era`, `reconnect`, `resendPolicy`,
+   * `callTimeout`, `headers`, `bearerToken`, …) and `trustToolAnnotations`, `capacity`;
+   * touches no network until the host sends `initialize`.
+   */
+  constructor(url, options = {}) {
+    this.#bridge = new NativeBridge(String(url), options, options);
+  }
+
+  /** The real session's `Mcp-Session-Id` (legacy era), once initialized. */
+  get sessionId() {
+    return this.#bridge.sessionId ?? undefined;
+  }
+
+  /** Starts delivering the server's messages to `onmessage`. */
+  async start() {
+    if (this.#delivering !== null) {
+      throw new Error("ResumeTransport already started (a Client starts it in connect())");
+    }
+    this.#delivering = this.#deliver();
+  }
+
+  async #deliver() {
+    try {
+      for (;;) {
+        const message = await this.#bridge.recv();
+        if (message === null) break;
+        try {
+          this.onmessage?.(message);
+        } catch (error) {
+          this.onerror?.(/** @type {Error} */ (error));
+        }
+      }
+    } catch (error) {
+      this.onerror?.(/** @type {Error} */ (error));
+    }
+    this.onclose?.();
+  }
+
+  /** One JSON-RPC message to the server; resolves once the bridge took it. */
+  async send(message) {
+    await this.#bridge.send(message);
+  }
+
+  /** Closes the session (DELETE); `onclose` is called once the last message was delivered. */
+  async close() {
+    await this.#bridge.close();
+    if (this.#delivering === null) {
+      this.#delivering = Promise.resolve();
+      this.onclose?.();
+    }
+    await this.#delivering;
+  }
+
+  /** Called by the host client with the negotiated protocol version. */
+  setProtocolVersion(version) {
+    this.protocolVersion = version;
+  }
+
+  /** The real session's events (resumes, re-initializations, re-sends) from now on. */
+  events(options) {
+    return iterate(this.#bridge.events(), options);
+  }
+}

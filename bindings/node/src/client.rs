@@ -1,0 +1,438 @@
+//! The SDK's `Client` for JavaScript: constructed from an options object, every network
+//! method a promise. `lib/client.js` wraps it into the public `Client`.
+
+use std::sync::Arc;
+
+use mcp_resume::client::models::{CompleteRequest, CompletionReference, LoggingLevel};
+use mcp_resume::{Client, Request, ToolCall};
+use napi::bindgen_prelude::PromiseRaw;
+use napi::Env;
+use napi_derive::napi;
+use serde_json::{Map, Value};
+use tokio::sync::watch;
+
+use crate::cancel::{CancelToken, Cancellation};
+use crate::convert::{self, wire};
+use crate::errors::{invalid, promise, to_js, Failure};
+use crate::handlers::HandlerOptions;
+use crate::options::{millis, ClientOptions, Settings};
+use crate::streams::{NativeStream, Source};
+
+/// Per-call options of `callTool` and `request`.
+#[napi(object, object_to_js = false)]
+pub struct CallOptions {
+    /// Makes the call keyed: re-sent after an interruption where the server deduplicates
+    /// (`tools/call` only).
+    pub idempotency_key: Option<String>,
+    /// This call's deadline (ms), across every resume and re-send.
+    pub timeout: Option<f64>,
+    /// Members added to the request's `_meta`.
+    pub meta: Option<Map<String, Value>>,
+    /// `_meta.progressToken`: the server's progress arrives under it on `notifications()`.
+    pub progress_token: Option<Value>,
+}
+
+/// The low-level client; use `Client` from the package.
+#[napi]
+pub struct NativeClient {
+    client: Client,
+    /// Turned true by `close()`: the client's streams end.
+    closed: Arc<watch::Sender<bool>>,
+}
+
+/// A method's promise over a clone of the client.
+macro_rules! call {
+    ($self:ident, $env:ident, |$client:ident| $body:expr) => {{
+        let $client = $self.client.clone();
+        promise($env, async move { $body })
+    }};
+}
+
+#[napi]
+impl NativeClient {
+    /// Checks the options and builds the client; touches no network.
+    #[napi(constructor, catch_unwind)]
+    pub fn new(
+        env: Env,
+        url: String,
+        options: Option<ClientOptions>,
+        handlers: Option<HandlerOptions>,
+    ) -> napi::Result<Self> {
+        let built = Settings::read(options).and_then(|settings| {
+            let mut builder = settings.apply(Client::builder(url));
+            if let Some(handlers) = handlers {
+                builder = handlers.register(builder);
+            }
+            Ok(builder.build()?)
+        });
+        match built {
+            Ok(client) => Ok(NativeClient {
+                client,
+                closed: Arc::new(watch::channel(false).0),
+            }),
+            Err(failure) => Err(to_js(&env, &failure)),
+        }
+    }
+
+    /// `initialize` (or the 2026-07-28 discovery): the server's result.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn connect<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Value>> {
+        call!(self, env, |c| Ok(c.connect().await?.raw))
+    }
+
+    /// Every tool, following `nextCursor`.
+    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
+    pub fn list_tools<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
+        call!(self, env, |c| Ok(c
+            .list_tools()
+            .await?
+            .into_iter()
+            .map(|t| t.raw)
+            .collect()))
+    }
+
+    /// One page of `tools/list` (its whole result).
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn list_tools_page<'env>(
+        &self,
+        env: &'env Env,
+        cursor: Option<String>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        call!(self, env, |c| Ok(c
+            .list_tools_page(cursor.as_deref())
+            .await?
+            .raw))
+    }
+
+    /// `tools/call`: the result as the server sent it.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn call_tool<'env>(
+        &self,
+        env: &'env Env,
+        name: String,
+        arguments: Option<Value>,
+        options: Option<CallOptions>,
+        cancel: Option<&CancelToken>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        let cancel = Cancellation::of(cancel);
+        let call = tool_call(name, arguments, options);
+        call!(self, env, |c| {
+            let call = call?;
+            cancel
+                .run(async move { Ok(c.call_tool(call).await?.raw) })
+                .await
+        })
+    }
+
+    /// Any request: its `result`.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn request<'env>(
+        &self,
+        env: &'env Env,
+        method: String,
+        params: Option<Value>,
+        options: Option<CallOptions>,
+        cancel: Option<&CancelToken>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        let cancel = Cancellation::of(cancel);
+        let request = request(method, params, options);
+        call!(self, env, |c| {
+            let request = request?;
+            cancel
+                .run(async move { Ok(c.request::<Value>(request).await?) })
+                .await
+        })
+    }
+
+    /// Sends a notification.
+    #[napi(catch_unwind)]
+    pub fn notify(&self, env: Env, method: String, params: Option<Value>) -> napi::Result<()> {
+        self.client
+            .notify(&method, params)
+            .map_err(|e| to_js(&env, &e.into()))
+    }
+
+    /// `ping`.
+    #[napi(catch_unwind)]
+    pub fn ping<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
+        call!(self, env, |c| Ok(c.ping().await?))
+    }
+
+    /// Every resource, following `nextCursor`.
+    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
+    pub fn list_resources<'env>(
+        &self,
+        env: &'env Env,
+    ) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
+        call!(self, env, |c| Ok(c
+            .list_resources()
+            .await?
+            .iter()
+            .map(wire)
+            .collect()))
+    }
+
+    /// One page of `resources/list`.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn list_resources_page<'env>(
+        &self,
+        env: &'env Env,
+        cursor: Option<String>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        call!(self, env, |c| Ok(c
+            .list_resources_page(cursor.as_deref())
+            .await?
+            .raw))
+    }
+
+    /// Every resource template, following `nextCursor`.
+    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
+    pub fn list_resource_templates<'env>(
+        &self,
+        env: &'env Env,
+    ) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
+        call!(self, env, |c| Ok(c
+            .list_resource_templates()
+            .await?
+            .iter()
+            .map(wire)
+            .collect()))
+    }
+
+    /// One page of `resources/templates/list`.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn list_resource_templates_page<'env>(
+        &self,
+        env: &'env Env,
+        cursor: Option<String>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        call!(self, env, |c| Ok(c
+            .list_resource_templates_page(cursor.as_deref())
+            .await?
+            .raw))
+    }
+
+    /// `resources/read`.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn read_resource<'env>(
+        &self,
+        env: &'env Env,
+        uri: String,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        call!(self, env, |c| Ok(wire(&c.read_resource(&uri).await?)))
+    }
+
+    /// `resources/subscribe` (set again on a new session after a re-initialization).
+    #[napi(catch_unwind)]
+    pub fn subscribe_resource<'env>(
+        &self,
+        env: &'env Env,
+        uri: String,
+    ) -> napi::Result<PromiseRaw<'env, ()>> {
+        call!(self, env, |c| Ok(c.subscribe_resource(&uri).await?))
+    }
+
+    /// `resources/unsubscribe`.
+    #[napi(catch_unwind)]
+    pub fn unsubscribe_resource<'env>(
+        &self,
+        env: &'env Env,
+        uri: String,
+    ) -> napi::Result<PromiseRaw<'env, ()>> {
+        call!(self, env, |c| Ok(c.unsubscribe_resource(&uri).await?))
+    }
+
+    /// Every prompt, following `nextCursor`.
+    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
+    pub fn list_prompts<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
+        call!(self, env, |c| Ok(c
+            .list_prompts()
+            .await?
+            .iter()
+            .map(wire)
+            .collect()))
+    }
+
+    /// One page of `prompts/list`.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn list_prompts_page<'env>(
+        &self,
+        env: &'env Env,
+        cursor: Option<String>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        call!(self, env, |c| Ok(c
+            .list_prompts_page(cursor.as_deref())
+            .await?
+            .raw))
+    }
+
+    /// `prompts/get` with string arguments.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn get_prompt<'env>(
+        &self,
+        env: &'env Env,
+        name: String,
+        arguments: Option<std::collections::HashMap<String, String>>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        let arguments = arguments.unwrap_or_default();
+        call!(self, env, |c| Ok(wire(
+            &c.get_prompt(&name, arguments).await?
+        )))
+    }
+
+    /// `completion/complete`: `reference` is `{type: "ref/prompt", name}` or
+    /// `{type: "ref/resource", uri}`; the result's `completion`.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn complete<'env>(
+        &self,
+        env: &'env Env,
+        reference: Value,
+        argument_name: String,
+        argument_value: String,
+        context: Option<std::collections::HashMap<String, String>>,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        let request = completion_reference(&reference).map(|reference| {
+            let mut request = CompleteRequest::new(reference, argument_name, argument_value);
+            for (name, value) in context.unwrap_or_default() {
+                request = request.context_argument(name, value);
+            }
+            request
+        });
+        call!(self, env, |c| Ok(wire(&c.complete(request?).await?)))
+    }
+
+    /// `logging/setLevel`.
+    #[napi(catch_unwind)]
+    pub fn set_logging_level<'env>(
+        &self,
+        env: &'env Env,
+        level: String,
+    ) -> napi::Result<PromiseRaw<'env, ()>> {
+        let level =
+            serde_json::from_value::<LoggingLevel>(Value::String(level.clone())).map_err(|_| {
+                invalid(format!(
+                    "unknown logging level `{level}` (expected debug, info, notice, warning, \
+                     error, critical, alert or emergency)"
+                ))
+            });
+        call!(self, env, |c| Ok(c.set_logging_level(level?).await?))
+    }
+
+    /// `notifications/roots/list_changed`.
+    #[napi(catch_unwind)]
+    pub fn notify_roots_changed(&self, env: Env) -> napi::Result<()> {
+        self.client
+            .notify_roots_changed()
+            .map_err(|e| to_js(&env, &e.into()))
+    }
+
+    /// Closes the session (DELETE); later calls fail with `closed`, the streams end.
+    #[napi(catch_unwind)]
+    pub fn close<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
+        let closed = self.closed.clone();
+        call!(self, env, |c| {
+            let outcome = c.close().await;
+            closed.send_replace(true);
+            Ok(outcome?)
+        })
+    }
+
+    /// `auto` until the era is known, then `legacy` or `modern`.
+    #[napi(getter, catch_unwind)]
+    pub fn era(&self) -> &'static str {
+        self.client.era().map_or("auto", convert::era_name)
+    }
+
+    /// The current `Mcp-Session-Id` (legacy era), if any.
+    #[napi(getter, catch_unwind)]
+    pub fn session_id(&self) -> Option<String> {
+        self.client.session_id()
+    }
+
+    /// The resume-safety checks in force, once connected.
+    #[napi(getter, ts_return_type = "any", catch_unwind)]
+    pub fn extension_status(&self) -> Option<Value> {
+        self.client
+            .extension_status()
+            .map(convert::extension_status)
+    }
+
+    /// Session events sent from now on.
+    #[napi(catch_unwind)]
+    pub fn events(&self) -> NativeStream {
+        NativeStream::new(
+            Source::Events(self.client.events()),
+            self.closed.subscribe(),
+        )
+    }
+
+    /// Server notifications sent from now on.
+    #[napi(catch_unwind)]
+    pub fn notifications(&self) -> NativeStream {
+        NativeStream::new(
+            Source::Notifications(self.client.notifications()),
+            self.closed.subscribe(),
+        )
+    }
+}
+
+fn tool_call(
+    name: String,
+    arguments: Option<Value>,
+    options: Option<CallOptions>,
+) -> Result<ToolCall, Failure> {
+    let arguments = arguments.unwrap_or_else(|| Value::Object(Map::new()));
+    let mut call = ToolCall::new(name, arguments);
+    if let Some(o) = options {
+        if let Some(key) = o.idempotency_key {
+            call = call.idempotency_key(key);
+        }
+        if let Some(ms) = o.timeout {
+            call = call.timeout(millis(ms, "timeout")?);
+        }
+        for (key, value) in o.meta.unwrap_or_default() {
+            call = call.meta(key, value);
+        }
+        if let Some(token) = o.progress_token {
+            call = call.progress_token(token);
+        }
+    }
+    Ok(call)
+}
+
+fn request(
+    method: String,
+    params: Option<Value>,
+    options: Option<CallOptions>,
+) -> Result<Request, Failure> {
+    let mut request = Request::new(method, params);
+    if let Some(o) = options {
+        if o.idempotency_key.is_some() {
+            return Err(invalid(
+                "only callTool takes an idempotencyKey: a key makes a tools/call safe to re-send",
+            ));
+        }
+        if let Some(ms) = o.timeout {
+            request = request.timeout(millis(ms, "timeout")?);
+        }
+        for (key, value) in o.meta.unwrap_or_default() {
+            request = request.meta(key, value);
+        }
+        if let Some(token) = o.progress_token {
+            request = request.progress_token(token);
+        }
+    }
+    Ok(request)
+}
+
+fn completion_reference(reference: &Value) -> Result<CompletionReference, Failure> {
+    let member = |key: &str| reference.get(key).and_then(Value::as_str);
+    match (member("type"), member("name"), member("uri")) {
+        (Some("ref/prompt"), Some(name), _) => Ok(CompletionReference::prompt(name)),
+        (Some("ref/resource"), _, Some(uri)) => Ok(CompletionReference::resource(uri)),
+        _ => Err(invalid(
+            "a completion reference is {type: \"ref/prompt\", name} or \
+             {type: \"ref/resource\", uri}",
+        )),
+    }
+}

@@ -1,0 +1,259 @@
+//! The options objects JavaScript passes, read into the SDK's builder settings.
+//!
+//! Durations are milliseconds (as everywhere in Node); every option left out keeps the SDK's
+//! default. A value the SDK cannot take (a negative duration, an unknown era) fails as
+//! `invalid_config`, like the SDK's own configuration errors; a value of the wrong type is
+//! napi's `TypeError`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use mcp_resume::{ClientBuilder, Era, ReconnectPolicy, ResendPolicy};
+use napi_derive::napi;
+use serde_json::Value;
+
+use crate::errors::{invalid, Failure};
+
+/// `clientInfo` sent at `initialize`.
+#[napi(object)]
+pub struct ClientInfo {
+    /// `clientInfo.name`.
+    pub name: String,
+    /// `clientInfo.version`.
+    pub version: String,
+}
+
+/// Reconnect delays and caps (the SDK's `ReconnectPolicy`); delays in milliseconds.
+#[napi(object)]
+pub struct ReconnectOptions {
+    /// First delay when the server named none.
+    pub initial_delay: Option<f64>,
+    /// Growth factor per attempt.
+    pub multiplier: Option<f64>,
+    /// Largest delay before jitter.
+    pub max_delay: Option<f64>,
+    /// Jitter, as a fraction of the delay (0 to 1).
+    pub jitter: Option<f64>,
+    /// Attempts to reach the server for one call or stream.
+    pub max_attempts: Option<u32>,
+    /// Resumes of one stream delivering nothing new before it counts as an unverifiable end.
+    pub max_resumes_without_progress: Option<u32>,
+    /// Failed re-initializations in a row after which an idle client stops trying.
+    pub max_reinit_failures: Option<u32>,
+}
+
+/// The client's options (the SDK's `ClientBuilder`).
+#[napi(object)]
+pub struct ClientOptions {
+    /// Capabilities sent at `initialize`.
+    pub capabilities: Option<Value>,
+    /// `clientInfo` sent at `initialize`.
+    pub client_info: Option<ClientInfo>,
+    /// Protocol version offered at `initialize`.
+    pub protocol_version: Option<String>,
+    /// `auto` (default), `legacy` or `modern`.
+    pub era: Option<String>,
+    /// Sent as `Authorization: Bearer <token>` on every request.
+    pub bearer_token: Option<String>,
+    /// Extra headers on every request (resumes and DELETE included).
+    pub headers: Option<HashMap<String, String>>,
+    /// One deadline per call, across every resume and re-send (ms).
+    pub call_timeout: Option<f64>,
+    /// TCP connect timeout (ms).
+    pub connect_timeout: Option<f64>,
+    /// Backoff and caps.
+    pub reconnect: Option<ReconnectOptions>,
+    /// `server_advertised` (default) or `assume_server_deduplicates`.
+    pub resend_policy: Option<String>,
+    /// Largest SSE event accepted, in bytes.
+    pub max_event_size: Option<f64>,
+    /// Largest JSON body accepted, in bytes.
+    pub max_body_size: Option<f64>,
+    /// Open the standalone GET stream after `initialize`.
+    pub open_listen_stream: Option<bool>,
+    /// Fixes the reconnect jitter (reproducible tests).
+    pub jitter_seed: Option<i64>,
+}
+
+/// What only the message bridge takes, besides the client's options.
+#[napi(object)]
+pub struct BridgeOptions {
+    /// Let tool annotations make unkeyed calls safe to re-send (off by default).
+    pub trust_tool_annotations: Option<bool>,
+    /// The bound of each direction, in messages.
+    pub capacity: Option<u32>,
+}
+
+/// [`ClientOptions`] checked and converted, ready for a builder.
+#[derive(Default)]
+pub(crate) struct Settings {
+    capabilities: Option<Value>,
+    client_info: Option<(String, String)>,
+    protocol_version: Option<String>,
+    era: Option<Era>,
+    bearer_token: Option<String>,
+    headers: Vec<(String, String)>,
+    call_timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    reconnect: Option<ReconnectPolicy>,
+    resend_policy: Option<ResendPolicy>,
+    max_event_size: Option<usize>,
+    max_body_size: Option<usize>,
+    open_listen_stream: Option<bool>,
+    jitter_seed: Option<u64>,
+}
+
+impl Settings {
+    /// Reads `options` (absent: every default).
+    pub(crate) fn read(options: Option<ClientOptions>) -> Result<Self, Failure> {
+        let Some(o) = options else {
+            return Ok(Settings::default());
+        };
+        Ok(Settings {
+            capabilities: o.capabilities,
+            client_info: o.client_info.map(|i| (i.name, i.version)),
+            protocol_version: o.protocol_version,
+            era: o.era.as_deref().map(era).transpose()?,
+            bearer_token: o.bearer_token,
+            headers: o.headers.unwrap_or_default().into_iter().collect(),
+            call_timeout: o
+                .call_timeout
+                .map(|t| millis(t, "callTimeout"))
+                .transpose()?,
+            connect_timeout: o
+                .connect_timeout
+                .map(|t| millis(t, "connectTimeout"))
+                .transpose()?,
+            reconnect: o.reconnect.map(reconnect).transpose()?,
+            resend_policy: o.resend_policy.as_deref().map(resend_policy).transpose()?,
+            max_event_size: o
+                .max_event_size
+                .map(|n| size(n, "maxEventSize"))
+                .transpose()?,
+            max_body_size: o
+                .max_body_size
+                .map(|n| size(n, "maxBodySize"))
+                .transpose()?,
+            open_listen_stream: o.open_listen_stream,
+            jitter_seed: o
+                .jitter_seed
+                .map(|s| u64::try_from(s).map_err(|_| invalid("jitterSeed must not be negative")))
+                .transpose()?,
+        })
+    }
+
+    /// Every setting on `b`.
+    pub(crate) fn apply(self, mut b: ClientBuilder) -> ClientBuilder {
+        if let Some(caps) = self.capabilities {
+            b = b.client_capabilities(caps);
+        }
+        if let Some((name, version)) = self.client_info {
+            b = b.client_info(name, version);
+        }
+        if let Some(version) = self.protocol_version {
+            b = b.protocol_version(version);
+        }
+        if let Some(era) = self.era {
+            b = b.era(era);
+        }
+        if let Some(token) = self.bearer_token {
+            b = b.bearer_token(token);
+        }
+        for (name, value) in self.headers {
+            b = b.header(name, value);
+        }
+        if let Some(t) = self.call_timeout {
+            b = b.call_timeout(t);
+        }
+        if let Some(t) = self.connect_timeout {
+            b = b.connect_timeout(t);
+        }
+        if let Some(policy) = self.reconnect {
+            b = b.reconnect(policy);
+        }
+        if let Some(policy) = self.resend_policy {
+            b = b.resend_policy(policy);
+        }
+        if let Some(n) = self.max_event_size {
+            b = b.max_event_size(n);
+        }
+        if let Some(n) = self.max_body_size {
+            b = b.max_body_size(n);
+        }
+        if let Some(open) = self.open_listen_stream {
+            b = b.open_listen_stream(open);
+        }
+        if let Some(seed) = self.jitter_seed {
+            b = b.jitter_seed(seed);
+        }
+        b
+    }
+}
+
+/// A duration in milliseconds: finite, not negative, and within what a `Duration` holds.
+pub(crate) fn millis(ms: f64, name: &str) -> Result<Duration, Failure> {
+    Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
+        invalid(format!(
+            "{name} must be a finite, non-negative number of milliseconds (got {ms})"
+        ))
+    })
+}
+
+fn size(n: f64, name: &str) -> Result<usize, Failure> {
+    if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= usize::MAX as f64 {
+        Ok(n as usize)
+    } else {
+        Err(invalid(format!(
+            "{name} must be a non-negative integer number of bytes (got {n})"
+        )))
+    }
+}
+
+fn era(name: &str) -> Result<Era, Failure> {
+    match name {
+        "auto" => Ok(Era::Auto),
+        "legacy" => Ok(Era::Legacy),
+        "modern" => Ok(Era::Modern),
+        other => Err(invalid(format!(
+            "unknown era `{other}` (expected auto, legacy or modern)"
+        ))),
+    }
+}
+
+fn resend_policy(name: &str) -> Result<ResendPolicy, Failure> {
+    match name {
+        "server_advertised" => Ok(ResendPolicy::ServerAdvertised),
+        "assume_server_deduplicates" => Ok(ResendPolicy::AssumeServerDeduplicates),
+        other => Err(invalid(format!(
+            "unknown resend policy `{other}` (expected server_advertised or \
+             assume_server_deduplicates)"
+        ))),
+    }
+}
+
+fn reconnect(o: ReconnectOptions) -> Result<ReconnectPolicy, Failure> {
+    let mut policy = ReconnectPolicy::default();
+    if let Some(ms) = o.initial_delay {
+        policy.initial_delay = millis(ms, "reconnect.initialDelay")?;
+    }
+    if let Some(ms) = o.max_delay {
+        policy.max_delay = millis(ms, "reconnect.maxDelay")?;
+    }
+    if let Some(m) = o.multiplier {
+        policy.multiplier = m;
+    }
+    if let Some(j) = o.jitter {
+        policy.jitter = j;
+    }
+    if let Some(n) = o.max_attempts {
+        policy.max_attempts = n;
+    }
+    if let Some(n) = o.max_resumes_without_progress {
+        policy.max_resumes_without_progress = n;
+    }
+    if let Some(n) = o.max_reinit_failures {
+        policy.max_reinit_failures = n;
+    }
+    policy.validate()?;
+    Ok(policy)
+}

@@ -1,0 +1,138 @@
+// The servers the suite runs, as child processes on 127.0.0.1: the mock cluster (its oracle
+// says what really ran), the TypeScript SDK v1 server of tests/interop and the v2 server of
+// tests/interop-modern (each logs what it saw, one JSON object per line). Tests assert on
+// what those report, not on what a client believed.
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+export const REPO = fileURLToPath(new URL("../../../../", import.meta.url));
+
+// A test process that ends without stopping its servers (a failed assertion, a crash) takes
+// them along.
+const running = new Set();
+process.on("exit", () => running.forEach((child) => child.kill()));
+
+/** A child process whose first stdout line is its URL. */
+class Process {
+  constructor(child, url) {
+    this.child = child;
+    this.url = url;
+    this.base = url.replace(/\/mcp$/, "");
+  }
+
+  static async start(command, args, stderr = "inherit") {
+    const child = spawn(command, args, { stdio: ["pipe", "pipe", stderr] });
+    running.add(child);
+    child.on("exit", () => running.delete(child));
+    const lines = createInterface({ input: child.stdout });
+    const first = await Promise.race([
+      once(lines, "line").then(([line]) => line),
+      once(child, "exit").then(([code]) => {
+        throw new Error(`${command} ${args.join(" ")} exited (${code}) before printing its URL`);
+      }),
+    ]);
+    if (!first.startsWith("http://")) throw new Error(`${command}: unexpected first line ${first}`);
+    return { child, lines, url: first.trim() };
+  }
+
+  async stop() {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = once(this.child, "exit");
+    this.child.kill("SIGINT");
+    await exited;
+  }
+}
+
+/** The `mock-cluster` binary (`$MCP_RESUME_MOCK_CLUSTER`, which test.sh sets). */
+export class Cluster extends Process {
+  static async start(preset, ...args) {
+    const binary = process.env.MCP_RESUME_MOCK_CLUSTER;
+    if (!binary) throw new Error("MCP_RESUME_MOCK_CLUSTER is not set: run the suite through test.sh");
+    const { child, lines, url } = await Process.start(binary, [
+      "--listen", "127.0.0.1:0", "--preset", preset, "--instances", "3", ...args,
+    ], "ignore");
+    lines.resume();
+    return new Cluster(child, url);
+  }
+
+  /**
+   * What the cluster recorded. An execution is recorded when it starts, so once the calls
+   * of a test have ended (as sequential calls have) it holds every one of them.
+   */
+  async oracle() {
+    const response = await fetch(`${this.base}/admin/oracle`);
+    if (!response.ok) throw new Error(`oracle: HTTP ${response.status}`);
+    return response.json();
+  }
+}
+
+/** A TypeScript SDK server script logging one JSON event per line. */
+export class LoggingServer extends Process {
+  #waiters = [];
+
+  constructor(child, url, lines) {
+    super(child, url);
+    this.events = [];
+    lines.on("line", (line) => {
+      const event = JSON.parse(line);
+      this.events.push(event);
+      this.#waiters = this.#waiters.filter((w) => !w(event));
+    });
+  }
+
+  /** tests/interop/ts-server.mjs (TypeScript SDK v1, legacy era) with `args`. */
+  static v1(...args) {
+    return LoggingServer.#start(`${REPO}/tests/interop/ts-server.mjs`, args);
+  }
+
+  /** tests/interop-modern/server.mjs (TypeScript SDK v2, 2026-07-28 only by default). */
+  static v2(...args) {
+    return LoggingServer.#start(`${REPO}/tests/interop-modern/server.mjs`, args);
+  }
+
+  static async #start(script, args) {
+    const { child, lines, url } = await Process.start(process.execPath, [script, ...args]);
+    return new LoggingServer(child, url, lines);
+  }
+
+  /** Where the log is now: `find` and `waitFor` from here see only what comes after. */
+  mark() {
+    return this.events.length;
+  }
+
+  /** The events logged since `mark` named `ev` and matching `predicate`. */
+  find(mark, ev, predicate = () => true) {
+    return this.events.slice(mark).filter((e) => e.ev === ev && predicate(e));
+  }
+
+  /** The first event since `mark` named `ev` matching `predicate`, logged already or later. */
+  waitFor(mark, ev, predicate = () => true, timeoutMs = 10_000) {
+    const seen = this.find(mark, ev, predicate)[0];
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no ${ev} event within ${timeoutMs} ms`)), timeoutMs);
+      this.#waiters.push((event) => {
+        if (event.ev !== ev || !predicate(event)) return false;
+        clearTimeout(timer);
+        resolve(event);
+        return true;
+      });
+    });
+  }
+
+  /** POSTs an admin route; its JSON reply. */
+  async admin(path, body = {}) {
+    const response = await fetch(`${this.base}${path}`, { method: "POST", body: JSON.stringify(body) });
+    return response.json();
+  }
+
+  async stop() {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    // The scripts exit when their stdin closes.
+    const exited = once(this.child, "exit");
+    this.child.stdin.end();
+    await exited;
+  }
+}

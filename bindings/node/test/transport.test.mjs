@@ -1,0 +1,75 @@
+// ResumeTransport under the TypeScript SDK's own Client (v1): cancellation through the SDK's
+// AbortSignal, what JSON-RPC cannot say as an error with `data.kind`, the server's requests
+// answered by the SDK client's own handlers, and the real session's events.
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { CreateMessageRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
+import { BRIDGE_ERROR_CODES, ResumeTransport } from "../index.js";
+import { LoggingServer } from "./support/servers.mjs";
+
+const FAST = { reconnect: { initialDelay: 10, maxDelay: 100, maxAttempts: 2 } };
+
+let server;
+before(async () => {
+  server = await LoggingServer.v1();
+});
+after(() => server.stop());
+
+async function connected(options = {}, capabilities = {}) {
+  const client = new Client({ name: "host", version: "1" }, { capabilities });
+  const transport = new ResumeTransport(server.url, { ...FAST, ...options });
+  await client.connect(transport);
+  return { client, transport };
+}
+
+test("the SDK's AbortSignal cancels the call on the server", async () => {
+  const { client } = await connected();
+  const mark = server.mark();
+  const controller = new AbortController();
+  const call = client.callTool({ name: "block", arguments: {} }, undefined, { signal: controller.signal });
+  const { request_id: id } = await server.waitFor(mark, "tool", (e) => e.name === "block");
+  controller.abort("changed my mind");
+  await assert.rejects(call);
+  await server.waitFor(mark, "cancelled", (e) => e.request_id === id);
+  await client.close();
+});
+
+test("an interrupted call is an error naming its kind, never a success", async () => {
+  const { client, transport } = await connected();
+  const events = [];
+  const collected = (async () => { for await (const e of transport.events()) events.push(e.type); })();
+  const mark = server.mark();
+  const call = client.callTool({ name: "block", arguments: {} });
+  await server.waitFor(mark, "tool", (e) => e.name === "block");
+  await server.admin("/admin/drop-sessions");
+  await assert.rejects(call, (e) => {
+    assert.ok(e instanceof McpError);
+    assert.equal(e.code, BRIDGE_ERROR_CODES.outcome_unknown);
+    assert.equal(e.data.kind, "outcome_unknown");
+    return true;
+  });
+  // The re-initialization underneath is invisible to the host, which goes on.
+  const echo = await client.callTool({ name: "echo", arguments: { text: "still here" } });
+  assert.equal(echo.content[0].text, "still here");
+  await server.waitFor(mark, "tool", (e) => e.arguments.text === "still here");
+  await client.close();
+  await collected;
+  assert.ok(events.includes("reinitialized") && events.includes("outcome_unknown"), events.join());
+  assert.equal(server.find(mark, "session_created").length, 1);
+});
+
+test("the server's sampling request reaches the SDK client's own handler", async () => {
+  const client = new Client({ name: "host", version: "1" }, { capabilities: { sampling: {} } });
+  client.setRequestHandler(CreateMessageRequestSchema, async (request) => ({
+    role: "assistant",
+    content: { type: "text", text: `echo ${request.params.messages[0].content.text}` },
+    model: "host-model",
+  }));
+  await client.connect(new ResumeTransport(server.url));
+  const mark = server.mark();
+  const result = await client.callTool({ name: "sample", arguments: { prompt: "ping" } });
+  assert.equal(result.content[0].text, "host-model: echo ping");
+  assert.equal((await server.waitFor(mark, "sampled")).result.model, "host-model");
+  await client.close();
+});
