@@ -19,7 +19,9 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mcp_resume::client::oauth::{ClientCredentials, HeadlessAuthorizer, OAuth, OAuthProvider};
+use mcp_resume::client::oauth::{
+    ClientCredentials, DpopKey, HeadlessAuthorizer, OAuth, OAuthProvider,
+};
 use mcp_resume::oauth::RegisteredClient;
 use mcp_resume::{Client, Request, RpcError, ToolCall};
 use serde_json::{json, Map, Value};
@@ -76,7 +78,9 @@ fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::E
         .client_name("mcp-resume-conformance-client")
         .redirect_uri("http://localhost:3000/callback")
         .client_metadata_document(CLIENT_METADATA_URL)
-        .authorizer(HeadlessAuthorizer::new());
+        .authorizer(HeadlessAuthorizer::new())
+        // Used only where the authorization server issues DPoP-bound tokens.
+        .dpop(DpopKey::generate()?);
     if scenario.starts_with("auth/client-credentials") {
         let id = text("client_id").ok_or("the context has no client_id")?;
         let credentials = match (text("private_key_pem"), text("client_secret")) {

@@ -22,11 +22,13 @@
 //! [`TokenProvider`]: crate::TokenProvider
 
 mod authorizer;
+mod dpop;
 mod jwt;
 mod provider;
 mod store;
 mod wire;
 
 pub use authorizer::{AuthorizationRequest, Authorizer, HeadlessAuthorizer};
+pub use dpop::DpopKey;
 pub use provider::{ClientCredentials, OAuth, OAuthBuilder, OAuthProvider};
 pub use store::{InMemoryTokenStore, TokenStore};

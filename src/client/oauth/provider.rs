@@ -5,20 +5,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
+use http::{HeaderMap, Method};
 use reqwest::Url;
 
 use crate::auth::AuthChallenge;
-use crate::client::auth::{TokenProvider, TokenRequest};
+use crate::client::auth::{Presentation, TokenProvider, TokenRequest};
 use crate::error::{Error, ErrorKind};
 use crate::oauth::{
     authorization_server_metadata_urls, check_resource, choose_registration, covers,
     legacy_authorization_base, legacy_endpoints, offline_access, protected_resource_metadata_urls,
     scope_param, select_initial_scopes, select_token_endpoint_auth, union,
     AuthorizationServerMetadata, OAuthError, ProtectedResourceMetadata, RegisteredClient,
-    Registration, Secret, TokenEndpointAuth, TokenSet,
+    Registration, Secret, TokenEndpointAuth, TokenSet, USE_DPOP_NONCE,
 };
 
 use super::authorizer::Authorizer;
+use super::dpop::DpopKey;
 use super::jwt::ClientAssertion;
 use super::store::{InMemoryTokenStore, TokenStore};
 use super::wire::{self, ClientAuth, CodeFlow, TokenEndpoint};
@@ -101,6 +103,7 @@ pub struct OAuthBuilder {
     offline_access: bool,
     refresh_margin: Duration,
     max_step_ups: u32,
+    dpop: Option<DpopKey>,
 }
 
 impl Default for OAuthBuilder {
@@ -119,6 +122,7 @@ impl Default for OAuthBuilder {
             offline_access: true,
             refresh_margin: Duration::from_secs(60),
             max_step_ups: 2,
+            dpop: None,
         }
     }
 }
@@ -132,6 +136,7 @@ impl std::fmt::Debug for OAuthBuilder {
             .field("metadata_document", &self.metadata_document)
             .field("pre_registered", &self.pre_registered)
             .field("client_credentials", &self.machine)
+            .field("dpop", &self.dpop)
             .finish_non_exhaustive()
     }
 }
@@ -232,6 +237,18 @@ impl OAuthBuilder {
         self
     }
 
+    /// DPoP (RFC 9449) with `key`: with an authorization server that lists the key's
+    /// algorithm in `dpop_signing_alg_values_supported`, every token request carries a proof,
+    /// and the DPoP-bound tokens it grants are presented as `Authorization: DPoP` with a
+    /// fresh proof on every MCP request (resumes and re-sent requests included). A server's
+    /// nonce (`DPoP-Nonce`, `use_dpop_nonce`) is taken up with one retry. With other
+    /// authorization servers the tokens stay `Bearer`. Default: off. [`DpopKey::generate`]
+    /// makes a key for the life of the process.
+    pub fn dpop(mut self, key: DpopKey) -> Self {
+        self.dpop = Some(key);
+        self
+    }
+
     /// The provider. [`ErrorKind::InvalidConfig`] for a bad server URL or redirect URI, or an
     /// authorization code configuration without an authorizer.
     pub fn build(self) -> Result<OAuthProvider, Error> {
@@ -274,6 +291,7 @@ impl OAuthBuilder {
                     offline_access: self.offline_access,
                     refresh_margin: self.refresh_margin,
                     max_step_ups: self.max_step_ups,
+                    dpop: self.dpop,
                 },
                 http,
                 store: self.store,
@@ -282,6 +300,7 @@ impl OAuthBuilder {
                     ..State::default()
                 }),
                 last_failure: Mutex::new(None),
+                dpop_bound: Mutex::new(None),
             }),
         })
     }
@@ -344,6 +363,7 @@ impl OAuthProvider {
     pub async fn sign_out(&self) -> Result<(), Error> {
         let mut state = self.inner.state.lock().await;
         state.tokens = None;
+        self.inner.note_binding(None);
         if let Some(server) = state.server.clone() {
             self.inner.store.save_tokens(server.as_str(), None).await?;
         }
@@ -371,6 +391,42 @@ impl TokenProvider for OAuthProvider {
         let inner = self.inner.clone();
         Box::pin(async move { inner.credential(request, false).await })
     }
+
+    /// A DPoP-bound token with the `DPoP` scheme and a proof made for this request; any
+    /// other token as `Bearer`.
+    fn present(&self, token: &str, method: &Method, url: &Url) -> Result<Presentation, Error> {
+        let bound = self
+            .inner
+            .dpop_bound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|b| b.expose() == token);
+        match (&self.inner.config.dpop, bound) {
+            (Some(key), true) => {
+                let proof = key
+                    .proof(method.as_str(), url, Some(token))
+                    .map_err(|e| Error::with_source(ErrorKind::InvalidConfig, e.to_string(), e))?;
+                Presentation::dpop(token, &proof)
+            }
+            _ => Presentation::bearer(token),
+        }
+    }
+
+    /// Keeps the MCP server's DPoP nonce; a refusal for want of it is sent again once.
+    fn observe(
+        &self,
+        url: &Url,
+        _status: u16,
+        headers: &HeaderMap,
+        challenge: Option<&AuthChallenge>,
+    ) -> bool {
+        let Some(key) = &self.inner.config.dpop else {
+            return false;
+        };
+        let fresh = key.observe_nonce(url, headers);
+        fresh && challenge.is_some_and(|c| c.error.as_deref() == Some(USE_DPOP_NONCE))
+    }
 }
 
 struct Config {
@@ -384,6 +440,7 @@ struct Config {
     offline_access: bool,
     refresh_margin: Duration,
     max_step_ups: u32,
+    dpop: Option<DpopKey>,
 }
 
 struct Inner {
@@ -392,6 +449,9 @@ struct Inner {
     store: Arc<dyn TokenStore>,
     state: tokio::sync::Mutex<State>,
     last_failure: Mutex<Option<OAuthError>>,
+    /// The current access token when it is DPoP-bound: read for every request, where the
+    /// state's async lock is not taken.
+    dpop_bound: Mutex<Option<Secret>>,
 }
 
 #[derive(Default)]
@@ -445,6 +505,7 @@ impl Inner {
         if !state.loaded {
             state.loaded = true;
             state.tokens = self.store.load_tokens(server.as_str()).await?;
+            self.note_binding(state.tokens.as_ref());
             if let Some(tokens) = &state.tokens {
                 state.requested = tokens.scopes.clone();
             }
@@ -609,6 +670,7 @@ impl Inner {
     }
 
     async fn forget(&self, state: &mut State, server: &Url) -> Result<(), OAuthError> {
+        self.note_binding(None);
         if state.tokens.take().is_some() {
             self.store
                 .save_tokens(server.as_str(), None)
@@ -625,12 +687,29 @@ impl Inner {
         tokens: TokenSet,
     ) -> Result<String, OAuthError> {
         let token = tokens.access_token.expose().to_owned();
+        self.note_binding(Some(&tokens));
         state.tokens = Some(tokens.clone());
         self.store
             .save_tokens(server.as_str(), Some(tokens))
             .await
             .map_err(|e| OAuthError::Store(e.to_string()))?;
         Ok(token)
+    }
+
+    /// Remembers whether the current token is DPoP-bound, for [`TokenProvider::present`].
+    fn note_binding(&self, tokens: Option<&TokenSet>) {
+        let bound = tokens
+            .filter(|t| t.dpop_bound)
+            .map(|t| t.access_token.clone());
+        *self.dpop_bound.lock().unwrap_or_else(|p| p.into_inner()) = bound;
+    }
+
+    /// The DPoP key to prove token requests with at this authorization server: the
+    /// configured one, when the server accepts its algorithm.
+    fn dpop_for(&self, discovery: &Discovery) -> Option<&DpopKey> {
+        let key = self.config.dpop.as_ref()?;
+        let metadata = discovery.metadata.as_ref()?;
+        metadata.supports_dpop(&key.algorithm()).then_some(key)
     }
 
     /// A fresh token without the user: the refresh token grant, or for a machine client a
@@ -742,6 +821,7 @@ impl Inner {
             client_id: &client.client_id,
             auth,
             resource: discovery.resource(),
+            dpop: self.dpop_for(discovery),
         })
     }
 
@@ -772,6 +852,7 @@ impl Inner {
             client_id: &client.client_id,
             auth,
             resource: discovery.resource(),
+            dpop: self.dpop_for(discovery),
         })
     }
 

@@ -15,10 +15,11 @@ use serde_json::Value;
 
 use crate::oauth::{
     authorization_code, dynamic_registration_request, ExpectedResponse, OAuthError,
-    RegisteredClient, Secret, TokenEndpointAuth, TokenSet,
+    RegisteredClient, Secret, TokenEndpointAuth, TokenSet, DPOP_TOKEN_TYPE, USE_DPOP_NONCE,
 };
 
 use super::authorizer::{AuthorizationRequest, Authorizer};
+use super::dpop::DpopKey;
 use super::jwt::ClientAssertion;
 
 /// Metadata documents and token responses are small; anything larger is refused unread.
@@ -133,6 +134,8 @@ pub(super) struct TokenEndpoint<'a> {
     pub(super) client_id: &'a str,
     pub(super) auth: ClientAuth<'a>,
     pub(super) resource: Option<&'a str>,
+    /// Signs a proof for every request here, when the tokens are to be DPoP-bound.
+    pub(super) dpop: Option<&'a DpopKey>,
 }
 
 /// The authorization code flow's front half: where to send the user, and what to check
@@ -236,8 +239,8 @@ impl TokenEndpoint<'_> {
         for (name, value) in self.extra()? {
             exchange = exchange.add_extra_param(name, value);
         }
-        let http = self.http.clone();
-        let send = move |request| send(http.clone(), request);
+        let (http, dpop) = (self.http.clone(), self.dpop.cloned());
+        let send = move |request| send(http.clone(), dpop.clone(), request);
         let response = exchange.request_async(&send).await;
         self.tokens(response, flow.scopes)
     }
@@ -257,8 +260,8 @@ impl TokenEndpoint<'_> {
         for (name, value) in self.extra()? {
             request = request.add_extra_param(name, value);
         }
-        let http = self.http.clone();
-        let send = move |request| send(http.clone(), request);
+        let (http, dpop) = (self.http.clone(), self.dpop.cloned());
+        let send = move |request| send(http.clone(), dpop.clone(), request);
         let response = request.request_async(&send).await;
         let mut fresh = self.tokens(response, &tokens.scopes)?;
         if fresh.refresh_token.is_none() {
@@ -279,8 +282,8 @@ impl TokenEndpoint<'_> {
         for (name, value) in self.extra()? {
             request = request.add_extra_param(name, value);
         }
-        let http = self.http.clone();
-        let send = move |request| send(http.clone(), request);
+        let (http, dpop) = (self.http.clone(), self.dpop.cloned());
+        let send = move |request| send(http.clone(), dpop.clone(), request);
         let response = request.request_async(&send).await;
         self.tokens(response, scopes)
     }
@@ -291,16 +294,26 @@ impl TokenEndpoint<'_> {
         requested: &[String],
     ) -> Result<TokenSet, OAuthError> {
         let response = response.map_err(token_error)?;
-        if *response.token_type() != BasicTokenType::Bearer {
-            return Err(OAuthError::TokenEndpoint {
-                error: format!(
-                    "unsupported token type {:?}",
-                    response.token_type().as_ref()
-                ),
-                description: None,
-            });
-        }
+        // RFC 9449 §5: the token type says how the token is presented, whatever was asked.
+        let dpop_bound = match response.token_type() {
+            BasicTokenType::Bearer => false,
+            BasicTokenType::Extension(t) if t.eq_ignore_ascii_case(DPOP_TOKEN_TYPE) => {
+                if self.dpop.is_none() {
+                    return Err(OAuthError::Dpop(
+                        "a DPoP-bound token, but no proof was sent for it".into(),
+                    ));
+                }
+                true
+            }
+            other => {
+                return Err(OAuthError::TokenEndpoint {
+                    error: format!("unsupported token type {:?}", other.as_ref()),
+                    description: None,
+                })
+            }
+        };
         let mut tokens = TokenSet::new(response.access_token().secret().as_str(), self.issuer);
+        tokens.dpop_bound = dpop_bound;
         tokens.refresh_token = response
             .refresh_token()
             .map(|r| Secret::new(r.secret().as_str()));
@@ -346,27 +359,61 @@ impl std::fmt::Display for HttpFailure {
 
 impl std::error::Error for HttpFailure {}
 
-/// The `oauth2` crate's request, sent with our reqwest client.
+/// A token request, sent with our reqwest client; with `dpop`, each attempt carries a fresh
+/// proof, and a refusal for want of the server's nonce (`use_dpop_nonce`) is sent again
+/// once with it (RFC 9449 §8).
 async fn send(
     http: reqwest::Client,
+    dpop: Option<DpopKey>,
     request: oauth2::HttpRequest,
 ) -> Result<oauth2::HttpResponse, HttpFailure> {
     let (parts, body) = request.into_parts();
-    let url = parts.uri.to_string();
-    let response = http
-        .request(parts.method, url)
-        .headers(parts.headers)
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| HttpFailure(e.without_url().to_string()))?;
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = read_limited(response)
-        .await
-        .map_err(|e| HttpFailure(e.to_string()))?;
-    let mut out = oauth2::HttpResponse::new(body);
-    *out.status_mut() = status;
-    *out.headers_mut() = headers;
-    Ok(out)
+    let url = Url::parse(&parts.uri.to_string()).map_err(|e| HttpFailure(e.to_string()))?;
+    let mut nonce_retried = false;
+    loop {
+        let mut headers = parts.headers.clone();
+        if let Some(key) = &dpop {
+            let proof = key
+                .proof(parts.method.as_str(), &url, None)
+                .map_err(|e| HttpFailure(e.to_string()))?;
+            let proof = reqwest::header::HeaderValue::try_from(proof)
+                .map_err(|e| HttpFailure(format!("DPoP proof: {e}")))?;
+            headers.insert("dpop", proof);
+        }
+        let response = http
+            .request(parts.method.clone(), url.clone())
+            .headers(headers)
+            .body(body.clone())
+            .send()
+            .await
+            .map_err(|e| HttpFailure(e.without_url().to_string()))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = read_limited(response)
+            .await
+            .map_err(|e| HttpFailure(e.to_string()))?;
+        if let Some(key) = &dpop {
+            let fresh = key.observe_nonce(&url, &headers);
+            if fresh && !nonce_retried && status == 400 && error_code(&body) == Some(USE_DPOP_NONCE)
+            {
+                nonce_retried = true;
+                tracing::debug!("the authorization server wants a DPoP nonce: sending again");
+                continue;
+            }
+        }
+        let mut out = oauth2::HttpResponse::new(body);
+        *out.status_mut() = status;
+        *out.headers_mut() = headers;
+        return Ok(out);
+    }
+}
+
+/// The OAuth `error` of an error response body.
+fn error_code(body: &[u8]) -> Option<&str> {
+    #[derive(serde::Deserialize)]
+    struct ErrorBody<'a> {
+        #[serde(borrow)]
+        error: Option<&'a str>,
+    }
+    serde_json::from_slice::<ErrorBody<'_>>(body).ok()?.error
 }
