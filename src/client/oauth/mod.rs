@@ -23,6 +23,7 @@
 
 mod authorizer;
 mod dpop;
+mod grant;
 mod jwt;
 mod provider;
 mod store;
@@ -30,5 +31,6 @@ mod wire;
 
 pub use authorizer::{AuthorizationRequest, Authorizer, HeadlessAuthorizer};
 pub use dpop::DpopKey;
+pub use grant::{IdentityAssertion, WorkloadIdentity};
 pub use provider::{ClientCredentials, OAuth, OAuthBuilder, OAuthProvider};
 pub use store::{InMemoryTokenStore, TokenStore};

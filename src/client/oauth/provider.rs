@@ -21,6 +21,7 @@ use crate::oauth::{
 
 use super::authorizer::Authorizer;
 use super::dpop::DpopKey;
+use super::grant::{IdentityAssertion, MachineGrant, WorkloadIdentity};
 use super::jwt::ClientAssertion;
 use super::store::{InMemoryTokenStore, TokenStore};
 use super::wire::{self, ClientAuth, CodeFlow, TokenEndpoint};
@@ -37,8 +38,10 @@ impl OAuth {
     }
 }
 
-/// The client credentials of a machine-to-machine client (the client credentials grant,
-/// no user): an id with a secret, or with a private key for `private_key_jwt`.
+/// The client credentials of a machine-to-machine client (no user): an id with a secret,
+/// with a private key for `private_key_jwt`, or alone for a public client. They
+/// authenticate the client credentials grant, or the jwt-bearer grant of
+/// [`OAuthBuilder::workload_identity`] and [`OAuthBuilder::identity_assertion`].
 #[derive(Clone, Debug)]
 pub struct ClientCredentials {
     client_id: String,
@@ -48,11 +51,22 @@ pub struct ClientCredentials {
 
 #[derive(Clone, Debug)]
 enum MachineAuth {
+    None,
     Secret(Secret),
     Jwt(ClientAssertion),
 }
 
 impl ClientCredentials {
+    /// A public client: `client_id` alone, no client authentication (`none`). For grants
+    /// whose assertion identifies the client, as in workload identity federation.
+    pub fn public(client_id: impl Into<String>) -> Self {
+        ClientCredentials {
+            client_id: client_id.into(),
+            auth: MachineAuth::None,
+            issuer: None,
+        }
+    }
+
     /// `client_id` and `client_secret`, sent as the authorization server prefers
     /// (`client_secret_basic`, else `client_secret_post`).
     pub fn secret(client_id: impl Into<String>, client_secret: impl Into<Secret>) -> Self {
@@ -104,6 +118,7 @@ pub struct OAuthBuilder {
     refresh_margin: Duration,
     max_step_ups: u32,
     dpop: Option<DpopKey>,
+    grant: MachineGrant,
 }
 
 impl Default for OAuthBuilder {
@@ -123,6 +138,7 @@ impl Default for OAuthBuilder {
             refresh_margin: Duration::from_secs(60),
             max_step_ups: 2,
             dpop: None,
+            grant: MachineGrant::ClientCredentials,
         }
     }
 }
@@ -137,6 +153,7 @@ impl std::fmt::Debug for OAuthBuilder {
             .field("pre_registered", &self.pre_registered)
             .field("client_credentials", &self.machine)
             .field("dpop", &self.dpop)
+            .field("grant", &self.grant)
             .finish_non_exhaustive()
     }
 }
@@ -190,6 +207,27 @@ impl OAuthBuilder {
     /// the authorization code grant (no user, no authorizer).
     pub fn client_credentials(mut self, credentials: ClientCredentials) -> Self {
         self.machine = Some(credentials);
+        self
+    }
+
+    /// Workload identity federation: the RFC 7523 jwt-bearer grant with the workload's
+    /// token as the assertion, instead of the client credentials grant. The client is the
+    /// one of [`OAuthBuilder::client_credentials`] (required; [`ClientCredentials::public`]
+    /// when the assertion alone identifies it). A refused grant is not retried with another
+    /// grant type.
+    pub fn workload_identity(mut self, workload: WorkloadIdentity) -> Self {
+        self.grant = MachineGrant::Workload(workload);
+        self
+    }
+
+    /// Enterprise-managed authorization: the user's ID token is exchanged at the enterprise
+    /// identity provider for an identity assertion authorization grant (ID-JAG) for the
+    /// discovered authorization server and the MCP server, then presented in the
+    /// jwt-bearer grant, authenticated as the client of
+    /// [`OAuthBuilder::client_credentials`] (required). No authorization page, no
+    /// registration.
+    pub fn identity_assertion(mut self, assertion: IdentityAssertion) -> Self {
+        self.grant = MachineGrant::Enterprise(assertion);
         self
     }
 
@@ -263,6 +301,15 @@ impl OAuthBuilder {
         if redirect.fragment().is_some() {
             return Err(invalid("a redirect URI has no fragment".into()));
         }
+        if self.machine.is_none() && !matches!(self.grant, MachineGrant::ClientCredentials) {
+            return Err(invalid(
+                "workload identity and identity assertion grants need the client's credentials (OAuthBuilder::client_credentials)"
+                    .into(),
+            ));
+        }
+        if let MachineGrant::Enterprise(assertion) = &self.grant {
+            assertion.check()?;
+        }
         if self.machine.is_none() && self.authorizer.is_none() {
             return Err(invalid(
                 "the authorization code grant needs an authorizer (OAuthBuilder::authorizer)"
@@ -292,6 +339,7 @@ impl OAuthBuilder {
                     refresh_margin: self.refresh_margin,
                     max_step_ups: self.max_step_ups,
                     dpop: self.dpop,
+                    grant: self.grant,
                 },
                 http,
                 store: self.store,
@@ -441,6 +489,8 @@ struct Config {
     refresh_margin: Duration,
     max_step_ups: u32,
     dpop: Option<DpopKey>,
+    /// The grant of a client with [`Config::machine`] credentials.
+    grant: MachineGrant,
 }
 
 struct Inner {
@@ -759,7 +809,24 @@ impl Inner {
             Some(machine) => {
                 let client = RegisteredClient::new(&discovery.issuer, &machine.client_id);
                 let endpoint = self.machine_endpoint(&discovery, machine, &client)?;
-                endpoint.client_credentials(&scopes).await?
+                match &self.config.grant {
+                    MachineGrant::ClientCredentials => endpoint.client_credentials(&scopes).await?,
+                    MachineGrant::Workload(workload) => {
+                        endpoint.jwt_bearer(&workload.assertion()?, &scopes).await?
+                    }
+                    MachineGrant::Enterprise(idp) => {
+                        let grant = wire::identity_assertion_grant(
+                            &self.http,
+                            idp,
+                            &discovery.issuer,
+                            discovery.resource(),
+                            &scopes,
+                        )
+                        .await?;
+                        tracing::debug!("identity assertion grant obtained from the IdP");
+                        endpoint.jwt_bearer(&grant, &scopes).await?
+                    }
+                }
             }
             None => {
                 let authorizer = self
@@ -832,6 +899,7 @@ impl Inner {
         client: &'a RegisteredClient,
     ) -> Result<TokenEndpoint<'a>, OAuthError> {
         let auth = match &machine.auth {
+            MachineAuth::None => ClientAuth::Public,
             MachineAuth::Jwt(assertion) => ClientAuth::Jwt(assertion),
             MachineAuth::Secret(secret) => {
                 let supported = discovery
@@ -844,7 +912,7 @@ impl Inner {
                 }
             }
         };
-        tracing::debug!(method = auth.method().as_str(), "client credentials grant");
+        tracing::debug!(method = auth.method().as_str(), grant = ?self.config.grant, "grant without a user");
         Ok(TokenEndpoint {
             http: &self.http,
             url: &discovery.token_endpoint,

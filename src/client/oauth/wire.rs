@@ -14,12 +14,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::oauth::{
-    authorization_code, dynamic_registration_request, ExpectedResponse, OAuthError,
+    authorization_code, dynamic_registration_request, scope_param, ExpectedResponse, OAuthError,
     RegisteredClient, Secret, TokenEndpointAuth, TokenSet, DPOP_TOKEN_TYPE, USE_DPOP_NONCE,
 };
 
 use super::authorizer::{AuthorizationRequest, Authorizer};
 use super::dpop::DpopKey;
+use super::grant::{IdentityAssertion, ID_JAG, ID_TOKEN, JWT_BEARER, TOKEN_EXCHANGE};
 use super::jwt::ClientAssertion;
 
 /// Metadata documents and token responses are small; anything larger is refused unread.
@@ -288,6 +289,38 @@ impl TokenEndpoint<'_> {
         self.tokens(response, scopes)
     }
 
+    /// The RFC 7523 jwt-bearer grant with `assertion` (a workload's token, or an identity
+    /// assertion authorization grant), authenticated as the client is here.
+    pub(super) async fn jwt_bearer(
+        &self,
+        assertion: &Secret,
+        scopes: &[String],
+    ) -> Result<TokenSet, OAuthError> {
+        let mut form = vec![
+            pair("grant_type", JWT_BEARER),
+            pair("assertion", assertion.expose()),
+        ];
+        form.extend(scope_param(scopes).map(|scope| pair("scope", &scope)));
+        let basic = match &self.auth {
+            ClientAuth::SecretBasic(secret) => Some(basic_auth(self.client_id, secret)),
+            ClientAuth::SecretPost(secret) => {
+                form.push(pair("client_id", self.client_id));
+                form.push(pair("client_secret", secret.expose()));
+                None
+            }
+            ClientAuth::Public | ClientAuth::Jwt(_) => {
+                form.push(pair("client_id", self.client_id));
+                None
+            }
+        };
+        form.extend(self.extra()?);
+        let request = form_request(self.url, &form, basic)?;
+        let response = send(self.http.clone(), self.dpop.cloned(), request)
+            .await
+            .map_err(|e| OAuthError::Http(e.0))?;
+        self.tokens(token_response(&response), scopes)
+    }
+
     fn tokens(
         &self,
         response: Result<oauth2::basic::BasicTokenResponse, Oauth2Error>,
@@ -327,6 +360,119 @@ impl TokenEndpoint<'_> {
         tokens.resource = self.resource.map(str::to_owned);
         Ok(tokens)
     }
+}
+
+fn pair(name: &str, value: &str) -> (String, String) {
+    (name.to_owned(), value.to_owned())
+}
+
+/// An `application/x-www-form-urlencoded` POST of `form` to `url`, with HTTP Basic
+/// credentials when given.
+fn form_request(
+    url: &str,
+    form: &[(String, String)],
+    basic: Option<String>,
+) -> Result<oauth2::HttpRequest, OAuthError> {
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form)
+        .finish();
+    let mut request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(url)
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .header(reqwest::header::ACCEPT, "application/json");
+    if let Some(basic) = basic {
+        request = request.header(reqwest::header::AUTHORIZATION, basic);
+    }
+    request
+        .body(body.into_bytes())
+        .map_err(|e| OAuthError::Discovery(format!("token endpoint {url}: {e}")))
+}
+
+/// `Basic` credentials as RFC 6749 §2.3.1 has them: id and secret form-encoded first.
+fn basic_auth(client_id: &str, secret: &Secret) -> String {
+    use base64::Engine as _;
+    let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let pair = format!("{}:{}", encode(client_id), encode(secret.expose()));
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// A token endpoint's answer read as the `oauth2` crate's flows read it.
+fn token_response(
+    response: &oauth2::HttpResponse,
+) -> Result<oauth2::basic::BasicTokenResponse, Oauth2Error> {
+    if response.status().is_success() {
+        serde_json::from_slice(response.body())
+            .map_err(|e| RequestTokenError::Other(format!("unreadable response: {e}")))
+    } else {
+        match serde_json::from_slice(response.body()) {
+            Ok(error) => Err(RequestTokenError::ServerResponse(error)),
+            Err(_) => Err(RequestTokenError::Other(format!(
+                "HTTP {} without an OAuth error",
+                response.status()
+            ))),
+        }
+    }
+}
+
+/// Enterprise-managed authorization's first step: the user's ID token exchanged at the IdP
+/// (RFC 8693) for an identity assertion authorization grant for `audience` (the
+/// authorization server's issuer) and `resource` (the MCP server).
+pub(super) async fn identity_assertion_grant(
+    http: &reqwest::Client,
+    idp: &IdentityAssertion,
+    audience: &str,
+    resource: Option<&str>,
+    scopes: &[String],
+) -> Result<Secret, OAuthError> {
+    let subject = idp.id_token()?;
+    let mut form = vec![
+        pair("grant_type", TOKEN_EXCHANGE),
+        pair("requested_token_type", ID_JAG),
+        pair("audience", audience),
+        pair("subject_token", subject.expose()),
+        pair("subject_token_type", ID_TOKEN),
+    ];
+    form.extend(resource.map(|resource| pair("resource", resource)));
+    form.extend(scope_param(scopes).map(|scope| pair("scope", &scope)));
+    let basic = match (&idp.client_id, &idp.client_secret) {
+        (Some(id), Some(secret)) => Some(basic_auth(id, secret)),
+        (Some(id), None) => {
+            form.push(pair("client_id", id));
+            None
+        }
+        (None, _) => None,
+    };
+    let request = form_request(&idp.token_endpoint, &form, basic)?;
+    let response = send(http.clone(), None, request)
+        .await
+        .map_err(|e| OAuthError::Http(e.0))?;
+    let answer: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+    if !response.status().is_success() {
+        let error = answer["error"].as_str().unwrap_or("no error code");
+        let description = answer["error_description"].as_str().unwrap_or_default();
+        return Err(OAuthError::IdentityProvider(format!(
+            "token exchange refused ({}): {error} {description}",
+            response.status()
+        )));
+    }
+    if answer["issued_token_type"].as_str() != Some(ID_JAG) {
+        return Err(OAuthError::IdentityProvider(format!(
+            "the token exchange issued {} instead of an identity assertion grant",
+            answer["issued_token_type"]
+        )));
+    }
+    answer["access_token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(Secret::new)
+        .ok_or_else(|| OAuthError::IdentityProvider("the token exchange issued no token".into()))
 }
 
 fn token_error(err: Oauth2Error) -> OAuthError {
