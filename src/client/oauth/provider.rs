@@ -663,6 +663,13 @@ impl Inner {
         challenge: &AuthChallenge,
         refused: Option<&str>,
     ) -> Result<String, OAuthError> {
+        if challenge.error.as_deref() == Some(USE_DPOP_NONCE) {
+            // The token is good; the proof's nonce was not, after the one retry with the
+            // server's nonce: a new token would meet the same refusal.
+            return Err(OAuthError::Dpop(
+                "the server refused the proof's nonce again".into(),
+            ));
+        }
         let insufficient =
             challenge.status == 403 || challenge.error.as_deref() == Some("insufficient_scope");
         if let Some(current) = &state.tokens {
