@@ -34,6 +34,8 @@ struct AsConfig {
     dpop: bool,
     /// Refuses a token request whose proof lacks its nonce (`use_dpop_nonce`).
     nonce: bool,
+    /// Refuses every jwt-bearer grant (`invalid_grant`).
+    refuse_jwt_bearer: bool,
 }
 
 /// One token (or token exchange) request as the authorization server saw it.
@@ -162,6 +164,14 @@ async fn token(
                 .insert("dpop-nonce", HeaderValue::from_static(AS_NONCE));
             return response;
         }
+    }
+    let jwt_bearer = ledger.calls.last().unwrap().form.get("grant_type");
+    if config.refuse_jwt_bearer && jwt_bearer.map(String::as_str) == Some(JWT_BEARER) {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "invalid_grant"})),
+        )
+            .into_response();
     }
     ledger.serial += 1;
     let token_type = if config.dpop && proof.is_some() {
@@ -367,6 +377,7 @@ async fn nonces_are_taken_up_with_one_retry() {
     let (listener, url, auth) = servers(AsConfig {
         dpop: true,
         nonce: true,
+        ..AsConfig::default()
     })
     .await;
     let as_url = auth.url.clone();
@@ -519,6 +530,34 @@ async fn workload_identity_is_the_jwt_bearer_grant() {
         .requests()
         .iter()
         .any(|r| r.header("authorization") == Some("Bearer access-1")));
+}
+
+/// A refused workload assertion is not presented again, however often the client retries
+/// the request, and no other grant is tried.
+#[tokio::test]
+async fn a_refused_workload_assertion_is_not_retried() {
+    let (listener, url, auth) = servers(AsConfig {
+        refuse_jwt_bearer: true,
+        ..AsConfig::default()
+    })
+    .await;
+    let _server = bearer_server(listener, &auth);
+    let provider = OAuth::builder()
+        .client_credentials(ClientCredentials::public("workload-1"))
+        .workload_identity(WorkloadIdentity::token("workload-jwt"))
+        .build()
+        .unwrap();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap_err();
+    guarded(client.connect()).await.unwrap_err();
+
+    let grants: Vec<String> = auth
+        .calls("/token")
+        .iter()
+        .map(|c| c.form["grant_type"].clone())
+        .collect();
+    assert_eq!(grants, [JWT_BEARER]);
+    assert!(provider.last_failure().is_some());
 }
 
 /// Enterprise-managed authorization: the ID token is exchanged at the IdP for an ID-JAG

@@ -517,6 +517,9 @@ struct State {
     step_ups: HashMap<String, u32>,
     /// When renewing ahead of expiry last failed: not tried again on every request.
     renew_failed: Option<std::time::Instant>,
+    /// A workload assertion the token endpoint refused, with its answer: the same assertion
+    /// is not presented again (a retry cannot succeed, and servers count it against us).
+    refused_assertion: Option<(Secret, OAuthError)>,
 }
 
 /// How long after a failed renewal ahead of expiry the provider keeps the current token
@@ -819,7 +822,21 @@ impl Inner {
                 match &self.config.grant {
                     MachineGrant::ClientCredentials => endpoint.client_credentials(&scopes).await?,
                     MachineGrant::Workload(workload) => {
-                        endpoint.jwt_bearer(&workload.assertion()?, &scopes).await?
+                        let assertion = workload.assertion()?;
+                        if let Some((refused, err)) = &state.refused_assertion {
+                            if *refused == assertion {
+                                return Err(err.clone());
+                            }
+                        }
+                        match endpoint.jwt_bearer(&assertion, &scopes).await {
+                            Ok(tokens) => tokens,
+                            Err(err) => {
+                                if matches!(err, OAuthError::TokenEndpoint { .. }) {
+                                    state.refused_assertion = Some((assertion, err.clone()));
+                                }
+                                return Err(err);
+                            }
+                        }
                     }
                     MachineGrant::Enterprise(idp) => {
                         let grant = wire::identity_assertion_grant(
