@@ -629,3 +629,34 @@ fn assertion_grants_need_client_credentials() {
         "plain http off loopback"
     );
 }
+
+/// The application's own key: a PKCS#8 PEM, whose proofs verify with the public key they
+/// carry and whose thumbprint is that key's; keys that cannot make DPoP proofs are refused.
+#[test]
+fn an_application_key_signs_the_proofs() {
+    use aws_lc_rs::signature::{EcdsaKeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+    let pair = EcdsaKeyPair::generate(&ECDSA_P256_SHA256_FIXED_SIGNING).unwrap();
+    let der = pair.to_pkcs8v1().unwrap();
+    let body = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+    let pem = format!("-----BEGIN PRIVATE KEY-----\n{body}\n-----END PRIVATE KEY-----\n");
+    let key = DpopKey::from_pem(&pem, "ES256").unwrap();
+    assert_eq!(key.algorithm(), "ES256");
+    let url = reqwest::Url::parse("https://mcp.example/mcp?x=1#f").unwrap();
+    let first = key.proof("GET", &url, Some("tok")).unwrap();
+    let second = key.proof("GET", &url, Some("tok")).unwrap();
+    let (header, claims, thumbprint) = verify_proof(&first);
+    assert_eq!(header.alg, jsonwebtoken::Algorithm::ES256);
+    assert_eq!(thumbprint, key.thumbprint());
+    assert_eq!(claims["htu"], "https://mcp.example/mcp");
+    assert_eq!(claims["ath"], sha256_b64url("tok"));
+    assert_ne!(claims["jti"], verify_proof(&second).1["jti"]);
+
+    for (pem, algorithm) in [
+        (pem.as_str(), "HS256"),
+        (pem.as_str(), "EdDSA"),
+        ("junk", "ES256"),
+    ] {
+        let err = DpopKey::from_pem(pem, algorithm).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{algorithm}");
+    }
+}

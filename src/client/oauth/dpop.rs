@@ -10,6 +10,7 @@ use jsonwebtoken::jwk::{Jwk, ThumbprintHash};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use reqwest::Url;
 
+use super::jwt::{parse_algorithm, private_key};
 use crate::error::{Error, ErrorKind};
 use crate::oauth::{nonce_scope, DpopClaims, OAuthError, DPOP_NONCE_HEADER};
 
@@ -58,23 +59,20 @@ impl DpopKey {
     /// `ES384`, `RS256`, `RS384`, `RS512`, `PS256`, `PS384`, `PS512`. Fails with
     /// [`ErrorKind::InvalidConfig`] when the key does not parse or fit the algorithm.
     pub fn from_pem(private_key_pem: &str, algorithm: &str) -> Result<Self, Error> {
-        let invalid = |m: String| Error::new(ErrorKind::InvalidConfig, format!("DPoP key: {m}"));
-        let algorithm: Algorithm = algorithm
-            .parse()
-            .map_err(|_| invalid(format!("unknown algorithm {algorithm}")))?;
-        let pem = private_key_pem.as_bytes();
-        let key = match algorithm {
-            Algorithm::ES256 | Algorithm::ES384 => EncodingKey::from_ec_pem(pem),
-            Algorithm::RS256
-            | Algorithm::RS384
-            | Algorithm::RS512
-            | Algorithm::PS256
-            | Algorithm::PS384
-            | Algorithm::PS512 => EncodingKey::from_rsa_pem(pem),
-            other => return Err(invalid(format!("{other:?} is not supported for DPoP"))),
+        let invalid = |e: OAuthError| {
+            Error::with_source(ErrorKind::InvalidConfig, format!("DPoP key: {e}"), e)
+        };
+        let algorithm = parse_algorithm(algorithm).map_err(invalid)?;
+        // jsonwebtoken cannot express an Ed25519 public key as a JWK.
+        if algorithm == Algorithm::EdDSA {
+            return Err(invalid(OAuthError::Config(
+                "EdDSA is not supported for DPoP".into(),
+            )));
         }
-        .map_err(|e| invalid(e.to_string()))?;
-        Self::new(key, algorithm)
+        Self::new(
+            private_key(private_key_pem, algorithm).map_err(invalid)?,
+            algorithm,
+        )
     }
 
     fn new(key: EncodingKey, algorithm: Algorithm) -> Result<Self, Error> {
