@@ -94,8 +94,7 @@ impl DpopKey {
         };
         // A key that does not fit its algorithm fails now rather than at the first request.
         let probe = Url::parse("https://probe.invalid/").expect("a valid URL");
-        key.proof("POST", &probe, None)
-            .map_err(|e| Error::new(ErrorKind::InvalidConfig, e.to_string()))?;
+        key.proof("POST", &probe, None)?;
         Ok(key)
     }
 
@@ -113,13 +112,14 @@ impl DpopKey {
 
     /// A fresh proof (new `jti`, current `iat`) for a `method` request to `url`, presenting
     /// `access_token` (`None` for a token request), with the nonce `url`'s server handed out
-    /// last, if any.
+    /// last, if any. [`ErrorKind::InvalidConfig`] when the key does not sign (never for a key
+    /// this type accepted).
     pub fn proof(
         &self,
         method: &str,
         url: &Url,
         access_token: Option<&str>,
-    ) -> Result<String, OAuthError> {
+    ) -> Result<String, Error> {
         let nonce = self.nonce(url);
         let iat = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -130,8 +130,10 @@ impl DpopKey {
         let mut header = Header::new(self.inner.algorithm);
         header.typ = Some("dpop+jwt".to_owned());
         header.jwk = Some(self.inner.jwk.clone());
-        jsonwebtoken::encode(&header, &claims, &self.inner.key)
-            .map_err(|e| OAuthError::Dpop(format!("signing a proof: {e}")))
+        jsonwebtoken::encode(&header, &claims, &self.inner.key).map_err(|e| {
+            let e = OAuthError::Dpop(format!("signing a proof: {e}"));
+            Error::with_source(ErrorKind::InvalidConfig, e.to_string(), e)
+        })
     }
 
     /// Keeps the `DPoP-Nonce` of a response from `url`'s server. `true` when it is a nonce

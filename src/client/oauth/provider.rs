@@ -452,9 +452,7 @@ impl TokenProvider for OAuthProvider {
             .is_some_and(|b| b.expose() == token);
         match (&self.inner.config.dpop, bound) {
             (Some(key), true) => {
-                let proof = key
-                    .proof(method.as_str(), url, Some(token))
-                    .map_err(|e| Error::with_source(ErrorKind::InvalidConfig, e.to_string(), e))?;
+                let proof = key.proof(method.as_str(), url, Some(token))?;
                 Presentation::dpop(token, &proof)
             }
             _ => Presentation::bearer(token),
