@@ -455,7 +455,12 @@ impl TokenProvider for OAuthProvider {
                 let proof = key.proof(method.as_str(), url, Some(token))?;
                 Presentation::dpop(token, &proof)
             }
-            _ => Presentation::bearer(token),
+            // A bound token from the store, and no key: never downgraded to Bearer.
+            (None, true) => Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a DPoP-bound token, and no DPoP key to prove it with (OAuthBuilder::dpop)",
+            )),
+            (_, false) => Presentation::bearer(token),
         }
     }
 
@@ -556,6 +561,10 @@ impl Inner {
         if !state.loaded {
             state.loaded = true;
             state.tokens = self.store.load_tokens(server.as_str()).await?;
+            if self.config.dpop.is_none() && state.tokens.as_ref().is_some_and(|t| t.dpop_bound) {
+                // Useless without the key it is bound to: authorize anew.
+                state.tokens = None;
+            }
             self.note_binding(state.tokens.as_ref());
             if let Some(tokens) = &state.tokens {
                 state.requested = tokens.scopes.clone();
