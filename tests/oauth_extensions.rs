@@ -369,6 +369,112 @@ async fn every_request_carries_a_fresh_proof_of_the_bound_key() {
     }
 }
 
+/// The requests the session makes on its own get their own proofs too: the GET that resumes
+/// a cut stream (same `Last-Event-ID`), the re-initialization after the session is gone,
+/// and the call re-sent on the new session.
+#[tokio::test]
+async fn resumes_reinitializations_and_resent_calls_carry_their_own_proofs() {
+    let (listener, url, auth) = servers(AsConfig {
+        dpop: true,
+        ..AsConfig::default()
+    })
+    .await;
+    let as_url = auth.url.clone();
+    let sessions = Arc::new(Mutex::new(0u32));
+    let slow_id = Arc::new(Mutex::new(Value::Null));
+    let server = TestServer::start_on(listener, move |req| {
+        if dpop_token(req).is_none() {
+            return unauthorized(&as_url, "DPoP");
+        }
+        let session = req.header("mcp-session-id").map(str::to_owned);
+        if req.is_rpc("initialize") {
+            let mut n = sessions.lock().unwrap();
+            *n += 1;
+            let mut response = json_result(req, initialize_result());
+            let id = format!("session-{n}");
+            response
+                .headers_mut()
+                .insert("mcp-session-id", HeaderValue::from_str(&id).unwrap());
+            return response;
+        }
+        if req.is_rpc("tools/call") && req.params()["name"] == "slow" {
+            // The stream is cut after its priming event.
+            *slow_id.lock().unwrap() = req.rpc_id();
+            return sse_text("id: ev-1\ndata: \n\n");
+        }
+        if req.method == Method::GET && req.header("last-event-id") == Some("ev-1") {
+            let id = slow_id.lock().unwrap().clone();
+            let result = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "resumed"}]}});
+            return sse_text(sse_event(Some("ev-2"), &result));
+        }
+        if req.is_rpc("tools/call") && session.as_deref() == Some("session-1") {
+            return status(404);
+        }
+        default_reply(req)
+    });
+    let key = DpopKey::generate().unwrap();
+    let provider = code_flow(&key);
+    let client = Client::builder(&url)
+        .auth(provider.clone())
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+        .reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(5))
+                .with_max_delay(Duration::from_millis(50)),
+        )
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let reply = guarded(client.call_tool(ToolCall::new("slow", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "resumed");
+    let reply = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "again"}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "again");
+
+    let requests = server.requests();
+    let labels = server.labels();
+    let resume = requests
+        .iter()
+        .find(|r| r.method == Method::GET && r.header("last-event-id").is_some())
+        .unwrap_or_else(|| panic!("no resume: {labels:?}"));
+    let reinit = requests
+        .iter()
+        .filter(|r| r.is_rpc("initialize") && dpop_token(r).is_some())
+        .nth(1)
+        .unwrap_or_else(|| panic!("no re-initialization: {labels:?}"));
+    let resent = requests
+        .iter()
+        .rfind(|r| r.is_rpc("tools/call"))
+        .filter(|r| r.header("mcp-session-id") == Some("session-2"))
+        .unwrap_or_else(|| panic!("the call was not re-sent on the new session: {labels:?}"));
+    let mut jtis = HashSet::new();
+    for (req, method) in [(resume, "GET"), (reinit, "POST"), (resent, "POST")] {
+        let (_, claims, thumbprint) = verify_proof(req.header("dpop").unwrap());
+        assert_eq!(claims["htm"], method, "{}", req.label());
+        assert_eq!(claims["ath"], sha256_b64url(dpop_token(req).unwrap()));
+        assert_eq!(thumbprint, key.thumbprint());
+        assert!(
+            jtis.insert(claims["jti"].clone()),
+            "{} reused a proof",
+            req.label()
+        );
+    }
+    // The refused call on the gone session and its re-send are two requests, two proofs.
+    let calls: Vec<Value> = requests
+        .iter()
+        .filter(|r| r.is_rpc("tools/call") && r.params()["name"] == "echo")
+        .map(|r| verify_proof(r.header("dpop").unwrap()).1["jti"].clone())
+        .collect();
+    assert_eq!(calls.len(), 2, "{labels:?}");
+    assert_ne!(calls[0], calls[1]);
+}
+
 /// The authorization server and the MCP server each want their nonce: each refusal is
 /// answered by exactly one retry carrying it, later requests carry it from the start, and
 /// the token is not re-obtained for a nonce.
