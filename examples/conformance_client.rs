@@ -6,7 +6,8 @@
 //! revision the scenario runs at (the client negotiates its own: it is only logged), and
 //! `MCP_CONFORMANCE_CONTEXT`, when set, is JSON that may list the tool calls to make
 //! (`toolCalls: [{name, arguments}]`) or, for the `auth/*` scenarios, credentials (`client_id`,
-//! `client_secret`, `issuer`, `private_key_pem`, `signing_algorithm`). Each scenario is a short,
+//! `client_secret`, `issuer`, `private_key_pem`, `signing_algorithm`, the IdP's
+//! `idp_token_endpoint`, `idp_client_id` and `idp_id_token`, a workload's `valid_jwt`). Each scenario is a short,
 //! ordinary session through the public API; exit status 0 means the client saw no error. The
 //! 2026-07-28 scenarios and what they check are in `tests/conformance/MODERN.md`, the `auth/*`
 //! ones in `tests/conformance/AUTH.md`: for those the client authorizes with an
@@ -19,7 +20,10 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use mcp_resume::client::oauth::{ClientCredentials, HeadlessAuthorizer, OAuth, OAuthProvider};
+use mcp_resume::client::oauth::{
+    ClientCredentials, DpopKey, HeadlessAuthorizer, IdentityAssertion, OAuth, OAuthProvider,
+    WorkloadIdentity,
+};
 use mcp_resume::oauth::RegisteredClient;
 use mcp_resume::{Client, Request, RpcError, ToolCall};
 use serde_json::{json, Map, Value};
@@ -68,7 +72,10 @@ const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadat
 
 /// The OAuth provider of an `auth/*` scenario: pre-registered credentials when the context
 /// has them (bound to its `issuer`), client credentials for the machine-to-machine scenarios,
-/// otherwise the authorization code grant with registration by metadata document or DCR.
+/// an identity assertion grant when it names an IdP (enterprise-managed authorization), a
+/// workload's token when it has one (workload identity federation), otherwise the
+/// authorization code grant with registration by metadata document or DCR. DPoP with a key
+/// of its own, where the authorization server issues DPoP-bound tokens.
 fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::Error>> {
     let context = conformance_context();
     let text = |key: &str| context[key].as_str().map(str::to_owned);
@@ -76,7 +83,9 @@ fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::E
         .client_name("mcp-resume-conformance-client")
         .redirect_uri("http://localhost:3000/callback")
         .client_metadata_document(CLIENT_METADATA_URL)
-        .authorizer(HeadlessAuthorizer::new());
+        .authorizer(HeadlessAuthorizer::new())
+        // Used only where the authorization server issues DPoP-bound tokens.
+        .dpop(DpopKey::generate()?);
     if scenario.starts_with("auth/client-credentials") {
         let id = text("client_id").ok_or("the context has no client_id")?;
         let credentials = match (text("private_key_pem"), text("client_secret")) {
@@ -88,6 +97,25 @@ fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::E
             (None, None) => return Err("the context has no client credentials".into()),
         };
         oauth = oauth.client_credentials(credentials);
+    } else if let Some(endpoint) = text("idp_token_endpoint") {
+        // Enterprise-managed authorization: the user's ID token from the IdP, exchanged there
+        // for an identity assertion grant, presented by the client known to the AS.
+        let id_token = text("idp_id_token").ok_or("the context has no idp_id_token")?;
+        let mut idp = IdentityAssertion::new(endpoint, id_token);
+        if let Some(idp_client) = text("idp_client_id") {
+            idp = idp.client_id(idp_client);
+        }
+        let id = text("client_id").ok_or("the context has no client_id")?;
+        let secret = text("client_secret").ok_or("the context has no client_secret")?;
+        oauth = oauth
+            .client_credentials(ClientCredentials::secret(id, secret))
+            .identity_assertion(idp);
+    } else if let Some(jwt) = text("valid_jwt") {
+        // Workload identity federation: the workload's token as a jwt-bearer assertion.
+        let id = text("client_id").ok_or("the context has no client_id")?;
+        oauth = oauth
+            .client_credentials(ClientCredentials::public(id))
+            .workload_identity(WorkloadIdentity::token(jwt));
     } else if let (Some(id), Some(issuer)) = (text("client_id"), text("issuer")) {
         let mut client = RegisteredClient::new(issuer, id);
         if let Some(secret) = text("client_secret") {

@@ -162,7 +162,7 @@ pub use auth::AuthChallenge;
 #[cfg(feature = "client")]
 pub use client::{
     CallHandle, CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream,
-    InMemoryTaskStore, InitializeResult, NotificationStream, ProgressStream, Request,
+    InMemoryTaskStore, InitializeResult, NotificationStream, Presentation, ProgressStream, Request,
     RequestContext, ServerNotification, Startable, StoredTask, TaskStore, TokenProvider,
     TokenRequest, Tool, ToolCall,
 };

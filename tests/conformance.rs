@@ -102,6 +102,9 @@ enum Spec {
     Modern,
     /// `--spec-version <revision>`.
     At(&'static str),
+    /// `--spec-version <revision> --force`: an extension scenario (not on the revision
+    /// timeline, so skipped without `--force`) at a revision whose requirement set runs it.
+    Extension(&'static str),
 }
 
 impl Spec {
@@ -109,7 +112,7 @@ impl Spec {
         match self {
             Spec::Default => None,
             Spec::Modern => Some("2026-07-28"),
-            Spec::At(revision) => Some(revision),
+            Spec::At(revision) | Spec::Extension(revision) => Some(revision),
         }
     }
 }
@@ -132,6 +135,9 @@ fn try_run_scenario(scenario: &str, spec: Spec) -> Result<Outcome, String> {
         .args(["client", "--scenario", scenario, "--timeout", "30000"]);
     if let Some(version) = spec.version() {
         command.args(["--spec-version", version]);
+    }
+    if matches!(spec, Spec::Extension(_)) {
+        command.arg("--force");
     }
     let out = command
         // The suite splits this on spaces and hands it to a shell: quoting survives that.
@@ -733,4 +739,77 @@ fn auth_scenarios_client_credentials() {
             ),
         ],
     );
+}
+
+/// The authorization extensions beside the scored sets: DPoP (RFC 9449) with and without
+/// server nonces (the authorization code flow to a DPoP-bound token, graded by the DPoP
+/// checks rather than `valid-bearer-token`), enterprise-managed authorization (token exchange at the IdP for an ID-JAG,
+/// then the jwt-bearer grant) and workload identity federation (the jwt-bearer grant with the
+/// workload's token). The suite runs them without a revision (its default, 2025-11-25), and
+/// the requirement sets of 2025-11-25 and 2026-07-28 run them (not scored) at theirs.
+const AUTH_EXTENSIONS: &[AuthScenario] = &[
+    auth(
+        "auth/dpop",
+        false,
+        true,
+        &[
+            "authorization-request",
+            "pkce-verifier-matches-challenge",
+            "sep-1932-client-token-request-proof",
+            "sep-1932-client-dpop-auth-scheme",
+            "sep-1932-client-fresh-proof",
+        ],
+    ),
+    auth(
+        "auth/dpop-nonce",
+        false,
+        true,
+        &[
+            "authorization-request",
+            "pkce-verifier-matches-challenge",
+            "sep-1932-client-token-request-proof",
+            "sep-1932-client-dpop-auth-scheme",
+            "sep-1932-client-fresh-proof",
+            "sep-1932-client-as-nonce",
+            "sep-1932-client-rs-nonce",
+        ],
+    ),
+    auth(
+        "auth/enterprise-managed-authorization",
+        false,
+        false,
+        &[
+            "authorization-server-metadata",
+            "complete-flow-token-exchange",
+            "token-request",
+            "complete-flow-jwt-bearer",
+            "valid-bearer-token",
+        ],
+    ),
+    auth(
+        "auth/wif-jwt-bearer",
+        false,
+        false,
+        &[
+            "authorization-server-metadata",
+            "token-request",
+            "wif-assertion-verified",
+            "valid-bearer-token",
+        ],
+    ),
+];
+
+/// The authorization extensions at the suite's default revision.
+#[test]
+fn auth_scenarios_extensions() {
+    let scenarios: Vec<&AuthScenario> = AUTH_EXTENSIONS.iter().collect();
+    assert_auth_scenarios(Spec::Default, &scenarios);
+}
+
+/// The authorization extensions at revision 2026-07-28 (its MCP server, and registration
+/// with an `application_type`).
+#[test]
+fn auth_scenarios_extensions_2026_07_28() {
+    let scenarios: Vec<&AuthScenario> = AUTH_EXTENSIONS.iter().collect();
+    assert_auth_scenarios(Spec::Extension("2026-07-28"), &scenarios);
 }

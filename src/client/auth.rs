@@ -4,13 +4,16 @@
 use std::future::Future;
 
 use futures::future::BoxFuture;
+use http::{HeaderMap, HeaderValue, Method};
+use reqwest::Url;
 
 use super::http::redacted_url;
 use crate::auth::AuthChallenge;
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 
-/// Supplies the bearer token of every request (`Authorization: Bearer <token>`), resumes,
-/// the standalone stream and DELETE included. Set with
+/// Supplies the token of every request (`Authorization: Bearer <token>`, or `DPoP <token>`
+/// with a proof per request, see [`TokenProvider::present`]), resumes, the standalone stream
+/// and DELETE included. Set with
 /// [`ClientBuilder::auth`](super::ClientBuilder::auth).
 ///
 /// The client asks before each HTTP request, so a provider should answer from a cache and
@@ -69,6 +72,73 @@ pub trait TokenProvider: Send + Sync + 'static {
         let token = self.token(request);
         Box::pin(async move { token.await.map(Some) })
     }
+
+    /// How `token` is presented on one HTTP request (`method` to `url`), asked for each
+    /// request sent, retries included. The default presents it as `Bearer`. A provider of
+    /// sender-constrained tokens answers [`Presentation::dpop`] with a proof made for this
+    /// one request (RFC 9449: a fresh `jti` every time). An error fails the exchange as never
+    /// sent, like an error of [`TokenProvider::credential`].
+    fn present(&self, token: &str, method: &Method, url: &Url) -> Result<Presentation, Error> {
+        let _ = (method, url);
+        Presentation::bearer(token)
+    }
+
+    /// Sees the head of every response from the MCP endpoint `url`: `status`, its `headers`,
+    /// and its challenge when the credentials were refused. For a request that presented a
+    /// token, `true` asks the client to send it once more with the same token and a fresh
+    /// [`TokenProvider::present`]: a DPoP server that refused the proof for want of its
+    /// nonce (`use_dpop_nonce`, the nonce in `DPoP-Nonce`). At most once per request; the
+    /// default answers `false`.
+    fn observe(
+        &self,
+        url: &Url,
+        status: u16,
+        headers: &HeaderMap,
+        challenge: Option<&AuthChallenge>,
+    ) -> bool {
+        let _ = (url, status, headers, challenge);
+        false
+    }
+}
+
+/// How one request presents its token: the `Authorization` header, and for a DPoP-bound
+/// token the `DPoP` proof beside it. Both are marked sensitive (kept out of HTTP/2 header
+/// compression tables and `Debug`).
+#[derive(Clone, Debug)]
+pub struct Presentation {
+    pub(crate) authorization: HeaderValue,
+    pub(crate) proof: Option<HeaderValue>,
+}
+
+impl Presentation {
+    /// `Authorization: Bearer <token>`. [`ErrorKind::Unauthorized`] for a token that is not
+    /// a valid header value.
+    pub fn bearer(token: &str) -> Result<Self, Error> {
+        Ok(Presentation {
+            authorization: sensitive(format!("Bearer {token}"))?,
+            proof: None,
+        })
+    }
+
+    /// `Authorization: DPoP <token>` with `DPoP: <proof>`, the proof signed for this request
+    /// (RFC 9449 §7.1). A DPoP-bound token is never sent as `Bearer`.
+    pub fn dpop(token: &str, proof: &str) -> Result<Self, Error> {
+        Ok(Presentation {
+            authorization: sensitive(format!("DPoP {token}"))?,
+            proof: Some(sensitive(proof.to_owned())?),
+        })
+    }
+}
+
+fn sensitive(value: String) -> Result<HeaderValue, Error> {
+    let mut value = HeaderValue::try_from(value).map_err(|_| {
+        Error::new(
+            ErrorKind::Unauthorized,
+            "the token provider returned an invalid header value",
+        )
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 impl<F, Fut> TokenProvider for F

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
-use http::header::{HeaderMap, HeaderValue, AUTHORIZATION};
+use http::header::{HeaderMap, HeaderName, AUTHORIZATION};
 use reqwest::Url;
 
-use super::auth::{TokenProvider, TokenRequest};
+use super::auth::{Presentation, TokenProvider, TokenRequest};
 use crate::auth::AuthChallenge;
 use crate::proto::classify::auth_challenge;
 use crate::proto::{HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
@@ -189,22 +189,42 @@ impl Endpoint {
             }
         };
         let mut retried = false;
+        // A proof refused for want of the server's nonce is made again once, same token.
+        let mut proof_retried = false;
         let mut response = loop {
             // A refusal is answered once, with a fresh token: a copy is kept only for that.
-            let attempt = if self.auth.is_some() && !retried {
+            let attempt = if self.auth.is_some() && !(retried && proof_retried) {
                 headers.clone()
             } else {
                 std::mem::take(&mut headers)
             };
-            let response = match self.send(&request, attempt, token.as_deref()).await {
+            // Presented anew for each attempt: a DPoP proof is good for one request only.
+            let credentials = match self.present(&request, token.as_deref()) {
+                Ok(credentials) => credentials,
+                Err(failure) => {
+                    fail(failure);
+                    return;
+                }
+            };
+            let response = match self.send(&request, attempt, credentials).await {
                 Ok(response) => response,
                 Err(err) => {
                     fail(classify(err));
                     return;
                 }
             };
-            let Some(challenge) = auth_challenge(response.status().as_u16(), response.headers())
-            else {
+            let status = response.status().as_u16();
+            let challenge = auth_challenge(status, response.headers());
+            if let Some(provider) = &self.auth {
+                let again =
+                    provider.observe(&self.url, status, response.headers(), challenge.as_ref());
+                if again && token.is_some() && !proof_retried {
+                    proof_retried = true;
+                    tracing::debug!(http = id.0, "the server wants a proof with its nonce");
+                    continue;
+                }
+            }
+            let Some(challenge) = challenge else {
                 break response;
             };
             if self.auth.is_some() && !retried {
@@ -276,35 +296,50 @@ impl Endpoint {
         }
     }
 
+    /// How `token` is presented on this one request (`Bearer`, or `DPoP` with a fresh
+    /// proof), as the provider says; a provider's failure means the request is never sent.
+    fn present(
+        &self,
+        request: &HttpRequest,
+        token: Option<&str>,
+    ) -> Result<Option<Presentation>, TransportFailure> {
+        let (Some(provider), Some(token)) = (&self.auth, token) else {
+            return Ok(None);
+        };
+        provider
+            .present(token, &method(request.method), &self.url)
+            .map(Some)
+            .map_err(|err| TransportFailure::Connect(format!("the token provider failed: {err}")))
+    }
+
     /// Sends the request once, with `headers` (the protocol's and the application's) and the
-    /// bearer token.
+    /// credentials.
     async fn send(
         &self,
         request: &HttpRequest,
         mut headers: HeaderMap,
-        token: Option<&str>,
+        credentials: Option<Presentation>,
     ) -> Result<reqwest::Response, reqwest::Error> {
-        if let Some(token) = token {
-            match HeaderValue::from_str(&format!("Bearer {token}")) {
-                Ok(mut value) => {
-                    value.set_sensitive(true);
-                    headers.insert(AUTHORIZATION, value);
-                }
-                // Sent without credentials, the request is refused and says why.
-                Err(_) => tracing::warn!("the token provider returned an invalid header value"),
+        if let Some(credentials) = credentials {
+            headers.insert(AUTHORIZATION, credentials.authorization);
+            if let Some(proof) = credentials.proof {
+                headers.insert(HeaderName::from_static("dpop"), proof);
             }
         }
-        let method = match request.method {
-            HttpMethod::Post => reqwest::Method::POST,
-            HttpMethod::Get => reqwest::Method::GET,
-            HttpMethod::Delete => reqwest::Method::DELETE,
-        };
-        let mut http = reqwest::Request::new(method, self.url.clone());
+        let mut http = reqwest::Request::new(method(request.method), self.url.clone());
         *http.headers_mut() = headers;
         if let Some(body) = &request.body {
             *http.body_mut() = Some(body.clone().into());
         }
         self.http.execute(http).await
+    }
+}
+
+fn method(method: HttpMethod) -> reqwest::Method {
+    match method {
+        HttpMethod::Post => reqwest::Method::POST,
+        HttpMethod::Get => reqwest::Method::GET,
+        HttpMethod::Delete => reqwest::Method::DELETE,
     }
 }
 

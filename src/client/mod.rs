@@ -46,7 +46,7 @@ mod startable;
 mod task_store;
 mod tool_call;
 
-pub use auth::{TokenProvider, TokenRequest};
+pub use auth::{Presentation, TokenProvider, TokenRequest};
 pub use builder::{ClientBuilder, DEFAULT_CONNECT_TIMEOUT};
 pub use client::Client;
 pub use era_cache::EraCache;

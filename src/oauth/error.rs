@@ -64,6 +64,14 @@ pub enum OAuthError {
     /// The provider's configuration cannot work (e.g. a private key that does not parse).
     #[error("configuration: {0}")]
     Config(String),
+    /// A DPoP proof could not be made (the key does not sign), or a server's DPoP answer
+    /// cannot be used (a bound token without a key to prove it with).
+    #[error("DPoP: {0}")]
+    Dpop(String),
+    /// The identity provider refused the token exchange of enterprise-managed authorization,
+    /// or answered something other than an identity assertion grant.
+    #[error("identity provider: {0}")]
+    IdentityProvider(String),
     /// The token store failed.
     #[error("token store: {0}")]
     Store(String),

@@ -64,6 +64,10 @@ pub struct AuthorizationServerMetadata {
     /// The server accepts a client ID metadata document URL as `client_id`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id_metadata_document_supported: Option<bool>,
+    /// The algorithms the server accepts DPoP proofs signed with (RFC 9449 §5.1): it
+    /// issues DPoP-bound tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop_signing_alg_values_supported: Option<Vec<String>>,
     /// Every other member, as received.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -113,6 +117,11 @@ impl AuthorizationServerMetadata {
     /// an MCP client may rely on.
     pub fn supports_pkce_s256(&self) -> bool {
         has(&self.code_challenge_methods_supported, "S256")
+    }
+
+    /// Whether the server accepts DPoP proofs signed with `algorithm`.
+    pub fn supports_dpop(&self, algorithm: &str) -> bool {
+        has(&self.dpop_signing_alg_values_supported, algorithm)
     }
 
     /// Whether `scope` is among `scopes_supported`.

@@ -1,12 +1,13 @@
 //! MCP authorization (OAuth 2.1), the parts that need no network: metadata documents and the
 //! URLs they are fetched from, the checks a client makes on them, scope selection, the
 //! authorization response's checks (state, RFC 9207 `iss`), and the choice of a registration
-//! and a token endpoint authentication method.
+//! and a token endpoint authentication method; the claims of a DPoP proof.
 //!
 //! Everything here is a pure function of its inputs, so it is tested without a server; the
 //! flows that fetch, register and exchange codes live in
 //! [`client::oauth`](crate::client::oauth), which calls these.
 
+mod dpop;
 mod error;
 mod metadata;
 mod registration;
@@ -15,6 +16,10 @@ mod scope;
 mod secret;
 mod tokens;
 
+pub use dpop::{
+    ath, htu, nonce_scope, DpopClaims, DPOP_HEADER, DPOP_NONCE_HEADER, DPOP_TOKEN_TYPE,
+    USE_DPOP_NONCE,
+};
 pub use error::OAuthError;
 pub use metadata::{
     authorization_server_metadata_urls, check_resource, is_secure_url, legacy_authorization_base,

@@ -20,6 +20,9 @@ pub struct TokenSet {
     pub issuer: String,
     /// The `resource` they were requested for, when there was one.
     pub resource: Option<String>,
+    /// The access token is DPoP-bound (`token_type: DPoP`): it is presented with the
+    /// `DPoP` scheme and a proof of the key it is bound to, never as `Bearer`.
+    pub dpop_bound: bool,
 }
 
 impl TokenSet {
@@ -32,6 +35,7 @@ impl TokenSet {
             scopes: Vec::new(),
             issuer: issuer.into(),
             resource: None,
+            dpop_bound: false,
         }
     }
 

@@ -1,6 +1,7 @@
 """An OAuth 2.1 authorization server for the tests (stdlib only): protected resource
 metadata, authorization server metadata, dynamic registration, and a token endpoint for the
-authorization code (PKCE S256) and client credentials grants. `approve(url)` plays the user:
+authorization code (PKCE S256), client credentials and jwt-bearer (workload identity)
+grants. `approve(url)` plays the user:
 it answers an authorization URL with the redirect the server would send."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 
 CLIENT_ID = "machine-1"
 CLIENT_SECRET = "s3cret"
+WORKLOAD_TOKEN = "workload-jwt"
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
 class AuthServer:
@@ -23,6 +26,8 @@ class AuthServer:
         self.valid: set[str] = set()
         self.codes: dict[str, str] = {}
         self.grants: list[str] = []
+        # Every token request's form, as received.
+        self.forms: list[dict[str, str]] = []
         self.serial = 0
         self.resource = ""
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -77,7 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "token_endpoint": f"{o.url}/token",
                 "registration_endpoint": f"{o.url}/register",
                 "response_types_supported": ["code"],
-                "grant_types_supported": ["authorization_code", "client_credentials"],
+                "grant_types_supported": ["authorization_code", "client_credentials", JWT_BEARER],
                 "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": ["none", "client_secret_basic"],
                 "authorization_response_iss_parameter_supported": True,
@@ -95,6 +100,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(404, {})
             return
         form = dict(urllib.parse.parse_qsl(body))
+        with self.owner.lock:
+            self.owner.forms.append(form)
         grant = form.get("grant_type", "")
         if grant == "authorization_code":
             with self.owner.lock:
@@ -109,6 +116,10 @@ class _Handler(BaseHTTPRequestHandler):
             given = base64.b64decode(basic.removeprefix("Basic ")).decode() if basic else ""
             if given != f"{CLIENT_ID}:{CLIENT_SECRET}":
                 self._json(401, {"error": "invalid_client"})
+                return
+        elif grant == JWT_BEARER:
+            if form.get("assertion") != WORKLOAD_TOKEN:
+                self._json(400, {"error": "invalid_grant"})
                 return
         else:
             self._json(400, {"error": "unsupported_grant_type"})

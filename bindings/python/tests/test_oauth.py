@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from mcp_resume import Client, OAuth
-from oauth_server import CLIENT_ID, CLIENT_SECRET, AuthServer
+from oauth_server import CLIENT_ID, CLIENT_SECRET, JWT_BEARER, WORKLOAD_TOKEN, AuthServer
 from scripted_server import ScriptedServer
 
 
@@ -37,6 +37,21 @@ async def test_client_credentials(
         result = await client.call_tool("echo", {"text": "machine"})
     assert result.text == "machine"
     assert auth.grants == ["client_credentials"]
+
+
+async def test_workload_identity(
+    scripted: Callable[..., ScriptedServer], auth: AuthServer
+) -> None:
+    server = scripted("legacy")
+    protect(server, auth)
+    oauth = OAuth.workload_identity("workload-1", WORKLOAD_TOKEN)
+    assert repr(oauth) == 'OAuth.workload_identity(client_id="workload-1")'
+    async with Client(server.url, era="legacy", open_listen_stream=False, oauth=oauth) as client:
+        result = await client.call_tool("echo", {"text": "workload"})
+    assert result.text == "workload"
+    assert auth.grants == [JWT_BEARER]
+    assert auth.forms[0]["assertion"] == WORKLOAD_TOKEN
+    assert auth.forms[0]["client_id"] == "workload-1"
 
 
 async def test_authorization_code_with_a_python_user_step(

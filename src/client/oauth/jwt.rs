@@ -38,6 +38,33 @@ struct Claims<'a> {
     jti: String,
 }
 
+/// A JOSE algorithm name (`ES256`, `RS256`, …).
+pub(crate) fn parse_algorithm(name: &str) -> Result<Algorithm, OAuthError> {
+    name.parse()
+        .map_err(|_| OAuthError::Config(format!("unknown signing algorithm {name}")))
+}
+
+/// A PEM private key (PKCS#8, or PKCS#1 for RSA) for the asymmetric `algorithm`.
+pub(crate) fn private_key(pem: &str, algorithm: Algorithm) -> Result<EncodingKey, OAuthError> {
+    let bad = |e: jsonwebtoken::errors::Error| OAuthError::Config(format!("private key: {e}"));
+    match algorithm {
+        Algorithm::ES256 | Algorithm::ES384 => {
+            EncodingKey::from_ec_pem(pem.as_bytes()).map_err(bad)
+        }
+        Algorithm::RS256
+        | Algorithm::RS384
+        | Algorithm::RS512
+        | Algorithm::PS256
+        | Algorithm::PS384
+        | Algorithm::PS512 => EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(bad),
+        Algorithm::EdDSA => EncodingKey::from_ed_pem(pem.as_bytes()).map_err(bad),
+        // An HMAC "key" would be a shared secret: that is client_secret_jwt, not this.
+        other => Err(OAuthError::Config(format!(
+            "{other:?} is not an asymmetric algorithm"
+        ))),
+    }
+}
+
 impl ClientAssertion {
     /// A PEM private key (PKCS#8, or PKCS#1 for RSA) for `algorithm` (`ES256`, `ES384`,
     /// `RS256`…, `PS256`…, `EdDSA`).
@@ -46,28 +73,8 @@ impl ClientAssertion {
         algorithm: &str,
         key_id: Option<String>,
     ) -> Result<Self, OAuthError> {
-        let algorithm: Algorithm = algorithm
-            .parse()
-            .map_err(|_| OAuthError::Config(format!("unknown signing algorithm {algorithm}")))?;
-        let bad = |e: jsonwebtoken::errors::Error| OAuthError::Config(format!("private key: {e}"));
-        let key = match algorithm {
-            Algorithm::ES256 | Algorithm::ES384 => {
-                EncodingKey::from_ec_pem(pem.as_bytes()).map_err(bad)?
-            }
-            Algorithm::RS256
-            | Algorithm::RS384
-            | Algorithm::RS512
-            | Algorithm::PS256
-            | Algorithm::PS384
-            | Algorithm::PS512 => EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(bad)?,
-            Algorithm::EdDSA => EncodingKey::from_ed_pem(pem.as_bytes()).map_err(bad)?,
-            // An HMAC "key" would be a shared secret: that is client_secret_jwt, not this.
-            other => {
-                return Err(OAuthError::Config(format!(
-                    "{other:?} is not an asymmetric algorithm"
-                )))
-            }
-        };
+        let algorithm = parse_algorithm(algorithm)?;
+        let key = private_key(pem, algorithm)?;
         let assertion = ClientAssertion {
             key,
             algorithm,

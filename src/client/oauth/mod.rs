@@ -2,6 +2,11 @@
 //! the server's authorization server, registers, runs the OAuth 2.1 flows and keeps the
 //! tokens fresh. The checks it relies on are pure functions in [`crate::oauth`].
 //!
+//! The authorization extensions, each off by default: DPoP-bound tokens
+//! ([`OAuthBuilder::dpop`] with a [`DpopKey`]), enterprise-managed authorization
+//! ([`OAuthBuilder::identity_assertion`] with an [`IdentityAssertion`]) and workload identity
+//! federation ([`OAuthBuilder::workload_identity`] with a [`WorkloadIdentity`]).
+//!
 //! ```no_run
 //! use mcp_resume::client::oauth::{HeadlessAuthorizer, OAuth};
 //! use mcp_resume::Client;
@@ -22,11 +27,15 @@
 //! [`TokenProvider`]: crate::TokenProvider
 
 mod authorizer;
+mod dpop;
+mod grant;
 mod jwt;
 mod provider;
 mod store;
 mod wire;
 
 pub use authorizer::{AuthorizationRequest, Authorizer, HeadlessAuthorizer};
+pub use dpop::DpopKey;
+pub use grant::{IdentityAssertion, WorkloadIdentity};
 pub use provider::{ClientCredentials, OAuth, OAuthBuilder, OAuthProvider};
 pub use store::{InMemoryTokenStore, TokenStore};

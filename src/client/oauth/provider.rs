@@ -5,20 +5,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
+use http::{HeaderMap, Method};
 use reqwest::Url;
 
 use crate::auth::AuthChallenge;
-use crate::client::auth::{TokenProvider, TokenRequest};
+use crate::client::auth::{Presentation, TokenProvider, TokenRequest};
 use crate::error::{Error, ErrorKind};
 use crate::oauth::{
     authorization_server_metadata_urls, check_resource, choose_registration, covers,
     legacy_authorization_base, legacy_endpoints, offline_access, protected_resource_metadata_urls,
     scope_param, select_initial_scopes, select_token_endpoint_auth, union,
     AuthorizationServerMetadata, OAuthError, ProtectedResourceMetadata, RegisteredClient,
-    Registration, Secret, TokenEndpointAuth, TokenSet,
+    Registration, Secret, TokenEndpointAuth, TokenSet, USE_DPOP_NONCE,
 };
 
 use super::authorizer::Authorizer;
+use super::dpop::DpopKey;
+use super::grant::{IdentityAssertion, MachineGrant, WorkloadIdentity};
 use super::jwt::ClientAssertion;
 use super::store::{InMemoryTokenStore, TokenStore};
 use super::wire::{self, ClientAuth, CodeFlow, TokenEndpoint};
@@ -35,8 +38,10 @@ impl OAuth {
     }
 }
 
-/// The client credentials of a machine-to-machine client (the client credentials grant,
-/// no user): an id with a secret, or with a private key for `private_key_jwt`.
+/// The client credentials of a machine-to-machine client (no user): an id with a secret,
+/// with a private key for `private_key_jwt`, or alone for a public client. They
+/// authenticate the client credentials grant, or the jwt-bearer grant of
+/// [`OAuthBuilder::workload_identity`] and [`OAuthBuilder::identity_assertion`].
 #[derive(Clone, Debug)]
 pub struct ClientCredentials {
     client_id: String,
@@ -46,11 +51,22 @@ pub struct ClientCredentials {
 
 #[derive(Clone, Debug)]
 enum MachineAuth {
+    None,
     Secret(Secret),
     Jwt(ClientAssertion),
 }
 
 impl ClientCredentials {
+    /// A public client: `client_id` alone, no client authentication (`none`). For grants
+    /// whose assertion identifies the client, as in workload identity federation.
+    pub fn public(client_id: impl Into<String>) -> Self {
+        ClientCredentials {
+            client_id: client_id.into(),
+            auth: MachineAuth::None,
+            issuer: None,
+        }
+    }
+
     /// `client_id` and `client_secret`, sent as the authorization server prefers
     /// (`client_secret_basic`, else `client_secret_post`).
     pub fn secret(client_id: impl Into<String>, client_secret: impl Into<Secret>) -> Self {
@@ -101,6 +117,8 @@ pub struct OAuthBuilder {
     offline_access: bool,
     refresh_margin: Duration,
     max_step_ups: u32,
+    dpop: Option<DpopKey>,
+    grant: MachineGrant,
 }
 
 impl Default for OAuthBuilder {
@@ -119,6 +137,8 @@ impl Default for OAuthBuilder {
             offline_access: true,
             refresh_margin: Duration::from_secs(60),
             max_step_ups: 2,
+            dpop: None,
+            grant: MachineGrant::ClientCredentials,
         }
     }
 }
@@ -132,6 +152,8 @@ impl std::fmt::Debug for OAuthBuilder {
             .field("metadata_document", &self.metadata_document)
             .field("pre_registered", &self.pre_registered)
             .field("client_credentials", &self.machine)
+            .field("dpop", &self.dpop)
+            .field("grant", &self.grant)
             .finish_non_exhaustive()
     }
 }
@@ -188,6 +210,27 @@ impl OAuthBuilder {
         self
     }
 
+    /// Workload identity federation: the RFC 7523 jwt-bearer grant with the workload's
+    /// token as the assertion, instead of the client credentials grant. The client is the
+    /// one of [`OAuthBuilder::client_credentials`] (required; [`ClientCredentials::public`]
+    /// when the assertion alone identifies it). A refused grant is not retried with another
+    /// grant type.
+    pub fn workload_identity(mut self, workload: WorkloadIdentity) -> Self {
+        self.grant = MachineGrant::Workload(workload);
+        self
+    }
+
+    /// Enterprise-managed authorization: the user's ID token is exchanged at the enterprise
+    /// identity provider for an identity assertion authorization grant (ID-JAG) for the
+    /// discovered authorization server and the MCP server, then presented in the
+    /// jwt-bearer grant, authenticated as the client of
+    /// [`OAuthBuilder::client_credentials`] (required). No authorization page, no
+    /// registration.
+    pub fn identity_assertion(mut self, assertion: IdentityAssertion) -> Self {
+        self.grant = MachineGrant::Enterprise(assertion);
+        self
+    }
+
     /// Where tokens and registrations are kept. Default: an [`InMemoryTokenStore`].
     pub fn token_store(mut self, store: impl TokenStore) -> Self {
         self.store = Arc::new(store);
@@ -232,6 +275,18 @@ impl OAuthBuilder {
         self
     }
 
+    /// DPoP (RFC 9449) with `key`: with an authorization server that lists the key's
+    /// algorithm in `dpop_signing_alg_values_supported`, every token request carries a proof,
+    /// and the DPoP-bound tokens it grants are presented as `Authorization: DPoP` with a
+    /// fresh proof on every MCP request (resumes and re-sent requests included). A server's
+    /// nonce (`DPoP-Nonce`, `use_dpop_nonce`) is taken up with one retry. With other
+    /// authorization servers the tokens stay `Bearer`. Default: off. [`DpopKey::generate`]
+    /// makes a key for the life of the process.
+    pub fn dpop(mut self, key: DpopKey) -> Self {
+        self.dpop = Some(key);
+        self
+    }
+
     /// The provider. [`ErrorKind::InvalidConfig`] for a bad server URL or redirect URI, or an
     /// authorization code configuration without an authorizer.
     pub fn build(self) -> Result<OAuthProvider, Error> {
@@ -245,6 +300,15 @@ impl OAuthBuilder {
             .map_err(|e| invalid(format!("redirect URI {}: {e}", self.redirect_uri)))?;
         if redirect.fragment().is_some() {
             return Err(invalid("a redirect URI has no fragment".into()));
+        }
+        if self.machine.is_none() && !matches!(self.grant, MachineGrant::ClientCredentials) {
+            return Err(invalid(
+                "workload identity and identity assertion grants need the client's credentials (OAuthBuilder::client_credentials)"
+                    .into(),
+            ));
+        }
+        if let MachineGrant::Enterprise(assertion) = &self.grant {
+            assertion.check()?;
         }
         if self.machine.is_none() && self.authorizer.is_none() {
             return Err(invalid(
@@ -274,6 +338,8 @@ impl OAuthBuilder {
                     offline_access: self.offline_access,
                     refresh_margin: self.refresh_margin,
                     max_step_ups: self.max_step_ups,
+                    dpop: self.dpop,
+                    grant: self.grant,
                 },
                 http,
                 store: self.store,
@@ -282,6 +348,7 @@ impl OAuthBuilder {
                     ..State::default()
                 }),
                 last_failure: Mutex::new(None),
+                dpop_bound: Mutex::new(None),
             }),
         })
     }
@@ -344,6 +411,7 @@ impl OAuthProvider {
     pub async fn sign_out(&self) -> Result<(), Error> {
         let mut state = self.inner.state.lock().await;
         state.tokens = None;
+        self.inner.note_binding(None);
         if let Some(server) = state.server.clone() {
             self.inner.store.save_tokens(server.as_str(), None).await?;
         }
@@ -371,6 +439,45 @@ impl TokenProvider for OAuthProvider {
         let inner = self.inner.clone();
         Box::pin(async move { inner.credential(request, false).await })
     }
+
+    /// A DPoP-bound token with the `DPoP` scheme and a proof made for this request; any
+    /// other token as `Bearer`.
+    fn present(&self, token: &str, method: &Method, url: &Url) -> Result<Presentation, Error> {
+        let bound = self
+            .inner
+            .dpop_bound
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|b| b.expose() == token);
+        match (&self.inner.config.dpop, bound) {
+            (Some(key), true) => {
+                let proof = key.proof(method.as_str(), url, Some(token))?;
+                Presentation::dpop(token, &proof)
+            }
+            // A bound token from the store, and no key: never downgraded to Bearer.
+            (None, true) => Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a DPoP-bound token, and no DPoP key to prove it with (OAuthBuilder::dpop)",
+            )),
+            (_, false) => Presentation::bearer(token),
+        }
+    }
+
+    /// Keeps the MCP server's DPoP nonce; a refusal for want of it is sent again once.
+    fn observe(
+        &self,
+        url: &Url,
+        _status: u16,
+        headers: &HeaderMap,
+        challenge: Option<&AuthChallenge>,
+    ) -> bool {
+        let Some(key) = &self.inner.config.dpop else {
+            return false;
+        };
+        let fresh = key.observe_nonce(url, headers);
+        fresh && challenge.is_some_and(|c| c.error.as_deref() == Some(USE_DPOP_NONCE))
+    }
 }
 
 struct Config {
@@ -384,6 +491,9 @@ struct Config {
     offline_access: bool,
     refresh_margin: Duration,
     max_step_ups: u32,
+    dpop: Option<DpopKey>,
+    /// The grant of a client with [`Config::machine`] credentials.
+    grant: MachineGrant,
 }
 
 struct Inner {
@@ -392,6 +502,9 @@ struct Inner {
     store: Arc<dyn TokenStore>,
     state: tokio::sync::Mutex<State>,
     last_failure: Mutex<Option<OAuthError>>,
+    /// The current access token when it is DPoP-bound: read for every request, where the
+    /// state's async lock is not taken.
+    dpop_bound: Mutex<Option<Secret>>,
 }
 
 #[derive(Default)]
@@ -407,6 +520,9 @@ struct State {
     step_ups: HashMap<String, u32>,
     /// When renewing ahead of expiry last failed: not tried again on every request.
     renew_failed: Option<std::time::Instant>,
+    /// A workload assertion the token endpoint refused, with its answer: the same assertion
+    /// is not presented again (a retry cannot succeed, and servers count it against us).
+    refused_assertion: Option<(Secret, OAuthError)>,
 }
 
 /// How long after a failed renewal ahead of expiry the provider keeps the current token
@@ -445,6 +561,11 @@ impl Inner {
         if !state.loaded {
             state.loaded = true;
             state.tokens = self.store.load_tokens(server.as_str()).await?;
+            if self.config.dpop.is_none() && state.tokens.as_ref().is_some_and(|t| t.dpop_bound) {
+                // Useless without the key it is bound to: authorize anew.
+                state.tokens = None;
+            }
+            self.note_binding(state.tokens.as_ref());
             if let Some(tokens) = &state.tokens {
                 state.requested = tokens.scopes.clone();
             }
@@ -552,6 +673,13 @@ impl Inner {
         challenge: &AuthChallenge,
         refused: Option<&str>,
     ) -> Result<String, OAuthError> {
+        if challenge.error.as_deref() == Some(USE_DPOP_NONCE) {
+            // The token is good; the proof's nonce was not, after the one retry with the
+            // server's nonce: a new token would meet the same refusal.
+            return Err(OAuthError::Dpop(
+                "the server refused the proof's nonce again".into(),
+            ));
+        }
         let insufficient =
             challenge.status == 403 || challenge.error.as_deref() == Some("insufficient_scope");
         if let Some(current) = &state.tokens {
@@ -609,6 +737,7 @@ impl Inner {
     }
 
     async fn forget(&self, state: &mut State, server: &Url) -> Result<(), OAuthError> {
+        self.note_binding(None);
         if state.tokens.take().is_some() {
             self.store
                 .save_tokens(server.as_str(), None)
@@ -625,12 +754,29 @@ impl Inner {
         tokens: TokenSet,
     ) -> Result<String, OAuthError> {
         let token = tokens.access_token.expose().to_owned();
+        self.note_binding(Some(&tokens));
         state.tokens = Some(tokens.clone());
         self.store
             .save_tokens(server.as_str(), Some(tokens))
             .await
             .map_err(|e| OAuthError::Store(e.to_string()))?;
         Ok(token)
+    }
+
+    /// Remembers whether the current token is DPoP-bound, for [`TokenProvider::present`].
+    fn note_binding(&self, tokens: Option<&TokenSet>) {
+        let bound = tokens
+            .filter(|t| t.dpop_bound)
+            .map(|t| t.access_token.clone());
+        *self.dpop_bound.lock().unwrap_or_else(|p| p.into_inner()) = bound;
+    }
+
+    /// The DPoP key to prove token requests with at this authorization server: the
+    /// configured one, when the server accepts its algorithm.
+    fn dpop_for(&self, discovery: &Discovery) -> Option<&DpopKey> {
+        let key = self.config.dpop.as_ref()?;
+        let metadata = discovery.metadata.as_ref()?;
+        metadata.supports_dpop(&key.algorithm()).then_some(key)
     }
 
     /// A fresh token without the user: the refresh token grant, or for a machine client a
@@ -680,7 +826,38 @@ impl Inner {
             Some(machine) => {
                 let client = RegisteredClient::new(&discovery.issuer, &machine.client_id);
                 let endpoint = self.machine_endpoint(&discovery, machine, &client)?;
-                endpoint.client_credentials(&scopes).await?
+                match &self.config.grant {
+                    MachineGrant::ClientCredentials => endpoint.client_credentials(&scopes).await?,
+                    MachineGrant::Workload(workload) => {
+                        let assertion = workload.assertion()?;
+                        if let Some((refused, err)) = &state.refused_assertion {
+                            if *refused == assertion {
+                                return Err(err.clone());
+                            }
+                        }
+                        match endpoint.jwt_bearer(&assertion, &scopes).await {
+                            Ok(tokens) => tokens,
+                            Err(err) => {
+                                if matches!(err, OAuthError::TokenEndpoint { .. }) {
+                                    state.refused_assertion = Some((assertion, err.clone()));
+                                }
+                                return Err(err);
+                            }
+                        }
+                    }
+                    MachineGrant::Enterprise(idp) => {
+                        let grant = wire::identity_assertion_grant(
+                            &self.http,
+                            idp,
+                            &discovery.issuer,
+                            discovery.resource(),
+                            &scopes,
+                        )
+                        .await?;
+                        tracing::debug!("identity assertion grant obtained from the IdP");
+                        endpoint.jwt_bearer(&grant, &scopes).await?
+                    }
+                }
             }
             None => {
                 let authorizer = self
@@ -742,6 +919,7 @@ impl Inner {
             client_id: &client.client_id,
             auth,
             resource: discovery.resource(),
+            dpop: self.dpop_for(discovery),
         })
     }
 
@@ -752,6 +930,7 @@ impl Inner {
         client: &'a RegisteredClient,
     ) -> Result<TokenEndpoint<'a>, OAuthError> {
         let auth = match &machine.auth {
+            MachineAuth::None => ClientAuth::Public,
             MachineAuth::Jwt(assertion) => ClientAuth::Jwt(assertion),
             MachineAuth::Secret(secret) => {
                 let supported = discovery
@@ -764,7 +943,7 @@ impl Inner {
                 }
             }
         };
-        tracing::debug!(method = auth.method().as_str(), "client credentials grant");
+        tracing::debug!(method = auth.method().as_str(), grant = ?self.config.grant, "grant without a user");
         Ok(TokenEndpoint {
             http: &self.http,
             url: &discovery.token_endpoint,
@@ -772,6 +951,7 @@ impl Inner {
             client_id: &client.client_id,
             auth,
             resource: discovery.resource(),
+            dpop: self.dpop_for(discovery),
         })
     }
 

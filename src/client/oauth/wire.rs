@@ -14,11 +14,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::oauth::{
-    authorization_code, dynamic_registration_request, ExpectedResponse, OAuthError,
-    RegisteredClient, Secret, TokenEndpointAuth, TokenSet,
+    authorization_code, dynamic_registration_request, scope_param, ExpectedResponse, OAuthError,
+    RegisteredClient, Secret, TokenEndpointAuth, TokenSet, DPOP_TOKEN_TYPE, USE_DPOP_NONCE,
 };
 
 use super::authorizer::{AuthorizationRequest, Authorizer};
+use super::dpop::DpopKey;
+use super::grant::{IdentityAssertion, ID_JAG, ID_TOKEN, JWT_BEARER, TOKEN_EXCHANGE};
 use super::jwt::ClientAssertion;
 
 /// Metadata documents and token responses are small; anything larger is refused unread.
@@ -133,6 +135,8 @@ pub(super) struct TokenEndpoint<'a> {
     pub(super) client_id: &'a str,
     pub(super) auth: ClientAuth<'a>,
     pub(super) resource: Option<&'a str>,
+    /// Signs a proof for every request here, when the tokens are to be DPoP-bound.
+    pub(super) dpop: Option<&'a DpopKey>,
 }
 
 /// The authorization code flow's front half: where to send the user, and what to check
@@ -236,8 +240,8 @@ impl TokenEndpoint<'_> {
         for (name, value) in self.extra()? {
             exchange = exchange.add_extra_param(name, value);
         }
-        let http = self.http.clone();
-        let send = move |request| send(http.clone(), request);
+        let (http, dpop) = (self.http.clone(), self.dpop.cloned());
+        let send = move |request| send(http.clone(), dpop.clone(), request);
         let response = exchange.request_async(&send).await;
         self.tokens(response, flow.scopes)
     }
@@ -257,8 +261,8 @@ impl TokenEndpoint<'_> {
         for (name, value) in self.extra()? {
             request = request.add_extra_param(name, value);
         }
-        let http = self.http.clone();
-        let send = move |request| send(http.clone(), request);
+        let (http, dpop) = (self.http.clone(), self.dpop.cloned());
+        let send = move |request| send(http.clone(), dpop.clone(), request);
         let response = request.request_async(&send).await;
         let mut fresh = self.tokens(response, &tokens.scopes)?;
         if fresh.refresh_token.is_none() {
@@ -279,10 +283,42 @@ impl TokenEndpoint<'_> {
         for (name, value) in self.extra()? {
             request = request.add_extra_param(name, value);
         }
-        let http = self.http.clone();
-        let send = move |request| send(http.clone(), request);
+        let (http, dpop) = (self.http.clone(), self.dpop.cloned());
+        let send = move |request| send(http.clone(), dpop.clone(), request);
         let response = request.request_async(&send).await;
         self.tokens(response, scopes)
+    }
+
+    /// The RFC 7523 jwt-bearer grant with `assertion` (a workload's token, or an identity
+    /// assertion authorization grant), authenticated as the client is here.
+    pub(super) async fn jwt_bearer(
+        &self,
+        assertion: &Secret,
+        scopes: &[String],
+    ) -> Result<TokenSet, OAuthError> {
+        let mut form = vec![
+            pair("grant_type", JWT_BEARER),
+            pair("assertion", assertion.expose()),
+        ];
+        form.extend(scope_param(scopes).map(|scope| pair("scope", &scope)));
+        let basic = match &self.auth {
+            ClientAuth::SecretBasic(secret) => Some(basic_auth(self.client_id, secret)),
+            ClientAuth::SecretPost(secret) => {
+                form.push(pair("client_id", self.client_id));
+                form.push(pair("client_secret", secret.expose()));
+                None
+            }
+            ClientAuth::Public | ClientAuth::Jwt(_) => {
+                form.push(pair("client_id", self.client_id));
+                None
+            }
+        };
+        form.extend(self.extra()?);
+        let request = form_request(self.url, &form, basic)?;
+        let response = send(self.http.clone(), self.dpop.cloned(), request)
+            .await
+            .map_err(|e| OAuthError::Http(e.0))?;
+        self.tokens(token_response(&response), scopes)
     }
 
     fn tokens(
@@ -291,16 +327,26 @@ impl TokenEndpoint<'_> {
         requested: &[String],
     ) -> Result<TokenSet, OAuthError> {
         let response = response.map_err(token_error)?;
-        if *response.token_type() != BasicTokenType::Bearer {
-            return Err(OAuthError::TokenEndpoint {
-                error: format!(
-                    "unsupported token type {:?}",
-                    response.token_type().as_ref()
-                ),
-                description: None,
-            });
-        }
+        // RFC 9449 §5: the token type says how the token is presented, whatever was asked.
+        let dpop_bound = match response.token_type() {
+            BasicTokenType::Bearer => false,
+            BasicTokenType::Extension(t) if t.eq_ignore_ascii_case(DPOP_TOKEN_TYPE) => {
+                if self.dpop.is_none() {
+                    return Err(OAuthError::Dpop(
+                        "a DPoP-bound token, but no proof was sent for it".into(),
+                    ));
+                }
+                true
+            }
+            other => {
+                return Err(OAuthError::TokenEndpoint {
+                    error: format!("unsupported token type {:?}", other.as_ref()),
+                    description: None,
+                })
+            }
+        };
         let mut tokens = TokenSet::new(response.access_token().secret().as_str(), self.issuer);
+        tokens.dpop_bound = dpop_bound;
         tokens.refresh_token = response
             .refresh_token()
             .map(|r| Secret::new(r.secret().as_str()));
@@ -314,6 +360,119 @@ impl TokenEndpoint<'_> {
         tokens.resource = self.resource.map(str::to_owned);
         Ok(tokens)
     }
+}
+
+fn pair(name: &str, value: &str) -> (String, String) {
+    (name.to_owned(), value.to_owned())
+}
+
+/// An `application/x-www-form-urlencoded` POST of `form` to `url`, with HTTP Basic
+/// credentials when given.
+fn form_request(
+    url: &str,
+    form: &[(String, String)],
+    basic: Option<String>,
+) -> Result<oauth2::HttpRequest, OAuthError> {
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form)
+        .finish();
+    let mut request = http::Request::builder()
+        .method(http::Method::POST)
+        .uri(url)
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .header(reqwest::header::ACCEPT, "application/json");
+    if let Some(basic) = basic {
+        request = request.header(reqwest::header::AUTHORIZATION, basic);
+    }
+    request
+        .body(body.into_bytes())
+        .map_err(|e| OAuthError::Discovery(format!("token endpoint {url}: {e}")))
+}
+
+/// `Basic` credentials as RFC 6749 §2.3.1 has them: id and secret form-encoded first.
+fn basic_auth(client_id: &str, secret: &Secret) -> String {
+    use base64::Engine as _;
+    let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let pair = format!("{}:{}", encode(client_id), encode(secret.expose()));
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// A token endpoint's answer read as the `oauth2` crate's flows read it.
+fn token_response(
+    response: &oauth2::HttpResponse,
+) -> Result<oauth2::basic::BasicTokenResponse, Oauth2Error> {
+    if response.status().is_success() {
+        serde_json::from_slice(response.body())
+            .map_err(|e| RequestTokenError::Other(format!("unreadable response: {e}")))
+    } else {
+        match serde_json::from_slice(response.body()) {
+            Ok(error) => Err(RequestTokenError::ServerResponse(error)),
+            Err(_) => Err(RequestTokenError::Other(format!(
+                "HTTP {} without an OAuth error",
+                response.status()
+            ))),
+        }
+    }
+}
+
+/// Enterprise-managed authorization's first step: the user's ID token exchanged at the IdP
+/// (RFC 8693) for an identity assertion authorization grant for `audience` (the
+/// authorization server's issuer) and `resource` (the MCP server).
+pub(super) async fn identity_assertion_grant(
+    http: &reqwest::Client,
+    idp: &IdentityAssertion,
+    audience: &str,
+    resource: Option<&str>,
+    scopes: &[String],
+) -> Result<Secret, OAuthError> {
+    let subject = idp.id_token()?;
+    let mut form = vec![
+        pair("grant_type", TOKEN_EXCHANGE),
+        pair("requested_token_type", ID_JAG),
+        pair("audience", audience),
+        pair("subject_token", subject.expose()),
+        pair("subject_token_type", ID_TOKEN),
+    ];
+    form.extend(resource.map(|resource| pair("resource", resource)));
+    form.extend(scope_param(scopes).map(|scope| pair("scope", &scope)));
+    let basic = match (&idp.client_id, &idp.client_secret) {
+        (Some(id), Some(secret)) => Some(basic_auth(id, secret)),
+        (Some(id), None) => {
+            form.push(pair("client_id", id));
+            None
+        }
+        (None, _) => None,
+    };
+    let request = form_request(&idp.token_endpoint, &form, basic)?;
+    let response = send(http.clone(), None, request)
+        .await
+        .map_err(|e| OAuthError::Http(e.0))?;
+    let answer: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
+    if !response.status().is_success() {
+        let error = answer["error"].as_str().unwrap_or("no error code");
+        let description = answer["error_description"].as_str().unwrap_or_default();
+        return Err(OAuthError::IdentityProvider(format!(
+            "token exchange refused ({}): {error} {description}",
+            response.status()
+        )));
+    }
+    if answer["issued_token_type"].as_str() != Some(ID_JAG) {
+        return Err(OAuthError::IdentityProvider(format!(
+            "the token exchange issued {} instead of an identity assertion grant",
+            answer["issued_token_type"]
+        )));
+    }
+    answer["access_token"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(Secret::new)
+        .ok_or_else(|| OAuthError::IdentityProvider("the token exchange issued no token".into()))
 }
 
 fn token_error(err: Oauth2Error) -> OAuthError {
@@ -346,27 +505,61 @@ impl std::fmt::Display for HttpFailure {
 
 impl std::error::Error for HttpFailure {}
 
-/// The `oauth2` crate's request, sent with our reqwest client.
+/// A token request, sent with our reqwest client; with `dpop`, each attempt carries a fresh
+/// proof, and a refusal for want of the server's nonce (`use_dpop_nonce`) is sent again
+/// once with it (RFC 9449 §8).
 async fn send(
     http: reqwest::Client,
+    dpop: Option<DpopKey>,
     request: oauth2::HttpRequest,
 ) -> Result<oauth2::HttpResponse, HttpFailure> {
     let (parts, body) = request.into_parts();
-    let url = parts.uri.to_string();
-    let response = http
-        .request(parts.method, url)
-        .headers(parts.headers)
-        .body(body)
-        .send()
-        .await
-        .map_err(|e| HttpFailure(e.without_url().to_string()))?;
-    let status = response.status();
-    let headers = response.headers().clone();
-    let body = read_limited(response)
-        .await
-        .map_err(|e| HttpFailure(e.to_string()))?;
-    let mut out = oauth2::HttpResponse::new(body);
-    *out.status_mut() = status;
-    *out.headers_mut() = headers;
-    Ok(out)
+    let url = Url::parse(&parts.uri.to_string()).map_err(|e| HttpFailure(e.to_string()))?;
+    let mut nonce_retried = false;
+    loop {
+        let mut headers = parts.headers.clone();
+        if let Some(key) = &dpop {
+            let proof = key
+                .proof(parts.method.as_str(), &url, None)
+                .map_err(|e| HttpFailure(e.to_string()))?;
+            let proof = reqwest::header::HeaderValue::try_from(proof)
+                .map_err(|e| HttpFailure(format!("DPoP proof: {e}")))?;
+            headers.insert("dpop", proof);
+        }
+        let response = http
+            .request(parts.method.clone(), url.clone())
+            .headers(headers)
+            .body(body.clone())
+            .send()
+            .await
+            .map_err(|e| HttpFailure(e.without_url().to_string()))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = read_limited(response)
+            .await
+            .map_err(|e| HttpFailure(e.to_string()))?;
+        if let Some(key) = &dpop {
+            let fresh = key.observe_nonce(&url, &headers);
+            if fresh && !nonce_retried && status == 400 && error_code(&body) == Some(USE_DPOP_NONCE)
+            {
+                nonce_retried = true;
+                tracing::debug!("the authorization server wants a DPoP nonce: sending again");
+                continue;
+            }
+        }
+        let mut out = oauth2::HttpResponse::new(body);
+        *out.status_mut() = status;
+        *out.headers_mut() = headers;
+        return Ok(out);
+    }
+}
+
+/// The OAuth `error` of an error response body.
+fn error_code(body: &[u8]) -> Option<&str> {
+    #[derive(serde::Deserialize)]
+    struct ErrorBody<'a> {
+        #[serde(borrow)]
+        error: Option<&'a str>,
+    }
+    serde_json::from_slice::<ErrorBody<'_>>(body).ok()?.error
 }

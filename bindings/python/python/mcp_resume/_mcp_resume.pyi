@@ -779,9 +779,15 @@ class OAuth:
 
     @staticmethod
     def client_credentials(
-        client_id: str, client_secret: str, *, scopes: list[str] | None = None
+        client_id: str,
+        client_secret: str,
+        *,
+        scopes: list[str] | None = None,
+        dpop: bool = False,
     ) -> OAuth:
-        """A machine client, no user: the client credentials grant."""
+        """A machine client, no user: the client credentials grant. ``dpop=True`` (every
+        constructor): DPoP-bound tokens with a key generated for the process, where the
+        authorization server issues them."""
     @staticmethod
     def authorization_code(
         authorize: Callable[[str], Awaitable[str] | str],
@@ -789,9 +795,33 @@ class OAuth:
         redirect_uri: str | None = None,
         client_name: str | None = None,
         scopes: list[str] | None = None,
+        dpop: bool = False,
     ) -> OAuth:
         """A user's authorization: ``authorize`` gets the authorization URL and returns the
         URL the authorization server redirected to (run on the client's event loop)."""
+    @staticmethod
+    def workload_identity(
+        client_id: str,
+        token: str,
+        *,
+        scopes: list[str] | None = None,
+        dpop: bool = False,
+    ) -> OAuth:
+        """Workload identity federation: the jwt-bearer grant with the workload's token, as
+        the public client ``client_id``."""
+    @staticmethod
+    def identity_assertion(
+        client_id: str,
+        client_secret: str,
+        idp_token_endpoint: str,
+        id_token: str,
+        *,
+        idp_client_id: str | None = None,
+        scopes: list[str] | None = None,
+        dpop: bool = False,
+    ) -> OAuth:
+        """Enterprise-managed authorization: ``id_token`` exchanged at the IdP for an
+        identity assertion grant, presented in the jwt-bearer grant by the client."""
 
 @final
 class RawBridge:
