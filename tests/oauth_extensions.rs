@@ -78,7 +78,6 @@ impl AuthServer {
         let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
         let ledger: Shared = Arc::default();
         let issuer = url.clone();
-        let prm = json!({"resource": resource, "authorization_servers": [issuer]});
         let mut metadata = json!({
             "issuer": issuer,
             "authorization_endpoint": format!("{issuer}/authorize"),
@@ -93,16 +92,7 @@ impl AuthServer {
         if config.dpop {
             metadata["dpop_signing_alg_values_supported"] = json!(["ES256"]);
         }
-        let app = axum::Router::new()
-            .route("/prm", get(move || async move { Json(prm) }))
-            .route(
-                "/.well-known/oauth-authorization-server",
-                get(move || async move { Json(metadata) }),
-            )
-            .route(
-                "/register",
-                post(|| async { (StatusCode::CREATED, Json(json!({"client_id": "client-1"}))) }),
-            )
+        let app = oauth::discovery(&resource, &issuer, metadata)
             .route("/authorize", get(authorize))
             .route("/token", post(token))
             .route("/idp/token", post(idp_token))
@@ -239,34 +229,20 @@ fn sha256_b64url(token: &str) -> String {
 }
 
 fn unauthorized(as_url: &str, scheme: &str) -> Response {
-    let mut response = status(401);
-    let challenge = format!(r#"{scheme} resource_metadata="{as_url}/prm""#);
-    response.headers_mut().insert(
-        "www-authenticate",
-        HeaderValue::from_str(&challenge).unwrap(),
-    );
-    response
+    oauth::refusal(as_url, scheme)
 }
 
 /// A 401 asking for a proof with `nonce`.
 fn nonce_refusal(as_url: &str, nonce: &str) -> Response {
-    let mut response = status(401);
-    let challenge = format!(r#"DPoP error="use_dpop_nonce", resource_metadata="{as_url}/prm""#);
-    let headers = response.headers_mut();
-    headers.insert(
-        "www-authenticate",
-        HeaderValue::from_str(&challenge).unwrap(),
-    );
-    headers.insert("dpop-nonce", HeaderValue::from_str(nonce).unwrap());
+    let mut response = oauth::refusal(as_url, r#"DPoP error="use_dpop_nonce","#);
+    response
+        .headers_mut()
+        .insert("dpop-nonce", HeaderValue::from_str(nonce).unwrap());
     response
 }
 
 async fn servers(config: AsConfig) -> (TcpListener, String, Arc<AuthServer>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!(
-        "http://127.0.0.1:{}/mcp",
-        listener.local_addr().unwrap().port()
-    );
+    let (listener, url) = oauth::mcp_listener().await;
     let auth = Arc::new(AuthServer::start(url.clone(), config).await);
     (listener, url, auth)
 }

@@ -62,7 +62,6 @@ impl AuthServer {
             ..Ledger::default()
         }));
         let issuer = url.clone();
-        let prm = json!({"resource": resource, "authorization_servers": [issuer]});
         let metadata = json!({
             "issuer": issuer,
             "authorization_endpoint": format!("{issuer}/authorize"),
@@ -75,16 +74,7 @@ impl AuthServer {
             "authorization_response_iss_parameter_supported": true,
             "scopes_supported": ["mcp", "offline_access"],
         });
-        let app = axum::Router::new()
-            .route("/prm", get(move || async move { Json(prm) }))
-            .route(
-                "/.well-known/oauth-authorization-server",
-                get(move || async move { Json(metadata) }),
-            )
-            .route(
-                "/register",
-                post(|| async { (StatusCode::CREATED, Json(json!({"client_id": "client-1"}))) }),
-            )
+        let app = oauth::discovery(&resource, &issuer, metadata)
             .route("/authorize", get(authorize))
             .route("/token", post(token))
             .with_state((ledger.clone(), issuer));
@@ -174,13 +164,7 @@ async fn token(
 
 /// A 401 naming the authorization server's protected resource metadata.
 fn unauthorized(as_url: &str) -> Response {
-    let mut response = status(401);
-    let challenge = format!(r#"Bearer error="invalid_token", resource_metadata="{as_url}/prm""#);
-    response.headers_mut().insert(
-        "www-authenticate",
-        HeaderValue::from_str(&challenge).unwrap(),
-    );
-    response
+    oauth::refusal(as_url, r#"Bearer error="invalid_token","#)
 }
 
 fn bearer(req: &Recorded) -> Option<String> {
@@ -192,11 +176,7 @@ fn bearer(req: &Recorded) -> Option<String> {
 /// The MCP server's listener (its URL is the protected resource) and an authorization server
 /// for it.
 async fn servers(expires_in: u64) -> (TcpListener, String, Arc<AuthServer>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!(
-        "http://127.0.0.1:{}/mcp",
-        listener.local_addr().unwrap().port()
-    );
+    let (listener, url) = oauth::mcp_listener().await;
     let auth = Arc::new(AuthServer::start(url.clone(), expires_in).await);
     (listener, url, auth)
 }

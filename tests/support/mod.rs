@@ -2,6 +2,8 @@
 //! answers through a closure, on 127.0.0.1 port 0.
 #![allow(dead_code)]
 
+pub(crate) mod oauth;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
