@@ -1256,3 +1256,51 @@ fn a_response_arriving_during_reinitialization_is_still_checked_against_its_sess
     assert_eq!(ok_tag(s.result(a)), "a");
     assert_eq!(kind(s.result(b)), ErrorKind::ContextMismatch);
 }
+
+// ---------------------------------------------------------------- cancellation of unsent POSTs
+
+/// A driver that took a call's POST from `poll_transmit` and drops it unstarted tells the
+/// session so with `cancel_unsent`: the request never left, so the server is told nothing,
+/// and nothing of the call goes out afterwards. `cancel` of the same situation (the driver
+/// cannot tell) assumes the POST may have run and sends `notifications/cancelled`.
+#[test]
+fn a_post_given_back_unsent_is_cancelled_without_a_word_to_the_server() {
+    for unsent in [true, false] {
+        let mut s = sim(ServerConfig::default(), 31);
+        let request = mcp_resume::proto::CallRequest::tool_call(
+            serde_json::json!({"name": "echo", "arguments": {"tag": "dropped"}}),
+            None,
+        );
+        let call = s.session.submit(request, s.now);
+        let post = match s.session.poll_transmit() {
+            Some(mcp_resume::proto::Transmit::Send(post)) => post,
+            other => panic!("the call's POST, not {other:?}"),
+        };
+        assert_eq!(s.session.exchange_call(post.id), Some(call));
+        if unsent {
+            s.session.cancel_unsent(call, post.id, s.now);
+        } else {
+            s.session.cancel(call, s.now);
+        }
+        let mut bodies = Vec::new();
+        while let Some(t) = s.session.poll_transmit() {
+            if let mcp_resume::proto::Transmit::Send(req) = t {
+                bodies
+                    .push(String::from_utf8_lossy(req.body.as_deref().unwrap_or(b"")).into_owned());
+            }
+        }
+        let cancelled = bodies
+            .iter()
+            .filter(|b| b.contains("notifications/cancelled"))
+            .count();
+        assert_eq!(
+            cancelled,
+            usize::from(!unsent),
+            "unsent {unsent}: {bodies:?}"
+        );
+        assert!(
+            !bodies.iter().any(|b| b.contains("tools/call")),
+            "the call is never sent again: {bodies:?}"
+        );
+    }
+}
