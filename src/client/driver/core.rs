@@ -41,7 +41,7 @@ impl Core {
     /// The state, unless the client has stopped. A panic while the lock was held leaves the
     /// session in an unknown state: the client stops then (every waiting call fails with
     /// [`ErrorKind::Closed`]) rather than go on from it.
-    fn lock(&self) -> Result<MutexGuard<'_, State>, Error> {
+    pub(super) fn lock(&self) -> Result<MutexGuard<'_, State>, Error> {
         let state = match self.state.lock() {
             Ok(state) => state,
             Err(poisoned) => {
@@ -107,11 +107,6 @@ impl Core {
     /// The driver's timer fired for `fired`.
     pub(super) fn timeout(&self, fired: tokio::time::Instant) {
         let _ = self.with(|state| state.handle_timeout(fired));
-    }
-
-    /// Locks the state for the driver.
-    pub(super) fn driver_lock(&self) -> Result<MutexGuard<'_, State>, Error> {
-        self.lock()
     }
 
     /// Stops the client for good (the driver ended, or is being dropped with its runtime).

@@ -70,7 +70,7 @@ impl Driver {
         let mut timer_at: Option<Instant> = None;
         loop {
             let deadline = {
-                let Ok(mut state) = core.driver_lock() else {
+                let Ok(mut state) = core.lock() else {
                     break;
                 };
                 for pending in state.to_start.drain(..) {
