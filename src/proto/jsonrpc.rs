@@ -93,6 +93,15 @@ impl Iterator for DecodedIter {
 /// Each element of a batch is decoded on its own; malformed elements are returned as errors
 /// next to the good ones so one bad message does not hide the others.
 pub(crate) fn decode(payload: &[u8], allow_batch: bool) -> Result<Decoded, DecodeError> {
+    // The common case, one object, is read straight into the members decoding looks at: no
+    // map is built for the message itself and the members it does not name are skipped.
+    // Whatever that reading refuses (a duplicate member, invalid JSON) is read again below,
+    // as a `Value`, so every payload decodes, or fails, exactly as it always has.
+    if payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        if let Ok(envelope) = serde_json::from_slice::<Envelope>(payload) {
+            return Ok(Decoded::One(envelope.decode()));
+        }
+    }
     let value: Value =
         serde_json::from_slice(payload).map_err(|e| DecodeError::Json(e.to_string()))?;
     match value {
@@ -113,56 +122,95 @@ pub(crate) fn decode(payload: &[u8], allow_batch: bool) -> Result<Decoded, Decod
 
 /// Decodes one JSON value as a JSON-RPC message.
 pub(crate) fn decode_value(value: Value) -> Result<Message, DecodeError> {
-    let Value::Object(mut obj) = value else {
+    let Value::Object(obj) = value else {
         return Err(DecodeError::Shape("not an object"));
     };
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(DecodeError::Shape("missing jsonrpc: \"2.0\""));
-    }
-    let method = match obj.remove("method") {
-        Some(Value::String(m)) => Some(m),
-        Some(_) => return Err(DecodeError::Shape("method is not a string")),
-        None => None,
-    };
-    let id = obj.remove("id");
-    if let Some(method) = method {
-        let params = obj.remove("params");
-        if params
-            .as_ref()
-            .is_some_and(|p| !p.is_object() && !p.is_array())
-        {
-            return Err(DecodeError::Shape("params is not structured"));
+    Envelope::from_map(obj).decode()
+}
+
+/// The members of a message that decoding reads, each as sent: `Some(Value::Null)` for an
+/// explicit `null`, `None` when absent (a response's `"result": null` is a result).
+#[derive(serde::Deserialize)]
+struct Envelope {
+    #[serde(default, deserialize_with = "present")]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    params: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    serde::Deserialize::deserialize(d).map(Some)
+}
+
+impl Envelope {
+    fn from_map(mut obj: Map<String, Value>) -> Self {
+        Envelope {
+            jsonrpc: obj.remove("jsonrpc"),
+            method: obj.remove("method"),
+            id: obj.remove("id"),
+            params: obj.remove("params"),
+            result: obj.remove("result"),
+            error: obj.remove("error"),
         }
-        return match id {
-            None => Ok(Message::Notification { method, params }),
-            Some(id) => {
-                let id = RequestId::from_json(&id).ok_or(DecodeError::Shape("bad request id"))?;
-                Ok(Message::Request { id, method, params })
-            }
+    }
+
+    fn decode(self) -> Result<Message, DecodeError> {
+        if self.jsonrpc.as_ref().and_then(Value::as_str) != Some("2.0") {
+            return Err(DecodeError::Shape("missing jsonrpc: \"2.0\""));
+        }
+        let method = match self.method {
+            Some(Value::String(m)) => Some(m),
+            Some(_) => return Err(DecodeError::Shape("method is not a string")),
+            None => None,
         };
-    }
-    let id = match id {
-        Some(Value::Null) | None => None,
-        Some(v) => Some(RequestId::from_json(&v).ok_or(DecodeError::Shape("bad response id"))?),
-    };
-    if let Some(result) = obj.remove("result") {
-        if obj.contains_key("error") {
-            return Err(DecodeError::Shape("both result and error"));
+        if let Some(method) = method {
+            let params = self.params;
+            if params
+                .as_ref()
+                .is_some_and(|p| !p.is_object() && !p.is_array())
+            {
+                return Err(DecodeError::Shape("params is not structured"));
+            }
+            return match self.id {
+                None => Ok(Message::Notification { method, params }),
+                Some(id) => {
+                    let id =
+                        RequestId::from_json(&id).ok_or(DecodeError::Shape("bad request id"))?;
+                    Ok(Message::Request { id, method, params })
+                }
+            };
         }
-        if id.is_none() {
-            return Err(DecodeError::Shape("result without id"));
+        let id = match self.id {
+            Some(Value::Null) | None => None,
+            Some(v) => Some(RequestId::from_json(&v).ok_or(DecodeError::Shape("bad response id"))?),
+        };
+        if let Some(result) = self.result {
+            if self.error.is_some() {
+                return Err(DecodeError::Shape("both result and error"));
+            }
+            if id.is_none() {
+                return Err(DecodeError::Shape("result without id"));
+            }
+            return Ok(Message::Response {
+                id,
+                result: Ok(result),
+            });
         }
-        return Ok(Message::Response {
-            id,
-            result: Ok(result),
-        });
-    }
-    match obj.remove("error") {
-        Some(Value::Object(err)) => Ok(Message::Response {
-            id,
-            result: Err(rpc_error(err)),
-        }),
-        _ => Err(DecodeError::Shape("neither method, result nor error")),
+        match self.error {
+            Some(Value::Object(err)) => Ok(Message::Response {
+                id,
+                result: Err(rpc_error(err)),
+            }),
+            _ => Err(DecodeError::Shape("neither method, result nor error")),
+        }
     }
 }
 
@@ -344,6 +392,18 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_member_sent_twice_keeps_its_last_value() {
+        let m = one(r#"{"jsonrpc":"2.0","id":1,"id":2,"result":{"a":1},"result":{"b":2}}"#);
+        assert_eq!(
+            m,
+            Ok(Message::Response {
+                id: Some(RequestId::Number(2)),
+                result: Ok(json!({"b": 2})),
+            })
+        );
     }
 
     #[test]
@@ -583,6 +643,19 @@ mod tests {
             fn message_shaped_json(v in message_like(), batch: bool) {
                 let bytes = serde_json::to_vec(&v).unwrap();
                 check_decoded(decode_vec(&bytes, batch), batch)?;
+            }
+
+            /// An object read straight into its members decodes as the same object read as
+            /// a `Value` first (the way every payload was read before).
+            #[test]
+            fn direct_reading_agrees_with_the_value_reading(v in message_like(), pad in "[ \t\r\n]{0,2}") {
+                let bytes = format!("{pad}{}{pad}", serde_json::to_string(&v).unwrap());
+                let direct = match decode(bytes.as_bytes(), false) {
+                    Ok(Decoded::One(one)) => one,
+                    other => return Err(TestCaseError::fail(format!("{other:?}"))),
+                };
+                let as_value: Value = serde_json::from_str(&bytes).unwrap();
+                prop_assert_eq!(direct, decode_value(as_value));
             }
 
             #[test]
