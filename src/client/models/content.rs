@@ -231,9 +231,14 @@ impl Content {
         let Some(Value::String(kind)) = map.remove("type") else {
             return Content::Other(Value::Object(map));
         };
+        if kind == "text" {
+            if let Some(text) = TextContent::take_from(&mut map) {
+                return Content::Text(text);
+            }
+        }
         let object = Value::Object(map);
         let typed = match kind.as_str() {
-            "text" => typed(&object).map(Content::Text),
+            "text" => None,
             "image" => typed(&object).map(Content::Image),
             "audio" => typed(&object).map(Content::Audio),
             "resource_link" => typed(&object).map(Content::ResourceLink),
@@ -265,6 +270,33 @@ impl Content {
             map.insert("type".to_owned(), Value::String(kind.to_owned()));
         }
         body
+    }
+}
+
+impl TextContent {
+    /// Moves a text item's members out of `map` (without its `type`), as its `Deserialize`
+    /// reads them; `None`, with `map` untouched, when they do not fit. Text is nearly every
+    /// tool result: read this way it skips serde's `flatten`, which copies every member
+    /// into a buffer first.
+    fn take_from(map: &mut Map<String, Value>) -> Option<TextContent> {
+        if !map.get("text").is_some_and(Value::is_string) {
+            return None;
+        }
+        let annotations = match map.get("annotations") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(Annotations::deserialize(value).ok()?),
+        };
+        let Some(Value::String(text)) = map.remove("text") else {
+            return None;
+        };
+        map.remove("annotations");
+        let meta = map.remove("_meta").filter(|meta| !meta.is_null());
+        Some(TextContent {
+            text,
+            annotations,
+            meta,
+            extra: std::mem::take(map),
+        })
     }
 }
 
@@ -306,6 +338,32 @@ impl From<AudioContent> for Content {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn text_items_read_as_their_deserialize_reads_them() {
+        let items = [
+            json!({"text": "hi"}),
+            json!({"text": "hi", "annotations": null, "_meta": null}),
+            json!({"text": "hi", "annotations": {"priority": 0.5, "x": 1}, "_meta": {"k": [1]}, "y": 2}),
+            json!({"text": "hi", "annotations": {"priority": "high"}}),
+            json!({"text": "hi", "annotations": 3}),
+            json!({"text": 7}),
+            json!({"text": null}),
+            json!({"_meta": {}}),
+        ];
+        for item in items {
+            let Value::Object(mut map) = item.clone() else {
+                unreachable!()
+            };
+            let before = map.clone();
+            let fast = TextContent::take_from(&mut map);
+            let derived = TextContent::deserialize(&item).ok();
+            assert_eq!(fast, derived, "{item}");
+            if fast.is_none() {
+                assert_eq!(map, before, "a refused item is left whole: {item}");
+            }
+        }
+    }
 
     #[test]
     fn every_type_round_trips_with_unknown_members() {
