@@ -523,6 +523,7 @@ async fn fixed_calls(calls: u64) {
     let client = Arc::new(Client::connect(kind, &server.url).await);
     let callers = env_usize("BENCH_CALLERS").unwrap_or(1).max(1) as u64;
     let cpu0 = meter::cpu_time();
+    let split0 = meter::cpu_split();
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..callers)
         .map(|i| {
@@ -540,12 +541,17 @@ async fn fixed_calls(calls: u64) {
     }
     let secs = t0.elapsed().as_secs_f64();
     let cpu = (meter::cpu_time() - cpu0).as_secs_f64();
+    let split = meter::cpu_split();
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / calls as f64;
     println!(
-        "{} {}: {calls} calls by {callers} caller(s), {:.1} µs/call, CPU {:.1} µs/call",
+        "{} {}: {calls} calls by {callers} caller(s), {:.1} µs/call, CPU {:.1} µs/call \
+         (user {:.1}, system {:.1})",
         kind.label(),
         mode.label(),
         secs * 1e6 / calls as f64,
-        cpu * 1e6 / calls as f64
+        cpu * 1e6 / calls as f64,
+        per(split.0 - split0.0),
+        per(split.1 - split0.1),
     );
     if let Ok(client) = Arc::try_unwrap(client) {
         client.close().await;
