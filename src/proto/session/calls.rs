@@ -1,7 +1,7 @@
 //! The call table: every call the app is waiting on, the JSON-RPC ids and progress tokens
 //! that lead back to it, and each call's recovery state.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 use std::time::{Duration, Instant};
@@ -155,7 +155,11 @@ impl Call {
 /// The call table.
 #[derive(Debug, Default)]
 pub(super) struct Calls {
-    map: BTreeMap<CallId, Call>,
+    /// A hash map, not an ordered one: a `Call` is large, and an ordered map's nodes shift
+    /// their neighbours' values on every insert and remove. The few walks that need
+    /// submission order sort the ids (they are issued in increasing order). Keyed by ids
+    /// this session issued: a fast hash is safe.
+    map: FxHashMap<CallId, Call>,
     /// Keyed by the ids this session issued (a server can look up, never insert): a fast
     /// hash is safe here.
     by_rpc: FxHashMap<RequestId, CallId>,
@@ -204,16 +208,21 @@ impl Calls {
 
     /// Every call id, in submission order.
     pub(super) fn ids(&self) -> Vec<CallId> {
-        self.map.keys().copied().collect()
+        let mut ids: Vec<CallId> = self.map.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// The calls waiting for the session, in submission order.
     pub(super) fn waiting(&self) -> Vec<CallId> {
-        self.map
+        let mut ids: Vec<CallId> = self
+            .map
             .iter()
             .filter(|(_, c)| c.state == CallState::Waiting)
             .map(|(id, _)| *id)
-            .collect()
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Gives `id` the JSON-RPC id of its new send.
