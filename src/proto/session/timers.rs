@@ -1,7 +1,8 @@
 //! The timer table: every deadline and backoff the session waits for, ordered by expiry, so
 //! the next one is found without looking at the others (no per-poll scan of the calls).
 
-use std::collections::BTreeSet;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
 use std::time::Instant;
@@ -24,25 +25,34 @@ pub(super) enum Timer {
 }
 
 /// Timers by expiry; each timer is armed at most once (arming again moves it).
+///
+/// Every call arms a deadline and nearly every one disarms it soon after, so disarming is
+/// made cheap: the entry stays in the heap, no longer matching `armed`, until it reaches
+/// the top, where it is dropped. The top is always an armed timer, and stale entries are
+/// swept out when they come to outnumber the armed ones.
 #[derive(Debug, Default)]
 pub(super) struct Timers {
-    queue: BTreeSet<(Instant, Timer)>,
+    queue: BinaryHeap<Reverse<(Instant, Timer)>>,
     armed: FxHashMap<Timer, Instant>,
 }
 
 impl Timers {
     /// Arms `timer` for `at`, replacing any earlier arming.
     pub(super) fn set(&mut self, timer: Timer, at: Instant) {
-        if let Some(old) = self.armed.insert(timer, at) {
-            self.queue.remove(&(old, timer));
+        match self.armed.insert(timer, at) {
+            Some(old) if old == at => {}
+            Some(_) => {
+                self.queue.push(Reverse((at, timer)));
+                self.settle();
+            }
+            None => self.queue.push(Reverse((at, timer))),
         }
-        self.queue.insert((at, timer));
     }
 
     /// Disarms `timer`, if armed.
     pub(super) fn cancel(&mut self, timer: Timer) {
-        if let Some(old) = self.armed.remove(&timer) {
-            self.queue.remove(&(old, timer));
+        if self.armed.remove(&timer).is_some() {
+            self.settle();
         }
     }
 
@@ -53,17 +63,18 @@ impl Timers {
 
     /// The earliest expiry.
     pub(super) fn next(&self) -> Option<Instant> {
-        self.queue.first().map(|(at, _)| *at)
+        self.queue.peek().map(|Reverse((at, _))| *at)
     }
 
     /// Disarms and returns the earliest timer due at `now`.
     pub(super) fn pop_due(&mut self, now: Instant) -> Option<Timer> {
-        let &(at, timer) = self.queue.first()?;
+        let &Reverse((at, timer)) = self.queue.peek()?;
         if at > now {
             return None;
         }
-        self.queue.pop_first();
+        self.queue.pop();
         self.armed.remove(&timer);
+        self.settle();
         Some(timer)
     }
 
@@ -71,6 +82,23 @@ impl Timers {
     pub(super) fn clear(&mut self) {
         self.queue.clear();
         self.armed.clear();
+    }
+
+    /// Restores the invariants: the top is armed, and stale entries stay a bounded share.
+    fn settle(&mut self) {
+        while let Some(&Reverse((at, timer))) = self.queue.peek() {
+            if self.armed.get(&timer) == Some(&at) {
+                break;
+            }
+            self.queue.pop();
+        }
+        if self.queue.len() > 2 * self.armed.len() + 64 {
+            self.queue = self
+                .armed
+                .iter()
+                .map(|(&timer, &at)| Reverse((at, timer)))
+                .collect();
+        }
     }
 }
 
@@ -95,6 +123,42 @@ mod tests {
         t.cancel(Timer::CallDeadline(CallId(1)));
         assert_eq!(t.next(), Some(ms(40)));
         assert_eq!(t.pop_due(ms(40)), Some(Timer::ListenBackoff));
+        assert_eq!(t.next(), None);
+    }
+
+    #[test]
+    #[allow(clippy::disallowed_methods)] // any instant will do as the test's origin of time
+    fn disarmed_and_moved_timers_never_fire_and_do_not_pile_up() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut t = Timers::default();
+        // A long call holds the earliest place while thousands of others come and go.
+        t.set(Timer::CallDeadline(CallId(0)), ms(1));
+        for i in 1..5000 {
+            t.set(Timer::CallDeadline(CallId(i)), ms(10 + i));
+            t.set(Timer::CallDeadline(CallId(i)), ms(20 + i));
+            t.set(Timer::CallDeadline(CallId(i)), ms(20 + i));
+            t.cancel(Timer::CallDeadline(CallId(i)));
+            assert!(
+                t.queue.len() <= 2 * t.armed.len() + 65,
+                "stale entries pile up"
+            );
+        }
+        t.set(Timer::CallBackoff(CallId(7)), ms(3));
+        t.set(Timer::InitBackoff, ms(3));
+        assert_eq!(t.next(), Some(ms(1)));
+        let mut fired = Vec::new();
+        while let Some(timer) = t.pop_due(ms(100_000)) {
+            fired.push(timer);
+        }
+        assert_eq!(
+            fired,
+            [
+                Timer::CallDeadline(CallId(0)),
+                Timer::InitBackoff,
+                Timer::CallBackoff(CallId(7)),
+            ]
+        );
         assert_eq!(t.next(), None);
     }
 }
