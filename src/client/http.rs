@@ -2,6 +2,7 @@
 //! caller of a call), reported as the inputs the session expects (head, data, end, or a
 //! transport failure).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use reqwest::Url;
 
 use super::auth::{Presentation, TokenProvider, TokenRequest};
 use crate::auth::AuthChallenge;
-use crate::proto::classify::auth_challenge;
+use crate::proto::classify::{auth_challenge, content_type, ContentType};
+use crate::proto::jsonrpc::{self, DecodeError, Message};
 use crate::proto::{HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
 
 /// What happened to an exchange, in order: `Head`, any `Data`, then `End`; or `Failed` at
@@ -36,6 +38,13 @@ pub(crate) enum ExchangeEvent {
         id: HttpId,
         failure: TransportFailure,
     },
+    /// The whole body of a JSON response, ended, with what it decodes to as one object,
+    /// decoded before the session was locked: `Data` with `body`, then `End`.
+    Json {
+        id: HttpId,
+        body: Bytes,
+        message: Result<Message, DecodeError>,
+    },
 }
 
 impl ExchangeEvent {
@@ -44,7 +53,8 @@ impl ExchangeEvent {
             ExchangeEvent::Head { id, .. }
             | ExchangeEvent::Data { id, .. }
             | ExchangeEvent::End { id }
-            | ExchangeEvent::Failed { id, .. } => *id,
+            | ExchangeEvent::Failed { id, .. }
+            | ExchangeEvent::Json { id, .. } => *id,
         }
     }
 }
@@ -66,19 +76,37 @@ pub(crate) trait ExchangeSink {
     }
 }
 
+/// The most of a JSON body gathered to be decoded before the session sees it; a larger one
+/// is handed over as it comes, and the session decodes it.
+const DECODE_AHEAD_MAX: usize = 256 * 1024;
+
 /// A response body read as exchange events: `Data` for each chunk, then `End` or `Failed`.
 struct BodyEvents<S> {
     id: HttpId,
     body: S,
     done: bool,
+    /// Events taken from the body already, to be handed over first, in order.
+    taken: VecDeque<ExchangeEvent>,
 }
 
 impl<S> BodyEvents<S>
 where
     S: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin,
 {
+    fn new(id: HttpId, body: S) -> Self {
+        BodyEvents {
+            id,
+            body,
+            done: false,
+            taken: VecDeque::new(),
+        }
+    }
+
     /// The next event, waiting for it; `None` after the last.
     async fn next(&mut self) -> Option<ExchangeEvent> {
+        if let Some(event) = self.taken.pop_front() {
+            return Some(event);
+        }
         loop {
             if self.done {
                 return None;
@@ -93,6 +121,9 @@ where
     /// The next event if it is already there (most bodies end in the chunk that completes
     /// them, so the end is reported with the data), without waiting.
     fn ready(&mut self) -> Option<ExchangeEvent> {
+        if let Some(event) = self.taken.pop_front() {
+            return Some(event);
+        }
         loop {
             if self.done {
                 return None;
@@ -102,6 +133,48 @@ where
                 return Some(event);
             }
         }
+    }
+
+    /// When a JSON body is already here whole (most answers arrive with their head), decodes
+    /// it now, so the session, behind its lock, does not: the body becomes one
+    /// [`ExchangeEvent::Json`]. Otherwise what was read is handed over as usual. Never waits.
+    fn decode_ahead(&mut self) {
+        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut size = 0usize;
+        let mut end = None;
+        while size <= DECODE_AHEAD_MAX {
+            match self.ready() {
+                Some(ExchangeEvent::Data { bytes, .. }) => {
+                    size += bytes.len();
+                    chunks.push(bytes);
+                }
+                Some(other) => {
+                    end = Some(other);
+                    break;
+                }
+                None => break,
+            }
+        }
+        let id = self.id;
+        if matches!(end, Some(ExchangeEvent::End { .. })) && size <= DECODE_AHEAD_MAX {
+            let body = match chunks.len() {
+                1 => chunks.pop().unwrap_or_default(),
+                _ => Bytes::from(chunks.concat()),
+            };
+            if let Some(message) = jsonrpc::decode_object(&body) {
+                self.taken
+                    .push_back(ExchangeEvent::Json { id, body, message });
+                return;
+            }
+            chunks = vec![body];
+        }
+        self.taken.extend(
+            chunks
+                .into_iter()
+                .filter(|bytes| !bytes.is_empty())
+                .map(|bytes| ExchangeEvent::Data { id, bytes }),
+        );
+        self.taken.extend(end);
     }
 
     /// Reads what is already there of a body nobody wants any more (a stream whose answer
@@ -247,17 +320,17 @@ impl Endpoint {
         };
         let status = response.status().as_u16();
         tracing::trace!(http = id.0, status, "response head");
+        let json = content_type(response.headers()) == ContentType::Json;
         let head = ExchangeEvent::Head {
             id,
             status,
             // Taken, not cloned: the body stream does not need them.
             headers: std::mem::take(response.headers_mut()),
         };
-        let mut body = BodyEvents {
-            id,
-            body: response.bytes_stream(),
-            done: false,
-        };
+        let mut body = BodyEvents::new(id, response.bytes_stream());
+        if json {
+            body.decode_ahead();
+        }
         if !sink.report(head, &mut || body.ready()) {
             body.discard_ready();
             return;

@@ -97,10 +97,8 @@ pub(crate) fn decode(payload: &[u8], allow_batch: bool) -> Result<Decoded, Decod
     // map is built for the message itself and the members it does not name are skipped.
     // Whatever that reading refuses (a duplicate member, invalid JSON) is read again below,
     // as a `Value`, so every payload decodes, or fails, exactly as it always has.
-    if payload.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
-        if let Ok(envelope) = serde_json::from_slice::<Envelope>(payload) {
-            return Ok(Decoded::One(envelope.decode()));
-        }
+    if let Some(one) = decode_object(payload) {
+        return Ok(Decoded::One(one));
     }
     let value: Value =
         serde_json::from_slice(payload).map_err(|e| DecodeError::Json(e.to_string()))?;
@@ -118,6 +116,17 @@ pub(crate) fn decode(payload: &[u8], allow_batch: bool) -> Result<Decoded, Decod
         }
         other => Ok(Decoded::One(decode_value(other))),
     }
+}
+
+/// The common case of [`decode`], one object, when the direct reading accepts it: what
+/// `decode` would make of it. `None` for anything else (`decode` reads it then).
+pub(crate) fn decode_object(payload: &[u8]) -> Option<Result<Message, DecodeError>> {
+    if payload.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    serde_json::from_slice::<Envelope>(payload)
+        .ok()
+        .map(Envelope::decode)
 }
 
 /// Decodes one JSON value as a JSON-RPC message.

@@ -376,7 +376,7 @@ pub(crate) mod classify;
 pub mod config;
 pub mod decide;
 mod ext;
-mod jsonrpc;
+pub(crate) mod jsonrpc;
 pub mod methods;
 pub mod modern;
 pub mod probe;

@@ -409,6 +409,10 @@ impl State {
                 self.exchanges.remove(&id);
                 self.session.handle_error(id, failure, now);
             }
+            ExchangeEvent::Json { id, body, message } => {
+                self.exchanges.remove(&id);
+                self.session.handle_json_body(id, &body, message, now);
+            }
         }
         self.pump();
         self.exchanges.contains_key(&id)

@@ -14,7 +14,7 @@ use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
-use crate::proto::jsonrpc::{self, Message};
+use crate::proto::jsonrpc::{self, Decoded, Message};
 use crate::proto::modern::{self, ResultType};
 use crate::proto::probe::ProbeAnswer;
 use crate::proto::{
@@ -104,23 +104,29 @@ impl Session {
         allow_batch: bool,
         now: Instant,
     ) -> bool {
-        let messages = match jsonrpc::decode(payload, allow_batch) {
-            Ok(m) => m,
+        match jsonrpc::decode(payload, allow_batch) {
+            Ok(messages) => {
+                self.on_decoded(http, messages, now);
+                true
+            }
             Err(e) => {
                 warn!(error = %e, "undecodable message ignored");
-                return false;
+                false
             }
-        };
+        }
+    }
+
+    /// The messages of one payload, in order, while the exchange lasts.
+    pub(super) fn on_decoded(&mut self, http: HttpId, messages: Decoded, now: Instant) {
         for message in messages {
             if self.exchanges.get(http).is_none() {
-                return true;
+                return;
             }
             match message {
                 Ok(m) => self.on_message(http, m, now),
                 Err(e) => warn!(error = %e, "undecodable message ignored"),
             }
         }
-        true
     }
 
     fn on_message(&mut self, http: HttpId, message: Message, now: Instant) {
