@@ -1,6 +1,6 @@
 //! [`Client`]: the cheap-to-clone handle the application calls.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::builder::{ClientBuilder, ClientConfig};
-use super::driver::{Command, Core, Driver, Inline, Parts};
+use super::driver::{Command, Core, Driver, Inline, Parts, Registration};
 use super::events::{EventStream, NotificationStream, Published};
 use super::handle::{CallHandle, GUARD_GRACE, PROGRESS_BUFFER};
 use super::http::Endpoint;
@@ -49,7 +49,6 @@ struct Shared {
     driver: Mutex<Option<Driver>>,
     /// Whether the driver was spawned (read on every call without taking the lock above).
     started: AtomicBool,
-    next_ticket: AtomicU64,
     call_timeout: Duration,
 }
 
@@ -101,7 +100,6 @@ impl Client {
                 core,
                 published,
                 started: AtomicBool::new(false),
-                next_ticket: AtomicU64::new(0),
                 call_timeout,
             }),
         }
@@ -219,7 +217,6 @@ impl Client {
         inline: bool,
     ) -> Result<(CallHandle<T>, Option<Inline>), Error> {
         self.start_driver()?;
-        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
         let (progress_tx, progress_rx) = if submission.wants_progress {
             let (tx, rx) = mpsc::channel(PROGRESS_BUFFER);
@@ -234,23 +231,17 @@ impl Client {
             total,
             ..
         } = submission;
-        let command = Command::Call {
-            ticket,
+        let registration = Registration::Call {
             id,
             request,
             idle,
             progress: progress_tx,
             reply,
         };
-        let inline = if inline {
-            self.shared.core.submit(command)?
-        } else {
-            self.shared.core.command(command)?;
-            None
-        };
+        let (call, inline) = self.shared.core.register(registration, inline)?;
         let handle = CallHandle::new(
             id,
-            ticket,
+            call,
             self.shared.core.clone(),
             rx,
             total,
@@ -270,20 +261,20 @@ impl Client {
         task_id: &str,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
-        let ticket = self.shared.next_ticket.fetch_add(1, Ordering::Relaxed);
+        self.start_driver()?;
         let (reply, rx) = oneshot::channel();
         let id = next_call_id();
         let total = timeout.unwrap_or(self.shared.call_timeout);
-        self.send(Command::ResumeTask {
-            ticket,
+        let registration = Registration::ResumeTask {
             id,
             task_id: task_id.to_owned(),
             timeout: Some(total),
             reply,
-        })?;
+        };
+        let (call, _) = self.shared.core.register(registration, false)?;
         let handle: CallHandle<Value> = CallHandle::new(
             id,
-            ticket,
+            call,
             self.shared.core.clone(),
             rx,
             Some(total),

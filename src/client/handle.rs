@@ -60,7 +60,8 @@ pub struct CallHandle<T> {
 }
 
 struct Waiting {
-    ticket: u64,
+    /// The session's id for the call, what a cancellation names.
+    call: CallId,
     core: Arc<Core>,
     rx: oneshot::Receiver<Result<Value, Error>>,
     /// When the guard fires, if the call has a bound at all.
@@ -71,7 +72,7 @@ struct Waiting {
 impl<T> CallHandle<T> {
     pub(crate) fn new(
         id: CallId,
-        ticket: u64,
+        call: CallId,
         core: Arc<Core>,
         rx: oneshot::Receiver<Result<Value, Error>>,
         total: Option<Duration>,
@@ -83,7 +84,7 @@ impl<T> CallHandle<T> {
         CallHandle {
             id,
             waiting: Some(Waiting {
-                ticket,
+                call,
                 core,
                 rx,
                 guard_at,
@@ -115,7 +116,7 @@ impl<T> CallHandle<T> {
     pub fn cancel(mut self, reason: impl Into<String>) {
         if let Some(waiting) = self.waiting.take() {
             let _ = waiting.core.command(Command::Cancel {
-                ticket: waiting.ticket,
+                call: waiting.call,
                 reason: Some(reason.into()),
             });
         }
@@ -169,7 +170,7 @@ impl<T> Future for CallHandle<T> {
             // Dropping the waiting part cancels the call, which posts `notifications/cancelled`.
             if let Some(waiting) = this.waiting.take() {
                 let _ = waiting.core.command(Command::Cancel {
-                    ticket: waiting.ticket,
+                    call: waiting.call,
                     reason: None,
                 });
             }
@@ -186,7 +187,7 @@ impl<T> Drop for CallHandle<T> {
     fn drop(&mut self) {
         if let Some(waiting) = self.waiting.take() {
             let _ = waiting.core.command(Command::Cancel {
-                ticket: waiting.ticket,
+                call: waiting.call,
                 reason: None,
             });
         }

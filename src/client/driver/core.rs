@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::state::{Command, Parts, Pending, State};
+use super::state::{Command, Parts, Pending, Registration, State};
 use crate::client::http::{Endpoint, ExchangeEvent, ExchangeSink};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
+use crate::proto::CallId;
 
 /// The shared session of one client.
 pub(crate) struct Core {
@@ -92,11 +93,16 @@ impl Core {
         })
     }
 
-    /// Registers a call; returns its first POST when the caller may perform it itself (the
-    /// session sent it at once), else the driver performs it.
-    pub(crate) fn submit(&self, command: Command) -> Result<Option<Inline>, Error> {
-        self.with(|state| state.submit_inline(command))
-            .map(|pending| pending.map(|pending| Inline { pending }))
+    /// Registers a call; returns the session's id for it and, when `inline`, its first POST
+    /// if the caller may perform it itself (the session sent it at once); else the driver
+    /// performs it.
+    pub(crate) fn register(
+        &self,
+        registration: Registration,
+        inline: bool,
+    ) -> Result<(CallId, Option<Inline>), Error> {
+        self.with(|state| state.register(registration, inline))
+            .map(|(call, pending)| (call, pending.map(|pending| Inline { pending })))
     }
 
     /// A server-request handler's answer.

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub(crate) use self::core::{Core, Inline};
-pub(crate) use self::state::{Command, Parts};
+pub(crate) use self::state::{Command, Parts, Registration};
 use super::http::redacted_url;
 
 /// A driver not yet spawned: the client starts it on the first call that needs it.

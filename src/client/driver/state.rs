@@ -46,9 +46,27 @@ pub(crate) type Reply = oneshot::Sender<Result<Value, Error>>;
 pub(crate) enum Command {
     /// Initialize (or report the result of the initialization already done).
     Connect { reply: Reply },
-    /// A request; `ticket` names it for [`Command::Cancel`], `id` in events.
+    /// The call's handle was dropped or cancelled (with the application's reason); `call`
+    /// is the session's id [`State::register`] returned.
+    Cancel {
+        call: CallId,
+        reason: Option<String>,
+    },
+    /// A notification to the server.
+    Notify {
+        method: String,
+        params: Option<Value>,
+    },
+    /// Close the session (DELETE).
+    Close { reply: Reply },
+    /// The last client handle is gone: close (best effort) and stop.
+    Shutdown,
+}
+
+/// A call the application waits on; [`State::register`] gives it the session's id.
+pub(crate) enum Registration {
+    /// A request; `id` names it in events.
     Call {
-        ticket: u64,
         id: CallId,
         request: CallRequest,
         /// Longest time without progress before the call is abandoned with a timeout.
@@ -57,25 +75,13 @@ pub(crate) enum Command {
         progress: Option<mpsc::Sender<Progress>>,
         reply: Reply,
     },
-    /// The call's handle was dropped or cancelled (with the application's reason).
-    Cancel { ticket: u64, reason: Option<String> },
-    /// A notification to the server.
-    Notify {
-        method: String,
-        params: Option<Value>,
-    },
     /// Poll a task created before.
     ResumeTask {
-        ticket: u64,
         id: CallId,
         task_id: String,
         timeout: Option<Duration>,
         reply: Reply,
     },
-    /// Close the session (DELETE).
-    Close { reply: Reply },
-    /// The last client handle is gone: close (best effort) and stop.
-    Shutdown,
 }
 
 /// The session's view of time; tokio's clock, so paused-time tests drive it.
@@ -93,7 +99,7 @@ pub(crate) struct Pending {
 
 enum Waiter {
     Connect { reply: Reply },
-    Call { ticket: u64, reply: Reply },
+    Call { reply: Reply },
     Close { reply: Option<Reply> },
 }
 
@@ -124,7 +130,6 @@ pub(crate) struct State {
     inline_for: Option<CallId>,
     inline: Option<Pending>,
     calls: FxHashMap<CallId, Waiter>,
-    tickets: FxHashMap<u64, CallId>,
     /// The session's call ids to the application's ([`ToolCall::id`](crate::ToolCall::id)).
     app_ids: FxHashMap<CallId, CallId>,
     /// Calls finished recently, oldest first: their ids stay translatable for events the
@@ -174,7 +179,6 @@ impl State {
             inline_for: None,
             inline: None,
             calls: FxHashMap::default(),
-            tickets: FxHashMap::default(),
             app_ids: FxHashMap::default(),
             finished: VecDeque::new(),
             server_requests: HashMap::new(),
@@ -192,19 +196,51 @@ impl State {
         self.stopped
     }
 
-    /// Registers a call and pumps; when the session sends the call's POST at once, the POST is
-    /// returned for the caller to perform instead of being queued for the driver.
-    pub(super) fn submit_inline(&mut self, command: Command) -> Option<Pending> {
-        let Command::Call { ticket, .. } = &command else {
-            self.handle_command(command);
-            return None;
+    /// Registers a call and pumps; returns the session's id for the call and, when `inline`
+    /// and the session sends the call's POST at once, that POST for the caller to perform
+    /// (else the driver performs it).
+    pub(super) fn register(
+        &mut self,
+        registration: Registration,
+        inline: bool,
+    ) -> (CallId, Option<Pending>) {
+        let now = now();
+        let call = match registration {
+            Registration::Call {
+                id,
+                request,
+                idle,
+                progress,
+                reply,
+            } => {
+                tracing::debug!(method = %request.method, "call submitted");
+                let call = self.session.submit(request, now);
+                self.app_ids.insert(call, id);
+                self.calls.insert(call, Waiter::Call { reply });
+                if let Some(progress) = progress {
+                    self.progress.insert(call, progress);
+                }
+                if let Some(period) = idle {
+                    self.arm_idle(call, period);
+                }
+                call
+            }
+            Registration::ResumeTask {
+                id,
+                task_id,
+                timeout,
+                reply,
+            } => {
+                let call = self.session.resume_task(&task_id, timeout, now);
+                self.app_ids.insert(call, id);
+                self.calls.insert(call, Waiter::Call { reply });
+                call
+            }
         };
-        let ticket = *ticket;
-        self.handle_command(command);
-        self.inline_for = self.tickets.get(&ticket).copied();
+        self.inline_for = inline.then_some(call);
         self.pump();
         self.inline_for = None;
-        self.inline.take()
+        (call, self.inline.take())
     }
 
     /// Whether the driver has something to do that it does not know of yet: exchanges to
@@ -281,7 +317,6 @@ impl State {
                 )));
             }
         }
-        self.tickets.clear();
         self.progress.clear();
         self.idle.clear();
         self.idle_queue.clear();
@@ -296,61 +331,27 @@ impl State {
                 let call = self.session.connect(now);
                 self.calls.insert(call, Waiter::Connect { reply });
             }
-            Command::Call {
-                ticket,
-                id,
-                request,
-                idle,
-                progress,
-                reply,
-            } => {
-                tracing::debug!(method = %request.method, "call submitted");
-                let call = self.session.submit(request, now);
-                self.calls.insert(call, Waiter::Call { ticket, reply });
-                self.tickets.insert(ticket, call);
-                self.app_ids.insert(call, id);
-                if let Some(progress) = progress {
-                    self.progress.insert(call, progress);
-                }
-                if let Some(period) = idle {
-                    self.arm_idle(call, period);
-                }
-            }
-            Command::Cancel { ticket, reason } => {
-                if let Some(call) = self.tickets.remove(&ticket) {
-                    if self.calls.remove(&call).is_some() {
-                        match &reason {
-                            Some(reason) => {
-                                tracing::debug!(call = call.0, %reason, "call cancelled by the application")
-                            }
-                            None => {
-                                tracing::debug!(call = call.0, "call abandoned by the application")
-                            }
+            Command::Cancel { call, reason } => {
+                if self.calls.remove(&call).is_some() {
+                    match &reason {
+                        Some(reason) => {
+                            tracing::debug!(call = call.0, %reason, "call cancelled by the application")
                         }
-                        match self.withdraw_post(call) {
-                            Some(unsent) => self.session.cancel_unsent(call, unsent, now),
-                            None => self.session.cancel(call, now),
+                        None => {
+                            tracing::debug!(call = call.0, "call abandoned by the application")
                         }
-                        self.forget(call);
-                        // Its id stays translatable for what the cancellation reports (a
-                        // task's end), then goes: nothing kept per call for the client's life.
-                        self.retire(call);
                     }
+                    match self.withdraw_post(call) {
+                        Some(unsent) => self.session.cancel_unsent(call, unsent, now),
+                        None => self.session.cancel(call, now),
+                    }
+                    self.forget(call);
+                    // Its id stays translatable for what the cancellation reports (a
+                    // task's end), then goes: nothing kept per call for the client's life.
+                    self.retire(call);
                 }
             }
             Command::Notify { method, params } => self.session.notify(&method, params, now),
-            Command::ResumeTask {
-                ticket,
-                id,
-                task_id,
-                timeout,
-                reply,
-            } => {
-                let call = self.session.resume_task(&task_id, timeout, now);
-                self.calls.insert(call, Waiter::Call { ticket, reply });
-                self.tickets.insert(ticket, call);
-                self.app_ids.insert(call, id);
-            }
             Command::Close { reply } => {
                 let call = self.session.close(now);
                 self.calls
@@ -588,8 +589,7 @@ impl State {
                 }
                 let _ = reply.send(result);
             }
-            Some(Waiter::Call { ticket, reply }) => {
-                self.tickets.remove(&ticket);
+            Some(Waiter::Call { reply }) => {
                 self.retire(call);
                 let _ = reply.send(result);
             }
@@ -651,13 +651,12 @@ impl State {
             }
             let period = self.idle.get(&call).map(|(p, _)| *p).unwrap_or_default();
             self.forget(call);
-            if let Some(Waiter::Call { ticket, reply }) = self.calls.remove(&call) {
+            if let Some(Waiter::Call { reply }) = self.calls.remove(&call) {
                 tracing::debug!(
                     call = call.0,
                     ?period,
                     "no progress in time: call abandoned"
                 );
-                self.tickets.remove(&ticket);
                 self.session.cancel(call, now.into_std());
                 self.retire(call);
                 let _ = reply.send(Err(Error::new(
