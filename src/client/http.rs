@@ -14,8 +14,7 @@ use reqwest::Url;
 use super::auth::{Presentation, TokenProvider, TokenRequest};
 use crate::auth::AuthChallenge;
 use crate::proto::classify::{auth_challenge, content_type, ContentType};
-use crate::proto::jsonrpc::{self, DecodeError, Message};
-use crate::proto::{HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
+use crate::proto::{DecodedBody, HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
 
 /// What happened to an exchange, in order: `Head`, any `Data`, then `End`; or `Failed` at
 /// any point. A refusal of the credentials (after the one retry with a fresh token, when a
@@ -38,12 +37,12 @@ pub(crate) enum ExchangeEvent {
         id: HttpId,
         failure: TransportFailure,
     },
-    /// The whole body of a JSON response, ended, with what it decodes to as one object,
-    /// decoded before the session was locked: `Data` with `body`, then `End`.
-    Json {
+    /// The whole body of a response, ended, decoded before the session was locked: `Data`
+    /// with `body`, then `End`.
+    Decoded {
         id: HttpId,
         body: Bytes,
-        message: Result<Message, DecodeError>,
+        decoded: DecodedBody,
     },
 }
 
@@ -54,7 +53,7 @@ impl ExchangeEvent {
             | ExchangeEvent::Data { id, .. }
             | ExchangeEvent::End { id }
             | ExchangeEvent::Failed { id, .. }
-            | ExchangeEvent::Json { id, .. } => *id,
+            | ExchangeEvent::Decoded { id, .. } => *id,
         }
     }
 }
@@ -76,8 +75,8 @@ pub(crate) trait ExchangeSink {
     }
 }
 
-/// The most of a JSON body gathered to be decoded before the session sees it; a larger one
-/// is handed over as it comes, and the session decodes it.
+/// The most of a body gathered to be decoded before the session sees it; a larger one is
+/// handed over as it comes, and the session decodes it.
 const DECODE_AHEAD_MAX: usize = 256 * 1024;
 
 /// A response body read as exchange events: `Data` for each chunk, then `End` or `Failed`.
@@ -135,10 +134,11 @@ where
         }
     }
 
-    /// When a JSON body is already here whole (most answers arrive with their head), decodes
-    /// it now, so the session, behind its lock, does not: the body becomes one
-    /// [`ExchangeEvent::Json`]. Otherwise what was read is handed over as usual. Never waits.
-    fn decode_ahead(&mut self) {
+    /// When a JSON or SSE body is already here whole (most answers arrive with their head),
+    /// decodes it now, so the session, behind its lock, does not: the body becomes one
+    /// [`ExchangeEvent::Decoded`]. Otherwise what was read is handed over as usual. Never
+    /// waits.
+    fn decode_ahead(&mut self, content_type: ContentType) {
         let mut chunks: Vec<Bytes> = Vec::new();
         let mut size = 0usize;
         let mut end = None;
@@ -161,9 +161,9 @@ where
                 1 => chunks.pop().unwrap_or_default(),
                 _ => Bytes::from(chunks.concat()),
             };
-            if let Some(message) = jsonrpc::decode_object(&body) {
+            if let Some(decoded) = DecodedBody::decode(content_type, &body) {
                 self.taken
-                    .push_back(ExchangeEvent::Json { id, body, message });
+                    .push_back(ExchangeEvent::Decoded { id, body, decoded });
                 return;
             }
             chunks = vec![body];
@@ -320,7 +320,7 @@ impl Endpoint {
         };
         let status = response.status().as_u16();
         tracing::trace!(http = id.0, status, "response head");
-        let json = content_type(response.headers()) == ContentType::Json;
+        let content = content_type(response.headers());
         let head = ExchangeEvent::Head {
             id,
             status,
@@ -328,8 +328,8 @@ impl Endpoint {
             headers: std::mem::take(response.headers_mut()),
         };
         let mut body = BodyEvents::new(id, response.bytes_stream());
-        if json {
-            body.decode_ahead();
+        if content != ContentType::Other {
+            body.decode_ahead(content);
         }
         if !sink.report(head, &mut || body.ready()) {
             body.discard_ready();

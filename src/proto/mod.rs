@@ -381,6 +381,7 @@ pub mod methods;
 pub mod modern;
 pub mod probe;
 mod session;
+pub(crate) use session::DecodedBody;
 pub mod version;
 pub mod walkthrough;
 

@@ -147,6 +147,11 @@ impl SseDecoder {
         }
     }
 
+    /// Whether nothing has been fed yet (or everything since was finished): a new stream.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.at_start && self.line.is_empty() && self.poisoned.is_none()
+    }
+
     /// Bytes currently held (block so far plus the unterminated line); never more than
     /// `max_event_size`, except for up to two bytes of a BOM split at the start of a stream.
     #[doc(hidden)]

@@ -410,9 +410,9 @@ impl State {
                 self.exchanges.remove(&id);
                 self.session.handle_error(id, failure, now);
             }
-            ExchangeEvent::Json { id, body, message } => {
+            ExchangeEvent::Decoded { id, body, decoded } => {
                 self.exchanges.remove(&id);
-                self.session.handle_json_body(id, &body, message, now);
+                self.session.handle_decoded_body(id, &body, decoded, now);
             }
         }
         self.pump();

@@ -14,7 +14,7 @@ use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
-use crate::proto::jsonrpc::{self, Decoded, Message};
+use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::modern::{self, ResultType};
 use crate::proto::probe::ProbeAnswer;
 use crate::proto::{
@@ -29,11 +29,18 @@ impl Session {
             if self.exchanges.get(http).is_none() {
                 continue;
             }
-            self.on_event(http, event, now);
+            self.on_event(http, event, None, now);
         }
     }
 
-    fn on_event(&mut self, http: HttpId, event: SseEvent, now: Instant) {
+    /// One event; `message` is what its data decodes to, when that was done ahead.
+    pub(super) fn on_event(
+        &mut self,
+        http: HttpId,
+        event: SseEvent,
+        message: Option<Result<Message, DecodeError>>,
+        now: Instant,
+    ) {
         let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
@@ -75,7 +82,12 @@ impl Session {
             self.life.confirm();
         }
         let allow_batch = ex.allow_batch;
-        self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+        match message {
+            Some(message) => self.on_decoded(http, Decoded::One(message), now),
+            None => {
+                self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+            }
+        }
     }
 
     /// A protocol violation on a stream (gap, orphan): the recovery decision for whatever the

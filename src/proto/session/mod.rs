@@ -20,6 +20,7 @@
 //! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
 //! these parts.
 
+mod ahead;
 mod apply;
 mod calls;
 mod cursors;
@@ -50,6 +51,7 @@ use http::{HeaderMap, HeaderValue};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
+pub(crate) use self::ahead::DecodedBody;
 use self::calls::{Call, CallState, Calls};
 use self::cursors::Delivered;
 use self::exchanges::{
@@ -487,35 +489,6 @@ impl Session {
         }
     }
 
-    /// The whole body of a JSON response and what it decodes to when it is one object
-    /// ([`jsonrpc::decode_object`]), decoded by the caller beforehand, outside whatever lock
-    /// the session sits behind: the same as [`Session::handle_data`] with `body` then
-    /// [`Session::handle_end`], without decoding it again. When the exchange is not a JSON
-    /// body with nothing read yet, or `body` is over the size bound, it is exactly that.
-    pub(crate) fn handle_json_body(
-        &mut self,
-        http: HttpId,
-        body: &[u8],
-        message: Result<jsonrpc::Message, jsonrpc::DecodeError>,
-        now: Instant,
-    ) {
-        let fits = body.len() <= self.config.max_body_size;
-        let whole = self
-            .exchanges
-            .get_mut(http)
-            .filter(|ex| fits && matches!(&ex.body, Body::Json(buf) if buf.is_empty()));
-        let Some(ex) = whole else {
-            self.handle_data(http, body, now);
-            self.handle_end(http, now);
-            return;
-        };
-        ex.ended = true;
-        self.on_decoded(http, jsonrpc::Decoded::One(message), now);
-        if let Some(ex) = self.remove_current(http) {
-            self.json_ended(ex.kind, true, now);
-        }
-    }
-
     /// An exchange failed at the transport level.
     pub fn handle_error(&mut self, http: HttpId, failure: TransportFailure, now: Instant) {
         let Some(ex) = self.remove_current(http) else {
@@ -816,121 +789,6 @@ impl Session {
                 self.listen.state = ListenState::GaveUp;
             }
             _ => {}
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    type Deliver = fn(&mut Session, HttpId, &[u8], Instant);
-    /// The body answering a call, from the call's JSON-RPC id.
-    type Answer = fn(&Value) -> Vec<u8>;
-
-    /// Body bytes as they come, then the end.
-    fn streamed(s: &mut Session, http: HttpId, body: &[u8], now: Instant) {
-        s.handle_data(http, body, now);
-        s.handle_end(http, now);
-    }
-
-    /// The whole body decoded beforehand, as the client's exchanges hand it over.
-    fn decoded_ahead(s: &mut Session, http: HttpId, body: &[u8], now: Instant) {
-        match jsonrpc::decode_object(body) {
-            Some(message) => s.handle_json_body(http, body, message, now),
-            None => streamed(s, http, body, now),
-        }
-    }
-
-    fn json_head() -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert("content-type", HeaderValue::from_static("application/json"));
-        h.insert("mcp-session-id", HeaderValue::from_static("s-1"));
-        h
-    }
-
-    /// A session through its handshake, then one call answered with `status` and the body
-    /// `answer` makes of the call's JSON-RPC id, delivered by `deliver`: everything the
-    /// session did after the answer, as text.
-    fn answer_call(deliver: Deliver, status: u16, answer: Answer) -> String {
-        #[allow(clippy::disallowed_methods)] // the test's origin of time
-        let t0 = Instant::now();
-        let config = SessionConfig::default()
-            .with_era(super::super::config::Era::Legacy)
-            .with_open_listen_stream(false)
-            .with_max_body_size(4096);
-        let mut s = Session::new(config, t0);
-        s.connect(t0);
-        let mut log = String::new();
-        for step in 0..6 {
-            let now = t0 + Duration::from_millis(step);
-            if step == 1 {
-                s.submit(CallRequest::new("tools/call", None), now);
-            }
-            while let Some(t) = s.poll_transmit() {
-                let Transmit::Send(req) = t else { continue };
-                let body: Value =
-                    serde_json::from_slice(req.body.as_deref().unwrap_or(b"{}")).unwrap();
-                let id = &body["id"];
-                match body["method"].as_str() {
-                    Some("initialize") => {
-                        let init = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {
-                            "protocolVersion": "2025-06-18", "capabilities": {},
-                            "serverInfo": {"name": "t", "version": "1"}}});
-                        s.handle_head(req.id, 200, &json_head(), now);
-                        streamed(&mut s, req.id, &serde_json::to_vec(&init).unwrap(), now);
-                    }
-                    Some("tools/call") => {
-                        s.handle_head(req.id, status, &json_head(), now);
-                        deliver(&mut s, req.id, &answer(id), now);
-                        log.push_str("answered\n");
-                    }
-                    _ => {
-                        s.handle_head(req.id, 202, &HeaderMap::new(), now);
-                        s.handle_end(req.id, now);
-                    }
-                }
-            }
-            while let Some(o) = s.poll_output() {
-                if !log.is_empty() {
-                    log.push_str(&format!("{o:?}\n"));
-                }
-            }
-        }
-        assert!(log.starts_with("answered"), "the call was never sent");
-        log
-    }
-
-    #[test]
-    fn a_body_decoded_ahead_is_read_as_the_same_body_streamed() {
-        let answers: [(u16, Answer); 6] = [
-            (200, |id| {
-                serde_json::to_vec(
-                    &serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {"ok": 1}}),
-                )
-                .unwrap()
-            }),
-            (200, |id| {
-                serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -1, "message": "no"}})).unwrap()
-            }),
-            (200, |_| {
-                br#"{"jsonrpc":"2.0","id":999,"result":{}}"#.to_vec()
-            }),
-            (200, |_| {
-                br#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#.to_vec()
-            }),
-            (404, |id| {
-                serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": "gone"}})).unwrap()
-            }),
-            (200, |id| {
-                serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {"pad": "x".repeat(5000)}})).unwrap()
-            }),
-        ];
-        for (status, answer) in answers {
-            let streamed = answer_call(streamed, status, answer);
-            let ahead = answer_call(decoded_ahead, status, answer);
-            assert_eq!(ahead, streamed);
         }
     }
 }
