@@ -9,7 +9,9 @@
 //! notifications, answers to the server), side by side in a `FuturesUnordered` (no task per
 //! request), so a slow stream never blocks another. Exchanges report synchronously, under
 //! the lock: no queue between the network and the session, and memory stays bounded however
-//! fast a server sends. Only server-request handlers run in tasks of their own.
+//! fast a server sends. A body that arrived whole with its head is decoded before the lock is
+//! taken ([`DecodedBody`](crate::proto::DecodedBody)), so the lock covers the session's
+//! bookkeeping only. Only server-request handlers run in tasks of their own.
 
 mod core;
 mod state;
