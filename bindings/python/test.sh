@@ -33,4 +33,6 @@ export MCP_RESUME_WHEEL="$wheel" MCP_RESUME_SDIST="$(ls "$dist"/*.tar.gz)"
 cd "$here"
 mypy --strict examples
 python -m mypy.stubtest mcp_resume._mcp_resume
-python -m pytest
+# In four processes (pytest-xdist): the suite waits on servers and subprocesses far more
+# than it computes, and each test starts its own servers on ports of its own.
+python -m pytest -n 4
