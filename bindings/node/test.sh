@@ -26,5 +26,6 @@ fi
 node "$here/build.mjs"
 cd "$here"
 # A test that fails with a client still open would keep its process alive: each file's
-# process is ended once its tests are done, and no test runs longer than a minute.
-node --test --test-force-exit --test-timeout=60000 test/*.test.mjs
+# process is ended once its tests are done, and no test runs longer than a minute. Four files
+# at a time (node's default is one per core but one): they wait on servers, each its own.
+node --test --test-force-exit --test-timeout=60000 --test-concurrency=4 test/*.test.mjs
