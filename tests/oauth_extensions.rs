@@ -61,21 +61,14 @@ const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 struct AuthServer {
     url: String,
     ledger: Shared,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for AuthServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _served: oauth::Served,
 }
 
 impl AuthServer {
     /// An authorization server (and enterprise IdP, at `/idp/token`) for the MCP endpoint
     /// `resource`.
     async fn start(resource: String, config: AsConfig) -> AuthServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (listener, url) = oauth::listener().await;
         let ledger: Shared = Arc::default();
         let issuer = url.clone();
         let mut metadata = json!({
@@ -97,10 +90,12 @@ impl AuthServer {
             .route("/token", post(token))
             .route("/idp/token", post(idp_token))
             .with_state((ledger.clone(), issuer, config));
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        AuthServer { url, ledger, task }
+        let _served = oauth::serve(listener, app);
+        AuthServer {
+            url,
+            ledger,
+            _served,
+        }
     }
 
     fn calls(&self, path: &str) -> Vec<TokenCall> {

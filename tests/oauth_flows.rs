@@ -42,21 +42,14 @@ type Shared = Arc<Mutex<Ledger>>;
 struct AuthServer {
     url: String,
     ledger: Shared,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for AuthServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _served: oauth::Served,
 }
 
 impl AuthServer {
     /// An authorization server for the MCP endpoint `resource`, issuing access tokens valid
     /// `expires_in` seconds with refresh tokens.
     async fn start(resource: String, expires_in: u64) -> AuthServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (listener, url) = oauth::listener().await;
         let ledger: Shared = Arc::new(Mutex::new(Ledger {
             expires_in,
             ..Ledger::default()
@@ -78,10 +71,12 @@ impl AuthServer {
             .route("/authorize", get(authorize))
             .route("/token", post(token))
             .with_state((ledger.clone(), issuer));
-        let task = tokio::spawn(async move {
-            axum::serve(listener, app).await.unwrap();
-        });
-        AuthServer { url, ledger, task }
+        let _served = oauth::serve(listener, app);
+        AuthServer {
+            url,
+            ledger,
+            _served,
+        }
     }
 
     fn grants(&self) -> Vec<String> {

@@ -11,14 +11,33 @@ use tokio::net::TcpListener;
 
 use super::status;
 
+/// A listener on a free port of 127.0.0.1 and its base URL.
+pub(crate) async fn listener() -> (TcpListener, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    (listener, url)
+}
+
 /// A listener for the MCP server and its URL (the protected resource).
 pub(crate) async fn mcp_listener() -> (TcpListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!(
-        "http://127.0.0.1:{}/mcp",
-        listener.local_addr().unwrap().port()
-    );
-    (listener, url)
+    let (listener, base) = listener().await;
+    (listener, format!("{base}/mcp"))
+}
+
+/// A server's task, stopped when this is dropped: a test's servers end with the test.
+pub(crate) struct Served(tokio::task::JoinHandle<()>);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves `app` on `listener` until the returned guard is dropped.
+pub(crate) fn serve(listener: TcpListener, app: Router) -> Served {
+    Served(tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    }))
 }
 
 /// Discovery for `resource` at the authorization server `issuer`: `/prm`, the metadata
