@@ -152,7 +152,7 @@ impl CallToolResult {
         let obj = as_object(&raw, "tool result")?;
         let content = match obj.get("content") {
             None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) => items.iter().cloned().map(Content::from_value).collect(),
+            Some(Value::Array(items)) => items.iter().map(Content::from_ref).collect(),
             Some(_) => return Err(protocol("tool result content is not an array")),
         };
         Ok(CallToolResult {

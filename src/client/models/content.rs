@@ -254,6 +254,19 @@ impl Content {
         })
     }
 
+    /// [`Content::from_value`] of a borrowed item: the same reading, without copying a
+    /// text item whole first.
+    pub(crate) fn from_ref(value: &Value) -> Self {
+        if let Value::Object(map) = value {
+            if map.get("type").and_then(Value::as_str) == Some("text") {
+                if let Some(text) = TextContent::read_from(map) {
+                    return Content::Text(text);
+                }
+            }
+        }
+        Content::from_value(value.clone())
+    }
+
     /// The item as the protocol writes it.
     pub fn to_value(&self) -> Value {
         let (kind, body) = match self {
@@ -279,13 +292,7 @@ impl TextContent {
     /// tool result: read this way it skips serde's `flatten`, which copies every member
     /// into a buffer first.
     fn take_from(map: &mut Map<String, Value>) -> Option<TextContent> {
-        if !map.get("text").is_some_and(Value::is_string) {
-            return None;
-        }
-        let annotations = match map.get("annotations") {
-            None | Some(Value::Null) => None,
-            Some(value) => Some(Annotations::deserialize(value).ok()?),
-        };
+        let annotations = Self::annotations_of(map)?;
         let Some(Value::String(text)) = map.remove("text") else {
             return None;
         };
@@ -297,6 +304,38 @@ impl TextContent {
             meta,
             extra: std::mem::take(map),
         })
+    }
+
+    /// The same reading as [`TextContent::take_from`] from a borrowed item (its `type`
+    /// skipped), copying only the members it keeps: a tool result keeps the whole `result`
+    /// as well, and copying each item whole to take it apart cost more than the reading.
+    fn read_from(map: &Map<String, Value>) -> Option<TextContent> {
+        let annotations = Self::annotations_of(map)?;
+        let text = map.get("text")?.as_str()?.to_owned();
+        let meta = map.get("_meta").filter(|meta| !meta.is_null()).cloned();
+        let extra = map
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "type" | "text" | "annotations" | "_meta"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Some(TextContent {
+            text,
+            annotations,
+            meta,
+            extra,
+        })
+    }
+
+    /// The annotations of a text item (`Some(None)` when it has none), or `None` when
+    /// `map` is not one: its `text` is not a string or its annotations do not fit.
+    fn annotations_of(map: &Map<String, Value>) -> Option<Option<Annotations>> {
+        if !map.get("text").is_some_and(Value::is_string) {
+            return None;
+        }
+        match map.get("annotations") {
+            None | Some(Value::Null) => Some(None),
+            Some(value) => Annotations::deserialize(value).ok().map(Some),
+        }
     }
 }
 
@@ -356,9 +395,18 @@ mod tests {
                 unreachable!()
             };
             let before = map.clone();
+            let mut typed = map.clone();
+            typed.insert("type".into(), json!("text"));
+            let borrowed = TextContent::read_from(&typed);
             let fast = TextContent::take_from(&mut map);
             let derived = TextContent::deserialize(&item).ok();
             assert_eq!(fast, derived, "{item}");
+            assert_eq!(borrowed, derived, "read from a borrowed item: {item}");
+            let whole = Value::Object(typed);
+            assert_eq!(
+                Content::from_ref(&whole),
+                Content::from_value(whole.clone())
+            );
             if fast.is_none() {
                 assert_eq!(map, before, "a refused item is left whole: {item}");
             }
@@ -378,6 +426,9 @@ mod tests {
             "not an object"
         ]);
         let parsed: Vec<Content> = serde_json::from_value(items.clone()).unwrap();
+        for (item, content) in items.as_array().unwrap().iter().zip(&parsed) {
+            assert_eq!(&Content::from_ref(item), content, "{item}");
+        }
         assert!(matches!(&parsed[0], Content::Text(t) if t.text == "hi"
             && t.extra["x-other"] == json!(true)
             && t.annotations.as_ref().unwrap().extra["x-new"] == json!(1)));
