@@ -586,3 +586,89 @@ async fn events_name_calls_by_their_tool_call_id() {
         }
     }
 }
+
+/// Counts the wakes of a future's task that happen while that future is being polled: each
+/// one makes the runtime poll the task again for nothing (and, on a runtime with more than one
+/// worker, wakes another worker to take it).
+struct SelfWakes<F> {
+    inner: std::pin::Pin<Box<F>>,
+    recorder: std::sync::Arc<WakeRecorder>,
+}
+
+#[derive(Default)]
+struct WakeRecorder {
+    in_poll: std::sync::atomic::AtomicBool,
+    during_poll: std::sync::atomic::AtomicUsize,
+    outer: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl futures::task::ArcWake for WakeRecorder {
+    fn wake_by_ref(this: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if this.in_poll.load(Ordering::SeqCst) {
+            this.during_poll.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(waker) = this.outer.lock().unwrap().as_ref() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for SelfWakes<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        use std::sync::atomic::Ordering;
+        *self.recorder.outer.lock().unwrap() = Some(cx.waker().clone());
+        let waker = futures::task::waker(self.recorder.clone());
+        self.recorder.in_poll.store(true, Ordering::SeqCst);
+        let out = self
+            .inner
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        self.recorder.in_poll.store(false, Ordering::SeqCst);
+        out
+    }
+}
+
+#[tokio::test]
+async fn a_call_performed_by_its_caller_is_not_woken_by_its_own_answer() {
+    let server = TestServer::start(|req| {
+        // Every other call's answer comes as an SSE stream.
+        if req.is_rpc("tools/call") && req.params()["arguments"]["sse"] == json!(true) {
+            let result = result_msg(req, json!({"content": [{"type": "text", "text": "s"}]}));
+            let id = format!("e-{}", req.rpc_id());
+            return sse_text(sse_event(Some(&id), &result));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+    let recorder = std::sync::Arc::new(WakeRecorder::default());
+    let calls = async {
+        for i in 0..10 {
+            let args = json!({"text": "hi", "sse": i % 2 == 1});
+            let r = client
+                .call_tool(ToolCall::new("echo", args))
+                .await
+                .unwrap_or_else(|e| panic!("call {i}: {e}"));
+            assert_eq!(r.text(), if i % 2 == 1 { "s" } else { "hi" });
+        }
+    };
+    guarded(SelfWakes {
+        inner: Box::pin(calls),
+        recorder: recorder.clone(),
+    })
+    .await;
+    assert_eq!(
+        recorder
+            .during_poll
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the task was woken while it was being polled"
+    );
+}

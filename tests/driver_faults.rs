@@ -547,6 +547,46 @@ async fn a_finished_stream_left_open_is_dropped() {
     guarded(client.ping()).await.unwrap();
 }
 
+/// A call performs its POST in its own task while the driver keeps its deadline. When the
+/// driver's runtime is alive but no longer polled (a current-thread runtime outside its
+/// `block_on`) and the server never answers, nothing enforces that deadline: the call's own
+/// guard (its bound plus two seconds) ends it with `Timeout` rather than let it hang.
+#[test]
+fn a_call_ends_by_its_guard_when_the_drivers_runtime_is_not_polled() {
+    let servers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = servers.block_on(TestServer::start(hang_on_tool_calls));
+    let client = Client::builder(&server.url)
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let current = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // The driver starts here, and this runtime is never polled again.
+    let drivers = current();
+    drivers.block_on(guarded(client.connect())).unwrap();
+
+    let callers = current();
+    let started = std::time::Instant::now();
+    let err = callers
+        .block_on(guarded(client.call_tool(ToolCall::new("slow", json!({})))))
+        .expect_err("the server never answers");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(2300),
+        "ended by the guard, not by the driver's deadline: {:?}",
+        started.elapsed()
+    );
+    drop(drivers);
+}
+
 /// A call performs its POST in its own task, but the driver keeps its deadline: when the
 /// driver's runtime shuts down under a call in flight, the call fails with `Closed` at once
 /// (nothing is left to enforce its deadline), and later calls fail the same way.

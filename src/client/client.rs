@@ -196,16 +196,10 @@ impl Client {
     ) -> Result<T, Error> {
         let (mut handle, inline) = self.register(submission, convert, true)?;
         if let Some(inline) = inline {
-            let exchange = inline.perform(&self.shared.core);
-            futures::pin_mut!(exchange);
             // The session's deadline aborts the exchange, and so does the driver's stop; the
             // handle's guard bounds it even if neither can happen (a driver whose runtime is
             // no longer polled): a call never hangs.
-            tokio::select! {
-                biased;
-                () = &mut exchange => {}
-                result = &mut handle => return result,
-            }
+            handle.alongside(inline.perform(&self.shared.core)).await;
         }
         handle.await
     }

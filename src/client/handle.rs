@@ -162,24 +162,56 @@ impl<T> Future for CallHandle<T> {
                 )),
             });
         }
-        if let Some(at) = waiting.guard_at {
-            let guard = waiting
-                .guard
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-            ready!(guard.as_mut().poll(cx));
-            // Dropping the waiting part cancels the call, which posts `notifications/cancelled`.
-            if let Some(waiting) = this.waiting.take() {
-                let _ = waiting.core.command(Command::Cancel {
-                    call: waiting.call,
-                    reason: None,
-                });
-            }
-            return Poll::Ready(Err(Error::new(
-                ErrorKind::Timeout,
-                "the call's deadline passed",
-            )));
+        ready!(waiting.poll_guard(cx));
+        // Dropping the waiting part cancels the call, which posts `notifications/cancelled`.
+        if let Some(waiting) = this.waiting.take() {
+            let _ = waiting.core.command(Command::Cancel {
+                call: waiting.call,
+                reason: None,
+            });
         }
-        Poll::Pending
+        Poll::Ready(Err(Error::new(
+            ErrorKind::Timeout,
+            "the call's deadline passed",
+        )))
+    }
+}
+
+impl Waiting {
+    /// Ready once the guard has fired; never, for a call without a bound.
+    fn poll_guard(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(at) = self.guard_at else {
+            return Poll::Pending;
+        };
+        self.guard
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)))
+            .as_mut()
+            .poll(cx)
+    }
+}
+
+impl<T> CallHandle<T> {
+    /// Runs `exchange`, the call's own POST performed by the caller, until it ends or the
+    /// guard fires; then the handle is awaited as usual.
+    ///
+    /// The reply is not polled meanwhile: the answer is applied by the exchange's own
+    /// report, in this task, and a reply waking the task that sends it makes the runtime
+    /// poll that task once more for nothing (with more than one worker it also wakes another
+    /// worker to take it, and the call's data moves between cores). Whatever else ends the
+    /// call while its POST is open (its deadline, a cancellation, the client's stop) aborts
+    /// the exchange, which ends this.
+    pub(crate) async fn alongside(&mut self, exchange: impl Future<Output = ()>) {
+        let mut exchange = std::pin::pin!(exchange);
+        std::future::poll_fn(|cx| {
+            if exchange.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            match self.waiting.as_mut() {
+                Some(waiting) => waiting.poll_guard(cx),
+                None => Poll::Ready(()),
+            }
+        })
+        .await
     }
 }
 
