@@ -9,7 +9,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::exchanges::{protocol_headers, request_headers, ExKind, Sent};
+use super::exchanges::{request_headers, ExKind, Sent};
 use super::lifecycle::{Checks, KeyPlacement, Negotiated, Step};
 use super::timers::Timer;
 use super::Session;
@@ -280,7 +280,6 @@ impl Session {
             id: None,
             id_header: None,
             version: ProtocolVersion::MODERN,
-            post_headers: protocol_headers(None, ProtocolVersion::MODERN, true),
             server_capabilities: capabilities,
             hash: None,
             // The capability hash and sequenced ids have no job without resumption.
@@ -302,7 +301,6 @@ impl Negotiated {
             id: None,
             id_header: None,
             version: ProtocolVersion::MODERN,
-            post_headers: protocol_headers(None, ProtocolVersion::MODERN, true),
             server_capabilities: Value::Null,
             hash: None,
             ext: None,

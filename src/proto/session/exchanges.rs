@@ -11,7 +11,6 @@ use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 use super::lifecycle::{Checks, Negotiated};
 use crate::ids::{SequencedEventId, SessionId};
 use crate::proto::classify::HeadFacts;
-use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::SseDecoder;
 
@@ -257,20 +256,6 @@ impl Exchanges {
 
 /// The protocol headers of a request of session `s` (the driver adds the app's own).
 pub(super) fn request_headers(s: &Negotiated, post: bool) -> HeaderMap {
-    if post {
-        // Every call's POST starts from these: a copy costs less than building them again.
-        s.post_headers.clone()
-    } else {
-        protocol_headers(s.id_header.as_ref(), s.version, false)
-    }
-}
-
-/// The protocol headers of a session's POSTs (`post`) or GETs.
-pub(super) fn protocol_headers(
-    id: Option<&HeaderValue>,
-    version: ProtocolVersion,
-    post: bool,
-) -> HeaderMap {
     let mut headers = HeaderMap::with_capacity(5);
     if post {
         headers.insert(ACCEPT, ACCEPT_ANY);
@@ -278,13 +263,13 @@ pub(super) fn protocol_headers(
     } else {
         headers.insert(ACCEPT, ACCEPT_SSE);
     }
-    if let Some(id) = id {
+    if let Some(id) = &s.id_header {
         headers.insert(MCP_SESSION_ID, id.clone());
     }
-    if version.has_version_header() {
+    if s.version.has_version_header() {
         headers.insert(
             MCP_PROTOCOL_VERSION,
-            HeaderValue::from_static(version.as_str()),
+            HeaderValue::from_static(s.version.as_str()),
         );
     }
     headers

@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::exchanges::{
-    initialize_headers, protocol_headers, request_headers, session_id_header, ExKind, Sent,
-};
+use super::exchanges::{initialize_headers, request_headers, session_id_header, ExKind, Sent};
 use super::lifecycle::{
     Checks, Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step,
 };
@@ -152,7 +150,6 @@ impl Session {
         let session = Negotiated {
             generation,
             id: head.session_id,
-            post_headers: protocol_headers(id_header.as_ref(), version, true),
             id_header,
             version,
             server_capabilities: result

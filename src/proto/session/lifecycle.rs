@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
 use serde_json::Value;
 
 use crate::ids::{CapabilityHash, RequestId, SessionId};
@@ -33,8 +33,6 @@ pub(super) struct Negotiated {
     /// `id` as a header value, built once (marked sensitive: it is a bearer secret).
     pub(super) id_header: Option<HeaderValue>,
     pub(super) version: ProtocolVersion,
-    /// The protocol headers of its POSTs, built once from `id_header` and `version`.
-    pub(super) post_headers: HeaderMap,
     pub(super) server_capabilities: Value,
     pub(super) hash: Option<CapabilityHash>,
     /// The extension as advertised (with the parts that cannot run switched off).
