@@ -3,11 +3,12 @@
 //! The sans-IO [`Session`](crate::proto::Session) lives in a [`Core`], behind one lock that
 //! everyone who touches it takes briefly (see [`core`]). A call performs its own first POST
 //! in the caller's task and reports the exchange's head, data and end to the session as they
-//! come, so an ordinary call costs no hand-off to another task. Everything else belongs to
-//! the driver task: it keeps the one timer armed for the session's next deadline and polls
-//! every other exchange (the handshake, resumes, re-sends, the standalone stream,
-//! notifications, answers to the server), side by side in a `FuturesUnordered` (no task per
-//! request), so a slow stream never blocks another. Exchanges report synchronously, under
+//! come, so an ordinary call costs no hand-off to another task; until that exchange ends the
+//! caller polls only it and the call's guard, so the answer it applies does not wake its own
+//! task through the reply. Everything else belongs to the driver task: it keeps the one timer
+//! armed for the session's next deadline and polls every other exchange (the handshake,
+//! resumes, re-sends, the standalone stream, notifications, answers to the server), side by
+//! side in a `FuturesUnordered` (no task per request), so a slow stream never blocks another. Exchanges report synchronously, under
 //! the lock: no queue between the network and the session, and memory stays bounded however
 //! fast a server sends. A body that arrived whole with its head is decoded before the lock is
 //! taken ([`DecodedBody`](crate::proto::DecodedBody)), so the lock covers the session's
