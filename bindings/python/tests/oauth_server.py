@@ -1,8 +1,9 @@
 """An OAuth 2.1 authorization server for the tests (stdlib only): protected resource
 metadata, authorization server metadata, dynamic registration, and a token endpoint for the
-authorization code (PKCE S256), client credentials and jwt-bearer (workload identity)
-grants. `approve(url)` plays the user:
-it answers an authorization URL with the redirect the server would send."""
+authorization code (PKCE S256), client credentials and jwt-bearer (workload identity, and
+enterprise-managed authorization's identity assertion grant) grants; `/idp/token` plays the
+enterprise IdP, exchanging an ID token for that grant (RFC 8693). `approve(url)` plays the
+user: it answers an authorization URL with the redirect the server would send."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ CLIENT_ID = "machine-1"
 CLIENT_SECRET = "s3cret"
 WORKLOAD_TOKEN = "workload-jwt"
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+# The user's ID token at the IdP, and the identity assertion grant the IdP issues for it.
+ID_TOKEN = "user-id-token"
+IDENTITY_GRANT = "id-jag-for-user"
 
 
 class AuthServer:
@@ -26,8 +33,15 @@ class AuthServer:
         self.valid: set[str] = set()
         self.codes: dict[str, str] = {}
         self.grants: list[str] = []
-        # Every token request's form, as received.
+        # Every token request's form (the IdP's included), and its Authorization header.
         self.forms: list[dict[str, str]] = []
+        self.authorizations: list[str] = []
+        # DPoP: the algorithms the metadata lists (none: DPoP not offered), the tokens bound
+        # to a key, and the proofs seen at the token endpoint and by the MCP server.
+        self.dpop_algs: list[str] = []
+        self.dpop_bound: set[str] = set()
+        self.token_proofs: list[str] = []
+        self.mcp_proofs: list[tuple[str, str]] = []
         self.serial = 0
         self.resource = ""
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -52,13 +66,30 @@ class AuthServer:
         params = urllib.parse.urlencode({"code": code, "state": query["state"], "iss": self.url})
         return f"{query['redirect_uri']}?{params}"
 
-    def issue(self, grant: str) -> dict[str, Any]:
+    def issue(self, grant: str, bound: bool = False) -> dict[str, Any]:
         with self.lock:
             self.grants.append(grant)
             self.serial += 1
             token = f"access-{self.serial}"
             self.valid.add(token)
-        return {"access_token": token, "token_type": "Bearer", "expires_in": 3600}
+            if bound:
+                self.dpop_bound.add(token)
+        kind = "DPoP" if bound else "Bearer"
+        return {"access_token": token, "token_type": kind, "expires_in": 3600}
+
+    def admits(self, authorization: str, proof: str | None) -> bool:
+        """Whether an MCP request's credentials are good: a bound token only as `DPoP`, with
+        a proof."""
+        scheme, _, token = authorization.partition(" ")
+        with self.lock:
+            if token not in self.valid:
+                return False
+            if token not in self.dpop_bound:
+                return scheme == "Bearer"
+            if scheme != "DPoP" or not proof:
+                return False
+            self.mcp_proofs.append((token, proof))
+            return True
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -86,6 +117,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": ["none", "client_secret_basic"],
                 "authorization_response_iss_parameter_supported": True,
+                **({"dpop_signing_alg_values_supported": o.dpop_algs} if o.dpop_algs else {}),
             })
         else:
             self._json(404, {})
@@ -96,13 +128,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/register":
             self._json(201, {"client_id": "registered-1"})
             return
-        if self.path != "/token":
+        if self.path not in ("/token", "/idp/token"):
             self._json(404, {})
             return
         form = dict(urllib.parse.parse_qsl(body))
         with self.owner.lock:
             self.owner.forms.append(form)
+            self.owner.authorizations.append(self.headers.get("Authorization", ""))
         grant = form.get("grant_type", "")
+        if self.path == "/idp/token":
+            self._idp_exchange(form)
+            return
         if grant == "authorization_code":
             with self.owner.lock:
                 challenge = self.owner.codes.pop(form.get("code", ""), None)
@@ -118,13 +154,39 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(401, {"error": "invalid_client"})
                 return
         elif grant == JWT_BEARER:
-            if form.get("assertion") != WORKLOAD_TOKEN:
+            if form.get("assertion") not in (WORKLOAD_TOKEN, IDENTITY_GRANT):
                 self._json(400, {"error": "invalid_grant"})
                 return
         else:
             self._json(400, {"error": "unsupported_grant_type"})
             return
-        self._json(200, self.owner.issue(grant))
+        proof = self.headers.get("DPoP")
+        if proof and self.owner.dpop_algs:
+            with self.owner.lock:
+                self.owner.token_proofs.append(proof)
+        self._json(200, self.owner.issue(grant, bound=bool(proof and self.owner.dpop_algs)))
+
+    def _idp_exchange(self, form: dict[str, str]) -> None:
+        """The IdP: the user's ID token for an identity assertion grant meant for this
+        authorization server."""
+        o = self.owner
+        if (
+            form.get("grant_type") != TOKEN_EXCHANGE
+            or form.get("requested_token_type") != ID_JAG
+            or form.get("subject_token_type") != ID_TOKEN_TYPE
+            or form.get("subject_token") != ID_TOKEN
+            or form.get("audience") != o.url
+        ):
+            self._json(400, {"error": "invalid_request"})
+            return
+        with o.lock:
+            o.grants.append(TOKEN_EXCHANGE)
+        self._json(200, {
+            "access_token": IDENTITY_GRANT,
+            "issued_token_type": ID_JAG,
+            "token_type": "N_A",
+            "expires_in": 300,
+        })
 
     def _json(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()

@@ -138,8 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.owner.record(message)
         auth = self.owner.auth
         if auth is not None:
-            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
-            if token not in auth.valid:
+            if not auth.admits(self.headers.get("Authorization", ""), self.headers.get("DPoP")):
                 self.send_response(401)
                 self.send_header("WWW-Authenticate", auth.challenge())
                 self.send_header("Content-Length", "0")

@@ -1,17 +1,30 @@
 """MCP authorization from Python: the SDK's OAuth provider against an authorization server of
-the test's own (`oauth_server.py`), with the client credentials grant and with the
-authorization code grant whose user step is a Python callable."""
+the test's own (`oauth_server.py`), with the client credentials grant, workload identity,
+enterprise-managed authorization (an ID token exchanged at the IdP), and the authorization
+code grant whose user step is a Python callable."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from mcp_resume import Client, OAuth
-from oauth_server import CLIENT_ID, CLIENT_SECRET, JWT_BEARER, WORKLOAD_TOKEN, AuthServer
+from oauth_server import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    ID_TOKEN,
+    IDENTITY_GRANT,
+    JWT_BEARER,
+    TOKEN_EXCHANGE,
+    WORKLOAD_TOKEN,
+    AuthServer,
+)
 from scripted_server import ScriptedServer
 
 
@@ -39,6 +52,46 @@ async def test_client_credentials(
     assert auth.grants == ["client_credentials"]
 
 
+def jwt_part(token: str, index: int) -> dict[str, Any]:
+    """One part of a compact JWT (0: the JOSE header, 1: the claims), decoded."""
+    part = token.split(".")[index]
+    decoded: dict[str, Any] = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    return decoded
+
+
+@pytest.mark.parametrize("offered", [True, False])
+async def test_client_credentials_with_dpop(
+    scripted: Callable[..., ScriptedServer], auth: AuthServer, offered: bool
+) -> None:
+    server = scripted("legacy")
+    protect(server, auth)
+    if offered:
+        auth.dpop_algs = ["ES256"]
+    oauth = OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET, dpop=True)
+    async with Client(server.url, era="legacy", open_listen_stream=False, oauth=oauth) as client:
+        result = await client.call_tool("echo", {"text": "bound"})
+        assert (await client.call_tool("echo", {"text": "again"})).text == "again"
+    assert result.text == "bound"
+    if not offered:
+        # An authorization server that does not offer DPoP grants `Bearer` tokens as usual.
+        assert auth.token_proofs == [] and auth.dpop_bound == set() and auth.mcp_proofs == []
+        return
+    # The token request carried a proof of the process's key, for the token endpoint ...
+    (token_proof,) = auth.token_proofs
+    header = jwt_part(token_proof, 0)
+    assert header["typ"] == "dpop+jwt" and header["alg"] == "ES256" and "jwk" in header
+    assert jwt_part(token_proof, 1)["htm"] == "POST"
+    assert jwt_part(token_proof, 1)["htu"] == f"{auth.url}/token"
+    # ... and every MCP request presented the bound token with a fresh proof of the same key,
+    # for the MCP endpoint, carrying the token's hash.
+    assert len(auth.mcp_proofs) >= 3  # initialize, initialized, two calls
+    assert all(token in auth.dpop_bound for token, _ in auth.mcp_proofs)
+    claims = [jwt_part(proof, 1) for _, proof in auth.mcp_proofs]
+    assert all(c["htm"] == "POST" and c["htu"] == server.url and c["ath"] for c in claims)
+    assert len({c["jti"] for c in claims}) == len(claims), "a proof is used once"
+    assert all(jwt_part(proof, 0)["jwk"] == header["jwk"] for _, proof in auth.mcp_proofs)
+
+
 async def test_workload_identity(
     scripted: Callable[..., ScriptedServer], auth: AuthServer
 ) -> None:
@@ -52,6 +105,30 @@ async def test_workload_identity(
     assert auth.grants == [JWT_BEARER]
     assert auth.forms[0]["assertion"] == WORKLOAD_TOKEN
     assert auth.forms[0]["client_id"] == "workload-1"
+
+
+async def test_identity_assertion(
+    scripted: Callable[..., ScriptedServer], auth: AuthServer
+) -> None:
+    server = scripted("legacy")
+    protect(server, auth)
+    oauth = OAuth.identity_assertion(
+        CLIENT_ID, CLIENT_SECRET, f"{auth.url}/idp/token", ID_TOKEN, idp_client_id="idp-app"
+    )
+    async with Client(server.url, era="legacy", open_listen_stream=False, oauth=oauth) as client:
+        result = await client.call_tool("echo", {"text": "enterprise"})
+    assert result.text == "enterprise"
+    # The ID token went to the IdP, for a grant meant for this authorization server and this
+    # MCP server; the grant, never the ID token, went to the authorization server.
+    assert auth.grants == [TOKEN_EXCHANGE, JWT_BEARER]
+    exchange, bearer = auth.forms
+    assert exchange["subject_token"] == ID_TOKEN
+    assert exchange["audience"] == auth.url
+    assert exchange["resource"] == server.url
+    assert exchange["client_id"] == "idp-app"
+    assert bearer["assertion"] == IDENTITY_GRANT
+    assert ID_TOKEN not in bearer.values()
+    assert auth.authorizations[1].startswith("Basic ")
 
 
 async def test_authorization_code_with_a_python_user_step(
