@@ -687,6 +687,39 @@ async fn enterprise_authorization_exchanges_then_presents_the_grant() {
         .any(|r| r.header("authorization") == Some("Bearer access-1")));
 }
 
+/// An enterprise ID token is not exchanged again once refused, whether the IdP refused it
+/// or the authorization server refused the grant the IdP issued for it.
+#[tokio::test]
+async fn a_refused_enterprise_id_token_is_not_exchanged_again() {
+    for (id_token, refuse_jwt_bearer, grants) in [
+        // The IdP does not know this ID token: the authorization server is never asked.
+        ("stale-id-token", false, 0),
+        // The IdP issues a grant, the authorization server refuses it.
+        ("user-id-token", true, 1),
+    ] {
+        let (listener, url, auth) = servers(AsConfig {
+            refuse_jwt_bearer,
+            ..AsConfig::default()
+        })
+        .await;
+        let _server = bearer_server(listener, &auth);
+        let provider = OAuth::builder()
+            .client_credentials(ClientCredentials::secret("mcp-client", "s3cret"))
+            .identity_assertion(IdentityAssertion::new(
+                format!("{}/idp/token", auth.url),
+                id_token,
+            ))
+            .build()
+            .unwrap();
+        let client = client(&url, &provider);
+        guarded(client.connect()).await.unwrap_err();
+        guarded(client.connect()).await.unwrap_err();
+        assert_eq!(auth.calls("/idp/token").len(), 1, "{id_token}");
+        assert_eq!(auth.calls("/token").len(), grants, "{id_token}");
+        assert!(provider.last_failure().is_some());
+    }
+}
+
 /// The assertion grants need the client's identity at the authorization server.
 #[test]
 fn assertion_grants_need_client_credentials() {

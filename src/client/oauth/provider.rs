@@ -214,7 +214,8 @@ impl OAuthBuilder {
     /// token as the assertion, instead of the client credentials grant. The client is the
     /// one of [`OAuthBuilder::client_credentials`] (required; [`ClientCredentials::public`]
     /// when the assertion alone identifies it). A refused grant is not retried with another
-    /// grant type.
+    /// grant type, and an assertion the token endpoint refused is not presented again (a
+    /// rotated one is).
     pub fn workload_identity(mut self, workload: WorkloadIdentity) -> Self {
         self.grant = MachineGrant::Workload(workload);
         self
@@ -225,7 +226,8 @@ impl OAuthBuilder {
     /// discovered authorization server and the MCP server, then presented in the
     /// jwt-bearer grant, authenticated as the client of
     /// [`OAuthBuilder::client_credentials`] (required). No authorization page, no
-    /// registration.
+    /// registration. An ID token the IdP refused, or whose grant the token endpoint refused,
+    /// is not exchanged again (a new one is).
     pub fn identity_assertion(mut self, assertion: IdentityAssertion) -> Self {
         self.grant = MachineGrant::Enterprise(assertion);
         self
@@ -520,8 +522,9 @@ struct State {
     step_ups: HashMap<String, u32>,
     /// When renewing ahead of expiry last failed: not tried again on every request.
     renew_failed: Option<std::time::Instant>,
-    /// A workload assertion the token endpoint refused, with its answer: the same assertion
-    /// is not presented again (a retry cannot succeed, and servers count it against us).
+    /// A workload assertion the token endpoint refused, or an enterprise ID token refused by
+    /// the IdP or whose grant the token endpoint refused, with the answer: the same token is
+    /// not presented again (a retry cannot succeed, and servers count it against us).
     refused_assertion: Option<(Secret, OAuthError)>,
 }
 
@@ -846,16 +849,43 @@ impl Inner {
                         }
                     }
                     MachineGrant::Enterprise(idp) => {
-                        let grant = wire::identity_assertion_grant(
+                        // A refusal, by the IdP or of the grant it issued, is the ID token's:
+                        // the same token is not exchanged again.
+                        let id_token = idp.id_token()?;
+                        if let Some((refused, err)) = &state.refused_assertion {
+                            if *refused == id_token {
+                                return Err(err.clone());
+                            }
+                        }
+                        let exchanged = wire::identity_assertion_grant(
                             &self.http,
                             idp,
+                            &id_token,
                             &discovery.issuer,
                             discovery.resource(),
                             &scopes,
                         )
-                        .await?;
-                        tracing::debug!("identity assertion grant obtained from the IdP");
-                        endpoint.jwt_bearer(&grant, &scopes).await?
+                        .await;
+                        let granted = match exchanged {
+                            Ok(grant) => {
+                                tracing::debug!("identity assertion grant obtained from the IdP");
+                                endpoint.jwt_bearer(&grant, &scopes).await
+                            }
+                            Err(err) => Err(err),
+                        };
+                        match granted {
+                            Ok(tokens) => tokens,
+                            Err(err) => {
+                                if matches!(
+                                    err,
+                                    OAuthError::TokenEndpoint { .. }
+                                        | OAuthError::IdentityProvider(_)
+                                ) {
+                                    state.refused_assertion = Some((id_token, err.clone()));
+                                }
+                                return Err(err);
+                            }
+                        }
                     }
                 }
             }

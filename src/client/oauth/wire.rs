@@ -421,17 +421,17 @@ fn token_response(
     }
 }
 
-/// Enterprise-managed authorization's first step: the user's ID token exchanged at the IdP
-/// (RFC 8693) for an identity assertion authorization grant for `audience` (the
+/// Enterprise-managed authorization's first step: the user's ID token (`subject`) exchanged
+/// at the IdP (RFC 8693) for an identity assertion authorization grant for `audience` (the
 /// authorization server's issuer) and `resource` (the MCP server).
 pub(super) async fn identity_assertion_grant(
     http: &reqwest::Client,
     idp: &IdentityAssertion,
+    subject: &Secret,
     audience: &str,
     resource: Option<&str>,
     scopes: &[String],
 ) -> Result<Secret, OAuthError> {
-    let subject = idp.id_token()?;
     let mut form = vec![
         pair("grant_type", TOKEN_EXCHANGE),
         pair("requested_token_type", ID_JAG),
