@@ -8,11 +8,12 @@
 //! task through the reply. Everything else belongs to the driver task: it keeps the one timer
 //! armed for the session's next deadline and polls every other exchange (the handshake,
 //! resumes, re-sends, the standalone stream, notifications, answers to the server), side by
-//! side in a `FuturesUnordered` (no task per request), so a slow stream never blocks another. Exchanges report synchronously, under
-//! the lock: no queue between the network and the session, and memory stays bounded however
-//! fast a server sends. A body that arrived whole with its head is decoded before the lock is
-//! taken ([`DecodedBody`](crate::proto::DecodedBody)), so the lock covers the session's
-//! bookkeeping only. Only server-request handlers run in tasks of their own.
+//! side in a `FuturesUnordered` (no task per request), so a slow stream never blocks another.
+//! Exchanges report synchronously, under the lock: no queue between the network and the
+//! session, and memory stays bounded however fast a server sends. A body that arrived whole
+//! with its head is decoded before the lock is taken
+//! ([`DecodedBody`](crate::proto::DecodedBody)), so the lock covers the session's bookkeeping
+//! only. Only server-request handlers run in tasks of their own.
 
 mod core;
 mod state;

@@ -528,6 +528,30 @@ struct State {
     refused_assertion: Option<(Secret, OAuthError)>,
 }
 
+impl State {
+    /// Fails with the answer `token` got, if it was refused before: it is not presented again.
+    fn not_refused(&self, token: &Secret) -> Result<(), OAuthError> {
+        match &self.refused_assertion {
+            Some((refused, err)) if refused == token => Err(err.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Remembers `token` when `granted` is a refusal of it (not a failure to get an answer).
+    fn remember_refusal<T>(
+        &mut self,
+        token: Secret,
+        granted: Result<T, OAuthError>,
+    ) -> Result<T, OAuthError> {
+        if let Err(err @ (OAuthError::TokenEndpoint { .. } | OAuthError::IdentityProvider(_))) =
+            &granted
+        {
+            self.refused_assertion = Some((token, err.clone()));
+        }
+        granted
+    }
+}
+
 /// How long after a failed renewal ahead of expiry the provider keeps the current token
 /// without trying again.
 const RENEW_BACKOFF: Duration = Duration::from_secs(10);
@@ -833,59 +857,29 @@ impl Inner {
                     MachineGrant::ClientCredentials => endpoint.client_credentials(&scopes).await?,
                     MachineGrant::Workload(workload) => {
                         let assertion = workload.assertion()?;
-                        if let Some((refused, err)) = &state.refused_assertion {
-                            if *refused == assertion {
-                                return Err(err.clone());
-                            }
-                        }
-                        match endpoint.jwt_bearer(&assertion, &scopes).await {
-                            Ok(tokens) => tokens,
-                            Err(err) => {
-                                if matches!(err, OAuthError::TokenEndpoint { .. }) {
-                                    state.refused_assertion = Some((assertion, err.clone()));
-                                }
-                                return Err(err);
-                            }
-                        }
+                        state.not_refused(&assertion)?;
+                        let granted = endpoint.jwt_bearer(&assertion, &scopes).await;
+                        state.remember_refusal(assertion, granted)?
                     }
                     MachineGrant::Enterprise(idp) => {
-                        // A refusal, by the IdP or of the grant it issued, is the ID token's:
-                        // the same token is not exchanged again.
+                        // A refusal, by the IdP or of the grant it issued, is the ID token's.
                         let id_token = idp.id_token()?;
-                        if let Some((refused, err)) = &state.refused_assertion {
-                            if *refused == id_token {
-                                return Err(err.clone());
-                            }
+                        state.not_refused(&id_token)?;
+                        let granted = async {
+                            let grant = wire::identity_assertion_grant(
+                                &self.http,
+                                idp,
+                                &id_token,
+                                &discovery.issuer,
+                                discovery.resource(),
+                                &scopes,
+                            )
+                            .await?;
+                            tracing::debug!("identity assertion grant obtained from the IdP");
+                            endpoint.jwt_bearer(&grant, &scopes).await
                         }
-                        let exchanged = wire::identity_assertion_grant(
-                            &self.http,
-                            idp,
-                            &id_token,
-                            &discovery.issuer,
-                            discovery.resource(),
-                            &scopes,
-                        )
                         .await;
-                        let granted = match exchanged {
-                            Ok(grant) => {
-                                tracing::debug!("identity assertion grant obtained from the IdP");
-                                endpoint.jwt_bearer(&grant, &scopes).await
-                            }
-                            Err(err) => Err(err),
-                        };
-                        match granted {
-                            Ok(tokens) => tokens,
-                            Err(err) => {
-                                if matches!(
-                                    err,
-                                    OAuthError::TokenEndpoint { .. }
-                                        | OAuthError::IdentityProvider(_)
-                                ) {
-                                    state.refused_assertion = Some((id_token, err.clone()));
-                                }
-                                return Err(err);
-                            }
-                        }
+                        state.remember_refusal(id_token, granted)?
                     }
                 }
             }
