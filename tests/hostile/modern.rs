@@ -623,8 +623,14 @@ async fn a_parameter_too_long_for_a_header_fails_the_call_alone() {
     probe.assert_memory(what, 4 * MIB);
     // Mirrored all the same (the specification wants every annotated value in its header);
     // the server refuses the head (431) before reading the call, and it is not sent again.
-    assert_kind(what, &err, ErrorKind::Protocol);
-    assert!(err.to_string().contains("431"), "{what}: {err}");
+    // The server closes with the call's bytes unread, so its kernel may reset the connection
+    // and the client's kernel drop the 431 still in flight: the client then sees only a
+    // broken send, whose outcome it cannot know.
+    match err.kind() {
+        ErrorKind::Protocol => assert!(err.to_string().contains("431"), "{what}: {err}"),
+        ErrorKind::OutcomeUnknown => {}
+        other => panic!("{what}: {other:?}: {err}"),
+    }
     assert_eq!(server.count(tool_calls), 0, "{what}: {:?}", server.labels());
     assert_usable(what, &server, &client).await;
 }
