@@ -45,6 +45,12 @@ pub(crate) struct DecodedEvent {
     message: Option<Result<Message, DecodeError>>,
 }
 
+impl DecodedEvent {
+    fn split(self) -> (SseEvent, Option<Result<Message, DecodeError>>) {
+        (self.event, self.message)
+    }
+}
+
 /// A whole SSE body, parsed as a fresh stream: the events its bytes complete, then what the
 /// end of the stream adds (a trailing `retry`).
 #[derive(Debug)]
@@ -134,13 +140,17 @@ impl Session {
             return self.streamed(http, body, now);
         }
         // As `handle_data`: the events the bytes complete, the exchange still open.
-        self.on_decoded_events(http, decoded.events, now);
+        self.on_events_with(
+            http,
+            decoded.events.into_iter().map(DecodedEvent::split),
+            now,
+        );
         // As `handle_end`.
         let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
         ex.ended = true;
-        self.on_decoded_events(http, decoded.tail, now);
+        self.on_events_with(http, decoded.tail.into_iter().map(DecodedEvent::split), now);
         if let Some(ex) = self.remove_current(http) {
             self.stream_ended(ex.kind, ex.progress, true, now);
         }
@@ -150,15 +160,6 @@ impl Session {
         debug!(http = http.0, "a body decoded ahead is read as it came");
         self.handle_data(http, body, now);
         self.handle_end(http, now);
-    }
-
-    fn on_decoded_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
-        for DecodedEvent { event, message } in events {
-            if self.exchanges.get(http).is_none() {
-                continue;
-            }
-            self.on_event(http, event, message, now);
-        }
     }
 }
 

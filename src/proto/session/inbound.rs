@@ -25,11 +25,22 @@ use crate::sse::SseEvent;
 impl Session {
     /// Handles (and drains) the events of one chunk.
     pub(super) fn on_events(&mut self, http: HttpId, events: &mut Vec<SseEvent>, now: Instant) {
-        for event in events.drain(..) {
+        self.on_events_with(http, events.drain(..).map(|event| (event, None)), now);
+    }
+
+    /// Handles events in order, each with what its data decodes to when that was done ahead;
+    /// those after the exchange is gone are dropped.
+    pub(super) fn on_events_with(
+        &mut self,
+        http: HttpId,
+        events: impl IntoIterator<Item = (SseEvent, Option<Result<Message, DecodeError>>)>,
+        now: Instant,
+    ) {
+        for (event, message) in events {
             if self.exchanges.get(http).is_none() {
                 continue;
             }
-            self.on_event(http, event, None, now);
+            self.on_event(http, event, message, now);
         }
     }
 
