@@ -9,7 +9,7 @@
 //! (no connection, a 5xx) is worth asking again; the probe is read-only, so that is safe.
 //!
 //! [`read_probe`] is the rule; the session gathers the facts and carries the verdict out.
-//! Each row is tested on one line in `tests/probe_table.rs`.
+//! Each row is tested on one line in `tests/core/probe_table.rs`.
 
 use serde_json::Value;
 

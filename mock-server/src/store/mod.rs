@@ -7,7 +7,7 @@
 //! *local* one that dies with the instance; the preset decides which record kinds go where.
 //!
 //! [`RedisStore`] is the networked implementation: the store the seed's instances shared. The
-//! same test suite (`tests/store.rs`) runs against both.
+//! same test suite (`tests/cluster/store.rs`) runs against both.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;

@@ -1,0 +1,337 @@
+//! Bad input gets the documented status and JSON-RPC error body, never a panic; the cluster
+//! keeps serving afterwards.
+
+use crate::common;
+
+use common::*;
+use mock_server::{Cluster, ClusterConfig, Preset};
+use serde_json::{json, Value};
+
+const MAX_BODY: usize = 1024;
+
+async fn cluster(preset: Preset) -> Cluster {
+    Cluster::start(ClusterConfig {
+        preset,
+        instances: 2,
+        max_body_bytes: MAX_BODY,
+        ..Default::default()
+    })
+    .await
+    .expect("cluster starts")
+}
+
+fn error_code(r: &Reply) -> i64 {
+    let v: Value = serde_json::from_str(&r.body)
+        .unwrap_or_else(|e| panic!("JSON body expected ({e}): {}", r.body));
+    assert_eq!(v["jsonrpc"], json!("2.0"), "{v}");
+    v.pointer("/error/code")
+        .and_then(Value::as_i64)
+        .unwrap_or_else(|| panic!("no error code: {v}"))
+}
+
+/// Every test ends by proving the cluster still works.
+async fn still_serves(c: Cluster) {
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let r = mcp
+        .call(&sid, 1, "echo", json!({"text": "ok"}), "alive")
+        .await;
+    assert_eq!(result_text(&r.response().unwrap()), "ok");
+    c.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_parse_error() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    for body in [
+        "{",
+        "not json",
+        "{\"jsonrpc\": \"2.0\", \"id\": 1,",
+        "\u{0}\u{1}",
+    ] {
+        let r = mcp.post_raw(None, body.to_owned()).await;
+        assert_eq!(r.status, 400, "{body:?}");
+        assert_eq!(error_code(&r), -32700);
+    }
+    // Valid JSON that is not JSON-RPC: invalid request.
+    for body in [
+        json!({"hello": 1}),
+        json!([]),
+        json!({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
+        json!(7),
+    ] {
+        let r = mcp.post(None, body.clone()).await;
+        assert_eq!(r.status, 400, "{body}");
+        assert_eq!(error_code(&r), -32600);
+    }
+    still_serves(c).await;
+}
+
+#[tokio::test]
+async fn wrong_accept_is_406_and_wrong_content_type_is_415() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    for accept in ["text/html", "application/json", "text/event-stream"] {
+        let resp = mcp
+            .http
+            .post(&mcp.url)
+            .header("accept", accept)
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &sid)
+            .body(ping.clone())
+            .send()
+            .await
+            .unwrap();
+        let r = Mcp::read(resp).await;
+        assert_eq!(r.status, 406, "POST with Accept {accept}");
+        assert_eq!(error_code(&r), -32600);
+    }
+    let resp = mcp
+        .http
+        .get(&mcp.url)
+        .header("accept", "application/json")
+        .header("mcp-session-id", &sid);
+    let r = Mcp::read(resp.send().await.unwrap()).await;
+    assert_eq!(r.status, 406, "GET without text/event-stream");
+    let resp = mcp
+        .http
+        .post(&mcp.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "text/plain")
+        .header("mcp-session-id", &sid)
+        .body(ping);
+    let r = Mcp::read(resp.send().await.unwrap()).await;
+    assert_eq!(r.status, 415);
+    assert_eq!(error_code(&r), -32600);
+    still_serves(c).await;
+}
+
+#[tokio::test]
+async fn unknown_session_ids_get_404_except_on_naive() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let r = mcp.ping(unknown).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(error_code(&r), -32001);
+    let r = mcp.get(unknown, None).await;
+    assert_eq!(r.status, 404);
+    let del = Mcp::read(
+        mcp.http
+            .delete(&mcp.url)
+            .header("mcp-session-id", unknown)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(del.status, 404);
+    // A deleted session is gone on every instance.
+    let (sid, _, _) = mcp.initialize(None).await;
+    let del = Mcp::read(
+        mcp.http
+            .delete(&mcp.url)
+            .header("mcp-session-id", &sid)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(del.status, 200);
+    assert_eq!(mcp.ping(&sid).await.status, 404);
+    assert_eq!(mcp.ping(&sid).await.status, 404);
+    still_serves(c).await;
+
+    // The observed system makes a default session up instead (and says so only through
+    // its capability hash).
+    let c = cluster(Preset::Naive).await;
+    let mcp = Mcp::new(c.url());
+    let r = mcp.ping(unknown).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("mcp-capability-hash").is_some());
+    assert_eq!(c.oracle().totals.sessions_made_up, 1);
+    still_serves(c).await;
+}
+
+#[tokio::test]
+async fn malformed_or_missing_session_ids_are_400() {
+    let c = cluster(Preset::Naive).await;
+    let mcp = Mcp::new(c.url());
+    let long = "a".repeat(129);
+    for bad in ["has space", long.as_str(), "tab\there"] {
+        let r = mcp.ping(bad).await;
+        assert_eq!(r.status, 400, "{bad:?}");
+        assert_eq!(error_code(&r), -32600);
+    }
+    let r = mcp
+        .post(None, json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .await;
+    assert_eq!(r.status, 400, "missing session id");
+    let r = Mcp::read(
+        mcp.http
+            .get(&mcp.url)
+            .header("accept", "text/event-stream")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 400, "GET without session id");
+    assert_eq!(
+        c.oracle().totals.sessions_made_up,
+        0,
+        "nothing made up for malformed ids"
+    );
+    still_serves(c).await;
+}
+
+#[tokio::test]
+async fn oversize_bodies_are_413() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "echo", "arguments": {"text": "x".repeat(4 * MAX_BODY)}}});
+    let r = mcp.post(Some(&sid), big.clone()).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(error_code(&r), -32600);
+    // Without a Content-Length (chunked), the limit holds while reading.
+    let chunks = vec![Ok::<_, std::io::Error>(big.to_string().into_bytes())];
+    let body = reqwest::Body::wrap_stream(futures::stream::iter(chunks));
+    let resp = mcp
+        .http
+        .post(&mcp.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let r = Mcp::read(resp).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(c.oracle().totals.executions, 0);
+    still_serves(c).await;
+}
+
+#[tokio::test]
+async fn bogus_last_event_ids() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    for bad in ["garbage", "-5", "stream-", "x y-1"] {
+        let r = mcp.get(&sid, Some(bad)).await;
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.body);
+        assert_eq!(error_code(&r), -32600);
+    }
+    // Well-formed but naming nothing this server issued: the resume is rejected (§5) and
+    // the session forgotten.
+    let r = mcp.get(&sid, Some("0000000000000000-41")).await;
+    assert_eq!(r.status, 404);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v.pointer("/error/data/reason"), Some(&json!("event_gap")));
+    assert_eq!(
+        r.header("mcp-resume-rejected").as_deref(),
+        Some("event_gap")
+    );
+    assert_eq!(mcp.ping(&sid).await.status, 404);
+    still_serves(c).await;
+
+    // The observed system replays whatever it finds, here nothing, and ends cleanly.
+    let c = cluster(Preset::Naive).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let r = mcp.get(&sid, Some("0000000000000000-41")).await;
+    assert_eq!(r.status, 200);
+    assert!(r.events.is_empty() && !r.cut);
+    still_serves(c).await;
+}
+
+#[tokio::test]
+async fn other_protocol_errors() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    // Unknown method: a JSON-RPC error in a 200.
+    let r = mcp
+        .post(
+            Some(&sid),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "resources/list"}),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(error_code(&r), -32601);
+    // Unknown tool and bad arguments: invalid params.
+    let r = mcp.call(&sid, 2, "nope", json!({}), "t").await;
+    assert_eq!(
+        r.response().unwrap().pointer("/error/code"),
+        Some(&json!(-32602))
+    );
+    let r = mcp
+        .call(&sid, 3, "slow", json!({"steps": "many"}), "t")
+        .await;
+    assert_eq!(
+        r.response().unwrap().pointer("/error/code"),
+        Some(&json!(-32602))
+    );
+    // Unsupported protocol version header.
+    let resp = mcp
+        .http
+        .post(&mcp.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", &sid)
+        .header("mcp-protocol-version", "1999-01-01")
+        .body(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string());
+    let r = Mcp::read(resp.send().await.unwrap()).await;
+    assert_eq!(r.status, 400);
+    // Methods the endpoint does not serve.
+    let r = Mcp::read(mcp.http.put(&mcp.url).send().await.unwrap()).await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow").as_deref(), Some("GET, POST, DELETE"));
+    let other = mcp.url.replace("/mcp", "/elsewhere");
+    let r = Mcp::read(mcp.http.get(&other).send().await.unwrap()).await;
+    assert_eq!(r.status, 404);
+    // DNS-rebinding protection.
+    let r = Mcp::read(
+        mcp.http
+            .post(&mcp.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("origin", "http://evil.example")
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(error_code(&r), -32000);
+    let r = Mcp::read(
+        mcp.http
+            .post(&mcp.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("host", "evil.example")
+            .body("{}")
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(r.status, 403);
+    // A batch with initialize in it is refused; a batch of pings is answered as an array.
+    let r = mcp
+        .post(None, json!([{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": VERSION}}]))
+        .await;
+    assert_eq!(r.status, 400);
+    let r = mcp
+        .post(Some(&sid), json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}, {"jsonrpc": "2.0", "id": 2, "method": "ping"}]))
+        .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json().as_array().map(Vec::len), Some(2));
+    still_serves(c).await;
+}

@@ -1,0 +1,751 @@
+//! Defects found by running the client against servers nobody here wrote and against
+//! deliberately broken ones, pinned at the level of the sans-IO core (virtual time, scripted
+//! server). The end-to-end side of each, through the real driver and a raw TCP server, is in
+//! `tests/hostile.rs`.
+
+use crate::sim;
+
+use std::time::{Duration, Instant};
+
+use http::HeaderMap;
+use mcp_resume::proto::{
+    CallId, CallRequest, Era, HttpMethod, Output, ReinitReason, ResendPolicy, ServerRequest,
+    Session, SessionConfig, SessionEvent, Transmit, MAX_INPUT_ROUNDS,
+};
+use mcp_resume::{ErrorKind, ReconnectPolicy};
+use serde_json::{json, Value};
+use sim::{Fault, SeedGuard, ServerConfig, Sim};
+
+const SEC: Duration = Duration::from_secs(1);
+
+fn connected(config: SessionConfig, server: ServerConfig, seed: u64) -> Sim {
+    let mut s = Sim::new(config, server, seed);
+    let c = s.connect();
+    s.run_until_complete(c, SEC);
+    assert!(s.result(c).is_ok(), "connect failed: {:?}", s.result(c));
+    s
+}
+
+fn initialize_times(s: &Sim) -> Vec<Duration> {
+    s.server
+        .seen
+        .iter()
+        .filter(|x| x.rpc_method.as_deref() == Some("initialize"))
+        .map(|x| x.at)
+        .collect()
+}
+
+/// Defect 1: a server that accepts `initialize` and refuses everything after it (404, or a
+/// 400 naming the session) used to make the client re-initialize in a tight loop for the
+/// whole deadline. A re-initialization that nothing confirmed counts as failed, so they back
+/// off exponentially; and the call's re-sends are bounded by `max_attempts` (issue 24, gap 7:
+/// it used to end in a terminal `SessionLost` after `max_reinit_failures` instead), after
+/// which it fails alone and the client stays usable.
+#[test]
+fn defect_01_reinit_storm_is_bounded_and_backs_off() {
+    for (seed, fault) in [(101, Fault::NotFound), (102, Fault::BadRequestSession)] {
+        let _g = SeedGuard(seed);
+        let config = SessionConfig::default().with_call_timeout(60 * SEC);
+        let mut s = connected(config, ServerConfig::default(), seed);
+        s.server
+            .fault("a", std::iter::repeat_n(fault.clone(), 1000));
+        let c = s.call("a", None);
+        s.run_until_complete(c, 60 * SEC);
+        assert_eq!(
+            s.result(c).as_ref().unwrap_err().kind(),
+            ErrorKind::SessionLost
+        );
+        let policy = ReconnectPolicy::default();
+        assert_eq!(s.server.posts_of("a").len() as u32, policy.max_attempts);
+        let inits = initialize_times(&s);
+        // The first connect, then one re-initialization per failed attempt but the last.
+        assert_eq!(inits.len() as u32, policy.max_attempts, "{fault:?}");
+        assert!(
+            s.server.seen.len() <= 4 * inits.len() + 1,
+            "{}",
+            s.server.seen.len()
+        );
+        // Exponential backoff between attempts (the first re-initialization included).
+        let gaps: Vec<Duration> = inits.windows(2).map(|w| w[1] - w[0]).collect();
+        for (i, gap) in gaps.iter().enumerate().skip(1) {
+            let floor = policy.initial_delay * 2u32.pow(i as u32);
+            assert!(*gap >= floor, "gap {i} {gap:?} < {floor:?}: {gaps:?}");
+        }
+        assert!(gaps[0] >= policy.initial_delay, "{gaps:?}");
+        // Not terminal: the client still works for a call the server answers (after the
+        // backoff reached, now `max_delay`: the server's session is gone again).
+        assert!(!s.session.is_lost() && !s.session.is_terminated());
+        let b = s.call("b", None);
+        s.run_until_complete(b, 15 * SEC);
+        assert!(s.result(b).is_ok(), "{:?}", s.result(b));
+    }
+}
+
+/// The session confirmed by a call, then a rolling deploy: the server forgets it (404) and
+/// for 1.5 s the balancer answers `initialize` with 502.
+fn rolling_deploy(seed: u64) -> (Sim, Duration) {
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), seed);
+    let warm = s.call("warm", None);
+    s.run_until_complete(warm, SEC);
+    assert!(s.result(warm).is_ok());
+    let t0 = s.elapsed();
+    s.server.forget_sessions();
+    s.server.init_down_until = Some(t0 + 1500 * MS);
+    (s, t0)
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+/// Issue 24, defect 5: a call waiting through a rolling deploy used to fail `SessionLost`
+/// after 0.34 s (5 `initialize`s) although its deadline was 3 s. Re-initialization keeps
+/// trying, backing off, while the call waits: it succeeds once the server is back, or ends
+/// at its own deadline with the 502 as its cause.
+#[test]
+fn defect_05_waiting_call_outlives_a_rolling_deploy() {
+    let _g = SeedGuard(111);
+    let (mut s, t0) = rolling_deploy(111);
+    let c = s.call_with("d", None, Some(3 * SEC));
+    s.run_until_complete(c, 5 * SEC);
+    let took = s.elapsed() - t0;
+    match s.result(c) {
+        Ok(_) => {
+            assert_eq!(s.server.executions_of("d"), 1);
+            assert!(took >= 1500 * MS, "{took:?}");
+        }
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::SessionLost, "{e}");
+            assert!(took >= 3 * SEC - 10 * MS, "ended after {took:?}: {e}");
+            assert!(format!("{e:#}").contains("502"), "{e:#}");
+        }
+    }
+    // Bounded by the backoff: each gap between attempts at least twice the one before.
+    let inits: Vec<Duration> = initialize_times(&s)
+        .into_iter()
+        .filter(|t| *t >= t0)
+        .collect();
+    assert!(inits.len() >= 7 && inits.len() <= 9, "{inits:?}");
+    let gaps: Vec<Duration> = inits.windows(2).map(|w| w[1] - w[0]).collect();
+    for (i, gap) in gaps.iter().enumerate() {
+        let floor = ReconnectPolicy::default().initial_delay * 2u32.pow(i as u32);
+        assert!(*gap >= floor, "gap {i} {gap:?} < {floor:?}: {gaps:?}");
+    }
+    assert!(!s.session.is_lost());
+}
+
+/// Issue 24, defect 5: `SessionLost` used to be terminal: a call made once the server was
+/// healthy again still failed at once. A call whose deadline passes during the outage fails
+/// `SessionLost` at that deadline; with no call left the client stops after
+/// `max_reinit_failures` and reports the session lost; the next call reconnects, no sooner
+/// than the backoff reached, and succeeds.
+#[test]
+fn defect_05_session_lost_is_not_terminal() {
+    let _g = SeedGuard(112);
+    let (mut s, t0) = rolling_deploy(112);
+    let short = s.call_with("short", None, Some(500 * MS));
+    s.run_until_complete(short, 2 * SEC);
+    let took = s.elapsed() - t0;
+    let err = s.result(short).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionLost, "{err}");
+    assert!(took >= 500 * MS && took < 600 * MS, "{took:?}");
+    assert!(format!("{err:#}").contains("502"), "{err:#}");
+    // No call waits: the client gives up after `max_reinit_failures` failures in a row.
+    s.run_for(t0 + SEC);
+    assert!(s.session.is_lost());
+    assert!(s
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::SessionLost)));
+    let failed = initialize_times(&s);
+    let last_failed = *failed.last().unwrap();
+    let policy = ReconnectPolicy::default();
+    assert_eq!(
+        failed.iter().filter(|t| **t >= t0).count() as u32,
+        policy.max_reinit_failures + 1
+    );
+    // Nothing is sent while nobody calls.
+    s.run_for(t0 + 1200 * MS);
+    assert_eq!(initialize_times(&s).len(), failed.len());
+
+    let after = s.call_with("after", None, Some(5 * SEC));
+    s.run_until_complete(after, 6 * SEC);
+    assert!(s.result(after).is_ok(), "{:?}", s.result(after));
+    assert_eq!(s.server.executions_of("after"), 1);
+    // The backoff reached was kept: the first attempt for the new call waited it out.
+    let revived = initialize_times(&s)[failed.len()];
+    let reached = policy.initial_delay * 2u32.pow(policy.max_reinit_failures);
+    assert!(
+        revived - last_failed >= reached,
+        "{:?} after the last failure, backoff reached {reached:?}",
+        revived - last_failed
+    );
+    assert!(!s.session.is_lost());
+}
+
+/// Issue 24, gap 7: a 400 whose body merely contains the word "session" is the call's own
+/// answer (never executed, nothing to re-initialize), not "session gone".
+#[test]
+fn defect_07_a_400_mentioning_a_session_is_the_calls_answer() {
+    let _g = SeedGuard(113);
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), 113);
+    s.server.fault("w", [Fault::BadRequestWord]);
+    let c = s.call("w", None);
+    s.run_until_complete(c, 5 * SEC);
+    let err = s.result(c).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rpc, "{err}");
+    assert_eq!(err.rpc_error().map(|e| e.code), Some(-32602));
+    assert_eq!(s.server.posts_of("w").len(), 1);
+    assert_eq!(s.server.initializes(), 1);
+}
+
+/// Issue 24, gap 7: a request that keeps drawing a proxy's 404 used to re-initialize the
+/// whole client until `SessionLost`, failing every other call. Its re-sends are bounded by
+/// `max_attempts`; then it fails alone and the other call in flight is answered.
+#[test]
+fn defect_07_repeated_404_on_one_call_is_bounded_by_max_attempts() {
+    let _g = SeedGuard(114);
+    let config =
+        SessionConfig::default().with_reconnect(ReconnectPolicy::default().with_max_attempts(3));
+    let mut s = connected(config, ServerConfig::default(), 114);
+    let warm = s.call("warm", None);
+    s.run_until_complete(warm, SEC);
+    s.server
+        .fault("a", std::iter::repeat_n(Fault::ProxyNotFound, 1000));
+    s.server.slow.insert("b".into(), 300 * MS);
+    let a = s.call("a", None);
+    let b = s.call("b", None);
+    s.run_until_complete(a, 10 * SEC);
+    s.run_until_complete(b, 10 * SEC);
+    let err = s.result(a).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::SessionLost, "{err}");
+    assert_eq!(s.server.posts_of("a").len(), 3);
+    assert_eq!(s.server.executions_of("a"), 0);
+    assert!(s.result(b).is_ok(), "{:?}", s.result(b));
+    assert_eq!(s.server.executions_of("b"), 1);
+    assert!(s.server.initializes() <= 3, "{}", s.server.initializes());
+    assert!(!s
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::SessionLost)));
+}
+
+/// Defect 1, the other side: a session that works is never counted against the bound, however
+/// many times the server forgets it.
+#[test]
+fn defect_01_confirmed_sessions_reinitialize_without_limit() {
+    let _g = SeedGuard(103);
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), 103);
+    for round in 0..12 {
+        let tag = format!("r{round}");
+        s.server.fault(&tag, [Fault::NotFound]);
+        let c = s.call(&tag, None);
+        s.run_until_complete(c, 5 * SEC);
+        assert!(s.result(c).is_ok(), "round {round}: {:?}", s.result(c));
+    }
+    assert_eq!(initialize_times(&s).len(), 13);
+}
+
+/// Defect 2: an idempotency key exists only where it travels on the wire. Every keyed
+/// request the client sends carries its key in `_meta` and in the header, and a request that
+/// cannot carry one is never re-sent after an unknown outcome, whatever the policy.
+#[test]
+fn defect_02_only_keys_on_the_wire_make_a_request_resend_safe() {
+    let _g = SeedGuard(104);
+    let config = SessionConfig::default().with_resend(ResendPolicy::AssumeServerDeduplicates);
+    let mut s = connected(config, ServerConfig::default(), 104);
+    s.server
+        .fault("k", [Fault::LoseBeforeHead { executed: true }]);
+    let keyed = s.call("k", Some("key-1"));
+    s.run_until_complete(keyed, 5 * SEC);
+    assert!(s.result(keyed).is_ok());
+    for post in s.server.posts_of("k") {
+        assert_eq!(post.idempotency_header.as_deref(), Some("key-1"));
+        assert_eq!(post.idempotency_meta.as_deref(), Some("key-1"));
+    }
+    assert_eq!(s.server.posts_of("k").len(), 2);
+
+    // A request of another method has no way to carry a key: an interruption leaves its
+    // outcome unknown and it is sent once.
+    s.server
+        .fault("u", [Fault::LoseBeforeHead { executed: true }]);
+    let request = CallRequest::new(
+        "tools/call",
+        Some(serde_json::json!({"name": "echo", "arguments": {"tag": "u"}})),
+    );
+    assert!(request.idempotency_key().is_none());
+    let unkeyed = s.session.submit(request, s.now);
+    s.pump();
+    s.run_until_complete(unkeyed, 5 * SEC);
+    assert_eq!(
+        s.result(unkeyed).as_ref().unwrap_err().kind(),
+        ErrorKind::OutcomeUnknown
+    );
+    assert_eq!(s.server.posts_of("u").len(), 1);
+}
+
+/// Defect 9: the session id is a bearer secret; no `Debug` of the core shows it in full.
+#[test]
+fn defect_09_debug_never_shows_the_session_id() {
+    let _g = SeedGuard(105);
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), 105);
+    let sid = s.server.session_ids()[0].clone();
+    // Queue a request without draining it, so the session holds it in its queue too.
+    let _ = s.session.submit(CallRequest::new("ping", None), s.now);
+    let dumped = format!("{:?}", s.session);
+    assert!(!dumped.contains(&sid), "session id in Session's Debug");
+    let transmit = s.session.poll_transmit().expect("a request to send");
+    let dumped = format!("{transmit:?}");
+    assert!(dumped.contains("mcp-session-id"), "{dumped}");
+    assert!(
+        !dumped.contains(&sid),
+        "session id in Transmit's Debug: {dumped}"
+    );
+    for (_, request) in &s.sent {
+        assert!(!format!("{request:?}").contains(&sid));
+    }
+}
+
+/// The standalone stream classifies like every other exchange: a 404 to its GET
+/// re-initializes through the recovery decision (not a private path), and a re-initialization
+/// that keeps being refused the same way stops listening instead of looping.
+#[test]
+fn listen_stream_session_gone_reinitializes_once() {
+    let _g = SeedGuard(106);
+    // The first standalone stream is cut after one event, so the client reconnects it.
+    let server = ServerConfig {
+        listen_events: 1,
+        ..ServerConfig::default()
+    };
+    let mut s = connected(SessionConfig::default(), server, 106);
+    // The server forgets the session: the next GET of the standalone stream gets a 404.
+    s.server.forget_sessions();
+    s.run_for(5 * SEC);
+    assert_eq!(
+        s.events()
+            .iter()
+            .filter(|e| matches!(
+                e,
+                SessionEvent::Reinitialized {
+                    reason: ReinitReason::SessionNotFound,
+                    ..
+                }
+            ))
+            .count(),
+        1,
+        "{:?}",
+        s.events()
+    );
+    let gets: Vec<_> = s
+        .server
+        .seen
+        .iter()
+        .filter(|x| x.method == HttpMethod::Get)
+        .collect();
+    let last = gets.last().expect("GETs");
+    assert_eq!(
+        last.session_id.as_deref(),
+        s.server.session_ids().last().map(|x| x.as_str())
+    );
+}
+
+// --- Issue 24: input rounds, refusals, trust in signals ---------------------------------
+
+const MODERN: &str = "2026-07-28";
+
+/// The sans-IO session against a modern (2026-07-28) server scripted per request and
+/// answering at once, in virtual time. The script sees each POST's JSON-RPC body and returns
+/// its status and JSON body.
+struct Modern {
+    session: Session,
+    now: Instant,
+    /// Every POST body, in order: what the server saw.
+    seen: Vec<Value>,
+    outputs: Vec<Output>,
+}
+
+impl Modern {
+    fn new(config: SessionConfig) -> Self {
+        let now = Instant::now();
+        let config = config.with_era(Era::Modern).with_open_listen_stream(false);
+        Modern {
+            session: Session::new(config, now),
+            now,
+            seen: Vec::new(),
+            outputs: Vec::new(),
+        }
+    }
+
+    /// Sends what the session sends, answers through `script`, fires timers due within
+    /// `limit`, until nothing is left to do.
+    fn run(&mut self, script: &mut dyn FnMut(&Value) -> (u16, Value), limit: Duration) {
+        let end = self.now + limit;
+        loop {
+            let mut progressed = false;
+            while let Some(transmit) = self.session.poll_transmit() {
+                progressed = true;
+                let Transmit::Send(request) = transmit else {
+                    continue;
+                };
+                let body: Value =
+                    serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+                self.seen.push(body.clone());
+                let (status, answer) = script(&body);
+                let mut headers = HeaderMap::new();
+                headers.insert("content-type", "application/json".parse().unwrap());
+                let bytes = serde_json::to_vec(&answer).unwrap();
+                self.session
+                    .handle_head(request.id, status, &headers, self.now);
+                self.session.handle_data(request.id, &bytes, self.now);
+                self.session.handle_end(request.id, self.now);
+            }
+            while let Some(output) = self.session.poll_output() {
+                progressed = true;
+                self.outputs.push(output);
+            }
+            if progressed {
+                continue;
+            }
+            match self.session.poll_timeout() {
+                Some(at) if at <= end => {
+                    self.now = self.now.max(at);
+                    self.session.handle_timeout(self.now);
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn submit(&mut self, tag: &str) -> CallId {
+        let request = CallRequest::new(
+            "tools/call",
+            Some(json!({"name": "act", "arguments": {"tag": tag}})),
+        );
+        self.session.submit(request, self.now)
+    }
+
+    fn posts_of(&self, tag: &str) -> Vec<&Value> {
+        self.seen
+            .iter()
+            .filter(|b| b["method"] == "tools/call" && b["params"]["arguments"]["tag"] == tag)
+            .collect()
+    }
+
+    fn server_requests(&self) -> Vec<&ServerRequest> {
+        self.outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::ServerRequest(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn result(&self, call: CallId) -> Option<&Result<Value, mcp_resume::Error>> {
+        self.outputs.iter().find_map(|o| match o {
+            Output::Completed { call: c, result } if *c == call => Some(result),
+            _ => None,
+        })
+    }
+}
+
+fn ok(body: &Value, result: Value) -> (u16, Value) {
+    (
+        200,
+        json!({"jsonrpc": "2.0", "id": body["id"], "result": result}),
+    )
+}
+
+/// `server/discover` answered (tasks extension included); anything else is `None`.
+fn discover(body: &Value) -> Option<(u16, Value)> {
+    (body["method"] == "server/discover").then(|| {
+        ok(
+            body,
+            json!({"resultType": "complete", "supportedVersions": [MODERN],
+                "capabilities": {"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}}),
+        )
+    })
+}
+
+/// Issue 24, defect 1: an MRTR call waiting for the application's input is not sent again by
+/// a re-initialization (here: a version refusal on another call). Only `Waiting` calls go
+/// out when the new session is established; the round goes out once, when answered.
+#[test]
+fn issue24_defect_1_a_reinitialization_does_not_resend_a_call_awaiting_input() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut refused_once = false;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        let tag = body["params"]["arguments"]["tag"]
+            .as_str()
+            .unwrap_or_default();
+        match tag {
+            "ask" if body["params"]["inputResponses"].is_null() => ok(
+                body,
+                json!({"resultType": "input_required", "requestState": "s1",
+                    "inputRequests": {"q": {"method": "elicitation/create", "params": {}}}}),
+            ),
+            "other" if !refused_once => {
+                refused_once = true;
+                (
+                    400,
+                    json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                        "message": "Unsupported protocol version",
+                        "data": {"supported": [MODERN]}}}),
+                )
+            }
+            _ => ok(
+                body,
+                json!({"resultType": "complete", "content": [{"type": "text", "text": tag}]}),
+            ),
+        }
+    };
+    let ask = m.submit("ask");
+    m.run(&mut script, SEC);
+    assert_eq!(
+        m.server_requests().len(),
+        1,
+        "the server's input is asked for"
+    );
+    let other = m.submit("other");
+    m.run(&mut script, 10 * SEC);
+    assert!(
+        matches!(m.result(other), Some(Ok(_))),
+        "{:?}",
+        m.result(other)
+    );
+    assert_eq!(
+        m.seen
+            .iter()
+            .filter(|b| b["method"] == "server/discover")
+            .count(),
+        2,
+        "the version refusal re-initialized"
+    );
+    // The call awaiting input was not sent again, and no second round was opened.
+    assert_eq!(m.posts_of("ask").len(), 1, "{:#?}", m.posts_of("ask"));
+    assert_eq!(m.server_requests().len(), 1);
+    assert!(m.result(ask).is_none());
+    // The application answers: the round goes out once, with the answer.
+    let input = m.server_requests()[0].id.clone();
+    m.session
+        .respond(input, Ok(json!({"action": "accept"})), m.now);
+    m.run(&mut script, SEC);
+    let posts = m.posts_of("ask");
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[1]["params"]["requestState"], "s1");
+    assert_eq!(
+        posts[1]["params"]["inputResponses"]["q"]["action"],
+        "accept"
+    );
+    assert!(matches!(m.result(ask), Some(Ok(_))), "{:?}", m.result(ask));
+}
+
+/// Issue 24, trust gap 8: a task's requests for input are bounded by the MRTR round limit,
+/// not only by the deadline.
+#[test]
+fn issue24_gap_8_task_input_rounds_are_bounded() {
+    let config = SessionConfig::default().with_call_timeout(Duration::from_secs(365 * 24 * 3600));
+    let mut m = Modern::new(config);
+    let mut asked = 0u32;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        match body["method"].as_str().unwrap_or_default() {
+            "tools/call" => ok(
+                body,
+                json!({"resultType": "task", "taskId": "t-1", "status": "working",
+                    "pollIntervalMs": 10}),
+            ),
+            "tasks/get" => {
+                // Every poll asks for one more, fresh input.
+                asked += 1;
+                ok(
+                    body,
+                    json!({"resultType": "complete", "taskId": "t-1",
+                        "status": "input_required", "pollIntervalMs": 10,
+                        "inputRequests": {format!("k{asked}"):
+                            {"method": "elicitation/create", "params": {}}}}),
+                )
+            }
+            _ => ok(body, json!({"resultType": "complete"})),
+        }
+    };
+    let call = m.submit("task");
+    let mut answered = 0;
+    for _ in 0..(2 * MAX_INPUT_ROUNDS) {
+        m.run(&mut script, SEC);
+        if m.result(call).is_some() {
+            break;
+        }
+        let pending: Vec<_> = m
+            .server_requests()
+            .into_iter()
+            .skip(answered)
+            .map(|r| r.id.clone())
+            .collect();
+        for id in pending {
+            answered += 1;
+            m.session
+                .respond(id, Ok(json!({"action": "accept"})), m.now);
+        }
+    }
+    let result = m.result(call).expect("the call ended");
+    assert_eq!(
+        result.as_ref().unwrap_err().kind(),
+        ErrorKind::Protocol,
+        "{result:?}"
+    );
+    assert_eq!(m.server_requests().len() as u32, MAX_INPUT_ROUNDS);
+    // The abandoned task is cancelled on the server.
+    assert!(m.seen.iter().any(|b| b["method"] == "tasks/cancel"));
+}
+
+/// Issue 24, trust gap 8: `Session::resume_task` with a timeout beyond what the clock can
+/// represent waits "practically forever", not "not at all".
+#[test]
+fn issue24_gap_8_resume_task_with_a_huge_timeout_does_not_expire_at_once() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut polls = 0;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        polls += 1;
+        let status = if polls < 3 { "working" } else { "completed" };
+        ok(
+            body,
+            json!({"resultType": "complete", "taskId": "t-9", "status": status,
+                "pollIntervalMs": 1000, "result": {"content": []}}),
+        )
+    };
+    let call = m.session.resume_task("t-9", Some(Duration::MAX), m.now);
+    m.run(&mut script, 10 * SEC);
+    assert!(
+        matches!(m.result(call), Some(Ok(_))),
+        "{:?}",
+        m.result(call)
+    );
+    assert_eq!(
+        m.seen.iter().filter(|b| b["method"] == "tasks/get").count(),
+        3
+    );
+}
+
+/// Issue 24, trust gap 6: the extension's rejection marker on a refused POST proves nothing
+/// unless it comes where the extension defines it (a 404, from a session that negotiated the
+/// extension). A 500 carrying it, from a server with or without the extension, leaves an
+/// unkeyed call's outcome unknown: it ran, and is not sent again.
+#[test]
+fn issue24_gap_6_a_rejection_marker_on_a_500_does_not_resend_an_unkeyed_call() {
+    const MARKED: &[(&str, &str)] = &[("mcp-resume-rejected", "not_owner")];
+    for (seed, ext) in [(2401u64, false), (2402, true)] {
+        let _g = SeedGuard(seed);
+        let server = ServerConfig {
+            ext,
+            idempotency: ext,
+            ..ServerConfig::default()
+        };
+        let mut s = connected(SessionConfig::default(), server, seed);
+        s.server.fault(
+            "u",
+            [Fault::Status {
+                status: 500,
+                headers: MARKED,
+                executed: true,
+            }],
+        );
+        let c = s.call("u", None);
+        s.run_until_complete(c, 5 * SEC);
+        assert_eq!(
+            s.result(c).as_ref().unwrap_err().kind(),
+            ErrorKind::OutcomeUnknown,
+            "ext {ext}: {:?}",
+            s.result(c)
+        );
+        assert_eq!(s.server.posts_of("u").len(), 1, "ext {ext}");
+        assert_eq!(s.server.executions_of("u"), 1, "ext {ext}");
+        assert_eq!(s.server.initializes(), 1, "ext {ext}: no re-initialization");
+    }
+}
+
+/// Issue 24, defect 2, at the core: a refusal of the credentials is the error of the call
+/// whose own request was refused (`Unauthorized`, with the challenge), and of no other; a 401
+/// on a resume GET leaves the interrupted call's outcome unknown (its POST may have run).
+#[test]
+fn issue24_defect_2_unauthorized_only_for_the_refused_request_itself() {
+    const CHALLENGE: &[(&str, &str)] = &[(
+        "www-authenticate",
+        r#"Bearer error="invalid_token", resource_metadata="https://as.example/prm""#,
+    )];
+    let _g = SeedGuard(2403);
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), 2403);
+    s.server.fault(
+        "refused",
+        [Fault::Status {
+            status: 401,
+            headers: CHALLENGE,
+            executed: false,
+        }],
+    );
+    let c = s.call("refused", None);
+    s.run_until_complete(c, 5 * SEC);
+    let err = s.result(c).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    let challenge = err.auth_challenge().expect("the challenge is on the error");
+    assert_eq!(challenge.error.as_deref(), Some("invalid_token"));
+    assert_eq!(s.server.posts_of("refused").len(), 1);
+
+    // The POST ran and its stream broke; the resume GET is refused the credentials.
+    s.server.fault(
+        "cut",
+        [
+            Fault::CutAfterPriming,
+            Fault::ResumeStatus {
+                status: 401,
+                headers: CHALLENGE,
+            },
+        ],
+    );
+    let c = s.call("cut", None);
+    s.run_until_complete(c, 5 * SEC);
+    let err = s.result(c).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert_eq!(s.server.executions_of("cut"), 1);
+    assert_eq!(s.server.posts_of("cut").len(), 1);
+}
+
+/// Issue 24, trust gap 8: a 503 with `Retry-After` is "not processed" by default (the call is
+/// sent again after the delay); an application can turn that off, and the 503 then leaves an
+/// unkeyed call's outcome unknown.
+#[test]
+fn issue24_gap_8_a_503_with_retry_after_can_be_taken_as_may_have_run() {
+    const UNAVAILABLE: &[(&str, &str)] = &[("retry-after", "1")];
+    for (seed, not_processed) in [(2404u64, true), (2405, false)] {
+        let _g = SeedGuard(seed);
+        let config = SessionConfig::default().with_unavailable_not_processed(not_processed);
+        let mut s = connected(config, ServerConfig::default(), seed);
+        s.server.fault(
+            "busy",
+            [Fault::Status {
+                status: 503,
+                headers: UNAVAILABLE,
+                executed: false,
+            }],
+        );
+        let c = s.call("busy", None);
+        s.run_until_complete(c, 10 * SEC);
+        let posts = s.server.posts_of("busy").len();
+        if not_processed {
+            assert!(s.result(c).is_ok(), "{:?}", s.result(c));
+            assert_eq!(posts, 2);
+        } else {
+            assert_eq!(
+                s.result(c).as_ref().unwrap_err().kind(),
+                ErrorKind::OutcomeUnknown
+            );
+            assert_eq!(posts, 1);
+        }
+    }
+}

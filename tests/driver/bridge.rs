@@ -1,0 +1,919 @@
+//! The bridge's rules at the message level: a scripted host (plain JSON-RPC messages) against
+//! the in-process mock cluster in both eras, and against scripted servers where a rule needs
+//! a server the cluster cannot be. Every test checks what really happened: the cluster's
+//! oracle, or the requests the scripted server received.
+
+mod host;
+use crate::support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, Method};
+use axum::response::Response;
+use futures::{FutureExt, StreamExt};
+use host::{error_of, guarded, Host};
+use mcp_resume::bridge::{codes, Bridge, BridgeBuilder, ANNOTATED_RESENDS, IDEMPOTENCY_META_KEY};
+use mcp_resume::{EraCache, ErrorKind, ReconnectPolicy, SessionEvent};
+use mock_server::context::meta;
+use mock_server::{Cluster, ClusterConfig, ClusterEra, OracleReport, Preset};
+use serde_json::{json, Value};
+use support::{
+    default_reply, hang, initialize_result, json_body, json_result, sse_event, sse_open_watched,
+    sse_text, status, Recorded, TestServer, SESSION_ID,
+};
+use tokio::sync::Notify;
+
+const LEGACY: &str = "2025-11-25";
+
+fn bridge(url: &str) -> BridgeBuilder {
+    Bridge::builder(url).configure(|c| {
+        c.era_cache(EraCache::new())
+            .open_listen_stream(false)
+            .call_timeout(Duration::from_secs(5))
+            .reconnect(
+                ReconnectPolicy::default()
+                    .with_initial_delay(Duration::from_millis(20))
+                    .with_max_delay(Duration::from_millis(100)),
+            )
+            .jitter_seed(5)
+    })
+}
+
+async fn cluster(preset: Preset, era: ClusterEra, cut_after_events: Option<u32>) -> Cluster {
+    Cluster::start(ClusterConfig {
+        preset,
+        era,
+        instances: 3,
+        idle_timeout: None,
+        cut_after_events,
+        ..ClusterConfig::default()
+    })
+    .await
+    .expect("cluster starts")
+}
+
+/// Closes the bridge, waits for the cluster's executions to end, and returns its oracle.
+async fn finish(host: Host, cluster: Cluster) -> OracleReport {
+    let _ = guarded(host.bridge.close()).await;
+    assert!(cluster.wait_idle(host::GUARD).await, "executions running");
+    let oracle = cluster.oracle();
+    cluster.shutdown().await;
+    oracle
+}
+
+fn tagged(tag: &str) -> Value {
+    json!({ meta::TAG: tag })
+}
+
+fn tool_call(name: &str, arguments: Value, meta: Value) -> Value {
+    json!({"name": name, "arguments": arguments, "_meta": meta})
+}
+
+// ---- lifecycle and era translation ---------------------------------------------------------
+
+/// A legacy server: the host's `initialize` gets the server's answer, a `server/discover`
+/// gets "method not found" (a dual-era host falls back), every answer carries the host's id,
+/// the host's progress token keeps its meaning, a server's JSON-RPC error passes unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_session_is_the_hosts_own() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Legacy, None).await;
+    let mut host = Host::new(bridge(&cluster.url()).build().unwrap());
+
+    let discover = host.request("server/discover", json!({})).await;
+    assert_eq!(error_of(&discover).0, codes::METHOD_NOT_FOUND);
+    let early = host.request("tools/list", json!({})).await;
+    assert_eq!(error_of(&early).0, codes::INVALID_REQUEST);
+
+    let init = host.initialize(LEGACY, json!({})).await;
+    let result = &init["result"];
+    assert_eq!(result["protocolVersion"], LEGACY, "{init}");
+    assert!(result["capabilities"]["tools"].is_object(), "{init}");
+    assert!(result["serverInfo"]["name"].is_string(), "{init}");
+    assert!(host.bridge.session_id().is_some());
+
+    let list = host.request("tools/list", json!({})).await;
+    assert!(list["result"]["tools"].as_array().unwrap().len() >= 5);
+
+    let id = json!("call-1");
+    let mut meta = tagged("slow-1");
+    meta["progressToken"] = json!("host-token");
+    host.send_with_id(
+        id.clone(),
+        "tools/call",
+        tool_call("slow", json!({"steps": 2, "delay_ms": 0}), meta),
+    )
+    .await;
+    let answer = host.answer(&id).await;
+    assert_eq!(answer["id"], "call-1");
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        "slow: done after 2 steps"
+    );
+    // Every progress notification, under the host's token, before the answer.
+    let progress: Vec<&Value> = host
+        .seen
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .collect();
+    assert_eq!(progress.len(), 2, "{:?}", host.seen);
+    assert!(progress
+        .iter()
+        .all(|p| p["params"]["progressToken"] == "host-token"));
+
+    let unknown = host.request("no/such-method", json!({})).await;
+    let (code, kind) = error_of(&unknown);
+    assert_eq!((code, kind.as_str()), (-32601, ""), "{unknown}");
+
+    let oracle = finish(host, cluster).await;
+    assert_eq!(oracle.executions_tagged("slow-1").count(), 1);
+    assert_eq!(oracle.totals.initializes, 1, "{:?}", oracle.totals);
+}
+
+/// Era translation: a host that speaks only the legacy lifecycle reaches a 2026-07-28-only
+/// server. Its `initialize` is answered from `server/discover`, in the version it asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_legacy_host_reaches_a_modern_only_server() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Modern, None).await;
+    let mut host = Host::new(bridge(&cluster.url()).build().unwrap());
+    let init = host.initialize("2025-06-18", json!({})).await;
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    assert!(
+        init["result"]["capabilities"]["tools"].is_object(),
+        "{init}"
+    );
+    let client = host.bridge.client().unwrap();
+    assert_eq!(client.era(), Some(mcp_resume::Era::Modern));
+    assert_eq!(host.bridge.session_id(), None);
+
+    let answer = host
+        .request(
+            "tools/call",
+            tool_call("echo", json!({"text": "across eras"}), tagged("echo-m")),
+        )
+        .await;
+    assert_eq!(answer["result"]["content"][0]["text"], "across eras");
+    let oracle = finish(host, cluster).await;
+    assert_eq!(oracle.executions_tagged("echo-m").count(), 1);
+    assert_eq!(oracle.totals.initializes, 0, "{:?}", oracle.totals);
+}
+
+// ---- recovery is invisible, except a capability change ----------------------------------
+
+/// Strict cluster, every stream cut after two events: the resume is refused, the client
+/// re-initializes and re-sends the call keyed by the host's `_meta`. The host sees its
+/// answer and nothing else; the tool ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reinitialization_and_a_keyed_resend_are_invisible() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Legacy, Some(2)).await;
+    let mut host = Host::new(bridge(&cluster.url()).build().unwrap());
+    let mut events = host.bridge.events();
+    host.initialize(LEGACY, json!({})).await;
+    let mut meta = tagged("keyed");
+    meta[IDEMPOTENCY_META_KEY] = json!("host-key-1");
+    let answer = host
+        .request(
+            "tools/call",
+            tool_call("slow", json!({"steps": 2, "delay_ms": 0}), meta),
+        )
+        .await;
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "slow: done after 2 steps",
+        "{answer}"
+    );
+    // The server's own notifications (progress, log messages), and nothing of the recovery.
+    assert!(
+        host.notifications()
+            .iter()
+            .all(|m| m == "notifications/progress" || m == "notifications/message"),
+        "{:?}",
+        host.seen
+    );
+    let oracle = finish(host, cluster).await;
+    assert_eq!(oracle.executions_tagged("keyed").count(), 1);
+    assert!(oracle.totals.idempotent_replays >= 1, "{:?}", oracle.totals);
+    assert!(oracle.totals.initializes >= 2, "{:?}", oracle.totals);
+    assert_eq!(oracle.totals.duplicate_side_effects, 0);
+    let mut reinitialized = false;
+    while let Some(event) = guarded(events.next()).await {
+        reinitialized |= matches!(event, SessionEvent::Reinitialized { .. });
+    }
+    assert!(reinitialized);
+}
+
+/// A re-initialization that changes the server's capabilities is announced: the host gets
+/// `list_changed` for the lists the server declared, and its call's answer.
+#[tokio::test]
+async fn a_capability_change_is_announced_as_list_changed() {
+    let inits = Arc::new(Mutex::new(0));
+    let seen = inits.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("initialize") {
+            let n = {
+                let mut n = seen.lock().unwrap();
+                *n += 1;
+                *n
+            };
+            let mut result = initialize_result();
+            result["protocolVersion"] = json!(LEGACY);
+            result["capabilities"] = json!({"tools": {}, "prompts": {}});
+            if n > 1 {
+                result["capabilities"]["tools"] = json!({"listChanged": true});
+            }
+            let mut response = json_result(req, result);
+            let session = format!("{SESSION_ID}-{n}");
+            response
+                .headers_mut()
+                .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
+            return response;
+        }
+        if [
+            "logging/setLevel",
+            "resources/subscribe",
+            "resources/unsubscribe",
+        ]
+        .iter()
+        .any(|m| req.is_rpc(m))
+        {
+            return json_result(req, json!({}));
+        }
+        // The first session expires before the call.
+        if req.header("mcp-session-id") == Some(&format!("{SESSION_ID}-1"))
+            && req.is_rpc("tools/call")
+        {
+            return status(404);
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize(LEGACY, json!({})).await;
+    host.request("logging/setLevel", json!({"level": "debug"}))
+        .await;
+    for uri in ["file:///a", "file:///b"] {
+        host.request("resources/subscribe", json!({ "uri": uri }))
+            .await;
+    }
+    host.request("resources/unsubscribe", json!({"uri": "file:///b"}))
+        .await;
+    let answer = host
+        .request(
+            "tools/call",
+            tool_call("echo", json!({"text": "t"}), json!({})),
+        )
+        .await;
+    assert_eq!(answer["result"]["content"][0]["text"], "t", "{answer}");
+    // The announcements travel apart from the answer: on either side of it.
+    while host.notifications().len() < 2 {
+        let message = host.next_message().await;
+        host.seen.push(message);
+    }
+    let mut announced = host.notifications();
+    announced.sort();
+    assert_eq!(
+        announced,
+        [
+            "notifications/prompts/list_changed",
+            "notifications/tools/list_changed"
+        ]
+    );
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(calls, 2, "{:?}", server.labels());
+    assert_eq!(*inits.lock().unwrap(), 2);
+    // The host's session state is set again on the new session, and only what it holds.
+    let second = format!("{SESSION_ID}-2");
+    let on_second = |r: &Recorded, method: &str| {
+        r.is_rpc(method) && r.header("mcp-session-id") == Some(second.as_str())
+    };
+    let level = server.wait_for(|r| on_second(r, "logging/setLevel")).await;
+    assert_eq!(level.params()["level"], "debug");
+    let subscribed = server
+        .wait_for(|r| on_second(r, "resources/subscribe"))
+        .await;
+    assert_eq!(subscribed.params()["uri"], "file:///a");
+    host.request("ping", json!({})).await;
+    let resubscribed = server
+        .requests()
+        .iter()
+        .filter(|r| on_second(r, "resources/subscribe"))
+        .count();
+    assert_eq!(resubscribed, 1, "{:?}", server.labels());
+}
+
+// ---- errors ------------------------------------------------------------------------------
+
+/// Strict cluster, streams cut after the priming event: the resume is refused and the
+/// unkeyed side effect may have run. The host gets `outcome_unknown`; it ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_unkeyed_call_is_outcome_unknown() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Legacy, Some(1)).await;
+    let mut host = Host::new(bridge(&cluster.url()).build().unwrap());
+    host.initialize(LEGACY, json!({})).await;
+    let answer = host
+        .request(
+            "tools/call",
+            tool_call("counter_increment", json!({}), tagged("unkeyed")),
+        )
+        .await;
+    let (code, kind) = error_of(&answer);
+    assert_eq!(
+        (code, kind.as_str()),
+        (codes::OUTCOME_UNKNOWN, "outcome_unknown")
+    );
+    let oracle = finish(host, cluster).await;
+    assert_eq!(oracle.executions_tagged("unkeyed").count(), 1);
+}
+
+/// A session whose negotiated context drifted answers under another capability hash: the
+/// host gets `context_mismatch`, not the plausible answer; the next call is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_under_another_context_is_context_mismatch() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Legacy, None).await;
+    let mut host = Host::new(bridge(&cluster.url()).build().unwrap());
+    host.initialize(
+        LEGACY,
+        json!({"experimental": {"sampling": {"temperature": 0.3}}}),
+    )
+    .await;
+    host.request(
+        "tools/call",
+        tool_call("echo", json!({"text": "hi"}), tagged("before")),
+    )
+    .await;
+    let session = host.bridge.session_id().unwrap();
+    cluster.drift_session(&session).await.expect("drift");
+    let answer = host
+        .request(
+            "tools/call",
+            tool_call("generate", json!({"prompt": "p"}), tagged("drifted")),
+        )
+        .await;
+    let (code, kind) = error_of(&answer);
+    assert_eq!(
+        (code, kind.as_str()),
+        (codes::CONTEXT_MISMATCH, "context_mismatch")
+    );
+    let after = host
+        .request(
+            "tools/call",
+            tool_call("generate", json!({"prompt": "p"}), tagged("after")),
+        )
+        .await;
+    assert!(after.get("result").is_some(), "{after}");
+    let oracle = finish(host, cluster).await;
+    assert!(oracle
+        .executions_tagged("drifted")
+        .all(|e| e.wrong_capability));
+    assert!(oracle
+        .executions_tagged("after")
+        .all(|e| !e.wrong_capability));
+}
+
+/// The kinds a scripted server produces, one row each: what the host receives, and that the
+/// server really saw what the row says.
+#[tokio::test]
+async fn outcomes_json_rpc_cannot_express_are_errors_with_their_kind() {
+    struct Row {
+        name: &'static str,
+        reply: Box<dyn Fn(&Recorded) -> Response + Send + Sync>,
+        configure: fn(BridgeBuilder) -> BridgeBuilder,
+        expect: (i64, &'static str),
+    }
+    fn call_reply(req: &Recorded, on_call: fn(&Recorded) -> Response) -> Response {
+        if req.is_rpc("tools/call") {
+            return on_call(req);
+        }
+        let mut response = default_reply(req);
+        if req.is_rpc("initialize") {
+            *response.body_mut() = Body::from(
+                json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": {
+                    "protocolVersion": LEGACY, "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "s", "version": "1"}}})
+                .to_string(),
+            );
+        }
+        response
+    }
+    let rows = [
+        Row {
+            name: "timeout",
+            reply: Box::new(|r| call_reply(r, |_| hang())),
+            configure: |b| b.configure(|c| c.call_timeout(Duration::from_millis(300))),
+            expect: (codes::TIMEOUT, "timeout"),
+        },
+        Row {
+            name: "protocol",
+            reply: Box::new(|r| call_reply(r, |_| status(400))),
+            configure: |b| b,
+            expect: (codes::PROTOCOL, "protocol"),
+        },
+        Row {
+            name: "too large",
+            reply: Box::new(|r| {
+                call_reply(r, |req| {
+                    json_result(
+                        req,
+                        json!({"content": [{"type": "text", "text": "x".repeat(4096)}]}),
+                    )
+                })
+            }),
+            configure: |b| b.configure(|c| c.max_body_size(1024)),
+            expect: (codes::TOO_LARGE, "too_large"),
+        },
+        Row {
+            name: "unauthorized",
+            reply: Box::new(|r| call_reply(r, |_| status(401))),
+            configure: |b| b,
+            expect: (codes::UNAUTHORIZED, "unauthorized"),
+        },
+        Row {
+            name: "session lost",
+            reply: {
+                // The session ends at the call, and no new one can be made.
+                let inits = AtomicUsize::new(0);
+                Box::new(move |r| {
+                    if r.is_rpc("initialize") && inits.fetch_add(1, Ordering::SeqCst) > 0 {
+                        return status(500);
+                    }
+                    call_reply(r, |_| status(404))
+                })
+            },
+            configure: |b| b,
+            expect: (codes::SESSION_LOST, "session_lost"),
+        },
+        Row {
+            name: "server error",
+            reply: Box::new(|r| {
+                call_reply(r, |req| {
+                    json_body(&json!({"jsonrpc": "2.0", "id": req.rpc_id(),
+                        "error": {"code": -32602, "message": "bad args", "data": {"arg": "x"}}}))
+                })
+            }),
+            configure: |b| b,
+            expect: (-32602, ""),
+        },
+    ];
+    for row in rows {
+        let server = TestServer::start(row.reply).await;
+        let mut host = Host::new((row.configure)(bridge(&server.url)).build().unwrap());
+        host.initialize(LEGACY, json!({})).await;
+        let answer = host
+            .request("tools/call", tool_call("t", json!({}), json!({})))
+            .await;
+        let (code, kind) = error_of(&answer);
+        assert_eq!((code, kind.as_str()), row.expect, "{}: {answer}", row.name);
+        if row.name == "server error" {
+            assert_eq!(answer["error"]["data"], json!({"arg": "x"}));
+        }
+        assert!(
+            server.requests().iter().any(|r| r.is_rpc("tools/call")),
+            "{}: {:?}",
+            row.name,
+            server.labels()
+        );
+        let _ = guarded(host.bridge.close()).await;
+    }
+}
+
+/// Errors of the bridge's own making: an invalid key in `_meta` never reaches the server; an
+/// invalid session configuration answers `initialize`; the real session closed under a call.
+#[tokio::test]
+async fn invalid_keys_configurations_and_closed_sessions_are_errors() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return hang();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let answer = host
+        .request(
+            "tools/call",
+            tool_call("t", json!({}), json!({ IDEMPOTENCY_META_KEY: "" })),
+        )
+        .await;
+    assert_eq!(
+        error_of(&answer),
+        (codes::INVALID_CONFIG, "invalid_config".to_owned())
+    );
+    assert!(!server.requests().iter().any(|r| r.is_rpc("tools/call")));
+
+    // The real session closes while a call waits: the host hears `closed`.
+    let id = host
+        .send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    guarded(host.bridge.client().unwrap().close())
+        .await
+        .unwrap();
+    let answer = host.answer(&id).await;
+    assert_eq!(error_of(&answer), (codes::CLOSED, "closed".to_owned()));
+
+    // Nobody listens: the network fails beyond recovery.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = format!("http://{}/mcp", listener.local_addr().unwrap());
+    drop(listener);
+    let mut host = Host::new(bridge(&closed_port).build().unwrap());
+    let init = host
+        .request(
+            "initialize",
+            json!({"protocolVersion": LEGACY, "capabilities": {}}),
+        )
+        .await;
+    assert_eq!(error_of(&init), (codes::TRANSPORT, "transport".to_owned()));
+
+    let mut host = Host::new(Bridge::builder("ftp://example.com/mcp").build().unwrap());
+    let init = host
+        .request(
+            "initialize",
+            json!({"protocolVersion": LEGACY, "capabilities": {}}),
+        )
+        .await;
+    assert_eq!(
+        error_of(&init),
+        (codes::INVALID_CONFIG, "invalid_config".to_owned())
+    );
+}
+
+/// A modern server requiring a capability the host did not declare: its error keeps its
+/// code and data, with the kind added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_capability_keeps_the_servers_code() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Modern, None).await;
+    let mut host = Host::new(bridge(&cluster.url()).build().unwrap());
+    host.initialize(LEGACY, json!({})).await;
+    let answer = host
+        .request(
+            "tools/call",
+            tool_call("confirm", json!({"question": "ok?"}), tagged("no-elicit")),
+        )
+        .await;
+    let (code, kind) = error_of(&answer);
+    assert_eq!(
+        (code, kind.as_str()),
+        (-32021, "missing_capability"),
+        "{answer}"
+    );
+    let oracle = finish(host, cluster).await;
+    assert_eq!(oracle.executions_tagged("no-elicit").count(), 0);
+}
+
+// ---- cancellation ------------------------------------------------------------------------
+
+/// The host cancels a call while the client resumes its cut stream: the resume is dropped,
+/// the server is told, nothing is sent again, and the host gets no answer for it.
+#[tokio::test]
+async fn a_hosts_cancel_stops_the_calls_recovery() {
+    let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+    let server = TestServer::start(move |req| {
+        if req.method == Method::GET && req.header("last-event-id").is_some() {
+            return sse_open_watched("", dropped_tx.clone());
+        }
+        if req.is_rpc("tools/call") {
+            // One event with an id, then the stream ends without the answer: resume.
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": "p", "progress": 1}});
+            return sse_text(sse_event(Some("ev-1"), &progress));
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let id = host
+        .send(
+            "tools/call",
+            tool_call("t", json!({}), json!({"progressToken": "p"})),
+        )
+        .await;
+    let call = server.wait_for(|r| r.is_rpc("tools/call")).await;
+    server
+        .wait_for(|r| r.method == Method::GET && r.header("last-event-id") == Some("ev-1"))
+        .await;
+    host.notify(
+        "notifications/cancelled",
+        Some(json!({"requestId": id, "reason": "user"})),
+    )
+    .await;
+    let cancelled = server
+        .wait_for(|r| r.is_rpc("notifications/cancelled"))
+        .await;
+    assert_eq!(cancelled.params()["requestId"], call.rpc_id());
+    guarded(dropped.recv())
+        .await
+        .expect("the resume stream was dropped");
+    // The next request's answer is the next answer: the cancelled call got none.
+    let ping = host.send("ping", json!({})).await;
+    let next = loop {
+        let m = host.next_message().await;
+        if m.get("method").is_none() {
+            break m;
+        }
+    };
+    assert_eq!(next["id"], ping);
+    let posts = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    let resumes = server
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::GET)
+        .count();
+    assert_eq!((posts, resumes), (1, 1), "{:?}", server.labels());
+}
+
+// ---- idempotency and annotations ---------------------------------------------------------
+
+/// Every `tools/call` stream cut: with the annotations trusted, a call to a tool the last
+/// `tools/list` marked read-only is sent again on an unknown outcome (bounded); untrusted,
+/// or to a tool not so marked, it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_annotation_policy_is_opt_in() {
+    for trust in [false, true] {
+        let cluster = cluster(Preset::Strict, ClusterEra::Legacy, Some(1)).await;
+        let mut host = Host::new(
+            bridge(&cluster.url())
+                .trust_tool_annotations(trust)
+                .build()
+                .unwrap(),
+        );
+        host.initialize(LEGACY, json!({})).await;
+        host.request("tools/list", json!({})).await;
+        let echo = host
+            .request(
+                "tools/call",
+                tool_call("echo", json!({"text": "e"}), tagged("echo")),
+            )
+            .await;
+        assert_eq!(error_of(&echo).1, "outcome_unknown", "{echo}");
+        let counter = host
+            .request(
+                "tools/call",
+                tool_call("counter_increment", json!({}), tagged("counter")),
+            )
+            .await;
+        assert_eq!(error_of(&counter).1, "outcome_unknown", "{counter}");
+        let oracle = finish(host, cluster).await;
+        let sends = if trust {
+            1 + ANNOTATED_RESENDS as usize
+        } else {
+            1
+        };
+        assert_eq!(
+            oracle.executions_tagged("echo").count(),
+            sends,
+            "trust {trust}"
+        );
+        assert_eq!(
+            oracle.executions_tagged("counter").count(),
+            1,
+            "trust {trust}"
+        );
+    }
+}
+
+// ---- server requests, MRTR, tasks --------------------------------------------------------
+
+/// A legacy server's sampling request reaches the host under the bridge's id; the host's
+/// answer reaches the server under the server's id, and the call completes.
+#[tokio::test]
+async fn a_sampling_request_goes_to_the_host_and_back() {
+    let answered = Arc::new(Notify::new());
+    let answer_text = Arc::new(Mutex::new(String::new()));
+    let (notify, text) = (answered.clone(), answer_text.clone());
+    let server = TestServer::start(move |req| {
+        if req.method == Method::POST && req.rpc_id() == json!("srv-7") {
+            let reply = req.body.as_ref().unwrap()["result"]["content"]["text"].clone();
+            *text.lock().unwrap() = reply.as_str().unwrap_or_default().to_owned();
+            notify.notify_one();
+            return status(202);
+        }
+        if req.is_rpc("tools/call") {
+            let ask = json!({"jsonrpc": "2.0", "id": "srv-7", "method": "sampling/createMessage",
+                "params": {"messages": [{"role": "user", "content": {"type": "text", "text": "2+2?"}}],
+                           "maxTokens": 5}});
+            let (notify, text, id) = (notify.clone(), text.clone(), req.rpc_id());
+            let first: Result<Bytes, std::io::Error> = Ok(Bytes::from(sse_event(None, &ask)));
+            let rest = futures::stream::once(async move {
+                notify.notified().await;
+                let sampled = text.lock().unwrap().clone();
+                let result = json!({"jsonrpc": "2.0", "id": id,
+                    "result": {"content": [{"type": "text", "text": format!("model said {sampled}")}]}});
+                Ok(Bytes::from(sse_event(None, &result)))
+            });
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(futures::stream::once(async move { first }).chain(rest)))
+                .unwrap();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({"sampling": {}})).await;
+    let init = server.wait_for(|r| r.is_rpc("initialize")).await;
+    assert_eq!(init.params()["capabilities"], json!({"sampling": {}}));
+    assert_eq!(init.params()["clientInfo"]["name"], "scripted-host");
+
+    let call = host
+        .send("tools/call", tool_call("ask", json!({}), json!({})))
+        .await;
+    let request = host.server_request().await;
+    assert_eq!(request["method"], "sampling/createMessage");
+    assert_eq!(request["id"], 1, "the bridge's own id: {request}");
+    host.bridge
+        .send(json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+            "role": "assistant", "model": "host-model",
+            "content": {"type": "text", "text": "4"}}}))
+        .await
+        .unwrap();
+    let answer = host.answer(&call).await;
+    assert_eq!(answer["result"]["content"][0]["text"], "model said 4");
+    let reply = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("srv-7"))
+        .await;
+    assert_eq!(reply.body.unwrap()["result"]["model"], "host-model");
+}
+
+/// The server cancels its request: the host is told under the bridge's id, and its late
+/// answer goes nowhere.
+#[tokio::test]
+async fn a_servers_cancellation_reaches_the_host() {
+    let forwarded = Arc::new(Notify::new());
+    let asked = forwarded.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            let ask = json!({"jsonrpc": "2.0", "id": "srv-9", "method": "roots/list"});
+            let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "srv-9", "reason": "changed my mind"}});
+            let first: Result<Bytes, std::io::Error> = Ok(Bytes::from(sse_event(None, &ask)));
+            let asked = asked.clone();
+            // The cancellation once the host has the request.
+            let then = futures::stream::once(async move {
+                asked.notified().await;
+                Ok(Bytes::from(sse_event(None, &cancel)))
+            });
+            let body = futures::stream::once(async move { first })
+                .chain(then)
+                .chain(futures::stream::pending());
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({"roots": {"listChanged": true}}))
+        .await;
+    host.send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    let ask = host.server_request().await;
+    assert_eq!(ask["method"], "roots/list");
+    forwarded.notify_one();
+    let cancelled = loop {
+        let m = host.next_message().await;
+        if m["method"] == "notifications/cancelled" {
+            break m;
+        }
+    };
+    assert_eq!(cancelled["params"]["requestId"], ask["id"], "{cancelled}");
+    host.bridge
+        .send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"roots": []}}))
+        .await
+        .unwrap();
+    // A request after the late answer reaches the server; the answer never did.
+    host.request("ping", json!({})).await;
+    server.wait_for(|r| r.is_rpc("ping")).await;
+    assert!(
+        !server
+            .requests()
+            .iter()
+            .any(|r| r.rpc_id() == json!("srv-9")),
+        "{:?}",
+        server.labels()
+    );
+}
+
+/// The 2026-07-28 era: an `input_required` round is answered by the host (an elicitation
+/// under the bridge's id), and a task is polled to its end: the host sees plain results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mrtr_rounds_and_tasks_become_plain_results() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Modern, None).await;
+    let mut host = Host::new(bridge(&cluster.url()).build().unwrap());
+    host.initialize(LEGACY, json!({"elicitation": {}})).await;
+
+    let call = host
+        .send(
+            "tools/call",
+            tool_call("confirm", json!({"question": "ship?"}), tagged("confirm")),
+        )
+        .await;
+    let ask = host.server_request().await;
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert_eq!(ask["params"]["message"], "ship?");
+    host.bridge
+        .send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {
+            "action": "accept", "content": {"confirmed": true}}}))
+        .await
+        .unwrap();
+    let answer = host.answer(&call).await;
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "confirmed: accept",
+        "{answer}"
+    );
+
+    let job = host
+        .request(
+            "tools/call",
+            tool_call(
+                "batch_job",
+                json!({"steps": 2, "delay_ms": 10}),
+                tagged("job"),
+            ),
+        )
+        .await;
+    let result = &job["result"];
+    assert!(result["content"].is_array(), "{job}");
+    assert_ne!(result["resultType"], "task", "{job}");
+    assert!(result.get("task").is_none(), "{job}");
+
+    let oracle = finish(host, cluster).await;
+    assert_eq!(oracle.executions_tagged("confirm").count(), 1);
+    assert_eq!(oracle.executions_tagged("job").count(), 1);
+}
+
+// ---- bounds ------------------------------------------------------------------------------
+
+/// Capacity 1: a second answer waits for the host to read the first, and a third request
+/// waits for it in turn. Nothing is lost: every answer arrives, in order.
+#[tokio::test]
+async fn both_directions_are_bounded_by_back_pressure() {
+    let server = TestServer::start(default_reply).await;
+    let mut host = Host::new(bridge(&server.url).capacity(1).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let first = host.send("ping", json!({})).await;
+    // Taken once the first answer is queued; its own answer then waits for room.
+    let second = host.send("ping", json!({})).await;
+    let third = json!({"jsonrpc": "2.0", "id": "third", "method": "ping"});
+    let bridge = host.bridge.clone();
+    let mut third_send = Box::pin(async move { bridge.send(third).await });
+    assert!(
+        (&mut third_send).now_or_never().is_none(),
+        "a request beyond the bound waits"
+    );
+    assert_eq!(host.next_message().await["id"], first);
+    guarded(third_send).await.unwrap();
+    assert_eq!(host.next_message().await["id"], second);
+    assert_eq!(host.next_message().await["id"], "third");
+    let pings = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("ping"))
+        .count();
+    assert_eq!(pings, 3);
+    assert!(matches!(
+        Bridge::builder("http://127.0.0.1:1/mcp").capacity(0).build(),
+        Err(e) if e.kind() == ErrorKind::InvalidConfig
+    ));
+}
+
+/// Requests in flight are bounded too: with both places taken by calls the server holds, a
+/// third waits until the host cancels one.
+#[tokio::test]
+async fn requests_in_flight_are_bounded() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return hang();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).capacity(2).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let first = host
+        .send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    host.send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    let ping = json!({"jsonrpc": "2.0", "id": "p", "method": "ping"});
+    let bridge = host.bridge.clone();
+    let mut waiting = Box::pin(async move { bridge.send(ping).await });
+    assert!((&mut waiting).now_or_never().is_none());
+    host.notify("notifications/cancelled", Some(json!({"requestId": first})))
+        .await;
+    guarded(waiting).await.unwrap();
+    assert_eq!(host.next_message().await["id"], "p");
+    server.wait_for(|r| r.is_rpc("ping")).await;
+}

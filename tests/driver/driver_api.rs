@@ -1,0 +1,674 @@
+//! The public API over a real HTTP server: builder validation, the paved path, headers on
+//! every request, JSON and SSE answers, notifications, tolerated 405s.
+
+use crate::support;
+
+use std::time::Duration;
+
+use axum::http::Method;
+use futures::StreamExt;
+use mcp_resume::{Client, ErrorKind, ReconnectPolicy, Request, ResendPolicy, RpcError, ToolCall};
+use serde_json::{json, Value};
+use support::*;
+
+fn assert_send_sync_clone<T: Send + Sync + Clone + 'static>() {}
+
+#[test]
+fn client_is_clone_send_sync() {
+    assert_send_sync_clone::<Client>();
+    assert_send_sync_clone::<mcp_resume::Error>();
+}
+
+#[test]
+fn builder_rejects_bad_configuration_without_a_runtime() {
+    let cases: Vec<(&str, mcp_resume::ClientBuilder)> = vec![
+        ("not a url", Client::builder("not a url")),
+        ("ftp scheme", Client::builder("ftp://127.0.0.1/mcp")),
+        (
+            "bad header name",
+            Client::builder("http://127.0.0.1/mcp").header("bad name", "v"),
+        ),
+        (
+            "bad header value",
+            Client::builder("http://127.0.0.1/mcp").header("x-a", "line\nbreak"),
+        ),
+        (
+            "protocol header",
+            Client::builder("http://127.0.0.1/mcp").header("Mcp-Session-Id", "x"),
+        ),
+        (
+            "bad bearer",
+            Client::builder("http://127.0.0.1/mcp").bearer_token("a\r\nb"),
+        ),
+        (
+            "empty bearer",
+            Client::builder("http://127.0.0.1/mcp").bearer_token(""),
+        ),
+        (
+            "zero timeout",
+            Client::builder("http://127.0.0.1/mcp").call_timeout(Duration::ZERO),
+        ),
+        (
+            "zero event size",
+            Client::builder("http://127.0.0.1/mcp").max_event_size(0),
+        ),
+        (
+            "zero body size",
+            Client::builder("http://127.0.0.1/mcp").max_body_size(0),
+        ),
+        (
+            "zero connect timeout",
+            Client::builder("http://127.0.0.1/mcp").connect_timeout(Duration::ZERO),
+        ),
+        (
+            "unknown version",
+            Client::builder("http://127.0.0.1/mcp").protocol_version("1999-01-01"),
+        ),
+        (
+            "capabilities not an object",
+            Client::builder("http://127.0.0.1/mcp").client_capabilities(json!([1])),
+        ),
+        (
+            "multiplier below one",
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_multiplier(0.5)),
+        ),
+        (
+            "jitter above one",
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_jitter(1.5)),
+        ),
+        // A client that may never reconnect would never resume: the policy's own check says
+        // so, and the builder runs that one check rather than a copy of it.
+        (
+            "zero reconnect attempts",
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_max_attempts(0)),
+        ),
+        (
+            "zero re-initialization failures",
+            Client::builder("http://127.0.0.1/mcp")
+                .reconnect(ReconnectPolicy::default().with_max_reinit_failures(0)),
+        ),
+    ];
+    for (name, builder) in cases {
+        let err = builder.build().expect_err(name);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{name}: {err}");
+    }
+    // Every setter at once, valid: builds outside any runtime.
+    Client::builder("http://127.0.0.1:1/mcp")
+        .client_capabilities(json!({"sampling": {}}))
+        .bearer_token("t")
+        .header("x-foo", "bar")
+        .call_timeout(Duration::from_secs(5))
+        .reconnect(ReconnectPolicy::default())
+        .max_event_size(1024)
+        .max_body_size(1024)
+        .protocol_version("2025-06-18")
+        .client_info("test", "0.0.1")
+        .open_listen_stream(false)
+        .resend_policy(ResendPolicy::AssumeServerDeduplicates)
+        .jitter_seed(7)
+        .dangerous_trust_replay(false)
+        .build()
+        .expect("valid configuration");
+}
+
+#[test]
+fn calls_outside_a_runtime_fail_cleanly() {
+    let client = Client::builder("http://127.0.0.1:1/mcp").build().unwrap();
+    let err = futures::executor::block_on(client.ping()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+}
+
+fn client_for(server: &TestServer) -> mcp_resume::ClientBuilder {
+    Client::builder(&server.url)
+        .bearer_token("secret-token")
+        .header("x-foo", "bar")
+        .call_timeout(Duration::from_secs(10))
+        .jitter_seed(1)
+}
+
+#[tokio::test]
+async fn paved_path_sends_the_right_headers_on_every_request() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server).build().unwrap();
+
+    let init = guarded(client.connect()).await.unwrap();
+    assert_eq!(init.protocol_version, SERVER_VERSION);
+    assert_eq!(init.server_name, "driver-test");
+    assert_eq!(init.server_version, "1.2.3");
+    assert_eq!(init.instructions.as_deref(), Some("be nice"));
+    // A second connect answers from the same session.
+    assert_eq!(guarded(client.connect()).await.unwrap(), init);
+
+    let tools = guarded(client.list_tools()).await.unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].name, "echo");
+    assert_eq!(tools[0].description.as_deref(), Some("Echoes"));
+
+    let r = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "hi"}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "hi");
+    assert!(!r.is_error);
+
+    guarded(client.ping()).await.unwrap();
+    client
+        .notify("notifications/roots/list_changed", None)
+        .unwrap();
+    server
+        .wait_for(|r| r.is_rpc("notifications/roots/list_changed"))
+        .await;
+    guarded(client.close()).await.unwrap();
+    server.wait_for(|r| r.method == Method::DELETE).await;
+
+    let requests = server.requests();
+    for r in &requests {
+        assert_eq!(
+            r.header("authorization"),
+            Some("Bearer secret-token"),
+            "{}",
+            r.label()
+        );
+        assert_eq!(r.header("x-foo"), Some("bar"), "{}", r.label());
+        if r.method == Method::POST {
+            assert_eq!(
+                r.header("accept"),
+                Some("application/json, text/event-stream"),
+                "{}",
+                r.label()
+            );
+            assert_eq!(
+                r.header("content-type"),
+                Some("application/json"),
+                "{}",
+                r.label()
+            );
+        }
+        if r.is_rpc("server/discover") {
+            // The era probe is a modern request: no session, the modern version, mirrored
+            // method.
+            assert_eq!(r.header("mcp-session-id"), None);
+            assert_eq!(r.header("mcp-protocol-version"), Some("2026-07-28"));
+            assert_eq!(r.header("mcp-method"), Some("server/discover"));
+            assert_eq!(
+                r.params()["_meta"]["io.modelcontextprotocol/protocolVersion"],
+                "2026-07-28"
+            );
+        } else if r.is_rpc("initialize") {
+            assert_eq!(
+                r.header("mcp-session-id"),
+                None,
+                "initialize carries no session id"
+            );
+            assert_eq!(r.params()["protocolVersion"], "2025-11-25");
+        } else {
+            assert_eq!(
+                r.header("mcp-session-id"),
+                Some(SESSION_ID),
+                "{}",
+                r.label()
+            );
+            assert_eq!(
+                r.header("mcp-protocol-version"),
+                Some(SERVER_VERSION),
+                "{}",
+                r.label()
+            );
+        }
+    }
+    let labels = server.labels();
+    for expected in [
+        "POST initialize",
+        "POST notifications/initialized",
+        "GET",
+        "POST tools/list",
+        "POST tools/call",
+        "POST ping",
+        "DELETE",
+    ] {
+        assert!(
+            labels.iter().any(|l| l == expected),
+            "{expected} missing from {labels:?}"
+        );
+    }
+    // After close, calls fail with Closed.
+    let err = guarded(client.ping()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed);
+}
+
+#[tokio::test]
+async fn first_call_connects_by_itself() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server)
+        .open_listen_stream(false)
+        .build()
+        .unwrap();
+    let r = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "direct"}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "direct");
+    let labels = server.labels();
+    // Era::Auto: a modern probe, refused by this legacy server, then `initialize`.
+    assert_eq!(labels[..2], ["POST server/discover", "POST initialize"]);
+    assert!(
+        !labels.iter().any(|l| l == "GET"),
+        "listen stream disabled: {labels:?}"
+    );
+    assert_eq!(client.era(), Some(mcp_resume::Era::Legacy));
+}
+
+/// What a probe found is remembered per origin: the next client there starts with
+/// `initialize`, and an explicit era never probes.
+#[tokio::test]
+async fn the_era_is_remembered_per_origin() {
+    let server = TestServer::start(default_reply).await;
+    let cache = mcp_resume::EraCache::new();
+    for _ in 0..2 {
+        let client = client_for(&server)
+            .open_listen_stream(false)
+            .era_cache(cache.clone())
+            .build()
+            .unwrap();
+        guarded(client.ping()).await.unwrap();
+        guarded(client.close()).await.unwrap();
+    }
+    assert_eq!(cache.get(&server.url), Some(mcp_resume::Era::Legacy));
+    let explicit = client_for(&server)
+        .open_listen_stream(false)
+        .era(mcp_resume::Era::Legacy)
+        .era_cache(mcp_resume::EraCache::new())
+        .build()
+        .unwrap();
+    guarded(explicit.ping()).await.unwrap();
+    let probes = server
+        .labels()
+        .iter()
+        .filter(|l| *l == "POST server/discover")
+        .count();
+    assert_eq!(probes, 1, "{:?}", server.labels());
+}
+
+#[tokio::test]
+async fn sse_answers_with_progress_notifications() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            let token = req.params()["_meta"]["progressToken"].clone();
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": token, "progress": 1, "total": 2}});
+            let result = result_msg(
+                req,
+                json!({"content": [{"type": "text", "text": "done"}],
+                "structuredContent": {"ok": true}}),
+            );
+            return sse_text(sse_event(Some("e1"), &progress) + &sse_event(Some("e2"), &result));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let mut notes = client.notifications();
+    let call = ToolCall::new("slow", json!({})).progress_token("tok-1");
+    let id = call.id();
+    let r = guarded(client.call_tool(call)).await.unwrap();
+    assert_eq!(r.text(), "done");
+    assert_eq!(r.structured_content, Some(json!({"ok": true})));
+    let note = guarded(notes.next()).await.unwrap();
+    assert_eq!(note.method, "notifications/progress");
+    assert_eq!(note.progress_token(), Some(&json!("tok-1")));
+    assert_eq!(
+        note.call,
+        Some(id),
+        "progress on the call's stream names the call"
+    );
+}
+
+#[tokio::test]
+async fn idempotency_key_and_meta_travel_with_the_call() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server).build().unwrap();
+    let key = uuid::Uuid::new_v4();
+    guarded(
+        client.call_tool(
+            ToolCall::new("echo", json!({"text": "k"}))
+                .idempotency_key(key)
+                .meta("tag", json!("t-1")),
+        ),
+    )
+    .await
+    .unwrap();
+    let call = server.wait_for(|r| r.is_rpc("tools/call")).await;
+    assert_eq!(
+        call.header("idempotency-key"),
+        Some(key.to_string().as_str())
+    );
+    let meta = &call.params()["_meta"];
+    assert_eq!(meta["tag"], "t-1");
+    assert_eq!(
+        meta["io.github.mcp-resume/idempotency-key"],
+        key.to_string()
+    );
+    // An invalid key fails the call before anything is sent.
+    let before = server.requests().len();
+    let err =
+        guarded(client.call_tool(ToolCall::new("echo", json!({})).idempotency_key("a\u{7f}")))
+            .await
+            .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+    assert_eq!(server.requests().len(), before);
+}
+
+#[tokio::test]
+async fn rpc_errors_and_generic_requests() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("resources/list") {
+            return json_result(req, json!({"resources": [{"uri": "file:///a"}]}));
+        }
+        if req.is_rpc("tools/call") {
+            return json_body(&json!({"jsonrpc": "2.0", "id": req.rpc_id(),
+                "error": {"code": -32602, "message": "unknown tool", "data": {"tool": "nope"}}}));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let v = guarded(client.request::<Value>(Request::new("resources/list", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(v["resources"][0]["uri"], "file:///a");
+    let err = guarded(client.call_tool(ToolCall::new("nope", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rpc);
+    let rpc = err.rpc_error().unwrap();
+    assert_eq!(rpc.code, -32602);
+    assert_eq!(rpc.data, Some(json!({"tool": "nope"})));
+}
+
+#[tokio::test]
+async fn delete_405_and_get_405_are_tolerated() {
+    let server = TestServer::start(|req| match req.method {
+        Method::DELETE => status(405),
+        _ => default_reply(req),
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+    server.wait_for(|r| r.method == Method::GET).await;
+    guarded(client.ping()).await.unwrap();
+    guarded(client.close()).await.unwrap();
+    server.wait_for(|r| r.method == Method::DELETE).await;
+}
+
+#[tokio::test]
+async fn server_requests_go_to_the_handler_and_notifications_to_subscribers() {
+    // The listen stream carries a server request and a log notification.
+    let server = TestServer::start(|req| {
+        if req.method == Method::GET {
+            let ask = json!({"jsonrpc": "2.0", "id": "srv-1", "method": "roots/list"});
+            let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                "params": {"level": "info", "data": "hello"}});
+            return sse_open(sse_event(None, &log) + &sse_event(None, &ask));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server)
+        .on_server_request(|req| async move {
+            assert_eq!(req.method, "roots/list");
+            Ok::<Value, RpcError>(json!({"roots": []}))
+        })
+        .build()
+        .unwrap();
+    let mut notes = client.notifications();
+    guarded(client.connect()).await.unwrap();
+    let note = guarded(notes.next()).await.unwrap();
+    assert_eq!(note.method, "notifications/message");
+    assert_eq!(note.call, None);
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("srv-1"))
+        .await;
+    assert_eq!(answer.header("authorization"), Some("Bearer secret-token"));
+    assert_eq!(answer.body.unwrap()["result"], json!({"roots": []}));
+}
+
+#[tokio::test]
+async fn unhandled_server_requests_get_method_not_found() {
+    let server = TestServer::start(|req| {
+        if req.method == Method::GET {
+            let ask = json!({"jsonrpc": "2.0", "id": 9, "method": "sampling/createMessage"});
+            return sse_open(sse_event(None, &ask));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!(9))
+        .await;
+    assert_eq!(answer.body.unwrap()["error"]["code"], -32601);
+}
+
+#[tokio::test]
+async fn dropping_every_handle_closes_the_session() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server).build().unwrap();
+    let clone = client.clone();
+    guarded(clone.connect()).await.unwrap();
+    let mut events = client.events();
+    drop(clone);
+    drop(client);
+    server.wait_for(|r| r.method == Method::DELETE).await;
+    // The driver stops: the event stream ends.
+    while guarded(events.next()).await.is_some() {}
+}
+
+#[tokio::test]
+async fn notifications_sent_before_connect_are_delivered_after_it() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server).build().unwrap();
+    client
+        .notify("notifications/custom", Some(json!({"n": 1})))
+        .unwrap();
+    let note = server.wait_for(|r| r.is_rpc("notifications/custom")).await;
+    assert_eq!(note.params(), json!({"n": 1}));
+    assert_eq!(note.header("mcp-session-id"), Some(SESSION_ID));
+}
+
+#[tokio::test]
+async fn a_failed_first_connect_can_be_retried() {
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = attempts.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("initialize") && seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            return status(503);
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(client.connect()).await.unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::Timeout, "{err}");
+    // A call after the failure starts a new initialize by itself.
+    let r = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "again"}))))
+        .await
+        .unwrap();
+    assert_eq!(r.text(), "again");
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        guarded(client.connect()).await.unwrap().server_name,
+        "driver-test"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_server_request_handler_still_answers() {
+    let server = TestServer::start(|req| {
+        if req.method == Method::GET {
+            let ask = json!({"jsonrpc": "2.0", "id": "boom", "method": "roots/list"});
+            return sse_open(sse_event(None, &ask));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server)
+        .on_server_request(|_req| async move {
+            if true {
+                panic!("handler bug");
+            }
+            Ok::<Value, RpcError>(Value::Null)
+        })
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("boom"))
+        .await;
+    assert_eq!(answer.body.unwrap()["error"]["code"], -32603);
+    // The client keeps working.
+    guarded(client.ping()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_from_clones_each_get_their_own_answer() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server).build().unwrap();
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                let text = format!("call-{i}");
+                let r = client
+                    .call_tool(ToolCall::new("echo", json!({ "text": text })))
+                    .await
+                    .unwrap();
+                assert_eq!(r.text(), text);
+            })
+        })
+        .collect();
+    for task in tasks {
+        guarded(task).await.unwrap();
+    }
+    let inits = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("initialize"))
+        .count();
+    assert_eq!(inits, 1, "one session for every clone");
+}
+
+#[tokio::test]
+async fn events_name_calls_by_their_tool_call_id() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            // Ends without the response and without an event id: outcome unknown.
+            return sse_text(": nothing\n\n");
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let mut events = client.events();
+    let call = ToolCall::new("counter_increment", json!({}));
+    let id = call.id();
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    loop {
+        match guarded(events.next()).await.expect("event stream ended") {
+            mcp_resume::SessionEvent::OutcomeUnknown { call, method } => {
+                assert_eq!(call, id);
+                assert_eq!(method, "tools/call");
+                break;
+            }
+            _ => continue,
+        }
+    }
+}
+
+/// Counts the wakes of a future's task that happen while that future is being polled: each
+/// one makes the runtime poll the task again for nothing (and, on a runtime with more than one
+/// worker, wakes another worker to take it).
+struct SelfWakes<F> {
+    inner: std::pin::Pin<Box<F>>,
+    recorder: std::sync::Arc<WakeRecorder>,
+}
+
+#[derive(Default)]
+struct WakeRecorder {
+    in_poll: std::sync::atomic::AtomicBool,
+    during_poll: std::sync::atomic::AtomicUsize,
+    outer: std::sync::Mutex<Option<std::task::Waker>>,
+}
+
+impl futures::task::ArcWake for WakeRecorder {
+    fn wake_by_ref(this: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if this.in_poll.load(Ordering::SeqCst) {
+            this.during_poll.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(waker) = this.outer.lock().unwrap().as_ref() {
+            waker.wake_by_ref();
+        }
+    }
+}
+
+impl<F: std::future::Future> std::future::Future for SelfWakes<F> {
+    type Output = F::Output;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        use std::sync::atomic::Ordering;
+        *self.recorder.outer.lock().unwrap() = Some(cx.waker().clone());
+        let waker = futures::task::waker(self.recorder.clone());
+        self.recorder.in_poll.store(true, Ordering::SeqCst);
+        let out = self
+            .inner
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        self.recorder.in_poll.store(false, Ordering::SeqCst);
+        out
+    }
+}
+
+#[tokio::test]
+async fn a_call_performed_by_its_caller_is_not_woken_by_its_own_answer() {
+    let server = TestServer::start(|req| {
+        // Every other call's answer comes as an SSE stream.
+        if req.is_rpc("tools/call") && req.params()["arguments"]["sse"] == json!(true) {
+            let result = result_msg(req, json!({"content": [{"type": "text", "text": "s"}]}));
+            let id = format!("e-{}", req.rpc_id());
+            return sse_text(sse_event(Some(&id), &result));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+    let recorder = std::sync::Arc::new(WakeRecorder::default());
+    let calls = async {
+        for i in 0..10 {
+            let args = json!({"text": "hi", "sse": i % 2 == 1});
+            let r = client
+                .call_tool(ToolCall::new("echo", args))
+                .await
+                .unwrap_or_else(|e| panic!("call {i}: {e}"));
+            assert_eq!(r.text(), if i % 2 == 1 { "s" } else { "hi" });
+        }
+    };
+    guarded(SelfWakes {
+        inner: Box::pin(calls),
+        recorder: recorder.clone(),
+    })
+    .await;
+    assert_eq!(
+        recorder
+            .during_poll
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "the task was woken while it was being polled"
+    );
+}

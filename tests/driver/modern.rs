@@ -1,0 +1,521 @@
+//! The modern era (2026-07-28) through the real driver, against a scripted stateless server:
+//! era detection, the wire (per-request `_meta`, mirrored headers, no session), `x-mcp-header`,
+//! the modern errors, MRTR rounds, the broken-stream rule, deadlines, tasks and
+//! `subscriptions/listen`. Each test asserts on what the server saw.
+
+use crate::support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::response::Response;
+use futures::StreamExt;
+use mcp_resume::{Client, Era, EraCache, ErrorKind, SessionEvent, ToolCall};
+use serde_json::{json, Value};
+use support::*;
+
+const MODERN: &str = "2026-07-28";
+const KEY_META: &str = "io.github.mcp-resume/idempotency-key";
+
+/// What the scripted server remembers across requests (it is "stateless" per request; this
+/// is the shared store behind it).
+#[derive(Default)]
+struct Store {
+    /// Side effects by idempotency key (or by request id when unkeyed): how many times each
+    /// ran.
+    runs: HashMap<String, u32>,
+    /// Stored results by idempotency key.
+    results: HashMap<String, Value>,
+    mismatches_left: u32,
+    task_polls: u32,
+}
+
+fn rpc_error(req: &Recorded, status: u16, code: i64, message: &str, data: Value) -> Response {
+    let mut r = json_body(&json!({"jsonrpc": "2.0", "id": req.rpc_id(),
+        "error": {"code": code, "message": message, "data": data}}));
+    *r.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+    r
+}
+
+/// A result, `resultType: "complete"` unless it names its own.
+fn complete(req: &Recorded, mut result: Value) -> Response {
+    if result.get("resultType").is_none() {
+        result["resultType"] = json!("complete");
+    }
+    json_result(req, result)
+}
+
+fn text(t: &str) -> Value {
+    json!({"content": [{"type": "text", "text": t}]})
+}
+
+/// An SSE stream that sends `events` and then breaks the connection.
+fn sse_cut(events: String) -> Response {
+    let chunks: Vec<Result<Bytes, std::io::Error>> = vec![
+        Ok(Bytes::from(events)),
+        Err(std::io::Error::other("connection cut")),
+    ];
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(futures::stream::iter(chunks)))
+        .unwrap()
+}
+
+fn tools() -> Value {
+    json!({"tools": [
+        {"name": "echo", "inputSchema": {"type": "object"}},
+        {"name": "regional", "inputSchema": {"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}}},
+        {"name": "broken", "inputSchema": {"type": "object", "properties": {
+            "n": {"type": "number", "x-mcp-header": "N"}}}},
+    ]})
+}
+
+/// A modern-only server: checks the request metadata on every POST as the specification's
+/// server validation does, refuses GET and DELETE, answers `initialize` with the versions it
+/// speaks.
+fn modern_server(store: Arc<Mutex<Store>>) -> impl Fn(&Recorded) -> Response + Send + Sync {
+    move |req| {
+        if req.method != axum::http::Method::POST {
+            return status(405);
+        }
+        let method = req.rpc_method().unwrap_or_default().to_owned();
+        let params = req.params();
+        let meta = &params["_meta"];
+        if method == "initialize" {
+            return rpc_error(
+                req,
+                400,
+                -32022,
+                "Unsupported protocol version",
+                json!({"supported": [MODERN]}),
+            );
+        }
+        if req.header("mcp-protocol-version") != Some(MODERN)
+            || meta["io.modelcontextprotocol/protocolVersion"] != MODERN
+            || req.header("mcp-method") != Some(method.as_str())
+            || !meta["io.modelcontextprotocol/clientInfo"].is_object()
+            || !meta["io.modelcontextprotocol/clientCapabilities"].is_object()
+            || req.header("mcp-session-id").is_some()
+        {
+            return rpc_error(req, 400, -32020, "Header mismatch", Value::Null);
+        }
+        match method.as_str() {
+            "server/discover" => complete(
+                req,
+                json!({
+                    "supportedVersions": [MODERN],
+                    "capabilities": {"tools": {"listChanged": true}, "extensions": {
+                        "io.github.mcp-resume/resume-safety": {"version": 1, "idempotency": {}},
+                        "io.modelcontextprotocol/tasks": {}}},
+                    "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "modern", "version": "9"}},
+                }),
+            ),
+            "tools/list" => complete(req, tools()),
+            "tools/call" => {
+                if req.header("mcp-name") != params["name"].as_str() {
+                    return rpc_error(req, 400, -32020, "Mcp-Name mismatch", Value::Null);
+                }
+                call_tool(req, &params, &store)
+            }
+            "tasks/get" => {
+                let mut store = store.lock().unwrap();
+                store.task_polls += 1;
+                if store.task_polls < 3 {
+                    complete(
+                        req,
+                        json!({"taskId": "t-1", "status": "working", "pollIntervalMs": 10}),
+                    )
+                } else {
+                    complete(
+                        req,
+                        json!({"taskId": "t-1", "status": "completed",
+                        "result": text("from the task")}),
+                    )
+                }
+            }
+            "subscriptions/listen" => {
+                let id = req.rpc_id();
+                let sub = json!({"io.modelcontextprotocol/subscriptionId": id});
+                let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": sub, "notifications": params["notifications"]}});
+                let changed = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                    "params": {"_meta": sub}});
+                let other = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                    "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "someone-else"}}});
+                sse_open(format!(
+                    "data: {ack}\n\ndata: {other}\n\ndata: {changed}\n\n"
+                ))
+            }
+            _ => rpc_error(req, 404, -32601, "Method not found", Value::Null),
+        }
+    }
+}
+
+fn call_tool(req: &Recorded, params: &Value, store: &Arc<Mutex<Store>>) -> Response {
+    let args = &params["arguments"];
+    let key = params["_meta"][KEY_META].as_str().map(str::to_owned);
+    match params["name"].as_str().unwrap_or_default() {
+        "echo" => complete(req, text(args["text"].as_str().unwrap_or_default())),
+        "regional" => {
+            let mut store = store.lock().unwrap();
+            if store.mismatches_left > 0 {
+                store.mismatches_left -= 1;
+                return rpc_error(req, 400, -32020, "Mcp-Param-Region missing", Value::Null);
+            }
+            if req.header("mcp-param-region")
+                != Some(expected_header(args["region"].as_str().unwrap_or_default()).as_str())
+            {
+                return rpc_error(req, 400, -32020, "Mcp-Param-Region mismatch", Value::Null);
+            }
+            complete(req, text("regional"))
+        }
+        "confirm" => {
+            if params["inputResponses"].is_null() {
+                return complete(
+                    req,
+                    json!({"resultType": "input_required",
+                    "inputRequests": {"ok": {"method": "elicitation/create",
+                        "params": {"message": "proceed?", "requestedSchema": {"type": "object"}}}},
+                    "requestState": "state-1"}),
+                );
+            }
+            assert_eq!(params["requestState"], "state-1");
+            let answer = &params["inputResponses"]["ok"];
+            complete(req, text(answer["action"].as_str().unwrap_or("none")))
+        }
+        "missing" => rpc_error(
+            req,
+            400,
+            -32021,
+            "needs sampling",
+            json!({"requiredCapabilities": {"sampling": {}}}),
+        ),
+        "durable" => complete(
+            req,
+            json!({"resultType": "task", "taskId": "t-1",
+            "status": "working", "pollIntervalMs": 10}),
+        ),
+        "increment_then_cut" => {
+            let mut store = store.lock().unwrap();
+            let run_key = key
+                .clone()
+                .unwrap_or_else(|| format!("rpc-{}", req.rpc_id()));
+            if let Some(stored) = key.as_ref().and_then(|k| store.results.get(k)) {
+                // Deduplicated: the stored result, nothing runs again.
+                return complete(req, stored.clone());
+            }
+            *store.runs.entry(run_key.clone()).or_default() += 1;
+            let result = text("incremented");
+            if let Some(k) = &key {
+                store.results.insert(k.clone(), result.clone());
+            }
+            // The side effect ran; the stream breaks before the response.
+            sse_cut(format!(
+                "data: {}\n\n",
+                json!({"jsonrpc": "2.0",
+                "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}})
+            ))
+        }
+        "hang" => hang(),
+        other => rpc_error(
+            req,
+            400,
+            -32602,
+            &format!("unknown tool {other}"),
+            Value::Null,
+        ),
+    }
+}
+
+fn expected_header(value: &str) -> String {
+    mcp_resume::proto::modern::encode_header_value(value)
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn modern() -> (TestServer, Arc<Mutex<Store>>) {
+    let store = Arc::new(Mutex::new(Store::default()));
+    let server = TestServer::start(modern_server(store.clone())).await;
+    (server, store)
+}
+
+fn client(server: &TestServer) -> mcp_resume::ClientBuilder {
+    Client::builder(&server.url)
+        .call_timeout(Duration::from_secs(5))
+        .open_listen_stream(false)
+        .era_cache(EraCache::new())
+        .jitter_seed(3)
+}
+
+#[tokio::test]
+async fn auto_detects_the_modern_era_and_speaks_it_exactly() {
+    let (server, _) = modern().await;
+    let client = client(&server).build().unwrap();
+    let init = guarded(client.connect()).await.unwrap();
+    assert_eq!(init.protocol_version, MODERN);
+    assert_eq!(init.server_name, "modern");
+    assert_eq!(client.era(), Some(Era::Modern));
+    let reply = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "hi"}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "hi");
+    guarded(client.close()).await.unwrap();
+    let labels = server.labels();
+    assert_eq!(
+        labels,
+        ["POST server/discover", "POST tools/call"],
+        "{labels:?}"
+    );
+    let call = server
+        .requests()
+        .into_iter()
+        .find(|r| r.is_rpc("tools/call"))
+        .unwrap();
+    assert_eq!(call.header("mcp-name"), Some("echo"));
+    assert_eq!(
+        call.params()["_meta"]["io.modelcontextprotocol/clientInfo"]["name"],
+        "mcp-resume"
+    );
+    // The core declares the tasks extension it handles.
+    assert!(
+        call.params()["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"]
+            ["io.modelcontextprotocol/tasks"]
+            .is_object()
+    );
+}
+
+#[tokio::test]
+async fn tools_with_invalid_header_annotations_are_dropped_and_params_mirrored() {
+    let (server, _) = modern().await;
+    let client = client(&server).build().unwrap();
+    let tools = guarded(client.list_tools()).await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["echo", "regional"],
+        "the tool annotating a number is dropped"
+    );
+    for region in ["eu-west1", "Zürich "] {
+        let reply = guarded(client.call_tool(ToolCall::new("regional", json!({"region": region}))))
+            .await
+            .unwrap();
+        assert_eq!(reply.text(), "regional");
+    }
+    let sent: Vec<String> = server
+        .requests()
+        .iter()
+        .filter_map(|r| r.header("mcp-param-region").map(str::to_owned))
+        .collect();
+    assert_eq!(sent, ["eu-west1", "=?base64?WsO8cmljaCA=?="]);
+}
+
+#[tokio::test]
+async fn a_header_mismatch_refetches_the_tools_and_retries_once() {
+    let (server, store) = modern().await;
+    let client = client(&server).build().unwrap();
+    guarded(client.list_tools()).await.unwrap();
+    store.lock().unwrap().mismatches_left = 1;
+    let reply = guarded(client.call_tool(ToolCall::new("regional", json!({"region": "eu"}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "regional");
+    let labels = server.labels();
+    assert_eq!(
+        labels[1..],
+        [
+            "POST tools/list",
+            "POST tools/call",
+            "POST tools/list",
+            "POST tools/call"
+        ],
+        "{labels:?}"
+    );
+    // A second mismatch in a row is the call's answer.
+    store.lock().unwrap().mismatches_left = 2;
+    let err = guarded(client.call_tool(ToolCall::new("regional", json!({"region": "eu"}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.rpc_error().map(|e| e.code), Some(-32020), "{err}");
+}
+
+#[tokio::test]
+async fn input_required_is_answered_by_the_handler_and_the_call_sent_again() {
+    let (server, _) = modern().await;
+    let client = client(&server)
+        .on_server_request(|req| async move {
+            assert_eq!(req.method, "elicitation/create");
+            Ok(json!({"action": "accept", "content": {}}))
+        })
+        .build()
+        .unwrap();
+    let reply =
+        guarded(client.call_tool(ToolCall::new("confirm", json!({})).idempotency_key("confirm-1")))
+            .await
+            .unwrap();
+    assert_eq!(reply.text(), "accept");
+    let calls: Vec<Recorded> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .collect();
+    assert_eq!(calls.len(), 2);
+    assert_ne!(
+        calls[0].rpc_id(),
+        calls[1].rpc_id(),
+        "a new JSON-RPC id per round"
+    );
+    assert_eq!(calls[1].params()["requestState"], "state-1");
+    assert_eq!(calls[0].params()["_meta"][KEY_META], "confirm-1");
+    assert_eq!(calls[1].params()["_meta"][KEY_META], "confirm-1.round1");
+}
+
+#[tokio::test]
+async fn a_broken_stream_reissues_only_a_keyed_call_to_a_deduplicating_server() {
+    let (server, store) = modern().await;
+    let client = client(&server).build().unwrap();
+    let mut events = client.events();
+    let keyed = guarded(
+        client.call_tool(ToolCall::new("increment_then_cut", json!({})).idempotency_key("inc-1")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(keyed.text(), "incremented");
+    assert_eq!(store.lock().unwrap().runs["inc-1"], 1, "ran once");
+    let err = guarded(client.call_tool(ToolCall::new("increment_then_cut", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    let posts = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(posts, 3, "the keyed call twice, the unkeyed one once");
+    let unkeyed_runs: u32 = store
+        .lock()
+        .unwrap()
+        .runs
+        .iter()
+        .filter(|(k, _)| k.starts_with("rpc-"))
+        .map(|(_, n)| *n)
+        .sum();
+    assert_eq!(unkeyed_runs, 1);
+    let mut saw_redispatch = false;
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), events.recv()).await {
+        saw_redispatch |= matches!(e, SessionEvent::Redispatched { .. });
+    }
+    assert!(saw_redispatch);
+}
+
+#[tokio::test]
+async fn a_deadline_closes_the_stream_and_sends_no_cancellation() {
+    let (server, _) = modern().await;
+    let client = client(&server).build().unwrap();
+    let call = ToolCall::new("hang", json!({})).timeout(Duration::from_millis(200));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout);
+    guarded(client.ping()).await.ok();
+    assert!(
+        !server.labels().iter().any(|l| l.contains("cancelled")),
+        "{:?}",
+        server.labels()
+    );
+}
+
+#[tokio::test]
+async fn a_missing_capability_is_a_typed_error() {
+    let (server, _) = modern().await;
+    let client = client(&server).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("missing", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::MissingCapability, "{err}");
+    assert_eq!(
+        err.rpc_error().unwrap().data.as_ref().unwrap()["requiredCapabilities"]["sampling"],
+        json!({})
+    );
+}
+
+#[tokio::test]
+async fn a_task_is_stored_then_polled_to_its_result() {
+    let (server, _) = modern().await;
+    let store = Arc::new(mcp_resume::InMemoryTaskStore::new());
+    let client = client(&server).task_store(store.clone()).build().unwrap();
+    let mut events = client.events();
+    let reply = guarded(client.call_tool(ToolCall::new("durable", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "from the task");
+    let polls: Vec<Recorded> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_rpc("tasks/get"))
+        .collect();
+    assert_eq!(polls.len(), 3);
+    assert!(polls.iter().all(|p| p.header("mcp-name") == Some("t-1")));
+    let mut created = false;
+    let mut finished = false;
+    while let Ok(Some(e)) = tokio::time::timeout(Duration::from_millis(1), events.recv()).await {
+        created |= matches!(&e, SessionEvent::TaskCreated { task_id, .. } if task_id == "t-1");
+        finished |= matches!(&e, SessionEvent::TaskFinished { task_id, .. } if task_id == "t-1");
+    }
+    assert!(created && finished);
+    use mcp_resume::TaskStore;
+    assert!(store.pending().is_empty(), "a finished task is forgotten");
+}
+
+#[tokio::test]
+async fn change_notifications_come_on_subscriptions_listen() {
+    let (server, _) = modern().await;
+    let client = client(&server).open_listen_stream(true).build().unwrap();
+    let mut notes = client.notifications();
+    guarded(client.connect()).await.unwrap();
+    let note = guarded(notes.next()).await.unwrap();
+    assert_eq!(note.method, "notifications/tools/list_changed");
+    assert_eq!(
+        note.params.as_ref().unwrap()["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        server
+            .requests()
+            .iter()
+            .find(|r| r.is_rpc("subscriptions/listen"))
+            .unwrap()
+            .rpc_id()
+    );
+    let listen = server.wait_for(|r| r.is_rpc("subscriptions/listen")).await;
+    assert_eq!(listen.params()["notifications"]["toolsListChanged"], true);
+    assert!(!server.labels().iter().any(|l| l == "GET"));
+}
+
+#[tokio::test]
+async fn a_legacy_server_refuses_a_forced_modern_client() {
+    let server = TestServer::start(default_reply).await;
+    let client = Client::builder(&server.url)
+        .era(Era::Modern)
+        .era_cache(EraCache::new())
+        .build()
+        .unwrap();
+    let err = guarded(client.connect()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(!server.labels().iter().any(|l| l == "POST initialize"));
+}
+
+#[tokio::test]
+async fn a_cached_legacy_era_is_probed_again_when_the_server_answers_as_modern() {
+    let (server, _) = modern().await;
+    let cache = EraCache::new();
+    // The origin spoke the legacy era before a redeploy (an era restored from storage).
+    cache.remember(&server.url, Era::Legacy);
+    let client = client(&server).era_cache(cache.clone()).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+    assert_eq!(client.era(), Some(Era::Modern));
+    assert_eq!(cache.get(&server.url), Some(Era::Modern));
+    assert_eq!(
+        server.labels()[..2],
+        ["POST initialize", "POST server/discover"],
+        "the cached era first, then the probe its refusal calls for"
+    );
+}

@@ -1,0 +1,494 @@
+//! `OAuthProvider` against a small authorization server of our own (axum, 127.0.0.1) and the
+//! scriptable MCP server of the driver tests: a token refreshed in the middle of a resumed
+//! stream, a re-initialization with a refreshed token, refresh before expiry, one refresh for
+//! concurrent refusals, a provider that refuses to hand its token to another server.
+
+use crate::support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Form, Query, State};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::Json;
+use mcp_resume::client::oauth::{HeadlessAuthorizer, InMemoryTokenStore, OAuth, OAuthProvider};
+use mcp_resume::{Client, Era, ErrorKind, ReconnectPolicy, TokenProvider, TokenRequest, ToolCall};
+use oauth2::{PkceCodeChallenge, PkceCodeVerifier};
+use serde_json::{json, Value};
+use support::*;
+use tokio::net::TcpListener;
+
+/// What the authorization server issued and what it was asked.
+#[derive(Default)]
+struct Ledger {
+    /// Access tokens the MCP server accepts.
+    valid: HashSet<String>,
+    /// Refresh tokens still redeemable.
+    refresh: HashSet<String>,
+    /// PKCE challenge per authorization code.
+    codes: HashMap<String, String>,
+    /// `grant_type` of every token request, in order.
+    grants: Vec<String>,
+    /// `expires_in` of the access tokens it issues.
+    expires_in: u64,
+    serial: u32,
+}
+
+type Shared = Arc<Mutex<Ledger>>;
+
+struct AuthServer {
+    url: String,
+    ledger: Shared,
+    _served: oauth::Served,
+}
+
+impl AuthServer {
+    /// An authorization server for the MCP endpoint `resource`, issuing access tokens valid
+    /// `expires_in` seconds with refresh tokens.
+    async fn start(resource: String, expires_in: u64) -> AuthServer {
+        let (listener, url) = oauth::listener().await;
+        let ledger: Shared = Arc::new(Mutex::new(Ledger {
+            expires_in,
+            ..Ledger::default()
+        }));
+        let issuer = url.clone();
+        let metadata = json!({
+            "issuer": issuer,
+            "authorization_endpoint": format!("{issuer}/authorize"),
+            "token_endpoint": format!("{issuer}/token"),
+            "registration_endpoint": format!("{issuer}/register"),
+            "response_types_supported": ["code"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "authorization_response_iss_parameter_supported": true,
+            "scopes_supported": ["mcp", "offline_access"],
+        });
+        let app = oauth::discovery(&resource, &issuer, metadata)
+            .route("/authorize", get(authorize))
+            .route("/token", post(token))
+            .with_state((ledger.clone(), issuer));
+        let _served = oauth::serve(listener, app);
+        AuthServer {
+            url,
+            ledger,
+            _served,
+        }
+    }
+
+    fn grants(&self) -> Vec<String> {
+        self.ledger.lock().unwrap().grants.clone()
+    }
+
+    fn is_valid(&self, token: &str) -> bool {
+        self.ledger.lock().unwrap().valid.contains(token)
+    }
+
+    /// The MCP server stops accepting every token issued so far.
+    fn revoke_access_tokens(&self) {
+        self.ledger.lock().unwrap().valid.clear();
+    }
+}
+
+async fn authorize(
+    State((ledger, issuer)): State<(Shared, String)>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let mut ledger = ledger.lock().unwrap();
+    ledger.serial += 1;
+    let code = format!("code-{}", ledger.serial);
+    let challenge = query.get("code_challenge").cloned().unwrap_or_default();
+    ledger.codes.insert(code.clone(), challenge);
+    let mut redirect = reqwest::Url::parse(&query["redirect_uri"]).unwrap();
+    redirect
+        .query_pairs_mut()
+        .append_pair("code", &code)
+        .append_pair("state", &query["state"])
+        .append_pair("iss", &issuer);
+    Redirect::to(redirect.as_str()).into_response()
+}
+
+async fn token(
+    State((ledger, _)): State<(Shared, String)>,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    let mut ledger = ledger.lock().unwrap();
+    let grant = form.get("grant_type").cloned().unwrap_or_default();
+    ledger.grants.push(grant.clone());
+    let refused = || {
+        (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "invalid_grant"})),
+        )
+            .into_response()
+    };
+    match grant.as_str() {
+        "authorization_code" => {
+            let Some(challenge) = ledger.codes.remove(&form["code"]) else {
+                return refused();
+            };
+            let verifier = PkceCodeVerifier::new(form["code_verifier"].clone());
+            if PkceCodeChallenge::from_code_verifier_sha256(&verifier).as_str() != challenge {
+                return refused();
+            }
+        }
+        "refresh_token" => {
+            if !ledger.refresh.remove(&form["refresh_token"]) {
+                return refused();
+            }
+        }
+        _ => return refused(),
+    }
+    ledger.serial += 1;
+    let access = format!("access-{}", ledger.serial);
+    let refresh = format!("refresh-{}", ledger.serial);
+    ledger.valid.insert(access.clone());
+    ledger.refresh.insert(refresh.clone());
+    Json(json!({
+        "access_token": access,
+        "token_type": "Bearer",
+        "expires_in": ledger.expires_in,
+        "refresh_token": refresh,
+        "scope": "mcp offline_access",
+    }))
+    .into_response()
+}
+
+/// A 401 naming the authorization server's protected resource metadata.
+fn unauthorized(as_url: &str) -> Response {
+    oauth::refusal(as_url, r#"Bearer error="invalid_token","#)
+}
+
+fn bearer(req: &Recorded) -> Option<String> {
+    req.header("authorization")?
+        .strip_prefix("Bearer ")
+        .map(str::to_owned)
+}
+
+/// The MCP server's listener (its URL is the protected resource) and an authorization server
+/// for it.
+async fn servers(expires_in: u64) -> (TcpListener, String, Arc<AuthServer>) {
+    let (listener, url) = oauth::mcp_listener().await;
+    let auth = Arc::new(AuthServer::start(url.clone(), expires_in).await);
+    (listener, url, auth)
+}
+
+fn provider() -> OAuthProvider {
+    OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(HeadlessAuthorizer::new())
+        .build()
+        .unwrap()
+}
+
+fn client(url: &str, provider: &OAuthProvider) -> Client {
+    Client::builder(url)
+        .auth(provider.clone())
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+        .reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(5))
+                .with_max_delay(Duration::from_millis(50)),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Every token the MCP server saw is one the authorization server issued.
+fn assert_only_issued_tokens(requests: &[Recorded]) {
+    for r in requests {
+        if let Some(token) = bearer(r) {
+            assert!(
+                token.starts_with("access-"),
+                "{} carried a token the server never issued",
+                r.label()
+            );
+        }
+    }
+}
+
+/// The access token expires while a call's stream is cut: the resume GET is refused, the
+/// provider refreshes, and the same GET (same session, same `Last-Event-ID`) goes again with
+/// the new token. Nothing re-initializes, the call is not re-sent, and the DELETE that
+/// closes the session carries the refreshed token.
+#[tokio::test]
+async fn a_token_refreshed_in_the_middle_of_a_resumed_stream() {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let call_id = Arc::new(Mutex::new(Value::Null));
+    let seen = call_id.clone();
+    let server = TestServer::start_on(listener, move |req| {
+        match bearer(req) {
+            Some(token) if as_.is_valid(&token) => {}
+            _ => return unauthorized(&as_.url),
+        }
+        if req.is_rpc("tools/call") {
+            *seen.lock().unwrap() = req.rpc_id();
+            // The token expires now, and the stream is cut after its priming event.
+            as_.revoke_access_tokens();
+            return sse_text("id: ev-1\ndata: \n\n");
+        }
+        if req.method == Method::GET && req.header("last-event-id") == Some("ev-1") {
+            let id = seen.lock().unwrap().clone();
+            let result = json!({"jsonrpc": "2.0", "id": id,
+                "result": {"content": [{"type": "text", "text": "resumed"}]}});
+            return sse_text(sse_event(Some("ev-2"), &result));
+        }
+        default_reply(req)
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    let reply = guarded(client.call_tool(ToolCall::new("slow", json!({}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "resumed");
+    guarded(client.close()).await.unwrap();
+
+    assert_eq!(auth.grants(), ["authorization_code", "refresh_token"]);
+    let requests = server.requests();
+    let labels = server.labels();
+    assert_eq!(
+        requests.iter().filter(|r| r.is_rpc("initialize")).count(),
+        // The first initialize went without credentials (401), then with the first token.
+        2,
+        "{labels:?}"
+    );
+    assert_eq!(
+        requests.iter().filter(|r| r.is_rpc("tools/call")).count(),
+        1,
+        "not re-sent"
+    );
+    let resumes: Vec<&Recorded> = requests
+        .iter()
+        .filter(|r| r.method == Method::GET && r.header("last-event-id").is_some())
+        .collect();
+    assert_eq!(resumes.len(), 2, "refused once, then resumed: {labels:?}");
+    for resume in &resumes {
+        assert_eq!(resume.header("last-event-id"), Some("ev-1"));
+        assert_eq!(resume.header("mcp-session-id"), Some(SESSION_ID));
+    }
+    let (first, second) = (bearer(resumes[0]).unwrap(), bearer(resumes[1]).unwrap());
+    assert_ne!(
+        first, second,
+        "the refused resume is re-sent with the refreshed token"
+    );
+    let delete = requests
+        .iter()
+        .find(|r| r.method == Method::DELETE)
+        .unwrap();
+    assert_eq!(bearer(delete), Some(second.clone()));
+    assert_eq!(delete.header("mcp-session-id"), Some(SESSION_ID));
+    assert_only_issued_tokens(&requests);
+}
+
+/// The session is gone (404) and the token expired with it: the re-initialization is refused
+/// once, the provider refreshes, and the new session is initialized and used with the
+/// refreshed token; the call that met the 404 is re-sent on it.
+#[tokio::test]
+async fn a_reinitialization_with_a_refreshed_token() {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let initialized = Arc::new(Mutex::new(0u32));
+    let sessions = initialized.clone();
+    let server = TestServer::start_on(listener, move |req| {
+        match bearer(req) {
+            Some(token) if as_.is_valid(&token) => {}
+            _ => return unauthorized(&as_.url),
+        }
+        if req.is_rpc("initialize") {
+            let mut n = sessions.lock().unwrap();
+            *n += 1;
+            let mut response = json_result(req, initialize_result());
+            let id = format!("session-{n}");
+            response
+                .headers_mut()
+                .insert("mcp-session-id", HeaderValue::from_str(&id).unwrap());
+            return response;
+        }
+        if req.is_rpc("tools/call") && req.header("mcp-session-id") == Some("session-1") {
+            // The first session is gone, and the token with it.
+            as_.revoke_access_tokens();
+            return status(404);
+        }
+        default_reply(req)
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    let mut events = client.events();
+    guarded(client.connect()).await.unwrap();
+    let reply = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "again"}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "again");
+
+    assert_eq!(auth.grants(), ["authorization_code", "refresh_token"]);
+    assert_eq!(*initialized.lock().unwrap(), 2, "{:?}", server.labels());
+    let requests = server.requests();
+    let inits: Vec<&Recorded> = requests
+        .iter()
+        .filter(|r| r.is_rpc("initialize") && bearer(r).is_some())
+        .collect();
+    // First session's initialize, the refused re-initialization, the accepted one.
+    assert_eq!(inits.len(), 3, "{:?}", server.labels());
+    assert_eq!(
+        inits[1].header("mcp-session-id"),
+        None,
+        "a fresh initialize"
+    );
+    assert_eq!(bearer(inits[0]), bearer(inits[1]));
+    assert_ne!(
+        bearer(inits[1]),
+        bearer(inits[2]),
+        "re-sent with the refreshed token"
+    );
+    let call = requests.iter().rfind(|r| r.is_rpc("tools/call")).unwrap();
+    assert_eq!(call.header("mcp-session-id"), Some("session-2"));
+    assert_eq!(bearer(call), bearer(inits[2]));
+    let reinitialized = guarded(async {
+        while let Some(event) = futures::StreamExt::next(&mut events).await {
+            if matches!(event, mcp_resume::SessionEvent::Reinitialized { .. }) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(reinitialized);
+}
+
+/// A token about to expire is refreshed before a request goes out: the server never sees it
+/// refused.
+#[tokio::test]
+async fn a_token_is_refreshed_before_it_expires() {
+    // Tokens live 30 s; the provider refreshes those within 60 s of their expiry.
+    let (listener, url, auth) = servers(30).await;
+    let as_ = auth.clone();
+    let refusals = Arc::new(Mutex::new(0u32));
+    let counted = refusals.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        Some(_) => {
+            *counted.lock().unwrap() += 1;
+            unauthorized(&as_.url)
+        }
+        None => unauthorized(&as_.url),
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    guarded(client.list_tools()).await.unwrap();
+    let grants = auth.grants();
+    assert_eq!(grants[0], "authorization_code");
+    assert!(
+        grants[1..].iter().all(|g| g == "refresh_token") && grants.len() >= 3,
+        "each request after the first refreshes the short-lived token: {grants:?}"
+    );
+    assert_eq!(*refusals.lock().unwrap(), 0, "no token was refused");
+}
+
+/// Several requests refused at once share one refresh: the first refreshes, the others see
+/// a token newer than the one refused and take it.
+#[tokio::test]
+async fn concurrent_refusals_refresh_once() {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    auth.revoke_access_tokens();
+    let calls = (0..6).map(|_| client.list_tools());
+    for result in guarded(futures::future::join_all(calls)).await {
+        result.unwrap();
+    }
+    assert_eq!(auth.grants(), ["authorization_code", "refresh_token"]);
+}
+
+/// A provider holds tokens for one MCP endpoint: asked for another, it refuses rather than
+/// send its token there.
+#[tokio::test]
+async fn a_token_is_never_handed_to_another_server() {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+
+    let mut elsewhere = TokenRequest::default();
+    elsewhere.url = Some("http://127.0.0.1:1/mcp".into());
+    let err = guarded(provider.credential(elsewhere)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let mut same = TokenRequest::default();
+    same.url = Some(url.clone());
+    let token = guarded(provider.credential(same)).await.unwrap();
+    assert!(token.is_some_and(|t| auth.is_valid(&t)));
+    // Nothing the provider or its store prints shows a token.
+    let store = InMemoryTokenStore::new();
+    assert!(!format!("{provider:?} {store:?}").contains("access-"));
+}
+
+/// Without a refresh token the provider cannot renew silently: a refused token starts a new
+/// authorization (the same registration is reused).
+#[tokio::test]
+async fn the_authorization_server_is_asked_again_when_refresh_fails() {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    {
+        let mut ledger = auth.ledger.lock().unwrap();
+        ledger.valid.clear();
+        ledger.refresh.clear();
+    }
+    guarded(client.list_tools()).await.unwrap();
+    assert_eq!(
+        auth.grants(),
+        ["authorization_code", "refresh_token", "authorization_code"]
+    );
+}
+
+/// Configurations that cannot work fail at build time, not at the first 401.
+#[test]
+fn bad_configurations_are_refused_up_front() {
+    use mcp_resume::client::oauth::ClientCredentials;
+    let no_authorizer = OAuth::builder().build().unwrap_err();
+    assert_eq!(no_authorizer.kind(), ErrorKind::InvalidConfig);
+    let bad_redirect = OAuth::builder()
+        .authorizer(HeadlessAuthorizer::new())
+        .redirect_uri("not a url")
+        .build()
+        .unwrap_err();
+    assert_eq!(bad_redirect.kind(), ErrorKind::InvalidConfig);
+    for (pem, algorithm) in [
+        ("garbage", "ES256"),
+        ("garbage", "HS256"),
+        ("garbage", "nope"),
+    ] {
+        let err = ClientCredentials::private_key_jwt("id", pem, algorithm).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{algorithm}");
+    }
+    // A machine client needs no authorizer.
+    let machine = OAuth::builder()
+        .client_credentials(ClientCredentials::secret("id", "secret"))
+        .build();
+    assert!(machine.is_ok());
+}
