@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the addon and runs the node --test suite against the mock cluster this workspace
 # builds and the TypeScript SDK servers of tests/interop and tests/interop-modern. Run from
-# anywhere; `cargo test --workspace` runs it (tests/external/node_binding.rs).
+# anywhere; `cargo test --workspace` runs it (tests/external/bindings.rs).
 #
 #   CARGO_TARGET_DIR        where cargo builds (default: the workspace's `target/`, so the
 #                           addon reuses what the workspace compiled)

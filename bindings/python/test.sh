@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Python extension into a virtualenv, then type-checks the examples and the stubs
 # and runs the pytest suite. Run from anywhere; `cargo test --workspace` runs it
-# (tests/external/python_binding.rs).
+# (tests/external/bindings.rs).
 #
 #   CARGO_TARGET_DIR   where cargo builds (default: the workspace's `target/`, so the mock
 #                      cluster binary comes from `cargo test --workspace`'s build)

@@ -8,13 +8,12 @@ mod workload;
 
 mod interop_support;
 
+mod bindings;
 mod conformance;
 mod interop_ts;
 mod interop_ts_modern;
 mod interop_typed;
-mod node_binding;
 mod packaging;
-mod python_binding;
 mod real_parts;
 mod rmcp_bridge;
 mod ts_client_workload;

@@ -1,0 +1,111 @@
+//! The bindings' own suites, run as part of `cargo test --workspace` so that one command runs
+//! everything. Each builds its extension into this workspace's target directory and tests it
+//! against the mock cluster binary this workspace builds:
+//!
+//! - Python (`bindings/python/test.sh`): the extension built into a virtualenv as a wheel,
+//!   the examples and the stubs type-checked, pytest. Needs `python3` (>= 3.10) with `venv`
+//!   and `pip`, and PyPI for the pinned `bindings/python/requirements-dev.txt`.
+//! - Node.js (`bindings/node/test.sh`): the N-API addon and its `node --test` suite, also
+//!   against the TypeScript SDK servers of `tests/interop` and `tests/interop-modern`. Needs
+//!   Node.js >= 20 and npm, and the npm registry for the pinned packages (installed with
+//!   `npm ci` when missing).
+//!
+//! Without what they need they fail and say so. They are the binary's longest tests, and
+//! libtest starts tests in name order: as `bindings::*` they start first, so the shorter
+//! tests that wait on servers run beside them instead of after them.
+
+use crate::interop_support;
+
+use std::path::Path;
+use std::process::Command;
+
+/// The last `max` lines of `text`: enough to read a failure without a wall of build output.
+fn tail(text: &str, max: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(max)..].join("\n")
+}
+
+#[test]
+fn python_suite_passes() {
+    let python = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, venv, ensurepip; assert sys.version_info >= (3, 10)",
+        ])
+        .output();
+    assert!(
+        python.as_ref().is_ok_and(|o| o.status.success()),
+        "the Python binding's suite needs python3 >= 3.10 with venv and pip \
+         (Debian: apt-get install python3 python3-venv python3-pip)"
+    );
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bindings/python/test.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bindings/python/test.sh failed ({}):\n--- stdout (last lines)\n{}\n--- stderr \
+         (last lines)\n{}",
+        out.status,
+        tail(&stdout, 60),
+        tail(&stderr, 60)
+    );
+    // The summary line pytest ends with, for the test's own output (`--nocapture`).
+    println!("{}", tail(&stdout, 1));
+}
+
+/// Each failed test of node's TAP output with the lines that explain it.
+fn failures(stdout: &str) -> String {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.trim_start().starts_with("not ok") {
+            out.extend(lines[i..lines.len().min(i + 30)].iter().copied());
+        }
+    }
+    out.join("\n")
+}
+
+#[test]
+fn node_suite_passes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let binding = root.join("bindings/node");
+    // Once per checkout and package directory, serialized with the other tests' installs.
+    for dir in [
+        binding.clone(),
+        interop_support::interop_dir(),
+        interop_support::modern_interop_dir(),
+    ] {
+        interop_support::ensure_npm_packages_in(&dir);
+    }
+
+    let out = Command::new("bash")
+        .arg(binding.join("test.sh"))
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "bindings/node/test.sh failed ({}):\n--- failed tests\n{}\n--- stdout (last lines)\n{}\n\
+         --- stderr (last lines)\n{}",
+        out.status,
+        failures(&stdout),
+        tail(&stdout, 40),
+        tail(&stderr, 40)
+    );
+    // The stock-against-bridged table and node's summary, for the test's own output
+    // (`--nocapture`).
+    for line in stdout.lines() {
+        let line = line.trim_start_matches("# ");
+        let table = ["preset ", "naive ", "strict ", "replicated ", "sticky "];
+        if table.iter().any(|start| line.starts_with(start)) {
+            println!("{line}");
+        }
+    }
+    println!("{}", tail(&stdout, 8));
+}
