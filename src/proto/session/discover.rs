@@ -9,7 +9,8 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::exchanges::{request_headers, ExKind, Sent};
+use super::exchanges::{ExKind, Sent};
+use super::headers::SessionHeaders;
 use super::lifecycle::{Checks, KeyPlacement, Negotiated, Step};
 use super::timers::Timer;
 use super::Session;
@@ -53,7 +54,7 @@ impl Session {
         modern::add_request_meta(&mut params, ProtocolVersion::MODERN, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, DISCOVER, params.as_ref());
         let probe = Negotiated::probe();
-        let mut headers = request_headers(&probe, true);
+        let mut headers = probe.headers.post();
         if let Ok(v) = http::HeaderValue::from_str(DISCOVER) {
             headers.insert(modern::MCP_METHOD, v);
         }
@@ -280,6 +281,7 @@ impl Session {
             id: None,
             id_header: None,
             version: ProtocolVersion::MODERN,
+            headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
             server_capabilities: capabilities,
             hash: None,
             // The capability hash and sequenced ids have no job without resumption.
@@ -301,6 +303,7 @@ impl Negotiated {
             id: None,
             id_header: None,
             version: ProtocolVersion::MODERN,
+            headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
             server_capabilities: Value::Null,
             hash: None,
             ext: None,

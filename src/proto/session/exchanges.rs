@@ -6,26 +6,13 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
+use http::header::HeaderMap;
 
 use super::lifecycle::{Checks, Negotiated};
-use crate::ids::{SequencedEventId, SessionId};
+use crate::ids::SequencedEventId;
 use crate::proto::classify::HeadFacts;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::SseDecoder;
-
-/// `Mcp-Session-Id`.
-pub(super) const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-/// `MCP-Protocol-Version`.
-pub(super) const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-/// `Last-Event-ID`.
-pub(super) const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
-/// `Idempotency-Key`.
-pub(super) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
-
-const ACCEPT_ANY: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
-const ACCEPT_SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
-const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// Answers to server requests in flight at once. A server that floods a stream with requests
 /// (`ping`, sampling) must not make the client open a connection per request.
@@ -252,41 +239,4 @@ impl Exchanges {
     pub(super) fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
-}
-
-/// The protocol headers of a request of session `s` (the driver adds the app's own).
-pub(super) fn request_headers(s: &Negotiated, post: bool) -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(5);
-    if post {
-        headers.insert(ACCEPT, ACCEPT_ANY);
-        headers.insert(CONTENT_TYPE, JSON);
-    } else {
-        headers.insert(ACCEPT, ACCEPT_SSE);
-    }
-    if let Some(id) = &s.id_header {
-        headers.insert(MCP_SESSION_ID, id.clone());
-    }
-    if s.version.has_version_header() {
-        headers.insert(
-            MCP_PROTOCOL_VERSION,
-            HeaderValue::from_static(s.version.as_str()),
-        );
-    }
-    headers
-}
-
-/// A session id as a header value, marked sensitive: it is a bearer secret, and requests end
-/// up in logs through the `Debug` of whatever holds them.
-pub(super) fn session_id_header(id: &SessionId) -> Option<HeaderValue> {
-    let mut v = HeaderValue::from_str(id.expose()).ok()?;
-    v.set_sensitive(true);
-    Some(v)
-}
-
-/// The headers of an `initialize` POST (no session yet).
-pub(super) fn initialize_headers() -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(2);
-    headers.insert(ACCEPT, ACCEPT_ANY);
-    headers.insert(CONTENT_TYPE, JSON);
-    headers
 }

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::exchanges::{initialize_headers, request_headers, session_id_header, ExKind, Sent};
+use super::exchanges::{ExKind, Sent};
+use super::headers::{initialize_headers, session_id_header, SessionHeaders};
 use super::lifecycle::{
     Checks, Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step,
 };
@@ -150,6 +151,7 @@ impl Session {
         let session = Negotiated {
             generation,
             id: head.session_id,
+            headers: SessionHeaders::new(id_header.as_ref(), version),
             id_header,
             version,
             server_capabilities: result
@@ -165,7 +167,7 @@ impl Session {
             checks,
             result,
         };
-        let headers = request_headers(&session, true);
+        let headers = session.headers.post();
         let body = jsonrpc::encode_notification(methods::INITIALIZED, None);
         let sent = Sent::on(&session);
         let http = self.exchanges.open(

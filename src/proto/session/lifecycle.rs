@@ -6,6 +6,7 @@ use std::time::Instant;
 use http::HeaderValue;
 use serde_json::Value;
 
+use super::headers::SessionHeaders;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
@@ -33,6 +34,8 @@ pub(super) struct Negotiated {
     /// `id` as a header value, built once (marked sensitive: it is a bearer secret).
     pub(super) id_header: Option<HeaderValue>,
     pub(super) version: ProtocolVersion,
+    /// The protocol headers of its requests, from `id_header` and `version`.
+    pub(super) headers: SessionHeaders,
     pub(super) server_capabilities: Value,
     pub(super) hash: Option<CapabilityHash>,
     /// The extension as advertised (with the parts that cannot run switched off).

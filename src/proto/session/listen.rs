@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
 
 use super::cursors::Cursor;
-use super::exchanges::{request_headers, ExKind, Sent, LAST_EVENT_ID};
+use super::exchanges::{ExKind, Sent};
+use super::headers::LAST_EVENT_ID;
 use super::init::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
@@ -93,7 +94,7 @@ impl Session {
         let mut params = Some(json!({ "notifications": filter }));
         modern::add_request_meta(&mut params, session.version, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, methods::SUBSCRIPTIONS_LISTEN, params.as_ref());
-        let mut headers = request_headers(session, true);
+        let mut headers = session.headers.post();
         if let Ok(v) = HeaderValue::from_str(methods::SUBSCRIPTIONS_LISTEN) {
             headers.insert(modern::MCP_METHOD, v);
         }
@@ -125,7 +126,7 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        let mut headers = request_headers(session, false);
+        let mut headers = session.headers.get();
         let sent = Sent::on(session);
         let cursor = self.listen.cursor.last.clone();
         let purpose = match &cursor {

@@ -26,6 +26,7 @@ mod calls;
 mod cursors;
 mod discover;
 mod exchanges;
+mod headers;
 mod heads;
 mod inbound;
 mod init;
@@ -54,9 +55,8 @@ use tracing::{debug, info, warn};
 pub(crate) use self::ahead::DecodedBody;
 use self::calls::{Call, CallState, Calls};
 use self::cursors::Delivered;
-use self::exchanges::{
-    session_id_header, Body, ExKind, Exchange, Exchanges, MCP_PROTOCOL_VERSION, MCP_SESSION_ID,
-};
+use self::exchanges::{Body, ExKind, Exchange, Exchanges};
+use self::headers::{session_id_header, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use self::lifecycle::{Lifecycle, Phase, Step};
 use self::listen::{Listen, ListenState};
 use self::timers::{Timer, Timers};

@@ -7,7 +7,8 @@ use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
 use super::calls::CallState;
-use super::exchanges::{request_headers, ExKind, Sent, IDEMPOTENCY_KEY, LAST_EVENT_ID};
+use super::exchanges::{ExKind, Sent};
+use super::headers::{IDEMPOTENCY_KEY, LAST_EVENT_ID};
 use super::lifecycle::{KeyPlacement, Phase};
 use super::modern_calls::mirror_headers;
 use super::Session;
@@ -66,7 +67,7 @@ impl Session {
             modern::add_request_meta(&mut params, session.version, &self.client_meta);
         }
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = request_headers(session, true);
+        let mut headers = session.headers.post();
         if session.keys != Some(KeyPlacement::Params) && call.task.is_none() {
             if let Some(v) = call
                 .key
@@ -122,7 +123,7 @@ impl Session {
         let mut params = Some(params);
         modern::add_request_meta(&mut params, session.version, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = request_headers(session, true);
+        let mut headers = session.headers.post();
         mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
         let sent = Sent::on(session);
         self.exchanges.open(
@@ -147,7 +148,7 @@ impl Session {
             return;
         };
         info!(call = id.0, last_event_id = %cursor, "resuming stream");
-        let mut headers = request_headers(session, false);
+        let mut headers = session.headers.get();
         if let Ok(v) = HeaderValue::from_str(cursor.as_str()) {
             headers.insert(LAST_EVENT_ID, v);
         }
@@ -193,7 +194,7 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return false;
         };
-        let headers = request_headers(session, true);
+        let headers = session.headers.post();
         let sent = Sent::on(session);
         self.exchanges.open(
             kind,
