@@ -250,7 +250,7 @@ impl SseDecoder {
         };
         match name {
             b"data" => {
-                let text = String::from_utf8_lossy(value);
+                let text = utf8_lossy(value);
                 let separator = usize::from(self.block.has_data);
                 self.check_grow(text.len() + separator)?;
                 let limit = self
@@ -271,7 +271,7 @@ impl SseDecoder {
                 self.block.dispatchable = true;
             }
             b"event" => {
-                let text = String::from_utf8_lossy(value);
+                let text = utf8_lossy(value);
                 // The new type replaces the old one; only the new one counts against the limit.
                 self.block.event = None;
                 self.check_grow(text.len())?;
@@ -280,7 +280,7 @@ impl SseDecoder {
             }
             // An id containing NUL is ignored (falls through to the unknown-field arm).
             b"id" if !value.contains(&0) => {
-                let text = String::from_utf8_lossy(value);
+                let text = utf8_lossy(value);
                 self.block.id = None;
                 self.check_grow(text.len())?;
                 self.block.id = Some(text.into_owned());
@@ -307,6 +307,16 @@ impl SseDecoder {
                 retry: block.retry,
             });
         }
+    }
+}
+
+/// The spec's "UTF-8 decode": valid text as is, each invalid sequence as U+FFFD. Valid text,
+/// nearly all of it, takes the standard library's word-at-a-time check rather than the
+/// per-character walk `from_utf8_lossy` makes.
+fn utf8_lossy(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
     }
 }
 
