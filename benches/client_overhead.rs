@@ -12,8 +12,9 @@
 //! - `BENCH_WORKERS` (client runtime threads, comma-separated, default `1,2`): the throughput
 //!   metrics (seq, conc, inflight) run once per count, each in a runtime of its own and with
 //!   a table of its own; memory and recovery run once, with the last count.
-//! - `BENCH_CALLS=n` (with `BENCH_CLIENT`, `BENCH_MODE`, `BENCH_CALLERS`): exactly `n` calls
-//!   by one client and nothing else, for `time`, `perf` or callgrind (see `fixed_calls`).
+//! - `BENCH_CALLS=n` (with `BENCH_CLIENT`, `BENCH_MODE`, `BENCH_CALLERS`, `BENCH_SESSIONS`):
+//!   exactly `n` calls by one kind of client and nothing else, for `time`, `perf` or callgrind
+//!   (see `fixed_calls`).
 //!
 //! The server runs in a child process (this binary again, with `NEUTRAL_SERVER=json|sse`) so
 //! that `getrusage(RUSAGE_SELF)` here measures the clients' CPU alone. Rounds interleave the
@@ -505,7 +506,9 @@ fn ratio(cells: [Option<f64>; 4], a: Kind, b: Kind) -> Option<f64> {
 /// `BENCH_CALLS=n`: exactly `n` echo calls by one client (`BENCH_CLIENT=floor|mcp-resume|
 /// rmcp-pooled|rmcp-default`, `BENCH_MODE=json|sse`, `BENCH_CALLERS` concurrent callers,
 /// default 1), for profilers: run it under callgrind at two counts and subtract, and
-/// start-up cancels out.
+/// start-up cancels out. `BENCH_SESSIONS=k` (default 1) spreads the callers over `k` clients
+/// of that kind, each with a session (and a connection pool) of its own: what one shared
+/// session costs the callers, next to what each call costs.
 async fn fixed_calls(calls: u64) {
     let kind = match std::env::var("BENCH_CLIENT").as_deref() {
         Ok("floor") => Kind::Floor,
@@ -520,14 +523,18 @@ async fn fixed_calls(calls: u64) {
     };
     meter::set_counting(false);
     let server = NeutralServer::spawn(mode);
-    let client = Arc::new(Client::connect(kind, &server.url).await);
+    let sessions = env_usize("BENCH_SESSIONS").unwrap_or(1).max(1);
+    let mut clients = Vec::with_capacity(sessions);
+    for _ in 0..sessions {
+        clients.push(Arc::new(Client::connect(kind, &server.url).await));
+    }
     let callers = env_usize("BENCH_CALLERS").unwrap_or(1).max(1) as u64;
     let cpu0 = meter::cpu_time();
     let split0 = meter::cpu_split();
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..callers)
         .map(|i| {
-            let client = client.clone();
+            let client = clients[i as usize % sessions].clone();
             let share = calls / callers + u64::from(i < calls % callers);
             tokio::spawn(async move {
                 for _ in 0..share {
@@ -544,8 +551,8 @@ async fn fixed_calls(calls: u64) {
     let split = meter::cpu_split();
     let per = |d: Duration| d.as_secs_f64() * 1e6 / calls as f64;
     println!(
-        "{} {}: {calls} calls by {callers} caller(s), {:.1} µs/call, CPU {:.1} µs/call \
-         (user {:.1}, system {:.1})",
+        "{} {}: {calls} calls by {callers} caller(s) on {sessions} session(s), {:.1} µs/call, \
+         CPU {:.1} µs/call (user {:.1}, system {:.1})",
         kind.label(),
         mode.label(),
         secs * 1e6 / calls as f64,
@@ -553,8 +560,10 @@ async fn fixed_calls(calls: u64) {
         per(split.0 - split0.0),
         per(split.1 - split0.1),
     );
-    if let Ok(client) = Arc::try_unwrap(client) {
-        client.close().await;
+    for client in clients {
+        if let Ok(client) = Arc::try_unwrap(client) {
+            client.close().await;
+        }
     }
 }
 
