@@ -232,13 +232,19 @@ impl Client {
             progress: progress_tx,
             reply,
         };
+        // A call awaited where it is made (`inline`: by `perform`), on the driver's runtime,
+        // needs no guard of its own: that runtime runs the driver whenever it runs this task,
+        // and the driver keeps the call's deadline. A timer per call there would cost every
+        // call a trip through the runtime's timer wheel, which its workers share. A handle
+        // may be awaited anywhere: it keeps its guard.
+        let guard = total.filter(|_| !inline || !self.shared.core.on_driver_runtime());
         let (call, inline) = self.shared.core.register(registration, inline)?;
         let handle = CallHandle::new(
             id,
             call,
             self.shared.core.clone(),
             rx,
-            total,
+            guard,
             progress_rx,
             convert,
         );

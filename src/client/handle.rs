@@ -18,7 +18,8 @@ use crate::error::{Error, ErrorKind};
 use crate::proto::CallId;
 
 /// Added to a call's bound for the handle's own guard. The session enforces the deadline;
-/// the guard only guarantees that a call never hangs, whatever happens to the driver.
+/// the guard only guarantees that a call polled off the driver's runtime never hangs,
+/// whatever happens to that runtime.
 pub(crate) const GUARD_GRACE: Duration = Duration::from_secs(2);
 
 /// Progress notifications buffered per handle before the oldest unread are dropped.
@@ -75,12 +76,12 @@ impl<T> CallHandle<T> {
         call: CallId,
         core: Arc<Core>,
         rx: oneshot::Receiver<Result<Value, Error>>,
-        total: Option<Duration>,
+        guard: Option<Duration>,
         progress: Option<mpsc::Receiver<Progress>>,
         convert: fn(Value) -> Result<T, Error>,
     ) -> Self {
         let guard_at =
-            total.and_then(|t| Instant::now().checked_add(t.saturating_add(GUARD_GRACE)));
+            guard.and_then(|t| Instant::now().checked_add(t.saturating_add(GUARD_GRACE)));
         CallHandle {
             id,
             waiting: Some(Waiting {
@@ -178,7 +179,7 @@ impl<T> Future for CallHandle<T> {
 }
 
 impl Waiting {
-    /// Ready once the guard has fired; never, for a call without a bound.
+    /// Ready once the guard has fired; never, for a call without a guard.
     fn poll_guard(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let Some(at) = self.guard_at else {
             return Poll::Pending;

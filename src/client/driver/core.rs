@@ -6,7 +6,7 @@
 //! do: an exchange to start, a deadline earlier than its timer's, a shutdown. A call whose
 //! POST goes out at once and ends with its answer never involves the driver.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -23,6 +23,8 @@ pub(crate) struct Core {
     /// Wakes the driver (a stored permit if it is busy: nothing is lost).
     wake: Notify,
     pub(super) endpoint: Arc<Endpoint>,
+    /// The runtime the driver task was spawned on, once it was.
+    driver_runtime: OnceLock<tokio::runtime::Id>,
 }
 
 fn stopped() -> Error {
@@ -36,6 +38,7 @@ impl Core {
             state: Mutex::new(State::new(parts, core.clone())),
             wake: Notify::new(),
             endpoint,
+            driver_runtime: OnceLock::new(),
         })
     }
 
@@ -122,6 +125,24 @@ impl Core {
             Err(poisoned) => poisoned.into_inner(),
         };
         state.stop();
+    }
+
+    /// Records the runtime the driver task runs on.
+    pub(super) fn set_driver_runtime(&self, id: tokio::runtime::Id) {
+        let _ = self.driver_runtime.set(id);
+    }
+
+    /// Whether the task polling now runs on the driver's runtime. Such a task is polled only
+    /// while that runtime runs, and then so is the driver, which keeps the session's
+    /// deadlines: a call's own guard has nothing to add there.
+    pub(crate) fn on_driver_runtime(&self) -> bool {
+        match (
+            self.driver_runtime.get(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            (Some(driver), Ok(current)) => current.id() == *driver,
+            _ => false,
+        }
     }
 
     /// Waits until woken.

@@ -52,6 +52,7 @@ impl Driver {
 
     /// Spawns the driver task on `handle`'s runtime.
     pub(crate) fn spawn(self, handle: &tokio::runtime::Handle) {
+        self.core.set_driver_runtime(handle.id());
         // Only scheme, host, port and path: a query string may carry credentials.
         let endpoint = redacted_url(self.core.endpoint.url.as_str());
         let span = tracing::info_span!("mcp_client", %endpoint);
