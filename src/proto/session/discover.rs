@@ -279,7 +279,6 @@ impl Session {
         let session = Negotiated {
             generation: self.life.generation,
             id: None,
-            id_header: None,
             version: ProtocolVersion::MODERN,
             headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
             server_capabilities: capabilities,
@@ -301,7 +300,6 @@ impl Negotiated {
         Negotiated {
             generation: 0,
             id: None,
-            id_header: None,
             version: ProtocolVersion::MODERN,
             headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
             server_capabilities: Value::Null,

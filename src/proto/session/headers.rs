@@ -19,41 +19,32 @@ const ACCEPT_ANY: HeaderValue = HeaderValue::from_static("application/json, text
 const ACCEPT_SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
 const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
-/// The protocol headers of a session's POSTs and GETs (the driver adds the app's own), built
-/// once when it is negotiated: each request clones them, which costs less than building them
-/// anew under the session's lock.
+/// The protocol headers of a session's requests (the driver adds the app's own). Those of a
+/// POST, every call's, are built once when the session is negotiated and cloned per request,
+/// which costs less than building them anew under the session's lock; those of a GET (a
+/// resume, the standalone stream) are built when needed, so an idle session keeps one copy.
 #[derive(Debug, Clone)]
 pub(super) struct SessionHeaders {
+    id: Option<HeaderValue>,
+    version: ProtocolVersion,
     post: HeaderMap,
-    get: HeaderMap,
 }
 
 impl SessionHeaders {
     /// The headers of a session with id `id` (none: the server assigned none) and `version`.
-    pub(super) fn new(id: Option<&HeaderValue>, version: ProtocolVersion) -> Self {
-        let build = |post: bool| {
-            let mut headers = HeaderMap::with_capacity(4);
-            if post {
-                headers.insert(ACCEPT, ACCEPT_ANY);
-                headers.insert(CONTENT_TYPE, JSON);
-            } else {
-                headers.insert(ACCEPT, ACCEPT_SSE);
-            }
-            if let Some(id) = id {
-                headers.insert(MCP_SESSION_ID, id.clone());
-            }
-            if version.has_version_header() {
-                headers.insert(
-                    MCP_PROTOCOL_VERSION,
-                    HeaderValue::from_static(version.as_str()),
-                );
-            }
-            headers
+    pub(super) fn new(id: Option<HeaderValue>, version: ProtocolVersion) -> Self {
+        let mut headers = SessionHeaders {
+            id,
+            version,
+            post: HeaderMap::new(),
         };
-        SessionHeaders {
-            post: build(true),
-            get: build(false),
-        }
+        headers.post = headers.build(true);
+        headers
+    }
+
+    /// The session id's header value, if the server assigned one.
+    pub(super) fn id(&self) -> Option<HeaderValue> {
+        self.id.clone()
     }
 
     /// The headers of a POST.
@@ -61,9 +52,29 @@ impl SessionHeaders {
         self.post.clone()
     }
 
-    /// The headers of a GET (a resume or the standalone stream).
+    /// The headers of a GET.
     pub(super) fn get(&self) -> HeaderMap {
-        self.get.clone()
+        self.build(false)
+    }
+
+    fn build(&self, post: bool) -> HeaderMap {
+        let mut headers = HeaderMap::with_capacity(4);
+        if post {
+            headers.insert(ACCEPT, ACCEPT_ANY);
+            headers.insert(CONTENT_TYPE, JSON);
+        } else {
+            headers.insert(ACCEPT, ACCEPT_SSE);
+        }
+        if let Some(id) = &self.id {
+            headers.insert(MCP_SESSION_ID, id.clone());
+        }
+        if self.version.has_version_header() {
+            headers.insert(
+                MCP_PROTOCOL_VERSION,
+                HeaderValue::from_static(self.version.as_str()),
+            );
+        }
+        headers
     }
 }
 

@@ -147,12 +147,13 @@ impl Session {
             },
             _ => Checks::default(),
         };
-        let id_header = head.session_id.as_ref().and_then(session_id_header);
         let session = Negotiated {
             generation,
+            headers: SessionHeaders::new(
+                head.session_id.as_ref().and_then(session_id_header),
+                version,
+            ),
             id: head.session_id,
-            headers: SessionHeaders::new(id_header.as_ref(), version),
-            id_header,
             version,
             server_capabilities: result
                 .get("capabilities")

@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use http::HeaderValue;
 use serde_json::Value;
 
 use super::headers::SessionHeaders;
@@ -31,10 +30,9 @@ pub(super) struct Negotiated {
     /// Which session this is (one per successful `initialize`).
     pub(super) generation: u64,
     pub(super) id: Option<SessionId>,
-    /// `id` as a header value, built once (marked sensitive: it is a bearer secret).
-    pub(super) id_header: Option<HeaderValue>,
     pub(super) version: ProtocolVersion,
-    /// The protocol headers of its requests, from `id_header` and `version`.
+    /// The protocol headers of its requests (the id's marked sensitive: it is a bearer
+    /// secret), from `id` and `version`.
     pub(super) headers: SessionHeaders,
     pub(super) server_capabilities: Value,
     pub(super) hash: Option<CapabilityHash>,

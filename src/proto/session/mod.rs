@@ -336,10 +336,10 @@ impl Session {
         }
         // The session to delete: the established one, or the one a handshake has obtained.
         let delete = match &self.life.phase {
-            Phase::Ready(e) => e.session.id_header.clone().map(|v| (v, e.session.version)),
+            Phase::Ready(e) => e.session.headers.id().map(|v| (v, e.session.version)),
             Phase::Initializing(h) => match &h.step {
                 Step::Initialized { session, .. } => {
-                    session.id_header.clone().map(|v| (v, session.version))
+                    session.headers.id().map(|v| (v, session.version))
                 }
                 Step::Initialize { head, .. } => head.session_id.as_ref().and_then(|sid| {
                     session_id_header(sid).map(|v| (v, self.config.protocol_version))
