@@ -234,9 +234,10 @@ impl Client {
         };
         // A call awaited where it is made (`inline`: by `perform`), on the driver's runtime,
         // needs no guard of its own: that runtime runs the driver whenever it runs this task,
-        // and the driver keeps the call's deadline. A timer per call there would cost every
-        // call a trip through the runtime's timer wheel, which its workers share. A handle
-        // may be awaited anywhere: it keeps its guard.
+        // and the driver keeps the call's deadline (short of application code blocking one of
+        // its workers for good, which stalls the tasks queued there whatever we do). A timer
+        // per call there would cost every call a trip through the runtime's timer wheel,
+        // which its workers share. A handle may be awaited anywhere: it keeps its guard.
         let guard = total.filter(|_| !inline || !self.shared.core.on_driver_runtime());
         let (call, inline) = self.shared.core.register(registration, inline)?;
         let handle = CallHandle::new(
@@ -397,5 +398,36 @@ impl Client {
             )),
             Err(_) => Err(Error::new(ErrorKind::Timeout, "the call's deadline passed")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    }
+
+    /// The rule that lets a call skip its own guard: only a task on the runtime the driver
+    /// was spawned on counts as on it; another runtime, no runtime, or a driver not yet
+    /// spawned do not.
+    #[test]
+    fn only_the_drivers_own_runtime_counts_as_the_drivers() {
+        let client = Client::builder("http://127.0.0.1:9/mcp")
+            .build()
+            .expect("a client");
+        let core = client.shared.core.clone();
+        let (drivers, others) = (runtime(), runtime());
+        drivers.block_on(async { assert!(!core.on_driver_runtime(), "no driver yet") });
+        drivers
+            .block_on(async { client.start_driver() })
+            .expect("spawned");
+        drivers.block_on(async { assert!(core.on_driver_runtime()) });
+        others.block_on(async { assert!(!core.on_driver_runtime()) });
+        assert!(!core.on_driver_runtime(), "outside any runtime");
     }
 }
