@@ -224,12 +224,12 @@ pub(crate) struct Endpoint {
 impl Endpoint {
     /// Performs `request`, reporting to `sink`. Returns when the exchange is over or the sink
     /// no longer wants it; dropping the future stops it early.
-    pub(crate) async fn run(self: Arc<Self>, request: HttpRequest, sink: impl ExchangeSink) {
+    pub(crate) async fn run(&self, request: HttpRequest, sink: &impl ExchangeSink) {
         let id = request.id;
         match request.purpose {
             HttpPurpose::Notify | HttpPurpose::Terminate => {
                 let limit = self.fire_and_forget_timeout;
-                let exchange = self.exchange(request, &sink);
+                let exchange = self.exchange(request, sink);
                 if tokio::time::timeout(limit, exchange).await.is_err() {
                     tracing::debug!(http = id.0, "exchange timed out");
                     let failure = TransportFailure::Lost(format!("no answer within {limit:?}"));
@@ -238,7 +238,7 @@ impl Endpoint {
             }
             // Requests, resumes and the listen stream are bounded by the session's deadlines
             // or are meant to stay open.
-            _ => self.exchange(request, &sink).await,
+            _ => self.exchange(request, sink).await,
         }
     }
 

@@ -184,7 +184,7 @@ impl Inline {
             request,
             registration,
         } = self.pending;
-        let exchange = core.endpoint.clone().run(request, core.clone());
+        let exchange = core.endpoint.run(request, core);
         let _ = futures::future::Abortable::new(exchange, registration).await;
     }
 }

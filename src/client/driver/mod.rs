@@ -79,7 +79,8 @@ impl Driver {
                     break;
                 };
                 for pending in state.to_start.drain(..) {
-                    let exchange = core.endpoint.clone().run(pending.request, core.clone());
+                    let sink = core.clone();
+                    let exchange = async move { sink.endpoint.run(pending.request, &sink).await };
                     running.push(Abortable::new(exchange.boxed(), pending.registration));
                 }
                 if state.may_stop() {
