@@ -21,30 +21,34 @@ const JSON: HeaderValue = HeaderValue::from_static("application/json");
 
 /// The protocol headers of a session's requests (the driver adds the app's own). Those of a
 /// POST, every call's, are built once when the session is negotiated and cloned per request,
-/// which costs less than building them anew under the session's lock; those of a GET (a
-/// resume, the standalone stream) are built when needed, so an idle session keeps one copy.
+/// which costs less than building them anew under the session's lock; a GET's (a resume, the
+/// standalone stream) are derived from them when needed, so an idle session keeps one copy.
 #[derive(Debug, Clone)]
 pub(super) struct SessionHeaders {
-    id: Option<HeaderValue>,
-    version: ProtocolVersion,
     post: HeaderMap,
 }
 
 impl SessionHeaders {
     /// The headers of a session with id `id` (none: the server assigned none) and `version`.
     pub(super) fn new(id: Option<HeaderValue>, version: ProtocolVersion) -> Self {
-        let mut headers = SessionHeaders {
-            id,
-            version,
-            post: HeaderMap::new(),
-        };
-        headers.post = headers.build(true);
-        headers
+        let mut post = HeaderMap::with_capacity(4);
+        post.insert(ACCEPT, ACCEPT_ANY);
+        post.insert(CONTENT_TYPE, JSON);
+        if let Some(id) = id {
+            post.insert(MCP_SESSION_ID, id);
+        }
+        if version.has_version_header() {
+            post.insert(
+                MCP_PROTOCOL_VERSION,
+                HeaderValue::from_static(version.as_str()),
+            );
+        }
+        SessionHeaders { post }
     }
 
     /// The session id's header value, if the server assigned one.
     pub(super) fn id(&self) -> Option<HeaderValue> {
-        self.id.clone()
+        self.post.get(MCP_SESSION_ID).cloned()
     }
 
     /// The headers of a POST.
@@ -52,28 +56,11 @@ impl SessionHeaders {
         self.post.clone()
     }
 
-    /// The headers of a GET.
+    /// The headers of a GET: a POST's, accepting only an event stream and sending no body.
     pub(super) fn get(&self) -> HeaderMap {
-        self.build(false)
-    }
-
-    fn build(&self, post: bool) -> HeaderMap {
-        let mut headers = HeaderMap::with_capacity(4);
-        if post {
-            headers.insert(ACCEPT, ACCEPT_ANY);
-            headers.insert(CONTENT_TYPE, JSON);
-        } else {
-            headers.insert(ACCEPT, ACCEPT_SSE);
-        }
-        if let Some(id) = &self.id {
-            headers.insert(MCP_SESSION_ID, id.clone());
-        }
-        if self.version.has_version_header() {
-            headers.insert(
-                MCP_PROTOCOL_VERSION,
-                HeaderValue::from_static(self.version.as_str()),
-            );
-        }
+        let mut headers = self.post.clone();
+        headers.insert(ACCEPT, ACCEPT_SSE);
+        headers.remove(CONTENT_TYPE);
         headers
     }
 }
@@ -92,4 +79,47 @@ pub(super) fn initialize_headers() -> HeaderMap {
     headers.insert(ACCEPT, ACCEPT_ANY);
     headers.insert(CONTENT_TYPE, JSON);
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(headers: &HeaderMap) -> Vec<(String, String)> {
+        let mut all: Vec<_> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_owned()))
+            .collect();
+        all.sort();
+        all
+    }
+
+    #[test]
+    fn a_get_carries_the_posts_headers_but_accepts_only_a_stream_and_sends_no_body() {
+        let id = HeaderValue::from_static("s-1");
+        let headers = SessionHeaders::new(Some(id.clone()), ProtocolVersion::V2025_06_18);
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        assert_eq!(
+            names(&headers.post()),
+            vec![
+                pair("accept", "application/json, text/event-stream"),
+                pair("content-type", "application/json"),
+                pair("mcp-protocol-version", "2025-06-18"),
+                pair("mcp-session-id", "s-1"),
+            ]
+        );
+        assert_eq!(
+            names(&headers.get()),
+            vec![
+                pair("accept", "text/event-stream"),
+                pair("mcp-protocol-version", "2025-06-18"),
+                pair("mcp-session-id", "s-1"),
+            ]
+        );
+        assert_eq!(headers.id(), Some(id));
+        assert_eq!(
+            SessionHeaders::new(None, ProtocolVersion::V2025_06_18).id(),
+            None
+        );
+    }
 }
