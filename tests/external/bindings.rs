@@ -25,6 +25,27 @@ fn tail(text: &str, max: usize) -> String {
     lines[lines.len().saturating_sub(max)..].join("\n")
 }
 
+/// Runs a binding's `test.sh` and returns its stdout; a failure panics with the tails of
+/// both streams, after `details` (what the suite's own output says of its failed tests).
+fn run_suite(script: &Path, details: impl Fn(&str) -> String) -> String {
+    let out = Command::new("bash")
+        .arg(script)
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n{}--- stdout (last lines)\n{}\n--- stderr (last lines)\n{}",
+        script.display(),
+        out.status,
+        details(&stdout),
+        tail(&stdout, 60),
+        tail(&stderr, 60)
+    );
+    stdout
+}
+
 #[test]
 fn python_suite_passes() {
     let python = Command::new("python3")
@@ -40,20 +61,7 @@ fn python_suite_passes() {
     );
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bindings/python/test.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .output()
-        .expect("bash runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bindings/python/test.sh failed ({}):\n--- stdout (last lines)\n{}\n--- stderr \
-         (last lines)\n{}",
-        out.status,
-        tail(&stdout, 60),
-        tail(&stderr, 60)
-    );
+    let stdout = run_suite(&script, |_| String::new());
     // The summary line pytest ends with, for the test's own output (`--nocapture`).
     println!("{}", tail(&stdout, 1));
 }
@@ -83,21 +91,9 @@ fn node_suite_passes() {
         interop_support::ensure_npm_packages_in(&dir);
     }
 
-    let out = Command::new("bash")
-        .arg(binding.join("test.sh"))
-        .output()
-        .expect("bash runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "bindings/node/test.sh failed ({}):\n--- failed tests\n{}\n--- stdout (last lines)\n{}\n\
-         --- stderr (last lines)\n{}",
-        out.status,
-        failures(&stdout),
-        tail(&stdout, 40),
-        tail(&stderr, 40)
-    );
+    let stdout = run_suite(&binding.join("test.sh"), |stdout| {
+        format!("--- failed tests\n{}\n", failures(stdout))
+    });
     // The stock-against-bridged table and node's summary, for the test's own output
     // (`--nocapture`).
     for line in stdout.lines() {
