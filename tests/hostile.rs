@@ -32,6 +32,8 @@ mod bodies;
 mod defects;
 #[path = "hostile/deploy.rs"]
 mod deploy;
+#[path = "hostile/hangs.rs"]
+mod hangs;
 #[path = "hostile/modern.rs"]
 mod modern;
 #[path = "hostile/owned.rs"]

@@ -334,6 +334,10 @@ impl Session {
                 return;
             }
         };
+        // The answer ends its request's exchange, whatever comes next: a server may hold the
+        // stream open after it (keep-alive comments), and a call that moves on to its next
+        // round or to polling must not leave its caller reading that stream.
+        self.detach(id);
         if let Some(task) = self.calls.get(id).and_then(|c| c.task.as_ref()) {
             // The answer to a poll: the task's state, if it is one, of this task.
             return match super::tasks::check_poll_answer(&task.task_id, &value) {

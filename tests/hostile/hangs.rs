@@ -1,0 +1,116 @@
+//! Never a hang: a call ends by its deadline, or at once with its answer, whatever the
+//! server does with the streams it no longer needs, and wherever the call is awaited.
+//!
+//! A call that moves on (to its next MRTR round, or to polling the task it became) while the
+//! server holds its first stream open with keep-alive comments must not keep reading that
+//! stream: the first exchange is finished when its answer arrives.
+
+use std::time::Duration;
+
+use mcp_resume::Client;
+use serde_json::json;
+
+use crate::harness::{echo, tool_calls, within};
+use crate::modern_server::{builder, complete, result_event, task_status, ModernServer};
+use crate::server::{echo_result, Reply, Request, Step};
+
+/// Far below the calls' 3 s deadline: the answer is there at once.
+const QUICK: Duration = Duration::from_millis(1500);
+const DEADLINE: Duration = Duration::from_secs(3);
+
+/// An SSE answer carrying `event`, then keep-alive comments on a stream held open.
+fn held_open(event: String) -> Reply {
+    Reply::sse_head().write(event).then(Step::Trickle {
+        bytes: ": keep-alive\n\n".into(),
+        every: Duration::from_millis(20),
+        forever: true,
+    })
+}
+
+/// Round 1 is `input_required` (its state only) on a stream held open; round 2 completes.
+fn mrtr(req: &Request) -> Option<Reply> {
+    if !tool_calls(req) {
+        return None;
+    }
+    if req.params()["requestState"].is_string() {
+        return Some(complete(req, echo_result("round two")));
+    }
+    let round = json!({"resultType": "input_required", "requestState": "r1"});
+    Some(held_open(result_event(req, round)))
+}
+
+/// The call becomes a task on a stream held open; the first poll finds it completed.
+fn task(req: &Request) -> Option<Reply> {
+    if tool_calls(req) {
+        let mut created = task_status("t-1", "working");
+        created["resultType"] = json!("task");
+        return Some(held_open(result_event(req, created)));
+    }
+    req.is_rpc("tasks/get").then(|| {
+        let mut done = task_status("t-1", "completed");
+        done["result"] = echo_result("round two");
+        complete(req, done)
+    })
+}
+
+/// The call returns its answer at once, and the client closed the first stream.
+async fn answered_at_once(what: &str, server: &ModernServer, client: &Client) {
+    let started = std::time::Instant::now();
+    let result = within(what, QUICK, client.call_tool(echo("x").timeout(DEADLINE)))
+        .await
+        .unwrap_or_else(|message| panic!("{message}; the server saw {:?}", server.labels()))
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
+    assert_eq!(result.text(), "round two", "{what}");
+    let first = server.wait_for(tool_calls).await;
+    let outcome = server.wait_done(first.seq, QUICK).await;
+    assert!(
+        outcome.peer_gone,
+        "{what}: the first stream was left open ({:?} after the call)",
+        started.elapsed()
+    );
+}
+
+async fn moved_on_on_the_drivers_runtime(what: &str, script: fn(&Request) -> Option<Reply>) {
+    let server = ModernServer::start(script).await;
+    let client = builder(&server).build().unwrap();
+    answered_at_once(what, &server, &client).await;
+}
+
+/// The driver runs on a runtime of its own; the call is awaited on the test's.
+async fn moved_on_on_another_runtime(what: &str, script: fn(&Request) -> Option<Reply>) {
+    let server = ModernServer::start(script).await;
+    let client = builder(&server).build().unwrap();
+    let drivers = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let connecting = client.clone();
+    drivers
+        .spawn(async move { connecting.connect().await })
+        .await
+        .unwrap()
+        .unwrap();
+    answered_at_once(what, &server, &client).await;
+    drivers.shutdown_background();
+}
+
+#[tokio::test]
+async fn an_mrtr_round_on_a_stream_held_open_does_not_hold_the_call() {
+    moved_on_on_the_drivers_runtime("MRTR, driver's runtime", mrtr).await;
+}
+
+#[tokio::test]
+async fn an_mrtr_round_on_a_stream_held_open_does_not_hold_a_call_on_another_runtime() {
+    moved_on_on_another_runtime("MRTR, another runtime", mrtr).await;
+}
+
+#[tokio::test]
+async fn a_task_on_a_stream_held_open_does_not_hold_the_call() {
+    moved_on_on_the_drivers_runtime("task, driver's runtime", task).await;
+}
+
+#[tokio::test]
+async fn a_task_on_a_stream_held_open_does_not_hold_a_call_on_another_runtime() {
+    moved_on_on_another_runtime("task, another runtime", task).await;
+}
