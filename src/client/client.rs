@@ -233,12 +233,15 @@ impl Client {
             reply,
         };
         // A call awaited where it is made (`inline`: by `perform`), on the driver's runtime,
-        // needs no guard of its own: that runtime runs the driver whenever it runs this task,
-        // and the driver keeps the call's deadline (short of application code blocking one of
-        // its workers for good, which stalls the tasks queued there whatever we do). A timer
-        // per call there would cost every call a trip through the runtime's timer wheel,
-        // which its workers share. A handle may be awaited anywhere: it keeps its guard.
-        let guard = total.filter(|_| !inline || !self.shared.core.on_driver_runtime());
+        // needs no guard of its own: that runtime runs the driver's timer task whenever it
+        // runs this one, and that task, which runs no application code, keeps the call's
+        // deadline and its allowed silence (short of application code blocking every worker
+        // of the runtime, which stalls this task too). A timer per call there would cost
+        // every call a trip through the runtime's timer wheel, which its workers share. A
+        // handle may be awaited anywhere: it keeps its guard, as does a call awaited on
+        // another runtime.
+        let guarded = !inline || !self.shared.core.on_driver_runtime();
+        let (guard, idle_guard) = if guarded { (total, idle) } else { (None, None) };
         let (call, inline) = self.shared.core.register(registration, inline)?;
         let handle = CallHandle::new(
             id,
@@ -246,6 +249,7 @@ impl Client {
             self.shared.core.clone(),
             rx,
             guard,
+            idle_guard,
             progress_rx,
             convert,
         );
@@ -279,6 +283,7 @@ impl Client {
             self.shared.core.clone(),
             rx,
             Some(total),
+            None,
             None,
             Ok,
         );

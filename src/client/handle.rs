@@ -65,23 +65,38 @@ struct Waiting {
     call: CallId,
     core: Arc<Core>,
     rx: oneshot::Receiver<Result<Value, Error>>,
-    /// When the guard fires, if the call has a bound at all.
+    /// When the guard fires, if the call has a bound at all: the end of its total bound,
+    /// or of its allowed silence for a call that resets its timeout on progress.
     guard_at: Option<Instant>,
+    /// The end of the total bound, when there is one.
+    total_at: Option<Instant>,
+    /// The call resets its timeout on progress: its guard follows the session's idle timer.
+    idle: bool,
     guard: Option<Pin<Box<Sleep>>>,
 }
 
 impl<T> CallHandle<T> {
+    /// A handle for `call`; `guard` and `idle` are the call's total bound and allowed
+    /// silence when the handle is to keep its own guard (`None` for a call the driver's
+    /// timer alone bounds).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: CallId,
         call: CallId,
         core: Arc<Core>,
         rx: oneshot::Receiver<Result<Value, Error>>,
         guard: Option<Duration>,
+        idle: Option<Duration>,
         progress: Option<mpsc::Receiver<Progress>>,
         convert: fn(Value) -> Result<T, Error>,
     ) -> Self {
-        let guard_at =
-            guard.and_then(|t| Instant::now().checked_add(t.saturating_add(GUARD_GRACE)));
+        let after = |t: Duration| Instant::now().checked_add(t.saturating_add(GUARD_GRACE));
+        let total_at = guard.and_then(after);
+        let idle_at = idle.and_then(after);
+        let guard_at = match (total_at, idle_at) {
+            (Some(total), Some(idle)) => Some(total.min(idle)),
+            (total, idle) => total.or(idle),
+        };
         CallHandle {
             id,
             waiting: Some(Waiting {
@@ -89,6 +104,8 @@ impl<T> CallHandle<T> {
                 core,
                 rx,
                 guard_at,
+                total_at,
+                idle: idle.is_some(),
                 guard: None,
             }),
             progress,
@@ -179,15 +196,35 @@ impl<T> Future for CallHandle<T> {
 }
 
 impl Waiting {
-    /// Ready once the guard has fired; never, for a call without a guard.
+    /// Ready once the guard has fired; never, for a call without a guard. A call that resets
+    /// its timeout on progress is guarded up to the end of its current silence: when the
+    /// guard fires early because progress moved that end, it is armed again for it.
     fn poll_guard(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        let Some(at) = self.guard_at else {
-            return Poll::Pending;
-        };
-        self.guard
-            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)))
-            .as_mut()
-            .poll(cx)
+        loop {
+            let Some(at) = self.guard_at else {
+                return Poll::Pending;
+            };
+            let sleep = self
+                .guard
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+            ready!(sleep.as_mut().poll(cx));
+            let silence = self
+                .idle
+                .then(|| self.core.idle_end(self.call))
+                .flatten()
+                .and_then(|end| end.checked_add(GUARD_GRACE));
+            let next = match (silence, self.total_at) {
+                (Some(silence), Some(total)) => Some(silence.min(total)),
+                (silence, _) => silence,
+            };
+            match next {
+                Some(next) if next > at => {
+                    self.guard_at = Some(next);
+                    sleep.as_mut().reset(next);
+                }
+                _ => return Poll::Ready(()),
+            }
+        }
     }
 }
 

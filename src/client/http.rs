@@ -3,6 +3,7 @@
 //! transport failure).
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -289,9 +290,19 @@ impl Endpoint {
             let status = response.status().as_u16();
             let challenge = auth_challenge(status, response.headers());
             if let Some(provider) = &self.auth {
-                let again =
-                    provider.observe(&self.url, status, response.headers(), challenge.as_ref());
-                if again && token.is_some() && !proof_retried {
+                let observed = catch_unwind(AssertUnwindSafe(|| {
+                    provider.observe(&self.url, status, response.headers(), challenge.as_ref())
+                }));
+                let again = observed.unwrap_or_else(|_| {
+                    tracing::error!(
+                        http = id.0,
+                        "the token provider panicked observing an answer"
+                    );
+                    false
+                });
+                // Only a refusal that carries a challenge proves the request was not
+                // processed: a re-send after anything else could run the call twice.
+                if again && challenge.is_some() && token.is_some() && !proof_retried {
                     proof_retried = true;
                     tracing::debug!(http = id.0, "the server wants a proof with its nonce");
                     continue;
@@ -361,11 +372,15 @@ impl Endpoint {
             refused_token,
             url: Some(self.url.as_str().to_owned()),
         };
-        match provider.credential(request).await {
-            Ok(token) => Ok(token),
-            Err(err) => Err(TransportFailure::Connect(format!(
+        // The request is not sent without its credential: a provider that fails, panics
+        // included, fails it as a connection that could not be made.
+        let credential = AssertUnwindSafe(provider.credential(request)).catch_unwind();
+        match credential.await {
+            Ok(Ok(token)) => Ok(token),
+            Ok(Err(err)) => Err(TransportFailure::Connect(format!(
                 "the token provider failed: {err}"
             ))),
+            Err(_) => Err(provider_panicked()),
         }
     }
 
@@ -379,10 +394,15 @@ impl Endpoint {
         let (Some(provider), Some(token)) = (&self.auth, token) else {
             return Ok(None);
         };
-        provider
-            .present(token, &method(request.method), &self.url)
-            .map(Some)
-            .map_err(|err| TransportFailure::Connect(format!("the token provider failed: {err}")))
+        let presented = catch_unwind(AssertUnwindSafe(|| {
+            provider.present(token, &method(request.method), &self.url)
+        }));
+        match presented {
+            Ok(presented) => presented.map(Some).map_err(|err| {
+                TransportFailure::Connect(format!("the token provider failed: {err}"))
+            }),
+            Err(_) => Err(provider_panicked()),
+        }
     }
 
     /// Sends the request once, with `headers` (the protocol's and the application's) and the
@@ -406,6 +426,12 @@ impl Endpoint {
         }
         self.http.execute(http).await
     }
+}
+
+/// A token provider's panic before the request left: logged, and the request not sent.
+fn provider_panicked() -> TransportFailure {
+    tracing::error!("the token provider panicked: the request is not sent");
+    TransportFailure::Connect("the token provider panicked".to_owned())
 }
 
 fn method(method: HttpMethod) -> reqwest::Method {

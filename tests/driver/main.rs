@@ -24,6 +24,7 @@ mod driver_cluster;
 mod driver_faults;
 mod modern;
 mod modern_mrtr_stream_end;
+mod never_a_hang;
 mod oauth_extensions;
 mod oauth_flows;
 mod probe_session;

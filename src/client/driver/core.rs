@@ -1,30 +1,35 @@
 //! [`Core`]: the [`State`] behind its lock, and the one way in for everyone who touches it
 //! (the client's methods, call handles, exchanges wherever they run, handlers' answers).
 //!
-//! Each entry takes the lock, hands its input to the state (which pumps the session), and
-//! releases it, waking the driver only when the state says the driver has something new to
-//! do: an exchange to start, a deadline earlier than its timer's, a shutdown. A call whose
-//! POST goes out at once and ends with its answer never involves the driver.
+//! Each entry takes the lock, hands its input to the state (which pumps the session),
+//! releases it, and then carries out what the input led to ([`Effects`]): the lock covers
+//! bookkeeping only. It wakes a driver task only when the state says that task has something
+//! new to do: the timer for a deadline earlier than its own, the exchange runner for an
+//! exchange to start. A call whose POST goes out at once and ends with its answer never
+//! involves either.
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use super::effects::Effects;
 use super::state::{Command, Parts, Pending, Registration, State};
 use crate::client::http::{Endpoint, ExchangeEvent, ExchangeSink};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
-use crate::proto::CallId;
+use crate::proto::{CallId, HttpId, TransportFailure};
 
 /// The shared session of one client.
 pub(crate) struct Core {
     state: Mutex<State>,
-    /// Wakes the driver (a stored permit if it is busy: nothing is lost).
-    wake: Notify,
+    /// Wake the timer task and the exchange runner (a stored permit if busy: nothing is
+    /// lost).
+    wake_timer: Notify,
+    wake_runner: Notify,
     pub(super) endpoint: Arc<Endpoint>,
-    /// The runtime the driver task was spawned on, once it was.
-    driver_runtime: OnceLock<tokio::runtime::Id>,
+    /// The runtime the driver's tasks were spawned on, once they were; handlers run there.
+    driver_runtime: OnceLock<tokio::runtime::Handle>,
 }
 
 fn stopped() -> Error {
@@ -36,7 +41,8 @@ impl Core {
         let endpoint = parts.endpoint.clone();
         Arc::new_cyclic(|core| Core {
             state: Mutex::new(State::new(parts, core.clone())),
-            wake: Notify::new(),
+            wake_timer: Notify::new(),
+            wake_runner: Notify::new(),
             endpoint,
             driver_runtime: OnceLock::new(),
         })
@@ -56,7 +62,7 @@ impl Core {
                     );
                     state.stop();
                 }
-                self.wake.notify_one();
+                self.wake_both();
                 return Err(stopped());
             }
         };
@@ -66,24 +72,32 @@ impl Core {
         Ok(state)
     }
 
-    /// Releases the lock, waking the driver if it has something new to do.
+    /// Releases the lock, waking a driver task if it has something new to do.
     fn release(&self, state: MutexGuard<'_, State>) {
-        let wake = state.driver_needed();
+        let (timer, runner) = (state.timer_needed(), state.runner_needed());
         drop(state);
-        if wake {
-            self.wake.notify_one();
+        if timer {
+            self.wake_timer.notify_one();
+        }
+        if runner {
+            self.wake_runner.notify_one();
         }
     }
 
+    fn wake_both(&self) {
+        self.wake_timer.notify_one();
+        self.wake_runner.notify_one();
+    }
+
     /// Runs `f` on the state (each of the state's entries pumps what it changed), releases
-    /// it, then hands the server requests it brought to their handlers.
+    /// it, then carries out the effects.
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> Result<T, Error> {
         let mut state = self.lock()?;
         let out = f(&mut state);
-        let dispatches = state.take_dispatches();
+        let effects = state.take_effects();
         self.release(state);
-        for dispatch in dispatches {
-            dispatch.spawn();
+        if !effects.is_empty() {
+            effects.run(self.driver_runtime.get());
         }
         Ok(out)
     }
@@ -113,41 +127,95 @@ impl Core {
         let _ = self.with(|state| state.handle_answer(id, result));
     }
 
-    /// The driver's timer fired for `fired`.
+    /// The driver's timer fired for `fired`. The timer task runs no application code:
+    /// effects that would (a task store's) go to the exchange runner.
     pub(super) fn timeout(&self, fired: tokio::time::Instant) {
-        let _ = self.with(|state| state.handle_timeout(fired));
+        let Ok(mut state) = self.lock() else {
+            return;
+        };
+        state.handle_timeout(fired);
+        let effects = state.take_effects();
+        let effects = if effects.runs_application_code() {
+            state.deferred.append(effects);
+            Effects::default()
+        } else {
+            effects
+        };
+        self.release(state);
+        effects.run(self.driver_runtime.get());
     }
 
-    /// Stops the client for good (the driver ended, or is being dropped with its runtime).
+    /// The effects the timer left for the exchange runner, and the exchanges to start;
+    /// `None` once the runner is to stop.
+    pub(super) fn take_runner_work(&self) -> Option<(Effects, Vec<Pending>)> {
+        let mut state = self.lock().ok()?;
+        if state.may_stop() {
+            return None;
+        }
+        let effects = std::mem::take(&mut state.deferred);
+        let starts = std::mem::take(&mut state.to_start);
+        Some((effects, starts))
+    }
+
+    /// Stops the client for good (a driver task ended, or is being dropped with its
+    /// runtime): what the stop leads to is carried out without the lock.
     pub(super) fn stop(&self) {
         let mut state = match self.state.lock() {
             Ok(state) => state,
             Err(poisoned) => poisoned.into_inner(),
         };
         state.stop();
+        let mut effects = std::mem::take(&mut state.deferred);
+        effects.append(state.take_effects());
+        drop(state);
+        self.wake_both();
+        effects.run(self.driver_runtime.get());
     }
 
-    /// Records the runtime the driver task runs on.
-    pub(super) fn set_driver_runtime(&self, id: tokio::runtime::Id) {
-        let _ = self.driver_runtime.set(id);
+    /// Records the runtime the driver's tasks run on.
+    pub(super) fn set_driver_runtime(&self, runtime: tokio::runtime::Handle) {
+        let _ = self.driver_runtime.set(runtime);
+    }
+
+    /// The runtime the driver's tasks run on, once they were spawned.
+    pub(super) fn driver_runtime(&self) -> Option<&tokio::runtime::Handle> {
+        self.driver_runtime.get()
     }
 
     /// Whether the task polling now runs on the driver's runtime. Such a task is polled only
-    /// while that runtime runs, and then so is the driver, which keeps the session's
-    /// deadlines: a call's own guard has nothing to add there.
+    /// while that runtime runs, and then so is the timer task, which keeps the session's
+    /// deadlines and runs no application code: a call's own guard has nothing to add there.
     pub(crate) fn on_driver_runtime(&self) -> bool {
         match (
             self.driver_runtime.get(),
             tokio::runtime::Handle::try_current(),
         ) {
-            (Some(driver), Ok(current)) => current.id() == *driver,
+            (Some(driver), Ok(current)) => current.id() == driver.id(),
             _ => false,
         }
     }
 
-    /// Waits until woken.
-    pub(super) async fn woken(&self) {
-        self.wake.notified().await;
+    /// The end of `call`'s allowed silence, when it resets its timeout on progress and is
+    /// still waiting.
+    pub(crate) fn idle_end(&self, call: CallId) -> Option<tokio::time::Instant> {
+        self.lock().ok()?.idle_end(call)
+    }
+
+    /// An exchange panicked: it failed, as if its connection broke (it may have been sent).
+    pub(super) fn panicked(self: &Arc<Self>, id: HttpId) {
+        tracing::error!(http = id.0, "an exchange panicked");
+        let failure = TransportFailure::Lost("the exchange panicked".to_owned());
+        self.report_one(ExchangeEvent::Failed { id, failure });
+    }
+
+    /// Waits until the timer task is woken.
+    pub(super) async fn timer_woken(&self) {
+        self.wake_timer.notified().await;
+    }
+
+    /// Waits until the exchange runner is woken.
+    pub(super) async fn runner_woken(&self) {
+        self.wake_runner.notified().await;
     }
 }
 

@@ -5,19 +5,34 @@
 //! in the caller's task and reports the exchange's head, data and end to the session as they
 //! come, so an ordinary call costs no hand-off to another task; until that exchange ends the
 //! caller polls only it and the call's guard, so the answer it applies does not wake its own
-//! task through the reply. Everything else belongs to the driver task: it keeps the one timer
-//! armed for the session's next deadline and polls every other exchange (the handshake,
-//! resumes, re-sends, the standalone stream, notifications, answers to the server), side by
-//! side in a `FuturesUnordered` (no task per request), so a slow stream never blocks another.
-//! Exchanges report synchronously, under the lock: no queue between the network and the
-//! session, and memory stays bounded however fast a server sends. A body that arrived whole
-//! with its head is decoded before the lock is taken
-//! ([`DecodedBody`](crate::proto::DecodedBody)), so the lock covers the session's bookkeeping
-//! only. Only server-request handlers run in tasks of their own.
+//! task through the reply. The session finishes every exchange of a call as soon as it has
+//! served (the call completed, or moved on to its next round or to polling its task), so a
+//! caller never reads a stream the server holds open after its answer.
+//!
+//! Two tasks do the rest, on the runtime of the first call:
+//! - the **timer** keeps the one timer armed for the session's next deadline (calls,
+//!   backoffs, idle calls, the shutdown's bound) and fires it. It runs no application code
+//!   (no token provider, task store or handler), so application code that blocks cannot
+//!   delay a deadline: a call awaited on this runtime needs no timer of its own;
+//! - the **exchange runner** polls every other exchange (the handshake, resumes, re-sends,
+//!   the standalone stream, notifications, answers to the server) side by side in a
+//!   `FuturesUnordered` (no task per request), so a slow stream never blocks another, and
+//!   carries out the effects the timer left it. A token provider runs here for those
+//!   exchanges, under `catch_unwind`: a panic fails the exchange, never the client.
+//!
+//! Exchanges report under the lock, but decode what they read before taking it: no queue
+//! between the network and the session, memory bounded however fast a server sends, and the
+//! lock held for the session's bookkeeping only. What an input leads to outside the session
+//! (results to callers, the task store, handlers) is carried out after the lock is released
+//! ([`effects`]). Server-request handlers run in tasks of their own on the driver's runtime
+//! ([`dispatch`]).
 
 mod core;
+mod dispatch;
+mod effects;
 mod state;
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::future::{Abortable, BoxFuture};
@@ -35,8 +50,9 @@ pub(crate) struct Driver {
     core: Arc<Core>,
 }
 
-/// Stops the client when the driver's future ends or is dropped (its runtime shut down):
-/// waiting calls fail with `Closed` instead of waiting for a timer that will never fire.
+/// Stops the client when a driver task ends or is dropped (its runtime shut down, even
+/// before it was ever polled): waiting calls fail with `Closed` instead of waiting for a timer
+/// that will never fire.
 struct StopOnDrop(Arc<Core>);
 
 impl Drop for StopOnDrop {
@@ -50,64 +66,92 @@ impl Driver {
         Driver { core }
     }
 
-    /// Spawns the driver task on `handle`'s runtime.
+    /// Spawns the driver's two tasks on `handle`'s runtime.
     pub(crate) fn spawn(self, handle: &tokio::runtime::Handle) {
-        self.core.set_driver_runtime(handle.id());
+        let core = self.core;
+        core.set_driver_runtime(handle.clone());
+        // Made here, not inside the tasks: a task dropped before its first poll drops its
+        // guard too.
+        let timer = keep_time(core.clone(), StopOnDrop(core.clone()));
+        let runner = run_exchanges(core.clone(), StopOnDrop(core.clone()));
         // Only scheme, host, port and path: a query string may carry credentials.
-        let endpoint = redacted_url(self.core.endpoint.url.as_str());
+        let endpoint = redacted_url(core.endpoint.url.as_str());
         let span = tracing::info_span!("mcp_client", %endpoint);
         // Entering a span on every poll costs even when nothing listens: only when enabled.
         if span.is_disabled() {
-            handle.spawn(self.run());
+            handle.spawn(timer);
+            handle.spawn(runner);
         } else {
-            handle.spawn(self.run().instrument(span));
+            handle.spawn(timer.instrument(span.clone()));
+            handle.spawn(runner.instrument(span));
         }
     }
+}
 
-    async fn run(self) {
-        tracing::debug!("driver started");
-        let core = self.core;
-        let _stop = StopOnDrop(core.clone());
-        let mut running: FuturesUnordered<Abortable<BoxFuture<'static, ()>>> =
-            FuturesUnordered::new();
-        let timer = tokio::time::sleep_until(Instant::now());
-        tokio::pin!(timer);
-        let mut timer_at: Option<Instant> = None;
-        loop {
-            let deadline = {
-                let Ok(mut state) = core.lock() else {
-                    break;
-                };
-                for pending in state.to_start.drain(..) {
-                    let sink = core.clone();
-                    let exchange = async move { sink.endpoint.run(pending.request, &sink).await };
-                    running.push(Abortable::new(exchange.boxed(), pending.registration));
-                }
-                if state.may_stop() {
-                    break;
-                }
-                let deadline = state.next_deadline();
-                state.armed = deadline;
-                deadline
+/// The timer task: fires the session's deadlines. Nothing it runs is application code.
+async fn keep_time(core: Arc<Core>, _stop: StopOnDrop) {
+    tracing::debug!("driver started");
+    let timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(timer);
+    let mut timer_at: Option<Instant> = None;
+    loop {
+        let deadline = {
+            let Ok(mut state) = core.lock() else {
+                break;
             };
-            if let Some(deadline) = deadline.filter(|d| timer_at != Some(*d)) {
-                // Re-arming costs a trip through the timer wheel: only when the time moved.
-                timer.as_mut().reset(deadline);
-                timer_at = Some(deadline);
+            if state.may_stop() {
+                break;
             }
-            tokio::select! {
-                () = core.woken() => {}
-                Some(_) = running.next(), if !running.is_empty() => {}
-                () = &mut timer, if deadline.is_some() => {
-                    // The timer fired for `deadline`: whatever is due then fires, even if the
-                    // clock reads a hair earlier.
-                    let fired = deadline.map_or_else(Instant::now, |d| d.max(Instant::now()));
-                    timer_at = None;
-                    core.timeout(fired);
-                }
+            let deadline = state.next_deadline();
+            state.armed = deadline;
+            deadline
+        };
+        if let Some(deadline) = deadline.filter(|d| timer_at != Some(*d)) {
+            // Re-arming costs a trip through the timer wheel: only when the time moved.
+            timer.as_mut().reset(deadline);
+            timer_at = Some(deadline);
+        }
+        tokio::select! {
+            () = core.timer_woken() => {}
+            () = &mut timer, if deadline.is_some() => {
+                // The timer fired for `deadline`: whatever is due then fires, even if the
+                // clock reads a hair earlier.
+                let fired = deadline.map_or_else(Instant::now, |d| d.max(Instant::now()));
+                timer_at = None;
+                core.timeout(fired);
             }
         }
-        // `_stop` aborts what still runs and fails what still waits.
-        tracing::debug!("driver stopped");
+    }
+    // `_stop` aborts what still runs and fails what still waits.
+    tracing::debug!("driver stopped");
+}
+
+/// The exchange runner: performs the exchanges no caller performs, and the effects the
+/// timer left it (before the exchanges queued with them: a task is recorded before its
+/// first poll is sent).
+async fn run_exchanges(core: Arc<Core>, _stop: StopOnDrop) {
+    let mut running: FuturesUnordered<Abortable<BoxFuture<'static, ()>>> = FuturesUnordered::new();
+    loop {
+        let Some((effects, starts)) = core.take_runner_work() else {
+            break;
+        };
+        effects.run(core.driver_runtime());
+        for pending in starts {
+            let sink = core.clone();
+            let id = pending.request.id;
+            let exchange = async move {
+                let performed = AssertUnwindSafe(sink.endpoint.run(pending.request, &sink));
+                // A panic in what an exchange runs (a token provider's code, say) fails that
+                // exchange, never the runner and with it the client.
+                if performed.catch_unwind().await.is_err() {
+                    sink.panicked(id);
+                }
+            };
+            running.push(Abortable::new(exchange.boxed(), pending.registration));
+        }
+        tokio::select! {
+            () = core.runner_woken() => {}
+            Some(_) = running.next(), if !running.is_empty() => {}
+        }
     }
 }

@@ -6,22 +6,21 @@
 //! No I/O and no awaiting here: whoever holds the lock holds it briefly.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::future::{AbortHandle, AbortRegistration};
-use futures::FutureExt;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use super::core::Core;
+use super::dispatch::Dispatch;
+use super::effects::{Effects, TaskOp};
 use crate::client::era_cache::EraCache;
 use crate::client::events::{Published, ServerNotification};
-use crate::client::handlers::{internal, not_found, Handlers, RequestContext};
+use crate::client::handlers::{internal, not_found, Handlers};
 use crate::client::http::{Endpoint, ExchangeEvent};
 use crate::client::models::{Cancelled, Progress, TypedNotification};
 use crate::client::task_store::{StoredTask, TaskStore};
@@ -138,8 +137,12 @@ pub(crate) struct State {
     /// Server requests being handled, each with the sender of its cancellation; their number
     /// is bounded by [`MAX_SERVER_REQUESTS`].
     server_requests: HashMap<RequestId, watch::Sender<Option<String>>>,
-    /// Server requests registered above, not yet handed to their handlers.
-    to_dispatch: Vec<Dispatch>,
+    /// What the inputs since the lock was taken lead to outside the session, to be carried
+    /// out once it is released.
+    effects: Effects,
+    /// Effects the timer task collected that run application code: the exchange runner
+    /// carries them out, so the task keeping the deadlines never runs any.
+    pub(super) deferred: Effects,
     /// Where each call's own progress goes (calls started as handles).
     progress: FxHashMap<CallId, mpsc::Sender<Progress>>,
     /// Calls that reset their timeout on progress: the allowed silence and its end.
@@ -182,7 +185,8 @@ impl State {
             app_ids: FxHashMap::default(),
             finished: VecDeque::new(),
             server_requests: HashMap::new(),
-            to_dispatch: Vec::new(),
+            effects: Effects::default(),
+            deferred: Effects::default(),
             progress: FxHashMap::default(),
             idle: FxHashMap::default(),
             idle_queue: BTreeSet::new(),
@@ -243,16 +247,21 @@ impl State {
         (call, self.inline.take())
     }
 
-    /// Whether the driver has something to do that it does not know of yet: exchanges to
-    /// start, a deadline earlier than its timer's, a shutdown that may end.
-    pub(super) fn driver_needed(&self) -> bool {
-        !self.to_start.is_empty()
-            || self.shutdown.is_some()
+    /// Whether the timer task must look again: a deadline earlier than its timer's, or a
+    /// shutdown that may end.
+    pub(super) fn timer_needed(&self) -> bool {
+        self.shutdown.is_some()
             || match (self.next_deadline(), self.armed) {
                 (Some(next), Some(armed)) => next < armed,
                 (Some(_), None) => true,
                 (None, _) => false,
             }
+    }
+
+    /// Whether the exchange runner has something to do that it does not know of yet:
+    /// exchanges to start, effects to carry out, a shutdown that may end.
+    pub(super) fn runner_needed(&self) -> bool {
+        !self.to_start.is_empty() || !self.deferred.is_empty() || self.shutdown.is_some()
     }
 
     /// The earliest of the session's next deadline, the idle timers and the shutdown's bound.
@@ -505,15 +514,17 @@ impl State {
                         self.published.set_era(*era);
                     }
                     SessionEvent::TaskCreated { task_id, .. } => {
-                        // Recorded before the first poll is sent (the pump handles this
-                        // output before the poll's timer can fire).
-                        self.task_store.created(StoredTask {
+                        // Recorded before the first poll is sent: the runner that sends it
+                        // carries out the effects queued before it first.
+                        let task = StoredTask {
                             task_id: task_id.clone(),
                             endpoint: self.endpoint.url.as_str().to_owned(),
-                        });
+                        };
+                        self.effects.task(&self.task_store, TaskOp::Created(task));
                     }
                     SessionEvent::TaskFinished { task_id, .. } => {
-                        self.task_store.finished(task_id);
+                        let op = TaskOp::Finished(task_id.clone());
+                        self.effects.task(&self.task_store, op);
                     }
                     SessionEvent::SessionLost => tracing::warn!("session lost"),
                     SessionEvent::Closed => tracing::debug!("session closed"),
@@ -587,11 +598,11 @@ impl State {
                     Ok(_) => tracing::debug!("connected"),
                     Err(err) => tracing::debug!(error = %err, "connect failed"),
                 }
-                let _ = reply.send(result);
+                self.effects.reply(reply, result);
             }
             Some(Waiter::Call { reply }) => {
                 self.retire(call);
-                let _ = reply.send(result);
+                self.effects.reply(reply, result);
             }
             Some(Waiter::Close { reply }) => {
                 if let Some(shutdown) = &mut self.shutdown {
@@ -600,7 +611,7 @@ impl State {
                     }
                 }
                 if let Some(reply) = reply {
-                    let _ = reply.send(result);
+                    self.effects.reply(reply, result);
                 }
             }
             // Cancelled by the application: nobody is waiting.
@@ -659,10 +670,9 @@ impl State {
                 );
                 self.session.cancel(call, now.into_std());
                 self.retire(call);
-                let _ = reply.send(Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!("no progress within {period:?}"),
-                )));
+                let timeout =
+                    Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"));
+                self.effects.reply(reply, Err(timeout));
             }
         }
     }
@@ -697,7 +707,7 @@ impl State {
         }
         let (cancel_tx, cancel) = watch::channel(None);
         self.server_requests.insert(id, cancel_tx);
-        self.to_dispatch.push(Dispatch {
+        self.effects.dispatch(Dispatch {
             request,
             cancel,
             handlers: self.handlers.clone(),
@@ -705,72 +715,13 @@ impl State {
         });
     }
 
-    /// Server requests to hand to their handlers once the lock is released.
-    pub(super) fn take_dispatches(&mut self) -> Vec<Dispatch> {
-        std::mem::take(&mut self.to_dispatch)
+    /// What the inputs since the lock was taken lead to outside the session.
+    pub(super) fn take_effects(&mut self) -> Effects {
+        std::mem::take(&mut self.effects)
     }
-}
 
-/// A server request on its way to its handler. Handed over after the session's lock is
-/// released: application code never runs under it (a handler that called the client at once
-/// would wait on itself).
-pub(super) struct Dispatch {
-    request: ServerRequest,
-    cancel: watch::Receiver<Option<String>>,
-    handlers: Arc<Handlers>,
-    core: Weak<Core>,
-}
-
-impl Dispatch {
-    /// Starts the handler in a task of its own; its answer (or nothing, if the server
-    /// cancelled) goes back to the session.
-    pub(super) fn spawn(self) {
-        let Dispatch {
-            request,
-            cancel,
-            handlers,
-            core,
-        } = self;
-        let id = request.id.clone();
-        // Only an exchange's data brings a server request, and exchanges run in a runtime;
-        // should one not, the server is answered rather than the process brought down.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            if let Some(core) = core.upgrade() {
-                core.answer(id, Some(Err(internal("no runtime to run the handler on"))));
-            }
-            return;
-        };
-        let ctx = RequestContext::new(&request, cancel.clone());
-        // Called now, so a handler sees its request even if the server cancels it at once; a
-        // handler that panics here, before its future exists, is answered like one that
-        // panics later.
-        let dispatched =
-            std::panic::catch_unwind(AssertUnwindSafe(|| handlers.dispatch(request, ctx)));
-        let Ok(handling) = dispatched else {
-            tracing::error!("server request handler panicked");
-            if let Some(core) = core.upgrade() {
-                core.answer(id, Some(Err(internal("internal error"))));
-            }
-            return;
-        };
-        runtime.spawn(
-            async move {
-                // A panicking handler must still answer, or the server waits forever.
-                let handling = AssertUnwindSafe(handling).catch_unwind();
-                let mut cancelled = cancel;
-                let answer = tokio::select! {
-                    result = handling => Some(result.unwrap_or_else(|_| {
-                        tracing::error!("server request handler panicked");
-                        Err(internal("internal error"))
-                    })),
-                    // The server no longer wants the answer: stop the handler, send nothing.
-                    _ = cancelled.wait_for(Option::is_some) => None,
-                };
-                if let Some(core) = core.upgrade() {
-                    core.answer(id, answer);
-                }
-            }
-            .in_current_span(),
-        );
+    /// The end of `call`'s allowed silence, if it resets its timeout on progress.
+    pub(super) fn idle_end(&self, call: CallId) -> Option<Instant> {
+        self.idle.get(&call).map(|(_, at)| *at)
     }
 }

@@ -1,0 +1,352 @@
+//! Never a hang, whatever the runtime or application code does: a driver that never ran, a
+//! driver task stalled by application code, handlers whose runtime went away, and token
+//! providers that panic or ask for a re-send they have no reason for.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use http::{HeaderMap, Method};
+use mcp_resume::{
+    Client, ErrorKind, Presentation, Request, RpcError, TokenProvider, TokenRequest, ToolCall,
+};
+use reqwest::Url;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+
+use crate::support::*;
+
+fn multi(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn current() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The plain server, with tools/call never answered.
+fn hang_on_tool_calls(req: &Recorded) -> axum::response::Response {
+    if req.is_rpc("tools/call") {
+        return hang();
+    }
+    default_reply(req)
+}
+
+/// A driver spawned on a runtime that never polled it, then shut down: the client is
+/// stopped, so the next call fails `Closed` at once instead of waiting out its deadline.
+#[test]
+fn a_driver_never_polled_stops_the_client_when_its_runtime_goes() {
+    let servers = multi(1);
+    let server = servers.block_on(TestServer::start(default_reply));
+    let client = Client::builder(&server.url)
+        .call_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let never = current();
+    {
+        let _inside = never.enter();
+        // Spawns the driver on `never`, which is never run.
+        client.notify("notifications/x", None).unwrap();
+    }
+    drop(never);
+
+    let callers = current();
+    let started = Instant::now();
+    let err = callers
+        .block_on(guarded(client.ping()))
+        .expect_err("the driver is gone");
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_millis(100),
+        "failed after {:?}",
+        started.elapsed()
+    );
+}
+
+/// A token provider that takes 10 s to present a GET's credentials (a blocking call in
+/// application code, on whatever task runs the GET).
+struct SlowOnGets {
+    stalled: Arc<Notify>,
+}
+
+impl TokenProvider for SlowOnGets {
+    fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        Box::pin(async { Ok("t-1".to_owned()) })
+    }
+
+    fn present(
+        &self,
+        token: &str,
+        method: &Method,
+        _: &Url,
+    ) -> Result<Presentation, mcp_resume::Error> {
+        if method == Method::GET {
+            self.stalled.notify_one();
+            std::thread::sleep(Duration::from_secs(10));
+        }
+        Presentation::bearer(token)
+    }
+}
+
+/// Application code stalls whatever task runs the standalone stream's GET for 10 s; a
+/// 500 ms call awaited on another worker of the same runtime still ends by its deadline.
+#[test]
+fn a_call_ends_by_its_deadline_while_application_code_stalls_the_driver() {
+    let servers = multi(1);
+    let server = servers.block_on(TestServer::start(|req| {
+        if req.method == Method::GET {
+            return sse_open(": open\n\n");
+        }
+        hang_on_tool_calls(req)
+    }));
+    let stalled = Arc::new(Notify::new());
+    let client = Client::builder(&server.url)
+        .auth(SlowOnGets {
+            stalled: stalled.clone(),
+        })
+        .build()
+        .unwrap();
+    let runtime = multi(2);
+    let took = runtime.block_on(async {
+        guarded(client.connect()).await.unwrap();
+        guarded(stalled.notified()).await;
+        let started = Instant::now();
+        let call = ToolCall::new("slow", json!({})).timeout(Duration::from_millis(500));
+        let err = guarded(client.call_tool(call))
+            .await
+            .expect_err("the server never answers");
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+        started.elapsed()
+    });
+    assert!(
+        took < Duration::from_secs(3),
+        "a 500 ms call ended after {took:?}"
+    );
+    runtime.shutdown_background();
+}
+
+/// Server requests whose callers' runtimes went away are still answered: their handlers run
+/// on the driver's runtime, not on the runtime of the call whose stream brought the request,
+/// so no slot of the 32 the client handles at once is lost. After 33 such requests, the
+/// next one is still answered by its handler.
+#[test]
+fn handlers_outlive_the_runtimes_that_brought_their_requests() {
+    const CALLS: usize = 33;
+    let servers = multi(1);
+    let server = servers.block_on(TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            let n = req.params()["arguments"]["n"].as_u64().unwrap_or(0);
+            let ask = json!({"jsonrpc": "2.0", "id": format!("ask-{n}"),
+                "method": "test/ask", "params": {"n": n}});
+            return sse_open(sse_event(None, &ask));
+        }
+        default_reply(req)
+    }));
+    let (started, handlers_started) = tokio::sync::watch::channel(0usize);
+    let client = Client::builder(&server.url)
+        .call_timeout(Duration::from_secs(30))
+        .on_server_request(move |req| {
+            started.send_modify(|n| *n += 1);
+            async move { Ok::<Value, RpcError>(json!({"answered": req.params})) }
+        })
+        .build()
+        .unwrap();
+    let drivers = multi(1);
+    drivers.block_on(guarded(client.connect())).unwrap();
+
+    for n in 0..CALLS {
+        // The request reaches its handler through the caller's own POST; the caller's
+        // runtime is then dropped under it.
+        let callers = current();
+        callers.block_on(async {
+            let mut handlers = handlers_started.clone();
+            tokio::select! {
+                _ = client.call_tool(ToolCall::new("ask", json!({"n": n}))) => {
+                    panic!("the call ended before its server request was handled")
+                }
+                started = guarded(handlers.wait_for(|started| *started > n)) => {
+                    started.unwrap();
+                }
+            }
+        });
+        drop(callers);
+    }
+
+    let answered = |n: usize| {
+        move |r: &Recorded| {
+            r.body
+                .as_ref()
+                .is_some_and(|b| b["id"] == format!("ask-{n}") && b.get("result").is_some())
+        }
+    };
+    let last = CALLS;
+    let callers = current();
+    callers.block_on(async {
+        // Every handler answered, although the runtime of the call that brought its request
+        // is gone.
+        for n in 0..CALLS {
+            server.wait_for(answered(n)).await;
+        }
+        let asking = client
+            .start(ToolCall::new("ask", json!({"n": last})))
+            .unwrap();
+        let answer = server
+            .wait_for(|r| {
+                r.body
+                    .as_ref()
+                    .is_some_and(|b| b["id"] == format!("ask-{last}"))
+            })
+            .await;
+        let body = answer.body.unwrap();
+        assert_eq!(
+            body["result"]["answered"]["n"], last,
+            "the server request was not answered by its handler: {body}"
+        );
+        drop(asking);
+    });
+}
+
+/// A token provider that panics presenting a GET's credentials.
+struct PanicsOnGets {
+    panicked: Arc<Notify>,
+}
+
+impl TokenProvider for PanicsOnGets {
+    fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        Box::pin(async { Ok("t-1".to_owned()) })
+    }
+
+    fn present(
+        &self,
+        token: &str,
+        method: &Method,
+        _: &Url,
+    ) -> Result<Presentation, mcp_resume::Error> {
+        if method == Method::GET {
+            self.panicked.notify_one();
+            panic!("a token provider's bug");
+        }
+        Presentation::bearer(token)
+    }
+}
+
+/// A panic in application code run for the standalone stream fails that stream's request,
+/// never the client: `ping` works afterwards.
+#[tokio::test]
+async fn a_provider_panicking_on_a_get_leaves_the_client_working() {
+    let server = TestServer::start(|req| {
+        if req.method == Method::GET {
+            return sse_open(": open\n\n");
+        }
+        default_reply(req)
+    })
+    .await;
+    let panicked = Arc::new(Notify::new());
+    let client = Client::builder(&server.url)
+        .auth(PanicsOnGets {
+            panicked: panicked.clone(),
+        })
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    guarded(panicked.notified()).await;
+    guarded(client.ping())
+        .await
+        .expect("the client survives a provider's panic");
+    let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "still"}))))
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "still");
+}
+
+/// A provider that asks for a re-send after every answer.
+struct ObservesEverything {
+    observed: Arc<AtomicUsize>,
+}
+
+impl TokenProvider for ObservesEverything {
+    fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        Box::pin(async { Ok("t-1".to_owned()) })
+    }
+
+    fn observe(
+        &self,
+        _: &Url,
+        _: u16,
+        _: &HeaderMap,
+        _: Option<&mcp_resume::AuthChallenge>,
+    ) -> bool {
+        self.observed.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+}
+
+/// `observe` asking for a re-send after a success is not obeyed: an unkeyed call answered
+/// 200 is sent once.
+#[tokio::test]
+async fn observe_asking_for_a_resend_after_a_success_sends_the_call_once() {
+    let server = TestServer::start(default_reply).await;
+    let observed = Arc::new(AtomicUsize::new(0));
+    let client = Client::builder(&server.url)
+        .open_listen_stream(false)
+        .auth(ObservesEverything {
+            observed: observed.clone(),
+        })
+        .build()
+        .unwrap();
+    let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "once"}))))
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "once");
+    let _: Value = guarded(client.request(Request::new("ping", None)))
+        .await
+        .unwrap();
+    assert!(observed.load(Ordering::SeqCst) > 0, "observe was asked");
+    let sent = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(sent, 1, "the server saw {:?}", server.labels());
+}
+
+/// A call that resets its timeout on progress and has no total bound, awaited on a runtime
+/// other than the driver's while the driver's runtime is never polled again: its own guard
+/// follows its allowed silence, so it ends instead of waiting forever.
+#[test]
+fn an_idle_bounded_call_off_the_drivers_runtime_has_a_guard() {
+    let servers = multi(1);
+    let server = servers.block_on(TestServer::start(hang_on_tool_calls));
+    let client = Client::builder(&server.url)
+        .open_listen_stream(false)
+        .build()
+        .unwrap();
+    // The driver starts here, and this runtime is never polled again.
+    let drivers = current();
+    drivers.block_on(guarded(client.connect())).unwrap();
+
+    let callers = current();
+    let started = Instant::now();
+    let call = ToolCall::new("slow", json!({}))
+        .timeout(Duration::from_millis(300))
+        .reset_timeout_on_progress(true);
+    let err = callers
+        .block_on(guarded(client.call_tool(call)))
+        .expect_err("the server never answers");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    // The silence allowed, plus the guard's documented grace.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "ended after {:?}",
+        started.elapsed()
+    );
+    drop(drivers);
+}
