@@ -5,8 +5,12 @@
 //! many ways: a 4xx with a JSON-RPC error or plain text, a `200` SSE stream that ends without
 //! an event, a `200` with an empty body. A dual-era client that reads any of them as "not
 //! legacy" cannot connect at all, so every answer that is not recognisably modern means
-//! "legacy: fall back to `initialize`". Only an answer that says nothing about the server
-//! (no connection, a 5xx) is worth asking again; the probe is read-only, so that is safe.
+//! "legacy: fall back to `initialize`". Some legacy servers answer an unknown method with a
+//! 5xx and `initialize` normally: a 5xx from a server that answers at all falls back to
+//! `initialize` once (a 2026-07-28 server refuses a legacy `initialize` with a modern error,
+//! which is read forward), and only when `initialize` gets no answer either is the probe sent
+//! again. An answer that says nothing at all (no connection) is asked again; the probe is
+//! read-only, so that is safe.
 //!
 //! [`read_probe`] is the rule; the session gathers the facts and carries the verdict out.
 //! Each row is tested on one line in `tests/core/probe_table.rs`.
@@ -115,6 +119,10 @@ pub enum ProbeVerdict {
     RetryVersion,
     /// A legacy server: send `initialize`, and remember the era for the origin once it works.
     Legacy,
+    /// A server that answers but failed the probe (a 5xx): send `initialize` once; if it
+    /// gets no answer either, probe again after the backoff delay, within the connect
+    /// deadline.
+    FallBack,
     /// No answer: probe again after the backoff delay, within the connect deadline.
     Retry,
     /// The handshake fails with what the server said (or, after the retries, what the
@@ -137,7 +145,10 @@ pub fn read_probe(answer: &ProbeAnswer, facts: &ProbeFacts) -> ProbeVerdict {
     };
     match answer {
         ProbeAnswer::Transport => retry,
-        ProbeAnswer::Refused { status, .. } if *status >= 500 => retry,
+        ProbeAnswer::Refused { status, .. } if *status >= 500 => match legacy {
+            Legacy => FallBack,
+            _ => retry,
+        },
         ProbeAnswer::Refused {
             status,
             error: Some(error),

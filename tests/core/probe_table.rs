@@ -149,18 +149,41 @@ fn transport_failure_is_retried_then_reported() {
     );
 }
 
-// | 5xx, whatever the body | probe again until the attempts run out, then reported |
+// | 5xx, whatever the body, from a server that answers at all | `initialize`, once: some legacy
+// servers answer an unknown method so, and a 2026-07-28 server refuses a legacy `initialize`
+// with a modern error, which is read forward |
 #[test]
-fn server_error_is_retried_then_reported() {
-    for status in [500, 502, 503, 504] {
-        assert_eq!(read(refused(status, None)), Retry, "{status}");
+fn server_error_falls_back_to_initialize() {
+    for status in [500, 501, 502, 503, 504] {
+        assert_eq!(read(refused(status, None)), FallBack, "{status}");
         let with_body = refused(status, Some(rpc(-32603, Value::Null)));
-        assert_eq!(read(with_body.clone()), Retry, "{status} JSON-RPC");
+        assert_eq!(read(with_body.clone()), FallBack, "{status} JSON-RPC");
+        // The fallback is `initialize` itself: it does not count against the attempts.
         assert_eq!(
             read_probe(&with_body, &FIRST.unanswered(10)),
-            Report,
+            FallBack,
             "{status}"
         );
+    }
+}
+
+// | 5xx when `initialize` is no way out (era forced to modern, or `initialize` already refused as
+// by a modern server) | probe again until the attempts run out, then reported |
+#[test]
+fn server_error_with_no_way_to_initialize_is_retried_then_reported() {
+    for facts in [FIRST.forced_modern(), FIRST.after_modern_refusal()] {
+        for status in [500, 503] {
+            assert_eq!(
+                read_probe(&refused(status, None), &facts),
+                Retry,
+                "{status}"
+            );
+            assert_eq!(
+                read_probe(&refused(status, None), &facts.unanswered(10)),
+                Report,
+                "{status}"
+            );
+        }
     }
 }
 

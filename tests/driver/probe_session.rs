@@ -3,8 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use http::HeaderMap;
-use mcp_resume::proto::{Output, Session, SessionConfig, Transmit};
+use mcp_resume::proto::{Output, Session, SessionConfig, Transmit, TransportFailure};
 use mcp_resume::{ErrorKind, ReconnectPolicy};
 
 fn probes_sent(session: &mut Session) -> Vec<mcp_resume::proto::HttpId> {
@@ -42,8 +41,8 @@ fn a_timed_out_probe_backoff_does_not_fire_into_the_next_connect() {
     let first = session.connect(t0);
     let probe = probes_sent(&mut session);
     assert_eq!(probe.len(), 1);
-    session.handle_head(probe[0], 503, &HeaderMap::new(), ms(5));
-    session.handle_end(probe[0], ms(5));
+    // No answer at all (a 5xx would fall back to `initialize` instead).
+    session.handle_error(probe[0], TransportFailure::Lost("cut".into()), ms(5));
     assert!(
         probes_sent(&mut session).is_empty(),
         "waits out the backoff"

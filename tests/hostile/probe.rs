@@ -162,13 +162,40 @@ async fn every_legacy_answer_to_the_probe_falls_back_to_initialize() {
     failures.finish("legacy answers to the probe");
 }
 
-/// A probe that got no answer (the connection dropped, a 5xx) is sent again with backoff:
+/// A probe that got no answer at all (the connection dropped) is sent again with backoff:
 /// here two failures, then the legacy answer.
 #[tokio::test]
 async fn an_unanswered_probe_is_sent_again() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let server = Server::start(move |req| {
+        if probes(req) && counter.fetch_add(1, Ordering::SeqCst) < 2 {
+            Reply::raw("")
+        } else if probes(req) {
+            Reply::status(404)
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    within("dropped", Duration::from_secs(3), client.connect())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(server.count(probes), 3, "{:?}", server.labels());
+    assert_eq!(server.count(initializes), 1, "{:?}", server.labels());
+    assert_eq!(client.era(), Some(Era::Legacy));
+}
+
+/// A legacy server that answers unknown methods with a 5xx and `initialize` normally: one
+/// probe, then `initialize`, and the client works (before, the probe was retried until the
+/// connect deadline and such a server could never be reached under `Era::Auto`).
+#[tokio::test]
+async fn a_5xx_to_the_probe_falls_back_to_initialize_once() {
     let mut failures = Failures::default();
     let answers: [Answer; 3] = [
-        ("connection dropped before a head", |_| Reply::raw("")),
+        ("500", |_| Reply::status(500)),
         ("503", |_| Reply::status(503)),
         ("500 JSON-RPC", |_| {
             Reply::full(
@@ -179,13 +206,9 @@ async fn an_unanswered_probe_is_sent_again() {
         }),
     ];
     for (name, answer) in answers {
-        let seen = Arc::new(AtomicUsize::new(0));
-        let counter = seen.clone();
         let server = Server::start(move |req| {
-            if probes(req) && counter.fetch_add(1, Ordering::SeqCst) < 2 {
+            if probes(req) {
                 answer(req)
-            } else if probes(req) {
-                Reply::status(404)
             } else {
                 Reply::good()
             }
@@ -197,25 +220,67 @@ async fn an_unanswered_probe_is_sent_again() {
             Ok(Err(err)) => failures.push(format!("{name}: connect failed: {err}")),
             Err(message) => failures.push(message),
         }
-        failures.check(server.count(probes) == 3, || {
-            format!("{name}: three probes, saw {:?}", server.labels())
-        });
-        failures.check(server.count(initializes) == 1, || {
-            format!("{name}: one initialize, saw {:?}", server.labels())
+        match within(name, Duration::from_secs(3), client.call_tool(echo("hi"))).await {
+            Ok(Ok(r)) => failures.check(r.text() == "hi", || format!("{name}: {:?}", r.text())),
+            Ok(Err(err)) => failures.push(format!("{name}: call failed: {err}")),
+            Err(message) => failures.push(message),
+        }
+        let labels = server.labels();
+        failures.check(
+            labels.len() >= 2 && labels[..2] == ["POST server/discover", "POST initialize"],
+            || format!("{name}: one probe then initialize, saw {labels:?}"),
+        );
+        failures.check(server.count(probes) == 1, || {
+            format!("{name}: one probe, saw {labels:?}")
         });
         failures.check(client.era() == Some(Era::Legacy), || {
             format!("{name}: era {:?}", client.era())
         });
     }
-    failures.finish("unanswered probes");
+    failures.finish("5xx to the probe");
 }
 
-/// A probe that never gets an answer: the attempts are bounded by the policy and the error
-/// names `server/discover`; no `initialize` is sent in its name.
+/// A server failing everything for a while: the probe's 5xx falls back to `initialize`, whose
+/// 5xx sends the probe again after the backoff; once the server recovers, the client connects.
 #[tokio::test]
-async fn a_probe_that_keeps_failing_is_reported_as_the_probe() {
+async fn a_5xx_to_the_fallback_initialize_too_probes_again() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let server = Server::start(move |req| {
+        if initializes(req) && counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::status(503)
+        } else if probes(req) {
+            Reply::status(500)
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    within("5xx twice", Duration::from_secs(3), client.connect())
+        .await
+        .unwrap()
+        .unwrap();
+    let labels = server.labels();
+    assert_eq!(
+        labels[..4],
+        [
+            "POST server/discover",
+            "POST initialize",
+            "POST server/discover",
+            "POST initialize"
+        ],
+        "{labels:?}"
+    );
+    assert_eq!(client.era(), Some(Era::Legacy));
+}
+
+/// A server answering 5xx to the probe and to `initialize` forever: the attempts are bounded
+/// by the policy, each probe followed by one `initialize`.
+#[tokio::test]
+async fn a_server_failing_every_handshake_request_is_reported() {
     let server = Server::start(|req| {
-        if probes(req) {
+        if probes(req) || initializes(req) {
             Reply::status(502)
         } else {
             Reply::good()
@@ -224,6 +289,30 @@ async fn a_probe_that_keeps_failing_is_reported_as_the_probe() {
     .await;
     let client = builder(&server).build().unwrap();
     let (err, _) = failing("502 forever", Duration::from_secs(3), client.connect()).await;
+    assert!(err.to_string().contains("502"), "{err}");
+    let probed = server.count(probes);
+    assert!(
+        (1..=fast_policy().max_attempts as usize).contains(&probed),
+        "{:?}",
+        server.labels()
+    );
+    assert_eq!(server.count(initializes), probed, "{:?}", server.labels());
+}
+
+/// A probe that keeps getting no answer at all: the attempts are bounded by the policy and
+/// the error names `server/discover`; no `initialize` is sent in its name.
+#[tokio::test]
+async fn a_probe_that_keeps_failing_is_reported_as_the_probe() {
+    let server = Server::start(|req| {
+        if probes(req) {
+            Reply::raw("")
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    let (err, _) = failing("dropped forever", Duration::from_secs(3), client.connect()).await;
     assert!(err.to_string().contains("server/discover"), "{err}");
     assert_eq!(server.count(probes), fast_policy().max_attempts as usize);
     assert_eq!(server.count(initializes), 0, "{:?}", server.labels());
@@ -252,7 +341,8 @@ async fn a_hanging_probe_times_out_as_the_probe() {
     assert_eq!(server.count(initializes), 0);
 }
 
-/// A probe answered 503 then hanging: the retry stays within the first probe's deadline.
+/// A probe answered 503, `initialize` answered 503, then the probe hangs: the probe sent
+/// again stays within `initialize`'s deadline.
 #[tokio::test]
 async fn probe_retries_stay_within_the_connect_deadline() {
     let seen = Arc::new(AtomicUsize::new(0));
@@ -262,6 +352,8 @@ async fn probe_retries_stay_within_the_connect_deadline() {
             Reply::status(503)
         } else if probes(req) {
             Reply::hang_before_head()
+        } else if initializes(req) {
+            Reply::status(503)
         } else {
             Reply::good()
         }
@@ -279,4 +371,5 @@ async fn probe_retries_stay_within_the_connect_deadline() {
         "one deadline for both: {took:?}"
     );
     assert_eq!(server.count(probes), 2, "{:?}", server.labels());
+    assert_eq!(server.count(initializes), 1, "{:?}", server.labels());
 }

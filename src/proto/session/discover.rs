@@ -158,21 +158,15 @@ impl Session {
                 self.life.era = Some(Era::Legacy);
                 self.send_initialize(now);
             }
-            ProbeVerdict::Retry => {
-                // Read-only, so safe to send again; the handshake's deadline keeps running.
-                let attempt = facts.unanswered.saturating_sub(1);
-                let delay =
-                    self.config
-                        .reconnect
-                        .delay(attempt, self.rng.next(), cause.retry_after());
-                debug!(?delay, %cause, "server/discover got no answer; probing again");
+            ProbeVerdict::FallBack => {
+                info!(%cause, "server/discover failed on a server that answers; initializing");
+                self.timers.cancel(Timer::InitDeadline);
                 if let Some(h) = self.life.handshake_mut() {
-                    h.step = Step::Backoff;
-                    h.probe.waiting = true;
+                    h.probe.fell_back = true;
                 }
-                self.timers
-                    .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now));
+                self.send_initialize(now);
             }
+            ProbeVerdict::Retry => self.probe_again(facts.unanswered, &cause, now),
             ProbeVerdict::Report => {
                 // What the answer would have meant with the era free to change.
                 let free = ProbeFacts {
@@ -200,6 +194,47 @@ impl Session {
                 self.init_failed(error.during(DISCOVER), now)
             }
         }
+    }
+
+    /// Sends the probe again after the backoff delay for its `unanswered`th unanswered
+    /// attempt. Read-only, so safe to send again; the handshake's deadline keeps running.
+    fn probe_again(&mut self, unanswered: u32, cause: &Error, now: Instant) {
+        let attempt = unanswered.saturating_sub(1);
+        let delay = self
+            .config
+            .reconnect
+            .delay(attempt, self.rng.next(), cause.retry_after());
+        debug!(?delay, %cause, "server/discover got no answer; probing again");
+        if let Some(h) = self.life.handshake_mut() {
+            h.step = Step::Backoff;
+            h.probe.waiting = true;
+            h.probe.fell_back = false;
+        }
+        self.timers
+            .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now));
+    }
+
+    /// `initialize` got no answer (no connection, a broken stream, a 5xx). After a probe
+    /// that met a 5xx, the server is failing rather than legacy: the probe is sent again,
+    /// while attempts remain. Otherwise, or once they ran out, the handshake failed.
+    pub(super) fn initialize_unanswered(&mut self, error: Error, now: Instant) {
+        let retry = match self.life.handshake_mut() {
+            Some(h) if h.probe.fell_back && matches!(h.step, Step::Initialize { .. }) => {
+                h.probe.unanswered += 1;
+                (h.probe.unanswered < self.config.reconnect.max_attempts)
+                    .then_some(h.probe.unanswered)
+            }
+            _ => None,
+        };
+        let Some(unanswered) = retry else {
+            return self.init_failed(error, now);
+        };
+        if let Some(Step::Initialize { http, .. }) = self.life.handshake().map(|h| &h.step) {
+            let http = *http;
+            self.exchanges.finish(http);
+        }
+        // The probe goes out within `initialize`'s deadline, still running.
+        self.probe_again(unanswered, &error, now);
     }
 
     /// Whether a server listing `supported` (and no modern revision of ours) can still be

@@ -142,6 +142,9 @@ pub(super) struct ProbeState {
     pub(super) version_retries: u32,
     /// `initialize` was refused the way only a modern server refuses it.
     pub(super) after_modern_refusal: bool,
+    /// `initialize` is being tried because the probe met a 5xx: if it gets no answer either,
+    /// the probe is sent again instead of the handshake failing.
+    pub(super) fell_back: bool,
     /// The probe's backoff is running (a deadline then names `server/discover`).
     pub(super) waiting: bool,
 }

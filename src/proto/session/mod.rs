@@ -514,7 +514,11 @@ impl Session {
             return;
         }
         match ex.kind {
-            ExKind::Initialize | ExKind::Initialized | ExKind::Discover => self.init_failed(
+            ExKind::Initialize => self.initialize_unanswered(
+                Error::new(ErrorKind::Transport, reason).during(methods::INITIALIZE),
+                now,
+            ),
+            ExKind::Initialized | ExKind::Discover => self.init_failed(
                 Error::new(ErrorKind::Transport, reason).during(methods::INITIALIZE),
                 now,
             ),
@@ -700,7 +704,7 @@ impl Session {
     /// An SSE body ended (cleanly or not) before what its exchange was waiting for.
     fn stream_ended(&mut self, kind: ExKind, progress: bool, clean: bool, now: Instant) {
         match kind {
-            ExKind::Initialize => self.init_failed(
+            ExKind::Initialize => self.initialize_unanswered(
                 Error::new(
                     ErrorKind::Transport,
                     "initialize stream ended before the response",

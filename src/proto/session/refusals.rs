@@ -38,7 +38,11 @@ impl Session {
                     ErrorKind::Rpc | ErrorKind::Unauthorized => refusal.error,
                     kind => Error::caused_by(kind, "initialize", refusal.error),
                 };
-                self.init_failed(error, now);
+                if ex.kind == ExKind::Initialize && status >= 500 {
+                    self.initialize_unanswered(error, now);
+                } else {
+                    self.init_failed(error, now);
+                }
             }
             ExKind::Post(call) => self.call_refused(call, status, refusal, now),
             ExKind::Resume(call) => self.resume_refused(call, status, refusal, now),
