@@ -749,3 +749,39 @@ fn issue24_gap_8_a_503_with_retry_after_can_be_taken_as_may_have_run() {
         }
     }
 }
+
+/// Issue 33, item 10: after a keyed call was re-sent on the same session, the application's
+/// cancellation names every JSON-RPC id the call may still be running under, not only the
+/// latest: the first execution is told too.
+#[test]
+fn issue33_a_cancellation_after_a_keyed_resend_names_every_send() {
+    let _g = SeedGuard(133);
+    let config = SessionConfig::default().with_resend(ResendPolicy::AssumeServerDeduplicates);
+    let mut s = connected(config, ServerConfig::default(), 133);
+    s.server
+        .fault("k", [Fault::LoseBeforeHead { executed: true }]);
+    s.server.slow.insert("k".into(), 2 * SEC);
+    let call = s.call("k", Some("key-1"));
+    let start = s.elapsed();
+    s.run_for(start + 3 * SEC);
+    let mut sent: Vec<String> = s
+        .server
+        .posts_of("k")
+        .iter()
+        .map(|p| p.rpc_id.clone().unwrap().to_string())
+        .collect();
+    assert_eq!(sent.len(), 2, "the first send and its re-send are out");
+    assert!(s.completions.get(&call).is_none(), "still running");
+    s.session.cancel(call, s.now);
+    s.pump();
+    let mut cancelled: Vec<String> = s
+        .sent
+        .iter()
+        .filter_map(|(_, r)| serde_json::from_slice::<Value>(r.body.as_deref()?).ok())
+        .filter(|b| b["method"] == "notifications/cancelled")
+        .map(|b| b["params"]["requestId"].to_string())
+        .collect();
+    sent.sort();
+    cancelled.sort();
+    assert_eq!(cancelled, sent);
+}

@@ -13,6 +13,10 @@ use crate::error::Error;
 use crate::ids::{CapabilityHash, IdempotencyKey, RequestId};
 use crate::proto::{CallId, HttpId};
 
+/// Earlier sends of one call remembered for its cancellation: re-sends are bounded by the
+/// reconnect policy's attempts, but progress resets that count.
+pub(super) const MAX_EARLIER_SENDS: usize = 16;
+
 /// An MRTR round in progress: the server's inputs still unanswered and what to send back.
 #[derive(Debug, Default)]
 pub(super) struct InputRound {
@@ -86,6 +90,9 @@ pub(super) struct Call {
     pub(super) state: CallState,
     /// The JSON-RPC id of its last send.
     pub(super) rpc: Option<RequestId>,
+    /// The ids of its earlier sends on the session of its last one that may still be running
+    /// (a keyed call re-sent after an interruption): a cancellation names them too.
+    pub(super) earlier: Vec<RequestId>,
     /// The session generation of its last send.
     pub(super) generation: u64,
     /// The capability hash its answers must carry (extension on), from its last send.
@@ -133,6 +140,7 @@ impl Call {
             deadline,
             state: CallState::Waiting,
             rpc: None,
+            earlier: Vec::new(),
             generation: 0,
             hash: None,
             server_dedups: false,

@@ -6,13 +6,13 @@ use http::HeaderValue;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::calls::CallState;
+use super::calls::{CallState, MAX_EARLIER_SENDS};
 use super::exchanges::{ExKind, Sent};
 use super::headers::{IDEMPOTENCY_KEY, LAST_EVENT_ID};
 use super::lifecycle::{KeyPlacement, Phase};
 use super::modern_calls::mirror_headers;
 use super::Session;
-use crate::ids::{IdempotencyKey, SequencedEventId};
+use crate::ids::{IdempotencyKey, RequestId, SequencedEventId};
 use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
 use crate::proto::{
     jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, SessionEvent,
@@ -83,6 +83,16 @@ impl Session {
         debug!(call = id.0, %rpc, method, "sending call");
         if call.task.is_none() {
             call.params = params;
+        }
+        // A send of this call on this session that may still be running stays to be told of
+        // a cancellation; one on a replaced session has nobody to tell.
+        if call.generation != session.generation || call.task.is_some() {
+            call.earlier.clear();
+        } else if let Some(old) = call.rpc.clone().filter(|_| call.may_have_run) {
+            if call.earlier.len() == MAX_EARLIER_SENDS {
+                call.earlier.remove(0);
+            }
+            call.earlier.push(old);
         }
         call.generation = session.generation;
         // Hash checks (head and replayed result) are the extension's: only for a session
@@ -178,15 +188,16 @@ impl Session {
         let Some(call) = self.calls.get(id) else {
             return;
         };
-        let Some(rpc) = &call.rpc else {
-            return;
-        };
-        if !call.may_have_run || call.generation != generation {
+        if call.generation != generation {
             return;
         }
-        let params = json!({"requestId": rpc.to_json(), "reason": reason});
-        let body = jsonrpc::encode_notification(methods::CANCELLED, Some(&params));
-        self.post(ExKind::Notify, body);
+        let latest = call.rpc.as_ref().filter(|_| call.may_have_run);
+        let running: Vec<RequestId> = call.earlier.iter().chain(latest).cloned().collect();
+        for rpc in running {
+            let params = json!({"requestId": rpc.to_json(), "reason": reason});
+            let body = jsonrpc::encode_notification(methods::CANCELLED, Some(&params));
+            self.post(ExKind::Notify, body);
+        }
     }
 
     /// POSTs a notification or an answer on the established session.
