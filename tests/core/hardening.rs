@@ -771,7 +771,7 @@ fn issue33_a_cancellation_after_a_keyed_resend_names_every_send() {
         .map(|p| p.rpc_id.clone().unwrap().to_string())
         .collect();
     assert_eq!(sent.len(), 2, "the first send and its re-send are out");
-    assert!(s.completions.get(&call).is_none(), "still running");
+    assert!(!s.completions.contains_key(&call), "still running");
     s.session.cancel(call, s.now);
     s.pump();
     let mut cancelled: Vec<String> = s
