@@ -2,19 +2,25 @@
 //! cancellation, its idempotency key, and the opt-in annotation policy.
 
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::time::Instant;
 
-use super::codes::to_rpc;
+use super::codes::{self, to_rpc};
 use super::message::{id_key, response};
 use super::session_state::SessionState;
 use super::{lock, ANNOTATED_RESENDS, IDEMPOTENCY_META_KEY};
 use crate::client::Client;
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::IdempotencyKey;
 use crate::proto::CallRequest;
+
+/// The least time a re-send is given: less than this left of the deadline, the outcome
+/// that ended the last send is the answer.
+const MIN_SEND: Duration = Duration::from_millis(10);
 
 /// The host's requests in flight, and what the bridge remembers of the tools.
 pub(crate) struct HostCalls {
@@ -72,7 +78,25 @@ impl HostCalls {
     ) {
         let key = id_key(&id);
         let (cancel, cancelled) = oneshot::channel();
-        lock(&self.in_flight).insert(key.clone(), cancel);
+        {
+            let mut in_flight = lock(&self.in_flight);
+            if in_flight.contains_key(&key) {
+                // JSON-RPC ids name one request at a time: the one in flight keeps the id and
+                // gets its own answer; this one is refused at once, never sent.
+                drop(in_flight);
+                let out = self.out.clone();
+                let refusal = RpcError::new(
+                    codes::INVALID_REQUEST,
+                    format!("request id {id} is already in flight"),
+                );
+                runtime.spawn(async move {
+                    let _permit = permit;
+                    let _ = out.send(response(id, Err(refusal))).await;
+                });
+                return;
+            }
+            in_flight.insert(key.clone(), cancel);
+        }
         let this = Arc::clone(self);
         let wants_progress = params
             .as_ref()
@@ -144,13 +168,21 @@ impl HostCalls {
             lock(&self.safe_tools).get(name).copied().unwrap_or(false)
         };
         let request = CallRequest::tool_call(params, key);
+        // One deadline spans the call and its re-sends, as it spans the client's own.
+        let deadline = Instant::now().checked_add(client.call_timeout());
         let mut resends = 0;
         loop {
-            match client.send_core(request.clone()).await {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let send = match left {
+                Some(left) => request.clone().timeout(left.max(MIN_SEND)),
+                None => request.clone(),
+            };
+            match client.send_core(send).await {
                 Err(e)
                     if e.kind() == ErrorKind::OutcomeUnknown
                         && resend_on_unknown
-                        && resends < ANNOTATED_RESENDS =>
+                        && resends < ANNOTATED_RESENDS
+                        && left.is_none_or(|left| left > MIN_SEND) =>
                 {
                     resends += 1;
                     tracing::info!(resends, "outcome unknown: sent again (annotated safe)");

@@ -166,6 +166,11 @@ impl Client {
         self.submit(submission, C::convert)
     }
 
+    /// The deadline of a call that sets none ([`ClientBuilder::call_timeout`]).
+    pub(crate) fn call_timeout(&self) -> Duration {
+        self.shared.call_timeout
+    }
+
     /// Sends a core request as it is (the bridge's path: its key and deadline already set).
     pub(crate) async fn send_core(&self, request: CallRequest) -> Result<Value, Error> {
         let timing = Timing {

@@ -917,3 +917,96 @@ async fn requests_in_flight_are_bounded() {
     assert_eq!(host.next_message().await["id"], "p");
     server.wait_for(|r| r.is_rpc("ping")).await;
 }
+
+/// A host that reuses the id of a request still in flight gets both answered: the second at
+/// once with "invalid request", the first with its own outcome (here its deadline).
+#[tokio::test]
+async fn a_reused_request_id_gets_both_answers() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return hang();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(
+        bridge(&server.url)
+            .configure(|c| c.call_timeout(Duration::from_millis(300)))
+            .build()
+            .unwrap(),
+    );
+    host.initialize("2025-06-18", json!({})).await;
+    let id = json!("reused");
+    host.send_with_id(
+        id.clone(),
+        "tools/call",
+        tool_call("t", json!({}), json!({})),
+    )
+    .await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    host.send_with_id(id.clone(), "ping", json!({})).await;
+    let second = host.answer(&id).await;
+    assert_eq!(
+        second["error"]["code"],
+        codes::INVALID_REQUEST,
+        "the second request is refused at once: {second}"
+    );
+    let first = host.answer(&id).await;
+    assert_eq!(error_of(&first).1, "timeout", "{first}");
+    // The second request never reached the server.
+    assert!(server.requests().iter().all(|r| !r.is_rpc("ping")));
+}
+
+/// Annotation-trusted re-sends share the call's one deadline: each send of a read-only tool
+/// ends `OutcomeUnknown` after 600 ms, and a call allowed 1 s is answered after about 1 s, not
+/// after three sends.
+#[tokio::test]
+async fn annotated_resends_share_one_deadline() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/list") {
+            return json_result(
+                req,
+                json!({"tools": [{"name": "read", "inputSchema": {"type": "object"},
+                    "annotations": {"readOnlyHint": true}}]}),
+            );
+        }
+        if req.is_rpc("tools/call") {
+            // The answer's stream breaks after 600 ms, before any event.
+            let cut = futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                Err::<Bytes, std::io::Error>(std::io::Error::other("cut"))
+            });
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(cut))
+                .unwrap();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(
+        bridge(&server.url)
+            .trust_tool_annotations(true)
+            .configure(|c| c.call_timeout(Duration::from_secs(1)))
+            .build()
+            .unwrap(),
+    );
+    host.initialize("2025-06-18", json!({})).await;
+    host.request("tools/list", json!({})).await;
+    let started = std::time::Instant::now();
+    let answer = host
+        .request("tools/call", tool_call("read", json!({}), json!({})))
+        .await;
+    let took = started.elapsed();
+    assert!(answer.get("error").is_some(), "{answer}");
+    assert!(
+        took < Duration::from_millis(1400),
+        "one deadline across re-sends, answered after {took:?}"
+    );
+    let sends = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert!(sends >= 2, "re-sent once at least: {:?}", server.labels());
+}
