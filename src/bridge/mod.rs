@@ -45,7 +45,9 @@
 //!   A host's `notifications/cancelled` abandons the call: the server is told, every resume
 //!   and re-send of it stops, and the host gets no answer (as the specification asks).
 //!   A call's deadline is the client's `call_timeout`
-//!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]).
+//!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]). A request
+//!   that reuses the id of one still in flight is answered at once with
+//!   [`codes::INVALID_REQUEST`] and never sent; the one in flight keeps the id and its answer.
 //! - **Errors.** A server's JSON-RPC error reaches the host unchanged. What JSON-RPC cannot
 //!   say arrives as a JSON-RPC error with the code of its [`ErrorKind`] (see [`codes`]) and
 //!   `data.kind` set to [`ErrorKind::as_str`] (e.g. `"outcome_unknown"`): never a success,
@@ -59,7 +61,8 @@
 //!   says annotations from untrusted servers must not drive decisions, so this is off by
 //!   default. On, a `tools/call` without a key, to a tool the server's last `tools/list`
 //!   (read through the bridge) marked `readOnlyHint: true` or `idempotentHint: true`, is sent
-//!   again when its outcome is unknown, at most [`ANNOTATED_RESENDS`] times. A capability
+//!   again when its outcome is unknown, at most [`ANNOTATED_RESENDS`] times, all within
+//!   the call's one deadline. A capability
 //!   change forgets the annotations until the host lists the tools again.
 //! - **Server requests** (sampling, elicitation, roots, and any other) go to the host with
 //!   ids the bridge chooses (numbers from 1), and the host's answers go back to the server.
