@@ -80,6 +80,12 @@ pub(crate) trait ExchangeSink {
 /// handed over as it comes, and the session decodes it.
 const DECODE_AHEAD_MAX: usize = 256 * 1024;
 
+/// How long a body nobody wants any more is read on for its end, so that its connection can
+/// be reused (a server that ends an SSE answer a moment after its last event).
+const LATE_END_WAIT: Duration = Duration::from_millis(100);
+/// How much of such a body is read before giving up on its connection.
+const LATE_END_BYTES: usize = 16 * 1024;
+
 /// A response body read as exchange events: `Data` for each chunk, then `End` or `Failed`.
 struct BodyEvents<S> {
     id: HttpId,
@@ -206,6 +212,38 @@ where
                 Some(ExchangeEvent::End { id })
             }
         }
+    }
+}
+
+impl<S> BodyEvents<S>
+where
+    S: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin + Send + 'static,
+{
+    /// Lets go of a body nobody wants any more. What is already there is read at once; a
+    /// body whose end is not, is read on in a task of its own for a moment (its end often
+    /// comes just behind the answer), within [`LATE_END_WAIT`] and [`LATE_END_BYTES`], so
+    /// that its connection goes back to the pool; then it is dropped, closing it.
+    fn release(mut self) {
+        self.discard_ready();
+        if self.done {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut body = self.body;
+        runtime.spawn(async move {
+            let drained = async {
+                let mut read = 0usize;
+                while let Some(Ok(chunk)) = body.next().await {
+                    read = read.saturating_add(chunk.len());
+                    if read > LATE_END_BYTES {
+                        return;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(LATE_END_WAIT, drained).await;
+        });
     }
 }
 
@@ -343,12 +381,12 @@ impl Endpoint {
             body.decode_ahead(content);
         }
         if !sink.report(head, &mut || body.ready()) {
-            body.discard_ready();
+            body.release();
             return;
         }
         while let Some(event) = body.next().await {
             if !sink.report(event, &mut || body.ready()) {
-                body.discard_ready();
+                body.release();
                 return;
             }
         }

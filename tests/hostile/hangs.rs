@@ -3,7 +3,9 @@
 //!
 //! A call that moves on (to its next MRTR round, or to polling the task it became) while the
 //! server holds its first stream open with keep-alive comments must not keep reading that
-//! stream: the first exchange is finished when its answer arrives.
+//! stream: the first exchange is finished when its answer arrives. And a stream that ends a
+//! moment after its answer is read to its end in the background, briefly, so its connection
+//! is reused rather than closed.
 
 use std::time::Duration;
 
@@ -113,4 +115,51 @@ async fn a_task_on_a_stream_held_open_does_not_hold_the_call() {
 #[tokio::test]
 async fn a_task_on_a_stream_held_open_does_not_hold_a_call_on_another_runtime() {
     moved_on_on_another_runtime("task, another runtime", task).await;
+}
+
+/// A server that ends each SSE answer 20 ms after its response event (chunked, on a
+/// connection kept alive): the client reads the end in the background, so connections go
+/// back to the pool instead of one new connection per call.
+#[tokio::test]
+async fn sse_answers_ending_a_moment_late_keep_their_connection() {
+    use crate::harness::builder as legacy_builder;
+    use crate::server::{sse_event, Server};
+
+    let server = Server::start(|req| {
+        if !tool_calls(req) {
+            return Reply::good();
+        }
+        let event = sse_event(
+            None,
+            &json!({"jsonrpc": "2.0", "id": req.rpc_id(), "result": echo_result("late")}),
+        );
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\
+                    Transfer-Encoding: chunked\r\n\r\n";
+        Reply::raw(head)
+            .write(format!("{:x}\r\n{event}\r\n", event.len()))
+            .pause(Duration::from_millis(20))
+            .write("0\r\n\r\n")
+            .keep_alive()
+    })
+    .await;
+    let client = legacy_builder(&server).build().unwrap();
+    for n in 0..50 {
+        let result = within("late end", QUICK, client.call_tool(echo("x")))
+            .await
+            .unwrap()
+            .unwrap_or_else(|err| panic!("call {n}: {err}"));
+        assert_eq!(result.text(), "late");
+        // The next call once the server has ended this answer (else a new connection is
+        // the pool's right answer).
+        let call = server.wait_nth(n + 1, tool_calls).await;
+        server.wait_done(call.seq, QUICK).await;
+    }
+    let mut connections: Vec<u64> = server.matching(tool_calls).iter().map(|r| r.conn).collect();
+    connections.sort_unstable();
+    connections.dedup();
+    assert!(
+        connections.len() <= 3,
+        "{} connections for 50 calls",
+        connections.len()
+    );
 }
