@@ -8,6 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use super::body::Limits;
 use super::builder::{ClientBuilder, ClientConfig};
 use super::driver::{Command, Core, Driver, Inline, Parts, Registration};
 use super::events::{EventStream, NotificationStream, Published};
@@ -82,6 +83,10 @@ impl Client {
             url: config.url,
             headers: Arc::new(config.headers),
             auth: config.auth,
+            limits: Limits {
+                max_event_size: config.session.max_event_size,
+                max_body_size: config.session.max_body_size,
+            },
             fire_and_forget_timeout: call_timeout,
         });
         let mut session = config.session;

@@ -2,23 +2,26 @@
 //! caller of a call), reported as the inputs the session expects (head, data, end, or a
 //! transport failure).
 
-use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
 use http::header::{HeaderMap, HeaderName, AUTHORIZATION};
 use reqwest::Url;
 
 use super::auth::{Presentation, TokenProvider, TokenRequest};
+use super::body::{BodyReader, Limits};
 use crate::auth::AuthChallenge;
-use crate::proto::classify::{auth_challenge, content_type, ContentType};
-use crate::proto::{DecodedBody, HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
+use crate::error::Error;
+use crate::proto::classify::auth_challenge;
+use crate::proto::jsonrpc::{DecodeError, Message};
+use crate::proto::{DecodedEvent, HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
 
-/// What happened to an exchange, in order: `Head`, any `Data`, then `End`; or `Failed` at
-/// any point. A refusal of the credentials (after the one retry with a fresh token, when a
+/// What happened to an exchange, in order: `Head`, then the body's events (`Data`, `Json`,
+/// `Events`), then `End`; or `Failed` at any point, or `TooLarge` where the body broke a
+/// bound. A refusal of the credentials (after the one retry with a fresh token, when a
 /// provider is configured) is an ordinary head: the session reads its challenge.
 #[derive(Debug)]
 pub(crate) enum ExchangeEvent {
@@ -27,6 +30,7 @@ pub(crate) enum ExchangeEvent {
         status: u16,
         headers: HeaderMap,
     },
+    /// Body bytes as they came (a body not read ahead).
     Data {
         id: HttpId,
         bytes: Bytes,
@@ -38,12 +42,21 @@ pub(crate) enum ExchangeEvent {
         id: HttpId,
         failure: TransportFailure,
     },
-    /// The whole body of a response, ended, decoded before the session was locked: `Data`
-    /// with `body`, then `End`.
-    Decoded {
+    /// A whole JSON body and the one message it decodes to: `Data` with `body`, then `End`.
+    Json {
         id: HttpId,
         body: Bytes,
-        decoded: DecodedBody,
+        message: Result<Message, DecodeError>,
+    },
+    /// The events an SSE body's chunks completed, decoded ahead.
+    Events {
+        id: HttpId,
+        events: Vec<DecodedEvent>,
+    },
+    /// An SSE event grew past the bound: the body is abandoned.
+    TooLarge {
+        id: HttpId,
+        error: Error,
     },
 }
 
@@ -54,196 +67,23 @@ impl ExchangeEvent {
             | ExchangeEvent::Data { id, .. }
             | ExchangeEvent::End { id }
             | ExchangeEvent::Failed { id, .. }
-            | ExchangeEvent::Decoded { id, .. } => *id,
+            | ExchangeEvent::Json { id, .. }
+            | ExchangeEvent::Events { id, .. }
+            | ExchangeEvent::TooLarge { id, .. } => *id,
         }
     }
 }
 
 /// Where an exchange reports what happens to it.
 pub(crate) trait ExchangeSink {
-    /// Takes `event`, then whatever `ready` yields (the events already there, in order, until
-    /// it yields `None`): one report for what arrived together. `false` when the exchange is
-    /// no longer wanted (aborted, or over): the exchange stops reading then.
-    fn report(
-        &self,
-        event: ExchangeEvent,
-        ready: &mut dyn FnMut() -> Option<ExchangeEvent>,
-    ) -> bool;
+    /// Takes `events` (draining them), in order, in one report: what arrived together.
+    /// `false` when the exchange is no longer wanted (aborted, or over): the exchange stops
+    /// reading then, and events after the one that ended it are dropped.
+    fn report(&self, events: &mut Vec<ExchangeEvent>) -> bool;
 
     /// Takes one event on its own.
     fn report_one(&self, event: ExchangeEvent) -> bool {
-        self.report(event, &mut || None)
-    }
-}
-
-/// The most of a body gathered to be decoded before the session sees it; a larger one is
-/// handed over as it comes, and the session decodes it.
-const DECODE_AHEAD_MAX: usize = 256 * 1024;
-
-/// How long a body nobody wants any more is read on for its end, so that its connection can
-/// be reused (a server that ends an SSE answer a moment after its last event).
-const LATE_END_WAIT: Duration = Duration::from_millis(100);
-/// How much of such a body is read before giving up on its connection.
-const LATE_END_BYTES: usize = 16 * 1024;
-
-/// A response body read as exchange events: `Data` for each chunk, then `End` or `Failed`.
-struct BodyEvents<S> {
-    id: HttpId,
-    body: S,
-    done: bool,
-    /// Events taken from the body already, to be handed over first, in order.
-    taken: VecDeque<ExchangeEvent>,
-}
-
-impl<S> BodyEvents<S>
-where
-    S: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin,
-{
-    fn new(id: HttpId, body: S) -> Self {
-        BodyEvents {
-            id,
-            body,
-            done: false,
-            taken: VecDeque::new(),
-        }
-    }
-
-    /// The next event, waiting for it; `None` after the last.
-    async fn next(&mut self) -> Option<ExchangeEvent> {
-        if let Some(event) = self.taken.pop_front() {
-            return Some(event);
-        }
-        loop {
-            if self.done {
-                return None;
-            }
-            let item = self.body.next().await;
-            if let Some(event) = self.event(item) {
-                return Some(event);
-            }
-        }
-    }
-
-    /// The next event if it is already there (most bodies end in the chunk that completes
-    /// them, so the end is reported with the data), without waiting.
-    fn ready(&mut self) -> Option<ExchangeEvent> {
-        if let Some(event) = self.taken.pop_front() {
-            return Some(event);
-        }
-        loop {
-            if self.done {
-                return None;
-            }
-            let item = self.body.next().now_or_never()?;
-            if let Some(event) = self.event(item) {
-                return Some(event);
-            }
-        }
-    }
-
-    /// When a JSON or SSE body is already here whole (most answers arrive with their head),
-    /// decodes it now, so the session, behind its lock, does not: the body becomes one
-    /// [`ExchangeEvent::Decoded`]. Otherwise what was read is handed over as usual. Never
-    /// waits.
-    fn decode_ahead(&mut self, content_type: ContentType) {
-        let mut chunks: Vec<Bytes> = Vec::new();
-        let mut size = 0usize;
-        let mut end = None;
-        while size <= DECODE_AHEAD_MAX {
-            match self.ready() {
-                Some(ExchangeEvent::Data { bytes, .. }) => {
-                    size += bytes.len();
-                    chunks.push(bytes);
-                }
-                Some(other) => {
-                    end = Some(other);
-                    break;
-                }
-                None => break,
-            }
-        }
-        let id = self.id;
-        if matches!(end, Some(ExchangeEvent::End { .. })) && size <= DECODE_AHEAD_MAX {
-            let body = match chunks.len() {
-                1 => chunks.pop().unwrap_or_default(),
-                _ => Bytes::from(chunks.concat()),
-            };
-            if let Some(decoded) = DecodedBody::decode(content_type, &body) {
-                self.taken
-                    .push_back(ExchangeEvent::Decoded { id, body, decoded });
-                return;
-            }
-            chunks = vec![body];
-        }
-        self.taken.extend(
-            chunks
-                .into_iter()
-                .filter(|bytes| !bytes.is_empty())
-                .map(|bytes| ExchangeEvent::Data { id, bytes }),
-        );
-        self.taken.extend(end);
-    }
-
-    /// Reads what is already there of a body nobody wants any more (a stream whose answer
-    /// came, its end usually right behind): a body read to its end leaves its connection to
-    /// the pool, a body dropped before closes it. A few chunks at most, never waiting.
-    fn discard_ready(&mut self) {
-        for _ in 0..4 {
-            if self.ready().is_none() {
-                return;
-            }
-        }
-    }
-
-    /// What a body item means; `None` for an empty chunk.
-    fn event(&mut self, item: Option<reqwest::Result<Bytes>>) -> Option<ExchangeEvent> {
-        let id = self.id;
-        match item {
-            Some(Ok(bytes)) if bytes.is_empty() => None,
-            Some(Ok(bytes)) => Some(ExchangeEvent::Data { id, bytes }),
-            Some(Err(err)) => {
-                self.done = true;
-                let failure = TransportFailure::Lost(error_chain(&err.without_url()));
-                tracing::debug!(http = id.0, ?failure, "response body failed");
-                Some(ExchangeEvent::Failed { id, failure })
-            }
-            None => {
-                self.done = true;
-                Some(ExchangeEvent::End { id })
-            }
-        }
-    }
-}
-
-impl<S> BodyEvents<S>
-where
-    S: futures::Stream<Item = reqwest::Result<Bytes>> + Unpin + Send + 'static,
-{
-    /// Lets go of a body nobody wants any more. What is already there is read at once; a
-    /// body whose end is not, is read on in a task of its own for a moment (its end often
-    /// comes just behind the answer), within [`LATE_END_WAIT`] and [`LATE_END_BYTES`], so
-    /// that its connection goes back to the pool; then it is dropped, closing it.
-    fn release(mut self) {
-        self.discard_ready();
-        if self.done {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mut body = self.body;
-        runtime.spawn(async move {
-            let drained = async {
-                let mut read = 0usize;
-                while let Some(Ok(chunk)) = body.next().await {
-                    read = read.saturating_add(chunk.len());
-                    if read > LATE_END_BYTES {
-                        return;
-                    }
-                }
-            };
-            let _ = tokio::time::timeout(LATE_END_WAIT, drained).await;
-        });
+        self.report(&mut vec![event])
     }
 }
 
@@ -255,6 +95,8 @@ pub(crate) struct Endpoint {
     pub(crate) headers: Arc<HeaderMap>,
     /// Asked for the bearer token of every request, when configured.
     pub(crate) auth: Option<Arc<dyn TokenProvider>>,
+    /// The session's bounds on bodies, applied where bodies are read ahead.
+    pub(crate) limits: Limits,
     /// Bound on exchanges the session sets no deadline for (notifications, responses to the
     /// server, DELETE), so a server that never answers them cannot pile up connections.
     pub(crate) fire_and_forget_timeout: Duration,
@@ -369,26 +211,25 @@ impl Endpoint {
         };
         let status = response.status().as_u16();
         tracing::trace!(http = id.0, status, "response head");
-        let content = content_type(response.headers());
-        let head = ExchangeEvent::Head {
+        // Taken, not cloned: the body stream does not need them.
+        let headers = std::mem::take(response.headers_mut());
+        let mut body = BodyReader::new(id, response.bytes_stream(), status, &headers, self.limits);
+        let mut batch = vec![ExchangeEvent::Head {
             id,
             status,
-            // Taken, not cloned: the body stream does not need them.
-            headers: std::mem::take(response.headers_mut()),
-        };
-        let mut body = BodyEvents::new(id, response.bytes_stream());
-        if content != ContentType::Other {
-            body.decode_ahead(content);
-        }
-        if !sink.report(head, &mut || body.ready()) {
-            body.release();
-            return;
-        }
-        while let Some(event) = body.next().await {
-            if !sink.report(event, &mut || body.ready()) {
+            headers,
+        }];
+        // The head goes with what came with it (most answers are whole by then).
+        body.ready(&mut batch);
+        loop {
+            if !batch.is_empty() && !sink.report(&mut batch) {
                 body.release();
                 return;
             }
+            if body.is_done() {
+                return;
+            }
+            body.next(&mut batch).await;
         }
     }
 }
@@ -512,7 +353,7 @@ fn classify(err: reqwest::Error) -> TransportFailure {
 }
 
 /// reqwest's `Display` omits the cause ("error sending request"); the cause is what helps.
-fn error_chain(err: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     let mut message = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -2,16 +2,23 @@
 //!
 //! [`Client`] is the handle the application calls. The sans-IO
 //! [`Session`](crate::proto::Session) sits behind one lock shared by the client, its call
-//! handles and one driver task; results, [`SessionEvent`](crate::SessionEvent)s and
+//! handles and the driver's two tasks; results, [`SessionEvent`](crate::SessionEvent)s and
 //! notifications come back through it.
 //!
 //! How the driver behaves, in short:
 //! - A call whose POST the session sends at once performs that POST in the caller's own task
 //!   and reports it to the session as it goes: an ordinary call never waits on another task.
 //!   Every other exchange (handshake, resumes, re-sends, the standalone stream,
-//!   notifications) is a future the driver task polls beside the others (no task per
-//!   request), so a slow stream never blocks another. Exchanges report under the lock, as
-//!   the bytes come: memory stays bounded however fast a server sends.
+//!   notifications) is a future the driver's exchange runner polls beside the others (no
+//!   task per request), so a slow stream never blocks another. Exchanges decode what they
+//!   read before they report it, and report a bounded part of a body at a time, under the
+//!   lock: memory stays bounded however fast a server sends, and the lock covers the
+//!   session's bookkeeping only.
+//! - Every call ends by its deadline (plus, for a call awaited off the driver's runtime, a
+//!   2 s grace), whatever the server's streams, the runtime it is awaited on, or application
+//!   code does: the driver's timer task runs no application code, and a call awaited
+//!   anywhere else keeps a guard of its own. A driver whose runtime shuts down (even before it
+//!   ever ran) stops the client: calls fail with `Closed` at once.
 //! - Only a failure to establish the connection is reported as "never sent"; anything later
 //!   (a reset, a body that breaks) may have reached the server.
 //! - One timer, armed for the session's next deadline. Exchanges the session sets no deadline
@@ -20,13 +27,17 @@
 //!   and DELETE included; the protocol's own headers cannot be overridden. A token provider
 //!   is asked for each request's token, and once more when the server refuses it.
 //! - Server requests are answered by the typed handlers through one dispatch function, at
-//!   most 32 at once; a server's cancellation drops the handler and sends no answer.
+//!   most 32 at once, each in a task of its own on the driver's runtime; a server's
+//!   cancellation drops the handler and sends no answer.
 //! - A call that resets its timeout on progress has an idle timer here; the session keeps
 //!   its total deadline.
-//! - Nothing from the network can make it panic; a panicking server-request handler is
-//!   answered with a JSON-RPC internal error.
+//! - Nothing from the network can make it panic. Application code (a handler, a token
+//!   provider, a task store) never runs under the session's lock; a panic there fails the
+//!   request it served (a handler's is answered with a JSON-RPC internal error), never the
+//!   client.
 
 mod auth;
+mod body;
 mod builder;
 #[allow(clippy::module_inception)]
 mod client;

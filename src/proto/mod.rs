@@ -381,7 +381,7 @@ pub mod methods;
 pub mod modern;
 pub mod probe;
 mod session;
-pub(crate) use session::DecodedBody;
+pub(crate) use session::{decode_json, DecodedEvent, SseAhead};
 pub mod version;
 pub mod walkthrough;
 

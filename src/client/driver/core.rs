@@ -220,22 +220,27 @@ impl Core {
 }
 
 impl ExchangeSink for Arc<Core> {
-    fn report(
-        &self,
-        event: ExchangeEvent,
-        ready: &mut dyn FnMut() -> Option<ExchangeEvent>,
-    ) -> bool {
-        self.with(|state| {
-            let mut wanted = state.handle_exchange(event);
-            while wanted {
-                match ready() {
-                    Some(event) => wanted = state.handle_exchange(event),
-                    None => break,
+    fn report(&self, events: &mut Vec<ExchangeEvent>) -> bool {
+        let ending = events.iter().find_map(|event| match event {
+            ExchangeEvent::End { id }
+            | ExchangeEvent::Json { id, .. }
+            | ExchangeEvent::Failed { id, .. } => Some(*id),
+            _ => None,
+        });
+        let reported = self.with(|state| {
+            state.ending = ending;
+            let mut wanted = true;
+            for event in events.drain(..) {
+                wanted = state.handle_exchange(event);
+                if !wanted {
+                    break;
                 }
             }
+            state.ending = None;
             wanted
-        })
-        .unwrap_or(false)
+        });
+        events.clear();
+        reported.unwrap_or(false)
     }
 }
 

@@ -128,6 +128,8 @@ pub(crate) struct State {
     /// POST itself; the POST is then left in `inline` instead of `to_start`.
     inline_for: Option<CallId>,
     inline: Option<Pending>,
+    /// The exchange whose report being applied holds its end.
+    pub(super) ending: Option<HttpId>,
     calls: FxHashMap<CallId, Waiter>,
     /// The session's call ids to the application's ([`ToolCall::id`](crate::ToolCall::id)).
     app_ids: FxHashMap<CallId, CallId>,
@@ -181,6 +183,7 @@ impl State {
             to_start: Vec::new(),
             inline_for: None,
             inline: None,
+            ending: None,
             calls: FxHashMap::default(),
             app_ids: FxHashMap::default(),
             finished: VecDeque::new(),
@@ -419,10 +422,12 @@ impl State {
                 self.exchanges.remove(&id);
                 self.session.handle_error(id, failure, now);
             }
-            ExchangeEvent::Decoded { id, body, decoded } => {
+            ExchangeEvent::Json { id, body, message } => {
                 self.exchanges.remove(&id);
-                self.session.handle_decoded_body(id, &body, decoded, now);
+                self.session.handle_json_body(id, &body, message, now);
             }
+            ExchangeEvent::Events { id, events } => self.session.handle_events(id, events, now),
+            ExchangeEvent::TooLarge { id, error } => self.session.handle_too_large(id, error, now),
         }
         self.pump();
         self.exchanges.contains_key(&id)
@@ -475,8 +480,12 @@ impl State {
             }
             Transmit::Abort(id) => {
                 if let Some(exchange) = self.exchanges.remove(&id) {
-                    tracing::trace!(http = id.0, "exchange aborted");
-                    exchange.abort();
+                    // One whose end is in the report being applied stops by itself: aborting
+                    // it would only wake the task reading it, from inside its own poll.
+                    if self.ending != Some(id) {
+                        tracing::trace!(http = id.0, "exchange aborted");
+                        exchange.abort();
+                    }
                 }
             }
         }

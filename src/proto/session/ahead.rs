@@ -1,8 +1,15 @@
-//! Bodies decoded ahead: a response body that arrived whole with its head, parsed by the
-//! caller before the session sees it, so that whoever drives the session from behind a lock
-//! holds it only to apply what the body says. Each input here is exactly the body streamed
-//! ([`Session::handle_data`] then [`Session::handle_end`]) without parsing it again, and falls
-//! back to exactly that whenever the session would have read the body differently.
+//! Bodies decoded ahead: a response body read by the caller before the session sees it, so
+//! that whoever drives the session from behind a lock holds it only to apply what the body
+//! says, never to parse it. Two inputs, each exactly what the session would have read from the
+//! same bytes ([`Session::handle_data`] then [`Session::handle_end`]):
+//!
+//! - a whole JSON body and the one message it decodes to ([`Session::handle_json_body`]);
+//! - the events an SSE body's chunks complete, each with its data decoded, read by an
+//!   [`SseAhead`] configured like the session's own decoder ([`Session::handle_events`]),
+//!   and, when an event grows past the bound, the same refusal ([`Session::handle_too_large`]).
+//!
+//! Only success bodies of those two types are read ahead; a refusal's body, or one of
+//! another type, is handed over as it comes.
 
 use std::time::Instant;
 
@@ -10,31 +17,15 @@ use tracing::debug;
 
 use super::exchanges::Body;
 use super::Session;
-use crate::proto::classify::ContentType;
+use crate::error::{Error, ErrorKind};
 use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::HttpId;
-use crate::sse::{SseDecoder, SseEvent};
+use crate::sse::{SseDecoder, SseError, SseEvent};
 
-/// A whole response body, decoded as the session would read it.
-#[derive(Debug)]
-pub(crate) enum DecodedBody {
-    /// A JSON body holding one object, and what that object is.
-    Json(Result<Message, DecodeError>),
-    /// An SSE body.
-    Sse(SseBody),
-}
-
-impl DecodedBody {
-    /// Decodes `body`, a whole response body of `content_type`; `None` when there is
-    /// nothing to do ahead (another type, a JSON body that is not one object the direct
-    /// reading takes): the session reads it as it comes then.
-    pub(crate) fn decode(content_type: ContentType, body: &[u8]) -> Option<DecodedBody> {
-        match content_type {
-            ContentType::Json => jsonrpc::decode_object(body).map(DecodedBody::Json),
-            ContentType::Sse => SseBody::decode(body).map(DecodedBody::Sse),
-            ContentType::Other => None,
-        }
-    }
+/// What a whole JSON body decodes to, when it is one JSON object ([`jsonrpc::decode_object`]);
+/// `None` when the session is to read it itself (a batch, say).
+pub(crate) fn decode_json(body: &[u8]) -> Option<Result<Message, DecodeError>> {
+    jsonrpc::decode_object(body)
 }
 
 /// One SSE event with what its `data` decodes to when it is one JSON object
@@ -46,67 +37,64 @@ pub(crate) struct DecodedEvent {
 }
 
 impl DecodedEvent {
+    fn new(event: SseEvent) -> Self {
+        DecodedEvent {
+            message: jsonrpc::decode_object(event.data.as_bytes()),
+            event,
+        }
+    }
+
     fn split(self) -> (SseEvent, Option<Result<Message, DecodeError>>) {
         (self.event, self.message)
     }
 }
 
-/// A whole SSE body, parsed as a fresh stream: the events its bytes complete, then what the
-/// end of the stream adds (a trailing `retry`).
+/// Reads an SSE body ahead, chunk by chunk, as the session's own decoder for that exchange
+/// would: the same bound on an event's size, the same events.
 #[derive(Debug)]
-pub(crate) struct SseBody {
-    events: Vec<DecodedEvent>,
-    tail: Vec<DecodedEvent>,
+pub(crate) struct SseAhead {
+    decoder: SseDecoder,
 }
 
-impl SseBody {
-    /// Parses `body` as a whole stream and decodes each event's data. `None` if a stream
-    /// could not be read this way (an event larger than `body` may hold cannot happen; the
-    /// decoder's refusal is left to the session's own decoder).
-    pub(crate) fn decode(body: &[u8]) -> Option<SseBody> {
-        // The body bounds every event in it: the session's own bound is checked on arrival.
-        let mut decoder = SseDecoder::new(usize::MAX);
+impl SseAhead {
+    /// A reader whose events may hold `max_event_size` bytes
+    /// ([`SessionConfig::max_event_size`](crate::proto::SessionConfig)).
+    pub(crate) fn new(max_event_size: usize) -> Self {
+        SseAhead {
+            decoder: SseDecoder::new(max_event_size),
+        }
+    }
+
+    /// The events `chunk` completes, decoded, into `out`; an error once an event grows past
+    /// the bound (the events completed before it are in `out`, and the body is to be
+    /// abandoned).
+    pub(crate) fn feed(&mut self, chunk: &[u8], out: &mut Vec<DecodedEvent>) -> Result<(), Error> {
         let mut events = Vec::new();
-        decoder.feed(body, &mut events).ok()?;
-        let mut tail = Vec::new();
-        decoder.finish(&mut tail);
-        let with_messages = |events: Vec<SseEvent>| -> Vec<DecodedEvent> {
-            events
-                .into_iter()
-                .map(|event| DecodedEvent {
-                    message: jsonrpc::decode_object(event.data.as_bytes()),
-                    event,
-                })
-                .collect()
-        };
-        Some(SseBody {
-            events: with_messages(events),
-            tail: with_messages(tail),
+        let fed = self.decoder.feed(chunk, &mut events);
+        out.extend(events.into_iter().map(DecodedEvent::new));
+        fed.map_err(|SseError::TooLarge { max }| {
+            Error::new(
+                ErrorKind::TooLarge,
+                format!("SSE event larger than {max} bytes"),
+            )
         })
+    }
+
+    /// What the end of the body adds (a trailing `retry`), into `out`.
+    pub(crate) fn finish(&mut self, out: &mut Vec<DecodedEvent>) {
+        let mut events = Vec::new();
+        self.decoder.finish(&mut events);
+        out.extend(events.into_iter().map(DecodedEvent::new));
     }
 }
 
 impl Session {
-    /// The whole body of a response, ended, and what [`DecodedBody::decode`] made of it:
-    /// the same as [`Session::handle_data`] with `body` then [`Session::handle_end`], without
-    /// reading it again. When the session would have read the body another way (it is not
-    /// the exchange's body type, something of it was read already, it is over a size bound),
-    /// it is exactly that.
-    pub(crate) fn handle_decoded_body(
-        &mut self,
-        http: HttpId,
-        body: &[u8],
-        decoded: DecodedBody,
-        now: Instant,
-    ) {
-        match decoded {
-            DecodedBody::Json(message) => self.json_body(http, body, message, now),
-            DecodedBody::Sse(events) => self.sse_body(http, body, events, now),
-        }
-    }
-
-    /// A JSON body with nothing read yet and within the size bound: its one message.
-    fn json_body(
+    /// The whole body of a JSON response, ended, and the one message it decodes to
+    /// ([`decode_json`]): the same as [`Session::handle_data`] with `body` then
+    /// [`Session::handle_end`], without reading it again. When the session would have read the
+    /// body another way (it is not the exchange's body type, something of it was read already,
+    /// it is over the size bound), it is exactly that.
+    pub(crate) fn handle_json_body(
         &mut self,
         http: HttpId,
         body: &[u8],
@@ -119,7 +107,9 @@ impl Session {
             .get_mut(http)
             .filter(|ex| fits && matches!(&ex.body, Body::Json(buf) if buf.is_empty()));
         let Some(ex) = whole else {
-            return self.streamed(http, body, now);
+            debug!(http = http.0, "a body decoded ahead is read as it came");
+            self.handle_data(http, body, now);
+            return self.handle_end(http, now);
         };
         ex.ended = true;
         self.on_decoded(http, Decoded::One(message), now);
@@ -128,38 +118,30 @@ impl Session {
         }
     }
 
-    /// An SSE body with nothing read yet and within the event size bound (so the session's
-    /// decoder would not have refused it): its events, then the end of the stream.
-    fn sse_body(&mut self, http: HttpId, body: &[u8], decoded: SseBody, now: Instant) {
-        let fits = body.len() <= self.config.max_event_size;
-        let fresh = self
+    /// Events of an SSE body read ahead by an [`SseAhead`]: the same as the
+    /// [`Session::handle_data`] that completed them. The body's end is
+    /// [`Session::handle_end`] as usual, after the reader's
+    /// [`finish`](SseAhead::finish)ed events. An exchange whose body the session reads
+    /// itself, or that is gone, takes nothing.
+    pub(crate) fn handle_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
+        let ahead = self
             .exchanges
             .get(http)
             .is_some_and(|ex| matches!(&ex.body, Body::Sse(decoder) if decoder.is_fresh()));
-        if !(fits && fresh) {
-            return self.streamed(http, body, now);
-        }
-        // As `handle_data`: the events the bytes complete, the exchange still open.
-        self.on_events_with(
-            http,
-            decoded.events.into_iter().map(DecodedEvent::split),
-            now,
-        );
-        // As `handle_end`.
-        let Some(ex) = self.exchanges.get_mut(http) else {
+        if !ahead {
+            debug!(
+                http = http.0,
+                "events read ahead for a body read otherwise: dropped"
+            );
             return;
-        };
-        ex.ended = true;
-        self.on_events_with(http, decoded.tail.into_iter().map(DecodedEvent::split), now);
-        if let Some(ex) = self.remove_current(http) {
-            self.stream_ended(ex.kind, ex.progress, true, now);
         }
+        self.on_events_with(http, events.into_iter().map(DecodedEvent::split), now);
     }
 
-    fn streamed(&mut self, http: HttpId, body: &[u8], now: Instant) {
-        debug!(http = http.0, "a body decoded ahead is read as it came");
-        self.handle_data(http, body, now);
-        self.handle_end(http, now);
+    /// An SSE body read ahead grew an event past the bound: the exchange is abandoned, as
+    /// when the session's own decoder refuses it.
+    pub(crate) fn handle_too_large(&mut self, http: HttpId, error: Error, now: Instant) {
+        self.exchange_broken(http, error, now);
     }
 }
 
@@ -167,6 +149,7 @@ impl Session {
 mod tests {
     use super::*;
     use crate::proto::classify::content_type as content_type_of;
+    use crate::proto::classify::ContentType;
     use crate::proto::config::{Era, SessionConfig};
     use crate::proto::{CallRequest, Transmit};
     use http::{HeaderMap, HeaderValue};
@@ -183,11 +166,31 @@ mod tests {
         s.handle_end(http, now);
     }
 
-    /// The whole body decoded beforehand, as the client's exchanges hand it over.
+    /// The body decoded beforehand, as the client's exchanges hand it over: a JSON body
+    /// whole, an SSE body in chunks of `AHEAD_CHUNK` bytes (so events span chunks).
     fn decoded_ahead(s: &mut Session, http: HttpId, kind: ContentType, body: &[u8], now: Instant) {
-        match DecodedBody::decode(kind, body) {
-            Some(decoded) => s.handle_decoded_body(http, body, decoded, now),
-            None => streamed(s, http, kind, body, now),
+        const AHEAD_CHUNK: usize = 7;
+        match kind {
+            ContentType::Json => match decode_json(body) {
+                Some(message) => s.handle_json_body(http, body, message, now),
+                None => streamed(s, http, kind, body, now),
+            },
+            ContentType::Sse => {
+                let mut reader = SseAhead::new(4096);
+                for chunk in body.chunks(AHEAD_CHUNK) {
+                    let mut events = Vec::new();
+                    let fed = reader.feed(chunk, &mut events);
+                    s.handle_events(http, events, now);
+                    if let Err(error) = fed {
+                        return s.handle_too_large(http, error, now);
+                    }
+                }
+                let mut tail = Vec::new();
+                reader.finish(&mut tail);
+                s.handle_events(http, tail, now);
+                s.handle_end(http, now);
+            }
+            ContentType::Other => streamed(s, http, kind, body, now),
         }
     }
 
