@@ -26,6 +26,7 @@ mod modern;
 mod modern_mrtr_stream_end;
 mod oauth_extensions;
 mod oauth_flows;
+mod oauth_trust;
 mod probe_session;
 mod seed_scenarios;
 mod typed_cluster;
