@@ -23,10 +23,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Json;
 use mcp_resume::auth::AuthChallenge;
 use mcp_resume::client::oauth::{
-    AuthorizationRequest, ClientCredentials, HeadlessAuthorizer, OAuth, OAuthProvider,
-    WorkloadIdentity,
+    AuthorizationRequest, ClientCredentials, HeadlessAuthorizer, InMemoryTokenStore, OAuth,
+    OAuthProvider, TokenStore, WorkloadIdentity,
 };
-use mcp_resume::oauth::OAuthError;
+use mcp_resume::oauth::{OAuthError, TokenSet};
 use mcp_resume::{Client, Era, Error, ErrorKind, ReconnectPolicy, TokenProvider, TokenRequest};
 use serde_json::{json, Value};
 use support::*;
@@ -592,17 +592,24 @@ async fn the_headless_authorizer_follows_no_redirect_to_this_machine() {
     assert!(matches!(last_failure(&provider), OAuthError::Authorizer(_)));
 }
 
-/// A plain-http MCP endpoint off loopback gets no OAuth: its metadata is not fetched, no
-/// request carries a token, and the refusal says why. Configured up front, it is refused at
-/// build time.
+/// A plain-http MCP endpoint off loopback gets no OAuth: not the token kept for it, no
+/// metadata request, and the refusal says why. Configured up front, it is refused at build
+/// time.
 #[tokio::test]
 async fn no_oauth_over_a_plain_http_endpoint() {
     let good = authorization_server("good", true, AsOptions::default()).await;
     let mcp = mcp_server(true, "good", vec![good.url.clone()], true).await;
     let server = format!("{}/mcp", mcp.url);
+    // A token kept from an earlier run: it would travel in cleartext.
+    let store = InMemoryTokenStore::new();
+    let kept = TokenSet::new("good-access-0", good.url.clone());
+    guarded(store.save_tokens(&server, Some(kept)))
+        .await
+        .unwrap();
     let provider = OAuth::builder()
         .client_credentials(ClientCredentials::secret("m", "s3cret").issuer(&good.url))
         .http_client(http_for(&[&mcp, &good]))
+        .token_store(store)
         .build()
         .unwrap();
     let client = client(&server, &provider, Some(http_for(&[&mcp])));
