@@ -26,7 +26,7 @@ use mcp_resume::client::oauth::{
     AuthorizationRequest, ClientCredentials, HeadlessAuthorizer, InMemoryTokenStore, OAuth,
     OAuthProvider, TokenStore, WorkloadIdentity,
 };
-use mcp_resume::oauth::{OAuthError, TokenSet};
+use mcp_resume::oauth::{OAuthError, RegisteredClient, TokenSet};
 use mcp_resume::{Client, Era, Error, ErrorKind, ReconnectPolicy, TokenProvider, TokenRequest};
 use serde_json::{json, Value};
 use support::*;
@@ -158,6 +158,8 @@ struct AsOptions {
     token_redirect: Option<String>,
     /// Its endpoints (token, registration, authorization) are on this site instead.
     endpoints_at: Option<String>,
+    /// Its `/authorize` sends the user to its own `/consent` page first, which approves.
+    consent_page: bool,
 }
 
 /// The suite's client ID metadata document, which lists the redirect URI at `CALLBACK_PORT`.
@@ -219,7 +221,12 @@ async fn authorization_server(name: &'static str, remote: bool, options: AsOptio
                 ledger.clients.insert(id.clone(), uris);
                 (StatusCode::CREATED, Json(json!({"client_id": id}))).into_response()
             }
-            ("GET", "/authorize") => {
+            ("GET", "/authorize") if options.consent_page => {
+                let mut url = reqwest::Url::parse(&format!("{issuer}/consent")).unwrap();
+                url.query_pairs_mut().extend_pairs(hit.query.iter());
+                Redirect::to(url.as_str()).into_response()
+            }
+            ("GET", "/authorize" | "/consent") => {
                 let q = &hit.query;
                 if let Some(next) = &options.forward_to {
                     // The mix-up: the user is sent on to another authorization server with the
@@ -552,7 +559,8 @@ fn refusal(server: &str, metadata_url: Option<&str>) -> TokenRequest {
 }
 
 /// The headless authorizer follows a remote authorization server's redirects only to https,
-/// its own origin, or the redirect URI: one to a service on this machine is not followed.
+/// its own origin, or the redirect URI: one to a service on this machine is not followed;
+/// one to the server's own consent page is.
 #[tokio::test]
 async fn the_headless_authorizer_follows_no_redirect_to_this_machine() {
     let sink = sink().await;
@@ -581,15 +589,74 @@ async fn the_headless_authorizer_follows_no_redirect_to_this_machine() {
         .dangerous_allow_plain_http(true)
         .build()
         .unwrap();
-    let client = client(
+    let refused = client(
         &format!("{}/mcp", mcp.url),
         &provider,
         Some(http_for(&[&mcp])),
     );
-    guarded(client.connect()).await.unwrap_err();
+    guarded(refused.connect()).await.unwrap_err();
     assert_eq!(good.hits_at("/authorize").len(), 1, "{:?}", good.hits());
     assert!(sink.hits().is_empty(), "{:?}", sink.hits());
     assert!(matches!(last_failure(&provider), OAuthError::Authorizer(_)));
+
+    // A remote authorization server's own pages (plain http here) are followed.
+    let consenting = authorization_server(
+        "good",
+        true,
+        AsOptions {
+            consent_page: true,
+            ..AsOptions::default()
+        },
+    )
+    .await;
+    let mcp = mcp_server(true, "good", vec![consenting.url.clone()], false).await;
+    let provider = OAuth::builder()
+        .redirect_uri(base_redirect())
+        .authorizer(HeadlessAuthorizer::with_http(resolving()).unwrap())
+        .http_client(http_for(&[&consenting, &mcp]))
+        .dangerous_allow_plain_http(true)
+        .build()
+        .unwrap();
+    let consented = client(
+        &format!("{}/mcp", mcp.url),
+        &provider,
+        Some(http_for(&[&mcp])),
+    );
+    guarded(consented.connect()).await.unwrap();
+    assert_eq!(consenting.hits_at("/consent").len(), 1);
+}
+
+/// A registration kept from before (here one without a redirect URI of its own, as an earlier
+/// version registered) is made again with this authorization server's own redirect URI: the
+/// old one would share its redirect URI with every other server's.
+#[tokio::test]
+async fn a_registration_without_its_own_redirect_uri_is_made_again() {
+    let good = authorization_server("good", false, AsOptions::default()).await;
+    let mcp = mcp_server(false, "good", vec![good.url.clone()], false).await;
+    let store = InMemoryTokenStore::new();
+    let old = RegisteredClient::new(good.url.clone(), "good-client-from-before");
+    guarded(store.save_client(old)).await.unwrap();
+    let provider = OAuth::builder()
+        .redirect_uri(base_redirect())
+        .authorizer(HeadlessAuthorizer::new())
+        .token_store(store.clone())
+        .build()
+        .unwrap();
+    let client = client(&format!("{}/mcp", mcp.url), &provider, None);
+    guarded(client.connect()).await.unwrap();
+    let registered = guarded(store.load_client(&good.url))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(registered.client_id, "good-client-1");
+    let redirect = registered.redirect_uri.unwrap();
+    assert!(
+        redirect.starts_with(&format!("{}/as-", base_redirect())),
+        "{redirect}"
+    );
+    let authorize = good.hits_at("/authorize");
+    assert_eq!(authorize[0].query["client_id"], "good-client-1");
+    assert_eq!(authorize[0].query["redirect_uri"], redirect);
 }
 
 /// A plain-http MCP endpoint off loopback gets no OAuth: not the token kept for it, no

@@ -134,16 +134,17 @@ impl Authorizer for HeadlessAuthorizer {
                 if same_endpoint(&next, &target) {
                     return Ok(next);
                 }
-                if next.origin() == target.origin() {
+                // Within the authorization server's own origin: its login and consent pages.
+                let within = next.origin() == start;
+                if !within && next.origin() == target.origin() {
                     return Err(fail(format!(
                         "the answer went to {}, not to this request's redirect URI: another authorization server's answer",
                         shown_url(&next)
                     )));
                 }
                 let local = is_loopback_host(&next);
-                let followable = next.origin() == start
-                    || (next.scheme() == "https" && !local)
-                    || (local_start && local);
+                let followable =
+                    within || (next.scheme() == "https" && !local) || (local_start && local);
                 if !followable {
                     return Err(fail(format!(
                         "the authorization server redirected to {}: neither https off loopback, nor its own origin, nor this request's redirect URI; not followed",

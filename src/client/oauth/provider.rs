@@ -1197,6 +1197,17 @@ impl Inner {
             metadata_documents,
             discovery.registration_endpoint.as_deref(),
         );
+        // Registered before with another redirect URI than this server's own (an earlier
+        // version's shared one, or another configured base): registered anew where possible.
+        let redirect_uri = redirect_uri_for(&self.config.redirect_uri, issuer);
+        let stored = match (&choice, stored) {
+            (Registration::Dynamic(_), Some(c))
+                if c.redirect_uri.as_deref() != Some(redirect_uri.as_str()) =>
+            {
+                None
+            }
+            (_, stored) => stored,
+        };
         match (choice, stored) {
             (Registration::ClientIdMetadataDocument, _) => {
                 let url = self.config.metadata_document.clone().unwrap_or_default();
@@ -1205,7 +1216,6 @@ impl Inner {
             (_, Some(stored)) => Ok(stored),
             (Registration::Dynamic(endpoint), None) => {
                 // Registered with a redirect URI of its own at each authorization server.
-                let redirect_uri = redirect_uri_for(&self.config.redirect_uri, issuer);
                 let client = wire::register(
                     &self.http,
                     &endpoint,
