@@ -582,18 +582,20 @@ async fn the_headless_authorizer_follows_no_redirect_to_this_machine() {
         }
         builder
     };
-    let provider = OAuth::builder()
-        .redirect_uri(base_redirect())
-        .authorizer(HeadlessAuthorizer::with_http(resolving()).unwrap())
-        .http_client(http_for(&[&good, &mcp]))
-        .dangerous_allow_plain_http(true)
-        .build()
-        .unwrap();
-    let refused = client(
-        &format!("{}/mcp", mcp.url),
-        &provider,
-        Some(http_for(&[&mcp])),
-    );
+    // A user's authorization, headless, against the remote `mcp` and `auth`.
+    let headless = |mcp: &Site, auth: &Site| {
+        let provider = OAuth::builder()
+            .redirect_uri(base_redirect())
+            .authorizer(HeadlessAuthorizer::with_http(resolving()).unwrap())
+            .http_client(http_for(&[auth, mcp]))
+            .dangerous_allow_plain_http(true)
+            .build()
+            .unwrap();
+        let mcp_url = format!("{}/mcp", mcp.url);
+        let client = client(&mcp_url, &provider, Some(http_for(&[mcp])));
+        (provider, client)
+    };
+    let (provider, refused) = headless(&mcp, &good);
     guarded(refused.connect()).await.unwrap_err();
     assert_eq!(good.hits_at("/authorize").len(), 1, "{:?}", good.hits());
     assert!(sink.hits().is_empty(), "{:?}", sink.hits());
@@ -610,18 +612,7 @@ async fn the_headless_authorizer_follows_no_redirect_to_this_machine() {
     )
     .await;
     let mcp = mcp_server(true, "good", vec![consenting.url.clone()], false).await;
-    let provider = OAuth::builder()
-        .redirect_uri(base_redirect())
-        .authorizer(HeadlessAuthorizer::with_http(resolving()).unwrap())
-        .http_client(http_for(&[&consenting, &mcp]))
-        .dangerous_allow_plain_http(true)
-        .build()
-        .unwrap();
-    let consented = client(
-        &format!("{}/mcp", mcp.url),
-        &provider,
-        Some(http_for(&[&mcp])),
-    );
+    let (_, consented) = headless(&mcp, &consenting);
     guarded(consented.connect()).await.unwrap();
     assert_eq!(consenting.hits_at("/consent").len(), 1);
 }
@@ -834,16 +825,51 @@ async fn a_redirecting_token_endpoint_gets_no_second_copy_of_the_secret() {
     assert!(sink.hits().is_empty(), "{:?}", sink.hits());
 }
 
+/// A token store that remembers the keys it was asked about.
+#[derive(Clone, Default)]
+struct KeyedStore {
+    keys: Arc<Mutex<Vec<String>>>,
+    inner: InMemoryTokenStore,
+}
+
+impl TokenStore for KeyedStore {
+    fn load_tokens(&self, server: &str) -> BoxFut<Result<Option<TokenSet>, Error>> {
+        self.keys.lock().unwrap().push(server.to_owned());
+        self.inner.load_tokens(server)
+    }
+
+    fn save_tokens(&self, server: &str, tokens: Option<TokenSet>) -> BoxFut<Result<(), Error>> {
+        self.keys.lock().unwrap().push(server.to_owned());
+        self.inner.save_tokens(server, tokens)
+    }
+
+    fn load_client(&self, issuer: &str) -> BoxFut<Result<Option<RegisteredClient>, Error>> {
+        self.inner.load_client(issuer)
+    }
+
+    fn save_client(&self, client: RegisteredClient) -> BoxFut<Result<(), Error>> {
+        self.inner.save_client(client)
+    }
+}
+
 /// Credentials in the MCP URL (user info, a query parameter) do not reach the provider's
-/// `Debug`, its errors, or the key its tokens are stored under.
+/// `Debug` or its errors; the password does not reach the key its tokens are stored under.
 #[tokio::test]
 async fn credentials_in_the_mcp_url_stay_out_of_errors_and_debug() {
     let server = "http://user:hunter2@127.0.0.1:1/mcp?api_key=k3y";
+    let store = KeyedStore::default();
     let builder = OAuth::builder()
         .server_url(server)
+        .token_store(store.clone())
         .client_credentials(ClientCredentials::secret("m", "s3cret").issuer("https://as.example"));
     let debug = format!("{builder:?}");
     let provider = builder.build().unwrap();
+    let mut same = TokenRequest::default();
+    same.url = Some(server.to_owned());
+    // No token yet, and none asked for: the store was read, nothing sent.
+    assert_eq!(guarded(provider.credential(same)).await.unwrap(), None);
+    let keys = store.keys.lock().unwrap().clone();
+    assert_eq!(keys, ["http://127.0.0.1:1/mcp?api_key=k3y"]);
     let mut elsewhere = TokenRequest::default();
     elsewhere.url = Some("http://other:pa55@127.0.0.1:2/mcp?api_key=0ther".into());
     let err = guarded(provider.credential(elsewhere)).await.unwrap_err();
