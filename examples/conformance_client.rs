@@ -79,6 +79,14 @@ const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadat
 fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::Error>> {
     let context = conformance_context();
     let text = |key: &str| context[key].as_str().map(str::to_owned);
+    // Machine credentials belong to one authorization server. The suite's context names it
+    // only in `pre-registration`; in the machine-to-machine scenarios its authorization
+    // server is known only from its own MCP server's metadata, so those trust it (what an
+    // application must not do with a server it does not control).
+    let bind = |credentials: ClientCredentials| match text("issuer") {
+        Some(issuer) => credentials.issuer(issuer),
+        None => credentials.dangerous_trust_discovered_issuer(),
+    };
     let mut oauth = OAuth::builder()
         .client_name("mcp-resume-conformance-client")
         .redirect_uri("http://localhost:3000/callback")
@@ -96,7 +104,7 @@ fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::E
             (None, Some(secret)) => ClientCredentials::secret(id, secret),
             (None, None) => return Err("the context has no client credentials".into()),
         };
-        oauth = oauth.client_credentials(credentials);
+        oauth = oauth.client_credentials(bind(credentials));
     } else if let Some(endpoint) = text("idp_token_endpoint") {
         // Enterprise-managed authorization: the user's ID token from the IdP, exchanged there
         // for an identity assertion grant, presented by the client known to the AS.
@@ -108,13 +116,13 @@ fn oauth_provider(scenario: &str) -> Result<OAuthProvider, Box<dyn std::error::E
         let id = text("client_id").ok_or("the context has no client_id")?;
         let secret = text("client_secret").ok_or("the context has no client_secret")?;
         oauth = oauth
-            .client_credentials(ClientCredentials::secret(id, secret))
+            .client_credentials(bind(ClientCredentials::secret(id, secret)))
             .identity_assertion(idp);
     } else if let Some(jwt) = text("valid_jwt") {
         // Workload identity federation: the workload's token as a jwt-bearer assertion.
         let id = text("client_id").ok_or("the context has no client_id")?;
         oauth = oauth
-            .client_credentials(ClientCredentials::public(id))
+            .client_credentials(bind(ClientCredentials::public(id)))
             .workload_identity(WorkloadIdentity::token(jwt));
     } else if let (Some(id), Some(issuer)) = (text("client_id"), text("issuer")) {
         let mut client = RegisteredClient::new(issuer, id);

@@ -33,7 +33,12 @@ pub struct AuthChallenge {
 
 impl AuthChallenge {
     /// Reads the challenge of a refused response: `status` and its `WWW-Authenticate` value,
-    /// if any. With several challenges in the value, the `Bearer` one is read.
+    /// if any (several header fields joined with `, `). With several challenges in the
+    /// value, the one read is the first `Bearer` or `DPoP` challenge carrying an `error` (what
+    /// went wrong with this request: a DPoP server wanting its nonce names it in its `DPoP`
+    /// challenge, beside a plain `Bearer` one), else the first `Bearer` or `DPoP` one, else
+    /// the first; `resource_metadata` and `scope` missing from it are taken from the other
+    /// `Bearer` or `DPoP` challenges.
     pub fn parse(status: u16, www_authenticate: Option<&str>) -> Self {
         let mut challenge = AuthChallenge {
             status,
@@ -49,22 +54,35 @@ impl AuthChallenge {
             return challenge;
         };
         let challenges = split_challenges(value);
+        let oauth = |scheme: &str| {
+            scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("dpop")
+        };
         let chosen = challenges
             .iter()
-            .find(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .or_else(|| challenges.first());
-        if let Some((scheme, params)) = chosen {
-            challenge.scheme = Some(scheme.clone());
-            for (name, value) in params {
-                let slot = match name.to_ascii_lowercase().as_str() {
-                    "error" => &mut challenge.error,
-                    "error_description" => &mut challenge.error_description,
-                    "scope" => &mut challenge.scope,
-                    "resource_metadata" => &mut challenge.resource_metadata,
-                    "realm" => &mut challenge.realm,
-                    _ => continue,
-                };
-                slot.get_or_insert_with(|| value.clone());
+            .position(|(scheme, params)| oauth(scheme) && param(params, "error").is_some())
+            .or_else(|| challenges.iter().position(|(scheme, _)| oauth(scheme)))
+            .or_else(|| (!challenges.is_empty()).then_some(0));
+        let Some(chosen) = chosen else {
+            return challenge;
+        };
+        let (scheme, params) = &challenges[chosen];
+        challenge.scheme = Some(scheme.clone());
+        challenge.error = param(params, "error");
+        challenge.error_description = param(params, "error_description");
+        challenge.scope = param(params, "scope");
+        challenge.resource_metadata = param(params, "resource_metadata");
+        challenge.realm = param(params, "realm");
+        let others = challenges
+            .iter()
+            .enumerate()
+            .filter(|&(i, (scheme, _))| i != chosen && oauth(scheme))
+            .map(|(_, (_, params))| params);
+        for params in others {
+            if challenge.resource_metadata.is_none() {
+                challenge.resource_metadata = param(params, "resource_metadata");
+            }
+            if challenge.scope.is_none() {
+                challenge.scope = param(params, "scope");
             }
         }
         challenge
@@ -106,6 +124,14 @@ impl fmt::Display for AuthChallenge {
 }
 
 type Params = Vec<(String, String)>;
+
+/// The first value of the parameter `name` (case-insensitive).
+fn param(params: &Params, name: &str) -> Option<String> {
+    params
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.clone())
+}
 
 /// Splits a `WWW-Authenticate` value into its challenges: a scheme followed by
 /// `name=value` parameters (token or quoted string), separated by commas. A token68 value
@@ -194,6 +220,28 @@ mod tests {
             Some("https://rs.example/.well-known/oauth-protected-resource")
         );
         assert_eq!(c.realm.as_deref(), Some("mcp"));
+    }
+
+    #[test]
+    fn the_challenge_naming_the_error_wins() {
+        // A DPoP server that wants its nonce, offering Bearer too: the nonce request is read,
+        // not the Bearer challenge listed first.
+        let c = AuthChallenge::parse(
+            401,
+            Some(
+                r#"Bearer realm="mcp", resource_metadata="https://rs.example/prm", DPoP algs="ES256", error="use_dpop_nonce""#,
+            ),
+        );
+        assert_eq!(c.scheme.as_deref(), Some("DPoP"));
+        assert_eq!(c.error.as_deref(), Some("use_dpop_nonce"));
+        assert_eq!(
+            c.resource_metadata.as_deref(),
+            Some("https://rs.example/prm"),
+            "taken from the Bearer challenge"
+        );
+        // Without an error anywhere, the first Bearer or DPoP challenge, not Basic.
+        let c = AuthChallenge::parse(401, Some(r#"Basic realm="x", DPoP algs="ES256""#));
+        assert_eq!(c.scheme.as_deref(), Some("DPoP"));
     }
 
     #[test]

@@ -111,6 +111,21 @@ export interface SessionOptions {
   openListenStream?: boolean;
   /** Fixes the reconnect jitter (reproducible tests). */
   jitterSeed?: number;
+  /**
+   * Not taken: this binding has no OAuth provider. Pass a token obtained elsewhere as
+   * `bearerToken` (or in `headers`); the Rust SDK and the Python binding run MCP
+   * authorization. Given anyway, the constructor throws `InvalidConfigError` instead of
+   * sending every request without credentials.
+   */
+  authProvider?: never;
+  /** Not taken (the TypeScript SDK's): `headers` instead. Throws `InvalidConfigError`. */
+  requestInit?: never;
+  /** Not taken: the Rust SDK makes the requests. Throws `InvalidConfigError`. */
+  fetch?: never;
+  /** Not taken: `reconnect` instead. Throws `InvalidConfigError`. */
+  reconnectionOptions?: never;
+  /** Not taken: the SDK keeps the session. Throws `InvalidConfigError`. */
+  sessionId?: never;
 }
 
 /** What a handler is given besides the request's params. */

@@ -128,6 +128,11 @@ impl Presentation {
             proof: Some(sensitive(proof.to_owned())?),
         })
     }
+
+    /// Whether the token goes out with the `DPoP` scheme and a proof.
+    pub fn is_dpop(&self) -> bool {
+        self.proof.is_some()
+    }
 }
 
 fn sensitive(value: String) -> Result<HeaderValue, Error> {

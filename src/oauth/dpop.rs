@@ -63,11 +63,15 @@ impl DpopClaims {
 }
 
 /// The `htu` of a request to `url`: the URL without its query and fragment, which a proof
-/// must not carry (§4.2), so that it never leaks into a server's replay cache either.
+/// must not carry (§4.2), and without user info, which is no part of the HTTP target URI
+/// either: neither leaks into a server's proof logs or replay cache.
 pub fn htu(url: &url::Url) -> String {
     let mut url = url.clone();
     url.set_query(None);
     url.set_fragment(None);
+    // Fails only for URLs that cannot have user info, which then have none.
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
     url.into()
 }
 
@@ -91,6 +95,8 @@ mod tests {
     fn htu_drops_query_and_fragment() {
         let url = url::Url::parse("https://rs.example:8443/mcp?session=1#frag").unwrap();
         assert_eq!(htu(&url), "https://rs.example:8443/mcp");
+        let url = url::Url::parse("https://user:hunter2@rs.example/mcp").unwrap();
+        assert_eq!(htu(&url), "https://rs.example/mcp");
     }
 
     #[test]

@@ -33,9 +33,18 @@ pub enum OAuthError {
         "the authorization server does not advertise PKCE S256 (code_challenge_methods_supported)"
     )]
     PkceUnsupported,
-    /// An OAuth URL that is neither `https` nor a loopback `http` URL.
+    /// An OAuth URL (or the MCP endpoint) that is neither `https` nor a loopback `http` URL,
+    /// where plain `http` was not allowed ([`UrlPolicy`](super::UrlPolicy)).
     #[error("refusing an OAuth URL that is neither https nor loopback: {0}")]
     InsecureUrl(String),
+    /// A loopback URL named for a remote MCP endpoint: requesting it would let the server
+    /// reach services on this machine ([`UrlPolicy`](super::UrlPolicy)).
+    #[error("refusing a loopback URL named for a remote MCP endpoint: {0}")]
+    LoopbackUrl(String),
+    /// Machine credentials configured without the issuer they belong to, or for another
+    /// authorization server than the one the MCP server names.
+    #[error("the client's credentials are not for this authorization server: {0}")]
+    UntrustedIssuer(String),
     /// No way to identify the client to this authorization server: no pre-registered
     /// credentials for it, no client ID metadata document support, no registration endpoint.
     #[error("no client registration possible: {0}")]

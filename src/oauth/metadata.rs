@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use url::Url;
 
-use super::OAuthError;
+use super::trust::{shown, shown_url};
+use super::{OAuthError, UrlPolicy};
 
 /// A protected resource metadata document (RFC 9728): which authorization servers issue
 /// tokens for the MCP server.
@@ -75,9 +76,9 @@ pub struct AuthorizationServerMetadata {
 
 impl AuthorizationServerMetadata {
     /// The RFC 8414 §3.3 check: the document's `issuer` is identical (simple string
-    /// comparison, no normalization) to the issuer its well-known URL was built from, and the
-    /// endpoints it names are https or loopback.
-    pub fn validate(&self, expected_issuer: &str) -> Result<(), OAuthError> {
+    /// comparison, no normalization) to the issuer its well-known URL was built from, and
+    /// `policy` allows the endpoints it names.
+    pub fn validate(&self, expected_issuer: &str, policy: &UrlPolicy) -> Result<(), OAuthError> {
         if self.issuer != expected_issuer {
             return Err(OAuthError::IssuerMismatch {
                 expected: expected_issuer.to_owned(),
@@ -92,7 +93,7 @@ impl AuthorizationServerMetadata {
         .into_iter()
         .flatten()
         {
-            secure_url(endpoint)?;
+            policy.check(endpoint)?;
         }
         Ok(())
     }
@@ -102,10 +103,10 @@ impl AuthorizationServerMetadata {
     /// published): the document's `issuer` is that origin, with or without a terminating `/`
     /// (the one normalization allowed, since the origin has no canonical spelling of its
     /// empty path). The document's own `issuer` is then the one recorded for RFC 9207.
-    pub fn validate_legacy(&self, base: &str) -> Result<(), OAuthError> {
+    pub fn validate_legacy(&self, base: &str, policy: &UrlPolicy) -> Result<(), OAuthError> {
         let base = base.trim_end_matches('/');
         match self.issuer.strip_prefix(base) {
-            Some("") | Some("/") => self.validate(&self.issuer),
+            Some("") | Some("/") => self.validate(&self.issuer, policy),
             _ => Err(OAuthError::IssuerMismatch {
                 expected: base.to_owned(),
                 found: self.issuer.clone(),
@@ -171,12 +172,16 @@ pub fn protected_resource_metadata_urls(server: &Url) -> Vec<Url> {
 /// issuer with a path, RFC 8414 and OpenID Connect with the path inserted after the
 /// well-known prefix, then OpenID Connect appended to the path; for one without, RFC 8414
 /// then OpenID Connect. A terminating `/` of the issuer's path is dropped first (RFC 8414
-/// §3.1). The issuer must be an https (or loopback http) URL without query or fragment.
-pub fn authorization_server_metadata_urls(issuer: &str) -> Result<Vec<Url>, OAuthError> {
-    let url = secure_url(issuer)?;
+/// §3.1). The issuer must be a URL `policy` allows, without query or fragment.
+pub fn authorization_server_metadata_urls(
+    issuer: &str,
+    policy: &UrlPolicy,
+) -> Result<Vec<Url>, OAuthError> {
+    let url = policy.check(issuer)?;
     if url.query().is_some() || url.fragment().is_some() {
         return Err(OAuthError::Discovery(format!(
-            "issuer {issuer} has a query or fragment"
+            "issuer {} has a query or fragment",
+            shown(issuer)
         )));
     }
     let path = url.path().trim_end_matches('/');
@@ -233,9 +238,10 @@ pub fn legacy_endpoints(server: &Url) -> LegacyEndpoints {
 /// on a segment boundary (root metadata of a path-bearing endpoint names the origin). Any
 /// other resource is refused: its authorization servers are not this server's.
 pub fn check_resource(resource: &str, server: &Url) -> Result<(), OAuthError> {
+    // The server's URL as configured may carry credentials (user info, query): not shown.
     let mismatch = || OAuthError::ResourceMismatch {
         resource: resource.to_owned(),
-        server: server.as_str().to_owned(),
+        server: shown_url(server),
     };
     let parsed = Url::parse(resource).map_err(|_| mismatch())?;
     if parsed.fragment().is_some() || parsed.origin() != server.origin() {
@@ -267,15 +273,6 @@ pub fn is_secure_url(url: &Url) -> bool {
     }
 }
 
-pub(crate) fn secure_url(raw: &str) -> Result<Url, OAuthError> {
-    let url = Url::parse(raw).map_err(|_| OAuthError::InsecureUrl(raw.to_owned()))?;
-    if is_secure_url(&url) {
-        Ok(url)
-    } else {
-        Err(OAuthError::InsecureUrl(raw.to_owned()))
-    }
-}
-
 fn with_path(base: &Url, path: &str) -> Result<Url, url::ParseError> {
     let mut url = base.clone();
     url.set_query(None);
@@ -294,6 +291,15 @@ mod tests {
 
     fn strs(urls: Vec<Url>) -> Vec<String> {
         urls.into_iter().map(String::from).collect()
+    }
+
+    /// The policy of a remote MCP endpoint, and of one on this machine.
+    fn remote() -> UrlPolicy {
+        UrlPolicy::for_server(&u("https://rs.example/mcp"))
+    }
+
+    fn local() -> UrlPolicy {
+        UrlPolicy::for_server(&u("http://127.0.0.1:3000/mcp"))
     }
 
     #[test]
@@ -316,7 +322,10 @@ mod tests {
     #[test]
     fn authorization_server_metadata_orders() {
         assert_eq!(
-            strs(authorization_server_metadata_urls("https://as.example/tenant1").unwrap()),
+            strs(
+                authorization_server_metadata_urls("https://as.example/tenant1", &remote())
+                    .unwrap()
+            ),
             [
                 "https://as.example/.well-known/oauth-authorization-server/tenant1",
                 "https://as.example/.well-known/openid-configuration/tenant1",
@@ -325,7 +334,7 @@ mod tests {
         );
         for issuer in ["https://as.example", "https://as.example/"] {
             assert_eq!(
-                strs(authorization_server_metadata_urls(issuer).unwrap()),
+                strs(authorization_server_metadata_urls(issuer, &remote()).unwrap()),
                 [
                     "https://as.example/.well-known/oauth-authorization-server",
                     "https://as.example/.well-known/openid-configuration",
@@ -334,12 +343,18 @@ mod tests {
         }
         // A terminating slash of the path is not part of the insertion.
         assert_eq!(
-            strs(authorization_server_metadata_urls("https://as.example/t/").unwrap())[0],
+            strs(authorization_server_metadata_urls("https://as.example/t/", &remote()).unwrap())
+                [0],
             "https://as.example/.well-known/oauth-authorization-server/t"
         );
-        assert!(authorization_server_metadata_urls("http://as.example").is_err());
-        assert!(authorization_server_metadata_urls("https://as.example?q=1").is_err());
-        assert!(authorization_server_metadata_urls("http://127.0.0.1:9/x").is_ok());
+        assert!(authorization_server_metadata_urls("http://as.example", &remote()).is_err());
+        assert!(authorization_server_metadata_urls("https://as.example?q=1", &remote()).is_err());
+        assert!(authorization_server_metadata_urls("http://127.0.0.1:9/x", &local()).is_ok());
+        // A remote endpoint's authorization server is never on this machine.
+        assert!(matches!(
+            authorization_server_metadata_urls("http://127.0.0.1:9/x", &remote()),
+            Err(OAuthError::LoopbackUrl(_))
+        ));
     }
 
     #[test]
@@ -351,14 +366,14 @@ mod tests {
             "unknown": 1,
         }))
         .unwrap();
-        assert!(doc.validate("https://as.example").is_ok());
+        assert!(doc.validate("https://as.example", &remote()).is_ok());
         for other in [
             "https://as.example/",
             "HTTPS://as.example",
             "https://AS.example",
         ] {
             assert!(matches!(
-                doc.validate(other),
+                doc.validate(other, &remote()),
                 Err(OAuthError::IssuerMismatch { .. })
             ));
         }
@@ -367,9 +382,17 @@ mod tests {
         let mut insecure = doc.clone();
         insecure.token_endpoint = Some("http://as.example/token".into());
         assert!(matches!(
-            insecure.validate("https://as.example"),
+            insecure.validate("https://as.example", &remote()),
             Err(OAuthError::InsecureUrl(_))
         ));
+        // Endpoints on this machine, named for a remote endpoint: SSRF, refused.
+        let mut local_sink = doc.clone();
+        local_sink.registration_endpoint = Some("http://127.0.0.1:6379/register".into());
+        assert!(matches!(
+            local_sink.validate("https://as.example", &remote()),
+            Err(OAuthError::LoopbackUrl(_))
+        ));
+        assert!(local_sink.validate("https://as.example", &local()).is_ok());
     }
 
     #[test]
@@ -379,7 +402,9 @@ mod tests {
         };
         for ok in ["https://rs.example", "https://rs.example/"] {
             assert!(
-                doc(ok).validate_legacy("https://rs.example").is_ok(),
+                doc(ok)
+                    .validate_legacy("https://rs.example", &remote())
+                    .is_ok(),
                 "{ok}"
             );
         }
@@ -390,7 +415,9 @@ mod tests {
             "https://other.example",
         ] {
             assert!(
-                doc(bad).validate_legacy("https://rs.example").is_err(),
+                doc(bad)
+                    .validate_legacy("https://rs.example", &remote())
+                    .is_err(),
                 "{bad}"
             );
         }

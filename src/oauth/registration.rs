@@ -2,10 +2,12 @@
 //! pre-registered credentials, a client ID metadata document and dynamic registration, the
 //! registration request, and the token endpoint authentication method.
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use serde_json::{json, Value};
 use url::Url;
 
-use super::{is_secure_url, Secret};
+use super::{is_secure_url, OAuthError, Secret};
 
 /// A client identity at one authorization server. Credentials are bound to the issuer that
 /// issued them: a client never presents them to another authorization server.
@@ -20,6 +22,9 @@ pub struct RegisteredClient {
     pub client_secret: Option<Secret>,
     /// The `token_endpoint_auth_method` the registration settled on, if it said.
     pub token_endpoint_auth_method: Option<String>,
+    /// The redirect URI registered for this client at this authorization server. `None`:
+    /// the provider's configured one.
+    pub redirect_uri: Option<String>,
 }
 
 impl RegisteredClient {
@@ -30,7 +35,16 @@ impl RegisteredClient {
             client_id: client_id.into(),
             client_secret: None,
             token_endpoint_auth_method: None,
+            redirect_uri: None,
         }
+    }
+
+    /// With the redirect URI registered at this authorization server. One that no other
+    /// authorization server redirects to is what tells their answers apart when a server
+    /// does not send `iss` (RFC 9700 §4.4.2).
+    pub fn redirect_uri(mut self, uri: impl Into<String>) -> Self {
+        self.redirect_uri = Some(uri.into());
+        self
     }
 
     /// With a client secret.
@@ -78,6 +92,78 @@ pub fn choose_registration(
     } else {
         Registration::Unavailable
     }
+}
+
+/// The redirect URI of the authorization code flow at the authorization server `issuer`:
+/// `base` (the application's redirect URI) with a segment naming that server appended to its
+/// path, e.g. `http://127.0.0.1:8976/callback/as-1f0c9a4e2b7d5c38`.
+///
+/// With one redirect URI per authorization server, an answer always arrives where the server
+/// that produced it was told to send it; a malicious authorization server that forwards the
+/// user to an honest one (a mix-up attack) gets the honest one's code delivered to the honest
+/// one's redirect URI, which the client refuses for the flow it started with the malicious
+/// one (RFC 9700 §4.4.2). The segment is derived from the issuer (the first 64 bits of its
+/// SHA-256), so it is the same across runs and registrations. A `base` whose path cannot
+/// take a segment (`app:callback`) is returned as it is.
+pub fn redirect_uri_for(base: &str, issuer: &str) -> String {
+    let Ok(mut url) = Url::parse(base) else {
+        return base.to_owned();
+    };
+    if url.cannot_be_a_base() {
+        return base.to_owned();
+    }
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, issuer.as_bytes());
+    let tag = URL_SAFE_NO_PAD.encode(&digest.as_ref()[..8]);
+    let path = format!("{}/as-{tag}", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    url.into()
+}
+
+/// Whether `uri` may be a redirect URI (OAuth 2.1 §2.3.1, RFC 8252): no fragment; `https`;
+/// `http` only to a loopback host; or an app's private-use scheme. Never a scheme a browser
+/// would run or read locally (`javascript:`, `data:`, `file:`, …).
+pub fn check_redirect_uri(uri: &str) -> Result<(), OAuthError> {
+    let bad = |why: &str| OAuthError::Config(format!("redirect URI {uri}: {why}"));
+    let url = Url::parse(uri).map_err(|e| bad(&e.to_string()))?;
+    if url.fragment().is_some() {
+        return Err(bad("a redirect URI has no fragment"));
+    }
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if is_secure_url(&url) => Ok(()),
+        "http" => Err(bad("plain http only to a loopback host")),
+        "javascript" | "data" | "file" | "vbscript" | "about" | "blob" | "ftp" | "ws" | "wss" => {
+            Err(bad("not a scheme a redirect may use"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `url` may be a client ID metadata document URL (the document's `client_id`):
+/// `https`, with a path beyond `/`, without fragment, user info or dot segments.
+pub fn check_client_metadata_document(url: &str) -> Result<(), OAuthError> {
+    let bad = |why: &str| OAuthError::Config(format!("client metadata document URL {url}: {why}"));
+    let parsed = Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+    if parsed.scheme() != "https" {
+        return Err(bad("must be https"));
+    }
+    if parsed.path() == "/" {
+        return Err(bad("must have a path"));
+    }
+    if parsed.fragment().is_some() || !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad("no fragment and no user info"));
+    }
+    // The parser resolves `.` and `..`: the URL would no longer be the one written, and the
+    // `client_id` must be byte for byte the document's.
+    let path = url.split(['?', '#']).next().unwrap_or_default();
+    let dot_segment = |segment: &str| {
+        let decoded = segment.to_ascii_lowercase().replace("%2e", ".");
+        decoded == "." || decoded == ".."
+    };
+    if path.split('/').any(dot_segment) {
+        return Err(bad("no dot segments"));
+    }
+    Ok(())
 }
 
 /// How the client authenticates to the token endpoint.
@@ -268,6 +354,72 @@ mod tests {
             select_token_endpoint_auth(Some("client_secret_basic"), false, Some(&basic)),
             NONE
         );
+    }
+
+    #[test]
+    fn a_redirect_uri_per_authorization_server() {
+        let base = "http://127.0.0.1:8976/callback";
+        let a = redirect_uri_for(base, "https://as-a.example");
+        let b = redirect_uri_for(base, "https://as-b.example");
+        assert_ne!(a, b);
+        assert!(a.starts_with("http://127.0.0.1:8976/callback/as-"), "{a}");
+        assert_eq!(a, redirect_uri_for(base, "https://as-a.example"), "stable");
+        assert_eq!(
+            redirect_uri_for("http://127.0.0.1:8976/callback/", "https://as-a.example"),
+            a
+        );
+        assert!(
+            redirect_uri_for("com.example.app:/cb", "https://as-a.example")
+                .starts_with("com.example.app:/cb/as-")
+        );
+        assert_eq!(redirect_uri_for("app:cb", "https://as-a.example"), "app:cb");
+        assert!(check_redirect_uri(&a).is_ok());
+    }
+
+    #[test]
+    fn redirect_uris_and_metadata_document_urls_are_checked() {
+        for ok in [
+            "https://app.example/cb",
+            "http://127.0.0.1:3/cb",
+            "http://localhost/cb",
+            "http://[::1]:8/cb",
+            "com.example.app:/oauth2redirect",
+        ] {
+            assert!(check_redirect_uri(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://app.example/cb",
+            "https://app.example/cb#x",
+            "javascript:alert(1)",
+            "data:text/html,x",
+            "file:///tmp/cb",
+            "not a url",
+        ] {
+            assert!(
+                matches!(check_redirect_uri(bad), Err(OAuthError::Config(_))),
+                "{bad}"
+            );
+        }
+        assert!(check_client_metadata_document("https://app.example/oauth/client.json").is_ok());
+        for bad in [
+            "http://app.example/client.json",
+            "https://app.example",
+            "https://app.example/",
+            "https://app.example/client.json#x",
+            "https://user:pw@app.example/client.json",
+            "https://app.example/a/../client.json",
+            "https://app.example/./client.json",
+            "https://app.example/a/%2E%2e/client.json",
+            "not a url",
+        ] {
+            assert!(
+                matches!(
+                    check_client_metadata_document(bad),
+                    Err(OAuthError::Config(_))
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

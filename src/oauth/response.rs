@@ -1,8 +1,9 @@
-//! The checks on an authorization response (the redirect back to the client): RFC 9207's
-//! `iss`, then `state`, then the code or the error.
+//! The checks on an authorization response (the redirect back to the client): where it
+//! arrived, RFC 9207's `iss`, then `state`, then the code or the error.
 
 use url::Url;
 
+use super::trust::{shown, shown_url};
 use super::OAuthError;
 
 /// What the client recorded before sending the user to the authorization endpoint.
@@ -16,6 +17,9 @@ pub struct ExpectedResponse<'a> {
     pub issuer: &'a str,
     /// The metadata's `authorization_response_iss_parameter_supported`.
     pub iss_parameter_supported: bool,
+    /// The redirect URI the request named: the response must have arrived there (scheme,
+    /// host, port and path). `None`: not checked.
+    pub redirect_uri: Option<&'a str>,
 }
 
 impl<'a> ExpectedResponse<'a> {
@@ -25,13 +29,25 @@ impl<'a> ExpectedResponse<'a> {
             state,
             issuer,
             iss_parameter_supported,
+            redirect_uri: None,
         }
+    }
+
+    /// The response must have arrived at `redirect_uri`, the one the request named: with a
+    /// redirect URI per authorization server ([`redirect_uri_for`](super::redirect_uri_for)),
+    /// an answer that another authorization server sent to its own is refused (the mix-up
+    /// defence of RFC 9700 §4.4.2 for servers without `iss`).
+    pub fn redirect_uri(mut self, redirect_uri: &'a str) -> Self {
+        self.redirect_uri = Some(redirect_uri);
+        self
     }
 }
 
 /// The authorization code of the redirect `response`, once it passed every check, in this
 /// order:
 ///
+/// 0. When [`ExpectedResponse::redirect_uri`] is set, the response arrived there: same
+///    scheme, host, port and path. Nothing else in it is read otherwise.
 /// 1. `iss` (RFC 9207 §2.4 as the specification profiles it): when present it must equal the
 ///    recorded issuer by simple string comparison, whether or not the server advertised it
 ///    (no normalization: a trailing `/` is a mismatch); when absent the response is refused
@@ -43,6 +59,16 @@ pub fn authorization_code(
     response: &Url,
     expected: &ExpectedResponse<'_>,
 ) -> Result<String, OAuthError> {
+    if let Some(redirect_uri) = expected.redirect_uri {
+        let arrived_there = Url::parse(redirect_uri).is_ok_and(|r| same_endpoint(&r, response));
+        if !arrived_there {
+            return Err(OAuthError::AuthorizationResponse(format!(
+                "the response arrived at {}, not at this request's redirect URI {}: another authorization server's answer",
+                shown_url(response),
+                shown(redirect_uri)
+            )));
+        }
+    }
     let mut iss = None;
     let mut state = None;
     let mut code = None;
@@ -92,6 +118,14 @@ pub fn authorization_code(
     }
     code.filter(|c| !c.is_empty())
         .ok_or_else(|| OAuthError::AuthorizationResponse("no code in the response".into()))
+}
+
+/// Whether `a` and `b` are the same endpoint: scheme, host, port and path.
+pub(crate) fn same_endpoint(a: &Url, b: &Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
+        && a.path() == b.path()
 }
 
 #[cfg(test)]
@@ -149,6 +183,29 @@ mod tests {
         assert!(!e.to_string().contains("access_denied"));
         assert!(check("state=s1", false).is_err());
         assert!(check("code=a&code=b&state=s1", false).is_err());
+    }
+
+    #[test]
+    fn the_response_must_arrive_at_the_requests_redirect_uri() {
+        let mine = "http://127.0.0.1:9/callback/as-1";
+        let expected = ExpectedResponse::new("s1", ISSUER, false).redirect_uri(mine);
+        let at = |url: &str| authorization_code(&Url::parse(url).unwrap(), &expected);
+        assert_eq!(at(&format!("{mine}?code=c&state=s1")).unwrap(), "c");
+        // Another authorization server's redirect URI: refused before the code is read,
+        // whatever the state says.
+        for other in [
+            "http://127.0.0.1:9/callback/as-2?code=c&state=s1",
+            "http://127.0.0.1:9/callback?code=c&state=s1",
+            "http://127.0.0.1:10/callback/as-1?code=c&state=s1",
+            "https://127.0.0.1:9/callback/as-1?code=c&state=s1",
+            "http://localhost:9/callback/as-1?code=c&state=s1",
+        ] {
+            let err = at(other).unwrap_err();
+            assert!(
+                matches!(err, OAuthError::AuthorizationResponse(ref m) if m.contains("redirect URI")),
+                "{other}: {err}"
+            );
+        }
     }
 
     fn urlencode(s: &str) -> String {

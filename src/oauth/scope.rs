@@ -1,8 +1,22 @@
 //! Which scopes to ask for: the specification's selection strategy, the step-up union and
 //! `offline_access`.
+//!
+//! Scope lists come from servers (a challenge's `scope`, a metadata document's
+//! `scopes_supported`, a token response's `scope`): at most the first [`MAX_SCOPE_ITEMS`]
+//! items of each are looked at, in linear time, and at most [`MAX_SCOPES`] distinct ones kept.
+
+use std::collections::HashSet;
 
 /// The scope that asks an authorization server for a refresh token (OpenID Connect).
 pub const OFFLINE_ACCESS: &str = "offline_access";
+
+/// The most distinct scopes kept from one list; the rest is dropped. A server asking for
+/// more is not asking for anything a user could review.
+pub const MAX_SCOPES: usize = 256;
+
+/// The most items of one scope list looked at (repeats included): whatever a server sends,
+/// reading it costs a bounded time.
+pub const MAX_SCOPE_ITEMS: usize = 4096;
 
 /// The scopes of a first authorization, in the specification's order of preference: the
 /// `scope` of the server's `WWW-Authenticate` challenge; else every scope of the protected
@@ -14,7 +28,12 @@ pub fn select_initial_scopes(
 ) -> Vec<String> {
     match challenge_scope.map(split).filter(|s| !s.is_empty()) {
         Some(scopes) => scopes,
-        None => dedup(scopes_supported.unwrap_or_default().iter().cloned()),
+        None => dedup(
+            scopes_supported
+                .unwrap_or_default()
+                .iter()
+                .map(String::as_str),
+        ),
     }
 }
 
@@ -43,16 +62,32 @@ pub fn union(previous: &[String], challenged: Option<&str>) -> Vec<String> {
     dedup(
         previous
             .iter()
-            .cloned()
-            .chain(challenged.map(split).unwrap_or_default()),
+            .map(String::as_str)
+            .chain(challenged.unwrap_or_default().split_whitespace()),
     )
 }
 
-/// Whether `granted` includes every scope of `required` (space-separated).
+/// Whether `granted` includes every scope of `required` (space-separated). A `required` list
+/// longer than [`MAX_SCOPE_ITEMS`] is never covered (it cannot be checked in bounded time),
+/// and only the first [`MAX_SCOPE_ITEMS`] granted scopes count.
 pub fn covers(granted: &[String], required: Option<&str>) -> bool {
-    split(required.unwrap_or_default())
+    let granted: HashSet<&str> = granted
         .iter()
-        .all(|r| granted.iter().any(|g| g == r))
+        .take(MAX_SCOPE_ITEMS)
+        .map(String::as_str)
+        .collect();
+    let mut required = required.unwrap_or_default().split_whitespace();
+    required
+        .by_ref()
+        .take(MAX_SCOPE_ITEMS)
+        .all(|r| granted.contains(r))
+        && required.next().is_none()
+}
+
+/// The scopes of a server-supplied list (`scopes_supported`, a token response's scopes),
+/// without repeats or empty ones, at most [`MAX_SCOPES`].
+pub fn bounded(scopes: &[String]) -> Vec<String> {
+    dedup(scopes.iter().map(String::as_str))
 }
 
 /// The `scope` parameter for `scopes`: space-separated, or `None` (left out) when empty.
@@ -60,15 +95,23 @@ pub fn scope_param(scopes: &[String]) -> Option<String> {
     (!scopes.is_empty()).then(|| scopes.join(" "))
 }
 
+/// The scopes of a space-separated `scope` value, as [`bounded`] keeps them.
 pub(crate) fn split(scope: &str) -> Vec<String> {
-    dedup(scope.split_whitespace().map(str::to_owned))
+    dedup(scope.split_whitespace())
 }
 
-fn dedup(items: impl Iterator<Item = String>) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for item in items {
-        if !item.is_empty() && !out.contains(&item) {
-            out.push(item);
+/// The first [`MAX_SCOPES`] distinct non-empty items among the first [`MAX_SCOPE_ITEMS`], in
+/// order; linear in them (a hashed set, its keys random per process, so that chosen names
+/// cannot make it slow).
+fn dedup<'a>(items: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for item in items.take(MAX_SCOPE_ITEMS) {
+        if out.len() == MAX_SCOPES {
+            break;
+        }
+        if !item.is_empty() && seen.insert(item) {
+            out.push(item.to_owned());
         }
     }
     out
@@ -137,5 +180,37 @@ mod tests {
         assert!(covers(&v(&["a", "b"]), Some("b a")));
         assert!(!covers(&v(&["a"]), Some("a b")));
         assert!(covers(&v(&["a"]), None));
+    }
+
+    /// 200,000 scopes (a 401's `scope`, a metadata document's `scopes_supported`) are read
+    /// in well under 100 ms (unoptimized), and kept to the cap; before, each was compared
+    /// with every one kept so far (quadratic: seconds).
+    #[test]
+    fn huge_scope_lists_are_linear_and_capped() {
+        let distinct: Vec<String> = (0..200_000).map(|i| format!("scope:{i}")).collect();
+        let header = distinct.join(" ");
+        // The same scope over and over never reaches the cap: every item is looked at.
+        let repeated = vec!["same".to_owned(); 200_000];
+        let started = std::time::Instant::now();
+        let from_challenge = select_initial_scopes(Some(&header), None);
+        let from_metadata = select_initial_scopes(None, Some(&distinct));
+        let from_repeats = select_initial_scopes(None, Some(&repeated));
+        let unioned = union(&from_metadata, Some(&header));
+        let covered = covers(&distinct, Some(&header));
+        let covered_by_what_was_asked = covers(&from_challenge, Some(&header));
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < std::time::Duration::from_millis(100),
+            "{elapsed:?}"
+        );
+        assert_eq!(from_challenge.len(), MAX_SCOPES);
+        assert_eq!(from_challenge[0], "scope:0");
+        assert_eq!(from_metadata, from_challenge);
+        assert_eq!(from_repeats, v(&["same"]));
+        assert_eq!(unioned.len(), MAX_SCOPES);
+        // Too long to check in bounded time: not covered, whatever was granted.
+        assert!(!covered && !covered_by_what_was_asked);
+        assert!(covers(&from_challenge, Some("scope:0 scope:255")));
+        assert_eq!(bounded(&repeated), v(&["same"]));
     }
 }

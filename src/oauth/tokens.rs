@@ -4,6 +4,18 @@ use std::time::{Duration, SystemTime};
 
 use super::Secret;
 
+/// The longest lifetime an `expires_in` is taken at: one year. A server may say more (any
+/// `u64` of seconds is valid JSON), and [`SystemTime`] cannot represent every such instant;
+/// a token is renewed after a year at the latest, whatever it claimed.
+pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// When a token granted at `now` with `expires_in` expires: `expires_in` capped at
+/// [`MAX_TOKEN_LIFETIME`], so that no answer of a server makes the instant overflow. `None`
+/// only on a clock so far in the future that a year more cannot be represented.
+pub fn token_expiry(now: SystemTime, expires_in: Duration) -> Option<SystemTime> {
+    now.checked_add(expires_in.min(MAX_TOKEN_LIFETIME))
+}
+
 /// The tokens one grant produced, with what they are bound to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -40,9 +52,10 @@ impl TokenSet {
     }
 
     /// Whether the access token expires within `margin` of `now` (a token without an expiry
-    /// never does).
+    /// never does; every token does within a margin too large to add to `now`).
     pub fn expires_within(&self, now: SystemTime, margin: Duration) -> bool {
-        self.expires_at.is_some_and(|at| at <= now + margin)
+        self.expires_at
+            .is_some_and(|at| now.checked_add(margin).is_none_or(|limit| at <= limit))
     }
 }
 
@@ -59,5 +72,22 @@ mod tests {
         assert!(t.expires_within(now, Duration::from_secs(60)));
         assert!(!t.expires_within(now, Duration::from_secs(10)));
         assert_eq!(format!("{:?}", t.access_token), "<redacted>");
+        // A margin past what the clock can represent: every expiry is within it.
+        assert!(t.expires_within(now, Duration::MAX));
+    }
+
+    #[test]
+    fn any_expires_in_is_an_instant() {
+        let now = SystemTime::now();
+        let at = token_expiry(now, Duration::from_secs(u64::MAX)).unwrap();
+        assert_eq!(at, now + MAX_TOKEN_LIFETIME);
+        assert_eq!(
+            token_expiry(now, Duration::from_secs(60)),
+            Some(now + Duration::from_secs(60))
+        );
+        assert_eq!(
+            token_expiry(now, Duration::MAX),
+            Some(now + MAX_TOKEN_LIFETIME)
+        );
     }
 }

@@ -137,9 +137,28 @@ impl HeadFacts {
 /// The challenge of a response refusing the credentials: any 401, and a 403 whose
 /// `WWW-Authenticate` asks for more scope (a plain 403 is an ordinary refusal).
 pub(crate) fn auth_challenge(status: u16, headers: &HeaderMap) -> Option<AuthChallenge> {
-    let header = headers
-        .get(http::header::WWW_AUTHENTICATE)
-        .and_then(|v| v.to_str().ok());
+    if status != 401 && status != 403 {
+        return None;
+    }
+    // A server may send each challenge in a field of its own (RFC 9110 §11.6.1): they are
+    // one list, read together.
+    let mut fields = headers
+        .get_all(http::header::WWW_AUTHENTICATE)
+        .iter()
+        .filter_map(|v| v.to_str().ok());
+    let first = fields.next();
+    let joined = match fields.next() {
+        None => first.map(std::borrow::Cow::Borrowed),
+        Some(second) => {
+            let mut all = [first.unwrap_or_default(), second].join(", ");
+            for field in fields {
+                all.push_str(", ");
+                all.push_str(field);
+            }
+            Some(std::borrow::Cow::Owned(all))
+        }
+    };
+    let header = joined.as_deref();
     match status {
         401 => Some(AuthChallenge::parse(status, header)),
         403 if header.is_some_and(|h| h.contains("insufficient_scope")) => {
@@ -415,6 +434,40 @@ mod tests {
                 retry_after: Some(Duration::from_secs(1))
             }
         );
+    }
+
+    #[test]
+    fn every_www_authenticate_field_is_read() {
+        // One challenge per field: the Bearer one (with the metadata URL) is the second.
+        let mut headers = HeaderMap::new();
+        headers.append(
+            http::header::WWW_AUTHENTICATE,
+            r#"Basic realm="legacy""#.parse().unwrap(),
+        );
+        headers.append(
+            http::header::WWW_AUTHENTICATE,
+            r#"Bearer resource_metadata="https://rs.example/prm""#
+                .parse()
+                .unwrap(),
+        );
+        let challenge = auth_challenge(401, &headers).unwrap();
+        assert_eq!(challenge.scheme.as_deref(), Some("Bearer"));
+        assert_eq!(
+            challenge.resource_metadata.as_deref(),
+            Some("https://rs.example/prm")
+        );
+        // A 403 whose scope challenge is in a later field is about credentials too.
+        let mut headers = HeaderMap::new();
+        headers.append(http::header::WWW_AUTHENTICATE, "Basic".parse().unwrap());
+        headers.append(
+            http::header::WWW_AUTHENTICATE,
+            r#"Bearer error="insufficient_scope", scope="b""#.parse().unwrap(),
+        );
+        assert_eq!(
+            auth_challenge(403, &headers).and_then(|c| c.scope),
+            Some("b".to_owned())
+        );
+        assert!(auth_challenge(500, &headers).is_none());
     }
 
     #[test]

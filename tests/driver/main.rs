@@ -27,6 +27,7 @@ mod modern_mrtr_stream_end;
 mod never_a_hang;
 mod oauth_extensions;
 mod oauth_flows;
+mod oauth_trust;
 mod probe_session;
 mod seed_scenarios;
 mod typed_cluster;

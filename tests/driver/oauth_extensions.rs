@@ -22,7 +22,9 @@ use mcp_resume::client::oauth::{
     ClientCredentials, DpopKey, HeadlessAuthorizer, IdentityAssertion, OAuth, OAuthProvider,
     WorkloadIdentity,
 };
-use mcp_resume::{Client, Era, ErrorKind, ReconnectPolicy, ToolCall};
+use mcp_resume::{
+    AuthChallenge, Client, Era, ErrorKind, ReconnectPolicy, TokenProvider, TokenRequest, ToolCall,
+};
 use serde_json::{json, Value};
 use support::*;
 use tokio::net::TcpListener;
@@ -572,6 +574,58 @@ async fn without_dpop_at_the_authorization_server_tokens_stay_bearer() {
     }
 }
 
+/// A DPoP-bound token replaced while a request may still be on its way with it (a refusal
+/// made the provider authorize again, or `sign_out` forgot it) is presented as `DPoP` with a
+/// proof, like the token that replaced it: never downgraded to `Bearer`.
+#[tokio::test]
+async fn a_replaced_dpop_token_is_never_presented_as_bearer() {
+    let (listener, url, auth) = servers(AsConfig {
+        dpop: true,
+        ..AsConfig::default()
+    })
+    .await;
+    let as_url = auth.url.clone();
+    let _server = TestServer::start_on(listener, move |req| match dpop_token(req) {
+        Some(token) if token.starts_with("access-") => default_reply(req),
+        _ => unauthorized(&as_url, "DPoP"),
+    });
+    let provider = code_flow(&DpopKey::generate().unwrap());
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    let mut ask = TokenRequest::default();
+    ask.url = Some(url.clone());
+    let first = guarded(provider.credential(ask.clone()))
+        .await
+        .unwrap()
+        .unwrap();
+    // The server refuses it: the provider authorizes again, for another bound token.
+    let mut refused = ask;
+    let challenge = format!(
+        r#"DPoP error="invalid_token", resource_metadata="{}/prm""#,
+        auth.url
+    );
+    refused.challenge = Some(AuthChallenge::parse(401, Some(&challenge)));
+    refused.refused_token = Some(first.clone());
+    let second = guarded(provider.credential(refused)).await.unwrap();
+    assert_ne!(Some(&first), second.as_ref());
+    let mcp = reqwest::Url::parse(&url).unwrap();
+    let dpop = |token: &str| {
+        provider
+            .present(token, &Method::POST, &mcp)
+            .unwrap()
+            .is_dpop()
+    };
+    assert!(dpop(&first), "the replaced token");
+    guarded(provider.sign_out()).await.unwrap();
+    assert!(
+        dpop(&first) && dpop(second.as_deref().unwrap()),
+        "after sign_out"
+    );
+    // A token this provider never handed out is not presented as Bearer either.
+    assert!(dpop("access-unknown"));
+    assert_eq!(auth.calls("/token").len(), 2);
+}
+
 fn bearer_server(listener: TcpListener, auth: &AuthServer) -> TestServer {
     let as_url = auth.url.clone();
     TestServer::start_on(listener, move |req| match req.header("authorization") {
@@ -587,7 +641,7 @@ async fn workload_identity_is_the_jwt_bearer_grant() {
     let (listener, url, auth) = servers(AsConfig::default()).await;
     let server = bearer_server(listener, &auth);
     let provider = OAuth::builder()
-        .client_credentials(ClientCredentials::public("workload-1"))
+        .client_credentials(ClientCredentials::public("workload-1").issuer(&auth.url))
         .workload_identity(WorkloadIdentity::from_fn(|| Ok("workload-jwt".to_owned())))
         .build()
         .unwrap();
@@ -620,7 +674,7 @@ async fn a_refused_workload_assertion_is_not_retried() {
     .await;
     let _server = bearer_server(listener, &auth);
     let provider = OAuth::builder()
-        .client_credentials(ClientCredentials::public("workload-1"))
+        .client_credentials(ClientCredentials::public("workload-1").issuer(&auth.url))
         .workload_identity(WorkloadIdentity::token("workload-jwt"))
         .build()
         .unwrap();
@@ -647,7 +701,7 @@ async fn enterprise_authorization_exchanges_then_presents_the_grant() {
     let idp = IdentityAssertion::new(format!("{}/idp/token", auth.url), "user-id-token")
         .client_id("idp-client");
     let provider = OAuth::builder()
-        .client_credentials(ClientCredentials::secret("mcp-client", "s3cret"))
+        .client_credentials(ClientCredentials::secret("mcp-client", "s3cret").issuer(&auth.url))
         .identity_assertion(idp)
         .build()
         .unwrap();
@@ -704,7 +758,7 @@ async fn a_refused_enterprise_id_token_is_not_exchanged_again() {
         .await;
         let _server = bearer_server(listener, &auth);
         let provider = OAuth::builder()
-            .client_credentials(ClientCredentials::secret("mcp-client", "s3cret"))
+            .client_credentials(ClientCredentials::secret("mcp-client", "s3cret").issuer(&auth.url))
             .identity_assertion(IdentityAssertion::new(
                 format!("{}/idp/token", auth.url),
                 id_token,
@@ -729,7 +783,7 @@ fn assertion_grants_need_client_credentials() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
     let err = OAuth::builder()
-        .client_credentials(ClientCredentials::public("c"))
+        .client_credentials(ClientCredentials::public("c").issuer("https://as.example"))
         .identity_assertion(IdentityAssertion::new("http://idp.example/token", "t"))
         .build()
         .unwrap_err();

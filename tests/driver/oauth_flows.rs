@@ -478,6 +478,34 @@ fn bad_configurations_are_refused_up_front() {
         .build()
         .unwrap_err();
     assert_eq!(bad_redirect.kind(), ErrorKind::InvalidConfig);
+    // Redirect URIs a code must not travel to: plain http off loopback, schemes a browser
+    // runs or reads locally.
+    for redirect in [
+        "http://agent.example/callback",
+        "javascript:alert(1)",
+        "file:///tmp/callback",
+    ] {
+        let err = OAuth::builder()
+            .authorizer(HeadlessAuthorizer::new())
+            .redirect_uri(redirect)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{redirect}");
+    }
+    // A client ID metadata document URL is https, with a path, nothing to normalize away.
+    for document in [
+        "http://agent.example/client.json",
+        "https://agent.example",
+        "https://agent.example/a/../client.json",
+        "https://agent.example/client.json#x",
+    ] {
+        let err = OAuth::builder()
+            .authorizer(HeadlessAuthorizer::new())
+            .client_metadata_document(document)
+            .build()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{document}");
+    }
     for (pem, algorithm) in [
         ("garbage", "ES256"),
         ("garbage", "HS256"),
@@ -488,7 +516,7 @@ fn bad_configurations_are_refused_up_front() {
     }
     // A machine client needs no authorizer.
     let machine = OAuth::builder()
-        .client_credentials(ClientCredentials::secret("id", "secret"))
+        .client_credentials(ClientCredentials::secret("id", "secret").issuer("https://as.example"))
         .build();
     assert!(machine.is_ok());
 }

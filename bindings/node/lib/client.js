@@ -5,6 +5,7 @@ import { handlerOptions } from "./handlers.js";
 import { NativeClient } from "./native.js";
 import { withSignal } from "./signal.js";
 import { iterate } from "./streams.js";
+import { refuseUnsupported } from "./unsupported.js";
 
 /** A resume-aware MCP client for one Streamable HTTP endpoint. */
 export class Client {
@@ -13,9 +14,12 @@ export class Client {
   /**
    * Checks the options and builds the client (throws InvalidConfigError); touches no
    * network. Handlers (`onSampling`, `onElicitation`, `onRoots`) declare their capability at
-   * `initialize`.
+   * `initialize`. The TypeScript SDK's `authProvider` (no OAuth here: pass `bearerToken`),
+   * `requestInit`, `fetch`, `reconnectionOptions` and `sessionId` throw InvalidConfigError
+   * rather than be ignored.
    */
   constructor(url, options = {}) {
+    refuseUnsupported(options);
     this.#native = new NativeClient(String(url), options, handlerOptions(options));
   }
 

@@ -4,6 +4,7 @@
 // JSON-RPC cannot say arrives as a JSON-RPC error with `data.kind` ("outcome_unknown", …).
 import { NativeBridge } from "./native.js";
 import { iterate } from "./streams.js";
+import { refuseUnsupported } from "./unsupported.js";
 
 /** `await client.connect(new ResumeTransport(url, options))`. */
 export class ResumeTransport {
@@ -23,9 +24,12 @@ export class ResumeTransport {
   /**
    * A transport to `url`. Options: those of `Client` (`era`, `reconnect`, `resendPolicy`,
    * `callTimeout`, `headers`, `bearerToken`, …) and `trustToolAnnotations`, `capacity`;
-   * touches no network until the host sends `initialize`.
+   * touches no network until the host sends `initialize`. The TypeScript SDK transport's
+   * `authProvider` (no OAuth here: pass `bearerToken`), `requestInit`, `fetch`,
+   * `reconnectionOptions` and `sessionId` throw InvalidConfigError rather than be ignored.
    */
   constructor(url, options = {}) {
+    refuseUnsupported(options);
     this.#bridge = new NativeBridge(String(url), options, options);
   }
 

@@ -14,6 +14,7 @@ import {
   MissingCapabilityError,
   OutcomeUnknownError,
   ProtocolError,
+  ResumeTransport,
   RpcError,
   SessionLostError,
   TooLargeError,
@@ -66,6 +67,19 @@ describe("errors: one class per kind, each what really happened", () => {
     assert.throws(() => new Client("ftp://example.com/mcp"), InvalidConfigError);
     // A value of the wrong type is napi's conversion error, naming the option.
     assert.throws(() => new Client("http://127.0.0.1:1/mcp", { callTimeout: "soon" }), /ClientOptions\.callTimeout/);
+  });
+
+  test("the TypeScript SDK's authProvider is refused, not ignored (no OAuth here)", () => {
+    const authProvider = { tokens: async () => ({ access_token: "t", token_type: "Bearer" }) };
+    for (const make of [
+      () => new Client("http://127.0.0.1:1/mcp", { authProvider }),
+      () => new ResumeTransport("http://127.0.0.1:1/mcp", { authProvider }),
+    ]) {
+      assert.throws(make, (e) => e instanceof InvalidConfigError && /authProvider.*bearerToken/.test(e.message));
+    }
+    for (const name of ["requestInit", "fetch", "reconnectionOptions", "sessionId"]) {
+      assert.throws(() => new Client("http://127.0.0.1:1/mcp", { [name]: {} }), InvalidConfigError, name);
+    }
   });
 
   test("transport: nothing listens", async () => {

@@ -197,6 +197,13 @@ impl RawClient {
         token_provider: Option<Py<PyAny>>,
         oauth: Option<PyRef<'_, PyOAuth>>,
     ) -> PyResult<Self> {
+        if token_provider.is_some() && oauth.is_some() {
+            // Both would answer for the Authorization header; one would silently lose.
+            return Err(errors::invalid_config(
+                py,
+                "token_provider and oauth both supply the Authorization header: choose one",
+            ));
+        }
         let handlers = Arc::new(Handlers::default());
         for (kind, callback) in [
             (Kind::ServerRequest, on_server_request),

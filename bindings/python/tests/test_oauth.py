@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mcp_resume import Client, OAuth
+from mcp_resume import Client, InvalidConfigError, OAuth
 from oauth_server import (
     CLIENT_ID,
     CLIENT_SECRET,
@@ -45,7 +45,7 @@ async def test_client_credentials(
 ) -> None:
     server = scripted("legacy")
     protect(server, auth)
-    oauth = OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET)
+    oauth = OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET, issuer=auth.url)
     async with Client(server.url, era="legacy", open_listen_stream=False, oauth=oauth) as client:
         result = await client.call_tool("echo", {"text": "machine"})
     assert result.text == "machine"
@@ -67,7 +67,7 @@ async def test_client_credentials_with_dpop(
     protect(server, auth)
     if offered:
         auth.dpop_algs = ["ES256"]
-    oauth = OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET, dpop=True)
+    oauth = OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET, issuer=auth.url, dpop=True)
     async with Client(server.url, era="legacy", open_listen_stream=False, oauth=oauth) as client:
         result = await client.call_tool("echo", {"text": "bound"})
         assert (await client.call_tool("echo", {"text": "again"})).text == "again"
@@ -97,8 +97,8 @@ async def test_workload_identity(
 ) -> None:
     server = scripted("legacy")
     protect(server, auth)
-    oauth = OAuth.workload_identity("workload-1", WORKLOAD_TOKEN)
-    assert repr(oauth) == 'OAuth.workload_identity(client_id="workload-1")'
+    oauth = OAuth.workload_identity("workload-1", WORKLOAD_TOKEN, issuer=auth.url)
+    assert repr(oauth) == f'OAuth.workload_identity(client_id="workload-1", issuer="{auth.url}")'
     async with Client(server.url, era="legacy", open_listen_stream=False, oauth=oauth) as client:
         result = await client.call_tool("echo", {"text": "workload"})
     assert result.text == "workload"
@@ -113,7 +113,12 @@ async def test_identity_assertion(
     server = scripted("legacy")
     protect(server, auth)
     oauth = OAuth.identity_assertion(
-        CLIENT_ID, CLIENT_SECRET, f"{auth.url}/idp/token", ID_TOKEN, idp_client_id="idp-app"
+        CLIENT_ID,
+        CLIENT_SECRET,
+        f"{auth.url}/idp/token",
+        ID_TOKEN,
+        issuer=auth.url,
+        idp_client_id="idp-app",
     )
     async with Client(server.url, era="legacy", open_listen_stream=False, oauth=oauth) as client:
         result = await client.call_tool("echo", {"text": "enterprise"})
@@ -172,3 +177,39 @@ async def test_a_refused_authorization_fails_the_call_explicitly(
         await client.connect()
     assert type(raised.value).__name__ in ("UnauthorizedError", "McpTimeoutError", "TransportError")
     assert server.requests("tools/call") == []
+
+
+async def test_machine_credentials_go_only_to_their_issuer(
+    scripted: Callable[..., ScriptedServer], auth: AuthServer
+) -> None:
+    # Without the issuer, the MCP server would decide who receives the secret or the token.
+    for build in (
+        lambda: OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET),
+        lambda: OAuth.workload_identity("workload-1", WORKLOAD_TOKEN),
+        lambda: OAuth.identity_assertion(CLIENT_ID, CLIENT_SECRET, f"{auth.url}/idp/token", ID_TOKEN),
+    ):
+        with pytest.raises(InvalidConfigError, match="issuer"):
+            build()
+    # Bound to another authorization server than the one the MCP server names: nothing is
+    # sent anywhere.
+    server = scripted("legacy")
+    protect(server, auth)
+    oauth = OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET, issuer="https://as.example")
+    client = Client(
+        server.url, era="legacy", open_listen_stream=False, oauth=oauth, call_timeout=5.0
+    )
+    with pytest.raises(Exception) as raised:
+        await client.connect()
+    assert type(raised.value).__name__ == "UnauthorizedError"
+    assert auth.grants == [] and auth.forms == []
+    # The explicit opt-out trusts whichever server is named.
+    trusting = OAuth.client_credentials(
+        CLIENT_ID, CLIENT_SECRET, dangerous_trust_discovered_issuer=True
+    )
+    assert repr(trusting) == f'OAuth.client_credentials(client_id="{CLIENT_ID}")'
+
+
+def test_oauth_and_a_token_provider_are_one_too_many() -> None:
+    oauth = OAuth.client_credentials(CLIENT_ID, CLIENT_SECRET, issuer="https://as.example")
+    with pytest.raises(InvalidConfigError, match="choose one"):
+        Client("http://127.0.0.1:1/mcp", oauth=oauth, token_provider=lambda request: "t")

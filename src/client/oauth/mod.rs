@@ -2,6 +2,12 @@
 //! the server's authorization server, registers, runs the OAuth 2.1 flows and keeps the
 //! tokens fresh. The checks it relies on are pure functions in [`crate::oauth`].
 //!
+//! The MCP server names the authorization server; what that lets it do is bounded: machine
+//! credentials go only to their [`ClientCredentials::issuer`], a remote server cannot send
+//! the client to loopback URLs, nothing goes over plain http off loopback, every redirect
+//! answer must arrive at its own authorization server's redirect URI (see
+//! [`crate::oauth::UrlPolicy`] and the `dangerous_` switches of [`OAuthBuilder`]).
+//!
 //! The authorization extensions, each off by default: DPoP-bound tokens
 //! ([`OAuthBuilder::dpop`] with a [`DpopKey`]), enterprise-managed authorization
 //! ([`OAuthBuilder::identity_assertion`] with an [`IdentityAssertion`]) and workload identity

@@ -12,11 +12,12 @@ use crate::auth::AuthChallenge;
 use crate::client::auth::{Presentation, TokenProvider, TokenRequest};
 use crate::error::{Error, ErrorKind};
 use crate::oauth::{
-    authorization_server_metadata_urls, check_resource, choose_registration, covers,
-    legacy_authorization_base, legacy_endpoints, offline_access, protected_resource_metadata_urls,
-    scope_param, select_initial_scopes, select_token_endpoint_auth, union,
+    authorization_server_metadata_urls, check_client_metadata_document, check_redirect_uri,
+    check_resource, choose_registration, covers, legacy_authorization_base, legacy_endpoints,
+    offline_access, protected_resource_metadata_urls, redirect_uri_for, scope_param,
+    select_initial_scopes, select_token_endpoint_auth, shown, shown_url, union,
     AuthorizationServerMetadata, OAuthError, ProtectedResourceMetadata, RegisteredClient,
-    Registration, Secret, TokenEndpointAuth, TokenSet, USE_DPOP_NONCE,
+    Registration, Secret, TokenEndpointAuth, TokenSet, UrlPolicy, USE_DPOP_NONCE,
 };
 
 use super::authorizer::Authorizer;
@@ -42,11 +43,20 @@ impl OAuth {
 /// with a private key for `private_key_jwt`, or alone for a public client. They
 /// authenticate the client credentials grant, or the jwt-bearer grant of
 /// [`OAuthBuilder::workload_identity`] and [`OAuthBuilder::identity_assertion`].
+///
+/// **They are bound to an issuer**: [`ClientCredentials::issuer`] names the authorization
+/// server they belong to, and [`OAuthBuilder::build`] refuses them without one. The MCP
+/// server's protected resource metadata says which authorization server to ask; without the
+/// binding, an MCP server that names one of its own (`https://evil.example`) receives the
+/// client secret in the Basic header, the workload's identity token (replayable at the real
+/// authorization server for its lifetime), or the identity assertion grant.
+/// [`ClientCredentials::dangerous_trust_discovered_issuer`] is the explicit opt-out.
 #[derive(Clone, Debug)]
 pub struct ClientCredentials {
     client_id: String,
     auth: MachineAuth,
     issuer: Option<String>,
+    trust_discovered_issuer: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -64,6 +74,7 @@ impl ClientCredentials {
             client_id: client_id.into(),
             auth: MachineAuth::None,
             issuer: None,
+            trust_discovered_issuer: false,
         }
     }
 
@@ -74,6 +85,7 @@ impl ClientCredentials {
             client_id: client_id.into(),
             auth: MachineAuth::Secret(client_secret.into()),
             issuer: None,
+            trust_discovered_issuer: false,
         }
     }
 
@@ -91,13 +103,28 @@ impl ClientCredentials {
             client_id: client_id.into(),
             auth: MachineAuth::Jwt(assertion),
             issuer: None,
+            trust_discovered_issuer: false,
         })
     }
 
-    /// Binds the credentials to the authorization server `issuer`: they are never presented
-    /// to another one (the protected resource metadata naming another is an error).
+    /// Binds the credentials to the authorization server `issuer` (its issuer identifier,
+    /// compared exactly): they are never presented to another one. When the protected
+    /// resource metadata lists several authorization servers, this one is used; when it does
+    /// not list it, authorization fails ([`OAuthError::UntrustedIssuer`]) before anything is
+    /// sent. Required, unless [`ClientCredentials::dangerous_trust_discovered_issuer`].
     pub fn issuer(mut self, issuer: impl Into<String>) -> Self {
         self.issuer = Some(issuer.into());
+        self
+    }
+
+    /// Presents the credentials to whichever authorization server the MCP server names, with
+    /// no [`ClientCredentials::issuer`]: whoever runs the MCP server (or can change its
+    /// protected resource metadata) receives the client secret, the workload token or the
+    /// identity assertion grant. Only for an MCP server trusted as much as the authorization
+    /// server itself, or for test suites that name the authorization server only through
+    /// discovery.
+    pub fn dangerous_trust_discovered_issuer(mut self) -> Self {
+        self.trust_discovered_issuer = true;
         self
     }
 }
@@ -119,6 +146,8 @@ pub struct OAuthBuilder {
     max_step_ups: u32,
     dpop: Option<DpopKey>,
     grant: MachineGrant,
+    allow_loopback: bool,
+    allow_plain_http: bool,
 }
 
 impl Default for OAuthBuilder {
@@ -139,6 +168,8 @@ impl Default for OAuthBuilder {
             max_step_ups: 2,
             dpop: None,
             grant: MachineGrant::ClientCredentials,
+            allow_loopback: false,
+            allow_plain_http: false,
         }
     }
 }
@@ -146,7 +177,8 @@ impl Default for OAuthBuilder {
 impl std::fmt::Debug for OAuthBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OAuthBuilder")
-            .field("server", &self.server)
+            // Its user info or query may carry credentials.
+            .field("server", &self.server.as_deref().map(shown))
             .field("client_name", &self.client_name)
             .field("redirect_uri", &self.redirect_uri)
             .field("metadata_document", &self.metadata_document)
@@ -154,6 +186,8 @@ impl std::fmt::Debug for OAuthBuilder {
             .field("client_credentials", &self.machine)
             .field("dpop", &self.dpop)
             .field("grant", &self.grant)
+            .field("dangerous_allow_loopback", &self.allow_loopback)
+            .field("dangerous_allow_plain_http", &self.allow_plain_http)
             .finish_non_exhaustive()
     }
 }
@@ -173,8 +207,16 @@ impl OAuthBuilder {
         self
     }
 
-    /// The redirect URI the authorization server sends the user agent back to; the
-    /// [`Authorizer`] must receive it. Default `http://127.0.0.1:8976/callback`.
+    /// The redirect URI the authorization server sends the user agent back to: `https`, a
+    /// loopback `http` URI or an app's private-use scheme, without fragment. With dynamic
+    /// registration each authorization server gets its own, this one with a segment naming
+    /// the server appended to its path (`…/callback/as-1f0c9a4e2b7d5c38`,
+    /// [`redirect_uri_for`](crate::oauth::redirect_uri_for)), so that an answer meant for
+    /// one is never taken for another's (mix-up attacks, RFC 9700 §4.4.2): the [`Authorizer`]
+    /// must receive every path under it, and gets the one to expect in
+    /// [`AuthorizationRequest::redirect_uri`](super::AuthorizationRequest::redirect_uri).
+    /// Pre-registered clients use theirs ([`RegisteredClient::redirect_uri`]) or this one;
+    /// a client ID metadata document, this one. Default `http://127.0.0.1:8976/callback`.
     pub fn redirect_uri(mut self, uri: impl Into<String>) -> Self {
         self.redirect_uri = uri.into();
         self
@@ -188,9 +230,12 @@ impl OAuthBuilder {
     }
 
     /// The URL of this client's client ID metadata document, used as its `client_id` by
-    /// authorization servers that support them (`client_id_metadata_document_supported`).
-    /// The application hosts the document (https, with a path; its `client_id` equal to the
-    /// URL, and the redirect URI listed).
+    /// authorization servers that support them (`client_id_metadata_document_supported`) and
+    /// promise `iss` in their responses (RFC 9207): the `client_id` and redirect URI are then
+    /// the same at every authorization server, and `iss` is what tells their answers apart.
+    /// Elsewhere the client registers dynamically. The application hosts the document
+    /// (https, with a path, no fragment, user info or dot segments; its `client_id` equal to
+    /// the URL, and the redirect URI listed).
     pub fn client_metadata_document(mut self, url: impl Into<String>) -> Self {
         self.metadata_document = Some(url.into());
         self
@@ -239,8 +284,11 @@ impl OAuthBuilder {
         self
     }
 
-    /// The HTTP client for metadata, registration and token requests. It should not follow
-    /// redirects. Default: a client of its own that does not, with a 30 s timeout.
+    /// The HTTP client for metadata, registration and token requests. Default: a client of
+    /// its own that follows no redirect, with a 30 s timeout. With a client that follows
+    /// redirects, a token request is never sent again to where a 307 or 308 points (its body
+    /// cannot be replayed), and a redirected answer (metadata, registration, token) is
+    /// refused.
     pub fn http_client(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
         self
@@ -289,19 +337,74 @@ impl OAuthBuilder {
         self
     }
 
-    /// The provider. [`ErrorKind::InvalidConfig`] for a bad server URL or redirect URI, or an
-    /// authorization code configuration without an authorizer.
+    /// Lets a remote MCP server or its authorization server send the client to loopback
+    /// URLs (`localhost`, `127.0.0.1`, `::1`): metadata, registration, token requests and the
+    /// authorization page. Without it, only an MCP endpoint that is itself on a loopback host
+    /// may use them; otherwise any remote server could make the client send requests to
+    /// services on the user's machine (SSRF). Default `false`.
+    pub fn dangerous_allow_loopback(mut self, allow: bool) -> Self {
+        self.allow_loopback = allow;
+        self
+    }
+
+    /// Allows OAuth over plain `http` off loopback: the MCP endpoint's tokens and every OAuth
+    /// request (metadata, registration, codes, secrets) cross the network in cleartext,
+    /// readable and replaceable on the way. Without it, the provider sends no token to a plain
+    /// `http` MCP endpoint that is not on a loopback host (its 401 fails with
+    /// [`OAuthError::InsecureUrl`]), and requests no OAuth URL over plain `http` off loopback.
+    /// Default `false`.
+    pub fn dangerous_allow_plain_http(mut self, allow: bool) -> Self {
+        self.allow_plain_http = allow;
+        self
+    }
+
+    /// The provider. [`ErrorKind::InvalidConfig`] for a bad server URL (or a plain `http` one
+    /// off loopback, without [`OAuthBuilder::dangerous_allow_plain_http`]), redirect URI or
+    /// client metadata document URL; machine credentials without their
+    /// [`ClientCredentials::issuer`]; or an authorization code configuration without an
+    /// authorizer.
     pub fn build(self) -> Result<OAuthProvider, Error> {
         let invalid = |m: String| Error::new(ErrorKind::InvalidConfig, m);
+        let config = |e: OAuthError| Error::with_source(ErrorKind::InvalidConfig, e.to_string(), e);
         let server = self
             .server
             .as_deref()
-            .map(|s| Url::parse(s).map_err(|e| invalid(format!("server URL {s}: {e}"))))
+            .map(|s| Url::parse(s).map_err(|e| invalid(format!("server URL {}: {e}", shown(s)))))
             .transpose()?;
-        let redirect = Url::parse(&self.redirect_uri)
-            .map_err(|e| invalid(format!("redirect URI {}: {e}", self.redirect_uri)))?;
-        if redirect.fragment().is_some() {
-            return Err(invalid("a redirect URI has no fragment".into()));
+        if let Some(server) = &server {
+            let mut policy = UrlPolicy::for_server(server);
+            if self.allow_plain_http {
+                policy = policy.dangerous_allow_plain_http();
+            }
+            policy.check_server().map_err(config)?;
+        }
+        check_redirect_uri(&self.redirect_uri).map_err(config)?;
+        if let Some(document) = &self.metadata_document {
+            check_client_metadata_document(document).map_err(config)?;
+        }
+        for client in &self.pre_registered {
+            if let Some(uri) = &client.redirect_uri {
+                check_redirect_uri(uri).map_err(config)?;
+            }
+        }
+        if let Some(machine) = &self.machine {
+            match &machine.issuer {
+                Some(issuer) => {
+                    Url::parse(issuer)
+                        .map_err(|e| invalid(format!("client credentials issuer {issuer}: {e}")))?;
+                }
+                None if machine.trust_discovered_issuer => {
+                    tracing::warn!(
+                        "client credentials without an issuer: they go to whichever authorization server the MCP server names"
+                    );
+                }
+                None => {
+                    return Err(invalid(
+                        "client credentials need the issuer of the authorization server they belong to (ClientCredentials::issuer): without it the MCP server decides who receives them (ClientCredentials::dangerous_trust_discovered_issuer opts out)"
+                            .into(),
+                    ))
+                }
+            }
         }
         if self.machine.is_none() && !matches!(self.grant, MachineGrant::ClientCredentials) {
             return Err(invalid(
@@ -342,6 +445,8 @@ impl OAuthBuilder {
                     max_step_ups: self.max_step_ups,
                     dpop: self.dpop,
                     grant: self.grant,
+                    allow_loopback: self.allow_loopback,
+                    allow_plain_http: self.allow_plain_http,
                 },
                 http,
                 store: self.store,
@@ -350,7 +455,7 @@ impl OAuthBuilder {
                     ..State::default()
                 }),
                 last_failure: Mutex::new(None),
-                dpop_bound: Mutex::new(None),
+                bindings: Mutex::new(Bindings::default()),
             }),
         })
     }
@@ -413,9 +518,11 @@ impl OAuthProvider {
     pub async fn sign_out(&self) -> Result<(), Error> {
         let mut state = self.inner.state.lock().await;
         state.tokens = None;
-        self.inner.note_binding(None);
         if let Some(server) = state.server.clone() {
-            self.inner.store.save_tokens(server.as_str(), None).await?;
+            self.inner
+                .store
+                .save_tokens(&store_key(&server), None)
+                .await?;
         }
         Ok(())
     }
@@ -442,16 +549,18 @@ impl TokenProvider for OAuthProvider {
         Box::pin(async move { inner.credential(request, false).await })
     }
 
-    /// A DPoP-bound token with the `DPoP` scheme and a proof made for this request; any
-    /// other token as `Bearer`.
+    /// A DPoP-bound token with the `DPoP` scheme and a proof made for this request; a
+    /// `Bearer` token as `Bearer`. A token whose binding is no longer known (replaced by a
+    /// refresh or `sign_out` while its request was on the way) is presented as `DPoP` when
+    /// the provider has a key: a bound token is never downgraded to `Bearer`.
     fn present(&self, token: &str, method: &Method, url: &Url) -> Result<Presentation, Error> {
-        let bound = self
+        let known = self
             .inner
-            .dpop_bound
+            .bindings
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(|b| b.expose() == token);
+            .bound(token);
+        let bound = known.unwrap_or(self.inner.config.dpop.is_some());
         match (&self.inner.config.dpop, bound) {
             (Some(key), true) => {
                 let proof = key.proof(method.as_str(), url, Some(token))?;
@@ -496,6 +605,8 @@ struct Config {
     dpop: Option<DpopKey>,
     /// The grant of a client with [`Config::machine`] credentials.
     grant: MachineGrant,
+    allow_loopback: bool,
+    allow_plain_http: bool,
 }
 
 struct Inner {
@@ -504,9 +615,53 @@ struct Inner {
     store: Arc<dyn TokenStore>,
     state: tokio::sync::Mutex<State>,
     last_failure: Mutex<Option<OAuthError>>,
-    /// The current access token when it is DPoP-bound: read for every request, where the
+    /// Whether the recent access tokens are DPoP-bound: read for every request, where the
     /// state's async lock is not taken.
-    dpop_bound: Mutex<Option<Secret>>,
+    bindings: Mutex<Bindings>,
+}
+
+/// The last few access tokens the provider handed out and whether each is DPoP-bound. More
+/// than the current one: a request may still be on its way with the token a refresh just
+/// replaced, and must present it the way it was granted.
+#[derive(Default)]
+struct Bindings {
+    recent: std::collections::VecDeque<(Secret, bool)>,
+}
+
+impl Bindings {
+    /// How many tokens are remembered: a token older than this many grants has no request
+    /// on the way any more.
+    const KEPT: usize = 8;
+
+    fn note(&mut self, tokens: &TokenSet) {
+        if self.bound(tokens.access_token.expose()).is_some() {
+            return;
+        }
+        if self.recent.len() == Self::KEPT {
+            self.recent.pop_back();
+        }
+        self.recent
+            .push_front((tokens.access_token.clone(), tokens.dpop_bound));
+    }
+
+    /// Whether `token` is DPoP-bound; `None` when it is not one of the recent tokens.
+    fn bound(&self, token: &str) -> Option<bool> {
+        self.recent
+            .iter()
+            .find(|(t, _)| t.expose() == token)
+            .map(|&(_, bound)| bound)
+    }
+}
+
+/// The key a server's tokens are stored under: its URL without user info or fragment, so
+/// that a password in the URL never reaches a persistent store.
+fn store_key(server: &Url) -> String {
+    let mut key = server.clone();
+    // Fails only for URLs that cannot have user info, which then have none.
+    let _ = key.set_username("");
+    let _ = key.set_password(None);
+    key.set_fragment(None);
+    key.into()
 }
 
 #[derive(Default)]
@@ -587,7 +742,7 @@ impl Inner {
         let server = self.bind(&mut state, request.url.as_deref())?;
         if !state.loaded {
             state.loaded = true;
-            state.tokens = self.store.load_tokens(server.as_str()).await?;
+            state.tokens = self.store.load_tokens(&store_key(&server)).await?;
             if self.config.dpop.is_none() && state.tokens.as_ref().is_some_and(|t| t.dpop_bound) {
                 // Useless without the key it is bound to: authorize anew.
                 state.tokens = None;
@@ -597,9 +752,16 @@ impl Inner {
                 state.requested = tokens.scopes.clone();
             }
         }
-        let outcome = match &request.challenge {
-            None => self.ordinary(&mut state, &server, up_front).await,
-            Some(challenge) => self
+        let outcome = match (self.policy(&server).check_server(), &request.challenge) {
+            (Err(insecure), None) if !up_front => {
+                // No token crosses the network in cleartext: the request goes without one,
+                // and if the server wants one its refusal fails with this reason.
+                tracing::debug!(%insecure, "no credentials for this endpoint");
+                Ok(None)
+            }
+            (Err(insecure), _) => Err(insecure),
+            (Ok(()), None) => self.ordinary(&mut state, &server, up_front).await,
+            (Ok(()), Some(challenge)) => self
                 .refused(
                     &mut state,
                     &server,
@@ -625,17 +787,35 @@ impl Inner {
         }
     }
 
+    /// Which URLs this endpoint's OAuth traffic may go to.
+    fn policy(&self, server: &Url) -> UrlPolicy {
+        let mut policy = UrlPolicy::for_server(server);
+        if self.config.allow_loopback {
+            policy = policy.dangerous_allow_loopback();
+        }
+        if self.config.allow_plain_http {
+            policy = policy.dangerous_allow_plain_http();
+        }
+        policy
+    }
+
     /// The endpoint the tokens are for; the first one asked about when none was configured.
+    /// Messages show the URLs without user info or query: they may carry credentials.
     fn bind(&self, state: &mut State, url: Option<&str>) -> Result<Url, Error> {
         let asked = url
             .map(|u| {
-                Url::parse(u).map_err(|e| Error::new(ErrorKind::InvalidConfig, format!("{u}: {e}")))
+                Url::parse(u)
+                    .map_err(|e| Error::new(ErrorKind::InvalidConfig, format!("{}: {e}", shown(u))))
             })
             .transpose()?;
         match (&state.server, asked) {
             (Some(bound), Some(asked)) if *bound != asked => Err(Error::new(
                 ErrorKind::InvalidConfig,
-                format!("this OAuth provider holds tokens for {bound}, not for {asked}"),
+                format!(
+                    "this OAuth provider holds tokens for {}, not for {}",
+                    shown_url(bound),
+                    shown_url(&asked)
+                ),
             )),
             (Some(bound), _) => Ok(bound.clone()),
             (None, Some(asked)) => {
@@ -764,10 +944,9 @@ impl Inner {
     }
 
     async fn forget(&self, state: &mut State, server: &Url) -> Result<(), OAuthError> {
-        self.note_binding(None);
         if state.tokens.take().is_some() {
             self.store
-                .save_tokens(server.as_str(), None)
+                .save_tokens(&store_key(server), None)
                 .await
                 .map_err(|e| OAuthError::Store(e.to_string()))?;
         }
@@ -784,7 +963,7 @@ impl Inner {
         self.note_binding(Some(&tokens));
         state.tokens = Some(tokens.clone());
         self.store
-            .save_tokens(server.as_str(), Some(tokens))
+            .save_tokens(&store_key(server), Some(tokens))
             .await
             .map_err(|e| OAuthError::Store(e.to_string()))?;
         Ok(token)
@@ -792,10 +971,10 @@ impl Inner {
 
     /// Remembers whether the current token is DPoP-bound, for [`TokenProvider::present`].
     fn note_binding(&self, tokens: Option<&TokenSet>) {
-        let bound = tokens
-            .filter(|t| t.dpop_bound)
-            .map(|t| t.access_token.clone());
-        *self.dpop_bound.lock().unwrap_or_else(|p| p.into_inner()) = bound;
+        if let Some(tokens) = tokens {
+            let mut bindings = self.bindings.lock().unwrap_or_else(|p| p.into_inner());
+            bindings.note(tokens);
+        }
     }
 
     /// The DPoP key to prove token requests with at this authorization server: the
@@ -906,7 +1085,10 @@ impl Inner {
                     .is_some_and(AuthorizationServerMetadata::iss_parameter_supported);
                 let flow = CodeFlow {
                     authorization_endpoint,
-                    redirect_uri: &self.config.redirect_uri,
+                    redirect_uri: client
+                        .redirect_uri
+                        .as_deref()
+                        .unwrap_or(&self.config.redirect_uri),
                     iss_parameter_supported,
                     scopes: &scopes,
                 };
@@ -1003,16 +1185,29 @@ impl Inner {
             .load_client(issuer)
             .await
             .map_err(|e| OAuthError::Store(e.to_string()))?;
-        let metadata_documents = discovery
-            .metadata
-            .as_ref()
-            .is_some_and(AuthorizationServerMetadata::supports_client_id_metadata_documents);
+        // A client ID metadata document makes the `client_id` and the redirect URI the same at
+        // every authorization server: only `iss` then tells their answers apart (RFC 9700
+        // §4.4.2), so the document is used only where `iss` is promised.
+        let metadata_documents = discovery.metadata.as_ref().is_some_and(|m| {
+            m.supports_client_id_metadata_documents() && m.iss_parameter_supported()
+        });
         let choice = choose_registration(
             false,
             self.config.metadata_document.is_some(),
             metadata_documents,
             discovery.registration_endpoint.as_deref(),
         );
+        // Registered before with another redirect URI than this server's own (an earlier
+        // version's shared one, or another configured base): registered anew where possible.
+        let redirect_uri = redirect_uri_for(&self.config.redirect_uri, issuer);
+        let stored = match (&choice, stored) {
+            (Registration::Dynamic(_), Some(c))
+                if c.redirect_uri.as_deref() != Some(redirect_uri.as_str()) =>
+            {
+                None
+            }
+            (_, stored) => stored,
+        };
         match (choice, stored) {
             (Registration::ClientIdMetadataDocument, _) => {
                 let url = self.config.metadata_document.clone().unwrap_or_default();
@@ -1020,15 +1215,17 @@ impl Inner {
             }
             (_, Some(stored)) => Ok(stored),
             (Registration::Dynamic(endpoint), None) => {
+                // Registered with a redirect URI of its own at each authorization server.
                 let client = wire::register(
                     &self.http,
                     &endpoint,
                     issuer,
                     &self.config.client_name,
-                    std::slice::from_ref(&self.config.redirect_uri),
+                    std::slice::from_ref(&redirect_uri),
                     scope_param(scopes).as_deref(),
                 )
-                .await?;
+                .await?
+                .redirect_uri(redirect_uri);
                 tracing::debug!(%issuer, "registered dynamically");
                 self.store
                     .save_client(client.clone())
@@ -1058,8 +1255,8 @@ impl Inner {
                 .as_ref()
                 .is_some_and(|i| *i != discovery.issuer)
             {
-                return Err(OAuthError::Registration(format!(
-                    "the client credentials are for another authorization server than {}",
+                return Err(OAuthError::UntrustedIssuer(format!(
+                    "they are for another authorization server than {}",
                     discovery.issuer
                 )));
             }
@@ -1084,15 +1281,24 @@ impl Inner {
         server: &Url,
         challenge: Option<&AuthChallenge>,
     ) -> Result<Discovery, OAuthError> {
-        let resource_metadata = self.resource_metadata(server, challenge).await?;
+        let policy = self.policy(server);
+        let resource_metadata = self.resource_metadata(server, challenge, &policy).await?;
         let Some(prm) = resource_metadata else {
-            return self.legacy(server).await;
+            return self.legacy(server, &policy).await;
         };
         check_resource(&prm.resource, server)?;
+        // The authorization server the client's credentials belong to, when the server lists
+        // it among others; else the first listed.
+        let bound = self.config.machine.as_ref().and_then(|m| m.issuer.as_ref());
         let issuer = prm
             .authorization_servers
             .iter()
-            .find(|i| self.config.pre_registered.iter().any(|c| &c.issuer == *i))
+            .find(|i| bound == Some(*i))
+            .or_else(|| {
+                prm.authorization_servers
+                    .iter()
+                    .find(|i| self.config.pre_registered.iter().any(|c| &c.issuer == *i))
+            })
             .or_else(|| prm.authorization_servers.first())
             .cloned()
             .ok_or_else(|| {
@@ -1100,8 +1306,15 @@ impl Inner {
                     "the protected resource metadata names no authorization server".into(),
                 )
             })?;
+        if bound.is_some_and(|b| *b != issuer) {
+            // Not even its metadata is fetched: the server is not one the client trusts.
+            return Err(OAuthError::UntrustedIssuer(format!(
+                "the protected resource metadata lists {}, not the credentials' issuer",
+                prm.authorization_servers.join(", ")
+            )));
+        }
         let metadata = self
-            .authorization_server(&issuer, false)
+            .authorization_server(&issuer, false, &policy)
             .await?
             .ok_or_else(|| {
                 OAuthError::Discovery(format!("no authorization server metadata for {issuer}"))
@@ -1122,9 +1335,9 @@ impl Inner {
 
     /// A server of the 2025-03-26 revision: no protected resource metadata; authorization
     /// server metadata under its origin, or failing that the default endpoints there.
-    async fn legacy(&self, server: &Url) -> Result<Discovery, OAuthError> {
+    async fn legacy(&self, server: &Url, policy: &UrlPolicy) -> Result<Discovery, OAuthError> {
         let base = legacy_authorization_base(server);
-        if let Some(metadata) = self.authorization_server(&base, true).await? {
+        if let Some(metadata) = self.authorization_server(&base, true, policy).await? {
             let token_endpoint = metadata
                 .token_endpoint
                 .clone()
@@ -1154,21 +1367,21 @@ impl Inner {
         &self,
         server: &Url,
         challenge: Option<&AuthChallenge>,
+        policy: &UrlPolicy,
     ) -> Result<Option<ProtectedResourceMetadata>, OAuthError> {
         if let Some(url) = challenge.and_then(|c| c.resource_metadata.as_deref()) {
-            let url = Url::parse(url)
-                .map_err(|_| OAuthError::Discovery(format!("bad resource_metadata URL {url}")))?;
-            if !crate::oauth::is_secure_url(&url) {
-                return Err(OAuthError::InsecureUrl(url.to_string()));
-            }
+            let url = policy.check(url)?;
             return match wire::fetch_document(&self.http, &url).await? {
                 Some(document) => Ok(Some(document)),
                 None => Err(OAuthError::Discovery(format!(
-                    "no protected resource metadata at {url}"
+                    "no protected resource metadata at {}",
+                    shown_url(&url)
                 ))),
             };
         }
         for url in protected_resource_metadata_urls(server) {
+            // The server's own origin, which passed the policy already; checked all the same.
+            policy.check_url(&url)?;
             if let Some(document) = wire::fetch_document(&self.http, &url).await? {
                 return Ok(Some(document));
             }
@@ -1182,23 +1395,24 @@ impl Inner {
         &self,
         issuer: &str,
         legacy: bool,
+        policy: &UrlPolicy,
     ) -> Result<Option<AuthorizationServerMetadata>, OAuthError> {
         let mut refused = None;
-        for url in authorization_server_metadata_urls(issuer)? {
+        for url in authorization_server_metadata_urls(issuer, policy)? {
             let Some(document) =
                 wire::fetch_document::<AuthorizationServerMetadata>(&self.http, &url).await?
             else {
                 continue;
             };
             let checked = if legacy {
-                document.validate_legacy(issuer)
+                document.validate_legacy(issuer, policy)
             } else {
-                document.validate(issuer)
+                document.validate(issuer, policy)
             };
             match checked {
                 Ok(()) => return Ok(Some(document)),
                 Err(err) => {
-                    tracing::warn!(%url, %err, "authorization server metadata not used");
+                    tracing::warn!(url = %shown_url(&url), %err, "authorization server metadata not used");
                     refused = Some(err);
                 }
             }

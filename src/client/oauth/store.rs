@@ -16,9 +16,15 @@ use crate::oauth::{RegisteredClient, TokenSet};
 ///
 /// Values carry [`Secret`](crate::oauth::Secret)s: a store that persists them reads them with
 /// `expose()` and should encrypt or keep them in the platform's credential store. The default
-/// is an [`InMemoryTokenStore`].
+/// is an [`InMemoryTokenStore`]. A server's key is its URL without user info or fragment.
+///
+/// One provider serializes its own refreshes; the store is not asked to. A store shared by
+/// several processes (or providers) has no compare-and-swap here: two of them refreshing at
+/// once both redeem the same refresh token, and an authorization server that detects refresh
+/// token reuse may answer by revoking the whole grant. Where that matters, let one process
+/// refresh, or hold a lock per server in the store from `load_tokens` to `save_tokens`.
 pub trait TokenStore: Send + Sync + 'static {
-    /// The tokens kept for the MCP server at `server` (its URL).
+    /// The tokens kept for the MCP server at `server` (its URL, without user info).
     fn load_tokens(&self, server: &str) -> BoxFuture<'static, Result<Option<TokenSet>, Error>>;
     /// Replaces the tokens of `server`; `None` forgets them.
     fn save_tokens(

@@ -1,5 +1,8 @@
 //! The provider's HTTP: metadata documents, dynamic registration, and the token endpoint
-//! through the `oauth2` crate, all over one reqwest client that never follows redirects.
+//! through the `oauth2` crate, all over one reqwest client. The provider's own follows no
+//! redirect; with an application's that does, no request body (codes, refresh tokens,
+//! secrets, assertions) is ever sent again to where a 307 or 308 points, and any redirected
+//! answer is refused.
 
 use std::time::{Duration, SystemTime};
 
@@ -14,8 +17,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::oauth::{
-    authorization_code, dynamic_registration_request, scope_param, ExpectedResponse, OAuthError,
-    RegisteredClient, Secret, TokenEndpointAuth, TokenSet, DPOP_TOKEN_TYPE, USE_DPOP_NONCE,
+    authorization_code, bounded, dynamic_registration_request, scope_param, shown, shown_url,
+    token_expiry, ExpectedResponse, OAuthError, RegisteredClient, Secret, TokenEndpointAuth,
+    TokenSet, DPOP_TOKEN_TYPE, USE_DPOP_NONCE,
 };
 
 use super::authorizer::{AuthorizationRequest, Authorizer};
@@ -32,25 +36,44 @@ pub(super) async fn fetch_document<T: DeserializeOwned>(
     http: &reqwest::Client,
     url: &Url,
 ) -> Result<Option<T>, OAuthError> {
+    let shown = shown_url(url);
     let response = http
         .get(url.clone())
         .header(reqwest::header::ACCEPT, "application/json")
         .send()
         .await
-        .map_err(|e| OAuthError::Http(format!("GET {url}: {}", e.without_url())))?;
+        .map_err(|e| OAuthError::Http(format!("GET {shown}: {}", e.without_url())))?;
     let status = response.status();
     if !status.is_success() {
-        tracing::debug!(%url, %status, "no metadata here");
+        tracing::debug!(url = %shown, %status, "no metadata here");
+        return Ok(None);
+    }
+    if redirected(&response, url) {
+        // Served from wherever the redirect pointed, not from the URL that was checked.
+        tracing::debug!(url = %shown, "the metadata request was redirected: not used");
         return Ok(None);
     }
     let body = read_limited(response).await?;
     match serde_json::from_slice(&body) {
         Ok(document) => Ok(Some(document)),
         Err(err) => {
-            tracing::debug!(%url, %err, "not a metadata document");
+            tracing::debug!(url = %shown, %err, "not a metadata document");
             Ok(None)
         }
     }
+}
+
+/// Whether the HTTP client followed a redirect to get `response` (an application's client
+/// may): its answer is not the requested URL's.
+fn redirected(response: &reqwest::Response, requested: &Url) -> bool {
+    response.url() != requested
+}
+
+/// A request body the HTTP client cannot replay: a client that follows redirects then stops
+/// at a 307 or 308 instead of sending the body (a code, a refresh token, a secret) on to
+/// wherever it points. Its length is known, so it is still sent with `Content-Length`.
+fn unreplayable(body: String) -> reqwest::Body {
+    reqwest::Body::wrap(body)
 }
 
 async fn read_limited(response: reqwest::Response) -> Result<Vec<u8>, OAuthError> {
@@ -76,14 +99,22 @@ pub(super) async fn register(
     scope: Option<&str>,
 ) -> Result<RegisteredClient, OAuthError> {
     let body = dynamic_registration_request(client_name, redirect_uris, scope);
+    let url = Url::parse(endpoint)
+        .map_err(|e| OAuthError::Registration(format!("{}: {e}", shown(endpoint))))?;
+    let endpoint = shown_url(&url);
     let response = http
-        .post(endpoint)
+        .post(url.clone())
         .header(reqwest::header::ACCEPT, "application/json")
         .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body.to_string())
+        .body(unreplayable(body.to_string()))
         .send()
         .await
         .map_err(|e| OAuthError::Registration(format!("{endpoint}: {}", e.without_url())))?;
+    if redirected(&response, &url) {
+        return Err(OAuthError::Registration(format!(
+            "{endpoint} redirected the registration elsewhere"
+        )));
+    }
     let status = response.status();
     let answer = read_limited(response).await?;
     let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
@@ -231,8 +262,11 @@ impl TokenEndpoint<'_> {
             })
             .await
             .map_err(|e| OAuthError::Authorizer(e.to_string()))?;
+        // Checked against the redirect URI this flow named: an answer another authorization
+        // server sent to its own is not this flow's (mix-up).
         let expected =
-            ExpectedResponse::new(state.secret(), self.issuer, flow.iss_parameter_supported);
+            ExpectedResponse::new(state.secret(), self.issuer, flow.iss_parameter_supported)
+                .redirect_uri(flow.redirect_uri);
         let code = authorization_code(&redirect_back, &expected)?;
         let mut exchange = client
             .exchange_code(AuthorizationCode::new(code))
@@ -350,11 +384,15 @@ impl TokenEndpoint<'_> {
         tokens.refresh_token = response
             .refresh_token()
             .map(|r| Secret::new(r.secret().as_str()));
+        // Any u64 of seconds is a valid `expires_in`: capped, never added unchecked.
         tokens.expires_at = response
             .expires_in()
-            .map(|d: Duration| SystemTime::now() + d);
+            .and_then(|d: Duration| token_expiry(SystemTime::now(), d));
         tokens.scopes = match response.scopes() {
-            Some(scopes) => scopes.iter().map(|s| s.to_string()).collect(),
+            Some(scopes) => {
+                let scopes: Vec<String> = scopes.iter().map(|s| s.to_string()).collect();
+                bounded(&scopes)
+            }
             None => requested.to_vec(),
         };
         tokens.resource = self.resource.map(str::to_owned);
@@ -389,7 +427,7 @@ fn form_request(
     }
     request
         .body(body.into_bytes())
-        .map_err(|e| OAuthError::Discovery(format!("token endpoint {url}: {e}")))
+        .map_err(|e| OAuthError::Discovery(format!("token endpoint {}: {e}", shown(url))))
 }
 
 /// `Basic` credentials as RFC 6749 §2.3.1 has them: id and secret form-encoded first.
@@ -526,13 +564,22 @@ async fn send(
                 .map_err(|e| HttpFailure(format!("DPoP proof: {e}")))?;
             headers.insert("dpop", proof);
         }
+        // Form-encoded or JSON: text. Anything else is not a request this provider makes.
+        let text = String::from_utf8(body.clone())
+            .map_err(|_| HttpFailure("a token request body that is not text".into()))?;
         let response = http
             .request(parts.method.clone(), url.clone())
             .headers(headers)
-            .body(body.clone())
+            .body(unreplayable(text))
             .send()
             .await
             .map_err(|e| HttpFailure(e.without_url().to_string()))?;
+        if redirected(&response, &url) {
+            return Err(HttpFailure(format!(
+                "{} redirected the token request elsewhere",
+                shown_url(&url)
+            )));
+        }
         let status = response.status();
         let headers = response.headers().clone();
         let body = read_limited(response)

@@ -130,10 +130,12 @@ class Client:
             (tried again within the reconnect policy) and is logged.
         oauth: MCP authorization by the SDK's OAuth provider (``OAuth.client_credentials``
             or ``OAuth.authorization_code``): discovery from the server's 401, dynamic
-            registration, PKCE, refresh and step-up.
+            registration, PKCE, refresh and step-up. Not with ``token_provider`` or
+            ``bearer_token``: one source of the Authorization header.
 
     Raises:
-        InvalidConfigError: a bad URL, header, size, duration, era or policy.
+        InvalidConfigError: a bad URL, header, size, duration, era or policy; both
+            ``oauth`` and ``token_provider``.
     """
 
     __slots__ = ("_raw", "__weakref__")

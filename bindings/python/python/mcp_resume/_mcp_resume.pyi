@@ -775,19 +775,27 @@ class NotificationStream:
 @final
 class OAuth:
     """How a client gets its tokens by MCP authorization (the SDK's OAuth provider):
-    discovery from the server's 401, dynamic client registration, PKCE, refresh, step-up."""
+    discovery from the server's 401, dynamic client registration, PKCE, refresh, step-up.
+
+    The grants without a user take ``issuer``, the authorization server their credentials
+    belong to, and send them nowhere else: without it, whichever authorization server the
+    MCP server names would receive the client secret, the workload token or the identity
+    assertion grant. Leaving it out raises ``InvalidConfigError`` unless
+    ``dangerous_trust_discovered_issuer=True``."""
 
     @staticmethod
     def client_credentials(
         client_id: str,
         client_secret: str,
         *,
+        issuer: str | None = None,
+        dangerous_trust_discovered_issuer: bool = False,
         scopes: list[str] | None = None,
         dpop: bool = False,
     ) -> OAuth:
-        """A machine client, no user: the client credentials grant. ``dpop=True`` (every
-        constructor): DPoP-bound tokens with a key generated for the process, where the
-        authorization server issues them."""
+        """A machine client, no user: the client credentials grant, at ``issuer`` only.
+        ``dpop=True`` (every constructor): DPoP-bound tokens with a key generated for the
+        process, where the authorization server issues them."""
     @staticmethod
     def authorization_code(
         authorize: Callable[[str], Awaitable[str] | str],
@@ -798,17 +806,24 @@ class OAuth:
         dpop: bool = False,
     ) -> OAuth:
         """A user's authorization: ``authorize`` gets the authorization URL and returns the
-        URL the authorization server redirected to (run on the client's event loop)."""
+        URL the authorization server redirected to (run on the client's event loop). The
+        URL is the authorization endpoint of the authorization server the MCP server named,
+        not one the application chose: open it in the user's browser, never fetch it with
+        the application's own credentials. The answer arrives at ``redirect_uri`` with a
+        segment naming that authorization server appended to its path: return the URL it
+        arrived at, whatever the path (an answer meant for another server is refused)."""
     @staticmethod
     def workload_identity(
         client_id: str,
         token: str,
         *,
+        issuer: str | None = None,
+        dangerous_trust_discovered_issuer: bool = False,
         scopes: list[str] | None = None,
         dpop: bool = False,
     ) -> OAuth:
         """Workload identity federation: the jwt-bearer grant with the workload's token, as
-        the public client ``client_id``."""
+        the public client ``client_id``, at ``issuer`` only."""
     @staticmethod
     def identity_assertion(
         client_id: str,
@@ -816,12 +831,15 @@ class OAuth:
         idp_token_endpoint: str,
         id_token: str,
         *,
+        issuer: str | None = None,
+        dangerous_trust_discovered_issuer: bool = False,
         idp_client_id: str | None = None,
         scopes: list[str] | None = None,
         dpop: bool = False,
     ) -> OAuth:
         """Enterprise-managed authorization: ``id_token`` exchanged at the IdP for an
-        identity assertion grant, presented in the jwt-bearer grant by the client."""
+        identity assertion grant for ``issuer``, presented there in the jwt-bearer grant by
+        the client."""
 
 @final
 class RawBridge:
