@@ -27,13 +27,21 @@ use crate::proto::{CallRequest, Era, ExtensionStatus, Session};
 /// Cheap to clone: every clone talks to the same session and the same driver task. When the
 /// last clone is dropped the driver closes the session (best effort, bounded) and stops.
 ///
-/// Every async method must run inside a tokio runtime (with the time driver); the driver task
-/// is spawned on the runtime of the first one called and lives as long as that runtime: if it
-/// shuts down first, later calls fail with [`ErrorKind::Closed`]. An ordinary call performs
-/// its POST in the task that awaits it (no hand-off to the driver), and reqwest serves a
-/// pooled connection from the runtime that opened it: share a client only between runtimes
-/// that keep running. Dropping a call's future abandons the call: the server is sent
-/// `notifications/cancelled` if the call may be running.
+/// Every async method must run inside a tokio runtime (with the time driver); the driver's
+/// tasks are spawned on the runtime of the first one called and live as long as that
+/// runtime: if it shuts down first (even before they ever ran), later calls fail with
+/// [`ErrorKind::Closed`] at once. Server-request handlers run on that runtime too. An
+/// ordinary call performs its POST in the task that awaits it (no hand-off to the driver),
+/// and reqwest serves a pooled connection from the runtime that opened it: share a client
+/// only between runtimes that keep running. Dropping a call's future abandons the call: the
+/// server is sent `notifications/cancelled` if the call may be running.
+///
+/// Every call ends by its deadline, whatever the server's streams or application code do: on
+/// the driver's runtime the driver's timer task (which runs no application code) keeps it;
+/// a call awaited elsewhere, or through a [`CallHandle`], also keeps a guard of its own that
+/// ends it at most 2 s after its bound even if that runtime stops being polled. A panic in
+/// application code (a handler, a token provider, a task store) fails the request it served,
+/// never the client.
 ///
 /// After [`Client::close`] every call fails with [`ErrorKind::Closed`]. A lost session
 /// ([`SessionEvent::SessionLost`](crate::SessionEvent::SessionLost), or calls failing with
