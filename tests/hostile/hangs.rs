@@ -163,3 +163,46 @@ async fn sse_answers_ending_a_moment_late_keep_their_connection() {
         connections.len()
     );
 }
+
+/// A task store that panics recording a task: the panic costs the record, never the call or
+/// the client (the store runs outside the session's lock, in no task that keeps deadlines).
+#[tokio::test]
+async fn a_task_store_that_panics_costs_its_record_only() {
+    struct Panicking;
+    impl mcp_resume::TaskStore for Panicking {
+        fn created(&self, _: mcp_resume::StoredTask) {
+            panic!("a task store's bug");
+        }
+        fn finished(&self, _: &str) {
+            panic!("a task store's bug");
+        }
+        fn pending(&self) -> Vec<mcp_resume::StoredTask> {
+            Vec::new()
+        }
+    }
+    let server = ModernServer::start(|req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-1", "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        req.is_rpc("tasks/get").then(|| {
+            let mut done = task_status("t-1", "completed");
+            done["result"] = echo_result("done");
+            complete(req, done)
+        })
+    })
+    .await;
+    let client = builder(&server)
+        .task_store(std::sync::Arc::new(Panicking))
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let result = within("panicking store", QUICK, client.call_tool(echo("x")))
+            .await
+            .unwrap()
+            .unwrap_or_else(|err| panic!("the call failed: {err}"));
+        assert_eq!(result.text(), "done");
+    }
+    within("ping", QUICK, client.ping()).await.unwrap().unwrap();
+}
