@@ -174,7 +174,7 @@ impl HostCalls {
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let send = match left {
-                Some(left) => request.clone().timeout(left.max(MIN_SEND)),
+                Some(left) => request.clone().with_timeout(left.max(MIN_SEND)),
                 None => request.clone(),
             };
             match client.send_core(send).await {

@@ -61,7 +61,7 @@ impl HostInit {
             }
         }
         if let Some(version) = self.version {
-            builder = builder.protocol_version(version.as_str());
+            builder = builder.protocol_version(version);
         }
         builder
     }

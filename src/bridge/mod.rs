@@ -352,7 +352,7 @@ impl Bridge {
 
     /// The real session's id (`Mcp-Session-Id`, legacy era), if any; see
     /// [`Client::session_id`].
-    pub fn session_id(&self) -> Option<String> {
+    pub fn session_id(&self) -> Option<crate::ids::SessionId> {
         self.inner.client().and_then(|c| c.session_id())
     }
 

@@ -58,7 +58,7 @@ pub(crate) struct ClientConfig {
 pub struct ClientBuilder {
     url: String,
     session: SessionConfig,
-    protocol_version: Option<String>,
+    protocol_version: Option<ProtocolVersion>,
     jitter_seed: Option<u64>,
     bearer: Option<String>,
     headers: Vec<(String, String)>,
@@ -120,11 +120,13 @@ impl ClientBuilder {
         self
     }
 
-    /// Legacy protocol version offered at `initialize`, by name (e.g. `"2025-06-18"`); one of
-    /// the legacy [`ProtocolVersion::SUPPORTED`]. Default: [`ProtocolVersion::LATEST`]. (The
-    /// modern revision has no `initialize`; the era is chosen with `era`.)
-    pub fn protocol_version(mut self, version: impl Into<String>) -> Self {
-        self.protocol_version = Some(version.into());
+    /// Legacy protocol version offered at `initialize` (e.g.
+    /// `ProtocolVersion::V2025_06_18`, or `"2025-06-18".parse()?`); one of the legacy
+    /// [`ProtocolVersion::SUPPORTED`]. Default: [`ProtocolVersion::LATEST`]. (The modern
+    /// revision has no `initialize`; the era is chosen with `era`: giving it here is a
+    /// configuration error at [`ClientBuilder::build`].)
+    pub fn protocol_version(mut self, version: ProtocolVersion) -> Self {
+        self.protocol_version = Some(version);
         self
     }
 
@@ -200,7 +202,7 @@ impl ClientBuilder {
     /// When a keyed tool call may be re-sent after an interruption. Default:
     /// [`ResendPolicy::ServerAdvertised`].
     pub fn resend_policy(mut self, policy: ResendPolicy) -> Self {
-        self.session.resend = policy;
+        self.session.resend_policy = policy;
         self
     }
 
@@ -348,20 +350,13 @@ impl ClientBuilder {
         }
 
         let mut session = self.session;
-        if let Some(name) = &self.protocol_version {
-            session.protocol_version = ProtocolVersion::parse(name)
-                .filter(|v| !v.is_modern())
-                .ok_or_else(|| {
-                    let supported: Vec<&str> = ProtocolVersion::SUPPORTED
-                        .iter()
-                        .filter(|v| !v.is_modern())
-                        .map(|v| v.as_str())
-                        .collect();
-                    invalid(format!(
-                        "unsupported protocol version `{name}` (supported: {})",
-                        supported.join(", ")
-                    ))
-                })?;
+        if let Some(version) = self.protocol_version {
+            if version.is_modern() {
+                return Err(invalid(format!(
+                    "protocol version `{version}` has no `initialize`: choose the era with `era`"
+                )));
+            }
+            session.protocol_version = version;
         }
         if !session.client_capabilities.is_object() {
             return Err(invalid("client capabilities must be a JSON object"));

@@ -20,6 +20,7 @@ use super::results::{CallToolResult, InitializeResult};
 use super::tool_call::{next_call_id, ToolCall};
 use super::Startable;
 use crate::error::{Error, ErrorKind};
+use crate::ids::SessionId;
 use crate::proto::{CallRequest, Era, ExtensionStatus, Session};
 
 /// An MCP client over the Streamable HTTP transport, resume-aware.
@@ -187,7 +188,7 @@ impl Client {
     /// Sends a core request as it is (the bridge's path: its key and deadline already set).
     pub(crate) async fn send_core(&self, request: CallRequest) -> Result<Value, Error> {
         let timing = Timing {
-            timeout: request.deadline(),
+            timeout: request.timeout(),
             ..Timing::default()
         };
         let submission =
@@ -365,8 +366,9 @@ impl Client {
     /// The current session's id (`Mcp-Session-Id`, legacy era), as of the last
     /// [`SessionEvent`](crate::SessionEvent); `None` before the first session, for a server that
     /// assigns none, and in the modern era (which has no sessions). A re-initialization
-    /// changes it. A credential of sorts: do not log it.
-    pub fn session_id(&self) -> Option<String> {
+    /// changes it. A credential of sorts: its `Display` and `Debug` show a prefix only;
+    /// [`SessionId::expose`] gives the whole id.
+    pub fn session_id(&self) -> Option<SessionId> {
         self.shared.published.session_id()
     }
 

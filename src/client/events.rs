@@ -6,6 +6,7 @@
 //! logged, never silent. Memory held for a lagging subscriber is therefore bounded by
 //! [`EVENT_BUFFER`] items, each bounded by the configured maximum event size.
 
+use crate::ids::SessionId;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -76,7 +77,7 @@ pub(crate) struct Published {
     notifications: OnceLock<broadcast::Sender<ServerNotification>>,
     status: Mutex<Option<ExtensionStatus>>,
     era: Mutex<Option<Era>>,
-    session_id: Mutex<Option<String>>,
+    session_id: Mutex<Option<SessionId>>,
 }
 
 impl Published {
@@ -129,14 +130,14 @@ impl Published {
         }
     }
 
-    pub(crate) fn set_session_id(&self, id: Option<String>) {
+    pub(crate) fn set_session_id(&self, id: Option<SessionId>) {
         match self.session_id.lock() {
             Ok(mut s) => *s = id,
             Err(poisoned) => *poisoned.into_inner() = id,
         }
     }
 
-    pub(crate) fn session_id(&self) -> Option<String> {
+    pub(crate) fn session_id(&self) -> Option<SessionId> {
         match self.session_id.lock() {
             Ok(s) => s.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),

@@ -157,7 +157,7 @@ impl Submission {
         };
         Ok(Submission {
             id,
-            request: request.timeout(deadline),
+            request: request.with_timeout(deadline),
             idle,
             total,
             wants_progress: idle.is_some(),
@@ -225,8 +225,8 @@ impl WithMeta for CallRequest {
             Some(k) => CallRequest::tool_call(params.unwrap_or(Value::Null), Some(k.clone())),
             None => CallRequest::new(self.method(), params),
         };
-        Ok(match self.deadline() {
-            Some(d) => rebuilt.timeout(d),
+        Ok(match self.timeout() {
+            Some(d) => rebuilt.with_timeout(d),
             None => rebuilt,
         })
     }
@@ -244,7 +244,7 @@ mod tests {
         let plan = |timing: Timing| {
             let s =
                 Submission::new(CallId(1), CallRequest::new("m", None), timing, DEFAULT).unwrap();
-            (s.request.deadline(), s.idle, s.total)
+            (s.request.timeout(), s.idle, s.total)
         };
         let secs = Duration::from_secs;
         assert_eq!(

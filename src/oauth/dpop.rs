@@ -5,14 +5,11 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use serde::Serialize;
 
-/// The header that carries a proof on a request, and a server's nonce on a response.
-pub const DPOP_HEADER: &str = "DPoP";
-
 /// The response header a server hands its nonce out in (RFC 9449 §8, §9).
-pub const DPOP_NONCE_HEADER: &str = "DPoP-Nonce";
+pub(crate) const DPOP_NONCE_HEADER: &str = "DPoP-Nonce";
 
 /// The error code of a server that wants a proof carrying its nonce.
-pub const USE_DPOP_NONCE: &str = "use_dpop_nonce";
+pub(crate) const USE_DPOP_NONCE: &str = "use_dpop_nonce";
 
 /// The `token_type` of a DPoP-bound access token, and the `Authorization` scheme it is
 /// presented with.
@@ -26,11 +23,11 @@ pub struct DpopClaims {
     pub jti: String,
     /// The HTTP method of the request.
     pub htm: String,
-    /// The request's URL without query and fragment ([`htu`]).
+    /// The request's URL without user info, query and fragment.
     pub htu: String,
     /// When the proof was made, in seconds since the Unix epoch.
     pub iat: u64,
-    /// The hash of the access token the request presents ([`ath`]); absent on token
+    /// The base64url SHA-256 of the access token the request presents; absent on token
     /// requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ath: Option<String>,
@@ -65,7 +62,7 @@ impl DpopClaims {
 /// The `htu` of a request to `url`: the URL without its query and fragment, which a proof
 /// must not carry (§4.2), and without user info, which is no part of the HTTP target URI
 /// either: neither leaks into a server's proof logs or replay cache.
-pub fn htu(url: &url::Url) -> String {
+pub(crate) fn htu(url: &url::Url) -> String {
     let mut url = url.clone();
     url.set_query(None);
     url.set_fragment(None);
@@ -76,14 +73,14 @@ pub fn htu(url: &url::Url) -> String {
 }
 
 /// The `ath` of a proof presenting `access_token`: the base64url SHA-256 of its ASCII bytes.
-pub fn ath(access_token: &str) -> String {
+pub(crate) fn ath(access_token: &str) -> String {
     let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, access_token.as_bytes());
     URL_SAFE_NO_PAD.encode(digest.as_ref())
 }
 
 /// Where a server's nonce applies: its origin (scheme, host, port). An authorization server
 /// and a resource server each have their own.
-pub fn nonce_scope(url: &url::Url) -> String {
+pub(crate) fn nonce_scope(url: &url::Url) -> String {
     url.origin().ascii_serialization()
 }
 

@@ -151,7 +151,7 @@ fn has(list: &Option<Vec<String>>, item: &str) -> bool {
 /// Where the protected resource metadata of the MCP server at `server` may be, in the order
 /// the specification has clients try them when the 401 names none: the well-known URI with
 /// the endpoint's path inserted, then the root one. A server at the root has only the latter.
-pub fn protected_resource_metadata_urls(server: &Url) -> Vec<Url> {
+pub(crate) fn protected_resource_metadata_urls(server: &Url) -> Vec<Url> {
     let mut urls = Vec::with_capacity(2);
     let path = server.path().trim_end_matches('/');
     if !path.is_empty() {
@@ -173,7 +173,7 @@ pub fn protected_resource_metadata_urls(server: &Url) -> Vec<Url> {
 /// well-known prefix, then OpenID Connect appended to the path; for one without, RFC 8414
 /// then OpenID Connect. A terminating `/` of the issuer's path is dropped first (RFC 8414
 /// §3.1). The issuer must be a URL `policy` allows, without query or fragment.
-pub fn authorization_server_metadata_urls(
+pub(crate) fn authorization_server_metadata_urls(
     issuer: &str,
     policy: &UrlPolicy,
 ) -> Result<Vec<Url>, OAuthError> {
@@ -206,7 +206,7 @@ pub fn authorization_server_metadata_urls(
 /// The 2025-03-26 revision's authorization base URL: the MCP server's URL with its path
 /// discarded. Servers of that revision publish no protected resource metadata; their
 /// authorization server metadata, if any, is under this URL.
-pub fn legacy_authorization_base(server: &Url) -> String {
+pub(crate) fn legacy_authorization_base(server: &Url) -> String {
     server.origin().ascii_serialization()
 }
 
@@ -224,7 +224,7 @@ pub struct LegacyEndpoints {
 }
 
 /// [`LegacyEndpoints`] under [`legacy_authorization_base`].
-pub fn legacy_endpoints(server: &Url) -> LegacyEndpoints {
+pub(crate) fn legacy_endpoints(server: &Url) -> LegacyEndpoints {
     let base = legacy_authorization_base(server);
     LegacyEndpoints {
         authorization_endpoint: format!("{base}/authorize"),
@@ -237,7 +237,7 @@ pub fn legacy_endpoints(server: &Url) -> LegacyEndpoints {
 /// `server`: same scheme, host and port, and its path is the server's path or a parent of it
 /// on a segment boundary (root metadata of a path-bearing endpoint names the origin). Any
 /// other resource is refused: its authorization servers are not this server's.
-pub fn check_resource(resource: &str, server: &Url) -> Result<(), OAuthError> {
+pub(crate) fn check_resource(resource: &str, server: &Url) -> Result<(), OAuthError> {
     // The server's URL as configured may carry credentials (user info, query): not shown.
     let mismatch = || OAuthError::ResourceMismatch {
         resource: resource.to_owned(),
@@ -260,7 +260,7 @@ pub fn check_resource(resource: &str, server: &Url) -> Result<(), OAuthError> {
 
 /// Whether `url` may carry OAuth traffic: `https`, or `http` to a loopback host (OAuth 2.1
 /// §1.5's exception).
-pub fn is_secure_url(url: &Url) -> bool {
+pub(crate) fn is_secure_url(url: &Url) -> bool {
     match url.scheme() {
         "https" => true,
         "http" => match url.host() {

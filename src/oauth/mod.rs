@@ -19,28 +19,28 @@ mod secret;
 mod tokens;
 mod trust;
 
-pub use dpop::{
-    ath, htu, nonce_scope, DpopClaims, DPOP_HEADER, DPOP_NONCE_HEADER, DPOP_TOKEN_TYPE,
-    USE_DPOP_NONCE,
-};
+// The pure rules the flows in `client::oauth` apply; kept inside the crate (their tests live
+// beside them), so that what users are promised is the types below.
+pub(crate) use dpop::{nonce_scope, DPOP_NONCE_HEADER, USE_DPOP_NONCE};
+pub use dpop::{DpopClaims, DPOP_TOKEN_TYPE};
 pub use error::OAuthError;
-pub use metadata::{
+pub(crate) use metadata::{
     authorization_server_metadata_urls, check_resource, is_secure_url, legacy_authorization_base,
-    legacy_endpoints, protected_resource_metadata_urls, AuthorizationServerMetadata,
-    LegacyEndpoints, ProtectedResourceMetadata,
+    legacy_endpoints, protected_resource_metadata_urls,
 };
-pub use registration::{
-    application_type, check_client_metadata_document, check_redirect_uri, choose_registration,
-    dynamic_registration_request, redirect_uri_for, select_token_endpoint_auth, RegisteredClient,
-    Registration, TokenEndpointAuth,
+pub use metadata::{AuthorizationServerMetadata, LegacyEndpoints, ProtectedResourceMetadata};
+pub(crate) use registration::{
+    check_client_metadata_document, check_redirect_uri, choose_registration,
+    dynamic_registration_request, redirect_uri_for, select_token_endpoint_auth,
 };
-pub(crate) use response::same_endpoint;
-pub use response::{authorization_code, ExpectedResponse};
-pub use scope::{
-    bounded, covers, offline_access, scope_param, select_initial_scopes, union, MAX_SCOPES,
-    MAX_SCOPE_ITEMS, OFFLINE_ACCESS,
+pub use registration::{RegisteredClient, Registration, TokenEndpointAuth};
+pub use response::ExpectedResponse;
+pub(crate) use response::{authorization_code, same_endpoint};
+pub(crate) use scope::{
+    bounded, covers, offline_access, scope_param, select_initial_scopes, union,
 };
 pub use secret::Secret;
-pub use tokens::{token_expiry, TokenSet, MAX_TOKEN_LIFETIME};
-pub use trust::{is_loopback_host, UrlPolicy};
-pub(crate) use trust::{shown, shown_url};
+pub(crate) use tokens::token_expiry;
+pub use tokens::{TokenSet, MAX_TOKEN_LIFETIME};
+pub use trust::UrlPolicy;
+pub(crate) use trust::{is_loopback_host, shown, shown_url};

@@ -77,7 +77,7 @@ pub enum Registration {
 /// The specification's order of preference: pre-registered credentials for this issuer; a
 /// client ID metadata document when the server supports them; dynamic registration when the
 /// server has a registration endpoint.
-pub fn choose_registration(
+pub(crate) fn choose_registration(
     has_pre_registered: bool,
     has_metadata_document: bool,
     metadata_documents_supported: bool,
@@ -105,7 +105,7 @@ pub fn choose_registration(
 /// one (RFC 9700 §4.4.2). The segment is derived from the issuer (the first 64 bits of its
 /// SHA-256), so it is the same across runs and registrations. A `base` whose path cannot
 /// take a segment (`app:callback`) is returned as it is.
-pub fn redirect_uri_for(base: &str, issuer: &str) -> String {
+pub(crate) fn redirect_uri_for(base: &str, issuer: &str) -> String {
     let Ok(mut url) = Url::parse(base) else {
         return base.to_owned();
     };
@@ -122,7 +122,7 @@ pub fn redirect_uri_for(base: &str, issuer: &str) -> String {
 /// Whether `uri` may be a redirect URI (OAuth 2.1 §2.3.1, RFC 8252): no fragment; `https`;
 /// `http` only to a loopback host; or an app's private-use scheme. Never a scheme a browser
 /// would run or read locally (`javascript:`, `data:`, `file:`, …).
-pub fn check_redirect_uri(uri: &str) -> Result<(), OAuthError> {
+pub(crate) fn check_redirect_uri(uri: &str) -> Result<(), OAuthError> {
     let bad = |why: &str| OAuthError::Config(format!("redirect URI {uri}: {why}"));
     let url = Url::parse(uri).map_err(|e| bad(&e.to_string()))?;
     if url.fragment().is_some() {
@@ -141,7 +141,7 @@ pub fn check_redirect_uri(uri: &str) -> Result<(), OAuthError> {
 
 /// Whether `url` may be a client ID metadata document URL (the document's `client_id`):
 /// `https`, with a path beyond `/`, without fragment, user info or dot segments.
-pub fn check_client_metadata_document(url: &str) -> Result<(), OAuthError> {
+pub(crate) fn check_client_metadata_document(url: &str) -> Result<(), OAuthError> {
     let bad = |why: &str| OAuthError::Config(format!("client metadata document URL {url}: {why}"));
     let parsed = Url::parse(url).map_err(|e| bad(&e.to_string()))?;
     if parsed.scheme() != "https" {
@@ -206,7 +206,7 @@ impl TokenEndpointAuth {
 /// one its registration settled on when the server supports it; else, with a secret,
 /// `client_secret_basic` then `client_secret_post` among those the server lists (RFC 8414's
 /// default list is `client_secret_basic`); else `none`.
-pub fn select_token_endpoint_auth(
+pub(crate) fn select_token_endpoint_auth(
     registered: Option<&str>,
     has_secret: bool,
     supported: Option<&[String]>,
@@ -245,7 +245,7 @@ pub fn select_token_endpoint_auth(
 /// `native` when every redirect URI stays on this machine (loopback http, or a private-use
 /// scheme), `web` otherwise (OpenID Connect registration's `application_type`, which MCP
 /// clients must send).
-pub fn application_type(redirect_uris: &[String]) -> &'static str {
+pub(crate) fn application_type(redirect_uris: &[String]) -> &'static str {
     let native = redirect_uris.iter().all(|uri| match Url::parse(uri) {
         Ok(url) if url.scheme() == "http" => is_secure_url(&url),
         Ok(url) => url.scheme() != "https",
@@ -260,7 +260,7 @@ pub fn application_type(redirect_uris: &[String]) -> &'static str {
 
 /// The body of a dynamic client registration request (RFC 7591) for a public client using
 /// the authorization code grant with refresh tokens.
-pub fn dynamic_registration_request(
+pub(crate) fn dynamic_registration_request(
     client_name: &str,
     redirect_uris: &[String],
     scope: Option<&str>,

@@ -34,9 +34,9 @@ impl<'a> ExpectedResponse<'a> {
     }
 
     /// The response must have arrived at `redirect_uri`, the one the request named: with a
-    /// redirect URI per authorization server ([`redirect_uri_for`](super::redirect_uri_for)),
-    /// an answer that another authorization server sent to its own is refused (the mix-up
-    /// defence of RFC 9700 §4.4.2 for servers without `iss`).
+    /// redirect URI per authorization server, an answer that another authorization server
+    /// sent to its own is refused (the mix-up defence of RFC 9700 §4.4.2 for servers without
+    /// `iss`).
     pub fn redirect_uri(mut self, redirect_uri: &'a str) -> Self {
         self.redirect_uri = Some(redirect_uri);
         self
@@ -55,7 +55,7 @@ impl<'a> ExpectedResponse<'a> {
 ///    response failing here is refused without reading its `error`.
 /// 2. `state` must be the one sent.
 /// 3. An `error` is reported; otherwise the `code` is returned.
-pub fn authorization_code(
+pub(crate) fn authorization_code(
     response: &Url,
     expected: &ExpectedResponse<'_>,
 ) -> Result<String, OAuthError> {

@@ -8,21 +8,21 @@
 use std::collections::HashSet;
 
 /// The scope that asks an authorization server for a refresh token (OpenID Connect).
-pub const OFFLINE_ACCESS: &str = "offline_access";
+pub(crate) const OFFLINE_ACCESS: &str = "offline_access";
 
 /// The most distinct scopes kept from one list; the rest is dropped. A server asking for
 /// more is not asking for anything a user could review.
-pub const MAX_SCOPES: usize = 256;
+pub(crate) const MAX_SCOPES: usize = 256;
 
 /// The most items of one scope list looked at (repeats included): whatever a server sends,
 /// reading it costs a bounded time.
-pub const MAX_SCOPE_ITEMS: usize = 4096;
+pub(crate) const MAX_SCOPE_ITEMS: usize = 4096;
 
 /// The scopes of a first authorization, in the specification's order of preference: the
 /// `scope` of the server's `WWW-Authenticate` challenge; else every scope of the protected
 /// resource metadata's `scopes_supported`; else none (the `scope` parameter is then left
 /// out, and the authorization server applies its default).
-pub fn select_initial_scopes(
+pub(crate) fn select_initial_scopes(
     challenge_scope: Option<&str>,
     scopes_supported: Option<&[String]>,
 ) -> Vec<String> {
@@ -41,7 +41,7 @@ pub fn select_initial_scopes(
 /// authorization server lists the scope in its `scopes_supported`; never otherwise. An empty
 /// selection stays empty: asking for `offline_access` alone would replace the server's
 /// default scopes with it.
-pub fn offline_access(
+pub(crate) fn offline_access(
     mut scopes: Vec<String>,
     wanted: bool,
     authorization_server_scopes: Option<&[String]>,
@@ -58,7 +58,7 @@ pub fn offline_access(
 
 /// The scopes of a step-up authorization: those requested before, then the challenge's
 /// (SEP-2350), so a permission granted for an earlier operation is not lost.
-pub fn union(previous: &[String], challenged: Option<&str>) -> Vec<String> {
+pub(crate) fn union(previous: &[String], challenged: Option<&str>) -> Vec<String> {
     dedup(
         previous
             .iter()
@@ -70,7 +70,7 @@ pub fn union(previous: &[String], challenged: Option<&str>) -> Vec<String> {
 /// Whether `granted` includes every scope of `required` (space-separated). A `required` list
 /// longer than [`MAX_SCOPE_ITEMS`] is never covered (it cannot be checked in bounded time),
 /// and only the first [`MAX_SCOPE_ITEMS`] granted scopes count.
-pub fn covers(granted: &[String], required: Option<&str>) -> bool {
+pub(crate) fn covers(granted: &[String], required: Option<&str>) -> bool {
     let granted: HashSet<&str> = granted
         .iter()
         .take(MAX_SCOPE_ITEMS)
@@ -86,12 +86,12 @@ pub fn covers(granted: &[String], required: Option<&str>) -> bool {
 
 /// The scopes of a server-supplied list (`scopes_supported`, a token response's scopes),
 /// without repeats or empty ones, at most [`MAX_SCOPES`].
-pub fn bounded(scopes: &[String]) -> Vec<String> {
+pub(crate) fn bounded(scopes: &[String]) -> Vec<String> {
     dedup(scopes.iter().map(String::as_str))
 }
 
 /// The `scope` parameter for `scopes`: space-separated, or `None` (left out) when empty.
-pub fn scope_param(scopes: &[String]) -> Option<String> {
+pub(crate) fn scope_param(scopes: &[String]) -> Option<String> {
     (!scopes.is_empty()).then(|| scopes.join(" "))
 }
 

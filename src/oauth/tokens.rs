@@ -12,7 +12,7 @@ pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(365 * 24 * 60 * 60)
 /// When a token granted at `now` with `expires_in` expires: `expires_in` capped at
 /// [`MAX_TOKEN_LIFETIME`], so that no answer of a server makes the instant overflow. `None`
 /// only on a clock so far in the future that a year more cannot be represented.
-pub fn token_expiry(now: SystemTime, expires_in: Duration) -> Option<SystemTime> {
+pub(crate) fn token_expiry(now: SystemTime, expires_in: Duration) -> Option<SystemTime> {
     now.checked_add(expires_in.min(MAX_TOKEN_LIFETIME))
 }
 

@@ -104,7 +104,7 @@ impl UrlPolicy {
 /// Whether `url`'s host is this machine: `localhost` and its subdomains (RFC 6761), the
 /// loopback addresses (an IPv4-mapped one included) and the unspecified ones (connecting to
 /// `0.0.0.0` reaches a local listener).
-pub fn is_loopback_host(url: &Url) -> bool {
+pub(crate) fn is_loopback_host(url: &Url) -> bool {
     match url.host() {
         Some(Host::Domain(d)) => {
             let d = d.trim_end_matches('.').to_ascii_lowercase();

@@ -16,9 +16,9 @@ pub const DEFAULT_IDEMPOTENCY_META_KEY: &str = "io.github.mcp-resume/idempotency
 #[non_exhaustive]
 pub enum Era {
     /// Probe with `server/discover`: a recognised modern answer or modern error means modern;
-    /// whatever else a server answers means legacy (`initialize`), and a probe without an
-    /// answer (transport, 5xx) is sent again; see [`read_probe`](super::probe::read_probe).
-    /// **Default.**
+    /// whatever else a server answers means legacy (`initialize`); a 5xx falls back to
+    /// `initialize` once, and a probe without an answer (or whose fallback got none either) is
+    /// sent again within the connect deadline. **Default.**
     #[default]
     Auto,
     /// Always `initialize` (a legacy server).
@@ -68,7 +68,7 @@ pub struct SessionConfig {
     /// Whether to open the standalone GET stream after `initialize`. Default: `true`.
     pub open_listen_stream: bool,
     /// Re-send rule for keyed calls. Default: [`ResendPolicy::ServerAdvertised`].
-    pub resend: ResendPolicy,
+    pub resend_policy: ResendPolicy,
     /// Whether a 503 with `Retry-After` proves the request was not processed, so that the
     /// call (keyed or not) is sent again after that delay when it fits in the deadline.
     /// Default: `true`: a server or gateway that names a time to come back is taken to have
@@ -105,7 +105,7 @@ crate::setters::with_setters!(SessionConfig {
     with_max_event_size => max_event_size: usize,
     with_max_body_size => max_body_size: usize,
     with_open_listen_stream => open_listen_stream: bool,
-    with_resend => resend: ResendPolicy,
+    with_resend_policy => resend_policy: ResendPolicy,
     with_unavailable_not_processed => unavailable_not_processed: bool,
     with_jitter_seed => jitter_seed: u64,
     with_dangerous_trust_replay => dangerous_trust_replay: bool,
@@ -125,7 +125,7 @@ impl Default for SessionConfig {
             max_event_size: 16 * 1024 * 1024,
             max_body_size: 16 * 1024 * 1024,
             open_listen_stream: true,
-            resend: ResendPolicy::default(),
+            resend_policy: ResendPolicy::default(),
             unavailable_not_processed: true,
             jitter_seed: 0x5eed,
             dangerous_trust_replay: false,

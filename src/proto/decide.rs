@@ -91,8 +91,10 @@ pub enum Failure {
     ListenHashMismatch,
 }
 
-/// Plain facts about the call (and session) the failure happened to.
+/// Plain facts about the call (and session) the failure happened to. Made by [`State::new`]
+/// and the setters below it; read by its fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct State {
     /// The call carries an idempotency key and re-sending it is safe: the server advertised
     /// idempotency, or the application opted in (`ResendPolicy::AssumeServerDeduplicates`).

@@ -81,14 +81,22 @@ pub(crate) fn standard_idempotency(capabilities: &Value) -> bool {
 
 /// Maps a reason string of the wire contract to its variant.
 pub(crate) fn reject_reason(reason: &str) -> RejectReason {
-    match reason.trim() {
-        "unknown_session" => RejectReason::UnknownSession,
-        "not_owner" => RejectReason::NotOwner,
-        "event_gap" => RejectReason::EventGap,
-        "orphaned_request" => RejectReason::OrphanedRequest,
-        "capability_mismatch" => RejectReason::CapabilityMismatch,
-        other => {
-            let mut s: String = other.chars().filter(|c| !c.is_control()).take(64).collect();
+    let known = [
+        RejectReason::UnknownSession,
+        RejectReason::NotOwner,
+        RejectReason::EventGap,
+        RejectReason::OrphanedRequest,
+        RejectReason::CapabilityMismatch,
+    ];
+    let reason = reason.trim();
+    match known.into_iter().find(|known| known.as_str() == reason) {
+        Some(known) => known,
+        None => {
+            let mut s: String = reason
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(64)
+                .collect();
             super::jsonrpc::truncate(&mut s, 64);
             RejectReason::Other(s)
         }

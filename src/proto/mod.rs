@@ -35,9 +35,24 @@ use serde_json::Value;
 use crate::error::Error;
 use crate::ids::{EventId, IdempotencyKey};
 
-/// Identifies one HTTP exchange the session asked for.
+/// Identifies one HTTP exchange the session asked for ([`HttpRequest::id`]); only a session
+/// makes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HttpId(pub u64);
+pub struct HttpId(pub(crate) u64);
+
+impl HttpId {
+    /// The number behind the id (for logs and language bindings).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// An id no session made, for tests that feed a session input about an exchange it never
+    /// asked for. Unstable.
+    #[cfg(feature = "unstable")]
+    pub fn from_raw(n: u64) -> Self {
+        HttpId(n)
+    }
+}
 
 /// Identifies one application call (a request the app is waiting on). Assigned by the
 /// client (unique in the process) or by the session; never made up by the application.
@@ -53,6 +68,7 @@ impl CallId {
 
 /// HTTP method of a [`HttpRequest`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HttpMethod {
     /// A JSON-RPC message (request, notification or response).
     Post,
@@ -156,8 +172,9 @@ impl CallRequest {
         }
     }
 
-    /// Sets the deadline, spanning every resume and re-send. Default: the configured one.
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    /// Sets the call's timeout: one deadline spanning every resume and re-send. Default: the
+    /// configured [`SessionConfig::call_timeout`].
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
@@ -177,8 +194,8 @@ impl CallRequest {
         self.idempotency_key.as_ref()
     }
 
-    /// The deadline, when set.
-    pub fn deadline(&self) -> Option<Duration> {
+    /// The call's timeout, when set ([`CallRequest::with_timeout`]).
+    pub fn timeout(&self) -> Option<Duration> {
         self.timeout
     }
 }
@@ -377,17 +394,36 @@ pub mod config;
 pub mod decide;
 mod ext;
 pub(crate) mod jsonrpc;
-pub mod methods;
-pub mod modern;
-pub mod probe;
+mod names;
 mod session;
 pub(crate) use session::{decode_json, DecodedEvent, SseAhead};
 pub mod version;
 pub mod walkthrough;
 
+/// Declares modules that are public only with the `unstable` feature: outside the
+/// compatibility promise, kept reachable for this crate's own tests and tools.
+macro_rules! unstable_modules {
+    ($($(#[$meta:meta])* $name:ident;)*) => {$(
+        $(#[$meta])*
+        #[cfg(feature = "unstable")]
+        pub mod $name;
+        #[cfg(not(feature = "unstable"))]
+        #[allow(unreachable_pub, dead_code)]
+        pub(crate) mod $name;
+    )*};
+}
+
+unstable_modules! {
+    /// The core's bounds on what a server can make it hold or do (unstable).
+    limits;
+    /// JSON-RPC method names the core itself sends or reads (unstable).
+    methods;
+    /// The 2026-07-28 era's wire helpers (unstable).
+    modern;
+    /// The era probe's rule, row-tested (unstable).
+    probe;
+}
+
 pub use config::{Era, ResendPolicy, SessionConfig};
-pub use session::{
-    Session, MAX_ANSWERS_IN_FLIGHT, MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS, MAX_QUEUED_ANSWERS,
-    MAX_QUEUED_NOTIFICATIONS, MAX_REMEMBERED_EVENT_IDS, TASKS_EXTENSION,
-};
+pub use session::Session;
 pub use version::ProtocolVersion;

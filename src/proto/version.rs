@@ -62,6 +62,28 @@ impl ProtocolVersion {
     }
 }
 
+impl std::str::FromStr for ProtocolVersion {
+    type Err = crate::Error;
+
+    /// The revision named `s`; an [`ErrorKind::InvalidConfig`](crate::ErrorKind) error
+    /// naming the revisions this client speaks otherwise.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ProtocolVersion::parse(s).ok_or_else(|| {
+            let supported: Vec<&str> = ProtocolVersion::SUPPORTED
+                .iter()
+                .map(|v| v.as_str())
+                .collect();
+            crate::Error::new(
+                crate::ErrorKind::InvalidConfig,
+                format!(
+                    "unsupported protocol version `{s}` (supported: {})",
+                    supported.join(", ")
+                ),
+            )
+        })
+    }
+}
+
 impl fmt::Display for ProtocolVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -86,5 +108,11 @@ mod tests {
         assert!(!ProtocolVersion::LATEST.is_modern());
         assert!(ProtocolVersion::MODERN.is_modern());
         assert!(ProtocolVersion::MODERN.has_version_header());
+        assert_eq!(
+            "2025-06-18".parse::<ProtocolVersion>().ok(),
+            Some(ProtocolVersion::V2025_06_18)
+        );
+        let err = "1999-01-01".parse::<ProtocolVersion>().unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidConfig);
     }
 }

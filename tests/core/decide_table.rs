@@ -9,30 +9,38 @@ use CallFate::Fail as FateFail;
 use Decision::*;
 
 /// An unkeyed (or unsafe keyed) call on its first failure, with the default limits.
-const UNKEYED: State = State {
-    resend_safe: false,
-    trust_replay: false,
-    resumable: true,
-    attempts: 1,
-    resumes_without_progress: 0,
-    reinit_failures: 0,
-    calls_waiting: false,
-    awaiting_reinit: false,
-    max_attempts: 10,
-    max_resumes_without_progress: 3,
-    max_reinit_failures: 5,
-};
+fn unkeyed() -> State {
+    State::new(&mcp_resume::ReconnectPolicy::default(), false, false)
+}
+
 /// A keyed call that is safe to re-send, on its first failure, with the default limits.
-const SAFE: State = State {
-    resend_safe: true,
-    ..UNKEYED
-};
+fn safe() -> State {
+    State::new(&mcp_resume::ReconnectPolicy::default(), true, false)
+}
 
 #[test]
 fn the_table_starts_from_the_default_policy() {
-    let policy = mcp_resume::ReconnectPolicy::default();
-    assert_eq!(State::new(&policy, false, false), UNKEYED);
-    assert_eq!(State::new(&policy, true, false), SAFE);
+    for state in [unkeyed(), safe()] {
+        assert_eq!(
+            (
+                state.attempts,
+                state.resumes_without_progress,
+                state.reinit_failures
+            ),
+            (1, 0, 0)
+        );
+        assert_eq!(
+            (
+                state.max_attempts,
+                state.max_resumes_without_progress,
+                state.max_reinit_failures
+            ),
+            (10, 3, 5)
+        );
+        assert!(state.resumable && !state.trust_replay);
+        assert!(!state.calls_waiting && !state.awaiting_reinit);
+    }
+    assert!(!unkeyed().resend_safe && safe().resend_safe);
 }
 
 fn reinit(reason: ReinitReason, call: CallFate) -> Decision {
@@ -45,7 +53,7 @@ const UNKNOWN: Decision = Fail(ErrorKind::OutcomeUnknown);
 #[test]
 fn post_404_with_session_id_reinitializes_and_resends_unkeyed_call() {
     assert_eq!(
-        decide(&Failure::PostSessionNotFound, &UNKEYED),
+        decide(&Failure::PostSessionNotFound, &unkeyed()),
         reinit(ReinitReason::SessionNotFound, CallFate::Resend)
     );
 }
@@ -53,7 +61,7 @@ fn post_404_with_session_id_reinitializes_and_resends_unkeyed_call() {
 #[test]
 fn post_404_with_session_id_resends_keyed_call_too() {
     assert_eq!(
-        decide(&Failure::PostSessionNotFound, &SAFE),
+        decide(&Failure::PostSessionNotFound, &safe()),
         reinit(ReinitReason::SessionNotFound, CallFate::Resend)
     );
 }
@@ -63,10 +71,10 @@ fn post_404_with_session_id_resends_keyed_call_too() {
 #[test]
 fn post_404_resends_are_bounded_by_max_attempts() {
     assert_eq!(
-        decide(&Failure::PostSessionNotFound, &UNKEYED.attempts(9)),
+        decide(&Failure::PostSessionNotFound, &unkeyed().attempts(9)),
         reinit(ReinitReason::SessionNotFound, CallFate::Resend)
     );
-    for state in [UNKEYED, SAFE, UNKEYED.trusting()] {
+    for state in [unkeyed(), safe(), unkeyed().trusting()] {
         assert_eq!(
             decide(&Failure::PostSessionNotFound, &state.attempts(10)),
             Fail(ErrorKind::SessionLost)
@@ -79,14 +87,14 @@ fn post_404_resends_are_bounded_by_max_attempts() {
 #[test]
 fn resume_404_resends_are_bounded_by_max_attempts() {
     assert_eq!(
-        decide(&Failure::ResumeNotFound, &SAFE.attempts(10)),
+        decide(&Failure::ResumeNotFound, &safe().attempts(10)),
         reinit(
             ReinitReason::SessionNotFound,
             FateFail(ErrorKind::OutcomeUnknown)
         )
     );
     assert_eq!(
-        decide(&Failure::SessionReplaced, &SAFE.attempts(10)),
+        decide(&Failure::SessionReplaced, &safe().attempts(10)),
         UNKNOWN
     );
 }
@@ -94,14 +102,17 @@ fn resume_404_resends_are_bounded_by_max_attempts() {
 // | POST answered without its response after delivery (202, 5xx, another id) | may have run |
 #[test]
 fn answered_without_response_unkeyed_is_outcome_unknown() {
-    assert_eq!(decide(&Failure::AnsweredWithoutResponse, &UNKEYED), UNKNOWN);
+    assert_eq!(
+        decide(&Failure::AnsweredWithoutResponse, &unkeyed()),
+        UNKNOWN
+    );
 }
 
 #[test]
 fn answered_without_response_safe_keyed_is_resent() {
-    assert_eq!(decide(&Failure::AnsweredWithoutResponse, &SAFE), Resend);
+    assert_eq!(decide(&Failure::AnsweredWithoutResponse, &safe()), Resend);
     assert_eq!(
-        decide(&Failure::AnsweredWithoutResponse, &SAFE.attempts(10)),
+        decide(&Failure::AnsweredWithoutResponse, &safe().attempts(10)),
         UNKNOWN
     );
 }
@@ -112,8 +123,8 @@ fn refused_unprocessed_is_reported_whatever_the_key() {
     let refused = Failure::Refused {
         retry_within_deadline: false,
     };
-    assert_eq!(decide(&refused, &UNKEYED), Report);
-    assert_eq!(decide(&refused, &SAFE), Report);
+    assert_eq!(decide(&refused, &unkeyed()), Report);
+    assert_eq!(decide(&refused, &safe()), Report);
 }
 
 // | … with `Retry-After` within the deadline | wait that long, then re-send |
@@ -122,20 +133,20 @@ fn refused_with_retry_after_within_deadline_is_resent_until_attempts_run_out() {
     let refused = Failure::Refused {
         retry_within_deadline: true,
     };
-    assert_eq!(decide(&refused, &UNKEYED), Resend);
-    assert_eq!(decide(&refused, &UNKEYED.attempts(10)), Report);
+    assert_eq!(decide(&refused, &unkeyed()), Resend);
+    assert_eq!(decide(&refused, &unkeyed().attempts(10)), Report);
 }
 
 // | POST could not even connect | re-send after backoff |
 #[test]
 fn post_connect_failure_resends_unkeyed_call() {
-    assert_eq!(decide(&Failure::PostConnectFailed, &UNKEYED), Resend);
+    assert_eq!(decide(&Failure::PostConnectFailed, &unkeyed()), Resend);
 }
 
 #[test]
 fn post_connect_failure_gives_up_after_max_attempts() {
     assert_eq!(
-        decide(&Failure::PostConnectFailed, &UNKEYED.attempts(10)),
+        decide(&Failure::PostConnectFailed, &unkeyed().attempts(10)),
         Fail(ErrorKind::Transport)
     );
 }
@@ -143,17 +154,17 @@ fn post_connect_failure_gives_up_after_max_attempts() {
 // | POST connection lost after sending, before a response head | keyed+safe re-send, else unknown |
 #[test]
 fn post_lost_unkeyed_is_outcome_unknown() {
-    assert_eq!(decide(&Failure::PostLost, &UNKEYED), UNKNOWN);
+    assert_eq!(decide(&Failure::PostLost, &unkeyed()), UNKNOWN);
 }
 
 #[test]
 fn post_lost_safe_keyed_is_resent() {
-    assert_eq!(decide(&Failure::PostLost, &SAFE), Resend);
+    assert_eq!(decide(&Failure::PostLost, &safe()), Resend);
 }
 
 #[test]
 fn post_lost_safe_keyed_out_of_attempts_is_outcome_unknown() {
-    assert_eq!(decide(&Failure::PostLost, &SAFE.attempts(10)), UNKNOWN);
+    assert_eq!(decide(&Failure::PostLost, &safe().attempts(10)), UNKNOWN);
 }
 
 // | response stream ends before the pending response, no event id seen | as the row above |
@@ -162,7 +173,7 @@ fn stream_end_without_event_id_unkeyed_is_outcome_unknown() {
     let f = Failure::StreamEnded {
         event_id_seen: false,
     };
-    assert_eq!(decide(&f, &UNKEYED), UNKNOWN);
+    assert_eq!(decide(&f, &unkeyed()), UNKNOWN);
 }
 
 #[test]
@@ -170,7 +181,7 @@ fn stream_end_without_event_id_safe_keyed_is_resent() {
     let f = Failure::StreamEnded {
         event_id_seen: false,
     };
-    assert_eq!(decide(&f, &SAFE), Resend);
+    assert_eq!(decide(&f, &safe()), Resend);
 }
 
 // | … with an event id seen | resume |
@@ -179,8 +190,8 @@ fn stream_end_with_event_id_resumes() {
     let f = Failure::StreamEnded {
         event_id_seen: true,
     };
-    assert_eq!(decide(&f, &UNKEYED), Resume);
-    assert_eq!(decide(&f, &SAFE), Resume);
+    assert_eq!(decide(&f, &unkeyed()), Resume);
+    assert_eq!(decide(&f, &safe()), Resume);
 }
 
 #[test]
@@ -188,19 +199,19 @@ fn stream_end_with_event_id_out_of_attempts_is_outcome_unknown() {
     let f = Failure::StreamEnded {
         event_id_seen: true,
     };
-    assert_eq!(decide(&f, &UNKEYED.attempts(10)), UNKNOWN);
+    assert_eq!(decide(&f, &unkeyed().attempts(10)), UNKNOWN);
 }
 
 #[test]
 fn resume_connect_failure_resumes_again() {
-    assert_eq!(decide(&Failure::ResumeConnectFailed, &UNKEYED), Resume);
+    assert_eq!(decide(&Failure::ResumeConnectFailed, &unkeyed()), Resume);
 }
 
 // | resume GET answered 404 (any body) | re-initialize; safe keyed re-sent, rest unknown |
 #[test]
 fn resume_404_unkeyed_reinitializes_with_outcome_unknown() {
     assert_eq!(
-        decide(&Failure::ResumeNotFound, &UNKEYED),
+        decide(&Failure::ResumeNotFound, &unkeyed()),
         reinit(
             ReinitReason::SessionNotFound,
             FateFail(ErrorKind::OutcomeUnknown)
@@ -211,7 +222,7 @@ fn resume_404_unkeyed_reinitializes_with_outcome_unknown() {
 #[test]
 fn resume_404_safe_keyed_reinitializes_and_resends() {
     assert_eq!(
-        decide(&Failure::ResumeNotFound, &SAFE),
+        decide(&Failure::ResumeNotFound, &safe()),
         reinit(ReinitReason::SessionNotFound, CallFate::Resend)
     );
 }
@@ -221,14 +232,14 @@ fn resume_404_safe_keyed_reinitializes_and_resends() {
 fn resume_rejection_body_reinitializes_with_reason() {
     let f = Failure::ResumeRejected(RejectReason::NotOwner);
     assert_eq!(
-        decide(&f, &UNKEYED),
+        decide(&f, &unkeyed()),
         reinit(
             ReinitReason::ResumeRejected(RejectReason::NotOwner),
             FateFail(ErrorKind::OutcomeUnknown)
         )
     );
     assert_eq!(
-        decide(&f, &SAFE),
+        decide(&f, &safe()),
         reinit(
             ReinitReason::ResumeRejected(RejectReason::NotOwner),
             CallFate::Resend
@@ -239,26 +250,26 @@ fn resume_rejection_body_reinitializes_with_reason() {
 // | resume GET answered 405 | keyed+safe re-send on the same session; rest unknown |
 #[test]
 fn resume_405_unkeyed_is_outcome_unknown() {
-    assert_eq!(decide(&Failure::ResumeNotAllowed, &UNKEYED), UNKNOWN);
+    assert_eq!(decide(&Failure::ResumeNotAllowed, &unkeyed()), UNKNOWN);
 }
 
 #[test]
 fn resume_405_safe_keyed_is_resent_on_same_session() {
-    assert_eq!(decide(&Failure::ResumeNotAllowed, &SAFE), Resend);
+    assert_eq!(decide(&Failure::ResumeNotAllowed, &safe()), Resend);
 }
 
 // | resumed stream: capability hash header differs | treat as rejection: re-initialize |
 #[test]
 fn resumed_stream_capability_hash_change_reinitializes() {
     assert_eq!(
-        decide(&Failure::ResumeCapabilityHashChanged, &UNKEYED),
+        decide(&Failure::ResumeCapabilityHashChanged, &unkeyed()),
         reinit(
             ReinitReason::CapabilityMismatch,
             FateFail(ErrorKind::OutcomeUnknown)
         )
     );
     assert_eq!(
-        decide(&Failure::ResumeCapabilityHashChanged, &SAFE),
+        decide(&Failure::ResumeCapabilityHashChanged, &safe()),
         reinit(ReinitReason::CapabilityMismatch, CallFate::Resend)
     );
 }
@@ -270,20 +281,23 @@ fn other_response_capability_hash_mismatch_fails_call_and_reinitializes() {
         ReinitReason::CapabilityMismatch,
         FateFail(ErrorKind::ContextMismatch),
     );
-    assert_eq!(decide(&Failure::CapabilityHashMismatch, &UNKEYED), expected);
+    assert_eq!(
+        decide(&Failure::CapabilityHashMismatch, &unkeyed()),
+        expected
+    );
     // Even a safe keyed call is not re-sent: it already ran.
-    assert_eq!(decide(&Failure::CapabilityHashMismatch, &SAFE), expected);
+    assert_eq!(decide(&Failure::CapabilityHashMismatch, &safe()), expected);
 }
 
 // | resumed stream: event ids not contiguous | gap: re-initialize |
 #[test]
 fn resumed_stream_event_gap_reinitializes() {
     assert_eq!(
-        decide(&Failure::EventGap, &UNKEYED),
+        decide(&Failure::EventGap, &unkeyed()),
         reinit(ReinitReason::EventGap, FateFail(ErrorKind::OutcomeUnknown))
     );
     assert_eq!(
-        decide(&Failure::EventGap, &SAFE),
+        decide(&Failure::EventGap, &safe()),
         reinit(ReinitReason::EventGap, CallFate::Resend)
     );
 }
@@ -292,14 +306,14 @@ fn resumed_stream_event_gap_reinitializes() {
 #[test]
 fn resumed_stream_orphaned_response_reinitializes() {
     assert_eq!(
-        decide(&Failure::OrphanedResponse, &UNKEYED),
+        decide(&Failure::OrphanedResponse, &unkeyed()),
         reinit(
             ReinitReason::OrphanedResponse,
             FateFail(ErrorKind::OutcomeUnknown)
         )
     );
     assert_eq!(
-        decide(&Failure::OrphanedResponse, &SAFE),
+        decide(&Failure::OrphanedResponse, &safe()),
         reinit(ReinitReason::OrphanedResponse, CallFate::Resend)
     );
 }
@@ -312,14 +326,14 @@ fn resumed_stream_clean_end_without_progress_is_unverifiable() {
         progress: false,
     };
     assert_eq!(
-        decide(&f, &UNKEYED.without_progress(1)),
+        decide(&f, &unkeyed().without_progress(1)),
         reinit(
             ReinitReason::UnverifiableCleanEnd,
             FateFail(ErrorKind::OutcomeUnknown)
         )
     );
     assert_eq!(
-        decide(&f, &SAFE.without_progress(1)),
+        decide(&f, &safe().without_progress(1)),
         reinit(ReinitReason::UnverifiableCleanEnd, CallFate::Resend)
     );
 }
@@ -331,7 +345,7 @@ fn resumed_stream_clean_end_with_progress_resumes_again() {
         clean: true,
         progress: true,
     };
-    assert_eq!(decide(&f, &UNKEYED), Resume);
+    assert_eq!(decide(&f, &unkeyed()), Resume);
 }
 
 #[test]
@@ -340,9 +354,9 @@ fn resumed_stream_errors_without_progress_are_bounded() {
         clean: false,
         progress: false,
     };
-    assert_eq!(decide(&f, &UNKEYED.without_progress(3)), Resume);
+    assert_eq!(decide(&f, &unkeyed().without_progress(3)), Resume);
     assert_eq!(
-        decide(&f, &UNKEYED.without_progress(4)),
+        decide(&f, &unkeyed().without_progress(4)),
         reinit(
             ReinitReason::UnverifiableCleanEnd,
             FateFail(ErrorKind::OutcomeUnknown)
@@ -353,8 +367,8 @@ fn resumed_stream_errors_without_progress_are_bounded() {
 // | re-initialize | the old session's streams cannot be resumed; safe keyed re-sent, rest unknown |
 #[test]
 fn stream_of_replaced_session_is_not_resumed() {
-    assert_eq!(decide(&Failure::SessionReplaced, &UNKEYED), UNKNOWN);
-    assert_eq!(decide(&Failure::SessionReplaced, &SAFE), Resend);
+    assert_eq!(decide(&Failure::SessionReplaced, &unkeyed()), UNKNOWN);
+    assert_eq!(decide(&Failure::SessionReplaced, &safe()), Resend);
 }
 
 // | re-initialize keeps failing, a call waiting | keep trying, backing off: the call ends at
@@ -365,7 +379,7 @@ fn reinit_failure_is_retried_while_a_call_waits() {
         assert_eq!(
             decide(
                 &Failure::ReinitFailed,
-                &UNKEYED.reinit_failures(failures).calls_waiting(true)
+                &unkeyed().reinit_failures(failures).calls_waiting(true)
             ),
             RetryReinitialize,
             "{failures}"
@@ -378,11 +392,11 @@ fn reinit_failure_is_retried_while_a_call_waits() {
 #[test]
 fn reinit_failure_without_calls_is_retried_then_session_lost() {
     assert_eq!(
-        decide(&Failure::ReinitFailed, &UNKEYED.reinit_failures(4)),
+        decide(&Failure::ReinitFailed, &unkeyed().reinit_failures(4)),
         RetryReinitialize
     );
     assert_eq!(
-        decide(&Failure::ReinitFailed, &UNKEYED.reinit_failures(5)),
+        decide(&Failure::ReinitFailed, &unkeyed().reinit_failures(5)),
         Fail(ErrorKind::SessionLost)
     );
 }
@@ -391,11 +405,11 @@ fn reinit_failure_without_calls_is_retried_then_session_lost() {
 #[test]
 fn deadline_expiry_fails_with_timeout() {
     assert_eq!(
-        decide(&Failure::DeadlineExpired, &SAFE),
+        decide(&Failure::DeadlineExpired, &safe()),
         Fail(ErrorKind::Timeout)
     );
     assert_eq!(
-        decide(&Failure::DeadlineExpired, &UNKEYED),
+        decide(&Failure::DeadlineExpired, &unkeyed()),
         Fail(ErrorKind::Timeout)
     );
 }
@@ -404,7 +418,7 @@ fn deadline_expiry_fails_with_timeout() {
 // last failure as its cause |
 #[test]
 fn deadline_expiry_awaiting_reinit_is_session_lost() {
-    for state in [UNKEYED, SAFE] {
+    for state in [unkeyed(), safe()] {
         assert_eq!(
             decide(&Failure::DeadlineExpired, &state.awaiting_reinit()),
             Fail(ErrorKind::SessionLost)
@@ -416,25 +430,25 @@ fn deadline_expiry_awaiting_reinit_is_session_lost() {
 // execution, which still holds the key; the stored result comes once that one ends.
 #[test]
 fn key_in_use_resends_safe_keyed_call_after_backoff() {
-    assert_eq!(decide(&Failure::KeyInUse, &SAFE), Resend);
+    assert_eq!(decide(&Failure::KeyInUse, &safe()), Resend);
 }
 
 #[test]
 fn key_in_use_gives_up_as_outcome_unknown_when_attempts_run_out() {
-    assert_eq!(decide(&Failure::KeyInUse, &SAFE.attempts(10)), UNKNOWN);
-    assert_eq!(decide(&Failure::KeyInUse, &UNKEYED), UNKNOWN);
+    assert_eq!(decide(&Failure::KeyInUse, &safe().attempts(10)), UNKNOWN);
+    assert_eq!(decide(&Failure::KeyInUse, &unkeyed()), UNKNOWN);
 }
 
 #[test]
 fn key_outcome_lost_is_outcome_unknown() {
-    assert_eq!(decide(&Failure::KeyOutcomeLost, &SAFE), UNKNOWN);
-    assert_eq!(decide(&Failure::KeyOutcomeLost, &UNKEYED), UNKNOWN);
+    assert_eq!(decide(&Failure::KeyOutcomeLost, &safe()), UNKNOWN);
+    assert_eq!(decide(&Failure::KeyOutcomeLost, &unkeyed()), UNKNOWN);
 }
 
 // `dangerous_trust_replay`: the stock behaviour, kept for comparison.
 #[test]
 fn trusting_mode_ignores_extension_signals() {
-    let t = UNKEYED.trusting();
+    let t = unkeyed().trusting();
     for f in [
         Failure::ResumeCapabilityHashChanged,
         Failure::CapabilityHashMismatch,
@@ -458,7 +472,7 @@ fn trusting_mode_resumes_clean_ends_until_attempts_run_out() {
         clean: true,
         progress: false,
     };
-    let t = UNKEYED.trusting();
+    let t = unkeyed().trusting();
     assert_eq!(decide(&f, &t.without_progress(10)), Resume);
     assert_eq!(decide(&f, &t.attempts(10)), Fail(ErrorKind::Transport));
 }
@@ -466,7 +480,7 @@ fn trusting_mode_resumes_clean_ends_until_attempts_run_out() {
 #[test]
 fn trusting_mode_follows_spec_on_404() {
     assert_eq!(
-        decide(&Failure::PostSessionNotFound, &UNKEYED.trusting()),
+        decide(&Failure::PostSessionNotFound, &unkeyed().trusting()),
         reinit(ReinitReason::SessionNotFound, CallFate::Resend)
     );
 }
@@ -475,26 +489,33 @@ fn trusting_mode_follows_spec_on_404() {
 fn table_constants_use_the_default_policy() {
     use mcp_resume::policy::ReconnectPolicy;
     let p = ReconnectPolicy::default();
-    assert_eq!(State::new(&p, false, false), UNKEYED);
-    assert_eq!(State::new(&p, true, false), SAFE);
+    assert_eq!(State::new(&p, false, false), unkeyed());
+    assert_eq!(State::new(&p, true, false), safe());
 }
 
 // ---------------------------------------------------------------- the modern era (2026-07-28)
 
-const MODERN_UNKEYED: State = UNKEYED.modern();
-const MODERN_SAFE: State = SAFE.modern();
+fn modern_unkeyed() -> State {
+    unkeyed().modern()
+}
+fn modern_safe() -> State {
+    safe().modern()
+}
 
 // | POST could not connect | not sent: re-sent after backoff |
 #[test]
 fn modern_post_connect_failure_is_resent() {
-    assert_eq!(decide(&Failure::PostConnectFailed, &MODERN_UNKEYED), Resend);
+    assert_eq!(
+        decide(&Failure::PostConnectFailed, &modern_unkeyed()),
+        Resend
+    );
 }
 
 // | connection lost before the response head | a safe keyed call re-issued, else unknown |
 #[test]
 fn modern_post_lost_reissues_only_safe_keyed_calls() {
-    assert_eq!(decide(&Failure::PostLost, &MODERN_UNKEYED), UNKNOWN);
-    assert_eq!(decide(&Failure::PostLost, &MODERN_SAFE), Resend);
+    assert_eq!(decide(&Failure::PostLost, &modern_unkeyed()), UNKNOWN);
+    assert_eq!(decide(&Failure::PostLost, &modern_safe()), Resend);
 }
 
 // | the stream broke before the response | no resumption: a safe keyed call re-issued, else unknown |
@@ -503,10 +524,10 @@ fn modern_broken_stream_is_never_resumed() {
     let broke = Failure::StreamEnded {
         event_id_seen: true,
     };
-    assert_eq!(decide(&broke, &MODERN_UNKEYED), UNKNOWN);
-    assert_eq!(decide(&broke, &MODERN_SAFE), Resend);
+    assert_eq!(decide(&broke, &modern_unkeyed()), UNKNOWN);
+    assert_eq!(decide(&broke, &modern_safe()), Resend);
     // The same event in the legacy era resumes.
-    assert_eq!(decide(&broke, &UNKEYED), Resume);
+    assert_eq!(decide(&broke, &unkeyed()), Resume);
 }
 
 // | 400 -32020 (Mcp-Param) | never executed: fetch the tools again and re-send, once |
@@ -515,14 +536,14 @@ fn modern_header_mismatch_refreshes_once_then_reports() {
     assert_eq!(
         decide(
             &Failure::HeaderMismatch { refreshed: false },
-            &MODERN_UNKEYED
+            &modern_unkeyed()
         ),
         RefreshTools
     );
     assert_eq!(
         decide(
             &Failure::HeaderMismatch { refreshed: true },
-            &MODERN_UNKEYED
+            &modern_unkeyed()
         ),
         Report
     );
@@ -532,7 +553,7 @@ fn modern_header_mismatch_refreshes_once_then_reports() {
 #[test]
 fn modern_version_refused_rehandshakes_and_resends_whatever_the_key() {
     assert_eq!(
-        decide(&Failure::VersionRefused, &MODERN_UNKEYED),
+        decide(&Failure::VersionRefused, &modern_unkeyed()),
         reinit(ReinitReason::VersionRefused, CallFate::Resend)
     );
 }
@@ -541,7 +562,7 @@ fn modern_version_refused_rehandshakes_and_resends_whatever_the_key() {
 #[test]
 fn modern_deadline_is_a_timeout() {
     assert_eq!(
-        decide(&Failure::DeadlineExpired, &MODERN_SAFE),
+        decide(&Failure::DeadlineExpired, &modern_safe()),
         Fail(ErrorKind::Timeout)
     );
 }

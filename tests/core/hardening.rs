@@ -8,9 +8,10 @@ use crate::sim;
 use std::time::{Duration, Instant};
 
 use http::HeaderMap;
+use mcp_resume::proto::limits::MAX_INPUT_ROUNDS;
 use mcp_resume::proto::{
     CallId, CallRequest, Era, HttpMethod, Output, ReinitReason, ResendPolicy, ServerRequest,
-    Session, SessionConfig, SessionEvent, Transmit, MAX_INPUT_ROUNDS,
+    Session, SessionConfig, SessionEvent, Transmit,
 };
 use mcp_resume::{ErrorKind, ReconnectPolicy};
 use serde_json::{json, Value};
@@ -250,7 +251,8 @@ fn defect_01_confirmed_sessions_reinitialize_without_limit() {
 #[test]
 fn defect_02_only_keys_on_the_wire_make_a_request_resend_safe() {
     let _g = SeedGuard(104);
-    let config = SessionConfig::default().with_resend(ResendPolicy::AssumeServerDeduplicates);
+    let config =
+        SessionConfig::default().with_resend_policy(ResendPolicy::AssumeServerDeduplicates);
     let mut s = connected(config, ServerConfig::default(), 104);
     s.server
         .fault("k", [Fault::LoseBeforeHead { executed: true }]);
@@ -756,7 +758,8 @@ fn issue24_gap_8_a_503_with_retry_after_can_be_taken_as_may_have_run() {
 #[test]
 fn issue33_a_cancellation_after_a_keyed_resend_names_every_send() {
     let _g = SeedGuard(133);
-    let config = SessionConfig::default().with_resend(ResendPolicy::AssumeServerDeduplicates);
+    let config =
+        SessionConfig::default().with_resend_policy(ResendPolicy::AssumeServerDeduplicates);
     let mut s = connected(config, ServerConfig::default(), 133);
     s.server
         .fault("k", [Fault::LoseBeforeHead { executed: true }]);

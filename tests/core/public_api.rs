@@ -5,11 +5,14 @@
 
 use std::time::Duration;
 
-use mcp_resume::proto::{CallRequest, Session, SessionConfig};
+use mcp_resume::proto::{
+    CallRequest, HttpId, HttpMethod, HttpPurpose, Output, Session, SessionConfig, Transmit,
+    TransportFailure,
+};
 use mcp_resume::{
-    CallHandle, CallId, CallToolResult, Client, ClientBuilder, Era, Error, ErrorKind,
-    IdempotencyKey, ReconnectPolicy, Request, ResendPolicy, RpcError, SessionEvent, StoredTask,
-    ToolCall,
+    CallHandle, CallId, CallToolResult, Client, ClientBuilder, Era, Error, ErrorKind, EventId,
+    ExtensionStatus, IdempotencyKey, ProtocolVersion, ReconnectPolicy, ReinitReason, RejectReason,
+    Request, ResendPolicy, RpcError, SessionEvent, SessionId, StoredTask, ToolCall,
 };
 use serde_json::{json, Value};
 
@@ -51,7 +54,7 @@ fn configuration() -> Result<Client, Error> {
         SessionConfig::default()
             .with_reconnect(policy.clone())
             .with_era(Era::Legacy)
-            .with_resend(ResendPolicy::ServerAdvertised),
+            .with_resend_policy(ResendPolicy::ServerAdvertised),
         std::time::Instant::now(),
     );
     let _ = CallRequest::new("ping", None);
@@ -119,19 +122,193 @@ fn stored_tasks_are_built_by_durable_stores() {
     assert_eq!(t.endpoint, "http://127.0.0.1/mcp");
 }
 
-/// Every `SessionEvent` the README names still exists (a `_` arm is required: it may grow).
+/// Every `SessionEvent` variant, with the fields it promises (a `_` arm is required: it may
+/// grow), and its stable kind name.
 #[allow(dead_code)]
 fn events(event: &SessionEvent) -> &'static str {
+    let _: &'static str = event.kind();
     match event {
-        SessionEvent::Connected { .. } => "connected",
-        SessionEvent::Resumed { .. } => "resumed",
-        SessionEvent::ResumeRejected { .. } => "resume_rejected",
-        SessionEvent::Reinitialized { .. } => "reinitialized",
-        SessionEvent::Redispatched { .. } => "redispatched",
-        SessionEvent::OutcomeUnknown { .. } => "outcome_unknown",
-        SessionEvent::ContextMismatch { .. } => "context_mismatch",
+        SessionEvent::Connected { protocol_version } => protocol_version.as_str(),
+        SessionEvent::Listening => "listening",
+        SessionEvent::Resumed { last_event_id } => {
+            let _: &EventId = last_event_id;
+            "resumed"
+        }
+        SessionEvent::ResumeRejected { reason } => {
+            let _: Option<&str> = reason.as_ref().map(RejectReason::as_str);
+            "resume_rejected"
+        }
+        SessionEvent::Reinitialized {
+            reason,
+            capabilities_changed,
+        } => {
+            let _: (&str, Option<&RejectReason>, bool) =
+                (reason.as_str(), reason.rejection(), *capabilities_changed);
+            "reinitialized"
+        }
+        SessionEvent::Redispatched {
+            call,
+            method,
+            idempotency_key,
+        } => {
+            let _: (CallId, &String, &Option<IdempotencyKey>) = (*call, method, idempotency_key);
+            "redispatched"
+        }
+        SessionEvent::OutcomeUnknown { call, method } => {
+            let _: (CallId, &String) = (*call, method);
+            "outcome_unknown"
+        }
+        SessionEvent::ContextMismatch { call } => {
+            let _: CallId = *call;
+            "context_mismatch"
+        }
+        SessionEvent::ChecksDegraded { status, reason } => {
+            let _: (&ExtensionStatus, &String) = (status, reason);
+            "checks_degraded"
+        }
+        SessionEvent::EraDetected { era } => era.as_str(),
+        SessionEvent::TaskCreated { call, task_id }
+        | SessionEvent::TaskFinished { call, task_id } => {
+            let _: (CallId, &String) = (*call, task_id);
+            "task"
+        }
         SessionEvent::SessionLost => "session_lost",
         SessionEvent::Closed => "closed",
         _ => "other",
     }
+}
+
+#[test]
+fn configuration_and_lifecycle_names_are_stable() {
+    for (era, name) in [
+        (Era::Auto, "auto"),
+        (Era::Legacy, "legacy"),
+        (Era::Modern, "modern"),
+    ] {
+        assert_eq!(era.as_str(), name);
+        assert_eq!(name.parse::<Era>().ok(), Some(era));
+    }
+    for (policy, name) in [
+        (ResendPolicy::ServerAdvertised, "server_advertised"),
+        (
+            ResendPolicy::AssumeServerDeduplicates,
+            "assume_server_deduplicates",
+        ),
+    ] {
+        assert_eq!(policy.as_str(), name);
+        assert_eq!(name.parse::<ResendPolicy>().ok(), Some(policy));
+    }
+    assert_eq!(
+        "sometimes".parse::<Era>().unwrap_err().kind(),
+        ErrorKind::InvalidConfig
+    );
+    for (version, name) in [
+        (ProtocolVersion::V2025_03_26, "2025-03-26"),
+        (ProtocolVersion::V2025_06_18, "2025-06-18"),
+        (ProtocolVersion::V2025_11_25, "2025-11-25"),
+        (ProtocolVersion::V2026_07_28, "2026-07-28"),
+    ] {
+        assert_eq!(version.as_str(), name);
+        assert_eq!(name.parse::<ProtocolVersion>().ok(), Some(version));
+    }
+    let reasons = [
+        (ReinitReason::SessionNotFound, "session_not_found"),
+        (
+            ReinitReason::ResumeRejected(RejectReason::NotOwner),
+            "resume_rejected",
+        ),
+        (ReinitReason::UnverifiableCleanEnd, "unverifiable_clean_end"),
+        (ReinitReason::EventGap, "event_gap"),
+        (ReinitReason::OrphanedResponse, "orphaned_response"),
+        (ReinitReason::CapabilityMismatch, "capability_mismatch"),
+        (ReinitReason::VersionRefused, "version_refused"),
+    ];
+    for (reason, name) in reasons {
+        assert_eq!(reason.as_str(), name);
+    }
+    for (reason, name) in [
+        (RejectReason::UnknownSession, "unknown_session"),
+        (RejectReason::NotOwner, "not_owner"),
+        (RejectReason::EventGap, "event_gap"),
+        (RejectReason::OrphanedRequest, "orphaned_request"),
+        (RejectReason::CapabilityMismatch, "capability_mismatch"),
+        (RejectReason::Other("draining".into()), "draining"),
+    ] {
+        assert_eq!(reason.as_str(), name);
+    }
+    let kinds = [
+        (SessionEvent::Listening, "listening"),
+        (SessionEvent::SessionLost, "session_lost"),
+        (SessionEvent::Closed, "closed"),
+        (
+            SessionEvent::ResumeRejected { reason: None },
+            "resume_rejected",
+        ),
+        (
+            SessionEvent::EraDetected { era: Era::Modern },
+            "era_detected",
+        ),
+    ];
+    for (event, kind) in kinds {
+        assert_eq!(event.kind(), kind);
+    }
+}
+
+/// The sans-IO core's driver contract (README, "Layers"): the inputs and outputs a driver, a
+/// binding or a simulator uses. Never run: compiling it is the check.
+#[allow(dead_code)]
+fn sans_io(session: &mut Session, http: HttpId, now: std::time::Instant) {
+    let config: SessionConfig = SessionConfig::default()
+        .with_call_timeout(Duration::from_secs(1))
+        .with_resend_policy(ResendPolicy::ServerAdvertised);
+    let _ = config;
+    let _: CallId = session.connect(now);
+    let _: CallId = session.submit(CallRequest::new("ping", None), now);
+    let request =
+        CallRequest::tool_call(json!({"name": "t"}), None).with_timeout(Duration::from_secs(1));
+    let _: Option<Duration> = request.timeout();
+    session.notify("notifications/x", None, now);
+    session.handle_head(http, 200, &http::HeaderMap::new(), now);
+    session.handle_data(http, b"{}", now);
+    session.handle_end(http, now);
+    session.handle_error(http, TransportFailure::Lost("cut".into()), now);
+    session.handle_timeout(now);
+    let _: Option<Transmit> = session.poll_transmit();
+    let _: Option<Output> = session.poll_output();
+    let _: Option<std::time::Instant> = session.poll_timeout();
+    let _: u64 = http.get();
+    if let Some(Transmit::Send(request)) = session.poll_transmit() {
+        let _: (HttpId, HttpMethod, HttpPurpose) = (request.id, request.method, request.purpose);
+        let _: (&http::HeaderMap, &Option<bytes::Bytes>) = (&request.headers, &request.body);
+    }
+    let _: Option<&SessionId> = session.session_id();
+    session.close(now);
+}
+
+/// The bridge, token providers and the streams a client hands out. Never run.
+#[allow(dead_code)]
+async fn layers(client: &Client) -> Result<(), Error> {
+    use futures::StreamExt;
+    use mcp_resume::bridge::Bridge;
+    use mcp_resume::{EventStream, NotificationStream, ProgressStream, TokenProvider};
+
+    fn provider<P: TokenProvider>(_: P) {}
+    provider(|_request: mcp_resume::TokenRequest| async { Ok("token".to_owned()) });
+
+    let mut events: EventStream = client.events();
+    let _: Option<SessionEvent> = events.next().await;
+    let mut notifications: NotificationStream = client.notifications();
+    let _ = notifications.next().await;
+    let mut handle = client.start(ToolCall::new("slow", json!({})))?;
+    let mut progress: ProgressStream = handle.progress();
+    let _ = progress.next().await;
+    let _: Option<SessionId> = client.session_id();
+    let _: Option<Era> = client.era();
+
+    let bridge: Bridge = Bridge::builder("http://127.0.0.1:8080/mcp").build()?;
+    bridge
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}))
+        .await?;
+    let _: Option<serde_json::Value> = bridge.recv().await;
+    bridge.close().await
 }

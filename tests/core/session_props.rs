@@ -152,7 +152,7 @@ fn check(plan: &Schedule) -> Coverage {
     // An application only opts in for servers it knows deduplicate.
     let opt_in = plan.opt_in && dedups;
     let config = SessionConfig::default()
-        .with_resend(if opt_in {
+        .with_resend_policy(if opt_in {
             ResendPolicy::AssumeServerDeduplicates
         } else {
             ResendPolicy::ServerAdvertised
@@ -451,6 +451,8 @@ proptest! {
         let mut completed: HashMap<CallId, u32> = HashMap::new();
         let mut cancelled: Vec<CallId> = Vec::new();
         let mut https: Vec<HttpId> = Vec::new();
+        // An id this session never issued.
+        let foreign = HttpId::from_raw(u64::MAX);
         let drain = |session: &mut Session, https: &mut Vec<HttpId>, completed: &mut HashMap<CallId, u32>| {
             while let Some(t) = session.poll_transmit() {
                 if let Transmit::Send(r) = t {
@@ -472,21 +474,22 @@ proptest! {
             h.insert("mcp-session-id", HeaderValue::from_static("abc"));
             h.insert("mcp-capability-hash", HeaderValue::from_static("sha256:00"));
             let init = br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"experimental":{"resumeSafety":{"capabilityHash":true,"sequencedEventIds":true,"idempotency":{}}}}}}"#;
-            session.handle_head(HttpId(1), 200, &h, now);
-            session.handle_data(HttpId(1), init, now);
-            session.handle_end(HttpId(1), now);
+            let initialize = https[0];
+            session.handle_head(initialize, 200, &h, now);
+            session.handle_data(initialize, init, now);
+            session.handle_end(initialize, now);
             drain(&mut session, &mut https, &mut completed);
-            session.handle_head(HttpId(2), 202, &HeaderMap::new(), now);
+            session.handle_head(https[1], 202, &HeaderMap::new(), now);
             drain(&mut session, &mut https, &mut completed);
             prop_assert!(session.is_ready());
         }
         for op in ops {
-            let pick = |i: u8| https.get(i as usize % https.len().max(1)).copied().unwrap_or(HttpId(i as u64));
+            let pick = |i: u8| https.get(i as usize % https.len().max(1)).copied().unwrap_or(foreign);
             match op {
                 Op::Submit { keyed } => calls.push(session.submit(CallRequest::tool_call(
                     serde_json::json!({"name": "x"}),
                     keyed.then(|| IdempotencyKey::new("k").unwrap()),
-                ).timeout(Duration::from_secs(3)), now)),
+                ).with_timeout(Duration::from_secs(3)), now)),
                 Op::Cancel(i) => {
                     if let Some(c) = calls.get(i as usize % calls.len()).copied() {
                         session.cancel(c, now);

@@ -370,7 +370,8 @@ fn row_post_lost_keyed_but_server_ignores_keys_is_outcome_unknown() {
 #[test]
 fn row_post_lost_keyed_with_app_opt_in_is_resent() {
     let _g = SeedGuard(16);
-    let config = SessionConfig::default().with_resend(ResendPolicy::AssumeServerDeduplicates);
+    let config =
+        SessionConfig::default().with_resend_policy(ResendPolicy::AssumeServerDeduplicates);
     let mut s = sim_with(
         config,
         ServerConfig {

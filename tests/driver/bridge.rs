@@ -347,7 +347,10 @@ async fn an_answer_under_another_context_is_context_mismatch() {
     )
     .await;
     let session = host.bridge.session_id().unwrap();
-    cluster.drift_session(&session).await.expect("drift");
+    cluster
+        .drift_session(session.expose())
+        .await
+        .expect("drift");
     let answer = host
         .request(
             "tools/call",

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use axum::http::Method;
 use futures::StreamExt;
-use mcp_resume::{Client, ErrorKind, ReconnectPolicy, Request, ResendPolicy, RpcError, ToolCall};
+use mcp_resume::{
+    Client, ErrorKind, ProtocolVersion, ReconnectPolicy, Request, ResendPolicy, RpcError, ToolCall,
+};
 use serde_json::{json, Value};
 use support::*;
 
@@ -61,8 +63,8 @@ fn builder_rejects_bad_configuration_without_a_runtime() {
             Client::builder("http://127.0.0.1/mcp").connect_timeout(Duration::ZERO),
         ),
         (
-            "unknown version",
-            Client::builder("http://127.0.0.1/mcp").protocol_version("1999-01-01"),
+            "a version without initialize",
+            Client::builder("http://127.0.0.1/mcp").protocol_version(ProtocolVersion::MODERN),
         ),
         (
             "capabilities not an object",
@@ -104,7 +106,7 @@ fn builder_rejects_bad_configuration_without_a_runtime() {
         .reconnect(ReconnectPolicy::default())
         .max_event_size(1024)
         .max_body_size(1024)
-        .protocol_version("2025-06-18")
+        .protocol_version(ProtocolVersion::V2025_06_18)
         .client_info("test", "0.0.1")
         .open_listen_stream(false)
         .resend_policy(ResendPolicy::AssumeServerDeduplicates)

@@ -533,7 +533,10 @@ async fn standalone_stream_notifications_arrive() {
 async fn older_protocol_versions() {
     for version in ["2025-06-18", "2025-03-26"] {
         let server = TsServer::start(&[]);
-        let client = client(&server).protocol_version(version).build().unwrap();
+        let client = client(&server)
+            .protocol_version(version.parse().unwrap())
+            .build()
+            .unwrap();
         let init = within("connect", client.connect()).await.unwrap();
         assert_eq!(init.protocol_version, version);
         let result = within(

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use mcp_resume::proto::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
+use mcp_resume::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
 use mcp_resume::{ErrorKind, InMemoryTaskStore, TaskStore, ToolCall};
 use serde_json::{json, Value};
 

@@ -86,7 +86,7 @@ impl NativeBridge {
     /// the 2026-07-28 era.
     #[napi(getter, catch_unwind)]
     pub fn session_id(&self) -> Option<String> {
-        self.bridge.session_id()
+        self.bridge.session_id().map(|id| id.expose().to_owned())
     }
 
     /// The real session's events (resumes, re-initializations, re-sends) from now on.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use mcp_resume::client::models::{CompleteRequest, CompletionReference, LoggingLevel};
-use mcp_resume::{Client, Request, ToolCall};
+use mcp_resume::{Client, Era, Request, ToolCall};
 use napi::bindgen_prelude::PromiseRaw;
 use napi::Env;
 use napi_derive::napi;
@@ -340,13 +340,13 @@ impl NativeClient {
     /// `auto` until the era is known, then `legacy` or `modern`.
     #[napi(getter, catch_unwind)]
     pub fn era(&self) -> &'static str {
-        self.client.era().map_or("auto", convert::era_name)
+        self.client.era().map_or("auto", Era::as_str)
     }
 
     /// The current `Mcp-Session-Id` (legacy era), if any.
     #[napi(getter, catch_unwind)]
     pub fn session_id(&self) -> Option<String> {
-        self.client.session_id()
+        self.client.session_id().map(|id| id.expose().to_owned())
     }
 
     /// The resume-safety checks in force, once connected.

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use mcp_resume::{ClientBuilder, Era, ReconnectPolicy, ResendPolicy};
+use mcp_resume::{ClientBuilder, Era, ProtocolVersion, ReconnectPolicy, ResendPolicy};
 use napi_derive::napi;
 use serde_json::Value;
 
@@ -89,7 +89,7 @@ pub struct BridgeOptions {
 pub(crate) struct Settings {
     capabilities: Option<Value>,
     client_info: Option<(String, String)>,
-    protocol_version: Option<String>,
+    protocol_version: Option<ProtocolVersion>,
     era: Option<Era>,
     bearer_token: Option<String>,
     headers: Vec<(String, String)>,
@@ -112,8 +112,12 @@ impl Settings {
         Ok(Settings {
             capabilities: o.capabilities,
             client_info: o.client_info.map(|i| (i.name, i.version)),
-            protocol_version: o.protocol_version,
-            era: o.era.as_deref().map(era).transpose()?,
+            protocol_version: o
+                .protocol_version
+                .as_deref()
+                .map(str::parse::<ProtocolVersion>)
+                .transpose()?,
+            era: o.era.as_deref().map(str::parse::<Era>).transpose()?,
             bearer_token: o.bearer_token,
             headers: o.headers.unwrap_or_default().into_iter().collect(),
             call_timeout: o
@@ -125,7 +129,11 @@ impl Settings {
                 .map(|t| millis(t, "connectTimeout"))
                 .transpose()?,
             reconnect: o.reconnect.map(reconnect).transpose()?,
-            resend_policy: o.resend_policy.as_deref().map(resend_policy).transpose()?,
+            resend_policy: o
+                .resend_policy
+                .as_deref()
+                .map(str::parse::<ResendPolicy>)
+                .transpose()?,
             max_event_size: o
                 .max_event_size
                 .map(|n| size(n, "maxEventSize"))
@@ -206,28 +214,6 @@ fn size(n: f64, name: &str) -> Result<usize, Failure> {
         Err(invalid(format!(
             "{name} must be a non-negative integer number of bytes (got {n})"
         )))
-    }
-}
-
-fn era(name: &str) -> Result<Era, Failure> {
-    match name {
-        "auto" => Ok(Era::Auto),
-        "legacy" => Ok(Era::Legacy),
-        "modern" => Ok(Era::Modern),
-        other => Err(invalid(format!(
-            "unknown era `{other}` (expected auto, legacy or modern)"
-        ))),
-    }
-}
-
-fn resend_policy(name: &str) -> Result<ResendPolicy, Failure> {
-    match name {
-        "server_advertised" => Ok(ResendPolicy::ServerAdvertised),
-        "assume_server_deduplicates" => Ok(ResendPolicy::AssumeServerDeduplicates),
-        other => Err(invalid(format!(
-            "unknown resend policy `{other}` (expected server_advertised or \
-             assume_server_deduplicates)"
-        ))),
     }
 }
 

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use mcp_resume::client::models::CompleteRequest;
 use mcp_resume::{
-    Client, ClientBuilder, Era, EraCache, Error, ReconnectPolicy, ResendPolicy, ToolCall,
+    Client, ClientBuilder, Era, EraCache, Error, ProtocolVersion, ReconnectPolicy, ResendPolicy,
+    ToolCall,
 };
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
@@ -27,10 +28,7 @@ use crate::handler::{Handlers, Kind};
 use crate::models::{logging_level, reference_from_py};
 use crate::oauth::PyOAuth;
 use crate::streams::{EventStream, NotificationStream};
-use crate::types::{
-    era_from_str, era_to_py, resend_policy_from_str, PyEraCache, PyExtensionStatus,
-    PyReconnectPolicy,
-};
+use crate::types::{era_to_py, parse_name, PyEraCache, PyExtensionStatus, PyReconnectPolicy};
 use mcp_resume::client::oauth::OAuthProvider;
 
 /// The low-level client; use `mcp_resume.Client`.
@@ -59,7 +57,7 @@ struct Options {
     url: String,
     capabilities: Option<Value>,
     client_info: Option<(String, String)>,
-    protocol_version: Option<String>,
+    protocol_version: Option<ProtocolVersion>,
     era: Option<Era>,
     era_cache: Option<EraCache>,
     bearer_token: Option<String>,
@@ -111,8 +109,8 @@ impl Options {
         if let Some((name, version)) = &self.client_info {
             b = b.client_info(name.clone(), version.clone());
         }
-        if let Some(version) = &self.protocol_version {
-            b = b.protocol_version(version.clone());
+        if let Some(version) = self.protocol_version {
+            b = b.protocol_version(version);
         }
         if let Some(era) = self.era {
             b = b.era(era);
@@ -220,8 +218,8 @@ impl RawClient {
         let options = Options {
             capabilities: opt_from_py(capabilities.as_ref())?,
             client_info,
-            protocol_version,
-            era: era.map(|era| era_from_str(py, &era)).transpose()?,
+            protocol_version: protocol_version.map(|v| parse_name(py, &v)).transpose()?,
+            era: era.map(|era| parse_name(py, &era)).transpose()?,
             era_cache: era_cache.map(|cache| cache.inner.clone()),
             oauth: oauth
                 .map(|o| o.provider(py, &url, &handlers))
@@ -240,7 +238,7 @@ impl RawClient {
                 .transpose()?,
             reconnect: reconnect.map(|policy| policy.inner.clone()),
             resend_policy: resend_policy
-                .map(|policy| resend_policy_from_str(py, &policy))
+                .map(|policy| parse_name(py, &policy))
                 .transpose()?,
             max_event_size: max_event_size
                 .map(|n| size(py, n, "max_event_size"))

@@ -66,7 +66,7 @@ impl RawBridge {
     /// The real session's `Mcp-Session-Id` (legacy era), `None` before `initialize` and in
     /// the 2026-07-28 era.
     fn session_id(&self) -> Option<String> {
-        self.bridge.session_id()
+        self.bridge.session_id().map(|id| id.expose().to_owned())
     }
 }
 

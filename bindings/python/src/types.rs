@@ -4,8 +4,7 @@
 //! members become native dicts and lists once, when the object is built. `to_dict()` returns
 //! a fresh copy of the server's JSON each time, so callers may mutate it freely.
 
-use mcp_resume::proto::{ReinitReason, RejectReason};
-use mcp_resume::{Content, Era, ResendPolicy, SessionEvent};
+use mcp_resume::{Content, Era, SessionEvent};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -27,69 +26,18 @@ fn enum_member<'py>(py: Python<'py>, class: &str, value: &str) -> PyResult<Bound
     module.getattr(class)?.call1((value,))
 }
 
-pub fn era_name(era: Era) -> &'static str {
-    match era {
-        Era::Legacy => "legacy",
-        Era::Modern => "modern",
-        _ => "auto",
-    }
-}
-
 pub fn era_to_py(py: Python<'_>, era: Era) -> PyResult<Py<PyAny>> {
-    Ok(enum_member(py, "Era", era_name(era))?.unbind())
+    Ok(enum_member(py, "Era", era.as_str())?.unbind())
 }
 
-/// `"auto"`, `"legacy"`, `"modern"` (or an `Era` member, which is a `str`).
-pub fn era_from_str(py: Python<'_>, name: &str) -> PyResult<Era> {
-    match name {
-        "auto" => Ok(Era::Auto),
-        "legacy" => Ok(Era::Legacy),
-        "modern" => Ok(Era::Modern),
-        other => Err(crate::errors::invalid_config(
-            py,
-            &format!("unknown era `{other}` (expected auto, legacy or modern)"),
-        )),
-    }
-}
-
-pub fn resend_policy_from_str(py: Python<'_>, name: &str) -> PyResult<ResendPolicy> {
-    match name {
-        "server_advertised" => Ok(ResendPolicy::ServerAdvertised),
-        "assume_server_deduplicates" => Ok(ResendPolicy::AssumeServerDeduplicates),
-        other => Err(crate::errors::invalid_config(
-            py,
-            &format!(
-                "unknown resend policy `{other}` (expected server_advertised or \
-                 assume_server_deduplicates)"
-            ),
-        )),
-    }
-}
-
-fn reject_reason(reason: &RejectReason) -> String {
-    match reason {
-        RejectReason::UnknownSession => "unknown_session".to_owned(),
-        RejectReason::NotOwner => "not_owner".to_owned(),
-        RejectReason::EventGap => "event_gap".to_owned(),
-        RejectReason::OrphanedRequest => "orphaned_request".to_owned(),
-        RejectReason::CapabilityMismatch => "capability_mismatch".to_owned(),
-        RejectReason::Other(other) => other.clone(),
-        other => format!("{other:?}"),
-    }
-}
-
-/// The reason of a re-initialization and, for a rejected resume, the server's reason.
-fn reinit_reason(reason: &ReinitReason) -> (&'static str, Option<String>) {
-    match reason {
-        ReinitReason::SessionNotFound => ("session_not_found", None),
-        ReinitReason::ResumeRejected(r) => ("resume_rejected", Some(reject_reason(r))),
-        ReinitReason::UnverifiableCleanEnd => ("unverifiable_clean_end", None),
-        ReinitReason::EventGap => ("event_gap", None),
-        ReinitReason::OrphanedResponse => ("orphaned_response", None),
-        ReinitReason::CapabilityMismatch => ("capability_mismatch", None),
-        ReinitReason::VersionRefused => ("version_refused", None),
-        _ => ("other", None),
-    }
+/// A name of the core's (`Era`, `ResendPolicy`, `ProtocolVersion`: an `Era` member, which is
+/// a `str`, too), read with the core's own `FromStr`.
+pub fn parse_name<T>(py: Python<'_>, name: &str) -> PyResult<T>
+where
+    T: std::str::FromStr<Err = mcp_resume::Error>,
+{
+    name.parse::<T>()
+        .map_err(|e| crate::errors::to_py_err(py, &e))
 }
 
 /// The server's answer to `initialize` (in the modern era: its discovery, shaped alike).
@@ -652,98 +600,54 @@ impl PySessionEvent {
 
 impl IntoPython for SessionEvent {
     fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let e = match self {
-            SessionEvent::Connected { protocol_version } => PySessionEvent {
-                kind: "connected",
-                protocol_version: Some(protocol_version.as_str().to_owned()),
-                ..Default::default()
-            },
-            SessionEvent::Listening => PySessionEvent {
-                kind: "listening",
-                ..Default::default()
-            },
-            SessionEvent::Resumed { last_event_id } => PySessionEvent {
-                kind: "resumed",
-                last_event_id: Some(last_event_id.to_string()),
-                ..Default::default()
-            },
-            SessionEvent::ResumeRejected { reason } => PySessionEvent {
-                kind: "resume_rejected",
-                reject_reason: reason.as_ref().map(reject_reason),
-                ..Default::default()
-            },
+        let mut e = PySessionEvent {
+            kind: self.kind(),
+            ..Default::default()
+        };
+        match self {
+            SessionEvent::Connected { protocol_version } => {
+                e.protocol_version = Some(protocol_version.as_str().to_owned());
+            }
+            SessionEvent::Resumed { last_event_id } => {
+                e.last_event_id = Some(last_event_id.to_string());
+            }
+            SessionEvent::ResumeRejected { reason } => {
+                e.reject_reason = reason.as_ref().map(|r| r.as_str().to_owned());
+            }
             SessionEvent::Reinitialized {
                 reason,
                 capabilities_changed,
             } => {
-                let (reason, rejected) = reinit_reason(&reason);
-                PySessionEvent {
-                    kind: "reinitialized",
-                    reason: Some(reason.to_owned()),
-                    reject_reason: rejected,
-                    capabilities_changed: Some(capabilities_changed),
-                    ..Default::default()
-                }
+                e.reason = Some(reason.as_str().to_owned());
+                e.reject_reason = reason.rejection().map(|r| r.as_str().to_owned());
+                e.capabilities_changed = Some(capabilities_changed);
             }
             SessionEvent::Redispatched {
                 call,
                 method,
                 idempotency_key,
-            } => PySessionEvent {
-                kind: "redispatched",
-                call: Some(call.get()),
-                method: Some(method),
-                idempotency_key: idempotency_key.map(|k| k.as_str().to_owned()),
-                ..Default::default()
-            },
-            SessionEvent::OutcomeUnknown { call, method } => PySessionEvent {
-                kind: "outcome_unknown",
-                call: Some(call.get()),
-                method: Some(method),
-                ..Default::default()
-            },
-            SessionEvent::ContextMismatch { call } => PySessionEvent {
-                kind: "context_mismatch",
-                call: Some(call.get()),
-                ..Default::default()
-            },
-            SessionEvent::ChecksDegraded { status, reason } => PySessionEvent {
-                kind: "checks_degraded",
-                status: Some(Py::new(py, PyExtensionStatus::from(status))?),
-                reason: Some(reason),
-                ..Default::default()
-            },
-            SessionEvent::EraDetected { era } => PySessionEvent {
-                kind: "era_detected",
-                era: Some(era_to_py(py, era)?),
-                ..Default::default()
-            },
-            SessionEvent::TaskCreated { call, task_id } => PySessionEvent {
-                kind: "task_created",
-                call: Some(call.get()),
-                task_id: Some(task_id),
-                ..Default::default()
-            },
-            SessionEvent::TaskFinished { call, task_id } => PySessionEvent {
-                kind: "task_finished",
-                call: Some(call.get()),
-                task_id: Some(task_id),
-                ..Default::default()
-            },
-            SessionEvent::SessionLost => PySessionEvent {
-                kind: "session_lost",
-                ..Default::default()
-            },
-            SessionEvent::Closed => PySessionEvent {
-                kind: "closed",
-                ..Default::default()
-            },
-            other => PySessionEvent {
-                kind: "other",
-                detail: Some(format!("{other:?}")),
-                ..Default::default()
-            },
-        };
+            } => {
+                e.call = Some(call.get());
+                e.method = Some(method);
+                e.idempotency_key = idempotency_key.map(|k| k.as_str().to_owned());
+            }
+            SessionEvent::OutcomeUnknown { call, method } => {
+                e.call = Some(call.get());
+                e.method = Some(method);
+            }
+            SessionEvent::ContextMismatch { call } => e.call = Some(call.get()),
+            SessionEvent::ChecksDegraded { status, reason } => {
+                e.status = Some(Py::new(py, PyExtensionStatus::from(status))?);
+                e.reason = Some(reason);
+            }
+            SessionEvent::EraDetected { era } => e.era = Some(era_to_py(py, era)?),
+            SessionEvent::TaskCreated { call, task_id }
+            | SessionEvent::TaskFinished { call, task_id } => {
+                e.call = Some(call.get());
+                e.task_id = Some(task_id);
+            }
+            _ => {}
+        }
         Ok(Py::new(py, e)?.into_any())
     }
 }
@@ -895,7 +799,7 @@ impl PyEraCache {
 
     /// Records that `url`'s origin speaks `era` (restoring a persisted answer).
     fn remember(&self, py: Python<'_>, url: &str, era: &str) -> PyResult<()> {
-        self.inner.remember(url, era_from_str(py, era)?);
+        self.inner.remember(url, parse_name(py, era)?);
         Ok(())
     }
 

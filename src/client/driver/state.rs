@@ -515,7 +515,7 @@ impl State {
             Output::Event(event) => {
                 self.published.set_status(self.session.extension_status());
                 self.published
-                    .set_session_id(self.session.session_id().map(|s| s.expose().to_owned()));
+                    .set_session_id(self.session.session_id().cloned());
                 match &event {
                     SessionEvent::EraDetected { era } => {
                         tracing::info!(?era, "era detected");

@@ -210,8 +210,8 @@ impl OAuthBuilder {
     /// The redirect URI the authorization server sends the user agent back to: `https`, a
     /// loopback `http` URI or an app's private-use scheme, without fragment. With dynamic
     /// registration each authorization server gets its own, this one with a segment naming
-    /// the server appended to its path (`…/callback/as-1f0c9a4e2b7d5c38`,
-    /// [`redirect_uri_for`](crate::oauth::redirect_uri_for)), so that an answer meant for
+    /// the server appended to its path (`…/callback/as-1f0c9a4e2b7d5c38`, a digest of the
+    /// server's issuer), so that an answer meant for
     /// one is never taken for another's (mix-up attacks, RFC 9700 §4.4.2): the [`Authorizer`]
     /// must receive every path under it, and gets the one to expect in
     /// [`AuthorizationRequest::redirect_uri`](super::AuthorizationRequest::redirect_uri).

@@ -38,7 +38,7 @@ impl Session {
     pub(super) fn apply(&mut self, id: CallId, failure: Failure, now: Instant) -> bool {
         let generation = self.life.generation;
         let ready = self.life.is_ready();
-        let resend = self.config.resend;
+        let resend = self.config.resend_policy;
         let Some(call) = self.calls.get_mut(id) else {
             return false;
         };
@@ -61,12 +61,12 @@ impl Session {
         let resend_safe = call.task.is_some()
             || (call.key.is_some()
                 && (call.server_dedups || resend == ResendPolicy::AssumeServerDeduplicates));
-        let state = State {
-            attempts: call.attempts,
-            resumes_without_progress: call.no_progress,
-            reinit_failures: self.life.reinit_failures,
-            ..self.base_state(resend_safe)
-        };
+        let (attempts, no_progress) = (call.attempts, call.no_progress);
+        let state = self
+            .base_state(resend_safe)
+            .attempts(attempts)
+            .without_progress(no_progress)
+            .reinit_failures(self.life.reinit_failures);
         // A call still waiting when its deadline passes, while re-initializations keep failing
         // (or keep replacing sessions that never worked), ran out of time because the session
         // could not be re-established: the last failure is what it ended on.
@@ -321,13 +321,11 @@ impl Session {
 
     /// Facts for deciding on a failed re-initialization.
     pub(super) fn reinit_state(&self) -> State {
-        State {
-            reinit_failures: self.life.reinit_failures,
-            ..self.base_state(false)
-        }
-        // `connect` waiters are not counted: the driver bounds them with a timeout the core
-        // does not see, so they could keep a dead server busy for ever.
-        .calls_waiting(self.calls.len() > 0)
+        self.base_state(false)
+            .reinit_failures(self.life.reinit_failures)
+            // `connect` waiters are not counted: the driver bounds them with a timeout the core
+            // does not see, so they could keep a dead server busy for ever.
+            .calls_waiting(self.calls.len() > 0)
     }
 
     /// Re-initialization kept failing and no call waits: stop trying until the next call.

@@ -40,7 +40,7 @@ pub(super) struct TaskState {
     pub(super) poll: Option<Duration>,
     /// Input keys already answered (a task may list them again until it sees the answer).
     pub(super) answered: Vec<String>,
-    /// Times the task asked for fresh input, bounded by [`MAX_INPUT_ROUNDS`].
+    /// Times the task asked for fresh input, bounded by `MAX_INPUT_ROUNDS`.
     pub(super) input_rounds: u32,
 }
 

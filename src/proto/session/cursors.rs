@@ -6,6 +6,7 @@
 //! reference server does) re-sends events the client already handled: those are skipped,
 //! payload and cursor alike, so nothing reaches the app twice and no cursor moves backwards.
 
+use crate::proto::limits::MAX_REMEMBERED_EVENT_IDS;
 use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
@@ -14,9 +15,6 @@ use tracing::{debug, warn};
 use crate::ids::{EventId, SequencedEventId};
 use crate::sse::SseEvent;
 
-/// Delivered ids remembered; the oldest are forgotten first. A replay reaching further back
-/// than this is delivered again (bounded memory wins over perfect recall of an unbounded log).
-pub const MAX_REMEMBERED_EVENT_IDS: usize = 4096;
 /// A server's `retry` above this is clamped: a hostile value must not park a stream forever.
 pub(super) const MAX_RETRY: Duration = Duration::from_secs(3600);
 

@@ -1,6 +1,7 @@
 //! The exchange table: every HTTP exchange the session asked the driver for, what each is
 //! for, what is known of it, and the queue of network actions the driver drains.
 
+use crate::proto::limits::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
 use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
@@ -13,13 +14,6 @@ use crate::ids::SequencedEventId;
 use crate::proto::classify::HeadFacts;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::SseDecoder;
-
-/// Answers to server requests in flight at once. A server that floods a stream with requests
-/// (`ping`, sampling) must not make the client open a connection per request.
-pub const MAX_ANSWERS_IN_FLIGHT: usize = 8;
-/// Answers queued behind those in flight; past this they are dropped (counted and logged):
-/// the server gets no answer, which it must tolerate anyway from a client that went away.
-pub const MAX_QUEUED_ANSWERS: usize = 256;
 
 /// What an exchange is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +30,7 @@ pub(super) enum ExKind {
     Listen,
     /// A notification POST (the app's, or `notifications/cancelled`).
     Notify,
-    /// A POST answering a server request; bounded by [`MAX_ANSWERS_IN_FLIGHT`].
+    /// A POST answering a server request; bounded by `MAX_ANSWERS_IN_FLIGHT`.
     Answer,
     Delete,
 }

@@ -15,7 +15,7 @@ use super::init::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
-use crate::proto::decide::{decide, Decision, Failure, State};
+use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::{jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose};
 
 /// Where the standalone stream stands.
@@ -182,10 +182,7 @@ impl Session {
         } else {
             self.listen.attempts.saturating_add(1)
         };
-        let state = State {
-            attempts,
-            ..self.base_state(true)
-        };
+        let state = self.base_state(true).attempts(attempts);
         let decision = decide(&failure, &state);
         debug!(
             ?failure,

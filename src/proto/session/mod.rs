@@ -38,12 +38,6 @@ mod refusals;
 mod tasks;
 mod timers;
 
-pub use self::cursors::MAX_REMEMBERED_EVENT_IDS;
-pub use self::exchanges::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
-pub use self::modern_calls::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
-pub use self::outbound::MAX_QUEUED_NOTIFICATIONS;
-pub use self::tasks::TASKS_EXTENSION;
-
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
@@ -59,6 +53,7 @@ use self::exchanges::{Body, ExKind, Exchange, Exchanges};
 use self::headers::{session_id_header, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use self::lifecycle::{Lifecycle, Phase, Step};
 use self::listen::{Listen, ListenState};
+use self::tasks::TASKS_EXTENSION;
 use self::timers::{Timer, Timers};
 use super::classify::{HeadFacts, MAX_ERROR_BODY};
 use super::config::SessionConfig;
@@ -255,8 +250,8 @@ impl Session {
         }
     }
 
-    /// Answers a server-to-client request. At most [`MAX_ANSWERS_IN_FLIGHT`] answers are in
-    /// flight; up to [`MAX_QUEUED_ANSWERS`] wait behind them, more are dropped and counted.
+    /// Answers a server-to-client request. At most 8 answers are in flight; up to 256 wait
+    /// behind them, more are dropped and counted ([`Session::dropped_answers`]).
     pub fn respond(&mut self, id: RequestId, result: Result<Value, RpcError>, now: Instant) {
         // An answer to an MRTR input goes into the call's next round, not on the wire.
         let Err(result) = self.input_answered_or(&id, result, now) else {
@@ -652,8 +647,8 @@ impl Session {
         self.life.ready().map(|s| s.extension_status())
     }
 
-    /// Answers to server requests dropped because too many were queued (see
-    /// [`MAX_QUEUED_ANSWERS`]).
+    /// Answers to server requests dropped because more than 256 were queued behind those in
+    /// flight.
     pub fn dropped_answers(&self) -> u64 {
         self.exchanges.answers.dropped
     }

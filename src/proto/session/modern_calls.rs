@@ -3,6 +3,7 @@
 //! errors only a modern server sends, and multi round-trip requests (MRTR): an
 //! `input_required` result answered through the app's handlers and the call sent again.
 
+use crate::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -19,15 +20,6 @@ use crate::ids::{IdempotencyKey, RequestId};
 use crate::proto::decide::Failure;
 use crate::proto::modern::{self, ModernError, ParamHeader};
 use crate::proto::{methods, CallId, Era, Output, ServerRequest};
-
-/// MRTR rounds one call may go through before it fails: a server that keeps asking must not
-/// keep a call (and its handlers) busy forever.
-pub const MAX_INPUT_ROUNDS: u32 = 16;
-/// Inputs one MRTR round may ask for: each runs an app handler (a sampling request costs a
-/// model call), so a round asking for more fails the call before any handler runs. Small
-/// enough that a round or two fit in what a driver handles at once (the tokio driver runs 32
-/// server requests at a time and refuses the rest, which would fail the round half-answered).
-pub const MAX_INPUTS_PER_ROUND: usize = 16;
 
 impl Session {
     /// Whether the server is known to speak the modern era.

@@ -1,6 +1,7 @@
 //! What the session sends: calls, resumes, cancellations, notifications, answers to server
 //! requests, and the DELETE that closes the session.
 
+use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
 use http::HeaderValue;
 use serde_json::{json, Map, Value};
@@ -17,9 +18,6 @@ use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
 use crate::proto::{
     jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, SessionEvent,
 };
-
-/// Notifications the app sent before the session was ready, held until it is.
-pub const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
 
 impl Session {
     /// POSTs a call on the established session (a new JSON-RPC id for every send).

@@ -13,15 +13,15 @@ use tracing::{debug, info};
 
 use super::calls::{Call, CallState, Retry, TaskState};
 use super::cursors::Cursor;
-use super::modern_calls::MAX_INPUT_ROUNDS;
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
+use crate::proto::limits::MAX_INPUT_ROUNDS;
 use crate::proto::{methods, CallId, Output, ServerRequest, SessionEvent};
 
 /// The extension's identifier in capabilities.
-pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+pub(super) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 /// The fastest a task is polled, whatever the server suggests.
 const MIN_POLL: Duration = Duration::from_millis(10);
 /// The slowest a task is polled, whatever the server suggests.

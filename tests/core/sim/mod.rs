@@ -455,7 +455,8 @@ impl Server {
         match req.method {
             HttpMethod::Delete => Reply::status(200),
             HttpMethod::Get => self.get(sid, last_event_id, fault),
-            HttpMethod::Post => {
+            other if other != HttpMethod::Post => Reply::status(405),
+            _ => {
                 let body = body.unwrap_or(Value::Null);
                 match rpc_method.as_deref() {
                     Some("initialize") if self.init_down_until.is_some_and(|t| at < t) => {
@@ -941,7 +942,7 @@ impl Sim {
             key.map(|k| IdempotencyKey::new(k).unwrap()),
         );
         if let Some(timeout) = timeout {
-            request = request.timeout(timeout);
+            request = request.with_timeout(timeout);
         }
         let id = self.session.submit(request, self.now);
         self.pump();

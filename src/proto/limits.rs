@@ -1,0 +1,27 @@
+//! The core's bounds on what a server can make it hold or do, in one place. Not part of the
+//! compatibility promise: a release may move any of them.
+
+/// Delivered ids remembered; the oldest are forgotten first. A replay reaching further back
+/// than this is delivered again (bounded memory wins over perfect recall of an unbounded log).
+pub const MAX_REMEMBERED_EVENT_IDS: usize = 4096;
+
+/// Answers to server requests in flight at once. A server that floods a stream with requests
+/// (`ping`, sampling) must not make the client open a connection per request.
+pub const MAX_ANSWERS_IN_FLIGHT: usize = 8;
+
+/// Answers queued behind those in flight; past this they are dropped (counted and logged):
+/// the server gets no answer, which it must tolerate anyway from a client that went away.
+pub const MAX_QUEUED_ANSWERS: usize = 256;
+
+/// MRTR rounds one call may go through before it fails: a server that keeps asking must not
+/// keep a call (and its handlers) busy forever.
+pub const MAX_INPUT_ROUNDS: u32 = 16;
+
+/// Inputs one MRTR round may ask for: each runs an app handler (a sampling request costs a
+/// model call), so a round asking for more fails the call before any handler runs. Small
+/// enough that a round or two fit in what a driver handles at once (the tokio driver runs 32
+/// server requests at a time and refuses the rest, which would fail the round half-answered).
+pub const MAX_INPUTS_PER_ROUND: usize = 16;
+
+/// Notifications the app sent before the session was ready, held until it is.
+pub const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
