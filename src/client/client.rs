@@ -17,11 +17,11 @@ use super::http::Endpoint;
 use super::models;
 use super::request::{Request, Submission, Timing};
 use super::results::{CallToolResult, InitializeResult};
-use super::tool_call::{next_call_id, ToolCall};
+use super::tool_call::ToolCall;
 use super::Startable;
 use crate::error::{Error, ErrorKind};
 use crate::ids::SessionId;
-use crate::proto::{CallRequest, Era, ExtensionStatus, Session};
+use crate::proto::{CallId, CallRequest, Era, ExtensionStatus, Session};
 
 /// An MCP client over the Streamable HTTP transport, resume-aware.
 ///
@@ -192,7 +192,7 @@ impl Client {
             ..Timing::default()
         };
         let submission =
-            Submission::new(next_call_id(), request, timing, self.shared.call_timeout)?;
+            Submission::new(CallId::next(), request, timing, self.shared.call_timeout)?;
         self.perform(submission, Ok).await
     }
 
@@ -261,10 +261,9 @@ impl Client {
         // another runtime.
         let guarded = !inline || !self.shared.core.on_driver_runtime();
         let (guard, idle_guard) = if guarded { (total, idle) } else { (None, None) };
-        let (call, inline) = self.shared.core.register(registration, inline)?;
+        let inline = self.shared.core.register(registration, inline)?;
         let handle = CallHandle::new(
             id,
-            call,
             self.shared.core.clone(),
             rx,
             guard,
@@ -287,7 +286,7 @@ impl Client {
     ) -> Result<Value, Error> {
         self.start_driver()?;
         let (reply, rx) = oneshot::channel();
-        let id = next_call_id();
+        let id = CallId::next();
         let total = timeout.unwrap_or(self.shared.call_timeout);
         let registration = Registration::ResumeTask {
             id,
@@ -295,10 +294,9 @@ impl Client {
             timeout: Some(total),
             reply,
         };
-        let (call, _) = self.shared.core.register(registration, false)?;
+        self.shared.core.register(registration, false)?;
         let handle: CallHandle<Value> = CallHandle::new(
             id,
-            call,
             self.shared.core.clone(),
             rx,
             Some(total),

@@ -61,7 +61,7 @@ pub struct CallHandle<T> {
 }
 
 struct Waiting {
-    /// The session's id for the call, what a cancellation names.
+    /// The call, what a cancellation names.
     call: CallId,
     core: Arc<Core>,
     rx: oneshot::Receiver<Result<Value, Error>>,
@@ -79,10 +79,8 @@ impl<T> CallHandle<T> {
     /// A handle for `call`; `guard` and `idle` are the call's total bound and allowed
     /// silence when the handle is to keep its own guard (`None` for a call the driver's
     /// timer alone bounds).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         id: CallId,
-        call: CallId,
         core: Arc<Core>,
         rx: oneshot::Receiver<Result<Value, Error>>,
         guard: Option<Duration>,
@@ -100,7 +98,7 @@ impl<T> CallHandle<T> {
         CallHandle {
             id,
             waiting: Some(Waiting {
-                call,
+                call: id,
                 core,
                 rx,
                 guard_at,

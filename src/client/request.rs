@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::tool_call::next_call_id;
 use crate::error::{Error, ErrorKind};
 use crate::proto::{CallId, CallRequest};
 
@@ -39,7 +38,7 @@ impl Request {
     /// A request of `method` with `params`: a JSON object, or `None` (or `null`) for none.
     pub fn new(method: impl Into<String>, params: impl Into<Option<Value>>) -> Self {
         Request {
-            id: next_call_id(),
+            id: CallId::next(),
             method: method.into(),
             params: params.into().unwrap_or(Value::Null),
             meta: Map::new(),

@@ -1,6 +1,5 @@
 //! [`ToolCall`]: a `tools/call` request under construction.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -9,14 +8,6 @@ use super::request::{Submission, Timing};
 use crate::error::{Error, ErrorKind};
 use crate::ids::{IdempotencyKey, InvalidId};
 use crate::proto::{CallId, CallRequest};
-
-/// Ids the application sees for its calls (in [`SessionEvent`](crate::SessionEvent)s and
-/// [`ServerNotification`](super::ServerNotification)s): unique in the process, known before the
-/// call is made.
-pub(crate) fn next_call_id() -> CallId {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    CallId(NEXT.fetch_add(1, Ordering::Relaxed))
-}
 
 /// A `tools/call` request: a tool name, its arguments and how to deliver it.
 ///
@@ -49,7 +40,7 @@ impl ToolCall {
     /// A call of tool `name` with `arguments` (normally a JSON object; `null` sends none).
     pub fn new(name: impl Into<String>, arguments: Value) -> Self {
         ToolCall {
-            id: next_call_id(),
+            id: CallId::next(),
             name: name.into(),
             arguments,
             key: None,

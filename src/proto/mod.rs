@@ -54,12 +54,22 @@ impl HttpId {
     }
 }
 
-/// Identifies one application call (a request the app is waiting on). Assigned by the
-/// client (unique in the process) or by the session; never made up by the application.
+/// Identifies one application call (a request the app is waiting on) in events,
+/// notifications and outputs, from the moment it is made. Unique in the process: made only by
+/// [`CallId::next`] (the client, for each [`ToolCall`](crate::ToolCall) and request; a driver of
+/// the sans-IO [`Session`], for each [`Session::submit`]; the session, for what it starts
+/// itself), so one id names one call everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CallId(pub(crate) u64);
 
 impl CallId {
+    /// A fresh id, never handed out before in this process. (A counter, not a clock or
+    /// entropy: the core stays deterministic for a given order of calls.)
+    pub fn next() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        CallId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// The number behind the id (for logs and language bindings).
     pub fn get(self) -> u64 {
         self.0

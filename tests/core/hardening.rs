@@ -274,7 +274,8 @@ fn defect_02_only_keys_on_the_wire_make_a_request_resend_safe() {
         Some(serde_json::json!({"name": "echo", "arguments": {"tag": "u"}})),
     );
     assert!(request.idempotency_key().is_none());
-    let unkeyed = s.session.submit(request, s.now);
+    let unkeyed = CallId::next();
+    s.session.submit(unkeyed, request, s.now);
     s.pump();
     s.run_until_complete(unkeyed, 5 * SEC);
     assert_eq!(
@@ -291,7 +292,8 @@ fn defect_09_debug_never_shows_the_session_id() {
     let mut s = connected(SessionConfig::default(), ServerConfig::default(), 105);
     let sid = s.server.session_ids()[0].clone();
     // Queue a request without draining it, so the session holds it in its queue too.
-    let _ = s.session.submit(CallRequest::new("ping", None), s.now);
+    s.session
+        .submit(CallId::next(), CallRequest::new("ping", None), s.now);
     let dumped = format!("{:?}", s.session);
     assert!(!dumped.contains(&sid), "session id in Session's Debug");
     let transmit = s.session.poll_transmit().expect("a request to send");
@@ -421,7 +423,9 @@ impl Modern {
             "tools/call",
             Some(json!({"name": "act", "arguments": {"tag": tag}})),
         );
-        self.session.submit(request, self.now)
+        let id = CallId::next();
+        self.session.submit(id, request, self.now);
+        id
     }
 
     fn posts_of(&self, tag: &str) -> Vec<&Value> {
@@ -622,7 +626,9 @@ fn issue24_gap_8_resume_task_with_a_huge_timeout_does_not_expire_at_once() {
                 "pollIntervalMs": 1000, "result": {"content": []}}),
         )
     };
-    let call = m.session.resume_task("t-9", Some(Duration::MAX), m.now);
+    let call = CallId::next();
+    m.session
+        .resume_task(call, "t-9", Some(Duration::MAX), m.now);
     m.run(&mut script, 10 * SEC);
     assert!(
         matches!(m.result(call), Some(Ok(_))),

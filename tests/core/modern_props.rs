@@ -369,7 +369,9 @@ fn check(plan: &Plan) -> Result<(), TestCaseError> {
             let key = c
                 .keyed
                 .then(|| IdempotencyKey::new(format!("key-{i}")).unwrap());
-            let id = session.submit(
+            let id = CallId::next();
+            session.submit(
+                id,
                 CallRequest::tool_call(json!({"name": "act", "arguments": {"tag": tag}}), key),
                 now,
             );

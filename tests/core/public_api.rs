@@ -263,7 +263,9 @@ fn sans_io(session: &mut Session, http: HttpId, now: std::time::Instant) {
         .with_resend_policy(ResendPolicy::ServerAdvertised);
     let _ = config;
     let _: CallId = session.connect(now);
-    let _: CallId = session.submit(CallRequest::new("ping", None), now);
+    let call: CallId = CallId::next();
+    session.submit(call, CallRequest::new("ping", None), now);
+    session.resume_task(CallId::next(), "task-1", None, now);
     let request =
         CallRequest::tool_call(json!({"name": "t"}), None).with_timeout(Duration::from_secs(1));
     let _: Option<Duration> = request.timeout();

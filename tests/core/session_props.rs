@@ -486,10 +486,14 @@ proptest! {
         for op in ops {
             let pick = |i: u8| https.get(i as usize % https.len().max(1)).copied().unwrap_or(foreign);
             match op {
-                Op::Submit { keyed } => calls.push(session.submit(CallRequest::tool_call(
-                    serde_json::json!({"name": "x"}),
-                    keyed.then(|| IdempotencyKey::new("k").unwrap()),
-                ).with_timeout(Duration::from_secs(3)), now)),
+                Op::Submit { keyed } => {
+                    let call = CallId::next();
+                    session.submit(call, CallRequest::tool_call(
+                        serde_json::json!({"name": "x"}),
+                        keyed.then(|| IdempotencyKey::new("k").unwrap()),
+                    ).with_timeout(Duration::from_secs(3)), now);
+                    calls.push(call);
+                }
                 Op::Cancel(i) => {
                     if let Some(c) = calls.get(i as usize % calls.len()).copied() {
                         session.cancel(c, now);

@@ -1272,7 +1272,8 @@ fn a_post_given_back_unsent_is_cancelled_without_a_word_to_the_server() {
             serde_json::json!({"name": "echo", "arguments": {"tag": "dropped"}}),
             None,
         );
-        let call = s.session.submit(request, s.now);
+        let call = mcp_resume::CallId::next();
+        s.session.submit(call, request, s.now);
         let post = match s.session.poll_transmit() {
             Some(mcp_resume::proto::Transmit::Send(post)) => post,
             other => panic!("the call's POST, not {other:?}"),

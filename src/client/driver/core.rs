@@ -110,16 +110,15 @@ impl Core {
         })
     }
 
-    /// Registers a call; returns the session's id for it and, when `inline`, its first POST
-    /// if the caller may perform it itself (the session sent it at once); else the driver
-    /// performs it.
+    /// Registers a call; returns, when `inline`, its first POST if the caller may perform it
+    /// itself (the session sent it at once); else the driver performs it.
     pub(crate) fn register(
         &self,
         registration: Registration,
         inline: bool,
-    ) -> Result<(CallId, Option<Inline>), Error> {
+    ) -> Result<Option<Inline>, Error> {
         self.with(|state| state.register(registration, inline))
-            .map(|(call, pending)| (call, pending.map(|pending| Inline { pending })))
+            .map(|pending| pending.map(|pending| Inline { pending }))
     }
 
     /// A server-request handler's answer.

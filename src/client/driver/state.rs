@@ -5,7 +5,7 @@
 //! exchanges queued for the driver or, for a call's own first POST, handed to its caller.
 //! No I/O and no awaiting here: whoever holds the lock holds it briefly.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -34,8 +34,6 @@ use crate::proto::{
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
 /// server cannot make the client spawn without bound.
 const MAX_SERVER_REQUESTS: usize = 32;
-/// Finished calls whose ids stay translatable for late events.
-const RETIRED_IDS: usize = 1024;
 /// How long a dropped client waits for its DELETE before the driver stops anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
@@ -131,11 +129,6 @@ pub(crate) struct State {
     /// The exchange whose report being applied holds its end.
     pub(super) ending: Option<HttpId>,
     calls: FxHashMap<CallId, Waiter>,
-    /// The session's call ids to the application's ([`ToolCall::id`](crate::ToolCall::id)).
-    app_ids: FxHashMap<CallId, CallId>,
-    /// Calls finished recently, oldest first: their ids stay translatable for events the
-    /// session reports around their completion, within a bound.
-    finished: VecDeque<CallId>,
     /// Server requests being handled, each with the sender of its cancellation; their number
     /// is bounded by [`MAX_SERVER_REQUESTS`].
     server_requests: HashMap<RequestId, watch::Sender<Option<String>>>,
@@ -185,8 +178,6 @@ impl State {
             inline: None,
             ending: None,
             calls: FxHashMap::default(),
-            app_ids: FxHashMap::default(),
-            finished: VecDeque::new(),
             server_requests: HashMap::new(),
             effects: Effects::default(),
             deferred: Effects::default(),
@@ -203,14 +194,9 @@ impl State {
         self.stopped
     }
 
-    /// Registers a call and pumps; returns the session's id for the call and, when `inline`
-    /// and the session sends the call's POST at once, that POST for the caller to perform
-    /// (else the driver performs it).
-    pub(super) fn register(
-        &mut self,
-        registration: Registration,
-        inline: bool,
-    ) -> (CallId, Option<Pending>) {
+    /// Registers a call and pumps; returns, when `inline` and the session sends the call's
+    /// POST at once, that POST for the caller to perform (else the driver performs it).
+    pub(super) fn register(&mut self, registration: Registration, inline: bool) -> Option<Pending> {
         let now = now();
         let call = match registration {
             Registration::Call {
@@ -221,16 +207,15 @@ impl State {
                 reply,
             } => {
                 tracing::debug!(method = %request.method, "call submitted");
-                let call = self.session.submit(request, now);
-                self.app_ids.insert(call, id);
-                self.calls.insert(call, Waiter::Call { reply });
+                self.calls.insert(id, Waiter::Call { reply });
                 if let Some(progress) = progress {
-                    self.progress.insert(call, progress);
+                    self.progress.insert(id, progress);
                 }
                 if let Some(period) = idle {
-                    self.arm_idle(call, period);
+                    self.arm_idle(id, period);
                 }
-                call
+                self.session.submit(id, request, now);
+                id
             }
             Registration::ResumeTask {
                 id,
@@ -238,16 +223,15 @@ impl State {
                 timeout,
                 reply,
             } => {
-                let call = self.session.resume_task(&task_id, timeout, now);
-                self.app_ids.insert(call, id);
-                self.calls.insert(call, Waiter::Call { reply });
-                call
+                self.calls.insert(id, Waiter::Call { reply });
+                self.session.resume_task(id, &task_id, timeout, now);
+                id
             }
         };
         self.inline_for = inline.then_some(call);
         self.pump();
         self.inline_for = None;
-        (call, self.inline.take())
+        self.inline.take()
     }
 
     /// Whether the timer task must look again: a deadline earlier than its timer's, or a
@@ -358,9 +342,6 @@ impl State {
                         None => self.session.cancel(call, now),
                     }
                     self.forget(call);
-                    // Its id stays translatable for what the cancellation reports (a
-                    // task's end), then goes: nothing kept per call for the client's life.
-                    self.retire(call);
                 }
             }
             Command::Notify { method, params } => self.session.notify(&method, params, now),
@@ -506,7 +487,7 @@ impl State {
                 }
                 // No subscriber is not an error: notifications are informational.
                 self.published.notification(ServerNotification {
-                    call: call.map(|c| self.app_id(c)),
+                    call,
                     method: notification.method,
                     params: notification.params,
                 });
@@ -539,62 +520,7 @@ impl State {
                     SessionEvent::Closed => tracing::debug!("session closed"),
                     other => tracing::info!(event = ?other, "session event"),
                 }
-                self.published.event(self.translate(event));
-            }
-        }
-    }
-
-    /// The application's id for a session call id (unchanged if unknown).
-    fn app_id(&self, call: CallId) -> CallId {
-        self.app_ids.get(&call).copied().unwrap_or(call)
-    }
-
-    /// The event with the application's call ids. Every variant is named: an event that
-    /// gains a call id cannot reach the application in the session's id space by omission.
-    fn translate(&self, event: SessionEvent) -> SessionEvent {
-        match event {
-            SessionEvent::Redispatched {
-                call,
-                method,
-                idempotency_key,
-            } => SessionEvent::Redispatched {
-                call: self.app_id(call),
-                method,
-                idempotency_key,
-            },
-            SessionEvent::OutcomeUnknown { call, method } => SessionEvent::OutcomeUnknown {
-                call: self.app_id(call),
-                method,
-            },
-            SessionEvent::ContextMismatch { call } => SessionEvent::ContextMismatch {
-                call: self.app_id(call),
-            },
-            SessionEvent::TaskCreated { call, task_id } => SessionEvent::TaskCreated {
-                call: self.app_id(call),
-                task_id,
-            },
-            SessionEvent::TaskFinished { call, task_id } => SessionEvent::TaskFinished {
-                call: self.app_id(call),
-                task_id,
-            },
-            other @ (SessionEvent::Connected { .. }
-            | SessionEvent::Listening
-            | SessionEvent::Resumed { .. }
-            | SessionEvent::ResumeRejected { .. }
-            | SessionEvent::Reinitialized { .. }
-            | SessionEvent::ChecksDegraded { .. }
-            | SessionEvent::EraDetected { .. }
-            | SessionEvent::SessionLost
-            | SessionEvent::Closed) => other,
-        }
-    }
-
-    /// Keeps a finished call's id translatable for a while, then forgets it.
-    fn retire(&mut self, call: CallId) {
-        self.finished.push_back(call);
-        if self.finished.len() > RETIRED_IDS {
-            if let Some(old) = self.finished.pop_front() {
-                self.app_ids.remove(&old);
+                self.published.event(event);
             }
         }
     }
@@ -609,10 +535,7 @@ impl State {
                 }
                 self.effects.reply(reply, result);
             }
-            Some(Waiter::Call { reply }) => {
-                self.retire(call);
-                self.effects.reply(reply, result);
-            }
+            Some(Waiter::Call { reply }) => self.effects.reply(reply, result),
             Some(Waiter::Close { reply }) => {
                 if let Some(shutdown) = &mut self.shutdown {
                     if shutdown.close == Some(call) {
@@ -678,7 +601,6 @@ impl State {
                     "no progress in time: call abandoned"
                 );
                 self.session.cancel(call, now.into_std());
-                self.retire(call);
                 let timeout =
                     Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"));
                 self.effects.reply(reply, Err(timeout));

@@ -151,7 +151,7 @@ mod tests {
     use crate::proto::classify::content_type as content_type_of;
     use crate::proto::classify::ContentType;
     use crate::proto::config::{Era, SessionConfig};
-    use crate::proto::{CallRequest, Transmit};
+    use crate::proto::{CallId, CallRequest, Transmit};
     use http::{HeaderMap, HeaderValue};
     use serde_json::{json, Value};
     use std::time::Duration;
@@ -218,7 +218,7 @@ mod tests {
         for step in 0..40 {
             let now = t0 + Duration::from_millis(step);
             if step == 1 {
-                s.submit(CallRequest::new("tools/call", None), now);
+                s.submit(CallId::next(), CallRequest::new("tools/call", None), now);
             }
             while let Some(t) = s.poll_transmit() {
                 let Transmit::Send(req) = t else {
@@ -263,7 +263,29 @@ mod tests {
             }
         }
         assert!(log.contains("answered"), "the call was never sent");
-        log
+        numbered_calls(&log)
+    }
+
+    /// `log` with each call id numbered in order of first appearance: ids are unique in the
+    /// process, so two runs name the same calls differently.
+    fn numbered_calls(log: &str) -> String {
+        let mut seen: Vec<&str> = Vec::new();
+        let mut out = String::new();
+        let mut rest = log;
+        while let Some(at) = rest.find("CallId(") {
+            let (before, from) = rest.split_at(at);
+            let end = from.find(')').map_or(from.len(), |e| e + 1);
+            let id = &from[..end];
+            let n = seen.iter().position(|s| *s == id).unwrap_or_else(|| {
+                seen.push(id);
+                seen.len() - 1
+            });
+            out.push_str(before);
+            out.push_str(&format!("CallId(#{n})"));
+            rest = &from[end..];
+        }
+        out.push_str(rest);
+        out
     }
 
     const JSON: &str = "application/json";

@@ -174,16 +174,10 @@ pub(super) struct Calls {
     by_token: HashMap<RequestId, CallId>,
     /// MRTR inputs awaiting the app's answer: the call and the server's key for each.
     by_input: HashMap<RequestId, (CallId, String)>,
-    next_call: u64,
     next_rpc: i64,
 }
 
 impl Calls {
-    pub(super) fn new_id(&mut self) -> CallId {
-        self.next_call += 1;
-        CallId(self.next_call)
-    }
-
     /// A fresh JSON-RPC id: never reused, so a late answer can never match a newer request.
     pub(super) fn new_rpc(&mut self) -> RequestId {
         self.next_rpc += 1;

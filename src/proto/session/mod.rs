@@ -160,7 +160,7 @@ impl Session {
     /// call completes with the `initialize` result once the session is ready (at once when it
     /// already is).
     pub fn connect(&mut self, now: Instant) -> CallId {
-        let id = self.calls.new_id();
+        let id = CallId::next();
         match &self.life.phase {
             Phase::Ready(e) => {
                 let result = e.session.result.clone();
@@ -189,17 +189,21 @@ impl Session {
         id
     }
 
-    /// Submits a request. Calls submitted before or during (re-)initialization wait for it;
-    /// the first one connects.
-    pub fn submit(&mut self, request: CallRequest, now: Instant) -> CallId {
-        let id = self.calls.new_id();
+    /// Submits a request as call `id` ([`CallId::next`]): the id its outputs and events name.
+    /// Calls submitted before or during (re-)initialization wait for it; the first one
+    /// connects. An id already in use is refused (nothing is sent, nothing reported).
+    pub fn submit(&mut self, id: CallId, request: CallRequest, now: Instant) {
+        if self.calls.get(id).is_some() {
+            warn!(call = id.0, "call id already in use: submission ignored");
+            return;
+        }
         if self.life.is_over() {
             let error = self.terminal_error();
             self.outputs.push_back(Output::Completed {
                 call: id,
                 result: Err(error),
             });
-            return id;
+            return;
         }
         let deadline = deadline_after(now, request.timeout.unwrap_or(self.config.call_timeout));
         let progress_token = request
@@ -227,7 +231,6 @@ impl Session {
             Phase::Lost(_) => self.reconnect_lost(now),
             _ => {}
         }
-        id
     }
 
     /// Sends a notification to the server (best effort; no completion is reported). Before
@@ -316,7 +319,7 @@ impl Session {
     /// server no longer knows is closed too).
     pub fn close(&mut self, now: Instant) -> CallId {
         let _ = now;
-        let id = self.calls.new_id();
+        let id = CallId::next();
         // A lost session has nothing left to delete: the server already forgot it.
         if self.life.is_over() || matches!(self.life.phase, Phase::Idle | Phase::Lost(_)) {
             if matches!(self.life.phase, Phase::Idle | Phase::Lost(_)) {

@@ -98,7 +98,7 @@ impl Session {
         };
         call.refreshed = true;
         let deadline = call.deadline;
-        let id = self.calls.new_id();
+        let id = CallId::next();
         self.calls
             .insert(id, internal_call(methods::TOOLS_LIST, target, deadline));
         self.timers.set(Timer::CallDeadline(id), deadline);

@@ -62,11 +62,14 @@ impl Session {
     /// call completes with the task's final result.
     pub fn resume_task(
         &mut self,
+        id: CallId,
         task_id: &str,
         timeout: Option<Duration>,
         now: Instant,
-    ) -> CallId {
-        let id = self.calls.new_id();
+    ) {
+        if self.calls.get(id).is_some() {
+            return;
+        }
         let deadline = super::deadline_after(now, timeout.unwrap_or(self.config.call_timeout));
         self.calls.insert(
             id,
@@ -86,7 +89,6 @@ impl Session {
         } else if matches!(self.life.phase, super::lifecycle::Phase::Idle) {
             self.start_handshake(None, None, None, now);
         }
-        id
     }
 
     /// A `tasks/get` answer (or the task a call was answered with): go on polling, ask for

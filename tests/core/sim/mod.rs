@@ -944,7 +944,8 @@ impl Sim {
         if let Some(timeout) = timeout {
             request = request.with_timeout(timeout);
         }
-        let id = self.session.submit(request, self.now);
+        let id = CallId::next();
+        self.session.submit(id, request, self.now);
         self.pump();
         id
     }
