@@ -32,6 +32,40 @@ pub struct AuthChallenge {
 }
 
 impl AuthChallenge {
+    /// The challenge of a response refusing the credentials: any 401, and a 403 whose
+    /// `WWW-Authenticate` asks for more scope (a plain 403 is an ordinary refusal); `None`
+    /// for any other response. Every `WWW-Authenticate` field is read: a server may send each
+    /// challenge in a field of its own (RFC 9110 §11.6.1), and they are one list.
+    pub fn from_response(status: u16, headers: &http::HeaderMap) -> Option<Self> {
+        if status != 401 && status != 403 {
+            return None;
+        }
+        let mut fields = headers
+            .get_all(http::header::WWW_AUTHENTICATE)
+            .iter()
+            .filter_map(|v| v.to_str().ok());
+        let first = fields.next();
+        let joined = match fields.next() {
+            None => first.map(std::borrow::Cow::Borrowed),
+            Some(second) => {
+                let mut all = [first.unwrap_or_default(), second].join(", ");
+                for field in fields {
+                    all.push_str(", ");
+                    all.push_str(field);
+                }
+                Some(std::borrow::Cow::Owned(all))
+            }
+        };
+        let header = joined.as_deref();
+        match status {
+            401 => Some(AuthChallenge::parse(status, header)),
+            403 if header.is_some_and(|h| h.contains("insufficient_scope")) => {
+                Some(AuthChallenge::parse(status, header))
+            }
+            _ => None,
+        }
+    }
+
     /// Reads the challenge of a refused response: `status` and its `WWW-Authenticate` value,
     /// if any (several header fields joined with `, `). With several challenges in the
     /// value, the one read is the first `Bearer` or `DPoP` challenge carrying an `error` (what

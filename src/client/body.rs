@@ -14,8 +14,9 @@ use futures::{FutureExt, Stream, StreamExt};
 use http::HeaderMap;
 
 use super::http::{error_chain, ExchangeEvent};
-use crate::proto::classify::{content_type, ContentType};
-use crate::proto::{decode_json, DecodedEvent, HttpId, SseAhead, TransportFailure};
+use crate::proto::{
+    read_ahead, BodyFormat, DecodedEvent, DecodedJson, HttpId, SseAhead, TransportFailure,
+};
 
 /// The most of a body taken in one go (one report to the session).
 pub(crate) const BATCH_BYTES: usize = 256 * 1024;
@@ -65,14 +66,13 @@ where
         headers: &HeaderMap,
         limits: Limits,
     ) -> Self {
-        let reading = match content_type(headers) {
-            _ if !(200..300).contains(&status) => Reading::Raw,
-            ContentType::Json => Reading::Json {
+        let reading = match read_ahead(status, headers) {
+            Some(BodyFormat::Json) => Reading::Json {
                 buf: Vec::new(),
                 max: limits.max_body_size,
             },
-            ContentType::Sse => Reading::Sse(Box::new(SseAhead::new(limits.max_event_size))),
-            ContentType::Other => Reading::Raw,
+            Some(BodyFormat::Sse) => Reading::Sse(Box::new(SseAhead::new(limits.max_event_size))),
+            _ => Reading::Raw,
         };
         BodyReader {
             id,
@@ -175,9 +175,9 @@ where
             Reading::Raw => {}
             Reading::Json { buf, .. } => {
                 let body = Bytes::from(std::mem::take(buf));
-                match decode_json(&body) {
-                    Some(message) => {
-                        return out.push(ExchangeEvent::Json { id, body, message });
+                match DecodedJson::decode(&body) {
+                    Some(decoded) => {
+                        return out.push(ExchangeEvent::Json { id, body, decoded });
                     }
                     None if !body.is_empty() => out.push(ExchangeEvent::Data { id, bytes: body }),
                     None => {}
@@ -362,7 +362,7 @@ mod tests {
         let events: Vec<&ExchangeEvent> = reports.iter().flatten().collect();
         // `Json` is the body and its end at once.
         assert!(
-            matches!(events[..], [ExchangeEvent::Json { message: Ok(_), .. }]),
+            matches!(events[..], [ExchangeEvent::Json { .. }]),
             "{} events",
             events.len()
         );

@@ -15,9 +15,9 @@ use super::auth::{Presentation, TokenProvider, TokenRequest};
 use super::body::{BodyReader, Limits};
 use crate::auth::AuthChallenge;
 use crate::error::Error;
-use crate::proto::classify::auth_challenge;
-use crate::proto::jsonrpc::{DecodeError, Message};
-use crate::proto::{DecodedEvent, HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure};
+use crate::proto::{
+    DecodedEvent, DecodedJson, HttpId, HttpMethod, HttpPurpose, HttpRequest, TransportFailure,
+};
 
 /// What happened to an exchange, in order: `Head`, then the body's events (`Data`, `Json`,
 /// `Events`), then `End`; or `Failed` at any point, or `TooLarge` where the body broke a
@@ -46,7 +46,7 @@ pub(crate) enum ExchangeEvent {
     Json {
         id: HttpId,
         body: Bytes,
-        message: Result<Message, DecodeError>,
+        decoded: DecodedJson,
     },
     /// The events an SSE body's chunks completed, decoded ahead.
     Events {
@@ -168,7 +168,7 @@ impl Endpoint {
                 }
             };
             let status = response.status().as_u16();
-            let challenge = auth_challenge(status, response.headers());
+            let challenge = AuthChallenge::from_response(status, response.headers());
             if let Some(provider) = &self.auth {
                 let observed = catch_unwind(AssertUnwindSafe(|| {
                     provider.observe(&self.url, status, response.headers(), challenge.as_ref())

@@ -129,42 +129,8 @@ impl HeadFacts {
         HeadFacts {
             rejected,
             retry_after,
-            auth: auth_challenge(status, headers),
+            auth: AuthChallenge::from_response(status, headers),
         }
-    }
-}
-
-/// The challenge of a response refusing the credentials: any 401, and a 403 whose
-/// `WWW-Authenticate` asks for more scope (a plain 403 is an ordinary refusal).
-pub(crate) fn auth_challenge(status: u16, headers: &HeaderMap) -> Option<AuthChallenge> {
-    if status != 401 && status != 403 {
-        return None;
-    }
-    // A server may send each challenge in a field of its own (RFC 9110 §11.6.1): they are
-    // one list, read together.
-    let mut fields = headers
-        .get_all(http::header::WWW_AUTHENTICATE)
-        .iter()
-        .filter_map(|v| v.to_str().ok());
-    let first = fields.next();
-    let joined = match fields.next() {
-        None => first.map(std::borrow::Cow::Borrowed),
-        Some(second) => {
-            let mut all = [first.unwrap_or_default(), second].join(", ");
-            for field in fields {
-                all.push_str(", ");
-                all.push_str(field);
-            }
-            Some(std::borrow::Cow::Owned(all))
-        }
-    };
-    let header = joined.as_deref();
-    match status {
-        401 => Some(AuthChallenge::parse(status, header)),
-        403 if header.is_some_and(|h| h.contains("insufficient_scope")) => {
-            Some(AuthChallenge::parse(status, header))
-        }
-        _ => None,
     }
 }
 
@@ -450,7 +416,7 @@ mod tests {
                 .parse()
                 .unwrap(),
         );
-        let challenge = auth_challenge(401, &headers).unwrap();
+        let challenge = AuthChallenge::from_response(401, &headers).unwrap();
         assert_eq!(challenge.scheme.as_deref(), Some("Bearer"));
         assert_eq!(
             challenge.resource_metadata.as_deref(),
@@ -464,10 +430,10 @@ mod tests {
             r#"Bearer error="insufficient_scope", scope="b""#.parse().unwrap(),
         );
         assert_eq!(
-            auth_challenge(403, &headers).and_then(|c| c.scope),
+            AuthChallenge::from_response(403, &headers).and_then(|c| c.scope),
             Some("b".to_owned())
         );
-        assert!(auth_challenge(500, &headers).is_none());
+        assert!(AuthChallenge::from_response(500, &headers).is_none());
     }
 
     #[test]

@@ -13,6 +13,12 @@
 //!   [`Session::handle_end`]; or a [`Session::handle_error`] (before or after the head).
 //! - [`Transmit::Abort`] drops that HTTP exchange; the session expects no more input for it
 //!   (input that still arrives is ignored).
+//! - Optionally, a driver decodes a success body before it hands it over, so that the session
+//!   (behind a lock, say) only applies what the body says: [`read_ahead`] tells which bodies;
+//!   a JSON one goes in whole by [`Session::handle_json_body`] (instead of its data and end),
+//!   an SSE one by [`Session::handle_events`] with the events an [`SseAhead`] made of each
+//!   chunk (and [`Session::handle_too_large`] when it refuses one), then its tail events and
+//!   [`Session::handle_end`]. The session reads the same body the same way either way.
 // Clocks, threads, runtimes and entropy (clippy.toml) have no place in a sans-IO core.
 #![deny(clippy::disallowed_methods)]
 
@@ -406,7 +412,7 @@ mod ext;
 pub(crate) mod jsonrpc;
 mod names;
 mod session;
-pub(crate) use session::{decode_json, DecodedEvent, SseAhead};
+
 pub mod version;
 pub mod walkthrough;
 
@@ -435,5 +441,5 @@ unstable_modules! {
 }
 
 pub use config::{Era, ResendPolicy, SessionConfig};
-pub use session::Session;
+pub use session::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, Session, SseAhead};
 pub use version::ProtocolVersion;

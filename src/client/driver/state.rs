@@ -403,9 +403,9 @@ impl State {
                 self.exchanges.remove(&id);
                 self.session.handle_error(id, failure, now);
             }
-            ExchangeEvent::Json { id, body, message } => {
+            ExchangeEvent::Json { id, body, decoded } => {
                 self.exchanges.remove(&id);
-                self.session.handle_json_body(id, &body, message, now);
+                self.session.handle_json_body(id, &body, decoded, now);
             }
             ExchangeEvent::Events { id, events } => self.session.handle_events(id, events, now),
             ExchangeEvent::TooLarge { id, error } => self.session.handle_too_large(id, error, now),

@@ -18,20 +18,53 @@ use tracing::debug;
 use super::exchanges::Body;
 use super::Session;
 use crate::error::{Error, ErrorKind};
+use crate::proto::classify::{content_type, ContentType};
 use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::HttpId;
 use crate::sse::{SseDecoder, SseError, SseEvent};
 
-/// What a whole JSON body decodes to, when it is one JSON object ([`jsonrpc::decode_object`]);
-/// `None` when the session is to read it itself (a batch, say).
-pub(crate) fn decode_json(body: &[u8]) -> Option<Result<Message, DecodeError>> {
-    jsonrpc::decode_object(body)
+/// The format of a success body a driver may decode before handing it to the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BodyFormat {
+    /// A JSON body: gather it whole, then [`DecodedJson::decode`] and
+    /// [`Session::handle_json_body`].
+    Json,
+    /// An SSE body: feed its chunks to an [`SseAhead`] and hand each chunk's events to
+    /// [`Session::handle_events`].
+    Sse,
 }
 
-/// One SSE event with what its `data` decodes to when it is one JSON object
-/// ([`jsonrpc::decode_object`]); `None` when the session is to decode it itself.
+/// Which body of a response with `status` and `headers` a driver may decode ahead: only a
+/// success (2xx) of JSON or SSE; every other body goes in as it comes, by
+/// [`Session::handle_data`].
+pub fn read_ahead(status: u16, headers: &http::HeaderMap) -> Option<BodyFormat> {
+    if !(200..300).contains(&status) {
+        return None;
+    }
+    match content_type(headers) {
+        ContentType::Json => Some(BodyFormat::Json),
+        ContentType::Sse => Some(BodyFormat::Sse),
+        ContentType::Other => None,
+    }
+}
+
+/// A whole JSON body's one message, decoded ahead.
 #[derive(Debug)]
-pub(crate) struct DecodedEvent {
+pub struct DecodedJson(Result<Message, DecodeError>);
+
+impl DecodedJson {
+    /// What a whole JSON body decodes to, when it is one JSON object; `None` when the session
+    /// is to read it itself (a batch, say: hand it over with [`Session::handle_data`]).
+    pub fn decode(body: &[u8]) -> Option<DecodedJson> {
+        jsonrpc::decode_object(body).map(DecodedJson)
+    }
+}
+
+/// One SSE event read ahead by an [`SseAhead`], with what its `data` decodes to when it is one
+/// JSON object.
+#[derive(Debug)]
+pub struct DecodedEvent {
     event: SseEvent,
     message: Option<Result<Message, DecodeError>>,
 }
@@ -52,14 +85,14 @@ impl DecodedEvent {
 /// Reads an SSE body ahead, chunk by chunk, as the session's own decoder for that exchange
 /// would: the same bound on an event's size, the same events.
 #[derive(Debug)]
-pub(crate) struct SseAhead {
+pub struct SseAhead {
     decoder: SseDecoder,
 }
 
 impl SseAhead {
     /// A reader whose events may hold `max_event_size` bytes
     /// ([`SessionConfig::max_event_size`](crate::proto::SessionConfig)).
-    pub(crate) fn new(max_event_size: usize) -> Self {
+    pub fn new(max_event_size: usize) -> Self {
         SseAhead {
             decoder: SseDecoder::new(max_event_size),
         }
@@ -68,7 +101,7 @@ impl SseAhead {
     /// The events `chunk` completes, decoded, into `out`; an error once an event grows past
     /// the bound (the events completed before it are in `out`, and the body is to be
     /// abandoned).
-    pub(crate) fn feed(&mut self, chunk: &[u8], out: &mut Vec<DecodedEvent>) -> Result<(), Error> {
+    pub fn feed(&mut self, chunk: &[u8], out: &mut Vec<DecodedEvent>) -> Result<(), Error> {
         let mut events = Vec::new();
         let fed = self.decoder.feed(chunk, &mut events);
         out.extend(events.into_iter().map(DecodedEvent::new));
@@ -81,7 +114,7 @@ impl SseAhead {
     }
 
     /// What the end of the body adds (a trailing `retry`), into `out`.
-    pub(crate) fn finish(&mut self, out: &mut Vec<DecodedEvent>) {
+    pub fn finish(&mut self, out: &mut Vec<DecodedEvent>) {
         let mut events = Vec::new();
         self.decoder.finish(&mut events);
         out.extend(events.into_iter().map(DecodedEvent::new));
@@ -89,18 +122,19 @@ impl SseAhead {
 }
 
 impl Session {
-    /// The whole body of a JSON response, ended, and the one message it decodes to
-    /// ([`decode_json`]): the same as [`Session::handle_data`] with `body` then
+    /// The whole body of a JSON response, ended, and what it decodes to
+    /// ([`DecodedJson::decode`]): the same as [`Session::handle_data`] with `body` then
     /// [`Session::handle_end`], without reading it again. When the session would have read the
     /// body another way (it is not the exchange's body type, something of it was read already,
     /// it is over the size bound), it is exactly that.
-    pub(crate) fn handle_json_body(
+    pub fn handle_json_body(
         &mut self,
         http: HttpId,
         body: &[u8],
-        message: Result<Message, DecodeError>,
+        decoded: DecodedJson,
         now: Instant,
     ) {
+        let message = decoded.0;
         let fits = body.len() <= self.config.max_body_size;
         let whole = self
             .exchanges
@@ -123,7 +157,7 @@ impl Session {
     /// [`Session::handle_end`] as usual, after the reader's
     /// [`finish`](SseAhead::finish)ed events. An exchange whose body the session reads
     /// itself, or that is gone, takes nothing.
-    pub(crate) fn handle_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
+    pub fn handle_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
         let ahead = self
             .exchanges
             .get(http)
@@ -140,7 +174,7 @@ impl Session {
 
     /// An SSE body read ahead grew an event past the bound: the exchange is abandoned, as
     /// when the session's own decoder refuses it.
-    pub(crate) fn handle_too_large(&mut self, http: HttpId, error: Error, now: Instant) {
+    pub fn handle_too_large(&mut self, http: HttpId, error: Error, now: Instant) {
         self.exchange_broken(http, error, now);
     }
 }
@@ -149,7 +183,6 @@ impl Session {
 mod tests {
     use super::*;
     use crate::proto::classify::content_type as content_type_of;
-    use crate::proto::classify::ContentType;
     use crate::proto::config::{Era, SessionConfig};
     use crate::proto::{CallId, CallRequest, Transmit};
     use http::{HeaderMap, HeaderValue};
@@ -171,8 +204,8 @@ mod tests {
     fn decoded_ahead(s: &mut Session, http: HttpId, kind: ContentType, body: &[u8], now: Instant) {
         const AHEAD_CHUNK: usize = 7;
         match kind {
-            ContentType::Json => match decode_json(body) {
-                Some(message) => s.handle_json_body(http, body, message, now),
+            ContentType::Json => match DecodedJson::decode(body) {
+                Some(decoded) => s.handle_json_body(http, body, decoded, now),
                 None => streamed(s, http, kind, body, now),
             },
             ContentType::Sse => {

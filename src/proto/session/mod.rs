@@ -46,7 +46,7 @@ use http::{HeaderMap, HeaderValue};
 use serde_json::Value;
 use tracing::{debug, info, warn};
 
-pub(crate) use self::ahead::{decode_json, DecodedEvent, SseAhead};
+pub use self::ahead::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, SseAhead};
 use self::calls::{Call, CallState, Calls};
 use self::cursors::Delivered;
 use self::exchanges::{Body, ExKind, Exchange, Exchanges};
