@@ -53,6 +53,15 @@ def mock_cluster_bin() -> Path:
     raise RuntimeError("cargo built no mock-cluster executable")
 
 
+def end(proc: subprocess.Popen[str]) -> None:
+    """Waits for a process told to exit, and kills it if it has not within 5 s."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Cluster:
     """One `mock-cluster` process: its MCP URL and its oracle."""
 
@@ -93,11 +102,7 @@ class Cluster:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end(self.proc)
 
 
 @pytest.fixture
@@ -217,11 +222,7 @@ class TsServer:
         if self.proc is not None and self.proc.poll() is None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()  # the script exits when its stdin closes
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end(self.proc)
 
 
 @pytest.fixture
