@@ -386,6 +386,8 @@ def test_fastmcp_transport_refuses_what_it_cannot_honour() -> None:
         # An httpx.Auth (here any object): FastMCP's own transport would build an httpx client.
         fastmcp.Client(ResumeTransport("http://127.0.0.1:1/mcp"), auth=object())
     with pytest.raises(TypeError):
+        fastmcp.Client(ResumeTransport("http://127.0.0.1:1/mcp"), auth="oauth")
+    with pytest.raises(TypeError):
         fastmcp.Client(ResumeTransport("http://127.0.0.1:1/mcp", bearer_token="x"), auth="y")
 
 

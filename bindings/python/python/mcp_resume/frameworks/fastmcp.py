@@ -49,7 +49,7 @@ class ResumeTransport(ClientTransport):  # type: ignore[misc, valid-type]
         # What `fastmcp.Client(..., auth=...)` calls.
         if auth is None:
             return
-        if not isinstance(auth, str):
+        if not isinstance(auth, str) or auth == "oauth":
             raise TypeError(
                 "ResumeTransport takes auth as a bearer token string; an httpx.Auth or 'oauth' "
                 "needs an httpx client, which this transport does not use "
