@@ -318,3 +318,14 @@ export declare const BRIDGE_ERROR_CODES: Readonly<Record<
   | "protocol" | "too_large" | "unauthorized" | "invalid_config",
   number
 >>;
+
+/**
+ * The Vercel AI SDK's tools (`await mcp.tools()` over a `ResumeTransport`) with each
+ * `execute` keyed by its `toolCallId`: the `tools/call` it makes carries the idempotency key
+ * `toolCallKey(toolCallId, name)`, so a retry of the same invocation (the AI SDK's
+ * `maxRetries`, a re-run step) is deduplicated by a server that honours keys. Opt-in; a new
+ * object, the tools otherwise unchanged.
+ */
+export declare function withToolCallKeys<T extends Record<string, unknown>>(tools: T): T;
+/** The idempotency key of one tool invocation (the Python binding derives the same one). */
+export declare function toolCallKey(toolCallId: string, tool: string): string;

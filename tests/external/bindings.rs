@@ -3,8 +3,10 @@
 //! against the mock cluster binary this workspace builds:
 //!
 //! - Python (`bindings/python/test.sh`): the extension built into a virtualenv as a wheel,
-//!   the examples and the stubs type-checked, pytest. Needs `python3` (>= 3.10) with `venv`
-//!   and `pip`, and PyPI for the pinned `bindings/python/requirements-dev.txt`.
+//!   the examples and the stubs type-checked, pytest (the framework tests also in a second
+//!   virtualenv with `mcp` 2.x). Needs `python3` (>= 3.10) with `venv` and `pip`, PyPI for the
+//!   pinned `bindings/python/requirements-*.txt`, and Node.js for the TypeScript SDK server of
+//!   `tests/interop` that the framework tests kill mid-call.
 //! - Node.js (`bindings/node/test.sh`): the N-API addon and its `node --test` suite, also
 //!   against the TypeScript SDK servers of `tests/interop` and `tests/interop-modern`. Needs
 //!   Node.js >= 20 and npm, and the npm registry for the pinned packages (installed with
@@ -60,10 +62,17 @@ fn python_suite_passes() {
          (Debian: apt-get install python3 python3-venv python3-pip)"
     );
 
+    // The TypeScript SDK server the framework tests kill mid-call, installed once, serialized
+    // with the other tests' installs.
+    interop_support::ensure_npm_packages_in(&interop_support::interop_dir());
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bindings/python/test.sh");
     let stdout = run_suite(&script, |_| String::new());
-    // The summary line pytest ends with, for the test's own output (`--nocapture`).
-    println!("{}", tail(&stdout, 1));
+    // The summary lines of both pytest runs, for the test's own output (`--nocapture`).
+    for line in stdout.lines() {
+        if line.starts_with('=') && line.contains(" passed") {
+            println!("{line}");
+        }
+    }
 }
 
 /// Each failed test of node's TAP output with the lines that explain it.

@@ -2,7 +2,9 @@
 // the interoperability tests of mcp-resume.
 //
 // Usage: node ts-server.mjs [--json] [--retry-ms N] [--no-event-store] [--unknown-session-400]
-//                           [--auth]
+//                           [--auth] [--port N]
+//   (--port: listen on that port of 127.0.0.1 rather than a free one, so that a test can kill
+//   the server and start another at the same URL)
 //   (or env MCP_INTEROP_JSON=1, MCP_INTEROP_RETRY_MS=N)
 //
 // Besides tools it serves the rest of the 2025-11-25 server surface: paginated resources,
@@ -56,6 +58,7 @@ const useEventStore = !flag('--no-event-store');
 // 400 instead of 404.
 const unknownSession400 = flag('--unknown-session-400');
 const requireAuth = flag('--auth');
+const port = Number.parseInt(option('--port') ?? '0', 10);
 
 const log = (ev, fields = {}) => {
   process.stdout.write(JSON.stringify({ ev, t: performance.now(), ...fields }) + '\n');
@@ -723,7 +726,7 @@ const httpServer = http.createServer((req, res) => {
   });
 });
 
-httpServer.listen(0, '127.0.0.1', () => {
+httpServer.listen(port, '127.0.0.1', () => {
   const { port } = httpServer.address();
   process.stdout.write(`http://127.0.0.1:${port}/mcp\n`);
   log('config', {

@@ -2,7 +2,8 @@
 // message bridge: the host client keeps its API and sends JSON-RPC messages; underneath, an
 // mcp-resume session resumes, re-initializes and re-sends keyed calls where that is safe. What
 // JSON-RPC cannot say arrives as a JSON-RPC error with `data.kind` ("outcome_unknown", …).
-import { NativeBridge } from "./native.js";
+import { keyed } from "./keys.js";
+import { NativeBridge, bridgeConstants } from "./native.js";
 import { iterate } from "./streams.js";
 import { refuseUnsupported } from "./unsupported.js";
 
@@ -63,9 +64,12 @@ export class ResumeTransport {
     this.onclose?.();
   }
 
-  /** One JSON-RPC message to the server; resolves once the bridge took it. */
+  /**
+   * One JSON-RPC message to the server; resolves once the bridge took it. A `tools/call` made
+   * by a tool that `withToolCallKeys` wrapped gets the key of its tool call id.
+   */
   async send(message) {
-    await this.#bridge.send(message);
+    await this.#bridge.send(keyed(message, bridgeConstants.idempotencyMetaKey));
   }
 
   /** Closes the session (DELETE); `onclose` is called once the last message was delivered. */

@@ -22,7 +22,7 @@ function declared() {
   const module = checker.getSymbolAtLocation(program.getSourceFile(file));
   const exports = new Map();
   for (const symbol of checker.getExportsOfModule(module)) {
-    if (!(symbol.flags & (ts.SymbolFlags.Class | ts.SymbolFlags.Variable))) continue;
+    if (!(symbol.flags & (ts.SymbolFlags.Class | ts.SymbolFlags.Variable | ts.SymbolFlags.Function))) continue;
     const members = symbol.flags & ts.SymbolFlags.Class
       ? [...symbol.members.values()].filter((m) => m.flags & (ts.SymbolFlags.Method | ts.SymbolFlags.Accessor)).map((m) => m.name).sort()
       : null;

@@ -6,7 +6,7 @@ import { after, before, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { CreateMessageRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
 import { BRIDGE_ERROR_CODES, ResumeTransport } from "../index.js";
-import { LoggingServer } from "./support/servers.mjs";
+import { LoggingServer, freePort } from "./support/servers.mjs";
 
 const FAST = { reconnect: { initialDelay: 10, maxDelay: 100, maxAttempts: 2 } };
 
@@ -74,4 +74,27 @@ test("the server's sampling request reaches the SDK client's own handler", async
   assert.equal(result.content[0].text, "host-model: echo ping");
   assert.equal((await server.waitFor(mark, "sampled")).result.model, "host-model");
   await client.close();
+});
+
+test("a call interrupted by a server crash fails as outcome_unknown, ran once; the next call works", async () => {
+  const crashing = await LoggingServer.v1("--port", String(await freePort()));
+  try {
+    const client = new Client({ name: "host", version: "1" });
+    await client.connect(new ResumeTransport(crashing.url, FAST));
+    const mark = crashing.mark();
+    const failed = assert.rejects(client.callTool({ name: "block", arguments: {} }), (e) => {
+      assert.ok(e instanceof McpError);
+      assert.equal(e.code, BRIDGE_ERROR_CODES.outcome_unknown);
+      return true;
+    });
+    await crashing.waitFor(mark, "tool", (e) => e.name === "block");
+    await crashing.restart();
+    await failed;
+    const echo = await client.callTool({ name: "echo", arguments: { text: "after the restart" } });
+    assert.equal(echo.content[0].text, "after the restart");
+    await client.close();
+    assert.equal(crashing.find(mark, "http_in", (e) => e.tool === "block").length, 1);
+  } finally {
+    await crashing.stop();
+  }
 });

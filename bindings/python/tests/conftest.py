@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -50,6 +53,15 @@ def mock_cluster_bin() -> Path:
     raise RuntimeError("cargo built no mock-cluster executable")
 
 
+def end(proc: subprocess.Popen[str]) -> None:
+    """Waits for a process told to exit, and kills it if it has not within 5 s."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 class Cluster:
     """One `mock-cluster` process: its MCP URL and its oracle."""
 
@@ -90,11 +102,7 @@ class Cluster:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end(self.proc)
 
 
 @pytest.fixture
@@ -126,3 +134,108 @@ def scripted() -> Iterator[Callable[..., ScriptedServer]]:
     yield start
     for s in started:
         s.stop()
+
+
+class TsServer:
+    """The official TypeScript SDK server of `tests/interop` (`ts-server.mjs`), which logs one
+    JSON object per line of what it saw and did: what really ran. It can be killed in the
+    middle of a call and started again at the same URL; `events` holds the log of every
+    process it was, in order."""
+
+    SCRIPT = REPO / "tests" / "interop" / "ts-server.mjs"
+
+    def __init__(self, *args: str) -> None:
+        self.args = list(args)
+        node = shutil.which("node")
+        if node is None or not (self.SCRIPT.parent / "node_modules").is_dir():
+            pytest.fail(
+                "the TypeScript SDK server needs node and `npm ci` in tests/interop "
+                "(bindings/python/test.sh runs it)"
+            )
+        self.node = node
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.events: list[dict[str, Any]] = []
+        self._changed = threading.Condition()
+        self.proc: subprocess.Popen[str] | None = None
+        self.start()
+
+    def start(self) -> None:
+        proc = subprocess.Popen(
+            [self.node, str(self.SCRIPT), "--port", str(self.port), *self.args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        first = proc.stdout.readline().strip()
+        if not first.startswith("http://"):
+            proc.kill()
+            raise RuntimeError(f"ts-server did not start: {first!r}")
+        self.url = first
+        self.proc = proc
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with self._changed:
+                self.events.append(json.loads(line))
+                self._changed.notify_all()
+
+    def mark(self) -> int:
+        """Where the log is now: `wait_for(..., after=mark)` sees only what comes later."""
+        with self._changed:
+            return len(self.events)
+
+    def wait_for(
+        self, ev: str, timeout: float = 10, after: int = 0, **fields: Any
+    ) -> dict[str, Any]:
+        """The first event named `ev` logged since `after` whose members equal `fields`."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for e in self.events[after:]:
+                    if e.get("ev") == ev and all(e.get(k) == v for k, v in fields.items()):
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no {ev} {fields} in the server's log")
+                self._changed.wait(left)
+
+    def ran(self, tool: str) -> int:
+        """How many times the server started running `tool`, across every process."""
+        return sum(1 for e in self.events if e.get("ev") == "tool" and e.get("name") == tool)
+
+    def kill(self) -> None:
+        """SIGKILL: the server dies mid-call, as a crashed or redeployed one does."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # the script exits when its stdin closes
+            end(self.proc)
+
+
+@pytest.fixture
+def ts_server() -> Iterator[TsServer]:
+    """A TypeScript SDK server of its own for the test."""
+    server = TsServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def ts_server_auth() -> Iterator[TsServer]:
+    """A TypeScript SDK server requiring `Authorization: Bearer tok-1` on every request."""
+    server = TsServer("--auth")
+    yield server
+    server.stop()

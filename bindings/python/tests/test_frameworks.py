@@ -1,18 +1,62 @@
-"""Agent frameworks from PyPI on `mcp_resume.bridge`, against the mock cluster binary, each
-through its own API and with no language model in the loop: langchain-mcp-adapters' tools,
-the OpenAI Agents SDK's MCP server class, FastMCP's client, and pydantic-ai's MCP toolset
-driven by its deterministic `TestModel`. Every call is checked on the cluster's oracle: it
-ran, once, under the session's own context."""
+"""Agent frameworks from PyPI on `mcp_resume.bridge`, each through its own API and with no
+language model in the loop (pydantic-ai's deterministic test models stand in for one):
+langchain-mcp-adapters' tools and `MultiServerMCPClient`, the OpenAI Agents SDK's MCP server
+class, FastMCP's client, and pydantic-ai's MCP toolset.
+
+- Against the mock cluster binary, every stream cut: each call is checked on the cluster's
+  oracle (it ran, once, under the session's own context).
+- Against the official TypeScript SDK server killed and restarted in the middle of a call,
+  each framework's own retry turned on: the server's log shows the call ran once and was
+  never re-run, the application gets the explicit outcome, and the next call works.
+- With the key derived from the framework's tool call id, against the cluster (which
+  deduplicates keys): a retry of the same invocation is answered from the stored result.
+
+The same file runs in a second virtualenv with `mcp` 2.x, FastMCP 4 and pydantic-ai on it
+(`requirements-mcp2.txt`); tests of frameworks that virtualenv lacks are skipped there."""
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
+import json
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from conftest import Cluster
+import pytest
+
+from conftest import Cluster, TsServer
 from mcp_resume.bridge import IDEMPOTENCY_META_KEY
 from workload import TAG
+
+T = TypeVar("T")
+OUTCOME = "io.github.mcp-resume/outcome"
+
+
+def needs(module: str) -> pytest.MarkDecorator:
+    """Skips where the framework is not installed (each virtualenv has its own set)."""
+    return pytest.mark.skipif(
+        importlib.util.find_spec(module) is None, reason=f"{module} not in this virtualenv"
+    )
+
+
+async def interrupted(server: TsServer, call: Awaitable[T], tool: str = "block") -> T:
+    """Runs `call`, kills the server once the tool runs, starts it again at the same URL,
+    and returns what the call came to."""
+    mark = server.mark()
+    task = asyncio.ensure_future(call)
+    await asyncio.to_thread(server.wait_for, "tool", after=mark, name=tool)
+    await asyncio.to_thread(server.restart)
+    return await asyncio.wait_for(task, 30)
+
+
+def is_error(result: Any) -> bool:
+    """`isError` (`mcp` 1.x) or `is_error` (2.x)."""
+    return bool(getattr(result, "isError", None) or getattr(result, "is_error", False))
+
+
+def may_have_run(text: str) -> bool:
+    return "may or may not have run" in text and "outcome_unknown" in text
 
 # Every stream is cut after 3 events, so recovery runs under each framework: on `replicated`
 # the cut stream is resumed; on `strict` the resume is refused, the session re-initialized,
@@ -40,6 +84,7 @@ def recovered_by_reinitializing(oracle: dict[str, Any]) -> None:
     assert totals["initializes"] >= 2, totals
 
 
+@needs("langchain_mcp_adapters")
 async def test_langchain_mcp_adapters_tools_run_over_the_bridge(
     cluster: Callable[..., Cluster],
 ) -> None:
@@ -63,6 +108,7 @@ async def test_langchain_mcp_adapters_tools_run_over_the_bridge(
     assert any(r["honored"] for r in oracle["resumes"]), oracle["resumes"]
 
 
+@needs("agents")
 async def test_openai_agents_server_class_lists_and_calls_over_the_bridge(
     cluster: Callable[..., Cluster],
 ) -> None:
@@ -80,12 +126,13 @@ async def test_openai_agents_server_class_lists_and_calls_over_the_bridge(
             {"steps": 4, "delay_ms": 10},
             meta={TAG: tag, IDEMPOTENCY_META_KEY: str(uuid.uuid4())},
         )
-        assert not result.isError, result
+        assert not is_error(result), result
     oracle = c.settled_oracle()
     assert ran_right(oracle, tag), oracle["executions"]
     recovered_by_reinitializing(oracle)
 
 
+@needs("fastmcp")
 async def test_fastmcp_client_over_the_bridge(cluster: Callable[..., Cluster]) -> None:
     import fastmcp
 
@@ -106,6 +153,7 @@ async def test_fastmcp_client_over_the_bridge(cluster: Callable[..., Cluster]) -
     recovered_by_reinitializing(oracle)
 
 
+@needs("pydantic_ai")
 async def test_pydantic_ai_toolset_calls_through_its_agent(cluster: Callable[..., Cluster]) -> None:
     import fastmcp
     from pydantic_ai import Agent
@@ -126,3 +174,276 @@ async def test_pydantic_ai_toolset_calls_through_its_agent(cluster: Callable[...
     runs = executions(oracle, "echo")
     assert len(runs) == 1, oracle["executions"]
     assert not runs[0]["wrong_capability"], runs
+
+
+# --- A server killed mid-call, each framework's own retry on --------------------------------
+
+
+@needs("agents")
+async def test_openai_agents_retry_attempts_never_rerun_an_interrupted_call(
+    ts_server: TsServer,
+) -> None:
+    from mcp_resume.frameworks.openai_agents import MCPServerResumable
+
+    async with MCPServerResumable(
+        {"url": ts_server.url},
+        max_retry_attempts=2,
+        retry_backoff_seconds_base=0.05,
+        client_session_timeout_seconds=30,
+    ) as server:
+        # `call_tool` holds the SDK's retry loop (the same session, then a fresh one); a
+        # model's tool call goes through it too, and reads the result's text.
+        result = await interrupted(ts_server, server.call_tool("block", {}))
+        assert is_error(result) and result.meta[OUTCOME]["kind"] == "outcome_unknown", result
+        assert may_have_run(result.content[0].text), result
+        echoed = await server.call_tool("echo", {"text": "after the restart"})
+        assert echoed.content[0].text == "after the restart"
+    # Run once, never sent again by the SDK's retries.
+    assert ts_server.ran("block") == 1, ts_server.events
+    assert ts_server.ran("echo") == 1
+
+
+@needs("pydantic_ai")
+async def test_pydantic_ai_agent_loop_never_reruns_an_interrupted_call(
+    ts_server: TsServer,
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ToolReturnPart
+    from pydantic_ai.models.test import TestModel
+
+    from mcp_resume.frameworks.pydantic_ai import ResumeToolset
+
+    toolset = ResumeToolset(ts_server.url)
+    # The default loop: a failed tool call becomes ModelRetry, and TestModel calls it again.
+    agent = Agent(TestModel(call_tools=["block"]), toolsets=[toolset])
+    async with agent:
+        run = await interrupted(ts_server, agent.run("block"))
+        failed = [
+            p
+            for m in run.all_messages()
+            for p in m.parts
+            if isinstance(p, ToolReturnPart) and p.tool_name == "block"
+        ]
+        assert len(failed) == 1 and may_have_run(str(failed[0].content)), run.all_messages()
+        again = await Agent(TestModel(call_tools=["echo"]), toolsets=[toolset]).run("echo")
+        assert "echo" in again.output, again.output
+    assert ts_server.ran("block") == 1, ts_server.events
+    assert ts_server.ran("echo") == 1
+
+
+@needs("fastmcp")
+async def test_fastmcp_client_gets_the_outcome_and_its_auth_reaches_the_server(
+    ts_server_auth: TsServer,
+) -> None:
+    import fastmcp
+
+    from mcp_resume.frameworks.fastmcp import ResumeTransport
+
+    server = ts_server_auth
+    # FastMCP's own way of passing a token.
+    async with fastmcp.Client(ResumeTransport(server.url), auth="tok-1") as client:
+        with pytest.raises(Exception) as raised:
+            await interrupted(server, client.call_tool("block", {}))
+        assert raised.value.error.data["kind"] == "outcome_unknown", raised.value  # type: ignore[attr-defined]
+        result = await client.call_tool("echo", {"text": "after the restart"})
+        assert result.content[0].text == "after the restart"
+    assert server.ran("block") == 1, server.events
+    assert not [e for e in server.events if e.get("ev") == "auth_refused"]
+
+
+@needs("langchain_mcp_adapters")
+async def test_langchain_retry_and_error_handling_never_rerun_an_interrupted_call(
+    ts_server: TsServer,
+) -> None:
+    from mcp_resume.frameworks.langchain import tools
+
+    async with tools(ts_server.url, server_name="ts", handle_tool_errors=True) as loaded:
+        by_name = {t.name: t for t in loaded}
+        # LangChain's retry: any exception is tried again, up to three attempts.
+        block = by_name["block"].with_retry(stop_after_attempt=3)
+        call = {"name": "block", "args": {}, "id": "call_1", "type": "tool_call"}
+        message = await interrupted(ts_server, block.ainvoke(call))
+        assert message.status == "error" and may_have_run(str(message.content)), message
+        echoed = await by_name["echo"].ainvoke({"text": "after the restart"})
+        assert "after the restart" in str(echoed)
+    assert ts_server.ran("block") == 1, ts_server.events
+
+
+# --- Keys from the tool call id, against a server that deduplicates them ----------------------
+
+
+@needs("agents")
+async def test_openai_agents_retry_of_a_keyed_invocation_is_answered_from_the_stored_result(
+    cluster: Callable[..., Cluster],
+) -> None:
+    from agents.mcp import MCPUtil
+    from agents.tool_context import ToolContext
+
+    from mcp_resume.frameworks.openai_agents import MCPServerResumable
+
+    c = cluster("strict", "--idle-timeout-ms", "0")
+    tag = f"agents-key/{uuid.uuid4()}"
+    arguments = json.dumps({"steps": 8, "delay_ms": 100})
+    async with MCPServerResumable(
+        {"url": c.url},
+        tool_call_keys=True,
+        tool_meta_resolver=lambda _: {TAG: tag},
+        # The SDK's own timeout ends the first attempt while the tool still runs (0.8 s);
+        # its retry, a second later, carries the same key.
+        client_session_timeout_seconds=0.4,
+        max_retry_attempts=2,
+        retry_backoff_seconds_base=1.0,
+    ) as server:
+        slow = next(t for t in await server.list_tools() if t.name == "slow")
+        context = ToolContext(
+            context=None, tool_name="slow", tool_call_id=f"call_{uuid.uuid4()}", tool_arguments=arguments
+        )
+        output = await MCPUtil.invoke_mcp_tool(server, slow, context, arguments)
+        assert "8" in str(output), output
+    oracle = c.settled_oracle()
+    assert ran_right(oracle, tag), oracle["executions"]
+
+
+@needs("pydantic_ai")
+async def test_pydantic_ai_keys_from_the_tool_call_id_deduplicate_a_rerun_invocation(
+    cluster: Callable[..., Cluster],
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from mcp_resume.frameworks.pydantic_ai import ResumeToolset
+
+    c = cluster("strict", *ARGS)
+    tag = f"pydantic-key/{uuid.uuid4()}"
+    call_id = f"call_{uuid.uuid4()}"
+
+    async def tagged(ctx: Any, call_tool: Any, name: str, args: dict[str, Any]) -> Any:
+        return await call_tool(name, args, metadata={TAG: tag})
+
+    def model(messages: list[Any], info: Any) -> ModelResponse:
+        if any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts):
+            return ModelResponse(parts=[TextPart("done")])
+        args = {"steps": 4, "delay_ms": 10}
+        return ModelResponse(parts=[ToolCallPart("slow", args, tool_call_id=call_id)])
+
+    toolset = ResumeToolset(c.url, tool_call_keys=True, process_tool_call=tagged)
+    agent = Agent(FunctionModel(model), toolsets=[toolset])
+    async with agent:
+        # The same run twice: the same tool call id, as a durable execution's replay has.
+        first = await agent.run("go")
+        second = await agent.run("go")
+    results = [
+        str(p.content)
+        for run in (first, second)
+        for m in run.all_messages()
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]
+    assert len(results) == 2 and results[0] == results[1], results
+    oracle = c.settled_oracle()
+    # The cut stream's resume was refused: the keyed call was re-sent, and the second run
+    # answered from the stored result: one execution in all.
+    assert ran_right(oracle, tag), oracle["executions"]
+    recovered_by_reinitializing(oracle)
+
+
+# --- Options pass through or fail loudly -----------------------------------------------------
+
+
+@needs("agents")
+async def test_openai_agents_options_pass_through_or_fail_loudly(
+    cluster: Callable[..., Cluster],
+) -> None:
+    from mcp_resume.frameworks.openai_agents import MCPServerResumable
+
+    for params, options in [
+        ({"url": "http://127.0.0.1:1/mcp", "auth": object()}, {}),
+        ({"url": "http://127.0.0.1:1/mcp", "httpx_client_factory": object()}, {}),
+        ({"url": "http://127.0.0.1:1/mcp"}, {"no_such_option": 1}),
+        ({"url": "http://127.0.0.1:1/mcp", "sse_read_timeout": 5}, {"sse_read_timeout": 5}),
+        ({"url": "http://127.0.0.1:1/mcp", "sse_read_timeout": 5}, {"call_timeout": 5}),
+    ]:
+        with pytest.raises(TypeError):
+            MCPServerResumable(params, bridge_options=options)
+    # A deadline among the bridge's options, as the README says to give it.
+    c = cluster("replicated")
+    async with MCPServerResumable(
+        {"url": c.url}, bridge_options={"call_timeout": 5}
+    ) as server:
+        assert (await server.call_tool("echo", {"text": "hi"})).content[0].text == "hi"
+
+
+@needs("fastmcp")
+def test_fastmcp_transport_refuses_what_it_cannot_honour() -> None:
+    import fastmcp
+
+    from mcp_resume.frameworks.fastmcp import ResumeTransport
+
+    with pytest.raises(TypeError):
+        ResumeTransport("http://127.0.0.1:1/mcp", no_such_option=1)
+    with pytest.raises(TypeError):
+        # An httpx.Auth (here any object): FastMCP's own transport would build an httpx client.
+        fastmcp.Client(ResumeTransport("http://127.0.0.1:1/mcp"), auth=object())
+    with pytest.raises(TypeError):
+        fastmcp.Client(ResumeTransport("http://127.0.0.1:1/mcp"), auth="oauth")
+    with pytest.raises(TypeError):
+        fastmcp.Client(ResumeTransport("http://127.0.0.1:1/mcp", bearer_token="x"), auth="y")
+
+
+def test_a_missing_framework_names_its_extra() -> None:
+    from mcp_resume.frameworks._outcome import require
+
+    with pytest.raises(ModuleNotFoundError, match=r'pip install "mcp_resume\[langchain\]"'):
+        require("no_such_framework_module", "langchain", "langchain-mcp-adapters")
+
+
+@needs("langchain_mcp_adapters")
+async def test_langchain_multi_server_client_runs_over_the_bridge(
+    cluster: Callable[..., Cluster],
+) -> None:
+    from mcp_resume.frameworks.langchain import MultiServerMCPClient
+
+    with pytest.raises(TypeError):
+        MultiServerMCPClient({"s": {"transport": "http", "url": "http://x/mcp", "auth": object()}})
+    with pytest.raises(TypeError):
+        MultiServerMCPClient({"s": {"transport": "http", "url": "http://x/mcp", "bogus": 1}})
+    c = cluster("replicated", *ARGS)
+    client = MultiServerMCPClient(
+        {"shop": {"transport": "http", "url": c.url, "era": "legacy", "call_timeout": 10}},
+        tool_name_prefix=True,
+    )
+    by_name = {t.name: t for t in await client.get_tools()}
+    assert {"shop_echo", "shop_slow"} <= set(by_name), by_name
+    result = await by_name["shop_slow"].ainvoke({"steps": 4, "delay_ms": 10})
+    assert "4" in str(result), result
+    oracle = c.settled_oracle()
+    assert len(executions(oracle, "slow")) == 1, oracle["totals"]
+    # The cut stream was resumed underneath, so the bridge carried the call.
+    assert any(r["honored"] for r in oracle["resumes"]), oracle["resumes"]
+
+
+@needs("langchain_mcp_adapters")
+async def test_langchain_keys_from_the_tool_call_id_deduplicate_a_rerun_invocation(
+    cluster: Callable[..., Cluster],
+) -> None:
+    from types import SimpleNamespace
+
+    from mcp_resume.frameworks.langchain import tools
+
+    c = cluster("strict", *ARGS)
+    # What LangGraph's ToolNode injects: the tool runtime, holding the model's tool call id.
+    runtime = SimpleNamespace(tool_call_id=f"call_{uuid.uuid4()}")
+    async with tools(c.url, tool_call_keys=True) as loaded:
+        slow = next(t for t in loaded if t.name == "slow")
+        arguments = {"steps": 4, "delay_ms": 10, "runtime": runtime}
+        first = await slow.ainvoke(arguments)
+        # The same invocation again, as a retry of the graph's step makes it.
+        second = await slow.ainvoke(arguments)
+    texts = [[block["text"] for block in result] for result in (first, second)]
+    assert texts[0] == texts[1] and "4" in texts[0][0], texts
+    oracle = c.settled_oracle()
+    # The cut call was re-sent with its key after the refused resume, and the second
+    # invocation answered from the stored result: one execution.
+    assert len(executions(oracle, "slow")) == 1, oracle["executions"]
+    recovered_by_reinitializing(oracle)

@@ -40,7 +40,7 @@ def test_the_wheel_carries_its_metadata_and_licenses() -> None:
     assert "Typing :: Typed" in classifiers
     urls = metadata.get_all("Project-URL") or []
     assert any(u.startswith("Documentation, ") for u in urls), urls
-    assert {"mcp", "fastmcp", "langchain", "openai-agents"} <= set(
+    assert {"mcp", "fastmcp", "pydantic-ai", "langchain", "openai-agents"} <= set(
         metadata.get_all("Provides-Extra") or []
     )
     licenses = [n for n in names if "/licenses/" in n]

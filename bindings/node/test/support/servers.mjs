@@ -4,6 +4,7 @@
 // what those report, not on what a client believed.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
@@ -68,18 +69,52 @@ export class Cluster extends Process {
   }
 }
 
+/** A free port of 127.0.0.1 (for a server that must come back at the same URL). */
+export async function freePort() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
 /** A TypeScript SDK server script logging one JSON event per line. */
 export class LoggingServer extends Process {
   #waiters = [];
+  #script;
+  #args;
 
-  constructor(child, url, lines) {
+  constructor(child, url, lines, script, args) {
     super(child, url);
     this.events = [];
+    this.#script = script;
+    this.#args = args;
+    this.#listen(lines);
+  }
+
+  #listen(lines) {
     lines.on("line", (line) => {
       const event = JSON.parse(line);
       this.events.push(event);
       this.#waiters = this.#waiters.filter((w) => !w(event));
     });
+  }
+
+  /**
+   * Kills the server (SIGKILL: it dies mid-call, as a crashed or redeployed one does) and
+   * starts the same script again; `events` goes on with the new process's log. Start it with
+   * `--port` for it to come back at the same URL.
+   */
+  async restart() {
+    if (this.child.exitCode === null && this.child.signalCode === null) {
+      const exited = once(this.child, "exit");
+      this.child.kill("SIGKILL");
+      await exited;
+    }
+    const { child, lines, url } = await Process.start(process.execPath, [this.#script, ...this.#args]);
+    this.child = child;
+    this.url = url;
+    this.#listen(lines);
   }
 
   /** tests/interop/ts-server.mjs (TypeScript SDK v1, legacy era) with `args`. */
@@ -94,7 +129,7 @@ export class LoggingServer extends Process {
 
   static async #start(script, args) {
     const { child, lines, url } = await Process.start(process.execPath, [script, ...args]);
-    return new LoggingServer(child, url, lines);
+    return new LoggingServer(child, url, lines, script, args);
   }
 
   /** Where the log is now: `find` and `waitFor` from here see only what comes after. */

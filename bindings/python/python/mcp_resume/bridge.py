@@ -29,6 +29,7 @@ pin, tested with 1.30; and 2.x, whose ``ClientSession`` takes the same streams, 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
@@ -41,7 +42,14 @@ if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
     from mcp.shared.message import SessionMessage
 
-__all__ = ["IDEMPOTENCY_META_KEY", "streamable_http_client", "streamablehttp_client"]
+__all__ = [
+    "IDEMPOTENCY_META_KEY",
+    "OUTCOME_META_KEY",
+    "check_options",
+    "interrupted_message",
+    "streamable_http_client",
+    "streamablehttp_client",
+]
 
 #: The ``params._meta`` member whose string value makes a ``tools/call`` keyed: the client may
 #: re-send it after an interruption when the server deduplicates by key.
@@ -57,9 +65,10 @@ async def streamablehttp_client(
     url: str,
     headers: Mapping[str, str] | None = None,
     timeout: float | timedelta = 30,
-    sse_read_timeout: float | timedelta = 300,
+    sse_read_timeout: float | timedelta | None = None,
     terminate_on_close: bool = True,
     *,
+    call_timeout: float | timedelta | None = None,
     era: Era | None = None,
     bearer_token: str | None = None,
     reconnect: ReconnectPolicy | None = None,
@@ -67,6 +76,7 @@ async def streamablehttp_client(
     trust_tool_annotations: bool = False,
     capacity: int | None = None,
     jitter_seed: int | None = None,
+    interrupted_as_result: bool = False,
 ) -> AsyncIterator[
     tuple[
         MemoryObjectReceiveStream[SessionMessage | Exception],
@@ -81,8 +91,10 @@ async def streamablehttp_client(
         headers: extra headers on every request (resumes and DELETE included).
         timeout: the TCP connect timeout, in seconds (as ``mcp``'s HTTP timeout).
         sse_read_timeout: how long one request may wait for its answer, in seconds, across
-            every resume and re-send (the client's call timeout). A ``ClientSession``'s own
-            ``read_timeout_seconds`` still applies on top.
+            every resume and re-send (the client's call timeout; default 300). A
+            ``ClientSession``'s own ``read_timeout_seconds`` still applies on top.
+        call_timeout: the same deadline under the name it has everywhere else in mcp-resume;
+            giving both is an error.
         terminate_on_close: DELETE the session on exit (the default, as ``mcp``'s).
         era: ``Era.AUTO`` (default: probe with ``server/discover``, fall back to
             ``initialize``), ``Era.LEGACY`` or ``Era.MODERN``.
@@ -94,11 +106,21 @@ async def streamablehttp_client(
             specification says annotations from untrusted servers must not drive decisions).
         capacity: the bridge's bound in each direction, in messages (default 64).
         jitter_seed: fixes the reconnect jitter (reproducible tests).
+        interrupted_as_result: a ``tools/call`` that may have run (``outcome_unknown``,
+            ``context_mismatch``) completes as an ``isError`` result whose text says so and
+            whose ``_meta["io.github.mcp-resume/outcome"]`` is ``{"kind", "message"}``, instead
+            of raising ``McpError``: the form in which an agent framework's automatic retry
+            sees a completed call and does not run it again (the framework modules turn it on
+            where their framework retries exceptions). Off by default.
     """
     import anyio
     from mcp.shared.message import SessionMessage
     from mcp.types import JSONRPCMessage
     from pydantic import TypeAdapter, ValidationError
+
+    if call_timeout is not None and sse_read_timeout is not None:
+        raise TypeError("give the call deadline once: call_timeout or sse_read_timeout")
+    deadline = call_timeout if call_timeout is not None else sse_read_timeout
 
     # `mcp` 1.x models a message as a RootModel, 2.x as a union: an adapter reads both.
     messages: TypeAdapter[Any] = TypeAdapter(JSONRPCMessage)
@@ -107,7 +129,7 @@ async def streamablehttp_client(
         url,
         headers=dict(headers) if headers else None,
         connect_timeout=_seconds(timeout),
-        call_timeout=_seconds(sse_read_timeout),
+        call_timeout=_seconds(300 if deadline is None else deadline),
         era=era,
         bearer_token=bearer_token,
         reconnect=reconnect,
@@ -117,6 +139,9 @@ async def streamablehttp_client(
     bridge = RawBridge(options, trust_tool_annotations=trust_tool_annotations, capacity=capacity)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
+    # With `interrupted_as_result`: the tool of each `tools/call` still unanswered, by id
+    # (entries leave with their answer, so this holds no more than the calls in flight).
+    calls: dict[Any, str] = {}
 
     async def server_to_session() -> None:
         async with read_send:
@@ -124,6 +149,10 @@ async def streamablehttp_client(
                 message: Any = await bridge.recv()
                 if message is None:
                     return
+                if calls and isinstance(message, dict) and "method" not in message:
+                    tool = calls.pop(message.get("id"), None)
+                    if tool is not None and "error" in message:
+                        message = _as_result(message, tool)
                 try:
                     parsed = messages.validate_python(message)
                 except ValidationError as error:
@@ -135,11 +164,17 @@ async def streamablehttp_client(
     async def session_to_server() -> None:
         async with write_recv:
             async for session_message in write_recv:
-                await bridge.send(
-                    session_message.message.model_dump(
-                        by_alias=True, mode="json", exclude_none=True
-                    )
+                message = session_message.message.model_dump(
+                    by_alias=True, mode="json", exclude_none=True
                 )
+                if interrupted_as_result:
+                    method = message.get("method")
+                    params = message.get("params") or {}
+                    if method == "tools/call":
+                        calls[message.get("id")] = str(params.get("name"))
+                    elif method == "notifications/cancelled":
+                        calls.pop(params.get("requestId"), None)
+                await bridge.send(message)
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(server_to_session)
@@ -152,6 +187,65 @@ async def streamablehttp_client(
             tasks.cancel_scope.cancel()
             await write_send.aclose()
             await read_recv.aclose()
+
+
+#: The ``_meta`` member of the result ``interrupted_as_result`` makes of a call that may have
+#: run: ``{"kind": "outcome_unknown" | "context_mismatch", "message": ...}``.
+OUTCOME_META_KEY = "io.github.mcp-resume/outcome"
+_MAY_HAVE_RUN = frozenset({"outcome_unknown", "context_mismatch"})
+
+
+def interrupted_message(kind: str, tool: str) -> str:
+    """What the model or the application reads of a call that may have run."""
+    if kind == "context_mismatch":
+        return (
+            f"The call to tool {tool!r} ran on the server under another session context than "
+            "the one negotiated, so its answer was discarded (mcp-resume: context_mismatch). "
+            "It was not retried: it already ran. Check its effects before calling it again."
+        )
+    return (
+        f"The call to tool {tool!r} was interrupted and may or may not have run on the server "
+        "(mcp-resume: outcome_unknown). It was not retried automatically. Check whether its "
+        "effect happened before calling it again."
+    )
+
+
+def _as_result(response: dict[str, Any], tool: str) -> dict[str, Any]:
+    """The bridge's error answer to a call that may have run, as an ``isError`` result;
+    any other answer unchanged."""
+    data = (response.get("error") or {}).get("data")
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in _MAY_HAVE_RUN:
+        return response
+    message = interrupted_message(kind, tool)
+    return {
+        "jsonrpc": "2.0",
+        "id": response.get("id"),
+        "result": {
+            "content": [{"type": "text", "text": message}],
+            "isError": True,
+            "_meta": {OUTCOME_META_KEY: {"kind": kind, "message": message}},
+        },
+    }
+
+
+#: Every keyword ``streamablehttp_client`` takes.
+_OPTIONS = frozenset(
+    name
+    for name, p in inspect.signature(streamablehttp_client).parameters.items()
+    if name != "url" and p.kind is not inspect.Parameter.VAR_KEYWORD
+)
+
+
+def check_options(options: Mapping[str, Any], where: str) -> None:
+    """Raises ``TypeError`` naming any of ``options`` that ``streamablehttp_client`` does not
+    take, so a misspelt or unsupported option fails where it is given, not at connect time."""
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"{where}: unknown option(s) {', '.join(unknown)}; the bridge takes "
+            f"{', '.join(sorted(_OPTIONS))}"
+        )
 
 
 def streamable_http_client(

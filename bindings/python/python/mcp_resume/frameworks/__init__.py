@@ -1,9 +1,17 @@
-"""Thin adapters that put agent frameworks on ``mcp_resume.bridge``, each importing its
-framework only when used (install the framework yourself):
+"""Framework modules that put agent frameworks on ``mcp_resume.bridge``, each importing its
+framework only when used (install it with the module's extra; a missing one raises
+``ModuleNotFoundError`` naming the extra):
 
-- ``mcp_resume.frameworks.langchain``: ``langchain-mcp-adapters`` tools on a bridged
-  ``ClientSession``;
-- ``mcp_resume.frameworks.openai_agents``: an OpenAI Agents SDK MCP server class;
-- ``mcp_resume.frameworks.fastmcp``: a FastMCP ``ClientTransport`` (and through a
-  ``fastmcp.Client``, pydantic-ai's ``MCPToolset``).
+- ``mcp_resume.frameworks.langchain`` (``mcp_resume[langchain]``): ``langchain-mcp-adapters``
+  tools on a bridged session, and its ``MultiServerMCPClient`` with HTTP connections bridged;
+- ``mcp_resume.frameworks.openai_agents`` (``mcp_resume[openai-agents]``): the OpenAI Agents
+  SDK's streamable-HTTP server class;
+- ``mcp_resume.frameworks.fastmcp`` (``mcp_resume[fastmcp]``): a FastMCP ``ClientTransport``;
+- ``mcp_resume.frameworks.pydantic_ai`` (``mcp_resume[pydantic-ai]``): pydantic-ai's
+  ``MCPToolset`` on that transport.
+
+In each, a call that may have run (the bridge's ``outcome_unknown`` or ``context_mismatch``)
+reaches the framework in a form its automatic retry does not retry, with a message saying
+that it may have run; and ``tool_call_keys=True`` (where the framework has a tool call id)
+derives the call's idempotency key from it.
 """

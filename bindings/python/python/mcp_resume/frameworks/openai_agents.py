@@ -6,40 +6,114 @@ API (``connect``, ``list_tools``, ``call_tool``, ``Agent(mcp_servers=[...])``)::
 
     async with MCPServerResumable({"url": "http://127.0.0.1:8080/mcp"}) as server:
         tools = await server.list_tools()
+
+The SDK's ``max_retry_attempts`` retries every failed ``call_tool``, on the same session or on
+a fresh one. A call that may have run (the bridge's ``outcome_unknown`` or
+``context_mismatch``) does not fail: it completes as an ``isError`` result whose text says that
+the call may have run (the model reads it as the tool's output) and whose
+``_meta["io.github.mcp-resume/outcome"]`` names the kind (the bridge's
+``interrupted_as_result``), so nothing retries it. Every other failure is retried as the SDK's
+setting says.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
+import importlib.metadata
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
-from agents.mcp import MCPServerStreamableHttp
+from ..bridge import check_options, streamablehttp_client
+from ._outcome import keyed_meta, require
 
-from ..bridge import streamablehttp_client
+_mcp = require("agents.mcp", "openai-agents", "the OpenAI Agents SDK (openai-agents)")
+MCPServerStreamableHttp = _mcp.MCPServerStreamableHttp
 
 __all__ = ["MCPServerResumable"]
 
+# `params` members that mean the same on the bridge, by their name there.
+_PARAMS = ("headers", "timeout", "sse_read_timeout", "terminate_on_close")
+# `params` members that configure an httpx client, which the bridge does not use.
+_HTTPX_ONLY = {
+    "auth": "pass a token as bridge_options={'bearer_token': ...} (or a Authorization header)",
+    "httpx_client_factory": "the bridge's HTTP stack is the Rust SDK's; configure it with "
+    "bridge_options (headers, timeout, bearer_token, reconnect, ...)",
+}
+# On `mcp` 2.x the SDK hands the streams to `mcp`'s `Client`, which takes (read, write).
+_PAIR = int(importlib.metadata.version("mcp").split(".")[0]) >= 2
 
-class MCPServerResumable(MCPServerStreamableHttp):
-    """``MCPServerStreamableHttp`` over the bridge. ``params`` keeps its meaning (``url``,
-    ``headers``, ``timeout``, ``sse_read_timeout``, ``terminate_on_close``); ``bridge_options``
-    are those of ``mcp_resume.bridge.streamablehttp_client`` (``era``, ``reconnect``,
-    ``resend_policy``, …). ``httpx_client_factory`` and ``auth`` have no counterpart: the HTTP
-    stack is the Rust SDK's."""
+
+class MCPServerResumable(MCPServerStreamableHttp):  # type: ignore[misc, valid-type]
+    """``MCPServerStreamableHttp`` over the bridge.
+
+    ``params`` keeps its meaning (``url``, ``headers``, ``timeout``, ``sse_read_timeout``,
+    ``terminate_on_close``); ``auth`` and ``httpx_client_factory`` configure an httpx client
+    the bridge does not have, so they raise ``TypeError`` (pass a token as
+    ``bridge_options={"bearer_token": ...}``). ``bridge_options`` are the keywords of
+    ``mcp_resume.bridge.streamablehttp_client`` (``era``, ``reconnect``, ``resend_policy``,
+    ``call_timeout``, …; unknown names raise ``TypeError`` here); one given both in ``params``
+    and in ``bridge_options`` raises too. ``tool_call_keys=True`` gives every tool call the
+    agent makes an idempotency key derived from its tool call id (composed with the SDK's
+    ``tool_meta_resolver``), so re-running the same invocation is deduplicated by a server
+    that honours keys. Every other argument is the SDK's.
+    """
 
     def __init__(
-        self, params: Any, *args: Any, bridge_options: dict[str, Any] | None = None, **kwargs: Any
+        self,
+        params: Any,
+        *args: Any,
+        bridge_options: dict[str, Any] | None = None,
+        tool_call_keys: bool = False,
+        **kwargs: Any,
     ) -> None:
+        for name, instead in _HTTPX_ONLY.items():
+            if params.get(name) is not None:
+                raise TypeError(f"MCPServerResumable: params[{name!r}] has no effect here: {instead}")
+        options = dict(bridge_options or {})
+        check_options(options, "MCPServerResumable bridge_options")
+        both = sorted(n for n in _PARAMS if n in params and n in options)
+        if both:
+            raise TypeError(
+                f"MCPServerResumable: {', '.join(both)} given in params and in bridge_options"
+            )
+        if "call_timeout" in options and "sse_read_timeout" in params:
+            raise TypeError("MCPServerResumable: call_timeout and sse_read_timeout are one deadline")
+        if tool_call_keys:
+            kwargs["tool_meta_resolver"] = _keying(kwargs.get("tool_meta_resolver"))
+        if options.get("interrupted_as_result") is False:
+            raise TypeError(
+                "MCPServerResumable: interrupted_as_result=False would let the SDK's retries "
+                "run a call that may have run again"
+            )
         super().__init__(params, *args, **kwargs)
-        self._bridge_options = dict(bridge_options or {})
+        self._bridge_options = {**options, "interrupted_as_result": True}
 
     def create_streams(self) -> AbstractAsyncContextManager[Any]:
         params = self.params
-        return streamablehttp_client(
-            params["url"],
-            headers=params.get("headers"),
-            timeout=params.get("timeout", 5),
-            sse_read_timeout=params.get("sse_read_timeout", 60 * 5),
-            terminate_on_close=params.get("terminate_on_close", True),
-            **self._bridge_options,
+        given = {name: params[name] for name in _PARAMS if name in params}
+        defaults = {"timeout": 5, "terminate_on_close": True}
+        if "call_timeout" not in self._bridge_options:
+            defaults["sse_read_timeout"] = 60 * 5
+        streams = streamablehttp_client(
+            params["url"], **{**defaults, **given, **self._bridge_options}
         )
+        return _pair(streams) if _PAIR else streams
+
+
+@asynccontextmanager
+async def _pair(streams: AbstractAsyncContextManager[Any]) -> AsyncIterator[Any]:
+    async with streams as (read, write, _):
+        yield read, write
+
+
+def _keying(resolver: Callable[[Any], Any] | None) -> Callable[[Any], Awaitable[Any]]:
+    """The SDK's ``tool_meta_resolver`` with this invocation's key added to what it returns."""
+
+    async def resolve(context: Any) -> Any:
+        meta = resolver(context) if resolver is not None else None
+        if isinstance(meta, Awaitable):
+            meta = await meta
+        call_id = getattr(context.run_context, "tool_call_id", None)
+        return keyed_meta(meta, call_id, context.tool_name)
+
+    return resolve
