@@ -70,7 +70,14 @@ fn the_session_modules_import_each_other_without_circles() {
         if name == "mod" {
             continue;
         }
-        let text = std::fs::read_to_string(&path).unwrap();
+        // A module of its own folder: its `mod.rs` names its siblings (its own files' `super::`
+        // is the module itself).
+        let file = if path.is_dir() {
+            path.join("mod.rs")
+        } else {
+            path
+        };
+        let text = std::fs::read_to_string(&file).unwrap();
         let code = text.split("#[cfg(test)]").next().unwrap_or("");
         let mut uses: Vec<String> = code
             .match_indices("super::")

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, info, warn};
 
-use super::calls::{CallState, Retry};
+use super::call::{Call, CallState, Retry};
 use super::init::STABLE_SESSION;
 use super::lifecycle::{Handshake, Lost, Phase, Step};
 use super::listen::Listen;
@@ -27,7 +27,7 @@ impl Session {
         now: Instant,
     ) -> bool {
         if let Some(call) = self.calls.get_mut(id) {
-            call.cause = Some(cause);
+            call.set_cause(cause);
         }
         self.apply(id, failure, now)
     }
@@ -42,7 +42,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return false;
         };
-        let stale = call.generation != generation || !ready;
+        let stale = call.attempt().generation() != generation || !ready;
         // A stream of a replaced session cannot be resumed: its cursor and id are gone.
         let failure = match failure {
             Failure::StreamEnded {
@@ -56,12 +56,13 @@ impl Session {
             }
             f => f,
         };
-        call.attempts = call.attempts.saturating_add(1);
+        let attempts = call.failed();
         // A task's poll (`tasks/get`) reads and never runs anything: always safe to repeat.
-        let resend_safe = call.task.is_some()
-            || (call.key.is_some()
-                && (call.server_dedups || resend == ResendPolicy::AssumeServerDeduplicates));
-        let (attempts, no_progress) = (call.attempts, call.no_progress);
+        let resend_safe = call.task().is_some()
+            || (call.key().is_some()
+                && (call.attempt().server_dedups()
+                    || resend == ResendPolicy::AssumeServerDeduplicates));
+        let no_progress = call.resumes_without_progress();
         let state = self
             .base_state(resend_safe)
             .attempts(attempts)
@@ -73,7 +74,7 @@ impl Session {
         let state = match self.life.handshake() {
             Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures > 0 => {
                 if let (Some(last), Some(call)) = (&h.last_failure, self.calls.get_mut(id)) {
-                    call.cause = Some(last.clone());
+                    call.set_cause(last.clone());
                 }
                 state.awaiting_reinit()
             }
@@ -90,7 +91,7 @@ impl Session {
                 self.detach(id);
                 if matches!(failure, Failure::PostSessionNotFound) {
                     if let Some(call) = self.calls.get_mut(id) {
-                        call.may_have_run = false;
+                        call.not_run();
                     }
                 }
                 self.report_rejection(&failure);
@@ -104,7 +105,7 @@ impl Session {
                     && self
                         .calls
                         .get(id)
-                        .is_some_and(|c| c.state == CallState::Waiting)
+                        .is_some_and(|c| c.state() == CallState::Waiting)
                 {
                     // The session this call ran on is already replaced; only the call's fate
                     // matters, and a waiting call can go now.
@@ -124,7 +125,7 @@ impl Session {
                 let error = self
                     .calls
                     .get_mut(id)
-                    .and_then(|c| c.cause.take())
+                    .and_then(|c| c.take_cause())
                     .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "request refused"));
                 self.complete(id, Err(error));
             }
@@ -177,11 +178,11 @@ impl Session {
             return;
         };
         let delay = self.config.reconnect.delay(
-            call.attempts.saturating_sub(1),
+            call.attempts().saturating_sub(1),
             self.rng.next(),
-            call.cursor.retry,
+            call.retry_hint(),
         );
-        call.state = CallState::Backoff(then);
+        call.back_off(then);
         self.timers.set(
             Timer::CallBackoff(id),
             now.checked_add(delay).unwrap_or(now),
@@ -195,14 +196,16 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let CallState::Backoff(then) = call.state else {
+        let CallState::Backoff(then) = call.state() else {
             return;
         };
-        call.state = CallState::Waiting;
+        call.wait();
         match then {
             Retry::Resend if ready => self.send_call(id),
             Retry::Resend => {}
-            Retry::Resume if ready && call.generation == generation => self.send_resume(id),
+            Retry::Resume if ready && call.attempt().generation() == generation => {
+                self.send_resume(id)
+            }
             Retry::Resume => {
                 self.apply(id, Failure::SessionReplaced, now);
             }
@@ -211,11 +214,8 @@ impl Session {
 
     /// Stops the call's current exchange, if any.
     pub(super) fn detach(&mut self, id: CallId) {
-        if let Some(call) = self.calls.get_mut(id) {
-            if let Some(http) = call.state.exchange() {
-                call.state = CallState::Waiting;
-                self.exchanges.finish(http);
-            }
+        if let Some(http) = self.calls.get_mut(id).and_then(Call::leave_exchange) {
+            self.exchanges.finish(http);
         }
     }
 
@@ -262,13 +262,13 @@ impl Session {
             let Some(call) = self.calls.get_mut(id) else {
                 continue;
             };
-            match call.state {
+            match call.state() {
                 CallState::Backoff(Retry::Resend) => {
-                    call.state = CallState::Waiting;
+                    call.wait();
                     self.timers.cancel(Timer::CallBackoff(id));
                 }
                 CallState::Backoff(Retry::Resume) => {
-                    call.state = CallState::Waiting;
+                    call.wait();
                     self.timers.cancel(Timer::CallBackoff(id));
                     self.apply(id, Failure::SessionReplaced, now);
                 }
@@ -380,9 +380,9 @@ impl Session {
         let Some(call) = self.calls.get(id) else {
             return;
         };
-        let method = call.method.clone();
+        let method = call.method().to_owned();
         // The app hears of its own calls only.
-        let report = call.internal.is_none();
+        let report = call.serves().is_none();
         let message = match kind {
             ErrorKind::OutcomeUnknown if !report => format!("{method} was interrupted"),
             ErrorKind::ContextMismatch if !report => format!("{method}: another context"),
@@ -405,7 +405,7 @@ impl Session {
             ErrorKind::Transport => format!("{method}: the server could not be reached"),
             _ => format!("{method} failed"),
         };
-        let error = match self.calls.get_mut(id).and_then(|c| c.cause.take()) {
+        let error = match self.calls.get_mut(id).and_then(|c| c.take_cause()) {
             Some(cause) => Error::caused_by(kind, message, cause),
             None => Error::new(kind, message),
         };
@@ -417,7 +417,7 @@ impl Session {
         let Some(call) = self.remove_call(id) else {
             return;
         };
-        match call.internal {
+        match call.serves() {
             Some(target) => self.internal_done(target, result),
             None => self
                 .outputs
@@ -426,11 +426,11 @@ impl Session {
     }
 
     /// Forgets a call: its indexes, its timers and its exchange.
-    pub(super) fn remove_call(&mut self, id: CallId) -> Option<super::calls::Call> {
+    pub(super) fn remove_call(&mut self, id: CallId) -> Option<super::call::Call> {
         let call = self.calls.remove(id)?;
         self.timers.cancel(Timer::CallBackoff(id));
         self.timers.cancel(Timer::CallDeadline(id));
-        if let Some(http) = call.state.exchange() {
+        if let Some(http) = call.state().exchange() {
             self.exchanges.finish(http);
         }
         Some(call)

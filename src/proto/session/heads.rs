@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use http::HeaderMap;
 
-use super::calls::CallState;
+use super::call::CallState;
 use super::exchanges::{Body, ExKind};
 use super::listen::ListenState;
 use super::Session;
@@ -90,7 +90,7 @@ impl Session {
 
     /// Whether the call is still on the exchange `http`; a stale exchange is dropped.
     fn still_on(&mut self, id: CallId, http: HttpId, on: CallState) -> bool {
-        let current = self.calls.get(id).is_some_and(|c| c.state == on);
+        let current = self.calls.get(id).is_some_and(|c| c.state() == on);
         if !current {
             self.exchanges.finish(http);
         }
@@ -100,7 +100,7 @@ impl Session {
     /// Whether a head carries the capability hash the call's session negotiated.
     fn call_hash_matches(&self, id: CallId, http: HttpId, headers: &HeaderMap) -> bool {
         let checked = self.exchanges.get(http).is_some_and(|e| e.checks.hash);
-        let expected = self.calls.get(id).and_then(|c| c.hash.as_ref());
+        let expected = self.calls.get(id).and_then(|c| c.expected_hash());
         classify::hash_matches(checked, headers, expected)
     }
 
@@ -137,7 +137,7 @@ impl Session {
         if self
             .calls
             .get(id)
-            .is_some_and(|c| c.generation == self.life.generation)
+            .is_some_and(|c| c.attempt().generation() == self.life.generation)
         {
             self.life.confirm();
         }
@@ -165,7 +165,7 @@ impl Session {
             return;
         }
         self.set_body(http, self.sse_reader());
-        if let Some(last_event_id) = self.calls.get(id).and_then(|c| c.cursor.last.clone()) {
+        if let Some(last_event_id) = self.calls.get(id).and_then(|c| c.last_event_id().cloned()) {
             self.outputs
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
         }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use super::calls::CallState;
+use super::call::CallState;
 use super::cursors::Observed;
 use super::exchanges::ExKind;
 use super::lifecycle::Step;
@@ -59,15 +59,7 @@ impl Session {
         let expect = check_sequence.then_some(&mut ex.expect);
         let observed = match ex.kind {
             ExKind::Post(c) | ExKind::Resume(c) => match self.calls.get_mut(c) {
-                Some(call) => {
-                    let observed = call.cursor.observe(&event, expect, &mut self.delivered);
-                    // Only progress proves the server is reachable and the stream alive; a
-                    // head alone does not (a replaying instance answers 200 too).
-                    if matches!(observed, Observed::New { progressed: true }) {
-                        call.attempts = 0;
-                    }
-                    observed
-                }
+                Some(call) => call.observe(&event, expect, &mut self.delivered),
                 None => Observed::New { progressed: false },
             },
             ExKind::Listen => self
@@ -288,14 +280,13 @@ impl Session {
         };
         let failure = match &result {
             // A replayed answer may name the context it ran under.
-            Ok(value) if call.method == methods::TOOLS_CALL => call
-                .hash
-                .as_ref()
+            Ok(value) if call.method() == methods::TOOLS_CALL => call
+                .expected_hash()
                 .zip(ext::result_capability_hash(value))
                 .filter(|(expected, got)| !got.eq_ignore_ascii_case(expected.as_str()))
                 .map(|_| Failure::CapabilityHashMismatch),
             Ok(_) => None,
-            Err(error) if call.key.is_some() && call.server_dedups => {
+            Err(error) if call.key().is_some() && call.attempt().server_dedups() => {
                 match ext::key_refusal(error.data.as_ref()) {
                     Some(ext::KeyRefusal::InUse) => Some(Failure::KeyInUse),
                     Some(ext::KeyRefusal::OutcomeUnknown) => Some(Failure::KeyOutcomeLost),
@@ -338,7 +329,7 @@ impl Session {
         // stream open after it (keep-alive comments), and a call that moves on to its next
         // round or to polling must not leave its caller reading that stream.
         self.detach(id);
-        if let Some(task) = self.calls.get(id).and_then(|c| c.task.as_ref()) {
+        if let Some(task) = self.calls.get(id).and_then(|c| c.task()) {
             // The answer to a poll: the task's state, if it is one, of this task.
             return match super::tasks::check_poll_answer(&task.task_id, &value) {
                 Ok(()) => self.on_task_status(id, value, now),
@@ -350,7 +341,7 @@ impl Session {
                 if self
                     .calls
                     .get(id)
-                    .is_some_and(|c| c.method == methods::TOOLS_LIST)
+                    .is_some_and(|c| c.method() == methods::TOOLS_LIST)
                 {
                     self.learn_tools(&mut value);
                 }
@@ -377,7 +368,7 @@ impl Session {
                 if self
                     .calls
                     .get(c)
-                    .is_some_and(|call| matches!(call.state, CallState::Posting(_))) =>
+                    .is_some_and(|call| matches!(call.state(), CallState::Posting(_))) =>
             {
                 let cause = if decoded {
                     "the JSON body answered another request id or none"

@@ -22,7 +22,7 @@
 
 mod ahead;
 mod apply;
-mod calls;
+mod call;
 mod cursors;
 mod discover;
 mod exchanges;
@@ -47,7 +47,7 @@ use serde_json::Value;
 use tracing::{debug, info, warn};
 
 pub use self::ahead::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, SseAhead};
-use self::calls::{Call, CallState, Calls};
+use self::call::{Call, CallState, Calls};
 use self::cursors::Delivered;
 use self::exchanges::{Body, ExKind, Exchange, Exchanges};
 use self::headers::{session_id_header, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
@@ -206,24 +206,13 @@ impl Session {
             return;
         }
         let deadline = deadline_after(now, request.timeout.unwrap_or(self.config.call_timeout));
-        let progress_token = request
-            .params
-            .as_ref()
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get("progressToken"))
-            .and_then(RequestId::from_json);
-        self.calls.insert(
-            id,
-            Call {
-                progress_token,
-                ..Call::new(
-                    request.method,
-                    request.params,
-                    request.idempotency_key,
-                    deadline,
-                )
-            },
+        let call = Call::new(
+            request.method,
+            request.params,
+            request.idempotency_key,
+            deadline,
         );
+        self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
         match self.life.phase {
             Phase::Ready(_) => self.send_call(id),
@@ -302,9 +291,9 @@ impl Session {
         // Its POST never left (still queued, or given back by the driver): nothing runs, and
         // the server is told nothing. (A resume GET not sent yet says nothing: the POST before
         // it ran.)
-        if let CallState::Posting(http) = c.state {
+        if let CallState::Posting(http) = c.state() {
             if unsent == Some(http) || self.exchanges.unsent(http) {
-                c.may_have_run = false;
+                c.not_run();
             }
         }
         self.send_cancelled(call, "cancelled by the client");
@@ -524,7 +513,7 @@ impl Session {
                 let cause = Error::new(ErrorKind::Transport, reason);
                 if connect {
                     if let Some(c) = self.calls.get_mut(call) {
-                        c.may_have_run = false;
+                        c.not_run();
                     }
                     self.apply_because(call, Failure::PostConnectFailed, cause, now);
                 } else {
@@ -568,7 +557,7 @@ impl Session {
                 Timer::CallBackoff(id) => self.fire_retry(id, now),
                 Timer::CallDeadline(id) => {
                     if let Some(call) = self.calls.get(id) {
-                        info!(call = id.0, method = %call.method, "call deadline passed");
+                        info!(call = id.0, method = %call.method(), "call deadline passed");
                         self.send_cancelled(id, "timeout");
                         // A task is not cancelled: the deadline bounds the wait, not the
                         // durable work, whose id stays recorded to be resumed later.
@@ -691,11 +680,7 @@ impl Session {
 
     fn bump_no_progress(&mut self, id: CallId, progress: bool) {
         if let Some(call) = self.calls.get_mut(id) {
-            call.no_progress = if progress {
-                0
-            } else {
-                call.no_progress.saturating_add(1)
-            };
+            call.resumed(progress);
         }
     }
 
@@ -723,11 +708,11 @@ impl Session {
                 let Some(call) = self.calls.get_mut(c) else {
                     return;
                 };
-                if !matches!(call.state, CallState::Posting(_)) {
+                if !matches!(call.state(), CallState::Posting(_)) {
                     return;
                 }
-                call.state = CallState::Waiting;
-                let event_id_seen = call.cursor.last.is_some();
+                call.wait();
+                let event_id_seen = call.last_event_id().is_some();
                 debug!(
                     call = c.0,
                     clean, event_id_seen, "response stream ended early"
@@ -738,10 +723,10 @@ impl Session {
                 let Some(call) = self.calls.get_mut(c) else {
                     return;
                 };
-                if !matches!(call.state, CallState::Resuming(_)) {
+                if !matches!(call.state(), CallState::Resuming(_)) {
                     return;
                 }
-                call.state = CallState::Waiting;
+                call.wait();
                 self.bump_no_progress(c, progress);
                 debug!(call = c.0, clean, progress, "resumed stream ended early");
                 self.apply(c, Failure::ResumedStreamEnded { clean, progress }, now);
@@ -764,7 +749,7 @@ impl Session {
                 if self
                     .calls
                     .get(c)
-                    .is_some_and(|call| call.state.exchange() != Some(http)) =>
+                    .is_some_and(|call| call.state().exchange() != Some(http)) =>
             {
                 debug!(http = http.0, call = c.0, "a call's former exchange ended");
                 None

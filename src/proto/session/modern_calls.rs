@@ -8,11 +8,10 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use http::header::{HeaderMap, HeaderValue};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tracing::{debug, warn};
 
-use super::calls::{Call, CallState, InputRound};
-use super::cursors::Cursor;
+use super::call::{Call, CallState};
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -58,7 +57,7 @@ impl Session {
     /// What a modern error answering call `id` means, when it is one only a modern server
     /// sends: the recovery failure, and the error the call ends with if it ends.
     pub(super) fn modern_failure(&self, id: CallId, rpc: &RpcError) -> Option<(Failure, Error)> {
-        let refreshed = self.calls.get(id).is_some_and(|c| c.refreshed);
+        let refreshed = self.calls.get(id).is_some_and(|c| c.refreshed());
         Some(match modern::modern_error(rpc)? {
             ModernError::HeaderMismatch => (
                 Failure::HeaderMismatch { refreshed },
@@ -96,11 +95,11 @@ impl Session {
         let Some(call) = self.calls.get_mut(target) else {
             return;
         };
-        call.refreshed = true;
-        let deadline = call.deadline;
+        call.refresh();
+        let deadline = call.deadline();
         let id = CallId::next();
         self.calls
-            .insert(id, internal_call(methods::TOOLS_LIST, target, deadline));
+            .insert(id, Call::internal(methods::TOOLS_LIST, target, deadline));
         self.timers.set(Timer::CallDeadline(id), deadline);
         debug!(
             call = target.0,
@@ -115,7 +114,7 @@ impl Session {
         let waiting = self
             .calls
             .get(target)
-            .is_some_and(|c| c.state == CallState::Waiting);
+            .is_some_and(|c| c.state() == CallState::Waiting);
         match result {
             Ok(_) if waiting => self.send_call(target),
             Ok(_) => {}
@@ -123,7 +122,7 @@ impl Session {
                 let error = self
                     .calls
                     .get_mut(target)
-                    .and_then(|c| c.cause.take())
+                    .and_then(|c| c.take_cause())
                     .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "header mismatch"));
                 self.complete(target, Err(error));
             }
@@ -136,7 +135,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let round = call.input.as_ref().map_or(0, |r| r.round) + 1;
+        let round = call.rounds() + 1;
         if round > MAX_INPUT_ROUNDS {
             return self.complete(
                 id,
@@ -194,18 +193,7 @@ impl Session {
                 )),
             );
         }
-        let base_key = call
-            .input
-            .take()
-            .map_or_else(|| call.key.clone(), |r| r.base_key);
-        call.state = CallState::AwaitingInput;
-        call.input = Some(InputRound {
-            round,
-            state,
-            pending: requests.len(),
-            responses: Map::new(),
-            base_key,
-        });
+        call.await_round(round, state, requests.len());
         for (key, request) in requests {
             let method = request
                 .get("method")
@@ -235,7 +223,7 @@ impl Session {
         let Some((call, key)) = self.calls.take_input(id) else {
             return false;
         };
-        let for_task = self.calls.get(call).is_some_and(|c| c.task.is_some());
+        let for_task = self.calls.get(call).is_some_and(|c| c.task().is_some());
         match result {
             Ok(value) if for_task => self.task_input_answered(call, key, value, now),
             Err(error) => {
@@ -250,9 +238,8 @@ impl Session {
                 );
             }
             Ok(value) => {
-                if let Some(round) = self.calls.get_mut(call).and_then(|c| c.input.as_mut()) {
-                    round.responses.insert(key, value);
-                    round.pending = round.pending.saturating_sub(1);
+                if let Some(call) = self.calls.get_mut(call) {
+                    call.answer_input(key, value);
                 }
                 self.send_round_if_complete(call, now);
             }
@@ -264,48 +251,14 @@ impl Session {
     /// `inputResponses`, `requestState` echoed unchanged, and for a keyed call the round's
     /// own key, so re-sends of one round stay deduplicated.
     fn send_round_if_complete(&mut self, id: CallId, now: Instant) {
-        let Some(call) = self.calls.get_mut(id) else {
-            return;
-        };
-        let Some(round) = call.input.as_mut() else {
-            return;
-        };
-        if round.pending > 0 {
-            return;
-        }
-        let responses = std::mem::take(&mut round.responses);
-        let state = round.state.clone();
-        let key = round
-            .base_key
-            .as_ref()
-            .map(|base| round_key(base, round.round));
-        let params = call.params.get_or_insert_with(|| json!({}));
-        if let Value::Object(params) = params {
-            if responses.is_empty() {
-                params.remove("inputResponses");
-            } else {
-                params.insert("inputResponses".to_owned(), Value::Object(responses));
-            }
-            match state {
-                Some(state) => {
-                    params.insert("requestState".to_owned(), Value::String(state));
-                }
-                None => {
-                    params.remove("requestState");
-                }
-            }
-        }
-        if key.is_some() {
-            call.key = key;
-        }
-        // A new round is a new request: it starts without a stream or a count of failures.
-        call.cursor = Cursor::default();
-        call.attempts = 0;
-        call.sends = 0;
-        // Ready to go: now, or once the session is (re-)established.
-        call.state = CallState::Waiting;
         let _ = now;
-        if self.life.is_ready() {
+        // A new round is a new request: it starts without a stream or a count of failures,
+        // and waits to be sent: now, or once the session is (re-)established.
+        let ready = self
+            .calls
+            .get_mut(id)
+            .is_some_and(|call| call.next_round(round_key));
+        if ready && self.life.is_ready() {
             self.send_call(id);
         }
     }
@@ -348,14 +301,6 @@ fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
     }
     text.push_str(&suffix);
     IdempotencyKey::new(text).unwrap_or_else(|_| base.clone())
-}
-
-/// A request the session makes for itself (never reported to the app), serving `target`.
-fn internal_call(method: &str, target: CallId, deadline: Instant) -> Call {
-    Call {
-        internal: Some(target),
-        ..Call::new(method.to_owned(), Some(json!({})), None, deadline)
-    }
 }
 
 #[cfg(test)]

@@ -4,17 +4,16 @@
 use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
 use http::HeaderValue;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
-use super::calls::{CallState, MAX_EARLIER_SENDS};
+use super::call::Attempt;
 use super::exchanges::{ExKind, Sent};
 use super::headers::{IDEMPOTENCY_KEY, LAST_EVENT_ID};
 use super::lifecycle::{KeyPlacement, Phase};
 use super::modern_calls::mirror_headers;
 use super::Session;
-use crate::ids::{IdempotencyKey, RequestId, SequencedEventId};
-use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
+use crate::ids::{RequestId, SequencedEventId};
 use crate::proto::{
     jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, SessionEvent,
 };
@@ -29,96 +28,52 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if call.sends > 0 && call.task.is_none() {
-            info!(call = id.0, method = %call.method, "re-sending call");
+        if call.sends() > 0 && call.task().is_none() {
+            info!(call = id.0, method = %call.method(), "re-sending call");
             self.outputs
                 .push_back(Output::Event(SessionEvent::Redispatched {
                     call: id,
-                    method: call.method.clone(),
-                    idempotency_key: call.key.clone(),
+                    method: call.method().to_owned(),
+                    idempotency_key: call.key().cloned(),
                 }));
         }
         let modern = session.version.is_modern();
-        if let Some(key) = &call.key {
-            // The key goes where the server said it looks: the proposed standard's
-            // `params.idempotencyKey`, or the extension's `metaKey` (ours by default).
-            match &session.keys {
-                Some(KeyPlacement::Params) => set_param_key(&mut call.params, key),
-                Some(KeyPlacement::Meta(meta_key)) => set_meta_key(&mut call.params, meta_key, key),
-                None => set_meta_key(&mut call.params, DEFAULT_IDEMPOTENCY_META_KEY, key),
-            }
-        }
-        // A call that became a task is polled: the request sent is `tasks/get`.
-        let mut task_params = call
-            .task
-            .as_ref()
-            .map(|t| serde_json::json!({ "taskId": t.task_id }));
-        let (method, params) = match &mut task_params {
-            Some(p) => (methods::TASKS_GET, p),
-            None => (
-                call.method.as_str(),
-                call.params.get_or_insert_with(|| json!({})),
-            ),
-        };
-        let mut params = Some(std::mem::take(params));
+        // The key goes where the server said it looks: the proposed standard's
+        // `params.idempotencyKey`, or the extension's `metaKey` (ours by default).
+        let header_key = (session.keys != Some(KeyPlacement::Params) && call.task().is_none())
+            .then(|| {
+                call.key()
+                    .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
+            })
+            .flatten();
+        let outgoing = call.outgoing(session.keys.as_ref());
+        let method = outgoing.method;
+        let mut params = outgoing.params;
         if modern {
             modern::add_request_meta(&mut params, session.version, &self.client_meta);
         }
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
         let mut headers = session.headers.post();
-        if session.keys != Some(KeyPlacement::Params) && call.task.is_none() {
-            if let Some(v) = call
-                .key
-                .as_ref()
-                .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
-            {
-                headers.insert(IDEMPOTENCY_KEY, v);
-            }
+        if let Some(key) = header_key {
+            headers.insert(IDEMPOTENCY_KEY, key);
         }
         if modern {
             mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
         }
         debug!(call = id.0, %rpc, method, "sending call");
-        if call.task.is_none() {
-            call.params = params;
-        }
-        // A send of this call on this session that may still be running stays to be told of
-        // a cancellation; one on a replaced session has nobody to tell.
-        if call.generation != session.generation || call.task.is_some() {
-            call.earlier.clear();
-        } else if let Some(old) = call.rpc.clone().filter(|_| call.may_have_run) {
-            if call.earlier.len() == MAX_EARLIER_SENDS {
-                call.earlier.remove(0);
-            }
-            call.earlier.push(old);
-        }
-        call.generation = session.generation;
         // Hash checks (head and replayed result) are the extension's: only for a session
         // whose server advertised them.
-        call.hash = if session.checks.hash {
-            session.hash.clone()
-        } else {
-            None
-        };
-        call.server_dedups = session.keys.is_some();
-        call.cursor = Default::default();
-        call.no_progress = 0;
-        call.may_have_run = true;
-        call.sends += 1;
-        call.cause = None;
-        let sent = Sent::on(session);
+        let hash = session.hash.clone().filter(|_| session.checks.hash);
+        let attempt = Attempt::new(rpc, session.generation, hash, session.keys.is_some());
         let http = self.exchanges.open(
             ExKind::Post(id),
             HttpMethod::Post,
             HttpPurpose::Request,
             headers,
             Some(body),
-            sent,
+            Sent::on(session),
         );
-        self.calls.assign_rpc(id, rpc);
-        if let Some(call) = self.calls.get_mut(id) {
-            call.state = CallState::Posting(http);
-        }
+        self.calls.sent(id, attempt, params, http);
     }
 
     /// POSTs a modern request whose answer nothing waits for (`tasks/update`,
@@ -152,7 +107,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let Some(cursor) = call.cursor.last.clone() else {
+        let Some(cursor) = call.last_event_id().cloned() else {
             return;
         };
         info!(call = id.0, last_event_id = %cursor, "resuming stream");
@@ -169,7 +124,7 @@ impl Session {
             None,
             sent,
         );
-        call.state = CallState::Resuming(http);
+        call.resume_on(http);
         if let Some(ex) = self.exchanges.get_mut(http) {
             ex.resumed = true;
             ex.expect = SequencedEventId::of(&cursor).map(|s| s.next());
@@ -186,11 +141,10 @@ impl Session {
         let Some(call) = self.calls.get(id) else {
             return;
         };
-        if call.generation != generation {
+        if call.attempt().generation() != generation {
             return;
         }
-        let latest = call.rpc.as_ref().filter(|_| call.may_have_run);
-        let running: Vec<RequestId> = call.earlier.iter().chain(latest).cloned().collect();
+        let running: Vec<RequestId> = call.running_ids().cloned().collect();
         for rpc in running {
             let params = json!({"requestId": rpc.to_json(), "reason": reason});
             let body = jsonrpc::encode_notification(methods::CANCELLED, Some(&params));
@@ -261,26 +215,5 @@ impl Session {
             sent,
         );
         self.life.phase = Phase::Closing { close };
-    }
-}
-
-/// Puts the idempotency key in `params.idempotencyKey` (the proposed standard, SEP-3182).
-fn set_param_key(params: &mut Option<Value>, key: &IdempotencyKey) {
-    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(params) = params {
-        params.insert(
-            "idempotencyKey".to_owned(),
-            Value::String(key.as_str().to_owned()),
-        );
-    }
-}
-
-/// Puts the idempotency key in `params._meta[meta_key]` (non-object params cannot carry
-/// `_meta`; the header still carries the key).
-fn set_meta_key(params: &mut Option<Value>, meta_key: &str, key: &IdempotencyKey) {
-    if let Some(meta) = modern::meta_mut(params) {
-        if meta.get(meta_key).and_then(Value::as_str) != Some(key.as_str()) {
-            meta.insert(meta_key.to_owned(), Value::String(key.as_str().to_owned()));
-        }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use super::calls::CallState;
+use super::call::CallState;
 use super::exchanges::{Body, ExKind, Exchange};
 use super::Session;
 use crate::error::{Error, ErrorKind};
@@ -72,12 +72,12 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if !matches!(call.state, CallState::Posting(_)) {
+        if !matches!(call.state(), CallState::Posting(_)) {
             return;
         }
         if !matches!(refusal.class, Refused::MayHaveRun) {
             // Refused unprocessed: there is nothing running to cancel.
-            call.may_have_run = false;
+            call.not_run();
         }
         let modern = self.life.era == Some(crate::proto::Era::Modern);
         if let Some((failure, cause)) = refusal
@@ -99,11 +99,11 @@ impl Session {
             },
             Refused::NotProcessed { retry_after } => {
                 let fits = retry_after.is_some_and(|after| {
-                    now.checked_add(after).is_some_and(|t| t <= call.deadline)
+                    now.checked_add(after).is_some_and(|t| t <= call.deadline())
                 });
                 if fits {
                     // The server's time to come back is the floor of the re-send's backoff.
-                    call.cursor.retry = retry_after;
+                    call.set_retry_hint(retry_after);
                 }
                 Failure::Refused {
                     retry_within_deadline: fits,
@@ -130,7 +130,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if !matches!(call.state, CallState::Resuming(_)) {
+        if !matches!(call.state(), CallState::Resuming(_)) {
             return;
         }
         let failure = match refusal.class {
@@ -140,7 +140,7 @@ impl Session {
             Refused::NotProcessed {
                 retry_after: Some(after),
             } => {
-                call.cursor.retry = Some(after);
+                call.set_retry_hint(Some(after));
                 Failure::ResumeConnectFailed
             }
             Refused::NotProcessed { .. } if status == 429 => Failure::ResumeConnectFailed,

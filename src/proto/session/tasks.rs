@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::calls::{Call, CallState, Retry, TaskState};
-use super::cursors::Cursor;
+use super::call::{Call, TaskState};
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -44,12 +43,7 @@ impl Session {
             return;
         };
         info!(call = id.0, %task_id, "the call became a task");
-        call.task = Some(TaskState {
-            task_id: task_id.clone(),
-            poll: None,
-            answered: Vec::new(),
-            input_rounds: 0,
-        });
+        call.become_task(TaskState::new(task_id.clone()));
         self.outputs
             .push_back(Output::Event(SessionEvent::TaskCreated {
                 call: id,
@@ -71,18 +65,8 @@ impl Session {
             return;
         }
         let deadline = super::deadline_after(now, timeout.unwrap_or(self.config.call_timeout));
-        self.calls.insert(
-            id,
-            Call {
-                task: Some(TaskState {
-                    task_id: task_id.to_owned(),
-                    poll: None,
-                    answered: Vec::new(),
-                    input_rounds: 0,
-                }),
-                ..Call::new(methods::TOOLS_CALL.to_owned(), None, None, deadline)
-            },
-        );
+        self.calls
+            .insert(id, Call::resuming_task(task_id, deadline));
         self.timers.set(Timer::CallDeadline(id), deadline);
         if self.life.is_ready() {
             self.send_call(id);
@@ -97,7 +81,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let Some(task) = call.task.as_mut() else {
+        let Some(task) = call.task_mut() else {
             return;
         };
         if let Some(ms) = status.get("pollIntervalMs").and_then(Value::as_u64) {
@@ -155,7 +139,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let Some(task) = call.task.as_mut() else {
+        let Some(task) = call.task_mut() else {
             return;
         };
         let fresh: Vec<(String, Value)> = requests
@@ -179,8 +163,7 @@ impl Session {
             );
         }
         let task_id = task.task_id.clone();
-        call.state = CallState::AwaitingInput;
-        call.task_inputs = fresh.len();
+        call.await_task_inputs(fresh.len());
         for (key, request) in fresh {
             let input_id = RequestId::String(format!("task/{}/{task_id}/{key}", id.0));
             self.calls.register_input(input_id.clone(), id, key);
@@ -208,7 +191,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let Some(task) = call.task.as_mut() else {
+        let Some(task) = call.task_mut() else {
             return;
         };
         task.answered.push(key.clone());
@@ -216,8 +199,7 @@ impl Session {
             "taskId": task.task_id,
             "inputResponses": { key: value },
         });
-        call.task_inputs = call.task_inputs.saturating_sub(1);
-        let done = call.task_inputs == 0;
+        let done = call.task_input_answered();
         self.send_task_request(methods::TASKS_UPDATE, params);
         if done {
             self.schedule_poll(id, now);
@@ -227,7 +209,7 @@ impl Session {
     /// Tells the server a task's call was given up (best effort: cancellation is
     /// cooperative, and nothing waits for the answer).
     pub(super) fn cancel_task(&mut self, id: CallId) {
-        let Some(task) = self.calls.get(id).and_then(|c| c.task.clone()) else {
+        let Some(task) = self.calls.get(id).and_then(|c| c.task().cloned()) else {
             return;
         };
         debug!(task_id = %task.task_id, "cancelling the task");
@@ -245,13 +227,10 @@ impl Session {
             return;
         };
         let delay = call
-            .task
-            .as_ref()
+            .task()
             .and_then(|t| t.poll)
             .unwrap_or_else(|| self.config.reconnect.initial_delay.max(MIN_POLL));
-        call.state = CallState::Backoff(Retry::Resend);
-        call.attempts = 0;
-        call.cursor = Cursor::default();
+        call.poll_later();
         self.timers.set(
             Timer::CallBackoff(id),
             now.checked_add(delay).unwrap_or(now),

@@ -1,0 +1,522 @@
+//! One call: what the app asked for, where it stands, and what its sends so far prove. The
+//! record's fields are private: every change goes through a method named for what happened
+//! (a send, a failed attempt, progress on its stream, a new MRTR round, a task), so the rules
+//! that keep a call's facts consistent live here once. [`Calls`] is the table of them.
+
+mod attempt;
+mod table;
+
+pub(super) use self::attempt::Attempt;
+pub(super) use self::table::Calls;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::cursors::{Cursor, Delivered, Observed};
+use super::lifecycle::KeyPlacement;
+use crate::error::Error;
+use crate::ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SequencedEventId};
+use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
+use crate::proto::{methods, modern, CallId, HttpId};
+use crate::sse::SseEvent;
+
+/// An MRTR round in progress: the server's inputs still unanswered and what to send back.
+#[derive(Debug, Default)]
+pub(super) struct InputRound {
+    /// Rounds so far, this one included.
+    round: u32,
+    /// `requestState`, echoed unchanged.
+    state: Option<String>,
+    /// Inputs not answered yet.
+    pending: usize,
+    /// `inputResponses` so far.
+    responses: Map<String, Value>,
+    /// The call's own idempotency key: each round's key derives from it.
+    base_key: Option<IdempotencyKey>,
+}
+
+/// A call that became a task.
+#[derive(Debug, Clone)]
+pub(super) struct TaskState {
+    pub(super) task_id: String,
+    /// The server's suggested interval between polls.
+    pub(super) poll: Option<Duration>,
+    /// Input keys already answered (a task may list them again until it sees the answer).
+    pub(super) answered: Vec<String>,
+    /// Times the task asked for fresh input, bounded by `MAX_INPUT_ROUNDS`.
+    pub(super) input_rounds: u32,
+}
+
+impl TaskState {
+    /// Task `task_id`, not polled yet.
+    pub(super) fn new(task_id: String) -> Self {
+        TaskState {
+            task_id,
+            poll: None,
+            answered: Vec::new(),
+            input_rounds: 0,
+        }
+    }
+}
+
+/// What a waiting call does when its backoff ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Retry {
+    /// POST it again (new JSON-RPC id, same idempotency key).
+    Resend,
+    /// GET its stream with `Last-Event-ID`.
+    Resume,
+}
+
+/// Where a call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CallState {
+    /// Waits for the session to be ready, then is POSTed.
+    Waiting,
+    /// Waits for the application's answers to the server's inputs (an MRTR round, or a
+    /// task's): nothing is sent for it until they are all in, whatever happens to the
+    /// session meanwhile (a re-initialization sends only `Waiting` calls).
+    AwaitingInput,
+    /// Waits out a backoff (its timer is armed), then retries.
+    Backoff(Retry),
+    /// Its POST is in flight.
+    Posting(HttpId),
+    /// Its resume GET is in flight.
+    Resuming(HttpId),
+}
+
+impl CallState {
+    /// The exchange the call is on, if any.
+    pub(super) fn exchange(self) -> Option<HttpId> {
+        match self {
+            CallState::Posting(http) | CallState::Resuming(http) => Some(http),
+            CallState::Waiting | CallState::AwaitingInput | CallState::Backoff(_) => None,
+        }
+    }
+}
+
+/// The request a send puts on the wire.
+pub(super) struct Outgoing<'a> {
+    pub(super) method: &'a str,
+    pub(super) params: Option<Value>,
+}
+
+/// One call.
+#[derive(Debug)]
+pub(super) struct Call {
+    method: String,
+    params: Option<Value>,
+    key: Option<IdempotencyKey>,
+    deadline: Instant,
+    state: CallState,
+    /// What its sends so far proved: their ids, session, context.
+    attempt: Attempt,
+    /// Its response stream's cursor.
+    cursor: Cursor,
+    /// Consecutive failed attempts to reach the server.
+    attempts: u32,
+    /// Resumes in a row that delivered nothing new.
+    no_progress: u32,
+    /// It may be running on the server (it was sent, and nothing proves otherwise).
+    may_have_run: bool,
+    /// Sends of its current request (a new MRTR round starts over).
+    sends: u32,
+    /// What explains the last failure, for the error the call may end with.
+    cause: Option<Error>,
+    /// `params._meta.progressToken`, when the call asked for progress.
+    progress_token: Option<RequestId>,
+    /// A request the session makes for itself, serving this call (never reported to the
+    /// app).
+    internal: Option<CallId>,
+    /// The tool list was fetched again for this call after a header mismatch.
+    refreshed: bool,
+    /// The MRTR round in progress (modern era).
+    input: Option<InputRound>,
+    /// The task the call became (tasks extension): it is polled, not re-sent.
+    task: Option<TaskState>,
+    /// Task inputs still waiting for the app's answer.
+    task_inputs: usize,
+}
+
+impl Call {
+    /// A call not sent yet.
+    pub(super) fn new(
+        method: String,
+        params: Option<Value>,
+        key: Option<IdempotencyKey>,
+        deadline: Instant,
+    ) -> Self {
+        let progress_token = params
+            .as_ref()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .and_then(RequestId::from_json);
+        Call {
+            method,
+            params,
+            key,
+            deadline,
+            state: CallState::Waiting,
+            attempt: Attempt::default(),
+            cursor: Cursor::default(),
+            attempts: 0,
+            no_progress: 0,
+            may_have_run: false,
+            sends: 0,
+            cause: None,
+            progress_token,
+            internal: None,
+            refreshed: false,
+            input: None,
+            task: None,
+            task_inputs: 0,
+        }
+    }
+
+    /// A request the session makes for itself, serving `target` (never reported to the app).
+    pub(super) fn internal(method: &str, target: CallId, deadline: Instant) -> Self {
+        Call {
+            internal: Some(target),
+            ..Call::new(method.to_owned(), Some(json!({})), None, deadline)
+        }
+    }
+
+    /// Polls task `task_id`, created before (by another session, or before a restart).
+    pub(super) fn resuming_task(task_id: &str, deadline: Instant) -> Self {
+        Call {
+            task: Some(TaskState::new(task_id.to_owned())),
+            ..Call::new(methods::TOOLS_CALL.to_owned(), None, None, deadline)
+        }
+    }
+
+    // ---- what it is ----------------------------------------------------------------------
+
+    pub(super) fn method(&self) -> &str {
+        &self.method
+    }
+
+    pub(super) fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    pub(super) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    pub(super) fn progress_token(&self) -> Option<&RequestId> {
+        self.progress_token.as_ref()
+    }
+
+    /// The call it serves, when the session made it for itself.
+    pub(super) fn serves(&self) -> Option<CallId> {
+        self.internal
+    }
+
+    pub(super) fn task(&self) -> Option<&TaskState> {
+        self.task.as_ref()
+    }
+
+    pub(super) fn task_mut(&mut self) -> Option<&mut TaskState> {
+        self.task.as_mut()
+    }
+
+    /// Whether its current request is an MRTR round's or a task's input it waits for.
+    pub(super) fn has_inputs(&self) -> bool {
+        self.input.is_some() || self.task_inputs > 0
+    }
+
+    /// The MRTR rounds so far.
+    pub(super) fn rounds(&self) -> u32 {
+        self.input.as_ref().map_or(0, |r| r.round)
+    }
+
+    pub(super) fn refreshed(&self) -> bool {
+        self.refreshed
+    }
+
+    /// The capability hash its answers must carry, from its last send.
+    pub(super) fn expected_hash(&self) -> Option<&CapabilityHash> {
+        self.attempt.hash()
+    }
+
+    // ---- where it stands -----------------------------------------------------------------
+
+    pub(super) fn state(&self) -> CallState {
+        self.state
+    }
+
+    /// Waits for the session (ready again, or re-established), then is sent.
+    pub(super) fn wait(&mut self) {
+        self.state = CallState::Waiting;
+    }
+
+    /// Waits out a backoff, then `then`.
+    pub(super) fn back_off(&mut self, then: Retry) {
+        self.state = CallState::Backoff(then);
+    }
+
+    /// Its resume GET is in flight.
+    pub(super) fn resume_on(&mut self, http: HttpId) {
+        self.state = CallState::Resuming(http);
+    }
+
+    /// Leaves the exchange it is on, if any, and waits: returns that exchange.
+    pub(super) fn leave_exchange(&mut self) -> Option<HttpId> {
+        let http = self.state.exchange()?;
+        self.state = CallState::Waiting;
+        Some(http)
+    }
+
+    // ---- what its sends prove ------------------------------------------------------------
+
+    pub(super) fn attempt(&self) -> &Attempt {
+        &self.attempt
+    }
+
+    pub(super) fn sends(&self) -> u32 {
+        self.sends
+    }
+
+    /// Something proves its last send never ran (it never left, or the server refused it
+    /// unprocessed).
+    pub(super) fn not_run(&mut self) {
+        self.may_have_run = false;
+    }
+
+    /// The JSON-RPC ids it may be running under on its session: a cancellation names them
+    /// all.
+    pub(super) fn running_ids(&self) -> impl Iterator<Item = &RequestId> {
+        let latest = self.attempt.rpc().filter(|_| self.may_have_run);
+        self.attempt.earlier().chain(latest)
+    }
+
+    /// The request its next send puts on the wire: the key where `placement` says the server
+    /// looks (ours by default), and for a task, `tasks/get`. Taken out of the call until
+    /// [`Call::sent`] puts it back.
+    pub(super) fn outgoing(&mut self, placement: Option<&KeyPlacement>) -> Outgoing<'_> {
+        if let Some(task) = &self.task {
+            return Outgoing {
+                method: methods::TASKS_GET,
+                params: Some(json!({ "taskId": task.task_id })),
+            };
+        }
+        if let Some(key) = &self.key {
+            match placement {
+                Some(KeyPlacement::Params) => set_param_key(&mut self.params, key),
+                Some(KeyPlacement::Meta(meta_key)) => set_meta_key(&mut self.params, meta_key, key),
+                None => set_meta_key(&mut self.params, DEFAULT_IDEMPOTENCY_META_KEY, key),
+            }
+        }
+        let params = self.params.take().unwrap_or_else(|| json!({}));
+        Outgoing {
+            method: &self.method,
+            params: Some(params),
+        }
+    }
+
+    /// Its request went out as `attempt`, on `http`, with `params` (what
+    /// [`Call::outgoing`] took, back): a new stream, and the call may be running now.
+    pub(super) fn sent(&mut self, attempt: Attempt, params: Option<Value>, http: HttpId) {
+        if self.task.is_none() {
+            self.params = params;
+        }
+        let may_have_run = self.may_have_run;
+        self.attempt
+            .follow(attempt, may_have_run && self.task.is_none());
+        self.cursor = Cursor::default();
+        self.no_progress = 0;
+        self.may_have_run = true;
+        self.sends += 1;
+        self.cause = None;
+        self.state = CallState::Posting(http);
+    }
+
+    // ---- failures and progress -----------------------------------------------------------
+
+    pub(super) fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    pub(super) fn resumes_without_progress(&self) -> u32 {
+        self.no_progress
+    }
+
+    /// Another attempt failed to reach the server; returns how many in a row.
+    pub(super) fn failed(&mut self) -> u32 {
+        self.attempts = self.attempts.saturating_add(1);
+        self.attempts
+    }
+
+    /// A resume ended: it made progress (the count starts over) or not.
+    pub(super) fn resumed(&mut self, progress: bool) {
+        self.no_progress = if progress {
+            0
+        } else {
+            self.no_progress.saturating_add(1)
+        };
+    }
+
+    /// Why it may fail, kept for the error it ends with.
+    pub(super) fn set_cause(&mut self, cause: Error) {
+        self.cause = Some(cause);
+    }
+
+    pub(super) fn take_cause(&mut self) -> Option<Error> {
+        self.cause.take()
+    }
+
+    // ---- its stream ----------------------------------------------------------------------
+
+    /// One event of its stream: the cursor moves, and progress proves the server reachable.
+    pub(super) fn observe(
+        &mut self,
+        event: &SseEvent,
+        expect: Option<&mut Option<SequencedEventId>>,
+        delivered: &mut Delivered,
+    ) -> Observed {
+        let observed = self.cursor.observe(event, expect, delivered);
+        // Only progress proves the server is reachable and the stream alive; a head alone
+        // does not (a replaying instance answers 200 too).
+        if matches!(observed, Observed::New { progressed: true }) {
+            self.attempts = 0;
+        }
+        observed
+    }
+
+    /// The id a resume presents as `Last-Event-ID`.
+    pub(super) fn last_event_id(&self) -> Option<&EventId> {
+        self.cursor.last.as_ref()
+    }
+
+    /// The server's `retry`, or a `Retry-After`: the floor of the next reconnect's delay.
+    pub(super) fn retry_hint(&self) -> Option<Duration> {
+        self.cursor.retry
+    }
+
+    pub(super) fn set_retry_hint(&mut self, retry: Option<Duration>) {
+        self.cursor.retry = retry;
+    }
+
+    // ---- MRTR rounds and tasks -----------------------------------------------------------
+
+    /// An `input_required` answer opened round `round` with `pending` inputs; nothing is sent
+    /// until they are in.
+    pub(super) fn await_round(&mut self, round: u32, state: Option<String>, pending: usize) {
+        let base_key = match self.input.take() {
+            Some(previous) => previous.base_key,
+            None => self.key.clone(),
+        };
+        self.state = CallState::AwaitingInput;
+        self.input = Some(InputRound {
+            round,
+            state,
+            pending,
+            responses: Map::new(),
+            base_key,
+        });
+    }
+
+    /// One of the round's inputs was answered.
+    pub(super) fn answer_input(&mut self, key: String, value: Value) {
+        if let Some(round) = self.input.as_mut() {
+            round.responses.insert(key, value);
+            round.pending = round.pending.saturating_sub(1);
+        }
+    }
+
+    /// Once every input of the round is answered, makes the call its next request:
+    /// `inputResponses`, `requestState` echoed unchanged, and for a keyed call the round's own
+    /// key (derived with `round_key`, so re-sends of one round stay deduplicated); it waits to
+    /// be sent, as a new request (no stream, no failures). `false` while inputs are missing.
+    pub(super) fn next_round(
+        &mut self,
+        round_key: impl Fn(&IdempotencyKey, u32) -> IdempotencyKey,
+    ) -> bool {
+        let Some(round) = self.input.as_mut() else {
+            return false;
+        };
+        if round.pending > 0 {
+            return false;
+        }
+        let responses = std::mem::take(&mut round.responses);
+        let state = round.state.clone();
+        let key = round
+            .base_key
+            .as_ref()
+            .map(|base| round_key(base, round.round));
+        if let Value::Object(params) = self.params.get_or_insert_with(|| json!({})) {
+            if responses.is_empty() {
+                params.remove("inputResponses");
+            } else {
+                params.insert("inputResponses".to_owned(), Value::Object(responses));
+            }
+            match state {
+                Some(state) => {
+                    params.insert("requestState".to_owned(), Value::String(state));
+                }
+                None => {
+                    params.remove("requestState");
+                }
+            }
+        }
+        if key.is_some() {
+            self.key = key;
+        }
+        self.cursor = Cursor::default();
+        self.attempts = 0;
+        self.sends = 0;
+        self.state = CallState::Waiting;
+        true
+    }
+
+    /// The call was answered with task `task`: it is polled from now on.
+    pub(super) fn become_task(&mut self, task: TaskState) {
+        self.task = Some(task);
+    }
+
+    /// The task asked for `n` inputs: nothing is polled until they are answered.
+    pub(super) fn await_task_inputs(&mut self, n: usize) {
+        self.state = CallState::AwaitingInput;
+        self.task_inputs = n;
+    }
+
+    /// One task input was answered; `true` once they all are.
+    pub(super) fn task_input_answered(&mut self) -> bool {
+        self.task_inputs = self.task_inputs.saturating_sub(1);
+        self.task_inputs == 0
+    }
+
+    /// The next poll of its task waits out `Retry::Resend`'s backoff, as a new request.
+    pub(super) fn poll_later(&mut self) {
+        self.state = CallState::Backoff(Retry::Resend);
+        self.attempts = 0;
+        self.cursor = Cursor::default();
+    }
+
+    /// The tool list was fetched again for it (once per call).
+    pub(super) fn refresh(&mut self) {
+        self.refreshed = true;
+    }
+}
+
+/// Puts the idempotency key in the proposed standard's `params.idempotencyKey` (SEP-3182).
+fn set_param_key(params: &mut Option<Value>, key: &IdempotencyKey) {
+    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(params) = params {
+        params.insert(
+            "idempotencyKey".to_owned(),
+            Value::String(key.as_str().to_owned()),
+        );
+    }
+}
+
+/// Puts the idempotency key in `params._meta[meta_key]` (non-object params cannot carry
+/// `_meta`; the header still carries the key).
+fn set_meta_key(params: &mut Option<Value>, meta_key: &str, key: &IdempotencyKey) {
+    if let Some(meta) = modern::meta_mut(params) {
+        if meta.get(meta_key).and_then(Value::as_str) != Some(key.as_str()) {
+            meta.insert(meta_key.to_owned(), Value::String(key.as_str().to_owned()));
+        }
+    }
+}
