@@ -54,7 +54,11 @@ pub(crate) struct ClientConfig {
 /// Setters never fail; every problem (bad URL, bad header, zero sizes or timeouts, an
 /// unsupported protocol version) is reported by [`ClientBuilder::build`] as
 /// [`ErrorKind::InvalidConfig`].
+///
+/// Cheap to clone (handlers, providers and stores are shared): a template configured once can
+/// build any number of clients, as the language bindings do.
 #[must_use = "a ClientBuilder does nothing until build() is called"]
+#[derive(Clone)]
 pub struct ClientBuilder {
     url: String,
     session: SessionConfig,

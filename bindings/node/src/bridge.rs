@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use mcp_resume::bridge::{codes, Bridge, IDEMPOTENCY_META_KEY};
+use mcp_resume::Client;
 use napi::bindgen_prelude::PromiseRaw;
 use napi::Env;
 use napi_derive::napi;
@@ -12,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::errors::{promise, to_js, Failure};
-use crate::options::{BridgeOptions, ClientOptions, Settings};
+use crate::options::{configure, BridgeOptions, ClientOptions};
 use crate::streams::{NativeStream, Source};
 
 /// The low-level bridge; use `ResumeTransport` from the package.
@@ -34,8 +35,8 @@ impl NativeBridge {
         options: Option<ClientOptions>,
         bridge_options: Option<BridgeOptions>,
     ) -> napi::Result<Self> {
-        let built = Settings::read(options).and_then(|settings| {
-            let mut builder = Bridge::builder(url).configure(|b| settings.apply(b));
+        let built = configure(Client::builder(url.clone()), options).and_then(|template| {
+            let mut builder = Bridge::builder(url).configure(|_| template);
             if let Some(o) = bridge_options {
                 if let Some(trust) = o.trust_tool_annotations {
                     builder = builder.trust_tool_annotations(trust);

@@ -15,7 +15,7 @@ use crate::cancel::{CancelToken, Cancellation};
 use crate::convert::{self, wire};
 use crate::errors::{invalid, promise, to_js, Failure};
 use crate::handlers::HandlerOptions;
-use crate::options::{millis, ClientOptions, Settings};
+use crate::options::{configure, millis, ClientOptions};
 use crate::streams::{NativeStream, Source};
 
 /// Per-call options of `callTool` and `request`.
@@ -58,8 +58,7 @@ impl NativeClient {
         options: Option<ClientOptions>,
         handlers: Option<HandlerOptions>,
     ) -> napi::Result<Self> {
-        let built = Settings::read(options).and_then(|settings| {
-            let mut builder = settings.apply(Client::builder(url));
+        let built = configure(Client::builder(url), options).and_then(|mut builder| {
             if let Some(handlers) = handlers {
                 builder = handlers.register(builder);
             }

@@ -84,118 +84,59 @@ pub struct BridgeOptions {
     pub capacity: Option<u32>,
 }
 
-/// [`ClientOptions`] checked and converted, ready for a builder.
-#[derive(Default)]
-pub(crate) struct Settings {
-    capabilities: Option<Value>,
-    client_info: Option<(String, String)>,
-    protocol_version: Option<ProtocolVersion>,
-    era: Option<Era>,
-    bearer_token: Option<String>,
-    headers: Vec<(String, String)>,
-    call_timeout: Option<Duration>,
-    connect_timeout: Option<Duration>,
-    reconnect: Option<ReconnectPolicy>,
-    resend_policy: Option<ResendPolicy>,
-    max_event_size: Option<usize>,
-    max_body_size: Option<usize>,
-    open_listen_stream: Option<bool>,
-    jitter_seed: Option<u64>,
-}
-
-impl Settings {
-    /// Reads `options` (absent: every default).
-    pub(crate) fn read(options: Option<ClientOptions>) -> Result<Self, Failure> {
-        let Some(o) = options else {
-            return Ok(Settings::default());
-        };
-        Ok(Settings {
-            capabilities: o.capabilities,
-            client_info: o.client_info.map(|i| (i.name, i.version)),
-            protocol_version: o
-                .protocol_version
-                .as_deref()
-                .map(str::parse::<ProtocolVersion>)
-                .transpose()?,
-            era: o.era.as_deref().map(str::parse::<Era>).transpose()?,
-            bearer_token: o.bearer_token,
-            headers: o.headers.unwrap_or_default().into_iter().collect(),
-            call_timeout: o
-                .call_timeout
-                .map(|t| millis(t, "callTimeout"))
-                .transpose()?,
-            connect_timeout: o
-                .connect_timeout
-                .map(|t| millis(t, "connectTimeout"))
-                .transpose()?,
-            reconnect: o.reconnect.map(reconnect).transpose()?,
-            resend_policy: o
-                .resend_policy
-                .as_deref()
-                .map(str::parse::<ResendPolicy>)
-                .transpose()?,
-            max_event_size: o
-                .max_event_size
-                .map(|n| size(n, "maxEventSize"))
-                .transpose()?,
-            max_body_size: o
-                .max_body_size
-                .map(|n| size(n, "maxBodySize"))
-                .transpose()?,
-            open_listen_stream: o.open_listen_stream,
-            jitter_seed: o
-                .jitter_seed
-                .map(|s| u64::try_from(s).map_err(|_| invalid("jitterSeed must not be negative")))
-                .transpose()?,
-        })
+/// `b` with every setting of `options` (absent: every default), each checked and converted as
+/// it is read.
+pub(crate) fn configure(
+    mut b: ClientBuilder,
+    options: Option<ClientOptions>,
+) -> Result<ClientBuilder, Failure> {
+    let Some(o) = options else {
+        return Ok(b);
+    };
+    if let Some(caps) = o.capabilities {
+        b = b.client_capabilities(caps);
     }
-
-    /// Every setting on `b`.
-    pub(crate) fn apply(self, mut b: ClientBuilder) -> ClientBuilder {
-        if let Some(caps) = self.capabilities {
-            b = b.client_capabilities(caps);
-        }
-        if let Some((name, version)) = self.client_info {
-            b = b.client_info(name, version);
-        }
-        if let Some(version) = self.protocol_version {
-            b = b.protocol_version(version);
-        }
-        if let Some(era) = self.era {
-            b = b.era(era);
-        }
-        if let Some(token) = self.bearer_token {
-            b = b.bearer_token(token);
-        }
-        for (name, value) in self.headers {
-            b = b.header(name, value);
-        }
-        if let Some(t) = self.call_timeout {
-            b = b.call_timeout(t);
-        }
-        if let Some(t) = self.connect_timeout {
-            b = b.connect_timeout(t);
-        }
-        if let Some(policy) = self.reconnect {
-            b = b.reconnect(policy);
-        }
-        if let Some(policy) = self.resend_policy {
-            b = b.resend_policy(policy);
-        }
-        if let Some(n) = self.max_event_size {
-            b = b.max_event_size(n);
-        }
-        if let Some(n) = self.max_body_size {
-            b = b.max_body_size(n);
-        }
-        if let Some(open) = self.open_listen_stream {
-            b = b.open_listen_stream(open);
-        }
-        if let Some(seed) = self.jitter_seed {
-            b = b.jitter_seed(seed);
-        }
-        b
+    if let Some(info) = o.client_info {
+        b = b.client_info(info.name, info.version);
     }
+    if let Some(version) = o.protocol_version {
+        b = b.protocol_version(version.parse::<ProtocolVersion>()?);
+    }
+    if let Some(era) = o.era {
+        b = b.era(era.parse::<Era>()?);
+    }
+    if let Some(token) = o.bearer_token {
+        b = b.bearer_token(token);
+    }
+    for (name, value) in o.headers.unwrap_or_default() {
+        b = b.header(name, value);
+    }
+    if let Some(t) = o.call_timeout {
+        b = b.call_timeout(millis(t, "callTimeout")?);
+    }
+    if let Some(t) = o.connect_timeout {
+        b = b.connect_timeout(millis(t, "connectTimeout")?);
+    }
+    if let Some(policy) = o.reconnect {
+        b = b.reconnect(reconnect(policy)?);
+    }
+    if let Some(policy) = o.resend_policy {
+        b = b.resend_policy(policy.parse::<ResendPolicy>()?);
+    }
+    if let Some(n) = o.max_event_size {
+        b = b.max_event_size(size(n, "maxEventSize")?);
+    }
+    if let Some(n) = o.max_body_size {
+        b = b.max_body_size(size(n, "maxBodySize")?);
+    }
+    if let Some(open) = o.open_listen_stream {
+        b = b.open_listen_stream(open);
+    }
+    if let Some(seed) = o.jitter_seed {
+        let seed = u64::try_from(seed).map_err(|_| invalid("jitterSeed must not be negative"))?;
+        b = b.jitter_seed(seed);
+    }
+    Ok(b)
 }
 
 /// A duration in milliseconds: finite, not negative, and within what a `Duration` holds.

@@ -7,20 +7,15 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use mcp_resume::client::models::CompleteRequest;
-use mcp_resume::{
-    Client, ClientBuilder, Era, EraCache, Error, ProtocolVersion, ReconnectPolicy, ResendPolicy,
-    ToolCall,
-};
+use mcp_resume::{Client, ClientBuilder, Error, ToolCall};
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyMapping, PyModule, PyString};
 use pyo3::PyTraverseError;
-use serde_json::Value;
 
 use crate::convert::{from_py, opt_from_py, seconds, size, IntoPython, Reply};
 use crate::errors;
@@ -39,7 +34,11 @@ use mcp_resume::client::oauth::OAuthProvider;
 /// From its first use on, the client is fixed.
 #[pyclass(frozen, module = "mcp_resume._mcp_resume", name = "RawClient")]
 pub struct RawClient {
-    options: Options,
+    url: String,
+    /// The constructor's settings on a builder, cloned for each client built (handlers and
+    /// authorization are added then).
+    template: ClientBuilder,
+    oauth: Option<OAuthProvider>,
     handlers: Arc<Handlers>,
     built: Mutex<Built>,
 }
@@ -52,111 +51,56 @@ struct Built {
     fixed: bool,
 }
 
-/// The constructor's settings, converted, to build the SDK's client again.
-struct Options {
-    url: String,
-    capabilities: Option<Value>,
-    client_info: Option<(String, String)>,
-    protocol_version: Option<ProtocolVersion>,
-    era: Option<Era>,
-    era_cache: Option<EraCache>,
-    bearer_token: Option<String>,
-    oauth: Option<OAuthProvider>,
-    headers: Vec<(String, String)>,
-    call_timeout: Option<Duration>,
-    connect_timeout: Option<Duration>,
-    reconnect: Option<ReconnectPolicy>,
-    resend_policy: Option<ResendPolicy>,
-    max_event_size: Option<usize>,
-    max_body_size: Option<usize>,
-    open_listen_stream: Option<bool>,
-    jitter_seed: Option<u64>,
+impl RawClient {
+    /// The SDK's client, with the typed handlers `declared` says forwarding to their slots.
+    fn build_client(&self, declared: [bool; 3]) -> Result<Client, Error> {
+        build_client(
+            &self.template,
+            self.oauth.as_ref(),
+            &self.handlers,
+            declared,
+        )
+    }
 }
 
-impl Options {
-    /// The SDK's client, with the typed handlers `declared` says forwarding to their slots.
-    fn build(&self, handlers: &Arc<Handlers>, declared: [bool; 3]) -> Result<Client, Error> {
-        let mut b = self.configure(Client::builder(self.url.clone()));
+/// A client from `template`, with the typed handlers `declared` says forwarding to their
+/// slots, and the authorization the constructor set.
+fn build_client(
+    template: &ClientBuilder,
+    oauth: Option<&OAuthProvider>,
+    handlers: &Arc<Handlers>,
+    declared: [bool; 3],
+) -> Result<Client, Error> {
+    let mut b = template.clone();
+    let forward = handlers.clone();
+    b = b.on_server_request(move |request| forward.clone().server_request(request));
+    if declared[0] {
         let forward = handlers.clone();
-        b = b.on_server_request(move |request| forward.clone().server_request(request));
-        if declared[0] {
-            let forward = handlers.clone();
-            b = b.on_sampling(move |request, ctx| forward.clone().sampling(request, ctx));
-        }
-        if declared[1] {
-            let forward = handlers.clone();
-            b = b.on_elicitation(move |request, ctx| forward.clone().elicitation(request, ctx));
-        }
-        if declared[2] {
-            let forward = handlers.clone();
-            b = b.on_roots(move |ctx| forward.clone().roots(ctx));
-        }
-        if handlers.is_set(Kind::TokenProvider) {
-            let forward = handlers.clone();
-            b = b.auth(move |request| forward.clone().token(request));
-        }
-        if let Some(provider) = &self.oauth {
-            b = b.auth(provider.clone());
-        }
-        b.build()
+        b = b.on_sampling(move |request, ctx| forward.clone().sampling(request, ctx));
     }
-
-    /// Every option but the handlers, on `b`.
-    fn configure(&self, mut b: ClientBuilder) -> ClientBuilder {
-        if let Some(caps) = &self.capabilities {
-            b = b.client_capabilities(caps.clone());
-        }
-        if let Some((name, version)) = &self.client_info {
-            b = b.client_info(name.clone(), version.clone());
-        }
-        if let Some(version) = self.protocol_version {
-            b = b.protocol_version(version);
-        }
-        if let Some(era) = self.era {
-            b = b.era(era);
-        }
-        if let Some(cache) = &self.era_cache {
-            b = b.era_cache(cache.clone());
-        }
-        if let Some(token) = &self.bearer_token {
-            b = b.bearer_token(token.clone());
-        }
-        for (name, value) in &self.headers {
-            b = b.header(name.clone(), value.clone());
-        }
-        if let Some(t) = self.call_timeout {
-            b = b.call_timeout(t);
-        }
-        if let Some(t) = self.connect_timeout {
-            b = b.connect_timeout(t);
-        }
-        if let Some(policy) = &self.reconnect {
-            b = b.reconnect(policy.clone());
-        }
-        if let Some(policy) = self.resend_policy {
-            b = b.resend_policy(policy);
-        }
-        if let Some(n) = self.max_event_size {
-            b = b.max_event_size(n);
-        }
-        if let Some(n) = self.max_body_size {
-            b = b.max_body_size(n);
-        }
-        if let Some(open) = self.open_listen_stream {
-            b = b.open_listen_stream(open);
-        }
-        if let Some(seed) = self.jitter_seed {
-            b = b.jitter_seed(seed);
-        }
-        b
+    if declared[1] {
+        let forward = handlers.clone();
+        b = b.on_elicitation(move |request, ctx| forward.clone().elicitation(request, ctx));
     }
+    if declared[2] {
+        let forward = handlers.clone();
+        b = b.on_roots(move |ctx| forward.clone().roots(ctx));
+    }
+    if handlers.is_set(Kind::TokenProvider) {
+        let forward = handlers.clone();
+        b = b.auth(move |request| forward.clone().token(request));
+    }
+    if let Some(provider) = oauth {
+        b = b.auth(provider.clone());
+    }
+    b.build()
 }
 
 impl RawClient {
-    /// Sets this client's options (not its handlers) on another builder: the message
-    /// bridge's session is configured like the client it was made from.
-    pub(crate) fn configure(&self, builder: ClientBuilder) -> ClientBuilder {
-        self.options.configure(builder)
+    /// This client's settings (not its handlers): the message bridge's session is configured
+    /// like the client it was made from.
+    pub(crate) fn template(&self) -> ClientBuilder {
+        self.template.clone()
     }
 }
 
@@ -215,47 +159,67 @@ impl RawClient {
                 drop(previous);
             }
         }
-        let options = Options {
-            capabilities: opt_from_py(capabilities.as_ref())?,
-            client_info,
-            protocol_version: protocol_version.map(|v| parse_name(py, &v)).transpose()?,
-            era: era.map(|era| parse_name(py, &era)).transpose()?,
-            era_cache: era_cache.map(|cache| cache.inner.clone()),
-            oauth: oauth
-                .map(|o| o.provider(py, &url, &handlers))
-                .transpose()
-                .map_err(|e| errors::to_py_err(py, &e))?,
-            bearer_token,
-            headers: headers
-                .map(|h| header_pairs(&h))
-                .transpose()?
-                .unwrap_or_default(),
-            call_timeout: call_timeout
-                .map(|t| seconds(py, t, "call_timeout"))
-                .transpose()?,
-            connect_timeout: connect_timeout
-                .map(|t| seconds(py, t, "connect_timeout"))
-                .transpose()?,
-            reconnect: reconnect.map(|policy| policy.inner.clone()),
-            resend_policy: resend_policy
-                .map(|policy| parse_name(py, &policy))
-                .transpose()?,
-            max_event_size: max_event_size
-                .map(|n| size(py, n, "max_event_size"))
-                .transpose()?,
-            max_body_size: max_body_size
-                .map(|n| size(py, n, "max_body_size"))
-                .transpose()?,
-            open_listen_stream,
-            jitter_seed,
-            url,
-        };
+        let oauth = oauth
+            .map(|o| o.provider(py, &url, &handlers))
+            .transpose()
+            .map_err(|e| errors::to_py_err(py, &e))?;
+        let mut b = Client::builder(url.clone());
+        if let Some(caps) = opt_from_py(capabilities.as_ref())? {
+            b = b.client_capabilities(caps);
+        }
+        if let Some((name, version)) = client_info {
+            b = b.client_info(name, version);
+        }
+        if let Some(version) = protocol_version {
+            b = b.protocol_version(parse_name(py, &version)?);
+        }
+        if let Some(era) = era {
+            b = b.era(parse_name(py, &era)?);
+        }
+        if let Some(cache) = era_cache {
+            b = b.era_cache(cache.inner.clone());
+        }
+        if let Some(token) = bearer_token {
+            b = b.bearer_token(token);
+        }
+        for (name, value) in headers
+            .map(|h| header_pairs(&h))
+            .transpose()?
+            .unwrap_or_default()
+        {
+            b = b.header(name, value);
+        }
+        if let Some(t) = call_timeout {
+            b = b.call_timeout(seconds(py, t, "call_timeout")?);
+        }
+        if let Some(t) = connect_timeout {
+            b = b.connect_timeout(seconds(py, t, "connect_timeout")?);
+        }
+        if let Some(policy) = reconnect {
+            b = b.reconnect(policy.inner.clone());
+        }
+        if let Some(policy) = resend_policy {
+            b = b.resend_policy(parse_name(py, &policy)?);
+        }
+        if let Some(n) = max_event_size {
+            b = b.max_event_size(size(py, n, "max_event_size")?);
+        }
+        if let Some(n) = max_body_size {
+            b = b.max_body_size(size(py, n, "max_body_size")?);
+        }
+        if let Some(open) = open_listen_stream {
+            b = b.open_listen_stream(open);
+        }
+        if let Some(seed) = jitter_seed {
+            b = b.jitter_seed(seed);
+        }
         let declared = Kind::TYPED.map(|kind| handlers.is_set(kind));
-        let client = options
-            .build(&handlers, declared)
+        let client = build_client(&b, oauth.as_ref(), &handlers, declared)
             .map_err(|e| errors::to_py_err(py, &e))?;
         Ok(RawClient {
-            options,
+            url,
+            template: b,
+            oauth,
             handlers,
             built: Mutex::new(Built {
                 client,
@@ -513,7 +477,7 @@ impl RawClient {
 
     #[getter]
     pub(crate) fn url(&self) -> &str {
-        &self.options.url
+        &self.url
     }
 
     fn events(&self, py: Python<'_>) -> PyResult<EventStream> {
@@ -595,7 +559,7 @@ impl RawClient {
             if !built.fixed {
                 let declared = Kind::TYPED.map(|kind| self.handlers.is_set(kind));
                 if declared != built.declared {
-                    match self.options.build(&self.handlers, declared) {
+                    match self.build_client(declared) {
                         Ok(client) => {
                             unused = Some(std::mem::replace(&mut built.client, client));
                             built.declared = declared;

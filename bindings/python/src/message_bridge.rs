@@ -28,9 +28,8 @@ impl RawBridge {
         trust_tool_annotations: bool,
         capacity: Option<usize>,
     ) -> PyResult<Self> {
-        let options = &*client;
-        let mut builder = Bridge::builder(options.url())
-            .configure(|b| options.configure(b))
+        let mut builder = Bridge::builder(client.url())
+            .configure(|_| client.template())
             .trust_tool_annotations(trust_tool_annotations);
         if let Some(capacity) = capacity {
             builder = builder.capacity(capacity);
