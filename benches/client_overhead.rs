@@ -1,7 +1,7 @@
 //! Client overhead, side by side in one run, as ratios: a raw pooled reqwest POST + parse (the
 //! floor), mcp-resume, rmcp 3.11 over a pooled reqwest client, and rmcp as its
 //! `from_uri` builds it, all against the same neutral server; then recovery latency through
-//! the mock cluster. The README's Performance section lists the target each row is checked
+//! the mock cluster. docs/performance.md lists the target each row is checked
 //! against.
 //!
 //! `cargo bench --bench client_overhead`. Environment:

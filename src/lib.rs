@@ -88,7 +88,7 @@
 //!
 //! # Recovery rules, in brief
 //!
-//! The full table is in the README; [`proto::decide`] implements it as
+//! The full table is [`guide::recovery`]; [`proto::decide`] implements it as
 //! one pure function.
 //!
 //! - **Session gone** (404 to a request carrying the session id, or an explicit rejection of a
@@ -124,6 +124,11 @@
 //! re-sending only the keyed calls a server deduplicates and failing the others with
 //! [`ErrorKind::OutcomeUnknown`].
 //!
+//! # The guide
+//!
+//! [`guide`] has a chapter each for calls, recovery, eras, authorization, configuration, the
+//! bridge, the bindings and the compatibility promise.
+//!
 //! # Layers
 //!
 //! - [`Client`] / [`ClientBuilder`]: the async API (tokio + reqwest), in [`client`] (the
@@ -150,6 +155,7 @@ pub mod bridge;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod error;
+pub mod guide;
 pub mod ids;
 #[cfg(feature = "oauth")]
 pub mod oauth;

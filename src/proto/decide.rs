@@ -1,4 +1,4 @@
-//! The recovery decision (README, "Recovery rules") as one pure function.
+//! The recovery decision (`guide::recovery`) as one pure function.
 //!
 //! [`decide`] maps what went wrong for one call ([`Failure`]) and a few plain facts about that
 //! call ([`State`]) to what the session does next ([`Decision`]). The session gathers the facts

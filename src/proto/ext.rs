@@ -1,4 +1,4 @@
-//! The resume-safety extension (README, "The resume-safety extension"): advertisement,
+//! The resume-safety extension (`docs/extension.md`): advertisement,
 //! headers, rejection body, idempotency refusals.
 
 use serde_json::Value;

@@ -25,7 +25,7 @@
 // Module layout (owned by the protocol core):
 //   session/     – the Session state machine: a facade over parts that own their data
 //   classify.rs  – reads heads and refused answers (the one place that interprets them)
-//   decide.rs    – the pure recovery decision (README, "Recovery rules"), table-tested
+//   decide.rs    – the pure recovery decision (`guide::recovery`), table-tested
 //   probe.rs     – the pure era-detection rule (what a `server/discover` answer means), table-tested
 //   version.rs   – protocol revisions as a type; methods.rs – method names
 //   jsonrpc.rs   – JSON-RPC message encoding/decoding

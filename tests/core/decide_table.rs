@@ -1,4 +1,4 @@
-//! The recovery table (README, "Recovery rules"), one named test per row, against the pure
+//! The recovery table (`guide::recovery`), one named test per row, against the pure
 //! recovery decision.
 
 use mcp_resume::proto::decide::{decide, CallFate, Decision, Failure, State};

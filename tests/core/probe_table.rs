@@ -1,4 +1,4 @@
-//! The era-detection table (README, "Two eras"), one named test per row, against the pure
+//! The era-detection table (`guide::eras`), one named test per row, against the pure
 //! probe rule: what each answer to `server/discover` means.
 
 use mcp_resume::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};

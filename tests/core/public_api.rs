@@ -1,4 +1,4 @@
-//! The public surface the README's compatibility promise keeps, pinned: this file stops
+//! The public surface the compatibility promise (`guide::compatibility`) keeps, pinned: this file stops
 //! compiling when one of those items is removed or its signature changes incompatibly, and the
 //! stable strings and codes are checked at run time. A deliberate break edits this file in the
 //! same commit, which makes the break visible in review and in the release notes.
@@ -254,7 +254,7 @@ fn configuration_and_lifecycle_names_are_stable() {
     }
 }
 
-/// The sans-IO core's driver contract (README, "Layers"): the inputs and outputs a driver, a
+/// The sans-IO core's driver contract (`proto`'s module docs): the inputs and outputs a driver, a
 /// binding or a simulator uses. Never run: compiling it is the check.
 #[allow(dead_code)]
 fn sans_io(session: &mut Session, http: HttpId, now: std::time::Instant) {

@@ -3,7 +3,7 @@
 //! On well-formed streams inside what `eventsource-stream` handles correctly, both agree on
 //! data, type, id and retry. The named tests after that pin down where it goes wrong for
 //! resumption, asserting that our decoder is right there and that theirs differs: the evidence
-//! behind replacing it (see the README).
+//! behind replacing it (see CONTRIBUTING.md, "Dependencies and why").
 
 use std::convert::Infallible;
 

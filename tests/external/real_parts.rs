@@ -9,7 +9,7 @@
 //! test builds it first.
 //!
 //! `cargo test --test external real_parts -- --ignored --nocapture` prints the comparison of the
-//! in-memory cluster, the in-process cluster on Redis and the real parts (README).
+//! in-memory cluster, the in-process cluster on Redis and the real parts (docs/mock-cluster.md).
 
 use crate::workload;
 
@@ -497,7 +497,7 @@ async fn redis_restarted_mid_run_fails_loudly_and_nothing_is_silently_wrong() {
 /// The same workload, three setups: the in-process cluster (in-memory store, its own balancer
 /// cutting idle streams), the in-process cluster on Redis, and the real parts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "prints the README's comparison; run with --ignored --nocapture"]
+#[ignore = "prints docs/mock-cluster.md's comparison; run with --ignored --nocapture"]
 async fn comparison_table() {
     let cfg = workload_config();
     let in_process = |preset: Preset, store: Option<Arc<dyn mock_server::Store>>| ClusterConfig {
