@@ -47,6 +47,22 @@ impl Error {
         }
     }
 
+    /// For [`Store`](crate::Store) implementations: the store could not be reached (the
+    /// guard refuses keyed calls retryably meanwhile).
+    pub fn store_unavailable(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self::with_source(
+            ErrorKind::StoreUnavailable,
+            "the store is unavailable",
+            source,
+        )
+    }
+
+    /// For [`Store`](crate::Store) implementations: the store holds something it cannot read
+    /// back.
+    pub fn store_data(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::new(ErrorKind::StoreData, message)
+    }
+
     /// What went wrong.
     pub fn kind(&self) -> ErrorKind {
         self.kind

@@ -128,6 +128,12 @@ impl Answer {
             .with("retry-after", HeaderValue::from(retry_after_secs))
     }
 
+    /// 500: the guard lost track of its own work (a task that ended without answering).
+    pub(crate) fn internal() -> Self {
+        let body = error_body(&Value::Null, -32603, "Internal error", None);
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, &body)
+    }
+
     /// 503 with `Retry-After` for a resume that cannot be judged now (the session record
     /// cannot be read): nothing is forgotten.
     pub(crate) fn resume_unavailable(retry_after_secs: u64) -> Self {
