@@ -2,6 +2,7 @@
 //! `decide` table) and property tests over interleavings of two claims of one key.
 
 mod harness;
+mod hostile;
 mod keys;
 mod props;
 mod resume;
