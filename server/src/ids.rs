@@ -100,6 +100,12 @@ impl StreamId {
         StreamId(n)
     }
 
+    /// The mark of the instance that numbered the stream (the high 32 bits).
+    pub fn instance_tag(self) -> u32 {
+        // The shift leaves 32 bits.
+        (self.0 >> 32) as u32
+    }
+
     /// The event id of position `seq` on this stream.
     pub fn event_id(self, seq: u64) -> String {
         format!("{self}-{seq}")

@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::Value;
+use sha2::Digest;
 
 mod advertise;
 mod answer;
@@ -51,7 +52,7 @@ pub use advertise::Parts;
 pub use answer::Answer;
 pub use idempotency::{claim_verdict, ClaimVerdict};
 pub use records::{Claim, ClaimOutcome, SessionRecord, StoreOp, StoredOutcome};
-pub use resume::{authorize_resume, RejectReason, ResumeFacts, SessionFacts, StreamFacts};
+pub use resume::{authorize_resume, CursorFacts, RejectReason, ResumeFacts, StreamFacts};
 pub use watch::{BodyPlan, SseFlow, Watch};
 
 use idempotency::KeyFound;
@@ -124,17 +125,22 @@ pub struct Guard {
     ledger: Ledger,
     rng: SplitMix,
     claims: u64,
+    /// The instance's mark in the stream ids it draws (the high 32 bits).
+    tag: u32,
 }
 
 impl Guard {
     /// A guard with `config`; `seed` seeds the stream ids it draws.
     pub fn new(config: GuardConfig, seed: u64) -> Self {
         let ledger = Ledger::new(config.capacities);
+        let digest = sha2::Sha256::digest(config.instance.as_str().as_bytes());
+        let tag = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
         Self {
             config,
             ledger,
             rng: SplitMix(seed),
             claims: 0,
+            tag,
         }
     }
 
@@ -203,8 +209,15 @@ impl Guard {
         ClaimToken::new(&self.config.instance, self.claims ^ self.rng.next_u64())
     }
 
+    /// A fresh stream id: this instance's tag, then 32 random bits. Any instance can tell
+    /// from a cursor whether it numbered its stream.
     fn stream_id(&mut self) -> crate::ids::StreamId {
-        crate::ids::StreamId::from_u64(self.rng.next_u64())
+        let low = self.rng.next_u64() & 0xffff_ffff;
+        crate::ids::StreamId::from_u64((u64::from(self.tag) << 32) | low)
+    }
+
+    fn owns(&self, stream: crate::ids::StreamId) -> bool {
+        stream.instance_tag() == self.tag
     }
 }
 
@@ -523,9 +536,10 @@ impl Exchange {
         };
         let stream = cursor.and_then(|c| guard.ledger.stream(c.stream));
         let facts = ResumeFacts {
-            session: self.record.as_ref().map(|r| SessionFacts {
-                owned_here: r.owner() == guard.config.instance(),
-                hash: r.hash().clone(),
+            session: self.record.as_ref().map(|r| r.hash().clone()),
+            cursor: cursor.map(|c| CursorFacts {
+                seq: c.seq,
+                owned_here: guard.owns(c.stream),
             }),
             stream: stream.map(|log| StreamFacts {
                 of_session: log.session() == &sid,
@@ -535,7 +549,6 @@ impl Exchange {
                 orphans: log.has_orphans(),
                 hash: log.hash().clone(),
             }),
-            cursor: cursor.map(|c| c.seq),
         };
         let verdict = authorize_resume(&facts);
         // Authorized implies a known stream and cursor; the inner id must also fit a header.

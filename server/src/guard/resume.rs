@@ -1,7 +1,7 @@
 //! Resume authorization: the incident report's `authorize_resume`, as one pure function.
 //!
 //! A replay from `Last-Event-ID` is allowed only if this instance can prove, before the
-//! first replayed byte: it owns the session record; the log is gap-free from the cursor to
+//! first replayed byte: it holds the session's record and owns the stream; the log is gap-free from the cursor to
 //! the head; every request whose answer may still be replayed is resolvable; the capability
 //! hash in force is the one the stream was opened under. The first check that fails names
 //! the rejection.
@@ -49,13 +49,15 @@ impl fmt::Display for RejectReason {
     }
 }
 
-/// What the session record says, as far as a resume is concerned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionFacts {
-    /// The record's owner is the instance asked to resume.
+/// What the `Last-Event-ID` says, when it is an id a guard of this deployment issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CursorFacts {
+    /// The last position the client has seen.
+    pub seq: u64,
+    /// The stream was opened by this instance (its id names the instance that numbered it):
+    /// only that instance holds what the stream depends on (the inner server's replay, the
+    /// requests answered on it).
     pub owned_here: bool,
-    /// The capability hash in force for the session.
-    pub hash: CapabilityHash,
 }
 
 /// What this instance's ledger says about the stream the cursor names.
@@ -78,42 +80,50 @@ pub struct StreamFacts {
 /// Everything a resume is judged on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumeFacts {
-    /// The session record (cache or store), when there is one.
-    pub session: Option<SessionFacts>,
-    /// The stream named by the cursor, when the cursor is one this guard issued and its
-    /// stream is still in the ledger.
+    /// The capability hash of the session's record (cache or store), when there is one.
+    pub session: Option<CapabilityHash>,
+    /// The cursor, when it is an id a guard issued.
+    pub cursor: Option<CursorFacts>,
+    /// The cursor's stream, when this instance's ledger still holds it.
     pub stream: Option<StreamFacts>,
-    /// The cursor's position, when it is an id this guard issued.
-    pub cursor: Option<u64>,
 }
 
 /// The seed's `authorize_resume`: `Ok` only when all four conditions hold, else the first
 /// failed one, in the report's order.
+///
+/// Ownership is judged per stream: a session's record (its negotiated context) may be
+/// shared by every instance, as with servers that restore sessions from a shared store,
+/// but a stream's continuation (the inner server's replay cache, the requests answered on
+/// it) lives only on the instance that served the request which opened it.
 pub fn authorize_resume(facts: &ResumeFacts) -> Result<(), RejectReason> {
-    let Some(session) = &facts.session else {
+    let Some(session_hash) = &facts.session else {
         return Err(RejectReason::UnknownSession);
     };
-    if !session.owned_here {
-        return Err(RejectReason::NotOwner);
-    }
-    let (Some(stream), Some(cursor)) = (&facts.stream, facts.cursor) else {
-        // A cursor this instance did not issue, or whose stream it no longer holds: nothing
-        // proves what came after it.
+    let Some(cursor) = facts.cursor else {
+        // A cursor no guard issued: nothing proves what came after it.
         return Err(RejectReason::EventGap);
     };
-    if !stream.of_session || stream.broken || cursor > stream.head {
+    if !cursor.owned_here {
+        return Err(RejectReason::NotOwner);
+    }
+    let Some(stream) = &facts.stream else {
+        // Opened here, but no longer held (forgotten, or from before a restart under the same
+        // instance name).
+        return Err(RejectReason::EventGap);
+    };
+    if !stream.of_session || stream.broken || cursor.seq > stream.head {
         return Err(RejectReason::EventGap);
     }
     // The inner ids of positions cursor..=head must all still be known: the cursor's own
     // (to ask the inner server for what follows it) and every one after it (to check the
     // replay event by event). Positions start at 1: a cursor 0 was never issued.
-    if cursor < stream.earliest.max(1) {
+    if cursor.seq < stream.earliest.max(1) {
         return Err(RejectReason::EventGap);
     }
     if stream.orphans {
         return Err(RejectReason::OrphanedRequest);
     }
-    if stream.hash != session.hash {
+    if stream.hash != *session_hash {
         return Err(RejectReason::CapabilityMismatch);
     }
     Ok(())

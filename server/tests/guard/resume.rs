@@ -2,7 +2,7 @@
 //! through the guard (translation of the cursor, verification of the replay).
 
 use mcp_resume_server::guard::{
-    authorize_resume, GuardConfig, RejectReason, ResumeFacts, SessionFacts, SseFlow, StoreOp,
+    authorize_resume, CursorFacts, GuardConfig, RejectReason, ResumeFacts, SseFlow, StoreOp,
     StreamFacts,
 };
 use mcp_resume_server::ids::{CapabilityHash, SessionId};
@@ -14,13 +14,14 @@ fn h(s: &str) -> CapabilityHash {
     CapabilityHash::from_stored(s)
 }
 
-/// A resume every check passes: the owner, a stream of the session, a cursor inside what was
-/// issued, no lost request, the same hash.
+/// A resume every check passes: a session record, a cursor this instance issued inside what
+/// was issued, no lost request, the same hash.
 fn good() -> ResumeFacts {
     ResumeFacts {
-        session: Some(SessionFacts {
+        session: Some(h("sha256:aa")),
+        cursor: Some(CursorFacts {
+            seq: 3,
             owned_here: true,
-            hash: h("sha256:aa"),
         }),
         stream: Some(StreamFacts {
             of_session: true,
@@ -30,7 +31,6 @@ fn good() -> ResumeFacts {
             orphans: false,
             hash: h("sha256:aa"),
         }),
-        cursor: Some(3),
     }
 }
 
@@ -44,18 +44,18 @@ fn stream(f: &mut ResumeFacts) -> &mut StreamFacts {
     f.stream.as_mut().unwrap()
 }
 
+fn at(seq: u64) -> ResumeFacts {
+    with(|f| f.cursor.as_mut().unwrap().seq = seq)
+}
+
 #[test]
 fn all_four_conditions_hold() {
     assert_eq!(authorize_resume(&good()), Ok(()));
-    assert_eq!(
-        authorize_resume(&with(|f| f.cursor = Some(5))),
-        Ok(()),
-        "cursor at the head"
-    );
-    assert_eq!(authorize_resume(&with(|f| f.cursor = Some(1))), Ok(()));
+    assert_eq!(authorize_resume(&at(5)), Ok(()), "cursor at the head");
+    assert_eq!(authorize_resume(&at(1)), Ok(()));
 }
 
-// 1. Session ownership.
+// 1. Session ownership: the record, and the stream.
 #[test]
 fn no_session_record_is_unknown_session() {
     let f = with(|f| f.session = None);
@@ -63,14 +63,17 @@ fn no_session_record_is_unknown_session() {
 }
 
 #[test]
-fn a_session_owned_elsewhere_is_not_owner() {
-    let f = with(|f| f.session.as_mut().unwrap().owned_here = false);
+fn a_stream_opened_by_another_instance_is_not_owner() {
+    let f = with(|f| {
+        f.cursor.as_mut().unwrap().owned_here = false;
+        f.stream = None;
+    });
     assert_eq!(authorize_resume(&f), Err(RejectReason::NotOwner));
 }
 
 // 2. Event-log continuity.
 #[test]
-fn a_cursor_this_guard_never_issued_is_a_gap() {
+fn a_cursor_no_guard_issued_is_a_gap() {
     assert_eq!(
         authorize_resume(&with(|f| f.cursor = None)),
         Err(RejectReason::EventGap)
@@ -79,10 +82,7 @@ fn a_cursor_this_guard_never_issued_is_a_gap() {
         authorize_resume(&with(|f| f.stream = None)),
         Err(RejectReason::EventGap)
     );
-    assert_eq!(
-        authorize_resume(&with(|f| f.cursor = Some(0))),
-        Err(RejectReason::EventGap)
-    );
+    assert_eq!(authorize_resume(&at(0)), Err(RejectReason::EventGap));
 }
 
 #[test]
@@ -93,10 +93,7 @@ fn a_stream_of_another_session_is_a_gap() {
 
 #[test]
 fn a_cursor_beyond_the_head_is_a_gap() {
-    assert_eq!(
-        authorize_resume(&with(|f| f.cursor = Some(6))),
-        Err(RejectReason::EventGap)
-    );
+    assert_eq!(authorize_resume(&at(6)), Err(RejectReason::EventGap));
 }
 
 #[test]
@@ -135,9 +132,10 @@ fn another_hash_in_force_is_a_capability_mismatch() {
 #[test]
 fn the_first_failed_check_wins() {
     let all_bad = ResumeFacts {
-        session: Some(SessionFacts {
+        session: Some(h("sha256:aa")),
+        cursor: Some(CursorFacts {
+            seq: 9,
             owned_here: false,
-            hash: h("sha256:aa"),
         }),
         stream: Some(StreamFacts {
             of_session: true,
@@ -147,11 +145,10 @@ fn the_first_failed_check_wins() {
             orphans: true,
             hash: h("sha256:bb"),
         }),
-        cursor: Some(9),
     };
     assert_eq!(authorize_resume(&all_bad), Err(RejectReason::NotOwner));
     let mut f = all_bad.clone();
-    f.session.as_mut().unwrap().owned_here = true;
+    f.cursor.as_mut().unwrap().owned_here = true;
     assert_eq!(authorize_resume(&f), Err(RejectReason::EventGap));
     let s = f.stream.as_mut().unwrap();
     s.broken = false;
@@ -159,6 +156,8 @@ fn the_first_failed_check_wins() {
     assert_eq!(authorize_resume(&f), Err(RejectReason::OrphanedRequest));
     f.stream.as_mut().unwrap().orphans = false;
     assert_eq!(authorize_resume(&f), Err(RejectReason::CapabilityMismatch));
+    f.session = None;
+    assert_eq!(authorize_resume(&f), Err(RejectReason::UnknownSession));
 }
 
 // ---- End to end through the guard ----
@@ -317,7 +316,8 @@ fn a_divergence_after_the_head_breaks_the_stream() {
     assert_eq!(fate.answer().json()["error"]["data"]["reason"], "event_gap");
 }
 
-// | resume on another instance | 404 `not_owner`, the session forgotten in the store |
+// | resume on another instance (the session's record is shared: any instance may serve its
+// POSTs) | 404 `not_owner`, the session forgotten in the store |
 #[test]
 fn a_resume_on_another_instance_is_not_owner() {
     let Setup { mut w, ids, .. } = setup(false, true);
@@ -354,20 +354,21 @@ fn a_resume_of_an_unknown_session_is_unknown_session() {
 }
 
 #[test]
-fn cursors_not_issued_here_are_gaps() {
-    let stream = setup(false, true).ids[0]
-        .split('-')
-        .next()
-        .unwrap()
-        .to_owned();
-    for bad in ["0/0", "ffffffffffffffff-1", &format!("{stream}-9")] {
-        let Setup { mut w, mut a, .. } = setup(false, true);
-        let answer = w.get(&mut a, "s1", Some(bad)).answer();
-        assert_eq!(
-            answer.json()["error"]["data"]["reason"],
-            "event_gap",
-            "{bad}"
-        );
+fn cursors_not_issued_here_are_refused() {
+    for (case, reason) in [
+        ("foreign", "event_gap"),
+        ("beyond", "event_gap"),
+        ("other", "not_owner"),
+    ] {
+        let Setup { mut w, mut a, ids } = setup(false, true);
+        let stream = ids[0].split('-').next().unwrap().to_owned();
+        let bad = match case {
+            "foreign" => "0/0".to_owned(),
+            "beyond" => format!("{stream}-9"),
+            _ => "ffffffffffffffff-1".to_owned(),
+        };
+        let answer = w.get(&mut a, "s1", Some(&bad)).answer();
+        assert_eq!(answer.json()["error"]["data"]["reason"], reason, "{bad}");
         // Rejected once, the session is gone for good here: a plain 404 after.
         let again = w.get(&mut a, "s1", None).answer();
         assert_eq!(again.status(), 404);
