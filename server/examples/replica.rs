@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use mcp_resume_server::ids::InstanceId;
 use mcp_resume_server::{RedisOptions, RedisStore, ResumeSafetyLayer};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -206,6 +207,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let listener = tokio::net::TcpListener::bind(args.listen.as_str()).await?;
     println!("http://{}/mcp", listener.local_addr()?);
+    // Small SSE writes must not wait on Nagle's algorithm.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     // SIGTERM: stop accepting, let in-flight requests finish; streams that never end (a
     // session's GET stream) are cut after a grace period.
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();

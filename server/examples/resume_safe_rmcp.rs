@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use mcp_resume_server::{MemoryStore, RedisStore, ResumeSafetyLayer};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::{ServerCapabilities, ServerConfig};
@@ -64,6 +65,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
     println!("http://{}/mcp", listener.local_addr()?);
+    // Small SSE writes must not wait on Nagle's algorithm.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await?;
     Ok(())
 }

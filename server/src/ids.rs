@@ -1,8 +1,9 @@
 //! Identifier newtypes: what the guard keeps is never a bag of strings.
 
 use std::fmt;
+use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Longest `Mcp-Session-Id` the guard looks at; a longer one passes untouched.
 const MAX_SESSION_ID: usize = 1024;
@@ -56,8 +57,8 @@ impl fmt::Display for InstanceId {
 
 /// An `Mcp-Session-Id` the inner server assigned. A bearer secret: `Debug` and `Display` show
 /// a short prefix only.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct SessionId(String);
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SessionId(Arc<str>);
 
 impl SessionId {
     /// Validates a header value: 1 to 1024 bytes of visible ASCII.
@@ -68,7 +69,9 @@ impl SessionId {
             ));
         }
         // Checked above: every byte is ASCII.
-        Ok(SessionId(String::from_utf8_lossy(value).into_owned()))
+        Ok(SessionId(Arc::from(
+            String::from_utf8_lossy(value).as_ref(),
+        )))
     }
 
     /// The full value. Never log it.
@@ -108,7 +111,14 @@ impl StreamId {
 
     /// The event id of position `seq` on this stream.
     pub fn event_id(self, seq: u64) -> String {
-        format!("{self}-{seq}")
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(16 + 1 + 20);
+        for shift in (0..16).rev() {
+            out.push(char::from(DIGITS[((self.0 >> (shift * 4)) & 0xf) as usize]));
+        }
+        out.push('-');
+        out.push_str(itoa(seq, &mut [0; 20]));
+        out
     }
 }
 
@@ -116,6 +126,21 @@ impl fmt::Display for StreamId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:016x}", self.0)
     }
+}
+
+/// Writes `n` in decimal into `buf`, returning the digits.
+fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
 }
 
 /// A `Last-Event-ID` the guard issued: a stream and a position on it.
@@ -176,17 +201,17 @@ impl fmt::Display for IdempotencyKey {
 
 /// `sha256:<hex>` of a negotiated context (protocol version, client and server capabilities):
 /// the `Mcp-Capability-Hash` header's value.
-#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
-pub struct CapabilityHash(String);
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct CapabilityHash(Arc<str>);
 
 impl CapabilityHash {
     pub(crate) fn from_digest(hex: String) -> Self {
-        CapabilityHash(format!("sha256:{hex}"))
+        CapabilityHash(Arc::from(format!("sha256:{hex}")))
     }
 
     /// Wraps a stored value (records read back from a store).
     pub fn from_stored(value: impl Into<String>) -> Self {
-        CapabilityHash(value.into())
+        CapabilityHash(Arc::from(value.into()))
     }
 
     /// The header value.
@@ -198,6 +223,39 @@ impl CapabilityHash {
 impl fmt::Display for CapabilityHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+// Shared strings, written and read as plain strings.
+macro_rules! serde_as_str {
+    ($($t:ident),*) => {$(
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                Ok($t(Arc::from(text)))
+            }
+        }
+    )*};
+}
+
+serde_as_str!(CapabilityHash);
+
+impl Serialize for SessionId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        SessionId::parse(text.as_bytes()).map_err(serde::de::Error::custom)
     }
 }
 
@@ -262,6 +320,14 @@ mod tests {
         assert_eq!(c.stream, StreamId::from_u64(255));
         assert_eq!(c.seq, 42);
         assert_eq!(c.stream.event_id(43), "00000000000000ff-43");
+        assert_eq!(
+            StreamId::from_u64(u64::MAX).event_id(0),
+            "ffffffffffffffff-0"
+        );
+        assert_eq!(
+            StreamId::from_u64(0x0123_4567_89ab_cdef).event_id(u64::MAX),
+            "0123456789abcdef-18446744073709551615"
+        );
         for bad in [
             &b"ff-42"[..],
             b"00000000000000ff-",

@@ -28,7 +28,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::guard::{
-    Answer, Body as SeenBody, BodyPlan, Guard, GuardConfig, SseFlow, Step, StoreOp,
+    Answer, Body as SeenBody, BodyPlan, Guard, GuardAccess, GuardConfig, SseFlow, Step, StoreOp,
     StoreUnavailable, Watch,
 };
 use crate::ids::InstanceId;
@@ -99,6 +99,15 @@ impl Core {
             let core = self.clone();
             tokio::spawn(async move { core.run(&op).await });
         }
+    }
+}
+
+/// The guard under the core's lock, one step at a time.
+struct Locked<'a>(&'a Core);
+
+impl GuardAccess for Locked<'_> {
+    fn with_guard<R>(&mut self, f: impl FnOnce(&mut Guard) -> R) -> R {
+        f(&mut self.0.guard())
     }
 }
 
@@ -262,13 +271,11 @@ where
             Step::ReadBody { limit } => {
                 let (read, seen) = read_limited(body, limit).await;
                 body = read;
-                let mut g = core.guard();
-                match &seen {
-                    Some(bytes) => {
-                        ex.handle_body(&mut g, SeenBody::Complete(bytes), &parts.headers)
-                    }
-                    None => ex.handle_body(&mut g, SeenBody::TooLarge, &parts.headers),
-                }
+                let seen = match &seen {
+                    Some(bytes) => SeenBody::Complete(bytes),
+                    None => SeenBody::TooLarge,
+                };
+                ex.handle_body(&mut Locked(&core), seen, &parts.headers);
             }
             Step::Store(op) => {
                 let result = store::run(&*core.store, &op).await;
@@ -349,7 +356,7 @@ where
                 match body.frame().await {
                     Some(Ok(frame)) => {
                         if let Ok(data) = frame.into_data() {
-                            let _ = watch.handle_sse(&mut core.guard(), &data, &mut pending);
+                            let _ = watch.handle_sse(&mut Locked(&core), &data, &mut pending);
                         }
                     }
                     end => {
@@ -531,7 +538,7 @@ async fn drive_keyed<I, ReqB, ResB>(
                 let end = match frame {
                     Some(Ok(frame)) => {
                         if let Ok(data) = frame.into_data() {
-                            let _ = watch.handle_sse(&mut core.guard(), &data, &mut out);
+                            let _ = watch.handle_sse(&mut Locked(&core), &data, &mut out);
                         }
                         None
                     }
@@ -944,7 +951,7 @@ where
                     Ok(data) => {
                         let flow = self
                             .watch
-                            .handle_sse(&mut self.core.guard(), &data, &mut out);
+                            .handle_sse(&mut Locked(&self.core), &data, &mut out);
                         self.core.spawn_watch_ops(&mut self.watch);
                         if flow == SseFlow::Abort {
                             self.abort = true;

@@ -30,6 +30,15 @@ pub(crate) fn key_of(params: Option<&Value>, headers: &HeaderMap) -> KeyFound {
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(IDEMPOTENCY_META_KEY));
     let standard = params.and_then(|p| p.get("idempotencyKey"));
+    key_from(meta, standard, headers)
+}
+
+/// [`key_of`] from the two places in the body, already read.
+pub(crate) fn key_from(
+    meta: Option<&Value>,
+    standard: Option<&Value>,
+    headers: &HeaderMap,
+) -> KeyFound {
     let header = headers.get(IDEMPOTENCY_KEY_HEADER);
     let mut found: Option<IdempotencyKey> = None;
     for candidate in [meta, standard] {

@@ -4,7 +4,10 @@
 //! resume that needs it is refused (`event_gap`), never replayed on trust.
 
 use std::collections::{HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::hash::Hash;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -14,7 +17,7 @@ use crate::ids::{CapabilityHash, SessionId, StreamId};
 /// A map that forgets its oldest entries beyond a capacity.
 #[derive(Debug)]
 pub(crate) struct Bounded<K, V> {
-    map: HashMap<K, V>,
+    map: FxHashMap<K, V>,
     order: VecDeque<K>,
     capacity: usize,
 }
@@ -22,7 +25,7 @@ pub(crate) struct Bounded<K, V> {
 impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
-            map: HashMap::new(),
+            map: FxHashMap::default(),
             order: VecDeque::new(),
             capacity: capacity.max(1),
         }
@@ -68,6 +71,9 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
     }
 }
 
+/// Streams longer than this get an index of their inner ids.
+const INDEX_FROM: usize = 16;
+
 /// Where a request answered on a stream stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RequestState {
@@ -85,9 +91,11 @@ pub(crate) struct StreamLog {
     session: SessionId,
     hash: CapabilityHash,
     /// Inner event ids from position `first` on.
-    inner: VecDeque<String>,
+    inner: VecDeque<Box<str>>,
     first: u64,
-    by_inner: HashMap<String, u64>,
+    /// An index of `inner`, built once a stream is long enough for a scan to cost more than
+    /// the map (most streams carry two or three events).
+    by_inner: Option<HashMap<Box<str>, u64>>,
     max_events: usize,
     requests: Vec<(Value, RequestState)>,
     /// The stream passed something the guard could not number (a block over the bound):
@@ -102,7 +110,7 @@ impl StreamLog {
             hash,
             inner: VecDeque::new(),
             first: 1,
-            by_inner: HashMap::new(),
+            by_inner: None,
             max_events: max.max(1),
             requests: requests
                 .into_iter()
@@ -137,20 +145,43 @@ impl StreamLog {
     /// The inner id of position `seq`, when still known.
     pub(crate) fn inner_id(&self, seq: u64) -> Option<&str> {
         let i = seq.checked_sub(self.first)?;
-        self.inner.get(usize::try_from(i).ok()?).map(String::as_str)
+        self.inner.get(usize::try_from(i).ok()?).map(AsRef::as_ref)
     }
 
     /// The position of an inner event id: the one it already has, or the next one.
     fn record(&mut self, inner: &str) -> u64 {
-        if let Some(seq) = self.by_inner.get(inner) {
-            return *seq;
+        let known = match &self.by_inner {
+            Some(map) => map.get(inner).copied(),
+            None => self
+                .inner
+                .iter()
+                .rposition(|i| i.as_ref() == inner)
+                .map(|at| self.first + at as u64),
+        };
+        if let Some(seq) = known {
+            return seq;
         }
         let seq = self.head() + 1;
-        self.inner.push_back(inner.to_owned());
-        self.by_inner.insert(inner.to_owned(), seq);
+        let id: Box<str> = inner.into();
+        if let Some(map) = &mut self.by_inner {
+            map.insert(id.clone(), seq);
+        }
+        self.inner.push_back(id);
+        if self.by_inner.is_none() && self.inner.len() > INDEX_FROM {
+            let first = self.first;
+            let map = self
+                .inner
+                .iter()
+                .enumerate()
+                .map(|(at, i)| (i.clone(), first + at as u64))
+                .collect();
+            self.by_inner = Some(map);
+        }
         if self.inner.len() > self.max_events {
             if let Some(old) = self.inner.pop_front() {
-                self.by_inner.remove(&old);
+                if let Some(map) = &mut self.by_inner {
+                    map.remove(&old);
+                }
             }
             self.first += 1;
         }
@@ -192,9 +223,9 @@ pub(crate) struct Capacities {
 /// A guard's local memory.
 #[derive(Debug)]
 pub(crate) struct Ledger {
-    sessions: Bounded<SessionId, SessionRecord>,
+    sessions: Bounded<SessionId, Arc<SessionRecord>>,
     forgotten: Bounded<SessionId, ()>,
-    streams: Bounded<StreamId, StreamLog>,
+    streams: Bounded<StreamId, Box<StreamLog>>,
     events_per_stream: usize,
 }
 
@@ -208,11 +239,11 @@ impl Ledger {
         }
     }
 
-    pub(crate) fn session(&self, id: &SessionId) -> Option<&SessionRecord> {
+    pub(crate) fn session(&self, id: &SessionId) -> Option<&Arc<SessionRecord>> {
         self.sessions.get(id)
     }
 
-    pub(crate) fn remember(&mut self, record: SessionRecord) {
+    pub(crate) fn remember(&mut self, record: Arc<SessionRecord>) {
         self.forgotten.remove(record.session());
         self.sessions.insert(record.session().clone(), record);
     }
@@ -238,11 +269,11 @@ impl Ledger {
         requests: Vec<Value>,
     ) {
         let log = StreamLog::new(session, hash, requests, self.events_per_stream);
-        self.streams.insert(stream, log);
+        self.streams.insert(stream, Box::new(log));
     }
 
     pub(crate) fn stream(&self, id: StreamId) -> Option<&StreamLog> {
-        self.streams.get(&id)
+        self.streams.get(&id).map(AsRef::as_ref)
     }
 
     /// Numbers an inner event on `stream`; `None` when the stream was forgotten.
@@ -338,6 +369,33 @@ mod tests {
     }
 
     #[test]
+    fn long_streams_are_indexed_and_still_forget_the_oldest() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 40,
+        });
+        let s = StreamId::from_u64(1);
+        ledger.open_stream(s, sid("a"), hash(), vec![]);
+        for i in 0..50u64 {
+            assert_eq!(ledger.record(s, &format!("e{i}")), Some(i + 1));
+        }
+        assert_eq!(
+            ledger.record(s, "e30"),
+            Some(31),
+            "an id already numbered keeps its position"
+        );
+        assert_eq!(
+            ledger.record(s, "e5"),
+            Some(51),
+            "a forgotten id is a new event"
+        );
+        let log = ledger.stream(s).unwrap();
+        assert_eq!((log.earliest(), log.head()), (12, 51));
+        assert_eq!(log.inner_id(12), Some("e11"));
+    }
+
+    #[test]
     fn forgetting_a_session_drops_its_streams_and_answers_it_404_after() {
         let mut ledger = Ledger::new(Capacities {
             sessions: 4,
@@ -345,7 +403,7 @@ mod tests {
             events_per_stream: 3,
         });
         let rec = SessionRecord::new(sid("a"), InstanceId::random(), hash(), "v".into());
-        ledger.remember(rec);
+        ledger.remember(Arc::new(rec));
         ledger.open_stream(StreamId::from_u64(1), sid("a"), hash(), vec![]);
         ledger.open_stream(StreamId::from_u64(2), sid("b"), hash(), vec![]);
         ledger.forget(&sid("a"), true);

@@ -161,6 +161,8 @@ impl Guard {
             plan: Plan::Pass,
             next: None,
             ops: VecDeque::new(),
+            keys: self.config.parts.idempotency,
+            lease: self.config.lease,
         };
         if let Some(sid) = &ex.session {
             if self.ledger.is_forgotten(sid) {
@@ -221,6 +223,21 @@ impl Guard {
     }
 }
 
+/// How a [`Watch`] reaches its guard for the brief steps that touch what the guard remembers
+/// (numbering an event, marking a request answered): a skin that shares one guard between
+/// concurrent exchanges (under a lock) hands it out one step at a time, so that reading and
+/// rewriting SSE happens outside the lock. A `Guard` is its own access.
+pub trait GuardAccess {
+    /// Runs `f` on the guard.
+    fn with_guard<R>(&mut self, f: impl FnOnce(&mut Guard) -> R) -> R;
+}
+
+impl GuardAccess for Guard {
+    fn with_guard<R>(&mut self, f: impl FnOnce(&mut Guard) -> R) -> R {
+        f(self)
+    }
+}
+
 /// A request body as read by the skin.
 #[derive(Debug, Clone, Copy)]
 pub enum Body<'a> {
@@ -278,11 +295,14 @@ pub struct StoreUnavailable;
 #[derive(Debug)]
 pub struct Exchange {
     session: Option<SessionId>,
-    record: Option<SessionRecord>,
+    record: Option<std::sync::Arc<SessionRecord>>,
     looked_up: bool,
     plan: Plan,
     next: Option<Step>,
     ops: VecDeque<StoreOp>,
+    /// Copied from the configuration, so that a body is read without the guard.
+    keys: bool,
+    lease: Duration,
 }
 
 /// What the request turned out to be, once its head (and body) were read.
@@ -327,16 +347,40 @@ impl Exchange {
     }
 
     /// The body was read (after [`Step::ReadBody`]).
-    pub fn handle_body(&mut self, guard: &mut Guard, body: Body<'_>, headers: &HeaderMap) {
+    ///
+    /// The body is read without the guard; it is reached (through `guard`) only to decide.
+    pub fn handle_body(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        body: Body<'_>,
+        headers: &HeaderMap,
+    ) {
         let bytes = match body {
             Body::Complete(b) => b,
-            Body::TooLarge => return self.too_large(guard, headers),
+            Body::TooLarge => return guard.with_guard(|g| self.too_large(g, headers)),
         };
-        match classify_post(guard, bytes, headers, self.session.is_some()) {
-            Ok(plan) => {
-                self.plan = plan;
-                self.advance(guard);
-            }
+        match classify_post(
+            self.keys,
+            self.lease,
+            bytes,
+            headers,
+            self.session.is_some(),
+        ) {
+            Ok(plan) => guard.with_guard(|g| {
+                self.plan = match plan {
+                    Plan::Keyed {
+                        id,
+                        claim,
+                        requests,
+                    } => Plan::Keyed {
+                        id,
+                        claim: claim.with_token(g.token()),
+                        requests,
+                    },
+                    other => other,
+                };
+                self.advance(g);
+            }),
             Err(refusal) => self.next = Some(Step::Answer(refusal)),
         }
     }
@@ -350,6 +394,7 @@ impl Exchange {
         self.looked_up = true;
         match record {
             Ok(Some(rec)) => {
+                let rec = std::sync::Arc::new(rec);
                 guard.ledger.remember(rec.clone());
                 self.record = Some(rec);
             }
@@ -589,8 +634,11 @@ impl Exchange {
 
 /// Reads a POST body: what it asks, as far as the rules care; `Err` is a refusal (a keyed
 /// call the guard cannot guard, or an invalid key).
+///
+/// A keyed call's claim comes back with a placeholder token; the caller draws the real one.
 fn classify_post(
-    guard: &mut Guard,
+    keys: bool,
+    lease: Duration,
     body: &[u8],
     headers: &HeaderMap,
     in_session: bool,
@@ -602,10 +650,51 @@ fn classify_post(
             Plan::Pass
         }
     };
+    let unset = || ClaimToken::from_stored("");
+    // The common case, a single message, read without building it: only what the rules look
+    // at is kept (method, id, the call's name and key); the rest is skipped.
+    if let Ok(m) = serde_json::from_slice::<probe::Message<'_>>(body) {
+        let id = match m.id {
+            Some(id @ (Value::String(_) | Value::Number(_))) if m.method.is_some() => id,
+            _ => return Ok(session_plan(Vec::new())),
+        };
+        let params = m.params.unwrap_or_default();
+        return Ok(match m.method.as_deref() {
+            Some("initialize") if !in_session => Plan::Initialize {
+                id,
+                client_capabilities: match params.capabilities {
+                    Some(c @ Value::Object(_)) => c,
+                    _ => Value::Object(serde_json::Map::new()),
+                },
+            },
+            Some("server/discover") if !in_session => Plan::Discover { id },
+            Some("tools/call") if keys => {
+                let meta = params.meta.and_then(|m| m.key);
+                match idempotency::key_from(meta.as_ref(), params.idempotency_key.as_ref(), headers)
+                {
+                    KeyFound::Key(key) => {
+                        // Keyed: the arguments are read whole, for their digest.
+                        let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                        let name = params.name.as_deref().unwrap_or("");
+                        let args = value.pointer("/params/arguments").unwrap_or(&Value::Null);
+                        let digest = wire::arguments_digest(name, args);
+                        let claim = Claim::new(key, digest, unset(), lease);
+                        Plan::Keyed {
+                            requests: vec![id.clone()],
+                            id,
+                            claim,
+                        }
+                    }
+                    KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
+                    KeyFound::None => session_plan(vec![id]),
+                }
+            }
+            _ => session_plan(vec![id]),
+        });
+    }
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
         return Ok(session_plan(Vec::new()));
     };
-    let keys = guard.config.parts.idempotency;
     let msg = match &value {
         Value::Object(msg) => msg,
         Value::Array(items) => {
@@ -627,45 +716,73 @@ fn classify_post(
         }
         _ => return Ok(session_plan(Vec::new())),
     };
+    // A single message whose shape the probe refused (odd params): read the long way.
     let Some(id) = request_id(&value) else {
         return Ok(session_plan(Vec::new()));
     };
     Ok(match msg.get("method").and_then(Value::as_str) {
-        Some("initialize") if !in_session => {
-            let client_capabilities = match value.pointer("/params/capabilities") {
-                Some(c @ Value::Object(_)) => c.clone(),
-                _ => Value::Object(serde_json::Map::new()),
-            };
-            Plan::Initialize {
-                id,
-                client_capabilities,
-            }
-        }
-        Some("server/discover") if !in_session => Plan::Discover { id },
-        Some("tools/call") if keys => {
-            let params = msg.get("params");
-            match idempotency::key_of(params, headers) {
-                KeyFound::Key(key) => {
-                    let name = params
-                        .and_then(|p| p.get("name"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    let null = Value::Null;
-                    let args = params.and_then(|p| p.get("arguments")).unwrap_or(&null);
-                    let digest = wire::arguments_digest(name, args);
-                    let claim = Claim::new(key, digest, guard.token(), guard.config.lease);
-                    Plan::Keyed {
-                        requests: vec![id.clone()],
-                        id,
-                        claim,
-                    }
+        Some("tools/call") if keys => match idempotency::key_of(msg.get("params"), headers) {
+            KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
+            KeyFound::Key(key) => {
+                let params = msg.get("params");
+                let name = params
+                    .and_then(|p| p.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let args = params
+                    .and_then(|p| p.get("arguments"))
+                    .unwrap_or(&Value::Null);
+                let digest = wire::arguments_digest(name, args);
+                let claim = Claim::new(key, digest, unset(), lease);
+                Plan::Keyed {
+                    requests: vec![id.clone()],
+                    id,
+                    claim,
                 }
-                KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
-                KeyFound::None => session_plan(vec![id]),
             }
-        }
+            KeyFound::None => session_plan(vec![id]),
+        },
         _ => session_plan(vec![id]),
     })
+}
+
+/// Shapes read off a POST body without building it.
+mod probe {
+    use std::borrow::Cow;
+
+    use serde::de::IgnoredAny;
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    #[derive(Deserialize)]
+    pub(super) struct Message<'a> {
+        #[serde(borrow, default)]
+        pub(super) method: Option<Cow<'a, str>>,
+        #[serde(default)]
+        pub(super) id: Option<Value>,
+        #[serde(borrow, default)]
+        pub(super) params: Option<Params<'a>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub(super) struct Params<'a> {
+        #[serde(borrow, default)]
+        pub(super) name: Option<Cow<'a, str>>,
+        #[serde(default, rename = "arguments")]
+        _arguments: Option<IgnoredAny>,
+        #[serde(default, rename = "_meta")]
+        pub(super) meta: Option<Meta>,
+        #[serde(default, rename = "idempotencyKey")]
+        pub(super) idempotency_key: Option<Value>,
+        #[serde(default)]
+        pub(super) capabilities: Option<Value>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Meta {
+        #[serde(default, rename = "io.github.mcp-resume/idempotency-key")]
+        pub(super) key: Option<Value>,
+    }
 }
 
 /// The id of a JSON-RPC request (a message with a method and a string or number id).

@@ -84,6 +84,10 @@ impl Claim {
         }
     }
 
+    pub(crate) fn with_token(self, token: ClaimToken) -> Self {
+        Self { token, ..self }
+    }
+
     /// The key.
     pub fn key(&self) -> &IdempotencyKey {
         &self.key

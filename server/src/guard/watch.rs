@@ -16,7 +16,7 @@ use super::idempotency::stamp_result;
 use super::records::{SessionRecord, StoreOp, StoredOutcome};
 use super::resume::RejectReason;
 use super::sse::{Block, Splitter};
-use super::Guard;
+use super::{Guard, GuardAccess};
 use crate::ids::{CapabilityHash, ClaimToken, IdempotencyKey, InstanceId, SessionId, StreamId};
 use crate::wire::{self, CAPABILITY_HASH_HEADER, SESSION_ID_HEADER};
 
@@ -350,7 +350,12 @@ impl Watch {
     }
 
     /// A chunk of the SSE body (after [`BodyPlan::Sse`]): what to send goes to `out`.
-    pub fn handle_sse(&mut self, guard: &mut Guard, chunk: &[u8], out: &mut BytesMut) -> SseFlow {
+    pub fn handle_sse(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        chunk: &[u8],
+        out: &mut BytesMut,
+    ) -> SseFlow {
         if self.passthrough {
             out.extend_from_slice(chunk);
             return SseFlow::Continue;
@@ -372,7 +377,8 @@ impl Watch {
             out.extend_from_slice(&overflow.pending);
             self.passthrough = true;
             if let Some(n) = &self.numbering {
-                guard.ledger.break_stream(n.stream);
+                let stream = n.stream;
+                guard.with_guard(|g| g.ledger.break_stream(stream));
             }
             self.settle(Settle::Lost);
         }
@@ -415,13 +421,14 @@ impl Watch {
     /// The inner server's replay is not the stream's continuation: before the head, the
     /// resume is refused (session forgotten); after it, the stream is marked broken so the
     /// next resume of it is refused.
-    fn diverged(&mut self, guard: &mut Guard) {
+    fn diverged(&mut self, guard: &mut impl GuardAccess) {
         self.passthrough = true;
         self.settle(Settle::Lost);
         let Some(n) = &self.numbering else { return };
-        guard.ledger.break_stream(n.stream);
+        let stream = n.stream;
+        guard.with_guard(|g| g.ledger.break_stream(stream));
         if let (false, Mode::Resumed { session, .. }) = (self.head_sent, &n.mode) {
-            guard.ledger.forget(session, true);
+            guard.with_guard(|g| g.ledger.forget(session, true));
             self.ops.push_back(StoreOp::ForgetSession(session.clone()));
             self.refusal = Some(Answer::rejected(RejectReason::EventGap));
         }
@@ -453,11 +460,17 @@ impl Watch {
     }
 
     /// One SSE block: numbered, read, written.
-    fn on_block(&mut self, guard: &mut Guard, block: &Block, out: &mut BytesMut) -> SseFlow {
+    fn on_block(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        block: &Block,
+        out: &mut BytesMut,
+    ) -> SseFlow {
         let mut seq = None;
         let mut id_out = None;
         if let (Some(inner), Some(n)) = (block.id(), self.numbering.as_mut()) {
-            let Some(at) = guard.ledger.record(n.stream, inner) else {
+            let stream = n.stream;
+            let Some(at) = guard.with_guard(|g| g.ledger.record(stream, inner)) else {
                 // The ledger forgot the stream (evicted, or its session was forgotten):
                 // its ids can no longer be numbered truthfully. Drop them.
                 out.extend_from_slice(block.raw());
@@ -478,9 +491,21 @@ impl Watch {
         }
         let mut data_out = None;
         if let Some(data) = block.data().filter(|d| self.reads_messages(d)) {
-            if let Ok(mut message) = serde_json::from_str::<Value>(data) {
-                if self.on_message(guard, &mut message, seq) {
-                    data_out = Some(message.to_string());
+            if self.waits_for_message() {
+                if let Ok(mut message) = serde_json::from_str::<Value>(data) {
+                    if self.on_message(guard, &mut message, seq) {
+                        data_out = Some(message.to_string());
+                    }
+                }
+            } else if let (Some(n), Some(seq)) = (&self.numbering, seq) {
+                // Only which request an answer belongs to matters here: read that alone.
+                if let Ok(probe) = serde_json::from_str::<AnswerProbe>(data) {
+                    if let (Some(id), true) =
+                        (probe.id, probe.result.is_some() || probe.error.is_some())
+                    {
+                        let stream = n.stream;
+                        guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
+                    }
                 }
             }
         }
@@ -490,6 +515,16 @@ impl Watch {
             block.write_with(id_out.as_deref(), data_out.as_deref(), out);
         }
         SseFlow::Continue
+    }
+
+    /// Whether something here needs whole messages (to change or keep them), not only which
+    /// request an answer belongs to.
+    fn waits_for_message(&self) -> bool {
+        match &self.kind {
+            WatchKind::Initialize { done, .. } | WatchKind::Discover { done, .. } => !done,
+            WatchKind::Keyed { captured, .. } => !captured,
+            WatchKind::Session | WatchKind::Delete { .. } => false,
+        }
     }
 
     /// Whether an event's data is worth parsing: something here waits for a message.
@@ -507,7 +542,12 @@ impl Watch {
 
     /// A JSON-RPC message passed (`seq` its event's position on a numbered stream). True when
     /// it was changed.
-    fn on_message(&mut self, guard: &mut Guard, message: &mut Value, seq: Option<u64>) -> bool {
+    fn on_message(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        message: &mut Value,
+        seq: Option<u64>,
+    ) -> bool {
         let is_response = message.get("result").is_some() || message.get("error").is_some();
         if !is_response {
             return false;
@@ -516,7 +556,8 @@ impl Watch {
             return false;
         };
         if let (Some(n), Some(seq)) = (&self.numbering, seq) {
-            guard.ledger.answered(n.stream, &id, seq);
+            let stream = n.stream;
+            guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
         }
         let stream = self.numbering.as_ref().map(|n| n.stream);
         match &mut self.kind {
@@ -556,11 +597,15 @@ impl Watch {
                         self.late_headers
                             .push((HeaderName::from_static(CAPABILITY_HASH_HEADER), v));
                     }
-                    if let Some(stream) = stream {
-                        guard.ledger.set_stream_hash(stream, hash.clone());
-                    }
-                    let record = SessionRecord::new(sid.clone(), instance.clone(), hash, version);
-                    guard.ledger.remember(record.clone());
+                    let record =
+                        SessionRecord::new(sid.clone(), instance.clone(), hash.clone(), version);
+                    let shared = std::sync::Arc::new(record.clone());
+                    guard.with_guard(|g| {
+                        if let Some(stream) = stream {
+                            g.ledger.set_stream_hash(stream, hash);
+                        }
+                        g.ledger.remember(shared);
+                    });
                     self.ops.push_back(StoreOp::PutSession(record));
                 }
                 true
@@ -617,6 +662,17 @@ impl Watch {
             Settle::Lost => StoreOp::MarkLost { key, token },
         });
     }
+}
+
+/// An answer's id, its body skipped.
+#[derive(serde::Deserialize)]
+struct AnswerProbe {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    result: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
 }
 
 enum Settle {

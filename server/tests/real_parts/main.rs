@@ -24,7 +24,7 @@ use deployment::Deployment;
 /// Longer than nginx's idle timeout: the stream is cut while the tool waits after its effect.
 const CUT_DELAY_MS: u64 = 800;
 /// Long enough for the test to see the effect and kill the replica mid-call.
-const KILL_DELAY_MS: u64 = 1500;
+const KILL_DELAY_MS: u64 = 500;
 /// Shorter than the idle timeout: only the drain interrupts these.
 const DRAIN_DELAY_MS: u64 = 250;
 
