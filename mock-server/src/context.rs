@@ -1,6 +1,7 @@
 //! The negotiated context of a session and its capability hash, as the resume-safety extension
 //! defines it; and what a 2026-07-28 request carries instead (its own context, in `_meta`).
 
+use mcp_resume_server::guard::Parts;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -65,12 +66,16 @@ pub mod modern_code {
 }
 
 /// The resume-safety extension as a 2026-07-28 server advertises it: idempotency only (the
-/// capability hash and sequenced ids have no job without sessions and resumption).
+/// capability hash and sequenced ids have no job without sessions and resumption). The
+/// guard's own advertisement.
 pub fn modern_resume_safety_capability() -> Value {
-    json!({
-        "version": 1,
-        "idempotency": { "metaKey": meta::IDEMPOTENCY_KEY, "header": "Idempotency-Key" }
-    })
+    Parts {
+        capability_hash: false,
+        sequenced_event_ids: false,
+        idempotency: true,
+    }
+    .advertisement()
+    .unwrap_or(Value::Null)
 }
 
 /// What a 2026-07-28 instance answers in `server/discover`: tool list changes (on
@@ -126,14 +131,16 @@ pub fn sends_priming(v: &str) -> bool {
     v >= "2025-11-25"
 }
 
-/// The `capabilities.experimental.resumeSafety` object the instances advertise.
+/// The `capabilities.experimental.resumeSafety` object the instances advertise: the guard's
+/// own advertisement with every part enforced.
 pub fn resume_safety_capability() -> Value {
-    json!({
-        "version": 1,
-        "sequencedEventIds": true,
-        "capabilityHash": true,
-        "idempotency": { "metaKey": meta::IDEMPOTENCY_KEY, "header": "Idempotency-Key" }
-    })
+    Parts {
+        capability_hash: true,
+        sequenced_event_ids: true,
+        idempotency: true,
+    }
+    .advertisement()
+    .unwrap_or(Value::Null)
 }
 
 /// Server capabilities of an instance, with or without the extension's advertisement.
@@ -146,22 +153,12 @@ pub fn server_capabilities(extension: bool) -> Value {
 }
 
 /// `sha256:<hex>` of the negotiated context: protocol version, client and server
-/// capabilities, serialized with sorted keys so equal contexts always hash equally.
+/// capabilities, serialized with sorted keys so equal contexts always hash equally (the
+/// guard's definition, `mcp_resume_server::wire::capability_hash`).
 pub fn capability_hash(protocol_version: &str, client_caps: &Value, server_caps: &Value) -> String {
-    let ctx = json!({
-        "protocolVersion": protocol_version,
-        "clientCapabilities": client_caps,
-        "serverCapabilities": server_caps,
-    });
-    let mut canon = String::new();
-    write_canonical(&ctx, &mut canon);
-    let digest = Sha256::digest(canon.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    mcp_resume_server::wire::capability_hash(protocol_version, client_caps, server_caps)
+        .as_str()
+        .to_owned()
 }
 
 /// Serializes with object keys sorted, independently of serde_json's map ordering feature.

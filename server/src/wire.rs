@@ -155,16 +155,15 @@ mod tests {
         assert_eq!(capability_hash("v", &a, &s).as_str().len(), 7 + 64);
     }
 
-    /// The mock cluster's definition (the reference server), byte for byte: a client that
-    /// compares hashes across the two sees the same value for the same context.
+    /// The wire definition, pinned: SHA-256 of the context serialized with sorted keys and
+    /// no spaces. Any server (and the mock cluster, which calls this) must produce exactly it.
     #[test]
-    fn the_hash_is_the_reference_servers() {
+    fn the_hash_is_the_extensions_definition() {
         let caps = json!({"experimental": {"sampling": {"temperature": 0.2}}});
         let server = json!({"tools": {"listChanged": false}});
-        assert_eq!(
-            capability_hash("2025-11-25", &caps, &server).as_str(),
-            mock_server::context::capability_hash("2025-11-25", &caps, &server)
-        );
+        let canon = r#"{"clientCapabilities":{"experimental":{"sampling":{"temperature":0.2}}},"protocolVersion":"2025-11-25","serverCapabilities":{"tools":{"listChanged":false}}}"#;
+        let want = format!("sha256:{}", hex(&Sha256::digest(canon.as_bytes())));
+        assert_eq!(capability_hash("2025-11-25", &caps, &server).as_str(), want);
     }
 
     #[test]

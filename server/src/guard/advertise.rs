@@ -98,11 +98,16 @@ mod tests {
         idempotency: true,
     };
 
+    /// The README's wire contract, literally.
     #[test]
-    fn the_full_advertisement_is_the_reference_servers() {
+    fn the_full_advertisement_is_the_extensions() {
         assert_eq!(
             ALL.advertisement(),
-            Some(mock_server::context::resume_safety_capability())
+            Some(
+                json!({"version": 1, "sequencedEventIds": true, "capabilityHash": true,
+                "idempotency": {"metaKey": "io.github.mcp-resume/idempotency-key",
+                    "header": "Idempotency-Key"}})
+            )
         );
     }
 

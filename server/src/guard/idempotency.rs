@@ -94,8 +94,18 @@ pub fn claim_verdict(
     id: &Value,
     hash: Option<&CapabilityHash>,
 ) -> ClaimVerdict {
-    let message = match outcome {
-        ClaimOutcome::Granted => return ClaimVerdict::Run,
+    match claim_message(outcome, id) {
+        None => ClaimVerdict::Run,
+        Some(message) => ClaimVerdict::Answer(Answer::rpc(&message).with_hash(hash)),
+    }
+}
+
+/// The JSON-RPC response to the request `id` whose key claim came back `outcome`: the stored
+/// answer re-addressed, or the refusal; `None` when the call may run. (For servers that
+/// answer keyed calls inside their own streams, as the mock cluster does.)
+pub fn claim_message(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
+    Some(match outcome {
+        ClaimOutcome::Granted => return None,
         ClaimOutcome::Done(stored) => stored.addressed_to(id),
         ClaimOutcome::InUse => error_body(
             id,
@@ -116,8 +126,7 @@ pub fn claim_verdict(
             "This idempotency key was used for a different call",
             Some(json!({"code": codes::IDEMPOTENCY_KEY_REUSED})),
         ),
-    };
-    ClaimVerdict::Answer(Answer::rpc(&message).with_hash(hash))
+    })
 }
 
 /// Marks a keyed call's result with the hash it was produced under (the extension's rule: a
