@@ -14,10 +14,12 @@
 //!   of what its `initialize` negotiated, recorded with the instance that owns the session;
 //! - **sequenced event ids**: SSE ids rewritten to `<stream>-<seq>` (the inner server's own ids
 //!   kept to translate a `Last-Event-ID` back for its replay);
-//! - **resume authorization**: a resume is forwarded only if this instance owns the session,
-//!   still knows every event after the cursor, no request on the stream was lost, and the
-//!   context is the one the stream was opened under; then the inner server's replay is
-//!   checked event by event before the client sees it. Otherwise: `404`,
+//! - **resume authorization**: a resume is forwarded only if the session has a record, this
+//!   instance opened the stream (a session's POSTs may be served anywhere, its streams'
+//!   continuations live where they were opened), it still knows every event after the
+//!   cursor, no request on the stream was lost, and the context is the one the stream was
+//!   opened under; then the inner server's replay is checked event by event before the
+//!   client sees it. Otherwise: `404`,
 //!   `Mcp-Resume-Rejected: <reason>`, a `SESSION_RESUME_REJECTED` error, the session
 //!   forgotten;
 //! - **idempotency, both eras**: a `tools/call` with a key (`params._meta`, the
