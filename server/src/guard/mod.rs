@@ -25,7 +25,7 @@
 //! stored answer) and [`Watch::poll_timeout`] when to call [`Watch::handle_timeout`] (a keyed
 //! call's lease renewals).
 //!
-//! The rules, each in one place: the advertisement ([`advertise`]), the capability hash
+//! The rules, each in one place: the advertisement ([`Parts`]), the capability hash
 //! ([`crate::wire::capability_hash`]), sequenced event ids (the watch and the ledger),
 //! resume authorization ([`authorize_resume`]), idempotency ([`claim_verdict`]).
 
