@@ -1,0 +1,727 @@
+//! The driver's side: what the state behind the session's lock tells telemetry as it applies
+//! inputs and drains outputs. It owns every request's span until the request ends, knows
+//! which request each HTTP exchange serves (a resume GET names the request it continues by
+//! its `Last-Event-ID`), and turns the session's events into span events and metrics.
+//! Nothing here reads the session's internals: only its public answers and its outputs.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use opentelemetry::trace::{SpanKind, TraceContextExt, Tracer};
+use opentelemetry::{Context, KeyValue};
+use rustc_hash::FxHashMap;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::attempt::{Attempt, Cursor};
+use super::calls::{CallTrace, Outcome};
+use super::{names, Instrumentation};
+use crate::client::http::ExchangeEvent;
+use crate::error::{Error, ErrorKind};
+use crate::proto::{
+    CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, ProtocolVersion, ReinitReason,
+    RejectReason, Session, SessionEvent, TransportFailure,
+};
+
+/// The driver's telemetry; does nothing when telemetry is disabled.
+pub(crate) struct Tracker(Option<Box<Inner>>);
+
+struct Inner {
+    inst: Instrumentation,
+    max_event_size: usize,
+    /// Requests in flight, by the session's id.
+    calls: FxHashMap<CallId, Call>,
+    /// Exchanges in flight, and whom each serves.
+    exchanges: FxHashMap<HttpId, Exchange>,
+    /// The context of the call being registered.
+    ambient: Option<Context>,
+    /// The exchange whose report is being applied.
+    current: Option<HttpId>,
+    /// The standalone stream: the context its GETs are children of, and when it was cut.
+    listen_parent: Option<Context>,
+    listen_cut: Option<Instant>,
+    session: SessionClock,
+}
+
+struct Call {
+    trace: CallTrace,
+    /// HTTP requests made for it so far.
+    attempts: i64,
+    cursor: Arc<Cursor>,
+    /// When its stream was cut, until a resume delivers again.
+    cut_at: Option<Instant>,
+    /// How its last exchange ended.
+    last_end: Option<End>,
+    /// A resume of its stream was rejected since its last exchange began.
+    rejected: bool,
+    /// The server asked for input on its stream: the next POST is the next round.
+    round: bool,
+    /// It became a task: its POSTs are polls.
+    polling: bool,
+}
+
+/// Whom an exchange serves.
+#[derive(Clone)]
+enum Owner {
+    Call(CallId),
+    Listen,
+    /// A request the session makes itself; the context holds its MCP span.
+    Own(Context),
+    /// Anything else (an answer to the server, DELETE), under this parent.
+    Other(Context),
+}
+
+struct Exchange {
+    owner: Owner,
+    resume: bool,
+    status: Option<u16>,
+    /// The resumed stream delivered its first byte.
+    delivered: bool,
+    end: Option<End>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum End {
+    NotSent,
+    Lost,
+    Ended,
+    TooLarge,
+    Answered,
+    Refused(u16),
+}
+
+/// The current session's start, for `mcp.client.session.duration`.
+#[derive(Default)]
+struct SessionClock {
+    started: Option<(Instant, Option<ProtocolVersion>)>,
+    /// The last session id seen and what `mcp.session.id` carries for it.
+    id: Option<(String, Option<String>)>,
+}
+
+impl Tracker {
+    pub(crate) fn new(inst: Option<Instrumentation>, max_event_size: usize) -> Self {
+        Tracker(inst.map(|inst| {
+            Box::new(Inner {
+                inst,
+                max_event_size,
+                calls: FxHashMap::default(),
+                exchanges: FxHashMap::default(),
+                ambient: None,
+                current: None,
+                listen_parent: None,
+                listen_cut: None,
+                session: SessionClock::default(),
+            })
+        }))
+    }
+
+    /// A call was registered under `call`: what the session does for it next is its child.
+    pub(crate) fn registered(&mut self, call: CallId, trace: Option<CallTrace>) {
+        let (Some(inner), Some(trace)) = (&mut self.0, trace) else {
+            return;
+        };
+        inner.ambient = Some(trace.cx.clone());
+        inner.calls.insert(
+            call,
+            Call {
+                trace,
+                attempts: 0,
+                cursor: Arc::default(),
+                cut_at: None,
+                last_end: None,
+                rejected: false,
+                round: false,
+                polling: false,
+            },
+        );
+    }
+
+    /// The input being applied is done with.
+    pub(crate) fn settled(&mut self) {
+        if let Some(inner) = &mut self.0 {
+            inner.ambient = None;
+            inner.current = None;
+        }
+    }
+
+    /// Plans the span of the HTTP request the session asks for.
+    pub(crate) fn attempt(&mut self, session: &Session, request: &HttpRequest) -> Attempt {
+        match &mut self.0 {
+            Some(inner) => inner.attempt(session, request),
+            None => Attempt::none(),
+        }
+    }
+
+    /// An exchange reports `event` (before the session applies it).
+    pub(crate) fn exchange_event(&mut self, event: &ExchangeEvent) {
+        if let Some(inner) = &mut self.0 {
+            inner.exchange_event(event);
+        }
+    }
+
+    /// The session applied what exchange `id` reported.
+    pub(crate) fn exchange_applied(&mut self, id: HttpId) {
+        if let Some(inner) = &mut self.0 {
+            inner.exchange_applied(id);
+            inner.current = None;
+        }
+    }
+
+    /// The session dropped exchange `id`.
+    pub(crate) fn aborted(&mut self, id: HttpId) {
+        if let Some(inner) = &mut self.0 {
+            inner.exchanges.remove(&id);
+        }
+    }
+
+    /// A call ended with `result`.
+    pub(crate) fn completed(&mut self, call: CallId, result: &Result<Value, Error>) {
+        let Some(inner) = &mut self.0 else {
+            return;
+        };
+        if let Some(record) = inner.calls.remove(&call) {
+            let outcome = match result {
+                Ok(value) => Outcome::Answered(value),
+                Err(err) => Outcome::Failed(err),
+            };
+            record.trace.end(&inner.inst, outcome);
+        }
+    }
+
+    /// The application gave up on a call (`None`: it cancelled or dropped it), or the driver
+    /// failed it with `error`.
+    pub(crate) fn abandoned(&mut self, call: CallId, error: Option<&Error>) {
+        let Some(inner) = &mut self.0 else {
+            return;
+        };
+        if let Some(record) = inner.calls.remove(&call) {
+            let outcome = error.map_or(Outcome::Cancelled, Outcome::Failed);
+            record.trace.end(&inner.inst, outcome);
+        }
+    }
+
+    /// The server sent a request on the stream being read (a multi round-trip request's
+    /// round asks for input this way).
+    pub(crate) fn server_request(&mut self) {
+        let Some(inner) = &mut self.0 else {
+            return;
+        };
+        if let Some(Owner::Call(call)) = inner.current_owner() {
+            if let Some(record) = inner.calls.get_mut(&call) {
+                record.round = true;
+            }
+        }
+    }
+
+    /// A session event (in the session's call ids).
+    pub(crate) fn event(&mut self, event: &SessionEvent, session: &Session) {
+        if let Some(inner) = &mut self.0 {
+            inner.event(event, session);
+        }
+    }
+
+    /// The driver stopped: every call still in flight ends `closed`, and so does the session.
+    pub(crate) fn stop(&mut self) {
+        let Some(inner) = &mut self.0 else {
+            return;
+        };
+        let closed = Error::new(ErrorKind::Closed, "the client's driver stopped");
+        for (_, record) in inner.calls.drain() {
+            record.trace.end(&inner.inst, Outcome::Failed(&closed));
+        }
+        inner.exchanges.clear();
+        inner.end_session(None);
+    }
+}
+
+impl Inner {
+    fn attempt(&mut self, session: &Session, request: &HttpRequest) -> Attempt {
+        let method = match request.method {
+            HttpMethod::Post => "POST",
+            HttpMethod::Get => "GET",
+            HttpMethod::Delete => "DELETE",
+        };
+        let mut attributes = vec![
+            KeyValue::new(names::HTTP_REQUEST_METHOD, method),
+            KeyValue::new(names::URL_FULL, self.inst.0.url.clone()),
+        ];
+        attributes.extend(self.inst.0.server.iter().cloned());
+        let resume = request.purpose == HttpPurpose::Resume;
+        let owner = match session.exchange_call(request.id) {
+            Some(call) if self.calls.contains_key(&call) => Owner::Call(call),
+            _ if resume => self.resumed_owner(request),
+            _ if request.purpose == HttpPurpose::Listen => Owner::Listen,
+            _ => self.own_request(session, request),
+        };
+        let (parent, cursor) = match &owner {
+            Owner::Call(call) => {
+                let facts = self.session_facts(session);
+                let Some(record) = self.calls.get_mut(call) else {
+                    return Attempt::none();
+                };
+                record.planned(request, resume, facts, &mut attributes);
+                (record.trace.cx.clone(), Some(record.cursor.clone()))
+            }
+            Owner::Listen => {
+                if request.purpose == HttpPurpose::Listen || self.listen_parent.is_none() {
+                    self.listen_parent = Some(self.ambient_cx());
+                }
+                attributes.push(KeyValue::new(names::RECOVERY_STREAM, "listen"));
+                if resume {
+                    attributes.push(KeyValue::new(names::RECOVERY_ATTEMPT, "resume"));
+                }
+                (self.listen_parent.clone().unwrap_or_default(), None)
+            }
+            Owner::Own(cx) | Owner::Other(cx) => (cx.clone(), None),
+        };
+        let mcp = match &owner {
+            Owner::Own(cx) => Some(cx.clone()),
+            _ => None,
+        };
+        self.exchanges.insert(
+            request.id,
+            Exchange {
+                owner,
+                resume,
+                status: None,
+                delivered: false,
+                end: None,
+            },
+        );
+        let builder = self
+            .inst
+            .tracer()
+            .span_builder(method)
+            .with_kind(SpanKind::Client)
+            .with_attributes(attributes);
+        Attempt::planned(
+            self.inst.clone(),
+            builder,
+            parent,
+            mcp,
+            cursor,
+            self.max_event_size,
+        )
+    }
+
+    /// The request whose stream a resume GET continues: the one whose stream last delivered
+    /// the event id it presents; the standalone stream when none did.
+    fn resumed_owner(&self, request: &HttpRequest) -> Owner {
+        let Some(last) = request
+            .headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+        else {
+            return Owner::Listen;
+        };
+        self.calls
+            .iter()
+            .filter_map(|(call, record)| {
+                let age = record.cursor.age_of(last)?;
+                // Between equally recent ids, a stream known to be cut wins.
+                Some(((age, record.cut_at.is_none()), *call))
+            })
+            .min_by_key(|(rank, call)| (*rank, *call))
+            .map_or(Owner::Listen, |(_, call)| Owner::Call(call))
+    }
+
+    /// A request the session makes itself: its own MCP span when it is one (the handshake,
+    /// a notification), else only a parent for its HTTP span.
+    fn own_request(&mut self, session: &Session, request: &HttpRequest) -> Owner {
+        let parent = self.ambient_cx();
+        let head = request.body.as_deref().and_then(read_head);
+        let Some(Head {
+            id,
+            method: Some(method),
+        }) = head
+        else {
+            return Owner::Other(parent);
+        };
+        let span = self
+            .inst
+            .tracer()
+            .span_builder(method.clone())
+            .with_kind(SpanKind::Client)
+            .start_with_context(self.inst.tracer(), &parent);
+        let cx = parent.with_span(span);
+        let span = cx.span();
+        if span.is_recording() {
+            span.set_attribute(KeyValue::new(names::MCP_METHOD_NAME, method));
+            span.set_attributes(self.inst.connection());
+            if let Some(id) = id.as_ref().and_then(request_id) {
+                span.set_attribute(KeyValue::new(names::JSONRPC_REQUEST_ID, id));
+            }
+            let facts = self.session_facts(session);
+            span.set_attributes(facts);
+        }
+        Owner::Own(cx)
+    }
+
+    /// `mcp.session.id` and `mcp.protocol.version` of the session in force.
+    fn session_facts(&mut self, session: &Session) -> Vec<KeyValue> {
+        let mut facts = Vec::with_capacity(2);
+        if let Some(id) = session.session_id() {
+            let raw = id.expose();
+            if self.session.id.as_ref().map(|(seen, _)| seen.as_str()) != Some(raw) {
+                let exported = self.inst.session_attribute(raw);
+                self.session.id = Some((raw.to_owned(), exported));
+            }
+            if let Some((_, Some(exported))) = &self.session.id {
+                facts.push(KeyValue::new(names::MCP_SESSION_ID, exported.clone()));
+            }
+        }
+        if let Some(version) = session.protocol_version() {
+            facts.push(KeyValue::new(names::MCP_PROTOCOL_VERSION, version.as_str()));
+        }
+        facts
+    }
+
+    /// The context of whatever is being applied: the exchange reporting, the call being
+    /// registered, or the caller's own.
+    fn ambient_cx(&self) -> Context {
+        match self.current_owner() {
+            Some(owner) => self.owner_cx(&owner),
+            None => self.ambient.clone().unwrap_or_else(Context::current),
+        }
+    }
+
+    fn current_owner(&self) -> Option<Owner> {
+        let id = self.current?;
+        self.exchanges.get(&id).map(|ex| ex.owner.clone())
+    }
+
+    fn owner_cx(&self, owner: &Owner) -> Context {
+        match owner {
+            Owner::Call(call) => self
+                .calls
+                .get(call)
+                .map(|record| record.trace.cx.clone())
+                .unwrap_or_default(),
+            Owner::Listen => self.listen_parent.clone().unwrap_or_default(),
+            Owner::Own(cx) | Owner::Other(cx) => cx.clone(),
+        }
+    }
+
+    fn exchange_event(&mut self, event: &ExchangeEvent) {
+        let id = event.id();
+        self.current = Some(id);
+        let Some(ex) = self.exchanges.get_mut(&id) else {
+            return;
+        };
+        let ok = ex.status.is_some_and(|s| (200..300).contains(&s));
+        match event {
+            ExchangeEvent::Head { status, .. } => ex.status = Some(*status),
+            ExchangeEvent::Data { .. } | ExchangeEvent::Events { .. } => {
+                if ex.resume && ok && !ex.delivered {
+                    ex.delivered = true;
+                    let owner = ex.owner.clone();
+                    self.resumed_delivery(&owner);
+                }
+            }
+            ExchangeEvent::End { .. } => {
+                ex.end = Some(match ex.status {
+                    Some(status) if !ok => End::Refused(status),
+                    _ => End::Ended,
+                });
+            }
+            ExchangeEvent::Json { .. } => {
+                ex.end = Some(match ex.status {
+                    Some(status) if !ok => End::Refused(status),
+                    _ => End::Answered,
+                });
+            }
+            ExchangeEvent::Failed { failure, .. } => {
+                let never_sent =
+                    ex.status.is_none() && matches!(failure, TransportFailure::Connect(_));
+                ex.end = Some(if never_sent { End::NotSent } else { End::Lost });
+            }
+            ExchangeEvent::TooLarge { .. } => ex.end = Some(End::TooLarge),
+        }
+    }
+
+    /// A resumed stream's first byte: the recovery since its cut is over.
+    fn resumed_delivery(&mut self, owner: &Owner) {
+        let (cut, stream) = match owner {
+            Owner::Call(call) => (
+                self.calls.get_mut(call).and_then(|r| r.cut_at.take()),
+                "request",
+            ),
+            Owner::Listen => (self.listen_cut.take(), "listen"),
+            _ => return,
+        };
+        if let Some(cut) = cut {
+            let mut attributes: Vec<KeyValue> = self.inst.0.server.clone();
+            attributes.push(KeyValue::new(names::RECOVERY_STREAM, stream));
+            self.inst
+                .instruments()
+                .recovery_duration
+                .record(cut.elapsed().as_secs_f64(), &attributes);
+        }
+    }
+
+    fn exchange_applied(&mut self, id: HttpId) {
+        let ended = self.exchanges.get(&id).and_then(|ex| ex.end);
+        let Some(end) = ended else {
+            return;
+        };
+        let Some(ex) = self.exchanges.remove(&id) else {
+            return;
+        };
+        let cut = matches!(end, End::Lost | End::Ended | End::TooLarge);
+        match ex.owner {
+            // Still in flight after its exchange ended: it was cut, or moves on.
+            Owner::Call(call) => {
+                if let Some(record) = self.calls.get_mut(&call) {
+                    record.last_end = Some(end);
+                    if cut {
+                        record.cut_at = Some(Instant::now());
+                    }
+                }
+            }
+            Owner::Listen if cut => self.listen_cut = Some(Instant::now()),
+            _ => {}
+        }
+    }
+
+    fn event(&mut self, event: &SessionEvent, session: &Session) {
+        let server = self.inst.0.server.clone();
+        let instruments = self.inst.instruments();
+        match event {
+            SessionEvent::Connected { protocol_version } => {
+                self.session.started = session
+                    .session_id()
+                    .map(|_| (Instant::now(), Some(*protocol_version)));
+            }
+            SessionEvent::Resumed { last_event_id } => {
+                let owner = self.current_owner();
+                let stream = match owner {
+                    Some(Owner::Call(_)) => "request",
+                    _ => "listen",
+                };
+                let mut attributes = server;
+                attributes.push(KeyValue::new(names::RECOVERY_STREAM, stream));
+                instruments.resumes.add(1, &attributes);
+                if let Some(Owner::Call(call)) = owner {
+                    self.call_event(
+                        call,
+                        names::EVENT_RESUMED,
+                        vec![
+                            KeyValue::new(names::RECOVERY_STREAM, stream),
+                            KeyValue::new(
+                                names::RECOVERY_LAST_EVENT_ID,
+                                last_event_id.as_str().to_owned(),
+                            ),
+                        ],
+                    );
+                }
+            }
+            SessionEvent::ResumeRejected { reason } => {
+                let reason = reason.as_ref().map_or("not_found", reject_reason);
+                let mut attributes = server;
+                attributes.push(KeyValue::new(names::RECOVERY_REJECT_REASON, reason));
+                instruments.resume_rejections.add(1, &attributes);
+                if let Some(Owner::Call(call)) = self.current_owner() {
+                    if let Some(record) = self.calls.get_mut(&call) {
+                        record.rejected = true;
+                    }
+                    let kv = KeyValue::new(names::RECOVERY_REJECT_REASON, reason);
+                    self.call_event(call, names::EVENT_RESUME_REJECTED, vec![kv]);
+                }
+            }
+            SessionEvent::Reinitialized {
+                reason,
+                capabilities_changed,
+            } => {
+                let reason = reinit_reason(reason);
+                let mut attributes = server;
+                attributes.push(KeyValue::new(names::RECOVERY_REINIT_REASON, reason));
+                attributes.push(KeyValue::new(
+                    names::RECOVERY_CAPABILITIES_CHANGED,
+                    *capabilities_changed,
+                ));
+                instruments.reinitializations.add(1, &attributes);
+                let event = [
+                    KeyValue::new(names::RECOVERY_REINIT_REASON, reason),
+                    KeyValue::new(names::RECOVERY_CAPABILITIES_CHANGED, *capabilities_changed),
+                ];
+                // Every request in flight waited on the new session.
+                for record in self.calls.values() {
+                    record
+                        .trace
+                        .cx
+                        .span()
+                        .add_event(names::EVENT_REINITIALIZED, event.to_vec());
+                }
+                self.end_session(Some(reason));
+                self.session.started = session
+                    .session_id()
+                    .map(|_| (Instant::now(), session.protocol_version()));
+            }
+            SessionEvent::Redispatched {
+                call,
+                method,
+                idempotency_key,
+            } => {
+                let keyed = idempotency_key.is_some();
+                let mut attributes = server;
+                attributes.push(KeyValue::new(names::MCP_METHOD_NAME, method.clone()));
+                attributes.push(KeyValue::new(names::RECOVERY_KEYED, keyed));
+                instruments.resends.add(1, &attributes);
+                let kv = KeyValue::new(names::RECOVERY_KEYED, keyed);
+                self.call_event(*call, names::EVENT_REDISPATCHED, vec![kv]);
+            }
+            SessionEvent::OutcomeUnknown { call, method } => {
+                let mut attributes = server;
+                attributes.push(KeyValue::new(names::MCP_METHOD_NAME, method.clone()));
+                instruments.outcome_unknown.add(1, &attributes);
+                self.call_event(*call, names::EVENT_OUTCOME_UNKNOWN, Vec::new());
+            }
+            SessionEvent::ContextMismatch { call } => {
+                let method = self
+                    .calls
+                    .get(call)
+                    .map_or_else(String::new, |record| record.trace.method.clone());
+                let mut attributes = server;
+                attributes.push(KeyValue::new(names::MCP_METHOD_NAME, method));
+                instruments.context_mismatches.add(1, &attributes);
+                self.call_event(*call, names::EVENT_CONTEXT_MISMATCH, Vec::new());
+            }
+            SessionEvent::TaskCreated { call, .. } => {
+                if let Some(record) = self.calls.get_mut(call) {
+                    record.polling = true;
+                }
+            }
+            SessionEvent::SessionLost => self.end_session(Some("session_lost")),
+            SessionEvent::Closed => self.end_session(None),
+            _ => {}
+        }
+    }
+
+    fn call_event(&self, call: CallId, name: &'static str, attributes: Vec<KeyValue>) {
+        if let Some(record) = self.calls.get(&call) {
+            record.trace.cx.span().add_event(name, attributes);
+        }
+    }
+
+    /// The session in force ended (`error`: why, if it did not end by the application's
+    /// choice).
+    fn end_session(&mut self, error: Option<&'static str>) {
+        let Some((started, version)) = self.session.started.take() else {
+            return;
+        };
+        let mut attributes: Vec<KeyValue> = self.inst.connection().collect();
+        if let Some(version) = version {
+            attributes.push(KeyValue::new(names::MCP_PROTOCOL_VERSION, version.as_str()));
+        }
+        if let Some(error) = error {
+            attributes.push(KeyValue::new(names::ERROR_TYPE, error));
+        }
+        self.inst
+            .instruments()
+            .session_duration
+            .record(started.elapsed().as_secs_f64(), &attributes);
+    }
+}
+
+impl Call {
+    /// The next HTTP request for this call: its ordinal and why it is made on the HTTP span,
+    /// the JSON-RPC id and the session in force on the call's span.
+    fn planned(
+        &mut self,
+        request: &HttpRequest,
+        resume: bool,
+        facts: Vec<KeyValue>,
+        attributes: &mut Vec<KeyValue>,
+    ) {
+        let resends = self.attempts;
+        self.attempts += 1;
+        let span = self.trace.cx.span();
+        if resends > 0 {
+            attributes.push(KeyValue::new(names::HTTP_REQUEST_RESEND_COUNT, resends));
+            let attempt = if resume {
+                "resume"
+            } else if self.polling {
+                "task_poll"
+            } else if self.round || matches!(self.last_end, Some(End::Answered)) {
+                "next_round"
+            } else {
+                "resend"
+            };
+            attributes.push(KeyValue::new(names::RECOVERY_ATTEMPT, attempt));
+            if matches!(attempt, "resume" | "resend") {
+                let reason = match (self.rejected, self.last_end) {
+                    (true, _) => "resume_rejected",
+                    (_, Some(End::NotSent)) => "not_sent",
+                    (_, Some(End::Lost)) => "connection_lost",
+                    (_, Some(End::Ended)) => "stream_ended",
+                    (_, Some(End::TooLarge)) => "too_large",
+                    (_, Some(End::Refused(404))) => "session_not_found",
+                    _ => "refused",
+                };
+                attributes.push(KeyValue::new(names::RECOVERY_REASON, reason));
+            }
+        }
+        self.rejected = false;
+        self.round = false;
+        if !resume {
+            // A new request, not a continuation: a cut before it is not its to recover.
+            self.cut_at = None;
+        }
+        if span.is_recording() {
+            span.set_attributes(facts);
+            let id = request
+                .body
+                .as_deref()
+                .and_then(read_head)
+                .and_then(|h| h.id);
+            if let Some(id) = id.as_ref().and_then(request_id) {
+                span.set_attribute(KeyValue::new(names::JSONRPC_REQUEST_ID, id));
+            }
+        }
+    }
+}
+
+/// The members of an outgoing JSON-RPC message telemetry reads.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    method: Option<String>,
+}
+
+fn read_head(body: &[u8]) -> Option<Head> {
+    serde_json::from_slice(body).ok()
+}
+
+/// `jsonrpc.request.id`: a number or a string as it is; null or anything else is none.
+fn request_id(id: &Value) -> Option<String> {
+    match id {
+        Value::Number(n) => Some(n.to_string()),
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+fn reinit_reason(reason: &ReinitReason) -> &'static str {
+    match reason {
+        ReinitReason::SessionNotFound => "session_not_found",
+        ReinitReason::ResumeRejected(_) => "resume_rejected",
+        ReinitReason::UnverifiableCleanEnd => "unverifiable_clean_end",
+        ReinitReason::EventGap => "event_gap",
+        ReinitReason::OrphanedResponse => "orphaned_response",
+        ReinitReason::CapabilityMismatch => "capability_mismatch",
+        ReinitReason::VersionRefused => "version_refused",
+    }
+}
+
+fn reject_reason(reason: &RejectReason) -> &'static str {
+    match reason {
+        RejectReason::UnknownSession => "unknown_session",
+        RejectReason::NotOwner => "not_owner",
+        RejectReason::EventGap => "event_gap",
+        RejectReason::OrphanedRequest => "orphaned_request",
+        RejectReason::CapabilityMismatch => "capability_mismatch",
+        RejectReason::Other(_) => "other",
+    }
+}
