@@ -257,7 +257,7 @@ impl Client {
             .shared
             .telemetry
             .as_ref()
-            .map(|t| t.start_call(&mut request));
+            .map(|t| Box::new(t.start_call(&mut request)));
         let registration = Registration::Call {
             id,
             request,

@@ -74,7 +74,7 @@ pub(crate) enum Registration {
         reply: Reply,
         /// The call's span, started where it was made.
         #[cfg(feature = "otel")]
-        trace: Option<crate::client::telemetry::CallTrace>,
+        trace: Option<Box<crate::client::telemetry::CallTrace>>,
     },
     /// Poll a task created before.
     ResumeTask {

@@ -3,6 +3,7 @@
 //! performs it; it ends when the exchange ends or is dropped.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -107,6 +108,7 @@ impl Attempt {
             mcp,
             cursor,
             max_event_size,
+            failed: AtomicBool::new(false),
         }
     }
 }
@@ -118,6 +120,8 @@ pub(crate) struct Traced {
     mcp: Option<Context>,
     cursor: Option<Arc<Cursor>>,
     max_event_size: usize,
+    /// An error was recorded: the first one is what ended the request.
+    failed: AtomicBool,
 }
 
 impl Traced {
@@ -136,33 +140,35 @@ impl Traced {
         for event in events {
             let error = match event {
                 ExchangeEvent::Head { status, .. } => {
-                    let status = *status;
-                    cx.span().set_attribute(KeyValue::new(
-                        names::HTTP_RESPONSE_STATUS_CODE,
-                        i64::from(status),
-                    ));
-                    if let Some(mcp) = &self.mcp {
-                        if !(200..300).contains(&status) {
-                            fail(mcp, status.to_string());
-                        }
-                    }
+                    let status = i64::from(*status);
+                    let kv = KeyValue::new(names::HTTP_RESPONSE_STATUS_CODE, status);
+                    cx.span().set_attribute(kv);
                     // Client spans count 4xx as errors too: the request did not do its job.
+                    // (A request's own span does not: its outcome is the JSON-RPC answer's.)
                     if status < 400 {
                         continue;
                     }
-                    status.to_string()
+                    self.fail(cx, status.to_string());
+                    continue;
                 }
                 ExchangeEvent::Failed { failure, .. } => match failure {
-                    TransportFailure::Connect(_) => "connect_failed".to_owned(),
-                    _ => "connection_lost".to_owned(),
+                    TransportFailure::Connect(_) => "connect_failed",
+                    _ => "connection_lost",
                 },
-                ExchangeEvent::TooLarge { .. } => "too_large".to_owned(),
+                ExchangeEvent::TooLarge { .. } => "too_large",
                 _ => continue,
             };
             if let Some(mcp) = &self.mcp {
-                fail(mcp, error.clone());
+                set_error(mcp, error.to_owned());
             }
-            fail(cx, error);
+            self.fail(cx, error.to_owned());
+        }
+    }
+
+    /// Records the error that ended the request (the first one only).
+    fn fail(&self, cx: &Context, error: String) {
+        if !self.failed.swap(true, Ordering::Relaxed) {
+            set_error(cx, error);
         }
     }
 
@@ -227,7 +233,7 @@ impl Drop for Traced {
     }
 }
 
-fn fail(cx: &Context, error: String) {
+fn set_error(cx: &Context, error: String) {
     let span = cx.span();
     span.set_status(Status::error(error.clone()));
     span.set_attribute(KeyValue::new(names::ERROR_TYPE, error));

@@ -18,6 +18,9 @@ pub(crate) struct CallTrace {
     /// `gen_ai.tool.name` or `gen_ai.prompt.name`.
     pub(super) target: Option<KeyValue>,
     pub(super) started: Instant,
+    /// What its latest HTTP request said (the JSON-RPC id, the session in force), set on the
+    /// span when it ends: an attribute set twice would be exported twice.
+    pub(super) facts: Vec<KeyValue>,
 }
 
 impl Instrumentation {
@@ -59,6 +62,7 @@ impl Instrumentation {
             method,
             target,
             started: Instant::now(),
+            facts: Vec::new(),
         }
     }
 }
@@ -67,6 +71,7 @@ impl CallTrace {
     /// Ends the span with the request's outcome and records its duration.
     pub(super) fn end(self, inst: &Instrumentation, outcome: Outcome<'_>) {
         let span = self.cx.span();
+        span.set_attributes(self.facts);
         let error = outcome.error_type(&self.method);
         let mut attributes: Vec<KeyValue> = inst.connection().collect();
         attributes.push(KeyValue::new(names::MCP_METHOD_NAME, self.method.clone()));

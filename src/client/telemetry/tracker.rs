@@ -37,8 +37,11 @@ struct Inner {
     ambient: Option<Context>,
     /// The exchange whose report is being applied.
     current: Option<HttpId>,
-    /// The standalone stream: the context its GETs are children of, and when it was cut.
+    /// The standalone stream: the context its GETs are children of (the `initialize` that
+    /// opened the session), and when it was cut.
     listen_parent: Option<Context>,
+    /// The latest `initialize`'s span.
+    initialize: Option<Context>,
     listen_cut: Option<Instant>,
     session: SessionClock,
 }
@@ -65,8 +68,10 @@ struct Call {
 enum Owner {
     Call(CallId),
     Listen,
-    /// A request the session makes itself; the context holds its MCP span.
-    Own(Context),
+    /// A request the session makes itself: the context holding its MCP span, and that span's
+    /// parent (what the session does next is that parent's too: the handshake's steps are
+    /// siblings).
+    Own(Context, Context),
     /// Anything else (an answer to the server, DELETE), under this parent.
     Other(Context),
 }
@@ -109,6 +114,7 @@ impl Tracker {
                 ambient: None,
                 current: None,
                 listen_parent: None,
+                initialize: None,
                 listen_cut: None,
                 session: SessionClock::default(),
             })
@@ -116,7 +122,7 @@ impl Tracker {
     }
 
     /// A call was registered under `call`: what the session does for it next is its child.
-    pub(crate) fn registered(&mut self, call: CallId, trace: Option<CallTrace>) {
+    pub(crate) fn registered(&mut self, call: CallId, trace: Option<Box<CallTrace>>) {
         let (Some(inner), Some(trace)) = (&mut self.0, trace) else {
             return;
         };
@@ -124,7 +130,7 @@ impl Tracker {
         inner.calls.insert(
             call,
             Call {
-                trace,
+                trace: *trace,
                 attempts: 0,
                 cursor: Arc::default(),
                 cut_at: None,
@@ -264,7 +270,8 @@ impl Inner {
             }
             Owner::Listen => {
                 if request.purpose == HttpPurpose::Listen || self.listen_parent.is_none() {
-                    self.listen_parent = Some(self.ambient_cx());
+                    let parent = self.initialize.clone().unwrap_or_else(|| self.ambient_cx());
+                    self.listen_parent = Some(parent);
                 }
                 attributes.push(KeyValue::new(names::RECOVERY_STREAM, "listen"));
                 if resume {
@@ -272,10 +279,10 @@ impl Inner {
                 }
                 (self.listen_parent.clone().unwrap_or_default(), None)
             }
-            Owner::Own(cx) | Owner::Other(cx) => (cx.clone(), None),
+            Owner::Own(cx, _) | Owner::Other(cx) => (cx.clone(), None),
         };
         let mcp = match &owner {
-            Owner::Own(cx) => Some(cx.clone()),
+            Owner::Own(cx, _) => Some(cx.clone()),
             _ => None,
         };
         self.exchanges.insert(
@@ -344,6 +351,9 @@ impl Inner {
             .with_kind(SpanKind::Client)
             .start_with_context(self.inst.tracer(), &parent);
         let cx = parent.with_span(span);
+        if method == "initialize" {
+            self.initialize = Some(cx.clone());
+        }
         let span = cx.span();
         if span.is_recording() {
             span.set_attribute(KeyValue::new(names::MCP_METHOD_NAME, method));
@@ -354,7 +364,7 @@ impl Inner {
             let facts = self.session_facts(session);
             span.set_attributes(facts);
         }
-        Owner::Own(cx)
+        Owner::Own(cx, parent)
     }
 
     /// `mcp.session.id` and `mcp.protocol.version` of the session in force.
@@ -398,7 +408,7 @@ impl Inner {
                 .map(|record| record.trace.cx.clone())
                 .unwrap_or_default(),
             Owner::Listen => self.listen_parent.clone().unwrap_or_default(),
-            Owner::Own(cx) | Owner::Other(cx) => cx.clone(),
+            Owner::Own(_, parent) | Owner::Other(parent) => parent.clone(),
         }
     }
 
@@ -668,15 +678,24 @@ impl Call {
             self.cut_at = None;
         }
         if span.is_recording() {
-            span.set_attributes(facts);
+            let mut facts = facts;
             let id = request
                 .body
                 .as_deref()
                 .and_then(read_head)
                 .and_then(|h| h.id);
-            if let Some(id) = id.as_ref().and_then(request_id) {
-                span.set_attribute(KeyValue::new(names::JSONRPC_REQUEST_ID, id));
+            match id.as_ref().and_then(request_id) {
+                Some(id) => facts.push(KeyValue::new(names::JSONRPC_REQUEST_ID, id)),
+                // A resume carries no message: the request's id is still the POST's.
+                None => facts.extend(
+                    self.trace
+                        .facts
+                        .iter()
+                        .filter(|kv| kv.key.as_str() == names::JSONRPC_REQUEST_ID)
+                        .cloned(),
+                ),
             }
+            self.trace.facts = facts;
         }
     }
 }

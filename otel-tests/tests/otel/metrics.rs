@@ -1,0 +1,132 @@
+//! The metrics after the seed's workload on the cluster (`strict`: resumes across instances
+//! are refused, the client re-initializes and re-sends what is safe), held against what the
+//! client reported and what the cluster's oracle saw.
+
+use std::time::Duration;
+
+use mcp_resume::client::telemetry::names;
+use mcp_resume::{Client, ErrorKind, SessionEvent};
+use mock_server::{Cluster, Preset};
+
+use crate::support::{count, guarded, Exporters};
+use crate::workload::{
+    cluster_config, configure, run_calls, Agent, ClientKind, EventCollector, WorkloadConfig,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_workload_is_counted_as_it_happened() {
+    let cfg = WorkloadConfig::default();
+    let cluster = Cluster::start(cluster_config(Preset::Strict, &cfg))
+        .await
+        .expect("the cluster starts");
+    let exporters = Exporters::new();
+    let client = configure(
+        Client::builder(cluster.url()),
+        ClientKind::ResumeAware,
+        &cfg,
+    )
+    .telemetry(exporters.telemetry())
+    .build()
+    .expect("a valid configuration");
+    let events = EventCollector::start(client.events());
+    guarded(client.connect()).await.expect("connect");
+    let mut agent = Agent::new(&client, Preset::Strict, ClientKind::ResumeAware);
+    guarded(run_calls(&mut agent, &cfg)).await;
+    let calls = agent.into_calls();
+    guarded(client.close()).await.expect("closed");
+    drop(client);
+    // The stream ends once the driver stopped: every span and measurement is in by then.
+    let events = events.finish().await;
+    assert!(cluster.wait_idle(Duration::from_secs(5)).await);
+    let oracle = cluster.oracle();
+    cluster.shutdown().await;
+    let m = exporters.metrics();
+
+    // One operation per call, each with its outcome.
+    let calls_measured = m.total(
+        names::MCP_CLIENT_OPERATION_DURATION,
+        &[(names::MCP_METHOD_NAME, "tools/call")],
+    );
+    assert_eq!(calls_measured, calls.len() as u64);
+    let unknown = calls
+        .iter()
+        .filter(|c| c.outcome == Err(ErrorKind::OutcomeUnknown))
+        .count();
+    assert_eq!(
+        m.total(
+            names::MCP_CLIENT_OPERATION_DURATION,
+            &[(names::ERROR_TYPE, "outcome_unknown")]
+        ),
+        unknown as u64
+    );
+    for point in m.points(names::MCP_CLIENT_OPERATION_DURATION) {
+        assert!(
+            point.get(names::SERVER_ADDRESS).is_some()
+                && point.get(names::MCP_METHOD_NAME).is_some()
+        );
+    }
+    assert_eq!(
+        m.total(
+            names::MCP_CLIENT_OPERATION_DURATION,
+            &[(names::MCP_METHOD_NAME, "initialize")]
+        ),
+        0,
+        "the handshake is traced, not counted as the application's operations"
+    );
+
+    // The recovery counters tell what the client reported, event for event…
+    let n = |pred: fn(&SessionEvent) -> bool| count(&events, pred) as u64;
+    let reinits = n(|e| matches!(e, SessionEvent::Reinitialized { .. }));
+    assert!(
+        reinits >= 1,
+        "the workload re-initializes on strict: {events:?}"
+    );
+    assert_eq!(m.total(names::METRIC_REINITIALIZATIONS, &[]), reinits);
+    assert_eq!(
+        m.total(names::METRIC_RESUMES, &[]),
+        n(|e| matches!(e, SessionEvent::Resumed { .. }))
+    );
+    assert_eq!(
+        m.total(names::METRIC_RESENDS, &[]),
+        n(|e| matches!(e, SessionEvent::Redispatched { .. }))
+    );
+    assert_eq!(
+        m.total(names::METRIC_OUTCOME_UNKNOWN, &[]),
+        n(|e| matches!(e, SessionEvent::OutcomeUnknown { .. }))
+    );
+    let rejected = n(|e| matches!(e, SessionEvent::ResumeRejected { .. }));
+    assert_eq!(m.total(names::METRIC_RESUME_REJECTIONS, &[]), rejected);
+    // …and what really happened in the cluster.
+    assert_eq!(
+        reinits,
+        oracle.totals.initializes - 1,
+        "{:?}",
+        oracle.totals
+    );
+    for (reason, times) in &oracle.totals.rejections {
+        assert_eq!(
+            m.total(
+                names::METRIC_RESUME_REJECTIONS,
+                &[(names::RECOVERY_REJECT_REASON, reason)]
+            ),
+            *times,
+            "{reason}"
+        );
+    }
+    // One session per initialize, each ended (the last one by close).
+    assert_eq!(
+        m.total(names::MCP_CLIENT_SESSION_DURATION, &[]),
+        oracle.totals.initializes
+    );
+    assert_eq!(
+        m.total(
+            names::MCP_CLIENT_SESSION_DURATION,
+            &[(names::ERROR_TYPE, "resume_rejected")]
+        ),
+        m.total(
+            names::METRIC_REINITIALIZATIONS,
+            &[(names::RECOVERY_REINIT_REASON, "resume_rejected")]
+        )
+    );
+    assert!(m.total(names::METRIC_RECOVERY_DURATION, &[]) <= m.total(names::METRIC_RESUMES, &[]));
+}
