@@ -3,6 +3,7 @@
 //! exporters), the trace context the cluster sees, and OTLP over HTTP to a receiver that
 //! decodes the official protobuf definitions.
 
+mod bridge;
 mod metrics;
 mod otlp;
 mod spans;
