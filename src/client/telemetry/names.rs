@@ -82,10 +82,11 @@ pub const RECOVERY_METRIC_PREFIX: &str = "mcp.client.recovery.";
 /// `Last-Event-ID`), `resend` (the request POSTed again), `next_round` (a multi round-trip
 /// request's next round), `task_poll` (polling the task the request became).
 pub const RECOVERY_ATTEMPT: &str = "mcp.recovery.attempt";
-/// On a `resend` HTTP span: what ended the previous HTTP request of the same MCP request —
-/// `not_sent` (no connection), `connection_lost`, `stream_ended` (a clean end without the
-/// answer), `too_large`, `session_not_found` (404), `resume_rejected`, `refused` (another
-/// status).
+/// On a `resume` or `resend` HTTP span: what ended the previous HTTP request of the same MCP
+/// request — `not_sent` (no connection), `connection_lost`, `stream_ended` (a clean end
+/// without the answer), `too_large`, `session_not_found` (404), `resume_rejected`, `refused`
+/// (another status), `answered` (an answer the client acts on by sending again, such as an
+/// idempotency key still in use).
 pub const RECOVERY_REASON: &str = "mcp.recovery.reason";
 /// Which stream a resume continued: `request` (a request's own stream) or `listen` (the
 /// standalone GET stream).

@@ -173,10 +173,23 @@ impl Tracker {
         }
     }
 
-    /// The session dropped exchange `id`.
+    /// The session dropped exchange `id`: it had what it needed of it (an answer, an error
+    /// it acts on), or gave up on its request.
     pub(crate) fn aborted(&mut self, id: HttpId) {
-        if let Some(inner) = &mut self.0 {
-            inner.exchanges.remove(&id);
+        let Some(inner) = &mut self.0 else {
+            return;
+        };
+        let Some(ex) = inner.exchanges.remove(&id) else {
+            return;
+        };
+        if let (Owner::Call(call), Some(status)) = (&ex.owner, ex.status) {
+            if let Some(record) = inner.calls.get_mut(call) {
+                record.last_end = Some(if (200..300).contains(&status) {
+                    End::Answered
+                } else {
+                    End::Refused(status)
+                });
+            }
         }
     }
 
@@ -652,7 +665,7 @@ impl Call {
                 "resume"
             } else if self.polling {
                 "task_poll"
-            } else if self.round || matches!(self.last_end, Some(End::Answered)) {
+            } else if self.round {
                 "next_round"
             } else {
                 "resend"
@@ -666,7 +679,9 @@ impl Call {
                     (_, Some(End::Ended)) => "stream_ended",
                     (_, Some(End::TooLarge)) => "too_large",
                     (_, Some(End::Refused(404))) => "session_not_found",
-                    _ => "refused",
+                    (_, Some(End::Refused(_))) => "refused",
+                    // An answer the session acts on by sending again (a key still in use).
+                    (_, Some(End::Answered) | None) => "answered",
                 };
                 attributes.push(KeyValue::new(names::RECOVERY_REASON, reason));
             }
