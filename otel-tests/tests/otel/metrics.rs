@@ -130,3 +130,93 @@ async fn the_seed_workload_is_counted_as_it_happened() {
     );
     assert!(m.total(names::METRIC_RECOVERY_DURATION, &[]) <= m.total(names::METRIC_RESUMES, &[]));
 }
+
+/// A call whose span is sampled out makes no spans, but its requests still carry its trace
+/// context (not sampled), and its recovery is still counted and attributed to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sampled_out_call_is_counted_and_propagated_without_spans() {
+    use opentelemetry_sdk::trace::{InMemorySpanExporterBuilder, Sampler, SdkTracerProvider};
+
+    let spans = InMemorySpanExporterBuilder::new().build();
+    let tracer = SdkTracerProvider::builder()
+        .with_sampler(Sampler::AlwaysOff)
+        .with_simple_exporter(spans.clone())
+        .build();
+    let exporters = Exporters::new();
+    let config = mock_server::ClusterConfig {
+        cut_after_events: Some(2),
+        ..crate::support::cluster(Preset::Sticky)
+    };
+    let cluster = Cluster::start(config).await.expect("cluster");
+    let client = Client::builder(cluster.url())
+        .open_listen_stream(false)
+        .telemetry(
+            mcp_resume::client::Telemetry::new()
+                .tracer_provider(&tracer)
+                .meter_provider(&exporters.meter),
+        )
+        .build()
+        .expect("a client");
+    let events = EventCollector::start(client.events());
+    let call = mcp_resume::ToolCall::new("slow", serde_json::json!({"steps": 2, "delay_ms": 0}))
+        .meta(
+            mock_server::context::meta::TAG,
+            serde_json::json!("sampled-out"),
+        );
+    let reply = guarded(client.call_tool(call))
+        .await
+        .expect("the cut call completes");
+    assert_eq!(reply.text(), "slow: done after 2 steps");
+    guarded(client.close()).await.expect("closed");
+    drop(client);
+    let events = events.finish().await;
+    let oracle = cluster.oracle();
+    cluster.shutdown().await;
+
+    assert!(spans.get_finished_spans().expect("spans").is_empty());
+    let traced = oracle
+        .traces
+        .iter()
+        .find(|t| t.tag.as_deref() == Some("sampled-out"))
+        .expect("the call carried its context");
+    let header = traced.traceparent.clone().expect("a traceparent header");
+    assert!(header.ends_with("-00"), "not sampled: {header}");
+    assert_eq!(
+        traced.meta_traceparent.as_ref(),
+        Some(&header),
+        "the call's own context"
+    );
+    let get = oracle
+        .traces
+        .iter()
+        .find(|t| t.http_method == "GET")
+        .expect("the resume carried it too");
+    assert_eq!(get.traceparent.as_ref(), Some(&header));
+
+    let m = exporters.metrics();
+    assert_eq!(
+        count(&events, |e| matches!(e, SessionEvent::Resumed { .. })),
+        1
+    );
+    assert_eq!(
+        m.total(
+            names::METRIC_RESUMES,
+            &[(names::RECOVERY_STREAM, "request")]
+        ),
+        1
+    );
+    assert_eq!(
+        m.total(
+            names::METRIC_RECOVERY_DURATION,
+            &[(names::RECOVERY_STREAM, "request")]
+        ),
+        1
+    );
+    assert_eq!(
+        m.total(
+            names::MCP_CLIENT_OPERATION_DURATION,
+            &[(names::GEN_AI_TOOL_NAME, "slow")]
+        ),
+        1
+    );
+}

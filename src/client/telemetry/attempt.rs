@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http::header::HeaderMap;
-use opentelemetry::trace::{SpanBuilder, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{SpanBuilder, SpanContext, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 
 use super::{names, w3c, Instrumentation};
@@ -53,10 +53,16 @@ impl Cursor {
 /// An HTTP request's span, planned: started by [`Attempt::begin`].
 pub(crate) struct Attempt(Option<Box<Planned>>);
 
+/// What an HTTP request is traced as.
+enum Trace {
+    /// A span of its own, a child of the context.
+    Span(Instrumentation, SpanBuilder, Context),
+    /// No span (its request's records nothing): it carries its request's context.
+    Carry(Option<SpanContext>),
+}
+
 struct Planned {
-    inst: Instrumentation,
-    builder: SpanBuilder,
-    parent: Context,
+    trace: Trace,
     /// The MCP span of a request the session makes itself (the handshake, a notification),
     /// which ends with this exchange.
     mcp: Option<Context>,
@@ -80,11 +86,20 @@ impl Attempt {
         max_event_size: usize,
     ) -> Self {
         Attempt(Some(Box::new(Planned {
-            inst,
-            builder,
-            parent,
+            trace: Trace::Span(inst, builder, parent),
             mcp,
             cursor,
+            max_event_size,
+        })))
+    }
+
+    /// No span of its own: the request of `cx`'s span records nothing. Its stream's ids are
+    /// still watched (metrics attribute resumes to their request).
+    pub(super) fn unrecorded(cx: &Context, cursor: Arc<Cursor>, max_event_size: usize) -> Self {
+        Attempt(Some(Box::new(Planned {
+            trace: Trace::Carry(w3c::valid_span(cx)),
+            mcp: None,
+            cursor: Some(cursor),
             max_event_size,
         })))
     }
@@ -95,16 +110,21 @@ impl Attempt {
             return Traced::default();
         };
         let Planned {
-            inst,
-            builder,
-            parent,
+            trace,
             mcp,
             cursor,
             max_event_size,
         } = *planned;
-        let span = inst.tracer().build_with_context(builder, &parent);
+        let (cx, carried) = match trace {
+            Trace::Span(inst, builder, parent) => {
+                let span = inst.tracer().build_with_context(builder, &parent);
+                (Some(parent.with_span(span)), None)
+            }
+            Trace::Carry(carried) => (None, carried),
+        };
         Traced {
-            cx: Some(parent.with_span(span)),
+            cx,
+            carried,
             mcp,
             cursor,
             max_event_size,
@@ -117,6 +137,8 @@ impl Attempt {
 #[derive(Default)]
 pub(crate) struct Traced {
     cx: Option<Context>,
+    /// The context a request without a span of its own carries.
+    carried: Option<SpanContext>,
     mcp: Option<Context>,
     cursor: Option<Arc<Cursor>>,
     max_event_size: usize,
@@ -127,8 +149,9 @@ pub(crate) struct Traced {
 impl Traced {
     /// Writes the span's context into the request's headers (`traceparent`, `tracestate`).
     pub(crate) fn inject(&self, headers: &mut HeaderMap) {
-        if let Some(span) = self.cx.as_ref().and_then(w3c::valid_span) {
-            w3c::inject_headers(headers, &span);
+        let own = self.cx.as_ref().and_then(w3c::valid_span);
+        if let Some(span) = own.as_ref().or(self.carried.as_ref()) {
+            w3c::inject_headers(headers, span);
         }
     }
 

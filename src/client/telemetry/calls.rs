@@ -18,6 +18,8 @@ pub(crate) struct CallTrace {
     /// `gen_ai.tool.name` or `gen_ai.prompt.name`.
     pub(super) target: Option<KeyValue>,
     pub(super) started: Instant,
+    /// Its span records (an exporter takes it): its HTTP requests get spans too.
+    pub(super) recording: bool,
     /// What its latest HTTP request said (the JSON-RPC id, the session in force), set on the
     /// span when it ends: an attribute set twice would be exported twice.
     pub(super) facts: Vec<KeyValue>,
@@ -41,7 +43,8 @@ impl Instrumentation {
             .start_with_context(self.tracer(), &parent);
         let cx = parent.with_span(span);
         let span = cx.span();
-        if span.is_recording() {
+        let recording = span.is_recording();
+        if recording {
             span.set_attribute(KeyValue::new(names::MCP_METHOD_NAME, method.clone()));
             span.set_attributes(self.connection());
             if let Some(target) = &target {
@@ -62,6 +65,7 @@ impl Instrumentation {
             method,
             target,
             started: Instant::now(),
+            recording,
             facts: Vec::new(),
         }
     }

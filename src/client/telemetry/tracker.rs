@@ -255,6 +255,30 @@ impl Tracker {
 
 impl Inner {
     fn attempt(&mut self, session: &Session, request: &HttpRequest) -> Attempt {
+        let resume = request.purpose == HttpPurpose::Resume;
+        let owner = match session.exchange_call(request.id) {
+            Some(call) if self.calls.contains_key(&call) => Owner::Call(call),
+            _ if resume => self.resumed_owner(request),
+            _ if request.purpose == HttpPurpose::Listen => Owner::Listen,
+            _ => self.own_request(session, request),
+        };
+        // A call whose span records nothing (no exporter, or sampled out) gets no HTTP spans
+        // either: its requests carry its own context, and its metrics are kept.
+        let unrecorded = match &owner {
+            Owner::Call(call) => self
+                .calls
+                .get_mut(call)
+                .filter(|record| !record.trace.recording)
+                .map(|record| {
+                    record.advance(resume);
+                    (record.trace.cx.clone(), record.cursor.clone())
+                }),
+            _ => None,
+        };
+        if let Some((cx, cursor)) = unrecorded {
+            self.track(request.id, owner, resume);
+            return Attempt::unrecorded(&cx, cursor, self.max_event_size);
+        }
         let method = match request.method {
             HttpMethod::Post => "POST",
             HttpMethod::Get => "GET",
@@ -265,13 +289,6 @@ impl Inner {
             KeyValue::new(names::URL_FULL, self.inst.0.url.clone()),
         ];
         attributes.extend(self.inst.0.server.iter().cloned());
-        let resume = request.purpose == HttpPurpose::Resume;
-        let owner = match session.exchange_call(request.id) {
-            Some(call) if self.calls.contains_key(&call) => Owner::Call(call),
-            _ if resume => self.resumed_owner(request),
-            _ if request.purpose == HttpPurpose::Listen => Owner::Listen,
-            _ => self.own_request(session, request),
-        };
         let (parent, cursor) = match &owner {
             Owner::Call(call) => {
                 let facts = self.session_facts(session);
@@ -298,16 +315,7 @@ impl Inner {
             Owner::Own(cx, _) => Some(cx.clone()),
             _ => None,
         };
-        self.exchanges.insert(
-            request.id,
-            Exchange {
-                owner,
-                resume,
-                status: None,
-                delivered: false,
-                end: None,
-            },
-        );
+        self.track(request.id, owner, resume);
         let builder = self
             .inst
             .tracer()
@@ -322,6 +330,17 @@ impl Inner {
             cursor,
             self.max_event_size,
         )
+    }
+
+    fn track(&mut self, id: HttpId, owner: Owner, resume: bool) {
+        let exchange = Exchange {
+            owner,
+            resume,
+            status: None,
+            delivered: false,
+            end: None,
+        };
+        self.exchanges.insert(id, exchange);
     }
 
     /// The request whose stream a resume GET continues: the one whose stream last delivered
@@ -647,20 +666,12 @@ impl Inner {
 }
 
 impl Call {
-    /// The next HTTP request for this call: its ordinal and why it is made on the HTTP span,
-    /// the JSON-RPC id and the session in force on the call's span.
-    fn planned(
-        &mut self,
-        request: &HttpRequest,
-        resume: bool,
-        facts: Vec<KeyValue>,
-        attributes: &mut Vec<KeyValue>,
-    ) {
+    /// The next HTTP request for this call: its ordinal, what it is and why it is made
+    /// (`None` for the first).
+    fn advance(&mut self, resume: bool) -> Option<(i64, &'static str, Option<&'static str>)> {
         let resends = self.attempts;
         self.attempts += 1;
-        let span = self.trace.cx.span();
-        if resends > 0 {
-            attributes.push(KeyValue::new(names::HTTP_REQUEST_RESEND_COUNT, resends));
+        let labels = (resends > 0).then(|| {
             let attempt = if resume {
                 "resume"
             } else if self.polling {
@@ -670,9 +681,8 @@ impl Call {
             } else {
                 "resend"
             };
-            attributes.push(KeyValue::new(names::RECOVERY_ATTEMPT, attempt));
-            if matches!(attempt, "resume" | "resend") {
-                let reason = match (self.rejected, self.last_end) {
+            let reason = matches!(attempt, "resume" | "resend").then(|| {
+                match (self.rejected, self.last_end) {
                     (true, _) => "resume_rejected",
                     (_, Some(End::NotSent)) => "not_sent",
                     (_, Some(End::Lost)) => "connection_lost",
@@ -682,36 +692,53 @@ impl Call {
                     (_, Some(End::Refused(_))) => "refused",
                     // An answer the session acts on by sending again (a key still in use).
                     (_, Some(End::Answered) | None) => "answered",
-                };
-                attributes.push(KeyValue::new(names::RECOVERY_REASON, reason));
-            }
-        }
+                }
+            });
+            (resends, attempt, reason)
+        });
         self.rejected = false;
         self.round = false;
         if !resume {
             // A new request, not a continuation: a cut before it is not its to recover.
             self.cut_at = None;
         }
-        if span.is_recording() {
-            let mut facts = facts;
-            let id = request
-                .body
-                .as_deref()
-                .and_then(read_head)
-                .and_then(|h| h.id);
-            match id.as_ref().and_then(request_id) {
-                Some(id) => facts.push(KeyValue::new(names::JSONRPC_REQUEST_ID, id)),
-                // A resume carries no message: the request's id is still the POST's.
-                None => facts.extend(
-                    self.trace
-                        .facts
-                        .iter()
-                        .filter(|kv| kv.key.as_str() == names::JSONRPC_REQUEST_ID)
-                        .cloned(),
-                ),
+        labels
+    }
+
+    /// What the next HTTP request says on its span (its ordinal and why it is made) and on
+    /// the call's (the JSON-RPC id, the session in force).
+    fn planned(
+        &mut self,
+        request: &HttpRequest,
+        resume: bool,
+        facts: Vec<KeyValue>,
+        attributes: &mut Vec<KeyValue>,
+    ) {
+        if let Some((resends, attempt, reason)) = self.advance(resume) {
+            attributes.push(KeyValue::new(names::HTTP_REQUEST_RESEND_COUNT, resends));
+            attributes.push(KeyValue::new(names::RECOVERY_ATTEMPT, attempt));
+            if let Some(reason) = reason {
+                attributes.push(KeyValue::new(names::RECOVERY_REASON, reason));
             }
-            self.trace.facts = facts;
         }
+        let mut facts = facts;
+        let id = request
+            .body
+            .as_deref()
+            .and_then(read_head)
+            .and_then(|h| h.id);
+        match id.as_ref().and_then(request_id) {
+            Some(id) => facts.push(KeyValue::new(names::JSONRPC_REQUEST_ID, id)),
+            // A resume carries no message: the request's id is still the POST's.
+            None => facts.extend(
+                self.trace
+                    .facts
+                    .iter()
+                    .filter(|kv| kv.key.as_str() == names::JSONRPC_REQUEST_ID)
+                    .cloned(),
+            ),
+        }
+        self.trace.facts = facts;
     }
 }
 
