@@ -13,7 +13,7 @@ use opentelemetry_sdk::trace::{
 
 use crate::clients::{Client, Kind};
 use crate::server::Mode;
-use crate::{group, Config, Summary};
+use crate::{allocations_per_call, group, Config, Summary};
 
 /// The three ways to run the same client.
 const VARIANTS: [&str; 3] = ["telemetry disabled", "no exporter", "in-memory exporter"];
@@ -77,6 +77,10 @@ pub(crate) async fn measure(urls: [(Mode, &str); 2], cfg: &Config) -> String {
             ),
         ];
         let s = group(&clients, 1, cfg).await;
+        let mut allocations = Vec::new();
+        for (_, c) in &clients {
+            allocations.push(allocations_per_call(c, 1000).await);
+        }
         let spans = sdk.spans.get_finished_spans().map_or(0, |s| s.len());
         sdk.spans.reset();
         for (metric, f) in [
@@ -94,6 +98,17 @@ pub(crate) async fn measure(urls: [(Mode, &str); 2], cfg: &Config) -> String {
             }
             out.push('\n');
         }
+        out.push_str(&format!(
+            "{:<34}",
+            format!("allocations/call, sequential, {}", mode.label())
+        ));
+        for n in &allocations {
+            out.push_str(&format!(
+                "{:>24}",
+                format!("{n:.0} ({:.2})", n / allocations[0])
+            ));
+        }
+        out.push('\n');
         out.push_str(&format!(
             "  ({spans} spans exported in memory during the {} run)\n",
             mode.label()
