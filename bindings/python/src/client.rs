@@ -27,11 +27,14 @@ use crate::handler::{Handlers, Kind};
 use crate::models::{logging_level, reference_from_py};
 use crate::oauth::PyOAuth;
 use crate::streams::{EventStream, NotificationStream};
+use crate::telemetry::{caller_context, Otlp};
 use crate::types::{
     era_from_str, era_to_py, resend_policy_from_str, PyEraCache, PyExtensionStatus,
     PyReconnectPolicy,
 };
 use mcp_resume::client::oauth::OAuthProvider;
+use mcp_resume::client::Telemetry;
+use opentelemetry::trace::FutureExt as _;
 
 /// The low-level client; use `mcp_resume.Client`.
 ///
@@ -73,6 +76,8 @@ struct Options {
     max_body_size: Option<usize>,
     open_listen_stream: Option<bool>,
     jitter_seed: Option<u64>,
+    /// The OTLP exporters, when `otlp_endpoint` was given.
+    otlp: Option<Arc<Otlp>>,
 }
 
 impl Options {
@@ -150,7 +155,12 @@ impl Options {
         if let Some(seed) = self.jitter_seed {
             b = b.jitter_seed(seed);
         }
-        b
+        // Without an endpoint, no telemetry at all (not the Rust global providers, which
+        // nothing in a Python process sets).
+        b.telemetry(match &self.otlp {
+            Some(otlp) => otlp.telemetry(),
+            None => Telemetry::disabled(),
+        })
     }
 }
 
@@ -170,7 +180,7 @@ impl RawClient {
         connect_timeout=None, reconnect=None, resend_policy=None, max_event_size=None,
         max_body_size=None, open_listen_stream=None, jitter_seed=None, on_server_request=None,
         on_sampling=None, on_elicitation=None, on_roots=None, token_provider=None,
-        oauth=None))]
+        oauth=None, otlp_endpoint=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -196,6 +206,7 @@ impl RawClient {
         on_roots: Option<Py<PyAny>>,
         token_provider: Option<Py<PyAny>>,
         oauth: Option<PyRef<'_, PyOAuth>>,
+        otlp_endpoint: Option<String>,
     ) -> PyResult<Self> {
         if token_provider.is_some() && oauth.is_some() {
             // Both would answer for the Authorization header; one would silently lose.
@@ -250,6 +261,10 @@ impl RawClient {
                 .transpose()?,
             open_listen_stream,
             jitter_seed,
+            otlp: otlp_endpoint
+                .map(|endpoint| Otlp::new(&endpoint))
+                .transpose()
+                .map_err(|e| errors::invalid_config(py, &e))?,
             url,
         };
         let declared = Kind::TYPED.map(|kind| handlers.is_set(kind));
@@ -494,9 +509,17 @@ impl RawClient {
         self.run(py, async move { client.notify_roots_changed() })
     }
 
+    /// Closes the session, then exports what telemetry is waiting.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let client = self.client(py)?;
-        self.run(py, async move { client.close().await })
+        let otlp = self.options.otlp.clone();
+        self.run(py, async move {
+            let closed = client.close().await;
+            if let Some(otlp) = otlp {
+                let _ = tokio::task::spawn_blocking(move || otlp.flush()).await;
+            }
+            closed
+        })
     }
 
     #[getter]
@@ -668,7 +691,14 @@ impl RawClient {
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.handlers.bind_loop(py)?;
-        crate::bridge::awaitable(py, async move { Reply(fut.await) })
+        // The call's span is a child of the Python caller's current one.
+        let parent = self.options.otlp.as_ref().and_then(|_| caller_context(py));
+        crate::bridge::awaitable(py, async move {
+            Reply(match parent {
+                Some(parent) => fut.with_context(parent).await,
+                None => fut.await,
+            })
+        })
     }
 }
 
