@@ -198,6 +198,39 @@ impl Telemetry {
     }
 }
 
+/// The context a W3C `traceparent` (and `tracestate`) names, as a remote parent: for a
+/// language binding, the span current in its host when a call is made; attach it to the
+/// call's future (`opentelemetry::trace::FutureExt::with_context`) and the call's span is its
+/// child. `None` for a malformed or all-zero value.
+///
+/// ```
+/// use opentelemetry::trace::TraceContextExt;
+///
+/// let parent = mcp_resume::client::telemetry::remote_parent(
+///     "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+///     Some("rojo=00f067aa0ba902b7"),
+/// )
+/// .expect("a valid traceparent");
+/// assert!(parent.span().span_context().is_remote());
+/// assert!(mcp_resume::client::telemetry::remote_parent("00-zz", None).is_none());
+/// ```
+pub fn remote_parent(
+    traceparent: &str,
+    tracestate: Option<&str>,
+) -> Option<opentelemetry::Context> {
+    let (trace, span, flags) = w3c::parse_traceparent(traceparent)?;
+    let state = tracestate
+        .and_then(|s| s.parse::<opentelemetry::trace::TraceState>().ok())
+        .unwrap_or_default();
+    let remote = opentelemetry::trace::SpanContext::new(trace, span, flags, true, state);
+    Some(
+        opentelemetry::trace::TraceContextExt::with_remote_span_context(
+            &opentelemetry::Context::new(),
+            remote,
+        ),
+    )
+}
+
 fn scope() -> InstrumentationScope {
     InstrumentationScope::builder(names::SCOPE)
         .with_version(env!("CARGO_PKG_VERSION"))
