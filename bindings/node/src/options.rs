@@ -6,6 +6,7 @@
 //! napi's `TypeError`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_resume::{ClientBuilder, Era, ReconnectPolicy, ResendPolicy};
@@ -13,6 +14,8 @@ use napi_derive::napi;
 use serde_json::Value;
 
 use crate::errors::{invalid, Failure};
+use crate::telemetry::Otlp;
+use mcp_resume::client::Telemetry;
 
 /// `clientInfo` sent at `initialize`.
 #[napi(object)]
@@ -73,6 +76,8 @@ pub struct ClientOptions {
     pub open_listen_stream: Option<bool>,
     /// Fixes the reconnect jitter (reproducible tests).
     pub jitter_seed: Option<i64>,
+    /// Base URL of an OTLP/HTTP collector: the client's spans and metrics go there.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// What only the message bridge takes, besides the client's options.
@@ -101,6 +106,8 @@ pub(crate) struct Settings {
     max_body_size: Option<usize>,
     open_listen_stream: Option<bool>,
     jitter_seed: Option<u64>,
+    /// The OTLP exporters, when `otlpEndpoint` was given.
+    pub(crate) otlp: Option<Arc<Otlp>>,
 }
 
 impl Settings {
@@ -138,6 +145,10 @@ impl Settings {
             jitter_seed: o
                 .jitter_seed
                 .map(|s| u64::try_from(s).map_err(|_| invalid("jitterSeed must not be negative")))
+                .transpose()?,
+            otlp: o
+                .otlp_endpoint
+                .map(|endpoint| Otlp::new(&endpoint).map_err(invalid))
                 .transpose()?,
         })
     }
@@ -186,7 +197,12 @@ impl Settings {
         if let Some(seed) = self.jitter_seed {
             b = b.jitter_seed(seed);
         }
-        b
+        // Without an endpoint, no telemetry at all (not the Rust global providers, which
+        // nothing in a Node process sets).
+        b.telemetry(match &self.otlp {
+            Some(otlp) => otlp.telemetry(),
+            None => Telemetry::disabled(),
+        })
     }
 }
 
