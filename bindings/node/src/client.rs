@@ -17,7 +17,8 @@ use crate::errors::{invalid, promise, to_js, Failure};
 use crate::handlers::HandlerOptions;
 use crate::options::{millis, ClientOptions, Settings};
 use crate::streams::{NativeStream, Source};
-use crate::telemetry::{caller_context, under, CallerContext, Otlp};
+use crate::telemetry::{caller_context, flush, under, CallerContext};
+use mcp_resume::client::telemetry::Otlp;
 
 /// Per-call options of `callTool` and `request`.
 #[napi(object, object_to_js = false)]
@@ -353,7 +354,7 @@ impl NativeClient {
             closed.send_replace(true);
             // What the exporters hold goes out before the promise resolves.
             if let Some(otlp) = otlp {
-                otlp.flush().await;
+                flush(otlp).await;
             }
             Ok(outcome?)
         })

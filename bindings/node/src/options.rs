@@ -14,7 +14,7 @@ use napi_derive::napi;
 use serde_json::Value;
 
 use crate::errors::{invalid, Failure};
-use crate::telemetry::Otlp;
+use mcp_resume::client::telemetry::Otlp;
 use mcp_resume::client::Telemetry;
 
 /// `clientInfo` sent at `initialize`.
@@ -148,7 +148,7 @@ impl Settings {
                 .transpose()?,
             otlp: o
                 .otlp_endpoint
-                .map(|endpoint| Otlp::new(&endpoint).map_err(invalid))
+                .map(|endpoint| Otlp::new(&endpoint).map(Arc::new))
                 .transpose()?,
         })
     }

@@ -27,12 +27,13 @@ use crate::handler::{Handlers, Kind};
 use crate::models::{logging_level, reference_from_py};
 use crate::oauth::PyOAuth;
 use crate::streams::{EventStream, NotificationStream};
-use crate::telemetry::{caller_context, Otlp};
+use crate::telemetry::caller_context;
 use crate::types::{
     era_from_str, era_to_py, resend_policy_from_str, PyEraCache, PyExtensionStatus,
     PyReconnectPolicy,
 };
 use mcp_resume::client::oauth::OAuthProvider;
+use mcp_resume::client::telemetry::Otlp;
 use mcp_resume::client::Telemetry;
 use opentelemetry::trace::FutureExt as _;
 
@@ -262,9 +263,9 @@ impl RawClient {
             open_listen_stream,
             jitter_seed,
             otlp: otlp_endpoint
-                .map(|endpoint| Otlp::new(&endpoint))
+                .map(|endpoint| Otlp::new(&endpoint).map(Arc::new))
                 .transpose()
-                .map_err(|e| errors::invalid_config(py, &e))?,
+                .map_err(|e| errors::to_py_err(py, &e))?,
             url,
         };
         let declared = Kind::TYPED.map(|kind| handlers.is_set(kind));

@@ -9,84 +9,16 @@
 //! leaves, which rules out re-creating the spans in Python afterwards. What a Python user
 //! expects is kept: the spans land where the application's other spans go (the collector of
 //! `OTEL_EXPORTER_OTLP_ENDPOINT`), in the same trace, as children of the span current when
-//! the call was made (read through `opentelemetry.trace`, when it is installed).
+//! the call was made (read through `opentelemetry.trace`, when it is installed). The
+//! exporters are the SDK's `mcp_resume::client::telemetry::Otlp`.
 
 use std::str::FromStr;
-use std::sync::Arc;
-use std::time::Duration;
 
-use mcp_resume::client::Telemetry;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry::Context;
-use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::SdkTracerProvider;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
-
-/// A client's exporters: spans in batches, metrics every 60 s, both flushed when the client
-/// closes and shut down when it is dropped.
-pub(crate) struct Otlp {
-    tracer: SdkTracerProvider,
-    meter: SdkMeterProvider,
-}
-
-impl Otlp {
-    /// Exporters to the OTLP/HTTP collector at `endpoint` (e.g. `http://127.0.0.1:4318`):
-    /// spans to `/v1/traces`, metrics to `/v1/metrics`.
-    pub(crate) fn new(endpoint: &str) -> Result<Arc<Otlp>, String> {
-        let base = endpoint.trim_end_matches('/');
-        let spans = SpanExporter::builder()
-            .with_http()
-            .with_endpoint(format!("{base}/v1/traces"))
-            .with_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("otlp_endpoint: {e}"))?;
-        let metrics = MetricExporter::builder()
-            .with_http()
-            .with_endpoint(format!("{base}/v1/metrics"))
-            .with_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| format!("otlp_endpoint: {e}"))?;
-        Ok(Arc::new(Otlp {
-            tracer: SdkTracerProvider::builder()
-                .with_batch_exporter(spans)
-                .build(),
-            meter: SdkMeterProvider::builder()
-                .with_reader(PeriodicReader::builder(metrics).build())
-                .build(),
-        }))
-    }
-
-    /// The client's telemetry, into these exporters.
-    pub(crate) fn telemetry(&self) -> Telemetry {
-        Telemetry::new()
-            .tracer_provider(&self.tracer)
-            .meter_provider(&self.meter)
-    }
-
-    /// Exports what is waiting (blocks: call it off the runtime's workers).
-    pub(crate) fn flush(&self) {
-        let _ = self.tracer.force_flush();
-        let _ = self.meter.force_flush();
-    }
-}
-
-impl Drop for Otlp {
-    /// Shuts the exporters down on a thread of their own: the client is dropped with the GIL
-    /// held, and a shutdown exports what is left, which must not wait on Python (a collector
-    /// in this very process needs the GIL to answer).
-    fn drop(&mut self) {
-        let (tracer, meter) = (self.tracer.clone(), self.meter.clone());
-        let _ = std::thread::Builder::new()
-            .name("mcp-resume-otlp-shutdown".to_owned())
-            .spawn(move || {
-                let _ = tracer.shutdown();
-                let _ = meter.shutdown();
-            });
-    }
-}
 
 /// `opentelemetry.trace`, if it is installed (looked up once).
 fn python_trace(py: Python<'_>) -> Option<&Bound<'_, PyModule>> {

@@ -1,24 +1,19 @@
-//! The real exporter: OTLP over HTTP (protobuf) to a receiver in the test that decodes the
-//! official protobuf definitions.
+//! The real exporter: OTLP over HTTP (protobuf), opentelemetry-otlp's behind the crate's
+//! `Otlp`, to a receiver in the test that decodes the official protobuf definitions.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
 use axum::Router;
-use mcp_resume::client::telemetry::names;
-use mcp_resume::client::Telemetry;
+use mcp_resume::client::telemetry::{names, Otlp};
 use mcp_resume::{Client, ToolCall};
 use mock_server::{Cluster, Preset};
-use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::trace::v1::Span;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::SdkTracerProvider;
 use prost::Message;
 use serde_json::json;
 
@@ -85,24 +80,8 @@ fn spans_and_metrics_reach_an_otlp_receiver() {
         tokio::spawn(async move { axum::serve(listener, app).await });
         addr
     });
-    let spans = SpanExporter::builder()
-        .with_http()
-        .with_endpoint(format!("http://{receiver}/v1/traces"))
-        .with_timeout(Duration::from_secs(5))
-        .build()
-        .expect("an OTLP span exporter");
-    let tracer = SdkTracerProvider::builder()
-        .with_batch_exporter(spans)
-        .build();
-    let metrics_exporter = MetricExporter::builder()
-        .with_http()
-        .with_endpoint(format!("http://{receiver}/v1/metrics"))
-        .with_timeout(Duration::from_secs(5))
-        .build()
-        .expect("an OTLP metric exporter");
-    let meter = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(metrics_exporter).build())
-        .build();
+    // The crate's `Otlp`: opentelemetry-otlp's HTTP exporters behind the SDK's providers.
+    let otlp = Otlp::new(&format!("http://{receiver}/")).expect("exporters");
 
     runtime.block_on(async {
         let cluster = Cluster::start(cluster(Preset::Replicated))
@@ -110,11 +89,7 @@ fn spans_and_metrics_reach_an_otlp_receiver() {
             .expect("cluster");
         let client = Client::builder(cluster.url())
             .open_listen_stream(false)
-            .telemetry(
-                Telemetry::new()
-                    .tracer_provider(&tracer)
-                    .meter_provider(&meter),
-            )
+            .telemetry(otlp.telemetry())
             .build()
             .expect("a client");
         let reply = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "otlp"}))))
@@ -125,8 +100,7 @@ fn spans_and_metrics_reach_an_otlp_receiver() {
         drop(client);
         cluster.shutdown().await;
     });
-    tracer.force_flush().expect("spans exported");
-    meter.force_flush().expect("metrics exported");
+    otlp.flush();
 
     let got = got.lock().unwrap();
     let call = got
@@ -163,7 +137,12 @@ fn spans_and_metrics_reach_an_otlp_receiver() {
         );
     }
     drop(got);
-    tracer.shutdown().expect("tracer shut down");
-    meter.shutdown().expect("meter shut down");
+    drop(otlp);
     drop(runtime);
+}
+
+#[test]
+fn an_endpoint_the_exporters_refuse_is_a_configuration_error() {
+    let err = Otlp::new("not a url").expect_err("refused");
+    assert_eq!(err.kind(), mcp_resume::ErrorKind::InvalidConfig, "{err}");
 }

@@ -39,6 +39,8 @@ mod attempt;
 mod calls;
 mod instruments;
 pub mod names;
+#[cfg(feature = "otlp")]
+mod otlp;
 mod tracker;
 mod w3c;
 
@@ -54,6 +56,8 @@ use sha2::{Digest, Sha256};
 
 pub(crate) use attempt::{Attempt, Traced};
 pub(crate) use calls::CallTrace;
+#[cfg(feature = "otlp")]
+pub use otlp::Otlp;
 pub(crate) use tracker::Tracker;
 
 use instruments::Instruments;
