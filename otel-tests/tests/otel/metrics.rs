@@ -8,7 +8,7 @@ use mcp_resume::client::telemetry::names;
 use mcp_resume::{Client, ErrorKind, SessionEvent};
 use mock_server::{Cluster, Preset};
 
-use crate::support::{count, guarded, Exporters};
+use crate::support::{count, cut_slow_call, guarded, Exporters};
 use crate::workload::{
     cluster_config, configure, run_calls, Agent, ClientKind, EventCollector, WorkloadConfig,
 };
@@ -142,36 +142,15 @@ async fn a_sampled_out_call_is_counted_and_propagated_without_spans() {
         .with_sampler(Sampler::AlwaysOff)
         .with_simple_exporter(spans.clone())
         .build();
-    let exporters = Exporters::new();
-    let config = mock_server::ClusterConfig {
-        cut_after_events: Some(2),
-        ..crate::support::cluster(Preset::Sticky)
-    };
-    let cluster = Cluster::start(config).await.expect("cluster");
-    let client = Client::builder(cluster.url())
-        .open_listen_stream(false)
-        .telemetry(
+    let seen = cut_slow_call(Preset::Sticky, false, "sampled-out", |b, exporters| {
+        b.telemetry(
             mcp_resume::client::Telemetry::new()
                 .tracer_provider(&tracer)
                 .meter_provider(&exporters.meter),
         )
-        .build()
-        .expect("a client");
-    let events = EventCollector::start(client.events());
-    let call = mcp_resume::ToolCall::new("slow", serde_json::json!({"steps": 2, "delay_ms": 0}))
-        .meta(
-            mock_server::context::meta::TAG,
-            serde_json::json!("sampled-out"),
-        );
-    let reply = guarded(client.call_tool(call))
-        .await
-        .expect("the cut call completes");
-    assert_eq!(reply.text(), "slow: done after 2 steps");
-    guarded(client.close()).await.expect("closed");
-    drop(client);
-    let events = events.finish().await;
-    let oracle = cluster.oracle();
-    cluster.shutdown().await;
+    })
+    .await;
+    let (events, oracle) = (seen.events, seen.oracle);
 
     assert!(spans.get_finished_spans().expect("spans").is_empty());
     let traced = oracle
@@ -193,7 +172,7 @@ async fn a_sampled_out_call_is_counted_and_propagated_without_spans() {
         .expect("the resume carried it too");
     assert_eq!(get.traceparent.as_ref(), Some(&header));
 
-    let m = exporters.metrics();
+    let m = seen.metrics;
     assert_eq!(
         count(&events, |e| matches!(e, SessionEvent::Resumed { .. })),
         1

@@ -12,14 +12,14 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::support::{
-    attr, cluster, count, event_attr, event_names, guarded, text, traceparent, Bench,
+    attr, cluster, count, cut_slow_call, event_attr, event_names, guarded, text, traceparent, Bench,
 };
 
 /// A plain call: one `CLIENT` span named after the method and the tool, a child of the
 /// caller's span, with one HTTP child; the server saw both spans' contexts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_call_is_one_span_with_one_http_child() {
-    let bench = Bench::start(cluster(Preset::Replicated), |b| b).await;
+    let bench = Bench::start(cluster(Preset::Replicated), |b, _| b).await;
     let agent = bench.exporters.tracer.tracer("agent").start("agent turn");
     let cx = Context::current_with_span(agent);
     let call = mcp_resume::ToolCall::new("echo", json!({"text": "hi"}))
@@ -174,20 +174,7 @@ async fn a_plain_call_is_one_span_with_one_http_child() {
 /// call's second HTTP child (`resend_count` 1, `resume`), and the call's span says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_and_resumed_call_has_its_resume_as_a_second_http_child() {
-    let bench = Bench::start(
-        ClusterConfig {
-            cut_after_events: Some(2),
-            ..cluster(Preset::Sticky)
-        },
-        |b| b,
-    )
-    .await;
-    let r = bench
-        .call("slow", json!({"steps": 2, "delay_ms": 0}), false, "resumed")
-        .await
-        .expect("the cut call completes");
-    assert_eq!(r.text(), "slow: done after 2 steps");
-    let seen = bench.finish().await;
+    let seen = cut_slow_call(Preset::Sticky, false, "resumed", |b, _| b).await;
     let spans = &seen.spans;
     let call = spans.one("tools/call slow");
     assert_eq!(call.status, Status::Unset, "{}", spans.tree());
@@ -273,20 +260,7 @@ async fn a_cut_and_resumed_call_has_its_resume_as_a_second_http_child() {
 /// call's span: the refused GET, the new `initialize`, the re-sent POST, and the events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rejected_resume_shows_the_reinitialization_and_the_keyed_resend() {
-    let bench = Bench::start(
-        ClusterConfig {
-            cut_after_events: Some(2),
-            ..cluster(Preset::Strict)
-        },
-        |b| b,
-    )
-    .await;
-    let r = bench
-        .call("slow", json!({"steps": 2, "delay_ms": 0}), true, "keyed")
-        .await
-        .expect("the keyed call is re-sent and answered");
-    assert_eq!(r.text(), "slow: done after 2 steps");
-    let seen = bench.finish().await;
+    let seen = cut_slow_call(Preset::Strict, true, "keyed", |b, _| b).await;
     let spans = &seen.spans;
     let call = spans.one("tools/call slow");
     assert_eq!(call.status, Status::Unset, "{}", spans.tree());
@@ -423,7 +397,7 @@ async fn an_outcome_unknown_call_ends_in_error_with_its_kind() {
             cut_after_events: Some(1),
             ..cluster(Preset::Strict)
         },
-        |b| b,
+        |b, _| b,
     )
     .await;
     let err = bench

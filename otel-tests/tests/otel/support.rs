@@ -272,10 +272,10 @@ pub struct Seen {
 
 impl Bench {
     /// As the seed scenarios set it up: deterministic routing (no standalone stream), short
-    /// backoffs.
+    /// backoffs, telemetry into the bench's exporters; `client` may change any of it.
     pub async fn start(
         config: ClusterConfig,
-        client: impl FnOnce(ClientBuilder) -> ClientBuilder,
+        client: impl FnOnce(ClientBuilder, &Exporters) -> ClientBuilder,
     ) -> Bench {
         let cluster = Cluster::start(config).await.expect("cluster starts");
         let exporters = Exporters::new();
@@ -292,7 +292,9 @@ impl Bench {
             )
             .jitter_seed(3)
             .telemetry(exporters.telemetry());
-        let client = client(builder).build().expect("valid configuration");
+        let client = client(builder, &exporters)
+            .build()
+            .expect("valid configuration");
         let events = Arc::new(Mutex::new(Vec::new()));
         let mut stream = client.events();
         let sink = events.clone();
@@ -344,6 +346,27 @@ impl Bench {
             oracle,
         }
     }
+}
+
+/// A `slow` call of two steps (keyed when `keyed`), whose stream the balancer cuts after its
+/// second event, on a `preset` cluster: what happened, once it completed.
+pub async fn cut_slow_call(
+    preset: Preset,
+    keyed: bool,
+    tag: &str,
+    client: impl FnOnce(ClientBuilder, &Exporters) -> ClientBuilder,
+) -> Seen {
+    let config = ClusterConfig {
+        cut_after_events: Some(2),
+        ..cluster(preset)
+    };
+    let bench = Bench::start(config, client).await;
+    let reply = bench
+        .call("slow", json!({"steps": 2, "delay_ms": 0}), keyed, tag)
+        .await
+        .expect("the cut call completes");
+    assert_eq!(reply.text(), "slow: done after 2 steps");
+    bench.finish().await
 }
 
 pub fn count(events: &[SessionEvent], pred: impl Fn(&SessionEvent) -> bool) -> usize {
