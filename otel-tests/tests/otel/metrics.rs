@@ -8,7 +8,7 @@ use mcp_resume::client::telemetry::names;
 use mcp_resume::{Client, ErrorKind, SessionEvent};
 use mock_server::{Cluster, Preset};
 
-use crate::support::{count, cut_slow_call, guarded, Exporters};
+use crate::support::{assert_one_request_resume, count, cut_slow_call, guarded, Exporters};
 use crate::workload::{
     cluster_config, configure, run_calls, Agent, ClientKind, EventCollector, WorkloadConfig,
 };
@@ -177,20 +177,7 @@ async fn a_sampled_out_call_is_counted_and_propagated_without_spans() {
         count(&events, |e| matches!(e, SessionEvent::Resumed { .. })),
         1
     );
-    assert_eq!(
-        m.total(
-            names::METRIC_RESUMES,
-            &[(names::RECOVERY_STREAM, "request")]
-        ),
-        1
-    );
-    assert_eq!(
-        m.total(
-            names::METRIC_RECOVERY_DURATION,
-            &[(names::RECOVERY_STREAM, "request")]
-        ),
-        1
-    );
+    assert_one_request_resume(&m);
     assert_eq!(
         m.total(
             names::MCP_CLIENT_OPERATION_DURATION,

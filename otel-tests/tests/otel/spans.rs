@@ -12,7 +12,8 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use crate::support::{
-    attr, cluster, count, cut_slow_call, event_attr, event_names, guarded, text, traceparent, Bench,
+    assert_one_request_resume, attr, cluster, count, cut_slow_call, event_attr, event_names,
+    guarded, text, traceparent, Bench,
 };
 
 /// A plain call: one `CLIENT` span named after the method and the tool, a child of the
@@ -234,20 +235,7 @@ async fn a_cut_and_resumed_call_has_its_resume_as_a_second_http_child() {
     assert_eq!(get_trace.traceparent, Some(traceparent(get)));
 
     let m = &seen.metrics;
-    assert_eq!(
-        m.total(
-            names::METRIC_RESUMES,
-            &[(names::RECOVERY_STREAM, "request")]
-        ),
-        1
-    );
-    assert_eq!(
-        m.total(
-            names::METRIC_RECOVERY_DURATION,
-            &[(names::RECOVERY_STREAM, "request")]
-        ),
-        1
-    );
+    assert_one_request_resume(m);
     assert_eq!(m.total(names::METRIC_REINITIALIZATIONS, &[]), 0);
     assert_eq!(
         count(&seen.events, |e| matches!(e, SessionEvent::Resumed { .. })),

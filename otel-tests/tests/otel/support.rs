@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use mcp_resume::client::telemetry::names;
 use mcp_resume::client::Telemetry;
 use mcp_resume::{
     CallToolResult, Client, ClientBuilder, Error, ReconnectPolicy, SessionEvent, ToolCall,
@@ -241,6 +242,13 @@ impl Metrics {
             .map(|p| p.value)
             .sum()
     }
+}
+
+/// One request stream resumed, and its recovery measured once.
+pub fn assert_one_request_resume(m: &Metrics) {
+    let request = [(names::RECOVERY_STREAM, "request")];
+    assert_eq!(m.total(names::METRIC_RESUMES, &request), 1);
+    assert_eq!(m.total(names::METRIC_RECOVERY_DURATION, &request), 1);
 }
 
 /// A cluster of three instances with the resume-safety extension.
