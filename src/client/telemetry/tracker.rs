@@ -217,6 +217,10 @@ impl Tracker {
             let outcome = error.map_or(Outcome::Cancelled, Outcome::Failed);
             record.trace.end(&inner.inst, outcome);
         }
+        // A POST withdrawn before it was sent is neither ended nor aborted: forget it here.
+        inner
+            .exchanges
+            .retain(|_, ex| !matches!(ex.owner, Owner::Call(owner) if owner == call));
     }
 
     /// The server sent a request on the stream being read (a multi round-trip request's
