@@ -435,3 +435,64 @@ async fn an_outcome_unknown_call_ends_in_error_with_its_kind() {
     // It did run, once: the oracle's truth.
     assert_eq!(seen.oracle.executions_tagged("unkeyed").count(), 1);
 }
+
+/// An answer produced under another negotiated context (the session's record drifted on the
+/// cluster): the call's span ends in error `context_mismatch`, says so in an event, and the
+/// counter and the session's re-initialization agree with the oracle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_mismatch_ends_the_calls_span_in_error() {
+    let bench = Bench::start(cluster(Preset::Strict), |b, _| b).await;
+    bench
+        .call("echo", json!({"text": "hi"}), false, "before")
+        .await
+        .expect("echo");
+    let session = bench
+        .cluster
+        .oracle()
+        .executions_tagged("before")
+        .next()
+        .expect("echo ran")
+        .session
+        .clone();
+    bench
+        .cluster
+        .drift_session(&session)
+        .await
+        .expect("strict shares session records");
+    let err = bench
+        .call("generate", json!({"prompt": "p"}), false, "drifted")
+        .await
+        .expect_err("an answer under another context is not a result");
+    assert_eq!(err.kind(), ErrorKind::ContextMismatch, "{err}");
+    let seen = bench.finish().await;
+    let spans = &seen.spans;
+    let call = spans.one("tools/call generate");
+    assert_eq!(
+        text(call, names::ERROR_TYPE).as_deref(),
+        Some("context_mismatch")
+    );
+    assert!(
+        matches!(call.status, Status::Error { .. }),
+        "{:?}",
+        call.status
+    );
+    assert!(
+        event_names(call).contains(&names::EVENT_CONTEXT_MISMATCH),
+        "{}",
+        spans.tree()
+    );
+    let m = &seen.metrics;
+    let by_method = [(names::MCP_METHOD_NAME, "tools/call")];
+    assert_eq!(m.total(names::METRIC_CONTEXT_MISMATCHES, &by_method), 1);
+    assert_eq!(
+        seen.oracle.totals.wrong_capability, 1,
+        "the oracle: it ran under the wrong context"
+    );
+    assert_eq!(
+        m.total(
+            names::METRIC_REINITIALIZATIONS,
+            &[(names::RECOVERY_REINIT_REASON, "capability_mismatch")]
+        ),
+        seen.oracle.totals.initializes - 1
+    );
+}
