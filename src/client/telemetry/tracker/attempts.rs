@@ -110,3 +110,120 @@ pub(super) fn request_id(id: &Value) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use opentelemetry::Context;
+
+    use super::*;
+    use crate::client::telemetry::CallTrace;
+
+    fn call() -> Call {
+        Call {
+            trace: CallTrace {
+                cx: Context::new(),
+                method: "tools/call".to_owned(),
+                target: None,
+                started: Instant::now(),
+                recording: false,
+                facts: Vec::new(),
+            },
+            attempts: 0,
+            cursor: Arc::default(),
+            cut_at: None,
+            last_end: None,
+            rejected: false,
+            round: false,
+            polling: false,
+        }
+    }
+
+    /// What each HTTP request after a call's first is labelled, from how the one before it
+    /// ended, row by row.
+    #[test]
+    fn each_attempt_says_what_it_is_and_why() {
+        /// How the previous request ended, whether this one resumes, and the labels.
+        type Row = (fn(&mut Call), bool, &'static str, Option<&'static str>);
+        let cases: [Row; 10] = [
+            (
+                |c| c.last_end = Some(End::Lost),
+                true,
+                "resume",
+                Some("connection_lost"),
+            ),
+            (
+                |c| c.last_end = Some(End::Ended),
+                true,
+                "resume",
+                Some("stream_ended"),
+            ),
+            (
+                |c| c.last_end = Some(End::NotSent),
+                false,
+                "resend",
+                Some("not_sent"),
+            ),
+            (
+                |c| c.last_end = Some(End::TooLarge),
+                false,
+                "resend",
+                Some("too_large"),
+            ),
+            (
+                |c| c.last_end = Some(End::Refused(404)),
+                false,
+                "resend",
+                Some("session_not_found"),
+            ),
+            (
+                |c| c.last_end = Some(End::Refused(503)),
+                false,
+                "resend",
+                Some("refused"),
+            ),
+            (
+                |c| c.last_end = Some(End::Answered),
+                false,
+                "resend",
+                Some("answered"),
+            ),
+            (
+                |c| {
+                    c.last_end = Some(End::Refused(404));
+                    c.rejected = true;
+                },
+                false,
+                "resend",
+                Some("resume_rejected"),
+            ),
+            (|c| c.round = true, false, "next_round", None),
+            (|c| c.polling = true, false, "task_poll", None),
+        ];
+        for (before, resume, attempt, reason) in cases {
+            let mut c = call();
+            assert_eq!(c.advance(false), None, "the first request is no re-send");
+            before(&mut c);
+            let labels = c.advance(resume);
+            assert_eq!(labels, Some((1, attempt, reason)), "{attempt} {reason:?}");
+            // What made this one is spent: the next one is judged on its own.
+            assert!(!c.rejected && !c.round);
+        }
+    }
+
+    #[test]
+    fn a_new_request_forgets_the_cut_a_resume_would_have_measured() {
+        let mut c = call();
+        c.advance(false);
+        c.cut_at = Some(Instant::now());
+        c.advance(true);
+        assert!(
+            c.cut_at.is_some(),
+            "a resume keeps it: its first byte ends the recovery"
+        );
+        c.advance(false);
+        assert!(c.cut_at.is_none());
+    }
+}
