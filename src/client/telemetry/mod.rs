@@ -7,9 +7,11 @@
 //!
 //! - **One span per MCP request** (kind `CLIENT`), named `{mcp.method.name}` or
 //!   `{mcp.method.name} {tool or prompt}`, from the call to its result: every resume and
-//!   re-send of the request falls inside it. Its parent is the caller's current context, or
-//!   the context a request's `params._meta` carries (`traceparent`, as a host SDK sends it
-//!   through the [bridge](crate::bridge)). The handshake (`initialize`,
+//!   re-send of the request falls inside it. Its parent is the caller's current context
+//!   (`opentelemetry::Context::current()` when the call is made: an application traced with
+//!   `tracing-opentelemetry` attaches its span's context, or awaits the call
+//!   `.with_context(..)`), or the context a request's `params._meta` carries (`traceparent`,
+//!   as a host SDK sends it through the [bridge](crate::bridge)). The handshake (`initialize`,
 //!   `notifications/initialized`, `server/discover`) and the application's notifications get
 //!   spans of their own.
 //! - **One span per HTTP request** (kind `CLIENT`, named after its method), a child of its
