@@ -17,6 +17,7 @@ mod models;
 mod oauth;
 mod requests;
 mod streams;
+mod telemetry;
 mod types;
 
 use pyo3::prelude::*;
