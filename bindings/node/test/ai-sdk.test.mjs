@@ -82,7 +82,8 @@ test("stock: the AI SDK's own transport leaves a call interrupted by a server cr
       /HTTP 404/,
     );
     await server.synced(restarted);
-    // Never sent again; ran once.
+    // Never resumed, never sent again; ran once.
+    assert.equal(server.find(restarted, "http_in", (e) => e.last_event_id !== null).length, 0);
     assert.equal(server.find(restarted, "http_in", (e) => e.tool === "block").length, 0);
     assert.equal(server.find(0, "tool", (e) => e.name === "block").length, 1);
   } finally {
