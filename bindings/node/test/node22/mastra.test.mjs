@@ -41,6 +41,12 @@ function scriptedModel(tool, input, toolCallId) {
   };
 }
 
+/** An agent on `tools` whose scripted model calls `s_block` (tool call "call-1"). */
+function blockingAgent(tools) {
+  const model = scriptedModel("s_block", {}, "call-1");
+  return { model, agent: new Agent({ id: "agent", name: "agent", instructions: "Use the tools.", model, tools }) };
+}
+
 /** What the model was told of its tool calls: the tool results of its last prompt. */
 const toolResults = (model) =>
   model.prompts.at(-1).filter((m) => m.role === "tool").flatMap((m) => m.content);
@@ -87,8 +93,7 @@ test("Mastra's reconnect-and-retry never re-runs a call interrupted by a server 
   const mcp = new MCPClient({ servers: { s: { url: new URL(server.url), fetch } } });
   try {
     const tools = await mcp.listTools();
-    const model = scriptedModel("s_block", {}, "call-1");
-    const agent = new Agent({ id: "agent", name: "agent", instructions: "Use the tools.", model, tools });
+    const { model, agent } = blockingAgent(tools);
     const mark = server.mark();
     const run = agent.generate("Run block.");
     await server.waitFor(mark, "tool", (e) => e.name === "block");
@@ -123,8 +128,7 @@ test("stock: Mastra's own transport leaves a call interrupted by a server crash 
   const mcp = new MCPClient({ servers: { s: { url: new URL(server.url), timeout: 3000 } } });
   try {
     const tools = await mcp.listTools();
-    const model = scriptedModel("s_block", {}, "call-1");
-    const agent = new Agent({ id: "agent", name: "agent", instructions: "Use the tools.", model, tools });
+    const { model, agent } = blockingAgent(tools);
     const mark = server.mark();
     const run = agent.generate("Run block.");
     const restarted = await server.restartMidCall(mark);
