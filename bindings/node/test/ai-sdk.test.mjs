@@ -60,6 +60,38 @@ test("the AI SDK's maxRetries never re-runs a call interrupted by a server crash
   }
 });
 
+// Stock, for comparison (the README's framework table): the AI SDK's own HTTP transport.
+test("stock: the AI SDK's own transport leaves a call interrupted by a server crash unanswered, so maxRetries never fires", async () => {
+  const server = await LoggingServer.v1("--port", String(await freePort()));
+  const client = await createMCPClient({ transport: { type: "http", url: server.url }, maxRetries: 2 });
+  try {
+    const tools = await client.tools();
+    const mark = server.mark();
+    // It does not resume the call's stream and nothing fails it: the application's own
+    // signal is the only end of the wait (here 4 s, the call killed in its first second).
+    const signal = AbortSignal.timeout(4000);
+    const failed = assert.rejects(
+      tools.block.execute({}, { toolCallId: "call-1", messages: [], abortSignal: signal }),
+      /Request was aborted/,
+    );
+    const restarted = await server.restartMidCall(mark);
+    await failed;
+    // It keeps the session that died with the server: the next call fails (404).
+    await assert.rejects(
+      tools.echo.execute({ text: "after the restart" }, { toolCallId: "call-2", messages: [] }),
+      /HTTP 404/,
+    );
+    await server.synced(restarted);
+    // Never resumed, never sent again; ran once.
+    assert.equal(server.find(restarted, "http_in", (e) => e.last_event_id !== null).length, 0);
+    assert.equal(server.find(restarted, "http_in", (e) => e.tool === "block").length, 0);
+    assert.equal(server.find(0, "tool", (e) => e.name === "block").length, 1);
+  } finally {
+    await client.close().catch(() => {});
+    await server.stop();
+  }
+});
+
 test("withToolCallKeys: a re-run of the same tool call is answered from the stored result", async () => {
   const cluster = await Cluster.start("strict", ...CUTS);
   try {

@@ -4,7 +4,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { CreateMessageRequestSchema, McpError } from "@modelcontextprotocol/sdk/types.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { CreateMessageRequestSchema, ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
 import { BRIDGE_ERROR_CODES, ResumeTransport } from "../index.js";
 import { LoggingServer, freePort } from "./support/servers.mjs";
 
@@ -95,6 +96,37 @@ test("a call interrupted by a server crash fails as outcome_unknown, ran once; t
     await client.close();
     assert.equal(crashing.find(mark, "http_in", (e) => e.tool === "block").length, 1);
   } finally {
+    await crashing.stop();
+  }
+});
+
+// Stock, for comparison (the README's framework table): the SDK's own transport, same crash.
+test("stock: the SDK's own transport leaves a call interrupted by a server crash unanswered until its timeout, and keeps the dead session", async () => {
+  const crashing = await LoggingServer.v1("--port", String(await freePort()));
+  const client = new Client({ name: "host", version: "1" });
+  try {
+    await client.connect(new StreamableHTTPClientTransport(new URL(crashing.url)));
+    const mark = crashing.mark();
+    // Its resume is refused (404: the session died with the server) and it gives up without
+    // failing the call: the request timeout (60 s by default) is the only end of the wait.
+    const call = client.callTool({ name: "block", arguments: {} }, undefined, { timeout: 3000 });
+    const failed = assert.rejects(call, (e) => {
+      assert.ok(e instanceof McpError);
+      assert.equal(e.code, ErrorCode.RequestTimeout);
+      return true;
+    });
+    const restarted = await crashing.restartMidCall(mark);
+    await failed;
+    await assert.rejects(
+      client.callTool({ name: "echo", arguments: { text: "after the restart" } }),
+      /Session not found/,
+    );
+    await crashing.synced(restarted);
+    // Never sent again; ran once.
+    assert.equal(crashing.find(restarted, "http_in", (e) => e.tool === "block").length, 0);
+    assert.equal(crashing.find(0, "tool", (e) => e.name === "block").length, 1);
+  } finally {
+    await client.close().catch(() => {});
     await crashing.stop();
   }
 });

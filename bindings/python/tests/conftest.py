@@ -204,9 +204,27 @@ class TsServer:
                     raise TimeoutError(f"no {ev} {fields} in the server's log")
                 self._changed.wait(left)
 
+    def find(self, ev: str, after: int = 0, **fields: Any) -> list[dict[str, Any]]:
+        """The events named `ev` logged since `after` whose members equal `fields`."""
+        with self._changed:
+            return [
+                e
+                for e in self.events[after:]
+                if e.get("ev") == ev and all(e.get(k) == v for k, v in fields.items())
+            ]
+
     def ran(self, tool: str) -> int:
         """How many times the server started running `tool`, across every process."""
         return sum(1 for e in self.events if e.get("ev") == "tool" and e.get("name") == tool)
+
+    def admin(self, path: str) -> dict[str, Any]:
+        """POSTs an admin route (`/admin/release` ends every `block` call running now;
+        `/admin/mark` only logs, after whatever the server had under way); its JSON reply."""
+        base = self.url.rsplit("/mcp", 1)[0]
+        request = urllib.request.Request(f"{base}{path}", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            reply: dict[str, Any] = json.load(resp)
+            return reply
 
     def kill(self) -> None:
         """SIGKILL: the server dies mid-call, as a crashed or redeployed one does."""

@@ -447,3 +447,163 @@ async def test_langchain_keys_from_the_tool_call_id_deduplicate_a_rerun_invocati
     # invocation answered from the stored result: one execution.
     assert len(executions(oracle, "slow")) == 1, oracle["executions"]
     recovered_by_reinitializing(oracle)
+
+
+# --- Stock: each framework on its own MCP transport, no mcp-resume ---------------------------
+#
+# The same kill and restart, with nothing of this project in the path: what each framework
+# does on its own is the "stock" column of the README's table, and these tests keep it true.
+
+
+async def killed_mid_call(
+    server: TsServer, call: Awaitable[T], tool: str = "block"
+) -> tuple[asyncio.Future[T], int]:
+    """Starts `call`, kills the server once the tool runs and the call's event stream is open
+    (the client holds its first event id, so a stock client tries to resume), starts it again
+    at the same URL; the call's task, and where the restarted server's log begins."""
+    mark = server.mark()
+    task = asyncio.ensure_future(call)
+    await asyncio.to_thread(server.wait_for, "tool", after=mark, name=tool)
+    await asyncio.to_thread(server.wait_for, "http_head", after=mark, method="POST", tool=tool)
+    # The head is logged when it is written, its first event a moment later: a round trip
+    # through the server's event loop lets that go out before the kill.
+    await asyncio.to_thread(server.admin, "/admin/mark")
+    await asyncio.to_thread(server.wait_for, "admin", after=mark, path="/admin/mark")
+    restarted = server.mark()
+    await asyncio.to_thread(server.restart)
+    return task, restarted
+
+
+async def rerun_released(server: TsServer, task: asyncio.Future[T], restarted: int) -> T:
+    """Waits for the framework to send the interrupted call again to the restarted server,
+    lets that second run finish (`block` runs until released), and returns what the
+    application got."""
+    await asyncio.to_thread(server.wait_for, "tool", timeout=20, after=restarted, name="block")
+    assert server.admin("/admin/release")["released"] == 1
+    return await asyncio.wait_for(task, 30)
+
+
+def sent_again(server: TsServer, restarted: int) -> list[int]:
+    """The statuses the restarted server answered the `tools/call` requests for `block`
+    with: one per time the framework sent the call again."""
+    # Every line logged before the mark's is read once the mark's is.
+    server.admin("/admin/mark")
+    server.wait_for("admin", after=restarted, path="/admin/mark")
+    return [e["status"] for e in server.find("http_head", after=restarted, tool="block")]
+
+
+@needs("agents")
+async def test_stock_openai_agents_retry_attempts_rerun_an_interrupted_call(
+    ts_server: TsServer,
+) -> None:
+    from agents.mcp import MCPServerStreamableHttp
+
+    async with MCPServerStreamableHttp(
+        {"url": ts_server.url}, max_retry_attempts=2, retry_backoff_seconds_base=0.05
+    ) as server:
+        task, restarted = await killed_mid_call(ts_server, server.call_tool("block", {}))
+        # The resume is refused (404: the session died with the server), the call waits out
+        # `client_session_timeout_seconds` (5 s), and the SDK's retry sends it again on a new
+        # session: the restarted server runs it a second time, and the caller gets a success.
+        result = await rerun_released(ts_server, task, restarted)
+        assert not is_error(result) and result.content[0].text == "released", result
+    assert sent_again(ts_server, restarted) == [200]
+    assert ts_server.ran("block") == 2, ts_server.events
+
+
+@needs("langchain_mcp_adapters")
+async def test_stock_langchain_with_retry_reruns_an_interrupted_call(ts_server: TsServer) -> None:
+    from datetime import timedelta
+
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    # With no read timeout the interrupted call never returns (below), so the retry never
+    # fires; with one, `with_retry` sends it again on a new session (the adapters open one
+    # per call).
+    connection = {
+        "transport": "streamable_http",
+        "url": ts_server.url,
+        "session_kwargs": {"read_timeout_seconds": timedelta(seconds=2)},
+    }
+    client = MultiServerMCPClient({"ts": connection})  # type: ignore[dict-item]
+    by_name = {t.name: t for t in await client.get_tools()}
+    block = by_name["block"].with_retry(stop_after_attempt=3)
+    call = {"name": "block", "args": {}, "id": "call_1", "type": "tool_call"}
+    task, restarted = await killed_mid_call(ts_server, block.ainvoke(call))
+    message = await rerun_released(ts_server, task, restarted)
+    assert message.status == "success" and "released" in str(message.content), message
+    assert sent_again(ts_server, restarted) == [200]
+    assert ts_server.ran("block") == 2, ts_server.events
+
+
+@needs("langchain_mcp_adapters")
+async def test_stock_langchain_without_a_read_timeout_an_interrupted_call_never_returns(
+    ts_server: TsServer,
+) -> None:
+    from langchain_mcp_adapters.client import MultiServerMCPClient
+
+    client = MultiServerMCPClient({"ts": {"transport": "streamable_http", "url": ts_server.url}})
+    by_name = {t.name: t for t in await client.get_tools()}
+    block = by_name["block"].with_retry(stop_after_attempt=3)
+    task, restarted = await killed_mid_call(ts_server, block.ainvoke({}))
+    # `mcp` 1.x tries to resume twice, a second apart; refused (404: the session died with
+    # the server), it gives up without failing the call, which then waits with no deadline.
+    # Observed for twice that window: never answered, never sent again.
+    done, _ = await asyncio.wait({task}, timeout=4)
+    assert not done, task.result()
+    task.cancel()
+    assert sent_again(ts_server, restarted) == []
+    assert ts_server.ran("block") == 1, ts_server.events
+
+
+@needs("fastmcp")
+async def test_stock_fastmcp_client_reports_an_interrupted_call_and_keeps_a_dead_session(
+    ts_server: TsServer,
+) -> None:
+    from importlib.metadata import version
+
+    import fastmcp
+    from mcp.shared import exceptions
+
+    mcp2 = version("mcp").startswith("2.")
+    error = exceptions.MCPError if mcp2 else exceptions.McpError  # type: ignore[attr-defined]
+    # FastMCP 3 on `mcp` 1.x: the call waits for the client's `timeout` (none by default);
+    # FastMCP 4 on `mcp` 2.x fails it once its resume attempts are refused.
+    async with fastmcp.Client(ts_server.url, timeout=3) as client:
+        task, restarted = await killed_mid_call(ts_server, client.call_tool("block", {}))
+        with pytest.raises(error) as raised:
+            await asyncio.wait_for(task, 10)
+        expected = "reconnection attempts were exhausted" if mcp2 else "Timed out"
+        assert expected in str(raised.value), raised.value
+        # It keeps the session that died with the server: the next call fails too.
+        with pytest.raises(error) as next_call:
+            await client.call_tool("echo", {"text": "after the restart"})
+        assert any(
+            words in str(next_call.value) for words in ("Session terminated", "Session not found")
+        ), next_call.value
+    assert sent_again(ts_server, restarted) == []
+    assert ts_server.ran("block") == 1, ts_server.events
+
+
+@needs("pydantic_ai")
+async def test_stock_pydantic_ai_agent_loop_resends_an_interrupted_call(
+    ts_server: TsServer,
+) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+    from pydantic_ai.mcp import MCPToolset
+    from pydantic_ai.models.test import TestModel
+
+    # `read_timeout` (5 min by default) ends the wait on `mcp` 1.x; on 2.x FastMCP 4 fails
+    # the call sooner, once its resume attempts are refused (the FastMCP test above).
+    toolset = MCPToolset(ts_server.url, read_timeout=3)
+    agent = Agent(TestModel(call_tools=["block"]), toolsets=[toolset])
+    async with agent:
+        task, restarted = await killed_mid_call(ts_server, agent.run("block"))
+        # The failure becomes ModelRetry and the model calls the tool again: it is sent to
+        # the restarted server on the dead session, refused (404), and after the retry limit
+        # the run fails.
+        with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries"):
+            await asyncio.wait_for(task, 10)
+    assert sent_again(ts_server, restarted) == [404]
+    assert ts_server.ran("block") == 1, ts_server.events

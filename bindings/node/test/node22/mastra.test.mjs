@@ -41,6 +41,12 @@ function scriptedModel(tool, input, toolCallId) {
   };
 }
 
+/** An agent on `tools` whose scripted model calls `s_block` (tool call "call-1"). */
+function blockingAgent(tools) {
+  const model = scriptedModel("s_block", {}, "call-1");
+  return { model, agent: new Agent({ id: "agent", name: "agent", instructions: "Use the tools.", model, tools }) };
+}
+
 /** What the model was told of its tool calls: the tool results of its last prompt. */
 const toolResults = (model) =>
   model.prompts.at(-1).filter((m) => m.role === "tool").flatMap((m) => m.content);
@@ -87,8 +93,7 @@ test("Mastra's reconnect-and-retry never re-runs a call interrupted by a server 
   const mcp = new MCPClient({ servers: { s: { url: new URL(server.url), fetch } } });
   try {
     const tools = await mcp.listTools();
-    const model = scriptedModel("s_block", {}, "call-1");
-    const agent = new Agent({ id: "agent", name: "agent", instructions: "Use the tools.", model, tools });
+    const { model, agent } = blockingAgent(tools);
     const mark = server.mark();
     const run = agent.generate("Run block.");
     await server.waitFor(mark, "tool", (e) => e.name === "block");
@@ -111,6 +116,36 @@ test("Mastra's reconnect-and-retry never re-runs a call interrupted by a server 
     assert.equal(server.find(mark, "http_in", (e) => e.tool === "block").length, 1);
   } finally {
     await mcp.disconnect();
+    await server.stop();
+  }
+});
+
+// Stock, for comparison (the README's framework table): Mastra's own transport.
+test("stock: Mastra's own transport leaves a call interrupted by a server crash unanswered until its timeout; its retry does not fire, and the next call fails", async () => {
+  const server = await LoggingServer.v1("--port", String(await freePort()));
+  // Its resume is refused (404: the session died with the server) and it gives up without
+  // failing the call: Mastra's `timeout` (60 s by default) is the only end of the wait.
+  const mcp = new MCPClient({ servers: { s: { url: new URL(server.url), timeout: 3000 } } });
+  try {
+    const tools = await mcp.listTools();
+    const { model, agent } = blockingAgent(tools);
+    const mark = server.mark();
+    const run = agent.generate("Run block.");
+    const restarted = await server.restartMidCall(mark);
+    assert.equal((await run).text, "done");
+    // A timeout is not an error Mastra reconnects and retries on: the model is told so.
+    const [told] = toolResults(model);
+    assert.deepEqual(told.output, { type: "error-text", value: "Request timed out" });
+    // It keeps the session that died with the server, and this error's message is not one
+    // it reconnects on either: the next call fails.
+    await assert.rejects(tools.s_echo.execute({ text: "after the restart" }, {}), /Session not found/);
+    await server.synced(restarted);
+    // Never reconnected, never sent again; ran once.
+    assert.equal(server.find(restarted, "http_in", (e) => e.rpc_method === "initialize").length, 0);
+    assert.equal(server.find(restarted, "http_in", (e) => e.tool === "block").length, 0);
+    assert.equal(server.find(0, "tool", (e) => e.name === "block").length, 1);
+  } finally {
+    await mcp.disconnect().catch(() => {});
     await server.stop();
   }
 });

@@ -157,6 +157,32 @@ export class LoggingServer extends Process {
     });
   }
 
+  /**
+   * Kills the server in the middle of a `tool` call started since `mark` and starts it again:
+   * once the tool runs and the call's event stream has its first event out (the head is
+   * logged as it is written, the event a moment later: an admin round trip through the
+   * server's event loop lets it go), so that a client holds an event id to resume from.
+   * Returns where the restarted server's log begins.
+   */
+  async restartMidCall(mark, tool = "block") {
+    await this.waitFor(mark, "tool", (e) => e.name === tool);
+    await this.waitFor(mark, "http_head", (e) => e.tool === tool);
+    await this.synced(mark);
+    const restarted = this.mark();
+    await this.restart();
+    return restarted;
+  }
+
+  /** Resolves once every line the server logged before this call has been read. */
+  async synced(mark) {
+    const marks = () => this.find(mark, "admin", (e) => e.path === "/admin/mark").length;
+    const before = marks();
+    // The server logs the mark before it answers: once the mark's line is read, so is every
+    // line before it.
+    await this.admin("/admin/mark");
+    if (marks() === before) await this.waitFor(this.mark(), "admin", (e) => e.path === "/admin/mark");
+  }
+
   /** POSTs an admin route; its JSON reply. */
   async admin(path, body = {}) {
     const response = await fetch(`${this.base}${path}`, { method: "POST", body: JSON.stringify(body) });
