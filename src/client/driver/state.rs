@@ -475,6 +475,8 @@ impl State {
     fn output(&mut self, output: Output) {
         match output {
             Output::Completed { call, result } => self.complete(call, result),
+            // Written down by a ledger of calls in flight; none is kept yet.
+            Output::Checkpoint { .. } => {}
             Output::Notification { call, notification } => {
                 let typed =
                     TypedNotification::parse(&notification.method, notification.params.as_ref());

@@ -23,6 +23,7 @@
 mod ahead;
 mod apply;
 mod call;
+mod checkpoints;
 mod cursors;
 mod discover;
 mod exchanges;
