@@ -126,8 +126,9 @@
 //!
 //! # The guide
 //!
-//! [`guide`] has a chapter each for calls, recovery, eras, authorization, configuration, the
-//! bridge, the bindings and the compatibility promise.
+//! [`guide`] has a chapter each for calls, recovery, restarts (the ledger of calls in flight
+//! and [`Client::recover`]: the one way a fleet restarts), eras, authorization,
+//! configuration, the bridge, the bindings and the compatibility promise.
 //!
 //! # Layers
 //!

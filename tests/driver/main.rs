@@ -30,7 +30,6 @@ mod oauth_extensions;
 mod oauth_flows;
 mod oauth_trust;
 mod probe_session;
-mod restart;
 mod seed_scenarios;
 mod typed_cluster;
 mod typed_driver;
