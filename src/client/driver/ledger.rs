@@ -309,9 +309,10 @@ impl Records {
             }
             _ => None,
         };
+        // Written again from now: a failed write before it is made good by this one.
+        record.rewrite = false;
         if gate.is_some() {
             record.gate = gate.clone();
-            record.rewrite = false;
         }
         let entry = LedgerEntry::from_checkpoint(
             record.id.clone(),
