@@ -49,6 +49,8 @@ pub(crate) struct ClientConfig {
     #[allow(deprecated)]
     pub(crate) task_store: Option<Arc<dyn TaskStore>>,
     pub(crate) ledger: Option<Arc<dyn Ledger>>,
+    /// Whether the ledger is the client's own (no one else can read it).
+    pub(crate) private_ledger: bool,
     pub(crate) record_session_ids: bool,
     pub(crate) handlers: Handlers,
     pub(crate) auth: Option<Arc<dyn TokenProvider>>,
@@ -206,7 +208,8 @@ impl ClientBuilder {
     /// one picks them up with [`Client::recover`]: a [`MemoryLedger`] shared with the client
     /// that takes over in this process, or a `RedisLedger` (the `redis` feature) named for
     /// this worker, for a fleet. See [`crate::client::ledger`]. Default: a [`MemoryLedger`]
-    /// of this client's own.
+    /// of this client's own, which only this client reads: it keeps the tasks its calls leave
+    /// behind, for its own `recover`, and costs an ordinary call nothing.
     pub fn ledger(mut self, ledger: Arc<dyn Ledger>) -> Self {
         self.ledger = LedgerChoice::Shared(ledger);
         self
@@ -496,12 +499,15 @@ impl ClientBuilder {
             }
         };
 
+        let private_ledger = matches!(self.ledger, LedgerChoice::Own);
         let ledger = match self.ledger {
             LedgerChoice::Own => Some(Arc::new(MemoryLedger::new()) as Arc<dyn Ledger>),
             LedgerChoice::Shared(ledger) => Some(ledger),
             LedgerChoice::None => None,
         };
-        session.checkpoints = ledger.is_some();
+        // A ledger only this client reads keeps the tasks its calls leave behind, and no
+        // checkpoint of a call in flight: its own `recover` could never read one.
+        session.checkpoints = ledger.is_some() && !private_ledger;
         Ok(ClientConfig {
             url,
             headers,
@@ -510,6 +516,7 @@ impl ClientBuilder {
             era_cache: self.era_cache.unwrap_or_else(EraCache::global),
             task_store: self.task_store,
             ledger,
+            private_ledger,
             record_session_ids: self.record_session_ids,
             handlers: self.handlers,
             auth: self.auth,

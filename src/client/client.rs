@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::body::Limits;
 use super::builder::{ClientBuilder, ClientConfig};
-use super::driver::{Command, Core, Driver, Inline, Parts, Records, Registration, Writer};
+use super::driver::{Command, Core, Driver, Inline, Parts, Records, Registration, Scope, Writer};
 use super::events::{EventStream, NotificationStream, Published};
 use super::handle::{CallHandle, GUARD_GRACE, PROGRESS_BUFFER};
 use super::http::{redacted_url, Endpoint};
@@ -100,11 +100,17 @@ impl Client {
         });
         let mut session = config.session;
         session.era_hint = config.era_cache.lookup(&endpoint.url);
+        let scope = if config.private_ledger {
+            Scope::TasksLeftBehind
+        } else {
+            Scope::Calls
+        };
         let records = config.ledger.map(|ledger| {
             Records::new(
                 Writer::new(ledger),
                 redacted_url(endpoint.url.as_str()),
                 config.record_session_ids,
+                scope,
             )
         });
         let core = Core::new(Parts {

@@ -301,3 +301,85 @@ fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
         assert!(guarded(second.recover()).await.unwrap().is_empty());
     });
 }
+
+/// Keeps every entry written.
+#[derive(Default)]
+struct Written(Mutex<Vec<LedgerEntry>>);
+
+impl Ledger for Written {
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.0.lock().unwrap().push(entry);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn remove(&self, _: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// A session id is written only when the application asks for it; the bearer token never.
+#[tokio::test]
+async fn session_ids_are_written_only_on_request() {
+    let server = TestServer::start(default_reply).await;
+    for record in [false, true] {
+        let ledger = Arc::new(Written::default());
+        let client = Client::builder(&server.url)
+            .bearer_token("secret-token")
+            .ledger(ledger.clone())
+            .record_session_ids(record)
+            .build()
+            .unwrap();
+        guarded(client.call_tool(echo("x"))).await.unwrap();
+        let written = ledger.0.lock().unwrap().clone();
+        assert_eq!(written.len(), 1);
+        let session = written[0].session_id().map(|s| s.expose().to_owned());
+        assert_eq!(
+            session,
+            record.then(|| SESSION_ID.to_owned()),
+            "record: {record}"
+        );
+        assert!(!written[0].to_json().to_string().contains("secret-token"));
+    }
+}
+
+/// The default ledger, the client's own: a task still working when its call stopped waiting
+/// is polled to its end by the same client's `recover`, and the work ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_ledger_keeps_the_tasks_calls_leave_behind() {
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        era: mock_server::ClusterEra::Modern,
+        instances: 2,
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap();
+    let client = Client::builder(cluster.url()).build().unwrap();
+    let call = ToolCall::new("batch_job", json!({"steps": 3, "delay_ms": 100}))
+        .meta(meta::TAG, json!("left-behind"))
+        .timeout(Duration::from_millis(150));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1);
+    let call = recovered.into_iter().next().unwrap();
+    assert!(matches!(
+        call.entry().stage(),
+        mcp_resume::proto::CallStage::Task { .. }
+    ));
+    let result = guarded(call).await.unwrap();
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("done"),
+        "{result}"
+    );
+    assert!(guarded(client.recover()).await.unwrap().is_empty());
+    assert_eq!(cluster.oracle().executions_tagged("left-behind").count(), 1);
+    cluster.shutdown().await;
+}

@@ -3,11 +3,13 @@
 //! a call's POST until the write before it is durable.
 //!
 //! Writes are queued under the session's lock (no application code runs there) and carried
-//! out after it is released, one at a time and in order, by whoever gets there first: the
-//! task whose input led to them (a caller, the exchange runner), a call's POST waiting at its
-//! gate, or the writer task. The timer task never carries one out: it wakes the writer task
-//! for them. An in-memory ledger's write is done when first polled, so a call pays no task
-//! switch for it; one that waits on I/O is handed to the writer task to finish.
+//! out after it is released by whoever gets there first: the task whose input led to them (a
+//! caller, the exchange runner), a call's POST waiting at its gate, or the writer task. The
+//! timer task never carries one out: it wakes the writer task for them. One entry's writes
+//! are carried out one at a time, in order; different entries' side by side, so a ledger on
+//! the network costs a round trip per write and not a place in one line. An in-memory
+//! ledger's write is done when first polled, so a call pays no task switch for it; one that
+//! waits on I/O is handed to the writer task to finish.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -17,21 +19,26 @@ use std::task::{Context, Poll};
 use std::time::SystemTime;
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
-use rustc_hash::FxHashMap;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::Notify;
 
 use crate::client::ledger::{EntryId, Ledger, LedgerEntry};
 use crate::error::{Error, ErrorKind};
+use crate::proto::methods::TOOLS_CALL;
 use crate::proto::{CallId, CallStage, Checkpoint};
 
 /// One write.
+// An op is moved into its line once and out once: boxing the entry would cost an allocation
+// per write for nothing.
+#[allow(clippy::large_enum_variant)]
 enum Write {
-    Put(Box<LedgerEntry>),
+    Put(LedgerEntry),
     Remove(EntryId),
 }
 
-/// A write in line, and the gate it opens (a checkpoint a POST waits for).
+/// A write waiting its turn, and the gate it opens (a checkpoint a POST waits for).
 struct Op {
     write: Write,
     gate: Option<Arc<Gate>>,
@@ -39,24 +46,33 @@ struct Op {
 
 /// A write being carried out that did not finish at its first poll.
 struct Parked {
+    entry: EntryId,
     work: BoxFuture<'static, Result<(), Error>>,
     gate: Option<Arc<Gate>>,
 }
 
+/// The writes not carried out yet.
+#[derive(Default)]
 struct Line {
-    ops: VecDeque<Op>,
-    /// Someone carries out the write at the head of the line (or has parked it).
-    busy: bool,
-    parked: Option<Parked>,
+    /// The writes waiting, in the order they were queued. The first of an entry with no
+    /// write being carried out may start; the others wait behind it. (Scanned from the front:
+    /// a handful wait at a time, and one line costs no allocation per write.)
+    waiting: VecDeque<(EntryId, Op)>,
+    /// Writes handed to the writer task to finish.
+    parked: Vec<Parked>,
+    /// Entries with a write started and not finished (our own ids, or ones a recovery read
+    /// back: a fast hash is safe).
+    running: FxHashSet<EntryId>,
 }
 
-/// Carries out a client's ledger writes in order.
+/// Carries out a client's ledger writes: one entry's in order, different entries' side by
+/// side.
 pub(crate) struct Writer {
     ledger: Arc<dyn Ledger>,
     line: Mutex<Line>,
     /// Wakes the writer task.
     wake: Notify,
-    /// The client stopped: the writer task ends once the line is empty.
+    /// The client stopped: the writer task ends once nothing is left to write.
     closed: AtomicBool,
 }
 
@@ -102,11 +118,7 @@ impl Writer {
     pub(crate) fn new(ledger: Arc<dyn Ledger>) -> Arc<Self> {
         Arc::new(Writer {
             ledger,
-            line: Mutex::new(Line {
-                ops: VecDeque::new(),
-                busy: false,
-                parked: None,
-            }),
+            line: Mutex::new(Line::default()),
             wake: Notify::new(),
             closed: AtomicBool::new(false),
         })
@@ -123,8 +135,8 @@ impl Writer {
         }
     }
 
-    fn queue(&self, write: Write, gate: Option<Arc<Gate>>) {
-        self.lock().ops.push_back(Op { write, gate });
+    fn queue(&self, entry: EntryId, write: Write, gate: Option<Arc<Gate>>) {
+        self.lock().waiting.push_back((entry, Op { write, gate }));
     }
 
     /// The future carrying out `write`; a panic in the ledger is its failure.
@@ -132,7 +144,7 @@ impl Writer {
         let ledger = self.ledger.clone();
         let work = async move {
             match write {
-                Write::Put(entry) => ledger.put(*entry).await,
+                Write::Put(entry) => ledger.put(entry).await,
                 Write::Remove(id) => ledger.remove(id).await,
             }
         };
@@ -147,90 +159,88 @@ impl Writer {
             .boxed()
     }
 
-    fn finished(&self, gate: Option<Arc<Gate>>, result: Result<(), Error>) {
+    /// The next write that may start: the first waiting of an entry with none being carried
+    /// out.
+    fn next_startable(&self) -> Option<(EntryId, Op)> {
+        let mut line = self.lock();
+        let at = line
+            .waiting
+            .iter()
+            .position(|(entry, _)| !line.running.contains(entry))?;
+        let (entry, op) = line.waiting.remove(at)?;
+        line.running.insert(entry.clone());
+        Some((entry, op))
+    }
+
+    /// A write of `entry` has finished: its gate opens (or says why not), and the entry's
+    /// next write may start.
+    fn finished(&self, entry: EntryId, gate: Option<Arc<Gate>>, result: Result<(), Error>) {
         if let Err(error) = &result {
             tracing::warn!(%error, "a ledger write failed");
         }
         if let Some(gate) = gate {
             gate.settle(result);
         }
-        self.lock().busy = false;
+        self.lock().running.remove(&entry);
     }
 
-    /// Carries out the writes in line while each finishes at once; one that does not is
-    /// handed to the writer task. Runs the ledger's code: never from the timer task.
+    /// Carries out the writes that may start, each as far as its first poll takes it; one
+    /// that does not finish there is handed to the writer task. Runs the ledger's code: never
+    /// from the timer task.
     pub(crate) fn kick(&self) {
-        loop {
-            let op = {
-                let mut line = self.lock();
-                if line.busy {
-                    return;
-                }
-                let Some(op) = line.ops.pop_front() else {
-                    return;
-                };
-                line.busy = true;
-                op
-            };
+        let mut handed = false;
+        while let Some((entry, op)) = self.next_startable() {
             let mut work = self.start(op.write);
             let waker = futures::task::noop_waker();
             match work.as_mut().poll(&mut Context::from_waker(&waker)) {
-                Poll::Ready(result) => self.finished(op.gate, result),
+                Poll::Ready(result) => self.finished(entry, op.gate, result),
                 Poll::Pending => {
-                    self.lock().parked = Some(Parked {
+                    self.lock().parked.push(Parked {
+                        entry,
                         work,
                         gate: op.gate,
                     });
-                    self.wake.notify_one();
-                    return;
+                    handed = true;
                 }
             }
         }
+        if handed {
+            self.wake.notify_one();
+        }
     }
 
-    /// Wakes the writer task to carry out what is in line (the timer task's way: it runs no
+    /// Wakes the writer task to carry out what is waiting (the timer task's way: it runs no
     /// ledger code itself).
     pub(crate) fn nudge(&self) {
         self.wake.notify_one();
     }
 
-    /// The client stopped: the writer task finishes what is in line, then ends.
+    /// The client stopped: the writer task finishes what is waiting, then ends.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.wake.notify_one();
     }
 
-    /// The writer task: finishes parked writes and carries out the rest of the line.
+    /// The writer task: starts what may start, and finishes the writes handed to it, side
+    /// by side.
     pub(crate) async fn run(self: Arc<Self>) {
+        let mut writing = FuturesUnordered::new();
         loop {
-            let job = {
+            self.kick();
+            let idle = {
                 let mut line = self.lock();
-                match line.parked.take() {
-                    Some(parked) => Some(parked),
-                    None if !line.busy => line.ops.pop_front().map(|op| {
-                        line.busy = true;
-                        Parked {
-                            work: self.start(op.write),
-                            gate: op.gate,
-                        }
-                    }),
-                    None => None,
+                for Parked { entry, work, gate } in line.parked.drain(..) {
+                    writing.push(work.map(move |result| (entry, gate, result)));
                 }
+                line.running.is_empty() && line.waiting.is_empty()
             };
-            match job {
-                Some(Parked { work, gate }) => {
-                    let result = work.await;
-                    self.finished(gate, result);
-                }
-                None => {
-                    let idle = {
-                        let line = self.lock();
-                        line.ops.is_empty() && line.parked.is_none() && !line.busy
-                    };
-                    if idle && self.closed.load(Ordering::Acquire) {
-                        break;
-                    }
-                    self.wake.notified().await;
+            if idle && writing.is_empty() && self.closed.load(Ordering::Acquire) {
+                break;
+            }
+            tokio::select! {
+                () = self.wake.notified() => {}
+                Some((entry, gate, result)) = writing.next(), if !writing.is_empty() => {
+                    self.finished(entry, gate, result);
                 }
             }
         }
@@ -247,23 +257,60 @@ struct Record {
     task_open: bool,
     /// A write its POST waited for failed: the next POST writes the entry again first.
     rewrite: bool,
+    /// The task it became (kept when only tasks left behind are written).
+    task_id: Option<String>,
+    /// Its entry is in the ledger (it was picked up from one, or written).
+    stored: bool,
+}
+
+impl Record {
+    fn new(id: EntryId, deadline: SystemTime) -> Self {
+        Record {
+            id,
+            deadline,
+            gate: None,
+            task_open: false,
+            rewrite: false,
+            task_id: None,
+            stored: false,
+        }
+    }
+}
+
+/// What a client writes to its ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Every call in flight, as it progresses (a ledger another client or process reads).
+    Calls,
+    /// Only the tasks still running when their calls stopped waiting: for a ledger no one but
+    /// the client itself ever reads (the default, a memory ledger of its own). Its own
+    /// `recover` skips its calls in flight, so an entry for one of them could never be read;
+    /// not writing them costs a call nothing.
+    TasksLeftBehind,
 }
 
 /// The entries of a client's calls in flight, and the writer that keeps them.
 pub(crate) struct Records {
     writer: Arc<Writer>,
     /// The endpoint as entries name it: without what may carry credentials.
-    endpoint: String,
+    endpoint: Arc<str>,
     keep_session_ids: bool,
+    scope: Scope,
     calls: FxHashMap<CallId, Record>,
 }
 
 impl Records {
-    pub(crate) fn new(writer: Arc<Writer>, endpoint: String, keep_session_ids: bool) -> Self {
+    pub(crate) fn new(
+        writer: Arc<Writer>,
+        endpoint: String,
+        keep_session_ids: bool,
+        scope: Scope,
+    ) -> Self {
         Records {
             writer,
-            endpoint,
+            endpoint: endpoint.into(),
             keep_session_ids,
+            scope,
             calls: FxHashMap::default(),
         }
     }
@@ -272,18 +319,25 @@ impl Records {
         &self.writer
     }
 
-    /// Call `call` is the one entry `id` (due at `deadline`) records, picked up.
-    pub(crate) fn adopt(&mut self, call: CallId, id: EntryId, deadline: SystemTime) {
-        self.calls.insert(
-            call,
-            Record {
-                id,
-                deadline,
-                gate: None,
-                task_open: false,
-                rewrite: false,
-            },
-        );
+    /// Call `call` is the one entry `id` (due at `deadline`; a task's when `task`) records,
+    /// picked up.
+    pub(crate) fn adopt(&mut self, call: CallId, id: EntryId, deadline: SystemTime, task: bool) {
+        let mut record = Record::new(id, deadline);
+        record.task_open = task;
+        record.stored = true;
+        self.calls.insert(call, record);
+    }
+
+    /// `call` became task `task_id` (what a ledger of tasks left behind keeps of it).
+    pub(crate) fn task_created(&mut self, call: CallId, task_id: &str) {
+        if self.scope == Scope::TasksLeftBehind {
+            let record = self
+                .calls
+                .entry(call)
+                .or_insert_with(|| Record::new(EntryId::fresh(), SystemTime::now()));
+            record.task_open = true;
+            record.task_id = Some(task_id.to_owned());
+        }
     }
 
     /// Queues the write of `call`'s checkpoint (its first makes its entry); `now` is the
@@ -294,12 +348,9 @@ impl Records {
         checkpoint: Checkpoint,
         now: (std::time::Instant, SystemTime),
     ) {
-        let record = self.calls.entry(call).or_insert_with(|| Record {
-            id: EntryId::fresh(),
-            deadline: now.1 + checkpoint.deadline.saturating_duration_since(now.0),
-            gate: None,
-            task_open: false,
-            rewrite: false,
+        let record = self.calls.entry(call).or_insert_with(|| {
+            let deadline = now.1 + checkpoint.deadline.saturating_duration_since(now.0);
+            Record::new(EntryId::fresh(), deadline)
         });
         let gate = match checkpoint.stage {
             CallStage::Sent { .. } => Some(Gate::new()),
@@ -322,7 +373,8 @@ impl Records {
             self.keep_session_ids,
             now.1,
         );
-        self.writer.queue(Write::Put(Box::new(entry)), gate);
+        self.writer
+            .queue(record.id.clone(), Write::Put(entry), gate);
     }
 
     /// Whether `call`'s next POST must write its entry again first (a write it waited for
@@ -358,15 +410,140 @@ impl Records {
         let Some(record) = self.calls.remove(&call) else {
             return false;
         };
-        if record.task_open && !abandoned {
+        let left_behind = record.task_open && !abandoned;
+        if self.scope == Scope::TasksLeftBehind {
+            if !left_behind && record.stored {
+                // A task picked up from its entry, ended: the entry goes.
+                self.writer
+                    .queue(record.id.clone(), Write::Remove(record.id), None);
+                return true;
+            }
+            // Written once, when the call leaves its task behind: a later `recover` polls it
+            // (one picked up and left behind again keeps its entry).
+            let Some(task_id) = record.task_id.filter(|_| left_behind) else {
+                return false;
+            };
+            let now = SystemTime::now();
+            let checkpoint = Checkpoint::new(TOOLS_CALL, None, std::time::Instant::now())
+                .with_stage(CallStage::Task { task_id });
+            let entry = LedgerEntry::from_checkpoint(
+                record.id.clone(),
+                self.endpoint.clone(),
+                checkpoint,
+                now,
+                false,
+                now,
+            );
+            self.writer.queue(record.id, Write::Put(entry), None);
+            return true;
+        }
+        if left_behind {
             return false;
         }
-        self.writer.queue(Write::Remove(record.id), None);
+        self.writer
+            .queue(record.id.clone(), Write::Remove(record.id), None);
         true
     }
 
     /// Whether entry `id` is a call of this client's in flight.
     pub(crate) fn holds(&self, id: &EntryId) -> bool {
         self.calls.values().any(|r| &r.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Logs each write as it starts; a put of an entry named `slow…` then waits for `go`.
+    #[derive(Default)]
+    struct Held {
+        log: Mutex<Vec<String>>,
+        go: Notify,
+    }
+
+    impl Ledger for Held {
+        fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>> {
+            self.log.lock().unwrap().push(format!("put {}", entry.id()));
+            Box::pin(async move {
+                if entry.id().as_str().starts_with("slow") {
+                    self.go.notified().await;
+                }
+                Ok(())
+            })
+        }
+
+        fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+            self.log.lock().unwrap().push(format!("remove {id}"));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    fn entry(id: &str) -> LedgerEntry {
+        let checkpoint = Checkpoint::new("tools/call", None, Instant::now());
+        let now = SystemTime::now();
+        LedgerEntry::from_checkpoint(
+            EntryId::parse(id).unwrap(),
+            "http://h/mcp".into(),
+            checkpoint,
+            now + Duration::from_secs(60),
+            false,
+            now,
+        )
+    }
+
+    /// One entry's writes in order, another's not held up behind them; a gate opens when its
+    /// write has finished, not before.
+    #[tokio::test]
+    async fn writes_keep_each_entrys_order_and_no_other_waits() {
+        let ledger = Arc::new(Held::default());
+        let writer = Writer::new(ledger.clone());
+        tokio::spawn(writer.clone().run());
+        let held = Gate::new();
+        let (slow, fast) = (
+            EntryId::parse("slow-1").unwrap(),
+            EntryId::parse("fast-1").unwrap(),
+        );
+        writer.queue(
+            slow.clone(),
+            Write::Put(entry("slow-1")),
+            Some(held.clone()),
+        );
+        writer.queue(slow.clone(), Write::Remove(slow), None);
+        let open = Gate::new();
+        writer.queue(
+            fast.clone(),
+            Write::Put(entry("fast-1")),
+            Some(open.clone()),
+        );
+        writer.queue(fast.clone(), Write::Remove(fast), None);
+        writer.kick();
+        assert!(open.is_open(), "the other entry's write is not held up");
+        assert!(!held.is_open());
+        assert_eq!(
+            *ledger.log.lock().unwrap(),
+            ["put slow-1", "put fast-1", "remove fast-1"],
+            "the held entry's removal waits behind its put"
+        );
+        ledger.go.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), held.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while ledger.log.lock().unwrap().len() < 4 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(ledger.log.lock().unwrap()[3], "remove slow-1");
+        writer.close();
     }
 }

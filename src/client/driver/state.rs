@@ -256,7 +256,8 @@ impl State {
                 tracing::debug!(method = %entry.method(), entry = %entry.id(), "picking up a call");
                 self.calls.insert(id, Waiter::Call { reply });
                 if let Some(records) = &mut self.records {
-                    records.adopt(id, entry.id().clone(), entry.deadline());
+                    let task = matches!(entry.stage(), crate::proto::CallStage::Task { .. });
+                    records.adopt(id, entry.id().clone(), entry.deadline(), task);
                 }
                 self.session.pick_up(id, entry.to_checkpoint(deadline), now);
                 id
@@ -549,7 +550,10 @@ impl State {
                         self.era_cache.record(&self.endpoint.url, *era);
                         self.published.set_era(*era);
                     }
-                    SessionEvent::TaskCreated { task_id, .. } => {
+                    SessionEvent::TaskCreated { call, task_id } => {
+                        if let Some(records) = &mut self.records {
+                            records.task_created(*call, task_id);
+                        }
                         // Recorded before the first poll is sent: the runner that sends it
                         // carries out the effects queued before it first.
                         if let Some(store) = &self.task_store {

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
@@ -23,7 +23,7 @@ const MAX_ID_LEN: usize = 128;
 /// Names one entry: unique across processes (a per-process random prefix and a counter), and
 /// the same for the whole life of its call, across every write and every pick-up.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EntryId(String);
+pub struct EntryId(Arc<str>);
 
 impl EntryId {
     /// A fresh id.
@@ -35,7 +35,26 @@ impl EntryId {
             simple.truncate(16);
             simple
         });
-        EntryId(format!("{prefix}-{}", NEXT.fetch_add(1, Ordering::Relaxed)))
+        // Built by hand on the stack, then one allocation: `format!` costs a call several
+        // hundred instructions, and every call recorded makes one.
+        let mut n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut buf = [0u8; 64];
+        let mut end = buf.len();
+        loop {
+            end -= 1;
+            buf[end] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        end -= 1;
+        buf[end] = b'-';
+        let start = end - prefix.len();
+        buf[start..end].copy_from_slice(prefix.as_bytes());
+        // Hex digits, a dash and decimal digits: ASCII.
+        let text = std::str::from_utf8(&buf[start..]).unwrap_or("entry");
+        EntryId(Arc::from(text))
     }
 
     /// An id read back from storage: 1 to 128 visible ASCII characters.
@@ -44,7 +63,7 @@ impl EntryId {
             && text.len() <= MAX_ID_LEN
             && text.bytes().all(|b| b.is_ascii_graphic());
         if valid {
-            Ok(EntryId(text.to_owned()))
+            Ok(EntryId(text.into()))
         } else {
             Err(malformed(
                 "an entry id must be 1 to 128 visible ASCII characters",
@@ -82,7 +101,7 @@ impl fmt::Display for EntryId {
 #[non_exhaustive]
 pub struct LedgerEntry {
     id: EntryId,
-    endpoint: String,
+    endpoint: Arc<str>,
     method: String,
     params: Option<Value>,
     idempotency_key: Option<IdempotencyKey>,
@@ -99,7 +118,7 @@ impl LedgerEntry {
     /// credentials) due at `deadline`; its session id only when `keep_session_id`.
     pub(crate) fn from_checkpoint(
         id: EntryId,
-        endpoint: String,
+        endpoint: Arc<str>,
         checkpoint: Checkpoint,
         deadline: SystemTime,
         keep_session_id: bool,
@@ -218,8 +237,8 @@ impl LedgerEntry {
         let params = self.params.clone().unwrap_or(Value::Null);
         let mut stored = json!({
             "v": FORMAT,
-            "id": self.id.0,
-            "endpoint": self.endpoint,
+            "id": &*self.id.0,
+            "endpoint": &*self.endpoint,
             "method": self.method,
             "digest": digest(&params),
             "params": params,
@@ -332,7 +351,7 @@ impl LedgerEntry {
         };
         Ok(LedgerEntry {
             id,
-            endpoint: required("endpoint")?.to_owned(),
+            endpoint: required("endpoint")?.into(),
             method: required("method")?.to_owned(),
             params,
             idempotency_key,

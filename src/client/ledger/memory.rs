@@ -1,10 +1,10 @@
 //! [`MemoryLedger`]: the default ledger, in memory.
 
-use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use futures::future::{self, BoxFuture, FutureExt};
+use rustc_hash::FxHashMap;
 
 use super::{EntryId, Ledger, LedgerEntry};
 use crate::error::Error;
@@ -18,7 +18,8 @@ use crate::error::Error;
 /// removal, and no task switch.
 #[derive(Debug, Default)]
 pub struct MemoryLedger {
-    entries: Mutex<HashMap<EntryId, LedgerEntry>>,
+    /// Keyed by ids clients made or read back from entries they wrote: a fast hash is safe.
+    entries: Mutex<FxHashMap<EntryId, LedgerEntry>>,
 }
 
 impl MemoryLedger {
@@ -38,7 +39,7 @@ impl MemoryLedger {
         self.lock().is_empty()
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<EntryId, LedgerEntry>> {
+    fn lock(&self) -> MutexGuard<'_, FxHashMap<EntryId, LedgerEntry>> {
         // A panic elsewhere while the map was held cannot leave an entry half-written.
         match self.entries.lock() {
             Ok(guard) => guard,

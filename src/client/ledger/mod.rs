@@ -2,10 +2,16 @@
 //! leaves and as it progresses, so that the process that replaces this one can make every
 //! interrupted call a call again ([`Client::recover`](crate::Client::recover)).
 //!
-//! One trait, [`Ledger`], and two stores: [`MemoryLedger`] (the default, one per client
-//! unless shared) and, with the `redis` feature, `RedisLedger`, one namespace per client
-//! identity, for fleets of agent workers that are redeployed, evicted and OOM-killed. The
-//! guide's [fleet restarts](crate::guide::restarts) chapter says how they fit together.
+//! One trait, [`Ledger`], and two stores: [`MemoryLedger`], shared by the clients of one
+//! process, and, with the `redis` feature, `RedisLedger`, one namespace per client identity,
+//! for fleets of agent workers that are redeployed, evicted and OOM-killed. The guide's
+//! [fleet restarts](crate::guide::restarts) chapter says how they fit together.
+//!
+//! By default a client keeps a memory ledger of its own, which no one else can read: it writes
+//! there only the tasks its calls leave behind (still working when a call stops waiting), for
+//! its own `recover` to poll later, and nothing for a call in flight (that `recover` skips
+//! those), so an ordinary call pays nothing for it. A ledger given to the builder records
+//! every call, as below.
 //!
 //! What a client writes, and when (each write outside the session's lock, never from the
 //! task that keeps deadlines; a ledger's panic is caught):
