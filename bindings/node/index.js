@@ -1,11 +1,12 @@
 // mcp-resume for Node.js: the resume-aware client, and the TypeScript SDK's Transport over it.
-export { Client } from "./lib/client.js";
+export { Client, RecoveredCall } from "./lib/client.js";
 export { ResumeTransport } from "./lib/transport.js";
 export { toolCallKey, withToolCallKeys } from "./lib/keys.js";
 export {
   ClosedError,
   ContextMismatchError,
   InvalidConfigError,
+  LedgerError,
   McpResumeError,
   McpTimeoutError,
   MissingCapabilityError,
