@@ -6,7 +6,8 @@
 //!
 //! `cargo bench --bench client_overhead`. Environment:
 //! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 1 minute instead of 4).
-//! - `BENCH_ONLY=seq,conc,inflight,memory,recovery,ledger` (any subset): the metrics to run.
+//! - `BENCH_ONLY=seq,conc,inflight,memory,recovery,ledger,otel` (any subset): the metrics to
+//!   run; `otel` (what the client's OpenTelemetry costs) only with `--features otel`.
 //!   `ledger` compares mcp-resume without a ledger, with its default one, with a shared
 //!   memory ledger and with a Redis ledger on a local `redis-server` of its own, twice:
 //!   without persistence, and with every write fsynced (`appendfsync always`); the Redis
@@ -36,6 +37,9 @@ mod recovery;
 mod server;
 #[path = "client_overhead/table.rs"]
 mod table;
+#[cfg(feature = "otel")]
+#[path = "client_overhead/telemetry.rs"]
+mod telemetry;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -500,8 +504,16 @@ async fn run(cfg: Arc<Config>, workers: usize, last: bool) {
 
     println!();
     println!("{}", t.render());
-    if cfg.wants("ledger") {
+    if last && cfg.wants("ledger") {
         println!("{}", ledger_costs(&json.url, &cfg).await);
+    }
+    #[cfg(feature = "otel")]
+    if last && cfg.wants("otel") {
+        let urls = [
+            (Mode::Json, json.url.as_str()),
+            (Mode::Sse, sse.url.as_str()),
+        ];
+        println!("{}", telemetry::measure(urls, &cfg).await);
     }
     println!("total {:.0} s", started.elapsed().as_secs_f64());
     drop((json, sse));

@@ -112,6 +112,13 @@ export interface SessionOptions {
   /** Fixes the reconnect jitter (reproducible tests). */
   jitterSeed?: number;
   /**
+   * Base URL of an OTLP/HTTP collector (e.g. `http://127.0.0.1:4318`): the client's
+   * OpenTelemetry spans and metrics go to `/v1/traces` and `/v1/metrics`, each call's span a
+   * child of the span active when it is made (read through `@opentelemetry/api` when it is
+   * installed). `close()` flushes what is waiting. Default: no telemetry.
+   */
+  otlpEndpoint?: string;
+  /**
    * Not taken: this binding has no OAuth provider. Pass a token obtained elsewhere as
    * `bearerToken` (or in `headers`); the Rust SDK and the Python binding run MCP
    * authorization. Given anyway, the constructor throws `InvalidConfigError` instead of
@@ -307,6 +314,23 @@ export declare class ResumeTransport {
   events(options?: IterateOptions): AsyncGenerator<SessionEvent, void, undefined>;
 }
 
+/**
+ * A `fetch` whose MCP sessions run on mcp-resume, for clients that take a fetch function but
+ * no transport (Mastra's `MCPClient`: `servers: {s: {url, fetch: resumeFetch()}}`). The host
+ * client's Streamable HTTP transport keeps its HTTP code; every request it makes is answered
+ * in memory by a `ResumeTransport`'s bridge, which makes the real ones. One per server.
+ */
+export type ResumeFetch = ((input: string | URL | Request, init?: RequestInit) => Promise<Response>) & {
+  /** Closes the session it serves, if any (DELETE); the host's own close does it too. */
+  close(): Promise<void>;
+};
+/**
+ * Options: those of `ResumeTransport`. The application's headers of the session's first
+ * request (`requestInit.headers`) are sent on all its requests; a later request that
+ * changes them fails with InvalidConfigError.
+ */
+export declare function resumeFetch(options?: ResumeTransportOptions): ResumeFetch;
+
 /** Every error of this package: `kind` names what happened (the Rust SDK's `ErrorKind`). */
 export declare class McpResumeError extends Error {
   constructor(message: string, details?: { kind?: string; retryAfterMs?: number });
@@ -357,11 +381,12 @@ export declare const BRIDGE_ERROR_CODES: Readonly<Record<
 >>;
 
 /**
- * The Vercel AI SDK's tools (`await mcp.tools()` over a `ResumeTransport`) with each
- * `execute` keyed by its `toolCallId`: the `tools/call` it makes carries the idempotency key
- * `toolCallKey(toolCallId, name)`, so a retry of the same invocation (the AI SDK's
- * `maxRetries`, a re-run step) is deduplicated by a server that honours keys. Opt-in; a new
- * object, the tools otherwise unchanged.
+ * The Vercel AI SDK's tools (`await mcp.tools()` over a `ResumeTransport`) or Mastra's
+ * (`await mcp.listTools()` over `resumeFetch`) with each `execute` keyed by its tool call id
+ * (`toolCallId`; Mastra: `context.agent.toolCallId`): the `tools/call` it makes carries the
+ * idempotency key `toolCallKey(toolCallId, name)`, so a retry of the same invocation is
+ * deduplicated by a server that honours keys. Opt-in; a new object of new tools, each
+ * otherwise unchanged.
  */
 export declare function withToolCallKeys<T extends Record<string, unknown>>(tools: T): T;
 /** The idempotency key of one tool invocation (the Python binding derives the same one). */

@@ -1,6 +1,8 @@
-// mcp-resume for Node.js: the resume-aware client, and the TypeScript SDK's Transport over it.
+// mcp-resume for Node.js: the resume-aware client, and the TypeScript SDK's Transport over it
+// (or, for a client that takes only a fetch function, a fetch over it).
 export { Client, RecoveredCall } from "./lib/client.js";
 export { ResumeTransport } from "./lib/transport.js";
+export { resumeFetch } from "./lib/fetch.js";
 export { toolCallKey, withToolCallKeys } from "./lib/keys.js";
 export {
   ClosedError,

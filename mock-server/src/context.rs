@@ -1,8 +1,8 @@
 //! The negotiated context of a session and its capability hash, as the resume-safety extension
 //! defines it; and what a 2026-07-28 request carries instead (its own context, in `_meta`).
 
+use mcp_resume_server::guard::Parts;
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 /// Protocol versions the instances accept, oldest first.
 pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -33,7 +33,7 @@ pub fn supported_versions(era: crate::ClusterEra) -> Vec<&'static str> {
 /// `_meta` keys of the 2026-07-28 revision.
 pub mod modern_meta {
     /// The protocol version a request is written in (mirrored in `MCP-Protocol-Version`).
-    pub const PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+    pub const PROTOCOL_VERSION: &str = mcp_resume_server::wire::MODERN_VERSION_META_KEY;
     /// The capabilities of the client that sent the request.
     pub const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
     /// The name and version of the client that sent the request.
@@ -49,7 +49,7 @@ pub mod modern_meta {
 /// Capability extension identifiers.
 pub mod extensions {
     /// The resume-safety extension, where the 2026-07-28 revision puts extensions.
-    pub const RESUME_SAFETY: &str = "io.github.mcp-resume/resume-safety";
+    pub const RESUME_SAFETY: &str = mcp_resume_server::wire::EXTENSION_ID;
     /// The tasks extension (SEP-2663).
     pub const TASKS: &str = "io.modelcontextprotocol/tasks";
 }
@@ -65,12 +65,16 @@ pub mod modern_code {
 }
 
 /// The resume-safety extension as a 2026-07-28 server advertises it: idempotency only (the
-/// capability hash and sequenced ids have no job without sessions and resumption).
+/// capability hash and sequenced ids have no job without sessions and resumption). The
+/// guard's own advertisement.
 pub fn modern_resume_safety_capability() -> Value {
-    json!({
-        "version": 1,
-        "idempotency": { "metaKey": meta::IDEMPOTENCY_KEY, "header": "Idempotency-Key" }
-    })
+    Parts {
+        capability_hash: false,
+        sequenced_event_ids: false,
+        idempotency: true,
+    }
+    .advertisement()
+    .unwrap_or(Value::Null)
 }
 
 /// What a 2026-07-28 instance answers in `server/discover`: tool list changes (on
@@ -87,9 +91,9 @@ pub fn modern_server_capabilities(extension: bool) -> Value {
 /// `params._meta` key (and result `_meta` key) names used by the extension and the oracle.
 pub mod meta {
     /// Where a `tools/call` carries its idempotency key.
-    pub const IDEMPOTENCY_KEY: &str = "io.github.mcp-resume/idempotency-key";
+    pub const IDEMPOTENCY_KEY: &str = mcp_resume_server::wire::IDEMPOTENCY_META_KEY;
     /// Where a keyed result carries the capability hash it was produced under.
-    pub const CAPABILITY_HASH: &str = "io.github.mcp-resume/capability-hash";
+    pub const CAPABILITY_HASH: &str = mcp_resume_server::wire::RESULT_HASH_META_KEY;
     /// Where a caller puts the tag the oracle records with each execution; a tool result
     /// echoes it under the same key in its `_meta` (a stored result replayed for a keyed
     /// call echoes the tag of the execution that produced it).
@@ -98,18 +102,20 @@ pub mod meta {
 
 /// HTTP header names of the transport and of the extension.
 pub mod headers {
+    use mcp_resume_server::wire;
+
     /// Session id header.
-    pub const SESSION_ID: &str = "mcp-session-id";
+    pub const SESSION_ID: &str = wire::SESSION_ID_HEADER;
     /// Protocol version header (from 2025-06-18).
-    pub const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+    pub const PROTOCOL_VERSION: &str = wire::PROTOCOL_VERSION_HEADER;
     /// The capability hash in force on the answering instance.
-    pub const CAPABILITY_HASH: &str = "mcp-capability-hash";
+    pub const CAPABILITY_HASH: &str = wire::CAPABILITY_HASH_HEADER;
     /// Reason of an explicit resume rejection.
-    pub const RESUME_REJECTED: &str = "mcp-resume-rejected";
+    pub const RESUME_REJECTED: &str = wire::RESUME_REJECTED_HEADER;
     /// Idempotency key of a `tools/call`.
-    pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+    pub const IDEMPOTENCY_KEY: &str = wire::IDEMPOTENCY_KEY_HEADER;
     /// SSE resume cursor.
-    pub const LAST_EVENT_ID: &str = "last-event-id";
+    pub const LAST_EVENT_ID: &str = wire::LAST_EVENT_ID_HEADER;
     /// The JSON-RPC method of a 2026-07-28 request.
     pub const MCP_METHOD: &str = "mcp-method";
     /// `params.name` (or `params.uri`) of a 2026-07-28 request that has one.
@@ -126,14 +132,16 @@ pub fn sends_priming(v: &str) -> bool {
     v >= "2025-11-25"
 }
 
-/// The `capabilities.experimental.resumeSafety` object the instances advertise.
+/// The `capabilities.experimental.resumeSafety` object the instances advertise: the guard's
+/// own advertisement with every part enforced.
 pub fn resume_safety_capability() -> Value {
-    json!({
-        "version": 1,
-        "sequencedEventIds": true,
-        "capabilityHash": true,
-        "idempotency": { "metaKey": meta::IDEMPOTENCY_KEY, "header": "Idempotency-Key" }
-    })
+    Parts {
+        capability_hash: true,
+        sequenced_event_ids: true,
+        idempotency: true,
+    }
+    .advertisement()
+    .unwrap_or(Value::Null)
 }
 
 /// Server capabilities of an instance, with or without the extension's advertisement.
@@ -146,63 +154,20 @@ pub fn server_capabilities(extension: bool) -> Value {
 }
 
 /// `sha256:<hex>` of the negotiated context: protocol version, client and server
-/// capabilities, serialized with sorted keys so equal contexts always hash equally.
+/// capabilities, serialized with sorted keys so equal contexts always hash equally (the
+/// guard's definition, `mcp_resume_server::wire::capability_hash`).
 pub fn capability_hash(protocol_version: &str, client_caps: &Value, server_caps: &Value) -> String {
-    let ctx = json!({
-        "protocolVersion": protocol_version,
-        "clientCapabilities": client_caps,
-        "serverCapabilities": server_caps,
-    });
-    let mut canon = String::new();
-    write_canonical(&ctx, &mut canon);
-    let digest = Sha256::digest(canon.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
-/// Serializes with object keys sorted, independently of serde_json's map ordering feature.
-pub(crate) fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String((*k).clone()).to_string());
-                out.push(':');
-                write_canonical(&map[*k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+    mcp_resume_server::wire::capability_hash(protocol_version, client_caps, server_caps)
+        .as_str()
+        .to_owned()
 }
 
 /// Digest of a tool name and its arguments, used to tell "same key, same call" from
-/// "same key, different call".
+/// "same key, different call" (the guard's definition, `mcp_resume_server::wire::arguments_digest`).
 pub(crate) fn call_fingerprint(tool: &str, args: &Value) -> String {
-    let mut canon = String::from(tool);
-    canon.push('\n');
-    write_canonical(args, &mut canon);
-    let digest = Sha256::digest(canon.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    mcp_resume_server::wire::arguments_digest(tool, args)
+        .as_str()
+        .to_owned()
 }
 
 /// The sampling temperature a client negotiated (`capabilities.experimental.sampling.temperature`),

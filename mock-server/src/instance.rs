@@ -33,7 +33,7 @@ mod modern;
 
 use crate::config::{ClusterEra, Faults, Placement, ResumePolicy, Scope};
 use crate::context::{self, headers as h, meta};
-use crate::oracle::{Oracle, ResumeRecord};
+use crate::oracle::{Oracle, ResumeRecord, TraceRecord};
 use crate::rng::SplitMix;
 use crate::sse;
 use crate::store::{
@@ -41,6 +41,7 @@ use crate::store::{
     StoredEvent, StreamKind, StreamRecord,
 };
 use crate::tools;
+use mcp_resume_server::guard::{claim_message, ClaimOutcome, StoredOutcome};
 
 /// JSON-RPC error codes used on the wire.
 pub(crate) mod code {
@@ -648,6 +649,37 @@ async fn read_body(inc: &Incarnation, req: Request) -> Result<(HeaderMap, Bytes)
     }
 }
 
+/// Tells the oracle the W3C trace context a request carried (its `traceparent` header, and a
+/// single message's `params._meta.traceparent`), if it carried any.
+async fn record_trace(
+    inc: &Incarnation,
+    http_method: &str,
+    headers: &HeaderMap,
+    message: Option<&Value>,
+) {
+    let header = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let meta = message
+        .and_then(|m| m.get("params"))
+        .and_then(|p| p.get("_meta"));
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    let meta_traceparent = text(meta.and_then(|m| m.get("traceparent")));
+    if header.is_none() && meta_traceparent.is_none() {
+        return;
+    }
+    let record = TraceRecord {
+        instance: inc.env.index,
+        http_method: http_method.to_owned(),
+        mcp_method: text(message.and_then(|m| m.get("method"))),
+        tag: text(meta.and_then(|m| m.get(meta::TAG))),
+        traceparent: header,
+        meta_traceparent,
+    };
+    inc.env.oracle.trace(record).await;
+}
+
 async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
     inc.env.oracle.request(inc.env.index).await;
     if let Err(r) = inc.check_origin(req.headers()) {
@@ -696,6 +728,7 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
             )
         }
     };
+    record_trace(&inc, "POST", &headers, Some(&parsed)).await;
     if modern::serves(inc.settings().era, &headers, &parsed) {
         return modern::handle_post(&inc, headers, parsed).await;
     }
@@ -1130,6 +1163,11 @@ impl Drop for KeyClaim {
     }
 }
 
+/// The guard's answer to a claim that does not let the call run.
+fn refusal(outcome: ClaimOutcome, id: &Value) -> Value {
+    claim_message(outcome, id).unwrap_or_else(|| rpc_err(id, code::INTERNAL, "claim granted", None))
+}
+
 /// The idempotency key a call carries, when the instance honours keys (the extension is on):
 /// from `params._meta`, else the `Idempotency-Key` header.
 fn idempotency_key(
@@ -1209,39 +1247,22 @@ async fn tools_call(
             .await
         {
             Ok(crate::store::IdempotencyBegin::Started) => claim.key = Some(key.clone()),
+            // Refusals and stored answers are the guard's own messages.
             Ok(crate::store::IdempotencyBegin::Running) => {
-                return rpc_err(
-                    id,
-                    code::SERVER,
-                    "A call with this idempotency key is still running",
-                    Some(json!({ "code": "IDEMPOTENCY_KEY_IN_USE" })),
-                )
+                return refusal(ClaimOutcome::InUse, id);
             }
-            Ok(crate::store::IdempotencyBegin::Lost) => {
-                return rpc_err(
-                    id,
-                    code::SERVER,
-                    "The call with this idempotency key was interrupted by an instance failure; \
-                     its outcome is unknown",
-                    Some(json!({ "code": "IDEMPOTENCY_OUTCOME_UNKNOWN" })),
-                )
-            }
+            Ok(crate::store::IdempotencyBegin::Lost) => return refusal(ClaimOutcome::Lost, id),
             Ok(crate::store::IdempotencyBegin::Mismatch) => {
-                return rpc_err(
-                    id,
-                    code::INVALID_PARAMS,
-                    "This idempotency key was used for a different call",
-                    Some(json!({ "code": "IDEMPOTENCY_KEY_REUSED" })),
-                )
+                return refusal(ClaimOutcome::Mismatch, id);
             }
             Ok(crate::store::IdempotencyBegin::Done(outcome)) => {
                 if let Err(e) = inc.env.oracle.idempotent_replay().await {
                     return rpc_err(id, code::INTERNAL, &e.to_string(), None);
                 }
-                let mut resp = outcome.response;
-                resp["jsonrpc"] = json!("2.0");
-                resp["id"] = id.clone();
-                return resp;
+                return match StoredOutcome::from_stored(outcome.response) {
+                    Some(stored) => refusal(ClaimOutcome::Done(stored), id),
+                    None => rpc_err(id, code::INTERNAL, "malformed stored outcome", None),
+                };
             }
             Err(e) => return rpc_err(id, code::INTERNAL, &e.to_string(), None),
         }
@@ -1297,6 +1318,7 @@ async fn handle_get(State(inc): State<Arc<Incarnation>>, req: Request) -> Respon
         return not_allowed(inc.settings().era);
     }
     let headers = req.headers().clone();
+    record_trace(&inc, "GET", &headers, None).await;
     if let Err(r) = inc.check_origin(&headers) {
         return r;
     }
@@ -1470,7 +1492,10 @@ async fn resume(inc: Arc<Incarnation>, sid: String, raw: Vec<u8>, headers: &Head
 }
 
 /// The seed's `authorize_resume`: ownership, gap-free log, resolvable requests, same
-/// capability hash. Returns the session and the cursor's sequence number, or the reason.
+/// capability hash. The facts are read from this cluster's stores; the decision is the
+/// resume-safety guard's own (`mcp_resume_server::guard::authorize_resume`), so the oracle
+/// judges the rule real servers wear. Returns the session and the cursor's sequence number,
+/// or the reason.
 async fn authorize_resume(
     inc: &Incarnation,
     sid: &str,
@@ -1478,61 +1503,95 @@ async fn authorize_resume(
     raw_id: &str,
     stream: Option<&StreamRecord>,
 ) -> Result<Result<(SessionRecord, u64), &'static str>, StoreError> {
-    let Some(session) = inc.sessions().get_session(sid).await? else {
-        return Ok(Err("unknown_session"));
+    use mcp_resume_server::guard::{self, CursorFacts, ResumeFacts, StreamFacts};
+    use mcp_resume_server::ids::CapabilityHash;
+
+    let session = inc.sessions().get_session(sid).await?;
+    // A cursor naming no stream of this session is one nobody here issued for it.
+    let stream = stream.filter(|s| s.session == sid);
+    let cursor = match (&session, stream) {
+        (Some(_), Some(_)) => cursor_seq(inc, stream_id, raw_id).await?,
+        _ => None,
     };
-    let Some(stream) = stream.filter(|s| s.session == sid) else {
-        // The cursor names no stream of this session that the log knows: continuity
-        // from it cannot be proven.
-        return Ok(Err("event_gap"));
+    let mut facts = ResumeFacts {
+        session: session
+            .as_ref()
+            .map(|s| CapabilityHash::from_stored(s.capability_hash.clone())),
+        cursor: None,
+        stream: None,
     };
-    if inc.settings().placement.resume == ResumePolicy::OwnerOnly && stream.owner != inc.env.index {
-        return Ok(Err("not_owner"));
+    let owned_here = stream.is_some_and(|s| {
+        inc.settings().placement.resume != ResumePolicy::OwnerOnly || s.owner == inc.env.index
+    });
+    if let (Some(_), Some(_), false) = (&session, stream, owned_here) {
+        // Ownership is judged before the cursor is read.
+        facts.cursor = Some(CursorFacts {
+            seq: 0,
+            owned_here: false,
+        });
     }
-    let Some(after) = cursor_seq(inc, stream_id, raw_id).await? else {
-        return Ok(Err("event_gap"));
-    };
-    let events = inc.env.shared.events_after(stream_id, 0).await?;
-    let issued = if stream.finished {
-        stream.head
-    } else {
-        events.last().map_or(0, |e| e.seq)
-    };
-    if after > issued {
-        return Ok(Err("event_gap"));
-    }
-    let mut expect = after + 1;
-    for e in events.iter().filter(|e| e.seq > after) {
-        if e.seq != expect {
-            return Ok(Err("event_gap"));
+    if let (Some(stream), Some(after), true) = (stream, cursor, owned_here) {
+        facts.cursor = Some(CursorFacts {
+            seq: after,
+            owned_here,
+        });
+        let events = inc.env.shared.events_after(stream_id, 0).await?;
+        let issued = if stream.finished {
+            stream.head
+        } else {
+            events.last().map_or(0, |e| e.seq)
+        };
+        // Every event from the cursor on must be in the log, in order, up to what was issued.
+        let mut expect = after + 1;
+        let mut gap = false;
+        for e in events.iter().filter(|e| e.seq > after) {
+            if e.seq != expect {
+                gap = true;
+                break;
+            }
+            expect += 1;
         }
-        expect += 1;
-    }
-    if stream.finished && expect != stream.head + 1 {
-        return Ok(Err("event_gap"));
-    }
-    let answered_before: HashSet<String> = events
-        .iter()
-        .filter(|e| e.seq <= after)
-        .filter_map(|e| match &e.kind {
-            EventKind::Response { request_id } => Some(request_id.to_string()),
-            _ => None,
-        })
-        .collect();
-    for rid in stream
-        .request_ids
-        .iter()
-        .filter(|r| !answered_before.contains(&r.to_string()))
-    {
-        match inc.requests().get_request(sid, rid).await? {
-            Some(r) if r.state != RequestState::Lost => {}
-            _ => return Ok(Err("orphaned_request")),
+        if stream.finished && expect != stream.head + 1 {
+            gap = true;
         }
+        let answered_before: HashSet<String> = events
+            .iter()
+            .filter(|e| e.seq <= after)
+            .filter_map(|e| match &e.kind {
+                EventKind::Response { request_id } => Some(request_id.to_string()),
+                _ => None,
+            })
+            .collect();
+        let mut orphans = false;
+        if !gap && after <= issued {
+            for rid in stream
+                .request_ids
+                .iter()
+                .filter(|r| !answered_before.contains(&r.to_string()))
+            {
+                match inc.requests().get_request(sid, rid).await? {
+                    Some(r) if r.state != RequestState::Lost => {}
+                    _ => {
+                        orphans = true;
+                        break;
+                    }
+                }
+            }
+        }
+        facts.stream = Some(StreamFacts {
+            of_session: true,
+            head: issued,
+            earliest: 1,
+            broken: gap,
+            orphans,
+            hash: CapabilityHash::from_stored(stream.capability_hash.clone()),
+        });
     }
-    if stream.capability_hash != session.capability_hash {
-        return Ok(Err("capability_mismatch"));
+    match (guard::authorize_resume(&facts), session, cursor) {
+        (Ok(()), Some(session), Some(after)) => Ok(Ok((session, after))),
+        (Ok(()), _, _) => Ok(Err("event_gap")),
+        (Err(reason), _, _) => Ok(Err(reason.as_str())),
     }
-    Ok(Ok((session, after)))
 }
 
 /// Serves a resumed stream: `retry`, the stored events after the cursor, then (when
@@ -1595,6 +1654,7 @@ fn replay(
 
 async fn handle_delete(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
     inc.env.oracle.request(inc.env.index).await;
+    record_trace(&inc, "DELETE", req.headers(), None).await;
     if !inc.settings().era.serves_legacy() {
         return not_allowed(inc.settings().era);
     }

@@ -40,7 +40,10 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 /// A server's own JSON-RPC error ([`ErrorKind::Rpc`]) reaches the host unchanged. A modern
 /// server's `MissingRequiredClientCapability` keeps its code and data, with `kind` added
 /// when the data is an object. Every other kind gets its own code, the error's message, and
-/// `data: {"kind": <name>}`.
+/// `data: {"kind": <name>}`. For the two kinds a host must never retry blindly (the call may
+/// have run, or did), the message says only that; the network's words that caused it go to
+/// `data.cause`, because frameworks pick what to retry by reading messages (Mastra re-runs a
+/// tool call whose error says "connection closed").
 pub(crate) fn to_rpc(error: &Error) -> RpcError {
     let code = match error.kind() {
         ErrorKind::Rpc => {
@@ -81,11 +84,32 @@ pub(crate) fn to_rpc(error: &Error) -> RpcError {
     if let Some(after) = error.retry_after() {
         data.insert("retryAfterMs".to_owned(), json!(after.as_millis() as u64));
     }
+    let message = match error.kind() {
+        ErrorKind::OutcomeUnknown | ErrorKind::ContextMismatch => match split_cause(error) {
+            Some((own, cause)) => {
+                data.insert("cause".to_owned(), Value::String(cause.to_owned()));
+                format!("{}: {own}", error.kind())
+            }
+            None => error.to_string(),
+        },
+        _ => error.to_string(),
+    };
     RpcError {
         code,
-        message: error.to_string(),
+        message,
         data: Some(Value::Object(data)),
     }
+}
+
+/// An error's own message and its cause's, when it was built with a cause
+/// (`Error::caused_by` appends the cause's message to its own).
+fn split_cause(error: &Error) -> Option<(&str, &str)> {
+    let cause = std::error::Error::source(error)?.downcast_ref::<Error>()?;
+    let own = error
+        .message()
+        .strip_suffix(cause.message())?
+        .strip_suffix(": ")?;
+    Some((own, cause.message()))
 }
 
 fn kind_value(error: &Error) -> Value {
@@ -131,5 +155,38 @@ mod tests {
             data: Some(json!([1])),
         };
         assert_eq!(to_rpc(&Error::rpc(server.clone())), server);
+    }
+
+    #[test]
+    fn a_call_that_may_have_run_keeps_the_network_words_out_of_its_message() {
+        let network = || {
+            Error::new(
+                ErrorKind::Transport,
+                "error sending request: connection closed before message completed",
+            )
+        };
+        for (kind, own) in [
+            (
+                ErrorKind::OutcomeUnknown,
+                "tools/call was interrupted; it may or may not have run",
+            ),
+            (
+                ErrorKind::ContextMismatch,
+                "tools/call was answered under another negotiated context",
+            ),
+        ] {
+            let rpc = to_rpc(&Error::caused_by(kind, own, network()));
+            assert_eq!(rpc.message, format!("{kind}: {own}"));
+            assert_eq!(
+                rpc.data,
+                Some(json!({
+                    "kind": kind.as_str(),
+                    "cause": "error sending request: connection closed before message completed",
+                }))
+            );
+        }
+        // Other kinds say their cause as before: a call that was never sent may be retried.
+        let unsent = Error::caused_by(ErrorKind::Transport, "tools/call", network());
+        assert!(to_rpc(&unsent).message.contains("connection closed"));
     }
 }

@@ -51,7 +51,9 @@
 //! - **Errors.** A server's JSON-RPC error reaches the host unchanged. What JSON-RPC cannot
 //!   say arrives as a JSON-RPC error with the code of its [`ErrorKind`] (see [`codes`]) and
 //!   `data.kind` set to [`ErrorKind::as_str`] (e.g. `"outcome_unknown"`): never a success,
-//!   never a hang.
+//!   never a hang. The message of an `outcome_unknown` or `context_mismatch` error says only
+//!   that (the network's words that caused it are in `data.cause`), so that no framework
+//!   that retries on messages like "connection closed" re-runs a call that may have run.
 //! - **Idempotency.** A `tools/call` whose `params._meta` holds
 //!   [`IDEMPOTENCY_META_KEY`] (`"io.github.mcp-resume/idempotency-key"`, a string) is a keyed
 //!   call: re-sent after an interruption when the resend policy allows

@@ -54,6 +54,8 @@ pub(crate) struct ClientConfig {
     pub(crate) record_session_ids: bool,
     pub(crate) handlers: Handlers,
     pub(crate) auth: Option<Arc<dyn TokenProvider>>,
+    #[cfg(feature = "otel")]
+    pub(crate) telemetry: Option<super::telemetry::Instrumentation>,
 }
 
 /// Builds a [`Client`]. Obtained from [`Client::builder`].
@@ -82,6 +84,8 @@ pub struct ClientBuilder {
     record_session_ids: bool,
     handlers: Handlers,
     auth: Option<Arc<dyn TokenProvider>>,
+    #[cfg(feature = "otel")]
+    telemetry: super::Telemetry,
 }
 
 /// Which ledger a client keeps.
@@ -126,7 +130,18 @@ impl ClientBuilder {
             record_session_ids: false,
             handlers: Handlers::default(),
             auth: None,
+            #[cfg(feature = "otel")]
+            telemetry: super::Telemetry::new(),
         }
+    }
+
+    /// Where the client's OpenTelemetry spans and metrics go, and what they may say (the
+    /// `otel` feature; [`telemetry`](super::telemetry) lists what is exported). Default: the
+    /// global tracer and meter providers as they are at `build()`, the session id hashed.
+    #[cfg(feature = "otel")]
+    pub fn telemetry(mut self, telemetry: super::Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// Client capabilities sent at `initialize` (a JSON object). Default: `{}`, plus what
@@ -508,6 +523,8 @@ impl ClientBuilder {
         // A ledger only this client reads keeps the tasks its calls leave behind, and no
         // checkpoint of a call in flight: its own `recover` could never read one.
         session.checkpoints = ledger.is_some() && !private_ledger;
+        #[cfg(feature = "otel")]
+        let telemetry = self.telemetry.instrument(&url);
         Ok(ClientConfig {
             url,
             headers,
@@ -520,6 +537,8 @@ impl ClientBuilder {
             record_session_ids: self.record_session_ids,
             handlers: self.handlers,
             auth: self.auth,
+            #[cfg(feature = "otel")]
+            telemetry,
         })
     }
 }

@@ -57,6 +57,8 @@ mod request;
 mod results;
 mod startable;
 mod task_store;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 mod tool_call;
 
 pub use auth::{Presentation, TokenProvider, TokenRequest};
@@ -75,4 +77,6 @@ pub use results::{CallToolResult, InitializeResult, Tool};
 pub use startable::Startable;
 #[allow(deprecated)]
 pub use task_store::{InMemoryTaskStore, StoredTask, TaskStore};
+#[cfg(feature = "otel")]
+pub use telemetry::{SessionIdExport, Telemetry};
 pub use tool_call::ToolCall;

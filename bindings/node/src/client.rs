@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use mcp_resume::client::models::{CompleteRequest, CompletionReference, LoggingLevel};
 use mcp_resume::{CallHandle, Client, Era, Request, ToolCall};
-use napi::bindgen_prelude::PromiseRaw;
+use napi::bindgen_prelude::{Function, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
 use serde_json::{json, Map, Value};
@@ -18,6 +18,8 @@ use crate::errors::{invalid, promise, to_js, Failure};
 use crate::handlers::HandlerOptions;
 use crate::options::{configure, millis, ClientOptions};
 use crate::streams::{NativeStream, Source};
+use crate::telemetry::{caller_context, flush, under, CallerContext};
+use mcp_resume::client::telemetry::Otlp;
 
 /// Per-call options of `callTool` and `request`.
 #[napi(object, object_to_js = false)]
@@ -42,6 +44,10 @@ pub struct NativeClient {
     /// The calls `recover()` picked up whose outcome JavaScript has not asked for yet, by
     /// the number it was given for each.
     recovered: Arc<Mutex<Recovered>>,
+    /// The OTLP exporters, when `otlpEndpoint` was given (flushed by `close()`).
+    otlp: Option<Arc<Otlp>>,
+    /// Reads the span active in JavaScript, when telemetry is on.
+    caller: Option<CallerContext>,
 }
 
 #[derive(Default)]
@@ -50,11 +56,13 @@ struct Recovered {
     handles: HashMap<u32, CallHandle<Value>>,
 }
 
-/// A method's promise over a clone of the client.
+/// A method's promise over a clone of the client, its call under the span active in
+/// JavaScript when telemetry is on.
 macro_rules! call {
     ($self:ident, $env:ident, |$client:ident| $body:expr) => {{
         let $client = $self.client.clone();
-        promise($env, async move { $body })
+        let parent = caller_context($env, $self.caller.as_ref());
+        promise($env, under(parent, async move { $body }))
     }};
 }
 
@@ -62,23 +70,32 @@ macro_rules! call {
 impl NativeClient {
     /// Checks the options and builds the client; touches no network.
     #[napi(constructor, catch_unwind)]
+    ///
+    /// `caller` (`lib/telemetry.js`) returns the `traceparent` of the span active in
+    /// JavaScript; it is asked as each call is made when `otlpEndpoint` is set.
     pub fn new(
         env: Env,
         url: String,
         options: Option<ClientOptions>,
         handlers: Option<HandlerOptions>,
+        caller: Option<Function<'_, (), Option<String>>>,
     ) -> napi::Result<Self> {
-        let built = configure(Client::builder(url), options).and_then(|mut builder| {
+        let built = configure(Client::builder(url), options).and_then(|(mut builder, otlp)| {
             if let Some(handlers) = handlers {
                 builder = handlers.register(builder);
             }
-            Ok(builder.build()?)
+            Ok((builder.build()?, otlp))
         });
         match built {
-            Ok(client) => Ok(NativeClient {
+            Ok((client, otlp)) => Ok(NativeClient {
                 client,
                 closed: Arc::new(watch::channel(false).0),
                 recovered: Arc::default(),
+                caller: match (&otlp, caller) {
+                    (Some(_), Some(caller)) => Some(caller.create_ref()?),
+                    _ => None,
+                },
+                otlp,
             }),
             Err(failure) => Err(to_js(&env, &failure)),
         }
@@ -384,9 +401,14 @@ impl NativeClient {
     #[napi(catch_unwind)]
     pub fn close<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
         let closed = self.closed.clone();
+        let otlp = self.otlp.clone();
         call!(self, env, |c| {
             let outcome = c.close().await;
             closed.send_replace(true);
+            // What the exporters hold goes out before the promise resolves.
+            if let Some(otlp) = otlp {
+                flush(otlp).await;
+            }
             Ok(outcome?)
         })
     }

@@ -22,6 +22,7 @@ mod errors;
 mod handlers;
 mod options;
 mod streams;
+mod telemetry;
 
 use napi::bindgen_prelude::{Function, Unknown};
 use napi_derive::napi;

@@ -18,6 +18,7 @@ mod models;
 mod oauth;
 mod requests;
 mod streams;
+mod telemetry;
 mod types;
 
 use pyo3::prelude::*;

@@ -296,18 +296,18 @@ impl Inline {
     /// or was aborted (the session's deadline, a cancellation, the client's stop).
     pub(crate) async fn perform(self, core: &Arc<Core>) {
         let Pending {
-            request,
+            outgoing,
             registration,
             gate,
         } = self.pending;
-        let id = request.id;
+        let id = outgoing.request.id;
         let exchange = async move {
             if let Some(gate) = gate {
                 if !core.pass_gate(id, &gate).await {
                     return;
                 }
             }
-            core.endpoint.run(request, core).await;
+            core.endpoint.run(outgoing, core).await;
         };
         let _ = futures::future::Abortable::new(exchange, registration).await;
     }

@@ -22,7 +22,7 @@ use super::ledger::{Gate, Records};
 use crate::client::era_cache::EraCache;
 use crate::client::events::{Published, ServerNotification};
 use crate::client::handlers::{internal, not_found, Handlers};
-use crate::client::http::{Endpoint, ExchangeEvent};
+use crate::client::http::{Endpoint, ExchangeEvent, Outgoing};
 use crate::client::ledger::LedgerEntry;
 use crate::client::models::{Cancelled, Progress, TypedNotification};
 #[allow(deprecated)]
@@ -30,8 +30,8 @@ use crate::client::task_store::{StoredTask, TaskStore};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
-    CallId, CallRequest, HttpId, HttpRequest, Output, ServerRequest, Session, SessionEvent,
-    Transmit, TransportFailure,
+    CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionEvent, Transmit,
+    TransportFailure,
 };
 
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
@@ -74,6 +74,9 @@ pub(crate) enum Registration {
         /// Where the call's own progress goes.
         progress: Option<mpsc::Sender<Progress>>,
         reply: Reply,
+        /// The call's span, started where it was made.
+        #[cfg(feature = "otel")]
+        trace: Option<Box<crate::client::telemetry::CallTrace>>,
     },
     /// Poll a task created before.
     ResumeTask {
@@ -101,7 +104,7 @@ pub(super) fn now() -> std::time::Instant {
 /// polls, or a caller performs it in its own task. Either way `abort` (kept in
 /// [`State::exchanges`]) stops it.
 pub(crate) struct Pending {
-    pub(crate) request: HttpRequest,
+    pub(crate) outgoing: Outgoing,
     pub(crate) registration: AbortRegistration,
     /// The ledger write a call's POST must wait for before it leaves.
     pub(crate) gate: Option<Arc<Gate>>,
@@ -167,6 +170,8 @@ pub(crate) struct State {
     pub(super) armed: Option<Instant>,
     /// The driver has stopped: nothing more is sent.
     stopped: bool,
+    #[cfg(feature = "otel")]
+    telemetry: crate::client::telemetry::Tracker,
 }
 
 /// What a [`State`] is built from.
@@ -183,6 +188,11 @@ pub(crate) struct Parts {
 
 impl State {
     pub(super) fn new(parts: Parts, core: Weak<Core>) -> Self {
+        #[cfg(feature = "otel")]
+        let telemetry = crate::client::telemetry::Tracker::new(
+            parts.endpoint.telemetry.clone(),
+            parts.endpoint.limits.max_event_size,
+        );
         State {
             session: parts.session,
             endpoint: parts.endpoint,
@@ -207,6 +217,8 @@ impl State {
             shutdown: None,
             armed: None,
             stopped: false,
+            #[cfg(feature = "otel")]
+            telemetry,
         }
     }
 
@@ -225,6 +237,8 @@ impl State {
                 idle,
                 progress,
                 reply,
+                #[cfg(feature = "otel")]
+                trace,
             } => {
                 tracing::debug!(method = %request.method, "call submitted");
                 self.calls.insert(id, Waiter::Call { reply });
@@ -235,6 +249,8 @@ impl State {
                     self.arm_idle(id, period);
                 }
                 self.session.submit(id, request, now);
+                #[cfg(feature = "otel")]
+                self.telemetry.registered(id, trace);
                 id
             }
             Registration::ResumeTask {
@@ -266,6 +282,8 @@ impl State {
         self.inline_for = inline.then_some(call);
         self.pump();
         self.inline_for = None;
+        #[cfg(feature = "otel")]
+        self.telemetry.settled();
         self.inline.take()
     }
 
@@ -351,6 +369,8 @@ impl State {
         self.progress.clear();
         self.idle.clear();
         self.idle_queue.clear();
+        #[cfg(feature = "otel")]
+        self.telemetry.stop();
     }
 
     pub(super) fn handle_command(&mut self, command: Command) {
@@ -376,6 +396,8 @@ impl State {
                         Some(unsent) => self.session.cancel_unsent(call, unsent, now),
                         None => self.session.cancel(call, now),
                     }
+                    #[cfg(feature = "otel")]
+                    self.telemetry.abandoned(call, None);
                     self.forget(call);
                     self.entry_ended(call, true);
                 }
@@ -397,8 +419,8 @@ impl State {
         let at = self
             .to_start
             .iter()
-            .position(|p| session.exchange_call(p.request.id) == Some(call))?;
-        let id = self.to_start.remove(at).request.id;
+            .position(|p| session.exchange_call(p.outgoing.request.id) == Some(call))?;
+        let id = self.to_start.remove(at).outgoing.request.id;
         self.exchanges.remove(&id);
         Some(id)
     }
@@ -424,6 +446,8 @@ impl State {
             return false;
         }
         let now = now();
+        #[cfg(feature = "otel")]
+        self.telemetry.exchange_event(&event);
         match event {
             ExchangeEvent::Head {
                 id,
@@ -447,6 +471,8 @@ impl State {
             ExchangeEvent::TooLarge { id, error } => self.session.handle_too_large(id, error, now),
         }
         self.pump();
+        #[cfg(feature = "otel")]
+        self.telemetry.exchange_applied(id);
         self.exchanges.contains_key(&id)
     }
 
@@ -486,8 +512,13 @@ impl State {
                 }
                 let call = self.session.exchange_call(id);
                 let gate = call.and_then(|call| self.ledger_gate(call));
-                let pending = Pending {
+                let outgoing = Outgoing {
+                    #[cfg(feature = "otel")]
+                    attempt: self.telemetry.attempt(&self.session, &request),
                     request,
+                };
+                let pending = Pending {
+                    outgoing,
                     registration,
                     gate,
                 };
@@ -500,6 +531,8 @@ impl State {
                 }
             }
             Transmit::Abort(id) => {
+                #[cfg(feature = "otel")]
+                self.telemetry.aborted(id);
                 if let Some(exchange) = self.exchanges.remove(&id) {
                     // One whose end is in the report being applied stops by itself: aborting
                     // it would only wake the task reading it, from inside its own poll.
@@ -515,7 +548,11 @@ impl State {
     #[allow(deprecated)]
     fn output(&mut self, output: Output) {
         match output {
-            Output::Completed { call, result } => self.complete(call, result),
+            Output::Completed { call, result } => {
+                #[cfg(feature = "otel")]
+                self.telemetry.completed(call, &result);
+                self.complete(call, result);
+            }
             Output::Checkpoint { call, checkpoint } => {
                 if let Some(records) = &mut self.records {
                     records.checkpoint(call, *checkpoint, (now(), std::time::SystemTime::now()));
@@ -539,8 +576,14 @@ impl State {
                     params: notification.params,
                 });
             }
-            Output::ServerRequest(request) => self.server_request(request),
+            Output::ServerRequest(request) => {
+                #[cfg(feature = "otel")]
+                self.telemetry.server_request();
+                self.server_request(request);
+            }
             Output::Event(event) => {
+                #[cfg(feature = "otel")]
+                self.telemetry.event(&event, &self.session);
                 self.published.set_status(self.session.extension_status());
                 self.published
                     .set_session_id(self.session.session_id().cloned());
@@ -700,6 +743,8 @@ impl State {
                 self.entry_ended(call, true);
                 let timeout =
                     Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"));
+                #[cfg(feature = "otel")]
+                self.telemetry.abandoned(call, Some(&timeout));
                 self.effects.reply(reply, Err(timeout));
             }
         }

@@ -143,6 +143,13 @@ class Client:
             namespace, the same in the process that replaces this one.
         record_session_ids: whether ledger entries name the session each call went out on
             (legacy era); default ``False`` (a session id is a credential of sorts).
+        otlp_endpoint: exports the client's OpenTelemetry spans and metrics (the MCP
+            semantic conventions, and the recovery attributes of the SDK's README) over
+            OTLP/HTTP to the collector at this base URL, e.g. ``"http://127.0.0.1:4318"``
+            (spans to ``/v1/traces``, metrics to ``/v1/metrics``). Each call's span is a child
+            of the span current when it is made (read through ``opentelemetry.trace`` when
+            it is installed: ``pip install "mcp_resume[otel]"``). ``close()`` flushes what is
+            waiting. Default: no telemetry.
 
     Raises:
         InvalidConfigError: a bad URL, header, size, duration, era or policy; both
@@ -179,6 +186,7 @@ class Client:
         ledger: MemoryLedger | str | None = None,
         ledger_identity: str | None = None,
         record_session_ids: bool | None = None,
+        otlp_endpoint: str | None = None,
     ) -> None:
         self._raw = RawClient(
             url,
@@ -206,6 +214,7 @@ class Client:
             ledger=ledger,
             ledger_identity=ledger_identity,
             record_session_ids=record_session_ids,
+            otlp_endpoint=otlp_endpoint,
         )
 
     async def __aenter__(self) -> Client:

@@ -1,0 +1,446 @@
+//! The guard's cost, side by side in one run, as ratios: unkeyed `tools/call`s to an rmcp
+//! 3.11 server bare, behind the guard with `MemoryStore`, and behind the guard with
+//! `RedisStore` (a `redis-server` this bench starts); sequential and 64 concurrent callers.
+//! Then the Redis round trips of a keyed call, counted by the server (`INFO commandstats`).
+//!
+//! `cargo bench -p mcp-resume-server`. Environment:
+//! - `BENCH_QUICK=1`: 3 rounds of 300 ms (about 15 s instead of a minute).
+//! - `BENCH_ROUNDS`, `BENCH_MS` (per configuration and mode, per round): override.
+//!
+//! Each server runs in a child process (this binary again, with `GUARD_BENCH_SERVE` set), so
+//! that its own CPU time per call can be read from `/proc` beside the client's view of
+//! throughput: on a shared, loaded machine throughput swings from window to window while CPU
+//! per call does not. Rounds interleave the configurations, each round starting with the next
+//! one, and medians over rounds are reported. Targets: memory ≥ 0.95× the bare server's
+//! throughput, Redis ≥ 0.90×; a keyed call at most two Redis round trips.
+
+#[path = "../tests/layer/server.rs"]
+#[allow(dead_code)]
+mod server;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_resume_server::{MemoryStore, RedisOptions, RedisStore, ResumeSafetyLayer};
+use mock_server::procs::RedisServer;
+use serde_json::{json, Value};
+
+use server::Server;
+
+const CONCURRENT: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Config {
+    Bare,
+    Memory,
+    Redis,
+}
+
+const CONFIGS: [Config; 3] = [Config::Bare, Config::Memory, Config::Redis];
+
+/// A configuration, a number of callers, and per round (calls per second, server CPU µs per
+/// call).
+type Samples = (Config, usize, Vec<(f64, f64)>);
+
+/// The guard and its tower skin alone, in process: an inner service that answers at once
+/// with a canned SSE answer, called bare and through the layer; µs per call of each.
+fn skin_cost(rt: &tokio::runtime::Runtime, calls: u32) -> (f64, f64) {
+    use http_body_util::{BodyExt, Full};
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    #[derive(Clone)]
+    struct Canned;
+
+    impl<B: Send + 'static> Service<http::Request<B>> for Canned {
+        type Response = http::Response<Full<bytes::Bytes>>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(
+            &mut self,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, req: http::Request<B>) -> Self::Future {
+            let init = !req.headers().contains_key("mcp-session-id");
+            let (ct, body): (&str, &'static [u8]) = if init {
+                ("application/json", br#"{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{}}}"#)
+            } else {
+                ("text/event-stream", b"id: 0/1\nretry: 50\ndata: \n\nid: 1/1\ndata: {\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"bench\"}],\"isError\":false}}\n\n")
+            };
+            let mut r = http::Response::new(Full::new(bytes::Bytes::from_static(body)));
+            r.headers_mut().insert("content-type", ct.parse().unwrap());
+            if init {
+                r.headers_mut()
+                    .insert("mcp-session-id", "s1".parse().unwrap());
+            }
+            std::future::ready(Ok(r))
+        }
+    }
+
+    fn request(session: bool) -> http::Request<Full<bytes::Bytes>> {
+        let body: &'static [u8] = if session {
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"bench"}}}"#
+        } else {
+            br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#
+        };
+        let mut b = http::Request::post("/mcp").header("content-type", "application/json");
+        if session {
+            b = b.header("mcp-session-id", "s1");
+        }
+        b.body(Full::new(bytes::Bytes::from_static(body))).unwrap()
+    }
+
+    rt.block_on(async move {
+        let mut guarded = ResumeSafetyLayer::new(MemoryStore::default()).layer(Canned);
+        let init = guarded.call(request(false)).await.unwrap();
+        let _ = init.into_body().collect().await.unwrap();
+        let mut bare = Canned;
+        let per = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / f64::from(calls);
+        let t = Instant::now();
+        for _ in 0..calls {
+            let r = bare.call(request(true)).await.unwrap();
+            let _ = r.into_body().collect().await.unwrap();
+        }
+        let b = per(t);
+        let t = Instant::now();
+        for _ in 0..calls {
+            let r = guarded.call(request(true)).await.unwrap();
+            let _ = r.into_body().collect().await.unwrap();
+        }
+        (b, per(t))
+    })
+}
+
+/// Set in the child processes: which server to run (`bare`, `memory`, `redis=<url>`).
+const SERVE_ENV: &str = "GUARD_BENCH_SERVE";
+
+/// The child: one server, its URL on stdout, until killed.
+fn serve(what: &str) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let layer = match what.split_once('=') {
+            None if what == "bare" => None,
+            None => Some(ResumeSafetyLayer::new(MemoryStore::default())),
+            Some((_, url)) => {
+                let store = RedisStore::connect_with(url, RedisOptions::default())
+                    .await
+                    .unwrap();
+                Some(ResumeSafetyLayer::new(store))
+            }
+        };
+        let server = Server::start(layer, false).await;
+        println!("{}", server.url());
+        std::future::pending::<()>().await;
+    });
+}
+
+/// A server child process.
+struct Child {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Child {
+    fn start(what: &str) -> Child {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .env(SERVE_ENV, what)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        Child {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+
+    /// CPU time the process used so far (user + system), from `/proc/<pid>/stat`.
+    fn cpu(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        // Fields after the command name (which may hold spaces, hence the last ')').
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = rest.split(' ').collect();
+        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        // SAFETY: sysconf reads a constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        Duration::from_secs_f64(ticks as f64 / hz as f64)
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One session on one server, and a pooled HTTP client for it.
+struct Target {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+    server: Child,
+}
+
+impl Target {
+    async fn start(what: &str) -> Target {
+        let server = Child::start(what);
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(CONCURRENT)
+            .build()
+            .unwrap();
+        let url = server.url.clone();
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}}});
+        let resp = post(&http, &url, None, &init, None).await;
+        let session = resp
+            .headers()
+            .get("mcp-session-id")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let _ = resp.bytes().await;
+        let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let _ = post(&http, &url, Some(&session), &done, None)
+            .await
+            .bytes()
+            .await;
+        Target {
+            http,
+            url,
+            session,
+            server,
+        }
+    }
+
+    /// One `tools/call` of `echo` (keyed with `key`), its whole answer read.
+    async fn call(&self, id: u64, key: Option<&str>) {
+        let mut params = json!({"name": "echo", "arguments": {"text": "bench"}});
+        if let Some(k) = key {
+            params["_meta"] = json!({"io.github.mcp-resume/idempotency-key": k});
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
+        let resp = post(&self.http, &self.url, Some(&self.session), &body, key).await;
+        assert!(resp.status().is_success(), "{}", resp.status());
+        let text = resp.text().await.unwrap();
+        assert!(text.contains("bench"), "{text}");
+    }
+}
+
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: &Value,
+    key: Option<&str>,
+) -> reqwest::Response {
+    let mut req = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(body.to_string());
+    if let Some(s) = session {
+        req = req
+            .header("mcp-session-id", s)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    if let Some(k) = key {
+        req = req.header("idempotency-key", k);
+    }
+    req.send().await.unwrap()
+}
+
+/// Calls per second over `window`, with `callers` callers each making calls back to back, and
+/// the server's CPU time per call (µs).
+async fn throughput(target: &Arc<Target>, callers: usize, window: Duration) -> (f64, f64) {
+    let cpu_before = target.server.cpu();
+    let end = Instant::now() + window;
+    let mut tasks = Vec::new();
+    for c in 0..callers {
+        let t = target.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while Instant::now() < end {
+                t.call(1_000_000 * c as u64 + n, None).await;
+                n += 1;
+            }
+            n
+        }));
+    }
+    let started = Instant::now();
+    let mut calls = 0;
+    for t in tasks {
+        calls += t.await.unwrap();
+    }
+    let cpu = target.server.cpu() - cpu_before;
+    (
+        calls as f64 / started.elapsed().as_secs_f64(),
+        cpu.as_secs_f64() * 1e6 / calls.max(1) as f64,
+    )
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Round trips the store made since the last reset, per `INFO commandstats`: the commands
+/// a client sends (`EVALSHA`, `EVAL`, `SCRIPT`, `GET`, `SET`). The commands a script runs
+/// inside Redis (`TIME`, `HGET`, `HSET`, `PEXPIRE`) are counted there too, but are not round
+/// trips.
+async fn round_trips(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    const SENT: [&str; 5] = ["evalsha", "eval", "script", "get", "set"];
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.split("calls=").nth(1)?.split(',').next()?;
+            let calls = calls.parse::<u64>().ok()?;
+            SENT.contains(&name.to_ascii_lowercase().as_str())
+                .then_some(calls)
+        })
+        .sum()
+}
+
+fn main() {
+    if let Ok(what) = std::env::var(SERVE_ENV) {
+        return serve(&what);
+    }
+    let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
+    let rounds = env_u64("BENCH_ROUNDS").unwrap_or(if quick { 3 } else { 7 }) as usize;
+    let window =
+        Duration::from_millis(env_u64("BENCH_MS").unwrap_or(if quick { 300 } else { 1500 }));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let one = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut skin = Vec::new();
+    for _ in 0..rounds {
+        skin.push(skin_cost(&one, if quick { 20_000 } else { 100_000 }));
+    }
+    let bare_us = median(skin.iter().map(|s| s.0).collect());
+    let guarded_us = median(skin.iter().map(|s| s.1).collect());
+    println!(
+        "\nthe guard and its tower skin alone, in process, per unkeyed SSE call: {:.2} µs \
+         (bare canned service {bare_us:.2} µs, through the layer {guarded_us:.2} µs)",
+        guarded_us - bare_us
+    );
+    rt.block_on(async move {
+        let redis = RedisServer::start()
+            .await
+            .unwrap_or_else(|e| panic!("the bench needs redis-server: {e}"));
+        let targets: Vec<(Config, Arc<Target>)> = vec![
+            (Config::Bare, Arc::new(Target::start("bare").await)),
+            (Config::Memory, Arc::new(Target::start("memory").await)),
+            (
+                Config::Redis,
+                Arc::new(Target::start(&format!("redis={}", redis.url())).await),
+            ),
+        ];
+        // Warm every path (connections, the guard's session cache, scripts).
+        for (_, t) in &targets {
+            throughput(t, CONCURRENT, Duration::from_millis(200)).await;
+        }
+        let mut results: Vec<Samples> = Vec::new();
+        for callers in [1, CONCURRENT] {
+            for c in CONFIGS {
+                results.push((c, callers, Vec::new()));
+            }
+        }
+        for round in 0..rounds {
+            for callers in [1, CONCURRENT] {
+                for i in 0..targets.len() {
+                    let (config, target) = &targets[(i + round) % targets.len()];
+                    let cps = throughput(target, callers, window).await;
+                    let slot = results
+                        .iter_mut()
+                        .find(|(c, n, _)| c == config && *n == callers)
+                        .unwrap();
+                    slot.2.push(cps);
+                }
+            }
+        }
+        println!(
+            "\nunkeyed tools/call (legacy session, SSE answers), rmcp 3.11, {rounds} rounds of {window:?}, medians"
+        );
+        println!("| callers | bare calls/s | guard + memory | ratio (≥ 0.95) | guard + Redis | ratio (≥ 0.90) | server CPU µs/call: bare, memory, Redis |");
+        println!("|---|---|---|---|---|---|---|");
+        for callers in [1, CONCURRENT] {
+            let of = |c: Config| {
+                let samples = &results
+                    .iter()
+                    .find(|(cc, n, _)| *cc == c && *n == callers)
+                    .unwrap()
+                    .2;
+                (
+                    median(samples.iter().map(|s| s.0).collect()),
+                    median(samples.iter().map(|s| s.1).collect()),
+                )
+            };
+            let ((bare, cb), (mem, cm), (red, cr)) =
+                (of(Config::Bare), of(Config::Memory), of(Config::Redis));
+            let mark = |ok: bool| if ok { "ok" } else { "BELOW TARGET" };
+            println!(
+                "| {callers} | {bare:.0} | {mem:.0} | {:.3} {} | {red:.0} | {:.3} {} | {cb:.1}, {cm:.1} ({:.2}×), {cr:.1} ({:.2}×) |",
+                mem / bare,
+                mark(mem / bare >= 0.95),
+                red / bare,
+                mark(red / bare >= 0.90),
+                cm / cb,
+                cr / cb,
+            );
+        }
+
+        // A keyed call's round trips, counted by Redis itself.
+        let mut conn = redis::Client::open(redis.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let redis_target = &targets[2].1;
+        let calls = 200u64;
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+        let before = round_trips(&mut conn).await;
+        for i in 0..calls {
+            redis_target.call(i, Some(&format!("bench-key-{i}"))).await;
+        }
+        let keyed = round_trips(&mut conn).await - before;
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await.unwrap();
+        for i in 0..calls {
+            redis_target.call(i, None).await;
+        }
+        let unkeyed = round_trips(&mut conn).await;
+        let per = keyed as f64 / calls as f64;
+        println!(
+            "\nRedis round trips per keyed call: {per:.2} (≤ 2: {}); per unkeyed call: {:.2}",
+            if per <= 2.0 { "ok" } else { "ABOVE TARGET" },
+            unkeyed as f64 / calls as f64
+        );
+    });
+}

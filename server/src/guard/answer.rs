@@ -1,0 +1,160 @@
+//! Responses the guard gives itself, without the inner server: refusals and stored answers.
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::StatusCode;
+use serde_json::{json, Value};
+
+use super::resume::RejectReason;
+use crate::ids::CapabilityHash;
+use crate::wire::{codes, rpc_codes, CAPABILITY_HASH_HEADER, RESUME_REJECTED_HEADER};
+
+/// A complete response for the skin to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: Bytes,
+}
+
+impl Answer {
+    /// The status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Headers beside `Content-Type: application/json`.
+    pub fn headers(&self) -> &[(HeaderName, HeaderValue)] {
+        &self.headers
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// Splits into its parts.
+    pub fn into_parts(self) -> (StatusCode, Vec<(HeaderName, HeaderValue)>, Bytes) {
+        (self.status, self.headers, self.body)
+    }
+
+    /// The body as JSON (tests and skins that re-encode).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    fn new(status: StatusCode, body: &Value) -> Self {
+        Self {
+            status,
+            headers: vec![(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            body: Bytes::from(body.to_string()),
+        }
+    }
+
+    fn with(mut self, name: &'static str, value: HeaderValue) -> Self {
+        self.headers.push((HeaderName::from_static(name), value));
+        self
+    }
+
+    pub(crate) fn with_hash(self, hash: Option<&CapabilityHash>) -> Self {
+        match hash.and_then(|h| HeaderValue::from_str(h.as_str()).ok()) {
+            Some(v) => self.with(CAPABILITY_HASH_HEADER, v),
+            None => self,
+        }
+    }
+
+    /// 200 with a JSON-RPC response (a stored answer, or an error in the body).
+    pub(crate) fn rpc(message: &Value) -> Self {
+        Self::new(StatusCode::OK, message)
+    }
+
+    /// The resume-safety extension's explicit rejection.
+    pub(crate) fn rejected(reason: RejectReason) -> Self {
+        let body = error_body(
+            &Value::Null,
+            rpc_codes::SESSION_NOT_FOUND,
+            "Session resume rejected: re-initialize",
+            Some(json!({"code": codes::SESSION_RESUME_REJECTED, "reason": reason.as_str()})),
+        );
+        Self::new(StatusCode::NOT_FOUND, &body).with(
+            RESUME_REJECTED_HEADER,
+            HeaderValue::from_static(reason.as_str()),
+        )
+    }
+
+    /// 404 for a session this guard forgot (a rejected resume): every later request of it.
+    pub(crate) fn session_not_found() -> Self {
+        let body = error_body(
+            &Value::Null,
+            rpc_codes::SESSION_NOT_FOUND,
+            "Session not found",
+            None,
+        );
+        Self::new(StatusCode::NOT_FOUND, &body)
+    }
+
+    /// 400: the request names an invalid idempotency key, or two different ones. Nothing ran.
+    pub(crate) fn invalid_key(id: &Value, why: &str) -> Self {
+        let body = error_body(
+            id,
+            rpc_codes::INVALID_PARAMS,
+            why,
+            Some(json!({"code": codes::IDEMPOTENCY_KEY_INVALID})),
+        );
+        Self::new(StatusCode::BAD_REQUEST, &body)
+    }
+
+    /// A keyed call the guard cannot see whole or alone (413 over the bound, 400 in a batch):
+    /// refused rather than run unguarded.
+    pub(crate) fn unguardable(status: StatusCode, why: &str) -> Self {
+        let body = error_body(
+            &Value::Null,
+            rpc_codes::INVALID_REQUEST,
+            why,
+            Some(json!({"code": codes::IDEMPOTENCY_UNGUARDABLE})),
+        );
+        Self::new(status, &body)
+    }
+
+    /// 503 with `Retry-After`: the store cannot be reached, the keyed call did not run.
+    pub(crate) fn store_unavailable(id: &Value, retry_after_secs: u64) -> Self {
+        let body = error_body(
+            id,
+            rpc_codes::SERVER,
+            "The idempotency store cannot be reached: the call did not run; retry later",
+            Some(json!({"code": codes::IDEMPOTENCY_STORE_UNAVAILABLE})),
+        );
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, &body)
+            .with("retry-after", HeaderValue::from(retry_after_secs))
+    }
+
+    /// 500: the guard lost track of its own work (a task that ended without answering).
+    pub(crate) fn internal() -> Self {
+        let body = error_body(&Value::Null, -32603, "Internal error", None);
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, &body)
+    }
+
+    /// 503 with `Retry-After` for a resume that cannot be judged now (the session record
+    /// cannot be read): nothing is forgotten.
+    pub(crate) fn resume_unavailable(retry_after_secs: u64) -> Self {
+        let body = error_body(
+            &Value::Null,
+            rpc_codes::SERVER,
+            "The session store cannot be reached: retry the resume later",
+            None,
+        );
+        let mut a = Self::new(StatusCode::SERVICE_UNAVAILABLE, &body);
+        a.headers
+            .push((RETRY_AFTER, HeaderValue::from(retry_after_secs)));
+        a
+    }
+}
+
+/// A JSON-RPC error response.
+pub(crate) fn error_body(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
+    let mut error = json!({"code": code, "message": message});
+    if let Some(d) = data {
+        error["data"] = d;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": error})
+}

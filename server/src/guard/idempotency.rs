@@ -1,0 +1,210 @@
+//! Idempotency keys: where a `tools/call` carries one, and what a claim's outcome means for
+//! the request that asked.
+
+use http::HeaderMap;
+use serde_json::{json, Value};
+
+use super::answer::{error_body, Answer};
+use super::records::ClaimOutcome;
+use crate::ids::{CapabilityHash, IdempotencyKey};
+use crate::wire::{
+    codes, rpc_codes, IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_META_KEY, RESULT_HASH_META_KEY,
+};
+
+/// Where a key was found, when it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeyFound {
+    /// The call carries no key: it runs unguarded, as without the guard.
+    None,
+    /// One key (the same wherever it was given).
+    Key(IdempotencyKey),
+    /// A key that is not valid, or two different keys: refused, nothing runs.
+    Invalid(&'static str),
+}
+
+/// The key of a `tools/call`, from `params._meta["io.github.mcp-resume/idempotency-key"]`,
+/// the `Idempotency-Key` header, or SEP-3182's `params.idempotencyKey`. Each place that
+/// names one must name the same.
+pub(crate) fn key_of(params: Option<&Value>, headers: &HeaderMap) -> KeyFound {
+    let meta = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(IDEMPOTENCY_META_KEY));
+    let standard = params.and_then(|p| p.get("idempotencyKey"));
+    key_from(meta, standard, headers)
+}
+
+/// [`key_of`] from the two places in the body, already read.
+pub(crate) fn key_from(
+    meta: Option<&Value>,
+    standard: Option<&Value>,
+    headers: &HeaderMap,
+) -> KeyFound {
+    let header = headers.get(IDEMPOTENCY_KEY_HEADER);
+    let mut found: Option<IdempotencyKey> = None;
+    for candidate in [meta, standard] {
+        let Some(v) = candidate else { continue };
+        let Some(text) = v.as_str() else {
+            return KeyFound::Invalid("the idempotency key must be a string");
+        };
+        match merge(&mut found, text) {
+            Ok(()) => {}
+            Err(why) => return KeyFound::Invalid(why),
+        }
+    }
+    if let Some(h) = header {
+        let Ok(text) = h.to_str() else {
+            return KeyFound::Invalid("the Idempotency-Key header is not printable ASCII");
+        };
+        if let Err(why) = merge(&mut found, text) {
+            return KeyFound::Invalid(why);
+        }
+    }
+    match found {
+        Some(k) => KeyFound::Key(k),
+        None => KeyFound::None,
+    }
+}
+
+fn merge(found: &mut Option<IdempotencyKey>, text: &str) -> Result<(), &'static str> {
+    let key = IdempotencyKey::new(text)
+        .map_err(|_| "the idempotency key must be 1 to 256 bytes of printable ASCII")?;
+    match found {
+        Some(k) if *k != key => Err("the request names two different idempotency keys"),
+        Some(_) => Ok(()),
+        None => {
+            *found = Some(key);
+            Ok(())
+        }
+    }
+}
+
+/// What a claim's outcome means for the request that asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimVerdict {
+    /// Run the call: the key is held.
+    Run,
+    /// Answer without running.
+    Answer(Answer),
+}
+
+/// The verdict for the request `id` whose key claim came back `outcome`; `hash` is the
+/// capability hash of the request's session, put on the answer's head.
+pub fn claim_verdict(
+    outcome: ClaimOutcome,
+    id: &Value,
+    hash: Option<&CapabilityHash>,
+) -> ClaimVerdict {
+    match claim_message(outcome, id) {
+        None => ClaimVerdict::Run,
+        Some(message) => ClaimVerdict::Answer(Answer::rpc(&message).with_hash(hash)),
+    }
+}
+
+/// The JSON-RPC response to the request `id` whose key claim came back `outcome`: the stored
+/// answer re-addressed, or the refusal; `None` when the call may run. (For servers that
+/// answer keyed calls inside their own streams, as the mock cluster does.)
+pub fn claim_message(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
+    Some(match outcome {
+        ClaimOutcome::Granted => return None,
+        ClaimOutcome::Done(stored) => stored.addressed_to(id),
+        ClaimOutcome::InUse => error_body(
+            id,
+            rpc_codes::SERVER,
+            "A call with this idempotency key is still running",
+            Some(json!({"code": codes::IDEMPOTENCY_KEY_IN_USE})),
+        ),
+        ClaimOutcome::Lost => error_body(
+            id,
+            rpc_codes::SERVER,
+            "The call with this idempotency key was interrupted by an instance failure; its \
+             outcome is unknown and it will not run again",
+            Some(json!({"code": codes::IDEMPOTENCY_OUTCOME_UNKNOWN})),
+        ),
+        ClaimOutcome::Mismatch => error_body(
+            id,
+            rpc_codes::INVALID_PARAMS,
+            "This idempotency key was used for a different call",
+            Some(json!({"code": codes::IDEMPOTENCY_KEY_REUSED})),
+        ),
+    })
+}
+
+/// Marks a keyed call's result with the hash it was produced under (the extension's rule: a
+/// replayed result names its context, so a client under another one refuses it). An error
+/// answer, or a result that is not an object, is left as it is.
+pub(crate) fn stamp_result(message: &mut Value, hash: &CapabilityHash) {
+    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let meta = result
+        .entry("_meta")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Some(meta) = meta.as_object_mut() {
+        meta.insert(RESULT_HASH_META_KEY.into(), Value::from(hash.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(key: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(k) = key {
+            h.insert(IDEMPOTENCY_KEY_HEADER, k.parse().unwrap());
+        }
+        h
+    }
+
+    fn key(k: &str) -> KeyFound {
+        KeyFound::Key(IdempotencyKey::new(k).unwrap())
+    }
+
+    #[test]
+    fn keys_are_found_in_each_place_and_must_agree() {
+        let meta = json!({"_meta": {IDEMPOTENCY_META_KEY: "k-1"}});
+        let standard = json!({"idempotencyKey": "k-1"});
+        let both = json!({"_meta": {IDEMPOTENCY_META_KEY: "k-1"}, "idempotencyKey": "k-1"});
+        let rows: &[(Option<&Value>, Option<&str>, KeyFound)] = &[
+            (None, None, KeyFound::None),
+            (Some(&meta), None, key("k-1")),
+            (Some(&standard), None, key("k-1")),
+            (None, Some("k-1"), key("k-1")),
+            (Some(&meta), Some("k-1"), key("k-1")),
+            (Some(&both), Some("k-1"), key("k-1")),
+            (
+                Some(&meta),
+                Some("k-2"),
+                KeyFound::Invalid("the request names two different idempotency keys"),
+            ),
+        ];
+        for (params, header, want) in rows {
+            assert_eq!(
+                &key_of(*params, &headers(*header)),
+                want,
+                "{params:?} {header:?}"
+            );
+        }
+        let bad = json!({"_meta": {IDEMPOTENCY_META_KEY: 7}});
+        assert!(matches!(
+            key_of(Some(&bad), &headers(None)),
+            KeyFound::Invalid(_)
+        ));
+        let empty = json!({"_meta": {IDEMPOTENCY_META_KEY: ""}});
+        assert!(matches!(
+            key_of(Some(&empty), &headers(None)),
+            KeyFound::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn stamping_marks_results_only() {
+        let h = CapabilityHash::from_stored("sha256:ab");
+        let mut ok = json!({"result": {"content": []}});
+        stamp_result(&mut ok, &h);
+        assert_eq!(ok["result"]["_meta"][RESULT_HASH_META_KEY], "sha256:ab");
+        let mut err = json!({"error": {"code": 1, "message": "x"}});
+        stamp_result(&mut err, &h);
+        assert!(err["error"].get("_meta").is_none());
+    }
+}

@@ -1,0 +1,414 @@
+//! What one guard remembers locally: the sessions it knows, the sessions it forgot, and for
+//! each SSE stream it numbered the map from its sequence numbers to the inner server's event
+//! ids and the requests answered on it. Everything is bounded; what is evicted is gone, and a
+//! resume that needs it is refused (`event_gap`), never replayed on trust.
+
+use std::collections::{HashMap, VecDeque};
+
+use rustc_hash::FxHashMap;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::records::SessionRecord;
+use crate::ids::{CapabilityHash, SessionId, StreamId};
+
+/// A map that forgets its oldest entries beyond a capacity.
+#[derive(Debug)]
+pub(crate) struct Bounded<K, V> {
+    map: FxHashMap<K, V>,
+    order: VecDeque<K>,
+    capacity: usize,
+}
+
+impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            map: FxHashMap::default(),
+            order: VecDeque::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, k: K, v: V) {
+        if self.map.insert(k.clone(), v).is_none() {
+            self.order.push_back(k);
+        }
+        while self.map.len() > self.capacity {
+            match self.order.pop_front() {
+                Some(old) => {
+                    self.map.remove(&old);
+                }
+                None => break,
+            }
+        }
+        // Removed keys linger in `order`; compact once they are most of it.
+        if self.order.len() > 2 * self.capacity {
+            let map = &self.map;
+            self.order.retain(|k| map.contains_key(k));
+        }
+    }
+
+    pub(crate) fn get(&self, k: &K) -> Option<&V> {
+        self.map.get(k)
+    }
+
+    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        self.map.get_mut(k)
+    }
+
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
+        self.map.remove(k)
+    }
+
+    pub(crate) fn contains(&self, k: &K) -> bool {
+        self.map.contains_key(k)
+    }
+
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
+        self.map.retain(|k, v| keep(k, v));
+    }
+}
+
+/// Streams longer than this get an index of their inner ids.
+const INDEX_FROM: usize = 16;
+
+/// Where a request answered on a stream stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestState {
+    /// Forwarded; its response has not passed yet.
+    Running,
+    /// Its response passed as the event at this position.
+    Answered(u64),
+    /// The inner server failed the stream before answering it: it will never be answered.
+    Lost,
+}
+
+/// One numbered SSE stream.
+#[derive(Debug)]
+pub(crate) struct StreamLog {
+    session: SessionId,
+    hash: CapabilityHash,
+    /// Inner event ids from position `first` on.
+    inner: VecDeque<Box<str>>,
+    first: u64,
+    /// An index of `inner`, built once a stream is long enough for a scan to cost more than
+    /// the map (most streams carry two or three events).
+    by_inner: Option<HashMap<Box<str>, u64>>,
+    max_events: usize,
+    requests: Vec<(Value, RequestState)>,
+    /// The stream passed something the guard could not number (a block over the bound):
+    /// continuity from any cursor on it cannot be proven any more.
+    broken: bool,
+}
+
+impl StreamLog {
+    fn new(session: SessionId, hash: CapabilityHash, requests: Vec<Value>, max: usize) -> Self {
+        Self {
+            session,
+            hash,
+            inner: VecDeque::new(),
+            first: 1,
+            by_inner: None,
+            max_events: max.max(1),
+            requests: requests
+                .into_iter()
+                .map(|id| (id, RequestState::Running))
+                .collect(),
+            broken: false,
+        }
+    }
+
+    /// The last position issued (0 before any).
+    pub(crate) fn head(&self) -> u64 {
+        self.first + self.inner.len() as u64 - 1
+    }
+
+    /// The earliest position whose inner id is still known.
+    pub(crate) fn earliest(&self) -> u64 {
+        self.first
+    }
+
+    pub(crate) fn session(&self) -> &SessionId {
+        &self.session
+    }
+
+    pub(crate) fn hash(&self) -> &CapabilityHash {
+        &self.hash
+    }
+
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
+    }
+
+    /// The inner id of position `seq`, when still known.
+    pub(crate) fn inner_id(&self, seq: u64) -> Option<&str> {
+        let i = seq.checked_sub(self.first)?;
+        self.inner.get(usize::try_from(i).ok()?).map(AsRef::as_ref)
+    }
+
+    /// The position of an inner event id: the one it already has, or the next one.
+    fn record(&mut self, inner: &str) -> u64 {
+        let known = match &self.by_inner {
+            Some(map) => map.get(inner).copied(),
+            None => self
+                .inner
+                .iter()
+                .rposition(|i| i.as_ref() == inner)
+                .map(|at| self.first + at as u64),
+        };
+        if let Some(seq) = known {
+            return seq;
+        }
+        let seq = self.head() + 1;
+        let id: Box<str> = inner.into();
+        if let Some(map) = &mut self.by_inner {
+            map.insert(id.clone(), seq);
+        }
+        self.inner.push_back(id);
+        if self.by_inner.is_none() && self.inner.len() > INDEX_FROM {
+            let first = self.first;
+            let map = self
+                .inner
+                .iter()
+                .enumerate()
+                .map(|(at, i)| (i.clone(), first + at as u64))
+                .collect();
+            self.by_inner = Some(map);
+        }
+        if self.inner.len() > self.max_events {
+            if let Some(old) = self.inner.pop_front() {
+                if let Some(map) = &mut self.by_inner {
+                    map.remove(&old);
+                }
+            }
+            self.first += 1;
+        }
+        seq
+    }
+
+    fn answered(&mut self, request: &Value, seq: u64) {
+        if let Some((_, state)) = self.requests.iter_mut().find(|(id, _)| id == request) {
+            if *state == RequestState::Running {
+                *state = RequestState::Answered(seq);
+            }
+        }
+    }
+
+    fn lose_running(&mut self) {
+        for (_, state) in &mut self.requests {
+            if *state == RequestState::Running {
+                *state = RequestState::Lost;
+            }
+        }
+    }
+
+    /// Whether a request on the stream can no longer be resolved: the inner server failed the
+    /// stream before answering it, so a replay would end without its answer (or with an
+    /// answer whose request nobody holds).
+    pub(crate) fn has_orphans(&self) -> bool {
+        self.requests.iter().any(|(_, s)| *s == RequestState::Lost)
+    }
+}
+
+/// Capacities of a [`Ledger`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Capacities {
+    pub(crate) sessions: usize,
+    pub(crate) streams: usize,
+    pub(crate) events_per_stream: usize,
+}
+
+/// A guard's local memory.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    sessions: Bounded<SessionId, Arc<SessionRecord>>,
+    forgotten: Bounded<SessionId, ()>,
+    streams: Bounded<StreamId, Box<StreamLog>>,
+    events_per_stream: usize,
+}
+
+impl Ledger {
+    pub(crate) fn new(caps: Capacities) -> Self {
+        Self {
+            sessions: Bounded::new(caps.sessions),
+            forgotten: Bounded::new(caps.sessions),
+            streams: Bounded::new(caps.streams),
+            events_per_stream: caps.events_per_stream,
+        }
+    }
+
+    pub(crate) fn session(&self, id: &SessionId) -> Option<&Arc<SessionRecord>> {
+        self.sessions.get(id)
+    }
+
+    pub(crate) fn remember(&mut self, record: Arc<SessionRecord>) {
+        self.forgotten.remove(record.session());
+        self.sessions.insert(record.session().clone(), record);
+    }
+
+    pub(crate) fn is_forgotten(&self, id: &SessionId) -> bool {
+        self.forgotten.contains(id)
+    }
+
+    /// Forgets a session and its streams; `tombstone` answers its later requests 404 here.
+    pub(crate) fn forget(&mut self, id: &SessionId, tombstone: bool) {
+        self.sessions.remove(id);
+        self.streams.retain(|_, log| log.session() != id);
+        if tombstone {
+            self.forgotten.insert(id.clone(), ());
+        }
+    }
+
+    pub(crate) fn open_stream(
+        &mut self,
+        stream: StreamId,
+        session: SessionId,
+        hash: CapabilityHash,
+        requests: Vec<Value>,
+    ) {
+        let log = StreamLog::new(session, hash, requests, self.events_per_stream);
+        self.streams.insert(stream, Box::new(log));
+    }
+
+    pub(crate) fn stream(&self, id: StreamId) -> Option<&StreamLog> {
+        self.streams.get(&id).map(AsRef::as_ref)
+    }
+
+    /// Numbers an inner event on `stream`; `None` when the stream was forgotten.
+    pub(crate) fn record(&mut self, stream: StreamId, inner: &str) -> Option<u64> {
+        self.streams.get_mut(&stream).map(|log| log.record(inner))
+    }
+
+    pub(crate) fn answered(&mut self, stream: StreamId, request: &Value, seq: u64) {
+        if let Some(log) = self.streams.get_mut(&stream) {
+            log.answered(request, seq);
+        }
+    }
+
+    pub(crate) fn lose_running(&mut self, stream: StreamId) {
+        if let Some(log) = self.streams.get_mut(&stream) {
+            log.lose_running();
+        }
+    }
+
+    /// Sets the hash of a stream opened before its session's context was known (the
+    /// `initialize` response's own stream).
+    pub(crate) fn set_stream_hash(&mut self, stream: StreamId, hash: CapabilityHash) {
+        if let Some(log) = self.streams.get_mut(&stream) {
+            log.hash = hash;
+        }
+    }
+
+    pub(crate) fn break_stream(&mut self, stream: StreamId) {
+        if let Some(log) = self.streams.get_mut(&stream) {
+            log.broken = true;
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn stream_count(&self) -> usize {
+        self.streams.map.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::InstanceId;
+
+    fn sid(s: &str) -> SessionId {
+        SessionId::parse(s.as_bytes()).unwrap()
+    }
+
+    fn hash() -> CapabilityHash {
+        CapabilityHash::from_stored("sha256:00")
+    }
+
+    #[test]
+    fn bounded_maps_forget_the_oldest_first() {
+        let mut m = Bounded::new(2);
+        m.insert(1, "a");
+        m.insert(2, "b");
+        m.remove(&1);
+        m.insert(3, "c");
+        m.insert(4, "d");
+        assert!(!m.contains(&2));
+        assert!(m.contains(&3) && m.contains(&4));
+        for i in 0..100 {
+            m.insert(i, "x");
+            m.remove(&i);
+        }
+        assert!(m.order.len() <= 4);
+    }
+
+    #[test]
+    fn a_stream_numbers_each_inner_id_once_and_forgets_the_oldest() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 3,
+        });
+        let s = StreamId::from_u64(1);
+        ledger.open_stream(s, sid("a"), hash(), vec![]);
+        assert_eq!(ledger.record(s, "x"), Some(1));
+        assert_eq!(ledger.record(s, "y"), Some(2));
+        assert_eq!(ledger.record(s, "x"), Some(1));
+        assert_eq!(ledger.record(s, "z"), Some(3));
+        assert_eq!(ledger.record(s, "w"), Some(4));
+        let log = ledger.stream(s).unwrap();
+        assert_eq!((log.earliest(), log.head()), (2, 4));
+        assert_eq!(log.inner_id(1), None);
+        assert_eq!(log.inner_id(4), Some("w"));
+        assert_eq!(
+            ledger.record(s, "x"),
+            Some(5),
+            "a forgotten id is a new event"
+        );
+    }
+
+    #[test]
+    fn long_streams_are_indexed_and_still_forget_the_oldest() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 40,
+        });
+        let s = StreamId::from_u64(1);
+        ledger.open_stream(s, sid("a"), hash(), vec![]);
+        for i in 0..50u64 {
+            assert_eq!(ledger.record(s, &format!("e{i}")), Some(i + 1));
+        }
+        assert_eq!(
+            ledger.record(s, "e30"),
+            Some(31),
+            "an id already numbered keeps its position"
+        );
+        assert_eq!(
+            ledger.record(s, "e5"),
+            Some(51),
+            "a forgotten id is a new event"
+        );
+        let log = ledger.stream(s).unwrap();
+        assert_eq!((log.earliest(), log.head()), (12, 51));
+        assert_eq!(log.inner_id(12), Some("e11"));
+    }
+
+    #[test]
+    fn forgetting_a_session_drops_its_streams_and_answers_it_404_after() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 3,
+        });
+        let rec = SessionRecord::new(sid("a"), InstanceId::random(), hash(), "v".into());
+        ledger.remember(Arc::new(rec));
+        ledger.open_stream(StreamId::from_u64(1), sid("a"), hash(), vec![]);
+        ledger.open_stream(StreamId::from_u64(2), sid("b"), hash(), vec![]);
+        ledger.forget(&sid("a"), true);
+        assert!(ledger.session(&sid("a")).is_none());
+        assert!(ledger.is_forgotten(&sid("a")));
+        assert_eq!(ledger.stream_count(), 1);
+    }
+}

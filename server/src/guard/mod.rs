@@ -1,0 +1,809 @@
+//! The guard: every rule of the resume-safety extension, once, with no I/O, no clock reads
+//! and no randomness of its own (time is passed in, ids come from a seeded generator).
+//!
+//! A skin (the tower [`ResumeSafetyLayer`](crate::ResumeSafetyLayer), or one in another
+//! language) feeds it what passes between a client and an MCP Streamable HTTP server and does
+//! what it says. One HTTP exchange is driven in two halves:
+//!
+//! **Request** — [`Guard::begin`] with the request head gives an [`Exchange`]. Then, until it
+//! says otherwise, take its [`Exchange::step`] step:
+//! - [`Step::ReadBody`]: read the body up to the limit and report it with
+//!   [`Exchange::handle_body`] (the body is forwarded unchanged either way);
+//! - [`Step::Store`]: run the store operation and report its result
+//!   ([`Exchange::handle_session`] for [`StoreOp::LoadSession`], [`Exchange::handle_claim`]
+//!   for [`StoreOp::Claim`]);
+//! - [`Step::Pass`]: forward the request; its response passes untouched;
+//! - [`Step::Forward`]: forward the request (with its `Last-Event-ID` replaced when the step
+//!   says so) and feed the response to the step's [`Watch`];
+//! - [`Step::Answer`]: send this response; the inner server never sees the request.
+//!
+//! After every step, run what [`Exchange::poll_op`] hands out (operations that need no
+//! report, such as forgetting a session).
+//!
+//! **Response** — see [`Watch`]: its head, then its body (JSON or SSE), then its end;
+//! [`Watch::poll_op`] hands out the store operations to run (session records, a keyed call's
+//! stored answer) and [`Watch::poll_timeout`] when to call [`Watch::handle_timeout`] (a keyed
+//! call's lease renewals).
+//!
+//! The rules, each in one place: the advertisement ([`Parts`]), the capability hash
+//! ([`crate::wire::capability_hash`]), sequenced event ids (the watch and the ledger),
+//! resume authorization ([`authorize_resume`]), idempotency ([`claim_verdict`]).
+
+#![deny(clippy::disallowed_methods)]
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use serde_json::Value;
+use sha2::Digest;
+
+mod advertise;
+mod answer;
+pub mod claims;
+mod idempotency;
+mod ledger;
+mod records;
+mod resume;
+mod sse;
+mod watch;
+
+pub use advertise::Parts;
+pub use answer::Answer;
+pub use idempotency::{claim_message, claim_verdict, ClaimVerdict};
+pub use records::{Claim, ClaimOutcome, SessionRecord, StoreOp, StoredOutcome};
+pub use resume::{authorize_resume, CursorFacts, RejectReason, ResumeFacts, StreamFacts};
+pub use watch::{BodyPlan, SseFlow, Watch};
+
+use idempotency::KeyFound;
+use ledger::{Capacities, Ledger};
+use watch::WatchKind;
+
+use crate::ids::{ClaimToken, Cursor, InstanceId, SessionId};
+use crate::wire::{self, LAST_EVENT_ID_HEADER, SESSION_ID_HEADER};
+
+/// What a guard enforces and how much it keeps. Built by the layer's builder
+/// ([`ResumeSafetyLayer`](crate::ResumeSafetyLayer)), where every default is documented.
+#[derive(Debug, Clone)]
+pub struct GuardConfig {
+    pub(crate) instance: InstanceId,
+    pub(crate) parts: Parts,
+    pub(crate) max_body: usize,
+    pub(crate) lease: Duration,
+    pub(crate) retry_after_secs: u64,
+    pub(crate) capacities: Capacities,
+}
+
+impl Default for GuardConfig {
+    fn default() -> Self {
+        Self {
+            instance: InstanceId::random(),
+            parts: Parts {
+                capability_hash: true,
+                sequenced_event_ids: true,
+                idempotency: true,
+            },
+            max_body: 4 * 1024 * 1024,
+            lease: Duration::from_secs(10),
+            retry_after_secs: 1,
+            capacities: Capacities {
+                sessions: 100_000,
+                streams: 10_000,
+                events_per_stream: 4096,
+            },
+        }
+    }
+}
+
+impl GuardConfig {
+    /// The instance this guard runs in.
+    pub fn instance(&self) -> &InstanceId {
+        &self.instance
+    }
+
+    /// The parts of the extension enforced (and advertised).
+    pub fn parts(&self) -> Parts {
+        self.parts
+    }
+
+    /// Request bodies, JSON response bodies and SSE blocks over this size pass untouched.
+    pub fn max_body(&self) -> usize {
+        self.max_body
+    }
+
+    /// A keyed call's claim lease.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+}
+
+/// The rules and what one instance remembers to apply them (sessions it knows, the event
+/// maps of the streams it numbered). Drive it as the [module docs](self) say.
+#[derive(Debug)]
+pub struct Guard {
+    config: GuardConfig,
+    ledger: Ledger,
+    rng: SplitMix,
+    claims: u64,
+    /// The instance's mark in the stream ids it draws (the high 32 bits).
+    tag: u32,
+}
+
+impl Guard {
+    /// A guard with `config`; `seed` seeds the stream ids it draws.
+    pub fn new(config: GuardConfig, seed: u64) -> Self {
+        let ledger = Ledger::new(config.capacities);
+        let digest = sha2::Sha256::digest(config.instance.as_str().as_bytes());
+        let tag = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+        Self {
+            config,
+            ledger,
+            rng: SplitMix(seed),
+            claims: 0,
+            tag,
+        }
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &GuardConfig {
+        &self.config
+    }
+
+    /// A request head arrived: the exchange to drive.
+    pub fn begin(&mut self, method: &Method, headers: &HeaderMap) -> Exchange {
+        let session = headers
+            .get(SESSION_ID_HEADER)
+            .and_then(|v| SessionId::parse(v.as_bytes()).ok());
+        let mut ex = Exchange {
+            session,
+            record: None,
+            looked_up: false,
+            plan: Plan::Pass,
+            next: None,
+            ops: VecDeque::new(),
+            keys: self.config.parts.idempotency,
+            lease: self.config.lease,
+        };
+        if let Some(sid) = &ex.session {
+            if self.ledger.is_forgotten(sid) {
+                // A session this guard refused to resume: nothing of it runs any more.
+                ex.next = Some(Step::Answer(Answer::session_not_found()));
+                return ex;
+            }
+        }
+        let hashes = self.config.parts.capability_hash;
+        match *method {
+            Method::POST => {
+                let declared = headers
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if declared.is_some_and(|n| n > self.config.max_body as u64) {
+                    ex.too_large(self, headers);
+                    return ex;
+                }
+                ex.next = Some(Step::ReadBody {
+                    limit: self.config.max_body,
+                });
+            }
+            Method::GET if hashes && ex.session.is_some() => {
+                ex.plan = match headers.get(LAST_EVENT_ID_HEADER) {
+                    Some(v) => Plan::Resume {
+                        cursor: Cursor::parse(v.as_bytes()),
+                    },
+                    None => Plan::Session {
+                        requests: Vec::new(),
+                    },
+                };
+                ex.advance(self);
+            }
+            Method::DELETE if ex.session.is_some() => {
+                ex.plan = Plan::Delete;
+                ex.advance(self);
+            }
+            _ => ex.next = Some(Step::Pass),
+        }
+        ex
+    }
+
+    fn token(&mut self) -> ClaimToken {
+        self.claims += 1;
+        ClaimToken::new(&self.config.instance, self.claims ^ self.rng.next_u64())
+    }
+
+    /// A fresh stream id: this instance's tag, then 32 random bits. Any instance can tell
+    /// from a cursor whether it numbered its stream.
+    fn stream_id(&mut self) -> crate::ids::StreamId {
+        let low = self.rng.next_u64() & 0xffff_ffff;
+        crate::ids::StreamId::from_u64((u64::from(self.tag) << 32) | low)
+    }
+
+    fn owns(&self, stream: crate::ids::StreamId) -> bool {
+        stream.instance_tag() == self.tag
+    }
+}
+
+/// How a [`Watch`] reaches its guard for the brief steps that touch what the guard remembers
+/// (numbering an event, marking a request answered): a skin that shares one guard between
+/// concurrent exchanges (under a lock) hands it out one step at a time, so that reading and
+/// rewriting SSE happens outside the lock. A `Guard` is its own access.
+pub trait GuardAccess {
+    /// Runs `f` on the guard.
+    fn with_guard<R>(&mut self, f: impl FnOnce(&mut Guard) -> R) -> R;
+}
+
+impl GuardAccess for Guard {
+    fn with_guard<R>(&mut self, f: impl FnOnce(&mut Guard) -> R) -> R {
+        f(self)
+    }
+}
+
+/// A request body as read by the skin.
+#[derive(Debug, Clone, Copy)]
+pub enum Body<'a> {
+    /// The whole body (at most the limit).
+    Complete(&'a [u8]),
+    /// The body is longer than the limit: the guard cannot see it (it is forwarded untouched).
+    TooLarge,
+}
+
+/// What the skin does next for a request (see the [module docs](self)).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Step {
+    /// Read the body, up to `limit` bytes, and report it with [`Exchange::handle_body`].
+    ReadBody {
+        /// The most to read.
+        limit: usize,
+    },
+    /// Run this store operation and report its result.
+    Store(StoreOp),
+    /// Forward the request; its response passes untouched.
+    Pass,
+    /// Forward the request and feed its response to the watch.
+    Forward(Forward),
+    /// Answer with this; the inner server never sees the request.
+    Answer(Answer),
+}
+
+/// A request to forward, and the watch its response goes through.
+#[derive(Debug)]
+pub struct Forward {
+    last_event_id: Option<HeaderValue>,
+    watch: Box<Watch>,
+}
+
+impl Forward {
+    /// The `Last-Event-ID` to forward instead of the client's (a resume: the inner server's
+    /// own id for the client's cursor).
+    pub fn last_event_id(&self) -> Option<&HeaderValue> {
+        self.last_event_id.as_ref()
+    }
+
+    /// The watch for the response.
+    pub fn into_watch(self) -> Watch {
+        *self.watch
+    }
+}
+
+/// A failed store operation, as the skin reports it: the store could not be reached (or
+/// answered nonsense). Keyed calls are refused with a retryable error; nothing else waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreUnavailable;
+
+/// One request on its way through the guard (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Exchange {
+    session: Option<SessionId>,
+    record: Option<std::sync::Arc<SessionRecord>>,
+    looked_up: bool,
+    plan: Plan,
+    next: Option<Step>,
+    ops: VecDeque<StoreOp>,
+    /// Copied from the configuration, so that a body is read without the guard.
+    keys: bool,
+    lease: Duration,
+}
+
+/// What the request turned out to be, once its head (and body) were read.
+#[derive(Debug)]
+enum Plan {
+    /// Nothing to do: forward untouched.
+    Pass,
+    /// A request of a session (GET listen stream, or a POST): the session's hash on the
+    /// response, its SSE ids sequenced; `requests` are the JSON-RPC ids of a POST.
+    Session { requests: Vec<Value> },
+    /// `initialize`.
+    Initialize {
+        id: Value,
+        client_capabilities: Value,
+    },
+    /// 2026-07-28 `server/discover`.
+    Discover { id: Value },
+    /// A keyed `tools/call`; `claimed` once the claim was granted.
+    Keyed {
+        id: Value,
+        claim: Claim,
+        requests: Vec<Value>,
+    },
+    /// A GET with `Last-Event-ID`.
+    Resume { cursor: Option<Cursor> },
+    /// A DELETE of the session.
+    Delete,
+}
+
+impl Exchange {
+    /// The step to take now (see the [module docs](self)). After a final step ([`Step::Pass`],
+    /// [`Step::Forward`], [`Step::Answer`]) it keeps answering [`Step::Pass`].
+    #[must_use]
+    pub fn step(&mut self) -> Step {
+        self.next.take().unwrap_or(Step::Pass)
+    }
+
+    /// A store operation to run that needs no report.
+    #[must_use]
+    pub fn poll_op(&mut self) -> Option<StoreOp> {
+        self.ops.pop_front()
+    }
+
+    /// The body was read (after [`Step::ReadBody`]).
+    ///
+    /// The body is read without the guard; it is reached (through `guard`) only to decide.
+    pub fn handle_body(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        body: Body<'_>,
+        headers: &HeaderMap,
+    ) {
+        let bytes = match body {
+            Body::Complete(b) => b,
+            Body::TooLarge => return guard.with_guard(|g| self.too_large(g, headers)),
+        };
+        match classify_post(
+            self.keys,
+            self.lease,
+            bytes,
+            headers,
+            self.session.is_some(),
+        ) {
+            Ok(plan) => guard.with_guard(|g| {
+                self.plan = match plan {
+                    Plan::Keyed {
+                        id,
+                        claim,
+                        requests,
+                    } => Plan::Keyed {
+                        id,
+                        claim: claim.with_token(g.token()),
+                        requests,
+                    },
+                    other => other,
+                };
+                self.advance(g);
+            }),
+            Err(refusal) => self.next = Some(Step::Answer(refusal)),
+        }
+    }
+
+    /// The session record was read (after [`StoreOp::LoadSession`]).
+    pub fn handle_session(
+        &mut self,
+        guard: &mut Guard,
+        record: Result<Option<SessionRecord>, StoreUnavailable>,
+    ) {
+        self.looked_up = true;
+        match record {
+            Ok(Some(rec)) => {
+                let rec = std::sync::Arc::new(rec);
+                guard.ledger.remember(rec.clone());
+                self.record = Some(rec);
+            }
+            Ok(None) => {}
+            Err(StoreUnavailable) => {
+                if let Plan::Resume { .. } = self.plan {
+                    // A resume cannot be judged: refuse it for now, forget nothing.
+                    let answer = Answer::resume_unavailable(guard.config.retry_after_secs);
+                    self.next = Some(Step::Answer(answer));
+                    return;
+                }
+            }
+        }
+        self.advance(guard);
+    }
+
+    /// The key's claim came back (after [`StoreOp::Claim`]).
+    pub fn handle_claim(
+        &mut self,
+        guard: &mut Guard,
+        outcome: Result<ClaimOutcome, StoreUnavailable>,
+    ) {
+        let Plan::Keyed {
+            id,
+            claim,
+            requests,
+        } = std::mem::replace(&mut self.plan, Plan::Pass)
+        else {
+            return;
+        };
+        let hash = self.record.as_ref().map(|r| r.hash().clone());
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(StoreUnavailable) => {
+                // Never run a keyed call unguarded: the client comes back after the delay.
+                let answer = Answer::store_unavailable(&id, guard.config.retry_after_secs);
+                self.next = Some(Step::Answer(answer));
+                return;
+            }
+        };
+        match claim_verdict(outcome, &id, hash.as_ref()) {
+            ClaimVerdict::Run => {
+                let stream = self.session_stream(guard, &requests);
+                let watch = Watch::new(
+                    WatchKind::Keyed {
+                        id,
+                        key: claim.key().clone(),
+                        token: claim.token().clone(),
+                        captured: false,
+                        lease: claim.lease(),
+                        renew_at: None,
+                    },
+                    hash,
+                    stream,
+                    guard.config.max_body,
+                );
+                self.forward(None, watch);
+            }
+            ClaimVerdict::Answer(answer) => self.next = Some(Step::Answer(answer)),
+        }
+    }
+
+    /// A body the guard cannot read: a keyed call that says so in its header is refused,
+    /// anything else passes (with its session's hash).
+    fn too_large(&mut self, guard: &mut Guard, headers: &HeaderMap) {
+        if guard.config.parts.idempotency && headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER) {
+            let answer = Answer::unguardable(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "a keyed call's body is over the guard's bound: it cannot be guarded",
+            );
+            self.next = Some(Step::Answer(answer));
+            return;
+        }
+        self.plan = if self.session.is_some() {
+            Plan::Session {
+                requests: Vec::new(),
+            }
+        } else {
+            Plan::Pass
+        };
+        self.advance(guard);
+    }
+
+    /// Decides the next step from what is known; asks for the session record first when the
+    /// plan needs it and this guard does not hold it.
+    fn advance(&mut self, guard: &mut Guard) {
+        let needs_record = !matches!(
+            self.plan,
+            Plan::Pass | Plan::Initialize { .. } | Plan::Discover { .. }
+        );
+        if needs_record && !self.looked_up {
+            if let Some(sid) = &self.session {
+                match guard.ledger.session(sid) {
+                    Some(rec) => {
+                        self.record = Some(rec.clone());
+                        self.looked_up = true;
+                    }
+                    None => {
+                        self.next = Some(Step::Store(StoreOp::LoadSession(sid.clone())));
+                        return;
+                    }
+                }
+            }
+        }
+        let hash = self.record.as_ref().map(|r| r.hash().clone());
+        let max = guard.config.max_body;
+        match std::mem::replace(&mut self.plan, Plan::Pass) {
+            Plan::Pass => self.next = Some(Step::Pass),
+            Plan::Session { requests } => {
+                if self.record.is_none() {
+                    // A session nobody here knows: the inner server will say what it is.
+                    self.next = Some(Step::Pass);
+                    return;
+                }
+                let stream = self.session_stream(guard, &requests);
+                self.forward(None, Watch::new(WatchKind::Session, hash, stream, max));
+            }
+            Plan::Initialize {
+                id,
+                client_capabilities,
+            } => {
+                let kind = WatchKind::Initialize {
+                    id,
+                    client_capabilities,
+                    session: None,
+                    instance: guard.config.instance.clone(),
+                    parts: guard.config.parts,
+                    done: false,
+                };
+                self.forward(None, Watch::new(kind, None, None, max));
+            }
+            Plan::Discover { id } => {
+                let kind = WatchKind::Discover {
+                    id,
+                    parts: guard.config.parts,
+                    done: false,
+                };
+                self.forward(None, Watch::new(kind, None, None, max));
+            }
+            keyed @ Plan::Keyed { .. } => {
+                let Plan::Keyed { claim, .. } = &keyed else {
+                    return;
+                };
+                self.next = Some(Step::Store(StoreOp::Claim(claim.clone())));
+                self.plan = keyed;
+            }
+            Plan::Resume { cursor } => self.resume(guard, cursor),
+            Plan::Delete => {
+                let session = self.session.clone();
+                self.forward(
+                    None,
+                    Watch::new(WatchKind::Delete { session }, None, None, max),
+                );
+            }
+        }
+    }
+
+    fn forward(&mut self, last_event_id: Option<HeaderValue>, watch: Watch) {
+        self.next = Some(Step::Forward(Forward {
+            last_event_id,
+            watch: Box::new(watch),
+        }));
+    }
+
+    /// The stream a response of this session's request will be numbered as, when the guard
+    /// numbers streams and knows the session.
+    fn session_stream(&self, guard: &mut Guard, requests: &[Value]) -> Option<watch::Numbering> {
+        if !guard.config.parts.sequenced_event_ids {
+            return None;
+        }
+        let rec = self.record.as_ref()?;
+        Some(watch::Numbering::fresh(
+            guard.stream_id(),
+            rec.session().clone(),
+            rec.hash().clone(),
+            requests.to_vec(),
+        ))
+    }
+
+    fn resume(&mut self, guard: &mut Guard, cursor: Option<Cursor>) {
+        let Some(sid) = self.session.clone() else {
+            self.next = Some(Step::Pass);
+            return;
+        };
+        let stream = cursor.and_then(|c| guard.ledger.stream(c.stream));
+        let facts = ResumeFacts {
+            session: self.record.as_ref().map(|r| r.hash().clone()),
+            cursor: cursor.map(|c| CursorFacts {
+                seq: c.seq,
+                owned_here: guard.owns(c.stream),
+            }),
+            stream: stream.map(|log| StreamFacts {
+                of_session: log.session() == &sid,
+                head: log.head(),
+                earliest: log.earliest(),
+                broken: log.is_broken(),
+                orphans: log.has_orphans(),
+                hash: log.hash().clone(),
+            }),
+        };
+        let verdict = authorize_resume(&facts);
+        // Authorized implies a known stream and cursor; the inner id must also fit a header.
+        let inner = match (verdict, cursor, stream) {
+            (Ok(()), Some(c), Some(log)) => log
+                .inner_id(c.seq)
+                .and_then(|id| HeaderValue::from_str(id).ok())
+                .map(|v| (c, v))
+                .ok_or(RejectReason::EventGap),
+            (Ok(()), _, _) => Err(RejectReason::EventGap),
+            (Err(reason), _, _) => Err(reason),
+        };
+        match inner {
+            Ok((cursor, inner)) => {
+                let issued = stream.map_or(cursor.seq, ledger::StreamLog::head);
+                let numbering = watch::Numbering::resumed(cursor.stream, cursor.seq, issued, sid);
+                let hash = self.record.as_ref().map(|r| r.hash().clone());
+                let watch = Watch::new(
+                    WatchKind::Session,
+                    hash,
+                    Some(numbering),
+                    guard.config.max_body,
+                );
+                self.forward(Some(inner), watch);
+            }
+            Err(reason) => self.reject(guard, sid, reason),
+        }
+    }
+
+    /// Refuses a resume and forgets the session, here and in the store: every later request
+    /// of it is answered 404, so the client starts over.
+    fn reject(&mut self, guard: &mut Guard, sid: SessionId, reason: RejectReason) {
+        guard.ledger.forget(&sid, true);
+        self.ops.push_back(StoreOp::ForgetSession(sid));
+        self.next = Some(Step::Answer(Answer::rejected(reason)));
+    }
+}
+
+/// Reads a POST body: what it asks, as far as the rules care; `Err` is a refusal (a keyed
+/// call the guard cannot guard, or an invalid key).
+///
+/// A keyed call's claim comes back with a placeholder token; the caller draws the real one.
+fn classify_post(
+    keys: bool,
+    lease: Duration,
+    body: &[u8],
+    headers: &HeaderMap,
+    in_session: bool,
+) -> Result<Plan, Answer> {
+    let session_plan = |requests: Vec<Value>| {
+        if in_session {
+            Plan::Session { requests }
+        } else {
+            Plan::Pass
+        }
+    };
+    let unset = || ClaimToken::from_stored("");
+    // The common case, a single message, read without building it: only what the rules look
+    // at is kept (method, id, the call's name and key); the rest is skipped.
+    if let Ok(m) = serde_json::from_slice::<probe::Message<'_>>(body) {
+        let id = match m.id {
+            Some(id @ (Value::String(_) | Value::Number(_))) if m.method.is_some() => id,
+            _ => return Ok(session_plan(Vec::new())),
+        };
+        let params = m.params.unwrap_or_default();
+        return Ok(match m.method.as_deref() {
+            Some("initialize") if !in_session => Plan::Initialize {
+                id,
+                client_capabilities: match params.capabilities {
+                    Some(c @ Value::Object(_)) => c,
+                    _ => Value::Object(serde_json::Map::new()),
+                },
+            },
+            Some("server/discover") if !in_session => Plan::Discover { id },
+            Some("tools/call") if keys => {
+                let meta = params.meta.and_then(|m| m.key);
+                match idempotency::key_from(meta.as_ref(), params.idempotency_key.as_ref(), headers)
+                {
+                    KeyFound::Key(key) => {
+                        // Keyed: the arguments are read whole, for their digest.
+                        let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                        let name = params.name.as_deref().unwrap_or("");
+                        let args = value.pointer("/params/arguments").unwrap_or(&Value::Null);
+                        let digest = wire::arguments_digest(name, args);
+                        let claim = Claim::new(key, digest, unset(), lease);
+                        Plan::Keyed {
+                            requests: vec![id.clone()],
+                            id,
+                            claim,
+                        }
+                    }
+                    KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
+                    KeyFound::None => session_plan(vec![id]),
+                }
+            }
+            _ => session_plan(vec![id]),
+        });
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return Ok(session_plan(Vec::new()));
+    };
+    let msg = match &value {
+        Value::Object(msg) => msg,
+        Value::Array(items) => {
+            let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
+            let keyed = items.iter().filter(|m| is_call(m)).any(|m| {
+                headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER)
+                    || !matches!(
+                        idempotency::key_of(m.get("params"), &HeaderMap::new()),
+                        KeyFound::None
+                    )
+            });
+            if keys && keyed {
+                return Err(Answer::unguardable(
+                    StatusCode::BAD_REQUEST,
+                    "a keyed call in a batch cannot be guarded: send it alone",
+                ));
+            }
+            return Ok(session_plan(items.iter().filter_map(request_id).collect()));
+        }
+        _ => return Ok(session_plan(Vec::new())),
+    };
+    // A single message whose shape the probe refused (odd params): read the long way.
+    let Some(id) = request_id(&value) else {
+        return Ok(session_plan(Vec::new()));
+    };
+    Ok(match msg.get("method").and_then(Value::as_str) {
+        Some("tools/call") if keys => match idempotency::key_of(msg.get("params"), headers) {
+            KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
+            KeyFound::Key(key) => {
+                let params = msg.get("params");
+                let name = params
+                    .and_then(|p| p.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let args = params
+                    .and_then(|p| p.get("arguments"))
+                    .unwrap_or(&Value::Null);
+                let digest = wire::arguments_digest(name, args);
+                let claim = Claim::new(key, digest, unset(), lease);
+                Plan::Keyed {
+                    requests: vec![id.clone()],
+                    id,
+                    claim,
+                }
+            }
+            KeyFound::None => session_plan(vec![id]),
+        },
+        _ => session_plan(vec![id]),
+    })
+}
+
+/// Shapes read off a POST body without building it.
+mod probe {
+    use std::borrow::Cow;
+
+    use serde::de::IgnoredAny;
+    use serde::Deserialize;
+    use serde_json::Value;
+
+    #[derive(Deserialize)]
+    pub(super) struct Message<'a> {
+        #[serde(borrow, default)]
+        pub(super) method: Option<Cow<'a, str>>,
+        #[serde(default)]
+        pub(super) id: Option<Value>,
+        #[serde(borrow, default)]
+        pub(super) params: Option<Params<'a>>,
+    }
+
+    #[derive(Deserialize, Default)]
+    pub(super) struct Params<'a> {
+        #[serde(borrow, default)]
+        pub(super) name: Option<Cow<'a, str>>,
+        #[serde(default, rename = "arguments")]
+        _arguments: Option<IgnoredAny>,
+        #[serde(default, rename = "_meta")]
+        pub(super) meta: Option<Meta>,
+        #[serde(default, rename = "idempotencyKey")]
+        pub(super) idempotency_key: Option<Value>,
+        #[serde(default)]
+        pub(super) capabilities: Option<Value>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Meta {
+        #[serde(default, rename = "io.github.mcp-resume/idempotency-key")]
+        pub(super) key: Option<Value>,
+    }
+}
+
+/// The id of a JSON-RPC request (a message with a method and a string or number id).
+fn request_id(message: &Value) -> Option<Value> {
+    message.get("method")?;
+    match message.get("id")? {
+        id @ (Value::String(_) | Value::Number(_)) => Some(id.clone()),
+        _ => None,
+    }
+}
+
+/// A seeded splitmix64: the guard's only source of ids.
+#[derive(Debug, Clone)]
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}

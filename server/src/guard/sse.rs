@@ -1,0 +1,279 @@
+//! SSE blocks as they pass: split, read (`id`, `data`), written back with another `id`.
+//!
+//! The guard does not re-encode what it does not change: a block is kept as its raw lines,
+//! and only its `id:` line is replaced. Blocks are bounded; one over the bound ends the
+//! splitting (the caller passes the rest through untouched).
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// One SSE block (the lines up to a blank line): an event, or a `retry:`/comment-only block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Block {
+    raw: Bytes,
+    id: Option<String>,
+    data: Option<String>,
+}
+
+impl Block {
+    /// The `id` field's value, when the block sets one (the last one wins, as in the
+    /// specification; a value containing NUL is ignored, as there).
+    pub(crate) fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The `data` fields joined by `\n`; `None` when the block has no data line.
+    pub(crate) fn data(&self) -> Option<&str> {
+        self.data.as_deref()
+    }
+
+    /// The block as received, with its terminating blank line.
+    pub(crate) fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// Writes the block with `id` as its only `id` line (first), and `data` replacing its
+    /// data lines when given; every other line as received, `\n`-terminated.
+    pub(crate) fn write_with(&self, id: Option<&str>, data: Option<&str>, out: &mut BytesMut) {
+        if let Some(id) = id {
+            out.put_slice(b"id: ");
+            out.put_slice(id.as_bytes());
+            out.put_u8(b'\n');
+        }
+        let mut data_written = false;
+        for line in lines(&self.raw) {
+            if line.is_empty() {
+                continue;
+            }
+            match field_name(line) {
+                b"id" => continue,
+                b"data" if data.is_some() => {
+                    if !data_written {
+                        for part in data.unwrap_or_default().split('\n') {
+                            out.put_slice(b"data: ");
+                            out.put_slice(part.as_bytes());
+                            out.put_u8(b'\n');
+                        }
+                        data_written = true;
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            out.put_slice(line);
+            out.put_u8(b'\n');
+        }
+        out.put_u8(b'\n');
+    }
+}
+
+/// Splits a byte stream into [`Block`]s, at most `max_block` bytes each.
+#[derive(Debug)]
+pub(crate) struct Splitter {
+    buf: BytesMut,
+    /// Where the current line starts in `buf`.
+    line_start: usize,
+    /// Bytes of `buf` already scanned for line ends.
+    scanned: usize,
+    /// The last byte scanned was a `\r`: a `\n` right after it belongs to the same line end.
+    after_cr: bool,
+    max_block: usize,
+    id: Option<String>,
+    data: Option<String>,
+}
+
+/// A block grew over the bound: splitting stops; `pending` are the bytes held so far, to be
+/// passed on untouched with everything after them.
+#[derive(Debug)]
+pub(crate) struct Overflow {
+    /// What the splitter held.
+    pub pending: Bytes,
+}
+
+impl Splitter {
+    /// A splitter refusing blocks over `max_block` bytes.
+    pub(crate) fn new(max_block: usize) -> Self {
+        Self {
+            buf: BytesMut::new(),
+            line_start: 0,
+            scanned: 0,
+            after_cr: false,
+            max_block,
+            id: None,
+            data: None,
+        }
+    }
+
+    /// Feeds bytes; complete blocks are pushed to `out`.
+    pub(crate) fn feed(&mut self, chunk: &[u8], out: &mut Vec<Block>) -> Result<(), Overflow> {
+        self.buf.extend_from_slice(chunk);
+        while self.scanned < self.buf.len() {
+            let b = self.buf[self.scanned];
+            self.scanned += 1;
+            if self.after_cr {
+                self.after_cr = false;
+                if b == b'\n' {
+                    // The `\n` of a `\r\n`: the line already ended at the `\r`.
+                    self.line_start = self.scanned;
+                    continue;
+                }
+            }
+            if b != b'\n' && b != b'\r' {
+                let rest = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..]);
+                self.scanned = match rest {
+                    Some(i) => self.scanned + i,
+                    None => self.buf.len(),
+                };
+                continue;
+            }
+            self.after_cr = b == b'\r';
+            let line = &self.buf[self.line_start..self.scanned - 1];
+            if line.is_empty() {
+                out.push(self.take_block());
+            } else {
+                read_field(line, &mut self.id, &mut self.data);
+                self.line_start = self.scanned;
+            }
+        }
+        if self.buf.len() > self.max_block {
+            let pending = std::mem::take(&mut self.buf).freeze();
+            return Err(Overflow { pending });
+        }
+        Ok(())
+    }
+
+    /// Bytes held that do not make a complete block (a stream that ended mid-block).
+    pub(crate) fn remainder(&mut self) -> Bytes {
+        self.line_start = 0;
+        self.scanned = 0;
+        std::mem::take(&mut self.buf).freeze()
+    }
+
+    fn take_block(&mut self) -> Block {
+        let raw = self.buf.split_to(self.scanned).freeze();
+        self.line_start = 0;
+        self.scanned = 0;
+        Block {
+            raw,
+            id: self.id.take(),
+            data: self.data.take(),
+        }
+    }
+}
+
+fn read_field(line: &[u8], id: &mut Option<String>, data: &mut Option<String>) {
+    let name = field_name(line);
+    let mut value = &line[name.len()..];
+    if let Some(rest) = value.strip_prefix(b":") {
+        value = rest.strip_prefix(b" ").unwrap_or(rest);
+    }
+    match name {
+        b"id" if !value.contains(&0) => *id = Some(String::from_utf8_lossy(value).into_owned()),
+        b"data" => {
+            let text = String::from_utf8_lossy(value);
+            match data {
+                Some(d) => {
+                    d.push('\n');
+                    d.push_str(&text);
+                }
+                None => *data = Some(text.into_owned()),
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The field name of a line (empty for a comment, which starts with `:`).
+fn field_name(line: &[u8]) -> &[u8] {
+    match memchr::memchr(b':', line) {
+        Some(i) => &line[..i],
+        None => line,
+    }
+}
+
+/// The lines of a block's raw bytes, without their terminators.
+fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = raw;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let end = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+        let line = &rest[..end];
+        let mut next = (end + 1).min(rest.len());
+        if rest.get(end) == Some(&b'\r') && rest.get(end + 1) == Some(&b'\n') {
+            next = end + 2;
+        }
+        rest = &rest[next..];
+        Some(line)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split_all(input: &[u8], chunk: usize) -> Vec<Block> {
+        let mut s = Splitter::new(1024);
+        let mut out = Vec::new();
+        for part in input.chunks(chunk.max(1)) {
+            s.feed(part, &mut out).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn blocks_split_alike_whatever_the_chunking_and_line_ends() {
+        let input = b"id: a\ndata: x\n\nretry: 5\r\n\r\n: ping\r\rid: b\r\ndata: 1\ndata: 2\n\n";
+        let whole = split_all(input, input.len());
+        for chunk in 1..input.len() {
+            assert_eq!(split_all(input, chunk), whole, "chunk {chunk}");
+        }
+        assert_eq!(whole.len(), 4);
+        assert_eq!(whole[0].id(), Some("a"));
+        assert_eq!(whole[0].data(), Some("x"));
+        assert_eq!(whole[1].id(), None);
+        // A block ends at its blank line's first byte; the stream of bytes is unchanged.
+        assert_eq!(whole[1].raw().as_ref(), b"retry: 5\r\n\r");
+        assert_eq!(whole[2].raw().as_ref(), b"\n: ping\r\r");
+        let joined: Vec<u8> = whole.iter().flat_map(|b| b.raw().to_vec()).collect();
+        assert_eq!(joined, input);
+        assert_eq!(whole[3].id(), Some("b"));
+        assert_eq!(whole[3].data(), Some("1\n2"));
+    }
+
+    #[test]
+    fn a_block_is_written_back_with_another_id_and_nothing_else_changed() {
+        let b = &split_all(b"event: message\nid: inner/7\nretry: 10\ndata: {}\n\n", 3)[0];
+        let mut out = BytesMut::new();
+        b.write_with(Some("s-1"), None, &mut out);
+        assert_eq!(
+            &out[..],
+            b"id: s-1\nevent: message\nretry: 10\ndata: {}\n\n"
+        );
+        let mut out = BytesMut::new();
+        b.write_with(Some("s-2"), Some("{\"a\":1}"), &mut out);
+        assert_eq!(
+            &out[..],
+            b"id: s-2\nevent: message\nretry: 10\ndata: {\"a\":1}\n\n"
+        );
+    }
+
+    #[test]
+    fn empty_data_and_ids_without_data_are_kept() {
+        let b = &split_all(b"id: p\ndata:\n\n", 1)[0];
+        assert_eq!(b.id(), Some("p"));
+        assert_eq!(b.data(), Some(""));
+        let b = &split_all(b"id: q\n\n", 1)[0];
+        assert_eq!(b.data(), None);
+    }
+
+    #[test]
+    fn an_oversized_block_stops_the_splitting() {
+        let mut s = Splitter::new(8);
+        let mut out = Vec::new();
+        s.feed(b"data: 1\n\n", &mut out).unwrap();
+        let err = s.feed(b"data: 0123456789", &mut out).unwrap_err();
+        assert_eq!(&err.pending[..], b"data: 0123456789");
+        assert_eq!(out.len(), 1);
+    }
+}

@@ -1,0 +1,704 @@
+//! The response half of an exchange: the head gains the session's capability hash, SSE ids
+//! are numbered `<stream>-<seq>`, `initialize` and `server/discover` results gain the
+//! advertisement, and a keyed call's answer is captured for its key.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use serde_json::Value;
+
+use super::advertise::{self, Parts};
+use super::answer::Answer;
+use super::idempotency::stamp_result;
+use super::records::{SessionRecord, StoreOp, StoredOutcome};
+use super::resume::RejectReason;
+use super::sse::{Block, Splitter};
+use super::{Guard, GuardAccess};
+use crate::ids::{CapabilityHash, ClaimToken, IdempotencyKey, InstanceId, SessionId, StreamId};
+use crate::wire::{self, CAPABILITY_HASH_HEADER, SESSION_ID_HEADER};
+
+/// How the skin reads the response body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyPlan {
+    /// Pass it untouched (then call [`Watch::handle_end`] if you like; nothing depends on it).
+    Untouched,
+    /// Read it whole, up to `limit` bytes, and give it to [`Watch::handle_json`] (or say it
+    /// was over the limit with [`Watch::handle_json_overflow`]).
+    Json {
+        /// The most to read.
+        limit: usize,
+    },
+    /// Feed it chunk by chunk to [`Watch::handle_sse`], sending what it writes as it comes;
+    /// hold the head until [`Watch::head_ready`].
+    Sse,
+}
+
+/// What the skin does with the SSE stream after a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SseFlow {
+    /// Go on.
+    Continue,
+    /// The inner server replayed something other than what was issued after the client's
+    /// cursor: end the client's stream with an error now (what was written so far is true;
+    /// nothing after it would be). The stream is marked broken, so a resume of it is refused.
+    Abort,
+}
+
+/// How a stream's events are numbered.
+#[derive(Debug)]
+pub(crate) struct Numbering {
+    stream: StreamId,
+    mode: Mode,
+}
+
+#[derive(Debug)]
+enum Mode {
+    /// A new stream, opened in the ledger when its head passes.
+    Fresh {
+        open: Option<(SessionId, CapabilityHash, Vec<Value>)>,
+    },
+    /// A resumed stream: the inner server's replay must bring `expected` next, and reach
+    /// `issued` (the head when the resume was authorized) before the client sees anything.
+    Resumed {
+        expected: u64,
+        issued: u64,
+        session: SessionId,
+    },
+}
+
+impl Numbering {
+    pub(crate) fn fresh(
+        stream: StreamId,
+        session: SessionId,
+        hash: CapabilityHash,
+        requests: Vec<Value>,
+    ) -> Self {
+        Self {
+            stream,
+            mode: Mode::Fresh {
+                open: Some((session, hash, requests)),
+            },
+        }
+    }
+
+    pub(crate) fn resumed(stream: StreamId, cursor: u64, issued: u64, session: SessionId) -> Self {
+        Self {
+            stream,
+            mode: Mode::Resumed {
+                expected: cursor + 1,
+                issued,
+                session,
+            },
+        }
+    }
+
+    /// A resumed stream whose replay has not yet brought everything issued.
+    fn replay_pending(&self) -> bool {
+        matches!(self.mode, Mode::Resumed { expected, issued, .. } if expected <= issued)
+    }
+}
+
+/// What the response answers, as far as the rules care.
+#[derive(Debug)]
+pub(crate) enum WatchKind {
+    /// Any request of a session (and resumes): the hash on the head, SSE ids numbered.
+    Session,
+    /// `initialize`: advertise, hash the context, record the session.
+    Initialize {
+        id: Value,
+        client_capabilities: Value,
+        session: Option<SessionId>,
+        instance: InstanceId,
+        parts: Parts,
+        done: bool,
+    },
+    /// `server/discover`: advertise.
+    Discover { id: Value, parts: Parts, done: bool },
+    /// A keyed `tools/call` holding its key: capture the answer.
+    Keyed {
+        id: Value,
+        key: IdempotencyKey,
+        token: ClaimToken,
+        captured: bool,
+        lease: Duration,
+        renew_at: Option<Instant>,
+    },
+    /// A DELETE of the session.
+    Delete { session: Option<SessionId> },
+}
+
+/// The response half of one exchange (see the [guard's docs](super)).
+///
+/// Order: [`Watch::start`] when the request is forwarded; [`Watch::handle_head`]; the body
+/// as its [`BodyPlan`] says; [`Watch::finish_head`] right before the head is sent;
+/// [`Watch::handle_end`] when the body ends. Drain [`Watch::poll_op`] after each. A watch
+/// whose [`Watch::must_drain`] is true must be driven to the end of the inner body even if
+/// the client has gone (a keyed call's answer is stored for its key whoever waits for it).
+#[derive(Debug)]
+pub struct Watch {
+    kind: WatchKind,
+    hash: Option<CapabilityHash>,
+    numbering: Option<Numbering>,
+    max: usize,
+    splitter: Option<Splitter>,
+    passthrough: bool,
+    ops: VecDeque<StoreOp>,
+    late_headers: Vec<(HeaderName, HeaderValue)>,
+    settled: bool,
+    /// The head was sent: from then on a failure can only break the stream.
+    head_sent: bool,
+    /// The resume turned out unprovable before the head was sent: answer this instead.
+    refusal: Option<Answer>,
+}
+
+impl Watch {
+    pub(crate) fn new(
+        kind: WatchKind,
+        hash: Option<CapabilityHash>,
+        numbering: Option<Numbering>,
+        max: usize,
+    ) -> Self {
+        Self {
+            kind,
+            hash,
+            numbering,
+            max,
+            splitter: None,
+            passthrough: false,
+            ops: VecDeque::new(),
+            late_headers: Vec::new(),
+            settled: false,
+            head_sent: false,
+            refusal: None,
+        }
+    }
+
+    /// The request was forwarded at `now`.
+    pub fn start(&mut self, now: Instant) {
+        if let WatchKind::Keyed {
+            lease, renew_at, ..
+        } = &mut self.kind
+        {
+            *renew_at = Some(now + *lease / 3);
+        }
+    }
+
+    /// When to call [`Watch::handle_timeout`] next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match &self.kind {
+            WatchKind::Keyed { renew_at, .. } if !self.settled => *renew_at,
+            _ => None,
+        }
+    }
+
+    /// The time of [`Watch::poll_timeout`] has come: a keyed call still running renews its
+    /// claim's lease.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.settled {
+            return;
+        }
+        if let WatchKind::Keyed {
+            key,
+            token,
+            lease,
+            renew_at,
+            ..
+        } = &mut self.kind
+        {
+            if renew_at.is_some_and(|at| at <= now) {
+                self.ops.push_back(StoreOp::Renew {
+                    key: key.clone(),
+                    token: token.clone(),
+                    lease: *lease,
+                });
+                *renew_at = Some(now + *lease / 3);
+            }
+        }
+    }
+
+    /// Whether the inner body must be read to its end even when the client has gone.
+    pub fn must_drain(&self) -> bool {
+        matches!(self.kind, WatchKind::Keyed { .. }) && !self.settled
+    }
+
+    /// A store operation to run (none needs a report).
+    #[must_use]
+    pub fn poll_op(&mut self) -> Option<StoreOp> {
+        self.ops.pop_front()
+    }
+
+    /// The response head arrived; `headers` may be changed in place. Says how to read the
+    /// body.
+    pub fn handle_head(
+        &mut self,
+        guard: &mut Guard,
+        status: StatusCode,
+        headers: &mut HeaderMap,
+    ) -> BodyPlan {
+        if let Some(v) = self
+            .hash
+            .as_ref()
+            .and_then(|h| HeaderValue::from_str(h.as_str()).ok())
+        {
+            headers.insert(CAPABILITY_HASH_HEADER, v);
+        }
+        let ok = status.is_success();
+        let body = content_type(headers);
+        let max = self.max;
+        let plan = match &mut self.kind {
+            WatchKind::Session => {
+                if ok && body == Content::Sse && self.numbering.is_some() {
+                    BodyPlan::Sse
+                } else {
+                    BodyPlan::Untouched
+                }
+            }
+            WatchKind::Initialize { session, parts, .. } => {
+                *session = headers
+                    .get(SESSION_ID_HEADER)
+                    .and_then(|v| SessionId::parse(v.as_bytes()).ok());
+                match (ok, body) {
+                    (true, Content::Json) => BodyPlan::Json { limit: max },
+                    (true, Content::Sse) => {
+                        if let (Some(sid), true) = (session.as_ref(), parts.sequenced_event_ids) {
+                            // The hash is known once the result passes; set then.
+                            self.numbering = Some(Numbering::fresh(
+                                guard.stream_id(),
+                                sid.clone(),
+                                CapabilityHash::from_stored(""),
+                                Vec::new(),
+                            ));
+                        }
+                        BodyPlan::Sse
+                    }
+                    _ => BodyPlan::Untouched,
+                }
+            }
+            WatchKind::Discover { .. } => match (ok, body) {
+                (true, Content::Json) => BodyPlan::Json { limit: max },
+                (true, Content::Sse) => BodyPlan::Sse,
+                _ => BodyPlan::Untouched,
+            },
+            WatchKind::Keyed { .. } => match (ok, body) {
+                (true, Content::Json) => BodyPlan::Json { limit: max },
+                (true, Content::Sse) => BodyPlan::Sse,
+                (true, Content::Other) => {
+                    self.settle(Settle::Lost);
+                    BodyPlan::Untouched
+                }
+                (false, _) => {
+                    // A refusal proves the call did not run (4xx, or 503 from a server
+                    // draining); any other failure may have come after it ran.
+                    let refused =
+                        status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE;
+                    self.settle(if refused {
+                        Settle::Release
+                    } else {
+                        Settle::Lost
+                    });
+                    BodyPlan::Untouched
+                }
+            },
+            WatchKind::Delete { session } => {
+                if ok {
+                    if let Some(sid) = session.take() {
+                        guard.ledger.forget(&sid, false);
+                        self.ops.push_back(StoreOp::ForgetSession(sid));
+                    }
+                }
+                BodyPlan::Untouched
+            }
+        };
+        if plan == BodyPlan::Sse {
+            self.splitter = Some(Splitter::new(self.max));
+            if let Some(Numbering {
+                stream,
+                mode: Mode::Fresh { open },
+            }) = &mut self.numbering
+            {
+                if let Some((session, hash, requests)) = open.take() {
+                    guard.ledger.open_stream(*stream, session, hash, requests);
+                }
+            }
+        }
+        plan
+    }
+
+    /// The whole JSON body (after [`BodyPlan::Json`]); `Some` is the body to send instead.
+    pub fn handle_json(&mut self, guard: &mut Guard, body: &[u8]) -> Option<Bytes> {
+        let mut message: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(_) => {
+                self.settle(Settle::Lost);
+                return None;
+            }
+        };
+        let changed = self.on_message(guard, &mut message, None);
+        if matches!(self.kind, WatchKind::Keyed { .. }) && !self.settled {
+            // A 200 JSON body that does not answer the call: what ran is unknown.
+            self.settle(Settle::Lost);
+        }
+        changed.then(|| Bytes::from(message.to_string()))
+    }
+
+    /// The JSON body was over the limit and passed untouched.
+    pub fn handle_json_overflow(&mut self) {
+        self.settle(Settle::Lost);
+    }
+
+    /// A chunk of the SSE body (after [`BodyPlan::Sse`]): what to send goes to `out`.
+    pub fn handle_sse(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        chunk: &[u8],
+        out: &mut BytesMut,
+    ) -> SseFlow {
+        if self.passthrough {
+            out.extend_from_slice(chunk);
+            return SseFlow::Continue;
+        }
+        let Some(splitter) = self.splitter.as_mut() else {
+            out.extend_from_slice(chunk);
+            return SseFlow::Continue;
+        };
+        let mut blocks = Vec::new();
+        let overflow = splitter.feed(chunk, &mut blocks);
+        for block in &blocks {
+            if self.on_block(guard, block, out) == SseFlow::Abort {
+                self.diverged(guard);
+                return SseFlow::Abort;
+            }
+        }
+        if let Err(overflow) = overflow {
+            // A block over the bound: nothing after it can be numbered or read.
+            out.extend_from_slice(&overflow.pending);
+            self.passthrough = true;
+            if let Some(n) = &self.numbering {
+                let stream = n.stream;
+                guard.with_guard(|g| g.ledger.break_stream(stream));
+            }
+            self.settle(Settle::Lost);
+        }
+        SseFlow::Continue
+    }
+
+    /// Whether the head may be sent. An `initialize` answered with SSE holds it until its
+    /// result has passed (the head carries the hash of what the result negotiates); a
+    /// resume holds it until the inner server's replay has brought back, in order, every
+    /// event issued after the client's cursor (only then is the resume proven).
+    pub fn head_ready(&self) -> bool {
+        if self.passthrough {
+            return true;
+        }
+        match &self.kind {
+            WatchKind::Initialize { done, .. } => *done,
+            _ => !self
+                .numbering
+                .as_ref()
+                .is_some_and(Numbering::replay_pending),
+        }
+    }
+
+    /// The answer to send instead of the inner response: a resume whose replay failed before
+    /// anything was sent (the rejection, the session forgotten). Check once the head is
+    /// ready or the body ended.
+    pub fn take_refusal(&mut self) -> Option<Answer> {
+        self.refusal.take()
+    }
+
+    /// Adds what the head learned from the body (the negotiated hash of an `initialize`);
+    /// call it right before sending the head.
+    pub fn finish_head(&mut self, headers: &mut HeaderMap) {
+        self.head_sent = true;
+        for (name, value) in self.late_headers.drain(..) {
+            headers.insert(name, value);
+        }
+    }
+
+    /// The inner server's replay is not the stream's continuation: before the head, the
+    /// resume is refused (session forgotten); after it, the stream is marked broken so the
+    /// next resume of it is refused.
+    fn diverged(&mut self, guard: &mut impl GuardAccess) {
+        self.passthrough = true;
+        self.settle(Settle::Lost);
+        let Some(n) = &self.numbering else { return };
+        let stream = n.stream;
+        guard.with_guard(|g| g.ledger.break_stream(stream));
+        if let (false, Mode::Resumed { session, .. }) = (self.head_sent, &n.mode) {
+            guard.with_guard(|g| g.ledger.forget(session, true));
+            self.ops.push_back(StoreOp::ForgetSession(session.clone()));
+            self.refusal = Some(Answer::rejected(RejectReason::EventGap));
+        }
+    }
+
+    /// The body ended: `clean` unless the inner server failed it. Anything held goes to
+    /// `out`.
+    pub fn handle_end(&mut self, guard: &mut Guard, clean: bool, out: &mut BytesMut) {
+        if let Some(splitter) = self.splitter.as_mut() {
+            // An incomplete last block is not an event; its bytes pass as they came.
+            out.extend_from_slice(&splitter.remainder());
+        }
+        if !clean {
+            if let Some(n) = &self.numbering {
+                guard.ledger.lose_running(n.stream);
+            }
+        }
+        if self
+            .numbering
+            .as_ref()
+            .is_some_and(Numbering::replay_pending)
+            && !self.passthrough
+        {
+            // The replay ended before bringing back what was issued: not a resume.
+            self.diverged(guard);
+        }
+        self.passthrough = true;
+        self.settle(Settle::Lost);
+    }
+
+    /// One SSE block: numbered, read, written.
+    fn on_block(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        block: &Block,
+        out: &mut BytesMut,
+    ) -> SseFlow {
+        let mut seq = None;
+        let mut id_out = None;
+        if let (Some(inner), Some(n)) = (block.id(), self.numbering.as_mut()) {
+            let stream = n.stream;
+            let Some(at) = guard.with_guard(|g| g.ledger.record(stream, inner)) else {
+                // The ledger forgot the stream (evicted, or its session was forgotten):
+                // its ids can no longer be numbered truthfully. Drop them.
+                out.extend_from_slice(block.raw());
+                return SseFlow::Continue;
+            };
+            if let Mode::Resumed { expected, .. } = &mut n.mode {
+                if at < *expected {
+                    // Issued before the client's cursor: the client has it.
+                    return SseFlow::Continue;
+                }
+                if at > *expected {
+                    return SseFlow::Abort;
+                }
+                *expected += 1;
+            }
+            seq = Some(at);
+            id_out = Some(n.stream.event_id(at));
+        }
+        let mut data_out = None;
+        if let Some(data) = block.data().filter(|d| self.reads_messages(d)) {
+            if self.waits_for_message() {
+                if let Ok(mut message) = serde_json::from_str::<Value>(data) {
+                    if self.on_message(guard, &mut message, seq) {
+                        data_out = Some(message.to_string());
+                    }
+                }
+            } else if let (Some(n), Some(seq)) = (&self.numbering, seq) {
+                // Only which request an answer belongs to matters here: read that alone.
+                if let Ok(probe) = serde_json::from_str::<AnswerProbe>(data) {
+                    if let (Some(id), true) =
+                        (probe.id, probe.result.is_some() || probe.error.is_some())
+                    {
+                        let stream = n.stream;
+                        guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
+                    }
+                }
+            }
+        }
+        if id_out.is_none() && data_out.is_none() {
+            out.extend_from_slice(block.raw());
+        } else {
+            block.write_with(id_out.as_deref(), data_out.as_deref(), out);
+        }
+        SseFlow::Continue
+    }
+
+    /// Whether something here needs whole messages (to change or keep them), not only which
+    /// request an answer belongs to.
+    fn waits_for_message(&self) -> bool {
+        match &self.kind {
+            WatchKind::Initialize { done, .. } | WatchKind::Discover { done, .. } => !done,
+            WatchKind::Keyed { captured, .. } => !captured,
+            WatchKind::Session | WatchKind::Delete { .. } => false,
+        }
+    }
+
+    /// Whether an event's data is worth parsing: something here waits for a message.
+    fn reads_messages(&self, data: &str) -> bool {
+        if data.is_empty() {
+            return false;
+        }
+        match &self.kind {
+            WatchKind::Initialize { done, .. } | WatchKind::Discover { done, .. } => !done,
+            WatchKind::Keyed { captured, .. } => !captured || self.numbering.is_some(),
+            WatchKind::Session => self.numbering.is_some(),
+            WatchKind::Delete { .. } => false,
+        }
+    }
+
+    /// A JSON-RPC message passed (`seq` its event's position on a numbered stream). True when
+    /// it was changed.
+    fn on_message(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        message: &mut Value,
+        seq: Option<u64>,
+    ) -> bool {
+        let is_response = message.get("result").is_some() || message.get("error").is_some();
+        if !is_response {
+            return false;
+        }
+        let Some(id) = message.get("id").cloned() else {
+            return false;
+        };
+        if let (Some(n), Some(seq)) = (&self.numbering, seq) {
+            let stream = n.stream;
+            guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
+        }
+        let stream = self.numbering.as_ref().map(|n| n.stream);
+        match &mut self.kind {
+            WatchKind::Initialize {
+                id: want,
+                client_capabilities,
+                session,
+                instance,
+                parts,
+                done,
+            } if !*done && *want == id => {
+                *done = true;
+                let Some(result) = message.get_mut("result") else {
+                    return false;
+                };
+                let parts = match session {
+                    Some(_) => *parts,
+                    // No session to tie a hash or a stream to: keys only.
+                    None => Parts {
+                        capability_hash: false,
+                        sequenced_event_ids: false,
+                        ..*parts
+                    },
+                };
+                if !advertise::advertise_initialize(result, parts) {
+                    return false;
+                }
+                if let (Some(sid), true) = (session.as_ref(), parts.capability_hash) {
+                    let version = result
+                        .get("protocolVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned();
+                    let caps = result.get("capabilities").cloned().unwrap_or(Value::Null);
+                    let hash = wire::capability_hash(&version, client_capabilities, &caps);
+                    if let Ok(v) = HeaderValue::from_str(hash.as_str()) {
+                        self.late_headers
+                            .push((HeaderName::from_static(CAPABILITY_HASH_HEADER), v));
+                    }
+                    let record =
+                        SessionRecord::new(sid.clone(), instance.clone(), hash.clone(), version);
+                    let shared = std::sync::Arc::new(record.clone());
+                    guard.with_guard(|g| {
+                        if let Some(stream) = stream {
+                            g.ledger.set_stream_hash(stream, hash);
+                        }
+                        g.ledger.remember(shared);
+                    });
+                    self.ops.push_back(StoreOp::PutSession(record));
+                }
+                true
+            }
+            WatchKind::Discover {
+                id: want,
+                parts,
+                done,
+            } if !*done && *want == id => {
+                *done = true;
+                match message.get_mut("result") {
+                    Some(result) => advertise::advertise_discover(result, *parts),
+                    None => false,
+                }
+            }
+            WatchKind::Keyed {
+                id: want, captured, ..
+            } if !*captured && *want == id => {
+                *captured = true;
+                let stamped = match &self.hash {
+                    Some(h) => {
+                        stamp_result(message, h);
+                        message.get("result").is_some()
+                    }
+                    None => false,
+                };
+                match StoredOutcome::from_response(message) {
+                    Some(outcome) => self.settle(Settle::Finish(outcome)),
+                    None => self.settle(Settle::Lost),
+                }
+                stamped
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends a keyed call's hold on its key, once.
+    fn settle(&mut self, how: Settle) {
+        if self.settled {
+            return;
+        }
+        let WatchKind::Keyed { key, token, .. } = &self.kind else {
+            return;
+        };
+        self.settled = true;
+        let (key, token) = (key.clone(), token.clone());
+        self.ops.push_back(match how {
+            Settle::Finish(outcome) => StoreOp::Finish {
+                key,
+                token,
+                outcome,
+            },
+            Settle::Release => StoreOp::Release { key, token },
+            Settle::Lost => StoreOp::MarkLost { key, token },
+        });
+    }
+}
+
+/// An answer's id, its body skipped.
+#[derive(serde::Deserialize)]
+struct AnswerProbe {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    result: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+enum Settle {
+    Finish(StoredOutcome),
+    Release,
+    Lost,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Content {
+    Json,
+    Sse,
+    Other,
+}
+
+fn content_type(headers: &HeaderMap) -> Content {
+    let Some(v) = headers.get(CONTENT_TYPE) else {
+        return Content::Other;
+    };
+    let essence = v.as_bytes().split(|b| *b == b';').next().unwrap_or(b"");
+    let essence = essence.trim_ascii();
+    if essence.eq_ignore_ascii_case(b"application/json") {
+        Content::Json
+    } else if essence.eq_ignore_ascii_case(b"text/event-stream") {
+        Content::Sse
+    } else {
+        Content::Other
+    }
+}

@@ -1,0 +1,360 @@
+//! Identifier newtypes: what the guard keeps is never a bag of strings.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Longest `Mcp-Session-Id` the guard looks at; a longer one passes untouched.
+const MAX_SESSION_ID: usize = 1024;
+/// Longest idempotency key accepted (the client SDK's bound).
+const MAX_KEY: usize = 256;
+
+/// The instance (process, replica) a guard runs in: the owner named in the session records
+/// and claims it writes.
+///
+/// A restarted process must not take a new name that equals its old one: what the old process
+/// held (streams, their event maps, running calls) died with it, and a resume that reaches the
+/// new one must be refused as `not_owner`, not replayed. The default
+/// ([`InstanceId::random`]) is fresh per process.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct InstanceId(String);
+
+impl InstanceId {
+    /// A name of your choosing (1 to 128 visible ASCII bytes), e.g. `replica-2-<boot id>`.
+    pub fn new(name: impl Into<String>) -> Result<Self, InvalidId> {
+        let name = name.into();
+        if name.is_empty() || name.len() > 128 || !visible_ascii(name.as_bytes()) {
+            return Err(InvalidId(
+                "instance id must be 1 to 128 visible ASCII bytes",
+            ));
+        }
+        Ok(InstanceId(name))
+    }
+
+    /// A fresh random name (UUID v4).
+    pub fn random() -> Self {
+        InstanceId(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "InstanceId({})", self.0)
+    }
+}
+
+impl fmt::Display for InstanceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An `Mcp-Session-Id` the inner server assigned. A bearer secret: `Debug` and `Display` show
+/// a short prefix only.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SessionId(Arc<str>);
+
+impl SessionId {
+    /// Validates a header value: 1 to 1024 bytes of visible ASCII.
+    pub fn parse(value: &[u8]) -> Result<Self, InvalidId> {
+        if value.is_empty() || value.len() > MAX_SESSION_ID || !visible_ascii(value) {
+            return Err(InvalidId(
+                "session id must be 1 to 1024 visible ASCII bytes",
+            ));
+        }
+        // Checked above: every byte is ASCII.
+        Ok(SessionId(Arc::from(
+            String::from_utf8_lossy(value).as_ref(),
+        )))
+    }
+
+    /// The full value. Never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionId({self})")
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let prefix: String = self.0.chars().take(4).collect();
+        write!(f, "{prefix}…")
+    }
+}
+
+/// The id of an SSE stream as the guard numbers it: the `<stream>` of `<stream>-<seq>`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct StreamId(u64);
+
+impl StreamId {
+    /// Wraps a number (the guard draws them from its seeded generator).
+    pub fn from_u64(n: u64) -> Self {
+        StreamId(n)
+    }
+
+    /// The mark of the instance that numbered the stream (the high 32 bits).
+    pub fn instance_tag(self) -> u32 {
+        // The shift leaves 32 bits.
+        (self.0 >> 32) as u32
+    }
+
+    /// The event id of position `seq` on this stream.
+    pub fn event_id(self, seq: u64) -> String {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(16 + 1 + 20);
+        for shift in (0..16).rev() {
+            out.push(char::from(DIGITS[((self.0 >> (shift * 4)) & 0xf) as usize]));
+        }
+        out.push('-');
+        out.push_str(itoa(seq, &mut [0; 20]));
+        out
+    }
+}
+
+impl fmt::Display for StreamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+/// Writes `n` in decimal into `buf`, returning the digits.
+fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
+}
+
+/// A `Last-Event-ID` the guard issued: a stream and a position on it.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Cursor {
+    /// The stream.
+    pub stream: StreamId,
+    /// The last position the client has seen (from 1).
+    pub seq: u64,
+}
+
+impl Cursor {
+    /// Reads `<16 hex>-<decimal>`; `None` for anything else (not an id this guard issued).
+    pub fn parse(value: &[u8]) -> Option<Self> {
+        let s = std::str::from_utf8(value).ok()?;
+        let (stream, seq) = s.split_once('-')?;
+        if stream.len() != 16 || !stream.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        if seq.is_empty() || seq.len() > 20 || !seq.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Cursor {
+            stream: StreamId(u64::from_str_radix(stream, 16).ok()?),
+            seq: seq.parse().ok()?,
+        })
+    }
+}
+
+/// The idempotency key of a tool call: the same across re-sends while the JSON-RPC id changes.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Validates a key: 1 to 256 bytes of printable ASCII (what fits in a header).
+    pub fn new(key: impl Into<String>) -> Result<Self, InvalidId> {
+        let key = key.into();
+        if key.is_empty() || key.len() > MAX_KEY || !key.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        {
+            return Err(InvalidId(
+                "idempotency key must be 1 to 256 bytes of printable ASCII",
+            ));
+        }
+        Ok(IdempotencyKey(key))
+    }
+
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `sha256:<hex>` of a negotiated context (protocol version, client and server capabilities):
+/// the `Mcp-Capability-Hash` header's value.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct CapabilityHash(Arc<str>);
+
+impl CapabilityHash {
+    pub(crate) fn from_digest(hex: String) -> Self {
+        CapabilityHash(Arc::from(format!("sha256:{hex}")))
+    }
+
+    /// Wraps a stored value (records read back from a store).
+    pub fn from_stored(value: impl Into<String>) -> Self {
+        CapabilityHash(Arc::from(value.into()))
+    }
+
+    /// The header value.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CapabilityHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+// Shared strings, written and read as plain strings.
+macro_rules! serde_as_str {
+    ($($t:ident),*) => {$(
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(&self.0)
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                Ok($t(Arc::from(text)))
+            }
+        }
+    )*};
+}
+
+serde_as_str!(CapabilityHash);
+
+impl Serialize for SessionId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        SessionId::parse(text.as_bytes()).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Digest of a tool name and its arguments: what tells "the same call again" from "another
+/// call under the same key".
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct ArgumentsDigest(String);
+
+impl ArgumentsDigest {
+    pub(crate) fn from_hex(hex: String) -> Self {
+        ArgumentsDigest(hex)
+    }
+
+    /// Wraps a stored value.
+    pub fn from_stored(value: impl Into<String>) -> Self {
+        ArgumentsDigest(value.into())
+    }
+
+    /// The hex digest.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Names one claim of an idempotency key: only its holder may renew, finish or release it.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
+pub struct ClaimToken(String);
+
+impl ClaimToken {
+    /// A token from the guard's generator: the instance and a number unique in it.
+    pub(crate) fn new(instance: &InstanceId, n: u64) -> Self {
+        ClaimToken(format!("{instance}/{n:016x}"))
+    }
+
+    /// Wraps a stored value.
+    pub fn from_stored(value: impl Into<String>) -> Self {
+        ClaimToken(value.into())
+    }
+
+    /// The token's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A value from the network or the application that is not a valid identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidId(&'static str);
+
+fn visible_ascii(bytes: &[u8]) -> bool {
+    bytes.iter().all(|b| (0x21..=0x7e).contains(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_are_only_the_ids_the_guard_issues() {
+        let c = Cursor::parse(b"00000000000000ff-42").unwrap();
+        assert_eq!(c.stream, StreamId::from_u64(255));
+        assert_eq!(c.seq, 42);
+        assert_eq!(c.stream.event_id(43), "00000000000000ff-43");
+        assert_eq!(
+            StreamId::from_u64(u64::MAX).event_id(0),
+            "ffffffffffffffff-0"
+        );
+        assert_eq!(
+            StreamId::from_u64(0x0123_4567_89ab_cdef).event_id(u64::MAX),
+            "0123456789abcdef-18446744073709551615"
+        );
+        for bad in [
+            &b"ff-42"[..],
+            b"00000000000000ff-",
+            b"00000000000000ff-4x",
+            b"00000000000000fg-1",
+            b"0/1",
+            b"00000000000000ff-999999999999999999999",
+            b"",
+        ] {
+            assert_eq!(
+                Cursor::parse(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn keys_and_session_ids_are_bounded() {
+        assert!(IdempotencyKey::new("k-1").is_ok());
+        assert!(IdempotencyKey::new("").is_err());
+        assert!(IdempotencyKey::new("a\nb").is_err());
+        assert!(IdempotencyKey::new("x".repeat(257)).is_err());
+        assert!(SessionId::parse(b"abc def").is_err());
+        assert!(SessionId::parse(&[b'a'; 1025]).is_err());
+        let id = SessionId::parse(b"0123456789abcdef").unwrap();
+        assert!(!format!("{id:?}").contains("456789"));
+    }
+}

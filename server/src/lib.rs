@@ -1,0 +1,115 @@
+//! The server half of the resume-safety extension: makes any MCP Streamable HTTP server
+//! resume-safe without touching its code.
+//!
+//! A resumed SSE stream is only a resume if the instance serving it can prove the session's
+//! context: replaying bytes from a shared log is not that (the incident this workspace
+//! starts from). And a tool call with a side effect runs exactly once across re-sends only if
+//! something deduplicates its idempotency key. [`ResumeSafetyLayer`] does both, in front of
+//! the server you already have:
+//!
+//! - **advertises** the extension (`capabilities.experimental.resumeSafety` in `initialize`
+//!   results, the idempotency part in 2026-07-28 `server/discover` results), naming only what
+//!   it enforces;
+//! - **capability hash**: `Mcp-Capability-Hash` on every response of a session, the digest
+//!   of what its `initialize` negotiated, recorded with the instance that owns the session;
+//! - **sequenced event ids**: SSE ids rewritten to `<stream>-<seq>` (the inner server's own ids
+//!   kept to translate a `Last-Event-ID` back for its replay);
+//! - **resume authorization**: a resume is forwarded only if the session has a record, this
+//!   instance opened the stream (a session's POSTs may be served anywhere, its streams'
+//!   continuations live where they were opened), it still knows every event after the
+//!   cursor, no request on the stream was lost, and the context is the one the stream was
+//!   opened under; then the inner server's replay is checked event by event before the
+//!   client sees it. Otherwise: `404`,
+//!   `Mcp-Resume-Rejected: <reason>`, a `SESSION_RESUME_REJECTED` error, the session
+//!   forgotten;
+//! - **idempotency, both eras**: a `tools/call` with a key (`params._meta`, the
+//!   `Idempotency-Key` header, or `params.idempotencyKey`) is claimed atomically across
+//!   instances; the same call again gets the stored answer re-addressed to its new JSON-RPC
+//!   id (nothing runs), another call under the key an error, a call whose first run is still
+//!   going `IDEMPOTENCY_KEY_IN_USE`, one whose instance died mid-run
+//!   `IDEMPOTENCY_OUTCOME_UNKNOWN` for good. A keyed call's answer is read to its end and
+//!   stored even when its client has gone.
+//!
+//! What it does not understand passes untouched; bodies over a bound are not read; a store
+//! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
+//! everything else pass.
+//!
+//! # Quickstart
+//!
+//! An rmcp 3.11 server, resume-safe by one `.layer(...)`:
+//!
+//! ```no_run
+//! use mcp_resume_server::{MemoryStore, ResumeSafetyLayer};
+//! use rmcp::handler::server::router::tool::ToolRouter;
+//! use rmcp::model::{ServerCapabilities, ServerConfig};
+//! use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+//! use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+//! use rmcp::{tool, tool_handler, tool_router, ServerHandler};
+//!
+//! #[derive(Clone)]
+//! struct Tools {
+//!     tool_router: ToolRouter<Self>,
+//! }
+//!
+//! #[tool_router]
+//! impl Tools {
+//!     #[tool(description = "Says hello")]
+//!     fn hello(&self) -> String {
+//!         "hello".into()
+//!     }
+//! }
+//!
+//! #[tool_handler(router = self.tool_router)]
+//! impl ServerHandler for Tools {
+//!     fn get_info(&self) -> ServerConfig {
+//!         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+//!     }
+//! }
+//!
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mcp: StreamableHttpService<Tools, LocalSessionManager> = StreamableHttpService::new(
+//!     || Ok(Tools { tool_router: Tools::tool_router() }),
+//!     Default::default(),
+//!     StreamableHttpServerConfig::default(),
+//! );
+//! let app = axum::Router::new().nest_service(
+//!     "/mcp",
+//!     tower::ServiceBuilder::new()
+//!         .layer(ResumeSafetyLayer::new(MemoryStore::default()))
+//!         .service(mcp),
+//! );
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! For several replicas, share a [`RedisStore`] (`RedisStore::connect(url).await?`, or
+//! [`RedisStore::connect_cluster`]) and give each replica its own
+//! [`InstanceId`](ids::InstanceId) (the default is random per process, which is right).
+//! Route legacy sessions by `Mcp-Session-Id` (the inner server keeps them in memory);
+//! 2026-07-28 requests may go anywhere.
+//!
+//! # Layers of this crate
+//!
+//! - [`guard`]: every rule, sans-IO (no runtime, no clock reads): a skin feeds it what passes
+//!   and runs the store operations it hands out. Other languages' skins drive the same core.
+//! - [`store`]: the one [`Store`] trait; [`MemoryStore`] (one process), [`RedisStore`]
+//!   (Redis or Redis Cluster; feature `redis`, on by default).
+//! - [`ResumeSafetyLayer`]: the tower skin, for any `http` service.
+
+mod error;
+pub mod guard;
+pub mod ids;
+pub mod store;
+mod tower;
+pub mod wire;
+
+pub use crate::error::{Error, ErrorKind};
+pub use crate::store::{MemoryStore, Store};
+#[cfg(feature = "redis")]
+pub use crate::store::{RedisOptions, RedisStore};
+pub use crate::tower::{
+    BoxError, GuardedBody, GuardedRequestBody, ResumeSafety, ResumeSafetyLayer,
+};

@@ -1,0 +1,212 @@
+//! [`MemoryStore`]: one process's store, the default.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{Store, StoreFuture};
+use crate::guard::claims::{self, KeyState};
+use crate::guard::{Claim, ClaimOutcome, SessionRecord, StoredOutcome};
+use crate::ids::{ClaimToken, IdempotencyKey, SessionId};
+use crate::{Error, ErrorKind};
+
+/// Entries of each kind kept at most (sessions, keys); beyond, expired ones are swept and,
+/// if none expired, new claims are refused (retryably) rather than a guarantee dropped.
+const DEFAULT_CAPACITY: usize = 100_000;
+/// How long a session record, a finished or a lost key is kept after its last write.
+const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// The store of one process: the guards of one process share it (clone it, or pass the same
+/// one to several layers). Bounded, with a retention per entry. Time is tokio's clock, so a
+/// test with paused time controls leases.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    sessions: HashMap<SessionId, (SessionRecord, Instant)>,
+    keys: HashMap<IdempotencyKey, (Option<KeyState>, Instant)>,
+    capacity: usize,
+    retention: Duration,
+}
+
+impl Default for MemoryStore {
+    /// Room for 100,000 sessions and 100,000 keys, each kept 24 hours after its last write.
+    fn default() -> Self {
+        Self::with_limits(DEFAULT_CAPACITY, DEFAULT_RETENTION)
+    }
+}
+
+impl MemoryStore {
+    /// A store keeping at most `capacity` sessions and `capacity` keys, each for `retention`
+    /// after its last write (a running key for its lease).
+    pub fn with_limits(capacity: usize, retention: Duration) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Inner {
+                sessions: HashMap::new(),
+                keys: HashMap::new(),
+                capacity: capacity.max(1),
+                retention,
+            })),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding it left plain data behind: still usable.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `f` to a key's state at `now`, keeping the entry (with a fresh retention) while
+    /// it exists.
+    fn with_key<T>(
+        &self,
+        key: &IdempotencyKey,
+        f: impl FnOnce(&mut Option<KeyState>, Instant) -> T,
+    ) -> T {
+        let now = now();
+        let mut inner = self.lock();
+        let retention = inner.retention;
+        let mut state = inner
+            .keys
+            .remove(key)
+            .filter(|(_, expires)| *expires > now)
+            .and_then(|(s, _)| s);
+        let out = f(&mut state, now);
+        if let Some(s) = state {
+            inner.keys.insert(key.clone(), (Some(s), now + retention));
+        }
+        out
+    }
+}
+
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+impl Inner {
+    /// Makes room for one more key: expired entries go first. `false` when the store is full
+    /// of live ones.
+    fn room_for_key(&mut self, now: Instant) -> bool {
+        if self.keys.len() < self.capacity {
+            return true;
+        }
+        self.keys.retain(|_, (_, expires)| *expires > now);
+        self.keys.len() < self.capacity
+    }
+}
+
+impl Store for MemoryStore {
+    fn put_session<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let now = now();
+            let mut inner = self.lock();
+            if inner.sessions.len() >= inner.capacity {
+                inner.sessions.retain(|_, (_, expires)| *expires > now);
+                if inner.sessions.len() >= inner.capacity {
+                    // Sessions are a cache of what the guards hold: the oldest may go.
+                    let oldest = inner
+                        .sessions
+                        .iter()
+                        .min_by_key(|(_, (_, e))| *e)
+                        .map(|(k, _)| k.clone());
+                    if let Some(k) = oldest {
+                        inner.sessions.remove(&k);
+                    }
+                }
+            }
+            let expires = now + inner.retention;
+            inner
+                .sessions
+                .insert(record.session().clone(), (record.clone(), expires));
+            Ok(())
+        })
+    }
+
+    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        Box::pin(async move {
+            let now = now();
+            let inner = self.lock();
+            Ok(inner
+                .sessions
+                .get(id)
+                .filter(|(_, expires)| *expires > now)
+                .map(|(r, _)| r.clone()))
+        })
+    }
+
+    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.lock().sessions.remove(id);
+            Ok(())
+        })
+    }
+
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        Box::pin(async move {
+            let now = now();
+            {
+                let mut inner = self.lock();
+                let known = inner
+                    .keys
+                    .get(claim.key())
+                    .is_some_and(|(_, expires)| *expires > now);
+                if !known && !inner.room_for_key(now) {
+                    return Err(Error::new(
+                        ErrorKind::StoreFull,
+                        "the in-memory store holds as many live keys as it may",
+                    ));
+                }
+            }
+            Ok(self.with_key(claim.key(), |state, now| claims::claim(state, claim, now)))
+        })
+    }
+
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            Ok(self.with_key(key, |state, now| claims::renew(state, token, lease, now)))
+        })
+    }
+
+    fn finish<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        outcome: &'a StoredOutcome,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.with_key(key, |state, _| {
+                claims::finish(state, token, outcome.clone())
+            });
+            Ok(())
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.with_key(key, |state, _| claims::release(state, token));
+            Ok(())
+        })
+    }
+
+    fn mark_lost<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.with_key(key, |state, _| claims::mark_lost(state, token));
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,164 @@
+//! Where a guard keeps what other instances must see: session records (owner and capability
+//! hash) and idempotency keys (claims, leases, stored answers).
+//!
+//! One trait, [`Store`]; [`MemoryStore`] for one process (the default) and, with the `redis`
+//! feature, [`RedisStore`] for a fleet (Redis or Redis Cluster). Every implementation follows
+//! the key life of [`guard::claims`](crate::guard::claims). A store that fails makes the
+//! guard refuse keyed calls retryably (`503` + `Retry-After`), never run them unguarded;
+//! unkeyed traffic passes.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::guard::{Claim, ClaimOutcome, SessionRecord, StoreOp, StoredOutcome};
+use crate::ids::{ClaimToken, IdempotencyKey, SessionId};
+use crate::Error;
+
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+pub use memory::MemoryStore;
+#[cfg(feature = "redis")]
+pub use redis::{RedisOptions, RedisStore};
+
+/// What every [`Store`] method returns: a boxed future of owned data.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+
+/// The shared memory of a fleet of guards. Each method is one atomic step (one round trip
+/// for a networked store).
+pub trait Store: Send + Sync + 'static {
+    /// Keeps a session record (replacing one of the same session).
+    fn put_session<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()>;
+
+    /// Reads a session record.
+    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>>;
+
+    /// Forgets a session record.
+    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()>;
+
+    /// Claims a key ([`claims::claim`](crate::guard::claims::claim)).
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome>;
+
+    /// Renews a held claim's lease; `false` when it is no longer held.
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool>;
+
+    /// Stores a held key's answer.
+    fn finish<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        outcome: &'a StoredOutcome,
+    ) -> StoreFuture<'a, ()>;
+
+    /// Frees a held key (its call provably did not run).
+    fn release<'a>(&'a self, key: &'a IdempotencyKey, token: &'a ClaimToken)
+        -> StoreFuture<'a, ()>;
+
+    /// Marks a held key lost (its call may have run; no answer can be stored).
+    fn mark_lost<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()>;
+}
+
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn put_session<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        (**self).put_session(record)
+    }
+    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        (**self).session(id)
+    }
+    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        (**self).forget_session(id)
+    }
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        (**self).claim(claim)
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        (**self).renew(key, token, lease)
+    }
+    fn finish<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        outcome: &'a StoredOutcome,
+    ) -> StoreFuture<'a, ()> {
+        (**self).finish(key, token, outcome)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        (**self).release(key, token)
+    }
+    fn mark_lost<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        (**self).mark_lost(key, token)
+    }
+}
+
+/// What running a [`StoreOp`] gave: what to report to the exchange that asked.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OpResult {
+    /// The record [`StoreOp::LoadSession`] read.
+    Session(Option<SessionRecord>),
+    /// The outcome of [`StoreOp::Claim`].
+    Claim(ClaimOutcome),
+    /// An operation that reports nothing.
+    Done,
+}
+
+/// Runs one store operation the guard handed out (what a skin does with
+/// [`Step::Store`](crate::guard::Step::Store) and `poll_op`).
+pub async fn run<S: Store + ?Sized>(store: &S, op: &StoreOp) -> Result<OpResult, Error> {
+    Ok(match op {
+        StoreOp::PutSession(r) => {
+            store.put_session(r).await?;
+            OpResult::Done
+        }
+        StoreOp::LoadSession(id) => OpResult::Session(store.session(id).await?),
+        StoreOp::ForgetSession(id) => {
+            store.forget_session(id).await?;
+            OpResult::Done
+        }
+        StoreOp::Claim(c) => OpResult::Claim(store.claim(c).await?),
+        StoreOp::Renew { key, token, lease } => {
+            store.renew(key, token, *lease).await?;
+            OpResult::Done
+        }
+        StoreOp::Finish {
+            key,
+            token,
+            outcome,
+        } => {
+            store.finish(key, token, outcome).await?;
+            OpResult::Done
+        }
+        StoreOp::Release { key, token } => {
+            store.release(key, token).await?;
+            OpResult::Done
+        }
+        StoreOp::MarkLost { key, token } => {
+            store.mark_lost(key, token).await?;
+            OpResult::Done
+        }
+    })
+}

@@ -1,0 +1,184 @@
+//! The resume-safety extension's wire contract (README of `mcp-resume`, "The resume-safety
+//! extension"): header names, `_meta` keys, error codes, and the digests both sides agree on.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::ids::{ArgumentsDigest, CapabilityHash};
+
+/// `Mcp-Session-Id`.
+pub const SESSION_ID_HEADER: &str = "mcp-session-id";
+/// `MCP-Protocol-Version`.
+pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+/// `Mcp-Capability-Hash`: the negotiated context's digest, on every response of a session.
+pub const CAPABILITY_HASH_HEADER: &str = "mcp-capability-hash";
+/// `Mcp-Resume-Rejected`: the reason of an explicit resume rejection.
+pub const RESUME_REJECTED_HEADER: &str = "mcp-resume-rejected";
+/// `Idempotency-Key`: a keyed `tools/call`'s key, beside its `_meta` copy.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
+/// `Last-Event-ID`.
+pub const LAST_EVENT_ID_HEADER: &str = "last-event-id";
+
+/// Where a `tools/call` carries its idempotency key in `params._meta`.
+pub const IDEMPOTENCY_META_KEY: &str = "io.github.mcp-resume/idempotency-key";
+/// Where a keyed result carries the capability hash it was produced under.
+pub const RESULT_HASH_META_KEY: &str = "io.github.mcp-resume/capability-hash";
+/// The extension's identifier under 2026-07-28 `capabilities.extensions`.
+pub const EXTENSION_ID: &str = "io.github.mcp-resume/resume-safety";
+/// The 2026-07-28 `_meta` key naming the protocol version a request is written in.
+pub const MODERN_VERSION_META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+/// The stateless revision.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// `error.data.code` values, as the client SDK reads them.
+pub mod codes {
+    /// A resume the server cannot prove.
+    pub const SESSION_RESUME_REJECTED: &str = "SESSION_RESUME_REJECTED";
+    /// The key's first execution still runs.
+    pub const IDEMPOTENCY_KEY_IN_USE: &str = "IDEMPOTENCY_KEY_IN_USE";
+    /// The key's first execution was lost mid-way: it never runs again.
+    pub const IDEMPOTENCY_OUTCOME_UNKNOWN: &str = "IDEMPOTENCY_OUTCOME_UNKNOWN";
+    /// The key was used for another call (other tool or arguments).
+    pub const IDEMPOTENCY_KEY_REUSED: &str = "IDEMPOTENCY_KEY_REUSED";
+    /// The key is not valid, or the request names two different keys.
+    pub const IDEMPOTENCY_KEY_INVALID: &str = "IDEMPOTENCY_KEY_INVALID";
+    /// A keyed call the guard cannot guard (in a batch, or a body over the bound).
+    pub const IDEMPOTENCY_UNGUARDABLE: &str = "IDEMPOTENCY_UNGUARDABLE";
+    /// The store that claims keys cannot be reached: nothing ran, come back later.
+    pub const IDEMPOTENCY_STORE_UNAVAILABLE: &str = "IDEMPOTENCY_STORE_UNAVAILABLE";
+}
+
+/// JSON-RPC error codes the guard answers with.
+pub mod rpc_codes {
+    /// Invalid request.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Invalid params.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Server-defined error (idempotency refusals).
+    pub const SERVER: i64 = -32000;
+    /// Session not found / resume rejected (what the TypeScript SDK answers for an unknown
+    /// session).
+    pub const SESSION_NOT_FOUND: i64 = -32001;
+}
+
+/// `sha256:<hex>` of the negotiated context, serialized with sorted keys so that equal
+/// contexts hash equally whatever their key order.
+pub fn capability_hash(
+    protocol_version: &str,
+    client_capabilities: &Value,
+    server_capabilities: &Value,
+) -> CapabilityHash {
+    let mut canon = String::with_capacity(256);
+    canon.push_str("{\"clientCapabilities\":");
+    write_canonical(client_capabilities, &mut canon);
+    canon.push_str(",\"protocolVersion\":");
+    write_canonical(&Value::from(protocol_version), &mut canon);
+    canon.push_str(",\"serverCapabilities\":");
+    write_canonical(server_capabilities, &mut canon);
+    canon.push('}');
+    CapabilityHash::from_digest(hex(&Sha256::digest(canon.as_bytes())))
+}
+
+/// Digest of a tool name and its arguments (key order does not matter).
+pub fn arguments_digest(tool: &str, arguments: &Value) -> ArgumentsDigest {
+    let mut canon = String::with_capacity(64);
+    write_canonical(&Value::from(tool), &mut canon);
+    canon.push('\n');
+    write_canonical(arguments, &mut canon);
+    ArgumentsDigest::from_hex(hex(&Sha256::digest(canon.as_bytes())))
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// Serializes with object keys sorted, independently of serde_json's map ordering.
+///
+/// Recursion depth is bounded by serde_json's own parser limit (128) for anything read from
+/// the network, so this cannot overflow the stack on hostile input.
+fn write_canonical(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::from(k.as_str()).to_string());
+                out.push(':');
+                write_canonical(&map[*k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_hash_ignores_key_order_and_names_the_context() {
+        let a = json!({"a": 1, "b": {"c": 2, "d": 3}});
+        let b = json!({"b": {"d": 3, "c": 2}, "a": 1});
+        let s = json!({"tools": {}});
+        assert_eq!(
+            capability_hash("2025-11-25", &a, &s),
+            capability_hash("2025-11-25", &b, &s)
+        );
+        assert_ne!(
+            capability_hash("2025-11-25", &a, &s),
+            capability_hash("2025-06-18", &a, &s)
+        );
+        assert!(capability_hash("v", &a, &s).as_str().starts_with("sha256:"));
+        assert_eq!(capability_hash("v", &a, &s).as_str().len(), 7 + 64);
+    }
+
+    /// The wire definition, pinned: SHA-256 of the context serialized with sorted keys and
+    /// no spaces. Any server (and the mock cluster, which calls this) must produce exactly it.
+    #[test]
+    fn the_hash_is_the_extensions_definition() {
+        let caps = json!({"experimental": {"sampling": {"temperature": 0.2}}});
+        let server = json!({"tools": {"listChanged": false}});
+        let canon = r#"{"clientCapabilities":{"experimental":{"sampling":{"temperature":0.2}}},"protocolVersion":"2025-11-25","serverCapabilities":{"tools":{"listChanged":false}}}"#;
+        let want = format!("sha256:{}", hex(&Sha256::digest(canon.as_bytes())));
+        assert_eq!(capability_hash("2025-11-25", &caps, &server).as_str(), want);
+    }
+
+    #[test]
+    fn the_digest_tells_calls_apart() {
+        assert_eq!(
+            arguments_digest("t", &json!({"a": 1, "b": 2})),
+            arguments_digest("t", &json!({"b": 2, "a": 1}))
+        );
+        assert_ne!(
+            arguments_digest("t", &json!({"a": 1})),
+            arguments_digest("u", &json!({"a": 1}))
+        );
+        assert_ne!(
+            arguments_digest("t", &json!({"a": 1})),
+            arguments_digest("t", &json!({"a": 2}))
+        );
+    }
+}

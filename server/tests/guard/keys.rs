@@ -1,0 +1,408 @@
+//! Idempotency, both eras: a keyed `tools/call` claimed once across instances; its answer
+//! stored and replayed to the new JSON-RPC id; refusals for reuse, a running key, a lost one.
+
+use std::time::Duration;
+
+use mcp_resume_server::guard::{GuardConfig, StoreOp};
+use mcp_resume_server::wire::RESULT_HASH_META_KEY;
+use serde_json::{json, Value};
+
+use crate::harness::*;
+
+fn instance(seed: u64) -> Instance {
+    Instance::new(GuardConfig::default(), seed)
+}
+
+/// A world with a session `s1` initialized on `a`; the session's hash.
+fn session() -> (World, Instance, String) {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let seen = w.initialize(&mut a, "s1", json!({}));
+    let hash = seen.header("mcp-capability-hash").unwrap().to_owned();
+    (w, a, hash)
+}
+
+/// Runs a keyed call through `inst` to its JSON answer `text`: the answer the client saw.
+fn run_keyed(w: &mut World, inst: &mut Instance, id: i64, key: &str, text: &str) -> Value {
+    let call = call_body(id, "bump", json!({"n": 1}), Some(key));
+    let (_, mut watch) = w
+        .post(inst, Some("s1"), &call, &[("idempotency-key", key)])
+        .watch();
+    assert!(
+        watch.must_drain(),
+        "a keyed call's answer is read whoever waits"
+    );
+    let body = result(id, text);
+    let seen = inst.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(body.as_bytes()),
+    );
+    seen.json()
+}
+
+fn code(v: &Value) -> &str {
+    v["error"]["data"]["code"].as_str().unwrap_or("")
+}
+
+// | first keyed call | claimed, forwarded; its answer stored before the client sees it,
+// carrying the session's hash in `_meta` |
+#[test]
+fn a_first_keyed_call_runs_and_its_answer_is_stored() {
+    let (mut w, mut a, hash) = session();
+    let answer = run_keyed(&mut w, &mut a, 2, "k1", "done");
+    assert_eq!(
+        answer["result"]["_meta"][RESULT_HASH_META_KEY],
+        hash.as_str()
+    );
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 1);
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Finish { .. })), 1);
+}
+
+// | the same key and arguments again, on any instance | answered from the store: the first
+// answer re-addressed to the new id, its hash in `_meta`; the inner server never sees it |
+#[test]
+fn the_same_call_again_gets_the_stored_answer() {
+    let (mut w, mut a, hash) = session();
+    run_keyed(&mut w, &mut a, 2, "k1", "done");
+    let mut b = instance(2);
+    let call = call_body(7, "bump", json!({"n": 1}), Some("k1"));
+    let answer = w.post(&mut b, Some("s1"), &call, &[]).answer();
+    assert_eq!(answer.status(), 200);
+    let v = answer.json();
+    assert_eq!(v["id"], 7);
+    assert_eq!(v["result"]["content"][0]["text"], "done");
+    assert_eq!(v["result"]["_meta"][RESULT_HASH_META_KEY], hash.as_str());
+    assert!(answer
+        .headers()
+        .iter()
+        .any(|(n, v)| n == "mcp-capability-hash" && v == hash.as_str()));
+}
+
+// | the same key, other arguments | -32602 `IDEMPOTENCY_KEY_REUSED`, nothing runs |
+#[test]
+fn the_same_key_for_another_call_is_refused() {
+    let (mut w, mut a, _) = session();
+    run_keyed(&mut w, &mut a, 2, "k1", "done");
+    let other = call_body(3, "bump", json!({"n": 2}), Some("k1"));
+    let v = w.post(&mut a, Some("s1"), &other, &[]).answer().json();
+    assert_eq!(code(&v), "IDEMPOTENCY_KEY_REUSED");
+    assert_eq!(v["error"]["code"], -32602);
+    let other_tool = call_body(4, "echo", json!({"n": 1}), Some("k1"));
+    assert_eq!(
+        code(&w.post(&mut a, Some("s1"), &other_tool, &[]).answer().json()),
+        "IDEMPOTENCY_KEY_REUSED"
+    );
+}
+
+// | the same key while the first still runs | -32000 `IDEMPOTENCY_KEY_IN_USE` at once |
+#[test]
+fn a_running_key_is_in_use() {
+    let (mut w, mut a, _) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, _running) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let again = call_body(3, "bump", json!({}), Some("k1"));
+    let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+    assert_eq!(code(&v), "IDEMPOTENCY_KEY_IN_USE");
+    assert_eq!(v["id"], 3);
+}
+
+// | the holder renews its lease | the key stays in use past the first lease |
+#[test]
+fn renewals_keep_a_long_call_in_use() {
+    let (mut w, mut a, _) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, mut running) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let start = w.now;
+    for _ in 0..10 {
+        let due = running.poll_timeout().expect("a running keyed call renews");
+        assert!(due <= w.now + w.lease / 3);
+        w.now = due;
+        running.handle_timeout(w.now);
+        drain(&mut w.store, w.now, &mut running);
+    }
+    assert!(w.now > start + w.lease * 3);
+    let again = call_body(3, "bump", json!({}), Some("k1"));
+    assert_eq!(
+        code(&w.post(&mut a, Some("s1"), &again, &[]).answer().json()),
+        "IDEMPOTENCY_KEY_IN_USE"
+    );
+}
+
+// | the holder dies before an answer (its lease lapses) | -32000
+// `IDEMPOTENCY_OUTCOME_UNKNOWN`, for good: the key never runs again |
+#[test]
+fn a_key_whose_holder_died_is_lost_for_good() {
+    let (mut w, mut a, _) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, dead) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    drop(dead); // the process died: no renewal, no answer
+    w.now += w.lease + Duration::from_millis(1);
+    let mut b = instance(2);
+    for id in 3..6 {
+        let again = call_body(id, "bump", json!({}), Some("k1"));
+        let v = w.post(&mut b, Some("s1"), &again, &[]).answer().json();
+        assert_eq!(code(&v), "IDEMPOTENCY_OUTCOME_UNKNOWN");
+        w.now += w.lease * 2;
+    }
+    assert_eq!(
+        w.store.ops(|op| matches!(op, StoreOp::Claim(_))),
+        4,
+        "one grant, three refusals"
+    );
+}
+
+// | the inner server refuses the call (4xx, 503) | the key is released: the call provably
+// did not run, and a retry runs it |
+#[test]
+fn a_refused_call_releases_its_key() {
+    for status in [400, 404, 503] {
+        let (mut w, mut a, _) = session();
+        let call = call_body(2, "bump", json!({}), Some("k1"));
+        let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+        a.respond(
+            &mut w.store,
+            w.now,
+            &mut watch,
+            status,
+            json_head(),
+            Response::Raw(b"{}"),
+        );
+        assert_eq!(
+            w.store.ops(|op| matches!(op, StoreOp::Release { .. })),
+            1,
+            "{status}"
+        );
+        let (_, retry) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+        assert!(retry.must_drain(), "{status}: the retry holds the key");
+    }
+}
+
+// | the inner server fails after accepting it (500, a 2xx that does not answer it, a
+// stream that ends without its answer) | the key is lost: its outcome is unknown |
+#[test]
+fn a_call_that_may_have_run_without_an_answer_is_lost() {
+    let cases: Vec<(u16, http::HeaderMap, Response<'static>)> = vec![
+        (500, json_head(), Response::Raw(b"oops")),
+        (
+            200,
+            json_head(),
+            Response::Json(br#"{"jsonrpc":"2.0","id":99,"result":{}}"#),
+        ),
+        (200, json_head(), Response::Json(b"not json")),
+        (
+            200,
+            headers(&[("content-type", "text/plain")]),
+            Response::Raw(b"?"),
+        ),
+        (
+            200,
+            sse_head(),
+            Response::Sse(vec!["id: 0/0\ndata: \n\n"], true),
+        ),
+        (
+            200,
+            sse_head(),
+            Response::Sse(vec!["id: 0/0\ndata: \n\n"], false),
+        ),
+    ];
+    for (i, (status, head, body)) in cases.into_iter().enumerate() {
+        let (mut w, mut a, _) = session();
+        let call = call_body(2, "bump", json!({}), Some("k1"));
+        let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+        a.respond(&mut w.store, w.now, &mut watch, status, head, body);
+        assert_eq!(
+            w.store.ops(|op| matches!(op, StoreOp::MarkLost { .. })),
+            1,
+            "case {i}"
+        );
+        let v = w.post(&mut a, Some("s1"), &call, &[]).answer().json();
+        assert_eq!(code(&v), "IDEMPOTENCY_OUTCOME_UNKNOWN", "case {i}");
+    }
+}
+
+// | an SSE answer | captured from the event with the call's id (stamped with the hash),
+// numbered like any event of the session |
+#[test]
+fn an_sse_answer_is_captured_from_its_event() {
+    let (mut w, mut a, hash) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let other = result(77, "not ours");
+    let ours = result(2, "ours");
+    let chunks = [
+        format!("id: 0/0\ndata: {other}\n\n"),
+        format!("id: 1/0\ndata: {ours}\n\n"),
+    ];
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(chunks.iter().map(String::as_str).collect(), true),
+    );
+    let events = seen.events();
+    let delivered: Value = serde_json::from_str(&events[1].1).unwrap();
+    assert_eq!(
+        delivered["result"]["_meta"][RESULT_HASH_META_KEY],
+        hash.as_str()
+    );
+    assert!(events[1].0.as_deref().unwrap().ends_with("-2"));
+    let again = call_body(3, "bump", json!({}), Some("k1"));
+    let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+    assert_eq!(v["result"]["content"][0]["text"], "ours");
+}
+
+// | an error answer | stored and replayed as it was (no `_meta` added to an error) |
+#[test]
+fn an_error_answer_is_stored_as_it_is() {
+    let (mut w, mut a, _) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let err = br#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"bad args"}}"#;
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(err),
+    );
+    assert_eq!(seen.body, err, "the body passes unchanged");
+    let v = w
+        .post(
+            &mut a,
+            Some("s1"),
+            &call_body(3, "bump", json!({}), Some("k1")),
+            &[],
+        )
+        .answer()
+        .json();
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "bad args"}})
+    );
+}
+
+// | the store cannot be reached | 503 + `Retry-After`, `IDEMPOTENCY_STORE_UNAVAILABLE`;
+// never forwarded unguarded |
+#[test]
+fn a_keyed_call_is_never_run_unguarded() {
+    let (mut w, mut a, _) = session();
+    w.store.down = true;
+    let answer = w
+        .post(
+            &mut a,
+            Some("s1"),
+            &call_body(2, "bump", json!({}), Some("k1")),
+            &[],
+        )
+        .answer();
+    assert_eq!(answer.status(), 503);
+    assert!(answer
+        .headers()
+        .iter()
+        .any(|(n, v)| n == "retry-after" && v == "1"));
+    assert_eq!(code(&answer.json()), "IDEMPOTENCY_STORE_UNAVAILABLE");
+    assert_eq!(answer.json()["id"], 2);
+}
+
+// | a key that is not valid, or two different keys | 400 `IDEMPOTENCY_KEY_INVALID` |
+#[test]
+fn invalid_and_conflicting_keys_are_refused() {
+    let (mut w, mut a, _) = session();
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "bump", "_meta": {KEY_META: 5}}})
+    .to_string();
+    let answer = w.post(&mut a, Some("s1"), body.as_bytes(), &[]).answer();
+    assert_eq!(answer.status(), 400);
+    assert_eq!(code(&answer.json()), "IDEMPOTENCY_KEY_INVALID");
+    let call = call_body(3, "bump", json!({}), Some("k1"));
+    let answer = w
+        .post(&mut a, Some("s1"), &call, &[("idempotency-key", "k2")])
+        .answer();
+    assert_eq!(code(&answer.json()), "IDEMPOTENCY_KEY_INVALID");
+}
+
+// | a keyed call in a batch; a keyed body over the bound | refused (400, 413), never
+// forwarded unguarded |
+#[test]
+fn keyed_calls_the_guard_cannot_see_whole_are_refused() {
+    let (mut w, mut a, _) = session();
+    let one: Value = serde_json::from_slice(&call_body(2, "bump", json!({}), Some("k1"))).unwrap();
+    let batch = Value::Array(vec![
+        one,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}),
+    ]);
+    let answer = w
+        .post(&mut a, Some("s1"), batch.to_string().as_bytes(), &[])
+        .answer();
+    assert_eq!(
+        (answer.status().as_u16(), code(&answer.json())),
+        (400, "IDEMPOTENCY_UNGUARDABLE")
+    );
+    let big = vec![b' '; GuardConfig::default().max_body() + 1];
+    let answer = w
+        .post(&mut a, Some("s1"), &big, &[("idempotency-key", "k1")])
+        .answer();
+    assert_eq!(answer.status(), 413);
+    let unkeyed_batch = json!([{"jsonrpc": "2.0", "id": 3, "method": "tools/list"}]).to_string();
+    assert!(matches!(
+        w.post(&mut a, Some("s1"), unkeyed_batch.as_bytes(), &[]),
+        Fate::Forwarded { .. }
+    ));
+    assert!(
+        w.post(&mut a, None, &big, &[]).is_passed(),
+        "an unkeyed body over the bound passes"
+    );
+}
+
+// | 2026-07-28: no session, the key in the header, in `_meta`, or SEP-3182's
+// `params.idempotencyKey` | claimed alike; the answer carries no hash (there is no session) |
+#[test]
+fn sessionless_keyed_calls_are_deduplicated_too() {
+    let modern = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "bump", "arguments": {}, "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}})
+    };
+    let mut w = World::new();
+    let mut a = instance(1);
+    let (_, mut watch) = w
+        .post(
+            &mut a,
+            None,
+            modern(1).to_string().as_bytes(),
+            &[("idempotency-key", "m1")],
+        )
+        .watch();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(result(1, "once").as_bytes()),
+    );
+    assert!(seen.json()["result"].get("_meta").is_none());
+    let mut standard = modern(2);
+    standard["params"]["idempotencyKey"] = json!("m1");
+    let v = w
+        .post(&mut a, None, standard.to_string().as_bytes(), &[])
+        .answer()
+        .json();
+    assert_eq!(
+        (v["id"].as_i64(), v["result"]["content"][0]["text"].as_str()),
+        (Some(2), Some("once"))
+    );
+    let mut meta = modern(3);
+    meta["params"]["_meta"][KEY_META] = json!("m1");
+    let v = w
+        .post(&mut a, None, meta.to_string().as_bytes(), &[])
+        .answer()
+        .json();
+    assert_eq!(v["id"], 3);
+}

@@ -1,0 +1,399 @@
+//! Resume authorization: the report's `authorize_resume`, row by row, then end to end
+//! through the guard (translation of the cursor, verification of the replay).
+
+use mcp_resume_server::guard::{
+    authorize_resume, CursorFacts, GuardConfig, RejectReason, ResumeFacts, SseFlow, StoreOp,
+    StreamFacts,
+};
+use mcp_resume_server::ids::{CapabilityHash, SessionId};
+use serde_json::json;
+
+use crate::harness::*;
+
+fn h(s: &str) -> CapabilityHash {
+    CapabilityHash::from_stored(s)
+}
+
+/// A resume every check passes: a session record, a cursor this instance issued inside what
+/// was issued, no lost request, the same hash.
+fn good() -> ResumeFacts {
+    ResumeFacts {
+        session: Some(h("sha256:aa")),
+        cursor: Some(CursorFacts {
+            seq: 3,
+            owned_here: true,
+        }),
+        stream: Some(StreamFacts {
+            of_session: true,
+            head: 5,
+            earliest: 1,
+            broken: false,
+            orphans: false,
+            hash: h("sha256:aa"),
+        }),
+    }
+}
+
+fn with(change: impl FnOnce(&mut ResumeFacts)) -> ResumeFacts {
+    let mut f = good();
+    change(&mut f);
+    f
+}
+
+fn stream(f: &mut ResumeFacts) -> &mut StreamFacts {
+    f.stream.as_mut().unwrap()
+}
+
+fn at(seq: u64) -> ResumeFacts {
+    with(|f| f.cursor.as_mut().unwrap().seq = seq)
+}
+
+#[test]
+fn all_four_conditions_hold() {
+    assert_eq!(authorize_resume(&good()), Ok(()));
+    assert_eq!(authorize_resume(&at(5)), Ok(()), "cursor at the head");
+    assert_eq!(authorize_resume(&at(1)), Ok(()));
+}
+
+// 1. Session ownership: the record, and the stream.
+#[test]
+fn no_session_record_is_unknown_session() {
+    let f = with(|f| f.session = None);
+    assert_eq!(authorize_resume(&f), Err(RejectReason::UnknownSession));
+}
+
+#[test]
+fn a_stream_opened_by_another_instance_is_not_owner() {
+    let f = with(|f| {
+        f.cursor.as_mut().unwrap().owned_here = false;
+        f.stream = None;
+    });
+    assert_eq!(authorize_resume(&f), Err(RejectReason::NotOwner));
+}
+
+// 2. Event-log continuity.
+#[test]
+fn a_cursor_no_guard_issued_is_a_gap() {
+    assert_eq!(
+        authorize_resume(&with(|f| f.cursor = None)),
+        Err(RejectReason::EventGap)
+    );
+    assert_eq!(
+        authorize_resume(&with(|f| f.stream = None)),
+        Err(RejectReason::EventGap)
+    );
+    assert_eq!(authorize_resume(&at(0)), Err(RejectReason::EventGap));
+}
+
+#[test]
+fn a_stream_of_another_session_is_a_gap() {
+    let f = with(|f| stream(f).of_session = false);
+    assert_eq!(authorize_resume(&f), Err(RejectReason::EventGap));
+}
+
+#[test]
+fn a_cursor_beyond_the_head_is_a_gap() {
+    assert_eq!(authorize_resume(&at(6)), Err(RejectReason::EventGap));
+}
+
+#[test]
+fn positions_forgotten_since_the_cursor_are_a_gap() {
+    let f = with(|f| stream(f).earliest = 4);
+    assert_eq!(authorize_resume(&f), Err(RejectReason::EventGap));
+    let f = with(|f| stream(f).earliest = 3);
+    assert_eq!(
+        authorize_resume(&f),
+        Ok(()),
+        "the cursor's own id is still known"
+    );
+}
+
+#[test]
+fn a_broken_stream_is_a_gap() {
+    let f = with(|f| stream(f).broken = true);
+    assert_eq!(authorize_resume(&f), Err(RejectReason::EventGap));
+}
+
+// 3. Request-context presence.
+#[test]
+fn a_lost_request_is_orphaned() {
+    let f = with(|f| stream(f).orphans = true);
+    assert_eq!(authorize_resume(&f), Err(RejectReason::OrphanedRequest));
+}
+
+// 4. Capability hash unchanged.
+#[test]
+fn another_hash_in_force_is_a_capability_mismatch() {
+    let f = with(|f| stream(f).hash = h("sha256:bb"));
+    assert_eq!(authorize_resume(&f), Err(RejectReason::CapabilityMismatch));
+}
+
+// The report's order: the first failed check names the rejection.
+#[test]
+fn the_first_failed_check_wins() {
+    let all_bad = ResumeFacts {
+        session: Some(h("sha256:aa")),
+        cursor: Some(CursorFacts {
+            seq: 9,
+            owned_here: false,
+        }),
+        stream: Some(StreamFacts {
+            of_session: true,
+            head: 1,
+            earliest: 1,
+            broken: true,
+            orphans: true,
+            hash: h("sha256:bb"),
+        }),
+    };
+    assert_eq!(authorize_resume(&all_bad), Err(RejectReason::NotOwner));
+    let mut f = all_bad.clone();
+    f.cursor.as_mut().unwrap().owned_here = true;
+    assert_eq!(authorize_resume(&f), Err(RejectReason::EventGap));
+    let s = f.stream.as_mut().unwrap();
+    s.broken = false;
+    s.head = 9;
+    assert_eq!(authorize_resume(&f), Err(RejectReason::OrphanedRequest));
+    f.stream.as_mut().unwrap().orphans = false;
+    assert_eq!(authorize_resume(&f), Err(RejectReason::CapabilityMismatch));
+    f.session = None;
+    assert_eq!(authorize_resume(&f), Err(RejectReason::UnknownSession));
+}
+
+// ---- End to end through the guard ----
+
+struct Setup {
+    w: World,
+    a: Instance,
+    /// The client's view of the call's stream: its ids as sent.
+    ids: Vec<String>,
+}
+
+/// A session on instance `a` whose call stream carried the inner events `0/0`, `1/0`,
+/// `2/0` (priming, a notification, and — when `answered` — the response).
+fn setup(answered: bool, clean: bool) -> Setup {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+    let mut chunks = vec![
+        "id: 0/0\ndata: \n\n".to_owned(),
+        format!("id: 1/0\ndata: {note}\n\n"),
+    ];
+    if answered {
+        chunks.push(format!("id: 2/0\ndata: {}\n\n", result(2, "ok")));
+    }
+    let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(refs, clean),
+    );
+    let ids = seen
+        .events()
+        .into_iter()
+        .map(|(id, _)| id.unwrap())
+        .collect();
+    Setup { w, a, ids }
+}
+
+fn sid() -> SessionId {
+    SessionId::parse(b"s1").unwrap()
+}
+
+// | resume on the owner, inside what was issued | forwarded with the inner server's own
+// id for the cursor; its replay passes with the client's ids, continuing them |
+#[test]
+fn an_authorized_resume_is_translated_and_its_replay_renumbered() {
+    let Setup { mut w, mut a, ids } = setup(false, true);
+    let (inner, mut watch) = w.get(&mut a, "s1", Some(&ids[0])).watch();
+    assert_eq!(
+        inner.as_deref(),
+        Some("0/0"),
+        "the inner server's id for the cursor"
+    );
+    let live = result(2, "ok");
+    let replay = format!("id: 0/0\ndata: \n\nid: 1/0\ndata: {{}}\n\nid: 2/0\ndata: {live}\n\n");
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![&replay], true),
+    );
+    assert!(seen.refusal.is_none());
+    let got: Vec<_> = seen
+        .events()
+        .into_iter()
+        .map(|(id, _)| id.unwrap())
+        .collect();
+    let stream = ids[0].split('-').next().unwrap();
+    assert_eq!(
+        got,
+        [format!("{stream}-2"), format!("{stream}-3")],
+        "the cursor's own event is not sent again"
+    );
+    assert!(seen.header("mcp-capability-hash").is_some());
+}
+
+// | the inner server's replay skips an event issued after the cursor | refused before
+// anything is sent: 404 `event_gap`, the session forgotten |
+#[test]
+fn a_replay_that_skips_an_issued_event_is_refused() {
+    let Setup { mut w, mut a, ids } = setup(false, true);
+    let (_, mut watch) = w.get(&mut a, "s1", Some(&ids[0])).watch();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec!["id: 2/0\ndata: {}\n\n"], true),
+    );
+    let refusal = seen.refusal.expect("a rejection instead of the stream");
+    assert_eq!(refusal.status(), 404);
+    assert_eq!(refusal.json()["error"]["data"]["reason"], "event_gap");
+    assert!(!w.store.sessions.contains_key(&sid()));
+    let body = br#"{"jsonrpc":"2.0","id":9,"method":"tools/list"}"#;
+    assert_eq!(w.post(&mut a, Some("s1"), body, &[]).answer().status(), 404);
+}
+
+// | the replay ends before bringing back what was issued (rmcp forgets a finished request's
+// stream) | refused: 404 `event_gap`, not an empty 200 |
+#[test]
+fn a_replay_that_ends_short_is_refused() {
+    let Setup { mut w, mut a, ids } = setup(true, true);
+    let (_, mut watch) = w.get(&mut a, "s1", Some(&ids[0])).watch();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![], true),
+    );
+    assert_eq!(
+        seen.refusal.expect("rejected").json()["error"]["data"]["reason"],
+        "event_gap"
+    );
+}
+
+// | the replay diverges after the head was sent (an event numbered meanwhile by another
+// stream of the same inner request comes out of order) | the stream is aborted, and the
+// next resume of it is refused |
+#[test]
+fn a_divergence_after_the_head_breaks_the_stream() {
+    use http::StatusCode;
+    let Setup { mut w, mut a, ids } = setup(false, true);
+    let (_, mut y) = w.get(&mut a, "s1", Some(&ids[1])).watch();
+    let (_, mut x) = w.get(&mut a, "s1", Some(&ids[1])).watch();
+    let mut head = sse_head();
+    y.handle_head(&mut a.guard, StatusCode::OK, &mut head);
+    x.handle_head(&mut a.guard, StatusCode::OK, &mut sse_head());
+    assert!(y.head_ready(), "nothing was issued after the cursor");
+    y.finish_head(&mut head);
+    let mut out = bytes::BytesMut::new();
+    // x numbers two new events: 3 and 4.
+    x.handle_sse(
+        &mut a.guard,
+        b"id: 6/0\ndata: {}\n\nid: 7/0\ndata: {}\n\n",
+        &mut out,
+    );
+    // y, expecting 3, gets 4 first.
+    let flow = y.handle_sse(&mut a.guard, b"id: 7/0\ndata: {}\n\n", &mut out);
+    assert_eq!(flow, SseFlow::Abort);
+    assert!(
+        y.take_refusal().is_none(),
+        "the head was sent: the stream breaks instead"
+    );
+    let fate = w.get(&mut a, "s1", Some(&ids[1]));
+    assert_eq!(fate.answer().json()["error"]["data"]["reason"], "event_gap");
+}
+
+// | resume on another instance (the session's record is shared: any instance may serve its
+// POSTs) | 404 `not_owner`, the session forgotten in the store |
+#[test]
+fn a_resume_on_another_instance_is_not_owner() {
+    let Setup { mut w, ids, .. } = setup(false, true);
+    let mut b = Instance::new(GuardConfig::default(), 2);
+    let answer = w.get(&mut b, "s1", Some(&ids[0])).answer();
+    assert_eq!(answer.status(), 404);
+    assert_eq!(
+        answer
+            .headers()
+            .iter()
+            .find(|(n, _)| n == "mcp-resume-rejected")
+            .unwrap()
+            .1,
+        "not_owner"
+    );
+    assert_eq!(
+        answer.json()["error"]["data"]["code"],
+        "SESSION_RESUME_REJECTED"
+    );
+    assert!(w
+        .store
+        .log
+        .iter()
+        .any(|op| matches!(op, StoreOp::ForgetSession(_))));
+    assert!(!w.store.sessions.contains_key(&sid()));
+}
+
+#[test]
+fn a_resume_of_an_unknown_session_is_unknown_session() {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    let answer = w.get(&mut a, "nobody", Some("0000000000000001-1")).answer();
+    assert_eq!(answer.json()["error"]["data"]["reason"], "unknown_session");
+}
+
+#[test]
+fn cursors_not_issued_here_are_refused() {
+    for (case, reason) in [
+        ("foreign", "event_gap"),
+        ("beyond", "event_gap"),
+        ("other", "not_owner"),
+    ] {
+        let Setup { mut w, mut a, ids } = setup(false, true);
+        let stream = ids[0].split('-').next().unwrap().to_owned();
+        let bad = match case {
+            "foreign" => "0/0".to_owned(),
+            "beyond" => format!("{stream}-9"),
+            _ => "ffffffffffffffff-1".to_owned(),
+        };
+        let answer = w.get(&mut a, "s1", Some(&bad)).answer();
+        assert_eq!(answer.json()["error"]["data"]["reason"], reason, "{bad}");
+        // Rejected once, the session is gone for good here: a plain 404 after.
+        let again = w.get(&mut a, "s1", None).answer();
+        assert_eq!(again.status(), 404);
+        assert_eq!(again.json()["error"]["code"], -32001);
+    }
+}
+
+// | the inner server failed the stream before answering a request on it | 404
+// `orphaned_request` |
+#[test]
+fn a_request_lost_with_its_stream_is_orphaned() {
+    let Setup { mut w, mut a, ids } = setup(false, false);
+    let answer = w.get(&mut a, "s1", Some(&ids[0])).answer();
+    assert_eq!(answer.json()["error"]["data"]["reason"], "orphaned_request");
+}
+
+// | the store cannot be read for a session this instance does not hold | 503, retry later;
+// nothing forgotten |
+#[test]
+fn a_resume_that_cannot_be_judged_now_is_deferred() {
+    let Setup { mut w, ids, .. } = setup(false, true);
+    let mut b = Instance::new(GuardConfig::default(), 2);
+    w.store.down = true;
+    let answer = w.get(&mut b, "s1", Some(&ids[0])).answer();
+    assert_eq!(answer.status(), 503);
+    w.store.down = false;
+    assert!(w.store.sessions.contains_key(&sid()));
+}

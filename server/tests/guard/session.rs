@@ -1,0 +1,368 @@
+//! Sessions: the advertisement, the capability hash on every response, sequenced event ids.
+
+use http::Method;
+use mcp_resume_server::guard::{GuardConfig, SseFlow};
+use mcp_resume_server::wire::capability_hash;
+use serde_json::{json, Value};
+
+use crate::harness::*;
+
+fn instance() -> Instance {
+    Instance::new(GuardConfig::default(), 1)
+}
+
+// | `initialize` answered as JSON | the result gains `experimental.resumeSafety` (every part
+// enforced), the head `Mcp-Capability-Hash` of (version, client caps, server caps as sent),
+// and the session record (owner: this instance) goes to the store |
+#[test]
+fn initialize_json_is_advertised_hashed_and_recorded() {
+    let mut w = World::new();
+    let mut a = instance();
+    let caps = json!({"experimental": {"sampling": {"temperature": 0.2}}});
+    let seen = w.initialize(&mut a, "s1", caps.clone());
+    let result = &seen.json()["result"];
+    let adv = &result["capabilities"]["experimental"]["resumeSafety"];
+    assert_eq!(adv, &mock_server::context::resume_safety_capability());
+    let want = capability_hash(V, &caps, &result["capabilities"]);
+    assert_eq!(seen.header("mcp-capability-hash"), Some(want.as_str()));
+    let sid = mcp_resume_server::ids::SessionId::parse(b"s1").unwrap();
+    let record = &w.store.sessions[&sid];
+    assert_eq!(record.owner(), a.guard.config().instance());
+    assert_eq!(record.hash(), &want);
+}
+
+// | `initialize` answered as SSE | the head waits for the result; the result event gains
+// the advertisement; the stream's ids are sequenced |
+#[test]
+fn initialize_sse_holds_the_head_until_its_result() {
+    let mut w = World::new();
+    let mut a = instance();
+    let fate = w.post(&mut a, None, &init_body(json!({})), &[]);
+    let (_, mut watch) = fate.watch();
+    let mut head = sse_head();
+    head.insert("mcp-session-id", "s1".parse().unwrap());
+    let plan = watch.handle_head(&mut a.guard, http::StatusCode::OK, &mut head);
+    assert_eq!(plan, mcp_resume_server::guard::BodyPlan::Sse);
+    let mut out = bytes::BytesMut::new();
+    watch.handle_sse(&mut a.guard, b"id: 0\nretry: 3000\ndata: \n\n", &mut out);
+    assert!(
+        !watch.head_ready(),
+        "the hash is not known before the result"
+    );
+    let data = String::from_utf8(init_result(1)).unwrap();
+    watch.handle_sse(
+        &mut a.guard,
+        format!("data: {data}\n\n").as_bytes(),
+        &mut out,
+    );
+    assert!(watch.head_ready());
+    watch.finish_head(&mut head);
+    assert!(head.contains_key("mcp-capability-hash"));
+    let events = sse_events(&String::from_utf8_lossy(&out));
+    assert!(events[0].0.as_deref().unwrap().ends_with("-1"));
+    let msg: Value = serde_json::from_str(&events[1].1).unwrap();
+    assert_eq!(
+        msg["result"]["capabilities"]["experimental"]["resumeSafety"]["version"],
+        1
+    );
+}
+
+// | `initialize` without a session id in the answer | only idempotency is advertised, no
+// hash, no record |
+#[test]
+fn a_sessionless_initialize_advertises_keys_only() {
+    let mut w = World::new();
+    let mut a = instance();
+    let fate = w.post(&mut a, None, &init_body(json!({})), &[]);
+    let (_, mut watch) = fate.watch();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(&init_result(1)),
+    );
+    let adv = &seen.json()["result"]["capabilities"]["experimental"]["resumeSafety"];
+    assert!(adv.get("capabilityHash").is_none() && adv.get("sequencedEventIds").is_none());
+    assert!(adv["idempotency"].is_object());
+    assert_eq!(seen.header("mcp-capability-hash"), None);
+    assert!(w.store.sessions.is_empty());
+}
+
+// | a failed `initialize` (4xx, an error body) | passes untouched, nothing recorded |
+#[test]
+fn a_failed_initialize_passes_untouched() {
+    let mut w = World::new();
+    let mut a = instance();
+    let (_, mut watch) = w.post(&mut a, None, &init_body(json!({})), &[]).watch();
+    let body = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}"#;
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(body),
+    );
+    assert_eq!(seen.body, body);
+    let (_, mut watch) = w.post(&mut a, None, &init_body(json!({})), &[]).watch();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        400,
+        json_head(),
+        Response::Json(b"x"),
+    );
+    assert_eq!(seen.body, b"x");
+    assert!(w.store.sessions.is_empty());
+}
+
+// | any response of a known session (JSON, 202, errors) | carries the session's hash |
+#[test]
+fn every_response_of_the_session_carries_its_hash() {
+    let mut w = World::new();
+    let mut a = instance();
+    let hash = w
+        .initialize(&mut a, "s1", json!({}))
+        .header("mcp-capability-hash")
+        .unwrap()
+        .to_owned();
+    for (body, status) in [
+        (
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            202,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            200,
+        ),
+        (json!({"jsonrpc": "2.0", "id": 3, "method": "nope"}), 200),
+    ] {
+        let (_, mut watch) = w
+            .post(&mut a, Some("s1"), body.to_string().as_bytes(), &[])
+            .watch();
+        let seen = a.respond(
+            &mut w.store,
+            w.now,
+            &mut watch,
+            status,
+            json_head(),
+            Response::Raw(b"{}"),
+        );
+        assert_eq!(seen.header("mcp-capability-hash"), Some(hash.as_str()));
+        assert_eq!(
+            seen.body, b"{}",
+            "bodies of unkeyed requests pass untouched"
+        );
+    }
+    assert_eq!(
+        w.store
+            .ops(|op| matches!(op, mcp_resume_server::guard::StoreOp::LoadSession(_))),
+        0,
+        "the instance that saw initialize needs no store read"
+    );
+}
+
+// | a request of a session this instance never saw | the record is read from the store
+// once, then known |
+#[test]
+fn another_instance_reads_the_record_once() {
+    let mut w = World::new();
+    let mut a = instance();
+    let mut b = Instance::new(GuardConfig::default(), 2);
+    let hash = w
+        .initialize(&mut a, "s1", json!({}))
+        .header("mcp-capability-hash")
+        .unwrap()
+        .to_owned();
+    for id in 2..4 {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}).to_string();
+        let (_, mut watch) = w.post(&mut b, Some("s1"), body.as_bytes(), &[]).watch();
+        let seen = b.respond(
+            &mut w.store,
+            w.now,
+            &mut watch,
+            200,
+            json_head(),
+            Response::Raw(b"{}"),
+        );
+        assert_eq!(seen.header("mcp-capability-hash"), Some(hash.as_str()));
+    }
+    use mcp_resume_server::guard::StoreOp;
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::LoadSession(_))), 1);
+}
+
+// | a session nobody recorded; the store down | passes untouched, no hash invented |
+#[test]
+fn unknown_sessions_and_a_down_store_pass_untouched() {
+    let mut w = World::new();
+    let mut a = instance();
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    assert!(w
+        .post(&mut a, Some("nobody"), body.as_bytes(), &[])
+        .is_passed());
+    w.store.down = true;
+    assert!(w
+        .post(&mut a, Some("nobody"), body.as_bytes(), &[])
+        .is_passed());
+    let call = call_body(3, "echo", json!({}), None);
+    assert!(
+        w.post(&mut a, None, &call, &[]).is_passed(),
+        "unkeyed sessionless traffic passes"
+    );
+}
+
+// | an SSE response of the session | ids `<stream>-<seq>`, seq 1, 2, … per id-carrying
+// event; events without an id keep none; bytes otherwise unchanged |
+#[test]
+fn sse_ids_are_sequenced_per_stream() {
+    let mut w = World::new();
+    let mut a = instance();
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({"text": "x"}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let response = result(2, "x");
+    let chunks = vec![
+        "id: 0/0\nre",
+        "try: 3000\ndata: \n\n: keep-alive\n\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}\n\n",
+        "id: 1/0\n",
+    ];
+    let tail = format!("data: {response}\n\n");
+    let mut all = chunks.clone();
+    all.push(&tail);
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(all, true),
+    );
+    assert_eq!(seen.flow, SseFlow::Continue);
+    let events = seen.events();
+    let ids: Vec<_> = events.iter().map(|(id, _)| id.clone()).collect();
+    let stream = ids[0]
+        .as_deref()
+        .unwrap()
+        .split('-')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        ids,
+        [
+            Some(format!("{stream}-1")),
+            None,
+            Some(format!("{stream}-2"))
+        ]
+    );
+    assert_eq!(events[2].1, response);
+    assert!(String::from_utf8_lossy(&seen.body).contains(": keep-alive\n"));
+}
+
+// | the GET listen stream | sequenced as a stream of its own |
+#[test]
+fn the_listen_stream_is_sequenced_too() {
+    let mut w = World::new();
+    let mut a = instance();
+    w.initialize(&mut a, "s1", json!({}));
+    let (last, mut watch) = w.get(&mut a, "s1", None).watch();
+    assert_eq!(last, None);
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec!["id: 0\ndata: \n\nid: 1\ndata: {}\n\n"], true),
+    );
+    let ids: Vec<_> = seen
+        .events()
+        .into_iter()
+        .map(|(id, _)| id.unwrap())
+        .collect();
+    assert!(ids[0].ends_with("-1") && ids[1].ends_with("-2"));
+}
+
+// | a DELETE answered 2xx | the session is forgotten here and in the store |
+#[test]
+fn delete_forgets_the_session() {
+    let mut w = World::new();
+    let mut a = instance();
+    w.initialize(&mut a, "s1", json!({}));
+    let fate = a.request(
+        &mut w.store,
+        w.now,
+        Method::DELETE,
+        &headers(&[("mcp-session-id", "s1")]),
+        None,
+    );
+    let (_, mut watch) = fate.watch();
+    a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Raw(b""),
+    );
+    assert!(w.store.sessions.is_empty());
+}
+
+// | `server/discover` (2026-07-28) | its result gains the extension's idempotency part
+// under `capabilities.extensions`, nothing about hashes |
+#[test]
+fn discover_is_advertised_with_keys_only() {
+    let mut w = World::new();
+    let mut a = instance();
+    let body =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}).to_string();
+    let (_, mut watch) = w.post(&mut a, None, body.as_bytes(), &[]).watch();
+    let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {"supportedVersions": ["2026-07-28"],
+        "capabilities": {"tools": {}}}})
+    .to_string();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(answer.as_bytes()),
+    );
+    let ext =
+        &seen.json()["result"]["capabilities"]["extensions"]["io.github.mcp-resume/resume-safety"];
+    assert_eq!(
+        ext,
+        &mock_server::context::modern_resume_safety_capability()
+    );
+    assert_eq!(seen.header("mcp-capability-hash"), None);
+}
+
+// | bodies that are not JSON-RPC, non-MCP methods | pass untouched |
+#[test]
+fn what_the_guard_does_not_understand_passes() {
+    let mut w = World::new();
+    let mut a = instance();
+    assert!(w.post(&mut a, None, b"not json", &[]).is_passed());
+    assert!(w.post(&mut a, None, b"[1,2]", &[]).is_passed());
+    assert!(w
+        .post(
+            &mut a,
+            None,
+            br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#,
+            &[]
+        )
+        .is_passed());
+    let fate = a.request(&mut w.store, w.now, Method::OPTIONS, &headers(&[]), None);
+    assert!(fate.is_passed());
+    let fate = a.request(
+        &mut w.store,
+        w.now,
+        Method::PUT,
+        &headers(&[("mcp-session-id", "s")]),
+        None,
+    );
+    assert!(fate.is_passed());
+}

@@ -1,0 +1,239 @@
+//! Real servers, real parts: three rmcp 3.11 replicas (the `replica` example) behind nginx,
+//! sharing a `redis-server`; faults from the outside (nginx cutting idle streams mid-call, a
+//! rolling restart with graceful drain, `kill -9` of the replica running a call). The truth
+//! is the tool's own side-effect counter in Redis, joined per call with what the client
+//! reported.
+//!
+//! The same run with the guard and without it (the client then assuming the server
+//! deduplicates keys, as an application would for a server it trusts) is the README's table:
+//! `cargo test -p mcp-resume-server --test real_parts -- --nocapture` prints it.
+//!
+//! Needs `redis-server` and `nginx` (`apt-get install redis-server nginx-light`).
+
+mod clients;
+mod deployment;
+
+use std::fmt::Write as _;
+
+use futures::future::join_all;
+use mcp_resume::Era;
+
+use clients::{Call, Reported, Via};
+use deployment::Deployment;
+
+/// Longer than nginx's idle timeout: the stream is cut while the tool waits after its effect.
+const CUT_DELAY_MS: u64 = 800;
+/// Long enough for the test to see the effect and kill the replica mid-call.
+const KILL_DELAY_MS: u64 = 500;
+/// Shorter than the idle timeout: only the drain interrupts these.
+const DRAIN_DELAY_MS: u64 = 250;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Cut,
+    Drain,
+    Kill,
+}
+
+/// One call and its truth.
+#[derive(Debug)]
+struct Row {
+    fault: Fault,
+    era: Era,
+    keyed: bool,
+    tag: String,
+    reported: Reported,
+    effects: u64,
+}
+
+impl Row {
+    fn first_answer(&self) -> Reported {
+        Reported::Ok(format!("{}:1", self.tag))
+    }
+
+    /// A success that is not the answer of the call's one run.
+    fn wrong_answer(&self) -> bool {
+        matches!(&self.reported, Reported::Ok(_))
+            && (self.reported != self.first_answer() || self.effects != 1)
+    }
+}
+
+fn calls(era: Era, fault: Fault, delay_ms: u64, run: &str) -> Vec<Call> {
+    let mut out = Vec::new();
+    for via in [Via::Native, Via::Rmcp] {
+        for keyed in [true, false] {
+            let tag = format!(
+                "{run}-{fault:?}-{era:?}-{via:?}-{}",
+                if keyed { "k" } else { "u" }
+            );
+            out.push(Call {
+                via,
+                era,
+                key: keyed.then(|| format!("key-{tag}")),
+                tag,
+                delay_ms,
+            });
+        }
+    }
+    out
+}
+
+async fn judge(d: &Deployment, fault: Fault, calls: &[Call], reported: Vec<Reported>) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for (call, reported) in calls.iter().zip(reported) {
+        rows.push(Row {
+            fault,
+            era: call.era,
+            keyed: call.key.is_some(),
+            tag: call.tag.clone(),
+            reported,
+            effects: d.effects(&call.tag).await,
+        });
+    }
+    rows
+}
+
+/// nginx cuts each call's stream while the tool waits after its effect; the replica lives on.
+async fn cut(d: &Deployment, era: Era, run: &str) -> Vec<Row> {
+    let calls = calls(era, Fault::Cut, CUT_DELAY_MS, run);
+    let url = d.url();
+    let reported = join_all(calls.iter().map(|c| clients::make(c, &url, !d.guarded))).await;
+    judge(d, Fault::Cut, &calls, reported).await
+}
+
+/// The replica running each call is killed (SIGKILL) right after the call's effect.
+async fn kill(d: &mut Deployment, era: Era, run: &str) -> Vec<Row> {
+    let mut rows = Vec::new();
+    // One at a time: each kill takes one replica down for good.
+    for call in calls(era, Fault::Kill, KILL_DELAY_MS, run)
+        .into_iter()
+        .filter(|c| c.via == Via::Native)
+    {
+        let url = d.url();
+        let (reported, ()) = tokio::join!(clients::make(&call, &url, !d.guarded), async {
+            let pid = d.wait_effect(&call.tag).await;
+            d.kill9(pid);
+        });
+        rows.extend(judge(d, Fault::Kill, std::slice::from_ref(&call), vec![reported]).await);
+        d.revive().await;
+    }
+    rows
+}
+
+/// A rolling restart (each replica drained with SIGTERM, then started again) while calls run.
+async fn drain(d: &mut Deployment, era: Era, run: &str) -> Vec<Row> {
+    let calls = calls(era, Fault::Drain, DRAIN_DELAY_MS, run);
+    let url = d.url();
+    let guarded = d.guarded;
+    let made = join_all(calls.iter().map(|c| clients::make(c, &url, !guarded)));
+    let (reported, ()) = tokio::join!(made, async {
+        for c in &calls {
+            d.wait_effect(&c.tag).await;
+        }
+        d.rolling_restart().await;
+    });
+    judge(d, Fault::Drain, &calls, reported).await
+}
+
+async fn run_all(guarded: bool) -> Vec<Row> {
+    let mut d = Deployment::start(guarded).await;
+    let run = if guarded { "g" } else { "n" };
+    let mut rows = Vec::new();
+    for era in [Era::Legacy, Era::Modern] {
+        rows.extend(cut(&d, era, run).await);
+        rows.extend(kill(&mut d, era, run).await);
+        rows.extend(drain(&mut d, era, run).await);
+    }
+    eprintln!("{}", table(guarded, &rows));
+    if rows
+        .iter()
+        .any(|r| matches!(r.reported, Reported::Failed(_)))
+    {
+        eprintln!("{}", d.access_log());
+    }
+    rows
+}
+
+/// The README's table: per fault and era, what happened to keyed and unkeyed calls.
+fn table(guarded: bool, rows: &[Row]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{}\n| fault | era | calls keyed/unkeyed | keyed side effects twice (runs) | unkeyed run twice | keyed completed once with its first answer | OutcomeUnknown | silent wrong answers | other errors |",
+        if guarded { "with the guard" } else { "without the guard (client trusting the server to deduplicate)" }
+    );
+    for fault in [Fault::Cut, Fault::Drain, Fault::Kill] {
+        for era in [Era::Legacy, Era::Modern] {
+            let of: Vec<&Row> = rows
+                .iter()
+                .filter(|r| r.fault == fault && r.era == era)
+                .collect();
+            let keyed = of.iter().filter(|r| r.keyed).count();
+            let twice: Vec<u64> = of
+                .iter()
+                .filter(|r| r.keyed && r.effects > 1)
+                .map(|r| r.effects)
+                .collect();
+            let twice_u = of.iter().filter(|r| !r.keyed && r.effects > 1).count();
+            let once = of
+                .iter()
+                .filter(|r| r.keyed && r.reported == r.first_answer() && r.effects == 1)
+                .count();
+            let unknown = of
+                .iter()
+                .filter(|r| r.reported == Reported::Unknown)
+                .count();
+            let wrong = of.iter().filter(|r| r.wrong_answer()).count();
+            let other = of
+                .iter()
+                .filter(|r| matches!(r.reported, Reported::Failed(_)))
+                .count();
+            let _ = writeln!(
+                out,
+                "| {fault:?} | {era:?} | {keyed}/{} | {} {twice:?} | {twice_u} | {once}/{keyed} | {unknown} | {wrong} | {other} |",
+                of.len() - keyed,
+                twice.len(),
+            );
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn guarded_replicas_run_each_keyed_call_once_and_never_lie() {
+    let rows = run_all(true).await;
+    for r in &rows {
+        let what = format!("{r:?}\n{}", table(true, &rows));
+        assert!(r.effects <= 1, "ran twice: {what}");
+        assert!(!r.wrong_answer(), "a silent wrong answer: {what}");
+        assert!(
+            !matches!(r.reported, Reported::Failed(_)),
+            "an error: {what}"
+        );
+        assert_eq!(r.effects, 1, "never ran: {what}");
+        match (r.fault, r.keyed) {
+            // Its execution finished: exactly once, with its stored (first) answer.
+            (Fault::Cut | Fault::Drain, true) => assert_eq!(r.reported, r.first_answer(), "{what}"),
+            // Its replica died mid-execution: never success, never a second run.
+            (Fault::Kill, _) => assert_eq!(r.reported, Reported::Unknown, "{what}"),
+            // Unkeyed: the answer if the client got it, else an honest unknown.
+            (_, false) => assert!(
+                r.reported == r.first_answer() || r.reported == Reported::Unknown,
+                "{what}"
+            ),
+        }
+    }
+}
+
+/// Without the guard, a client that trusts the server to deduplicate re-sends keyed calls
+/// into a server that does not: the duplicates the guard prevents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unguarded_replicas_run_resent_keyed_calls_twice() {
+    let rows = run_all(false).await;
+    let twice = rows.iter().filter(|r| r.keyed && r.effects > 1).count();
+    assert!(twice > 0, "no duplicate without the guard?");
+    assert!(
+        rows.iter().all(|r| r.keyed || r.effects <= 1),
+        "the client never re-sends unkeyed calls"
+    );
+}

@@ -1,0 +1,427 @@
+//! The store suite: the same test bodies against `MemoryStore`, a `RedisStore` on a
+//! `redis-server` of its own, and a `RedisStore` on a three-node Redis Cluster started here.
+//! Needs `redis-server` (`apt-get install redis-server`); without it the Redis rows fail
+//! saying so.
+
+#[path = "../support/redis_cluster.rs"]
+mod redis_cluster;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_resume_server::guard::{Claim, ClaimOutcome, SessionRecord, StoredOutcome};
+use mcp_resume_server::ids::{ClaimToken, IdempotencyKey, SessionId};
+use mcp_resume_server::store::Store;
+use mcp_resume_server::wire::arguments_digest;
+use mcp_resume_server::{ErrorKind, MemoryStore, RedisOptions, RedisStore};
+use mock_server::procs::RedisServer;
+use serde_json::json;
+use tokio::sync::OnceCell;
+
+use redis_cluster::RedisCluster;
+
+/// Short enough that a lapse is quick to wait for, long enough that no renewal is late.
+const LEASE: Duration = Duration::from_millis(150);
+
+/// One redis-server and one cluster for the whole binary: each test takes a namespace of
+/// its own, so they never see each other's keys.
+static SERVER: OnceCell<RedisServer> = OnceCell::const_new();
+static CLUSTER: OnceCell<RedisCluster> = OnceCell::const_new();
+
+fn options() -> RedisOptions {
+    let mut o = RedisOptions::default();
+    o.namespace = format!("t{}:", uuid::Uuid::new_v4().simple());
+    o
+}
+
+async fn memory() -> Arc<dyn Store> {
+    Arc::new(MemoryStore::default())
+}
+
+async fn redis() -> Arc<dyn Store> {
+    let server = SERVER
+        .get_or_init(|| async {
+            RedisServer::start()
+                .await
+                .unwrap_or_else(|e| panic!("the Redis store tests need redis-server: {e}"))
+        })
+        .await;
+    Arc::new(
+        RedisStore::connect_with(&server.url(), options())
+            .await
+            .expect("connects"),
+    )
+}
+
+async fn cluster() -> Arc<dyn Store> {
+    let cluster = CLUSTER.get_or_init(RedisCluster::start).await;
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    Arc::new(
+        RedisStore::connect_cluster_with(&nodes, options())
+            .await
+            .expect("connects to the cluster"),
+    )
+}
+
+/// Each suite test, once per store.
+macro_rules! suite {
+    ($($name:ident),* $(,)?) => {
+        mod memory_store {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name(super::memory().await).await; } )*
+        }
+        mod redis_store {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name(super::redis().await).await; } )*
+        }
+        mod redis_cluster_store {
+            $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+               async fn $name() { super::$name(super::cluster().await).await; } )*
+        }
+    };
+}
+
+suite!(
+    sessions_round_trip_and_are_forgotten,
+    a_free_key_is_granted_once_then_in_use,
+    a_finished_key_answers_its_outcome_to_the_same_call_only,
+    a_lapsed_lease_makes_the_key_lost_for_good,
+    renewals_keep_a_claim_alive,
+    only_the_holder_settles_a_key,
+    a_release_frees_the_key_and_lost_keys_never_free,
+    the_holder_s_answer_wins_over_a_lost_mark,
+    concurrent_claims_grant_one,
+    keys_of_any_shape_spread_over_the_cluster,
+);
+
+fn key(k: &str) -> IdempotencyKey {
+    IdempotencyKey::new(k).unwrap()
+}
+
+fn token(t: &str) -> ClaimToken {
+    ClaimToken::from_stored(t)
+}
+
+fn claim(k: &str, args: u64, t: &str) -> Claim {
+    Claim::new(
+        key(k),
+        arguments_digest("bump", &json!({"n": args})),
+        token(t),
+        LEASE,
+    )
+}
+
+fn outcome(text: &str) -> StoredOutcome {
+    StoredOutcome::from_stored(json!({"result": {"content": [{"type": "text", "text": text}]}}))
+        .unwrap()
+}
+
+fn record(sid: &str) -> SessionRecord {
+    // A record as the guard writes it, read back through serde like a store does.
+    serde_json::from_value(json!({
+        "session": sid, "owner": "replica-1", "hash": "sha256:ab", "protocol_version": "2025-11-25"
+    }))
+    .unwrap()
+}
+
+async fn sessions_round_trip_and_are_forgotten(store: Arc<dyn Store>) {
+    let sid = SessionId::parse(b"s-{1}").unwrap();
+    assert_eq!(store.session(&sid).await.unwrap(), None);
+    store.put_session(&record("s-{1}")).await.unwrap();
+    let back = store.session(&sid).await.unwrap().unwrap();
+    assert_eq!(back, record("s-{1}"));
+    assert_eq!(back.owner().as_str(), "replica-1");
+    store.forget_session(&sid).await.unwrap();
+    assert_eq!(store.session(&sid).await.unwrap(), None);
+}
+
+async fn a_free_key_is_granted_once_then_in_use(store: Arc<dyn Store>) {
+    assert_eq!(
+        store.claim(&claim("k", 1, "a")).await.unwrap(),
+        ClaimOutcome::Granted
+    );
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    assert_eq!(
+        store.claim(&claim("k", 2, "b")).await.unwrap(),
+        ClaimOutcome::Mismatch
+    );
+}
+
+async fn a_finished_key_answers_its_outcome_to_the_same_call_only(store: Arc<dyn Store>) {
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    store
+        .finish(&key("k"), &token("a"), &outcome("once"))
+        .await
+        .unwrap();
+    for t in ["b", "c"] {
+        assert_eq!(
+            store.claim(&claim("k", 1, t)).await.unwrap(),
+            ClaimOutcome::Done(outcome("once"))
+        );
+    }
+    assert_eq!(
+        store.claim(&claim("k", 2, "d")).await.unwrap(),
+        ClaimOutcome::Mismatch
+    );
+    // A finished key outlives any lease.
+    tokio::time::sleep(LEASE * 2).await;
+    assert_eq!(
+        store.claim(&claim("k", 1, "e")).await.unwrap(),
+        ClaimOutcome::Done(outcome("once"))
+    );
+}
+
+async fn a_lapsed_lease_makes_the_key_lost_for_good(store: Arc<dyn Store>) {
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Lost
+    );
+    tokio::time::sleep(LEASE * 2).await;
+    assert_eq!(
+        store.claim(&claim("k", 1, "c")).await.unwrap(),
+        ClaimOutcome::Lost
+    );
+    assert!(
+        !store.renew(&key("k"), &token("a"), LEASE).await.unwrap(),
+        "a lost claim cannot be renewed"
+    );
+}
+
+async fn renewals_keep_a_claim_alive(store: Arc<dyn Store>) {
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    for _ in 0..4 {
+        tokio::time::sleep(LEASE / 3).await;
+        assert!(store.renew(&key("k"), &token("a"), LEASE).await.unwrap());
+    }
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    assert!(
+        !store.renew(&key("k"), &token("b"), LEASE).await.unwrap(),
+        "only the holder renews"
+    );
+    assert!(!store.renew(&key("free"), &token("a"), LEASE).await.unwrap());
+}
+
+async fn only_the_holder_settles_a_key(store: Arc<dyn Store>) {
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    store
+        .finish(&key("k"), &token("x"), &outcome("forged"))
+        .await
+        .unwrap();
+    store.release(&key("k"), &token("x")).await.unwrap();
+    store.mark_lost(&key("k"), &token("x")).await.unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    store
+        .finish(&key("k"), &token("a"), &outcome("real"))
+        .await
+        .unwrap();
+    store
+        .finish(&key("k"), &token("a"), &outcome("again"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 1, "c")).await.unwrap(),
+        ClaimOutcome::Done(outcome("real"))
+    );
+}
+
+async fn a_release_frees_the_key_and_lost_keys_never_free(store: Arc<dyn Store>) {
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    store.release(&key("k"), &token("a")).await.unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 2, "b")).await.unwrap(),
+        ClaimOutcome::Granted,
+        "a freed key takes any call"
+    );
+    store.mark_lost(&key("k"), &token("b")).await.unwrap();
+    store.release(&key("k"), &token("b")).await.unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 2, "c")).await.unwrap(),
+        ClaimOutcome::Lost
+    );
+}
+
+async fn the_holder_s_answer_wins_over_a_lost_mark(store: Arc<dyn Store>) {
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    tokio::time::sleep(LEASE + Duration::from_millis(50)).await;
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Lost
+    );
+    // The holder was slow, not dead: its answer is the call's one run.
+    store
+        .finish(&key("k"), &token("a"), &outcome("late"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 1, "c")).await.unwrap(),
+        ClaimOutcome::Done(outcome("late"))
+    );
+}
+
+async fn concurrent_claims_grant_one(store: Arc<dyn Store>) {
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .claim(&claim("race", 1, &format!("t{i}")))
+                .await
+                .unwrap()
+        }));
+    }
+    let mut granted = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            ClaimOutcome::Granted => granted += 1,
+            ClaimOutcome::InUse => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(granted, 1);
+}
+
+async fn keys_of_any_shape_spread_over_the_cluster(store: Arc<dyn Store>) {
+    let shapes = [
+        "{a}",
+        "}{",
+        "k:{x}:y",
+        &"z".repeat(256),
+        "a b c",
+        "{",
+        "ключ-ascii-only",
+    ];
+    for (i, k) in shapes.iter().enumerate() {
+        let Ok(k) = IdempotencyKey::new(*k) else {
+            continue; // not printable ASCII: never reaches a store
+        };
+        let c = Claim::new(
+            k.clone(),
+            arguments_digest("t", &json!(i)),
+            token("a"),
+            LEASE,
+        );
+        assert_eq!(store.claim(&c).await.unwrap(), ClaimOutcome::Granted);
+        store
+            .finish(&k, &token("a"), &outcome(&i.to_string()))
+            .await
+            .unwrap();
+        let again = Claim::new(
+            k.clone(),
+            arguments_digest("t", &json!(i)),
+            token("b"),
+            LEASE,
+        );
+        assert_eq!(
+            store.claim(&again).await.unwrap(),
+            ClaimOutcome::Done(outcome(&i.to_string()))
+        );
+    }
+}
+
+// ---- Redis only ----
+
+/// Every key the store writes expires, running, finished and lost ones alike.
+#[tokio::test]
+async fn redis_keys_all_expire() {
+    let server = RedisServer::start().await.expect("redis-server");
+    let mut o = RedisOptions::default();
+    o.namespace = "ttl:".into();
+    let store = RedisStore::connect_with(&server.url(), o).await.unwrap();
+    store.put_session(&record("s1")).await.unwrap();
+    store.claim(&claim("running", 1, "a")).await.unwrap();
+    store.claim(&claim("done", 1, "a")).await.unwrap();
+    store
+        .finish(&key("done"), &token("a"), &outcome("x"))
+        .await
+        .unwrap();
+    store.claim(&claim("lost", 1, "a")).await.unwrap();
+    store.mark_lost(&key("lost"), &token("a")).await.unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("ttl:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 4, "{keys:?}");
+    for k in keys {
+        assert!(k.contains('{') && k.ends_with('}'), "hash-tagged: {k}");
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{k} has no expiry");
+    }
+}
+
+/// The server away: every operation fails at once with `StoreUnavailable` (the guard then
+/// refuses keyed calls, retryably); back, the store works again with its data.
+#[tokio::test]
+async fn redis_unreachable_fails_fast_and_recovers() {
+    let mut server = RedisServer::start().await.expect("redis-server");
+    let store = RedisStore::connect_with(&server.url(), options())
+        .await
+        .unwrap();
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    store
+        .finish(&key("k"), &token("a"), &outcome("kept"))
+        .await
+        .unwrap();
+    server.kill();
+    let started = std::time::Instant::now();
+    let err = store.claim(&claim("k2", 1, "a")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreUnavailable);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    server.start_again().await.unwrap();
+    let mut back = None;
+    for _ in 0..50 {
+        match store.claim(&claim("k", 1, "b")).await {
+            Ok(o) => {
+                back = Some(o);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    assert_eq!(back, Some(ClaimOutcome::Done(outcome("kept"))));
+}
+
+/// The in-memory store is bounded: full of live keys, it refuses new claims (retryably)
+/// rather than forget one.
+#[tokio::test]
+async fn memory_is_bounded_and_never_drops_a_live_key() {
+    let store = MemoryStore::with_limits(2, Duration::from_secs(60));
+    store.claim(&claim("a", 1, "x")).await.unwrap();
+    store.claim(&claim("b", 1, "x")).await.unwrap();
+    let err = store.claim(&claim("c", 1, "x")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StoreFull);
+    assert_eq!(
+        store.claim(&claim("a", 1, "y")).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    let short = MemoryStore::with_limits(1, Duration::from_millis(20));
+    short.claim(&claim("a", 1, "x")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(
+        short.claim(&claim("b", 1, "x")).await.unwrap(),
+        ClaimOutcome::Granted,
+        "expired entries make room"
+    );
+}
