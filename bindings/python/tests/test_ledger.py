@@ -145,7 +145,10 @@ async def test_a_killed_worker_is_recovered_by_the_next_process(
         c.url, era=Era.LEGACY, ledger=redis_url, ledger_identity=identity, call_timeout=60
     )
     calls = await client.recover()
-    assert sorted(call.params["_meta"][TAG] for call in calls) == ["py-keyed", "py-unkeyed"]
+    assert sorted((call.params or {})["_meta"][TAG] for call in calls) == [
+        "py-keyed",
+        "py-unkeyed",
+    ]
     for call in calls:
         assert call.method == "tools/call" and call.tool_name == "counter_increment"
         assert call.arguments == {"steps": 3, "delay_ms": 300}
