@@ -50,10 +50,11 @@ use crate::error::Error;
 /// Where a client keeps the record of its calls in flight.
 ///
 /// The client calls it outside the session's lock, from the task of the call it serves or
-/// from its driver's own tasks (never the one that keeps deadlines), one operation at a time
-/// and in order; a panic costs the operation, never the call or the client. An operation's
-/// future may start its work when it is first polled or before: the client creates each only
-/// once the one before it has finished.
+/// from its driver's own tasks (never the one that keeps deadlines); for one entry one
+/// operation at a time and in order, for different entries possibly at the same time. A panic
+/// costs the operation, never the call or the client. An operation's future may start its
+/// work when it is first polled or before: the client creates each only once the one before
+/// it on the same entry has finished.
 ///
 /// An implementation of your own stores [`LedgerEntry::to_json`] under the entry's id, drops
 /// it from [`LedgerEntry::expires_at`] on, and reads it back with [`LedgerEntry::from_json`];
