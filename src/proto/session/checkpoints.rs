@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use serde_json::{json, Value};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::call::{Call, CallState};
 use super::lifecycle::Phase;
@@ -45,16 +45,7 @@ impl Session {
     /// Whatever happens, the call completes exactly once, as any other. An id already in use
     /// is refused (nothing is sent, nothing reported).
     pub fn pick_up(&mut self, id: CallId, checkpoint: Checkpoint, now: Instant) {
-        if self.calls.get(id).is_some() {
-            warn!(call = id.0, "call id already in use: pick-up ignored");
-            return;
-        }
-        if self.life.is_over() {
-            let error = self.terminal_error();
-            self.outputs.push_back(Output::Completed {
-                call: id,
-                result: Err(error),
-            });
+        if self.refuse(id, "pick-up") {
             return;
         }
         let deadline = checkpoint.deadline;
