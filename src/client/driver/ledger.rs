@@ -498,6 +498,46 @@ mod tests {
         )
     }
 
+    /// A ledger only its client reads keeps exactly the tasks calls leave behind: not a call
+    /// that never became a task, nor a task that ended or was cancelled with its call; and a
+    /// task picked up from its entry takes the entry with it when it ends.
+    #[test]
+    fn a_private_ledger_keeps_only_the_tasks_left_behind() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(
+            writer.clone(),
+            "http://h/mcp".into(),
+            false,
+            Scope::TasksLeftBehind,
+        );
+        let [left, finished, plain, dropped] = [(); 4].map(|()| CallId::next());
+        records.task_created(left, "t-left");
+        records.task_created(finished, "t-finished");
+        records.task_finished(finished);
+        records.task_created(dropped, "t-dropped");
+        assert!(records.ended(left, false));
+        assert!(!records.ended(finished, false));
+        assert!(!records.ended(plain, false));
+        assert!(!records.ended(dropped, true));
+        writer.kick();
+        let held = ledger.entries().now_or_never().unwrap().unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(
+            held[0].stage(),
+            &CallStage::Task {
+                task_id: "t-left".into()
+            }
+        );
+
+        let picked = CallId::next();
+        records.adopt(picked, held[0].id().clone(), SystemTime::now(), true);
+        records.task_finished(picked);
+        assert!(records.ended(picked, false));
+        writer.kick();
+        assert!(ledger.is_empty());
+    }
+
     /// One entry's writes in order, another's not held up behind them; a gate opens when its
     /// write has finished, not before.
     #[tokio::test]
