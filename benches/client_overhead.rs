@@ -6,14 +6,19 @@
 //!
 //! `cargo bench --bench client_overhead`. Environment:
 //! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 1 minute instead of 4).
-//! - `BENCH_ONLY=seq,conc,inflight,memory,recovery,otel` (any subset): the metrics to run;
-//!   `otel` (what the client's OpenTelemetry costs) only with `--features otel`.
+//! - `BENCH_ONLY=seq,conc,inflight,memory,recovery,ledger,otel` (any subset): the metrics to
+//!   run; `otel` (what the client's OpenTelemetry costs) only with `--features otel`.
+//!   `ledger` compares mcp-resume without a ledger, with its default one, with a shared
+//!   memory ledger and with a Redis ledger on a local `redis-server` of its own, twice:
+//!   without persistence, and with every write fsynced (`appendfsync always`); the Redis
+//!   columns are skipped, saying so, without `redis-server`.
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per client per round), `BENCH_RECOVERY_CALLS`,
 //!   `BENCH_RMCP_RECOVERY_CALLS`: override the defaults.
 //! - `BENCH_WORKERS` (client runtime threads, comma-separated, default `1,2`): the throughput
 //!   metrics (seq, conc, inflight) run once per count, each in a runtime of its own and with
 //!   a table of its own; memory and recovery run once, with the last count.
-//! - `BENCH_CALLS=n` (with `BENCH_CLIENT`, `BENCH_MODE`, `BENCH_CALLERS`, `BENCH_SESSIONS`):
+//! - `BENCH_CALLS=n` (with `BENCH_CLIENT`, `BENCH_MODE`, `BENCH_CALLERS`, `BENCH_SESSIONS`,
+//!   `BENCH_LEDGER=none|shared` for mcp-resume without a ledger or on a shared memory one):
 //!   exactly `n` calls by one kind of client and nothing else, for `time`, `perf` or callgrind
 //!   (see `fixed_calls`).
 //!
@@ -499,6 +504,9 @@ async fn run(cfg: Arc<Config>, workers: usize, last: bool) {
 
     println!();
     println!("{}", t.render());
+    if last && cfg.wants("ledger") {
+        println!("{}", ledger_costs(&json.url, &cfg).await);
+    }
     #[cfg(feature = "otel")]
     if last && cfg.wants("otel") {
         let urls = [
@@ -509,6 +517,140 @@ async fn run(cfg: Arc<Config>, workers: usize, last: bool) {
     }
     println!("total {:.0} s", started.elapsed().as_secs_f64());
     drop((json, sse));
+}
+
+/// A `redis-server` child on a free port, killed with its handle.
+struct LocalRedis {
+    child: std::process::Child,
+    url: String,
+    _dir: mock_server::procs::TempDir,
+}
+
+impl LocalRedis {
+    /// Starts one with `extra` arguments (persistence); `None` without `redis-server`.
+    fn start(extra: &[&str]) -> Option<LocalRedis> {
+        let binary = mock_server::procs::find_program("redis-server")?;
+        let dir = mock_server::procs::TempDir::new("bench-redis").ok()?;
+        let port = mock_server::procs::free_port().ok()?;
+        let child = std::process::Command::new(binary)
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(extra)
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(LocalRedis {
+                    child,
+                    url: format!("redis://127.0.0.1:{port}"),
+                    _dir: dir,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+}
+
+impl Drop for LocalRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The ledger's cost per call: mcp-resume without a ledger, with its default (a memory ledger
+/// of its own, which keeps only the tasks calls leave behind), with a shared memory ledger
+/// (every call recorded), and with a Redis ledger on a local redis-server (without
+/// persistence, and fsyncing every write), side by side in interleaved rounds (sequential and
+/// 64 callers, JSON), as a table of its own. The redis-servers' own CPU is theirs, not
+/// counted.
+async fn ledger_costs(url: &str, cfg: &Config) -> String {
+    let mut labels = vec!["no ledger", "default", "shared memory"];
+    let shared = Arc::new(mcp_resume::MemoryLedger::new());
+    let mut clients = vec![
+        Client::connect_mcp_resume_with(url, |b| b.no_ledger()).await,
+        Client::connect_mcp_resume_with(url, |b| b).await,
+        Client::connect_mcp_resume_with(url, |b| b.ledger(shared)).await,
+    ];
+    let servers = [
+        ("Redis", LocalRedis::start(&["--appendonly", "no"])),
+        (
+            "Redis, fsync",
+            LocalRedis::start(&["--appendonly", "yes", "--appendfsync", "always"]),
+        ),
+    ];
+    for (label, server) in &servers {
+        let Some(server) = server else {
+            println!("ledger rows: {label} column skipped (no redis-server)");
+            continue;
+        };
+        let ledger = mcp_resume::client::ledger::RedisLedger::new(&server.url, "bench")
+            .expect("a valid ledger");
+        clients.push(Client::connect_mcp_resume_with(url, |b| b.ledger(Arc::new(ledger))).await);
+        labels.push(label);
+    }
+    let clients: Vec<(Kind, Arc<Client>)> = clients
+        .into_iter()
+        .map(|c| (Kind::McpResume, Arc::new(c)))
+        .collect();
+    for (_, c) in &clients {
+        c.echo().await;
+    }
+    let seq = group(&clients, 1, cfg).await;
+    let mut allocs = Vec::new();
+    for (_, c) in &clients {
+        allocs.push(allocations_per_call(c, 1000).await);
+    }
+    let conc = group(&clients, 64, cfg).await;
+    close_all(clients).await;
+    drop(servers);
+    let mut out = format!("{:<40}", "ledger cost per call (ratio to no ledger)");
+    for l in &labels {
+        out.push_str(&format!("  {l:>17}"));
+    }
+    out.push('\n');
+    let mut line = |metric: &str, values: Vec<f64>, decimals: usize| {
+        out.push_str(&format!("{metric:<40}"));
+        for v in &values {
+            let cell = format!("{v:.decimals$} ({:.2})", v / values[0]);
+            out.push_str(&format!("  {cell:>17}"));
+        }
+        out.push('\n');
+    };
+    line(
+        "sequential µs/call, JSON",
+        seq.iter().map(|s| s.us_per_call).collect(),
+        1,
+    );
+    line(
+        "CPU µs/call, sequential, JSON",
+        seq.iter().map(|s| s.cpu_us_per_call).collect(),
+        1,
+    );
+    line("allocations/call, sequential, JSON", allocs, 0);
+    line(
+        "64 callers calls/s, JSON",
+        conc.iter().map(|s| s.calls_per_sec).collect(),
+        0,
+    );
+    line(
+        "CPU µs/call, 64 callers, JSON",
+        conc.iter().map(|s| s.cpu_us_per_call).collect(),
+        1,
+    );
+    out
 }
 
 fn ratio(cells: [Option<f64>; 4], a: Kind, b: Kind) -> Option<f64> {
@@ -537,8 +679,21 @@ async fn fixed_calls(calls: u64) {
     let server = NeutralServer::spawn(mode);
     let sessions = env_usize("BENCH_SESSIONS").unwrap_or(1).max(1);
     let mut clients = Vec::with_capacity(sessions);
+    // `BENCH_LEDGER=none|shared`: mcp-resume without a ledger, or recording every call in a
+    // shared memory ledger, to count what the ledger costs.
+    let ledger = std::env::var("BENCH_LEDGER").unwrap_or_default();
     for _ in 0..sessions {
-        clients.push(Arc::new(Client::connect(kind, &server.url).await));
+        let client = match (kind, ledger.as_str()) {
+            (Kind::McpResume, "none") => {
+                Client::connect_mcp_resume_with(&server.url, |b| b.no_ledger()).await
+            }
+            (Kind::McpResume, "shared") => {
+                let shared = Arc::new(mcp_resume::MemoryLedger::new());
+                Client::connect_mcp_resume_with(&server.url, |b| b.ledger(shared)).await
+            }
+            _ => Client::connect(kind, &server.url).await,
+        };
+        clients.push(Arc::new(client));
     }
     let callers = env_usize("BENCH_CALLERS").unwrap_or(1).max(1) as u64;
     let cpu0 = meter::cpu_time();

@@ -42,6 +42,9 @@ pub enum ErrorKind {
     /// (`MissingRequiredClientCapability`); [`Error::rpc_error`] carries the capabilities
     /// it named in `data.requiredCapabilities`.
     MissingCapability,
+    /// The ledger of calls in flight ([`crate::client::ledger`]) could not be read or
+    /// written, or held an entry it could not read back.
+    Ledger,
 }
 
 impl ErrorKind {
@@ -60,6 +63,7 @@ impl ErrorKind {
             ErrorKind::Unauthorized => "unauthorized",
             ErrorKind::InvalidConfig => "invalid_config",
             ErrorKind::MissingCapability => "missing_capability",
+            ErrorKind::Ledger => "ledger",
         }
     }
 }
@@ -212,6 +216,14 @@ impl Error {
     /// provider's message reaches the call's error if the deadline passes first.
     pub fn token_unavailable(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
         Error::with_source(ErrorKind::Unauthorized, "no token for the request", cause)
+    }
+
+    /// The error a [`Ledger`](crate::client::ledger::Ledger) of the application's returns
+    /// when its storage fails, `cause` saying why ([`ErrorKind::Ledger`]). A call whose record
+    /// cannot be written is not sent: the client treats it as a failure to connect (tried
+    /// again with backoff within the call's deadline, the record written again first).
+    pub fn ledger(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Error::with_source(ErrorKind::Ledger, "the ledger failed", cause)
     }
 
     /// The stable kind of this error.

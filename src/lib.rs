@@ -126,8 +126,9 @@
 //!
 //! # The guide
 //!
-//! [`guide`] has a chapter each for calls, recovery, eras, authorization, configuration, the
-//! bridge, the bindings and the compatibility promise.
+//! [`guide`] has a chapter each for calls, recovery, restarts (the ledger of calls in flight
+//! and [`Client::recover`]: the one way a fleet restarts), eras, authorization,
+//! configuration, the bridge, the bindings and the compatibility promise.
 //!
 //! # Layers
 //!
@@ -170,10 +171,13 @@ pub use auth::AuthChallenge;
 #[cfg(feature = "client")]
 pub use client::{
     CallHandle, CallToolResult, Client, ClientBuilder, Content, EraCache, EventStream,
-    InMemoryTaskStore, InitializeResult, NotificationStream, Presentation, ProgressStream, Request,
-    RequestContext, ServerNotification, Startable, StoredTask, TaskStore, TokenProvider,
-    TokenRequest, Tool, ToolCall,
+    InitializeResult, Ledger, LedgerEntry, MemoryLedger, NotificationStream, Presentation,
+    ProgressStream, RecoveredCall, Request, RequestContext, ServerNotification, Startable,
+    TokenProvider, TokenRequest, Tool, ToolCall,
 };
+#[cfg(feature = "client")]
+#[allow(deprecated)]
+pub use client::{InMemoryTaskStore, StoredTask, TaskStore};
 pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
 pub use policy::ReconnectPolicy;

@@ -99,6 +99,18 @@ impl Client {
         Client::McpResume(client)
     }
 
+    /// mcp-resume with the default builder, the listen stream off, and `configure` applied
+    /// (a ledger choice, for the ledger rows).
+    pub(crate) async fn connect_mcp_resume_with(
+        url: &str,
+        configure: impl FnOnce(mcp_resume::ClientBuilder) -> mcp_resume::ClientBuilder,
+    ) -> Client {
+        let builder = configure(mcp_resume::Client::builder(url).open_listen_stream(false));
+        let client = builder.build().expect("a valid configuration");
+        client.connect().await.expect("mcp-resume connects");
+        Client::McpResume(client)
+    }
+
     /// One `tools/call echo`; panics unless the answer is the echoed text.
     pub(crate) async fn echo(&self) {
         let ok = match self {

@@ -145,8 +145,17 @@ export interface HandlerContext {
 
 type Answer<T> = T | Promise<T>;
 
-/** The client's options: the session's, and handlers for the server's requests. */
+/** The client's options: the session's, its ledger, and handlers for the server's requests. */
 export interface ClientOptions extends SessionOptions {
+  /**
+   * Where calls in flight are recorded for `recover()`: `"memory"` (default: the client's
+   * own), `"none"`, or a Redis URL (`"redis://host:6379"`, with `ledgerIdentity`) for a fleet.
+   */
+  ledger?: "memory" | "none" | `redis://${string}` | `rediss://${string}`;
+  /** The worker's stable name: the Redis ledger's namespace, the same after a restart. */
+  ledgerIdentity?: string;
+  /** Whether ledger entries name the session each call went out on (default false). */
+  recordSessionIds?: boolean;
   /** `sampling/createMessage` (declares `sampling`): the params in, the result out. */
   onSampling?: (params: { [key: string]: Json }, context: HandlerContext) => Answer<{ [key: string]: Json }>;
   /** `elicitation/create` (declares `elicitation`). */
@@ -209,11 +218,37 @@ export interface IterateOptions {
   signal?: AbortSignal;
 }
 
+/** A call `Client.recover()` picked up: its ledger entry's facts, and its outcome. */
+export declare class RecoveredCall {
+  readonly entryId: string;
+  readonly method: string;
+  readonly params: { [key: string]: Json } | null;
+  readonly toolName: string | null;
+  readonly arguments: Json | null;
+  readonly idempotencyKey: string | null;
+  readonly stage: "sent" | "awaiting_input" | "task";
+  readonly taskId: string | null;
+  /** The call's deadline, in milliseconds since the epoch. */
+  readonly deadline: number;
+  /**
+   * The call's result, or the typed error: `OutcomeUnknownError` for an unkeyed call that
+   * may have run (never re-sent). Asked for once.
+   */
+  outcome(): Promise<any>;
+}
+
 /** A resume-aware MCP client for one Streamable HTTP endpoint. */
 export declare class Client {
   /** Checks the options (throws InvalidConfigError); touches no network. */
   constructor(url: string | URL, options?: ClientOptions);
   connect(): Promise<InitializeResult>;
+  /**
+   * Picks up the calls the ledger holds for this endpoint that this client does not have in
+   * flight (what the process it replaces left): keyed calls re-sent under their key where the
+   * server deduplicates, MRTR rounds continued, tasks polled, unkeyed calls reported. The
+   * one way a fleet restarts: call it first. Rejects with `LedgerError`.
+   */
+  recover(): Promise<RecoveredCall[]>;
   listTools(): Promise<Tool[]>;
   listToolsPage(cursor?: string): Promise<Page & { tools: Tool[] }>;
   /** `idempotencyKey` makes the call keyed: re-sent after an interruption where the server deduplicates. */
@@ -312,6 +347,8 @@ export declare class ProtocolError extends McpResumeError {}
 export declare class TooLargeError extends McpResumeError {}
 export declare class ClosedError extends McpResumeError {}
 export declare class InvalidConfigError extends McpResumeError {}
+/** The ledger of calls in flight could not be read. */
+export declare class LedgerError extends McpResumeError {}
 export declare class UnauthorizedError extends McpResumeError {
   readonly authChallenge: {
     status: number;
@@ -339,7 +376,7 @@ export declare const IDEMPOTENCY_META_KEY: string;
 /** ResumeTransport's JSON-RPC error code per failure kind (`error.data.kind`). */
 export declare const BRIDGE_ERROR_CODES: Readonly<Record<
   "closed" | "timeout" | "outcome_unknown" | "context_mismatch" | "session_lost" | "transport"
-  | "protocol" | "too_large" | "unauthorized" | "invalid_config",
+  | "protocol" | "too_large" | "unauthorized" | "invalid_config" | "ledger",
   number
 >>;
 

@@ -1,6 +1,6 @@
 // mcp-resume for Node.js: the resume-aware client, and the TypeScript SDK's Transport over it
 // (or, for a client that takes only a fetch function, a fetch over it).
-export { Client } from "./lib/client.js";
+export { Client, RecoveredCall } from "./lib/client.js";
 export { ResumeTransport } from "./lib/transport.js";
 export { resumeFetch } from "./lib/fetch.js";
 export { toolCallKey, withToolCallKeys } from "./lib/keys.js";
@@ -8,6 +8,7 @@ export {
   ClosedError,
   ContextMismatchError,
   InvalidConfigError,
+  LedgerError,
   McpResumeError,
   McpTimeoutError,
   MissingCapabilityError,

@@ -28,6 +28,8 @@ pub const UNAUTHORIZED: i64 = -32056;
 /// [`ErrorKind::InvalidConfig`]: the bridge's configuration, or a host request's
 /// idempotency key, is invalid.
 pub const INVALID_CONFIG: i64 = -32057;
+/// [`ErrorKind::Ledger`]: the ledger of calls in flight could not be read or written.
+pub const LEDGER: i64 = -32058;
 /// JSON-RPC "invalid request": a request before `initialize`.
 pub const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC "method not found": the answer to a host's `server/discover`.
@@ -75,6 +77,7 @@ pub(crate) fn to_rpc(error: &Error) -> RpcError {
         ErrorKind::TooLarge => TOO_LARGE,
         ErrorKind::Unauthorized => UNAUTHORIZED,
         ErrorKind::InvalidConfig => INVALID_CONFIG,
+        ErrorKind::Ledger => LEDGER,
     };
     let mut data = Map::new();
     data.insert("kind".to_owned(), kind_value(error));
@@ -139,6 +142,7 @@ mod tests {
             (ErrorKind::TooLarge, TOO_LARGE),
             (ErrorKind::Unauthorized, UNAUTHORIZED),
             (ErrorKind::InvalidConfig, INVALID_CONFIG),
+            (ErrorKind::Ledger, LEDGER),
         ];
         for (kind, code) in kinds {
             let rpc = to_rpc(&Error::new(kind, "m"));

@@ -12,8 +12,10 @@ use super::auth::TokenProvider;
 use super::client::Client;
 use super::era_cache::EraCache;
 use super::handlers::{merge_capabilities, Handlers, RequestContext};
+use super::ledger::{Ledger, MemoryLedger};
 use super::models::{CreateMessageRequest, CreateMessageResult, ElicitRequest, ElicitResult, Root};
-use super::task_store::{InMemoryTaskStore, TaskStore};
+#[allow(deprecated)]
+use super::task_store::TaskStore;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::policy::ReconnectPolicy;
 use crate::proto::version::ProtocolVersion;
@@ -44,7 +46,12 @@ pub(crate) struct ClientConfig {
     pub(crate) session: SessionConfig,
     pub(crate) http: reqwest::Client,
     pub(crate) era_cache: EraCache,
-    pub(crate) task_store: Arc<dyn TaskStore>,
+    #[allow(deprecated)]
+    pub(crate) task_store: Option<Arc<dyn TaskStore>>,
+    pub(crate) ledger: Option<Arc<dyn Ledger>>,
+    /// Whether the ledger is the client's own (no one else can read it).
+    pub(crate) private_ledger: bool,
+    pub(crate) record_session_ids: bool,
     pub(crate) handlers: Handlers,
     pub(crate) auth: Option<Arc<dyn TokenProvider>>,
     #[cfg(feature = "otel")]
@@ -71,11 +78,23 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     http: Option<reqwest::Client>,
     era_cache: Option<EraCache>,
+    #[allow(deprecated)]
     task_store: Option<Arc<dyn TaskStore>>,
+    ledger: LedgerChoice,
+    record_session_ids: bool,
     handlers: Handlers,
     auth: Option<Arc<dyn TokenProvider>>,
     #[cfg(feature = "otel")]
     telemetry: super::Telemetry,
+}
+
+/// Which ledger a client keeps.
+#[derive(Clone)]
+enum LedgerChoice {
+    /// A [`MemoryLedger`] of its own.
+    Own,
+    Shared(Arc<dyn Ledger>),
+    None,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -107,6 +126,8 @@ impl ClientBuilder {
             http: None,
             era_cache: None,
             task_store: None,
+            ledger: LedgerChoice::Own,
+            record_session_ids: false,
             handlers: Handlers::default(),
             auth: None,
             #[cfg(feature = "otel")]
@@ -186,10 +207,40 @@ impl ClientBuilder {
         self
     }
 
-    /// Where the ids of calls that became tasks are kept while they run (modern era, tasks
-    /// extension). Default: an [`InMemoryTaskStore`] of this client's own.
+    /// Also tells `store` of the calls that became tasks (modern era, tasks extension), as
+    /// before the ledger. Default: none (the [ledger](ClientBuilder::ledger) keeps tasks).
+    #[deprecated(
+        since = "0.1.0",
+        note = "the ledger records tasks with every other call in flight, and                 `Client::recover` polls them again: give the builder a durable `ledger`"
+    )]
+    #[allow(deprecated)]
     pub fn task_store(mut self, store: Arc<dyn TaskStore>) -> Self {
         self.task_store = Some(store);
+        self
+    }
+
+    /// Where the client records its calls in flight, so that the process that replaces this
+    /// one picks them up with [`Client::recover`]: a [`MemoryLedger`] shared with the client
+    /// that takes over in this process, or a `RedisLedger` (the `redis` feature) named for
+    /// this worker, for a fleet. See [`crate::client::ledger`]. Default: a [`MemoryLedger`]
+    /// of this client's own, which only this client reads: it keeps the tasks its calls leave
+    /// behind, for its own `recover`, and costs an ordinary call nothing.
+    pub fn ledger(mut self, ledger: Arc<dyn Ledger>) -> Self {
+        self.ledger = LedgerChoice::Shared(ledger);
+        self
+    }
+
+    /// Records no call at all: nothing is written, and [`Client::recover`] finds nothing.
+    /// Default: a [`MemoryLedger`] of this client's own.
+    pub fn no_ledger(mut self) -> Self {
+        self.ledger = LedgerChoice::None;
+        self
+    }
+
+    /// Whether ledger entries name the session each call went out on (legacy era). A session
+    /// id is a credential of sorts: it is left out unless asked for. Default: `false`.
+    pub fn record_session_ids(mut self, record: bool) -> Self {
+        self.record_session_ids = record;
         self
     }
 
@@ -463,6 +514,15 @@ impl ClientBuilder {
             }
         };
 
+        let private_ledger = matches!(self.ledger, LedgerChoice::Own);
+        let ledger = match self.ledger {
+            LedgerChoice::Own => Some(Arc::new(MemoryLedger::new()) as Arc<dyn Ledger>),
+            LedgerChoice::Shared(ledger) => Some(ledger),
+            LedgerChoice::None => None,
+        };
+        // A ledger only this client reads keeps the tasks its calls leave behind, and no
+        // checkpoint of a call in flight: its own `recover` could never read one.
+        session.checkpoints = ledger.is_some() && !private_ledger;
         #[cfg(feature = "otel")]
         let telemetry = self.telemetry.instrument(&url);
         Ok(ClientConfig {
@@ -471,9 +531,10 @@ impl ClientBuilder {
             session,
             http,
             era_cache: self.era_cache.unwrap_or_else(EraCache::global),
-            task_store: self
-                .task_store
-                .unwrap_or_else(|| Arc::new(InMemoryTaskStore::new())),
+            task_store: self.task_store,
+            ledger,
+            private_ledger,
+            record_session_ids: self.record_session_ids,
             handlers: self.handlers,
             auth: self.auth,
             #[cfg(feature = "otel")]

@@ -10,10 +10,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::body::Limits;
 use super::builder::{ClientBuilder, ClientConfig};
-use super::driver::{Command, Core, Driver, Inline, Parts, Registration};
+use super::driver::{Command, Core, Driver, Inline, Parts, Records, Registration, Scope, Writer};
 use super::events::{EventStream, NotificationStream, Published};
 use super::handle::{CallHandle, GUARD_GRACE, PROGRESS_BUFFER};
-use super::http::Endpoint;
+use super::http::{redacted_url, Endpoint};
 use super::models;
 use super::request::{Request, Submission, Timing};
 use super::results::{CallToolResult, InitializeResult};
@@ -104,6 +104,19 @@ impl Client {
         });
         let mut session = config.session;
         session.era_hint = config.era_cache.lookup(&endpoint.url);
+        let scope = if config.private_ledger {
+            Scope::TasksLeftBehind
+        } else {
+            Scope::Calls
+        };
+        let records = config.ledger.map(|ledger| {
+            Records::new(
+                Writer::new(ledger),
+                redacted_url(endpoint.url.as_str()),
+                config.record_session_ids,
+                scope,
+            )
+        });
         let core = Core::new(Parts {
             session: Session::new(session, tokio::time::Instant::now().into_std()),
             endpoint,
@@ -111,6 +124,7 @@ impl Client {
             published: published.clone(),
             era_cache: config.era_cache,
             task_store: config.task_store,
+            records,
         });
         Client {
             shared: Arc::new(Shared {
@@ -400,7 +414,12 @@ impl Client {
         self.shared.core.command(command)
     }
 
-    fn start_driver(&self) -> Result<(), Error> {
+    /// The shared session and its driver.
+    pub(super) fn core(&self) -> &Arc<Core> {
+        &self.shared.core
+    }
+
+    pub(super) fn start_driver(&self) -> Result<(), Error> {
         if self.shared.started.load(Ordering::Acquire) {
             return Ok(());
         }

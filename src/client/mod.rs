@@ -47,10 +47,12 @@ mod events;
 mod handle;
 pub(crate) mod handlers;
 mod http;
+pub mod ledger;
 mod methods;
 pub mod models;
 #[cfg(feature = "oauth")]
 pub mod oauth;
+mod recover;
 mod request;
 mod results;
 mod startable;
@@ -66,11 +68,14 @@ pub use era_cache::EraCache;
 pub use events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFFER};
 pub use handle::{CallHandle, ProgressStream};
 pub use handlers::RequestContext;
+pub use ledger::{Ledger, LedgerEntry, MemoryLedger};
 pub use methods::MAX_LIST_PAGES;
 pub use models::Content;
+pub use recover::RecoveredCall;
 pub use request::Request;
 pub use results::{CallToolResult, InitializeResult, Tool};
 pub use startable::Startable;
+#[allow(deprecated)]
 pub use task_store::{InMemoryTaskStore, StoredTask, TaskStore};
 #[cfg(feature = "otel")]
 pub use telemetry::{SessionIdExport, Telemetry};

@@ -1,5 +1,13 @@
-//! [`TaskStore`]: where the ids of durable calls (tasks) are kept while they run, so an agent
+//! [`TaskStore`]: where the ids of durable calls (tasks) were kept while they run, so an agent
 //! that crashes can pick its tasks up again ([`Client::resume_task`](super::Client::resume_task)).
+//!
+//! Deprecated: the [ledger](super::ledger) records every call in flight, tasks included, and
+//! [`Client::recover`](super::Client::recover) polls them again. To migrate, give the
+//! builder a durable ledger instead of a task store, and call `recover` at start instead of
+//! reading [`TaskStore::pending`] and calling `resume_task` for each; a store set with the
+//! deprecated `ClientBuilder::task_store` is still told of every task, as before, so both can
+//! run side by side while the tasks an older version stored drain.
+#![allow(deprecated)]
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -7,6 +15,10 @@ use std::sync::Mutex;
 use super::http::redacted_url;
 
 /// A task a call became, as stored.
+#[deprecated(
+    since = "0.1.0",
+    note = "the ledger records tasks: see `mcp_resume::client::ledger` and `Client::recover`"
+)]
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoredTask {
@@ -40,8 +52,13 @@ impl std::fmt::Debug for StoredTask {
 /// first time and forgets it once the task ended; an implementation that writes to durable
 /// storage lets an agent resume its tasks after a restart.
 ///
-/// Calls are made with the session's lock held: keep them quick (hand slow I/O to a task of
-/// your own), and do not call the client from them.
+/// Calls are made outside the session's lock, from the exchange runner or the task whose
+/// input led to them: keep them quick (hand slow I/O to a task of your own), and do not call
+/// the client from them.
+#[deprecated(
+    since = "0.1.0",
+    note = "the ledger records tasks: see `mcp_resume::client::ledger` and `Client::recover`"
+)]
 pub trait TaskStore: Send + Sync + 'static {
     /// A call became a task.
     fn created(&self, task: StoredTask);
@@ -51,7 +68,11 @@ pub trait TaskStore: Send + Sync + 'static {
     fn pending(&self) -> Vec<StoredTask>;
 }
 
-/// The default [`TaskStore`]: in memory, for the life of the process.
+/// A [`TaskStore`] in memory, for the life of the process.
+#[deprecated(
+    since = "0.1.0",
+    note = "the ledger records tasks: see `mcp_resume::client::ledger` and `Client::recover`"
+)]
 #[derive(Debug, Default)]
 pub struct InMemoryTaskStore {
     tasks: Mutex<BTreeMap<String, StoredTask>>,

@@ -3,6 +3,8 @@
 //!
 //! - [`client`]: making calls, the surface, the examples;
 //! - [`recovery`]: the recovery rules, row by row;
+//! - [`restarts`]: the one way a fleet restarts: the ledger of calls in flight and
+//!   `Client::recover`;
 //! - [`eras`]: the legacy era (sessions) and the modern one (2026-07-28) on one core;
 //! - [`authorization`]: OAuth 2.1, its flows and its trust boundaries;
 //! - [`configuration`]: every setting and its default, the cargo features, the MSRV;
@@ -21,6 +23,9 @@ pub mod client {}
 
 #[doc = include_str!("recovery.md")]
 pub mod recovery {}
+
+#[doc = include_str!("restarts.md")]
+pub mod restarts {}
 
 #[doc = include_str!("eras.md")]
 pub mod eras {}

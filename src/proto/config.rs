@@ -91,6 +91,12 @@ pub struct SessionConfig {
     /// specification requires. This reproduces the silent wrong answers of the incident
     /// this crate exists to prevent: never enable it outside demonstrations and tests.
     pub dangerous_trust_replay: bool,
+    /// Whether to report each change of a call's durable state as an
+    /// [`Output::Checkpoint`](crate::proto::Output::Checkpoint), for a driver that keeps a
+    /// durable record of its calls in flight (see [`crate::proto::checkpoint`]). Calls of
+    /// read-only methods ([`is_read_only`](crate::proto::checkpoint::is_read_only)) and the
+    /// session's own get none. Default: `false` (the client turns it on with its ledger).
+    pub checkpoints: bool,
 }
 
 crate::setters::with_setters!(SessionConfig {
@@ -109,6 +115,7 @@ crate::setters::with_setters!(SessionConfig {
     with_unavailable_not_processed => unavailable_not_processed: bool,
     with_jitter_seed => jitter_seed: u64,
     with_dangerous_trust_replay => dangerous_trust_replay: bool,
+    with_checkpoints => checkpoints: bool,
 });
 
 impl Default for SessionConfig {
@@ -129,6 +136,7 @@ impl Default for SessionConfig {
             unavailable_not_processed: true,
             jitter_seed: 0x5eed,
             dangerous_trust_replay: false,
+            checkpoints: false,
         }
     }
 }

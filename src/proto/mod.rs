@@ -19,12 +19,18 @@
 //!   an SSE one by [`Session::handle_events`] with the events an [`SseAhead`] made of each
 //!   chunk (and [`Session::handle_too_large`] when it refuses one), then its tail events and
 //!   [`Session::handle_end`]. The session reads the same body the same way either way.
+//! - Optionally ([`SessionConfig::checkpoints`]), a driver keeps a durable record of the calls
+//!   in flight from [`Output::Checkpoint`]s, and a new process picks them up with
+//!   [`Session::pick_up`] ([`checkpoint`]). It drains [`Session::poll_output`] before
+//!   [`Session::poll_transmit`] then, and holds a call's POST until the checkpoints of stage
+//!   [`CallStage::Sent`] before it are durable.
 // Clocks, threads, runtimes and entropy (clippy.toml) have no place in a sans-IO core.
 #![deny(clippy::disallowed_methods)]
 
 // Module layout (owned by the protocol core):
 //   session/     – the Session state machine: a facade over parts that own their data
 //   classify.rs  – reads heads and refused answers (the one place that interprets them)
+//   checkpoint.rs – a call's durable state, for a driver's record of calls in flight
 //   decide.rs    – the pure recovery decision (`guide::recovery`), table-tested
 //   probe.rs     – the pure era-detection rule (what a `server/discover` answer means), table-tested
 //   version.rs   – protocol revisions as a type; methods.rs – method names
@@ -403,8 +409,20 @@ pub enum Output {
     ServerRequest(ServerRequest),
     /// Lifecycle news.
     Event(SessionEvent),
+    /// A call's durable state changed (only with [`SessionConfig::checkpoints`]): what a
+    /// driver writes down so that another process can pick the call up
+    /// ([`Session::pick_up`]). One whose stage is [`CallStage::Sent`] comes before the POST
+    /// it describes (drain [`Session::poll_output`] before [`Session::poll_transmit`]), and
+    /// must be durable before that POST leaves; see [`checkpoint`].
+    Checkpoint {
+        /// The call.
+        call: CallId,
+        /// Its state.
+        checkpoint: Box<Checkpoint>,
+    },
 }
 
+pub mod checkpoint;
 pub(crate) mod classify;
 pub mod config;
 pub mod decide;
@@ -440,6 +458,7 @@ unstable_modules! {
     probe;
 }
 
+pub use checkpoint::{CallStage, Checkpoint};
 pub use config::{Era, ResendPolicy, SessionConfig};
 pub use session::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, Session, SseAhead};
 pub use version::ProtocolVersion;

@@ -5,6 +5,7 @@
 
 mod sim;
 
+mod checkpoints;
 mod decide_table;
 mod hardening;
 mod modern_props;

@@ -22,6 +22,7 @@ mod demo_outcomes;
 mod driver_api;
 mod driver_cluster;
 mod driver_faults;
+mod ledger;
 mod modern;
 mod modern_mrtr_stream_end;
 mod never_a_hang;

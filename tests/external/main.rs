@@ -15,5 +15,6 @@ mod interop_ts_modern;
 mod interop_typed;
 mod packaging;
 mod real_parts;
+mod restart;
 mod rmcp_bridge;
 mod ts_client_workload;

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use mcp_resume::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
-use mcp_resume::{ErrorKind, InMemoryTaskStore, TaskStore, ToolCall};
+use mcp_resume::proto::CallStage;
+use mcp_resume::{ErrorKind, Ledger, MemoryLedger, ToolCall};
 use serde_json::{json, Value};
 
 use crate::harness::{
@@ -279,7 +280,7 @@ async fn oversized_input_requests_are_refused_before_any_handler_runs() {
 }
 
 #[tokio::test]
-async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_store() {
+async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_ledger() {
     let what = "endless task";
     let server = ModernServer::start(|req| {
         if tool_calls(req) {
@@ -290,8 +291,8 @@ async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_store
         polls(req).then(|| complete(req, task_status("t-forever", "working")))
     })
     .await;
-    let store = Arc::new(InMemoryTaskStore::new());
-    let client = builder(&server).task_store(store.clone()).build().unwrap();
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = builder(&server).ledger(ledger.clone()).build().unwrap();
     connected(&server, &client).await;
     let deadline = Duration::from_millis(400);
     let probe = Probe::start();
@@ -311,8 +312,7 @@ async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_store
         .all(|p| p.params()["taskId"] == "t-forever" && p.header("mcp-name") == Some("t-forever")));
     // The deadline bounds the wait, not the task: it stays recorded to be resumed, and
     // nothing cancelled it.
-    let pending: Vec<String> = store.pending().into_iter().map(|t| t.task_id).collect();
-    assert_eq!(pending, ["t-forever"], "{what}");
+    assert_eq!(pending_tasks(&ledger).await, ["t-forever"], "{what}");
     assert_eq!(server.count(|r| r.is_rpc("tasks/cancel")), 0, "{what}");
     assert_usable(what, &server, &client).await;
 }
@@ -333,8 +333,8 @@ async fn task_case(
         polls(req).then(|| poll(req))
     })
     .await;
-    let store = Arc::new(InMemoryTaskStore::new());
-    let client = builder(&server).task_store(store.clone()).build().unwrap();
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = builder(&server).ledger(ledger.clone()).build().unwrap();
     connected(&server, &client).await;
     let probe = Probe::start();
     let (err, took) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
@@ -349,9 +349,22 @@ async fn task_case(
         1,
         "{what}: the call itself never re-sent"
     );
-    let pending: Vec<String> = store.pending().into_iter().map(|t| t.task_id).collect();
-    assert_eq!(pending, ["t-1"], "{what}");
+    assert_eq!(pending_tasks(&ledger).await, ["t-1"], "{what}");
     (server, client)
+}
+
+/// The tasks `ledger` keeps for a later `recover`.
+async fn pending_tasks(ledger: &MemoryLedger) -> Vec<String> {
+    ledger
+        .entries()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.stage() {
+            CallStage::Task { task_id } => Some(task_id.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The polls after the first failed one came after a backoff that grew.

@@ -25,6 +25,20 @@ export class Client {
     this.#native = new NativeClient(String(url), options, handlerOptions(options), caller);
   }
 
+  /**
+   * Picks up every call the ledger holds for this endpoint and this client does not have in
+   * flight: what the process this one replaces left behind. The one way a fleet restarts:
+   * build the client on the same ledger (`ledger: "redis://..."` with the worker's
+   * `ledgerIdentity`) and call this first. Each is a `RecoveredCall`: the entry's facts, and
+   * `outcome()` (a promise: the result, or `OutcomeUnknownError` for an unkeyed call that may
+   * have run, which is never re-sent). Rejects with `LedgerError` when the ledger cannot be
+   * read.
+   */
+  async recover() {
+    const entries = await this.#native.recover();
+    return entries.map(({ handle, ...entry }) => new RecoveredCall(entry, () => this.#native.recoveredOutcome(handle)));
+  }
+
   /** `initialize` (or the 2026-07-28 discovery): the server's InitializeResult. */
   connect() { return this.#native.connect(); }
 
@@ -105,4 +119,21 @@ export class Client {
   events(options) { return iterate(this.#native.events(), options); }
   /** Server notifications sent from now on (progress, log messages, list changes, …). */
   notifications(options) { return iterate(this.#native.notifications(), options); }
+}
+
+/**
+ * A call `Client.recover()` picked up: `entryId`, `method`, `params`, `toolName`,
+ * `arguments`, `idempotencyKey`, `stage` (`"sent"`, `"awaiting_input"` or `"task"`),
+ * `taskId`, `deadline` (ms since the epoch); `outcome()` once for its result.
+ */
+export class RecoveredCall {
+  #outcome;
+
+  constructor(entry, outcome) {
+    Object.assign(this, entry);
+    this.#outcome = outcome;
+  }
+
+  /** The call's result (its outcome asked for once), or the typed error. */
+  outcome() { return this.#outcome(); }
 }

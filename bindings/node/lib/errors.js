@@ -34,6 +34,8 @@ export class TooLargeError extends McpResumeError { static kind = "too_large"; }
 export class ClosedError extends McpResumeError { static kind = "closed"; }
 /** An option or argument the SDK cannot take. */
 export class InvalidConfigError extends McpResumeError { static kind = "invalid_config"; }
+/** The ledger of calls in flight could not be read (`recover()`). */
+export class LedgerError extends McpResumeError { static kind = "ledger"; }
 
 /** The server refused the credentials: `authChallenge` holds its `WWW-Authenticate`. */
 export class UnauthorizedError extends McpResumeError {
@@ -70,7 +72,7 @@ export class MissingCapabilityError extends McpResumeError {
 const CLASSES = [
   TransportError, McpTimeoutError, SessionLostError, OutcomeUnknownError, ContextMismatchError,
   ProtocolError, TooLargeError, ClosedError, InvalidConfigError, UnauthorizedError,
-  MissingCapabilityError,
+  MissingCapabilityError, LedgerError,
 ];
 const BY_KIND = new Map(CLASSES.map((c) => [c.kind, c]));
 

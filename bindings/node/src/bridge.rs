@@ -116,6 +116,7 @@ pub(crate) fn constants() -> Value {
             "too_large": codes::TOO_LARGE,
             "unauthorized": codes::UNAUTHORIZED,
             "invalid_config": codes::INVALID_CONFIG,
+            "ledger": codes::LEDGER,
         },
     })
 }

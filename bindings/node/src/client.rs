@@ -1,14 +1,15 @@
 //! The SDK's `Client` for JavaScript: constructed from an options object, every network
 //! method a promise. `lib/client.js` wraps it into the public `Client`.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use mcp_resume::client::models::{CompleteRequest, CompletionReference, LoggingLevel};
-use mcp_resume::{Client, Era, Request, ToolCall};
+use mcp_resume::{CallHandle, Client, Era, Request, ToolCall};
 use napi::bindgen_prelude::{Function, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
 use crate::cancel::{CancelToken, Cancellation};
@@ -40,10 +41,19 @@ pub struct NativeClient {
     client: Client,
     /// Turned true by `close()`: the client's streams end.
     closed: Arc<watch::Sender<bool>>,
+    /// The calls `recover()` picked up whose outcome JavaScript has not asked for yet, by
+    /// the number it was given for each.
+    recovered: Arc<Mutex<Recovered>>,
     /// The OTLP exporters, when `otlpEndpoint` was given (flushed by `close()`).
     otlp: Option<Arc<Otlp>>,
     /// Reads the span active in JavaScript, when telemetry is on.
     caller: Option<CallerContext>,
+}
+
+#[derive(Default)]
+struct Recovered {
+    next: u32,
+    handles: HashMap<u32, CallHandle<Value>>,
 }
 
 /// A method's promise over a clone of the client, its call under the span active in
@@ -80,6 +90,7 @@ impl NativeClient {
             Ok((client, otlp)) => Ok(NativeClient {
                 client,
                 closed: Arc::new(watch::channel(false).0),
+                recovered: Arc::default(),
                 caller: match (&otlp, caller) {
                     (Some(_), Some(caller)) => Some(caller.create_ref()?),
                     _ => None,
@@ -88,6 +99,50 @@ impl NativeClient {
             }),
             Err(failure) => Err(to_js(&env, &failure)),
         }
+    }
+
+    /// The calls the ledger holds for this endpoint that this client does not have in
+    /// flight, picked up: each entry's facts and the number `recoveredOutcome` takes.
+    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
+    pub fn recover<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
+        let recovered = self.recovered.clone();
+        call!(self, env, |c| {
+            let calls = c.recover().await?;
+            let mut table = recovered.lock().unwrap_or_else(|p| p.into_inner());
+            Ok(calls
+                .into_iter()
+                .map(|call| {
+                    let (entry, handle) = call.into_parts();
+                    table.next = table.next.wrapping_add(1);
+                    let number = table.next;
+                    table.handles.insert(number, handle);
+                    let mut facts = convert::ledger_entry(&entry);
+                    facts["handle"] = json!(number);
+                    facts
+                })
+                .collect())
+        })
+    }
+
+    /// The outcome of the recovered call `handle` names: its result, or the typed error
+    /// (`OutcomeUnknownError` for an unkeyed call that may have run). Asked for once.
+    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    pub fn recovered_outcome<'env>(
+        &self,
+        env: &'env Env,
+        handle: u32,
+    ) -> napi::Result<PromiseRaw<'env, Value>> {
+        let taken = self
+            .recovered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .handles
+            .remove(&handle);
+        promise(env, async move {
+            let handle =
+                taken.ok_or_else(|| invalid("a recovered call's outcome is asked for once"))?;
+            Ok(handle.await?)
+        })
     }
 
     /// `initialize` (or the 2026-07-28 discovery): the server's result.

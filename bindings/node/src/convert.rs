@@ -2,7 +2,10 @@
 //! extension status. Results travel as the server's own JSON (the SDK keeps it as `raw`),
 //! which is the shape the TypeScript SDK's types describe.
 
-use mcp_resume::{ExtensionStatus, RejectReason, ServerNotification, SessionEvent};
+use std::time::UNIX_EPOCH;
+
+use mcp_resume::proto::CallStage;
+use mcp_resume::{ExtensionStatus, LedgerEntry, RejectReason, ServerNotification, SessionEvent};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -19,6 +22,30 @@ pub(crate) fn extension_status(status: ExtensionStatus) -> Value {
         "capabilityHash": status.capability_hash,
         "sequencedEventIds": status.sequenced_event_ids,
         "idempotency": status.idempotency,
+    })
+}
+
+/// What a recovered call's ledger entry says: `entryId`, `method`, `params`, `toolName`,
+/// `arguments`, `idempotencyKey`, `stage`, `taskId` and `deadline` (ms since the epoch).
+pub(crate) fn ledger_entry(entry: &LedgerEntry) -> Value {
+    let task_id = match entry.stage() {
+        CallStage::Task { task_id } => Some(task_id.clone()),
+        _ => None,
+    };
+    let deadline = entry
+        .deadline()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    json!({
+        "entryId": entry.id().as_str(),
+        "method": entry.method(),
+        "params": entry.params(),
+        "toolName": entry.tool_name(),
+        "arguments": entry.arguments(),
+        "idempotencyKey": entry.idempotency_key().map(|k| k.as_str()),
+        "stage": entry.stage().as_str(),
+        "taskId": task_id,
+        "deadline": deadline,
     })
 }
 

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_resume::client::ledger::RedisLedger;
 use mcp_resume::client::telemetry::Otlp;
 use mcp_resume::client::Telemetry;
 use mcp_resume::{ClientBuilder, Era, ProtocolVersion, ReconnectPolicy, ResendPolicy};
@@ -76,6 +77,14 @@ pub struct ClientOptions {
     pub open_listen_stream: Option<bool>,
     /// Fixes the reconnect jitter (reproducible tests).
     pub jitter_seed: Option<i64>,
+    /// Where calls in flight are recorded for `recover()`: `"memory"` (default: the
+    /// client's own), `"none"`, or a Redis URL (`redis://host:6379`, with `ledgerIdentity`).
+    pub ledger: Option<String>,
+    /// The worker's stable name: the Redis ledger's namespace, the same in the process that
+    /// replaces this one.
+    pub ledger_identity: Option<String>,
+    /// Whether ledger entries name the session each call went out on (default `false`).
+    pub record_session_ids: Option<bool>,
     /// Base URL of an OTLP/HTTP collector: the client's spans and metrics go there.
     pub otlp_endpoint: Option<String>,
 }
@@ -156,7 +165,38 @@ fn settings(mut b: ClientBuilder, o: ClientOptions) -> Result<ClientBuilder, Fai
         let seed = u64::try_from(seed).map_err(|_| invalid("jitterSeed must not be negative"))?;
         b = b.jitter_seed(seed);
     }
-    Ok(b)
+    if let Some(record) = o.record_session_ids {
+        b = b.record_session_ids(record);
+    }
+    ledger(b, o.ledger, o.ledger_identity)
+}
+
+/// `ledger` and `ledgerIdentity` onto `b`.
+fn ledger(
+    b: ClientBuilder,
+    ledger: Option<String>,
+    identity: Option<String>,
+) -> Result<ClientBuilder, Failure> {
+    match (ledger.as_deref(), identity) {
+        (None, None) => Ok(b),
+        // The client's own: the default.
+        (Some("memory"), None) => Ok(b),
+        (Some("none"), None) => Ok(b.no_ledger()),
+        (Some(url), Some(identity))
+            if url.starts_with("redis://") || url.starts_with("rediss://") =>
+        {
+            Ok(b.ledger(Arc::new(RedisLedger::new(url, &identity)?)))
+        }
+        (Some(url), None) if url.starts_with("redis://") || url.starts_with("rediss://") => Err(
+            invalid("a Redis ledger needs ledgerIdentity: the worker's stable name"),
+        ),
+        (_, Some(_)) => Err(invalid(
+            "ledgerIdentity names a Redis ledger: give its URL as ledger",
+        )),
+        (Some(other), None) => Err(invalid(format!(
+            "unknown ledger {other:?}: \"memory\", \"none\" or a redis:// URL"
+        ))),
+    }
 }
 
 /// A duration in milliseconds: finite, not negative, and within what a `Duration` holds.

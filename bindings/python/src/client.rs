@@ -118,7 +118,8 @@ impl RawClient {
         connect_timeout=None, reconnect=None, resend_policy=None, max_event_size=None,
         max_body_size=None, open_listen_stream=None, jitter_seed=None, on_server_request=None,
         on_sampling=None, on_elicitation=None, on_roots=None, token_provider=None,
-        oauth=None, otlp_endpoint=None))]
+        oauth=None, ledger=None, ledger_identity=None, record_session_ids=None,
+        otlp_endpoint=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -144,6 +145,9 @@ impl RawClient {
         on_roots: Option<Py<PyAny>>,
         token_provider: Option<Py<PyAny>>,
         oauth: Option<PyRef<'_, PyOAuth>>,
+        ledger: Option<Bound<'_, PyAny>>,
+        ledger_identity: Option<String>,
+        record_session_ids: Option<bool>,
         otlp_endpoint: Option<String>,
     ) -> PyResult<Self> {
         if token_provider.is_some() && oauth.is_some() {
@@ -220,6 +224,7 @@ impl RawClient {
         if let Some(seed) = jitter_seed {
             b = b.jitter_seed(seed);
         }
+        b = crate::ledger::configure(py, b, ledger.as_ref(), ledger_identity, record_session_ids)?;
         let otlp = otlp_endpoint
             .map(|endpoint| Otlp::new(&endpoint).map(Arc::new))
             .transpose()
@@ -340,6 +345,11 @@ impl RawClient {
             py,
             async move { client.resume_task(&task_id, timeout).await },
         )
+    }
+
+    fn recover<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        self.run(py, async move { client.recover().await })
     }
 
     #[pyo3(signature = (cursor=None))]

@@ -35,6 +35,7 @@ fn class_name(kind: ErrorKind) -> Option<&'static str> {
         ErrorKind::Unauthorized => "UnauthorizedError",
         ErrorKind::InvalidConfig => "InvalidConfigError",
         ErrorKind::MissingCapability => "MissingCapabilityError",
+        ErrorKind::Ledger => "LedgerError",
         _ => return None,
     })
 }

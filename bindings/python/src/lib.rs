@@ -12,6 +12,7 @@ mod client;
 mod convert;
 mod errors;
 mod handler;
+mod ledger;
 mod message_bridge;
 mod models;
 mod oauth;
@@ -47,6 +48,7 @@ fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
     types::register(m)?;
     models::register(m)?;
     requests::register(m)?;
+    ledger::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(bench::bench_rust_calls, m)?)?;

@@ -69,6 +69,12 @@ impl Deployment {
         self.nginx.url()
     }
 
+    /// The replicas' `redis-server` (a client's ledger may live there too, under its own
+    /// prefix).
+    pub(crate) fn redis_url(&self) -> &str {
+        &self.redis_url
+    }
+
     /// The side effects the tool applied for `tag` (Redis: the truth).
     pub(crate) async fn effects(&self, tag: &str) -> u64 {
         let mut c = self.counter.clone();

@@ -8,10 +8,14 @@
 //! deduplicates keys, as an application would for a server it trusts) is the README's table:
 //! `cargo test -p mcp-resume-server --test real_parts -- --nocapture` prints it.
 //!
+//! `restart`: a client process killed mid-call and its calls picked up from a Redis ledger
+//! by the next one, on the guarded replicas.
+//!
 //! Needs `redis-server` and `nginx` (`apt-get install redis-server nginx-light`).
 
 mod clients;
 mod deployment;
+mod restart;
 
 use std::fmt::Write as _;
 

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::effects::Effects;
+use super::ledger::{Gate, Writer};
 use super::state::{Command, Parts, Pending, Registration, State};
 use crate::client::http::{Endpoint, ExchangeEvent, ExchangeSink};
 use crate::error::{Error, ErrorKind, RpcError};
@@ -27,9 +28,11 @@ pub(crate) struct Core {
     /// lost).
     wake_timer: Notify,
     wake_runner: Notify,
-    pub(super) endpoint: Arc<Endpoint>,
+    pub(crate) endpoint: Arc<Endpoint>,
     /// The runtime the driver's tasks were spawned on, once they were; handlers run there.
     driver_runtime: OnceLock<tokio::runtime::Handle>,
+    /// The ledger's writer, when the client keeps one.
+    pub(crate) writer: Option<Arc<Writer>>,
 }
 
 fn stopped() -> Error {
@@ -39,12 +42,14 @@ fn stopped() -> Error {
 impl Core {
     pub(crate) fn new(parts: Parts) -> Arc<Self> {
         let endpoint = parts.endpoint.clone();
+        let writer = parts.records.as_ref().map(|r| r.writer().clone());
         Arc::new_cyclic(|core| Core {
             state: Mutex::new(State::new(parts, core.clone())),
             wake_timer: Notify::new(),
             wake_runner: Notify::new(),
             endpoint,
             driver_runtime: OnceLock::new(),
+            writer,
         })
     }
 
@@ -121,19 +126,35 @@ impl Core {
             .map(|pending| pending.map(|pending| Inline { pending }))
     }
 
+    /// Registers a call picked up from a ledger entry, unless that entry is one of this
+    /// client's calls in flight already (`false` then: nothing is registered).
+    pub(crate) fn register_pick_up(&self, registration: Registration) -> Result<bool, Error> {
+        self.with(|state| {
+            if let Registration::PickUp { entry, .. } = &registration {
+                if state.holds_entry(entry.id()) {
+                    return false;
+                }
+            }
+            state.register(registration, false);
+            true
+        })
+    }
+
     /// A server-request handler's answer.
     pub(super) fn answer(&self, id: RequestId, result: Option<Result<Value, RpcError>>) {
         let _ = self.with(|state| state.handle_answer(id, result));
     }
 
     /// The driver's timer fired for `fired`. The timer task runs no application code:
-    /// effects that would (a task store's) go to the exchange runner.
+    /// effects that would (a task store's) go to the exchange runner, ledger writes to the
+    /// writer task (so a result the timer settles, a timeout, reaches its caller at once).
     pub(super) fn timeout(&self, fired: tokio::time::Instant) {
         let Ok(mut state) = self.lock() else {
             return;
         };
         state.handle_timeout(fired);
-        let effects = state.take_effects();
+        let mut effects = state.take_effects();
+        let ledger = effects.take_ledger();
         let effects = if effects.runs_application_code() {
             state.deferred.append(effects);
             Effects::default()
@@ -142,6 +163,9 @@ impl Core {
         };
         self.release(state);
         effects.run(self.driver_runtime.get());
+        if let Some(writer) = ledger {
+            writer.nudge();
+        }
     }
 
     /// The effects the timer left for the exchange runner, and the exchanges to start;
@@ -169,6 +193,25 @@ impl Core {
         drop(state);
         self.wake_both();
         effects.run(self.driver_runtime.get());
+        if let Some(writer) = &self.writer {
+            writer.close();
+        }
+    }
+
+    /// Holds exchange `id` (a call's POST) until the ledger write before it has finished;
+    /// `false` when that write failed: the POST is not sent, and the session hears of it as
+    /// of a connection that could not be made.
+    pub(crate) async fn pass_gate(self: &Arc<Self>, id: HttpId, gate: &Gate) -> bool {
+        if let Some(writer) = &self.writer {
+            writer.kick();
+        }
+        match gate.wait().await {
+            Ok(()) => true,
+            Err(error) => {
+                let _ = self.with(|state| state.ledger_refused(id, &error));
+                false
+            }
+        }
     }
 
     /// Records the runtime the driver's tasks run on.
@@ -255,8 +298,17 @@ impl Inline {
         let Pending {
             outgoing,
             registration,
+            gate,
         } = self.pending;
-        let exchange = core.endpoint.run(outgoing, core);
+        let id = outgoing.request.id;
+        let exchange = async move {
+            if let Some(gate) = gate {
+                if !core.pass_gate(id, &gate).await {
+                    return;
+                }
+            }
+            core.endpoint.run(outgoing, core).await;
+        };
         let _ = futures::future::Abortable::new(exchange, registration).await;
     }
 }

@@ -1,8 +1,11 @@
 //! What an input to the session leads to outside it, carried out once the session's lock is
-//! released: the task store told of tasks, callers handed their results, server requests
-//! handed to their handlers. Under the lock these are only collected, so the lock covers the
-//! session's bookkeeping and never application code (a store or a handler), and a caller
-//! woken by its result never finds the lock held by the task that woke it.
+//! released: the ledger's writes, the (deprecated) task store told of tasks, callers handed
+//! their results, server requests handed to their handlers. Under the lock these are only
+//! collected, so the lock covers the session's bookkeeping and never application code (a
+//! store, a ledger or a handler), and a caller woken by its result never finds the lock held
+//! by the task that woke it.
+// The deprecated task store is still told of tasks, for applications migrating to the ledger.
+#![allow(deprecated)]
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -10,6 +13,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::dispatch::Dispatch;
+use super::ledger::Writer;
 use super::state::Reply;
 use crate::client::task_store::{StoredTask, TaskStore};
 use crate::error::Error;
@@ -28,12 +32,21 @@ pub(crate) struct Effects {
     task_store: Option<Arc<dyn TaskStore>>,
     replies: Vec<(Reply, Result<Value, Error>)>,
     dispatches: Vec<Dispatch>,
+    /// The ledger writer, when writes were queued.
+    ledger: Option<Arc<Writer>>,
 }
 
 impl Effects {
     pub(super) fn task(&mut self, store: &Arc<dyn TaskStore>, op: TaskOp) {
         self.task_store.get_or_insert_with(|| store.clone());
         self.task_ops.push(op);
+    }
+
+    /// Ledger writes were queued: they are carried out with the rest.
+    pub(super) fn ledger(&mut self, writer: &Arc<Writer>) {
+        if self.ledger.is_none() {
+            self.ledger = Some(writer.clone());
+        }
     }
 
     pub(super) fn reply(&mut self, reply: Reply, result: Result<Value, Error>) {
@@ -45,13 +58,23 @@ impl Effects {
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.task_ops.is_empty() && self.replies.is_empty() && self.dispatches.is_empty()
+        self.task_ops.is_empty()
+            && self.replies.is_empty()
+            && self.dispatches.is_empty()
+            && self.ledger.is_none()
     }
 
     /// Whether carrying these out runs application code in the task that does it (a task
-    /// store); handlers always run in tasks of their own.
+    /// store); handlers always run in tasks of their own, and ledger writes taken out with
+    /// [`Effects::take_ledger`] go to the writer task.
     pub(super) fn runs_application_code(&self) -> bool {
         !self.task_ops.is_empty()
+    }
+
+    /// The ledger's writer, when writes were queued: for a task that must not carry them out
+    /// itself, to hand them to the writer task.
+    pub(super) fn take_ledger(&mut self) -> Option<Arc<Writer>> {
+        self.ledger.take()
     }
 
     /// Appends `later`, keeping the order.
@@ -59,15 +82,21 @@ impl Effects {
         if self.task_store.is_none() {
             self.task_store = later.task_store.take();
         }
+        if self.ledger.is_none() {
+            self.ledger = later.ledger.take();
+        }
         self.task_ops.append(&mut later.task_ops);
         self.replies.append(&mut later.replies);
         self.dispatches.append(&mut later.dispatches);
     }
 
-    /// Carries the effects out, without the lock: the store first (a caller that sees its
-    /// result sees the store as the result left it), then the results, then the handlers,
-    /// started on `runtime`.
+    /// Carries the effects out, without the lock: the stores first (a caller that sees its
+    /// result sees the stores as the result left them, a ledger's writes that finish at once
+    /// included), then the results, then the handlers, started on `runtime`.
     pub(super) fn run(self, runtime: Option<&tokio::runtime::Handle>) {
+        if let Some(writer) = &self.ledger {
+            writer.kick();
+        }
         if let Some(store) = &self.task_store {
             for op in self.task_ops {
                 // A store's panic must not stop what follows: it costs the record, no more.

@@ -30,6 +30,7 @@
 mod core;
 mod dispatch;
 mod effects;
+mod ledger;
 mod state;
 
 use std::panic::AssertUnwindSafe;
@@ -42,6 +43,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub(crate) use self::core::{Core, Inline};
+pub(crate) use self::ledger::{Records, Scope, Writer};
 pub(crate) use self::state::{Command, Parts, Registration};
 use super::http::redacted_url;
 
@@ -78,6 +80,11 @@ impl Driver {
         let endpoint = redacted_url(core.endpoint.url.as_str());
         let span = tracing::info_span!("mcp_client", %endpoint);
         // Entering a span on every poll costs even when nothing listens: only when enabled.
+        if let Some(writer) = &core.writer {
+            // Ledger writes that wait on I/O finish here; it ends once the client has stopped
+            // and nothing is left to write.
+            handle.spawn(writer.clone().run());
+        }
         if span.is_disabled() {
             handle.spawn(timer);
             handle.spawn(runner);
@@ -140,6 +147,11 @@ async fn run_exchanges(core: Arc<Core>, _stop: StopOnDrop) {
             let sink = core.clone();
             let id = pending.outgoing.request.id;
             let exchange = async move {
+                if let Some(gate) = &pending.gate {
+                    if !sink.pass_gate(id, gate).await {
+                        return;
+                    }
+                }
                 let performed = AssertUnwindSafe(sink.endpoint.run(pending.outgoing, &sink));
                 // A panic in what an exchange runs (a token provider's code, say) fails that
                 // exchange, never the runner and with it the client.

@@ -18,16 +18,20 @@ use tokio::time::Instant;
 use super::core::Core;
 use super::dispatch::Dispatch;
 use super::effects::{Effects, TaskOp};
+use super::ledger::{Gate, Records};
 use crate::client::era_cache::EraCache;
 use crate::client::events::{Published, ServerNotification};
 use crate::client::handlers::{internal, not_found, Handlers};
 use crate::client::http::{Endpoint, ExchangeEvent, Outgoing};
+use crate::client::ledger::LedgerEntry;
 use crate::client::models::{Cancelled, Progress, TypedNotification};
+#[allow(deprecated)]
 use crate::client::task_store::{StoredTask, TaskStore};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
     CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionEvent, Transmit,
+    TransportFailure,
 };
 
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
@@ -81,6 +85,14 @@ pub(crate) enum Registration {
         timeout: Option<Duration>,
         reply: Reply,
     },
+    /// Pick up the call a ledger entry records (another process's, or an earlier client's),
+    /// due at `deadline`.
+    PickUp {
+        id: CallId,
+        entry: LedgerEntry,
+        deadline: std::time::Instant,
+        reply: Reply,
+    },
 }
 
 /// The session's view of time; tokio's clock, so paused-time tests drive it.
@@ -94,6 +106,8 @@ pub(super) fn now() -> std::time::Instant {
 pub(crate) struct Pending {
     pub(crate) outgoing: Outgoing,
     pub(crate) registration: AbortRegistration,
+    /// The ledger write a call's POST must wait for before it leaves.
+    pub(crate) gate: Option<Arc<Gate>>,
 }
 
 enum Waiter {
@@ -110,13 +124,17 @@ struct Shutdown {
 
 /// The state behind the lock: replies and routing, never protocol state (that is the
 /// session's).
+#[allow(deprecated)]
 pub(crate) struct State {
     session: Session,
     endpoint: Arc<Endpoint>,
     handlers: Arc<Handlers>,
     published: Arc<Published>,
     era_cache: EraCache,
-    task_store: Arc<dyn TaskStore>,
+    /// The application's task store, when it set one (deprecated: the ledger keeps tasks).
+    task_store: Option<Arc<dyn TaskStore>>,
+    /// The entries of calls in flight, when the client keeps a ledger.
+    records: Option<Records>,
     /// Where handlers' answers go back to (weak: the state lives inside it).
     core: Weak<Core>,
     /// Exchanges in flight, wherever they run. Reports for an id not in here (aborted,
@@ -157,13 +175,15 @@ pub(crate) struct State {
 }
 
 /// What a [`State`] is built from.
+#[allow(deprecated)]
 pub(crate) struct Parts {
     pub(crate) session: Session,
     pub(crate) endpoint: Arc<Endpoint>,
     pub(crate) handlers: Arc<Handlers>,
     pub(crate) published: Arc<Published>,
     pub(crate) era_cache: EraCache,
-    pub(crate) task_store: Arc<dyn TaskStore>,
+    pub(crate) task_store: Option<Arc<dyn TaskStore>>,
+    pub(crate) records: Option<Records>,
 }
 
 impl State {
@@ -180,6 +200,7 @@ impl State {
             published: parts.published,
             era_cache: parts.era_cache,
             task_store: parts.task_store,
+            records: parts.records,
             core,
             exchanges: FxHashMap::default(),
             to_start: Vec::new(),
@@ -240,6 +261,21 @@ impl State {
             } => {
                 self.calls.insert(id, Waiter::Call { reply });
                 self.session.resume_task(id, &task_id, timeout, now);
+                id
+            }
+            Registration::PickUp {
+                id,
+                entry,
+                deadline,
+                reply,
+            } => {
+                tracing::debug!(method = %entry.method(), entry = %entry.id(), "picking up a call");
+                self.calls.insert(id, Waiter::Call { reply });
+                if let Some(records) = &mut self.records {
+                    let task = matches!(entry.stage(), crate::proto::CallStage::Task { .. });
+                    records.adopt(id, entry.id().clone(), entry.deadline(), task);
+                }
+                self.session.pick_up(id, entry.to_checkpoint(deadline), now);
                 id
             }
         };
@@ -363,6 +399,7 @@ impl State {
                     #[cfg(feature = "otel")]
                     self.telemetry.abandoned(call, None);
                     self.forget(call);
+                    self.entry_ended(call, true);
                 }
             }
             Command::Notify { method, params } => self.session.notify(&method, params, now),
@@ -441,15 +478,17 @@ impl State {
 
     /// Drains the session's actions until it has nothing more to say.
     pub(super) fn pump(&mut self) {
+        // Outputs first: a checkpoint comes before the POST it describes, which then waits
+        // for its write.
         loop {
             let mut progressed = false;
-            while let Some(transmit) = self.session.poll_transmit() {
-                progressed = true;
-                self.transmit(transmit);
-            }
             while let Some(output) = self.session.poll_output() {
                 progressed = true;
                 self.output(output);
+            }
+            while let Some(transmit) = self.session.poll_transmit() {
+                progressed = true;
+                self.transmit(transmit);
             }
             if !progressed {
                 break;
@@ -471,6 +510,8 @@ impl State {
                 if let Some(old) = self.exchanges.insert(id, abort) {
                     old.abort();
                 }
+                let call = self.session.exchange_call(id);
+                let gate = call.and_then(|call| self.ledger_gate(call));
                 let outgoing = Outgoing {
                     #[cfg(feature = "otel")]
                     attempt: self.telemetry.attempt(&self.session, &request),
@@ -479,10 +520,10 @@ impl State {
                 let pending = Pending {
                     outgoing,
                     registration,
+                    gate,
                 };
-                let own_post = self.inline_for.is_some()
-                    && self.inline.is_none()
-                    && self.session.exchange_call(id) == self.inline_for;
+                let own_post =
+                    self.inline_for.is_some() && self.inline.is_none() && call == self.inline_for;
                 if own_post {
                     self.inline = Some(pending);
                 } else {
@@ -504,12 +545,19 @@ impl State {
         }
     }
 
+    #[allow(deprecated)]
     fn output(&mut self, output: Output) {
         match output {
             Output::Completed { call, result } => {
                 #[cfg(feature = "otel")]
                 self.telemetry.completed(call, &result);
                 self.complete(call, result);
+            }
+            Output::Checkpoint { call, checkpoint } => {
+                if let Some(records) = &mut self.records {
+                    records.checkpoint(call, *checkpoint, (now(), std::time::SystemTime::now()));
+                    self.effects.ledger(records.writer());
+                }
             }
             Output::Notification { call, notification } => {
                 let typed =
@@ -545,18 +593,28 @@ impl State {
                         self.era_cache.record(&self.endpoint.url, *era);
                         self.published.set_era(*era);
                     }
-                    SessionEvent::TaskCreated { task_id, .. } => {
+                    SessionEvent::TaskCreated { call, task_id } => {
+                        if let Some(records) = &mut self.records {
+                            records.task_created(*call, task_id);
+                        }
                         // Recorded before the first poll is sent: the runner that sends it
                         // carries out the effects queued before it first.
-                        let task = StoredTask {
-                            task_id: task_id.clone(),
-                            endpoint: self.endpoint.url.as_str().to_owned(),
-                        };
-                        self.effects.task(&self.task_store, TaskOp::Created(task));
+                        if let Some(store) = &self.task_store {
+                            let task = StoredTask {
+                                task_id: task_id.clone(),
+                                endpoint: self.endpoint.url.as_str().to_owned(),
+                            };
+                            self.effects.task(store, TaskOp::Created(task));
+                        }
                     }
-                    SessionEvent::TaskFinished { task_id, .. } => {
-                        let op = TaskOp::Finished(task_id.clone());
-                        self.effects.task(&self.task_store, op);
+                    SessionEvent::TaskFinished { call, task_id } => {
+                        if let Some(records) = &mut self.records {
+                            records.task_finished(*call);
+                        }
+                        if let Some(store) = &self.task_store {
+                            let op = TaskOp::Finished(task_id.clone());
+                            self.effects.task(store, op);
+                        }
                     }
                     SessionEvent::SessionLost => tracing::warn!("session lost"),
                     SessionEvent::Closed => tracing::debug!("session closed"),
@@ -569,6 +627,7 @@ impl State {
 
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
         self.forget(call);
+        self.entry_ended(call, false);
         match self.calls.remove(&call) {
             Some(Waiter::Connect { reply }) => {
                 match &result {
@@ -591,6 +650,44 @@ impl State {
             // Cancelled by the application: nobody is waiting.
             None => {}
         }
+    }
+
+    /// The gate `call`'s POST waits at: the write of its last checkpoint, or of its entry
+    /// again after a write it waited for failed.
+    fn ledger_gate(&mut self, call: CallId) -> Option<Arc<Gate>> {
+        let records = self.records.as_mut()?;
+        if records.needs_rewrite(call) {
+            if let Some(checkpoint) = self.session.checkpoint(call) {
+                records.checkpoint(call, checkpoint, (now(), std::time::SystemTime::now()));
+                self.effects.ledger(records.writer());
+            }
+        }
+        records.gate(call)
+    }
+
+    /// `call` ended (`abandoned`: given up by the application): its entry goes.
+    fn entry_ended(&mut self, call: CallId, abandoned: bool) {
+        if let Some(records) = &mut self.records {
+            if records.ended(call, abandoned) {
+                self.effects.ledger(records.writer());
+            }
+        }
+    }
+
+    /// The ledger write exchange `id` (a call's POST) waited for failed: the POST is not
+    /// sent, as if it could not connect, and the call's next POST writes its entry first.
+    pub(super) fn ledger_refused(&mut self, id: HttpId, error: &Error) {
+        if let (Some(records), Some(call)) = (&mut self.records, self.session.exchange_call(id)) {
+            records.refused(call);
+        }
+        let failure =
+            TransportFailure::Connect(format!("the ledger could not record the call: {error}"));
+        self.handle_exchange(ExchangeEvent::Failed { id, failure });
+    }
+
+    /// Whether ledger entry `id` is one of this client's calls in flight.
+    pub(super) fn holds_entry(&self, id: &crate::client::ledger::EntryId) -> bool {
+        self.records.as_ref().is_some_and(|r| r.holds(id))
     }
 
     /// Drops what the driver keeps for a call besides its reply: progress routing, idle timer.
@@ -643,6 +740,7 @@ impl State {
                     "no progress in time: call abandoned"
                 );
                 self.session.cancel(call, now.into_std());
+                self.entry_ended(call, true);
                 let timeout =
                     Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"));
                 #[cfg(feature = "otel")]

@@ -23,6 +23,7 @@
 mod ahead;
 mod apply;
 mod call;
+mod checkpoints;
 mod cursors;
 mod discover;
 mod exchanges;
@@ -193,16 +194,7 @@ impl Session {
     /// Calls submitted before or during (re-)initialization wait for it; the first one
     /// connects. An id already in use is refused (nothing is sent, nothing reported).
     pub fn submit(&mut self, id: CallId, request: CallRequest, now: Instant) {
-        if self.calls.get(id).is_some() {
-            warn!(call = id.0, "call id already in use: submission ignored");
-            return;
-        }
-        if self.life.is_over() {
-            let error = self.terminal_error();
-            self.outputs.push_back(Output::Completed {
-                call: id,
-                result: Err(error),
-            });
+        if self.refuse(id, "submission") {
             return;
         }
         let deadline = deadline_after(now, request.timeout.unwrap_or(self.config.call_timeout));
@@ -661,6 +653,24 @@ impl Session {
         } else {
             Err(result)
         }
+    }
+
+    /// Whether call `id` cannot start (`what`: a submission or a pick-up): its id is in use
+    /// (ignored), or the session is over (the call completed at once with why).
+    fn refuse(&mut self, id: CallId, what: &str) -> bool {
+        if self.calls.get(id).is_some() {
+            warn!(call = id.0, "call id already in use: {what} ignored");
+            return true;
+        }
+        if self.life.is_over() {
+            let error = self.terminal_error();
+            self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Err(error),
+            });
+            return true;
+        }
+        false
     }
 
     fn terminal_error(&self) -> Error {

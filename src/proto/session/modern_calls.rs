@@ -193,7 +193,9 @@ impl Session {
                 )),
             );
         }
-        call.await_round(round, state, requests.len());
+        let kept = self.config.checkpoints.then(|| requests.clone());
+        call.await_round(round, state, requests.len(), kept);
+        self.note_checkpoint(id);
         for (key, request) in requests {
             let method = request
                 .get("method")
@@ -292,7 +294,7 @@ pub(super) fn mirror_headers(
 
 /// The key of MRTR round `round` of a call keyed `base`: derived, so each round is its own
 /// request to the server while re-sends of the same round carry the same key.
-fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
+pub(super) fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
     let suffix = format!(".round{round}");
     let mut text = base.as_str().to_owned();
     let room = 256usize.saturating_sub(suffix.len());

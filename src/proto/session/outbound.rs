@@ -15,7 +15,7 @@ use super::modern_calls::mirror_headers;
 use super::Session;
 use crate::ids::{RequestId, SequencedEventId};
 use crate::proto::{
-    jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, SessionEvent,
+    jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, ResendPolicy, SessionEvent,
 };
 
 impl Session {
@@ -24,11 +24,33 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
+        // A call picked up from another process may have run there: only a key the server
+        // deduplicates makes a second send safe.
+        let dedups = session.keys.is_some()
+            || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
+        if self
+            .calls
+            .get(id)
+            .is_some_and(|c| c.is_picked_up() && !(c.key().is_some() && dedups))
+        {
+            return self.picked_up_unsafe(id);
+        }
+        // The first send of a request (or of an MRTR round's) is recorded before it leaves.
+        if self
+            .calls
+            .get(id)
+            .is_some_and(|c| c.sends() == 0 && c.task().is_none())
+        {
+            self.note_checkpoint(id);
+        }
+        let Some(session) = self.life.ready() else {
+            return;
+        };
         let rpc = self.calls.new_rpc();
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if call.sends() > 0 && call.task().is_none() {
+        if (call.sends() > 0 || call.is_picked_up()) && call.task().is_none() {
             info!(call = id.0, method = %call.method(), "re-sending call");
             self.outputs
                 .push_back(Output::Event(SessionEvent::Redispatched {
@@ -129,6 +151,8 @@ impl Session {
             ex.resumed = true;
             ex.expect = SequencedEventId::of(&cursor).map(|s| s.next());
         }
+        // The cursor it resumes from, for the record.
+        self.note_checkpoint(id);
     }
 
     /// POSTs `notifications/cancelled` for a call that may be running on this session. (In

@@ -49,6 +49,7 @@ impl Session {
                 call: id,
                 task_id,
             }));
+        self.note_checkpoint(id);
         self.on_task_status(id, result, now);
     }
 
@@ -68,6 +69,7 @@ impl Session {
         self.calls
             .insert(id, Call::resuming_task(task_id, deadline));
         self.timers.set(Timer::CallDeadline(id), deadline);
+        self.note_checkpoint(id);
         if self.life.is_ready() {
             self.send_call(id);
         } else if matches!(self.life.phase, super::lifecycle::Phase::Idle) {

@@ -26,6 +26,7 @@ from ._mcp_resume import (
     GetPromptResult,
     InitializeResult,
     ListRootsRequest,
+    MemoryLedger,
     OAuth,
     NotificationStream,
     Page,
@@ -34,6 +35,7 @@ from ._mcp_resume import (
     RawClient,
     ReadResourceResult,
     ReconnectPolicy,
+    RecoveredCall,
     Resource,
     ResourceTemplate,
     ResourceTemplateReference,
@@ -132,6 +134,15 @@ class Client:
             or ``OAuth.authorization_code``): discovery from the server's 401, dynamic
             registration, PKCE, refresh and step-up. Not with ``token_provider`` or
             ``bearer_token``: one source of the Authorization header.
+        ledger: where calls in flight are recorded, so that the process that replaces this
+            one picks them up with ``recover()``: a Redis URL (``"redis://host:6379"``,
+            with ``ledger_identity``) for a fleet of workers, a ``MemoryLedger`` shared with
+            the client that takes over in this process, ``"memory"`` (the default: one of
+            its own) or ``"none"`` (nothing recorded).
+        ledger_identity: the worker's stable name (a pod's, a slot's): the Redis ledger's
+            namespace, the same in the process that replaces this one.
+        record_session_ids: whether ledger entries name the session each call went out on
+            (legacy era); default ``False`` (a session id is a credential of sorts).
         otlp_endpoint: exports the client's OpenTelemetry spans and metrics (the MCP
             semantic conventions, and the recovery attributes of the SDK's README) over
             OTLP/HTTP to the collector at this base URL, e.g. ``"http://127.0.0.1:4318"``
@@ -172,6 +183,9 @@ class Client:
         on_roots: RootsHandler | None = None,
         token_provider: TokenProvider | None = None,
         oauth: OAuth | None = None,
+        ledger: MemoryLedger | str | None = None,
+        ledger_identity: str | None = None,
+        record_session_ids: bool | None = None,
         otlp_endpoint: str | None = None,
     ) -> None:
         self._raw = RawClient(
@@ -197,6 +211,9 @@ class Client:
             on_roots=on_roots,
             token_provider=token_provider,
             oauth=oauth,
+            ledger=ledger,
+            ledger_identity=ledger_identity,
+            record_session_ids=record_session_ids,
             otlp_endpoint=otlp_endpoint,
         )
 
@@ -368,6 +385,24 @@ class Client:
     async def ping(self) -> None:
         """Checks the server is alive (``ping``)."""
         await self._raw.ping()
+
+    async def recover(self) -> list[RecoveredCall]:
+        """Picks up every call the ledger holds for this endpoint and this client does not
+        have in flight: what the process this one replaces left behind. The one way a fleet
+        restarts: build the client on the same ledger (``ledger="redis://..."`` with the
+        worker's ``ledger_identity``) and call this first.
+
+        Each entry becomes a call again by the rule that governs every interruption: a keyed
+        call is re-sent under its key when the server deduplicates keys, an MRTR round
+        waiting for input asks this client's handlers again, a task is polled; an unkeyed
+        call that may have run is never re-sent. Await each ``RecoveredCall`` for its
+        outcome: ``OutcomeUnknownError`` for those, with ``tool_name`` and ``arguments`` to
+        report.
+
+        Raises:
+            LedgerError: the ledger cannot be read.
+        """
+        return await self._raw.recover()
 
     async def resume_task(self, task_id: str, *, timeout: float | None = None) -> Any:
         """Polls a task a call became earlier (modern era, tasks extension) until it ends,

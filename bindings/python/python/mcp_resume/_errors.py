@@ -22,6 +22,7 @@ __all__ = [
     "UnauthorizedError",
     "InvalidConfigError",
     "MissingCapabilityError",
+    "LedgerError",
 ]
 
 
@@ -202,6 +203,13 @@ class MissingCapabilityError(McpResumeError):
         self.data = data
 
 
+class LedgerError(McpResumeError):
+    """The ledger of calls in flight could not be read (``Client.recover()``), or held an
+    entry it could not read back. A call whose entry cannot be written is not sent: it is
+    tried again within its deadline, and fails ``TransportError`` saying so."""
+
+    kind = "ledger"
+
 
 # Shown (and pickled) under the package that exports them.
 for _cls in (
@@ -218,5 +226,6 @@ for _cls in (
     UnauthorizedError,
     InvalidConfigError,
     MissingCapabilityError,
+    LedgerError,
 ):
     _cls.__module__ = "mcp_resume"

@@ -1,6 +1,6 @@
 """Type stubs of the extension module. Use the classes through ``mcp_resume``."""
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from types import GenericAlias
 from typing import Any, Generic, Literal, TypeVar, final
 
@@ -21,6 +21,7 @@ __all__ = [
     "GetPromptResult",
     "InitializeResult",
     "ListRootsRequest",
+    "MemoryLedger",
     "NotificationStream",
     "OAuth",
     "Page",
@@ -32,6 +33,7 @@ __all__ = [
     "RawClient",
     "ReadResourceResult",
     "ReconnectPolicy",
+    "RecoveredCall",
     "Resource",
     "ResourceContents",
     "ResourceTemplate",
@@ -859,6 +861,51 @@ class RawBridge:
     def session_id(self) -> str | None: ...
 
 @final
+class MemoryLedger:
+    """A ledger of calls in flight in memory, shared by the clients given it: a client that
+    replaces another in this process picks up its calls with ``recover()``. It does not
+    survive the process (a Redis ledger does)."""
+
+    def __new__(cls) -> MemoryLedger: ...
+    def __len__(self) -> int:
+        """The number of entries held."""
+
+@final
+class RecoveredCall:
+    """A call ``Client.recover()`` picked up: what its ledger entry says, and (awaited) its
+    outcome: a ``CallToolResult`` for a ``tools/call``, the raw result otherwise. An unkeyed
+    call that may have run raises ``OutcomeUnknownError`` at once, never re-sent."""
+
+    @property
+    def entry_id(self) -> str:
+        """The ledger entry's id."""
+    @property
+    def method(self) -> str:
+        """The JSON-RPC method."""
+    @property
+    def params(self) -> dict[str, Any] | None:
+        """The params of its request, as recorded."""
+    @property
+    def tool_name(self) -> str | None:
+        """For a ``tools/call``, the tool's name."""
+    @property
+    def arguments(self) -> Any:
+        """For a ``tools/call``, the tool's arguments."""
+    @property
+    def idempotency_key(self) -> str | None:
+        """The call's own idempotency key, if it had one."""
+    @property
+    def stage(self) -> Literal["sent", "awaiting_input", "task"]:
+        """Where it stood when its process stopped."""
+    @property
+    def task_id(self) -> str | None:
+        """The task it became, for stage ``"task"``."""
+    @property
+    def deadline(self) -> float:
+        """The call's deadline, in seconds since the Unix epoch."""
+    def __await__(self) -> Generator[Any, None, Any]: ...
+
+@final
 class RawClient:
     """The low-level client behind ``mcp_resume.Client``; its methods return awaitables
     bound to the running event loop."""
@@ -888,6 +935,9 @@ class RawClient:
         on_roots: Any = None,
         token_provider: Any = None,
         oauth: OAuth | None = None,
+        ledger: MemoryLedger | str | None = None,
+        ledger_identity: str | None = None,
+        record_session_ids: bool | None = None,
         otlp_endpoint: str | None = None,
     ) -> RawClient: ...
     def connect(self) -> Awaitable[InitializeResult]: ...
@@ -931,6 +981,7 @@ class RawClient:
     def notify(self, method: str, params: Any = None) -> Awaitable[None]: ...
     def ping(self) -> Awaitable[None]: ...
     def resume_task(self, task_id: str, *, timeout: float | None = None) -> Awaitable[Any]: ...
+    def recover(self) -> Awaitable[list[RecoveredCall]]: ...
     def close(self) -> Awaitable[None]: ...
     @property
     def era(self) -> Era | None: ...

@@ -16,9 +16,10 @@ use serde_json::{json, Map, Value};
 use super::cursors::{Cursor, Delivered, Observed};
 use super::lifecycle::KeyPlacement;
 use crate::error::Error;
-use crate::ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SequencedEventId};
+use crate::ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SequencedEventId, SessionId};
+use crate::proto::checkpoint::{CallStage, Checkpoint};
 use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
-use crate::proto::{methods, modern, CallId, HttpId};
+use crate::proto::{methods, modern, CallId, Era, HttpId};
 use crate::sse::SseEvent;
 
 /// An MRTR round in progress: the server's inputs still unanswered and what to send back.
@@ -34,6 +35,9 @@ struct InputRound {
     responses: Map<String, Value>,
     /// The call's own idempotency key: each round's key derives from it.
     base_key: Option<IdempotencyKey>,
+    /// What the server asked, kept for the call's checkpoints (only when the session makes
+    /// them).
+    requests: Option<Map<String, Value>>,
 }
 
 /// A call that became a task.
@@ -137,6 +141,9 @@ pub(super) struct Call {
     task: Option<TaskState>,
     /// Task inputs still waiting for the app's answer.
     task_inputs: usize,
+    /// Picked up from another process's checkpoint with its request possibly on the server:
+    /// its first send here must be provably safe.
+    picked_up: bool,
 }
 
 impl Call {
@@ -171,6 +178,46 @@ impl Call {
             input: None,
             task: None,
             task_inputs: 0,
+            picked_up: false,
+        }
+    }
+
+    /// The call `checkpoint` describes, picked up from another process: a request that may be
+    /// on the server (its first send here must be safe), a round awaiting its inputs (asked
+    /// again by [`Call::await_round`]), or a task to poll. `round_key` derives a round's key.
+    pub(super) fn picked_up(
+        checkpoint: Checkpoint,
+        deadline: Instant,
+        round_key: impl Fn(&IdempotencyKey, u32) -> IdempotencyKey,
+    ) -> Self {
+        let Checkpoint {
+            method,
+            params,
+            idempotency_key: base,
+            stage,
+            ..
+        } = checkpoint;
+        // The round the call's last request belonged to: its key, and what the next
+        // `input_required` counts from.
+        let (last_round, picked_up, task) = match stage {
+            CallStage::Sent { round } => (round, true, None),
+            CallStage::AwaitingInput { round, .. } => (round.saturating_sub(1), false, None),
+            CallStage::Task { task_id } => (0, false, Some(TaskState::new(task_id))),
+        };
+        let key = match (&base, last_round) {
+            (Some(base), round) if round > 0 => Some(round_key(base, round)),
+            _ => base.clone(),
+        };
+        let input = (last_round > 0).then(|| InputRound {
+            round: last_round,
+            base_key: base,
+            ..InputRound::default()
+        });
+        Call {
+            input,
+            task,
+            picked_up,
+            ..Call::new(method, params, key, deadline)
         }
     }
 
@@ -233,6 +280,45 @@ impl Call {
 
     pub(super) fn refreshed(&self) -> bool {
         self.refreshed
+    }
+
+    /// Whether it was picked up from another process with its request possibly on the
+    /// server, and not sent here yet.
+    pub(super) fn is_picked_up(&self) -> bool {
+        self.picked_up
+    }
+
+    /// Its durable state, as of now (see [`crate::proto::checkpoint`]).
+    pub(super) fn checkpoint(&self, era: Option<Era>, session_id: Option<SessionId>) -> Checkpoint {
+        let stage = match (&self.task, &self.input) {
+            (Some(task), _) => CallStage::Task {
+                task_id: task.task_id.clone(),
+            },
+            (None, Some(round)) if self.state == CallState::AwaitingInput => {
+                CallStage::AwaitingInput {
+                    round: round.round,
+                    request_state: round.state.clone(),
+                    input_requests: round.requests.clone().unwrap_or_default(),
+                }
+            }
+            (None, round) => CallStage::Sent {
+                round: round.as_ref().map_or(0, |r| r.round),
+            },
+        };
+        let base = match &self.input {
+            Some(round) => round.base_key.clone(),
+            None => self.key.clone(),
+        };
+        Checkpoint {
+            method: self.method.clone(),
+            params: self.params.clone(),
+            idempotency_key: base,
+            stage,
+            era,
+            session_id,
+            last_event_id: self.cursor.last.clone(),
+            deadline: self.deadline,
+        }
     }
 
     /// The capability hash its answers must carry, from its last send.
@@ -321,6 +407,7 @@ impl Call {
         if self.task.is_none() {
             self.params = params;
         }
+        self.picked_up = false;
         let may_have_run = self.may_have_run;
         self.attempt
             .follow(attempt, may_have_run && self.task.is_none());
@@ -401,8 +488,14 @@ impl Call {
     // ---- MRTR rounds and tasks -----------------------------------------------------------
 
     /// An `input_required` answer opened round `round` with `pending` inputs; nothing is sent
-    /// until they are in.
-    pub(super) fn await_round(&mut self, round: u32, state: Option<String>, pending: usize) {
+    /// until they are in. `requests` is what the server asked, kept for checkpoints.
+    pub(super) fn await_round(
+        &mut self,
+        round: u32,
+        state: Option<String>,
+        pending: usize,
+        requests: Option<Map<String, Value>>,
+    ) {
         let base_key = match self.input.take() {
             Some(previous) => previous.base_key,
             None => self.key.clone(),
@@ -414,6 +507,7 @@ impl Call {
             pending,
             responses: Map::new(),
             base_key,
+            requests,
         });
     }
 
@@ -440,6 +534,7 @@ impl Call {
             return false;
         }
         let responses = std::mem::take(&mut round.responses);
+        round.requests = None;
         let state = round.state.clone();
         let key = round
             .base_key

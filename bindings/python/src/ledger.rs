@@ -1,0 +1,239 @@
+//! The ledger of calls in flight for Python: the stores a client is given (`ledger=`: a
+//! `MemoryLedger`, `"memory"`, `"none"`, or a Redis URL with `ledger_identity=`) read onto the
+//! builder, and the calls `Client.recover()` picks up.
+
+use std::sync::{Arc, Mutex};
+use std::time::UNIX_EPOCH;
+
+use mcp_resume::client::ledger::RedisLedger;
+use mcp_resume::proto::CallStage;
+use mcp_resume::{CallHandle, ClientBuilder, LedgerEntry, MemoryLedger, RecoveredCall};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyString;
+use serde_json::Value;
+
+use crate::convert::{opt_to_py, IntoPython, Reply};
+use crate::errors;
+
+/// A ledger in memory, shared by the clients given it: a client that replaces another in
+/// this process picks up its calls with ``recover()``. It does not survive the process (a
+/// Redis ledger does).
+#[pyclass(frozen, module = "mcp_resume", name = "MemoryLedger")]
+pub struct PyMemoryLedger {
+    inner: Arc<MemoryLedger>,
+}
+
+#[pymethods]
+impl PyMemoryLedger {
+    #[new]
+    fn new() -> Self {
+        PyMemoryLedger {
+            inner: Arc::new(MemoryLedger::new()),
+        }
+    }
+
+    /// The number of entries held (calls in flight, and expired ones until the next read).
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("MemoryLedger(entries={})", self.inner.len())
+    }
+}
+
+/// Reads `ledger=`, `ledger_identity=` and `record_session_ids=` onto `builder`.
+pub fn configure(
+    py: Python<'_>,
+    mut builder: ClientBuilder,
+    ledger: Option<&Bound<'_, PyAny>>,
+    identity: Option<String>,
+    record_session_ids: Option<bool>,
+) -> PyResult<ClientBuilder> {
+    if let Some(record) = record_session_ids {
+        builder = builder.record_session_ids(record);
+    }
+    let ledger = ledger.filter(|l| !l.is_none());
+    let Some(ledger) = ledger else {
+        return match identity {
+            Some(_) => Err(errors::invalid_config(
+                py,
+                "ledger_identity names a Redis ledger: give its URL as ledger=",
+            )),
+            None => Ok(builder),
+        };
+    };
+    if let Ok(shared) = ledger.cast::<PyMemoryLedger>() {
+        return Ok(builder.ledger(shared.get().inner.clone()));
+    }
+    let Ok(name) = ledger.cast::<PyString>() else {
+        return Err(PyTypeError::new_err(
+            "ledger must be a MemoryLedger, \"memory\", \"none\" or a redis:// URL",
+        ));
+    };
+    let name = name.to_str()?;
+    match name {
+        // The client's own: the default.
+        "memory" => Ok(builder),
+        "none" => Ok(builder.no_ledger()),
+        url if url.starts_with("redis://") || url.starts_with("rediss://") => {
+            let Some(identity) = identity else {
+                return Err(errors::invalid_config(
+                    py,
+                    "a Redis ledger needs ledger_identity=: the worker's stable name",
+                ));
+            };
+            let ledger = RedisLedger::new(url, &identity).map_err(|e| errors::to_py_err(py, &e))?;
+            Ok(builder.ledger(Arc::new(ledger)))
+        }
+        other => Err(errors::invalid_config(
+            py,
+            &format!("unknown ledger {other:?}: \"memory\", \"none\" or a redis:// URL"),
+        )),
+    }
+}
+
+/// A call ``Client.recover()`` picked up: what its ledger entry says, and (awaited) its
+/// outcome. A ``tools/call`` resolves to a ``CallToolResult``, any other method to its raw
+/// result; an unkeyed call that may have run raises ``OutcomeUnknownError`` at once, never
+/// re-sent.
+#[pyclass(frozen, module = "mcp_resume", name = "RecoveredCall")]
+pub struct PyRecoveredCall {
+    entry: LedgerEntry,
+    handle: Mutex<Option<CallHandle<Value>>>,
+}
+
+impl PyRecoveredCall {
+    pub fn new(call: RecoveredCall) -> Self {
+        let (entry, handle) = call.into_parts();
+        PyRecoveredCall {
+            entry,
+            handle: Mutex::new(Some(handle)),
+        }
+    }
+}
+
+impl IntoPython for RecoveredCall {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(Py::new(py, PyRecoveredCall::new(self))?.into_any())
+    }
+}
+
+/// A recovered call's result: typed for a tool call.
+enum Outcome {
+    Tool(mcp_resume::CallToolResult),
+    Raw(Value),
+}
+
+impl IntoPython for Outcome {
+    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self {
+            Outcome::Tool(result) => result.into_python(py),
+            Outcome::Raw(value) => value.into_python(py),
+        }
+    }
+}
+
+#[pymethods]
+impl PyRecoveredCall {
+    /// The ledger entry's id.
+    #[getter]
+    fn entry_id(&self) -> &str {
+        self.entry.id().as_str()
+    }
+
+    /// The JSON-RPC method.
+    #[getter]
+    fn method(&self) -> &str {
+        self.entry.method()
+    }
+
+    /// The params of its request (a dict), as recorded.
+    #[getter]
+    fn params(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        opt_to_py(py, self.entry.params())
+    }
+
+    /// For a ``tools/call``, the tool's name.
+    #[getter]
+    fn tool_name(&self) -> Option<&str> {
+        self.entry.tool_name()
+    }
+
+    /// For a ``tools/call``, the tool's arguments.
+    #[getter]
+    fn arguments(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        opt_to_py(py, self.entry.arguments())
+    }
+
+    /// The call's own idempotency key, if it had one.
+    #[getter]
+    fn idempotency_key(&self) -> Option<&str> {
+        self.entry.idempotency_key().map(|k| k.as_str())
+    }
+
+    /// Where it stood: ``"sent"``, ``"awaiting_input"`` or ``"task"``.
+    #[getter]
+    fn stage(&self) -> &'static str {
+        self.entry.stage().as_str()
+    }
+
+    /// The task it became, for stage ``"task"``.
+    #[getter]
+    fn task_id(&self) -> Option<&str> {
+        match self.entry.stage() {
+            CallStage::Task { task_id } => Some(task_id),
+            _ => None,
+        }
+    }
+
+    /// The call's deadline, in seconds since the Unix epoch.
+    #[getter]
+    fn deadline(&self) -> f64 {
+        self.entry
+            .deadline()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+
+    fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let handle = self
+            .handle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let Some(handle) = handle else {
+            return Err(PyRuntimeError::new_err(
+                "a recovered call's outcome is awaited once",
+            ));
+        };
+        let tool = self.entry.method() == "tools/call";
+        let awaitable = crate::bridge::awaitable(py, async move {
+            Reply(handle.await.and_then(|value| {
+                if tool {
+                    mcp_resume::CallToolResult::from_value(value).map(Outcome::Tool)
+                } else {
+                    Ok(Outcome::Raw(value))
+                }
+            }))
+        })?;
+        awaitable.call_method0(pyo3::intern!(py, "__await__"))
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RecoveredCall(method={:?}, tool_name={:?}, stage={:?}, keyed={})",
+            self.entry.method(),
+            self.entry.tool_name(),
+            self.entry.stage().as_str(),
+            self.entry.idempotency_key().is_some()
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, pyo3::types::PyModule>) -> PyResult<()> {
+    m.add_class::<PyMemoryLedger>()?;
+    m.add_class::<PyRecoveredCall>()?;
+    Ok(())
+}

@@ -1,0 +1,589 @@
+//! The driver's side of the ledger ([`crate::client::ledger`]): the record of each call in
+//! flight, the writes queued in the order the session reported them, and the gates that hold
+//! a call's POST until the write before it is durable.
+//!
+//! Writes are queued under the session's lock (no application code runs there) and carried
+//! out after it is released by whoever gets there first: the task whose input led to them (a
+//! caller, the exchange runner), a call's POST waiting at its gate, or the writer task. The
+//! timer task never carries one out: it wakes the writer task for them. One entry's writes
+//! are carried out one at a time, in order; different entries' side by side, so a ledger on
+//! the network costs a round trip per write and not a place in one line. An in-memory
+//! ledger's write is done when first polled, so a call pays no task switch for it; one that
+//! waits on I/O is handed to the writer task to finish.
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
+use std::time::SystemTime;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use rustc_hash::{FxHashMap, FxHashSet};
+use tokio::sync::Notify;
+
+use crate::client::ledger::{EntryId, Ledger, LedgerEntry};
+use crate::error::{Error, ErrorKind};
+use crate::proto::methods::TOOLS_CALL;
+use crate::proto::{CallId, CallStage, Checkpoint};
+
+/// One write.
+// An op is moved into its line once and out once: boxing the entry would cost an allocation
+// per write for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Write {
+    Put(LedgerEntry),
+    Remove(EntryId),
+}
+
+/// A write waiting its turn, and the gate it opens (a checkpoint a POST waits for).
+struct Op {
+    write: Write,
+    gate: Option<Arc<Gate>>,
+}
+
+/// A write being carried out that did not finish at its first poll.
+struct Parked {
+    entry: EntryId,
+    work: BoxFuture<'static, Result<(), Error>>,
+    gate: Option<Arc<Gate>>,
+}
+
+/// The writes not carried out yet.
+#[derive(Default)]
+struct Line {
+    /// The writes waiting, in the order they were queued. The first of an entry with no
+    /// write being carried out may start; the others wait behind it. (Scanned from the front:
+    /// a handful wait at a time, and one line costs no allocation per write.)
+    waiting: VecDeque<(EntryId, Op)>,
+    /// Writes handed to the writer task to finish.
+    parked: Vec<Parked>,
+    /// Entries with a write started and not finished (our own ids, or ones a recovery read
+    /// back: a fast hash is safe).
+    running: FxHashSet<EntryId>,
+}
+
+/// Carries out a client's ledger writes: one entry's in order, different entries' side by
+/// side.
+pub(crate) struct Writer {
+    ledger: Arc<dyn Ledger>,
+    line: Mutex<Line>,
+    /// Wakes the writer task.
+    wake: Notify,
+    /// The client stopped: the writer task ends once nothing is left to write.
+    closed: AtomicBool,
+}
+
+/// Opens once a checkpoint's write has finished: the POST held behind it leaves, or (the
+/// write failed) it is not sent.
+pub(crate) struct Gate {
+    result: OnceLock<Result<(), Error>>,
+    settled: Notify,
+}
+
+impl Gate {
+    fn new() -> Arc<Self> {
+        Arc::new(Gate {
+            result: OnceLock::new(),
+            settled: Notify::new(),
+        })
+    }
+
+    fn settle(&self, result: Result<(), Error>) {
+        let _ = self.result.set(result);
+        self.settled.notify_waiters();
+    }
+
+    fn is_open(&self) -> bool {
+        matches!(self.result.get(), Some(Ok(())))
+    }
+
+    /// Waits until the write has finished: its outcome.
+    pub(crate) async fn wait(&self) -> Result<(), Error> {
+        loop {
+            let notified = self.settled.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(result) = self.result.get() {
+                return result.clone();
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Writer {
+    pub(crate) fn new(ledger: Arc<dyn Ledger>) -> Arc<Self> {
+        Arc::new(Writer {
+            ledger,
+            line: Mutex::new(Line::default()),
+            wake: Notify::new(),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn ledger(&self) -> &Arc<dyn Ledger> {
+        &self.ledger
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        match self.line.lock() {
+            Ok(line) => line,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn queue(&self, entry: EntryId, write: Write, gate: Option<Arc<Gate>>) {
+        self.lock().waiting.push_back((entry, Op { write, gate }));
+    }
+
+    /// The future carrying out `write`; a panic in the ledger is its failure.
+    fn start(&self, write: Write) -> BoxFuture<'static, Result<(), Error>> {
+        let ledger = self.ledger.clone();
+        let work = async move {
+            match write {
+                Write::Put(entry) => ledger.put(entry).await,
+                Write::Remove(id) => ledger.remove(id).await,
+            }
+        };
+        AssertUnwindSafe(work)
+            .catch_unwind()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|_| {
+                    tracing::error!("the ledger panicked: a record may be missing");
+                    Err(Error::new(ErrorKind::Ledger, "the ledger panicked"))
+                })
+            })
+            .boxed()
+    }
+
+    /// The next write that may start: the first waiting of an entry with none being carried
+    /// out.
+    fn next_startable(&self) -> Option<(EntryId, Op)> {
+        let mut line = self.lock();
+        let at = line
+            .waiting
+            .iter()
+            .position(|(entry, _)| !line.running.contains(entry))?;
+        let (entry, op) = line.waiting.remove(at)?;
+        line.running.insert(entry.clone());
+        Some((entry, op))
+    }
+
+    /// A write of `entry` has finished: its gate opens (or says why not), and the entry's
+    /// next write may start.
+    fn finished(&self, entry: EntryId, gate: Option<Arc<Gate>>, result: Result<(), Error>) {
+        if let Err(error) = &result {
+            tracing::warn!(%error, "a ledger write failed");
+        }
+        if let Some(gate) = gate {
+            gate.settle(result);
+        }
+        self.lock().running.remove(&entry);
+    }
+
+    /// Carries out the writes that may start, each as far as its first poll takes it; one
+    /// that does not finish there is handed to the writer task. Runs the ledger's code: never
+    /// from the timer task.
+    pub(crate) fn kick(&self) {
+        let mut handed = false;
+        while let Some((entry, op)) = self.next_startable() {
+            let mut work = self.start(op.write);
+            let waker = futures::task::noop_waker();
+            match work.as_mut().poll(&mut Context::from_waker(&waker)) {
+                Poll::Ready(result) => self.finished(entry, op.gate, result),
+                Poll::Pending => {
+                    self.lock().parked.push(Parked {
+                        entry,
+                        work,
+                        gate: op.gate,
+                    });
+                    handed = true;
+                }
+            }
+        }
+        if handed {
+            self.wake.notify_one();
+        }
+    }
+
+    /// Wakes the writer task to carry out what is waiting (the timer task's way: it runs no
+    /// ledger code itself).
+    pub(crate) fn nudge(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The client stopped: the writer task finishes what is waiting, then ends.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// The writer task: starts what may start, and finishes the writes handed to it, side
+    /// by side.
+    pub(crate) async fn run(self: Arc<Self>) {
+        let mut writing = FuturesUnordered::new();
+        loop {
+            self.kick();
+            let idle = {
+                let mut line = self.lock();
+                for Parked { entry, work, gate } in line.parked.drain(..) {
+                    writing.push(work.map(move |result| (entry, gate, result)));
+                }
+                line.running.is_empty() && line.waiting.is_empty()
+            };
+            if idle && writing.is_empty() && self.closed.load(Ordering::Acquire) {
+                break;
+            }
+            tokio::select! {
+                () = self.wake.notified() => {}
+                Some((entry, gate, result)) = writing.next(), if !writing.is_empty() => {
+                    self.finished(entry, gate, result);
+                }
+            }
+        }
+    }
+}
+
+/// What the driver keeps of one call's entry.
+struct Record {
+    id: EntryId,
+    deadline: SystemTime,
+    /// The gate of its last checkpoint of stage `Sent`, until a POST takes it.
+    gate: Option<Arc<Gate>>,
+    /// It became a task that has not ended: its entry outlives the call's wait.
+    task_open: bool,
+    /// A write its POST waited for failed: the next POST writes the entry again first.
+    rewrite: bool,
+    /// The task it became (kept when only tasks left behind are written).
+    task_id: Option<String>,
+    /// Its entry is in the ledger (it was picked up from one, or written).
+    stored: bool,
+}
+
+impl Record {
+    fn new(id: EntryId, deadline: SystemTime) -> Self {
+        Record {
+            id,
+            deadline,
+            gate: None,
+            task_open: false,
+            rewrite: false,
+            task_id: None,
+            stored: false,
+        }
+    }
+}
+
+/// What a client writes to its ledger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// Every call in flight, as it progresses (a ledger another client or process reads).
+    Calls,
+    /// Only the tasks still running when their calls stopped waiting: for a ledger no one but
+    /// the client itself ever reads (the default, a memory ledger of its own). Its own
+    /// `recover` skips its calls in flight, so an entry for one of them could never be read;
+    /// not writing them costs a call nothing.
+    TasksLeftBehind,
+}
+
+/// The entries of a client's calls in flight, and the writer that keeps them.
+pub(crate) struct Records {
+    writer: Arc<Writer>,
+    /// The endpoint as entries name it: without what may carry credentials.
+    endpoint: Arc<str>,
+    keep_session_ids: bool,
+    scope: Scope,
+    calls: FxHashMap<CallId, Record>,
+}
+
+impl Records {
+    pub(crate) fn new(
+        writer: Arc<Writer>,
+        endpoint: String,
+        keep_session_ids: bool,
+        scope: Scope,
+    ) -> Self {
+        Records {
+            writer,
+            endpoint: endpoint.into(),
+            keep_session_ids,
+            scope,
+            calls: FxHashMap::default(),
+        }
+    }
+
+    pub(crate) fn writer(&self) -> &Arc<Writer> {
+        &self.writer
+    }
+
+    /// Call `call` is the one entry `id` (due at `deadline`; a task's when `task`) records,
+    /// picked up.
+    pub(crate) fn adopt(&mut self, call: CallId, id: EntryId, deadline: SystemTime, task: bool) {
+        let mut record = Record::new(id, deadline);
+        record.task_open = task;
+        record.stored = true;
+        self.calls.insert(call, record);
+    }
+
+    /// `call` became task `task_id` (what a ledger of tasks left behind keeps of it).
+    pub(crate) fn task_created(&mut self, call: CallId, task_id: &str) {
+        if self.scope == Scope::TasksLeftBehind {
+            let record = self
+                .calls
+                .entry(call)
+                .or_insert_with(|| Record::new(EntryId::fresh(), SystemTime::now()));
+            record.task_open = true;
+            record.task_id = Some(task_id.to_owned());
+        }
+    }
+
+    /// Queues the write of `call`'s checkpoint (its first makes its entry); `now` is the
+    /// session's clock and the wall clock, to date the deadline.
+    pub(crate) fn checkpoint(
+        &mut self,
+        call: CallId,
+        checkpoint: Checkpoint,
+        now: (std::time::Instant, SystemTime),
+    ) {
+        let record = self.calls.entry(call).or_insert_with(|| {
+            let deadline = now.1 + checkpoint.deadline.saturating_duration_since(now.0);
+            Record::new(EntryId::fresh(), deadline)
+        });
+        let gate = match checkpoint.stage {
+            CallStage::Sent { .. } => Some(Gate::new()),
+            CallStage::Task { .. } => {
+                record.task_open = true;
+                None
+            }
+            _ => None,
+        };
+        // Written again from now: a failed write before it is made good by this one.
+        record.rewrite = false;
+        if gate.is_some() {
+            record.gate = gate.clone();
+        }
+        let entry = LedgerEntry::from_checkpoint(
+            record.id.clone(),
+            self.endpoint.clone(),
+            checkpoint,
+            record.deadline,
+            self.keep_session_ids,
+            now.1,
+        );
+        self.writer
+            .queue(record.id.clone(), Write::Put(entry), gate);
+    }
+
+    /// Whether `call`'s next POST must write its entry again first (a write it waited for
+    /// failed).
+    pub(crate) fn needs_rewrite(&self, call: CallId) -> bool {
+        self.calls.get(&call).is_some_and(|r| r.rewrite)
+    }
+
+    /// The gate `call`'s POST waits at, if a write it depends on has not finished.
+    pub(crate) fn gate(&mut self, call: CallId) -> Option<Arc<Gate>> {
+        let gate = self.calls.get_mut(&call)?.gate.take()?;
+        (!gate.is_open()).then_some(gate)
+    }
+
+    /// A write `call`'s POST waited for failed: the POST was not sent.
+    pub(crate) fn refused(&mut self, call: CallId) {
+        if let Some(record) = self.calls.get_mut(&call) {
+            record.rewrite = true;
+        }
+    }
+
+    /// `call`'s task ended: its entry goes with the call.
+    pub(crate) fn task_finished(&mut self, call: CallId) {
+        if let Some(record) = self.calls.get_mut(&call) {
+            record.task_open = false;
+        }
+    }
+
+    /// `call` ended; its entry is removed, unless it became a task still running and the call
+    /// only gave up waiting (`abandoned`: the application dropped it, and the task was
+    /// cancelled with it). Returns whether a write was queued.
+    pub(crate) fn ended(&mut self, call: CallId, abandoned: bool) -> bool {
+        let Some(record) = self.calls.remove(&call) else {
+            return false;
+        };
+        let left_behind = record.task_open && !abandoned;
+        if self.scope == Scope::TasksLeftBehind {
+            if !left_behind && record.stored {
+                // A task picked up from its entry, ended: the entry goes.
+                self.writer
+                    .queue(record.id.clone(), Write::Remove(record.id), None);
+                return true;
+            }
+            // Written once, when the call leaves its task behind: a later `recover` polls it
+            // (one picked up and left behind again keeps its entry).
+            let Some(task_id) = record.task_id.filter(|_| left_behind) else {
+                return false;
+            };
+            let now = SystemTime::now();
+            let checkpoint = Checkpoint::new(TOOLS_CALL, None, std::time::Instant::now())
+                .with_stage(CallStage::Task { task_id });
+            let entry = LedgerEntry::from_checkpoint(
+                record.id.clone(),
+                self.endpoint.clone(),
+                checkpoint,
+                now,
+                false,
+                now,
+            );
+            self.writer.queue(record.id, Write::Put(entry), None);
+            return true;
+        }
+        if left_behind {
+            return false;
+        }
+        self.writer
+            .queue(record.id.clone(), Write::Remove(record.id), None);
+        true
+    }
+
+    /// Whether entry `id` is a call of this client's in flight.
+    pub(crate) fn holds(&self, id: &EntryId) -> bool {
+        self.calls.values().any(|r| &r.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Logs each write as it starts; a put of an entry named `slow…` then waits for `go`.
+    #[derive(Default)]
+    struct Held {
+        log: Mutex<Vec<String>>,
+        go: Notify,
+    }
+
+    impl Ledger for Held {
+        fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>> {
+            self.log.lock().unwrap().push(format!("put {}", entry.id()));
+            Box::pin(async move {
+                if entry.id().as_str().starts_with("slow") {
+                    self.go.notified().await;
+                }
+                Ok(())
+            })
+        }
+
+        fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+            self.log.lock().unwrap().push(format!("remove {id}"));
+            Box::pin(async { Ok(()) })
+        }
+
+        fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    fn entry(id: &str) -> LedgerEntry {
+        let checkpoint = Checkpoint::new("tools/call", None, Instant::now());
+        let now = SystemTime::now();
+        LedgerEntry::from_checkpoint(
+            EntryId::parse(id).unwrap(),
+            "http://h/mcp".into(),
+            checkpoint,
+            now + Duration::from_secs(60),
+            false,
+            now,
+        )
+    }
+
+    /// A ledger only its client reads keeps exactly the tasks calls leave behind: not a call
+    /// that never became a task, nor a task that ended or was cancelled with its call; and a
+    /// task picked up from its entry takes the entry with it when it ends.
+    #[test]
+    fn a_private_ledger_keeps_only_the_tasks_left_behind() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(
+            writer.clone(),
+            "http://h/mcp".into(),
+            false,
+            Scope::TasksLeftBehind,
+        );
+        let [left, finished, plain, dropped] = [(); 4].map(|()| CallId::next());
+        records.task_created(left, "t-left");
+        records.task_created(finished, "t-finished");
+        records.task_finished(finished);
+        records.task_created(dropped, "t-dropped");
+        assert!(records.ended(left, false));
+        assert!(!records.ended(finished, false));
+        assert!(!records.ended(plain, false));
+        assert!(!records.ended(dropped, true));
+        writer.kick();
+        let held = ledger.entries().now_or_never().unwrap().unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(
+            held[0].stage(),
+            &CallStage::Task {
+                task_id: "t-left".into()
+            }
+        );
+
+        let picked = CallId::next();
+        records.adopt(picked, held[0].id().clone(), SystemTime::now(), true);
+        records.task_finished(picked);
+        assert!(records.ended(picked, false));
+        writer.kick();
+        assert!(ledger.is_empty());
+    }
+
+    /// One entry's writes in order, another's not held up behind them; a gate opens when its
+    /// write has finished, not before.
+    #[tokio::test]
+    async fn writes_keep_each_entrys_order_and_no_other_waits() {
+        let ledger = Arc::new(Held::default());
+        let writer = Writer::new(ledger.clone());
+        tokio::spawn(writer.clone().run());
+        let held = Gate::new();
+        let (slow, fast) = (
+            EntryId::parse("slow-1").unwrap(),
+            EntryId::parse("fast-1").unwrap(),
+        );
+        writer.queue(
+            slow.clone(),
+            Write::Put(entry("slow-1")),
+            Some(held.clone()),
+        );
+        writer.queue(slow.clone(), Write::Remove(slow), None);
+        let open = Gate::new();
+        writer.queue(
+            fast.clone(),
+            Write::Put(entry("fast-1")),
+            Some(open.clone()),
+        );
+        writer.queue(fast.clone(), Write::Remove(fast), None);
+        writer.kick();
+        assert!(open.is_open(), "the other entry's write is not held up");
+        assert!(!held.is_open());
+        assert_eq!(
+            *ledger.log.lock().unwrap(),
+            ["put slow-1", "put fast-1", "remove fast-1"],
+            "the held entry's removal waits behind its put"
+        );
+        ledger.go.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), held.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while ledger.log.lock().unwrap().len() < 4 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(ledger.log.lock().unwrap()[3], "remove slow-1");
+        writer.close();
+    }
+}

@@ -1,0 +1,499 @@
+//! [`LedgerEntry`]: one call's record, and its stored form (versioned JSON).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{Error, ErrorKind};
+use crate::ids::{EventId, IdempotencyKey, SessionId};
+use crate::proto::{CallStage, Checkpoint, Era};
+
+/// How long the record of a call that became a task is kept, past the call's own deadline:
+/// a task may run far longer than anyone waits for it, and a new process polls it again.
+pub const TASK_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// The stored form's version: a reader refuses any other.
+const FORMAT: u64 = 1;
+/// The longest id accepted when read back.
+const MAX_ID_LEN: usize = 128;
+
+/// Names one entry: unique across processes (a per-process random prefix and a counter), and
+/// the same for the whole life of its call, across every write and every pick-up.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntryId(Arc<str>);
+
+impl EntryId {
+    /// A fresh id.
+    pub(crate) fn fresh() -> Self {
+        static PREFIX: OnceLock<String> = OnceLock::new();
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let prefix = PREFIX.get_or_init(|| {
+            let mut simple = uuid::Uuid::new_v4().simple().to_string();
+            simple.truncate(16);
+            simple
+        });
+        // Built by hand on the stack, then one allocation: `format!` costs a call several
+        // hundred instructions, and every call recorded makes one.
+        let mut n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut buf = [0u8; 64];
+        let mut end = buf.len();
+        loop {
+            end -= 1;
+            buf[end] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        end -= 1;
+        buf[end] = b'-';
+        let start = end - prefix.len();
+        buf[start..end].copy_from_slice(prefix.as_bytes());
+        // Hex digits, a dash and decimal digits: ASCII.
+        let text = std::str::from_utf8(&buf[start..]).unwrap_or("entry");
+        EntryId(Arc::from(text))
+    }
+
+    /// An id read back from storage: 1 to 128 visible ASCII characters.
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let valid = !text.is_empty()
+            && text.len() <= MAX_ID_LEN
+            && text.bytes().all(|b| b.is_ascii_graphic());
+        if valid {
+            Ok(EntryId(text.into()))
+        } else {
+            Err(malformed(
+                "an entry id must be 1 to 128 visible ASCII characters",
+            ))
+        }
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for EntryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EntryId({})", self.0)
+    }
+}
+
+impl fmt::Display for EntryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One call's record in a [`Ledger`](super::Ledger): what was asked (method, params,
+/// idempotency key), where it stands ([`CallStage`]), and until when it matters.
+///
+/// What it holds is what a new process needs and no more: the endpoint without its query
+/// string or user info, never a token or a header; the session id only when the application
+/// asked for it ([`ClientBuilder::record_session_ids`](crate::ClientBuilder::record_session_ids)).
+/// The params are kept as sent, so that a keyed call can be re-sent and an unkeyed one
+/// reported with its arguments: tool arguments that are secrets are written as they are.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LedgerEntry {
+    id: EntryId,
+    endpoint: Arc<str>,
+    method: String,
+    params: Option<Value>,
+    idempotency_key: Option<IdempotencyKey>,
+    stage: CallStage,
+    era: Option<Era>,
+    session_id: Option<SessionId>,
+    last_event_id: Option<EventId>,
+    deadline: SystemTime,
+    expires_at: SystemTime,
+}
+
+impl LedgerEntry {
+    /// The record of `checkpoint`, a call of `endpoint` (already stripped of what may carry
+    /// credentials) due at `deadline`; its session id only when `keep_session_id`.
+    pub(crate) fn from_checkpoint(
+        id: EntryId,
+        endpoint: Arc<str>,
+        checkpoint: Checkpoint,
+        deadline: SystemTime,
+        keep_session_id: bool,
+        now: SystemTime,
+    ) -> Self {
+        let expires_at = match checkpoint.stage {
+            CallStage::Task { .. } => deadline.max(now + TASK_RETENTION),
+            _ => deadline,
+        };
+        LedgerEntry {
+            id,
+            endpoint,
+            method: checkpoint.method,
+            params: checkpoint.params,
+            idempotency_key: checkpoint.idempotency_key,
+            stage: checkpoint.stage,
+            era: checkpoint.era,
+            session_id: checkpoint.session_id.filter(|_| keep_session_id),
+            last_event_id: checkpoint.last_event_id,
+            deadline,
+            expires_at,
+        }
+    }
+
+    /// The checkpoint a session picks the call up from, due at `deadline` there.
+    pub(crate) fn to_checkpoint(&self, deadline: Instant) -> Checkpoint {
+        let mut checkpoint = Checkpoint::new(self.method.clone(), self.params.clone(), deadline)
+            .with_idempotency_key(self.idempotency_key.clone())
+            .with_stage(self.stage.clone());
+        checkpoint.era = self.era;
+        checkpoint.session_id = self.session_id.clone();
+        checkpoint.last_event_id = self.last_event_id.clone();
+        checkpoint
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &EntryId {
+        &self.id
+    }
+
+    /// The endpoint the call was made to: scheme, host, port and path.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The JSON-RPC method.
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    /// The params of its current request (an MRTR round's carry `inputResponses` and
+    /// `requestState`).
+    pub fn params(&self) -> Option<&Value> {
+        self.params.as_ref()
+    }
+
+    /// For a `tools/call`, the tool's name.
+    pub fn tool_name(&self) -> Option<&str> {
+        self.params
+            .as_ref()
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str)
+    }
+
+    /// For a `tools/call`, the tool's arguments.
+    pub fn arguments(&self) -> Option<&Value> {
+        self.params.as_ref().and_then(|p| p.get("arguments"))
+    }
+
+    /// The call's own idempotency key (an MRTR round's derives from it).
+    pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
+        self.idempotency_key.as_ref()
+    }
+
+    /// Where the call stood at its last write.
+    pub fn stage(&self) -> &CallStage {
+        &self.stage
+    }
+
+    /// The era of the session it went out on, when known.
+    pub fn era(&self) -> Option<Era> {
+        self.era
+    }
+
+    /// The session it went out on (legacy era), when the application asked for session ids
+    /// to be recorded.
+    pub fn session_id(&self) -> Option<&SessionId> {
+        self.session_id.as_ref()
+    }
+
+    /// Its response stream's cursor at its last write (legacy era).
+    pub fn last_event_id(&self) -> Option<&EventId> {
+        self.last_event_id.as_ref()
+    }
+
+    /// The call's deadline.
+    pub fn deadline(&self) -> SystemTime {
+        self.deadline
+    }
+
+    /// When the entry may be dropped: the deadline, or for a task [`TASK_RETENTION`] after
+    /// it became one, whichever is later.
+    pub fn expires_at(&self) -> SystemTime {
+        self.expires_at
+    }
+
+    /// Whether it has expired at `now`.
+    pub fn is_expired(&self, now: SystemTime) -> bool {
+        now >= self.expires_at
+    }
+
+    /// The stored form: a JSON object, versioned, with a digest of the params that
+    /// [`LedgerEntry::from_json`] checks (against corruption, not tampering: whoever can write
+    /// the entry can write its digest). What a [`Ledger`](super::Ledger) of your own stores.
+    pub fn to_json(&self) -> Value {
+        let params = self.params.clone().unwrap_or(Value::Null);
+        let mut stored = json!({
+            "v": FORMAT,
+            "id": &*self.id.0,
+            "endpoint": &*self.endpoint,
+            "method": self.method,
+            "digest": digest(&params),
+            "params": params,
+            "stage": self.stage.as_str(),
+            "deadlineMs": unix_ms(self.deadline),
+            "expiresMs": unix_ms(self.expires_at),
+        });
+        let Value::Object(map) = &mut stored else {
+            return stored;
+        };
+        if let Some(key) = &self.idempotency_key {
+            map.insert("key".into(), Value::String(key.as_str().to_owned()));
+        }
+        match &self.stage {
+            CallStage::Sent { round } => {
+                map.insert("round".into(), json!(round));
+            }
+            CallStage::AwaitingInput {
+                round,
+                request_state,
+                input_requests,
+            } => {
+                map.insert("round".into(), json!(round));
+                if let Some(state) = request_state {
+                    map.insert("requestState".into(), Value::String(state.clone()));
+                }
+                map.insert(
+                    "inputRequests".into(),
+                    Value::Object(input_requests.clone()),
+                );
+            }
+            CallStage::Task { task_id } => {
+                map.insert("taskId".into(), Value::String(task_id.clone()));
+            }
+        }
+        if let Some(era) = self.era {
+            map.insert("era".into(), Value::String(era.as_str().to_owned()));
+        }
+        if let Some(session) = &self.session_id {
+            map.insert(
+                "sessionId".into(),
+                Value::String(session.expose().to_owned()),
+            );
+        }
+        if let Some(cursor) = &self.last_event_id {
+            map.insert(
+                "lastEventId".into(),
+                Value::String(cursor.as_str().to_owned()),
+            );
+        }
+        stored
+    }
+
+    /// An entry read back from its stored form ([`LedgerEntry::to_json`]). Anything
+    /// malformed, of another version, or whose params do not match their digest is an
+    /// [`ErrorKind::Ledger`] error: such an entry is never acted on.
+    pub fn from_json(stored: &Value) -> Result<Self, Error> {
+        let map = stored
+            .as_object()
+            .ok_or_else(|| malformed("an entry is a JSON object"))?;
+        if map.get("v").and_then(Value::as_u64) != Some(FORMAT) {
+            return Err(malformed("an entry of an unknown version"));
+        }
+        let text = |name: &str| map.get(name).and_then(Value::as_str);
+        let required = |name: &str| {
+            text(name).ok_or_else(|| malformed(&format!("an entry without its {name}")))
+        };
+        let id = EntryId::parse(required("id")?)?;
+        let params = match map.get("params") {
+            None | Some(Value::Null) => None,
+            Some(params) => Some(params.clone()),
+        };
+        let check = params.clone().unwrap_or(Value::Null);
+        if text("digest") != Some(digest(&check).as_str()) {
+            return Err(malformed("an entry whose params do not match their digest"));
+        }
+        let round = || {
+            map.get("round")
+                .and_then(Value::as_u64)
+                .and_then(|r| u32::try_from(r).ok())
+                .ok_or_else(|| malformed("an entry without its round"))
+        };
+        let stage = match required("stage")? {
+            "sent" => CallStage::Sent { round: round()? },
+            "awaiting_input" => CallStage::AwaitingInput {
+                round: round()?,
+                request_state: text("requestState").map(str::to_owned),
+                input_requests: map
+                    .get("inputRequests")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_else(Map::new),
+            },
+            "task" => CallStage::Task {
+                task_id: required("taskId")?.to_owned(),
+            },
+            _ => return Err(malformed("an entry of an unknown stage")),
+        };
+        let idempotency_key = text("key")
+            .map(|k| IdempotencyKey::new(k).map_err(|_| malformed("an invalid idempotency key")))
+            .transpose()?;
+        let era = text("era").and_then(|e| e.parse().ok());
+        let session_id = text("sessionId").and_then(|s| SessionId::parse(s.as_bytes()).ok());
+        let last_event_id = text("lastEventId").and_then(|c| EventId::parse(c).ok());
+        let time = |name: &str| {
+            map.get(name)
+                .and_then(Value::as_u64)
+                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
+                .ok_or_else(|| malformed(&format!("an entry without its {name}")))
+        };
+        Ok(LedgerEntry {
+            id,
+            endpoint: required("endpoint")?.into(),
+            method: required("method")?.to_owned(),
+            params,
+            idempotency_key,
+            stage,
+            era,
+            session_id,
+            last_event_id,
+            deadline: time("deadlineMs")?,
+            expires_at: time("expiresMs")?,
+        })
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 before it).
+pub(crate) fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// FNV-1a (64 bits) of the params' JSON text: enough to catch a truncated or corrupted
+/// entry, and cheap. Serializing what was parsed gives back the same text, whether objects
+/// keep their members sorted or in their order.
+fn digest(params: &Value) -> String {
+    let text = params.to_string();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("fnv1a64:{hash:016x}")
+}
+
+fn malformed(what: &str) -> Error {
+    Error::new(ErrorKind::Ledger, format!("malformed ledger entry: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(stage: CallStage) -> LedgerEntry {
+        let now = SystemTime::now();
+        let checkpoint = Checkpoint::new(
+            "tools/call",
+            Some(json!({"name": "charge", "arguments": {"cents": 500}})),
+            Instant::now(),
+        )
+        .with_idempotency_key(Some(IdempotencyKey::new("k-1").unwrap()))
+        .with_stage(stage);
+        LedgerEntry::from_checkpoint(
+            EntryId::fresh(),
+            "http://127.0.0.1:9/mcp".into(),
+            checkpoint,
+            now + Duration::from_secs(60),
+            false,
+            now,
+        )
+    }
+
+    /// Every stage survives its stored form, to the millisecond.
+    #[test]
+    fn entries_round_trip_through_their_stored_form() {
+        let stages = [
+            CallStage::Sent { round: 2 },
+            CallStage::AwaitingInput {
+                round: 1,
+                request_state: Some("s-1".into()),
+                input_requests: json!({"confirm": {"method": "elicitation/create"}})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            },
+            CallStage::Task {
+                task_id: "t-9".into(),
+            },
+        ];
+        for stage in stages {
+            let written = entry(stage);
+            let read = LedgerEntry::from_json(&written.to_json()).unwrap();
+            assert_eq!(read.stage(), written.stage());
+            assert_eq!(read.params(), written.params());
+            assert_eq!(read.arguments(), Some(&json!({"cents": 500})));
+            assert_eq!(read.idempotency_key(), written.idempotency_key());
+            assert_eq!(unix_ms(read.deadline()), unix_ms(written.deadline()));
+            assert_eq!(read.id(), written.id());
+        }
+    }
+
+    /// A task's record outlives its call's deadline; a call's does not.
+    #[test]
+    fn a_task_is_kept_past_its_calls_deadline() {
+        let sent = entry(CallStage::Sent { round: 0 });
+        assert_eq!(sent.expires_at(), sent.deadline());
+        let task = entry(CallStage::Task {
+            task_id: "t".into(),
+        });
+        assert!(task.expires_at() >= SystemTime::now() + TASK_RETENTION - Duration::from_secs(5));
+    }
+
+    /// A changed byte, a missing field or another version is refused, never acted on.
+    #[test]
+    fn damaged_entries_are_refused() {
+        let good = entry(CallStage::Sent { round: 0 }).to_json();
+        let mut tampered = good.clone();
+        tampered["params"]["arguments"]["cents"] = json!(50_000);
+        let mut future = good.clone();
+        future["v"] = json!(2);
+        let mut no_stage = good.clone();
+        no_stage.as_object_mut().unwrap().remove("stage");
+        for bad in [tampered, future, no_stage, json!([1]), json!({"v": 1})] {
+            let err = LedgerEntry::from_json(&bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+        }
+    }
+
+    /// Session ids are written only when asked for.
+    #[test]
+    fn session_ids_are_kept_only_on_request() {
+        let now = SystemTime::now();
+        let mut checkpoint = Checkpoint::new("tools/call", None, Instant::now());
+        checkpoint.session_id = Some(SessionId::parse(b"secret-session").unwrap());
+        let kept = |keep| {
+            LedgerEntry::from_checkpoint(
+                EntryId::fresh(),
+                "http://h/mcp".into(),
+                checkpoint.clone(),
+                now,
+                keep,
+                now,
+            )
+            .to_json()
+        };
+        assert!(kept(false).get("sessionId").is_none());
+        assert_eq!(kept(true)["sessionId"], "secret-session");
+    }
+
+    #[test]
+    fn ids_are_unique_and_checked() {
+        assert_ne!(EntryId::fresh(), EntryId::fresh());
+        assert!(EntryId::parse("").is_err());
+        assert!(EntryId::parse("a b").is_err());
+        assert!(EntryId::parse(&"x".repeat(129)).is_err());
+        assert_eq!(EntryId::parse("ab-1").unwrap().as_str(), "ab-1");
+    }
+}

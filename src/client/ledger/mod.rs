@@ -1,0 +1,72 @@
+//! The ledger of calls in flight: what a client writes down before a call's first byte
+//! leaves and as it progresses, so that the process that replaces this one can make every
+//! interrupted call a call again ([`Client::recover`](crate::Client::recover)).
+//!
+//! One trait, [`Ledger`], and two stores: [`MemoryLedger`], shared by the clients of one
+//! process, and, with the `redis` feature, `RedisLedger`, one namespace per client identity,
+//! for fleets of agent workers that are redeployed, evicted and OOM-killed. The guide's
+//! [fleet restarts](crate::guide::restarts) chapter says how they fit together.
+//!
+//! By default a client keeps a memory ledger of its own, which no one else can read: it writes
+//! there only the tasks its calls leave behind (still working when a call stops waiting), for
+//! its own `recover` to poll later, and nothing for a call in flight (that `recover` skips
+//! those), so an ordinary call pays nothing for it. A ledger given to the builder records
+//! every call, as below.
+//!
+//! What a client writes, and when (each write outside the session's lock, never from the
+//! task that keeps deadlines; a ledger's panic is caught):
+//!
+//! - an entry before the first byte of a call leaves ([`CallStage::Sent`]), and again
+//!   before each MRTR round's request leaves: the call is not sent until the write is
+//!   durable, and a write that fails holds it back like a connection that could not be made
+//!   (tried again with backoff within its deadline);
+//! - the same entry, rewritten when the call waits for the application's answers to a
+//!   round ([`CallStage::AwaitingInput`]), became a task ([`CallStage::Task`]), or has its
+//!   stream resumed;
+//! - its removal once the call has ended (except for a task still running when its call
+//!   gave up waiting: kept until [`TASK_RETENTION`] passes, for a later `recover`).
+//!
+//! Calls of read-only methods (ping, the lists, reads, completions) are not written: a
+//! restart has nothing of them to report.
+//!
+//! [`CallStage::Sent`]: crate::proto::CallStage::Sent
+//! [`CallStage::AwaitingInput`]: crate::proto::CallStage::AwaitingInput
+//! [`CallStage::Task`]: crate::proto::CallStage::Task
+
+mod entry;
+mod memory;
+#[cfg(feature = "redis")]
+mod redis;
+
+use futures::future::BoxFuture;
+
+pub use entry::{EntryId, LedgerEntry, TASK_RETENTION};
+pub use memory::MemoryLedger;
+#[cfg(feature = "redis")]
+pub use redis::RedisLedger;
+
+use crate::error::Error;
+
+/// Where a client keeps the record of its calls in flight.
+///
+/// The client calls it outside the session's lock, from the task of the call it serves or
+/// from its driver's own tasks (never the one that keeps deadlines); for one entry one
+/// operation at a time and in order, for different entries possibly at the same time. A panic
+/// costs the operation, never the call or the client. An operation's future may start its
+/// work when it is first polled or before: the client creates each only once the one before
+/// it on the same entry has finished.
+///
+/// An implementation of your own stores [`LedgerEntry::to_json`] under the entry's id, drops
+/// it from [`LedgerEntry::expires_at`] on, and reads it back with [`LedgerEntry::from_json`];
+/// its failures are [`Error::ledger`]. One ledger (one namespace) belongs to one process at a
+/// time: the process that replaces it takes its entries over with `recover`.
+pub trait Ledger: Send + Sync + 'static {
+    /// Writes `entry`, replacing the one with its id.
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// Forgets entry `id` (nothing to do when there is none).
+    fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>>;
+
+    /// Every entry not expired yet, in no particular order.
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>>;
+}

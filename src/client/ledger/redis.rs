@@ -1,0 +1,229 @@
+//! [`RedisLedger`]: the ledger on Redis, one namespace per client identity.
+//!
+//! Layout, every key under `mcp-resume:ledger:{<identity>}:` (the braces are a hash tag: on
+//! Redis Cluster one worker's keys share a slot):
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `entry:<id>` | string (an entry's JSON, [`LedgerEntry::to_json`]) with a TTL | one call in flight, expiring with its deadline |
+//! | `index` | sorted set: entry id by expiry (ms since the epoch), with a TTL | the entries, for reading them all; its TTL is the longest of theirs |
+//!
+//! A write is one round trip (a Lua script sets the entry and indexes it); a removal is one
+//! (`DEL` and `ZREM` in a transaction); reading them all is two.
+
+use std::time::{Duration, SystemTime};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::Script;
+use tokio::sync::OnceCell;
+
+use super::entry::unix_ms;
+use super::{EntryId, Ledger, LedgerEntry};
+use crate::error::{Error, ErrorKind};
+
+/// Writes an entry and indexes it; the index lives as long as its longest-lived entry.
+/// KEYS: entry, index. ARGV: the entry's JSON, its TTL (ms), its expiry (ms since the epoch),
+/// its id.
+const PUT: &str = r"
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return 1
+";
+
+/// The longest identity accepted.
+const MAX_IDENTITY_LEN: usize = 128;
+
+/// A [`Ledger`] on Redis (or Redis Cluster), under the name of one client identity: the
+/// worker a process is (a StatefulSet pod's name, a systemd instance), the same in the
+/// process that replaces it. One identity belongs to one process at a time.
+///
+/// Entries expire with their calls' deadlines (Redis TTLs), so what a fleet leaves behind is
+/// bounded. It connects on first use and reconnects by itself; every command is bounded (2 s),
+/// and a failure is an [`ErrorKind::Ledger`] error: the call it was for is held back and
+/// tried again, never sent unrecorded.
+pub struct RedisLedger {
+    client: redis::Client,
+    conn: OnceCell<ConnectionManager>,
+    /// `mcp-resume:ledger:{<identity>}:`
+    prefix: String,
+    put: Script,
+}
+
+impl std::fmt::Debug for RedisLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may carry a password.
+        f.debug_struct("RedisLedger")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisLedger {
+    /// The ledger of `identity` on the Redis server at `url` (`redis://host:port[/db]`, or
+    /// `rediss://` for TLS when the `redis` crate is built with it). Checks its arguments and
+    /// connects on first use; `identity` is 1 to 128 visible ASCII characters, braces
+    /// excluded. A bad URL or identity is [`ErrorKind::InvalidConfig`].
+    pub fn new(url: &str, identity: &str) -> Result<Self, Error> {
+        let valid = !identity.is_empty()
+            && identity.len() <= MAX_IDENTITY_LEN
+            && identity
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}');
+        if !valid {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a ledger identity is 1 to 128 visible ASCII characters, without braces",
+            ));
+        }
+        let client = redis::Client::open(url).map_err(|e| {
+            Error::with_source(
+                ErrorKind::InvalidConfig,
+                "invalid Redis URL for the ledger",
+                e,
+            )
+        })?;
+        Ok(RedisLedger {
+            client,
+            conn: OnceCell::new(),
+            prefix: format!("mcp-resume:ledger:{{{identity}}}:"),
+            put: Script::new(PUT),
+        })
+    }
+
+    async fn conn(&self) -> Result<ConnectionManager, Error> {
+        let conn = self
+            .conn
+            .get_or_try_init(|| async {
+                // Fail fast while the server is away: a write that cannot be made holds its
+                // call back, and the call tries again within its own deadline.
+                let config = ConnectionManagerConfig::new()
+                    .set_number_of_retries(1)
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(200))
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(2)));
+                ConnectionManager::new_with_config(self.client.clone(), config)
+                    .await
+                    .map_err(failed)
+            })
+            .await?;
+        Ok(conn.clone())
+    }
+
+    fn entry_key(&self, id: &EntryId) -> String {
+        format!("{}entry:{}", self.prefix, id.as_str())
+    }
+
+    fn index_key(&self) -> String {
+        format!("{}index", self.prefix)
+    }
+
+    async fn write(&self, entry: LedgerEntry) -> Result<(), Error> {
+        let ttl = entry
+            .expires_at()
+            .duration_since(SystemTime::now())
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        if ttl == 0 {
+            // Past its deadline already: nothing to keep.
+            return self.delete(entry.id().clone()).await;
+        }
+        let mut conn = self.conn().await?;
+        let id = entry.id().clone();
+        let json = entry.to_json().to_string();
+        self.put
+            .key(self.entry_key(&id))
+            .key(self.index_key())
+            .arg(json)
+            .arg(ttl)
+            .arg(unix_ms(entry.expires_at()))
+            .arg(id.as_str())
+            .invoke_async::<i64>(&mut conn)
+            .await
+            .map(drop)
+            .map_err(failed)
+    }
+
+    async fn delete(&self, id: EntryId) -> Result<(), Error> {
+        let mut conn = self.conn().await?;
+        redis::pipe()
+            .atomic()
+            .del(self.entry_key(&id))
+            .zrem(self.index_key(), id.as_str())
+            .exec_async(&mut conn)
+            .await
+            .map_err(failed)
+    }
+
+    async fn read(&self) -> Result<Vec<LedgerEntry>, Error> {
+        let mut conn = self.conn().await?;
+        let now = unix_ms(SystemTime::now());
+        let index = self.index_key();
+        let (_, ids): (i64, Vec<String>) = redis::pipe()
+            .atomic()
+            .zrembyscore(&index, "-inf", now)
+            .zrangebyscore(&index, format!("({now}"), "+inf")
+            .query_async(&mut conn)
+            .await
+            .map_err(failed)?;
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys: Vec<String> = ids
+            .iter()
+            .map(|id| format!("{}entry:{id}", self.prefix))
+            .collect();
+        let stored: Vec<Option<String>> = redis::cmd("MGET")
+            .arg(&keys)
+            .query_async(&mut conn)
+            .await
+            .map_err(failed)?;
+        let mut entries = Vec::with_capacity(ids.len());
+        let mut gone = Vec::new();
+        for (id, text) in ids.iter().zip(stored) {
+            let Some(text) = text else {
+                // Expired between the two reads.
+                gone.push(id.clone());
+                continue;
+            };
+            let parsed = serde_json::from_str(&text)
+                .map_err(|e| Error::with_source(ErrorKind::Ledger, "malformed ledger entry", e))
+                .and_then(|value| LedgerEntry::from_json(&value));
+            match parsed {
+                Ok(entry) => entries.push(entry),
+                // Left where it is, for whoever looks: never acted on.
+                Err(error) => tracing::error!(entry = %id, %error, "ledger entry skipped"),
+            }
+        }
+        if !gone.is_empty() {
+            let _ = redis::cmd("ZREM")
+                .arg(&index)
+                .arg(&gone)
+                .exec_async(&mut conn)
+                .await;
+        }
+        Ok(entries)
+    }
+}
+
+impl Ledger for RedisLedger {
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>> {
+        self.write(entry).boxed()
+    }
+
+    fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+        self.delete(id).boxed()
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
+        self.read().boxed()
+    }
+}
+
+fn failed(error: redis::RedisError) -> Error {
+    Error::ledger(error)
+}

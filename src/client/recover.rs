@@ -1,0 +1,171 @@
+//! [`Client::recover`]: the calls a stopped process left in flight, made calls again.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use futures::FutureExt;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::client::Client;
+use super::driver::Registration;
+use super::handle::CallHandle;
+use super::ledger::LedgerEntry;
+use crate::error::{Error, ErrorKind};
+use crate::proto::{CallId, CallStage};
+
+/// A call [`Client::recover`] picked up: what its ledger entry says, and its outcome.
+///
+/// Await it for the result (the raw JSON-RPC `result`;
+/// [`CallToolResult::from_value`](super::CallToolResult::from_value) reads a tool's). An
+/// unkeyed call whose request may have run ends [`ErrorKind::OutcomeUnknown`] at once, never
+/// re-sent: its [`entry`](RecoveredCall::entry) says which method, with which arguments.
+#[must_use = "dropping a RecoveredCall cancels its call"]
+pub struct RecoveredCall {
+    entry: LedgerEntry,
+    handle: CallHandle<Value>,
+}
+
+impl std::fmt::Debug for RecoveredCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveredCall")
+            .field("id", &self.handle.id())
+            .field("entry", &self.entry.id())
+            .field("method", &self.entry.method())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecoveredCall {
+    /// The call's id in this client's events and notifications.
+    pub fn id(&self) -> CallId {
+        self.handle.id()
+    }
+
+    /// The ledger entry it was picked up from: method, params, key, stage.
+    pub fn entry(&self) -> &LedgerEntry {
+        &self.entry
+    }
+
+    /// The entry and the call's handle, apart.
+    pub fn into_parts(self) -> (LedgerEntry, CallHandle<Value>) {
+        (self.entry, self.handle)
+    }
+}
+
+impl Future for RecoveredCall {
+    type Output = Result<Value, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.handle).poll(cx)
+    }
+}
+
+impl Client {
+    /// Picks up every call the ledger holds for this client's endpoint and that this client
+    /// does not have in flight: the calls a process (or a client) that stopped left behind.
+    /// **The one way a fleet restarts**: build the client on the same ledger (for a fleet, a
+    /// `RedisLedger` under the worker's stable name) and call this before anything else.
+    ///
+    /// Each entry becomes a call again, by the rule that governs every interruption:
+    /// - a call whose request may have run is re-sent under its own idempotency key (an MRTR
+    ///   round's, for a round) when the server deduplicates keys, or the application said it
+    ///   does ([`ResendPolicy::AssumeServerDeduplicates`](crate::ResendPolicy)); without a
+    ///   key, or to a server that ignores keys, it ends [`ErrorKind::OutcomeUnknown`] and is
+    ///   never re-sent (an unkeyed one at once, without connecting);
+    /// - a call that was waiting for the application's answers to an MRTR round asks this
+    ///   client's handlers again, then sends the round;
+    /// - a call that became a task is polled until the task ends.
+    ///
+    /// Each call ends by its recorded deadline (a task whose call's deadline passed gets
+    /// [`ClientBuilder::call_timeout`](super::ClientBuilder::call_timeout) more), and its
+    /// entry goes once it has ended. A ledger that cannot be read fails with
+    /// [`ErrorKind::Ledger`]; without a ledger ([`super::ClientBuilder::no_ledger`]) there is nothing
+    /// to recover.
+    ///
+    /// ```no_run
+    /// # async fn run(client: mcp_resume::Client) -> mcp_resume::Result<()> {
+    /// use mcp_resume::ErrorKind;
+    ///
+    /// for call in client.recover().await? {
+    ///     let entry = call.entry().clone();
+    ///     match call.await {
+    ///         Ok(result) => println!("{} finished: {result}", entry.method()),
+    ///         Err(e) if e.kind() == ErrorKind::OutcomeUnknown => {
+    ///             eprintln!("{:?} {:?} may or may not have run", entry.tool_name(), entry.arguments())
+    ///         }
+    ///         Err(e) => eprintln!("{} failed: {e}", entry.method()),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn recover(&self) -> Result<Vec<RecoveredCall>, Error> {
+        self.start_driver()?;
+        let core = self.core().clone();
+        let Some(writer) = core.writer.clone() else {
+            return Ok(Vec::new());
+        };
+        let read = AssertUnwindSafe(writer.ledger().entries())
+            .catch_unwind()
+            .await;
+        let entries = match read {
+            Ok(entries) => entries?,
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Ledger,
+                    "the ledger panicked reading its entries",
+                ))
+            }
+        };
+        let endpoint = super::http::redacted_url(core.endpoint.url.as_str());
+        let now = SystemTime::now();
+        let mut entries: Vec<LedgerEntry> = entries
+            .into_iter()
+            .filter(|e| e.endpoint() == endpoint && !e.is_expired(now))
+            .collect();
+        // Oldest deadline first: the order they were most likely made in.
+        entries.sort_by_key(|e| e.deadline());
+        let mut recovered = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let remaining = entry
+                .deadline()
+                .duration_since(now)
+                .ok()
+                .filter(|d| !d.is_zero());
+            let timeout = match (remaining, entry.stage()) {
+                (Some(remaining), _) => remaining,
+                // The task outlived its call's wait: this one waits as long as a call does.
+                (None, CallStage::Task { .. }) => self.call_timeout(),
+                (None, _) => continue,
+            };
+            let id = CallId::next();
+            let (reply, rx) = oneshot::channel();
+            let deadline = deadline_in(timeout);
+            let registration = Registration::PickUp {
+                id,
+                entry: entry.clone(),
+                deadline,
+                reply,
+            };
+            // A call already in flight here (a second `recover`) is left to its first pick-up.
+            if !core.register_pick_up(registration)? {
+                continue;
+            }
+            let handle = CallHandle::new(id, core.clone(), rx, Some(timeout), None, None, Ok);
+            recovered.push(RecoveredCall { entry, handle });
+        }
+        Ok(recovered)
+    }
+}
+
+/// The session's deadline `timeout` from now (far away rather than at once when it cannot be
+/// represented).
+fn deadline_in(timeout: Duration) -> std::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+        .into_std()
+}

@@ -1,0 +1,129 @@
+//! Checkpoints ([`crate::proto::checkpoint`]): a call's durable state reported as it changes,
+//! and a call picked up from one another process left.
+
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tracing::debug;
+
+use super::call::{Call, CallState};
+use super::lifecycle::Phase;
+use super::modern_calls::round_key;
+use super::timers::Timer;
+use super::Session;
+use crate::error::{Error, ErrorKind};
+use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
+use crate::proto::{CallId, Output};
+
+impl Session {
+    /// Call `call`'s durable state as of now; `None` for a call this session does not have,
+    /// one it makes for itself, or one of a read-only method (those get no checkpoints).
+    #[must_use]
+    pub fn checkpoint(&self, call: CallId) -> Option<Checkpoint> {
+        let c = self.calls.get(call)?;
+        if !gets_checkpoints(c) {
+            return None;
+        }
+        Some(c.checkpoint(self.life.era, self.session_id().cloned()))
+    }
+
+    /// Picks up, as call `id`, a call another process left in flight, from its last
+    /// checkpoint; `checkpoint.deadline` bounds it here. By the rule that governs every
+    /// interruption:
+    ///
+    /// - [`CallStage::Sent`]: its request may have run. With an idempotency key, it is re-sent
+    ///   under that key (the round's, for an MRTR round) once the session is established,
+    ///   if the server deduplicates keys (or the application said it does:
+    ///   [`ResendPolicy::AssumeServerDeduplicates`](crate::ResendPolicy)), and reported
+    ///   [`SessionEvent::Redispatched`](crate::SessionEvent::Redispatched); otherwise it
+    ///   fails [`ErrorKind::OutcomeUnknown`], unkeyed ones at once, without connecting.
+    /// - [`CallStage::AwaitingInput`]: the round was never sent. The server's input requests
+    ///   go to the application again ([`Output::ServerRequest`]), and the round is sent once
+    ///   they are answered.
+    /// - [`CallStage::Task`]: polled (`tasks/get`) until the task ends.
+    ///
+    /// Whatever happens, the call completes exactly once, as any other. An id already in use
+    /// is refused (nothing is sent, nothing reported).
+    pub fn pick_up(&mut self, id: CallId, checkpoint: Checkpoint, now: Instant) {
+        if self.refuse(id, "pick-up") {
+            return;
+        }
+        let deadline = checkpoint.deadline;
+        let awaiting = match &checkpoint.stage {
+            CallStage::AwaitingInput {
+                request_state,
+                input_requests,
+                ..
+            } => {
+                let mut result = json!({
+                    "resultType": "input_required",
+                    "inputRequests": input_requests,
+                });
+                if let Some(state) = request_state {
+                    result["requestState"] = Value::String(state.clone());
+                }
+                Some(result)
+            }
+            _ => None,
+        };
+        debug!(call = id.0, stage = checkpoint.stage.as_str(), method = %checkpoint.method, "picking a call up");
+        let call = Call::picked_up(checkpoint, deadline, round_key);
+        let unkeyed = call.is_picked_up() && call.key().is_none();
+        self.calls.insert(id, call);
+        self.timers.set(Timer::CallDeadline(id), deadline);
+        if unkeyed {
+            // Nothing can make a second send of it safe: reported at once.
+            return self.picked_up_unsafe(id);
+        }
+        if let Some(result) = awaiting {
+            self.input_required(id, result, now);
+        }
+        match self.life.phase {
+            Phase::Ready(_)
+                if self
+                    .calls
+                    .get(id)
+                    .is_some_and(|c| c.state() == CallState::Waiting) =>
+            {
+                self.send_call(id);
+            }
+            // A round awaiting its inputs is sent once they are in: the session must be
+            // established by then.
+            Phase::Idle => self.start_handshake(None, None, None, now),
+            Phase::Lost(_) => self.reconnect_lost(now),
+            _ => {}
+        }
+    }
+
+    /// A picked-up call whose request may have run and cannot be sent again safely: it ends
+    /// [`ErrorKind::OutcomeUnknown`], never re-sent.
+    pub(super) fn picked_up_unsafe(&mut self, id: CallId) {
+        if let Some(call) = self.calls.get_mut(id) {
+            call.set_cause(Error::new(
+                ErrorKind::Transport,
+                "the process that sent it stopped before its answer came",
+            ));
+        }
+        self.fail_call(id, ErrorKind::OutcomeUnknown);
+    }
+
+    /// Reports call `id`'s durable state, when the session makes checkpoints and the call
+    /// gets them.
+    pub(super) fn note_checkpoint(&mut self, id: CallId) {
+        if !self.config.checkpoints {
+            return;
+        }
+        if let Some(checkpoint) = self.checkpoint(id) {
+            self.outputs.push_back(Output::Checkpoint {
+                call: id,
+                checkpoint: Box::new(checkpoint),
+            });
+        }
+    }
+}
+
+/// Whether `call` gets checkpoints: the application's, of a method that may change
+/// something.
+pub(super) fn gets_checkpoints(call: &Call) -> bool {
+    call.serves().is_none() && !is_read_only(call.method())
+}

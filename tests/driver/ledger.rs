@@ -1,0 +1,385 @@
+//! The ledger of calls in flight through the driver: what is written when (the server looks
+//! at the ledger as each request arrives), what a ledger that fails, stalls or panics costs,
+//! and `recover` in a client that takes over from one that froze mid-call, judged by the
+//! mock cluster's oracle.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use mcp_resume::client::ledger::EntryId;
+use mcp_resume::{Client, ErrorKind, Ledger, LedgerEntry, MemoryLedger, ToolCall};
+use mock_server::context::meta;
+use mock_server::{Cluster, ClusterConfig, Preset};
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// A ledger in front of a [`MemoryLedger`] that can stall, fail or panic its writes.
+#[derive(Default)]
+struct Faulty {
+    inner: MemoryLedger,
+    /// Each write first waits this long.
+    stall: Mutex<Duration>,
+    /// Writes still to fail.
+    fail: AtomicUsize,
+    panic: std::sync::atomic::AtomicBool,
+    writes: AtomicUsize,
+}
+
+impl Ledger for Faulty {
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        Box::pin(async move {
+            let stall = *self.stall.lock().unwrap();
+            if !stall.is_zero() {
+                tokio::time::sleep(stall).await;
+            }
+            if self.panic.load(Ordering::SeqCst) {
+                panic!("a ledger's bug");
+            }
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            let failing = self
+                .fail
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                return Err(mcp_resume::Error::ledger(std::io::Error::other(
+                    "storage unavailable",
+                )));
+            }
+            self.inner.put(entry).await
+        })
+    }
+
+    fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.inner.remove(id)
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
+        self.inner.entries()
+    }
+}
+
+/// The plain server, noting for each `tools/call` whether the ledger held its entry (by its
+/// text argument) when the request arrived.
+async fn watching(ledger: Arc<Faulty>) -> (TestServer, Arc<Mutex<Vec<(String, bool)>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            let text = req.params()["arguments"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let entries = futures::executor::block_on(ledger.inner.entries()).unwrap();
+            let held = entries
+                .iter()
+                .any(|e| e.arguments().is_some_and(|a| a["text"] == text.as_str()));
+            log.lock().unwrap().push((text, held));
+        }
+        default_reply(req)
+    })
+    .await;
+    (server, seen)
+}
+
+fn echo(text: &str) -> ToolCall {
+    ToolCall::new("echo", json!({"text": text}))
+}
+
+/// A call's entry is durable before its first byte leaves, even from a ledger that takes
+/// its time, and is gone once the call has ended; reads are never written.
+#[tokio::test]
+async fn a_call_is_recorded_before_its_request_leaves_and_forgotten_after() {
+    let ledger = Arc::new(Faulty::default());
+    *ledger.stall.lock().unwrap() = Duration::from_millis(50);
+    let (server, seen) = watching(ledger.clone()).await;
+    let client = Client::builder(&server.url)
+        .bearer_token("secret-token")
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    guarded(client.list_tools()).await.unwrap();
+    guarded(client.ping()).await.unwrap();
+    let reply = guarded(client.call_tool(echo("one"))).await.unwrap();
+    assert_eq!(reply.text(), "one");
+    let handle = client.start(echo("two")).unwrap();
+    assert_eq!(guarded(handle).await.unwrap().text(), "two");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [("one".to_owned(), true), ("two".to_owned(), true)],
+        "each entry was there when its request arrived"
+    );
+    assert_eq!(
+        ledger.writes.load(Ordering::SeqCst),
+        2,
+        "reads write nothing"
+    );
+    // Removals finish once the call has ended, off the caller's path for a slow ledger.
+    guarded(async {
+        while !ledger.inner.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// A ledger that fails holds the call back, like a connection that cannot be made: it is
+/// tried again (written again first) and sent once the ledger takes it, exactly once.
+#[tokio::test]
+async fn a_failing_ledger_holds_the_call_back_until_it_takes_the_entry() {
+    let ledger = Arc::new(Faulty::default());
+    ledger.fail.store(2, Ordering::SeqCst);
+    let (server, seen) = watching(ledger.clone()).await;
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let reply = guarded(client.call_tool(echo("late"))).await.unwrap();
+    assert_eq!(reply.text(), "late");
+    assert_eq!(*seen.lock().unwrap(), [("late".to_owned(), true)]);
+    assert_eq!(ledger.writes.load(Ordering::SeqCst), 3);
+}
+
+/// A call that can never be recorded is never sent: it fails, saying why, and the client
+/// goes on; so does a ledger that panics, which costs the call and never the client.
+#[tokio::test]
+async fn a_call_that_cannot_be_recorded_is_never_sent() {
+    for panics in [false, true] {
+        let ledger = Arc::new(Faulty::default());
+        ledger.fail.store(usize::MAX, Ordering::SeqCst);
+        ledger.panic.store(panics, Ordering::SeqCst);
+        let (server, seen) = watching(ledger.clone()).await;
+        let client = Client::builder(&server.url)
+            .ledger(ledger.clone())
+            .reconnect(
+                mcp_resume::ReconnectPolicy::default()
+                    .with_initial_delay(Duration::from_millis(5))
+                    .with_max_attempts(3),
+            )
+            .build()
+            .unwrap();
+        let err = guarded(client.call_tool(echo("never"))).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+        let why = format!("{err:#}");
+        assert!(why.contains("ledger"), "{why}");
+        assert!(seen.lock().unwrap().is_empty(), "panics: {panics}");
+        assert_eq!(
+            server
+                .requests()
+                .iter()
+                .filter(|r| r.is_rpc("tools/call"))
+                .count(),
+            0
+        );
+        guarded(client.ping()).await.unwrap();
+        ledger.fail.store(0, Ordering::SeqCst);
+        ledger.panic.store(false, Ordering::SeqCst);
+        assert_eq!(
+            guarded(client.call_tool(echo("after")))
+                .await
+                .unwrap()
+                .text(),
+            "after"
+        );
+    }
+}
+
+/// Without a ledger nothing is written and there is nothing to recover.
+#[tokio::test]
+async fn no_ledger_writes_nothing() {
+    let server = TestServer::start(default_reply).await;
+    let client = Client::builder(&server.url).no_ledger().build().unwrap();
+    assert_eq!(
+        guarded(client.call_tool(echo("x"))).await.unwrap().text(),
+        "x"
+    );
+    assert!(guarded(client.recover()).await.unwrap().is_empty());
+}
+
+/// A client that froze mid-call (its runtime and itself never run again, as when its
+/// process is killed) leaves its entries; a client on the same ledger picks them up: the
+/// keyed call is re-sent under its key and runs once, the unkeyed one is reported with its
+/// arguments and never re-sent; nothing is left in the ledger after.
+#[test]
+fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = runtime
+        .block_on(Cluster::start(ClusterConfig {
+            preset: Preset::Strict,
+            instances: 2,
+            ..ClusterConfig::default()
+        }))
+        .unwrap();
+    let ledger = Arc::new(MemoryLedger::new());
+    let builder = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .call_timeout(Duration::from_secs(20))
+        .jitter_seed(3);
+
+    // The client that freezes, on a runtime of its own.
+    let frozen = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = builder.clone().build().unwrap();
+    let slow = json!({"steps": 4, "delay_ms": 150});
+    frozen.block_on(async {
+        guarded(first.connect()).await.unwrap();
+        for (tag, keyed) in [("keyed-1", true), ("unkeyed-1", false)] {
+            let mut call =
+                ToolCall::new("counter_increment", slow.clone()).meta(meta::TAG, json!(tag));
+            if keyed {
+                call = call.idempotency_key(format!("key-{tag}"));
+            }
+            let client = first.clone();
+            tokio::spawn(async move { client.call_tool(call).await });
+        }
+        // Until both ran on the server (their side effects happened).
+        guarded(async {
+            loop {
+                let oracle = cluster.oracle();
+                if oracle.executions_tagged("keyed-1").count() == 1
+                    && oracle.executions_tagged("unkeyed-1").count() == 1
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    });
+    // Frozen for good: nothing of it runs again, nothing of it is dropped.
+    std::mem::forget(first);
+    std::mem::forget(frozen);
+    assert_eq!(ledger.len(), 2, "both calls are in the ledger");
+
+    let second = builder.build().unwrap();
+    let outcomes: Vec<(LedgerEntry, Result<Value, mcp_resume::Error>)> = runtime.block_on(async {
+        let mut outcomes = Vec::new();
+        for call in guarded(second.recover()).await.unwrap() {
+            let entry = call.entry().clone();
+            outcomes.push((entry, guarded(call).await));
+        }
+        outcomes
+    });
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    for (entry, outcome) in &outcomes {
+        let tag = entry.params().unwrap()["_meta"][meta::TAG]
+            .as_str()
+            .unwrap();
+        assert_eq!(entry.arguments(), Some(&slow));
+        match tag {
+            "keyed-1" => {
+                let value = outcome.as_ref().unwrap();
+                assert!(value["structuredContent"]["value"].is_u64(), "{value}");
+            }
+            "unkeyed-1" => {
+                let err = outcome.as_ref().unwrap_err();
+                assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+                assert_eq!(entry.idempotency_key(), None);
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    let oracle = cluster.oracle();
+    assert_eq!(oracle.executions_tagged("keyed-1").count(), 1);
+    assert_eq!(oracle.executions_tagged("unkeyed-1").count(), 1);
+    assert_eq!(oracle.totals.duplicate_side_effects, 0);
+    runtime.block_on(async {
+        guarded(async {
+            while !ledger.is_empty() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(guarded(second.recover()).await.unwrap().is_empty());
+    });
+}
+
+/// Keeps every entry written.
+#[derive(Default)]
+struct Written(Mutex<Vec<LedgerEntry>>);
+
+impl Ledger for Written {
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.0.lock().unwrap().push(entry);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn remove(&self, _: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// A session id is written only when the application asks for it; the bearer token never.
+#[tokio::test]
+async fn session_ids_are_written_only_on_request() {
+    let server = TestServer::start(default_reply).await;
+    for record in [false, true] {
+        let ledger = Arc::new(Written::default());
+        let client = Client::builder(&server.url)
+            .bearer_token("secret-token")
+            .ledger(ledger.clone())
+            .record_session_ids(record)
+            .build()
+            .unwrap();
+        guarded(client.call_tool(echo("x"))).await.unwrap();
+        let written = ledger.0.lock().unwrap().clone();
+        assert_eq!(written.len(), 1);
+        let session = written[0].session_id().map(|s| s.expose().to_owned());
+        assert_eq!(
+            session,
+            record.then(|| SESSION_ID.to_owned()),
+            "record: {record}"
+        );
+        assert!(!written[0].to_json().to_string().contains("secret-token"));
+    }
+}
+
+/// The default ledger, the client's own: a task still working when its call stopped waiting
+/// is polled to its end by the same client's `recover`, and the work ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_ledger_keeps_the_tasks_calls_leave_behind() {
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        era: mock_server::ClusterEra::Modern,
+        instances: 2,
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap();
+    let client = Client::builder(cluster.url()).build().unwrap();
+    let call = ToolCall::new("batch_job", json!({"steps": 3, "delay_ms": 100}))
+        .meta(meta::TAG, json!("left-behind"))
+        .timeout(Duration::from_millis(150));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1);
+    let call = recovered.into_iter().next().unwrap();
+    assert!(matches!(
+        call.entry().stage(),
+        mcp_resume::proto::CallStage::Task { .. }
+    ));
+    let result = guarded(call).await.unwrap();
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("done"),
+        "{result}"
+    );
+    assert!(guarded(client.recover()).await.unwrap().is_empty());
+    assert_eq!(cluster.oracle().executions_tagged("left-behind").count(), 1);
+    cluster.shutdown().await;
+}
