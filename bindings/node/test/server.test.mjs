@@ -74,6 +74,28 @@ test("what it does not guard passes", { timeout: 30000 }, async () => {
   }
 });
 
+test("node:http behind wrap: the guard reads the body and hands it on", { timeout: 30000 }, async () => {
+  // No body parser in front: the guard reads each POST body itself.
+  const replica = await Replica.start("--port", "0", "--plain", "--redis", redis.url, "--store", "memory", "--max-body", "1024");
+  try {
+    const client = await connected(replica.url);
+    const tag = `plain-${randomUUID()}`;
+    const key = `k-${tag}`;
+    // A keyed call made twice (a re-send): run once, the second answered from the first.
+    const first = await client.callTool("bump", { tag }, { idempotencyKey: key });
+    const again = await client.callTool("bump", { tag }, { idempotencyKey: key });
+    assert.equal(first.content[0].text, `${tag}:1`);
+    assert.equal(again.content[0].text, `${tag}:1`);
+    assert.equal(Number(await redis.command("GET", `effects:${tag}`)), 1);
+    // A body over the bound is left unread, what was read put back: the handler reads it whole.
+    const long = "y".repeat(4096);
+    assert.equal((await client.callTool("echo", { text: long })).content[0].text, long);
+    await client.close();
+  } finally {
+    await replica.stop();
+  }
+});
+
 test("the event loop runs while the store is slow", { timeout: 30000 }, async () => {
   const replica = await Replica.start("--port", "0", "--redis", redis.url);
   try {

@@ -1,9 +1,10 @@
 // One replica of a TypeScript SDK 1.32 deployment, for the server guard's tests and benchmark:
 // the SDK's StreamableHTTPServerTransport under Express, one transport per session (as the
-// SDK's own simpleStreamableHttp example), with or without ResumeSafety in front.
+// SDK's own simpleStreamableHttp example), with or without ResumeSafety in front (its
+// middleware; with --plain, node:http with no body parser and ResumeSafety's `wrap`).
 //
 //   node replica.mjs --port N [--redis URL] [--store memory|redis] [--no-guard]
-//                    [--lease-ms N] [--session-prefix iN-] [--json] [--max-body N]
+//                    [--lease-ms N] [--session-prefix iN-] [--json] [--max-body N] [--plain]
 //
 // Its tool `bump {tag, delay_ms}` applies a side effect first (`INCR effects:<tag>` in Redis,
 // the truth the tests read, and `ran:<tag>` = its pid), waits `delay_ms` (a call to cut, drain
@@ -17,6 +18,7 @@
 // finish, new connections are refused); SIGKILL is a crash; it exits at once when its stdin
 // closes.
 import { randomUUID } from "node:crypto";
+import { createServer } from "node:http";
 import { createConnection } from "node:net";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { createMcpExpressApp } from "@modelcontextprotocol/sdk/server/express.js";
@@ -38,6 +40,7 @@ const lease = Number(option("--lease-ms", "10000"));
 const sessionPrefix = option("--session-prefix", "");
 const json = args.includes("--json");
 const maxBody = option("--max-body", undefined);
+const plain = args.includes("--plain");
 
 /** Just enough of the Redis protocol for the tool's side effect: the replies, in order. */
 function redis(...commands) {
@@ -135,35 +138,69 @@ async function post(req, res) {
   // An unknown session is gone (404, as the specification says); no session at all, a bad
   // request.
   const status = sessionId === undefined ? 400 : 404;
-  res.status(status).json({ jsonrpc: "2.0", error: { code: -32000, message: status === 404 ? "Session not found" : "Bad Request: No valid session ID provided" }, id: null });
+  refuse(res, status, status === 404 ? "Session not found" : "Bad Request: No valid session ID provided");
+}
+
+function refuse(res, status, message) {
+  res.writeHead(status, { "content-type": "application/json" });
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
 }
 
 async function other(req, res) {
   const transport = transports.get(req.headers["mcp-session-id"]);
   if (!transport) {
-    res.status(404).json({ jsonrpc: "2.0", error: { code: -32000, message: "Session not found" }, id: null });
+    refuse(res, 404, "Session not found");
     return;
   }
   await transport.handleRequest(req, res);
 }
 
-const app = createMcpExpressApp();
-const guard = guarded ? [new ResumeSafety({
-  store,
-  lease,
-  instanceId: `replica-${port}-${process.pid}`,
-  ...(maxBody === undefined ? {} : { maxBody: Number(maxBody) }),
-}).middleware()] : [];
-app.post("/mcp", ...guard, post);
-app.get("/mcp", ...guard, other);
-app.delete("/mcp", ...guard, other);
-app.get("/health", (_req, res) => res.type("text").send("ok"));
-app.post("/admin/release", (_req, res) => {
-  release();
-  res.end();
-});
+const safety = guarded
+  ? new ResumeSafety({
+      store,
+      lease,
+      instanceId: `replica-${port}-${process.pid}`,
+      ...(maxBody === undefined ? {} : { maxBody: Number(maxBody) }),
+    })
+  : null;
 
-const listener = app.listen(port, "127.0.0.1", () => {
+/** What node:http hands a handler: the body is unread unless the guard read it. */
+async function plainMcp(req, res) {
+  if (req.method !== "POST") return other(req, res);
+  if (req.body === undefined) {
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    try {
+      req.body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    } catch {
+      return refuse(res, 400, "Parse error");
+    }
+  }
+  return post(req, res);
+}
+
+let listener;
+if (plain) {
+  const guardedMcp = safety ? safety.wrap(plainMcp) : plainMcp;
+  listener = createServer((req, res) => {
+    if (req.url === "/mcp") return guardedMcp(req, res);
+    if (req.url === "/health") return res.end("ok");
+    res.writeHead(404).end();
+  });
+} else {
+  const app = createMcpExpressApp();
+  const guard = safety ? [safety.middleware()] : [];
+  app.post("/mcp", ...guard, post);
+  app.get("/mcp", ...guard, other);
+  app.delete("/mcp", ...guard, other);
+  app.get("/health", (_req, res) => res.type("text").send("ok"));
+  app.post("/admin/release", (_req, res) => {
+    release();
+    res.end();
+  });
+  listener = createServer(app);
+}
+listener.listen(port, "127.0.0.1", () => {
   process.stdout.write(`http://127.0.0.1:${listener.address().port}/mcp\n`);
 });
 
