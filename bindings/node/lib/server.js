@@ -56,7 +56,9 @@ export class ResumeSafety {
 
   /** Guards one request; `next()` runs the handler (not called when the guard answers). */
   async handle(req, res, next) {
-    let step = this.#guard.begin(req.method, req.rawHeaders);
+    // Headers cross to the addon as one string (NUL, which Node refuses in headers, between
+    // names and values): one conversion instead of one per name and value.
+    let step = this.#guard.begin(req.method, req.rawHeaders.join("\0"));
     if (isPromise(step)) step = await step;
     if (step.kind === "read_body") {
       const body = await readBody(req, step.limit);
@@ -152,9 +154,12 @@ function replaceHeader(req, name, value) {
 
 /** Sends the guard's own answer. */
 function answer(res, sent) {
-  res.writeHead(sent.head.status, sent.head.headers);
+  res.writeHead(sent.head.status, split(sent.head.headers));
   res.end(sent.body);
 }
+
+/** A flat name/value list from the addon's NUL-joined string. */
+const split = (joined) => (joined === "" ? [] : joined.split("\0"));
 
 /** The handler's `writeHead` headers, with those set before (`setHeader`), as a flat list. */
 function headerList(res, headers) {
@@ -217,7 +222,7 @@ function intercept(res, out) {
     if (sent.head) {
       if (!gone()) {
         for (const name of res.getHeaderNames()) res.removeHeader(name);
-        real.writeHead.call(res, sent.head.status, sent.head.headers);
+        real.writeHead.call(res, sent.head.status, split(sent.head.headers));
         if (sent.body.length === 0 && sent.end === null) real.flushHeaders.call(res);
       }
     }
@@ -296,7 +301,7 @@ function intercept(res, out) {
     const given = typeof reason === "string" ? headers : reason;
     this.statusCode = status;
     const list = headerList(this, given);
-    run(() => out.head(status, list));
+    run(() => out.head(status, list.join("\0")));
     return this;
   };
 

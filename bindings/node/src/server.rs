@@ -71,14 +71,14 @@ impl NativeGuard {
         self.guard.config().instance().as_str().to_owned()
     }
 
-    /// A request head arrived (`rawHeaders`: Node's flat name/value list): the first step,
-    /// or a promise of it when the store must be asked.
+    /// A request head arrived (`raw_headers`: Node's flat name/value list joined by NUL, see
+    /// [`header_map`]): the first step, or a promise of it when the store must be asked.
     #[napi(ts_return_type = "NativeStep | Promise<NativeStep>", catch_unwind)]
     pub fn begin<'env>(
         &self,
         env: &'env Env,
         method: String,
-        raw_headers: Vec<String>,
+        raw_headers: String,
     ) -> napi::Result<Either<NativeStep, PromiseRaw<'env, NativeStep>>> {
         let method = http::Method::from_bytes(method.as_bytes())
             .map_err(|_| napi::Error::from_reason("not an HTTP method"))?;
@@ -268,13 +268,13 @@ fn step(next: Next, inbound: Inbound, headers: http::HeaderMap) -> NativeStep {
     step
 }
 
-/// A response head to send: its status and headers (a flat name/value list).
+/// A response head to send: its status and headers (a flat name/value list joined by NUL).
 #[napi(object)]
 pub struct SentHead {
     /// The status.
     pub status: u16,
-    /// Names and values, alternating.
-    pub headers: Vec<String>,
+    /// Names and values, alternating, joined by NUL.
+    pub headers: String,
 }
 
 /// What to send the client now: the head (once), body bytes, and how the response ends
@@ -297,15 +297,7 @@ impl From<ToClient> for Sent {
         Sent {
             head: head.map(|(status, headers)| SentHead {
                 status: status.as_u16(),
-                headers: headers
-                    .iter()
-                    .flat_map(|(name, value)| {
-                        [
-                            name.as_str().to_owned(),
-                            String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                        ]
-                    })
-                    .collect(),
+                headers: joined(&headers),
             }),
             body: Buffer::from(body.to_vec()),
             end: end.map(|e| match e {
@@ -352,13 +344,13 @@ impl NativeOutbound {
 
 #[napi]
 impl NativeOutbound {
-    /// The inner handler's head (`headers`: a flat name/value list).
+    /// The inner handler's head (`headers`: a flat name/value list joined by NUL).
     #[napi(ts_return_type = "Sent | Promise<Sent>", catch_unwind)]
     pub fn head<'env>(
         &self,
         env: &'env Env,
         status: u16,
-        headers: Vec<String>,
+        headers: String,
     ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
         let status = http::StatusCode::from_u16(status)
             .map_err(|_| napi::Error::from_reason("not an HTTP status"))?;
@@ -458,12 +450,35 @@ where
     }
 }
 
-/// Headers from Node's flat name/value list.
-fn header_map(raw: &[String]) -> http::HeaderMap {
+/// Headers from Node's flat name/value list joined by NUL: one string crosses the boundary
+/// instead of one per name and value (most of a request's cost here, were they separate).
+/// Node refuses NUL in header names and values, in both directions; were one there anyway,
+/// the pairs would shift and the guard would read headers that are not there, nothing worse.
+fn header_map(raw: &str) -> http::HeaderMap {
+    let parts: Vec<&str> = if raw.is_empty() {
+        Vec::new()
+    } else {
+        raw.split('\0').collect()
+    };
     skin::header_map(
-        raw.chunks_exact(2)
+        parts
+            .chunks_exact(2)
             .map(|pair| (pair[0].as_bytes(), pair[1].as_bytes())),
     )
+}
+
+/// Headers as Node's flat name/value list joined by NUL.
+fn joined(headers: &http::HeaderMap) -> String {
+    let mut out = String::new();
+    for (name, value) in headers {
+        if !out.is_empty() {
+            out.push('\0');
+        }
+        out.push_str(name.as_str());
+        out.push('\0');
+        out.push_str(&String::from_utf8_lossy(value.as_bytes()));
+    }
+    out
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
