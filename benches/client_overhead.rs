@@ -6,7 +6,8 @@
 //!
 //! `cargo bench --bench client_overhead`. Environment:
 //! - `BENCH_QUICK=1`: 4 rounds of 250 ms, fewer recovery calls (about 1 minute instead of 4).
-//! - `BENCH_ONLY=seq,conc,inflight,memory,recovery` (any subset): the metrics to run.
+//! - `BENCH_ONLY=seq,conc,inflight,memory,recovery,otel` (any subset): the metrics to run;
+//!   `otel` (what the client's OpenTelemetry costs) only with `--features otel`.
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per client per round), `BENCH_RECOVERY_CALLS`,
 //!   `BENCH_RMCP_RECOVERY_CALLS`: override the defaults.
 //! - `BENCH_WORKERS` (client runtime threads, comma-separated, default `1,2`): the throughput
@@ -31,6 +32,9 @@ mod recovery;
 mod server;
 #[path = "client_overhead/table.rs"]
 mod table;
+#[cfg(feature = "otel")]
+#[path = "client_overhead/telemetry.rs"]
+mod telemetry;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -495,6 +499,14 @@ async fn run(cfg: Arc<Config>, workers: usize, last: bool) {
 
     println!();
     println!("{}", t.render());
+    #[cfg(feature = "otel")]
+    if last && cfg.wants("otel") {
+        let urls = [
+            (Mode::Json, json.url.as_str()),
+            (Mode::Sse, sse.url.as_str()),
+        ];
+        println!("{}", telemetry::measure(urls, &cfg).await);
+    }
     println!("total {:.0} s", started.elapsed().as_secs_f64());
     drop((json, sse));
 }

@@ -139,6 +139,8 @@
 //! - [`proto::Session`]: the sans-IO state machine the driver pumps; a language binding or a
 //!   simulator can drive it directly with virtual time.
 //! - [`sse`]: a bounded, spec-exact `text/event-stream` decoder.
+//! - `client::telemetry` (the `otel` feature): OpenTelemetry spans and metrics on the
+//!   semantic conventions for MCP, with the recovery attributes they lack.
 //!
 //! [Model Context Protocol]: https://modelcontextprotocol.io/specification/2025-11-25/basic/transports
 #![deny(missing_docs)]

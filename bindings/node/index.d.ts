@@ -112,6 +112,13 @@ export interface SessionOptions {
   /** Fixes the reconnect jitter (reproducible tests). */
   jitterSeed?: number;
   /**
+   * Base URL of an OTLP/HTTP collector (e.g. `http://127.0.0.1:4318`): the client's
+   * OpenTelemetry spans and metrics go to `/v1/traces` and `/v1/metrics`, each call's span a
+   * child of the span active when it is made (read through `@opentelemetry/api` when it is
+   * installed). `close()` flushes what is waiting. Default: no telemetry.
+   */
+  otlpEndpoint?: string;
+  /**
    * Not taken: this binding has no OAuth provider. Pass a token obtained elsewhere as
    * `bearerToken` (or in `headers`); the Rust SDK and the Python binding run MCP
    * authorization. Given anyway, the constructor throws `InvalidConfigError` instead of

@@ -3,7 +3,6 @@
 
 use mcp_resume_server::guard::Parts;
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
 
 /// Protocol versions the instances accept, oldest first.
 pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-03-26", "2025-06-18", "2025-11-25"];
@@ -163,45 +162,12 @@ pub fn capability_hash(protocol_version: &str, client_caps: &Value, server_caps:
         .to_owned()
 }
 
-/// Serializes with object keys sorted, independently of serde_json's map ordering feature.
-pub(crate) fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String((*k).clone()).to_string());
-                out.push(':');
-                write_canonical(&map[*k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
-}
-
 /// Digest of a tool name and its arguments, used to tell "same key, same call" from
-/// "same key, different call".
+/// "same key, different call" (the guard's definition, `mcp_resume_server::wire::arguments_digest`).
 pub(crate) fn call_fingerprint(tool: &str, args: &Value) -> String {
-    let mut canon = String::from(tool);
-    canon.push('\n');
-    write_canonical(args, &mut canon);
-    let digest = Sha256::digest(canon.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    mcp_resume_server::wire::arguments_digest(tool, args)
+        .as_str()
+        .to_owned()
 }
 
 /// The sampling temperature a client negotiated (`capabilities.experimental.sampling.temperature`),

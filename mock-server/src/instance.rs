@@ -33,7 +33,7 @@ mod modern;
 
 use crate::config::{ClusterEra, Faults, Placement, ResumePolicy, Scope};
 use crate::context::{self, headers as h, meta};
-use crate::oracle::{Oracle, ResumeRecord};
+use crate::oracle::{Oracle, ResumeRecord, TraceRecord};
 use crate::rng::SplitMix;
 use crate::sse;
 use crate::store::{
@@ -649,6 +649,37 @@ async fn read_body(inc: &Incarnation, req: Request) -> Result<(HeaderMap, Bytes)
     }
 }
 
+/// Tells the oracle the W3C trace context a request carried (its `traceparent` header, and a
+/// single message's `params._meta.traceparent`), if it carried any.
+async fn record_trace(
+    inc: &Incarnation,
+    http_method: &str,
+    headers: &HeaderMap,
+    message: Option<&Value>,
+) {
+    let header = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let meta = message
+        .and_then(|m| m.get("params"))
+        .and_then(|p| p.get("_meta"));
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    let meta_traceparent = text(meta.and_then(|m| m.get("traceparent")));
+    if header.is_none() && meta_traceparent.is_none() {
+        return;
+    }
+    let record = TraceRecord {
+        instance: inc.env.index,
+        http_method: http_method.to_owned(),
+        mcp_method: text(message.and_then(|m| m.get("method"))),
+        tag: text(meta.and_then(|m| m.get(meta::TAG))),
+        traceparent: header,
+        meta_traceparent,
+    };
+    inc.env.oracle.trace(record).await;
+}
+
 async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
     inc.env.oracle.request(inc.env.index).await;
     if let Err(r) = inc.check_origin(req.headers()) {
@@ -697,6 +728,7 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
             )
         }
     };
+    record_trace(&inc, "POST", &headers, Some(&parsed)).await;
     if modern::serves(inc.settings().era, &headers, &parsed) {
         return modern::handle_post(&inc, headers, parsed).await;
     }
@@ -1286,6 +1318,7 @@ async fn handle_get(State(inc): State<Arc<Incarnation>>, req: Request) -> Respon
         return not_allowed(inc.settings().era);
     }
     let headers = req.headers().clone();
+    record_trace(&inc, "GET", &headers, None).await;
     if let Err(r) = inc.check_origin(&headers) {
         return r;
     }
@@ -1621,6 +1654,7 @@ fn replay(
 
 async fn handle_delete(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
     inc.env.oracle.request(inc.env.index).await;
+    record_trace(&inc, "DELETE", req.headers(), None).await;
     if !inc.settings().era.serves_legacy() {
         return not_allowed(inc.settings().era);
     }

@@ -57,7 +57,8 @@ mod tools;
 pub use cluster::Cluster;
 pub use config::{ClusterConfig, ClusterEra, CutStyle, Faults, Preset, UnknownEra, UnknownPreset};
 pub use oracle::{
-    ExecutionRecord, OracleReport, OracleTotals, ResumeRecord, DEFAULT_ORACLE_RECORD_LIMIT,
+    ExecutionRecord, OracleReport, OracleTotals, ResumeRecord, TraceRecord,
+    DEFAULT_ORACLE_RECORD_LIMIT,
 };
 pub use standalone::StandaloneInstance;
 pub use store::{MemoryStore, RedisOptions, RedisStore, Store};

@@ -80,6 +80,24 @@ pub struct ResumeRecord {
     pub reason: Option<String>,
 }
 
+/// The W3C trace context one HTTP request carried, for a client whose spans are to join the
+/// server's trace. Recorded only for requests that carried any.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    /// Instance that received it.
+    pub instance: usize,
+    /// `POST`, `GET` or `DELETE`.
+    pub http_method: String,
+    /// A POST's JSON-RPC method (a single message's).
+    pub mcp_method: Option<String>,
+    /// The caller's tag from `params._meta`, if any.
+    pub tag: Option<String>,
+    /// The `traceparent` header.
+    pub traceparent: Option<String>,
+    /// `params._meta.traceparent` of a POST's message.
+    pub meta_traceparent: Option<String>,
+}
+
 /// Counters of an [`OracleReport`]. They are never capped: they stay exact when the
 /// per-execution records are not (see `execution_records_dropped`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -127,6 +145,9 @@ pub struct OracleReport {
     pub executions: Vec<ExecutionRecord>,
     /// Every resume attempt, in order.
     pub resumes: Vec<ResumeRecord>,
+    /// The trace context of every request that carried one, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<TraceRecord>,
 }
 
 impl OracleReport {
@@ -181,6 +202,9 @@ enum OracleEvent {
     },
     Resume {
         record: ResumeRecord,
+    },
+    Trace {
+        record: TraceRecord,
     },
     /// [`Oracle::reset`] as a journal entry: counters and records restart, the truth stays.
     Reset,
@@ -321,6 +345,11 @@ impl OracleState {
                     t.resume_records_dropped += 1;
                 }
             }
+            OracleEvent::Trace { record } => {
+                if self.report.traces.len() < self.record_limit {
+                    self.report.traces.push(record);
+                }
+            }
             OracleEvent::Reset => {
                 let n = self.report.totals.requests_per_instance.len();
                 self.report = OracleReport::default();
@@ -458,6 +487,13 @@ impl Oracle {
     pub(crate) async fn request(&self, instance: usize) {
         if let Err(e) = self.record(OracleEvent::Request { instance }).await {
             tracing::warn!("oracle: request not journaled: {e}");
+        }
+    }
+
+    /// Records the trace context a request carried. Not worth failing a request for.
+    pub(crate) async fn trace(&self, record: TraceRecord) {
+        if let Err(e) = self.record(OracleEvent::Trace { record }).await {
+            tracing::warn!("oracle: trace context not journaled: {e}");
         }
     }
 

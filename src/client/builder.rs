@@ -47,6 +47,8 @@ pub(crate) struct ClientConfig {
     pub(crate) task_store: Arc<dyn TaskStore>,
     pub(crate) handlers: Handlers,
     pub(crate) auth: Option<Arc<dyn TokenProvider>>,
+    #[cfg(feature = "otel")]
+    pub(crate) telemetry: Option<super::telemetry::Instrumentation>,
 }
 
 /// Builds a [`Client`]. Obtained from [`Client::builder`].
@@ -72,6 +74,8 @@ pub struct ClientBuilder {
     task_store: Option<Arc<dyn TaskStore>>,
     handlers: Handlers,
     auth: Option<Arc<dyn TokenProvider>>,
+    #[cfg(feature = "otel")]
+    telemetry: super::Telemetry,
 }
 
 impl std::fmt::Debug for ClientBuilder {
@@ -105,7 +109,18 @@ impl ClientBuilder {
             task_store: None,
             handlers: Handlers::default(),
             auth: None,
+            #[cfg(feature = "otel")]
+            telemetry: super::Telemetry::new(),
         }
+    }
+
+    /// Where the client's OpenTelemetry spans and metrics go, and what they may say (the
+    /// `otel` feature; [`telemetry`](super::telemetry) lists what is exported). Default: the
+    /// global tracer and meter providers as they are at `build()`, the session id hashed.
+    #[cfg(feature = "otel")]
+    pub fn telemetry(mut self, telemetry: super::Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// Client capabilities sent at `initialize` (a JSON object). Default: `{}`, plus what
@@ -448,6 +463,8 @@ impl ClientBuilder {
             }
         };
 
+        #[cfg(feature = "otel")]
+        let telemetry = self.telemetry.instrument(&url);
         Ok(ClientConfig {
             url,
             headers,
@@ -459,6 +476,8 @@ impl ClientBuilder {
                 .unwrap_or_else(|| Arc::new(InMemoryTaskStore::new())),
             handlers: self.handlers,
             auth: self.auth,
+            #[cfg(feature = "otel")]
+            telemetry,
         })
     }
 }

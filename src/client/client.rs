@@ -60,6 +60,8 @@ struct Shared {
     /// Whether the driver was spawned (read on every call without taking the lock above).
     started: AtomicBool,
     call_timeout: Duration,
+    #[cfg(feature = "otel")]
+    telemetry: Option<super::telemetry::Instrumentation>,
 }
 
 impl Drop for Shared {
@@ -97,6 +99,8 @@ impl Client {
                 max_body_size: config.session.max_body_size,
             },
             fire_and_forget_timeout: call_timeout,
+            #[cfg(feature = "otel")]
+            telemetry: config.telemetry.clone(),
         });
         let mut session = config.session;
         session.era_hint = config.era_cache.lookup(&endpoint.url);
@@ -115,6 +119,8 @@ impl Client {
                 published,
                 started: AtomicBool::new(false),
                 call_timeout,
+                #[cfg(feature = "otel")]
+                telemetry: config.telemetry,
             }),
         }
     }
@@ -244,12 +250,23 @@ impl Client {
             total,
             ..
         } = submission;
+        // The call's span starts here, in the caller's context.
+        #[cfg(feature = "otel")]
+        let mut request = request;
+        #[cfg(feature = "otel")]
+        let trace = self
+            .shared
+            .telemetry
+            .as_ref()
+            .map(|t| Box::new(t.start_call(&mut request)));
         let registration = Registration::Call {
             id,
             request,
             idle,
             progress: progress_tx,
             reply,
+            #[cfg(feature = "otel")]
+            trace,
         };
         // A call awaited where it is made (`inline`: by `perform`), on the driver's runtime,
         // needs no guard of its own: that runtime runs the driver's timer task whenever it

@@ -87,6 +87,13 @@ pub(crate) trait ExchangeSink {
     }
 }
 
+/// An exchange to perform: the request, and (with `otel`) the span it is traced under.
+pub(crate) struct Outgoing {
+    pub(crate) request: HttpRequest,
+    #[cfg(feature = "otel")]
+    pub(crate) attempt: super::telemetry::Attempt,
+}
+
 /// Everything an exchange needs besides the request (shared by every exchange of a client).
 pub(crate) struct Endpoint {
     pub(crate) http: reqwest::Client,
@@ -100,30 +107,48 @@ pub(crate) struct Endpoint {
     /// Bound on exchanges the session sets no deadline for (notifications, responses to the
     /// server, DELETE), so a server that never answers them cannot pile up connections.
     pub(crate) fire_and_forget_timeout: Duration,
+    #[cfg(feature = "otel")]
+    pub(crate) telemetry: Option<super::telemetry::Instrumentation>,
 }
 
 impl Endpoint {
-    /// Performs `request`, reporting to `sink`. Returns when the exchange is over or the sink
-    /// no longer wants it; dropping the future stops it early.
-    pub(crate) async fn run(&self, request: HttpRequest, sink: &impl ExchangeSink) {
+    /// Performs the request, reporting to `sink`. Returns when the exchange is over or the
+    /// sink no longer wants it; dropping the future stops it early.
+    pub(crate) async fn run(&self, outgoing: Outgoing, sink: &impl ExchangeSink) {
+        let request = outgoing.request;
         let id = request.id;
-        match request.purpose {
-            HttpPurpose::Notify | HttpPurpose::Terminate => {
-                let limit = self.fire_and_forget_timeout;
-                let exchange = self.exchange(request, sink);
-                if tokio::time::timeout(limit, exchange).await.is_err() {
-                    tracing::debug!(http = id.0, "exchange timed out");
-                    let failure = TransportFailure::Lost(format!("no answer within {limit:?}"));
-                    sink.report_one(ExchangeEvent::Failed { id, failure });
-                }
-            }
-            // Requests, resumes and the listen stream are bounded by the session's deadlines
-            // or are meant to stay open.
-            _ => self.exchange(request, sink).await,
+        let bounded = matches!(
+            request.purpose,
+            HttpPurpose::Notify | HttpPurpose::Terminate
+        );
+        #[cfg(feature = "otel")]
+        let traced = outgoing.attempt.begin();
+        #[cfg(feature = "otel")]
+        let exchange = self.exchange(request, &traced, sink);
+        #[cfg(not(feature = "otel"))]
+        let exchange = self.exchange(request, sink);
+        // Requests, resumes and the listen stream are bounded by the session's deadlines or
+        // are meant to stay open.
+        if !bounded {
+            return exchange.await;
+        }
+        let limit = self.fire_and_forget_timeout;
+        if tokio::time::timeout(limit, exchange).await.is_err() {
+            tracing::debug!(http = id.0, "exchange timed out");
+            let failure = TransportFailure::Lost(format!("no answer within {limit:?}"));
+            let event = ExchangeEvent::Failed { id, failure };
+            #[cfg(feature = "otel")]
+            traced.observe(std::slice::from_ref(&event));
+            sink.report_one(event);
         }
     }
 
-    async fn exchange(&self, mut request: HttpRequest, sink: &impl ExchangeSink) {
+    async fn exchange(
+        &self,
+        mut request: HttpRequest,
+        #[cfg(feature = "otel")] traced: &super::telemetry::Traced,
+        sink: &impl ExchangeSink,
+    ) {
         let id = request.id;
         let mut headers = std::mem::take(&mut request.headers);
         // The app's headers (authorization, custom) go beside the protocol's; the builder
@@ -131,9 +156,14 @@ impl Endpoint {
         for (name, value) in self.headers.iter() {
             headers.append(name.clone(), value.clone());
         }
+        #[cfg(feature = "otel")]
+        traced.inject(&mut headers);
         let fail = |failure: TransportFailure| {
             tracing::debug!(http = id.0, ?failure, "request failed");
-            sink.report_one(ExchangeEvent::Failed { id, failure });
+            let event = ExchangeEvent::Failed { id, failure };
+            #[cfg(feature = "otel")]
+            traced.observe(std::slice::from_ref(&event));
+            sink.report_one(event);
         };
         let mut token = match self.token(None, None).await {
             Ok(token) => token,
@@ -211,9 +241,14 @@ impl Endpoint {
         };
         let status = response.status().as_u16();
         tracing::trace!(http = id.0, status, "response head");
+        #[cfg(feature = "otel")]
+        traced.version(response.version());
         // Taken, not cloned: the body stream does not need them.
         let headers = std::mem::take(response.headers_mut());
-        let mut body = BodyReader::new(id, response.bytes_stream(), status, &headers, self.limits);
+        let stream = response.bytes_stream();
+        #[cfg(feature = "otel")]
+        let stream = traced.watch(status, &headers, stream);
+        let mut body = BodyReader::new(id, stream, status, &headers, self.limits);
         let mut batch = vec![ExchangeEvent::Head {
             id,
             status,
@@ -222,6 +257,8 @@ impl Endpoint {
         // The head goes with what came with it (most answers are whole by then).
         body.ready(&mut batch);
         loop {
+            #[cfg(feature = "otel")]
+            traced.observe(&batch);
             if !batch.is_empty() && !sink.report(&mut batch) {
                 body.release();
                 return;

@@ -55,6 +55,8 @@ mod request;
 mod results;
 mod startable;
 mod task_store;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 mod tool_call;
 
 pub use auth::{Presentation, TokenProvider, TokenRequest};
@@ -70,4 +72,6 @@ pub use request::Request;
 pub use results::{CallToolResult, InitializeResult, Tool};
 pub use startable::Startable;
 pub use task_store::{InMemoryTaskStore, StoredTask, TaskStore};
+#[cfg(feature = "otel")]
+pub use telemetry::{SessionIdExport, Telemetry};
 pub use tool_call::ToolCall;

@@ -6,6 +6,7 @@
 //! - [`eras`]: the legacy era (sessions) and the modern one (2026-07-28) on one core;
 //! - [`authorization`]: OAuth 2.1, its flows and its trust boundaries;
 //! - [`configuration`]: every setting and its default, the cargo features, the MSRV;
+//! - [`telemetry`]: OpenTelemetry spans and metrics (feature `otel`), recovery made visible;
 //! - [`bridge`]: keeping another SDK's client (rmcp, the Python `mcp` package, the TypeScript
 //!   SDK) and getting these rules;
 //! - [`bindings`]: Python and Node.js;
@@ -29,6 +30,9 @@ pub mod authorization {}
 
 #[doc = include_str!("configuration.md")]
 pub mod configuration {}
+
+#[doc = include_str!("telemetry.md")]
+pub mod telemetry {}
 
 #[doc = include_str!("bridge.md")]
 pub mod bridge {}

@@ -71,13 +71,14 @@ fn a_driver_never_polled_stops_the_client_when_its_runtime_goes() {
     );
 }
 
-/// A token provider that takes 10 s to present a GET's credentials (a blocking call in
-/// application code, on whatever task runs the GET).
-struct SlowOnGets {
-    stalled: Arc<Notify>,
+/// A token provider whose application code misbehaves presenting a GET's credentials (on
+/// whatever task runs the GET): `on_get` runs after `reached` is notified.
+struct OnGets {
+    reached: Arc<Notify>,
+    on_get: fn(),
 }
 
-impl TokenProvider for SlowOnGets {
+impl TokenProvider for OnGets {
     fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
         Box::pin(async { Ok("t-1".to_owned()) })
     }
@@ -89,8 +90,8 @@ impl TokenProvider for SlowOnGets {
         _: &Url,
     ) -> Result<Presentation, mcp_resume::Error> {
         if method == Method::GET {
-            self.stalled.notify_one();
-            std::thread::sleep(Duration::from_secs(10));
+            self.reached.notify_one();
+            (self.on_get)();
         }
         Presentation::bearer(token)
     }
@@ -109,8 +110,9 @@ fn a_call_ends_by_its_deadline_while_application_code_stalls_the_driver() {
     }));
     let stalled = Arc::new(Notify::new());
     let client = Client::builder(&server.url)
-        .auth(SlowOnGets {
-            stalled: stalled.clone(),
+        .auth(OnGets {
+            reached: stalled.clone(),
+            on_get: || std::thread::sleep(Duration::from_secs(10)),
         })
         .build()
         .unwrap();
@@ -214,30 +216,6 @@ fn handlers_outlive_the_runtimes_that_brought_their_requests() {
     });
 }
 
-/// A token provider that panics presenting a GET's credentials.
-struct PanicsOnGets {
-    panicked: Arc<Notify>,
-}
-
-impl TokenProvider for PanicsOnGets {
-    fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
-        Box::pin(async { Ok("t-1".to_owned()) })
-    }
-
-    fn present(
-        &self,
-        token: &str,
-        method: &Method,
-        _: &Url,
-    ) -> Result<Presentation, mcp_resume::Error> {
-        if method == Method::GET {
-            self.panicked.notify_one();
-            panic!("a token provider's bug");
-        }
-        Presentation::bearer(token)
-    }
-}
-
 /// A panic in application code run for the standalone stream fails that stream's request,
 /// never the client: `ping` works afterwards.
 #[tokio::test]
@@ -251,8 +229,9 @@ async fn a_provider_panicking_on_a_get_leaves_the_client_working() {
     .await;
     let panicked = Arc::new(Notify::new());
     let client = Client::builder(&server.url)
-        .auth(PanicsOnGets {
-            panicked: panicked.clone(),
+        .auth(OnGets {
+            reached: panicked.clone(),
+            on_get: || panic!("a token provider's bug"),
         })
         .build()
         .unwrap();

@@ -5,6 +5,7 @@ import { handlerOptions } from "./handlers.js";
 import { NativeClient } from "./native.js";
 import { withSignal } from "./signal.js";
 import { iterate } from "./streams.js";
+import { callerContext } from "./telemetry.js";
 import { refuseUnsupported } from "./unsupported.js";
 
 /** A resume-aware MCP client for one Streamable HTTP endpoint. */
@@ -20,7 +21,8 @@ export class Client {
    */
   constructor(url, options = {}) {
     refuseUnsupported(options);
-    this.#native = new NativeClient(String(url), options, handlerOptions(options));
+    const caller = options.otlpEndpoint ? callerContext() : undefined;
+    this.#native = new NativeClient(String(url), options, handlerOptions(options), caller);
   }
 
   /** `initialize` (or the 2026-07-28 discovery): the server's InitializeResult. */

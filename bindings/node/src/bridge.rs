@@ -35,18 +35,19 @@ impl NativeBridge {
         options: Option<ClientOptions>,
         bridge_options: Option<BridgeOptions>,
     ) -> napi::Result<Self> {
-        let built = configure(Client::builder(url.clone()), options).and_then(|template| {
-            let mut builder = Bridge::builder(url).configure(|_| template);
-            if let Some(o) = bridge_options {
-                if let Some(trust) = o.trust_tool_annotations {
-                    builder = builder.trust_tool_annotations(trust);
+        let built =
+            configure(Client::builder(url.clone()), options).and_then(|(template, _otlp)| {
+                let mut builder = Bridge::builder(url).configure(|_| template);
+                if let Some(o) = bridge_options {
+                    if let Some(trust) = o.trust_tool_annotations {
+                        builder = builder.trust_tool_annotations(trust);
+                    }
+                    if let Some(capacity) = o.capacity {
+                        builder = builder.capacity(capacity as usize);
+                    }
                 }
-                if let Some(capacity) = o.capacity {
-                    builder = builder.capacity(capacity as usize);
-                }
-            }
-            Ok(builder.build()?)
-        });
+                Ok(builder.build()?)
+            });
         match built {
             Ok(bridge) => Ok(NativeBridge {
                 bridge,

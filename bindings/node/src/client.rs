@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use mcp_resume::client::models::{CompleteRequest, CompletionReference, LoggingLevel};
 use mcp_resume::{Client, Era, Request, ToolCall};
-use napi::bindgen_prelude::PromiseRaw;
+use napi::bindgen_prelude::{Function, PromiseRaw};
 use napi::Env;
 use napi_derive::napi;
 use serde_json::{Map, Value};
@@ -17,6 +17,8 @@ use crate::errors::{invalid, promise, to_js, Failure};
 use crate::handlers::HandlerOptions;
 use crate::options::{configure, millis, ClientOptions};
 use crate::streams::{NativeStream, Source};
+use crate::telemetry::{caller_context, flush, under, CallerContext};
+use mcp_resume::client::telemetry::Otlp;
 
 /// Per-call options of `callTool` and `request`.
 #[napi(object, object_to_js = false)]
@@ -38,13 +40,19 @@ pub struct NativeClient {
     client: Client,
     /// Turned true by `close()`: the client's streams end.
     closed: Arc<watch::Sender<bool>>,
+    /// The OTLP exporters, when `otlpEndpoint` was given (flushed by `close()`).
+    otlp: Option<Arc<Otlp>>,
+    /// Reads the span active in JavaScript, when telemetry is on.
+    caller: Option<CallerContext>,
 }
 
-/// A method's promise over a clone of the client.
+/// A method's promise over a clone of the client, its call under the span active in
+/// JavaScript when telemetry is on.
 macro_rules! call {
     ($self:ident, $env:ident, |$client:ident| $body:expr) => {{
         let $client = $self.client.clone();
-        promise($env, async move { $body })
+        let parent = caller_context($env, $self.caller.as_ref());
+        promise($env, under(parent, async move { $body }))
     }};
 }
 
@@ -52,22 +60,31 @@ macro_rules! call {
 impl NativeClient {
     /// Checks the options and builds the client; touches no network.
     #[napi(constructor, catch_unwind)]
+    ///
+    /// `caller` (`lib/telemetry.js`) returns the `traceparent` of the span active in
+    /// JavaScript; it is asked as each call is made when `otlpEndpoint` is set.
     pub fn new(
         env: Env,
         url: String,
         options: Option<ClientOptions>,
         handlers: Option<HandlerOptions>,
+        caller: Option<Function<'_, (), Option<String>>>,
     ) -> napi::Result<Self> {
-        let built = configure(Client::builder(url), options).and_then(|mut builder| {
+        let built = configure(Client::builder(url), options).and_then(|(mut builder, otlp)| {
             if let Some(handlers) = handlers {
                 builder = handlers.register(builder);
             }
-            Ok(builder.build()?)
+            Ok((builder.build()?, otlp))
         });
         match built {
-            Ok(client) => Ok(NativeClient {
+            Ok((client, otlp)) => Ok(NativeClient {
                 client,
                 closed: Arc::new(watch::channel(false).0),
+                caller: match (&otlp, caller) {
+                    (Some(_), Some(caller)) => Some(caller.create_ref()?),
+                    _ => None,
+                },
+                otlp,
             }),
             Err(failure) => Err(to_js(&env, &failure)),
         }
@@ -329,9 +346,14 @@ impl NativeClient {
     #[napi(catch_unwind)]
     pub fn close<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
         let closed = self.closed.clone();
+        let otlp = self.otlp.clone();
         call!(self, env, |c| {
             let outcome = c.close().await;
             closed.send_replace(true);
+            // What the exporters hold goes out before the promise resolves.
+            if let Some(otlp) = otlp {
+                flush(otlp).await;
+            }
             Ok(outcome?)
         })
     }

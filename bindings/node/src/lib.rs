@@ -24,6 +24,7 @@ mod handlers;
 mod options;
 mod server;
 mod streams;
+mod telemetry;
 
 use napi::bindgen_prelude::{Function, Unknown};
 use napi_derive::napi;

@@ -6,8 +6,11 @@
 //! napi's `TypeError`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_resume::client::telemetry::Otlp;
+use mcp_resume::client::Telemetry;
 use mcp_resume::{ClientBuilder, Era, ProtocolVersion, ReconnectPolicy, ResendPolicy};
 use napi_derive::napi;
 use serde_json::Value;
@@ -73,6 +76,8 @@ pub struct ClientOptions {
     pub open_listen_stream: Option<bool>,
     /// Fixes the reconnect jitter (reproducible tests).
     pub jitter_seed: Option<i64>,
+    /// Base URL of an OTLP/HTTP collector: the client's spans and metrics go there.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// What only the message bridge takes, besides the client's options.
@@ -85,14 +90,29 @@ pub struct BridgeOptions {
 }
 
 /// `b` with every setting of `options` (absent: every default), each checked and converted as
-/// it is read.
+/// it is read, and the OTLP exporters when `otlpEndpoint` was given. Without an endpoint, no
+/// telemetry at all (not the Rust global providers, which nothing in a Node process sets).
 pub(crate) fn configure(
-    mut b: ClientBuilder,
+    b: ClientBuilder,
     options: Option<ClientOptions>,
-) -> Result<ClientBuilder, Failure> {
-    let Some(o) = options else {
-        return Ok(b);
+) -> Result<(ClientBuilder, Option<Arc<Otlp>>), Failure> {
+    let Some(mut o) = options else {
+        return Ok((b.telemetry(Telemetry::disabled()), None));
     };
+    let otlp = o
+        .otlp_endpoint
+        .take()
+        .map(|endpoint| Otlp::new(&endpoint).map(Arc::new))
+        .transpose()?;
+    let telemetry = match &otlp {
+        Some(otlp) => otlp.telemetry(),
+        None => Telemetry::disabled(),
+    };
+    Ok((settings(b, o)?.telemetry(telemetry), otlp))
+}
+
+/// `b` with every setting of `o` but telemetry.
+fn settings(mut b: ClientBuilder, o: ClientOptions) -> Result<ClientBuilder, Failure> {
     if let Some(caps) = o.capabilities {
         b = b.client_capabilities(caps);
     }

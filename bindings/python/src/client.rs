@@ -23,8 +23,12 @@ use crate::handler::{Handlers, Kind};
 use crate::models::{logging_level, reference_from_py};
 use crate::oauth::PyOAuth;
 use crate::streams::{EventStream, NotificationStream};
+use crate::telemetry::caller_context;
 use crate::types::{era_to_py, parse_name, PyEraCache, PyExtensionStatus, PyReconnectPolicy};
 use mcp_resume::client::oauth::OAuthProvider;
+use mcp_resume::client::telemetry::Otlp;
+use mcp_resume::client::Telemetry;
+use opentelemetry::trace::FutureExt as _;
 
 /// The low-level client; use `mcp_resume.Client`.
 ///
@@ -39,6 +43,8 @@ pub struct RawClient {
     /// authorization are added then).
     template: ClientBuilder,
     oauth: Option<OAuthProvider>,
+    /// The OTLP exporters, when `otlp_endpoint` was given.
+    otlp: Option<Arc<Otlp>>,
     handlers: Arc<Handlers>,
     built: Mutex<Built>,
 }
@@ -112,7 +118,7 @@ impl RawClient {
         connect_timeout=None, reconnect=None, resend_policy=None, max_event_size=None,
         max_body_size=None, open_listen_stream=None, jitter_seed=None, on_server_request=None,
         on_sampling=None, on_elicitation=None, on_roots=None, token_provider=None,
-        oauth=None))]
+        oauth=None, otlp_endpoint=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -138,6 +144,7 @@ impl RawClient {
         on_roots: Option<Py<PyAny>>,
         token_provider: Option<Py<PyAny>>,
         oauth: Option<PyRef<'_, PyOAuth>>,
+        otlp_endpoint: Option<String>,
     ) -> PyResult<Self> {
         if token_provider.is_some() && oauth.is_some() {
             // Both would answer for the Authorization header; one would silently lose.
@@ -213,6 +220,16 @@ impl RawClient {
         if let Some(seed) = jitter_seed {
             b = b.jitter_seed(seed);
         }
+        let otlp = otlp_endpoint
+            .map(|endpoint| Otlp::new(&endpoint).map(Arc::new))
+            .transpose()
+            .map_err(|e| errors::to_py_err(py, &e))?;
+        // Without an endpoint, no telemetry at all (not the Rust global providers, which
+        // nothing in a Python process sets).
+        b = b.telemetry(match &otlp {
+            Some(otlp) => otlp.telemetry(),
+            None => Telemetry::disabled(),
+        });
         let declared = Kind::TYPED.map(|kind| handlers.is_set(kind));
         let client = build_client(&b, oauth.as_ref(), &handlers, declared)
             .map_err(|e| errors::to_py_err(py, &e))?;
@@ -220,6 +237,7 @@ impl RawClient {
             url,
             template: b,
             oauth,
+            otlp,
             handlers,
             built: Mutex::new(Built {
                 client,
@@ -456,9 +474,17 @@ impl RawClient {
         self.run(py, async move { client.notify_roots_changed() })
     }
 
+    /// Closes the session, then exports what telemetry is waiting.
     fn close<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let client = self.client(py)?;
-        self.run(py, async move { client.close().await })
+        let otlp = self.otlp.clone();
+        self.run(py, async move {
+            let closed = client.close().await;
+            if let Some(otlp) = otlp {
+                let _ = tokio::task::spawn_blocking(move || otlp.flush()).await;
+            }
+            closed
+        })
     }
 
     #[getter]
@@ -630,7 +656,14 @@ impl RawClient {
         fut: impl Future<Output = Result<T, Error>> + Send + 'static,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.handlers.bind_loop(py)?;
-        crate::bridge::awaitable(py, async move { Reply(fut.await) })
+        // The call's span is a child of the Python caller's current one.
+        let parent = self.otlp.as_ref().and_then(|_| caller_context(py));
+        crate::bridge::awaitable(py, async move {
+            Reply(match parent {
+                Some(parent) => fut.with_context(parent).await,
+                None => fut.await,
+            })
+        })
     }
 }
 

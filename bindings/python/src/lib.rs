@@ -19,6 +19,7 @@ mod oauth;
 mod requests;
 mod server;
 mod streams;
+mod telemetry;
 mod types;
 
 use pyo3::prelude::*;

@@ -253,10 +253,10 @@ impl Inline {
     /// or was aborted (the session's deadline, a cancellation, the client's stop).
     pub(crate) async fn perform(self, core: &Arc<Core>) {
         let Pending {
-            request,
+            outgoing,
             registration,
         } = self.pending;
-        let exchange = core.endpoint.run(request, core);
+        let exchange = core.endpoint.run(outgoing, core);
         let _ = futures::future::Abortable::new(exchange, registration).await;
     }
 }

@@ -138,9 +138,9 @@ async fn run_exchanges(core: Arc<Core>, _stop: StopOnDrop) {
         effects.run(core.driver_runtime());
         for pending in starts {
             let sink = core.clone();
-            let id = pending.request.id;
+            let id = pending.outgoing.request.id;
             let exchange = async move {
-                let performed = AssertUnwindSafe(sink.endpoint.run(pending.request, &sink));
+                let performed = AssertUnwindSafe(sink.endpoint.run(pending.outgoing, &sink));
                 // A panic in what an exchange runs (a token provider's code, say) fails that
                 // exchange, never the runner and with it the client.
                 if performed.catch_unwind().await.is_err() {

@@ -21,14 +21,13 @@ use super::effects::{Effects, TaskOp};
 use crate::client::era_cache::EraCache;
 use crate::client::events::{Published, ServerNotification};
 use crate::client::handlers::{internal, not_found, Handlers};
-use crate::client::http::{Endpoint, ExchangeEvent};
+use crate::client::http::{Endpoint, ExchangeEvent, Outgoing};
 use crate::client::models::{Cancelled, Progress, TypedNotification};
 use crate::client::task_store::{StoredTask, TaskStore};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
-    CallId, CallRequest, HttpId, HttpRequest, Output, ServerRequest, Session, SessionEvent,
-    Transmit,
+    CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionEvent, Transmit,
 };
 
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
@@ -71,6 +70,9 @@ pub(crate) enum Registration {
         /// Where the call's own progress goes.
         progress: Option<mpsc::Sender<Progress>>,
         reply: Reply,
+        /// The call's span, started where it was made.
+        #[cfg(feature = "otel")]
+        trace: Option<Box<crate::client::telemetry::CallTrace>>,
     },
     /// Poll a task created before.
     ResumeTask {
@@ -90,7 +92,7 @@ pub(super) fn now() -> std::time::Instant {
 /// polls, or a caller performs it in its own task. Either way `abort` (kept in
 /// [`State::exchanges`]) stops it.
 pub(crate) struct Pending {
-    pub(crate) request: HttpRequest,
+    pub(crate) outgoing: Outgoing,
     pub(crate) registration: AbortRegistration,
 }
 
@@ -150,6 +152,8 @@ pub(crate) struct State {
     pub(super) armed: Option<Instant>,
     /// The driver has stopped: nothing more is sent.
     stopped: bool,
+    #[cfg(feature = "otel")]
+    telemetry: crate::client::telemetry::Tracker,
 }
 
 /// What a [`State`] is built from.
@@ -164,6 +168,11 @@ pub(crate) struct Parts {
 
 impl State {
     pub(super) fn new(parts: Parts, core: Weak<Core>) -> Self {
+        #[cfg(feature = "otel")]
+        let telemetry = crate::client::telemetry::Tracker::new(
+            parts.endpoint.telemetry.clone(),
+            parts.endpoint.limits.max_event_size,
+        );
         State {
             session: parts.session,
             endpoint: parts.endpoint,
@@ -187,6 +196,8 @@ impl State {
             shutdown: None,
             armed: None,
             stopped: false,
+            #[cfg(feature = "otel")]
+            telemetry,
         }
     }
 
@@ -205,6 +216,8 @@ impl State {
                 idle,
                 progress,
                 reply,
+                #[cfg(feature = "otel")]
+                trace,
             } => {
                 tracing::debug!(method = %request.method, "call submitted");
                 self.calls.insert(id, Waiter::Call { reply });
@@ -215,6 +228,8 @@ impl State {
                     self.arm_idle(id, period);
                 }
                 self.session.submit(id, request, now);
+                #[cfg(feature = "otel")]
+                self.telemetry.registered(id, trace);
                 id
             }
             Registration::ResumeTask {
@@ -231,6 +246,8 @@ impl State {
         self.inline_for = inline.then_some(call);
         self.pump();
         self.inline_for = None;
+        #[cfg(feature = "otel")]
+        self.telemetry.settled();
         self.inline.take()
     }
 
@@ -316,6 +333,8 @@ impl State {
         self.progress.clear();
         self.idle.clear();
         self.idle_queue.clear();
+        #[cfg(feature = "otel")]
+        self.telemetry.stop();
     }
 
     pub(super) fn handle_command(&mut self, command: Command) {
@@ -341,6 +360,8 @@ impl State {
                         Some(unsent) => self.session.cancel_unsent(call, unsent, now),
                         None => self.session.cancel(call, now),
                     }
+                    #[cfg(feature = "otel")]
+                    self.telemetry.abandoned(call, None);
                     self.forget(call);
                 }
             }
@@ -361,8 +382,8 @@ impl State {
         let at = self
             .to_start
             .iter()
-            .position(|p| session.exchange_call(p.request.id) == Some(call))?;
-        let id = self.to_start.remove(at).request.id;
+            .position(|p| session.exchange_call(p.outgoing.request.id) == Some(call))?;
+        let id = self.to_start.remove(at).outgoing.request.id;
         self.exchanges.remove(&id);
         Some(id)
     }
@@ -388,6 +409,8 @@ impl State {
             return false;
         }
         let now = now();
+        #[cfg(feature = "otel")]
+        self.telemetry.exchange_event(&event);
         match event {
             ExchangeEvent::Head {
                 id,
@@ -411,6 +434,8 @@ impl State {
             ExchangeEvent::TooLarge { id, error } => self.session.handle_too_large(id, error, now),
         }
         self.pump();
+        #[cfg(feature = "otel")]
+        self.telemetry.exchange_applied(id);
         self.exchanges.contains_key(&id)
     }
 
@@ -446,8 +471,13 @@ impl State {
                 if let Some(old) = self.exchanges.insert(id, abort) {
                     old.abort();
                 }
-                let pending = Pending {
+                let outgoing = Outgoing {
+                    #[cfg(feature = "otel")]
+                    attempt: self.telemetry.attempt(&self.session, &request),
                     request,
+                };
+                let pending = Pending {
+                    outgoing,
                     registration,
                 };
                 let own_post = self.inline_for.is_some()
@@ -460,6 +490,8 @@ impl State {
                 }
             }
             Transmit::Abort(id) => {
+                #[cfg(feature = "otel")]
+                self.telemetry.aborted(id);
                 if let Some(exchange) = self.exchanges.remove(&id) {
                     // One whose end is in the report being applied stops by itself: aborting
                     // it would only wake the task reading it, from inside its own poll.
@@ -474,7 +506,11 @@ impl State {
 
     fn output(&mut self, output: Output) {
         match output {
-            Output::Completed { call, result } => self.complete(call, result),
+            Output::Completed { call, result } => {
+                #[cfg(feature = "otel")]
+                self.telemetry.completed(call, &result);
+                self.complete(call, result);
+            }
             Output::Notification { call, notification } => {
                 let typed =
                     TypedNotification::parse(&notification.method, notification.params.as_ref());
@@ -492,8 +528,14 @@ impl State {
                     params: notification.params,
                 });
             }
-            Output::ServerRequest(request) => self.server_request(request),
+            Output::ServerRequest(request) => {
+                #[cfg(feature = "otel")]
+                self.telemetry.server_request();
+                self.server_request(request);
+            }
             Output::Event(event) => {
+                #[cfg(feature = "otel")]
+                self.telemetry.event(&event, &self.session);
                 self.published.set_status(self.session.extension_status());
                 self.published
                     .set_session_id(self.session.session_id().cloned());
@@ -603,6 +645,8 @@ impl State {
                 self.session.cancel(call, now.into_std());
                 let timeout =
                     Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"));
+                #[cfg(feature = "otel")]
+                self.telemetry.abandoned(call, Some(&timeout));
                 self.effects.reply(reply, Err(timeout));
             }
         }

@@ -376,7 +376,7 @@ impl Session {
     }
 
     /// Fails a call with `kind`, reporting the event that goes with it.
-    pub(super) fn fail_call(&mut self, id: CallId, kind: ErrorKind) {
+    fn fail_call(&mut self, id: CallId, kind: ErrorKind) {
         let Some(call) = self.calls.get(id) else {
             return;
         };

@@ -16,7 +16,7 @@ use crate::ids::{EventId, SequencedEventId};
 use crate::sse::SseEvent;
 
 /// A server's `retry` above this is clamped: a hostile value must not park a stream forever.
-pub(super) const MAX_RETRY: Duration = Duration::from_secs(3600);
+const MAX_RETRY: Duration = Duration::from_secs(3600);
 
 /// Where one stream stands.
 #[derive(Debug, Default, Clone)]

@@ -23,7 +23,7 @@ use crate::proto::version::ProtocolVersion;
 use crate::proto::{jsonrpc, Era, HttpId, HttpMethod, HttpPurpose};
 
 /// `server/discover`.
-pub(super) const DISCOVER: &str = "server/discover";
+const DISCOVER: &str = "server/discover";
 
 impl Session {
     /// Which era the next handshake speaks first: the configured one, else what this origin

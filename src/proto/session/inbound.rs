@@ -45,7 +45,7 @@ impl Session {
     }
 
     /// One event; `message` is what its data decodes to, when that was done ahead.
-    pub(super) fn on_event(
+    fn on_event(
         &mut self,
         http: HttpId,
         event: SseEvent,
@@ -95,7 +95,7 @@ impl Session {
 
     /// A protocol violation on a stream (gap, orphan): the recovery decision for whatever the
     /// stream carried.
-    pub(super) fn stream_violation(&mut self, http: HttpId, failure: Failure, now: Instant) {
+    fn stream_violation(&mut self, http: HttpId, failure: Failure, now: Instant) {
         let Some(ex) = self.exchanges.get(http) else {
             return;
         };

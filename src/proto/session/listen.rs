@@ -64,7 +64,7 @@ impl Listen {
 impl Session {
     /// Opens the modern era's change-notification stream: a `subscriptions/listen` request
     /// for the list changes the server says it sends.
-    pub(super) fn open_subscription(&mut self, now: Instant) {
+    fn open_subscription(&mut self, now: Instant) {
         let Some(session) = self.life.ready() else {
             return;
         };

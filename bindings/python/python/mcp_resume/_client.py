@@ -132,6 +132,13 @@ class Client:
             or ``OAuth.authorization_code``): discovery from the server's 401, dynamic
             registration, PKCE, refresh and step-up. Not with ``token_provider`` or
             ``bearer_token``: one source of the Authorization header.
+        otlp_endpoint: exports the client's OpenTelemetry spans and metrics (the MCP
+            semantic conventions, and the recovery attributes of the SDK's README) over
+            OTLP/HTTP to the collector at this base URL, e.g. ``"http://127.0.0.1:4318"``
+            (spans to ``/v1/traces``, metrics to ``/v1/metrics``). Each call's span is a child
+            of the span current when it is made (read through ``opentelemetry.trace`` when
+            it is installed: ``pip install "mcp_resume[otel]"``). ``close()`` flushes what is
+            waiting. Default: no telemetry.
 
     Raises:
         InvalidConfigError: a bad URL, header, size, duration, era or policy; both
@@ -165,6 +172,7 @@ class Client:
         on_roots: RootsHandler | None = None,
         token_provider: TokenProvider | None = None,
         oauth: OAuth | None = None,
+        otlp_endpoint: str | None = None,
     ) -> None:
         self._raw = RawClient(
             url,
@@ -189,6 +197,7 @@ class Client:
             on_roots=on_roots,
             token_provider=token_provider,
             oauth=oauth,
+            otlp_endpoint=otlp_endpoint,
         )
 
     async def __aenter__(self) -> Client:

@@ -23,7 +23,7 @@ use crate::sse::SseEvent;
 
 /// An MRTR round in progress: the server's inputs still unanswered and what to send back.
 #[derive(Debug, Default)]
-pub(super) struct InputRound {
+struct InputRound {
     /// Rounds so far, this one included.
     round: u32,
     /// `requestState`, echoed unchanged.
