@@ -9,7 +9,8 @@ server answering JSON), two uvicorn replicas run at once: one wrapped in the mid
 (memory store), one bare. Rounds alternate between them, so a load that comes and goes on the
 machine weighs on both: unkeyed ``echo`` calls by ``mcp_resume.Client`` from this process,
 a fresh session each round, the clock covering the calls only. Prints the median calls/s of
-each, their ratio, and the machine's load average before and after.
+each, their ratio, each replica's CPU time per call (from /proc: Linux), and the machine's
+load average before and after.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import socket
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from mcp_resume import Client, Era
+from calls_per_second import python_round  # this folder's, on sys.path as the script's
 
 REPLICA = Path(__file__).resolve().parents[1] / "tests" / "replica.py"
 
@@ -58,22 +58,19 @@ def stop(child: subprocess.Popen[str]) -> None:
         child.kill()
 
 
-async def one_round(url: str, calls: int, concurrency: int) -> float:
-    client = Client(url, era=Era.LEGACY, open_listen_stream=False)
-    await client.connect()
-    left = calls
+def cpu(pid: int) -> float:
+    """A process's CPU time so far (user and system, µs), from /proc (Linux)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(") ", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1e6 / os.sysconf("SC_CLK_TCK")
 
-    async def worker() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            await client.call_tool("echo", {"text": "hi"})
 
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    await client.close()
-    return calls / elapsed
+async def one_round(replica: subprocess.Popen[str], url: str, calls: int, concurrency: int) -> tuple[float, float]:
+    """One round (timed as `calls_per_second.py` times its rounds): calls per second, and the
+    replica's CPU µs per call."""
+    before = cpu(replica.pid)
+    seconds = await python_round(url, calls, concurrency)
+    return calls / seconds, (cpu(replica.pid) - before) / calls
 
 
 def load() -> str:
@@ -90,21 +87,22 @@ async def main() -> None:
         f"{a.calls} calls per round, {a.rounds} rounds each, {a.concurrency} in flight; "
         f"load average (1 5 15 min) before: {load()}"
     )
-    print("| server kind | bare calls/s | guarded calls/s | guarded / bare |")
-    print("|---|---|---|---|")
+    print("| server kind | bare calls/s | guarded calls/s | guarded / bare | server CPU µs/call, bare | guarded |")
+    print("|---|---|---|---|---|---|")
     for kind, name in (("fastmcp", "FastMCP, SSE with an event store"), ("lowlevel", "low-level server, JSON")):
         bare, bare_url = start(kind, guarded=False)
         guarded, guarded_url = start(kind, guarded=True)
         try:
             # One round each to warm up, not counted.
-            await one_round(bare_url, a.calls, a.concurrency)
-            await one_round(guarded_url, a.calls, a.concurrency)
-            rates: dict[str, list[float]] = {"bare": [], "guarded": []}
+            await one_round(bare, bare_url, a.calls, a.concurrency)
+            await one_round(guarded, guarded_url, a.calls, a.concurrency)
+            runs: dict[str, list[tuple[float, float]]] = {"bare": [], "guarded": []}
             for _ in range(a.rounds):
-                rates["bare"].append(await one_round(bare_url, a.calls, a.concurrency))
-                rates["guarded"].append(await one_round(guarded_url, a.calls, a.concurrency))
-            b, g = statistics.median(rates["bare"]), statistics.median(rates["guarded"])
-            print(f"| {name} | {b:.0f} | {g:.0f} | {g / b:.2f}x |")
+                runs["bare"].append(await one_round(bare, bare_url, a.calls, a.concurrency))
+                runs["guarded"].append(await one_round(guarded, guarded_url, a.calls, a.concurrency))
+            b, g = (statistics.median(r for r, _ in runs[k]) for k in ("bare", "guarded"))
+            cb, cg = (statistics.median(c for _, c in runs[k]) for k in ("bare", "guarded"))
+            print(f"| {name} | {b:.0f} | {g:.0f} | {g / b:.2f}x | {cb:.0f} | {cg:.0f} |")
         finally:
             stop(bare)
             stop(guarded)
