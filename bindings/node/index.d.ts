@@ -331,6 +331,55 @@ export type ResumeFetch = ((input: string | URL | Request, init?: RequestInit) =
  */
 export declare function resumeFetch(options?: ResumeTransportOptions): ResumeFetch;
 
+/**
+ * Options of `ResumeSafety`: the Rust guard's settings (`GuardBuilder` of mcp-resume-server),
+ * each default its own. Durations in milliseconds.
+ */
+export interface ResumeSafetyOptions {
+  /** `"memory"` (default: one process) or a `redis://` URL (replicas sharing it). */
+  store?: string;
+  /** The name this process writes as owner of sessions and claims. Default: random. */
+  instanceId?: string;
+  /** Bodies and SSE events longer than this (bytes) pass untouched. Default: 4 MiB. */
+  maxBody?: number;
+  /** A keyed call's claim lease. Default: 10000. */
+  lease?: number;
+  /** Capability hashes, sequenced event ids and resume authorization. Default: true. */
+  resumeChecks?: boolean;
+  /** Claim and deduplicate keyed `tools/call` requests. Default: true. */
+  idempotency?: boolean;
+  /** `Retry-After` of retryable refusals (whole seconds on the wire). Default: 1000. */
+  retryAfter?: number;
+  /** Seeds the stream ids (reproducible tests). Default: random. */
+  seed?: number;
+}
+
+/** A request and response as node:http (and Express, connect) give them. */
+type IncomingMessage = import("node:http").IncomingMessage;
+type ServerResponse = import("node:http").ServerResponse;
+
+/**
+ * The resume-safety guard in front of an MCP Streamable HTTP endpoint (the TypeScript SDK's
+ * `StreamableHTTPServerTransport`): keyed `tools/call`s deduplicated across replicas,
+ * resumes proven before they are served, capability hashes. One per process. The request's
+ * body is handed on parsed as `req.body`: pass it to `transport.handleRequest(req, res,
+ * req.body)`. Throws InvalidConfigError on a bad option, an Error when the Redis store cannot
+ * be reached.
+ */
+export declare class ResumeSafety {
+  constructor(options?: ResumeSafetyOptions);
+  /** The name this process writes as owner of sessions and claims. */
+  get instanceId(): string;
+  /** An Express/connect middleware in front of the MCP route's handler. */
+  middleware(): (req: IncomingMessage, res: ServerResponse, next: (error?: unknown) => void) => void;
+  /** A node:http handler (or an Express route's) behind the guard. */
+  wrap<A extends unknown[]>(
+    handler: (req: IncomingMessage, res: ServerResponse, ...rest: A) => unknown,
+  ): (req: IncomingMessage, res: ServerResponse, ...rest: A) => void;
+  /** Guards one request; `next()` runs the handler (not called when the guard answers). */
+  handle(req: IncomingMessage, res: ServerResponse, next: () => unknown): Promise<unknown>;
+}
+
 /** Every error of this package: `kind` names what happened (the Rust SDK's `ErrorKind`). */
 export declare class McpResumeError extends Error {
   constructor(message: string, details?: { kind?: string; retryAfterMs?: number });

@@ -1,8 +1,10 @@
 // mcp-resume for Node.js: the resume-aware client, and the TypeScript SDK's Transport over it
-// (or, for a client that takes only a fetch function, a fetch over it).
+// (or, for a client that takes only a fetch function, a fetch over it); and the resume-safety
+// guard for MCP servers (ResumeSafety).
 export { Client, RecoveredCall } from "./lib/client.js";
 export { ResumeTransport } from "./lib/transport.js";
 export { resumeFetch } from "./lib/fetch.js";
+export { ResumeSafety } from "./lib/server.js";
 export { toolCallKey, withToolCallKeys } from "./lib/keys.js";
 export {
   ClosedError,

@@ -145,6 +145,10 @@ enum Cmd {
         /// proxy_read_timeout in milliseconds: idle streams are cut after it.
         #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
         idle_timeout_ms: u64,
+        /// Pin sessions by their id's prefix: `i<N>-` goes to the N-th upstream (the others
+        /// as its backups), for servers that keep sessions in memory and name them so.
+        #[arg(long, conflicts_with = "affinity")]
+        session_prefixes: bool,
     },
 }
 
@@ -279,10 +283,12 @@ async fn main() -> ExitCode {
         prefix,
         affinity,
         idle_timeout_ms,
+        session_prefixes,
     }) = &args.command
     {
         let mut c = NginxConfig::new(*listen, upstreams.clone(), prefix.clone());
         c.affinity = *affinity;
+        c.session_prefixes = *session_prefixes;
         c.idle_timeout = Duration::from_millis(*idle_timeout_ms);
         print!("{}", c.render());
         return ExitCode::SUCCESS;

@@ -94,14 +94,19 @@
 //! # Layers of this crate
 //!
 //! - [`guard`]: every rule, sans-IO (no runtime, no clock reads): a skin feeds it what passes
-//!   and runs the store operations it hands out. Other languages' skins drive the same core.
+//!   and runs the store operations it hands out.
 //! - [`store`]: the one [`Store`] trait; [`MemoryStore`] (one process), [`RedisStore`]
 //!   (Redis or Redis Cluster; feature `redis`, on by default).
+//! - [`skin`]: what every skin does with the guard, in any framework or language: the
+//!   settings ([`GuardBuilder`](skin::GuardBuilder)), the store steps, a response's rewriting
+//!   pushed in as it comes. The tower layer, the Python binding's ASGI middleware and the Node
+//!   binding's handler wrapper all drive the guard through it.
 //! - [`ResumeSafetyLayer`]: the tower skin, for any `http` service.
 
 mod error;
 pub mod guard;
 pub mod ids;
+pub mod skin;
 pub mod store;
 mod tower;
 pub mod wire;

@@ -1,6 +1,6 @@
 //! The tower skin: [`ResumeSafetyLayer`] wraps any `http` service (rmcp's
 //! `StreamableHttpService`, an axum router) and drives the [guard](crate::guard) with what
-//! passes through it.
+//! passes through it, through the [skin](crate::skin) every other skin uses too.
 //!
 //! What it does with the I/O the guard asks for:
 //! - a POST body is read up to [`ResumeSafetyLayer::max_body`] and forwarded unchanged (a
@@ -15,24 +15,21 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::guard::{
-    Answer, Body as SeenBody, BodyPlan, Guard, GuardAccess, GuardConfig, SseFlow, Step, StoreOp,
-    StoreUnavailable, Watch,
-};
+use crate::guard::{Answer, Body as SeenBody, GuardConfig};
 use crate::ids::InstanceId;
-use crate::store::{self, OpResult, Store};
+use crate::skin::{self, End, GuardBuilder, Next, Outbound, SharedGuard, ToClient};
+use crate::store::Store;
 
 /// The error type of the bodies this layer makes.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -47,67 +44,21 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///     .max_body(1 << 20);
 /// ```
 ///
+/// Its settings are a [`GuardBuilder`]'s (each setter here is that one; the defaults are
+/// documented there), so the layer and the other languages' skins read the same ones.
 /// Every service the layer wraps shares one guard: wrap the MCP endpoint once per process.
 #[derive(Clone)]
 #[must_use]
 pub struct ResumeSafetyLayer {
-    core: Arc<Core>,
-    config: GuardConfig,
-    seed: u64,
+    builder: GuardBuilder,
+    guard: SharedGuard,
 }
 
 impl std::fmt::Debug for ResumeSafetyLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResumeSafetyLayer")
-            .field("config", &self.config)
+            .field("config", self.guard.config())
             .finish()
-    }
-}
-
-/// What every request shares: the guard (under a lock held only between awaits) and the
-/// store.
-struct Core {
-    guard: Mutex<Guard>,
-    store: Arc<dyn Store>,
-}
-
-impl Core {
-    fn guard(&self) -> MutexGuard<'_, Guard> {
-        // The guard's state is plain data; a panic elsewhere left it usable.
-        self.guard.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Runs an operation that answers nobody; a failure is logged (the guard already chose
-    /// the safe side for it).
-    async fn run(&self, op: &StoreOp) {
-        if let Err(e) = store::run(&*self.store, op).await {
-            tracing::warn!(error = %e, "resume-safety store operation failed");
-        }
-    }
-
-    async fn run_watch_ops(&self, watch: &mut Watch) {
-        loop {
-            let op = watch.poll_op();
-            let Some(op) = op else { break };
-            self.run(&op).await;
-        }
-    }
-
-    /// Runs what a watch handed out from inside a body's poll (no await there): spawned.
-    fn spawn_watch_ops(self: &Arc<Self>, watch: &mut Watch) {
-        while let Some(op) = watch.poll_op() {
-            let core = self.clone();
-            tokio::spawn(async move { core.run(&op).await });
-        }
-    }
-}
-
-/// The guard under the core's lock, one step at a time.
-struct Locked<'a>(&'a Core);
-
-impl GuardAccess for Locked<'_> {
-    fn with_guard<R>(&mut self, f: impl FnOnce(&mut Guard) -> R) -> R {
-        f(&mut self.0.guard())
     }
 }
 
@@ -120,73 +71,57 @@ impl ResumeSafetyLayer {
     /// with capability hashes and sequenced event ids; idempotency); bodies up to 4 MiB
     /// inspected; a 10 s claim lease; `Retry-After: 1` on retryable refusals.
     pub fn new<S: Store>(store: S) -> Self {
-        let seed = uuid::Uuid::new_v4().as_u64_pair().0;
-        Self::build(Arc::new(store), GuardConfig::default(), seed)
+        Self::from_builder(GuardBuilder::new(store))
     }
 
-    fn build(store: Arc<dyn Store>, config: GuardConfig, seed: u64) -> Self {
-        let core = Arc::new(Core {
-            guard: Mutex::new(Guard::new(config.clone(), seed)),
-            store,
-        });
-        Self { core, config, seed }
+    /// A layer with these settings.
+    pub fn from_builder(builder: GuardBuilder) -> Self {
+        let guard = builder.clone().build();
+        Self { builder, guard }
     }
 
-    fn with(mut self, change: impl FnOnce(&mut GuardConfig)) -> Self {
-        change(&mut self.config);
-        Self::build(self.core.store.clone(), self.config, self.seed)
+    fn with(self, change: impl FnOnce(GuardBuilder) -> GuardBuilder) -> Self {
+        Self::from_builder(change(self.builder))
     }
 
-    /// The name this instance writes as owner in session records and claims. Default: a
-    /// random one per layer. Give each replica (and each restart of it) a distinct one.
+    /// [`GuardBuilder::instance_id`].
     pub fn instance_id(self, id: InstanceId) -> Self {
-        self.with(|c| c.instance = id)
+        self.with(|b| b.instance_id(id))
     }
 
-    /// Request bodies, JSON response bodies and SSE blocks longer than this pass untouched
-    /// (a keyed call whose body is longer is refused with `413`: it cannot be guarded).
-    /// Default: 4 MiB.
+    /// [`GuardBuilder::max_body`]. Default: 4 MiB.
     pub fn max_body(self, bytes: usize) -> Self {
-        self.with(|c| c.max_body = bytes.max(1024))
+        self.with(|b| b.max_body(bytes))
     }
 
-    /// How long a keyed call's claim holds without renewal (renewed every third of it while
-    /// the call runs). When an instance dies, its keys read as "outcome unknown" this long
-    /// after its last renewal. Default: 10 s.
+    /// [`GuardBuilder::lease`]. Default: 10 s.
     pub fn lease(self, lease: Duration) -> Self {
-        self.with(|c| c.lease = lease.max(Duration::from_millis(30)))
+        self.with(|b| b.lease(lease))
     }
 
-    /// Whether resumes are checked: capability hashes on every response of a session,
-    /// sequenced event ids, and resume authorization. Default: on. Off, resumes pass through
-    /// to the inner server unchecked, and only idempotency is advertised.
+    /// [`GuardBuilder::resume_checks`]. Default: on.
     pub fn resume_checks(self, on: bool) -> Self {
-        self.with(|c| {
-            c.parts.capability_hash = on;
-            c.parts.sequenced_event_ids = on;
-        })
+        self.with(|b| b.resume_checks(on))
     }
 
-    /// Whether keyed `tools/call`s are claimed and deduplicated. Default: on.
+    /// [`GuardBuilder::idempotency`]. Default: on.
     pub fn idempotency(self, on: bool) -> Self {
-        self.with(|c| c.parts.idempotency = on)
+        self.with(|b| b.idempotency(on))
     }
 
-    /// The `Retry-After` (seconds) of retryable refusals (store unreachable). Default: 1.
+    /// [`GuardBuilder::retry_after`]. Default: 1.
     pub fn retry_after(self, secs: u64) -> Self {
-        self.with(|c| c.retry_after_secs = secs)
+        self.with(|b| b.retry_after(secs))
     }
 
-    /// Seeds the stream ids the guard draws (tests that want the same ids every run).
-    /// Default: random.
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        Self::build(self.core.store.clone(), self.config, seed)
+    /// [`GuardBuilder::seed`]. Default: random.
+    pub fn seed(self, seed: u64) -> Self {
+        self.with(|b| b.seed(seed))
     }
 
     /// The guard's settings.
     pub fn config(&self) -> &GuardConfig {
-        &self.config
+        self.guard.config()
     }
 }
 
@@ -196,7 +131,7 @@ impl<I> Layer<I> for ResumeSafetyLayer {
     fn layer(&self, inner: I) -> Self::Service {
         ResumeSafety {
             inner,
-            core: self.core.clone(),
+            guard: self.guard.clone(),
         }
     }
 }
@@ -205,7 +140,7 @@ impl<I> Layer<I> for ResumeSafetyLayer {
 #[derive(Clone)]
 pub struct ResumeSafety<I> {
     inner: I,
-    core: Arc<Core>,
+    guard: SharedGuard,
 }
 
 impl<I> std::fmt::Debug for ResumeSafety<I> {
@@ -241,12 +176,12 @@ where
         // The service that was polled ready goes with this call; the clone stays for the next.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(handle(self.core.clone(), inner, req))
+        Box::pin(handle(self.guard.clone(), inner, req))
     }
 }
 
 async fn handle<I, ReqB, ResB>(
-    core: Arc<Core>,
+    guard: SharedGuard,
     mut inner: I,
     req: Request<ReqB>,
 ) -> Result<Response<GuardedBody<ResB>>, I::Error>
@@ -261,59 +196,56 @@ where
 {
     let (mut parts, body) = req.into_parts();
     let mut body = GuardedRequestBody::untouched(body);
-    let mut ex = core.guard().begin(&parts.method, &parts.headers);
+    let mut inbound = guard.begin(&parts.method, &parts.headers);
     loop {
-        let step = ex.step();
-        while let Some(op) = ex.poll_op() {
-            core.run(&op).await;
-        }
-        match step {
-            Step::ReadBody { limit } => {
+        match inbound.next().await {
+            Next::ReadBody { limit } => {
                 let (read, seen) = read_limited(body, limit).await;
                 body = read;
                 let seen = match &seen {
                     Some(bytes) => SeenBody::Complete(bytes),
                     None => SeenBody::TooLarge,
                 };
-                ex.handle_body(&mut Locked(&core), seen, &parts.headers);
+                inbound.handle_body(seen, &parts.headers);
             }
-            Step::Store(op) => {
-                let result = store::run(&*core.store, &op).await;
-                if let Err(e) = &result {
-                    tracing::warn!(error = %e, "resume-safety store unavailable");
-                }
-                let mut g = core.guard();
-                match (op, result) {
-                    (StoreOp::LoadSession(_), Ok(OpResult::Session(r))) => {
-                        ex.handle_session(&mut g, Ok(r))
-                    }
-                    (StoreOp::LoadSession(_), _) => {
-                        ex.handle_session(&mut g, Err(StoreUnavailable))
-                    }
-                    (StoreOp::Claim(_), Ok(OpResult::Claim(c))) => ex.handle_claim(&mut g, Ok(c)),
-                    (StoreOp::Claim(_), _) => ex.handle_claim(&mut g, Err(StoreUnavailable)),
-                    _ => {}
-                }
-            }
-            Step::Pass => {
+            Next::Pass => {
                 let resp = inner.call(Request::from_parts(parts, body)).await?;
                 return Ok(resp.map(GuardedBody::untouched));
             }
-            Step::Forward(forward) => {
-                if let Some(id) = forward.last_event_id() {
+            Next::Forward(out) => {
+                if let Some(id) = out.last_event_id() {
                     parts
                         .headers
                         .insert(crate::wire::LAST_EVENT_ID_HEADER, id.clone());
                 }
-                let watch = forward.into_watch();
                 let req = Request::from_parts(parts, body);
-                return if watch.must_drain() {
-                    keyed(core, inner, req, watch).await
+                return if out.must_drain() {
+                    keyed(inner, req, out).await
                 } else {
-                    watched(core, inner, req, watch).await
+                    watched(inner, req, out).await
                 };
             }
-            Step::Answer(answer) => return Ok(answer_response(answer)),
+            Next::Answer(answer) => return Ok(answer_response(answer)),
+        }
+    }
+}
+
+/// What the client gets until the head may go: the head, the bytes so far, how it ended.
+#[derive(Default)]
+struct Gathered {
+    head: Option<(http::StatusCode, http::HeaderMap)>,
+    body: BytesMut,
+    end: Option<End>,
+}
+
+impl Gathered {
+    fn add(&mut self, step: ToClient) {
+        if step.head.is_some() {
+            self.head = step.head;
+        }
+        self.body.extend_from_slice(&step.body);
+        if step.end.is_some() {
+            self.end = step.end;
         }
     }
 }
@@ -321,121 +253,66 @@ where
 /// Forwards a request whose response the guard watches (everything but keyed calls): the
 /// work follows the client's connection, as it would without the guard.
 async fn watched<I, ReqB, ResB>(
-    core: Arc<Core>,
     mut inner: I,
     req: Request<GuardedRequestBody<ReqB>>,
-    mut watch: Watch,
+    mut out: Outbound,
 ) -> Result<Response<GuardedBody<ResB>>, I::Error>
 where
     I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
     ResB: Body<Data = Bytes> + Send + Unpin + 'static,
     ResB::Error: Into<BoxError> + Send,
 {
-    watch.start(std::time::Instant::now());
     let resp = inner.call(req).await?;
-    let (mut parts, mut body) = resp.into_parts();
-    let plan = watch.handle_head(&mut core.guard(), parts.status, &mut parts.headers);
-    core.run_watch_ops(&mut watch).await;
-    let body = match plan {
-        BodyPlan::Untouched => GuardedBody::untouched(body),
-        BodyPlan::Json { limit } => {
-            let (body, replaced) = read_json(&core, &mut watch, body, limit).await;
-            if let Some(len) = replaced {
-                parts
-                    .headers
-                    .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+    let (parts, mut body) = resp.into_parts();
+    let mut got = Gathered::default();
+    got.add(out.handle_head(parts.status, parts.headers));
+    out.take_ops().run().await;
+    // A JSON body is read whole; an `initialize` answered with SSE holds its head until its
+    // result has passed, a resume until its replay is proven.
+    let mut failed = None;
+    while got.head.is_none() && got.end.is_none() {
+        let step = match body.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => out.handle_body(&data),
+                Err(_) => continue,
+            },
+            Some(Err(e)) => {
+                failed = Some(e.into());
+                out.handle_end(false)
             }
-            body
-        }
-        BodyPlan::Sse => {
-            let mut pending = BytesMut::new();
-            let mut ended = false;
-            // An `initialize` holds its head until its result has passed; a resume until
-            // its replay is proven.
-            while !watch.head_ready() {
-                match body.frame().await {
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            let _ = watch.handle_sse(&mut Locked(&core), &data, &mut pending);
-                        }
-                    }
-                    end => {
-                        let clean = end.is_none();
-                        watch.handle_end(&mut core.guard(), clean, &mut pending);
-                        ended = true;
-                        break;
-                    }
-                }
-            }
-            if let Some(refusal) = watch.take_refusal() {
-                core.run_watch_ops(&mut watch).await;
-                return Ok(answer_response(refusal));
-            }
-            core.run_watch_ops(&mut watch).await;
-            parts.headers.remove(http::header::CONTENT_LENGTH);
-            watch.finish_head(&mut parts.headers);
-            let body = if ended {
-                GuardedBody::full(pending.freeze())
-            } else {
-                GuardedBody::sse(body, watch, core.clone(), pending.freeze())
-            };
-            return Ok(Response::from_parts(parts, body));
-        }
+            None => out.handle_end(true),
+        };
+        got.add(step);
+        out.take_ops().run().await;
+    }
+    let Some((status, headers)) = got.head else {
+        // Ended without a head (only an inner failure does): an error, as the inner's was.
+        return Ok(answer_response(Answer::internal()));
     };
-    watch.finish_head(&mut parts.headers);
-    Ok(Response::from_parts(parts, body))
-}
-
-/// Reads a JSON body whole (up to `limit`) for the watch; the body to send, and its new
-/// length when the watch replaced it.
-async fn read_json<ResB>(
-    core: &Arc<Core>,
-    watch: &mut Watch,
-    body: ResB,
-    limit: usize,
-) -> (GuardedBody<ResB>, Option<usize>)
-where
-    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
-    ResB::Error: Into<BoxError> + Send,
-{
-    let collected = collect_limited(body, limit).await;
-    judge_json(core, watch, collected).await
-}
-
-/// Gives a read JSON body to the watch.
-async fn judge_json<ResB>(
-    core: &Arc<Core>,
-    watch: &mut Watch,
-    collected: Collected<ResB>,
-) -> (GuardedBody<ResB>, Option<usize>) {
-    let out = match collected {
-        Collected::Whole(bytes) => match watch.handle_json(&mut core.guard(), &bytes) {
-            Some(new) => {
-                let len = new.len();
-                (GuardedBody::full(new), Some(len))
-            }
-            None => (GuardedBody::full(bytes), None),
-        },
-        Collected::TooLarge(prefix, rest) => {
-            watch.handle_json_overflow();
-            (GuardedBody::chained(prefix, rest), None)
-        }
-        Collected::Failed(prefix, e) => {
-            watch.handle_json_overflow();
-            (GuardedBody::failed(prefix, e), None)
-        }
+    let prefix = got.body.freeze();
+    let body = match (got.end, failed) {
+        (Some(End::Abort), Some(e)) => GuardedBody::failed(prefix, e),
+        (Some(End::Abort), None) => GuardedBody::failed(prefix, Box::new(ReplayDiverged)),
+        (Some(End::Complete), _) => GuardedBody::full(prefix),
+        (None, _) if out.is_untouched() => GuardedBody::chained(prefix, body),
+        (None, _) => GuardedBody::driven(prefix, body, out),
     };
-    core.run_watch_ops(watch).await;
-    out
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    // The inner response's version and extensions stay.
+    let (mut new_parts, body) = resp.into_parts();
+    new_parts.version = parts.version;
+    new_parts.extensions = parts.extensions;
+    Ok(Response::from_parts(new_parts, body))
 }
 
 /// A keyed call: run in a task of its own so that its answer is read to the end and stored
-/// whether or not the client waits; its lease is renewed while it runs.
+/// whether or not the client waits (its lease is renewed by the outbound meanwhile).
 async fn keyed<I, ReqB, ResB>(
-    core: Arc<Core>,
     inner: I,
     req: Request<GuardedRequestBody<ReqB>>,
-    watch: Watch,
+    out: Outbound,
 ) -> Result<Response<GuardedBody<ResB>>, I::Error>
 where
     I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
@@ -447,7 +324,7 @@ where
     ResB::Error: Into<BoxError> + Send,
 {
     let (head_tx, head_rx) = oneshot::channel();
-    tokio::spawn(drive_keyed(core, inner, req, watch, head_tx));
+    tokio::spawn(drive_keyed(inner, req, out, head_tx));
     match head_rx.await {
         Ok(result) => result,
         // The task cannot end without answering (it owns the sender until it does).
@@ -459,115 +336,89 @@ where
 const KEYED_CHANNEL: usize = 64;
 
 async fn drive_keyed<I, ReqB, ResB>(
-    core: Arc<Core>,
     mut inner: I,
     req: Request<GuardedRequestBody<ReqB>>,
-    mut watch: Watch,
+    mut out: Outbound,
     head_tx: oneshot::Sender<Result<Response<GuardedBody<ResB>>, I::Error>>,
 ) where
     I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
     ResB: Body<Data = Bytes> + Send + Unpin + 'static,
     ResB::Error: Into<BoxError> + Send,
 {
-    watch.start(std::time::Instant::now());
-    let call = inner.call(req);
-    tokio::pin!(call);
-    let resp = loop {
-        let due = watch.poll_timeout();
-        tokio::select! {
-            r = &mut call => break r,
-            () = sleep_until(due) => renew(&core, &mut watch).await,
-        }
-    };
-    let resp = match resp {
+    let resp = match inner.call(req).await {
         Ok(r) => r,
         Err(e) => {
-            watch.handle_json_overflow();
-            core.run_watch_ops(&mut watch).await;
+            let _ = out.handle_end(false);
+            out.take_ops().run().await;
             let _ = head_tx.send(Err(e));
             return;
         }
     };
-    let (mut parts, mut body) = resp.into_parts();
-    let plan = watch.handle_head(&mut core.guard(), parts.status, &mut parts.headers);
-    core.run_watch_ops(&mut watch).await;
-    match plan {
-        BodyPlan::Untouched => {
-            let _ = head_tx.send(Ok(Response::from_parts(
-                parts,
-                GuardedBody::untouched(body),
-            )));
-        }
-        BodyPlan::Json { limit } => {
-            let collect = collect_limited(body, limit);
-            tokio::pin!(collect);
-            let collected = loop {
-                let due = watch.poll_timeout();
-                tokio::select! {
-                    c = &mut collect => break c,
-                    () = sleep_until(due) => renew(&core, &mut watch).await,
-                }
+    let (parts, mut body) = resp.into_parts();
+    let mut got = Gathered::default();
+    got.add(out.handle_head(parts.status, parts.headers));
+    out.take_ops().run().await;
+    let mut head_tx = Some(head_tx);
+    let mut client: Option<mpsc::Sender<Result<Bytes, BoxError>>> = None;
+    loop {
+        if let Some(tx) = head_tx.take_if(|_| got.head.is_some()) {
+            let Some((status, headers)) = got.head.take() else {
+                return;
             };
-            let (body, replaced) = judge_json(&core, &mut watch, collected).await;
-            if let Some(len) = replaced {
-                parts
-                    .headers
-                    .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+            let prefix = std::mem::take(&mut got.body).freeze();
+            let mut resp = Response::new(());
+            *resp.status_mut() = status;
+            *resp.headers_mut() = headers;
+            let (mut head, ()) = resp.into_parts();
+            head.version = parts.version;
+            if got.end.is_some() {
+                // Whole at once (a JSON answer, a refusal): sent as it is.
+                let body = match got.end {
+                    Some(End::Abort) => GuardedBody::failed(prefix, Box::new(InnerFailed)),
+                    _ => GuardedBody::full(prefix),
+                };
+                let _ = tx.send(Ok(Response::from_parts(head, body)));
+                return;
             }
-            watch.finish_head(&mut parts.headers);
-            let _ = head_tx.send(Ok(Response::from_parts(parts, body)));
-        }
-        BodyPlan::Sse => {
-            let (tx, rx) = mpsc::channel(KEYED_CHANNEL);
-            parts.headers.remove(http::header::CONTENT_LENGTH);
-            watch.finish_head(&mut parts.headers);
-            let mut client = head_tx
-                .send(Ok(Response::from_parts(parts, GuardedBody::channel(rx))))
+            if out.is_untouched() {
+                let body = GuardedBody::chained(prefix, body);
+                let _ = tx.send(Ok(Response::from_parts(head, body)));
+                return;
+            }
+            let (ctx, rx) = mpsc::channel(KEYED_CHANNEL);
+            if tx
+                .send(Ok(Response::from_parts(head, GuardedBody::channel(rx))))
                 .is_ok()
-                .then_some(tx);
-            loop {
-                let due = watch.poll_timeout();
-                let frame = tokio::select! {
-                    f = body.frame() => f,
-                    () = sleep_until(due) => {
-                        renew(&core, &mut watch).await;
-                        continue;
-                    }
-                };
-                let mut out = BytesMut::new();
-                let end = match frame {
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            let _ = watch.handle_sse(&mut Locked(&core), &data, &mut out);
-                        }
-                        None
-                    }
-                    None => Some(Ok(())),
-                    Some(Err(e)) => Some(Err(e.into())),
-                };
-                if let Some(end) = &end {
-                    watch.handle_end(&mut core.guard(), end.is_ok(), &mut out);
-                }
-                // The key's answer is stored before the client can see it.
-                core.run_watch_ops(&mut watch).await;
-                if let Some(tx) = &client {
-                    if !out.is_empty() && !send_or_give_up(tx, Ok(out.freeze())).await {
-                        client = None;
-                    }
-                }
-                match end {
-                    Some(Ok(())) => return,
-                    Some(Err(e)) => {
-                        if let Some(tx) = &client {
-                            let _ = tx.send(Err(e)).await;
-                        }
-                        return;
-                    }
-                    None if client.is_none() && !watch.must_drain() => return,
-                    None => {}
-                }
+                && (prefix.is_empty() || send_or_give_up(&ctx, Ok(prefix)).await)
+            {
+                client = Some(ctx);
+            }
+        } else if let Some(tx) = &client {
+            let bytes = std::mem::take(&mut got.body).freeze();
+            if !bytes.is_empty() && !send_or_give_up(tx, Ok(bytes)).await {
+                client = None;
             }
         }
+        if let Some(end) = got.end {
+            if let (End::Abort, Some(tx)) = (end, &client) {
+                let _ = tx.send(Err(Box::new(InnerFailed))).await;
+            }
+            return;
+        }
+        if client.is_none() && head_tx.is_none() && !out.must_drain() {
+            return;
+        }
+        let step = match body.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => out.handle_body(&data),
+                Err(_) => continue,
+            },
+            Some(Err(_)) => out.handle_end(false),
+            None => out.handle_end(true),
+        };
+        got.add(step);
+        // The key's answer is stored before the client can see it.
+        out.take_ops().run().await;
     }
 }
 
@@ -583,25 +434,12 @@ async fn send_or_give_up(
     )
 }
 
-/// Resolves at `at` (never, without one).
-async fn sleep_until(at: Option<std::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn renew(core: &Core, watch: &mut Watch) {
-    watch.handle_timeout(std::time::Instant::now());
-    core.run_watch_ops(watch).await;
-}
-
 fn answer_response<B>(answer: Answer) -> Response<GuardedBody<B>> {
-    let (status, headers, body) = answer.into_parts();
+    let ToClient { head, body, .. } = skin::answer_to_client(answer);
     let mut resp = Response::new(GuardedBody::full(body));
-    *resp.status_mut() = status;
-    for (name, value) in headers {
-        resp.headers_mut().insert(name, value);
+    if let Some((status, headers)) = head {
+        *resp.status_mut() = status;
+        *resp.headers_mut() = headers;
     }
     resp
 }
@@ -643,35 +481,6 @@ where
                 let bytes = buf.freeze();
                 return (GuardedRequestBody::full(bytes.clone()), Some(bytes));
             }
-        }
-    }
-}
-
-/// A response body read up to a limit.
-enum Collected<B> {
-    Whole(Bytes),
-    TooLarge(Bytes, B),
-    Failed(Bytes, BoxError),
-}
-
-async fn collect_limited<B>(mut body: B, limit: usize) -> Collected<B>
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    let mut buf = BytesMut::new();
-    loop {
-        match body.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(data) = frame.into_data() {
-                    buf.extend_from_slice(&data);
-                    if buf.len() > limit {
-                        return Collected::TooLarge(buf.freeze(), body);
-                    }
-                }
-            }
-            Some(Err(e)) => return Collected::Failed(buf.freeze(), e.into()),
-            None => return Collected::Whole(buf.freeze()),
         }
     }
 }
@@ -774,7 +583,7 @@ impl<B> std::fmt::Debug for GuardedBody<B> {
             Kind::Full(_) => "full",
             Kind::Chained { .. } => "chained",
             Kind::Failed { .. } => "failed",
-            Kind::Sse(_) => "sse",
+            Kind::Driven(_) => "driven",
             Kind::Channel(_) => "channel",
         };
         f.debug_struct("GuardedBody").field("kind", &kind).finish()
@@ -794,17 +603,16 @@ enum Kind<B> {
         error: Option<BoxError>,
     },
     /// An SSE stream rewritten as it passes.
-    Sse(Box<SseState<B>>),
+    Driven(Box<Driven<B>>),
     /// A keyed call's stream, fed by the task that owns the call.
     Channel(mpsc::Receiver<Result<Bytes, BoxError>>),
 }
 
-struct SseState<B> {
+struct Driven<B> {
     inner: B,
-    watch: Watch,
-    core: Arc<Core>,
+    out: Outbound,
     pending: Option<Bytes>,
-    abort: bool,
+    error: Option<BoxError>,
     done: bool,
 }
 
@@ -839,14 +647,13 @@ impl<B> GuardedBody<B> {
         }
     }
 
-    fn sse(inner: B, watch: Watch, core: Arc<Core>, pending: Bytes) -> Self {
+    fn driven(pending: Bytes, inner: B, out: Outbound) -> Self {
         Self {
-            kind: Kind::Sse(Box::new(SseState {
+            kind: Kind::Driven(Box::new(Driven {
                 inner,
-                watch,
-                core,
+                out,
                 pending: Some(pending),
-                abort: false,
+                error: None,
                 done: false,
             })),
         }
@@ -864,6 +671,11 @@ impl<B> GuardedBody<B> {
 #[derive(Debug, thiserror::Error)]
 #[error("the inner server's replay does not continue the stream from the client's cursor")]
 struct ReplayDiverged;
+
+/// The error a keyed call's stream ends with when the inner server's body failed.
+#[derive(Debug, thiserror::Error)]
+#[error("the inner server's response failed")]
+struct InnerFailed;
 
 impl<B> Body for GuardedBody<B>
 where
@@ -902,7 +714,7 @@ where
                 Poll::Ready(error.take().map(Err))
             }
             Kind::Channel(rx) => rx.poll_recv(cx).map(|m| m.map(|r| r.map(Frame::data))),
-            Kind::Sse(state) => state.poll_frame(cx),
+            Kind::Driven(state) => state.poll_frame(cx),
         }
     }
 
@@ -923,7 +735,7 @@ where
     }
 }
 
-impl<B> SseState<B>
+impl<B> Driven<B>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
@@ -932,10 +744,8 @@ where
         if let Some(p) = self.pending.take().filter(|p| !p.is_empty()) {
             return Poll::Ready(Some(Ok(Frame::data(p))));
         }
-        if self.abort {
-            self.abort = false;
-            self.done = true;
-            return Poll::Ready(Some(Err(Box::new(ReplayDiverged))));
+        if let Some(e) = self.error.take() {
+            return Poll::Ready(Some(Err(e)));
         }
         if self.done {
             return Poll::Ready(None);
@@ -945,44 +755,36 @@ where
                 Poll::Ready(f) => f,
                 Poll::Pending => return Poll::Pending,
             };
-            let mut out = BytesMut::new();
-            match frame {
+            let step = match frame {
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => {
-                        let flow = self
-                            .watch
-                            .handle_sse(&mut Locked(&self.core), &data, &mut out);
-                        self.core.spawn_watch_ops(&mut self.watch);
-                        if flow == SseFlow::Abort {
-                            self.abort = true;
-                            if out.is_empty() {
-                                return self.poll_frame(cx);
-                            }
-                        }
-                        if !out.is_empty() {
-                            return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
-                        }
-                    }
+                    Ok(data) => self.out.handle_body(&data),
                     // Trailers pass as they are.
                     Err(frame) => return Poll::Ready(Some(Ok(frame))),
                 },
                 Some(Err(e)) => {
-                    self.watch
-                        .handle_end(&mut self.core.guard(), false, &mut out);
-                    self.core.spawn_watch_ops(&mut self.watch);
-                    self.done = true;
-                    return Poll::Ready(Some(Err(e.into())));
+                    self.error = Some(e.into());
+                    self.out.handle_end(false)
                 }
-                None => {
-                    self.watch
-                        .handle_end(&mut self.core.guard(), true, &mut out);
-                    self.core.spawn_watch_ops(&mut self.watch);
+                None => self.out.handle_end(true),
+            };
+            // No await in a poll: a stream that is not a keyed call's (those run in a task
+            // of their own) lets its operations run beside it.
+            self.out.take_ops().spawn();
+            match step.end {
+                Some(End::Abort) => {
                     self.done = true;
-                    if out.is_empty() {
-                        return Poll::Ready(None);
+                    if self.error.is_none() {
+                        self.error = Some(Box::new(ReplayDiverged));
                     }
-                    return Poll::Ready(Some(Ok(Frame::data(out.freeze()))));
                 }
+                Some(End::Complete) => self.done = true,
+                None => {}
+            }
+            if !step.body.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(step.body))));
+            }
+            if self.done {
+                return Poll::Ready(self.error.take().map(Err));
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The N-API addon behind the `mcp-resume` npm package.
 //!
 //! It converts and forwards: every protocol rule (recovery, re-sends, deadlines, validation)
-//! is the Rust SDK's. The JavaScript side (`lib/*.js`) wraps these classes into the public
+//! is the Rust SDK's, and every rule of the server guard (`ResumeSafety`, `lib/server.js`)
+//! is `mcp-resume-server`'s. The JavaScript side (`lib/*.js`) wraps these classes into the public
 //! API: the `Client`, the TypeScript SDK `Transport` (`ResumeTransport`), `AbortSignal`
 //! plumbing and async iterators. Promises resolve on a tokio runtime the addon owns; a
 //! cancelled call (its `CancelToken`) drops the SDK's future, which cancels it on the server
@@ -21,6 +22,7 @@ mod convert;
 mod errors;
 mod handlers;
 mod options;
+mod server;
 mod streams;
 mod telemetry;
 

@@ -1,7 +1,8 @@
 //! `mcp_resume._mcp_resume`: the extension module behind the `mcp_resume` Python package.
 //!
 //! It converts and forwards: every protocol rule (recovery, re-sends, deadlines, validation)
-//! is the Rust SDK's. The module owns a multi-threaded tokio runtime; awaitables resolve on
+//! is the Rust SDK's, and every rule of the server guard (`mcp_resume.server`) is
+//! `mcp-resume-server`'s. The module owns a multi-threaded tokio runtime; awaitables resolve on
 //! it without holding the GIL, and dropping one (a cancelled asyncio task) drops the SDK's
 //! future, which cancels the call on the server.
 
@@ -17,6 +18,7 @@ mod message_bridge;
 mod models;
 mod oauth;
 mod requests;
+mod server;
 mod streams;
 mod telemetry;
 mod types;
@@ -43,6 +45,9 @@ fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::RawClient>()?;
     m.add_class::<message_bridge::RawBridge>()?;
     m.add_class::<oauth::PyOAuth>()?;
+    m.add_class::<server::RawGuard>()?;
+    m.add_class::<server::RawStep>()?;
+    m.add_class::<server::RawOutbound>()?;
     m.add_class::<streams::EventStream>()?;
     m.add_class::<streams::NotificationStream>()?;
     types::register(m)?;

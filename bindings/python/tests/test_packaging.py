@@ -40,7 +40,7 @@ def test_the_wheel_carries_its_metadata_and_licenses() -> None:
     assert "Typing :: Typed" in classifiers
     urls = metadata.get_all("Project-URL") or []
     assert any(u.startswith("Documentation, ") for u in urls), urls
-    assert {"mcp", "fastmcp", "pydantic-ai", "langchain", "openai-agents"} <= set(
+    assert {"mcp", "server", "fastmcp", "pydantic-ai", "langchain", "openai-agents"} <= set(
         metadata.get_all("Provides-Extra") or []
     )
     licenses = [n for n in names if "/licenses/" in n]
@@ -59,6 +59,8 @@ def test_the_sdist_holds_what_a_build_needs() -> None:
     # The extension and the SDK it links (a path dependency, copied in).
     assert any(n.endswith("src/lib.rs") for n in names)
     assert any(n.endswith("src/proto/session/mod.rs") for n in names), sorted(names)[:40]
+    # And the server guard's crate, behind mcp_resume.server.
+    assert any(n.endswith("src/skin.rs") for n in names), sorted(names)[:40]
 
 
 def test_a_fresh_virtualenv_runs_the_quickstart(

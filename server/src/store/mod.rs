@@ -114,6 +114,32 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
 }
 
+/// A store named by text (the bindings' `store` option, a command line): `memory` (or an
+/// empty string) is a [`MemoryStore::default()`]; a `redis://` or `rediss://` URL is a
+/// [`RedisStore`] connected to it (feature `redis`), every other setting at its default.
+///
+/// Fails with [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig) for anything
+/// else, and as [`RedisStore::connect`] does when Redis cannot be reached.
+pub async fn open(spec: &str) -> Result<std::sync::Arc<dyn Store>, Error> {
+    let spec = spec.trim();
+    if spec.is_empty() || spec.eq_ignore_ascii_case("memory") {
+        return Ok(std::sync::Arc::new(MemoryStore::default()));
+    }
+    if spec.starts_with("redis://") || spec.starts_with("rediss://") {
+        #[cfg(feature = "redis")]
+        return Ok(std::sync::Arc::new(RedisStore::connect(spec).await?));
+        #[cfg(not(feature = "redis"))]
+        return Err(Error::new(
+            crate::ErrorKind::InvalidConfig,
+            "a Redis store needs mcp-resume-server's `redis` feature",
+        ));
+    }
+    Err(Error::new(
+        crate::ErrorKind::InvalidConfig,
+        "a store is `memory` or a redis:// (rediss://) URL",
+    ))
+}
+
 /// What running a [`StoreOp`] gave: what to report to the exchange that asked.
 #[derive(Debug)]
 #[non_exhaustive]

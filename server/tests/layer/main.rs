@@ -3,4 +3,5 @@
 
 mod raw;
 mod server;
+mod skin;
 mod wire;

@@ -425,3 +425,36 @@ async fn memory_is_bounded_and_never_drops_a_live_key() {
         "expired entries make room"
     );
 }
+
+/// `store::open`, the stores named by text (the bindings' `store` option): `memory`, a Redis
+/// URL (a live store: a claim goes through it), anything else refused as configuration.
+#[tokio::test]
+async fn a_store_is_opened_from_its_name() {
+    use mcp_resume_server::store::open;
+    let server = SERVER
+        .get_or_init(|| async {
+            RedisServer::start()
+                .await
+                .unwrap_or_else(|e| panic!("the Redis store tests need redis-server: {e}"))
+        })
+        .await;
+    for spec in ["memory", "", &server.url()] {
+        let store = open(spec).await.expect("opens");
+        let key = IdempotencyKey::new(format!("open-{}", uuid::Uuid::new_v4().simple())).unwrap();
+        let claim = Claim::new(
+            key,
+            arguments_digest("t", &json!({})),
+            ClaimToken::from_stored("holder"),
+            LEASE,
+        );
+        assert_eq!(
+            store.claim(&claim).await.unwrap(),
+            ClaimOutcome::Granted,
+            "{spec}"
+        );
+    }
+    for spec in ["mysql://x", "redis:/nope"] {
+        let err = open(spec).await.err().expect("refused");
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{spec}");
+    }
+}

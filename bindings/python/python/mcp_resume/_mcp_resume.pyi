@@ -31,6 +31,9 @@ __all__ = [
     "PromptReference",
     "RawBridge",
     "RawClient",
+    "RawGuard",
+    "RawOutbound",
+    "RawStep",
     "ReadResourceResult",
     "ReconnectPolicy",
     "RecoveredCall",
@@ -859,6 +862,60 @@ class RawBridge:
     def recv(self) -> Awaitable[dict[str, Any] | None]: ...
     def close(self) -> Awaitable[None]: ...
     def session_id(self) -> str | None: ...
+
+_Headers = Iterable[tuple[bytes, bytes]] | Iterable[list[bytes]]
+_HeadOut = tuple[int, list[tuple[bytes, bytes]]]
+_Sent = tuple[_HeadOut | None, bytes, Literal["complete", "abort"] | None]
+
+@final
+class RawGuard:
+    """The resume-safety guard of one process and its store; see
+    ``mcp_resume.server.ResumeSafetyMiddleware``."""
+
+    def __new__(
+        cls,
+        *,
+        store: str | None = None,
+        instance_id: str | None = None,
+        max_body: int | None = None,
+        lease: float | None = None,
+        resume_checks: bool | None = None,
+        idempotency: bool | None = None,
+        retry_after: float | None = None,
+        seed: int | None = None,
+    ) -> RawGuard: ...
+    @property
+    def instance_id(self) -> str: ...
+    def begin(self, method: str, headers: _Headers) -> RawStep | Awaitable[RawStep]: ...
+
+@final
+class RawStep:
+    """What the middleware does next with a request."""
+
+    @property
+    def kind(self) -> Literal["read_body", "pass", "forward", "answer"]: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def last_event_id(self) -> bytes | None: ...
+    def take_outbound(self) -> RawOutbound | None: ...
+    def take_answer(self) -> _Sent | None: ...
+    def body(self, data: bytes | None) -> RawStep | Awaitable[RawStep]: ...
+
+@final
+class RawOutbound:
+    """One response on its way out; each step returns what to send now."""
+
+    def head(self, status: int, headers: _Headers) -> _Sent | Awaitable[_Sent]: ...
+    def body(self, chunk: bytes) -> _Sent | Awaitable[_Sent]: ...
+    def end(self, clean: bool) -> _Sent | Awaitable[_Sent]: ...
+    @property
+    def must_drain(self) -> bool: ...
+    @property
+    def keyed(self) -> bool: ...
+    @property
+    def untouched(self) -> bool: ...
+    def close(self) -> None: ...
 
 @final
 class MemoryLedger:

@@ -1,0 +1,73 @@
+// What ResumeSafety costs a TypeScript SDK server: unkeyed `echo` calls per second through a
+// replica of test/support/replica.mjs (the SDK's StreamableHTTPServerTransport under Express)
+// with the guard (memory store) and without it, side by side: both replicas run at once and
+// rounds alternate between them, so a load that comes and goes on the machine weighs on both.
+// Per server kind: SSE answers with an event store, and JSON answers.
+//
+//   node build.mjs --release
+//   node bench/guard-overhead.mjs [calls per round] [rounds] [calls in flight]
+//
+// The client is this package's (the Rust SDK), in this process; each round connects a fresh
+// session and the clock covers the calls only. Prints the median calls/s of each, their ratio,
+// each replica's CPU time per call (from /proc: Linux), and the machine's load average before
+// and after.
+import { readFileSync } from "node:fs";
+import { loadavg } from "node:os";
+import { Client } from "../index.js";
+import { Replica } from "../test/support/deployment.mjs";
+
+const calls = Number(process.argv[2] ?? 1000);
+const rounds = Number(process.argv[3] ?? 7);
+const concurrency = Number(process.argv[4] ?? 8);
+
+/** A process's CPU time so far (user and system, µs), from /proc (Linux). */
+function cpu(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100; // clock ticks of 10 ms
+}
+
+/** One round: calls per second, and the server's CPU µs per call. */
+async function round(replica) {
+  const url = replica.url;
+  const client = new Client(url, { era: "legacy", openListenStream: false });
+  await client.connect();
+  let left = calls;
+  const started = performance.now();
+  const cpuBefore = cpu(replica.pid);
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (left-- > 0) await client.callTool("echo", { text: "hi" });
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  const cpuPerCall = (cpu(replica.pid) - cpuBefore) / calls;
+  await client.close();
+  return { rate: calls / seconds, cpuPerCall };
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const load = () => loadavg().map((l) => l.toFixed(2)).join(" ");
+
+console.log(`${calls} calls per round, ${rounds} rounds each, ${concurrency} in flight; load average (1 5 15 min) before: ${load()}`);
+console.log("| server kind | bare calls/s | guarded calls/s | guarded / bare | server CPU µs/call, bare | guarded |");
+console.log("|---|---|---|---|---|---|");
+for (const kind of [{ name: "SSE answers, event store", args: [] }, { name: "JSON answers", args: ["--json"] }]) {
+  const bare = await Replica.start("--port", "0", "--no-guard", ...kind.args);
+  const guarded = await Replica.start("--port", "0", "--store", "memory", ...kind.args);
+  try {
+    // One round each to warm up (JIT, connections), not counted.
+    await round(bare);
+    await round(guarded);
+    const runs = { bare: [], guarded: [] };
+    for (let i = 0; i < rounds; i++) {
+      runs.bare.push(await round(bare));
+      runs.guarded.push(await round(guarded));
+    }
+    const [b, g] = [median(runs.bare.map((r) => r.rate)), median(runs.guarded.map((r) => r.rate))];
+    const [cb, cg] = [median(runs.bare.map((r) => r.cpuPerCall)), median(runs.guarded.map((r) => r.cpuPerCall))];
+    console.log(`| ${kind.name} | ${b.toFixed(0)} | ${g.toFixed(0)} | ${(g / b).toFixed(2)}x | ${cb.toFixed(0)} | ${cg.toFixed(0)} |`);
+  } finally {
+    await Promise.all([bare.stop(), guarded.stop()]);
+  }
+}
+console.log(`load average after: ${load()}`);

@@ -1,0 +1,486 @@
+//! The resume-safety guard for Node servers: `ResumeSafety` (`lib/server.js`) drives
+//! `mcp_resume_server::skin` through these classes. It converts and forwards: every rule,
+//! the store steps, a response's rewriting and when its head may go are the server crate's.
+//!
+//! A step that leaves no store operation to run answers at once (a plain value); one that
+//! does runs them here first when they finish without waiting (the in-memory store always
+//! does), and otherwise returns a promise resolved on the addon's runtime. The JavaScript
+//! thread never waits on the store.
+
+use std::future::Future;
+use std::sync::{Mutex, MutexGuard};
+
+use futures::FutureExt;
+use mcp_resume_server::guard::Body;
+use mcp_resume_server::ids::InstanceId;
+use mcp_resume_server::skin::{
+    self, End, GuardBuilder, Inbound, Next, Outbound, SharedGuard, ToClient,
+};
+use mcp_resume_server::{store, Error, ErrorKind};
+use napi::bindgen_prelude::{Buffer, Either, PromiseRaw, ToNapiValue};
+use napi::Env;
+use napi_derive::napi;
+
+use crate::errors::{invalid, to_js, Failure};
+use crate::options::millis;
+
+/// The guard's options (the server crate's `GuardBuilder`; every option left out keeps its
+/// default there). Durations in milliseconds.
+#[napi(object, object_to_js = false)]
+pub struct GuardOptions {
+    /// `"memory"` (default) or a `redis://` URL.
+    pub store: Option<String>,
+    /// The name this process writes as owner of sessions and claims.
+    pub instance_id: Option<String>,
+    /// Bodies and SSE events longer than this (bytes) pass untouched.
+    pub max_body: Option<f64>,
+    /// A keyed call's claim lease (ms).
+    pub lease: Option<f64>,
+    /// Capability hashes, sequenced event ids and resume authorization.
+    pub resume_checks: Option<bool>,
+    /// Claim and deduplicate keyed `tools/call` requests.
+    pub idempotency: Option<bool>,
+    /// `Retry-After` of retryable refusals (ms, whole seconds on the wire).
+    pub retry_after: Option<f64>,
+    /// Seeds the stream ids (reproducible tests).
+    pub seed: Option<i64>,
+}
+
+/// The guard of one process and its store; use `ResumeSafety` from the package.
+#[napi]
+pub struct NativeGuard {
+    guard: SharedGuard,
+}
+
+#[napi]
+impl NativeGuard {
+    /// Reads the options onto a `GuardBuilder` and opens the store (a Redis URL is connected
+    /// here, blocking until it answers or its connect timeout passes).
+    #[napi(constructor, catch_unwind)]
+    pub fn new(env: Env, options: Option<GuardOptions>) -> napi::Result<Self> {
+        match build(options) {
+            Ok(guard) => Ok(NativeGuard { guard }),
+            Err(Built::Invalid(failure)) => Err(to_js(&env, &failure)),
+            Err(Built::Unreachable(message)) => Err(napi::Error::from_reason(message)),
+        }
+    }
+
+    /// The instance name this guard writes as owner.
+    #[napi(getter, catch_unwind)]
+    pub fn instance_id(&self) -> String {
+        self.guard.config().instance().as_str().to_owned()
+    }
+
+    /// A request head arrived (`raw_headers`: Node's flat name/value list joined by NUL, see
+    /// [`header_map`]): the first step, or a promise of it when the store must be asked.
+    #[napi(ts_return_type = "NativeStep | Promise<NativeStep>", catch_unwind)]
+    pub fn begin<'env>(
+        &self,
+        env: &'env Env,
+        method: String,
+        raw_headers: String,
+    ) -> napi::Result<Either<NativeStep, PromiseRaw<'env, NativeStep>>> {
+        let method = http::Method::from_bytes(method.as_bytes())
+            .map_err(|_| napi::Error::from_reason("not an HTTP method"))?;
+        let headers = header_map(&raw_headers);
+        let inbound = self.guard.begin(&method, &headers);
+        next_step(env, inbound, headers)
+    }
+}
+
+/// Why no guard was built.
+enum Built {
+    /// A setting is invalid (`InvalidConfigError`).
+    Invalid(Failure),
+    /// The store cannot be reached (a plain `Error`).
+    Unreachable(String),
+}
+
+impl From<Failure> for Built {
+    fn from(failure: Failure) -> Self {
+        Built::Invalid(failure)
+    }
+}
+
+fn build(options: Option<GuardOptions>) -> Result<SharedGuard, Built> {
+    let o = options.unwrap_or(GuardOptions {
+        store: None,
+        instance_id: None,
+        max_body: None,
+        lease: None,
+        resume_checks: None,
+        idempotency: None,
+        retry_after: None,
+        seed: None,
+    });
+    let spec = o.store.unwrap_or_default();
+    let opened = napi::bindgen_prelude::block_on(store::open(&spec)).map_err(store_failure)?;
+    let mut b = GuardBuilder::with_shared_store(opened);
+    if let Some(id) = o.instance_id {
+        b = b.instance_id(InstanceId::new(id).map_err(|e| invalid(e.to_string()))?);
+    }
+    if let Some(n) = o.max_body {
+        if !(n.is_finite() && n >= 0.0 && n.fract() == 0.0) {
+            return Err(invalid(format!(
+                "maxBody must be a non-negative integer number of bytes (got {n})"
+            ))
+            .into());
+        }
+        b = b.max_body(n as usize);
+    }
+    if let Some(ms) = o.lease {
+        b = b.lease(millis(ms, "lease")?);
+    }
+    if let Some(on) = o.resume_checks {
+        b = b.resume_checks(on);
+    }
+    if let Some(on) = o.idempotency {
+        b = b.idempotency(on);
+    }
+    if let Some(ms) = o.retry_after {
+        b = b.retry_after(millis(ms, "retryAfter")?.as_secs());
+    }
+    if let Some(seed) = o.seed {
+        b = b.seed(u64::try_from(seed).map_err(|_| invalid("seed must not be negative"))?);
+    }
+    Ok(b.build())
+}
+
+/// The server crate's error: a bad setting is `invalid_config`; a store that cannot be
+/// reached, a plain error naming it.
+fn store_failure(err: Error) -> Built {
+    match err.kind() {
+        ErrorKind::InvalidConfig => Built::Invalid(invalid(err.to_string())),
+        _ => Built::Unreachable(format!("the resume-safety store cannot be reached: {err}")),
+    }
+}
+
+/// What the wrapper does next with a request: `kind` is `"read_body"` (read up to `limit`
+/// bytes, then `body`), `"pass"`, `"forward"` (`takeOutbound`, `lastEventId`) or `"answer"`
+/// (`takeAnswer`).
+#[napi]
+pub struct NativeStep {
+    kind: &'static str,
+    limit: u32,
+    inbound: Option<(Inbound, http::HeaderMap)>,
+    outbound: Option<Outbound>,
+    last_event_id: Option<String>,
+    answer: Option<ToClient>,
+}
+
+#[napi]
+impl NativeStep {
+    /// `"read_body"`, `"pass"`, `"forward"` or `"answer"`.
+    #[napi(getter, catch_unwind)]
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The most body bytes to read (`"read_body"`).
+    #[napi(getter, catch_unwind)]
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// The `Last-Event-ID` to forward instead of the client's (`"forward"` of a resume).
+    #[napi(getter, catch_unwind)]
+    pub fn last_event_id(&self) -> Option<String> {
+        self.last_event_id.clone()
+    }
+
+    /// The response's driver (`"forward"`), once.
+    #[napi(catch_unwind)]
+    pub fn take_outbound(&mut self) -> Option<NativeOutbound> {
+        self.outbound.take().map(|out| NativeOutbound {
+            inner: Mutex::new(Some(out)),
+        })
+    }
+
+    /// What to send (`"answer"`), once.
+    #[napi(catch_unwind)]
+    pub fn take_answer(&mut self) -> Option<Sent> {
+        self.answer.take().map(Sent::from)
+    }
+
+    /// The body was read (`"read_body"`): its bytes, or `null` when it was longer than
+    /// `limit`. The next step, or a promise of it.
+    #[napi(ts_return_type = "NativeStep | Promise<NativeStep>", catch_unwind)]
+    pub fn body<'env>(
+        &mut self,
+        env: &'env Env,
+        data: Option<Buffer>,
+    ) -> napi::Result<Either<NativeStep, PromiseRaw<'env, NativeStep>>> {
+        let Some((mut inbound, headers)) = self.inbound.take() else {
+            return Err(napi::Error::from_reason(
+                "this step's body was already given",
+            ));
+        };
+        let body = match data.as_deref() {
+            Some(bytes) => Body::Complete(bytes),
+            None => Body::TooLarge,
+        };
+        inbound.handle_body(body, &headers);
+        next_step(env, inbound, headers)
+    }
+}
+
+/// Runs the inbound's next store steps (here if they need no waiting) to its next step.
+fn next_step<'env>(
+    env: &'env Env,
+    mut inbound: Inbound,
+    headers: http::HeaderMap,
+) -> napi::Result<Either<NativeStep, PromiseRaw<'env, NativeStep>>> {
+    now_or_promise(env, async move {
+        let next = inbound.next().await;
+        step(next, inbound, headers)
+    })
+}
+
+fn step(next: Next, inbound: Inbound, headers: http::HeaderMap) -> NativeStep {
+    let mut step = NativeStep {
+        kind: "pass",
+        limit: 0,
+        inbound: None,
+        outbound: None,
+        last_event_id: None,
+        answer: None,
+    };
+    match next {
+        Next::ReadBody { limit } => {
+            step.kind = "read_body";
+            step.limit = u32::try_from(limit).unwrap_or(u32::MAX);
+            step.inbound = Some((inbound, headers));
+        }
+        Next::Pass => {}
+        Next::Forward(out) => {
+            step.kind = "forward";
+            step.last_event_id = out
+                .last_event_id()
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            step.outbound = Some(out);
+        }
+        Next::Answer(answer) => {
+            step.kind = "answer";
+            step.answer = Some(skin::answer_to_client(answer));
+        }
+    }
+    step
+}
+
+/// A response head to send: its status and headers (a flat name/value list joined by NUL).
+#[napi(object)]
+pub struct SentHead {
+    /// The status.
+    pub status: u16,
+    /// Names and values, alternating, joined by NUL.
+    pub headers: String,
+}
+
+/// What to send the client now: the head (once), body bytes, and how the response ends
+/// (`"complete"`, `"abort"`, or `null` while it goes on).
+#[napi(object)]
+pub struct Sent {
+    /// The head, when it may be sent.
+    pub head: Option<SentHead>,
+    /// Body bytes (after the head).
+    pub body: Buffer,
+    /// `"complete"` or `"abort"` when the response ends here.
+    pub end: Option<String>,
+}
+
+impl From<ToClient> for Sent {
+    fn from(to: ToClient) -> Self {
+        let ToClient {
+            head, body, end, ..
+        } = to;
+        Sent {
+            head: head.map(|(status, headers)| SentHead {
+                status: status.as_u16(),
+                headers: joined(&headers),
+            }),
+            body: Buffer::from(body.to_vec()),
+            end: end.map(|e| match e {
+                End::Complete => "complete".to_owned(),
+                End::Abort => "abort".to_owned(),
+            }),
+        }
+    }
+}
+
+/// One response on its way out: push the inner handler's head, body chunks and end; each
+/// returns what to send, or a promise of it when the store must be written first.
+#[napi]
+pub struct NativeOutbound {
+    inner: Mutex<Option<Outbound>>,
+}
+
+impl NativeOutbound {
+    fn with<R>(&self, f: impl FnOnce(&mut Outbound) -> R) -> napi::Result<R> {
+        match lock(&self.inner).as_mut() {
+            Some(out) => Ok(f(out)),
+            None => Err(napi::Error::from_reason("this response is finished")),
+        }
+    }
+
+    fn send<'env>(
+        &self,
+        env: &'env Env,
+        step: impl FnOnce(&mut Outbound) -> ToClient,
+    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
+        let (to_client, ops) = self.with(|out| {
+            let to_client = step(out);
+            (to_client, out.take_ops())
+        })?;
+        if ops.is_empty() {
+            return Ok(Either::A(Sent::from(to_client)));
+        }
+        now_or_promise(env, async move {
+            ops.run().await;
+            Sent::from(to_client)
+        })
+    }
+}
+
+#[napi]
+impl NativeOutbound {
+    /// The inner handler's head (`headers`: a flat name/value list joined by NUL).
+    #[napi(ts_return_type = "Sent | Promise<Sent>", catch_unwind)]
+    pub fn head<'env>(
+        &self,
+        env: &'env Env,
+        status: u16,
+        headers: String,
+    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
+        let status = http::StatusCode::from_u16(status)
+            .map_err(|_| napi::Error::from_reason("not an HTTP status"))?;
+        let headers = header_map(&headers);
+        self.send(env, |out| out.handle_head(status, headers))
+    }
+
+    /// A chunk of the inner handler's body.
+    #[napi(ts_return_type = "Sent | Promise<Sent>", catch_unwind)]
+    pub fn body<'env>(
+        &self,
+        env: &'env Env,
+        chunk: Buffer,
+    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
+        self.send(env, |out| out.handle_body(&chunk))
+    }
+
+    /// The inner handler's body ended (`clean`: it ended its response; not: it failed).
+    #[napi(ts_return_type = "Sent | Promise<Sent>", catch_unwind)]
+    pub fn end<'env>(
+        &self,
+        env: &'env Env,
+        clean: bool,
+    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
+        self.send(env, |out| out.handle_end(clean))
+    }
+
+    /// Whether the inner handler must run to its end even if the client has gone (a keyed
+    /// call whose answer is not stored yet).
+    #[napi(getter, catch_unwind)]
+    pub fn must_drain(&self) -> napi::Result<bool> {
+        self.with(|out| out.must_drain())
+    }
+
+    /// Whether the call is keyed: the client's leaving must not reach the inner handler.
+    #[napi(getter, catch_unwind)]
+    pub fn keyed(&self) -> napi::Result<bool> {
+        self.with(|out| out.is_keyed())
+    }
+
+    /// Whether body chunks now pass unchanged (send them without `body`).
+    #[napi(getter, catch_unwind)]
+    pub fn untouched(&self) -> napi::Result<bool> {
+        self.with(|out| out.is_untouched())
+    }
+
+    /// Done with it: a keyed call that did not reach its end is recorded as such.
+    #[napi(catch_unwind)]
+    pub fn close(&self) {
+        drop_on_runtime(lock(&self.inner).take());
+    }
+}
+
+impl Drop for NativeOutbound {
+    fn drop(&mut self) {
+        drop_on_runtime(lock(&self.inner).take());
+    }
+}
+
+/// Drops an outbound where its last store operations can be spawned (only a keyed call's
+/// that did not reach its end has any). At the environment's teardown the runtime may be
+/// gone: nothing can run then, and nothing must panic.
+fn drop_on_runtime(out: Option<Outbound>) {
+    let Some(out) = out else { return };
+    if !out.must_drain() {
+        return;
+    }
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        napi::bindgen_prelude::within_runtime_if_available(move || drop(out));
+    }));
+    if dropped.is_err() {
+        tracing_free_warning();
+    }
+}
+
+fn tracing_free_warning() {
+    eprintln!("mcp-resume: a keyed call's outcome could not be recorded (the runtime is gone)");
+}
+
+/// Polls `fut` once here (inside the runtime, for stores that need it): its output at once
+/// when it needs no waiting, else a promise that finishes it on the runtime.
+fn now_or_promise<'env, T, F>(
+    env: &'env Env,
+    fut: F,
+) -> napi::Result<Either<T, PromiseRaw<'env, T>>>
+where
+    T: ToNapiValue + Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let mut fut = Box::pin(fut);
+    let ready = napi::bindgen_prelude::within_runtime_if_available(|| fut.as_mut().now_or_never());
+    match ready {
+        Some(out) => Ok(Either::A(out)),
+        None => env
+            .spawn_future_with_callback(async move { Ok(fut.await) }, |_, out| Ok(out))
+            .map(Either::B),
+    }
+}
+
+/// Headers from Node's flat name/value list joined by NUL: one string crosses the boundary
+/// instead of one per name and value (most of a request's cost here, were they separate).
+/// Node refuses NUL in header names and values, in both directions; were one there anyway,
+/// the pairs would shift and the guard would read headers that are not there, nothing worse.
+fn header_map(raw: &str) -> http::HeaderMap {
+    let parts: Vec<&str> = if raw.is_empty() {
+        Vec::new()
+    } else {
+        raw.split('\0').collect()
+    };
+    skin::header_map(
+        parts
+            .chunks_exact(2)
+            .map(|pair| (pair[0].as_bytes(), pair[1].as_bytes())),
+    )
+}
+
+/// Headers as Node's flat name/value list joined by NUL.
+fn joined(headers: &http::HeaderMap) -> String {
+    let mut out = String::new();
+    for (name, value) in headers {
+        if !out.is_empty() {
+            out.push('\0');
+        }
+        out.push_str(name.as_str());
+        out.push('\0');
+        out.push_str(&String::from_utf8_lossy(value.as_bytes()));
+    }
+    out
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

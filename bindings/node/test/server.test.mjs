@@ -1,0 +1,295 @@
+// ResumeSafety, the guard for Node MCP servers: its plumbing, and a TypeScript SDK 1.32
+// deployment under it.
+//
+// The rules are the Rust guard's and are tested there; here, what the skin itself must do:
+// pass what it does not guard, keep streams streaming, never block the event loop on the
+// store, read its options onto the guard's builder. Then the SDK's StreamableHTTPServerTransport
+// under Express (one transport per session, as the SDK's examples) as three Node replicas
+// behind nginx on one Redis, with the faults of the Rust real-parts tests (a cut response, a
+// rolling restart, `kill -9` mid-call) and two clients (mcp-resume's own, and the SDK's Client
+// over ResumeTransport); the truth is the tool's own counters in Redis.
+//
+// The default run covers the SSE server guarded and unguarded; MCP_RESUME_FULL_MATRIX=1 adds
+// the JSON-answering one both ways. The tables of the README are printed as test diagnostics.
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { after, before, test } from "node:test";
+import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { McpError } from "@modelcontextprotocol/sdk/types.js";
+import { Client, IDEMPOTENCY_META_KEY, InvalidConfigError, OutcomeUnknownError, ResumeSafety, ResumeTransport } from "../index.js";
+import { Deployment, Redis, Replica } from "./support/deployment.mjs";
+
+let redis;
+before(async () => {
+  redis = await Redis.start();
+});
+after(() => redis.stop());
+
+// ---------------------------------------------------------------------------------------------
+// The plumbing.
+
+async function connected(url) {
+  const client = new Client(url, { era: "legacy", openListenStream: false, callTimeout: 10000 });
+  await client.connect();
+  return client;
+}
+
+test("a stream reaches the client as it comes", { timeout: 30000 }, async () => {
+  const replica = await Replica.start("--port", "0", "--store", "memory");
+  try {
+    const client = await connected(replica.url);
+    const notes = client.notifications()[Symbol.asyncIterator]();
+    const call = client.callTool("step", {}, { progressToken: "p-1" });
+    let done = false;
+    call.then(() => (done = true));
+    // The progress event arrives while the tool still waits: the guard forwarded it as it
+    // came, not with the rest of the stream.
+    const { value: note } = await notes.next();
+    assert.equal(note.method, "notifications/progress");
+    assert.equal(done, false);
+    await fetch(replica.url.replace(/\/mcp$/, "/admin/release"), { method: "POST" });
+    assert.equal((await call).content[0].text, "done");
+    await client.close();
+  } finally {
+    await replica.stop();
+  }
+});
+
+test("what it does not guard passes", { timeout: 30000 }, async () => {
+  const replica = await Replica.start("--port", "0", "--store", "memory", "--max-body", "1024");
+  try {
+    // Another route of the app.
+    const health = await fetch(replica.url.replace(/\/mcp$/, "/health"));
+    assert.equal(await health.text(), "ok");
+    assert.equal(health.headers.get("mcp-capability-hash"), null);
+    const client = await connected(replica.url);
+    // A body over the bound is not read by the guard: it passes to the handler as it is.
+    const long = "x".repeat(4096);
+    assert.equal((await client.callTool("echo", { text: long })).content[0].text, long);
+    // A keyed call that long cannot be guarded: refused, not run unguarded.
+    await assert.rejects(client.callTool("echo", { text: long }, { idempotencyKey: "k-long" }), /guard|413/);
+    await client.close();
+  } finally {
+    await replica.stop();
+  }
+});
+
+test("node:http behind wrap: the guard reads the body and hands it on", { timeout: 30000 }, async () => {
+  // No body parser in front: the guard reads each POST body itself.
+  const replica = await Replica.start("--port", "0", "--plain", "--redis", redis.url, "--store", "memory", "--max-body", "1024");
+  try {
+    const client = await connected(replica.url);
+    const tag = `plain-${randomUUID()}`;
+    const key = `k-${tag}`;
+    // A keyed call made twice (a re-send): run once, the second answered from the first.
+    const first = await client.callTool("bump", { tag }, { idempotencyKey: key });
+    const again = await client.callTool("bump", { tag }, { idempotencyKey: key });
+    assert.equal(first.content[0].text, `${tag}:1`);
+    assert.equal(again.content[0].text, `${tag}:1`);
+    assert.equal(Number(await redis.command("GET", `effects:${tag}`)), 1);
+    // A body over the bound is left unread, what was read put back: the handler reads it whole.
+    const long = "y".repeat(4096);
+    assert.equal((await client.callTool("echo", { text: long })).content[0].text, long);
+    await client.close();
+  } finally {
+    await replica.stop();
+  }
+});
+
+test("the event loop runs while the store is slow", { timeout: 30000 }, async () => {
+  const replica = await Replica.start("--port", "0", "--redis", redis.url);
+  try {
+    const client = await connected(replica.url);
+    await client.callTool("echo", { text: "warm" });
+    // Writes (a claim is one) wait in Redis from now on, for less than the store's response
+    // timeout; the replica's event loop must not wait with them.
+    const pausedUntil = Date.now() + 900;
+    await redis.command("CLIENT", "PAUSE", "900", "WRITE");
+    let keyedDone = false;
+    const keyed = client.callTool("echo", { text: "keyed" }, { idempotencyKey: `k-slow-${randomUUID()}` });
+    keyed.then(() => (keyedDone = true));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(keyedDone, false);
+    // An unkeyed call of the same session (no store step) is answered while the keyed one's
+    // claim still waits in Redis: a loop blocked on the claim would answer it only after.
+    assert.equal((await client.callTool("echo", { text: "meanwhile" })).content[0].text, "meanwhile");
+    assert.ok(Date.now() < pausedUntil);
+    assert.equal((await keyed).content[0].text, "keyed");
+    await client.close();
+  } finally {
+    await replica.stop();
+  }
+});
+
+test("options are read onto the guard", () => {
+  assert.equal(new ResumeSafety({ instanceId: "replica-7", lease: 2500 }).instanceId, "replica-7");
+  assert.throws(() => new ResumeSafety({ instanceId: "has spaces" }), InvalidConfigError);
+  assert.throws(() => new ResumeSafety({ store: "mysql://db" }), InvalidConfigError);
+  assert.throws(() => new ResumeSafety({ lease: -1 }), InvalidConfigError);
+  assert.throws(() => new ResumeSafety({ store: "redis://127.0.0.1:1" }), /cannot be reached/);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Real servers, real parts.
+
+/** Longer than nginx's idle timeout: the response is cut while the tool waits after its effect. */
+const CUT_DELAY_MS = 800;
+/** Long enough for the test to see the effect and kill the replica mid-call. */
+const KILL_DELAY_MS = 500;
+/** Shorter than the idle timeout: only the drain interrupts these. */
+const DRAIN_DELAY_MS = 250;
+/** How long any call may take before the test gives up on it. */
+const DEADLINE = 10000;
+
+/** Makes one call on a fresh session; what the client reported: `ok:<text>`, `unknown`, `failed:…`. */
+async function make(d, call) {
+  // Unguarded, the client assumes the server deduplicates keys (what an application would set
+  // for a server it trusts), to show what happens when none does.
+  const options = {
+    era: "legacy",
+    openListenStream: false,
+    callTimeout: DEADLINE,
+    ...(d.guarded ? {} : { resendPolicy: "assume_server_deduplicates" }),
+  };
+  const args = { tag: call.tag, delay_ms: call.delayMs };
+  const key = call.keyed ? `key-${call.tag}` : undefined;
+  const run = async () => {
+    if (call.client === "native") {
+      const client = new Client(d.url, options);
+      try {
+        await client.connect();
+        const result = await client.callTool("bump", args, key ? { idempotencyKey: key } : {});
+        return `ok:${result.content[0].text}`;
+      } finally {
+        await client.close().catch(() => {});
+      }
+    }
+    const client = new SdkClient({ name: "host", version: "1" });
+    try {
+      await client.connect(new ResumeTransport(d.url, options));
+      const result = await client.callTool({ name: "bump", arguments: args, ...(key ? { _meta: { [IDEMPOTENCY_META_KEY]: key } } : {}) });
+      return `ok:${result.content[0].text}`;
+    } finally {
+      await client.close().catch(() => {});
+    }
+  };
+  try {
+    return await Promise.race([run(), new Promise((resolve) => setTimeout(() => resolve("failed:the client hung"), DEADLINE + 5000))]);
+  } catch (error) {
+    if (error instanceof OutcomeUnknownError) return "unknown";
+    if (error instanceof McpError && error.data?.kind === "outcome_unknown") return "unknown";
+    return `failed:${error?.name}: ${error?.message}`;
+  }
+}
+
+function calls(d, fault, delayMs) {
+  const run = `${d.json ? "json" : "sse"}-${d.guarded ? "g" : "n"}-${randomUUID().slice(0, 6)}`;
+  return ["native", "sdk"].flatMap((client) =>
+    [true, false].map((keyed) => ({ client, keyed, delayMs, tag: `${run}-${fault}-${client}-${keyed ? "k" : "u"}` })),
+  );
+}
+
+async function judge(d, fault, made, reported) {
+  const rows = [];
+  for (const [i, call] of made.entries()) {
+    rows.push({ fault, call, reported: reported[i], effects: await d.effects(call.tag), finished: await d.finished(call.tag) });
+  }
+  return rows;
+}
+
+const firstAnswer = (r) => `ok:${r.call.tag}:1`;
+const wrongAnswer = (r) => r.reported.startsWith("ok:") && (r.reported !== firstAnswer(r) || r.effects !== 1);
+
+/** nginx cuts each call's silent response while the tool waits after its effect. */
+async function cut(d) {
+  const made = calls(d, "cut", CUT_DELAY_MS);
+  return judge(d, "cut", made, await Promise.all(made.map((c) => make(d, c))));
+}
+
+/** The replica running each call is killed (SIGKILL) right after the call's effect. */
+async function kill(d) {
+  const rows = [];
+  // One at a time: each kill takes a replica down until it is revived. Both of mcp-resume's
+  // calls, and the keyed one of the SDK's Client.
+  for (const call of calls(d, "kill", KILL_DELAY_MS).slice(0, 3)) {
+    const [reported] = await Promise.all([make(d, call), d.waitEffect(call.tag).then((pid) => d.kill9(pid))]);
+    rows.push(...(await judge(d, "kill", [call], [reported])));
+    await d.revive();
+  }
+  return rows;
+}
+
+/** A rolling restart (each replica drained with SIGTERM, then started again) while calls run. */
+async function drain(d) {
+  const made = calls(d, "drain", DRAIN_DELAY_MS);
+  const restart = (async () => {
+    for (const c of made) await d.waitEffect(c.tag);
+    await d.rollingRestart();
+  })();
+  const [reported] = await Promise.all([Promise.all(made.map((c) => make(d, c))), restart]);
+  return judge(d, "drain", made, reported);
+}
+
+/** The README's table: per fault, what happened to keyed and unkeyed calls. */
+function table(d, rows) {
+  let out = `${d.json ? "JSON answers" : "SSE answers, event store"} ${d.guarded ? "with the guard" : "without the guard (client trusting the server to deduplicate)"}\n`;
+  out += "| fault | calls keyed/unkeyed | keyed run twice (runs) | unkeyed run twice | keyed completed once with their first answer | OutcomeUnknown | silent wrong answers | other errors |\n";
+  for (const fault of ["cut", "drain", "kill"]) {
+    const of = rows.filter((r) => r.fault === fault);
+    const keyed = of.filter((r) => r.call.keyed);
+    const twice = keyed.filter((r) => r.effects > 1).map((r) => r.effects);
+    out += `| ${fault} | ${keyed.length}/${of.length - keyed.length} | ${twice.length} [${twice}] | ${of.filter((r) => !r.call.keyed && r.effects > 1).length} | `;
+    out += `${keyed.filter((r) => r.reported === firstAnswer(r) && r.effects === 1).length}/${keyed.length} | `;
+    out += `${of.filter((r) => r.reported === "unknown").length} | ${of.filter(wrongAnswer).length} | ${of.filter((r) => r.reported.startsWith("failed")).length} |\n`;
+  }
+  return out;
+}
+
+const KINDS = [
+  { guarded: true, json: false },
+  { guarded: false, json: false },
+  ...(process.env.MCP_RESUME_FULL_MATRIX ? [{ guarded: true, json: true }, { guarded: false, json: true }] : []),
+];
+
+for (const kind of KINDS) {
+  test(`a deployment under faults: ${kind.json ? "JSON" : "SSE"} ${kind.guarded ? "guarded" : "bare"}`, { timeout: 120000 }, async (t) => {
+    const d = await Deployment.start(redis, kind);
+    let rows;
+    try {
+      rows = [...(await cut(d)), ...(await kill(d)), ...(await drain(d))];
+    } finally {
+      await d.stop();
+    }
+    const report = table(d, rows);
+    t.diagnostic(report);
+    const details = `${report}\n${rows.map((r) => JSON.stringify(r)).join("\n")}`;
+    if (!kind.guarded) {
+      // Without the guard, keyed calls a client re-sends run again: the duplicates the guard
+      // prevents. Unkeyed calls are never re-sent.
+      assert.ok(rows.some((r) => r.call.keyed && r.effects > 1), details);
+      assert.ok(rows.every((r) => r.call.keyed || r.effects <= 1), details);
+      return;
+    }
+    for (const r of rows) {
+      const what = `${JSON.stringify(r)}\n${details}`;
+      assert.ok(r.effects <= 1, `ran twice: ${what}`);
+      assert.ok(!wrongAnswer(r), `a silent wrong answer: ${what}`);
+      assert.ok(!r.reported.startsWith("failed"), `an error: ${what}`);
+      assert.equal(r.effects, 1, `never ran: ${what}`);
+      if (r.call.keyed && r.finished) {
+        // Its run finished: exactly once, with its stored (first) answer.
+        assert.equal(r.reported, firstAnswer(r), what);
+      } else if (r.call.keyed) {
+        // Its run died (its replica killed): never success, never a second run.
+        assert.equal(r.reported, "unknown", what);
+      } else if (r.fault !== "kill" && !kind.json) {
+        // Unkeyed, its replica alive, its stream resumable (an event store): the client
+        // resumes it and gets its answer, as it does without the guard.
+        assert.equal(r.reported, firstAnswer(r), what);
+      } else {
+        // Unkeyed: the answer if the client got it, else an honest unknown.
+        assert.ok(r.reported === firstAnswer(r) || r.reported === "unknown", what);
+      }
+    }
+  });
+}

@@ -1,0 +1,215 @@
+// One replica of a TypeScript SDK 1.32 deployment, for the server guard's tests and benchmark:
+// the SDK's StreamableHTTPServerTransport under Express, one transport per session (as the
+// SDK's own simpleStreamableHttp example), with or without ResumeSafety in front (its
+// middleware; with --plain, node:http with no body parser and ResumeSafety's `wrap`).
+//
+//   node replica.mjs --port N [--redis URL] [--store memory|redis] [--no-guard]
+//                    [--lease-ms N] [--session-prefix iN-] [--json] [--max-body N] [--plain]
+//
+// Its tool `bump {tag, delay_ms}` applies a side effect first (`INCR effects:<tag>` in Redis,
+// the truth the tests read, and `ran:<tag>` = its pid), waits `delay_ms` (a call to cut, drain
+// or kill after its effect), then counts its finish (`INCR done:<tag>`); `echo {text}` touches
+// nothing; `step` sends one progress notification and answers once `POST /admin/release`
+// came. Calls are answered as SSE streams with an event store (resumable), or JSON (--json).
+// Session ids start with --session-prefix, so that nginx can pin a session to the replica
+// that holds it in memory.
+//
+// Prints `http://127.0.0.1:PORT/mcp` once it listens. SIGTERM drains it (in-flight requests
+// finish, new connections are refused); SIGKILL is a crash; it exits at once when its stdin
+// closes.
+import { randomUUID } from "node:crypto";
+import { createServer } from "node:http";
+import { createConnection } from "node:net";
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { createMcpExpressApp } from "@modelcontextprotocol/sdk/server/express.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { isInitializeRequest } from "@modelcontextprotocol/sdk/types.js";
+import { z } from "zod";
+import { ResumeSafety } from "../../index.js";
+
+const args = process.argv.slice(2);
+const option = (name, fallback) => {
+  const i = args.indexOf(name);
+  return i >= 0 && i + 1 < args.length ? args[i + 1] : fallback;
+};
+const port = Number.parseInt(option("--port", "0"), 10);
+const redisUrl = new URL(option("--redis", "redis://127.0.0.1:6379"));
+const guarded = !args.includes("--no-guard");
+const store = option("--store", "redis") === "redis" ? redisUrl.href : "memory";
+const lease = Number(option("--lease-ms", "10000"));
+const sessionPrefix = option("--session-prefix", "");
+const json = args.includes("--json");
+const maxBody = option("--max-body", undefined);
+const plain = args.includes("--plain");
+
+/** Just enough of the Redis protocol for the tool's side effect: the replies, in order. */
+function redis(...commands) {
+  return new Promise((resolve, reject) => {
+    const socket = createConnection(Number(redisUrl.port || 6379), redisUrl.hostname);
+    let payload = "";
+    for (const c of commands) {
+      payload += `*${c.length}\r\n` + c.map((a) => `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`).join("");
+    }
+    let received = "";
+    socket.on("data", (chunk) => {
+      received += chunk;
+      const lines = received.split("\r\n");
+      if (lines.length > commands.length) {
+        socket.end();
+        resolve(lines.slice(0, commands.length));
+      }
+    });
+    socket.on("error", reject);
+    socket.write(payload);
+  });
+}
+
+class OrderedEventStore {
+  constructor() {
+    this.next = 1;
+    this.events = [];
+  }
+  async storeEvent(streamId, message) {
+    const id = `${this.next++}`;
+    this.events.push({ id, streamId, message });
+    return id;
+  }
+  async getStreamIdForEventId(eventId) {
+    return this.events.find((e) => e.id === eventId)?.streamId;
+  }
+  async replayEventsAfter(lastEventId, { send }) {
+    const at = this.events.findIndex((e) => e.id === lastEventId);
+    if (at < 0) return "";
+    const { streamId } = this.events[at];
+    for (const e of this.events.slice(at + 1)) {
+      if (e.streamId === streamId && Object.keys(e.message).length > 0) await send(e.id, e.message);
+    }
+    return streamId;
+  }
+}
+
+let release = null;
+let released = new Promise((resolve) => (release = resolve));
+
+function mcpServer() {
+  const server = new McpServer({ name: "replica", version: "1" });
+  server.registerTool(
+    "bump",
+    { description: "Applies one side effect for the tag, then waits delay_ms", inputSchema: { tag: z.string(), delay_ms: z.number().optional() } },
+    async ({ tag, delay_ms: delay = 0 }) => {
+      const [n] = await redis(["INCR", `effects:${tag}`], ["SET", `ran:${tag}`, String(process.pid)]);
+      if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
+      await redis(["INCR", `done:${tag}`]);
+      return { content: [{ type: "text", text: `${tag}:${n.slice(1)}` }] };
+    },
+  );
+  server.registerTool("echo", { description: "Returns its text", inputSchema: { text: z.string() } }, async ({ text }) => ({
+    content: [{ type: "text", text }],
+  }));
+  server.registerTool("step", { description: "One progress notification, then the result once released" }, async (extra) => {
+    const token = extra._meta?.progressToken;
+    if (token !== undefined) {
+      await extra.sendNotification({ method: "notifications/progress", params: { progressToken: token, progress: 1, total: 2 } });
+    }
+    await released;
+    released = new Promise((resolve) => (release = resolve));
+    return { content: [{ type: "text", text: "done" }] };
+  });
+  return server;
+}
+
+const transports = new Map();
+
+async function post(req, res) {
+  const sessionId = req.headers["mcp-session-id"];
+  const known = sessionId === undefined ? undefined : transports.get(sessionId);
+  if (known) return known.handleRequest(req, res, req.body);
+  if (sessionId === undefined && isInitializeRequest(req.body)) {
+    const transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => `${sessionPrefix}${randomUUID()}`,
+      eventStore: json ? undefined : new OrderedEventStore(),
+      enableJsonResponse: json,
+      onsessioninitialized: (id) => transports.set(id, transport),
+    });
+    transport.onclose = () => transports.delete(transport.sessionId);
+    await mcpServer().connect(transport);
+    return transport.handleRequest(req, res, req.body);
+  }
+  // An unknown session is gone (404, as the specification says); no session at all, a bad
+  // request.
+  const status = sessionId === undefined ? 400 : 404;
+  refuse(res, status, status === 404 ? "Session not found" : "Bad Request: No valid session ID provided");
+}
+
+function refuse(res, status, message) {
+  res.writeHead(status, { "content-type": "application/json" });
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message }, id: null }));
+}
+
+async function other(req, res) {
+  const transport = transports.get(req.headers["mcp-session-id"]);
+  if (!transport) {
+    refuse(res, 404, "Session not found");
+    return;
+  }
+  await transport.handleRequest(req, res);
+}
+
+const safety = guarded
+  ? new ResumeSafety({
+      store,
+      lease,
+      instanceId: `replica-${port}-${process.pid}`,
+      ...(maxBody === undefined ? {} : { maxBody: Number(maxBody) }),
+    })
+  : null;
+
+/** What node:http hands a handler: the body is unread unless the guard read it. */
+async function plainMcp(req, res) {
+  if (req.method !== "POST") return other(req, res);
+  if (req.body === undefined) {
+    const chunks = [];
+    for await (const chunk of req) chunks.push(chunk);
+    try {
+      req.body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    } catch {
+      return refuse(res, 400, "Parse error");
+    }
+  }
+  return post(req, res);
+}
+
+let listener;
+if (plain) {
+  const guardedMcp = safety ? safety.wrap(plainMcp) : plainMcp;
+  listener = createServer((req, res) => {
+    if (req.url === "/mcp") return guardedMcp(req, res);
+    if (req.url === "/health") return res.end("ok");
+    res.writeHead(404).end();
+  });
+} else {
+  const app = createMcpExpressApp();
+  const guard = safety ? [safety.middleware()] : [];
+  app.post("/mcp", ...guard, post);
+  app.get("/mcp", ...guard, other);
+  app.delete("/mcp", ...guard, other);
+  app.get("/health", (_req, res) => res.type("text").send("ok"));
+  app.post("/admin/release", (_req, res) => {
+    release();
+    res.end();
+  });
+  listener = createServer(app);
+}
+listener.listen(port, "127.0.0.1", () => {
+  process.stdout.write(`http://127.0.0.1:${listener.address().port}/mcp\n`);
+});
+
+function drain() {
+  // In-flight requests finish; idle connections close now, so nginx goes elsewhere.
+  listener.close(() => process.exit(0));
+  listener.closeIdleConnections();
+}
+process.on("SIGTERM", drain);
+// The test is done with it: no request of its is in flight any more.
+process.stdin.on("end", () => process.exit(0));
+process.stdin.resume();

@@ -1,0 +1,392 @@
+"""``mcp_resume.server.ResumeSafetyMiddleware``: its plumbing, in process on 127.0.0.1, and real
+Python MCP servers under it.
+
+The rules are the Rust guard's and are tested there; here, what the skin itself must do: pass
+what it does not guard, keep streams streaming, never block the event loop on the store, read
+its settings onto the guard's builder. Then the ``mcp`` package's servers (``FastMCP`` and the
+low-level ``Server``) as three uvicorn replicas behind nginx on one Redis, with the faults of
+the Rust real-parts tests (a cut response, a rolling restart, ``kill -9`` mid-call) and two
+clients (mcp-resume's own, and ``mcp.ClientSession`` over the bridge); the truth is the
+tool's own counters in Redis.
+
+The default run covers both server kinds guarded and the low-level one unguarded;
+``MCP_RESUME_FULL_MATRIX=1`` adds FastMCP unguarded. ``pytest -s -k deployment`` prints the
+tables of the README."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from mcp import ClientSession
+from mcp.server.fastmcp import Context
+from mcp.shared.exceptions import McpError
+
+from guarded_deployment import Deployment, Redis
+from mcp_resume import Client, Era, InvalidConfigError, OutcomeUnknownError, ResendPolicy
+from mcp_resume.bridge import IDEMPOTENCY_META_KEY, streamablehttp_client
+from mcp_resume.server import ResumeSafetyMiddleware
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup
+
+# ---------------------------------------------------------------------------------------------
+# The plumbing, in process.
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """``app`` on uvicorn in this event loop, on a port of its own: its MCP URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            await task
+        await asyncio.sleep(0.005)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.should_exit = True
+        await task
+
+
+def fastmcp_app(gate: asyncio.Event | None = None) -> Any:
+    """FastMCP with ``echo`` and ``step`` (one progress notification, then the result once
+    ``gate`` is set)."""
+    from mcp.server.fastmcp import FastMCP
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    mcp = FastMCP("plumbing", log_level="WARNING")
+
+    @mcp.tool()
+    async def echo(text: str) -> str:
+        return text
+
+    @mcp.tool()
+    async def step(ctx: Context) -> str:  # type: ignore[type-arg]
+        await ctx.report_progress(1, 2, "halfway")
+        assert gate is not None
+        await gate.wait()
+        return "done"
+
+    app = mcp.streamable_http_app()
+
+    async def health(_request: Any) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    app.router.routes.append(Route("/health", health))
+    return app
+
+
+async def test_a_stream_reaches_the_client_as_it_comes() -> None:
+    gate = asyncio.Event()
+    app = ResumeSafetyMiddleware(fastmcp_app(gate))
+    async with serving(app) as url:
+        async with Client(url, era=Era.LEGACY, open_listen_stream=False) as client:
+            notes = client.notifications()
+            call = asyncio.create_task(client.call_tool("step", {}, progress="p-1"))
+            # The progress event arrives while the tool still waits: the middleware forwarded
+            # it as it came, not with the rest of the stream.
+            note = await asyncio.wait_for(anext(aiter(notes)), 10)
+            assert note.method == "notifications/progress", note
+            assert not call.done() and not gate.is_set()
+            gate.set()
+            assert (await call).text == "done"
+
+
+async def test_what_it_does_not_guard_passes() -> None:
+    app = ResumeSafetyMiddleware(fastmcp_app(), max_body=1024)
+    async with serving(app) as url:
+        base = url.rsplit("/mcp", 1)[0]
+        # Another route of the app, and the lifespan the app needs (its session manager).
+        reader, writer = await asyncio.open_connection("127.0.0.1", int(base.rsplit(":", 1)[1]))
+        writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        raw = (await reader.read()).decode()
+        writer.close()
+        assert raw.startswith("HTTP/1.1 200") and raw.endswith("ok"), raw
+        assert "mcp-capability-hash" not in raw.lower()
+        async with Client(url, era=Era.LEGACY, open_listen_stream=False) as client:
+            # A body over the bound is not read: it passes to the app as it is.
+            long = "x" * 4096
+            assert (await client.call_tool("echo", {"text": long})).text == long
+            # A keyed call that long cannot be guarded: refused, not run unguarded.
+            with pytest.raises(Exception) as refused:
+                await client.call_tool("echo", {"text": long}, idempotency_key="k-long")
+            assert "413" in str(refused.value) or "guard" in str(refused.value), refused.value
+
+
+async def test_the_event_loop_runs_while_the_store_is_slow() -> None:
+    redis = Redis()
+    try:
+        app = ResumeSafetyMiddleware(fastmcp_app(), store=redis.url)
+        async with serving(app) as url:
+            async with Client(url, era=Era.LEGACY, open_listen_stream=False) as client:
+                await client.call_tool("echo", {"text": "warm"})
+                # Writes (a claim is one) wait in Redis from now on, for less than the
+                # store's response timeout; the event loop must not wait with them.
+                paused_until = time.monotonic() + 0.9
+                redis.command("CLIENT", "PAUSE", "900", "WRITE")
+                keyed = asyncio.create_task(
+                    client.call_tool("echo", {"text": "keyed"}, idempotency_key="k-slow")
+                )
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(keyed), 0.2)
+                # An unkeyed call of the same session (no store step) is answered while the
+                # keyed one's claim still waits in Redis: a loop blocked on the claim would
+                # have answered it only after Redis did.
+                assert (await client.call_tool("echo", {"text": "meanwhile"})).text == "meanwhile"
+                assert time.monotonic() < paused_until
+                assert (await keyed).text == "keyed"
+    finally:
+        redis.stop()
+
+
+def test_settings_are_read_onto_the_guard() -> None:
+    app = ResumeSafetyMiddleware(fastmcp_app(), instance_id="replica-7", lease=2.5)
+    assert app.instance_id == "replica-7"
+    with pytest.raises(InvalidConfigError):
+        ResumeSafetyMiddleware(fastmcp_app(), instance_id="has spaces")
+    with pytest.raises(InvalidConfigError):
+        ResumeSafetyMiddleware(fastmcp_app(), store="mysql://db")
+    with pytest.raises(InvalidConfigError):
+        ResumeSafetyMiddleware(fastmcp_app(), lease=-1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    with pytest.raises(ConnectionError):
+        ResumeSafetyMiddleware(fastmcp_app(), store=f"redis://127.0.0.1:{closed}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Real servers, real parts.
+
+#: Longer than nginx's idle timeout: the response is cut while the tool waits after its effect.
+CUT_DELAY_MS = 800
+#: Long enough for the test to see the effect and kill the replica mid-call.
+KILL_DELAY_MS = 500
+#: Shorter than the idle timeout: only the drain interrupts these.
+DRAIN_DELAY_MS = 250
+#: How long any call may take before the test gives up on it.
+DEADLINE = 10.0
+
+KINDS = [("fastmcp", True), ("lowlevel", True), ("lowlevel", False)]
+if os.environ.get("MCP_RESUME_FULL_MATRIX"):
+    KINDS.append(("fastmcp", False))
+
+
+@dataclass
+class Call:
+    client: str  # "native" (mcp_resume.Client) or "session" (mcp.ClientSession over the bridge)
+    tag: str
+    keyed: bool
+    delay_ms: int
+
+
+@dataclass
+class Row:
+    fault: str
+    call: Call
+    reported: str  # "ok:<text>", "unknown", or "failed:<why>"
+    effects: int
+    finished: int
+
+    @property
+    def first_answer(self) -> str:
+        return f"ok:{self.call.tag}:1"
+
+    @property
+    def wrong_answer(self) -> bool:
+        """A success that is not the answer of the call's one run."""
+        return self.reported.startswith("ok:") and (
+            self.reported != self.first_answer or self.effects != 1
+        )
+
+
+async def native(url: str, call: Call, trusting: bool) -> str:
+    policy = ResendPolicy.ASSUME_SERVER_DEDUPLICATES if trusting else None
+    try:
+        async with Client(
+            url, era=Era.LEGACY, open_listen_stream=False, call_timeout=DEADLINE,
+            resend_policy=policy,
+        ) as client:
+            key = f"key-{call.tag}" if call.keyed else None
+            args = {"tag": call.tag, "delay_ms": call.delay_ms}
+            result = await client.call_tool("bump", args, idempotency_key=key)
+            return f"ok:{result.text}"
+    except OutcomeUnknownError:
+        return "unknown"
+    except Exception as e:  # noqa: BLE001 - every other failure is a row of the table
+        return f"failed:{type(e).__name__}: {e}"
+
+
+async def session(url: str, call: Call, trusting: bool) -> str:
+    policy = ResendPolicy.ASSUME_SERVER_DEDUPLICATES if trusting else None
+    try:
+        async with streamablehttp_client(
+            url, call_timeout=DEADLINE, era=Era.LEGACY, resend_policy=policy
+        ) as (read, write, _):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+                meta = {IDEMPOTENCY_META_KEY: f"key-{call.tag}"} if call.keyed else None
+                args = {"tag": call.tag, "delay_ms": call.delay_ms}
+                result = await s.call_tool("bump", args, meta=meta)
+                return f"ok:{getattr(result.content[0], 'text', '')}"
+    except Exception as e:  # noqa: BLE001 - every failure is a row of the table
+        # Raised inside the bridge's task group: the session's own error is in the group.
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        if isinstance(e, McpError) and (e.error.data or {}).get("kind") == "outcome_unknown":
+            return "unknown"
+        return f"failed:{type(e).__name__}: {e}"
+
+
+async def make(d: Deployment, call: Call) -> str:
+    # Unguarded, the client assumes the server deduplicates keys (what an application would
+    # set for a server it trusts), to show what happens when none does.
+    run = native if call.client == "native" else session
+    try:
+        return await asyncio.wait_for(run(d.url, call, not d.guarded), DEADLINE + 5)
+    except asyncio.TimeoutError:
+        return "failed:the client hung"
+
+
+def calls(d: Deployment, fault: str, delay_ms: int, clients: tuple[str, ...]) -> list[Call]:
+    run = f"{d.kind}-{'g' if d.guarded else 'n'}-{uuid.uuid4().hex[:6]}"
+    return [
+        Call(client, f"{run}-{fault}-{client}-{'k' if keyed else 'u'}", keyed, delay_ms)
+        for client in clients
+        for keyed in (True, False)
+    ]
+
+
+def judge(d: Deployment, fault: str, made: list[Call], reported: list[str]) -> list[Row]:
+    return [
+        Row(fault, c, r, d.effects(c.tag), d.finished(c.tag)) for c, r in zip(made, reported)
+    ]
+
+
+async def in_thread(fn: Callable[[], Any]) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+
+async def cut(d: Deployment) -> list[Row]:
+    """nginx cuts each call's silent response while the tool waits after its effect."""
+    made = calls(d, "cut", CUT_DELAY_MS, ("native", "session"))
+    reported = await asyncio.gather(*(make(d, c) for c in made))
+    return judge(d, "cut", made, list(reported))
+
+
+async def kill(d: Deployment) -> list[Row]:
+    """The replica running each call is killed (SIGKILL) right after the call's effect."""
+    rows = []
+    made = calls(d, "kill", KILL_DELAY_MS, ("native", "session"))
+    # One at a time: each kill takes a replica down until it is revived. Both of mcp-resume's
+    # calls, and the keyed one of the ClientSession's.
+    for c in made[:3]:
+        async def killer(c: Call = c) -> None:
+            pid = await in_thread(lambda: d.wait_effect(c.tag))
+            await in_thread(lambda: d.kill9(pid))
+
+        reported, _ = await asyncio.gather(make(d, c), killer())
+        rows.extend(judge(d, "kill", [c], [reported]))
+        await in_thread(d.revive)
+    return rows
+
+
+async def drain(d: Deployment) -> list[Row]:
+    """A rolling restart (each replica drained with SIGTERM, then started again) while calls
+    run."""
+    made = calls(d, "drain", DRAIN_DELAY_MS, ("native", "session"))
+
+    async def restart() -> None:
+        for c in made:
+            await in_thread(lambda c=c: d.wait_effect(c.tag))
+        await in_thread(d.rolling_restart)
+
+    reported, _ = await asyncio.gather(asyncio.gather(*(make(d, c) for c in made)), restart())
+    return judge(d, "drain", made, list(reported))
+
+
+def table(d: Deployment, rows: list[Row]) -> str:
+    """The README's table: per fault, what happened to keyed and unkeyed calls."""
+    head = (
+        f"\n{d.kind} {'with the guard' if d.guarded else 'without the guard (client trusting the server to deduplicate)'}\n"
+        "| fault | calls keyed/unkeyed | keyed run twice (runs) | unkeyed run twice | "
+        "keyed completed once with their first answer | OutcomeUnknown | silent wrong answers "
+        "| other errors |\n"
+    )
+    out = head
+    for fault in ("cut", "drain", "kill"):
+        of = [r for r in rows if r.fault == fault]
+        keyed = [r for r in of if r.call.keyed]
+        twice = [r.effects for r in keyed if r.effects > 1]
+        out += (
+            f"| {fault} | {len(keyed)}/{len(of) - len(keyed)} | {len(twice)} {twice} | "
+            f"{sum(1 for r in of if not r.call.keyed and r.effects > 1)} | "
+            f"{sum(1 for r in keyed if r.reported == r.first_answer and r.effects == 1)}/{len(keyed)} | "
+            f"{sum(1 for r in of if r.reported == 'unknown')} | "
+            f"{sum(1 for r in of if r.wrong_answer)} | "
+            f"{sum(1 for r in of if r.reported.startswith('failed'))} |\n"
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def redis() -> Any:
+    server = Redis()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize(("kind", "guarded"), KINDS, ids=[f"{k}-{'guarded' if g else 'bare'}" for k, g in KINDS])
+async def test_deployment_under_faults(
+    mock_cluster_bin: Path, redis: Redis, kind: str, guarded: bool
+) -> None:
+    d = await in_thread(lambda: Deployment(mock_cluster_bin, redis, kind, guarded))
+    try:
+        rows = await cut(d) + await kill(d) + await drain(d)
+    finally:
+        await in_thread(d.stop)
+    report = table(d, rows)
+    print(report)
+    details = report + "\n".join(map(str, rows))
+    if not guarded:
+        # Without the guard, keyed calls a client re-sends run again: the duplicates the guard
+        # prevents. Unkeyed calls are never re-sent.
+        assert any(r.call.keyed and r.effects > 1 for r in rows), details
+        assert all(r.call.keyed or r.effects <= 1 for r in rows), details
+        return
+    for r in rows:
+        what = f"{r}\n{details}"
+        assert r.effects <= 1, f"ran twice: {what}"
+        assert not r.wrong_answer, f"a silent wrong answer: {what}"
+        assert not r.reported.startswith("failed"), f"an error: {what}"
+        assert r.effects == 1, f"never ran: {what}"
+        if r.call.keyed and r.finished:
+            # Its run finished: exactly once, with its stored (first) answer.
+            assert r.reported == r.first_answer, what
+        elif r.call.keyed:
+            # Its run died (its replica killed, or stopped mid-call by a drain): never
+            # success, never a second run.
+            assert r.reported == "unknown", what
+        else:
+            # Unkeyed: the answer if the client got it, else an honest unknown.
+            assert r.reported in (r.first_answer, "unknown"), what

@@ -1,0 +1,775 @@
+//! What every skin does with the guard, whatever its framework or language: the tower
+//! [`ResumeSafetyLayer`](crate::ResumeSafetyLayer) here, the ASGI middleware and the Node
+//! handler wrapper of the bindings. A skin owns the HTTP I/O and nothing else; the settings,
+//! the store steps, the response's rewriting and when its head may go are here, once.
+//!
+//! - [`GuardBuilder`]: the settings, each default documented. Every skin reads its options
+//!   onto one.
+//! - [`SharedGuard`]: one process's guard and its store, shared by every request (wrap the MCP
+//!   endpoint once per process).
+//! - [`Inbound`]: one request. [`Inbound::next`] runs the store steps the guard asks for and
+//!   says what the skin does: read the body and report it ([`Next::ReadBody`], then
+//!   [`Inbound::handle_body`]), forward the request untouched ([`Next::Pass`]), forward it and
+//!   push its response through an [`Outbound`] ([`Next::Forward`]), or answer it without the
+//!   inner server ([`Next::Answer`]).
+//! - [`Outbound`]: one response, pushed in as it comes ([`Outbound::handle_head`], then
+//!   [`Outbound::handle_body`] per chunk, then [`Outbound::handle_end`]); each returns a
+//!   [`ToClient`], what to send the client now. Before sending it, run the store operations
+//!   the step handed out ([`Outbound::take_ops`]): a keyed call's answer is stored before its
+//!   client can read it.
+//!
+//! A keyed call ([`Outbound::must_drain`]) is read to its end even when its client has gone
+//! (its answer is stored for its key whoever asks again): such a skin keeps the inner server
+//! from seeing the client leave and keeps feeding the outbound. Its claim's lease is renewed
+//! by a task of its own on the current tokio runtime while the call runs, so [`Inbound::next`]
+//! must run inside one (every skin's futures do).
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+
+use crate::guard::{
+    Answer, Body, BodyPlan, Exchange, Guard, GuardAccess, GuardConfig, SseFlow, Step, StoreOp,
+    StoreUnavailable, Watch,
+};
+use crate::ids::InstanceId;
+use crate::store::{self, OpResult, Store};
+
+/// The guard's settings, and the store it keeps what instances share in; [`build`] makes the
+/// [`SharedGuard`].
+///
+/// ```
+/// # use mcp_resume_server::MemoryStore;
+/// # use mcp_resume_server::skin::GuardBuilder;
+/// # use std::time::Duration;
+/// let guard = GuardBuilder::new(MemoryStore::default())
+///     .lease(Duration::from_secs(5))
+///     .max_body(1 << 20)
+///     .build();
+/// ```
+///
+/// Defaults: a random [`InstanceId`]; every part of the extension enforced (resume checks
+/// with capability hashes and sequenced event ids; idempotency); bodies up to 4 MiB
+/// inspected; a 10 s claim lease; `Retry-After: 1` on retryable refusals; random stream ids.
+///
+/// [`build`]: GuardBuilder::build
+#[derive(Clone)]
+#[must_use]
+pub struct GuardBuilder {
+    store: Arc<dyn Store>,
+    config: GuardConfig,
+    seed: Option<u64>,
+}
+
+impl std::fmt::Debug for GuardBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardBuilder")
+            .field("config", &self.config)
+            .field("seed", &self.seed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GuardBuilder {
+    /// Settings keeping what instances share in `store`
+    /// ([`MemoryStore::default()`](crate::MemoryStore) for one process,
+    /// [`RedisStore`](crate::RedisStore) for several), every other setting at its default.
+    pub fn new<S: Store>(store: S) -> Self {
+        Self::with_shared_store(Arc::new(store))
+    }
+
+    /// [`GuardBuilder::new`] with a store already shared (one chosen at run time, such as
+    /// [`store::open`]'s).
+    pub fn with_shared_store(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            config: GuardConfig::default(),
+            seed: None,
+        }
+    }
+
+    /// The name this instance writes as owner in session records and claims. Default: a
+    /// random one per guard. Give each replica (and each restart of it) a distinct one.
+    pub fn instance_id(mut self, id: InstanceId) -> Self {
+        self.config.instance = id;
+        self
+    }
+
+    /// Request bodies, JSON response bodies and SSE blocks longer than this pass untouched (a
+    /// keyed call whose body is longer is refused with `413`: it cannot be guarded). At least
+    /// 1 KiB. Default: 4 MiB.
+    pub fn max_body(mut self, bytes: usize) -> Self {
+        self.config.max_body = bytes.max(1024);
+        self
+    }
+
+    /// How long a keyed call's claim holds without renewal (renewed every third of it while
+    /// the call runs). When an instance dies, its keys read as "outcome unknown" this long
+    /// after its last renewal. At least 30 ms. Default: 10 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease.max(Duration::from_millis(30));
+        self
+    }
+
+    /// Whether resumes are checked: capability hashes on every response of a session,
+    /// sequenced event ids, and resume authorization. Default: on. Off, resumes pass through
+    /// to the inner server unchecked, and only idempotency is advertised.
+    pub fn resume_checks(mut self, on: bool) -> Self {
+        self.config.parts.capability_hash = on;
+        self.config.parts.sequenced_event_ids = on;
+        self
+    }
+
+    /// Whether keyed `tools/call`s are claimed and deduplicated. Default: on.
+    pub fn idempotency(mut self, on: bool) -> Self {
+        self.config.parts.idempotency = on;
+        self
+    }
+
+    /// The `Retry-After` (seconds) of retryable refusals (store unreachable). Default: 1.
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.config.retry_after_secs = secs;
+        self
+    }
+
+    /// Seeds the stream ids the guard draws (tests that want the same ids every run).
+    /// Default: random.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    /// The settings so far.
+    pub fn config(&self) -> &GuardConfig {
+        &self.config
+    }
+
+    /// The guard.
+    pub fn build(self) -> SharedGuard {
+        let seed = self
+            .seed
+            .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
+        SharedGuard {
+            core: Arc::new(Core {
+                guard: Mutex::new(Guard::new(self.config.clone(), seed)),
+                store: self.store,
+                config: self.config,
+            }),
+        }
+    }
+}
+
+/// One process's guard and its store: every request of the wrapped endpoint goes through the
+/// same one. Cheap to clone.
+#[derive(Clone)]
+pub struct SharedGuard {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for SharedGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedGuard")
+            .field("config", &self.core.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SharedGuard {
+    /// Its settings.
+    pub fn config(&self) -> &GuardConfig {
+        &self.core.config
+    }
+
+    /// A request head arrived: the request to drive (see [`Inbound::next`]).
+    pub fn begin(&self, method: &Method, headers: &HeaderMap) -> Inbound {
+        let exchange = self.core.guard().begin(method, headers);
+        Inbound {
+            core: self.core.clone(),
+            exchange,
+        }
+    }
+}
+
+/// What every request shares: the guard (under a lock never held across an await) and the
+/// store.
+pub(crate) struct Core {
+    guard: Mutex<Guard>,
+    store: Arc<dyn Store>,
+    config: GuardConfig,
+}
+
+impl Core {
+    fn guard(&self) -> MutexGuard<'_, Guard> {
+        // The guard's state is plain data; a panic elsewhere left it usable.
+        self.guard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs an operation that answers nobody; a failure is logged (the guard already chose
+    /// the safe side for it).
+    async fn run(&self, op: &StoreOp) {
+        if let Err(e) = store::run(&*self.store, op).await {
+            tracing::warn!(error = %e, "resume-safety store operation failed");
+        }
+    }
+}
+
+/// The guard under the core's lock, one step at a time: reading and rewriting SSE happens
+/// outside it.
+struct Locked<'a>(&'a Core);
+
+impl GuardAccess for Locked<'_> {
+    fn with_guard<R>(&mut self, f: impl FnOnce(&mut Guard) -> R) -> R {
+        f(&mut self.0.guard())
+    }
+}
+
+/// One request on its way in (see the [module docs](self)).
+pub struct Inbound {
+    core: Arc<Core>,
+    exchange: Exchange,
+}
+
+impl std::fmt::Debug for Inbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbound")
+            .field("exchange", &self.exchange)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the skin does next with a request.
+#[derive(Debug)]
+pub enum Next {
+    /// Read the body, up to `limit` bytes, and report it with [`Inbound::handle_body`]; the
+    /// inner server gets it unchanged either way.
+    ReadBody {
+        /// The most to read: a longer body is reported as [`Body::TooLarge`] (and forwarded
+        /// untouched, what was read first).
+        limit: usize,
+    },
+    /// Forward the request; its response passes untouched.
+    Pass,
+    /// Forward the request (with [`Outbound::last_event_id`] as its `Last-Event-ID` when
+    /// there is one) and push its response through the outbound.
+    Forward(Outbound),
+    /// Send this response; the inner server never sees the request.
+    Answer(Answer),
+}
+
+impl Inbound {
+    /// Runs the store steps the guard asks for, until the skin must act. Inside a tokio
+    /// runtime (a keyed call's lease renewals start here).
+    pub async fn next(&mut self) -> Next {
+        loop {
+            let step = self.exchange.step();
+            while let Some(op) = self.exchange.poll_op() {
+                self.core.run(&op).await;
+            }
+            match step {
+                Step::ReadBody { limit } => return Next::ReadBody { limit },
+                Step::Store(op) => {
+                    let result = store::run(&*self.core.store, &op).await;
+                    if let Err(e) = &result {
+                        tracing::warn!(error = %e, "resume-safety store unavailable");
+                    }
+                    let mut g = self.core.guard();
+                    match (op, result) {
+                        (StoreOp::LoadSession(_), Ok(OpResult::Session(r))) => {
+                            self.exchange.handle_session(&mut g, Ok(r))
+                        }
+                        (StoreOp::LoadSession(_), _) => {
+                            self.exchange.handle_session(&mut g, Err(StoreUnavailable))
+                        }
+                        (StoreOp::Claim(_), Ok(OpResult::Claim(c))) => {
+                            self.exchange.handle_claim(&mut g, Ok(c))
+                        }
+                        (StoreOp::Claim(_), _) => {
+                            self.exchange.handle_claim(&mut g, Err(StoreUnavailable))
+                        }
+                        _ => {}
+                    }
+                }
+                Step::Pass => return Next::Pass,
+                Step::Forward(forward) => {
+                    let last_event_id = forward.last_event_id().cloned();
+                    let outbound =
+                        Outbound::start(self.core.clone(), forward.into_watch(), last_event_id);
+                    return Next::Forward(outbound);
+                }
+                Step::Answer(answer) => return Next::Answer(answer),
+            }
+        }
+    }
+
+    /// The body was read (after [`Next::ReadBody`]): `Body::Complete` with its bytes, or
+    /// `Body::TooLarge` when it was longer than the limit. `headers` are the request's.
+    pub fn handle_body(&mut self, body: Body<'_>, headers: &HeaderMap) {
+        self.exchange
+            .handle_body(&mut Locked(&self.core), body, headers);
+    }
+}
+
+/// What to send the client after a step of an [`Outbound`], in this order: the head (once),
+/// the body bytes, then the end.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct ToClient {
+    /// The response head, when it may be sent now (it comes exactly once per response).
+    pub head: Option<(StatusCode, HeaderMap)>,
+    /// Body bytes to send (after the head).
+    pub body: Bytes,
+    /// The client's response ends here.
+    pub end: Option<End>,
+}
+
+/// How a client's response ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Complete: send what came with it and end the response. The rest of the inner body,
+    /// if any, is not for the client (stop reading it unless [`Outbound::must_drain`]).
+    Complete,
+    /// End the client's response with an error (break the connection): what was sent is
+    /// true, what would follow is not (a replay that diverged, an inner body that failed).
+    Abort,
+}
+
+/// Store operations to run before sending a step's [`ToClient`]. Owned: they can be run on
+/// another task.
+#[derive(Default)]
+#[must_use = "store operations do nothing unless run or spawned"]
+pub struct Ops {
+    core: Option<Arc<Core>>,
+    ops: Vec<StoreOp>,
+}
+
+impl std::fmt::Debug for Ops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ops").field("ops", &self.ops).finish()
+    }
+}
+
+impl Ops {
+    /// Nothing to run.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Runs them in order (a failure is logged: the guard chose the safe side already).
+    pub async fn run(self) {
+        let Some(core) = self.core else { return };
+        for op in &self.ops {
+            core.run(op).await;
+        }
+    }
+
+    /// Runs them on a task of their own (a skin that cannot wait where it is, such as a body
+    /// polled synchronously; never for a keyed call, whose answer must be stored first).
+    pub fn spawn(self) {
+        if !self.is_empty() {
+            tokio::spawn(self.run());
+        }
+    }
+}
+
+/// One response on its way out (see the [module docs](self)).
+pub struct Outbound {
+    core: Arc<Core>,
+    watch: Arc<Mutex<Watch>>,
+    last_event_id: Option<HeaderValue>,
+    phase: Phase,
+    ops: Vec<StoreOp>,
+    keyed: bool,
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound")
+            .field("phase", &self.phase.name())
+            .field("keyed", &self.keyed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the response is.
+enum Phase {
+    /// Waiting for the inner head.
+    Head,
+    /// The head was given out; the body passes untouched.
+    Untouched,
+    /// A JSON body read whole before the head goes (it may change its length).
+    Json {
+        head: (StatusCode, HeaderMap),
+        buf: BytesMut,
+        limit: usize,
+    },
+    /// An SSE body rewritten as it passes; `head` is held until the watch lets it go (an
+    /// `initialize` until its result passed, a resume until its replay is proven).
+    Sse {
+        head: Option<(StatusCode, HeaderMap)>,
+        pending: BytesMut,
+    },
+    /// The client's response is complete.
+    Done,
+}
+
+impl Phase {
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::Head => "head",
+            Phase::Untouched => "untouched",
+            Phase::Json { .. } => "json",
+            Phase::Sse { .. } => "sse",
+            Phase::Done => "done",
+        }
+    }
+}
+
+impl Outbound {
+    fn start(core: Arc<Core>, mut watch: Watch, last_event_id: Option<HeaderValue>) -> Self {
+        watch.start(now());
+        let keyed = watch.must_drain();
+        let renews = watch.poll_timeout().is_some();
+        let watch = Arc::new(Mutex::new(watch));
+        if renews {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    rt.spawn(renew(core.clone(), Arc::downgrade(&watch)));
+                }
+                Err(_) => tracing::warn!("no tokio runtime: a keyed call's lease is not renewed"),
+            }
+        }
+        Self {
+            core,
+            watch,
+            last_event_id,
+            phase: Phase::Head,
+            ops: Vec::new(),
+            keyed,
+        }
+    }
+
+    /// The `Last-Event-ID` to forward instead of the client's (a resume: the inner server's
+    /// own id for the client's cursor).
+    pub fn last_event_id(&self) -> Option<&HeaderValue> {
+        self.last_event_id.as_ref()
+    }
+
+    /// Whether the inner body must be read to its end even when the client has gone: a keyed
+    /// call whose answer has not been stored yet.
+    pub fn must_drain(&self) -> bool {
+        self.keyed && lock(&self.watch).must_drain()
+    }
+
+    /// Whether the call is keyed (its client's leaving must not reach the inner server).
+    pub fn is_keyed(&self) -> bool {
+        self.keyed
+    }
+
+    /// Whether body chunks now pass unchanged: the skin may send them without
+    /// [`Outbound::handle_body`] (it still calls [`Outbound::handle_end`]).
+    pub fn is_untouched(&self) -> bool {
+        matches!(self.phase, Phase::Untouched)
+    }
+
+    /// The store operations the last steps handed out: run them before sending what those
+    /// steps returned.
+    pub fn take_ops(&mut self) -> Ops {
+        if self.ops.is_empty() {
+            return Ops::default();
+        }
+        Ops {
+            core: Some(self.core.clone()),
+            ops: std::mem::take(&mut self.ops),
+        }
+    }
+
+    /// The inner response's head.
+    pub fn handle_head(&mut self, status: StatusCode, mut headers: HeaderMap) -> ToClient {
+        if !matches!(self.phase, Phase::Head) {
+            return ToClient::default();
+        }
+        let mut w = lock(&self.watch);
+        let plan = w.handle_head(&mut self.core.guard(), status, &mut headers);
+        drain(&mut w, &mut self.ops);
+        match plan {
+            BodyPlan::Untouched => {
+                w.finish_head(&mut headers);
+                drop(w);
+                self.phase = Phase::Untouched;
+                ToClient {
+                    head: Some((status, headers)),
+                    ..ToClient::default()
+                }
+            }
+            BodyPlan::Json { limit } => {
+                drop(w);
+                self.phase = Phase::Json {
+                    head: (status, headers),
+                    buf: BytesMut::new(),
+                    limit,
+                };
+                ToClient::default()
+            }
+            BodyPlan::Sse => {
+                drop(w);
+                headers.remove(CONTENT_LENGTH);
+                self.phase = Phase::Sse {
+                    head: Some((status, headers)),
+                    pending: BytesMut::new(),
+                };
+                self.release_sse_head(BytesMut::new(), None)
+            }
+        }
+    }
+
+    /// A chunk of the inner body.
+    pub fn handle_body(&mut self, chunk: &[u8]) -> ToClient {
+        match &mut self.phase {
+            Phase::Head | Phase::Untouched => ToClient {
+                body: Bytes::copy_from_slice(chunk),
+                ..ToClient::default()
+            },
+            Phase::Json { buf, limit, .. } => {
+                buf.extend_from_slice(chunk);
+                if buf.len() <= *limit {
+                    return ToClient::default();
+                }
+                let Phase::Json { head, buf, .. } =
+                    std::mem::replace(&mut self.phase, Phase::Untouched)
+                else {
+                    return ToClient::default();
+                };
+                // Too long to read: it passes as it is, and a keyed call's outcome is unknown.
+                let (status, mut headers) = head;
+                let mut w = lock(&self.watch);
+                w.handle_json_overflow();
+                drain(&mut w, &mut self.ops);
+                w.finish_head(&mut headers);
+                ToClient {
+                    head: Some((status, headers)),
+                    body: buf.freeze(),
+                    end: None,
+                }
+            }
+            Phase::Sse { .. } => {
+                let mut out = BytesMut::new();
+                let flow = {
+                    let mut w = lock(&self.watch);
+                    let flow = w.handle_sse(&mut Locked(&self.core), chunk, &mut out);
+                    drain(&mut w, &mut self.ops);
+                    flow
+                };
+                let abort = (flow == SseFlow::Abort).then_some(End::Abort);
+                self.release_sse_head(out, abort)
+            }
+            Phase::Done => ToClient::default(),
+        }
+    }
+
+    /// The inner body ended: `clean` unless it failed (or the inner server failed before
+    /// answering).
+    pub fn handle_end(&mut self, clean: bool) -> ToClient {
+        let end = if clean { End::Complete } else { End::Abort };
+        let phase = std::mem::replace(&mut self.phase, Phase::Done);
+        let mut w = lock(&self.watch);
+        match phase {
+            Phase::Head => {
+                if self.keyed {
+                    // No answer at all: the call may have run.
+                    w.handle_end(&mut self.core.guard(), false, &mut BytesMut::new());
+                    drain(&mut w, &mut self.ops);
+                }
+                ToClient {
+                    end: Some(End::Abort),
+                    ..ToClient::default()
+                }
+            }
+            Phase::Untouched => ToClient {
+                end: Some(end),
+                ..ToClient::default()
+            },
+            Phase::Json { head, buf, .. } => {
+                let (status, mut headers) = head;
+                let body = if clean {
+                    match w.handle_json(&mut self.core.guard(), &buf) {
+                        Some(new) => {
+                            headers.remove(TRANSFER_ENCODING);
+                            headers.insert(CONTENT_LENGTH, HeaderValue::from(new.len()));
+                            new
+                        }
+                        None => buf.freeze(),
+                    }
+                } else {
+                    w.handle_json_overflow();
+                    buf.freeze()
+                };
+                drain(&mut w, &mut self.ops);
+                w.finish_head(&mut headers);
+                ToClient {
+                    head: Some((status, headers)),
+                    body,
+                    end: Some(end),
+                }
+            }
+            Phase::Sse { head, mut pending } => {
+                w.handle_end(&mut self.core.guard(), clean, &mut pending);
+                drain(&mut w, &mut self.ops);
+                let head = match head {
+                    None => None,
+                    Some((status, mut headers)) => {
+                        if let Some(refusal) = w.take_refusal() {
+                            return answer_to_client(refusal);
+                        }
+                        w.finish_head(&mut headers);
+                        Some((status, headers))
+                    }
+                };
+                ToClient {
+                    head,
+                    body: pending.freeze(),
+                    end: Some(end),
+                }
+            }
+            Phase::Done => ToClient::default(),
+        }
+    }
+
+    /// After an SSE step: `out` goes to the client, or is held with the head until the watch
+    /// lets the head go (or refuses the resume instead).
+    fn release_sse_head(&mut self, out: BytesMut, end: Option<End>) -> ToClient {
+        let Phase::Sse { head, pending } = &mut self.phase else {
+            return ToClient::default();
+        };
+        if head.is_none() {
+            if end.is_some() {
+                self.phase = Phase::Done;
+            }
+            return ToClient {
+                head: None,
+                body: out.freeze(),
+                end,
+            };
+        }
+        pending.extend_from_slice(&out);
+        let mut w = lock(&self.watch);
+        if let Some(refusal) = w.take_refusal() {
+            drop(w);
+            self.phase = Phase::Done;
+            return answer_to_client(refusal);
+        }
+        if !w.head_ready() {
+            return ToClient::default();
+        }
+        let Some((status, mut headers)) = head.take() else {
+            return ToClient::default();
+        };
+        w.finish_head(&mut headers);
+        drop(w);
+        let body = std::mem::take(pending).freeze();
+        if end.is_some() {
+            self.phase = Phase::Done;
+        }
+        ToClient {
+            head: Some((status, headers)),
+            body,
+            end,
+        }
+    }
+}
+
+impl Drop for Outbound {
+    fn drop(&mut self) {
+        if !self.keyed {
+            return;
+        }
+        // Dropped before its end: whatever a keyed call did is unknown from here on.
+        let mut w = lock(&self.watch);
+        if !w.must_drain() {
+            return;
+        }
+        w.handle_end(&mut self.core.guard(), false, &mut BytesMut::new());
+        drain(&mut w, &mut self.ops);
+        drop(w);
+        let ops = self.take_ops();
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(ops.run())),
+            Err(_) => tracing::warn!("no tokio runtime: a dropped keyed call is not marked lost"),
+        }
+    }
+}
+
+/// The runtime's clock (the stores' too, so a test with paused time moves them together).
+fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+fn lock(watch: &Mutex<Watch>) -> MutexGuard<'_, Watch> {
+    watch.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Moves what the watch handed out to `ops`, under the same lock as the step that handed it
+/// out (the renewal task, taking the lock, then finds only its own).
+fn drain(w: &mut Watch, ops: &mut Vec<StoreOp>) {
+    while let Some(op) = w.poll_op() {
+        ops.push(op);
+    }
+}
+
+/// Renews a keyed call's lease while it runs: until its answer is settled, or its outbound
+/// is gone.
+async fn renew(core: Arc<Core>, watch: Weak<Mutex<Watch>>) {
+    loop {
+        let due = {
+            let Some(w) = watch.upgrade() else { return };
+            let due = lock(&w).poll_timeout();
+            match due {
+                Some(at) => at,
+                None => return,
+            }
+        };
+        tokio::time::sleep_until(due.into()).await;
+        let mut ops = Vec::new();
+        {
+            let Some(w) = watch.upgrade() else { return };
+            let mut w = lock(&w);
+            w.handle_timeout(now());
+            // Every step drains what it handed out under the lock: these are renewals.
+            drain(&mut w, &mut ops);
+        }
+        for op in &ops {
+            core.run(op).await;
+        }
+    }
+}
+
+/// A guard's own answer as what to send.
+pub fn answer_to_client(answer: Answer) -> ToClient {
+    let (status, pairs, body) = answer.into_parts();
+    let mut headers = HeaderMap::with_capacity(pairs.len());
+    for (name, value) in pairs {
+        headers.insert(name, value);
+    }
+    ToClient {
+        head: Some((status, headers)),
+        body,
+        end: Some(End::Complete),
+    }
+}
+
+/// Headers from name/value byte pairs (an ASGI scope's, Node's `rawHeaders`); pairs that are
+/// not valid HTTP are left out (the guard reads only its own headers, and a skin forwards the
+/// request's originals).
+pub fn header_map<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        if let (Ok(name), Ok(value)) =
+            (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+        {
+            headers.append(name, value);
+        }
+    }
+    headers
+}

@@ -1,0 +1,211 @@
+//! The skin every binding drives (`mcp_resume_server::skin`), driven here as a binding does:
+//! request head and body in, the response pushed in piece by piece, what to send taken out.
+//! What is checked is the skin's own contract (store operations before what they guard, a
+//! keyed call's lease, a response head held and released); the rules are the guard's tests'.
+
+use std::time::Duration;
+
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::{HeaderMap, Method, StatusCode};
+use mcp_resume_server::guard::Body;
+use mcp_resume_server::skin::{End, GuardBuilder, Inbound, Next, Outbound, SharedGuard, ToClient};
+use mcp_resume_server::MemoryStore;
+use serde_json::{json, Value};
+
+fn guard(store: &MemoryStore, lease: Duration) -> SharedGuard {
+    GuardBuilder::new(store.clone())
+        .lease(lease)
+        .seed(3)
+        .build()
+}
+
+fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (name, value) in pairs {
+        h.insert(*name, HeaderValue::from_str(value).unwrap());
+    }
+    h
+}
+
+fn keyed_call(id: i64, key: &str) -> (HeaderMap, Vec<u8>) {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "bump", "arguments": {"tag": "t"},
+                   "_meta": {"io.github.mcp-resume/idempotency-key": key}}});
+    (
+        headers(&[("content-type", "application/json")]),
+        body.to_string().into_bytes(),
+    )
+}
+
+/// A request through the inbound, as far as the skin's next step.
+async fn request(guard: &SharedGuard, method: Method, head: &HeaderMap, body: &[u8]) -> Next {
+    let mut inbound: Inbound = guard.begin(&method, head);
+    loop {
+        match inbound.next().await {
+            Next::ReadBody { .. } => inbound.handle_body(Body::Complete(body), head),
+            other => return other,
+        }
+    }
+}
+
+async fn forwarded(guard: &SharedGuard, id: i64, key: &str) -> Outbound {
+    let (head, body) = keyed_call(id, key);
+    match request(guard, Method::POST, &head, &body).await {
+        Next::Forward(out) => out,
+        other => panic!("not forwarded: {other:?}"),
+    }
+}
+
+/// The JSON-RPC error `data.code` of a guard's own answer.
+async fn refusal_code(guard: &SharedGuard, id: i64, key: &str) -> Option<String> {
+    let (head, body) = keyed_call(id, key);
+    match request(guard, Method::POST, &head, &body).await {
+        Next::Answer(answer) => {
+            let json = answer.json();
+            Some(
+                json.pointer("/error/data/code")
+                    .and_then(Value::as_str)
+                    .unwrap_or("answered")
+                    .to_owned(),
+            )
+        }
+        Next::Forward(_) => None,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn json_head() -> HeaderMap {
+    headers(&[("content-type", "application/json")])
+}
+
+fn answer_of(id: i64, text: &str) -> Vec<u8> {
+    json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": text}]}})
+        .to_string()
+        .into_bytes()
+}
+
+#[tokio::test]
+async fn a_keyed_answer_is_given_out_with_the_operation_that_stores_it() {
+    let store = MemoryStore::default();
+    let guard = guard(&store, Duration::from_secs(10));
+    let mut out = forwarded(&guard, 1, "k-store").await;
+    assert!(out.must_drain() && out.is_keyed());
+    // A JSON answer: the head waits for the whole body (its length may change).
+    let sent = out.handle_head(StatusCode::OK, json_head());
+    assert!(sent.head.is_none() && sent.end.is_none());
+    let sent = out.handle_body(&answer_of(1, "t:1"));
+    assert!(sent.head.is_none());
+    let ToClient {
+        head, body, end, ..
+    } = out.handle_end(true);
+    let (status, _) = head.expect("the head comes with the whole body");
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(end, Some(End::Complete));
+    let sent: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(sent["result"]["content"][0]["text"], "t:1");
+    // Until the step's operations ran, the key is still running: a re-send is told so.
+    let ops = out.take_ops();
+    assert!(!ops.is_empty());
+    assert_eq!(
+        refusal_code(&guard, 2, "k-store").await.as_deref(),
+        Some("IDEMPOTENCY_KEY_IN_USE")
+    );
+    ops.run().await;
+    assert!(!out.must_drain());
+    // Then the same call again gets the stored answer, re-addressed, without running.
+    let (head, body) = keyed_call(3, "k-store");
+    let Next::Answer(answer) = request(&guard, Method::POST, &head, &body).await else {
+        panic!("the stored answer is given");
+    };
+    assert_eq!(answer.json()["id"], 3);
+    assert_eq!(answer.json()["result"]["content"][0]["text"], "t:1");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_calls_lease_is_renewed_while_it_runs() {
+    let store = MemoryStore::default();
+    let guard = guard(&store, Duration::from_millis(90));
+    let out = forwarded(&guard, 1, "k-lease").await;
+    // Ten leases long, with no output: only the outbound's own task keeps the claim.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        refusal_code(&guard, 2, "k-lease").await.as_deref(),
+        Some("IDEMPOTENCY_KEY_IN_USE")
+    );
+    drop(out);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keyed_call_whose_outbound_is_dropped_is_lost_at_once() {
+    let store = MemoryStore::default();
+    let guard = guard(&store, Duration::from_secs(10));
+    let out = forwarded(&guard, 1, "k-drop").await;
+    drop(out);
+    // The drop's operation runs on the runtime: let it.
+    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        refusal_code(&guard, 2, "k-drop").await.as_deref(),
+        Some("IDEMPOTENCY_OUTCOME_UNKNOWN")
+    );
+}
+
+#[tokio::test]
+async fn a_failed_answer_passes_untouched_and_frees_the_key() {
+    let store = MemoryStore::default();
+    let guard = guard(&store, Duration::from_secs(10));
+    let mut out = forwarded(&guard, 1, "k-refused").await;
+    let sent = out.handle_head(StatusCode::BAD_REQUEST, json_head());
+    assert_eq!(sent.head.map(|(s, _)| s), Some(StatusCode::BAD_REQUEST));
+    // The skin may send the rest as it comes.
+    assert!(out.is_untouched());
+    assert_eq!(&out.handle_body(b"{}").body[..], b"{}");
+    out.take_ops().run().await;
+    // Refused by the inner server: it did not run, so the key is free again.
+    assert_eq!(refusal_code(&guard, 2, "k-refused").await, None);
+}
+
+/// An `initialize` answered with SSE: its head is held until the result passed (it carries
+/// the hash of what the result negotiated), what came before it is held with it.
+#[tokio::test]
+async fn an_initialize_streams_its_head_only_with_its_result() {
+    let store = MemoryStore::default();
+    let guard = guard(&store, Duration::from_secs(10));
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}});
+    let head = json_head();
+    let Next::Forward(mut out) =
+        request(&guard, Method::POST, &head, init.to_string().as_bytes()).await
+    else {
+        panic!("initialize is forwarded");
+    };
+    let mut sse = HeaderMap::new();
+    sse.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    sse.insert("mcp-session-id", HeaderValue::from_static("s-1"));
+    sse.insert("content-length", HeaderValue::from_static("999"));
+    let sent = out.handle_head(StatusCode::OK, sse);
+    assert!(sent.head.is_none());
+    let sent = out.handle_body(b": priming\n\n");
+    assert!(sent.head.is_none() && sent.body.is_empty());
+    let result = json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}});
+    let event = format!("data: {result}\n\n");
+    let sent = out.handle_body(&event.as_bytes()[..10]);
+    assert!(sent.head.is_none());
+    let sent = out.handle_body(&event.as_bytes()[10..]);
+    let (status, headers) = sent.head.expect("released with the result");
+    assert_eq!(status, StatusCode::OK);
+    assert!(headers["mcp-capability-hash"]
+        .to_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(headers.get("content-length").is_none(), "{headers:?}");
+    let text = String::from_utf8(sent.body.to_vec()).unwrap();
+    assert!(text.starts_with(": priming\n\n"), "{text}");
+    assert!(text.contains("resumeSafety"), "{text}");
+    // The session's record goes to the store with it.
+    assert!(!out.take_ops().is_empty());
+    let sent = out.handle_end(true);
+    assert_eq!(sent.end, Some(End::Complete));
+}
