@@ -59,7 +59,7 @@ use idempotency::KeyFound;
 use ledger::{Capacities, Ledger};
 use watch::WatchKind;
 
-use crate::ids::{ClaimToken, Cursor, InstanceId, SessionId};
+use crate::ids::{ClaimToken, Cursor, IdempotencyKey, InstanceId, SessionId};
 use crate::wire::{self, LAST_EVENT_ID_HEADER, SESSION_ID_HEADER};
 
 /// What a guard enforces and how much it keeps. Built by the layer's builder
@@ -632,6 +632,17 @@ impl Exchange {
     }
 }
 
+/// A keyed call's plan: its claim on the key, for these arguments (with a placeholder token:
+/// the caller draws the real one).
+fn keyed_plan(id: Value, key: IdempotencyKey, name: &str, args: &Value, lease: Duration) -> Plan {
+    let digest = wire::arguments_digest(name, args);
+    Plan::Keyed {
+        requests: vec![id.clone()],
+        id,
+        claim: Claim::new(key, digest, ClaimToken::from_stored(""), lease),
+    }
+}
+
 /// Reads a POST body: what it asks, as far as the rules care; `Err` is a refusal (a keyed
 /// call the guard cannot guard, or an invalid key).
 ///
@@ -650,7 +661,6 @@ fn classify_post(
             Plan::Pass
         }
     };
-    let unset = || ClaimToken::from_stored("");
     // The common case, a single message, read without building it: only what the rules look
     // at is kept (method, id, the call's name and key); the rest is skipped.
     if let Ok(m) = serde_json::from_slice::<probe::Message<'_>>(body) {
@@ -677,13 +687,7 @@ fn classify_post(
                         let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
                         let name = params.name.as_deref().unwrap_or("");
                         let args = value.pointer("/params/arguments").unwrap_or(&Value::Null);
-                        let digest = wire::arguments_digest(name, args);
-                        let claim = Claim::new(key, digest, unset(), lease);
-                        Plan::Keyed {
-                            requests: vec![id.clone()],
-                            id,
-                            claim,
-                        }
+                        keyed_plan(id, key, name, args, lease)
                     }
                     KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
                     KeyFound::None => session_plan(vec![id]),
@@ -732,13 +736,7 @@ fn classify_post(
                 let args = params
                     .and_then(|p| p.get("arguments"))
                     .unwrap_or(&Value::Null);
-                let digest = wire::arguments_digest(name, args);
-                let claim = Claim::new(key, digest, unset(), lease);
-                Plan::Keyed {
-                    requests: vec![id.clone()],
-                    id,
-                    claim,
-                }
+                keyed_plan(id, key, name, args, lease)
             }
             KeyFound::None => session_plan(vec![id]),
         },
