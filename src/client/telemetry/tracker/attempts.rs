@@ -113,7 +113,6 @@ pub(super) fn request_id(id: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Instant;
 
     use opentelemetry::Context;
@@ -122,23 +121,14 @@ mod tests {
     use crate::client::telemetry::CallTrace;
 
     fn call() -> Call {
-        Call {
-            trace: CallTrace {
-                cx: Context::new(),
-                method: "tools/call".to_owned(),
-                target: None,
-                started: Instant::now(),
-                recording: false,
-                facts: Vec::new(),
-            },
-            attempts: 0,
-            cursor: Arc::default(),
-            cut_at: None,
-            last_end: None,
-            rejected: false,
-            round: false,
-            polling: false,
-        }
+        Call::new(CallTrace {
+            cx: Context::new(),
+            method: "tools/call".to_owned(),
+            target: None,
+            started: Instant::now(),
+            recording: false,
+            facts: Vec::new(),
+        })
     }
 
     /// What each HTTP request after a call's first is labelled, from how the one before it

@@ -8,7 +8,7 @@ use opentelemetry::KeyValue;
 
 use super::{Inner, Owner};
 use crate::client::telemetry::names;
-use crate::proto::{CallId, ReinitReason, RejectReason, Session, SessionEvent};
+use crate::proto::{CallId, RejectReason, Session, SessionEvent};
 
 impl Inner {
     pub(super) fn event(&mut self, event: &SessionEvent, session: &Session) {
@@ -60,7 +60,7 @@ impl Inner {
                 reason,
                 capabilities_changed,
             } => {
-                let reason = reinit_reason(reason);
+                let reason = reason.as_str();
                 let mut attributes = server;
                 attributes.push(KeyValue::new(names::RECOVERY_REINIT_REASON, reason));
                 attributes.push(KeyValue::new(
@@ -148,18 +148,6 @@ impl Inner {
             .instruments()
             .session_duration
             .record(started.elapsed().as_secs_f64(), &attributes);
-    }
-}
-
-fn reinit_reason(reason: &ReinitReason) -> &'static str {
-    match reason {
-        ReinitReason::SessionNotFound => "session_not_found",
-        ReinitReason::ResumeRejected(_) => "resume_rejected",
-        ReinitReason::UnverifiableCleanEnd => "unverifiable_clean_end",
-        ReinitReason::EventGap => "event_gap",
-        ReinitReason::OrphanedResponse => "orphaned_response",
-        ReinitReason::CapabilityMismatch => "capability_mismatch",
-        ReinitReason::VersionRefused => "version_refused",
     }
 }
 

@@ -66,6 +66,22 @@ struct Call {
     polling: bool,
 }
 
+impl Call {
+    /// A call before its first HTTP request.
+    fn new(trace: CallTrace) -> Self {
+        Call {
+            trace,
+            attempts: 0,
+            cursor: Arc::default(),
+            cut_at: None,
+            last_end: None,
+            rejected: false,
+            round: false,
+            polling: false,
+        }
+    }
+}
+
 /// Whom an exchange serves.
 #[derive(Clone)]
 enum Owner {
@@ -130,19 +146,7 @@ impl Tracker {
             return;
         };
         inner.ambient = Some(trace.cx.clone());
-        inner.calls.insert(
-            call,
-            Call {
-                trace: *trace,
-                attempts: 0,
-                cursor: Arc::default(),
-                cut_at: None,
-                last_end: None,
-                rejected: false,
-                round: false,
-                polling: false,
-            },
-        );
+        inner.calls.insert(call, Call::new(*trace));
     }
 
     /// The input being applied is done with.
