@@ -186,6 +186,34 @@ async fn a_call_that_cannot_be_recorded_is_never_sent() {
     }
 }
 
+/// A ledger that never finishes a write cannot hold a call past its deadline: the call ends
+/// `Timeout` by then, unsent, and the client goes on.
+#[tokio::test]
+async fn a_stalled_ledger_costs_the_call_its_deadline_and_nothing_more() {
+    let ledger = Arc::new(Faulty::default());
+    *ledger.stall.lock().unwrap() = Duration::from_secs(3600);
+    let (server, seen) = watching(ledger.clone()).await;
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = guarded(client.call_tool(echo("stuck").timeout(Duration::from_millis(300))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "sent before it was recorded"
+    );
+    guarded(client.ping()).await.unwrap();
+}
+
 /// Without a ledger nothing is written and there is nothing to recover.
 #[tokio::test]
 async fn no_ledger_writes_nothing() {
