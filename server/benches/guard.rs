@@ -6,6 +6,7 @@
 //! `cargo bench -p mcp-resume-server`. Environment:
 //! - `BENCH_QUICK=1`: 3 rounds of 300 ms (about 15 s instead of a minute).
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per configuration and mode, per round): override.
+//! - `BENCH_SKIN_ONLY=1`: only the in-process part (for a profiler).
 //!
 //! Each server runs in a child process (this binary again, with `GUARD_BENCH_SERVE` set), so
 //! that its own CPU time per call can be read from `/proc` beside the client's view of
@@ -38,13 +39,21 @@ enum Config {
 
 const CONFIGS: [Config; 3] = [Config::Bare, Config::Memory, Config::Redis];
 
-/// A configuration, a number of callers, and per round (calls per second, server CPU µs per
-/// call).
-type Samples = (Config, usize, Vec<(f64, f64)>);
+/// A configuration, a number of callers, and per round what [`throughput`] measured.
+type Samples = (Config, usize, Vec<Measured>);
+
+/// One window: calls per second, and the server's CPU µs and allocations per call.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    calls_per_s: f64,
+    cpu_us: f64,
+    allocations: f64,
+}
 
 /// The guard and its tower skin alone, in process: an inner service that answers at once
-/// with a canned SSE answer, called bare and through the layer; µs per call of each.
-fn skin_cost(rt: &tokio::runtime::Runtime, calls: u32) -> (f64, f64) {
+/// with a canned SSE answer, called bare and through the layer; µs and allocations per call
+/// of each: `((bare µs, bare allocations), (guarded µs, guarded allocations))`.
+fn skin_cost(rt: &tokio::runtime::Runtime, calls: u32) -> ((f64, f64), (f64, f64)) {
     use http_body_util::{BodyExt, Full};
     use tower_layer::Layer;
     use tower_service::Service;
@@ -99,24 +108,58 @@ fn skin_cost(rt: &tokio::runtime::Runtime, calls: u32) -> (f64, f64) {
         let init = guarded.call(request(false)).await.unwrap();
         let _ = init.into_body().collect().await.unwrap();
         let mut bare = Canned;
-        let per = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / f64::from(calls);
-        let t = Instant::now();
+        let per = |t: Instant, a: u64| {
+            (
+                t.elapsed().as_secs_f64() * 1e6 / f64::from(calls),
+                (allocations() - a) as f64 / f64::from(calls),
+            )
+        };
+        let (t, a) = (Instant::now(), allocations());
         for _ in 0..calls {
             let r = bare.call(request(true)).await.unwrap();
             let _ = r.into_body().collect().await.unwrap();
         }
-        let b = per(t);
-        let t = Instant::now();
+        let b = per(t, a);
+        let (t, a) = (Instant::now(), allocations());
         for _ in 0..calls {
             let r = guarded.call(request(true)).await.unwrap();
             let _ = r.into_body().collect().await.unwrap();
         }
-        (b, per(t))
+        (b, per(t, a))
     })
 }
 
 /// Set in the child processes: which server to run (`bare`, `memory`, `redis=<url>`).
 const SERVE_ENV: &str = "GUARD_BENCH_SERVE";
+
+/// Counts the allocations of this process (a server child reports its own on request).
+struct Counting;
+
+static ALLOCATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        unsafe { std::alloc::System.realloc(ptr, layout, size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// The child: one server, its URL on stdout, until killed.
 fn serve(what: &str) {
@@ -138,6 +181,16 @@ fn serve(what: &str) {
         };
         let server = Server::start(layer, false).await;
         println!("{}", server.url());
+        // Each line on stdin asks for the allocations so far.
+        std::thread::spawn(|| {
+            use std::io::{BufRead, Write};
+            for _ in std::io::stdin().lock().lines() {
+                let n = allocations();
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "{n}");
+                let _ = out.flush();
+            }
+        });
         std::future::pending::<()>().await;
     });
 }
@@ -146,6 +199,11 @@ fn serve(what: &str) {
 struct Child {
     child: std::process::Child,
     url: String,
+    /// The child's stdin and stdout, to ask for its allocation count.
+    ask: std::sync::Mutex<(
+        std::process::ChildStdin,
+        std::io::BufReader<std::process::ChildStdout>,
+    )>,
 }
 
 impl Child {
@@ -153,17 +211,31 @@ impl Child {
         use std::io::BufRead;
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .env(SERVE_ENV, what)
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let stdin = child.stdin.take().unwrap();
         Child {
             child,
             url: line.trim().to_owned(),
+            ask: std::sync::Mutex::new((stdin, out)),
         }
+    }
+
+    /// Allocations the child made so far.
+    fn allocations(&self) -> u64 {
+        use std::io::{BufRead, Write};
+        let mut ask = self.ask.lock().unwrap();
+        let (stdin, out) = &mut *ask;
+        writeln!(stdin).unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        line.trim().parse().unwrap()
     }
 
     /// CPU time the process used so far (user + system), from `/proc/<pid>/stat`.
@@ -265,9 +337,10 @@ async fn post(
 }
 
 /// Calls per second over `window`, with `callers` callers each making calls back to back, and
-/// the server's CPU time per call (µs).
-async fn throughput(target: &Arc<Target>, callers: usize, window: Duration) -> (f64, f64) {
+/// the server's CPU time and allocations per call.
+async fn throughput(target: &Arc<Target>, callers: usize, window: Duration) -> Measured {
     let cpu_before = target.server.cpu();
+    let allocations_before = target.server.allocations();
     let end = Instant::now() + window;
     let mut tasks = Vec::new();
     for c in 0..callers {
@@ -286,11 +359,15 @@ async fn throughput(target: &Arc<Target>, callers: usize, window: Duration) -> (
     for t in tasks {
         calls += t.await.unwrap();
     }
+    let elapsed = started.elapsed();
     let cpu = target.server.cpu() - cpu_before;
-    (
-        calls as f64 / started.elapsed().as_secs_f64(),
-        cpu.as_secs_f64() * 1e6 / calls.max(1) as f64,
-    )
+    let allocations = target.server.allocations() - allocations_before;
+    let per_call = |x: f64| x / calls.max(1) as f64;
+    Measured {
+        calls_per_s: calls as f64 / elapsed.as_secs_f64(),
+        cpu_us: per_call(cpu.as_secs_f64() * 1e6),
+        allocations: per_call(allocations as f64),
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -344,13 +421,19 @@ fn main() {
     for _ in 0..rounds {
         skin.push(skin_cost(&one, if quick { 20_000 } else { 100_000 }));
     }
-    let bare_us = median(skin.iter().map(|s| s.0).collect());
-    let guarded_us = median(skin.iter().map(|s| s.1).collect());
+    let bare_us = median(skin.iter().map(|s| s.0 .0).collect());
+    let guarded_us = median(skin.iter().map(|s| s.1 .0).collect());
+    let (bare_allocs, guarded_allocs) = (skin[0].0 .1, skin[0].1 .1);
     println!(
-        "\nthe guard and its tower skin alone, in process, per unkeyed SSE call: {:.2} µs \
-         (bare canned service {bare_us:.2} µs, through the layer {guarded_us:.2} µs)",
-        guarded_us - bare_us
+        "\nthe guard and its tower skin alone, in process, per unkeyed SSE call: {:.2} µs and \
+         {:.1} allocations (bare canned service {bare_us:.2} µs and {bare_allocs:.1}, through \
+         the layer {guarded_us:.2} µs and {guarded_allocs:.1})",
+        guarded_us - bare_us,
+        guarded_allocs - bare_allocs,
     );
+    if std::env::var("BENCH_SKIN_ONLY").is_ok_and(|v| v == "1") {
+        return;
+    }
     rt.block_on(async move {
         let redis = RedisServer::start()
             .await
@@ -377,20 +460,20 @@ fn main() {
             for callers in [1, CONCURRENT] {
                 for i in 0..targets.len() {
                     let (config, target) = &targets[(i + round) % targets.len()];
-                    let cps = throughput(target, callers, window).await;
+                    let measured = throughput(target, callers, window).await;
                     let slot = results
                         .iter_mut()
                         .find(|(c, n, _)| c == config && *n == callers)
                         .unwrap();
-                    slot.2.push(cps);
+                    slot.2.push(measured);
                 }
             }
         }
         println!(
             "\nunkeyed tools/call (legacy session, SSE answers), rmcp 3.11, {rounds} rounds of {window:?}, medians"
         );
-        println!("| callers | bare calls/s | guard + memory | ratio (≥ 0.95) | guard + Redis | ratio (≥ 0.90) | server CPU µs/call: bare, memory, Redis |");
-        println!("|---|---|---|---|---|---|---|");
+        println!("| callers | bare calls/s | guard + memory | ratio (≥ 0.95) | guard + Redis | ratio (≥ 0.90) | server CPU µs/call: bare, memory, Redis | server allocations/call: bare, memory, Redis |");
+        println!("|---|---|---|---|---|---|---|---|");
         for callers in [1, CONCURRENT] {
             let of = |c: Config| {
                 let samples = &results
@@ -399,15 +482,16 @@ fn main() {
                     .unwrap()
                     .2;
                 (
-                    median(samples.iter().map(|s| s.0).collect()),
-                    median(samples.iter().map(|s| s.1).collect()),
+                    median(samples.iter().map(|s| s.calls_per_s).collect()),
+                    median(samples.iter().map(|s| s.cpu_us).collect()),
+                    median(samples.iter().map(|s| s.allocations).collect()),
                 )
             };
-            let ((bare, cb), (mem, cm), (red, cr)) =
+            let ((bare, cb, ab), (mem, cm, am), (red, cr, ar)) =
                 (of(Config::Bare), of(Config::Memory), of(Config::Redis));
             let mark = |ok: bool| if ok { "ok" } else { "BELOW TARGET" };
             println!(
-                "| {callers} | {bare:.0} | {mem:.0} | {:.3} {} | {red:.0} | {:.3} {} | {cb:.1}, {cm:.1} ({:.2}×), {cr:.1} ({:.2}×) |",
+                "| {callers} | {bare:.0} | {mem:.0} | {:.3} {} | {red:.0} | {:.3} {} | {cb:.1}, {cm:.1} ({:.2}×), {cr:.1} ({:.2}×) | {ab:.0}, {am:.0}, {ar:.0} |",
                 mem / bare,
                 mark(mem / bare >= 0.95),
                 red / bare,

@@ -111,14 +111,42 @@ impl StreamId {
 
     /// The event id of position `seq` on this stream.
     pub fn event_id(self, seq: u64) -> String {
+        self.event_id_text(seq).as_str().to_owned()
+    }
+
+    /// The event id of position `seq`, without an allocation (one is written per event).
+    pub(crate) fn event_id_text(self, seq: u64) -> EventIdText {
         const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let mut out = String::with_capacity(16 + 1 + 20);
-        for shift in (0..16).rev() {
-            out.push(char::from(DIGITS[((self.0 >> (shift * 4)) & 0xf) as usize]));
+        let mut text = EventIdText {
+            buf: [0; EVENT_ID_MAX],
+            len: 17,
+        };
+        for (at, shift) in (0..16).rev().enumerate() {
+            text.buf[at] = DIGITS[((self.0 >> (shift * 4)) & 0xf) as usize];
         }
-        out.push('-');
-        out.push_str(itoa(seq, &mut [0; 20]));
-        out
+        text.buf[16] = b'-';
+        let mut scratch = [0; 20];
+        let digits = itoa(seq, &mut scratch).as_bytes();
+        text.buf[17..17 + digits.len()].copy_from_slice(digits);
+        text.len += digits.len();
+        text
+    }
+}
+
+/// The longest event id: 16 hex digits, `-`, 20 decimal digits.
+const EVENT_ID_MAX: usize = 16 + 1 + 20;
+
+/// An event id written on the stack ([`StreamId::event_id_text`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EventIdText {
+    buf: [u8; EVENT_ID_MAX],
+    len: usize,
+}
+
+impl EventIdText {
+    pub(crate) fn as_str(&self) -> &str {
+        // Hex digits, `-` and decimal digits only: ASCII.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
     }
 }
 

@@ -116,5 +116,5 @@ pub use crate::store::{MemoryStore, Store};
 #[cfg(feature = "redis")]
 pub use crate::store::{RedisOptions, RedisStore};
 pub use crate::tower::{
-    BoxError, GuardedBody, GuardedRequestBody, ResumeSafety, ResumeSafetyLayer,
+    BoxError, GuardedBody, GuardedRequestBody, ResponseFuture, ResumeSafety, ResumeSafetyLayer,
 };

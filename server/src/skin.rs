@@ -269,7 +269,6 @@ impl Inbound {
                 self.core.run(&op).await;
             }
             match step {
-                Step::ReadBody { limit } => return Next::ReadBody { limit },
                 Step::Store(op) => {
                     let result = store::run(&*self.core.store, &op).await;
                     if let Err(e) = &result {
@@ -292,16 +291,40 @@ impl Inbound {
                         _ => {}
                     }
                 }
-                Step::Pass => return Next::Pass,
-                Step::Forward(forward) => {
-                    let last_event_id = forward.last_event_id().cloned();
-                    let outbound =
-                        Outbound::start(self.core.clone(), forward.into_watch(), last_event_id);
-                    return Next::Forward(outbound);
+                step => {
+                    if let Some(next) = self.skin_step(step) {
+                        return next;
+                    }
                 }
-                Step::Answer(answer) => return Next::Answer(answer),
             }
         }
+    }
+
+    /// [`Inbound::next`] when it would not wait: `None` when the store has work first
+    /// (await [`Inbound::next`] then). Most requests never wait, and a skin that polls by
+    /// hand takes the step here without a future.
+    pub fn next_now(&mut self) -> Option<Next> {
+        if self.exchange.needs_store() {
+            return None;
+        }
+        let step = self.exchange.step();
+        self.skin_step(step)
+    }
+
+    /// What a step that needs no store operation asks of the skin.
+    fn skin_step(&self, step: Step) -> Option<Next> {
+        Some(match step {
+            Step::ReadBody { limit } => Next::ReadBody { limit },
+            Step::Pass => Next::Pass,
+            Step::Forward(forward) => {
+                let last_event_id = forward.last_event_id().cloned();
+                let outbound =
+                    Outbound::start(self.core.clone(), forward.into_watch(), last_event_id);
+                Next::Forward(outbound)
+            }
+            Step::Answer(answer) => Next::Answer(answer),
+            Step::Store(_) => return None,
+        })
     }
 
     /// The body was read (after [`Next::ReadBody`]): `Body::Complete` with its bytes, or

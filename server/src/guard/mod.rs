@@ -340,6 +340,13 @@ impl Exchange {
         self.next.take().unwrap_or(Step::Pass)
     }
 
+    /// Whether the store has work before the next step: an operation to run, or the next
+    /// step is one ([`Step::Store`]). Most requests have none.
+    #[must_use]
+    pub fn needs_store(&self) -> bool {
+        !self.ops.is_empty() || matches!(self.next, Some(Step::Store(_)))
+    }
+
     /// A store operation to run that needs no report.
     #[must_use]
     pub fn poll_op(&mut self) -> Option<StoreOp> {

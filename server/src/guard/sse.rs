@@ -4,26 +4,46 @@
 //! and only its `id:` line is replaced. Blocks are bounded; one over the bound ends the
 //! splitting (the caller passes the rest through untouched).
 
+use std::borrow::Cow;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
 /// One SSE block (the lines up to a blank line): an event, or a `retry:`/comment-only block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Block {
     raw: Bytes,
-    id: Option<String>,
-    data: Option<String>,
+    id: Option<Field>,
+    data: Option<Field>,
+}
+
+/// A field's value: most are one line, read in place from the block's bytes (no copy per
+/// event); data over several lines is joined once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Field {
+    /// `raw[start..end]`.
+    Span(usize, usize),
+    Joined(String),
+}
+
+impl Field {
+    fn text<'a>(&'a self, raw: &'a [u8]) -> Cow<'a, str> {
+        match self {
+            Field::Span(start, end) => String::from_utf8_lossy(&raw[*start..*end]),
+            Field::Joined(text) => Cow::Borrowed(text),
+        }
+    }
 }
 
 impl Block {
     /// The `id` field's value, when the block sets one (the last one wins, as in the
     /// specification; a value containing NUL is ignored, as there).
-    pub(crate) fn id(&self) -> Option<&str> {
-        self.id.as_deref()
+    pub(crate) fn id(&self) -> Option<Cow<'_, str>> {
+        self.id.as_ref().map(|f| f.text(&self.raw))
     }
 
     /// The `data` fields joined by `\n`; `None` when the block has no data line.
-    pub(crate) fn data(&self) -> Option<&str> {
-        self.data.as_deref()
+    pub(crate) fn data(&self) -> Option<Cow<'_, str>> {
+        self.data.as_ref().map(|f| f.text(&self.raw))
     }
 
     /// The block as received, with its terminating blank line.
@@ -77,8 +97,8 @@ pub(crate) struct Splitter {
     /// The last byte scanned was a `\r`: a `\n` right after it belongs to the same line end.
     after_cr: bool,
     max_block: usize,
-    id: Option<String>,
-    data: Option<String>,
+    id: Option<Field>,
+    data: Option<Field>,
 }
 
 /// A block grew over the bound: splitting stops; `pending` are the bytes held so far, to be
@@ -130,7 +150,7 @@ impl Splitter {
             if line.is_empty() {
                 out.push(self.take_block());
             } else {
-                read_field(line, &mut self.id, &mut self.data);
+                self.read_field();
                 self.line_start = self.scanned;
             }
         }
@@ -160,25 +180,35 @@ impl Splitter {
     }
 }
 
-fn read_field(line: &[u8], id: &mut Option<String>, data: &mut Option<String>) {
-    let name = field_name(line);
-    let mut value = &line[name.len()..];
-    if let Some(rest) = value.strip_prefix(b":") {
-        value = rest.strip_prefix(b" ").unwrap_or(rest);
-    }
-    match name {
-        b"id" if !value.contains(&0) => *id = Some(String::from_utf8_lossy(value).into_owned()),
-        b"data" => {
-            let text = String::from_utf8_lossy(value);
-            match data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(&text);
-                }
-                None => *data = Some(text.into_owned()),
+impl Splitter {
+    /// Reads the line that just ended (`buf[line_start..scanned - 1]`).
+    fn read_field(&mut self) {
+        let (line_start, line_end) = (self.line_start, self.scanned - 1);
+        let line = &self.buf[line_start..line_end];
+        let name = field_name(line);
+        let mut start = line_start + name.len();
+        if self.buf[start..line_end].first() == Some(&b':') {
+            start += 1;
+            if self.buf[start..line_end].first() == Some(&b' ') {
+                start += 1;
             }
         }
-        _ => {}
+        let value = Field::Span(start, line_end);
+        match name {
+            b"id" if !self.buf[start..line_end].contains(&0) => self.id = Some(value),
+            b"data" => {
+                self.data = Some(match self.data.take() {
+                    None => value,
+                    Some(earlier) => {
+                        let mut joined = earlier.text(&self.buf).into_owned();
+                        joined.push('\n');
+                        joined.push_str(&value.text(&self.buf));
+                        Field::Joined(joined)
+                    }
+                });
+            }
+            _ => {}
+        }
     }
 }
 
@@ -229,16 +259,16 @@ mod tests {
             assert_eq!(split_all(input, chunk), whole, "chunk {chunk}");
         }
         assert_eq!(whole.len(), 4);
-        assert_eq!(whole[0].id(), Some("a"));
-        assert_eq!(whole[0].data(), Some("x"));
-        assert_eq!(whole[1].id(), None);
+        assert_eq!(whole[0].id().as_deref(), Some("a"));
+        assert_eq!(whole[0].data().as_deref(), Some("x"));
+        assert_eq!(whole[1].id().as_deref(), None);
         // A block ends at its blank line's first byte; the stream of bytes is unchanged.
         assert_eq!(whole[1].raw().as_ref(), b"retry: 5\r\n\r");
         assert_eq!(whole[2].raw().as_ref(), b"\n: ping\r\r");
         let joined: Vec<u8> = whole.iter().flat_map(|b| b.raw().to_vec()).collect();
         assert_eq!(joined, input);
-        assert_eq!(whole[3].id(), Some("b"));
-        assert_eq!(whole[3].data(), Some("1\n2"));
+        assert_eq!(whole[3].id().as_deref(), Some("b"));
+        assert_eq!(whole[3].data().as_deref(), Some("1\n2"));
     }
 
     #[test]
@@ -261,10 +291,10 @@ mod tests {
     #[test]
     fn empty_data_and_ids_without_data_are_kept() {
         let b = &split_all(b"id: p\ndata:\n\n", 1)[0];
-        assert_eq!(b.id(), Some("p"));
-        assert_eq!(b.data(), Some(""));
+        assert_eq!(b.id().as_deref(), Some("p"));
+        assert_eq!(b.data().as_deref(), Some(""));
         let b = &split_all(b"id: q\n\n", 1)[0];
-        assert_eq!(b.data(), None);
+        assert_eq!(b.data().as_deref(), None);
     }
 
     #[test]

@@ -17,7 +17,9 @@ use super::records::{SessionRecord, StoreOp, StoredOutcome};
 use super::resume::RejectReason;
 use super::sse::{Block, Splitter};
 use super::{Guard, GuardAccess};
-use crate::ids::{CapabilityHash, ClaimToken, IdempotencyKey, InstanceId, SessionId, StreamId};
+use crate::ids::{
+    CapabilityHash, ClaimToken, EventIdText, IdempotencyKey, InstanceId, SessionId, StreamId,
+};
 use crate::wire::{self, CAPABILITY_HASH_HEADER, SESSION_ID_HEADER};
 
 /// How the skin reads the response body.
@@ -144,6 +146,8 @@ pub struct Watch {
     numbering: Option<Numbering>,
     max: usize,
     splitter: Option<Splitter>,
+    /// The blocks one chunk completed (kept to reuse its allocation from chunk to chunk).
+    blocks: Vec<Block>,
     passthrough: bool,
     ops: VecDeque<StoreOp>,
     late_headers: Vec<(HeaderName, HeaderValue)>,
@@ -167,6 +171,7 @@ impl Watch {
             numbering,
             max,
             splitter: None,
+            blocks: Vec::new(),
             passthrough: false,
             ops: VecDeque::new(),
             late_headers: Vec::new(),
@@ -364,13 +369,22 @@ impl Watch {
             out.extend_from_slice(chunk);
             return SseFlow::Continue;
         };
-        let mut blocks = Vec::new();
+        let mut blocks = std::mem::take(&mut self.blocks);
         let overflow = splitter.feed(chunk, &mut blocks);
+        // Rewritten blocks are about as long as the chunk (an id a few bytes longer).
+        out.reserve(chunk.len() + 32 * blocks.len());
+        let mut flow = SseFlow::Continue;
         for block in &blocks {
-            if self.on_block(guard, block, out) == SseFlow::Abort {
-                self.diverged(guard);
-                return SseFlow::Abort;
+            flow = self.on_block(guard, block, out);
+            if flow == SseFlow::Abort {
+                break;
             }
+        }
+        blocks.clear();
+        self.blocks = blocks;
+        if flow == SseFlow::Abort {
+            self.diverged(guard);
+            return SseFlow::Abort;
         }
         if let Err(overflow) = overflow {
             // A block over the bound: nothing after it can be numbered or read.
@@ -470,7 +484,7 @@ impl Watch {
         let mut id_out = None;
         if let (Some(inner), Some(n)) = (block.id(), self.numbering.as_mut()) {
             let stream = n.stream;
-            let Some(at) = guard.with_guard(|g| g.ledger.record(stream, inner)) else {
+            let Some(at) = guard.with_guard(|g| g.ledger.record(stream, &inner)) else {
                 // The ledger forgot the stream (evicted, or its session was forgotten):
                 // its ids can no longer be numbered truthfully. Drop them.
                 out.extend_from_slice(block.raw());
@@ -487,19 +501,19 @@ impl Watch {
                 *expected += 1;
             }
             seq = Some(at);
-            id_out = Some(n.stream.event_id(at));
+            id_out = Some(n.stream.event_id_text(at));
         }
         let mut data_out = None;
         if let Some(data) = block.data().filter(|d| self.reads_messages(d)) {
             if self.waits_for_message() {
-                if let Ok(mut message) = serde_json::from_str::<Value>(data) {
+                if let Ok(mut message) = serde_json::from_str::<Value>(&data) {
                     if self.on_message(guard, &mut message, seq) {
                         data_out = Some(message.to_string());
                     }
                 }
             } else if let (Some(n), Some(seq)) = (&self.numbering, seq) {
                 // Only which request an answer belongs to matters here: read that alone.
-                if let Ok(probe) = serde_json::from_str::<AnswerProbe>(data) {
+                if let Ok(probe) = serde_json::from_str::<AnswerProbe>(&data) {
                     if let (Some(id), true) =
                         (probe.id, probe.result.is_some() || probe.error.is_some())
                     {
@@ -512,7 +526,8 @@ impl Watch {
         if id_out.is_none() && data_out.is_none() {
             out.extend_from_slice(block.raw());
         } else {
-            block.write_with(id_out.as_deref(), data_out.as_deref(), out);
+            let id_out = id_out.as_ref().map(EventIdText::as_str);
+            block.write_with(id_out, data_out.as_deref(), out);
         }
         SseFlow::Continue
     }

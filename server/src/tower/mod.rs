@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
@@ -26,9 +26,9 @@ use tokio::sync::{mpsc, oneshot};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::guard::{Answer, Body as SeenBody, GuardConfig};
+use crate::guard::{Answer, GuardConfig};
 use crate::ids::InstanceId;
-use crate::skin::{self, End, GuardBuilder, Next, Outbound, SharedGuard, ToClient};
+use crate::skin::{self, End, GuardBuilder, Outbound, SharedGuard, ToClient};
 use crate::store::Store;
 
 /// The error type of the bodies this layer makes.
@@ -151,6 +151,10 @@ impl<I> std::fmt::Debug for ResumeSafety<I> {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
+mod future;
+
+pub use future::ResponseFuture;
+
 impl<I, ReqB, ResB> Service<Request<ReqB>> for ResumeSafety<I>
 where
     I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>
@@ -166,7 +170,7 @@ where
 {
     type Response = Response<GuardedBody<ResB>>;
     type Error = I::Error;
-    type Future = BoxFuture<Result<Self::Response, I::Error>>;
+    type Future = ResponseFuture<I, ReqB, ResB>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -176,57 +180,8 @@ where
         // The service that was polled ready goes with this call; the clone stays for the next.
         let clone = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(handle(self.guard.clone(), inner, req))
-    }
-}
-
-async fn handle<I, ReqB, ResB>(
-    guard: SharedGuard,
-    mut inner: I,
-    req: Request<ReqB>,
-) -> Result<Response<GuardedBody<ResB>>, I::Error>
-where
-    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
-    I::Future: Send + 'static,
-    I::Error: Send + 'static,
-    ReqB: Body<Data = Bytes> + Send + Unpin + 'static,
-    ReqB::Error: Into<BoxError>,
-    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
-    ResB::Error: Into<BoxError> + Send,
-{
-    let (mut parts, body) = req.into_parts();
-    let mut body = GuardedRequestBody::untouched(body);
-    let mut inbound = guard.begin(&parts.method, &parts.headers);
-    loop {
-        match inbound.next().await {
-            Next::ReadBody { limit } => {
-                let (read, seen) = read_limited(body, limit).await;
-                body = read;
-                let seen = match &seen {
-                    Some(bytes) => SeenBody::Complete(bytes),
-                    None => SeenBody::TooLarge,
-                };
-                inbound.handle_body(seen, &parts.headers);
-            }
-            Next::Pass => {
-                let resp = inner.call(Request::from_parts(parts, body)).await?;
-                return Ok(resp.map(GuardedBody::untouched));
-            }
-            Next::Forward(out) => {
-                if let Some(id) = out.last_event_id() {
-                    parts
-                        .headers
-                        .insert(crate::wire::LAST_EVENT_ID_HEADER, id.clone());
-                }
-                let req = Request::from_parts(parts, body);
-                return if out.must_drain() {
-                    keyed(inner, req, out).await
-                } else {
-                    watched(inner, req, out).await
-                };
-            }
-            Next::Answer(answer) => return Ok(answer_response(answer)),
-        }
+        let inbound = self.guard.begin(req.method(), req.headers());
+        ResponseFuture::new(inbound, inner, req)
     }
 }
 
@@ -250,25 +205,51 @@ impl Gathered {
     }
 }
 
-/// Forwards a request whose response the guard watches (everything but keyed calls): the
-/// work follows the client's connection, as it would without the guard.
-async fn watched<I, ReqB, ResB>(
-    mut inner: I,
-    req: Request<GuardedRequestBody<ReqB>>,
+/// The inner response's head, for a request the guard watches (everything but keyed calls,
+/// whose work follows the client's connection as it would without the guard): the client's
+/// response when its head may go now (most), else the rest of the work, boxed: store
+/// operations to run first, a JSON body read whole, an `initialize` answered with SSE
+/// holding its head until its result has passed, a resume until its replay is proven.
+fn respond_or_gather<ResB>(
+    resp: Response<ResB>,
     mut out: Outbound,
-) -> Result<Response<GuardedBody<ResB>>, I::Error>
+) -> Result<Response<GuardedBody<ResB>>, BoxFuture<Response<GuardedBody<ResB>>>>
 where
-    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
     ResB: Body<Data = Bytes> + Send + Unpin + 'static,
     ResB::Error: Into<BoxError> + Send,
 {
-    let resp = inner.call(req).await?;
-    let (parts, mut body) = resp.into_parts();
+    let (parts, body) = resp.into_parts();
     let mut got = Gathered::default();
     got.add(out.handle_head(parts.status, parts.headers));
-    out.take_ops().run().await;
-    // A JSON body is read whole; an `initialize` answered with SSE holds its head until its
-    // result has passed, a resume until its replay is proven.
+    let ops = out.take_ops();
+    if ops.is_empty() && (got.head.is_some() || got.end.is_some()) {
+        return Ok(respond(
+            got,
+            None,
+            body,
+            out,
+            parts.version,
+            parts.extensions,
+        ));
+    }
+    Err(Box::pin(async move {
+        ops.run().await;
+        gather(got, body, out, parts.version, parts.extensions).await
+    }))
+}
+
+/// Reads the inner body until the head may go (or the body ended), then responds.
+async fn gather<ResB>(
+    mut got: Gathered,
+    mut body: ResB,
+    mut out: Outbound,
+    version: http::Version,
+    extensions: http::Extensions,
+) -> Response<GuardedBody<ResB>>
+where
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResB::Error: Into<BoxError> + Send,
+{
     let mut failed = None;
     while got.head.is_none() && got.end.is_none() {
         let step = match body.frame().await {
@@ -285,9 +266,26 @@ where
         got.add(step);
         out.take_ops().run().await;
     }
+    respond(got, failed, body, out, version, extensions)
+}
+
+/// The client's response, once its head may go: the head, what was gathered, and the rest
+/// of the inner body as the guard passes it on.
+fn respond<ResB>(
+    got: Gathered,
+    failed: Option<BoxError>,
+    body: ResB,
+    out: Outbound,
+    version: http::Version,
+    extensions: http::Extensions,
+) -> Response<GuardedBody<ResB>>
+where
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResB::Error: Into<BoxError> + Send,
+{
     let Some((status, headers)) = got.head else {
         // Ended without a head (only an inner failure does): an error, as the inner's was.
-        return Ok(answer_response(Answer::internal()));
+        return answer_response(Answer::internal());
     };
     let prefix = got.body.freeze();
     let body = match (got.end, failed) {
@@ -301,10 +299,9 @@ where
     *resp.status_mut() = status;
     *resp.headers_mut() = headers;
     // The inner response's version and extensions stay.
-    let (mut new_parts, body) = resp.into_parts();
-    new_parts.version = parts.version;
-    new_parts.extensions = parts.extensions;
-    Ok(Response::from_parts(new_parts, body))
+    *resp.version_mut() = version;
+    *resp.extensions_mut() = extensions;
+    resp
 }
 
 /// A keyed call: run in a task of its own so that its answer is read to the end and stored
@@ -442,47 +439,6 @@ fn answer_response<B>(answer: Answer) -> Response<GuardedBody<B>> {
         *resp.headers_mut() = headers;
     }
     resp
-}
-
-/// Reads a request body up to `limit`: the body to forward (unchanged) and its bytes when
-/// it was complete within the limit.
-async fn read_limited<B>(
-    body: GuardedRequestBody<B>,
-    limit: usize,
-) -> (GuardedRequestBody<B>, Option<Bytes>)
-where
-    B: Body<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
-{
-    let Some(mut rest) = body.rest else {
-        let bytes = body.prefix.unwrap_or_default();
-        return (GuardedRequestBody::full(bytes.clone()), Some(bytes));
-    };
-    let mut buf = BytesMut::new();
-    loop {
-        match rest.frame().await {
-            Some(Ok(frame)) => {
-                if let Ok(mut data) = frame.into_data() {
-                    buf.extend_from_slice(&data.copy_to_bytes(data.remaining()));
-                    if buf.len() > limit {
-                        return (GuardedRequestBody::chained(buf.freeze(), rest), None);
-                    }
-                }
-            }
-            Some(Err(e)) => {
-                let body = GuardedRequestBody {
-                    prefix: Some(buf.freeze()),
-                    rest: None,
-                    error: Some(e.into()),
-                };
-                return (body, None);
-            }
-            None => {
-                let bytes = buf.freeze();
-                return (GuardedRequestBody::full(bytes.clone()), Some(bytes));
-            }
-        }
-    }
 }
 
 /// The request body the inner service receives: the client's, unchanged (what the guard read

@@ -1,0 +1,310 @@
+//! The layer's response future, written out by hand.
+//!
+//! An `async` block holding every state a request can pass through took about 3 KB, boxed
+//! once per request: an allocation too large for the allocator's per-thread caches, paid by
+//! every call. Here a request in its common states (asking the guard, reading the body,
+//! waiting for the inner response) takes a few hundred bytes, inline in whatever holds the
+//! future; the rare states (store operations, a keyed call, a head held back) are boxed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use super::{answer_response, keyed, respond_or_gather, BoxError, BoxFuture};
+use super::{GuardedBody, GuardedRequestBody};
+use crate::guard::{Answer, Body as SeenBody};
+use crate::skin::{Inbound, Next, Outbound};
+
+pin_project_lite::pin_project! {
+    /// The future of a call through [`ResumeSafety`](super::ResumeSafety).
+    pub struct ResponseFuture<I, ReqB, ResB>
+    where
+        I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
+    {
+        #[pin]
+        state: State<I, ReqB, ResB>,
+    }
+}
+
+impl<I, ReqB, ResB> std::fmt::Debug for ResponseFuture<I, ReqB, ResB>
+where
+    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+/// A request not forwarded yet.
+struct Held<I, ReqB> {
+    parts: Parts,
+    body: GuardedRequestBody<ReqB>,
+    inner: I,
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<I, ReqB, ResB>
+    where
+        I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
+    {
+        /// Asking the guard for the next step.
+        Deciding { held: Option<Held<I, ReqB>>, inbound: Option<Inbound> },
+        /// The store has work before the next step.
+        Store {
+            held: Option<Held<I, ReqB>>,
+            next: BoxFuture<(Inbound, Next)>,
+        },
+        /// Reading the body for the guard, up to `limit` bytes.
+        Reading {
+            held: Option<Held<I, ReqB>>,
+            inbound: Option<Inbound>,
+            buf: BytesMut,
+            limit: usize,
+        },
+        /// Waiting for the inner response the guard watches.
+        Calling { #[pin] call: I::Future, out: Option<Outbound> },
+        /// Waiting for an inner response that passes untouched.
+        Passing { #[pin] call: I::Future },
+        /// A rarer way, on its own.
+        Boxed { fut: BoxFuture<Result<Response<GuardedBody<ResB>>, I::Error>> },
+        /// Answered.
+        Done,
+    }
+}
+
+impl<I, ReqB, ResB> ResponseFuture<I, ReqB, ResB>
+where
+    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
+{
+    pub(super) fn new(inbound: Inbound, inner: I, req: Request<ReqB>) -> Self {
+        let (parts, body) = req.into_parts();
+        let held = Held {
+            parts,
+            body: GuardedRequestBody::untouched(body),
+            inner,
+        };
+        Self {
+            state: State::Deciding {
+                held: Some(held),
+                inbound: Some(inbound),
+            },
+        }
+    }
+}
+
+/// Where a step leads.
+// Made and taken within one poll, never stored: its size costs a move, not memory.
+#[allow(clippy::large_enum_variant)]
+enum Then<I, ReqB, ResB>
+where
+    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
+{
+    Go(State<I, ReqB, ResB>),
+    Answer(Response<GuardedBody<ResB>>),
+}
+
+impl<I, ReqB, ResB> Future for ResponseFuture<I, ReqB, ResB>
+where
+    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
+    I::Future: Send + 'static,
+    I::Error: Send + 'static,
+    ReqB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResB::Error: Into<BoxError> + Send,
+{
+    type Output = Result<Response<GuardedBody<ResB>>, I::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.project().state;
+        loop {
+            let then = match state.as_mut().project() {
+                StateProj::Deciding { held, inbound } => {
+                    let (Some(h), Some(mut inbound)) = (held.take(), inbound.take()) else {
+                        return Poll::Ready(Ok(answer_response(Answer::internal())));
+                    };
+                    match inbound.next_now() {
+                        Some(next) => on_next(h, inbound, next),
+                        None => Then::Go(State::Store {
+                            held: Some(h),
+                            next: Box::pin(async move {
+                                let next = inbound.next().await;
+                                (inbound, next)
+                            }),
+                        }),
+                    }
+                }
+                StateProj::Store { held, next } => {
+                    let (inbound, next) = ready!(next.as_mut().poll(cx));
+                    let Some(h) = held.take() else {
+                        return Poll::Ready(Ok(answer_response(Answer::internal())));
+                    };
+                    on_next(h, inbound, next)
+                }
+                StateProj::Reading {
+                    held,
+                    inbound,
+                    buf,
+                    limit,
+                } => {
+                    let (Some(h), Some(i)) = (held.as_mut(), inbound.as_mut()) else {
+                        return Poll::Ready(Ok(answer_response(Answer::internal())));
+                    };
+                    ready!(read_body(cx, h, i, buf, *limit));
+                    Then::Go(State::Deciding {
+                        held: held.take(),
+                        inbound: inbound.take(),
+                    })
+                }
+                StateProj::Calling { call, out } => {
+                    let resp = ready!(call.poll(cx))?;
+                    let Some(out) = out.take() else {
+                        return Poll::Ready(Ok(answer_response(Answer::internal())));
+                    };
+                    match respond_or_gather(resp, out) {
+                        Ok(resp) => Then::Answer(resp),
+                        Err(rest) => Then::Go(State::Boxed {
+                            fut: Box::pin(async move { Ok(rest.await) }),
+                        }),
+                    }
+                }
+                StateProj::Passing { call } => {
+                    let resp = ready!(call.poll(cx))?;
+                    Then::Answer(resp.map(GuardedBody::untouched))
+                }
+                StateProj::Boxed { fut } => {
+                    let out = ready!(fut.as_mut().poll(cx));
+                    state.set(State::Done);
+                    return Poll::Ready(out);
+                }
+                StateProj::Done => {
+                    return Poll::Ready(Ok(answer_response(Answer::internal())));
+                }
+            };
+            match then {
+                Then::Go(next) => state.set(next),
+                Then::Answer(resp) => {
+                    state.set(State::Done);
+                    return Poll::Ready(Ok(resp));
+                }
+            }
+        }
+    }
+}
+
+/// The skin's next step for a request not forwarded yet.
+fn on_next<I, ReqB, ResB>(
+    mut h: Held<I, ReqB>,
+    mut inbound: Inbound,
+    next: Next,
+) -> Then<I, ReqB, ResB>
+where
+    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
+    I::Future: Send + 'static,
+    I::Error: Send + 'static,
+    ReqB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ReqB::Error: Into<BoxError>,
+    ResB: Body<Data = Bytes> + Send + Unpin + 'static,
+    ResB::Error: Into<BoxError> + Send,
+{
+    match next {
+        Next::ReadBody { limit } => {
+            if h.body.rest.is_none() {
+                // Already read whole (a step that asks again): report it as it is.
+                let bytes = h.body.prefix.clone().unwrap_or_default();
+                inbound.handle_body(SeenBody::Complete(&bytes), &h.parts.headers);
+                return Then::Go(State::Deciding {
+                    held: Some(h),
+                    inbound: Some(inbound),
+                });
+            }
+            Then::Go(State::Reading {
+                held: Some(h),
+                inbound: Some(inbound),
+                buf: BytesMut::new(),
+                limit,
+            })
+        }
+        Next::Pass => {
+            let call = h.inner.call(Request::from_parts(h.parts, h.body));
+            Then::Go(State::Passing { call })
+        }
+        Next::Forward(out) => {
+            if let Some(id) = out.last_event_id() {
+                h.parts
+                    .headers
+                    .insert(crate::wire::LAST_EVENT_ID_HEADER, id.clone());
+            }
+            let req = Request::from_parts(h.parts, h.body);
+            if out.must_drain() {
+                Then::Go(State::Boxed {
+                    fut: Box::pin(keyed(h.inner, req, out)),
+                })
+            } else {
+                let call = h.inner.call(req);
+                Then::Go(State::Calling {
+                    call,
+                    out: Some(out),
+                })
+            }
+        }
+        Next::Answer(answer) => Then::Answer(answer_response(answer)),
+    }
+}
+
+/// Reads the request body up to `limit` and reports it to the guard; the inner service gets
+/// it unchanged either way (what was read, then the rest).
+fn read_body<I, ReqB>(
+    cx: &mut Context<'_>,
+    h: &mut Held<I, ReqB>,
+    inbound: &mut Inbound,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> Poll<()>
+where
+    ReqB: Body<Data = Bytes> + Unpin,
+    ReqB::Error: Into<BoxError>,
+{
+    let Some(rest) = h.body.rest.as_mut() else {
+        return Poll::Ready(());
+    };
+    loop {
+        match ready!(Pin::new(&mut *rest).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if let Ok(mut data) = frame.into_data() {
+                    buf.extend_from_slice(&data.copy_to_bytes(data.remaining()));
+                    if buf.len() > limit {
+                        if let Some(rest) = h.body.rest.take() {
+                            h.body =
+                                GuardedRequestBody::chained(std::mem::take(buf).freeze(), rest);
+                        }
+                        inbound.handle_body(SeenBody::TooLarge, &h.parts.headers);
+                        return Poll::Ready(());
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                h.body = GuardedRequestBody {
+                    prefix: Some(std::mem::take(buf).freeze()),
+                    rest: None,
+                    error: Some(e.into()),
+                };
+                inbound.handle_body(SeenBody::TooLarge, &h.parts.headers);
+                return Poll::Ready(());
+            }
+            None => {
+                let bytes = std::mem::take(buf).freeze();
+                h.body = GuardedRequestBody::full(bytes.clone());
+                inbound.handle_body(SeenBody::Complete(&bytes), &h.parts.headers);
+                return Poll::Ready(());
+            }
+        }
+    }
+}
