@@ -7,6 +7,8 @@
 //! - `BENCH_QUICK=1`: 3 rounds of 300 ms (about 15 s instead of a minute).
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per configuration and mode, per round): override.
 //! - `BENCH_SKIN_ONLY=1`: only the in-process part (for a profiler).
+//! - `BENCH_SERVER_WORKERS`: the servers' runtime worker threads (default 2; with 1, the
+//!   servers do not pay for waking each other's workers on a machine the client shares).
 //!
 //! Each server runs in a child process (this binary again, with `GUARD_BENCH_SERVE` set), so
 //! that its own CPU time per call can be read from `/proc` beside the client's view of
@@ -48,6 +50,8 @@ struct Measured {
     calls_per_s: f64,
     cpu_us: f64,
     allocations: f64,
+    /// Read and write system calls and context switches per call.
+    syscalls: (f64, f64, f64),
 }
 
 /// The guard and its tower skin alone, in process: an inner service that answers at once
@@ -164,7 +168,7 @@ fn allocations() -> u64 {
 /// The child: one server, its URL on stdout, until killed.
 fn serve(what: &str) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(env_u64("BENCH_SERVER_WORKERS").unwrap_or(2).max(1) as usize)
         .enable_all()
         .build()
         .unwrap();
@@ -224,6 +228,29 @@ impl Child {
             url: line.trim().to_owned(),
             ask: std::sync::Mutex::new((stdin, out)),
         }
+    }
+
+    /// Read and write system calls the child made so far (`/proc/<pid>/io`), and its
+    /// threads' context switches (`/proc/<pid>/task/*/status`).
+    fn syscalls(&self) -> (u64, u64, u64) {
+        let io = std::fs::read_to_string(format!("/proc/{}/io", self.child.id())).unwrap();
+        let field = |name: &str| -> u64 {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        let mut switches = 0;
+        for task in std::fs::read_dir(format!("/proc/{}/task", self.child.id())).unwrap() {
+            let status =
+                std::fs::read_to_string(task.unwrap().path().join("status")).unwrap_or_default();
+            switches += status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+                .sum::<u64>();
+        }
+        (field("syscr:"), field("syscw:"), switches)
     }
 
     /// Allocations the child made so far.
@@ -341,6 +368,7 @@ async fn post(
 async fn throughput(target: &Arc<Target>, callers: usize, window: Duration) -> Measured {
     let cpu_before = target.server.cpu();
     let allocations_before = target.server.allocations();
+    let syscalls_before = target.server.syscalls();
     let end = Instant::now() + window;
     let mut tasks = Vec::new();
     for c in 0..callers {
@@ -362,11 +390,17 @@ async fn throughput(target: &Arc<Target>, callers: usize, window: Duration) -> M
     let elapsed = started.elapsed();
     let cpu = target.server.cpu() - cpu_before;
     let allocations = target.server.allocations() - allocations_before;
+    let syscalls = target.server.syscalls();
     let per_call = |x: f64| x / calls.max(1) as f64;
     Measured {
         calls_per_s: calls as f64 / elapsed.as_secs_f64(),
         cpu_us: per_call(cpu.as_secs_f64() * 1e6),
         allocations: per_call(allocations as f64),
+        syscalls: (
+            per_call((syscalls.0 - syscalls_before.0) as f64),
+            per_call((syscalls.1 - syscalls_before.1) as f64),
+            per_call((syscalls.2 - syscalls_before.2) as f64),
+        ),
     }
 }
 
@@ -498,6 +532,31 @@ fn main() {
                 mark(red / bare >= 0.90),
                 cm / cb,
                 cr / cb,
+            );
+        }
+
+        println!("\nper call in the server (medians): read / write system calls, context switches");
+        println!("| callers | bare | guard + memory | guard + Redis |");
+        println!("|---|---|---|---|");
+        for callers in [1, CONCURRENT] {
+            let of = |c: Config| {
+                let samples = &results
+                    .iter()
+                    .find(|(cc, n, _)| *cc == c && *n == callers)
+                    .unwrap()
+                    .2;
+                format!(
+                    "{:.2} / {:.2}, {:.2}",
+                    median(samples.iter().map(|s| s.syscalls.0).collect()),
+                    median(samples.iter().map(|s| s.syscalls.1).collect()),
+                    median(samples.iter().map(|s| s.syscalls.2).collect()),
+                )
+            };
+            println!(
+                "| {callers} | {} | {} | {} |",
+                of(Config::Bare),
+                of(Config::Memory),
+                of(Config::Redis)
             );
         }
 
