@@ -225,7 +225,7 @@ pub(crate) struct Capacities {
 pub(crate) struct Ledger {
     sessions: Bounded<SessionId, Arc<SessionRecord>>,
     forgotten: Bounded<SessionId, ()>,
-    streams: Bounded<StreamId, Box<StreamLog>>,
+    streams: Bounded<StreamId, StreamLog>,
     events_per_stream: usize,
 }
 
@@ -269,11 +269,11 @@ impl Ledger {
         requests: Vec<Value>,
     ) {
         let log = StreamLog::new(session, hash, requests, self.events_per_stream);
-        self.streams.insert(stream, Box::new(log));
+        self.streams.insert(stream, log);
     }
 
     pub(crate) fn stream(&self, id: StreamId) -> Option<&StreamLog> {
-        self.streams.get(&id).map(AsRef::as_ref)
+        self.streams.get(&id)
     }
 
     /// Numbers an inner event on `stream`; `None` when the stream was forgotten.

@@ -248,7 +248,7 @@ impl Watch {
             .as_ref()
             .and_then(|h| HeaderValue::from_str(h.as_str()).ok())
         {
-            headers.insert(CAPABILITY_HASH_HEADER, v);
+            headers.insert(HeaderName::from_static(CAPABILITY_HASH_HEADER), v);
         }
         let ok = status.is_success();
         let body = content_type(headers);
