@@ -41,6 +41,21 @@ where
     }
 }
 
+/// The body being read for the guard, up to `limit` bytes.
+struct Reading {
+    buf: BytesMut,
+    limit: usize,
+}
+
+impl Reading {
+    fn new(limit: usize) -> Self {
+        Self {
+            buf: BytesMut::new(),
+            limit,
+        }
+    }
+}
+
 /// A request not forwarded yet.
 struct Held<I, ReqB> {
     parts: Parts,
@@ -54,19 +69,17 @@ pin_project_lite::pin_project! {
     where
         I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
     {
-        /// Asking the guard for the next step.
-        Deciding { held: Option<Held<I, ReqB>>, inbound: Option<Inbound> },
+        /// Not forwarded yet: asking the guard for the next step, or reading the body for
+        /// it (one state, so that the request is not moved from one to the other).
+        Before {
+            held: Option<Held<I, ReqB>>,
+            inbound: Option<Inbound>,
+            reading: Option<Reading>,
+        },
         /// The store has work before the next step.
         Store {
             held: Option<Held<I, ReqB>>,
             next: BoxFuture<(Inbound, Next)>,
-        },
-        /// Reading the body for the guard, up to `limit` bytes.
-        Reading {
-            held: Option<Held<I, ReqB>>,
-            inbound: Option<Inbound>,
-            buf: BytesMut,
-            limit: usize,
         },
         /// Waiting for the inner response the guard watches.
         Calling { #[pin] call: I::Future, out: Option<Outbound> },
@@ -91,10 +104,7 @@ where
             inner,
         };
         Self {
-            state: State::Deciding {
-                held: Some(held),
-                inbound: Some(inbound),
-            },
+            state: State::before(held, inbound),
         }
     }
 }
@@ -126,19 +136,40 @@ where
         let mut state = self.project().state;
         loop {
             let then = match state.as_mut().project() {
-                StateProj::Deciding { held, inbound } => {
-                    let (Some(h), Some(mut inbound)) = (held.take(), inbound.take()) else {
+                StateProj::Before {
+                    held,
+                    inbound,
+                    reading,
+                } => {
+                    let (Some(h), Some(i)) = (held.as_mut(), inbound.as_mut()) else {
                         return Poll::Ready(Ok(answer_response(Answer::internal())));
                     };
-                    match inbound.next_now() {
-                        Some(next) => on_next(h, inbound, next),
-                        None => Then::Go(State::Store {
-                            held: Some(h),
-                            next: Box::pin(async move {
-                                let next = inbound.next().await;
-                                (inbound, next)
-                            }),
-                        }),
+                    if let Some(r) = reading {
+                        ready!(read_body(cx, h, i, &mut r.buf, r.limit));
+                        *reading = None;
+                        continue;
+                    }
+                    match i.next_now() {
+                        Some(Next::ReadBody { limit }) => {
+                            *reading = Some(Reading::new(limit));
+                            continue;
+                        }
+                        Some(next) => match held.take() {
+                            Some(h) => on_next(h, next),
+                            None => return Poll::Ready(Ok(answer_response(Answer::internal()))),
+                        },
+                        None => {
+                            let (Some(h), Some(mut inbound)) = (held.take(), inbound.take()) else {
+                                return Poll::Ready(Ok(answer_response(Answer::internal())));
+                            };
+                            Then::Go(State::Store {
+                                held: Some(h),
+                                next: Box::pin(async move {
+                                    let next = inbound.next().await;
+                                    (inbound, next)
+                                }),
+                            })
+                        }
                     }
                 }
                 StateProj::Store { held, next } => {
@@ -146,22 +177,14 @@ where
                     let Some(h) = held.take() else {
                         return Poll::Ready(Ok(answer_response(Answer::internal())));
                     };
-                    on_next(h, inbound, next)
-                }
-                StateProj::Reading {
-                    held,
-                    inbound,
-                    buf,
-                    limit,
-                } => {
-                    let (Some(h), Some(i)) = (held.as_mut(), inbound.as_mut()) else {
-                        return Poll::Ready(Ok(answer_response(Answer::internal())));
-                    };
-                    ready!(read_body(cx, h, i, buf, *limit));
-                    Then::Go(State::Deciding {
-                        held: held.take(),
-                        inbound: inbound.take(),
-                    })
+                    match next {
+                        Next::ReadBody { limit } => Then::Go(State::Before {
+                            held: Some(h),
+                            inbound: Some(inbound),
+                            reading: Some(Reading::new(limit)),
+                        }),
+                        next => on_next(h, next),
+                    }
                 }
                 StateProj::Calling { call, out } => {
                     let resp = ready!(call.poll(cx))?;
@@ -199,12 +222,8 @@ where
     }
 }
 
-/// The skin's next step for a request not forwarded yet.
-fn on_next<I, ReqB, ResB>(
-    mut h: Held<I, ReqB>,
-    mut inbound: Inbound,
-    next: Next,
-) -> Then<I, ReqB, ResB>
+/// Where a final step (not [`Next::ReadBody`]) leads a request not forwarded yet.
+fn on_next<I, ReqB, ResB>(mut h: Held<I, ReqB>, next: Next) -> Then<I, ReqB, ResB>
 where
     I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
     I::Future: Send + 'static,
@@ -215,24 +234,8 @@ where
     ResB::Error: Into<BoxError> + Send,
 {
     match next {
-        Next::ReadBody { limit } => {
-            if h.body.rest.is_none() {
-                // Already read whole (a step that asks again): report it as it is.
-                let bytes = h.body.prefix.clone().unwrap_or_default();
-                inbound.handle_body(SeenBody::Complete(&bytes), &h.parts.headers);
-                return Then::Go(State::Deciding {
-                    held: Some(h),
-                    inbound: Some(inbound),
-                });
-            }
-            Then::Go(State::Reading {
-                held: Some(h),
-                inbound: Some(inbound),
-                buf: BytesMut::new(),
-                limit,
-            })
-        }
-        Next::Pass => {
+        // `ReadBody` is taken where the request is held; were it here, the request passes.
+        Next::Pass | Next::ReadBody { .. } => {
             let call = h.inner.call(Request::from_parts(h.parts, h.body));
             Then::Go(State::Passing { call })
         }
@@ -259,6 +262,19 @@ where
     }
 }
 
+impl<I, ReqB, ResB> State<I, ReqB, ResB>
+where
+    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
+{
+    fn before(held: Held<I, ReqB>, inbound: Inbound) -> Self {
+        State::Before {
+            held: Some(held),
+            inbound: Some(inbound),
+            reading: None,
+        }
+    }
+}
+
 /// Reads the request body up to `limit` and reports it to the guard; the inner service gets
 /// it unchanged either way (what was read, then the rest).
 fn read_body<I, ReqB>(
@@ -273,6 +289,9 @@ where
     ReqB::Error: Into<BoxError>,
 {
     let Some(rest) = h.body.rest.as_mut() else {
+        // Read whole already (a step that asks again): reported as it is.
+        let bytes = h.body.prefix.clone().unwrap_or_default();
+        inbound.handle_body(SeenBody::Complete(&bytes), &h.parts.headers);
         return Poll::Ready(());
     };
     loop {
