@@ -124,6 +124,6 @@ impl Session {
 
 /// Whether `call` gets checkpoints: the application's, of a method that may change
 /// something.
-pub(super) fn gets_checkpoints(call: &Call) -> bool {
+fn gets_checkpoints(call: &Call) -> bool {
     call.serves().is_none() && !is_read_only(call.method())
 }

@@ -6,7 +6,6 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use super::call::CallState;
 use super::cursors::Observed;
 use super::exchanges::ExKind;
 use super::lifecycle::Step;
@@ -16,7 +15,6 @@ use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::modern::{self, ResultType};
-use crate::proto::probe::ProbeAnswer;
 use crate::proto::{
     ext, methods, CallId, HttpId, Notification, Output, ServerRequest, SessionEvent,
 };
@@ -55,36 +53,29 @@ impl Session {
         let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
-        let check_sequence = ex.checks.sequenced && ex.resumed;
-        let expect = check_sequence.then_some(&mut ex.expect);
-        let observed = match ex.kind {
-            ExKind::Post(c) | ExKind::Resume(c) => match self.calls.get_mut(c) {
-                Some(call) => call.observe(&event, expect, &mut self.delivered),
+        let kind = ex.kind();
+        let (calls, listen, delivered) = (&mut self.calls, &mut self.listen, &mut self.delivered);
+        let observed = ex.observe(|expect| match kind {
+            ExKind::Post(c) | ExKind::Resume(c) => match calls.get_mut(c) {
+                Some(call) => call.observe(&event, expect, delivered),
                 None => Observed::New { progressed: false },
             },
-            ExKind::Listen => self
-                .listen
-                .cursor
-                .observe(&event, expect, &mut self.delivered),
+            ExKind::Listen => listen.cursor.observe(&event, expect, delivered),
             _ => Observed::New { progressed: false },
-        };
+        });
         match observed {
             Observed::Duplicate => return,
             Observed::Gap => return self.stream_violation(http, Failure::EventGap, now),
-            Observed::New { progressed } => {
-                if progressed {
-                    ex.progress = true;
-                }
-            }
+            Observed::New { .. } => {}
         }
         if event.data.is_empty() {
             return;
         }
-        if ex.kind == ExKind::Listen {
+        if kind == ExKind::Listen {
             // A message from the server on its own stream: the session works.
             self.life.confirm();
         }
-        let allow_batch = ex.allow_batch;
+        let allow_batch = ex.allows_batch();
         match message {
             Some(message) => self.on_decoded(http, Decoded::One(message), now),
             None => {
@@ -99,12 +90,12 @@ impl Session {
         let Some(ex) = self.exchanges.get(http) else {
             return;
         };
-        match ex.kind {
+        match ex.kind() {
             ExKind::Resume(c) | ExKind::Post(c) => {
                 self.apply(c, failure, now);
             }
             ExKind::Listen => {
-                let progress = ex.progress;
+                let progress = ex.made_progress();
                 self.listen_failed(failure, Some(http), progress, now);
             }
             _ => {}
@@ -148,7 +139,7 @@ impl Session {
         let Some(ex) = self.exchanges.get(http) else {
             return;
         };
-        let (kind, resumed) = (ex.kind, ex.resumed);
+        let (kind, resumed) = (ex.kind(), ex.is_resumed());
         match message {
             Message::Request { id, method, .. } if self.is_modern() => {
                 // The modern era has no server-to-client requests on a stream (they come as
@@ -357,37 +348,6 @@ impl Session {
                     format!("result of unknown resultType {unknown:?}"),
                 )),
             ),
-        }
-    }
-
-    /// A JSON body ended (`decoded`: it was JSON-RPC): a call whose response was not in it
-    /// may have run.
-    pub(super) fn json_ended(&mut self, kind: ExKind, decoded: bool, now: Instant) {
-        match kind {
-            ExKind::Post(c)
-                if self
-                    .calls
-                    .get(c)
-                    .is_some_and(|call| matches!(call.state(), CallState::Posting(_))) =>
-            {
-                let cause = if decoded {
-                    "the JSON body answered another request id or none"
-                } else {
-                    "the JSON body was cut or undecodable"
-                };
-                let cause = Error::new(ErrorKind::Protocol, cause);
-                self.apply_because(c, Failure::AnsweredWithoutResponse, cause, now);
-            }
-            ExKind::Initialize => self.init_failed(
-                Error::new(ErrorKind::Protocol, "initialize: body without the response"),
-                now,
-            ),
-            ExKind::Discover => self.probe_answered(
-                ProbeAnswer::NoResponse,
-                Error::new(ErrorKind::Protocol, "body without the response"),
-                now,
-            ),
-            _ => {}
         }
     }
 }

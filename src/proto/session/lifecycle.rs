@@ -1,7 +1,7 @@
 //! The session's lifecycle: a phase whose variants carry their own data, so "ready without a
 //! negotiated context" or "initializing without a handshake" cannot be represented.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -10,6 +10,9 @@ use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, Era, ExtensionStatus, HttpId, ReinitReason};
+
+/// A session that stayed up this long worked, whatever else happened on it.
+pub(super) const STABLE_SESSION: Duration = Duration::from_secs(5);
 
 /// The resume-safety checks in force on one exchange: those of the session it was sent on,
 /// fixed at send time so a re-initialization in the meantime cannot switch them off.

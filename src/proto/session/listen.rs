@@ -10,8 +10,7 @@ use tracing::{debug, warn};
 
 use super::cursors::Cursor;
 use super::exchanges::{ExKind, Sent};
-use super::headers::LAST_EVENT_ID;
-use super::init::STABLE_SESSION;
+use super::lifecycle::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
@@ -126,34 +125,21 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        let mut headers = session.headers.get();
+        let headers = session.headers.get();
         let sent = Sent::on(session);
-        let cursor = self.listen.cursor.last.clone();
-        let purpose = match &cursor {
-            Some(c) => {
-                if let Ok(v) = http::HeaderValue::from_str(c.as_str()) {
-                    headers.insert(LAST_EVENT_ID, v);
-                }
-                HttpPurpose::Resume
-            }
-            None => HttpPurpose::Listen,
-        };
-        let http = self.exchanges.open(
-            ExKind::Listen,
-            HttpMethod::Get,
-            purpose,
-            headers,
-            None,
-            sent,
-        );
-        if let Some(ex) = self.exchanges.get_mut(http) {
-            ex.resumed = cursor.is_some();
-            ex.expect = cursor
-                .as_ref()
-                .and_then(crate::ids::SequencedEventId::of)
-                .map(|s| s.next());
-        }
+        let cursor = self.listen.cursor.last.as_ref();
+        let http = self
+            .exchanges
+            .open_stream(ExKind::Listen, headers, cursor, sent);
         self.listen.state = ListenState::Open(http);
+    }
+
+    /// The standalone stream's backoff ended: listen again.
+    pub(super) fn listen_backoff_ended(&mut self, now: Instant) {
+        if self.listen.state == ListenState::Backoff {
+            self.listen.state = ListenState::Off;
+            self.open_listen(now);
+        }
     }
 
     /// The standalone stream failed: the recovery decision says whether to listen again, stop,
