@@ -33,7 +33,7 @@ impl Session {
     /// when the decision is to carry on as if nothing happened (a trusting client ignoring an
     /// extension signal): the caller then goes on with what it was doing.
     pub(super) fn apply(&mut self, id: CallId, failure: Failure, now: Instant) -> bool {
-        let generation = self.life.generation;
+        let generation = self.life.generation();
         let ready = self.life.is_ready();
         let resend = self.config.resend_policy;
         let Some(call) = self.calls.get_mut(id) else {
@@ -64,13 +64,13 @@ impl Session {
             .base_state(resend_safe)
             .attempts(attempts)
             .without_progress(no_progress)
-            .reinit_failures(self.life.reinit_failures);
+            .reinit_failures(self.life.reinit_failures());
         // A call still waiting when its deadline passes, while re-initializations keep failing
         // (or keep replacing sessions that never worked), ran out of time because the session
         // could not be re-established: the last failure is what it ended on.
         let state = match self.life.handshake() {
-            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures > 0 => {
-                if let (Some(last), Some(call)) = (&h.last_failure, self.calls.get_mut(id)) {
+            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures() > 0 => {
+                if let (Some(last), Some(call)) = (h.last_failure(), self.calls.get_mut(id)) {
                     call.set_cause(last.clone());
                 }
                 state.awaiting_reinit()
@@ -161,7 +161,7 @@ impl Session {
             resend_safe,
             self.config.dangerous_trust_replay,
         );
-        if self.life.era == Some(crate::proto::Era::Modern) {
+        if self.life.era() == Some(crate::proto::Era::Modern) {
             state.modern()
         } else {
             state
@@ -256,7 +256,7 @@ impl Session {
 
     /// Fails every call and connect waiter (closing, or the session lost).
     pub(super) fn fail_everything(&mut self, kind: ErrorKind, message: &str, events: bool) {
-        for waiter in std::mem::take(&mut self.life.connect_waiters) {
+        for waiter in self.life.take_connect_waiters() {
             self.outputs.push_back(Output::Completed {
                 call: waiter,
                 result: Err(Error::new(kind, message)),

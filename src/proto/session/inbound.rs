@@ -8,7 +8,7 @@ use tracing::{debug, warn};
 
 use super::cursors::Observed;
 use super::exchanges::ExKind;
-use super::lifecycle::Step;
+
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
@@ -201,10 +201,9 @@ impl Session {
         result: Result<Value, RpcError>,
         now: Instant,
     ) {
-        let (expected, discover) = match self.life.handshake().map(|h| &h.step) {
-            Some(Step::Initialize { rpc, .. }) => (Some(rpc), false),
-            Some(Step::Discover { rpc, .. }) => (Some(rpc), true),
-            _ => (None, false),
+        let (expected, discover) = match self.life.handshake().and_then(|h| h.awaits()) {
+            Some((rpc, discover)) => (Some(rpc), discover),
+            None => (None, false),
         };
         // An error without an id on the probe's own stream can only be about the probe.
         let unattributed_error = discover && id.is_none() && result.is_err();

@@ -187,7 +187,7 @@ impl Session {
             failure,
             Failure::ResumeNotFound | Failure::ResumeRejected(_)
         ) && self.listen.caused_reinit
-            && !self.is_confirmed();
+            && !self.life.is_confirmed();
         if refused_again {
             // The fresh session's stream was refused the same way before anything else
             // worked on it: the endpoint does not offer the stream (a server that says 404

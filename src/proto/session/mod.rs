@@ -11,13 +11,14 @@
 //!   successes or [`Failure`](super::decide::Failure)s; `inbound`: the messages in those
 //!   bodies, routed to their call, the app or the handshake;
 //! - `timers`: `handle_timeout`, and every deadline and backoff, ordered by expiry;
-//! - `init`, `discover`: the lifecycle: the handshake of either era, re-initialization, a
-//!   session lost and found again;
+//! - `lifecycle`: the phase, each variant carrying its data, and the negotiated session;
+//!   with, in `lifecycle::init` and `lifecycle::discover`, the handshake of either era,
+//!   re-initialization, a session lost and found again. The phase's records keep their
+//!   fields to that module: the rest asks the lifecycle (`ready`, `closing`, `to_delete`…);
 //! - `apply`: the recovery decision of [`decide`](super::decide::decide) carried out for a
 //!   call.
 //!
-//! The records they work on keep their own data: `lifecycle` (the phase, each variant
-//! carrying its data, and the negotiated session), `call` (the call record and table),
+//! The records they work on keep their own data: `call` (the call record and table),
 //! `exchanges` (the HTTP exchanges in flight and the driver's action queue), `cursors`
 //! (stream cursors and the event ids already delivered), `listen` (the standalone GET
 //! stream). The era's features have their own files: `modern_calls`, `tasks`, `checkpoints`.
@@ -30,11 +31,11 @@ mod apply;
 mod call;
 mod checkpoints;
 mod cursors;
-mod discover;
+
 mod exchanges;
 mod headers;
 mod inbound;
-mod init;
+
 mod lifecycle;
 mod listen;
 mod modern_calls;
@@ -172,7 +173,7 @@ impl Session {
     /// Whether the session is closed, with nothing left in flight (the driver may stop). A
     /// lost session is not: the next call reconnects.
     pub fn is_terminated(&self) -> bool {
-        matches!(self.life.phase, Phase::Terminated)
+        matches!(self.life.phase(), Phase::Terminated)
     }
 }
 
@@ -197,7 +198,7 @@ impl Session {
     /// Whether the session is lost: re-initialization kept failing while no call waited, and
     /// stopped. The next call (or `connect`) starts it again.
     pub fn is_lost(&self) -> bool {
-        matches!(self.life.phase, Phase::Lost(_))
+        matches!(self.life.phase(), Phase::Lost(_))
     }
 
     /// The call whose request the exchange `http` POSTs, if it is a call's POST (not a resume,

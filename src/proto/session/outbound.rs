@@ -19,8 +19,7 @@ use http::HeaderMap;
 
 use super::call::{Call, CallState};
 use super::deadline_after;
-use super::headers::{session_id_header, MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
-use super::lifecycle::Step;
+use super::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use super::listen::Listen;
 use super::timers::Timer;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -37,21 +36,21 @@ impl Session {
     /// already is).
     pub fn connect(&mut self, now: Instant) -> CallId {
         let id = CallId::next();
-        match &self.life.phase {
+        match self.life.phase() {
             Phase::Ready(e) => {
-                let result = e.session.result.clone();
+                let result = e.session().result.clone();
                 self.outputs.push_back(Output::Completed {
                     call: id,
                     result: Ok(result),
                 });
             }
-            Phase::Initializing(_) => self.life.connect_waiters.push(id),
+            Phase::Initializing(_) => self.life.wait_for_connect(id),
             Phase::Idle => {
-                self.life.connect_waiters.push(id);
+                self.life.wait_for_connect(id);
                 self.start_handshake(None, None, None, now);
             }
             Phase::Lost(_) => {
-                self.life.connect_waiters.push(id);
+                self.life.wait_for_connect(id);
                 self.reconnect_lost(now);
             }
             Phase::Closing { .. } | Phase::Terminated => {
@@ -81,7 +80,7 @@ impl Session {
         );
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
-        match self.life.phase {
+        match self.life.phase() {
             Phase::Ready(_) => self.send_call(id),
             Phase::Idle => self.start_handshake(None, None, None, now),
             Phase::Lost(_) => self.reconnect_lost(now),
@@ -101,7 +100,7 @@ impl Session {
             self.post(ExKind::Notify, body);
         } else {
             self.queue_notification(body);
-            match self.life.phase {
+            match self.life.phase() {
                 Phase::Idle => self.start_handshake(None, None, None, now),
                 Phase::Lost(_) => self.reconnect_lost(now),
                 _ => {}
@@ -177,9 +176,9 @@ impl Session {
         let _ = now;
         let id = CallId::next();
         // A lost session has nothing left to delete: the server already forgot it.
-        if self.life.is_over() || matches!(self.life.phase, Phase::Idle | Phase::Lost(_)) {
-            if matches!(self.life.phase, Phase::Idle | Phase::Lost(_)) {
-                self.life.phase = Phase::Terminated;
+        if self.life.is_over() || matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
+            if matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
+                self.life.terminate();
                 self.outputs.push_back(Output::Event(SessionEvent::Closed));
             }
             self.outputs.push_back(Output::Completed {
@@ -189,20 +188,8 @@ impl Session {
             return id;
         }
         // The session to delete: the established one, or the one a handshake has obtained.
-        let delete = match &self.life.phase {
-            Phase::Ready(e) => e.session.headers.id().map(|v| (v, e.session.version)),
-            Phase::Initializing(h) => match &h.step {
-                Step::Initialized { session, .. } => {
-                    session.headers.id().map(|v| (v, session.version))
-                }
-                Step::Initialize { head, .. } => head.session_id.as_ref().and_then(|sid| {
-                    session_id_header(sid).map(|v| (v, self.config.protocol_version))
-                }),
-                Step::Backoff | Step::Discover { .. } => None,
-            },
-            _ => None,
-        };
-        self.life.phase = Phase::Terminated;
+        let delete = self.life.to_delete(self.config.protocol_version);
+        self.life.terminate();
         self.fail_everything(ErrorKind::Closed, "session closed", false);
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
@@ -400,7 +387,7 @@ impl Session {
         if self.is_modern() {
             return;
         }
-        let generation = self.life.generation;
+        let generation = self.life.generation();
         let Some(call) = self.calls.get(id) else {
             return;
         };
@@ -472,6 +459,6 @@ impl Session {
             None,
             Sent::delete(),
         );
-        self.life.phase = Phase::Closing { close };
+        self.life.closing(close);
     }
 }

@@ -13,7 +13,6 @@ use tracing::{debug, warn};
 use super::ahead::{DecodedEvent, DecodedJson};
 use super::call::CallState;
 use super::exchanges::{Ended, ExKind, Exchange, Fed, Head, Reader, Stage};
-use super::lifecycle::Phase;
 use super::listen::ListenState;
 use super::Session;
 use crate::error::{Error, ErrorKind};
@@ -233,8 +232,7 @@ impl Session {
 impl Session {
     /// The DELETE was answered (or failed): the close call completes.
     fn close_done(&mut self, result: Result<Value, Error>) {
-        if let Phase::Closing { close } = self.life.phase {
-            self.life.phase = Phase::Terminated;
+        if let Some(close) = self.life.closed() {
             self.outputs.push_back(Output::Completed {
                 call: close,
                 result,
@@ -484,7 +482,7 @@ impl Session {
         if self
             .calls
             .get(id)
-            .is_some_and(|c| c.attempt().generation() == self.life.generation)
+            .is_some_and(|c| c.attempt().generation() == self.life.generation())
         {
             self.life.confirm();
         }
@@ -607,7 +605,7 @@ impl Session {
             // Refused unprocessed: there is nothing running to cancel.
             call.not_run();
         }
-        let modern = self.life.era == Some(crate::proto::Era::Modern);
+        let modern = self.life.era() == Some(crate::proto::Era::Modern);
         if let Some((failure, cause)) = refusal
             .error
             .rpc_error()

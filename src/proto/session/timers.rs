@@ -137,7 +137,7 @@ impl Session {
 
     /// A call's backoff ended.
     fn fire_retry(&mut self, id: CallId, now: Instant) {
-        let generation = self.life.generation;
+        let generation = self.life.generation();
         let ready = self.life.is_ready();
         let Some(call) = self.calls.get_mut(id) else {
             return;

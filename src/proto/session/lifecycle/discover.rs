@@ -9,16 +9,16 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::exchanges::{ExKind, Sent};
-use super::headers::SessionHeaders;
-use super::lifecycle::{Checks, KeyPlacement, Negotiated, Step};
-use super::timers::Timer;
-use super::Session;
+use super::{Checks, KeyPlacement, Negotiated, Step};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::classify::Refusal;
 use crate::proto::ext::{self, ResumeSafety};
 use crate::proto::modern;
 use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
+use crate::proto::session::exchanges::{ExKind, Sent};
+use crate::proto::session::headers::SessionHeaders;
+use crate::proto::session::timers::Timer;
+use crate::proto::session::Session;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{jsonrpc, Era, HttpId, HttpMethod, HttpPurpose};
 
@@ -81,7 +81,7 @@ impl Session {
     }
 
     /// The answer to `server/discover` (a result or a JSON-RPC error in a 2xx body).
-    pub(super) fn on_discover_response(
+    pub(in crate::proto::session) fn on_discover_response(
         &mut self,
         http: HttpId,
         result: Result<Value, RpcError>,
@@ -102,7 +102,12 @@ impl Session {
     }
 
     /// `server/discover` was refused (non-2xx).
-    pub(super) fn on_discover_refused(&mut self, status: u16, refusal: Refusal, now: Instant) {
+    pub(in crate::proto::session) fn on_discover_refused(
+        &mut self,
+        status: u16,
+        refusal: Refusal,
+        now: Instant,
+    ) {
         let answer = ProbeAnswer::Refused {
             status,
             error: refusal.error.rpc_error().cloned(),
@@ -112,7 +117,12 @@ impl Session {
 
     /// What an answer to the probe means ([`read_probe`]), carried out. `cause` describes the
     /// answer: the handshake fails with it if it fails on this answer.
-    pub(super) fn probe_answered(&mut self, answer: ProbeAnswer, cause: Error, now: Instant) {
+    pub(in crate::proto::session) fn probe_answered(
+        &mut self,
+        answer: ProbeAnswer,
+        cause: Error,
+        now: Instant,
+    ) {
         let may_switch_era = self.may_switch_era();
         let Some(h) = self.life.handshake_mut() else {
             return;
@@ -217,7 +227,7 @@ impl Session {
     /// `initialize` got no answer (no connection, a broken stream, a 5xx). After a probe
     /// that met a 5xx, the server is failing rather than legacy: the probe is sent again,
     /// while attempts remain. Otherwise, or once they ran out, the handshake failed.
-    pub(super) fn initialize_unanswered(&mut self, error: Error, now: Instant) {
+    pub(in crate::proto::session) fn initialize_unanswered(&mut self, error: Error, now: Instant) {
         let retry = match self.life.handshake_mut() {
             Some(h) if h.probe.fell_back && matches!(h.step, Step::Initialize { .. }) => {
                 h.probe.unanswered += 1;
@@ -239,7 +249,7 @@ impl Session {
 
     /// Whether a server listing `supported` (and no modern revision of ours) can still be
     /// spoken to: it lists a legacy revision we speak, and the era is not forced.
-    pub(super) fn may_fall_back_to(&self, supported: &[String]) -> bool {
+    pub(in crate::proto::session) fn may_fall_back_to(&self, supported: &[String]) -> bool {
         self.may_switch_era()
             && supported
                 .iter()
@@ -249,7 +259,7 @@ impl Session {
 
     /// The name of the handshake request in flight (or waited for), for the errors that
     /// end it.
-    pub(super) fn handshake_request(&self) -> &'static str {
+    pub(in crate::proto::session) fn handshake_request(&self) -> &'static str {
         match self.life.handshake() {
             Some(h) if matches!(h.step, Step::Discover { .. }) || h.probe.waiting => DISCOVER,
             _ => crate::proto::methods::INITIALIZE,
@@ -258,7 +268,11 @@ impl Session {
 
     /// A legacy handshake was refused in a way only a modern server refuses: probe forward.
     /// Returns whether it did.
-    pub(super) fn initialize_refused_as_modern(&mut self, refusal: &Refusal, now: Instant) -> bool {
+    pub(in crate::proto::session) fn initialize_refused_as_modern(
+        &mut self,
+        refusal: &Refusal,
+        now: Instant,
+    ) -> bool {
         let modern_refusal = refusal
             .error
             .rpc_error()

@@ -1,15 +1,24 @@
 //! The session's lifecycle: a phase whose variants carry their own data, so "ready without a
 //! negotiated context" or "initializing without a handshake" cannot be represented.
+//!
+//! The records of the phase keep their fields here: the handshakes that change them are this
+//! module's children (`init`: `initialize` and re-initialization; `discover`: the modern
+//! handshake and the era probe), and the rest of the session asks the [`Lifecycle`] and the
+//! [`Handshake`] through their methods.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::headers::SessionHeaders;
+mod discover;
+mod init;
+
+use super::headers::{session_id_header, SessionHeaders};
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, Era, ExtensionStatus, HttpId, ReinitReason};
+use http::HeaderValue;
 
 /// A session that stayed up this long worked, whatever else happened on it.
 pub(super) const STABLE_SESSION: Duration = Duration::from_secs(5);
@@ -84,16 +93,22 @@ impl Negotiated {
 /// An established session and what has been seen of it since.
 #[derive(Debug)]
 pub(super) struct Established {
-    pub(super) session: Negotiated,
-    pub(super) since: Instant,
+    session: Negotiated,
+    since: Instant,
     /// A call got a success answer, or the server sent a message on its stream: the session
     /// works. Until then a re-initialization counts as a failed one.
-    pub(super) confirmed: bool,
+    confirmed: bool,
+}
+
+impl Established {
+    pub(super) fn session(&self) -> &Negotiated {
+        &self.session
+    }
 }
 
 /// Where a handshake stands.
 #[derive(Debug)]
-pub(super) enum Step {
+enum Step {
     /// Waiting out a backoff before sending `initialize`.
     Backoff,
     /// `initialize` sent.
@@ -114,42 +129,59 @@ pub(super) enum Step {
 
 /// What the `initialize` response head said.
 #[derive(Debug, Default, Clone)]
-pub(super) struct InitHead {
-    pub(super) session_id: Option<SessionId>,
-    pub(super) hash: Option<CapabilityHash>,
+struct InitHead {
+    session_id: Option<SessionId>,
+    hash: Option<CapabilityHash>,
 }
 
 /// A (re-)initialization in progress.
 #[derive(Debug)]
 pub(super) struct Handshake {
-    pub(super) step: Step,
+    step: Step,
     /// `None` for the first connect.
-    pub(super) reason: Option<ReinitReason>,
+    reason: Option<ReinitReason>,
     /// The session being replaced, to report what changed.
-    pub(super) previous: Option<Negotiated>,
+    previous: Option<Negotiated>,
     /// Why advertised checks cannot run on the session being set up.
-    pub(super) degraded: Option<String>,
+    degraded: Option<String>,
     /// What the era probes of this handshake met so far.
-    pub(super) probe: ProbeState,
+    probe: ProbeState,
     /// Why the last attempt of this handshake failed: the cause of a waiting call's error
     /// when its deadline passes before the session is back.
-    pub(super) last_failure: Option<crate::Error>,
+    last_failure: Option<crate::Error>,
+}
+
+impl Handshake {
+    /// Why the last attempt of this handshake failed.
+    pub(super) fn last_failure(&self) -> Option<&crate::Error> {
+        self.last_failure.as_ref()
+    }
+
+    /// The JSON-RPC id of the handshake request whose response is awaited, and whether it is
+    /// `server/discover`.
+    pub(super) fn awaits(&self) -> Option<(&RequestId, bool)> {
+        match &self.step {
+            Step::Initialize { rpc, .. } => Some((rpc, false)),
+            Step::Discover { rpc, .. } => Some((rpc, true)),
+            Step::Backoff | Step::Initialized { .. } => None,
+        }
+    }
 }
 
 /// What the `server/discover` probes of one handshake met so far.
 #[derive(Debug, Default)]
-pub(super) struct ProbeState {
+struct ProbeState {
     /// Probes that got no answer (transport failure, 5xx).
-    pub(super) unanswered: u32,
+    unanswered: u32,
     /// Version refusals retried.
-    pub(super) version_retries: u32,
+    version_retries: u32,
     /// `initialize` was refused the way only a modern server refuses it.
-    pub(super) after_modern_refusal: bool,
+    after_modern_refusal: bool,
     /// `initialize` is being tried because the probe met a 5xx: if it gets no answer either,
     /// the probe is sent again instead of the handshake failing.
-    pub(super) fell_back: bool,
+    fell_back: bool,
     /// The probe's backoff is running (a deadline then names `server/discover`).
-    pub(super) waiting: bool,
+    waiting: bool,
 }
 
 /// A re-initialization that gave up (it kept failing and no call was waiting). Not an end:
@@ -157,10 +189,10 @@ pub(super) struct ProbeState {
 /// carries over and a dead server is not hammered by an app that keeps calling.
 #[derive(Debug)]
 pub(super) struct Lost {
-    pub(super) reason: ReinitReason,
+    reason: ReinitReason,
     /// The last working session, to report what changed once one is established again.
-    pub(super) previous: Option<Negotiated>,
-    pub(super) retry_at: Instant,
+    previous: Option<Negotiated>,
+    retry_at: Instant,
 }
 
 /// The phase of the session.
@@ -186,17 +218,17 @@ pub(super) enum Phase {
 /// The lifecycle: the phase and the counters that span phases.
 #[derive(Debug)]
 pub(super) struct Lifecycle {
-    pub(super) phase: Phase,
+    phase: Phase,
     /// Bumped by every handshake: exchanges and calls remember the one they were sent on.
-    pub(super) generation: u64,
+    generation: u64,
     /// A session was established once: from then on failures re-initialize by themselves.
-    pub(super) ever_connected: bool,
+    ever_connected: bool,
     /// Consecutive re-initializations not confirmed by a working session.
-    pub(super) reinit_failures: u32,
+    reinit_failures: u32,
     /// The era the server was found to speak.
-    pub(super) era: Option<Era>,
+    era: Option<Era>,
     /// `connect` calls waiting for the handshake.
-    pub(super) connect_waiters: Vec<CallId>,
+    connect_waiters: Vec<CallId>,
 }
 
 impl Lifecycle {
@@ -209,6 +241,79 @@ impl Lifecycle {
             era: None,
             connect_waiters: Vec::new(),
         }
+    }
+
+    pub(super) fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Which session the next exchange is sent on: bumped by every handshake.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The era the server was found to speak.
+    pub(super) fn era(&self) -> Option<Era> {
+        self.era
+    }
+
+    /// Consecutive re-initializations not confirmed by a working session.
+    pub(super) fn reinit_failures(&self) -> u32 {
+        self.reinit_failures
+    }
+
+    /// A `connect` call waits for the handshake.
+    pub(super) fn wait_for_connect(&mut self, call: CallId) {
+        self.connect_waiters.push(call);
+    }
+
+    /// The `connect` calls waiting, now answered.
+    pub(super) fn take_connect_waiters(&mut self) -> Vec<CallId> {
+        std::mem::take(&mut self.connect_waiters)
+    }
+
+    /// What a DELETE closing the session names: the established session, or the one a
+    /// handshake has obtained so far (`offered`: the version `initialize` offered), with the
+    /// version its headers speak.
+    pub(super) fn to_delete(
+        &self,
+        offered: ProtocolVersion,
+    ) -> Option<(HeaderValue, ProtocolVersion)> {
+        match &self.phase {
+            Phase::Ready(e) => e.session.headers.id().map(|v| (v, e.session.version)),
+            Phase::Initializing(h) => match &h.step {
+                Step::Initialized { session, .. } => {
+                    session.headers.id().map(|v| (v, session.version))
+                }
+                Step::Initialize { head, .. } => head
+                    .session_id
+                    .as_ref()
+                    .and_then(|sid| session_id_header(sid).map(|v| (v, offered))),
+                Step::Backoff | Step::Discover { .. } => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The app closes the session: its DELETE is in flight, and `close` completes when it is
+    /// answered.
+    pub(super) fn closing(&mut self, close: CallId) {
+        self.phase = Phase::Closing { close };
+    }
+
+    /// The session is over: closed by the app.
+    pub(super) fn terminate(&mut self) {
+        self.phase = Phase::Terminated;
+    }
+
+    /// The DELETE closing the session was answered (or failed): the session is over, and the
+    /// call waiting for it is returned.
+    pub(super) fn closed(&mut self) -> Option<CallId> {
+        let Phase::Closing { close } = self.phase else {
+            return None;
+        };
+        self.phase = Phase::Terminated;
+        Some(close)
     }
 
     /// The established session, when ready.
@@ -234,11 +339,16 @@ impl Lifecycle {
         }
     }
 
-    pub(super) fn handshake_mut(&mut self) -> Option<&mut Handshake> {
+    fn handshake_mut(&mut self) -> Option<&mut Handshake> {
         match &mut self.phase {
             Phase::Initializing(h) => Some(h),
             _ => None,
         }
+    }
+
+    /// Whether the established session is known to work.
+    pub(super) fn is_confirmed(&self) -> bool {
+        matches!(&self.phase, Phase::Ready(e) if e.confirmed)
     }
 
     /// The current session works: re-initializations start counting afresh.

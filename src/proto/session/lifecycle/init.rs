@@ -7,21 +7,19 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::call::{CallState, Retry};
-use super::exchanges::{ExKind, Sent};
-use super::headers::{initialize_headers, session_id_header, SessionHeaders};
-use super::lifecycle::{
-    Checks, Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step,
-};
-use super::lifecycle::{Lost, STABLE_SESSION};
-use super::listen::Listen;
-use super::timers::Timer;
-use super::Session;
+use super::{Checks, Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step};
+use super::{Lost, STABLE_SESSION};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::classify;
 use crate::proto::decide::State;
 use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::ext::ResumeSafety;
+use crate::proto::session::call::{CallState, Retry};
+use crate::proto::session::exchanges::{ExKind, Sent};
+use crate::proto::session::headers::{initialize_headers, session_id_header, SessionHeaders};
+use crate::proto::session::listen::Listen;
+use crate::proto::session::timers::Timer;
+use crate::proto::session::Session;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::ReinitReason;
 use crate::proto::{jsonrpc, methods, Era, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
@@ -63,7 +61,7 @@ impl Session {
     }
 
     /// The `initialize` answer's head: note the session id and capability hash it assigns.
-    pub(super) fn on_initialize_head(
+    pub(in crate::proto::session) fn on_initialize_head(
         &mut self,
         http: HttpId,
         headers: &http::HeaderMap,
@@ -87,7 +85,7 @@ impl Session {
     }
 
     /// The `initialize` response: check it, then send `notifications/initialized`.
-    pub(super) fn on_initialize_response(
+    pub(in crate::proto::session) fn on_initialize_response(
         &mut self,
         http: HttpId,
         result: Result<Value, RpcError>,
@@ -187,7 +185,7 @@ impl Session {
     }
 
     /// `notifications/initialized` was accepted: the legacy session is established.
-    pub(super) fn init_succeeded(&mut self, now: Instant) {
+    pub(in crate::proto::session) fn init_succeeded(&mut self, now: Instant) {
         let session = match self.life.handshake_mut().map(|h| &mut h.step) {
             Some(Step::Initialized { session, .. }) => {
                 std::mem::replace(session.as_mut(), Negotiated::probe())
@@ -280,7 +278,7 @@ impl Session {
 
     /// The handshake failed: report it (first connect) or back off and try again, while a
     /// call waits or until the recovery decision says the session is lost.
-    pub(super) fn init_failed(&mut self, error: Error, now: Instant) {
+    pub(in crate::proto::session) fn init_failed(&mut self, error: Error, now: Instant) {
         let Some(h) = self.life.handshake() else {
             return;
         };
@@ -339,14 +337,14 @@ impl Session {
     /// than [`STABLE_SESSION`]) makes this re-initialization count as a failed one: it backs
     /// off exponentially, which is what slows the loop against a server that accepts
     /// `initialize` and refuses everything after it (each call's `max_attempts` ends it).
-    pub(super) fn start_reinit(&mut self, reason: ReinitReason, now: Instant) {
+    pub(in crate::proto::session) fn start_reinit(&mut self, reason: ReinitReason, now: Instant) {
         let Phase::Ready(established) = &self.life.phase else {
             return;
         };
         if now.saturating_duration_since(established.since) >= STABLE_SESSION {
             self.life.confirm();
         }
-        let delay = if self.is_confirmed() {
+        let delay = if self.life.is_confirmed() {
             None
         } else {
             self.life.reinit_failures += 1;
@@ -362,7 +360,7 @@ impl Session {
             _ => None,
         };
         // The standalone stream belongs to the old session; it is reopened afterwards.
-        if let super::listen::ListenState::Open(http) = self.listen.state {
+        if let crate::proto::session::listen::ListenState::Open(http) = self.listen.state {
             self.exchanges.finish(http);
         }
         self.timers.cancel(Timer::ListenBackoff);
@@ -392,10 +390,10 @@ impl Session {
     }
 
     /// Starts a handshake: at once, or after `delay` (a re-initialization backing off).
-    pub(super) fn start_handshake(
+    pub(in crate::proto::session) fn start_handshake(
         &mut self,
         reason: Option<ReinitReason>,
-        previous: Option<super::lifecycle::Negotiated>,
+        previous: Option<Negotiated>,
         delay: Option<Duration>,
         now: Instant,
     ) {
@@ -417,7 +415,7 @@ impl Session {
     }
 
     /// Sends the first request of a handshake: `server/discover` or `initialize`, per era.
-    pub(super) fn send_handshake(&mut self, now: Instant) {
+    pub(in crate::proto::session) fn send_handshake(&mut self, now: Instant) {
         match self.handshake_era() {
             crate::proto::Era::Legacy => self.send_initialize(now),
             _ => self.send_discover(now),
@@ -474,7 +472,7 @@ impl Session {
 
     /// The first call after the session was lost: re-initialize, no sooner than the backoff
     /// reached when it was given up.
-    pub(super) fn reconnect_lost(&mut self, now: Instant) {
+    pub(in crate::proto::session) fn reconnect_lost(&mut self, now: Instant) {
         let Phase::Lost(lost) = std::mem::replace(&mut self.life.phase, Phase::Idle) else {
             return;
         };
@@ -482,10 +480,5 @@ impl Session {
         info!(?wait, "reconnecting a lost session");
         let delay = (!wait.is_zero()).then_some(wait);
         self.start_handshake(Some(lost.reason), lost.previous, delay, now);
-    }
-
-    /// Whether the established session is known to work.
-    pub(super) fn is_confirmed(&self) -> bool {
-        matches!(&self.life.phase, Phase::Ready(e) if e.confirmed)
     }
 }
