@@ -9,7 +9,6 @@ use super::call::{Call, CallState, Retry};
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind};
-use crate::proto::config::ResendPolicy;
 use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
 use crate::proto::{CallId, Output, RejectReason, SessionEvent};
 
@@ -53,17 +52,13 @@ impl Session {
             }
             f => f,
         };
-        let attempts = call.failed();
-        // A task's poll (`tasks/get`) reads and never runs anything: always safe to repeat.
-        let resend_safe = call.task().is_some()
-            || (call.key().is_some()
-                && (call.attempt().server_dedups()
-                    || resend == ResendPolicy::AssumeServerDeduplicates));
-        let no_progress = call.resumes_without_progress();
-        let state = self
-            .base_state(resend_safe)
-            .attempts(attempts)
-            .without_progress(no_progress)
+        let resend_safe = call.resend_safe(resend);
+        let base = self.base_state(resend_safe);
+        let Some(call) = self.calls.get_mut(id) else {
+            return false;
+        };
+        let state = call
+            .failed(base)
             .reinit_failures(self.life.reinit_failures());
         // A call still waiting when its deadline passes, while re-initializations keep failing
         // (or keep replacing sessions that never worked), ran out of time because the session
@@ -174,12 +169,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let delay = self.config.reconnect.delay(
-            call.attempts().saturating_sub(1),
-            self.rng.next(),
-            call.retry_hint(),
-        );
-        call.back_off(then);
+        let delay = call.back_off(then, &self.config.reconnect, self.rng.next());
         self.timers.set(
             Timer::CallBackoff(id),
             now.checked_add(delay).unwrap_or(now),

@@ -17,8 +17,10 @@ use super::cursors::{Cursor, Delivered, Observed};
 use super::lifecycle::KeyPlacement;
 use crate::error::Error;
 use crate::ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SequencedEventId, SessionId};
+use crate::policy::ReconnectPolicy;
 use crate::proto::checkpoint::{CallStage, Checkpoint};
-use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
+use crate::proto::config::{ResendPolicy, DEFAULT_IDEMPOTENCY_META_KEY};
+use crate::proto::decide::State;
 use crate::proto::{methods, modern, CallId, Era, HttpId};
 use crate::sse::SseEvent;
 
@@ -251,7 +253,7 @@ impl Call {
         self.deadline
     }
 
-    pub(super) fn progress_token(&self) -> Option<&RequestId> {
+    fn progress_token(&self) -> Option<&RequestId> {
         self.progress_token.as_ref()
     }
 
@@ -269,7 +271,7 @@ impl Call {
     }
 
     /// Whether its current request is an MRTR round's or a task's input it waits for.
-    pub(super) fn has_inputs(&self) -> bool {
+    fn has_inputs(&self) -> bool {
         self.input.is_some() || self.task_inputs > 0
     }
 
@@ -337,9 +339,16 @@ impl Call {
         self.state = CallState::Waiting;
     }
 
-    /// Waits out a backoff, then `then`.
-    pub(super) fn back_off(&mut self, then: Retry) {
+    /// Waits out a backoff, then `then`; returns how long: `reconnect`'s delay for the
+    /// attempts failed so far (`random` for its jitter), never under the server's `retry`.
+    pub(super) fn back_off(
+        &mut self,
+        then: Retry,
+        reconnect: &ReconnectPolicy,
+        random: u64,
+    ) -> Duration {
         self.state = CallState::Backoff(then);
+        reconnect.delay(self.attempts.saturating_sub(1), random, self.cursor.retry)
     }
 
     /// Its resume GET is in flight.
@@ -421,18 +430,23 @@ impl Call {
 
     // ---- failures and progress -----------------------------------------------------------
 
-    pub(super) fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    pub(super) fn resumes_without_progress(&self) -> u32 {
-        self.no_progress
-    }
-
-    /// Another attempt failed to reach the server; returns how many in a row.
-    pub(super) fn failed(&mut self) -> u32 {
+    /// Another attempt failed to reach the server: `state`, the facts of the decision on it,
+    /// with the call's own (attempts failed in a row, resumes that made no progress).
+    pub(super) fn failed(&mut self, state: State) -> State {
         self.attempts = self.attempts.saturating_add(1);
-        self.attempts
+        state
+            .attempts(self.attempts)
+            .without_progress(self.no_progress)
+    }
+
+    /// Whether sending it again cannot run it twice: a task's poll (`tasks/get` reads and
+    /// never runs anything), or a keyed call to a server that deduplicates keyed calls (as
+    /// its session advertised, or as `policy` assumes).
+    pub(super) fn resend_safe(&self, policy: ResendPolicy) -> bool {
+        self.task.is_some()
+            || (self.key.is_some()
+                && (self.attempt.server_dedups()
+                    || policy == ResendPolicy::AssumeServerDeduplicates))
     }
 
     /// A resume ended: it made progress (the count starts over) or not.
@@ -477,10 +491,6 @@ impl Call {
     }
 
     /// The server's `retry`, or a `Retry-After`: the floor of the next reconnect's delay.
-    pub(super) fn retry_hint(&self) -> Option<Duration> {
-        self.cursor.retry
-    }
-
     pub(super) fn set_retry_hint(&mut self, retry: Option<Duration>) {
         self.cursor.retry = retry;
     }
