@@ -60,7 +60,7 @@ impl Session {
                 Some(call) => call.observe(&event, expect, delivered),
                 None => Observed::New { progressed: false },
             },
-            ExKind::Listen => listen.cursor.observe(&event, expect, delivered),
+            ExKind::Listen => listen.observe(&event, expect, delivered),
             _ => Observed::New { progressed: false },
         });
         match observed {
@@ -219,7 +219,7 @@ impl Session {
     /// A notification on the modern change stream: `false` when it is not for the app (the
     /// acknowledgement, or one naming another subscription).
     fn on_subscription(&mut self, method: &str, params: Option<&Value>) -> bool {
-        let Some(ours) = &self.listen.subscription else {
+        let Some(ours) = self.listen.subscription() else {
             return true;
         };
         let named = params

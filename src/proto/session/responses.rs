@@ -13,7 +13,6 @@ use tracing::{debug, warn};
 use super::ahead::{DecodedEvent, DecodedJson};
 use super::call::CallState;
 use super::exchanges::{Ended, ExKind, Exchange, Fed, Head, Reader, Stage};
-use super::listen::ListenState;
 use super::Session;
 use crate::error::{Error, ErrorKind};
 use crate::proto::classify::{self, ContentType, Refusal, Refused};
@@ -294,7 +293,7 @@ impl Session {
                 self.apply(c, Failure::ResumedStreamEnded { clean, progress }, now);
             }
             ExKind::Listen => {
-                let event_id_seen = self.listen.cursor.last.is_some();
+                let event_id_seen = self.listen.last_event_id().is_some();
                 self.listen_failed(Failure::StreamEnded { event_id_seen }, None, progress, now);
             }
             _ => {}
@@ -333,10 +332,7 @@ impl Session {
             // Not an answer to read: a legacy server's page, say (`read_probe` decides).
             ExKind::Discover => self.probe_answered(ProbeAnswer::NoResponse, error, now),
             ExKind::Post(c) | ExKind::Resume(c) => self.complete(c, Err(error)),
-            ExKind::Listen => {
-                // A hostile stream would only repeat itself: stop listening.
-                self.listen.state = ListenState::GaveUp;
-            }
+            ExKind::Listen => self.listen.give_up(),
             _ => {}
         }
     }
@@ -532,15 +528,15 @@ impl Session {
                 Failure::ListenHashMismatch
             };
             self.listen_failed(failure, Some(http), false, now);
-            if self.listen.state != ListenState::Open(http) {
+            if !self.listen.is_open(http) {
                 return;
             }
         }
-        self.listen.caused_reinit = false;
+        self.listen.answered();
         self.read_body(http, Reader::Sse);
         self.outputs
             .push_back(Output::Event(SessionEvent::Listening));
-        if let (true, Some(last_event_id)) = (resumed, self.listen.cursor.last.clone()) {
+        if let (true, Some(last_event_id)) = (resumed, self.listen.last_event_id().cloned()) {
             self.outputs
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
         }

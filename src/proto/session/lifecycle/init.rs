@@ -360,11 +360,10 @@ impl Session {
             _ => None,
         };
         // The standalone stream belongs to the old session; it is reopened afterwards.
-        if let crate::proto::session::listen::ListenState::Open(http) = self.listen.state {
+        if let Some(http) = self.listen.reset() {
             self.exchanges.finish(http);
         }
         self.timers.cancel(Timer::ListenBackoff);
-        self.listen = Listen::new();
         // Answers queued for the old session's requests have nobody to reach.
         self.exchanges.drop_queued_answers();
         self.start_handshake(Some(reason), previous, delay, now);
