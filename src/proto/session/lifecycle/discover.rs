@@ -76,7 +76,7 @@ impl Session {
         }
         if let Some(h) = self.life.handshake_mut() {
             h.step = Step::Discover { http, rpc };
-            h.probe.waiting = false;
+            h.probe.sent();
         }
     }
 
@@ -124,6 +124,7 @@ impl Session {
         now: Instant,
     ) {
         let may_switch_era = self.may_switch_era();
+        let max_attempts = self.config.reconnect.max_attempts;
         let Some(h) = self.life.handshake_mut() else {
             return;
         };
@@ -131,20 +132,10 @@ impl Session {
             debug!("answer to a superseded server/discover ignored");
             return;
         };
-        if matches!(answer, ProbeAnswer::Transport)
-            || matches!(answer, ProbeAnswer::Refused { status, .. } if status >= 500)
-        {
-            h.probe.unanswered += 1;
-        }
-        let facts = ProbeFacts {
-            may_switch_era,
-            after_modern_refusal: h.probe.after_modern_refusal,
-            unanswered: h.probe.unanswered,
-            max_attempts: self.config.reconnect.max_attempts,
-            version_retries: h.probe.version_retries,
-        };
-        self.exchanges.finish(http);
+        let facts = h.probe.answered(&answer, may_switch_era, max_attempts);
         let verdict = read_probe(&answer, &facts);
+        h.probe.read(verdict);
+        self.exchanges.finish(http);
         debug!(?verdict, "server/discover answered");
         match verdict {
             ProbeVerdict::Modern => match answer {
@@ -156,9 +147,6 @@ impl Session {
                 ),
             },
             ProbeVerdict::RetryVersion => {
-                if let Some(h) = self.life.handshake_mut() {
-                    h.probe.version_retries += 1;
-                }
                 self.timers.cancel(Timer::InitDeadline);
                 self.send_discover(now);
             }
@@ -171,9 +159,6 @@ impl Session {
             ProbeVerdict::FallBack => {
                 info!(%cause, "server/discover failed on a server that answers; initializing");
                 self.timers.cancel(Timer::InitDeadline);
-                if let Some(h) = self.life.handshake_mut() {
-                    h.probe.fell_back = true;
-                }
                 self.send_initialize(now);
             }
             ProbeVerdict::Retry => self.probe_again(facts.unanswered, &cause, now),
@@ -217,8 +202,7 @@ impl Session {
         debug!(?delay, %cause, "server/discover got no answer; probing again");
         if let Some(h) = self.life.handshake_mut() {
             h.step = Step::Backoff;
-            h.probe.waiting = true;
-            h.probe.fell_back = false;
+            h.probe.wait();
         }
         self.timers
             .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now));
@@ -228,11 +212,10 @@ impl Session {
     /// that met a 5xx, the server is failing rather than legacy: the probe is sent again,
     /// while attempts remain. Otherwise, or once they ran out, the handshake failed.
     pub(in crate::proto::session) fn initialize_unanswered(&mut self, error: Error, now: Instant) {
+        let max_attempts = self.config.reconnect.max_attempts;
         let retry = match self.life.handshake_mut() {
-            Some(h) if h.probe.fell_back && matches!(h.step, Step::Initialize { .. }) => {
-                h.probe.unanswered += 1;
-                (h.probe.unanswered < self.config.reconnect.max_attempts)
-                    .then_some(h.probe.unanswered)
+            Some(h) if matches!(h.step, Step::Initialize { .. }) => {
+                h.probe.initialize_unanswered(max_attempts)
             }
             _ => None,
         };
@@ -284,7 +267,7 @@ impl Session {
         self.timers.cancel(Timer::InitDeadline);
         self.life.era = Some(Era::Modern);
         if let Some(h) = self.life.handshake_mut() {
-            h.probe.after_modern_refusal = true;
+            h.probe.modern_refused();
         }
         self.send_discover(now);
         true
@@ -340,6 +323,83 @@ impl Session {
         };
         self.life.era = Some(Era::Modern);
         self.established(session, now);
+    }
+}
+
+/// What the `server/discover` probes of one handshake met so far.
+#[derive(Debug, Default)]
+pub(super) struct ProbeState {
+    /// Probes that got no answer (transport failure, 5xx).
+    unanswered: u32,
+    /// Version refusals retried.
+    version_retries: u32,
+    /// `initialize` was refused the way only a modern server refuses it.
+    after_modern_refusal: bool,
+    /// `initialize` is being tried because the probe met a 5xx: if it gets no answer either,
+    /// the probe is sent again instead of the handshake failing.
+    fell_back: bool,
+    /// The probe's backoff is running (a deadline then names `server/discover`).
+    waiting: bool,
+}
+
+impl ProbeState {
+    /// A probe was answered: counts an answer that was none (a transport failure, a 5xx), and
+    /// returns the facts [`read_probe`] reads.
+    fn answered(
+        &mut self,
+        answer: &ProbeAnswer,
+        may_switch_era: bool,
+        max_attempts: u32,
+    ) -> ProbeFacts {
+        if matches!(answer, ProbeAnswer::Transport)
+            || matches!(answer, ProbeAnswer::Refused { status, .. } if *status >= 500)
+        {
+            self.unanswered += 1;
+        }
+        ProbeFacts {
+            may_switch_era,
+            after_modern_refusal: self.after_modern_refusal,
+            unanswered: self.unanswered,
+            max_attempts,
+            version_retries: self.version_retries,
+        }
+    }
+
+    /// What a verdict leaves for the next probe: a version refusal retried, or `initialize`
+    /// tried because the probe met a server that answers but failed.
+    fn read(&mut self, verdict: ProbeVerdict) {
+        match verdict {
+            ProbeVerdict::RetryVersion => self.version_retries += 1,
+            ProbeVerdict::FallBack => self.fell_back = true,
+            _ => {}
+        }
+    }
+
+    /// The probe is sent (again).
+    fn sent(&mut self) {
+        self.waiting = false;
+    }
+
+    /// The probe waits out a backoff before it is sent again.
+    fn wait(&mut self) {
+        self.waiting = true;
+        self.fell_back = false;
+    }
+
+    /// `initialize` was refused the way only a modern server refuses it.
+    fn modern_refused(&mut self) {
+        self.after_modern_refusal = true;
+    }
+
+    /// `initialize` got no answer: after a fall back from a probe that met a 5xx, the server
+    /// is failing rather than legacy, and the probe is sent again while attempts remain.
+    /// Returns the unanswered attempts so far when it is.
+    fn initialize_unanswered(&mut self, max_attempts: u32) -> Option<u32> {
+        if !self.fell_back {
+            return None;
+        }
+        self.unanswered += 1;
+        (self.unanswered < max_attempts).then_some(self.unanswered)
     }
 }
 

@@ -13,6 +13,8 @@ use serde_json::Value;
 mod discover;
 mod init;
 
+use self::discover::ProbeState;
+
 use super::headers::{session_id_header, SessionHeaders};
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::ext::ResumeSafety;
@@ -166,22 +168,6 @@ impl Handshake {
             Step::Backoff | Step::Initialized { .. } => None,
         }
     }
-}
-
-/// What the `server/discover` probes of one handshake met so far.
-#[derive(Debug, Default)]
-struct ProbeState {
-    /// Probes that got no answer (transport failure, 5xx).
-    unanswered: u32,
-    /// Version refusals retried.
-    version_retries: u32,
-    /// `initialize` was refused the way only a modern server refuses it.
-    after_modern_refusal: bool,
-    /// `initialize` is being tried because the probe met a 5xx: if it gets no answer either,
-    /// the probe is sent again instead of the handshake failing.
-    fell_back: bool,
-    /// The probe's backoff is running (a deadline then names `server/discover`).
-    waiting: bool,
 }
 
 /// A re-initialization that gave up (it kept failing and no call was waiting). Not an end:
