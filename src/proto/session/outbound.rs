@@ -321,10 +321,7 @@ impl Session {
             mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
         }
         debug!(call = id.0, %rpc, method, "sending call");
-        // Hash checks (head and replayed result) are the extension's: only for a session
-        // whose server advertised them.
-        let hash = session.hash.clone().filter(|_| session.checks.hash);
-        let attempt = Attempt::new(rpc, session.generation, hash, session.keys.is_some());
+        let attempt = Attempt::on(rpc, session);
         let http = self.exchanges.open(
             ExKind::Post(id),
             HttpMethod::Post,

@@ -381,35 +381,10 @@ impl Session {
     ) {
         let ct = classify::content_type(headers);
         match kind {
-            ExKind::Initialize | ExKind::Discover => {
-                if kind == ExKind::Initialize {
-                    self.on_initialize_head(http, headers, now);
+            ExKind::Initialize | ExKind::Discover | ExKind::Initialized => {
+                if let Some(reader) = self.handshake_head(http, kind, headers, ct, now) {
+                    self.read_body(http, reader);
                 }
-                if self.exchanges.get(http).is_none() {
-                    return;
-                }
-                match Reader::of(ct) {
-                    Some(reader) => self.read_body(http, reader),
-                    None if kind == ExKind::Discover => self.probe_answered(
-                        ProbeAnswer::NoResponse,
-                        Error::new(ErrorKind::Protocol, "answered with no JSON or SSE body"),
-                        now,
-                    ),
-                    None => {
-                        self.exchanges.finish(http);
-                        self.init_failed(
-                            Error::new(
-                                ErrorKind::Protocol,
-                                "initialize answered with an unexpected content type",
-                            ),
-                            now,
-                        );
-                    }
-                }
-            }
-            ExKind::Initialized => {
-                self.exchanges.finish(http);
-                self.init_succeeded(now);
             }
             ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
             ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
@@ -553,18 +528,8 @@ impl Session {
         let kind = ex.kind();
         debug!(status, class = ?refusal.class, ?kind, "exchange refused");
         match kind {
-            ExKind::Discover => self.on_discover_refused(status, refusal, now),
-            ExKind::Initialize if self.initialize_refused_as_modern(&refusal, now) => {}
-            ExKind::Initialize | ExKind::Initialized => {
-                let error = match refusal.error.kind() {
-                    ErrorKind::Rpc | ErrorKind::Unauthorized => refusal.error,
-                    kind => Error::caused_by(kind, "initialize", refusal.error),
-                };
-                if kind == ExKind::Initialize && status >= 500 {
-                    self.initialize_unanswered(error, now);
-                } else {
-                    self.init_failed(error, now);
-                }
+            ExKind::Discover | ExKind::Initialize | ExKind::Initialized => {
+                self.handshake_refused(kind, status, refusal, now)
             }
             ExKind::Post(call) => self.call_refused(call, status, refusal, now),
             ExKind::Resume(call) => self.resume_refused(call, status, refusal, now),

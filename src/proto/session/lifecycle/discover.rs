@@ -102,12 +102,7 @@ impl Session {
     }
 
     /// `server/discover` was refused (non-2xx).
-    pub(in crate::proto::session) fn on_discover_refused(
-        &mut self,
-        status: u16,
-        refusal: Refusal,
-        now: Instant,
-    ) {
+    pub(super) fn on_discover_refused(&mut self, status: u16, refusal: Refusal, now: Instant) {
         let answer = ProbeAnswer::Refused {
             status,
             error: refusal.error.rpc_error().cloned(),
@@ -251,11 +246,7 @@ impl Session {
 
     /// A legacy handshake was refused in a way only a modern server refuses: probe forward.
     /// Returns whether it did.
-    pub(in crate::proto::session) fn initialize_refused_as_modern(
-        &mut self,
-        refusal: &Refusal,
-        now: Instant,
-    ) -> bool {
+    pub(super) fn initialize_refused_as_modern(&mut self, refusal: &Refusal, now: Instant) -> bool {
         let modern_refusal = refusal
             .error
             .rpc_error()

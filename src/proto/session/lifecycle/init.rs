@@ -10,11 +10,13 @@ use tracing::{debug, info, warn};
 use super::{Checks, Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step};
 use super::{Lost, STABLE_SESSION};
 use crate::error::{Error, ErrorKind, RpcError};
-use crate::proto::classify;
+use crate::proto::classify::{self, ContentType, Refusal};
 use crate::proto::decide::State;
 use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::ext::ResumeSafety;
+use crate::proto::probe::ProbeAnswer;
 use crate::proto::session::call::{CallState, Retry};
+use crate::proto::session::exchanges::Reader;
 use crate::proto::session::exchanges::{ExKind, Sent};
 use crate::proto::session::headers::{initialize_headers, session_id_header, SessionHeaders};
 use crate::proto::session::listen::Listen;
@@ -61,12 +63,7 @@ impl Session {
     }
 
     /// The `initialize` answer's head: note the session id and capability hash it assigns.
-    pub(in crate::proto::session) fn on_initialize_head(
-        &mut self,
-        http: HttpId,
-        headers: &http::HeaderMap,
-        now: Instant,
-    ) {
+    fn on_initialize_head(&mut self, http: HttpId, headers: &http::HeaderMap, now: Instant) {
         let session_id = match classify::session_id(headers) {
             Ok(id) => id,
             Err(e) => {
@@ -185,7 +182,7 @@ impl Session {
     }
 
     /// `notifications/initialized` was accepted: the legacy session is established.
-    pub(in crate::proto::session) fn init_succeeded(&mut self, now: Instant) {
+    fn init_succeeded(&mut self, now: Instant) {
         let session = match self.life.handshake_mut().map(|h| &mut h.step) {
             Some(Step::Initialized { session, .. }) => {
                 std::mem::replace(session.as_mut(), Negotiated::probe())
@@ -274,6 +271,74 @@ impl Session {
             self.send_call(id);
         }
         self.flush_notifications();
+    }
+
+    /// A success head answered a request of the handshake (`kind`): returns the reader its
+    /// body calls for, if there is one to read.
+    pub(in crate::proto::session) fn handshake_head(
+        &mut self,
+        http: HttpId,
+        kind: ExKind,
+        headers: &http::HeaderMap,
+        ct: ContentType,
+        now: Instant,
+    ) -> Option<Reader> {
+        if kind == ExKind::Initialized {
+            self.exchanges.finish(http);
+            self.init_succeeded(now);
+            return None;
+        }
+        if kind == ExKind::Initialize {
+            self.on_initialize_head(http, headers, now);
+        }
+        self.exchanges.get(http)?;
+        let reader = Reader::of(ct);
+        if reader.is_none() {
+            if kind == ExKind::Discover {
+                self.probe_answered(
+                    ProbeAnswer::NoResponse,
+                    Error::new(ErrorKind::Protocol, "answered with no JSON or SSE body"),
+                    now,
+                );
+            } else {
+                self.exchanges.finish(http);
+                self.init_failed(
+                    Error::new(
+                        ErrorKind::Protocol,
+                        "initialize answered with an unexpected content type",
+                    ),
+                    now,
+                );
+            }
+        }
+        reader
+    }
+
+    /// A request of the handshake (`kind`) was refused: `server/discover`'s refusal is read
+    /// by the probe; `initialize` refused the way only a modern server refuses it probes
+    /// forward; otherwise the handshake failed, or, for a 5xx to `initialize`, got no answer.
+    pub(in crate::proto::session) fn handshake_refused(
+        &mut self,
+        kind: ExKind,
+        status: u16,
+        refusal: Refusal,
+        now: Instant,
+    ) {
+        match kind {
+            ExKind::Discover => self.on_discover_refused(status, refusal, now),
+            ExKind::Initialize if self.initialize_refused_as_modern(&refusal, now) => {}
+            _ => {
+                let error = match refusal.error.kind() {
+                    ErrorKind::Rpc | ErrorKind::Unauthorized => refusal.error,
+                    kind => Error::caused_by(kind, "initialize", refusal.error),
+                };
+                if kind == ExKind::Initialize && status >= 500 {
+                    self.initialize_unanswered(error, now);
+                } else {
+                    self.init_failed(error, now);
+                }
+            }
+        }
     }
 
     /// The handshake failed: report it (first connect) or back off and try again, while a

@@ -51,7 +51,7 @@ pub(super) struct Negotiated {
     pub(super) server_capabilities: Value,
     pub(super) hash: Option<CapabilityHash>,
     /// The extension as advertised (with the parts that cannot run switched off).
-    pub(super) ext: Option<ResumeSafety>,
+    ext: Option<ResumeSafety>,
     /// The checks every exchange of this session runs.
     pub(super) checks: Checks,
     /// Where a keyed call carries its key, when the server deduplicates keyed calls.
