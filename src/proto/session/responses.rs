@@ -2,7 +2,8 @@
 //! decoded ahead), ends and transport failures. Success heads are read through
 //! [`classify`](crate::proto::classify) into a body to read; refusals are classified by its one
 //! rule and mapped to what they mean for their exchange; a body that ends before what its
-//! exchange waited for becomes a recovery [`Failure`]. What the bodies carry is `inbound`'s.
+//! exchange waited for becomes a recovery [`Failure`]. A handshake request's head or refusal
+//! is handed to the lifecycle, whose handshake it is. What the bodies carry is `inbound`'s.
 
 use std::time::Instant;
 
