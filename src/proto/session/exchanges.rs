@@ -11,7 +11,7 @@ use http::header::{HeaderMap, HeaderValue};
 
 use super::cursors::Observed;
 use super::headers::LAST_EVENT_ID;
-use super::lifecycle::{Checks, Negotiated};
+use super::negotiated::{Checks, Negotiated};
 use crate::error::{Error, ErrorKind};
 use crate::ids::{EventId, SequencedEventId};
 use crate::proto::classify::{self, ContentType, Context, HeadFacts, Refusal, MAX_ERROR_BODY};

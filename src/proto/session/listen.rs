@@ -10,7 +10,7 @@ use tracing::{debug, warn};
 
 use super::cursors::{Cursor, Delivered, Observed};
 use super::exchanges::{ExKind, Sent};
-use super::lifecycle::STABLE_SESSION;
+use super::negotiated::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;

@@ -11,17 +11,18 @@
 //!   successes or [`Failure`](super::decide::Failure)s; `inbound`: the messages in those
 //!   bodies, routed to their call, the app or the handshake;
 //! - `timers`: `handle_timeout`, and every deadline and backoff, ordered by expiry;
-//! - `lifecycle`: the phase, each variant carrying its data, and the negotiated session;
-//!   with, in `lifecycle::init` and `lifecycle::discover`, the handshake of either era,
-//!   re-initialization, a session lost and found again. The phase's records keep their
-//!   fields to that module: the rest asks the lifecycle (`ready`, `closing`, `to_delete`…);
+//! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::init` and
+//!   `lifecycle::discover`, the handshake of either era, re-initialization, a session lost
+//!   and found again. The phase's records keep their fields to that module: the rest asks
+//!   the lifecycle (`ready`, `closing`, `to_delete`…);
 //! - `apply`: the recovery decision of [`decide`](super::decide::decide) carried out for a
 //!   call.
 //!
-//! The records they work on keep their own data: `call` (the call record and table),
-//! `exchanges` (the HTTP exchanges in flight and the driver's action queue), `cursors`
-//! (stream cursors and the event ids already delivered), `listen` (the standalone GET
-//! stream). The era's features have their own files: `modern_calls`, `tasks`, `checkpoints`.
+//! The records they work on keep their own data: `negotiated` (what a session negotiated,
+//! built by a handshake and read by all that is sent on it), `call` (the call record and
+//! table), `exchanges` (the HTTP exchanges in flight and the driver's action queue),
+//! `cursors` (stream cursors and the event ids already delivered), `listen` (the standalone
+//! GET stream). The era's features have their own files: `modern_calls`, `tasks`, `checkpoints`.
 //!
 //! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
 //! these parts.
@@ -39,6 +40,7 @@ mod inbound;
 mod lifecycle;
 mod listen;
 mod modern_calls;
+mod negotiated;
 mod outbound;
 mod responses;
 mod tasks;

@@ -10,8 +10,9 @@ use tracing::{debug, info, warn};
 use super::call::Attempt;
 use super::exchanges::{ExKind, Sent};
 use super::headers::IDEMPOTENCY_KEY;
-use super::lifecycle::{KeyPlacement, Phase};
+use super::lifecycle::Phase;
 use super::modern_calls::mirror_headers;
+use super::negotiated::KeyPlacement;
 use super::Session;
 use std::time::Instant;
 

@@ -2,7 +2,7 @@
 //! out under, and the ids of earlier sends on that session that may still be running.
 
 use crate::ids::{CapabilityHash, RequestId};
-use crate::proto::session::lifecycle::Negotiated;
+use crate::proto::session::negotiated::Negotiated;
 
 /// Earlier sends of one call remembered for its cancellation: re-sends are bounded by the
 /// reconnect policy's attempts, but progress resets that count.

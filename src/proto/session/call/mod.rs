@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::cursors::{Cursor, Delivered, Observed};
-use super::lifecycle::KeyPlacement;
+use super::negotiated::KeyPlacement;
 use crate::error::Error;
 use crate::ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SequencedEventId, SessionId};
 use crate::policy::ReconnectPolicy;

@@ -9,14 +9,13 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::{Checks, KeyPlacement, Negotiated, Step};
+use super::Step;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::classify::Refusal;
-use crate::proto::ext::{self, ResumeSafety};
 use crate::proto::modern;
 use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
 use crate::proto::session::exchanges::{ExKind, Sent};
-use crate::proto::session::headers::SessionHeaders;
+use crate::proto::session::negotiated::Negotiated;
 use crate::proto::session::timers::Timer;
 use crate::proto::session::Session;
 use crate::proto::version::ProtocolVersion;
@@ -279,12 +278,6 @@ impl Session {
             .get("capabilities")
             .cloned()
             .unwrap_or(Value::Object(Map::new()));
-        let ext = ResumeSafety::from_capabilities(&capabilities);
-        let keys = match &ext {
-            Some(e) => e.idempotency_meta_key.clone().map(KeyPlacement::Meta),
-            None => None,
-        }
-        .or_else(|| ext::standard_idempotency(&capabilities).then_some(KeyPlacement::Params));
         // What `connect` returns: the discovery, in the shape of an `initialize` result.
         let server_info = result
             .get("_meta")
@@ -299,19 +292,7 @@ impl Session {
         if let Some(instructions) = result.get("instructions") {
             shaped["instructions"] = instructions.clone();
         }
-        let session = Negotiated {
-            generation: self.life.generation,
-            id: None,
-            version: ProtocolVersion::MODERN,
-            headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
-            server_capabilities: capabilities,
-            hash: None,
-            // The capability hash and sequenced ids have no job without resumption.
-            checks: Checks::default(),
-            ext,
-            keys,
-            result: shaped,
-        };
+        let session = Negotiated::modern(self.life.generation, capabilities, shaped);
         self.life.era = Some(Era::Modern);
         self.established(session, now);
     }
@@ -391,23 +372,5 @@ impl ProbeState {
         }
         self.unanswered += 1;
         (self.unanswered < max_attempts).then_some(self.unanswered)
-    }
-}
-
-impl Negotiated {
-    /// The stand-in for a modern request sent before anything is known of the server.
-    pub(super) fn probe() -> Negotiated {
-        Negotiated {
-            generation: 0,
-            id: None,
-            version: ProtocolVersion::MODERN,
-            headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
-            server_capabilities: Value::Null,
-            hash: None,
-            ext: None,
-            checks: Checks::default(),
-            keys: None,
-            result: Value::Null,
-        }
     }
 }

@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
-use super::{Checks, Established, Handshake, InitHead, KeyPlacement, Negotiated, Phase, Step};
-use super::{Lost, STABLE_SESSION};
+use super::Lost;
+use super::{Established, Handshake, InitHead, Phase, Step};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::classify::{self, ContentType, Refusal};
 use crate::proto::decide::State;
@@ -18,8 +18,9 @@ use crate::proto::probe::ProbeAnswer;
 use crate::proto::session::call::{CallState, Retry};
 use crate::proto::session::exchanges::Reader;
 use crate::proto::session::exchanges::{ExKind, Sent};
-use crate::proto::session::headers::{initialize_headers, session_id_header, SessionHeaders};
+use crate::proto::session::headers::initialize_headers;
 use crate::proto::session::listen::Listen;
+use crate::proto::session::negotiated::{Negotiated, STABLE_SESSION};
 use crate::proto::session::timers::Timer;
 use crate::proto::session::Session;
 use crate::proto::version::ProtocolVersion;
@@ -132,36 +133,15 @@ impl Session {
                 );
             }
         }
-        // A trusting client runs no check of the extension: it behaves like a stock one.
-        let checks = match (&ext, trust) {
-            (Some(e), false) => Checks {
-                hash: e.capability_hash,
-                sequenced: e.sequenced_event_ids,
-                rejections: true,
-            },
-            _ => Checks::default(),
-        };
-        let session = Negotiated {
+        let session = Negotiated::legacy(
             generation,
-            headers: SessionHeaders::new(
-                head.session_id.as_ref().and_then(session_id_header),
-                version,
-            ),
-            id: head.session_id,
+            head.session_id,
+            head.hash,
             version,
-            server_capabilities: result
-                .get("capabilities")
-                .cloned()
-                .unwrap_or(Value::Object(Map::new())),
-            hash: head.hash,
-            keys: ext
-                .as_ref()
-                .and_then(|e| e.idempotency_meta_key.clone())
-                .map(KeyPlacement::Meta),
             ext,
-            checks,
+            trust,
             result,
-        };
+        );
         let headers = session.headers.post();
         let body = jsonrpc::encode_notification(methods::INITIALIZED, None);
         let sent = Sent::on(&session);

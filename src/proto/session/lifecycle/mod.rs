@@ -6,91 +6,19 @@
 //! handshake and the era probe), and the rest of the session asks the [`Lifecycle`] and the
 //! [`Handshake`] through their methods.
 
-use std::time::{Duration, Instant};
-
-use serde_json::Value;
+use std::time::Instant;
 
 mod discover;
 mod init;
 
 use self::discover::ProbeState;
 
-use super::headers::{session_id_header, SessionHeaders};
+use super::headers::session_id_header;
+use super::negotiated::Negotiated;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
-use crate::proto::ext::ResumeSafety;
 use crate::proto::version::ProtocolVersion;
-use crate::proto::{CallId, Era, ExtensionStatus, HttpId, ReinitReason};
+use crate::proto::{CallId, Era, HttpId, ReinitReason};
 use http::HeaderValue;
-
-/// A session that stayed up this long worked, whatever else happened on it.
-pub(super) const STABLE_SESSION: Duration = Duration::from_secs(5);
-
-/// The resume-safety checks in force on one exchange: those of the session it was sent on,
-/// fixed at send time so a re-initialization in the meantime cannot switch them off.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Checks {
-    /// Compare the capability hash of the answer's head.
-    pub(super) hash: bool,
-    /// Require contiguous sequenced ids on a resumed stream.
-    pub(super) sequenced: bool,
-    /// Read the extension's rejection marker on a 404 as the server's explicit rejection:
-    /// the session negotiated the extension. Without it the marker proves nothing.
-    pub(super) rejections: bool,
-}
-
-/// What one established session negotiated.
-#[derive(Debug, Clone)]
-pub(super) struct Negotiated {
-    /// Which session this is (one per successful `initialize`).
-    pub(super) generation: u64,
-    pub(super) id: Option<SessionId>,
-    pub(super) version: ProtocolVersion,
-    /// The protocol headers of its requests (the id's marked sensitive: it is a bearer
-    /// secret), from `id` and `version`.
-    pub(super) headers: SessionHeaders,
-    pub(super) server_capabilities: Value,
-    pub(super) hash: Option<CapabilityHash>,
-    /// The extension as advertised (with the parts that cannot run switched off).
-    ext: Option<ResumeSafety>,
-    /// The checks every exchange of this session runs.
-    pub(super) checks: Checks,
-    /// Where a keyed call carries its key, when the server deduplicates keyed calls.
-    pub(super) keys: Option<KeyPlacement>,
-    /// The `initialize` result (or, modern, the discovery reshaped like one), returned to
-    /// `connect` calls.
-    pub(super) result: Value,
-}
-
-/// Where an idempotency key travels for a server that deduplicates by it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum KeyPlacement {
-    /// The resume-safety extension: `params._meta[<metaKey>]` and the `Idempotency-Key` header.
-    Meta(String),
-    /// The proposed standard (SEP-3182): `params.idempotencyKey`.
-    Params,
-}
-
-impl Negotiated {
-    /// Which checks of the extension are in force.
-    pub(super) fn extension_status(&self) -> ExtensionStatus {
-        match &self.ext {
-            None => ExtensionStatus::default(),
-            Some(ext) => ExtensionStatus {
-                advertised: true,
-                capability_hash: ext.capability_hash,
-                sequenced_event_ids: ext.sequenced_event_ids,
-                idempotency: self.keys.is_some(),
-            },
-        }
-    }
-
-    /// Whether `other` differs in what the application may depend on.
-    pub(super) fn differs_from(&self, other: &Negotiated) -> bool {
-        self.version != other.version
-            || self.server_capabilities != other.server_capabilities
-            || self.hash != other.hash
-    }
-}
 
 /// An established session and what has been seen of it since.
 #[derive(Debug)]
