@@ -321,7 +321,7 @@ impl Session {
         self.detach(id);
         if let Some(task) = self.calls.get(id).and_then(|c| c.task()) {
             // The answer to a poll: the task's state, if it is one, of this task.
-            return match super::tasks::check_poll_answer(&task.task_id, &value) {
+            return match super::tasks::check_poll_answer(task.task_id(), &value) {
                 Ok(()) => self.on_task_status(id, value, now),
                 Err(error) => self.complete(id, Err(error)),
             };

@@ -21,6 +21,7 @@ use crate::policy::ReconnectPolicy;
 use crate::proto::checkpoint::{CallStage, Checkpoint};
 use crate::proto::config::{ResendPolicy, DEFAULT_IDEMPOTENCY_META_KEY};
 use crate::proto::decide::State;
+use crate::proto::limits::MAX_INPUT_ROUNDS;
 use crate::proto::{methods, modern, CallId, Era, HttpId};
 use crate::sse::SseEvent;
 
@@ -45,13 +46,13 @@ struct InputRound {
 /// A call that became a task.
 #[derive(Debug, Clone)]
 pub(super) struct TaskState {
-    pub(super) task_id: String,
+    task_id: String,
     /// The server's suggested interval between polls.
-    pub(super) poll: Option<Duration>,
+    poll: Option<Duration>,
     /// Input keys already answered (a task may list them again until it sees the answer).
-    pub(super) answered: Vec<String>,
+    answered: Vec<String>,
     /// Times the task asked for fresh input, bounded by `MAX_INPUT_ROUNDS`.
-    pub(super) input_rounds: u32,
+    input_rounds: u32,
 }
 
 impl TaskState {
@@ -63,6 +64,42 @@ impl TaskState {
             answered: Vec::new(),
             input_rounds: 0,
         }
+    }
+
+    pub(super) fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The server's suggested interval between polls, if it gave one.
+    pub(super) fn poll_interval(&self) -> Option<Duration> {
+        self.poll
+    }
+
+    /// The server suggests `interval` between polls.
+    pub(super) fn suggest_poll(&mut self, interval: Duration) {
+        self.poll = Some(interval);
+    }
+
+    /// The task asks for `requests`: returns those not answered yet, which make one more
+    /// round of input when there are any; `None` once the task asked more than
+    /// `MAX_INPUT_ROUNDS` times (the bound of an MRTR call's rounds too).
+    pub(super) fn ask(&mut self, requests: Map<String, Value>) -> Option<Vec<(String, Value)>> {
+        let fresh: Vec<(String, Value)> = requests
+            .into_iter()
+            .filter(|(key, _)| !self.answered.contains(key))
+            .collect();
+        if !fresh.is_empty() {
+            self.input_rounds += 1;
+            if self.input_rounds > MAX_INPUT_ROUNDS {
+                return None;
+            }
+        }
+        Some(fresh)
+    }
+
+    /// Input `key` was answered: the task may list it again until it sees the answer.
+    pub(super) fn answer(&mut self, key: String) {
+        self.answered.push(key);
     }
 }
 
