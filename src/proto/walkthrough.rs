@@ -5,7 +5,7 @@
 //! pipeline of [`Session`](super::Session):
 //!
 //! 1. **The cut.** The driver reports [`Session::handle_error`](super::Session::handle_error)
-//!    for the call's POST exchange. `session/mod.rs` sees an SSE body was being read and
+//!    for the call's POST exchange. `session/responses.rs` sees an SSE body was being read and
 //!    reports the stream's end; the call's cursor (`session/cursors.rs`) holds `s1-3`, so the
 //!    failure is `Failure::StreamEnded { event_id_seen: true }`.
 //! 2. **The decision.** `session/apply.rs` gathers the call's facts into a
@@ -18,9 +18,9 @@
 //! 4. **What the other instance says** is read in one place,
 //!    `proto/classify.rs`:
 //!    - a strict server answers 404 with the `SESSION_RESUME_REJECTED` body:
-//!      `classify::refusal` reads `Refused::Rejected(NotOwner)`; `session/refusals.rs` maps
+//!      `classify::refusal` reads `Refused::Rejected(NotOwner)`; `session/responses.rs` maps
 //!      it, for a resume, to `Failure::ResumeRejected(NotOwner)`;
-//!    - a replaying server answers 200 under another capability hash: `session/heads.rs`
+//!    - a replaying server answers 200 under another capability hash: `session/responses.rs`
 //!      compares it through `classify::hash_matches` → `Failure::ResumeCapabilityHashChanged`;
 //!    - it replays from another stream's log: the cursor sees `s7-1` where `s1-4` was owed →
 //!      `Failure::EventGap`; a response to a request never sent → `Failure::OrphanedResponse`;
@@ -31,9 +31,9 @@
 //!    deduplicates is re-sent, anything else fails with `OutcomeUnknown`.
 //!    `dangerous_trust_replay` is one more fact in the `State`; it changes the decision and
 //!    nothing else.
-//! 6. **Re-initialization.** `apply::start_reinit` (the only place that starts one) moves the
-//!    lifecycle (`session/lifecycle.rs`) from `Ready` to `Initializing`, keeping the old
+//! 6. **Re-initialization.** `init::start_reinit` (the only place that starts one) moves the
+//!    lifecycle (`session/lifecycle/`) from `Ready` to `Initializing`, keeping the old
 //!    session to compare with; a session that never worked counts as a failed attempt and
-//!    backs off. `session/init.rs` runs the handshake without the old id, reports
+//!    backs off. `session/lifecycle/init.rs` then runs the handshake without the old id, reports
 //!    `SessionEvent::Reinitialized { capabilities_changed }`, re-sends the waiting calls and
 //!    reopens the standalone stream.

@@ -71,24 +71,34 @@ fn the_session_modules_import_each_other_without_circles() {
             continue;
         }
         // A module of its own folder: its `mod.rs` names its siblings (its own files' `super::`
-        // is the module itself).
-        let file = if path.is_dir() {
-            path.join("mod.rs")
+        // is the module itself); any of its files may name them by their full path.
+        let files: Vec<PathBuf> = if path.is_dir() {
+            let mut files = Vec::new();
+            sources(&path, &mut files);
+            files
         } else {
-            path
+            vec![path.clone()]
         };
-        let text = std::fs::read_to_string(&file).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
-        let mut uses: Vec<String> = code
-            .match_indices("super::")
-            .filter_map(|(i, _)| {
-                let rest = &code[i + "super::".len()..];
-                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
-                // `super::Session` (the parent's type) is not a sibling module.
-                let sibling = &rest[..end];
-                (rest[end..].starts_with("::") && sibling != name).then(|| sibling.to_owned())
-            })
-            .collect();
+        let mut uses: Vec<String> = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let names_siblings = !path.is_dir() || file.file_name().is_some_and(|f| f == "mod.rs");
+            let prefixes: &[&str] = if names_siblings {
+                &["super::", "crate::proto::session::"]
+            } else {
+                &["crate::proto::session::"]
+            };
+            for prefix in prefixes {
+                uses.extend(code.match_indices(prefix).filter_map(|(i, _)| {
+                    let rest = &code[i + prefix.len()..];
+                    let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+                    // `super::Session` (the parent's type) is not a sibling module.
+                    let sibling = &rest[..end];
+                    (rest[end..].starts_with("::") && sibling != name).then(|| sibling.to_owned())
+                }));
+            }
+        }
         uses.sort();
         uses.dedup();
         modules.push((name, uses));

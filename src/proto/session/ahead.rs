@@ -11,16 +11,11 @@
 //! Only success bodies of those two types are read ahead; a refusal's body, or one of
 //! another type, is handed over as it comes.
 
-use std::time::Instant;
-
-use tracing::debug;
-
-use super::exchanges::Body;
+#[cfg(doc)]
 use super::Session;
 use crate::error::{Error, ErrorKind};
 use crate::proto::classify::{content_type, ContentType};
-use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
-use crate::proto::HttpId;
+use crate::proto::jsonrpc::{self, DecodeError, Message};
 use crate::sse::{SseDecoder, SseError, SseEvent};
 
 /// The format of a success body a driver may decode before handing it to the session.
@@ -51,7 +46,7 @@ pub fn read_ahead(status: u16, headers: &http::HeaderMap) -> Option<BodyFormat> 
 
 /// A whole JSON body's one message, decoded ahead.
 #[derive(Debug)]
-pub struct DecodedJson(Result<Message, DecodeError>);
+pub struct DecodedJson(pub(super) Result<Message, DecodeError>);
 
 impl DecodedJson {
     /// What a whole JSON body decodes to, when it is one JSON object; `None` when the session
@@ -77,7 +72,7 @@ impl DecodedEvent {
         }
     }
 
-    fn split(self) -> (SseEvent, Option<Result<Message, DecodeError>>) {
+    pub(super) fn split(self) -> (SseEvent, Option<Result<Message, DecodeError>>) {
         (self.event, self.message)
     }
 }
@@ -121,73 +116,16 @@ impl SseAhead {
     }
 }
 
-impl Session {
-    /// The whole body of a JSON response, ended, and what it decodes to
-    /// ([`DecodedJson::decode`]): the same as [`Session::handle_data`] with `body` then
-    /// [`Session::handle_end`], without reading it again. When the session would have read the
-    /// body another way (it is not the exchange's body type, something of it was read already,
-    /// it is over the size bound), it is exactly that.
-    pub fn handle_json_body(
-        &mut self,
-        http: HttpId,
-        body: &[u8],
-        decoded: DecodedJson,
-        now: Instant,
-    ) {
-        let message = decoded.0;
-        let fits = body.len() <= self.config.max_body_size;
-        let whole = self
-            .exchanges
-            .get_mut(http)
-            .filter(|ex| fits && matches!(&ex.body, Body::Json(buf) if buf.is_empty()));
-        let Some(ex) = whole else {
-            debug!(http = http.0, "a body decoded ahead is read as it came");
-            self.handle_data(http, body, now);
-            return self.handle_end(http, now);
-        };
-        ex.ended = true;
-        self.on_decoded(http, Decoded::One(message), now);
-        if let Some(ex) = self.remove_current(http) {
-            self.json_ended(ex.kind, true, now);
-        }
-    }
-
-    /// Events of an SSE body read ahead by an [`SseAhead`]: the same as the
-    /// [`Session::handle_data`] that completed them. The body's end is
-    /// [`Session::handle_end`] as usual, after the reader's
-    /// [`finish`](SseAhead::finish)ed events. An exchange whose body the session reads
-    /// itself, or that is gone, takes nothing.
-    pub fn handle_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
-        let ahead = self
-            .exchanges
-            .get(http)
-            .is_some_and(|ex| matches!(&ex.body, Body::Sse(decoder) if decoder.is_fresh()));
-        if !ahead {
-            debug!(
-                http = http.0,
-                "events read ahead for a body read otherwise: dropped"
-            );
-            return;
-        }
-        self.on_events_with(http, events.into_iter().map(DecodedEvent::split), now);
-    }
-
-    /// An SSE body read ahead grew an event past the bound: the exchange is abandoned, as
-    /// when the session's own decoder refuses it.
-    pub fn handle_too_large(&mut self, http: HttpId, error: Error, now: Instant) {
-        self.exchange_broken(http, error, now);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proto::classify::content_type as content_type_of;
     use crate::proto::config::{Era, SessionConfig};
-    use crate::proto::{CallId, CallRequest, Transmit};
+    use crate::proto::Session;
+    use crate::proto::{CallId, CallRequest, HttpId, Transmit};
     use http::{HeaderMap, HeaderValue};
     use serde_json::{json, Value};
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     type Deliver = fn(&mut Session, HttpId, ContentType, &[u8], Instant);
     /// The content type and body answering a call, from the call's JSON-RPC id.

@@ -1,20 +1,16 @@
-//! Carrying out the recovery decisions of [`decide`]: the one place that schedules resumes
-//! and re-sends, fails calls, and starts a re-initialization.
+//! Carrying out the recovery decisions of [`decide`] for a call: the one place that schedules
+//! resumes and re-sends and fails calls; a decision to re-initialize goes to `init`.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tracing::{debug, info, warn};
 
 use super::call::{Call, CallState, Retry};
-use super::init::STABLE_SESSION;
-use super::lifecycle::{Handshake, Lost, Phase, Step};
-use super::listen::Listen;
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind};
-use crate::proto::config::ResendPolicy;
 use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
-use crate::proto::{CallId, Output, ReinitReason, RejectReason, SessionEvent};
+use crate::proto::{CallId, Output, RejectReason, SessionEvent};
 
 impl Session {
     /// [`Session::apply`], with the error that explains the failure: it becomes the call's
@@ -36,7 +32,7 @@ impl Session {
     /// when the decision is to carry on as if nothing happened (a trusting client ignoring an
     /// extension signal): the caller then goes on with what it was doing.
     pub(super) fn apply(&mut self, id: CallId, failure: Failure, now: Instant) -> bool {
-        let generation = self.life.generation;
+        let generation = self.life.generation();
         let ready = self.life.is_ready();
         let resend = self.config.resend_policy;
         let Some(call) = self.calls.get_mut(id) else {
@@ -56,24 +52,20 @@ impl Session {
             }
             f => f,
         };
-        let attempts = call.failed();
-        // A task's poll (`tasks/get`) reads and never runs anything: always safe to repeat.
-        let resend_safe = call.task().is_some()
-            || (call.key().is_some()
-                && (call.attempt().server_dedups()
-                    || resend == ResendPolicy::AssumeServerDeduplicates));
-        let no_progress = call.resumes_without_progress();
-        let state = self
-            .base_state(resend_safe)
-            .attempts(attempts)
-            .without_progress(no_progress)
-            .reinit_failures(self.life.reinit_failures);
+        let resend_safe = call.resend_safe(resend);
+        let base = self.base_state(resend_safe);
+        let Some(call) = self.calls.get_mut(id) else {
+            return false;
+        };
+        let state = call
+            .failed(base)
+            .reinit_failures(self.life.reinit_failures());
         // A call still waiting when its deadline passes, while re-initializations keep failing
         // (or keep replacing sessions that never worked), ran out of time because the session
         // could not be re-established: the last failure is what it ended on.
         let state = match self.life.handshake() {
-            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures > 0 => {
-                if let (Some(last), Some(call)) = (&h.last_failure, self.calls.get_mut(id)) {
+            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures() > 0 => {
+                if let (Some(last), Some(call)) = (h.last_failure(), self.calls.get_mut(id)) {
                     call.set_cause(last.clone());
                 }
                 state.awaiting_reinit()
@@ -164,7 +156,7 @@ impl Session {
             resend_safe,
             self.config.dangerous_trust_replay,
         );
-        if self.life.era == Some(crate::proto::Era::Modern) {
+        if self.life.era() == Some(crate::proto::Era::Modern) {
             state.modern()
         } else {
             state
@@ -177,39 +169,11 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let delay = self.config.reconnect.delay(
-            call.attempts().saturating_sub(1),
-            self.rng.next(),
-            call.retry_hint(),
-        );
-        call.back_off(then);
+        let delay = call.back_off(then, &self.config.reconnect, self.rng.next());
         self.timers.set(
             Timer::CallBackoff(id),
             now.checked_add(delay).unwrap_or(now),
         );
-    }
-
-    /// A call's backoff ended.
-    pub(super) fn fire_retry(&mut self, id: CallId, now: Instant) {
-        let generation = self.life.generation;
-        let ready = self.life.is_ready();
-        let Some(call) = self.calls.get_mut(id) else {
-            return;
-        };
-        let CallState::Backoff(then) = call.state() else {
-            return;
-        };
-        call.wait();
-        match then {
-            Retry::Resend if ready => self.send_call(id),
-            Retry::Resend => {}
-            Retry::Resume if ready && call.attempt().generation() == generation => {
-                self.send_resume(id)
-            }
-            Retry::Resume => {
-                self.apply(id, Failure::SessionReplaced, now);
-            }
-        }
     }
 
     /// Stops the call's current exchange, if any.
@@ -217,162 +181,6 @@ impl Session {
         if let Some(http) = self.calls.get_mut(id).and_then(Call::leave_exchange) {
             self.exchanges.finish(http);
         }
-    }
-
-    /// Replaces the established session with a fresh one.
-    ///
-    /// A session that never worked (no call answered, no message on its stream, and younger
-    /// than [`STABLE_SESSION`]) makes this re-initialization count as a failed one: it backs
-    /// off exponentially, which is what slows the loop against a server that accepts
-    /// `initialize` and refuses everything after it (each call's `max_attempts` ends it).
-    pub(super) fn start_reinit(&mut self, reason: ReinitReason, now: Instant) {
-        let Phase::Ready(established) = &self.life.phase else {
-            return;
-        };
-        if now.saturating_duration_since(established.since) >= STABLE_SESSION {
-            self.life.confirm();
-        }
-        let delay = if self.is_confirmed() {
-            None
-        } else {
-            self.life.reinit_failures += 1;
-            let state = self.reinit_state();
-            match decide(&Failure::ReinitFailed, &state) {
-                Decision::RetryReinitialize => Some(self.reinit_delay()),
-                _ => return self.session_lost(Some(reason), now),
-            }
-        };
-        info!(?reason, ?delay, "re-initializing the session");
-        let previous = match std::mem::replace(&mut self.life.phase, Phase::Idle) {
-            Phase::Ready(e) => Some(e.session),
-            _ => None,
-        };
-        // The standalone stream belongs to the old session; it is reopened afterwards.
-        if let super::listen::ListenState::Open(http) = self.listen.state {
-            self.exchanges.finish(http);
-        }
-        self.timers.cancel(Timer::ListenBackoff);
-        self.listen = Listen::new();
-        // Answers queued for the old session's requests have nobody to reach.
-        self.exchanges.answers.queue.clear();
-        self.start_handshake(Some(reason), previous, delay, now);
-        // Calls waiting for a retry on the old session: a resend waits for the new one; a
-        // resume cannot happen any more (its cursor belongs to the old session).
-        for id in self.calls.ids() {
-            let Some(call) = self.calls.get_mut(id) else {
-                continue;
-            };
-            match call.state() {
-                CallState::Backoff(Retry::Resend) => {
-                    call.wait();
-                    self.timers.cancel(Timer::CallBackoff(id));
-                }
-                CallState::Backoff(Retry::Resume) => {
-                    call.wait();
-                    self.timers.cancel(Timer::CallBackoff(id));
-                    self.apply(id, Failure::SessionReplaced, now);
-                }
-                _ => {}
-            }
-        }
-    }
-
-    /// Starts a handshake: at once, or after `delay` (a re-initialization backing off).
-    pub(super) fn start_handshake(
-        &mut self,
-        reason: Option<ReinitReason>,
-        previous: Option<super::lifecycle::Negotiated>,
-        delay: Option<Duration>,
-        now: Instant,
-    ) {
-        self.life.generation += 1;
-        self.life.phase = Phase::Initializing(Handshake {
-            step: Step::Backoff,
-            reason,
-            previous,
-            degraded: None,
-            probe: Default::default(),
-            last_failure: None,
-        });
-        match delay {
-            Some(delay) => self
-                .timers
-                .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now)),
-            None => self.send_handshake(now),
-        }
-    }
-
-    /// Sends the first request of a handshake: `server/discover` or `initialize`, per era.
-    pub(super) fn send_handshake(&mut self, now: Instant) {
-        match self.handshake_era() {
-            crate::proto::Era::Legacy => self.send_initialize(now),
-            _ => self.send_discover(now),
-        }
-    }
-
-    /// Backoff before the next re-initialization attempt.
-    pub(super) fn reinit_delay(&mut self) -> Duration {
-        self.config.reconnect.delay(
-            self.life.reinit_failures.saturating_sub(1),
-            self.rng.next(),
-            None,
-        )
-    }
-
-    /// Facts for deciding on a failed re-initialization.
-    pub(super) fn reinit_state(&self) -> State {
-        self.base_state(false)
-            .reinit_failures(self.life.reinit_failures)
-            // `connect` waiters are not counted: the driver bounds them with a timeout the core
-            // does not see, so they could keep a dead server busy for ever.
-            .calls_waiting(self.calls.len() > 0)
-    }
-
-    /// Re-initialization kept failing and no call waits: stop trying until the next call.
-    /// Not an end: the backoff reached so far is kept for that next attempt.
-    pub(super) fn session_lost(&mut self, reason: Option<ReinitReason>, now: Instant) {
-        warn!(
-            failures = self.life.reinit_failures,
-            "session lost: re-initialization kept failing; the next call reconnects"
-        );
-        let previous = match std::mem::replace(&mut self.life.phase, Phase::Idle) {
-            Phase::Initializing(h) => h.previous,
-            Phase::Ready(e) => Some(e.session),
-            _ => None,
-        };
-        let retry_at = now.checked_add(self.reinit_delay()).unwrap_or(now);
-        self.life.phase = Phase::Lost(Lost {
-            reason: reason.unwrap_or(ReinitReason::SessionNotFound),
-            previous,
-            retry_at,
-        });
-        self.exchanges.finish_all_but_delete();
-        self.timers.clear();
-        self.listen = Listen::new();
-        self.fail_everything(
-            ErrorKind::SessionLost,
-            "session lost: re-initialization kept failing",
-            true,
-        );
-        self.outputs
-            .push_back(Output::Event(SessionEvent::SessionLost));
-    }
-
-    /// The first call after the session was lost: re-initialize, no sooner than the backoff
-    /// reached when it was given up.
-    pub(super) fn reconnect_lost(&mut self, now: Instant) {
-        let Phase::Lost(lost) = std::mem::replace(&mut self.life.phase, Phase::Idle) else {
-            return;
-        };
-        let wait = lost.retry_at.saturating_duration_since(now);
-        info!(?wait, "reconnecting a lost session");
-        let delay = (!wait.is_zero()).then_some(wait);
-        self.start_handshake(Some(lost.reason), lost.previous, delay, now);
-    }
-
-    /// Whether the established session is known to work.
-    pub(super) fn is_confirmed(&self) -> bool {
-        matches!(&self.life.phase, Phase::Ready(e) if e.confirmed)
     }
 
     /// Fails a call with `kind`, reporting the event that goes with it.
@@ -438,7 +246,7 @@ impl Session {
 
     /// Fails every call and connect waiter (closing, or the session lost).
     pub(super) fn fail_everything(&mut self, kind: ErrorKind, message: &str, events: bool) {
-        for waiter in std::mem::take(&mut self.life.connect_waiters) {
+        for waiter in self.life.take_connect_waiters() {
             self.outputs.push_back(Output::Completed {
                 call: waiter,
                 result: Err(Error::new(kind, message)),

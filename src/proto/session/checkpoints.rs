@@ -24,7 +24,7 @@ impl Session {
         if !gets_checkpoints(c) {
             return None;
         }
-        Some(c.checkpoint(self.life.era, self.session_id().cloned()))
+        Some(c.checkpoint(self.life.era(), self.session_id().cloned()))
     }
 
     /// Picks up, as call `id`, a call another process left in flight, from its last
@@ -78,7 +78,7 @@ impl Session {
         if let Some(result) = awaiting {
             self.input_required(id, result, now);
         }
-        match self.life.phase {
+        match *self.life.phase() {
             Phase::Ready(_)
                 if self
                     .calls
@@ -124,6 +124,6 @@ impl Session {
 
 /// Whether `call` gets checkpoints: the application's, of a method that may change
 /// something.
-pub(super) fn gets_checkpoints(call: &Call) -> bool {
+fn gets_checkpoints(call: &Call) -> bool {
     call.serves().is_none() && !is_read_only(call.method())
 }

@@ -7,13 +7,17 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use bytes::Bytes;
-use http::header::HeaderMap;
+use http::header::{HeaderMap, HeaderValue};
 
-use super::lifecycle::{Checks, Negotiated};
-use crate::ids::SequencedEventId;
-use crate::proto::classify::HeadFacts;
+use super::cursors::Observed;
+use super::headers::LAST_EVENT_ID;
+use super::negotiated::{Checks, Negotiated};
+use crate::error::{Error, ErrorKind};
+use crate::ids::{EventId, SequencedEventId};
+use crate::proto::classify::{self, ContentType, Context, HeadFacts, Refusal, MAX_ERROR_BODY};
+use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
-use crate::sse::SseDecoder;
+use crate::sse::{SseDecoder, SseEvent};
 
 /// What an exchange is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,8 +41,8 @@ pub(super) enum ExKind {
 
 /// How the body is being read.
 #[derive(Debug)]
-pub(super) enum Body {
-    /// No head yet.
+enum Body {
+    /// No head yet, or a head whose body is not read.
     Pending,
     Json(Vec<u8>),
     Sse(Box<SseDecoder>),
@@ -46,33 +50,261 @@ pub(super) enum Body {
     Error(Vec<u8>),
 }
 
+/// How a success body is to be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reader {
+    Json,
+    Sse,
+}
+
+impl Reader {
+    /// The reader for a body of content type `ct`; `None` for one that has none.
+    pub(super) fn of(ct: ContentType) -> Option<Reader> {
+        match ct {
+            ContentType::Json => Some(Reader::Json),
+            ContentType::Sse => Some(Reader::Sse),
+            ContentType::Other => None,
+        }
+    }
+}
+
+/// What a response head is to its exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Head {
+    /// A second head: ignored.
+    Second,
+    /// A refusal (not 2xx): its body is read, bounded, to classify it when it ends.
+    Refused,
+    /// A success: what it means is the session's to read.
+    Success,
+}
+
+/// What body bytes fed to an exchange came to.
+#[derive(Debug)]
+pub(super) enum Fed {
+    /// Read (an SSE body's complete events are in the caller's buffer).
+    Read,
+    /// Bytes before the head: ignored.
+    BeforeHead,
+    /// A refusal's body reached its bound: enough to classify it.
+    RefusalRead,
+    /// Something in it is unacceptable (too large): the exchange is to be abandoned.
+    Broken(Error),
+}
+
+/// Where an exchange's reading stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// No head yet.
+    NoHead,
+    /// A head whose body is not read.
+    Unread,
+    Json,
+    Sse,
+    Refusal,
+}
+
+/// What an exchange's body came to when it ended.
+#[derive(Debug)]
+pub(super) enum Ended {
+    /// It ended where it stood (no head, or a body not read).
+    Early,
+    /// A JSON body, whole.
+    Json(Vec<u8>),
+    /// An SSE body: its last events are in the caller's buffer.
+    Sse,
+    /// A refusal's body, now ready to classify.
+    Refusal,
+}
+
 /// One exchange in flight.
 #[derive(Debug)]
 pub(super) struct Exchange {
-    pub(super) kind: ExKind,
-    pub(super) carried_session_id: bool,
-    pub(super) allow_batch: bool,
-    pub(super) checks: Checks,
-    pub(super) status: Option<u16>,
-    pub(super) body: Body,
+    kind: ExKind,
+    sent: Sent,
+    status: Option<u16>,
+    body: Body,
     /// A GET with `Last-Event-ID`.
-    pub(super) resumed: bool,
+    resumed: bool,
     /// Delivered anything new.
-    pub(super) progress: bool,
+    progress: bool,
     /// The sequenced id that must come next on a resumed stream.
-    pub(super) expect: Option<SequencedEventId>,
+    expect: Option<SequencedEventId>,
     /// The driver reported its end; no abort is owed.
-    pub(super) ended: bool,
+    ended: bool,
     /// What a refused head said, kept for its body's end.
-    pub(super) head: HeadFacts,
+    head: HeadFacts,
+}
+
+impl Exchange {
+    pub(super) fn kind(&self) -> ExKind {
+        self.kind
+    }
+
+    /// Whether this is a GET with `Last-Event-ID`.
+    pub(super) fn is_resumed(&self) -> bool {
+        self.resumed
+    }
+
+    /// Whether its stream delivered anything new.
+    pub(super) fn made_progress(&self) -> bool {
+        self.progress
+    }
+
+    /// Whether its request carried a session id.
+    pub(super) fn carried_session_id(&self) -> bool {
+        self.sent.carried_session_id
+    }
+
+    /// Whether its payloads may be JSON-RPC batches.
+    pub(super) fn allows_batch(&self) -> bool {
+        self.sent.allow_batch
+    }
+
+    /// Whether the capability hash of its answer's head is compared.
+    pub(super) fn checks_hash(&self) -> bool {
+        self.sent.checks.hash
+    }
+
+    /// Where its reading stands.
+    pub(super) fn stage(&self) -> Stage {
+        match &self.body {
+            Body::Pending if self.status.is_none() => Stage::NoHead,
+            Body::Pending => Stage::Unread,
+            Body::Json(_) => Stage::Json,
+            Body::Sse(_) => Stage::Sse,
+            Body::Error(_) => Stage::Refusal,
+        }
+    }
+
+    /// Records its response head, once.
+    pub(super) fn on_head(&mut self, status: u16, headers: &HeaderMap) -> Head {
+        if self.status.is_some() {
+            return Head::Second;
+        }
+        self.status = Some(status);
+        if (200..300).contains(&status) {
+            return Head::Success;
+        }
+        // What a refusal means may depend on its body, read (bounded) and classified when it
+        // ends.
+        self.head = HeadFacts::read(status, headers);
+        self.body = Body::Error(Vec::new());
+        Head::Refused
+    }
+
+    /// Starts reading a success body with `reader`.
+    pub(super) fn read(&mut self, reader: Reader, max_event_size: usize) {
+        self.body = match reader {
+            Reader::Json => Body::Json(Vec::new()),
+            Reader::Sse => Body::Sse(Box::new(SseDecoder::new(max_event_size))),
+        };
+    }
+
+    /// Feeds body bytes: an SSE body's complete events go to `events`; a JSON body grows up to
+    /// `max_body`; a refusal's body up to what classifying it needs.
+    pub(super) fn feed(&mut self, data: &[u8], max_body: usize, events: &mut Vec<SseEvent>) -> Fed {
+        match &mut self.body {
+            Body::Pending => Fed::BeforeHead,
+            Body::Error(buf) => {
+                let room = MAX_ERROR_BODY.saturating_sub(buf.len());
+                buf.extend_from_slice(&data[..data.len().min(room)]);
+                // Enough to classify: an endless error body must not hold the answer.
+                if buf.len() >= MAX_ERROR_BODY {
+                    Fed::RefusalRead
+                } else {
+                    Fed::Read
+                }
+            }
+            Body::Json(buf) => {
+                if buf.len().saturating_add(data.len()) > max_body {
+                    Fed::Broken(Error::new(
+                        ErrorKind::TooLarge,
+                        format!("JSON body larger than {max_body} bytes"),
+                    ))
+                } else {
+                    buf.extend_from_slice(data);
+                    Fed::Read
+                }
+            }
+            Body::Sse(decoder) => match decoder.feed(data, events) {
+                Ok(()) => Fed::Read,
+                Err(crate::sse::SseError::TooLarge { max }) => Fed::Broken(Error::new(
+                    ErrorKind::TooLarge,
+                    format!("SSE event larger than {max} bytes"),
+                )),
+            },
+        }
+    }
+
+    /// The driver reported the body's end: no abort is owed any more. An SSE body's last
+    /// events go to `events`.
+    pub(super) fn end(&mut self, events: &mut Vec<SseEvent>) -> Ended {
+        self.ended = true;
+        match &mut self.body {
+            Body::Pending => Ended::Early,
+            Body::Json(buf) => Ended::Json(std::mem::take(buf)),
+            Body::Sse(decoder) => {
+                decoder.finish(events);
+                Ended::Sse
+            }
+            Body::Error(_) => Ended::Refusal,
+        }
+    }
+
+    /// The whole JSON body arrived decoded ahead: `true`, and the body is over, when this
+    /// exchange reads a JSON body of which nothing was read yet.
+    pub(super) fn take_whole_json(&mut self) -> bool {
+        let whole = matches!(&self.body, Body::Json(buf) if buf.is_empty());
+        if whole {
+            self.ended = true;
+        }
+        whole
+    }
+
+    /// Whether this exchange reads an SSE body of which nothing was read yet (so events read
+    /// ahead may take its reader's place).
+    pub(super) fn reads_fresh_sse(&self) -> bool {
+        matches!(&self.body, Body::Sse(decoder) if decoder.is_fresh())
+    }
+
+    /// Observes an event of its stream through `cursor` (the stream's cursor, given the
+    /// sequenced id that must come next when this exchange checks the sequence), and notes
+    /// progress.
+    pub(super) fn observe(
+        &mut self,
+        cursor: impl FnOnce(Option<&mut Option<SequencedEventId>>) -> Observed,
+    ) -> Observed {
+        let check_sequence = self.sent.checks.sequenced && self.resumed;
+        let observed = cursor(check_sequence.then_some(&mut self.expect));
+        if let Observed::New { progressed: true } = observed {
+            self.progress = true;
+        }
+        observed
+    }
+
+    /// A refused exchange's status and what its refusal means ([`classify::refusal`]);
+    /// `None` for one that was not refused.
+    pub(super) fn refusal(&self, unavailable_not_processed: bool) -> Option<(u16, Refusal)> {
+        let Body::Error(body) = &self.body else {
+            return None;
+        };
+        let status = self.status.unwrap_or(0);
+        let context = Context {
+            carried_session_id: self.sent.carried_session_id,
+            extension: self.sent.checks.rejections,
+            unavailable_not_processed,
+        };
+        Some((status, classify::refusal(status, &self.head, body, context)))
+    }
 }
 
 /// How an exchange is sent: the facts fixed at send time.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Sent {
-    pub(super) carried_session_id: bool,
-    pub(super) allow_batch: bool,
-    pub(super) checks: Checks,
+    carried_session_id: bool,
+    allow_batch: bool,
+    checks: Checks,
 }
 
 impl Sent {
@@ -84,14 +316,32 @@ impl Sent {
             checks: s.checks,
         }
     }
+
+    /// An `initialize` offering `version`: no session yet, so nothing to check.
+    pub(super) fn initialize(version: ProtocolVersion) -> Self {
+        Sent {
+            carried_session_id: false,
+            allow_batch: version.allows_batch(),
+            checks: Checks::default(),
+        }
+    }
+
+    /// The DELETE that closes a session: it names the session, and expects no body.
+    pub(super) fn delete() -> Self {
+        Sent {
+            carried_session_id: true,
+            allow_batch: false,
+            checks: Checks::default(),
+        }
+    }
 }
 
 /// Answer POSTs: how many are in flight and the bounded queue behind them.
 #[derive(Debug, Default)]
-pub(super) struct Answers {
-    pub(super) in_flight: usize,
-    pub(super) queue: VecDeque<Bytes>,
-    pub(super) dropped: u64,
+struct Answers {
+    in_flight: usize,
+    queue: VecDeque<Bytes>,
+    dropped: u64,
 }
 
 /// The exchange table and the driver's action queue.
@@ -101,7 +351,7 @@ pub(super) struct Exchanges {
     map: FxHashMap<HttpId, Exchange>,
     next: u64,
     transmits: VecDeque<Transmit>,
-    pub(super) answers: Answers,
+    answers: Answers,
 }
 
 impl Exchanges {
@@ -124,9 +374,7 @@ impl Exchanges {
             id,
             Exchange {
                 kind,
-                carried_session_id: sent.carried_session_id,
-                allow_batch: sent.allow_batch,
-                checks: sent.checks,
+                sent,
                 status: None,
                 body: Body::Pending,
                 resumed: false,
@@ -144,6 +392,32 @@ impl Exchanges {
             body,
         }));
         id
+    }
+
+    /// Opens a GET stream, resuming after `cursor` when there is one: with `Last-Event-ID`,
+    /// and expecting the sequenced id that follows it.
+    pub(super) fn open_stream(
+        &mut self,
+        kind: ExKind,
+        mut headers: HeaderMap,
+        cursor: Option<&EventId>,
+        sent: Sent,
+    ) -> HttpId {
+        let purpose = match cursor {
+            Some(c) => {
+                if let Ok(v) = HeaderValue::from_str(c.as_str()) {
+                    headers.insert(LAST_EVENT_ID, v);
+                }
+                HttpPurpose::Resume
+            }
+            None => HttpPurpose::Listen,
+        };
+        let http = self.open(kind, HttpMethod::Get, purpose, headers, None, sent);
+        if let (Some(cursor), Some(ex)) = (cursor, self.map.get_mut(&http)) {
+            ex.resumed = true;
+            ex.expect = SequencedEventId::of(cursor).map(|s| s.next());
+        }
+        http
     }
 
     pub(super) fn get(&self, http: HttpId) -> Option<&Exchange> {
@@ -228,6 +502,16 @@ impl Exchanges {
             return None;
         }
         self.answers.queue.pop_front()
+    }
+
+    /// Forgets the answers queued for a session that is gone: they have nobody to reach.
+    pub(super) fn drop_queued_answers(&mut self) {
+        self.answers.queue.clear();
+    }
+
+    /// Answers dropped because the queue was full.
+    pub(super) fn dropped_answers(&self) -> u64 {
+        self.answers.dropped
     }
 
     pub(super) fn poll_transmit(&mut self) -> Option<Transmit> {

@@ -6,17 +6,15 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use super::call::CallState;
 use super::cursors::Observed;
 use super::exchanges::ExKind;
-use super::lifecycle::Step;
+
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::modern::{self, ResultType};
-use crate::proto::probe::ProbeAnswer;
 use crate::proto::{
     ext, methods, CallId, HttpId, Notification, Output, ServerRequest, SessionEvent,
 };
@@ -55,36 +53,29 @@ impl Session {
         let Some(ex) = self.exchanges.get_mut(http) else {
             return;
         };
-        let check_sequence = ex.checks.sequenced && ex.resumed;
-        let expect = check_sequence.then_some(&mut ex.expect);
-        let observed = match ex.kind {
-            ExKind::Post(c) | ExKind::Resume(c) => match self.calls.get_mut(c) {
-                Some(call) => call.observe(&event, expect, &mut self.delivered),
+        let kind = ex.kind();
+        let (calls, listen, delivered) = (&mut self.calls, &mut self.listen, &mut self.delivered);
+        let observed = ex.observe(|expect| match kind {
+            ExKind::Post(c) | ExKind::Resume(c) => match calls.get_mut(c) {
+                Some(call) => call.observe(&event, expect, delivered),
                 None => Observed::New { progressed: false },
             },
-            ExKind::Listen => self
-                .listen
-                .cursor
-                .observe(&event, expect, &mut self.delivered),
+            ExKind::Listen => listen.observe(&event, expect, delivered),
             _ => Observed::New { progressed: false },
-        };
+        });
         match observed {
             Observed::Duplicate => return,
             Observed::Gap => return self.stream_violation(http, Failure::EventGap, now),
-            Observed::New { progressed } => {
-                if progressed {
-                    ex.progress = true;
-                }
-            }
+            Observed::New { .. } => {}
         }
         if event.data.is_empty() {
             return;
         }
-        if ex.kind == ExKind::Listen {
+        if kind == ExKind::Listen {
             // A message from the server on its own stream: the session works.
             self.life.confirm();
         }
-        let allow_batch = ex.allow_batch;
+        let allow_batch = ex.allows_batch();
         match message {
             Some(message) => self.on_decoded(http, Decoded::One(message), now),
             None => {
@@ -99,12 +90,12 @@ impl Session {
         let Some(ex) = self.exchanges.get(http) else {
             return;
         };
-        match ex.kind {
+        match ex.kind() {
             ExKind::Resume(c) | ExKind::Post(c) => {
                 self.apply(c, failure, now);
             }
             ExKind::Listen => {
-                let progress = ex.progress;
+                let progress = ex.made_progress();
                 self.listen_failed(failure, Some(http), progress, now);
             }
             _ => {}
@@ -148,7 +139,7 @@ impl Session {
         let Some(ex) = self.exchanges.get(http) else {
             return;
         };
-        let (kind, resumed) = (ex.kind, ex.resumed);
+        let (kind, resumed) = (ex.kind(), ex.is_resumed());
         match message {
             Message::Request { id, method, .. } if self.is_modern() => {
                 // The modern era has no server-to-client requests on a stream (they come as
@@ -210,10 +201,9 @@ impl Session {
         result: Result<Value, RpcError>,
         now: Instant,
     ) {
-        let (expected, discover) = match self.life.handshake().map(|h| &h.step) {
-            Some(Step::Initialize { rpc, .. }) => (Some(rpc), false),
-            Some(Step::Discover { rpc, .. }) => (Some(rpc), true),
-            _ => (None, false),
+        let (expected, discover) = match self.life.handshake().and_then(|h| h.awaits()) {
+            Some((rpc, discover)) => (Some(rpc), discover),
+            None => (None, false),
         };
         // An error without an id on the probe's own stream can only be about the probe.
         let unattributed_error = discover && id.is_none() && result.is_err();
@@ -229,7 +219,7 @@ impl Session {
     /// A notification on the modern change stream: `false` when it is not for the app (the
     /// acknowledgement, or one naming another subscription).
     fn on_subscription(&mut self, method: &str, params: Option<&Value>) -> bool {
-        let Some(ours) = &self.listen.subscription else {
+        let Some(ours) = self.listen.subscription() else {
             return true;
         };
         let named = params
@@ -331,7 +321,7 @@ impl Session {
         self.detach(id);
         if let Some(task) = self.calls.get(id).and_then(|c| c.task()) {
             // The answer to a poll: the task's state, if it is one, of this task.
-            return match super::tasks::check_poll_answer(&task.task_id, &value) {
+            return match super::tasks::check_poll_answer(task.task_id(), &value) {
                 Ok(()) => self.on_task_status(id, value, now),
                 Err(error) => self.complete(id, Err(error)),
             };
@@ -357,37 +347,6 @@ impl Session {
                     format!("result of unknown resultType {unknown:?}"),
                 )),
             ),
-        }
-    }
-
-    /// A JSON body ended (`decoded`: it was JSON-RPC): a call whose response was not in it
-    /// may have run.
-    pub(super) fn json_ended(&mut self, kind: ExKind, decoded: bool, now: Instant) {
-        match kind {
-            ExKind::Post(c)
-                if self
-                    .calls
-                    .get(c)
-                    .is_some_and(|call| matches!(call.state(), CallState::Posting(_))) =>
-            {
-                let cause = if decoded {
-                    "the JSON body answered another request id or none"
-                } else {
-                    "the JSON body was cut or undecodable"
-                };
-                let cause = Error::new(ErrorKind::Protocol, cause);
-                self.apply_because(c, Failure::AnsweredWithoutResponse, cause, now);
-            }
-            ExKind::Initialize => self.init_failed(
-                Error::new(ErrorKind::Protocol, "initialize: body without the response"),
-                now,
-            ),
-            ExKind::Discover => self.probe_answered(
-                ProbeAnswer::NoResponse,
-                Error::new(ErrorKind::Protocol, "body without the response"),
-                now,
-            ),
-            _ => {}
         }
     }
 }

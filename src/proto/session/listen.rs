@@ -8,19 +8,20 @@ use http::HeaderValue;
 use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
 
-use super::cursors::Cursor;
+use super::cursors::{Cursor, Delivered, Observed};
 use super::exchanges::{ExKind, Sent};
-use super::headers::LAST_EVENT_ID;
-use super::init::STABLE_SESSION;
+use super::negotiated::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
+use crate::ids::{EventId, SequencedEventId};
 use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::{jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose};
+use crate::sse::SseEvent;
 
 /// Where the standalone stream stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ListenState {
+enum ListenState {
     /// Not open (yet, or until the session is ready).
     Off,
     Open(HttpId),
@@ -35,17 +36,17 @@ pub(super) enum ListenState {
 /// The standalone stream of the current session.
 #[derive(Debug)]
 pub(super) struct Listen {
-    pub(super) state: ListenState,
-    pub(super) cursor: Cursor,
+    state: ListenState,
+    cursor: Cursor,
     /// Consecutive failed attempts.
-    pub(super) attempts: u32,
+    attempts: u32,
     /// The current session was made by a re-initialization this stream's own refusal caused.
-    pub(super) caused_reinit: bool,
+    caused_reinit: bool,
     /// Modern era: the JSON-RPC id of the `subscriptions/listen` request the stream answers
     /// (notifications on it name it as their `subscriptionId`).
-    pub(super) subscription: Option<RequestId>,
+    subscription: Option<RequestId>,
     /// Modern era: when the `subscriptions/listen` request was sent.
-    pub(super) opened: Option<Instant>,
+    opened: Option<Instant>,
 }
 
 impl Listen {
@@ -58,6 +59,54 @@ impl Listen {
             subscription: None,
             opened: None,
         }
+    }
+
+    /// Whether `http` is the stream's open exchange.
+    pub(super) fn is_open(&self, http: HttpId) -> bool {
+        self.state == ListenState::Open(http)
+    }
+
+    /// Forgets the stream (it belonged to a session now replaced); returns its exchange, if
+    /// one is open, to be finished.
+    pub(super) fn reset(&mut self) -> Option<HttpId> {
+        let open = match self.state {
+            ListenState::Open(http) => Some(http),
+            _ => None,
+        };
+        *self = Listen::new();
+        open
+    }
+
+    /// The stream is answered and read: a refusal of it from now on is not the one that
+    /// caused the current session's re-initialization.
+    pub(super) fn answered(&mut self) {
+        self.caused_reinit = false;
+    }
+
+    /// The stream sent what it should not (an event past the size bound): a hostile stream
+    /// would only repeat itself, so it is not opened again.
+    pub(super) fn give_up(&mut self) {
+        self.state = ListenState::GaveUp;
+    }
+
+    /// The last event id seen on the stream, which a reopened stream resumes from.
+    pub(super) fn last_event_id(&self) -> Option<&EventId> {
+        self.cursor.last.as_ref()
+    }
+
+    /// Observes an event of the stream ([`Cursor::observe`]).
+    pub(super) fn observe(
+        &mut self,
+        event: &SseEvent,
+        expect: Option<&mut Option<SequencedEventId>>,
+        delivered: &mut Delivered,
+    ) -> Observed {
+        self.cursor.observe(event, expect, delivered)
+    }
+
+    /// Modern era: the id of the `subscriptions/listen` request the stream answers.
+    pub(super) fn subscription(&self) -> Option<&RequestId> {
+        self.subscription.as_ref()
     }
 }
 
@@ -126,34 +175,21 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        let mut headers = session.headers.get();
+        let headers = session.headers.get();
         let sent = Sent::on(session);
-        let cursor = self.listen.cursor.last.clone();
-        let purpose = match &cursor {
-            Some(c) => {
-                if let Ok(v) = http::HeaderValue::from_str(c.as_str()) {
-                    headers.insert(LAST_EVENT_ID, v);
-                }
-                HttpPurpose::Resume
-            }
-            None => HttpPurpose::Listen,
-        };
-        let http = self.exchanges.open(
-            ExKind::Listen,
-            HttpMethod::Get,
-            purpose,
-            headers,
-            None,
-            sent,
-        );
-        if let Some(ex) = self.exchanges.get_mut(http) {
-            ex.resumed = cursor.is_some();
-            ex.expect = cursor
-                .as_ref()
-                .and_then(crate::ids::SequencedEventId::of)
-                .map(|s| s.next());
-        }
+        let cursor = self.listen.cursor.last.as_ref();
+        let http = self
+            .exchanges
+            .open_stream(ExKind::Listen, headers, cursor, sent);
         self.listen.state = ListenState::Open(http);
+    }
+
+    /// The standalone stream's backoff ended: listen again.
+    pub(super) fn listen_backoff_ended(&mut self, now: Instant) {
+        if self.listen.state == ListenState::Backoff {
+            self.listen.state = ListenState::Off;
+            self.open_listen(now);
+        }
     }
 
     /// The standalone stream failed: the recovery decision says whether to listen again, stop,
@@ -201,7 +237,7 @@ impl Session {
             failure,
             Failure::ResumeNotFound | Failure::ResumeRejected(_)
         ) && self.listen.caused_reinit
-            && !self.is_confirmed();
+            && !self.life.is_confirmed();
         if refused_again {
             // The fresh session's stream was refused the same way before anything else
             // worked on it: the endpoint does not offer the stream (a server that says 404

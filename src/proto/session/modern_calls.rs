@@ -23,7 +23,7 @@ use crate::proto::{methods, CallId, Era, Output, ServerRequest};
 impl Session {
     /// Whether the server is known to speak the modern era.
     pub(super) fn is_modern(&self) -> bool {
-        self.life.era == Some(Era::Modern)
+        self.life.era() == Some(Era::Modern)
     }
 
     /// A `tools/list` result from a modern server: tools with invalid `x-mcp-header`

@@ -1,5 +1,5 @@
-//! What the session sends: calls, resumes, cancellations, notifications, answers to server
-//! requests, and the DELETE that closes the session.
+//! The application's commands, and what the session sends: calls, resumes, cancellations,
+//! notifications, answers to server requests, and the DELETE that closes the session.
 
 use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
@@ -9,15 +9,254 @@ use tracing::{debug, info, warn};
 
 use super::call::Attempt;
 use super::exchanges::{ExKind, Sent};
-use super::headers::{IDEMPOTENCY_KEY, LAST_EVENT_ID};
-use super::lifecycle::{KeyPlacement, Phase};
+use super::headers::IDEMPOTENCY_KEY;
+use super::lifecycle::Phase;
 use super::modern_calls::mirror_headers;
+use super::negotiated::KeyPlacement;
 use super::Session;
-use crate::ids::{RequestId, SequencedEventId};
+use std::time::Instant;
+
+use http::HeaderMap;
+
+use super::call::{Call, CallState};
+use super::deadline_after;
+use super::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
+use super::listen::Listen;
+use super::timers::Timer;
+use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::RequestId;
 use crate::proto::{
     jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, ResendPolicy, SessionEvent,
 };
+use crate::proto::{CallRequest, HttpId};
 
+// The application's commands.
+impl Session {
+    /// Starts `initialize` (+ `notifications/initialized`, + the GET stream). The returned
+    /// call completes with the `initialize` result once the session is ready (at once when it
+    /// already is).
+    pub fn connect(&mut self, now: Instant) -> CallId {
+        let id = CallId::next();
+        match self.life.phase() {
+            Phase::Ready(e) => {
+                let result = e.session().result.clone();
+                self.outputs.push_back(Output::Completed {
+                    call: id,
+                    result: Ok(result),
+                });
+            }
+            Phase::Initializing(_) => self.life.wait_for_connect(id),
+            Phase::Idle => {
+                self.life.wait_for_connect(id);
+                self.start_handshake(None, None, None, now);
+            }
+            Phase::Lost(_) => {
+                self.life.wait_for_connect(id);
+                self.reconnect_lost(now);
+            }
+            Phase::Closing { .. } | Phase::Terminated => {
+                let error = self.terminal_error();
+                self.outputs.push_back(Output::Completed {
+                    call: id,
+                    result: Err(error),
+                });
+            }
+        }
+        id
+    }
+
+    /// Submits a request as call `id` ([`CallId::next`]): the id its outputs and events name.
+    /// Calls submitted before or during (re-)initialization wait for it; the first one
+    /// connects. An id already in use is refused (nothing is sent, nothing reported).
+    pub fn submit(&mut self, id: CallId, request: CallRequest, now: Instant) {
+        if self.refuse(id, "submission") {
+            return;
+        }
+        let deadline = deadline_after(now, request.timeout.unwrap_or(self.config.call_timeout));
+        let call = Call::new(
+            request.method,
+            request.params,
+            request.idempotency_key,
+            deadline,
+        );
+        self.calls.insert(id, call);
+        self.timers.set(Timer::CallDeadline(id), deadline);
+        match self.life.phase() {
+            Phase::Ready(_) => self.send_call(id),
+            Phase::Idle => self.start_handshake(None, None, None, now),
+            Phase::Lost(_) => self.reconnect_lost(now),
+            _ => {}
+        }
+    }
+
+    /// Sends a notification to the server (best effort; no completion is reported). Before
+    /// the session is ready it is held (bounded) and sent once it is.
+    pub fn notify(&mut self, method: &str, params: Option<Value>, now: Instant) {
+        if self.life.is_over() {
+            debug!(method, "notification dropped: session closed");
+            return;
+        }
+        let body = jsonrpc::encode_notification(method, params.as_ref());
+        if self.life.is_ready() {
+            self.post(ExKind::Notify, body);
+        } else {
+            self.queue_notification(body);
+            match self.life.phase() {
+                Phase::Idle => self.start_handshake(None, None, None, now),
+                Phase::Lost(_) => self.reconnect_lost(now),
+                _ => {}
+            }
+        }
+    }
+
+    /// Answers a server-to-client request. At most 8 answers are in flight; up to 256 wait
+    /// behind them, more are dropped and counted ([`Session::dropped_answers`]).
+    pub fn respond(&mut self, id: RequestId, result: Result<Value, RpcError>, now: Instant) {
+        // An answer to an MRTR input goes into the call's next round, not on the wire.
+        let Err(result) = self.input_answered_or(&id, result, now) else {
+            return;
+        };
+        if self.is_modern() {
+            // The modern era has no server requests to answer: this is an input of a call
+            // that ended (dropped, cancelled, past its deadline), and nothing more is sent
+            // for it.
+            debug!(%id, "answer to an input of an ended call dropped");
+            return;
+        }
+        if !self.life.is_ready() {
+            debug!(%id, "answer to a server request dropped: session not ready");
+            return;
+        }
+        let body = jsonrpc::encode_response(&id, &result);
+        if !self.exchanges.queue_answer(body) {
+            warn!(
+                dropped = self.exchanges.dropped_answers(),
+                "answer to a server request dropped: too many queued"
+            );
+        }
+        self.flush_answers();
+    }
+
+    /// The app gave up on a call (its future was dropped): POST `notifications/cancelled`
+    /// if it may be running, abort its stream, and report nothing more for it.
+    pub fn cancel(&mut self, call: CallId, now: Instant) {
+        self.cancel_call(call, None, now);
+    }
+
+    /// As [`Session::cancel`], for a call whose current POST, exchange `unsent`, the driver
+    /// took from [`Session::poll_transmit`] but never started (and now drops): the request
+    /// is known not to have left, and the server is told nothing, as for a POST still queued.
+    pub fn cancel_unsent(&mut self, call: CallId, unsent: HttpId, now: Instant) {
+        self.cancel_call(call, Some(unsent), now);
+    }
+
+    fn cancel_call(&mut self, call: CallId, unsent: Option<HttpId>, now: Instant) {
+        let _ = now;
+        let Some(c) = self.calls.get_mut(call) else {
+            return;
+        };
+        // Its POST never left (still queued, or given back by the driver): nothing runs, and
+        // the server is told nothing. (A resume GET not sent yet says nothing: the POST before
+        // it ran.)
+        if let CallState::Posting(http) = c.state() {
+            if unsent == Some(http) || self.exchanges.unsent(http) {
+                c.not_run();
+            }
+        }
+        self.send_cancelled(call, "cancelled by the client");
+        self.cancel_task(call);
+        if self.remove_call(call).is_some() {
+            debug!(call = call.0, "call cancelled");
+        }
+    }
+
+    /// Closes the session: fails waiting calls with `Closed` and DELETEs the session. The
+    /// returned call completes when the DELETE is answered (405 tolerated, and a session the
+    /// server no longer knows is closed too).
+    pub fn close(&mut self, now: Instant) -> CallId {
+        let _ = now;
+        let id = CallId::next();
+        // A lost session has nothing left to delete: the server already forgot it.
+        if self.life.is_over() || matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
+            if matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
+                self.life.terminate();
+                self.outputs.push_back(Output::Event(SessionEvent::Closed));
+            }
+            self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Ok(Value::Null),
+            });
+            return id;
+        }
+        // The session to delete: the established one, or the one a handshake has obtained.
+        let delete = self.life.to_delete(self.config.protocol_version);
+        self.life.terminate();
+        self.fail_everything(ErrorKind::Closed, "session closed", false);
+        self.exchanges.finish_all_but_delete();
+        self.timers.clear();
+        self.listen = Listen::new();
+        self.notifications.clear();
+        self.outputs.push_back(Output::Event(SessionEvent::Closed));
+        match delete {
+            Some((sid, version)) => {
+                info!("closing session");
+                let mut headers = HeaderMap::with_capacity(2);
+                headers.insert(MCP_SESSION_ID, sid);
+                if version.has_version_header() {
+                    headers.insert(
+                        MCP_PROTOCOL_VERSION,
+                        HeaderValue::from_static(version.as_str()),
+                    );
+                }
+                self.send_delete(headers, id);
+            }
+            None => self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Ok(Value::Null),
+            }),
+        }
+        id
+    }
+
+    /// Hands an answer to the MRTR round it belongs to; gives it back when it is not one.
+    fn input_answered_or(
+        &mut self,
+        id: &RequestId,
+        result: Result<Value, RpcError>,
+        now: Instant,
+    ) -> Result<(), Result<Value, RpcError>> {
+        if self.calls.has_input(id) {
+            self.input_answered(id, result, now);
+            Ok(())
+        } else {
+            Err(result)
+        }
+    }
+
+    /// Whether call `id` cannot start (`what`: a submission or a pick-up): its id is in use
+    /// (ignored), or the session is over (the call completed at once with why).
+    pub(super) fn refuse(&mut self, id: CallId, what: &str) -> bool {
+        if self.calls.get(id).is_some() {
+            warn!(call = id.0, "call id already in use: {what} ignored");
+            return true;
+        }
+        if self.life.is_over() {
+            let error = self.terminal_error();
+            self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Err(error),
+            });
+            return true;
+        }
+        false
+    }
+
+    fn terminal_error(&self) -> Error {
+        Error::new(ErrorKind::Closed, "session closed")
+    }
+}
+
+// What goes out.
 impl Session {
     /// POSTs a call on the established session (a new JSON-RPC id for every send).
     pub(super) fn send_call(&mut self, id: CallId) {
@@ -83,10 +322,7 @@ impl Session {
             mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
         }
         debug!(call = id.0, %rpc, method, "sending call");
-        // Hash checks (head and replayed result) are the extension's: only for a session
-        // whose server advertised them.
-        let hash = session.hash.clone().filter(|_| session.checks.hash);
-        let attempt = Attempt::new(rpc, session.generation, hash, session.keys.is_some());
+        let attempt = Attempt::on(rpc, session);
         let http = self.exchanges.open(
             ExKind::Post(id),
             HttpMethod::Post,
@@ -133,24 +369,12 @@ impl Session {
             return;
         };
         info!(call = id.0, last_event_id = %cursor, "resuming stream");
-        let mut headers = session.headers.get();
-        if let Ok(v) = HeaderValue::from_str(cursor.as_str()) {
-            headers.insert(LAST_EVENT_ID, v);
-        }
+        let headers = session.headers.get();
         let sent = Sent::on(session);
-        let http = self.exchanges.open(
-            ExKind::Resume(id),
-            HttpMethod::Get,
-            HttpPurpose::Resume,
-            headers,
-            None,
-            sent,
-        );
+        let http = self
+            .exchanges
+            .open_stream(ExKind::Resume(id), headers, Some(&cursor), sent);
         call.resume_on(http);
-        if let Some(ex) = self.exchanges.get_mut(http) {
-            ex.resumed = true;
-            ex.expect = SequencedEventId::of(&cursor).map(|s| s.next());
-        }
         // The cursor it resumes from, for the record.
         self.note_checkpoint(id);
     }
@@ -161,7 +385,7 @@ impl Session {
         if self.is_modern() {
             return;
         }
-        let generation = self.life.generation;
+        let generation = self.life.generation();
         let Some(call) = self.calls.get(id) else {
             return;
         };
@@ -205,7 +429,7 @@ impl Session {
     }
 
     /// Holds a notification until the session is ready (bounded).
-    pub(super) fn queue_notification(&mut self, body: Bytes) {
+    fn queue_notification(&mut self, body: Bytes) {
         if self.notifications.len() < MAX_QUEUED_NOTIFICATIONS {
             self.notifications.push_back(body);
         } else {
@@ -224,20 +448,15 @@ impl Session {
     }
 
     /// DELETEs the session named `id` (closing).
-    pub(super) fn send_delete(&mut self, headers: http::HeaderMap, close: CallId) {
-        let sent = Sent {
-            carried_session_id: true,
-            allow_batch: false,
-            checks: Default::default(),
-        };
+    fn send_delete(&mut self, headers: http::HeaderMap, close: CallId) {
         self.exchanges.open(
             ExKind::Delete,
             HttpMethod::Delete,
             HttpPurpose::Terminate,
             headers,
             None,
-            sent,
+            Sent::delete(),
         );
-        self.life.phase = Phase::Closing { close };
+        self.life.closing(close);
     }
 }

@@ -72,7 +72,7 @@ impl Session {
         self.note_checkpoint(id);
         if self.life.is_ready() {
             self.send_call(id);
-        } else if matches!(self.life.phase, super::lifecycle::Phase::Idle) {
+        } else if matches!(*self.life.phase(), super::lifecycle::Phase::Idle) {
             self.start_handshake(None, None, None, now);
         }
     }
@@ -87,9 +87,9 @@ impl Session {
             return;
         };
         if let Some(ms) = status.get("pollIntervalMs").and_then(Value::as_u64) {
-            task.poll = Some(Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL));
+            task.suggest_poll(Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL));
         }
-        let task_id = task.task_id.clone();
+        let task_id = task.task_id().to_owned();
         match status
             .get("status")
             .and_then(Value::as_str)
@@ -144,15 +144,7 @@ impl Session {
         let Some(task) = call.task_mut() else {
             return;
         };
-        let fresh: Vec<(String, Value)> = requests
-            .into_iter()
-            .filter(|(key, _)| !task.answered.contains(key))
-            .collect();
-        if fresh.is_empty() {
-            return self.schedule_poll(id, now);
-        }
-        task.input_rounds += 1;
-        if task.input_rounds > MAX_INPUT_ROUNDS {
+        let Some(fresh) = task.ask(requests) else {
             // The same bound as an MRTR call's: a task that keeps asking must not keep the
             // call (and the app's handlers) busy until a deadline that may be a year away.
             self.cancel_task(id);
@@ -163,8 +155,11 @@ impl Session {
                     format!("the task asked for input more than {MAX_INPUT_ROUNDS} times"),
                 )),
             );
+        };
+        if fresh.is_empty() {
+            return self.schedule_poll(id, now);
         }
-        let task_id = task.task_id.clone();
+        let task_id = task.task_id().to_owned();
         call.await_task_inputs(fresh.len());
         for (key, request) in fresh {
             let input_id = RequestId::String(format!("task/{}/{task_id}/{key}", id.0));
@@ -196,9 +191,9 @@ impl Session {
         let Some(task) = call.task_mut() else {
             return;
         };
-        task.answered.push(key.clone());
+        task.answer(key.clone());
         let params = json!({
-            "taskId": task.task_id,
+            "taskId": task.task_id(),
             "inputResponses": { key: value },
         });
         let done = call.task_input_answered();
@@ -211,15 +206,20 @@ impl Session {
     /// Tells the server a task's call was given up (best effort: cancellation is
     /// cooperative, and nothing waits for the answer).
     pub(super) fn cancel_task(&mut self, id: CallId) {
-        let Some(task) = self.calls.get(id).and_then(|c| c.task().cloned()) else {
+        let Some(task_id) = self
+            .calls
+            .get(id)
+            .and_then(|c| c.task())
+            .map(|t| t.task_id().to_owned())
+        else {
             return;
         };
-        debug!(task_id = %task.task_id, "cancelling the task");
-        self.send_task_request(methods::TASKS_CANCEL, json!({ "taskId": task.task_id }));
+        debug!(%task_id, "cancelling the task");
+        self.send_task_request(methods::TASKS_CANCEL, json!({ "taskId": task_id }));
         self.outputs
             .push_back(Output::Event(SessionEvent::TaskFinished {
                 call: id,
-                task_id: task.task_id,
+                task_id,
             }));
     }
 
@@ -230,7 +230,7 @@ impl Session {
         };
         let delay = call
             .task()
-            .and_then(|t| t.poll)
+            .and_then(TaskState::poll_interval)
             .unwrap_or_else(|| self.config.reconnect.initial_delay.max(MIN_POLL));
         call.poll_later();
         self.timers.set(

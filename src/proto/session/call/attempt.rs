@@ -2,6 +2,7 @@
 //! out under, and the ids of earlier sends on that session that may still be running.
 
 use crate::ids::{CapabilityHash, RequestId};
+use crate::proto::session::negotiated::Negotiated;
 
 /// Earlier sends of one call remembered for its cancellation: re-sends are bounded by the
 /// reconnect policy's attempts, but progress resets that count.
@@ -23,19 +24,15 @@ pub(in crate::proto::session) struct Attempt {
 }
 
 impl Attempt {
-    /// A send under `rpc` on session `generation`, whose answers must carry `hash`, to a
-    /// server that deduplicates keyed calls or not.
-    pub(in crate::proto::session) fn new(
-        rpc: RequestId,
-        generation: u64,
-        hash: Option<CapabilityHash>,
-        server_dedups: bool,
-    ) -> Self {
+    /// A send under `rpc` on the established `session`.
+    pub(in crate::proto::session) fn on(rpc: RequestId, session: &Negotiated) -> Self {
         Attempt {
             rpc: Some(rpc),
-            generation,
-            hash,
-            server_dedups,
+            generation: session.generation,
+            // Hash checks (head and replayed result) are the extension's: only for a session
+            // whose server advertised them.
+            hash: session.hash.clone().filter(|_| session.checks.hash),
+            server_dedups: session.keys.is_some(),
             earlier: Vec::new(),
         }
     }

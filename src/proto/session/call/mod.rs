@@ -14,11 +14,14 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::cursors::{Cursor, Delivered, Observed};
-use super::lifecycle::KeyPlacement;
+use super::negotiated::KeyPlacement;
 use crate::error::Error;
 use crate::ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SequencedEventId, SessionId};
+use crate::policy::ReconnectPolicy;
 use crate::proto::checkpoint::{CallStage, Checkpoint};
-use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
+use crate::proto::config::{ResendPolicy, DEFAULT_IDEMPOTENCY_META_KEY};
+use crate::proto::decide::State;
+use crate::proto::limits::MAX_INPUT_ROUNDS;
 use crate::proto::{methods, modern, CallId, Era, HttpId};
 use crate::sse::SseEvent;
 
@@ -43,13 +46,13 @@ struct InputRound {
 /// A call that became a task.
 #[derive(Debug, Clone)]
 pub(super) struct TaskState {
-    pub(super) task_id: String,
+    task_id: String,
     /// The server's suggested interval between polls.
-    pub(super) poll: Option<Duration>,
+    poll: Option<Duration>,
     /// Input keys already answered (a task may list them again until it sees the answer).
-    pub(super) answered: Vec<String>,
+    answered: Vec<String>,
     /// Times the task asked for fresh input, bounded by `MAX_INPUT_ROUNDS`.
-    pub(super) input_rounds: u32,
+    input_rounds: u32,
 }
 
 impl TaskState {
@@ -61,6 +64,42 @@ impl TaskState {
             answered: Vec::new(),
             input_rounds: 0,
         }
+    }
+
+    pub(super) fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    /// The server's suggested interval between polls, if it gave one.
+    pub(super) fn poll_interval(&self) -> Option<Duration> {
+        self.poll
+    }
+
+    /// The server suggests `interval` between polls.
+    pub(super) fn suggest_poll(&mut self, interval: Duration) {
+        self.poll = Some(interval);
+    }
+
+    /// The task asks for `requests`: returns those not answered yet, which make one more
+    /// round of input when there are any; `None` once the task asked more than
+    /// `MAX_INPUT_ROUNDS` times (the bound of an MRTR call's rounds too).
+    pub(super) fn ask(&mut self, requests: Map<String, Value>) -> Option<Vec<(String, Value)>> {
+        let fresh: Vec<(String, Value)> = requests
+            .into_iter()
+            .filter(|(key, _)| !self.answered.contains(key))
+            .collect();
+        if !fresh.is_empty() {
+            self.input_rounds += 1;
+            if self.input_rounds > MAX_INPUT_ROUNDS {
+                return None;
+            }
+        }
+        Some(fresh)
+    }
+
+    /// Input `key` was answered: the task may list it again until it sees the answer.
+    pub(super) fn answer(&mut self, key: String) {
+        self.answered.push(key);
     }
 }
 
@@ -251,7 +290,7 @@ impl Call {
         self.deadline
     }
 
-    pub(super) fn progress_token(&self) -> Option<&RequestId> {
+    fn progress_token(&self) -> Option<&RequestId> {
         self.progress_token.as_ref()
     }
 
@@ -269,7 +308,7 @@ impl Call {
     }
 
     /// Whether its current request is an MRTR round's or a task's input it waits for.
-    pub(super) fn has_inputs(&self) -> bool {
+    fn has_inputs(&self) -> bool {
         self.input.is_some() || self.task_inputs > 0
     }
 
@@ -337,9 +376,16 @@ impl Call {
         self.state = CallState::Waiting;
     }
 
-    /// Waits out a backoff, then `then`.
-    pub(super) fn back_off(&mut self, then: Retry) {
+    /// Waits out a backoff, then `then`; returns how long: `reconnect`'s delay for the
+    /// attempts failed so far (`random` for its jitter), never under the server's `retry`.
+    pub(super) fn back_off(
+        &mut self,
+        then: Retry,
+        reconnect: &ReconnectPolicy,
+        random: u64,
+    ) -> Duration {
         self.state = CallState::Backoff(then);
+        reconnect.delay(self.attempts.saturating_sub(1), random, self.cursor.retry)
     }
 
     /// Its resume GET is in flight.
@@ -421,18 +467,23 @@ impl Call {
 
     // ---- failures and progress -----------------------------------------------------------
 
-    pub(super) fn attempts(&self) -> u32 {
-        self.attempts
-    }
-
-    pub(super) fn resumes_without_progress(&self) -> u32 {
-        self.no_progress
-    }
-
-    /// Another attempt failed to reach the server; returns how many in a row.
-    pub(super) fn failed(&mut self) -> u32 {
+    /// Another attempt failed to reach the server: `state`, the facts of the decision on it,
+    /// with the call's own (attempts failed in a row, resumes that made no progress).
+    pub(super) fn failed(&mut self, state: State) -> State {
         self.attempts = self.attempts.saturating_add(1);
-        self.attempts
+        state
+            .attempts(self.attempts)
+            .without_progress(self.no_progress)
+    }
+
+    /// Whether sending it again cannot run it twice: a task's poll (`tasks/get` reads and
+    /// never runs anything), or a keyed call to a server that deduplicates keyed calls (as
+    /// its session advertised, or as `policy` assumes).
+    pub(super) fn resend_safe(&self, policy: ResendPolicy) -> bool {
+        self.task.is_some()
+            || (self.key.is_some()
+                && (self.attempt.server_dedups()
+                    || policy == ResendPolicy::AssumeServerDeduplicates))
     }
 
     /// A resume ended: it made progress (the count starts over) or not.
@@ -477,10 +528,6 @@ impl Call {
     }
 
     /// The server's `retry`, or a `Retry-After`: the floor of the next reconnect's delay.
-    pub(super) fn retry_hint(&self) -> Option<Duration> {
-        self.cursor.retry
-    }
-
     pub(super) fn set_retry_hint(&mut self, retry: Option<Duration>) {
         self.cursor.retry = retry;
     }

@@ -9,16 +9,15 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::exchanges::{ExKind, Sent};
-use super::headers::SessionHeaders;
-use super::lifecycle::{Checks, KeyPlacement, Negotiated, Step};
-use super::timers::Timer;
-use super::Session;
+use super::Step;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::classify::Refusal;
-use crate::proto::ext::{self, ResumeSafety};
 use crate::proto::modern;
 use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
+use crate::proto::session::exchanges::{ExKind, Sent};
+use crate::proto::session::negotiated::Negotiated;
+use crate::proto::session::timers::Timer;
+use crate::proto::session::Session;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{jsonrpc, Era, HttpId, HttpMethod, HttpPurpose};
 
@@ -76,12 +75,12 @@ impl Session {
         }
         if let Some(h) = self.life.handshake_mut() {
             h.step = Step::Discover { http, rpc };
-            h.probe.waiting = false;
+            h.probe.sent();
         }
     }
 
     /// The answer to `server/discover` (a result or a JSON-RPC error in a 2xx body).
-    pub(super) fn on_discover_response(
+    pub(in crate::proto::session) fn on_discover_response(
         &mut self,
         http: HttpId,
         result: Result<Value, RpcError>,
@@ -112,8 +111,14 @@ impl Session {
 
     /// What an answer to the probe means ([`read_probe`]), carried out. `cause` describes the
     /// answer: the handshake fails with it if it fails on this answer.
-    pub(super) fn probe_answered(&mut self, answer: ProbeAnswer, cause: Error, now: Instant) {
+    pub(in crate::proto::session) fn probe_answered(
+        &mut self,
+        answer: ProbeAnswer,
+        cause: Error,
+        now: Instant,
+    ) {
         let may_switch_era = self.may_switch_era();
+        let max_attempts = self.config.reconnect.max_attempts;
         let Some(h) = self.life.handshake_mut() else {
             return;
         };
@@ -121,20 +126,10 @@ impl Session {
             debug!("answer to a superseded server/discover ignored");
             return;
         };
-        if matches!(answer, ProbeAnswer::Transport)
-            || matches!(answer, ProbeAnswer::Refused { status, .. } if status >= 500)
-        {
-            h.probe.unanswered += 1;
-        }
-        let facts = ProbeFacts {
-            may_switch_era,
-            after_modern_refusal: h.probe.after_modern_refusal,
-            unanswered: h.probe.unanswered,
-            max_attempts: self.config.reconnect.max_attempts,
-            version_retries: h.probe.version_retries,
-        };
-        self.exchanges.finish(http);
+        let facts = h.probe.answered(&answer, may_switch_era, max_attempts);
         let verdict = read_probe(&answer, &facts);
+        h.probe.read(verdict);
+        self.exchanges.finish(http);
         debug!(?verdict, "server/discover answered");
         match verdict {
             ProbeVerdict::Modern => match answer {
@@ -146,9 +141,6 @@ impl Session {
                 ),
             },
             ProbeVerdict::RetryVersion => {
-                if let Some(h) = self.life.handshake_mut() {
-                    h.probe.version_retries += 1;
-                }
                 self.timers.cancel(Timer::InitDeadline);
                 self.send_discover(now);
             }
@@ -161,9 +153,6 @@ impl Session {
             ProbeVerdict::FallBack => {
                 info!(%cause, "server/discover failed on a server that answers; initializing");
                 self.timers.cancel(Timer::InitDeadline);
-                if let Some(h) = self.life.handshake_mut() {
-                    h.probe.fell_back = true;
-                }
                 self.send_initialize(now);
             }
             ProbeVerdict::Retry => self.probe_again(facts.unanswered, &cause, now),
@@ -207,8 +196,7 @@ impl Session {
         debug!(?delay, %cause, "server/discover got no answer; probing again");
         if let Some(h) = self.life.handshake_mut() {
             h.step = Step::Backoff;
-            h.probe.waiting = true;
-            h.probe.fell_back = false;
+            h.probe.wait();
         }
         self.timers
             .set(Timer::InitBackoff, now.checked_add(delay).unwrap_or(now));
@@ -217,12 +205,11 @@ impl Session {
     /// `initialize` got no answer (no connection, a broken stream, a 5xx). After a probe
     /// that met a 5xx, the server is failing rather than legacy: the probe is sent again,
     /// while attempts remain. Otherwise, or once they ran out, the handshake failed.
-    pub(super) fn initialize_unanswered(&mut self, error: Error, now: Instant) {
+    pub(in crate::proto::session) fn initialize_unanswered(&mut self, error: Error, now: Instant) {
+        let max_attempts = self.config.reconnect.max_attempts;
         let retry = match self.life.handshake_mut() {
-            Some(h) if h.probe.fell_back && matches!(h.step, Step::Initialize { .. }) => {
-                h.probe.unanswered += 1;
-                (h.probe.unanswered < self.config.reconnect.max_attempts)
-                    .then_some(h.probe.unanswered)
+            Some(h) if matches!(h.step, Step::Initialize { .. }) => {
+                h.probe.initialize_unanswered(max_attempts)
             }
             _ => None,
         };
@@ -239,7 +226,7 @@ impl Session {
 
     /// Whether a server listing `supported` (and no modern revision of ours) can still be
     /// spoken to: it lists a legacy revision we speak, and the era is not forced.
-    pub(super) fn may_fall_back_to(&self, supported: &[String]) -> bool {
+    pub(in crate::proto::session) fn may_fall_back_to(&self, supported: &[String]) -> bool {
         self.may_switch_era()
             && supported
                 .iter()
@@ -249,7 +236,7 @@ impl Session {
 
     /// The name of the handshake request in flight (or waited for), for the errors that
     /// end it.
-    pub(super) fn handshake_request(&self) -> &'static str {
+    pub(in crate::proto::session) fn handshake_request(&self) -> &'static str {
         match self.life.handshake() {
             Some(h) if matches!(h.step, Step::Discover { .. }) || h.probe.waiting => DISCOVER,
             _ => crate::proto::methods::INITIALIZE,
@@ -270,7 +257,7 @@ impl Session {
         self.timers.cancel(Timer::InitDeadline);
         self.life.era = Some(Era::Modern);
         if let Some(h) = self.life.handshake_mut() {
-            h.probe.after_modern_refusal = true;
+            h.probe.modern_refused();
         }
         self.send_discover(now);
         true
@@ -291,12 +278,6 @@ impl Session {
             .get("capabilities")
             .cloned()
             .unwrap_or(Value::Object(Map::new()));
-        let ext = ResumeSafety::from_capabilities(&capabilities);
-        let keys = match &ext {
-            Some(e) => e.idempotency_meta_key.clone().map(KeyPlacement::Meta),
-            None => None,
-        }
-        .or_else(|| ext::standard_idempotency(&capabilities).then_some(KeyPlacement::Params));
         // What `connect` returns: the discovery, in the shape of an `initialize` result.
         let server_info = result
             .get("_meta")
@@ -311,38 +292,85 @@ impl Session {
         if let Some(instructions) = result.get("instructions") {
             shaped["instructions"] = instructions.clone();
         }
-        let session = Negotiated {
-            generation: self.life.generation,
-            id: None,
-            version: ProtocolVersion::MODERN,
-            headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
-            server_capabilities: capabilities,
-            hash: None,
-            // The capability hash and sequenced ids have no job without resumption.
-            checks: Checks::default(),
-            ext,
-            keys,
-            result: shaped,
-        };
+        let session = Negotiated::modern(self.life.generation, capabilities, shaped);
         self.life.era = Some(Era::Modern);
         self.established(session, now);
     }
 }
 
-impl Negotiated {
-    /// The stand-in for a modern request sent before anything is known of the server.
-    pub(super) fn probe() -> Negotiated {
-        Negotiated {
-            generation: 0,
-            id: None,
-            version: ProtocolVersion::MODERN,
-            headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
-            server_capabilities: Value::Null,
-            hash: None,
-            ext: None,
-            checks: Checks::default(),
-            keys: None,
-            result: Value::Null,
+/// What the `server/discover` probes of one handshake met so far.
+#[derive(Debug, Default)]
+pub(super) struct ProbeState {
+    /// Probes that got no answer (transport failure, 5xx).
+    unanswered: u32,
+    /// Version refusals retried.
+    version_retries: u32,
+    /// `initialize` was refused the way only a modern server refuses it.
+    after_modern_refusal: bool,
+    /// `initialize` is being tried because the probe met a 5xx: if it gets no answer either,
+    /// the probe is sent again instead of the handshake failing.
+    fell_back: bool,
+    /// The probe's backoff is running (a deadline then names `server/discover`).
+    waiting: bool,
+}
+
+impl ProbeState {
+    /// A probe was answered: counts an answer that was none (a transport failure, a 5xx), and
+    /// returns the facts [`read_probe`] reads.
+    fn answered(
+        &mut self,
+        answer: &ProbeAnswer,
+        may_switch_era: bool,
+        max_attempts: u32,
+    ) -> ProbeFacts {
+        if matches!(answer, ProbeAnswer::Transport)
+            || matches!(answer, ProbeAnswer::Refused { status, .. } if *status >= 500)
+        {
+            self.unanswered += 1;
         }
+        ProbeFacts {
+            may_switch_era,
+            after_modern_refusal: self.after_modern_refusal,
+            unanswered: self.unanswered,
+            max_attempts,
+            version_retries: self.version_retries,
+        }
+    }
+
+    /// What a verdict leaves for the next probe: a version refusal retried, or `initialize`
+    /// tried because the probe met a server that answers but failed.
+    fn read(&mut self, verdict: ProbeVerdict) {
+        match verdict {
+            ProbeVerdict::RetryVersion => self.version_retries += 1,
+            ProbeVerdict::FallBack => self.fell_back = true,
+            _ => {}
+        }
+    }
+
+    /// The probe is sent (again).
+    fn sent(&mut self) {
+        self.waiting = false;
+    }
+
+    /// The probe waits out a backoff before it is sent again.
+    fn wait(&mut self) {
+        self.waiting = true;
+        self.fell_back = false;
+    }
+
+    /// `initialize` was refused the way only a modern server refuses it.
+    fn modern_refused(&mut self) {
+        self.after_modern_refusal = true;
+    }
+
+    /// `initialize` got no answer: after a fall back from a probe that met a 5xx, the server
+    /// is failing rather than legacy, and the probe is sent again while attempts remain.
+    /// Returns the unanswered attempts so far when it is.
+    fn initialize_unanswered(&mut self, max_attempts: u32) -> Option<u32> {
+        if !self.fell_back {
+            return None;
+        }
+        self.unanswered += 1;
+        (self.unanswered < max_attempts).then_some(self.unanswered)
     }
 }

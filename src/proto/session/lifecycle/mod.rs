@@ -1,0 +1,275 @@
+//! The session's lifecycle: a phase whose variants carry their own data, so "ready without a
+//! negotiated context" or "initializing without a handshake" cannot be represented.
+//!
+//! The records of the phase keep their fields here: the handshakes that change them are this
+//! module's children (`init`: `initialize` and re-initialization; `discover`: the modern
+//! handshake and the era probe), and the rest of the session asks the [`Lifecycle`] and the
+//! [`Handshake`] through their methods.
+
+use std::time::Instant;
+
+mod discover;
+mod init;
+
+use self::discover::ProbeState;
+
+use super::headers::session_id_header;
+use super::negotiated::Negotiated;
+use crate::ids::{CapabilityHash, RequestId, SessionId};
+use crate::proto::version::ProtocolVersion;
+use crate::proto::{CallId, Era, HttpId, ReinitReason};
+use http::HeaderValue;
+
+/// An established session and what has been seen of it since.
+#[derive(Debug)]
+pub(super) struct Established {
+    session: Negotiated,
+    since: Instant,
+    /// A call got a success answer, or the server sent a message on its stream: the session
+    /// works. Until then a re-initialization counts as a failed one.
+    confirmed: bool,
+}
+
+impl Established {
+    pub(super) fn session(&self) -> &Negotiated {
+        &self.session
+    }
+}
+
+/// Where a handshake stands.
+#[derive(Debug)]
+enum Step {
+    /// Waiting out a backoff before sending `initialize`.
+    Backoff,
+    /// `initialize` sent.
+    Initialize {
+        http: HttpId,
+        rpc: RequestId,
+        /// Read off the `initialize` response head.
+        head: InitHead,
+    },
+    /// `notifications/initialized` sent; the session is known.
+    Initialized {
+        http: HttpId,
+        session: Box<Negotiated>,
+    },
+    /// `server/discover` sent (the modern era, or a probe for it).
+    Discover { http: HttpId, rpc: RequestId },
+}
+
+/// What the `initialize` response head said.
+#[derive(Debug, Default, Clone)]
+struct InitHead {
+    session_id: Option<SessionId>,
+    hash: Option<CapabilityHash>,
+}
+
+/// A (re-)initialization in progress.
+#[derive(Debug)]
+pub(super) struct Handshake {
+    step: Step,
+    /// `None` for the first connect.
+    reason: Option<ReinitReason>,
+    /// The session being replaced, to report what changed.
+    previous: Option<Negotiated>,
+    /// Why advertised checks cannot run on the session being set up.
+    degraded: Option<String>,
+    /// What the era probes of this handshake met so far.
+    probe: ProbeState,
+    /// Why the last attempt of this handshake failed: the cause of a waiting call's error
+    /// when its deadline passes before the session is back.
+    last_failure: Option<crate::Error>,
+}
+
+impl Handshake {
+    /// Why the last attempt of this handshake failed.
+    pub(super) fn last_failure(&self) -> Option<&crate::Error> {
+        self.last_failure.as_ref()
+    }
+
+    /// The JSON-RPC id of the handshake request whose response is awaited, and whether it is
+    /// `server/discover`.
+    pub(super) fn awaits(&self) -> Option<(&RequestId, bool)> {
+        match &self.step {
+            Step::Initialize { rpc, .. } => Some((rpc, false)),
+            Step::Discover { rpc, .. } => Some((rpc, true)),
+            Step::Backoff | Step::Initialized { .. } => None,
+        }
+    }
+}
+
+/// A re-initialization that gave up (it kept failing and no call was waiting). Not an end:
+/// the next call starts it again, no sooner than `retry_at`, so the backoff reached so far
+/// carries over and a dead server is not hammered by an app that keeps calling.
+#[derive(Debug)]
+pub(super) struct Lost {
+    reason: ReinitReason,
+    /// The last working session, to report what changed once one is established again.
+    previous: Option<Negotiated>,
+    retry_at: Instant,
+}
+
+/// The phase of the session.
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// Nothing sent yet.
+    Idle,
+    /// `initialize` (or its backoff) in progress.
+    Initializing(Handshake),
+    /// A session is established.
+    Ready(Established),
+    /// The app closed the session; its DELETE may be in flight.
+    Closing {
+        /// The call that completes when the DELETE is answered.
+        close: CallId,
+    },
+    /// Re-initialization kept failing with no call waiting: idle until the next call.
+    Lost(Lost),
+    /// Over: closed by the app.
+    Terminated,
+}
+
+/// The lifecycle: the phase and the counters that span phases.
+#[derive(Debug)]
+pub(super) struct Lifecycle {
+    phase: Phase,
+    /// Bumped by every handshake: exchanges and calls remember the one they were sent on.
+    generation: u64,
+    /// A session was established once: from then on failures re-initialize by themselves.
+    ever_connected: bool,
+    /// Consecutive re-initializations not confirmed by a working session.
+    reinit_failures: u32,
+    /// The era the server was found to speak.
+    era: Option<Era>,
+    /// `connect` calls waiting for the handshake.
+    connect_waiters: Vec<CallId>,
+}
+
+impl Lifecycle {
+    pub(super) fn new() -> Self {
+        Lifecycle {
+            phase: Phase::Idle,
+            generation: 0,
+            ever_connected: false,
+            reinit_failures: 0,
+            era: None,
+            connect_waiters: Vec::new(),
+        }
+    }
+
+    pub(super) fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Which session the next exchange is sent on: bumped by every handshake.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The era the server was found to speak.
+    pub(super) fn era(&self) -> Option<Era> {
+        self.era
+    }
+
+    /// Consecutive re-initializations not confirmed by a working session.
+    pub(super) fn reinit_failures(&self) -> u32 {
+        self.reinit_failures
+    }
+
+    /// A `connect` call waits for the handshake.
+    pub(super) fn wait_for_connect(&mut self, call: CallId) {
+        self.connect_waiters.push(call);
+    }
+
+    /// The `connect` calls waiting, now answered.
+    pub(super) fn take_connect_waiters(&mut self) -> Vec<CallId> {
+        std::mem::take(&mut self.connect_waiters)
+    }
+
+    /// What a DELETE closing the session names: the established session, or the one a
+    /// handshake has obtained so far (`offered`: the version `initialize` offered), with the
+    /// version its headers speak.
+    pub(super) fn to_delete(
+        &self,
+        offered: ProtocolVersion,
+    ) -> Option<(HeaderValue, ProtocolVersion)> {
+        match &self.phase {
+            Phase::Ready(e) => e.session.headers.id().map(|v| (v, e.session.version)),
+            Phase::Initializing(h) => match &h.step {
+                Step::Initialized { session, .. } => {
+                    session.headers.id().map(|v| (v, session.version))
+                }
+                Step::Initialize { head, .. } => head
+                    .session_id
+                    .as_ref()
+                    .and_then(|sid| session_id_header(sid).map(|v| (v, offered))),
+                Step::Backoff | Step::Discover { .. } => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The app closes the session: its DELETE is in flight, and `close` completes when it is
+    /// answered.
+    pub(super) fn closing(&mut self, close: CallId) {
+        self.phase = Phase::Closing { close };
+    }
+
+    /// The session is over: closed by the app.
+    pub(super) fn terminate(&mut self) {
+        self.phase = Phase::Terminated;
+    }
+
+    /// The DELETE closing the session was answered (or failed): the session is over, and the
+    /// call waiting for it is returned.
+    pub(super) fn closed(&mut self) -> Option<CallId> {
+        let Phase::Closing { close } = self.phase else {
+            return None;
+        };
+        self.phase = Phase::Terminated;
+        Some(close)
+    }
+
+    /// The established session, when ready.
+    pub(super) fn ready(&self) -> Option<&Negotiated> {
+        match &self.phase {
+            Phase::Ready(e) => Some(&e.session),
+            _ => None,
+        }
+    }
+
+    pub(super) fn is_ready(&self) -> bool {
+        matches!(self.phase, Phase::Ready(_))
+    }
+
+    pub(super) fn is_over(&self) -> bool {
+        matches!(self.phase, Phase::Closing { .. } | Phase::Terminated)
+    }
+
+    pub(super) fn handshake(&self) -> Option<&Handshake> {
+        match &self.phase {
+            Phase::Initializing(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    fn handshake_mut(&mut self) -> Option<&mut Handshake> {
+        match &mut self.phase {
+            Phase::Initializing(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// Whether the established session is known to work.
+    pub(super) fn is_confirmed(&self) -> bool {
+        matches!(&self.phase, Phase::Ready(e) if e.confirmed)
+    }
+
+    /// The current session works: re-initializations start counting afresh.
+    pub(super) fn confirm(&mut self) {
+        if let Phase::Ready(e) = &mut self.phase {
+            e.confirmed = true;
+        }
+        self.reinit_failures = 0;
+    }
+}

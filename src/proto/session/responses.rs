@@ -1,0 +1,652 @@
+//! What the server answers, as the driver reports it: response heads, body bytes (or a body
+//! decoded ahead), ends and transport failures. Success heads are read through
+//! [`classify`](crate::proto::classify) into a body to read; refusals are classified by its one
+//! rule and mapped to what they mean for their exchange; a body that ends before what its
+//! exchange waited for becomes a recovery [`Failure`]. A handshake request's head or refusal
+//! is handed to the lifecycle, whose handshake it is. What the bodies carry is `inbound`'s.
+
+use std::time::Instant;
+
+use http::HeaderMap;
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use super::ahead::{DecodedEvent, DecodedJson};
+use super::call::CallState;
+use super::exchanges::{Ended, ExKind, Exchange, Fed, Head, Reader, Stage};
+use super::Session;
+use crate::error::{Error, ErrorKind};
+use crate::proto::classify::{self, ContentType, Refusal, Refused};
+use crate::proto::decide::Failure;
+use crate::proto::jsonrpc::Decoded;
+use crate::proto::methods;
+use crate::proto::probe::ProbeAnswer;
+use crate::proto::{CallId, HttpId, Output, SessionEvent, TransportFailure};
+
+// The driver's inputs.
+impl Session {
+    /// The response head of an exchange arrived.
+    pub fn handle_head(&mut self, http: HttpId, status: u16, headers: &HeaderMap, now: Instant) {
+        let Some(ex) = self.exchanges.get_mut(http) else {
+            debug!(
+                http = http.0,
+                "head for an unknown or aborted exchange ignored"
+            );
+            return;
+        };
+        match ex.on_head(status, headers) {
+            Head::Second => warn!(http = http.0, "second response head ignored"),
+            Head::Refused => {}
+            Head::Success => {
+                let kind = ex.kind();
+                self.on_success_head(http, kind, status, headers, now);
+            }
+        }
+    }
+
+    /// Body bytes of an exchange arrived (SSE or JSON, per the head's content type).
+    pub fn handle_data(&mut self, http: HttpId, data: &[u8], now: Instant) {
+        let max_body = self.config.max_body_size;
+        let Some(ex) = self.exchanges.get_mut(http) else {
+            return;
+        };
+        // One buffer for the events of every chunk: taken here, given back below.
+        let mut events = std::mem::take(&mut self.scratch_events);
+        let broken = match ex.feed(data, max_body, &mut events) {
+            Fed::Read => None,
+            Fed::BeforeHead => {
+                warn!(http = http.0, "body bytes before the head ignored");
+                None
+            }
+            Fed::RefusalRead => {
+                self.scratch_events = events;
+                if let Some(ex) = self.exchanges.remove(http) {
+                    self.exchanges.abort(http);
+                    self.on_refusal(ex, now);
+                }
+                return;
+            }
+            Fed::Broken(error) => Some(error),
+        };
+        self.on_events(http, &mut events, now);
+        self.scratch_events = events;
+        if let Some(err) = broken {
+            self.exchange_broken(http, err, now);
+        }
+    }
+
+    /// The body of an exchange ended cleanly.
+    pub fn handle_end(&mut self, http: HttpId, now: Instant) {
+        let Some(ex) = self.exchanges.get_mut(http) else {
+            return;
+        };
+        // The driver is done with it: finishing it while its last bytes are handled must not
+        // send a pointless abort.
+        let mut events = Vec::new();
+        match ex.end(&mut events) {
+            Ended::Early => {
+                // End without a body read: the driver broke its contract; treat as a lost
+                // exchange.
+                self.handle_error(http, TransportFailure::Lost("end without head".into()), now);
+            }
+            Ended::Json(buf) => {
+                let allow_batch = ex.allows_batch();
+                let decoded = self.on_payload(http, &buf, allow_batch, now);
+                if let Some(ex) = self.remove_current(http) {
+                    self.json_ended(ex.kind(), decoded, now);
+                }
+            }
+            Ended::Sse => {
+                self.on_events(http, &mut events, now);
+                if let Some(ex) = self.remove_current(http) {
+                    self.stream_ended(ex.kind(), ex.made_progress(), true, now);
+                }
+            }
+            Ended::Refusal => {
+                if let Some(ex) = self.remove_current(http) {
+                    self.on_refusal(ex, now);
+                }
+            }
+        }
+    }
+
+    /// An exchange failed at the transport level.
+    pub fn handle_error(&mut self, http: HttpId, failure: TransportFailure, now: Instant) {
+        let Some(ex) = self.remove_current(http) else {
+            return;
+        };
+        let connect = matches!(failure, TransportFailure::Connect(_));
+        let reason = match failure {
+            TransportFailure::Connect(r) | TransportFailure::Lost(r) => r,
+        };
+        let kind = ex.kind();
+        debug!(http = http.0, ?kind, connect, reason = %reason, "exchange failed");
+        let stage = ex.stage();
+        if kind == ExKind::Discover && stage != Stage::Refusal {
+            // No answer, or only part of one: the probe is asked again.
+            let cause = Error::new(ErrorKind::Transport, reason);
+            return self.probe_answered(ProbeAnswer::Transport, cause, now);
+        }
+        match stage {
+            Stage::NoHead => {}
+            Stage::Sse => return self.stream_ended(kind, ex.made_progress(), false, now),
+            Stage::Refusal => return self.on_refusal(ex, now),
+            Stage::Json => return self.json_ended(kind, false, now),
+            Stage::Unread => return,
+        }
+        match kind {
+            ExKind::Initialize => self.initialize_unanswered(
+                Error::new(ErrorKind::Transport, reason).during(methods::INITIALIZE),
+                now,
+            ),
+            ExKind::Initialized | ExKind::Discover => self.init_failed(
+                Error::new(ErrorKind::Transport, reason).during(methods::INITIALIZE),
+                now,
+            ),
+            ExKind::Post(call) => {
+                let cause = Error::new(ErrorKind::Transport, reason);
+                if connect {
+                    if let Some(c) = self.calls.get_mut(call) {
+                        c.not_run();
+                    }
+                    self.apply_because(call, Failure::PostConnectFailed, cause, now);
+                } else {
+                    self.apply_because(call, Failure::PostLost, cause, now);
+                }
+            }
+            ExKind::Resume(call) => {
+                let failure = if connect {
+                    Failure::ResumeConnectFailed
+                } else {
+                    self.bump_no_progress(call, false);
+                    Failure::ResumedStreamEnded {
+                        clean: false,
+                        progress: false,
+                    }
+                };
+                self.apply(call, failure, now);
+            }
+            ExKind::Listen => self.listen_failed(Failure::ResumeConnectFailed, None, false, now),
+            ExKind::Notify | ExKind::Answer => debug!("notification POST failed: {reason}"),
+            ExKind::Delete => self.close_done(Err(Error::new(ErrorKind::Transport, reason))),
+        }
+    }
+
+    /// The whole body of a JSON response, ended, and what it decodes to
+    /// ([`DecodedJson::decode`]): the same as [`Session::handle_data`] with `body` then
+    /// [`Session::handle_end`], without reading it again. When the session would have read the
+    /// body another way (it is not the exchange's body type, something of it was read already,
+    /// it is over the size bound), it is exactly that.
+    pub fn handle_json_body(
+        &mut self,
+        http: HttpId,
+        body: &[u8],
+        decoded: DecodedJson,
+        now: Instant,
+    ) {
+        let message = decoded.0;
+        let fits = body.len() <= self.config.max_body_size;
+        let whole = self
+            .exchanges
+            .get_mut(http)
+            .is_some_and(|ex| fits && ex.take_whole_json());
+        if !whole {
+            debug!(http = http.0, "a body decoded ahead is read as it came");
+            self.handle_data(http, body, now);
+            return self.handle_end(http, now);
+        }
+        self.on_decoded(http, Decoded::One(message), now);
+        if let Some(ex) = self.remove_current(http) {
+            self.json_ended(ex.kind(), true, now);
+        }
+    }
+
+    /// Events of an SSE body read ahead by an [`SseAhead`](super::SseAhead): the same as the
+    /// [`Session::handle_data`] that completed them. The body's end is
+    /// [`Session::handle_end`] as usual, after the reader's
+    /// [`finish`](super::SseAhead::finish)ed events. An exchange whose body the session reads
+    /// itself, or that is gone, takes nothing.
+    pub fn handle_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
+        let ahead = self
+            .exchanges
+            .get(http)
+            .is_some_and(|ex| ex.reads_fresh_sse());
+        if !ahead {
+            debug!(
+                http = http.0,
+                "events read ahead for a body read otherwise: dropped"
+            );
+            return;
+        }
+        self.on_events_with(http, events.into_iter().map(DecodedEvent::split), now);
+    }
+
+    /// An SSE body read ahead grew an event past the bound: the exchange is abandoned, as
+    /// when the session's own decoder refuses it.
+    pub fn handle_too_large(&mut self, http: HttpId, error: Error, now: Instant) {
+        self.exchange_broken(http, error, now);
+    }
+}
+
+// What a body's end means.
+impl Session {
+    /// The DELETE was answered (or failed): the close call completes.
+    fn close_done(&mut self, result: Result<Value, Error>) {
+        if let Some(close) = self.life.closed() {
+            self.outputs.push_back(Output::Completed {
+                call: close,
+                result,
+            });
+        }
+    }
+
+    fn bump_no_progress(&mut self, id: CallId, progress: bool) {
+        if let Some(call) = self.calls.get_mut(id) {
+            call.resumed(progress);
+        }
+    }
+
+    /// An SSE body ended (cleanly or not) before what its exchange was waiting for.
+    fn stream_ended(&mut self, kind: ExKind, progress: bool, clean: bool, now: Instant) {
+        match kind {
+            ExKind::Initialize => self.initialize_unanswered(
+                Error::new(
+                    ErrorKind::Transport,
+                    "initialize stream ended before the response",
+                ),
+                now,
+            ),
+            ExKind::Discover if clean => self.probe_answered(
+                ProbeAnswer::NoResponse,
+                Error::new(ErrorKind::Protocol, "stream ended without the response"),
+                now,
+            ),
+            ExKind::Discover => self.probe_answered(
+                ProbeAnswer::Transport,
+                Error::new(ErrorKind::Transport, "stream broke before the response"),
+                now,
+            ),
+            ExKind::Post(c) => {
+                let Some(call) = self.calls.get_mut(c) else {
+                    return;
+                };
+                if !matches!(call.state(), CallState::Posting(_)) {
+                    return;
+                }
+                call.wait();
+                let event_id_seen = call.last_event_id().is_some();
+                debug!(
+                    call = c.0,
+                    clean, event_id_seen, "response stream ended early"
+                );
+                self.apply(c, Failure::StreamEnded { event_id_seen }, now);
+            }
+            ExKind::Resume(c) => {
+                let Some(call) = self.calls.get_mut(c) else {
+                    return;
+                };
+                if !matches!(call.state(), CallState::Resuming(_)) {
+                    return;
+                }
+                call.wait();
+                self.bump_no_progress(c, progress);
+                debug!(call = c.0, clean, progress, "resumed stream ended early");
+                self.apply(c, Failure::ResumedStreamEnded { clean, progress }, now);
+            }
+            ExKind::Listen => {
+                let event_id_seen = self.listen.last_event_id().is_some();
+                self.listen_failed(Failure::StreamEnded { event_id_seen }, None, progress, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Removes exchange `http`, returning it only if its end still speaks for what it
+    /// served: a call that has moved on to another exchange (the next MRTR round's POST, a
+    /// resume after a cut) is not ended by the end of an earlier one.
+    fn remove_current(&mut self, http: HttpId) -> Option<Exchange> {
+        let ex = self.exchanges.remove(http)?;
+        match ex.kind() {
+            ExKind::Post(c) | ExKind::Resume(c)
+                if self
+                    .calls
+                    .get(c)
+                    .is_some_and(|call| call.state().exchange() != Some(http)) =>
+            {
+                debug!(http = http.0, call = c.0, "a call's former exchange ended");
+                None
+            }
+            _ => Some(ex),
+        }
+    }
+
+    /// Something in a body was unacceptable (too large): the exchange is abandoned.
+    fn exchange_broken(&mut self, http: HttpId, error: Error, now: Instant) {
+        let Some(ex) = self.exchanges.get(http) else {
+            return;
+        };
+        let kind = ex.kind();
+        self.exchanges.finish(http);
+        warn!(error = %error, "exchange abandoned");
+        match kind {
+            ExKind::Initialize => self.init_failed(error.during(methods::INITIALIZE), now),
+            // Not an answer to read: a legacy server's page, say (`read_probe` decides).
+            ExKind::Discover => self.probe_answered(ProbeAnswer::NoResponse, error, now),
+            ExKind::Post(c) | ExKind::Resume(c) => self.complete(c, Err(error)),
+            ExKind::Listen => self.listen.give_up(),
+            _ => {}
+        }
+    }
+
+    /// A JSON body ended (`decoded`: it was JSON-RPC): a call whose response was not in it
+    /// may have run.
+    fn json_ended(&mut self, kind: ExKind, decoded: bool, now: Instant) {
+        match kind {
+            ExKind::Post(c)
+                if self
+                    .calls
+                    .get(c)
+                    .is_some_and(|call| matches!(call.state(), CallState::Posting(_))) =>
+            {
+                let cause = if decoded {
+                    "the JSON body answered another request id or none"
+                } else {
+                    "the JSON body was cut or undecodable"
+                };
+                let cause = Error::new(ErrorKind::Protocol, cause);
+                self.apply_because(c, Failure::AnsweredWithoutResponse, cause, now);
+            }
+            ExKind::Initialize => self.init_failed(
+                Error::new(ErrorKind::Protocol, "initialize: body without the response"),
+                now,
+            ),
+            ExKind::Discover => self.probe_answered(
+                ProbeAnswer::NoResponse,
+                Error::new(ErrorKind::Protocol, "body without the response"),
+                now,
+            ),
+            _ => {}
+        }
+    }
+}
+
+impl Session {
+    /// A 2xx head arrived for `http`.
+    fn on_success_head(
+        &mut self,
+        http: HttpId,
+        kind: ExKind,
+        status: u16,
+        headers: &HeaderMap,
+        now: Instant,
+    ) {
+        let ct = classify::content_type(headers);
+        match kind {
+            ExKind::Initialize | ExKind::Discover | ExKind::Initialized => {
+                if let Some(reader) = self.handshake_head(http, kind, headers, ct, now) {
+                    self.read_body(http, reader);
+                }
+            }
+            ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
+            ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
+            ExKind::Listen => self.on_listen_head(http, headers, ct, now),
+            ExKind::Notify | ExKind::Answer => self.exchanges.finish(http),
+            ExKind::Delete => {
+                self.exchanges.finish(http);
+                self.close_done(Ok(serde_json::Value::Null));
+            }
+        }
+    }
+
+    fn read_body(&mut self, http: HttpId, reader: Reader) {
+        let max_event_size = self.config.max_event_size;
+        if let Some(ex) = self.exchanges.get_mut(http) {
+            ex.read(reader, max_event_size);
+        }
+    }
+
+    /// Whether the call is still on the exchange `http`; a stale exchange is dropped.
+    fn still_on(&mut self, id: CallId, http: HttpId, on: CallState) -> bool {
+        let current = self.calls.get(id).is_some_and(|c| c.state() == on);
+        if !current {
+            self.exchanges.finish(http);
+        }
+        current
+    }
+
+    /// Whether a head carries the capability hash the call's session negotiated.
+    fn call_hash_matches(&self, id: CallId, http: HttpId, headers: &HeaderMap) -> bool {
+        let checked = self.exchanges.get(http).is_some_and(Exchange::checks_hash);
+        let expected = self.calls.get(id).and_then(|c| c.expected_hash());
+        classify::hash_matches(checked, headers, expected)
+    }
+
+    fn on_post_head(
+        &mut self,
+        http: HttpId,
+        id: CallId,
+        status: u16,
+        headers: &HeaderMap,
+        ct: ContentType,
+        now: Instant,
+    ) {
+        if !self.still_on(id, http, CallState::Posting(http)) {
+            return;
+        }
+        let Some(reader) = Reader::of(ct).filter(|_| status != 202 && status != 204) else {
+            // Accepted with no response to come, or a body that is not one: whatever
+            // happened to the call is unknown.
+            self.exchanges.finish(http);
+            let cause = if status == 202 || status == 204 {
+                format!("request answered {status} without a response")
+            } else {
+                "response with an unexpected content type".to_owned()
+            };
+            let cause = Error::new(ErrorKind::Protocol, cause);
+            self.apply_because(id, Failure::AnsweredWithoutResponse, cause, now);
+            return;
+        };
+        if !self.call_hash_matches(id, http, headers)
+            && !self.apply(id, Failure::CapabilityHashMismatch, now)
+        {
+            return;
+        }
+        if self
+            .calls
+            .get(id)
+            .is_some_and(|c| c.attempt().generation() == self.life.generation())
+        {
+            self.life.confirm();
+        }
+        self.read_body(http, reader);
+    }
+
+    fn on_resume_head(
+        &mut self,
+        http: HttpId,
+        id: CallId,
+        headers: &HeaderMap,
+        ct: ContentType,
+        now: Instant,
+    ) {
+        if !self.still_on(id, http, CallState::Resuming(http)) {
+            return;
+        }
+        if ct != ContentType::Sse {
+            self.apply(id, Failure::ResumeNotAllowed, now);
+            return;
+        }
+        if !self.call_hash_matches(id, http, headers)
+            && !self.apply(id, Failure::ResumeCapabilityHashChanged, now)
+        {
+            return;
+        }
+        self.read_body(http, Reader::Sse);
+        if let Some(last_event_id) = self.calls.get(id).and_then(|c| c.last_event_id().cloned()) {
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
+        }
+    }
+
+    fn on_listen_head(&mut self, http: HttpId, headers: &HeaderMap, ct: ContentType, now: Instant) {
+        if ct != ContentType::Sse {
+            return self.listen_failed(Failure::ListenNotOffered, Some(http), false, now);
+        }
+        let Some(ex) = self.exchanges.get(http) else {
+            return;
+        };
+        let resumed = ex.is_resumed();
+        let expected = self.life.ready().and_then(|s| s.hash.as_ref());
+        if !classify::hash_matches(ex.checks_hash(), headers, expected) {
+            let failure = if resumed {
+                Failure::ResumeCapabilityHashChanged
+            } else {
+                Failure::ListenHashMismatch
+            };
+            self.listen_failed(failure, Some(http), false, now);
+            if !self.listen.is_open(http) {
+                return;
+            }
+        }
+        self.listen.answered();
+        self.read_body(http, Reader::Sse);
+        self.outputs
+            .push_back(Output::Event(SessionEvent::Listening));
+        if let (true, Some(last_event_id)) = (resumed, self.listen.last_event_id().cloned()) {
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
+        }
+    }
+}
+
+impl Session {
+    /// A refused exchange's body ended (or reading it stopped at its bound): classify it and
+    /// act on what it means for the exchange.
+    fn on_refusal(&mut self, ex: Exchange, now: Instant) {
+        let Some((status, refusal)) = ex.refusal(self.config.unavailable_not_processed) else {
+            return;
+        };
+        let kind = ex.kind();
+        debug!(status, class = ?refusal.class, ?kind, "exchange refused");
+        match kind {
+            ExKind::Discover | ExKind::Initialize | ExKind::Initialized => {
+                self.handshake_refused(kind, status, refusal, now)
+            }
+            ExKind::Post(call) => self.call_refused(call, status, refusal, now),
+            ExKind::Resume(call) => self.resume_refused(call, status, refusal, now),
+            ExKind::Listen => self.listen_refused(refusal.class, now),
+            ExKind::Notify | ExKind::Answer => match refusal.class {
+                Refused::SessionGone | Refused::Rejected(_) if ex.carried_session_id() => {
+                    self.apply_to_session(Failure::PostSessionNotFound, now)
+                }
+                _ => warn!(status, "notification or answer POST not accepted"),
+            },
+            ExKind::Delete => {
+                // A session the server no longer knows is closed; so is one it cannot delete.
+                let result = match refusal.class {
+                    Refused::SessionGone | Refused::NotAllowed => Ok(Value::Null),
+                    _ => Err(Error::caused_by(
+                        refusal.error.kind(),
+                        "DELETE",
+                        refusal.error,
+                    )),
+                };
+                self.close_done(result);
+            }
+        }
+    }
+
+    fn call_refused(&mut self, id: CallId, status: u16, refusal: Refusal, now: Instant) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        if !matches!(call.state(), CallState::Posting(_)) {
+            return;
+        }
+        if !matches!(refusal.class, Refused::MayHaveRun) {
+            // Refused unprocessed: there is nothing running to cancel.
+            call.not_run();
+        }
+        let modern = self.life.era() == Some(crate::proto::Era::Modern);
+        if let Some((failure, cause)) = refusal
+            .error
+            .rpc_error()
+            .filter(|_| modern)
+            .and_then(|rpc| self.modern_failure(id, rpc))
+        {
+            self.apply_because(id, failure, cause, now);
+            return;
+        }
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let failure = match refusal.class {
+            Refused::SessionGone | Refused::Rejected(_) => Failure::PostSessionNotFound,
+            Refused::NotAllowed => Failure::Refused {
+                retry_within_deadline: false,
+            },
+            Refused::NotProcessed { retry_after } => {
+                let fits = retry_after.is_some_and(|after| {
+                    now.checked_add(after).is_some_and(|t| t <= call.deadline())
+                });
+                if fits {
+                    // The server's time to come back is the floor of the re-send's backoff.
+                    call.set_retry_hint(retry_after);
+                }
+                Failure::Refused {
+                    retry_within_deadline: fits,
+                }
+            }
+            Refused::MayHaveRun => Failure::AnsweredWithoutResponse,
+        };
+        debug!(call = id.0, status, ?failure, "call refused");
+        let cause = match failure {
+            // The cause of an unknown outcome names what was answered, whatever the body.
+            Failure::AnsweredWithoutResponse if refusal.error.kind() == ErrorKind::Rpc => {
+                Error::caused_by(
+                    ErrorKind::Protocol,
+                    format!("answered HTTP {status}"),
+                    refusal.error,
+                )
+            }
+            _ => refusal.error,
+        };
+        self.apply_because(id, failure, cause, now);
+    }
+
+    fn resume_refused(&mut self, id: CallId, status: u16, refusal: Refusal, now: Instant) {
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        if !matches!(call.state(), CallState::Resuming(_)) {
+            return;
+        }
+        let failure = match refusal.class {
+            Refused::SessionGone => Failure::ResumeNotFound,
+            Refused::Rejected(reason) => Failure::ResumeRejected(reason),
+            // "Come back later" and a server error: the stream may still be resumable.
+            Refused::NotProcessed {
+                retry_after: Some(after),
+            } => {
+                call.set_retry_hint(Some(after));
+                Failure::ResumeConnectFailed
+            }
+            Refused::NotProcessed { .. } if status == 429 => Failure::ResumeConnectFailed,
+            Refused::MayHaveRun if status >= 500 => Failure::ResumeConnectFailed,
+            Refused::NotAllowed | Refused::NotProcessed { .. } | Refused::MayHaveRun => {
+                Failure::ResumeNotAllowed
+            }
+        };
+        self.apply_because(id, failure, refusal.error, now);
+    }
+
+    fn listen_refused(&mut self, class: Refused, now: Instant) {
+        let failure = match class {
+            Refused::NotAllowed => Failure::ListenNotOffered,
+            Refused::SessionGone => Failure::ResumeNotFound,
+            Refused::Rejected(reason) => Failure::ResumeRejected(reason),
+            Refused::NotProcessed { .. } | Refused::MayHaveRun => Failure::ResumeConnectFailed,
+        };
+        self.listen_failed(failure, None, false, now);
+    }
+}
