@@ -375,18 +375,34 @@ pub(crate) fn redacted_url(url: &str) -> String {
     }
 }
 
-/// Only a failure to establish the connection proves the request was never sent.
+/// Only a failure to establish the connection proves the request was never sent, or a pooled
+/// connection found dead before the request was written to it.
 ///
 /// The URL is left out of the message: its query may carry credentials, and the message ends
 /// up in logs and in errors handed to the application.
 fn classify(err: reqwest::Error) -> TransportFailure {
-    let connect = err.is_connect();
+    let connect = err.is_connect() || never_written(&err);
     let message = error_chain(&err.without_url());
     if connect {
         TransportFailure::Connect(message)
     } else {
         TransportFailure::Lost(message)
     }
+}
+
+/// A pooled connection's task ran on a runtime that has shut down since (a caller's, whose
+/// call made the connection): hyper fails the request before writing it, saying so. The
+/// request never left, as when a connection cannot be made.
+fn never_written(err: &(dyn std::error::Error + 'static)) -> bool {
+    const DISPATCH_GONE: &str = "dispatch task is gone";
+    let mut source: Option<&dyn std::error::Error> = Some(err);
+    while let Some(e) = source {
+        if e.to_string().contains(DISPATCH_GONE) {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// reqwest's `Display` omits the cause ("error sending request"); the cause is what helps.
@@ -399,4 +415,48 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::never_written;
+
+    /// An error whose cause is `cause`, as reqwest wraps hyper's.
+    #[derive(Debug)]
+    struct Wrapped(&'static str, Option<Box<Wrapped>>);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn a_pooled_connection_whose_runtime_is_gone_never_wrote_the_request() {
+        let gone = Wrapped(
+            "error sending request",
+            Some(Box::new(Wrapped(
+                "client error (SendRequest)",
+                Some(Box::new(Wrapped(
+                    "dispatch task is gone: runtime dropped the dispatch task",
+                    None,
+                ))),
+            ))),
+        );
+        assert!(never_written(&gone));
+        let cut = Wrapped(
+            "error sending request",
+            Some(Box::new(Wrapped(
+                "connection closed before message completed",
+                None,
+            ))),
+        );
+        assert!(!never_written(&cut));
+    }
 }

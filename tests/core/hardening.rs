@@ -794,3 +794,93 @@ fn issue33_a_cancellation_after_a_keyed_resend_names_every_send() {
     cancelled.sort();
     assert_eq!(cancelled, sent);
 }
+
+// --- Answers and notifications whose POST never left -------------------------------------
+
+/// A legacy session made ready by a scripted handshake (no listen stream).
+fn legacy_ready() -> (Session, Instant) {
+    let now = Instant::now();
+    let config = SessionConfig::default()
+        .with_era(Era::Legacy)
+        .with_open_listen_stream(false);
+    let mut session = Session::new(config, now);
+    session.connect(now);
+    while let Some(transmit) = session.poll_transmit() {
+        let Transmit::Send(request) = transmit else {
+            continue;
+        };
+        let body: Value = serde_json::from_slice(request.body.as_deref().unwrap_or(b"null"))
+            .unwrap_or(Value::Null);
+        let mut headers = HeaderMap::new();
+        if body["method"] == "initialize" {
+            headers.insert("content-type", "application/json".parse().unwrap());
+            headers.insert("mcp-session-id", "s-1".parse().unwrap());
+            let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "serverInfo": {"name": "scripted", "version": "1"}}});
+            session.handle_head(request.id, 200, &headers, now);
+            session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
+        } else {
+            session.handle_head(request.id, 202, &headers, now);
+        }
+        session.handle_end(request.id, now);
+    }
+    (session, now)
+}
+
+/// The POSTs the session sends next: their exchange ids and bodies.
+fn posts(session: &mut Session) -> Vec<(mcp_resume::proto::HttpId, Value)> {
+    std::iter::from_fn(|| session.poll_transmit())
+        .filter_map(|t| match t {
+            Transmit::Send(r) if r.method == HttpMethod::Post => {
+                let body = serde_json::from_slice(r.body.as_deref()?).ok()?;
+                Some((r.id, body))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// An answer to a server request whose POST never left (a connection that could not be made,
+/// or a pooled one whose runtime had shut down) is sent again: nothing else would send it, and
+/// the server would wait for it forever. Only while it never left, and a bounded number of
+/// times; a POST lost after it may have left is not repeated.
+#[test]
+fn an_answer_whose_post_never_left_is_sent_again() {
+    use mcp_resume::proto::TransportFailure;
+    use mcp_resume::RequestId;
+    let (mut session, now) = legacy_ready();
+    assert!(posts(&mut session).is_empty(), "the handshake is over");
+    let ask = RequestId::from_json(&json!("ask-1")).unwrap();
+    session.respond(ask, Ok(json!({"answered": true})), now);
+    let mut sent = posts(&mut session);
+    assert_eq!(sent.len(), 1);
+    let first = sent[0].1.clone();
+    assert_eq!(first["id"], "ask-1");
+    // Never left, three times: sent three times in all, then given up.
+    for _ in 0..3 {
+        let (http, body) = sent.pop().expect("sent again");
+        assert_eq!(body, first);
+        session.handle_error(http, TransportFailure::Connect("gone".into()), now);
+        sent = posts(&mut session);
+    }
+    assert!(sent.is_empty(), "{sent:?}");
+    // Lost after it may have left: not repeated.
+    let ask = RequestId::from_json(&json!("ask-2")).unwrap();
+    session.respond(ask, Ok(json!({"answered": true})), now);
+    let (http, _) = posts(&mut session).pop().expect("sent");
+    session.handle_error(http, TransportFailure::Lost("cut".into()), now);
+    assert!(posts(&mut session).is_empty());
+    // A notification alike.
+    session.notify(
+        "notifications/progress",
+        Some(json!({"progressToken": 1})),
+        now,
+    );
+    let (http, body) = posts(&mut session).pop().expect("sent");
+    assert_eq!(body["method"], "notifications/progress");
+    session.handle_error(http, TransportFailure::Connect("gone".into()), now);
+    let again = posts(&mut session);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].1, body);
+}

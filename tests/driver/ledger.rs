@@ -387,9 +387,9 @@ async fn the_default_ledger_keeps_the_tasks_calls_leave_behind() {
     .await
     .unwrap();
     let client = Client::builder(cluster.url()).build().unwrap();
-    let call = ToolCall::new("batch_job", json!({"steps": 3, "delay_ms": 100}))
+    let call = ToolCall::new("batch_job", json!({"steps": 10, "delay_ms": 100}))
         .meta(meta::TAG, json!("left-behind"))
-        .timeout(Duration::from_millis(150));
+        .timeout(Duration::from_millis(600));
     let err = guarded(client.call_tool(call)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     let recovered = guarded(client.recover()).await.unwrap();

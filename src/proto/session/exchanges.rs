@@ -134,11 +134,19 @@ pub(super) struct Exchange {
     ended: bool,
     /// What a refused head said, kept for its body's end.
     head: HeadFacts,
+    /// A notification's or an answer's body and how many times it was sent, kept so that a
+    /// POST that never left can be sent again (nothing else would ever send it).
+    resend: Option<(Bytes, u8)>,
 }
 
 impl Exchange {
     pub(super) fn kind(&self) -> ExKind {
         self.kind
+    }
+
+    /// A notification's or an answer's body, with the times it was sent, to send it again.
+    pub(super) fn take_resend(&mut self) -> Option<(Bytes, u8)> {
+        self.resend.take()
     }
 
     /// Whether this is a GET with `Last-Event-ID`.
@@ -370,6 +378,10 @@ impl Exchanges {
         if kind == ExKind::Answer {
             self.answers.in_flight += 1;
         }
+        let resend = match kind {
+            ExKind::Notify | ExKind::Answer => body.clone().map(|b| (b, 1)),
+            _ => None,
+        };
         self.map.insert(
             id,
             Exchange {
@@ -382,6 +394,7 @@ impl Exchanges {
                 expect: None,
                 ended: false,
                 head: HeadFacts::default(),
+                resend,
             },
         );
         self.transmits.push_back(Transmit::Send(HttpRequest {
@@ -392,6 +405,14 @@ impl Exchanges {
             body,
         }));
         id
+    }
+
+    /// Counts a re-sent notification or answer as sent `times` in all (after
+    /// [`Exchanges::open`]).
+    pub(super) fn sent_times(&mut self, http: HttpId, times: u8) {
+        if let Some((_, sent)) = self.map.get_mut(&http).and_then(|ex| ex.resend.as_mut()) {
+            *sent = times;
+        }
     }
 
     /// Opens a GET stream, resuming after `cursor` when there is one: with `Last-Event-ID`,

@@ -30,6 +30,11 @@ use crate::proto::{
 };
 use crate::proto::{CallRequest, HttpId};
 
+/// How many times a notification or an answer is sent at most while its POST never leaves
+/// (each time, a pooled connection whose runtime is gone is dropped from the pool: the next
+/// send takes another, or a new one).
+const MAX_SENDS_UNSENT: u8 = 3;
+
 // The application's commands.
 impl Session {
     /// Starts `initialize` (+ `notifications/initialized`, + the GET stream). The returned
@@ -402,12 +407,15 @@ impl Session {
 
     /// POSTs a notification or an answer on the established session.
     pub(super) fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
-        let Some(session) = self.life.ready() else {
-            return false;
-        };
+        self.post_nth(kind, body, 1).is_some()
+    }
+
+    /// POSTs a notification or an answer for the `nth` time.
+    fn post_nth(&mut self, kind: ExKind, body: Bytes, nth: u8) -> Option<HttpId> {
+        let session = self.life.ready()?;
         let headers = session.headers.post();
         let sent = Sent::on(session);
-        self.exchanges.open(
+        let http = self.exchanges.open(
             kind,
             HttpMethod::Post,
             HttpPurpose::Notify,
@@ -415,7 +423,18 @@ impl Session {
             Some(body),
             sent,
         );
-        true
+        self.exchanges.sent_times(http, nth);
+        Some(http)
+    }
+
+    /// A notification's or an answer's POST failed before it left (a connection that could not
+    /// be made, or a pooled one whose runtime is gone): nothing else would send it, and the
+    /// server never saw it, so it goes again, a bounded number of times.
+    pub(super) fn post_again(&mut self, kind: ExKind, body: Bytes, sent: u8) -> bool {
+        if sent >= MAX_SENDS_UNSENT {
+            return false;
+        }
+        self.post_nth(kind, body, sent + 1).is_some()
     }
 
     /// Sends the app's notifications held while the session was not ready.

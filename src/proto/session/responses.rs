@@ -112,7 +112,7 @@ impl Session {
 
     /// An exchange failed at the transport level.
     pub fn handle_error(&mut self, http: HttpId, failure: TransportFailure, now: Instant) {
-        let Some(ex) = self.remove_current(http) else {
+        let Some(mut ex) = self.remove_current(http) else {
             return;
         };
         let connect = matches!(failure, TransportFailure::Connect(_));
@@ -167,7 +167,15 @@ impl Session {
                 self.apply(call, failure, now);
             }
             ExKind::Listen => self.listen_failed(Failure::ResumeConnectFailed, None, false, now),
-            ExKind::Notify | ExKind::Answer => debug!("notification POST failed: {reason}"),
+            ExKind::Notify | ExKind::Answer => {
+                let again = match ex.take_resend() {
+                    Some((body, sent)) if connect => self.post_again(kind, body, sent),
+                    _ => false,
+                };
+                if !again {
+                    debug!("notification POST failed: {reason}");
+                }
+            }
             ExKind::Delete => self.close_done(Err(Error::new(ErrorKind::Transport, reason))),
         }
     }
