@@ -108,6 +108,10 @@ impl Client {
         let Some(writer) = core.writer.clone() else {
             return Ok(Vec::new());
         };
+        // This client's own latest writes first (a call that just ended may have its entry's
+        // last write queued), within a call's time: a ledger that never finishes a write
+        // delays the recovery, it does not hold it.
+        let _ = tokio::time::timeout(self.call_timeout(), writer.flush()).await;
         let read = AssertUnwindSafe(writer.ledger().entries())
             .catch_unwind()
             .await;

@@ -72,6 +72,8 @@ pub(crate) struct Writer {
     line: Mutex<Line>,
     /// Wakes the writer task.
     wake: Notify,
+    /// Told when no write is waiting or being carried out.
+    idle: Notify,
     /// The client stopped: the writer task ends once nothing is left to write.
     closed: AtomicBool,
 }
@@ -120,6 +122,7 @@ impl Writer {
             ledger,
             line: Mutex::new(Line::default()),
             wake: Notify::new(),
+            idle: Notify::new(),
             closed: AtomicBool::new(false),
         })
     }
@@ -181,7 +184,31 @@ impl Writer {
         if let Some(gate) = gate {
             gate.settle(result);
         }
-        self.lock().running.remove(&entry);
+        let mut line = self.lock();
+        line.running.remove(&entry);
+        if line.running.is_empty() && line.waiting.is_empty() {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Carries out the writes queued so far, and those they wait behind: a recovery reads
+    /// after them, so it sees what this client's calls left behind an instant ago (a call
+    /// that just timed out has its entry's last write queued, not yet made). Runs the
+    /// ledger's code.
+    pub(crate) async fn flush(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            self.kick();
+            {
+                let line = self.lock();
+                if line.running.is_empty() && line.waiting.is_empty() {
+                    return;
+                }
+            }
+            idle.await;
+        }
     }
 
     /// Carries out the writes that may start, each as far as its first poll takes it; one
@@ -584,6 +611,34 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(ledger.log.lock().unwrap()[3], "remove slow-1");
+        writer.close();
+    }
+
+    /// A flush returns once the writes queued before it have finished, not before: what a
+    /// recovery reads right after a call ended includes that call's last write.
+    #[tokio::test]
+    async fn a_flush_waits_for_the_writes_queued_before_it() {
+        let ledger = Arc::new(Held::default());
+        let writer = Writer::new(ledger.clone());
+        tokio::spawn(writer.clone().run());
+        let slow = EntryId::parse("slow-1").unwrap();
+        writer.queue(slow.clone(), Write::Put(entry("slow-1")), None);
+        writer.queue(slow.clone(), Write::Remove(slow), None);
+        let flush = writer.flush();
+        tokio::pin!(flush);
+        assert!(
+            (&mut flush).now_or_never().is_none(),
+            "the put is held: the flush waits"
+        );
+        ledger.go.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), flush)
+            .await
+            .unwrap();
+        assert_eq!(
+            *ledger.log.lock().unwrap(),
+            ["put slow-1", "remove slow-1"],
+            "both writes were made before the flush returned"
+        );
         writer.close();
     }
 }
