@@ -238,6 +238,9 @@ function intercept(res, out) {
   const keyed = out.keyed;
   let headPushed = false; // the handler's head went to the guard
   let headSent = false; // the guard let the head go to the client
+  // The handler's head, held until what follows it (a flush, body bytes, the end) so that
+  // they cross to the guard together: [status, headers].
+  let heldHead = null;
   let flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
   let finished = false; // the client's response is complete (or aborted)
   let innerEnded = false; // the handler ended its response
@@ -349,16 +352,27 @@ function intercept(res, out) {
     headPushed = true;
     const given = typeof reason === "string" ? headers : reason;
     this.statusCode = status;
-    const list = headerList(this, given);
-    run(() => out.head(status, list.join("\0")));
+    heldHead = [status, headerList(this, given).join("\0")];
     return this;
+  };
+
+  /** Takes the held head: [status, headers], or [0, null] when none is held. */
+  const takeHead = () => {
+    const head = heldHead ?? [0, null];
+    heldHead = null;
+    return head;
   };
 
   res.flushHeaders = function flushHeaders() {
     // The head goes when the guard lets it (an initialize's or a resume's is held).
     flushWanted = true;
     if (!headPushed) this.writeHead(this.statusCode);
-    else if (headSent && !finished && !gone()) real.flushHeaders.call(res);
+    if (heldHead !== null) {
+      const [status, headers] = takeHead();
+      run(() => out.push(status, headers, null, false));
+    } else if (headSent && !finished && !gone()) {
+      real.flushHeaders.call(res);
+    }
   };
 
   res.write = function write(chunk, encoding, callback) {
@@ -367,7 +381,12 @@ function intercept(res, out) {
     const bytes = toBuffer(chunk, encoding);
     let ok = true;
     if (bytes.length > 0) {
-      ok = run(() => pushBody(bytes));
+      if (heldHead !== null) {
+        const [status, headers] = takeHead();
+        ok = run(() => out.push(status, headers, bytes, false));
+      } else {
+        ok = run(() => pushBody(bytes));
+      }
     }
     if (callback) process.nextTick(callback);
     if (!ok) {
@@ -384,12 +403,16 @@ function intercept(res, out) {
     if (innerEnded) return this;
     if (!headPushed) this.writeHead(this.statusCode);
     const bytes = toBuffer(chunk, encoding);
-    if (bytes.length > 0) {
-      run(() => pushBody(bytes));
-    }
     innerEnded = true;
     if (callback) endCallbacks.push(callback);
-    run(() => out.end(true));
+    const [status, headers] = takeHead();
+    if (untouched && bytes.length > 0) {
+      // The last bytes pass unchanged: sent as they are, not copied through the guard.
+      run(() => bytes);
+      run(() => out.push(0, null, null, true));
+    } else {
+      run(() => out.push(status, headers, bytes.length > 0 ? bytes : null, true));
+    }
     settle();
     return this;
   };

@@ -349,9 +349,10 @@ impl ToNapiValue for Unchanged {
     }
 }
 
-/// One response on its way out: push the inner handler's head, body chunks and end; each
-/// returns what to send (a [`Sent`]), or a promise of it when the store must be written
-/// first. Once ended, the response's state is let go.
+/// One response on its way out: push the inner handler's head, body chunks and end (what
+/// came together in one `push`; a body chunk alone with `body`); each returns what to send
+/// (a [`Sent`]), or a promise of it when the store must be written first. Once ended, the
+/// response's state is let go.
 #[napi]
 pub struct NativeOutbound {
     inner: Mutex<Option<Outbound>>,
@@ -393,23 +394,6 @@ impl NativeOutbound {
 
 #[napi]
 impl NativeOutbound {
-    /// The inner handler's head (`headers`: a flat name/value list joined by NUL).
-    #[napi(
-        ts_return_type = "undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number] | Promise<undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number]>",
-        catch_unwind
-    )]
-    pub fn head<'env>(
-        &self,
-        env: &'env Env,
-        status: u16,
-        headers: String,
-    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        let status = http::StatusCode::from_u16(status)
-            .map_err(|_| napi::Error::from_reason("not an HTTP status"))?;
-        let headers = header_map(&headers);
-        self.send(env, |out| out.handle_head(status, headers), false)
-    }
-
     /// A chunk of the inner handler's body: what to send, or `true` when the chunk passes
     /// unchanged (and so will every later one: the body is untouched from here on).
     #[napi(
@@ -428,18 +412,50 @@ impl NativeOutbound {
             .map(Either::B)
     }
 
-    /// The inner handler's body ended (`clean`: it ended its response; not: it failed).
-    /// The response is finished after this.
+    /// Steps that came together, in one crossing and in this order: the head when `status`
+    /// is not 0 (`headers`: a flat name/value list joined by NUL), a body chunk when there is one, and the end of a
+    /// response the handler ended (`end`; the response is finished after it). What they
+    /// say to send, merged, once the store operations of all of them ran.
     #[napi(
         ts_return_type = "undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number] | Promise<undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number]>",
         catch_unwind
     )]
-    pub fn end<'env>(
+    pub fn push<'env>(
         &self,
         env: &'env Env,
-        clean: bool,
+        status: u16,
+        headers: Option<String>,
+        chunk: Option<BufferSlice<'_>>,
+        end: bool,
     ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        self.send(env, |out| out.handle_end(clean), true)
+        let head = match status {
+            0 => None,
+            status => Some((
+                http::StatusCode::from_u16(status)
+                    .map_err(|_| napi::Error::from_reason("not an HTTP status"))?,
+                header_map(headers.as_deref().unwrap_or_default()),
+            )),
+        };
+        let chunk = chunk.as_deref().filter(|c| !c.is_empty());
+        self.send(
+            env,
+            |out| {
+                let mut sent = ToClient::default();
+                if let Some((status, headers)) = head {
+                    merge(&mut sent, out.handle_head(status, headers));
+                }
+                if let Some(chunk) = chunk {
+                    if sent.end.is_none() {
+                        merge(&mut sent, out.handle_body(chunk));
+                    }
+                }
+                if end && sent.end.is_none() {
+                    merge(&mut sent, out.handle_end(true));
+                }
+                sent
+            },
+            end,
+        )
     }
 
     /// The `Last-Event-ID` to forward instead of the client's (a resume).
@@ -472,6 +488,20 @@ impl Drop for NativeOutbound {
     fn drop(&mut self) {
         drop_on_runtime(lock(&self.inner).take());
     }
+}
+
+/// What a later step says to send, after what earlier ones said: the head comes once, the
+/// bytes follow in order, the end is the last step's.
+fn merge(sent: &mut ToClient, next: ToClient) {
+    if sent.head.is_none() {
+        sent.head = next.head;
+    }
+    if sent.body.is_empty() {
+        sent.body = next.body;
+    } else if !next.body.is_empty() {
+        sent.body = [&sent.body[..], &next.body[..]].concat().into();
+    }
+    sent.end = next.end;
 }
 
 /// Drops an outbound where its last store operations can be spawned (only a keyed call's
