@@ -76,7 +76,7 @@ impl NativeGuard {
     /// the first step (see [`Step`]), or a promise of it when the store must be asked. Given
     /// here, the body is not asked for: one crossing instead of two.
     #[napi(
-        ts_return_type = "null | NativeOutbound | NativeStep | undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number]>",
+        ts_return_type = "null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
         catch_unwind
     )]
     pub fn begin<'env>(
@@ -245,7 +245,7 @@ impl NativeStep {
     /// The body was read: its bytes, or `null` when it was longer than `limit`. The next
     /// step, or a promise of it.
     #[napi(
-        ts_return_type = "null | NativeOutbound | NativeStep | undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number]>",
+        ts_return_type = "null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
         catch_unwind
     )]
     pub fn body<'env>(
@@ -298,11 +298,11 @@ fn step(next: Next, inbound: Inbound, headers: http::HeaderMap) -> Step {
     }
 }
 
-/// What to send the client now, as plain values: `undefined`, nothing yet; a `Buffer`, body
-/// bytes; `true`, the chunk just given, unchanged (sent without a copy); otherwise the
-/// array `[status, headers, body, end]`: the head when `status` is not 0 (`headers`: a
-/// flat name/value list joined by NUL), body bytes or `null`, and how the response ends
-/// (0: it goes on, 1: complete, 2: abort).
+/// What to send the client now, as plain values: `undefined`, nothing yet; a string (UTF-8
+/// text) or a `Buffer` (other bytes), body bytes; `true`, the chunk just given, unchanged
+/// (sent without a copy); otherwise the array `[status, headers, body, end]`: the head when
+/// `status` is not 0 (`headers`: a flat name/value list joined by NUL), body bytes or
+/// `null`, and how the response ends (0: it goes on, 1: complete, 2: abort).
 pub struct Sent(ToClient);
 
 /// The chunk just given passes unchanged.
@@ -314,17 +314,23 @@ impl ToNapiValue for Sent {
             head, body, end, ..
         } = val.0;
         let js = Env::from_raw(env);
-        // Copied into memory the engine owns: an external buffer would cost a finalizer.
+        // Text (SSE, JSON) as a string, which lives on the engine's heap; other bytes copied
+        // into a Buffer. Either way no external memory, whose finalizers and accounting
+        // would cost the collector on every response.
+        let bytes;
         let body = if body.is_empty() {
             None
+        } else if let Ok(text) = std::str::from_utf8(&body) {
+            Some(Either::A(text))
         } else {
-            Some(BufferSlice::copy_from(&js, &body)?)
+            bytes = BufferSlice::copy_from(&js, &body)?;
+            Some(Either::B(&bytes))
         };
         // SAFETY: the values' own conversions, on the environment napi handed over.
         unsafe {
             if head.is_none() && end.is_none() {
-                return match &body {
-                    Some(bytes) => <&BufferSlice>::to_napi_value(env, bytes),
+                return match body {
+                    Some(body) => ToNapiValue::to_napi_value(env, body),
                     None => <()>::to_napi_value(env, ()),
                 };
             }
@@ -337,7 +343,7 @@ impl ToNapiValue for Sent {
                 Some(End::Complete) => 1,
                 Some(End::Abort) => 2,
             };
-            ToNapiValue::to_napi_value(env, (status, headers, body.as_ref(), end))
+            ToNapiValue::to_napi_value(env, (status, headers, body, end))
         }
     }
 }
@@ -397,7 +403,7 @@ impl NativeOutbound {
     /// A chunk of the inner handler's body: what to send, or `true` when the chunk passes
     /// unchanged (and so will every later one: the body is untouched from here on).
     #[napi(
-        ts_return_type = "true | undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number] | Promise<undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number]>",
+        ts_return_type = "true | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
         catch_unwind
     )]
     pub fn body<'env>(
@@ -417,7 +423,7 @@ impl NativeOutbound {
     /// response the handler ended (`end`; the response is finished after it). What they
     /// say to send, merged, once the store operations of all of them ran.
     #[napi(
-        ts_return_type = "undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number] | Promise<undefined | Buffer | [status: number, headers: string | null, body: Buffer | null, end: number]>",
+        ts_return_type = "undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
         catch_unwind
     )]
     pub fn push<'env>(
