@@ -13,5 +13,5 @@ function load() {
 }
 native.setErrorFactory(fromNative);
 
-export const { NativeClient, NativeBridge, CancelToken, NativeGuard } = native;
+export const { NativeClient, NativeBridge, CancelToken, NativeGuard, NativeOutbound, NativeStep } = native;
 export const bridgeConstants = native.bridgeConstants();

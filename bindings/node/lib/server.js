@@ -3,7 +3,7 @@
 // guard. A skin: every rule, the store steps and the rewriting of responses are the Rust
 // guard's, the same one the tower ResumeSafetyLayer and the Python middleware drive; this file
 // moves bytes between Node's request/response objects and it.
-import { NativeGuard } from "./native.js";
+import { NativeGuard, NativeOutbound, NativeStep } from "./native.js";
 
 const isPromise = (value) => value !== null && typeof value === "object" && typeof value.then === "function";
 
@@ -38,50 +38,88 @@ export class ResumeSafety {
   /** An Express/connect middleware: `next()` runs the handler behind the guard. */
   middleware() {
     return (req, res, next) => {
-      this.handle(req, res, next).catch(next);
+      try {
+        const pending = this.#handle(req, res, next);
+        if (isPromise(pending)) pending.catch(next);
+      } catch (error) {
+        next(error);
+      }
     };
   }
 
   /** A `(req, res)` handler (node:http's, an Express route's) behind the guard. */
   wrap(handler) {
-    return (req, res, ...rest) =>
-      this.handle(req, res, () => handler(req, res, ...rest)).catch((error) => {
+    return (req, res, ...rest) => {
+      const failed = (error) => {
         if (!res.headersSent) {
           res.writeHead(500, { "content-type": "text/plain" });
         }
         res.end();
         console.error(error);
-      });
+      };
+      try {
+        const pending = this.#handle(req, res, () => handler(req, res, ...rest));
+        if (isPromise(pending)) pending.catch(failed);
+      } catch (error) {
+        failed(error);
+      }
+    };
   }
 
   /** Guards one request; `next()` runs the handler (not called when the guard answers). */
   async handle(req, res, next) {
-    // Headers cross to the addon as one string (NUL, which Node refuses in headers, between
-    // names and values): one conversion instead of one per name and value.
-    let step = this.#guard.begin(req.method, req.rawHeaders.join("\0"));
-    if (isPromise(step)) step = await step;
-    if (step.kind === "read_body") {
-      const body = await readBody(req, step.limit);
-      if (body === undefined) return; // the client left while sending: nothing to forward
-      step = step.body(body);
-      if (isPromise(step)) step = await step;
-    }
-    switch (step.kind) {
-      case "pass":
-        return next();
-      case "answer":
-        return answer(res, step.takeAnswer());
-      default: {
-        const out = step.takeOutbound();
-        const lastEventId = step.lastEventId;
-        if (lastEventId !== null && lastEventId !== undefined) {
-          replaceHeader(req, "last-event-id", lastEventId);
-        }
-        intercept(res, out);
-        return next();
-      }
-    }
+    await this.#handle(req, res, next);
   }
+
+  /**
+   * Guards one request without waiting where nothing has to be waited for (the memory
+   * store, a body read already): what `next()` returned, or a promise when a step waited.
+   */
+  #handle(req, res, next) {
+    // Headers cross to the addon as one string (NUL, which Node refuses in headers, between
+    // names and values): one conversion instead of one per name and value. A body a parser
+    // in front read already goes with them: one crossing instead of two.
+    const body = req.method === "POST" ? readAlready(req) : undefined;
+    const step = this.#guard.begin(req.method, req.rawHeaders.join("\0"), body);
+    return isPromise(step) ? step.then((s) => act(req, res, next, s)) : act(req, res, next, step);
+  }
+}
+
+/** Does what the guard's step says (see the addon's `Step`). */
+function act(req, res, next, step) {
+  if (step === null) return next();
+  if (step instanceof NativeOutbound) {
+    // Only a client's own Last-Event-ID is ever replaced (a resume's cursor).
+    if (req.headers["last-event-id"] !== undefined) {
+      const lastEventId = step.lastEventId;
+      if (lastEventId !== null) replaceHeader(req, "last-event-id", lastEventId);
+    }
+    intercept(res, step);
+    return next();
+  }
+  if (step instanceof NativeStep) {
+    const given = (body) => {
+      if (body === undefined) return; // the client left while sending: nothing to forward
+      const after = step.body(body);
+      return isPromise(after) ? after.then((s) => act(req, res, next, s)) : act(req, res, next, after);
+    };
+    const read = readAlready(req);
+    if (read !== undefined) return given(read.length > step.limit ? null : read);
+    return readBody(req, step.limit).then(given);
+  }
+  return answer(res, step);
+}
+
+/**
+ * The body a parser in front of the guard read already (`express.json()`), as bytes: what
+ * it parsed. `undefined` when it is still to be read.
+ */
+function readAlready(req) {
+  if (!(req._body || req.readableEnded)) return undefined;
+  const parsed = req.body;
+  if (parsed === undefined) return Buffer.alloc(0);
+  if (Buffer.isBuffer(parsed)) return parsed;
+  return Buffer.from(typeof parsed === "string" ? parsed : JSON.stringify(parsed));
 }
 
 /**
@@ -89,19 +127,8 @@ export class ResumeSafety {
  * handler to read, what was read put back), `undefined` when the client left. A complete
  * body is handed on parsed as `req.body`.
  */
-async function readBody(req, limit) {
-  if (req._body || req.readableEnded) {
-    // Already read by a body parser in front of the guard (express.json()): what it parsed.
-    const parsed = req.body;
-    const bytes =
-      parsed === undefined
-        ? Buffer.alloc(0)
-        : Buffer.isBuffer(parsed)
-          ? parsed
-          : Buffer.from(typeof parsed === "string" ? parsed : JSON.stringify(parsed));
-    return bytes.length > limit ? null : bytes;
-  }
-  return await new Promise((resolve) => {
+function readBody(req, limit) {
+  return new Promise((resolve) => {
     const chunks = [];
     let size = 0;
     const done = (value) => {
@@ -152,11 +179,15 @@ function replaceHeader(req, name, value) {
   req.rawHeaders.push(...raw);
 }
 
-/** Sends the guard's own answer. */
-function answer(res, sent) {
-  res.writeHead(sent.head.status, split(sent.head.headers));
-  res.end(sent.body);
+/** Sends the guard's own answer (a `Sent` array with its head and end). */
+function answer(res, [status, headers, body]) {
+  res.writeHead(status, split(headers ?? ""));
+  res.end(body ?? undefined);
 }
+
+/** How a `Sent` says the response ends. */
+const COMPLETE = 1;
+const ABORT = 2;
 
 /** A flat name/value list from the addon's NUL-joined string. */
 const split = (joined) => (joined === "" ? [] : joined.split("\0"));
@@ -206,9 +237,15 @@ function intercept(res, out) {
   };
   const keyed = out.keyed;
   let headPushed = false; // the handler's head went to the guard
+  let headSent = false; // the guard let the head go to the client
+  // The handler's head, held until what follows it (a flush, body bytes, the end) so that
+  // they cross to the guard together: [status, headers].
+  let heldHead = null;
+  let flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
   let finished = false; // the client's response is complete (or aborted)
   let innerEnded = false; // the handler ended its response
   let detached = false; // an unkeyed call's client left: nothing more goes through the guard
+  let untouched = false; // body chunks pass unchanged, without crossing to the guard
   let busy = null; // a step waiting for the store
   const backlog = [];
   let drainWanted = false;
@@ -217,30 +254,45 @@ function intercept(res, out) {
 
   const gone = () => res.destroyed;
 
+  /** Sends what the guard said to (see the addon's `Sent`). */
   const apply = (sent) => {
-    if (finished) return;
-    if (sent.head) {
-      if (!gone()) {
-        for (const name of res.getHeaderNames()) res.removeHeader(name);
-        real.writeHead.call(res, sent.head.status, split(sent.head.headers));
-        if (sent.body.length === 0 && sent.end === null) real.flushHeaders.call(res);
-      }
-    }
-    if (sent.end === "complete") {
-      finished = true;
-      if (!gone()) real.end.call(res, sent.body.length > 0 ? sent.body : undefined);
+    if (finished || sent === undefined) return;
+    if (!Array.isArray(sent)) {
+      if (!gone()) real.write.call(res, sent);
       return;
     }
-    if (sent.body.length > 0 && !gone()) real.write.call(res, sent.body);
-    if (sent.end === "abort") {
+    const [status, headers, body, end] = sent;
+    if (status !== 0 && !gone()) {
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      real.writeHead.call(res, status, split(headers));
+      headSent = true;
+      // Else the head goes with the first body bytes, in one write.
+      if (flushWanted && body === null && end === 0) real.flushHeaders.call(res);
+    }
+    if (end === COMPLETE) {
+      finished = true;
+      if (!gone()) real.end.call(res, body ?? undefined);
+      return;
+    }
+    if (body !== null && !gone()) real.write.call(res, body);
+    if (end === ABORT) {
       finished = true;
       res.destroy(new Error("mcp-resume: the guard cut this response short"));
     }
   };
 
+  /** A body chunk through the guard; once it says the body is untouched, none crosses. */
+  const pushBody = (bytes) => {
+    if (untouched) return bytes;
+    const sent = out.body(bytes);
+    if (sent !== true) return sent;
+    untouched = true;
+    return bytes;
+  };
+
   const settle = () => {
+    // The guard let the response go at its end.
     if (!innerEnded || busy !== null || backlog.length > 0) return;
-    out.close();
     for (const cb of endCallbacks.splice(0)) cb();
     if (keyed) {
       res.emit = real.emit;
@@ -300,14 +352,27 @@ function intercept(res, out) {
     headPushed = true;
     const given = typeof reason === "string" ? headers : reason;
     this.statusCode = status;
-    const list = headerList(this, given);
-    run(() => out.head(status, list.join("\0")));
+    heldHead = [status, headerList(this, given).join("\0")];
     return this;
+  };
+
+  /** Takes the held head: [status, headers], or [0, null] when none is held. */
+  const takeHead = () => {
+    const head = heldHead ?? [0, null];
+    heldHead = null;
+    return head;
   };
 
   res.flushHeaders = function flushHeaders() {
     // The head goes when the guard lets it (an initialize's or a resume's is held).
+    flushWanted = true;
     if (!headPushed) this.writeHead(this.statusCode);
+    if (heldHead !== null) {
+      const [status, headers] = takeHead();
+      run(() => out.push(status, headers, null, false));
+    } else if (headSent && !finished && !gone()) {
+      real.flushHeaders.call(res);
+    }
   };
 
   res.write = function write(chunk, encoding, callback) {
@@ -316,9 +381,12 @@ function intercept(res, out) {
     const bytes = toBuffer(chunk, encoding);
     let ok = true;
     if (bytes.length > 0) {
-      ok = run(() =>
-        out.untouched ? { head: null, body: bytes, end: null } : out.body(bytes),
-      );
+      if (heldHead !== null) {
+        const [status, headers] = takeHead();
+        ok = run(() => out.push(status, headers, bytes, false));
+      } else {
+        ok = run(() => pushBody(bytes));
+      }
     }
     if (callback) process.nextTick(callback);
     if (!ok) {
@@ -335,12 +403,16 @@ function intercept(res, out) {
     if (innerEnded) return this;
     if (!headPushed) this.writeHead(this.statusCode);
     const bytes = toBuffer(chunk, encoding);
-    if (bytes.length > 0) {
-      run(() => (out.untouched ? { head: null, body: bytes, end: null } : out.body(bytes)));
-    }
     innerEnded = true;
     if (callback) endCallbacks.push(callback);
-    run(() => out.end(true));
+    const [status, headers] = takeHead();
+    if (untouched && bytes.length > 0) {
+      // The last bytes pass unchanged: sent as they are, not copied through the guard.
+      run(() => bytes);
+      run(() => out.push(0, null, null, true));
+    } else {
+      run(() => out.push(status, headers, bytes.length > 0 ? bytes : null, true));
+    }
     settle();
     return this;
   };

@@ -17,8 +17,8 @@ use mcp_resume_server::skin::{
     self, End, GuardBuilder, Inbound, Next, Outbound, SharedGuard, ToClient,
 };
 use mcp_resume_server::{store, Error, ErrorKind};
-use napi::bindgen_prelude::{Buffer, Either, PromiseRaw, ToNapiValue};
-use napi::Env;
+use napi::bindgen_prelude::{BufferSlice, Either, Null, PromiseRaw, ToNapiValue};
+use napi::{sys, Env};
 use napi_derive::napi;
 
 use crate::errors::{invalid, to_js, Failure};
@@ -72,19 +72,62 @@ impl NativeGuard {
     }
 
     /// A request head arrived (`raw_headers`: Node's flat name/value list joined by NUL, see
-    /// [`header_map`]): the first step, or a promise of it when the store must be asked.
-    #[napi(ts_return_type = "NativeStep | Promise<NativeStep>", catch_unwind)]
+    /// [`header_map`]), with its body when it was read already (by a body parser in front):
+    /// the first step (see [`Step`]), or a promise of it when the store must be asked. Given
+    /// here, the body is not asked for: one crossing instead of two.
+    #[napi(
+        ts_return_type = "null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        catch_unwind
+    )]
     pub fn begin<'env>(
         &self,
         env: &'env Env,
         method: String,
         raw_headers: String,
-    ) -> napi::Result<Either<NativeStep, PromiseRaw<'env, NativeStep>>> {
+        body: Option<BufferSlice<'_>>,
+    ) -> napi::Result<Either<Step, PromiseRaw<'env, Step>>> {
         let method = http::Method::from_bytes(method.as_bytes())
             .map_err(|_| napi::Error::from_reason("not an HTTP method"))?;
         let headers = header_map(&raw_headers);
-        let inbound = self.guard.begin(&method, &headers);
-        next_step(env, inbound, headers)
+        let mut inbound = self.guard.begin(&method, &headers);
+        let Some(body) = body else {
+            return next_step(env, inbound, headers);
+        };
+        // The steps before the body need no waiting unless the store is slow: the body is
+        // then read where it lies; else a copy of it waits with them.
+        let mut first = Box::pin(async move {
+            let next = inbound.next().await;
+            (next, inbound)
+        });
+        let ready =
+            napi::bindgen_prelude::within_runtime_if_available(|| first.as_mut().now_or_never());
+        match ready {
+            Some((Next::ReadBody { limit }, mut inbound)) => {
+                inbound.handle_body(body_of(&body, limit), &headers);
+                next_step(env, inbound, headers)
+            }
+            Some((next, inbound)) => Ok(Either::A(step(next, inbound, headers))),
+            None => {
+                let body = body.to_vec();
+                now_or_promise(env, async move {
+                    let (mut next, mut inbound) = first.await;
+                    if let Next::ReadBody { limit } = next {
+                        inbound.handle_body(body_of(&body, limit), &headers);
+                        next = inbound.next().await;
+                    }
+                    step(next, inbound, headers)
+                })
+            }
+        }
+    }
+}
+
+/// A body read whole, for the guard: too large when longer than `limit`.
+fn body_of(bytes: &[u8], limit: usize) -> Body<'_> {
+    if bytes.len() > limit {
+        Body::TooLarge
+    } else {
+        Body::Complete(bytes)
     }
 }
 
@@ -155,61 +198,61 @@ fn store_failure(err: Error) -> Built {
     }
 }
 
-/// What the wrapper does next with a request: `kind` is `"read_body"` (read up to `limit`
-/// bytes, then `body`), `"pass"`, `"forward"` (`takeOutbound`, `lastEventId`) or `"answer"`
-/// (`takeAnswer`).
+/// What the wrapper does next with a request, as the plainest JavaScript value that says it
+/// (each object made here is work for the collector on every request): `null`, pass it on;
+/// a `NativeOutbound`, forward it and push its response through; a `NativeStep`, read the
+/// body, then `body`; anything else, a `Sent` to answer with.
+pub enum Step {
+    /// Forward the request; its response passes untouched.
+    Pass,
+    /// Read the body (up to `limit`), then `NativeStep::body`.
+    ReadBody(NativeStep),
+    /// Forward the request and push its response through.
+    Forward(NativeOutbound),
+    /// Send this; the inner handler never sees the request.
+    Answer(Sent),
+}
+
+impl ToNapiValue for Step {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
+        // SAFETY: as each variant's own conversion, on the environment napi handed over.
+        unsafe {
+            match val {
+                Step::Pass => Null::to_napi_value(env, Null),
+                Step::ReadBody(step) => NativeStep::to_napi_value(env, step),
+                Step::Forward(out) => NativeOutbound::to_napi_value(env, out),
+                Step::Answer(sent) => Sent::to_napi_value(env, sent),
+            }
+        }
+    }
+}
+
+/// A request whose body the guard asks for: read up to `limit` bytes, then `body`.
 #[napi]
 pub struct NativeStep {
-    kind: &'static str,
     limit: u32,
     inbound: Option<(Inbound, http::HeaderMap)>,
-    outbound: Option<Outbound>,
-    last_event_id: Option<String>,
-    answer: Option<ToClient>,
 }
 
 #[napi]
 impl NativeStep {
-    /// `"read_body"`, `"pass"`, `"forward"` or `"answer"`.
-    #[napi(getter, catch_unwind)]
-    pub fn kind(&self) -> &'static str {
-        self.kind
-    }
-
-    /// The most body bytes to read (`"read_body"`).
+    /// The most body bytes to read.
     #[napi(getter, catch_unwind)]
     pub fn limit(&self) -> u32 {
         self.limit
     }
 
-    /// The `Last-Event-ID` to forward instead of the client's (`"forward"` of a resume).
-    #[napi(getter, catch_unwind)]
-    pub fn last_event_id(&self) -> Option<String> {
-        self.last_event_id.clone()
-    }
-
-    /// The response's driver (`"forward"`), once.
-    #[napi(catch_unwind)]
-    pub fn take_outbound(&mut self) -> Option<NativeOutbound> {
-        self.outbound.take().map(|out| NativeOutbound {
-            inner: Mutex::new(Some(out)),
-        })
-    }
-
-    /// What to send (`"answer"`), once.
-    #[napi(catch_unwind)]
-    pub fn take_answer(&mut self) -> Option<Sent> {
-        self.answer.take().map(Sent::from)
-    }
-
-    /// The body was read (`"read_body"`): its bytes, or `null` when it was longer than
-    /// `limit`. The next step, or a promise of it.
-    #[napi(ts_return_type = "NativeStep | Promise<NativeStep>", catch_unwind)]
+    /// The body was read: its bytes, or `null` when it was longer than `limit`. The next
+    /// step, or a promise of it.
+    #[napi(
+        ts_return_type = "null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        catch_unwind
+    )]
     pub fn body<'env>(
         &mut self,
         env: &'env Env,
-        data: Option<Buffer>,
-    ) -> napi::Result<Either<NativeStep, PromiseRaw<'env, NativeStep>>> {
+        data: Option<BufferSlice<'_>>,
+    ) -> napi::Result<Either<Step, PromiseRaw<'env, Step>>> {
         let Some((mut inbound, headers)) = self.inbound.take() else {
             return Err(napi::Error::from_reason(
                 "this step's body was already given",
@@ -229,172 +272,215 @@ fn next_step<'env>(
     env: &'env Env,
     mut inbound: Inbound,
     headers: http::HeaderMap,
-) -> napi::Result<Either<NativeStep, PromiseRaw<'env, NativeStep>>> {
+) -> napi::Result<Either<Step, PromiseRaw<'env, Step>>> {
     now_or_promise(env, async move {
         let next = inbound.next().await;
         step(next, inbound, headers)
     })
 }
 
-fn step(next: Next, inbound: Inbound, headers: http::HeaderMap) -> NativeStep {
-    let mut step = NativeStep {
-        kind: "pass",
-        limit: 0,
-        inbound: None,
-        outbound: None,
-        last_event_id: None,
-        answer: None,
-    };
+fn step(next: Next, inbound: Inbound, headers: http::HeaderMap) -> Step {
     match next {
-        Next::ReadBody { limit } => {
-            step.kind = "read_body";
-            step.limit = u32::try_from(limit).unwrap_or(u32::MAX);
-            step.inbound = Some((inbound, headers));
-        }
-        Next::Pass => {}
-        Next::Forward(out) => {
-            step.kind = "forward";
-            step.last_event_id = out
+        Next::ReadBody { limit } => Step::ReadBody(NativeStep {
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            inbound: Some((inbound, headers)),
+        }),
+        Next::Pass => Step::Pass,
+        Next::Forward(out) => Step::Forward(NativeOutbound {
+            keyed: out.is_keyed(),
+            last_event_id: out
                 .last_event_id()
                 .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            step.outbound = Some(out);
-        }
-        Next::Answer(answer) => {
-            step.kind = "answer";
-            step.answer = Some(skin::answer_to_client(answer));
-        }
+                .map(str::to_owned),
+            inner: Mutex::new(Some(out)),
+        }),
+        Next::Answer(answer) => Step::Answer(Sent(skin::answer_to_client(answer))),
     }
-    step
 }
 
-/// A response head to send: its status and headers (a flat name/value list joined by NUL).
-#[napi(object)]
-pub struct SentHead {
-    /// The status.
-    pub status: u16,
-    /// Names and values, alternating, joined by NUL.
-    pub headers: String,
-}
+/// What to send the client now, as plain values: `undefined`, nothing yet; a string (UTF-8
+/// text) or a `Buffer` (other bytes), body bytes; `true`, the chunk just given, unchanged
+/// (sent without a copy); otherwise the array `[status, headers, body, end]`: the head when
+/// `status` is not 0 (`headers`: a flat name/value list joined by NUL), body bytes or
+/// `null`, and how the response ends (0: it goes on, 1: complete, 2: abort).
+pub struct Sent(ToClient);
 
-/// What to send the client now: the head (once), body bytes, and how the response ends
-/// (`"complete"`, `"abort"`, or `null` while it goes on).
-#[napi(object)]
-pub struct Sent {
-    /// The head, when it may be sent.
-    pub head: Option<SentHead>,
-    /// Body bytes (after the head).
-    pub body: Buffer,
-    /// `"complete"` or `"abort"` when the response ends here.
-    pub end: Option<String>,
-}
+/// The chunk just given passes unchanged.
+pub struct Unchanged;
 
-impl From<ToClient> for Sent {
-    fn from(to: ToClient) -> Self {
+impl ToNapiValue for Sent {
+    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
         let ToClient {
             head, body, end, ..
-        } = to;
-        Sent {
-            head: head.map(|(status, headers)| SentHead {
-                status: status.as_u16(),
-                headers: joined(&headers),
-            }),
-            body: Buffer::from(body.to_vec()),
-            end: end.map(|e| match e {
-                End::Complete => "complete".to_owned(),
-                End::Abort => "abort".to_owned(),
-            }),
+        } = val.0;
+        let js = Env::from_raw(env);
+        // Text (SSE, JSON) as a string, which lives on the engine's heap; other bytes copied
+        // into a Buffer. Either way no external memory, whose finalizers and accounting
+        // would cost the collector on every response.
+        let bytes;
+        let body = if body.is_empty() {
+            None
+        } else if let Ok(text) = std::str::from_utf8(&body) {
+            Some(Either::A(text))
+        } else {
+            bytes = BufferSlice::copy_from(&js, &body)?;
+            Some(Either::B(&bytes))
+        };
+        // SAFETY: the values' own conversions, on the environment napi handed over.
+        unsafe {
+            if head.is_none() && end.is_none() {
+                return match body {
+                    Some(body) => ToNapiValue::to_napi_value(env, body),
+                    None => <()>::to_napi_value(env, ()),
+                };
+            }
+            let (status, headers) = match head {
+                Some((status, headers)) => (status.as_u16(), Some(joined(&headers))),
+                None => (0, None),
+            };
+            let end: u32 = match end {
+                None => 0,
+                Some(End::Complete) => 1,
+                Some(End::Abort) => 2,
+            };
+            ToNapiValue::to_napi_value(env, (status, headers, body, end))
         }
     }
 }
 
-/// One response on its way out: push the inner handler's head, body chunks and end; each
-/// returns what to send, or a promise of it when the store must be written first.
+impl ToNapiValue for Unchanged {
+    unsafe fn to_napi_value(env: sys::napi_env, _: Self) -> napi::Result<sys::napi_value> {
+        // SAFETY: a boolean on the environment napi handed over.
+        unsafe { bool::to_napi_value(env, true) }
+    }
+}
+
+/// One response on its way out: push the inner handler's head, body chunks and end (what
+/// came together in one `push`; a body chunk alone with `body`); each returns what to send
+/// (a [`Sent`]), or a promise of it when the store must be written first. Once ended, the
+/// response's state is let go.
 #[napi]
 pub struct NativeOutbound {
     inner: Mutex<Option<Outbound>>,
+    keyed: bool,
+    last_event_id: Option<String>,
 }
 
 impl NativeOutbound {
-    fn with<R>(&self, f: impl FnOnce(&mut Outbound) -> R) -> napi::Result<R> {
-        match lock(&self.inner).as_mut() {
-            Some(out) => Ok(f(out)),
-            None => Err(napi::Error::from_reason("this response is finished")),
-        }
+    fn with<R>(&self, f: impl FnOnce(&mut Outbound) -> R) -> Option<R> {
+        lock(&self.inner).as_mut().map(f)
     }
 
     fn send<'env>(
         &self,
         env: &'env Env,
         step: impl FnOnce(&mut Outbound) -> ToClient,
+        last: bool,
     ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        let (to_client, ops) = self.with(|out| {
-            let to_client = step(out);
-            (to_client, out.take_ops())
-        })?;
+        let mut inner = lock(&self.inner);
+        let Some(out) = inner.as_mut() else {
+            // Finished: nothing more goes to the client.
+            return Ok(Either::A(Sent(ToClient::default())));
+        };
+        let to_client = step(out);
+        let ops = out.take_ops();
+        if last {
+            drop_on_runtime(inner.take());
+        }
+        drop(inner);
         if ops.is_empty() {
-            return Ok(Either::A(Sent::from(to_client)));
+            return Ok(Either::A(Sent(to_client)));
         }
         now_or_promise(env, async move {
             ops.run().await;
-            Sent::from(to_client)
+            Sent(to_client)
         })
     }
 }
 
 #[napi]
 impl NativeOutbound {
-    /// The inner handler's head (`headers`: a flat name/value list joined by NUL).
-    #[napi(ts_return_type = "Sent | Promise<Sent>", catch_unwind)]
-    pub fn head<'env>(
-        &self,
-        env: &'env Env,
-        status: u16,
-        headers: String,
-    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        let status = http::StatusCode::from_u16(status)
-            .map_err(|_| napi::Error::from_reason("not an HTTP status"))?;
-        let headers = header_map(&headers);
-        self.send(env, |out| out.handle_head(status, headers))
-    }
-
-    /// A chunk of the inner handler's body.
-    #[napi(ts_return_type = "Sent | Promise<Sent>", catch_unwind)]
+    /// A chunk of the inner handler's body: what to send, or `true` when the chunk passes
+    /// unchanged (and so will every later one: the body is untouched from here on).
+    #[napi(
+        ts_return_type = "true | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        catch_unwind
+    )]
     pub fn body<'env>(
         &self,
         env: &'env Env,
-        chunk: Buffer,
-    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        self.send(env, |out| out.handle_body(&chunk))
+        chunk: BufferSlice<'_>,
+    ) -> napi::Result<Either<Unchanged, Either<Sent, PromiseRaw<'env, Sent>>>> {
+        if self.with(|out| out.is_untouched()) == Some(true) {
+            return Ok(Either::A(Unchanged));
+        }
+        self.send(env, |out| out.handle_body(&chunk), false)
+            .map(Either::B)
     }
 
-    /// The inner handler's body ended (`clean`: it ended its response; not: it failed).
-    #[napi(ts_return_type = "Sent | Promise<Sent>", catch_unwind)]
-    pub fn end<'env>(
+    /// Steps that came together, in one crossing and in this order: the head when `status`
+    /// is not 0 (`headers`: a flat name/value list joined by NUL), a body chunk when there is one, and the end of a
+    /// response the handler ended (`end`; the response is finished after it). What they
+    /// say to send, merged, once the store operations of all of them ran.
+    #[napi(
+        ts_return_type = "undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        catch_unwind
+    )]
+    pub fn push<'env>(
         &self,
         env: &'env Env,
-        clean: bool,
+        status: u16,
+        headers: Option<String>,
+        chunk: Option<BufferSlice<'_>>,
+        end: bool,
     ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        self.send(env, |out| out.handle_end(clean))
+        let head = match status {
+            0 => None,
+            status => Some((
+                http::StatusCode::from_u16(status)
+                    .map_err(|_| napi::Error::from_reason("not an HTTP status"))?,
+                header_map(headers.as_deref().unwrap_or_default()),
+            )),
+        };
+        let chunk = chunk.as_deref().filter(|c| !c.is_empty());
+        self.send(
+            env,
+            |out| {
+                let mut sent = ToClient::default();
+                if let Some((status, headers)) = head {
+                    merge(&mut sent, out.handle_head(status, headers));
+                }
+                if let Some(chunk) = chunk {
+                    if sent.end.is_none() {
+                        merge(&mut sent, out.handle_body(chunk));
+                    }
+                }
+                if end && sent.end.is_none() {
+                    merge(&mut sent, out.handle_end(true));
+                }
+                sent
+            },
+            end,
+        )
+    }
+
+    /// The `Last-Event-ID` to forward instead of the client's (a resume).
+    #[napi(getter, catch_unwind)]
+    pub fn last_event_id(&self) -> Option<String> {
+        self.last_event_id.clone()
     }
 
     /// Whether the inner handler must run to its end even if the client has gone (a keyed
     /// call whose answer is not stored yet).
     #[napi(getter, catch_unwind)]
-    pub fn must_drain(&self) -> napi::Result<bool> {
-        self.with(|out| out.must_drain())
+    pub fn must_drain(&self) -> bool {
+        self.with(|out| out.must_drain()).unwrap_or(false)
     }
 
     /// Whether the call is keyed: the client's leaving must not reach the inner handler.
     #[napi(getter, catch_unwind)]
-    pub fn keyed(&self) -> napi::Result<bool> {
-        self.with(|out| out.is_keyed())
-    }
-
-    /// Whether body chunks now pass unchanged (send them without `body`).
-    #[napi(getter, catch_unwind)]
-    pub fn untouched(&self) -> napi::Result<bool> {
-        self.with(|out| out.is_untouched())
+    pub fn keyed(&self) -> bool {
+        self.keyed
     }
 
     /// Done with it: a keyed call that did not reach its end is recorded as such.
@@ -408,6 +494,20 @@ impl Drop for NativeOutbound {
     fn drop(&mut self) {
         drop_on_runtime(lock(&self.inner).take());
     }
+}
+
+/// What a later step says to send, after what earlier ones said: the head comes once, the
+/// bytes follow in order, the end is the last step's.
+fn merge(sent: &mut ToClient, next: ToClient) {
+    if sent.head.is_none() {
+        sent.head = next.head;
+    }
+    if sent.body.is_empty() {
+        sent.body = next.body;
+    } else if !next.body.is_empty() {
+        sent.body = [&sent.body[..], &next.body[..]].concat().into();
+    }
+    sent.end = next.end;
 }
 
 /// Drops an outbound where its last store operations can be spawned (only a keyed call's

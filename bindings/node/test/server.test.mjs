@@ -55,6 +55,33 @@ test("a stream reaches the client as it comes", { timeout: 30000 }, async () => 
   }
 });
 
+test("a stream's head reaches the client before its first event", { timeout: 30000 }, async () => {
+  const replica = await Replica.start("--port", "0", "--store", "memory");
+  try {
+    const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+    const init = await fetch(replica.url, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } }),
+    });
+    const session = init.headers.get("mcp-session-id");
+    await init.text();
+    const sessionHeaders = { ...headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" };
+    await fetch(replica.url, { method: "POST", headers: sessionHeaders, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) });
+    // The session's own stream carries no event until the server has something to say; the
+    // handler flushed its head, and the guard lets it go at once instead of holding it for
+    // the first event.
+    const listen = new AbortController();
+    const stream = await fetch(replica.url, { headers: { ...sessionHeaders, accept: "text/event-stream" }, signal: AbortSignal.any([listen.signal, AbortSignal.timeout(5000)]) });
+    assert.equal(stream.status, 200);
+    assert.equal(stream.headers.get("content-type"), "text/event-stream");
+    assert.ok(stream.headers.get("mcp-capability-hash"));
+    listen.abort();
+  } finally {
+    await replica.stop();
+  }
+});
+
 test("what it does not guard passes", { timeout: 30000 }, async () => {
   const replica = await Replica.start("--port", "0", "--store", "memory", "--max-body", "1024");
   try {
