@@ -309,6 +309,7 @@ export declare class ResumeTransport {
   get sessionId(): string | undefined;
   start(): Promise<void>;
   send(message: JSONRPCMessage, options?: unknown): Promise<void>;
+  /** DELETEs the session; a failed DELETE goes to `onerror` and the transport closes anyway. */
   close(): Promise<void>;
   setProtocolVersion(version: string): void;
   events(options?: IterateOptions): AsyncGenerator<SessionEvent, void, undefined>;

@@ -72,9 +72,18 @@ export class ResumeTransport {
     await this.#bridge.send(keyed(message, bridgeConstants.idempotencyMetaKey));
   }
 
-  /** Closes the session (DELETE); `onclose` is called once the last message was delivered. */
+  /**
+   * Closes the session (DELETE); `onclose` is called once the last message was delivered. A
+   * DELETE that fails goes to `onerror` and the transport closes all the same: the SDK's own
+   * transport never fails its `close()`, and a host closing after an error must not be left
+   * with a half-closed client.
+   */
   async close() {
-    await this.#bridge.close();
+    try {
+      await this.#bridge.close();
+    } catch (error) {
+      this.onerror?.(/** @type {Error} */ (error));
+    }
     if (this.#delivering === null) {
       this.#delivering = Promise.resolve();
       this.onclose?.();

@@ -2,6 +2,8 @@
 // AbortSignal, what JSON-RPC cannot say as an error with `data.kind`, the server's requests
 // answered by the SDK client's own handlers, and the real session's events.
 import assert from "node:assert/strict";
+import { once } from "node:events";
+import { createServer } from "node:http";
 import { after, before, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -128,5 +130,57 @@ test("stock: the SDK's own transport leaves a call interrupted by a server crash
   } finally {
     await client.close().catch(() => {});
     await crashing.stop();
+  }
+});
+
+test("a DELETE the server fails goes to onerror, and close() still closes", async () => {
+  // A minimal legacy server whose sessions cannot be ended: DELETE answers 500.
+  const deletes = [];
+  const failing = createServer((req, res) => {
+    if (req.method === "DELETE") {
+      deletes.push(req.headers["mcp-session-id"]);
+      res.writeHead(500).end();
+      return;
+    }
+    if (req.method !== "POST") {
+      res.writeHead(405).end();
+      return;
+    }
+    let body = "";
+    req.on("data", (chunk) => (body += chunk));
+    req.on("end", () => {
+      const message = JSON.parse(body);
+      if (message.id === undefined) {
+        res.writeHead(202).end();
+        return;
+      }
+      const result = message.method === "initialize"
+        ? { protocolVersion: "2025-06-18", capabilities: {}, serverInfo: { name: "failing", version: "1" } }
+        : {};
+      res.writeHead(200, { "content-type": "application/json", "mcp-session-id": "s-1" });
+      res.end(JSON.stringify({ jsonrpc: "2.0", id: message.id, result }));
+    });
+  });
+  failing.listen(0, "127.0.0.1");
+  await once(failing, "listening");
+  try {
+    const client = new Client({ name: "host", version: "1" });
+    const transport = new ResumeTransport(`http://127.0.0.1:${failing.address().port}/mcp`, FAST);
+    const errors = [];
+    let closed = 0;
+    await client.connect(transport);
+    transport.onerror = (error) => errors.push(error);
+    const onclose = transport.onclose;
+    transport.onclose = () => {
+      closed += 1;
+      onclose?.();
+    };
+    await client.close();
+    assert.deepEqual(deletes, ["s-1"]);
+    assert.equal(errors.length, 1);
+    assert.match(String(errors[0]), /DELETE/);
+    assert.equal(closed, 1);
+  } finally {
+    failing.close();
   }
 });

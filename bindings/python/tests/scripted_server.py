@@ -81,6 +81,8 @@ class ScriptedServer:
         self.cancelled = threading.Event()
         self.hanging = threading.Event()
         self.asked = 0
+        # The status DELETE is answered with (a server failing to end its sessions: 500).
+        self.delete_status = 200
         # With an authorization server (tests/oauth_server.py), every POST needs a token it
         # issued; others are refused with 401 naming its resource metadata.
         self.auth: Any = None
@@ -130,7 +132,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._empty(405)
 
     def do_DELETE(self) -> None:
-        self._empty(200)
+        self._empty(self.owner.delete_status)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))

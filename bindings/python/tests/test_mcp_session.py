@@ -252,6 +252,36 @@ async def test_server_requests_reach_the_client_sessions_own_callbacks(
     assert "sampling" in init["params"]["capabilities"], init
 
 
+async def test_a_failed_delete_on_exit_is_logged_and_hides_nothing(
+    scripted: Callable[..., ScriptedServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    # As `mcp`'s own transport: ending the block never fails for the DELETE's sake, so how
+    # the block ended (a result, or a call's own error) is what the application sees.
+    server = scripted("legacy")
+    server.delete_status = 500
+    async with streamablehttp_client(server.url) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            result = await session.call_tool("echo", {"text": "kept"})
+    assert not result.isError
+    assert any("session termination failed" in r.getMessage() for r in caplog.records)
+
+    class Mine(Exception):
+        pass
+
+    try:
+        async with streamablehttp_client(server.url) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                raise Mine
+    except BaseException as e:  # noqa: BLE001 - the task groups wrap it; it must be Mine
+        while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
+            e = e.exceptions[0]
+        assert isinstance(e, Mine), repr(e)
+    else:
+        raise AssertionError("the block's own error was lost")
+
+
 def test_an_mcp_2_client_session_runs_over_the_bridge(
     cluster: Callable[..., Cluster], tmp_path: Path
 ) -> None:

@@ -30,6 +30,7 @@ pin, tested with 1.30; and 2.x, whose ``ClientSession`` takes the same streams, 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
@@ -37,6 +38,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._enums import Era, ResendPolicy
 from ._mcp_resume import RawBridge, RawClient, ReconnectPolicy
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -95,7 +98,9 @@ async def streamablehttp_client(
             ``ClientSession``'s own ``read_timeout_seconds`` still applies on top.
         call_timeout: the same deadline under the name it has everywhere else in mcp-resume;
             giving both is an error.
-        terminate_on_close: DELETE the session on exit (the default, as ``mcp``'s).
+        terminate_on_close: DELETE the session on exit (the default, as ``mcp``'s). As
+            there, a DELETE that fails is logged as a warning, never raised: it would hide
+            how the block ended (a call's own error among them).
         era: ``Era.AUTO`` (default: probe with ``server/discover``, fall back to
             ``initialize``), ``Era.LEGACY`` or ``Era.MODERN``.
         bearer_token: sent as ``Authorization: Bearer <token>``.
@@ -183,7 +188,10 @@ async def streamablehttp_client(
             yield read_recv, write_send, bridge.session_id
         finally:
             if terminate_on_close:
-                await bridge.close()
+                try:
+                    await bridge.close()
+                except Exception as error:  # noqa: BLE001 - logged, as `mcp`'s transport does
+                    logger.warning("session termination failed: %s", error)
             tasks.cancel_scope.cancel()
             await write_send.aclose()
             await read_recv.aclose()
