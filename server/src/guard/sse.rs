@@ -22,14 +22,14 @@ pub(crate) struct Block {
 enum Field {
     /// `raw[start..end]`.
     Span(usize, usize),
-    Joined(String),
+    Joined(Vec<u8>),
 }
 
 impl Field {
-    fn text<'a>(&'a self, raw: &'a [u8]) -> Cow<'a, str> {
+    fn bytes<'a>(&'a self, raw: &'a [u8]) -> &'a [u8] {
         match self {
-            Field::Span(start, end) => String::from_utf8_lossy(&raw[*start..*end]),
-            Field::Joined(text) => Cow::Borrowed(text),
+            Field::Span(start, end) => &raw[*start..*end],
+            Field::Joined(bytes) => bytes,
         }
     }
 }
@@ -38,12 +38,16 @@ impl Block {
     /// The `id` field's value, when the block sets one (the last one wins, as in the
     /// specification; a value containing NUL is ignored, as there).
     pub(crate) fn id(&self) -> Option<Cow<'_, str>> {
-        self.id.as_ref().map(|f| f.text(&self.raw))
+        self.id
+            .as_ref()
+            .map(|f| String::from_utf8_lossy(f.bytes(&self.raw)))
     }
 
-    /// The `data` fields joined by `\n`; `None` when the block has no data line.
-    pub(crate) fn data(&self) -> Option<Cow<'_, str>> {
-        self.data.as_ref().map(|f| f.text(&self.raw))
+    /// The `data` fields joined by `\n`, as bytes (a JSON parser reads them as they are, its
+    /// strings checked as it goes: no pass over them to check their UTF-8 first); `None` when
+    /// the block has no data line.
+    pub(crate) fn data(&self) -> Option<&[u8]> {
+        self.data.as_ref().map(|f| f.bytes(&self.raw))
     }
 
     /// The block as received, with its terminating blank line.
@@ -200,9 +204,9 @@ impl Splitter {
                 self.data = Some(match self.data.take() {
                     None => value,
                     Some(earlier) => {
-                        let mut joined = earlier.text(&self.buf).into_owned();
-                        joined.push('\n');
-                        joined.push_str(&value.text(&self.buf));
+                        let mut joined = earlier.bytes(&self.buf).to_vec();
+                        joined.push(b'\n');
+                        joined.extend_from_slice(value.bytes(&self.buf));
                         Field::Joined(joined)
                     }
                 });
@@ -260,7 +264,7 @@ mod tests {
         }
         assert_eq!(whole.len(), 4);
         assert_eq!(whole[0].id().as_deref(), Some("a"));
-        assert_eq!(whole[0].data().as_deref(), Some("x"));
+        assert_eq!(whole[0].data(), Some(&b"x"[..]));
         assert_eq!(whole[1].id().as_deref(), None);
         // A block ends at its blank line's first byte; the stream of bytes is unchanged.
         assert_eq!(whole[1].raw().as_ref(), b"retry: 5\r\n\r");
@@ -268,7 +272,7 @@ mod tests {
         let joined: Vec<u8> = whole.iter().flat_map(|b| b.raw().to_vec()).collect();
         assert_eq!(joined, input);
         assert_eq!(whole[3].id().as_deref(), Some("b"));
-        assert_eq!(whole[3].data().as_deref(), Some("1\n2"));
+        assert_eq!(whole[3].data(), Some(&b"1\n2"[..]));
     }
 
     #[test]
@@ -292,9 +296,9 @@ mod tests {
     fn empty_data_and_ids_without_data_are_kept() {
         let b = &split_all(b"id: p\ndata:\n\n", 1)[0];
         assert_eq!(b.id().as_deref(), Some("p"));
-        assert_eq!(b.data().as_deref(), Some(""));
+        assert_eq!(b.data(), Some(&b""[..]));
         let b = &split_all(b"id: q\n\n", 1)[0];
-        assert_eq!(b.data().as_deref(), None);
+        assert_eq!(b.data(), None);
     }
 
     #[test]

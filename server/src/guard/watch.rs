@@ -506,14 +506,14 @@ impl Watch {
         let mut data_out = None;
         if let Some(data) = block.data().filter(|d| self.reads_messages(d)) {
             if self.waits_for_message() {
-                if let Ok(mut message) = serde_json::from_str::<Value>(&data) {
+                if let Some(mut message) = parse_data::<Value>(data) {
                     if self.on_message(guard, &mut message, seq) {
                         data_out = Some(message.to_string());
                     }
                 }
             } else if let (Some(n), Some(seq)) = (&self.numbering, seq) {
                 // Only which request an answer belongs to matters here: read that alone.
-                if let Ok(probe) = serde_json::from_str::<AnswerProbe>(&data) {
+                if let Some(probe) = parse_data::<AnswerProbe>(data) {
                     if let (Some(id), true) =
                         (probe.id, probe.result.is_some() || probe.error.is_some())
                     {
@@ -543,7 +543,7 @@ impl Watch {
     }
 
     /// Whether an event's data is worth parsing: something here waits for a message.
-    fn reads_messages(&self, data: &str) -> bool {
+    fn reads_messages(&self, data: &[u8]) -> bool {
         if data.is_empty() {
             return false;
         }
@@ -679,6 +679,19 @@ impl Watch {
     }
 }
 
+/// An event's data read as JSON. Read as bytes (the parser checks its strings' UTF-8 as it
+/// goes); data that is not UTF-8 is read as an SSE client decodes it, each bad sequence
+/// replaced, so that an answer is recognized as any client would see it.
+fn parse_data<T: serde::de::DeserializeOwned>(data: &[u8]) -> Option<T> {
+    match serde_json::from_slice(data) {
+        Ok(value) => Some(value),
+        Err(_) if std::str::from_utf8(data).is_err() => {
+            serde_json::from_str(&String::from_utf8_lossy(data)).ok()
+        }
+        Err(_) => None,
+    }
+}
+
 /// An answer's id, its body skipped.
 #[derive(serde::Deserialize)]
 struct AnswerProbe {
@@ -715,5 +728,24 @@ fn content_type(headers: &HeaderMap) -> Content {
         Content::Sse
     } else {
         Content::Other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_data_is_read_as_an_sse_client_decodes_it() {
+        let probe: AnswerProbe = parse_data(br#"{"jsonrpc":"2.0","id":7,"result":{}}"#).unwrap();
+        assert_eq!(probe.id, Some(Value::from(7)));
+        assert!(probe.result.is_some() && probe.error.is_none());
+        // A bad UTF-8 sequence in a string: the answer is still an answer, the sequence
+        // replaced (as an SSE client's decoder replaces it).
+        let bad = b"{\"id\":\"a\xff\",\"result\":{\"text\":\"\xc3\"}}";
+        let value: Value = parse_data(bad).unwrap();
+        assert_eq!(value["id"], "a\u{fffd}");
+        assert_eq!(value["result"]["text"], "\u{fffd}");
+        assert!(parse_data::<Value>(b"{\"id\":").is_none());
     }
 }
