@@ -225,7 +225,7 @@ impl Session {
         let Some((call, key)) = self.calls.take_input(id) else {
             return false;
         };
-        let for_task = self.calls.get(call).is_some_and(|c| c.task().is_some());
+        let for_task = self.calls.get(call).is_some_and(|c| c.task_id().is_some());
         match result {
             Ok(value) if for_task => self.task_input_answered(call, key, value, now),
             Err(error) => {

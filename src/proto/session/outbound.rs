@@ -283,7 +283,7 @@ impl Session {
         if self
             .calls
             .get(id)
-            .is_some_and(|c| c.sends() == 0 && c.task().is_none())
+            .is_some_and(|c| c.sends() == 0 && c.task_id().is_none())
         {
             self.note_checkpoint(id);
         }
@@ -294,7 +294,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if (call.sends() > 0 || call.is_picked_up()) && call.task().is_none() {
+        if (call.sends() > 0 || call.is_picked_up()) && call.task_id().is_none() {
             info!(call = id.0, method = %call.method(), "re-sending call");
             self.outputs
                 .push_back(Output::Event(SessionEvent::Redispatched {
@@ -306,7 +306,7 @@ impl Session {
         let modern = session.version.is_modern();
         // The key goes where the server said it looks: the proposed standard's
         // `params.idempotencyKey`, or the extension's `metaKey` (ours by default).
-        let header_key = (session.keys != Some(KeyPlacement::Params) && call.task().is_none())
+        let header_key = (session.keys != Some(KeyPlacement::Params) && call.task_id().is_none())
             .then(|| {
                 call.key()
                     .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
@@ -337,29 +337,6 @@ impl Session {
             Sent::on(session),
         );
         self.calls.sent(id, attempt, params, http);
-    }
-
-    /// POSTs a modern request whose answer nothing waits for (`tasks/update`,
-    /// `tasks/cancel`: their answer is an empty acknowledgement).
-    pub(super) fn send_unawaited(&mut self, method: &str, params: Value) {
-        let Some(session) = self.life.ready() else {
-            return;
-        };
-        let rpc = self.calls.new_rpc();
-        let mut params = Some(params);
-        modern::add_request_meta(&mut params, session.version, &self.client_meta);
-        let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = session.headers.post();
-        mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
-        let sent = Sent::on(session);
-        self.exchanges.open(
-            ExKind::Notify,
-            HttpMethod::Post,
-            HttpPurpose::Notify,
-            headers,
-            Some(body),
-            sent,
-        );
     }
 
     /// GETs a call's stream with `Last-Event-ID`.
