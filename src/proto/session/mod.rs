@@ -11,10 +11,10 @@
 //!   successes or [`Failure`](super::decide::Failure)s; `inbound`: the messages in those
 //!   bodies, routed to their call, the app or the handshake;
 //! - `timers`: `handle_timeout`, and every deadline and backoff, ordered by expiry;
-//! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::init` and
-//!   `lifecycle::discover`, the handshake of either era, re-initialization, a session lost
-//!   and found again. The phase's records keep their fields to that module: the rest asks
-//!   the lifecycle (`ready`, `closing`, `to_delete`…);
+//! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::handshake`,
+//!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
+//!   re-initialization, a session lost and found again. The phase's records keep their
+//!   fields to that module: the rest asks the lifecycle (`ready`, `closing`, `to_delete`…);
 //! - `apply`: the recovery decision of [`decide`](super::decide::decide) carried out for a
 //!   call.
 //!

@@ -1,17 +1,18 @@
 //! The session's lifecycle: a phase whose variants carry their own data, so "ready without a
 //! negotiated context" or "initializing without a handshake" cannot be represented.
 //!
-//! The records of the phase keep their fields here: the handshakes that change them are this
-//! module's children (`init`: `initialize` and re-initialization; `discover`: the modern
-//! handshake and the era probe), and the rest of the session asks the [`Lifecycle`] and the
-//! [`Handshake`] through their methods.
+//! The records of the phase keep their fields here: what changes them is this module's
+//! children (`handshake`: the requests and answers of either era's handshake, and the era
+//! probe; `reinit`: a handshake that failed, re-initialization, a session lost and found
+//! again), and the rest of the session asks the [`Lifecycle`] and the [`Handshake`] through
+//! their methods.
 
 use std::time::Instant;
 
-mod discover;
-mod init;
+mod handshake;
+mod reinit;
 
-use self::discover::ProbeState;
+use self::handshake::ProbeState;
 
 use super::headers::session_id_header;
 use super::negotiated::Negotiated;
