@@ -5,12 +5,12 @@
 //! handlers are grouped by the input they take:
 //!
 //! - `outbound`: the application's commands (`connect`, `submit`, `notify`, `respond`,
-//!   `cancel`, `close`) and every request the session sends;
+//!   `cancel`, `close`), time passing (`handle_timeout`), and every request the session
+//!   sends for them;
 //! - `responses`: what the server answers (`handle_head`, `handle_data`, `handle_end`,
 //!   `handle_error`, bodies decoded ahead), read through [`classify`](super::classify) into
 //!   successes or [`Failure`](super::decide::Failure)s; `inbound`: the messages in those
 //!   bodies, routed to their call, the app or the handshake;
-//! - `timers`: `handle_timeout`, and every deadline and backoff, ordered by expiry;
 //! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::handshake`,
 //!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
 //!   re-initialization, a session lost and found again. The phase's records keep their
@@ -21,8 +21,9 @@
 //! The records they work on keep their own data: `negotiated` (what a session negotiated,
 //! built by a handshake and read by all that is sent on it), `call` (the call record and
 //! table), `exchanges` (the HTTP exchanges in flight and the driver's action queue),
-//! `cursors` (stream cursors and the event ids already delivered), `listen` (the standalone
-//! GET stream). The era's features have their own files: `modern_calls`, `tasks`, `checkpoints`.
+//! `cursors` (stream cursors and the event ids already delivered), `timers` (every deadline
+//! and backoff, ordered by expiry), `listen` (the standalone GET stream). The era's features
+//! have their own files: `modern_calls`, `tasks`, `checkpoints`.
 //!
 //! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
 //! these parts.

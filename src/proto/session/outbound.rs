@@ -1,5 +1,6 @@
-//! The application's commands, and what the session sends: calls, resumes, cancellations,
-//! notifications, answers to server requests, and the DELETE that closes the session.
+//! The application's commands, time passing (`handle_timeout`: deadlines and backoffs come
+//! due), and what the session sends for them: calls, resumes, cancellations, notifications,
+//! answers to server requests, and the DELETE that closes the session.
 
 use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
@@ -18,13 +19,14 @@ use std::time::Instant;
 
 use http::HeaderMap;
 
-use super::call::{Call, CallState};
+use super::call::{Call, CallState, Retry};
 use super::deadline_after;
 use super::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use super::listen::Listen;
 use super::timers::Timer;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
+use crate::proto::decide::Failure;
 use crate::proto::{
     jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, ResendPolicy, SessionEvent,
 };
@@ -261,6 +263,57 @@ impl Session {
     }
 }
 
+// Time.
+impl Session {
+    /// Time passed: fire expired timers (backoffs, deadlines).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::InitBackoff => self.send_handshake(now),
+                Timer::InitDeadline => {
+                    let request = self.handshake_request();
+                    let error = Error::new(ErrorKind::Timeout, format!("{request} timed out"));
+                    self.init_failed(error, now)
+                }
+                Timer::ListenBackoff => self.listen_backoff_ended(now),
+                Timer::CallBackoff(id) => self.fire_retry(id, now),
+                Timer::CallDeadline(id) => {
+                    if let Some(call) = self.calls.get(id) {
+                        info!(call = id.0, method = %call.method(), "call deadline passed");
+                        self.send_cancelled(id, "timeout");
+                        // A task is not cancelled: the deadline bounds the wait, not the
+                        // durable work, whose id stays recorded to be resumed later.
+                        self.apply(id, Failure::DeadlineExpired, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A call's backoff ended.
+    fn fire_retry(&mut self, id: CallId, now: Instant) {
+        let generation = self.life.generation();
+        let ready = self.life.is_ready();
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let CallState::Backoff(then) = call.state() else {
+            return;
+        };
+        call.wait();
+        match then {
+            Retry::Resend if ready => self.send_call(id),
+            Retry::Resend => {}
+            Retry::Resume if ready && call.attempt().generation() == generation => {
+                self.send_resume(id)
+            }
+            Retry::Resume => {
+                self.apply(id, Failure::SessionReplaced, now);
+            }
+        }
+    }
+}
+
 // What goes out.
 impl Session {
     /// POSTs a call on the established session (a new JSON-RPC id for every send).
@@ -340,7 +393,7 @@ impl Session {
     }
 
     /// GETs a call's stream with `Last-Event-ID`.
-    pub(super) fn send_resume(&mut self, id: CallId) {
+    fn send_resume(&mut self, id: CallId) {
         let Some(session) = self.life.ready() else {
             return;
         };
@@ -363,7 +416,7 @@ impl Session {
 
     /// POSTs `notifications/cancelled` for a call that may be running on this session. (In
     /// the modern era closing the call's stream is the cancellation: nothing is sent.)
-    pub(super) fn send_cancelled(&mut self, id: CallId, reason: &str) {
+    fn send_cancelled(&mut self, id: CallId, reason: &str) {
         if self.is_modern() {
             return;
         }
@@ -383,7 +436,7 @@ impl Session {
     }
 
     /// POSTs a notification or an answer on the established session.
-    pub(super) fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
+    fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
         self.post_nth(kind, body, 1).is_some()
     }
 
