@@ -14,7 +14,7 @@
 //! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::handshake`,
 //!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
 //!   re-initialization, a session lost and found again. The phase's records keep their
-//!   fields to that module: the rest asks the lifecycle (`ready`, `closing`, `to_delete`…);
+//!   fields to that module: the rest asks the lifecycle (`ready`, `handshake`, `close`…);
 //! - `apply`: the recovery decision of [`decide`](super::decide::decide) carried out for a
 //!   call.
 //!

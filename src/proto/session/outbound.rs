@@ -17,11 +17,8 @@ use super::negotiated::KeyPlacement;
 use super::Session;
 use std::time::Instant;
 
-use http::HeaderMap;
-
 use super::call::{Call, CallState, Retry};
 use super::deadline_after;
-use super::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use super::listen::Listen;
 use super::timers::Timer;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -184,9 +181,11 @@ impl Session {
         let _ = now;
         let id = CallId::next();
         // A lost session has nothing left to delete: the server already forgot it.
-        if self.life.is_over() || matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
-            if matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
-                self.life.terminate();
+        let stopped = matches!(self.life.phase(), Phase::Idle | Phase::Lost(_));
+        if self.life.is_over() || stopped {
+            if stopped {
+                let nothing = self.life.close(self.config.protocol_version, id);
+                debug_assert!(nothing.is_none());
                 self.outputs.push_back(Output::Event(SessionEvent::Closed));
             }
             self.outputs.push_back(Output::Completed {
@@ -196,8 +195,7 @@ impl Session {
             return id;
         }
         // The session to delete: the established one, or the one a handshake has obtained.
-        let delete = self.life.to_delete(self.config.protocol_version);
-        self.life.terminate();
+        let delete = self.life.close(self.config.protocol_version, id);
         self.fail_everything(ErrorKind::Closed, "session closed", false);
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
@@ -205,17 +203,9 @@ impl Session {
         self.notifications.clear();
         self.outputs.push_back(Output::Event(SessionEvent::Closed));
         match delete {
-            Some((sid, version)) => {
+            Some(headers) => {
                 info!("closing session");
-                let mut headers = HeaderMap::with_capacity(2);
-                headers.insert(MCP_SESSION_ID, sid);
-                if version.has_version_header() {
-                    headers.insert(
-                        MCP_PROTOCOL_VERSION,
-                        HeaderValue::from_static(version.as_str()),
-                    );
-                }
-                self.send_delete(headers, id);
+                self.send_delete(headers);
             }
             None => self.outputs.push_back(Output::Completed {
                 call: id,
@@ -496,8 +486,8 @@ impl Session {
         }
     }
 
-    /// DELETEs the session named `id` (closing).
-    fn send_delete(&mut self, headers: http::HeaderMap, close: CallId) {
+    /// DELETEs the session the `headers` name (closing).
+    fn send_delete(&mut self, headers: http::HeaderMap) {
         self.exchanges.open(
             ExKind::Delete,
             HttpMethod::Delete,
@@ -506,6 +496,5 @@ impl Session {
             None,
             Sent::delete(),
         );
-        self.life.closing(close);
     }
 }

@@ -14,12 +14,12 @@ mod reinit;
 
 use self::handshake::ProbeState;
 
-use super::headers::session_id_header;
+use super::headers::{session_id_header, SessionHeaders};
 use super::negotiated::Negotiated;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, Era, HttpId, ReinitReason};
-use http::HeaderValue;
+use http::HeaderMap;
 
 /// An established session and what has been seen of it since.
 #[derive(Debug)]
@@ -187,38 +187,29 @@ impl Lifecycle {
         std::mem::take(&mut self.connect_waiters)
     }
 
-    /// What a DELETE closing the session names: the established session, or the one a
-    /// handshake has obtained so far (`offered`: the version `initialize` offered), with the
-    /// version its headers speak.
-    pub(super) fn to_delete(
-        &self,
-        offered: ProtocolVersion,
-    ) -> Option<(HeaderValue, ProtocolVersion)> {
-        match &self.phase {
-            Phase::Ready(e) => e.session.headers.id().map(|v| (v, e.session.version)),
+    /// The app closes the session. Returns the headers of the DELETE that ends it, naming the
+    /// established session or the one a handshake has obtained so far (`offered`: the version
+    /// `initialize` offered): the session is closing until that DELETE is answered, and then
+    /// `close` completes. With no session to delete, it is over at once.
+    pub(super) fn close(&mut self, offered: ProtocolVersion, close: CallId) -> Option<HeaderMap> {
+        let delete = match &self.phase {
+            Phase::Ready(e) => e.session.headers.delete(),
             Phase::Initializing(h) => match &h.step {
-                Step::Initialized { session, .. } => {
-                    session.headers.id().map(|v| (v, session.version))
-                }
+                Step::Initialized { session, .. } => session.headers.delete(),
                 Step::Initialize { head, .. } => head
                     .session_id
                     .as_ref()
-                    .and_then(|sid| session_id_header(sid).map(|v| (v, offered))),
+                    .and_then(session_id_header)
+                    .and_then(|sid| SessionHeaders::new(Some(sid), offered).delete()),
                 Step::Backoff | Step::Discover { .. } => None,
             },
             _ => None,
-        }
-    }
-
-    /// The app closes the session: its DELETE is in flight, and `close` completes when it is
-    /// answered.
-    pub(super) fn closing(&mut self, close: CallId) {
-        self.phase = Phase::Closing { close };
-    }
-
-    /// The session is over: closed by the app.
-    pub(super) fn terminate(&mut self) {
-        self.phase = Phase::Terminated;
+        };
+        self.phase = match delete {
+            Some(_) => Phase::Closing { close },
+            None => Phase::Terminated,
+        };
+        delete
     }
 
     /// The DELETE closing the session was answered (or failed): the session is over, and the
