@@ -11,7 +11,6 @@ use super::lifecycle::Phase;
 use super::modern_calls::round_key;
 use super::timers::Timer;
 use super::Session;
-use crate::error::{Error, ErrorKind};
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
 use crate::proto::{CallId, Output};
 
@@ -93,18 +92,6 @@ impl Session {
             Phase::Lost(_) => self.reconnect_lost(now),
             _ => {}
         }
-    }
-
-    /// A picked-up call whose request may have run and cannot be sent again safely: it ends
-    /// [`ErrorKind::OutcomeUnknown`], never re-sent.
-    pub(super) fn picked_up_unsafe(&mut self, id: CallId) {
-        if let Some(call) = self.calls.get_mut(id) {
-            call.set_cause(Error::new(
-                ErrorKind::Transport,
-                "the process that sent it stopped before its answer came",
-            ));
-        }
-        self.fail_call(id, ErrorKind::OutcomeUnknown);
     }
 
     /// Reports call `id`'s durable state, when the session makes checkpoints and the call

@@ -16,7 +16,9 @@ use super::Session;
 use crate::ids::RequestId;
 use crate::ids::{EventId, SequencedEventId};
 use crate::proto::decide::{decide, Decision, Failure};
-use crate::proto::{jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose};
+use crate::proto::{
+    jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent,
+};
 use crate::sse::SseEvent;
 
 /// Where the standalone stream stands.
@@ -102,11 +104,6 @@ impl Listen {
         delivered: &mut Delivered,
     ) -> Observed {
         self.cursor.observe(event, expect, delivered)
-    }
-
-    /// Modern era: the id of the `subscriptions/listen` request the stream answers.
-    pub(super) fn subscription(&self) -> Option<&RequestId> {
-        self.subscription.as_ref()
     }
 }
 
@@ -280,5 +277,29 @@ impl Session {
                 self.listen.state = ListenState::GaveUp;
             }
         }
+    }
+
+    /// A notification on the modern change stream: `false` when it is not for the app (the
+    /// acknowledgement, or one naming another subscription).
+    pub(super) fn on_subscription(&mut self, method: &str, params: Option<&Value>) -> bool {
+        let Some(ours) = self.listen.subscription.as_ref() else {
+            return true;
+        };
+        let named = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(modern::META_SUBSCRIPTION_ID))
+            .and_then(RequestId::from_json);
+        if named.as_ref().is_some_and(|n| n != ours) {
+            debug!(%method, "notification of another subscription dropped");
+            return false;
+        }
+        if method == methods::SUBSCRIPTIONS_ACKNOWLEDGED {
+            debug!("subscription acknowledged");
+            self.life.confirm();
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Listening));
+            return false;
+        }
+        true
     }
 }

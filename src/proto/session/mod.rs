@@ -9,14 +9,14 @@
 //!   sends for them;
 //! - `responses`: what the server answers (`handle_head`, `handle_data`, `handle_end`,
 //!   `handle_error`, bodies decoded ahead), read through [`classify`](super::classify) into
-//!   successes or [`Failure`](super::decide::Failure)s; `inbound`: the messages in those
-//!   bodies, routed to their call, the app or the handshake;
+//!   successes or [`Failure`](super::decide::Failure)s, and the messages in those bodies,
+//!   routed to their call, the app or the handshake;
 //! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::handshake`,
 //!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
 //!   re-initialization, a session lost and found again. The phase's records keep their
 //!   fields to that module: the rest asks the lifecycle (`ready`, `handshake`, `close`…);
-//! - `apply`: the recovery decision of [`decide`](super::decide::decide) carried out for a
-//!   call.
+//! - `apply`: how a call ends or carries on: a response delivered to it, or the recovery
+//!   decision of [`decide`](super::decide::decide) carried out for it.
 //!
 //! The records they work on keep their own data: `negotiated` (what a session negotiated,
 //! built by a handshake and read by all that is sent on it), `call` (the call record and
@@ -36,7 +36,6 @@ mod cursors;
 
 mod exchanges;
 mod headers;
-mod inbound;
 
 mod lifecycle;
 mod listen;
