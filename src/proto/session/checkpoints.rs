@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 use tracing::debug;
 
 use super::call::{Call, CallState};
-use super::lifecycle::Phase;
 use super::modern_calls::round_key;
 use super::timers::Timer;
 use super::Session;
@@ -77,20 +76,18 @@ impl Session {
         if let Some(result) = awaiting {
             self.input_required(id, result, now);
         }
-        match *self.life.phase() {
-            Phase::Ready(_)
-                if self
-                    .calls
-                    .get(id)
-                    .is_some_and(|c| c.state() == CallState::Waiting) =>
+        if self.life.is_ready() {
+            if self
+                .calls
+                .get(id)
+                .is_some_and(|c| c.state() == CallState::Waiting)
             {
                 self.send_call(id);
             }
+        } else {
             // A round awaiting its inputs is sent once they are in: the session must be
             // established by then.
-            Phase::Idle => self.start_handshake(None, None, None, now),
-            Phase::Lost(_) => self.reconnect_lost(now),
-            _ => {}
+            self.start_if_stopped(now);
         }
     }
 

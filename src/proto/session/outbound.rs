@@ -11,7 +11,6 @@ use tracing::{debug, info, warn};
 use super::call::Attempt;
 use super::exchanges::{ExKind, Sent};
 use super::headers::IDEMPOTENCY_KEY;
-use super::lifecycle::Phase;
 use super::modern_calls::mirror_headers;
 use super::negotiated::KeyPlacement;
 use super::Session;
@@ -41,30 +40,21 @@ impl Session {
     /// already is).
     pub fn connect(&mut self, now: Instant) -> CallId {
         let id = CallId::next();
-        match self.life.phase() {
-            Phase::Ready(e) => {
-                let result = e.session().result.clone();
-                self.outputs.push_back(Output::Completed {
-                    call: id,
-                    result: Ok(result),
-                });
-            }
-            Phase::Initializing(_) => self.life.wait_for_connect(id),
-            Phase::Idle => {
-                self.life.wait_for_connect(id);
-                self.start_handshake(None, None, None, now);
-            }
-            Phase::Lost(_) => {
-                self.life.wait_for_connect(id);
-                self.reconnect_lost(now);
-            }
-            Phase::Closing { .. } | Phase::Terminated => {
-                let error = self.terminal_error();
-                self.outputs.push_back(Output::Completed {
-                    call: id,
-                    result: Err(error),
-                });
-            }
+        if let Some(session) = self.life.ready() {
+            let result = session.result.clone();
+            self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Ok(result),
+            });
+        } else if self.life.is_over() {
+            let error = self.terminal_error();
+            self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Err(error),
+            });
+        } else {
+            self.life.wait_for_connect(id);
+            self.start_if_stopped(now);
         }
         id
     }
@@ -85,11 +75,10 @@ impl Session {
         );
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
-        match self.life.phase() {
-            Phase::Ready(_) => self.send_call(id),
-            Phase::Idle => self.start_handshake(None, None, None, now),
-            Phase::Lost(_) => self.reconnect_lost(now),
-            _ => {}
+        if self.life.is_ready() {
+            self.send_call(id);
+        } else {
+            self.start_if_stopped(now);
         }
     }
 
@@ -105,11 +94,7 @@ impl Session {
             self.post(ExKind::Notify, body);
         } else {
             self.queue_notification(body);
-            match self.life.phase() {
-                Phase::Idle => self.start_handshake(None, None, None, now),
-                Phase::Lost(_) => self.reconnect_lost(now),
-                _ => {}
-            }
+            self.start_if_stopped(now);
         }
     }
 
@@ -181,7 +166,7 @@ impl Session {
         let _ = now;
         let id = CallId::next();
         // A lost session has nothing left to delete: the server already forgot it.
-        let stopped = matches!(self.life.phase(), Phase::Idle | Phase::Lost(_));
+        let stopped = self.life.is_idle() || self.life.is_lost();
         if self.life.is_over() || stopped {
             if stopped {
                 let nothing = self.life.close(self.config.protocol_version, id);

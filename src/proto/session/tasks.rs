@@ -76,7 +76,7 @@ impl Session {
         self.note_checkpoint(id);
         if self.life.is_ready() {
             self.send_call(id);
-        } else if matches!(*self.life.phase(), super::lifecycle::Phase::Idle) {
+        } else if self.life.is_idle() {
             self.start_handshake(None, None, None, now);
         }
     }

@@ -23,18 +23,12 @@ use http::HeaderMap;
 
 /// An established session and what has been seen of it since.
 #[derive(Debug)]
-pub(super) struct Established {
+struct Established {
     session: Negotiated,
     since: Instant,
     /// A call got a success answer, or the server sent a message on its stream: the session
     /// works. Until then a re-initialization counts as a failed one.
     confirmed: bool,
-}
-
-impl Established {
-    pub(super) fn session(&self) -> &Negotiated {
-        &self.session
-    }
 }
 
 /// Where a handshake stands.
@@ -103,7 +97,7 @@ impl Handshake {
 /// the next call starts it again, no sooner than `retry_at`, so the backoff reached so far
 /// carries over and a dead server is not hammered by an app that keeps calling.
 #[derive(Debug)]
-pub(super) struct Lost {
+struct Lost {
     reason: ReinitReason,
     /// The last working session, to report what changed once one is established again.
     previous: Option<Negotiated>,
@@ -112,7 +106,7 @@ pub(super) struct Lost {
 
 /// The phase of the session.
 #[derive(Debug)]
-pub(super) enum Phase {
+enum Phase {
     /// Nothing sent yet.
     Idle,
     /// `initialize` (or its backoff) in progress.
@@ -158,8 +152,19 @@ impl Lifecycle {
         }
     }
 
-    pub(super) fn phase(&self) -> &Phase {
-        &self.phase
+    /// Nothing sent yet (or a first connect failed): the next call starts a handshake.
+    pub(super) fn is_idle(&self) -> bool {
+        matches!(self.phase, Phase::Idle)
+    }
+
+    /// Re-initialization kept failing with no call waiting: the next call reconnects.
+    pub(super) fn is_lost(&self) -> bool {
+        matches!(self.phase, Phase::Lost(_))
+    }
+
+    /// Closed by the app, with its DELETE answered (or none needed).
+    pub(super) fn is_terminated(&self) -> bool {
+        matches!(self.phase, Phase::Terminated)
     }
 
     /// Which session the next exchange is sent on: bumped by every handshake.

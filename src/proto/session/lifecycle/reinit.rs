@@ -17,6 +17,17 @@ use crate::proto::session::Session;
 use crate::proto::{Output, ReinitReason, SessionEvent};
 
 impl Session {
+    /// Something needs the session (a call, a notification, `connect`): an idle one starts
+    /// its handshake, a lost one reconnects; one established, being set up or closed is left
+    /// as it is.
+    pub(in crate::proto::session) fn start_if_stopped(&mut self, now: Instant) {
+        match self.life.phase {
+            Phase::Idle => self.start_handshake(None, None, None, now),
+            Phase::Lost(_) => self.reconnect_lost(now),
+            _ => {}
+        }
+    }
+
     /// The handshake failed: report it (first connect) or back off and try again, while a
     /// call waits or until the recovery decision says the session is lost.
     pub(in crate::proto::session) fn init_failed(&mut self, error: Error, now: Instant) {
@@ -201,7 +212,7 @@ impl Session {
 
     /// The first call after the session was lost: re-initialize, no sooner than the backoff
     /// reached when it was given up.
-    pub(in crate::proto::session) fn reconnect_lost(&mut self, now: Instant) {
+    fn reconnect_lost(&mut self, now: Instant) {
         let Phase::Lost(lost) = std::mem::replace(&mut self.life.phase, Phase::Idle) else {
             return;
         };
