@@ -328,12 +328,8 @@ impl Session {
         // stream open after it (keep-alive comments), and a call that moves on to its next
         // round or to polling must not leave its caller reading that stream.
         self.detach(id);
-        if let Some(task_id) = self.calls.get(id).and_then(|c| c.task_id()) {
-            // The answer to a poll: the task's state, if it is one, of this task.
-            return match super::tasks::check_poll_answer(task_id, &value) {
-                Ok(()) => self.on_task_status(id, value, now),
-                Err(error) => self.complete(id, Err(error)),
-            };
+        if self.calls.get(id).is_some_and(|c| c.task_id().is_some()) {
+            return self.on_poll_answer(id, value, now);
         }
         match modern::result_type(&value) {
             Ok(ResultType::Complete) => {

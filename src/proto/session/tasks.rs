@@ -81,9 +81,20 @@ impl Session {
         }
     }
 
+    /// The answer to a poll of call `id`'s task: the task's state, if it is one, of this task.
+    pub(super) fn on_poll_answer(&mut self, id: CallId, answer: Value, now: Instant) {
+        let Some(task_id) = self.calls.get(id).and_then(|c| c.task_id()) else {
+            return;
+        };
+        match check_poll_answer(task_id, &answer) {
+            Ok(()) => self.on_task_status(id, answer, now),
+            Err(error) => self.complete(id, Err(error)),
+        }
+    }
+
     /// A `tasks/get` answer (or the task a call was answered with): go on polling, ask for
     /// input, or complete the call.
-    pub(super) fn on_task_status(&mut self, id: CallId, status: Value, now: Instant) {
+    fn on_task_status(&mut self, id: CallId, status: Value, now: Instant) {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
@@ -270,7 +281,7 @@ impl Session {
 /// Whether a `tasks/get` answer is the state of task `task_id`: one naming another task (its
 /// result would complete the call with someone else's) or without a status is not. The call
 /// then fails; the task stays recorded, to be resumed once the server answers sense.
-pub(super) fn check_poll_answer(task_id: &str, answer: &Value) -> Result<(), Error> {
+fn check_poll_answer(task_id: &str, answer: &Value) -> Result<(), Error> {
     match answer.get("taskId") {
         None => {}
         Some(Value::String(id)) if id == task_id => {}
