@@ -340,9 +340,7 @@ impl Session {
                     .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
             })
             .flatten();
-        let outgoing = call.outgoing(session.keys.as_ref());
-        let method = outgoing.method;
-        let mut params = outgoing.params;
+        let (method, mut params) = call.outgoing(session.keys.as_ref());
         if modern {
             modern::add_request_meta(&mut params, session.version, &self.client_meta);
         }

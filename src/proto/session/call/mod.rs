@@ -120,12 +120,6 @@ impl CallState {
     }
 }
 
-/// The request a send puts on the wire.
-pub(super) struct Outgoing<'a> {
-    pub(super) method: &'a str,
-    pub(super) params: Option<Value>,
-}
-
 /// One call.
 #[derive(Debug)]
 pub(super) struct Call {
@@ -401,15 +395,13 @@ impl Call {
         self.attempt.earlier().chain(latest)
     }
 
-    /// The request its next send puts on the wire: the key where `placement` says the server
-    /// looks (ours by default), and for a task, `tasks/get`. Taken out of the call until
-    /// [`Call::sent`] puts it back.
-    pub(super) fn outgoing(&mut self, placement: Option<&KeyPlacement>) -> Outgoing<'_> {
+    /// The request its next send puts on the wire, as its method and params: the key where
+    /// `placement` says the server looks (ours by default), and for a task, `tasks/get`. The
+    /// params are taken out of the call until [`Call::sent`] puts them back.
+    pub(super) fn outgoing(&mut self, placement: Option<&KeyPlacement>) -> (&str, Option<Value>) {
         if let Some(task) = &self.task {
-            return Outgoing {
-                method: methods::TASKS_GET,
-                params: Some(json!({ "taskId": task.task_id })),
-            };
+            let poll = json!({ "taskId": task.task_id });
+            return (methods::TASKS_GET, Some(poll));
         }
         if let Some(key) = &self.key {
             match placement {
@@ -419,10 +411,7 @@ impl Call {
             }
         }
         let params = self.params.take().unwrap_or_else(|| json!({}));
-        Outgoing {
-            method: &self.method,
-            params: Some(params),
-        }
+        (&self.method, Some(params))
     }
 
     /// Its request went out as `attempt`, on `http`, with `params` (what
