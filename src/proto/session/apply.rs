@@ -19,6 +19,7 @@ use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
 use crate::proto::modern::{self, ResultType};
 use crate::proto::{ext, methods, CallId, Output, RejectReason, SessionEvent};
 
+// Recovery decisions carried out, and how a call ends.
 impl Session {
     /// [`Session::apply`], with the error that explains the failure: it becomes the call's
     /// error if the call fails (as its cause when the outcome is unknown).

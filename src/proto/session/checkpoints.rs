@@ -34,7 +34,8 @@ impl Session {
     ///   if the server deduplicates keys (or the application said it does:
     ///   [`ResendPolicy::AssumeServerDeduplicates`](crate::ResendPolicy)), and reported
     ///   [`SessionEvent::Redispatched`](crate::SessionEvent::Redispatched); otherwise it
-    ///   fails [`ErrorKind::OutcomeUnknown`], unkeyed ones at once, without connecting.
+    ///   fails [`ErrorKind::OutcomeUnknown`](crate::error::ErrorKind::OutcomeUnknown), unkeyed
+    ///   ones at once, without connecting.
     /// - [`CallStage::AwaitingInput`]: the round was never sent. The server's input requests
     ///   go to the application again ([`Output::ServerRequest`]), and the round is sent once
     ///   they are answered.

@@ -387,6 +387,7 @@ impl Session {
     }
 }
 
+// Success heads.
 impl Session {
     /// A 2xx head arrived for `http`.
     fn on_success_head(
