@@ -172,16 +172,16 @@ impl Session {
         self.send_round_if_complete(id, now);
     }
 
-    /// An answer to one of a call's inputs (from [`Session::respond`]); `false` when `id`
-    /// names no input.
+    /// An answer to one of a call's inputs (from [`Session::respond`]), handed to the MRTR
+    /// round (or the task) it belongs to; given back when `id` names no input.
     pub(super) fn input_answered(
         &mut self,
         id: &RequestId,
         result: Result<Value, RpcError>,
         now: Instant,
-    ) -> bool {
+    ) -> Result<(), Result<Value, RpcError>> {
         let Some((call, key)) = self.calls.take_input(id) else {
-            return false;
+            return Err(result);
         };
         let for_task = self.calls.get(call).is_some_and(|c| c.task_id().is_some());
         match result {
@@ -204,7 +204,7 @@ impl Session {
                 self.send_round_if_complete(call, now);
             }
         }
-        true
+        Ok(())
     }
 
     /// Once every input of the round is answered, sends the call again: a new JSON-RPC id,

@@ -102,7 +102,7 @@ impl Session {
     /// behind them, more are dropped and counted ([`Session::dropped_answers`]).
     pub fn respond(&mut self, id: RequestId, result: Result<Value, RpcError>, now: Instant) {
         // An answer to an MRTR input goes into the call's next round, not on the wire.
-        let Err(result) = self.input_answered_or(&id, result, now) else {
+        let Err(result) = self.input_answered(&id, result, now) else {
             return;
         };
         if self.is_modern() {
@@ -198,21 +198,6 @@ impl Session {
             }),
         }
         id
-    }
-
-    /// Hands an answer to the MRTR round it belongs to; gives it back when it is not one.
-    fn input_answered_or(
-        &mut self,
-        id: &RequestId,
-        result: Result<Value, RpcError>,
-        now: Instant,
-    ) -> Result<(), Result<Value, RpcError>> {
-        if self.calls.has_input(id) {
-            self.input_answered(id, result, now);
-            Ok(())
-        } else {
-            Err(result)
-        }
     }
 
     /// Whether call `id` cannot start (`what`: a submission or a pick-up): its id is in use
