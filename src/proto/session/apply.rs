@@ -71,9 +71,9 @@ impl Session {
         // A call still waiting when its deadline passes, while re-initializations keep failing
         // (or keep replacing sessions that never worked), ran out of time because the session
         // could not be re-established: the last failure is what it ended on.
-        let state = match self.life.handshake() {
-            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures() > 0 => {
-                if let (Some(last), Some(call)) = (h.last_failure(), self.calls.get_mut(id)) {
+        let state = match self.life.failing_reinit() {
+            Some(last) if failure == Failure::DeadlineExpired => {
+                if let (Some(last), Some(call)) = (last, self.calls.get_mut(id)) {
                     call.set_cause(last.clone());
                 }
                 state.awaiting_reinit()

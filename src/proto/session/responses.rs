@@ -20,7 +20,7 @@ use super::call::CallState;
 use super::cursors::Observed;
 use super::exchanges::{Ended, ExKind, Exchange, Fed, Head, Reader, Stage};
 use super::Session;
-use crate::error::{Error, ErrorKind, RpcError};
+use crate::error::{Error, ErrorKind};
 use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal, Refused};
 use crate::proto::decide::{decide, Decision, Failure};
@@ -710,28 +710,6 @@ impl Session {
                     None => warn!(%id, "response to an unknown request ignored"),
                 }
             }
-        }
-    }
-
-    fn on_handshake_message(
-        &mut self,
-        http: HttpId,
-        id: Option<RequestId>,
-        result: Result<Value, RpcError>,
-        now: Instant,
-    ) {
-        let (expected, discover) = match self.life.handshake().and_then(|h| h.awaits()) {
-            Some((rpc, discover)) => (Some(rpc), discover),
-            None => (None, false),
-        };
-        // An error without an id on the probe's own stream can only be about the probe.
-        let unattributed_error = discover && id.is_none() && result.is_err();
-        if !unattributed_error && (id.is_none() || id.as_ref() != expected) {
-            warn!("unexpected response on the handshake stream ignored");
-        } else if discover {
-            self.on_discover_response(http, result, now);
-        } else {
-            self.on_initialize_response(http, result, now);
         }
     }
 

@@ -14,6 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::{Established, Handshake, InitHead, Phase, Step};
 use crate::error::{Error, ErrorKind, RpcError};
+use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::modern;
@@ -131,6 +132,30 @@ impl Session {
         match self.life.handshake() {
             Some(h) if matches!(h.step, Step::Discover { .. }) || h.probe.waiting => DISCOVER,
             _ => crate::proto::methods::INITIALIZE,
+        }
+    }
+
+    /// A response on a handshake request's stream: the answer to `initialize` or to
+    /// `server/discover`, when it answers the request awaited.
+    pub(in crate::proto::session) fn on_handshake_message(
+        &mut self,
+        http: HttpId,
+        id: Option<RequestId>,
+        result: Result<Value, RpcError>,
+        now: Instant,
+    ) {
+        let (expected, discover) = match self.life.handshake().and_then(|h| h.awaits()) {
+            Some((rpc, discover)) => (Some(rpc), discover),
+            None => (None, false),
+        };
+        // An error without an id on the probe's own stream can only be about the probe.
+        let unattributed_error = discover && id.is_none() && result.is_err();
+        if !unattributed_error && (id.is_none() || id.as_ref() != expected) {
+            warn!("unexpected response on the handshake stream ignored");
+        } else if discover {
+            self.on_discover_response(http, result, now);
+        } else {
+            self.on_initialize_response(http, result, now);
         }
     }
 
@@ -272,7 +297,7 @@ impl Session {
     }
 
     /// The `initialize` response: check it, then send `notifications/initialized`.
-    pub(in crate::proto::session) fn on_initialize_response(
+    fn on_initialize_response(
         &mut self,
         http: HttpId,
         result: Result<Value, RpcError>,
@@ -444,7 +469,7 @@ impl Session {
     }
 
     /// The answer to `server/discover` (a result or a JSON-RPC error in a 2xx body).
-    pub(in crate::proto::session) fn on_discover_response(
+    fn on_discover_response(
         &mut self,
         http: HttpId,
         result: Result<Value, RpcError>,

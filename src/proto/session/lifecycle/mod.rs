@@ -4,8 +4,7 @@
 //! The records of the phase keep their fields here: what changes them is this module's
 //! children (`handshake`: the requests and answers of either era's handshake, and the era
 //! probe; `reinit`: a handshake that failed, re-initialization, a session lost and found
-//! again), and the rest of the session asks the [`Lifecycle`] and the [`Handshake`] through
-//! their methods.
+//! again), and the rest of the session asks the [`Lifecycle`] through its methods.
 
 use std::time::Instant;
 
@@ -61,7 +60,7 @@ struct InitHead {
 
 /// A (re-)initialization in progress.
 #[derive(Debug)]
-pub(super) struct Handshake {
+struct Handshake {
     step: Step,
     /// `None` for the first connect.
     reason: Option<ReinitReason>,
@@ -77,14 +76,9 @@ pub(super) struct Handshake {
 }
 
 impl Handshake {
-    /// Why the last attempt of this handshake failed.
-    pub(super) fn last_failure(&self) -> Option<&crate::Error> {
-        self.last_failure.as_ref()
-    }
-
     /// The JSON-RPC id of the handshake request whose response is awaited, and whether it is
     /// `server/discover`.
-    pub(super) fn awaits(&self) -> Option<(&RequestId, bool)> {
+    fn awaits(&self) -> Option<(&RequestId, bool)> {
         match &self.step {
             Step::Initialize { rpc, .. } => Some((rpc, false)),
             Step::Discover { rpc, .. } => Some((rpc, true)),
@@ -243,11 +237,19 @@ impl Lifecycle {
         matches!(self.phase, Phase::Closing { .. } | Phase::Terminated)
     }
 
-    pub(super) fn handshake(&self) -> Option<&Handshake> {
+    fn handshake(&self) -> Option<&Handshake> {
         match &self.phase {
             Phase::Initializing(h) => Some(h),
             _ => None,
         }
+    }
+
+    /// Whether re-initialization is failing: a handshake in progress after at least one that
+    /// failed. `Some` then, with why the last attempt failed when that is known.
+    pub(super) fn failing_reinit(&self) -> Option<Option<&crate::Error>> {
+        self.handshake()
+            .filter(|_| self.reinit_failures > 0)
+            .map(|h| h.last_failure.as_ref())
     }
 
     fn handshake_mut(&mut self) -> Option<&mut Handshake> {
