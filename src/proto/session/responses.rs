@@ -407,7 +407,11 @@ impl Session {
             }
             ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
             ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
-            ExKind::Listen => self.on_listen_head(http, headers, ct, now),
+            ExKind::Listen => {
+                if self.on_listen_head(http, headers, ct, now) {
+                    self.read_body(http, Reader::Sse);
+                }
+            }
             ExKind::Notify | ExKind::Answer => self.exchanges.finish(http),
             ExKind::Delete => {
                 self.exchanges.finish(http);
@@ -501,36 +505,6 @@ impl Session {
         }
         self.read_body(http, Reader::Sse);
         if let Some(last_event_id) = self.calls.get(id).and_then(|c| c.last_event_id().cloned()) {
-            self.outputs
-                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
-        }
-    }
-
-    fn on_listen_head(&mut self, http: HttpId, headers: &HeaderMap, ct: ContentType, now: Instant) {
-        if ct != ContentType::Sse {
-            return self.listen_failed(Failure::ListenNotOffered, Some(http), false, now);
-        }
-        let Some(ex) = self.exchanges.get(http) else {
-            return;
-        };
-        let resumed = ex.is_resumed();
-        let expected = self.life.ready().and_then(|s| s.hash.as_ref());
-        if !classify::hash_matches(ex.checks_hash(), headers, expected) {
-            let failure = if resumed {
-                Failure::ResumeCapabilityHashChanged
-            } else {
-                Failure::ListenHashMismatch
-            };
-            self.listen_failed(failure, Some(http), false, now);
-            if !self.listen.is_open(http) {
-                return;
-            }
-        }
-        self.listen.answered();
-        self.read_body(http, Reader::Sse);
-        self.outputs
-            .push_back(Output::Event(SessionEvent::Listening));
-        if let (true, Some(last_event_id)) = (resumed, self.listen.last_event_id().cloned()) {
             self.outputs
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
         }
