@@ -3,7 +3,7 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 
-use crate::ids::SessionId;
+use crate::ids::{EventId, SessionId};
 use crate::proto::version::ProtocolVersion;
 
 /// `Mcp-Session-Id`.
@@ -11,7 +11,7 @@ const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
 const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 /// `Last-Event-ID`.
-pub(super) const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 /// `Idempotency-Key`.
 pub(super) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
@@ -63,11 +63,15 @@ impl SessionHeaders {
         self.post.clone()
     }
 
-    /// The headers of a GET: a POST's, accepting only an event stream and sending no body.
-    pub(super) fn get(&self) -> HeaderMap {
+    /// The headers of a GET: a POST's, accepting only an event stream and sending no body;
+    /// resuming `after` an event id, when there is one, with `Last-Event-ID`.
+    pub(super) fn get(&self, after: Option<&EventId>) -> HeaderMap {
         let mut headers = self.post.clone();
         headers.insert(ACCEPT, ACCEPT_SSE);
         headers.remove(CONTENT_TYPE);
+        if let Some(Ok(v)) = after.map(|id| HeaderValue::from_str(id.as_str())) {
+            headers.insert(LAST_EVENT_ID, v);
+        }
         headers
     }
 }
@@ -116,9 +120,19 @@ mod tests {
             ]
         );
         assert_eq!(
-            names(&headers.get()),
+            names(&headers.get(None)),
             vec![
                 pair("accept", "text/event-stream"),
+                pair("mcp-protocol-version", "2025-06-18"),
+                pair("mcp-session-id", "s-1"),
+            ]
+        );
+        let after = EventId::parse("s1-3").unwrap();
+        assert_eq!(
+            names(&headers.get(Some(&after))),
+            vec![
+                pair("accept", "text/event-stream"),
+                pair("last-event-id", "s1-3"),
                 pair("mcp-protocol-version", "2025-06-18"),
                 pair("mcp-session-id", "s-1"),
             ]

@@ -175,9 +175,9 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        let headers = session.headers.get();
-        let sent = Sent::on(session);
         let cursor = self.listen.cursor.last.as_ref();
+        let headers = session.headers.get(cursor);
+        let sent = Sent::on(session);
         let http = self
             .exchanges
             .open_stream(ExKind::Listen, headers, cursor, sent);

@@ -362,7 +362,7 @@ impl Session {
             return;
         };
         info!(call = id.0, last_event_id = %cursor, "resuming stream");
-        let headers = session.headers.get();
+        let headers = session.headers.get(Some(&cursor));
         let sent = Sent::on(session);
         let http = self
             .exchanges
