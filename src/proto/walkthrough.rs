@@ -31,9 +31,9 @@
 //!    deduplicates is re-sent, anything else fails with `OutcomeUnknown`.
 //!    `dangerous_trust_replay` is one more fact in the `State`; it changes the decision and
 //!    nothing else.
-//! 6. **Re-initialization.** `init::start_reinit` (the only place that starts one) moves the
+//! 6. **Re-initialization.** `reinit::start_reinit` (the only place that starts one) moves the
 //!    lifecycle (`session/lifecycle/`) from `Ready` to `Initializing`, keeping the old
 //!    session to compare with; a session that never worked counts as a failed attempt and
-//!    backs off. `session/lifecycle/init.rs` then runs the handshake without the old id, reports
-//!    `SessionEvent::Reinitialized { capabilities_changed }`, re-sends the waiting calls and
-//!    reopens the standalone stream.
+//!    backs off. `session/lifecycle/handshake.rs` then runs the handshake without the old id,
+//!    reports `SessionEvent::Reinitialized { capabilities_changed }`, re-sends the waiting
+//!    calls and reopens the standalone stream.

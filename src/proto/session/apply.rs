@@ -1,17 +1,25 @@
-//! Carrying out the recovery decisions of [`decide`] for a call: the one place that schedules
-//! resumes and re-sends and fails calls; a decision to re-initialize goes to `init`.
+//! How a call ends or carries on: a response delivered to it (checked against what the
+//! extension lets us check, and read for what a modern answer asks next), and the recovery
+//! decisions of [`decide`] carried out for it: the one place that schedules resumes and
+//! re-sends and fails calls; a decision to re-initialize goes to the lifecycle (`reinit`).
+//! Calls the session makes for itself (a fresh tool list) end here too, and carry on the call
+//! they serve.
 
 use std::time::Instant;
 
 use tracing::{debug, info, warn};
 
+use serde_json::Value;
+
 use super::call::{Call, CallState, Retry};
 use super::timers::Timer;
 use super::Session;
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
-use crate::proto::{CallId, Output, RejectReason, SessionEvent};
+use crate::proto::modern::{self, ResultType};
+use crate::proto::{ext, methods, CallId, Output, RejectReason, SessionEvent};
 
+// Recovery decisions carried out, and how a call ends.
 impl Session {
     /// [`Session::apply`], with the error that explains the failure: it becomes the call's
     /// error if the call fails (as its cause when the outcome is unknown).
@@ -63,9 +71,9 @@ impl Session {
         // A call still waiting when its deadline passes, while re-initializations keep failing
         // (or keep replacing sessions that never worked), ran out of time because the session
         // could not be re-established: the last failure is what it ended on.
-        let state = match self.life.handshake() {
-            Some(h) if failure == Failure::DeadlineExpired && self.life.reinit_failures() > 0 => {
-                if let (Some(last), Some(call)) = (h.last_failure(), self.calls.get_mut(id)) {
+        let state = match self.life.failing_reinit() {
+            Some(last) if failure == Failure::DeadlineExpired => {
+                if let (Some(last), Some(call)) = (last, self.calls.get_mut(id)) {
                     call.set_cause(last.clone());
                 }
                 state.awaiting_reinit()
@@ -125,17 +133,6 @@ impl Session {
         false
     }
 
-    /// Runs the recovery decision for a failure of the session itself (a notification or an
-    /// answer POST): no call's fate hangs on it, only the session's.
-    pub(super) fn apply_to_session(&mut self, failure: Failure, now: Instant) {
-        let decision = decide(&failure, &self.base_state(true));
-        debug!(?failure, ?decision, "recovery decision for the session");
-        if let Decision::Reinitialize { reason, .. } = decision {
-            self.report_rejection(&failure);
-            self.start_reinit(reason, now);
-        }
-    }
-
     /// Tells the app a resume was refused, when `failure` is such a refusal.
     pub(super) fn report_rejection(&mut self, failure: &Failure) {
         let reason = match failure {
@@ -177,14 +174,14 @@ impl Session {
     }
 
     /// Stops the call's current exchange, if any.
-    pub(super) fn detach(&mut self, id: CallId) {
+    fn detach(&mut self, id: CallId) {
         if let Some(http) = self.calls.get_mut(id).and_then(Call::leave_exchange) {
             self.exchanges.finish(http);
         }
     }
 
     /// Fails a call with `kind`, reporting the event that goes with it.
-    pub(super) fn fail_call(&mut self, id: CallId, kind: ErrorKind) {
+    fn fail_call(&mut self, id: CallId, kind: ErrorKind) {
         let Some(call) = self.calls.get(id) else {
             return;
         };
@@ -218,6 +215,18 @@ impl Session {
             None => Error::new(kind, message),
         };
         self.complete(id, Err(error));
+    }
+
+    /// A picked-up call whose request may have run and cannot be sent again safely: it ends
+    /// [`ErrorKind::OutcomeUnknown`], never re-sent.
+    pub(super) fn picked_up_unsafe(&mut self, id: CallId) {
+        if let Some(call) = self.calls.get_mut(id) {
+            call.set_cause(Error::new(
+                ErrorKind::Transport,
+                "the process that sent it stopped before its answer came",
+            ));
+        }
+        self.fail_call(id, ErrorKind::OutcomeUnknown);
     }
 
     /// Completes a call, exactly once.
@@ -257,6 +266,136 @@ impl Session {
                 self.fail_call(id, kind);
             } else {
                 self.complete(id, Err(Error::new(kind, message)));
+            }
+        }
+    }
+}
+
+// A response delivered to its call.
+impl Session {
+    /// A response reached its call: check what the extension lets us check, then complete.
+    pub(super) fn deliver(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
+        let Some(call) = self.calls.get(id) else {
+            return;
+        };
+        let failure = match &result {
+            // A replayed answer may name the context it ran under.
+            Ok(value) if call.method() == methods::TOOLS_CALL => call
+                .expected_hash()
+                .zip(ext::result_capability_hash(value))
+                .filter(|(expected, got)| !got.eq_ignore_ascii_case(expected.as_str()))
+                .map(|_| Failure::CapabilityHashMismatch),
+            Ok(_) => None,
+            Err(error) if call.key().is_some() && call.attempt().server_dedups() => {
+                match ext::key_refusal(error.data.as_ref()) {
+                    Some(ext::KeyRefusal::InUse) => Some(Failure::KeyInUse),
+                    Some(ext::KeyRefusal::OutcomeUnknown) => Some(Failure::KeyOutcomeLost),
+                    None => None,
+                }
+            }
+            Err(_) => None,
+        };
+        if let Some(failure) = failure {
+            let cause = match &result {
+                Err(e) => Error::rpc(e.clone()),
+                Ok(_) => Error::new(ErrorKind::Protocol, "result produced under another hash"),
+            };
+            if !self.apply_because(id, failure, cause, now) {
+                return;
+            }
+        }
+        if self.is_modern() {
+            return self.deliver_modern(id, result, now);
+        }
+        debug!(call = id.0, ok = result.is_ok(), "call completed");
+        self.complete(id, result.map_err(Error::rpc));
+    }
+
+    /// A modern answer: its `resultType` says whether it is the result, a request for
+    /// input, or a task; its error may be one only a modern server sends.
+    fn deliver_modern(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
+        let mut value = match result {
+            Ok(value) => value,
+            Err(error) => {
+                if let Some((failure, cause)) = self.modern_failure(id, &error) {
+                    self.apply_because(id, failure, cause, now);
+                } else {
+                    self.complete(id, Err(Error::rpc(error)));
+                }
+                return;
+            }
+        };
+        // The answer ends its request's exchange, whatever comes next: a server may hold the
+        // stream open after it (keep-alive comments), and a call that moves on to its next
+        // round or to polling must not leave its caller reading that stream.
+        self.detach(id);
+        if self.calls.get(id).is_some_and(|c| c.task_id().is_some()) {
+            return self.on_poll_answer(id, value, now);
+        }
+        match modern::result_type(&value) {
+            Ok(ResultType::Complete) => {
+                if self
+                    .calls
+                    .get(id)
+                    .is_some_and(|c| c.method() == methods::TOOLS_LIST)
+                {
+                    self.learn_tools(&mut value);
+                }
+                debug!(call = id.0, "call completed");
+                self.complete(id, Ok(value));
+            }
+            Ok(ResultType::InputRequired) => self.input_required(id, value, now),
+            Ok(ResultType::Task) => self.task_created(id, value, now),
+            Err(unknown) => self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("result of unknown resultType {unknown:?}"),
+                )),
+            ),
+        }
+    }
+}
+
+// Calls the session makes for itself: a fresh tool list for a call whose headers did not
+// match, and what its end means for that call.
+impl Session {
+    /// The headers did not match: fetch the tool list again (a call of our own, never
+    /// reported to the app), then send the call once more.
+    fn refresh_tools(&mut self, target: CallId, now: Instant) {
+        let Some(call) = self.calls.get_mut(target) else {
+            return;
+        };
+        call.refresh();
+        let deadline = call.deadline();
+        let id = CallId::next();
+        self.calls
+            .insert(id, Call::internal(methods::TOOLS_LIST, target, deadline));
+        self.timers.set(Timer::CallDeadline(id), deadline);
+        debug!(
+            call = target.0,
+            "tool annotations refreshed before sending again"
+        );
+        let _ = now;
+        self.send_call(id);
+    }
+
+    /// An internal call ended: carry on with the call it served.
+    fn internal_done(&mut self, target: CallId, result: Result<Value, Error>) {
+        let waiting = self
+            .calls
+            .get(target)
+            .is_some_and(|c| c.state() == CallState::Waiting);
+        match result {
+            Ok(_) if waiting => self.send_call(target),
+            Ok(_) => {}
+            Err(_) => {
+                let error = self
+                    .calls
+                    .get_mut(target)
+                    .and_then(|c| c.take_cause())
+                    .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "header mismatch"));
+                self.complete(target, Err(error));
             }
         }
     }

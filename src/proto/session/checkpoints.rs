@@ -7,11 +7,9 @@ use serde_json::{json, Value};
 use tracing::debug;
 
 use super::call::{Call, CallState};
-use super::lifecycle::Phase;
 use super::modern_calls::round_key;
 use super::timers::Timer;
 use super::Session;
-use crate::error::{Error, ErrorKind};
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
 use crate::proto::{CallId, Output};
 
@@ -36,7 +34,8 @@ impl Session {
     ///   if the server deduplicates keys (or the application said it does:
     ///   [`ResendPolicy::AssumeServerDeduplicates`](crate::ResendPolicy)), and reported
     ///   [`SessionEvent::Redispatched`](crate::SessionEvent::Redispatched); otherwise it
-    ///   fails [`ErrorKind::OutcomeUnknown`], unkeyed ones at once, without connecting.
+    ///   fails [`ErrorKind::OutcomeUnknown`](crate::error::ErrorKind::OutcomeUnknown), unkeyed
+    ///   ones at once, without connecting.
     /// - [`CallStage::AwaitingInput`]: the round was never sent. The server's input requests
     ///   go to the application again ([`Output::ServerRequest`]), and the round is sent once
     ///   they are answered.
@@ -78,33 +77,19 @@ impl Session {
         if let Some(result) = awaiting {
             self.input_required(id, result, now);
         }
-        match *self.life.phase() {
-            Phase::Ready(_)
-                if self
-                    .calls
-                    .get(id)
-                    .is_some_and(|c| c.state() == CallState::Waiting) =>
+        if self.life.is_ready() {
+            if self
+                .calls
+                .get(id)
+                .is_some_and(|c| c.state() == CallState::Waiting)
             {
                 self.send_call(id);
             }
+        } else {
             // A round awaiting its inputs is sent once they are in: the session must be
             // established by then.
-            Phase::Idle => self.start_handshake(None, None, None, now),
-            Phase::Lost(_) => self.reconnect_lost(now),
-            _ => {}
+            self.start_if_stopped(now);
         }
-    }
-
-    /// A picked-up call whose request may have run and cannot be sent again safely: it ends
-    /// [`ErrorKind::OutcomeUnknown`], never re-sent.
-    pub(super) fn picked_up_unsafe(&mut self, id: CallId) {
-        if let Some(call) = self.calls.get_mut(id) {
-            call.set_cause(Error::new(
-                ErrorKind::Transport,
-                "the process that sent it stopped before its answer came",
-            ));
-        }
-        self.fail_call(id, ErrorKind::OutcomeUnknown);
     }
 
     /// Reports call `id`'s durable state, when the session makes checkpoints and the call

@@ -97,7 +97,7 @@ pub(super) struct Delivered {
 
 impl Delivered {
     /// Records `id`; `false` when it was already delivered.
-    pub(super) fn insert(&mut self, id: &EventId) -> bool {
+    fn insert(&mut self, id: &EventId) -> bool {
         if self.set.contains(id) {
             return false;
         }

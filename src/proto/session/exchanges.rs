@@ -7,10 +7,9 @@ use std::collections::VecDeque;
 use rustc_hash::FxHashMap;
 
 use bytes::Bytes;
-use http::header::{HeaderMap, HeaderValue};
+use http::header::HeaderMap;
 
 use super::cursors::Observed;
-use super::headers::LAST_EVENT_ID;
 use super::negotiated::{Checks, Negotiated};
 use crate::error::{Error, ErrorKind};
 use crate::ids::{EventId, SequencedEventId};
@@ -415,22 +414,17 @@ impl Exchanges {
         }
     }
 
-    /// Opens a GET stream, resuming after `cursor` when there is one: with `Last-Event-ID`,
-    /// and expecting the sequenced id that follows it.
+    /// Opens a GET stream with `headers`, resuming after `cursor` when there is one (the
+    /// headers carry it as `Last-Event-ID`): the sequenced id that follows it is expected.
     pub(super) fn open_stream(
         &mut self,
         kind: ExKind,
-        mut headers: HeaderMap,
+        headers: HeaderMap,
         cursor: Option<&EventId>,
         sent: Sent,
     ) -> HttpId {
         let purpose = match cursor {
-            Some(c) => {
-                if let Ok(v) = HeaderValue::from_str(c.as_str()) {
-                    headers.insert(LAST_EVENT_ID, v);
-                }
-                HttpPurpose::Resume
-            }
+            Some(_) => HttpPurpose::Resume,
             None => HttpPurpose::Listen,
         };
         let http = self.open(kind, HttpMethod::Get, purpose, headers, None, sent);

@@ -3,15 +3,15 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 
-use crate::ids::SessionId;
+use crate::ids::{EventId, SessionId};
 use crate::proto::version::ProtocolVersion;
 
 /// `Mcp-Session-Id`.
-pub(super) const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+const MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 /// `MCP-Protocol-Version`.
-pub(super) const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 /// `Last-Event-ID`.
-pub(super) const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
+const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 /// `Idempotency-Key`.
 pub(super) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
@@ -46,9 +46,16 @@ impl SessionHeaders {
         SessionHeaders { post }
     }
 
-    /// The session id's header value, if the server assigned one.
-    pub(super) fn id(&self) -> Option<HeaderValue> {
-        self.post.get(MCP_SESSION_ID).cloned()
+    /// The headers of the DELETE that ends the session: its id and version, and nothing
+    /// about a body (it has none); `None` when the server assigned no id (nothing to delete).
+    pub(super) fn delete(&self) -> Option<HeaderMap> {
+        let id = self.post.get(MCP_SESSION_ID)?;
+        let mut headers = HeaderMap::with_capacity(2);
+        headers.insert(MCP_SESSION_ID, id.clone());
+        if let Some(version) = self.post.get(MCP_PROTOCOL_VERSION) {
+            headers.insert(MCP_PROTOCOL_VERSION, version.clone());
+        }
+        Some(headers)
     }
 
     /// The headers of a POST.
@@ -56,11 +63,15 @@ impl SessionHeaders {
         self.post.clone()
     }
 
-    /// The headers of a GET: a POST's, accepting only an event stream and sending no body.
-    pub(super) fn get(&self) -> HeaderMap {
+    /// The headers of a GET: a POST's, accepting only an event stream and sending no body;
+    /// resuming `after` an event id, when there is one, with `Last-Event-ID`.
+    pub(super) fn get(&self, after: Option<&EventId>) -> HeaderMap {
         let mut headers = self.post.clone();
         headers.insert(ACCEPT, ACCEPT_SSE);
         headers.remove(CONTENT_TYPE);
+        if let Some(Ok(v)) = after.map(|id| HeaderValue::from_str(id.as_str())) {
+            headers.insert(LAST_EVENT_ID, v);
+        }
         headers
     }
 }
@@ -109,17 +120,38 @@ mod tests {
             ]
         );
         assert_eq!(
-            names(&headers.get()),
+            names(&headers.get(None)),
             vec![
                 pair("accept", "text/event-stream"),
                 pair("mcp-protocol-version", "2025-06-18"),
                 pair("mcp-session-id", "s-1"),
             ]
         );
-        assert_eq!(headers.id(), Some(id));
+        let after = EventId::parse("s1-3").unwrap();
         assert_eq!(
-            SessionHeaders::new(None, ProtocolVersion::V2025_06_18).id(),
-            None
+            names(&headers.get(Some(&after))),
+            vec![
+                pair("accept", "text/event-stream"),
+                pair("last-event-id", "s1-3"),
+                pair("mcp-protocol-version", "2025-06-18"),
+                pair("mcp-session-id", "s-1"),
+            ]
         );
+        assert_eq!(
+            names(&headers.delete().unwrap()),
+            vec![
+                pair("mcp-protocol-version", "2025-06-18"),
+                pair("mcp-session-id", "s-1"),
+            ]
+        );
+        assert_eq!(
+            SessionHeaders::new(Some(id), ProtocolVersion::V2025_03_26)
+                .delete()
+                .map(|h| names(&h)),
+            Some(vec![pair("mcp-session-id", "s-1")])
+        );
+        assert!(SessionHeaders::new(None, ProtocolVersion::V2025_06_18)
+            .delete()
+            .is_none());
     }
 }

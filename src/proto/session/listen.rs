@@ -1,10 +1,12 @@
-//! The standalone GET stream: server-to-client messages outside any call. It carries no
+//! The standalone GET stream: server-to-client messages outside any call (in the modern era,
+//! the change notifications of a `subscriptions/listen` request). Opening it, what its answer
+//! head says, and which of its notifications are for the app are read here. It carries no
 //! call, so its failures never fail one; they decide whether to listen again, and whether
 //! the session itself is gone.
 
 use std::time::Instant;
 
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
 
@@ -15,8 +17,11 @@ use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
 use crate::ids::{EventId, SequencedEventId};
+use crate::proto::classify::{self, ContentType};
 use crate::proto::decide::{decide, Decision, Failure};
-use crate::proto::{jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose};
+use crate::proto::{
+    jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent,
+};
 use crate::sse::SseEvent;
 
 /// Where the standalone stream stands.
@@ -62,7 +67,7 @@ impl Listen {
     }
 
     /// Whether `http` is the stream's open exchange.
-    pub(super) fn is_open(&self, http: HttpId) -> bool {
+    fn is_open(&self, http: HttpId) -> bool {
         self.state == ListenState::Open(http)
     }
 
@@ -79,7 +84,7 @@ impl Listen {
 
     /// The stream is answered and read: a refusal of it from now on is not the one that
     /// caused the current session's re-initialization.
-    pub(super) fn answered(&mut self) {
+    fn answered(&mut self) {
         self.caused_reinit = false;
     }
 
@@ -102,11 +107,6 @@ impl Listen {
         delivered: &mut Delivered,
     ) -> Observed {
         self.cursor.observe(event, expect, delivered)
-    }
-
-    /// Modern era: the id of the `subscriptions/listen` request the stream answers.
-    pub(super) fn subscription(&self) -> Option<&RequestId> {
-        self.subscription.as_ref()
     }
 }
 
@@ -175,9 +175,9 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        let headers = session.headers.get();
-        let sent = Sent::on(session);
         let cursor = self.listen.cursor.last.as_ref();
+        let headers = session.headers.get(cursor);
+        let sent = Sent::on(session);
         let http = self
             .exchanges
             .open_stream(ExKind::Listen, headers, cursor, sent);
@@ -190,6 +190,45 @@ impl Session {
             self.listen.state = ListenState::Off;
             self.open_listen(now);
         }
+    }
+
+    /// A 2xx head answered the standalone stream: `true` when its body is to be read, as an
+    /// event stream; otherwise the stream failed (not one, or under another capability hash).
+    pub(super) fn on_listen_head(
+        &mut self,
+        http: HttpId,
+        headers: &HeaderMap,
+        ct: ContentType,
+        now: Instant,
+    ) -> bool {
+        if ct != ContentType::Sse {
+            self.listen_failed(Failure::ListenNotOffered, Some(http), false, now);
+            return false;
+        }
+        let Some(ex) = self.exchanges.get(http) else {
+            return false;
+        };
+        let resumed = ex.is_resumed();
+        let expected = self.life.ready().and_then(|s| s.hash.as_ref());
+        if !classify::hash_matches(ex.checks_hash(), headers, expected) {
+            let failure = if resumed {
+                Failure::ResumeCapabilityHashChanged
+            } else {
+                Failure::ListenHashMismatch
+            };
+            self.listen_failed(failure, Some(http), false, now);
+            if !self.listen.is_open(http) {
+                return false;
+            }
+        }
+        self.listen.answered();
+        self.outputs
+            .push_back(Output::Event(SessionEvent::Listening));
+        if let (true, Some(last_event_id)) = (resumed, self.listen.last_event_id().cloned()) {
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
+        }
+        true
     }
 
     /// The standalone stream failed: the recovery decision says whether to listen again, stop,
@@ -280,5 +319,29 @@ impl Session {
                 self.listen.state = ListenState::GaveUp;
             }
         }
+    }
+
+    /// A notification on the modern change stream: `false` when it is not for the app (the
+    /// acknowledgement, or one naming another subscription).
+    pub(super) fn on_subscription(&mut self, method: &str, params: Option<&Value>) -> bool {
+        let Some(ours) = self.listen.subscription.as_ref() else {
+            return true;
+        };
+        let named = params
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get(modern::META_SUBSCRIPTION_ID))
+            .and_then(RequestId::from_json);
+        if named.as_ref().is_some_and(|n| n != ours) {
+            debug!(%method, "notification of another subscription dropped");
+            return false;
+        }
+        if method == methods::SUBSCRIPTIONS_ACKNOWLEDGED {
+            debug!("subscription acknowledged");
+            self.life.confirm();
+            self.outputs
+                .push_back(Output::Event(SessionEvent::Listening));
+            return false;
+        }
+        true
     }
 }

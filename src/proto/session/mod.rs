@@ -5,24 +5,25 @@
 //! handlers are grouped by the input they take:
 //!
 //! - `outbound`: the application's commands (`connect`, `submit`, `notify`, `respond`,
-//!   `cancel`, `close`) and every request the session sends;
+//!   `cancel`, `close`), time passing (`handle_timeout`), and every request the session
+//!   sends for them;
 //! - `responses`: what the server answers (`handle_head`, `handle_data`, `handle_end`,
 //!   `handle_error`, bodies decoded ahead), read through [`classify`](super::classify) into
-//!   successes or [`Failure`](super::decide::Failure)s; `inbound`: the messages in those
-//!   bodies, routed to their call, the app or the handshake;
-//! - `timers`: `handle_timeout`, and every deadline and backoff, ordered by expiry;
-//! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::init` and
-//!   `lifecycle::discover`, the handshake of either era, re-initialization, a session lost
-//!   and found again. The phase's records keep their fields to that module: the rest asks
-//!   the lifecycle (`ready`, `closing`, `to_delete`…);
-//! - `apply`: the recovery decision of [`decide`](super::decide::decide) carried out for a
-//!   call.
+//!   successes or [`Failure`](super::decide::Failure)s, and the messages in those bodies,
+//!   routed to their call, the app or the handshake;
+//! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::handshake`,
+//!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
+//!   re-initialization, a session lost and found again. The phase's records keep their
+//!   fields to that module: the rest asks the lifecycle (`ready`, `is_lost`, `close`…);
+//! - `apply`: how a call ends or carries on: a response delivered to it, or the recovery
+//!   decision of [`decide`](super::decide::decide) carried out for it.
 //!
 //! The records they work on keep their own data: `negotiated` (what a session negotiated,
 //! built by a handshake and read by all that is sent on it), `call` (the call record and
 //! table), `exchanges` (the HTTP exchanges in flight and the driver's action queue),
-//! `cursors` (stream cursors and the event ids already delivered), `listen` (the standalone
-//! GET stream). The era's features have their own files: `modern_calls`, `tasks`, `checkpoints`.
+//! `cursors` (stream cursors and the event ids already delivered), `timers` (every deadline
+//! and backoff, ordered by expiry), `listen` (the standalone GET stream). The era's features
+//! have their own files: `modern_calls`, `tasks`, `checkpoints`.
 //!
 //! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
 //! these parts.
@@ -35,7 +36,6 @@ mod cursors;
 
 mod exchanges;
 mod headers;
-mod inbound;
 
 mod lifecycle;
 mod listen;
@@ -56,7 +56,7 @@ pub use self::ahead::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, SseAhea
 use self::call::Calls;
 use self::cursors::Delivered;
 use self::exchanges::{ExKind, Exchanges};
-use self::lifecycle::{Lifecycle, Phase};
+use self::lifecycle::Lifecycle;
 use self::listen::Listen;
 use self::tasks::TASKS_EXTENSION;
 use self::timers::Timers;
@@ -175,7 +175,7 @@ impl Session {
     /// Whether the session is closed, with nothing left in flight (the driver may stop). A
     /// lost session is not: the next call reconnects.
     pub fn is_terminated(&self) -> bool {
-        matches!(self.life.phase(), Phase::Terminated)
+        self.life.is_terminated()
     }
 }
 
@@ -200,7 +200,7 @@ impl Session {
     /// Whether the session is lost: re-initialization kept failing while no call waited, and
     /// stopped. The next call (or `connect`) starts it again.
     pub fn is_lost(&self) -> bool {
-        matches!(self.life.phase(), Phase::Lost(_))
+        self.life.is_lost()
     }
 
     /// The call whose request the exchange `http` POSTs, if it is a call's POST (not a resume,

@@ -1,6 +1,6 @@
 //! Calls in the modern era (2026-07-28): the headers a call mirrors and the tool annotations
-//! they come from, a fresh tool list when the server says the headers do not match, the
-//! errors only a modern server sends, and multi round-trip requests (MRTR): an
+//! they come from (a fresh tool list, when the server says the headers do not match, is
+//! `apply`'s to fetch), the errors only a modern server sends, and multi round-trip requests (MRTR): an
 //! `input_required` result answered through the app's handlers and the call sent again.
 
 use crate::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
@@ -9,10 +9,8 @@ use std::time::Instant;
 
 use http::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::call::{Call, CallState};
-use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::{IdempotencyKey, RequestId};
@@ -87,46 +85,6 @@ impl Session {
                 Error::missing_capability(rpc.clone()),
             ),
         })
-    }
-
-    /// The headers did not match: fetch the tool list again (a call of our own, never
-    /// reported to the app), then send the call once more.
-    pub(super) fn refresh_tools(&mut self, target: CallId, now: Instant) {
-        let Some(call) = self.calls.get_mut(target) else {
-            return;
-        };
-        call.refresh();
-        let deadline = call.deadline();
-        let id = CallId::next();
-        self.calls
-            .insert(id, Call::internal(methods::TOOLS_LIST, target, deadline));
-        self.timers.set(Timer::CallDeadline(id), deadline);
-        debug!(
-            call = target.0,
-            "tool annotations refreshed before sending again"
-        );
-        let _ = now;
-        self.send_call(id);
-    }
-
-    /// An internal call ended: carry on with the call it served.
-    pub(super) fn internal_done(&mut self, target: CallId, result: Result<Value, Error>) {
-        let waiting = self
-            .calls
-            .get(target)
-            .is_some_and(|c| c.state() == CallState::Waiting);
-        match result {
-            Ok(_) if waiting => self.send_call(target),
-            Ok(_) => {}
-            Err(_) => {
-                let error = self
-                    .calls
-                    .get_mut(target)
-                    .and_then(|c| c.take_cause())
-                    .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "header mismatch"));
-                self.complete(target, Err(error));
-            }
-        }
     }
 
     /// An `input_required` result: ask the app's handlers for each input, or send the call
@@ -214,18 +172,18 @@ impl Session {
         self.send_round_if_complete(id, now);
     }
 
-    /// An answer to one of a call's inputs (from [`Session::respond`]); `false` when `id`
-    /// names no input.
+    /// An answer to one of a call's inputs (from [`Session::respond`]), handed to the MRTR
+    /// round (or the task) it belongs to; given back when `id` names no input.
     pub(super) fn input_answered(
         &mut self,
         id: &RequestId,
         result: Result<Value, RpcError>,
         now: Instant,
-    ) -> bool {
+    ) -> Result<(), Result<Value, RpcError>> {
         let Some((call, key)) = self.calls.take_input(id) else {
-            return false;
+            return Err(result);
         };
-        let for_task = self.calls.get(call).is_some_and(|c| c.task().is_some());
+        let for_task = self.calls.get(call).is_some_and(|c| c.task_id().is_some());
         match result {
             Ok(value) if for_task => self.task_input_answered(call, key, value, now),
             Err(error) => {
@@ -246,7 +204,7 @@ impl Session {
                 self.send_round_if_complete(call, now);
             }
         }
-        true
+        Ok(())
     }
 
     /// Once every input of the round is answered, sends the call again: a new JSON-RPC id,

@@ -1,5 +1,6 @@
-//! The application's commands, and what the session sends: calls, resumes, cancellations,
-//! notifications, answers to server requests, and the DELETE that closes the session.
+//! The application's commands, time passing (`handle_timeout`: deadlines and backoffs come
+//! due), and what the session sends for them: calls, resumes, cancellations, notifications,
+//! answers to server requests, and the DELETE that closes the session.
 
 use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
@@ -10,21 +11,18 @@ use tracing::{debug, info, warn};
 use super::call::Attempt;
 use super::exchanges::{ExKind, Sent};
 use super::headers::IDEMPOTENCY_KEY;
-use super::lifecycle::Phase;
 use super::modern_calls::mirror_headers;
 use super::negotiated::KeyPlacement;
 use super::Session;
 use std::time::Instant;
 
-use http::HeaderMap;
-
-use super::call::{Call, CallState};
+use super::call::{Call, CallState, Retry};
 use super::deadline_after;
-use super::headers::{MCP_PROTOCOL_VERSION, MCP_SESSION_ID};
 use super::listen::Listen;
 use super::timers::Timer;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
+use crate::proto::decide::Failure;
 use crate::proto::{
     jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, ResendPolicy, SessionEvent,
 };
@@ -42,30 +40,21 @@ impl Session {
     /// already is).
     pub fn connect(&mut self, now: Instant) -> CallId {
         let id = CallId::next();
-        match self.life.phase() {
-            Phase::Ready(e) => {
-                let result = e.session().result.clone();
-                self.outputs.push_back(Output::Completed {
-                    call: id,
-                    result: Ok(result),
-                });
-            }
-            Phase::Initializing(_) => self.life.wait_for_connect(id),
-            Phase::Idle => {
-                self.life.wait_for_connect(id);
-                self.start_handshake(None, None, None, now);
-            }
-            Phase::Lost(_) => {
-                self.life.wait_for_connect(id);
-                self.reconnect_lost(now);
-            }
-            Phase::Closing { .. } | Phase::Terminated => {
-                let error = self.terminal_error();
-                self.outputs.push_back(Output::Completed {
-                    call: id,
-                    result: Err(error),
-                });
-            }
+        if let Some(session) = self.life.ready() {
+            let result = session.result.clone();
+            self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Ok(result),
+            });
+        } else if self.life.is_over() {
+            let error = self.terminal_error();
+            self.outputs.push_back(Output::Completed {
+                call: id,
+                result: Err(error),
+            });
+        } else {
+            self.life.wait_for_connect(id);
+            self.start_if_stopped(now);
         }
         id
     }
@@ -86,11 +75,10 @@ impl Session {
         );
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
-        match self.life.phase() {
-            Phase::Ready(_) => self.send_call(id),
-            Phase::Idle => self.start_handshake(None, None, None, now),
-            Phase::Lost(_) => self.reconnect_lost(now),
-            _ => {}
+        if self.life.is_ready() {
+            self.send_call(id);
+        } else {
+            self.start_if_stopped(now);
         }
     }
 
@@ -106,11 +94,7 @@ impl Session {
             self.post(ExKind::Notify, body);
         } else {
             self.queue_notification(body);
-            match self.life.phase() {
-                Phase::Idle => self.start_handshake(None, None, None, now),
-                Phase::Lost(_) => self.reconnect_lost(now),
-                _ => {}
-            }
+            self.start_if_stopped(now);
         }
     }
 
@@ -118,7 +102,7 @@ impl Session {
     /// behind them, more are dropped and counted ([`Session::dropped_answers`]).
     pub fn respond(&mut self, id: RequestId, result: Result<Value, RpcError>, now: Instant) {
         // An answer to an MRTR input goes into the call's next round, not on the wire.
-        let Err(result) = self.input_answered_or(&id, result, now) else {
+        let Err(result) = self.input_answered(&id, result, now) else {
             return;
         };
         if self.is_modern() {
@@ -182,9 +166,11 @@ impl Session {
         let _ = now;
         let id = CallId::next();
         // A lost session has nothing left to delete: the server already forgot it.
-        if self.life.is_over() || matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
-            if matches!(self.life.phase(), Phase::Idle | Phase::Lost(_)) {
-                self.life.terminate();
+        let stopped = self.life.is_idle() || self.life.is_lost();
+        if self.life.is_over() || stopped {
+            if stopped {
+                let nothing = self.life.close(self.config.protocol_version, id);
+                debug_assert!(nothing.is_none());
                 self.outputs.push_back(Output::Event(SessionEvent::Closed));
             }
             self.outputs.push_back(Output::Completed {
@@ -194,8 +180,7 @@ impl Session {
             return id;
         }
         // The session to delete: the established one, or the one a handshake has obtained.
-        let delete = self.life.to_delete(self.config.protocol_version);
-        self.life.terminate();
+        let delete = self.life.close(self.config.protocol_version, id);
         self.fail_everything(ErrorKind::Closed, "session closed", false);
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
@@ -203,17 +188,9 @@ impl Session {
         self.notifications.clear();
         self.outputs.push_back(Output::Event(SessionEvent::Closed));
         match delete {
-            Some((sid, version)) => {
+            Some(headers) => {
                 info!("closing session");
-                let mut headers = HeaderMap::with_capacity(2);
-                headers.insert(MCP_SESSION_ID, sid);
-                if version.has_version_header() {
-                    headers.insert(
-                        MCP_PROTOCOL_VERSION,
-                        HeaderValue::from_static(version.as_str()),
-                    );
-                }
-                self.send_delete(headers, id);
+                self.send_delete(headers);
             }
             None => self.outputs.push_back(Output::Completed {
                 call: id,
@@ -221,21 +198,6 @@ impl Session {
             }),
         }
         id
-    }
-
-    /// Hands an answer to the MRTR round it belongs to; gives it back when it is not one.
-    fn input_answered_or(
-        &mut self,
-        id: &RequestId,
-        result: Result<Value, RpcError>,
-        now: Instant,
-    ) -> Result<(), Result<Value, RpcError>> {
-        if self.calls.has_input(id) {
-            self.input_answered(id, result, now);
-            Ok(())
-        } else {
-            Err(result)
-        }
     }
 
     /// Whether call `id` cannot start (`what`: a submission or a pick-up): its id is in use
@@ -261,6 +223,57 @@ impl Session {
     }
 }
 
+// Time.
+impl Session {
+    /// Time passed: fire expired timers (backoffs, deadlines).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(timer) = self.timers.pop_due(now) {
+            match timer {
+                Timer::InitBackoff => self.send_handshake(now),
+                Timer::InitDeadline => {
+                    let request = self.handshake_request();
+                    let error = Error::new(ErrorKind::Timeout, format!("{request} timed out"));
+                    self.init_failed(error, now)
+                }
+                Timer::ListenBackoff => self.listen_backoff_ended(now),
+                Timer::CallBackoff(id) => self.fire_retry(id, now),
+                Timer::CallDeadline(id) => {
+                    if let Some(call) = self.calls.get(id) {
+                        info!(call = id.0, method = %call.method(), "call deadline passed");
+                        self.send_cancelled(id, "timeout");
+                        // A task is not cancelled: the deadline bounds the wait, not the
+                        // durable work, whose id stays recorded to be resumed later.
+                        self.apply(id, Failure::DeadlineExpired, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A call's backoff ended.
+    fn fire_retry(&mut self, id: CallId, now: Instant) {
+        let generation = self.life.generation();
+        let ready = self.life.is_ready();
+        let Some(call) = self.calls.get_mut(id) else {
+            return;
+        };
+        let CallState::Backoff(then) = call.state() else {
+            return;
+        };
+        call.wait();
+        match then {
+            Retry::Resend if ready => self.send_call(id),
+            Retry::Resend => {}
+            Retry::Resume if ready && call.attempt().generation() == generation => {
+                self.send_resume(id)
+            }
+            Retry::Resume => {
+                self.apply(id, Failure::SessionReplaced, now);
+            }
+        }
+    }
+}
+
 // What goes out.
 impl Session {
     /// POSTs a call on the established session (a new JSON-RPC id for every send).
@@ -283,7 +296,7 @@ impl Session {
         if self
             .calls
             .get(id)
-            .is_some_and(|c| c.sends() == 0 && c.task().is_none())
+            .is_some_and(|c| c.sends() == 0 && c.task_id().is_none())
         {
             self.note_checkpoint(id);
         }
@@ -294,7 +307,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if (call.sends() > 0 || call.is_picked_up()) && call.task().is_none() {
+        if (call.sends() > 0 || call.is_picked_up()) && call.task_id().is_none() {
             info!(call = id.0, method = %call.method(), "re-sending call");
             self.outputs
                 .push_back(Output::Event(SessionEvent::Redispatched {
@@ -306,15 +319,13 @@ impl Session {
         let modern = session.version.is_modern();
         // The key goes where the server said it looks: the proposed standard's
         // `params.idempotencyKey`, or the extension's `metaKey` (ours by default).
-        let header_key = (session.keys != Some(KeyPlacement::Params) && call.task().is_none())
+        let header_key = (session.keys != Some(KeyPlacement::Params) && call.task_id().is_none())
             .then(|| {
                 call.key()
                     .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
             })
             .flatten();
-        let outgoing = call.outgoing(session.keys.as_ref());
-        let method = outgoing.method;
-        let mut params = outgoing.params;
+        let (method, mut params) = call.outgoing(session.keys.as_ref());
         if modern {
             modern::add_request_meta(&mut params, session.version, &self.client_meta);
         }
@@ -339,31 +350,8 @@ impl Session {
         self.calls.sent(id, attempt, params, http);
     }
 
-    /// POSTs a modern request whose answer nothing waits for (`tasks/update`,
-    /// `tasks/cancel`: their answer is an empty acknowledgement).
-    pub(super) fn send_unawaited(&mut self, method: &str, params: Value) {
-        let Some(session) = self.life.ready() else {
-            return;
-        };
-        let rpc = self.calls.new_rpc();
-        let mut params = Some(params);
-        modern::add_request_meta(&mut params, session.version, &self.client_meta);
-        let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = session.headers.post();
-        mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
-        let sent = Sent::on(session);
-        self.exchanges.open(
-            ExKind::Notify,
-            HttpMethod::Post,
-            HttpPurpose::Notify,
-            headers,
-            Some(body),
-            sent,
-        );
-    }
-
     /// GETs a call's stream with `Last-Event-ID`.
-    pub(super) fn send_resume(&mut self, id: CallId) {
+    fn send_resume(&mut self, id: CallId) {
         let Some(session) = self.life.ready() else {
             return;
         };
@@ -374,7 +362,7 @@ impl Session {
             return;
         };
         info!(call = id.0, last_event_id = %cursor, "resuming stream");
-        let headers = session.headers.get();
+        let headers = session.headers.get(Some(&cursor));
         let sent = Sent::on(session);
         let http = self
             .exchanges
@@ -386,7 +374,7 @@ impl Session {
 
     /// POSTs `notifications/cancelled` for a call that may be running on this session. (In
     /// the modern era closing the call's stream is the cancellation: nothing is sent.)
-    pub(super) fn send_cancelled(&mut self, id: CallId, reason: &str) {
+    fn send_cancelled(&mut self, id: CallId, reason: &str) {
         if self.is_modern() {
             return;
         }
@@ -406,7 +394,7 @@ impl Session {
     }
 
     /// POSTs a notification or an answer on the established session.
-    pub(super) fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
+    fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
         self.post_nth(kind, body, 1).is_some()
     }
 
@@ -466,8 +454,8 @@ impl Session {
         }
     }
 
-    /// DELETEs the session named `id` (closing).
-    fn send_delete(&mut self, headers: http::HeaderMap, close: CallId) {
+    /// DELETEs the session the `headers` name (closing).
+    fn send_delete(&mut self, headers: http::HeaderMap) {
         self.exchanges.open(
             ExKind::Delete,
             HttpMethod::Delete,
@@ -476,6 +464,5 @@ impl Session {
             None,
             Sent::delete(),
         );
-        self.life.closing(close);
     }
 }

@@ -3,25 +3,34 @@
 //! [`classify`](crate::proto::classify) into a body to read; refusals are classified by its one
 //! rule and mapped to what they mean for their exchange; a body that ends before what its
 //! exchange waited for becomes a recovery [`Failure`]. A handshake request's head or refusal
-//! is handed to the lifecycle, whose handshake it is. What the bodies carry is `inbound`'s.
+//! is handed to the lifecycle, whose handshake it is.
+//!
+//! What the bodies carry is read here too: SSE events move their stream's cursor, and the
+//! JSON-RPC messages in them go to the call they answer (delivered by `apply`), to the app,
+//! or to the handshake.
 
 use std::time::Instant;
 
 use http::HeaderMap;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tracing::{debug, warn};
 
 use super::ahead::{DecodedEvent, DecodedJson};
 use super::call::CallState;
+use super::cursors::Observed;
 use super::exchanges::{Ended, ExKind, Exchange, Fed, Head, Reader, Stage};
 use super::Session;
 use crate::error::{Error, ErrorKind};
+use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal, Refused};
-use crate::proto::decide::Failure;
-use crate::proto::jsonrpc::Decoded;
+use crate::proto::decide::{decide, Decision, Failure};
+use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::methods;
 use crate::proto::probe::ProbeAnswer;
-use crate::proto::{CallId, HttpId, Output, SessionEvent, TransportFailure};
+use crate::proto::{
+    CallId, HttpId, Notification, Output, ServerRequest, SessionEvent, TransportFailure,
+};
+use crate::sse::SseEvent;
 
 // The driver's inputs.
 impl Session {
@@ -378,6 +387,7 @@ impl Session {
     }
 }
 
+// Success heads.
 impl Session {
     /// A 2xx head arrived for `http`.
     fn on_success_head(
@@ -397,7 +407,11 @@ impl Session {
             }
             ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
             ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
-            ExKind::Listen => self.on_listen_head(http, headers, ct, now),
+            ExKind::Listen => {
+                if self.on_listen_head(http, headers, ct, now) {
+                    self.read_body(http, Reader::Sse);
+                }
+            }
             ExKind::Notify | ExKind::Answer => self.exchanges.finish(http),
             ExKind::Delete => {
                 self.exchanges.finish(http);
@@ -495,38 +509,209 @@ impl Session {
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
         }
     }
+}
 
-    fn on_listen_head(&mut self, http: HttpId, headers: &HeaderMap, ct: ContentType, now: Instant) {
-        if ct != ContentType::Sse {
-            return self.listen_failed(Failure::ListenNotOffered, Some(http), false, now);
+// What the bodies carry: events and their cursors, and the JSON-RPC messages in them, routed
+// to the call they answer, to the app or to the handshake.
+impl Session {
+    /// Handles (and drains) the events of one chunk.
+    fn on_events(&mut self, http: HttpId, events: &mut Vec<SseEvent>, now: Instant) {
+        self.on_events_with(http, events.drain(..).map(|event| (event, None)), now);
+    }
+
+    /// Handles events in order, each with what its data decodes to when that was done ahead;
+    /// those after the exchange is gone are dropped.
+    fn on_events_with(
+        &mut self,
+        http: HttpId,
+        events: impl IntoIterator<Item = (SseEvent, Option<Result<Message, DecodeError>>)>,
+        now: Instant,
+    ) {
+        for (event, message) in events {
+            if self.exchanges.get(http).is_none() {
+                continue;
+            }
+            self.on_event(http, event, message, now);
         }
+    }
+
+    /// One event; `message` is what its data decodes to, when that was done ahead.
+    fn on_event(
+        &mut self,
+        http: HttpId,
+        event: SseEvent,
+        message: Option<Result<Message, DecodeError>>,
+        now: Instant,
+    ) {
+        let Some(ex) = self.exchanges.get_mut(http) else {
+            return;
+        };
+        let kind = ex.kind();
+        let (calls, listen, delivered) = (&mut self.calls, &mut self.listen, &mut self.delivered);
+        let observed = ex.observe(|expect| match kind {
+            ExKind::Post(c) | ExKind::Resume(c) => match calls.get_mut(c) {
+                Some(call) => call.observe(&event, expect, delivered),
+                None => Observed::New { progressed: false },
+            },
+            ExKind::Listen => listen.observe(&event, expect, delivered),
+            _ => Observed::New { progressed: false },
+        });
+        match observed {
+            Observed::Duplicate => return,
+            Observed::Gap => return self.stream_violation(http, Failure::EventGap, now),
+            Observed::New { .. } => {}
+        }
+        if event.data.is_empty() {
+            return;
+        }
+        if kind == ExKind::Listen {
+            // A message from the server on its own stream: the session works.
+            self.life.confirm();
+        }
+        let allow_batch = ex.allows_batch();
+        match message {
+            Some(message) => self.on_decoded(http, Decoded::One(message), now),
+            None => {
+                self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+            }
+        }
+    }
+
+    /// A protocol violation on a stream (gap, orphan): the recovery decision for whatever the
+    /// stream carried.
+    fn stream_violation(&mut self, http: HttpId, failure: Failure, now: Instant) {
         let Some(ex) = self.exchanges.get(http) else {
             return;
         };
-        let resumed = ex.is_resumed();
-        let expected = self.life.ready().and_then(|s| s.hash.as_ref());
-        if !classify::hash_matches(ex.checks_hash(), headers, expected) {
-            let failure = if resumed {
-                Failure::ResumeCapabilityHashChanged
-            } else {
-                Failure::ListenHashMismatch
-            };
-            self.listen_failed(failure, Some(http), false, now);
-            if !self.listen.is_open(http) {
-                return;
+        match ex.kind() {
+            ExKind::Resume(c) | ExKind::Post(c) => {
+                self.apply(c, failure, now);
+            }
+            ExKind::Listen => {
+                let progress = ex.made_progress();
+                self.listen_failed(failure, Some(http), progress, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Handles a body or event payload; `false` when it was not JSON-RPC at all.
+    fn on_payload(
+        &mut self,
+        http: HttpId,
+        payload: &[u8],
+        allow_batch: bool,
+        now: Instant,
+    ) -> bool {
+        match jsonrpc::decode(payload, allow_batch) {
+            Ok(messages) => {
+                self.on_decoded(http, messages, now);
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "undecodable message ignored");
+                false
             }
         }
-        self.listen.answered();
-        self.read_body(http, Reader::Sse);
-        self.outputs
-            .push_back(Output::Event(SessionEvent::Listening));
-        if let (true, Some(last_event_id)) = (resumed, self.listen.last_event_id().cloned()) {
-            self.outputs
-                .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
+    }
+
+    /// The messages of one payload, in order, while the exchange lasts.
+    fn on_decoded(&mut self, http: HttpId, messages: Decoded, now: Instant) {
+        for message in messages {
+            if self.exchanges.get(http).is_none() {
+                return;
+            }
+            match message {
+                Ok(m) => self.on_message(http, m, now),
+                Err(e) => warn!(error = %e, "undecodable message ignored"),
+            }
+        }
+    }
+
+    fn on_message(&mut self, http: HttpId, message: Message, now: Instant) {
+        let Some(ex) = self.exchanges.get(http) else {
+            return;
+        };
+        let (kind, resumed) = (ex.kind(), ex.is_resumed());
+        match message {
+            Message::Request { id, method, .. } if self.is_modern() => {
+                // The modern era has no server-to-client requests on a stream (they come as
+                // MRTR inputs), and no client-sent responses to answer one with.
+                warn!(%id, %method, "server request on a modern stream ignored");
+            }
+            Message::Request { id, method, params } => {
+                if method == methods::PING {
+                    self.respond(id, Ok(json!({})), now);
+                } else {
+                    self.outputs.push_back(Output::ServerRequest(ServerRequest {
+                        id,
+                        method,
+                        params,
+                    }));
+                }
+            }
+            Message::Notification { method, params }
+                if kind == ExKind::Listen && !self.on_subscription(&method, params.as_ref()) => {}
+            Message::Notification { method, params } => {
+                let call = self.related_call(&method, params.as_ref(), kind, resumed);
+                self.outputs.push_back(Output::Notification {
+                    call,
+                    notification: Notification { method, params },
+                });
+            }
+            Message::Response { id, result } => {
+                if matches!(kind, ExKind::Initialize | ExKind::Discover) {
+                    return self.on_handshake_message(http, id, result, now);
+                }
+                let Some(id) = id else {
+                    // An error the server could not attribute: on a call's own POST it can
+                    // only be about that call.
+                    match (kind, result) {
+                        (ExKind::Post(c), Err(e)) => self.complete(c, Err(Error::rpc(e))),
+                        _ => warn!("response without id ignored"),
+                    }
+                    return;
+                };
+                match self.calls.by_rpc(&id) {
+                    Some(call) => self.deliver(call, result, now),
+                    None if self.calls.was_issued(&id) => {
+                        debug!(%id, "duplicate response dropped");
+                    }
+                    None if resumed => {
+                        warn!(%id, "resumed stream delivered a response to a request never sent");
+                        self.stream_violation(http, Failure::OrphanedResponse, now);
+                    }
+                    None => warn!(%id, "response to an unknown request ignored"),
+                }
+            }
+        }
+    }
+
+    /// The call a notification is about: a progress notification's by its `progressToken`;
+    /// any other's, the call whose own POST stream carried it (the specification relates such
+    /// messages to that request). Never by a resumed or standalone stream: a server may
+    /// replay other calls' messages there.
+    fn related_call(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        kind: ExKind,
+        resumed: bool,
+    ) -> Option<CallId> {
+        if method == methods::PROGRESS {
+            let token = params?
+                .get("progressToken")
+                .and_then(RequestId::from_json)?;
+            return self.calls.by_progress_token(&token);
+        }
+        match kind {
+            ExKind::Post(c) if !resumed => Some(c),
+            _ => None,
         }
     }
 }
 
+// Refusals.
 impl Session {
     /// A refused exchange's body ended (or reading it stopped at its bound): classify it and
     /// act on what it means for the exchange.
@@ -561,6 +746,17 @@ impl Session {
                 };
                 self.close_done(result);
             }
+        }
+    }
+
+    /// Runs the recovery decision for a failure of the session itself (a notification or an
+    /// answer POST): no call's fate hangs on it, only the session's.
+    fn apply_to_session(&mut self, failure: Failure, now: Instant) {
+        let decision = decide(&failure, &self.base_state(true));
+        debug!(?failure, ?decision, "recovery decision for the session");
+        if let Decision::Reinitialize { reason, .. } = decision {
+            self.report_rejection(&failure);
+            self.start_reinit(reason, now);
         }
     }
 

@@ -11,13 +11,17 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
-use super::call::{Call, TaskState};
+use super::call::Call;
+use super::exchanges::{ExKind, Sent};
+use super::modern_calls::mirror_headers;
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::limits::MAX_INPUT_ROUNDS;
-use crate::proto::{methods, CallId, Output, ServerRequest, SessionEvent};
+use crate::proto::{
+    jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, ServerRequest, SessionEvent,
+};
 
 /// The extension's identifier in capabilities.
 pub(super) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -43,7 +47,7 @@ impl Session {
             return;
         };
         info!(call = id.0, %task_id, "the call became a task");
-        call.become_task(TaskState::new(task_id.clone()));
+        call.become_task(task_id.clone());
         self.outputs
             .push_back(Output::Event(SessionEvent::TaskCreated {
                 call: id,
@@ -72,24 +76,34 @@ impl Session {
         self.note_checkpoint(id);
         if self.life.is_ready() {
             self.send_call(id);
-        } else if matches!(*self.life.phase(), super::lifecycle::Phase::Idle) {
+        } else if self.life.is_idle() {
             self.start_handshake(None, None, None, now);
+        }
+    }
+
+    /// The answer to a poll of call `id`'s task: the task's state, if it is one, of this task.
+    pub(super) fn on_poll_answer(&mut self, id: CallId, answer: Value, now: Instant) {
+        let Some(task_id) = self.calls.get(id).and_then(|c| c.task_id()) else {
+            return;
+        };
+        match check_poll_answer(task_id, &answer) {
+            Ok(()) => self.on_task_status(id, answer, now),
+            Err(error) => self.complete(id, Err(error)),
         }
     }
 
     /// A `tasks/get` answer (or the task a call was answered with): go on polling, ask for
     /// input, or complete the call.
-    pub(super) fn on_task_status(&mut self, id: CallId, status: Value, now: Instant) {
+    fn on_task_status(&mut self, id: CallId, status: Value, now: Instant) {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let Some(task) = call.task_mut() else {
+        let Some(task_id) = call.task_id().map(str::to_owned) else {
             return;
         };
         if let Some(ms) = status.get("pollIntervalMs").and_then(Value::as_u64) {
-            task.suggest_poll(Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL));
+            call.suggest_poll(Duration::from_millis(ms).clamp(MIN_POLL, MAX_POLL));
         }
-        let task_id = task.task_id().to_owned();
         match status
             .get("status")
             .and_then(Value::as_str)
@@ -141,10 +155,10 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let Some(task) = call.task_mut() else {
+        let Some(task_id) = call.task_id().map(str::to_owned) else {
             return;
         };
-        let Some(fresh) = task.ask(requests) else {
+        let Some(fresh) = call.task_asks(requests) else {
             // The same bound as an MRTR call's: a task that keeps asking must not keep the
             // call (and the app's handlers) busy until a deadline that may be a year away.
             self.cancel_task(id);
@@ -159,8 +173,6 @@ impl Session {
         if fresh.is_empty() {
             return self.schedule_poll(id, now);
         }
-        let task_id = task.task_id().to_owned();
-        call.await_task_inputs(fresh.len());
         for (key, request) in fresh {
             let input_id = RequestId::String(format!("task/{}/{task_id}/{key}", id.0));
             self.calls.register_input(input_id.clone(), id, key);
@@ -188,16 +200,15 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let Some(task) = call.task_mut() else {
+        let Some(task_id) = call.task_id().map(str::to_owned) else {
             return;
         };
-        task.answer(key.clone());
+        let done = call.task_input_answered(key.clone());
         let params = json!({
-            "taskId": task.task_id(),
+            "taskId": task_id,
             "inputResponses": { key: value },
         });
-        let done = call.task_input_answered();
-        self.send_task_request(methods::TASKS_UPDATE, params);
+        self.send_unawaited(methods::TASKS_UPDATE, params);
         if done {
             self.schedule_poll(id, now);
         }
@@ -209,13 +220,13 @@ impl Session {
         let Some(task_id) = self
             .calls
             .get(id)
-            .and_then(|c| c.task())
-            .map(|t| t.task_id().to_owned())
+            .and_then(|c| c.task_id())
+            .map(str::to_owned)
         else {
             return;
         };
         debug!(%task_id, "cancelling the task");
-        self.send_task_request(methods::TASKS_CANCEL, json!({ "taskId": task_id }));
+        self.send_unawaited(methods::TASKS_CANCEL, json!({ "taskId": task_id }));
         self.outputs
             .push_back(Output::Event(SessionEvent::TaskFinished {
                 call: id,
@@ -228,11 +239,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let delay = call
-            .task()
-            .and_then(TaskState::poll_interval)
-            .unwrap_or_else(|| self.config.reconnect.initial_delay.max(MIN_POLL));
-        call.poll_later();
+        let delay = call.poll_later(self.config.reconnect.initial_delay.max(MIN_POLL));
         self.timers.set(
             Timer::CallBackoff(id),
             now.checked_add(delay).unwrap_or(now),
@@ -247,15 +254,34 @@ impl Session {
             }));
     }
 
-    fn send_task_request(&mut self, method: &str, params: Value) {
-        self.send_unawaited(method, params);
+    /// POSTs a modern request whose answer nothing waits for (`tasks/update`,
+    /// `tasks/cancel`: their answer is an empty acknowledgement).
+    fn send_unawaited(&mut self, method: &str, params: Value) {
+        let Some(session) = self.life.ready() else {
+            return;
+        };
+        let rpc = self.calls.new_rpc();
+        let mut params = Some(params);
+        modern::add_request_meta(&mut params, session.version, &self.client_meta);
+        let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
+        let mut headers = session.headers.post();
+        mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
+        let sent = Sent::on(session);
+        self.exchanges.open(
+            ExKind::Notify,
+            HttpMethod::Post,
+            HttpPurpose::Notify,
+            headers,
+            Some(body),
+            sent,
+        );
     }
 }
 
 /// Whether a `tasks/get` answer is the state of task `task_id`: one naming another task (its
 /// result would complete the call with someone else's) or without a status is not. The call
 /// then fails; the task stays recorded, to be resumed once the server answers sense.
-pub(super) fn check_poll_answer(task_id: &str, answer: &Value) -> Result<(), Error> {
+fn check_poll_answer(task_id: &str, answer: &Value) -> Result<(), Error> {
     match answer.get("taskId") {
         None => {}
         Some(Value::String(id)) if id == task_id => {}

@@ -1,6 +1,6 @@
-//! Time: `handle_timeout`, and the timer table it reads: every deadline and backoff the
-//! session waits for, ordered by expiry, so the next one is found without looking at the
-//! others (no per-poll scan of the calls).
+//! The timer table: every deadline and backoff the session waits for, ordered by expiry, so
+//! the next one is found without looking at the others (no per-poll scan of the calls).
+//! `handle_timeout` (in `outbound`) fires them as they come due.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -9,12 +9,6 @@ use rustc_hash::FxHashMap;
 use std::time::Instant;
 
 use crate::proto::CallId;
-use tracing::info;
-
-use super::call::{CallState, Retry};
-use super::Session;
-use crate::error::{Error, ErrorKind};
-use crate::proto::decide::Failure;
 
 /// What a timer is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -74,7 +68,7 @@ impl Timers {
     }
 
     /// Disarms and returns the earliest timer due at `now`.
-    fn pop_due(&mut self, now: Instant) -> Option<Timer> {
+    pub(super) fn pop_due(&mut self, now: Instant) -> Option<Timer> {
         let &Reverse((at, timer)) = self.queue.peek()?;
         if at > now {
             return None;
@@ -105,56 +99,6 @@ impl Timers {
                 .iter()
                 .map(|(&timer, &at)| Reverse((at, timer)))
                 .collect();
-        }
-    }
-}
-
-impl Session {
-    /// Time passed: fire expired timers (backoffs, deadlines).
-    pub fn handle_timeout(&mut self, now: Instant) {
-        while let Some(timer) = self.timers.pop_due(now) {
-            match timer {
-                Timer::InitBackoff => self.send_handshake(now),
-                Timer::InitDeadline => {
-                    let request = self.handshake_request();
-                    let error = Error::new(ErrorKind::Timeout, format!("{request} timed out"));
-                    self.init_failed(error, now)
-                }
-                Timer::ListenBackoff => self.listen_backoff_ended(now),
-                Timer::CallBackoff(id) => self.fire_retry(id, now),
-                Timer::CallDeadline(id) => {
-                    if let Some(call) = self.calls.get(id) {
-                        info!(call = id.0, method = %call.method(), "call deadline passed");
-                        self.send_cancelled(id, "timeout");
-                        // A task is not cancelled: the deadline bounds the wait, not the
-                        // durable work, whose id stays recorded to be resumed later.
-                        self.apply(id, Failure::DeadlineExpired, now);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A call's backoff ended.
-    fn fire_retry(&mut self, id: CallId, now: Instant) {
-        let generation = self.life.generation();
-        let ready = self.life.is_ready();
-        let Some(call) = self.calls.get_mut(id) else {
-            return;
-        };
-        let CallState::Backoff(then) = call.state() else {
-            return;
-        };
-        call.wait();
-        match then {
-            Retry::Resend if ready => self.send_call(id),
-            Retry::Resend => {}
-            Retry::Resume if ready && call.attempt().generation() == generation => {
-                self.send_resume(id)
-            }
-            Retry::Resume => {
-                self.apply(id, Failure::SessionReplaced, now);
-            }
         }
     }
 }

@@ -43,9 +43,9 @@ struct InputRound {
     requests: Option<Map<String, Value>>,
 }
 
-/// A call that became a task.
+/// A call that became a task: its state is the call's, changed through the call's methods.
 #[derive(Debug, Clone)]
-pub(super) struct TaskState {
+struct TaskState {
     task_id: String,
     /// The server's suggested interval between polls.
     poll: Option<Duration>,
@@ -57,7 +57,7 @@ pub(super) struct TaskState {
 
 impl TaskState {
     /// Task `task_id`, not polled yet.
-    pub(super) fn new(task_id: String) -> Self {
+    fn new(task_id: String) -> Self {
         TaskState {
             task_id,
             poll: None,
@@ -66,24 +66,10 @@ impl TaskState {
         }
     }
 
-    pub(super) fn task_id(&self) -> &str {
-        &self.task_id
-    }
-
-    /// The server's suggested interval between polls, if it gave one.
-    pub(super) fn poll_interval(&self) -> Option<Duration> {
-        self.poll
-    }
-
-    /// The server suggests `interval` between polls.
-    pub(super) fn suggest_poll(&mut self, interval: Duration) {
-        self.poll = Some(interval);
-    }
-
     /// The task asks for `requests`: returns those not answered yet, which make one more
     /// round of input when there are any; `None` once the task asked more than
     /// `MAX_INPUT_ROUNDS` times (the bound of an MRTR call's rounds too).
-    pub(super) fn ask(&mut self, requests: Map<String, Value>) -> Option<Vec<(String, Value)>> {
+    fn ask(&mut self, requests: Map<String, Value>) -> Option<Vec<(String, Value)>> {
         let fresh: Vec<(String, Value)> = requests
             .into_iter()
             .filter(|(key, _)| !self.answered.contains(key))
@@ -95,11 +81,6 @@ impl TaskState {
             }
         }
         Some(fresh)
-    }
-
-    /// Input `key` was answered: the task may list it again until it sees the answer.
-    pub(super) fn answer(&mut self, key: String) {
-        self.answered.push(key);
     }
 }
 
@@ -137,12 +118,6 @@ impl CallState {
             CallState::Waiting | CallState::AwaitingInput | CallState::Backoff(_) => None,
         }
     }
-}
-
-/// The request a send puts on the wire.
-pub(super) struct Outgoing<'a> {
-    pub(super) method: &'a str,
-    pub(super) params: Option<Value>,
 }
 
 /// One call.
@@ -299,12 +274,9 @@ impl Call {
         self.internal
     }
 
-    pub(super) fn task(&self) -> Option<&TaskState> {
-        self.task.as_ref()
-    }
-
-    pub(super) fn task_mut(&mut self) -> Option<&mut TaskState> {
-        self.task.as_mut()
+    /// The id of the task it became, if it did (a task is polled, never re-sent).
+    pub(super) fn task_id(&self) -> Option<&str> {
+        self.task.as_ref().map(|t| t.task_id.as_str())
     }
 
     /// Whether its current request is an MRTR round's or a task's input it waits for.
@@ -423,15 +395,13 @@ impl Call {
         self.attempt.earlier().chain(latest)
     }
 
-    /// The request its next send puts on the wire: the key where `placement` says the server
-    /// looks (ours by default), and for a task, `tasks/get`. Taken out of the call until
-    /// [`Call::sent`] puts it back.
-    pub(super) fn outgoing(&mut self, placement: Option<&KeyPlacement>) -> Outgoing<'_> {
+    /// The request its next send puts on the wire, as its method and params: the key where
+    /// `placement` says the server looks (ours by default), and for a task, `tasks/get`. The
+    /// params are taken out of the call until [`Call::sent`] puts them back.
+    pub(super) fn outgoing(&mut self, placement: Option<&KeyPlacement>) -> (&str, Option<Value>) {
         if let Some(task) = &self.task {
-            return Outgoing {
-                method: methods::TASKS_GET,
-                params: Some(json!({ "taskId": task.task_id })),
-            };
+            let poll = json!({ "taskId": task.task_id });
+            return (methods::TASKS_GET, Some(poll));
         }
         if let Some(key) = &self.key {
             match placement {
@@ -441,15 +411,12 @@ impl Call {
             }
         }
         let params = self.params.take().unwrap_or_else(|| json!({}));
-        Outgoing {
-            method: &self.method,
-            params: Some(params),
-        }
+        (&self.method, Some(params))
     }
 
     /// Its request went out as `attempt`, on `http`, with `params` (what
     /// [`Call::outgoing`] took, back): a new stream, and the call may be running now.
-    pub(super) fn sent(&mut self, attempt: Attempt, params: Option<Value>, http: HttpId) {
+    fn sent(&mut self, attempt: Attempt, params: Option<Value>, http: HttpId) {
         if self.task.is_none() {
             self.params = params;
         }
@@ -612,28 +579,51 @@ impl Call {
         true
     }
 
-    /// The call was answered with task `task`: it is polled from now on.
-    pub(super) fn become_task(&mut self, task: TaskState) {
-        self.task = Some(task);
+    /// The call was answered with task `task_id`: it is polled from now on.
+    pub(super) fn become_task(&mut self, task_id: String) {
+        self.task = Some(TaskState::new(task_id));
     }
 
-    /// The task asked for `n` inputs: nothing is polled until they are answered.
-    pub(super) fn await_task_inputs(&mut self, n: usize) {
-        self.state = CallState::AwaitingInput;
-        self.task_inputs = n;
+    /// The server suggests `interval` between polls of its task.
+    pub(super) fn suggest_poll(&mut self, interval: Duration) {
+        if let Some(task) = self.task.as_mut() {
+            task.poll = Some(interval);
+        }
     }
 
-    /// One task input was answered; `true` once they all are.
-    pub(super) fn task_input_answered(&mut self) -> bool {
+    /// Its task asks for `requests`: returns those not answered yet; when there are any,
+    /// nothing is polled until the app answers them. `None` once the task asked more than
+    /// `MAX_INPUT_ROUNDS` times (the bound of an MRTR call's rounds too), or for a call that
+    /// is no task.
+    pub(super) fn task_asks(
+        &mut self,
+        requests: Map<String, Value>,
+    ) -> Option<Vec<(String, Value)>> {
+        let fresh = self.task.as_mut()?.ask(requests)?;
+        if !fresh.is_empty() {
+            self.state = CallState::AwaitingInput;
+            self.task_inputs = fresh.len();
+        }
+        Some(fresh)
+    }
+
+    /// Its task's input `key` was answered (the task may list it again until it sees the
+    /// answer); `true` once they all are.
+    pub(super) fn task_input_answered(&mut self, key: String) -> bool {
+        if let Some(task) = self.task.as_mut() {
+            task.answered.push(key);
+        }
         self.task_inputs = self.task_inputs.saturating_sub(1);
         self.task_inputs == 0
     }
 
-    /// The next poll of its task waits out `Retry::Resend`'s backoff, as a new request.
-    pub(super) fn poll_later(&mut self) {
+    /// The next poll of its task waits out `Retry::Resend`'s backoff, as a new request:
+    /// returns how long, the server's suggested interval or else `default`.
+    pub(super) fn poll_later(&mut self, default: Duration) -> Duration {
         self.state = CallState::Backoff(Retry::Resend);
         self.attempts = 0;
         self.cursor = Cursor::default();
+        self.task.as_ref().and_then(|t| t.poll).unwrap_or(default)
     }
 
     /// The tool list was fetched again for it (once per call).

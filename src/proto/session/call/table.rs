@@ -118,11 +118,6 @@ impl Calls {
         self.by_input.insert(id, (call, key));
     }
 
-    /// Whether `id` names an input awaiting its answer.
-    pub(in crate::proto::session) fn has_input(&self, id: &RequestId) -> bool {
-        self.by_input.contains_key(id)
-    }
-
     /// The call and key an input answer belongs to, forgetting it.
     pub(in crate::proto::session) fn take_input(
         &mut self,

@@ -1,39 +1,33 @@
 //! The session's lifecycle: a phase whose variants carry their own data, so "ready without a
 //! negotiated context" or "initializing without a handshake" cannot be represented.
 //!
-//! The records of the phase keep their fields here: the handshakes that change them are this
-//! module's children (`init`: `initialize` and re-initialization; `discover`: the modern
-//! handshake and the era probe), and the rest of the session asks the [`Lifecycle`] and the
-//! [`Handshake`] through their methods.
+//! The records of the phase keep their fields here: what changes them is this module's
+//! children (`handshake`: the requests and answers of either era's handshake, and the era
+//! probe; `reinit`: a handshake that failed, re-initialization, a session lost and found
+//! again), and the rest of the session asks the [`Lifecycle`] through its methods.
 
 use std::time::Instant;
 
-mod discover;
-mod init;
+mod handshake;
+mod reinit;
 
-use self::discover::ProbeState;
+use self::handshake::ProbeState;
 
-use super::headers::session_id_header;
+use super::headers::{session_id_header, SessionHeaders};
 use super::negotiated::Negotiated;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, Era, HttpId, ReinitReason};
-use http::HeaderValue;
+use http::HeaderMap;
 
 /// An established session and what has been seen of it since.
 #[derive(Debug)]
-pub(super) struct Established {
+struct Established {
     session: Negotiated,
     since: Instant,
     /// A call got a success answer, or the server sent a message on its stream: the session
     /// works. Until then a re-initialization counts as a failed one.
     confirmed: bool,
-}
-
-impl Established {
-    pub(super) fn session(&self) -> &Negotiated {
-        &self.session
-    }
 }
 
 /// Where a handshake stands.
@@ -66,7 +60,7 @@ struct InitHead {
 
 /// A (re-)initialization in progress.
 #[derive(Debug)]
-pub(super) struct Handshake {
+struct Handshake {
     step: Step,
     /// `None` for the first connect.
     reason: Option<ReinitReason>,
@@ -82,14 +76,9 @@ pub(super) struct Handshake {
 }
 
 impl Handshake {
-    /// Why the last attempt of this handshake failed.
-    pub(super) fn last_failure(&self) -> Option<&crate::Error> {
-        self.last_failure.as_ref()
-    }
-
     /// The JSON-RPC id of the handshake request whose response is awaited, and whether it is
     /// `server/discover`.
-    pub(super) fn awaits(&self) -> Option<(&RequestId, bool)> {
+    fn awaits(&self) -> Option<(&RequestId, bool)> {
         match &self.step {
             Step::Initialize { rpc, .. } => Some((rpc, false)),
             Step::Discover { rpc, .. } => Some((rpc, true)),
@@ -102,7 +91,7 @@ impl Handshake {
 /// the next call starts it again, no sooner than `retry_at`, so the backoff reached so far
 /// carries over and a dead server is not hammered by an app that keeps calling.
 #[derive(Debug)]
-pub(super) struct Lost {
+struct Lost {
     reason: ReinitReason,
     /// The last working session, to report what changed once one is established again.
     previous: Option<Negotiated>,
@@ -111,7 +100,7 @@ pub(super) struct Lost {
 
 /// The phase of the session.
 #[derive(Debug)]
-pub(super) enum Phase {
+enum Phase {
     /// Nothing sent yet.
     Idle,
     /// `initialize` (or its backoff) in progress.
@@ -157,8 +146,19 @@ impl Lifecycle {
         }
     }
 
-    pub(super) fn phase(&self) -> &Phase {
-        &self.phase
+    /// Nothing sent yet (or a first connect failed): the next call starts a handshake.
+    pub(super) fn is_idle(&self) -> bool {
+        matches!(self.phase, Phase::Idle)
+    }
+
+    /// Re-initialization kept failing with no call waiting: the next call reconnects.
+    pub(super) fn is_lost(&self) -> bool {
+        matches!(self.phase, Phase::Lost(_))
+    }
+
+    /// Closed by the app, with its DELETE answered (or none needed).
+    pub(super) fn is_terminated(&self) -> bool {
+        matches!(self.phase, Phase::Terminated)
     }
 
     /// Which session the next exchange is sent on: bumped by every handshake.
@@ -186,38 +186,29 @@ impl Lifecycle {
         std::mem::take(&mut self.connect_waiters)
     }
 
-    /// What a DELETE closing the session names: the established session, or the one a
-    /// handshake has obtained so far (`offered`: the version `initialize` offered), with the
-    /// version its headers speak.
-    pub(super) fn to_delete(
-        &self,
-        offered: ProtocolVersion,
-    ) -> Option<(HeaderValue, ProtocolVersion)> {
-        match &self.phase {
-            Phase::Ready(e) => e.session.headers.id().map(|v| (v, e.session.version)),
+    /// The app closes the session. Returns the headers of the DELETE that ends it, naming the
+    /// established session or the one a handshake has obtained so far (`offered`: the version
+    /// `initialize` offered): the session is closing until that DELETE is answered, and then
+    /// `close` completes. With no session to delete, it is over at once.
+    pub(super) fn close(&mut self, offered: ProtocolVersion, close: CallId) -> Option<HeaderMap> {
+        let delete = match &self.phase {
+            Phase::Ready(e) => e.session.headers.delete(),
             Phase::Initializing(h) => match &h.step {
-                Step::Initialized { session, .. } => {
-                    session.headers.id().map(|v| (v, session.version))
-                }
+                Step::Initialized { session, .. } => session.headers.delete(),
                 Step::Initialize { head, .. } => head
                     .session_id
                     .as_ref()
-                    .and_then(|sid| session_id_header(sid).map(|v| (v, offered))),
+                    .and_then(session_id_header)
+                    .and_then(|sid| SessionHeaders::new(Some(sid), offered).delete()),
                 Step::Backoff | Step::Discover { .. } => None,
             },
             _ => None,
-        }
-    }
-
-    /// The app closes the session: its DELETE is in flight, and `close` completes when it is
-    /// answered.
-    pub(super) fn closing(&mut self, close: CallId) {
-        self.phase = Phase::Closing { close };
-    }
-
-    /// The session is over: closed by the app.
-    pub(super) fn terminate(&mut self) {
-        self.phase = Phase::Terminated;
+        };
+        self.phase = match delete {
+            Some(_) => Phase::Closing { close },
+            None => Phase::Terminated,
+        };
+        delete
     }
 
     /// The DELETE closing the session was answered (or failed): the session is over, and the
@@ -246,11 +237,19 @@ impl Lifecycle {
         matches!(self.phase, Phase::Closing { .. } | Phase::Terminated)
     }
 
-    pub(super) fn handshake(&self) -> Option<&Handshake> {
+    fn handshake(&self) -> Option<&Handshake> {
         match &self.phase {
             Phase::Initializing(h) => Some(h),
             _ => None,
         }
+    }
+
+    /// Whether re-initialization is failing: a handshake in progress after at least one that
+    /// failed. `Some` then, with why the last attempt failed when that is known.
+    pub(super) fn failing_reinit(&self) -> Option<Option<&crate::Error>> {
+        self.handshake()
+            .filter(|_| self.reinit_failures > 0)
+            .map(|h| h.last_failure.as_ref())
     }
 
     fn handshake_mut(&mut self) -> Option<&mut Handshake> {
