@@ -409,6 +409,20 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The median over rounds of what `read` takes from each window of `config` with `callers`.
+fn median_of(
+    results: &[Samples],
+    config: Config,
+    callers: usize,
+    read: fn(&Measured) -> f64,
+) -> f64 {
+    let (_, _, samples) = results
+        .iter()
+        .find(|(c, n, _)| *c == config && *n == callers)
+        .expect("every configuration was measured");
+    median(samples.iter().map(read).collect())
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -510,15 +524,11 @@ fn main() {
         println!("|---|---|---|---|---|---|---|---|");
         for callers in [1, CONCURRENT] {
             let of = |c: Config| {
-                let samples = &results
-                    .iter()
-                    .find(|(cc, n, _)| *cc == c && *n == callers)
-                    .unwrap()
-                    .2;
+                let of = |read: fn(&Measured) -> f64| median_of(&results, c, callers, read);
                 (
-                    median(samples.iter().map(|s| s.calls_per_s).collect()),
-                    median(samples.iter().map(|s| s.cpu_us).collect()),
-                    median(samples.iter().map(|s| s.allocations).collect()),
+                    of(|s| s.calls_per_s),
+                    of(|s| s.cpu_us),
+                    of(|s| s.allocations),
                 )
             };
             let ((bare, cb, ab), (mem, cm, am), (red, cr, ar)) =
@@ -540,16 +550,12 @@ fn main() {
         println!("|---|---|---|---|");
         for callers in [1, CONCURRENT] {
             let of = |c: Config| {
-                let samples = &results
-                    .iter()
-                    .find(|(cc, n, _)| *cc == c && *n == callers)
-                    .unwrap()
-                    .2;
+                let of = |read: fn(&Measured) -> f64| median_of(&results, c, callers, read);
                 format!(
                     "{:.2} / {:.2}, {:.2}",
-                    median(samples.iter().map(|s| s.syscalls.0).collect()),
-                    median(samples.iter().map(|s| s.syscalls.1).collect()),
-                    median(samples.iter().map(|s| s.syscalls.2).collect()),
+                    of(|s| s.syscalls.0),
+                    of(|s| s.syscalls.1),
+                    of(|s| s.syscalls.2),
                 )
             };
             println!(
