@@ -3,7 +3,7 @@
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, CONTENT_TYPE};
 
-use crate::ids::{EventId, SessionId};
+use crate::ids::{EventId, IdempotencyKey, SessionId};
 use crate::proto::version::ProtocolVersion;
 
 /// `Mcp-Session-Id`.
@@ -13,7 +13,7 @@ const MCP_PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-v
 /// `Last-Event-ID`.
 const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 /// `Idempotency-Key`.
-pub(super) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
 const ACCEPT_ANY: HeaderValue = HeaderValue::from_static("application/json, text/event-stream");
 const ACCEPT_SSE: HeaderValue = HeaderValue::from_static("text/event-stream");
@@ -30,11 +30,11 @@ pub(super) struct SessionHeaders {
 
 impl SessionHeaders {
     /// The headers of a session with id `id` (none: the server assigned none) and `version`.
-    pub(super) fn new(id: Option<HeaderValue>, version: ProtocolVersion) -> Self {
+    pub(super) fn new(id: Option<&SessionId>, version: ProtocolVersion) -> Self {
         let mut post = HeaderMap::with_capacity(4);
         post.insert(ACCEPT, ACCEPT_ANY);
         post.insert(CONTENT_TYPE, JSON);
-        if let Some(id) = id {
+        if let Some(id) = id.and_then(session_id_header) {
             post.insert(MCP_SESSION_ID, id);
         }
         if version.has_version_header() {
@@ -58,9 +58,14 @@ impl SessionHeaders {
         Some(headers)
     }
 
-    /// The headers of a POST.
-    pub(super) fn post(&self) -> HeaderMap {
-        self.post.clone()
+    /// The headers of a POST; a keyed call's carry its idempotency `key` too, for the
+    /// servers that read it there.
+    pub(super) fn post(&self, key: Option<&IdempotencyKey>) -> HeaderMap {
+        let mut headers = self.post.clone();
+        if let Some(Ok(v)) = key.map(|k| HeaderValue::from_str(k.as_str())) {
+            headers.insert(IDEMPOTENCY_KEY, v);
+        }
+        headers
     }
 
     /// The headers of a GET: a POST's, accepting only an event stream and sending no body;
@@ -78,7 +83,7 @@ impl SessionHeaders {
 
 /// A session id as a header value, marked sensitive: it is a bearer secret, and requests end
 /// up in logs through the `Debug` of whatever holds them.
-pub(super) fn session_id_header(id: &SessionId) -> Option<HeaderValue> {
+fn session_id_header(id: &SessionId) -> Option<HeaderValue> {
     let mut v = HeaderValue::from_str(id.expose()).ok()?;
     v.set_sensitive(true);
     Some(v)
@@ -107,11 +112,11 @@ mod tests {
 
     #[test]
     fn a_get_carries_the_posts_headers_but_accepts_only_a_stream_and_sends_no_body() {
-        let id = HeaderValue::from_static("s-1");
-        let headers = SessionHeaders::new(Some(id.clone()), ProtocolVersion::V2025_06_18);
+        let id = SessionId::parse(b"s-1").unwrap();
+        let headers = SessionHeaders::new(Some(&id), ProtocolVersion::V2025_06_18);
         let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
         assert_eq!(
-            names(&headers.post()),
+            names(&headers.post(None)),
             vec![
                 pair("accept", "application/json, text/event-stream"),
                 pair("content-type", "application/json"),
@@ -145,7 +150,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            SessionHeaders::new(Some(id), ProtocolVersion::V2025_03_26)
+            SessionHeaders::new(Some(&id), ProtocolVersion::V2025_03_26)
                 .delete()
                 .map(|h| names(&h)),
             Some(vec![pair("mcp-session-id", "s-1")])

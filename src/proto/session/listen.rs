@@ -25,9 +25,10 @@ use crate::proto::{
 use crate::sse::SseEvent;
 
 /// Where the standalone stream stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 enum ListenState {
     /// Not open (yet, or until the session is ready).
+    #[default]
     Off,
     Open(HttpId),
     /// Waiting out a backoff (its timer is armed).
@@ -38,8 +39,8 @@ enum ListenState {
     GaveUp,
 }
 
-/// The standalone stream of the current session.
-#[derive(Debug)]
+/// The standalone stream of the current session (closed, with nothing seen, by default).
+#[derive(Debug, Default)]
 pub(super) struct Listen {
     state: ListenState,
     cursor: Cursor,
@@ -55,17 +56,6 @@ pub(super) struct Listen {
 }
 
 impl Listen {
-    pub(super) fn new() -> Self {
-        Listen {
-            state: ListenState::Off,
-            cursor: Cursor::default(),
-            attempts: 0,
-            caused_reinit: false,
-            subscription: None,
-            opened: None,
-        }
-    }
-
     /// Whether `http` is the stream's open exchange.
     fn is_open(&self, http: HttpId) -> bool {
         self.state == ListenState::Open(http)
@@ -78,7 +68,7 @@ impl Listen {
             ListenState::Open(http) => Some(http),
             _ => None,
         };
-        *self = Listen::new();
+        *self = Listen::default();
         open
     }
 
@@ -143,7 +133,7 @@ impl Session {
         let mut params = Some(json!({ "notifications": filter }));
         modern::add_request_meta(&mut params, session.version, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, methods::SUBSCRIPTIONS_LISTEN, params.as_ref());
-        let mut headers = session.headers.post();
+        let mut headers = session.headers.post(None);
         if let Ok(v) = HeaderValue::from_str(methods::SUBSCRIPTIONS_LISTEN) {
             headers.insert(modern::MCP_METHOD, v);
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::headers::{session_id_header, SessionHeaders};
+use super::headers::SessionHeaders;
 use crate::ids::{CapabilityHash, SessionId};
 use crate::proto::ext::{self, ResumeSafety};
 use crate::proto::version::ProtocolVersion;
@@ -86,7 +86,7 @@ impl Negotiated {
         };
         Negotiated {
             generation,
-            headers: SessionHeaders::new(id.as_ref().and_then(session_id_header), version),
+            headers: SessionHeaders::new(id.as_ref(), version),
             id,
             version,
             server_capabilities: result

@@ -4,13 +4,11 @@
 
 use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
-use http::HeaderValue;
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
 use super::call::Attempt;
 use super::exchanges::{ExKind, Sent};
-use super::headers::IDEMPOTENCY_KEY;
 use super::modern_calls::mirror_headers;
 use super::negotiated::KeyPlacement;
 use super::Session;
@@ -184,7 +182,7 @@ impl Session {
         self.fail_everything(ErrorKind::Closed, "session closed", false);
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
-        self.listen = Listen::new();
+        self.listen = Listen::default();
         self.notifications.clear();
         self.outputs.push_back(Output::Event(SessionEvent::Closed));
         match delete {
@@ -320,20 +318,14 @@ impl Session {
         // The key goes where the server said it looks: the proposed standard's
         // `params.idempotencyKey`, or the extension's `metaKey` (ours by default).
         let header_key = (session.keys != Some(KeyPlacement::Params) && call.task_id().is_none())
-            .then(|| {
-                call.key()
-                    .and_then(|k| HeaderValue::from_str(k.as_str()).ok())
-            })
+            .then(|| call.key().cloned())
             .flatten();
         let (method, mut params) = call.outgoing(session.keys.as_ref());
         if modern {
             modern::add_request_meta(&mut params, session.version, &self.client_meta);
         }
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = session.headers.post();
-        if let Some(key) = header_key {
-            headers.insert(IDEMPOTENCY_KEY, key);
-        }
+        let mut headers = session.headers.post(header_key.as_ref());
         if modern {
             mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
         }
@@ -401,7 +393,7 @@ impl Session {
     /// POSTs a notification or an answer for the `nth` time.
     fn post_nth(&mut self, kind: ExKind, body: Bytes, nth: u8) -> Option<HttpId> {
         let session = self.life.ready()?;
-        let headers = session.headers.post();
+        let headers = session.headers.post(None);
         let sent = Sent::on(session);
         let http = self.exchanges.open(
             kind,

@@ -264,7 +264,7 @@ impl Session {
         let mut params = Some(params);
         modern::add_request_meta(&mut params, session.version, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = session.headers.post();
+        let mut headers = session.headers.post(None);
         mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
         let sent = Sent::on(session);
         self.exchanges.open(

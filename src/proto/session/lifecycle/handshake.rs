@@ -356,7 +356,7 @@ impl Session {
             trust,
             result,
         );
-        let headers = session.headers.post();
+        let headers = session.headers.post(None);
         let body = jsonrpc::encode_notification(methods::INITIALIZED, None);
         let sent = Sent::on(&session);
         let http = self.exchanges.open(
@@ -442,7 +442,7 @@ impl Session {
         modern::add_request_meta(&mut params, ProtocolVersion::MODERN, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, DISCOVER, params.as_ref());
         let probe = Negotiated::probe();
-        let mut headers = probe.headers.post();
+        let mut headers = probe.headers.post(None);
         if let Ok(v) = http::HeaderValue::from_str(DISCOVER) {
             headers.insert(modern::MCP_METHOD, v);
         }

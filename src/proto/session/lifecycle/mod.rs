@@ -13,7 +13,7 @@ mod reinit;
 
 use self::handshake::ProbeState;
 
-use super::headers::{session_id_header, SessionHeaders};
+use super::headers::SessionHeaders;
 use super::negotiated::Negotiated;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::version::ProtocolVersion;
@@ -99,9 +99,10 @@ struct Lost {
 }
 
 /// The phase of the session.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 enum Phase {
     /// Nothing sent yet.
+    #[default]
     Idle,
     /// `initialize` (or its backoff) in progress.
     Initializing(Handshake),
@@ -118,8 +119,9 @@ enum Phase {
     Terminated,
 }
 
-/// The lifecycle: the phase and the counters that span phases.
-#[derive(Debug)]
+/// The lifecycle: the phase and the counters that span phases (idle, never connected, by
+/// default).
+#[derive(Debug, Default)]
 pub(super) struct Lifecycle {
     phase: Phase,
     /// Bumped by every handshake: exchanges and calls remember the one they were sent on.
@@ -135,17 +137,6 @@ pub(super) struct Lifecycle {
 }
 
 impl Lifecycle {
-    pub(super) fn new() -> Self {
-        Lifecycle {
-            phase: Phase::Idle,
-            generation: 0,
-            ever_connected: false,
-            reinit_failures: 0,
-            era: None,
-            connect_waiters: Vec::new(),
-        }
-    }
-
     /// Nothing sent yet (or a first connect failed): the next call starts a handshake.
     pub(super) fn is_idle(&self) -> bool {
         matches!(self.phase, Phase::Idle)
@@ -198,8 +189,7 @@ impl Lifecycle {
                 Step::Initialize { head, .. } => head
                     .session_id
                     .as_ref()
-                    .and_then(session_id_header)
-                    .and_then(|sid| SessionHeaders::new(Some(sid), offered).delete()),
+                    .and_then(|id| SessionHeaders::new(Some(id), offered).delete()),
                 Step::Backoff | Step::Discover { .. } => None,
             },
             _ => None,

@@ -200,7 +200,7 @@ impl Session {
         });
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
-        self.listen = Listen::new();
+        self.listen = Listen::default();
         self.fail_everything(
             ErrorKind::SessionLost,
             "session lost: re-initialization kept failing",
