@@ -7,7 +7,6 @@ use serde_json::{json, Value};
 use tracing::debug;
 
 use super::call::{Call, CallState};
-use super::modern_calls::round_key;
 use super::timers::Timer;
 use super::Session;
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
@@ -66,7 +65,7 @@ impl Session {
             _ => None,
         };
         debug!(call = id.0, stage = checkpoint.stage.as_str(), method = %checkpoint.method, "picking a call up");
-        let call = Call::picked_up(checkpoint, deadline, round_key);
+        let call = Call::picked_up(checkpoint, deadline);
         let unkeyed = call.is_picked_up() && call.key().is_none();
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);

@@ -11,9 +11,10 @@ use http::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 use tracing::warn;
 
+use super::call::Call;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
-use crate::ids::{IdempotencyKey, RequestId};
+use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::modern::{self, ModernError, ParamHeader};
 use crate::proto::{methods, CallId, Era, Output, ServerRequest};
@@ -214,10 +215,7 @@ impl Session {
         let _ = now;
         // A new round is a new request: it starts without a stream or a count of failures,
         // and waits to be sent: now, or once the session is (re-)established.
-        let ready = self
-            .calls
-            .get_mut(id)
-            .is_some_and(|call| call.next_round(round_key));
+        let ready = self.calls.get_mut(id).is_some_and(Call::next_round);
         if ready && self.life.is_ready() {
             self.send_call(id);
         }
@@ -247,32 +245,5 @@ pub(super) fn mirror_headers(
         for (name, value) in modern::param_header_values(annotations, arguments) {
             headers.insert(name, value);
         }
-    }
-}
-
-/// The key of MRTR round `round` of a call keyed `base`: derived, so each round is its own
-/// request to the server while re-sends of the same round carry the same key.
-pub(super) fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
-    let suffix = format!(".round{round}");
-    let mut text = base.as_str().to_owned();
-    let room = 256usize.saturating_sub(suffix.len());
-    while text.len() > room {
-        text.pop();
-    }
-    text.push_str(&suffix);
-    IdempotencyKey::new(text).unwrap_or_else(|_| base.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn round_keys_derive_from_the_base_and_stay_valid() {
-        let base = IdempotencyKey::new("k-1").unwrap();
-        assert_eq!(round_key(&base, 2).as_str(), "k-1.round2");
-        assert_eq!(round_key(&base, 2), round_key(&base, 2));
-        let long = IdempotencyKey::new("x".repeat(256)).unwrap();
-        assert_eq!(round_key(&long, 16).as_str().len(), 256);
     }
 }

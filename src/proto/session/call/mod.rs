@@ -198,12 +198,8 @@ impl Call {
 
     /// The call `checkpoint` describes, picked up from another process: a request that may be
     /// on the server (its first send here must be safe), a round awaiting its inputs (asked
-    /// again by [`Call::await_round`]), or a task to poll. `round_key` derives a round's key.
-    pub(super) fn picked_up(
-        checkpoint: Checkpoint,
-        deadline: Instant,
-        round_key: impl Fn(&IdempotencyKey, u32) -> IdempotencyKey,
-    ) -> Self {
+    /// again by [`Call::await_round`]), or a task to poll.
+    pub(super) fn picked_up(checkpoint: Checkpoint, deadline: Instant) -> Self {
         let Checkpoint {
             method,
             params,
@@ -535,12 +531,9 @@ impl Call {
 
     /// Once every input of the round is answered, makes the call its next request:
     /// `inputResponses`, `requestState` echoed unchanged, and for a keyed call the round's own
-    /// key (derived with `round_key`, so re-sends of one round stay deduplicated); it waits to
-    /// be sent, as a new request (no stream, no failures). `false` while inputs are missing.
-    pub(super) fn next_round(
-        &mut self,
-        round_key: impl Fn(&IdempotencyKey, u32) -> IdempotencyKey,
-    ) -> bool {
+    /// key (derived with [`round_key`], so re-sends of one round stay deduplicated); it waits
+    /// to be sent, as a new request (no stream, no failures). `false` while inputs are missing.
+    pub(super) fn next_round(&mut self) -> bool {
         let Some(round) = self.input.as_mut() else {
             return false;
         };
@@ -650,5 +643,32 @@ fn set_meta_key(params: &mut Option<Value>, meta_key: &str, key: &IdempotencyKey
         if meta.get(meta_key).and_then(Value::as_str) != Some(key.as_str()) {
             meta.insert(meta_key.to_owned(), Value::String(key.as_str().to_owned()));
         }
+    }
+}
+
+/// The key of MRTR round `round` of a call keyed `base`: derived, so each round is its own
+/// request to the server while re-sends of the same round carry the same key.
+fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
+    let suffix = format!(".round{round}");
+    let mut text = base.as_str().to_owned();
+    let room = 256usize.saturating_sub(suffix.len());
+    while text.len() > room {
+        text.pop();
+    }
+    text.push_str(&suffix);
+    IdempotencyKey::new(text).unwrap_or_else(|_| base.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_keys_derive_from_the_base_and_stay_valid() {
+        let base = IdempotencyKey::new("k-1").unwrap();
+        assert_eq!(round_key(&base, 2).as_str(), "k-1.round2");
+        assert_eq!(round_key(&base, 2), round_key(&base, 2));
+        let long = IdempotencyKey::new("x".repeat(256)).unwrap();
+        assert_eq!(round_key(&long, 16).as_str().len(), 256);
     }
 }
