@@ -65,21 +65,16 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return false;
         };
-        let state = call
-            .failed(base)
-            .reinit_failures(self.life.reinit_failures());
-        // A call still waiting when its deadline passes, while re-initializations keep failing
-        // (or keep replacing sessions that never worked), ran out of time because the session
-        // could not be re-established: the last failure is what it ended on.
-        let state = match self.life.failing_reinit() {
-            Some(last) if failure == Failure::DeadlineExpired => {
-                if let (Some(last), Some(call)) = (last, self.calls.get_mut(id)) {
-                    call.set_cause(last.clone());
-                }
-                state.awaiting_reinit()
-            }
-            _ => state,
-        };
+        let state = call.failed(base);
+        // A call still waiting when its deadline passes, while re-initializations keep failing,
+        // ran out of time because the session could not be re-established: the last failure
+        // is what it ended on.
+        let (state, last) = self
+            .life
+            .reinit_facts(state, failure == Failure::DeadlineExpired);
+        if let (Some(last), Some(call)) = (last, self.calls.get_mut(id)) {
+            call.set_cause(last.clone());
+        }
         let decision = decide(&failure, &state);
         debug!(call = id.0, ?failure, ?decision, "recovery decision");
         match decision {
@@ -366,11 +361,10 @@ impl Session {
         let Some(call) = self.calls.get_mut(target) else {
             return;
         };
-        call.refresh();
-        let deadline = call.deadline();
+        let fetch = call.refresh(target);
+        let deadline = fetch.deadline();
         let id = CallId::next();
-        self.calls
-            .insert(id, Call::internal(methods::TOOLS_LIST, target, deadline));
+        self.calls.insert(id, fetch);
         self.timers.set(Timer::CallDeadline(id), deadline);
         debug!(
             call = target.0,

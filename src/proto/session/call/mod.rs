@@ -231,14 +231,6 @@ impl Call {
         }
     }
 
-    /// A request the session makes for itself, serving `target` (never reported to the app).
-    pub(super) fn internal(method: &str, target: CallId, deadline: Instant) -> Self {
-        Call {
-            internal: Some(target),
-            ..Call::new(method.to_owned(), Some(json!({})), None, deadline)
-        }
-    }
-
     /// Polls task `task_id`, created before (by another session, or before a restart).
     pub(super) fn resuming_task(task_id: &str, deadline: Instant) -> Self {
         Call {
@@ -619,9 +611,20 @@ impl Call {
         self.task.as_ref().and_then(|t| t.poll).unwrap_or(default)
     }
 
-    /// The tool list was fetched again for it (once per call).
-    pub(super) fn refresh(&mut self) {
+    /// The tool list is fetched again for it (once per call; `own`: its id): returns the
+    /// request that fetches it, one the session makes for itself on the call's behalf, by the
+    /// call's deadline (never reported to the app).
+    pub(super) fn refresh(&mut self, own: CallId) -> Call {
         self.refreshed = true;
+        Call {
+            internal: Some(own),
+            ..Call::new(
+                methods::TOOLS_LIST.to_owned(),
+                Some(json!({})),
+                None,
+                self.deadline,
+            )
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use self::handshake::ProbeState;
 use super::headers::SessionHeaders;
 use super::negotiated::Negotiated;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
+use crate::proto::decide::State;
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, Era, HttpId, ReinitReason};
 use http::HeaderMap;
@@ -162,11 +163,6 @@ impl Lifecycle {
         self.era
     }
 
-    /// Consecutive re-initializations not confirmed by a working session.
-    pub(super) fn reinit_failures(&self) -> u32 {
-        self.reinit_failures
-    }
-
     /// A `connect` call waits for the handshake.
     pub(super) fn wait_for_connect(&mut self, call: CallId) {
         self.connect_waiters.push(call);
@@ -234,12 +230,22 @@ impl Lifecycle {
         }
     }
 
-    /// Whether re-initialization is failing: a handshake in progress after at least one that
-    /// failed. `Some` then, with why the last attempt failed when that is known.
-    pub(super) fn failing_reinit(&self) -> Option<Option<&crate::Error>> {
-        self.handshake()
-            .filter(|_| self.reinit_failures > 0)
-            .map(|h| h.last_failure.as_ref())
+    /// Adds to a call's recovery `state` what re-initialization says: the attempts failed in a
+    /// row and, for a call whose deadline passed (`deadline_passed`) while they keep failing
+    /// (or keep replacing sessions that never worked), that it ran out of time waiting for
+    /// one. Returns, then, why the last attempt failed, when that is known: what the call ended
+    /// on.
+    pub(super) fn reinit_facts(
+        &self,
+        state: State,
+        deadline_passed: bool,
+    ) -> (State, Option<&crate::Error>) {
+        let state = state.reinit_failures(self.reinit_failures);
+        let failing = self.handshake().filter(|_| self.reinit_failures > 0);
+        match failing {
+            Some(h) if deadline_passed => (state.awaiting_reinit(), h.last_failure.as_ref()),
+            _ => (state, None),
+        }
     }
 
     fn handshake_mut(&mut self) -> Option<&mut Handshake> {
