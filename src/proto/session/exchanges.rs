@@ -14,7 +14,6 @@ use super::negotiated::{Checks, Negotiated};
 use crate::error::{Error, ErrorKind};
 use crate::ids::{EventId, SequencedEventId};
 use crate::proto::classify::{self, ContentType, Context, HeadFacts, Refusal, MAX_ERROR_BODY};
-use crate::proto::version::ProtocolVersion;
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::{SseDecoder, SseEvent};
 
@@ -308,15 +307,15 @@ impl Exchange {
 
 /// How an exchange is sent: the facts fixed at send time.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Sent {
+struct Sent {
     carried_session_id: bool,
     allow_batch: bool,
     checks: Checks,
 }
 
 impl Sent {
-    /// An exchange of the established session `s`.
-    pub(super) fn on(s: &Negotiated) -> Self {
+    /// An exchange of the session `s` (or of its stand-in, [`Negotiated::unknown`]).
+    fn on(s: &Negotiated) -> Self {
         Sent {
             carried_session_id: s.id.is_some(),
             allow_batch: s.version.allows_batch(),
@@ -324,17 +323,8 @@ impl Sent {
         }
     }
 
-    /// An `initialize` offering `version`: no session yet, so nothing to check.
-    pub(super) fn initialize(version: ProtocolVersion) -> Self {
-        Sent {
-            carried_session_id: false,
-            allow_batch: version.allows_batch(),
-            checks: Checks::default(),
-        }
-    }
-
     /// The DELETE that closes a session: it names the session, and expects no body.
-    pub(super) fn delete() -> Self {
+    fn delete() -> Self {
         Sent {
             carried_session_id: true,
             allow_batch: false,
@@ -362,8 +352,34 @@ pub(super) struct Exchanges {
 }
 
 impl Exchanges {
-    /// Opens an exchange: records it and queues the request for the driver.
+    /// Opens an exchange of `session` (what it negotiated fixes what its answer is checked
+    /// for): records it and queues the request for the driver.
     pub(super) fn open(
+        &mut self,
+        kind: ExKind,
+        method: HttpMethod,
+        purpose: HttpPurpose,
+        headers: HeaderMap,
+        body: Option<Bytes>,
+        session: &Negotiated,
+    ) -> HttpId {
+        self.open_sent(kind, method, purpose, headers, body, Sent::on(session))
+    }
+
+    /// Opens the DELETE that closes the session its `headers` name.
+    pub(super) fn open_delete(&mut self, headers: HeaderMap) -> HttpId {
+        self.open_sent(
+            ExKind::Delete,
+            HttpMethod::Delete,
+            HttpPurpose::Terminate,
+            headers,
+            None,
+            Sent::delete(),
+        )
+    }
+
+    /// Opens an exchange sent as `sent` says.
+    fn open_sent(
         &mut self,
         kind: ExKind,
         method: HttpMethod,
@@ -421,13 +437,13 @@ impl Exchanges {
         kind: ExKind,
         headers: HeaderMap,
         cursor: Option<&EventId>,
-        sent: Sent,
+        session: &Negotiated,
     ) -> HttpId {
         let purpose = match cursor {
             Some(_) => HttpPurpose::Resume,
             None => HttpPurpose::Listen,
         };
-        let http = self.open(kind, HttpMethod::Get, purpose, headers, None, sent);
+        let http = self.open(kind, HttpMethod::Get, purpose, headers, None, session);
         if let (Some(cursor), Some(ex)) = (cursor, self.map.get_mut(&http)) {
             ex.resumed = true;
             ex.expect = SequencedEventId::of(cursor).map(|s| s.next());

@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
 
 use super::cursors::{Cursor, Delivered, Observed};
-use super::exchanges::{ExKind, Sent};
+use super::exchanges::ExKind;
 use super::negotiated::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
@@ -137,14 +137,13 @@ impl Session {
         if let Ok(v) = HeaderValue::from_str(methods::SUBSCRIPTIONS_LISTEN) {
             headers.insert(modern::MCP_METHOD, v);
         }
-        let sent = Sent::on(session);
         let http = self.exchanges.open(
             ExKind::Listen,
             HttpMethod::Post,
             HttpPurpose::Listen,
             headers,
             Some(body),
-            sent,
+            session,
         );
         self.listen.subscription = Some(rpc);
         self.listen.opened = Some(now);
@@ -167,10 +166,9 @@ impl Session {
         };
         let cursor = self.listen.cursor.last.as_ref();
         let headers = session.headers.get(cursor);
-        let sent = Sent::on(session);
         let http = self
             .exchanges
-            .open_stream(ExKind::Listen, headers, cursor, sent);
+            .open_stream(ExKind::Listen, headers, cursor, session);
         self.listen.state = ListenState::Open(http);
     }
 

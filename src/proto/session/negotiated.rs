@@ -128,13 +128,14 @@ impl Negotiated {
         }
     }
 
-    /// The stand-in for a modern request sent before anything is known of the server.
-    pub(super) fn probe() -> Negotiated {
+    /// The stand-in for a request sent before anything is known of the server (an
+    /// `initialize`, or a modern probe), speaking `version`: no session, nothing to check.
+    pub(super) fn unknown(version: ProtocolVersion) -> Negotiated {
         Negotiated {
             generation: 0,
             id: None,
-            version: ProtocolVersion::MODERN,
-            headers: SessionHeaders::new(None, ProtocolVersion::MODERN),
+            version,
+            headers: SessionHeaders::new(None, version),
             server_capabilities: Value::Null,
             hash: None,
             ext: None,

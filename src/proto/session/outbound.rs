@@ -7,8 +7,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
-use super::call::Attempt;
-use super::exchanges::{ExKind, Sent};
+use super::exchanges::ExKind;
 use super::modern_calls::mirror_headers;
 use super::negotiated::KeyPlacement;
 use super::Session;
@@ -188,7 +187,7 @@ impl Session {
         match delete {
             Some(headers) => {
                 info!("closing session");
-                self.send_delete(headers);
+                self.exchanges.open_delete(headers);
             }
             None => self.outputs.push_back(Output::Completed {
                 call: id,
@@ -330,16 +329,15 @@ impl Session {
             mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
         }
         debug!(call = id.0, %rpc, method, "sending call");
-        let attempt = Attempt::on(rpc, session);
         let http = self.exchanges.open(
             ExKind::Post(id),
             HttpMethod::Post,
             HttpPurpose::Request,
             headers,
             Some(body),
-            Sent::on(session),
+            session,
         );
-        self.calls.sent(id, attempt, params, http);
+        self.calls.sent(id, rpc, session, params, http);
     }
 
     /// GETs a call's stream with `Last-Event-ID`.
@@ -355,10 +353,9 @@ impl Session {
         };
         info!(call = id.0, last_event_id = %cursor, "resuming stream");
         let headers = session.headers.get(Some(&cursor));
-        let sent = Sent::on(session);
         let http = self
             .exchanges
-            .open_stream(ExKind::Resume(id), headers, Some(&cursor), sent);
+            .open_stream(ExKind::Resume(id), headers, Some(&cursor), session);
         call.resume_on(http);
         // The cursor it resumes from, for the record.
         self.note_checkpoint(id);
@@ -394,14 +391,13 @@ impl Session {
     fn post_nth(&mut self, kind: ExKind, body: Bytes, nth: u8) -> Option<HttpId> {
         let session = self.life.ready()?;
         let headers = session.headers.post(None);
-        let sent = Sent::on(session);
         let http = self.exchanges.open(
             kind,
             HttpMethod::Post,
             HttpPurpose::Notify,
             headers,
             Some(body),
-            sent,
+            session,
         );
         self.exchanges.sent_times(http, nth);
         Some(http)
@@ -444,17 +440,5 @@ impl Session {
             };
             self.post(ExKind::Answer, body);
         }
-    }
-
-    /// DELETEs the session the `headers` name (closing).
-    fn send_delete(&mut self, headers: http::HeaderMap) {
-        self.exchanges.open(
-            ExKind::Delete,
-            HttpMethod::Delete,
-            HttpPurpose::Terminate,
-            headers,
-            None,
-            Sent::delete(),
-        );
     }
 }

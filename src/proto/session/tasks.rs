@@ -12,7 +12,7 @@ use serde_json::{json, Map, Value};
 use tracing::{debug, info};
 
 use super::call::Call;
-use super::exchanges::{ExKind, Sent};
+use super::exchanges::ExKind;
 use super::modern_calls::mirror_headers;
 use super::timers::Timer;
 use super::Session;
@@ -266,14 +266,13 @@ impl Session {
         let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
         let mut headers = session.headers.post(None);
         mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
-        let sent = Sent::on(session);
         self.exchanges.open(
             ExKind::Notify,
             HttpMethod::Post,
             HttpPurpose::Notify,
             headers,
             Some(body),
-            sent,
+            session,
         );
     }
 }

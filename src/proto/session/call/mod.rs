@@ -6,7 +6,7 @@
 mod attempt;
 mod table;
 
-pub(super) use self::attempt::Attempt;
+use self::attempt::Attempt;
 pub(super) use self::table::Calls;
 
 use std::time::{Duration, Instant};

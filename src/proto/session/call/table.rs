@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::{Attempt, Call, CallState};
 use crate::ids::RequestId;
+use crate::proto::session::negotiated::Negotiated;
 use crate::proto::{CallId, HttpId};
 
 /// The call table.
@@ -77,18 +78,20 @@ impl Calls {
         ids
     }
 
-    /// Call `id`'s request went out as `attempt`, on `http`, with `params` back
+    /// Call `id`'s request went out under `rpc` on `session`, on `http`, with `params` back
     /// ([`Call::sent`]); its new JSON-RPC id now leads to it, the old one no longer does.
     pub(in crate::proto::session) fn sent(
         &mut self,
         id: CallId,
-        attempt: Attempt,
+        rpc: RequestId,
+        session: &Negotiated,
         params: Option<Value>,
         http: HttpId,
     ) {
         let Some(call) = self.map.get_mut(&id) else {
             return;
         };
+        let attempt = Attempt::on(rpc, session);
         if let Some(old) = call.attempt().rpc() {
             self.by_rpc.remove(old);
         }

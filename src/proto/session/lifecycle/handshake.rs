@@ -19,7 +19,7 @@ use crate::proto::classify::{self, ContentType, Refusal};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::modern;
 use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
-use crate::proto::session::exchanges::{ExKind, Reader, Sent};
+use crate::proto::session::exchanges::{ExKind, Reader};
 use crate::proto::session::headers::initialize_headers;
 use crate::proto::session::negotiated::Negotiated;
 use crate::proto::session::timers::Timer;
@@ -255,14 +255,13 @@ impl Session {
         });
         let body = jsonrpc::encode_request(&rpc, methods::INITIALIZE, Some(&params));
         debug!(generation = self.life.generation, "sending initialize");
-        let sent = Sent::initialize(self.config.protocol_version);
         let http = self.exchanges.open(
             ExKind::Initialize,
             HttpMethod::Post,
             HttpPurpose::Request,
             initialize_headers(),
             Some(body),
-            sent,
+            &Negotiated::unknown(self.config.protocol_version),
         );
         self.timers.set(
             Timer::InitDeadline,
@@ -358,14 +357,13 @@ impl Session {
         );
         let headers = session.headers.post(None);
         let body = jsonrpc::encode_notification(methods::INITIALIZED, None);
-        let sent = Sent::on(&session);
         let http = self.exchanges.open(
             ExKind::Initialized,
             HttpMethod::Post,
             HttpPurpose::Notify,
             headers,
             Some(body),
-            sent,
+            &session,
         );
         if let Some(h) = self.life.handshake_mut() {
             h.step = Step::Initialized {
@@ -378,9 +376,10 @@ impl Session {
     /// `notifications/initialized` was accepted: the legacy session is established.
     fn init_succeeded(&mut self, now: Instant) {
         let session = match self.life.handshake_mut().map(|h| &mut h.step) {
-            Some(Step::Initialized { session, .. }) => {
-                std::mem::replace(session.as_mut(), Negotiated::probe())
-            }
+            Some(Step::Initialized { session, .. }) => std::mem::replace(
+                session.as_mut(),
+                Negotiated::unknown(ProtocolVersion::MODERN),
+            ),
             _ => return,
         };
         self.life.era = Some(Era::Legacy);
@@ -441,7 +440,7 @@ impl Session {
         let mut params = None;
         modern::add_request_meta(&mut params, ProtocolVersion::MODERN, &self.client_meta);
         let body = jsonrpc::encode_request(&rpc, DISCOVER, params.as_ref());
-        let probe = Negotiated::probe();
+        let probe = Negotiated::unknown(ProtocolVersion::MODERN);
         let mut headers = probe.headers.post(None);
         if let Ok(v) = http::HeaderValue::from_str(DISCOVER) {
             headers.insert(modern::MCP_METHOD, v);
@@ -453,7 +452,7 @@ impl Session {
             HttpPurpose::Request,
             headers,
             Some(body),
-            Sent::on(&probe),
+            &probe,
         );
         // A probe sent again after no answer stays within the first one's deadline.
         if !self.timers.is_armed(Timer::InitDeadline) {
