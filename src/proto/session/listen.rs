@@ -12,6 +12,7 @@ use tracing::{debug, warn};
 
 use super::cursors::{Cursor, Delivered, Observed};
 use super::exchanges::ExKind;
+use super::lifecycle::Standing;
 use super::negotiated::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
@@ -61,9 +62,8 @@ impl Listen {
         self.state == ListenState::Open(http)
     }
 
-    /// Forgets the stream (it belonged to a session now replaced); returns its exchange, if
-    /// one is open, to be finished.
-    pub(super) fn reset(&mut self) -> Option<HttpId> {
+    /// Forgets the stream; returns its exchange, if one is open, to be finished.
+    fn reset(&mut self) -> Option<HttpId> {
         let open = match self.state {
             ListenState::Open(http) => Some(http),
             _ => None,
@@ -101,6 +101,15 @@ impl Listen {
 }
 
 impl Session {
+    /// Forgets the standalone stream, which belonged to a session now replaced, closed or
+    /// lost: its exchange is finished and its backoff disarmed.
+    pub(super) fn stop_listening(&mut self) {
+        if let Some(http) = self.listen.reset() {
+            self.exchanges.finish(http);
+        }
+        self.timers.cancel(Timer::ListenBackoff);
+    }
+
     /// Opens the modern era's change-notification stream: a `subscriptions/listen` request
     /// for the list changes the server says it sends.
     fn open_subscription(&mut self, now: Instant) {
@@ -264,7 +273,7 @@ impl Session {
             failure,
             Failure::ResumeNotFound | Failure::ResumeRejected(_)
         ) && self.listen.caused_reinit
-            && !self.life.is_confirmed();
+            && self.life.standing() != Standing::Ready { confirmed: true };
         if refused_again {
             // The fresh session's stream was refused the same way before anything else
             // worked on it: the endpoint does not offer the stream (a server that says 404

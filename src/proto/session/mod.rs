@@ -14,7 +14,7 @@
 //! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::handshake`,
 //!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
 //!   re-initialization, a session lost and found again. The phase's records keep their
-//!   fields to that module: the rest asks the lifecycle (`ready`, `is_lost`, `close`…);
+//!   fields to that module: the rest asks the lifecycle (`ready`, `standing`, `close`…);
 //! - `apply`: how a call ends or carries on: a response delivered to it, or the recovery
 //!   decision of [`decide`](super::decide::decide) carried out for it.
 //!
@@ -56,7 +56,7 @@ pub use self::ahead::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, SseAhea
 use self::call::Calls;
 use self::cursors::Delivered;
 use self::exchanges::{ExKind, Exchanges};
-use self::lifecycle::Lifecycle;
+use self::lifecycle::{Lifecycle, Standing};
 use self::listen::Listen;
 use self::tasks::TASKS_EXTENSION;
 use self::timers::Timers;
@@ -175,7 +175,7 @@ impl Session {
     /// Whether the session is closed, with nothing left in flight (the driver may stop). A
     /// lost session is not: the next call reconnects.
     pub fn is_terminated(&self) -> bool {
-        self.life.is_terminated()
+        self.life.standing() == Standing::Over { deleting: false }
     }
 }
 
@@ -200,7 +200,7 @@ impl Session {
     /// Whether the session is lost: re-initialization kept failing while no call waited, and
     /// stopped. The next call (or `connect`) starts it again.
     pub fn is_lost(&self) -> bool {
-        self.life.is_lost()
+        self.life.standing() == Standing::Lost
     }
 
     /// The call whose request the exchange `http` POSTs, if it is a call's POST (not a resume,

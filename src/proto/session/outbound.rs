@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use super::call::{Call, CallState, Retry};
 use super::deadline_after;
-use super::listen::Listen;
+use super::lifecycle::Standing;
 use super::timers::Timer;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
@@ -43,7 +43,7 @@ impl Session {
                 call: id,
                 result: Ok(result),
             });
-        } else if self.life.is_over() {
+        } else if matches!(self.life.standing(), Standing::Over { .. }) {
             let error = self.terminal_error();
             self.outputs.push_back(Output::Completed {
                 call: id,
@@ -82,7 +82,7 @@ impl Session {
     /// Sends a notification to the server (best effort; no completion is reported). Before
     /// the session is ready it is held (bounded) and sent once it is.
     pub fn notify(&mut self, method: &str, params: Option<Value>, now: Instant) {
-        if self.life.is_over() {
+        if matches!(self.life.standing(), Standing::Over { .. }) {
             debug!(method, "notification dropped: session closed");
             return;
         }
@@ -162,9 +162,10 @@ impl Session {
     pub fn close(&mut self, now: Instant) -> CallId {
         let _ = now;
         let id = CallId::next();
+        let standing = self.life.standing();
         // A lost session has nothing left to delete: the server already forgot it.
-        let stopped = self.life.is_idle() || self.life.is_lost();
-        if self.life.is_over() || stopped {
+        let stopped = matches!(standing, Standing::Idle | Standing::Lost);
+        if stopped || matches!(standing, Standing::Over { .. }) {
             if stopped {
                 let nothing = self.life.close(self.config.protocol_version, id);
                 debug_assert!(nothing.is_none());
@@ -181,7 +182,7 @@ impl Session {
         self.fail_everything(ErrorKind::Closed, "session closed", false);
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
-        self.listen = Listen::default();
+        self.stop_listening();
         self.notifications.clear();
         self.outputs.push_back(Output::Event(SessionEvent::Closed));
         match delete {
@@ -204,7 +205,7 @@ impl Session {
             warn!(call = id.0, "call id already in use: {what} ignored");
             return true;
         }
-        if self.life.is_over() {
+        if matches!(self.life.standing(), Standing::Over { .. }) {
             let error = self.terminal_error();
             self.outputs.push_back(Output::Completed {
                 call: id,

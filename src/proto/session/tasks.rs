@@ -13,6 +13,7 @@ use tracing::{debug, info};
 
 use super::call::Call;
 use super::exchanges::ExKind;
+use super::lifecycle::Standing;
 use super::modern_calls::mirror_headers;
 use super::timers::Timer;
 use super::Session;
@@ -76,7 +77,7 @@ impl Session {
         self.note_checkpoint(id);
         if self.life.is_ready() {
             self.send_call(id);
-        } else if self.life.is_idle() {
+        } else if self.life.standing() == Standing::Idle {
             self.start_handshake(None, None, None, now);
         }
     }

@@ -120,6 +120,21 @@ enum Phase {
     Terminated,
 }
 
+/// Where the session stands, for the rest of the session: the phase without its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Standing {
+    /// Nothing sent yet (or a first connect failed): the next call starts a handshake.
+    Idle,
+    /// A handshake, or its backoff, in progress.
+    Connecting,
+    /// A session is established; `confirmed` once it is known to work.
+    Ready { confirmed: bool },
+    /// Re-initialization kept failing with no call waiting: the next call reconnects.
+    Lost,
+    /// Closed by the app; `deleting` while the DELETE that ends it is in flight.
+    Over { deleting: bool },
+}
+
 /// The lifecycle: the phase and the counters that span phases (idle, never connected, by
 /// default).
 #[derive(Debug, Default)]
@@ -138,19 +153,18 @@ pub(super) struct Lifecycle {
 }
 
 impl Lifecycle {
-    /// Nothing sent yet (or a first connect failed): the next call starts a handshake.
-    pub(super) fn is_idle(&self) -> bool {
-        matches!(self.phase, Phase::Idle)
-    }
-
-    /// Re-initialization kept failing with no call waiting: the next call reconnects.
-    pub(super) fn is_lost(&self) -> bool {
-        matches!(self.phase, Phase::Lost(_))
-    }
-
-    /// Closed by the app, with its DELETE answered (or none needed).
-    pub(super) fn is_terminated(&self) -> bool {
-        matches!(self.phase, Phase::Terminated)
+    /// Where the session stands.
+    pub(super) fn standing(&self) -> Standing {
+        match &self.phase {
+            Phase::Idle => Standing::Idle,
+            Phase::Initializing(_) => Standing::Connecting,
+            Phase::Ready(e) => Standing::Ready {
+                confirmed: e.confirmed,
+            },
+            Phase::Lost(_) => Standing::Lost,
+            Phase::Closing { .. } => Standing::Over { deleting: true },
+            Phase::Terminated => Standing::Over { deleting: false },
+        }
     }
 
     /// Which session the next exchange is sent on: bumped by every handshake.
@@ -215,12 +229,9 @@ impl Lifecycle {
         }
     }
 
+    /// Whether a session is established (what most requests wait for).
     pub(super) fn is_ready(&self) -> bool {
         matches!(self.phase, Phase::Ready(_))
-    }
-
-    pub(super) fn is_over(&self) -> bool {
-        matches!(self.phase, Phase::Closing { .. } | Phase::Terminated)
     }
 
     fn handshake(&self) -> Option<&Handshake> {
@@ -253,11 +264,6 @@ impl Lifecycle {
             Phase::Initializing(h) => Some(h),
             _ => None,
         }
-    }
-
-    /// Whether the established session is known to work.
-    pub(super) fn is_confirmed(&self) -> bool {
-        matches!(&self.phase, Phase::Ready(e) if e.confirmed)
     }
 
     /// The current session works: re-initializations start counting afresh.

@@ -6,11 +6,10 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::{Handshake, Lost, Phase, Step};
+use super::{Handshake, Lost, Phase, Standing, Step};
 use crate::error::{Error, ErrorKind};
 use crate::proto::decide::{decide, Decision, Failure, State};
 use crate::proto::session::call::{CallState, Retry};
-use crate::proto::session::listen::Listen;
 use crate::proto::session::negotiated::{Negotiated, STABLE_SESSION};
 use crate::proto::session::timers::Timer;
 use crate::proto::session::Session;
@@ -93,7 +92,7 @@ impl Session {
         if now.saturating_duration_since(established.since) >= STABLE_SESSION {
             self.life.confirm();
         }
-        let delay = if self.life.is_confirmed() {
+        let delay = if self.life.standing() == (Standing::Ready { confirmed: true }) {
             None
         } else {
             self.life.reinit_failures += 1;
@@ -109,10 +108,7 @@ impl Session {
             _ => None,
         };
         // The standalone stream belongs to the old session; it is reopened afterwards.
-        if let Some(http) = self.listen.reset() {
-            self.exchanges.finish(http);
-        }
-        self.timers.cancel(Timer::ListenBackoff);
+        self.stop_listening();
         // Answers queued for the old session's requests have nobody to reach.
         self.exchanges.drop_queued_answers();
         self.start_handshake(Some(reason), previous, delay, now);
@@ -200,7 +196,7 @@ impl Session {
         });
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
-        self.listen = Listen::default();
+        self.stop_listening();
         self.fail_everything(
             ErrorKind::SessionLost,
             "session lost: re-initialization kept failing",
