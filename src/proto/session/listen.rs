@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use http::{HeaderMap, HeaderValue};
+use http::HeaderMap;
 use serde_json::{json, Map, Value};
 use tracing::{debug, warn};
 
@@ -20,9 +20,7 @@ use crate::ids::RequestId;
 use crate::ids::{EventId, SequencedEventId};
 use crate::proto::classify::{self, ContentType};
 use crate::proto::decide::{decide, Decision, Failure};
-use crate::proto::{
-    jsonrpc, methods, modern, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent,
-};
+use crate::proto::{methods, modern, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
 use crate::sse::SseEvent;
 
 /// Where the standalone stream stands.
@@ -139,13 +137,13 @@ impl Session {
             return;
         }
         let rpc = self.calls.new_rpc();
-        let mut params = Some(json!({ "notifications": filter }));
-        modern::add_request_meta(&mut params, session.version, &self.client_meta);
-        let body = jsonrpc::encode_request(&rpc, methods::SUBSCRIPTIONS_LISTEN, params.as_ref());
-        let mut headers = session.headers.post(None);
-        if let Ok(v) = HeaderValue::from_str(methods::SUBSCRIPTIONS_LISTEN) {
-            headers.insert(modern::MCP_METHOD, v);
-        }
+        let (body, headers) = session.request(
+            &rpc,
+            methods::SUBSCRIPTIONS_LISTEN,
+            &mut Some(json!({ "notifications": filter })),
+            None,
+            Some((&self.client_meta, &self.tool_headers)),
+        );
         let http = self.exchanges.open(
             ExKind::Listen,
             HttpMethod::Post,

@@ -19,11 +19,12 @@
 //!   decision of [`decide`](super::decide::decide) carried out for it.
 //!
 //! The records they work on keep their own data: `negotiated` (what a session negotiated,
-//! built by a handshake and read by all that is sent on it), `call` (the call record and
-//! table), `exchanges` (the HTTP exchanges in flight and the driver's action queue),
-//! `cursors` (stream cursors and the event ids already delivered), `timers` (every deadline
-//! and backoff, ordered by expiry), `listen` (the standalone GET stream). The era's features
-//! have their own files: `modern_calls`, `tasks`, `checkpoints`.
+//! built by a handshake and read by all that is sent on it, which assembles its requests),
+//! `call` (the call record and table), `exchanges` (the HTTP exchanges in flight and the
+//! driver's action queue), `cursors` (stream cursors and the event ids already delivered),
+//! `timers` (every deadline and backoff, ordered by expiry), `listen` (the standalone GET
+//! stream). The era's features have their own files: `modern_calls`, `tasks`,
+//! `checkpoints`.
 //!
 //! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
 //! these parts.

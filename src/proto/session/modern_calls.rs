@@ -1,13 +1,12 @@
-//! Calls in the modern era (2026-07-28): the headers a call mirrors and the tool annotations
-//! they come from (a fresh tool list, when the server says the headers do not match, is
-//! `apply`'s to fetch), the errors only a modern server sends, and multi round-trip requests (MRTR): an
-//! `input_required` result answered through the app's handlers and the call sent again.
+//! Calls in the modern era (2026-07-28): the tool annotations a call's headers mirror (the
+//! mirroring is part of a request's assembly, `negotiated`'s; a fresh tool list, when the
+//! server says the headers do not match, is `apply`'s to fetch), the errors only a modern
+//! server sends, and multi round-trip requests (MRTR): an `input_required` result answered
+//! through the app's handlers and the call sent again.
 
 use crate::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
-use std::collections::HashMap;
 use std::time::Instant;
 
-use http::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 use tracing::warn;
 
@@ -16,8 +15,8 @@ use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
-use crate::proto::modern::{self, ModernError, ParamHeader};
-use crate::proto::{methods, CallId, Era, Output, ServerRequest};
+use crate::proto::modern::{self, ModernError};
+use crate::proto::{CallId, Era, Output, ServerRequest};
 
 impl Session {
     /// Whether the server is known to speak the modern era.
@@ -218,32 +217,6 @@ impl Session {
         let ready = self.calls.get_mut(id).is_some_and(Call::next_round);
         if ready && self.life.is_ready() {
             self.send_call(id);
-        }
-    }
-}
-
-/// Adds the headers a modern request mirrors from its body: `Mcp-Method`, `Mcp-Name`, and
-/// the tool's `Mcp-Param-*` annotations (`tool_headers`, learned from `tools/list`).
-pub(super) fn mirror_headers(
-    tool_headers: &HashMap<String, Vec<ParamHeader>>,
-    method: &str,
-    params: Option<&Value>,
-    headers: &mut HeaderMap,
-) {
-    if let Ok(v) = HeaderValue::from_str(method) {
-        headers.insert(modern::MCP_METHOD, v);
-    }
-    if let Some(name) = modern::mcp_name(method, params) {
-        headers.insert(modern::MCP_NAME, name);
-    }
-    if method != methods::TOOLS_CALL {
-        return;
-    }
-    let tool = params.and_then(|p| p.get("name")).and_then(Value::as_str);
-    if let Some(annotations) = tool.and_then(|t| tool_headers.get(t)) {
-        let arguments = params.and_then(|p| p.get("arguments"));
-        for (name, value) in modern::param_header_values(annotations, arguments) {
-            headers.insert(name, value);
         }
     }
 }

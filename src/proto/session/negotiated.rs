@@ -1,17 +1,23 @@
 //! What one established session negotiated: its id, version and headers, the server's
 //! capabilities, and the resume-safety checks and key placement its extension calls for.
 //! Built once per handshake, from an `initialize` result or a modern discovery, and read
-//! by everything the session sends on it.
+//! by everything the session sends on it; a JSON-RPC request is assembled here (its key
+//! placed, its `_meta` and headers), so every sender puts it together the same way.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::header::{HeaderMap, HeaderValue};
 use serde_json::{Map, Value};
 
 use super::headers::SessionHeaders;
-use crate::ids::{CapabilityHash, SessionId};
+use crate::ids::{CapabilityHash, IdempotencyKey, RequestId, SessionId};
+use crate::proto::config::DEFAULT_IDEMPOTENCY_META_KEY;
 use crate::proto::ext::{self, ResumeSafety};
+use crate::proto::modern::{self, ClientMeta, ParamHeader};
 use crate::proto::version::ProtocolVersion;
-use crate::proto::ExtensionStatus;
+use crate::proto::{jsonrpc, methods, ExtensionStatus};
 
 /// A session that stayed up this long worked, whatever else happened on it.
 pub(super) const STABLE_SESSION: Duration = Duration::from_secs(5);
@@ -46,7 +52,7 @@ pub(super) struct Negotiated {
     /// The checks every exchange of this session runs.
     pub(super) checks: Checks,
     /// Where a keyed call carries its key, when the server deduplicates keyed calls.
-    pub(super) keys: Option<KeyPlacement>,
+    keys: Option<KeyPlacement>,
     /// The `initialize` result (or, modern, the discovery reshaped like one), returned to
     /// `connect` calls.
     pub(super) result: Value,
@@ -54,7 +60,7 @@ pub(super) struct Negotiated {
 
 /// Where an idempotency key travels for a server that deduplicates by it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum KeyPlacement {
+enum KeyPlacement {
     /// The resume-safety extension: `params._meta[<metaKey>]` and the `Idempotency-Key` header.
     Meta(String),
     /// The proposed standard (SEP-3182): `params.idempotencyKey`.
@@ -145,6 +151,46 @@ impl Negotiated {
         }
     }
 
+    /// Whether the server deduplicates keyed calls.
+    pub(super) fn dedups(&self) -> bool {
+        self.keys.is_some()
+    }
+
+    /// The body and headers of the JSON-RPC request `method`, sent as `rpc` on this session.
+    ///
+    /// A keyed call's `key` goes where the server looks for it: the proposed standard's
+    /// `params.idempotencyKey`, or else `params._meta` under the extension's `metaKey` (ours
+    /// by default) and the `Idempotency-Key` header. A `modern` request's `_meta` says what
+    /// the server is to know of the client, and its headers mirror its method, name and
+    /// annotated tool arguments (the annotations learned from `tools/list`). What is added to
+    /// `params` stays there, for the call that keeps them.
+    pub(super) fn request(
+        &self,
+        rpc: &RequestId,
+        method: &str,
+        params: &mut Option<Value>,
+        key: Option<&IdempotencyKey>,
+        modern: Option<(&ClientMeta, &HashMap<String, Vec<ParamHeader>>)>,
+    ) -> (Bytes, HeaderMap) {
+        if let Some(key) = key {
+            match &self.keys {
+                Some(KeyPlacement::Params) => set_param_key(params, key),
+                Some(KeyPlacement::Meta(meta_key)) => set_meta_key(params, meta_key, key),
+                None => set_meta_key(params, DEFAULT_IDEMPOTENCY_META_KEY, key),
+            }
+        }
+        if let Some((client, _)) = modern {
+            modern::add_request_meta(params, self.version, client);
+        }
+        let body = jsonrpc::encode_request(rpc, method, params.as_ref());
+        let header_key = key.filter(|_| self.keys != Some(KeyPlacement::Params));
+        let mut headers = self.headers.post(header_key);
+        if let Some((_, tool_headers)) = modern {
+            mirror_headers(tool_headers, method, params.as_ref(), &mut headers);
+        }
+        (body, headers)
+    }
+
     /// Which checks of the extension are in force.
     pub(super) fn extension_status(&self) -> ExtensionStatus {
         match &self.ext {
@@ -163,5 +209,52 @@ impl Negotiated {
         self.version != other.version
             || self.server_capabilities != other.server_capabilities
             || self.hash != other.hash
+    }
+}
+
+/// Puts the idempotency key in the proposed standard's `params.idempotencyKey` (SEP-3182).
+fn set_param_key(params: &mut Option<Value>, key: &IdempotencyKey) {
+    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(params) = params {
+        params.insert(
+            "idempotencyKey".to_owned(),
+            Value::String(key.as_str().to_owned()),
+        );
+    }
+}
+
+/// Puts the idempotency key in `params._meta[meta_key]` (non-object params cannot carry
+/// `_meta`; the header still carries the key).
+fn set_meta_key(params: &mut Option<Value>, meta_key: &str, key: &IdempotencyKey) {
+    if let Some(meta) = modern::meta_mut(params) {
+        if meta.get(meta_key).and_then(Value::as_str) != Some(key.as_str()) {
+            meta.insert(meta_key.to_owned(), Value::String(key.as_str().to_owned()));
+        }
+    }
+}
+
+/// Adds the headers a modern request mirrors from its body: `Mcp-Method`, `Mcp-Name`, and
+/// the tool's `Mcp-Param-*` annotations (`tool_headers`, learned from `tools/list`).
+fn mirror_headers(
+    tool_headers: &HashMap<String, Vec<ParamHeader>>,
+    method: &str,
+    params: Option<&Value>,
+    headers: &mut HeaderMap,
+) {
+    if let Ok(v) = HeaderValue::from_str(method) {
+        headers.insert(modern::MCP_METHOD, v);
+    }
+    if let Some(name) = modern::mcp_name(method, params) {
+        headers.insert(modern::MCP_NAME, name);
+    }
+    if method != methods::TOOLS_CALL {
+        return;
+    }
+    let tool = params.and_then(|p| p.get("name")).and_then(Value::as_str);
+    if let Some(annotations) = tool.and_then(|t| tool_headers.get(t)) {
+        let arguments = params.and_then(|p| p.get("arguments"));
+        for (name, value) in modern::param_header_values(annotations, arguments) {
+            headers.insert(name, value);
+        }
     }
 }

@@ -8,8 +8,6 @@ use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
 use super::exchanges::ExKind;
-use super::modern_calls::mirror_headers;
-use super::negotiated::KeyPlacement;
 use super::Session;
 use std::time::Instant;
 
@@ -21,7 +19,7 @@ use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
 use crate::proto::{
-    jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, ResendPolicy, SessionEvent,
+    jsonrpc, methods, CallId, HttpMethod, HttpPurpose, Output, ResendPolicy, SessionEvent,
 };
 use crate::proto::{CallRequest, HttpId};
 
@@ -281,8 +279,8 @@ impl Session {
         };
         // A call picked up from another process may have run there: only a key the server
         // deduplicates makes a second send safe.
-        let dedups = session.keys.is_some()
-            || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
+        let dedups =
+            session.dedups() || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
         if self
             .calls
             .get(id)
@@ -314,21 +312,12 @@ impl Session {
                     idempotency_key: call.key().cloned(),
                 }));
         }
-        let modern = session.version.is_modern();
-        // The key goes where the server said it looks: the proposed standard's
-        // `params.idempotencyKey`, or the extension's `metaKey` (ours by default).
-        let header_key = (session.keys != Some(KeyPlacement::Params) && call.task_id().is_none())
-            .then(|| call.key().cloned())
-            .flatten();
-        let (method, mut params) = call.outgoing(session.keys.as_ref());
-        if modern {
-            modern::add_request_meta(&mut params, session.version, &self.client_meta);
-        }
-        let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = session.headers.post(header_key.as_ref());
-        if modern {
-            mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
-        }
+        let modern = session
+            .version
+            .is_modern()
+            .then_some((&self.client_meta, &self.tool_headers));
+        let (method, mut params, key) = call.outgoing();
+        let (body, headers) = session.request(&rpc, method, &mut params, key, modern);
         debug!(call = id.0, %rpc, method, "sending call");
         let http = self.exchanges.open(
             ExKind::Post(id),

@@ -14,15 +14,12 @@ use tracing::{debug, info};
 use super::call::Call;
 use super::exchanges::ExKind;
 use super::lifecycle::Standing;
-use super::modern_calls::mirror_headers;
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::limits::MAX_INPUT_ROUNDS;
-use crate::proto::{
-    jsonrpc, methods, modern, CallId, HttpMethod, HttpPurpose, Output, ServerRequest, SessionEvent,
-};
+use crate::proto::{methods, CallId, HttpMethod, HttpPurpose, Output, ServerRequest, SessionEvent};
 
 /// The extension's identifier in capabilities.
 pub(super) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
@@ -262,11 +259,8 @@ impl Session {
             return;
         };
         let rpc = self.calls.new_rpc();
-        let mut params = Some(params);
-        modern::add_request_meta(&mut params, session.version, &self.client_meta);
-        let body = jsonrpc::encode_request(&rpc, method, params.as_ref());
-        let mut headers = session.headers.post(None);
-        mirror_headers(&self.tool_headers, method, params.as_ref(), &mut headers);
+        let modern = Some((&self.client_meta, &self.tool_headers));
+        let (body, headers) = session.request(&rpc, method, &mut Some(params), None, modern);
         self.exchanges.open(
             ExKind::Notify,
             HttpMethod::Post,

@@ -32,7 +32,7 @@ impl Attempt {
             // Hash checks (head and replayed result) are the extension's: only for a session
             // whose server advertised them.
             hash: session.hash.clone().filter(|_| session.checks.hash),
-            server_dedups: session.keys.is_some(),
+            server_dedups: session.dedups(),
             earlier: Vec::new(),
         }
     }

@@ -14,15 +14,14 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use super::cursors::{Cursor, Delivered, Observed};
-use super::negotiated::KeyPlacement;
 use crate::error::Error;
 use crate::ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SequencedEventId, SessionId};
 use crate::policy::ReconnectPolicy;
 use crate::proto::checkpoint::{CallStage, Checkpoint};
-use crate::proto::config::{ResendPolicy, DEFAULT_IDEMPOTENCY_META_KEY};
+use crate::proto::config::ResendPolicy;
 use crate::proto::decide::State;
 use crate::proto::limits::MAX_INPUT_ROUNDS;
-use crate::proto::{methods, modern, CallId, Era, HttpId};
+use crate::proto::{methods, CallId, Era, HttpId};
 use crate::sse::SseEvent;
 
 /// An MRTR round in progress: the server's inputs still unanswered and what to send back.
@@ -383,23 +382,16 @@ impl Call {
         self.attempt.earlier().chain(latest)
     }
 
-    /// The request its next send puts on the wire, as its method and params: the key where
-    /// `placement` says the server looks (ours by default), and for a task, `tasks/get`. The
-    /// params are taken out of the call until [`Call::sent`] puts them back.
-    pub(super) fn outgoing(&mut self, placement: Option<&KeyPlacement>) -> (&str, Option<Value>) {
+    /// The request its next send puts on the wire, as its method and params (for a task,
+    /// `tasks/get`), and the idempotency key it carries, if keyed. The params are taken out
+    /// of the call until [`Call::sent`] puts them back.
+    pub(super) fn outgoing(&mut self) -> (&str, Option<Value>, Option<&IdempotencyKey>) {
         if let Some(task) = &self.task {
             let poll = json!({ "taskId": task.task_id });
-            return (methods::TASKS_GET, Some(poll));
-        }
-        if let Some(key) = &self.key {
-            match placement {
-                Some(KeyPlacement::Params) => set_param_key(&mut self.params, key),
-                Some(KeyPlacement::Meta(meta_key)) => set_meta_key(&mut self.params, meta_key, key),
-                None => set_meta_key(&mut self.params, DEFAULT_IDEMPOTENCY_META_KEY, key),
-            }
+            return (methods::TASKS_GET, Some(poll), None);
         }
         let params = self.params.take().unwrap_or_else(|| json!({}));
-        (&self.method, Some(params))
+        (&self.method, Some(params), self.key.as_ref())
     }
 
     /// Its request went out as `attempt`, on `http`, with `params` (what
@@ -624,27 +616,6 @@ impl Call {
                 None,
                 self.deadline,
             )
-        }
-    }
-}
-
-/// Puts the idempotency key in the proposed standard's `params.idempotencyKey` (SEP-3182).
-fn set_param_key(params: &mut Option<Value>, key: &IdempotencyKey) {
-    let params = params.get_or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(params) = params {
-        params.insert(
-            "idempotencyKey".to_owned(),
-            Value::String(key.as_str().to_owned()),
-        );
-    }
-}
-
-/// Puts the idempotency key in `params._meta[meta_key]` (non-object params cannot carry
-/// `_meta`; the header still carries the key).
-fn set_meta_key(params: &mut Option<Value>, meta_key: &str, key: &IdempotencyKey) {
-    if let Some(meta) = modern::meta_mut(params) {
-        if meta.get(meta_key).and_then(Value::as_str) != Some(key.as_str()) {
-            meta.insert(meta_key.to_owned(), Value::String(key.as_str().to_owned()));
         }
     }
 }

@@ -437,14 +437,9 @@ impl Session {
             return;
         }
         let rpc = self.calls.new_rpc();
-        let mut params = None;
-        modern::add_request_meta(&mut params, ProtocolVersion::MODERN, &self.client_meta);
-        let body = jsonrpc::encode_request(&rpc, DISCOVER, params.as_ref());
         let probe = Negotiated::unknown(ProtocolVersion::MODERN);
-        let mut headers = probe.headers.post(None);
-        if let Ok(v) = http::HeaderValue::from_str(DISCOVER) {
-            headers.insert(modern::MCP_METHOD, v);
-        }
+        let modern = Some((&self.client_meta, &self.tool_headers));
+        let (body, headers) = probe.request(&rpc, DISCOVER, &mut None, None, modern);
         debug!(generation = self.life.generation, "sending server/discover");
         let http = self.exchanges.open(
             ExKind::Discover,
