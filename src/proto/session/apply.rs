@@ -148,7 +148,7 @@ impl Session {
             resend_safe,
             self.config.dangerous_trust_replay,
         );
-        if self.life.era() == Some(crate::proto::Era::Modern) {
+        if self.is_modern() {
             state.modern()
         } else {
             state
@@ -250,12 +250,7 @@ impl Session {
 
     /// Fails every call and connect waiter (closing, or the session lost).
     pub(super) fn fail_everything(&mut self, kind: ErrorKind, message: &str, events: bool) {
-        for waiter in self.life.take_connect_waiters() {
-            self.outputs.push_back(Output::Completed {
-                call: waiter,
-                result: Err(Error::new(kind, message)),
-            });
-        }
+        self.answer_connects(Err(Error::new(kind, message)));
         for id in self.calls.ids() {
             if events {
                 self.fail_call(id, kind);

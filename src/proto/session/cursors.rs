@@ -110,12 +110,6 @@ impl Delivered {
         self.order.push_back(id.clone());
         true
     }
-
-    /// Forgets everything: a new session has its own ids.
-    pub(super) fn clear(&mut self) {
-        self.set.clear();
-        self.order.clear();
-    }
 }
 
 #[cfg(test)]

@@ -157,10 +157,16 @@ impl Session {
         self.listen.state = ListenState::Open(http);
     }
 
-    /// Opens the standalone stream if the app wants it and nothing says otherwise; resumes it
-    /// with `Last-Event-ID` when a cursor is known.
+    /// Opens the standalone stream if the app wants it and nothing says otherwise: it is
+    /// closed, or its backoff just ended (its timer calls this). Resumes it with
+    /// `Last-Event-ID` when a cursor is known.
     pub(super) fn open_listen(&mut self, now: Instant) {
-        if !self.config.open_listen_stream || self.listen.state != ListenState::Off {
+        match self.listen.state {
+            ListenState::Off => {}
+            ListenState::Backoff => self.listen.state = ListenState::Off,
+            _ => return,
+        }
+        if !self.config.open_listen_stream {
             return;
         }
         if self.is_modern() {
@@ -177,14 +183,6 @@ impl Session {
             .exchanges
             .open_stream(ExKind::Listen, headers, cursor, session);
         self.listen.state = ListenState::Open(http);
-    }
-
-    /// The standalone stream's backoff ended: listen again.
-    pub(super) fn listen_backoff_ended(&mut self, now: Instant) {
-        if self.listen.state == ListenState::Backoff {
-            self.listen.state = ListenState::Off;
-            self.open_listen(now);
-        }
     }
 
     /// A 2xx head answered the standalone stream: `true` when its body is to be read, as an

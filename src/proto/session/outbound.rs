@@ -231,7 +231,7 @@ impl Session {
                     let error = Error::new(ErrorKind::Timeout, format!("{request} timed out"));
                     self.init_failed(error, now)
                 }
-                Timer::ListenBackoff => self.listen_backoff_ended(now),
+                Timer::ListenBackoff => self.open_listen(now),
                 Timer::CallBackoff(id) => self.fire_retry(id, now),
                 Timer::CallDeadline(id) => {
                     if let Some(call) = self.calls.get(id) {

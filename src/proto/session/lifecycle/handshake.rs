@@ -19,6 +19,7 @@ use crate::proto::classify::{self, ContentType, Refusal};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::modern;
 use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
+use crate::proto::session::cursors::Delivered;
 use crate::proto::session::exchanges::{ExKind, Reader};
 use crate::proto::session::headers::initialize_headers;
 use crate::proto::session::negotiated::Negotiated;
@@ -178,7 +179,7 @@ impl Session {
             None => info!(version = %session.version, "session ready (no session id)"),
         }
         // A fresh session has its own event ids.
-        self.delivered.clear();
+        self.delivered = Delivered::default();
         let era = if session.version.is_modern() {
             Era::Modern
         } else {
@@ -225,12 +226,7 @@ impl Session {
             since: now,
             confirmed: false,
         });
-        for waiter in std::mem::take(&mut self.life.connect_waiters) {
-            self.outputs.push_back(Output::Completed {
-                call: waiter,
-                result: Ok(result.clone()),
-            });
-        }
+        self.answer_connects(Ok(result));
         // The stream of server-initiated messages first: a call's server may send there.
         self.open_listen(now);
         for id in self.calls.waiting() {

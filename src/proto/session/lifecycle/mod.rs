@@ -15,11 +15,14 @@ use self::handshake::ProbeState;
 
 use super::headers::SessionHeaders;
 use super::negotiated::Negotiated;
+use super::Session;
+use crate::error::Error;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
 use crate::proto::decide::State;
 use crate::proto::version::ProtocolVersion;
-use crate::proto::{CallId, Era, HttpId, ReinitReason};
+use crate::proto::{CallId, Era, HttpId, Output, ReinitReason};
 use http::HeaderMap;
+use serde_json::Value;
 
 /// An established session and what has been seen of it since.
 #[derive(Debug)]
@@ -182,11 +185,6 @@ impl Lifecycle {
         self.connect_waiters.push(call);
     }
 
-    /// The `connect` calls waiting, now answered.
-    pub(super) fn take_connect_waiters(&mut self) -> Vec<CallId> {
-        std::mem::take(&mut self.connect_waiters)
-    }
-
     /// The app closes the session. Returns the headers of the DELETE that ends it, naming the
     /// established session or the one a handshake has obtained so far (`offered`: the version
     /// `initialize` offered): the session is closing until that DELETE is answered, and then
@@ -272,5 +270,17 @@ impl Lifecycle {
             e.confirmed = true;
         }
         self.reinit_failures = 0;
+    }
+}
+
+impl Session {
+    /// Completes the `connect` calls waiting for the handshake with `result`.
+    pub(super) fn answer_connects(&mut self, result: Result<Value, Error>) {
+        for waiter in std::mem::take(&mut self.life.connect_waiters) {
+            self.outputs.push_back(Output::Completed {
+                call: waiter,
+                result: result.clone(),
+            });
+        }
     }
 }

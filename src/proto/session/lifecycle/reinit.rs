@@ -49,12 +49,7 @@ impl Session {
             // waiting to be sent again included).
             self.life.phase = Phase::Idle;
             self.timers.cancel(Timer::InitBackoff);
-            for waiter in std::mem::take(&mut self.life.connect_waiters) {
-                self.outputs.push_back(Output::Completed {
-                    call: waiter,
-                    result: Err(error.clone()),
-                });
-            }
+            self.answer_connects(Err(error.clone()));
             for id in self.calls.ids() {
                 self.complete(id, Err(error.clone()));
             }
