@@ -41,7 +41,7 @@ impl Session {
     /// extension signal): the caller then goes on with what it was doing.
     pub(super) fn apply(&mut self, id: CallId, failure: Failure, now: Instant) -> bool {
         let generation = self.life.generation();
-        let ready = self.life.is_ready();
+        let ready = self.life.ready().is_some();
         let resend = self.config.resend_policy;
         let Some(call) = self.calls.get_mut(id) else {
             return false;
@@ -96,7 +96,7 @@ impl Session {
                 }
                 if !stale {
                     self.start_reinit(reason, now);
-                } else if self.life.is_ready()
+                } else if self.life.ready().is_some()
                     && self
                         .calls
                         .get(id)

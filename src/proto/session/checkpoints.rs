@@ -76,7 +76,7 @@ impl Session {
         if let Some(result) = awaiting {
             self.input_required(id, result, now);
         }
-        if self.life.is_ready() {
+        if self.life.ready().is_some() {
             if self
                 .calls
                 .get(id)

@@ -195,7 +195,7 @@ impl Session {
 
     /// Whether the session is established and not re-initializing.
     pub fn is_ready(&self) -> bool {
-        self.life.is_ready()
+        self.life.ready().is_some()
     }
 
     /// Whether the session is lost: re-initialization kept failing while no call waited, and

@@ -215,7 +215,7 @@ impl Session {
         // A new round is a new request: it starts without a stream or a count of failures,
         // and waits to be sent: now, or once the session is (re-)established.
         let ready = self.calls.get_mut(id).is_some_and(Call::next_round);
-        if ready && self.life.is_ready() {
+        if ready && self.life.ready().is_some() {
             self.send_call(id);
         }
     }

@@ -70,7 +70,7 @@ impl Session {
         );
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
-        if self.life.is_ready() {
+        if self.life.ready().is_some() {
             self.send_call(id);
         } else {
             self.start_if_stopped(now);
@@ -85,7 +85,7 @@ impl Session {
             return;
         }
         let body = jsonrpc::encode_notification(method, params.as_ref());
-        if self.life.is_ready() {
+        if self.life.ready().is_some() {
             self.post(ExKind::Notify, body);
         } else {
             self.queue_notification(body);
@@ -107,7 +107,7 @@ impl Session {
             debug!(%id, "answer to an input of an ended call dropped");
             return;
         }
-        if !self.life.is_ready() {
+        if self.life.ready().is_none() {
             debug!(%id, "answer to a server request dropped: session not ready");
             return;
         }
@@ -249,7 +249,7 @@ impl Session {
     /// A call's backoff ended.
     fn fire_retry(&mut self, id: CallId, now: Instant) {
         let generation = self.life.generation();
-        let ready = self.life.is_ready();
+        let ready = self.life.ready().is_some();
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
@@ -405,7 +405,7 @@ impl Session {
 
     /// Sends the app's notifications held while the session was not ready.
     pub(super) fn flush_notifications(&mut self) {
-        while self.life.is_ready() {
+        while self.life.ready().is_some() {
             let Some(body) = self.notifications.pop_front() else {
                 break;
             };
@@ -424,7 +424,7 @@ impl Session {
 
     /// Sends queued answers while slots are free.
     pub(super) fn flush_answers(&mut self) {
-        while self.life.is_ready() {
+        while self.life.ready().is_some() {
             let Some(body) = self.exchanges.next_answer() else {
                 break;
             };

@@ -72,7 +72,7 @@ impl Session {
             .insert(id, Call::resuming_task(task_id, deadline));
         self.timers.set(Timer::CallDeadline(id), deadline);
         self.note_checkpoint(id);
-        if self.life.is_ready() {
+        if self.life.ready().is_some() {
             self.send_call(id);
         } else if self.life.standing() == Standing::Idle {
             self.start_handshake(None, None, None, now);

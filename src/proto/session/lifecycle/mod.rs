@@ -219,17 +219,12 @@ impl Lifecycle {
         Some(close)
     }
 
-    /// The established session, when ready.
+    /// The established session, when ready (what most requests wait for).
     pub(super) fn ready(&self) -> Option<&Negotiated> {
         match &self.phase {
             Phase::Ready(e) => Some(&e.session),
             _ => None,
         }
-    }
-
-    /// Whether a session is established (what most requests wait for).
-    pub(super) fn is_ready(&self) -> bool {
-        matches!(self.phase, Phase::Ready(_))
     }
 
     fn handshake(&self) -> Option<&Handshake> {
