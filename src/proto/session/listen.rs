@@ -7,13 +7,13 @@
 use std::time::Instant;
 
 use http::HeaderMap;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tracing::{debug, warn};
 
 use super::cursors::{Cursor, Delivered, Observed};
 use super::exchanges::ExKind;
 use super::lifecycle::Standing;
-use super::negotiated::STABLE_SESSION;
+use super::negotiated::{Negotiated, STABLE_SESSION};
 use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
@@ -114,23 +114,7 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        let caps = &session.server_capabilities;
-        let changes = |what: &str| {
-            caps.get(what)
-                .and_then(|c| c.get("listChanged"))
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-        };
-        let mut filter = Map::new();
-        for (capability, field) in [
-            ("tools", "toolsListChanged"),
-            ("resources", "resourcesListChanged"),
-            ("prompts", "promptsListChanged"),
-        ] {
-            if changes(capability) {
-                filter.insert(field.to_owned(), Value::Bool(true));
-            }
-        }
+        let filter = session.list_changes();
         if filter.is_empty() {
             // Nothing the server would ever send on it.
             self.listen.state = ListenState::NotOffered;
@@ -202,7 +186,7 @@ impl Session {
             return false;
         };
         let resumed = ex.is_resumed();
-        let expected = self.life.ready().and_then(|s| s.hash.as_ref());
+        let expected = self.life.ready().and_then(Negotiated::expected_hash);
         if !classify::hash_matches(ex.checks_hash(), headers, expected) {
             let failure = if resumed {
                 Failure::ResumeCapabilityHashChanged

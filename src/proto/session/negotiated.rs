@@ -45,8 +45,8 @@ pub(super) struct Negotiated {
     /// The protocol headers of its requests (the id's marked sensitive: it is a bearer
     /// secret), from `id` and `version`.
     pub(super) headers: SessionHeaders,
-    pub(super) server_capabilities: Value,
-    pub(super) hash: Option<CapabilityHash>,
+    server_capabilities: Value,
+    hash: Option<CapabilityHash>,
     /// The extension as advertised (with the parts that cannot run switched off).
     ext: Option<ResumeSafety>,
     /// The checks every exchange of this session runs.
@@ -149,6 +149,35 @@ impl Negotiated {
             keys: None,
             result: Value::Null,
         }
+    }
+
+    /// The capability hash the answers of this session must carry, when the extension's hash
+    /// check is in force.
+    pub(super) fn expected_hash(&self) -> Option<&CapabilityHash> {
+        self.hash.as_ref().filter(|_| self.checks.hash)
+    }
+
+    /// The change notifications a modern `subscriptions/listen` asks for: those of the lists
+    /// the server says change (none: nothing would ever come on it).
+    pub(super) fn list_changes(&self) -> Map<String, Value> {
+        let changes = |what: &str| {
+            self.server_capabilities
+                .get(what)
+                .and_then(|c| c.get("listChanged"))
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+        };
+        let mut filter = Map::new();
+        for (capability, field) in [
+            ("tools", "toolsListChanged"),
+            ("resources", "resourcesListChanged"),
+            ("prompts", "promptsListChanged"),
+        ] {
+            if changes(capability) {
+                filter.insert(field.to_owned(), Value::Bool(true));
+            }
+        }
+        filter
     }
 
     /// Whether the server deduplicates keyed calls.

@@ -31,7 +31,7 @@ impl Attempt {
             generation: session.generation,
             // Hash checks (head and replayed result) are the extension's: only for a session
             // whose server advertised them.
-            hash: session.hash.clone().filter(|_| session.checks.hash),
+            hash: session.expected_hash().cloned(),
             server_dedups: session.dedups(),
             earlier: Vec::new(),
         }
