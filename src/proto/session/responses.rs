@@ -76,8 +76,7 @@ impl Session {
                 self.handle_error(http, TransportFailure::Lost("end without head".into()), now);
             }
             Ended::Json(buf) => {
-                let allow_batch = self.exchanges.get(http).is_some_and(Exchange::allows_batch);
-                let decoded = self.on_payload(http, &buf, allow_batch, now);
+                let decoded = self.on_payload(http, &buf, now);
                 if let Some(ex) = self.remove_current(http) {
                     self.json_ended(ex.kind(), decoded, now);
                 }
@@ -541,11 +540,10 @@ impl Session {
             // A message from the server on its own stream: the session works.
             self.life.confirm();
         }
-        let allow_batch = self.exchanges.get(http).is_some_and(Exchange::allows_batch);
         match message {
             Some(message) => self.on_decoded(http, Decoded::One(message), now),
             None => {
-                self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+                self.on_payload(http, event.data.as_bytes(), now);
             }
         }
     }
@@ -568,14 +566,10 @@ impl Session {
         }
     }
 
-    /// Handles a body or event payload; `false` when it was not JSON-RPC at all.
-    fn on_payload(
-        &mut self,
-        http: HttpId,
-        payload: &[u8],
-        allow_batch: bool,
-        now: Instant,
-    ) -> bool {
+    /// Handles a body or event payload of exchange `http` (a batch only where the exchange
+    /// allows them); `false` when it was not JSON-RPC at all.
+    fn on_payload(&mut self, http: HttpId, payload: &[u8], now: Instant) -> bool {
+        let allow_batch = self.exchanges.get(http).is_some_and(Exchange::allows_batch);
         match jsonrpc::decode(payload, allow_batch) {
             Ok(messages) => {
                 self.on_decoded(http, messages, now);
