@@ -1,5 +1,6 @@
 //! The exchange table: every HTTP exchange the session asked the driver for, what each is
-//! for, what is known of it, and the queue of network actions the driver drains.
+//! for, what is known of it (its body as far as it was read), and the queue of network actions
+//! the driver drains.
 
 use crate::proto::limits::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
 use std::collections::VecDeque;
@@ -91,7 +92,7 @@ pub(super) struct Exchange {
     progress: bool,
     /// The sequenced id that must come next on a resumed stream.
     expect: Option<SequencedEventId>,
-    /// The driver reported its end; no abort is owed.
+    /// The driver reported its end or its failure; no abort is owed.
     ended: bool,
     /// What a refused head said, kept for its body's end.
     head: HeadFacts,
