@@ -1,5 +1,6 @@
 //! The exchange table: every HTTP exchange the session asked the driver for, what each is
-//! for, what is known of it, and the queue of network actions the driver drains.
+//! for, what is known of it (its body as far as it was read), and the queue of network actions
+//! the driver drains.
 
 use crate::proto::limits::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
 use std::collections::VecDeque;
@@ -16,6 +17,7 @@ use crate::ids::{EventId, SequencedEventId};
 use crate::proto::classify::{self, ContentType, Context, HeadFacts, Refusal, MAX_ERROR_BODY};
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::{SseDecoder, SseEvent};
+use tracing::{debug, warn};
 
 /// What an exchange is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,68 +50,30 @@ enum Body {
     Error(Vec<u8>),
 }
 
-/// How a success body is to be read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reader {
-    Json,
-    Sse,
-}
-
-impl Reader {
-    /// The reader for a body of content type `ct`; `None` for one that has none.
-    pub(super) fn of(ct: ContentType) -> Option<Reader> {
-        match ct {
-            ContentType::Json => Some(Reader::Json),
-            ContentType::Sse => Some(Reader::Sse),
-            ContentType::Other => None,
-        }
-    }
-}
-
-/// What a response head is to its exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Head {
-    /// A second head: ignored.
-    Second,
-    /// A refusal (not 2xx): its body is read, bounded, to classify it when it ends.
-    Refused,
-    /// A success: what it means is the session's to read.
-    Success,
-}
-
 /// What body bytes fed to an exchange came to.
 #[derive(Debug)]
 pub(super) enum Fed {
-    /// Read (an SSE body's complete events are in the caller's buffer).
+    /// Read (an SSE body's complete events are in the caller's buffer), or ignored (bytes
+    /// before the head, or for an exchange no longer in the table).
     Read,
-    /// Bytes before the head: ignored.
-    BeforeHead,
-    /// A refusal's body reached its bound: enough to classify it.
-    RefusalRead,
+    /// A refusal's body reached its bound, enough to classify it: the exchange is out of the
+    /// table and the driver told to stop it.
+    Refused(Box<Exchange>),
     /// Something in it is unacceptable (too large): the exchange is to be abandoned.
     Broken(Error),
 }
 
-/// Where an exchange's reading stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stage {
-    /// No head yet.
-    NoHead,
-    /// A head whose body is not read.
-    Unread,
-    Json,
-    Sse,
-    Refusal,
-}
-
-/// What an exchange's body came to when it ended.
+/// What an exchange's body came to when it ended, cleanly or not.
 #[derive(Debug)]
 pub(super) enum Ended {
-    /// It ended where it stood (no head, or a body not read).
-    Early,
-    /// A JSON body, whole.
+    /// Before any head: a notification's or an answer's body, with the times it was sent, to
+    /// send it again.
+    NoHead { resend: Option<(Bytes, u8)> },
+    /// After a head whose body was not read.
+    Unread,
+    /// A JSON body, as much of it as came.
     Json(Vec<u8>),
-    /// An SSE body: its last events are in the caller's buffer.
+    /// An SSE body: on a clean end, its last events are in the caller's buffer.
     Sse,
     /// A refusal's body, now ready to classify.
     Refusal,
@@ -128,7 +92,7 @@ pub(super) struct Exchange {
     progress: bool,
     /// The sequenced id that must come next on a resumed stream.
     expect: Option<SequencedEventId>,
-    /// The driver reported its end; no abort is owed.
+    /// The driver reported its end or its failure; no abort is owed.
     ended: bool,
     /// What a refused head said, kept for its body's end.
     head: HeadFacts,
@@ -140,11 +104,6 @@ pub(super) struct Exchange {
 impl Exchange {
     pub(super) fn kind(&self) -> ExKind {
         self.kind
-    }
-
-    /// A notification's or an answer's body, with the times it was sent, to send it again.
-    pub(super) fn take_resend(&mut self) -> Option<(Bytes, u8)> {
-        self.resend.take()
     }
 
     /// Whether this is a GET with `Last-Event-ID`.
@@ -170,123 +129,6 @@ impl Exchange {
     /// Whether the capability hash of its answer's head is compared.
     pub(super) fn checks_hash(&self) -> bool {
         self.sent.checks.hash
-    }
-
-    /// Where its reading stands.
-    pub(super) fn stage(&self) -> Stage {
-        match &self.body {
-            Body::Pending if self.status.is_none() => Stage::NoHead,
-            Body::Pending => Stage::Unread,
-            Body::Json(_) => Stage::Json,
-            Body::Sse(_) => Stage::Sse,
-            Body::Error(_) => Stage::Refusal,
-        }
-    }
-
-    /// Records its response head, once.
-    pub(super) fn on_head(&mut self, status: u16, headers: &HeaderMap) -> Head {
-        if self.status.is_some() {
-            return Head::Second;
-        }
-        self.status = Some(status);
-        if (200..300).contains(&status) {
-            return Head::Success;
-        }
-        // What a refusal means may depend on its body, read (bounded) and classified when it
-        // ends.
-        self.head = HeadFacts::read(status, headers);
-        self.body = Body::Error(Vec::new());
-        Head::Refused
-    }
-
-    /// Starts reading a success body with `reader`.
-    pub(super) fn read(&mut self, reader: Reader, max_event_size: usize) {
-        self.body = match reader {
-            Reader::Json => Body::Json(Vec::new()),
-            Reader::Sse => Body::Sse(Box::new(SseDecoder::new(max_event_size))),
-        };
-    }
-
-    /// Feeds body bytes: an SSE body's complete events go to `events`; a JSON body grows up to
-    /// `max_body`; a refusal's body up to what classifying it needs.
-    pub(super) fn feed(&mut self, data: &[u8], max_body: usize, events: &mut Vec<SseEvent>) -> Fed {
-        match &mut self.body {
-            Body::Pending => Fed::BeforeHead,
-            Body::Error(buf) => {
-                let room = MAX_ERROR_BODY.saturating_sub(buf.len());
-                buf.extend_from_slice(&data[..data.len().min(room)]);
-                // Enough to classify: an endless error body must not hold the answer.
-                if buf.len() >= MAX_ERROR_BODY {
-                    Fed::RefusalRead
-                } else {
-                    Fed::Read
-                }
-            }
-            Body::Json(buf) => {
-                if buf.len().saturating_add(data.len()) > max_body {
-                    Fed::Broken(Error::new(
-                        ErrorKind::TooLarge,
-                        format!("JSON body larger than {max_body} bytes"),
-                    ))
-                } else {
-                    buf.extend_from_slice(data);
-                    Fed::Read
-                }
-            }
-            Body::Sse(decoder) => match decoder.feed(data, events) {
-                Ok(()) => Fed::Read,
-                Err(crate::sse::SseError::TooLarge { max }) => Fed::Broken(Error::new(
-                    ErrorKind::TooLarge,
-                    format!("SSE event larger than {max} bytes"),
-                )),
-            },
-        }
-    }
-
-    /// The driver reported the body's end: no abort is owed any more. An SSE body's last
-    /// events go to `events`.
-    pub(super) fn end(&mut self, events: &mut Vec<SseEvent>) -> Ended {
-        self.ended = true;
-        match &mut self.body {
-            Body::Pending => Ended::Early,
-            Body::Json(buf) => Ended::Json(std::mem::take(buf)),
-            Body::Sse(decoder) => {
-                decoder.finish(events);
-                Ended::Sse
-            }
-            Body::Error(_) => Ended::Refusal,
-        }
-    }
-
-    /// The whole JSON body arrived decoded ahead: `true`, and the body is over, when this
-    /// exchange reads a JSON body of which nothing was read yet.
-    pub(super) fn take_whole_json(&mut self) -> bool {
-        let whole = matches!(&self.body, Body::Json(buf) if buf.is_empty());
-        if whole {
-            self.ended = true;
-        }
-        whole
-    }
-
-    /// Whether this exchange reads an SSE body of which nothing was read yet (so events read
-    /// ahead may take its reader's place).
-    pub(super) fn reads_fresh_sse(&self) -> bool {
-        matches!(&self.body, Body::Sse(decoder) if decoder.is_fresh())
-    }
-
-    /// Observes an event of its stream through `cursor` (the stream's cursor, given the
-    /// sequenced id that must come next when this exchange checks the sequence), and notes
-    /// progress.
-    pub(super) fn observe(
-        &mut self,
-        cursor: impl FnOnce(Option<&mut Option<SequencedEventId>>) -> Observed,
-    ) -> Observed {
-        let check_sequence = self.sent.checks.sequenced && self.resumed;
-        let observed = cursor(check_sequence.then_some(&mut self.expect));
-        if let Observed::New { progressed: true } = observed {
-            self.progress = true;
-        }
-        observed
     }
 
     /// A refused exchange's status and what its refusal means ([`classify::refusal`]);
@@ -455,8 +297,153 @@ impl Exchanges {
         self.map.get(&http)
     }
 
-    pub(super) fn get_mut(&mut self, http: HttpId) -> Option<&mut Exchange> {
-        self.map.get_mut(&http)
+    /// Records the response head of exchange `http`, once: its kind when the head is a
+    /// success, whose body is the session's to read.
+    pub(super) fn on_head(
+        &mut self,
+        http: HttpId,
+        status: u16,
+        headers: &HeaderMap,
+    ) -> Option<ExKind> {
+        let Some(ex) = self.map.get_mut(&http) else {
+            debug!(
+                http = http.0,
+                "head for an unknown or aborted exchange ignored"
+            );
+            return None;
+        };
+        if ex.status.is_some() {
+            warn!(http = http.0, "second response head ignored");
+            return None;
+        }
+        ex.status = Some(status);
+        if (200..300).contains(&status) {
+            return Some(ex.kind);
+        }
+        // What a refusal means may depend on its body, read (bounded) and classified when it
+        // ends.
+        ex.head = HeadFacts::read(status, headers);
+        ex.body = Body::Error(Vec::new());
+        None
+    }
+
+    /// Starts reading exchange `http`'s success body as its content type `ct` says; one of
+    /// neither JSON nor SSE stays unread.
+    pub(super) fn read(&mut self, http: HttpId, ct: ContentType, max_event_size: usize) {
+        let Some(ex) = self.map.get_mut(&http) else {
+            return;
+        };
+        ex.body = match ct {
+            ContentType::Json => Body::Json(Vec::new()),
+            ContentType::Sse => Body::Sse(Box::new(SseDecoder::new(max_event_size))),
+            ContentType::Other => return,
+        };
+    }
+
+    /// Feeds body bytes to exchange `http`: an SSE body's complete events go to `events`; a
+    /// JSON body grows up to `max_body`; a refusal's body up to what classifying it needs.
+    pub(super) fn feed(
+        &mut self,
+        http: HttpId,
+        data: &[u8],
+        max_body: usize,
+        events: &mut Vec<SseEvent>,
+    ) -> Fed {
+        let Some(ex) = self.map.get_mut(&http) else {
+            return Fed::Read;
+        };
+        match &mut ex.body {
+            Body::Pending => warn!(http = http.0, "body bytes before the head ignored"),
+            Body::Error(buf) => {
+                let room = MAX_ERROR_BODY.saturating_sub(buf.len());
+                buf.extend_from_slice(&data[..data.len().min(room)]);
+                // Enough to classify: an endless error body must not hold the answer.
+                if buf.len() >= MAX_ERROR_BODY {
+                    if let Some(ex) = self.remove(http) {
+                        self.transmits.push_back(Transmit::Abort(http));
+                        return Fed::Refused(Box::new(ex));
+                    }
+                }
+            }
+            Body::Json(buf) => {
+                if buf.len().saturating_add(data.len()) > max_body {
+                    return Fed::Broken(Error::new(
+                        ErrorKind::TooLarge,
+                        format!("JSON body larger than {max_body} bytes"),
+                    ));
+                }
+                buf.extend_from_slice(data);
+            }
+            Body::Sse(decoder) => {
+                if let Err(crate::sse::SseError::TooLarge { max }) = decoder.feed(data, events) {
+                    return Fed::Broken(Error::new(
+                        ErrorKind::TooLarge,
+                        format!("SSE event larger than {max} bytes"),
+                    ));
+                }
+            }
+        }
+        Fed::Read
+    }
+
+    /// The driver reported the end of exchange `http`'s body, cleanly (an SSE body's last
+    /// events go to `events`) or not (`None`: an event cut short is dropped): no abort is owed
+    /// any more. `None` for an exchange not in the table.
+    pub(super) fn end(
+        &mut self,
+        http: HttpId,
+        events: Option<&mut Vec<SseEvent>>,
+    ) -> Option<Ended> {
+        let ex = self.map.get_mut(&http)?;
+        ex.ended = true;
+        Some(match &mut ex.body {
+            Body::Pending if ex.status.is_none() => Ended::NoHead {
+                resend: ex.resend.take(),
+            },
+            Body::Pending => Ended::Unread,
+            Body::Json(buf) => Ended::Json(std::mem::take(buf)),
+            Body::Sse(decoder) => {
+                if let Some(events) = events {
+                    decoder.finish(events);
+                }
+                Ended::Sse
+            }
+            Body::Error(_) => Ended::Refusal,
+        })
+    }
+
+    /// Whether a body read ahead as `ct` takes the place of exchange `http`'s own reading: the
+    /// exchange reads its body that way and has read nothing of it yet. A whole JSON body read
+    /// ahead is also the body's end: no abort is owed any more.
+    pub(super) fn takes_ahead(&mut self, http: HttpId, ct: ContentType) -> bool {
+        let Some(ex) = self.map.get_mut(&http) else {
+            return false;
+        };
+        match (&ex.body, ct) {
+            (Body::Json(buf), ContentType::Json) if buf.is_empty() => {
+                ex.ended = true;
+                true
+            }
+            (Body::Sse(decoder), ContentType::Sse) => decoder.is_fresh(),
+            _ => false,
+        }
+    }
+
+    /// Observes an event of exchange `http`'s stream through `cursor` (the stream's cursor,
+    /// given the sequenced id that must come next when the exchange checks the sequence), and
+    /// notes progress; `None` for an exchange not in the table.
+    pub(super) fn observe(
+        &mut self,
+        http: HttpId,
+        cursor: impl FnOnce(Option<&mut Option<SequencedEventId>>) -> Observed,
+    ) -> Option<Observed> {
+        let ex = self.map.get_mut(&http)?;
+        let check_sequence = ex.sent.checks.sequenced && ex.resumed;
+        let observed = cursor(check_sequence.then_some(&mut ex.expect));
+        if let Observed::New { progressed: true } = observed {
+            ex.progress = true;
+        }
+        Some(observed)
     }
 
     /// The one place an exchange leaves the table, so per-kind counts stay true.
@@ -495,11 +482,6 @@ impl Exchanges {
             .iter()
             .position(|t| matches!(t, Transmit::Send(r) if r.id == http));
         queued.and_then(|i| self.transmits.remove(i)).is_some()
-    }
-
-    /// Tells the driver to stop an exchange already taken out of the table.
-    pub(super) fn abort(&mut self, http: HttpId) {
-        self.transmits.push_back(Transmit::Abort(http));
     }
 
     /// Finishes every exchange but a DELETE in flight.

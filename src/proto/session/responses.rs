@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 use super::ahead::{DecodedEvent, DecodedJson};
 use super::call::CallState;
 use super::cursors::Observed;
-use super::exchanges::{Ended, ExKind, Exchange, Fed, Head, Reader, Stage};
+use super::exchanges::{Ended, ExKind, Exchange, Fed};
 use super::Session;
 use crate::error::{Error, ErrorKind};
 use crate::ids::RequestId;
@@ -36,44 +36,21 @@ use crate::sse::SseEvent;
 impl Session {
     /// The response head of an exchange arrived.
     pub fn handle_head(&mut self, http: HttpId, status: u16, headers: &HeaderMap, now: Instant) {
-        let Some(ex) = self.exchanges.get_mut(http) else {
-            debug!(
-                http = http.0,
-                "head for an unknown or aborted exchange ignored"
-            );
-            return;
-        };
-        match ex.on_head(status, headers) {
-            Head::Second => warn!(http = http.0, "second response head ignored"),
-            Head::Refused => {}
-            Head::Success => {
-                let kind = ex.kind();
-                self.on_success_head(http, kind, status, headers, now);
-            }
+        if let Some(kind) = self.exchanges.on_head(http, status, headers) {
+            self.on_success_head(http, kind, status, headers, now);
         }
     }
 
     /// Body bytes of an exchange arrived (SSE or JSON, per the head's content type).
     pub fn handle_data(&mut self, http: HttpId, data: &[u8], now: Instant) {
         let max_body = self.config.max_body_size;
-        let Some(ex) = self.exchanges.get_mut(http) else {
-            return;
-        };
         // One buffer for the events of every chunk: taken here, given back below.
         let mut events = std::mem::take(&mut self.scratch_events);
-        let broken = match ex.feed(data, max_body, &mut events) {
+        let broken = match self.exchanges.feed(http, data, max_body, &mut events) {
             Fed::Read => None,
-            Fed::BeforeHead => {
-                warn!(http = http.0, "body bytes before the head ignored");
-                None
-            }
-            Fed::RefusalRead => {
+            Fed::Refused(ex) => {
                 self.scratch_events = events;
-                if let Some(ex) = self.exchanges.remove(http) {
-                    self.exchanges.abort(http);
-                    self.on_refusal(ex, now);
-                }
-                return;
+                return self.on_refusal(*ex, now);
             }
             Fed::Broken(error) => Some(error),
         };
@@ -86,21 +63,20 @@ impl Session {
 
     /// The body of an exchange ended cleanly.
     pub fn handle_end(&mut self, http: HttpId, now: Instant) {
-        let Some(ex) = self.exchanges.get_mut(http) else {
-            return;
-        };
         // The driver is done with it: finishing it while its last bytes are handled must not
         // send a pointless abort.
         let mut events = Vec::new();
-        match ex.end(&mut events) {
-            Ended::Early => {
+        let Some(ended) = self.exchanges.end(http, Some(&mut events)) else {
+            return;
+        };
+        match ended {
+            Ended::NoHead { .. } | Ended::Unread => {
                 // End without a body read: the driver broke its contract; treat as a lost
                 // exchange.
                 self.handle_error(http, TransportFailure::Lost("end without head".into()), now);
             }
             Ended::Json(buf) => {
-                let allow_batch = ex.allows_batch();
-                let decoded = self.on_payload(http, &buf, allow_batch, now);
+                let decoded = self.on_payload(http, &buf, now);
                 if let Some(ex) = self.remove_current(http) {
                     self.json_ended(ex.kind(), decoded, now);
                 }
@@ -121,7 +97,11 @@ impl Session {
 
     /// An exchange failed at the transport level.
     pub fn handle_error(&mut self, http: HttpId, failure: TransportFailure, now: Instant) {
-        let Some(mut ex) = self.remove_current(http) else {
+        // Where the body stood when it failed decides what the failure means.
+        let Some(ended) = self.exchanges.end(http, None) else {
+            return;
+        };
+        let Some(ex) = self.remove_current(http) else {
             return;
         };
         let connect = matches!(failure, TransportFailure::Connect(_));
@@ -130,19 +110,18 @@ impl Session {
         };
         let kind = ex.kind();
         debug!(http = http.0, ?kind, connect, reason = %reason, "exchange failed");
-        let stage = ex.stage();
-        if kind == ExKind::Discover && stage != Stage::Refusal {
+        if kind == ExKind::Discover && !matches!(ended, Ended::Refusal) {
             // No answer, or only part of one: the probe is asked again.
             let cause = Error::new(ErrorKind::Transport, reason);
             return self.probe_answered(ProbeAnswer::Transport, cause, now);
         }
-        match stage {
-            Stage::NoHead => {}
-            Stage::Sse => return self.stream_ended(kind, ex.made_progress(), false, now),
-            Stage::Refusal => return self.on_refusal(ex, now),
-            Stage::Json => return self.json_ended(kind, false, now),
-            Stage::Unread => return,
-        }
+        let resend = match ended {
+            Ended::NoHead { resend } => resend,
+            Ended::Sse => return self.stream_ended(kind, ex.made_progress(), false, now),
+            Ended::Refusal => return self.on_refusal(ex, now),
+            Ended::Json(_) => return self.json_ended(kind, false, now),
+            Ended::Unread => return,
+        };
         match kind {
             ExKind::Initialize => self.initialize_unanswered(
                 Error::new(ErrorKind::Transport, reason).during(methods::INITIALIZE),
@@ -177,7 +156,7 @@ impl Session {
             }
             ExKind::Listen => self.listen_failed(Failure::ResumeConnectFailed, None, false, now),
             ExKind::Notify | ExKind::Answer => {
-                let again = match ex.take_resend() {
+                let again = match resend {
                     Some((body, sent)) if connect => self.post_again(kind, body, sent),
                     _ => false,
                 };
@@ -203,10 +182,7 @@ impl Session {
     ) {
         let message = decoded.0;
         let fits = body.len() <= self.config.max_body_size;
-        let whole = self
-            .exchanges
-            .get_mut(http)
-            .is_some_and(|ex| fits && ex.take_whole_json());
+        let whole = fits && self.exchanges.takes_ahead(http, ContentType::Json);
         if !whole {
             debug!(http = http.0, "a body decoded ahead is read as it came");
             self.handle_data(http, body, now);
@@ -224,11 +200,7 @@ impl Session {
     /// [`finish`](super::SseAhead::finish)ed events. An exchange whose body the session reads
     /// itself, or that is gone, takes nothing.
     pub fn handle_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
-        let ahead = self
-            .exchanges
-            .get(http)
-            .is_some_and(|ex| ex.reads_fresh_sse());
-        if !ahead {
+        if !self.exchanges.takes_ahead(http, ContentType::Sse) {
             debug!(
                 http = http.0,
                 "events read ahead for a body read otherwise: dropped"
@@ -401,15 +373,15 @@ impl Session {
         let ct = classify::content_type(headers);
         match kind {
             ExKind::Initialize | ExKind::Discover | ExKind::Initialized => {
-                if let Some(reader) = self.handshake_head(http, kind, headers, ct, now) {
-                    self.read_body(http, reader);
+                if let Some(ct) = self.handshake_head(http, kind, headers, ct, now) {
+                    self.read_body(http, ct);
                 }
             }
             ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
             ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
             ExKind::Listen => {
                 if self.on_listen_head(http, headers, ct, now) {
-                    self.read_body(http, Reader::Sse);
+                    self.read_body(http, ContentType::Sse);
                 }
             }
             ExKind::Notify | ExKind::Answer => self.exchanges.finish(http),
@@ -420,11 +392,9 @@ impl Session {
         }
     }
 
-    fn read_body(&mut self, http: HttpId, reader: Reader) {
+    fn read_body(&mut self, http: HttpId, ct: ContentType) {
         let max_event_size = self.config.max_event_size;
-        if let Some(ex) = self.exchanges.get_mut(http) {
-            ex.read(reader, max_event_size);
-        }
+        self.exchanges.read(http, ct, max_event_size);
     }
 
     /// Whether the call is still on the exchange `http`; a stale exchange is dropped.
@@ -455,7 +425,7 @@ impl Session {
         if !self.still_on(id, http, CallState::Posting(http)) {
             return;
         }
-        let Some(reader) = Reader::of(ct).filter(|_| status != 202 && status != 204) else {
+        if ct == ContentType::Other || status == 202 || status == 204 {
             // Accepted with no response to come, or a body that is not one: whatever
             // happened to the call is unknown.
             self.exchanges.finish(http);
@@ -467,7 +437,7 @@ impl Session {
             let cause = Error::new(ErrorKind::Protocol, cause);
             self.apply_because(id, Failure::AnsweredWithoutResponse, cause, now);
             return;
-        };
+        }
         if !self.call_hash_matches(id, http, headers)
             && !self.apply(id, Failure::CapabilityHashMismatch, now)
         {
@@ -480,7 +450,7 @@ impl Session {
         {
             self.life.confirm();
         }
-        self.read_body(http, reader);
+        self.read_body(http, ct);
     }
 
     fn on_resume_head(
@@ -503,7 +473,7 @@ impl Session {
         {
             return;
         }
-        self.read_body(http, Reader::Sse);
+        self.read_body(http, ContentType::Sse);
         if let Some(last_event_id) = self.calls.get(id).and_then(|c| c.last_event_id().cloned()) {
             self.outputs
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
@@ -543,12 +513,11 @@ impl Session {
         message: Option<Result<Message, DecodeError>>,
         now: Instant,
     ) {
-        let Some(ex) = self.exchanges.get_mut(http) else {
+        let Some(kind) = self.exchanges.get(http).map(Exchange::kind) else {
             return;
         };
-        let kind = ex.kind();
         let (calls, listen, delivered) = (&mut self.calls, &mut self.listen, &mut self.delivered);
-        let observed = ex.observe(|expect| match kind {
+        let observed = self.exchanges.observe(http, |expect| match kind {
             ExKind::Post(c) | ExKind::Resume(c) => match calls.get_mut(c) {
                 Some(call) => call.observe(&event, expect, delivered),
                 None => Observed::New { progressed: false },
@@ -556,6 +525,9 @@ impl Session {
             ExKind::Listen => listen.observe(&event, expect, delivered),
             _ => Observed::New { progressed: false },
         });
+        let Some(observed) = observed else {
+            return;
+        };
         match observed {
             Observed::Duplicate => return,
             Observed::Gap => return self.stream_violation(http, Failure::EventGap, now),
@@ -568,11 +540,10 @@ impl Session {
             // A message from the server on its own stream: the session works.
             self.life.confirm();
         }
-        let allow_batch = ex.allows_batch();
         match message {
             Some(message) => self.on_decoded(http, Decoded::One(message), now),
             None => {
-                self.on_payload(http, event.data.as_bytes(), allow_batch, now);
+                self.on_payload(http, event.data.as_bytes(), now);
             }
         }
     }
@@ -595,14 +566,10 @@ impl Session {
         }
     }
 
-    /// Handles a body or event payload; `false` when it was not JSON-RPC at all.
-    fn on_payload(
-        &mut self,
-        http: HttpId,
-        payload: &[u8],
-        allow_batch: bool,
-        now: Instant,
-    ) -> bool {
+    /// Handles a body or event payload of exchange `http` (a batch only where the exchange
+    /// allows them); `false` when it was not JSON-RPC at all.
+    fn on_payload(&mut self, http: HttpId, payload: &[u8], now: Instant) -> bool {
+        let allow_batch = self.exchanges.get(http).is_some_and(Exchange::allows_batch);
         match jsonrpc::decode(payload, allow_batch) {
             Ok(messages) => {
                 self.on_decoded(http, messages, now);

@@ -20,7 +20,7 @@ use crate::proto::ext::ResumeSafety;
 use crate::proto::modern;
 use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
 use crate::proto::session::cursors::Delivered;
-use crate::proto::session::exchanges::{ExKind, Reader};
+use crate::proto::session::exchanges::ExKind;
 use crate::proto::session::headers::initialize_headers;
 use crate::proto::session::negotiated::Negotiated;
 use crate::proto::session::timers::Timer;
@@ -59,8 +59,8 @@ impl Session {
         self.config.era == Era::Auto
     }
 
-    /// A success head answered a request of the handshake (`kind`): returns the reader its
-    /// body calls for, if there is one to read.
+    /// A success head answered a request of the handshake (`kind`): returns the content type
+    /// its body is read as, if there is one to read.
     pub(in crate::proto::session) fn handshake_head(
         &mut self,
         http: HttpId,
@@ -68,7 +68,7 @@ impl Session {
         headers: &http::HeaderMap,
         ct: ContentType,
         now: Instant,
-    ) -> Option<Reader> {
+    ) -> Option<ContentType> {
         if kind == ExKind::Initialized {
             self.exchanges.finish(http);
             self.init_succeeded(now);
@@ -78,7 +78,7 @@ impl Session {
             self.on_initialize_head(http, headers, now);
         }
         self.exchanges.get(http)?;
-        let reader = Reader::of(ct);
+        let reader = Some(ct).filter(|ct| *ct != ContentType::Other);
         if reader.is_none() {
             if kind == ExKind::Discover {
                 self.probe_answered(
