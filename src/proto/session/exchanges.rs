@@ -11,9 +11,9 @@ use bytes::Bytes;
 use http::header::HeaderMap;
 
 use super::cursors::Observed;
-use super::negotiated::{Checks, Negotiated};
+use super::negotiated::Negotiated;
 use crate::error::{Error, ErrorKind};
-use crate::ids::{EventId, SequencedEventId};
+use crate::ids::{CapabilityHash, EventId, SequencedEventId};
 use crate::proto::classify::{self, ContentType, Context, HeadFacts, Refusal, MAX_ERROR_BODY};
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::{SseDecoder, SseEvent};
@@ -126,9 +126,14 @@ impl Exchange {
         self.sent.allow_batch
     }
 
-    /// Whether the capability hash of its answer's head is compared.
-    pub(super) fn checks_hash(&self) -> bool {
-        self.sent.checks.hash
+    /// Whether the head `headers` of its answer carries the capability hash `expected` (that
+    /// of the session it was sent on), or need not: its session does not check the hash.
+    pub(super) fn hash_matches(
+        &self,
+        headers: &HeaderMap,
+        expected: Option<&CapabilityHash>,
+    ) -> bool {
+        classify::hash_matches(self.sent.checks.hash, headers, expected)
     }
 
     /// A refused exchange's status and what its refusal means ([`classify::refusal`]);
@@ -155,13 +160,33 @@ struct Sent {
     checks: Checks,
 }
 
+/// The resume-safety checks in force on one exchange: those of the session it was sent on,
+/// fixed at send time so a re-initialization in the meantime cannot switch them off.
+#[derive(Debug, Clone, Copy, Default)]
+struct Checks {
+    /// Compare the capability hash of the answer's head.
+    hash: bool,
+    /// Require contiguous sequenced ids on a resumed stream.
+    sequenced: bool,
+    /// Read the extension's rejection marker on a 404 as the server's explicit rejection:
+    /// the session negotiated the extension. Without it the marker proves nothing.
+    rejections: bool,
+}
+
 impl Sent {
     /// An exchange of the session `s` (or of its stand-in, [`Negotiated::unknown`]).
     fn on(s: &Negotiated) -> Self {
         Sent {
             carried_session_id: s.id.is_some(),
             allow_batch: s.version.allows_batch(),
-            checks: s.checks,
+            checks: match s.checked_ext() {
+                Some(e) => Checks {
+                    hash: e.capability_hash,
+                    sequenced: e.sequenced_event_ids,
+                    rejections: true,
+                },
+                None => Checks::default(),
+            },
         }
     }
 

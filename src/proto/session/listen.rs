@@ -18,7 +18,7 @@ use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
 use crate::ids::{EventId, SequencedEventId};
-use crate::proto::classify::{self, ContentType};
+use crate::proto::classify::ContentType;
 use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::{methods, modern, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
 use crate::sse::SseEvent;
@@ -161,7 +161,7 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        let cursor = self.listen.cursor.last.as_ref();
+        let cursor = self.listen.last_event_id();
         let headers = session.headers.get(cursor);
         let http = self
             .exchanges
@@ -187,7 +187,7 @@ impl Session {
         };
         let resumed = ex.is_resumed();
         let expected = self.life.ready().and_then(Negotiated::expected_hash);
-        if !classify::hash_matches(ex.checks_hash(), headers, expected) {
+        if !ex.hash_matches(headers, expected) {
             let failure = if resumed {
                 Failure::ResumeCapabilityHashChanged
             } else {

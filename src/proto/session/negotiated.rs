@@ -22,19 +22,6 @@ use crate::proto::{jsonrpc, methods, ExtensionStatus};
 /// A session that stayed up this long worked, whatever else happened on it.
 pub(super) const STABLE_SESSION: Duration = Duration::from_secs(5);
 
-/// The resume-safety checks in force on one exchange: those of the session it was sent on,
-/// fixed at send time so a re-initialization in the meantime cannot switch them off.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Checks {
-    /// Compare the capability hash of the answer's head.
-    pub(super) hash: bool,
-    /// Require contiguous sequenced ids on a resumed stream.
-    pub(super) sequenced: bool,
-    /// Read the extension's rejection marker on a 404 as the server's explicit rejection:
-    /// the session negotiated the extension. Without it the marker proves nothing.
-    pub(super) rejections: bool,
-}
-
 /// What one established session negotiated.
 #[derive(Debug, Clone)]
 pub(super) struct Negotiated {
@@ -49,8 +36,9 @@ pub(super) struct Negotiated {
     hash: Option<CapabilityHash>,
     /// The extension as advertised (with the parts that cannot run switched off).
     ext: Option<ResumeSafety>,
-    /// The checks every exchange of this session runs.
-    pub(super) checks: Checks,
+    /// It runs the extension's checks: a legacy session, of a client that does not trust the
+    /// server blindly.
+    checked: bool,
     /// Where a keyed call carries its key, when the server deduplicates keyed calls.
     keys: Option<KeyPlacement>,
     /// The `initialize` result (or, modern, the discovery reshaped like one), returned to
@@ -81,15 +69,6 @@ impl Negotiated {
         trusting: bool,
         result: Value,
     ) -> Self {
-        // A trusting client runs no check of the extension: it behaves like a stock one.
-        let checks = match (&ext, trusting) {
-            (Some(e), false) => Checks {
-                hash: e.capability_hash,
-                sequenced: e.sequenced_event_ids,
-                rejections: true,
-            },
-            _ => Checks::default(),
-        };
         Negotiated {
             generation,
             headers: SessionHeaders::new(id.as_ref(), version),
@@ -105,7 +84,8 @@ impl Negotiated {
                 .and_then(|e| e.idempotency_meta_key.clone())
                 .map(KeyPlacement::Meta),
             ext,
-            checks,
+            // A trusting client runs no check of the extension: it behaves like a stock one.
+            checked: !trusting,
             result,
         }
     }
@@ -127,7 +107,7 @@ impl Negotiated {
             server_capabilities: capabilities,
             hash: None,
             // The capability hash and sequenced ids have no job without resumption.
-            checks: Checks::default(),
+            checked: false,
             ext,
             keys,
             result,
@@ -145,7 +125,7 @@ impl Negotiated {
             server_capabilities: Value::Null,
             hash: None,
             ext: None,
-            checks: Checks::default(),
+            checked: false,
             keys: None,
             result: Value::Null,
         }
@@ -154,7 +134,13 @@ impl Negotiated {
     /// The capability hash the answers of this session must carry, when the extension's hash
     /// check is in force.
     pub(super) fn expected_hash(&self) -> Option<&CapabilityHash> {
-        self.hash.as_ref().filter(|_| self.checks.hash)
+        let checked = self.checked_ext().is_some_and(|e| e.capability_hash);
+        self.hash.as_ref().filter(|_| checked)
+    }
+
+    /// The extension as advertised, when its checks run on this session's exchanges.
+    pub(super) fn checked_ext(&self) -> Option<&ResumeSafety> {
+        self.ext.as_ref().filter(|_| self.checked)
     }
 
     /// The change notifications a modern `subscriptions/listen` asks for: those of the lists
