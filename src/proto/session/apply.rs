@@ -40,13 +40,12 @@ impl Session {
     /// when the decision is to carry on as if nothing happened (a trusting client ignoring an
     /// extension signal): the caller then goes on with what it was doing.
     pub(super) fn apply(&mut self, id: CallId, failure: Failure, now: Instant) -> bool {
-        let generation = self.life.generation();
         let ready = self.life.ready().is_some();
         let resend = self.config.resend_policy;
         let Some(call) = self.calls.get_mut(id) else {
             return false;
         };
-        let stale = call.attempt().generation() != generation || !ready;
+        let stale = !self.life.is_current(call.attempt().generation()) || !ready;
         // A stream of a replaced session cannot be resumed: its cursor and id are gone.
         let failure = match failure {
             Failure::StreamEnded {

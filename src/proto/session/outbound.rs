@@ -248,7 +248,6 @@ impl Session {
 
     /// A call's backoff ended.
     fn fire_retry(&mut self, id: CallId, now: Instant) {
-        let generation = self.life.generation();
         let ready = self.life.ready().is_some();
         let Some(call) = self.calls.get_mut(id) else {
             return;
@@ -260,7 +259,7 @@ impl Session {
         match then {
             Retry::Resend if ready => self.send_call(id),
             Retry::Resend => {}
-            Retry::Resume if ready && call.attempt().generation() == generation => {
+            Retry::Resume if ready && self.life.is_current(call.attempt().generation()) => {
                 self.send_resume(id)
             }
             Retry::Resume => {
@@ -357,11 +356,10 @@ impl Session {
         if self.is_modern() {
             return;
         }
-        let generation = self.life.generation();
         let Some(call) = self.calls.get(id) else {
             return;
         };
-        if call.attempt().generation() != generation {
+        if !self.life.is_current(call.attempt().generation()) {
             return;
         }
         let running: Vec<RequestId> = call.running_ids().cloned().collect();

@@ -447,7 +447,7 @@ impl Session {
         if self
             .calls
             .get(id)
-            .is_some_and(|c| c.attempt().generation() == self.life.generation())
+            .is_some_and(|c| self.life.is_current(c.attempt().generation()))
         {
             self.life.confirm();
         }

@@ -170,9 +170,10 @@ impl Lifecycle {
         }
     }
 
-    /// Which session the next exchange is sent on: bumped by every handshake.
-    pub(super) fn generation(&self) -> u64 {
-        self.generation
+    /// Whether what was sent on session `generation` was sent on the current one (a
+    /// handshake since has replaced it).
+    pub(super) fn is_current(&self, generation: u64) -> bool {
+        generation == self.generation
     }
 
     /// The era the server was found to speak.
