@@ -739,7 +739,7 @@ impl Session {
             // Refused unprocessed: there is nothing running to cancel.
             call.not_run();
         }
-        let modern = self.life.era() == Some(crate::proto::Era::Modern);
+        let modern = self.is_modern();
         if let Some((failure, cause)) = refusal
             .error
             .rpc_error()
