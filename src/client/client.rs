@@ -402,11 +402,21 @@ impl Client {
     }
 
     /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the session is
-    /// DELETEd (a server answering 405 is fine), and later calls fail with `Closed`.
+    /// DELETEd (a server answering 405 is fine), and later calls fail with `Closed`. With a
+    /// [ledger](crate::guide::restarts), it then finishes the writes its calls queued as they
+    /// ended (each within the call timeout), so a process that closes its client and exits
+    /// leaves no entry of a call that ended.
     pub async fn close(&self) -> Result<(), Error> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Close { reply })?;
-        self.wait(rx, self.shared.call_timeout).await.map(drop)
+        let closed = self.wait(rx, self.shared.call_timeout).await.map(drop);
+        // A call's entry is removed after the call has ended, off its caller's path: what
+        // the calls ended by now (those this close failed included) left queued is written
+        // here. A ledger that never finishes a write delays close, it does not hold it.
+        if let Some(writer) = self.core().writer.clone() {
+            let _ = tokio::time::timeout(self.shared.call_timeout, writer.flush()).await;
+        }
+        closed
     }
 
     fn send(&self, command: Command) -> Result<(), Error> {

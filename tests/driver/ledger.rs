@@ -22,6 +22,8 @@ struct Faulty {
     inner: MemoryLedger,
     /// Each write first waits this long.
     stall: Mutex<Duration>,
+    /// Each removal first waits this long.
+    remove_stall: Mutex<Duration>,
     /// Writes still to fail.
     fail: AtomicUsize,
     panic: std::sync::atomic::AtomicBool,
@@ -53,7 +55,13 @@ impl Ledger for Faulty {
     }
 
     fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
-        self.inner.remove(id)
+        Box::pin(async move {
+            let stall = *self.remove_stall.lock().unwrap();
+            if !stall.is_zero() {
+                tokio::time::sleep(stall).await;
+            }
+            self.inner.remove(id).await
+        })
     }
 
     fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
@@ -123,6 +131,27 @@ async fn a_call_is_recorded_before_its_request_leaves_and_forgotten_after() {
         }
     })
     .await;
+}
+
+/// `close` finishes the removals the calls that ended before it queued: a process that
+/// closes its client and exits leaves no entry of a finished call, even on a slow ledger.
+#[tokio::test]
+async fn close_finishes_the_removals_of_ended_calls() {
+    let ledger = Arc::new(Faulty::default());
+    *ledger.remove_stall.lock().unwrap() = Duration::from_millis(300);
+    let (server, _) = watching(ledger.clone()).await;
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let reply = guarded(client.call_tool(echo("one"))).await.unwrap();
+    assert_eq!(reply.text(), "one");
+    assert!(
+        !ledger.inner.is_empty(),
+        "the call ended before its entry's removal did"
+    );
+    guarded(client.close()).await.unwrap();
+    assert!(ledger.inner.is_empty(), "close waited for the removal");
 }
 
 /// A ledger that fails holds the call back, like a connection that cannot be made: it is

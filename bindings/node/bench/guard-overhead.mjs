@@ -10,7 +10,9 @@
 // The client is this package's (the Rust SDK), in this process; each round connects a fresh
 // session and the clock covers the calls only. Prints the median calls/s of each, their ratio,
 // each replica's CPU time per call (from /proc: Linux), and the machine's load average before
-// and after.
+// and after. A second bare replica runs beside them as a control: its ratio to the first
+// (A/A) is what two identical servers differ by in this run, the noise the guarded ratio is
+// to be read against (each Node process's own JIT and heap move it by several percent).
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { Client } from "../index.js";
@@ -49,25 +51,26 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const load = () => loadavg().map((l) => l.toFixed(2)).join(" ");
 
 console.log(`${calls} calls per round, ${rounds} rounds each, ${concurrency} in flight; load average (1 5 15 min) before: ${load()}`);
-console.log("| server kind | bare calls/s | guarded calls/s | guarded / bare | server CPU µs/call, bare | guarded |");
-console.log("|---|---|---|---|---|---|");
+console.log("| server kind | bare calls/s | guarded calls/s | guarded / bare | control / bare (A/A) | server CPU µs/call, bare | control | guarded |");
+console.log("|---|---|---|---|---|---|---|---|");
 for (const kind of [{ name: "SSE answers, event store", args: [] }, { name: "JSON answers", args: ["--json"] }]) {
   const bare = await Replica.start("--port", "0", "--no-guard", ...kind.args);
+  const control = await Replica.start("--port", "0", "--no-guard", ...kind.args);
   const guarded = await Replica.start("--port", "0", "--store", "memory", ...kind.args);
+  const replicas = { bare, control, guarded };
   try {
     // One round each to warm up (JIT, connections), not counted.
-    await round(bare);
-    await round(guarded);
-    const runs = { bare: [], guarded: [] };
+    for (const replica of Object.values(replicas)) await round(replica);
+    const runs = { bare: [], control: [], guarded: [] };
     for (let i = 0; i < rounds; i++) {
-      runs.bare.push(await round(bare));
-      runs.guarded.push(await round(guarded));
+      for (const [name, replica] of Object.entries(replicas)) runs[name].push(await round(replica));
     }
-    const [b, g] = [median(runs.bare.map((r) => r.rate)), median(runs.guarded.map((r) => r.rate))];
-    const [cb, cg] = [median(runs.bare.map((r) => r.cpuPerCall)), median(runs.guarded.map((r) => r.cpuPerCall))];
-    console.log(`| ${kind.name} | ${b.toFixed(0)} | ${g.toFixed(0)} | ${(g / b).toFixed(2)}x | ${cb.toFixed(0)} | ${cg.toFixed(0)} |`);
+    const rate = (name) => median(runs[name].map((r) => r.rate));
+    const cpu = (name) => median(runs[name].map((r) => r.cpuPerCall)).toFixed(0);
+    const [b, c, g] = [rate("bare"), rate("control"), rate("guarded")];
+    console.log(`| ${kind.name} | ${b.toFixed(0)} | ${g.toFixed(0)} | ${(g / b).toFixed(2)}x | ${(c / b).toFixed(2)}x | ${cpu("bare")} | ${cpu("control")} | ${cpu("guarded")} |`);
   } finally {
-    await Promise.all([bare.stop(), guarded.stop()]);
+    await Promise.all(Object.values(replicas).map((r) => r.stop()));
   }
 }
 console.log(`load average after: ${load()}`);

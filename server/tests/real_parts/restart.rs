@@ -100,6 +100,8 @@ fn ledger_worker() {
                     writeln!(out, "RECOVERED {}", serde_json::to_string(&report).unwrap()).unwrap();
                 }
                 out.flush().unwrap();
+                // The ended calls' entries are removed before the process exits.
+                let _ = client.close().await;
             }
             other => panic!("unknown mode {other}"),
         }
