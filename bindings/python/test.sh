@@ -8,6 +8,8 @@
 #   MCP_RESUME_PY_VENV the virtualenv (default: $CARGO_TARGET_DIR/python-venv)
 #   MCP_RESUME_PY_VENV_MCP2  the second one, `mcp` 2.x with FastMCP 4 and pydantic-ai on it
 #                      (default: $CARGO_TARGET_DIR/python-venv-mcp2)
+#   MCP_RESUME_MOCK_CLUSTER  the mock-cluster binary (default: built by
+#                      `cargo test --workspace --no-run`, a no-op after that command)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -26,11 +28,13 @@ export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 [ -d "$repo/tests/interop/node_modules" ] ||
   (cd "$repo/tests/interop" && npm ci --no-audit --no-fund --loglevel=error)
 
-# The mock cluster binary `cargo test --workspace` builds (its own tests run it): after that
-# command this is a no-op. The extension is a workspace of its own, built into the same
-# target directory.
-(cd "$repo" && cargo test --workspace --no-run --quiet)
-export MCP_RESUME_MOCK_CLUSTER="$CARGO_TARGET_DIR/debug/mock-cluster"
+# The mock cluster binary `cargo test --workspace` builds (its own tests run it; they pass
+# its path in MCP_RESUME_MOCK_CLUSTER). The extension is a workspace of its own, built into
+# the same target directory.
+if [ -z "${MCP_RESUME_MOCK_CLUSTER:-}" ]; then
+  (cd "$repo" && cargo test --workspace --no-run --quiet)
+  export MCP_RESUME_MOCK_CLUSTER="$CARGO_TARGET_DIR/debug/mock-cluster"
+fi
 # What a user installs: a wheel (cargo's dev profile, to reuse the build) and an sdist, both
 # checked by tests/test_packaging.py; the suite runs against the installed wheel.
 dist="$CARGO_TARGET_DIR/python-dist"

@@ -19,7 +19,7 @@
 
 use crate::interop_support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The last `max` lines of `text`: enough to read a failure without a wall of build output.
@@ -28,13 +28,26 @@ fn tail(text: &str, max: usize) -> String {
     lines[lines.len().saturating_sub(max)..].join("\n")
 }
 
+/// The mock cluster binary this `cargo test` built, beside the test binaries; `None` when it
+/// is not there (the scripts then build it).
+fn mock_cluster() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    // target/<profile>/deps/external-<hash> → target/<profile>/mock-cluster
+    let path = exe.parent()?.parent()?.join("mock-cluster");
+    path.is_file().then_some(path)
+}
+
 /// Runs a binding's `test.sh` and returns its stdout; a failure panics with the tails of
 /// both streams, after `details` (what the suite's own output says of its failed tests).
 fn run_suite(script: &Path, details: impl Fn(&str) -> String) -> String {
-    let out = Command::new("bash")
-        .arg(script)
-        .output()
-        .expect("bash runs");
+    let mut command = Command::new("bash");
+    command.arg(script);
+    // The binary this build made: a script building it again would wait on this build's lock
+    // and, with the other binding's extension built in between, compile part of it again.
+    if let Some(path) = mock_cluster() {
+        command.env("MCP_RESUME_MOCK_CLUSTER", path);
+    }
+    let out = command.output().expect("bash runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
