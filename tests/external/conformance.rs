@@ -25,7 +25,9 @@ use interop_support::{conformance_dir, ensure_npm_packages_in, node22_in};
 ///
 /// Cargo builds examples for `cargo test`, but not for `cargo test --test external`, and a
 /// binary lying in the target dir may be stale: asking cargo is the only reliable answer (it
-/// is a no-op when the example is up to date).
+/// is a no-op when the example is up to date). Asked for the whole workspace, as `cargo test
+/// --workspace` builds it: for the root package alone cargo resolves the dependencies'
+/// features otherwise and compiles tokio, serde_json, rmcp and the rest a second time.
 fn conformance_client() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -44,6 +46,7 @@ fn conformance_client() -> &'static Path {
         let out = Command::new(cargo)
             .args([
                 "build",
+                "--workspace",
                 "--example",
                 "conformance_client",
                 "--profile",
