@@ -116,12 +116,7 @@ impl Session {
             }
             Decision::Report => {
                 self.detach(id);
-                let error = self
-                    .calls
-                    .get_mut(id)
-                    .and_then(|c| c.take_cause())
-                    .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "request refused"));
-                self.complete(id, Err(error));
+                self.fail_with_cause(id, "request refused");
             }
         }
         false
@@ -221,6 +216,17 @@ impl Session {
             ));
         }
         self.fail_call(id, ErrorKind::OutcomeUnknown);
+    }
+
+    /// Ends call `id` with the failure it recorded as its cause, or a protocol error saying
+    /// `fallback` when it recorded none.
+    fn fail_with_cause(&mut self, id: CallId, fallback: &str) {
+        let error = self
+            .calls
+            .get_mut(id)
+            .and_then(|c| c.take_cause())
+            .unwrap_or_else(|| Error::new(ErrorKind::Protocol, fallback));
+        self.complete(id, Err(error));
     }
 
     /// Completes a call, exactly once.
@@ -377,14 +383,7 @@ impl Session {
         match result {
             Ok(_) if waiting => self.send_call(target),
             Ok(_) => {}
-            Err(_) => {
-                let error = self
-                    .calls
-                    .get_mut(target)
-                    .and_then(|c| c.take_cause())
-                    .unwrap_or_else(|| Error::new(ErrorKind::Protocol, "header mismatch"));
-                self.complete(target, Err(error));
-            }
+            Err(_) => self.fail_with_cause(target, "header mismatch"),
         }
     }
 }
