@@ -45,6 +45,7 @@ mod idempotency;
 mod ledger;
 mod records;
 mod resume;
+mod scan;
 mod sse;
 mod watch;
 
@@ -661,6 +662,20 @@ fn classify_post(
     headers: &HeaderMap,
     in_session: bool,
 ) -> Result<Plan, Answer> {
+    match plain_plan(keys, body, headers, in_session) {
+        Some(plan) => Ok(plan),
+        None => read_post(keys, lease, body, headers, in_session),
+    }
+}
+
+/// [`classify_post`] by the deserializer: any body.
+fn read_post(
+    keys: bool,
+    lease: Duration,
+    body: &[u8],
+    headers: &HeaderMap,
+    in_session: bool,
+) -> Result<Plan, Answer> {
     let session_plan = |requests: Vec<Value>| {
         if in_session {
             Plan::Session { requests }
@@ -668,8 +683,8 @@ fn classify_post(
             Plan::Pass
         }
     };
-    // The common case, a single message, read without building it: only what the rules look
-    // at is kept (method, id, the call's name and key); the rest is skipped.
+    // A single message, read without building it: only what the rules look at is kept
+    // (method, id, the call's name and key); the rest is skipped.
     if let Ok(m) = serde_json::from_slice::<probe::Message<'_>>(body) {
         let id = match m.id {
             Some(id @ (Value::String(_) | Value::Number(_))) if m.method.is_some() => id,
@@ -751,6 +766,65 @@ fn classify_post(
     })
 }
 
+/// The plan of the most common POST, a single request that holds no key, read by its members
+/// alone ([`scan`]); `None` leaves the body to the deserializer ([`read_post`]): anything
+/// keyed or odd, and `initialize`/`server/discover`, whose plans need more of the body.
+fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) -> Option<Plan> {
+    let (mut method, mut id, mut params) = (None, None, None);
+    let mut twice = false;
+    scan::members(body, |key, value| {
+        let slot = match key {
+            b"method" => &mut method,
+            b"id" => &mut id,
+            b"params" => &mut params,
+            _ => return,
+        };
+        twice |= slot.replace(value).is_some();
+    })?;
+    if twice {
+        return None;
+    }
+    let method = scan::plain_str(method?)?;
+    let id = scan::id(id?)?;
+    match method {
+        "initialize" | "server/discover" if !in_session => return None,
+        "tools/call"
+            if keys
+                && (headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER) || carries_key(params)?) =>
+        {
+            return None
+        }
+        _ => {}
+    }
+    Some(if in_session {
+        Plan::Session { requests: vec![id] }
+    } else {
+        Plan::Pass
+    })
+}
+
+/// Whether a call's params name a key in either place (`Some(true)` even for a null or an
+/// invalid one: those are the deserializer's to judge); `None` when they could not be read.
+fn carries_key(params: Option<&[u8]>) -> Option<bool> {
+    let Some(params) = params else {
+        return Some(false);
+    };
+    let mut meta = None;
+    let mut keyed = false;
+    scan::members(params, |key, value| match key {
+        b"idempotencyKey" => keyed = true,
+        // Twice: the deserializer decides which one counts.
+        b"_meta" => keyed |= meta.replace(value).is_some(),
+        _ => {}
+    })?;
+    if let (Some(meta), false) = (meta, keyed) {
+        scan::members(meta, |key, _| {
+            keyed |= key == wire::IDEMPOTENCY_META_KEY.as_bytes();
+        })?;
+    }
+    Some(keyed)
+}
+
 /// Shapes read off a POST body without building it.
 mod probe {
     use std::borrow::Cow;
@@ -810,5 +884,115 @@ impl SplitMix {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A POST body put together from parts the rules look at, written in the ways a client
+    /// may write them.
+    fn body() -> impl Strategy<Value = String> {
+        let method = prop::sample::select(vec![
+            r#""tools/call""#,
+            r#""tools/call""#,
+            r#""tools/call""#,
+            r#""initialize""#,
+            r#""server/discover""#,
+            r#""tools/list""#,
+            r#""tools\/call""#,
+            "7",
+        ]);
+        let id = prop::sample::select(vec![
+            "1",
+            "-2",
+            "0.5",
+            r#""a""#,
+            r#""a\"b""#,
+            "null",
+            "{}",
+            "01",
+        ]);
+        let key = prop::sample::select(vec![
+            "",
+            r#","idempotencyKey":"k1""#,
+            r#","idempotencyKey":null"#,
+            r#","idempotencyKey":5"#,
+            r#","_meta":{"io.github.mcp-resume/idempotency-key":"k1"}"#,
+            r#","_meta":{"io.github.mcp-resume\/idempotency-key":"k1"}"#,
+            r#","_meta":{"other":1}"#,
+            r#","_meta":null"#,
+            r#","_meta":{"a":1},"_meta":{"io.github.mcp-resume/idempotency-key":"k1"}"#,
+        ]);
+        let args = prop::sample::select(vec![
+            r#"{"text":"bench"}"#,
+            r#"{"text":"\"idempotencyKey\":\"}"}"#,
+            "[1,{}]",
+            "null",
+        ]);
+        let params = (key, args)
+            .prop_map(|(key, args)| format!(r#"{{"name":"echo","arguments":{args}{key}}}"#));
+        let params = prop_oneof![params, Just("null".to_owned()), Just("[]".to_owned())];
+        let rarely = || prop::bool::weighted(0.15);
+        let flags = (any::<bool>(), rarely(), rarely(), any::<bool>());
+        (method, id, params, flags).prop_map(|(method, id, params, (a, b, c, d))| {
+            let mut members = vec![
+                format!(r#""jsonrpc":"2.0""#),
+                format!(r#""method":{method}"#),
+                format!(r#""id":{id}"#),
+                format!(r#""params":{params}"#),
+            ];
+            if a {
+                members.swap(1, 3);
+            }
+            if b {
+                members.remove(2);
+            }
+            if c {
+                members.push(format!(r#""id":{id}"#));
+            }
+            let sep = if d { " , " } else { "," };
+            format!("{{{}}}", members.join(sep))
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        /// The members-only reading gives the deserializer's plan or stands aside.
+        #[test]
+        fn the_plain_plan_is_the_deserializers_or_none(
+            body in body(),
+            keys in any::<bool>(),
+            in_session in any::<bool>(),
+            header in any::<bool>(),
+        ) {
+            let mut headers = HeaderMap::new();
+            if header {
+                headers.insert(wire::IDEMPOTENCY_KEY_HEADER, HeaderValue::from_static("k1"));
+            }
+            let lease = Duration::from_secs(10);
+            if let Some(plain) = plain_plan(keys, body.as_bytes(), &headers, in_session) {
+                let read = read_post(keys, lease, body.as_bytes(), &headers, in_session);
+                prop_assert_eq!(format!("{:?}", Ok::<_, ()>(plain)), format!("{:?}", read.map_err(|_| ())));
+            }
+        }
+    }
+
+    #[test]
+    fn an_unkeyed_call_is_read_plainly_and_anything_keyed_is_not() {
+        let headers = HeaderMap::new();
+        let plain = |body: &str| plain_plan(true, body.as_bytes(), &headers, true);
+        let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}"#;
+        assert!(
+            matches!(plain(call), Some(Plan::Session { requests }) if requests == [Value::from(2)])
+        );
+        let keyed = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"io.github.mcp-resume/idempotency-key":"k"}}}"#;
+        assert!(plain(keyed).is_none());
+        let standard =
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"idempotencyKey":"k"}}"#;
+        assert!(plain(standard).is_none());
     }
 }

@@ -15,6 +15,7 @@ use super::answer::Answer;
 use super::idempotency::stamp_result;
 use super::records::{SessionRecord, StoreOp, StoredOutcome};
 use super::resume::RejectReason;
+use super::scan;
 use super::sse::{Block, Splitter};
 use super::{Guard, GuardAccess};
 use crate::ids::{
@@ -513,13 +514,9 @@ impl Watch {
                 }
             } else if let (Some(n), Some(seq)) = (&self.numbering, seq) {
                 // Only which request an answer belongs to matters here: read that alone.
-                if let Some(probe) = parse_data::<AnswerProbe>(data) {
-                    if let (Some(id), true) =
-                        (probe.id, probe.result.is_some() || probe.error.is_some())
-                    {
-                        let stream = n.stream;
-                        guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
-                    }
+                if let Some(id) = answered_id(data) {
+                    let stream = n.stream;
+                    guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
                 }
             }
         }
@@ -692,6 +689,40 @@ fn parse_data<T: serde::de::DeserializeOwned>(data: &[u8]) -> Option<T> {
     }
 }
 
+/// The id of the answer an event's data carries, if it carries one: a message with an id and
+/// a `result` or an `error` (not null). Read by its members alone when they are plain, else
+/// by the deserializer.
+fn answered_id(data: &[u8]) -> Option<Value> {
+    let (mut id, mut result, mut error, mut twice) = (None, None, None, false);
+    let plain = scan::members(data, |key, value| {
+        let slot = match key {
+            b"id" => &mut id,
+            b"result" => &mut result,
+            b"error" => &mut error,
+            _ => return,
+        };
+        twice |= slot.replace(value).is_some();
+    });
+    let set = |v: Option<&[u8]>| v.is_some_and(|v| v != b"null");
+    if plain.is_some() && !twice {
+        if !(set(result) || set(error)) {
+            return None;
+        }
+        match id.map(scan::id) {
+            None => return None,
+            Some(Some(id)) => return Some(id),
+            // An id written with escapes (or not a string or number): the long way.
+            Some(None) => {}
+        }
+    }
+    let probe = parse_data::<AnswerProbe>(data)?;
+    if probe.result.is_some() || probe.error.is_some() {
+        probe.id
+    } else {
+        None
+    }
+}
+
 /// An answer's id, its body skipped.
 #[derive(serde::Deserialize)]
 struct AnswerProbe {
@@ -747,5 +778,29 @@ mod tests {
         assert_eq!(value["id"], "a\u{fffd}");
         assert_eq!(value["result"]["text"], "\u{fffd}");
         assert!(parse_data::<Value>(b"{\"id\":").is_none());
+    }
+
+    #[test]
+    fn an_answer_is_told_by_its_id_and_a_result_or_error_that_is_not_null() {
+        let cases: [(&[u8], Option<Value>); 9] = [
+            (
+                br#"{"jsonrpc":"2.0","id":7,"result":{"a":"}"}}"#,
+                Some(7.into()),
+            ),
+            (br#"{"error":{"code":1},"id":"x"}"#, Some("x".into())),
+            (br#"{"id":"a\"b","result":1}"#, Some("a\"b".into())),
+            (br#"{"id":7,"result":null}"#, None),
+            (br#"{"id":7,"method":"ping"}"#, None),
+            (br#"{"result":{}}"#, None),
+            (br#"{"id":7,"id":8,"result":{}}"#, None),
+            (
+                br#"{"id":{"x":1},"result":{}}"#,
+                Some(serde_json::json!({"x":1})),
+            ),
+            (br#"{"id":7,"result":{}"#, None),
+        ];
+        for (data, want) in cases {
+            assert_eq!(answered_id(data), want, "{}", String::from_utf8_lossy(data));
+        }
     }
 }

@@ -1,0 +1,235 @@
+//! A look at a JSON object's members without parsing it: each member's key and the bytes of
+//! its value. The rules read two or three members of the common messages (an unkeyed call,
+//! an answer event); a deserializer would carry every byte through its visitor to get them.
+//!
+//! This follows the structure (strings, nesting) and checks nothing else: a caller only takes
+//! its word for a message it would pass the same way whatever the rest held. Anything it
+//! cannot follow plainly (a key written with escapes, a value left open, nesting deeper than
+//! a deserializer would accept) is a give-up (`None`), and the caller reads the message the
+//! long way.
+
+use serde_json::Value;
+
+/// Nesting deeper than this is left to the deserializer (whose own limit is the same).
+const MAX_DEPTH: usize = 128;
+
+/// Calls `member` with each member's key (without its quotes) and value (its bytes, trimmed)
+/// of the object `bytes` holds. `None` when it gave up.
+pub(crate) fn members<'a>(
+    bytes: &'a [u8],
+    mut member: impl FnMut(&'a [u8], &'a [u8]),
+) -> Option<()> {
+    let mut at = skip_ws(bytes, 0);
+    if bytes.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_ws(bytes, at + 1);
+    if bytes.get(at) == Some(&b'}') {
+        return trailing_ws_only(bytes, at + 1);
+    }
+    loop {
+        if bytes.get(at) != Some(&b'"') {
+            return None;
+        }
+        let (key_end, escaped) = string_end(bytes, at)?;
+        if escaped {
+            return None;
+        }
+        let key = &bytes[at + 1..key_end - 1];
+        at = skip_ws(bytes, key_end);
+        if bytes.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_ws(bytes, at + 1);
+        let end = value_end(bytes, start)?;
+        member(key, &bytes[start..end]);
+        at = skip_ws(bytes, end);
+        match bytes.get(at) {
+            Some(b',') => at = skip_ws(bytes, at + 1),
+            Some(b'}') => return trailing_ws_only(bytes, at + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// A string value without escapes, as text; `None` for anything else.
+pub(crate) fn plain_str(value: &[u8]) -> Option<&str> {
+    let inner = value.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.iter().any(|b| matches!(b, b'\\' | b'"')) {
+        return None;
+    }
+    std::str::from_utf8(inner).ok()
+}
+
+/// A JSON-RPC id (a string or a number) as the deserializer would read it; `None` for any
+/// other value (or one this cannot read plainly).
+pub(crate) fn id(value: &[u8]) -> Option<Value> {
+    match value.first()? {
+        b'"' => plain_str(value).map(Value::from),
+        b'-' | b'0'..=b'9' => {
+            if value.len() <= 18 && value.iter().all(u8::is_ascii_digit) && !leading_zero(value) {
+                // Plain digits: the common id, read without the deserializer.
+                let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+                return Some(Value::from(n));
+            }
+            match serde_json::from_slice::<Value>(value).ok()? {
+                n @ Value::Number(_) => Some(n),
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+fn leading_zero(digits: &[u8]) -> bool {
+    digits.len() > 1 && digits[0] == b'0'
+}
+
+fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(at) {
+        at += 1;
+    }
+    at
+}
+
+fn trailing_ws_only(bytes: &[u8], at: usize) -> Option<()> {
+    (skip_ws(bytes, at) == bytes.len()).then_some(())
+}
+
+/// Where the string opening at `start` (a `"`) ends, past its closing quote, and whether it
+/// holds an escape.
+fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
+    let mut escaped = false;
+    let mut at = start + 1;
+    loop {
+        at += memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
+        if bytes[at] == b'"' {
+            return Some((at + 1, escaped));
+        }
+        // An escape: the next byte is its, whatever it is.
+        escaped = true;
+        at += 2;
+    }
+}
+
+/// Where the value starting at `start` ends.
+fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
+    match bytes.get(start)? {
+        b'"' => string_end(bytes, start).map(|(end, _)| end),
+        b'{' | b'[' => nested_end(bytes, start),
+        _ => {
+            let len = bytes[start..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(bytes.len() - start);
+            (len > 0).then_some(start + len)
+        }
+    }
+}
+
+/// Where the object or array opening at `start` ends, past its closing bracket.
+fn nested_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut at = start;
+    loop {
+        let i = bytes[at..]
+            .iter()
+            .position(|b| matches!(b, b'"' | b'{' | b'[' | b'}' | b']'))?;
+        at += i;
+        match bytes[at] {
+            b'"' => {
+                at = string_end(bytes, at)?.0;
+                continue;
+            }
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return None;
+                }
+            }
+            _ => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(at + 1);
+                }
+            }
+        }
+        at += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all(bytes: &[u8]) -> Option<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        members(bytes, |k, v| {
+            out.push((
+                String::from_utf8_lossy(k).into_owned(),
+                String::from_utf8_lossy(v).into_owned(),
+            ));
+        })?;
+        Some(out)
+    }
+
+    #[test]
+    fn members_are_read_with_their_values_whatever_those_hold() {
+        let got =
+            all(br#" { "a" : 1 , "b":{"c":["}",{"d":"\"]"}]},"e":"x\\","f":-2.5e3,"g":null} "#)
+                .unwrap();
+        let want = [
+            ("a", "1"),
+            ("b", r#"{"c":["}",{"d":"\"]"}]}"#),
+            ("e", r#""x\\""#),
+            ("f", "-2.5e3"),
+            ("g", "null"),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(all(b"{}"), Some(vec![]));
+        // Strings past the first bytes a plain loop looks at.
+        let long = format!(
+            r#"{{"{k}":"{v}\"{v}","b":[1]}}"#,
+            k = "k".repeat(40),
+            v = "v".repeat(30)
+        );
+        let got = all(long.as_bytes()).unwrap();
+        assert_eq!(got[0].1, format!(r#""{v}\"{v}""#, v = "v".repeat(30)));
+        assert_eq!(got[1].1, "[1]");
+    }
+
+    #[test]
+    fn what_it_cannot_follow_plainly_is_given_up() {
+        for bad in [
+            &b"[1]"[..],
+            b"{\"a\":1",
+            b"{\"a\":1}x",
+            b"{\"a\":{\"b\":1}",
+            b"{\"a\":\"open}",
+            b"{\"\\u0069d\":1}",
+            b"{\"a\" 1}",
+            b"{\"a\":}",
+            b"{\"a\":1,}",
+            b"",
+        ] {
+            assert_eq!(all(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert_eq!(all(deep.as_bytes()), None);
+    }
+
+    #[test]
+    fn ids_read_as_the_deserializer_reads_them() {
+        for text in ["7", "0", "-3", "1.5", "123456789012345678901", "\"a-1\""] {
+            let want: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(id(text.as_bytes()), Some(want), "{text}");
+        }
+        for text in ["null", "{}", "[]", "true", "\"a\\\"b\"", "01", "-"] {
+            assert_eq!(id(text.as_bytes()), None, "{text}");
+        }
+    }
+}
