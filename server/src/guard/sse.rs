@@ -14,6 +14,9 @@ pub(crate) struct Block {
     raw: Bytes,
     id: Option<Field>,
     data: Option<Field>,
+    /// `raw[start..end]` is the block's only `id` line with its `\n`, when the block has one
+    /// and no `\r` anywhere: the block is then rewritten by splicing, not line by line.
+    lone_id_line: Option<(usize, usize)>,
 }
 
 /// A field's value: most are one line, read in place from the block's bytes (no copy per
@@ -63,6 +66,12 @@ impl Block {
             out.put_slice(id.as_bytes());
             out.put_u8(b'\n');
         }
+        if let (Some(_), None, Some((start, end))) = (id, data, self.lone_id_line) {
+            // Every other line is written as received: the bytes around the id line.
+            out.put_slice(&self.raw[..start]);
+            out.put_slice(&self.raw[end..]);
+            return;
+        }
         let mut data_written = false;
         for line in lines(&self.raw) {
             if line.is_empty() {
@@ -103,6 +112,10 @@ pub(crate) struct Splitter {
     max_block: usize,
     id: Option<Field>,
     data: Option<Field>,
+    /// The current block's `id` lines: how many, the span of the last one; and whether it
+    /// has a `\r`.
+    id_lines: (u32, usize, usize),
+    has_cr: bool,
 }
 
 /// A block grew over the bound: splitting stops; `pending` are the bytes held so far, to be
@@ -124,6 +137,8 @@ impl Splitter {
             max_block,
             id: None,
             data: None,
+            id_lines: (0, 0, 0),
+            has_cr: false,
         }
     }
 
@@ -150,6 +165,7 @@ impl Splitter {
                 continue;
             }
             self.after_cr = b == b'\r';
+            self.has_cr |= self.after_cr;
             let line = &self.buf[self.line_start..self.scanned - 1];
             if line.is_empty() {
                 out.push(self.take_block());
@@ -176,10 +192,17 @@ impl Splitter {
         let raw = self.buf.split_to(self.scanned).freeze();
         self.line_start = 0;
         self.scanned = 0;
+        let lone_id_line = match (std::mem::take(&mut self.id_lines), self.has_cr) {
+            ((1, start, end), false) => Some((start, end)),
+            _ => None,
+        };
+        // A block that ended at a `\r` may leave the `\n` of its `\r\n` to the next one.
+        self.has_cr = self.after_cr;
         Block {
             raw,
             id: self.id.take(),
             data: self.data.take(),
+            lone_id_line,
         }
     }
 }
@@ -198,6 +221,10 @@ impl Splitter {
             }
         }
         let value = Field::Span(start, line_end);
+        if name == b"id" {
+            // With its terminator (a `\n`: a block with a `\r` is not spliced).
+            self.id_lines = (self.id_lines.0 + 1, line_start, self.scanned);
+        }
         match name {
             b"id" if !self.buf[start..line_end].contains(&0) => self.id = Some(value),
             b"data" => {
@@ -290,6 +317,24 @@ mod tests {
             &out[..],
             b"id: s-2\nevent: message\nretry: 10\ndata: {\"a\":1}\n\n"
         );
+    }
+
+    #[test]
+    fn a_spliced_block_is_written_as_line_by_line() {
+        let input: &[u8] = b"id: a\ndata: x\n\n: c\nid: b\nevent: e\n\nid\n\nid: 1\nid: 2\ndata: y\n\nevent: f\r\nid: g\r\n\r\ndata: z\nid: h\n\n";
+        let blocks = split_all(input, 5);
+        let spliced = blocks.iter().filter(|b| b.lone_id_line.is_some()).count();
+        assert_eq!(spliced, 3, "one id line and no \\r: spliced");
+        for block in &blocks {
+            let (mut fast, mut slow) = (BytesMut::new(), BytesMut::new());
+            block.write_with(Some("s-9"), None, &mut fast);
+            let by_lines = Block {
+                lone_id_line: None,
+                ..block.clone()
+            };
+            by_lines.write_with(Some("s-9"), None, &mut slow);
+            assert_eq!(fast, slow, "{:?}", block.raw());
+        }
     }
 
     #[test]
