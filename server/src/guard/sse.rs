@@ -1,17 +1,19 @@
 //! SSE blocks as they pass: split, read (`id`, `data`), written back with another `id`.
 //!
 //! The guard does not re-encode what it does not change: a block is kept as its raw lines,
-//! and only its `id:` line is replaced. Blocks are bounded; one over the bound ends the
-//! splitting (the caller passes the rest through untouched).
+//! and only its `id:` line is replaced. A block is read where it lies, in the chunk that
+//! completed it; only a block split across chunks is copied (until its end arrives). Blocks
+//! are bounded; one over the bound ends the splitting (the caller passes the rest through
+//! untouched).
 
 use std::borrow::Cow;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// One SSE block (the lines up to a blank line): an event, or a `retry:`/comment-only block.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Block {
-    raw: Bytes,
+pub(crate) struct Block<'a> {
+    raw: &'a [u8],
     id: Option<Field>,
     data: Option<Field>,
     /// `raw[start..end]` is the block's only `id` line with its `\n`, when the block has one
@@ -37,25 +39,25 @@ impl Field {
     }
 }
 
-impl Block {
+impl Block<'_> {
     /// The `id` field's value, when the block sets one (the last one wins, as in the
     /// specification; a value containing NUL is ignored, as there).
     pub(crate) fn id(&self) -> Option<Cow<'_, str>> {
         self.id
             .as_ref()
-            .map(|f| String::from_utf8_lossy(f.bytes(&self.raw)))
+            .map(|f| String::from_utf8_lossy(f.bytes(self.raw)))
     }
 
     /// The `data` fields joined by `\n`, as bytes (a JSON parser reads them as they are, its
     /// strings checked as it goes: no pass over them to check their UTF-8 first); `None` when
     /// the block has no data line.
     pub(crate) fn data(&self) -> Option<&[u8]> {
-        self.data.as_ref().map(|f| f.bytes(&self.raw))
+        self.data.as_ref().map(|f| f.bytes(self.raw))
     }
 
     /// The block as received, with its terminating blank line.
-    pub(crate) fn raw(&self) -> &Bytes {
-        &self.raw
+    pub(crate) fn raw(&self) -> &[u8] {
+        self.raw
     }
 
     /// Writes the block with `id` as its only `id` line (first), and `data` replacing its
@@ -73,7 +75,7 @@ impl Block {
             return;
         }
         let mut data_written = false;
-        for line in lines(&self.raw) {
+        for line in lines(self.raw) {
             if line.is_empty() {
                 continue;
             }
@@ -100,12 +102,16 @@ impl Block {
 }
 
 /// Splits a byte stream into [`Block`]s, at most `max_block` bytes each.
+///
+/// Positions are kept from the start of the block being read: in `buf` when it was carried
+/// over from an earlier chunk, else in the chunk being fed.
 #[derive(Debug)]
 pub(crate) struct Splitter {
+    /// An incomplete block's bytes, carried over to the next chunk.
     buf: BytesMut,
-    /// Where the current line starts in `buf`.
+    /// Where the current line starts.
     line_start: usize,
-    /// Bytes of `buf` already scanned for line ends.
+    /// Bytes already scanned for line ends.
     scanned: usize,
     /// The last byte scanned was a `\r`: a `\n` right after it belongs to the same line end.
     after_cr: bool,
@@ -142,36 +148,25 @@ impl Splitter {
         }
     }
 
-    /// Feeds bytes; complete blocks are pushed to `out`.
-    pub(crate) fn feed(&mut self, chunk: &[u8], out: &mut Vec<Block>) -> Result<(), Overflow> {
-        self.buf.extend_from_slice(chunk);
-        while self.scanned < self.buf.len() {
-            let b = self.buf[self.scanned];
-            self.scanned += 1;
-            if self.after_cr {
-                self.after_cr = false;
-                if b == b'\n' {
-                    // The `\n` of a `\r\n`: the line already ended at the `\r`.
-                    self.line_start = self.scanned;
-                    continue;
-                }
+    /// Feeds bytes: each block they complete goes to `each`, in order, until it returns
+    /// false (the rest of the chunk is then dropped: the caller stops splitting).
+    pub(crate) fn feed(
+        &mut self,
+        chunk: &[u8],
+        mut each: impl FnMut(Block<'_>) -> bool,
+    ) -> Result<(), Overflow> {
+        if self.buf.is_empty() {
+            let (done, go_on) = self.scan(chunk, &mut each);
+            if go_on {
+                self.buf.extend_from_slice(&chunk[done..]);
             }
-            if b != b'\n' && b != b'\r' {
-                let rest = memchr::memchr2(b'\n', b'\r', &self.buf[self.scanned..]);
-                self.scanned = match rest {
-                    Some(i) => self.scanned + i,
-                    None => self.buf.len(),
-                };
-                continue;
-            }
-            self.after_cr = b == b'\r';
-            self.has_cr |= self.after_cr;
-            let line = &self.buf[self.line_start..self.scanned - 1];
-            if line.is_empty() {
-                out.push(self.take_block());
-            } else {
-                self.read_field();
-                self.line_start = self.scanned;
+        } else {
+            self.buf.extend_from_slice(chunk);
+            let mut buf = std::mem::take(&mut self.buf);
+            let (done, go_on) = self.scan(&buf, &mut each);
+            if go_on {
+                buf.advance(done);
+                self.buf = buf;
             }
         }
         if self.buf.len() > self.max_block {
@@ -188,8 +183,48 @@ impl Splitter {
         std::mem::take(&mut self.buf).freeze()
     }
 
-    fn take_block(&mut self) -> Block {
-        let raw = self.buf.split_to(self.scanned).freeze();
+    /// Scans `src`, whose first byte is the current block's; says how many bytes the blocks
+    /// given out took, and whether `each` wants more.
+    fn scan(&mut self, src: &[u8], each: &mut impl FnMut(Block<'_>) -> bool) -> (usize, bool) {
+        let mut base = 0;
+        while base + self.scanned < src.len() {
+            let block = &src[base..];
+            let b = block[self.scanned];
+            self.scanned += 1;
+            if self.after_cr {
+                self.after_cr = false;
+                if b == b'\n' {
+                    // The `\n` of a `\r\n`: the line already ended at the `\r`.
+                    self.line_start = self.scanned;
+                    continue;
+                }
+            }
+            if b != b'\n' && b != b'\r' {
+                let rest = memchr::memchr2(b'\n', b'\r', &block[self.scanned..]);
+                self.scanned = match rest {
+                    Some(i) => self.scanned + i,
+                    None => block.len(),
+                };
+                continue;
+            }
+            self.after_cr = b == b'\r';
+            self.has_cr |= self.after_cr;
+            if self.line_start == self.scanned - 1 {
+                let end = self.scanned;
+                let done = self.take_block(&block[..end]);
+                base += end;
+                if !each(done) {
+                    return (base, false);
+                }
+            } else {
+                self.read_field(block);
+                self.line_start = self.scanned;
+            }
+        }
+        (base, true)
+    }
+
+    fn take_block<'a>(&mut self, raw: &'a [u8]) -> Block<'a> {
         self.line_start = 0;
         self.scanned = 0;
         let lone_id_line = match (std::mem::take(&mut self.id_lines), self.has_cr) {
@@ -205,18 +240,16 @@ impl Splitter {
             lone_id_line,
         }
     }
-}
 
-impl Splitter {
-    /// Reads the line that just ended (`buf[line_start..scanned - 1]`).
-    fn read_field(&mut self) {
+    /// Reads the line that just ended (`block[line_start..scanned - 1]`).
+    fn read_field(&mut self, block: &[u8]) {
         let (line_start, line_end) = (self.line_start, self.scanned - 1);
-        let line = &self.buf[line_start..line_end];
+        let line = &block[line_start..line_end];
         let name = field_name(line);
         let mut start = line_start + name.len();
-        if self.buf[start..line_end].first() == Some(&b':') {
+        if block[start..line_end].first() == Some(&b':') {
             start += 1;
-            if self.buf[start..line_end].first() == Some(&b' ') {
+            if block[start..line_end].first() == Some(&b' ') {
                 start += 1;
             }
         }
@@ -226,14 +259,14 @@ impl Splitter {
             self.id_lines = (self.id_lines.0 + 1, line_start, self.scanned);
         }
         match name {
-            b"id" if !self.buf[start..line_end].contains(&0) => self.id = Some(value),
+            b"id" if !block[start..line_end].contains(&0) => self.id = Some(value),
             b"data" => {
                 self.data = Some(match self.data.take() {
                     None => value,
                     Some(earlier) => {
-                        let mut joined = earlier.bytes(&self.buf).to_vec();
+                        let mut joined = earlier.bytes(block).to_vec();
                         joined.push(b'\n');
-                        joined.extend_from_slice(value.bytes(&self.buf));
+                        joined.extend_from_slice(value.bytes(block));
                         Field::Joined(joined)
                     }
                 });
@@ -273,11 +306,43 @@ fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
 mod tests {
     use super::*;
 
-    fn split_all(input: &[u8], chunk: usize) -> Vec<Block> {
+    /// A block kept past the chunk that completed it.
+    #[derive(Debug, PartialEq, Eq)]
+    struct Kept {
+        raw: Vec<u8>,
+        id: Option<Field>,
+        data: Option<Field>,
+        lone_id_line: Option<(usize, usize)>,
+    }
+
+    impl Kept {
+        fn block(&self) -> Block<'_> {
+            Block {
+                raw: &self.raw,
+                id: self.id.clone(),
+                data: self.data.clone(),
+                lone_id_line: self.lone_id_line,
+            }
+        }
+    }
+
+    fn keep(out: &mut Vec<Kept>) -> impl FnMut(Block<'_>) -> bool + '_ {
+        |b| {
+            out.push(Kept {
+                raw: b.raw.to_vec(),
+                id: b.id,
+                data: b.data,
+                lone_id_line: b.lone_id_line,
+            });
+            true
+        }
+    }
+
+    fn split_all(input: &[u8], chunk: usize) -> Vec<Kept> {
         let mut s = Splitter::new(1024);
         let mut out = Vec::new();
         for part in input.chunks(chunk.max(1)) {
-            s.feed(part, &mut out).unwrap();
+            s.feed(part, keep(&mut out)).unwrap();
         }
         out
     }
@@ -290,21 +355,22 @@ mod tests {
             assert_eq!(split_all(input, chunk), whole, "chunk {chunk}");
         }
         assert_eq!(whole.len(), 4);
-        assert_eq!(whole[0].id().as_deref(), Some("a"));
-        assert_eq!(whole[0].data(), Some(&b"x"[..]));
-        assert_eq!(whole[1].id().as_deref(), None);
+        assert_eq!(whole[0].block().id().as_deref(), Some("a"));
+        assert_eq!(whole[0].block().data(), Some(&b"x"[..]));
+        assert_eq!(whole[1].block().id().as_deref(), None);
         // A block ends at its blank line's first byte; the stream of bytes is unchanged.
-        assert_eq!(whole[1].raw().as_ref(), b"retry: 5\r\n\r");
-        assert_eq!(whole[2].raw().as_ref(), b"\n: ping\r\r");
-        let joined: Vec<u8> = whole.iter().flat_map(|b| b.raw().to_vec()).collect();
+        assert_eq!(whole[1].block().raw(), b"retry: 5\r\n\r");
+        assert_eq!(whole[2].block().raw(), b"\n: ping\r\r");
+        let joined: Vec<u8> = whole.iter().flat_map(|b| b.raw.clone()).collect();
         assert_eq!(joined, input);
-        assert_eq!(whole[3].id().as_deref(), Some("b"));
-        assert_eq!(whole[3].data(), Some(&b"1\n2"[..]));
+        assert_eq!(whole[3].block().id().as_deref(), Some("b"));
+        assert_eq!(whole[3].block().data(), Some(&b"1\n2"[..]));
     }
 
     #[test]
     fn a_block_is_written_back_with_another_id_and_nothing_else_changed() {
-        let b = &split_all(b"event: message\nid: inner/7\nretry: 10\ndata: {}\n\n", 3)[0];
+        let kept = &split_all(b"event: message\nid: inner/7\nretry: 10\ndata: {}\n\n", 3)[0];
+        let b = kept.block();
         let mut out = BytesMut::new();
         b.write_with(Some("s-1"), None, &mut out);
         assert_eq!(
@@ -325,7 +391,8 @@ mod tests {
         let blocks = split_all(input, 5);
         let spliced = blocks.iter().filter(|b| b.lone_id_line.is_some()).count();
         assert_eq!(spliced, 3, "one id line and no \\r: spliced");
-        for block in &blocks {
+        for kept in &blocks {
+            let block = kept.block();
             let (mut fast, mut slow) = (BytesMut::new(), BytesMut::new());
             block.write_with(Some("s-9"), None, &mut fast);
             let by_lines = Block {
@@ -340,19 +407,43 @@ mod tests {
     #[test]
     fn empty_data_and_ids_without_data_are_kept() {
         let b = &split_all(b"id: p\ndata:\n\n", 1)[0];
-        assert_eq!(b.id().as_deref(), Some("p"));
-        assert_eq!(b.data(), Some(&b""[..]));
+        assert_eq!(b.block().id().as_deref(), Some("p"));
+        assert_eq!(b.block().data(), Some(&b""[..]));
         let b = &split_all(b"id: q\n\n", 1)[0];
-        assert_eq!(b.data(), None);
+        assert_eq!(b.block().data(), None);
     }
 
     #[test]
     fn an_oversized_block_stops_the_splitting() {
         let mut s = Splitter::new(8);
         let mut out = Vec::new();
-        s.feed(b"data: 1\n\n", &mut out).unwrap();
-        let err = s.feed(b"data: 0123456789", &mut out).unwrap_err();
+        s.feed(b"data: 1\n\n", keep(&mut out)).unwrap();
+        let err = s.feed(b"data: 0123456789", keep(&mut out)).unwrap_err();
         assert_eq!(&err.pending[..], b"data: 0123456789");
         assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn a_block_split_across_chunks_is_carried_and_a_stop_is_honoured() {
+        let mut s = Splitter::new(1024);
+        let mut out = Vec::new();
+        s.feed(b"id: a\ndata: x\n\nid: b\nda", keep(&mut out))
+            .unwrap();
+        assert_eq!(out.len(), 1);
+        s.feed(b"ta: y\n\nid: c\n\nid: d\n\n", keep(&mut out))
+            .unwrap();
+        let ids: Vec<_> = out
+            .iter()
+            .map(|k| k.block().id().unwrap().into_owned())
+            .collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+        assert_eq!(out[1].block().data(), Some(&b"y"[..]));
+        let mut seen = 0;
+        s.feed(b"id: e\n\nid: f\n\n", |_| {
+            seen += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!(seen, 1, "no block after the one that said stop");
     }
 }

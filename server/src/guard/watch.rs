@@ -147,8 +147,6 @@ pub struct Watch {
     numbering: Option<Numbering>,
     max: usize,
     splitter: Option<Splitter>,
-    /// The blocks one chunk completed (kept to reuse its allocation from chunk to chunk).
-    blocks: Vec<Block>,
     passthrough: bool,
     ops: VecDeque<StoreOp>,
     late_headers: Vec<(HeaderName, HeaderValue)>,
@@ -172,7 +170,6 @@ impl Watch {
             numbering,
             max,
             splitter: None,
-            blocks: Vec::new(),
             passthrough: false,
             ops: VecDeque::new(),
             late_headers: Vec::new(),
@@ -366,23 +363,18 @@ impl Watch {
             out.extend_from_slice(chunk);
             return SseFlow::Continue;
         }
-        let Some(splitter) = self.splitter.as_mut() else {
+        let Some(mut splitter) = self.splitter.take() else {
             out.extend_from_slice(chunk);
             return SseFlow::Continue;
         };
-        let mut blocks = std::mem::take(&mut self.blocks);
-        let overflow = splitter.feed(chunk, &mut blocks);
-        // Rewritten blocks are about as long as the chunk (an id a few bytes longer).
-        out.reserve(chunk.len() + 32 * blocks.len());
+        // Rewritten blocks are about as long as the chunk (ids a few bytes longer).
+        out.reserve(chunk.len() + 64);
         let mut flow = SseFlow::Continue;
-        for block in &blocks {
-            flow = self.on_block(guard, block, out);
-            if flow == SseFlow::Abort {
-                break;
-            }
-        }
-        blocks.clear();
-        self.blocks = blocks;
+        let overflow = splitter.feed(chunk, |block| {
+            flow = self.on_block(guard, &block, out);
+            flow == SseFlow::Continue
+        });
+        self.splitter = Some(splitter);
         if flow == SseFlow::Abort {
             self.diverged(guard);
             return SseFlow::Abort;
@@ -478,7 +470,7 @@ impl Watch {
     fn on_block(
         &mut self,
         guard: &mut impl GuardAccess,
-        block: &Block,
+        block: &Block<'_>,
         out: &mut BytesMut,
     ) -> SseFlow {
         let mut seq = None;
