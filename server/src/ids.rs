@@ -63,19 +63,33 @@ pub struct SessionId(Arc<str>);
 impl SessionId {
     /// Validates a header value: 1 to 1024 bytes of visible ASCII.
     pub fn parse(value: &[u8]) -> Result<Self, InvalidId> {
+        Self::check(value).map(Self::from_checked)
+    }
+
+    /// A session id from text [`SessionId::check`] passed.
+    pub(crate) fn from_checked(text: &str) -> Self {
+        SessionId(Arc::from(text))
+    }
+
+    /// [`SessionId::parse`] without making one: the value as text when it is valid (to look
+    /// up a session already known, allocating nothing).
+    pub(crate) fn check(value: &[u8]) -> Result<&str, InvalidId> {
+        const INVALID: InvalidId = InvalidId("session id must be 1 to 1024 visible ASCII bytes");
         if value.is_empty() || value.len() > MAX_SESSION_ID || !visible_ascii(value) {
-            return Err(InvalidId(
-                "session id must be 1 to 1024 visible ASCII bytes",
-            ));
+            return Err(INVALID);
         }
-        // Checked above: every byte is ASCII.
-        Ok(SessionId(Arc::from(
-            String::from_utf8_lossy(value).as_ref(),
-        )))
+        std::str::from_utf8(value).map_err(|_| INVALID)
     }
 
     /// The full value. Never log it.
     pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+// Hashed and compared as its text, so a map keyed by it is searched with a `&str`.
+impl std::borrow::Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
         &self.0
     }
 }

@@ -50,7 +50,10 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
         }
     }
 
-    pub(crate) fn get(&self, k: &K) -> Option<&V> {
+    pub(crate) fn get<Q: Hash + Eq + ?Sized>(&self, k: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
         self.map.get(k)
     }
 
@@ -62,7 +65,10 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
         self.map.remove(k)
     }
 
-    pub(crate) fn contains(&self, k: &K) -> bool {
+    pub(crate) fn contains<Q: Hash + Eq + ?Sized>(&self, k: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+    {
         self.map.contains_key(k)
     }
 
@@ -239,7 +245,11 @@ impl Ledger {
         }
     }
 
-    pub(crate) fn session(&self, id: &SessionId) -> Option<&Arc<SessionRecord>> {
+    /// The record of a session known here (by its id or the id's text).
+    pub(crate) fn session<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> Option<&Arc<SessionRecord>>
+    where
+        SessionId: std::borrow::Borrow<Q>,
+    {
         self.sessions.get(id)
     }
 
@@ -248,7 +258,10 @@ impl Ledger {
         self.sessions.insert(record.session().clone(), record);
     }
 
-    pub(crate) fn is_forgotten(&self, id: &SessionId) -> bool {
+    pub(crate) fn is_forgotten<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> bool
+    where
+        SessionId: std::borrow::Borrow<Q>,
+    {
         self.forgotten.contains(id)
     }
 

@@ -152,9 +152,14 @@ impl Guard {
 
     /// A request head arrived: the exchange to drive.
     pub fn begin(&mut self, method: &Method, headers: &HeaderMap) -> Exchange {
-        let session = headers
+        let text = headers
             .get(SESSION_ID_HEADER)
-            .and_then(|v| SessionId::parse(v.as_bytes()).ok());
+            .and_then(|v| SessionId::check(v.as_bytes()).ok());
+        // A session known here lends its id: nothing is copied for most requests.
+        let session = text.map(|text| match self.ledger.session(text) {
+            Some(rec) => rec.session().clone(),
+            None => SessionId::from_checked(text),
+        });
         let mut ex = Exchange {
             session,
             record: None,
@@ -165,8 +170,8 @@ impl Guard {
             keys: self.config.parts.idempotency,
             lease: self.config.lease,
         };
-        if let Some(sid) = &ex.session {
-            if self.ledger.is_forgotten(sid) {
+        if let Some(text) = text {
+            if self.ledger.is_forgotten(text) {
                 // A session this guard refused to resume: nothing of it runs any more.
                 ex.next = Some(Step::Answer(Answer::session_not_found()));
                 return ex;
@@ -445,7 +450,7 @@ impl Exchange {
         };
         match claim_verdict(outcome, &id, hash.as_ref()) {
             ClaimVerdict::Run => {
-                let stream = self.session_stream(guard, &requests);
+                let stream = self.session_stream(guard, requests);
                 let watch = Watch::new(
                     WatchKind::Keyed {
                         id,
@@ -517,7 +522,7 @@ impl Exchange {
                     self.next = Some(Step::Pass);
                     return;
                 }
-                let stream = self.session_stream(guard, &requests);
+                let stream = self.session_stream(guard, requests);
                 self.forward(None, Watch::new(WatchKind::Session, hash, stream, max));
             }
             Plan::Initialize {
@@ -569,7 +574,7 @@ impl Exchange {
 
     /// The stream a response of this session's request will be numbered as, when the guard
     /// numbers streams and knows the session.
-    fn session_stream(&self, guard: &mut Guard, requests: &[Value]) -> Option<watch::Numbering> {
+    fn session_stream(&self, guard: &mut Guard, requests: Vec<Value>) -> Option<watch::Numbering> {
         if !guard.config.parts.sequenced_event_ids {
             return None;
         }
@@ -578,7 +583,7 @@ impl Exchange {
             guard.stream_id(),
             rec.session().clone(),
             rec.hash().clone(),
-            requests.to_vec(),
+            requests,
         ))
     }
 
