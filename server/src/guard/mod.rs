@@ -777,15 +777,38 @@ fn read_post(
 fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) -> Option<Plan> {
     let (mut method, mut id, mut params) = (None, None, None);
     let mut twice = false;
-    scan::members(body, |key, value| {
+    // Whether the params name a key in either place (even a null or an invalid one: those
+    // are the deserializer's to judge).
+    let mut keyed = false;
+    let end = scan::object(body, scan::first(body), |key, at| {
+        if key == b"params" {
+            // Read as it is passed over: its key places are all that matter in it.
+            let end = scan::object(body, at, |key, at| {
+                match key {
+                    b"idempotencyKey" => keyed = true,
+                    b"_meta" => {
+                        return scan::object(body, at, |key, at| {
+                            keyed |= key == wire::IDEMPOTENCY_META_KEY.as_bytes();
+                            scan::skip(body, at)
+                        })
+                    }
+                    _ => {}
+                }
+                scan::skip(body, at)
+            })?;
+            twice |= params.replace(()).is_some();
+            return Some(end);
+        }
+        let end = scan::skip(body, at)?;
         let slot = match key {
             b"method" => &mut method,
             b"id" => &mut id,
-            b"params" => &mut params,
-            _ => return,
+            _ => return Some(end),
         };
-        twice |= slot.replace(value).is_some();
+        twice |= slot.replace(&body[at..end]).is_some();
+        Some(end)
     })?;
+    scan::at_end(body, end)?;
     if twice {
         return None;
     }
@@ -793,10 +816,7 @@ fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) ->
     let id = scan::id(id?)?;
     match method {
         "initialize" | "server/discover" if !in_session => return None,
-        "tools/call"
-            if keys
-                && (headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER) || carries_key(params)?) =>
-        {
+        "tools/call" if keys && (keyed || headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER)) => {
             return None
         }
         _ => {}
@@ -806,28 +826,6 @@ fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) ->
     } else {
         Plan::Pass
     })
-}
-
-/// Whether a call's params name a key in either place (`Some(true)` even for a null or an
-/// invalid one: those are the deserializer's to judge); `None` when they could not be read.
-fn carries_key(params: Option<&[u8]>) -> Option<bool> {
-    let Some(params) = params else {
-        return Some(false);
-    };
-    let mut meta = None;
-    let mut keyed = false;
-    scan::members(params, |key, value| match key {
-        b"idempotencyKey" => keyed = true,
-        // Twice: the deserializer decides which one counts.
-        b"_meta" => keyed |= meta.replace(value).is_some(),
-        _ => {}
-    })?;
-    if let (Some(meta), false) = (meta, keyed) {
-        scan::members(meta, |key, _| {
-            keyed |= key == wire::IDEMPOTENCY_META_KEY.as_bytes();
-        })?;
-    }
-    Some(keyed)
 }
 
 /// Shapes read off a POST body without building it.

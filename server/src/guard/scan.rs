@@ -19,13 +19,28 @@ pub(crate) fn members<'a>(
     bytes: &'a [u8],
     mut member: impl FnMut(&'a [u8], &'a [u8]),
 ) -> Option<()> {
-    let mut at = skip_ws(bytes, 0);
-    if bytes.get(at) != Some(&b'{') {
+    let end = object(bytes, skip_ws(bytes, 0), |key, at| {
+        let end = value_end(bytes, at)?;
+        member(key, &bytes[at..end]);
+        Some(end)
+    })?;
+    trailing_ws_only(bytes, end)
+}
+
+/// Reads the object opening at `start`: for each member, `member` gets its key and where its
+/// value starts, and says where the value ends (having read it, or passed over it with
+/// [`skip`]); `None` gives up. Says where the object ends.
+pub(crate) fn object<'a>(
+    bytes: &'a [u8],
+    start: usize,
+    mut member: impl FnMut(&'a [u8], usize) -> Option<usize>,
+) -> Option<usize> {
+    if bytes.get(start) != Some(&b'{') {
         return None;
     }
-    at = skip_ws(bytes, at + 1);
+    let mut at = skip_ws(bytes, start + 1);
     if bytes.get(at) == Some(&b'}') {
-        return trailing_ws_only(bytes, at + 1);
+        return Some(at + 1);
     }
     loop {
         if bytes.get(at) != Some(&b'"') {
@@ -40,16 +55,29 @@ pub(crate) fn members<'a>(
         if bytes.get(at) != Some(&b':') {
             return None;
         }
-        let start = skip_ws(bytes, at + 1);
-        let end = value_end(bytes, start)?;
-        member(key, &bytes[start..end]);
+        let end = member(key, skip_ws(bytes, at + 1))?;
         at = skip_ws(bytes, end);
         match bytes.get(at) {
             Some(b',') => at = skip_ws(bytes, at + 1),
-            Some(b'}') => return trailing_ws_only(bytes, at + 1),
+            Some(b'}') => return Some(at + 1),
             _ => return None,
         }
     }
+}
+
+/// Where the value starting at `at` ends (it is passed over, not read).
+pub(crate) fn skip(bytes: &[u8], at: usize) -> Option<usize> {
+    value_end(bytes, at)
+}
+
+/// The end of the document once a value ended at `end`: `Some` when only whitespace follows.
+pub(crate) fn at_end(bytes: &[u8], end: usize) -> Option<()> {
+    trailing_ws_only(bytes, end)
+}
+
+/// Where the document's first value starts.
+pub(crate) fn first(bytes: &[u8]) -> usize {
+    skip_ws(bytes, 0)
 }
 
 /// A string value without escapes, as text; `None` for anything else.
