@@ -19,6 +19,20 @@ pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";
 /// `Last-Event-ID`.
 pub const LAST_EVENT_ID_HEADER: &str = "last-event-id";
 
+/// The header names above as parsed names: a map searched with one of these skips parsing
+/// the name again on every request.
+pub(crate) mod names {
+    use http::HeaderName;
+
+    pub(crate) const SESSION_ID: HeaderName = HeaderName::from_static(super::SESSION_ID_HEADER);
+    pub(crate) const CAPABILITY_HASH: HeaderName =
+        HeaderName::from_static(super::CAPABILITY_HASH_HEADER);
+    pub(crate) const IDEMPOTENCY_KEY: HeaderName =
+        HeaderName::from_static(super::IDEMPOTENCY_KEY_HEADER);
+    pub(crate) const LAST_EVENT_ID: HeaderName =
+        HeaderName::from_static(super::LAST_EVENT_ID_HEADER);
+}
+
 /// Where a `tools/call` carries its idempotency key in `params._meta`.
 pub const IDEMPOTENCY_META_KEY: &str = "io.github.mcp-resume/idempotency-key";
 /// Where a keyed result carries the capability hash it was produced under.

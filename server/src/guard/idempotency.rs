@@ -7,9 +7,7 @@ use serde_json::{json, Value};
 use super::answer::{error_body, Answer};
 use super::records::ClaimOutcome;
 use crate::ids::{CapabilityHash, IdempotencyKey};
-use crate::wire::{
-    codes, rpc_codes, IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_META_KEY, RESULT_HASH_META_KEY,
-};
+use crate::wire::{codes, rpc_codes, IDEMPOTENCY_META_KEY, RESULT_HASH_META_KEY};
 
 /// Where a key was found, when it was.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +37,7 @@ pub(crate) fn key_from(
     standard: Option<&Value>,
     headers: &HeaderMap,
 ) -> KeyFound {
-    let header = headers.get(IDEMPOTENCY_KEY_HEADER);
+    let header = headers.get(crate::wire::names::IDEMPOTENCY_KEY);
     let mut found: Option<IdempotencyKey> = None;
     for candidate in [meta, standard] {
         let Some(v) = candidate else { continue };
@@ -151,7 +149,7 @@ mod tests {
     fn headers(key: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
         if let Some(k) = key {
-            h.insert(IDEMPOTENCY_KEY_HEADER, k.parse().unwrap());
+            h.insert(crate::wire::IDEMPOTENCY_KEY_HEADER, k.parse().unwrap());
         }
         h
     }

@@ -61,7 +61,7 @@ use ledger::{Capacities, Ledger};
 use watch::WatchKind;
 
 use crate::ids::{ClaimToken, Cursor, IdempotencyKey, InstanceId, SessionId};
-use crate::wire::{self, LAST_EVENT_ID_HEADER, SESSION_ID_HEADER};
+use crate::wire::{self, names};
 
 /// What a guard enforces and how much it keeps. Built by the layer's builder
 /// ([`ResumeSafetyLayer`](crate::ResumeSafetyLayer)), where every default is documented.
@@ -153,7 +153,7 @@ impl Guard {
     /// A request head arrived: the exchange to drive.
     pub fn begin(&mut self, method: &Method, headers: &HeaderMap) -> Exchange {
         let text = headers
-            .get(SESSION_ID_HEADER)
+            .get(names::SESSION_ID)
             .and_then(|v| SessionId::check(v.as_bytes()).ok());
         // A session known here lends its id: nothing is copied for most requests.
         let session = text.map(|text| match self.ledger.session(text) {
@@ -193,7 +193,7 @@ impl Guard {
                 });
             }
             Method::GET if hashes && ex.session.is_some() => {
-                ex.plan = match headers.get(LAST_EVENT_ID_HEADER) {
+                ex.plan = match headers.get(names::LAST_EVENT_ID) {
                     Some(v) => Plan::Resume {
                         cursor: Cursor::parse(v.as_bytes()),
                     },
@@ -473,7 +473,7 @@ impl Exchange {
     /// A body the guard cannot read: a keyed call that says so in its header is refused,
     /// anything else passes (with its session's hash).
     fn too_large(&mut self, guard: &mut Guard, headers: &HeaderMap) {
-        if guard.config.parts.idempotency && headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER) {
+        if guard.config.parts.idempotency && headers.contains_key(names::IDEMPOTENCY_KEY) {
             let answer = Answer::unguardable(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "a keyed call's body is over the guard's bound: it cannot be guarded",
@@ -731,7 +731,7 @@ fn read_post(
         Value::Array(items) => {
             let is_call = |m: &Value| m.get("method").and_then(Value::as_str) == Some("tools/call");
             let keyed = items.iter().filter(|m| is_call(m)).any(|m| {
-                headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER)
+                headers.contains_key(names::IDEMPOTENCY_KEY)
                     || !matches!(
                         idempotency::key_of(m.get("params"), &HeaderMap::new()),
                         KeyFound::None
@@ -816,7 +816,7 @@ fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) ->
     let id = scan::id(id?)?;
     match method {
         "initialize" | "server/discover" if !in_session => return None,
-        "tools/call" if keys && (keyed || headers.contains_key(wire::IDEMPOTENCY_KEY_HEADER)) => {
+        "tools/call" if keys && (keyed || headers.contains_key(names::IDEMPOTENCY_KEY)) => {
             return None
         }
         _ => {}

@@ -21,7 +21,7 @@ use super::{Guard, GuardAccess};
 use crate::ids::{
     CapabilityHash, ClaimToken, EventIdText, IdempotencyKey, InstanceId, SessionId, StreamId,
 };
-use crate::wire::{self, CAPABILITY_HASH_HEADER, SESSION_ID_HEADER};
+use crate::wire::{self, names};
 
 /// How the skin reads the response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,7 +246,7 @@ impl Watch {
             .as_ref()
             .and_then(|h| HeaderValue::from_str(h.as_str()).ok())
         {
-            headers.insert(HeaderName::from_static(CAPABILITY_HASH_HEADER), v);
+            headers.insert(names::CAPABILITY_HASH, v);
         }
         let ok = status.is_success();
         let body = content_type(headers);
@@ -261,7 +261,7 @@ impl Watch {
             }
             WatchKind::Initialize { session, parts, .. } => {
                 *session = headers
-                    .get(SESSION_ID_HEADER)
+                    .get(names::SESSION_ID)
                     .and_then(|v| SessionId::parse(v.as_bytes()).ok());
                 match (ok, body) {
                     (true, Content::Json) => BodyPlan::Json { limit: max },
@@ -598,8 +598,7 @@ impl Watch {
                     let caps = result.get("capabilities").cloned().unwrap_or(Value::Null);
                     let hash = wire::capability_hash(&version, client_capabilities, &caps);
                     if let Ok(v) = HeaderValue::from_str(hash.as_str()) {
-                        self.late_headers
-                            .push((HeaderName::from_static(CAPABILITY_HASH_HEADER), v));
+                        self.late_headers.push((names::CAPABILITY_HASH, v));
                     }
                     let record =
                         SessionRecord::new(sid.clone(), instance.clone(), hash.clone(), version);

@@ -243,7 +243,7 @@ where
             if let Some(id) = out.last_event_id() {
                 h.parts
                     .headers
-                    .insert(crate::wire::LAST_EVENT_ID_HEADER, id.clone());
+                    .insert(crate::wire::names::LAST_EVENT_ID, id.clone());
             }
             let req = Request::from_parts(h.parts, h.body);
             if out.must_drain() {
