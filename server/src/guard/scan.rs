@@ -1,5 +1,5 @@
-//! A look at a JSON object's members without parsing it: each member's key and the bytes of
-//! its value. The rules read two or three members of the common messages (an unkeyed call,
+//! A look at a JSON object's members without parsing it: each member's key and where its
+//! value lies. The rules read two or three members of the common messages (an unkeyed call,
 //! an answer event); a deserializer would carry every byte through its visitor to get them.
 //!
 //! This follows the structure (strings, nesting) and checks nothing else: a caller only takes
@@ -12,20 +12,6 @@ use serde_json::Value;
 
 /// Nesting deeper than this is left to the deserializer (whose own limit is the same).
 const MAX_DEPTH: usize = 128;
-
-/// Calls `member` with each member's key (without its quotes) and value (its bytes, trimmed)
-/// of the object `bytes` holds. `None` when it gave up.
-pub(crate) fn members<'a>(
-    bytes: &'a [u8],
-    mut member: impl FnMut(&'a [u8], &'a [u8]),
-) -> Option<()> {
-    let end = object(bytes, skip_ws(bytes, 0), |key, at| {
-        let end = value_end(bytes, at)?;
-        member(key, &bytes[at..end]);
-        Some(end)
-    })?;
-    trailing_ws_only(bytes, end)
-}
 
 /// Reads the object opening at `start`: for each member, `member` gets its key and where its
 /// value starts, and says where the value ends (having read it, or passed over it with
@@ -189,6 +175,17 @@ fn nested_end(bytes: &[u8], start: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Calls `member` with each member's key (without its quotes) and value (its bytes, trimmed)
+    /// of the object `bytes` holds. `None` when it gave up.
+    fn members<'a>(bytes: &'a [u8], mut member: impl FnMut(&'a [u8], &'a [u8])) -> Option<()> {
+        let end = object(bytes, skip_ws(bytes, 0), |key, at| {
+            let end = value_end(bytes, at)?;
+            member(key, &bytes[at..end]);
+            Some(end)
+        })?;
+        trailing_ws_only(bytes, end)
+    }
 
     fn all(bytes: &[u8]) -> Option<Vec<(String, String)>> {
         let mut out = Vec::new();

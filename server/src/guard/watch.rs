@@ -681,29 +681,37 @@ fn parse_data<T: serde::de::DeserializeOwned>(data: &[u8]) -> Option<T> {
 }
 
 /// The id of the answer an event's data carries, if it carries one: a message with an id and
-/// a `result` or an `error` (not null). Read by its members alone when they are plain, else
-/// by the deserializer.
+/// a `result` or an `error` (not null). Read by its members when they are plain, and only as
+/// far as the id and the answer's member: the rest of the answer is its client's to read.
+/// Anything else is read by the deserializer.
 fn answered_id(data: &[u8]) -> Option<Value> {
-    let (mut id, mut result, mut error, mut twice) = (None, None, None, false);
-    let plain = scan::members(data, |key, value| {
-        let slot = match key {
-            b"id" => &mut id,
-            b"result" => &mut result,
-            b"error" => &mut error,
-            _ => return,
-        };
-        twice |= slot.replace(value).is_some();
-    });
-    let set = |v: Option<&[u8]>| v.is_some_and(|v| v != b"null");
-    if plain.is_some() && !twice {
-        if !(set(result) || set(error)) {
+    let (mut id, mut answers, mut twice, mut stopped) = (None, false, false, false);
+    let read = scan::object(data, scan::first(data), |key, at| {
+        let mut end = None;
+        match key {
+            b"id" => {
+                end = Some(scan::skip(data, at)?);
+                twice |= id.replace(&data[at..end?]).is_some();
+            }
+            b"result" | b"error" if !data[at..].starts_with(b"null") => answers = true,
+            _ => {}
+        }
+        // Stopping is a `None` too, told from a give-up by `stopped`. The answer's own
+        // member is not read when it comes last (as it does from most servers).
+        stopped = answers && id.is_some();
+        if stopped {
             return None;
         }
-        match id.map(scan::id) {
-            None => return None,
-            Some(Some(id)) => return Some(id),
-            // An id written with escapes (or not a string or number): the long way.
-            Some(None) => {}
+        end.or_else(|| scan::skip(data, at))
+    });
+    if stopped || read.is_some_and(|end| scan::at_end(data, end).is_some()) {
+        if !stopped || twice {
+            // Read whole and no answer; or an id given twice (the deserializer refuses it).
+            return None;
+        }
+        // An id written with escapes (or not a string or number) is read the long way.
+        if let Some(Some(id)) = id.map(scan::id) {
+            return Some(id);
         }
     }
     let probe = parse_data::<AnswerProbe>(data)?;
@@ -773,7 +781,7 @@ mod tests {
 
     #[test]
     fn an_answer_is_told_by_its_id_and_a_result_or_error_that_is_not_null() {
-        let cases: [(&[u8], Option<Value>); 9] = [
+        let cases: [(&[u8], Option<Value>); 11] = [
             (
                 br#"{"jsonrpc":"2.0","id":7,"result":{"a":"}"}}"#,
                 Some(7.into()),
@@ -788,7 +796,10 @@ mod tests {
                 br#"{"id":{"x":1},"result":{}}"#,
                 Some(serde_json::json!({"x":1})),
             ),
-            (br#"{"id":7,"result":{}"#, None),
+            // Known by its id and answer member: the rest is the client's to read.
+            (br#"{"id":7,"result":{}"#, Some(7.into())),
+            (br#"{"result":[1,{"id":2}],"id":9}"#, Some(9.into())),
+            (br#"{"id":7,"params":{"result":1}}"#, None),
         ];
         for (data, want) in cases {
             assert_eq!(answered_id(data), want, "{}", String::from_utf8_lossy(data));
