@@ -91,19 +91,78 @@ pub(crate) enum RequestState {
     Lost,
 }
 
+/// The most bytes of an inner event id kept inline.
+const INLINE_ID: usize = 22;
+
+/// An inner server's event id. Most are a few bytes (a counter, `0/3`) and are kept inline:
+/// a stream's log then costs one allocation, not one per event, and forgetting it as few.
+#[derive(Debug, Clone)]
+enum InnerId {
+    Inline { len: u8, bytes: [u8; INLINE_ID] },
+    Heap(Box<str>),
+}
+
+impl InnerId {
+    fn new(id: &str) -> Self {
+        match u8::try_from(id.len()) {
+            Ok(len) if id.len() <= INLINE_ID => {
+                let mut bytes = [0; INLINE_ID];
+                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                InnerId::Inline { len, bytes }
+            }
+            _ => InnerId::Heap(id.into()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Copied from a `str` whole: always UTF-8.
+            InnerId::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            InnerId::Heap(id) => id,
+        }
+    }
+}
+
+/// The requests a stream answers: most streams answer one, kept inline.
+#[derive(Debug, Default)]
+struct Requests {
+    first: Option<(Value, RequestState)>,
+    more: Vec<(Value, RequestState)>,
+}
+
+impl Requests {
+    fn running(ids: Vec<Value>) -> Self {
+        let mut ids = ids.into_iter().map(|id| (id, RequestState::Running));
+        Self {
+            first: ids.next(),
+            more: ids.collect(),
+        }
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut (Value, RequestState)> {
+        self.first.iter_mut().chain(self.more.iter_mut())
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Value, RequestState)> {
+        self.first.iter().chain(self.more.iter())
+    }
+}
+
 /// One numbered SSE stream.
 #[derive(Debug)]
 pub(crate) struct StreamLog {
     session: SessionId,
     hash: CapabilityHash,
     /// Inner event ids from position `first` on.
-    inner: VecDeque<Box<str>>,
+    inner: VecDeque<InnerId>,
     first: u64,
     /// An index of `inner`, built once a stream is long enough for a scan to cost more than
     /// the map (most streams carry two or three events).
     by_inner: Option<HashMap<Box<str>, u64>>,
     max_events: usize,
-    requests: Vec<(Value, RequestState)>,
+    requests: Requests,
     /// The stream passed something the guard could not number (a block over the bound):
     /// continuity from any cursor on it cannot be proven any more.
     broken: bool,
@@ -118,10 +177,7 @@ impl StreamLog {
             first: 1,
             by_inner: None,
             max_events: max.max(1),
-            requests: requests
-                .into_iter()
-                .map(|id| (id, RequestState::Running))
-                .collect(),
+            requests: Requests::running(requests),
             broken: false,
         }
     }
@@ -151,7 +207,9 @@ impl StreamLog {
     /// The inner id of position `seq`, when still known.
     pub(crate) fn inner_id(&self, seq: u64) -> Option<&str> {
         let i = seq.checked_sub(self.first)?;
-        self.inner.get(usize::try_from(i).ok()?).map(AsRef::as_ref)
+        self.inner
+            .get(usize::try_from(i).ok()?)
+            .map(InnerId::as_str)
     }
 
     /// The position of an inner event id: the one it already has, or the next one.
@@ -161,32 +219,31 @@ impl StreamLog {
             None => self
                 .inner
                 .iter()
-                .rposition(|i| i.as_ref() == inner)
+                .rposition(|i| i.as_str() == inner)
                 .map(|at| self.first + at as u64),
         };
         if let Some(seq) = known {
             return seq;
         }
         let seq = self.head() + 1;
-        let id: Box<str> = inner.into();
         if let Some(map) = &mut self.by_inner {
-            map.insert(id.clone(), seq);
+            map.insert(inner.into(), seq);
         }
-        self.inner.push_back(id);
+        self.inner.push_back(InnerId::new(inner));
         if self.by_inner.is_none() && self.inner.len() > INDEX_FROM {
             let first = self.first;
             let map = self
                 .inner
                 .iter()
                 .enumerate()
-                .map(|(at, i)| (i.clone(), first + at as u64))
+                .map(|(at, i)| (i.as_str().into(), first + at as u64))
                 .collect();
             self.by_inner = Some(map);
         }
         if self.inner.len() > self.max_events {
             if let Some(old) = self.inner.pop_front() {
                 if let Some(map) = &mut self.by_inner {
-                    map.remove(&old);
+                    map.remove(old.as_str());
                 }
             }
             self.first += 1;
@@ -203,7 +260,7 @@ impl StreamLog {
     }
 
     fn lose_running(&mut self) {
-        for (_, state) in &mut self.requests {
+        for (_, state) in self.requests.iter_mut() {
             if *state == RequestState::Running {
                 *state = RequestState::Lost;
             }
@@ -406,6 +463,40 @@ mod tests {
         let log = ledger.stream(s).unwrap();
         assert_eq!((log.earliest(), log.head()), (12, 51));
         assert_eq!(log.inner_id(12), Some("e11"));
+    }
+
+    #[test]
+    fn ids_of_any_length_are_kept_and_each_request_is_followed() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 40,
+        });
+        let s = StreamId::from_u64(1);
+        let ids = [Value::from(1), Value::from("two"), Value::from(3)];
+        ledger.open_stream(s, sid("a"), hash(), ids.to_vec());
+        let long = "x".repeat(INLINE_ID + 1);
+        let exact = "y".repeat(INLINE_ID);
+        for (at, id) in [long.as_str(), exact.as_str(), "z"].into_iter().enumerate() {
+            assert_eq!(ledger.record(s, id), Some(at as u64 + 1));
+        }
+        assert_eq!(ledger.record(s, &long), Some(1));
+        let log = ledger.stream(s).unwrap();
+        assert_eq!(log.inner_id(1), Some(long.as_str()));
+        assert_eq!(log.inner_id(2), Some(exact.as_str()));
+        ledger.answered(s, &ids[0], 1);
+        ledger.answered(s, &ids[1], 2);
+        ledger.lose_running(s);
+        assert!(
+            ledger.stream(s).unwrap().has_orphans(),
+            "the third was never answered"
+        );
+        let t = StreamId::from_u64(2);
+        ledger.open_stream(t, sid("a"), hash(), ids[..2].to_vec());
+        ledger.answered(t, &ids[1], 1);
+        ledger.answered(t, &ids[0], 2);
+        ledger.lose_running(t);
+        assert!(!ledger.stream(t).unwrap().has_orphans());
     }
 
     #[test]
