@@ -319,7 +319,7 @@ impl Inbound {
             Step::Forward(forward) => {
                 let last_event_id = forward.last_event_id().cloned();
                 let outbound =
-                    Outbound::start(self.core.clone(), forward.into_watch(), last_event_id);
+                    Outbound::start(self.core.clone(), forward.into_boxed_watch(), last_event_id);
                 Next::Forward(outbound)
             }
             Step::Answer(answer) => Next::Answer(answer),
@@ -400,7 +400,7 @@ impl Ops {
 /// One response on its way out (see the [module docs](self)).
 pub struct Outbound {
     core: Arc<Core>,
-    watch: Arc<Mutex<Watch>>,
+    watch: WatchCell,
     last_event_id: Option<HeaderValue>,
     phase: Phase,
     ops: Vec<StoreOp>,
@@ -451,19 +451,21 @@ impl Phase {
 }
 
 impl Outbound {
-    fn start(core: Arc<Core>, mut watch: Watch, last_event_id: Option<HeaderValue>) -> Self {
+    fn start(core: Arc<Core>, mut watch: Box<Watch>, last_event_id: Option<HeaderValue>) -> Self {
         watch.start(now());
         let keyed = watch.must_drain();
-        let renews = watch.poll_timeout().is_some();
-        let watch = Arc::new(Mutex::new(watch));
-        if renews {
+        let watch = if watch.poll_timeout().is_some() {
+            let watch = Arc::new(Mutex::new(*watch));
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
                     rt.spawn(renew(core.clone(), Arc::downgrade(&watch)));
                 }
                 Err(_) => tracing::warn!("no tokio runtime: a keyed call's lease is not renewed"),
             }
-        }
+            WatchCell::Shared(watch)
+        } else {
+            WatchCell::Own(watch)
+        };
         Self {
             core,
             watch,
@@ -483,7 +485,7 @@ impl Outbound {
     /// Whether the inner body must be read to its end even when the client has gone: a keyed
     /// call whose answer has not been stored yet.
     pub fn must_drain(&self) -> bool {
-        self.keyed && lock(&self.watch).must_drain()
+        self.keyed && self.watch.must_drain()
     }
 
     /// Whether the call is keyed (its client's leaving must not reach the inner server).
@@ -514,7 +516,7 @@ impl Outbound {
         if !matches!(self.phase, Phase::Head) {
             return ToClient::default();
         }
-        let mut w = lock(&self.watch);
+        let mut w = self.watch.get();
         let plan = w.handle_head(&mut self.core.guard(), status, &mut headers);
         drain(&mut w, &mut self.ops);
         match plan {
@@ -567,7 +569,7 @@ impl Outbound {
                 };
                 // Too long to read: it passes as it is, and a keyed call's outcome is unknown.
                 let (status, mut headers) = head;
-                let mut w = lock(&self.watch);
+                let mut w = self.watch.get();
                 w.handle_json_overflow();
                 drain(&mut w, &mut self.ops);
                 w.finish_head(&mut headers);
@@ -580,7 +582,7 @@ impl Outbound {
             Phase::Sse { .. } => {
                 let mut out = BytesMut::new();
                 let flow = {
-                    let mut w = lock(&self.watch);
+                    let mut w = self.watch.get();
                     let flow = w.handle_sse(&mut Locked(&self.core), chunk, &mut out);
                     drain(&mut w, &mut self.ops);
                     flow
@@ -597,7 +599,7 @@ impl Outbound {
     pub fn handle_end(&mut self, clean: bool) -> ToClient {
         let end = if clean { End::Complete } else { End::Abort };
         let phase = std::mem::replace(&mut self.phase, Phase::Done);
-        let mut w = lock(&self.watch);
+        let mut w = self.watch.get();
         match phase {
             Phase::Head => {
                 if self.keyed {
@@ -677,7 +679,7 @@ impl Outbound {
             };
         }
         pending.extend_from_slice(&out);
-        let mut w = lock(&self.watch);
+        let mut w = self.watch.get();
         if let Some(refusal) = w.take_refusal() {
             drop(w);
             self.phase = Phase::Done;
@@ -709,7 +711,7 @@ impl Drop for Outbound {
             return;
         }
         // Dropped before its end: whatever a keyed call did is unknown from here on.
-        let mut w = lock(&self.watch);
+        let mut w = self.watch.get();
         if !w.must_drain() {
             return;
         }
@@ -720,6 +722,55 @@ impl Drop for Outbound {
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => drop(rt.spawn(ops.run())),
             Err(_) => tracing::warn!("no tokio runtime: a dropped keyed call is not marked lost"),
+        }
+    }
+}
+
+/// An outbound's watch: its own, or shared with the task renewing a keyed call's lease.
+enum WatchCell {
+    Own(Box<Watch>),
+    Shared(Arc<Mutex<Watch>>),
+}
+
+impl WatchCell {
+    /// The watch for one step.
+    fn get(&mut self) -> WatchRef<'_> {
+        match self {
+            WatchCell::Own(w) => WatchRef::Own(w),
+            WatchCell::Shared(w) => WatchRef::Shared(lock(w)),
+        }
+    }
+
+    fn must_drain(&self) -> bool {
+        match self {
+            WatchCell::Own(w) => w.must_drain(),
+            WatchCell::Shared(w) => lock(w).must_drain(),
+        }
+    }
+}
+
+/// A watch borrowed for one step (locked when shared).
+enum WatchRef<'a> {
+    Own(&'a mut Watch),
+    Shared(MutexGuard<'a, Watch>),
+}
+
+impl std::ops::Deref for WatchRef<'_> {
+    type Target = Watch;
+
+    fn deref(&self) -> &Watch {
+        match self {
+            WatchRef::Own(w) => w,
+            WatchRef::Shared(w) => w,
+        }
+    }
+}
+
+impl std::ops::DerefMut for WatchRef<'_> {
+    fn deref_mut(&mut self) -> &mut Watch {
+        match self {
+            WatchRef::Own(w) => w,
+            WatchRef::Shared(w) => w,
         }
     }
 }

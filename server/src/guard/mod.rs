@@ -290,6 +290,11 @@ impl Forward {
     pub fn into_watch(self) -> Watch {
         *self.watch
     }
+
+    /// [`Forward::into_watch`], left where it is.
+    pub(crate) fn into_boxed_watch(self) -> Box<Watch> {
+        self.watch
+    }
 }
 
 /// A failed store operation, as the skin reports it: the store could not be reached (or
