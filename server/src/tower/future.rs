@@ -41,8 +41,10 @@ where
     }
 }
 
-/// The body being read for the guard, up to `limit` bytes.
+/// The body being read for the guard, up to `limit` bytes. Most bodies come in one frame,
+/// kept as it came; a second one starts a copy.
 struct Reading {
+    first: Option<Bytes>,
     buf: BytesMut,
     limit: usize,
 }
@@ -50,8 +52,32 @@ struct Reading {
 impl Reading {
     fn new(limit: usize) -> Self {
         Self {
+            first: None,
             buf: BytesMut::new(),
             limit,
+        }
+    }
+
+    fn add(&mut self, data: Bytes) {
+        if self.first.is_none() && self.buf.is_empty() {
+            self.first = Some(data);
+            return;
+        }
+        if let Some(first) = self.first.take() {
+            self.buf.extend_from_slice(&first);
+        }
+        self.buf.extend_from_slice(&data);
+    }
+
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(0, Bytes::len) + self.buf.len()
+    }
+
+    /// What was read, leaving nothing.
+    fn take(&mut self) -> Bytes {
+        match self.first.take() {
+            Some(first) => first,
+            None => std::mem::take(&mut self.buf).freeze(),
         }
     }
 }
@@ -145,7 +171,7 @@ where
                         return Poll::Ready(Ok(answer_response(Answer::internal())));
                     };
                     if let Some(r) = reading {
-                        ready!(read_body(cx, h, i, &mut r.buf, r.limit));
+                        ready!(read_body(cx, h, i, r));
                         *reading = None;
                         continue;
                     }
@@ -281,8 +307,7 @@ fn read_body<I, ReqB>(
     cx: &mut Context<'_>,
     h: &mut Held<I, ReqB>,
     inbound: &mut Inbound,
-    buf: &mut BytesMut,
-    limit: usize,
+    read: &mut Reading,
 ) -> Poll<()>
 where
     ReqB: Body<Data = Bytes> + Unpin,
@@ -298,11 +323,10 @@ where
         match ready!(Pin::new(&mut *rest).poll_frame(cx)) {
             Some(Ok(frame)) => {
                 if let Ok(mut data) = frame.into_data() {
-                    buf.extend_from_slice(&data.copy_to_bytes(data.remaining()));
-                    if buf.len() > limit {
+                    read.add(data.copy_to_bytes(data.remaining()));
+                    if read.len() > read.limit {
                         if let Some(rest) = h.body.rest.take() {
-                            h.body =
-                                GuardedRequestBody::chained(std::mem::take(buf).freeze(), rest);
+                            h.body = GuardedRequestBody::chained(read.take(), rest);
                         }
                         inbound.handle_body(SeenBody::TooLarge, &h.parts.headers);
                         return Poll::Ready(());
@@ -311,7 +335,7 @@ where
             }
             Some(Err(e)) => {
                 h.body = GuardedRequestBody {
-                    prefix: Some(std::mem::take(buf).freeze()),
+                    prefix: Some(read.take()),
                     rest: None,
                     error: Some(e.into()),
                 };
@@ -319,7 +343,7 @@ where
                 return Poll::Ready(());
             }
             None => {
-                let bytes = std::mem::take(buf).freeze();
+                let bytes = read.take();
                 h.body = GuardedRequestBody::full(bytes.clone());
                 inbound.handle_body(SeenBody::Complete(&bytes), &h.parts.headers);
                 return Poll::Ready(());

@@ -96,6 +96,25 @@ impl Raw {
         read(req.send().await.expect("the server answers")).await
     }
 
+    /// [`Raw::post`] with the body sent in pieces of `piece` bytes (each its own frame).
+    pub(crate) async fn post_in_pieces(&self, body: Value, piece: usize) -> Reply {
+        let bytes = body.to_string().into_bytes();
+        let pieces: Vec<Result<Vec<u8>, std::io::Error>> =
+            bytes.chunks(piece).map(|p| Ok(p.to_vec())).collect();
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(reqwest::Body::wrap_stream(futures::stream::iter(pieces)));
+        if let Some(s) = &self.session {
+            req = req
+                .header("mcp-session-id", s)
+                .header("mcp-protocol-version", LEGACY);
+        }
+        read(req.send().await.expect("the server answers")).await
+    }
+
     pub(crate) async fn get(&self, last_event_id: Option<&str>) -> Reply {
         let mut req = self
             .http

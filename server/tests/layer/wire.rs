@@ -70,6 +70,23 @@ async fn a_keyed_call_runs_once_whatever_is_resent() {
     }
 }
 
+/// A body that comes in pieces is read whole: its key (in `_meta` alone) is seen, and the
+/// inner server gets every byte.
+#[tokio::test]
+async fn a_body_in_pieces_is_read_whole() {
+    let server = Server::start(Some(layer()), false).await;
+    let mut raw = Raw::new(&server.url());
+    raw.initialize(json!({})).await;
+    for id in 2..4 {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "bump", "arguments": {"tag": "p"},
+            "_meta": {"io.github.mcp-resume/idempotency-key": "pieces"}}});
+        let reply = raw.post_in_pieces(body, 7).await;
+        assert_eq!(text(&reply.response(id).expect(&reply.body)), "p:1");
+    }
+    assert_eq!(server.effects.count("p"), 1);
+}
+
 /// Unkeyed calls are not the guard's business: each runs.
 #[tokio::test]
 async fn unkeyed_calls_pass() {
