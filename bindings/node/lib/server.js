@@ -3,6 +3,8 @@
 // guard. A skin: every rule, the store steps and the rewriting of responses are the Rust
 // guard's, the same one the tower ResumeSafetyLayer and the Python middleware drive; this file
 // moves bytes between Node's request/response objects and it.
+import { ServerResponse } from "node:http";
+
 import { NativeGuard, NativeOutbound, NativeStep } from "./native.js";
 
 const isPromise = (value) => value !== null && typeof value === "object" && typeof value.then === "function";
@@ -22,12 +24,17 @@ const isPromise = (value) => value !== null && typeof value === "object" && type
  * The request's body is read by the guard and handed on as `req.body` (parsed JSON, as
  * `express.json()` would): pass it to `transport.handleRequest(req, res, req.body)`, as the
  * SDK's examples do. A body over `maxBody` is left unread, for the handler to read.
+ *
+ * The first guard made replaces `writeHead`, `write`, `end`, `flushHeaders` and `emit` of
+ * `http.ServerResponse.prototype` with methods that route a guarded response through its
+ * interceptor; every other response goes straight to Node's own.
  */
 export class ResumeSafety {
   #guard;
 
   constructor(options = {}) {
     this.#guard = new NativeGuard(options);
+    routeResponses();
   }
 
   /** The name this process writes as owner of sessions and claims. */
@@ -221,6 +228,65 @@ function toBuffer(chunk, encoding) {
   return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
 }
 
+/** Where a response being routed through the guard keeps its interceptor. */
+const INTERCEPTOR = Symbol("mcp-resume.interceptor");
+
+/** The response methods the guard routes, as Node defines them. */
+let real = null;
+
+/**
+ * Routes the methods a handler writes a response with through the response's interceptor,
+ * when it has one. They are replaced once, on `http.ServerResponse.prototype` (Express's
+ * responses inherit from it), the first time a guard is made: a response the guard does not
+ * route has no interceptor and calls Node's own at once. Adding methods to each response
+ * instead made every response a new shape for V8 and kept its optimizing compiler busy.
+ */
+function routeResponses() {
+  if (real !== null) return;
+  // Typed loosely: the replacements take every overload's arguments and pass them on.
+  const proto = /** @type {any} */ (ServerResponse.prototype);
+  real = {
+    writeHead: proto.writeHead,
+    write: proto.write,
+    end: proto.end,
+    flushHeaders: proto.flushHeaders,
+    emit: proto.emit,
+  };
+  proto.writeHead = function writeHead(status, reason, headers) {
+    const routed = this[INTERCEPTOR];
+    if (routed === undefined) return real.writeHead.apply(this, arguments);
+    routed.writeHead(status, reason, headers);
+    return this;
+  };
+  proto.write = function write(chunk, encoding, callback) {
+    const routed = this[INTERCEPTOR];
+    if (routed === undefined) return real.write.apply(this, arguments);
+    return routed.write(chunk, encoding, callback);
+  };
+  proto.end = function end(chunk, encoding, callback) {
+    const routed = this[INTERCEPTOR];
+    if (routed === undefined) return real.end.apply(this, arguments);
+    routed.end(chunk, encoding, callback);
+    return this;
+  };
+  proto.flushHeaders = function flushHeaders() {
+    const routed = this[INTERCEPTOR];
+    if (routed === undefined) return real.flushHeaders.apply(this, arguments);
+    routed.flushHeaders();
+  };
+  proto.emit = function emit(event) {
+    const routed = this[INTERCEPTOR];
+    if (routed !== undefined && routed.holds(event)) {
+      routed.deferred.push([event, Array.prototype.slice.call(arguments, 1)]);
+      return true;
+    }
+    return real.emit.apply(this, arguments);
+  };
+}
+
+/** The methods `routeResponses` replaces. */
+const ROUTED = ["writeHead", "write", "end", "flushHeaders", "emit"];
+
 /**
  * Routes what the handler writes to `res` through `out`: its head and body are pushed to the
  * guard, and what the guard says to send goes to the client, in order. A keyed call's handler
@@ -228,215 +294,246 @@ function toBuffer(chunk, encoding) {
  * and `error` of the response reach it once it has ended.
  */
 function intercept(res, out) {
-  const real = {
-    writeHead: res.writeHead,
-    write: res.write,
-    end: res.end,
-    flushHeaders: res.flushHeaders,
-    emit: res.emit,
-  };
-  const keyed = out.keyed;
-  let headPushed = false; // the handler's head went to the guard
-  let headSent = false; // the guard let the head go to the client
-  // The handler's head, held until what follows it (a flush, body bytes, the end) so that
-  // they cross to the guard together: [status, headers].
-  let heldHead = null;
-  let flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
-  let finished = false; // the client's response is complete (or aborted)
-  let innerEnded = false; // the handler ended its response
-  let detached = false; // an unkeyed call's client left: nothing more goes through the guard
-  let untouched = false; // body chunks pass unchanged, without crossing to the guard
-  let busy = null; // a step waiting for the store
-  const backlog = [];
-  let drainWanted = false;
-  const deferred = [];
-  const endCallbacks = [];
-
-  const gone = () => res.destroyed;
-
-  /** Sends what the guard said to (see the addon's `Sent`). */
-  const apply = (sent) => {
-    if (finished || sent === undefined) return;
-    if (!Array.isArray(sent)) {
-      if (!gone()) real.write.call(res, sent);
-      return;
-    }
-    const [status, headers, body, end] = sent;
-    if (status !== 0 && !gone()) {
-      for (const name of res.getHeaderNames()) res.removeHeader(name);
-      real.writeHead.call(res, status, split(headers));
-      headSent = true;
-      // Else the head goes with the first body bytes, in one write.
-      if (flushWanted && body === null && end === 0) real.flushHeaders.call(res);
-    }
-    if (end === COMPLETE) {
-      finished = true;
-      if (!gone()) real.end.call(res, body ?? undefined);
-      return;
-    }
-    if (body !== null && !gone()) real.write.call(res, body);
-    if (end === ABORT) {
-      finished = true;
-      res.destroy(new Error("mcp-resume: the guard cut this response short"));
-    }
-  };
-
-  /** A body chunk through the guard; once it says the body is untouched, none crosses. */
-  const pushBody = (bytes) => {
-    if (untouched) return bytes;
-    const sent = out.body(bytes);
-    if (sent !== true) return sent;
-    untouched = true;
-    return bytes;
-  };
-
-  const settle = () => {
-    // The guard let the response go at its end.
-    if (!innerEnded || busy !== null || backlog.length > 0) return;
-    for (const cb of endCallbacks.splice(0)) cb();
-    if (keyed) {
-      res.emit = real.emit;
-      for (const [event, args] of deferred.splice(0)) real.emit.call(res, event, ...args);
-    }
-  };
-
-  const failed = (error) => {
-    busy = null;
-    backlog.length = 0;
-    finished = true;
-    out.close();
-    res.destroy(error);
-  };
-
-  const flush = () => {
-    busy = null;
-    while (backlog.length > 0 && !detached) {
-      const result = backlog.shift()();
-      if (isPromise(result)) {
-        busy = result.then((sent) => {
-          apply(sent);
-          flush();
-        }, failed);
-        return;
-      }
-      apply(result);
-    }
-    if (drainWanted) {
-      drainWanted = false;
-      real.emit.call(res, "drain");
-    }
-    settle();
-  };
-
-  /** Runs a step of the guard in order; false when it had to wait (or queue). */
-  const run = (step) => {
-    if (detached) return true;
-    if (busy !== null) {
-      backlog.push(step);
-      return false;
-    }
-    const result = step();
-    if (isPromise(result)) {
-      busy = result.then((sent) => {
-        apply(sent);
-        flush();
-      }, failed);
-      return false;
-    }
-    apply(result);
-    return true;
-  };
-
-  res.writeHead = function writeHead(status, reason, headers) {
-    if (headPushed) return this;
-    headPushed = true;
-    const given = typeof reason === "string" ? headers : reason;
-    this.statusCode = status;
-    heldHead = [status, headerList(this, given).join("\0")];
-    return this;
-  };
-
-  /** Takes the held head: [status, headers], or [0, null] when none is held. */
-  const takeHead = () => {
-    const head = heldHead ?? [0, null];
-    heldHead = null;
-    return head;
-  };
-
-  res.flushHeaders = function flushHeaders() {
-    // The head goes when the guard lets it (an initialize's or a resume's is held).
-    flushWanted = true;
-    if (!headPushed) this.writeHead(this.statusCode);
-    if (heldHead !== null) {
-      const [status, headers] = takeHead();
-      run(() => out.push(status, headers, null, false));
-    } else if (headSent && !finished && !gone()) {
-      real.flushHeaders.call(res);
-    }
-  };
-
-  res.write = function write(chunk, encoding, callback) {
-    if (typeof encoding === "function") [callback, encoding] = [encoding, undefined];
-    if (!headPushed) this.writeHead(this.statusCode);
-    const bytes = toBuffer(chunk, encoding);
-    let ok = true;
-    if (bytes.length > 0) {
-      if (heldHead !== null) {
-        const [status, headers] = takeHead();
-        ok = run(() => out.push(status, headers, bytes, false));
-      } else {
-        ok = run(() => pushBody(bytes));
-      }
-    }
-    if (callback) process.nextTick(callback);
-    if (!ok) {
-      drainWanted = true;
-      return false;
-    }
-    // The client's own backpressure, when it is still there.
-    return gone() || !res.writableNeedDrain;
-  };
-
-  res.end = function end(chunk, encoding, callback) {
-    if (typeof chunk === "function") [callback, chunk, encoding] = [chunk, undefined, undefined];
-    if (typeof encoding === "function") [callback, encoding] = [encoding, undefined];
-    if (innerEnded) return this;
-    if (!headPushed) this.writeHead(this.statusCode);
-    const bytes = toBuffer(chunk, encoding);
-    innerEnded = true;
-    if (callback) endCallbacks.push(callback);
-    const [status, headers] = takeHead();
-    if (untouched && bytes.length > 0) {
-      // The last bytes pass unchanged: sent as they are, not copied through the guard.
-      run(() => bytes);
-      run(() => out.push(0, null, null, true));
-    } else {
-      run(() => out.push(status, headers, bytes.length > 0 ? bytes : null, true));
-    }
-    settle();
-    return this;
-  };
-
-  if (keyed) {
-    res.emit = function emit(event, ...args) {
-      if ((event === "close" || event === "error") && !innerEnded) {
-        deferred.push([event, args]);
+  const own = ROUTED.some((name) => Object.hasOwn(res, name));
+  // Middleware in front of the guard that put its own methods on this response (compression)
+  // keeps them, behind the guard: the guard's are put on the response in front of them, and
+  // what the guard sends goes through them. Else Node's own send it.
+  const down = own ? Object.fromEntries(ROUTED.map((name) => [name, res[name]])) : real;
+  const routed = new Interceptor(res, out, down);
+  if (own) {
+    res.writeHead = (status, reason, headers) => {
+      routed.writeHead(status, reason, headers);
+      return res;
+    };
+    res.write = (chunk, encoding, callback) => routed.write(chunk, encoding, callback);
+    res.end = (chunk, encoding, callback) => {
+      routed.end(chunk, encoding, callback);
+      return res;
+    };
+    res.flushHeaders = () => routed.flushHeaders();
+    res.emit = (event, ...args) => {
+      if (routed.holds(event)) {
+        routed.deferred.push([event, args]);
         return true;
       }
-      return real.emit.call(this, event, ...args);
+      return down.emit.call(res, event, ...args);
     };
   } else {
+    res[INTERCEPTOR] = routed;
+  }
+  if (!routed.keyed) {
     // The client left (or its response was complete) before the handler ended it: the
     // outbound is let go without an end, as when the tower skin's client drops its body. An
     // end here would tell the guard the handler failed, and the stream's requests would read
     // as lost: the client's resume, which the inner server can still serve, would be refused.
-    res.once("close", () => {
-      if (!innerEnded && !detached) {
-        detached = true;
-        finished = true;
-        backlog.length = 0;
-        out.close();
+    res.once("close", () => routed.detach());
+  }
+}
+
+/** One response's way through the guard (see `intercept`). */
+class Interceptor {
+  constructor(res, out, down) {
+    this.res = res;
+    this.out = out;
+    /** What sends to the client: Node's methods, or those of middleware in front. */
+    this.down = down;
+    this.keyed = out.keyed;
+    this.headPushed = false; // the handler's head went to the guard
+    this.headSent = false; // the guard let the head go to the client
+    // The handler's head, held until what follows it (a flush, body bytes, the end) so that
+    // they cross to the guard together: [status, headers].
+    this.heldHead = null;
+    this.flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
+    this.finished = false; // the client's response is complete (or aborted)
+    this.innerEnded = false; // the handler ended its response
+    this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
+    this.untouched = false; // body chunks pass unchanged, without crossing to the guard
+    this.busy = null; // a step waiting for the store
+    this.backlog = [];
+    this.drainWanted = false;
+    this.deferred = []; // a keyed call's `close`/`error`, held until its handler ended
+    this.endCallbacks = [];
+  }
+
+  gone() {
+    return this.res.destroyed;
+  }
+
+  /** Whether `event` waits for the handler's end (a keyed call's `close` and `error`). */
+  holds(event) {
+    return this.keyed && !this.innerEnded && (event === "close" || event === "error");
+  }
+
+  /** Sends what the guard said to (see the addon's `Sent`). */
+  apply(sent) {
+    const res = this.res;
+    if (this.finished || sent === undefined) return;
+    if (!Array.isArray(sent)) {
+      if (!this.gone()) this.down.write.call(res, sent);
+      return;
+    }
+    const [status, headers, body, end] = sent;
+    if (status !== 0 && !this.gone()) {
+      for (const name of res.getHeaderNames()) res.removeHeader(name);
+      this.down.writeHead.call(res, status, split(headers));
+      this.headSent = true;
+      // Else the head goes with the first body bytes, in one write.
+      if (this.flushWanted && body === null && end === 0) this.down.flushHeaders.call(res);
+    }
+    if (end === COMPLETE) {
+      this.finished = true;
+      if (!this.gone()) this.down.end.call(res, body ?? undefined);
+      return;
+    }
+    if (body !== null && !this.gone()) this.down.write.call(res, body);
+    if (end === ABORT) {
+      this.finished = true;
+      res.destroy(new Error("mcp-resume: the guard cut this response short"));
+    }
+  }
+
+  /** A body chunk through the guard; once it says the body is untouched, none crosses. */
+  pushBody(bytes) {
+    if (this.untouched) return bytes;
+    const sent = this.out.body(bytes);
+    if (sent !== true) return sent;
+    this.untouched = true;
+    return bytes;
+  }
+
+  settle() {
+    // The guard let the response go at its end.
+    if (!this.innerEnded || this.busy !== null || this.backlog.length > 0) return;
+    for (const cb of this.endCallbacks.splice(0)) cb();
+    for (const [event, args] of this.deferred.splice(0)) this.down.emit.call(this.res, event, ...args);
+  }
+
+  failed(error) {
+    this.busy = null;
+    this.backlog.length = 0;
+    this.finished = true;
+    this.out.close();
+    this.res.destroy(error);
+  }
+
+  /** What a step waiting for the store gave: sent, then the steps queued behind it. */
+  waited(result) {
+    this.busy = result.then(
+      (sent) => {
+        this.apply(sent);
+        this.flush();
+      },
+      (error) => this.failed(error),
+    );
+  }
+
+  flush() {
+    this.busy = null;
+    while (this.backlog.length > 0 && !this.detached) {
+      const result = this.backlog.shift()();
+      if (isPromise(result)) {
+        this.waited(result);
+        return;
       }
-    });
+      this.apply(result);
+    }
+    if (this.drainWanted) {
+      this.drainWanted = false;
+      this.down.emit.call(this.res, "drain");
+    }
+    this.settle();
+  }
+
+  /** Runs a step of the guard in order; false when it had to wait (or queue). */
+  run(step) {
+    if (this.detached) return true;
+    if (this.busy !== null) {
+      this.backlog.push(step);
+      return false;
+    }
+    const result = step();
+    if (isPromise(result)) {
+      this.waited(result);
+      return false;
+    }
+    this.apply(result);
+    return true;
+  }
+
+  /** Takes the held head: [status, headers], or [0, null] when none is held. */
+  takeHead() {
+    const head = this.heldHead ?? [0, null];
+    this.heldHead = null;
+    return head;
+  }
+
+  detach() {
+    if (!this.innerEnded && !this.detached) {
+      this.detached = true;
+      this.finished = true;
+      this.backlog.length = 0;
+      this.out.close();
+    }
+  }
+
+  writeHead(status, reason, headers) {
+    if (this.headPushed) return;
+    this.headPushed = true;
+    const given = typeof reason === "string" ? headers : reason;
+    this.res.statusCode = status;
+    this.heldHead = [status, headerList(this.res, given).join("\0")];
+  }
+
+  flushHeaders() {
+    // The head goes when the guard lets it (an initialize's or a resume's is held).
+    this.flushWanted = true;
+    if (!this.headPushed) this.writeHead(this.res.statusCode);
+    if (this.heldHead !== null) {
+      const [status, headers] = this.takeHead();
+      this.run(() => this.out.push(status, headers, null, false));
+    } else if (this.headSent && !this.finished && !this.gone()) {
+      this.down.flushHeaders.call(this.res);
+    }
+  }
+
+  write(chunk, encoding, callback) {
+    if (typeof encoding === "function") [callback, encoding] = [encoding, undefined];
+    if (!this.headPushed) this.writeHead(this.res.statusCode);
+    const bytes = toBuffer(chunk, encoding);
+    let ok = true;
+    if (bytes.length > 0) {
+      if (this.heldHead !== null) {
+        const [status, headers] = this.takeHead();
+        ok = this.run(() => this.out.push(status, headers, bytes, false));
+      } else {
+        ok = this.run(() => this.pushBody(bytes));
+      }
+    }
+    if (callback) process.nextTick(callback);
+    if (!ok) {
+      this.drainWanted = true;
+      return false;
+    }
+    // The client's own backpressure, when it is still there.
+    return this.gone() || !this.res.writableNeedDrain;
+  }
+
+  end(chunk, encoding, callback) {
+    if (typeof chunk === "function") [callback, chunk, encoding] = [chunk, undefined, undefined];
+    if (typeof encoding === "function") [callback, encoding] = [encoding, undefined];
+    if (this.innerEnded) return;
+    if (!this.headPushed) this.writeHead(this.res.statusCode);
+    const bytes = toBuffer(chunk, encoding);
+    this.innerEnded = true;
+    if (callback) this.endCallbacks.push(callback);
+    const [status, headers] = this.takeHead();
+    if (this.untouched && bytes.length > 0) {
+      // The last bytes pass unchanged: sent as they are, not copied through the guard.
+      this.run(() => bytes);
+      this.run(() => this.out.push(0, null, null, true));
+    } else {
+      this.run(() => this.out.push(status, headers, bytes.length > 0 ? bytes : null, true));
+    }
+    this.settle();
   }
 }

@@ -101,6 +101,21 @@ test("what it does not guard passes", { timeout: 30000 }, async () => {
   }
 });
 
+test("middleware in front that replaced the response's methods stays behind the guard", { timeout: 30000 }, async () => {
+  const replica = await Replica.start("--port", "0", "--store", "memory", "--tee");
+  try {
+    const client = await connected(replica.url);
+    assert.equal((await client.callTool("echo", { text: "teed" })).content[0].text, "teed");
+    await client.close();
+    // What the middleware's own `end` sent is the guard's rewriting (sequenced ids), once.
+    const teed = await (await fetch(replica.url.replace(/\/mcp$/, "/admin/tee"))).text();
+    assert.match(teed, /^id: [0-9a-f]+-\d+$/m, teed);
+    assert.equal(teed.match(/"text":"teed"/g)?.length, 1, teed);
+  } finally {
+    await replica.stop();
+  }
+});
+
 test("node:http behind wrap: the guard reads the body and hands it on", { timeout: 30000 }, async () => {
   // No body parser in front: the guard reads each POST body itself.
   const replica = await Replica.start("--port", "0", "--plain", "--redis", redis.url, "--store", "memory", "--max-body", "1024");

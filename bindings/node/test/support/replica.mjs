@@ -5,6 +5,7 @@
 //
 //   node replica.mjs --port N [--redis URL] [--store memory|redis] [--no-guard]
 //                    [--lease-ms N] [--session-prefix iN-] [--json] [--max-body N] [--plain]
+//                    [--tee]
 //
 // Its tool `bump {tag, delay_ms}` applies a side effect first (`INCR effects:<tag>` in Redis,
 // the truth the tests read, and `ran:<tag>` = its pid), waits `delay_ms` (a call to cut, drain
@@ -12,7 +13,9 @@
 // nothing; `step` sends one progress notification and answers once `POST /admin/release`
 // came. Calls are answered as SSE streams with an event store (resumable), or JSON (--json).
 // Session ids start with --session-prefix, so that nginx can pin a session to the replica
-// that holds it in memory.
+// that holds it in memory. With --tee, a middleware in front of the guard puts its own
+// `write` and `end` on each response (as compression does) and keeps the last body they
+// sent that was not empty: `GET /admin/tee`.
 //
 // Prints `http://127.0.0.1:PORT/mcp` once it listens. SIGTERM drains it (in-flight requests
 // finish, new connections are refused); SIGKILL is a crash; it exits at once when its stdin
@@ -41,6 +44,7 @@ const sessionPrefix = option("--session-prefix", "");
 const json = args.includes("--json");
 const maxBody = option("--max-body", undefined);
 const plain = args.includes("--plain");
+const tee = args.includes("--tee");
 
 /** Just enough of the Redis protocol for the tool's side effect: the replies, in order. */
 function redis(...commands) {
@@ -189,6 +193,27 @@ if (plain) {
   });
 } else {
   const app = createMcpExpressApp();
+  if (tee) {
+    let last = "";
+    app.use((_req, res, next) => {
+      const [write, end] = [res.write, res.end];
+      let seen = "";
+      const keep = (chunk) => {
+        if (chunk !== undefined && chunk !== null && typeof chunk !== "function") seen += chunk.toString();
+      };
+      res.write = function teeWrite(chunk, ...rest) {
+        keep(chunk);
+        return write.call(this, chunk, ...rest);
+      };
+      res.end = function teeEnd(chunk, ...rest) {
+        keep(chunk);
+        if (seen !== "") last = seen;
+        return end.call(this, chunk, ...rest);
+      };
+      next();
+    });
+    app.get("/admin/tee", (_req, res) => res.type("text").send(last));
+  }
   const guard = safety ? [safety.middleware()] : [];
   app.post("/mcp", ...guard, post);
   app.get("/mcp", ...guard, other);
