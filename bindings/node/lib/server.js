@@ -192,6 +192,9 @@ function answer(res, [status, headers, body]) {
   res.end(body ?? undefined);
 }
 
+/** Pending bytes past this size are pushed at once, not at the end of the turn. */
+const PUSH_AT = 64 * 1024;
+
 /** How a `Sent` says the response ends. */
 const COMPLETE = 1;
 const ABORT = 2;
@@ -353,6 +356,11 @@ class Interceptor {
     this.drainWanted = false;
     this.deferred = []; // a keyed call's `close`/`error`, held until its handler ended
     this.endCallbacks = [];
+    // Bytes written in this turn of the event loop, not yet pushed to the guard: what a
+    // handler writes in one turn (a flushed head and the events after it) crosses together.
+    this.pending = [];
+    this.pendingSize = 0;
+    this.scheduled = false; // a push of what is pending is due at the end of this turn
   }
 
   gone() {
@@ -411,6 +419,7 @@ class Interceptor {
   failed(error) {
     this.busy = null;
     this.backlog.length = 0;
+    this.takePending();
     this.finished = true;
     this.out.close();
     this.res.destroy(error);
@@ -472,8 +481,38 @@ class Interceptor {
       this.detached = true;
       this.finished = true;
       this.backlog.length = 0;
+      this.takePending();
       this.out.close();
     }
+  }
+
+  /** What is pending, as one buffer (`null` when nothing is), leaving nothing. */
+  takePending() {
+    const pending = this.pending;
+    this.pending = [];
+    this.pendingSize = 0;
+    this.scheduled = false;
+    if (pending.length === 0) return null;
+    return pending.length === 1 ? pending[0] : Buffer.concat(pending);
+  }
+
+  /** Pushes the held head and the pending bytes, in one crossing; false when it had to wait. */
+  pushPending() {
+    const bytes = this.takePending();
+    if (this.heldHead !== null) {
+      const [status, headers] = this.takeHead();
+      return this.run(() => this.out.push(status, headers, bytes, false));
+    }
+    return bytes === null || this.run(() => this.pushBody(bytes));
+  }
+
+  /** Pushes what is pending at the end of this turn of the event loop. */
+  pushSoon() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      if (this.scheduled) this.pushPending();
+    });
   }
 
   writeHead(status, reason, headers) {
@@ -489,8 +528,8 @@ class Interceptor {
     this.flushWanted = true;
     if (!this.headPushed) this.writeHead(this.res.statusCode);
     if (this.heldHead !== null) {
-      const [status, headers] = this.takeHead();
-      this.run(() => this.out.push(status, headers, null, false));
+      // With the bytes written in this turn, if any.
+      this.pushSoon();
     } else if (this.headSent && !this.finished && !this.gone()) {
       this.down.flushHeaders.call(this.res);
     }
@@ -502,11 +541,14 @@ class Interceptor {
     const bytes = toBuffer(chunk, encoding);
     let ok = true;
     if (bytes.length > 0) {
-      if (this.heldHead !== null) {
-        const [status, headers] = this.takeHead();
-        ok = this.run(() => this.out.push(status, headers, bytes, false));
+      if (this.untouched && this.heldHead === null) {
+        // Passes unchanged, without crossing to the guard.
+        ok = this.run(() => bytes);
       } else {
-        ok = this.run(() => this.pushBody(bytes));
+        this.pending.push(bytes);
+        this.pendingSize += bytes.length;
+        if (this.pendingSize >= PUSH_AT) ok = this.pushPending();
+        else this.pushSoon();
       }
     }
     if (callback) process.nextTick(callback);
@@ -523,9 +565,11 @@ class Interceptor {
     if (typeof encoding === "function") [callback, encoding] = [encoding, undefined];
     if (this.innerEnded) return;
     if (!this.headPushed) this.writeHead(this.res.statusCode);
-    const bytes = toBuffer(chunk, encoding);
+    const last = toBuffer(chunk, encoding);
     this.innerEnded = true;
     if (callback) this.endCallbacks.push(callback);
+    const pending = this.takePending();
+    const bytes = pending === null ? last : last.length === 0 ? pending : Buffer.concat([pending, last]);
     const [status, headers] = this.takeHead();
     if (this.untouched && bytes.length > 0) {
       // The last bytes pass unchanged: sent as they are, not copied through the guard.
