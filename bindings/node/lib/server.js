@@ -234,7 +234,10 @@ function toBuffer(chunk, encoding) {
 /** Where a response being routed through the guard keeps its interceptor. */
 const INTERCEPTOR = Symbol("mcp-resume.interceptor");
 
-/** The response methods the guard routes, as Node defines them. */
+/** The methods `routeResponses` replaces. */
+const ROUTED = ["writeHead", "write", "end", "flushHeaders", "emit"];
+
+/** Those methods as Node defines them. */
 let real = null;
 
 /**
@@ -248,13 +251,7 @@ function routeResponses() {
   if (real !== null) return;
   // Typed loosely: the replacements take every overload's arguments and pass them on.
   const proto = /** @type {any} */ (ServerResponse.prototype);
-  real = {
-    writeHead: proto.writeHead,
-    write: proto.write,
-    end: proto.end,
-    flushHeaders: proto.flushHeaders,
-    emit: proto.emit,
-  };
+  real = Object.fromEntries(ROUTED.map((name) => [name, proto[name]]));
   proto.writeHead = function writeHead(status, reason, headers) {
     const routed = this[INTERCEPTOR];
     if (routed === undefined) return real.writeHead.apply(this, arguments);
@@ -286,9 +283,6 @@ function routeResponses() {
     return real.emit.apply(this, arguments);
   };
 }
-
-/** The methods `routeResponses` replaces. */
-const ROUTED = ["writeHead", "write", "end", "flushHeaders", "emit"];
 
 /**
  * Routes what the handler writes to `res` through `out`: its head and body are pushed to the

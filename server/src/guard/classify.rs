@@ -49,13 +49,7 @@ fn read_post(
     headers: &HeaderMap,
     in_session: bool,
 ) -> Result<Plan, Answer> {
-    let session_plan = |requests: Vec<Value>| {
-        if in_session {
-            Plan::Session { requests }
-        } else {
-            Plan::Pass
-        }
-    };
+    let session_plan = |requests| session_plan(in_session, requests);
     // A single message, read without building it: only what the rules look at is kept
     // (method, id, the call's name and key); the rest is skipped.
     if let Ok(m) = serde_json::from_slice::<probe::Message<'_>>(body) {
@@ -189,11 +183,17 @@ fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) ->
         }
         _ => {}
     }
-    Some(if in_session {
-        Plan::Session { requests: vec![id] }
+    Some(session_plan(in_session, vec![id]))
+}
+
+/// The plan of a request that is not the guard's to answer or claim: a session's (its
+/// responses numbered, `requests` the JSON-RPC ids it carries), or nothing outside one.
+fn session_plan(in_session: bool, requests: Vec<Value>) -> Plan {
+    if in_session {
+        Plan::Session { requests }
     } else {
         Plan::Pass
-    })
+    }
 }
 
 /// Shapes read off a POST body without building it.

@@ -51,11 +51,6 @@ pub(crate) fn object<'a>(
     }
 }
 
-/// Where the value starting at `at` ends (it is passed over, not read).
-pub(crate) fn skip(bytes: &[u8], at: usize) -> Option<usize> {
-    value_end(bytes, at)
-}
-
 /// The end of the document once a value ended at `end`: `Some` when only whitespace follows.
 pub(crate) fn at_end(bytes: &[u8], end: usize) -> Option<()> {
     trailing_ws_only(bytes, end)
@@ -126,8 +121,8 @@ fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     }
 }
 
-/// Where the value starting at `start` ends.
-fn value_end(bytes: &[u8], start: usize) -> Option<usize> {
+/// Where the value starting at `start` ends (it is passed over, not read).
+pub(crate) fn skip(bytes: &[u8], start: usize) -> Option<usize> {
     match bytes.get(start)? {
         b'"' => string_end(bytes, start).map(|(end, _)| end),
         b'{' | b'[' => nested_end(bytes, start),
@@ -180,7 +175,7 @@ mod tests {
     /// of the object `bytes` holds. `None` when it gave up.
     fn members<'a>(bytes: &'a [u8], mut member: impl FnMut(&'a [u8], &'a [u8])) -> Option<()> {
         let end = object(bytes, skip_ws(bytes, 0), |key, at| {
-            let end = value_end(bytes, at)?;
+            let end = skip(bytes, at)?;
             member(key, &bytes[at..end]);
             Some(end)
         })?;
