@@ -4,9 +4,11 @@
 //! Then the Redis round trips of a keyed call, counted by the server (`INFO commandstats`).
 //!
 //! `cargo bench -p mcp-resume-server`. Environment:
-//! - `BENCH_QUICK=1`: 3 rounds of 300 ms (about 15 s instead of a minute).
+//! - `BENCH_QUICK=1`: 5 rounds of 300 ms (about 15 s instead of a minute).
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per configuration and mode, per round): override.
 //! - `BENCH_SKIN_ONLY=1`: only the in-process part (for a profiler).
+//! - `BENCH_PROFILE=bare|memory` (with `BENCH_CALLERS`, default 64): one configuration
+//!   alone, its server's pid printed for a profiler to attach to.
 //! - `BENCH_SERVER_WORKERS`: the servers' runtime worker threads (default 2; with 1, the
 //!   servers do not pay for waking each other's workers on a machine the client shares).
 //!
@@ -14,7 +16,9 @@
 //! that its own CPU time per call can be read from `/proc` beside the client's view of
 //! throughput: on a shared, loaded machine throughput swings from window to window while CPU
 //! per call does not. Rounds interleave the configurations, each round starting with the next
-//! one, and medians over rounds are reported. Targets: memory ≥ 0.95× the bare server's
+//! one, and medians over rounds are reported. The rounds are many and short (25 of 400 ms):
+//! the machine's speed drifts over seconds, and two runs of 7 rounds of 1.5 s differed by up
+//! to 0.15× where two runs of 25 short ones differ by about 0.03×. Targets: memory ≥ 0.95× the bare server's
 //! throughput, Redis ≥ 0.90×; a keyed call at most two Redis round trips.
 
 #[path = "../tests/layer/server.rs"]
@@ -265,13 +269,23 @@ impl Child {
         line.trim().parse().unwrap()
     }
 
+    /// The fields of `/proc/<pid>/stat` after the command name (which may hold spaces,
+    /// hence the last ')'): the process state is the first.
+    fn stat(&self) -> Vec<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split(' ').map(|f| f.parse().unwrap_or(0)).collect()
+    }
+
+    /// Minor page faults the process took so far.
+    fn minor_faults(&self) -> u64 {
+        self.stat()[7]
+    }
+
     /// CPU time the process used so far (user + system), from `/proc/<pid>/stat`.
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        // Fields after the command name (which may hold spaces, hence the last ')').
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<&str> = rest.split(' ').collect();
-        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        let f = self.stat();
+        let ticks = f[11] + f[12];
         // SAFETY: sysconf reads a constant.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
         Duration::from_secs_f64(ticks as f64 / hz as f64)
@@ -449,14 +463,34 @@ async fn round_trips(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
         .sum()
 }
 
+/// One configuration alone (`bare` or `memory`), for a profiler: its server's pid on stderr,
+/// a warm-up long enough to fill the guard's ledger, then one window of `BENCH_CALLERS`
+/// callers (default 64) and what it measured, minor page faults included.
+async fn profile(what: &str, window: Duration) {
+    let target = Arc::new(Target::start(what).await);
+    let callers = env_u64("BENCH_CALLERS").map_or(CONCURRENT, |n| n as usize);
+    eprintln!("server pid {}", target.server.child.id());
+    throughput(&target, CONCURRENT, Duration::from_secs(2)).await;
+    let faults = target.server.minor_faults();
+    let m = throughput(&target, callers, window).await;
+    let calls = m.calls_per_s * window.as_secs_f64();
+    eprintln!(
+        "{what}, {callers} callers: {:.0} calls/s; per call in the server: {:.1} µs CPU, {:.1} allocations, {:.3} minor page faults",
+        m.calls_per_s,
+        m.cpu_us,
+        m.allocations,
+        (target.server.minor_faults() - faults) as f64 / calls.max(1.0),
+    );
+}
+
 fn main() {
     if let Ok(what) = std::env::var(SERVE_ENV) {
         return serve(&what);
     }
     let quick = std::env::var("BENCH_QUICK").is_ok_and(|v| v == "1");
-    let rounds = env_u64("BENCH_ROUNDS").unwrap_or(if quick { 3 } else { 7 }) as usize;
+    let rounds = env_u64("BENCH_ROUNDS").unwrap_or(if quick { 5 } else { 25 }) as usize;
     let window =
-        Duration::from_millis(env_u64("BENCH_MS").unwrap_or(if quick { 300 } else { 1500 }));
+        Duration::from_millis(env_u64("BENCH_MS").unwrap_or(if quick { 300 } else { 400 }));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -465,8 +499,12 @@ fn main() {
     let one = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
+    if let Ok(what) = std::env::var("BENCH_PROFILE") {
+        return rt.block_on(profile(&what, window));
+    }
     let mut skin = Vec::new();
-    for _ in 0..rounds {
+    // In process nothing drifts much within a second: a few rounds suffice.
+    for _ in 0..rounds.min(7) {
         skin.push(skin_cost(&one, if quick { 20_000 } else { 100_000 }));
     }
     let bare_us = median(skin.iter().map(|s| s.0 .0).collect());

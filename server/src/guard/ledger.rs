@@ -103,6 +103,11 @@ enum InnerId {
 }
 
 impl InnerId {
+    const EMPTY: InnerId = InnerId::Inline {
+        len: 0,
+        bytes: [0; INLINE_ID],
+    };
+
     fn new(id: &str) -> Self {
         match u8::try_from(id.len()) {
             Ok(len) if id.len() <= INLINE_ID => {
@@ -122,6 +127,73 @@ impl InnerId {
             }
             InnerId::Heap(id) => id,
         }
+    }
+}
+
+/// How many inner ids a stream keeps inline, without a heap allocation.
+const FEW: usize = 2;
+
+/// A stream's inner event ids, oldest first. Most streams carry two events (a priming event
+/// and the answer): those are kept inline, so that a numbered stream, which the ledger keeps
+/// for thousands of calls after it ended, holds no heap memory of its own. Long-lived small
+/// allocations, one per call, scattered the allocator's free lists among the short-lived
+/// ones every request makes, and every call paid for it.
+#[derive(Debug)]
+struct Events {
+    /// The oldest ids (the first `few` of these).
+    inline: [InnerId; FEW],
+    few: u8,
+    /// The ids after them, once there are more than `FEW`.
+    more: VecDeque<InnerId>,
+}
+
+impl Events {
+    fn new() -> Self {
+        Self {
+            inline: [InnerId::EMPTY; FEW],
+            few: 0,
+            more: VecDeque::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.few) + self.more.len()
+    }
+
+    fn get(&self, at: usize) -> Option<&InnerId> {
+        let few = usize::from(self.few);
+        if at < few {
+            self.inline.get(at)
+        } else {
+            self.more.get(at - few)
+        }
+    }
+
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &InnerId> {
+        self.inline[..usize::from(self.few)]
+            .iter()
+            .chain(self.more.iter())
+    }
+
+    fn push_back(&mut self, id: InnerId) {
+        let few = usize::from(self.few);
+        // Inline only while nothing follows in `more`: the order stays inline, then more.
+        if few < FEW && self.more.is_empty() {
+            self.inline[few] = id;
+            self.few += 1;
+        } else {
+            self.more.push_back(id);
+        }
+    }
+
+    fn pop_front(&mut self) -> Option<InnerId> {
+        if self.few == 0 {
+            return self.more.pop_front();
+        }
+        let first = std::mem::replace(&mut self.inline[0], InnerId::EMPTY);
+        self.inline.rotate_left(1);
+        self.few -= 1;
+        Some(first)
     }
 }
 
@@ -156,7 +228,7 @@ pub(crate) struct StreamLog {
     session: SessionId,
     hash: CapabilityHash,
     /// Inner event ids from position `first` on.
-    inner: VecDeque<InnerId>,
+    inner: Events,
     first: u64,
     /// An index of `inner`, built once a stream is long enough for a scan to cost more than
     /// the map (most streams carry two or three events).
@@ -173,7 +245,7 @@ impl StreamLog {
         Self {
             session,
             hash,
-            inner: VecDeque::new(),
+            inner: Events::new(),
             first: 1,
             by_inner: None,
             max_events: max.max(1),
@@ -219,8 +291,9 @@ impl StreamLog {
             None => self
                 .inner
                 .iter()
-                .rposition(|i| i.as_str() == inner)
-                .map(|at| self.first + at as u64),
+                .rev()
+                .position(|i| i.as_str() == inner)
+                .map(|back| self.head() - back as u64),
         };
         if let Some(seq) = known {
             return seq;
@@ -390,6 +463,33 @@ mod tests {
 
     fn sid(s: &str) -> SessionId {
         SessionId::parse(s.as_bytes()).unwrap()
+    }
+
+    proptest::proptest! {
+        /// A stream's ids, inline or on the heap, read as one queue would: oldest first.
+        #[test]
+        fn events_keep_the_order_of_a_queue(ops in proptest::collection::vec(0u8..4, 0..40)) {
+            let mut events = Events::new();
+            let mut model = VecDeque::new();
+            for (n, op) in ops.into_iter().enumerate() {
+                if op == 0 {
+                    let popped = events.pop_front().map(|i| i.as_str().to_owned());
+                    proptest::prop_assert_eq!(popped, model.pop_front());
+                } else {
+                    // Some ids too long to keep inline.
+                    let id = if op == 3 { format!("{n}-{}", "x".repeat(30)) } else { n.to_string() };
+                    events.push_back(InnerId::new(&id));
+                    model.push_back(id);
+                }
+                proptest::prop_assert_eq!(events.len(), model.len());
+                let read: Vec<&str> = events.iter().map(InnerId::as_str).collect();
+                proptest::prop_assert_eq!(&read, &model.iter().map(String::as_str).collect::<Vec<_>>());
+                for (at, id) in model.iter().enumerate() {
+                    proptest::prop_assert_eq!(events.get(at).map(InnerId::as_str), Some(id.as_str()));
+                }
+                proptest::prop_assert!(events.get(model.len()).is_none());
+            }
+        }
     }
 
     fn hash() -> CapabilityHash {
