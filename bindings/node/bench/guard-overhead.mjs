@@ -9,25 +9,34 @@
 //
 // The client is this package's (the Rust SDK), in this process; each round connects a fresh
 // session and the clock covers the calls only. Prints the median calls/s of each, their ratio,
-// each replica's CPU time per call (from /proc: Linux), and the machine's load average before
-// and after. A second bare replica runs beside them as a control: its ratio to the first
+// each replica's CPU time per call (the nanoseconds its threads ran, from /proc: Linux), and
+// the machine's load average before and after. Rounds are many and short (25 of 300 calls by
+// default): the machine's speed drifts over seconds, and short rounds interleaved finely cancel
+// that drift better than a few long ones. A second bare replica runs beside them as a control: its ratio to the first
 // (A/A) is what two identical servers differ by in this run, the noise the guarded ratio is
 // to be read against (each Node process's own JIT and heap move it by several percent); the
 // guarded replica is also read against the mean of both bare ones, and the server CPU it adds
 // per call against theirs.
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { Client } from "../index.js";
 import { Replica } from "../test/support/deployment.mjs";
 
-const calls = Number(process.argv[2] ?? 1000);
-const rounds = Number(process.argv[3] ?? 7);
+const calls = Number(process.argv[2] ?? 300);
+const rounds = Number(process.argv[3] ?? 25);
 const concurrency = Number(process.argv[4] ?? 8);
 
-/** A process's CPU time so far (user and system, µs), from /proc (Linux). */
+/** A process's CPU time so far (µs): what its threads ran, from each one's /proc schedstat (Linux). */
 function cpu(pid) {
-  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
-  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / 100; // clock ticks of 10 ms
+  let ns = 0;
+  for (const task of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, "utf8").split(" ")[0]);
+    } catch {
+      // A thread that ended between the listing and the read.
+    }
+  }
+  return ns / 1000;
 }
 
 /** One round: calls per second, and the server's CPU µs per call. */
