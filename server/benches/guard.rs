@@ -18,8 +18,8 @@
 //! per call does not. Rounds interleave the configurations, each round starting with the next
 //! one, and medians over rounds are reported. The rounds are many and short (25 of 400 ms):
 //! the machine's speed drifts over seconds, and two runs of 7 rounds of 1.5 s differed by up
-//! to 0.15× where two runs of 25 short ones differ by about 0.03×. Targets: memory ≥ 0.95× the bare server's
-//! throughput, Redis ≥ 0.90×; a keyed call at most two Redis round trips.
+//! to 0.15× where two runs of 25 short ones differ by about 0.03×. Targets: memory ≥ 0.95×
+//! the bare server's throughput, Redis ≥ 0.90×; a keyed call at most two Redis round trips.
 
 #[path = "../tests/layer/server.rs"]
 #[allow(dead_code)]
@@ -475,7 +475,8 @@ async fn profile(what: &str, window: Duration) {
     let m = throughput(&target, callers, window).await;
     let calls = m.calls_per_s * window.as_secs_f64();
     eprintln!(
-        "{what}, {callers} callers: {:.0} calls/s; per call in the server: {:.1} µs CPU, {:.1} allocations, {:.3} minor page faults",
+        "{what}, {callers} callers: {:.0} calls/s; per call in the server: {:.1} µs CPU, \
+         {:.1} allocations, {:.3} minor page faults",
         m.calls_per_s,
         m.cpu_us,
         m.allocations,

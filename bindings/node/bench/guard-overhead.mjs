@@ -11,12 +11,12 @@
 // session and the clock covers the calls only. Prints the median calls/s of each, their ratio,
 // each replica's CPU time per call (the nanoseconds its threads ran, from /proc: Linux), and
 // the machine's load average before and after. Rounds are many and short (25 of 300 calls by
-// default): the machine's speed drifts over seconds, and short rounds interleaved finely cancel
-// that drift better than a few long ones. A second bare replica runs beside them as a control: its ratio to the first
-// (A/A) is what two identical servers differ by in this run, the noise the guarded ratio is
-// to be read against (each Node process's own JIT and heap move it by several percent); the
-// guarded replica is also read against the mean of both bare ones, and the server CPU it adds
-// per call against theirs.
+// default): the machine's speed drifts over seconds, and short rounds interleaved finely
+// cancel that drift better than a few long ones. A second bare replica runs beside them as a
+// control: its ratio to the first (A/A) is what two identical servers differ by in this run,
+// the noise the guarded ratio is to be read against (each Node process's own JIT and heap move
+// it by several percent); the guarded replica is also read against the mean of both bare ones,
+// and the server CPU it adds per call against theirs.
 import { readdirSync, readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { Client } from "../index.js";
@@ -26,7 +26,7 @@ const calls = Number(process.argv[2] ?? 300);
 const rounds = Number(process.argv[3] ?? 25);
 const concurrency = Number(process.argv[4] ?? 8);
 
-/** A process's CPU time so far (µs): what its threads ran, from each one's /proc schedstat (Linux). */
+/** A process's CPU time so far (µs): what its threads ran, each one's /proc schedstat (Linux). */
 function cpu(pid) {
   let ns = 0;
   for (const task of readdirSync(`/proc/${pid}/task`)) {
