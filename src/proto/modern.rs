@@ -21,6 +21,8 @@ pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// `_meta` key naming the `subscriptions/listen` stream a notification came on.
 pub const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+/// The tasks extension's identifier in capabilities (SEP-2663).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
 /// The headers were inconsistent with the body (`HeaderMismatch`).
 pub const HEADER_MISMATCH: i64 = -32020;

@@ -16,7 +16,6 @@ use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
-use crate::proto::modern::{self, ResultType};
 use crate::proto::{ext, methods, CallId, Output, RejectReason, SessionEvent};
 
 // Recovery decisions carried out, and how a call ends.
@@ -163,7 +162,7 @@ impl Session {
     }
 
     /// Stops the call's current exchange, if any.
-    fn detach(&mut self, id: CallId) {
+    pub(super) fn detach(&mut self, id: CallId) {
         if let Some(http) = self.calls.get_mut(id).and_then(Call::leave_exchange) {
             self.exchanges.finish(http);
         }
@@ -304,51 +303,6 @@ impl Session {
         }
         debug!(call = id.0, ok = result.is_ok(), "call completed");
         self.complete(id, result.map_err(Error::rpc));
-    }
-
-    /// A modern answer: its `resultType` says whether it is the result, a request for
-    /// input, or a task; its error may be one only a modern server sends.
-    fn deliver_modern(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
-        let mut value = match result {
-            Ok(value) => value,
-            Err(error) => {
-                if let Some((failure, cause)) = self.modern_failure(id, &error) {
-                    self.apply_because(id, failure, cause, now);
-                } else {
-                    self.complete(id, Err(Error::rpc(error)));
-                }
-                return;
-            }
-        };
-        // The answer ends its request's exchange, whatever comes next: a server may hold the
-        // stream open after it (keep-alive comments), and a call that moves on to its next
-        // round or to polling must not leave its caller reading that stream.
-        self.detach(id);
-        if self.calls.get(id).is_some_and(|c| c.task_id().is_some()) {
-            return self.on_poll_answer(id, value, now);
-        }
-        match modern::result_type(&value) {
-            Ok(ResultType::Complete) => {
-                if self
-                    .calls
-                    .get(id)
-                    .is_some_and(|c| c.method() == methods::TOOLS_LIST)
-                {
-                    self.learn_tools(&mut value);
-                }
-                debug!(call = id.0, "call completed");
-                self.complete(id, Ok(value));
-            }
-            Ok(ResultType::InputRequired) => self.input_required(id, value, now),
-            Ok(ResultType::Task) => self.task_created(id, value, now),
-            Err(unknown) => self.complete(
-                id,
-                Err(Error::new(
-                    ErrorKind::Protocol,
-                    format!("result of unknown resultType {unknown:?}"),
-                )),
-            ),
-        }
     }
 }
 

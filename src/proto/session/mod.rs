@@ -23,8 +23,8 @@
 //! `call` (the call record and table), `exchanges` (the HTTP exchanges in flight and the
 //! driver's action queue), `cursors` (stream cursors and the event ids already delivered),
 //! `timers` (every deadline and backoff, ordered by expiry), `listen` (the standalone GET
-//! stream). The era's features have their own files: `modern_calls`, `tasks`,
-//! `checkpoints`.
+//! stream). The era's features have their own files: `modern_calls` (a modern call's
+//! rounds of input and its task) and `checkpoints`.
 //!
 //! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
 //! these parts.
@@ -44,7 +44,6 @@ mod modern_calls;
 mod negotiated;
 mod outbound;
 mod responses;
-mod tasks;
 mod timers;
 
 use std::collections::{HashMap, VecDeque};
@@ -59,7 +58,6 @@ use self::cursors::Delivered;
 use self::exchanges::{ExKind, Exchanges};
 use self::lifecycle::{Lifecycle, Standing};
 use self::listen::Listen;
-use self::tasks::TASKS_EXTENSION;
 use self::timers::Timers;
 use super::config::SessionConfig;
 use super::modern::{ClientMeta, ParamHeader};
@@ -128,7 +126,7 @@ impl Session {
                 .or_insert_with(|| Value::Object(Default::default()));
             if let Value::Object(extensions) = extensions {
                 extensions
-                    .entry(TASKS_EXTENSION)
+                    .entry(super::modern::TASKS_EXTENSION)
                     .or_insert_with(|| Value::Object(Default::default()));
             }
         }
