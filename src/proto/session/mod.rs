@@ -229,6 +229,3 @@ impl Session {
         self.exchanges.dropped_answers()
     }
 }
-
-// Small helpers of the facade.
-impl Session {}
