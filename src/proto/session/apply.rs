@@ -1,9 +1,9 @@
 //! How a call ends or carries on: a response delivered to it (checked against what the
-//! extension lets us check, and read for what a modern answer asks next), and the recovery
-//! decisions of [`decide`] carried out for it: the one place that schedules resumes and
-//! re-sends and fails calls; a decision to re-initialize goes to the lifecycle (`reinit`).
-//! Calls the session makes for itself (a fresh tool list) end here too, and carry on the call
-//! they serve.
+//! extension lets us check; what a modern answer asks next is `modern_calls`'), and the
+//! recovery decisions of [`decide`] carried out for it: the one place that schedules resumes
+//! and re-sends and fails calls; a decision to re-initialize goes to the lifecycle
+//! (`reinit`). Calls the session makes for itself (a fresh tool list) end here too, and carry
+//! on the call they serve.
 
 use std::time::Instant;
 
