@@ -2,14 +2,23 @@
 //! by the tests (slots split in three, the nodes introduced to each other), killed with its
 //! handle.
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mock_server::procs::{find_program, free_port, TempDir};
+use tokio::net::TcpStream;
 
 pub(crate) struct RedisCluster {
-    nodes: Vec<(u16, Child)>,
-    _dir: TempDir,
+    nodes: Vec<Node>,
+    dir: TempDir,
+}
+
+/// One node: its port, its cluster bus's port, its process.
+struct Node {
+    port: u16,
+    bus: u16,
+    child: Child,
 }
 
 impl RedisCluster {
@@ -17,29 +26,17 @@ impl RedisCluster {
     pub(crate) async fn start() -> RedisCluster {
         let binary = find_program("redis-server")
             .expect("the Redis Cluster tests need redis-server (apt-get install redis-server)");
-        let dir = TempDir::new("redis-cluster").expect("a temp dir");
-        let mut nodes = Vec::new();
+        let mut cluster = RedisCluster {
+            nodes: Vec::new(),
+            dir: TempDir::new("redis-cluster").expect("a temp dir"),
+        };
         for i in 0..3 {
-            let port = free_port().expect("a free port");
-            let node_dir = dir.path().join(format!("n{i}"));
-            std::fs::create_dir_all(&node_dir).expect("a node dir");
-            let child = Command::new(&binary)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server starts");
-            nodes.push((port, child));
+            let node = start_node(&binary, cluster.dir.path(), i).await;
+            cluster.nodes.push(node);
         }
-        let cluster = RedisCluster { nodes, _dir: dir };
         let mut conns = Vec::new();
-        for (port, _) in &cluster.nodes {
-            conns.push(connect(*port).await);
+        for node in &cluster.nodes {
+            conns.push(connect(node.port).await);
         }
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
         for (conn, (from, to)) in conns.iter_mut().zip(ranges) {
@@ -51,11 +48,13 @@ impl RedisCluster {
                 .await
                 .expect("slots assigned");
         }
-        for (port, _) in &cluster.nodes[1..] {
+        for node in &cluster.nodes[1..] {
             let _: () = redis::cmd("CLUSTER")
                 .arg("MEET")
                 .arg("127.0.0.1")
-                .arg(*port)
+                .arg(node.port)
+                // Without it, the bus is taken to be at the port plus 10,000.
+                .arg(node.bus)
                 .query_async(&mut conns[0])
                 .await
                 .expect("nodes meet");
@@ -86,9 +85,60 @@ impl RedisCluster {
     pub(crate) fn urls(&self) -> Vec<String> {
         self.nodes
             .iter()
-            .map(|(port, _)| format!("redis://127.0.0.1:{port}"))
+            .map(|node| format!("redis://127.0.0.1:{}", node.port))
             .collect()
     }
+}
+
+/// Starts node `i` and waits until it listens. Its ports are free when picked, not reserved:
+/// one taken by another process in the meantime makes the node exit, and it starts again on
+/// other ports. The cluster bus's port is picked too: by default it is the node's port plus
+/// 10,000, which another process may hold (an outgoing connection's local port) and which
+/// nothing here checks.
+async fn start_node(binary: &Path, dir: &Path, i: usize) -> Node {
+    let mut last = String::new();
+    for attempt in 0..5 {
+        let (port, bus) = (
+            free_port().expect("a free port"),
+            free_port().expect("a free port"),
+        );
+        if port == bus {
+            continue;
+        }
+        // A directory per attempt: a node keeps its ports in its cluster config file.
+        let node_dir = dir.join(format!("n{i}-{attempt}"));
+        std::fs::create_dir_all(&node_dir).expect("a node dir");
+        let mut child = Command::new(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+            .args(["--cluster-port", &bus.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&node_dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                last = format!("redis-server on {port} (bus {bus}) exited: {status}");
+                break;
+            }
+            if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return Node { port, bus, child };
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                last = format!("redis-server on {port} did not listen in time");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    panic!("a Redis Cluster node did not start: {last}");
 }
 
 async fn connect(port: u16) -> redis::aio::MultiplexedConnection {
@@ -105,7 +155,7 @@ async fn connect(port: u16) -> redis::aio::MultiplexedConnection {
 
 impl Drop for RedisCluster {
     fn drop(&mut self) {
-        for (_, child) in &mut self.nodes {
+        for Node { child, .. } in &mut self.nodes {
             let _ = child.kill();
             let _ = child.wait();
         }
