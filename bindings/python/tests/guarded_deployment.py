@@ -110,32 +110,37 @@ class Nginx:
     def __init__(self, mock_cluster: Path, upstreams: list[int]) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="guard-nginx-")
         os.chmod(self.dir.name, 0o755)  # nginx's workers (run as root: another user) read it
-        self.port = free_port()
-        conf = subprocess.run(
-            [str(mock_cluster), "nginx-config", "--listen", f"127.0.0.1:{self.port}",
-             "--prefix", self.dir.name, "--session-prefixes", "--idle-timeout-ms", str(IDLE_MS),
-             *[a for p in upstreams for a in ("--upstream", f"127.0.0.1:{p}")]],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        path = Path(self.dir.name) / "nginx.conf"
-        path.write_text(conf)
-        self.proc = subprocess.Popen(
-            [program("nginx"), "-p", self.dir.name, "-c", str(path), "-e",
-             str(Path(self.dir.name) / "error.log")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.02)
+        # A port free when picked may be taken before nginx binds it: nginx then exits, and
+        # starts again on another.
+        for _ in range(5):
+            self.port = free_port()
+            conf = subprocess.run(
+                [str(mock_cluster), "nginx-config", "--listen", f"127.0.0.1:{self.port}",
+                 "--prefix", self.dir.name, "--session-prefixes", "--idle-timeout-ms",
+                 str(IDLE_MS), *[a for p in upstreams for a in ("--upstream", f"127.0.0.1:{p}")]],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            path = Path(self.dir.name) / "nginx.conf"
+            path.write_text(conf)
+            self.proc = subprocess.Popen(
+                [program("nginx"), "-p", self.dir.name, "-c", str(path), "-e",
+                 str(Path(self.dir.name) / "error.log")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    return
+                except OSError:
+                    if self.proc.poll() is not None:
+                        break
+                    time.sleep(0.02)
+            if self.proc.poll() is None:
+                break  # running but not listening: another port would not help
         raise RuntimeError("nginx did not start:\n" + self.log("error.log"))
 
     @property

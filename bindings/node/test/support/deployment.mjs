@@ -129,20 +129,26 @@ export class Nginx {
     if (!binary) throw new Error("MCP_RESUME_MOCK_CLUSTER is not set: run the suite through test.sh");
     const dir = mkdtempSync(join(tmpdir(), "guard-nginx-"));
     chmodSync(dir, 0o755); // nginx's workers (run as root: another user) read it
-    const port = await freePort();
-    const conf = execFileSync(binary, [
-      "nginx-config", "--listen", `127.0.0.1:${port}`, "--prefix", dir, "--session-prefixes",
-      "--idle-timeout-ms", String(IDLE_MS), ...upstreams.flatMap((p) => ["--upstream", `127.0.0.1:${p}`]),
-    ]).toString();
-    writeFileSync(join(dir, "nginx.conf"), conf);
-    const child = track(spawn(program("nginx"), ["-p", dir, "-c", join(dir, "nginx.conf"), "-e", join(dir, "error.log")], { stdio: "ignore" }));
-    const nginx = new Nginx(child, port, dir);
-    for (let i = 0; i < 500; i++) {
-      if (child.exitCode !== null) break;
-      if (await nginx.#listening()) return nginx;
-      await sleep(20);
+    // A port free when picked may be taken before nginx binds it: nginx then exits, and
+    // starts again on another.
+    let nginx = null;
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const port = await freePort();
+      const conf = execFileSync(binary, [
+        "nginx-config", "--listen", `127.0.0.1:${port}`, "--prefix", dir, "--session-prefixes",
+        "--idle-timeout-ms", String(IDLE_MS), ...upstreams.flatMap((p) => ["--upstream", `127.0.0.1:${p}`]),
+      ]).toString();
+      writeFileSync(join(dir, "nginx.conf"), conf);
+      const child = track(spawn(program("nginx"), ["-p", dir, "-c", join(dir, "nginx.conf"), "-e", join(dir, "error.log")], { stdio: "ignore" }));
+      nginx = new Nginx(child, port, dir);
+      for (let i = 0; i < 500; i++) {
+        if (child.exitCode !== null) break;
+        if (await nginx.#listening()) return nginx;
+        await sleep(20);
+      }
+      if (child.exitCode === null) break; // running but not listening: another port would not help
     }
-    throw new Error(`nginx did not start:\n${nginx.log("error.log")}`);
+    throw new Error(`nginx did not start:\n${nginx?.log("error.log") ?? ""}`);
   }
 
   constructor(child, port, dir) {
