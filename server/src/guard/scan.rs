@@ -51,11 +51,6 @@ pub(crate) fn object<'a>(
     }
 }
 
-/// The end of the document once a value ended at `end`: `Some` when only whitespace follows.
-pub(crate) fn at_end(bytes: &[u8], end: usize) -> Option<()> {
-    trailing_ws_only(bytes, end)
-}
-
 /// Where the document's first value starts.
 pub(crate) fn first(bytes: &[u8]) -> usize {
     skip_ws(bytes, 0)
@@ -101,8 +96,9 @@ fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
-fn trailing_ws_only(bytes: &[u8], at: usize) -> Option<()> {
-    (skip_ws(bytes, at) == bytes.len()).then_some(())
+/// The end of the document once a value ended at `end`: `Some` when only whitespace follows.
+pub(crate) fn at_end(bytes: &[u8], end: usize) -> Option<()> {
+    (skip_ws(bytes, end) == bytes.len()).then_some(())
 }
 
 /// Where the string opening at `start` (a `"`) ends, past its closing quote, and whether it
@@ -179,7 +175,7 @@ mod tests {
             member(key, &bytes[at..end]);
             Some(end)
         })?;
-        trailing_ws_only(bytes, end)
+        at_end(bytes, end)
     }
 
     fn all(bytes: &[u8]) -> Option<Vec<(String, String)>> {
