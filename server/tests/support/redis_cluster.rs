@@ -92,9 +92,8 @@ impl RedisCluster {
 
 /// Starts node `i` and waits until it listens. Its ports are free when picked, not reserved:
 /// one taken by another process in the meantime makes the node exit, and it starts again on
-/// other ports. The cluster bus's port is picked too: by default it is the node's port plus
-/// 10,000, which another process may hold (an outgoing connection's local port) and which
-/// nothing here checks.
+/// other ports. The cluster bus's port is picked the same way: by default it would be the
+/// node's port plus 10,000, which nothing checks is free.
 async fn start_node(binary: &Path, dir: &Path, i: usize) -> Node {
     let mut last = String::new();
     for attempt in 0..5 {
