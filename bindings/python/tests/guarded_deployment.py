@@ -193,7 +193,7 @@ class Replica:
             stop(self.proc, signal.SIGKILL)
 
     def drain(self) -> None:
-        """SIGTERM: uvicorn's graceful shutdown, in-flight requests first."""
+        """SIGTERM: the replica drains (every call in flight answered first), then exits."""
         if self.proc is not None:
             stop(self.proc, signal.SIGTERM, wait=15)
 

@@ -17,8 +17,9 @@ cut, drain or kill after its effect), then counts its finish (``INCR done:<tag>`
 benchmark's call).
 
 Prints ``http://127.0.0.1:PORT/mcp`` on its first stdout line once it listens. SIGTERM drains
-it (uvicorn's graceful shutdown); SIGKILL is a crash; it exits when its stdin closes, so a
-test that dies leaves no replica behind.
+it (no new connections, every call in flight answered, then the streams that never end by
+themselves closed: ``DrainingServer``); SIGKILL is a crash; it exits when its stdin closes, so
+a test that dies leaves no replica behind.
 """
 
 from __future__ import annotations
@@ -71,6 +72,61 @@ def parse() -> argparse.Namespace:
     p.add_argument("--lease", type=float, default=10.0)
     p.add_argument("--session-prefix", default="")
     return p.parse_args()
+
+
+#: How long a drain waits for the calls in flight before it ends their streams anyway.
+DRAIN_S = 10.0
+
+
+class InFlight:
+    """Counts the POSTs being answered. It wraps the guard too, so a keyed call counts until
+    the guard has stored its answer."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.count = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        self.count += 1
+        self.idle.clear()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.count -= 1
+            if self.count == 0:
+                self.idle.set()
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn whose graceful shutdown lets SSE answers finish too.
+
+    sse_starlette, which streams the ``mcp`` server's SSE answers, ends every open SSE response
+    within half a second of SIGTERM unless told not to: a call in flight then loses its answer
+    although its run goes on to the end (under the guard an honest ``OutcomeUnknown``, but not
+    what a rolling restart should do). Here sse_starlette is told not to, and a shutdown stops
+    accepting, waits until no POST is in flight, and only then lets sse_starlette end the
+    streams that never end by themselves (GET streams) before uvicorn's own shutdown."""
+
+    def __init__(self, config: uvicorn.Config, in_flight: InFlight) -> None:
+        from sse_starlette.sse import AppStatus
+
+        AppStatus.disable_automatic_graceful_drain()
+        super().__init__(config)
+        self.in_flight = in_flight
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        from sse_starlette.sse import AppStatus
+
+        for server in self.servers:
+            server.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.in_flight.idle.wait(), DRAIN_S)
+        AppStatus.should_exit = True
+        await super().shutdown(sockets)
 
 
 class OrderedEventStore:
@@ -207,10 +263,11 @@ def main() -> None:
             instance_id=f"replica-{args.port}-{os.getpid()}",
             lease=args.lease,
         )
+    in_flight = InFlight(app)
     config = uvicorn.Config(
-        app, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
+        in_flight, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
     )
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, in_flight)
 
     def watch_stdin() -> None:
         sys.stdin.read()

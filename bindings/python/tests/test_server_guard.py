@@ -204,13 +204,18 @@ class Call:
 class Row:
     fault: str
     call: Call
-    reported: str  # "ok:<text>", "unknown", or "failed:<why>"
+    reported: str  # "ok:<text>", "unknown:<why>", or "failed:<why>"
     effects: int
     finished: int
 
     @property
     def first_answer(self) -> str:
         return f"ok:{self.call.tag}:1"
+
+    @property
+    def unknown(self) -> bool:
+        """It ended ``OutcomeUnknown`` (why is in ``reported``)."""
+        return self.reported.startswith("unknown:")
 
     @property
     def wrong_answer(self) -> bool:
@@ -231,8 +236,8 @@ async def native(url: str, call: Call, trusting: bool) -> str:
             args = {"tag": call.tag, "delay_ms": call.delay_ms}
             result = await client.call_tool("bump", args, idempotency_key=key)
             return f"ok:{result.text}"
-    except OutcomeUnknownError:
-        return "unknown"
+    except OutcomeUnknownError as e:
+        return f"unknown:{e}"
     except Exception as e:  # noqa: BLE001 - every other failure is a row of the table
         return f"failed:{type(e).__name__}: {e}"
 
@@ -254,7 +259,7 @@ async def session(url: str, call: Call, trusting: bool) -> str:
         while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
             e = e.exceptions[0]
         if isinstance(e, McpError) and (e.error.data or {}).get("kind") == "outcome_unknown":
-            return "unknown"
+            return f"unknown:{e}"
         return f"failed:{type(e).__name__}: {e}"
 
 
@@ -342,7 +347,7 @@ def table(d: Deployment, rows: list[Row]) -> str:
             f"| {fault} | {len(keyed)}/{len(of) - len(keyed)} | {len(twice)} {twice} | "
             f"{sum(1 for r in of if not r.call.keyed and r.effects > 1)} | "
             f"{sum(1 for r in keyed if r.reported == r.first_answer and r.effects == 1)}/{len(keyed)} | "
-            f"{sum(1 for r in of if r.reported == 'unknown')} | "
+            f"{sum(1 for r in of if r.unknown)} | "
             f"{sum(1 for r in of if r.wrong_answer)} | "
             f"{sum(1 for r in of if r.reported.startswith('failed'))} |\n"
         )
@@ -386,7 +391,7 @@ async def test_deployment_under_faults(
         elif r.call.keyed:
             # Its run died (its replica killed, or stopped mid-call by a drain): never
             # success, never a second run.
-            assert r.reported == "unknown", what
+            assert r.unknown, what
         else:
             # Unkeyed: the answer if the client got it, else an honest unknown.
-            assert r.reported in (r.first_answer, "unknown"), what
+            assert r.reported == r.first_answer or r.unknown, what
