@@ -23,8 +23,9 @@ pub(crate) enum Via {
 pub(crate) enum Reported {
     /// A result with this text.
     Ok(String),
-    /// `OutcomeUnknown` (rmcp: the bridge's documented error for it).
-    Unknown,
+    /// `OutcomeUnknown` (rmcp: the bridge's documented error for it), with the error's
+    /// message: why, for a failing row to show.
+    Unknown(String),
     /// Any other error.
     Failed(String),
 }
@@ -79,7 +80,7 @@ async fn native(url: &str, call: &Call, policy: ResendPolicy, args: Value) -> Re
     }
     let out = match client.call_tool(tool).await {
         Ok(r) => Reported::Ok(r.text()),
-        Err(e) if e.kind() == ErrorKind::OutcomeUnknown => Reported::Unknown,
+        Err(e) if e.kind() == ErrorKind::OutcomeUnknown => Reported::Unknown(e.to_string()),
         Err(e) => Reported::Failed(format!("{:?}: {e}", e.kind())),
     };
     let _ = client.close().await;
@@ -121,7 +122,7 @@ async fn rmcp_call(url: &str, call: &Call, policy: ResendPolicy, args: Value) ->
         Err(rmcp::ServiceError::McpError(e))
             if e.data.as_ref().and_then(|d| d.get("kind")) == Some(&json!("outcome_unknown")) =>
         {
-            Reported::Unknown
+            Reported::Unknown(e.message.to_string())
         }
         Err(e) => Reported::Failed(format!("{e}")),
     };
