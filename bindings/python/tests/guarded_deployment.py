@@ -10,6 +10,7 @@ response, a rolling restart (SIGTERM drains each replica, a new process takes it
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import shutil
 import signal
@@ -211,15 +212,29 @@ class Deployment:
         self.kind = kind
         self.guarded = guarded
         self.redis = redis
-        self.replicas = [Replica(kind, guarded, redis, free_port(), i) for i in range(3)]
-        self._start(self.replicas)
+        # In parallel: each spends most of its start importing.
+        with concurrent.futures.ThreadPoolExecutor(3) as pool:
+            self.replicas = list(pool.map(lambda i: self._first(kind, guarded, redis, i), range(3)))
         self.nginx = Nginx(mock_cluster, [r.port for r in self.replicas])
 
     @staticmethod
-    def _start(replicas: list[Replica]) -> None:
-        # In parallel: each spends most of its start importing.
-        import concurrent.futures
+    def _first(kind: str, guarded: bool, redis: Redis, index: int) -> Replica:
+        """Replica ``index`` started on a free port. A port free when picked may be taken
+        before the replica binds it: the replica then exits, and starts again on another.
+        Later starts (a restart, a revival) keep the port nginx knows."""
+        attempts = 5
+        while True:
+            replica = Replica(kind, guarded, redis, free_port(), index)
+            try:
+                replica.start()
+                return replica
+            except RuntimeError:
+                attempts -= 1
+                if attempts == 0:
+                    raise
 
+    @staticmethod
+    def _start(replicas: list[Replica]) -> None:
         with concurrent.futures.ThreadPoolExecutor(len(replicas)) as pool:
             list(pool.map(Replica.start, replicas))
 

@@ -240,18 +240,27 @@ export class Replica {
 /** Three replicas behind nginx, sharing `redis`. */
 export class Deployment {
   static async start(redis, { guarded, json = false }) {
-    const ports = [];
-    for (let i = 0; i < 3; i++) ports.push(await freePort());
-    const replicas = ports.map(
-      (port, i) =>
-        new Replica([
+    // A port free when picked may be taken before the replica binds it: the replica then
+    // exits, and starts again on another. Later starts (a restart, a revival) keep the port
+    // nginx knows.
+    const first = async (i) => {
+      for (let attempt = 1; ; attempt++) {
+        const port = await freePort();
+        const replica = new Replica([
           "--port", String(port), "--redis", redis.url, "--lease-ms", String(LEASE_MS),
           "--session-prefix", `i${i}-`, ...(guarded ? [] : ["--no-guard"]), ...(json ? ["--json"] : []),
-        ]),
-    );
-    await Promise.all(replicas.map((r) => r.start()));
-    const nginx = await Nginx.start(ports);
-    return new Deployment(redis, replicas, nginx, guarded, json);
+        ]);
+        try {
+          await replica.start();
+          return { replica, port };
+        } catch (error) {
+          if (attempt === 5) throw error;
+        }
+      }
+    };
+    const started = await Promise.all([0, 1, 2].map(first));
+    const nginx = await Nginx.start(started.map((s) => s.port));
+    return new Deployment(redis, started.map((s) => s.replica), nginx, guarded, json);
   }
 
   constructor(redis, replicas, nginx, guarded, json) {
