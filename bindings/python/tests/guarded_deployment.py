@@ -110,6 +110,7 @@ class Nginx:
 
     def __init__(self, mock_cluster: Path, upstreams: list[int]) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="guard-nginx-")
+        self.pid_file = Path(self.dir.name) / "nginx.pid"  # where the generated config has it
         os.chmod(self.dir.name, 0o755)  # nginx's workers (run as root: another user) read it
         # A port free when picked may be taken before nginx binds it: nginx then exits, and
         # starts again on another.
@@ -134,12 +135,16 @@ class Nginx:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
                 try:
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                    return
+                    # nginx writes its pid file once its sockets are bound: a port taken by
+                    # another process is not mistaken for nginx listening.
+                    if self.pid_file.read_text().strip() == str(self.proc.pid):
+                        socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                        return
                 except OSError:
-                    if self.proc.poll() is not None:
-                        break
-                    time.sleep(0.02)
+                    pass
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.02)
             if self.proc.poll() is None:
                 break  # running but not listening: another port would not help
         raise RuntimeError("nginx did not start:\n" + self.log("error.log"))

@@ -143,7 +143,7 @@ export class Nginx {
       nginx = new Nginx(child, port, dir);
       for (let i = 0; i < 500; i++) {
         if (child.exitCode !== null) break;
-        if (await nginx.#listening()) return nginx;
+        if (nginx.#bound() && (await nginx.#listening())) return nginx;
         await sleep(20);
       }
       if (child.exitCode === null) break; // running but not listening: another port would not help
@@ -156,6 +156,16 @@ export class Nginx {
     this.port = port;
     this.dir = dir;
     this.url = `http://127.0.0.1:${port}/mcp`;
+  }
+
+  /** nginx wrote its pid file, which it does once its sockets are bound: a port taken by
+   * another process is not mistaken for nginx listening. */
+  #bound() {
+    try {
+      return readFileSync(join(this.dir, "nginx.pid"), "utf8").trim() === String(this.child.pid);
+    } catch {
+      return false;
+    }
   }
 
   #listening() {
