@@ -13,6 +13,10 @@ pub const MAX_ANSWERS_IN_FLIGHT: usize = 8;
 /// the server gets no answer, which it must tolerate anyway from a client that went away.
 pub const MAX_QUEUED_ANSWERS: usize = 256;
 
+/// Server requests the app may hold unanswered at once; past this a request is answered with
+/// an error at once. Their ids are the server's: the set of them must stay bounded.
+pub const MAX_OPEN_SERVER_REQUESTS: usize = 1024;
+
 /// MRTR rounds one call may go through before it fails: a server that keeps asking must not
 /// keep a call (and its handlers) busy forever.
 pub const MAX_INPUT_ROUNDS: u32 = 16;

@@ -841,6 +841,36 @@ fn posts(session: &mut Session) -> Vec<(mcp_resume::proto::HttpId, Value)> {
         .collect()
 }
 
+/// The server sends requests `ids` on the SSE answer of a call it keeps open; the session
+/// hands them to the app. Returns the call's exchange (still open).
+fn server_asks(session: &mut Session, now: Instant, ids: &[&str]) -> mcp_resume::proto::HttpId {
+    let call = CallId::next();
+    session.submit(
+        call,
+        CallRequest::new("tools/call", Some(json!({"name": "ask"}))),
+        now,
+    );
+    let (http, _) = posts(session).pop().expect("the call is sent");
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "text/event-stream".parse().unwrap());
+    session.handle_head(http, 200, &headers, now);
+    for id in ids {
+        let ask = json!({"jsonrpc": "2.0", "id": id, "method": "roots/list"});
+        session.handle_data(http, format!("data: {ask}\n\n").as_bytes(), now);
+    }
+    http
+}
+
+/// The ids of the server requests the session handed to the app since last asked.
+fn handed(session: &mut Session) -> Vec<String> {
+    std::iter::from_fn(|| session.poll_output())
+        .filter_map(|o| match o {
+            Output::ServerRequest(r) => Some(r.id.to_string().trim_matches('"').to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// An answer to a server request whose POST never left (a connection that could not be made,
 /// or a pooled one whose runtime had shut down) is sent again: nothing else would send it, and
 /// the server would wait for it forever. Only while it never left, and a bounded number of
@@ -851,6 +881,7 @@ fn an_answer_whose_post_never_left_is_sent_again() {
     use mcp_resume::RequestId;
     let (mut session, now) = legacy_ready();
     assert!(posts(&mut session).is_empty(), "the handshake is over");
+    server_asks(&mut session, now, &["ask-1", "ask-2"]);
     let ask = RequestId::from_json(&json!("ask-1")).unwrap();
     session.respond(ask, Ok(json!({"answered": true})), now);
     let mut sent = posts(&mut session);
@@ -883,4 +914,108 @@ fn an_answer_whose_post_never_left_is_sent_again() {
     let again = posts(&mut session);
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].1, body);
+}
+
+/// Each server request is answered once, and only in the session that delivered it: a second
+/// answer, an answer to an id the server never sent, and a late answer to a request of a
+/// session since replaced are dropped; the replacement's server gets only answers to its own
+/// requests, even under an id an earlier request had.
+#[test]
+fn an_answer_reaches_only_the_session_whose_server_asked() {
+    use mcp_resume::RequestId;
+    let (mut session, now) = legacy_ready();
+    let _ = posts(&mut session);
+    let id = |s: &str| RequestId::from_json(&json!(s)).unwrap();
+    let answer = |n: u32| Ok(json!({"roots": [], "n": n}));
+
+    server_asks(&mut session, now, &["a", "b", "a"]);
+    assert_eq!(
+        handed(&mut session),
+        ["a", "b"],
+        "an id waiting already is not handed again"
+    );
+    session.respond(id("a"), answer(1), now);
+    session.respond(id("a"), answer(2), now);
+    session.respond(id("never-asked"), answer(3), now);
+    let sent = posts(&mut session);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].1["id"], "a");
+    assert_eq!(sent[0].1["result"]["n"], 1);
+
+    // The session is replaced (its server forgot it); the new one's server asks under "b",
+    // an id the old one's request still waiting for an answer had.
+    let call = CallId::next();
+    session.submit(
+        call,
+        CallRequest::new("tools/call", Some(json!({"name": "x"}))),
+        now,
+    );
+    let (http, _) = posts(&mut session).pop().expect("sent");
+    session.handle_head(http, 404, &HeaderMap::new(), now);
+    session.handle_end(http, now);
+    let mut initialized = false;
+    for _ in 0..4 {
+        while let Some(transmit) = session.poll_transmit() {
+            let Transmit::Send(request) = transmit else {
+                continue;
+            };
+            let body: Value =
+                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+            let mut headers = HeaderMap::new();
+            if body["method"] == "initialize" {
+                headers.insert("content-type", "application/json".parse().unwrap());
+                headers.insert("mcp-session-id", "s-2".parse().unwrap());
+                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "serverInfo": {"name": "scripted", "version": "1"}}});
+                session.handle_head(request.id, 200, &headers, now);
+                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
+                initialized = true;
+                session.handle_end(request.id, now);
+            } else if body["method"] == "tools/call" {
+                // The re-sent call stays open: the new server asks on it below.
+                continue;
+            } else {
+                session.handle_head(request.id, 202, &headers, now);
+                session.handle_end(request.id, now);
+            }
+        }
+    }
+    assert!(initialized, "a new session was initialized");
+    let _ = handed(&mut session);
+    session.respond(id("b"), answer(4), now);
+    assert!(
+        posts(&mut session).is_empty(),
+        "the old session's request is not answered in the new one"
+    );
+
+    server_asks(&mut session, now, &["b"]);
+    assert_eq!(
+        handed(&mut session),
+        ["b"],
+        "the new session's own request under that id"
+    );
+    session.respond(id("b"), answer(5), now);
+    let sent = posts(&mut session);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].1["result"]["n"], 5);
+}
+
+/// The server requests waiting for the app's answer are bounded: past the bound a request is
+/// refused with an error at once, not handed on.
+#[test]
+fn server_requests_waiting_for_an_answer_are_bounded() {
+    use mcp_resume::proto::limits::MAX_OPEN_SERVER_REQUESTS;
+    let (mut session, now) = legacy_ready();
+    let _ = posts(&mut session);
+    let ids: Vec<String> = (0..=MAX_OPEN_SERVER_REQUESTS)
+        .map(|n| format!("q{n}"))
+        .collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    server_asks(&mut session, now, &ids);
+    assert_eq!(handed(&mut session).len(), MAX_OPEN_SERVER_REQUESTS);
+    let refused: Vec<Value> = posts(&mut session).into_iter().map(|(_, b)| b).collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["id"], format!("q{MAX_OPEN_SERVER_REQUESTS}"));
+    assert_eq!(refused[0]["error"]["code"], -32603);
 }

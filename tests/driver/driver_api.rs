@@ -533,6 +533,90 @@ async fn a_panicking_server_request_handler_still_answers() {
     guarded(client.ping()).await.unwrap();
 }
 
+/// A server request still being handled when its session is replaced is not answered into
+/// the new session, even when the new session's server asks under the same id: the earlier
+/// handler is cancelled, the new request goes to a handler of its own, and only its answer is
+/// sent.
+#[tokio::test]
+async fn a_server_request_of_a_replaced_session_is_not_answered_into_the_new_one() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let inits = Arc::new(AtomicUsize::new(0));
+    let seen = inits.clone();
+    let server = TestServer::start(move |req| {
+        let session = req.header("mcp-session-id").unwrap_or_default().to_owned();
+        if req.is_rpc("initialize") {
+            let n = seen.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut response = json_result(req, initialize_result());
+            let id = axum::http::HeaderValue::from_str(&format!("s-{n}")).unwrap();
+            response.headers_mut().insert("mcp-session-id", id);
+            return response;
+        }
+        if req.method == Method::GET {
+            // Each session's server asks the same id; `params.session` says which asked.
+            let ask = json!({"jsonrpc": "2.0", "id": "q", "method": "roots/list",
+                "params": {"session": session}});
+            return sse_open(sse_event(None, &ask));
+        }
+        if req.is_rpc("ping") && session == "s-1" {
+            // The first session is gone: the client re-initializes.
+            return status(404);
+        }
+        default_reply(req)
+    })
+    .await;
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let client = client_for(&server)
+        .on_server_request({
+            let release = release.clone();
+            move |req| {
+                let (started, release) = (started.clone(), release.clone());
+                async move {
+                    let asked_by = req.params.unwrap_or_default()["session"].clone();
+                    let asked_by = asked_by.as_str().unwrap_or_default().to_owned();
+                    // Reports a handler dropped before it answered (cancelled).
+                    struct Dropped(Option<(String, tokio::sync::mpsc::UnboundedSender<String>)>);
+                    impl Drop for Dropped {
+                        fn drop(&mut self) {
+                            if let Some((who, tx)) = self.0.take() {
+                                let _ = tx.send(format!("cancelled {who}"));
+                            }
+                        }
+                    }
+                    let mut dropped = Dropped(Some((asked_by.clone(), started.clone())));
+                    let _ = started.send(format!("started {asked_by}"));
+                    release.notified().await;
+                    dropped.0 = None;
+                    Ok::<Value, RpcError>(json!({"roots": [], "for": asked_by}))
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    assert_eq!(guarded(starts.recv()).await.unwrap(), "started s-1");
+    guarded(client.ping()).await.unwrap();
+    let mut seen = vec![
+        guarded(starts.recv()).await.unwrap(),
+        guarded(starts.recv()).await.unwrap(),
+    ];
+    seen.sort();
+    assert_eq!(seen, ["cancelled s-1", "started s-2"]);
+    release.notify_waiters();
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("q"))
+        .await;
+    assert_eq!(answer.header("mcp-session-id"), Some("s-2"));
+    assert_eq!(answer.body.unwrap()["result"]["for"], "s-2");
+    let answers = server
+        .requests()
+        .iter()
+        .filter(|r| r.method == Method::POST && r.rpc_id() == json!("q"))
+        .count();
+    assert_eq!(answers, 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_from_clones_each_get_their_own_answer() {
     let server = TestServer::start(default_reply).await;

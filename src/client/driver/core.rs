@@ -140,9 +140,14 @@ impl Core {
         })
     }
 
-    /// A server-request handler's answer.
-    pub(super) fn answer(&self, id: RequestId, result: Option<Result<Value, RpcError>>) {
-        let _ = self.with(|state| state.handle_answer(id, result));
+    /// A server-request handler's answer to the request it was handed as `delivery`.
+    pub(super) fn answer(
+        &self,
+        id: RequestId,
+        delivery: u64,
+        result: Option<Result<Value, RpcError>>,
+    ) {
+        let _ = self.with(|state| state.handle_answer(id, delivery, result));
     }
 
     /// The driver's timer fired for `fired`. The timer task runs no application code:

@@ -24,6 +24,8 @@ use crate::proto::ServerRequest;
 /// A server request on its way to its handler.
 pub(crate) struct Dispatch {
     pub(super) request: ServerRequest,
+    /// Which delivery of the request's id this is (its answer names it).
+    pub(super) delivery: u64,
     pub(super) cancel: watch::Receiver<Option<String>>,
     pub(super) handlers: Arc<Handlers>,
     pub(super) core: Weak<Core>,
@@ -33,6 +35,7 @@ pub(crate) struct Dispatch {
 /// it is dropped.
 struct Owed {
     id: Option<RequestId>,
+    delivery: u64,
     core: Weak<Core>,
 }
 
@@ -40,7 +43,7 @@ impl Owed {
     /// Gives the answer (`None`: the server cancelled the request, nothing is sent).
     fn give(mut self, answer: Option<Result<Value, RpcError>>) {
         if let (Some(id), Some(core)) = (self.id.take(), self.core.upgrade()) {
-            core.answer(id, answer);
+            core.answer(id, self.delivery, answer);
         }
     }
 }
@@ -49,7 +52,7 @@ impl Drop for Owed {
     fn drop(&mut self) {
         if let (Some(id), Some(core)) = (self.id.take(), self.core.upgrade()) {
             tracing::warn!(%id, "a server request's handler ended without answering");
-            core.answer(id, Some(Err(internal("internal error"))));
+            core.answer(id, self.delivery, Some(Err(internal("internal error"))));
         }
     }
 }
@@ -60,12 +63,14 @@ impl Dispatch {
     pub(super) fn spawn(self, runtime: Option<&tokio::runtime::Handle>) {
         let Dispatch {
             request,
+            delivery,
             cancel,
             handlers,
             core,
         } = self;
         let owed = Owed {
             id: Some(request.id.clone()),
+            delivery,
             core,
         };
         let Some(runtime) = runtime else {

@@ -149,9 +149,10 @@ pub(crate) struct State {
     /// The exchange whose report being applied holds its end.
     pub(super) ending: Option<HttpId>,
     calls: FxHashMap<CallId, Waiter>,
-    /// Server requests being handled, each with the sender of its cancellation; their number
-    /// is bounded by [`MAX_SERVER_REQUESTS`].
-    server_requests: HashMap<RequestId, watch::Sender<Option<String>>>,
+    /// Server requests being handled; their number is bounded by [`MAX_SERVER_REQUESTS`].
+    server_requests: HashMap<RequestId, Handling>,
+    /// Numbers the server requests handed to handlers (see [`Handling::delivery`]).
+    deliveries: u64,
     /// What the inputs since the lock was taken lead to outside the session, to be carried
     /// out once it is released.
     effects: Effects,
@@ -209,6 +210,7 @@ impl State {
             ending: None,
             calls: FxHashMap::default(),
             server_requests: HashMap::new(),
+            deliveries: 0,
             effects: Effects::default(),
             deferred: Effects::default(),
             progress: FxHashMap::default(),
@@ -326,12 +328,24 @@ impl State {
         self.pump();
     }
 
-    /// A handler's answer to a server request (`None`: the server cancelled it, nothing is
-    /// sent).
-    pub(super) fn handle_answer(&mut self, id: RequestId, result: Option<Result<Value, RpcError>>) {
-        if self.server_requests.remove(&id).is_none() || self.stopped {
+    /// A handler's answer to the server request it was handed as `delivery` (`None`: the
+    /// server cancelled it, nothing is sent).
+    pub(super) fn handle_answer(
+        &mut self,
+        id: RequestId,
+        delivery: u64,
+        result: Option<Result<Value, RpcError>>,
+    ) {
+        // An answer to a request that a later one under the same id replaced answers nothing:
+        // only the latest delivery of an id may answer it.
+        let current = self
+            .server_requests
+            .get(&id)
+            .is_some_and(|h| h.delivery == delivery);
+        if !current || self.stopped {
             return;
         }
+        self.server_requests.remove(&id);
         match result {
             Some(result) => self.session.respond(id, result, now()),
             None => tracing::debug!(%id, "server request cancelled: not answered"),
@@ -351,8 +365,8 @@ impl State {
             exchange.abort();
         }
         self.to_start.clear();
-        for (_, cancel) in self.server_requests.drain() {
-            cancel.send_replace(Some("client closed".to_owned()));
+        for (_, handling) in self.server_requests.drain() {
+            handling.cancel("client closed");
         }
         for (_, waiter) in self.calls.drain() {
             let reply = match waiter {
@@ -755,9 +769,9 @@ impl State {
         let Some(id) = RequestId::from_json(&cancelled.request_id) else {
             return;
         };
-        if let Some(cancel) = self.server_requests.get(&id) {
+        if let Some(handling) = self.server_requests.get(&id) {
             tracing::debug!(%id, reason = ?cancelled.reason, "server cancelled its request");
-            cancel.send_replace(Some(cancelled.reason.clone().unwrap_or_default()));
+            handling.cancel(cancelled.reason.as_deref().unwrap_or_default());
         }
     }
 
@@ -768,10 +782,12 @@ impl State {
                 .respond(id, Err(not_found(&request.method)), now());
             return;
         }
-        if self.server_requests.contains_key(&id) {
-            // One answer per id: the one being handled will give it.
-            tracing::warn!(%id, "server request id reused while in flight: ignored");
-            return;
+        if let Some(earlier) = self.server_requests.remove(&id) {
+            // The session hands out an id once while it waits for its answer, so this is a
+            // new session's request under the id of one an earlier session's server sent:
+            // that one's answer has nobody to reach any more.
+            tracing::debug!(%id, "a server request of an earlier session is cancelled");
+            earlier.cancel("session replaced");
         }
         if self.server_requests.len() >= MAX_SERVER_REQUESTS {
             let error = internal("too many concurrent server requests");
@@ -779,9 +795,16 @@ impl State {
             return;
         }
         let (cancel_tx, cancel) = watch::channel(None);
-        self.server_requests.insert(id, cancel_tx);
+        self.deliveries += 1;
+        let delivery = self.deliveries;
+        let handling = Handling {
+            delivery,
+            cancel: cancel_tx,
+        };
+        self.server_requests.insert(id, handling);
         self.effects.dispatch(Dispatch {
             request,
+            delivery,
             cancel,
             handlers: self.handlers.clone(),
             core: self.core.clone(),
@@ -796,5 +819,20 @@ impl State {
     /// The end of `call`'s allowed silence, if it resets its timeout on progress.
     pub(super) fn idle_end(&self, call: CallId) -> Option<Instant> {
         self.idle.get(&call).map(|(_, at)| *at)
+    }
+}
+
+/// A server request in a handler's hands.
+struct Handling {
+    /// Which delivery this is: its answer must name it, so that a late answer to an earlier
+    /// session's request under the same id is not taken for this one's.
+    delivery: u64,
+    /// Tells the handler that its answer is no longer wanted, and why.
+    cancel: watch::Sender<Option<String>>,
+}
+
+impl Handling {
+    fn cancel(&self, why: &str) {
+        self.cancel.send_replace(Some(why.to_owned()));
     }
 }

@@ -2,8 +2,8 @@
 //! for, what is known of it (its body as far as it was read), and the queue of network actions
 //! the driver drains.
 
-use crate::proto::limits::{MAX_ANSWERS_IN_FLIGHT, MAX_QUEUED_ANSWERS};
-use std::collections::VecDeque;
+use crate::proto::limits::{MAX_ANSWERS_IN_FLIGHT, MAX_OPEN_SERVER_REQUESTS, MAX_QUEUED_ANSWERS};
+use std::collections::{HashSet, VecDeque};
 
 use rustc_hash::FxHashMap;
 
@@ -13,7 +13,7 @@ use http::header::HeaderMap;
 use super::cursors::Observed;
 use super::negotiated::Negotiated;
 use crate::error::{Error, ErrorKind};
-use crate::ids::{CapabilityHash, EventId, SequencedEventId};
+use crate::ids::{CapabilityHash, EventId, RequestId, SequencedEventId};
 use crate::proto::classify::{self, ContentType, Context, HeadFacts, Refusal, MAX_ERROR_BODY};
 use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmit};
 use crate::sse::{SseDecoder, SseEvent};
@@ -200,9 +200,26 @@ impl Sent {
     }
 }
 
-/// Answer POSTs: how many are in flight and the bounded queue behind them.
+/// Whether a server request could be held open for the app's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Hold {
+    /// Held: the app answers it with `Session::respond`.
+    Held,
+    /// A request of this session with the same id waits for its answer already: one answer
+    /// per id.
+    AlreadyOpen,
+    /// Too many wait already ([`MAX_OPEN_SERVER_REQUESTS`]).
+    Full,
+}
+
+/// The server requests this session owes an answer, and the answer POSTs: how many are in
+/// flight and the bounded queue behind them.
 #[derive(Debug, Default)]
 struct Answers {
+    /// Ids of the server's requests handed to the app and not answered yet. The server picks
+    /// them (a hashed set that a chosen id cannot degrade), and they are this session's only:
+    /// the next session's server numbers its requests anew.
+    open: HashSet<RequestId>,
     in_flight: usize,
     queue: VecDeque<Bytes>,
     dropped: u64,
@@ -524,6 +541,24 @@ impl Exchanges {
         }
     }
 
+    /// A server request is handed to the app, which now owes it an answer.
+    pub(super) fn hold_request(&mut self, id: &RequestId) -> Hold {
+        if self.answers.open.contains(id) {
+            Hold::AlreadyOpen
+        } else if self.answers.open.len() >= MAX_OPEN_SERVER_REQUESTS {
+            Hold::Full
+        } else {
+            self.answers.open.insert(id.clone());
+            Hold::Held
+        }
+    }
+
+    /// The app answered `id`: whether a request of this session was waiting for that answer
+    /// (not one of an earlier session's, nor one answered already).
+    pub(super) fn release_request(&mut self, id: &RequestId) -> bool {
+        self.answers.open.remove(id)
+    }
+
     /// Queues an answer behind those in flight; `false` when the queue is full (dropped).
     pub(super) fn queue_answer(&mut self, body: Bytes) -> bool {
         if self.answers.queue.len() >= MAX_QUEUED_ANSWERS {
@@ -542,9 +577,12 @@ impl Exchanges {
         self.answers.queue.pop_front()
     }
 
-    /// Forgets the answers queued for a session that is gone: they have nobody to reach.
-    pub(super) fn drop_queued_answers(&mut self) {
+    /// A new session begins: the answers queued for the old one's requests have nobody to
+    /// reach, and those still owed must not reach the new one, whose server may have sent a
+    /// request of its own under the same id.
+    pub(super) fn forget_answers(&mut self) {
         self.answers.queue.clear();
+        self.answers.open.clear();
     }
 
     /// Answers dropped because the queue was full.

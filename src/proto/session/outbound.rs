@@ -95,6 +95,12 @@ impl Session {
 
     /// Answers a server-to-client request. At most 8 answers are in flight; up to 256 wait
     /// behind them, more are dropped and counted ([`Session::dropped_answers`]).
+    ///
+    /// Only a request of the current session is answered, once: an answer to a request
+    /// delivered before the session was replaced or lost ([`SessionEvent::Reinitialized`],
+    /// [`SessionEvent::SessionLost`]) is dropped, as is a second answer. A driver must not
+    /// carry an answer across sessions, since the new session's server may have sent a request
+    /// under the same id; the tokio driver ties each answer to the delivery it answers.
     pub fn respond(&mut self, id: RequestId, result: Result<Value, RpcError>, now: Instant) {
         // An answer to an MRTR input goes into the call's next round, not on the wire.
         let Err(result) = self.input_answered(&id, result, now) else {
@@ -107,6 +113,17 @@ impl Session {
             debug!(%id, "answer to an input of an ended call dropped");
             return;
         }
+        if !self.exchanges.release_request(&id) {
+            // A request of an earlier session (whose server is gone, and whose successor may
+            // have sent another request under the same id), or one answered already.
+            debug!(%id, "answer dropped: no request of this session waits for it");
+            return;
+        }
+        self.send_answer(id, result);
+    }
+
+    /// Sends an answer to a request of this session's server (through the bounded queue).
+    pub(super) fn send_answer(&mut self, id: RequestId, result: Result<Value, RpcError>) {
         if self.life.ready().is_none() {
             debug!(%id, "answer to a server request dropped: session not ready");
             return;

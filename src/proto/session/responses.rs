@@ -18,9 +18,9 @@ use tracing::{debug, warn};
 use super::ahead::{DecodedEvent, DecodedJson};
 use super::call::CallState;
 use super::cursors::Observed;
-use super::exchanges::{Ended, ExKind, Exchange, Fed};
+use super::exchanges::{Ended, ExKind, Exchange, Fed, Hold};
 use super::Session;
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal, Refused};
 use crate::proto::decide::{decide, Decision, Failure};
@@ -607,17 +607,26 @@ impl Session {
                 // MRTR inputs), and no client-sent responses to answer one with.
                 warn!(%id, %method, "server request on a modern stream ignored");
             }
-            Message::Request { id, method, params } => {
-                if method == methods::PING {
-                    self.respond(id, Ok(json!({})), now);
-                } else {
-                    self.outputs.push_back(Output::ServerRequest(ServerRequest {
-                        id,
-                        method,
-                        params,
-                    }));
-                }
+            Message::Request { id, method, .. } if method == methods::PING => {
+                self.send_answer(id, Ok(json!({})));
             }
+            Message::Request { id, method, params } => match self.exchanges.hold_request(&id) {
+                Hold::Held => self.outputs.push_back(Output::ServerRequest(ServerRequest {
+                    id,
+                    method,
+                    params,
+                })),
+                Hold::AlreadyOpen => {
+                    // Its first copy gets the one answer this id may have.
+                    warn!(%id, %method, "server request id reused while it waits: ignored");
+                }
+                Hold::Full => {
+                    warn!(%id, %method, "too many server requests wait: refused");
+                    let error =
+                        RpcError::new(RpcError::INTERNAL_ERROR, "too many server requests waiting");
+                    self.send_answer(id, Err(error));
+                }
+            },
             Message::Notification { method, params }
                 if kind == ExKind::Listen && !self.on_subscription(&method, params.as_ref()) => {}
             Message::Notification { method, params } => {

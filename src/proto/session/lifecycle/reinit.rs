@@ -104,8 +104,6 @@ impl Session {
         };
         // The standalone stream belongs to the old session; it is reopened afterwards.
         self.stop_listening();
-        // Answers queued for the old session's requests have nobody to reach.
-        self.exchanges.drop_queued_answers();
         self.start_handshake(Some(reason), previous, delay, now);
         // Calls waiting for a retry on the old session: a resend waits for the new one; a
         // resume cannot happen any more (its cursor belongs to the old session).
@@ -137,6 +135,9 @@ impl Session {
         now: Instant,
     ) {
         self.life.generation += 1;
+        // Every new session (a first one, a replacement, a reconnection after a loss) starts
+        // owing its server nothing.
+        self.exchanges.forget_answers();
         self.life.phase = Phase::Initializing(Handshake {
             step: Step::Backoff,
             reason,
