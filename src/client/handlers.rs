@@ -42,7 +42,9 @@ type RootsHandler =
 /// stops waiting for the handler: its future is dropped and no answer is sent, as the
 /// specification asks. Work the handler handed elsewhere (a dialog, a model call in another
 /// task) learns of it through [`RequestContext::cancelled`]. The same happens to every request
-/// still being handled when the client closes, with the reason `"client closed"`.
+/// still being handled when the client closes, with the reason `"client closed"`, and when
+/// the session that delivered it is replaced or lost, with `"session replaced"`: its server is
+/// gone, and an answer would reach the next session's.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     request_id: RequestId,

@@ -222,7 +222,8 @@ impl CallRequest {
     }
 }
 
-/// A server-to-client JSON-RPC request the app must answer with [`crate::proto::Session::respond`].
+/// A server-to-client JSON-RPC request the app must answer with [`crate::proto::Session::respond`]
+/// (unless it is withdrawn first: [`Output::ServerRequestWithdrawn`]).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ServerRequest {
@@ -407,6 +408,10 @@ pub enum Output {
     },
     /// A request from the server the app must answer.
     ServerRequest(ServerRequest),
+    /// A server request handed out earlier will not be answered: its session was replaced or
+    /// lost, so an answer would reach nobody (and [`Session::respond`] drops it). A driver
+    /// stops the request's handler.
+    ServerRequestWithdrawn(crate::ids::RequestId),
     /// Lifecycle news.
     Event(SessionEvent),
     /// A call's durable state changed (only with [`SessionConfig::checkpoints`]): what a

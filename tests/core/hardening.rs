@@ -916,6 +916,50 @@ fn an_answer_whose_post_never_left_is_sent_again() {
     assert_eq!(again[0].1, body);
 }
 
+/// A call of the ready session `s-1` is refused with 404: the session is re-initialized as
+/// `s-2` (its `initialize` and `notifications/initialized` answered; re-sent calls left open).
+fn reinit_to_s2(session: &mut Session, now: Instant) {
+    let call = CallId::next();
+    session.submit(
+        call,
+        CallRequest::new("tools/call", Some(json!({"name": "x"}))),
+        now,
+    );
+    let (http, _) = posts(session).pop().expect("sent");
+    session.handle_head(http, 404, &HeaderMap::new(), now);
+    session.handle_end(http, now);
+    let mut initialized = false;
+    for _ in 0..4 {
+        while let Some(transmit) = session.poll_transmit() {
+            let Transmit::Send(request) = transmit else {
+                continue;
+            };
+            let body: Value =
+                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+            let mut headers = HeaderMap::new();
+            if body["method"] == "initialize" {
+                headers.insert("content-type", "application/json".parse().unwrap());
+                headers.insert("mcp-session-id", "s-2".parse().unwrap());
+                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "serverInfo": {"name": "scripted", "version": "1"}}});
+                session.handle_head(request.id, 200, &headers, now);
+                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
+                initialized = true;
+                session.handle_end(request.id, now);
+            } else if body["method"] == "tools/call" {
+                // The re-sent call stays open.
+                continue;
+            } else {
+                session.handle_head(request.id, 202, &headers, now);
+                session.handle_end(request.id, now);
+            }
+        }
+    }
+    assert!(initialized, "a new session was initialized");
+    assert!(session.is_ready());
+}
+
 /// Each server request is answered once, and only in the session that delivered it: a second
 /// answer, an answer to an id the server never sent, and a late answer to a request of a
 /// session since replaced are dropped; the replacement's server gets only answers to its own
@@ -944,44 +988,7 @@ fn an_answer_reaches_only_the_session_whose_server_asked() {
 
     // The session is replaced (its server forgot it); the new one's server asks under "b",
     // an id the old one's request still waiting for an answer had.
-    let call = CallId::next();
-    session.submit(
-        call,
-        CallRequest::new("tools/call", Some(json!({"name": "x"}))),
-        now,
-    );
-    let (http, _) = posts(&mut session).pop().expect("sent");
-    session.handle_head(http, 404, &HeaderMap::new(), now);
-    session.handle_end(http, now);
-    let mut initialized = false;
-    for _ in 0..4 {
-        while let Some(transmit) = session.poll_transmit() {
-            let Transmit::Send(request) = transmit else {
-                continue;
-            };
-            let body: Value =
-                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
-            let mut headers = HeaderMap::new();
-            if body["method"] == "initialize" {
-                headers.insert("content-type", "application/json".parse().unwrap());
-                headers.insert("mcp-session-id", "s-2".parse().unwrap());
-                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "serverInfo": {"name": "scripted", "version": "1"}}});
-                session.handle_head(request.id, 200, &headers, now);
-                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
-                initialized = true;
-                session.handle_end(request.id, now);
-            } else if body["method"] == "tools/call" {
-                // The re-sent call stays open: the new server asks on it below.
-                continue;
-            } else {
-                session.handle_head(request.id, 202, &headers, now);
-                session.handle_end(request.id, now);
-            }
-        }
-    }
-    assert!(initialized, "a new session was initialized");
+    reinit_to_s2(&mut session, now);
     let _ = handed(&mut session);
     session.respond(id("b"), answer(4), now);
     assert!(
@@ -1018,4 +1025,69 @@ fn server_requests_waiting_for_an_answer_are_bounded() {
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["id"], format!("q{MAX_OPEN_SERVER_REQUESTS}"));
     assert_eq!(refused[0]["error"]["code"], -32603);
+}
+
+/// What concerns a replaced session stays with it, though a stream of its may still be open
+/// (a replica still streaming the old session after another one's 404): the old server's
+/// requests, a ping included, are neither handed to the app nor answered into the new
+/// session; its event ids do not hide the new session's events; a late refusal of one of its
+/// POSTs does not tear the new session down, and an answer of its whose POST never left is
+/// not sent into the new one. The requests the app still owed it are withdrawn.
+#[test]
+fn what_arrives_for_a_replaced_session_stays_with_it() {
+    use mcp_resume::proto::TransportFailure;
+    use mcp_resume::RequestId;
+    let id = |s: &str| RequestId::from_json(&json!(s)).unwrap();
+    let (mut session, now) = legacy_ready();
+    let _ = posts(&mut session);
+    let old = server_asks(&mut session, now, &["a", "w"]);
+    assert_eq!(handed(&mut session), ["a", "w"]);
+    session.respond(id("a"), Ok(json!({"roots": []})), now);
+    let (answer_post, _) = posts(&mut session).pop().expect("the answer is sent");
+    session.notify(
+        "notifications/progress",
+        Some(json!({"progressToken": 1})),
+        now,
+    );
+    let (note_post, _) = posts(&mut session).pop().expect("the notification is sent");
+
+    reinit_to_s2(&mut session, now);
+    let withdrawn: Vec<RequestId> = std::iter::from_fn(|| session.poll_output())
+        .filter_map(|o| match o {
+            Output::ServerRequestWithdrawn(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(withdrawn, [id("w")], "the request still owed is withdrawn");
+
+    // The old stream asks, and numbers its event 1.
+    let ask = json!({"jsonrpc": "2.0", "id": "x", "method": "roots/list"});
+    let ping = json!({"jsonrpc": "2.0", "id": "p", "method": "ping"});
+    session.handle_data(
+        old,
+        format!("id: 1\ndata: {ask}\n\ndata: {ping}\n\n").as_bytes(),
+        now,
+    );
+    assert!(handed(&mut session).is_empty(), "not handed to the app");
+    session.respond(id("x"), Ok(json!({"roots": []})), now);
+    assert!(posts(&mut session).is_empty(), "nothing answered into s-2");
+
+    // The new session's stream numbers its event 1 too: another event, delivered.
+    let new = server_asks(&mut session, now, &[]);
+    let ask = json!({"jsonrpc": "2.0", "id": "y", "method": "roots/list"});
+    session.handle_data(new, format!("id: 1\ndata: {ask}\n\n").as_bytes(), now);
+    assert_eq!(handed(&mut session), ["y"]);
+
+    // The old session's notification POST is refused as of a session gone, late: s-2 stays.
+    session.handle_head(note_post, 404, &HeaderMap::new(), now);
+    session.handle_end(note_post, now);
+    assert!(session.is_ready(), "the new session is kept");
+    // The old answer's POST never left: not sent again into s-2.
+    session.handle_error(
+        answer_post,
+        TransportFailure::Connect("refused".into()),
+        now,
+    );
+    let sent = posts(&mut session);
+    assert!(sent.is_empty(), "{sent:?}");
 }

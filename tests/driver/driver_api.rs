@@ -539,6 +539,19 @@ async fn a_panicking_server_request_handler_still_answers() {
 /// sent.
 #[tokio::test]
 async fn a_server_request_of_a_replaced_session_is_not_answered_into_the_new_one() {
+    replaced_while_handling(true).await;
+}
+
+/// The handler of a request whose session was replaced is cancelled though nothing takes its
+/// place (an elicitation must not keep asking a user for a session that is gone).
+#[tokio::test]
+async fn a_server_request_of_a_replaced_session_is_withdrawn_from_its_handler() {
+    replaced_while_handling(false).await;
+}
+
+/// Session `s-1`'s server asks `q` on its stream; a 404 replaces the session by `s-2`, whose
+/// server asks `q` too when `new_asks`.
+async fn replaced_while_handling(new_asks: bool) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     let inits = Arc::new(AtomicUsize::new(0));
@@ -552,7 +565,7 @@ async fn a_server_request_of_a_replaced_session_is_not_answered_into_the_new_one
             response.headers_mut().insert("mcp-session-id", id);
             return response;
         }
-        if req.method == Method::GET {
+        if req.method == Method::GET && (session == "s-1" || new_asks) {
             // Each session's server asks the same id; `params.session` says which asked.
             let ask = json!({"jsonrpc": "2.0", "id": "q", "method": "roots/list",
                 "params": {"session": session}});
@@ -597,6 +610,18 @@ async fn a_server_request_of_a_replaced_session_is_not_answered_into_the_new_one
     guarded(client.connect()).await.unwrap();
     assert_eq!(guarded(starts.recv()).await.unwrap(), "started s-1");
     guarded(client.ping()).await.unwrap();
+    if !new_asks {
+        assert_eq!(guarded(starts.recv()).await.unwrap(), "cancelled s-1");
+        release.notify_waiters();
+        guarded(client.close()).await.unwrap();
+        let answers = server
+            .requests()
+            .iter()
+            .filter(|r| r.rpc_id() == json!("q"))
+            .count();
+        assert_eq!(answers, 0, "nothing answered the withdrawn request");
+        return;
+    }
     let mut seen = vec![
         guarded(starts.recv()).await.unwrap(),
         guarded(starts.recv()).await.unwrap(),

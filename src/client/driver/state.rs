@@ -590,6 +590,11 @@ impl State {
                     params: notification.params,
                 });
             }
+            Output::ServerRequestWithdrawn(id) => {
+                if let Some(handling) = self.server_requests.remove(&id) {
+                    handling.cancel("session replaced");
+                }
+            }
             Output::ServerRequest(request) => {
                 #[cfg(feature = "otel")]
                 self.telemetry.server_request();
@@ -783,11 +788,10 @@ impl State {
             return;
         }
         if let Some(earlier) = self.server_requests.remove(&id) {
-            // The session hands out an id once while it waits for its answer, so this is a
-            // new session's request under the id of one an earlier session's server sent:
-            // that one's answer has nobody to reach any more.
-            tracing::debug!(%id, "a server request of an earlier session is cancelled");
-            earlier.cancel("session replaced");
+            // The session hands an id out once while it is open and withdraws it when its
+            // session ends, so this should not happen; if it does, the newer request is the
+            // one the server waits on.
+            earlier.cancel("superseded");
         }
         if self.server_requests.len() >= MAX_SERVER_REQUESTS {
             let error = internal("too many concurrent server requests");

@@ -106,6 +106,11 @@ impl Exchange {
         self.kind
     }
 
+    /// The session generation it was sent on.
+    pub(super) fn generation(&self) -> u64 {
+        self.sent.generation
+    }
+
     /// Whether this is a GET with `Last-Event-ID`.
     pub(super) fn is_resumed(&self) -> bool {
         self.resumed
@@ -155,6 +160,9 @@ impl Exchange {
 /// How an exchange is sent: the facts fixed at send time.
 #[derive(Debug, Clone, Copy)]
 struct Sent {
+    /// The session generation it was sent on: what arrives on it or befalls it after a new
+    /// session began is the old session's, not the new one's.
+    generation: u64,
     carried_session_id: bool,
     allow_batch: bool,
     checks: Checks,
@@ -177,6 +185,7 @@ impl Sent {
     /// An exchange of the session `s` (or of its stand-in, [`Negotiated::unknown`]).
     fn on(s: &Negotiated) -> Self {
         Sent {
+            generation: s.generation,
             carried_session_id: s.id.is_some(),
             allow_batch: s.version.allows_batch(),
             checks: match s.checked_ext() {
@@ -190,9 +199,11 @@ impl Sent {
         }
     }
 
-    /// The DELETE that closes a session: it names the session, and expects no body.
-    fn delete() -> Self {
+    /// The DELETE that closes the session of `generation`: it names the session, and expects
+    /// no body.
+    fn delete(generation: u64) -> Self {
         Sent {
+            generation,
             carried_session_id: true,
             allow_batch: false,
             checks: Checks::default(),
@@ -250,15 +261,15 @@ impl Exchanges {
         self.open_sent(kind, method, purpose, headers, body, Sent::on(session))
     }
 
-    /// Opens the DELETE that closes the session its `headers` name.
-    pub(super) fn open_delete(&mut self, headers: HeaderMap) -> HttpId {
+    /// Opens the DELETE that closes the session its `headers` name, of `generation`.
+    pub(super) fn open_delete(&mut self, headers: HeaderMap, generation: u64) -> HttpId {
         self.open_sent(
             ExKind::Delete,
             HttpMethod::Delete,
             HttpPurpose::Terminate,
             headers,
             None,
-            Sent::delete(),
+            Sent::delete(generation),
         )
     }
 
@@ -577,12 +588,14 @@ impl Exchanges {
         self.answers.queue.pop_front()
     }
 
-    /// A new session begins: the answers queued for the old one's requests have nobody to
-    /// reach, and those still owed must not reach the new one, whose server may have sent a
-    /// request of its own under the same id.
-    pub(super) fn forget_answers(&mut self) {
+    /// The session is gone: the answers queued for its requests have nobody to reach, and
+    /// those still owed must not reach the next session, whose server may send a request of
+    /// its own under the same id. Returns the ids of those still owed, in order.
+    pub(super) fn forget_answers(&mut self) -> Vec<RequestId> {
         self.answers.queue.clear();
-        self.answers.open.clear();
+        let mut owed: Vec<RequestId> = self.answers.open.drain().collect();
+        owed.sort_unstable();
+        owed
     }
 
     /// Answers dropped because the queue was full.

@@ -115,10 +115,11 @@ impl Negotiated {
     }
 
     /// The stand-in for a request sent before anything is known of the server (an
-    /// `initialize`, or a modern probe), speaking `version`: no session, nothing to check.
-    pub(super) fn unknown(version: ProtocolVersion) -> Negotiated {
+    /// `initialize`, or a modern probe) by the handshake of `generation`, speaking `version`:
+    /// no session, nothing to check.
+    pub(super) fn unknown(generation: u64, version: ProtocolVersion) -> Negotiated {
         Negotiated {
-            generation: 0,
+            generation,
             id: None,
             version,
             headers: SessionHeaders::new(None, version),

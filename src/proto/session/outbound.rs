@@ -203,7 +203,7 @@ impl Session {
         match delete {
             Some(headers) => {
                 info!("closing session");
-                self.exchanges.open_delete(headers);
+                self.exchanges.open_delete(headers, self.life.generation());
             }
             None => self.outputs.push_back(Output::Completed {
                 call: id,

@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 
 use super::ahead::{DecodedEvent, DecodedJson};
 use super::call::CallState;
-use super::cursors::Observed;
+use super::cursors::{Delivered, Observed};
 use super::exchanges::{Ended, ExKind, Exchange, Fed, Hold};
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -156,8 +156,12 @@ impl Session {
             }
             ExKind::Listen => self.listen_failed(Failure::ResumeConnectFailed, None, false, now),
             ExKind::Notify | ExKind::Answer => {
+                // Sent again only into the session it was meant for: an answer to an earlier
+                // session's request could be taken for one of the new server's under its id.
                 let again = match resend {
-                    Some((body, sent)) if connect => self.post_again(kind, body, sent),
+                    Some((body, sent)) if connect && self.life.is_current(ex.generation()) => {
+                        self.post_again(kind, body, sent)
+                    }
                     _ => false,
                 };
                 if !again {
@@ -514,10 +518,19 @@ impl Session {
         message: Option<Result<Message, DecodeError>>,
         now: Instant,
     ) {
-        let Some(kind) = self.exchanges.get(http).map(Exchange::kind) else {
+        let Some(ex) = self.exchanges.get(http) else {
             return;
         };
-        let (calls, listen, delivered) = (&mut self.calls, &mut self.listen, &mut self.delivered);
+        let kind = ex.kind();
+        // The delivered ids are the current session's: an earlier session's stream numbers
+        // its events on its own, and the same id there is another event.
+        let mut elsewhere = Delivered::default();
+        let delivered = if self.life.is_current(ex.generation()) {
+            &mut self.delivered
+        } else {
+            &mut elsewhere
+        };
+        let (calls, listen) = (&mut self.calls, &mut self.listen);
         let observed = self.exchanges.observe(http, |expect| match kind {
             ExKind::Post(c) | ExKind::Resume(c) => match calls.get_mut(c) {
                 Some(call) => call.observe(&event, expect, delivered),
@@ -601,7 +614,13 @@ impl Session {
             return;
         };
         let (kind, resumed) = (ex.kind(), ex.is_resumed());
+        let current = self.life.is_current(ex.generation());
         match message {
+            Message::Request { id, method, .. } if !current => {
+                // The server that sent it serves a session this client has replaced: what
+                // it asks has nobody to answer it, and an answer would go to the new session.
+                debug!(%id, %method, "request on a stream of an earlier session ignored");
+            }
             Message::Request { id, method, .. } if self.is_modern() => {
                 // The modern era has no server-to-client requests on a stream (they come as
                 // MRTR inputs), and no client-sent responses to answer one with.
@@ -706,7 +725,10 @@ impl Session {
             ExKind::Resume(call) => self.resume_refused(call, status, refusal, now),
             ExKind::Listen => self.listen_refused(refusal.class, now),
             ExKind::Notify | ExKind::Answer => match refusal.class {
-                Refused::SessionGone | Refused::Rejected(_) if ex.carried_session_id() => {
+                // Only about the session it was sent on: that an earlier one is gone is known.
+                Refused::SessionGone | Refused::Rejected(_)
+                    if ex.carried_session_id() && self.life.is_current(ex.generation()) =>
+                {
                     self.apply_to_session(Failure::PostSessionNotFound, now)
                 }
                 _ => warn!(status, "notification or answer POST not accepted"),

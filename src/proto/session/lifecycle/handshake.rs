@@ -257,7 +257,7 @@ impl Session {
             HttpPurpose::Request,
             initialize_headers(),
             Some(body),
-            &Negotiated::unknown(self.config.protocol_version),
+            &Negotiated::unknown(self.life.generation, self.config.protocol_version),
         );
         self.timers.set(
             Timer::InitDeadline,
@@ -374,7 +374,7 @@ impl Session {
         let session = match self.life.handshake_mut().map(|h| &mut h.step) {
             Some(Step::Initialized { session, .. }) => std::mem::replace(
                 session.as_mut(),
-                Negotiated::unknown(ProtocolVersion::MODERN),
+                Negotiated::unknown(0, ProtocolVersion::MODERN),
             ),
             _ => return,
         };
@@ -433,7 +433,7 @@ impl Session {
             return;
         }
         let rpc = self.calls.new_rpc();
-        let probe = Negotiated::unknown(ProtocolVersion::MODERN);
+        let probe = Negotiated::unknown(self.life.generation, ProtocolVersion::MODERN);
         let modern = Some((&self.client_meta, &self.tool_headers));
         let (body, headers) = probe.request(&rpc, DISCOVER, &mut None, None, modern);
         debug!(generation = self.life.generation, "sending server/discover");

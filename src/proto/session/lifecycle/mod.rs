@@ -170,6 +170,11 @@ impl Lifecycle {
         }
     }
 
+    /// The current session's generation (its handshake's, while one runs).
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Whether what was sent on session `generation` was sent on the current one (a
     /// handshake since has replaced it).
     pub(super) fn is_current(&self, generation: u64) -> bool {

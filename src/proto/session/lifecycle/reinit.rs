@@ -137,7 +137,7 @@ impl Session {
         self.life.generation += 1;
         // Every new session (a first one, a replacement, a reconnection after a loss) starts
         // owing its server nothing.
-        self.exchanges.forget_answers();
+        self.withdraw_server_requests();
         self.life.phase = Phase::Initializing(Handshake {
             step: Step::Backoff,
             reason,
@@ -193,6 +193,7 @@ impl Session {
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
         self.stop_listening();
+        self.withdraw_server_requests();
         self.fail_everything(
             ErrorKind::SessionLost,
             "session lost: re-initialization kept failing",
@@ -200,6 +201,14 @@ impl Session {
         );
         self.outputs
             .push_back(Output::Event(SessionEvent::SessionLost));
+    }
+
+    /// The server requests the app has not answered belong to a session that is gone: their
+    /// handlers are told to stop (and their answers would be dropped).
+    fn withdraw_server_requests(&mut self) {
+        for id in self.exchanges.forget_answers() {
+            self.outputs.push_back(Output::ServerRequestWithdrawn(id));
+        }
     }
 
     /// The first call after the session was lost: re-initialize, no sooner than the backoff
