@@ -84,11 +84,11 @@ pub fn capability_hash(
 ) -> CapabilityHash {
     let mut canon = String::with_capacity(256);
     canon.push_str("{\"clientCapabilities\":");
-    write_canonical(client_capabilities, &mut canon);
+    write_canonical(client_capabilities, &mut canon, write_as_is);
     canon.push_str(",\"protocolVersion\":");
-    write_canonical(&Value::from(protocol_version), &mut canon);
+    write_canonical(&Value::from(protocol_version), &mut canon, write_as_is);
     canon.push_str(",\"serverCapabilities\":");
-    write_canonical(server_capabilities, &mut canon);
+    write_canonical(server_capabilities, &mut canon, write_as_is);
     canon.push('}');
     CapabilityHash::from_digest(hex(&Sha256::digest(canon.as_bytes())))
 }
@@ -96,9 +96,9 @@ pub fn capability_hash(
 /// Digest of a tool name and its arguments (key order does not matter).
 pub fn arguments_digest(tool: &str, arguments: &Value) -> ArgumentsDigest {
     let mut canon = String::with_capacity(64);
-    write_canonical(&Value::from(tool), &mut canon);
+    write_canonical(&Value::from(tool), &mut canon, write_number);
     canon.push('\n');
-    write_canonical(arguments, &mut canon);
+    write_canonical(arguments, &mut canon, write_number);
     ArgumentsDigest::from_hex(hex(&Sha256::digest(canon.as_bytes())))
 }
 
@@ -113,11 +113,12 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// Serializes with object keys sorted, independently of serde_json's map ordering.
+/// Serializes with object keys sorted, independently of serde_json's map ordering, and
+/// numbers as `number` writes them.
 ///
 /// Recursion depth is bounded by serde_json's own parser limit (128) for anything read from
 /// the network, so this cannot overflow the stack on hostile input.
-fn write_canonical(v: &Value, out: &mut String) {
+fn write_canonical(v: &Value, out: &mut String, number: fn(&serde_json::Number, &mut String)) {
     match v {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -129,7 +130,7 @@ fn write_canonical(v: &Value, out: &mut String) {
                 }
                 out.push_str(&Value::from(k.as_str()).to_string());
                 out.push(':');
-                write_canonical(&map[*k], out);
+                write_canonical(&map[*k], out, number);
             }
             out.push('}');
         }
@@ -139,12 +140,54 @@ fn write_canonical(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_canonical(item, out);
+                write_canonical(item, out, number);
             }
             out.push(']');
         }
+        Value::Number(n) => number(n, out),
         other => out.push_str(&other.to_string()),
     }
+}
+
+/// A number as serde_json spells it: the capability hash's definition.
+fn write_as_is(n: &serde_json::Number, out: &mut String) {
+    out.push_str(&n.to_string());
+}
+
+/// One spelling per number: `1`, `1.0` and `1e0` are one value to a tool reading JSON numbers
+/// (JavaScript's are all doubles), so a re-send written by another serializer must digest
+/// alike. Integers keep their exact digits; other numbers are compared as the doubles they
+/// read as (as RFC 8785 does), so two spellings of one double are one argument.
+fn write_number(n: &serde_json::Number, out: &mut String) {
+    use std::fmt::Write as _;
+    /// Integers up to 2^53 are exact as doubles.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if n.is_i64() || n.is_u64() {
+        let _ = write!(out, "{n}");
+        return;
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && f.abs() <= EXACT => {
+            // Within ±2^53 the cast is exact.
+            let _ = write!(out, "{}", f as i64);
+        }
+        Some(f) => {
+            let _ = write!(out, "{f:?}");
+        }
+        None => out.push_str(&n.to_string()),
+    }
+}
+
+/// Whether two JSON-RPC ids name the same request: equal, or numbers of one value (an inner
+/// server written in JavaScript echoes an id `1.0` as `1`).
+pub(crate) fn same_id(a: &Value, b: &Value) -> bool {
+    a == b
+        || match (a, b) {
+            (Value::Number(x), Value::Number(y)) => {
+                x.as_f64().is_some() && x.as_f64() == y.as_f64()
+            }
+            _ => false,
+        }
 }
 
 #[cfg(test)]
@@ -193,6 +236,21 @@ mod tests {
         assert_ne!(
             arguments_digest("t", &json!({"a": 1})),
             arguments_digest("t", &json!({"a": 2}))
+        );
+        // One number, three spellings: one digest.
+        let spelled = |text: &str| -> Value { serde_json::from_str(text).unwrap() };
+        assert_eq!(
+            arguments_digest("t", &spelled(r#"{"n": 1}"#)),
+            arguments_digest("t", &spelled(r#"{"n": 1.0}"#))
+        );
+        assert_eq!(
+            arguments_digest("t", &spelled(r#"{"n": 2.5}"#)),
+            arguments_digest("t", &spelled(r#"{"n": 25e-1}"#))
+        );
+        // Integers beyond 2^53 keep their digits.
+        assert_ne!(
+            arguments_digest("t", &spelled(r#"{"n": 18446744073709551615}"#)),
+            arguments_digest("t", &spelled(r#"{"n": 18446744073709551614}"#))
         );
     }
 }

@@ -72,8 +72,15 @@ fn read_post(
                 match idempotency::key_from(meta.as_ref(), params.idempotency_key.as_ref(), headers)
                 {
                     KeyFound::Key(key) => {
-                        // Keyed: the arguments are read whole, for their digest.
-                        let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+                        // Keyed: the arguments are read whole, for their digest. Arguments
+                        // the reader refuses (nested past its depth bound) cannot be told
+                        // apart from others: the call is refused, not digested as nothing.
+                        let Ok(value) = serde_json::from_slice::<Value>(body) else {
+                            return Err(Answer::unguardable(
+                                StatusCode::BAD_REQUEST,
+                                "a keyed call whose arguments cannot be read cannot be guarded",
+                            ));
+                        };
                         let name = params.name.as_deref().unwrap_or("");
                         let args = value.pointer("/params/arguments").unwrap_or(&Value::Null);
                         keyed_plan(id, key, name, args, lease)
@@ -86,6 +93,14 @@ fn read_post(
         });
     }
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        if keys && headers.contains_key(names::IDEMPOTENCY_KEY) {
+            // Keyed by its header, and unreadable here (nested past the reader's bound): an
+            // inner server that reads it anyway would run it unguarded.
+            return Err(Answer::unguardable(
+                StatusCode::BAD_REQUEST,
+                "a keyed call whose body cannot be read cannot be guarded",
+            ));
+        }
         return Ok(session_plan(Vec::new()));
     };
     let msg = match &value {

@@ -325,7 +325,11 @@ impl StreamLog {
     }
 
     fn answered(&mut self, request: &Value, seq: u64) {
-        if let Some((_, state)) = self.requests.iter_mut().find(|(id, _)| id == request) {
+        if let Some((_, state)) = self
+            .requests
+            .iter_mut()
+            .find(|(id, _)| crate::wire::same_id(id, request))
+        {
             if *state == RequestState::Running {
                 *state = RequestState::Answered(seq);
             }

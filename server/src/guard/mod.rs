@@ -448,6 +448,13 @@ impl Exchange {
             Ok(o) => o,
             Err(StoreUnavailable) => {
                 // Never run a keyed call unguarded: the client comes back after the delay.
+                // The claim may have been taken though its reply was lost: it is let go
+                // (if the store is back), else the re-send would find it held, then lost,
+                // for a call that never ran.
+                self.ops.push_back(StoreOp::Release {
+                    key: claim.key().clone(),
+                    token: claim.token().clone(),
+                });
                 let answer = Answer::store_unavailable(&id, guard.config.retry_after_secs);
                 self.next = Some(Step::Answer(answer));
                 return;

@@ -572,7 +572,7 @@ impl Watch {
                 instance,
                 parts,
                 done,
-            } if !*done && *want == id => {
+            } if !*done && crate::wire::same_id(want, &id) => {
                 *done = true;
                 let Some(result) = message.get_mut("result") else {
                     return false;
@@ -617,7 +617,7 @@ impl Watch {
                 id: want,
                 parts,
                 done,
-            } if !*done && *want == id => {
+            } if !*done && crate::wire::same_id(want, &id) => {
                 *done = true;
                 match message.get_mut("result") {
                     Some(result) => advertise::advertise_discover(result, *parts),
@@ -626,7 +626,7 @@ impl Watch {
             }
             WatchKind::Keyed {
                 id: want, captured, ..
-            } if !*captured && *want == id => {
+            } if !*captured && crate::wire::same_id(want, &id) => {
                 *captured = true;
                 let stamped = match &self.hash {
                     Some(h) => {

@@ -26,6 +26,8 @@ pub(crate) struct Store {
     pub(crate) log: Vec<StoreOp>,
     /// While set, every operation fails.
     pub(crate) down: bool,
+    /// While set, a claim is taken but its reply is lost (a timeout after the store acted).
+    pub(crate) claim_replies_lost: bool,
 }
 
 impl Store {
@@ -47,6 +49,9 @@ impl Store {
             StoreOp::Claim(c) => {
                 let entry = self.keys.entry(c.key().clone()).or_default();
                 let out = claims::claim(entry, c, now);
+                if self.claim_replies_lost {
+                    return Err(StoreUnavailable);
+                }
                 Some(Reported::Claim(out))
             }
             StoreOp::Renew { key, token, lease } => {

@@ -406,3 +406,115 @@ fn sessionless_keyed_calls_are_deduplicated_too() {
         .json();
     assert_eq!(v["id"], 3);
 }
+
+/// A keyed call's JSON body, written as `args` spells its arguments (raw JSON text).
+fn spelled_call(id: i64, key: &str, args: &str) -> Vec<u8> {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"pay","arguments":{args},"_meta":{{"{KEY_META}":"{key}"}}}}}}"#
+    )
+    .into_bytes()
+}
+
+/// Runs `body` (a keyed call with JSON id `id`) through `inst` to the JSON answer `text`.
+fn run_body(w: &mut World, inst: &mut Instance, body: &[u8], id: i64, text: &str) {
+    let (_, mut watch) = w.post(inst, None, body, &[]).watch();
+    let answer = result(id, text);
+    inst.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(answer.as_bytes()),
+    );
+}
+
+// | the same arguments spelled another way (`1`, `1.0`, `1e0`; key order) | the same call:
+// the stored answer |
+#[test]
+fn a_resend_spelling_its_numbers_otherwise_is_the_same_call() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    run_body(
+        &mut w,
+        &mut a,
+        &spelled_call(1, "p1", r#"{"amount":1.0,"to":"x"}"#),
+        1,
+        "paid",
+    );
+    for (id, args) in [
+        (2, r#"{"to":"x","amount":1}"#),
+        (3, r#"{"amount":1e0,"to":"x"}"#),
+    ] {
+        let answer = w
+            .post(&mut a, None, &spelled_call(id, "p1", args), &[])
+            .answer();
+        assert_eq!(
+            answer.json()["result"]["content"][0]["text"],
+            "paid",
+            "{args}"
+        );
+    }
+    let answer = w
+        .post(
+            &mut a,
+            None,
+            &spelled_call(4, "p1", r#"{"amount":2,"to":"x"}"#),
+            &[],
+        )
+        .answer();
+    assert_eq!(code(&answer.json()), "IDEMPOTENCY_KEY_REUSED");
+}
+
+// | keyed arguments the reader refuses (nested past its depth bound) | 400
+// `IDEMPOTENCY_UNGUARDABLE`: not digested as nothing, where every such call would collide |
+#[test]
+fn keyed_arguments_too_deep_to_read_are_refused() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let answer = w
+        .post(&mut a, None, &spelled_call(1, "kd", &deep), &[])
+        .answer();
+    assert_eq!(
+        (answer.status().as_u16(), code(&answer.json())),
+        (400, "IDEMPOTENCY_UNGUARDABLE")
+    );
+    let body = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{deep}}}"#);
+    let answer = w
+        .post(&mut a, None, body.as_bytes(), &[("idempotency-key", "kd")])
+        .answer();
+    assert_eq!(code(&answer.json()), "IDEMPOTENCY_UNGUARDABLE");
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
+
+// | the store took a claim but its reply was lost | 503 as when it is down, and the claim is
+// let go: the re-send runs once, not `IDEMPOTENCY_KEY_IN_USE` then `…_OUTCOME_UNKNOWN` for a
+// call that never ran |
+#[test]
+fn a_claim_whose_reply_was_lost_is_let_go() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    w.store.claim_replies_lost = true;
+    let call = call_body(1, "bump", json!({}), Some("k1"));
+    let answer = w.post(&mut a, None, &call, &[]).answer();
+    assert_eq!(code(&answer.json()), "IDEMPOTENCY_STORE_UNAVAILABLE");
+    w.store.claim_replies_lost = false;
+    assert!(
+        matches!(w.post(&mut a, None, &call, &[]), Fate::Forwarded { .. }),
+        "the re-send runs"
+    );
+}
+
+// | the inner server echoes the id in another spelling (`1.0` as `1`) | its answer is still
+// the call's: stored, not lost |
+#[test]
+fn an_answer_whose_id_is_respelled_is_still_captured() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let first = br#"{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"bump","arguments":{},"_meta":{"io.github.mcp-resume/idempotency-key":"k5"}}}"#;
+    run_body(&mut w, &mut a, first, 1, "done");
+    let again = call_body(2, "bump", json!({}), Some("k5"));
+    let answer = w.post(&mut a, None, &again, &[]).answer();
+    assert_eq!(answer.json()["result"]["content"][0]["text"], "done");
+}
