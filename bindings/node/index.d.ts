@@ -351,6 +351,12 @@ export interface ResumeSafetyOptions {
   idempotency?: boolean;
   /** `Retry-After` of retryable refusals (whole seconds on the wire). Default: 1000. */
   retryAfter?: number;
+  /**
+   * A request header naming the client, set by what authenticated it in front of the guard:
+   * idempotency keys are then that client's own, and a keyed call without it is refused.
+   * Default: none, one namespace of keys per store (right when clients draw keys at random).
+   */
+  keyScopeHeader?: string;
   /** Seeds the stream ids (reproducible tests). Default: random. */
   seed?: number;
 }

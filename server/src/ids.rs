@@ -233,6 +233,14 @@ impl IdempotencyKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The key as stored within `scope`: a digest of the scope before the key's text, so
+    /// that one text under two scopes is two keys, and the scope itself is not stored.
+    pub(crate) fn within(&self, scope: &[u8]) -> IdempotencyKey {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(scope);
+        IdempotencyKey(format!("{}/{}", crate::wire::hex(&digest[..16]), self.0))
+    }
 }
 
 impl fmt::Display for IdempotencyKey {

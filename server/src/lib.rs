@@ -28,9 +28,15 @@
 //!   id (nothing runs), another call under the key an error, a call whose first run is still
 //!   going `IDEMPOTENCY_KEY_IN_USE`, one whose instance died mid-run
 //!   `IDEMPOTENCY_OUTCOME_UNKNOWN` for good. A keyed call's answer is read to its end and
-//!   stored even when its client has gone.
+//!   stored even when its client has gone. "The same call" is the same tool and arguments
+//!   compared by value (key order and a number's spelling do not matter). Keys are one
+//!   namespace per store, shared by every client, unless
+//!   [`key_scope_header`](ResumeSafetyLayer::key_scope_header) names the header that
+//!   identifies the authenticated client: then each client's keys are its own.
 //!
-//! What it does not understand passes untouched; bodies over a bound are not read; a store
+//! What it does not understand passes untouched; bodies over a bound are not read whole (one
+//! that names a key in the header or in its first bytes is refused `413`, never run
+//! unguarded); a store
 //! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
 //! everything else pass.
 //!

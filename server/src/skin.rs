@@ -135,6 +135,20 @@ impl GuardBuilder {
         self
     }
 
+    /// Scopes idempotency keys by the value of the request header `name`: the identity of the
+    /// client, set by what authenticated it in front of the guard (a proxy, or middleware
+    /// that sets the header from the verified token). The same key text under two identities
+    /// is two keys, so one client can neither replay another's stored answer nor block its
+    /// key; a keyed call without the header is refused (`400`, nothing runs). Name a value
+    /// that stays the same across a client's re-sends (its subject, not its token, which a
+    /// refresh changes). Default: none, and keys are one namespace per store, shared by every
+    /// client: right when clients draw their keys at random (as mcp-resume's
+    /// `random_idempotency_key` does), not when a key can be guessed.
+    pub fn key_scope_header(mut self, name: http::HeaderName) -> Self {
+        self.config.key_scope = Some(name);
+        self
+    }
+
     /// Seeds the stream ids the guard draws (tests that want the same ids every run).
     /// Default: random.
     pub fn seed(mut self, seed: u64) -> Self {

@@ -19,7 +19,8 @@ const isPromise = (value) => value !== null && typeof value === "object" && type
  * Options (every default is the Rust guard's; durations in milliseconds): `store` ("memory",
  * the default, or a redis:// URL, connected in the constructor), `instanceId` (default: random
  * per guard, right for every replica and every restart), `maxBody` (4 MiB), `lease` (10000),
- * `resumeChecks` (true), `idempotency` (true), `retryAfter` (1000), `seed` (random).
+ * `resumeChecks` (true), `idempotency` (true), `retryAfter` (1000), `keyScopeHeader` (none:
+ * a header naming the authenticated client makes keys that client's own), `seed` (random).
  *
  * The request's body is read by the guard and handed on as `req.body` (parsed JSON, as
  * `express.json()` would): pass it to `transport.handleRequest(req, res, req.body)`, as the
@@ -111,7 +112,7 @@ function act(req, res, next, step) {
       return isPromise(after) ? after.then((s) => act(req, res, next, s)) : act(req, res, next, after);
     };
     const read = readAlready(req);
-    if (read !== undefined) return given(read.length > step.limit ? null : read);
+    if (read !== undefined) return given(read);
     return readBody(req, step.limit).then(given);
   }
   return answer(res, step);
@@ -130,9 +131,9 @@ function readAlready(req) {
 }
 
 /**
- * The request body: its bytes, `null` when it is longer than `limit` (then left for the
- * handler to read, what was read put back), `undefined` when the client left. A complete
- * body is handed on parsed as `req.body`.
+ * The request body: its bytes; when it is longer than `limit`, what was read of it (more
+ * than `limit`: the guard looks it through for a key), left for the handler to read (put
+ * back); `undefined` when the client left. A complete body is handed on parsed as `req.body`.
  */
 function readBody(req, limit) {
   return new Promise((resolve) => {
@@ -150,8 +151,9 @@ function readBody(req, limit) {
       size += chunk.length;
       if (size > limit) {
         req.pause();
-        done(null);
-        req.unshift(Buffer.concat(chunks));
+        const read = Buffer.concat(chunks);
+        done(read);
+        req.unshift(read);
       }
     };
     const onEnd = () => {

@@ -42,6 +42,8 @@ pub struct GuardOptions {
     pub idempotency: Option<bool>,
     /// `Retry-After` of retryable refusals (ms, whole seconds on the wire).
     pub retry_after: Option<f64>,
+    /// A request header naming the client: idempotency keys are that client's own.
+    pub key_scope_header: Option<String>,
     /// Seeds the stream ids (reproducible tests).
     pub seed: Option<i64>,
 }
@@ -122,10 +124,11 @@ impl NativeGuard {
     }
 }
 
-/// A body read whole, for the guard: too large when longer than `limit`.
+/// A body as read, for the guard: too large when longer than `limit` (then what was read
+/// is looked through for a key).
 fn body_of(bytes: &[u8], limit: usize) -> Body<'_> {
     if bytes.len() > limit {
-        Body::TooLarge
+        Body::TooLarge(bytes)
     } else {
         Body::Complete(bytes)
     }
@@ -154,6 +157,7 @@ fn build(options: Option<GuardOptions>) -> Result<SharedGuard, Built> {
         resume_checks: None,
         idempotency: None,
         retry_after: None,
+        key_scope_header: None,
         seed: None,
     });
     let spec = o.store.unwrap_or_default();
@@ -182,6 +186,11 @@ fn build(options: Option<GuardOptions>) -> Result<SharedGuard, Built> {
     }
     if let Some(ms) = o.retry_after {
         b = b.retry_after(millis(ms, "retryAfter")?.as_secs());
+    }
+    if let Some(name) = o.key_scope_header {
+        let name = http::HeaderName::try_from(name.as_str())
+            .map_err(|_| invalid("keyScopeHeader must be an HTTP header name"))?;
+        b = b.key_scope_header(name);
     }
     if let Some(seed) = o.seed {
         b = b.seed(u64::try_from(seed).map_err(|_| invalid("seed must not be negative"))?);
@@ -242,8 +251,8 @@ impl NativeStep {
         self.limit
     }
 
-    /// The body was read: its bytes, or `null` when it was longer than `limit`. The next
-    /// step, or a promise of it.
+    /// The body was read: its bytes (past `limit` when it is longer: what was read of it), or
+    /// `null` when nothing of it is given. The next step, or a promise of it.
     #[napi(
         ts_return_type = "null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
         catch_unwind
@@ -259,8 +268,8 @@ impl NativeStep {
             ));
         };
         let body = match data.as_deref() {
-            Some(bytes) => Body::Complete(bytes),
-            None => Body::TooLarge,
+            Some(bytes) => body_of(bytes, self.limit as usize),
+            None => Body::TooLarge(&[]),
         };
         inbound.handle_body(body, &headers);
         next_step(env, inbound, headers)

@@ -96,6 +96,12 @@ test("what it does not guard passes", { timeout: 30000 }, async () => {
     // A keyed call that long cannot be guarded: refused, not run unguarded.
     await assert.rejects(client.callTool("echo", { text: long }, { idempotencyKey: "k-long" }), /guard|413/);
     await client.close();
+    // Keyed in its body only: what was read of it names the key, so it is refused too.
+    const call = { jsonrpc: "2.0", id: 7, method: "tools/call", params: {
+      _meta: { [IDEMPOTENCY_META_KEY]: "k-body" }, name: "echo", arguments: { text: long } } };
+    const answer = await fetch(replica.url, { method: "POST", body: JSON.stringify(call),
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream" } });
+    assert.equal(answer.status, 413, await answer.text());
   } finally {
     await replica.stop();
   }
@@ -163,11 +169,26 @@ test("the event loop runs while the store is slow", { timeout: 30000 }, async ()
   }
 });
 
+test("keys scoped by a header are the named client's own", { timeout: 30000 }, async () => {
+  const replica = await Replica.start("--port", "0", "--store", "memory", "--key-scope-header", "x-client");
+  try {
+    const alice = new Client(replica.url, { era: "legacy", openListenStream: false, callTimeout: 10000, headers: { "x-client": "alice" } });
+    assert.equal((await alice.callTool("echo", { text: "a" }, { idempotencyKey: "k" })).content[0].text, "a");
+    await alice.close();
+    const anonymous = await connected(replica.url);
+    await assert.rejects(anonymous.callTool("echo", { text: "a" }, { idempotencyKey: "k" }), /x-client/);
+    await anonymous.close();
+  } finally {
+    await replica.stop();
+  }
+});
+
 test("options are read onto the guard", () => {
   assert.equal(new ResumeSafety({ instanceId: "replica-7", lease: 2500 }).instanceId, "replica-7");
   assert.throws(() => new ResumeSafety({ instanceId: "has spaces" }), InvalidConfigError);
   assert.throws(() => new ResumeSafety({ store: "mysql://db" }), InvalidConfigError);
   assert.throws(() => new ResumeSafety({ lease: -1 }), InvalidConfigError);
+  assert.throws(() => new ResumeSafety({ keyScopeHeader: "not a header" }), InvalidConfigError);
   assert.throws(() => new ResumeSafety({ store: "redis://127.0.0.1:1" }), /cannot be reached/);
 });
 

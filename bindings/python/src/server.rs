@@ -39,7 +39,8 @@ impl RawGuard {
     /// and opens the store: `"memory"` (the default) or a `redis://` URL, connected here.
     #[new]
     #[pyo3(signature = (*, store=None, instance_id=None, max_body=None, lease=None,
-        resume_checks=None, idempotency=None, retry_after=None, seed=None))]
+        resume_checks=None, idempotency=None, retry_after=None, key_scope_header=None,
+        seed=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -50,6 +51,7 @@ impl RawGuard {
         resume_checks: Option<bool>,
         idempotency: Option<bool>,
         retry_after: Option<f64>,
+        key_scope_header: Option<String>,
         seed: Option<u64>,
     ) -> PyResult<Self> {
         let spec = store.unwrap_or_default();
@@ -74,6 +76,12 @@ impl RawGuard {
         }
         if let Some(s) = retry_after {
             b = b.retry_after(seconds(py, s, "retry_after")?.as_secs());
+        }
+        if let Some(name) = key_scope_header {
+            let name = http::HeaderName::try_from(name.as_str()).map_err(|_| {
+                errors::invalid_config(py, "key_scope_header must be an HTTP header name")
+            })?;
+            b = b.key_scope_header(name);
         }
         if let Some(seed) = seed {
             b = b.seed(seed);
@@ -146,8 +154,9 @@ impl RawStep {
         lock(&self.answer).take()
     }
 
-    /// The body was read (`"read_body"`): its bytes, or `None` when it was longer than
-    /// `limit`. The next `RawStep`, or an awaitable of it.
+    /// The body was read (`"read_body"`): its bytes (past `limit` when it is longer: what was
+    /// read of it, looked through for a key), or `None` when nothing of it is given. The next
+    /// `RawStep`, or an awaitable of it.
     fn body(&self, py: Python<'_>, data: Option<&[u8]>) -> PyResult<Py<PyAny>> {
         let Some((mut inbound, headers)) = lock(&self.inbound).take() else {
             return Err(PyRuntimeError::new_err(
@@ -155,8 +164,9 @@ impl RawStep {
             ));
         };
         let body = match data {
+            Some(bytes) if bytes.len() > self.limit => Body::TooLarge(bytes),
             Some(bytes) => Body::Complete(bytes),
-            None => Body::TooLarge,
+            None => Body::TooLarge(&[]),
         };
         inbound.handle_body(body, &headers);
         next_step(py, inbound, headers)

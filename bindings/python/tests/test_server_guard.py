@@ -131,6 +131,28 @@ async def test_what_it_does_not_guard_passes() -> None:
             with pytest.raises(Exception) as refused:
                 await client.call_tool("echo", {"text": long}, idempotency_key="k-long")
             assert "413" in str(refused.value) or "guard" in str(refused.value), refused.value
+        # Keyed in its body only: what was read of it names the key, so it is refused too.
+        import httpx
+
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "_meta": {"io.github.mcp-resume/idempotency-key": "k-body"},
+            "name": "echo", "arguments": {"text": long}}}
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(url, json=call, headers={
+                "accept": "application/json, text/event-stream"})
+        assert answer.status_code == 413, answer.text
+
+
+async def test_keys_scoped_by_a_header() -> None:
+    app = ResumeSafetyMiddleware(fastmcp_app(), key_scope_header="x-client")
+    async with serving(app) as url:
+        async with Client(url, era=Era.LEGACY, open_listen_stream=False,
+                          headers={"x-client": "alice"}) as client:
+            assert (await client.call_tool("echo", {"text": "a"}, idempotency_key="k")).text == "a"
+        async with Client(url, era=Era.LEGACY, open_listen_stream=False) as client:
+            with pytest.raises(Exception) as refused:
+                await client.call_tool("echo", {"text": "a"}, idempotency_key="k")
+            assert "x-client" in str(refused.value), refused.value
 
 
 async def test_the_event_loop_runs_while_the_store_is_slow() -> None:
@@ -168,6 +190,8 @@ def test_settings_are_read_onto_the_guard() -> None:
         ResumeSafetyMiddleware(fastmcp_app(), store="mysql://db")
     with pytest.raises(InvalidConfigError):
         ResumeSafetyMiddleware(fastmcp_app(), lease=-1)
+    with pytest.raises(InvalidConfigError):
+        ResumeSafetyMiddleware(fastmcp_app(), key_scope_header="not a header")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]

@@ -31,6 +31,15 @@ pub(crate) fn key_of(params: Option<&Value>, headers: &HeaderMap) -> KeyFound {
     key_from(meta, standard, headers)
 }
 
+/// Whether raw body bytes name a key's member (`_meta`'s or SEP-3182's): what the guard can
+/// tell of a body too long to read whole.
+pub(crate) fn names_a_key(body: &[u8]) -> bool {
+    let quoted = |name: &str| format!("\"{name}\"");
+    [quoted(IDEMPOTENCY_META_KEY), quoted("idempotencyKey")]
+        .iter()
+        .any(|needle| memchr::memmem::find(body, needle.as_bytes()).is_some())
+}
+
 /// [`key_of`] from the two places in the body, already read.
 pub(crate) fn key_from(
     meta: Option<&Value>,

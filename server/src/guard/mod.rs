@@ -73,6 +73,9 @@ pub struct GuardConfig {
     pub(crate) lease: Duration,
     pub(crate) retry_after_secs: u64,
     pub(crate) capacities: Capacities,
+    /// The request header whose value scopes idempotency keys (see
+    /// [`GuardBuilder::key_scope_header`](crate::skin::GuardBuilder::key_scope_header)).
+    pub(crate) key_scope: Option<http::HeaderName>,
 }
 
 impl Default for GuardConfig {
@@ -87,6 +90,7 @@ impl Default for GuardConfig {
             max_body: 4 * 1024 * 1024,
             lease: Duration::from_secs(10),
             retry_after_secs: 1,
+            key_scope: None,
             capacities: Capacities {
                 sessions: 100_000,
                 streams: 10_000,
@@ -115,6 +119,11 @@ impl GuardConfig {
     /// A keyed call's claim lease.
     pub fn lease(&self) -> Duration {
         self.lease
+    }
+
+    /// The request header whose value scopes idempotency keys, when one does.
+    pub fn key_scope_header(&self) -> Option<&http::HeaderName> {
+        self.key_scope.as_ref()
     }
 }
 
@@ -184,8 +193,12 @@ impl Guard {
                     .get(http::header::CONTENT_LENGTH)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<u64>().ok());
-                if declared.is_some_and(|n| n > self.config.max_body as u64) {
-                    ex.too_large(self, headers);
+                // Declared over the bound: decided now when what the body says cannot matter
+                // (no keys guarded, or keyed by its header); else its first bytes are read, to
+                // see whether it names a key.
+                let settled = !ex.keys || headers.contains_key(names::IDEMPOTENCY_KEY);
+                if settled && declared.is_some_and(|n| n > self.config.max_body as u64) {
+                    ex.too_large(self, headers, &[]);
                     return ex;
                 }
                 ex.next = Some(Step::ReadBody {
@@ -249,8 +262,10 @@ impl GuardAccess for Guard {
 pub enum Body<'a> {
     /// The whole body (at most the limit).
     Complete(&'a [u8]),
-    /// The body is longer than the limit: the guard cannot see it (it is forwarded untouched).
-    TooLarge,
+    /// The body is longer than the limit: the guard cannot read it whole (it is forwarded
+    /// untouched). What was read of it (at least the limit's worth, or all of it) is looked
+    /// through for a key.
+    TooLarge(&'a [u8]),
 }
 
 /// What the skin does next for a request (see the [module docs](self)).
@@ -375,7 +390,7 @@ impl Exchange {
     ) {
         let bytes = match body {
             Body::Complete(b) => b,
-            Body::TooLarge => return guard.with_guard(|g| self.too_large(g, headers)),
+            Body::TooLarge(read) => return guard.with_guard(|g| self.too_large(g, headers, read)),
         };
         match classify::classify_post(
             self.keys,
@@ -390,11 +405,29 @@ impl Exchange {
                         id,
                         claim,
                         requests,
-                    } => Plan::Keyed {
-                        id,
-                        claim: claim.with_token(g.token()),
-                        requests,
-                    },
+                    } => {
+                        let claim = match &g.config.key_scope {
+                            None => claim,
+                            Some(name) => match headers.get(name).filter(|v| !v.is_empty()) {
+                                Some(scope) => claim.within(scope.as_bytes()),
+                                None => {
+                                    // Unscoped, it would share its record with every
+                                    // client's key of the same text.
+                                    let why = format!(
+                                        "a keyed call without the {name} header cannot be guarded"
+                                    );
+                                    let answer = Answer::unguardable(StatusCode::BAD_REQUEST, &why);
+                                    self.next = Some(Step::Answer(answer));
+                                    return;
+                                }
+                            },
+                        };
+                        Plan::Keyed {
+                            id,
+                            claim: claim.with_token(g.token()),
+                            requests,
+                        }
+                    }
                     other => other,
                 };
                 self.advance(g);
@@ -482,10 +515,12 @@ impl Exchange {
         }
     }
 
-    /// A body the guard cannot read: a keyed call that says so in its header is refused,
-    /// anything else passes (with its session's hash).
-    fn too_large(&mut self, guard: &mut Guard, headers: &HeaderMap) {
-        if guard.config.parts.idempotency && headers.contains_key(names::IDEMPOTENCY_KEY) {
+    /// A body the guard cannot read whole: a keyed call is refused (its key in the header, or
+    /// a key's member name in what was read), anything else passes (with its session's hash).
+    /// A key named only past the bytes read is not seen: the header carries it for such calls.
+    fn too_large(&mut self, guard: &mut Guard, headers: &HeaderMap, read: &[u8]) {
+        let keyed = headers.contains_key(names::IDEMPOTENCY_KEY) || idempotency::names_a_key(read);
+        if guard.config.parts.idempotency && keyed {
             let answer = Answer::unguardable(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "a keyed call's body is over the guard's bound: it cannot be guarded",

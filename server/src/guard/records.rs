@@ -88,6 +88,15 @@ impl Claim {
         Self { token, ..self }
     }
 
+    /// The claim of the same key text within `scope` (a client's identity): keys of other
+    /// scopes are other keys.
+    pub(crate) fn within(self, scope: &[u8]) -> Self {
+        Self {
+            key: self.key.within(scope),
+            ..self
+        }
+    }
+
     /// The key.
     pub fn key(&self) -> &IdempotencyKey {
         &self.key

@@ -325,21 +325,23 @@ where
                 if let Ok(mut data) = frame.into_data() {
                     read.add(data.copy_to_bytes(data.remaining()));
                     if read.len() > read.limit {
+                        let prefix = read.take();
                         if let Some(rest) = h.body.rest.take() {
-                            h.body = GuardedRequestBody::chained(read.take(), rest);
+                            h.body = GuardedRequestBody::chained(prefix.clone(), rest);
                         }
-                        inbound.handle_body(SeenBody::TooLarge, &h.parts.headers);
+                        inbound.handle_body(SeenBody::TooLarge(&prefix), &h.parts.headers);
                         return Poll::Ready(());
                     }
                 }
             }
             Some(Err(e)) => {
+                let prefix = read.take();
                 h.body = GuardedRequestBody {
-                    prefix: Some(read.take()),
+                    prefix: Some(prefix.clone()),
                     rest: None,
                     error: Some(e.into()),
                 };
-                inbound.handle_body(SeenBody::TooLarge, &h.parts.headers);
+                inbound.handle_body(SeenBody::TooLarge(&prefix), &h.parts.headers);
                 return Poll::Ready(());
             }
             None => {

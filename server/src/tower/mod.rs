@@ -114,6 +114,11 @@ impl ResumeSafetyLayer {
         self.with(|b| b.retry_after(secs))
     }
 
+    /// [`GuardBuilder::key_scope_header`]. Default: none (one namespace per store).
+    pub fn key_scope_header(self, name: http::HeaderName) -> Self {
+        self.with(|b| b.key_scope_header(name))
+    }
+
     /// [`GuardBuilder::seed`]. Default: random.
     pub fn seed(self, seed: u64) -> Self {
         self.with(|b| b.seed(seed))

@@ -207,7 +207,7 @@ impl Instance {
                 Step::ReadBody { limit } => {
                     let bytes = body.unwrap_or_default();
                     let seen = if bytes.len() > limit {
-                        Body::TooLarge
+                        Body::TooLarge(bytes)
                     } else {
                         Body::Complete(bytes)
                     };

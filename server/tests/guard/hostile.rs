@@ -60,7 +60,7 @@ proptest! {
             while ex.poll_op().is_some() {}
             match ex.step() {
                 Step::ReadBody { limit } => {
-                    let seen = if body.len() > limit { Body::TooLarge } else { Body::Complete(&body) };
+                    let seen = if body.len() > limit { Body::TooLarge(&body) } else { Body::Complete(&body) };
                     ex.handle_body(&mut a.guard, seen, &h);
                 }
                 Step::Store(_) => ex.handle_session(&mut a.guard, Ok(None)),

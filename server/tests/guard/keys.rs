@@ -359,6 +359,17 @@ fn keyed_calls_the_guard_cannot_see_whole_are_refused() {
         w.post(&mut a, None, &big, &[]).is_passed(),
         "an unkeyed body over the bound passes"
     );
+    // Keyed only in the body (`_meta`, or SEP-3182's member), within what was read of it.
+    let pad = "x".repeat(GuardConfig::default().max_body());
+    let in_meta = call_body(4, "upload", json!({"blob": pad}), Some("k-big"));
+    let standard = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"idempotencyKey": "k-big2", "name": "upload", "arguments": {"blob": pad}}})
+    .to_string();
+    for body in [in_meta, standard.into_bytes()] {
+        let answer = w.post(&mut a, None, &body, &[]).answer();
+        assert_eq!(answer.status(), 413);
+    }
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
 }
 
 // | 2026-07-28: no session, the key in the header, in `_meta`, or SEP-3182's
@@ -517,4 +528,81 @@ fn an_answer_whose_id_is_respelled_is_still_captured() {
     let again = call_body(2, "bump", json!({}), Some("k5"));
     let answer = w.post(&mut a, None, &again, &[]).answer();
     assert_eq!(answer.json()["result"]["content"][0]["text"], "done");
+}
+
+/// An instance whose keys are scoped by the `x-client` header.
+fn scoped_instance() -> Instance {
+    use mcp_resume_server::skin::GuardBuilder;
+    use mcp_resume_server::MemoryStore;
+    let builder = GuardBuilder::new(MemoryStore::default())
+        .key_scope_header(http::HeaderName::from_static("x-client"));
+    Instance::new(builder.config().clone(), 1)
+}
+
+// | keys scoped by a client header: the same key text from another client | another key:
+// its own run, never the first client's stored answer; a keyed call without the header is
+// refused |
+#[test]
+fn scoped_keys_are_one_clients_own() {
+    let mut w = World::new();
+    let mut a = scoped_instance();
+    let call = |id| call_body(id, "statement", json!({"month": "2025-01"}), Some("stmt-1"));
+    let (_, mut watch) = w
+        .post(&mut a, None, &call(1), &[("x-client", "alice")])
+        .watch();
+    let answer = result(1, "alice's statement");
+    a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(answer.as_bytes()),
+    );
+    // Bob, same key text and arguments: his call runs.
+    assert!(matches!(
+        w.post(&mut a, None, &call(2), &[("x-client", "bob")]),
+        Fate::Forwarded { .. }
+    ));
+    // Alice again: her stored answer.
+    let answer = w
+        .post(&mut a, None, &call(3), &[("x-client", "alice")])
+        .answer();
+    assert_eq!(
+        answer.json()["result"]["content"][0]["text"],
+        "alice's statement"
+    );
+    // Without the header: refused, nothing claimed.
+    let claims = w.store.ops(|op| matches!(op, StoreOp::Claim(_)));
+    let answer = w.post(&mut a, None, &call(4), &[]).answer();
+    assert_eq!(
+        (answer.status().as_u16(), code(&answer.json())),
+        (400, "IDEMPOTENCY_UNGUARDABLE")
+    );
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), claims);
+}
+
+// | keys unscoped (the default) | one namespace per store: the same key and arguments from
+// another client get the stored answer (documented; clients draw keys at random) |
+#[test]
+fn unscoped_keys_are_shared_by_every_client() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let call = |id| call_body(id, "statement", json!({}), Some("shared"));
+    let (_, mut watch) = w
+        .post(&mut a, None, &call(1), &[("x-client", "alice")])
+        .watch();
+    let answer = result(1, "first");
+    a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(answer.as_bytes()),
+    );
+    let answer = w
+        .post(&mut a, None, &call(2), &[("x-client", "bob")])
+        .answer();
+    assert_eq!(answer.json()["result"]["content"][0]["text"], "first");
 }

@@ -5,6 +5,7 @@
 //
 //   node replica.mjs --port N [--redis URL] [--store memory|redis] [--no-guard]
 //                    [--lease-ms N] [--session-prefix iN-] [--json] [--max-body N] [--plain]
+//                    [--key-scope-header NAME]
 //                    [--tee]
 //
 // Its tool `bump {tag, delay_ms}` applies a side effect first (`INCR effects:<tag>` in Redis,
@@ -43,6 +44,7 @@ const lease = Number(option("--lease-ms", "10000"));
 const sessionPrefix = option("--session-prefix", "");
 const json = args.includes("--json");
 const maxBody = option("--max-body", undefined);
+const keyScopeHeader = option("--key-scope-header", undefined);
 const plain = args.includes("--plain");
 const tee = args.includes("--tee");
 
@@ -165,6 +167,7 @@ const safety = guarded
       lease,
       instanceId: `replica-${port}-${process.pid}`,
       ...(maxBody === undefined ? {} : { maxBody: Number(maxBody) }),
+      ...(keyScopeHeader === undefined ? {} : { keyScopeHeader }),
     })
   : null;
 

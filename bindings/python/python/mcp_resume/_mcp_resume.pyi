@@ -882,6 +882,7 @@ class RawGuard:
         resume_checks: bool | None = None,
         idempotency: bool | None = None,
         retry_after: float | None = None,
+        key_scope_header: str | None = None,
         seed: int | None = None,
     ) -> RawGuard: ...
     @property

@@ -78,6 +78,10 @@ class ResumeSafetyMiddleware:
         idempotency: claim and deduplicate keyed ``tools/call`` requests. Default: on.
         retry_after: the ``Retry-After`` (seconds) of retryable refusals (the store cannot
             be reached). Default: 1.
+        key_scope_header: a request header naming the client (set by what authenticated it
+            in front of the middleware): idempotency keys are then that client's own, and a
+            keyed call without the header is refused. Default: none, one namespace of keys
+            per store (right when clients draw their keys at random).
         seed: seeds the stream ids (tests that want the same ids every run). Default:
             random.
 
@@ -96,6 +100,7 @@ class ResumeSafetyMiddleware:
         resume_checks: bool | None = None,
         idempotency: bool | None = None,
         retry_after: float | None = None,
+        key_scope_header: str | None = None,
         seed: int | None = None,
     ) -> None:
         self.app = app
@@ -107,6 +112,7 @@ class ResumeSafetyMiddleware:
             resume_checks=resume_checks,
             idempotency=idempotency,
             retry_after=retry_after,
+            key_scope_header=key_scope_header,
             seed=seed,
         )
 
@@ -150,9 +156,10 @@ class ResumeSafetyMiddleware:
             await _forward(self.app, scope, receive, send, out)
 
 
-async def _read_body(receive: Receive, limit: int) -> tuple[bytes | None, list[Message]] | None:
-    """The request body (``None`` when longer than ``limit``) and the messages read, to give
-    the app again; ``None`` when the client left first."""
+async def _read_body(receive: Receive, limit: int) -> tuple[bytes, list[Message]] | None:
+    """The request body (when longer than ``limit``, what was read of it, for the guard to
+    look through for a key) and the messages read, to give the app again; ``None`` when the
+    client left first."""
     messages: list[Message] = []
     chunks: list[bytes] = []
     size = 0
@@ -163,9 +170,9 @@ async def _read_body(receive: Receive, limit: int) -> tuple[bytes | None, list[M
         messages.append(message)
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > limit:
-            return None, messages
         chunks.append(chunk)
+        if size > limit:
+            return b"".join(chunks), messages
         if not message.get("more_body", False):
             body = b"".join(chunks)
             return body, [{"type": "http.request", "body": body, "more_body": False}]
