@@ -285,6 +285,16 @@ fn sans_io(session: &mut Session, http: HttpId, now: std::time::Instant) {
     session.handle_timeout(now);
     let _: Option<Transmit> = session.poll_transmit();
     let _: Option<Output> = session.poll_output();
+    match session.poll_output() {
+        Some(Output::ServerRequest(request)) => {
+            let _: (&mcp_resume::RequestId, &str, &Option<Value>) =
+                (&request.id, &request.method, &request.params);
+        }
+        Some(Output::ServerRequestWithdrawn(id)) => {
+            let _: mcp_resume::RequestId = id;
+        }
+        _ => {}
+    }
     let _: Option<std::time::Instant> = session.poll_timeout();
     let _: u64 = http.get();
     if let Some(Transmit::Send(request)) = session.poll_transmit() {
