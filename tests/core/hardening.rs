@@ -799,6 +799,11 @@ fn issue33_a_cancellation_after_a_keyed_resend_names_every_send() {
 
 /// A legacy session made ready by a scripted handshake (no listen stream).
 fn legacy_ready() -> (Session, Instant) {
+    legacy_ready_with(json!({}))
+}
+
+/// [`legacy_ready`], its server's `initialize` answering `capabilities`.
+fn legacy_ready_with(capabilities: Value) -> (Session, Instant) {
     let now = Instant::now();
     let config = SessionConfig::default()
         .with_era(Era::Legacy)
@@ -816,7 +821,7 @@ fn legacy_ready() -> (Session, Instant) {
             headers.insert("content-type", "application/json".parse().unwrap());
             headers.insert("mcp-session-id", "s-1".parse().unwrap());
             let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
-                "protocolVersion": "2025-11-25", "capabilities": {},
+                "protocolVersion": "2025-11-25", "capabilities": capabilities,
                 "serverInfo": {"name": "scripted", "version": "1"}}});
             session.handle_head(request.id, 200, &headers, now);
             session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
@@ -1090,4 +1095,46 @@ fn what_arrives_for_a_replaced_session_stays_with_it() {
     );
     let sent = posts(&mut session);
     assert!(sent.is_empty(), "{sent:?}");
+}
+
+/// A keyed call interrupted where it may have run is re-sent only to a server that
+/// deduplicates its key: when the session it was to be re-sent on is replaced by one whose
+/// server does not, it ends `OutcomeUnknown` instead of running a second time.
+#[test]
+fn a_keyed_resend_waits_for_a_server_that_deduplicates_or_ends_unknown() {
+    use mcp_resume::proto::TransportFailure;
+    use mcp_resume::IdempotencyKey;
+    let dedups = json!({"experimental": {"resumeSafety": {"idempotency": {}}}});
+    let (mut session, now) = legacy_ready_with(dedups);
+    let _ = posts(&mut session);
+    let keyed = CallId::next();
+    let key = IdempotencyKey::new("key-1").unwrap();
+    let request = CallRequest::tool_call(json!({"name": "pay", "arguments": {}}), Some(key));
+    session.submit(keyed, request, now);
+    let (http, _) = posts(&mut session).pop().expect("sent");
+    // Its stream starts (the server runs it), then is cut before any answer.
+    let mut headers = HeaderMap::new();
+    headers.insert("content-type", "text/event-stream".parse().unwrap());
+    session.handle_head(http, 200, &headers, now);
+    let progress = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "working"}});
+    session.handle_data(http, format!("data: {progress}\n\n").as_bytes(), now);
+    session.handle_error(http, TransportFailure::Lost("cut".into()), now);
+    // Before its re-send, the session is replaced by one whose server has no idempotency.
+    reinit_to_s2(&mut session, now);
+    let outputs: Vec<Output> = std::iter::from_fn(|| session.poll_output()).collect();
+    let ended = outputs.iter().find_map(|o| match o {
+        Output::Completed { call, result } if *call == keyed => Some(result),
+        _ => None,
+    });
+    let error = ended
+        .expect("the call ended")
+        .as_ref()
+        .expect_err("not a success");
+    assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");
+    assert!(
+        !outputs.iter().any(|o| matches!(o,
+            Output::Event(SessionEvent::Redispatched { call, .. }) if *call == keyed)),
+        "not re-sent"
+    );
 }

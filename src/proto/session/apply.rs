@@ -205,14 +205,11 @@ impl Session {
         self.complete(id, Err(error));
     }
 
-    /// A picked-up call whose request may have run and cannot be sent again safely: it ends
+    /// A call whose request may have run and cannot be sent again safely (`why`): it ends
     /// [`ErrorKind::OutcomeUnknown`], never re-sent.
-    pub(super) fn picked_up_unsafe(&mut self, id: CallId) {
+    pub(super) fn unsafe_to_repeat(&mut self, id: CallId, why: &str) {
         if let Some(call) = self.calls.get_mut(id) {
-            call.set_cause(Error::new(
-                ErrorKind::Transport,
-                "the process that sent it stopped before its answer came",
-            ));
+            call.set_cause(Error::new(ErrorKind::Transport, why));
         }
         self.fail_call(id, ErrorKind::OutcomeUnknown);
     }

@@ -12,6 +12,7 @@ use super::Session;
 use std::time::Instant;
 
 use super::call::{Call, CallState, Retry};
+use super::checkpoints::PICKED_UP_UNSENT;
 use super::deadline_after;
 use super::lifecycle::Standing;
 use super::timers::Timer;
@@ -293,16 +294,18 @@ impl Session {
         let Some(session) = self.life.ready() else {
             return;
         };
-        // A call picked up from another process may have run there: only a key the server
-        // deduplicates makes a second send safe.
+        // A call that may have run already (picked up from another process, or re-sent after
+        // an interruption) goes out again only if this session's server deduplicates its key:
+        // the session it was re-sent for may have been replaced by one that does not.
         let dedups =
             session.dedups() || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
-        if self
-            .calls
-            .get(id)
-            .is_some_and(|c| c.is_picked_up() && !(c.key().is_some() && dedups))
-        {
-            return self.picked_up_unsafe(id);
+        if let Some(call) = self.calls.get(id).filter(|c| c.send_may_repeat(dedups)) {
+            let why = if call.is_picked_up() {
+                PICKED_UP_UNSENT
+            } else {
+                "it may have run, and the session it would be re-sent on does not deduplicate keyed calls"
+            };
+            return self.unsafe_to_repeat(id, why);
         }
         // The first send of a request (or of an MRTR round's) is recorded before it leaves.
         if self

@@ -369,6 +369,17 @@ impl Call {
         self.sends
     }
 
+    /// Whether sending it now could run it a second time: an earlier send of this request
+    /// (here, or in the process it was picked up from) may have run, and no key the server
+    /// deduplicates makes another harmless. `dedups`: whether the session it would go out on
+    /// deduplicates keyed calls (or the policy assumes so), which may not be the session
+    /// whose answer the decision to re-send it was taken on.
+    pub(super) fn send_may_repeat(&self, dedups: bool) -> bool {
+        let earlier_may_have_run =
+            self.picked_up || (self.sends > 0 && self.may_have_run && self.task.is_none());
+        earlier_may_have_run && !(self.key.is_some() && dedups)
+    }
+
     /// Something proves its last send never ran (it never left, or the server refused it
     /// unprocessed).
     pub(super) fn not_run(&mut self) {
