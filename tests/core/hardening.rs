@@ -641,6 +641,29 @@ fn issue24_gap_8_resume_task_with_a_huge_timeout_does_not_expire_at_once() {
     );
 }
 
+/// `resume_task` is a submission like any other: on a closed session it is refused at once
+/// (it used to be registered and wait for its deadline).
+#[test]
+fn resuming_a_task_on_a_closed_session_is_refused_at_once() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut script =
+        |body: &Value| -> (u16, Value) { discover(body).unwrap_or_else(|| ok(body, json!({}))) };
+    m.session.connect(m.now);
+    m.run(&mut script, SEC);
+    m.session.close(m.now);
+    m.run(&mut script, SEC);
+    let call = CallId::next();
+    m.session.resume_task(call, "t-1", None, m.now);
+    m.run(&mut script, 10 * SEC);
+    let error = m
+        .result(call)
+        .expect("answered at once")
+        .as_ref()
+        .expect_err("refused");
+    assert_eq!(error.kind(), ErrorKind::Closed, "{error}");
+    assert!(!m.seen.iter().any(|b| b["method"] == "tasks/get"));
+}
+
 /// Issue 24, trust gap 6: the extension's rejection marker on a refused POST proves nothing
 /// unless it comes where the extension defines it (a 404, from a session that negotiated the
 /// extension). A 500 carrying it, from a server with or without the extension, leaves an

@@ -19,7 +19,6 @@ use tracing::{debug, info, warn};
 
 use super::call::Call;
 use super::exchanges::ExKind;
-use super::lifecycle::Standing;
 use super::timers::Timer;
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -315,7 +314,9 @@ impl Session {
         timeout: Option<Duration>,
         now: Instant,
     ) {
-        if self.calls.get(id).is_some() {
+        // As a submission: an id in use or a closed session refuses it, and a session not
+        // ready (never started, or lost) is (re)connected for it.
+        if self.refuse(id, "task resumption") {
             return;
         }
         let deadline = super::deadline_after(now, timeout.unwrap_or(self.config.call_timeout));
@@ -325,8 +326,8 @@ impl Session {
         self.note_checkpoint(id);
         if self.life.ready().is_some() {
             self.send_call(id);
-        } else if self.life.standing() == Standing::Idle {
-            self.start_handshake(None, None, None, now);
+        } else {
+            self.start_if_stopped(now);
         }
     }
 
