@@ -633,12 +633,24 @@ impl Call {
 
 /// The key of MRTR round `round` of a call keyed `base`: derived, so each round is its own
 /// request to the server while re-sends of the same round carry the same key.
+///
+/// A base too long for the suffix is cut, and what was cut off is stood for by a digest of
+/// the whole base: two bases that differ only past the cut stay two keys.
 fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
     let suffix = format!(".round{round}");
     let mut text = base.as_str().to_owned();
-    let room = 256usize.saturating_sub(suffix.len());
-    while text.len() > room {
-        text.pop();
+    if text.len() + suffix.len() > 256 {
+        // FNV-1a: stable across processes and releases (a picked-up call derives the same
+        // key in another process), unlike the standard library's hashers.
+        let digest = base
+            .as_str()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        let tail = format!("~{digest:016x}");
+        text.truncate(256 - suffix.len() - tail.len());
+        text.push_str(&tail);
     }
     text.push_str(&suffix);
     IdempotencyKey::new(text).unwrap_or_else(|_| base.clone())
@@ -655,5 +667,9 @@ mod tests {
         assert_eq!(round_key(&base, 2), round_key(&base, 2));
         let long = IdempotencyKey::new("x".repeat(256)).unwrap();
         assert_eq!(round_key(&long, 16).as_str().len(), 256);
+        // Two long bases that differ only where the suffix would not fit: two round keys.
+        let other = IdempotencyKey::new(format!("{}y", "x".repeat(255))).unwrap();
+        assert_ne!(round_key(&long, 1), round_key(&other, 1));
+        assert_eq!(round_key(&other, 1), round_key(&other, 1));
     }
 }
