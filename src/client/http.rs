@@ -375,25 +375,27 @@ pub(crate) fn redacted_url(url: &str) -> String {
     }
 }
 
-/// Only a failure to establish the connection proves the request was never sent, or a pooled
-/// connection found dead before the request was written to it.
+/// Only a failure to establish the connection proves the request was never sent.
 ///
 /// The URL is left out of the message: its query may carry credentials, and the message ends
 /// up in logs and in errors handed to the application.
 fn classify(err: reqwest::Error) -> TransportFailure {
-    let connect = err.is_connect() || never_written(&err);
+    let (connect, abandoned) = (err.is_connect(), abandoned(&err));
     let message = error_chain(&err.without_url());
     if connect {
         TransportFailure::Connect(message)
+    } else if abandoned {
+        TransportFailure::Abandoned(message)
     } else {
         TransportFailure::Lost(message)
     }
 }
 
 /// A pooled connection's task ran on a runtime that has shut down since (a caller's, whose
-/// call made the connection): hyper fails the request before writing it, saying so. The
-/// request never left, as when a connection cannot be made.
-fn never_written(err: &(dyn std::error::Error + 'static)) -> bool {
+/// call made the connection), and hyper says so. Its dispatcher had taken the request: it may
+/// have written it before it was dropped (hyper 1's dispatcher encodes and flushes a request
+/// in the poll that takes it), so this proves nothing about whether it left.
+fn abandoned(err: &(dyn std::error::Error + 'static)) -> bool {
     const DISPATCH_GONE: &str = "dispatch task is gone";
     let mut source: Option<&dyn std::error::Error> = Some(err);
     while let Some(e) = source {
@@ -419,7 +421,7 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::never_written;
+    use super::abandoned;
 
     /// An error whose cause is `cause`, as reqwest wraps hyper's.
     #[derive(Debug)]
@@ -438,7 +440,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pooled_connection_whose_runtime_is_gone_never_wrote_the_request() {
+    fn a_pooled_connection_whose_runtime_is_gone_abandoned_the_request() {
         let gone = Wrapped(
             "error sending request",
             Some(Box::new(Wrapped(
@@ -449,7 +451,7 @@ mod tests {
                 ))),
             ))),
         );
-        assert!(never_written(&gone));
+        assert!(abandoned(&gone));
         let cut = Wrapped(
             "error sending request",
             Some(Box::new(Wrapped(
@@ -457,6 +459,6 @@ mod tests {
                 None,
             ))),
         );
-        assert!(!never_written(&cut));
+        assert!(!abandoned(&cut));
     }
 }

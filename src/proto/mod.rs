@@ -156,6 +156,12 @@ pub enum TransportFailure {
     /// The connection broke after (possibly) sending: before the response head, or while
     /// reading the body.
     Lost(String),
+    /// The connection's task was dropped (the runtime it ran on shut down) after it had taken
+    /// the request: the request may have been written, or not. A call is judged as after
+    /// [`Lost`](Self::Lost) (it may have run); an answer or a notification is sent again, as
+    /// after [`Connect`](Self::Connect): a second copy of either is harmless, and a lost
+    /// answer leaves the server waiting.
+    Abandoned(String),
 }
 
 /// A request the app wants to make.

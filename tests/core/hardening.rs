@@ -930,6 +930,18 @@ fn an_answer_whose_post_never_left_is_sent_again() {
     let (http, _) = posts(&mut session).pop().expect("sent");
     session.handle_error(http, TransportFailure::Lost("cut".into()), now);
     assert!(posts(&mut session).is_empty());
+    // Abandoned by a connection whose runtime went (written or not): sent again.
+    server_asks(&mut session, now, &["ask-3"]);
+    session.respond(
+        RequestId::from_json(&json!("ask-3")).unwrap(),
+        Ok(json!({})),
+        now,
+    );
+    let (http, first) = posts(&mut session).pop().expect("sent");
+    session.handle_error(http, TransportFailure::Abandoned("gone".into()), now);
+    let again = posts(&mut session);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].1, first);
     // A notification alike.
     session.notify(
         "notifications/progress",
@@ -1160,4 +1172,47 @@ fn a_keyed_resend_waits_for_a_server_that_deduplicates_or_ends_unknown() {
             Output::Event(SessionEvent::Redispatched { call, .. }) if *call == keyed)),
         "not re-sent"
     );
+}
+
+/// A call's POST abandoned by its connection (the runtime running it went, after it took the
+/// request): it may have been written, so an unkeyed call ends `OutcomeUnknown` and is not
+/// sent again; a connection that could not be made proves it never left, and it is re-sent.
+#[test]
+fn an_abandoned_call_post_may_have_run() {
+    use mcp_resume::proto::TransportFailure;
+    for (failure, resent) in [
+        (
+            TransportFailure::Abandoned("dispatch task is gone".into()),
+            false,
+        ),
+        (TransportFailure::Connect("refused".into()), true),
+    ] {
+        let (mut session, now) = legacy_ready();
+        let _ = posts(&mut session);
+        let call = CallId::next();
+        session.submit(
+            call,
+            CallRequest::new("tools/call", Some(json!({"name": "pay"}))),
+            now,
+        );
+        let (http, _) = posts(&mut session).pop().expect("sent");
+        session.handle_error(http, failure.clone(), now);
+        let mut again = posts(&mut session);
+        while let Some(at) = session
+            .poll_timeout()
+            .filter(|_| again.is_empty() && resent)
+        {
+            session.handle_timeout(at);
+            again = posts(&mut session);
+        }
+        assert_eq!(!again.is_empty(), resent, "{failure:?}");
+        if !resent {
+            let ended = std::iter::from_fn(|| session.poll_output()).find_map(|o| match o {
+                Output::Completed { call: c, result } if c == call => Some(result),
+                _ => None,
+            });
+            let error = ended.expect("ended").expect_err("not a success");
+            assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");
+        }
+    }
 }

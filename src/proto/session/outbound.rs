@@ -24,9 +24,9 @@ use crate::proto::{
 };
 use crate::proto::{CallRequest, HttpId};
 
-/// How many times a notification or an answer is sent at most while its POST never leaves
-/// (each time, a pooled connection whose runtime is gone is dropped from the pool: the next
-/// send takes another, or a new one).
+/// How many times a notification or an answer is sent at most while its POST may never have
+/// left (each time, a pooled connection whose runtime is gone is dropped from the pool: the
+/// next send takes another, or a new one).
 const MAX_SENDS_UNSENT: u8 = 3;
 
 // The application's commands.
@@ -411,9 +411,9 @@ impl Session {
         Some(http)
     }
 
-    /// A notification's or an answer's POST failed before it left (a connection that could not
-    /// be made, or a pooled one whose runtime is gone): nothing else would send it, and the
-    /// server never saw it, so it goes again, a bounded number of times.
+    /// A notification's or an answer's POST failed where it may never have left (a connection
+    /// that could not be made, or a pooled one whose runtime is gone): nothing else would send
+    /// it, and a second copy is harmless, so it goes again, a bounded number of times.
     pub(super) fn post_again(&mut self, kind: ExKind, body: Bytes, sent: u8) -> bool {
         if sent >= MAX_SENDS_UNSENT {
             return false;

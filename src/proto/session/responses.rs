@@ -105,8 +105,12 @@ impl Session {
             return;
         };
         let connect = matches!(failure, TransportFailure::Connect(_));
+        // An answer or a notification is sent again if it may never have left.
+        let maybe_unsent = connect || matches!(failure, TransportFailure::Abandoned(_));
         let reason = match failure {
-            TransportFailure::Connect(r) | TransportFailure::Lost(r) => r,
+            TransportFailure::Connect(r)
+            | TransportFailure::Lost(r)
+            | TransportFailure::Abandoned(r) => r,
         };
         let kind = ex.kind();
         debug!(http = http.0, ?kind, connect, reason = %reason, "exchange failed");
@@ -159,7 +163,7 @@ impl Session {
                 // Sent again only into the session it was meant for: an answer to an earlier
                 // session's request could be taken for one of the new server's under its id.
                 let again = match resend {
-                    Some((body, sent)) if connect && self.life.is_current(ex.generation()) => {
+                    Some((body, sent)) if maybe_unsent && self.life.is_current(ex.generation()) => {
                         self.post_again(kind, body, sent)
                     }
                     _ => false,
