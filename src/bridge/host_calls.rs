@@ -1,6 +1,7 @@
 //! Host requests as mcp-resume calls: one call each, the host's id on the answer, its
 //! cancellation, its idempotency key, and the opt-in annotation policy.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -27,8 +28,11 @@ pub(crate) struct HostCalls {
     trust_annotations: bool,
     /// Messages towards the host.
     out: mpsc::Sender<Value>,
-    /// Each in-flight request's cancel switch, by host id.
-    in_flight: Mutex<FxHashMap<String, oneshot::Sender<()>>>,
+    /// Each in-flight request's cancel switch, by host id, with the number of the request
+    /// that holds the id (a cancelled id may be taken again before its first request ends).
+    in_flight: Mutex<FxHashMap<String, (u64, oneshot::Sender<()>)>>,
+    /// Numbers the host's requests.
+    started: AtomicU64,
     /// Tools the last `tools/list` annotated read-only or idempotent.
     safe_tools: Mutex<FxHashMap<String, bool>>,
     /// What the host set on its session, for the next one.
@@ -43,6 +47,7 @@ impl HostCalls {
             trust_annotations,
             out,
             in_flight: Mutex::new(FxHashMap::default()),
+            started: AtomicU64::new(0),
             safe_tools: Mutex::new(FxHashMap::default()),
             session_state: SessionState::default(),
             flush: OnceLock::new(),
@@ -77,6 +82,7 @@ impl HostCalls {
         permit: OwnedSemaphorePermit,
     ) {
         let key = id_key(&id);
+        let number = self.started.fetch_add(1, Ordering::Relaxed);
         let (cancel, cancelled) = oneshot::channel();
         {
             let mut in_flight = lock(&self.in_flight);
@@ -95,7 +101,7 @@ impl HostCalls {
                 });
                 return;
             }
-            in_flight.insert(key.clone(), cancel);
+            in_flight.insert(key.clone(), (number, cancel));
         }
         let this = Arc::clone(self);
         let wants_progress = params
@@ -109,9 +115,8 @@ impl HostCalls {
             // every resume and re-send.
             let outcome = tokio::select! {
                 result = this.run(&client, &method, params) => Some(result),
-                _ = cancelled => None,
+                Ok(()) = cancelled => None,
             };
-            lock(&this.in_flight).remove(&key);
             if let Some(result) = outcome {
                 if wants_progress {
                     this.flush_notifications().await;
@@ -121,12 +126,18 @@ impl HostCalls {
                     .send(response(id, result.map_err(|e| to_rpc(&e))))
                     .await;
             }
+            // The id is free once its answer is queued (a reuse before that is refused), and
+            // only while this request holds it: after a cancellation, a later request may.
+            let mut in_flight = lock(&this.in_flight);
+            if in_flight.get(&key).is_some_and(|(n, _)| *n == number) {
+                in_flight.remove(&key);
+            }
         });
     }
 
     /// The host's `notifications/cancelled` for its request `request_id`.
     pub(crate) fn cancel(&self, request_id: &Value) {
-        if let Some(cancel) = lock(&self.in_flight).remove(&id_key(request_id)) {
+        if let Some((_, cancel)) = lock(&self.in_flight).remove(&id_key(request_id)) {
             let _ = cancel.send(());
         }
     }

@@ -960,6 +960,40 @@ async fn a_reused_request_id_gets_both_answers() {
     assert!(server.requests().iter().all(|r| !r.is_rpc("ping")));
 }
 
+/// An id the host cancelled may be used again at once: the new request runs and is answered,
+/// though the cancelled one's task ends after it took the id again.
+#[tokio::test]
+async fn a_cancelled_id_used_again_gets_its_answer() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            return hang();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(
+        bridge(&server.url)
+            .configure(|c| c.call_timeout(Duration::from_secs(5)))
+            .build()
+            .unwrap(),
+    );
+    host.initialize("2025-06-18", json!({})).await;
+    let id = json!(1);
+    host.send_with_id(
+        id.clone(),
+        "tools/call",
+        tool_call("slow", json!({}), json!({})),
+    )
+    .await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    host.notify("notifications/cancelled", Some(json!({"requestId": 1})))
+        .await;
+    host.send_with_id(id.clone(), "ping", json!({})).await;
+    let answer = host.answer(&id).await;
+    assert_eq!(answer["result"], json!({}), "{answer}");
+    assert!(server.requests().iter().any(|r| r.is_rpc("ping")));
+}
+
 /// Annotation-trusted re-sends share the call's one deadline: each send of a read-only tool
 /// ends `OutcomeUnknown` after 600 ms, and a call allowed 1 s is answered after about 1 s, not
 /// after three sends.
