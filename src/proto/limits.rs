@@ -27,5 +27,11 @@ pub const MAX_INPUT_ROUNDS: u32 = 16;
 /// server requests at a time and refuses the rest, which would fail the round half-answered).
 pub const MAX_INPUTS_PER_ROUND: usize = 16;
 
-/// Notifications the app sent before the session was ready, held until it is.
+/// Notifications the app sent before the session was ready, or while as many as
+/// [`MAX_NOTIFICATIONS_IN_FLIGHT`] are being POSTed, held until they can go; past this they
+/// are dropped (logged).
 pub const MAX_QUEUED_NOTIFICATIONS: usize = 1024;
+
+/// The app's notifications POSTed at once: an app that sends them faster than the server
+/// takes them must not make the client open a connection per notification.
+pub const MAX_NOTIFICATIONS_IN_FLIGHT: usize = 8;

@@ -1216,3 +1216,24 @@ fn an_abandoned_call_post_may_have_run() {
         }
     }
 }
+
+/// The app's notifications are POSTed a bounded number at a time: one that sends them faster
+/// than the server takes them does not open a connection per notification; the rest wait
+/// (bounded) and go as the earlier ones are answered.
+#[test]
+fn notifications_in_flight_are_bounded() {
+    use mcp_resume::proto::limits::MAX_NOTIFICATIONS_IN_FLIGHT;
+    let (mut session, now) = legacy_ready();
+    let _ = posts(&mut session);
+    for n in 0..20 {
+        session.notify("notifications/progress", Some(json!({"n": n})), now);
+    }
+    let sent = posts(&mut session);
+    assert_eq!(sent.len(), MAX_NOTIFICATIONS_IN_FLIGHT);
+    let (http, _) = &sent[0];
+    session.handle_head(*http, 202, &HeaderMap::new(), now);
+    session.handle_end(*http, now);
+    let next = posts(&mut session);
+    assert_eq!(next.len(), 1, "one goes as one is answered");
+    assert_eq!(next[0].1["params"]["n"], MAX_NOTIFICATIONS_IN_FLIGHT);
+}

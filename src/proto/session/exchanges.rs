@@ -2,7 +2,10 @@
 //! for, what is known of it (its body as far as it was read), and the queue of network actions
 //! the driver drains.
 
-use crate::proto::limits::{MAX_ANSWERS_IN_FLIGHT, MAX_OPEN_SERVER_REQUESTS, MAX_QUEUED_ANSWERS};
+use crate::proto::limits::{
+    MAX_ANSWERS_IN_FLIGHT, MAX_NOTIFICATIONS_IN_FLIGHT, MAX_OPEN_SERVER_REQUESTS,
+    MAX_QUEUED_ANSWERS,
+};
 use std::collections::{HashSet, VecDeque};
 
 use rustc_hash::FxHashMap;
@@ -244,6 +247,8 @@ pub(super) struct Exchanges {
     next: u64,
     transmits: VecDeque<Transmit>,
     answers: Answers,
+    /// The app's notifications being POSTed.
+    notifying: usize,
 }
 
 impl Exchanges {
@@ -285,8 +290,10 @@ impl Exchanges {
     ) -> HttpId {
         self.next += 1;
         let id = HttpId(self.next);
-        if kind == ExKind::Answer {
-            self.answers.in_flight += 1;
+        match kind {
+            ExKind::Answer => self.answers.in_flight += 1,
+            ExKind::Notify => self.notifying += 1,
+            _ => {}
         }
         let resend = match kind {
             ExKind::Notify | ExKind::Answer => body.clone().map(|b| (b, 1)),
@@ -502,8 +509,10 @@ impl Exchanges {
     /// The one place an exchange leaves the table, so per-kind counts stay true.
     pub(super) fn remove(&mut self, http: HttpId) -> Option<Exchange> {
         let ex = self.map.remove(&http)?;
-        if ex.kind == ExKind::Answer {
-            self.answers.in_flight = self.answers.in_flight.saturating_sub(1);
+        match ex.kind {
+            ExKind::Answer => self.answers.in_flight = self.answers.in_flight.saturating_sub(1),
+            ExKind::Notify => self.notifying = self.notifying.saturating_sub(1),
+            _ => {}
         }
         Some(ex)
     }
@@ -550,6 +559,11 @@ impl Exchanges {
         for id in ids {
             self.finish(id);
         }
+    }
+
+    /// Whether another of the app's notifications may be POSTed now.
+    pub(super) fn may_notify(&self) -> bool {
+        self.notifying < MAX_NOTIFICATIONS_IN_FLIGHT
     }
 
     /// A server request is handed to the app, which now owes it an answer.

@@ -156,6 +156,7 @@ impl Session {
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.flush_answers();
+        self.flush_notifications();
         self.exchanges.poll_transmit()
     }
 

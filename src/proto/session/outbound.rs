@@ -79,17 +79,19 @@ impl Session {
     }
 
     /// Sends a notification to the server (best effort; no completion is reported). Before
-    /// the session is ready it is held (bounded) and sent once it is.
+    /// the session is ready it is held (bounded) and sent once it is; at most
+    /// [`MAX_NOTIFICATIONS_IN_FLIGHT`](crate::proto::limits::MAX_NOTIFICATIONS_IN_FLIGHT) are
+    /// POSTed at once, the rest held behind them.
     pub fn notify(&mut self, method: &str, params: Option<Value>, now: Instant) {
         if matches!(self.life.standing(), Standing::Over { .. }) {
             debug!(method, "notification dropped: session closed");
             return;
         }
         let body = jsonrpc::encode_notification(method, params.as_ref());
+        self.queue_notification(body);
         if self.life.ready().is_some() {
-            self.post(ExKind::Notify, body);
+            self.flush_notifications();
         } else {
-            self.queue_notification(body);
             self.start_if_stopped(now);
         }
     }
@@ -421,9 +423,10 @@ impl Session {
         self.post_nth(kind, body, sent + 1).is_some()
     }
 
-    /// Sends the app's notifications held while the session was not ready.
+    /// Sends the app's notifications held while the session was not ready, or while as many as
+    /// the bound were being POSTed.
     pub(super) fn flush_notifications(&mut self) {
-        while self.life.ready().is_some() {
+        while self.life.ready().is_some() && self.exchanges.may_notify() {
             let Some(body) = self.notifications.pop_front() else {
                 break;
             };
@@ -431,12 +434,12 @@ impl Session {
         }
     }
 
-    /// Holds a notification until the session is ready (bounded).
+    /// Holds a notification until it can be POSTed (bounded).
     fn queue_notification(&mut self, body: Bytes) {
         if self.notifications.len() < MAX_QUEUED_NOTIFICATIONS {
             self.notifications.push_back(body);
         } else {
-            warn!("notification dropped: too many queued while the session is not ready");
+            warn!("notification dropped: too many queued");
         }
     }
 
