@@ -79,9 +79,8 @@ impl Session {
     }
 
     /// Sends a notification to the server (best effort; no completion is reported). Before
-    /// the session is ready it is held (bounded) and sent once it is; at most
-    /// [`MAX_NOTIFICATIONS_IN_FLIGHT`](crate::proto::limits::MAX_NOTIFICATIONS_IN_FLIGHT) are
-    /// POSTed at once, the rest held behind them.
+    /// the session is ready it is held (bounded) and sent once it is; at most 8 are POSTed at
+    /// once, the rest held behind them.
     pub fn notify(&mut self, method: &str, params: Option<Value>, now: Instant) {
         if matches!(self.life.standing(), Standing::Over { .. }) {
             debug!(method, "notification dropped: session closed");
