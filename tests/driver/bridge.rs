@@ -921,10 +921,9 @@ async fn requests_in_flight_are_bounded() {
     server.wait_for(|r| r.is_rpc("ping")).await;
 }
 
-/// A host that reuses the id of a request still in flight gets both answered: the second at
-/// once with "invalid request", the first with its own outcome (here its deadline).
-#[tokio::test]
-async fn a_reused_request_id_gets_both_answers() {
+/// A server whose tool calls never answer, and an initialized host bridged to it with
+/// `timeout` per call.
+async fn host_of_hanging_tools(timeout: Duration) -> (TestServer, Host) {
     let server = TestServer::start(|req| {
         if req.is_rpc("tools/call") {
             return hang();
@@ -934,11 +933,19 @@ async fn a_reused_request_id_gets_both_answers() {
     .await;
     let mut host = Host::new(
         bridge(&server.url)
-            .configure(|c| c.call_timeout(Duration::from_millis(300)))
+            .configure(|c| c.call_timeout(timeout))
             .build()
             .unwrap(),
     );
     host.initialize("2025-06-18", json!({})).await;
+    (server, host)
+}
+
+/// A host that reuses the id of a request still in flight gets both answered: the second at
+/// once with "invalid request", the first with its own outcome (here its deadline).
+#[tokio::test]
+async fn a_reused_request_id_gets_both_answers() {
+    let (server, mut host) = host_of_hanging_tools(Duration::from_millis(300)).await;
     let id = json!("reused");
     host.send_with_id(
         id.clone(),
@@ -964,20 +971,7 @@ async fn a_reused_request_id_gets_both_answers() {
 /// though the cancelled one's task ends after it took the id again.
 #[tokio::test]
 async fn a_cancelled_id_used_again_gets_its_answer() {
-    let server = TestServer::start(|req| {
-        if req.is_rpc("tools/call") {
-            return hang();
-        }
-        default_reply(req)
-    })
-    .await;
-    let mut host = Host::new(
-        bridge(&server.url)
-            .configure(|c| c.call_timeout(Duration::from_secs(5)))
-            .build()
-            .unwrap(),
-    );
-    host.initialize("2025-06-18", json!({})).await;
+    let (server, mut host) = host_of_hanging_tools(Duration::from_secs(5)).await;
     let id = json!(1);
     host.send_with_id(
         id.clone(),

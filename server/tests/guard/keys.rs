@@ -426,9 +426,17 @@ fn spelled_call(id: i64, key: &str, args: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Runs `body` (a keyed call with JSON id `id`) through `inst` to the JSON answer `text`.
-fn run_body(w: &mut World, inst: &mut Instance, body: &[u8], id: i64, text: &str) {
-    let (_, mut watch) = w.post(inst, None, body, &[]).watch();
+/// Runs `body` (a keyed call with JSON id `id`, sent with `extra` headers) through `inst` to
+/// the JSON answer `text`.
+fn run_body(
+    w: &mut World,
+    inst: &mut Instance,
+    body: &[u8],
+    extra: &[(&str, &str)],
+    id: i64,
+    text: &str,
+) {
+    let (_, mut watch) = w.post(inst, None, body, extra).watch();
     let answer = result(id, text);
     inst.respond(
         &mut w.store,
@@ -450,6 +458,7 @@ fn a_resend_spelling_its_numbers_otherwise_is_the_same_call() {
         &mut w,
         &mut a,
         &spelled_call(1, "p1", r#"{"amount":1.0,"to":"x"}"#),
+        &[],
         1,
         "paid",
     );
@@ -524,7 +533,7 @@ fn an_answer_whose_id_is_respelled_is_still_captured() {
     let mut w = World::new();
     let mut a = instance(1);
     let first = br#"{"jsonrpc":"2.0","id":1.0,"method":"tools/call","params":{"name":"bump","arguments":{},"_meta":{"io.github.mcp-resume/idempotency-key":"k5"}}}"#;
-    run_body(&mut w, &mut a, first, 1, "done");
+    run_body(&mut w, &mut a, first, &[], 1, "done");
     let again = call_body(2, "bump", json!({}), Some("k5"));
     let answer = w.post(&mut a, None, &again, &[]).answer();
     assert_eq!(answer.json()["result"]["content"][0]["text"], "done");
@@ -547,17 +556,13 @@ fn scoped_keys_are_one_clients_own() {
     let mut w = World::new();
     let mut a = scoped_instance();
     let call = |id| call_body(id, "statement", json!({"month": "2025-01"}), Some("stmt-1"));
-    let (_, mut watch) = w
-        .post(&mut a, None, &call(1), &[("x-client", "alice")])
-        .watch();
-    let answer = result(1, "alice's statement");
-    a.respond(
-        &mut w.store,
-        w.now,
-        &mut watch,
-        200,
-        json_head(),
-        Response::Json(answer.as_bytes()),
+    run_body(
+        &mut w,
+        &mut a,
+        &call(1),
+        &[("x-client", "alice")],
+        1,
+        "alice's statement",
     );
     // Bob, same key text and arguments: his call runs.
     assert!(matches!(
@@ -589,17 +594,13 @@ fn unscoped_keys_are_shared_by_every_client() {
     let mut w = World::new();
     let mut a = instance(1);
     let call = |id| call_body(id, "statement", json!({}), Some("shared"));
-    let (_, mut watch) = w
-        .post(&mut a, None, &call(1), &[("x-client", "alice")])
-        .watch();
-    let answer = result(1, "first");
-    a.respond(
-        &mut w.store,
-        w.now,
-        &mut watch,
-        200,
-        json_head(),
-        Response::Json(answer.as_bytes()),
+    run_body(
+        &mut w,
+        &mut a,
+        &call(1),
+        &[("x-client", "alice")],
+        1,
+        "first",
     );
     let answer = w
         .post(&mut a, None, &call(2), &[("x-client", "bob")])
