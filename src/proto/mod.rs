@@ -10,7 +10,13 @@
 //!   [`Session::handle_timeout`] when it fires.
 //! - For every [`Transmit::Send`], perform the HTTP request, then report exactly one of:
 //!   [`Session::handle_head`] followed by any number of [`Session::handle_data`] and one
-//!   [`Session::handle_end`]; or a [`Session::handle_error`] (before or after the head).
+//!   [`Session::handle_end`]; or a [`Session::handle_error`] (before or after the head). Its
+//!   [`TransportFailure`] says what is known of the request: `Connect` only when it provably
+//!   never left, `Abandoned` when the connection's task went with it taken (written or not),
+//!   else `Lost`. Calling a request that may have left `Connect` makes the session re-send it.
+//! - A [`Output::ServerRequest`] is answered with [`Session::respond`] unless an
+//!   [`Output::ServerRequestWithdrawn`] for it comes first (its session was replaced or lost):
+//!   then its handler is stopped and nothing is answered.
 //! - [`Transmit::Abort`] drops that HTTP exchange; the session expects no more input for it
 //!   (input that still arrives is ignored).
 //! - Optionally, a driver decodes a success body before it hands it over, so that the session
