@@ -12,8 +12,9 @@ use super::Session;
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
 use crate::proto::{CallId, Output};
 
-/// Why a picked-up call that may have run cannot be sent again.
-pub(super) const PICKED_UP_UNSENT: &str = "the process that sent it stopped before its answer came";
+/// Why a picked-up call that may have run cannot be sent again: the process that sent it
+/// stopped before its answer came.
+pub(super) const SENDER_STOPPED: &str = "the process that sent it stopped before its answer came";
 
 impl Session {
     /// Call `call`'s durable state as of now; `None` for a call this session does not have,
@@ -74,7 +75,7 @@ impl Session {
         self.timers.set(Timer::CallDeadline(id), deadline);
         if unkeyed {
             // Nothing can make a second send of it safe: reported at once.
-            return self.unsafe_to_repeat(id, PICKED_UP_UNSENT);
+            return self.unsafe_to_repeat(id, SENDER_STOPPED);
         }
         if let Some(result) = awaiting {
             self.input_required(id, result, now);

@@ -12,7 +12,7 @@ use super::Session;
 use std::time::Instant;
 
 use super::call::{Call, CallState, Retry};
-use super::checkpoints::PICKED_UP_UNSENT;
+use super::checkpoints::SENDER_STOPPED;
 use super::deadline_after;
 use super::lifecycle::Standing;
 use super::timers::Timer;
@@ -302,7 +302,7 @@ impl Session {
             session.dedups() || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
         if let Some(call) = self.calls.get(id).filter(|c| c.send_may_repeat(dedups)) {
             let why = if call.is_picked_up() {
-                PICKED_UP_UNSENT
+                SENDER_STOPPED
             } else {
                 "it may have run, and the session it would be re-sent on does not deduplicate keyed calls"
             };
