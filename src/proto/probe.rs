@@ -12,7 +12,7 @@
 //! again. An answer that says nothing at all (no connection) is asked again; the probe is
 //! read-only, so that is safe.
 //!
-//! [`read_probe`] is the rule; the session gathers the facts and carries the verdict out.
+//! [`read_probe`](crate::proto::probe::read_probe) is the rule; the session gathers the facts and carries the verdict out.
 //! Each row is tested on one line in `tests/core/probe_table.rs`.
 
 use serde_json::Value;
