@@ -1,7 +1,8 @@
 //! `OAuthProvider` against a small authorization server of our own (axum, 127.0.0.1) and the
 //! scriptable MCP server of the driver tests: a token refreshed in the middle of a resumed
 //! stream, a re-initialization with a refreshed token, refresh before expiry, one refresh for
-//! concurrent refusals, a provider that refuses to hand its token to another server.
+//! concurrent refusals, a request dropped during its refresh, a provider that refuses to hand
+//! its token to another server.
 
 use crate::support;
 
@@ -20,6 +21,7 @@ use oauth2::{PkceCodeChallenge, PkceCodeVerifier};
 use serde_json::{json, Value};
 use support::*;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 
 /// What the authorization server issued and what it was asked.
 #[derive(Default)]
@@ -35,6 +37,9 @@ struct Ledger {
     /// `expires_in` of the access tokens it issues.
     expires_in: u64,
     serial: u32,
+    /// Holds the next refresh's answer after redeeming its token: told when it arrives,
+    /// answered when released.
+    hold_refresh: Option<(Arc<Notify>, Arc<Notify>)>,
 }
 
 type Shared = Arc<Mutex<Ledger>>;
@@ -115,7 +120,19 @@ async fn token(
     State((ledger, _)): State<(Shared, String)>,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let mut ledger = ledger.lock().unwrap();
+    let (answer, held) = issue(&mut ledger.lock().unwrap(), &form);
+    if let Some((arrived, released)) = held {
+        arrived.notify_one();
+        released.notified().await;
+    }
+    answer
+}
+
+/// The token endpoint's answer, and the hold it is to wait for first.
+fn issue(
+    ledger: &mut Ledger,
+    form: &HashMap<String, String>,
+) -> (Response, Option<(Arc<Notify>, Arc<Notify>)>) {
     let grant = form.get("grant_type").cloned().unwrap_or_default();
     ledger.grants.push(grant.clone());
     let refused = || {
@@ -128,33 +145,37 @@ async fn token(
     match grant.as_str() {
         "authorization_code" => {
             let Some(challenge) = ledger.codes.remove(&form["code"]) else {
-                return refused();
+                return (refused(), None);
             };
             let verifier = PkceCodeVerifier::new(form["code_verifier"].clone());
             if PkceCodeChallenge::from_code_verifier_sha256(&verifier).as_str() != challenge {
-                return refused();
+                return (refused(), None);
             }
         }
         "refresh_token" => {
             if !ledger.refresh.remove(&form["refresh_token"]) {
-                return refused();
+                return (refused(), None);
             }
         }
-        _ => return refused(),
+        _ => return (refused(), None),
     }
     ledger.serial += 1;
     let access = format!("access-{}", ledger.serial);
     let refresh = format!("refresh-{}", ledger.serial);
     ledger.valid.insert(access.clone());
     ledger.refresh.insert(refresh.clone());
-    Json(json!({
+    let answer = Json(json!({
         "access_token": access,
         "token_type": "Bearer",
         "expires_in": ledger.expires_in,
         "refresh_token": refresh,
         "scope": "mcp offline_access",
     }))
-    .into_response()
+    .into_response();
+    let held = (grant == "refresh_token")
+        .then(|| ledger.hold_refresh.take())
+        .flatten();
+    (answer, held)
 }
 
 /// A 401 naming the authorization server's protected resource metadata.
@@ -412,6 +433,43 @@ async fn concurrent_refusals_refresh_once() {
         result.unwrap();
     }
     assert_eq!(auth.grants(), ["authorization_code", "refresh_token"]);
+}
+
+/// A request dropped while its refresh is on the way (an app's `timeout`, a deadline) does
+/// not lose what the authorization server issued: the refresh token it redeemed has a
+/// successor, and the next request refreshes with that one instead of presenting the spent
+/// token and being sent to authorize anew.
+#[tokio::test]
+async fn a_request_dropped_during_its_refresh_keeps_the_new_tokens() {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    guarded(client.list_tools()).await.unwrap();
+    let (arrived, released) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    {
+        let mut ledger = auth.ledger.lock().unwrap();
+        ledger.hold_refresh = Some((arrived.clone(), released.clone()));
+        ledger.valid.clear();
+    }
+    // The refused request's refresh reaches the authorization server, which redeems the
+    // refresh token; the request is dropped before the answer comes.
+    tokio::select! {
+        result = client.list_tools() => panic!("answered before its refresh: {result:?}"),
+        () = guarded(arrived.notified()) => {}
+    }
+    released.notify_one();
+    guarded(client.list_tools()).await.unwrap();
+    assert_eq!(
+        auth.grants(),
+        ["authorization_code", "refresh_token"],
+        "the next request uses the refreshed token"
+    );
 }
 
 /// A provider holds tokens for one MCP endpoint: asked for another, it refuses rather than

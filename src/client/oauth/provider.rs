@@ -532,9 +532,9 @@ impl TokenProvider for OAuthProvider {
     /// The token of the next request; without one yet, discovery runs up front (the
     /// well-known URIs) and the provider authorizes before answering.
     fn token(&self, request: TokenRequest) -> BoxFuture<'static, Result<String, Error>> {
-        let inner = self.inner.clone();
+        let flow = detached(self.inner.clone(), request, true);
         Box::pin(async move {
-            match inner.credential(request, true).await? {
+            match flow.await? {
                 Some(token) => Ok(token),
                 None => Err(Error::new(ErrorKind::Unauthorized, "no token")),
             }
@@ -545,8 +545,7 @@ impl TokenProvider for OAuthProvider {
         &self,
         request: TokenRequest,
     ) -> BoxFuture<'static, Result<Option<String>, Error>> {
-        let inner = self.inner.clone();
-        Box::pin(async move { inner.credential(request, false).await })
+        detached(self.inner.clone(), request, false)
     }
 
     /// A DPoP-bound token with the `DPoP` scheme and a proof made for this request; a
@@ -589,6 +588,36 @@ impl TokenProvider for OAuthProvider {
         let fresh = key.observe_nonce(url, headers);
         fresh && challenge.is_some_and(|c| c.error.as_deref() == Some(USE_DPOP_NONCE))
     }
+}
+
+/// Runs [`Inner::credential`] in a task of its own (on the current tokio runtime; inline
+/// without one), so that the request asking for it can be dropped (its deadline, an app's
+/// `timeout`) without cutting the flow half way: an authorization server that redeemed the
+/// refresh token has issued its successor, which must reach the provider and its store, or
+/// the next refresh presents a spent token (`invalid_grant`, and with reuse detection the
+/// whole grant revoked) and the user is asked to authorize again. A step-up the user is
+/// completing is kept the same way. A panic in the flow (an app's authorizer or store)
+/// reaches the awaiting request as before, where the driver turns it into that request's
+/// failure.
+fn detached(
+    inner: Arc<Inner>,
+    request: TokenRequest,
+    up_front: bool,
+) -> BoxFuture<'static, Result<Option<String>, Error>> {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return Box::pin(async move { inner.credential(request, up_front).await });
+    };
+    let flow = runtime.spawn(async move { inner.credential(request, up_front).await });
+    Box::pin(async move {
+        match flow.await {
+            Ok(outcome) => outcome,
+            Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
+            Err(_) => Err(Error::new(
+                ErrorKind::Closed,
+                "the runtime shut down during authorization",
+            )),
+        }
+    })
 }
 
 struct Config {
