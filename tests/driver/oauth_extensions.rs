@@ -553,6 +553,26 @@ async fn a_nonce_is_retried_exactly_once() {
     assert_eq!(auth.calls("/token").len(), 1, "no new authorization");
 }
 
+/// Requests that went out with the old nonce and are refused together are each sent again
+/// once: the first refusal seen stores the new nonce, and the others still need their retry.
+#[test]
+fn each_request_refused_for_the_new_nonce_is_retried() {
+    let key = DpopKey::generate().unwrap();
+    let provider = code_flow(&key);
+    let url = reqwest::Url::parse("https://mcp.example.com/mcp").unwrap();
+    let refusal = nonce_refusal("https://as.example.com", "rs-nonce-2");
+    let challenge = AuthChallenge::from_response(401, refusal.headers()).unwrap();
+    for request in ["first", "second"] {
+        assert!(
+            provider.observe(&url, 401, refusal.headers(), Some(&challenge)),
+            "the {request} refused request is sent again"
+        );
+    }
+    // A response naming no nonce asks for no retry.
+    let plain = oauth::refusal("https://as.example.com", r#"DPoP error="use_dpop_nonce","#);
+    assert!(!provider.observe(&url, 401, plain.headers(), Some(&challenge)));
+}
+
 /// A DPoP provider at an authorization server that does not issue DPoP-bound tokens sends
 /// no proof and presents its token as `Bearer`.
 #[tokio::test]

@@ -136,9 +136,11 @@ impl DpopKey {
         })
     }
 
-    /// Keeps the `DPoP-Nonce` of a response from `url`'s server. `true` when it is a nonce
-    /// the next proof for that server did not carry yet (a request refused for want of it
-    /// is worth sending again, once).
+    /// Keeps the `DPoP-Nonce` of a response from `url`'s server. `true` when the response
+    /// names one: a request refused for want of a nonce is worth sending again, once, with
+    /// it. Not only when the nonce is new to this key: of several requests that went out
+    /// with the old nonce and are refused together, the first one seen stores the new nonce,
+    /// and the others need their retry as much.
     pub fn observe_nonce(&self, url: &Url, headers: &HeaderMap) -> bool {
         let Some(nonce) = headers
             .get(DPOP_NONCE_HEADER)
@@ -148,8 +150,8 @@ impl DpopKey {
             return false;
         };
         let mut nonces = self.inner.nonces.lock().unwrap_or_else(|p| p.into_inner());
-        let previous = nonces.insert(nonce_scope(url), nonce.to_owned());
-        previous.as_deref() != Some(nonce)
+        nonces.insert(nonce_scope(url), nonce.to_owned());
+        true
     }
 
     fn nonce(&self, url: &Url) -> Option<String> {

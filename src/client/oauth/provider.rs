@@ -585,8 +585,8 @@ impl TokenProvider for OAuthProvider {
         let Some(key) = &self.inner.config.dpop else {
             return false;
         };
-        let fresh = key.observe_nonce(url, headers);
-        fresh && challenge.is_some_and(|c| c.error.as_deref() == Some(USE_DPOP_NONCE))
+        let named = key.observe_nonce(url, headers);
+        named && challenge.is_some_and(|c| c.error.as_deref() == Some(USE_DPOP_NONCE))
     }
 }
 

@@ -586,8 +586,8 @@ async fn send(
             .await
             .map_err(|e| HttpFailure(e.to_string()))?;
         if let Some(key) = &dpop {
-            let fresh = key.observe_nonce(&url, &headers);
-            if fresh && !nonce_retried && status == 400 && error_code(&body) == Some(USE_DPOP_NONCE)
+            let named = key.observe_nonce(&url, &headers);
+            if named && !nonce_retried && status == 400 && error_code(&body) == Some(USE_DPOP_NONCE)
             {
                 nonce_retried = true;
                 tracing::debug!("the authorization server wants a DPoP nonce: sending again");
