@@ -4,7 +4,9 @@
 //!
 //! The MCP server names the authorization server; what that lets it do is bounded: machine
 //! credentials go only to their [`ClientCredentials::issuer`], a remote server cannot send
-//! the client to loopback URLs, nothing goes over plain http off loopback, every redirect
+//! the client to loopback URLs, nothing goes over plain http off loopback (with the
+//! provider's own HTTP client, or one of yours that follows no redirects: see
+//! [`OAuthBuilder::http_client`]), every redirect
 //! answer must arrive at its own authorization server's redirect URI (see
 //! [`crate::oauth::UrlPolicy`] and the `dangerous_` switches of [`OAuthBuilder`]).
 //!

@@ -285,10 +285,14 @@ impl OAuthBuilder {
     }
 
     /// The HTTP client for metadata, registration and token requests. Default: a client of
-    /// its own that follows no redirect, with a 30 s timeout. With a client that follows
-    /// redirects, a token request is never sent again to where a 307 or 308 points (its body
-    /// cannot be replayed), and a redirected answer (metadata, registration, token) is
-    /// refused.
+    /// its own that follows no redirect, with a 30 s timeout.
+    ///
+    /// Build yours with `redirect(reqwest::redirect::Policy::none())`. The URL checks (no
+    /// loopback, no plain http, see [`OAuthBuilder::dangerous_allow_loopback`]) are made on
+    /// the URL the provider asks for; a client that follows redirects has already sent the
+    /// request where a redirect points (a GET, or a POST turned into a GET by a 302 or 303)
+    /// by the time the provider sees the answer, which it then refuses. A token request is
+    /// never sent again to where a 307 or 308 points (its body cannot be replayed).
     pub fn http_client(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
         self
