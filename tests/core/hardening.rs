@@ -1237,3 +1237,119 @@ fn notifications_in_flight_are_bounded() {
     assert_eq!(next.len(), 1, "one goes as one is answered");
     assert_eq!(next[0].1["params"]["n"], MAX_NOTIFICATIONS_IN_FLIGHT);
 }
+
+/// A call sent to a modern server is answered in the modern era's terms even when the answer
+/// arrives after the client fell back to the legacy era (another call's version refusal made
+/// it probe again, and that probe met a server that answers the legacy way): its
+/// `input_required` is a request for input, never the call's result.
+#[test]
+fn a_modern_answer_after_a_fall_back_to_legacy_is_not_the_calls_result() {
+    let mut now = Instant::now();
+    let config = SessionConfig::default().with_open_listen_stream(false);
+    let mut session = Session::new(config, now);
+    session.connect(now);
+    let mut discovers = 0;
+    // Answers what the session sends until it waits for something else; a call tagged
+    // `open` gets an SSE head and stays open. Returns those open calls: (exchange, JSON-RPC id).
+    let mut pump = |session: &mut Session, now: &mut Instant| {
+        let mut open = Vec::new();
+        loop {
+            let mut sent = false;
+            while let Some(transmit) = session.poll_transmit() {
+                let Transmit::Send(request) = transmit else {
+                    continue;
+                };
+                sent = true;
+                let body: Value =
+                    serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+                let mut headers = HeaderMap::new();
+                let (status, answer) = if body["method"] == "server/discover" {
+                    discovers += 1;
+                    if discovers == 1 {
+                        discover(&body).unwrap()
+                    } else {
+                        // A rate limiter in front, in the legacy way: no JSON-RPC error.
+                        headers.insert("content-type", "text/plain".parse().unwrap());
+                        session.handle_head(request.id, 429, &headers, *now);
+                        session.handle_data(request.id, b"slow down", *now);
+                        session.handle_end(request.id, *now);
+                        continue;
+                    }
+                } else if body["method"] == "initialize" {
+                    headers.insert("mcp-session-id", "s-1".parse().unwrap());
+                    ok(
+                        &body,
+                        json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                            "serverInfo": {"name": "dual", "version": "1"}}),
+                    )
+                } else if body["params"]["arguments"]["tag"] == "open" {
+                    headers.insert("content-type", "text/event-stream".parse().unwrap());
+                    session.handle_head(request.id, 200, &headers, *now);
+                    open.push((request.id, body["id"].clone()));
+                    continue;
+                } else if body["params"]["arguments"]["tag"] == "refused" {
+                    (
+                        400,
+                        json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                            "message": "Unsupported protocol version",
+                            "data": {"supported": [MODERN]}}}),
+                    )
+                } else {
+                    (202, Value::Null)
+                };
+                headers.insert("content-type", "application/json".parse().unwrap());
+                session.handle_head(request.id, status, &headers, *now);
+                if !answer.is_null() {
+                    session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), *now);
+                }
+                session.handle_end(request.id, *now);
+            }
+            if sent {
+                continue;
+            }
+            match session.poll_timeout() {
+                Some(at) if at <= *now + SEC => {
+                    *now = (*now).max(at);
+                    session.handle_timeout(*now);
+                }
+                _ => return open,
+            }
+        }
+    };
+    pump(&mut session, &mut now);
+    let call = |tag: &str| {
+        CallRequest::new(
+            "tools/call",
+            Some(json!({"name": "act", "arguments": {"tag": tag}})),
+        )
+    };
+    let a = CallId::next();
+    session.submit(a, call("open"), now);
+    let open = pump(&mut session, &mut now);
+    let [(stream, rpc)] = open.as_slice() else {
+        panic!("the call's stream is open: {open:?}");
+    };
+    session.submit(CallId::next(), call("refused"), now);
+    pump(&mut session, &mut now);
+    assert_eq!(
+        discovers, 2,
+        "the version refusal made the client probe again"
+    );
+    let input = json!({"jsonrpc": "2.0", "id": rpc, "result": {"resultType": "input_required",
+        "requestState": "s1", "inputRequests": {"q": {"method": "elicitation/create",
+        "params": {"message": "sure?", "requestedSchema": {"type": "object"}}}}}});
+    session.handle_data(*stream, format!("data: {input}\n\n").as_bytes(), now);
+    let mut asked = 0;
+    while let Some(output) = session.poll_output() {
+        match output {
+            Output::Completed { call, result } if call == a => {
+                panic!("a request for input handed over as the call's result: {result:?}")
+            }
+            Output::ServerRequest(request) if request.method == "elicitation/create" => {
+                asked += 1;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(asked, 1, "the app is asked for the input");
+}

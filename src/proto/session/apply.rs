@@ -269,6 +269,9 @@ impl Session {
         let Some(call) = self.calls.get(id) else {
             return;
         };
+        // Read in the terms of the era the call went out in: a modern answer arriving after
+        // the client fell back to legacy is still an `input_required` or a task, not a result.
+        let modern = call.task_id().is_some() || call.attempt().is_modern();
         let failure = match &result {
             // A replayed answer may name the context it ran under.
             Ok(value) if call.method() == methods::TOOLS_CALL => call
@@ -295,7 +298,7 @@ impl Session {
                 return;
             }
         }
-        if self.is_modern() {
+        if modern {
             return self.deliver_modern(id, result, now);
         }
         debug!(call = id.0, ok = result.is_ok(), "call completed");

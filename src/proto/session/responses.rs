@@ -774,7 +774,7 @@ impl Session {
             // Refused unprocessed: there is nothing running to cancel.
             call.not_run();
         }
-        let modern = self.is_modern();
+        let modern = call.attempt().is_modern();
         if let Some((failure, cause)) = refusal
             .error
             .rpc_error()

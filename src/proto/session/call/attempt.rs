@@ -19,6 +19,9 @@ pub(in crate::proto::session) struct Attempt {
     hash: Option<CapabilityHash>,
     /// Its session deduplicates keyed calls.
     server_dedups: bool,
+    /// It went out in the modern era: its answers are read in that era's terms (a
+    /// `resultType`), whatever era the client is in when they arrive.
+    modern: bool,
     /// Ids of earlier sends on the same session that may still be running.
     earlier: Vec<RequestId>,
 }
@@ -33,6 +36,7 @@ impl Attempt {
             // whose server advertised them.
             hash: session.expected_hash().cloned(),
             server_dedups: session.dedups(),
+            modern: session.version.is_modern(),
             earlier: Vec::new(),
         }
     }
@@ -51,6 +55,10 @@ impl Attempt {
 
     pub(in crate::proto::session) fn server_dedups(&self) -> bool {
         self.server_dedups
+    }
+
+    pub(in crate::proto::session) fn is_modern(&self) -> bool {
+        self.modern
     }
 
     pub(in crate::proto::session) fn earlier(&self) -> impl Iterator<Item = &RequestId> {
