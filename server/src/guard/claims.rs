@@ -42,6 +42,15 @@ impl KeyState {
         matches!(self.phase, Phase::Running { .. })
     }
 
+    /// When a running key's lease ends (its holder is taken for dead after it); `None` for
+    /// a key that is not running.
+    pub fn lease_ends(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Running { until } => Some(until),
+            _ => None,
+        }
+    }
+
     /// Whether the key's outcome is unknown for good.
     pub fn is_lost(&self) -> bool {
         matches!(self.phase, Phase::Lost)

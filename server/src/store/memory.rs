@@ -41,7 +41,7 @@ impl Default for MemoryStore {
 
 impl MemoryStore {
     /// A store keeping at most `capacity` sessions and `capacity` keys, each for `retention`
-    /// after its last write (a running key for its lease).
+    /// after its last write (a running key for `retention` after its lease ends).
     pub fn with_limits(capacity: usize, retention: Duration) -> Self {
         Self {
             inner: Arc::new(Mutex::new(Inner {
@@ -75,7 +75,10 @@ impl MemoryStore {
             .and_then(|(s, _)| s);
         let out = f(&mut state, now);
         if let Some(s) = state {
-            inner.keys.insert(key.clone(), (Some(s), now + retention));
+            // A running key outlives its lease by the retention: past the lease it reads as
+            // lost, and it must not vanish (and be granted again) while its holder may run.
+            let expires = s.lease_ends().map_or(now, |until| until.max(now)) + retention;
+            inner.keys.insert(key.clone(), (Some(s), expires));
         }
         out
     }

@@ -8,7 +8,7 @@
 //! | key | type | what | expiry |
 //! |---|---|---|---|
 //! | `{s:<digest of session id>}` | string (JSON) | session record | `retention` after its write |
-//! | `{k:<digest of idempotency key>}` | hash `state`, `digest`, `holder`, `until`, `outcome` | a key's life ([`claims`](crate::guard::claims)) | `retention` (a lost key: `lost_retention`) |
+//! | `{k:<digest of idempotency key>}` | hash `state`, `digest`, `holder`, `until`, `outcome` | a key's life ([`claims`](crate::guard::claims)) | `retention` (a lost key, and a running one past its lease: `lost_retention`) |
 //!
 //! Leases are judged by the Redis server's clock (`TIME` inside the scripts), so replicas'
 //! clocks never disagree about them. A keyed call costs two round trips: the claim and the
@@ -108,7 +108,7 @@ local k = KEYS[1]
 local st = redis.call('HGET', k, 'state')
 if not st then
   redis.call('HSET', k, 'state', 'running', 'digest', ARGV[1], 'holder', ARGV[2], 'until', now + tonumber(ARGV[3]))
-  redis.call('PEXPIRE', k, math.max(tonumber(ARGV[4]), 2 * tonumber(ARGV[3])))
+  redis.call('PEXPIRE', k, math.max(tonumber(ARGV[4]), tonumber(ARGV[3]) + tonumber(ARGV[5])))
   return {'granted'}
 end
 if st == 'running' and tonumber(redis.call('HGET', k, 'until')) <= now then
@@ -122,14 +122,14 @@ if st == 'running' then return {'in_use'} end
 return {'lost'}
 "#;
 
-// ARGV: holder, lease ms, retention ms.
+// ARGV: holder, lease ms, retention ms, lost retention ms.
 const RENEW: &str = r#"
 local k = KEYS[1]
 if redis.call('HGET', k, 'state') ~= 'running' or redis.call('HGET', k, 'holder') ~= ARGV[1] then
   return 0
 end
 redis.call('HSET', k, 'until', now + tonumber(ARGV[2]))
-redis.call('PEXPIRE', k, math.max(tonumber(ARGV[3]), 2 * tonumber(ARGV[2])))
+redis.call('PEXPIRE', k, math.max(tonumber(ARGV[3]), tonumber(ARGV[2]) + tonumber(ARGV[4])))
 return 1
 "#;
 
@@ -366,7 +366,8 @@ impl Store for RedisStore {
             let mut inv = self.inner.scripts.renew.key(self.idem(key));
             inv.arg(token.as_str())
                 .arg(ms(lease))
-                .arg(ms(self.inner.opts.retention));
+                .arg(ms(self.inner.opts.retention))
+                .arg(ms(self.inner.opts.lost_retention));
             let renewed: i64 = self.invoke(inv).await?;
             Ok(renewed == 1)
         })

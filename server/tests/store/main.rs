@@ -419,10 +419,60 @@ async fn memory_is_bounded_and_never_drops_a_live_key() {
     let short = MemoryStore::with_limits(1, Duration::from_millis(20));
     short.claim(&claim("a", 1, "x")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(40)).await;
+    let err = short.claim(&claim("b", 1, "x")).await.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::StoreFull,
+        "a running key is live for its lease, past the retention"
+    );
+    short
+        .finish(&key("a"), &token("x"), &outcome("done"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
     assert_eq!(
         short.claim(&claim("b", 1, "x")).await.unwrap(),
         ClaimOutcome::Granted,
         "expired entries make room"
+    );
+}
+
+/// A running key is kept past the store's retention while its lease may still run: shorter
+/// retention than lease must not let a second claim of a live key be granted.
+#[tokio::test]
+async fn memory_keeps_a_running_key_for_its_lease_whatever_the_retention() {
+    let store = MemoryStore::with_limits(4, Duration::from_millis(20));
+    store.claim(&claim("a", 1, "x")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(
+        store.claim(&claim("a", 1, "y")).await.unwrap(),
+        ClaimOutcome::InUse,
+        "past the retention, within the lease"
+    );
+}
+
+/// A key whose holder stopped renewing is remembered as lost for `lost_retention` after its
+/// lease, even when nobody claimed it in between to see it lapse: it never runs again.
+#[tokio::test]
+async fn redis_keeps_a_lapsed_running_key_for_the_lost_retention() {
+    let server = SERVER
+        .get_or_init(|| async {
+            RedisServer::start()
+                .await
+                .unwrap_or_else(|e| panic!("the Redis store tests need redis-server: {e}"))
+        })
+        .await;
+    let mut o = options();
+    o.retention = Duration::from_millis(200);
+    o.lost_retention = Duration::from_secs(30);
+    let store = RedisStore::connect_with(&server.url(), o).await.unwrap();
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    assert!(store.renew(&key("k"), &token("a"), LEASE).await.unwrap());
+    // The holder dies: past its lease and the retention, nobody having claimed the key.
+    tokio::time::sleep(LEASE + Duration::from_millis(300)).await;
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Lost
     );
 }
 
