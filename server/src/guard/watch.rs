@@ -380,6 +380,15 @@ impl Watch {
             return SseFlow::Abort;
         }
         if let Err(overflow) = overflow {
+            if self
+                .numbering
+                .as_ref()
+                .is_some_and(Numbering::replay_pending)
+            {
+                // A resume not proven yet cannot be proven past a block nobody can read.
+                self.diverged(guard);
+                return SseFlow::Abort;
+            }
             // A block over the bound: nothing after it can be numbered or read.
             out.extend_from_slice(&overflow.pending);
             self.passthrough = true;
@@ -478,10 +487,16 @@ impl Watch {
         if let (Some(inner), Some(n)) = (block.id(), self.numbering.as_mut()) {
             let stream = n.stream;
             let Some(at) = guard.with_guard(|g| g.ledger.record(stream, &inner)) else {
-                // The ledger forgot the stream (evicted, or its session was forgotten):
-                // its ids can no longer be numbered truthfully. Drop them.
-                out.extend_from_slice(block.raw());
-                return SseFlow::Continue;
+                // The ledger forgot the stream (evicted, or its session was forgotten): its
+                // ids can no longer be numbered truthfully, and a replay not proven yet never
+                // will be.
+                if n.replay_pending() {
+                    return SseFlow::Abort;
+                }
+                // The ids pass as the inner server wrote them; the messages are still read
+                // (a keyed call's answer is still captured).
+                self.numbering = None;
+                return self.on_block(guard, block, out);
             };
             if let Mode::Resumed { expected, .. } = &mut n.mode {
                 if at < *expected {

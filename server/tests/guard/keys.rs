@@ -257,6 +257,31 @@ fn an_sse_answer_is_captured_from_its_event() {
     assert_eq!(v["result"]["content"][0]["text"], "ours");
 }
 
+// | the call's stream forgotten while it runs (a refused resume of the session on this
+// instance, or the stream evicted) | its answer is still captured and stored: the re-send
+// gets it, not `IDEMPOTENCY_OUTCOME_UNKNOWN` |
+#[test]
+fn an_answer_on_a_forgotten_stream_is_still_captured() {
+    let (mut w, mut a, _) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let mut head = sse_head();
+    watch.handle_head(&mut a.guard, http::StatusCode::OK, &mut head);
+    watch.finish_head(&mut head);
+    // A resume with a cursor no guard issued is refused, and the session forgotten here.
+    assert_eq!(w.get(&mut a, "s1", Some("0/0")).answer().status(), 404);
+    let ours = result(2, "ours");
+    let mut out = bytes::BytesMut::new();
+    let chunk = format!("id: 0/0\ndata: {ours}\n\n");
+    watch.handle_sse(&mut a.guard, chunk.as_bytes(), &mut out);
+    watch.handle_end(&mut a.guard, true, &mut out);
+    drain(&mut w.store, w.now, &mut watch);
+    w.initialize(&mut a, "s2", json!({}));
+    let again = call_body(3, "bump", json!({}), Some("k1"));
+    let v = w.post(&mut a, Some("s2"), &again, &[]).answer().json();
+    assert_eq!(v["result"]["content"][0]["text"], "ours", "{v}");
+}
+
 // | an error answer | stored and replayed as it was (no `_meta` added to an error) |
 #[test]
 fn an_error_answer_is_stored_as_it_is() {

@@ -284,6 +284,32 @@ fn a_replay_that_ends_short_is_refused() {
     );
 }
 
+// | the replay's first block is over the size bound (another stream replayed, say) | refused:
+// 404 `event_gap`; nothing of it passes as if the resume were proven |
+#[test]
+fn a_replay_whose_block_cannot_be_read_is_refused() {
+    let Setup { mut w, mut a, ids } = setup(false, true);
+    let (_, mut watch) = w.get(&mut a, "s1", Some(&ids[0])).watch();
+    let big = format!(
+        "id: 9/9\ndata: {}\n\n",
+        "x".repeat(GuardConfig::default().max_body() + 1)
+    );
+    // Over the bound before it ends: it cannot be read as a block.
+    let (first, rest) = big.split_at(big.len() - 2);
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![first, rest], true),
+    );
+    assert!(seen.body.is_empty(), "nothing of the replay passes");
+    let refusal = seen.refusal.expect("a rejection instead of the stream");
+    assert_eq!(refusal.json()["error"]["data"]["reason"], "event_gap");
+    assert!(!w.store.sessions.contains_key(&sid()));
+}
+
 // | the replay diverges after the head was sent (an event numbered meanwhile by another
 // stream of the same inner request comes out of order) | the stream is aborted, and the
 // next resume of it is refused |
