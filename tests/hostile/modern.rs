@@ -279,6 +279,38 @@ async fn oversized_input_requests_are_refused_before_any_handler_runs() {
     assert_usable(what, &server, &client).await;
 }
 
+/// A task asking for more inputs at once than an MRTR round may: refused before any handler
+/// runs, as the round would be, and the task cancelled (nobody will answer it).
+#[tokio::test]
+async fn a_task_asking_for_too_many_inputs_is_refused_before_any_handler_runs() {
+    let what = "a task's oversized inputRequests";
+    let server = ModernServer::start(|req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-1", "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        polls(req).then(|| {
+            let inputs: serde_json::Map<String, Value> = (0..1000)
+                .map(|n| (format!("i{n}"), json!({"method": "roots/list"})))
+                .collect();
+            let mut status = task_status("t-1", "input_required");
+            status["inputRequests"] = Value::Object(inputs);
+            complete(req, status)
+        })
+    })
+    .await;
+    let (client, asked) = counting_inputs(&server);
+    connected(&server, &client).await;
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::Protocol);
+    assert!(err.to_string().contains("1000 inputs"), "{what}: {err}");
+    assert_eq!(asked.load(Ordering::SeqCst), 0, "{what}: handler calls");
+    let cancel = server.wait_for(|r| r.is_rpc("tasks/cancel")).await;
+    assert_eq!(cancel.params()["taskId"], "t-1", "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
 #[tokio::test]
 async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_ledger() {
     let what = "endless task";

@@ -160,7 +160,8 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        let round = call.rounds() + 1;
+        // Saturating: a call picked up from a ledger carries the round it reached there.
+        let round = call.rounds().saturating_add(1);
         if round > MAX_INPUT_ROUNDS {
             return self.complete(
                 id,
@@ -408,6 +409,20 @@ impl Session {
         let Some(task_id) = call.task_id().map(str::to_owned) else {
             return;
         };
+        if requests.len() > MAX_INPUTS_PER_ROUND {
+            // An MRTR round's bound, checked before any handler runs.
+            let asked = requests.len();
+            self.cancel_task(id);
+            return self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "task {task_id} asked for {asked} inputs at once (at most {MAX_INPUTS_PER_ROUND})"
+                    ),
+                )),
+            );
+        }
         let Some(fresh) = call.task_asks(requests) else {
             // The same bound as an MRTR call's: a task that keeps asking must not keep the
             // call (and the app's handlers) busy until a deadline that may be a year away.
