@@ -1353,3 +1353,140 @@ fn a_modern_answer_after_a_fall_back_to_legacy_is_not_the_calls_result() {
     }
     assert_eq!(asked, 1, "the app is asked for the input");
 }
+
+/// A `tasks/get` answer of task `t-1` with status `status` (polled every 10 ms).
+fn task_is(body: &Value, status: &str) -> (u16, Value) {
+    ok(
+        body,
+        json!({"resultType": "complete", "taskId": "t-1", "status": status,
+            "pollIntervalMs": 10}),
+    )
+}
+
+/// An answer to a task's input whose `tasks/update` did not arrive (refused here by a
+/// replica that had not seen the task ask; lost on the way alike) is sent again when the
+/// task asks for it again, a bounded number of times: the task does not wait for it until
+/// the call's deadline.
+#[test]
+fn a_task_update_that_did_not_arrive_is_sent_again() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut updates = 0;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        match body["method"].as_str().unwrap_or_default() {
+            "tools/call" => {
+                let (status, mut answer) = task_is(body, "working");
+                answer["result"]["resultType"] = json!("task");
+                (status, answer)
+            }
+            "tasks/get" if updates < 2 => {
+                let (status, mut answer) = task_is(body, "input_required");
+                answer["result"]["inputRequests"] =
+                    json!({"k": {"method": "elicitation/create", "params": {}}});
+                (status, answer)
+            }
+            "tasks/get" => {
+                let (status, mut answer) = task_is(body, "completed");
+                answer["result"]["result"] = json!({"content": []});
+                (status, answer)
+            }
+            "tasks/update" => {
+                updates += 1;
+                if updates == 1 {
+                    (
+                        500,
+                        json!({"jsonrpc": "2.0", "id": body["id"],
+                        "error": {"code": -32603, "message": "no such input"}}),
+                    )
+                } else {
+                    ok(body, json!({"resultType": "complete"}))
+                }
+            }
+            _ => ok(body, json!({"resultType": "complete"})),
+        }
+    };
+    let call = m.submit("task");
+    m.run(&mut script, SEC);
+    let input = m.server_requests()[0].id.clone();
+    m.session
+        .respond(input, Ok(json!({"action": "accept"})), m.now);
+    m.run(&mut script, SEC);
+    assert!(
+        matches!(m.result(call), Some(Ok(_))),
+        "{:?}",
+        m.result(call)
+    );
+    let sent: Vec<&Value> = m
+        .seen
+        .iter()
+        .filter(|b| b["method"] == "tasks/update")
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert!(sent
+        .iter()
+        .all(|b| b["params"]["inputResponses"]["k"]["action"] == "accept"));
+    assert_eq!(m.server_requests().len(), 1, "the app was asked once");
+}
+
+/// A task's call given up while the session is re-establishing: its `tasks/cancel` waits
+/// for the session and goes out then, and only then is the task finished for the app's
+/// records (which would otherwise forget a task still running on the server).
+#[test]
+fn a_task_cancelled_while_the_session_is_away_is_cancelled_once_it_is_back() {
+    use std::cell::Cell;
+    let mut m = Modern::new(SessionConfig::default());
+    let down = Cell::new(false);
+    let mut script = |body: &Value| -> (u16, Value) {
+        if down.get() {
+            return (503, json!({}));
+        }
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        let tag = body["params"]["arguments"]["tag"].as_str();
+        match (body["method"].as_str().unwrap_or_default(), tag) {
+            ("tools/call", Some("task")) => {
+                let (status, mut answer) = task_is(body, "working");
+                answer["result"]["resultType"] = json!("task");
+                (status, answer)
+            }
+            ("tools/call", Some("refused")) => {
+                down.set(true);
+                (
+                    400,
+                    json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                        "message": "Unsupported protocol version",
+                        "data": {"supported": [MODERN]}}}),
+                )
+            }
+            ("tasks/get", _) => task_is(body, "working"),
+            _ => ok(body, json!({"resultType": "complete"})),
+        }
+    };
+    let task = m.submit("task");
+    m.run(&mut script, 50 * Duration::from_millis(1));
+    m.submit("refused");
+    m.run(&mut script, 50 * Duration::from_millis(1));
+    let finished = |m: &Modern| {
+        m.outputs
+            .iter()
+            .filter(|o| matches!(o, Output::Event(SessionEvent::TaskFinished { .. })))
+            .count()
+    };
+    let cancels = |m: &Modern| {
+        m.seen
+            .iter()
+            .filter(|b| b["method"] == "tasks/cancel")
+            .count()
+    };
+    m.session.cancel(task, m.now);
+    m.run(&mut script, 50 * Duration::from_millis(1));
+    assert_eq!(cancels(&m), 0, "the session is away");
+    assert_eq!(finished(&m), 0, "the task stays recorded meanwhile");
+    down.set(false);
+    m.run(&mut script, 30 * SEC);
+    assert_eq!(cancels(&m), 1, "{:#?}", m.seen);
+    assert_eq!(finished(&m), 1);
+}

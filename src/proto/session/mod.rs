@@ -58,6 +58,7 @@ use self::cursors::Delivered;
 use self::exchanges::{ExKind, Exchanges};
 use self::lifecycle::{Lifecycle, Standing};
 use self::listen::Listen;
+use self::modern_calls::HeldTaskMessage;
 use self::timers::Timers;
 use super::config::SessionConfig;
 use super::modern::{ClientMeta, ParamHeader};
@@ -109,6 +110,8 @@ pub struct Session {
     client_meta: ClientMeta,
     /// The app's notifications held until the session is ready.
     notifications: VecDeque<Bytes>,
+    /// `tasks/update` and `tasks/cancel` held until the session is ready.
+    held_task_messages: VecDeque<HeldTaskMessage>,
     /// Reused for the events decoded from each body chunk.
     scratch_events: Vec<SseEvent>,
     outputs: VecDeque<Output>,
@@ -147,6 +150,7 @@ impl Session {
             delivered: Delivered::default(),
             tool_headers: HashMap::new(),
             notifications: VecDeque::new(),
+            held_task_messages: VecDeque::new(),
             scratch_events: Vec::new(),
             outputs: VecDeque::new(),
         }
@@ -157,6 +161,7 @@ impl Session {
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.flush_answers();
         self.flush_notifications();
+        self.flush_task_messages();
         self.exchanges.poll_transmit()
     }
 

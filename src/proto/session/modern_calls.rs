@@ -24,7 +24,7 @@ use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
-use crate::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
+use crate::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS, MAX_QUEUED_NOTIFICATIONS};
 use crate::proto::modern::{self, ModernError, ResultType};
 use crate::proto::{
     methods, CallId, Era, HttpMethod, HttpPurpose, Output, ServerRequest, SessionEvent,
@@ -423,7 +423,7 @@ impl Session {
                 )),
             );
         }
-        let Some(fresh) = call.task_asks(requests) else {
+        let Some(asks) = call.task_asks(requests) else {
             // The same bound as an MRTR call's: a task that keeps asking must not keep the
             // call (and the app's handlers) busy until a deadline that may be a year away.
             self.cancel_task(id);
@@ -435,10 +435,14 @@ impl Session {
                 )),
             );
         };
-        if fresh.is_empty() {
+        for (key, value) in asks.again {
+            debug!(%task_id, %key, "the task asks again for an answered input: sent again");
+            self.send_task_update(&task_id, key, value);
+        }
+        if asks.fresh.is_empty() {
             return self.schedule_poll(id, now);
         }
-        for (key, request) in fresh {
+        for (key, request) in asks.fresh {
             let input_id = RequestId::String(format!("task/{}/{task_id}/{key}", id.0));
             self.ask_app(id, input_id, key, &request);
         }
@@ -468,15 +472,23 @@ impl Session {
         let Some(task_id) = call.task_id().map(str::to_owned) else {
             return;
         };
-        let done = call.task_input_answered(key.clone());
+        let done = call.task_input_answered(key.clone(), value.clone());
+        self.send_task_update(&task_id, key, value);
+        if done {
+            self.schedule_poll(id, now);
+        }
+    }
+
+    fn send_task_update(&mut self, task_id: &str, key: String, value: Value) {
         let params = json!({
             "taskId": task_id,
             "inputResponses": { key: value },
         });
-        self.send_unawaited(methods::TASKS_UPDATE, params);
-        if done {
-            self.schedule_poll(id, now);
-        }
+        self.send_unawaited(HeldTaskMessage {
+            method: methods::TASKS_UPDATE,
+            params,
+            finishes: None,
+        });
     }
 
     /// Tells the server a task's call was given up (best effort: cancellation is
@@ -491,12 +503,13 @@ impl Session {
             return;
         };
         debug!(%task_id, "cancelling the task");
-        self.send_unawaited(methods::TASKS_CANCEL, json!({ "taskId": task_id }));
-        self.outputs
-            .push_back(Output::Event(SessionEvent::TaskFinished {
-                call: id,
-                task_id,
-            }));
+        // Finished for the app's records once the cancellation has gone out: held until the
+        // session is ready, the task stays recorded meanwhile (and if it never goes out).
+        self.send_unawaited(HeldTaskMessage {
+            method: methods::TASKS_CANCEL,
+            params: json!({ "taskId": task_id }),
+            finishes: Some((id, task_id)),
+        });
     }
 
     /// The next poll, after the server's interval (or the backoff when it gave none).
@@ -520,14 +533,47 @@ impl Session {
     }
 
     /// POSTs a modern request whose answer nothing waits for (`tasks/update`,
-    /// `tasks/cancel`: their answer is an empty acknowledgement).
-    fn send_unawaited(&mut self, method: &str, params: Value) {
+    /// `tasks/cancel`: their answer is an empty acknowledgement); while the session is not
+    /// ready (re-establishing), it is held (bounded) and sent once it is.
+    fn send_unawaited(&mut self, message: HeldTaskMessage) {
+        if self.held_task_messages.len() < MAX_QUEUED_NOTIFICATIONS {
+            self.held_task_messages.push_back(message);
+        } else {
+            warn!(
+                method = message.method,
+                "task message dropped: too many held"
+            );
+        }
+        self.flush_task_messages();
+    }
+
+    /// Sends the task messages held while the session was not ready. A session that came
+    /// back in the legacy era has no tasks to tell: they are dropped (a cancelled task stays
+    /// recorded).
+    pub(super) fn flush_task_messages(&mut self) {
+        while self.life.ready().is_some() {
+            let Some(message) = self.held_task_messages.pop_front() else {
+                break;
+            };
+            if self.is_modern() {
+                self.post_task_message(message);
+            } else {
+                debug!(
+                    method = message.method,
+                    "task message dropped: legacy session"
+                );
+            }
+        }
+    }
+
+    fn post_task_message(&mut self, message: HeldTaskMessage) {
         let Some(session) = self.life.ready() else {
             return;
         };
         let rpc = self.calls.new_rpc();
         let modern = Some((&self.client_meta, &self.tool_headers));
-        let (body, headers) = session.request(&rpc, method, &mut Some(params), None, modern);
+        let mut params = Some(message.params);
+        let (body, headers) = session.request(&rpc, message.method, &mut params, None, modern);
         self.exchanges.open(
             ExKind::Notify,
             HttpMethod::Post,
@@ -536,7 +582,19 @@ impl Session {
             Some(body),
             session,
         );
+        if let Some((call, task_id)) = message.finishes {
+            self.task_finished(call, &task_id);
+        }
     }
+}
+
+/// A `tasks/update` or `tasks/cancel` waiting for the session to be ready.
+#[derive(Debug)]
+pub(super) struct HeldTaskMessage {
+    method: &'static str,
+    params: Value,
+    /// The call whose task it ends, told to the app once it is sent.
+    finishes: Option<(CallId, String)>,
 }
 
 /// Whether a `tasks/get` answer is the state of task `task_id`: one naming another task (its

@@ -42,14 +42,37 @@ struct InputRound {
     requests: Option<Map<String, Value>>,
 }
 
+/// Times an answer to a task's input is sent again when the task keeps asking for it (its
+/// `tasks/update` may have been lost on the way, or refused by a replica that had not yet
+/// seen the task ask).
+const MAX_UPDATE_RESENDS: u8 = 2;
+
+/// A task's input the app answered.
+#[derive(Debug, Clone)]
+struct AnsweredInput {
+    key: String,
+    value: Value,
+    resends: u8,
+}
+
+/// What a task's `input_required` asks of the client.
+#[derive(Debug, Default)]
+pub(super) struct TaskAsks {
+    /// Inputs not answered yet: for the app.
+    pub(super) fresh: Vec<(String, Value)>,
+    /// Answers to send again (bounded): the task still lists their inputs.
+    pub(super) again: Vec<(String, Value)>,
+}
+
 /// A call that became a task: its state is the call's, changed through the call's methods.
 #[derive(Debug, Clone)]
 struct TaskState {
     task_id: String,
     /// The server's suggested interval between polls.
     poll: Option<Duration>,
-    /// Input keys already answered (a task may list them again until it sees the answer).
-    answered: Vec<String>,
+    /// Inputs already answered, with the answer sent (a task may list them again until it
+    /// sees the answer).
+    answered: Vec<AnsweredInput>,
     /// Times the task asked for fresh input, bounded by `MAX_INPUT_ROUNDS`.
     input_rounds: u32,
 }
@@ -65,21 +88,29 @@ impl TaskState {
         }
     }
 
-    /// The task asks for `requests`: returns those not answered yet, which make one more
-    /// round of input when there are any; `None` once the task asked more than
-    /// `MAX_INPUT_ROUNDS` times (the bound of an MRTR call's rounds too).
-    fn ask(&mut self, requests: Map<String, Value>) -> Option<Vec<(String, Value)>> {
-        let fresh: Vec<(String, Value)> = requests
-            .into_iter()
-            .filter(|(key, _)| !self.answered.contains(key))
-            .collect();
-        if !fresh.is_empty() {
+    /// The task asks for `requests`: those not answered yet make one more round of input
+    /// when there are any; those answered already have their answers sent again, a bounded
+    /// number of times. `None` once the task asked more than `MAX_INPUT_ROUNDS` times (the
+    /// bound of an MRTR call's rounds too).
+    fn ask(&mut self, requests: Map<String, Value>) -> Option<TaskAsks> {
+        let mut asks = TaskAsks::default();
+        for (key, request) in requests {
+            match self.answered.iter_mut().find(|a| a.key == key) {
+                None => asks.fresh.push((key, request)),
+                Some(answered) if answered.resends < MAX_UPDATE_RESENDS => {
+                    answered.resends += 1;
+                    asks.again.push((key, answered.value.clone()));
+                }
+                Some(_) => {}
+            }
+        }
+        if !asks.fresh.is_empty() {
             self.input_rounds += 1;
             if self.input_rounds > MAX_INPUT_ROUNDS {
                 return None;
             }
         }
-        Some(fresh)
+        Some(asks)
     }
 }
 
@@ -583,23 +614,24 @@ impl Call {
     /// nothing is polled until the app answers them. `None` once the task asked more than
     /// `MAX_INPUT_ROUNDS` times (the bound of an MRTR call's rounds too), or for a call that
     /// is no task.
-    pub(super) fn task_asks(
-        &mut self,
-        requests: Map<String, Value>,
-    ) -> Option<Vec<(String, Value)>> {
-        let fresh = self.task.as_mut()?.ask(requests)?;
-        if !fresh.is_empty() {
+    pub(super) fn task_asks(&mut self, requests: Map<String, Value>) -> Option<TaskAsks> {
+        let asks = self.task.as_mut()?.ask(requests)?;
+        if !asks.fresh.is_empty() {
             self.state = CallState::AwaitingInput;
-            self.task_inputs = fresh.len();
+            self.task_inputs = asks.fresh.len();
         }
-        Some(fresh)
+        Some(asks)
     }
 
-    /// Its task's input `key` was answered (the task may list it again until it sees the
-    /// answer); `true` once they all are.
-    pub(super) fn task_input_answered(&mut self, key: String) -> bool {
+    /// Its task's input `key` was answered with `value` (the task may list it again until
+    /// it sees the answer); `true` once they all are.
+    pub(super) fn task_input_answered(&mut self, key: String, value: Value) -> bool {
         if let Some(task) = self.task.as_mut() {
-            task.answered.push(key);
+            task.answered.push(AnsweredInput {
+                key,
+                value,
+                resends: 0,
+            });
         }
         self.task_inputs = self.task_inputs.saturating_sub(1);
         self.task_inputs == 0
