@@ -37,12 +37,14 @@ struct Ledger {
     /// `expires_in` of the access tokens it issues.
     expires_in: u64,
     serial: u32,
-    /// Holds the next refresh's answer after redeeming its token: told when it arrives,
-    /// answered when released.
-    hold_refresh: Option<(Arc<Notify>, Arc<Notify>)>,
+    /// Holds the next refresh's answer after redeeming its token.
+    hold_refresh: Option<Hold>,
 }
 
 type Shared = Arc<Mutex<Ledger>>;
+
+/// An answer held: told when it is ready, sent when released.
+type Hold = (Arc<Notify>, Arc<Notify>);
 
 struct AuthServer {
     url: String,
@@ -132,7 +134,7 @@ async fn token(
 fn issue(
     ledger: &mut Ledger,
     form: &HashMap<String, String>,
-) -> (Response, Option<(Arc<Notify>, Arc<Notify>)>) {
+) -> (Response, Option<Hold>) {
     let grant = form.get("grant_type").cloned().unwrap_or_default();
     ledger.grants.push(grant.clone());
     let refused = || {
