@@ -359,6 +359,133 @@ fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
     });
 }
 
+/// A client stopped with its runtime leaves its calls to the next client on the ledger, even
+/// when their futures go before its driver does (the runtime drops its tasks in no order):
+/// the keyed call is re-sent under its key and ran once, the unkeyed one is reported.
+#[test]
+fn a_client_stopped_with_its_runtime_leaves_its_calls_to_the_next() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let cluster = runtime
+        .block_on(Cluster::start(ClusterConfig {
+            preset: Preset::Strict,
+            instances: 2,
+            ..ClusterConfig::default()
+        }))
+        .unwrap();
+    let ledger = Arc::new(MemoryLedger::new());
+    let builder = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .call_timeout(Duration::from_secs(20))
+        .jitter_seed(5);
+
+    let stopping = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = builder.clone().build().unwrap();
+    let slow = json!({"steps": 4, "delay_ms": 150});
+    let calls = stopping.block_on(async {
+        let calls: Vec<_> = [("keyed-2", true), ("unkeyed-2", false)]
+            .into_iter()
+            .map(|(tag, keyed)| {
+                let mut call =
+                    ToolCall::new("counter_increment", slow.clone()).meta(meta::TAG, json!(tag));
+                if keyed {
+                    call = call.idempotency_key(format!("key-{tag}"));
+                }
+                first.start(call).unwrap()
+            })
+            .collect();
+        guarded(async {
+            loop {
+                let oracle = cluster.oracle();
+                if oracle.executions_tagged("keyed-2").count() == 1
+                    && oracle.executions_tagged("unkeyed-2").count() == 1
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        calls
+    });
+    // The runtime stops: the calls' futures go first, then its tasks, the driver's among them.
+    drop(calls);
+    drop(stopping);
+    drop(first);
+    assert_eq!(ledger.len(), 2, "both calls are in the ledger");
+
+    let second = builder.build().unwrap();
+    runtime.block_on(async {
+        let mut tags = Vec::new();
+        for call in guarded(second.recover()).await.unwrap() {
+            let entry = call.entry().clone();
+            let tag = entry.params().unwrap()["_meta"][meta::TAG]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let outcome = guarded(call).await;
+            match tag.as_str() {
+                "keyed-2" => assert!(outcome.is_ok(), "{outcome:?}"),
+                "unkeyed-2" => {
+                    assert_eq!(outcome.unwrap_err().kind(), ErrorKind::OutcomeUnknown);
+                }
+                other => panic!("unexpected {other}"),
+            }
+            tags.push(tag);
+        }
+        tags.sort();
+        assert_eq!(tags, ["keyed-2", "unkeyed-2"]);
+    });
+    let oracle = cluster.oracle();
+    assert_eq!(oracle.executions_tagged("keyed-2").count(), 1);
+    assert_eq!(oracle.executions_tagged("unkeyed-2").count(), 1);
+    assert_eq!(oracle.totals.duplicate_side_effects, 0);
+}
+
+/// A call the application drops in a client that goes on has ended: its entry goes (off the
+/// caller's path), and a later `recover` has nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_in_a_live_client_leaves_no_entry() {
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        instances: 1,
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap();
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let call = ToolCall::new("counter_increment", json!({"steps": 4, "delay_ms": 150}))
+        .meta(meta::TAG, json!("dropped"))
+        .idempotency_key("key-dropped");
+    let handle = client.start(call).unwrap();
+    guarded(async {
+        while cluster.oracle().executions_tagged("dropped").count() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert_eq!(ledger.len(), 1);
+    drop(handle);
+    guarded(async {
+        while !ledger.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(guarded(client.recover()).await.unwrap().is_empty());
+    cluster.shutdown().await;
+}
+
 /// Keeps every entry written.
 #[derive(Default)]
 struct Written(Mutex<Vec<LedgerEntry>>);

@@ -10,6 +10,13 @@
 //! the network costs a round trip per write and not a place in one line. An in-memory
 //! ledger's write is done when first polled, so a call pays no task switch for it; one that
 //! waits on I/O is handed to the writer task to finish.
+//!
+//! The removal of the entry of a call the application dropped is the one write only the
+//! writer task (or a flush) starts, never the task that dropped the call: a runtime that stops
+//! drops its tasks in no particular order, the calls' futures possibly before the driver's,
+//! and a client stopped that way must leave its calls' entries to the client or process that
+//! takes over ("what the first left when it stopped with its runtime"). In a client that goes
+//! on, the writer task removes them at once.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -63,6 +70,9 @@ struct Line {
     /// Entries with a write started and not finished (our own ids, or ones a recovery read
     /// back: a fast hash is safe).
     running: FxHashSet<EntryId>,
+    /// Removals of the entries of calls the application dropped, in order: moved to
+    /// `waiting` by the writer task or a flush only (the module's docs say why).
+    dropped: Vec<(EntryId, Op)>,
 }
 
 /// Carries out a client's ledger writes: one entry's in order, different entries' side by
@@ -142,6 +152,26 @@ impl Writer {
         self.lock().waiting.push_back((entry, Op { write, gate }));
     }
 
+    /// Queues the removal of the entry of a call the application dropped: the writer task
+    /// carries it out, so a client whose runtime stopped (and with it that task) never does.
+    fn queue_dropped(&self, entry: EntryId) {
+        let op = Op {
+            write: Write::Remove(entry.clone()),
+            gate: None,
+        };
+        self.lock().dropped.push((entry, op));
+    }
+
+    /// Lets the removals of dropped calls' entries start: only from the writer task or a
+    /// flush, each of which runs only while the client's runtime does.
+    fn admit_dropped(&self) {
+        let mut line = self.lock();
+        if !line.dropped.is_empty() {
+            let dropped = std::mem::take(&mut line.dropped);
+            line.waiting.extend(dropped);
+        }
+    }
+
     /// The future carrying out `write`; a panic in the ledger is its failure.
     fn start(&self, write: Write) -> BoxFuture<'static, Result<(), Error>> {
         let ledger = self.ledger.clone();
@@ -200,6 +230,7 @@ impl Writer {
             let idle = self.idle.notified();
             tokio::pin!(idle);
             idle.as_mut().enable();
+            self.admit_dropped();
             self.kick();
             {
                 let line = self.lock();
@@ -212,10 +243,10 @@ impl Writer {
     }
 
     /// Carries out the writes that may start, each as far as its first poll takes it; one
-    /// that does not finish there is handed to the writer task. Runs the ledger's code: never
-    /// from the timer task.
+    /// that does not finish there is handed to the writer task, and so are the removals of
+    /// dropped calls' entries. Runs the ledger's code: never from the timer task.
     pub(crate) fn kick(&self) {
-        let mut handed = false;
+        let mut handed = !self.lock().dropped.is_empty();
         while let Some((entry, op)) = self.next_startable() {
             let mut work = self.start(op.write);
             let waker = futures::task::noop_waker();
@@ -253,13 +284,14 @@ impl Writer {
     pub(crate) async fn run(self: Arc<Self>) {
         let mut writing = FuturesUnordered::new();
         loop {
+            self.admit_dropped();
             self.kick();
             let idle = {
                 let mut line = self.lock();
                 for Parked { entry, work, gate } in line.parked.drain(..) {
                     writing.push(work.map(move |result| (entry, gate, result)));
                 }
-                line.running.is_empty() && line.waiting.is_empty()
+                line.running.is_empty() && line.waiting.is_empty() && line.dropped.is_empty()
             };
             if idle && writing.is_empty() && self.closed.load(Ordering::Acquire) {
                 break;
@@ -432,7 +464,9 @@ impl Records {
 
     /// `call` ended; its entry is removed, unless it became a task still running and the call
     /// only gave up waiting (`abandoned`: the application dropped it, and the task was
-    /// cancelled with it). Returns whether a write was queued.
+    /// cancelled with it). An abandoned call's entry is removed by the writer task, never at
+    /// once: dropped with a runtime that stops, the call leaves its entry to whoever takes
+    /// over. Returns whether a write was queued.
     pub(crate) fn ended(&mut self, call: CallId, abandoned: bool) -> bool {
         let Some(record) = self.calls.remove(&call) else {
             return false;
@@ -441,8 +475,7 @@ impl Records {
         if self.scope == Scope::TasksLeftBehind {
             if !left_behind && record.stored {
                 // A task picked up from its entry, ended: the entry goes.
-                self.writer
-                    .queue(record.id.clone(), Write::Remove(record.id), None);
+                self.remove(record.id, abandoned);
                 return true;
             }
             // Written once, when the call leaves its task behind: a later `recover` polls it
@@ -467,9 +500,17 @@ impl Records {
         if left_behind {
             return false;
         }
-        self.writer
-            .queue(record.id.clone(), Write::Remove(record.id), None);
+        self.remove(record.id, abandoned);
         true
+    }
+
+    /// Queues the removal of entry `id`, of a call `abandoned` or not.
+    fn remove(&self, id: EntryId, abandoned: bool) {
+        if abandoned {
+            self.writer.queue_dropped(id);
+        } else {
+            self.writer.queue(id.clone(), Write::Remove(id), None);
+        }
     }
 
     /// Whether entry `id` is a call of this client's in flight.
@@ -563,6 +604,32 @@ mod tests {
         assert!(records.ended(picked, false));
         writer.kick();
         assert!(ledger.is_empty());
+    }
+
+    /// The removal of a dropped call's entry waits for the writer task or a flush: another
+    /// task's kick (a call's future dropped by a runtime that stops) never makes it, and an
+    /// ended call's removal is not held up behind it.
+    #[tokio::test]
+    async fn a_dropped_calls_removal_waits_for_the_writer_task() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(writer.clone(), "http://h/mcp".into(), false, Scope::Calls);
+        let (dropped, ended) = (CallId::next(), CallId::next());
+        let now = (Instant::now(), SystemTime::now());
+        for call in [dropped, ended] {
+            let checkpoint = Checkpoint::new("tools/call", None, now.0 + Duration::from_secs(60));
+            records.checkpoint(call, checkpoint, now);
+        }
+        writer.kick();
+        assert_eq!(ledger.len(), 2);
+        assert!(records.ended(dropped, true));
+        assert!(records.ended(ended, false));
+        writer.kick();
+        assert_eq!(ledger.len(), 1, "only the ended call's entry went");
+        tokio::time::timeout(Duration::from_secs(5), writer.flush())
+            .await
+            .unwrap();
+        assert!(ledger.is_empty(), "a flush made the dropped call's removal");
     }
 
     /// One entry's writes in order, another's not held up behind them; a gate opens when its

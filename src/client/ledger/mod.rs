@@ -24,7 +24,10 @@
 //!   round ([`CallStage::AwaitingInput`]), became a task ([`CallStage::Task`]), or has its
 //!   stream resumed;
 //! - its removal once the call has ended (except for a task still running when its call
-//!   gave up waiting: kept until [`TASK_RETENTION`] passes, for a later `recover`).
+//!   gave up waiting: kept until [`TASK_RETENTION`] passes, for a later `recover`). A call
+//!   the application dropped has its entry removed by the client's own writer task, on the
+//!   client's runtime: a client stopped with its runtime (which drops the calls' futures and
+//!   runs nothing of it again) leaves its calls' entries to the client that takes over.
 //!
 //! Calls of read-only methods (ping, the lists, reads, completions) are not written: a
 //! restart has nothing of them to report.
