@@ -279,7 +279,7 @@ function routeResponses() {
   proto.emit = function emit(event) {
     const routed = this[INTERCEPTOR];
     if (routed !== undefined && routed.holds(event)) {
-      routed.deferred.push([event, Array.prototype.slice.call(arguments, 1)]);
+      routed.hold(event, Array.prototype.slice.call(arguments, 1));
       return true;
     }
     return real.emit.apply(this, arguments);
@@ -290,7 +290,8 @@ function routeResponses() {
  * Routes what the handler writes to `res` through `out`: its head and body are pushed to the
  * guard, and what the guard says to send goes to the client, in order. A keyed call's handler
  * never hears that its client left (its answer is stored for the client's re-send): `close`
- * and `error` of the response reach it once it has ended.
+ * and `error` of the response reach it once it has ended, `res.destroyed` reads false until
+ * then, and a handler waiting for `drain` gets it when the client leaves.
  */
 function intercept(res, out) {
   const own = ROUTED.some((name) => Object.hasOwn(res, name));
@@ -312,7 +313,7 @@ function intercept(res, out) {
     res.flushHeaders = () => routed.flushHeaders();
     res.emit = (event, ...args) => {
       if (routed.holds(event)) {
-        routed.deferred.push([event, args]);
+        routed.hold(event, args);
         return true;
       }
       return down.emit.call(res, event, ...args);
@@ -320,7 +321,21 @@ function intercept(res, out) {
   } else {
     res[INTERCEPTOR] = routed;
   }
-  if (!routed.keyed) {
+  if (routed.keyed) {
+    // What a handler checks before it writes (the TypeScript SDK's transport, through
+    // @hono/node-server, stops streaming its answer to a destroyed response and never ends
+    // it): false until it ended. Node sets it when the client leaves; the interceptor reads
+    // what Node set.
+    routed.clientGone = res.destroyed;
+    Object.defineProperty(res, "destroyed", {
+      configurable: true,
+      enumerable: true,
+      get: () => routed.innerEnded && routed.clientGone,
+      set: (value) => {
+        routed.clientGone = value;
+      },
+    });
+  } else {
     // The client left (or its response was complete) before the handler ended it: the
     // outbound is let go without an end, as when the tower skin's client drops its body. An
     // end here would tell the guard the handler failed, and the stream's requests would read
@@ -337,6 +352,7 @@ class Interceptor {
     /** What sends to the client: Node's methods, or those of middleware in front. */
     this.down = down;
     this.keyed = out.keyed;
+    this.clientGone = false; // a keyed call's client left (`res.destroyed` as Node set it)
     this.headPushed = false; // the handler's head went to the guard
     this.headSent = false; // the guard let the head go to the client
     // The handler's head, held until what follows it (a flush, body bytes, the end) so that
@@ -360,12 +376,24 @@ class Interceptor {
   }
 
   gone() {
-    return this.res.destroyed;
+    return this.keyed ? this.clientGone : this.res.destroyed;
   }
 
   /** Whether `event` waits for the handler's end (a keyed call's `close` and `error`). */
   holds(event) {
     return this.keyed && !this.innerEnded && (event === "close" || event === "error");
+  }
+
+  /** Holds `event` until the handler ended (see `holds`). */
+  hold(event, args) {
+    this.deferred.push([event, args]);
+    if (event === "close") {
+      // A gone client never drains: a handler waiting for it to (a write returned false)
+      // would wait for ever. What it writes now goes to the guard alone.
+      process.nextTick(() => {
+        if (!this.innerEnded) this.down.emit.call(this.res, "drain");
+      });
+    }
   }
 
   /** Sends what the guard said to (see the addon's `Sent`). */

@@ -13,6 +13,9 @@
 // the JSON-answering one both ways. The tables of the README are printed as test diagnostics.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { once } from "node:events";
+import { createServer } from "node:http";
+import { createConnection } from "node:net";
 import { after, before, test } from "node:test";
 import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
@@ -166,6 +169,110 @@ test("the event loop runs while the store is slow", { timeout: 30000 }, async ()
     await client.close();
   } finally {
     await replica.stop();
+  }
+});
+
+/** Polls `condition` (async) until it holds; fails after `ms`. */
+async function until(what, condition, ms = 10000) {
+  const deadline = Date.now() + ms;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+test("a keyed call whose client left before its handler ran is stored for the re-send", { timeout: 30000 }, async () => {
+  const replica = await Replica.start("--port", "0", "--redis", redis.url);
+  try {
+    const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+    const init = await fetch(replica.url, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } }),
+    });
+    const session = init.headers.get("mcp-session-id");
+    await init.text();
+    const sessionHeaders = { ...headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" };
+    await (await fetch(replica.url, { method: "POST", headers: sessionHeaders, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).text();
+    const tag = `left-${randomUUID()}`;
+    const key = `k-${tag}`;
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: key }, name: "bump", arguments: { tag } } });
+    // The call's claim waits in Redis (writes are paused) while its client leaves: its
+    // handler runs on a response whose client is gone.
+    await redis.command("CLIENT", "PAUSE", "20000", "WRITE");
+    try {
+      const { hostname, port } = new URL(replica.url);
+      const socket = createConnection(Number(port), hostname);
+      await once(socket, "connect");
+      const head = Object.entries({ ...sessionHeaders, host: `${hostname}:${port}`, "content-length": Buffer.byteLength(call) })
+        .map(([name, value]) => `${name}: ${value}\r\n`)
+        .join("");
+      socket.write(`POST /mcp HTTP/1.1\r\n${head}\r\n${call}`);
+      await until("the claim to wait in Redis", async () => /^blocked_clients:[1-9]/m.test(await redis.command("INFO", "clients")));
+      // The client half-closes; the server ends its side once it has seen that (the
+      // response is then destroyed), before the claim can be answered.
+      socket.resume();
+      socket.end();
+      await once(socket, "end");
+      socket.destroy();
+    } finally {
+      await redis.command("CLIENT", "UNPAUSE");
+    }
+    // The tool runs to its end, and its answer is stored: the client's re-send (on its
+    // session: the answer is its negotiated context's) gets it.
+    await until("the tool to finish", async () => Number(await redis.command("GET", `done:${tag}`)) === 1);
+    // Until the answer is stored, a re-send is told the call is still running.
+    let again;
+    await until("the answer to be stored", async () => {
+      again = await (await fetch(replica.url, { method: "POST", headers: sessionHeaders, body: call })).text();
+      return !again.includes("IDEMPOTENCY_KEY_IN_USE");
+    });
+    assert.ok(again.includes(`"text":"${tag}:1"`), again);
+    assert.equal(Number(await redis.command("GET", `effects:${tag}`)), 1);
+  } finally {
+    await replica.stop();
+  }
+});
+
+test("a keyed call whose connection dropped while its answer was backed up is stored", { timeout: 10000 }, async () => {
+  let runs = 0;
+  let ended;
+  const handlerEnded = new Promise((resolve) => (ended = resolve));
+  const server = createServer(
+    new ResumeSafety().wrap(async (req, res) => {
+      runs++;
+      res.writeHead(200, { "content-type": "text/event-stream" });
+      const filler = `: ${"x".repeat(64 * 1024)}\n\n`;
+      for (let n = 0; ; n++) {
+        assert.ok(n < 100, "the response never backed up");
+        if (res.write(filler)) continue;
+        if (!res.writableNeedDrain) {
+          await once(res, "drain"); // the guard's own step waited
+          continue;
+        }
+        // Backed up in the client's connection; the connection drops: it never drains.
+        req.socket.destroy();
+        break;
+      }
+      // As a handler streaming with backpressure does (the TypeScript SDK's transport).
+      await once(res, "drain");
+      res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result: { content: [{ type: "text", text: "ran" }] } })}\n\n`);
+      ended();
+    }),
+  );
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    const url = `http://127.0.0.1:${server.address().port}/mcp`;
+    const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: "k-backed-up" }, name: "bump", arguments: {} } });
+    await assert.rejects(fetch(url, { method: "POST", headers, body: call }).then((r) => r.text()));
+    await handlerEnded;
+    const again = await (await fetch(url, { method: "POST", headers, body: call })).text();
+    assert.ok(again.includes('"text":"ran"'), again);
+    assert.equal(runs, 1);
+  } finally {
+    server.close();
   }
 });
 
