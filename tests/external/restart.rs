@@ -537,6 +537,72 @@ async fn the_redis_ledger_keeps_entries_apart_and_bounded() {
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
 }
 
+/// An entry whose round is past the core's last (damage, or a hostile write) is malformed:
+/// `recover` never picks it up, so nothing is sent for it, and it is left where it is.
+#[tokio::test]
+async fn an_entry_past_the_last_round_is_never_picked_up() {
+    let redis = redis_url();
+    let server = plain().await;
+    let identity = format!("rounds-{}", uuid::Uuid::new_v4().simple());
+    // A keyed call's entry as a client of this server writes it.
+    let capture = Arc::new(Capture::default());
+    let writing = Client::builder(server.url())
+        .ledger(capture.clone())
+        .build()
+        .unwrap();
+    let call = ToolCall::new("echo", json!({"text": "hi"}))
+        .idempotency_key("k-round")
+        .meta(meta::TAG, json!("round-max"))
+        .timeout(Duration::from_secs(30));
+    guarded(writing.call_tool(call)).await.unwrap();
+    let entry = capture.0.lock().unwrap()[0].clone();
+    let ran = server.oracle().executions_tagged("round-max").count();
+
+    let mut hostile = entry.to_json();
+    hostile["round"] = json!(u32::MAX);
+    let key = format!("mcp-resume:ledger:{{{identity}}}:entry:{}", entry.id());
+    let expires = entry
+        .expires_at()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut conn = redis::Client::open(redis)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::pipe()
+        .set(&key, hostile.to_string())
+        .zadd(
+            format!("mcp-resume:ledger:{{{identity}}}:index"),
+            entry.id().as_str(),
+            expires,
+        )
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let ledger = RedisLedger::new(redis, &identity).unwrap();
+    let client = Client::builder(server.url())
+        .ledger(Arc::new(ledger))
+        .build()
+        .unwrap();
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert!(recovered.is_empty(), "{recovered:?}");
+    assert_eq!(
+        server.oracle().executions_tagged("round-max").count(),
+        ran,
+        "nothing was sent for it"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(&key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(exists, 1, "left where it is, for whoever looks");
+    server.shutdown().await;
+}
+
 /// A Redis that is down holds calls back (never sent unrecorded) and fails them saying
 /// why; `recover` says the ledger cannot be read.
 #[tokio::test]

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::{Error, ErrorKind};
 use crate::ids::{EventId, IdempotencyKey, SessionId};
+use crate::proto::limits::MAX_INPUT_ROUNDS;
 use crate::proto::{CallStage, Checkpoint, Era};
 
 /// How long the record of a call that became a task is kept, past the call's own deadline:
@@ -315,11 +316,17 @@ impl LedgerEntry {
         if text("digest") != Some(digest(&check).as_str()) {
             return Err(malformed("an entry whose params do not match their digest"));
         }
+        // No call goes past the core's last round: a higher one is damage (or a hostile
+        // write), never a call to pick up.
         let round = || {
-            map.get("round")
+            let round = map
+                .get("round")
                 .and_then(Value::as_u64)
-                .and_then(|r| u32::try_from(r).ok())
-                .ok_or_else(|| malformed("an entry without its round"))
+                .ok_or_else(|| malformed("an entry without its round"))?;
+            u32::try_from(round)
+                .ok()
+                .filter(|r| *r <= MAX_INPUT_ROUNDS)
+                .ok_or_else(|| malformed("an entry whose round is past the last one"))
         };
         let stage = match required("stage")? {
             "sent" => CallStage::Sent { round: round()? },
@@ -461,7 +468,35 @@ mod tests {
         future["v"] = json!(2);
         let mut no_stage = good.clone();
         no_stage.as_object_mut().unwrap().remove("stage");
-        for bad in [tampered, future, no_stage, json!([1]), json!({"v": 1})] {
+        let mut last = good.clone();
+        last["round"] = json!(MAX_INPUT_ROUNDS);
+        assert!(
+            LedgerEntry::from_json(&last).is_ok(),
+            "the last round is one"
+        );
+        let past = |round: u64, stage: CallStage| {
+            let mut stored = entry(stage).to_json();
+            stored["round"] = json!(round);
+            stored
+        };
+        let awaiting = CallStage::AwaitingInput {
+            round: 1,
+            request_state: None,
+            input_requests: Map::new(),
+        };
+        let rounds = [
+            past(
+                u64::from(MAX_INPUT_ROUNDS) + 1,
+                CallStage::Sent { round: 0 },
+            ),
+            past(u64::from(u32::MAX), CallStage::Sent { round: 0 }),
+            past(u64::from(u32::MAX), awaiting),
+            past(u64::MAX, CallStage::Sent { round: 0 }),
+        ];
+        for bad in [tampered, future, no_stage, json!([1]), json!({"v": 1})]
+            .into_iter()
+            .chain(rounds)
+        {
             let err = LedgerEntry::from_json(&bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
         }
