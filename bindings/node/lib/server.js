@@ -134,26 +134,33 @@ function readAlready(req) {
  * The request body: its bytes; when it is longer than `limit`, what was read of it (more
  * than `limit`: the guard looks it through for a key), left for the handler to read (put
  * back); `undefined` when the client left. A complete body is handed on parsed as `req.body`.
+ *
+ * Read in paused mode (`readable` and `read()`), never by `data` with an explicit `pause()`:
+ * once the `readable` listener is gone the stream is neither paused nor flowing, so a handler
+ * that reads the rest with `req.on("data")` (express.json(), classic handlers) starts it again.
  */
 function readBody(req, limit) {
   return new Promise((resolve) => {
     const chunks = [];
     let size = 0;
     const done = (value) => {
-      req.off("data", onData);
+      req.off("readable", onReadable);
       req.off("end", onEnd);
       req.off("error", onGone);
       req.off("close", onClose);
       resolve(value);
     };
-    const onData = (chunk) => {
-      chunks.push(chunk);
-      size += chunk.length;
-      if (size > limit) {
-        req.pause();
-        const read = Buffer.concat(chunks);
-        done(read);
-        req.unshift(read);
+    const onReadable = () => {
+      let chunk;
+      while ((chunk = req.read()) !== null) {
+        chunks.push(chunk);
+        size += chunk.length;
+        if (size > limit) {
+          const read = Buffer.concat(chunks);
+          done(read);
+          req.unshift(read);
+          return;
+        }
       }
     };
     const onEnd = () => {
@@ -170,7 +177,7 @@ function readBody(req, limit) {
     const onClose = () => {
       if (!req.readableEnded) done(undefined);
     };
-    req.on("data", onData);
+    req.on("readable", onReadable);
     req.on("end", onEnd);
     req.on("error", onGone);
     req.on("close", onClose);

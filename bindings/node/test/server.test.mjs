@@ -147,6 +147,31 @@ test("node:http behind wrap: the guard reads the body and hands it on", { timeou
   }
 });
 
+test("a body over the bound reaches a handler that reads it by its data events", { timeout: 10000 }, async () => {
+  // As a classic handler or express.json() behind the guard reads it.
+  const server = createServer(
+    new ResumeSafety({ maxBody: 1024 }).wrap((req, res) => {
+      let size = 0;
+      req.on("data", (chunk) => (size += chunk.length));
+      req.on("end", () => res.end(String(size)));
+    }),
+  );
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    const answer = await fetch(`http://127.0.0.1:${server.address().port}/`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ text: "z".repeat(4096 - 11) }),
+      signal: AbortSignal.timeout(5000),
+    });
+    assert.equal(await answer.text(), "4096");
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
 test("the event loop runs while the store is slow", { timeout: 30000 }, async () => {
   const replica = await Replica.start("--port", "0", "--redis", redis.url);
   try {
