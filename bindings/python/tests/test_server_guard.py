@@ -37,7 +37,7 @@ from mcp.shared.exceptions import McpError
 from guarded_deployment import Deployment, Redis
 from mcp_resume import Client, Era, InvalidConfigError, OutcomeUnknownError, ResendPolicy
 from mcp_resume.bridge import IDEMPOTENCY_META_KEY, streamablehttp_client
-from mcp_resume.server import ResumeSafetyMiddleware
+from mcp_resume.server import ResponseAborted, ResumeSafetyMiddleware
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
@@ -179,6 +179,63 @@ async def test_the_event_loop_runs_while_the_store_is_slow() -> None:
                 assert (await keyed).text == "keyed"
     finally:
         redis.stop()
+
+
+INITIALIZE = (
+    b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+    b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}'
+)
+
+
+async def unfinished_initialize(client_leaves: bool, sent: list[dict[str, Any]]) -> None:
+    """An ``initialize`` whose app sends its SSE head and one partial event, then returns
+    without ending its response; the client stays, or leaves (``http.disconnect``) first.
+    What the middleware sends the server goes to ``sent``."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/mcp", "raw_path": b"/mcp", "query_string": b"",
+        "root_path": "", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
+        "headers": [(b"content-type", b"application/json"),
+                    (b"accept", b"application/json, text/event-stream")],
+    }
+    incoming = [{"type": "http.request", "body": INITIALIZE, "more_body": False}]
+    if client_leaves:
+        incoming.append({"type": "http.disconnect"})
+
+    async def receive() -> dict[str, Any]:
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        assert (await receive())["type"] == "http.request"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"event: message\ndata: {\"jsonrpc\"",
+                    "more_body": True})
+        if client_leaves:
+            assert (await receive())["type"] == "http.disconnect"
+
+    await ResumeSafetyMiddleware(app)(scope, receive, send)
+
+
+async def test_a_response_its_app_left_unfinished_is_cut_short() -> None:
+    # The client is still there: the head the guard held goes, with what the app sent, and
+    # the response is cut short (the server drops the connection), not failed by the
+    # middleware.
+    sent: list[dict[str, Any]] = []
+    with pytest.raises(ResponseAborted):
+        await unfinished_initialize(False, sent)
+    assert [(m["type"], m.get("status"), m.get("more_body")) for m in sent] == [
+        ("http.response.start", 200, None), ("http.response.body", None, True)], sent
+    # The client left first: nothing goes to it, and nothing is raised.
+    sent = []
+    await unfinished_initialize(True, sent)
+    assert sent == []
 
 
 def test_settings_are_read_onto_the_guard() -> None:

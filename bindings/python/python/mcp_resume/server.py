@@ -230,6 +230,17 @@ async def _ready(result: Any) -> _Sent:
 async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out: RawOutbound) -> None:
     """Runs the app with its response pushed through ``out``."""
     client = _Response(send)
+    left = False  # the client left (``http.disconnect``)
+    from_client = receive
+
+    async def watched() -> Message:
+        nonlocal left
+        message = await from_client()
+        if message["type"] == "http.disconnect":
+            left = True
+        return message
+
+    receive = watched
     if out.keyed:
         # A keyed call runs to its end whoever waits for it: the app never hears that its
         # client left (its answer is stored for the client's re-send).
@@ -260,16 +271,21 @@ async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out
             await send(message)
 
     try:
-        await app(scope, receive, guarded_send)
-    except BaseException:
-        if not ended:
+        try:
+            await app(scope, receive, guarded_send)
+        except BaseException:
+            if not ended:
+                await client.emit(await _ready(out.end(False)))
+            raise
+        if not ended and not left:
+            # The app returned without ending its response, its client still there: what it
+            # sent is all there is.
             await client.emit(await _ready(out.end(False)))
-        raise
+        # Its client left first: the outbound is let go without an end (closed below). An
+        # end would tell the guard the app failed, and the stream's requests would read as
+        # lost: the client's resume, which the app can still serve, would be refused.
     finally:
         out.close()
-    if not ended:
-        # The app returned without ending its response: what it sent is all there is.
-        await client.emit(await _ready(out.end(False)))
     if client.aborted:
         raise ResponseAborted("mcp_resume: the guard cut this response short (see ResponseAborted)")
 
