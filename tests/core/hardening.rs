@@ -1174,6 +1174,83 @@ fn a_keyed_resend_waits_for_a_server_that_deduplicates_or_ends_unknown() {
     );
 }
 
+/// "An earlier send may have run" outlives a later send refused unprocessed: a keyed call
+/// whose first POST was cut where it may have run, and whose re-send met a 404, is not sent
+/// to the replacement session when that one's server does not deduplicate keys; it ends
+/// `OutcomeUnknown`.
+#[test]
+fn a_refused_resend_does_not_erase_that_an_earlier_send_may_have_run() {
+    use mcp_resume::proto::TransportFailure;
+    use mcp_resume::IdempotencyKey;
+    let dedups = json!({"experimental": {"resumeSafety": {"idempotency": {}}}});
+    let (mut session, mut now) = legacy_ready_with(dedups);
+    let _ = posts(&mut session);
+    let keyed = CallId::next();
+    let key = IdempotencyKey::new("key-1").unwrap();
+    let request = CallRequest::tool_call(json!({"name": "pay", "arguments": {}}), Some(key));
+    session.submit(keyed, request, now);
+    let (http, _) = posts(&mut session).pop().expect("sent");
+    session.handle_error(http, TransportFailure::Lost("cut".into()), now);
+    // Re-sent (the server deduplicates); the re-send lands where the session is gone.
+    let resend = loop {
+        if let Some((h, _)) = posts(&mut session).pop() {
+            break h;
+        }
+        now = now.max(session.poll_timeout().expect("a re-send is due"));
+        session.handle_timeout(now);
+    };
+    session.handle_head(resend, 404, &HeaderMap::new(), now);
+    session.handle_end(resend, now);
+    // The replacement session's server has no idempotency.
+    let mut sent_to_s2 = 0;
+    let mut ended = None;
+    for _ in 0..64 {
+        while let Some(transmit) = session.poll_transmit() {
+            let Transmit::Send(request) = transmit else {
+                continue;
+            };
+            let body: Value =
+                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+            let mut headers = HeaderMap::new();
+            if body["method"] == "initialize" {
+                headers.insert("content-type", "application/json".parse().unwrap());
+                headers.insert("mcp-session-id", "s-2".parse().unwrap());
+                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "serverInfo": {"name": "scripted", "version": "1"}}});
+                session.handle_head(request.id, 200, &headers, now);
+                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
+            } else if body["method"] == "tools/call" {
+                sent_to_s2 += 1;
+                continue;
+            } else {
+                session.handle_head(request.id, 202, &headers, now);
+            }
+            session.handle_end(request.id, now);
+        }
+        while let Some(output) = session.poll_output() {
+            if let Output::Completed { call, result } = output {
+                if call == keyed {
+                    ended = Some(result);
+                }
+            }
+        }
+        if ended.is_some() {
+            break;
+        }
+        match session.poll_timeout() {
+            Some(at) => {
+                now = now.max(at);
+                session.handle_timeout(now);
+            }
+            None => break,
+        }
+    }
+    assert_eq!(sent_to_s2, 0, "not sent to a server that ignores its key");
+    let error = ended.expect("the call ended").expect_err("not a success");
+    assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");
+}
+
 /// A call's POST abandoned by its connection (the runtime running it went, after it took the
 /// request): it may have been written, so an unkeyed call ends `OutcomeUnknown` and is not
 /// sent again; a connection that could not be made proves it never left, and it is re-sent.

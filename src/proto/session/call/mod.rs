@@ -168,6 +168,9 @@ pub(super) struct Call {
     no_progress: u32,
     /// It may be running on the server (it was sent, and nothing proves otherwise).
     may_have_run: bool,
+    /// A send before the latest of its current request may have run. Sticky: what proves a
+    /// later send never ran (a 404, a refusal) says nothing of an earlier one.
+    ran_before: bool,
     /// Sends of its current request (a new MRTR round starts over).
     sends: u32,
     /// What explains the last failure, for the error the call may end with.
@@ -214,6 +217,7 @@ impl Call {
             attempts: 0,
             no_progress: 0,
             may_have_run: false,
+            ran_before: false,
             sends: 0,
             cause: None,
             progress_token,
@@ -406,8 +410,8 @@ impl Call {
     /// deduplicates keyed calls (or the policy assumes so), which may not be the session
     /// whose answer the decision to re-send it was taken on.
     pub(super) fn send_may_repeat(&self, dedups: bool) -> bool {
-        let earlier_may_have_run =
-            self.picked_up || (self.sends > 0 && self.may_have_run && self.task.is_none());
+        let earlier_may_have_run = self.picked_up
+            || (self.task.is_none() && (self.ran_before || (self.sends > 0 && self.may_have_run)));
         earlier_may_have_run && !(self.key.is_some() && dedups)
     }
 
@@ -442,6 +446,8 @@ impl Call {
         if self.task.is_none() {
             self.params = params;
         }
+        // What may have run before this send stays so, whatever this one meets.
+        self.ran_before |= self.picked_up || self.may_have_run;
         self.picked_up = false;
         let may_have_run = self.may_have_run;
         self.attempt
@@ -594,6 +600,7 @@ impl Call {
         self.cursor = Cursor::default();
         self.attempts = 0;
         self.sends = 0;
+        self.ran_before = false;
         self.state = CallState::Waiting;
         true
     }
