@@ -131,10 +131,7 @@ async fn token(
 }
 
 /// The token endpoint's answer, and the hold it is to wait for first.
-fn issue(
-    ledger: &mut Ledger,
-    form: &HashMap<String, String>,
-) -> (Response, Option<Hold>) {
+fn issue(ledger: &mut Ledger, form: &HashMap<String, String>) -> (Response, Option<Hold>) {
     let grant = form.get("grant_type").cloned().unwrap_or_default();
     ledger.grants.push(grant.clone());
     let refused = || {
@@ -472,6 +469,42 @@ async fn a_request_dropped_during_its_refresh_keeps_the_new_tokens() {
         ["authorization_code", "refresh_token"],
         "the next request uses the refreshed token"
     );
+}
+
+/// Requests waiting behind an authorization that does not finish (a user who closed the
+/// page) leave nothing behind when they give up: each ends by its deadline, and no task
+/// stays parked for it.
+#[tokio::test]
+async fn requests_waiting_behind_an_unfinished_authorization_leave_nothing_behind() {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(|_| futures::future::pending())
+        .build()
+        .unwrap();
+    let client = Client::builder(&url)
+        .auth(provider)
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let err = guarded(client.ping()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let before = metrics.num_alive_tasks();
+    for _ in 0..30 {
+        let err = guarded(client.ping()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    }
+    let grown = metrics.num_alive_tasks().saturating_sub(before);
+    assert!(grown < 10, "{grown} tasks left behind by 30 requests");
 }
 
 /// A provider holds tokens for one MCP endpoint: asked for another, it refuses rather than

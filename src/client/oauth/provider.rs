@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use http::{HeaderMap, Method};
 use reqwest::Url;
+use tokio::sync::OwnedMutexGuard;
 
 use crate::auth::AuthChallenge;
 use crate::client::auth::{Presentation, TokenProvider, TokenRequest};
@@ -454,10 +455,10 @@ impl OAuthBuilder {
                 },
                 http,
                 store: self.store,
-                state: tokio::sync::Mutex::new(State {
+                state: Arc::new(tokio::sync::Mutex::new(State {
                     server,
                     ..State::default()
-                }),
+                })),
                 last_failure: Mutex::new(None),
                 bindings: Mutex::new(Bindings::default()),
             }),
@@ -595,24 +596,26 @@ impl TokenProvider for OAuthProvider {
 }
 
 /// Runs [`Inner::credential`] in a task of its own (on the current tokio runtime; inline
-/// without one), so that the request asking for it can be dropped (its deadline, an app's
-/// `timeout`) without cutting the flow half way: an authorization server that redeemed the
-/// refresh token has issued its successor, which must reach the provider and its store, or
-/// the next refresh presents a spent token (`invalid_grant`, and with reuse detection the
-/// whole grant revoked) and the user is asked to authorize again. A step-up the user is
-/// completing is kept the same way. A panic in the flow (an app's authorizer or store)
-/// reaches the awaiting request as before, where the driver turns it into that request's
-/// failure.
+/// without one) once the provider's state is this request's, so that the request can be
+/// dropped (its deadline, an app's `timeout`) without cutting the flow half way: an
+/// authorization server that redeemed the refresh token has issued its successor, which must
+/// reach the provider and its store, or the next refresh presents a spent token
+/// (`invalid_grant`, and with reuse detection the whole grant revoked) and the user is asked
+/// to authorize again. A step-up the user is completing is kept the same way. A request
+/// dropped while it waits for the state (behind an authorization the user has not finished)
+/// leaves nothing behind. A panic in the flow (an app's authorizer or store) reaches the
+/// awaiting request as before, where the driver turns it into that request's failure.
 fn detached(
     inner: Arc<Inner>,
     request: TokenRequest,
     up_front: bool,
 ) -> BoxFuture<'static, Result<Option<String>, Error>> {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return Box::pin(async move { inner.credential(request, up_front).await });
-    };
-    let flow = runtime.spawn(async move { inner.credential(request, up_front).await });
     Box::pin(async move {
+        let state = inner.state.clone().lock_owned().await;
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return inner.credential(state, request, up_front).await;
+        };
+        let flow = runtime.spawn(async move { inner.credential(state, request, up_front).await });
         match flow.await {
             Ok(outcome) => outcome,
             Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
@@ -646,7 +649,8 @@ struct Inner {
     config: Config,
     http: reqwest::Client,
     store: Arc<dyn TokenStore>,
-    state: tokio::sync::Mutex<State>,
+    /// Shared with the flow a request starts ([`detached`]), which holds it to its end.
+    state: Arc<tokio::sync::Mutex<State>>,
     last_failure: Mutex<Option<OAuthError>>,
     /// Whether the recent access tokens are DPoP-bound: read for every request, where the
     /// state's async lock is not taken.
@@ -768,10 +772,10 @@ impl Discovery {
 impl Inner {
     async fn credential(
         &self,
+        mut state: OwnedMutexGuard<State>,
         request: TokenRequest,
         up_front: bool,
     ) -> Result<Option<String>, Error> {
-        let mut state = self.state.lock().await;
         let server = self.bind(&mut state, request.url.as_deref())?;
         if !state.loaded {
             state.loaded = true;
