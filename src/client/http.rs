@@ -289,8 +289,11 @@ impl Endpoint {
             url: Some(self.url.as_str().to_owned()),
         };
         // The request is not sent without its credential: a provider that fails, panics
-        // included, fails it as a connection that could not be made.
-        let credential = AssertUnwindSafe(provider.credential(request)).catch_unwind();
+        // included, fails it as a connection that could not be made. The provider is called
+        // inside the guarded future: what it runs before handing out its own future is
+        // guarded too.
+        let credential =
+            AssertUnwindSafe(async { provider.credential(request).await }).catch_unwind();
         match credential.await {
             Ok(Ok(token)) => Ok(token),
             Ok(Err(err)) => Err(TransportFailure::Connect(format!(

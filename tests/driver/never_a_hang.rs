@@ -2,7 +2,7 @@
 //! driver task stalled by application code, handlers whose runtime went away, and token
 //! providers that panic or ask for a re-send they have no reason for.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -240,6 +240,49 @@ async fn a_provider_panicking_on_a_get_leaves_the_client_working() {
     guarded(client.ping())
         .await
         .expect("the client survives a provider's panic");
+    let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "still"}))))
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "still");
+}
+
+/// A provider whose `token` panics before it hands out its future, once told to.
+struct PanicsWhenTold {
+    told: Arc<AtomicBool>,
+}
+
+impl TokenProvider for PanicsWhenTold {
+    fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        assert!(!self.told.load(Ordering::SeqCst), "a token provider's bug");
+        Box::pin(async { Ok("t-1".to_owned()) })
+    }
+}
+
+/// A provider panicking in its own code (not in the future it returns) on a call the caller's
+/// task sends: the call fails, the caller's task does not unwind, the client goes on.
+#[tokio::test]
+async fn a_provider_panicking_before_its_future_fails_only_the_call() {
+    let server = TestServer::start(default_reply).await;
+    let told = Arc::new(AtomicBool::new(false));
+    let client = Client::builder(&server.url)
+        .open_listen_stream(false)
+        .auth(PanicsWhenTold { told: told.clone() })
+        // A provider's failure reads as a connection not made: tried again to the deadline.
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    told.store(true, Ordering::SeqCst);
+    let caller = client.clone();
+    let joined = guarded(tokio::spawn(async move {
+        caller
+            .call_tool(ToolCall::new("echo", json!({"text": "x"})))
+            .await
+    }))
+    .await;
+    let result = joined.expect("the caller's task does not panic");
+    assert!(result.is_err(), "{result:?}");
+    told.store(false, Ordering::SeqCst);
     let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "still"}))))
         .await
         .unwrap();
