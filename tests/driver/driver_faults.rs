@@ -80,6 +80,22 @@ async fn deadline_passes_with_timeout_and_a_cancellation() {
     assert_eq!(cancel.params()["requestId"], call.rpc_id());
 }
 
+/// A timeout beyond what the clock can represent ("no timeout") means practically never,
+/// for the handshake as for calls: not a deadline that has passed already.
+#[tokio::test]
+async fn the_largest_call_timeout_is_no_timeout() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server)
+        .call_timeout(Duration::MAX)
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "x"}))))
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "x");
+}
+
 #[tokio::test]
 async fn a_server_that_never_answers_initialize_times_out() {
     let server = TestServer::start(|req| {

@@ -24,7 +24,7 @@ use crate::proto::session::exchanges::ExKind;
 use crate::proto::session::headers::initialize_headers;
 use crate::proto::session::negotiated::Negotiated;
 use crate::proto::session::timers::Timer;
-use crate::proto::session::Session;
+use crate::proto::session::{deadline_after, Session};
 use crate::proto::version::ProtocolVersion;
 use crate::proto::{jsonrpc, methods, Era, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
 
@@ -261,7 +261,7 @@ impl Session {
         );
         self.timers.set(
             Timer::InitDeadline,
-            now.checked_add(self.config.call_timeout).unwrap_or(now),
+            deadline_after(now, self.config.call_timeout),
         );
         if let Some(h) = self.life.handshake_mut() {
             h.step = Step::Initialize {
@@ -449,7 +449,7 @@ impl Session {
         if !self.timers.is_armed(Timer::InitDeadline) {
             self.timers.set(
                 Timer::InitDeadline,
-                now.checked_add(self.config.call_timeout).unwrap_or(now),
+                deadline_after(now, self.config.call_timeout),
             );
         }
         if let Some(h) = self.life.handshake_mut() {
