@@ -1567,3 +1567,64 @@ fn a_task_cancelled_while_the_session_is_away_is_cancelled_once_it_is_back() {
     assert_eq!(cancels(&m), 1, "{:#?}", m.seen);
     assert_eq!(finished(&m), 1);
 }
+
+/// A resumed stream whose last event resets the cursor (an empty `id:`) leaves nothing to
+/// resume from: the call is treated as a broken stream without a cursor (an unkeyed one ends
+/// `OutcomeUnknown` at once), not left waiting for its deadline.
+#[test]
+fn a_resumed_stream_that_resets_its_cursor_does_not_stall_the_call() {
+    use mcp_resume::proto::TransportFailure;
+    let (mut session, start) = legacy_ready();
+    let mut now = start;
+    let _ = posts(&mut session);
+    let call = CallId::next();
+    session.submit(
+        call,
+        CallRequest::new("tools/call", Some(json!({"name": "slow"}))),
+        now,
+    );
+    let (http, _) = posts(&mut session).pop().expect("sent");
+    let mut sse = HeaderMap::new();
+    sse.insert("content-type", "text/event-stream".parse().unwrap());
+    session.handle_head(http, 200, &sse, now);
+    session.handle_data(http, b"id: s1-1\ndata:\n\n", now);
+    session.handle_error(http, TransportFailure::Lost("cut".into()), now);
+    let mut resumed = false;
+    let mut ended = None;
+    for _ in 0..32 {
+        while let Some(transmit) = session.poll_transmit() {
+            let Transmit::Send(request) = transmit else {
+                continue;
+            };
+            if request.method == HttpMethod::Get && !resumed {
+                resumed = true;
+                session.handle_head(request.id, 200, &sse, now);
+                session.handle_data(request.id, b"id:\n\n", now);
+            } else {
+                session.handle_head(request.id, 202, &HeaderMap::new(), now);
+            }
+            session.handle_end(request.id, now);
+        }
+        while let Some(output) = session.poll_output() {
+            if let Output::Completed { call: c, result } = output {
+                if c == call {
+                    ended = Some(result);
+                }
+            }
+        }
+        if ended.is_some() {
+            break;
+        }
+        match session.poll_timeout() {
+            Some(at) => {
+                now = now.max(at);
+                session.handle_timeout(now);
+            }
+            None => break,
+        }
+    }
+    assert!(resumed, "the cut stream was resumed");
+    let error = ended.expect("the call ended").expect_err("not a success");
+    assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");
+    assert!(now - start < 10 * SEC, "ended after {:?}", now - start);
+}

@@ -279,7 +279,7 @@ impl Session {
             Retry::Resend if ready => self.send_call(id),
             Retry::Resend => {}
             Retry::Resume if ready && self.life.is_current(call.attempt().generation()) => {
-                self.send_resume(id)
+                self.send_resume(id, now)
             }
             Retry::Resume => {
                 self.apply(id, Failure::SessionReplaced, now);
@@ -351,7 +351,7 @@ impl Session {
     }
 
     /// GETs a call's stream with `Last-Event-ID`.
-    fn send_resume(&mut self, id: CallId) {
+    fn send_resume(&mut self, id: CallId, now: Instant) {
         let Some(session) = self.life.ready() else {
             return;
         };
@@ -359,6 +359,15 @@ impl Session {
             return;
         };
         let Some(cursor) = call.last_event_id().cloned() else {
+            // The stream's last event reset its cursor (an empty `id:`): there is nothing to
+            // resume from, as if no id had been seen.
+            self.apply(
+                id,
+                Failure::StreamEnded {
+                    event_id_seen: false,
+                },
+                now,
+            );
             return;
         };
         info!(call = id.0, last_event_id = %cursor, "resuming stream");
