@@ -26,6 +26,8 @@ struct Faulty {
     remove_stall: Mutex<Duration>,
     /// Writes still to fail.
     fail: AtomicUsize,
+    /// Writes of a call that became a task still to fail.
+    fail_tasks: AtomicUsize,
     panic: std::sync::atomic::AtomicBool,
     writes: AtomicUsize,
 }
@@ -45,6 +47,13 @@ impl Ledger for Faulty {
                 .fail
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok();
+            let task = matches!(entry.stage(), mcp_resume::proto::CallStage::Task { .. });
+            let failing = failing
+                || (task
+                    && self
+                        .fail_tasks
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok());
             if failing {
                 return Err(mcp_resume::Error::ledger(std::io::Error::other(
                     "storage unavailable",
@@ -483,6 +492,57 @@ async fn a_call_dropped_in_a_live_client_leaves_no_entry() {
     })
     .await;
     assert!(guarded(client.recover()).await.unwrap().is_empty());
+    cluster.shutdown().await;
+}
+
+/// A write no request waits for (a call became a task) that fails is tried again: the task
+/// the call left behind when it stopped waiting is in the ledger for a later `recover`, which
+/// polls it to its end; the work ran once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_write_of_a_task_is_tried_again() {
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        era: mock_server::ClusterEra::Modern,
+        instances: 2,
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap();
+    let ledger = Arc::new(Faulty::default());
+    ledger.fail_tasks.store(1, Ordering::SeqCst);
+    let client = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let call = ToolCall::new("batch_job", json!({"steps": 10, "delay_ms": 100}))
+        .meta(meta::TAG, json!("task-rewritten"))
+        .timeout(Duration::from_millis(600));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert_eq!(
+        ledger.fail_tasks.load(Ordering::SeqCst),
+        0,
+        "a task's write failed"
+    );
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    let call = recovered.into_iter().next().unwrap();
+    assert!(matches!(
+        call.entry().stage(),
+        mcp_resume::proto::CallStage::Task { .. }
+    ));
+    let result = guarded(call).await.unwrap();
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("done"),
+        "{result}"
+    );
+    assert_eq!(
+        cluster.oracle().executions_tagged("task-rewritten").count(),
+        1
+    );
     cluster.shutdown().await;
 }
 

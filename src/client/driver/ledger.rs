@@ -17,13 +17,20 @@
 //! and a client stopped that way must leave its calls' entries to the client or process that
 //! takes over ("what the first left when it stopped with its runtime"). In a client that goes
 //! on, the writer task removes them at once.
+//!
+//! A write no POST waits for (a round awaiting input, a task, a resumed stream's cursor, a
+//! removal) that fails is tried again by the writer task, with backoff and a bound, unless a
+//! later write of its entry is queued first (that one carries what is to be written): else the
+//! ledger would keep the call as it stood before, and a task left behind would expire with its
+//! call's deadline, never polled again. (A write a POST waits for needs no retry: the POST is
+//! held back and writes its entry again first.)
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
@@ -36,10 +43,17 @@ use crate::error::{Error, ErrorKind};
 use crate::proto::methods::TOOLS_CALL;
 use crate::proto::{CallId, CallStage, Checkpoint};
 
+/// The most times a write no POST waits for is tried again after it failed.
+const MAX_RETRIES: u32 = 8;
+/// The wait before the first retry; each next one waits twice as long, up to the longest.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+const LONGEST_RETRY: Duration = Duration::from_secs(5);
+
 /// One write.
 // An op is moved into its line once and out once: boxing the entry would cost an allocation
 // per write for nothing.
 #[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
 enum Write {
     Put(LedgerEntry),
     Remove(EntryId),
@@ -49,6 +63,25 @@ enum Write {
 struct Op {
     write: Write,
     gate: Option<Arc<Gate>>,
+    /// Times it failed before (a write tried again).
+    failures: u32,
+}
+
+impl Op {
+    fn new(write: Write, gate: Option<Arc<Gate>>) -> Self {
+        Op {
+            write,
+            gate,
+            failures: 0,
+        }
+    }
+}
+
+/// What a write no POST waits for is tried again with, should it fail: a copy made before it
+/// started (the ledger takes the write itself).
+struct Again {
+    write: Write,
+    failures: u32,
 }
 
 /// A write being carried out that did not finish at its first poll.
@@ -56,6 +89,15 @@ struct Parked {
     entry: EntryId,
     work: BoxFuture<'static, Result<(), Error>>,
     gate: Option<Arc<Gate>>,
+    again: Option<Again>,
+}
+
+/// A write that failed, to be tried again from `due` unless a later write of its entry is
+/// queued first.
+struct Retry {
+    entry: EntryId,
+    again: Again,
+    due: tokio::time::Instant,
 }
 
 /// The writes not carried out yet.
@@ -73,6 +115,67 @@ struct Line {
     /// Removals of the entries of calls the application dropped, in order: moved to
     /// `waiting` by the writer task or a flush only (the module's docs say why).
     dropped: Vec<(EntryId, Op)>,
+    /// Failed writes to try again (the module's docs say which).
+    retries: Vec<Retry>,
+}
+
+impl Line {
+    /// Queues `op` of `entry`: a write of it waiting to be tried again is superseded.
+    fn push(&mut self, entry: EntryId, op: Op) {
+        if !self.retries.is_empty() {
+            self.retries.retain(|r| r.entry != entry);
+        }
+        self.waiting.push_back((entry, op));
+    }
+
+    /// A write of `entry` nothing waits for failed: it is tried again later, unless a later
+    /// write of the entry is queued (which carries what is to be written) or it failed too
+    /// often. Returns whether a retry was set.
+    fn retry_later(&mut self, entry: EntryId, again: Again) -> bool {
+        if self.waiting.iter().any(|(queued, _)| *queued == entry) {
+            return false;
+        }
+        let failures = again.failures + 1;
+        if failures > MAX_RETRIES {
+            tracing::error!(
+                %entry,
+                failures,
+                "a ledger write kept failing: given up (the ledger keeps the call as it stood before)"
+            );
+            return false;
+        }
+        let delay = FIRST_RETRY
+            .saturating_mul(1 << (failures - 1).min(16))
+            .min(LONGEST_RETRY);
+        self.retries.push(Retry {
+            entry,
+            again: Again {
+                write: again.write,
+                failures,
+            },
+            due: tokio::time::Instant::now() + delay,
+        });
+        true
+    }
+
+    /// Queues the retries due at `now` (all of them without it).
+    fn admit_retries(&mut self, now: Option<tokio::time::Instant>) {
+        if self.retries.is_empty() {
+            return;
+        }
+        let (due, later) = std::mem::take(&mut self.retries)
+            .into_iter()
+            .partition(|r| now.is_none_or(|now| r.due <= now));
+        self.retries = later;
+        for Retry { entry, again, .. } in due {
+            let op = Op {
+                write: again.write,
+                gate: None,
+                failures: again.failures,
+            };
+            self.waiting.push_back((entry, op));
+        }
+    }
 }
 
 /// Carries out a client's ledger writes: one entry's in order, different entries' side by
@@ -149,16 +252,13 @@ impl Writer {
     }
 
     fn queue(&self, entry: EntryId, write: Write, gate: Option<Arc<Gate>>) {
-        self.lock().waiting.push_back((entry, Op { write, gate }));
+        self.lock().push(entry, Op::new(write, gate));
     }
 
     /// Queues the removal of the entry of a call the application dropped: the writer task
     /// carries it out, so a client whose runtime stopped (and with it that task) never does.
     fn queue_dropped(&self, entry: EntryId) {
-        let op = Op {
-            write: Write::Remove(entry.clone()),
-            gate: None,
-        };
+        let op = Op::new(Write::Remove(entry.clone()), None);
         self.lock().dropped.push((entry, op));
     }
 
@@ -167,8 +267,9 @@ impl Writer {
     fn admit_dropped(&self) {
         let mut line = self.lock();
         if !line.dropped.is_empty() {
-            let dropped = std::mem::take(&mut line.dropped);
-            line.waiting.extend(dropped);
+            for (entry, op) in std::mem::take(&mut line.dropped) {
+                line.push(entry, op);
+            }
         }
     }
 
@@ -205,27 +306,46 @@ impl Writer {
         Some((entry, op))
     }
 
-    /// A write of `entry` has finished: its gate opens (or says why not), and the entry's
-    /// next write may start.
-    fn finished(&self, entry: EntryId, gate: Option<Arc<Gate>>, result: Result<(), Error>) {
-        if let Err(error) = &result {
-            tracing::warn!(%error, "a ledger write failed");
-        }
+    /// A write of `entry` has finished: its gate opens (or says why not), a failed one
+    /// nothing waited for is tried again later, and the entry's next write may start.
+    fn finished(
+        &self,
+        entry: EntryId,
+        gate: Option<Arc<Gate>>,
+        again: Option<Again>,
+        result: Result<(), Error>,
+    ) {
+        let failed = match &result {
+            Ok(()) => false,
+            Err(error) => {
+                tracing::warn!(%error, "a ledger write failed");
+                true
+            }
+        };
         if let Some(gate) = gate {
             gate.settle(result);
         }
         let mut line = self.lock();
         line.running.remove(&entry);
+        let retry = match again.filter(|_| failed) {
+            Some(again) => line.retry_later(entry, again),
+            None => false,
+        };
         if line.running.is_empty() && line.waiting.is_empty() {
             self.idle.notify_waiters();
         }
+        drop(line);
+        if retry {
+            self.wake.notify_one();
+        }
     }
 
-    /// Carries out the writes queued so far, and those they wait behind: a recovery reads
-    /// after them, so it sees what this client's calls left behind an instant ago (a call
-    /// that just timed out has its entry's last write queued, not yet made). Runs the
-    /// ledger's code.
+    /// Carries out the writes queued so far, and those they wait behind, and tries the
+    /// failed ones waiting for a retry once more now: a recovery reads after them, so it sees
+    /// what this client's calls left behind an instant ago (a call that just timed out has its
+    /// entry's last write queued, not yet made). Runs the ledger's code.
     pub(crate) async fn flush(&self) {
+        self.lock().admit_retries(None);
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
@@ -248,15 +368,22 @@ impl Writer {
     pub(crate) fn kick(&self) {
         let mut handed = !self.lock().dropped.is_empty();
         while let Some((entry, op)) = self.next_startable() {
+            // A write a POST waits for is made again by that POST if it fails; any other is
+            // tried again from a copy.
+            let again = op.gate.is_none().then(|| Again {
+                write: op.write.clone(),
+                failures: op.failures,
+            });
             let mut work = self.start(op.write);
             let waker = futures::task::noop_waker();
             match work.as_mut().poll(&mut Context::from_waker(&waker)) {
-                Poll::Ready(result) => self.finished(entry, op.gate, result),
+                Poll::Ready(result) => self.finished(entry, op.gate, again, result),
                 Poll::Pending => {
                     self.lock().parked.push(Parked {
                         entry,
                         work,
                         gate: op.gate,
+                        again,
                     });
                     handed = true;
                 }
@@ -273,34 +400,53 @@ impl Writer {
         self.wake.notify_one();
     }
 
-    /// The client stopped: the writer task finishes what is waiting, then ends.
+    /// The client stopped: the writer task finishes what is waiting (failed writes tried
+    /// again included), then ends.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.wake.notify_one();
     }
 
-    /// The writer task: starts what may start, and finishes the writes handed to it, side
-    /// by side.
+    /// The writer task: starts what may start, finishes the writes handed to it, side by
+    /// side, and tries failed ones again when they are due.
     pub(crate) async fn run(self: Arc<Self>) {
         let mut writing = FuturesUnordered::new();
         loop {
             self.admit_dropped();
+            self.lock().admit_retries(Some(tokio::time::Instant::now()));
             self.kick();
-            let idle = {
+            let (idle, next_retry) = {
                 let mut line = self.lock();
-                for Parked { entry, work, gate } in line.parked.drain(..) {
-                    writing.push(work.map(move |result| (entry, gate, result)));
+                for parked in line.parked.drain(..) {
+                    let Parked {
+                        entry,
+                        work,
+                        gate,
+                        again,
+                    } = parked;
+                    writing.push(work.map(move |result| (entry, gate, again, result)));
                 }
-                line.running.is_empty() && line.waiting.is_empty() && line.dropped.is_empty()
+                let idle = line.running.is_empty()
+                    && line.waiting.is_empty()
+                    && line.dropped.is_empty()
+                    && line.retries.is_empty();
+                (idle, line.retries.iter().map(|r| r.due).min())
             };
             if idle && writing.is_empty() && self.closed.load(Ordering::Acquire) {
                 break;
             }
+            let retry = async {
+                match next_retry {
+                    Some(due) => tokio::time::sleep_until(due).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 () = self.wake.notified() => {}
-                Some((entry, gate, result)) = writing.next(), if !writing.is_empty() => {
-                    self.finished(entry, gate, result);
+                Some((entry, gate, again, result)) = writing.next(), if !writing.is_empty() => {
+                    self.finished(entry, gate, again, result);
                 }
+                () = retry => {}
             }
         }
     }
@@ -604,6 +750,90 @@ mod tests {
         assert!(records.ended(picked, false));
         writer.kick();
         assert!(ledger.is_empty());
+    }
+
+    /// Fails its next `fail` puts, counting them all.
+    #[derive(Default)]
+    struct Flaky {
+        inner: crate::client::ledger::MemoryLedger,
+        fail: std::sync::atomic::AtomicUsize,
+        puts: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Ledger for Flaky {
+        fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>> {
+            self.puts.fetch_add(1, Ordering::SeqCst);
+            let failing = self
+                .fail
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                return Box::pin(async { Err(Error::new(ErrorKind::Ledger, "unavailable")) });
+            }
+            self.inner.put(entry)
+        }
+
+        fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+            self.inner.remove(id)
+        }
+
+        fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
+            self.inner.entries()
+        }
+    }
+
+    /// A failed write no POST waits for is tried again (by the writer task when it is due,
+    /// at once by a flush), a bounded number of times, and never once a later write of its
+    /// entry was queued: that one is the entry as it stands.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_write_is_tried_again_unless_a_later_one_supersedes_it() {
+        let ledger = Arc::new(Flaky::default());
+        let writer = Writer::new(ledger.clone());
+        let task = tokio::spawn(writer.clone().run());
+        let id = EntryId::parse("e-1").unwrap();
+
+        // Tried again by the writer task, once due.
+        ledger.fail.store(1, Ordering::SeqCst);
+        writer.queue(id.clone(), Write::Put(entry("e-1")), None);
+        writer.kick();
+        assert!(ledger.inner.is_empty());
+        // The clock is paused: it moves only when every task waits, and then to the next
+        // timer (the retry's, before this loop's).
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while ledger.inner.is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(ledger.puts.load(Ordering::SeqCst), 2);
+
+        // Superseded: the removal queued after the failed put is the entry as it stands.
+        ledger.fail.store(1, Ordering::SeqCst);
+        writer.queue(id.clone(), Write::Put(entry("e-1")), None);
+        writer.kick();
+        writer.queue(id.clone(), Write::Remove(id.clone()), None);
+        writer.kick();
+        writer.flush().await;
+        tokio::time::sleep(LONGEST_RETRY * 2).await;
+        writer.flush().await;
+        assert!(ledger.inner.is_empty(), "the failed put was not made after");
+        assert_eq!(ledger.puts.load(Ordering::SeqCst), 3);
+
+        // Bounded: a ledger that always fails is tried `MAX_RETRIES` times more, no more.
+        ledger.fail.store(usize::MAX, Ordering::SeqCst);
+        writer.queue(id.clone(), Write::Put(entry("e-1")), None);
+        writer.kick();
+        for _ in 0..MAX_RETRIES * 2 {
+            writer.flush().await;
+        }
+        assert_eq!(
+            ledger.puts.load(Ordering::SeqCst),
+            3 + 1 + MAX_RETRIES as usize
+        );
+        assert!(writer.lock().retries.is_empty());
+        writer.close();
+        task.await.unwrap();
     }
 
     /// The removal of a dropped call's entry waits for the writer task or a flush: another

@@ -22,7 +22,8 @@
 //!   (tried again with backoff within its deadline);
 //! - the same entry, rewritten when the call waits for the application's answers to a
 //!   round ([`CallStage::AwaitingInput`]), became a task ([`CallStage::Task`]), or has its
-//!   stream resumed;
+//!   stream resumed (no request waits for these writes: one that fails is tried again with
+//!   backoff, up to 8 times, unless a later write of the entry supersedes it);
 //! - its removal once the call has ended (except for a task still running when its call
 //!   gave up waiting: kept until [`TASK_RETENTION`] passes, for a later `recover`). A call
 //!   the application dropped has its entry removed by the client's own writer task, on the
