@@ -362,6 +362,10 @@ async fn ledgers(client: &Client) -> Result<(), Error> {
         .record_session_ids(false);
     let _: ClientBuilder = Client::builder("http://127.0.0.1:8080/mcp").no_ledger();
     let _ = redis;
+    let _: Result<RedisLedger, Error> = RedisLedger::cluster(
+        &["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"],
+        "worker-1",
+    );
     let entries: Vec<LedgerEntry> = memory.entries().await?;
     for entry in entries {
         let _: (&EntryId, &str, &str) = (entry.id(), entry.endpoint(), entry.method());

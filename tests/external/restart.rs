@@ -25,6 +25,9 @@ use mock_server::{Cluster, ClusterConfig, ClusterEra, Preset};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+#[path = "../../server/tests/support/redis_cluster.rs"]
+mod redis_cluster;
+
 /// Hang guard for waits: generous, never a stand-in for synchronisation.
 async fn guarded<T>(fut: impl std::future::Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(30), fut)
@@ -535,6 +538,108 @@ async fn the_redis_ledger_keeps_entries_apart_and_bounded() {
     assert!(RedisLedger::new(redis, "has{brace}").is_err());
     let err = RedisLedger::new("not a url", "w").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidConfig);
+}
+
+/// The Redis ledger on a three-node Redis Cluster, given one node: identities whose keys live
+/// on each of the three nodes keep, read and remove their entries (each operation goes to the
+/// node that owns the identity's slot), where a ledger on that one node as a plain server is
+/// refused by the other two (`MOVED`). And the hand-over over it: a client stopped with its
+/// runtime mid-call leaves its keyed call to the next, which gets its one execution's answer.
+#[test]
+fn the_redis_ledger_works_on_a_cluster() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let redis = runtime.block_on(redis_cluster::RedisCluster::start());
+    let urls = redis.urls();
+    let first = [urls[0].as_str()];
+    let run = uuid::Uuid::new_v4().simple().to_string();
+    let server = runtime.block_on(plain());
+    runtime.block_on(async {
+        // An identity on each node's slots.
+        let mut conn = redis::Client::open(first[0])
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let mut identities: [Option<String>; 3] = Default::default();
+        for n in 0.. {
+            let identity = format!("c{n}-{run}");
+            let slot: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(format!("mcp-resume:ledger:{{{identity}}}:index"))
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            // The test cluster's slot ranges: 0-5460, 5461-10922, 10923-16383.
+            let node = usize::from(slot / 5461).min(2);
+            identities[node].get_or_insert(identity);
+            if identities.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        let entry = written(Duration::from_secs(30)).await;
+        for identity in identities.iter().flatten() {
+            let ledger = RedisLedger::cluster(&first, identity).unwrap();
+            ledger.put(entry.clone()).await.unwrap();
+            let read = ledger.entries().await.unwrap();
+            assert_eq!(read.len(), 1, "{identity}");
+            assert_eq!(read[0].to_json(), entry.to_json());
+            ledger.remove(entry.id().clone()).await.unwrap();
+            assert!(ledger.entries().await.unwrap().is_empty(), "{identity}");
+        }
+        let refused = identities.iter().flatten().any(|identity| {
+            let plain = RedisLedger::new(first[0], identity).unwrap();
+            futures::executor::block_on(plain.put(entry.clone())).is_err()
+        });
+        assert!(refused, "one node alone does not hold every identity");
+        assert!(RedisLedger::cluster(&[], "w").is_err());
+        assert!(RedisLedger::cluster(&["not a url"], "w").is_err());
+    });
+
+    // The hand-over, on the cluster.
+    let identity = format!("handover-{run}");
+    let url = server.url();
+    let builder = |identity: &str| {
+        Client::builder(url.clone())
+            .ledger(Arc::new(RedisLedger::cluster(&first, identity).unwrap()))
+            .call_timeout(Duration::from_secs(20))
+    };
+    let stopping = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = builder(&identity).build().unwrap();
+    let call = ToolCall::new("counter_increment", json!({"steps": 4, "delay_ms": 150}))
+        .meta(meta::TAG, json!("on-cluster"))
+        .idempotency_key("key-on-cluster");
+    let call = {
+        let _on = stopping.enter();
+        client.start(call).unwrap()
+    };
+    stopping.block_on(guarded(async {
+        while server.oracle().executions_tagged("on-cluster").count() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }));
+    drop(call);
+    drop(stopping);
+    drop(client);
+    runtime.block_on(async {
+        let next = builder(&identity).build().unwrap();
+        let recovered = guarded(next.recover()).await.unwrap();
+        assert_eq!(recovered.len(), 1, "{recovered:?}");
+        for call in recovered {
+            let value = guarded(call).await.unwrap();
+            assert!(value["structuredContent"]["value"].is_u64(), "{value}");
+        }
+        guarded(next.close()).await.unwrap();
+        assert!(guarded(next.recover()).await.unwrap().is_empty());
+        assert_eq!(server.oracle().executions_tagged("on-cluster").count(), 1);
+        server.shutdown().await;
+    });
 }
 
 /// An entry whose round is past the core's last (damage, or a hostile write) is malformed:

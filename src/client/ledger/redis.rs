@@ -1,7 +1,8 @@
 //! [`RedisLedger`]: the ledger on Redis, one namespace per client identity.
 //!
 //! Layout, every key under `mcp-resume:ledger:{<identity>}:` (the braces are a hash tag: on
-//! Redis Cluster one worker's keys share a slot):
+//! Redis Cluster ([`RedisLedger::cluster`]) one worker's keys share a slot, so each script,
+//! transaction and read below runs on the one node that owns it):
 //!
 //! | key | type | what |
 //! |---|---|---|
@@ -15,8 +16,10 @@ use std::time::{Duration, SystemTime};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::OnceCell;
 
 use super::entry::unix_ms;
@@ -37,21 +40,72 @@ return 1
 
 /// The longest identity accepted.
 const MAX_IDENTITY_LEN: usize = 128;
+/// The bound on connecting, and on each command's answer.
+const TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A [`Ledger`] on Redis (or Redis Cluster), under the name of one client identity: the
-/// worker a process is (a StatefulSet pod's name, a systemd instance), the same in the
-/// process that replaces it. One identity belongs to one process at a time.
+/// A [`Ledger`] on Redis ([`RedisLedger::new`]) or Redis Cluster ([`RedisLedger::cluster`]),
+/// under the name of one client identity: the worker a process is (a StatefulSet pod's name,
+/// a systemd instance), the same in the process that replaces it. One identity belongs to one
+/// process at a time.
 ///
 /// Entries expire with their calls' deadlines (Redis TTLs), so what a fleet leaves behind is
-/// bounded. It connects on first use and reconnects by itself; every command is bounded (2 s),
-/// and a failure is an [`ErrorKind::Ledger`] error: the call it was for is held back and
-/// tried again, never sent unrecorded.
+/// bounded. It connects on first use and reconnects by itself (on a cluster, following the
+/// slots as they move); every command is bounded (2 s), and a failure is an
+/// [`ErrorKind::Ledger`] error: the call it was for is held back and tried again, never sent
+/// unrecorded.
 pub struct RedisLedger {
-    client: redis::Client,
-    conn: OnceCell<ConnectionManager>,
+    backend: Backend,
     /// `mcp-resume:ledger:{<identity>}:`
     prefix: String,
     put: Script,
+}
+
+/// One server, or a cluster.
+enum Backend {
+    Single {
+        client: redis::Client,
+        conn: OnceCell<ConnectionManager>,
+    },
+    Cluster {
+        // Boxed: a cluster's client is several times a server's.
+        client: Box<ClusterClient>,
+        conn: OnceCell<ClusterConnection>,
+    },
+}
+
+/// A connection to either.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
 }
 
 impl std::fmt::Debug for RedisLedger {
@@ -69,17 +123,7 @@ impl RedisLedger {
     /// connects on first use; `identity` is 1 to 128 visible ASCII characters, braces
     /// excluded. A bad URL or identity is [`ErrorKind::InvalidConfig`].
     pub fn new(url: &str, identity: &str) -> Result<Self, Error> {
-        let valid = !identity.is_empty()
-            && identity.len() <= MAX_IDENTITY_LEN
-            && identity
-                .bytes()
-                .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}');
-        if !valid {
-            return Err(Error::new(
-                ErrorKind::InvalidConfig,
-                "a ledger identity is 1 to 128 visible ASCII characters, without braces",
-            ));
-        }
+        let prefix = prefix(identity)?;
         let client = redis::Client::open(url).map_err(|e| {
             Error::with_source(
                 ErrorKind::InvalidConfig,
@@ -88,31 +132,74 @@ impl RedisLedger {
             )
         })?;
         Ok(RedisLedger {
-            client,
-            conn: OnceCell::new(),
-            prefix: format!("mcp-resume:ledger:{{{identity}}}:"),
+            backend: Backend::Single {
+                client,
+                conn: OnceCell::new(),
+            },
+            prefix,
             put: Script::new(PUT),
         })
     }
 
-    async fn conn(&self) -> Result<ConnectionManager, Error> {
-        let conn = self
-            .conn
-            .get_or_try_init(|| async {
-                // Fail fast while the server is away: a write that cannot be made holds its
-                // call back, and the call tries again within its own deadline.
-                let config = ConnectionManagerConfig::new()
-                    .set_number_of_retries(1)
-                    .set_min_delay(Duration::from_millis(20))
-                    .set_max_delay(Duration::from_millis(200))
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(Duration::from_secs(2)));
-                ConnectionManager::new_with_config(self.client.clone(), config)
-                    .await
-                    .map_err(failed)
-            })
-            .await?;
-        Ok(conn.clone())
+    /// The ledger of `identity` on the Redis Cluster that `nodes` belong to (`redis://` URLs
+    /// of one or more of its nodes, from which it finds the others). One identity's keys
+    /// share a hash slot: each operation runs on the node that owns it, and redirections
+    /// (`MOVED`, `ASK`) are followed. Checks its arguments and connects on first use; a bad
+    /// URL, no node at all, or a bad identity is [`ErrorKind::InvalidConfig`].
+    pub fn cluster(nodes: &[&str], identity: &str) -> Result<Self, Error> {
+        let prefix = prefix(identity)?;
+        let client = ClusterClientBuilder::new(nodes.to_vec())
+            .connection_timeout(TIMEOUT)
+            .response_timeout(TIMEOUT)
+            // Fail fast while the cluster is away, as on one server.
+            .retries(2)
+            .build()
+            .map_err(|e| {
+                Error::with_source(
+                    ErrorKind::InvalidConfig,
+                    "invalid Redis Cluster nodes for the ledger",
+                    e,
+                )
+            })?;
+        Ok(RedisLedger {
+            backend: Backend::Cluster {
+                client: Box::new(client),
+                conn: OnceCell::new(),
+            },
+            prefix,
+            put: Script::new(PUT),
+        })
+    }
+
+    async fn conn(&self) -> Result<Conn, Error> {
+        match &self.backend {
+            Backend::Single { client, conn } => {
+                let conn = conn
+                    .get_or_try_init(|| async {
+                        // Fail fast while the server is away: a write that cannot be made
+                        // holds its call back, and the call tries again within its deadline.
+                        let config = ConnectionManagerConfig::new()
+                            .set_number_of_retries(1)
+                            .set_min_delay(Duration::from_millis(20))
+                            .set_max_delay(Duration::from_millis(200))
+                            .set_connection_timeout(Some(TIMEOUT))
+                            .set_response_timeout(Some(TIMEOUT));
+                        ConnectionManager::new_with_config(client.clone(), config)
+                            .await
+                            .map_err(failed)
+                    })
+                    .await?;
+                Ok(Conn::Single(conn.clone()))
+            }
+            Backend::Cluster { client, conn } => {
+                let conn = conn
+                    .get_or_try_init(|| async {
+                        client.get_async_connection().await.map_err(failed)
+                    })
+                    .await?;
+                Ok(Conn::Cluster(conn.clone()))
+            }
+        }
     }
 
     fn entry_key(&self, id: &EntryId) -> String {
@@ -226,4 +313,20 @@ impl Ledger for RedisLedger {
 
 fn failed(error: redis::RedisError) -> Error {
     Error::ledger(error)
+}
+
+/// The keys' prefix for `identity`: 1 to 128 visible ASCII characters, braces excluded.
+fn prefix(identity: &str) -> Result<String, Error> {
+    let valid = !identity.is_empty()
+        && identity.len() <= MAX_IDENTITY_LEN
+        && identity
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}');
+    if !valid {
+        return Err(Error::new(
+            ErrorKind::InvalidConfig,
+            "a ledger identity is 1 to 128 visible ASCII characters, without braces",
+        ));
+    }
+    Ok(format!("mcp-resume:ledger:{{{identity}}}:"))
 }
