@@ -67,6 +67,9 @@ impl Future for RecoveredCall {
 impl Client {
     /// Picks up every call the ledger holds for this client's endpoint and that this client
     /// does not have in flight: the calls a process (or a client) that stopped left behind.
+    /// Within the process, the calls of another client that still runs on the same ledger
+    /// (its own, or ones it picked up) are left to it; across processes nothing tells a live
+    /// one from a dead one, so one ledger name belongs to one process at a time.
     /// **The one way a fleet restarts**: build the client on the same ledger (for a fleet, a
     /// `RedisLedger` under the worker's stable name) and call this before anything else.
     ///
@@ -145,6 +148,10 @@ impl Client {
                 (None, CallStage::Task { .. }) => self.call_timeout(),
                 (None, _) => continue,
             };
+            // Another live client's call (its own, or one it picked up) is left to it.
+            if !writer.claim(&entry) {
+                continue;
+            }
             let id = CallId::next();
             let (reply, rx) = oneshot::channel();
             let deadline = deadline_in(timeout);
@@ -154,9 +161,18 @@ impl Client {
                 deadline,
                 reply,
             };
-            // A call already in flight here (a second `recover`) is left to its first pick-up.
-            if !core.register_pick_up(registration)? {
-                continue;
+            // A call already in flight here is left as it is.
+            let entry_id = entry.id().clone();
+            match core.register_pick_up(registration) {
+                Ok(true) => {}
+                Ok(false) => {
+                    writer.unclaim(&entry_id);
+                    continue;
+                }
+                Err(error) => {
+                    writer.unclaim(&entry_id);
+                    return Err(error);
+                }
             }
             let handle = CallHandle::new(id, core.clone(), rx, Some(timeout), None, None, Ok);
             recovered.push(RecoveredCall { entry, handle });

@@ -264,10 +264,12 @@ async fn no_ledger_writes_nothing() {
     assert!(guarded(client.recover()).await.unwrap().is_empty());
 }
 
-/// A client that froze mid-call (its runtime and itself never run again, as when its
-/// process is killed) leaves its entries; a client on the same ledger picks them up: the
-/// keyed call is re-sent under its key and runs once, the unkeyed one is reported with its
-/// arguments and never re-sent; nothing is left in the ledger after.
+/// A client that froze mid-call (its runtime runs nothing of it again) cannot be told from
+/// one still running: the other clients of the process on the same ledger leave its calls to
+/// it. Once it stopped with its runtime, as when its process is killed, they pick them up,
+/// each call by one of them: the keyed call is re-sent under its key and runs once, the
+/// unkeyed one is reported with its arguments and never re-sent; nothing is left in the
+/// ledger after.
 #[test]
 fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -320,15 +322,26 @@ fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
         })
         .await;
     });
-    // Frozen for good: nothing of it runs again, nothing of it is dropped.
-    std::mem::forget(first);
-    std::mem::forget(frozen);
+    // Frozen: nothing of it runs until its runtime is dropped.
     assert_eq!(ledger.len(), 2, "both calls are in the ledger");
+    let second = builder.clone().build().unwrap();
+    let third = builder.build().unwrap();
+    runtime.block_on(async {
+        assert!(
+            guarded(second.recover()).await.unwrap().is_empty(),
+            "the calls of a client that may still run are left to it"
+        );
+    });
+    // Stopped with its runtime: its calls' futures and its driver go.
+    drop(frozen);
+    drop(first);
+    assert_eq!(ledger.len(), 2, "both calls are still in the ledger");
 
-    let second = builder.build().unwrap();
     let outcomes: Vec<(LedgerEntry, Result<Value, mcp_resume::Error>)> = runtime.block_on(async {
+        let (picked, also) = futures::join!(second.recover(), third.recover());
+        let (picked, also) = (picked.unwrap(), also.unwrap());
         let mut outcomes = Vec::new();
-        for call in guarded(second.recover()).await.unwrap() {
+        for call in picked.into_iter().chain(also) {
             let entry = call.entry().clone();
             outcomes.push((entry, guarded(call).await));
         }
@@ -543,6 +556,67 @@ async fn a_failed_write_of_a_task_is_tried_again() {
         cluster.oracle().executions_tagged("task-rewritten").count(),
         1
     );
+    cluster.shutdown().await;
+}
+
+/// A client's unkeyed MRTR round awaiting its input (the application's answer) is that
+/// client's to send: another client of the process on the same ledger does not pick it up
+/// while the first runs, which would send the round too and run the tool twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_clients_round_awaiting_input_is_left_to_it() {
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        era: mock_server::ClusterEra::Modern,
+        instances: 2,
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap();
+    let ledger = Arc::new(MemoryLedger::new());
+    let builder = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .call_timeout(Duration::from_secs(20));
+    let first = builder
+        .clone()
+        .on_elicitation(|_request, _ctx| async {
+            // The application takes its time to answer.
+            std::future::pending::<()>().await;
+            Ok(mcp_resume::client::models::ElicitResult::accept(
+                json!({"confirmed": true}),
+            ))
+        })
+        .build()
+        .unwrap();
+    let call =
+        ToolCall::new("confirm", json!({"question": "ship?"})).meta(meta::TAG, json!("live-round"));
+    let call = first.start(call).unwrap();
+    guarded(async {
+        loop {
+            let entries = ledger.entries().await.unwrap();
+            if entries.iter().any(|e| {
+                matches!(
+                    e.stage(),
+                    mcp_resume::proto::CallStage::AwaitingInput { .. }
+                )
+            }) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let second = builder
+        .on_elicitation(|_request, _ctx| async {
+            Ok(mcp_resume::client::models::ElicitResult::accept(
+                json!({"confirmed": true}),
+            ))
+        })
+        .build()
+        .unwrap();
+    let recovered = guarded(second.recover()).await.unwrap();
+    assert!(recovered.is_empty(), "{recovered:?}");
+    assert_eq!(ledger.len(), 1);
+    drop(call);
     cluster.shutdown().await;
 }
 

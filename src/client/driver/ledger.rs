@@ -24,6 +24,13 @@
 //! ledger would keep the call as it stood before, and a task left behind would expire with its
 //! call's deadline, never polled again. (A write a POST waits for needs no retry: the POST is
 //! held back and writes its entry again first.)
+//!
+//! Each client is an incarnation (a random id, written into its entries), live from when it
+//! is built until it stops. Within the process, `recover` never takes an entry written by
+//! another live client, nor one a live client picked up already: two clients sharing a
+//! ledger never make each other's calls again while both run (an unkeyed round sent twice,
+//! say). Whether a client of another process still runs cannot be told: across processes,
+//! one ledger name belongs to one process at a time.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -178,10 +185,32 @@ impl Line {
     }
 }
 
+/// The clients of this process that run, and the entries they picked up: what `recover`
+/// never takes from them. Changed as clients start and stop and as they recover, never per
+/// call.
+#[derive(Default)]
+struct Live {
+    clients: FxHashSet<Arc<str>>,
+    /// Entry picked up, by the client that did.
+    picked: FxHashMap<EntryId, Arc<str>>,
+}
+
+fn live() -> MutexGuard<'static, Live> {
+    static LIVE: OnceLock<Mutex<Live>> = OnceLock::new();
+    let live = LIVE.get_or_init(Mutex::default);
+    // Sets updated by one insertion or removal at a time: a panic cannot leave them halfway.
+    match live.lock() {
+        Ok(live) => live,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
 /// Carries out a client's ledger writes: one entry's in order, different entries' side by
 /// side.
 pub(crate) struct Writer {
     ledger: Arc<dyn Ledger>,
+    /// This client's incarnation: written into its entries, live until it stops.
+    incarnation: Arc<str>,
     line: Mutex<Line>,
     /// Wakes the writer task.
     wake: Notify,
@@ -231,8 +260,11 @@ impl Gate {
 
 impl Writer {
     pub(crate) fn new(ledger: Arc<dyn Ledger>) -> Arc<Self> {
+        let incarnation: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+        live().clients.insert(incarnation.clone());
         Arc::new(Writer {
             ledger,
+            incarnation,
             line: Mutex::new(Line::default()),
             wake: Notify::new(),
             idle: Notify::new(),
@@ -242,6 +274,37 @@ impl Writer {
 
     pub(crate) fn ledger(&self) -> &Arc<dyn Ledger> {
         &self.ledger
+    }
+
+    /// Whether this client may pick `entry` up, and if so it is this client's from now on:
+    /// not if another live client of the process wrote it, or any picked it up already.
+    pub(crate) fn claim(&self, entry: &LedgerEntry) -> bool {
+        let mut live = live();
+        let owned_elsewhere = entry
+            .owner()
+            .is_some_and(|owner| *owner != *self.incarnation && live.clients.contains(owner));
+        if owned_elsewhere || live.picked.contains_key(entry.id()) {
+            return false;
+        }
+        live.picked
+            .insert(entry.id().clone(), self.incarnation.clone());
+        true
+    }
+
+    /// `claim` did not lead to a pick-up after all.
+    pub(crate) fn unclaim(&self, id: &EntryId) {
+        let mut live = live();
+        if live.picked.get(id) == Some(&self.incarnation) {
+            live.picked.remove(id);
+        }
+    }
+
+    /// This client stopped: what it wrote or picked up may be taken over.
+    fn stopped(&self) {
+        let mut live = live();
+        if live.clients.remove(&self.incarnation) {
+            live.picked.retain(|_, by| *by != self.incarnation);
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Line> {
@@ -403,6 +466,7 @@ impl Writer {
     /// The client stopped: the writer task finishes what is waiting (failed writes tried
     /// again included), then ends.
     pub(crate) fn close(&self) {
+        self.stopped();
         self.closed.store(true, Ordering::Release);
         self.wake.notify_one();
     }
@@ -449,6 +513,12 @@ impl Writer {
                 () = retry => {}
             }
         }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stopped();
     }
 }
 
@@ -577,7 +647,8 @@ impl Records {
             record.deadline,
             self.keep_session_ids,
             now.1,
-        );
+        )
+        .with_owner(self.writer.incarnation.clone());
         self.writer
             .queue(record.id.clone(), Write::Put(entry), gate);
     }
@@ -639,7 +710,8 @@ impl Records {
                 now,
                 false,
                 now,
-            );
+            )
+            .with_owner(self.writer.incarnation.clone());
             self.writer.queue(record.id, Write::Put(entry), None);
             return true;
         }

@@ -112,6 +112,9 @@ pub struct LedgerEntry {
     last_event_id: Option<EventId>,
     deadline: SystemTime,
     expires_at: SystemTime,
+    /// The client that wrote it (one run of one client: an id no other shares), for telling
+    /// a live client's calls from those a stopped one left.
+    owner: Option<Arc<str>>,
 }
 
 impl LedgerEntry {
@@ -141,7 +144,19 @@ impl LedgerEntry {
             last_event_id: checkpoint.last_event_id,
             deadline,
             expires_at,
+            owner: None,
         }
+    }
+
+    /// The same entry, written by client `owner`.
+    pub(crate) fn with_owner(mut self, owner: Arc<str>) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+
+    /// The client that wrote it, when it says.
+    pub(crate) fn owner(&self) -> Option<&str> {
+        self.owner.as_deref()
     }
 
     /// The checkpoint a session picks the call up from, due at `deadline` there.
@@ -290,6 +305,9 @@ impl LedgerEntry {
                 Value::String(cursor.as_str().to_owned()),
             );
         }
+        if let Some(owner) = &self.owner {
+            map.insert("owner".into(), Value::String(owner.to_string()));
+        }
         stored
     }
 
@@ -350,6 +368,11 @@ impl LedgerEntry {
         let era = text("era").and_then(|e| e.parse().ok());
         let session_id = text("sessionId").and_then(|s| SessionId::parse(s.as_bytes()).ok());
         let last_event_id = text("lastEventId").and_then(|c| EventId::parse(c).ok());
+        // Only ever compared with the ids of this process's clients: one that could be none
+        // of them is as good as none.
+        let owner = text("owner")
+            .filter(|o| EntryId::parse(o).is_ok())
+            .map(Arc::from);
         let time = |name: &str| {
             map.get(name)
                 .and_then(Value::as_u64)
@@ -368,6 +391,7 @@ impl LedgerEntry {
             last_event_id,
             deadline: time("deadlineMs")?,
             expires_at: time("expiresMs")?,
+            owner,
         })
     }
 }
@@ -444,6 +468,10 @@ mod tests {
             assert_eq!(read.idempotency_key(), written.idempotency_key());
             assert_eq!(unix_ms(read.deadline()), unix_ms(written.deadline()));
             assert_eq!(read.id(), written.id());
+            assert_eq!(read.owner(), None);
+            let owned = written.clone().with_owner("client-1".into());
+            let read = LedgerEntry::from_json(&owned.to_json()).unwrap();
+            assert_eq!(read.owner(), Some("client-1"));
         }
     }
 
