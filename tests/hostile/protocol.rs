@@ -194,6 +194,38 @@ async fn hostile_event_ids_never_become_the_cursor() {
     assert_usable("hostile ids", &server, &client).await;
 }
 
+/// A server giving every event of the session the same id (the official Java SDK writes the
+/// session id as each response event's id): each call's answer is read, not dropped as a
+/// replay of the first one's.
+#[tokio::test]
+async fn a_server_reusing_one_event_id_for_every_answer_is_read() {
+    let server = Server::start(|req| {
+        if tool_calls(req) {
+            let text = req.params()["arguments"]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            return Reply::sse(sse_event(Some("session-1"), &response_text(req, &text)));
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    for text in ["first", "second", "third"] {
+        let result = within(
+            "one id",
+            Duration::from_secs(3),
+            client.call_tool(echo(text)),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(result.text(), text);
+    }
+    assert_eq!(server.count(tool_calls), 3, "each call sent once");
+}
+
 fn hash_options() -> Options {
     Options {
         capabilities: json!({

@@ -45,12 +45,18 @@ impl Cursor {
     /// Takes in one event's `id` and `retry`.
     ///
     /// `expect`: on a resumed stream of a server with sequenced ids, the id that must come
-    /// next (updated as events arrive).
+    /// next (updated as events arrive). `replay`: the stream is a resume (a GET with
+    /// `Last-Event-ID`), the one place a server replays: there an event whose id was
+    /// delivered already is skipped. Elsewhere ids are recorded and the event read, whatever
+    /// its id: servers that give every event of a session the same id (the session id) or
+    /// number each stream from 1 break the uniqueness the specification asks for, and their
+    /// answers must not be dropped for it.
     pub(super) fn observe(
         &mut self,
         event: &SseEvent,
         expect: Option<&mut Option<SequencedEventId>>,
         delivered: &mut Delivered,
+        replay: bool,
     ) -> Observed {
         let mut moved = false;
         match event.id.as_deref() {
@@ -69,7 +75,7 @@ impl Cursor {
                         }
                         *expect = SequencedEventId::of(&id).map(|s| s.next());
                     }
-                    if !delivered.insert(&id) {
+                    if !delivered.insert(&id) && replay {
                         debug!(event_id = %id, "event already delivered; skipped");
                         return Observed::Duplicate;
                     }
@@ -147,19 +153,27 @@ mod tests {
         let mut a = Cursor::default();
         let mut b = Cursor::default();
         assert_eq!(
-            a.observe(&event(Some("s-1"), "x"), None, &mut d),
+            a.observe(&event(Some("s-1"), "x"), None, &mut d, false),
             Observed::New { progressed: true }
         );
         assert_eq!(
-            b.observe(&event(Some("s-2"), "y"), None, &mut d),
+            b.observe(&event(Some("s-2"), "y"), None, &mut d, false),
             Observed::New { progressed: true }
         );
         // Stream b's resume replays a's event: skipped, b's cursor stays.
         assert_eq!(
-            b.observe(&event(Some("s-1"), "x"), None, &mut d),
+            b.observe(&event(Some("s-1"), "x"), None, &mut d, true),
             Observed::Duplicate
         );
         assert_eq!(b.last.as_ref().map(EventId::as_str), Some("s-2"));
+        // On a stream that is not a resume the same id is another event of a server that
+        // reuses ids: read, and the cursor follows it.
+        let mut c = Cursor::default();
+        assert_eq!(
+            c.observe(&event(Some("s-1"), "z"), None, &mut d, false),
+            Observed::New { progressed: true }
+        );
+        assert_eq!(c.last.as_ref().map(EventId::as_str), Some("s-1"));
     }
 
     #[test]
@@ -168,11 +182,11 @@ mod tests {
         let mut c = Cursor::default();
         let mut expect = SequencedEventId::of(&id(5)).map(|s| s.next());
         assert_eq!(
-            c.observe(&event(Some("s-6"), ""), Some(&mut expect), &mut d),
+            c.observe(&event(Some("s-6"), ""), Some(&mut expect), &mut d, true),
             Observed::New { progressed: true }
         );
         assert_eq!(
-            c.observe(&event(Some("s-8"), ""), Some(&mut expect), &mut d),
+            c.observe(&event(Some("s-8"), ""), Some(&mut expect), &mut d, true),
             Observed::Gap
         );
     }
@@ -183,12 +197,12 @@ mod tests {
         let mut c = Cursor::default();
         let mut e = event(Some("s-1"), "");
         e.retry = Some(u64::MAX);
-        c.observe(&e, None, &mut d);
+        c.observe(&e, None, &mut d, false);
         assert_eq!(c.retry, Some(MAX_RETRY));
-        c.observe(&event(Some(""), ""), None, &mut d);
+        c.observe(&event(Some(""), ""), None, &mut d, false);
         assert_eq!(c.last, None);
         assert_eq!(
-            c.observe(&event(None, ""), None, &mut d),
+            c.observe(&event(None, ""), None, &mut d, false),
             Observed::New { progressed: false }
         );
     }

@@ -490,16 +490,17 @@ impl Exchanges {
     }
 
     /// Observes an event of exchange `http`'s stream through `cursor` (the stream's cursor,
-    /// given the sequenced id that must come next when the exchange checks the sequence), and
-    /// notes progress; `None` for an exchange not in the table.
+    /// given the sequenced id that must come next when the exchange checks the sequence, and
+    /// whether the exchange is a resume), and notes progress; `None` for an exchange not in
+    /// the table.
     pub(super) fn observe(
         &mut self,
         http: HttpId,
-        cursor: impl FnOnce(Option<&mut Option<SequencedEventId>>) -> Observed,
+        cursor: impl FnOnce(Option<&mut Option<SequencedEventId>>, bool) -> Observed,
     ) -> Option<Observed> {
         let ex = self.map.get_mut(&http)?;
         let check_sequence = ex.sent.checks.sequenced && ex.resumed;
-        let observed = cursor(check_sequence.then_some(&mut ex.expect));
+        let observed = cursor(check_sequence.then_some(&mut ex.expect), ex.resumed);
         if let Observed::New { progressed: true } = observed {
             ex.progress = true;
         }

@@ -93,8 +93,9 @@ impl Listen {
         event: &SseEvent,
         expect: Option<&mut Option<SequencedEventId>>,
         delivered: &mut Delivered,
+        replay: bool,
     ) -> Observed {
-        self.cursor.observe(event, expect, delivered)
+        self.cursor.observe(event, expect, delivered, replay)
     }
 }
 

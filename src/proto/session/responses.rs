@@ -535,12 +535,12 @@ impl Session {
             &mut elsewhere
         };
         let (calls, listen) = (&mut self.calls, &mut self.listen);
-        let observed = self.exchanges.observe(http, |expect| match kind {
+        let observed = self.exchanges.observe(http, |expect, replay| match kind {
             ExKind::Post(c) | ExKind::Resume(c) => match calls.get_mut(c) {
-                Some(call) => call.observe(&event, expect, delivered),
+                Some(call) => call.observe(&event, expect, delivered, replay),
                 None => Observed::New { progressed: false },
             },
-            ExKind::Listen => listen.observe(&event, expect, delivered),
+            ExKind::Listen => listen.observe(&event, expect, delivered, replay),
             _ => Observed::New { progressed: false },
         });
         let Some(observed) = observed else {

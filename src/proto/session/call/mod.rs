@@ -507,8 +507,9 @@ impl Call {
         event: &SseEvent,
         expect: Option<&mut Option<SequencedEventId>>,
         delivered: &mut Delivered,
+        replay: bool,
     ) -> Observed {
-        let observed = self.cursor.observe(event, expect, delivered);
+        let observed = self.cursor.observe(event, expect, delivered, replay);
         // Only progress proves the server is reachable and the stream alive; a head alone
         // does not (a replaying instance answers 200 too).
         if matches!(observed, Observed::New { progressed: true }) {
