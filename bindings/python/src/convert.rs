@@ -1,12 +1,14 @@
 //! Conversions between Python objects and the SDK's types: JSON values, durations, and the
 //! replies of awaitables.
 
+use std::fmt;
 use std::time::Duration;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use serde_json::Value;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
 
 use crate::errors;
 
@@ -24,10 +26,93 @@ pub fn opt_to_py(py: Python<'_>, value: Option<&Value>) -> PyResult<Py<PyAny>> {
 }
 
 /// A native Python object as JSON; anything JSON cannot hold (an arbitrary object, a
-/// non-`str` key, an integer beyond 64 bits) is a `TypeError`.
+/// non-`str` key, an integer beyond 64 bits, a NaN or infinite float) is a `TypeError`.
 pub fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
-    pythonize::depythonize(obj)
+    pythonize::depythonize::<Json>(obj)
+        .map(|json| json.0)
         .map_err(|e| PyTypeError::new_err(format!("not representable as JSON: {e}")))
+}
+
+/// A JSON value read as `serde_json::Value` reads one, except that a float JSON cannot hold
+/// (NaN, ±infinity) is an error rather than `null`.
+struct Json(Value);
+
+impl<'de> Deserialize<'de> for Json {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(JsonVisitor).map(Json)
+    }
+}
+
+struct JsonVisitor;
+
+impl<'de> Visitor<'de> for JsonVisitor {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
+        formatter.write_str("any valid JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_i128<E: de::Error>(self, value: i128) -> Result<Value, E> {
+        Number::deserialize(de::value::I128Deserializer::new(value)).map(Value::Number)
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_u128<E: de::Error>(self, value: u128) -> Result<Value, E> {
+        Number::deserialize(de::value::U128Deserializer::new(value)).map(Value::Number)
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        Number::from_f64(value)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom(format!("the float {value} (JSON has no NaN or infinity)")))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        Json::deserialize(deserializer).map(|json| json.0)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(Json(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = Map::new();
+        while let Some((key, Json(value))) = map.next_entry::<String, Json>()? {
+            members.insert(key, value);
+        }
+        Ok(Value::Object(members))
+    }
 }
 
 /// `None` stays absent; anything else must convert to JSON.

@@ -142,3 +142,27 @@ async def test_the_servers_cancellation_cancels_the_python_handler(
         await asyncio.wait_for(cancelled.wait(), 5)
     # No answer was sent for the cancelled request.
     assert result.structured_content["answer"] is None
+
+
+async def test_a_float_json_cannot_hold_is_a_type_error_and_nothing_is_sent(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    nan, inf = float("nan"), float("inf")
+    async with Client(server.url, era="legacy", open_listen_stream=False) as client:
+        # Not sent as `null`: JSON has no NaN or infinity.
+        with pytest.raises(TypeError, match="not representable as JSON"):
+            await client.call_tool("echo", {"x": nan})
+        with pytest.raises(TypeError, match="not representable as JSON"):
+            await client.call_tool("echo", {"deep": [{"x": -inf}]})
+        with pytest.raises(TypeError, match="not representable as JSON"):
+            await client.call_tool("echo", {"text": "x"}, meta={"x": inf})
+        with pytest.raises(TypeError, match="not representable as JSON"):
+            await client.request("tools/list", {"x": nan})
+        assert server.requests("tools/call") == []
+        assert server.requests("tools/list") == []
+        # Finite floats, and the largest, pass.
+        ok = await client.call_tool("echo", {"text": "x", "f": 1.5, "big": 1.7976931348623157e308})
+        assert ok.text == "x"
+        sent = server.requests("tools/call")[-1]["params"]["arguments"]
+        assert sent["f"] == 1.5 and sent["big"] == 1.7976931348623157e308
