@@ -88,6 +88,11 @@ impl Iterator for DecodedIter {
     }
 }
 
+/// The longest string id a server's request may carry (the bound of session and event ids):
+/// its answer echoes the id, and answers wait in a queue bounded by count, so an id of any
+/// length would let a server make the client hold what it sends many times over.
+const MAX_REQUEST_ID_LEN: usize = 1024;
+
 /// Decodes a body or SSE `data` payload: one message, or a batch when `allow_batch`.
 ///
 /// Each element of a batch is decoded on its own; malformed elements are returned as errors
@@ -193,6 +198,9 @@ impl Envelope {
                 Some(id) => {
                     let id =
                         RequestId::from_json(&id).ok_or(DecodeError::Shape("bad request id"))?;
+                    if matches!(&id, RequestId::String(s) if s.len() > MAX_REQUEST_ID_LEN) {
+                        return Err(DecodeError::Shape("request id too long"));
+                    }
                     Ok(Message::Request { id, method, params })
                 }
             };
@@ -382,6 +390,23 @@ mod tests {
                 method: "notifications/progress".into(),
                 params: Some(json!({"p": 1}))
             })
+        );
+    }
+
+    #[test]
+    fn a_request_id_longer_than_the_bound_is_refused() {
+        let request = |len: usize| {
+            let id = "x".repeat(len);
+            let text = format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"ping"}}"#);
+            decode_value(serde_json::from_str(&text).unwrap())
+        };
+        assert!(matches!(
+            request(MAX_REQUEST_ID_LEN),
+            Ok(Message::Request { .. })
+        ));
+        assert_eq!(
+            request(MAX_REQUEST_ID_LEN + 1),
+            Err(DecodeError::Shape("request id too long"))
         );
     }
 
