@@ -85,8 +85,8 @@ impl Client {
     ///
     /// Each call ends by its recorded deadline (a task whose call's deadline passed gets
     /// [`ClientBuilder::call_timeout`](super::ClientBuilder::call_timeout) more), and its
-    /// entry goes once it has ended. A ledger that cannot be read fails with
-    /// [`ErrorKind::Ledger`]; without a ledger ([`super::ClientBuilder::no_ledger`]) there is nothing
+    /// entry goes once it has ended. A ledger that cannot be read (it fails, panics, or has
+    /// not answered within the call timeout) fails with [`ErrorKind::Ledger`]; without a ledger ([`super::ClientBuilder::no_ledger`]) there is nothing
     /// to recover.
     ///
     /// ```no_run
@@ -115,15 +115,22 @@ impl Client {
         // last write queued), within a call's time: a ledger that never finishes a write
         // delays the recovery, it does not hold it.
         let _ = tokio::time::timeout(self.call_timeout(), writer.flush()).await;
-        let read = AssertUnwindSafe(writer.ledger().entries())
-            .catch_unwind()
-            .await;
-        let entries = match read {
-            Ok(entries) => entries?,
-            Err(_) => {
+        // The read too is bounded by a call's time, and guarded whole (what the ledger runs
+        // before handing out its future included): a ledger that hangs or panics fails the
+        // recovery with `Ledger`, it does not hold the process that is starting.
+        let read = AssertUnwindSafe(async { writer.ledger().entries().await }).catch_unwind();
+        let entries = match tokio::time::timeout(self.call_timeout(), read).await {
+            Ok(Ok(entries)) => entries?,
+            Ok(Err(_)) => {
                 return Err(Error::new(
                     ErrorKind::Ledger,
                     "the ledger panicked reading its entries",
+                ))
+            }
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Ledger,
+                    "the ledger did not read its entries within the call timeout",
                 ))
             }
         };

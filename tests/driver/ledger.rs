@@ -701,3 +701,34 @@ async fn the_default_ledger_keeps_the_tasks_calls_leave_behind() {
     assert_eq!(cluster.oracle().executions_tagged("left-behind").count(), 1);
     cluster.shutdown().await;
 }
+
+/// A ledger whose reads never finish.
+struct NeverReads;
+
+impl Ledger for NeverReads {
+    fn put(&self, _: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn remove(&self, _: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
+        Box::pin(futures::future::pending())
+    }
+}
+
+/// A ledger that never answers a read fails the recovery with `Ledger` within a call's time:
+/// it does not hold the process that is starting.
+#[tokio::test]
+async fn a_ledger_that_never_reads_fails_the_recovery_in_time() {
+    let server = TestServer::start(default_reply).await;
+    let client = Client::builder(&server.url)
+        .ledger(Arc::new(NeverReads))
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let err = guarded(client.recover()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+}
