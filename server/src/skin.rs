@@ -254,6 +254,47 @@ impl std::fmt::Debug for Inbound {
     }
 }
 
+/// A claim the store is taking for a request: if the request is dropped before the store
+/// answers (its client left, a timeout around the service), the claim may still be applied,
+/// held by nobody, and would read as running, then lost, for a call that never ran. Dropped
+/// unanswered, it is let go on a task of its own (a release frees only a running key held by
+/// this claim's token: harmless when the claim never landed).
+struct ClaimInFlight {
+    pending: Option<(Arc<Core>, StoreOp)>,
+}
+
+impl ClaimInFlight {
+    fn of(core: &Arc<Core>, op: &StoreOp) -> Self {
+        let pending = match op {
+            StoreOp::Claim(claim) => Some((
+                core.clone(),
+                StoreOp::Release {
+                    key: claim.key().clone(),
+                    token: claim.token().clone(),
+                },
+            )),
+            _ => None,
+        };
+        Self { pending }
+    }
+
+    /// The store answered: what it says is the request's to act on.
+    fn taken(mut self) {
+        self.pending = None;
+    }
+}
+
+impl Drop for ClaimInFlight {
+    fn drop(&mut self) {
+        let Some((core, release)) = self.pending.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { core.run(&release).await });
+        }
+    }
+}
+
 /// What the skin does next with a request.
 #[derive(Debug)]
 pub enum Next {
@@ -284,7 +325,9 @@ impl Inbound {
             }
             match step {
                 Step::Store(op) => {
+                    let in_flight = ClaimInFlight::of(&self.core, &op);
                     let result = store::run(&*self.core.store, &op).await;
+                    in_flight.taken();
                     if let Err(e) = &result {
                         tracing::warn!(error = %e, "resume-safety store unavailable");
                     }

@@ -3,14 +3,19 @@
 //! What is checked is the skin's own contract (store operations before what they guard, a
 //! keyed call's lease, a response head held and released); the rules are the guard's tests'.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, Method, StatusCode};
-use mcp_resume_server::guard::Body;
+use mcp_resume_server::guard::{Body, Claim, ClaimOutcome, SessionRecord, StoredOutcome};
+use mcp_resume_server::ids::{ClaimToken, IdempotencyKey, SessionId};
 use mcp_resume_server::skin::{End, GuardBuilder, Inbound, Next, Outbound, SharedGuard, ToClient};
+use mcp_resume_server::store::{Store, StoreFuture};
 use mcp_resume_server::MemoryStore;
 use serde_json::{json, Value};
+use tokio::sync::Notify;
 
 fn guard(store: &MemoryStore, lease: Duration) -> SharedGuard {
     GuardBuilder::new(store.clone())
@@ -208,4 +213,107 @@ async fn an_initialize_streams_its_head_only_with_its_result() {
     assert!(!out.take_ops().is_empty());
     let sent = out.handle_end(true);
     assert_eq!(sent.end, Some(End::Complete));
+}
+
+/// A memory store whose first claim lands, says so, then waits for `open` before answering;
+/// it says when a key is released.
+#[derive(Clone)]
+struct GatedClaim {
+    inner: MemoryStore,
+    gated: Arc<AtomicBool>,
+    landed: Arc<Notify>,
+    open: Arc<Notify>,
+    released: Arc<Notify>,
+}
+
+impl GatedClaim {
+    fn new() -> Self {
+        Self {
+            inner: MemoryStore::default(),
+            gated: Arc::new(AtomicBool::new(true)),
+            landed: Arc::default(),
+            open: Arc::default(),
+            released: Arc::default(),
+        }
+    }
+}
+
+impl Store for GatedClaim {
+    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        self.inner.put_session(r)
+    }
+    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        self.inner.session(id)
+    }
+    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        self.inner.forget_session(id)
+    }
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        Box::pin(async move {
+            let outcome = self.inner.claim(claim).await;
+            if self.gated.swap(false, Ordering::SeqCst) {
+                self.landed.notify_one();
+                self.open.notified().await;
+            }
+            outcome
+        })
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.renew(key, token, lease)
+    }
+    fn finish<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        outcome: &'a StoredOutcome,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.finish(key, token, outcome)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let done = self.inner.release(key, token).await;
+            self.released.notify_one();
+            done
+        })
+    }
+    fn mark_lost<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.mark_lost(key, token)
+    }
+}
+
+/// A request that goes away (its client left, a timeout around the service) while the store
+/// takes its claim lets the claim go: the re-send of a call that never ran runs, instead of
+/// finding the key held, then lost for good.
+#[tokio::test]
+async fn a_claim_whose_request_went_away_is_let_go() {
+    let store = GatedClaim::new();
+    let guard = GuardBuilder::new(store.clone()).seed(3).build();
+    let (head, body) = keyed_call(1, "k-left");
+    let first = guard.clone();
+    let gone = tokio::spawn(async move {
+        request(&first, Method::POST, &head, &body).await;
+    });
+    let wait = Duration::from_secs(5);
+    tokio::time::timeout(wait, store.landed.notified())
+        .await
+        .expect("the claim landed");
+    gone.abort();
+    let _ = gone.await;
+    tokio::time::timeout(wait, store.released.notified())
+        .await
+        .expect("the claim is let go");
+    let _ = forwarded(&guard, 2, "k-left").await;
 }
