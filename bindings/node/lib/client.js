@@ -2,6 +2,7 @@
 // TypeScript SDK's types); failures are the classes of errors.js; every rule (resume,
 // re-initialization, keyed re-sends, deadlines) runs in Rust.
 import { handlerOptions } from "./handlers.js";
+import { nativeOptions, parsed, toJson } from "./json.js";
 import { NativeClient } from "./native.js";
 import { withSignal } from "./signal.js";
 import { iterate } from "./streams.js";
@@ -22,7 +23,7 @@ export class Client {
   constructor(url, options = {}) {
     refuseUnsupported(options);
     const caller = options.otlpEndpoint ? callerContext() : undefined;
-    this.#native = new NativeClient(String(url), options, handlerOptions(options), caller);
+    this.#native = new NativeClient(String(url), nativeOptions(options), handlerOptions(options), caller);
   }
 
   /**
@@ -35,17 +36,17 @@ export class Client {
    * read.
    */
   async recover() {
-    const entries = await this.#native.recover();
-    return entries.map(({ handle, ...entry }) => new RecoveredCall(entry, () => this.#native.recoveredOutcome(handle)));
+    const entries = JSON.parse(await this.#native.recover());
+    return entries.map(({ handle, ...entry }) => new RecoveredCall(entry, () => parsed(this.#native.recoveredOutcome(handle))));
   }
 
   /** `initialize` (or the 2026-07-28 discovery): the server's InitializeResult. */
-  connect() { return this.#native.connect(); }
+  connect() { return parsed(this.#native.connect()); }
 
   /** Every tool (following `nextCursor`). */
-  listTools() { return this.#native.listTools(); }
+  listTools() { return parsed(this.#native.listTools()); }
   /** One page of `tools/list`: `{tools, nextCursor?}`. */
-  listToolsPage(cursor) { return this.#native.listToolsPage(cursor); }
+  listToolsPage(cursor) { return parsed(this.#native.listToolsPage(cursor)); }
 
   /**
    * `tools/call`. Options: `idempotencyKey` (re-sent after an interruption only where the
@@ -55,41 +56,41 @@ export class Client {
    */
   callTool(name, args = {}, options = {}) {
     const { signal, ...rest } = options;
-    return withSignal(signal, (token) => this.#native.callTool(name, args, rest, token));
+    return parsed(withSignal(signal, (token) => this.#native.callTool(name, toJson(args), callOptions(rest), token)));
   }
 
   /** Any request (`method`, `params`): its result. Options: `timeout`, `signal`, `meta`. */
   request(method, params, options = {}) {
     const { signal, ...rest } = options;
-    return withSignal(signal, (token) => this.#native.request(method, params, rest, token));
+    return parsed(withSignal(signal, (token) => this.#native.request(method, toJson(params), callOptions(rest), token)));
   }
 
   /** Sends a notification. */
-  notify(method, params) { this.#native.notify(method, params); }
+  notify(method, params) { this.#native.notify(method, toJson(params)); }
   /** `ping`. */
   ping() { return this.#native.ping(); }
 
   /** Every resource. */
-  listResources() { return this.#native.listResources(); }
+  listResources() { return parsed(this.#native.listResources()); }
   /** One page of `resources/list`. */
-  listResourcesPage(cursor) { return this.#native.listResourcesPage(cursor); }
+  listResourcesPage(cursor) { return parsed(this.#native.listResourcesPage(cursor)); }
   /** Every resource template. */
-  listResourceTemplates() { return this.#native.listResourceTemplates(); }
+  listResourceTemplates() { return parsed(this.#native.listResourceTemplates()); }
   /** One page of `resources/templates/list`. */
-  listResourceTemplatesPage(cursor) { return this.#native.listResourceTemplatesPage(cursor); }
+  listResourceTemplatesPage(cursor) { return parsed(this.#native.listResourceTemplatesPage(cursor)); }
   /** `resources/read`: `{contents}`. */
-  readResource(uri) { return this.#native.readResource(uri); }
+  readResource(uri) { return parsed(this.#native.readResource(uri)); }
   /** `resources/subscribe`: updates arrive on `notifications()`. */
   subscribeResource(uri) { return this.#native.subscribeResource(uri); }
   /** `resources/unsubscribe`. */
   unsubscribeResource(uri) { return this.#native.unsubscribeResource(uri); }
 
   /** Every prompt. */
-  listPrompts() { return this.#native.listPrompts(); }
+  listPrompts() { return parsed(this.#native.listPrompts()); }
   /** One page of `prompts/list`. */
-  listPromptsPage(cursor) { return this.#native.listPromptsPage(cursor); }
+  listPromptsPage(cursor) { return parsed(this.#native.listPromptsPage(cursor)); }
   /** `prompts/get` with string arguments. */
-  getPrompt(name, args) { return this.#native.getPrompt(name, args); }
+  getPrompt(name, args) { return parsed(this.#native.getPrompt(name, args)); }
 
   /**
    * `completion/complete` of `argument` (`{name, value}`) of `ref` (`{type: "ref/prompt",
@@ -97,7 +98,7 @@ export class Client {
    * (`context`): the result's `completion` (`{values, total?, hasMore?}`).
    */
   complete(ref, argument, context) {
-    return this.#native.complete(ref, argument.name, argument.value, context);
+    return parsed(this.#native.complete(ref, argument.name, argument.value, context));
   }
 
   /** `logging/setLevel`: messages arrive on `notifications()`. */
@@ -119,6 +120,14 @@ export class Client {
   events(options) { return iterate(this.#native.events(), options); }
   /** Server notifications sent from now on (progress, log messages, list changes, …). */
   notifications(options) { return iterate(this.#native.notifications(), options); }
+}
+
+/**
+ * Per-call options as the addon takes them: `meta` and `progressToken` as JSON text.
+ * @param {Record<string, any>} options
+ */
+function callOptions({ meta, progressToken, ...rest }) {
+  return { ...rest, meta: toJson(meta), progressToken: toJson(progressToken) };
 }
 
 /**

@@ -7,6 +7,7 @@
 // ResumeTransport.
 import { randomUUID } from "node:crypto";
 import { InvalidConfigError } from "./errors.js";
+import { nativeOptions, toJson } from "./json.js";
 import { keyed } from "./keys.js";
 import { NativeBridge, bridgeConstants } from "./native.js";
 import { refuseUnsupported } from "./unsupported.js";
@@ -173,7 +174,7 @@ class Session {
     this.#headers = applicationHeaders(headers);
     this.#capacity = options.capacity ?? DEFAULT_CAPACITY;
     const sessionOptions = { ...options, headers: { ...this.#headers, ...options.headers } };
-    this.#bridge = new NativeBridge(url, sessionOptions, options);
+    this.#bridge = new NativeBridge(url, nativeOptions(sessionOptions), options);
     this.#delivered = this.#deliver();
   }
 
@@ -195,7 +196,7 @@ class Session {
   }
 
   async send(message) {
-    await this.#bridge.send(message);
+    await this.#bridge.send(toJson(message));
   }
 
   /** The answer to the host's request (a JSON-RPC response or error), or the abort's reason. */
@@ -208,7 +209,7 @@ class Session {
     const answered = new Promise((resolve) => this.#pending.set(key, resolve));
     try {
       // A tools/call made by a tool that withToolCallKeys wrapped gets its tool call's key.
-      await this.#bridge.send(keyed(message, META_KEY));
+      await this.#bridge.send(toJson(keyed(message, META_KEY)));
     } catch (error) {
       this.#pending.delete(key);
       throw error;
@@ -277,8 +278,9 @@ class Session {
     let failure = null;
     try {
       for (;;) {
-        const message = await this.#bridge.recv();
-        if (message === null) break;
+        const text = await this.#bridge.recv();
+        if (text === null) break;
+        const message = JSON.parse(text);
         if (typeof message.method !== "string") {
           const resolve = this.#pending.get(JSON.stringify(message.id));
           if (resolve !== undefined) {

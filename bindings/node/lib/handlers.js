@@ -1,7 +1,8 @@
 // The JavaScript side of the addon's handlers (src/handlers.rs): one `dispatch` per client
 // running the application's callbacks, each with an AbortSignal that fires when the server
-// cancels its request.
+// cancels its request. Messages and answers cross as JSON text (json.js).
 import { RpcError } from "./errors.js";
+import { toJson } from "./json.js";
 
 const KINDS = { sampling: "onSampling", elicitation: "onElicitation", roots: "onRoots", request: "onServerRequest" };
 
@@ -29,11 +30,27 @@ export function handlerOptions(options) {
 
 function dispatcher(callbacks) {
   const running = new Map();
-  return async (message) => {
+  const run = call(callbacks, running);
+  return async (text) => {
+    const message = JSON.parse(text);
     if (message.type === "abort") {
       running.get(message.id)?.abort(new Error("the server cancelled its request"));
-      return null;
+      return "null";
     }
+    const answer = await run(message);
+    try {
+      return toJson(answer);
+    } catch (error) {
+      // An answer JSON cannot hold (a cycle).
+      process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} answered with what is not JSON: ${error instanceof Error ? error.stack : error}`);
+      return toJson({ error: { code: -32603, message: "internal error" } });
+    }
+  };
+}
+
+/** Runs the callback of a `call` message: its answer, `{result}` or `{error}`. */
+function call(callbacks, running) {
+  return async (message) => {
     const controller = new AbortController();
     running.set(message.id, controller);
     const context = { signal: controller.signal, method: message.method, requestId: message.requestId };

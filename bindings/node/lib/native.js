@@ -11,7 +11,8 @@ function load() {
     throw new Error("cannot load the mcp-resume addon (mcp-resume.node): build it with `node build.mjs` in bindings/node", { cause: error });
   }
 }
-native.setErrorFactory(fromNative);
+// The factory gets the error's details as JSON text, as all JSON crossing the boundary.
+native.setErrorFactory((details) => fromNative(JSON.parse(details)));
 
 export const { NativeClient, NativeBridge, CancelToken, NativeGuard, NativeOutbound, NativeStep } = native;
 export const bridgeConstants = native.bridgeConstants();

@@ -1,5 +1,6 @@
-// A native stream (events or notifications) as an async iterator. It ends when the client is
-// closed, or when `signal` aborts (a pending `next()` included).
+// A native stream (events or notifications) as an async iterator of the items it gives as
+// JSON text. It ends when the client is closed, or when `signal` aborts (a pending `next()`
+// included).
 import { CancelToken } from "./native.js";
 
 /**
@@ -15,8 +16,8 @@ export async function* iterate(stream, { signal } = {}) {
   try {
     for (;;) {
       const item = await stream.next(token);
-      if (item === null) return;
-      yield item;
+      if (item === null || item === undefined) return;
+      yield JSON.parse(item);
     }
   } finally {
     // The iterator was left (break, return, throw): its pending wait is not needed.

@@ -2,6 +2,7 @@
 // message bridge: the host client keeps its API and sends JSON-RPC messages; underneath, an
 // mcp-resume session resumes, re-initializes and re-sends keyed calls where that is safe. What
 // JSON-RPC cannot say arrives as a JSON-RPC error with `data.kind` ("outcome_unknown", …).
+import { nativeOptions, toJson } from "./json.js";
 import { keyed } from "./keys.js";
 import { NativeBridge, bridgeConstants } from "./native.js";
 import { iterate } from "./streams.js";
@@ -31,7 +32,7 @@ export class ResumeTransport {
    */
   constructor(url, options = {}) {
     refuseUnsupported(options);
-    this.#bridge = new NativeBridge(String(url), options, options);
+    this.#bridge = new NativeBridge(String(url), nativeOptions(options), options);
   }
 
   /** The real session's `Mcp-Session-Id` (legacy era), once initialized. */
@@ -50,10 +51,12 @@ export class ResumeTransport {
   async #deliver() {
     try {
       for (;;) {
-        const message = await this.#bridge.recv();
-        if (message === null) break;
+        const text = await this.#bridge.recv();
+        if (text === null) break;
+        // What goes wrong with one message goes to onerror and ends nothing else: the
+        // transport ends with the bridge only (the host fails every call in flight then).
         try {
-          this.onmessage?.(message);
+          this.onmessage?.(JSON.parse(text));
         } catch (error) {
           this.onerror?.(/** @type {Error} */ (error));
         }
@@ -69,7 +72,7 @@ export class ResumeTransport {
    * by a tool that `withToolCallKeys` wrapped gets the key of its tool call id.
    */
   async send(message) {
-    await this.#bridge.send(keyed(message, bridgeConstants.idempotencyMetaKey));
+    await this.#bridge.send(toJson(keyed(message, bridgeConstants.idempotencyMetaKey)));
   }
 
   /**

@@ -1,6 +1,7 @@
 //! The SDK's message bridge (`mcp_resume::bridge::Bridge`) for JavaScript: JSON-RPC messages
-//! in and out as objects, in between an mcp-resume session with every recovery rule.
-//! `lib/transport.js` makes the TypeScript SDK's `Transport` of it (`ResumeTransport`).
+//! in and out as JSON text (`JSON.stringify` in, `JSON.parse` out, see `convert`), in between
+//! an mcp-resume session with every recovery rule. `lib/transport.js` makes the TypeScript
+//! SDK's `Transport` of it (`ResumeTransport`).
 
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use napi_derive::napi;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+use crate::convert::{fits, parse, too_long};
 use crate::errors::{promise, to_js, Failure};
 use crate::options::{configure, BridgeOptions, ClientOptions};
 use crate::streams::{NativeStream, Source};
@@ -57,19 +59,59 @@ impl NativeBridge {
         }
     }
 
-    /// Host → server: one JSON-RPC message; resolves once the bridge took it (it waits while
-    /// the bridge holds `capacity` requests in flight).
+    /// Host → server: one JSON-RPC message (JSON text); resolves once the bridge took it (it
+    /// waits while the bridge holds `capacity` requests in flight).
     #[napi(catch_unwind)]
-    pub fn send<'env>(&self, env: &'env Env, message: Value) -> napi::Result<PromiseRaw<'env, ()>> {
+    pub fn send<'env>(
+        &self,
+        env: &'env Env,
+        message: String,
+    ) -> napi::Result<PromiseRaw<'env, ()>> {
         let bridge = self.bridge.clone();
-        promise(env, async move { Ok(bridge.send(message).await?) })
+        promise(env, async move {
+            let message = parse(&message, "the message")?;
+            Ok(bridge.send(message).await?)
+        })
     }
 
-    /// Server → host: the next JSON-RPC message, or `null` once the bridge is closed.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
-    pub fn recv<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Option<Value>>> {
+    /// Server → host: the next JSON-RPC message (JSON text), or `null` once the bridge is
+    /// closed.
+    ///
+    /// A message longer than a JavaScript string can be is not delivered, and ends nothing
+    /// else: an answer is replaced by a `too_large` error answer to its request, a server's
+    /// request is answered with that error, a notification is left out.
+    #[napi(catch_unwind)]
+    pub fn recv<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Option<String>>> {
         let bridge = self.bridge.clone();
-        promise(env, async move { Ok::<_, Failure>(bridge.recv().await) })
+        promise(env, async move {
+            while let Some(message) = bridge.recv().await {
+                let text = message.to_string();
+                if fits(&text) {
+                    return Ok(Some(text));
+                }
+                let reason = too_long(&text);
+                drop(text);
+                match (message.get("id"), message.get("method")) {
+                    (Some(id), None) => {
+                        let error = json!({
+                            "code": codes::TOO_LARGE,
+                            "message": reason,
+                            "data": { "kind": "too_large" },
+                        });
+                        let answer = json!({ "jsonrpc": "2.0", "id": id, "error": error });
+                        return Ok(Some(answer.to_string()));
+                    }
+                    (Some(id), Some(_)) => {
+                        let error = json!({ "code": -32603, "message": reason });
+                        let answer = json!({ "jsonrpc": "2.0", "id": id, "error": error });
+                        // Best effort, as any answer: a bridge closing meanwhile ends the loop.
+                        let _ = bridge.send(answer).await;
+                    }
+                    _ => {}
+                }
+            }
+            Ok::<_, Failure>(None)
+        })
     }
 
     /// Closes the session (DELETE, best effort): later sends fail, `recv` gives `null`.

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use tokio::sync::watch;
 
 use crate::cancel::{CancelToken, Cancellation};
-use crate::convert::{self, wire};
+use crate::convert::{self, parse_optional, text};
 use crate::errors::{invalid, promise, to_js, Failure};
 use crate::handlers::HandlerOptions;
 use crate::options::{configure, millis, ClientOptions};
@@ -29,13 +29,15 @@ pub struct CallOptions {
     pub idempotency_key: Option<String>,
     /// This call's deadline (ms), across every resume and re-send.
     pub timeout: Option<f64>,
-    /// Members added to the request's `_meta`.
-    pub meta: Option<Map<String, Value>>,
-    /// `_meta.progressToken`: the server's progress arrives under it on `notifications()`.
-    pub progress_token: Option<Value>,
+    /// Members added to the request's `_meta`: an object, as JSON text.
+    pub meta: Option<String>,
+    /// `_meta.progressToken`, as JSON text: the server's progress arrives under it on
+    /// `notifications()`.
+    pub progress_token: Option<String>,
 }
 
-/// The low-level client; use `Client` from the package.
+/// The low-level client; use `Client` from the package. JSON crosses as text both ways
+/// (`JSON.stringify` in, `JSON.parse` out, see `convert`).
 #[napi]
 pub struct NativeClient {
     client: Client,
@@ -103,35 +105,38 @@ impl NativeClient {
 
     /// The calls the ledger holds for this endpoint that this client does not have in
     /// flight, picked up: each entry's facts and the number `recoveredOutcome` takes.
-    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
-    pub fn recover<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
+    #[napi(catch_unwind)]
+    pub fn recover<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, String>> {
         let recovered = self.recovered.clone();
         call!(self, env, |c| {
             let calls = c.recover().await?;
-            let mut table = recovered.lock().unwrap_or_else(|p| p.into_inner());
-            Ok(calls
-                .into_iter()
-                .map(|call| {
-                    let (entry, handle) = call.into_parts();
-                    table.next = table.next.wrapping_add(1);
-                    let number = table.next;
-                    table.handles.insert(number, handle);
-                    let mut facts = convert::ledger_entry(&entry);
-                    facts["handle"] = json!(number);
-                    facts
-                })
-                .collect())
+            let entries: Vec<Value> = {
+                let mut table = recovered.lock().unwrap_or_else(|p| p.into_inner());
+                calls
+                    .into_iter()
+                    .map(|call| {
+                        let (entry, handle) = call.into_parts();
+                        table.next = table.next.wrapping_add(1);
+                        let number = table.next;
+                        table.handles.insert(number, handle);
+                        let mut facts = convert::ledger_entry(&entry);
+                        facts["handle"] = json!(number);
+                        facts
+                    })
+                    .collect()
+            };
+            text(&entries)
         })
     }
 
     /// The outcome of the recovered call `handle` names: its result, or the typed error
     /// (`OutcomeUnknownError` for an unkeyed call that may have run). Asked for once.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn recovered_outcome<'env>(
         &self,
         env: &'env Env,
         handle: u32,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
+    ) -> napi::Result<PromiseRaw<'env, String>> {
         let taken = self
             .recovered
             .lock()
@@ -141,86 +146,83 @@ impl NativeClient {
         promise(env, async move {
             let handle =
                 taken.ok_or_else(|| invalid("a recovered call's outcome is asked for once"))?;
-            Ok(handle.await?)
+            text(&handle.await?)
         })
     }
 
     /// `initialize` (or the 2026-07-28 discovery): the server's result.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
-    pub fn connect<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Value>> {
-        call!(self, env, |c| Ok(c.connect().await?.raw))
+    #[napi(catch_unwind)]
+    pub fn connect<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(&c.connect().await?.raw))
     }
 
     /// Every tool, following `nextCursor`.
-    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
-    pub fn list_tools<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
-        call!(self, env, |c| Ok(c
-            .list_tools()
-            .await?
-            .into_iter()
-            .map(|t| t.raw)
-            .collect()))
+    #[napi(catch_unwind)]
+    pub fn list_tools<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| {
+            let tools: Vec<Value> = c.list_tools().await?.into_iter().map(|t| t.raw).collect();
+            text(&tools)
+        })
     }
 
     /// One page of `tools/list` (its whole result).
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn list_tools_page<'env>(
         &self,
         env: &'env Env,
         cursor: Option<String>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
-        call!(self, env, |c| Ok(c
-            .list_tools_page(cursor.as_deref())
-            .await?
-            .raw))
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(
+            &c.list_tools_page(cursor.as_deref()).await?.raw
+        ))
     }
 
     /// `tools/call`: the result as the server sent it.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn call_tool<'env>(
         &self,
         env: &'env Env,
         name: String,
-        arguments: Option<Value>,
+        arguments: Option<String>,
         options: Option<CallOptions>,
         cancel: Option<&CancelToken>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
+    ) -> napi::Result<PromiseRaw<'env, String>> {
         let cancel = Cancellation::of(cancel);
-        let call = tool_call(name, arguments, options);
         call!(self, env, |c| {
-            let call = call?;
+            // Read on the runtime's thread, not JavaScript's.
+            let call = tool_call(name, arguments, options)?;
             cancel
-                .run(async move { Ok(c.call_tool(call).await?.raw) })
+                .run(async move { text(&c.call_tool(call).await?.raw) })
                 .await
         })
     }
 
     /// Any request: its `result`.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn request<'env>(
         &self,
         env: &'env Env,
         method: String,
-        params: Option<Value>,
+        params: Option<String>,
         options: Option<CallOptions>,
         cancel: Option<&CancelToken>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
+    ) -> napi::Result<PromiseRaw<'env, String>> {
         let cancel = Cancellation::of(cancel);
-        let request = request(method, params, options);
         call!(self, env, |c| {
-            let request = request?;
+            // Read on the runtime's thread, not JavaScript's.
+            let request = request(method, params, options)?;
             cancel
-                .run(async move { Ok(c.request::<Value>(request).await?) })
+                .run(async move { text(&c.request::<Value>(request).await?) })
                 .await
         })
     }
 
-    /// Sends a notification.
+    /// Sends a notification (`params`: JSON text).
     #[napi(catch_unwind)]
-    pub fn notify(&self, env: Env, method: String, params: Option<Value>) -> napi::Result<()> {
-        self.client
-            .notify(&method, params)
-            .map_err(|e| to_js(&env, &e.into()))
+    pub fn notify(&self, env: Env, method: String, params: Option<String>) -> napi::Result<()> {
+        parse_optional(params.as_deref(), "params")
+            .and_then(|params| Ok(self.client.notify(&method, params)?))
+            .map_err(|failure| to_js(&env, &failure))
     }
 
     /// `ping`.
@@ -230,67 +232,52 @@ impl NativeClient {
     }
 
     /// Every resource, following `nextCursor`.
-    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
-    pub fn list_resources<'env>(
-        &self,
-        env: &'env Env,
-    ) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
-        call!(self, env, |c| Ok(c
-            .list_resources()
-            .await?
-            .iter()
-            .map(wire)
-            .collect()))
+    #[napi(catch_unwind)]
+    pub fn list_resources<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(&c.list_resources().await?))
     }
 
     /// One page of `resources/list`.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn list_resources_page<'env>(
         &self,
         env: &'env Env,
         cursor: Option<String>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
-        call!(self, env, |c| Ok(c
-            .list_resources_page(cursor.as_deref())
-            .await?
-            .raw))
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(
+            &c.list_resources_page(cursor.as_deref()).await?.raw
+        ))
     }
 
     /// Every resource template, following `nextCursor`.
-    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn list_resource_templates<'env>(
         &self,
         env: &'env Env,
-    ) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
-        call!(self, env, |c| Ok(c
-            .list_resource_templates()
-            .await?
-            .iter()
-            .map(wire)
-            .collect()))
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(&c.list_resource_templates().await?))
     }
 
     /// One page of `resources/templates/list`.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn list_resource_templates_page<'env>(
         &self,
         env: &'env Env,
         cursor: Option<String>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
-        call!(self, env, |c| Ok(c
-            .list_resource_templates_page(cursor.as_deref())
-            .await?
-            .raw))
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(
+            &c.list_resource_templates_page(cursor.as_deref()).await?.raw
+        ))
     }
 
     /// `resources/read`.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn read_resource<'env>(
         &self,
         env: &'env Env,
         uri: String,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
-        call!(self, env, |c| Ok(wire(&c.read_resource(&uri).await?)))
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(&c.read_resource(&uri).await?))
     }
 
     /// `resources/subscribe` (set again on a new session after a re-initialization).
@@ -314,46 +301,38 @@ impl NativeClient {
     }
 
     /// Every prompt, following `nextCursor`.
-    #[napi(ts_return_type = "Promise<any[]>", catch_unwind)]
-    pub fn list_prompts<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, Vec<Value>>> {
-        call!(self, env, |c| Ok(c
-            .list_prompts()
-            .await?
-            .iter()
-            .map(wire)
-            .collect()))
+    #[napi(catch_unwind)]
+    pub fn list_prompts<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(&c.list_prompts().await?))
     }
 
     /// One page of `prompts/list`.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn list_prompts_page<'env>(
         &self,
         env: &'env Env,
         cursor: Option<String>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
-        call!(self, env, |c| Ok(c
-            .list_prompts_page(cursor.as_deref())
-            .await?
-            .raw))
+    ) -> napi::Result<PromiseRaw<'env, String>> {
+        call!(self, env, |c| text(
+            &c.list_prompts_page(cursor.as_deref()).await?.raw
+        ))
     }
 
     /// `prompts/get` with string arguments.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn get_prompt<'env>(
         &self,
         env: &'env Env,
         name: String,
         arguments: Option<std::collections::HashMap<String, String>>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
+    ) -> napi::Result<PromiseRaw<'env, String>> {
         let arguments = arguments.unwrap_or_default();
-        call!(self, env, |c| Ok(wire(
-            &c.get_prompt(&name, arguments).await?
-        )))
+        call!(self, env, |c| text(&c.get_prompt(&name, arguments).await?))
     }
 
     /// `completion/complete`: `reference` is `{type: "ref/prompt", name}` or
     /// `{type: "ref/resource", uri}`; the result's `completion`.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn complete<'env>(
         &self,
         env: &'env Env,
@@ -361,7 +340,7 @@ impl NativeClient {
         argument_name: String,
         argument_value: String,
         context: Option<std::collections::HashMap<String, String>>,
-    ) -> napi::Result<PromiseRaw<'env, Value>> {
+    ) -> napi::Result<PromiseRaw<'env, String>> {
         let request = completion_reference(&reference).map(|reference| {
             let mut request = CompleteRequest::new(reference, argument_name, argument_value);
             for (name, value) in context.unwrap_or_default() {
@@ -369,7 +348,7 @@ impl NativeClient {
             }
             request
         });
-        call!(self, env, |c| Ok(wire(&c.complete(request?).await?)))
+        call!(self, env, |c| text(&c.complete(request?).await?))
     }
 
     /// `logging/setLevel`.
@@ -454,10 +433,11 @@ impl NativeClient {
 
 fn tool_call(
     name: String,
-    arguments: Option<Value>,
+    arguments: Option<String>,
     options: Option<CallOptions>,
 ) -> Result<ToolCall, Failure> {
-    let arguments = arguments.unwrap_or_else(|| Value::Object(Map::new()));
+    let arguments = parse_optional(arguments.as_deref(), "arguments")?
+        .unwrap_or_else(|| Value::Object(Map::new()));
     let mut call = ToolCall::new(name, arguments);
     if let Some(o) = options {
         if let Some(key) = o.idempotency_key {
@@ -466,10 +446,10 @@ fn tool_call(
         if let Some(ms) = o.timeout {
             call = call.timeout(millis(ms, "timeout")?);
         }
-        for (key, value) in o.meta.unwrap_or_default() {
+        for (key, value) in meta(o.meta.as_deref())? {
             call = call.meta(key, value);
         }
-        if let Some(token) = o.progress_token {
+        if let Some(token) = parse_optional(o.progress_token.as_deref(), "progressToken")? {
             call = call.progress_token(token);
         }
     }
@@ -478,9 +458,10 @@ fn tool_call(
 
 fn request(
     method: String,
-    params: Option<Value>,
+    params: Option<String>,
     options: Option<CallOptions>,
 ) -> Result<Request, Failure> {
+    let params = parse_optional(params.as_deref(), "params")?;
     let mut request = Request::new(method, params);
     if let Some(o) = options {
         if o.idempotency_key.is_some() {
@@ -491,14 +472,23 @@ fn request(
         if let Some(ms) = o.timeout {
             request = request.timeout(millis(ms, "timeout")?);
         }
-        for (key, value) in o.meta.unwrap_or_default() {
+        for (key, value) in meta(o.meta.as_deref())? {
             request = request.meta(key, value);
         }
-        if let Some(token) = o.progress_token {
+        if let Some(token) = parse_optional(o.progress_token.as_deref(), "progressToken")? {
             request = request.progress_token(token);
         }
     }
     Ok(request)
+}
+
+/// The `meta` option's members (its JSON text, an object).
+fn meta(text: Option<&str>) -> Result<Map<String, Value>, Failure> {
+    match parse_optional(text, "meta")? {
+        None => Ok(Map::new()),
+        Some(Value::Object(members)) => Ok(members),
+        Some(_) => Err(invalid("meta must be an object")),
+    }
 }
 
 fn completion_reference(reference: &Value) -> Result<CompletionReference, Failure> {

@@ -2,10 +2,10 @@
 //!
 //! The error classes are defined in JavaScript (`lib/errors.js`, one per `ErrorKind`, all
 //! under `McpResumeError`), because a class made from Rust cannot extend `Error`. At load
-//! time the JavaScript side registers a factory (`setErrorFactory`) taking one object
-//! (`kind`, `message`, and `code`, `data`, `retryAfterMs`, `authChallenge` when the failure
-//! has them) and returning the instance; promises and constructors reject and throw with
-//! that instance.
+//! time the JavaScript side registers a factory (`setErrorFactory`) taking one object as
+//! JSON text (`kind`, `message`, and `code`, `data`, `retryAfterMs`, `authChallenge` when
+//! the failure has them; text, as all JSON crossing the boundary, see `convert`) and
+//! returning the instance; promises and constructors reject and throw with that instance.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -26,6 +26,9 @@ pub(crate) enum Failure {
     /// The call's `CancelToken` was cancelled; the JavaScript side rejects with its
     /// signal's reason instead.
     Aborted,
+    /// JSON longer than a JavaScript string can be: `too_large`, like what is over the
+    /// SDK's own limits.
+    TooLarge(String),
 }
 
 impl From<Error> for Failure {
@@ -39,7 +42,7 @@ pub(crate) fn invalid(message: impl Into<String>) -> Failure {
     Failure::Invalid(message.into())
 }
 
-type Factory = FunctionRef<Value, Unknown<'static>>;
+type Factory = FunctionRef<String, Unknown<'static>>;
 
 thread_local! {
     // One per JavaScript thread: each worker thread loads the module, and registers, anew.
@@ -47,7 +50,7 @@ thread_local! {
 }
 
 /// Registers the function that makes the typed errors (`setErrorFactory`).
-pub(crate) fn register_factory(factory: Function<Value, Unknown<'static>>) -> napi::Result<()> {
+pub(crate) fn register_factory(factory: Function<String, Unknown<'static>>) -> napi::Result<()> {
     let factory = factory.create_ref()?;
     let previous = FACTORY.with(|slot| slot.borrow_mut().replace(factory));
     drop(previous);
@@ -60,6 +63,7 @@ fn details(failure: &Failure) -> Value {
         Failure::Sdk(error) => sdk_details(error),
         Failure::Invalid(message) => json!({ "kind": "invalid_config", "message": message }),
         Failure::Aborted => json!({ "kind": "aborted", "message": "the call was aborted" }),
+        Failure::TooLarge(message) => json!({ "kind": "too_large", "message": message }),
     }
 }
 
@@ -104,7 +108,7 @@ pub(crate) fn to_js(env: &Env, failure: &Failure) -> napi::Error {
         Some(
             factory
                 .borrow_back(env)
-                .and_then(|f| f.call(details.clone())),
+                .and_then(|f| f.call(details.to_string())),
         )
     });
     match made {

@@ -5,7 +5,8 @@
 //! the SDK's builder (`on_sampling`, `on_elicitation`, `on_roots`), which declares its
 //! capability at `initialize`; the generic one (`on_server_request`) takes any other method.
 //! A request goes to `dispatch` as `{type: "call", id, kind, method, params}` and is answered
-//! by the promise it returns: `{result}` or `{error: {code, message, data}}`. When the server
+//! by the promise it returns: `{result}` or `{error: {code, message, data}}`, both ways as
+//! JSON text (as all JSON crossing the boundary, see `convert`). When the server
 //! cancels the request (or the client is closed) the SDK drops the handler's future, and
 //! `dispatch` gets `{type: "abort", id}`: the handler's `AbortSignal` fires.
 
@@ -25,7 +26,7 @@ use crate::convert::wire;
 
 /// `dispatch`: called from the runtime's threads, it does not keep Node's event loop alive
 /// (weak), and what it throws is caught (the promise it returns is awaited).
-type Dispatch = ThreadsafeFunction<Value, Promise<Value>, Value, Status, false, true>;
+type Dispatch = ThreadsafeFunction<String, Promise<String>, String, Status, false, true>;
 
 /// Which handlers the client has, and the function that runs them.
 #[napi(object, object_to_js = false)]
@@ -146,13 +147,15 @@ impl Dispatcher {
             "requestId": call.request_id,
             "params": call.params,
         });
-        let answer = match self.0.dispatch.call_async_catch(message).await {
+        let answer = match self.0.dispatch.call_async_catch(message.to_string()).await {
             Ok(promise) => promise.await,
             Err(e) => Err(e),
         };
         running.settled = true;
         answer
-            .map_err(|_| RpcError::internal_error("internal error"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .ok_or_else(|| RpcError::internal_error("internal error"))
             .and_then(read_answer)
     }
 }
@@ -174,7 +177,7 @@ impl Drop for Running {
                 .dispatcher
                 .0
                 .dispatch
-                .call(abort, ThreadsafeFunctionCallMode::NonBlocking);
+                .call(abort.to_string(), ThreadsafeFunctionCallMode::NonBlocking);
         }
     }
 }

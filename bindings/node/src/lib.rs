@@ -57,10 +57,10 @@ pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
-/// Registers the function that makes the typed errors: it takes `{kind, message, …}` and
-/// returns the instance (done once by `lib/native.js`).
+/// Registers the function that makes the typed errors: it takes `{kind, message, …}` as
+/// JSON text and returns the instance (done once by `lib/native.js`).
 #[napi(catch_unwind)]
-pub fn set_error_factory(factory: Function<Value, Unknown<'static>>) -> napi::Result<()> {
+pub fn set_error_factory(factory: Function<String, Unknown<'static>>) -> napi::Result<()> {
     errors::register_factory(factory)
 }
 

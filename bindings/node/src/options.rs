@@ -14,8 +14,8 @@ use mcp_resume::client::telemetry::Otlp;
 use mcp_resume::client::Telemetry;
 use mcp_resume::{ClientBuilder, Era, ProtocolVersion, ReconnectPolicy, ResendPolicy};
 use napi_derive::napi;
-use serde_json::Value;
 
+use crate::convert::parse_optional;
 use crate::errors::{invalid, Failure};
 
 /// `clientInfo` sent at `initialize`.
@@ -49,8 +49,8 @@ pub struct ReconnectOptions {
 /// The client's options (the SDK's `ClientBuilder`).
 #[napi(object)]
 pub struct ClientOptions {
-    /// Capabilities sent at `initialize`.
-    pub capabilities: Option<Value>,
+    /// Capabilities sent at `initialize`, as JSON text.
+    pub capabilities: Option<String>,
     /// `clientInfo` sent at `initialize`.
     pub client_info: Option<ClientInfo>,
     /// Protocol version offered at `initialize`.
@@ -122,7 +122,7 @@ pub(crate) fn configure(
 
 /// `b` with every setting of `o` but telemetry.
 fn settings(mut b: ClientBuilder, o: ClientOptions) -> Result<ClientBuilder, Failure> {
-    if let Some(caps) = o.capabilities {
+    if let Some(caps) = parse_optional(o.capabilities.as_deref(), "capabilities")? {
         b = b.client_capabilities(caps);
     }
     if let Some(info) = o.client_info {

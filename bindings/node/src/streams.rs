@@ -1,5 +1,6 @@
 //! `client.events()`, `client.notifications()` and `transport.events()`: one item per
-//! `next()`, `null` at the end. The JavaScript side makes async iterators of them.
+//! `next()` (JSON text, see `convert`), `null` at the end. The JavaScript side makes async
+//! iterators of them.
 //!
 //! A stream ends when its client is closed (after the items sent before), when the
 //! `CancelToken` given to `next()` is cancelled (an iterator's `AbortSignal`), or when the
@@ -16,7 +17,7 @@ use serde_json::Value;
 use tokio::sync::{watch, Mutex};
 
 use crate::cancel::{CancelToken, Cancellation};
-use crate::convert;
+use crate::convert::{self, text};
 use crate::errors::promise;
 
 /// Which of the SDK's streams.
@@ -66,12 +67,12 @@ impl NativeStream {
 #[napi]
 impl NativeStream {
     /// The next item, or `null` once the stream has ended.
-    #[napi(ts_return_type = "Promise<any>", catch_unwind)]
+    #[napi(catch_unwind)]
     pub fn next<'env>(
         &self,
         env: &'env Env,
         cancel: Option<&CancelToken>,
-    ) -> napi::Result<PromiseRaw<'env, Option<Value>>> {
+    ) -> napi::Result<PromiseRaw<'env, Option<String>>> {
         let source = self.source.clone();
         let missed = self.missed.clone();
         let mut closed = self.closed.clone();
@@ -79,7 +80,14 @@ impl NativeStream {
         promise(env, async move {
             let item = async {
                 let mut source = source.lock().await;
-                let item = source.recv().await;
+                // An item longer than a JavaScript string can be is left out.
+                let item = loop {
+                    match source.recv().await.map(|item| text(&item)) {
+                        Some(Err(_)) => continue,
+                        Some(Ok(text)) => break Some(text),
+                        None => break None,
+                    }
+                };
                 missed.store(source.missed(), Ordering::Relaxed);
                 item
             };
