@@ -400,6 +400,10 @@ async fn drive_keyed<I, ReqB, ResB>(
             if !bytes.is_empty() && !send_or_give_up(tx, Ok(bytes)).await {
                 client = None;
             }
+        } else if head_tx.is_none() {
+            // The client left: nobody reads these bytes any more (the answer is stored from
+            // what the watch read, not from them).
+            got.body.clear();
         }
         if let Some(end) = got.end {
             if let (End::Abort, Some(tx)) = (end, &client) {
