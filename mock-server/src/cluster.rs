@@ -150,7 +150,8 @@ impl Cluster {
             Some(s) => s.clone(),
             None => Arc::new(MemoryStore::new()),
         };
-        let oracle = Oracle::new(config.instances, config.oracle_record_limit);
+        let oracle = Oracle::new(config.instances, config.oracle_record_limit)
+            .expecting(config.expected_client_capabilities.clone());
         let faults = Arc::new(RwLock::new(config.faults()));
         let log_rng = Arc::new(Mutex::new(None));
         let (crash_tx, crash_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -293,6 +293,13 @@ pub struct ClusterConfig {
     /// How many execution records and resume records the oracle keeps in detail (each list).
     /// Its totals keep counting beyond, and say how many records were dropped.
     pub oracle_record_limit: usize,
+    /// The client capabilities the clients of this cluster are configured with, told the
+    /// oracle from outside any request. Set, every execution whose context's client
+    /// capabilities do not hold them (each member present with the same value; more members
+    /// are fine) is flagged `wrong_capability`, in either era. Without it the oracle judges
+    /// a 2026-07-28 execution only against the capabilities its own request carried, which
+    /// it always runs under: a client sending the wrong ones goes unseen.
+    pub expected_client_capabilities: Option<serde_json::Value>,
 }
 
 impl fmt::Debug for ClusterConfig {
@@ -315,6 +322,10 @@ impl fmt::Debug for ClusterConfig {
             .field("allowed_origins", &self.allowed_origins)
             .field("store", &self.store.as_ref().map(|_| "custom"))
             .field("oracle_record_limit", &self.oracle_record_limit)
+            .field(
+                "expected_client_capabilities",
+                &self.expected_client_capabilities,
+            )
             .finish()
     }
 }
@@ -340,6 +351,7 @@ impl Default for ClusterConfig {
             allowed_origins: Vec::new(),
             store: None,
             oracle_record_limit: crate::DEFAULT_ORACLE_RECORD_LIMIT,
+            expected_client_capabilities: None,
         }
     }
 }
@@ -384,6 +396,13 @@ impl ClusterConfig {
     /// Sets `retry:` in milliseconds.
     pub fn with_retry_ms(mut self, ms: u64) -> Self {
         self.retry_ms = Some(ms);
+        self
+    }
+
+    /// Tells the oracle the client capabilities the cluster's clients are configured with
+    /// (see [`ClusterConfig::expected_client_capabilities`]).
+    pub fn with_expected_client_capabilities(mut self, capabilities: serde_json::Value) -> Self {
+        self.expected_client_capabilities = Some(capabilities);
         self
     }
 

@@ -209,6 +209,7 @@ fn config(a: &Args) -> Result<ClusterConfig, String> {
         allowed_origins: a.allowed_origins.clone(),
         store: None,
         oracle_record_limit: mock_server::DEFAULT_ORACLE_RECORD_LIMIT,
+        expected_client_capabilities: None,
     })
 }
 

@@ -6,6 +6,17 @@
 //! no session: its truth is the context the request itself carried, read from the request
 //! before the instance acts on it.
 //!
+//! What that truth cannot see: in the 2026-07-28 era an instance builds the context it runs
+//! under from the very capabilities the request carried, so judged only against the request
+//! an execution is wrong solely when the instance departs from what it was sent; a client
+//! that sends the wrong capabilities (another temperature, none at all) is not caught. Told
+//! the client capabilities the cluster's clients are configured with
+//! ([`ClusterConfig::expected_client_capabilities`](crate::ClusterConfig::expected_client_capabilities)),
+//! the oracle also judges every execution, in either era, against them, from outside any
+//! request: a context whose client capabilities do not hold them is a wrong capability. An
+//! unknown record cannot be recorded in the 2026-07-28 era at all: a `prepare` handle lives in
+//! the shared store, and a `commit` of a handle no instance knows is refused, never run.
+//!
 //! Instances in other processes cannot reach this process's oracle, so an oracle can also
 //! write what it is told to a journal in the shared store (see [`Store::journal_append`]);
 //! [`OracleReport::from_journal`] replays the journal into the same report, with the same
@@ -47,8 +58,14 @@ pub struct ExecutionRecord {
     /// 2026-07-28 era: the client capabilities the request carried in its `_meta`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub carried_capabilities: Option<Value>,
-    /// It ran under another context than the negotiated one.
+    /// It ran under another context than the negotiated one, or under client capabilities
+    /// that do not hold the expected ones (see `unexpected_client_capabilities`).
     pub wrong_capability: bool,
+    /// The client capabilities it ran under do not hold the ones the cluster was told its
+    /// clients are configured with
+    /// ([`ClusterConfig::expected_client_capabilities`](crate::ClusterConfig::expected_client_capabilities)).
+    #[serde(default)]
+    pub unexpected_client_capabilities: bool,
     /// A dependent call (`commit`) ran against a record the instance did not know.
     pub unknown_record: bool,
     /// The tool has a side effect (`prepare`, `commit`, `counter_increment`).
@@ -199,6 +216,10 @@ enum OracleEvent {
         carried_capability_hash: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         carried_capabilities: Option<Value>,
+        /// Its context did not hold the expected client capabilities (judged by the oracle
+        /// that received the report, which was told what to expect).
+        #[serde(default, skip_serializing_if = "is_false")]
+        unexpected_client_capabilities: bool,
     },
     Resume {
         record: ResumeRecord,
@@ -210,8 +231,23 @@ enum OracleEvent {
     Reset,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// Whether `actual` holds `expected`: every member of an expected object present in `actual`
+/// and holding the expected value in turn; any other expected value equal.
+fn holds(actual: &Value, expected: &Value) -> bool {
+    match expected {
+        Value::Object(members) => members
+            .iter()
+            .all(|(k, v)| actual.get(k).is_some_and(|a| holds(a, v))),
+        other => actual == other,
+    }
+}
+
 impl OracleEvent {
-    fn of(e: Execution<'_>) -> Self {
+    fn of(e: Execution<'_>, unexpected_client_capabilities: bool) -> Self {
         OracleEvent::Execution {
             tag: e.tag,
             tool: e.tool.to_owned(),
@@ -223,6 +259,7 @@ impl OracleEvent {
             keyed: e.keyed,
             carried_capability_hash: e.carried.map(|(h, _)| h.to_owned()),
             carried_capabilities: e.carried.map(|(_, c)| c.clone()),
+            unexpected_client_capabilities,
         }
     }
 }
@@ -294,10 +331,12 @@ impl OracleState {
                 keyed,
                 carried_capability_hash,
                 carried_capabilities,
+                unexpected_client_capabilities,
             } => {
                 let expected =
                     carried_capability_hash.or_else(|| self.truth.get(&session).cloned());
-                let wrong_capability = expected.as_deref().is_some_and(|h| h != capability_hash);
+                let wrong_capability = unexpected_client_capabilities
+                    || expected.as_deref().is_some_and(|h| h != capability_hash);
                 // Untagged calls cannot be told apart, so they are never counted as repeats.
                 let repeated = match &tag {
                     Some(t) => !self.executed_tags.insert(t.clone()),
@@ -320,6 +359,7 @@ impl OracleState {
                         capability_hash,
                         expected_capability_hash: expected,
                         wrong_capability,
+                        unexpected_client_capabilities,
                         unknown_record,
                         side_effect,
                         keyed,
@@ -373,6 +413,9 @@ pub(crate) struct Execution<'a> {
     /// 2026-07-28 era: the hash of the context the request carried, and its client
     /// capabilities (the truth the execution is judged against).
     pub carried: Option<(&'a str, &'a Value)>,
+    /// The client capabilities of the context it runs under (judged against the expected
+    /// ones, when the oracle was told any).
+    pub client_capabilities: &'a Value,
 }
 
 /// Shared handle to the oracle. Cheap to clone.
@@ -381,12 +424,15 @@ pub struct Oracle {
     state: Arc<Mutex<OracleState>>,
     idle: Arc<Notify>,
     journal: Option<Arc<dyn Store>>,
+    /// The client capabilities every execution's context must hold, when known.
+    expected: Option<Arc<Value>>,
 }
 
 impl std::fmt::Debug for Oracle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Oracle")
             .field("journal", &self.journal.is_some())
+            .field("expected", &self.expected)
             .finish_non_exhaustive()
     }
 }
@@ -420,6 +466,16 @@ impl Oracle {
             state: Arc::new(Mutex::new(state)),
             idle: Arc::new(Notify::new()),
             journal: None,
+            expected: None,
+        }
+    }
+
+    /// This oracle, judging every execution against `expected` client capabilities too
+    /// (None: only against the negotiated or carried context).
+    pub(crate) fn expecting(self, expected: Option<Value>) -> Self {
+        Self {
+            expected: expected.map(Arc::new),
+            ..self
         }
     }
 
@@ -520,7 +576,11 @@ impl Oracle {
     /// Records an execution starting now and returns the guard that marks it in flight; an
     /// error when the journal cannot take it (the tool must not run then).
     pub(crate) async fn execution(&self, e: Execution<'_>) -> Result<RunningGuard, StoreError> {
-        self.record(OracleEvent::of(e)).await?;
+        let unexpected = self
+            .expected
+            .as_deref()
+            .is_some_and(|expected| !holds(e.client_capabilities, expected));
+        self.record(OracleEvent::of(e, unexpected)).await?;
         self.with(|s| s.running += 1);
         Ok(RunningGuard {
             oracle: self.clone(),
@@ -547,6 +607,7 @@ mod tests {
             side_effect: tool != "generate",
             keyed: false,
             carried: None,
+            client_capabilities: &Value::Null,
         }
     }
 
@@ -654,6 +715,75 @@ mod tests {
         let replayed = OracleReport::from_journal(&entries, DEFAULT_ORACLE_RECORD_LIMIT).unwrap();
         assert_eq!(replayed.executions, journaled.report().executions);
         assert_eq!(replayed.totals.wrong_capability, 1);
+    }
+
+    #[tokio::test]
+    async fn executions_are_judged_against_the_expected_client_capabilities() {
+        let caps = |t: f64| serde_json::json!({"experimental": {"sampling": {"temperature": t}}});
+        let expected = caps(0.2);
+        let mut more = caps(0.2);
+        more["elicitation"] = serde_json::json!({});
+        let none = serde_json::json!({});
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new());
+        let o = Oracle::with_journal(1, DEFAULT_ORACLE_RECORD_LIMIT, store.clone())
+            .expecting(Some(expected.clone()));
+        o.initialized("s", "h1").await.unwrap();
+        // Each request carried what it ran under (its own hash): only the expectation can
+        // tell the ones whose client sent other capabilities.
+        for (tag, ran_under) in [("same", &expected), ("more", &more), ("hot", &caps(1.0))]
+            .into_iter()
+            .chain([("none", &none)])
+        {
+            drop(
+                o.execution(Execution {
+                    session: "",
+                    carried: Some((tag, ran_under)),
+                    client_capabilities: ran_under,
+                    ..exec(Some(tag), "generate", 0, tag)
+                })
+                .await
+                .unwrap(),
+            );
+        }
+        // A session negotiated under other capabilities, executing under them.
+        drop(
+            o.execution(Execution {
+                client_capabilities: &caps(0.7),
+                ..exec(Some("session"), "generate", 0, "h1")
+            })
+            .await
+            .unwrap(),
+        );
+        let r = o.report();
+        let flagged = |tag: &str| {
+            let e = r.executions_tagged(tag).next().unwrap();
+            assert_eq!(
+                e.wrong_capability, e.unexpected_client_capabilities,
+                "{tag}"
+            );
+            e.wrong_capability
+        };
+        assert!(!flagged("same") && !flagged("more"));
+        assert!(flagged("hot") && flagged("none") && flagged("session"));
+        assert_eq!(r.totals.wrong_capability, 3);
+        let entries = store.journal_entries().await.unwrap();
+        let replayed = OracleReport::from_journal(&entries, DEFAULT_ORACLE_RECORD_LIMIT).unwrap();
+        assert_eq!(replayed.executions, r.executions);
+        assert_eq!(replayed.totals.wrong_capability, 3);
+        // Told nothing, the oracle sees none of them.
+        let blind = Oracle::new(1, DEFAULT_ORACLE_RECORD_LIMIT);
+        drop(
+            blind
+                .execution(Execution {
+                    session: "",
+                    carried: Some(("hot", &caps(1.0))),
+                    client_capabilities: &caps(1.0),
+                    ..exec(Some("hot"), "generate", 0, "hot")
+                })
+                .await
+                .unwrap(),
+        );
+        assert_eq!(blind.report().totals.wrong_capability, 0);
     }
 
     #[tokio::test]

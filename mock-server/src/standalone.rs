@@ -84,7 +84,8 @@ impl StandaloneInstance {
             allowed_origins: config.allowed_origins.clone(),
             check_host: config.listen.ip().is_loopback(),
         });
-        let oracle = Oracle::with_journal(index + 1, config.oracle_record_limit, store.clone());
+        let oracle = Oracle::with_journal(index + 1, config.oracle_record_limit, store.clone())
+            .expecting(config.expected_client_capabilities.clone());
         let env = Arc::new(InstanceEnv {
             index,
             settings,

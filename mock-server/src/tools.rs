@@ -301,6 +301,7 @@ async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
             side_effect: call.has_side_effect(),
             keyed,
             carried: modern.map(|m| (m.carried_hash, m.carried_capabilities)),
+            client_capabilities: &session.client_capabilities,
         })
     };
     let unrecorded =
@@ -533,6 +534,7 @@ async fn start_task(
     let side_effect = call.has_side_effect();
     let session_id = session.id.clone();
     let hash = session.capability_hash.clone();
+    let client_capabilities = session.client_capabilities.clone();
     let task_id = id.clone();
     inc.spawn_task(async move {
         let inc = work_inc;
@@ -550,6 +552,7 @@ async fn start_task(
                 side_effect,
                 keyed,
                 carried: carried.as_ref().map(|(h, c)| (h.as_str(), c)),
+                client_capabilities: &client_capabilities,
             })
             .await;
         let finish = |status, result, error| TaskRecord {

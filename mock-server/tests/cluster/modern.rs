@@ -256,6 +256,59 @@ async fn each_request_runs_under_the_context_it_carried_on_any_instance() {
     }
 }
 
+/// Judged only against what each request carried, a request carrying other capabilities than
+/// its client negotiated looks right (above: 0.7 passes). Told the capabilities the clients
+/// are configured with, the oracle flags it, on every instance; more capabilities are fine.
+#[tokio::test]
+async fn told_the_expected_capabilities_the_oracle_flags_a_request_carrying_others() {
+    let c = Cluster::start(ClusterConfig {
+        era: ClusterEra::Modern,
+        instances: 2,
+        idle_timeout: None,
+        expected_client_capabilities: Some(caps(0.2)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mcp = Mcp::new(c.url());
+    let mut more = caps(0.2);
+    more["elicitation"] = json!({});
+    let sent = [
+        ("right", caps(0.2)),
+        ("more", more),
+        ("hot", caps(1.0)),
+        ("bare", json!({})),
+    ];
+    for (i, (tag, carried)) in sent.iter().enumerate() {
+        let r = mcp
+            .modern_call(i as u64, "generate", json!({"prompt": "p"}), tag, carried)
+            .await;
+        // The instance runs under what the request carried, whatever the oracle expects.
+        assert_eq!(
+            result(&r)["structuredContent"]["temperature"],
+            if matches!(*tag, "hot" | "bare") {
+                1.0
+            } else {
+                0.2
+            },
+            "{tag}"
+        );
+    }
+    let o = c.oracle();
+    for (tag, wrong) in [
+        ("right", false),
+        ("more", false),
+        ("hot", true),
+        ("bare", true),
+    ] {
+        let e = o.executions_tagged(tag).next().unwrap();
+        assert_eq!(e.wrong_capability, wrong, "{tag}: {e:?}");
+        assert_eq!(e.unexpected_client_capabilities, wrong, "{tag}");
+    }
+    assert_eq!(o.totals.wrong_capability, 2);
+    c.shutdown().await;
+}
+
 #[tokio::test]
 async fn keys_are_deduplicated_across_instances_and_a_repeat_without_one_runs_again() {
     let c = cluster(Preset::Naive, 3, None).await;
@@ -301,7 +354,7 @@ async fn a_closed_stream_cancels_an_unkeyed_call_and_a_keyed_one_runs_on_to_its_
     assert_eq!(unkeyed.events.len(), 2, "two progress events, no ids");
     assert!(unkeyed.events.iter().all(|e| e.id.is_none()));
     // The 1000-step call stops once its stream is gone.
-    assert!(c.wait_idle(STEP).await, "the cancelled call went on");
+    assert!(c.wait_idle(STOPS).await, "the cancelled call went on");
 
     let short = json!({"steps": 4, "delay_ms": 5});
     let keyed = |id: u64| {
