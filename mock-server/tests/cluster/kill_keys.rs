@@ -162,7 +162,7 @@ async fn a_key_held_by_a_killed_instance_never_runs_again() {
         tokio::spawn(async move { cluster.kill_instance(0).await })
     };
     // The kill has aborted the call (nothing runs any more); its record is held at the gate.
-    assert!(cluster.wait_idle(STEP).await, "the killed call stopped");
+    assert!(cluster.wait_idle(STOPS).await, "the killed call stopped");
     assert!(!killer.is_finished());
 
     let again = mcp

@@ -16,6 +16,11 @@ pub const HASH_META: &str = "io.github.mcp-resume/capability-hash";
 /// Hang guard for every network step.
 pub const STEP: Duration = Duration::from_secs(10);
 
+/// How long a cancelled or killed call may take to stop. The tests' long calls (1000 steps
+/// of 10 ms) would run for 10 s on their own: a wait of [`STEP`] could see them end by
+/// themselves, this one only if they were stopped.
+pub const STOPS: Duration = Duration::from_secs(2);
+
 /// One SSE event as a client sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {

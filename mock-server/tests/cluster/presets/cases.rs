@@ -374,7 +374,7 @@ async fn replicated_rejects_resume_of_a_call_lost_with_its_instance() {
     assert!(slow.cut);
     assert!(c.kill_instance(0).await);
     assert!(
-        c.wait_idle(STEP).await,
+        c.wait_idle(STOPS).await,
         "the killed instance's call stopped"
     );
     let r = mcp.get(&sid, Some(&slow.last_event_id().unwrap())).await; // I1 (I0 is down)
@@ -634,10 +634,7 @@ async fn cancelled_notification_stops_the_call_on_its_instance() {
         reply.response().is_none(),
         "no response to a cancelled request"
     );
-    assert!(
-        c.wait_idle(Duration::from_secs(2)).await,
-        "the call stopped"
-    );
+    assert!(c.wait_idle(STOPS).await, "the call stopped");
     c.shutdown().await;
 }
 
