@@ -1,6 +1,8 @@
 //! The deployment under test, from real parts: a `redis-server`, three replica processes
 //! (the `replica` example: rmcp 3.11, with or without the guard), nginx in front (legacy
 //! sessions pinned by `Mcp-Session-Id`, everything else round-robin; idle streams cut).
+//! Besides the effect, the replicas count in Redis what shows a fault bit: a call's requests,
+//! its answers cut before they went, its runs finished, its runs a drain found in flight.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -77,9 +79,15 @@ impl Deployment {
 
     /// The side effects the tool applied for `tag` (Redis: the truth).
     pub(crate) async fn effects(&self, tag: &str) -> u64 {
+        self.count("effects", tag).await
+    }
+
+    /// The replicas' count of `what` for `tag` (see the `replica` example): `posts`,
+    /// `cut`, `done`, `drained`.
+    pub(crate) async fn count(&self, what: &str, tag: &str) -> u64 {
         let mut c = self.counter.clone();
         let n: Option<u64> = redis::cmd("GET")
-            .arg(format!("{}effects:{tag}", self.namespace))
+            .arg(format!("{}{what}:{tag}", self.namespace))
             .query_async(&mut c)
             .await
             .unwrap();
@@ -118,18 +126,22 @@ impl Deployment {
         let _ = child.start_kill();
     }
 
-    /// A rolling restart: each replica in turn drained (SIGTERM: in-flight calls finish),
-    /// then started again on its port as a new process.
-    pub(crate) async fn rolling_restart(&mut self) {
-        for i in 0..self.replicas.len() {
-            let mut child = self.replicas[i].child.take().unwrap();
-            signal(&child, libc::SIGTERM);
-            let exited = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-            assert!(exited.is_ok(), "replica {i} drained in time");
-            let port = self.replicas[i].port;
-            let child = spawn(self.guarded, &self.redis_url, &self.namespace, port).await;
-            self.replicas[i].child = Some(child);
-        }
+    /// A rolling restart's step on the replica with this pid: drained (SIGTERM: its
+    /// connections closed at once, its running calls let end), then started again on its port
+    /// as a new process.
+    pub(crate) async fn drain_and_restart(&mut self, pid: u32) {
+        let i = self
+            .replicas
+            .iter()
+            .position(|r| r.child.as_ref().and_then(Child::id) == Some(pid))
+            .expect("a replica with that pid");
+        let mut child = self.replicas[i].child.take().unwrap();
+        signal(&child, libc::SIGTERM);
+        let exited = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+        assert!(exited.is_ok(), "replica {i} drained in time");
+        let port = self.replicas[i].port;
+        let child = spawn(self.guarded, &self.redis_url, &self.namespace, port).await;
+        self.replicas[i].child = Some(child);
     }
 
     /// Starts again, on their ports, the replicas that died.

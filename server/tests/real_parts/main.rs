@@ -1,8 +1,9 @@
 //! Real servers, real parts: three rmcp 3.11 replicas (the `replica` example) behind nginx,
 //! sharing a `redis-server`; faults from the outside (nginx cutting idle streams mid-call, a
-//! rolling restart with graceful drain, `kill -9` of the replica running a call). The truth
-//! is the tool's own side-effect counter in Redis, joined per call with what the client
-//! reported.
+//! rolling restart's drain landing on the replica running a call, `kill -9` of the replica
+//! running a call). The truth is the tool's own side-effect counter in Redis, joined per call
+//! with what the client reported; the replicas' own counts show that each fault bit each call
+//! (its answer cut before it went, its run drained or killed mid-call, its re-sends).
 //!
 //! The same run with the guard and without it (the client then assuming the server
 //! deduplicates keys, as an application would for a server it trusts) is the README's table:
@@ -29,7 +30,8 @@ use deployment::Deployment;
 const CUT_DELAY_MS: u64 = 800;
 /// Long enough for the test to see the effect and kill the replica mid-call.
 const KILL_DELAY_MS: u64 = 500;
-/// Shorter than the idle timeout: only the drain interrupts these.
+/// Shorter than the idle timeout: only the drain interrupts these (it begins right after the
+/// effect, while the tool still waits).
 const DRAIN_DELAY_MS: u64 = 250;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +50,14 @@ struct Row {
     tag: String,
     reported: Reported,
     effects: u64,
+    /// Its `tools/call` requests that reached a replica (a re-send makes two).
+    posts: u64,
+    /// Its requests whose connection closed before their answer went.
+    cut: u64,
+    /// Its runs that reached their end.
+    done: u64,
+    /// Its runs a drain found in flight.
+    drained: u64,
 }
 
 impl Row {
@@ -92,6 +102,10 @@ async fn judge(d: &Deployment, fault: Fault, calls: &[Call], reported: Vec<Repor
             tag: call.tag.clone(),
             reported,
             effects: d.effects(&call.tag).await,
+            posts: d.count("posts", &call.tag).await,
+            cut: d.count("cut", &call.tag).await,
+            done: d.count("done", &call.tag).await,
+            drained: d.count("drained", &call.tag).await,
         });
     }
     rows
@@ -124,19 +138,48 @@ async fn kill(d: &mut Deployment, era: Era, run: &str) -> Vec<Row> {
     rows
 }
 
-/// A rolling restart (each replica drained with SIGTERM, then started again) while calls run.
+/// A rolling restart's step lands on each call: the replica running it is drained (SIGTERM)
+/// right after the call's effect, while the tool still waits, then started again. The drain
+/// closes the call's connection before its answer and lets its run end.
 async fn drain(d: &mut Deployment, era: Era, run: &str) -> Vec<Row> {
-    let calls = calls(era, Fault::Drain, DRAIN_DELAY_MS, run);
-    let url = d.url();
-    let guarded = d.guarded;
-    let made = join_all(calls.iter().map(|c| clients::make(c, &url, !guarded)));
-    let (reported, ()) = tokio::join!(made, async {
-        for c in &calls {
-            d.wait_effect(&c.tag).await;
+    let mut rows = Vec::new();
+    // One at a time: each drain lands on the one replica running its call.
+    for call in calls(era, Fault::Drain, DRAIN_DELAY_MS, run) {
+        let url = d.url();
+        let (reported, ()) = tokio::join!(clients::make(&call, &url, !d.guarded), async {
+            let pid = d.wait_effect(&call.tag).await;
+            d.drain_and_restart(pid).await;
+        });
+        rows.extend(judge(d, Fault::Drain, std::slice::from_ref(&call), vec![reported]).await);
+    }
+    rows
+}
+
+/// Whether the row's fault bit its call (an error saying how it did not): a fault that never
+/// interrupts anything proves nothing about the guard.
+fn bit(r: &Row) -> Result<(), String> {
+    let fail = |why: &str| Err(format!("{why}: {r:?}"));
+    match r.fault {
+        // nginx closed the stream before the answer; with nothing to resume in 2026-07-28, a
+        // keyed call was re-sent.
+        Fault::Cut if r.cut == 0 => fail("nginx never cut the call before its answer"),
+        Fault::Cut if r.keyed && r.era == Era::Modern && r.posts < 2 => {
+            fail("a keyed call cut in 2026-07-28 was never re-sent")
         }
-        d.rolling_restart().await;
-    });
-    judge(d, Fault::Drain, &calls, reported).await
+        // The drain found the run in flight, let it end, and closed the connection before the
+        // answer went: a keyed call was re-sent, an unkeyed one never got its answer.
+        Fault::Drain if r.drained == 0 => fail("the drain found the call's run ended"),
+        Fault::Drain if r.done == 0 => fail("the drained run did not end"),
+        Fault::Drain if r.cut == 0 => fail("the drain did not close the call before its answer"),
+        Fault::Drain if r.keyed && r.posts < 2 => fail("the drained keyed call was not re-sent"),
+        Fault::Drain if !r.keyed && !matches!(r.reported, Reported::Unknown(_)) => {
+            fail("an unkeyed call reported other than unknown after its answer was cut")
+        }
+        // The killed run never reached its end.
+        Fault::Kill if r.done >= r.effects => fail("the killed run ended"),
+        _ if !r.keyed && r.posts != 1 => fail("an unkeyed call was sent other than once"),
+        _ => Ok(()),
+    }
 }
 
 async fn run_all(guarded: bool) -> Vec<Row> {
@@ -215,6 +258,9 @@ async fn guarded_replicas_run_each_keyed_call_once_and_never_lie() {
             "an error: {what}"
         );
         assert_eq!(r.effects, 1, "never ran: {what}");
+        if let Err(why) = bit(r) {
+            panic!("{why}\n{}", table(true, &rows));
+        }
         match (r.fault, r.keyed) {
             // Its execution finished: exactly once, with its stored (first) answer.
             (Fault::Cut | Fault::Drain, true) => assert_eq!(r.reported, r.first_answer(), "{what}"),
@@ -230,14 +276,21 @@ async fn guarded_replicas_run_each_keyed_call_once_and_never_lie() {
 }
 
 /// Without the guard, a client that trusts the server to deduplicate re-sends keyed calls
-/// into a server that does not: the duplicates the guard prevents.
+/// into a server that does not: the duplicates the guard prevents, per fault and era where
+/// the fault leaves the client only a re-send (every fault but a 2025-11-25 cut, which the
+/// client resumes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn unguarded_replicas_run_resent_keyed_calls_twice() {
     let rows = run_all(false).await;
-    let twice = rows.iter().filter(|r| r.keyed && r.effects > 1).count();
-    assert!(twice > 0, "no duplicate without the guard?");
-    assert!(
-        rows.iter().all(|r| r.keyed || r.effects <= 1),
-        "the client never re-sends unkeyed calls"
-    );
+    for r in &rows {
+        let what = format!("{r:?}\n{}", table(false, &rows));
+        if let Err(why) = bit(r) {
+            panic!("{why}\n{what}");
+        }
+        if !r.keyed {
+            assert!(r.effects <= 1, "the client re-sent an unkeyed call: {what}");
+        } else if (r.fault, r.era) != (Fault::Cut, Era::Legacy) {
+            assert!(r.effects > 1, "a re-sent keyed call ran once: {what}");
+        }
+    }
 }
