@@ -5,9 +5,9 @@
 //! interrupted call is accounted for (finished, or reported with its arguments).
 //!
 //! The worker and the recovering process are this test binary run again
-//! (`restart::worker_process`, which does nothing unless `MCP_RESUME_WORKER` says what to
-//! do). One `redis-server` serves the whole binary, each test under identities of its own;
-//! it dies with the binary.
+//! (`restart::worker_process`, ignored: only the processes the tests spawn run it, with
+//! `MCP_RESUME_WORKER` saying what to do). One `redis-server` serves the whole binary, each
+//! test under identities of its own; it dies with the binary.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -170,8 +170,11 @@ fn client(orders: &Orders, answer: bool) -> Client {
         .unwrap()
 }
 
-/// This binary as a worker process (a no-op test otherwise).
+/// This binary as a worker process: the entry point of the processes the tests spawn, not a
+/// test of its own (ignored, so that a plain run does not count it; they run it with
+/// `--ignored --exact`).
 #[test]
+#[ignore = "the entry point of the worker processes the tests spawn"]
 fn worker_process() {
     let Ok(orders) = std::env::var(WORKER) else {
         return;
@@ -232,7 +235,12 @@ fn tag(entry: &LedgerEntry) -> &str {
 /// Starts this binary as a worker with `orders`.
 fn spawn(orders: &Orders) -> tokio::process::Child {
     tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["restart::worker_process", "--exact", "--nocapture"])
+        .args([
+            "restart::worker_process",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .args(["--test-threads", "1"])
         .env(WORKER, serde_json::to_string(orders).unwrap())
         .stdin(Stdio::null())

@@ -5,7 +5,8 @@
 //! re-sent (reported as `OutcomeUnknown`), every interrupted call accounted for.
 //!
 //! The worker and the recovering process are this test binary run again as
-//! `restart::ledger_worker` with its orders in an environment variable.
+//! `restart::ledger_worker` (ignored: only the processes the test spawns run it) with its
+//! orders in an environment variable.
 
 use std::io::Write as _;
 use std::process::Stdio;
@@ -55,8 +56,11 @@ fn client(orders: &Orders) -> Client {
         .unwrap()
 }
 
-/// This binary as a worker process (a no-op test otherwise).
+/// This binary as a worker process: the entry point of the processes the tests spawn, not a
+/// test of its own (ignored, so that a plain run does not count it; they run it with
+/// `--ignored --exact`).
 #[test]
+#[ignore = "the entry point of the worker processes the tests spawn"]
 fn ledger_worker() {
     let Ok(orders) = std::env::var(WORKER) else {
         return;
@@ -110,7 +114,12 @@ fn ledger_worker() {
 
 fn spawn(orders: &Orders) -> tokio::process::Child {
     tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["restart::ledger_worker", "--exact", "--nocapture"])
+        .args([
+            "restart::ledger_worker",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .args(["--test-threads", "1"])
         .env(WORKER, serde_json::to_string(orders).unwrap())
         .stdin(Stdio::null())
