@@ -27,8 +27,8 @@ use serde_json::{json, Map, Value};
 
 use crate::reissue_client::ReissueClient;
 use crate::workload::{
-    call_tagged, client_capabilities, row, tag, CallRecord, ClientKind, EventCollector, Row,
-    RunReport, WorkloadConfig,
+    call_tagged, client_capabilities, echoed_tag, row, tag, CallRecord, ClientKind, EventCollector,
+    Row, RunReport, WorkloadConfig,
 };
 
 /// The clients of the modern rows, in table order.
@@ -43,6 +43,11 @@ const CRASH_STEPS: u64 = 2;
 
 /// The cluster of a modern run: the preset in the 2026-07-28 era, the extension on (keys are
 /// deduplicated), every SSE stream cut after `cut_after_events` events.
+///
+/// Each request carries its client capabilities and the instance runs under exactly those,
+/// so the oracle cannot learn the right ones from a request: it is told them here, and flags
+/// an execution whose request carried others. An unknown record cannot happen in this era
+/// (a `commit` of a handle no instance knows is refused, never run), so `unkrec` stays 0.
 pub(crate) fn modern_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
     ClusterConfig {
         preset,
@@ -52,6 +57,7 @@ pub(crate) fn modern_cluster_config(preset: Preset, cfg: &WorkloadConfig) -> Clu
         idle_timeout: None,
         cut_after_events: Some(cfg.cut_after_events),
         cut_style: CutStyle::Abort,
+        expected_client_capabilities: Some(client_capabilities()),
         ..ClusterConfig::default()
     }
 }
@@ -192,20 +198,26 @@ impl Calls<'_> {
         t
     }
 
+    /// Records the outcome: `structuredContent` and the tag the result echoed, or the error.
     fn record(
         &mut self,
         tag: String,
         tool: &'static str,
         keyed: bool,
-        outcome: Result<Value, mcp_resume::ErrorKind>,
+        answer: Result<(Value, Option<String>), mcp_resume::ErrorKind>,
         started: Instant,
     ) -> Option<Value> {
+        let (outcome, echoed_tag) = match answer {
+            Ok((value, echoed)) => (Ok(value), echoed),
+            Err(kind) => (Err(kind), None),
+        };
         self.calls.push(CallRecord {
             tag,
             tool,
             keyed,
             outcome: outcome.clone(),
             elapsed: started.elapsed(),
+            echoed_tag,
         });
         outcome.ok()
     }
@@ -262,9 +274,11 @@ impl ModernCaller for ReissueCaller<'_> {
         let started = Instant::now();
         let outcome = self.client.call_tool(tool, args, m).await;
         self.reissued += u64::from(outcome.reissued);
-        let result = outcome
-            .result
-            .map(|r| r.get("structuredContent").cloned().unwrap_or(Value::Null));
+        let result = outcome.result.map(|r| {
+            let echoed = echoed_tag(r.get("_meta"));
+            let value = r.get("structuredContent").cloned().unwrap_or(Value::Null);
+            (value, echoed)
+        });
         self.calls.record(tag, tool, keyed, result, started)
     }
 }

@@ -217,16 +217,29 @@ impl WorkloadCaller for Agent<'_> {
         let started = Instant::now();
         let outcome =
             match tokio::time::timeout(self.call_timeout, self.service.call_tool(params)).await {
-                Ok(Ok(result)) => Ok(result.structured_content.unwrap_or(Value::Null)),
+                Ok(Ok(result)) => Ok((
+                    result.structured_content.unwrap_or(Value::Null),
+                    result
+                        .meta
+                        .as_deref()
+                        .and_then(|m| m.get(meta::TAG))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                )),
                 Ok(Err(error)) => Err(error_kind(&error)),
                 Err(_) => Err(ErrorKind::Timeout),
             };
+        let (outcome, echoed_tag) = match outcome {
+            Ok((value, echoed)) => (Ok(value), echoed),
+            Err(kind) => (Err(kind), None),
+        };
         self.calls.push(CallRecord {
             tag,
             tool,
             keyed,
             outcome: outcome.clone(),
             elapsed: started.elapsed(),
+            echoed_tag,
         });
         outcome.ok()
     }

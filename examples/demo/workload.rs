@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use mcp_resume::{Client, ClientBuilder, ErrorKind, ReconnectPolicy, SessionEvent, ToolCall};
 use mock_server::context::meta;
-use mock_server::{Cluster, ClusterConfig, CutStyle, OracleReport, Preset};
+use mock_server::{Cluster, ClusterConfig, CutStyle, ExecutionRecord, OracleReport, Preset};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -100,7 +100,9 @@ impl Default for WorkloadConfig {
 }
 
 /// The cluster configuration of a run: the preset with the extension on, its own routing
-/// (round-robin except `sticky`), and the cut that hits the `slow` call.
+/// (round-robin except `sticky`), and the cut that hits the `slow` call. The oracle is told
+/// the capabilities every client of the workload negotiates: an execution under any others
+/// is a wrong capability, whatever its session or request said.
 pub(crate) fn cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterConfig {
     ClusterConfig {
         preset,
@@ -109,6 +111,7 @@ pub(crate) fn cluster_config(preset: Preset, cfg: &WorkloadConfig) -> ClusterCon
         idle_timeout: None,
         cut_after_events: Some(cfg.cut_after_events),
         cut_style: CutStyle::Abort,
+        expected_client_capabilities: Some(client_capabilities()),
         ..ClusterConfig::default()
     }
 }
@@ -162,6 +165,59 @@ pub(crate) struct CallRecord {
     pub outcome: Result<Value, ErrorKind>,
     /// Time from the call to its completion.
     pub elapsed: Duration,
+    /// On success, the tag the result's `_meta` echoed (None: it echoed none). The cluster
+    /// echoes the tag of the call it answered, so an answer echoing another tag, or none, was
+    /// not this call's.
+    pub echoed_tag: Option<String>,
+}
+
+/// The tag a result's `_meta` echoed.
+pub(crate) fn echoed_tag(meta: Option<&Value>) -> Option<String> {
+    meta.and_then(|m| m.get(meta::TAG))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// Why the oracle's record of an execution makes it wrong, if it does.
+fn execution_flaw(e: &ExecutionRecord) -> Option<&'static str> {
+    if e.wrong_capability {
+        Some("ran under the wrong capabilities")
+    } else if e.unknown_record {
+        Some("ran against an unknown record")
+    } else if e.duplicate_side_effect {
+        Some("ran its side effect twice")
+    } else {
+        None
+    }
+}
+
+/// Why a call the client reported as a success is a silent wrong answer, or None when it is
+/// not one (or did not succeed): its answer echoed another tag than the call's own, or none
+/// (it was handed another call's answer); nothing ran under its tag (the answer cannot be
+/// its own); one of its executions ran under the wrong capabilities, against an unknown
+/// record, or repeated a side effect; or it is a `generate` whose temperature is not the
+/// negotiated [`TEMPERATURE`].
+pub(crate) fn wrong_answer(call: &CallRecord, oracle: &OracleReport) -> Option<String> {
+    let Ok(value) = &call.outcome else {
+        return None;
+    };
+    if call.echoed_tag.as_deref() != Some(call.tag.as_str()) {
+        return Some(format!("answer echoed tag {:?}", call.echoed_tag));
+    }
+    let mut ran = false;
+    for e in oracle.executions_tagged(&call.tag) {
+        ran = true;
+        if let Some(flaw) = execution_flaw(e) {
+            return Some(format!("instance {} {flaw}", e.instance));
+        }
+    }
+    if !ran {
+        return Some("no execution recorded under its tag".to_owned());
+    }
+    if call.tool == "generate" && value.get("temperature") != Some(&json!(TEMPERATURE)) {
+        return Some(format!("generated at temperature {}", value["temperature"]));
+    }
+    None
 }
 
 /// Everything a run produced: the client's view, its events, and the oracle's truth.
@@ -220,7 +276,8 @@ impl<'a> Agent<'a> {
 }
 
 /// One workload call through mcp-resume: `tag` in its `_meta` (and as its progress token when
-/// `progress`), a fresh idempotency key when `keyed`; `structuredContent`, or the error's kind.
+/// `progress`), a fresh idempotency key when `keyed`; `structuredContent` and the tag the
+/// result echoed, or the error's kind.
 pub(crate) async fn call_tagged(
     client: &Client,
     tool: &str,
@@ -228,7 +285,7 @@ pub(crate) async fn call_tagged(
     tag: &str,
     keyed: bool,
     progress: bool,
-) -> Result<Value, ErrorKind> {
+) -> Result<(Value, Option<String>), ErrorKind> {
     let mut call = ToolCall::new(tool, args).meta(meta::TAG, json!(tag));
     if keyed {
         call = call.random_idempotency_key();
@@ -239,7 +296,10 @@ pub(crate) async fn call_tagged(
     client
         .call_tool(call)
         .await
-        .map(|r| r.structured_content.unwrap_or(Value::Null))
+        .map(|r| {
+            let echoed = echoed_tag(r.meta.as_ref());
+            (r.structured_content.unwrap_or(Value::Null), echoed)
+        })
         .map_err(|e| e.kind())
 }
 
@@ -247,13 +307,18 @@ impl WorkloadCaller for Agent<'_> {
     async fn call(&mut self, tool: &'static str, args: Value, keyed: bool) -> Option<Value> {
         let tag = tag(self.preset, self.kind, self.calls.len(), tool);
         let started = Instant::now();
-        let outcome = call_tagged(self.client, tool, args, &tag, keyed, tool == "slow").await;
+        let answer = call_tagged(self.client, tool, args, &tag, keyed, tool == "slow").await;
+        let (outcome, echoed_tag) = match answer {
+            Ok((value, echoed)) => (Ok(value), echoed),
+            Err(kind) => (Err(kind), None),
+        };
         self.calls.push(CallRecord {
             tag,
             tool,
             keyed,
             outcome: outcome.clone(),
             elapsed: started.elapsed(),
+            echoed_tag,
         });
         outcome.ok()
     }
@@ -400,9 +465,10 @@ pub(crate) struct Row {
     pub calls: u64,
     /// Calls that ended in success.
     pub ok: u64,
-    /// Calls the client reported as success while the oracle recorded, for their tag, an
-    /// execution under the wrong capabilities, against an unknown record, or a duplicate
-    /// side effect.
+    /// Calls the client reported as success with a wrong answer ([`wrong_answer`]): another
+    /// call's answer, or none of its own ran, or the oracle recorded for its tag an execution
+    /// under the wrong capabilities, against an unknown record, or a duplicate side effect,
+    /// or a `generate` at another temperature than negotiated.
     pub silent_wrong: u64,
     /// Oracle: executions of this run's calls under the wrong capabilities.
     pub wrong_capability: u64,
@@ -456,7 +522,6 @@ pub(crate) fn row(report: &RunReport) -> Row {
         *row.errors.entry(format!("connect:{kind}")).or_default() += 1;
     }
     for call in &report.calls {
-        let mut wrong = false;
         for exec in oracle.executions_tagged(&call.tag) {
             row.wrong_capability += u64::from(exec.wrong_capability);
             row.unknown_record += u64::from(exec.unknown_record);
@@ -464,12 +529,11 @@ pub(crate) fn row(report: &RunReport) -> Row {
             if call.keyed {
                 row.duplicate_keyed += u64::from(exec.duplicate_side_effect);
             }
-            wrong |= exec.wrong_capability || exec.unknown_record || exec.duplicate_side_effect;
         }
         match call.outcome {
             Ok(_) => {
                 row.ok += 1;
-                row.silent_wrong += u64::from(wrong);
+                row.silent_wrong += u64::from(wrong_answer(call, oracle).is_some());
             }
             Err(kind) => {
                 *row.errors.entry(kind.as_str().to_owned()).or_default() += 1;
@@ -565,8 +629,10 @@ pub(crate) fn render_table(rows: &[Row]) -> String {
     );
     let _ = writeln!(
         out,
-        "\nSILENT: the client said success, the oracle says the call ran under the wrong \
-         capabilities, against an unknown record, or twice.\nwcap/unkrec/dup: oracle counts \
+        "\nSILENT: the client said success, and the answer was another call's (its tag), none of \
+         its own ran, the oracle says the call ran under the wrong capabilities, against an \
+         unknown record, or twice, or a generate answered at another temperature than \
+         negotiated.\nwcap/unkrec/dup: oracle counts \
          for the run's calls. re-init: initialize requests beyond the first (oracle).\n\
          resent/unknown: calls re-sent / ended OutcomeUnknown (client; rmcp: tools/call POSTs \
          of a tag beyond its first).\ndeadline: the demo's deadline ended an rmcp call (rmcp \
@@ -630,9 +696,10 @@ pub(crate) fn render_calls(report: &RunReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "== {} / {}", report.preset, report.client.as_str());
     for call in &report.calls {
-        let outcome = match &call.outcome {
-            Ok(v) => format!("ok {v}"),
-            Err(kind) => format!("error {kind}"),
+        let outcome = match (&call.outcome, wrong_answer(call, &report.oracle)) {
+            (Ok(v), None) => format!("ok {v}"),
+            (Ok(v), Some(why)) => format!("ok {v} WRONG: {why}"),
+            (Err(kind), _) => format!("error {kind}"),
         };
         let execs: Vec<String> = report
             .oracle

@@ -12,22 +12,60 @@ use modern::{run_modern, MODERN_CLIENTS};
 use serde_json::Value;
 use workload::{
     render_json, row, run_one, uncut_cluster_config, ClientKind, RunReport, WorkloadConfig,
+    TEMPERATURE,
 };
 
-/// The calls the client reported as success while the oracle says they went wrong.
+/// The calls the client reported as success with a wrong answer: one that echoed another
+/// tag than the call's (or none), one for which the oracle recorded no execution under the
+/// call's tag, one whose execution the oracle flags, or a `generate` at another temperature
+/// than the one the client negotiated.
 fn silent_wrong_calls(report: &RunReport) -> Vec<String> {
+    assert!(
+        report.oracle.executions_complete(),
+        "the join needs every execution"
+    );
     report
         .calls
         .iter()
         .filter(|c| c.outcome.is_ok())
         .filter(|c| {
-            report
-                .oracle
-                .executions_tagged(&c.tag)
-                .any(|e| e.wrong_capability || e.unknown_record || e.duplicate_side_effect)
+            let mut execs = report.oracle.executions_tagged(&c.tag).peekable();
+            let not_its_own = c.echoed_tag.as_deref() != Some(c.tag.as_str());
+            let none_ran = execs.peek().is_none();
+            let flagged =
+                execs.any(|e| e.wrong_capability || e.unknown_record || e.duplicate_side_effect);
+            let cold = c.tool == "generate"
+                && c.outcome
+                    .as_ref()
+                    .is_ok_and(|v| v["temperature"] != TEMPERATURE);
+            not_its_own || none_ran || flagged || cold
         })
-        .map(|c| format!("{} -> {:?}", c.tag, c.outcome))
+        .map(|c| format!("{} -> {:?} (echoed {:?})", c.tag, c.outcome, c.echoed_tag))
         .collect()
+}
+
+/// Every call reported as a success got its own answer (the result echoed the call's tag,
+/// something ran under that tag), and every `generate` among them answered at the
+/// temperature the client negotiated.
+fn assert_answers_are_their_own(label: &str, report: &RunReport) {
+    for c in report.calls.iter().filter(|c| c.outcome.is_ok()) {
+        assert_eq!(
+            c.echoed_tag.as_deref(),
+            Some(c.tag.as_str()),
+            "{label}: another call's answer: {c:?}"
+        );
+        assert!(
+            report.oracle.executions_tagged(&c.tag).next().is_some(),
+            "{label}: nothing ran for {c:?}"
+        );
+        if c.tool == "generate" {
+            assert_eq!(
+                c.outcome.as_ref().unwrap()["temperature"],
+                TEMPERATURE,
+                "{label}: {c:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -42,6 +80,7 @@ async fn stock_like_client_on_naive_gives_silent_wrong_answers() {
     assert!(report.connect.is_ok(), "{:?}", report.connect);
     // The seed's failure: success reported, wrong context underneath, no error anywhere.
     assert!(r.silent_wrong > 0, "{r:?}");
+    assert_eq!(silent_wrong_calls(&report).len() as u64, r.silent_wrong);
     assert!(report.oracle.totals.wrong_capability > 0, "{r:?}");
     assert!(
         report.oracle.totals.sessions_made_up > 0,
@@ -77,6 +116,7 @@ async fn resume_aware_has_no_silent_wrong_answers() {
         if !wrong.is_empty() || r.silent_wrong != 0 {
             failures.push(format!("{preset}: {wrong:?}"));
         }
+        assert_answers_are_their_own(preset.as_str(), &report);
         // Keyed side effects never ran twice, whatever the preset.
         assert_eq!(r.duplicate_keyed, 0, "{preset}: {r:?}");
         // Every call ends exactly once: the workload recorded one outcome per call.
@@ -137,6 +177,7 @@ async fn rmcp_over_the_bridge_has_no_silent_wrong_answers() {
             "{preset}: silent wrong answers {wrong:#?}"
         );
         assert_eq!(r.silent_wrong, 0, "{preset}: {r:?}");
+        assert_answers_are_their_own(preset.as_str(), report);
         assert_eq!(r.duplicate_keyed, 0, "{preset}: {r:?}");
         let failed: Vec<_> = report.calls.iter().filter(|c| c.outcome.is_err()).collect();
         match preset {
@@ -219,6 +260,7 @@ async fn rmcp_on_strict_loses_the_cut_call_to_the_deadline() {
     assert_eq!(report.oracle.totals.initializes, 2, "{r:?}");
     assert_eq!(r.ok, r.calls - 1, "{r:?}");
     assert_eq!(r.silent_wrong, 0, "{r:?}");
+    assert_answers_are_their_own("strict", report);
     assert_eq!(r.duplicate_side_effects, 0, "{r:?}");
 }
 
@@ -243,11 +285,9 @@ async fn rmcp_runs_the_same_workload() {
             call.tag
         );
     }
-    // The negotiated temperature reached the server.
-    assert!(rmcp.report.calls.iter().any(|c| c.tool == "generate"
-        && c.outcome
-            .as_ref()
-            .is_ok_and(|v| v["temperature"] == workload::TEMPERATURE)));
+    // The negotiated temperature reached the server, and each answer was its call's own.
+    assert!(rmcp.report.calls.iter().any(|c| c.tool == "generate"));
+    assert_answers_are_their_own("sticky", &rmcp.report);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,8 +307,12 @@ async fn modern_era_resume_aware_never_repeats_an_effect_and_says_what_it_cannot
             "{preset}: {:?}",
             silent_wrong_calls(report)
         );
+        // The oracle was told the capabilities the client is configured with: every request
+        // carried them (an unknown record cannot happen in this era: a `commit` of a handle
+        // nobody knows is refused, never run).
         assert_eq!(t.wrong_capability, 0, "{preset}: {t:?}");
         assert_eq!(t.unknown_record, 0, "{preset}: {t:?}");
+        assert_answers_are_their_own(preset.as_str(), report);
         // Each crashed call applied its effect once; neither can be proven, so neither is
         // re-run nor reported as success: the unkeyed one because it has no key, the keyed
         // one because its key's first execution died with its instance.
@@ -295,6 +339,8 @@ async fn modern_era_resume_aware_never_repeats_an_effect_and_says_what_it_cannot
         assert!(slow.outcome.is_ok(), "{preset}: {slow:?}");
         assert_eq!(report.oracle.executions_tagged(&slow.tag).count(), 1);
         assert!(r.resent > 0, "{preset}: {r:?}");
+        // The re-issue reached the cluster and was answered from the key's stored outcome.
+        assert!(t.idempotent_replays >= 1, "{preset}: {t:?}");
         // Every call ended exactly once.
         let mut tags: Vec<&str> = report.calls.iter().map(|c| c.tag.as_str()).collect();
         tags.sort_unstable();

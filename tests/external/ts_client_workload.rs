@@ -158,6 +158,7 @@ async fn run_preset(preset: Preset, cfg: &WorkloadConfig) -> TsRun {
                 Err(ErrorKind::Transport)
             },
             elapsed: Duration::from_secs_f64(c["elapsedMs"].as_f64().unwrap_or(0.0) / 1000.0),
+            echoed_tag: c["echoedTag"].as_str().map(str::to_owned),
         })
         .collect();
     TsRun {
