@@ -421,23 +421,28 @@ async fn json_rendering_has_the_documented_fields() {
     assert_eq!(parsed[1]["calls"], rows[1].calls);
 }
 
-/// The built demo binary, next to this test's binary (`target/<profile>/examples/demo`).
-fn demo_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let profile_dir = exe.parent()?.parent()?;
-    let bin = profile_dir
+/// The demo binary, next to this test's binary (`target/<profile>/examples/demo`).
+fn demo_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary lives in target/<profile>/deps");
+    profile_dir
         .join("examples")
-        .join(format!("demo{}", std::env::consts::EXE_SUFFIX));
-    bin.is_file().then_some(bin)
+        .join(format!("demo{}", std::env::consts::EXE_SUFFIX))
 }
 
 #[test]
 fn demo_binary_prints_one_json_document() {
-    // `cargo test` builds the examples; a run limited to this test target may not have.
-    let Some(bin) = demo_binary() else {
-        eprintln!("demo binary not built (run `cargo build --example demo`); skipped");
-        return;
-    };
+    // `cargo test` builds the examples; a run limited to this test target does not, and must
+    // build the demo first rather than pass without running it.
+    let bin = demo_binary();
+    assert!(
+        bin.is_file(),
+        "{} is not built: run `cargo build --example demo` (or the whole `cargo test`)",
+        bin.display()
+    );
     let out = Command::new(&bin)
         .arg("--json")
         .output()
