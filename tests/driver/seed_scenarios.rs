@@ -832,10 +832,13 @@ const GAP_SEED: u64 = 5;
 /// "The agent executed three tool calls under the wrong capability set": several calls in
 /// flight at once on a `naive` cluster. One answer under a made-up context starts a
 /// re-initialization; the answers to the other calls, sent on the old session, must still
-/// be checked against the context they were sent under.
+/// be checked against the context they were sent under. A success must be the call's own
+/// answer (the result echoes its tag, and something ran under that tag), produced at the
+/// negotiated temperature, by no execution the oracle flags.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_never_succeed_under_the_wrong_context() {
     let mut wrong = Vec::new();
+    let mut succeeded = 0;
     for round in 0..5 {
         let bench = Bench::start(cluster(Preset::Naive), |b| b).await;
         let calls = (0..9).map(|i| {
@@ -850,18 +853,38 @@ async fn concurrent_calls_never_succeed_under_the_wrong_context() {
         });
         let results = futures::future::join_all(calls).await;
         let seen = bench.finish().await;
+        assert!(seen.oracle.executions_complete());
         for (tag, r) in results {
-            let ran_wrong = seen
-                .oracle
-                .executions_tagged(&tag)
-                .any(|e| e.wrong_capability);
-            if let (Ok(r), true) = (&r, ran_wrong) {
-                wrong.push(format!("{tag}: {:?}", r.structured_content));
+            let Ok(r) = &r else { continue };
+            succeeded += 1;
+            let echoed = r
+                .meta
+                .as_ref()
+                .and_then(|m| m.get(meta::TAG))
+                .and_then(Value::as_str);
+            let mut execs = seen.oracle.executions_tagged(&tag).peekable();
+            let none_ran = execs.peek().is_none();
+            let ran_wrong = execs.any(|e| e.wrong_capability);
+            let temperature = r
+                .structured_content
+                .as_ref()
+                .and_then(|v| v.get("temperature"));
+            if echoed != Some(tag.as_str())
+                || none_ran
+                || ran_wrong
+                || temperature != Some(&json!(TEMPERATURE))
+            {
+                wrong.push(format!(
+                    "{tag}: echoed {echoed:?}, ran: {}, wrong context: {ran_wrong}, {:?}",
+                    !none_ran, r.structured_content
+                ));
             }
         }
     }
     assert!(
         wrong.is_empty(),
-        "success reported for calls that ran under the wrong context: {wrong:?}"
+        "success reported for calls that did not get their own answer, under the negotiated \
+         context: {wrong:?}"
     );
+    assert!(succeeded > 0, "some calls succeeded");
 }
