@@ -45,6 +45,9 @@ class Call:
     keyed: bool
     result: Any = None
     error: McpResumeError | None = None
+    # On success, the tag the result's `_meta` echoed: the cluster echoes the tag of the
+    # call it answered, so another tag (or none) means another call's answer.
+    echoed: str | None = None
 
 
 @dataclass
@@ -59,14 +62,25 @@ class Run:
         return [e for e in self.oracle["executions"] if e.get("tag") == tag]
 
     def silent_wrong(self) -> list[str]:
-        """Calls reported as success whose execution the oracle says was wrong."""
+        """Calls reported as success with a wrong answer: another call's (the result echoed
+        another tag, or none), one for which nothing ran under the call's tag, one whose
+        execution the oracle says was wrong, or a `generate` at another temperature than
+        the negotiated one."""
         wrong = []
         for call in self.calls:
             if call.error is not None:
                 continue
-            for e in self.executions(call.tag):
-                if e["wrong_capability"] or e["unknown_record"] or e["duplicate_side_effect"]:
-                    wrong.append(call.tag)
+            runs = self.executions(call.tag)
+            if (
+                call.echoed != call.tag
+                or not runs
+                or any(
+                    e["wrong_capability"] or e["unknown_record"] or e["duplicate_side_effect"]
+                    for e in runs
+                )
+                or (call.tool == "generate" and call.result != {"temperature": TEMPERATURE})
+            ):
+                wrong.append(f"{call.tag} (echoed {call.echoed!r}): {call.result!r}")
         return wrong
 
     def duplicate_keyed(self) -> int:
@@ -134,6 +148,7 @@ async def run_workload(url: str, preset: str, rounds: int = 4) -> Run:
                 meta={TAG: tag},
             )
             record.result = result.structured_content
+            record.echoed = (result.meta or {}).get(TAG)
             return result.structured_content
         except McpResumeError as e:
             record.error = e

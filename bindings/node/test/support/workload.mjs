@@ -11,7 +11,8 @@ import { IDEMPOTENCY_META_KEY, ResumeTransport } from "../../index.js";
 
 export const TAG = "io.github.mcp-resume/tag";
 /** The demo's configuration: its sampling temperature, deadline, rounds and slow call. */
-export const CAPABILITIES = { experimental: { sampling: { temperature: 0.2 } } };
+export const TEMPERATURE = 0.2;
+export const CAPABILITIES = { experimental: { sampling: { temperature: TEMPERATURE } } };
 const DEADLINE_MS = 3000;
 const ROUNDS = 4;
 
@@ -54,7 +55,11 @@ export async function runWorkload(url, preset, client) {
         return null;
       }
       record.ok = true;
-      return result.structuredContent ?? null;
+      record.structuredContent = result.structuredContent ?? null;
+      // The cluster echoes the tag of the call it answered: another tag (or none) means
+      // another call's answer.
+      record.echoedTag = result._meta?.[TAG] ?? null;
+      return record.structuredContent;
     } catch (error) {
       record.error = label(error);
       return null;
@@ -79,11 +84,21 @@ export async function runWorkload(url, preset, client) {
   return run;
 }
 
-/** The run joined with the oracle: counts per the demo's table. */
+/**
+ * The run joined with the oracle: counts per the demo's table. A success is a silent wrong
+ * answer when it is another call's (the result echoed another tag, or none), when nothing ran
+ * under the call's tag, when the oracle says one of its executions was wrong, or when it is
+ * a `generate` at another temperature than the negotiated one.
+ */
 export function judge(run, oracle) {
   const executions = (tag) => oracle.executions.filter((e) => e.tag === tag);
   const wrong = (e) => e.wrong_capability || e.unknown_record || e.duplicate_side_effect;
-  const silent = run.calls.filter((c) => c.ok && executions(c.tag).some(wrong));
+  const wrongAnswer = (c) =>
+    c.echoedTag !== c.tag ||
+    executions(c.tag).length === 0 ||
+    executions(c.tag).some(wrong) ||
+    (c.tool === "generate" && c.structuredContent?.temperature !== TEMPERATURE);
+  const silent = run.calls.filter((c) => c.ok && wrongAnswer(c));
   const failed = run.calls.filter((c) => !c.ok);
   const errors = {};
   for (const c of failed) errors[c.error] = (errors[c.error] ?? 0) + 1;
