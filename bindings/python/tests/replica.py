@@ -13,13 +13,18 @@ Kinds:
 
 Its tool ``bump {tag, delay_ms}`` applies a side effect first (``INCR effects:<tag>`` in
 Redis, the truth the tests read, and ``ran:<tag>`` = its pid), waits ``delay_ms`` (a call to
-cut, drain or kill after its effect), then counts its finish (``INCR done:<tag>``). ``echo {text}`` touches nothing (the
-benchmark's call).
+cut, drain or kill after its effect), then counts its finish (``INCR done:<tag>``). ``echo
+{text}`` touches nothing (the benchmark's call). What the tests read to know a drain bit, per
+tag: ``posts:<tag>``, the ``tools/call`` requests that reached a replica (a re-send makes two);
+``cut:<tag>``, those whose connection a drain closed before their answer went;
+``drained:<tag>``, the runs in flight when a drain began.
 
 Prints ``http://127.0.0.1:PORT/mcp`` on its first stdout line once it listens. SIGTERM drains
-it (no new connections, every call in flight answered, then the streams that never end by
-themselves closed: ``DrainingServer``); SIGKILL is a crash; it exits when its stdin closes, so
-a test that dies leaves no replica behind.
+it as a shutdown that does not wait for open responses does: no new connections, every open
+one closed at once (a client whose answer had not come must come back elsewhere), the calls
+already running let go on to their end (and the guard store their answers), then the rest of
+the shutdown (``DrainingServer``); SIGKILL is a crash; it exits when its stdin closes, so a
+test that dies leaves no replica behind.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -74,19 +80,26 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-#: How long a drain waits for the calls in flight before it ends their streams anyway.
+#: How long a drain waits for the calls in flight to end before it shuts down anyway.
 DRAIN_S = 10.0
+
+#: The tags of the tool runs in flight (one entry per run).
+RUNNING: list[str] = []
 
 
 class InFlight:
     """Counts the POSTs being answered. It wraps the guard too, so a keyed call counts until
-    the guard has stored its answer."""
+    the guard has stored its answer. It counts each ``tools/call`` that reaches it
+    (``posts:<tag>``) and knows which have not sent their answer yet."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, redis: Redis) -> None:
         self.app = app
+        self.redis = redis
         self.count = 0
         self.idle = asyncio.Event()
         self.idle.set()
+        #: The ``tools/call``s whose answer has not gone: their tags.
+        self.unanswered: dict[int, str] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -94,22 +107,64 @@ class InFlight:
         self.count += 1
         self.idle.clear()
         try:
-            await self.app(scope, receive, send)
+            await self.post(scope, receive, send)
         finally:
             self.count -= 1
             if self.count == 0:
                 self.idle.set()
 
+    async def post(self, scope: Any, receive: Any, send: Any) -> None:
+        # The body read first (to name the call), then handed on as it came.
+        messages = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        body = b"".join(m.get("body", b"") for m in messages)
+        try:
+            request = json.loads(body) if b'"tag"' in body else {"method": None}
+            tag = (
+                request["params"]["arguments"]["tag"]
+                if request["method"] == "tools/call"
+                else None
+            )
+        except (ValueError, KeyError, TypeError):
+            tag = None
+        if not isinstance(tag, str):
+            tag = None
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        if tag is None:
+            return await self.app(scope, replay, send)
+        await self.redis.run(["INCR", f"posts:{tag}"])
+        me = id(messages)
+        self.unanswered[me] = tag
+
+        async def watch(message: Any) -> None:
+            if message["type"] == "http.response.body" and (
+                b'"result"' in message.get("body", b"") or not message.get("more_body")
+            ):
+                self.unanswered.pop(me, None)
+            await send(message)
+
+        try:
+            await self.app(scope, replay, watch)
+        finally:
+            self.unanswered.pop(me, None)
+
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn whose graceful shutdown lets SSE answers finish too.
+    """uvicorn whose shutdown closes every connection at once and lets the calls running end.
 
-    sse_starlette, which streams the ``mcp`` server's SSE answers, ends every open SSE response
-    within half a second of SIGTERM unless told not to: a call in flight then loses its answer
-    although its run goes on to the end (under the guard an honest ``OutcomeUnknown``, but not
-    what a rolling restart should do). Here sse_starlette is told not to, and a shutdown stops
-    accepting, waits until no POST is in flight, and only then lets sse_starlette end the
-    streams that never end by themselves (GET streams) before uvicorn's own shutdown."""
+    A shutdown stops accepting, names the runs in flight (``drained:<tag>``) and the calls whose
+    answer had not gone (``cut:<tag>``), closes every open connection (their clients come back
+    elsewhere), and waits until no POST is in flight and no run is left (a keyed call's until
+    the guard stored its answer): the lifespan's shutdown, after, would cancel them. sse_starlette
+    is told not to end SSE responses at SIGTERM by itself (the calls' runs must not hear it);
+    it ends the streams left (GET streams) when uvicorn's own shutdown begins."""
 
     def __init__(self, config: uvicorn.Config, in_flight: InFlight) -> None:
         from sse_starlette.sse import AppStatus
@@ -123,8 +178,21 @@ class DrainingServer(uvicorn.Server):
 
         for server in self.servers:
             server.close()
+        redis = self.in_flight.redis
+        for tag in list(RUNNING):
+            await redis.run(["INCR", f"drained:{tag}"])
+        for tag in list(self.in_flight.unanswered.values()):
+            await redis.run(["INCR", f"cut:{tag}"])
+        for connection in list(self.server_state.connections):
+            connection.transport.close()
+
+        async def ended() -> None:
+            await self.in_flight.idle.wait()
+            while RUNNING:
+                await asyncio.sleep(0.01)
+
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.in_flight.idle.wait(), DRAIN_S)
+            await asyncio.wait_for(ended(), DRAIN_S)
         AppStatus.should_exit = True
         await super().shutdown(sockets)
 
@@ -225,13 +293,20 @@ def lowlevel_app(redis: Redis) -> Any:
 
 
 async def effect(redis: Redis, tag: str, delay_ms: int) -> str:
-    replies = await redis.run(["INCR", f"effects:{tag}"], ["SET", f"ran:{tag}", str(os.getpid())])
-    n = int(replies[0][1:].strip())
-    if delay_ms > 0:
-        await asyncio.sleep(delay_ms / 1000)
-    # The run finished (its answer is about to go): a call that died mid-run never gets here.
-    await redis.run(["INCR", f"done:{tag}"])
-    return f"{tag}:{n}"
+    RUNNING.append(tag)
+    try:
+        replies = await redis.run(
+            ["INCR", f"effects:{tag}"], ["SET", f"ran:{tag}", str(os.getpid())]
+        )
+        n = int(replies[0][1:].strip())
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
+        # The run finished (its answer is about to go): a call that died mid-run never gets
+        # here.
+        await redis.run(["INCR", f"done:{tag}"])
+        return f"{tag}:{n}"
+    finally:
+        RUNNING.remove(tag)
 
 
 def name_sessions(prefix: str) -> None:
@@ -263,7 +338,7 @@ def main() -> None:
             instance_id=f"replica-{args.port}-{os.getpid()}",
             lease=args.lease,
         )
-    in_flight = InFlight(app)
+    in_flight = InFlight(app, redis)
     config = uvicorn.Config(
         in_flight, host="127.0.0.1", port=args.port, log_level="warning", lifespan="on"
     )

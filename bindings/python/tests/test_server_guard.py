@@ -263,7 +263,8 @@ def test_settings_are_read_onto_the_guard() -> None:
 CUT_DELAY_MS = 800
 #: Long enough for the test to see the effect and kill the replica mid-call.
 KILL_DELAY_MS = 500
-#: Shorter than the idle timeout: only the drain interrupts these.
+#: Shorter than the idle timeout: only the drain interrupts these (it begins right after the
+#: effect, while the tool still waits).
 DRAIN_DELAY_MS = 250
 #: How long any call may take before the test gives up on it.
 DEADLINE = 10.0
@@ -288,6 +289,12 @@ class Row:
     reported: str  # "ok:<text>", "unknown:<why>", or "failed:<why>"
     effects: int
     finished: int
+    #: Its ``tools/call`` requests that reached a replica (a re-send makes two).
+    posts: int = 0
+    #: Its requests whose connection a drain closed before their answer went.
+    cut: int = 0
+    #: Its runs a drain found in flight.
+    drained: int = 0
 
     @property
     def first_answer(self) -> str:
@@ -364,8 +371,13 @@ def calls(d: Deployment, fault: str, delay_ms: int, clients: tuple[str, ...]) ->
 
 
 def judge(d: Deployment, fault: str, made: list[Call], reported: list[str]) -> list[Row]:
+    def count(what: str, tag: str) -> int:
+        return int(d.redis.command("GET", f"{what}:{tag}") or 0)
+
     return [
-        Row(fault, c, r, d.effects(c.tag), d.finished(c.tag)) for c, r in zip(made, reported)
+        Row(fault, c, r, d.effects(c.tag), d.finished(c.tag), count("posts", c.tag),
+            count("cut", c.tag), count("drained", c.tag))
+        for c, r in zip(made, reported)
     ]
 
 
@@ -398,17 +410,37 @@ async def kill(d: Deployment) -> list[Row]:
 
 
 async def drain(d: Deployment) -> list[Row]:
-    """A rolling restart (each replica drained with SIGTERM, then started again) while calls
-    run."""
-    made = calls(d, "drain", DRAIN_DELAY_MS, ("native", "session"))
+    """A rolling restart's step lands on each call: the replica running it is drained (SIGTERM)
+    right after the call's effect, while the tool still waits, then started again. The drain
+    closes the call's connection before its answer and lets its run end."""
+    rows = []
+    # One at a time: each drain lands on the one replica running its call.
+    for c in calls(d, "drain", DRAIN_DELAY_MS, ("native", "session")):
+        async def restart(c: Call = c) -> None:
+            pid = await in_thread(lambda: d.wait_effect(c.tag))
+            replica = next(r for r in d.replicas if r.pid == pid)
+            await in_thread(replica.drain)
+            await in_thread(replica.start)
 
-    async def restart() -> None:
-        for c in made:
-            await in_thread(lambda c=c: d.wait_effect(c.tag))
-        await in_thread(d.rolling_restart)
+        reported, _ = await asyncio.gather(make(d, c), restart())
+        rows.extend(judge(d, "drain", [c], [reported]))
+    return rows
 
-    reported, _ = await asyncio.gather(asyncio.gather(*(make(d, c) for c in made)), restart())
-    return judge(d, "drain", made, list(reported))
+
+def drain_bit(r: Row) -> str | None:
+    """Why a drain row's drain did not bite its call (``None`` if it did): a drain that
+    interrupts nothing proves nothing about the guard."""
+    if not r.drained:
+        return "the drain found the call's run ended"
+    if not r.finished:
+        return "the drained run did not end"
+    if not r.cut:
+        return "the drain did not close the call before its answer"
+    if r.call.keyed and r.posts < 2:
+        return "the drained keyed call was not re-sent"
+    if not r.call.keyed and (r.posts != 1 or not r.unknown):
+        return "an unkeyed call was re-sent, or answered after its answer was cut"
+    return None
 
 
 def table(d: Deployment, rows: list[Row]) -> str:
@@ -454,10 +486,15 @@ async def test_deployment_under_faults(
     report = table(d, rows)
     print(report)
     details = report + "\n".join(map(str, rows))
+    for r in rows:
+        if r.fault == "drain":
+            why = drain_bit(r)
+            assert why is None, f"{why}: {r}\n{details}"
     if not guarded:
         # Without the guard, keyed calls a client re-sends run again: the duplicates the guard
-        # prevents. Unkeyed calls are never re-sent.
+        # prevents, every drained one among them. Unkeyed calls are never re-sent.
         assert any(r.call.keyed and r.effects > 1 for r in rows), details
+        assert all(r.effects > 1 for r in rows if r.fault == "drain" and r.call.keyed), details
         assert all(r.call.keyed or r.effects <= 1 for r in rows), details
         return
     for r in rows:
