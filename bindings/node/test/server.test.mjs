@@ -331,7 +331,7 @@ test("options are read onto the guard", () => {
 const CUT_DELAY_MS = 800;
 /** Long enough for the test to see the effect and kill the replica mid-call. */
 const KILL_DELAY_MS = 500;
-/** Shorter than the idle timeout: only the drain interrupts these. */
+/** Shorter than the idle timeout: only the drain interrupts these (it begins right after the effect, while the tool still waits). */
 const DRAIN_DELAY_MS = 250;
 /** How long any call may take before the test gives up on it. */
 const DEADLINE = 10000;
@@ -385,9 +385,21 @@ function calls(d, fault, delayMs) {
 }
 
 async function judge(d, fault, made, reported) {
+  const count = async (what, tag) => Number((await d.redis.command("GET", `${what}:${tag}`)) ?? 0);
   const rows = [];
   for (const [i, call] of made.entries()) {
-    rows.push({ fault, call, reported: reported[i], effects: await d.effects(call.tag), finished: await d.finished(call.tag) });
+    rows.push({
+      fault,
+      call,
+      reported: reported[i],
+      effects: await d.effects(call.tag),
+      finished: await d.finished(call.tag),
+      // Its `tools/call` requests that reached a replica (a re-send makes two), those whose
+      // connection a drain closed before their answer went, its runs a drain found in flight.
+      posts: await count("posts", call.tag),
+      cut: await count("cut", call.tag),
+      drained: await count("drained", call.tag),
+    });
   }
   return rows;
 }
@@ -414,19 +426,39 @@ async function kill(d) {
   return rows;
 }
 
-/** A rolling restart (each replica drained with SIGTERM, then started again) while calls run. */
+/**
+ * A rolling restart's step lands on each call: the replica running it is drained (SIGTERM)
+ * right after the call's effect, while the tool still waits, then started again. The drain
+ * closes the call's connection before its answer and lets its run end.
+ */
 async function drain(d) {
-  const made = calls(d, "drain", DRAIN_DELAY_MS);
-  const restart = (async () => {
-    for (const c of made) await d.waitEffect(c.tag);
-    await d.rollingRestart();
-  })();
-  const [reported] = await Promise.all([Promise.all(made.map((c) => make(d, c))), restart]);
-  return judge(d, "drain", made, reported);
+  const rows = [];
+  // One at a time: each drain lands on the one replica running its call.
+  for (const call of calls(d, "drain", DRAIN_DELAY_MS)) {
+    const restart = async () => {
+      const pid = await d.waitEffect(call.tag);
+      const replica = d.replicas.find((r) => r.pid === pid);
+      await replica.drain();
+      await replica.start();
+    };
+    const [reported] = await Promise.all([make(d, call), restart()]);
+    rows.push(...(await judge(d, "drain", [call], [reported])));
+  }
+  return rows;
 }
 
 /** It ended `OutcomeUnknown` (why is in `reported`). */
 const unknown = (r) => r.reported.startsWith("unknown:");
+
+/** Why a drain row's drain did not bite its call (`null` if it did): a drain that interrupts nothing proves nothing about the guard. */
+function drainBit(r) {
+  if (!r.drained) return "the drain found the call's run ended";
+  if (!r.finished) return "the drained run did not end";
+  if (!r.cut) return "the drain did not close the call before its answer";
+  if (r.call.keyed && r.posts < 2) return "the drained keyed call was not re-sent";
+  if (!r.call.keyed && (r.posts !== 1 || !unknown(r))) return "an unkeyed call was re-sent, or answered after its answer was cut";
+  return null;
+}
 
 /** The README's table: per fault, what happened to keyed and unkeyed calls. */
 function table(d, rows) {
@@ -461,10 +493,15 @@ for (const kind of KINDS) {
     const report = table(d, rows);
     t.diagnostic(report);
     const details = `${report}\n${rows.map((r) => JSON.stringify(r)).join("\n")}`;
+    for (const r of rows.filter((r) => r.fault === "drain")) {
+      const why = drainBit(r);
+      assert.equal(why, null, `${why}: ${JSON.stringify(r)}\n${details}`);
+    }
     if (!kind.guarded) {
       // Without the guard, keyed calls a client re-sends run again: the duplicates the guard
-      // prevents. Unkeyed calls are never re-sent.
+      // prevents, every drained one among them. Unkeyed calls are never re-sent.
       assert.ok(rows.some((r) => r.call.keyed && r.effects > 1), details);
+      assert.ok(rows.every((r) => r.fault !== "drain" || !r.call.keyed || r.effects > 1), details);
       assert.ok(rows.every((r) => r.call.keyed || r.effects <= 1), details);
       return;
     }
@@ -480,9 +517,9 @@ for (const kind of KINDS) {
       } else if (r.call.keyed) {
         // Its run died (its replica killed): never success, never a second run.
         assert.ok(unknown(r), what);
-      } else if (r.fault !== "kill" && !kind.json) {
-        // Unkeyed, its replica alive, its stream resumable (an event store): the client
-        // resumes it and gets its answer, as it does without the guard.
+      } else if (r.fault === "cut" && !kind.json) {
+        // Unkeyed, its replica alive (cut, not drained or killed), its stream resumable (an
+        // event store): the client resumes it and gets its answer, as it does without the guard.
         assert.equal(r.reported, firstAnswer(r), what);
       } else {
         // Unkeyed: the answer if the client got it, else an honest unknown.

@@ -10,7 +10,10 @@
 //
 // Its tool `bump {tag, delay_ms}` applies a side effect first (`INCR effects:<tag>` in Redis,
 // the truth the tests read, and `ran:<tag>` = its pid), waits `delay_ms` (a call to cut, drain
-// or kill after its effect), then counts its finish (`INCR done:<tag>`); `echo {text}` touches
+// or kill after its effect), then counts its finish (`INCR done:<tag>`). What the tests read to
+// know a drain bit, per tag (Express only): `posts:<tag>`, the `tools/call` requests that
+// reached a replica (a re-send makes two); `cut:<tag>`, those whose connection a drain closed
+// before their answer went; `drained:<tag>`, the runs in flight when a drain began. `echo {text}` touches
 // nothing; `step` sends one progress notification and answers once `POST /admin/release`
 // came. Calls are answered as SSE streams with an event store (resumable), or JSON (--json).
 // Session ids start with --session-prefix, so that nginx can pin a session to the replica
@@ -18,9 +21,11 @@
 // `write` and `end` on each response (as compression does) and keeps the last body they
 // sent that was not empty: `GET /admin/tee`.
 //
-// Prints `http://127.0.0.1:PORT/mcp` once it listens. SIGTERM drains it (in-flight requests
-// finish, new connections are refused); SIGKILL is a crash; it exits at once when its stdin
-// closes.
+// Prints `http://127.0.0.1:PORT/mcp` once it listens. SIGTERM drains it as a shutdown that does
+// not wait for open responses does: new connections are refused and every open one is closed at
+// once (a client whose answer had not come must come back elsewhere), while the calls already
+// running go on to their end (and the guard stores their answers); then it exits. SIGKILL is a
+// crash; it exits at once when its stdin closes.
 import { randomUUID } from "node:crypto";
 import { createServer } from "node:http";
 import { createConnection } from "node:net";
@@ -94,6 +99,26 @@ class OrderedEventStore {
   }
 }
 
+/** The tags of the tool runs in flight (one entry per run). */
+const running = [];
+/** The POSTs being answered: until their `close` (a keyed call's once the guard stored its answer). */
+const posts = new Set();
+/** The `tools/call`s whose answer has not gone: response → tag. */
+const unanswered = new Map();
+
+/** Counts each `tools/call` that reaches this replica and watches for its answer going. */
+async function witness(req, res, next) {
+  posts.add(res);
+  res.once("close", () => posts.delete(res));
+  const tag = req.body?.method === "tools/call" ? req.body.params?.arguments?.tag : undefined;
+  if (typeof tag !== "string") return next();
+  await redis(["INCR", `posts:${tag}`]);
+  unanswered.set(res, tag);
+  res.once("finish", () => unanswered.delete(res));
+  res.once("close", () => unanswered.delete(res));
+  next();
+}
+
 let release = null;
 let released = new Promise((resolve) => (release = resolve));
 
@@ -103,10 +128,15 @@ function mcpServer() {
     "bump",
     { description: "Applies one side effect for the tag, then waits delay_ms", inputSchema: { tag: z.string(), delay_ms: z.number().optional() } },
     async ({ tag, delay_ms: delay = 0 }) => {
-      const [n] = await redis(["INCR", `effects:${tag}`], ["SET", `ran:${tag}`, String(process.pid)]);
-      if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
-      await redis(["INCR", `done:${tag}`]);
-      return { content: [{ type: "text", text: `${tag}:${n.slice(1)}` }] };
+      running.push(tag);
+      try {
+        const [n] = await redis(["INCR", `effects:${tag}`], ["SET", `ran:${tag}`, String(process.pid)]);
+        if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay));
+        await redis(["INCR", `done:${tag}`]);
+        return { content: [{ type: "text", text: `${tag}:${n.slice(1)}` }] };
+      } finally {
+        running.splice(running.indexOf(tag), 1);
+      }
     },
   );
   server.registerTool("echo", { description: "Returns its text", inputSchema: { text: z.string() } }, async ({ text }) => ({
@@ -218,7 +248,7 @@ if (plain) {
     app.get("/admin/tee", (_req, res) => res.type("text").send(last));
   }
   const guard = safety ? [safety.middleware()] : [];
-  app.post("/mcp", ...guard, post);
+  app.post("/mcp", witness, ...guard, post);
   app.get("/mcp", ...guard, other);
   app.delete("/mcp", ...guard, other);
   app.get("/health", (_req, res) => res.type("text").send("ok"));
@@ -232,10 +262,19 @@ listener.listen(port, "127.0.0.1", () => {
   process.stdout.write(`http://127.0.0.1:${listener.address().port}/mcp\n`);
 });
 
-function drain() {
-  // In-flight requests finish; idle connections close now, so nginx goes elsewhere.
-  listener.close(() => process.exit(0));
-  listener.closeIdleConnections();
+async function drain() {
+  // No new connections; the runs in flight and the answers not gone named; every connection
+  // closed now, so clients come back elsewhere; the runs (and the guard's storing of their
+  // answers) let end.
+  listener.close();
+  for (const tag of [...running]) await redis(["INCR", `drained:${tag}`]);
+  for (const tag of [...unanswered.values()]) await redis(["INCR", `cut:${tag}`]);
+  listener.closeAllConnections();
+  const deadline = Date.now() + 10000;
+  while ((running.length > 0 || posts.size > 0) && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  process.exit(0);
 }
 process.on("SIGTERM", drain);
 // The test is done with it: no request of its is in flight any more.
