@@ -12,7 +12,11 @@
 //! - no unkeyed call runs twice;
 //! - no success for a call that ran under the wrong capabilities, or for a commit that ran
 //!   against an unknown record in the very session that prepared it;
-//! - on every preset but `naive`, nothing runs under a wrong context at all.
+//! - on every preset but `naive`, nothing runs under a wrong context at all;
+//! - the faults bit, by the cluster's own counts: on every preset an instance was restarted,
+//!   a call was picked up after an interruption (a resumed stream, or a keyed re-send answered
+//!   from the idempotency store), and most calls succeeded (a tenth on legacy `naive`, whose
+//!   wrong contexts fail most calls by design; four fifths elsewhere).
 //!
 //! The oracle's totals are never capped, so the checks that can be made from them (side
 //! effects run twice, unkeyed calls run twice, wrong contexts outside `naive`) always run.
@@ -31,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_resume::{Client, Era, ErrorKind, ReconnectPolicy, RpcError, ToolCall};
-use mock_server::context::meta;
+use mock_server::context::{meta, modern_meta};
 use mock_server::{
     Cluster, ClusterConfig, ClusterEra, CutStyle, OracleReport, OracleTotals, Preset,
 };
@@ -146,6 +150,11 @@ async fn one_call(
     let mut call = ToolCall::new(tool, args)
         .meta(meta::TAG, json!(tag))
         .timeout(CALL_TIMEOUT);
+    if tool == "slow" {
+        // A step per event (in the 2026-07-28 era only when log messages are asked for): a
+        // stream the cluster's random cuts can break before its answer, in either era.
+        call = call.meta(modern_meta::LOG_LEVEL, json!("info"));
+    }
     if keyed {
         call = call.random_idempotency_key();
     }
@@ -217,9 +226,11 @@ async fn agent(
         let (tool, args, keyed): (&'static str, Value, bool) = match rng.below(10) {
             0 | 1 => ("echo", json!({"text": "hi"}), false),
             2 | 3 => ("generate", json!({"prompt": "p"}), false),
+            // 2026-07-28 streams are never resumed: more steps, more chances for a cut to land
+            // before the answer and for a keyed call's re-send to be answered from the store.
             4 => (
                 "slow",
-                json!({"steps": 3, "delay_ms": 15}),
+                json!({"steps": if era == ClusterEra::Modern { 6 } else { 3 }, "delay_ms": 15}),
                 rng.below(2) == 0,
             ),
             5 | 6 => ("counter_increment", json!({}), true),
@@ -496,6 +507,43 @@ fn judge(era: ClusterEra, preset: Preset, run: &PresetRun, mode: CheckMode) -> J
     }
 }
 
+/// Whether the run's faults bit, from the cluster's own counts rather than what the clients
+/// believe: a soak whose instances never restarted, or whose calls were never interrupted and
+/// picked up again (a stream resumed, a keyed re-send answered from the idempotency store),
+/// proves nothing about recovery. And enough calls succeeded: a run that fails everything
+/// breaks no invariant either.
+fn check_faults_bit(era: ClusterEra, preset: Preset, run: &PresetRun) -> Vec<String> {
+    let mut v = Vec::new();
+    let t = &run.oracle.totals;
+    if run.restarts == 0 {
+        v.push(format!(
+            "{era}/{preset}: no instance was restarted (a run this short proves nothing of \
+             restarts: raise MCP_RESUME_SOAK_CALLS or MCP_RESUME_SOAK_SECS)"
+        ));
+    }
+    if t.resumes + t.idempotent_replays == 0 {
+        v.push(format!(
+            "{era}/{preset}: no call was picked up after an interruption (the cluster saw no \
+             resume and answered no keyed re-send from its store)"
+        ));
+    }
+    let ok = run.outcomes.iter().filter(|o| o.result.is_ok()).count();
+    // Legacy `naive` serves a session from any instance under whatever context it finds
+    // there: most calls fail `context_mismatch` by design.
+    let floor = if era == ClusterEra::Legacy && preset == Preset::Naive {
+        run.outcomes.len() / 10
+    } else {
+        run.outcomes.len() * 4 / 5
+    };
+    if ok < floor {
+        v.push(format!(
+            "{era}/{preset}: {ok} of {} calls succeeded, fewer than {floor}",
+            run.outcomes.len()
+        ));
+    }
+    v
+}
+
 /// One line of the report for a preset.
 fn report_line(preset: Preset, run: &PresetRun, judgement: &Judgement) -> String {
     let mut outcomes: BTreeMap<&str, u64> = BTreeMap::new();
@@ -529,12 +577,13 @@ fn report_line(preset: Preset, run: &PresetRun, judgement: &Judgement) -> String
         )
     };
     format!(
-        "{preset:<10} calls={} {outcomes:?} restarts={} resumes={} rejections={:?} \
+        "{preset:<10} calls={} {outcomes:?} restarts={} resumes={} replays={} rejections={:?} \
          initializes={} made_up={} wrong_capability={} unknown_record={} \
          duplicate_side_effects={} repeated={} {records} {:.1}s",
         run.outcomes.len(),
         run.restarts,
         t.resumes,
+        t.idempotent_replays,
         t.rejections,
         t.initializes,
         t.sessions_made_up,
@@ -579,6 +628,7 @@ async fn soak_every_preset(era: ClusterEra, default_calls: u64) {
         eprintln!("{era:<7} {}", report_line(preset, &run, &judgement));
         assert!(run.outcomes.len() >= per_agent * AGENTS, "{era}/{preset}");
         all.extend(judgement.violations);
+        all.extend(check_faults_bit(era, preset, &run));
     }
     assert!(
         all.is_empty(),
