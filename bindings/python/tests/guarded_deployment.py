@@ -199,7 +199,8 @@ class Replica:
             stop(self.proc, signal.SIGKILL)
 
     def drain(self) -> None:
-        """SIGTERM: the replica drains (every call in flight answered first), then exits."""
+        """SIGTERM: the replica closes its connections, lets the calls in flight finish (their
+        answers stored by the guard, none sent), then exits."""
         if self.proc is not None:
             stop(self.proc, signal.SIGTERM, wait=15)
 
@@ -270,11 +271,6 @@ class Deployment:
 
     def revive(self) -> None:
         self._start([r for r in self.replicas if not r.alive()])
-
-    def rolling_restart(self) -> None:
-        for r in self.replicas:
-            r.drain()
-            r.start()
 
     def stop(self) -> None:
         self.nginx.stop()

@@ -233,7 +233,8 @@ export class Replica {
     return stopped(this.child, "SIGKILL");
   }
 
-  /** SIGTERM: in-flight requests finish, then it exits. */
+  /** SIGTERM: it closes its connections, lets the requests in flight finish (their answers
+   * stored by the guard, none sent), then exits. */
   drain() {
     return stopped(this.child, "SIGTERM", 15000);
   }
@@ -308,13 +309,6 @@ export class Deployment {
 
   revive() {
     return Promise.all(this.replicas.filter((r) => !r.alive()).map((r) => r.start()));
-  }
-
-  async rollingRestart() {
-    for (const r of this.replicas) {
-      await r.drain();
-      await r.start();
-    }
   }
 
   async stop() {
