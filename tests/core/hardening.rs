@@ -970,34 +970,42 @@ fn reinit_to_s2(session: &mut Session, now: Instant) {
     session.handle_end(http, now);
     let mut initialized = false;
     for _ in 0..4 {
-        while let Some(transmit) = session.poll_transmit() {
-            let Transmit::Send(request) = transmit else {
-                continue;
-            };
-            let body: Value =
-                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
-            let mut headers = HeaderMap::new();
-            if body["method"] == "initialize" {
-                headers.insert("content-type", "application/json".parse().unwrap());
-                headers.insert("mcp-session-id", "s-2".parse().unwrap());
-                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "serverInfo": {"name": "scripted", "version": "1"}}});
-                session.handle_head(request.id, 200, &headers, now);
-                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
-                initialized = true;
-                session.handle_end(request.id, now);
-            } else if body["method"] == "tools/call" {
-                // The re-sent call stays open.
-                continue;
-            } else {
-                session.handle_head(request.id, 202, &headers, now);
-                session.handle_end(request.id, now);
-            }
-        }
+        initialized |= serve_as_s2(session, now).0;
     }
     assert!(initialized, "a new session was initialized");
     assert!(session.is_ready());
+}
+
+/// Answers what the session has to send as a server whose new session is `s-2` (no
+/// capabilities): `initialize` answered, the rest accepted, a `tools/call` left open. Whether
+/// an `initialize` was answered, and how many `tools/call` POSTs went out.
+fn serve_as_s2(session: &mut Session, now: Instant) -> (bool, usize) {
+    let (mut initialized, mut calls) = (false, 0);
+    while let Some(transmit) = session.poll_transmit() {
+        let Transmit::Send(request) = transmit else {
+            continue;
+        };
+        let body: Value =
+            serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+        let mut headers = HeaderMap::new();
+        if body["method"] == "initialize" {
+            headers.insert("content-type", "application/json".parse().unwrap());
+            headers.insert("mcp-session-id", "s-2".parse().unwrap());
+            let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "serverInfo": {"name": "scripted", "version": "1"}}});
+            session.handle_head(request.id, 200, &headers, now);
+            session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
+            initialized = true;
+        } else if body["method"] == "tools/call" {
+            calls += 1;
+            continue;
+        } else {
+            session.handle_head(request.id, 202, &headers, now);
+        }
+        session.handle_end(request.id, now);
+    }
+    (initialized, calls)
 }
 
 /// Each server request is answered once, and only in the session that delivered it: a second
@@ -1205,29 +1213,7 @@ fn a_refused_resend_does_not_erase_that_an_earlier_send_may_have_run() {
     let mut sent_to_s2 = 0;
     let mut ended = None;
     for _ in 0..64 {
-        while let Some(transmit) = session.poll_transmit() {
-            let Transmit::Send(request) = transmit else {
-                continue;
-            };
-            let body: Value =
-                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
-            let mut headers = HeaderMap::new();
-            if body["method"] == "initialize" {
-                headers.insert("content-type", "application/json".parse().unwrap());
-                headers.insert("mcp-session-id", "s-2".parse().unwrap());
-                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "serverInfo": {"name": "scripted", "version": "1"}}});
-                session.handle_head(request.id, 200, &headers, now);
-                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
-            } else if body["method"] == "tools/call" {
-                sent_to_s2 += 1;
-                continue;
-            } else {
-                session.handle_head(request.id, 202, &headers, now);
-            }
-            session.handle_end(request.id, now);
-        }
+        sent_to_s2 += serve_as_s2(&mut session, now).1;
         while let Some(output) = session.poll_output() {
             if let Output::Completed { call, result } = output {
                 if call == keyed {

@@ -264,14 +264,16 @@ async fn no_ledger_writes_nothing() {
     assert!(guarded(client.recover()).await.unwrap().is_empty());
 }
 
-/// A client that froze mid-call (its runtime runs nothing of it again) cannot be told from
-/// one still running: the other clients of the process on the same ledger leave its calls to
-/// it. Once it stopped with its runtime, as when its process is killed, they pick them up,
-/// each call by one of them: the keyed call is re-sent under its key and runs once, the
-/// unkeyed one is reported with its arguments and never re-sent; nothing is left in the
-/// ledger after.
-#[test]
-fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
+/// A strict two-instance cluster on a runtime of its own, a memory ledger, and a builder of
+/// clients of that cluster on that ledger.
+fn strict_pair_world(
+    seed: u64,
+) -> (
+    tokio::runtime::Runtime,
+    Cluster,
+    Arc<MemoryLedger>,
+    mcp_resume::ClientBuilder,
+) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -288,7 +290,42 @@ fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
     let builder = Client::builder(cluster.url())
         .ledger(ledger.clone())
         .call_timeout(Duration::from_secs(20))
-        .jitter_seed(3);
+        .jitter_seed(seed);
+    (runtime, cluster, ledger, builder)
+}
+
+/// A slow `counter_increment` tagged `tag`, keyed by `key-<tag>` when `keyed`.
+fn slow_increment(tag: &str, keyed: bool, slow: &Value) -> ToolCall {
+    let call = ToolCall::new("counter_increment", slow.clone()).meta(meta::TAG, json!(tag));
+    if keyed {
+        call.idempotency_key(format!("key-{tag}"))
+    } else {
+        call
+    }
+}
+
+/// Until the calls tagged `tags` each ran once on the server (their side effects happened).
+async fn ran_once(cluster: &Cluster, tags: &[&str]) {
+    guarded(async {
+        while !tags
+            .iter()
+            .all(|tag| cluster.oracle().executions_tagged(tag).count() == 1)
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+/// A client that froze mid-call (its runtime runs nothing of it again) cannot be told from
+/// one still running: the other clients of the process on the same ledger leave its calls to
+/// it. Once it stopped with its runtime, as when its process is killed, they pick them up,
+/// each call by one of them: the keyed call is re-sent under its key and runs once, the
+/// unkeyed one is reported with its arguments and never re-sent; nothing is left in the
+/// ledger after.
+#[test]
+fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
+    let (runtime, cluster, ledger, builder) = strict_pair_world(3);
 
     // The client that freezes, on a runtime of its own.
     let frozen = tokio::runtime::Builder::new_current_thread()
@@ -300,27 +337,12 @@ fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
     frozen.block_on(async {
         guarded(first.connect()).await.unwrap();
         for (tag, keyed) in [("keyed-1", true), ("unkeyed-1", false)] {
-            let mut call =
-                ToolCall::new("counter_increment", slow.clone()).meta(meta::TAG, json!(tag));
-            if keyed {
-                call = call.idempotency_key(format!("key-{tag}"));
-            }
+            let call = slow_increment(tag, keyed, &slow);
             let client = first.clone();
             tokio::spawn(async move { client.call_tool(call).await });
         }
         // Until both ran on the server (their side effects happened).
-        guarded(async {
-            loop {
-                let oracle = cluster.oracle();
-                if oracle.executions_tagged("keyed-1").count() == 1
-                    && oracle.executions_tagged("unkeyed-1").count() == 1
-                {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await;
+        ran_once(&cluster, &["keyed-1", "unkeyed-1"]).await;
     });
     // Frozen: nothing of it runs until its runtime is dropped.
     assert_eq!(ledger.len(), 2, "both calls are in the ledger");
@@ -386,23 +408,7 @@ fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
 /// the keyed call is re-sent under its key and ran once, the unkeyed one is reported.
 #[test]
 fn a_client_stopped_with_its_runtime_leaves_its_calls_to_the_next() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let cluster = runtime
-        .block_on(Cluster::start(ClusterConfig {
-            preset: Preset::Strict,
-            instances: 2,
-            ..ClusterConfig::default()
-        }))
-        .unwrap();
-    let ledger = Arc::new(MemoryLedger::new());
-    let builder = Client::builder(cluster.url())
-        .ledger(ledger.clone())
-        .call_timeout(Duration::from_secs(20))
-        .jitter_seed(5);
+    let (runtime, cluster, ledger, builder) = strict_pair_world(5);
 
     let stopping = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -413,27 +419,9 @@ fn a_client_stopped_with_its_runtime_leaves_its_calls_to_the_next() {
     let calls = stopping.block_on(async {
         let calls: Vec<_> = [("keyed-2", true), ("unkeyed-2", false)]
             .into_iter()
-            .map(|(tag, keyed)| {
-                let mut call =
-                    ToolCall::new("counter_increment", slow.clone()).meta(meta::TAG, json!(tag));
-                if keyed {
-                    call = call.idempotency_key(format!("key-{tag}"));
-                }
-                first.start(call).unwrap()
-            })
+            .map(|(tag, keyed)| first.start(slow_increment(tag, keyed, &slow)).unwrap())
             .collect();
-        guarded(async {
-            loop {
-                let oracle = cluster.oracle();
-                if oracle.executions_tagged("keyed-2").count() == 1
-                    && oracle.executions_tagged("unkeyed-2").count() == 1
-                {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await;
+        ran_once(&cluster, &["keyed-2", "unkeyed-2"]).await;
         calls
     });
     // The runtime stops: the calls' futures go first, then its tasks, the driver's among them.

@@ -196,6 +196,17 @@ async fn servers(expires_in: u64) -> (TcpListener, String, Arc<AuthServer>) {
     (listener, url, auth)
 }
 
+/// An MCP server that answers only the tokens `auth` issued (valid an hour), and `auth`.
+async fn protected() -> (TestServer, String, Arc<AuthServer>) {
+    let (listener, url, auth) = servers(3600).await;
+    let as_ = auth.clone();
+    let server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    (server, url, auth)
+}
+
 fn provider() -> OAuthProvider {
     OAuth::builder()
         .client_name("oauth-flows-test")
@@ -417,12 +428,7 @@ async fn a_token_is_refreshed_before_it_expires() {
 /// a token newer than the one refused and take it.
 #[tokio::test]
 async fn concurrent_refusals_refresh_once() {
-    let (listener, url, auth) = servers(3600).await;
-    let as_ = auth.clone();
-    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
-        Some(token) if as_.is_valid(&token) => default_reply(req),
-        _ => unauthorized(&as_.url),
-    });
+    let (_server, url, auth) = protected().await;
     let provider = provider();
     let client = client(&url, &provider);
     guarded(client.connect()).await.unwrap();
@@ -440,12 +446,7 @@ async fn concurrent_refusals_refresh_once() {
 /// token and being sent to authorize anew.
 #[tokio::test]
 async fn a_request_dropped_during_its_refresh_keeps_the_new_tokens() {
-    let (listener, url, auth) = servers(3600).await;
-    let as_ = auth.clone();
-    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
-        Some(token) if as_.is_valid(&token) => default_reply(req),
-        _ => unauthorized(&as_.url),
-    });
+    let (_server, url, auth) = protected().await;
     let provider = provider();
     let client = client(&url, &provider);
     guarded(client.connect()).await.unwrap();
@@ -476,12 +477,7 @@ async fn a_request_dropped_during_its_refresh_keeps_the_new_tokens() {
 /// stays parked for it.
 #[tokio::test]
 async fn requests_waiting_behind_an_unfinished_authorization_leave_nothing_behind() {
-    let (listener, url, auth) = servers(3600).await;
-    let as_ = auth.clone();
-    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
-        Some(token) if as_.is_valid(&token) => default_reply(req),
-        _ => unauthorized(&as_.url),
-    });
+    let (_server, url, _auth) = protected().await;
     let provider = OAuth::builder()
         .client_name("oauth-flows-test")
         .redirect_uri("http://127.0.0.1:9/callback")
@@ -511,12 +507,7 @@ async fn requests_waiting_behind_an_unfinished_authorization_leave_nothing_behin
 /// send its token there.
 #[tokio::test]
 async fn a_token_is_never_handed_to_another_server() {
-    let (listener, url, auth) = servers(3600).await;
-    let as_ = auth.clone();
-    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
-        Some(token) if as_.is_valid(&token) => default_reply(req),
-        _ => unauthorized(&as_.url),
-    });
+    let (_server, url, auth) = protected().await;
     let provider = provider();
     let client = client(&url, &provider);
     guarded(client.connect()).await.unwrap();
@@ -538,12 +529,7 @@ async fn a_token_is_never_handed_to_another_server() {
 /// authorization (the same registration is reused).
 #[tokio::test]
 async fn the_authorization_server_is_asked_again_when_refresh_fails() {
-    let (listener, url, auth) = servers(3600).await;
-    let as_ = auth.clone();
-    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
-        Some(token) if as_.is_valid(&token) => default_reply(req),
-        _ => unauthorized(&as_.url),
-    });
+    let (_server, url, auth) = protected().await;
     let provider = provider();
     let client = client(&url, &provider);
     guarded(client.connect()).await.unwrap();

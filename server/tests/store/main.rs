@@ -38,14 +38,19 @@ async fn memory() -> Arc<dyn Store> {
     Arc::new(MemoryStore::default())
 }
 
-async fn redis() -> Arc<dyn Store> {
-    let server = SERVER
+/// The binary's one redis-server, started by the first test that needs it.
+async fn redis_server() -> &'static RedisServer {
+    SERVER
         .get_or_init(|| async {
             RedisServer::start()
                 .await
                 .unwrap_or_else(|e| panic!("the Redis store tests need redis-server: {e}"))
         })
-        .await;
+        .await
+}
+
+async fn redis() -> Arc<dyn Store> {
+    let server = redis_server().await;
     Arc::new(
         RedisStore::connect_with(&server.url(), options())
             .await
@@ -455,13 +460,7 @@ async fn memory_keeps_a_running_key_for_its_lease_whatever_the_retention() {
 /// lease, even when nobody claimed it in between to see it lapse: it never runs again.
 #[tokio::test]
 async fn redis_keeps_a_lapsed_running_key_for_the_lost_retention() {
-    let server = SERVER
-        .get_or_init(|| async {
-            RedisServer::start()
-                .await
-                .unwrap_or_else(|e| panic!("the Redis store tests need redis-server: {e}"))
-        })
-        .await;
+    let server = redis_server().await;
     let mut o = options();
     o.retention = Duration::from_millis(200);
     o.lost_retention = Duration::from_secs(30);
@@ -481,13 +480,7 @@ async fn redis_keeps_a_lapsed_running_key_for_the_lost_retention() {
 #[tokio::test]
 async fn a_store_is_opened_from_its_name() {
     use mcp_resume_server::store::open;
-    let server = SERVER
-        .get_or_init(|| async {
-            RedisServer::start()
-                .await
-                .unwrap_or_else(|e| panic!("the Redis store tests need redis-server: {e}"))
-        })
-        .await;
+    let server = redis_server().await;
     for spec in ["memory", "", &server.url()] {
         let store = open(spec).await.expect("opens");
         let key = IdempotencyKey::new(format!("open-{}", uuid::Uuid::new_v4().simple())).unwrap();
