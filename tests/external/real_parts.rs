@@ -204,19 +204,15 @@ async fn run_real_logged(
     (report, logs)
 }
 
-/// The calls the client reported as success while the oracle says they went wrong.
+/// The calls the client reported as success whose answer was not theirs, or went wrong
+/// underneath (the demo's rule: [`workload::wrong_answer`]).
 fn silent_wrong_calls(report: &RunReport) -> Vec<String> {
     report
         .calls
         .iter()
-        .filter(|c| c.outcome.is_ok())
-        .filter(|c| {
-            report
-                .oracle
-                .executions_tagged(&c.tag)
-                .any(|e| e.wrong_capability || e.unknown_record || e.duplicate_side_effect)
+        .filter_map(|c| {
+            workload::wrong_answer(c, &report.oracle).map(|why| format!("{}: {why}", c.tag))
         })
-        .map(|c| format!("{} -> {:?}", c.tag, c.outcome))
         .collect()
 }
 

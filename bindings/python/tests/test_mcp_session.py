@@ -30,7 +30,7 @@ from mcp_resume.bridge import (
     streamable_http_client,
     streamablehttp_client,
 )
-from workload import CAPABILITIES, TAG
+from workload import CAPABILITIES, TAG, wrong_answer
 
 PRESETS = ["naive", "strict", "replicated", "sticky"]
 # The workload's deadline per call, as the demo's.
@@ -68,6 +68,8 @@ class Call:
     keyed: bool
     result: Any = None
     error: str | None = None
+    # On success, the tag the result's `_meta` echoed (another one: another call's answer).
+    echoed: str | None = None
 
 
 @dataclass
@@ -86,11 +88,7 @@ class Run:
         return [
             c.tag
             for c in self.calls
-            if c.error is None
-            and any(
-                e["wrong_capability"] or e["unknown_record"] or e["duplicate_side_effect"]
-                for e in self.executions(c.tag)
-            )
+            if c.error is None and wrong_answer(c, self.executions(c.tag))
         ]
 
     def failed(self) -> list[Call]:
@@ -126,6 +124,7 @@ async def session_workload(url: str, preset: str, client: str, rounds: int = 4) 
             record.error = "tool_error"
             return None
         record.result = result.structuredContent
+        record.echoed = (result.meta or {}).get(TAG)
         return result.structuredContent
 
     try:

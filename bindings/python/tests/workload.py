@@ -50,6 +50,22 @@ class Call:
     echoed: str | None = None
 
 
+def wrong_answer(call: Any, runs: list[dict[str, Any]]) -> bool:
+    """Whether a call reported as success got a wrong answer: another call's (its result
+    echoed another tag, or none), one for which nothing ran under its tag (`runs`), one whose
+    execution the oracle says was wrong, or a `generate` at another temperature than the
+    negotiated one. `call` has the `tag`, `tool`, `result` and `echoed` of a [`Call`]."""
+    return (
+        call.echoed != call.tag
+        or not runs
+        or any(
+            e["wrong_capability"] or e["unknown_record"] or e["duplicate_side_effect"]
+            for e in runs
+        )
+        or (call.tool == "generate" and call.result != {"temperature": TEMPERATURE})
+    )
+
+
 @dataclass
 class Run:
     preset: str
@@ -66,22 +82,11 @@ class Run:
         another tag, or none), one for which nothing ran under the call's tag, one whose
         execution the oracle says was wrong, or a `generate` at another temperature than
         the negotiated one."""
-        wrong = []
-        for call in self.calls:
-            if call.error is not None:
-                continue
-            runs = self.executions(call.tag)
-            if (
-                call.echoed != call.tag
-                or not runs
-                or any(
-                    e["wrong_capability"] or e["unknown_record"] or e["duplicate_side_effect"]
-                    for e in runs
-                )
-                or (call.tool == "generate" and call.result != {"temperature": TEMPERATURE})
-            ):
-                wrong.append(f"{call.tag} (echoed {call.echoed!r}): {call.result!r}")
-        return wrong
+        return [
+            f"{call.tag} (echoed {call.echoed!r}): {call.result!r}"
+            for call in self.calls
+            if call.error is None and wrong_answer(call, self.executions(call.tag))
+        ]
 
     def duplicate_keyed(self) -> int:
         return sum(
