@@ -976,6 +976,30 @@ fn reinit_to_s2(session: &mut Session, now: Instant) {
     assert!(session.is_ready());
 }
 
+/// Runs the session in virtual time, `serve` answering what it sends, until `call` ends (or
+/// nothing is left to do): its result, if it ended.
+fn until_ended(
+    session: &mut Session,
+    call: CallId,
+    now: &mut Instant,
+    mut serve: impl FnMut(&mut Session, Instant),
+) -> Option<Result<Value, mcp_resume::Error>> {
+    for _ in 0..64 {
+        serve(session, *now);
+        while let Some(output) = session.poll_output() {
+            if let Output::Completed { call: c, result } = output {
+                if c == call {
+                    return Some(result);
+                }
+            }
+        }
+        let at = session.poll_timeout()?;
+        *now = (*now).max(at);
+        session.handle_timeout(*now);
+    }
+    None
+}
+
 /// Answers what the session has to send as a server whose new session is `s-2` (no
 /// capabilities): `initialize` answered, the rest accepted, a `tools/call` left open. Whether
 /// an `initialize` was answered, and how many `tools/call` POSTs went out.
@@ -1211,27 +1235,9 @@ fn a_refused_resend_does_not_erase_that_an_earlier_send_may_have_run() {
     session.handle_end(resend, now);
     // The replacement session's server has no idempotency.
     let mut sent_to_s2 = 0;
-    let mut ended = None;
-    for _ in 0..64 {
-        sent_to_s2 += serve_as_s2(&mut session, now).1;
-        while let Some(output) = session.poll_output() {
-            if let Output::Completed { call, result } = output {
-                if call == keyed {
-                    ended = Some(result);
-                }
-            }
-        }
-        if ended.is_some() {
-            break;
-        }
-        match session.poll_timeout() {
-            Some(at) => {
-                now = now.max(at);
-                session.handle_timeout(now);
-            }
-            None => break,
-        }
-    }
+    let ended = until_ended(&mut session, keyed, &mut now, |session, now| {
+        sent_to_s2 += serve_as_s2(session, now).1;
+    });
     assert_eq!(sent_to_s2, 0, "not sent to a server that ignores its key");
     let error = ended.expect("the call ended").expect_err("not a success");
     assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");
@@ -1576,8 +1582,7 @@ fn a_resumed_stream_that_resets_its_cursor_does_not_stall_the_call() {
     session.handle_data(http, b"id: s1-1\ndata:\n\n", now);
     session.handle_error(http, TransportFailure::Lost("cut".into()), now);
     let mut resumed = false;
-    let mut ended = None;
-    for _ in 0..32 {
+    let ended = until_ended(&mut session, call, &mut now, |session, now| {
         while let Some(transmit) = session.poll_transmit() {
             let Transmit::Send(request) = transmit else {
                 continue;
@@ -1591,24 +1596,7 @@ fn a_resumed_stream_that_resets_its_cursor_does_not_stall_the_call() {
             }
             session.handle_end(request.id, now);
         }
-        while let Some(output) = session.poll_output() {
-            if let Output::Completed { call: c, result } = output {
-                if c == call {
-                    ended = Some(result);
-                }
-            }
-        }
-        if ended.is_some() {
-            break;
-        }
-        match session.poll_timeout() {
-            Some(at) => {
-                now = now.max(at);
-                session.handle_timeout(now);
-            }
-            None => break,
-        }
-    }
+    });
     assert!(resumed, "the cut stream was resumed");
     let error = ended.expect("the call ended").expect_err("not a success");
     assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");

@@ -264,6 +264,18 @@ async fn no_ledger_writes_nothing() {
     assert!(guarded(client.recover()).await.unwrap().is_empty());
 }
 
+/// A strict two-instance cluster of the 2026-07-28 era (tasks, MRTR rounds).
+async fn strict_modern_cluster() -> Cluster {
+    Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        era: mock_server::ClusterEra::Modern,
+        instances: 2,
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap()
+}
+
 /// A strict two-instance cluster on a runtime of its own, a memory ledger, and a builder of
 /// clients of that cluster on that ledger.
 fn strict_pair_world(
@@ -501,14 +513,7 @@ async fn a_call_dropped_in_a_live_client_leaves_no_entry() {
 /// polls it to its end; the work ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_write_of_a_task_is_tried_again() {
-    let cluster = Cluster::start(ClusterConfig {
-        preset: Preset::Strict,
-        era: mock_server::ClusterEra::Modern,
-        instances: 2,
-        ..ClusterConfig::default()
-    })
-    .await
-    .unwrap();
+    let cluster = strict_modern_cluster().await;
     let ledger = Arc::new(Faulty::default());
     ledger.fail_tasks.store(1, Ordering::SeqCst);
     let client = Client::builder(cluster.url())
@@ -552,14 +557,7 @@ async fn a_failed_write_of_a_task_is_tried_again() {
 /// while the first runs, which would send the round too and run the tool twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_clients_round_awaiting_input_is_left_to_it() {
-    let cluster = Cluster::start(ClusterConfig {
-        preset: Preset::Strict,
-        era: mock_server::ClusterEra::Modern,
-        instances: 2,
-        ..ClusterConfig::default()
-    })
-    .await
-    .unwrap();
+    let cluster = strict_modern_cluster().await;
     let ledger = Arc::new(MemoryLedger::new());
     let builder = Client::builder(cluster.url())
         .ledger(ledger.clone())
@@ -656,14 +654,7 @@ async fn session_ids_are_written_only_on_request() {
 /// is polled to its end by the same client's `recover`, and the work ran once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_ledger_keeps_the_tasks_calls_leave_behind() {
-    let cluster = Cluster::start(ClusterConfig {
-        preset: Preset::Strict,
-        era: mock_server::ClusterEra::Modern,
-        instances: 2,
-        ..ClusterConfig::default()
-    })
-    .await
-    .unwrap();
+    let cluster = strict_modern_cluster().await;
     let client = Client::builder(cluster.url()).build().unwrap();
     let call = ToolCall::new("batch_job", json!({"steps": 10, "delay_ms": 100}))
         .meta(meta::TAG, json!("left-behind"))

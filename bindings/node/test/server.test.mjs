@@ -58,19 +58,25 @@ test("a stream reaches the client as it comes", { timeout: 30000 }, async () => 
   }
 });
 
+/** Initializes a session on `url` by hand (2025-06-18): the headers of its requests. */
+async function openSession(url) {
+  const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+  const init = await fetch(url, {
+    method: "POST",
+    headers,
+    body: JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } }),
+  });
+  const session = init.headers.get("mcp-session-id");
+  await init.text();
+  const sessionHeaders = { ...headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" };
+  await (await fetch(url, { method: "POST", headers: sessionHeaders, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).text();
+  return sessionHeaders;
+}
+
 test("a stream's head reaches the client before its first event", { timeout: 30000 }, async () => {
   const replica = await Replica.start("--port", "0", "--store", "memory");
   try {
-    const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
-    const init = await fetch(replica.url, {
-      method: "POST",
-      headers,
-      body: JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } }),
-    });
-    const session = init.headers.get("mcp-session-id");
-    await init.text();
-    const sessionHeaders = { ...headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" };
-    await fetch(replica.url, { method: "POST", headers: sessionHeaders, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) });
+    const sessionHeaders = await openSession(replica.url);
     // The session's own stream carries no event until the server has something to say; the
     // handler flushed its head, and the guard lets it go at once instead of holding it for
     // the first event.
@@ -209,16 +215,7 @@ async function until(what, condition, ms = 10000) {
 test("a keyed call whose client left before its handler ran is stored for the re-send", { timeout: 30000 }, async () => {
   const replica = await Replica.start("--port", "0", "--redis", redis.url);
   try {
-    const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
-    const init = await fetch(replica.url, {
-      method: "POST",
-      headers,
-      body: JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } }),
-    });
-    const session = init.headers.get("mcp-session-id");
-    await init.text();
-    const sessionHeaders = { ...headers, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18" };
-    await (await fetch(replica.url, { method: "POST", headers: sessionHeaders, body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) })).text();
+    const sessionHeaders = await openSession(replica.url);
     const tag = `left-${randomUUID()}`;
     const key = `k-${tag}`;
     const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: key }, name: "bump", arguments: { tag } } });
