@@ -1259,7 +1259,7 @@ async fn tools_call(
                 if let Err(e) = inc.env.oracle.idempotent_replay().await {
                     return rpc_err(id, code::INTERNAL, &e.to_string(), None);
                 }
-                return match StoredOutcome::from_stored(outcome.response) {
+                return match StoredOutcome::from_stored(&outcome.response.to_string()) {
                     Some(stored) => refusal(ClaimOutcome::Done(stored), id),
                     None => rpc_err(id, code::INTERNAL, "malformed stored outcome", None),
                 };

@@ -44,10 +44,14 @@ impl Answer {
     }
 
     fn new(status: StatusCode, body: &Value) -> Self {
+        Self::text(status, body.to_string())
+    }
+
+    fn text(status: StatusCode, body: String) -> Self {
         Self {
             status,
             headers: vec![(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            body: Bytes::from(body.to_string()),
+            body: Bytes::from(body),
         }
     }
 
@@ -66,6 +70,11 @@ impl Answer {
     /// 200 with a JSON-RPC response (a stored answer, or an error in the body).
     pub(crate) fn rpc(message: &Value) -> Self {
         Self::new(StatusCode::OK, message)
+    }
+
+    /// 200 with a JSON-RPC response already written as JSON text (a stored answer).
+    pub(crate) fn rpc_text(message: String) -> Self {
+        Self::text(StatusCode::OK, message)
     }
 
     /// The resume-safety extension's explicit rejection.

@@ -1,7 +1,11 @@
 //! Idempotency keys: where a `tools/call` carries one, and what a claim's outcome means for
 //! the request that asked.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use http::HeaderMap;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::answer::{error_body, Answer};
@@ -101,9 +105,16 @@ pub fn claim_verdict(
     id: &Value,
     hash: Option<&CapabilityHash>,
 ) -> ClaimVerdict {
-    match claim_message(outcome, id) {
-        None => ClaimVerdict::Run,
-        Some(message) => ClaimVerdict::Answer(Answer::rpc(&message).with_hash(hash)),
+    match outcome {
+        ClaimOutcome::Granted => ClaimVerdict::Run,
+        // The stored text goes out as it was kept, not through a `Value`.
+        ClaimOutcome::Done(stored) => {
+            ClaimVerdict::Answer(Answer::rpc_text(stored.addressed_to(id)).with_hash(hash))
+        }
+        refused => match refusal(refused, id) {
+            Some(message) => ClaimVerdict::Answer(Answer::rpc(&message).with_hash(hash)),
+            None => ClaimVerdict::Run,
+        },
     }
 }
 
@@ -111,9 +122,16 @@ pub fn claim_verdict(
 /// answer re-addressed, or the refusal; `None` when the call may run. (For servers that
 /// answer keyed calls inside their own streams, as the mock cluster does.)
 pub fn claim_message(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
+    match outcome {
+        ClaimOutcome::Done(stored) => serde_json::from_str(&stored.addressed_to(id)).ok(),
+        refused => refusal(refused, id),
+    }
+}
+
+/// The error answer of a claim that may not run; `None` for one that may (or a stored answer).
+fn refusal(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
     Some(match outcome {
-        ClaimOutcome::Granted => return None,
-        ClaimOutcome::Done(stored) => stored.addressed_to(id),
+        ClaimOutcome::Granted | ClaimOutcome::Done(_) => return None,
         ClaimOutcome::InUse => error_body(
             id,
             rpc_codes::SERVER,
@@ -137,18 +155,25 @@ pub fn claim_message(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
 }
 
 /// Marks a keyed call's result with the hash it was produced under (the extension's rule: a
-/// replayed result names its context, so a client under another one refuses it). An error
-/// answer, or a result that is not an object, is left as it is.
-pub(crate) fn stamp_result(message: &mut Value, hash: &CapabilityHash) {
-    let Some(result) = message.get_mut("result").and_then(Value::as_object_mut) else {
-        return;
+/// replayed result names its context, so a client under another one refuses it): the message
+/// with the mark, or `None` for an error answer, a result that is not an object, or a message
+/// that is not JSON. The result's other members are kept as the inner server wrote them.
+pub(crate) fn stamp_result(message: &str, hash: &CapabilityHash) -> Option<String> {
+    type Members<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
+    let mut top: Members<'_> = serde_json::from_str(message).ok()?;
+    let result: &RawValue = top.get("result")?;
+    let mut result: Members<'_> = serde_json::from_str(result.get()).ok()?;
+    let mut meta: Members<'_> = match result.get("_meta").copied() {
+        Some(meta) => serde_json::from_str(meta.get()).ok()?,
+        None => Members::new(),
     };
-    let meta = result
-        .entry("_meta")
-        .or_insert_with(|| Value::Object(serde_json::Map::new()));
-    if let Some(meta) = meta.as_object_mut() {
-        meta.insert(RESULT_HASH_META_KEY.into(), Value::from(hash.as_str()));
-    }
+    let hash = serde_json::value::to_raw_value(hash.as_str()).ok()?;
+    meta.insert(RESULT_HASH_META_KEY.into(), &hash);
+    let meta = serde_json::value::to_raw_value(&meta).ok()?;
+    result.insert("_meta".into(), &meta);
+    let result = serde_json::value::to_raw_value(&result).ok()?;
+    top.insert("result".into(), &result);
+    serde_json::to_string(&top).ok()
 }
 
 #[cfg(test)]
@@ -207,11 +232,35 @@ mod tests {
     #[test]
     fn stamping_marks_results_only() {
         let h = CapabilityHash::from_stored("sha256:ab");
-        let mut ok = json!({"result": {"content": []}});
-        stamp_result(&mut ok, &h);
+        let ok = stamp_result(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#, &h).unwrap();
+        let ok: Value = serde_json::from_str(&ok).unwrap();
         assert_eq!(ok["result"]["_meta"][RESULT_HASH_META_KEY], "sha256:ab");
-        let mut err = json!({"error": {"code": 1, "message": "x"}});
-        stamp_result(&mut err, &h);
-        assert!(err["error"].get("_meta").is_none());
+        assert_eq!(ok["result"]["content"], json!([]));
+        let err = r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#;
+        assert_eq!(stamp_result(err, &h), None);
+        assert_eq!(stamp_result(r#"{"id":1,"result":7}"#, &h), None);
+        assert_eq!(
+            stamp_result(r#"{"id":1,"result":{"_meta":null}}"#, &h),
+            None
+        );
+    }
+
+    #[test]
+    fn stamping_keeps_the_results_members_as_written() {
+        let h = CapabilityHash::from_stored("sha256:ab");
+        let message = r#"{"jsonrpc":"2.0","id":"a","result":{"n":123456789012345678901234567890,"x":0.10000000000000000555,"_meta":{"k":1e400,"other":"kept"}}}"#;
+        let stamped = stamp_result(message, &h).unwrap();
+        assert!(
+            stamped.contains(r#""n":123456789012345678901234567890"#),
+            "{stamped}"
+        );
+        assert!(
+            stamped.contains(r#""x":0.10000000000000000555"#),
+            "{stamped}"
+        );
+        assert!(stamped.contains(r#""k":1e400"#), "{stamped}");
+        assert!(stamped.contains(r#""other":"kept""#), "{stamped}");
+        let mark = format!(r#""{RESULT_HASH_META_KEY}":"sha256:ab""#);
+        assert!(stamped.contains(&mark), "{stamped}");
     }
 }

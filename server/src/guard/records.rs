@@ -2,9 +2,12 @@
 //! from the rules to I/O. Fields are private: records are made by the guard and read back by
 //! stores through serde, so no skin can forge one with a wrong owner or hash.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::ids::{
@@ -138,50 +141,52 @@ pub enum ClaimOutcome {
 
 /// The answer of a finished keyed call, kept under its key: the JSON-RPC response without
 /// `jsonrpc` and `id` (`{"result": …}` or `{"error": …}`), re-addressed to whichever request
-/// asks again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// asks again. Kept as JSON text: the answer's members are re-sent as the inner server wrote
+/// them (a number beyond 64 bits or a decimal longer than a `f64` holds would not survive a
+/// trip through [`Value`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredOutcome {
-    response: Value,
+    response: String,
 }
 
 impl StoredOutcome {
-    /// Reads a stored answer back (stores only).
-    pub fn from_stored(response: Value) -> Option<Self> {
-        let obj = response.as_object()?;
-        (obj.len() == 1 && (obj.contains_key("result") || obj.contains_key("error")))
-            .then_some(Self { response })
+    /// Reads a stored answer back (stores only): the text [`response`](Self::response) gave.
+    pub fn from_stored(response: &str) -> Option<Self> {
+        let members: BTreeMap<Cow<'_, str>, &RawValue> = serde_json::from_str(response).ok()?;
+        if members.len() != 1 {
+            return None;
+        }
+        Self::from_members(&members)
     }
 
-    pub(crate) fn from_response(message: &Value) -> Option<Self> {
-        let obj = message.as_object()?;
-        let (name, value) = match (obj.get("result"), obj.get("error")) {
+    /// The answer a JSON-RPC response message carries.
+    pub(crate) fn from_response(message: &str) -> Option<Self> {
+        let members: BTreeMap<Cow<'_, str>, &RawValue> = serde_json::from_str(message).ok()?;
+        Self::from_members(&members)
+    }
+
+    /// The one answer member (`result` or `error`, not null) of a message's members.
+    fn from_members(members: &BTreeMap<Cow<'_, str>, &RawValue>) -> Option<Self> {
+        let member = |name: &str| members.get(name).filter(|v| v.get() != "null");
+        let (name, value) = match (member("result"), member("error")) {
             (Some(r), None) => ("result", r),
             (None, Some(e)) => ("error", e),
             _ => return None,
         };
-        let mut out = serde_json::Map::with_capacity(1);
-        out.insert(name.to_owned(), value.clone());
         Some(Self {
-            response: Value::Object(out),
+            response: format!("{{\"{name}\":{}}}", value.get()),
         })
     }
 
-    /// The stored answer (`{"result": …}` or `{"error": …}`).
-    pub fn response(&self) -> &Value {
+    /// The stored answer as JSON text (`{"result": …}` or `{"error": …}`).
+    pub fn response(&self) -> &str {
         &self.response
     }
 
     /// The answer as a JSON-RPC response to the request with `id`.
-    pub(crate) fn addressed_to(&self, id: &Value) -> Value {
-        let mut out = serde_json::Map::with_capacity(3);
-        out.insert("jsonrpc".into(), Value::from("2.0"));
-        out.insert("id".into(), id.clone());
-        if let Value::Object(parts) = &self.response {
-            for (k, v) in parts {
-                out.insert(k.clone(), v.clone());
-            }
-        }
-        Value::Object(out)
+    pub(crate) fn addressed_to(&self, id: &Value) -> String {
+        // `response` is `{"result":…}` or `{"error":…}`: the id goes in front of its member.
+        format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},{}", &self.response[1..])
     }
 }
 

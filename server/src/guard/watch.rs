@@ -339,12 +339,12 @@ impl Watch {
                 return None;
             }
         };
-        let changed = self.on_message(guard, &mut message, None);
+        let changed = self.on_message(guard, &mut message, body, None);
         if matches!(self.kind, WatchKind::Keyed { .. }) && !self.settled {
             // A 200 JSON body that does not answer the call: what ran is unknown.
             self.settle(Settle::Lost);
         }
-        changed.then(|| Bytes::from(message.to_string()))
+        changed.map(Bytes::from)
     }
 
     /// The JSON body was over the limit and passed untouched.
@@ -515,9 +515,7 @@ impl Watch {
         if let Some(data) = block.data().filter(|d| self.reads_messages(d)) {
             if self.waits_for_message() {
                 if let Some(mut message) = parse_data::<Value>(data) {
-                    if self.on_message(guard, &mut message, seq) {
-                        data_out = Some(message.to_string());
-                    }
+                    data_out = self.on_message(guard, &mut message, data, seq);
                 }
             } else if let (Some(n), Some(seq)) = (&self.numbering, seq) {
                 // Only which request an answer belongs to matters here: read that alone.
@@ -559,21 +557,20 @@ impl Watch {
         }
     }
 
-    /// A JSON-RPC message passed (`seq` its event's position on a numbered stream). True when
-    /// it was changed.
+    /// A JSON-RPC message passed, read (`message`) and as it came (`raw`); `seq` is its
+    /// event's position on a numbered stream. `Some` is the message to send instead.
     fn on_message(
         &mut self,
         guard: &mut impl GuardAccess,
         message: &mut Value,
+        raw: &[u8],
         seq: Option<u64>,
-    ) -> bool {
+    ) -> Option<String> {
         let is_response = message.get("result").is_some() || message.get("error").is_some();
         if !is_response {
-            return false;
+            return None;
         }
-        let Some(id) = message.get("id").cloned() else {
-            return false;
-        };
+        let id = message.get("id").cloned()?;
         if let (Some(n), Some(seq)) = (&self.numbering, seq) {
             let stream = n.stream;
             guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
@@ -589,9 +586,7 @@ impl Watch {
                 done,
             } if !*done && crate::wire::same_id(want, &id) => {
                 *done = true;
-                let Some(result) = message.get_mut("result") else {
-                    return false;
-                };
+                let result = message.get_mut("result")?;
                 let parts = match session {
                     Some(_) => *parts,
                     // No session to tie a hash or a stream to: keys only.
@@ -602,7 +597,7 @@ impl Watch {
                     },
                 };
                 if !advertise::advertise_initialize(result, parts) {
-                    return false;
+                    return None;
                 }
                 if let (Some(sid), true) = (session.as_ref(), parts.capability_hash) {
                     let version = result
@@ -626,7 +621,7 @@ impl Watch {
                     });
                     self.ops.push_back(StoreOp::PutSession(record));
                 }
-                true
+                Some(message.to_string())
             }
             WatchKind::Discover {
                 id: want,
@@ -634,29 +629,23 @@ impl Watch {
                 done,
             } if !*done && crate::wire::same_id(want, &id) => {
                 *done = true;
-                match message.get_mut("result") {
-                    Some(result) => advertise::advertise_discover(result, *parts),
-                    None => false,
-                }
+                let result = message.get_mut("result")?;
+                advertise::advertise_discover(result, *parts).then(|| message.to_string())
             }
             WatchKind::Keyed {
                 id: want, captured, ..
             } if !*captured && crate::wire::same_id(want, &id) => {
                 *captured = true;
-                let stamped = match &self.hash {
-                    Some(h) => {
-                        stamp_result(message, h);
-                        message.get("result").is_some()
-                    }
-                    None => false,
-                };
-                match StoredOutcome::from_response(message) {
+                // Kept and stamped from the text as it came: its numbers as written.
+                let raw = String::from_utf8_lossy(raw);
+                let stamped = self.hash.as_ref().and_then(|h| stamp_result(&raw, h));
+                match StoredOutcome::from_response(stamped.as_deref().unwrap_or(&raw)) {
                     Some(outcome) => self.settle(Settle::Finish(outcome)),
                     None => self.settle(Settle::Lost),
                 }
                 stamped
             }
-            _ => false,
+            _ => None,
         }
     }
 

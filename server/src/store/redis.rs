@@ -347,8 +347,7 @@ impl Store for RedisStore {
                 Some("lost") => Ok(ClaimOutcome::Lost),
                 Some("done") => answer
                     .get(1)
-                    .and_then(|j| serde_json::from_str(j).ok())
-                    .and_then(StoredOutcome::from_stored)
+                    .and_then(|j| StoredOutcome::from_stored(j))
                     .map(ClaimOutcome::Done)
                     .ok_or_else(|| malformed("a stored answer this crate did not write")),
                 _ => Err(malformed("an unexpected claim answer")),
@@ -382,7 +381,7 @@ impl Store for RedisStore {
         Box::pin(async move {
             let mut inv = self.inner.scripts.finish.key(self.idem(key));
             inv.arg(token.as_str())
-                .arg(outcome.response().to_string())
+                .arg(outcome.response())
                 .arg(ms(self.inner.opts.retention));
             self.invoke::<i64>(inv).await.map(drop)
         })

@@ -257,6 +257,41 @@ fn an_sse_answer_is_captured_from_its_event() {
     assert_eq!(v["result"]["content"][0]["text"], "ours");
 }
 
+// | a keyed answer with numbers a `f64` cannot hold (beyond 64 bits, long decimals) | the
+// client sees them as the inner server wrote them, first from the server (JSON and SSE) and
+// again from the store; only the hash is added |
+#[test]
+fn a_keyed_answers_numbers_pass_as_written() {
+    let exact = r#""structuredContent":{"big":123456789012345678901234567890,"fine":0.10000000000000000555}"#;
+    for sse in [false, true] {
+        let (mut w, mut a, hash) = session();
+        let call = call_body(2, "bump", json!({}), Some("k1"));
+        let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+        let answer = format!(r#"{{"jsonrpc":"2.0","id":2,"result":{{"content":[],{exact}}}}}"#);
+        let chunk = format!("id: 0/0\ndata: {answer}\n\n");
+        let (head, body) = match sse {
+            true => (sse_head(), Response::Sse(vec![chunk.as_str()], true)),
+            false => (json_head(), Response::Json(answer.as_bytes())),
+        };
+        let seen = a.respond(&mut w.store, w.now, &mut watch, 200, head, body);
+        let delivered = match sse {
+            true => seen.events().remove(0).1,
+            false => String::from_utf8(seen.body.clone()).unwrap(),
+        };
+        assert!(delivered.contains(exact), "sse {sse}: {delivered}");
+        let stamped: Value = serde_json::from_str(&delivered).unwrap();
+        assert_eq!(
+            stamped["result"]["_meta"][RESULT_HASH_META_KEY],
+            hash.as_str()
+        );
+        let again = call_body(3, "bump", json!({}), Some("k1"));
+        let replayed = w.post(&mut a, Some("s1"), &again, &[]).answer();
+        let replayed = String::from_utf8(replayed.body().to_vec()).unwrap();
+        assert!(replayed.contains(exact), "sse {sse}: {replayed}");
+        assert!(replayed.contains(r#""id":3"#), "{replayed}");
+    }
+}
+
 // | the call's stream forgotten while it runs (a refused resume of the session on this
 // instance, or the stream evicted) | its answer is still captured and stored: the re-send
 // gets it, not `IDEMPOTENCY_OUTCOME_UNKNOWN` |

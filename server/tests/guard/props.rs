@@ -96,7 +96,7 @@ proptest! {
                 }
                 Step::Finish(actor) => {
                     if let Some(c) = held[actor].take() {
-                        let o = StoredOutcome::from_stored(json!({"result": {"by": c.token().as_str()}})).unwrap();
+                        let o = StoredOutcome::from_stored(&json!({"result": {"by": c.token().as_str()}}).to_string()).unwrap();
                         let holds = state.as_ref().is_some_and(|_| true);
                         claims::finish(&mut state, c.token(), o.clone());
                         if holds && finished_by_holder.is_none() {

@@ -117,9 +117,14 @@ fn claim(k: &str, args: u64, t: &str) -> Claim {
     )
 }
 
+/// A stored answer with a number no `f64` holds: every store gives it back as written.
 fn outcome(text: &str) -> StoredOutcome {
-    StoredOutcome::from_stored(json!({"result": {"content": [{"type": "text", "text": text}]}}))
-        .unwrap()
+    let content = json!([{"type": "text", "text": text}]);
+    let answer =
+        format!(r#"{{"result":{{"content":{content},"n":123456789012345678901234567890}}}}"#);
+    let stored = StoredOutcome::from_stored(&answer).unwrap();
+    assert_eq!(stored.response(), answer);
+    stored
 }
 
 fn record(sid: &str) -> SessionRecord {
