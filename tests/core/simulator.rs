@@ -653,6 +653,37 @@ fn key_in_use_is_resent_until_the_stored_result_is_ready() {
     assert_eq!(redispatched(&s), 2);
 }
 
+// A key held for longer than the re-sends last: they back off as any failed attempt does and
+// end `OutcomeUnknown` after `max_attempts`, whether the refusal comes as JSON or on an SSE
+// stream (whose priming event once counted as progress and restarted the backoff: a re-send
+// every 20 ms until the deadline).
+#[test]
+fn key_in_use_re_sends_back_off_and_are_bounded_in_both_content_types() {
+    for sse in [false, true] {
+        let _g = SeedGuard(93);
+        let server = ServerConfig {
+            sse,
+            ..ServerConfig::default()
+        };
+        let mut s = sim(server, 93);
+        s.server
+            .fault("a", std::iter::repeat_n(Fault::KeyInUse, 1000));
+        let c = s.call_with("a", Some("k-a"), Some(600 * SEC));
+        s.run_until_complete(c, 600 * SEC);
+        s.settle();
+        let posts = s.server.posts_of("a");
+        let policy = mcp_resume::ReconnectPolicy::default();
+        assert_eq!(posts.len() as u32, policy.max_attempts, "sse {sse}");
+        assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown, "sse {sse}");
+        let gaps: Vec<Duration> = posts.windows(2).map(|w| w[1].at - w[0].at).collect();
+        assert!(
+            gaps.last() > gaps.first().map(|g| *g * 8).as_ref(),
+            "sse {sse}: the waits grow: {gaps:?}"
+        );
+        assert_eq!(s.server.executions_of("a"), 0);
+    }
+}
+
 #[test]
 fn key_outcome_lost_is_outcome_unknown_and_not_resent() {
     let _g = SeedGuard(91);

@@ -290,6 +290,11 @@ impl Session {
             Err(_) => None,
         };
         if let Some(failure) = failure {
+            if failure == Failure::KeyInUse {
+                if let Some(call) = self.calls.get_mut(id) {
+                    call.refused_busy();
+                }
+            }
             let cause = match &result {
                 Err(e) => Error::rpc(e.clone()),
                 Ok(_) => Error::new(ErrorKind::Protocol, "result produced under another hash"),

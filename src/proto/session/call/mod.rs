@@ -166,6 +166,8 @@ pub(super) struct Call {
     attempts: u32,
     /// Resumes in a row that delivered nothing new.
     no_progress: u32,
+    /// Sends of its current request refused because its key's first execution still runs.
+    busy_refusals: u32,
     /// It may be running on the server (it was sent, and nothing proves otherwise).
     may_have_run: bool,
     /// A send before the latest of its current request may have run. Sticky: what proves a
@@ -215,6 +217,7 @@ impl Call {
             attempt: Attempt::default(),
             cursor: Cursor::default(),
             attempts: 0,
+            busy_refusals: 0,
             no_progress: 0,
             may_have_run: false,
             ran_before: false,
@@ -471,6 +474,15 @@ impl Call {
             .without_progress(self.no_progress)
     }
 
+    /// The server refused it: its key's first execution still runs. A wait like any failed
+    /// attempt's: the refusal's own events (an SSE priming event, the error's) proved the
+    /// server reachable, not the call any nearer its end, so the backoff and the bound on
+    /// attempts go on from the refusals before.
+    pub(super) fn refused_busy(&mut self) {
+        self.busy_refusals = self.busy_refusals.saturating_add(1);
+        self.attempts = self.attempts.max(self.busy_refusals - 1);
+    }
+
     /// Whether sending it again cannot run it twice: a task's poll (`tasks/get` reads and
     /// never runs anything), or a keyed call to a server that deduplicates keyed calls (as
     /// its session advertised, or as `policy` assumes).
@@ -600,6 +612,7 @@ impl Call {
         }
         self.cursor = Cursor::default();
         self.attempts = 0;
+        self.busy_refusals = 0;
         self.sends = 0;
         self.ran_before = false;
         self.state = CallState::Waiting;
