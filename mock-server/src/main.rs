@@ -121,6 +121,13 @@ struct Args {
     /// store (it names stream owners and the holders of running calls).
     #[arg(long, default_value_t = 0)]
     instance_index: usize,
+
+    /// The client capabilities the clients are configured with, as a JSON object (e.g.
+    /// '{"sampling":{}}'). Every execution whose context does not hold them (more members
+    /// are fine) is then flagged wrong_capability; without it the oracle compares only with
+    /// what the client itself sent, so a client sending the wrong ones goes unseen.
+    #[arg(long, value_name = "JSON", value_parser = parse_capabilities)]
+    expect_client_capabilities: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -168,6 +175,14 @@ fn parse_era(s: &str) -> Result<ClusterEra, String> {
         .map_err(|e: mock_server::UnknownEra| e.to_string())
 }
 
+fn parse_capabilities(s: &str) -> Result<serde_json::Value, String> {
+    match serde_json::from_str(s) {
+        Ok(v @ serde_json::Value::Object(_)) => Ok(v),
+        Ok(_) => Err("not a JSON object".to_owned()),
+        Err(e) => Err(format!("not valid JSON: {e}")),
+    }
+}
+
 fn probability(name: &str, p: f64) -> Result<f64, String> {
     if (0.0..=1.0).contains(&p) {
         Ok(p)
@@ -209,7 +224,7 @@ fn config(a: &Args) -> Result<ClusterConfig, String> {
         allowed_origins: a.allowed_origins.clone(),
         store: None,
         oracle_record_limit: mock_server::DEFAULT_ORACLE_RECORD_LIMIT,
-        expected_client_capabilities: None,
+        expected_client_capabilities: a.expect_client_capabilities.clone(),
     })
 }
 

@@ -63,9 +63,10 @@ impl StandaloneInstance {
     /// Starts instance number `index` on `config.listen`, sharing `config.store` (a fresh
     /// in-memory store when None: then it shares nothing with anyone). Uses the preset, the
     /// extension switch, `retry_ms`, `json_response`, `max_body_bytes`, `allowed_origins`,
-    /// `log_loss` and `oracle_record_limit`; the balancer's settings (instances, affinity,
-    /// cuts, idle timeout) belong to whatever balancer fronts it. Every report to the oracle
-    /// goes to the store's journal before the instance acts on it.
+    /// `log_loss`, `oracle_record_limit` and `expected_client_capabilities`; the balancer's
+    /// settings (instances, affinity, cuts, idle timeout) belong to whatever balancer fronts
+    /// it. Every report to the oracle goes to the store's journal before the instance acts on
+    /// it.
     ///
     /// `index` must be unique among the instances sharing a store: it names the owner of
     /// streams and the holder of running requests.

@@ -22,7 +22,7 @@ import {
   UnauthorizedError,
 } from "../index.js";
 import { fromNative } from "../lib/errors.js";
-import { Cluster, LoggingServer } from "./support/servers.mjs";
+import { Cluster, LoggingServer, expecting } from "./support/servers.mjs";
 import { CAPABILITIES, TAG } from "./support/workload.mjs";
 
 const FAST = { reconnect: { initialDelay: 10, maxDelay: 100, maxAttempts: 2 } };
@@ -179,23 +179,32 @@ describe("errors: one class per kind, each what really happened", () => {
   });
 
   test("context_mismatch: answers made under another context are refused, as the oracle confirms", async () => {
-    const cluster = await Cluster.start("naive");
+    const cluster = await Cluster.start("naive", ...expecting(CAPABILITIES));
     try {
       const client = new Client(cluster.url, { capabilities: CAPABILITIES, ...FAST });
       await client.connect();
       const failed = [];
+      const answered = [];
       for (let n = 0; n < 4; n++) {
         const tag = `mismatch/${n}`;
-        await client.callTool("generate", { prompt: "p" }, { meta: { [TAG]: tag } }).catch((e) => {
-          assert.ok(e instanceof ContextMismatchError, String(e));
-          failed.push(tag);
-        });
+        await client.callTool("generate", { prompt: "p" }, { meta: { [TAG]: tag } }).then(
+          () => answered.push(tag),
+          (e) => {
+            assert.ok(e instanceof ContextMismatchError, String(e));
+            failed.push(tag);
+          },
+        );
       }
       await client.close();
       assert.ok(failed.length > 0);
       const oracle = await cluster.oracle();
       for (const tag of failed) {
         assert.ok(oracle.executions.some((e) => e.tag === tag && e.wrong_capability), tag);
+      }
+      // An answer the client accepted ran under the capabilities it negotiated.
+      for (const tag of answered) {
+        const runs = oracle.executions.filter((e) => e.tag === tag);
+        assert.ok(runs.length > 0 && runs.every((e) => !e.wrong_capability), JSON.stringify(runs));
       }
     } finally {
       await cluster.stop();

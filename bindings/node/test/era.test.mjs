@@ -8,7 +8,7 @@ import { Client as ClientV2 } from "@modelcontextprotocol/client";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
 import { IDEMPOTENCY_META_KEY, ResumeTransport } from "../index.js";
-import { Cluster, LoggingServer } from "./support/servers.mjs";
+import { Cluster, LoggingServer, expecting } from "./support/servers.mjs";
 import { TAG } from "./support/workload.mjs";
 
 const started = [];
@@ -21,7 +21,10 @@ const start = async (server) => {
 const textOf = (result) => result.content.map((c) => c.text).join("");
 
 test("the v1 client reaches the mock cluster in the 2026-07-28 era", async () => {
-  const cluster = await start(Cluster.start("replicated", "--era", "modern"));
+  // What the bridge's client sends in each 2026-07-28 request: the tasks extension it declares
+  // on top of the host client's (empty) capabilities.
+  const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+  const cluster = await start(Cluster.start("replicated", "--era", "modern", ...expecting(capabilities)));
   const transport = new ResumeTransport(cluster.url);
   const client = new Client({ name: "legacy-only", version: "1" });
   await client.connect(transport);
@@ -36,7 +39,8 @@ test("the v1 client reaches the mock cluster in the 2026-07-28 era", async () =>
   await client.close();
   const oracle = await cluster.oracle();
   assert.equal(oracle.totals.initializes, 0, JSON.stringify(oracle.totals));
-  assert.equal(oracle.executions.filter((e) => e.tag === "modern/echo").length, 1);
+  const runs = oracle.executions.filter((e) => e.tag === "modern/echo");
+  assert.ok(runs.length === 1 && !runs[0].wrong_capability, JSON.stringify(runs));
 });
 
 test("the v1 client reaches the TypeScript SDK v2 server in modern-only mode", async () => {

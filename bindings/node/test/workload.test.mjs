@@ -3,8 +3,8 @@
 // instances, streams cut after 3 events), each call judged by the cluster's oracle.
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Cluster } from "./support/servers.mjs";
-import { judge, runWorkload, table } from "./support/workload.mjs";
+import { Cluster, expecting } from "./support/servers.mjs";
+import { CAPABILITIES, judge, runWorkload, table } from "./support/workload.mjs";
 
 const PRESETS = ["naive", "strict", "replicated", "sticky"];
 
@@ -12,7 +12,7 @@ test("stock against bridged TypeScript client on every preset", async () => {
   // Independent clusters: every run at once.
   const runs = await Promise.all(
     PRESETS.flatMap((preset) => ["stock", "bridged"].map(async (client) => {
-      const cluster = await Cluster.start(preset, "--idle-timeout-ms", "0", "--cut-after-events", "3");
+      const cluster = await Cluster.start(preset, "--idle-timeout-ms", "0", "--cut-after-events", "3", ...expecting(CAPABILITIES));
       try {
         const run = await runWorkload(cluster.url, preset, client);
         return judge(run, await cluster.oracle());

@@ -108,10 +108,14 @@ class Cluster:
 @pytest.fixture
 def cluster(mock_cluster_bin: Path) -> Iterator[Callable[..., Cluster]]:
     """Starts clusters: `cluster("strict", "--cut-after-events", "1")`; all stopped at the
-    end of the test."""
+    end of the test. `capabilities`: what the test's clients negotiate, told the oracle,
+    which then flags any execution under other client capabilities as `wrong_capability`
+    (without it, a client sending the wrong ones would go unseen)."""
     started: list[Cluster] = []
 
-    def start(preset: str, *args: str) -> Cluster:
+    def start(preset: str, *args: str, capabilities: dict[str, Any] | None = None) -> Cluster:
+        if capabilities is not None:
+            args = (*args, "--expect-client-capabilities", json.dumps(capabilities))
         c = Cluster(mock_cluster_bin, ["--preset", preset, "--instances", "3", *args])
         started.append(c)
         return c

@@ -35,6 +35,7 @@ from workload import CAPABILITIES, TAG, wrong_answer
 PRESETS = ["naive", "strict", "replicated", "sticky"]
 # The workload's deadline per call, as the demo's.
 DEADLINE = timedelta(seconds=3)
+MODERN_CAPABILITIES = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
 
 
 class WorkloadSession(ClientSession):
@@ -165,7 +166,14 @@ async def test_stock_against_bridged_client_session_on_every_preset(
         # deadline (it does not resume a cut POST stream): 3 s each, asserted nowhere.
         clients = ("stock", "bridged") if preset in ("naive", "strict") else ("bridged",)
         for client in clients:
-            c = cluster(preset, "--idle-timeout-ms", "0", "--cut-after-events", "3")
+            c = cluster(
+                preset,
+                "--idle-timeout-ms",
+                "0",
+                "--cut-after-events",
+                "3",
+                capabilities=CAPABILITIES,
+            )
             run = await session_workload(c.url, preset, client)
             run.oracle = c.settled_oracle()
             c.stop()
@@ -202,7 +210,9 @@ async def test_stock_against_bridged_client_session_on_every_preset(
 async def test_a_legacy_client_session_reaches_a_2026_07_28_server(
     cluster: Callable[..., Cluster], era: str
 ) -> None:
-    c = cluster("replicated", "--era", era)
+    # What the bridge's client sends in each 2026-07-28 request: the tasks extension it
+    # declares on top of the session's (empty) capabilities.
+    c = cluster("replicated", "--era", era, capabilities=MODERN_CAPABILITIES)
     async with streamable_http_client(c.url) as (read, write, get_session_id):
         async with ClientSession(read, write, read_timeout_seconds=DEADLINE) as session:
             init = await session.initialize()
@@ -219,7 +229,8 @@ async def test_a_legacy_client_session_reaches_a_2026_07_28_server(
             assert get_session_id() is None
     oracle = c.settled_oracle()
     assert oracle["totals"]["initializes"] == 0, oracle["totals"]
-    assert len([e for e in oracle["executions"] if e.get("tag") == "modern/echo"]) == 1
+    runs = [e for e in oracle["executions"] if e.get("tag") == "modern/echo"]
+    assert len(runs) == 1 and not runs[0]["wrong_capability"], runs
 
 
 async def test_server_requests_reach_the_client_sessions_own_callbacks(

@@ -26,7 +26,9 @@ PRESETS = ["naive", "strict", "replicated", "sticky"]
 async def test_workload_never_gives_a_silent_wrong_answer(
     cluster: Callable[..., Cluster], preset: str
 ) -> None:
-    c = cluster(preset, "--idle-timeout-ms", "0", "--cut-after-events", "3")
+    c = cluster(
+        preset, "--idle-timeout-ms", "0", "--cut-after-events", "3", capabilities=CAPABILITIES
+    )
     run = await run_workload(c.url, preset)
     run.oracle = c.settled_oracle()
     totals = run.oracle["totals"]
@@ -91,7 +93,9 @@ async def test_unkeyed_interrupted_call_is_never_resent(
     cluster: Callable[..., Cluster], preset: str
 ) -> None:
     """An unkeyed side effect whose stream is cut right after its first event."""
-    c = cluster(preset, "--idle-timeout-ms", "0", "--cut-after-events", "1")
+    c = cluster(
+        preset, "--idle-timeout-ms", "0", "--cut-after-events", "1", capabilities=CAPABILITIES
+    )
     client = _cut_client(c.url)
     events = client.events()
     await client.connect()
@@ -105,8 +109,10 @@ async def test_unkeyed_interrupted_call_is_never_resent(
     seen = [e.type for e in await drain(events)]
 
     runs = [e for e in oracle["executions"] if e["tag"] == "unkeyed"]
-    # It ran exactly once, whatever the preset: never re-sent.
+    # It ran exactly once, whatever the preset: never re-sent; under the negotiated client
+    # capabilities except on naive.
     assert len(runs) == 1, oracle["totals"]
+    assert runs[0]["wrong_capability"] == (preset == "naive"), runs
     assert "redispatched" not in seen, seen
     if preset == "strict":
         # The resume is rejected by another instance: the client cannot know whether it
@@ -129,7 +135,7 @@ async def test_naive_failures_are_explicit(cluster: Callable[..., Cluster]) -> N
     """On naive, every answer produced under the wrong context is an explicit error; a
     success is a correct answer. (Re-initializing is not given up on: `SessionLost` is kept
     for re-initializations that keep failing until a call's deadline.)"""
-    c = cluster("naive", "--idle-timeout-ms", "0")
+    c = cluster("naive", "--idle-timeout-ms", "0", capabilities=CAPABILITIES)
     client = _cut_client(c.url)
     await client.connect()
     outcomes: list[object] = []

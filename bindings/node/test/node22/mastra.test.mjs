@@ -9,9 +9,12 @@ import { test } from "node:test";
 import { Agent } from "@mastra/core/agent";
 import { MCPClient } from "@mastra/mcp";
 import { InvalidConfigError, resumeFetch, withToolCallKeys } from "../../index.js";
-import { Cluster, LoggingServer, freePort } from "../support/servers.mjs";
+import { Cluster, LoggingServer, expecting, freePort } from "../support/servers.mjs";
 
 const CUTS = ["--idle-timeout-ms", "0", "--cut-after-events", "3"];
+// What Mastra's MCPClient declares at `initialize` (the MCP Apps extension, always; elicitation
+// only with an inputRequests handler), told the oracle.
+const CAPABILITIES = { extensions: { "io.modelcontextprotocol/ui": {} } };
 const FAST = { reconnect: { initialDelay: 10, maxDelay: 100, maxAttempts: 2 } };
 
 /**
@@ -63,7 +66,7 @@ function countingFetch(options) {
 }
 
 test("MCPClient over resumeFetch lists and runs a tool, its cut stream resumed underneath", async () => {
-  const cluster = await Cluster.start("replicated", ...CUTS);
+  const cluster = await Cluster.start("replicated", ...CUTS, ...expecting(CAPABILITIES));
   const mcp = new MCPClient({
     servers: { s: { url: new URL(cluster.url), fetch: resumeFetch(), enableProgressTracking: true } },
   });
@@ -85,6 +88,7 @@ test("MCPClient over resumeFetch lists and runs a tool, its cut stream resumed u
   assert.equal(oracle.totals.initializes, 1, JSON.stringify(oracle.totals));
   assert.ok(oracle.totals.resumes >= 1, JSON.stringify(oracle.totals));
   assert.equal(oracle.executions.filter((e) => e.tool === "slow").length, 1);
+  assert.equal(oracle.totals.wrong_capability, 0, JSON.stringify(oracle.executions));
 });
 
 test("Mastra's reconnect-and-retry never re-runs a call interrupted by a server crash; the model is told it may have run", async () => {
@@ -151,7 +155,7 @@ test("stock: Mastra's own transport leaves a call interrupted by a server crash 
 });
 
 test("withToolCallKeys: the agent's tool call is keyed by its id, and a re-run of it is answered from the stored result", async () => {
-  const cluster = await Cluster.start("strict", ...CUTS);
+  const cluster = await Cluster.start("strict", ...CUTS, ...expecting(CAPABILITIES));
   const mcp = new MCPClient({ servers: { s: { url: new URL(cluster.url), fetch: resumeFetch() } } });
   try {
     const tools = withToolCallKeys(await mcp.listTools());
@@ -176,7 +180,7 @@ test("withToolCallKeys: the agent's tool call is keyed by its id, and a re-run o
   // tool call answered from the stored result. One execution, keyed.
   const runs = oracle.executions.filter((e) => e.tool === "slow");
   assert.equal(runs.length, 1, JSON.stringify(oracle.executions));
-  assert.ok(runs[0].keyed, JSON.stringify(runs));
+  assert.ok(runs[0].keyed && !runs[0].wrong_capability, JSON.stringify(runs));
   assert.ok(oracle.totals.idempotent_replays >= 1, JSON.stringify(oracle.totals));
 });
 

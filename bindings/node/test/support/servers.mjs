@@ -69,6 +69,13 @@ export class Cluster extends Process {
   }
 }
 
+/**
+ * `Cluster.start` arguments telling the oracle what the test's clients negotiate: it then
+ * flags any execution under other client capabilities as `wrong_capability` (without them, a
+ * client sending the wrong ones would go unseen).
+ */
+export const expecting = (capabilities) => ["--expect-client-capabilities", JSON.stringify(capabilities)];
+
 /** A free port of 127.0.0.1 (for a server that must come back at the same URL). */
 export async function freePort() {
   const server = createServer();
