@@ -158,6 +158,16 @@ async fn prints_url_serves_and_stops_on_sigint() {
     assert!(status.success(), "clean exit on SIGINT: {status:?}");
 }
 
+/// A child process killed when dropped: a failed assertion leaves no cluster running.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `--expect-client-capabilities` reaches the oracle, with the balancer and with
 /// `--instance-only`: a call in a session negotiated without them is a wrong capability, one
 /// in a session negotiated with them (and more) is not.
@@ -165,16 +175,18 @@ async fn prints_url_serves_and_stops_on_sigint() {
 async fn expected_client_capabilities_reach_the_oracle() {
     let expected = json!({"experimental": {"sampling": {"temperature": 0.2}}});
     for mode in [&[][..], &["--instance-only"][..]] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mock-cluster"))
-            .args(["--listen", "127.0.0.1:0", "--json-response"])
-            .args(["--preset", "replicated"])
-            .args(["--expect-client-capabilities", &expected.to_string()])
-            .args(mode)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
+        let mut child = Running(
+            Command::new(env!("CARGO_BIN_EXE_mock-cluster"))
+                .args(["--listen", "127.0.0.1:0", "--json-response"])
+                .args(["--preset", "replicated"])
+                .args(["--expect-client-capabilities", &expected.to_string()])
+                .args(mode)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let stdout = child.0.stdout.take().unwrap();
         let line = tokio::task::spawn_blocking(move || {
             let mut line = String::new();
             BufReader::new(stdout).read_line(&mut line).map(|_| line)
@@ -241,14 +253,5 @@ async fn expected_client_capabilities_reach_the_oracle() {
         assert!(flagged("bare"), "{mode:?}: {report}");
         assert!(!flagged("more"), "{mode:?}: {report}");
         assert_eq!(report["totals"]["wrong_capability"], json!(1), "{mode:?}");
-        assert!(Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success());
-        tokio::task::spawn_blocking(move || child.wait())
-            .await
-            .unwrap()
-            .unwrap();
     }
 }
