@@ -161,6 +161,8 @@ struct Inner {
     retry_after: Option<Duration>,
     auth: Option<Box<AuthChallenge>>,
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    /// The request it ended was sent and nothing proved it did not run.
+    may_have_run: bool,
 }
 
 impl Error {
@@ -174,6 +176,7 @@ impl Error {
                 retry_after: None,
                 auth: None,
                 source: None,
+                may_have_run: false,
             }),
         }
     }
@@ -192,6 +195,7 @@ impl Error {
                 retry_after: None,
                 auth: None,
                 source: Some(Box::new(source)),
+                may_have_run: false,
             }),
         }
     }
@@ -206,6 +210,7 @@ impl Error {
                 retry_after: None,
                 auth: None,
                 source: None,
+                may_have_run: false,
             }),
         }
     }
@@ -241,6 +246,21 @@ impl Error {
         &self.inner.message
     }
 
+    /// Whether the request this error ended may have run on the server, so that sending it
+    /// again could run it twice. Always for [`ErrorKind::OutcomeUnknown`] and
+    /// [`ErrorKind::ContextMismatch`]; for a call that failed otherwise (its deadline passed,
+    /// its session was lost, the client closed) when it had been sent and nothing proved that
+    /// it did not run, or when the client cannot tell (the driver stopped under it). `false`
+    /// when the client knows it never ran, for the server's own answer ([`ErrorKind::Rpc`]),
+    /// and for errors that end no request.
+    pub fn may_have_run(&self) -> bool {
+        self.inner.may_have_run
+            || matches!(
+                self.inner.kind,
+                ErrorKind::OutcomeUnknown | ErrorKind::ContextMismatch
+            )
+    }
+
     /// How long the server asked the client to wait before trying again (`Retry-After` on a
     /// 429 or 503), when that wait did not fit in the call's deadline and the call failed
     /// instead. Within the deadline the client waits and re-sends by itself.
@@ -258,6 +278,7 @@ impl Error {
                 retry_after: None,
                 auth: None,
                 source: None,
+                may_have_run: false,
             }),
         }
     }
@@ -284,6 +305,7 @@ impl Error {
                 retry_after: cause.retry_after(),
                 auth: Some(Box::new(challenge)),
                 source: Some(Box::new(cause)),
+                may_have_run: false,
             }),
         }
     }
@@ -298,7 +320,20 @@ impl Error {
             retry_after: shared.retry_after,
             auth: shared.auth.clone(),
             source: None,
+            may_have_run: shared.may_have_run,
         })
+    }
+
+    /// The same error, saying the request it ended may have run (see
+    /// [`Error::may_have_run`]).
+    pub(crate) fn with_may_have_run(self) -> Self {
+        let inner = self.into_inner();
+        Error {
+            inner: Arc::new(Inner {
+                may_have_run: true,
+                ..inner
+            }),
+        }
     }
 
     /// The same error, naming the server's `Retry-After`.
@@ -336,6 +371,7 @@ impl Error {
                 retry_after,
                 auth: None,
                 source: Some(Box::new(cause)),
+                may_have_run: false,
             }),
         }
     }
@@ -354,6 +390,9 @@ impl fmt::Debug for Error {
         }
         if let Some(auth) = &self.inner.auth {
             d.field("auth", auth);
+        }
+        if self.inner.may_have_run {
+            d.field("may_have_run", &true);
         }
         if let Some(source) = &self.inner.source {
             d.field("source", source);

@@ -40,10 +40,12 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 /// A server's own JSON-RPC error ([`ErrorKind::Rpc`]) reaches the host unchanged. A modern
 /// server's `MissingRequiredClientCapability` keeps its code and data, with `kind` added
 /// when the data is an object. Every other kind gets its own code, the error's message, and
-/// `data: {"kind": <name>}`. For the two kinds a host must never retry blindly (the call may
-/// have run, or did), the message says only that; the network's words that caused it go to
-/// `data.cause`, because frameworks pick what to retry by reading messages (Mastra re-runs a
-/// tool call whose error says "connection closed").
+/// `data: {"kind": <name>}`, and `"mayHaveRun": true` for a call that may have run
+/// ([`Error::may_have_run`]: always `outcome_unknown` and `context_mismatch`, and a timed-out
+/// or lost call that had been sent). A host must never retry those blindly: their message
+/// says only what happened; the network's words that caused it go to `data.cause`, because
+/// frameworks pick what to retry by reading messages (Mastra re-runs a tool call whose error
+/// says "connection closed").
 pub(crate) fn to_rpc(error: &Error) -> RpcError {
     let code = match error.kind() {
         ErrorKind::Rpc => {
@@ -84,15 +86,15 @@ pub(crate) fn to_rpc(error: &Error) -> RpcError {
     if let Some(after) = error.retry_after() {
         data.insert("retryAfterMs".to_owned(), json!(after.as_millis() as u64));
     }
-    let message = match error.kind() {
-        ErrorKind::OutcomeUnknown | ErrorKind::ContextMismatch => match split_cause(error) {
-            Some((own, cause)) => {
-                data.insert("cause".to_owned(), Value::String(cause.to_owned()));
-                format!("{}: {own}", error.kind())
-            }
-            None => error.to_string(),
-        },
-        _ => error.to_string(),
+    if error.may_have_run() {
+        data.insert("mayHaveRun".to_owned(), Value::Bool(true));
+    }
+    let message = match split_cause(error).filter(|_| error.may_have_run()) {
+        Some((own, cause)) => {
+            data.insert("cause".to_owned(), Value::String(cause.to_owned()));
+            format!("{}: {own}", error.kind())
+        }
+        None => error.to_string(),
     };
     RpcError {
         code,
@@ -145,9 +147,14 @@ mod tests {
             (ErrorKind::Ledger, LEDGER),
         ];
         for (kind, code) in kinds {
-            let rpc = to_rpc(&Error::new(kind, "m"));
+            let error = Error::new(kind, "m");
+            let rpc = to_rpc(&error);
             assert_eq!(rpc.code, code, "{kind}");
-            assert_eq!(rpc.data, Some(json!({"kind": kind.as_str()})));
+            let data = match error.may_have_run() {
+                true => json!({"kind": kind.as_str(), "mayHaveRun": true}),
+                false => json!({"kind": kind.as_str()}),
+            };
+            assert_eq!(rpc.data, Some(data));
         }
         let server = RpcError {
             code: -32602,
@@ -181,10 +188,18 @@ mod tests {
                 rpc.data,
                 Some(json!({
                     "kind": kind.as_str(),
+                    "mayHaveRun": true,
                     "cause": "error sending request: connection closed before message completed",
                 }))
             );
         }
+        // A sent call whose deadline passed while it was being resumed.
+        let sent = Error::caused_by(ErrorKind::Timeout, "tools/call timed out", network())
+            .with_may_have_run();
+        let rpc = to_rpc(&sent);
+        assert_eq!(rpc.code, TIMEOUT);
+        assert_eq!(rpc.message, "timeout: tools/call timed out");
+        assert_eq!(rpc.data.as_ref().unwrap()["mayHaveRun"], true);
         // Other kinds say their cause as before: a call that was never sent may be retried.
         let unsent = Error::caused_by(ErrorKind::Transport, "tools/call", network());
         assert!(to_rpc(&unsent).message.contains("connection closed"));

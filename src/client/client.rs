@@ -464,8 +464,12 @@ impl Client {
             Ok(Err(_)) => Err(Error::new(
                 ErrorKind::Closed,
                 "the client's driver stopped before the call completed",
-            )),
-            Err(_) => Err(Error::new(ErrorKind::Timeout, "the call's deadline passed")),
+            )
+            .with_may_have_run()),
+            Err(_) => {
+                Err(Error::new(ErrorKind::Timeout, "the call's deadline passed")
+                    .with_may_have_run())
+            }
         }
     }
 }

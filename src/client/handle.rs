@@ -175,7 +175,8 @@ impl<T> Future for CallHandle<T> {
                 Err(_) => Err(Error::new(
                     ErrorKind::Closed,
                     "the client's driver stopped before the call completed",
-                )),
+                )
+                .with_may_have_run()),
             });
         }
         ready!(waiting.poll_guard(cx));
@@ -186,10 +187,12 @@ impl<T> Future for CallHandle<T> {
                 reason: None,
             });
         }
+        // The core did not end it by its deadline: whether it was sent cannot be told here.
         Poll::Ready(Err(Error::new(
             ErrorKind::Timeout,
             "the call's deadline passed",
-        )))
+        )
+        .with_may_have_run()))
     }
 }
 

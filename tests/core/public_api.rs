@@ -109,6 +109,8 @@ fn a_token_providers_error_keeps_its_cause() {
     let e = Error::token_unavailable(cause);
     let source = std::error::Error::source(&e).expect("the cause is the source");
     assert!(source.to_string().contains("vault sealed"));
+    // Ends no request: it never ran.
+    assert!(!e.may_have_run());
 }
 
 #[test]

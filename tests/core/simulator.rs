@@ -8,7 +8,7 @@ use std::time::Duration;
 use mcp_resume::proto::{
     HttpMethod, ReinitReason, RejectReason, ResendPolicy, SessionConfig, SessionEvent,
 };
-use mcp_resume::ErrorKind;
+use mcp_resume::{ErrorKind, ReconnectPolicy};
 use serde_json::Value;
 use sim::{Fault, InitFault, SeedGuard, ServerConfig, Sim};
 
@@ -672,7 +672,7 @@ fn key_in_use_re_sends_back_off_and_are_bounded_in_both_content_types() {
         s.run_until_complete(c, 600 * SEC);
         s.settle();
         let posts = s.server.posts_of("a");
-        let policy = mcp_resume::ReconnectPolicy::default();
+        let policy = ReconnectPolicy::default();
         assert_eq!(posts.len() as u32, policy.max_attempts, "sse {sse}");
         assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown, "sse {sse}");
         let gaps: Vec<Duration> = posts.windows(2).map(|w| w[1].at - w[0].at).collect();
@@ -681,6 +681,65 @@ fn key_in_use_re_sends_back_off_and_are_bounded_in_both_content_types() {
             "sse {sse}: the waits grow: {gaps:?}"
         );
         assert_eq!(s.server.executions_of("a"), 0);
+    }
+}
+
+// A call that fails without the server's answer says whether it may have run: a framework
+// retrying a timed-out call must be able to tell one the server may be running from one it
+// never saw.
+#[test]
+fn a_failed_call_says_whether_it_may_have_run() {
+    let config = SessionConfig::default()
+        .with_call_timeout(2 * SEC)
+        .with_reconnect(ReconnectPolicy::default().with_max_attempts(1000));
+    let cut_then = |first: Fault, then: Fault| -> Vec<Fault> {
+        [Fault::CutAfterPriming, first]
+            .into_iter()
+            .chain(std::iter::repeat_n(then, 1000))
+            .collect()
+    };
+    // (faults of its exchanges, keyed, how it ends, may it have run)
+    let rows = [
+        // Never reached the server: refused connections until the deadline.
+        (vec![Fault::Refuse; 1000], false, ErrorKind::Timeout, false),
+        // The server forgot the session each time: nothing ran.
+        (
+            vec![Fault::NotFound; 1000],
+            false,
+            ErrorKind::SessionLost,
+            false,
+        ),
+        // Sent, its stream cut, every resume refused until the deadline.
+        (
+            cut_then(Fault::ResumeRefuse, Fault::ResumeRefuse),
+            true,
+            ErrorKind::Timeout,
+            true,
+        ),
+        // Sent, its stream cut, its session gone on the resume and every re-send after.
+        (
+            cut_then(Fault::ResumeNotFound, Fault::NotFound),
+            true,
+            ErrorKind::SessionLost,
+            true,
+        ),
+        // Sent and lost before the head.
+        (
+            vec![Fault::LoseBeforeHead { executed: true }],
+            false,
+            ErrorKind::OutcomeUnknown,
+            true,
+        ),
+    ];
+    for (i, (faults, keyed, kind, may_have_run)) in rows.into_iter().enumerate() {
+        let _g = SeedGuard(94);
+        let mut s = sim_with(config.clone(), ServerConfig::default(), 94);
+        s.server.fault("a", faults);
+        let c = s.call("a", keyed.then_some("k-a"));
+        s.run_until_complete(c, 10 * SEC);
+        let error = s.result(c).as_ref().expect_err("the call failed");
+        assert_eq!(error.kind(), kind, "row {i}: {error:?}");
+        assert_eq!(error.may_have_run(), may_have_run, "row {i}: {error:?}");
     }
 }
 

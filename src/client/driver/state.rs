@@ -369,15 +369,18 @@ impl State {
             handling.cancel("client closed");
         }
         for (_, waiter) in self.calls.drain() {
-            let reply = match waiter {
-                Waiter::Connect { reply } | Waiter::Call { reply, .. } => Some(reply),
-                Waiter::Close { reply } => reply,
+            let stopped = Error::new(
+                ErrorKind::Closed,
+                "the client's driver stopped before the call completed",
+            );
+            let (reply, error) = match waiter {
+                Waiter::Connect { reply } => (Some(reply), stopped),
+                // Whether the call was on the wire when the driver stopped is not known here.
+                Waiter::Call { reply, .. } => (Some(reply), stopped.with_may_have_run()),
+                Waiter::Close { reply } => (reply, stopped),
             };
             if let Some(reply) = reply {
-                let _ = reply.send(Err(Error::new(
-                    ErrorKind::Closed,
-                    "the client's driver stopped before the call completed",
-                )));
+                let _ = reply.send(Err(error));
             }
         }
         self.progress.clear();
@@ -761,7 +764,8 @@ impl State {
                 self.session.cancel(call, now.into_std());
                 self.entry_ended(call, true);
                 let timeout =
-                    Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"));
+                    Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"))
+                        .with_may_have_run();
                 #[cfg(feature = "otel")]
                 self.telemetry.abandoned(call, Some(&timeout));
                 self.effects.reply(reply, Err(timeout));

@@ -230,6 +230,13 @@ impl Session {
         let Some(call) = self.remove_call(id) else {
             return;
         };
+        // A failure that is not the server's answer tells whether the request may have run.
+        let result = match result {
+            Err(e) if call.may_have_run() && e.kind() != ErrorKind::Rpc => {
+                Err(e.with_may_have_run())
+            }
+            result => result,
+        };
         match call.serves() {
             Some(target) => self.internal_done(target, result),
             None => self

@@ -418,6 +418,12 @@ impl Call {
         earlier_may_have_run && !(self.key.is_some() && dedups)
     }
 
+    /// Whether any send of it may have run (or a task it became runs): what a failure that
+    /// ends it without the server's answer must say.
+    pub(super) fn may_have_run(&self) -> bool {
+        self.picked_up || self.ran_before || self.may_have_run || self.task.is_some()
+    }
+
     /// Something proves its last send never ran (it never left, or the server refused it
     /// unprocessed).
     pub(super) fn not_run(&mut self) {
