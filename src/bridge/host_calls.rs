@@ -28,9 +28,8 @@ pub(crate) struct HostCalls {
     trust_annotations: bool,
     /// Messages towards the host.
     out: mpsc::Sender<Value>,
-    /// Each in-flight request's cancel switch, by host id, with the number of the request
-    /// that holds the id (a cancelled id may be taken again before its first request ends).
-    in_flight: Mutex<FxHashMap<String, (u64, oneshot::Sender<()>)>>,
+    /// The host's requests by id: in flight, and waiting for a place.
+    ids: Mutex<Ids>,
     /// Numbers the host's requests.
     started: AtomicU64,
     /// Tools the last `tools/list` annotated read-only or idempotent.
@@ -41,12 +40,75 @@ pub(crate) struct HostCalls {
     flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
 }
 
+/// The host's requests by id, under one lock: a request goes from waiting to in flight
+/// without a moment where the host's cancel finds it in neither.
+#[derive(Default)]
+struct Ids {
+    /// Each in-flight request's cancel switch, by host id, with the number of the request
+    /// that holds the id (a cancelled id may be taken again before its first request ends).
+    in_flight: FxHashMap<String, (u64, oneshot::Sender<()>)>,
+    /// The requests waiting in `Bridge::send` for a place, by host id, with their numbers and
+    /// cancel switches (a host may send an id again before the first is taken).
+    waiting: FxHashMap<String, Vec<(u64, oneshot::Sender<()>)>>,
+}
+
+/// A host request's id while the request waits for a place: the host's cancel reaches it
+/// from its creation until it is taken ([`HostCalls::take`], [`HostCalls::start`]). Dropped
+/// untaken, it is forgotten.
+pub(crate) struct Waiting<'a> {
+    calls: &'a HostCalls,
+    id: Value,
+    key: String,
+    number: u64,
+    cancelled: oneshot::Receiver<()>,
+    taken: bool,
+}
+
+impl Waiting<'_> {
+    /// Resolves once the host cancels the request.
+    pub(crate) async fn cancelled(&mut self) {
+        if (&mut self.cancelled).await.is_err() {
+            // The switch is only dropped with the bridge.
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Takes the request out of the waiting ones: its id, or `None` when the host cancelled
+    /// it.
+    fn take(mut self, ids: &mut Ids) -> Option<Value> {
+        self.taken = true;
+        let waiting = ids.waiting.get_mut(&self.key)?;
+        let at = waiting.iter().position(|(n, _)| *n == self.number)?;
+        waiting.swap_remove(at);
+        if waiting.is_empty() {
+            ids.waiting.remove(&self.key);
+        }
+        Some(std::mem::take(&mut self.id))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            let calls = self.calls;
+            let number = self.number;
+            let mut ids = lock(&calls.ids);
+            if let Some(waiting) = ids.waiting.get_mut(&self.key) {
+                waiting.retain(|(n, _)| *n != number);
+                if waiting.is_empty() {
+                    ids.waiting.remove(&self.key);
+                }
+            }
+        }
+    }
+}
+
 impl HostCalls {
     pub(crate) fn new(trust_annotations: bool, out: mpsc::Sender<Value>) -> Self {
         HostCalls {
             trust_annotations,
             out,
-            in_flight: Mutex::new(FxHashMap::default()),
+            ids: Mutex::new(Ids::default()),
             started: AtomicU64::new(0),
             safe_tools: Mutex::new(FxHashMap::default()),
             session_state: SessionState::default(),
@@ -70,26 +132,58 @@ impl HostCalls {
         }
     }
 
+    /// A host request with this id is about to wait for a place: from now on the host's
+    /// cancel reaches it.
+    pub(crate) fn wait(&self, id: Value) -> Waiting<'_> {
+        let key = id_key(&id);
+        let number = self.started.fetch_add(1, Ordering::Relaxed);
+        let (cancel, cancelled) = oneshot::channel();
+        lock(&self.ids)
+            .waiting
+            .entry(key.clone())
+            .or_default()
+            .push((number, cancel));
+        Waiting {
+            calls: self,
+            id,
+            key,
+            number,
+            cancelled,
+            taken: false,
+        }
+    }
+
+    /// Takes a waiting request the bridge answers itself: its id, or `None` when the host
+    /// cancelled it (it is then neither run nor answered).
+    pub(crate) fn take(&self, waiting: Waiting<'_>) -> Option<Value> {
+        waiting.take(&mut lock(&self.ids))
+    }
+
     /// Runs one host request as one call and queues its answer under the host's id, unless
-    /// the host cancels it first. The permit is held until the answer is queued.
+    /// the host cancels it first (while it waited for its place too). The permit is held
+    /// until the answer is queued.
     pub(crate) fn start(
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
         client: Client,
-        id: Value,
+        waiting: Waiting<'_>,
         method: String,
         params: Option<Value>,
         permit: OwnedSemaphorePermit,
     ) {
-        let key = id_key(&id);
-        let number = self.started.fetch_add(1, Ordering::Relaxed);
+        let key = waiting.key.clone();
+        let number = waiting.number;
         let (cancel, cancelled) = oneshot::channel();
-        {
-            let mut in_flight = lock(&self.in_flight);
-            if in_flight.contains_key(&key) {
+        let id = {
+            let mut ids = lock(&self.ids);
+            // Taken and put in flight under one lock: a cancel finds it in one or the other.
+            let Some(id) = waiting.take(&mut ids) else {
+                return;
+            };
+            if ids.in_flight.contains_key(&key) {
                 // JSON-RPC ids name one request at a time: the one in flight keeps the id and
                 // gets its own answer; this one is refused at once, never sent.
-                drop(in_flight);
+                drop(ids);
                 let out = self.out.clone();
                 let refusal = RpcError::new(
                     codes::INVALID_REQUEST,
@@ -101,8 +195,9 @@ impl HostCalls {
                 });
                 return;
             }
-            in_flight.insert(key.clone(), (number, cancel));
-        }
+            ids.in_flight.insert(key.clone(), (number, cancel));
+            id
+        };
         let this = Arc::clone(self);
         let wants_progress = params
             .as_ref()
@@ -128,16 +223,22 @@ impl HostCalls {
             }
             // The id is free once its answer is queued (a reuse before that is refused), and
             // only while this request holds it: after a cancellation, a later request may.
-            let mut in_flight = lock(&this.in_flight);
+            let in_flight = &mut lock(&this.ids).in_flight;
             if in_flight.get(&key).is_some_and(|(n, _)| *n == number) {
                 in_flight.remove(&key);
             }
         });
     }
 
-    /// The host's `notifications/cancelled` for its request `request_id`.
+    /// The host's `notifications/cancelled` for its request `request_id`: the one in flight
+    /// is abandoned, and any still waiting for a place is never taken.
     pub(crate) fn cancel(&self, request_id: &Value) {
-        if let Some((_, cancel)) = lock(&self.in_flight).remove(&id_key(request_id)) {
+        let key = id_key(request_id);
+        let mut ids = lock(&self.ids);
+        if let Some((_, cancel)) = ids.in_flight.remove(&key) {
+            let _ = cancel.send(());
+        }
+        for (_, cancel) in ids.waiting.remove(&key).into_iter().flatten() {
             let _ = cancel.send(());
         }
     }

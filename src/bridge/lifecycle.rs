@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::codes::{self, to_rpc};
+use super::host_calls::Waiting;
 use super::message::response;
 use super::{closed, lock, pumps, Inner, Phase};
 use crate::client::{Client, ClientBuilder, InitializeResult};
@@ -88,10 +89,11 @@ impl Inner {
         }
     }
 
-    /// A host request: lifecycle ones here, the others as calls.
+    /// A host request, now that it has its place: lifecycle ones here, the others as calls.
+    /// One the host cancelled while it waited is dropped: neither run nor answered.
     pub(crate) fn request(
         self: &Arc<Self>,
-        id: Value,
+        waiting: Waiting<'_>,
         method: String,
         params: Option<Value>,
         permit: OwnedSemaphorePermit,
@@ -103,11 +105,18 @@ impl Inner {
             )
         })?;
         match method.as_str() {
-            "initialize" => return self.initialize(&runtime, id, params.as_ref(), permit),
+            "initialize" => {
+                let Some(id) = self.calls.take(waiting) else {
+                    return Ok(());
+                };
+                return self.initialize(&runtime, id, params.as_ref(), permit);
+            }
             // As a legacy server answers it: a dual-era host falls back to `initialize`.
             "server/discover" => {
-                let error = rpc(codes::METHOD_NOT_FOUND, "method not found: server/discover");
-                self.answer_now(&runtime, id, Err(error), permit);
+                if let Some(id) = self.calls.take(waiting) {
+                    let error = rpc(codes::METHOD_NOT_FOUND, "method not found: server/discover");
+                    self.answer_now(&runtime, id, Err(error), permit);
+                }
                 return Ok(());
             }
             _ => {}
@@ -116,10 +125,15 @@ impl Inner {
             Phase::Ready(client) => client.clone(),
             Phase::Closed => return Err(closed()),
             Phase::Failed(error) => {
-                self.answer_now(&runtime, id, Err(to_rpc(error)), permit);
+                if let Some(id) = self.calls.take(waiting) {
+                    self.answer_now(&runtime, id, Err(to_rpc(error)), permit);
+                }
                 return Ok(());
             }
             Phase::Idle(_) => {
+                let Some(id) = self.calls.take(waiting) else {
+                    return Ok(());
+                };
                 let answer = match method.as_str() {
                     "ping" => Ok(json!({})),
                     _ => Err(rpc(
@@ -132,7 +146,7 @@ impl Inner {
             }
         };
         self.calls
-            .start(&runtime, client, id, method, params, permit);
+            .start(&runtime, client, waiting, method, params, permit);
         Ok(())
     }
 

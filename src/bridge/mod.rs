@@ -43,7 +43,8 @@
 //! - **One host request, one call.** The answer carries the host's id. The host's
 //!   `_meta.progressToken` travels unchanged, and the server's progress comes back under it.
 //!   A host's `notifications/cancelled` abandons the call: the server is told, every resume
-//!   and re-send of it stops, and the host gets no answer (as the specification asks).
+//!   and re-send of it stops, and the host gets no answer (as the specification asks). A
+//!   request still waiting for its place (see the bounds) is never sent.
 //!   A call's deadline is the client's `call_timeout`
 //!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]). A request
 //!   that reuses the id of one still in flight is answered at once with
@@ -303,8 +304,10 @@ impl Bridge {
     ///
     /// Returns once the message is taken: a request's answer comes later through
     /// [`Bridge::recv`]. Waits while `capacity` host requests are in flight
-    /// (back-pressure). Fails with [`ErrorKind::Protocol`] for something that is not a
-    /// JSON-RPC message, and with [`ErrorKind::Closed`] after [`Bridge::close`].
+    /// (back-pressure); the host's `notifications/cancelled` for a request waiting here ends
+    /// the wait with `Ok`, the request not taken (never sent, never answered). Fails with
+    /// [`ErrorKind::Protocol`] for something that is not a JSON-RPC message, and with
+    /// [`ErrorKind::Closed`] after [`Bridge::close`].
     /// Cancel-safe: dropped while it waits for room, the message was not taken.
     pub async fn send(&self, message: Value) -> Result<(), Error> {
         if *self.inner.closed.borrow() {
@@ -312,14 +315,16 @@ impl Bridge {
         }
         match HostMessage::parse(message)? {
             HostMessage::Request { id, method, params } => {
-                let permit = self
-                    .inner
-                    .permits
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| closed())?;
-                self.inner.request(id, method, params, permit)
+                // The host's cancel reaches the request while it waits for its place too.
+                let mut waiting = self.inner.calls.wait(id);
+                let permit = tokio::select! {
+                    permit = self.inner.permits.clone().acquire_owned() => {
+                        permit.map_err(|_| closed())?
+                    }
+                    // As for a call in flight: never sent, and no answer.
+                    () = waiting.cancelled() => return Ok(()),
+                };
+                self.inner.request(waiting, method, params, permit)
             }
             HostMessage::Notification { method, params } => {
                 self.inner.notification(&method, params).await

@@ -15,7 +15,9 @@ use axum::http::{HeaderValue, Method};
 use axum::response::Response;
 use futures::{FutureExt, StreamExt};
 use host::{error_of, guarded, Host};
-use mcp_resume::bridge::{codes, Bridge, BridgeBuilder, ANNOTATED_RESENDS, IDEMPOTENCY_META_KEY};
+use mcp_resume::bridge::{
+    codes, Bridge, BridgeBuilder, ANNOTATED_RESENDS, DEFAULT_CAPACITY, IDEMPOTENCY_META_KEY,
+};
 use mcp_resume::{EraCache, ErrorKind, ReconnectPolicy, SessionEvent};
 use mock_server::context::meta;
 use mock_server::{Cluster, ClusterConfig, ClusterEra, OracleReport, Preset};
@@ -922,8 +924,8 @@ async fn requests_in_flight_are_bounded() {
 }
 
 /// A server whose tool calls never answer, and an initialized host bridged to it with
-/// `timeout` per call.
-async fn host_of_hanging_tools(timeout: Duration) -> (TestServer, Host) {
+/// `timeout` per call and `capacity`.
+async fn host_of_hanging_tools(timeout: Duration, capacity: usize) -> (TestServer, Host) {
     let server = TestServer::start(|req| {
         if req.is_rpc("tools/call") {
             return hang();
@@ -934,6 +936,7 @@ async fn host_of_hanging_tools(timeout: Duration) -> (TestServer, Host) {
     let mut host = Host::new(
         bridge(&server.url)
             .configure(|c| c.call_timeout(timeout))
+            .capacity(capacity)
             .build()
             .unwrap(),
     );
@@ -945,7 +948,8 @@ async fn host_of_hanging_tools(timeout: Duration) -> (TestServer, Host) {
 /// once with "invalid request", the first with its own outcome (here its deadline).
 #[tokio::test]
 async fn a_reused_request_id_gets_both_answers() {
-    let (server, mut host) = host_of_hanging_tools(Duration::from_millis(300)).await;
+    let (server, mut host) =
+        host_of_hanging_tools(Duration::from_millis(300), DEFAULT_CAPACITY).await;
     let id = json!("reused");
     host.send_with_id(
         id.clone(),
@@ -971,7 +975,7 @@ async fn a_reused_request_id_gets_both_answers() {
 /// though the cancelled one's task ends after it took the id again.
 #[tokio::test]
 async fn a_cancelled_id_used_again_gets_its_answer() {
-    let (server, mut host) = host_of_hanging_tools(Duration::from_secs(5)).await;
+    let (server, mut host) = host_of_hanging_tools(Duration::from_secs(5), DEFAULT_CAPACITY).await;
     let id = json!(1);
     host.send_with_id(
         id.clone(),
@@ -986,6 +990,41 @@ async fn a_cancelled_id_used_again_gets_its_answer() {
     let answer = host.answer(&id).await;
     assert_eq!(answer["result"], json!({}), "{answer}");
     assert!(server.requests().iter().any(|r| r.is_rpc("ping")));
+}
+
+/// A host's cancel reaches a request still waiting for a place (rmcp's and the TypeScript
+/// SDK's timeouts send it while their `send` waits): the waiting `send` returns without taking
+/// it, it is never sent, and the host gets no answer for it.
+#[tokio::test]
+async fn a_request_cancelled_while_it_waits_for_a_place_is_never_sent() {
+    let (server, mut host) = host_of_hanging_tools(Duration::from_secs(5), 1).await;
+    let first = host
+        .send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    let second = json!({"jsonrpc": "2.0", "id": "b", "method": "tools/call",
+        "params": tool_call("t", json!({}), json!({}))});
+    let bridge = host.bridge.clone();
+    let mut waiting = Box::pin(async move { bridge.send(second).await });
+    assert!(
+        (&mut waiting).now_or_never().is_none(),
+        "the second call waits for the first's place"
+    );
+    let waiting = tokio::spawn(waiting);
+    host.notify("notifications/cancelled", Some(json!({"requestId": "b"})))
+        .await;
+    host.notify("notifications/cancelled", Some(json!({"requestId": first})))
+        .await;
+    guarded(waiting).await.unwrap().unwrap();
+    // The place is free: the next request is answered, and nothing came for "b".
+    host.request("ping", json!({})).await;
+    assert!(host.seen.iter().all(|m| m["id"] != "b"), "{:?}", host.seen);
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(calls, 1, "{:?}", server.labels());
 }
 
 /// Annotation-trusted re-sends share the call's one deadline: each send of a read-only tool
