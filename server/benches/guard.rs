@@ -7,6 +7,8 @@
 //! - `BENCH_QUICK=1`: 5 rounds of 300 ms (about 15 s instead of a minute).
 //! - `BENCH_ROUNDS`, `BENCH_MS` (per configuration and mode, per round): override.
 //! - `BENCH_SKIN_ONLY=1`: only the in-process part (for a profiler).
+//! - `BENCH_SKIN_CALLS`: calls per round of the in-process part (default 100,000; 20,000
+//!   with `BENCH_QUICK`), a few thousand for an instruction-counting profiler.
 //! - `BENCH_PROFILE=bare|memory` (with `BENCH_CALLERS`, default 64): one configuration
 //!   alone, its server's pid printed for a profiler to attach to.
 //! - `BENCH_SERVER_WORKERS`: the servers' runtime worker threads (default 2; with 1, the
@@ -506,7 +508,8 @@ fn main() {
     let mut skin = Vec::new();
     // In process nothing drifts much within a second: a few rounds suffice.
     for _ in 0..rounds.min(7) {
-        skin.push(skin_cost(&one, if quick { 20_000 } else { 100_000 }));
+        let calls = env_u64("BENCH_SKIN_CALLS").unwrap_or(if quick { 20_000 } else { 100_000 });
+        skin.push(skin_cost(&one, calls.clamp(1, u64::from(u32::MAX)) as u32));
     }
     let bare_us = median(skin.iter().map(|s| s.0 .0).collect());
     let guarded_us = median(skin.iter().map(|s| s.1 .0).collect());
