@@ -107,7 +107,7 @@ fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
     let mut escaped = false;
     let mut at = start + 1;
     loop {
-        at += memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
+        at += find2(b'"', b'\\', bytes.get(at..)?)?;
         if bytes[at] == b'"' {
             return Some((at + 1, escaped));
         }
@@ -115,6 +115,21 @@ fn string_end(bytes: &[u8], start: usize) -> Option<(usize, bool)> {
         escaped = true;
         at += 2;
     }
+}
+
+/// The first `a` or `b` in `hay`. Most of what is searched (a key, a short value, an SSE
+/// line's field name) ends within a few bytes: those are looked at one by one, which costs
+/// less than setting up a vector search; the rest is searched by `memchr`.
+pub(crate) fn find2(a: u8, b: u8, hay: &[u8]) -> Option<usize> {
+    const SHORT: usize = 16;
+    let head = &hay[..hay.len().min(SHORT)];
+    if let Some(i) = head.iter().position(|&c| c == a || c == b) {
+        return Some(i);
+    }
+    if hay.len() <= SHORT {
+        return None;
+    }
+    memchr::memchr2(a, b, &hay[SHORT..]).map(|i| i + SHORT)
 }
 
 /// Where the value starting at `start` ends (it is passed over, not read).
@@ -236,6 +251,23 @@ mod tests {
         }
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
         assert_eq!(all(deep.as_bytes()), None);
+    }
+
+    #[test]
+    fn find2_finds_what_memchr2_finds() {
+        let mut hay = vec![b'x'; 40];
+        assert_eq!(find2(b'"', b'\\', &hay), None);
+        for at in 0..hay.len() {
+            for (c, other) in [(b'"', b'\\'), (b'\\', b'"')] {
+                hay[at] = c;
+                for len in 0..=hay.len() {
+                    let want = memchr::memchr2(c, other, &hay[..len]);
+                    assert_eq!(find2(c, other, &hay[..len]), want, "{at} {len}");
+                    assert_eq!(find2(other, c, &hay[..len]), want, "{at} {len}");
+                }
+                hay[at] = b'x';
+            }
+        }
     }
 
     #[test]
