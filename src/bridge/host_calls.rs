@@ -206,26 +206,29 @@ impl HostCalls {
             .is_some();
         runtime.spawn(async move {
             let _permit = permit;
-            // Dropping the call's future abandons it: the client tells the server and stops
-            // every resume and re-send.
-            let outcome = tokio::select! {
-                result = this.run(&client, &method, params) => Some(result),
-                Ok(()) = cancelled => None,
-            };
-            if let Some(result) = outcome {
+            let answer = async {
+                let result = this.run(&client, &method, params).await;
                 if wants_progress {
                     this.flush_notifications().await;
                 }
-                let _ = this
-                    .out
-                    .send(response(id, result.map_err(|e| to_rpc(&e))))
-                    .await;
-            }
-            // The id is free once its answer is queued (a reuse before that is refused), and
-            // only while this request holds it: after a cancellation, a later request may.
-            let in_flight = &mut lock(&this.ids).in_flight;
-            if in_flight.get(&key).is_some_and(|(n, _)| *n == number) {
-                in_flight.remove(&key);
+                // The answer is queued, and the id freed, under the lock a cancel takes: a
+                // reuse of the id before that is refused, and after a cancel the answer is
+                // dropped however far it got, so it never reaches a later request that took
+                // the id (the cancel freed it).
+                let room = this.out.reserve().await;
+                let mut ids = lock(&this.ids);
+                if ids.in_flight.get(&key).is_some_and(|(n, _)| *n == number) {
+                    ids.in_flight.remove(&key);
+                    if let Ok(room) = room {
+                        room.send(response(id, result.map_err(|e| to_rpc(&e))));
+                    }
+                }
+            };
+            // Dropping the call's future abandons it: the client tells the server and stops
+            // every resume and re-send.
+            tokio::select! {
+                () = answer => {}
+                Ok(()) = cancelled => {}
             }
         });
     }

@@ -43,12 +43,14 @@
 //! - **One host request, one call.** The answer carries the host's id. The host's
 //!   `_meta.progressToken` travels unchanged, and the server's progress comes back under it.
 //!   A host's `notifications/cancelled` abandons the call: the server is told, every resume
-//!   and re-send of it stops, and the host gets no answer (as the specification asks). A
-//!   request still waiting for its place (see the bounds) is never sent.
+//!   and re-send of it stops, and the host gets no answer (as the specification asks), not
+//!   even one already waiting for room; its id is free at once. A request still waiting for
+//!   its place (see the bounds) is never sent.
 //!   A call's deadline is the client's `call_timeout`
 //!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]). A request
-//!   that reuses the id of one still in flight is answered at once with
-//!   [`codes::INVALID_REQUEST`] and never sent; the one in flight keeps the id and its answer.
+//!   that reuses the id of one still in flight (its answer not yet queued) is answered at
+//!   once with [`codes::INVALID_REQUEST`] and never sent; the one in flight keeps the id and
+//!   its answer.
 //! - **Errors.** A server's JSON-RPC error reaches the host unchanged. What JSON-RPC cannot
 //!   say arrives as a JSON-RPC error with the code of its [`ErrorKind`] (see [`codes`]) and
 //!   `data.kind` set to [`ErrorKind::as_str`] (e.g. `"outcome_unknown"`): never a success,

@@ -23,8 +23,8 @@ use mock_server::context::meta;
 use mock_server::{Cluster, ClusterConfig, ClusterEra, OracleReport, Preset};
 use serde_json::{json, Value};
 use support::{
-    default_reply, hang, initialize_result, json_body, json_result, sse_event, sse_open_watched,
-    sse_text, status, Recorded, TestServer, SESSION_ID,
+    default_reply, hang, initialize_result, json_body, json_result, result_msg, sse_event,
+    sse_open_watched, sse_text, status, Recorded, TestServer, SESSION_ID,
 };
 use tokio::sync::Notify;
 
@@ -990,6 +990,61 @@ async fn a_cancelled_id_used_again_gets_its_answer() {
     let answer = host.answer(&id).await;
     assert_eq!(answer["result"], json!({}), "{answer}");
     assert!(server.requests().iter().any(|r| r.is_rpc("ping")));
+}
+
+/// A call whose answer waits for room in the host's queue, cancelled, its id then used
+/// again: the new request gets its own answer, never the cancelled call's.
+#[tokio::test]
+async fn a_cancelled_answer_waiting_for_room_never_answers_the_ids_next_request() {
+    let (dropped_tx, mut dropped) = tokio::sync::mpsc::unbounded_channel();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            // Two progress notifications fill the host's queue, then the answer; the stream
+            // stays open until the client lets it go, having read the answer.
+            let progress = |n: u32| {
+                json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": "p", "progress": n}})
+            };
+            let answer = json!({"content": [{"type": "text", "text": "the tool's answer"}]});
+            let events = [progress(1), progress(2), result_msg(req, answer)]
+                .iter()
+                .map(|m| sse_event(None, m))
+                .collect::<String>();
+            return sse_open_watched(events, dropped_tx.clone());
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).capacity(2).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let id = json!("reused");
+    host.send_with_id(
+        id.clone(),
+        "tools/call",
+        tool_call("t", json!({}), json!({"progressToken": "p"})),
+    )
+    .await;
+    guarded(dropped.recv())
+        .await
+        .expect("the client let the answer's stream go");
+    host.notify("notifications/cancelled", Some(json!({"requestId": id})))
+        .await;
+    host.send_with_id(id.clone(), "ping", json!({})).await;
+    let answer = host.answer(&id).await;
+    assert_eq!(
+        answer["result"],
+        json!({}),
+        "{answer} after {:?}",
+        host.seen
+    );
+    assert_eq!(
+        host.notifications(),
+        ["notifications/progress", "notifications/progress"]
+    );
+    // Nothing more under the id: the next request's answer is the next message.
+    let ping = host.send("ping", json!({})).await;
+    let next = host.next_message().await;
+    assert_eq!(next["id"], ping, "{next}");
 }
 
 /// A host's cancel reaches a request still waiting for a place (rmcp's and the TypeScript
