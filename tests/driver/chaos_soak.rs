@@ -10,9 +10,13 @@
 //! - no side effect (`prepare`, `commit`, `counter_increment`) runs twice for one call, keyed
 //!   or not (the server advertises idempotency; unkeyed calls are never re-sent);
 //! - no unkeyed call runs twice;
-//! - no success for a call that ran under the wrong capabilities, or for a commit that ran
-//!   against an unknown record in the very session that prepared it;
-//! - on every preset but `naive`, nothing runs under a wrong context at all;
+//! - no silent wrong answer, by the demo's rule (`workload::wrong_answer`): no success for a
+//!   call nothing ran for, that ran under the wrong capabilities or repeated a side effect,
+//!   for a commit that ran against an unknown record in the very session that prepared it, or
+//!   for a `generate` at another temperature than the one every agent negotiates;
+//! - on every preset but `naive`, nothing runs under a wrong context at all. The cluster is
+//!   told the capabilities every agent is configured with, so in either era a context without
+//!   them is a wrong one, whatever its session or its request carried;
 //! - the faults bit, by the cluster's own counts: on every preset an instance was restarted,
 //!   a call was picked up after an interruption (a resumed stream, or a keyed re-send answered
 //!   from the idempotency store), and most calls succeeded (a tenth on legacy `naive`, whose
@@ -40,6 +44,8 @@ use mock_server::{
     Cluster, ClusterConfig, ClusterEra, CutStyle, OracleReport, OracleTotals, Preset,
 };
 use serde_json::{json, Value};
+
+use crate::workload::{self, CallRecord};
 
 const AGENTS: usize = 8;
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
@@ -123,17 +129,12 @@ fn error_label(kind: ErrorKind, rpc: Option<&RpcError>) -> String {
     }
 }
 
-/// One call as the client saw it.
+/// One call as the client saw it: the demo's record of it (what the demo's rule,
+/// [`workload::wrong_answer`], judges), and what the soak adds.
 struct Outcome {
-    tag: String,
-    tool: &'static str,
-    keyed: bool,
-    result: Result<(), ErrorKind>,
+    call: CallRecord,
     /// `ok`, the error kind, or the named JSON-RPC error.
     label: String,
-    /// On success, the tag the result's `_meta` echoed.
-    echoed_tag: Option<String>,
-    elapsed: Duration,
     /// The call's future did not end within deadline + slack.
     hung: bool,
     /// For a `commit`, the tag of the `prepare` whose record it commits.
@@ -146,7 +147,7 @@ async fn one_call(
     tool: &'static str,
     args: Value,
     keyed: bool,
-) -> (Outcome, Option<Value>) {
+) -> Outcome {
     let mut call = ToolCall::new(tool, args)
         .meta(meta::TAG, json!(tag))
         .timeout(CALL_TIMEOUT);
@@ -161,39 +162,34 @@ async fn one_call(
     let started = Instant::now();
     let res = tokio::time::timeout(CALL_TIMEOUT + SLACK, client.call_tool(call)).await;
     let elapsed = started.elapsed();
-    let (result, label, value, echoed_tag, hung) = match res {
+    let (outcome, label, echoed_tag, hung) = match res {
         Ok(Ok(r)) => {
-            let echoed = r
-                .meta
-                .as_ref()
-                .and_then(|m| m.get(meta::TAG))
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            (Ok(()), "ok".to_owned(), r.structured_content, echoed, false)
+            let echoed = workload::echoed_tag(r.meta.as_ref());
+            let value = r.structured_content.unwrap_or(Value::Null);
+            (Ok(value), "ok".to_owned(), echoed, false)
         }
         Ok(Err(e)) => {
             let label = error_label(e.kind(), e.rpc_error());
-            (Err(e.kind()), label, None, None, false)
+            (Err(e.kind()), label, None, false)
         }
         Err(_) => {
             let label = error_label(ErrorKind::Timeout, None);
-            (Err(ErrorKind::Timeout), label, None, None, true)
+            (Err(ErrorKind::Timeout), label, None, true)
         }
     };
-    (
-        Outcome {
+    Outcome {
+        call: CallRecord {
             tag,
             tool,
             keyed,
-            label,
-            result,
-            echoed_tag,
+            outcome,
             elapsed,
-            hung,
-            depends_on: None,
+            echoed_tag,
         },
-        value,
-    )
+        label,
+        hung,
+        depends_on: None,
+    }
 }
 
 async fn agent(
@@ -207,7 +203,7 @@ async fn agent(
 ) -> Vec<Outcome> {
     let mut rng = Rng(seed ^ (id as u64).wrapping_mul(0xA076_1D64_78BD_642F));
     let client = Client::builder(url)
-        .client_capabilities(json!({"experimental": {"sampling": {"temperature": 0.2}}}))
+        .client_capabilities(workload::client_capabilities())
         .call_timeout(CALL_TIMEOUT)
         .reconnect(
             ReconnectPolicy::default()
@@ -248,22 +244,22 @@ async fn agent(
                 };
                 one_call(&client, format!("{}-b{b}", tag(tool)), tool, args, keyed)
             });
-            out.extend(
-                futures::future::join_all(burst)
-                    .await
-                    .into_iter()
-                    .map(|(o, _)| o),
-            );
+            out.extend(futures::future::join_all(burst).await);
             continue;
         }
-        let (outcome, value) = one_call(&client, tag(tool), tool, args, keyed).await;
+        let outcome = one_call(&client, tag(tool), tool, args, keyed).await;
+        let record = outcome
+            .call
+            .outcome
+            .as_ref()
+            .ok()
+            .and_then(|v| v["record"].as_str().map(str::to_owned));
         out.push(outcome);
         if tool == "prepare" {
-            if let Some(record) = value.as_ref().and_then(|v| v["record"].as_str()) {
+            if let Some(record) = record {
                 let keyed = rng.below(2) == 0;
                 let args = json!({"record": record});
-                let (mut o, _) =
-                    one_call(&client, tag("commit") + "c", "commit", args, keyed).await;
+                let mut o = one_call(&client, tag("commit") + "c", "commit", args, keyed).await;
                 o.depends_on = Some(tag(tool));
                 out.push(o);
             }
@@ -328,6 +324,9 @@ async fn soak_preset(
             CutStyle::CleanEnd
         },
         oracle_record_limit: record_limit,
+        // The capabilities every agent is configured with: in either era an execution under
+        // any others is a wrong capability, whatever its session or its request carried.
+        expected_client_capabilities: Some(workload::client_capabilities()),
         ..ClusterConfig::default()
     };
     let cluster = Arc::new(Cluster::start(config).await.expect("cluster starts"));
@@ -416,15 +415,16 @@ fn judge(era: ClusterEra, preset: Preset, run: &PresetRun, mode: CheckMode) -> J
     let t = &run.oracle.totals;
     check_totals(era, preset, t, &mut v);
     for o in &run.outcomes {
+        let c = &o.call;
         if o.hung {
-            v.push(format!("{preset}: {} never ended", o.tag));
-        } else if o.elapsed > CALL_TIMEOUT + SLACK {
-            v.push(format!("{preset}: {} ended after {:?}", o.tag, o.elapsed));
+            v.push(format!("{preset}: {} never ended", c.tag));
+        } else if c.elapsed > CALL_TIMEOUT + SLACK {
+            v.push(format!("{preset}: {} ended after {:?}", c.tag, c.elapsed));
         }
-        if o.result.is_ok() && o.echoed_tag.as_deref() != Some(o.tag.as_str()) {
+        if c.outcome.is_ok() && c.echoed_tag.as_deref() != Some(c.tag.as_str()) {
             v.push(format!(
                 "{preset}: {} got the result of another call (it echoes tag {:?})",
-                o.tag, o.echoed_tag
+                c.tag, c.echoed_tag
             ));
         }
     }
@@ -433,8 +433,8 @@ fn judge(era: ClusterEra, preset: Preset, run: &PresetRun, mode: CheckMode) -> J
         if mode == CheckMode::Records {
             v.push(format!(
                 "{preset}: per-call checks incomplete: the oracle kept {kept} of {} execution \
-                 records ({} dropped at its limit), so success under wrong capabilities, \
-                 commits of unknown records and repeated calls cannot be joined per call. \
+                 records ({} dropped at its limit), so silent wrong answers, commits of \
+                 unknown records and repeated calls cannot be joined per call. \
                  Make the run smaller (MCP_RESUME_SOAK_CALLS / MCP_RESUME_SOAK_SECS), raise \
                  MCP_RESUME_SOAK_RECORD_LIMIT, or accept totals-only checks with \
                  MCP_RESUME_SOAK_CHECK=totals",
@@ -453,52 +453,58 @@ fn judge(era: ClusterEra, preset: Preset, run: &PresetRun, mode: CheckMode) -> J
         }
     }
     for o in &run.outcomes {
-        let ran = execs.get(o.tag.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-        if !o.keyed && ran.len() > 1 {
+        let c = &o.call;
+        let ran = execs.get(c.tag.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+        if !c.keyed && ran.len() > 1 {
             v.push(format!(
                 "{preset}: unkeyed {} ran {} times",
-                o.tag,
+                c.tag,
                 ran.len()
             ));
         } else if let Some(e) = ran.iter().find(|e| e.duplicate_side_effect) {
             v.push(format!(
                 "{preset}: keyed {} ran its side effect twice (again on instance {})",
-                o.tag, e.instance
+                c.tag, e.instance
             ));
         }
-        if ran.iter().any(|e| e.side_effect != has_side_effect(o.tool)) {
+        if ran.iter().any(|e| e.side_effect != has_side_effect(c.tool)) {
             v.push(format!(
                 "{preset}: the oracle's side-effect mark of {} disagrees with the tool list",
-                o.tag
+                c.tag
             ));
         }
-        if o.result.is_ok() {
-            if let Some(e) = ran.iter().find(|e| e.wrong_capability) {
-                v.push(format!(
-                    "{preset}: {} reported success but ran under the wrong capabilities \
-                     on instance {}",
-                    o.tag, e.instance
-                ));
-            }
-            // A commit against an unknown record is a wrong answer the client could have
-            // caught only if it ran in the session that prepared the record: a commit on a
-            // later session (after a re-initialization) is the application's business.
-            let prepared_in: Vec<&str> = o
-                .depends_on
-                .as_deref()
-                .and_then(|p| execs.get(p))
-                .map(|es| es.iter().map(|e| e.session.as_str()).collect())
-                .unwrap_or_default();
-            if let Some(e) = ran
+        // A success whose answer is another call's was counted above.
+        if c.outcome.is_err() || c.echoed_tag.as_deref() != Some(c.tag.as_str()) {
+            continue;
+        }
+        // A commit against an unknown record is a wrong answer the client could have caught
+        // only if it ran in the session that prepared the record: a commit on a later
+        // session (after a re-initialization) is the application's business, and its
+        // unknown record is not held against the call.
+        let prepared_in: Vec<&str> = o
+            .depends_on
+            .as_deref()
+            .and_then(|p| execs.get(p))
+            .map(|es| es.iter().map(|e| e.session.as_str()).collect())
+            .unwrap_or_default();
+        let own = OracleReport {
+            executions: ran
                 .iter()
-                .find(|e| e.unknown_record && prepared_in.contains(&e.session.as_str()))
-            {
-                v.push(format!(
-                    "{preset}: {} reported success but committed an unknown record on \
-                     instance {} in the session that prepared it",
-                    o.tag, e.instance
-                ));
-            }
+                .map(|e| mock_server::ExecutionRecord {
+                    unknown_record: e.unknown_record && prepared_in.contains(&e.session.as_str()),
+                    ..(*e).clone()
+                })
+                .collect(),
+            ..OracleReport::default()
+        };
+        // The demo's rule, over this call's own executions: nothing ran under its tag, one
+        // of its runs was flagged (wrong capabilities, unknown record, a side effect again),
+        // or a `generate` answered at another temperature than the negotiated one.
+        if let Some(why) = workload::wrong_answer(c, &own) {
+            v.push(format!(
+                "{preset}: {} reported success but is a silent wrong answer: {why}",
+                c.tag
+            ));
         }
     }
     Judgement {
@@ -527,7 +533,11 @@ fn check_faults_bit(era: ClusterEra, preset: Preset, run: &PresetRun) -> Vec<Str
              resume and answered no keyed re-send from its store)"
         ));
     }
-    let ok = run.outcomes.iter().filter(|o| o.result.is_ok()).count();
+    let ok = run
+        .outcomes
+        .iter()
+        .filter(|o| o.call.outcome.is_ok())
+        .count();
     // Legacy `naive` serves a session from any instance under whatever context it finds
     // there: most calls fail `context_mismatch` by design.
     let floor = if era == ClusterEra::Legacy && preset == Preset::Naive {
@@ -698,33 +708,128 @@ async fn a_soak_past_the_record_limit_says_so() {
     assert!(line.contains("LIMIT REACHED"), "{line}");
 }
 
-#[test]
-fn a_result_delivered_to_another_call_is_a_violation() {
-    let outcome = |tag: &str, echoed: Option<&str>| Outcome {
-        tag: tag.to_owned(),
-        tool: "echo",
-        keyed: false,
-        result: Ok(()),
+/// A successful call as the client saw it, for the judge's own tests.
+fn success(tag: &str, tool: &'static str, value: Value, echoed: Option<&str>) -> Outcome {
+    Outcome {
+        call: CallRecord {
+            tag: tag.to_owned(),
+            tool,
+            keyed: false,
+            outcome: Ok(value),
+            elapsed: Duration::ZERO,
+            echoed_tag: echoed.map(str::to_owned),
+        },
         label: "ok".to_owned(),
-        echoed_tag: echoed.map(str::to_owned),
-        elapsed: Duration::ZERO,
         hung: false,
         depends_on: None,
-    };
+    }
+}
+
+/// A clean execution record of `tag` in `session`, as the oracle keeps it.
+fn ran(tag: &str, tool: &str, session: &str) -> mock_server::ExecutionRecord {
+    mock_server::ExecutionRecord {
+        tag: Some(tag.to_owned()),
+        tool: tool.to_owned(),
+        instance: 0,
+        session: session.to_owned(),
+        capability_hash: "h".to_owned(),
+        expected_capability_hash: Some("h".to_owned()),
+        carried_capabilities: None,
+        wrong_capability: false,
+        unexpected_client_capabilities: false,
+        unknown_record: false,
+        side_effect: has_side_effect(tool),
+        keyed: false,
+        duplicate_side_effect: false,
+    }
+}
+
+fn judged(outcomes: Vec<Outcome>, executions: Vec<mock_server::ExecutionRecord>) -> Judgement {
     let run = PresetRun {
-        outcomes: vec![
-            outcome("a", Some("a")),
-            outcome("b", Some("c")),
-            outcome("c", None),
-        ],
-        oracle: OracleReport::default(),
+        outcomes,
+        oracle: OracleReport {
+            executions,
+            ..OracleReport::default()
+        },
         restarts: 0,
         seconds: 0.0,
     };
-    let j = judge(ClusterEra::Legacy, Preset::Strict, &run, CheckMode::Records);
+    judge(ClusterEra::Legacy, Preset::Strict, &run, CheckMode::Records)
+}
+
+#[test]
+fn a_result_delivered_to_another_call_is_a_violation() {
+    let j = judged(
+        vec![
+            success("a", "echo", Value::Null, Some("a")),
+            success("b", "echo", Value::Null, Some("c")),
+            success("c", "echo", Value::Null, None),
+        ],
+        vec![ran("a", "echo", "s"), ran("b", "echo", "s")],
+    );
     assert!(j.joined);
     assert_eq!(j.violations.len(), 2, "{:#?}", j.violations);
     assert!(j.violations[0].contains("b got the result of another call"));
+}
+
+/// The demo's rule, per successful call: a `generate` at another temperature than the
+/// negotiated one, a run the oracle flagged (the wrong capabilities; an unknown record in the
+/// session that prepared it), a success nothing ran for. A commit of a record prepared in an
+/// earlier session is not held against the call.
+#[test]
+fn a_silent_wrong_answer_is_a_violation() {
+    let generate = |t: f64| json!({"temperature": t});
+    let mut drifted = ran("drifted", "echo", "s");
+    drifted.wrong_capability = true;
+    drifted.unexpected_client_capabilities = true;
+    let commit = |tag: &str, session: &str| {
+        let mut e = ran(tag, "commit", session);
+        e.unknown_record = true;
+        e
+    };
+    let committed = |tag: &str| Outcome {
+        depends_on: Some("prepared".to_owned()),
+        ..success(tag, "commit", Value::Null, Some(tag))
+    };
+    let j = judged(
+        vec![
+            success(
+                "cool",
+                "generate",
+                generate(workload::TEMPERATURE),
+                Some("cool"),
+            ),
+            success("hot", "generate", generate(1.0), Some("hot")),
+            success("drifted", "echo", Value::Null, Some("drifted")),
+            success("ghost", "echo", Value::Null, Some("ghost")),
+            committed("same-session"),
+            committed("later-session"),
+        ],
+        vec![
+            ran("cool", "generate", "s"),
+            ran("hot", "generate", "s"),
+            drifted,
+            ran("prepared", "prepare", "s"),
+            commit("same-session", "s"),
+            commit("later-session", "s2"),
+        ],
+    );
+    let wrong: Vec<&str> = j
+        .violations
+        .iter()
+        .filter_map(|v| v.split(' ').nth(1))
+        .collect();
+    assert_eq!(
+        wrong,
+        ["hot", "drifted", "ghost", "same-session"],
+        "{:#?}",
+        j.violations
+    );
+    assert!(
+        j.violations[0].contains("temperature 1.0"),
+        "{:#?}",
+        j.violations
+    );
 }
 
 #[test]

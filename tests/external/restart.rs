@@ -25,6 +25,8 @@ use mock_server::{Cluster, ClusterConfig, ClusterEra, Preset};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::workload;
+
 #[path = "../../server/tests/support/redis_cluster.rs"]
 mod redis_cluster;
 
@@ -156,6 +158,7 @@ fn client(orders: &Orders, answer: bool) -> Client {
     let era: Era = orders.era.parse().unwrap();
     Client::builder(&orders.url)
         .era(era)
+        .client_capabilities(workload::client_capabilities())
         .ledger(Arc::new(ledger))
         .call_timeout(Duration::from_secs(60))
         .jitter_seed(7)
@@ -339,6 +342,9 @@ async fn a_killed_workers_calls_are_accounted_for_by_the_next_process() {
         era: ClusterEra::Dual,
         instances: 3,
         idle_timeout: None,
+        // What every worker is configured with: a 2026-07-28 call runs under what its request
+        // carried, so without this no execution of the modern worker could be a wrong one.
+        expected_client_capabilities: Some(workload::client_capabilities()),
         ..ClusterConfig::default()
     })
     .await
