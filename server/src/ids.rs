@@ -135,12 +135,13 @@ impl StreamId {
             buf: [0; EVENT_ID_MAX],
             len: 17,
         };
-        for (at, shift) in (0..16).rev().enumerate() {
-            text.buf[at] = DIGITS[((self.0 >> (shift * 4)) & 0xf) as usize];
+        for (at, byte) in self.0.to_be_bytes().into_iter().enumerate() {
+            text.buf[2 * at] = DIGITS[usize::from(byte >> 4)];
+            text.buf[2 * at + 1] = DIGITS[usize::from(byte & 0xf)];
         }
         text.buf[16] = b'-';
         let mut scratch = [0; 20];
-        let digits = itoa(seq, &mut scratch).as_bytes();
+        let digits = itoa(seq, &mut scratch);
         text.buf[17..17 + digits.len()].copy_from_slice(digits);
         text.len += digits.len();
         text
@@ -160,7 +161,12 @@ pub(crate) struct EventIdText {
 impl EventIdText {
     pub(crate) fn as_str(&self) -> &str {
         // Hex digits, `-` and decimal digits only: ASCII.
-        std::str::from_utf8(&self.buf[..self.len]).unwrap_or("")
+        std::str::from_utf8(self.as_bytes()).unwrap_or("")
+    }
+
+    /// The id's bytes (ASCII), as written into a stream: no UTF-8 check per event.
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
@@ -170,8 +176,8 @@ impl fmt::Display for StreamId {
     }
 }
 
-/// Writes `n` in decimal into `buf`, returning the digits.
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &str {
+/// Writes `n` in decimal into `buf`, returning the digits (ASCII).
+fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut at = buf.len();
     loop {
         at -= 1;
@@ -181,8 +187,7 @@ fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &str {
             break;
         }
     }
-    // Only ASCII digits were written.
-    std::str::from_utf8(&buf[at..]).unwrap_or("0")
+    &buf[at..]
 }
 
 /// A `Last-Event-ID` the guard issued: a stream and a position on it.

@@ -62,10 +62,10 @@ impl Block<'_> {
 
     /// Writes the block with `id` as its only `id` line (first), and `data` replacing its
     /// data lines when given; every other line as received, `\n`-terminated.
-    pub(crate) fn write_with(&self, id: Option<&str>, data: Option<&str>, out: &mut BytesMut) {
+    pub(crate) fn write_with(&self, id: Option<&[u8]>, data: Option<&str>, out: &mut BytesMut) {
         if let Some(id) = id {
             out.put_slice(b"id: ");
-            out.put_slice(id.as_bytes());
+            out.put_slice(id);
             out.put_u8(b'\n');
         }
         if let (Some(_), None, Some((start, end))) = (id, data, self.lone_id_line) {
@@ -372,13 +372,13 @@ mod tests {
         let kept = &split_all(b"event: message\nid: inner/7\nretry: 10\ndata: {}\n\n", 3)[0];
         let b = kept.block();
         let mut out = BytesMut::new();
-        b.write_with(Some("s-1"), None, &mut out);
+        b.write_with(Some(b"s-1"), None, &mut out);
         assert_eq!(
             &out[..],
             b"id: s-1\nevent: message\nretry: 10\ndata: {}\n\n"
         );
         let mut out = BytesMut::new();
-        b.write_with(Some("s-2"), Some("{\"a\":1}"), &mut out);
+        b.write_with(Some(b"s-2"), Some("{\"a\":1}"), &mut out);
         assert_eq!(
             &out[..],
             b"id: s-2\nevent: message\nretry: 10\ndata: {\"a\":1}\n\n"
@@ -394,12 +394,12 @@ mod tests {
         for kept in &blocks {
             let block = kept.block();
             let (mut fast, mut slow) = (BytesMut::new(), BytesMut::new());
-            block.write_with(Some("s-9"), None, &mut fast);
+            block.write_with(Some(b"s-9"), None, &mut fast);
             let by_lines = Block {
                 lone_id_line: None,
                 ..block.clone()
             };
-            by_lines.write_with(Some("s-9"), None, &mut slow);
+            by_lines.write_with(Some(b"s-9"), None, &mut slow);
             assert_eq!(fast, slow, "{:?}", block.raw());
         }
     }

@@ -528,7 +528,7 @@ impl Watch {
         if id_out.is_none() && data_out.is_none() {
             out.extend_from_slice(block.raw());
         } else {
-            let id_out = id_out.as_ref().map(EventIdText::as_str);
+            let id_out = id_out.as_ref().map(EventIdText::as_bytes);
             block.write_with(id_out, data_out.as_deref(), out);
         }
         SseFlow::Continue
