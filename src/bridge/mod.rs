@@ -378,10 +378,13 @@ impl Bridge {
     }
 
     /// Closes the bridge and its session (see [`Client::close`]): [`Bridge::recv`] returns
-    /// `None`, [`Bridge::send`] fails with [`ErrorKind::Closed`].
+    /// `None`, [`Bridge::send`] fails with [`ErrorKind::Closed`] (one waiting for a place
+    /// too).
     pub async fn close(&self) -> Result<(), Error> {
         let previous = std::mem::replace(&mut *lock(&self.inner.phase), Phase::Closed);
         self.inner.closed.send_replace(true);
+        // A place may never free (a call's answer waiting for room nobody reads).
+        self.inner.permits.close();
         self.inner.server_requests.close();
         match previous {
             Phase::Ready(client) => client.close().await,

@@ -923,6 +923,30 @@ async fn requests_in_flight_are_bounded() {
     server.wait_for(|r| r.is_rpc("ping")).await;
 }
 
+/// Closing the bridge ends a `send` waiting for a place with `closed`, though the place never
+/// frees (the call holding it cannot queue its answer: a ping's answer sits unread), so a
+/// host's pending send settles and lets the bridge go.
+#[tokio::test]
+async fn closing_ends_a_send_waiting_for_a_place() {
+    let (server, mut host) = host_of_hanging_tools(Duration::from_secs(5), 1).await;
+    host.send("ping", json!({})).await;
+    // Taken once the ping's answer is queued.
+    host.send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    let bridge = host.bridge.clone();
+    let third = json!({"jsonrpc": "2.0", "id": "third", "method": "ping"});
+    let mut waiting = Box::pin(async move { bridge.send(third).await });
+    assert!((&mut waiting).now_or_never().is_none());
+    guarded(host.bridge.close()).await.unwrap();
+    let sent = guarded(waiting).await;
+    assert!(
+        matches!(&sent, Err(e) if e.kind() == ErrorKind::Closed),
+        "{sent:?}"
+    );
+    assert!(!server.requests().iter().any(|r| r.rpc_id() == "third"));
+}
+
 /// A server whose tool calls never answer, and an initialized host bridged to it with
 /// `timeout` per call and `capacity`.
 async fn host_of_hanging_tools(timeout: Duration, capacity: usize) -> (TestServer, Host) {
