@@ -676,6 +676,9 @@ async fn an_entry_past_the_last_round_is_never_picked_up() {
     guarded(writing.call_tool(call)).await.unwrap();
     let entry = capture.0.lock().unwrap()[0].clone();
     let ran = server.oracle().executions_tagged("round-max").count();
+    // Its writer is gone: a live client's entries are left to it, whatever their round.
+    guarded(writing.close()).await.unwrap();
+    drop(writing);
 
     let mut hostile = entry.to_json();
     hostile["round"] = json!(u32::MAX);
@@ -706,11 +709,22 @@ async fn an_entry_past_the_last_round_is_never_picked_up() {
         .ledger(Arc::new(ledger))
         .build()
         .unwrap();
+    // The call is keyed and its first send finished: sent again, it would be answered from
+    // the key's stored outcome, a replay and not an execution.
+    let replays = server.oracle().totals.idempotent_replays;
     let recovered = guarded(client.recover()).await.unwrap();
     assert!(recovered.is_empty(), "{recovered:?}");
+    // A call of the same client after it: whatever the recovery had taken up goes out with
+    // or before it.
+    let after = ToolCall::new("echo", json!({"text": "after"})).meta(meta::TAG, json!("after"));
+    guarded(client.call_tool(after)).await.unwrap();
+    let oracle = server.oracle();
     assert_eq!(
-        server.oracle().executions_tagged("round-max").count(),
-        ran,
+        (
+            oracle.executions_tagged("round-max").count(),
+            oracle.totals.idempotent_replays
+        ),
+        (ran, replays),
         "nothing was sent for it"
     );
     let exists: i64 = redis::cmd("EXISTS")
