@@ -389,10 +389,16 @@ export declare class ResumeSafety {
 
 /** Every error of this package: `kind` names what happened (the Rust SDK's `ErrorKind`). */
 export declare class McpResumeError extends Error {
-  constructor(message: string, details?: { kind?: string; retryAfterMs?: number });
+  constructor(message: string, details?: { kind?: string; retryAfterMs?: number; mayHaveRun?: boolean });
   readonly kind: string;
   /** The wait the server asked for (`Retry-After`) when it did not fit in the deadline. */
   readonly retryAfterMs?: number;
+  /**
+   * Whether the request this error ended may have run on the server, so that retrying it
+   * could run it twice: always for `outcome_unknown` and `context_mismatch`; for a timed-out,
+   * lost or closed call when it had been sent and nothing proved it did not run.
+   */
+  readonly mayHaveRun: boolean;
 }
 export declare class TransportError extends McpResumeError {}
 export declare class McpTimeoutError extends McpResumeError {}

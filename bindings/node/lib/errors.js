@@ -13,6 +13,9 @@ export class McpResumeError extends Error {
     this.name = new.target.name;
     this.kind = details.kind ?? new.target.kind;
     if (details.retryAfterMs !== undefined) this.retryAfterMs = details.retryAfterMs;
+    // Whether the request it ended may have run (retrying it could run it twice).
+    this.mayHaveRun =
+      details.mayHaveRun ?? (this.kind === "outcome_unknown" || this.kind === "context_mismatch");
   }
 }
 

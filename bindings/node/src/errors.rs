@@ -79,6 +79,7 @@ fn sdk_details(error: &Error) -> Value {
     if let Some(after) = error.retry_after() {
         details["retryAfterMs"] = json!(after.as_millis() as u64);
     }
+    details["mayHaveRun"] = json!(error.may_have_run());
     if let Some(challenge) = error.auth_challenge() {
         details["authChallenge"] = challenge_json(challenge);
     }

@@ -85,6 +85,12 @@ describe("errors: one class per kind, each what really happened", () => {
   test("transport: nothing listens", async () => {
     const client = new Client("http://127.0.0.1:9/mcp", { era: "legacy", ...FAST });
     await assert.rejects(client.connect(), (e) => e instanceof TransportError && e.kind === "transport");
+    // A call that never reached a server did not run.
+    await assert.rejects(client.callTool("echo", { text: "x" }, { timeout: 500 }), (e) => {
+      assert.ok(["transport", "timeout"].includes(e.kind), e);
+      assert.equal(e.mayHaveRun, false);
+      return true;
+    });
   });
 
   test("rpc: the server's JSON-RPC error, code and data kept", async () => {
@@ -103,7 +109,12 @@ describe("errors: one class per kind, each what really happened", () => {
     const client = new Client(server.url);
     await client.connect();
     const mark = server.mark();
-    await assert.rejects(client.callTool("block", {}, { timeout: 300 }), McpTimeoutError);
+    await assert.rejects(client.callTool("block", {}, { timeout: 300 }), (e) => {
+      assert.ok(e instanceof McpTimeoutError, e);
+      // It was sent and the server was running it: retrying could run it twice.
+      assert.equal(e.mayHaveRun, true);
+      return true;
+    });
     const id = await blockRunning(mark);
     await server.waitFor(mark, "cancelled", (e) => e.request_id === id);
     await client.close();

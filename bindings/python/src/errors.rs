@@ -76,6 +76,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             class.call((err.message(),), Some(&kwargs))?
         }
     };
+    instance.setattr("may_have_run", err.may_have_run())?;
     Ok(PyErr::from_value(instance))
 }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from mcp_resume import Client, McpTimeoutError
+from mcp_resume import Client, McpResumeError, McpTimeoutError
 from scripted_server import ScriptedServer
 
 
@@ -54,5 +54,20 @@ async def test_the_calls_own_deadline_raises_mcp_timeout_error(
         except McpTimeoutError as e:
             assert isinstance(e, TimeoutError)
             assert e.kind == "timeout"
+            # It was sent and the server was running it: retrying could run it twice.
+            assert e.may_have_run
         # On its deadline the SDK cancels the call on the server too.
         assert await asyncio.to_thread(server.cancelled.wait, 5)
+
+
+async def test_a_call_that_never_reached_a_server_did_not_run() -> None:
+    # Nothing listens on port 9: every connection is refused until the deadline.
+    client = Client("http://127.0.0.1:9/mcp", era="legacy", open_listen_stream=False)
+    try:
+        await client.call_tool("echo", {"text": "x"}, timeout=0.5)
+        raise AssertionError("the call should have failed")
+    except McpResumeError as e:
+        assert e.kind in ("timeout", "transport"), e
+        assert not e.may_have_run, e
+    finally:
+        await client.close()

@@ -35,11 +35,16 @@ class McpResumeError(Exception):
         retry_after: seconds the server asked to wait (``Retry-After`` on a 429 or 503) when
             that wait did not fit in the call's deadline and the call failed instead;
             ``None`` otherwise.
+        may_have_run: whether the request this error ended may have run on the server, so
+            that retrying it could run it twice: always for ``outcome_unknown`` and
+            ``context_mismatch``; for a timed-out, lost or closed call when it had been sent
+            and nothing proved it did not run.
     """
 
     kind: str = "unknown"
     message: str
     retry_after: float | None
+    may_have_run: bool = False
 
     def __init__(
         self, message: str, *, kind: str | None = None, retry_after: float | None = None
@@ -88,6 +93,7 @@ class OutcomeUnknownError(McpResumeError):
     """
 
     kind = "outcome_unknown"
+    may_have_run = True
 
 
 class ContextMismatchError(McpResumeError):
@@ -97,6 +103,7 @@ class ContextMismatchError(McpResumeError):
     """
 
     kind = "context_mismatch"
+    may_have_run = True
 
 
 class RpcError(McpResumeError):
