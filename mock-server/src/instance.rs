@@ -1136,15 +1136,20 @@ async fn handle_request(
     }
 }
 
-/// Releases a claimed idempotency key if the call never finished because it was cancelled.
+/// What becomes of a claimed idempotency key when its call ends without an outcome (it was
+/// cancelled): released when the call never ran, so the key may run later; lost for good
+/// once it ran (its effect may have been applied), so a re-send is answered "outcome
+/// unknown" and never runs again. A guard does the same: a claim is let go only before the
+/// call reaches the server behind it.
 ///
-/// Not when its instance is being killed: the call may have applied its effect before it was
-/// aborted, so the key must become "outcome unknown" (the store's record of the death does
-/// that) and never run again. Releasing it here would race that record: a key freed first
-/// would let a re-sent call run a second time.
+/// Not when its instance is being killed: the store's record of the death makes the key
+/// lost. Releasing it here would race that record: a key freed first would let a re-sent
+/// call run a second time.
 struct KeyClaim {
     inc: Arc<Incarnation>,
     key: Option<String>,
+    /// Set once the tool reached its execution (see [`tools::ToolCtx::ran`]).
+    ran: AtomicBool,
 }
 
 impl Drop for KeyClaim {
@@ -1154,9 +1159,14 @@ impl Drop for KeyClaim {
         }
         if let Some(key) = self.key.take() {
             let store = self.inc.env.shared.clone();
+            let ran = self.ran.load(Ordering::SeqCst);
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 rt.spawn(async move {
-                    let _ = store.idempotency_abandon(&key).await;
+                    let _ = if ran {
+                        store.idempotency_lose(&key).await
+                    } else {
+                        store.idempotency_abandon(&key).await
+                    };
                 });
             }
         }
@@ -1237,6 +1247,7 @@ async fn tools_call(
     let mut claim = KeyClaim {
         inc: inc.clone(),
         key: None,
+        ran: AtomicBool::new(false),
     };
     if let Some(key) = &key {
         let fp = context::call_fingerprint(name, &args);
@@ -1274,6 +1285,7 @@ async fn tools_call(
         keyed: key.is_some(),
         progress_token,
         emitter,
+        ran: &claim.ran,
         modern: modern.map(|c| tools::ModernCall {
             params: &params,
             args: &args,

@@ -1,5 +1,6 @@
 //! The tools every instance serves. Each one makes a particular wrong answer observable.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -236,6 +237,9 @@ pub(crate) struct ToolCtx<'a> {
     pub keyed: bool,
     pub progress_token: Option<Value>,
     pub emitter: Option<&'a mut Emitter>,
+    /// Set when the call reaches its execution (before the oracle records it and the tool
+    /// acts): from then on a call that ends without an outcome may have had its effect.
+    pub ran: &'a AtomicBool,
     /// 2026-07-28 era: what the request itself carried (None: a legacy session's call).
     pub modern: Option<ModernCall<'a>>,
 }
@@ -285,12 +289,14 @@ async fn run_tool(call: Call, ctx: ToolCtx<'_>) -> Result<Value, Value> {
         keyed,
         progress_token,
         emitter,
+        ran,
         modern,
     } = ctx;
     let oracle = &inc.env.oracle;
     let me = inc.env.index;
     // Journaled before the tool runs: an execution the oracle cannot record does not happen.
     let exec = |unknown_record: bool| {
+        ran.store(true, Ordering::SeqCst);
         oracle.execution(Execution {
             tag: tag.clone(),
             tool: call.name(),

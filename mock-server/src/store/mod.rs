@@ -274,8 +274,12 @@ pub trait Store: Send + Sync + 'static {
         key: &'a str,
         outcome: StoredOutcome,
     ) -> StoreFuture<'a, ()>;
-    /// Releases a claimed key without an outcome (the call was cancelled).
+    /// Releases a claimed key without an outcome (the call was cancelled before it ran).
     fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
+    /// Marks a claimed key lost: its call ran and ended without an outcome (cancelled
+    /// mid-run), so it may have applied its effect and must never run again. A key that is
+    /// not running is left as it is.
+    fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
 
     /// Creates or replaces a task record.
     fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()>;
@@ -629,6 +633,19 @@ impl Store for MemoryStore {
         self.with(|s| {
             if matches!(s.keys.map.get(key), Some(KeyState::Running { .. })) {
                 s.keys.remove(&key.to_owned());
+            }
+        });
+        Self::ready(())
+    }
+
+    fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        self.with(|s| {
+            if let Some(state) = s.keys.map.get_mut(key) {
+                if let KeyState::Running { fingerprint, .. } = state {
+                    *state = KeyState::Lost {
+                        fingerprint: std::mem::take(fingerprint),
+                    };
+                }
             }
         });
         Self::ready(())

@@ -107,6 +107,7 @@ struct Scripts {
     begin: Script,
     finish: Script,
     abandon: Script,
+    lose: Script,
     release: Script,
 }
 
@@ -262,6 +263,17 @@ if i then redis.call('SREM', ARGV[1] .. 'running-keys:' .. i, k) end
 return 1
 "#;
 
+// KEYS: idem key. ARGV: namespace. Lost for good, as a dead instance's keys are.
+const LOSE: &str = r#"
+local k = KEYS[1]
+if redis.call('HGET', k, 'state') ~= 'running' then return 0 end
+local i = redis.call('HGET', k, 'instance')
+redis.call('HSET', k, 'state', 'lost')
+redis.call('PERSIST', k)
+if i then redis.call('SREM', ARGV[1] .. 'running-keys:' .. i, k) end
+return 1
+"#;
+
 // KEYS: running-requests set, running-keys set. ARGV: instance.
 const RELEASE: &str = r#"
 for _, r in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -349,6 +361,7 @@ impl RedisStore {
                     begin: Script::new(BEGIN),
                     finish: Script::new(FINISH),
                     abandon: Script::new(ABANDON),
+                    lose: Script::new(LOSE),
                     release: Script::new(RELEASE),
                 },
             }),
@@ -805,6 +818,21 @@ impl Store for RedisStore {
                 .inner
                 .scripts
                 .abandon
+                .key(self.key("idem", key))
+                .arg(&self.inner.opts.namespace)
+                .invoke_async(&mut self.conn())
+                .await
+                .map_err(err)?;
+            Ok(())
+        })
+    }
+
+    fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let _: i64 = self
+                .inner
+                .scripts
+                .lose
                 .key(self.key("idem", key))
                 .arg(&self.inner.opts.namespace)
                 .invoke_async(&mut self.conn())

@@ -101,6 +101,9 @@ impl Store for GatedStore {
         self.abandoned.fetch_add(1, Ordering::SeqCst);
         self.inner.idempotency_abandon(key)
     }
+    fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+        self.inner.idempotency_lose(key)
+    }
     fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
         self.inner.put_task(record)
     }

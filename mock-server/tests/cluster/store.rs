@@ -81,6 +81,7 @@ suite!(
     tasks_round_trip_and_a_released_instance_loses_its_working_ones,
     idempotency_semantics,
     idempotency_abandon_frees_a_running_key_only,
+    idempotency_lose_makes_a_running_key_lost_for_good,
     counters_count,
     journal_keeps_entries_in_order,
 );
@@ -505,6 +506,51 @@ async fn idempotency_abandon_frees_a_running_key_only(store: Arc<dyn Store>) {
         )
         .await
         .unwrap();
+    assert_eq!(
+        store.idempotency_begin("never", "f", 0).await.unwrap(),
+        IdempotencyBegin::Started
+    );
+}
+
+async fn idempotency_lose_makes_a_running_key_lost_for_good(store: Arc<dyn Store>) {
+    assert_eq!(
+        store.idempotency_begin("k", "f", 0).await.unwrap(),
+        IdempotencyBegin::Started
+    );
+    store.idempotency_lose("k").await.unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            store.idempotency_begin("k", "f", 1).await.unwrap(),
+            IdempotencyBegin::Lost
+        );
+    }
+    assert_eq!(
+        store.idempotency_begin("k", "g", 1).await.unwrap(),
+        IdempotencyBegin::Mismatch
+    );
+    // Neither a release nor its instance's death frees it.
+    store.idempotency_abandon("k").await.unwrap();
+    store.release_instance(0).await.unwrap();
+    assert_eq!(
+        store.idempotency_begin("k", "f", 1).await.unwrap(),
+        IdempotencyBegin::Lost
+    );
+    // Only a running key is lost: a finished one keeps its outcome, an unknown one stays free.
+    let outcome = StoredOutcome {
+        response: json!({"result": {}}),
+        capability_hash: "h".into(),
+    };
+    store.idempotency_begin("d", "f", 0).await.unwrap();
+    store
+        .idempotency_finish("d", outcome.clone())
+        .await
+        .unwrap();
+    store.idempotency_lose("d").await.unwrap();
+    assert_eq!(
+        store.idempotency_begin("d", "f", 0).await.unwrap(),
+        IdempotencyBegin::Done(outcome)
+    );
+    store.idempotency_lose("never").await.unwrap();
     assert_eq!(
         store.idempotency_begin("never", "f", 0).await.unwrap(),
         IdempotencyBegin::Started

@@ -638,6 +638,89 @@ async fn cancelled_notification_stops_the_call_on_its_instance() {
     c.shutdown().await;
 }
 
+/// A keyed side effect cancelled after it ran keeps its key, as a guard keeps one whose call
+/// ended without an answer: the same call under the same key is never run again, it is
+/// answered `IDEMPOTENCY_OUTCOME_UNKNOWN`.
+#[tokio::test]
+async fn a_keyed_call_cancelled_after_its_effect_never_runs_again() {
+    let c = start(ClusterConfig {
+        preset: Preset::Sticky,
+        instances: 2,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let args = json!({"steps": 1000, "delay_ms": 10});
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "counter_increment", "arguments": args,
+                          "_meta": {TAG: "count", KEY: "key-cancelled"}}})
+    };
+    let mut stream = tokio::time::timeout(
+        STEP,
+        mcp.http
+            .post(&mcp.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .header("mcp-session-id", &sid)
+            .header("mcp-protocol-version", VERSION)
+            .body(call(7).to_string())
+            .send(),
+    )
+    .await
+    .expect("request hung")
+    .unwrap();
+    // Its first step comes after the increment: the effect is applied.
+    let mut seen = String::new();
+    while !seen.contains("step 1 of") {
+        let chunk = tokio::time::timeout(STEP, stream.chunk())
+            .await
+            .expect("the first step never came")
+            .unwrap()
+            .expect("the stream goes on");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let r = mcp
+        .post(Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}))
+        .await;
+    assert_eq!(r.status, 202);
+    let rest = Mcp::read(stream).await;
+    assert!(
+        rest.response().is_none(),
+        "no response to a cancelled request"
+    );
+    assert!(c.wait_idle(STOPS).await, "the call stopped");
+    // The same call again: in use only until the cancelled call's end reaches the store.
+    let code = |r: &Reply| {
+        r.response()
+            .and_then(|v| v.pointer("/error/data/code").cloned())
+    };
+    let deadline = tokio::time::Instant::now() + STEP;
+    let again = loop {
+        let again = mcp.post(Some(&sid), call(8)).await;
+        if code(&again) != Some(json!("IDEMPOTENCY_KEY_IN_USE"))
+            || tokio::time::Instant::now() >= deadline
+        {
+            break again;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(
+        code(&again),
+        Some(json!("IDEMPOTENCY_OUTCOME_UNKNOWN")),
+        "{:?}",
+        again.response()
+    );
+    assert!(c.wait_idle(STOPS).await);
+    let o = c.oracle();
+    assert_eq!(o.executions_tagged("count").count(), 1, "{:?}", o.totals);
+    assert_eq!(o.totals.duplicate_side_effects, 0, "{:?}", o.totals);
+    assert_eq!(o.totals.idempotent_replays, 0, "{:?}", o.totals);
+    c.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_killed_instance_refuses_and_comes_back_empty() {
     let c = cluster(Preset::Naive, None).await;
