@@ -20,6 +20,7 @@ use pyo3::PyTraverseError;
 use crate::convert::{from_py, opt_from_py, seconds, size, IntoPython, Reply};
 use crate::errors;
 use crate::handler::{Handlers, Kind};
+use crate::ledger::{Recovered, Unclaimed};
 use crate::models::{logging_level, reference_from_py};
 use crate::oauth::PyOAuth;
 use crate::streams::{EventStream, NotificationStream};
@@ -47,6 +48,8 @@ pub struct RawClient {
     otlp: Option<Arc<Otlp>>,
     handlers: Arc<Handlers>,
     built: Mutex<Built>,
+    /// Calls `recover()` picked up whose task was gone before it could take them.
+    unclaimed: Unclaimed,
 }
 
 struct Built {
@@ -249,6 +252,7 @@ impl RawClient {
                 declared,
                 fixed: false,
             }),
+            unclaimed: Unclaimed::default(),
         })
     }
 
@@ -349,7 +353,12 @@ impl RawClient {
 
     fn recover<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let client = self.client(py)?;
-        self.run(py, async move { client.recover().await })
+        let unclaimed = self.unclaimed.clone();
+        self.run(py, async move {
+            let mut recovered = Recovered::taking_back(unclaimed);
+            recovered.extend(client.recover().await?);
+            Ok(recovered)
+        })
     }
 
     #[pyo3(signature = (cursor=None))]

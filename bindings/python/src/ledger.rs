@@ -120,6 +120,49 @@ impl IntoPython for RecoveredCall {
     }
 }
 
+/// Calls picked up for Python that no `recover()` has handed over yet, kept by the client.
+pub type Unclaimed = Arc<Mutex<Vec<RecoveredCall>>>;
+
+/// What one `recover()` hands to Python. The calls Python never receives (its task was
+/// cancelled after the SDK had picked them up, or the recovery failed) go back to the
+/// client's [`Unclaimed`] for the next `recover()`: dropped, they would be abandoned (a keyed
+/// call's re-send cancelled, an unkeyed one never reported).
+pub struct Recovered {
+    calls: Vec<RecoveredCall>,
+    unclaimed: Unclaimed,
+}
+
+impl Recovered {
+    /// Starts with the calls an earlier `recover()` could not hand over.
+    pub fn taking_back(unclaimed: Unclaimed) -> Self {
+        let calls = std::mem::take(&mut *lock(&unclaimed));
+        Recovered { calls, unclaimed }
+    }
+
+    /// Adds the calls the SDK picked up now.
+    pub fn extend(&mut self, calls: Vec<RecoveredCall>) {
+        self.calls.extend(calls);
+    }
+}
+
+impl Drop for Recovered {
+    fn drop(&mut self) {
+        if !self.calls.is_empty() {
+            lock(&self.unclaimed).append(&mut self.calls);
+        }
+    }
+}
+
+impl IntoPython for Recovered {
+    fn into_python(mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        std::mem::take(&mut self.calls).into_python(py)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A recovered call's result: typed for a tool call.
 enum Outcome {
     Tool(mcp_resume::CallToolResult),

@@ -5,6 +5,7 @@ worker process killed mid-call on a Redis ledger whose calls the next process re
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -123,11 +124,9 @@ def _executions(c: Cluster, tag: str) -> list[dict[str, Any]]:
     return [e for e in c.oracle()["executions"] if e["tag"] == tag]
 
 
-async def test_a_killed_worker_is_recovered_by_the_next_process(
-    cluster: Callable[..., Cluster], redis_url: str
-) -> None:
-    c = cluster("strict")
-    identity = f"py-worker-{os.getpid()}"
+def _run_and_kill_worker(c: Cluster, redis_url: str, identity: str) -> None:
+    """Runs WORKER as ``identity`` on the ledger at ``redis_url`` and kills it once both its
+    calls ran."""
     env = {**os.environ, "URL": c.url, "REDIS": redis_url, "IDENTITY": identity}
     worker = subprocess.Popen([sys.executable, "-c", WORKER], env=env)
     try:
@@ -140,6 +139,14 @@ async def test_a_killed_worker_is_recovered_by_the_next_process(
     finally:
         worker.kill()
         worker.wait()
+
+
+async def test_a_killed_worker_is_recovered_by_the_next_process(
+    cluster: Callable[..., Cluster], redis_url: str
+) -> None:
+    c = cluster("strict")
+    identity = f"py-worker-{os.getpid()}"
+    _run_and_kill_worker(c, redis_url, identity)
 
     client = Client(
         c.url, era=Era.LEGACY, ledger=redis_url, ledger_identity=identity, call_timeout=60
@@ -166,4 +173,38 @@ async def test_a_killed_worker_is_recovered_by_the_next_process(
     oracle = c.settled_oracle()
     assert len([e for e in oracle["executions"] if e["tag"] == "py-keyed"]) == 1
     assert len([e for e in oracle["executions"] if e["tag"] == "py-unkeyed"]) == 1
+    assert oracle["totals"]["duplicate_side_effects"] == 0
+
+
+async def test_a_recover_cancelled_after_it_picked_up_calls_hands_them_to_the_next(
+    cluster: Callable[..., Cluster], redis_url: str
+) -> None:
+    c = cluster("strict")
+    identity = f"py-worker-cancel-{os.getpid()}"
+    _run_and_kill_worker(c, redis_url, identity)
+    client = Client(
+        c.url, era=Era.LEGACY, ledger=redis_url, ledger_identity=identity, call_timeout=60
+    )
+    task = asyncio.ensure_future(client.recover())
+    await asyncio.sleep(0)  # the recovery starts on the runtime
+    # The loop is held while the runtime picks the calls up and queues them for it: the
+    # task's cancellation then lands after the pick-up, before the hand-over.
+    time.sleep(1.0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    calls = await client.recover()
+    assert sorted((call.params or {})["_meta"][TAG] for call in calls) == [
+        "py-keyed",
+        "py-unkeyed",
+    ]
+    for call in calls:
+        if call.idempotency_key is None:
+            with pytest.raises(OutcomeUnknownError):
+                await call
+        else:
+            await call
+    await client.close()
+    oracle = c.settled_oracle()
+    assert len([e for e in oracle["executions"] if e["tag"] == "py-keyed"]) == 1
     assert oracle["totals"]["duplicate_side_effects"] == 0
