@@ -397,7 +397,8 @@ class Client:
         waiting for input asks this client's handlers again, a task is polled; an unkeyed
         call that may have run is never re-sent. Await each ``RecoveredCall`` for its
         outcome: ``OutcomeUnknownError`` for those, with ``tool_name`` and ``arguments`` to
-        report.
+        report. Cancelling this coroutine loses nothing: calls it picked up but could not
+        hand over come back from the next ``recover()``.
 
         Raises:
             LedgerError: the ledger cannot be read.
