@@ -217,11 +217,12 @@ impl NativeClient {
         })
     }
 
-    /// Sends a notification (`params`: JSON text).
+    /// Sends a notification (`params`: JSON text). Inside the addon's runtime: the first
+    /// message of a client starts its driver there, whether or not a call came before.
     #[napi(catch_unwind)]
     pub fn notify(&self, env: Env, method: String, params: Option<String>) -> napi::Result<()> {
         parse_optional(params.as_deref(), "params")
-            .and_then(|params| Ok(self.client.notify(&method, params)?))
+            .and_then(|params| Ok(on_runtime(|| self.client.notify(&method, params))?))
             .map_err(|failure| to_js(&env, &failure))
     }
 
@@ -368,12 +369,10 @@ impl NativeClient {
         call!(self, env, |c| Ok(c.set_logging_level(level?).await?))
     }
 
-    /// `notifications/roots/list_changed`.
+    /// `notifications/roots/list_changed` (inside the addon's runtime, as `notify`).
     #[napi(catch_unwind)]
     pub fn notify_roots_changed(&self, env: Env) -> napi::Result<()> {
-        self.client
-            .notify_roots_changed()
-            .map_err(|e| to_js(&env, &e.into()))
+        on_runtime(|| self.client.notify_roots_changed()).map_err(|e| to_js(&env, &e.into()))
     }
 
     /// Closes the session (DELETE); later calls fail with `closed`, the streams end.
@@ -429,6 +428,13 @@ impl NativeClient {
             self.closed.subscribe(),
         )
     }
+}
+
+/// `f` inside the addon's runtime, as the promises run: what the SDK does synchronously
+/// that may start the client's driver (a notification sent before any call) finds a runtime
+/// to spawn it on.
+fn on_runtime<T>(f: impl FnOnce() -> T) -> T {
+    napi::bindgen_prelude::within_runtime_if_available(f)
 }
 
 fn tool_call(

@@ -343,6 +343,20 @@ describe("events, notifications, and the rest of the surface", () => {
     assert.deepEqual(progress.map((n) => [n.params.progressToken, n.params.progress]), [["p-1", 1], ["p-1", 2], ["p-1", 3]]);
   });
 
+  test("notify and notifyRootsChanged before any other call: sent, not refused for want of a runtime", async () => {
+    const client = new Client(server.url);
+    client.notify("notifications/custom", {});
+    await client.connect();
+    await client.ping();
+    await client.close();
+
+    const roots = new Client(server.url, { onRoots: () => [{ uri: "file:///work", name: "work" }] });
+    roots.notifyRootsChanged();
+    await roots.connect();
+    assert.equal(JSON.parse(textOf(await roots.callTool("roots")))[0].uri, "file:///work");
+    await roots.close();
+  });
+
   test("an AbortSignal ends an iterator", async () => {
     const client = new Client(server.url);
     const controller = new AbortController();
