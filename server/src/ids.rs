@@ -256,50 +256,86 @@ impl fmt::Display for IdempotencyKey {
 
 /// `sha256:<hex>` of a negotiated context (protocol version, client and server capabilities):
 /// the `Mcp-Capability-Hash` header's value.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
-pub struct CapabilityHash(Arc<str>);
+#[derive(Clone)]
+pub struct CapabilityHash(Arc<HashText>);
+
+/// A hash's text, and the header value it makes, built once: every response of its session
+/// carries it (a clone of it is a reference count, not a copy and a check of its bytes).
+struct HashText {
+    text: Box<str>,
+    /// `None` for a text that is no header value (a record read back from a store could hold
+    /// one): no header is sent then.
+    header: Option<http::HeaderValue>,
+}
 
 impl CapabilityHash {
+    fn new(text: String) -> Self {
+        let header = http::HeaderValue::from_str(&text).ok();
+        CapabilityHash(Arc::new(HashText {
+            text: text.into_boxed_str(),
+            header,
+        }))
+    }
+
     pub(crate) fn from_digest(hex: String) -> Self {
-        CapabilityHash(Arc::from(format!("sha256:{hex}")))
+        Self::new(format!("sha256:{hex}"))
     }
 
     /// Wraps a stored value (records read back from a store).
     pub fn from_stored(value: impl Into<String>) -> Self {
-        CapabilityHash(Arc::from(value.into()))
+        Self::new(value.into())
     }
 
     /// The header value.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.0.text
+    }
+
+    /// The hash as a header value; `None` when its text cannot be one.
+    pub(crate) fn header_value(&self) -> Option<&http::HeaderValue> {
+        self.0.header.as_ref()
+    }
+}
+
+impl PartialEq for CapabilityHash {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for CapabilityHash {}
+
+impl std::hash::Hash for CapabilityHash {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for CapabilityHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("CapabilityHash")
+            .field(&self.as_str())
+            .finish()
     }
 }
 
 impl fmt::Display for CapabilityHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
-// Shared strings, written and read as plain strings.
-macro_rules! serde_as_str {
-    ($($t:ident),*) => {$(
-        impl Serialize for $t {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(&self.0)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $t {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(d)?;
-                Ok($t(Arc::from(text)))
-            }
-        }
-    )*};
+impl Serialize for CapabilityHash {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
-serde_as_str!(CapabilityHash);
+impl<'de> Deserialize<'de> for CapabilityHash {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Self::new(String::deserialize(d)?))
+    }
+}
 
 impl Serialize for SessionId {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

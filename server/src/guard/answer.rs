@@ -61,7 +61,7 @@ impl Answer {
     }
 
     pub(crate) fn with_hash(self, hash: Option<&CapabilityHash>) -> Self {
-        match hash.and_then(|h| HeaderValue::from_str(h.as_str()).ok()) {
+        match hash.and_then(|h| h.header_value().cloned()) {
             Some(v) => self.with(CAPABILITY_HASH_HEADER, v),
             None => self,
         }

@@ -241,11 +241,7 @@ impl Watch {
         status: StatusCode,
         headers: &mut HeaderMap,
     ) -> BodyPlan {
-        if let Some(v) = self
-            .hash
-            .as_ref()
-            .and_then(|h| HeaderValue::from_str(h.as_str()).ok())
-        {
+        if let Some(v) = self.hash.as_ref().and_then(|h| h.header_value().cloned()) {
             headers.insert(names::CAPABILITY_HASH, v);
         }
         let ok = status.is_success();
@@ -607,8 +603,8 @@ impl Watch {
                         .to_owned();
                     let caps = result.get("capabilities").cloned().unwrap_or(Value::Null);
                     let hash = wire::capability_hash(&version, client_capabilities, &caps);
-                    if let Ok(v) = HeaderValue::from_str(hash.as_str()) {
-                        self.late_headers.push((names::CAPABILITY_HASH, v));
+                    if let Some(v) = hash.header_value() {
+                        self.late_headers.push((names::CAPABILITY_HASH, v.clone()));
                     }
                     let record =
                         SessionRecord::new(sid.clone(), instance.clone(), hash.clone(), version);
