@@ -37,6 +37,12 @@ function dispatcher(callbacks) {
       running.get(message.id)?.abort(new Error("the server cancelled its request"));
       return "null";
     }
+    if (message.type === "warning") {
+      // An answer the SDK's types refused: the server was answered "internal error"; what is
+      // wrong quotes the answer, so it is told here only.
+      process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} ${message.message}`);
+      return "null";
+    }
     const answer = await run(message);
     try {
       return toJson(answer);

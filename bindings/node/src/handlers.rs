@@ -8,7 +8,10 @@
 //! by the promise it returns: `{result}` or `{error: {code, message, data}}`, both ways as
 //! JSON text (as all JSON crossing the boundary, see `convert`). When the server
 //! cancels the request (or the client is closed) the SDK drops the handler's future, and
-//! `dispatch` gets `{type: "abort", id}`: the handler's `AbortSignal` fires.
+//! `dispatch` gets `{type: "abort", id}`: the handler's `AbortSignal` fires. An answer the
+//! SDK's types refuse is answered to the server as a bare internal error, and what is wrong
+//! with it goes to `dispatch` as `{type: "warning", kind, method, message}`, for the process
+//! to tell: it quotes the answer, which the server should not see.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -56,7 +59,7 @@ impl HandlerOptions {
                 let js = js.clone();
                 async move {
                     let answer = js.ask("sampling", &ctx, wire(&request)).await?;
-                    typed::<CreateMessageResult>(answer, "sampling")
+                    js.typed::<CreateMessageResult>(answer, "sampling", &ctx)
                 }
             });
         }
@@ -66,7 +69,7 @@ impl HandlerOptions {
                 let js = js.clone();
                 async move {
                     let answer = js.ask("elicitation", &ctx, wire(&request)).await?;
-                    typed::<ElicitResult>(answer, "elicitation")
+                    js.typed::<ElicitResult>(answer, "elicitation", &ctx)
                 }
             });
         }
@@ -76,7 +79,7 @@ impl HandlerOptions {
                 let js = js.clone();
                 async move {
                     let answer = js.ask("roots", &ctx, Value::Null).await?;
-                    typed::<Vec<Root>>(answer, "roots")
+                    js.typed::<Vec<Root>>(answer, "roots", &ctx)
                 }
             });
         }
@@ -130,6 +133,31 @@ impl Dispatcher {
             params,
         };
         self.run(call).await
+    }
+
+    /// The answer of the handler of `kind` as the SDK's typed result. One of the wrong shape
+    /// is the server's bare internal error: what serde says is wrong quotes the answer (model
+    /// output, what a user typed, local paths), so it is told here, as a process warning.
+    fn typed<T: DeserializeOwned>(
+        &self,
+        answer: Value,
+        kind: &'static str,
+        ctx: &RequestContext,
+    ) -> Result<T, RpcError> {
+        serde_json::from_value(answer).map_err(|e| {
+            let warning = json!({
+                "type": "warning",
+                "kind": kind,
+                "method": ctx.method(),
+                "message": format!("answered wrongly: {e}"),
+            });
+            // Best effort, as an abort: once the client's JavaScript side is gone no one reads it.
+            let _ = self
+                .0
+                .dispatch
+                .call(warning.to_string(), ThreadsafeFunctionCallMode::NonBlocking);
+            RpcError::internal_error("internal error")
+        })
     }
 
     async fn run(&self, call: Call) -> Result<Value, RpcError> {
@@ -203,13 +231,5 @@ fn read_answer(answer: Value) -> Result<Value, RpcError> {
     Err(match error.get("data") {
         Some(data) if !data.is_null() => rpc.with_data(data.clone()),
         _ => rpc,
-    })
-}
-
-/// A handler's answer as the SDK's typed result; an answer of the wrong shape is the
-/// server's internal error, naming what is wrong (the handler's author reads it there).
-fn typed<T: DeserializeOwned>(answer: Value, kind: &str) -> Result<T, RpcError> {
-    serde_json::from_value(answer).map_err(|e| {
-        RpcError::internal_error(format!("the client's {kind} handler answered wrongly: {e}"))
     })
 }

@@ -323,6 +323,36 @@ describe("handlers", () => {
     await server.waitFor(mark, "sampling_cancelled");
     await client.close();
   });
+
+  test("a handler's answer of the wrong shape is a bare internal error for the server, its detail a local warning", async () => {
+    const warned = [];
+    const onWarning = (w) => warned.push(String(w.message));
+    process.on("warning", onWarning);
+    try {
+      // Each answer holds what the server should not see where the SDK's types want another
+      // shape; the reason it is refused would name it.
+      for (const [options, tool, handler] of [
+        [{ onSampling: () => ({ role: "secret model output", content: { type: "text", text: "x" }, model: "m" }) }, "sample", "onSampling"],
+        [{ onElicitation: () => ({ action: "accept", content: "secret answer" }) }, "elicit", "onElicitation"],
+        [{ onRoots: () => ["file:///home/secret"] }, "roots", "onRoots"],
+      ]) {
+        const client = new Client(server.url, options);
+        await client.connect();
+        const refused = await client.callTool(tool, { prompt: "hi" }).catch((e) => e);
+        await client.close();
+        // The server's request rejected with the client's error, and its tool passed it on.
+        assert.ok(refused instanceof RpcError, `${tool}: ${String(refused)}`);
+        assert.equal(refused.code, -32603, tool);
+        assert.doesNotMatch(refused.message, /secret/, tool);
+        assert.doesNotMatch(JSON.stringify(refused.data ?? null), /secret/, tool);
+        // What is wrong is told here, to the handler's author.
+        for (let i = 0; i < 100 && !warned.some((w) => w.includes(handler)); i++) await new Promise((r) => setTimeout(r, 10));
+        assert.ok(warned.some((w) => w.includes(handler) && /secret/.test(w)), `${tool}: ${warned.join("\n")}`);
+      }
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
 });
 
 describe("events, notifications, and the rest of the surface", () => {
