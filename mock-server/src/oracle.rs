@@ -140,6 +140,8 @@ pub struct OracleTotals {
     pub sessions_made_up: u64,
     /// Resume attempts (GET with `Last-Event-ID`).
     pub resumes: u64,
+    /// Resume attempts honored (the stream replayed), on any instance.
+    pub honored_resumes: u64,
     /// Resumes honored by another instance than the stream's owner.
     pub cross_instance_resumes: u64,
     /// Rejected resumes by reason.
@@ -373,8 +375,9 @@ impl OracleState {
             OracleEvent::Resume { record } => {
                 let t = &mut self.report.totals;
                 t.resumes += 1;
-                if record.honored && record.cross_instance {
-                    t.cross_instance_resumes += 1;
+                if record.honored {
+                    t.honored_resumes += 1;
+                    t.cross_instance_resumes += u64::from(record.cross_instance);
                 }
                 if let Some(reason) = &record.reason {
                     *t.rejections.entry(reason.clone()).or_insert(0) += 1;
@@ -819,6 +822,7 @@ mod tests {
         assert_eq!(r.totals.wrong_capability, 4);
         assert_eq!(r.totals.duplicate_side_effects, 1);
         assert_eq!((r.resumes.len(), r.totals.resume_records_dropped), (2, 1));
+        assert_eq!(r.totals.honored_resumes, 3);
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["totals"]["execution_records_dropped"], 2);
         o.reset();
@@ -871,5 +875,9 @@ mod tests {
         assert_eq!(replayed.totals.wrong_capability, 1);
         assert_eq!(replayed.totals.duplicate_side_effects, 1);
         assert_eq!(replayed.rejections("not_owner"), 1);
+        assert_eq!(
+            (replayed.totals.resumes, replayed.totals.honored_resumes),
+            (1, 0)
+        );
     }
 }

@@ -527,10 +527,13 @@ fn check_faults_bit(era: ClusterEra, preset: Preset, run: &PresetRun) -> Vec<Str
              restarts: raise MCP_RESUME_SOAK_CALLS or MCP_RESUME_SOAK_SECS)"
         ));
     }
-    if t.resumes + t.idempotent_replays == 0 {
+    // A rejected resume picked nothing up: only a stream replayed, or a keyed re-send
+    // answered from the store, shows a call taken up again.
+    if t.honored_resumes + t.idempotent_replays == 0 {
         v.push(format!(
-            "{era}/{preset}: no call was picked up after an interruption (the cluster saw no \
-             resume and answered no keyed re-send from its store)"
+            "{era}/{preset}: no call was picked up after an interruption (the cluster honored \
+             no resume of the {} it saw and answered no keyed re-send from its store)",
+            t.resumes
         ));
     }
     let ok = run
@@ -587,12 +590,13 @@ fn report_line(preset: Preset, run: &PresetRun, judgement: &Judgement) -> String
         )
     };
     format!(
-        "{preset:<10} calls={} {outcomes:?} restarts={} resumes={} replays={} rejections={:?} \
+        "{preset:<10} calls={} {outcomes:?} restarts={} resumes={} honored={} replays={} rejections={:?} \
          initializes={} made_up={} wrong_capability={} unknown_record={} \
          duplicate_side_effects={} repeated={} {records} {:.1}s",
         run.outcomes.len(),
         run.restarts,
         t.resumes,
+        t.honored_resumes,
         t.idempotent_replays,
         t.rejections,
         t.initializes,
@@ -830,6 +834,34 @@ fn a_silent_wrong_answer_is_a_violation() {
         "{:#?}",
         j.violations
     );
+}
+
+/// The faults bit only by the cluster's counts of calls taken up again: resumes it rejected
+/// took nothing up.
+#[test]
+fn rejected_resumes_pick_no_call_up() {
+    let run = |resumes: u64, honored: u64, replays: u64| PresetRun {
+        outcomes: Vec::new(),
+        oracle: OracleReport {
+            totals: OracleTotals {
+                resumes,
+                honored_resumes: honored,
+                idempotent_replays: replays,
+                ..OracleTotals::default()
+            },
+            ..OracleReport::default()
+        },
+        restarts: 1,
+        seconds: 0.0,
+    };
+    let bit = |r: PresetRun| check_faults_bit(ClusterEra::Legacy, Preset::Strict, &r);
+    let v = bit(run(5, 0, 0));
+    assert!(
+        v.len() == 1 && v[0].contains("no call was picked up"),
+        "{v:#?}"
+    );
+    assert!(bit(run(5, 1, 0)).is_empty());
+    assert!(bit(run(0, 0, 1)).is_empty());
 }
 
 #[test]

@@ -153,9 +153,15 @@ async fn cut_streams_on_a_replicated_cluster_are_resumed() {
         .filter(|e| matches!(e, SessionEvent::Resumed { .. }))
         .count();
     assert!(resumed >= 3, "every call resumed once: {events:?}");
-    // The cluster saw those resumes and served them, not only the client's report of them.
+    // The cluster saw those resumes and served them, not only the client's report of them,
+    // each on another instance than the one whose stream was cut.
     let honored = report.resumes.iter().filter(|r| r.honored).count();
     assert!(honored >= 3, "{:?}", report.resumes);
+    assert!(
+        report.totals.cross_instance_resumes >= 3,
+        "{:?}",
+        report.resumes
+    );
     assert_eq!(report.totals.initializes, 1, "{:?}", report.totals);
     assert!(
         !events

@@ -104,75 +104,89 @@ fn nginx_config_subcommand_prints_a_config_nginx_accepts() {
     }
 }
 
+/// How many times a scenario is run again when nginx sent its resume back to the stream's
+/// owner, which shows nothing of a cross-instance resume. Round-robin over three instances
+/// with one worker sends it elsewhere nearly always.
+const OWNER_RETRIES: usize = 5;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nginx_cuts_an_idle_stream_and_the_resume_follows_the_preset() {
     for preset in [Preset::Naive, Preset::Strict, Preset::Replicated] {
         let c = cluster(preset, 200, |_| {}).await;
         let mcp = Mcp::new(c.url());
-        let (sid, hash, _) = mcp.initialize(Some(0.2)).await;
-        mcp.notify_initialized(&sid).await;
-        // Steps 300 ms apart: nginx's 200 ms idle timeout cuts the stream after the priming
-        // event.
-        let started = Instant::now();
-        let cut = mcp
-            .call(
-                &sid,
-                7,
-                "slow",
-                json!({"steps": 2, "delay_ms": 300}),
-                "slow-1",
-            )
-            .await;
-        assert_eq!(cut.status, 200, "{preset}");
+        let mut tries = 0;
+        let (hash, attempt, resumed) = loop {
+            tries += 1;
+            let tag = format!("slow-{tries}");
+            let (sid, hash, _) = mcp.initialize(Some(0.2)).await;
+            mcp.notify_initialized(&sid).await;
+            // Steps 300 ms apart: nginx's 200 ms idle timeout cuts the stream after the
+            // priming event.
+            let started = Instant::now();
+            let cut = mcp
+                .call(&sid, 7, "slow", json!({"steps": 2, "delay_ms": 300}), &tag)
+                .await;
+            assert_eq!(cut.status, 200, "{preset}");
+            assert!(
+                cut.cut,
+                "{preset}: nginx should abort the idle stream: {cut:?}"
+            );
+            assert!(cut.response().is_none(), "{preset}");
+            assert!(started.elapsed() < Duration::from_millis(600), "{preset}");
+            let cursor = cut.last_event_id().expect("the priming event");
+            let owner = oracle(&c)
+                .await
+                .executions_tagged(&tag)
+                .next()
+                .expect("the call ran")
+                .instance;
+            // Resume through nginx: round-robin sends it to whichever instance is next.
+            let resumed = mcp.get(&sid, Some(&cursor)).await;
+            let report = oracle(&c).await;
+            let attempt = report
+                .resumes
+                .last()
+                .expect("a resume reached an instance")
+                .clone();
+            assert_eq!(attempt.owner, Some(owner), "{preset}");
+            assert!(
+                c.wait_idle(Duration::from_secs(5)).await,
+                "{preset}: calls still running"
+            );
+            if attempt.instance != owner || tries == OWNER_RETRIES {
+                break (hash, attempt, resumed);
+            }
+        };
         assert!(
-            cut.cut,
-            "{preset}: nginx should abort the idle stream: {cut:?}"
+            attempt.cross_instance,
+            "{preset}: every resume of {tries} went back to the stream's owner: {attempt:?}"
         );
-        assert!(cut.response().is_none(), "{preset}");
-        assert!(started.elapsed() < Duration::from_millis(600), "{preset}");
-        let cursor = cut.last_event_id().expect("the priming event");
-        let owner = oracle(&c)
-            .await
-            .executions_tagged("slow-1")
-            .next()
-            .expect("the call ran")
-            .instance;
-        // Resume through nginx: round-robin sends it to whichever instance is next.
-        let resumed = mcp.get(&sid, Some(&cursor)).await;
-        let report = oracle(&c).await;
-        let attempt = report
-            .resumes
-            .last()
-            .expect("a resume reached an instance")
-            .clone();
-        assert_eq!(attempt.owner, Some(owner), "{preset}");
-        match (preset, attempt.instance == owner) {
-            (Preset::Strict, false) => {
+        match preset {
+            Preset::Strict => {
                 assert_eq!(resumed.status, 404, "{preset}");
                 assert_eq!(
                     resumed.header("mcp-resume-rejected").as_deref(),
                     Some("not_owner")
                 );
+                assert!(!attempt.honored, "{preset}: {attempt:?}");
             }
-            (Preset::Naive, false) => {
+            Preset::Naive => {
                 // The observed system: replays what the log holds and ends cleanly without
                 // the response.
                 assert_eq!(resumed.status, 200, "{preset}");
                 assert!(!resumed.cut, "{preset}");
                 assert!(resumed.response().is_none(), "{preset}");
+                assert!(attempt.honored, "{preset}: {attempt:?}");
             }
             _ => {
-                // The owner, or any instance of `replicated`: the shared log is followed
-                // live (XREAD BLOCK) until the response, and nginx cuts again in between
-                // when a step takes longer than its idle timeout.
+                // Any instance of `replicated`: the shared log is followed live (XREAD BLOCK)
+                // until the response, and nginx cuts again in between when a step takes
+                // longer than its idle timeout.
                 assert_eq!(resumed.status, 200, "{preset}");
                 assert_eq!(resumed.header("mcp-capability-hash"), hash, "{preset}");
+                assert!(attempt.honored, "{preset}: {attempt:?}");
             }
         }
-        assert!(
-            c.wait_idle(Duration::from_secs(5)).await,
-            "{preset}: calls still running"
-        );
         c.shutdown().await;
     }
 }
