@@ -33,7 +33,10 @@ export class Client {
    * `ledgerIdentity`) and call this first. Each is a `RecoveredCall`: the entry's facts, and
    * `outcome()` (a promise: the result, or `OutcomeUnknownError` for an unkeyed call that may
    * have run, which is never re-sent). Rejects with `LedgerError` when the ledger cannot be
-   * read.
+   * read, and with `TooLargeError` when the entries are more than a JavaScript string holds
+   * (the calls picked up are then cancelled). Ask every call's `outcome()`: until it is
+   * asked, the call (and once it ends, its result) is kept for as long as this client is,
+   * whether or not the `RecoveredCall` is still referenced.
    */
   async recover() {
     const entries = JSON.parse(await this.#native.recover());

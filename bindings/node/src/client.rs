@@ -105,27 +105,44 @@ impl NativeClient {
 
     /// The calls the ledger holds for this endpoint that this client does not have in
     /// flight, picked up: each entry's facts and the number `recoveredOutcome` takes.
+    ///
+    /// A call's handle is kept under its number only once JavaScript is sure to get the
+    /// numbers: when the entries are more than a JavaScript string holds (`too_large`), the
+    /// calls are dropped, which cancels them, as dropping a `CallHandle` does. A kept handle
+    /// goes when its outcome is asked for, else with this client: one never asked for keeps
+    /// its call, and its result once it ends, until the client is garbage collected.
     #[napi(catch_unwind)]
     pub fn recover<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, String>> {
         let recovered = self.recovered.clone();
         call!(self, env, |c| {
             let calls = c.recover().await?;
-            let entries: Vec<Value> = {
+            // Numbers taken now (a recovery that fails leaves a gap), the handles kept below.
+            let first = {
                 let mut table = recovered.lock().unwrap_or_else(|p| p.into_inner());
-                calls
-                    .into_iter()
-                    .map(|call| {
-                        let (entry, handle) = call.into_parts();
-                        table.next = table.next.wrapping_add(1);
-                        let number = table.next;
-                        table.handles.insert(number, handle);
-                        let mut facts = convert::ledger_entry(&entry);
-                        facts["handle"] = json!(number);
-                        facts
-                    })
-                    .collect()
+                let first = table.next;
+                table.next = first.wrapping_add(calls.len() as u32);
+                first
             };
-            text(&entries)
+            let mut handles = Vec::with_capacity(calls.len());
+            let entries: Vec<Value> = calls
+                .into_iter()
+                .zip(1u32..)
+                .map(|(call, offset)| {
+                    let (entry, handle) = call.into_parts();
+                    let number = first.wrapping_add(offset);
+                    handles.push((number, handle));
+                    let mut facts = convert::ledger_entry(&entry);
+                    facts["handle"] = json!(number);
+                    facts
+                })
+                .collect();
+            let text = text(&entries)?;
+            recovered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .handles
+                .extend(handles);
+            Ok(text)
         })
     }
 
