@@ -246,7 +246,9 @@ export declare class Client {
    * Picks up the calls the ledger holds for this endpoint that this client does not have in
    * flight (what the process it replaces left): keyed calls re-sent under their key where the
    * server deduplicates, MRTR rounds continued, tasks polled, unkeyed calls reported. The
-   * one way a fleet restarts: call it first. Rejects with `LedgerError`.
+   * one way a fleet restarts: call it first. Rejects with `LedgerError`. Ask every call's
+   * `outcome()`: until then the call (and its result once it ends) is kept as long as the
+   * client is.
    */
   recover(): Promise<RecoveredCall[]>;
   listTools(): Promise<Tool[]>;
