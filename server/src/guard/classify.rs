@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use super::answer::Answer;
 use super::idempotency::{self, KeyFound};
+use super::ledger::RequestIds;
 use super::records::Claim;
 use super::{scan, Plan};
 use crate::ids::{ClaimToken, IdempotencyKey};
@@ -18,7 +19,7 @@ use crate::wire::{self, names};
 fn keyed_plan(id: Value, key: IdempotencyKey, name: &str, args: &Value, lease: Duration) -> Plan {
     let digest = wire::arguments_digest(name, args);
     Plan::Keyed {
-        requests: vec![id.clone()],
+        requests: RequestIds::one(id.clone()),
         id,
         claim: Claim::new(key, digest, ClaimToken::from_stored(""), lease),
     }
@@ -55,7 +56,7 @@ fn read_post(
     if let Ok(m) = serde_json::from_slice::<probe::Message<'_>>(body) {
         let id = match m.id {
             Some(id @ (Value::String(_) | Value::Number(_))) if m.method.is_some() => id,
-            _ => return Ok(session_plan(Vec::new())),
+            _ => return Ok(session_plan(RequestIds::none())),
         };
         let params = m.params.unwrap_or_default();
         return Ok(match m.method.as_deref() {
@@ -86,10 +87,10 @@ fn read_post(
                         keyed_plan(id, key, name, args, lease)
                     }
                     KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
-                    KeyFound::None => session_plan(vec![id]),
+                    KeyFound::None => session_plan(RequestIds::one(id)),
                 }
             }
-            _ => session_plan(vec![id]),
+            _ => session_plan(RequestIds::one(id)),
         });
     }
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
@@ -101,7 +102,7 @@ fn read_post(
                 "a keyed call whose body cannot be read cannot be guarded",
             ));
         }
-        return Ok(session_plan(Vec::new()));
+        return Ok(session_plan(RequestIds::none()));
     };
     let msg = match &value {
         Value::Object(msg) => msg,
@@ -122,11 +123,11 @@ fn read_post(
             }
             return Ok(session_plan(items.iter().filter_map(request_id).collect()));
         }
-        _ => return Ok(session_plan(Vec::new())),
+        _ => return Ok(session_plan(RequestIds::none())),
     };
     // A single message whose shape the probe refused (odd params): read the long way.
     let Some(id) = request_id(&value) else {
-        return Ok(session_plan(Vec::new()));
+        return Ok(session_plan(RequestIds::none()));
     };
     Ok(match msg.get("method").and_then(Value::as_str) {
         Some("tools/call") if keys => match idempotency::key_of(msg.get("params"), headers) {
@@ -142,9 +143,9 @@ fn read_post(
                     .unwrap_or(&Value::Null);
                 keyed_plan(id, key, name, args, lease)
             }
-            KeyFound::None => session_plan(vec![id]),
+            KeyFound::None => session_plan(RequestIds::one(id)),
         },
-        _ => session_plan(vec![id]),
+        _ => session_plan(RequestIds::one(id)),
     })
 }
 
@@ -198,12 +199,12 @@ fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) ->
         }
         _ => {}
     }
-    Some(session_plan(in_session, vec![id]))
+    Some(session_plan(in_session, RequestIds::one(id)))
 }
 
 /// The plan of a request that is not the guard's to answer or claim: a session's (its
 /// responses numbered, `requests` the JSON-RPC ids it carries), or nothing outside one.
-fn session_plan(in_session: bool, requests: Vec<Value>) -> Plan {
+fn session_plan(in_session: bool, requests: RequestIds) -> Plan {
     if in_session {
         Plan::Session { requests }
     } else {
@@ -360,7 +361,7 @@ mod tests {
         let plain = |body: &str| plain_plan(true, body.as_bytes(), &headers, true);
         let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}"#;
         assert!(
-            matches!(plain(call), Some(Plan::Session { requests }) if requests == [Value::from(2)])
+            matches!(plain(call), Some(Plan::Session { requests }) if requests.iter().eq([Value::from(2)].iter()))
         );
         let keyed = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{},"_meta":{"io.github.mcp-resume/idempotency-key":"k"}}}"#;
         assert!(plain(keyed).is_none());

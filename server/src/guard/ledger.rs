@@ -197,6 +197,44 @@ impl Events {
     }
 }
 
+/// The JSON-RPC ids of the requests a POST carries: most carry one, kept without an
+/// allocation.
+#[derive(Debug, Default)]
+pub(crate) struct RequestIds {
+    first: Option<Value>,
+    more: Vec<Value>,
+}
+
+impl RequestIds {
+    /// No request (a notification, a response, a GET's stream).
+    pub(crate) fn none() -> Self {
+        Self::default()
+    }
+
+    /// One request.
+    pub(crate) fn one(id: Value) -> Self {
+        Self {
+            first: Some(id),
+            more: Vec::new(),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Value> {
+        self.first.iter().chain(self.more.iter())
+    }
+}
+
+impl FromIterator<Value> for RequestIds {
+    fn from_iter<T: IntoIterator<Item = Value>>(iter: T) -> Self {
+        let mut iter = iter.into_iter();
+        Self {
+            first: iter.next(),
+            more: iter.collect(),
+        }
+    }
+}
+
 /// The requests a stream answers: most streams answer one, kept inline.
 #[derive(Debug, Default)]
 struct Requests {
@@ -205,11 +243,15 @@ struct Requests {
 }
 
 impl Requests {
-    fn running(ids: Vec<Value>) -> Self {
-        let mut ids = ids.into_iter().map(|id| (id, RequestState::Running));
+    fn running(ids: RequestIds) -> Self {
+        let running = |id| (id, RequestState::Running);
         Self {
-            first: ids.next(),
-            more: ids.collect(),
+            first: ids.first.map(running),
+            more: if ids.more.is_empty() {
+                Vec::new()
+            } else {
+                ids.more.into_iter().map(running).collect()
+            },
         }
     }
 
@@ -241,7 +283,7 @@ pub(crate) struct StreamLog {
 }
 
 impl StreamLog {
-    fn new(session: SessionId, hash: CapabilityHash, requests: Vec<Value>, max: usize) -> Self {
+    fn new(session: SessionId, hash: CapabilityHash, requests: RequestIds, max: usize) -> Self {
         Self {
             session,
             hash,
@@ -413,7 +455,7 @@ impl Ledger {
         stream: StreamId,
         session: SessionId,
         hash: CapabilityHash,
-        requests: Vec<Value>,
+        requests: RequestIds,
     ) {
         let log = StreamLog::new(session, hash, requests, self.events_per_stream);
         self.streams.insert(stream, log);
@@ -525,7 +567,7 @@ mod tests {
             events_per_stream: 3,
         });
         let s = StreamId::from_u64(1);
-        ledger.open_stream(s, sid("a"), hash(), vec![]);
+        ledger.open_stream(s, sid("a"), hash(), RequestIds::none());
         assert_eq!(ledger.record(s, "x"), Some(1));
         assert_eq!(ledger.record(s, "y"), Some(2));
         assert_eq!(ledger.record(s, "x"), Some(1));
@@ -550,7 +592,7 @@ mod tests {
             events_per_stream: 40,
         });
         let s = StreamId::from_u64(1);
-        ledger.open_stream(s, sid("a"), hash(), vec![]);
+        ledger.open_stream(s, sid("a"), hash(), RequestIds::none());
         for i in 0..50u64 {
             assert_eq!(ledger.record(s, &format!("e{i}")), Some(i + 1));
         }
@@ -578,7 +620,7 @@ mod tests {
         });
         let s = StreamId::from_u64(1);
         let ids = [Value::from(1), Value::from("two"), Value::from(3)];
-        ledger.open_stream(s, sid("a"), hash(), ids.to_vec());
+        ledger.open_stream(s, sid("a"), hash(), ids.iter().cloned().collect());
         let long = "x".repeat(INLINE_ID + 1);
         let exact = "y".repeat(INLINE_ID);
         for (at, id) in [long.as_str(), exact.as_str(), "z"].into_iter().enumerate() {
@@ -596,7 +638,7 @@ mod tests {
             "the third was never answered"
         );
         let t = StreamId::from_u64(2);
-        ledger.open_stream(t, sid("a"), hash(), ids[..2].to_vec());
+        ledger.open_stream(t, sid("a"), hash(), ids[..2].iter().cloned().collect());
         ledger.answered(t, &ids[1], 1);
         ledger.answered(t, &ids[0], 2);
         ledger.lose_running(t);
@@ -612,8 +654,8 @@ mod tests {
         });
         let rec = SessionRecord::new(sid("a"), InstanceId::random(), hash(), "v".into());
         ledger.remember(Arc::new(rec));
-        ledger.open_stream(StreamId::from_u64(1), sid("a"), hash(), vec![]);
-        ledger.open_stream(StreamId::from_u64(2), sid("b"), hash(), vec![]);
+        ledger.open_stream(StreamId::from_u64(1), sid("a"), hash(), RequestIds::none());
+        ledger.open_stream(StreamId::from_u64(2), sid("b"), hash(), RequestIds::none());
         ledger.forget(&sid("a"), true);
         assert!(ledger.session(&sid("a")).is_none());
         assert!(ledger.is_forgotten(&sid("a")));

@@ -57,7 +57,7 @@ pub use records::{Claim, ClaimOutcome, SessionRecord, StoreOp, StoredOutcome};
 pub use resume::{authorize_resume, CursorFacts, RejectReason, ResumeFacts, StreamFacts};
 pub use watch::{BodyPlan, SseFlow, Watch};
 
-use ledger::{Capacities, Ledger};
+use ledger::{Capacities, Ledger, RequestIds};
 use watch::WatchKind;
 
 use crate::ids::{ClaimToken, Cursor, InstanceId, SessionId};
@@ -211,7 +211,7 @@ impl Guard {
                         cursor: Cursor::parse(v.as_bytes()),
                     },
                     None => Plan::Session {
-                        requests: Vec::new(),
+                        requests: RequestIds::none(),
                     },
                 };
                 ex.advance(self);
@@ -338,7 +338,7 @@ enum Plan {
     Pass,
     /// A request of a session (GET listen stream, or a POST): the session's hash on the
     /// response, its SSE ids sequenced; `requests` are the JSON-RPC ids of a POST.
-    Session { requests: Vec<Value> },
+    Session { requests: RequestIds },
     /// `initialize`.
     Initialize {
         id: Value,
@@ -350,7 +350,7 @@ enum Plan {
     Keyed {
         id: Value,
         claim: Claim,
-        requests: Vec<Value>,
+        requests: RequestIds,
     },
     /// A GET with `Last-Event-ID`.
     Resume { cursor: Option<Cursor> },
@@ -530,7 +530,7 @@ impl Exchange {
         }
         self.plan = if self.session.is_some() {
             Plan::Session {
-                requests: Vec::new(),
+                requests: RequestIds::none(),
             }
         } else {
             Plan::Pass
@@ -621,7 +621,7 @@ impl Exchange {
 
     /// The stream a response of this session's request will be numbered as, when the guard
     /// numbers streams and knows the session.
-    fn session_stream(&self, guard: &mut Guard, requests: Vec<Value>) -> Option<watch::Numbering> {
+    fn session_stream(&self, guard: &mut Guard, requests: RequestIds) -> Option<watch::Numbering> {
         if !guard.config.parts.sequenced_event_ids {
             return None;
         }

@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::advertise::{self, Parts};
 use super::answer::Answer;
 use super::idempotency::stamp_result;
+use super::ledger::RequestIds;
 use super::records::{SessionRecord, StoreOp, StoredOutcome};
 use super::resume::RejectReason;
 use super::scan;
@@ -61,7 +62,7 @@ pub(crate) struct Numbering {
 enum Mode {
     /// A new stream, opened in the ledger when its head passes.
     Fresh {
-        open: Option<(SessionId, CapabilityHash, Vec<Value>)>,
+        open: Option<(SessionId, CapabilityHash, RequestIds)>,
     },
     /// A resumed stream: the inner server's replay must bring `expected` next, and reach
     /// `issued` (the head when the resume was authorized) before the client sees anything.
@@ -77,7 +78,7 @@ impl Numbering {
         stream: StreamId,
         session: SessionId,
         hash: CapabilityHash,
-        requests: Vec<Value>,
+        requests: RequestIds,
     ) -> Self {
         Self {
             stream,
@@ -268,7 +269,7 @@ impl Watch {
                                 guard.stream_id(),
                                 sid.clone(),
                                 CapabilityHash::from_stored(""),
-                                Vec::new(),
+                                RequestIds::none(),
                             ));
                         }
                         BodyPlan::Sse
