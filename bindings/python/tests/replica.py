@@ -14,10 +14,10 @@ Kinds:
 Its tool ``bump {tag, delay_ms}`` applies a side effect first (``INCR effects:<tag>`` in
 Redis, the truth the tests read, and ``ran:<tag>`` = its pid), waits ``delay_ms`` (a call to
 cut, drain or kill after its effect), then counts its finish (``INCR done:<tag>``). ``echo
-{text}`` touches nothing (the benchmark's call). What the tests read to know a drain bit, per
+{text}`` touches nothing (the benchmark's call). What the tests read to know a fault bit, per
 tag: ``posts:<tag>``, the ``tools/call`` requests that reached a replica (a re-send makes two);
-``cut:<tag>``, those whose connection a drain closed before their answer went;
-``drained:<tag>``, the runs in flight when a drain began.
+``cut:<tag>``, those whose connection closed before their answer went (nginx cut it, or a drain
+closed it); ``drained:<tag>``, the runs in flight when a drain began.
 
 Prints ``http://127.0.0.1:PORT/mcp`` on its first stdout line once it listens. SIGTERM drains
 it as a shutdown that does not wait for open responses does: no new connections, every open
@@ -90,7 +90,8 @@ RUNNING: list[str] = []
 class InFlight:
     """Counts the POSTs being answered. It wraps the guard too, so a keyed call counts until
     the guard has stored its answer. It counts each ``tools/call`` that reaches it
-    (``posts:<tag>``) and knows which have not sent their answer yet."""
+    (``posts:<tag>``) and each whose connection closed before its answer went (``cut:<tag>``),
+    and knows which have not sent their answer yet."""
 
     def __init__(self, app: Any, redis: Redis) -> None:
         self.app = app
@@ -150,10 +151,28 @@ class InFlight:
                 self.unanswered.pop(me, None)
             await send(message)
 
+        heard = False
+
+        async def hear_close() -> None:
+            # The body read, uvicorn's receive answers only once the connection closed or the
+            # response ended: closed while the answer had not gone (nginx cut it), a cut. The
+            # app may not hear it: uvicorn drops what it sends after.
+            nonlocal heard
+            await receive()
+            heard = True
+            if self.unanswered.pop(me, None) is not None:
+                await self.redis.run(["INCR", f"cut:{tag}"])
+
+        hearing = asyncio.create_task(hear_close())
         try:
             await self.app(scope, replay, watch)
         finally:
+            # A close that ended the app was heard first: its count goes on.
+            await asyncio.sleep(0)
+            if not heard:
+                hearing.cancel()
             self.unanswered.pop(me, None)
+            await asyncio.gather(hearing, return_exceptions=True)
 
 
 class DrainingServer(uvicorn.Server):
@@ -181,7 +200,10 @@ class DrainingServer(uvicorn.Server):
         redis = self.in_flight.redis
         for tag in list(RUNNING):
             await redis.run(["INCR", f"drained:{tag}"])
-        for tag in list(self.in_flight.unanswered.values()):
+        # Counted here, not again when their connection closes.
+        unanswered = list(self.in_flight.unanswered.values())
+        self.in_flight.unanswered.clear()
+        for tag in unanswered:
             await redis.run(["INCR", f"cut:{tag}"])
         for connection in list(self.server_state.connections):
             connection.transport.close()

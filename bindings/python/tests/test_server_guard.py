@@ -291,7 +291,8 @@ class Row:
     finished: int
     #: Its ``tools/call`` requests that reached a replica (a re-send makes two).
     posts: int = 0
-    #: Its requests whose connection a drain closed before their answer went.
+    #: Its requests whose connection closed before their answer went (nginx cut it, or a drain
+    #: closed it).
     cut: int = 0
     #: Its runs a drain found in flight.
     drained: int = 0
@@ -427,9 +428,34 @@ async def drain(d: Deployment) -> list[Row]:
     return rows
 
 
+def bit(r: Row, json: bool) -> str | None:
+    """Why a row's fault did not bite its call (``None`` if it did): a fault that interrupts
+    nothing proves nothing about the guard. ``json``: the replicas answer calls with JSON (a cut
+    answer cannot be resumed)."""
+    if r.fault == "cut":
+        # nginx closed the call's response before its answer; with nothing to resume, a keyed
+        # call was re-sent.
+        if not r.cut:
+            return "nginx never cut the call before its answer"
+        if r.call.keyed and json and r.posts < 2:
+            return "a keyed call whose JSON answer nginx cut was never re-sent"
+    elif r.fault == "kill":
+        # The killed run never reached its end (a re-sent keyed call's second run may have).
+        # Nor did a run whose unkeyed call nginx cut (its app hears the client leave): the
+        # replica running the unkeyed call, sent once, never lived to see its connection close.
+        if r.finished >= r.effects:
+            return "the killed run ended"
+        if not r.call.keyed and r.cut:
+            return "the replica running the unkeyed call lived to see its connection cut"
+    else:
+        return drain_bit(r)
+    if not r.call.keyed and r.posts != 1:
+        return "an unkeyed call was sent other than once"
+    return None
+
+
 def drain_bit(r: Row) -> str | None:
-    """Why a drain row's drain did not bite its call (``None`` if it did): a drain that
-    interrupts nothing proves nothing about the guard."""
+    """Why a drain row's drain did not bite its call (``None`` if it did)."""
     if not r.drained:
         return "the drain found the call's run ended"
     if not r.finished:
@@ -486,10 +512,8 @@ async def test_deployment_under_faults(
     report = table(d, rows)
     print(report)
     details = report + "\n".join(map(str, rows))
-    for r in rows:
-        if r.fault == "drain":
-            why = drain_bit(r)
-            assert why is None, f"{why}: {r}\n{details}"
+    missed = [f"a {r.fault} row: {why}: {r}" for r in rows if (why := bit(r, kind == "lowlevel"))]
+    assert not missed, "the fault did not bite:\n" + "\n".join(missed) + f"\n{details}"
     if not guarded:
         # Without the guard, keyed calls a client re-sends run again: the duplicates the guard
         # prevents, every drained one among them. Unkeyed calls are never re-sent.
