@@ -434,6 +434,8 @@ impl Ledger {
         self.sessions.insert(record.session().clone(), record);
     }
 
+    /// Whether a session was forgotten here (never one [`Ledger::session`] knows: remembering
+    /// a session takes it off the forgotten ones, forgetting it drops its record).
     pub(crate) fn is_forgotten<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> bool
     where
         SessionId: std::borrow::Borrow<Q>,

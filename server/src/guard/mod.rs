@@ -165,8 +165,12 @@ impl Guard {
             .get(names::SESSION_ID)
             .and_then(|v| SessionId::check(v.as_bytes()).ok());
         // A session known here lends its id: nothing is copied for most requests.
+        let mut known = false;
         let session = text.map(|text| match self.ledger.session(text) {
-            Some(rec) => rec.session().clone(),
+            Some(rec) => {
+                known = true;
+                rec.session().clone()
+            }
             None => SessionId::from_checked(text),
         });
         let mut ex = Exchange {
@@ -179,7 +183,8 @@ impl Guard {
             keys: self.config.parts.idempotency,
             lease: self.config.lease,
         };
-        if let Some(text) = text {
+        // A known session is not a forgotten one (the ledger keeps them apart): one lookup.
+        if let Some(text) = text.filter(|_| !known) {
             if self.ledger.is_forgotten(text) {
                 // A session this guard refused to resume: nothing of it runs any more.
                 ex.next = Some(Step::Answer(Answer::session_not_found()));
