@@ -308,6 +308,9 @@ impl Proxy {
         if req.uri().path().starts_with("/admin/") {
             return self.admin(req).await;
         }
+        // A POST may execute a tool: in flight from its acceptance until the instance has
+        // answered its head, by when the instance counts it (or the work it spawned) itself.
+        let in_flight = (req.method() == Method::POST).then(|| self.inner.oracle.in_flight());
         let session = req
             .headers()
             .get(h::SESSION_ID)
@@ -344,6 +347,7 @@ impl Proxy {
         else {
             return gateway_error(StatusCode::BAD_GATEWAY, "Bad Gateway: instance unreachable");
         };
+        drop(in_flight);
         let (mut parts, body) = upstream.into_parts();
         strip_hop_headers(&mut parts.headers);
         if let Some(sid) = parts

@@ -270,8 +270,11 @@ impl Cluster {
         self.inner.oracle.reset();
     }
 
-    /// Waits until no tool execution is in flight on any instance; false after `timeout`.
-    /// Tests use it to know that a call cut off from its client has run to completion.
+    /// Waits until no tool execution is in flight on any instance, nor any request that may
+    /// still start one (from the balancer's acceptance of a POST to the end of the work it
+    /// started); false after `timeout`. Tests use it to know that a call cut off from its
+    /// client has run to completion, and that no late re-send of it is still on its way to
+    /// an execution.
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
         self.inner.oracle.wait_idle(timeout).await
     }

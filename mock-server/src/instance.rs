@@ -514,6 +514,19 @@ impl Incarnation {
         set.spawn(fut)
     }
 
+    /// [`Incarnation::spawn_task`] for work that may execute a tool: the oracle counts it in
+    /// flight from now until it ends or is aborted, polled or not (see `Oracle::in_flight`).
+    pub(crate) fn spawn_call(
+        &self,
+        fut: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> AbortHandle {
+        let in_flight = self.env.oracle.in_flight();
+        self.spawn_task(async move {
+            let _in_flight = in_flight;
+            fut.await;
+        })
+    }
+
     fn new_event_id(&self, stream: &str, seq: u64) -> String {
         if self.settings().extension {
             format!("{stream}-{seq}")
@@ -681,6 +694,8 @@ async fn record_trace(
 }
 
 async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
+    // In flight until it has answered: the work it spawns for a call counts on its own.
+    let _in_flight = inc.env.oracle.in_flight();
     inc.env.oracle.request(inc.env.index).await;
     if let Err(r) = inc.check_origin(req.headers()) {
         return r;
@@ -983,7 +998,7 @@ async fn respond_sse(
     let task_inc = inc.clone();
     let task_session = session.clone();
     let ids: Vec<Value> = requests.iter().map(|(id, _, _)| id.clone()).collect();
-    let abort = inc.spawn_task(async move {
+    let abort = inc.spawn_call(async move {
         let inc = task_inc;
         for (id, method, value) in requests {
             let response = handle_request(
@@ -1057,7 +1072,7 @@ async fn respond_json(
     let (tx, rx) = tokio::sync::oneshot::channel();
     let task_inc = inc.clone();
     let task_session = session.clone();
-    let abort = inc.spawn_task(async move {
+    let abort = inc.spawn_call(async move {
         let inc = task_inc;
         let mut out = Vec::with_capacity(requests.len());
         for (id, method, value) in requests {

@@ -300,7 +300,17 @@ struct OracleState {
     executed_tags: HashSet<String>,
     record_limit: usize,
     report: OracleReport,
+    /// Tool executions in flight.
     running: u64,
+    /// Requests that may still execute a tool, from their acceptance until the work they
+    /// started has ended (see [`Oracle::in_flight`]).
+    in_flight: u64,
+}
+
+impl OracleState {
+    fn idle(&self) -> bool {
+        self.running == 0 && self.in_flight == 0
+    }
 }
 
 impl OracleState {
@@ -450,7 +460,26 @@ impl Drop for RunningGuard {
     fn drop(&mut self) {
         let now_idle = self.oracle.with(|s| {
             s.running = s.running.saturating_sub(1);
-            s.running == 0
+            s.idle()
+        });
+        if now_idle {
+            self.oracle.idle.notify_waiters();
+        }
+    }
+}
+
+/// Marks one request in flight that may still execute a tool; dropping it (also on abort)
+/// marks it over.
+#[derive(Debug)]
+pub(crate) struct InFlightGuard {
+    oracle: Oracle,
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        let now_idle = self.oracle.with(|s| {
+            s.in_flight = s.in_flight.saturating_sub(1);
+            s.idle()
         });
         if now_idle {
             self.oracle.idle.notify_waiters();
@@ -525,19 +554,36 @@ impl Oracle {
         self.with(|s| s.running)
     }
 
-    /// Waits until no tool execution is in flight anywhere in the cluster, or `timeout`.
-    /// Returns false on timeout.
+    /// Counts a request that may execute a tool as in flight until the guard is dropped.
+    /// The balancer takes one for a POST it accepts and holds it until the instance has
+    /// answered its head; the instance takes one for the POST it handles, and one for the
+    /// work it spawns for it, held until that work ends. Held end to end, a request never
+    /// reads as idle between its acceptance and the end of its execution, however long it
+    /// waits before the execution starts (on the store, on the scheduler).
+    pub(crate) fn in_flight(&self) -> InFlightGuard {
+        self.with(|s| s.in_flight += 1);
+        InFlightGuard {
+            oracle: self.clone(),
+        }
+    }
+
+    /// Waits until nothing that could still execute a tool is in flight anywhere in the
+    /// cluster (no execution, and no request between its acceptance and the end of the work
+    /// it started: see [`Oracle::in_flight`]), or `timeout`. Returns false on timeout.
+    ///
+    /// What it cannot see: a request on its way to the balancer, and one whose client left
+    /// while the balancer was handing it to an instance.
     pub async fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let notified = self.idle.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if self.with(|s| s.running == 0) {
+            if self.with(|s| s.idle()) {
                 return true;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.with(|s| s.running == 0);
+                return self.with(|s| s.idle());
             }
         }
     }

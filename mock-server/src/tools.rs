@@ -542,7 +542,7 @@ async fn start_task(
     let hash = session.capability_hash.clone();
     let client_capabilities = session.client_capabilities.clone();
     let task_id = id.clone();
-    inc.spawn_task(async move {
+    inc.spawn_call(async move {
         let inc = work_inc;
         let store = inc.env.shared.clone();
         let running = inc

@@ -346,7 +346,7 @@ async fn tools_call_modern(
     if inc.settings().json_response {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task_inc = inc.clone();
-        inc.spawn_task(async move {
+        inc.spawn_call(async move {
             let inc = task_inc;
             let work = tools_call(
                 &inc,
@@ -390,7 +390,7 @@ async fn tools_call_modern(
         modern: true,
     };
     let task_inc = inc.clone();
-    inc.spawn_task(async move {
+    inc.spawn_call(async move {
         let inc = task_inc;
         let response = {
             let work = tools_call(

@@ -7,119 +7,13 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
+use common::gated::{Gated, GatedStore};
 use common::*;
-use mock_server::store::{
-    IdempotencyBegin, PreparedRecord, RequestRecord, SessionRecord, StoreFuture, StoredEvent,
-    StoredOutcome, StreamRecord, TaskRecord,
-};
-use mock_server::{Cluster, ClusterConfig, MemoryStore, Preset, Store};
+use mock_server::{Cluster, ClusterConfig, Preset};
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
-
-/// A [`MemoryStore`] whose `release_instance` waits for the test to open a gate, and which
-/// counts the keys released without an outcome.
-#[derive(Clone)]
-struct GatedStore {
-    inner: MemoryStore,
-    gate: Arc<Semaphore>,
-    abandoned: Arc<AtomicUsize>,
-}
-
-impl Store for GatedStore {
-    fn put_session(&self, record: SessionRecord) -> StoreFuture<'_, ()> {
-        self.inner.put_session(record)
-    }
-    fn get_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
-        self.inner.get_session(id)
-    }
-    fn remove_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
-        self.inner.remove_session(id)
-    }
-    fn create_stream(&self, record: StreamRecord) -> StoreFuture<'_, ()> {
-        self.inner.create_stream(record)
-    }
-    fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>> {
-        self.inner.get_stream(id)
-    }
-    fn append_event<'a>(&'a self, stream: &'a str, event: StoredEvent) -> StoreFuture<'a, ()> {
-        self.inner.append_event(stream, event)
-    }
-    fn finish_stream<'a>(&'a self, stream: &'a str, head: u64) -> StoreFuture<'a, ()> {
-        self.inner.finish_stream(stream, head)
-    }
-    fn events_after<'a>(
-        &'a self,
-        stream: &'a str,
-        after: u64,
-    ) -> StoreFuture<'a, Vec<StoredEvent>> {
-        self.inner.events_after(stream, after)
-    }
-    fn wait_events<'a>(
-        &'a self,
-        stream: &'a str,
-        after: u64,
-        timeout: Duration,
-    ) -> StoreFuture<'a, Vec<StoredEvent>> {
-        self.inner.wait_events(stream, after, timeout)
-    }
-    fn put_request(&self, record: RequestRecord) -> StoreFuture<'_, ()> {
-        self.inner.put_request(record)
-    }
-    fn get_request<'a>(
-        &'a self,
-        session: &'a str,
-        request_id: &'a Value,
-    ) -> StoreFuture<'a, Option<RequestRecord>> {
-        self.inner.get_request(session, request_id)
-    }
-    fn put_prepared(&self, record: PreparedRecord) -> StoreFuture<'_, ()> {
-        self.inner.put_prepared(record)
-    }
-    fn get_prepared<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PreparedRecord>> {
-        self.inner.get_prepared(id)
-    }
-    fn idempotency_begin<'a>(
-        &'a self,
-        key: &'a str,
-        fingerprint: &'a str,
-        instance: usize,
-    ) -> StoreFuture<'a, IdempotencyBegin> {
-        self.inner.idempotency_begin(key, fingerprint, instance)
-    }
-    fn idempotency_finish<'a>(
-        &'a self,
-        key: &'a str,
-        outcome: StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.idempotency_finish(key, outcome)
-    }
-    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.abandoned.fetch_add(1, Ordering::SeqCst);
-        self.inner.idempotency_abandon(key)
-    }
-    fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.idempotency_lose(key)
-    }
-    fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
-        self.inner.put_task(record)
-    }
-    fn get_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        self.inner.get_task(id)
-    }
-    fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64> {
-        self.inner.increment_counter(name)
-    }
-    fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
-            let _permit = self.gate.acquire().await.expect("gate open");
-            self.inner.release_instance(instance).await
-        })
-    }
-}
 
 fn error_code(reply: &Reply) -> Option<String> {
     let resp = reply.response()?;
@@ -133,11 +27,7 @@ fn error_code(reply: &Reply) -> Option<String> {
 /// cancelled call), the release found nothing to mark lost, and the re-sent call ran again.
 #[tokio::test]
 async fn a_key_held_by_a_killed_instance_never_runs_again() {
-    let store = GatedStore {
-        inner: MemoryStore::new(),
-        gate: Arc::new(Semaphore::new(0)),
-        abandoned: Arc::new(AtomicUsize::new(0)),
-    };
+    let store = GatedStore::new(Gated::ReleaseInstance);
     let cluster = Arc::new(
         Cluster::start(ClusterConfig {
             preset: Preset::Strict,

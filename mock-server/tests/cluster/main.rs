@@ -1,12 +1,14 @@
 //! The mock cluster over raw HTTP, checked against its oracle: the presets on both stores,
-//! bad input, the 2026-07-28 era, killed instances, the store's own suite, the binary, real
-//! parts (redis-server, instance processes, nginx) and the TypeScript SDK's client. One test
-//! binary, so that the cluster and its test helpers are compiled and linked once.
+//! bad input, the 2026-07-28 era, killed instances, what `wait_idle` waits for, the store's
+//! own suite, the binary, real parts (redis-server, instance processes, nginx) and the
+//! TypeScript SDK's client. One test binary, so that the cluster and its test helpers are
+//! compiled and linked once.
 
 mod common;
 
 mod bad_input;
 mod binary;
+mod idle;
 mod kill_keys;
 mod modern;
 mod presets;

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod gated;
 pub mod modern;
 
 use std::time::Duration;
