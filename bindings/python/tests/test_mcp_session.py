@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client as stock_streamable_http_client
@@ -260,6 +261,41 @@ async def test_server_requests_reach_the_client_sessions_own_callbacks(
     # The session declared sampling at `initialize`, through the bridge.
     init = server.requests("initialize")[0]
     assert "sampling" in init["params"]["capabilities"], init
+
+
+async def test_answers_to_server_requests_pass_requests_waiting_for_capacity(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    # Capacity 1: the second call waits for the first, whose server asks the session for a
+    # sampling; the session's answer must reach the server past the waiting call.
+    server = scripted("legacy")
+
+    async def sampling(
+        context: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text="sampled"),
+            model="python-model",
+        )
+
+    results: list[types.CallToolResult] = []
+    async with streamablehttp_client(server.url, capacity=1, call_timeout=5) as (read, write, _):
+        async with ClientSession(read, write, sampling_callback=sampling) as session:
+            await session.initialize()
+
+            async def ask() -> None:
+                results.append(await session.call_tool("ask", {}))
+
+            with anyio.fail_after(3):
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(ask)
+                    calls.start_soon(ask)
+    assert len(results) == 2
+    for result in results:
+        assert not result.isError, result
+        answer = result.structuredContent["answer"]  # type: ignore[index]
+        assert answer["result"]["content"]["text"] == "sampled", answer
 
 
 async def test_a_failed_delete_on_exit_is_logged_and_hides_nothing(

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ._enums import Era, ResendPolicy
+from ._errors import ClosedError
 from ._mcp_resume import RawBridge, RawClient, ReconnectPolicy
 
 logger = logging.getLogger(__name__)
@@ -119,6 +120,7 @@ async def streamablehttp_client(
             where their framework retries exceptions). Off by default.
     """
     import anyio
+    import anyio.abc
     from mcp.shared.message import SessionMessage
     from mcp.types import JSONRPCMessage
     from pydantic import TypeAdapter, ValidationError
@@ -166,27 +168,70 @@ async def streamablehttp_client(
                     continue
                 await read_send.send(SessionMessage(parsed))
 
-    async def session_to_server() -> None:
+    # The sends of requests still waiting for the bridge to take them (for a capacity
+    # permit), by id: a cancel of one of them waits for its request's send.
+    sending: dict[Any, anyio.Event] = {}
+    # Set once the block ends: a send the bridge's closing ends is no error of the session.
+    closing = False
+
+    async def taken(pending: Awaitable[None]) -> None:
+        try:
+            await pending
+        except ClosedError:
+            if not closing:
+                raise
+
+    async def send(message: dict[str, Any]) -> None:
+        await taken(bridge.send(message))
+
+    async def send_request(request_id: Any, pending: Awaitable[None], sent: anyio.Event) -> None:
+        try:
+            await taken(pending)
+        finally:
+            sent.set()
+            if sending.get(request_id) is sent:
+                del sending[request_id]
+
+    async def send_after(sent: anyio.Event, message: dict[str, Any]) -> None:
+        await sent.wait()
+        await send(message)
+
+    async def session_to_server(tasks: anyio.abc.TaskGroup) -> None:
+        # A request may wait for a capacity permit, so it waits in a task of its own: the
+        # session's answers to server requests (which the calls in flight may be waiting
+        # for), its notifications and its cancels go on at once. A cancel of a request still
+        # waiting is sent once the bridge took that request, so that it reaches it.
         async with write_recv:
             async for session_message in write_recv:
                 message = session_message.message.model_dump(
                     by_alias=True, mode="json", exclude_none=True
                 )
+                method = message.get("method")
+                params = message.get("params") or {}
                 if interrupted_as_result:
-                    method = message.get("method")
-                    params = message.get("params") or {}
                     if method == "tools/call":
                         calls[message.get("id")] = str(params.get("name"))
                     elif method == "notifications/cancelled":
                         calls.pop(params.get("requestId"), None)
-                await bridge.send(message)
+                if method is not None and "id" in message:
+                    sent = anyio.Event()
+                    sending[message["id"]] = sent
+                    # Handed to the bridge here, in the session's order; awaited apart.
+                    tasks.start_soon(send_request, message["id"], bridge.send(message), sent)
+                elif method == "notifications/cancelled" and (
+                    waiting := sending.get(params.get("requestId"))
+                ) is not None:
+                    tasks.start_soon(send_after, waiting, message)
+                else:
+                    await send(message)
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(server_to_session)
-        tasks.start_soon(session_to_server)
+        tasks.start_soon(session_to_server, tasks)
         try:
             yield read_recv, write_send, bridge.session_id
         finally:
+            closing = True
             if terminate_on_close:
                 try:
                     await bridge.close()
