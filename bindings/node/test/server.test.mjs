@@ -392,7 +392,8 @@ async function judge(d, fault, made, reported) {
       effects: await d.effects(call.tag),
       finished: await d.finished(call.tag),
       // Its `tools/call` requests that reached a replica (a re-send makes two), those whose
-      // connection a drain closed before their answer went, its runs a drain found in flight.
+      // connection closed before their answer went (nginx cut it, or a drain closed it), its
+      // runs a drain found in flight.
       posts: await count("posts", call.tag),
       cut: await count("cut", call.tag),
       drained: await count("drained", call.tag),
@@ -447,7 +448,30 @@ async function drain(d) {
 /** It ended `OutcomeUnknown` (why is in `reported`). */
 const unknown = (r) => r.reported.startsWith("unknown:");
 
-/** Why a drain row's drain did not bite its call (`null` if it did): a drain that interrupts nothing proves nothing about the guard. */
+/**
+ * Why a row's fault did not bite its call (`null` if it did): a fault that interrupts nothing
+ * proves nothing about the guard. `json`: the replicas answer calls with JSON (a cut answer
+ * cannot be resumed).
+ */
+function bit(r, json) {
+  if (r.fault === "cut") {
+    // nginx closed the call's response before its answer; with nothing to resume, a keyed call
+    // was re-sent.
+    if (!r.cut) return "nginx never cut the call before its answer";
+    if (r.call.keyed && json && r.posts < 2) return "a keyed call whose JSON answer nginx cut was never re-sent";
+  } else if (r.fault === "kill") {
+    // The killed run never reached its end (a re-sent keyed call's second run may have), and
+    // the replica running an unkeyed call, sent once, never lived to see its connection close.
+    if (r.finished >= r.effects) return "the killed run ended";
+    if (!r.call.keyed && r.cut) return "the replica running the unkeyed call lived to see its connection cut";
+  } else {
+    return drainBit(r);
+  }
+  if (!r.call.keyed && r.posts !== 1) return "an unkeyed call was sent other than once";
+  return null;
+}
+
+/** Why a drain row's drain did not bite its call (`null` if it did). */
 function drainBit(r) {
   if (!r.drained) return "the drain found the call's run ended";
   if (!r.finished) return "the drained run did not end";
@@ -490,10 +514,11 @@ for (const kind of KINDS) {
     const report = table(d, rows);
     t.diagnostic(report);
     const details = `${report}\n${rows.map((r) => JSON.stringify(r)).join("\n")}`;
-    for (const r of rows.filter((r) => r.fault === "drain")) {
-      const why = drainBit(r);
-      assert.equal(why, null, `${why}: ${JSON.stringify(r)}\n${details}`);
-    }
+    const missed = rows.flatMap((r) => {
+      const why = bit(r, kind.json);
+      return why === null ? [] : [`a ${r.fault} row: ${why}: ${JSON.stringify(r)}`];
+    });
+    assert.deepEqual(missed, [], `the fault did not bite:\n${missed.join("\n")}\n${details}`);
     if (!kind.guarded) {
       // Without the guard, keyed calls a client re-sends run again: the duplicates the guard
       // prevents, every drained one among them. Unkeyed calls are never re-sent.

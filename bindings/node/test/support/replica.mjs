@@ -11,9 +11,10 @@
 // Its tool `bump {tag, delay_ms}` applies a side effect first (`INCR effects:<tag>` in Redis,
 // the truth the tests read, and `ran:<tag>` = its pid), waits `delay_ms` (a call to cut, drain
 // or kill after its effect), then counts its finish (`INCR done:<tag>`). What the tests read to
-// know a drain bit, per tag (Express only): `posts:<tag>`, the `tools/call` requests that
-// reached a replica (a re-send makes two); `cut:<tag>`, those whose connection a drain closed
-// before their answer went; `drained:<tag>`, the runs in flight when a drain began. `echo {text}` touches
+// know a fault bit, per tag (Express only): `posts:<tag>`, the `tools/call` requests that
+// reached a replica (a re-send makes two); `cut:<tag>`, those whose connection closed before
+// their answer went (nginx cut it, or a drain closed it); `drained:<tag>`, the runs in flight
+// when a drain began. `echo {text}` touches
 // nothing; `step` sends one progress notification and answers once `POST /admin/release`
 // came. Calls are answered as SSE streams with an event store (resumable), or JSON (--json).
 // Session ids start with --session-prefix, so that nginx can pin a session to the replica
@@ -106,7 +107,10 @@ const posts = new Set();
 /** The `tools/call`s whose answer has not gone: response → tag. */
 const unanswered = new Map();
 
-/** Counts each `tools/call` that reaches this replica and watches for its answer going. */
+/**
+ * Counts each `tools/call` that reaches this replica, and each whose connection closed before
+ * its answer went (`cut:<tag>`); watches for its answer going.
+ */
 async function witness(req, res, next) {
   posts.add(res);
   res.once("close", () => posts.delete(res));
@@ -115,7 +119,10 @@ async function witness(req, res, next) {
   await redis(["INCR", `posts:${tag}`]);
   unanswered.set(res, tag);
   res.once("finish", () => unanswered.delete(res));
-  res.once("close", () => unanswered.delete(res));
+  res.once("close", () => {
+    // Closed before its answer finished (a drain's closes were counted by the drain).
+    if (unanswered.delete(res)) redis(["INCR", `cut:${tag}`]).catch(() => {});
+  });
   next();
 }
 
@@ -268,7 +275,10 @@ async function drain() {
   // answers) let end.
   listener.close();
   for (const tag of [...running]) await redis(["INCR", `drained:${tag}`]);
-  for (const tag of [...unanswered.values()]) await redis(["INCR", `cut:${tag}`]);
+  // Counted here, not again when their connection closes.
+  const cut = [...unanswered.values()];
+  unanswered.clear();
+  for (const tag of cut) await redis(["INCR", `cut:${tag}`]);
   listener.closeAllConnections();
   const deadline = Date.now() + 10000;
   while ((running.length > 0 || posts.size > 0) && Date.now() < deadline) {
