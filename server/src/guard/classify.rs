@@ -29,14 +29,17 @@ fn keyed_plan(id: Value, key: IdempotencyKey, name: &str, args: &Value, lease: D
 /// call the guard cannot guard, or an invalid key).
 ///
 /// A keyed call's claim comes back with a placeholder token; the caller draws the real one.
+/// `key_header`: the request's head names a key in `Idempotency-Key` (looked up once, with
+/// the head).
 pub(super) fn classify_post(
     keys: bool,
+    key_header: bool,
     lease: Duration,
     body: &[u8],
     headers: &HeaderMap,
     in_session: bool,
 ) -> Result<Plan, Answer> {
-    match plain_plan(keys, body, headers, in_session) {
+    match plain_plan(keys, key_header, body, in_session) {
         Some(plan) => Ok(plan),
         None => read_post(keys, lease, body, headers, in_session),
     }
@@ -152,7 +155,8 @@ fn read_post(
 /// The plan of the most common POST, a single request that holds no key, read by its members
 /// alone ([`scan`]); `None` leaves the body to the deserializer ([`read_post`]): anything
 /// keyed or odd, and `initialize`/`server/discover`, whose plans need more of the body.
-fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) -> Option<Plan> {
+/// `key_header`: the request's head names a key in `Idempotency-Key`.
+fn plain_plan(keys: bool, key_header: bool, body: &[u8], in_session: bool) -> Option<Plan> {
     let (mut method, mut id, mut params) = (None, None, None);
     let mut twice = false;
     // Whether the params name a key in either place (even a null or an invalid one: those
@@ -194,9 +198,7 @@ fn plain_plan(keys: bool, body: &[u8], headers: &HeaderMap, in_session: bool) ->
     let id = scan::id(id?)?;
     match method {
         "initialize" | "server/discover" if !in_session => return None,
-        "tools/call" if keys && (keyed || headers.contains_key(names::IDEMPOTENCY_KEY)) => {
-            return None
-        }
+        "tools/call" if keys && (keyed || key_header) => return None,
         _ => {}
     }
     Some(session_plan(in_session, RequestIds::one(id)))
@@ -348,7 +350,7 @@ mod tests {
                 headers.insert(wire::IDEMPOTENCY_KEY_HEADER, HeaderValue::from_static("k1"));
             }
             let lease = Duration::from_secs(10);
-            if let Some(plain) = plain_plan(keys, body.as_bytes(), &headers, in_session) {
+            if let Some(plain) = plain_plan(keys, header, body.as_bytes(), in_session) {
                 let read = read_post(keys, lease, body.as_bytes(), &headers, in_session);
                 prop_assert_eq!(format!("{:?}", Ok::<_, ()>(plain)), format!("{:?}", read.map_err(|_| ())));
             }
@@ -357,8 +359,7 @@ mod tests {
 
     #[test]
     fn an_unkeyed_call_is_read_plainly_and_anything_keyed_is_not() {
-        let headers = HeaderMap::new();
-        let plain = |body: &str| plain_plan(true, body.as_bytes(), &headers, true);
+        let plain = |body: &str| plain_plan(true, false, body.as_bytes(), true);
         let call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}"#;
         assert!(
             matches!(plain(call), Some(Plan::Session { requests }) if requests.iter().eq([Value::from(2)].iter()))

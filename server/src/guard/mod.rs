@@ -181,6 +181,7 @@ impl Guard {
             next: None,
             ops: VecDeque::new(),
             keys: self.config.parts.idempotency,
+            key_header: false,
             lease: self.config.lease,
         };
         // A known session is not a forgotten one (the ledger keeps them apart): one lookup.
@@ -201,7 +202,8 @@ impl Guard {
                 // Declared over the bound: decided now when what the body says cannot matter
                 // (no keys guarded, or keyed by its header); else its first bytes are read, to
                 // see whether it names a key.
-                let settled = !ex.keys || headers.contains_key(names::IDEMPOTENCY_KEY);
+                ex.key_header = ex.keys && headers.contains_key(names::IDEMPOTENCY_KEY);
+                let settled = !ex.keys || ex.key_header;
                 if settled && declared.is_some_and(|n| n > self.config.max_body as u64) {
                     ex.too_large(self, headers, &[]);
                     return ex;
@@ -333,6 +335,8 @@ pub struct Exchange {
     ops: VecDeque<StoreOp>,
     /// Copied from the configuration, so that a body is read without the guard.
     keys: bool,
+    /// A POST's head names a key in `Idempotency-Key` (looked up once, when keys are guarded).
+    key_header: bool,
     lease: Duration,
 }
 
@@ -399,6 +403,7 @@ impl Exchange {
         };
         match classify::classify_post(
             self.keys,
+            self.key_header,
             self.lease,
             bytes,
             headers,
