@@ -8,7 +8,9 @@ Legacy era: `initialize` with a session id, `tools/list`, and `tools/call` of
   separately), and returns it as the tool's structured result; with `cancel_after_ms` it
   cancels its request after that long (`notifications/cancelled`) and returns the answer
   that arrived anyway (`None` when none did);
-- `hang`: an SSE stream that stays open until the client cancels the call (or 10 s).
+- `hang`: an SSE stream that stays open until the client cancels the call (or 10 s);
+- `raw`: answered with its arguments as the members of the JSON-RPC answer besides `jsonrpc`
+  and `id`, whatever they are (`{"result": null}`: what no client can read);
 
 and the typed methods: `resources/list` in two pages (cursor `page-2`),
 `resources/templates/list`, `resources/read`, `resources/subscribe` and `unsubscribe`,
@@ -36,7 +38,7 @@ MODERN = "2026-07-28"
 
 TOOLS = [
     {"name": name, "inputSchema": {"type": "object"}}
-    for name in ("echo", "ask", "hang", "confirm", "needs_sampling", "mixed")
+    for name in ("echo", "ask", "hang", "confirm", "needs_sampling", "mixed", "raw")
 ]
 # One tool with what the typed view reads besides the basics.
 TOOLS[0]["icons"] = [{"src": "https://example.com/echo.png", "mimeType": "image/png"}]
@@ -181,6 +183,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "tools/call" and params.get("name") == "echo":
             text = (params.get("arguments") or {}).get("text", "")
             self._json(msg["id"], {"content": [{"type": "text", "text": text}]})
+        elif method == "tools/call" and params.get("name") == "raw":
+            members = params.get("arguments") or {}
+            self._send_json({"jsonrpc": "2.0", "id": msg["id"], **members}, None, 200)
         elif method == "tools/call" and params.get("name") == "mixed":
             self._json(msg["id"], {"content": MIXED, "isError": True, "_meta": {"k": 1}})
         elif method == "tools/call" and params.get("name") == "ask":

@@ -298,6 +298,25 @@ async def test_answers_to_server_requests_pass_requests_waiting_for_capacity(
         assert answer["result"]["content"]["text"] == "sampled", answer
 
 
+@pytest.mark.parametrize("result", [None, [], "ok"], ids=["null", "list", "string"])
+async def test_a_result_that_is_not_an_object_fails_its_call_and_nothing_else(
+    scripted: Callable[..., ScriptedServer], result: Any
+) -> None:
+    # No `ClientSession` can read such an answer: its call fails as the bridge's protocol
+    # error instead of waiting forever, and the session goes on.
+    server = scripted("legacy")
+    async with streamablehttp_client(server.url) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            with anyio.fail_after(5):
+                with pytest.raises(McpError) as raised:
+                    await session.call_tool("raw", {"result": result})
+                echoed = await session.call_tool("echo", {"text": "after"})
+    assert raised.value.error.code == -32054, raised.value.error
+    assert (raised.value.error.data or {}).get("kind") == "protocol", raised.value.error
+    assert getattr(echoed.content[0], "text", None) == "after", echoed
+
+
 async def test_a_failed_delete_on_exit_is_logged_and_hides_nothing(
     scripted: Callable[..., ScriptedServer], caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -163,9 +163,19 @@ async def streamablehttp_client(
                 try:
                     parsed = messages.validate_python(message)
                 except ValidationError as error:
-                    # As `mcp`'s own transport does: the session sees the error, not a hang.
-                    await read_send.send(error)
-                    continue
+                    # An answer the session cannot read must still end its request (the
+                    # session's receive loop only logs an error it is given): it becomes the
+                    # bridge's protocol error under the same id.
+                    answer = _unreadable_answer(message)
+                    try:
+                        parsed = messages.validate_python(answer) if answer else None
+                    except ValidationError:
+                        parsed = None
+                    if parsed is None:
+                        # Anything else, as `mcp`'s own transport does: the session sees the
+                        # error.
+                        await read_send.send(error)
+                        continue
                 await read_send.send(SessionMessage(parsed))
 
     # The sends of requests still waiting for the bridge to take them (for a capacity
@@ -278,6 +288,34 @@ def _as_result(response: dict[str, Any], tool: str) -> dict[str, Any]:
             "content": [{"type": "text", "text": message}],
             "isError": True,
             "_meta": {OUTCOME_META_KEY: {"kind": kind, "message": message}},
+        },
+    }
+
+
+#: The JSON-RPC error code of the bridge's protocol error (``mcp_resume::bridge::codes``).
+_PROTOCOL = -32054
+_JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a number",
+               str: "a string", list: "an array"}
+
+
+def _unreadable_answer(message: Any) -> dict[str, Any] | None:
+    """For a server answer (a result or an error) the session's model cannot read: the
+    bridge's protocol error with the same id, as the Rust skins answer it; ``None`` for any
+    other message."""
+    if not isinstance(message, dict) or "method" in message or message.get("id") is None:
+        return None
+    if "result" in message and not isinstance(message["result"], dict):
+        what = _JSON_TYPES.get(type(message["result"]))
+        reason = f"its result is {what}, not an object" if what else "its result is not an object"
+    else:
+        reason = "it is not a JSON-RPC result or error"
+    return {
+        "jsonrpc": "2.0",
+        "id": message["id"],
+        "error": {
+            "code": _PROTOCOL,
+            "message": f"the server's answer could not be read as mcp's model: {reason}",
+            "data": {"kind": "protocol"},
         },
     }
 
