@@ -10,6 +10,8 @@ use std::borrow::Cow;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
+use super::scan;
+
 /// One SSE block (the lines up to a blank line): an event, or a `retry:`/comment-only block.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Block<'a> {
@@ -200,7 +202,7 @@ impl Splitter {
                 }
             }
             if b != b'\n' && b != b'\r' {
-                let rest = memchr::memchr2(b'\n', b'\r', &block[self.scanned..]);
+                let rest = scan::find2(b'\n', b'\r', &block[self.scanned..]);
                 self.scanned = match rest {
                     Some(i) => self.scanned + i,
                     None => block.len(),
@@ -278,7 +280,7 @@ impl Splitter {
 
 /// The field name of a line (empty for a comment, which starts with `:`).
 fn field_name(line: &[u8]) -> &[u8] {
-    match memchr::memchr(b':', line) {
+    match scan::find2(b':', b':', line) {
         Some(i) => &line[..i],
         None => line,
     }
@@ -291,7 +293,7 @@ fn lines(raw: &[u8]) -> impl Iterator<Item = &[u8]> {
         if rest.is_empty() {
             return None;
         }
-        let end = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+        let end = scan::find2(b'\n', b'\r', rest).unwrap_or(rest.len());
         let line = &rest[..end];
         let mut next = (end + 1).min(rest.len());
         if rest.get(end) == Some(&b'\r') && rest.get(end + 1) == Some(&b'\n') {
