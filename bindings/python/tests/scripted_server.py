@@ -15,7 +15,8 @@ Legacy era: `initialize` with a session id, `tools/list`, and `tools/call` of
 and the typed methods: `resources/list` in two pages (cursor `page-2`),
 `resources/templates/list`, `resources/read`, `resources/subscribe` and `unsubscribe`,
 `prompts/list`, `prompts/get` (its messages echo the arguments), `completion/complete` (its
-values echo the request), `logging/setLevel`. Every message received is recorded.
+values echo the request), `logging/setLevel`. Every message received is recorded, with the
+headers of its POST.
 
 A request carrying `Authorization: Bearer expired` is refused with 401 and a `Bearer`
 challenge.
@@ -78,6 +79,8 @@ class ScriptedServer:
         self.era = era
         self.lock = threading.Lock()
         self.messages: list[dict[str, Any]] = []
+        # The headers of each message's POST (names in lower case), in `messages`' order.
+        self.headers: list[dict[str, str]] = []
         self.answers: dict[Any, dict[str, Any]] = {}
         self.answered = threading.Condition(self.lock)
         self.cancelled = threading.Event()
@@ -104,9 +107,10 @@ class ScriptedServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def record(self, message: dict[str, Any]) -> None:
+    def record(self, message: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         with self.lock:
             self.messages.append(message)
+            self.headers.append(headers or {})
             if "method" not in message and "id" in message:
                 self.answers[message["id"]] = message
                 self.answered.notify_all()
@@ -116,6 +120,11 @@ class ScriptedServer:
     def requests(self, method: str) -> list[dict[str, Any]]:
         with self.lock:
             return [m for m in self.messages if m.get("method") == method]
+
+    def request_headers(self, method: str) -> list[dict[str, str]]:
+        """The headers of the POST of each `method` request received, in order."""
+        with self.lock:
+            return [h for m, h in zip(self.messages, self.headers) if m.get("method") == method]
 
     def wait_answer(self, request_id: Any, timeout: float) -> dict[str, Any] | None:
         with self.lock:
@@ -139,7 +148,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length", "0"))
         message = json.loads(self.rfile.read(length))
-        self.owner.record(message)
+        self.owner.record(message, {k.lower(): v for k, v in self.headers.items()})
         auth = self.owner.auth
         if auth is not None:
             if not auth.admits(self.headers.get("Authorization", ""), self.headers.get("DPoP")):

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import pytest
 
 from conftest import Cluster, TsServer
+from scripted_server import ScriptedServer
 from mcp_resume.bridge import IDEMPOTENCY_META_KEY
 from workload import TAG
 
@@ -421,6 +422,59 @@ async def test_langchain_multi_server_client_runs_over_the_bridge(
     assert len(executions(oracle, "slow")) == 1, oracle["totals"]
     # The cut stream was resumed underneath, so the bridge carried the call.
     assert any(r["honored"] for r in oracle["resumes"]), oracle["resumes"]
+
+
+@needs("langchain_mcp_adapters")
+async def test_langchain_multi_server_client_calls_carry_the_headers_an_interceptor_sets(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    from mcp_resume.frameworks.langchain import MultiServerMCPClient
+
+    # The adapters' per-call auth: an interceptor overrides the headers of one call, which
+    # its session then sends on top of the connection's.
+    server = scripted("legacy")
+
+    async def tenant_b(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        return await handler(request.override(headers={"x-tenant": "b"}))
+
+    connection = {"transport": "http", "url": server.url, "era": "legacy",
+                  "headers": {"x-tenant": "a", "x-app": "shop"}}
+    client = MultiServerMCPClient({"s": connection}, tool_interceptors=[tenant_b])
+    by_name = {t.name: t for t in await client.get_tools()}
+    result = await by_name["echo"].ainvoke({"text": "hi"})
+    assert "hi" in str(result), result
+    (call,) = server.request_headers("tools/call")
+    assert (call.get("x-tenant"), call.get("x-app")) == ("b", "shop"), call
+    # The listing's session has the connection's headers; the call's, the interceptor's.
+    assert [h.get("x-tenant") for h in server.request_headers("initialize")] == ["a", "b"]
+
+
+@needs("langchain_mcp_adapters")
+async def test_langchain_multi_server_client_calls_reach_its_elicitation_callback(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    from langchain_mcp_adapters.callbacks import Callbacks
+    from mcp import types
+
+    from mcp_resume.frameworks.langchain import MultiServerMCPClient
+
+    # A 2026-07-28 tool that needs an elicitation (an `input_required` round): the call's
+    # own session must have the client's `on_elicitation`, with the call's context.
+    server = scripted("modern")
+    asked: list[tuple[str, str, str | None]] = []
+
+    async def on_elicitation(mcp_context: Any, params: Any, context: Any) -> Any:
+        asked.append((params.message, context.server_name, context.tool_name))
+        return types.ElicitResult(action="accept", content={})
+
+    client = MultiServerMCPClient(
+        {"s": {"transport": "http", "url": server.url}},
+        callbacks=Callbacks(on_elicitation=on_elicitation),
+    )
+    by_name = {t.name: t for t in await client.get_tools()}
+    result = await asyncio.wait_for(by_name["confirm"].ainvoke({}), 10)
+    assert asked == [("proceed?", "s", "confirm")], asked
+    assert "accept" in str(result), result
 
 
 @needs("langchain_mcp_adapters")

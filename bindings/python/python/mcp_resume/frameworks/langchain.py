@@ -8,8 +8,10 @@
         result = await mcp_tools[0].ainvoke({"text": "hi"})
 
 ``MultiServerMCPClient`` is the adapters' class with its ``streamable_http`` (``http``)
-connections run over the bridge, a session per tool call as the adapters make them; other
-transports (``stdio``, ``sse``, ``websocket``) are the adapters' own::
+connections run over the bridge, a session per tool call as the adapters make them (with the
+headers an interceptor set through ``request.override(headers=...)`` and the client's
+logging and elicitation callbacks); other transports (``stdio``, ``sse``, ``websocket``) are
+the adapters' own::
 
     from mcp_resume.frameworks.langchain import MultiServerMCPClient
 
@@ -49,6 +51,12 @@ __all__ = ["MultiServerMCPClient", "tools"]
 _KEY: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "mcp_resume_langchain_tool_call", default=None
 )
+# The headers of the tool call being made as the interceptors left them (`request.override(
+# headers=...)`), set by the innermost interceptor of a bridged connection's tools and read
+# by the session opened for the call.
+_HEADERS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "mcp_resume_langchain_headers", default=None
+)
 # Connection members that mean the same on the bridge.
 _CONNECTION = ("headers", "timeout", "sse_read_timeout", "terminate_on_close")
 _HTTP = {"streamable_http", "streamable-http", "http"}
@@ -73,6 +81,17 @@ async def _key_from_tool_call(request: Any, handler: Callable[[Any], Awaitable[A
         return await handler(request)
     finally:
         _KEY.reset(token)
+
+
+async def _call_headers(request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+    """The innermost interceptor of a bridged connection's tools: hands the headers the other
+    interceptors set to the session opened for the call, as the adapters' own tools put them
+    on the call's connection."""
+    token = _HEADERS.set(request.headers)
+    try:
+        return await handler(request)
+    finally:
+        _HEADERS.reset(token)
 
 
 def _interceptors(given: list[Any] | None, tool_call_keys: bool) -> list[Any]:
@@ -129,15 +148,36 @@ async def tools(
 
 class _SessionPerCall:
     """What the adapters' tools call ``call_tool`` on: a bridged session opened for the call,
-    as the adapters open one per call for a connection."""
+    as the adapters open one per call for a connection: with the headers the interceptors
+    set on top of the connection's, and the client's logging and elicitation callbacks in
+    the context of the call."""
 
-    def __init__(self, url: str, options: dict[str, Any], session_kwargs: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        options: dict[str, Any],
+        session_kwargs: Any,
+        server_name: str,
+        callbacks: Any,
+    ) -> None:
         self._url = url
         self._options = options
         self._session_kwargs = session_kwargs
+        self._server_name = server_name
+        self._callbacks = callbacks
 
     async def call_tool(self, name: str, arguments: Any = None, **kwargs: Any) -> Any:
-        async with _session(self._url, self._options, self._session_kwargs) as session:
+        options = self._options
+        headers = _HEADERS.get()
+        if headers is not None:
+            options = {**options, "headers": {**dict(options.get("headers") or {}), **headers}}
+        session_kwargs = dict(self._session_kwargs or {})
+        if self._callbacks is not None:
+            context = _callbacks.CallbackContext(server_name=self._server_name, tool_name=name)
+            session_kwargs.update(
+                _session_callbacks(self._callbacks.to_mcp_format(context=context))
+            )
+        async with _session(self._url, options, session_kwargs) as session:
             return await session.call_tool(name, arguments, **kwargs)
 
 
@@ -217,13 +257,13 @@ class MultiServerMCPClient(_client.MultiServerMCPClient):  # type: ignore[misc, 
                     cursor = page.nextCursor
                     if not cursor:
                         break
-            per_call = _SessionPerCall(url, options, session_kwargs)
+            per_call = _SessionPerCall(url, options, session_kwargs, name, self.callbacks)
             loaded.extend(
                 _tools.convert_mcp_tool_to_langchain_tool(
                     per_call,
                     tool,
                     callbacks=self.callbacks,
-                    tool_interceptors=self.tool_interceptors,
+                    tool_interceptors=[*self.tool_interceptors, _call_headers],
                     server_name=name,
                     tool_name_prefix=self.tool_name_prefix,
                     handle_tool_errors=self.handle_tool_errors,
