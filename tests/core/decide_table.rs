@@ -433,6 +433,9 @@ fn key_in_use_resends_safe_keyed_call_after_backoff() {
     assert_eq!(decide(&Failure::KeyInUse, &safe()), Resend);
 }
 
+// `attempts` counts failures to reach the server; "key in use" refusals are not counted (the
+// session waits them out to the call's deadline), so this row is met only when earlier
+// failures of the call used its attempts up.
 #[test]
 fn key_in_use_gives_up_as_outcome_unknown_when_attempts_run_out() {
     assert_eq!(decide(&Failure::KeyInUse, &safe().attempts(10)), UNKNOWN);

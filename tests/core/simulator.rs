@@ -653,12 +653,12 @@ fn key_in_use_is_resent_until_the_stored_result_is_ready() {
     assert_eq!(redispatched(&s), 2);
 }
 
-// A key held for longer than the re-sends last: they back off as any failed attempt does and
-// end `OutcomeUnknown` after `max_attempts`, whether the refusal comes as JSON or on an SSE
-// stream (whose priming event once counted as progress and restarted the backoff: a re-send
-// every 20 ms until the deadline).
+// A key held for longer than the backoff grows: the re-sends wait it out to the call's
+// deadline (the server is reached and says "wait"; `max_attempts` bounds failures to reach
+// it), backing off as failed attempts do, whether the refusal comes as JSON or on an SSE
+// stream (whose priming event once restarted the backoff: a re-send every 20 ms).
 #[test]
-fn key_in_use_re_sends_back_off_and_are_bounded_in_both_content_types() {
+fn key_in_use_re_sends_back_off_to_the_deadline_in_both_content_types() {
     for sse in [false, true] {
         let _g = SeedGuard(93);
         let server = ServerConfig {
@@ -668,18 +668,25 @@ fn key_in_use_re_sends_back_off_and_are_bounded_in_both_content_types() {
         let mut s = sim(server, 93);
         s.server
             .fault("a", std::iter::repeat_n(Fault::KeyInUse, 1000));
-        let c = s.call_with("a", Some("k-a"), Some(600 * SEC));
-        s.run_until_complete(c, 600 * SEC);
+        let c = s.call_with("a", Some("k-a"), Some(120 * SEC));
+        s.run_until_complete(c, 200 * SEC);
         s.settle();
         let posts = s.server.posts_of("a");
         let policy = ReconnectPolicy::default();
-        assert_eq!(posts.len() as u32, policy.max_attempts, "sse {sse}");
-        assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown, "sse {sse}");
+        // About 10 in the first 20 s as the backoff grows to `max_delay` (10 s), then one per
+        // 10 to 12 s to the deadline.
+        assert!(
+            posts.len() as u32 > policy.max_attempts && posts.len() < 30,
+            "sse {sse}: {} posts",
+            posts.len()
+        );
         let gaps: Vec<Duration> = posts.windows(2).map(|w| w[1].at - w[0].at).collect();
         assert!(
-            gaps.last() > gaps.first().map(|g| *g * 8).as_ref(),
-            "sse {sse}: the waits grow: {gaps:?}"
+            gaps.last().is_some_and(|g| *g >= policy.max_delay),
+            "sse {sse}: the waits grow to max_delay: {gaps:?}"
         );
+        let error = s.result(c).as_ref().expect_err("the key stayed in use");
+        assert_eq!(error.kind(), ErrorKind::Timeout, "sse {sse}");
         assert_eq!(s.server.executions_of("a"), 0);
     }
 }

@@ -63,7 +63,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return false;
         };
-        let state = call.failed(base);
+        let state = call.failed(base, failure == Failure::KeyInUse);
         // A call still waiting when its deadline passes, while re-initializations keep failing,
         // ran out of time because the session could not be re-established: the last failure
         // is what it ended on.
@@ -297,11 +297,6 @@ impl Session {
             Err(_) => None,
         };
         if let Some(failure) = failure {
-            if failure == Failure::KeyInUse {
-                if let Some(call) = self.calls.get_mut(id) {
-                    call.refused_busy();
-                }
-            }
             let cause = match &result {
                 Err(e) => Error::rpc(e.clone()),
                 Ok(_) => Error::new(ErrorKind::Protocol, "result produced under another hash"),

@@ -382,7 +382,10 @@ impl Call {
         random: u64,
     ) -> Duration {
         self.state = CallState::Backoff(then);
-        reconnect.delay(self.attempts.saturating_sub(1), random, self.cursor.retry)
+        // Refusals of a busy key grow the wait as failures do: the refusal's own events (an
+        // SSE priming event) reset `attempts`, not them.
+        let waited = self.attempts.saturating_add(self.busy_refusals);
+        reconnect.delay(waited.saturating_sub(1), random, self.cursor.retry)
     }
 
     /// Its resume GET is in flight.
@@ -471,22 +474,19 @@ impl Call {
 
     // ---- failures and progress -----------------------------------------------------------
 
-    /// Another attempt failed to reach the server: `state`, the facts of the decision on it,
-    /// with the call's own (attempts failed in a row, resumes that made no progress).
-    pub(super) fn failed(&mut self, state: State) -> State {
-        self.attempts = self.attempts.saturating_add(1);
+    /// Another attempt failed: `state`, the facts of the decision on it, with the call's own
+    /// (attempts failed in a row, resumes that made no progress). `busy`: the server refused
+    /// it because its key's first execution still runs; the server was reached, so it is not
+    /// a failed attempt (the call waits it out, to its deadline), but its backoff grows.
+    pub(super) fn failed(&mut self, state: State, busy: bool) -> State {
+        if busy {
+            self.busy_refusals = self.busy_refusals.saturating_add(1);
+        } else {
+            self.attempts = self.attempts.saturating_add(1);
+        }
         state
             .attempts(self.attempts)
             .without_progress(self.no_progress)
-    }
-
-    /// The server refused it: its key's first execution still runs. A wait like any failed
-    /// attempt's: the refusal's own events (an SSE priming event, the error's) proved the
-    /// server reachable, not the call any nearer its end, so the backoff and the bound on
-    /// attempts go on from the refusals before.
-    pub(super) fn refused_busy(&mut self) {
-        self.busy_refusals = self.busy_refusals.saturating_add(1);
-        self.attempts = self.attempts.max(self.busy_refusals - 1);
     }
 
     /// Whether sending it again cannot run it twice: a task's poll (`tasks/get` reads and
