@@ -509,8 +509,12 @@ impl Phase {
 
 impl Outbound {
     fn start(core: Arc<Core>, mut watch: Box<Watch>, last_event_id: Option<HeaderValue>) -> Self {
-        watch.start(now());
         let keyed = watch.must_drain();
+        if keyed {
+            // Only a keyed call's watch reads the clock (its lease renewals are timed from
+            // here): the others skip the read.
+            watch.start(now());
+        }
         let watch = if watch.poll_timeout().is_some() {
             let watch = Arc::new(Mutex::new(*watch));
             match tokio::runtime::Handle::try_current() {

@@ -751,6 +751,12 @@ fn content_type(headers: &HeaderMap) -> Content {
     let Some(v) = headers.get(CONTENT_TYPE) else {
         return Content::Other;
     };
+    // As most servers write them: no parameters, lower case.
+    match v.as_bytes() {
+        b"text/event-stream" => return Content::Sse,
+        b"application/json" => return Content::Json,
+        _ => {}
+    }
     let essence = v.as_bytes().split(|b| *b == b';').next().unwrap_or(b"");
     let essence = essence.trim_ascii();
     if essence.eq_ignore_ascii_case(b"application/json") {
