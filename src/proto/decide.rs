@@ -83,7 +83,9 @@ pub enum Failure {
         /// A refresh was already tried.
         refreshed: bool,
     },
-    /// A modern server does not speak the call's protocol version (-32022): nothing ran.
+    /// The server does not speak the call's protocol version (-32022, listing what it speaks;
+    /// on a legacy session, a list of modern revisions only: a modern-only server now): nothing
+    /// ran.
     VersionRefused,
     /// A fresh standalone stream came under another capability hash. It carries no call, and
     /// a server may omit the header on GET: stop listening rather than re-initialize for it
@@ -358,8 +360,8 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
         Failure::ListenNotOffered | Failure::ListenHashMismatch => Fail(ErrorKind::Protocol),
         Failure::HeaderMismatch { refreshed: false } => RefreshTools,
         Failure::HeaderMismatch { refreshed: true } => Report,
-        // The server lists what it speaks: a new handshake picks it, and the call (which did
-        // not run) goes on the new session.
+        // The server lists what it speaks: a new handshake (probing first) picks it, and the
+        // call (which did not run) goes on the new session.
         Failure::VersionRefused => Reinitialize {
             reason: ReinitReason::VersionRefused,
             call: CallFate::Resend,

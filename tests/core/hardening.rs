@@ -368,10 +368,15 @@ struct Modern {
 
 impl Modern {
     fn new(config: SessionConfig) -> Self {
+        Self::auto(config.with_era(Era::Modern))
+    }
+
+    /// The same harness with the era as `config` has it (`Era::Auto` by default): the script
+    /// answers the probe, and `initialize` if it comes to that.
+    fn auto(config: SessionConfig) -> Self {
         let now = Instant::now();
-        let config = config.with_era(Era::Modern).with_open_listen_stream(false);
         Modern {
-            session: Session::new(config, now),
+            session: Session::new(config.with_open_listen_stream(false), now),
             now,
             seen: Vec::new(),
             outputs: Vec::new(),
@@ -440,6 +445,16 @@ impl Modern {
             .iter()
             .filter_map(|o| match o {
                 Output::ServerRequest(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn events(&self) -> Vec<&SessionEvent> {
+        self.outputs
+            .iter()
+            .filter_map(|o| match o {
+                Output::Event(e) => Some(e),
                 _ => None,
             })
             .collect()
@@ -1601,4 +1616,149 @@ fn a_resumed_stream_that_resets_its_cursor_does_not_stall_the_call() {
     let error = ended.expect("the call ended").expect_err("not a success");
     assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");
     assert!(now - start < 10 * SEC, "ended after {:?}", now - start);
+}
+
+/// A legacy session whose server was redeployed modern-only (the TypeScript SDK's modern mode:
+/// 400 -32022 listing 2026-07-28 alone to anything without the modern envelope) used to fail
+/// every call with that refusal, the session still ready. The refusal says the server speaks
+/// the other era: a new handshake probes (not `initialize` again), and the call, which did not
+/// run, goes out once more on the modern era.
+#[test]
+fn a_legacy_session_refused_as_by_a_modern_only_server_probes_again() {
+    let mut m = Modern::auto(SessionConfig::default());
+    let mut script = |body: &Value| -> (u16, Value) {
+        match body["method"].as_str().unwrap_or_default() {
+            "initialize" => ok(
+                body,
+                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "legacy", "version": "1"}}),
+            ),
+            "notifications/initialized" => (202, Value::Null),
+            // A legacy server does not know the probe.
+            _ => (
+                200,
+                json!({"jsonrpc": "2.0", "id": body["id"],
+                    "error": {"code": -32601, "message": "Method not found"}}),
+            ),
+        }
+    };
+    let connect = m.session.connect(m.now);
+    m.run(&mut script, SEC);
+    assert!(
+        matches!(m.result(connect), Some(Ok(_))),
+        "{:?}",
+        m.result(connect)
+    );
+    assert!(m
+        .events()
+        .iter()
+        .any(|e| matches!(e, SessionEvent::EraDetected { era: Era::Legacy })));
+    let before = m.seen.len();
+
+    // Redeployed: the modern envelope or a refusal naming the modern revision.
+    let mut script = |body: &Value| {
+        let enveloped =
+            body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
+        if !enveloped {
+            return (
+                400,
+                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                    "message": "Unsupported protocol version",
+                    "data": {"supported": [MODERN]}}}),
+            );
+        }
+        discover(body).unwrap_or_else(|| {
+            ok(
+                body,
+                json!({"resultType": "complete", "content": [{"type": "text", "text": "ran"}]}),
+            )
+        })
+    };
+    let call = m.submit("act");
+    m.run(&mut script, 10 * SEC);
+    assert!(
+        matches!(m.result(call), Some(Ok(_))),
+        "{:?}",
+        m.result(call)
+    );
+    let methods: Vec<&str> = m.seen[before..]
+        .iter()
+        .map(|b| b["method"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        methods,
+        ["tools/call", "server/discover", "tools/call"],
+        "the refused call, the probe, the call on the modern era"
+    );
+    let posts = m.posts_of("act");
+    assert!(posts[0]["params"]["_meta"].is_null(), "sent legacy first");
+    assert_eq!(
+        posts[1]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+        MODERN
+    );
+    let events = m.events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, SessionEvent::EraDetected { era: Era::Modern })),
+        "{events:?}"
+    );
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            SessionEvent::Reinitialized {
+                reason: ReinitReason::VersionRefused,
+                ..
+            }
+        )),
+        "{events:?}"
+    );
+}
+
+/// The same refusal from a server whose probe still answers the legacy way (it answers the
+/// probe and the calls in different eras): one probe, then the refusal is the call's answer,
+/// not a handshake going round in circles until the deadline.
+#[test]
+fn a_modern_only_refusal_probes_once_when_the_probe_still_says_legacy() {
+    let mut m = Modern::auto(SessionConfig::default());
+    let mut script = |body: &Value| -> (u16, Value) {
+        match body["method"].as_str().unwrap_or_default() {
+            "initialize" => ok(
+                body,
+                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "split", "version": "1"}}),
+            ),
+            "notifications/initialized" => (202, Value::Null),
+            "server/discover" => (
+                200,
+                json!({"jsonrpc": "2.0", "id": body["id"],
+                    "error": {"code": -32601, "message": "Method not found"}}),
+            ),
+            _ => (
+                400,
+                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                    "message": "Unsupported protocol version",
+                    "data": {"supported": [MODERN]}}}),
+            ),
+        }
+    };
+    let connect = m.session.connect(m.now);
+    m.run(&mut script, SEC);
+    assert!(m.result(connect).is_some_and(|r| r.is_ok()));
+    let call = m.submit("act");
+    m.run(&mut script, 60 * SEC);
+    let error = m
+        .result(call)
+        .expect("ended")
+        .as_ref()
+        .expect_err("refused");
+    assert_eq!(error.rpc_error().map(|e| e.code), Some(-32022), "{error}");
+    let count = |method: &str| m.seen.iter().filter(|b| b["method"] == method).count();
+    assert_eq!(
+        count("server/discover"),
+        2,
+        "the first connect's, then one more"
+    );
+    assert_eq!(count("initialize"), 2);
+    assert_eq!(m.posts_of("act").len(), 2);
 }

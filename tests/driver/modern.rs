@@ -520,3 +520,67 @@ async fn a_cached_legacy_era_is_probed_again_when_the_server_answers_as_modern()
         "the cached era first, then the probe its refusal calls for"
     );
 }
+
+/// A legacy session whose server is redeployed modern-only: the TypeScript SDK's modern mode
+/// refuses every request without the modern envelope with 400 -32022 listing 2026-07-28 alone.
+/// The refused call (not run: a 400 refusal is not processed) goes on a new handshake that
+/// probes first, and the client speaks the modern era from then on; before, every call failed
+/// `Rpc -32022` for good on a session that stayed ready.
+#[tokio::test]
+async fn a_legacy_session_probes_again_when_its_server_is_redeployed_modern_only() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    let redeployed = Arc::new(AtomicBool::new(false));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let modern = modern_server(Arc::new(Mutex::new(Store::default())));
+    let (flipped, runs) = (redeployed.clone(), ran.clone());
+    let server = TestServer::start(move |req| {
+        if !flipped.load(SeqCst) {
+            return default_reply(req);
+        }
+        let enveloped = req.params()["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
+        if req.method == axum::http::Method::POST && !enveloped {
+            return rpc_error(
+                req,
+                400,
+                -32022,
+                "Unsupported protocol version",
+                json!({"supported": [MODERN]}),
+            );
+        }
+        let response = modern(req);
+        if req.is_rpc("tools/call") && response.status().is_success() {
+            runs.fetch_add(1, SeqCst);
+        }
+        response
+    })
+    .await;
+    let client = client(&server).build().unwrap();
+    let mut events = client.events();
+    guarded(client.connect()).await.unwrap();
+    assert_eq!(client.era(), Some(Era::Legacy));
+    redeployed.store(true, SeqCst);
+    let before = server.requests().len();
+
+    let reply = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "hi"}))))
+        .await
+        .unwrap();
+    assert_eq!(reply.text(), "hi");
+    assert_eq!(client.era(), Some(Era::Modern));
+    assert_eq!(ran.load(SeqCst), 1, "the tool ran once");
+    let after: Vec<String> = server.labels()[before..].to_vec();
+    assert_eq!(
+        after,
+        ["POST tools/call", "POST server/discover", "POST tools/call"],
+        "the refused call, the probe (not `initialize`), the call on the modern era"
+    );
+    let mut seen = Vec::new();
+    while let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(1), events.recv()).await
+    {
+        seen.push(event);
+    }
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, SessionEvent::EraDetected { era: Era::Modern })),
+        "{seen:?}"
+    );
+}

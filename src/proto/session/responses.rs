@@ -775,13 +775,19 @@ impl Session {
             call.not_run();
         }
         let modern = call.attempt().is_modern();
-        if let Some((failure, cause)) = refusal
-            .error
-            .rpc_error()
+        let rpc = refusal.error.rpc_error();
+        if let Some((failure, cause)) = rpc
             .filter(|_| modern)
             .and_then(|rpc| self.modern_failure(id, rpc))
         {
             self.apply_because(id, failure, cause, now);
+            return;
+        }
+        if let Some(rpc) = rpc.filter(|rpc| !modern && self.refused_as_modern_only(rpc)) {
+            // The server now speaks the other era (a redeploy): a new handshake probes, and
+            // the call, which did not run, goes on the era it finds.
+            let cause = Error::rpc(rpc.clone());
+            self.apply_because(id, Failure::VersionRefused, cause, now);
             return;
         }
         let Some(call) = self.calls.get_mut(id) else {

@@ -26,7 +26,9 @@ use crate::proto::session::negotiated::Negotiated;
 use crate::proto::session::timers::Timer;
 use crate::proto::session::{deadline_after, Session};
 use crate::proto::version::ProtocolVersion;
-use crate::proto::{jsonrpc, methods, Era, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
+use crate::proto::{
+    jsonrpc, methods, Era, HttpId, HttpMethod, HttpPurpose, Output, ReinitReason, SessionEvent,
+};
 
 /// `server/discover`.
 const DISCOVER: &str = "server/discover";
@@ -41,10 +43,17 @@ impl Session {
         }
     }
 
-    /// Which era the next handshake speaks first: the configured one, else what this origin
-    /// was found (or last known) to speak, else a modern probe.
+    /// Which era the next handshake speaks first: the configured one, else a modern probe when
+    /// the server refused the session's revision (whichever era the session spoke: the
+    /// refusal lists what it speaks now), else what this origin was found (or last known) to
+    /// speak, else a modern probe.
     fn handshake_era(&self) -> Era {
+        let refused = self
+            .life
+            .handshake()
+            .is_some_and(|h| h.reason == Some(ReinitReason::VersionRefused));
         match self.config.era {
+            Era::Auto if refused => Era::Modern,
             Era::Auto => self
                 .life
                 .era
@@ -187,6 +196,7 @@ impl Session {
         };
         let era_news =
             previous.as_ref().map(|p| p.version.is_modern()) != Some(session.version.is_modern());
+        let after_version_refusal = reason == Some(ReinitReason::VersionRefused);
         match reason {
             None => {
                 self.life.ever_connected = true;
@@ -225,6 +235,7 @@ impl Session {
             session,
             since: now,
             confirmed: false,
+            after_version_refusal,
         });
         self.answer_connects(Ok(result));
         // The stream of server-initiated messages first: a call's server may send there.
@@ -589,6 +600,22 @@ impl Session {
                 .iter()
                 .filter_map(|s| ProtocolVersion::parse(s))
                 .any(|v| !v.is_modern())
+    }
+
+    /// Whether `rpc`, refusing a request of a legacy session, is the refusal of a server that
+    /// speaks only the modern era now (a redeploy): -32022 listing a modern revision we speak
+    /// and no legacy one, with the era free to change. Not on a session a probe for the same
+    /// refusal has just found legacy, until it works: that server answers the probe and the
+    /// calls in different eras, and the refusal is the call's answer.
+    pub(in crate::proto::session) fn refused_as_modern_only(&self, rpc: &RpcError) -> bool {
+        let Some(modern::ModernError::UnsupportedVersion { supported }) = modern::modern_error(rpc)
+        else {
+            return false;
+        };
+        modern::pick_version(&supported).is_some()
+            && !self.may_fall_back_to(&supported)
+            && self.may_switch_era()
+            && !self.life.refused_again()
     }
 
     /// A recognised discovery: the session is the modern one.

@@ -32,6 +32,8 @@ struct Established {
     /// A call got a success answer, or the server sent a message on its stream: the session
     /// works. Until then a re-initialization counts as a failed one.
     confirmed: bool,
+    /// Set up by a handshake a version refusal called for (its probe found this era).
+    after_version_refusal: bool,
 }
 
 /// Where a handshake stands.
@@ -263,6 +265,14 @@ impl Lifecycle {
             Phase::Initializing(h) => Some(h),
             _ => None,
         }
+    }
+
+    /// Whether the established session was set up because the server refused the previous
+    /// one's revision, and has not worked since: the same refusal again means the server
+    /// answers the probe and the calls in different eras, and probing once more would only go
+    /// round in circles.
+    pub(super) fn refused_again(&self) -> bool {
+        matches!(&self.phase, Phase::Ready(e) if e.after_version_refusal && !e.confirmed)
     }
 
     /// The current session works: re-initializations start counting afresh.
