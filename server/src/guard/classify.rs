@@ -194,11 +194,11 @@ fn plain_plan(keys: bool, key_header: bool, body: &[u8], in_session: bool) -> Op
     if twice {
         return None;
     }
-    let method = scan::plain_str(method?)?;
+    let method = scan::plain_bytes(method?)?;
     let id = scan::id(id?)?;
     match method {
-        "initialize" | "server/discover" if !in_session => return None,
-        "tools/call" if keys && (keyed || key_header) => return None,
+        b"initialize" | b"server/discover" if !in_session => return None,
+        b"tools/call" if keys && (keyed || key_header) => return None,
         _ => {}
     }
     Some(session_plan(in_session, RequestIds::one(id)))

@@ -56,6 +56,16 @@ pub(crate) fn first(bytes: &[u8]) -> usize {
     skip_ws(bytes, 0)
 }
 
+/// A string value without escapes, as its bytes (UTF-8: ASCII needs no further check);
+/// `None` for anything else.
+pub(crate) fn plain_bytes(value: &[u8]) -> Option<&[u8]> {
+    let inner = value.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if inner.iter().any(|b| matches!(b, b'\\' | b'"')) {
+        return None;
+    }
+    (inner.is_ascii() || std::str::from_utf8(inner).is_ok()).then_some(inner)
+}
+
 /// A string value without escapes, as text; `None` for anything else.
 pub(crate) fn plain_str(value: &[u8]) -> Option<&str> {
     let inner = value.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
@@ -314,6 +324,16 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn plain_strings_are_unescaped_utf8() {
+        assert_eq!(plain_bytes(br#""tools/call""#), Some(&b"tools/call"[..]));
+        assert_eq!(plain_bytes("\"é\"".as_bytes()), Some("é".as_bytes()));
+        for bad in [&b"\"a\xffb\""[..], br#""a\"b""#, b"\"open", b"7"] {
+            assert_eq!(plain_bytes(bad), None);
+            assert_eq!(plain_str(bad), None);
         }
     }
 
