@@ -26,13 +26,14 @@
 //!   `Idempotency-Key` header, or `params.idempotencyKey`) is claimed atomically across
 //!   instances; the same call again gets the stored answer re-addressed to its new JSON-RPC
 //!   id (nothing runs), another call under the key an error, a call whose first run is still
-//!   going `IDEMPOTENCY_KEY_IN_USE`, one whose instance died mid-run
-//!   `IDEMPOTENCY_OUTCOME_UNKNOWN` for good. A keyed call's answer is read to its end and
-//!   stored even when its client has gone. "The same call" is the same tool and arguments
-//!   compared by value (key order and a number's spelling do not matter). Keys are one
-//!   namespace per store, shared by every client, unless
-//!   [`key_scope_header`](ResumeSafetyLayer::key_scope_header) names the header that
-//!   identifies the authenticated client: then each client's keys are its own.
+//!   going `IDEMPOTENCY_KEY_IN_USE`, one whose instance died mid-run or whose run ended
+//!   without an answer to store `IDEMPOTENCY_OUTCOME_UNKNOWN`, for as long as the store keeps
+//!   the key (by default 24 h in a `MemoryStore`; `RedisOptions::lost_retention`, 7 days by
+//!   default, on Redis). A keyed call's answer is read to its end and stored even when its
+//!   client has gone. "The same call" is the same tool and arguments compared by value (key
+//!   order and a number's spelling do not matter). Keys are one namespace per store, shared by
+//!   every client, unless [`key_scope_header`](ResumeSafetyLayer::key_scope_header) names the
+//!   header that identifies the authenticated client: then each client's keys are its own.
 //!
 //! What it does not understand passes untouched; bodies over a bound are not read whole (one
 //! that names a key in the header or in its first bytes is refused `413`, never run

@@ -20,7 +20,9 @@ are the Rust guard's, the same one the tower ``ResumeSafetyLayer`` drives. It
 - claims keyed ``tools/call`` requests (an idempotency key in ``params._meta`` or the
   ``Idempotency-Key`` header) atomically across instances: the same call again gets the
   stored answer, a call whose first run is still going ``IDEMPOTENCY_KEY_IN_USE``, one whose
-  instance died mid-run ``IDEMPOTENCY_OUTCOME_UNKNOWN``.
+  instance died mid-run or whose run ended without an answer to store
+  ``IDEMPOTENCY_OUTCOME_UNKNOWN``, for as long as the store keeps the key (24 h in memory,
+  7 days on Redis).
 
 It never blocks the event loop (the store is reached on the binding's runtime), streams stay
 streams (every chunk is forwarded as it comes), and what it does not guard (other scopes,
