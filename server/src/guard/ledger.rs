@@ -119,6 +119,13 @@ impl InnerId {
         }
     }
 
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            InnerId::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            InnerId::Heap(id) => id.as_bytes(),
+        }
+    }
+
     fn as_str(&self) -> &str {
         match self {
             // Copied from a `str` whole: always UTF-8.
@@ -334,7 +341,7 @@ impl StreamLog {
                 .inner
                 .iter()
                 .rev()
-                .position(|i| i.as_str() == inner)
+                .position(|i| i.as_bytes() == inner.as_bytes())
                 .map(|back| self.head() - back as u64),
         };
         if let Some(seq) = known {

@@ -45,9 +45,15 @@ impl Block<'_> {
     /// The `id` field's value, when the block sets one (the last one wins, as in the
     /// specification; a value containing NUL is ignored, as there).
     pub(crate) fn id(&self) -> Option<Cow<'_, str>> {
-        self.id
-            .as_ref()
-            .map(|f| String::from_utf8_lossy(f.bytes(self.raw)))
+        self.id.as_ref().map(|f| {
+            let bytes = f.bytes(self.raw);
+            // Most are UTF-8 (a plain check is the cheaper one); the others read as a client
+            // decodes them.
+            match std::str::from_utf8(bytes) {
+                Ok(id) => Cow::Borrowed(id),
+                Err(_) => String::from_utf8_lossy(bytes),
+            }
+        })
     }
 
     /// The `data` fields joined by `\n`, as bytes (a JSON parser reads them as they are, its
