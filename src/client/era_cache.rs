@@ -15,7 +15,9 @@ const MAX_ORIGINS: usize = 1024;
 /// Which era (legacy or modern) each origin (`scheme://host:port`) speaks, as found by the
 /// clients sharing this handle. A client tries the cached era first and probes again when the
 /// server answers like the other one (a redeploy), so a stale entry costs one round trip,
-/// never a wrong answer.
+/// never a wrong answer. Only an era an answer said is recorded: one a client fell back to
+/// because its probe met a 5xx, or a 401, 403, 407, 408 or 429 (a rate limiter, a gateway, no
+/// token yet), holds for that client alone, and the next one probes again.
 ///
 /// Cheap to clone; clones share the entries. [`EraCache::global`] is the process-wide one
 /// every client uses unless given another with

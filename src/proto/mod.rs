@@ -357,7 +357,8 @@ pub enum SessionEvent {
         reason: String,
     },
     /// The era of the server was determined (by probing, or by a cached assumption that
-    /// held). A driver may cache it per origin.
+    /// held). A driver may cache per origin what [`Session::era_to_remember`] names then (not
+    /// an era read from an answer that says nothing about it, such as a 429 to the probe).
     EraDetected {
         /// [`Era::Legacy`] or [`Era::Modern`].
         era: Era,

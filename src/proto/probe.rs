@@ -12,6 +12,11 @@
 //! again. An answer that says nothing at all (no connection) is asked again; the probe is
 //! read-only, so that is safe.
 //!
+//! Not every answer that leads to an era says which one the server speaks: a rate limiter's
+//! 429, a 401 before a token exists, a firewall's 403 or a 5xx come the same from a server of
+//! either era. The era they lead to is used for the connection, and not remembered for the
+//! origin ([`says_era`](crate::proto::probe::says_era)): the next client probes again.
+//!
 //! [`read_probe`](crate::proto::probe::read_probe) is the rule; the session gathers the facts and carries the verdict out.
 //! Each row is tested on one line in `tests/core/probe_table.rs`.
 
@@ -174,6 +179,30 @@ pub fn read_probe(answer: &ProbeAnswer, facts: &ProbeFacts) -> ProbeVerdict {
             read_supported(&modern::strings(result.get("supportedVersions")), legacy)
         }
         ProbeAnswer::Result(_) => legacy,
+    }
+}
+
+/// Refusals that come the same from a server of either era, or from something in front of it:
+/// no credentials yet (401, 407), a firewall or a policy (403), a timeout (408), rate limiting
+/// (429).
+const SAYS_NOTHING: [u16; 5] = [401, 403, 407, 408, 429];
+
+/// Whether `answer` says which era the server speaks, so that the era [`read_probe`] reads
+/// from it may be remembered for the origin. Every answer does but no answer at all, a 5xx
+/// (a server failing for now), and a 401, 403, 407, 408 or 429 whose body is no modern error.
+/// The era those lead to holds for the connection they were met on; the next one probes
+/// again.
+pub fn says_era(answer: &ProbeAnswer) -> bool {
+    match answer {
+        ProbeAnswer::Transport => false,
+        ProbeAnswer::Refused { status, .. } if *status >= 500 => false,
+        ProbeAnswer::Refused { status, error } if SAYS_NOTHING.contains(status) => error
+            .as_ref()
+            .is_some_and(|e| modern::modern_error(e).is_some()),
+        ProbeAnswer::Refused { .. }
+        | ProbeAnswer::NoResponse
+        | ProbeAnswer::Result(_)
+        | ProbeAnswer::Error(_) => true,
     }
 }
 

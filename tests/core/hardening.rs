@@ -1762,3 +1762,50 @@ fn a_modern_only_refusal_probes_once_when_the_probe_still_says_legacy() {
     assert_eq!(count("initialize"), 2);
     assert_eq!(m.posts_of("act").len(), 2);
 }
+
+/// An era read from an answer to the probe that says nothing about it (a rate limiter's 429,
+/// a 5xx) is this session's, and not the era a driver remembers for the origin: before, a 429
+/// to one client's probe pinned every later client of a dual-era origin to the legacy era. An
+/// answer that says it (a legacy server's -32601, a discovery) is remembered.
+#[test]
+fn only_an_era_an_answer_says_is_to_be_remembered() {
+    let cases: [(&str, u16, Option<Era>); 4] = [
+        ("429", 429, None),
+        ("503", 503, None),
+        ("-32601", 200, Some(Era::Legacy)),
+        ("discovery", 0, Some(Era::Modern)),
+    ];
+    for (name, probe_status, remembered) in cases {
+        let mut m = Modern::auto(SessionConfig::default());
+        let mut script = |body: &Value| -> (u16, Value) {
+            match body["method"].as_str().unwrap_or_default() {
+                "server/discover" if probe_status == 0 => discover(body).unwrap(),
+                "server/discover" => (
+                    probe_status,
+                    json!({"jsonrpc": "2.0", "id": body["id"],
+                        "error": {"code": -32601, "message": "no"}}),
+                ),
+                "initialize" => ok(
+                    body,
+                    json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                        "serverInfo": {"name": "dual", "version": "1"}}),
+                ),
+                _ => (202, Value::Null),
+            }
+        };
+        let connect = m.session.connect(m.now);
+        m.run(&mut script, SEC);
+        assert!(m.result(connect).is_some_and(|r| r.is_ok()), "{name}");
+        let detected = m.events().iter().find_map(|e| match e {
+            SessionEvent::EraDetected { era } => Some(*era),
+            _ => None,
+        });
+        let expected = if probe_status == 0 {
+            Era::Modern
+        } else {
+            Era::Legacy
+        };
+        assert_eq!(detected, Some(expected), "{name}: the session's era");
+        assert_eq!(m.session.era_to_remember(), remembered, "{name}");
+    }
+}

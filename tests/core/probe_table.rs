@@ -1,7 +1,7 @@
 //! The era-detection table (`guide::eras`), one named test per row, against the pure
 //! probe rule: what each answer to `server/discover` means.
 
-use mcp_resume::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
+use mcp_resume::proto::probe::{read_probe, says_era, ProbeAnswer, ProbeFacts, ProbeVerdict};
 use mcp_resume::RpcError;
 use serde_json::{json, Value};
 
@@ -207,4 +207,33 @@ fn after_a_modern_refusal_what_means_legacy_is_reported() {
     assert_eq!(read_probe(&ProbeAnswer::NoResponse, &forward), Report);
     let modern = json!({"supportedVersions": [MODERN]});
     assert_eq!(read_probe(&ProbeAnswer::Result(modern), &forward), Modern);
+}
+
+// | an answer that comes the same from a server of either era: none, a 5xx, a 401, 403, 407, 408
+// or 429 whose body is no modern error | the era it leads to is this connection's, not
+// remembered for the origin; every other answer is |
+#[test]
+fn only_an_answer_that_says_the_era_is_remembered() {
+    let plain = rpc(-32000, json!("Too many requests"));
+    for status in [401, 403, 407, 408, 429, 500, 502, 503, 504] {
+        assert!(!says_era(&refused(status, None)), "{status} plain");
+        assert!(
+            !says_era(&refused(status, Some(plain.clone()))),
+            "{status} JSON-RPC"
+        );
+    }
+    assert!(!says_era(&ProbeAnswer::Transport));
+    // A modern error says it, whatever the status (short of a 5xx, which is read as none).
+    assert!(says_era(&refused(429, Some(unsupported(&[MODERN])))));
+    assert!(says_era(&refused(401, Some(rpc(-32021, json!({}))))));
+    for status in [307, 400, 404, 405, 406, 409, 415, 422] {
+        assert!(says_era(&refused(status, None)), "{status} plain");
+        assert!(says_era(&refused(status, Some(plain.clone()))), "{status}");
+    }
+    assert!(says_era(&ProbeAnswer::NoResponse));
+    assert!(says_era(&ProbeAnswer::Error(rpc(-32601, Value::Null))));
+    assert!(says_era(&ProbeAnswer::Result(
+        json!({"supportedVersions": [MODERN]})
+    )));
+    assert!(says_era(&ProbeAnswer::Result(json!({}))));
 }

@@ -304,6 +304,7 @@ fn sans_io(session: &mut Session, http: HttpId, now: std::time::Instant) {
         let _: (&http::HeaderMap, &Option<bytes::Bytes>) = (&request.headers, &request.body);
     }
     let _: Option<&SessionId> = session.session_id();
+    let _: Option<Era> = session.era_to_remember();
     let _ = SessionConfig::default().with_checkpoints(true);
     if let Some(Output::Checkpoint { call, checkpoint }) = session.poll_output() {
         let _: CallId = call;

@@ -1,7 +1,8 @@
 //! The era probe against deployed legacy servers: every way they answer a sessionless
 //! `server/discover` must read as "legacy" (one probe, then `initialize`, remembered for the
-//! origin), a probe without an answer is sent again within the connect deadline, and every
-//! error that ends the handshake names `server/discover`.
+//! origin unless the answer says nothing about the era: a 401, 403, 408, 429 or 5xx), a probe
+//! without an answer is sent again within the connect deadline, and every error that ends the
+//! handshake names `server/discover`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ fn rpc_error_body(code: i64, message: &str) -> String {
 /// How a deployed legacy server answers the probe.
 type Answer = (&'static str, fn(&Request) -> Reply);
 
-const LEGACY_ANSWERS: [Answer; 16] = [
+const LEGACY_ANSWERS: [Answer; 15] = [
     ("400 JSON-RPC (not initialized)", |_| {
         Reply::full(
             400,
@@ -49,7 +50,6 @@ const LEGACY_ANSWERS: [Answer; 16] = [
             rpc_error_body(-32600, "Invalid Request"),
         )
     }),
-    ("401 plain text", |_| Reply::full(401, &[], "who are you")),
     ("404 empty", |_| Reply::status(404)),
     ("404 JSON-RPC method not found", |_| {
         Reply::full(
@@ -372,4 +372,95 @@ async fn probe_retries_stay_within_the_connect_deadline() {
     );
     assert_eq!(server.count(probes), 2, "{:?}", server.labels());
     assert_eq!(server.count(initializes), 1, "{:?}", server.labels());
+}
+
+/// Answers to the probe that come from something in front of the server, or from a server
+/// failing for the moment, and say nothing about which era it speaks.
+const INCONCLUSIVE_ANSWERS: [Answer; 6] = [
+    ("429 rate limited", |_| {
+        Reply::full(429, &[("Retry-After", "0")], "slow down")
+    }),
+    ("401 before a token exists", |_| {
+        Reply::full(401, &[], "who are you")
+    }),
+    ("403 from a WAF", |_| {
+        Reply::full(
+            403,
+            &[("Content-Type", "text/html")],
+            "<html>blocked</html>",
+        )
+    }),
+    ("408 request timeout", |_| Reply::status(408)),
+    ("429 JSON-RPC", |_| {
+        Reply::full(
+            429,
+            &[("Content-Type", "application/json")],
+            rpc_error_body(-32000, "Too many requests"),
+        )
+    }),
+    ("503 for a moment", |_| Reply::status(503)),
+];
+
+/// A dual-era server whose first probe meets one of those answers (then answers normally): the
+/// first client goes on in the legacy era, as the probe rule says, but that era is not
+/// remembered for the origin: the next client sharing the cache probes, and finds the modern
+/// era. Before, the legacy era was remembered and every later client of the origin sent
+/// `initialize` first and never probed again.
+#[tokio::test]
+async fn an_answer_that_says_nothing_about_the_era_is_not_remembered() {
+    let mut failures = Failures::default();
+    for (name, answer) in INCONCLUSIVE_ANSWERS {
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        let server = Server::start(move |req| {
+            if probes(req) && counter.fetch_add(1, Ordering::SeqCst) == 0 {
+                answer(req)
+            } else if probes(req) {
+                Reply::result(
+                    req,
+                    json!({"resultType": "complete", "supportedVersions": ["2026-07-28"],
+                        "capabilities": {"tools": {}}}),
+                )
+            } else {
+                Reply::good()
+            }
+        })
+        .await;
+        let cache = EraCache::new();
+        let first = builder(&server).era_cache(cache.clone()).build().unwrap();
+        match within(name, Duration::from_secs(3), first.connect()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => {
+                failures.push(format!("{name}: connect failed: {err}"));
+                continue;
+            }
+            Err(message) => {
+                failures.push(message);
+                continue;
+            }
+        }
+        failures.check(first.era() == Some(Era::Legacy), || {
+            format!("{name}: first client's era {:?}", first.era())
+        });
+        failures.check(cache.get(&server.url).is_none(), || {
+            format!("{name}: remembered {:?}", cache.get(&server.url))
+        });
+        first.close().await.ok();
+        let next = builder(&server).era_cache(cache.clone()).build().unwrap();
+        match within(name, Duration::from_secs(3), next.connect()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => failures.push(format!("{name}: second client: {err}")),
+            Err(message) => failures.push(message),
+        }
+        failures.check(next.era() == Some(Era::Modern), || {
+            format!("{name}: second client's era {:?}", next.era())
+        });
+        failures.check(server.count(probes) == 2, || {
+            format!("{name}: the second client probes: {:?}", server.labels())
+        });
+        failures.check(cache.get(&server.url) == Some(Era::Modern), || {
+            format!("{name}: cache {:?}", cache.get(&server.url))
+        });
+    }
+    failures.finish("answers that say nothing about the era");
 }

@@ -612,7 +612,11 @@ impl State {
                 match &event {
                     SessionEvent::EraDetected { era } => {
                         tracing::info!(?era, "era detected");
-                        self.era_cache.record(&self.endpoint.url, *era);
+                        // Not an era read from an answer that says nothing about it (a 429
+                        // to the probe, say): the next client of the origin probes again.
+                        if let Some(era) = self.session.era_to_remember() {
+                            self.era_cache.record(&self.endpoint.url, era);
+                        }
                         self.published.set_era(*era);
                     }
                     SessionEvent::TaskCreated { call, task_id } => {

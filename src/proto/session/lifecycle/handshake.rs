@@ -18,7 +18,7 @@ use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::modern;
-use crate::proto::probe::{read_probe, ProbeAnswer, ProbeFacts, ProbeVerdict};
+use crate::proto::probe::{read_probe, says_era, ProbeAnswer, ProbeFacts, ProbeVerdict};
 use crate::proto::session::cursors::Delivered;
 use crate::proto::session::exchanges::ExKind;
 use crate::proto::session::headers::initialize_headers;
@@ -538,11 +538,13 @@ impl Session {
                 info!("the server speaks the legacy era; initializing");
                 self.timers.cancel(Timer::InitDeadline);
                 self.life.era = Some(Era::Legacy);
+                self.life.era_inferred = !says_era(&answer);
                 self.send_initialize(now);
             }
             ProbeVerdict::FallBack => {
                 info!(%cause, "server/discover failed on a server that answers; initializing");
                 self.timers.cancel(Timer::InitDeadline);
+                self.life.era_inferred = true;
                 self.send_initialize(now);
             }
             ProbeVerdict::Retry => self.probe_again(facts.unanswered, &cause, now),
@@ -649,6 +651,7 @@ impl Session {
         }
         let session = Negotiated::modern(self.life.generation, capabilities, shaped);
         self.life.era = Some(Era::Modern);
+        self.life.era_inferred = false;
         self.established(session, now);
     }
 }

@@ -153,6 +153,10 @@ pub(super) struct Lifecycle {
     reinit_failures: u32,
     /// The era the server was found to speak.
     era: Option<Era>,
+    /// `era` was read from an answer to the probe that does not say which era the server
+    /// speaks ([`says_era`](crate::proto::probe::says_era)): this connection's, not to be
+    /// remembered for the origin.
+    era_inferred: bool,
     /// `connect` calls waiting for the handshake.
     connect_waiters: Vec<CallId>,
 }
@@ -285,6 +289,16 @@ impl Lifecycle {
 }
 
 impl Session {
+    /// The era to remember for the server's origin (an `EraCache`) when
+    /// [`SessionEvent::EraDetected`](crate::proto::SessionEvent::EraDetected) reports one: the
+    /// era found, or `None` when it was read from an answer to the probe that does not say which
+    /// era the server speaks: a 5xx, or a 401, 403, 407, 408 or 429 whose body is no modern
+    /// error (`guide::eras`). Such an era holds for this session, and the next client of the
+    /// origin probes again.
+    pub fn era_to_remember(&self) -> Option<Era> {
+        self.life.era.filter(|_| !self.life.era_inferred)
+    }
+
     /// Completes the `connect` calls waiting for the handshake with `result`.
     pub(super) fn answer_connects(&mut self, result: Result<Value, Error>) {
         for waiter in std::mem::take(&mut self.life.connect_waiters) {
