@@ -228,8 +228,15 @@ impl Content {
         let Value::Object(mut map) = value else {
             return Content::Other(value);
         };
-        let Some(Value::String(kind)) = map.remove("type") else {
-            return Content::Other(Value::Object(map));
+        let kind = match map.remove("type") {
+            Some(Value::String(kind)) => kind,
+            // Kept whole: a `type` that is not a string stays in the item.
+            other => {
+                if let Some(other) = other {
+                    map.insert("type".to_owned(), other);
+                }
+                return Content::Other(Value::Object(map));
+            }
         };
         if kind == "text" {
             if let Some(text) = TextContent::take_from(&mut map) {
@@ -377,6 +384,21 @@ impl From<AudioContent> for Content {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_item_whose_type_is_not_a_string_is_kept_whole() {
+        for item in [
+            json!({"type": 5, "x": 1}),
+            json!({"type": null}),
+            json!({"x": 1}),
+        ] {
+            assert_eq!(
+                Content::from_value(item.clone()),
+                Content::Other(item.clone())
+            );
+            assert_eq!(Content::from_ref(&item), Content::Other(item));
+        }
+    }
 
     #[test]
     fn text_items_read_as_their_deserialize_reads_them() {
