@@ -163,12 +163,13 @@ impl Client {
     async fn list_all<T>(&self, list: &ListMethod<T>) -> Result<Vec<T>, Error> {
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
+        // A server naming a cursor again (`A`, `B`, `A`, …) would loop: its list ends there.
+        let mut seen = std::collections::HashSet::new();
         for _ in 0..MAX_LIST_PAGES {
             let page = self.list_page(list, cursor.as_deref()).await?;
             items.extend(page.items);
             match page.next_cursor {
-                // A server repeating its cursor would loop forever: its list ends here.
-                Some(next) if Some(next.as_str()) != cursor.as_deref() => cursor = Some(next),
+                Some(next) if seen.insert(next.clone()) => cursor = Some(next),
                 _ => return Ok(items),
             }
         }

@@ -13,6 +13,10 @@ pub const MAX_ANSWERS_IN_FLIGHT: usize = 8;
 /// the server gets no answer, which it must tolerate anyway from a client that went away.
 pub const MAX_QUEUED_ANSWERS: usize = 256;
 
+/// Tools whose `x-mcp-header` annotations a session remembers (2026-07-28): a server whose
+/// lists keep naming new tools must not make the memory grow without end.
+pub const MAX_ANNOTATED_TOOLS: usize = 4096;
+
 /// Server requests the app may hold unanswered at once; past this a request is answered with
 /// an error at once. Their ids are the server's: the set of them must stay bounded.
 pub const MAX_OPEN_SERVER_REQUESTS: usize = 1024;

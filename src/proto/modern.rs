@@ -169,13 +169,16 @@ pub fn param_headers(input_schema: &Value) -> Result<Vec<ParamHeader>, InvalidAn
             "x-mcp-header on a property not reachable through `properties` alone".into(),
         ));
     }
-    let mut seen: Vec<String> = Vec::new();
+    // Header names are lowercase: equal names are the case-insensitive duplicates. A set, not
+    // a scan of the names before: a schema may annotate hundreds of thousands of properties.
+    let mut seen = std::collections::HashSet::with_capacity(found.len());
     for h in &found {
-        let lower = h.header.as_str().to_owned();
-        if seen.contains(&lower) {
-            return Err(InvalidAnnotation(format!("duplicate x-mcp-header {lower}")));
+        if !seen.insert(h.header.as_str()) {
+            return Err(InvalidAnnotation(format!(
+                "duplicate x-mcp-header {}",
+                h.header.as_str()
+            )));
         }
-        seen.push(lower);
     }
     Ok(found)
 }

@@ -21,7 +21,7 @@ use crate::harness::{
     assert_kind, echo, failing, heavy, initializes, tool_calls, within, Probe, MAX_BODY, MIB,
 };
 use crate::modern_server::{
-    acknowledgement, assert_usable, builder, complete, list_changed, rpc_error, task_status,
+    acknowledgement, assert_usable, builder, complete, list_changed, rpc_error, task_status, tools,
     ModernServer, MODERN,
 };
 use crate::server::{Reply, Request, Step};
@@ -855,4 +855,104 @@ async fn a_subscription_that_fails_or_stays_silent_is_not_reissued_in_a_storm() 
     for ((name, _, expected), sent) in cases.iter().zip(sent) {
         assert_eq!(sent, *expected, "{what}, {name}: subscriptions sent");
     }
+}
+
+/// A tool whose schema annotates `n` properties with `x-mcp-header`s, all distinct, as JSON.
+fn heavily_annotated(n: usize) -> String {
+    let properties: serde_json::Map<String, Value> = (0..n)
+        .map(|i| {
+            let property = json!({"type": "string", "x-mcp-header": format!("h{i}")});
+            (format!("p{i}"), property)
+        })
+        .collect();
+    json!({"name": "annotated", "inputSchema": {"type": "object", "properties": properties}})
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_tool_list_annotating_every_property_is_read_in_linear_time() {
+    let what = "x-mcp-header on 200,000 properties";
+    // About 10 MiB: within the default body bound (not the harness's), written once.
+    let tool = Arc::new(heavily_annotated(200_000));
+    let server = ModernServer::start(move |req| {
+        req.is_rpc("tools/list").then(|| {
+            let id = req.rpc_id();
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","tools":[{tool}]}}}}"#
+            );
+            Reply::full(200, &[("Content-Type", "application/json")], body)
+        })
+    })
+    .await;
+    let client = builder(&server).max_body_size(16 * MIB).build().unwrap();
+    connected(&server, &client).await;
+    // Read in time linear in the annotations: a scan of the names before each one took about
+    // 40 s here, with the client's core held all along and the runtime with it (so a tokio
+    // timer cannot tell: the clock is read after).
+    let started = std::time::Instant::now();
+    let listed = client.list_tools().await.unwrap();
+    assert_eq!(listed.len(), 1, "{what}");
+    let took = started.elapsed();
+    assert!(took < 4 * LIMIT, "{what}: listed in {took:?}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_list_whose_cursors_go_round_in_a_circle_ends_when_one_comes_back() {
+    let what = "nextCursor A, B, A, …";
+    let server = ModernServer::start(|req| {
+        req.is_rpc("tools/list").then(|| {
+            let cursor = req
+                .json
+                .as_ref()
+                .and_then(|b| b["params"]["cursor"].as_str());
+            let next = if cursor == Some("A") { "B" } else { "A" };
+            complete(req, json!({"tools": tools()["tools"], "nextCursor": next}))
+        })
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    connected(&server, &client).await;
+    within(what, LIMIT, client.list_tools())
+        .await
+        .unwrap()
+        .unwrap();
+    // The first page, then `A`, then `B`, which names `A` again.
+    assert_eq!(server.count(|r| r.is_rpc("tools/list")), 3, "{what}");
+}
+
+#[tokio::test]
+async fn lists_naming_new_annotated_tools_each_time_are_not_remembered_without_end() {
+    let what = "40 lists of 5,000 new annotated tools";
+    let listed = Arc::new(AtomicUsize::new(0));
+    let server = ModernServer::start(move |req| {
+        req.is_rpc("tools/list").then(|| {
+            let round = listed.fetch_add(1, Ordering::SeqCst);
+            let tools: Vec<String> = (0..5_000)
+                .map(|i| {
+                    format!(
+                        r#"{{"name":"t{round}-{i}","inputSchema":{{"type":"object","properties":{{"r":{{"type":"string","x-mcp-header":"R"}}}}}}}}"#
+                    )
+                })
+                .collect();
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{},"result":{{"resultType":"complete","tools":[{}]}}}}"#,
+                req.rpc_id(),
+                tools.join(",")
+            );
+            Reply::full(200, &[("Content-Type", "application/json")], body)
+        })
+    })
+    .await;
+    let client = builder(&server).max_body_size(16 * MIB).build().unwrap();
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    for _ in 0..40 {
+        let tools = within(what, LIMIT, client.list_tools()).await.unwrap();
+        assert_eq!(tools.unwrap().len(), 5_000, "{what}");
+    }
+    // Reading one list peaks at some 40 MiB; remembering the 200,000 tools' annotations
+    // took about 65 MiB more.
+    probe.assert_memory(what, 72 * MIB);
+    assert_usable(what, &server, &client).await;
 }

@@ -24,7 +24,9 @@ use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
-use crate::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS, MAX_QUEUED_NOTIFICATIONS};
+use crate::proto::limits::{
+    MAX_ANNOTATED_TOOLS, MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS, MAX_QUEUED_NOTIFICATIONS,
+};
 use crate::proto::modern::{self, ModernError, ResultType};
 use crate::proto::{
     methods, CallId, Era, HttpMethod, HttpPurpose, Output, ServerRequest, SessionEvent,
@@ -106,6 +108,14 @@ impl Session {
                     if annotations.is_empty() {
                         self.tool_headers.remove(name);
                     } else {
+                        // Tools that left the list are never named again: full, the memory
+                        // starts over. A tool forgotten this way costs its next call one
+                        // header-mismatch answer and a fresh list (`refresh_tools`).
+                        if self.tool_headers.len() >= MAX_ANNOTATED_TOOLS
+                            && !self.tool_headers.contains_key(name)
+                        {
+                            self.tool_headers.clear();
+                        }
                         self.tool_headers.insert(name.to_owned(), annotations);
                     }
                     true
