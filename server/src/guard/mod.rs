@@ -161,8 +161,9 @@ impl Guard {
 
     /// A request head arrived: the exchange to drive.
     pub fn begin(&mut self, method: &Method, headers: &HeaderMap) -> Exchange {
-        let text = headers
-            .get(names::SESSION_ID)
+        let head = HeadOf::read(headers);
+        let text = head
+            .session
             .and_then(|v| SessionId::check(v.as_bytes()).ok());
         // A session known here lends its id: nothing is copied for most requests.
         let mut known = false;
@@ -195,14 +196,14 @@ impl Guard {
         let hashes = self.config.parts.capability_hash;
         match *method {
             Method::POST => {
-                let declared = headers
-                    .get(http::header::CONTENT_LENGTH)
+                let declared = head
+                    .content_length
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.parse::<u64>().ok());
                 // Declared over the bound: decided now when what the body says cannot matter
                 // (no keys guarded, or keyed by its header); else its first bytes are read, to
                 // see whether it names a key.
-                ex.key_header = ex.keys && headers.contains_key(names::IDEMPOTENCY_KEY);
+                ex.key_header = ex.keys && head.idempotency_key;
                 let settled = !ex.keys || ex.key_header;
                 if settled && declared.is_some_and(|n| n > self.config.max_body as u64) {
                     ex.too_large(self, headers, &[]);
@@ -213,7 +214,7 @@ impl Guard {
                 });
             }
             Method::GET if hashes && ex.session.is_some() => {
-                ex.plan = match headers.get(names::LAST_EVENT_ID) {
+                ex.plan = match head.last_event_id {
                     Some(v) => Plan::Resume {
                         cursor: Cursor::parse(v.as_bytes()),
                     },
@@ -246,6 +247,49 @@ impl Guard {
 
     fn owns(&self, stream: crate::ids::StreamId) -> bool {
         stream.instance_tag() == self.tag
+    }
+}
+
+/// The request headers [`Guard::begin`] reads: each the first value of its name, as
+/// `HeaderMap::get` gives it.
+#[derive(Default)]
+struct HeadOf<'a> {
+    session: Option<&'a HeaderValue>,
+    content_length: Option<&'a HeaderValue>,
+    idempotency_key: bool,
+    last_event_id: Option<&'a HeaderValue>,
+}
+
+impl<'a> HeadOf<'a> {
+    /// Most requests carry a few headers: their names are compared in one pass, which costs
+    /// less than hashing each name looked up; a long head is looked up by name.
+    fn read(headers: &'a HeaderMap) -> Self {
+        if headers.keys_len() > 16 {
+            return Self {
+                session: headers.get(names::SESSION_ID),
+                content_length: headers.get(http::header::CONTENT_LENGTH),
+                idempotency_key: headers.contains_key(names::IDEMPOTENCY_KEY),
+                last_event_id: headers.get(names::LAST_EVENT_ID),
+            };
+        }
+        let mut head = Self::default();
+        // A name's first value comes first.
+        for (name, value) in headers {
+            let slot = match name.as_str() {
+                "content-length" => &mut head.content_length,
+                crate::wire::SESSION_ID_HEADER => &mut head.session,
+                crate::wire::LAST_EVENT_ID_HEADER => &mut head.last_event_id,
+                crate::wire::IDEMPOTENCY_KEY_HEADER => {
+                    head.idempotency_key = true;
+                    continue;
+                }
+                _ => continue,
+            };
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        }
+        head
     }
 }
 
@@ -713,5 +757,54 @@ impl SplitMix {
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderName;
+
+    use super::*;
+
+    #[test]
+    fn the_head_is_read_in_one_pass_as_by_name() {
+        for extra in [0, 20] {
+            let mut headers = HeaderMap::new();
+            for i in 0..extra {
+                headers.insert(
+                    HeaderName::from_bytes(format!("x-filler-{i}").as_bytes()).unwrap(),
+                    HeaderValue::from_static("f"),
+                );
+            }
+            let seen = |h: &HeaderMap| {
+                let head = HeadOf::read(h);
+                (
+                    head.session.cloned(),
+                    head.content_length.cloned(),
+                    head.idempotency_key,
+                    head.last_event_id.cloned(),
+                )
+            };
+            let by_name = |h: &HeaderMap| {
+                (
+                    h.get(names::SESSION_ID).cloned(),
+                    h.get(http::header::CONTENT_LENGTH).cloned(),
+                    h.contains_key(names::IDEMPOTENCY_KEY),
+                    h.get(names::LAST_EVENT_ID).cloned(),
+                )
+            };
+            assert_eq!(seen(&headers), by_name(&headers));
+            headers.insert("accept", HeaderValue::from_static("text/event-stream"));
+            headers.append(names::SESSION_ID, HeaderValue::from_static("s-1"));
+            headers.append(names::SESSION_ID, HeaderValue::from_static("s-2"));
+            headers.append(http::header::CONTENT_LENGTH, HeaderValue::from_static("12"));
+            headers.append(http::header::CONTENT_LENGTH, HeaderValue::from_static("13"));
+            assert_eq!(seen(&headers), by_name(&headers));
+            headers.append(names::IDEMPOTENCY_KEY, HeaderValue::from_static("k"));
+            headers.append(names::LAST_EVENT_ID, HeaderValue::from_static("a"));
+            headers.append(names::LAST_EVENT_ID, HeaderValue::from_static("b"));
+            assert_eq!(seen(&headers), by_name(&headers));
+            assert_eq!(seen(&headers).0.unwrap(), "s-1");
+        }
     }
 }
