@@ -28,6 +28,7 @@ from scripted_server import ScriptedServer
 from mcp_resume import ReconnectPolicy
 from mcp_resume.bridge import (
     IDEMPOTENCY_META_KEY,
+    OUTCOME_META_KEY,
     streamable_http_client,
     streamablehttp_client,
 )
@@ -315,6 +316,27 @@ async def test_a_result_that_is_not_an_object_fails_its_call_and_nothing_else(
     assert raised.value.error.code == -32054, raised.value.error
     assert (raised.value.error.data or {}).get("kind") == "protocol", raised.value.error
     assert getattr(echoed.content[0], "text", None) == "after", echoed
+
+
+async def test_a_call_timed_out_on_the_server_completes_as_one_that_may_have_run(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    # Sent, and running when its deadline passed: a framework's retry must not run it again,
+    # so with `interrupted_as_result` it completes as an error result saying so.
+    server = scripted("legacy")
+    async with streamablehttp_client(server.url, call_timeout=0.5, interrupted_as_result=True) as (
+        read,
+        write,
+        _,
+    ):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            with anyio.fail_after(5):
+                result = await session.call_tool("hang")
+    assert result.isError, result
+    outcome = (result.meta or {}).get(OUTCOME_META_KEY)
+    assert outcome is not None and outcome["kind"] == "timeout", result
+    assert "may or may not have run" in outcome["message"], outcome
 
 
 async def test_a_failed_delete_on_exit_is_logged_and_hides_nothing(

@@ -113,11 +113,13 @@ async def streamablehttp_client(
         capacity: the bridge's bound in each direction, in messages (default 64).
         jitter_seed: fixes the reconnect jitter (reproducible tests).
         interrupted_as_result: a ``tools/call`` that may have run (``outcome_unknown``,
-            ``context_mismatch``) completes as an ``isError`` result whose text says so and
-            whose ``_meta["io.github.mcp-resume/outcome"]`` is ``{"kind", "message"}``, instead
-            of raising ``McpError``: the form in which an agent framework's automatic retry
-            sees a completed call and does not run it again (the framework modules turn it on
-            where their framework retries exceptions). Off by default.
+            ``context_mismatch``, or an error marked ``mayHaveRun``, as a call whose deadline
+            passed while the server ran it) completes as an ``isError`` result whose text
+            says so and whose ``_meta["io.github.mcp-resume/outcome"]`` is ``{"kind",
+            "message"}``, instead of raising ``McpError``: the form in which an agent
+            framework's automatic retry sees a completed call and does not run it again (the
+            framework modules turn it on where their framework retries exceptions). Off by
+            default.
     """
     import anyio
     import anyio.abc
@@ -253,9 +255,21 @@ async def streamablehttp_client(
 
 
 #: The ``_meta`` member of the result ``interrupted_as_result`` makes of a call that may have
-#: run: ``{"kind": "outcome_unknown" | "context_mismatch", "message": ...}``.
+#: run: ``{"kind": "outcome_unknown" | "context_mismatch" | "timeout" | …, "message": ...}``.
 OUTCOME_META_KEY = "io.github.mcp-resume/outcome"
 _MAY_HAVE_RUN = frozenset({"outcome_unknown", "context_mismatch"})
+
+
+def may_have_run_kind(data: Any) -> str | None:
+    """The bridge's error kind if the error ``data`` is of a call that may have run on the
+    server (``outcome_unknown``, ``context_mismatch``, or any kind with ``mayHaveRun``, as a
+    timed-out call that had been sent), else ``None``."""
+    if not isinstance(data, dict):
+        return None
+    kind = data.get("kind")
+    if not isinstance(kind, str):
+        return None
+    return kind if kind in _MAY_HAVE_RUN or data.get("mayHaveRun") is True else None
 
 
 def interrupted_message(kind: str, tool: str) -> str:
@@ -266,9 +280,10 @@ def interrupted_message(kind: str, tool: str) -> str:
             "the one negotiated, so its answer was discarded (mcp-resume: context_mismatch). "
             "It was not retried: it already ran. Check its effects before calling it again."
         )
+    what = "was interrupted" if kind == "outcome_unknown" else "did not complete"
     return (
-        f"The call to tool {tool!r} was interrupted and may or may not have run on the server "
-        "(mcp-resume: outcome_unknown). It was not retried automatically. Check whether its "
+        f"The call to tool {tool!r} {what} and may or may not have run on the server "
+        f"(mcp-resume: {kind}). It was not retried automatically. Check whether its "
         "effect happened before calling it again."
     )
 
@@ -276,9 +291,8 @@ def interrupted_message(kind: str, tool: str) -> str:
 def _as_result(response: dict[str, Any], tool: str) -> dict[str, Any]:
     """The bridge's error answer to a call that may have run, as an ``isError`` result;
     any other answer unchanged."""
-    data = (response.get("error") or {}).get("data")
-    kind = data.get("kind") if isinstance(data, dict) else None
-    if kind not in _MAY_HAVE_RUN:
+    kind = may_have_run_kind((response.get("error") or {}).get("data"))
+    if kind is None:
         return response
     message = interrupted_message(kind, tool)
     return {

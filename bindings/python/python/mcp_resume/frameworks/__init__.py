@@ -10,7 +10,8 @@ framework only when used (install it with the module's extra; a missing one rais
 - ``mcp_resume.frameworks.pydantic_ai`` (``mcp_resume[pydantic-ai]``): pydantic-ai's
   ``MCPToolset`` on that transport.
 
-In each, a call that may have run (the bridge's ``outcome_unknown`` or ``context_mismatch``)
+In each, a call that may have run (the bridge's ``outcome_unknown`` or ``context_mismatch``,
+or an error its data marks ``mayHaveRun``, as a call timed out while the server ran it)
 reaches the framework in a form its automatic retry does not retry, with a message saying
 that it may have run; and ``tool_call_keys=True`` (where the framework has a tool call id)
 derives the call's idempotency key from it.

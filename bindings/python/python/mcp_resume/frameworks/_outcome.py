@@ -10,7 +10,12 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from ..bridge import IDEMPOTENCY_META_KEY, OUTCOME_META_KEY, interrupted_message
+from ..bridge import (
+    IDEMPOTENCY_META_KEY,
+    OUTCOME_META_KEY,
+    interrupted_message,
+    may_have_run_kind,
+)
 
 __all__ = [
     "FINAL_KINDS",
@@ -22,10 +27,11 @@ __all__ = [
     "tool_call_key",
 ]
 
-#: The bridge's error kinds (``error.data["kind"]``) of a call that may have run on the
-#: server: an interrupted call (``outcome_unknown``) and one answered under another negotiated
-#: context (``context_mismatch``: it ran). Running either again by retrying is what the
-#: framework modules prevent.
+#: The bridge's error kinds (``error.data["kind"]``) of a call that always may have run on
+#: the server: an interrupted call (``outcome_unknown``) and one answered under another
+#: negotiated context (``context_mismatch``: it ran). Any other kind may have run too when its
+#: data says ``mayHaveRun`` (a timed-out call that had been sent). Running such a call again by
+#: retrying is what the framework modules prevent.
 FINAL_KINDS = frozenset({"outcome_unknown", "context_mismatch"})
 
 
@@ -47,8 +53,9 @@ def _error_data(error: BaseException) -> Any:
 
 
 def final_kind(error: BaseException | None) -> str | None:
-    """The bridge's kind (``outcome_unknown``, ``context_mismatch``) if ``error``, an
-    exception group holding it or one of its causes is such a call's error, else ``None``."""
+    """The bridge's kind (``outcome_unknown``, ``context_mismatch``, or another marked
+    ``mayHaveRun``) if ``error``, an exception group holding it or one of its causes is the
+    error of a call that may have run, else ``None``."""
     seen: set[int] = set()
     stack: list[BaseException] = [error] if error is not None else []
     while stack:
@@ -56,9 +63,9 @@ def final_kind(error: BaseException | None) -> str | None:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        data = _error_data(current)
-        if isinstance(data, dict) and data.get("kind") in FINAL_KINDS:
-            return str(data["kind"])
+        kind = may_have_run_kind(_error_data(current))
+        if kind is not None:
+            return kind
         inner = getattr(current, "exceptions", None)
         if isinstance(inner, tuple):
             stack.extend(e for e in inner if isinstance(e, BaseException))
