@@ -686,6 +686,9 @@ fn parse_data<T: serde::de::DeserializeOwned>(data: &[u8]) -> Option<T> {
 /// far as the id and the answer's member: the rest of the answer is its client's to read.
 /// Anything else is read by the deserializer.
 fn answered_id(data: &[u8]) -> Option<Value> {
+    if let Some(id) = plain_answer_id(data) {
+        return Some(id);
+    }
     let (mut id, mut answers, mut twice, mut stopped) = (None, false, false, false);
     let read = scan::object(data, scan::first(data), |key, at| {
         let mut end = None;
@@ -721,6 +724,22 @@ fn answered_id(data: &[u8]) -> Option<Value> {
     } else {
         None
     }
+}
+
+/// [`answered_id`] of an answer written as most servers write one: `jsonrpc`, then a plain
+/// `id`, then `result` or `error` (not null), no space between; the members are read as the
+/// general reading would read them, without walking them one by one. `None`: read it the
+/// general way.
+fn plain_answer_id(data: &[u8]) -> Option<Value> {
+    let rest = data.strip_prefix(br#"{"jsonrpc":"2.0","id":"#)?;
+    let end = scan::skip(rest, 0)?;
+    let answer = rest[end..]
+        .strip_prefix(br#","result":"#)
+        .or_else(|| rest[end..].strip_prefix(br#","error":"#))?;
+    if answer.starts_with(b"null") {
+        return None;
+    }
+    scan::id(&rest[..end])
 }
 
 /// An answer's id, its body skipped.
@@ -809,6 +828,39 @@ mod tests {
             (br#"{"id":7,"params":{"result":1}}"#, None),
         ];
         for (data, want) in cases {
+            assert_eq!(answered_id(data), want, "{}", String::from_utf8_lossy(data));
+        }
+        // As most servers write them: read at once, alike.
+        let plain: [(&[u8], Option<Value>); 9] = [
+            (
+                br#"{"jsonrpc":"2.0","id":2,"result":{"a":1}}"#,
+                Some(2.into()),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":"x-1","error":{"code":1}}"#,
+                Some("x-1".into()),
+            ),
+            (br#"{"jsonrpc":"2.0","id":7,"result":null}"#, None),
+            (
+                br#"{"jsonrpc":"2.0","id":7,"result":null,"error":{}}"#,
+                Some(7.into()),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":"a\"b","result":1}"#,
+                Some("a\"b".into()),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1.5,"result":1}"#,
+                Some(1.5.into()),
+            ),
+            (br#"{"jsonrpc":"2.0","id":null,"result":1}"#, None),
+            (
+                br#"{"jsonrpc":"2.0","id":3,"method":"x","result":1}"#,
+                Some(3.into()),
+            ),
+            (br#"{"jsonrpc":"2.0","id":3,"id":4,"result":1}"#, None),
+        ];
+        for (data, want) in plain {
             assert_eq!(answered_id(data), want, "{}", String::from_utf8_lossy(data));
         }
     }
