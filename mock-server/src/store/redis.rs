@@ -410,6 +410,17 @@ impl RedisStore {
         format!("{}{kind}:{id}", self.inner.opts.namespace)
     }
 
+    /// Runs `script` (abandon, lose) on an idempotency key's record.
+    async fn settle_key(&self, script: &Script, key: &str) -> Result<(), StoreError> {
+        let _: i64 = script
+            .key(self.key("idem", key))
+            .arg(&self.inner.opts.namespace)
+            .invoke_async(&mut self.conn())
+            .await
+            .map_err(err)?;
+        Ok(())
+    }
+
     fn request_key(&self, session: &str, request_id: &Value) -> String {
         format!(
             "{}request:{session}:{request_id}",
@@ -813,33 +824,11 @@ impl Store for RedisStore {
     }
 
     fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let _: i64 = self
-                .inner
-                .scripts
-                .abandon
-                .key(self.key("idem", key))
-                .arg(&self.inner.opts.namespace)
-                .invoke_async(&mut self.conn())
-                .await
-                .map_err(err)?;
-            Ok(())
-        })
+        Box::pin(self.settle_key(&self.inner.scripts.abandon, key))
     }
 
     fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let _: i64 = self
-                .inner
-                .scripts
-                .lose
-                .key(self.key("idem", key))
-                .arg(&self.inner.opts.namespace)
-                .invoke_async(&mut self.conn())
-                .await
-                .map_err(err)?;
-            Ok(())
-        })
+        Box::pin(self.settle_key(&self.inner.scripts.lose, key))
     }
 
     fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
