@@ -104,6 +104,50 @@ fn wait_exit(child: &mut Child, deadline: Duration) -> bool {
     }
 }
 
+/// Children a `static` owns: statics are never dropped, so these are killed when the process
+/// exits instead (only while still ours: [`spare_at_exit`] takes a child out before it is
+/// reaped, so a pid signalled here is never another process's).
+static KILLED_AT_EXIT: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// Has `child` killed (SIGKILL) when this process exits, unless [`spare_at_exit`] is called
+/// for it first: for servers kept in a `static` for a whole test binary.
+pub fn kill_at_exit(child: &Child) {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function taking no arguments.
+        unsafe {
+            libc::atexit(kill_registered);
+        }
+    });
+    KILLED_AT_EXIT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .push(child.id());
+}
+
+/// `child` is being killed and reaped by its owner: not to be signalled at exit.
+pub fn spare_at_exit(child: &Child) {
+    KILLED_AT_EXIT
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .retain(|pid| *pid != child.id());
+}
+
+extern "C" fn kill_registered() {
+    // At exit another thread may hold the lock: then nothing is killed rather than waiting.
+    let Ok(mut pids) = KILLED_AT_EXIT.try_lock() else {
+        return;
+    };
+    for pid in pids.drain(..) {
+        if let Ok(pid) = i32::try_from(pid) {
+            // SAFETY: kill(2) on a child of ours not yet reaped; no memory is involved.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 fn kill_now(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
@@ -196,6 +240,7 @@ impl RedisServer {
     /// Kills it at once (SIGKILL), as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
+            spare_at_exit(&c);
             kill_now(&mut c);
         }
     }
@@ -236,6 +281,8 @@ impl RedisServer {
             kill_now(&mut child);
             return Err(e);
         }
+        // A server kept in a `static` for a whole test binary is never dropped.
+        kill_at_exit(&child);
         self.child = Some(child);
         Ok(())
     }

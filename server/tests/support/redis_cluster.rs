@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use mock_server::procs::{find_program, free_port, TempDir};
+use mock_server::procs::{find_program, free_port, kill_at_exit, spare_at_exit, TempDir};
 use tokio::net::TcpStream;
 
 pub(crate) struct RedisCluster {
@@ -126,6 +126,8 @@ async fn start_node(binary: &Path, dir: &Path, i: usize) -> Node {
                 break;
             }
             if TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                // The tests keep the cluster in a `static`, which is never dropped.
+                kill_at_exit(&child);
                 return Node { port, bus, child };
             }
             if Instant::now() > deadline {
@@ -155,6 +157,7 @@ async fn connect(port: u16) -> redis::aio::MultiplexedConnection {
 impl Drop for RedisCluster {
     fn drop(&mut self) {
         for Node { child, .. } in &mut self.nodes {
+            spare_at_exit(child);
             let _ = child.kill();
             let _ = child.wait();
         }
