@@ -475,6 +475,29 @@ fn ok(body: &Value, result: Value) -> (u16, Value) {
     )
 }
 
+/// A legacy server's answers to the handshake (`initialize`, `notifications/initialized`);
+/// anything else is `None`.
+fn legacy_handshake(body: &Value) -> Option<(u16, Value)> {
+    match body["method"].as_str()? {
+        "initialize" => Some(ok(
+            body,
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                "serverInfo": {"name": "legacy", "version": "1"}}),
+        )),
+        "notifications/initialized" => Some((202, Value::Null)),
+        _ => None,
+    }
+}
+
+/// JSON-RPC's "method not found" to `body`.
+fn method_not_found(body: &Value) -> (u16, Value) {
+    (
+        200,
+        json!({"jsonrpc": "2.0", "id": body["id"],
+            "error": {"code": -32601, "message": "Method not found"}}),
+    )
+}
+
 /// `server/discover` answered (tasks extension included); anything else is `None`.
 fn discover(body: &Value) -> Option<(u16, Value)> {
     (body["method"] == "server/discover").then(|| {
@@ -1626,22 +1649,9 @@ fn a_resumed_stream_that_resets_its_cursor_does_not_stall_the_call() {
 #[test]
 fn a_legacy_session_refused_as_by_a_modern_only_server_probes_again() {
     let mut m = Modern::auto(SessionConfig::default());
-    let mut script = |body: &Value| -> (u16, Value) {
-        match body["method"].as_str().unwrap_or_default() {
-            "initialize" => ok(
-                body,
-                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "legacy", "version": "1"}}),
-            ),
-            "notifications/initialized" => (202, Value::Null),
-            // A legacy server does not know the probe.
-            _ => (
-                200,
-                json!({"jsonrpc": "2.0", "id": body["id"],
-                    "error": {"code": -32601, "message": "Method not found"}}),
-            ),
-        }
-    };
+    // A legacy server does not know the probe.
+    let mut script =
+        |body: &Value| legacy_handshake(body).unwrap_or_else(|| method_not_found(body));
     let connect = m.session.connect(m.now);
     m.run(&mut script, SEC);
     assert!(
@@ -1722,18 +1732,11 @@ fn a_legacy_session_refused_as_by_a_modern_only_server_probes_again() {
 fn a_modern_only_refusal_probes_once_when_the_probe_still_says_legacy() {
     let mut m = Modern::auto(SessionConfig::default());
     let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = legacy_handshake(body) {
+            return answer;
+        }
         match body["method"].as_str().unwrap_or_default() {
-            "initialize" => ok(
-                body,
-                json!({"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                    "serverInfo": {"name": "split", "version": "1"}}),
-            ),
-            "notifications/initialized" => (202, Value::Null),
-            "server/discover" => (
-                200,
-                json!({"jsonrpc": "2.0", "id": body["id"],
-                    "error": {"code": -32601, "message": "Method not found"}}),
-            ),
+            "server/discover" => method_not_found(body),
             _ => (
                 400,
                 json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,

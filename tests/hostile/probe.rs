@@ -106,6 +106,21 @@ const LEGACY_ANSWERS: [Answer; 15] = [
     }),
 ];
 
+/// Whether `client` connects within 3 s; if not, why goes to `failures` under `name`.
+async fn connects(name: &str, client: &mcp_resume::Client, failures: &mut Failures) -> bool {
+    match within(name, Duration::from_secs(3), client.connect()).await {
+        Ok(Ok(_)) => true,
+        Ok(Err(err)) => {
+            failures.push(format!("{name}: connect failed: {err}"));
+            false
+        }
+        Err(message) => {
+            failures.push(message);
+            false
+        }
+    }
+}
+
 /// Each answer: `connect` succeeds after one probe and one `initialize`, the client is legacy
 /// and works, and the next client sharing the cache goes straight to `initialize`.
 #[tokio::test]
@@ -122,16 +137,8 @@ async fn every_legacy_answer_to_the_probe_falls_back_to_initialize() {
         .await;
         let cache = EraCache::new();
         let client = builder(&server).era_cache(cache.clone()).build().unwrap();
-        match within(name, Duration::from_secs(3), client.connect()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                failures.push(format!("{name}: connect failed: {err}"));
-                continue;
-            }
-            Err(message) => {
-                failures.push(message);
-                continue;
-            }
+        if !connects(name, &client, &mut failures).await {
+            continue;
         }
         match within(name, Duration::from_secs(3), client.call_tool(echo("hi"))).await {
             Ok(Ok(r)) => failures.check(r.text() == "hi", || format!("{name}: {:?}", r.text())),
@@ -215,11 +222,7 @@ async fn a_5xx_to_the_probe_falls_back_to_initialize_once() {
         })
         .await;
         let client = builder(&server).build().unwrap();
-        match within(name, Duration::from_secs(3), client.connect()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => failures.push(format!("{name}: connect failed: {err}")),
-            Err(message) => failures.push(message),
-        }
+        connects(name, &client, &mut failures).await;
         match within(name, Duration::from_secs(3), client.call_tool(echo("hi"))).await {
             Ok(Ok(r)) => failures.check(r.text() == "hi", || format!("{name}: {:?}", r.text())),
             Ok(Err(err)) => failures.push(format!("{name}: call failed: {err}")),
@@ -428,16 +431,8 @@ async fn an_answer_that_says_nothing_about_the_era_is_not_remembered() {
         .await;
         let cache = EraCache::new();
         let first = builder(&server).era_cache(cache.clone()).build().unwrap();
-        match within(name, Duration::from_secs(3), first.connect()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => {
-                failures.push(format!("{name}: connect failed: {err}"));
-                continue;
-            }
-            Err(message) => {
-                failures.push(message);
-                continue;
-            }
+        if !connects(name, &first, &mut failures).await {
+            continue;
         }
         failures.check(first.era() == Some(Era::Legacy), || {
             format!("{name}: first client's era {:?}", first.era())
@@ -447,11 +442,7 @@ async fn an_answer_that_says_nothing_about_the_era_is_not_remembered() {
         });
         first.close().await.ok();
         let next = builder(&server).era_cache(cache.clone()).build().unwrap();
-        match within(name, Duration::from_secs(3), next.connect()).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => failures.push(format!("{name}: second client: {err}")),
-            Err(message) => failures.push(message),
-        }
+        connects(&format!("{name}: second client"), &next, &mut failures).await;
         failures.check(next.era() == Some(Era::Modern), || {
             format!("{name}: second client's era {:?}", next.era())
         });

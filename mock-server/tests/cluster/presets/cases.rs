@@ -592,8 +592,8 @@ async fn extension_off_looks_like_a_stock_server() {
     c.shutdown().await;
 }
 
-#[tokio::test]
-async fn cancelled_notification_stops_the_call_on_its_instance() {
+/// A two-instance sticky cluster and a session on it.
+async fn sticky_session() -> (TestCluster, Mcp, String) {
     let c = start(ClusterConfig {
         preset: Preset::Sticky,
         instances: 2,
@@ -603,6 +603,19 @@ async fn cancelled_notification_stops_the_call_on_its_instance() {
     .unwrap();
     let mcp = Mcp::new(c.url());
     let (sid, _, _) = mcp.initialize(None).await;
+    (c, mcp, sid)
+}
+
+/// The client's `notifications/cancelled` for its request `id`, accepted.
+async fn cancel(mcp: &Mcp, sid: &str, id: u64) {
+    let cancelled = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                           "params": {"requestId": id}});
+    assert_eq!(mcp.post(Some(sid), cancelled).await.status, 202);
+}
+
+#[tokio::test]
+async fn cancelled_notification_stops_the_call_on_its_instance() {
+    let (c, mcp, sid) = sticky_session().await;
     let m2 = mcp.clone();
     let s2 = sid.clone();
     let call = tokio::spawn(async move {
@@ -622,10 +635,7 @@ async fn cancelled_notification_stops_the_call_on_its_instance() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let r = mcp
-        .post(Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}))
-        .await;
-    assert_eq!(r.status, 202);
+    cancel(&mcp, &sid, 7).await;
     let reply = tokio::time::timeout(STEP, call)
         .await
         .expect("stream ended")
@@ -643,15 +653,7 @@ async fn cancelled_notification_stops_the_call_on_its_instance() {
 /// answered `IDEMPOTENCY_OUTCOME_UNKNOWN`.
 #[tokio::test]
 async fn a_keyed_call_cancelled_after_its_effect_never_runs_again() {
-    let c = start(ClusterConfig {
-        preset: Preset::Sticky,
-        instances: 2,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let mcp = Mcp::new(c.url());
-    let (sid, _, _) = mcp.initialize(None).await;
+    let (c, mcp, sid) = sticky_session().await;
     let args = json!({"steps": 1000, "delay_ms": 10});
     let call = |id: u64| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -682,10 +684,7 @@ async fn a_keyed_call_cancelled_after_its_effect_never_runs_again() {
             .expect("the stream goes on");
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
-    let r = mcp
-        .post(Some(&sid), json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}))
-        .await;
-    assert_eq!(r.status, 202);
+    cancel(&mcp, &sid, 7).await;
     let rest = Mcp::read(stream).await;
     assert!(
         rest.response().is_none(),
