@@ -27,7 +27,9 @@
 //!   instances; the same call again gets the stored answer re-addressed to its new JSON-RPC
 //!   id (nothing runs), another call under the key an error, a call whose first run is still
 //!   going `IDEMPOTENCY_KEY_IN_USE`, one whose instance died mid-run or whose run ended
-//!   without an answer to store `IDEMPOTENCY_OUTCOME_UNKNOWN`, for as long as the store keeps
+//!   without an answer to store (a 5xx, a timeout layer's 408: any failure but a refusal that
+//!   proves the call did not run, which frees the key) `IDEMPOTENCY_OUTCOME_UNKNOWN`, for as
+//!   long as the store keeps
 //!   the key (by default 24 h in a `MemoryStore`; `RedisOptions::lost_retention`, 7 days by
 //!   default, on Redis). A keyed call's answer is read to its end and stored even when its
 //!   client has gone. "The same call" is the same tool and arguments compared by value (key

@@ -196,7 +196,9 @@ pub(crate) fn refusal(status: u16, head: &HeadFacts, body: &[u8], context: Conte
 /// Statuses after which the server has not acted on the request: the client's request was
 /// refused before any processing (most 4xx), the resource is elsewhere (a redirect this
 /// client does not follow), or the server asked to come back later (429, or 503 with
-/// `Retry-After`). A 303 is absent on purpose: it answers a POST that was processed.
+/// `Retry-After`). A 303 is absent on purpose: it answers a POST that was processed; so is
+/// 408, which the HTTP standard reserves for a request not received in time but timeout
+/// layers (tower-http's `TimeoutLayer`, others) answer once the handler has started.
 fn proves_not_processed(status: u16, retry_after: bool) -> bool {
     matches!(
         status,
@@ -209,7 +211,6 @@ fn proves_not_processed(status: u16, retry_after: bool) -> bool {
             | 404
             | 405
             | 406
-            | 408
             | 411
             | 413
             | 414
@@ -467,7 +468,7 @@ mod tests {
 
     #[test]
     fn may_have_run_unless_proved_otherwise() {
-        for status in [500, 501, 502, 503, 504, 303, 409, 422, 418] {
+        for status in [500, 501, 502, 503, 504, 303, 408, 409, 422, 418] {
             assert_eq!(class(status, b"", true), Refused::MayHaveRun, "{status}");
         }
         for status in [401, 403, 406, 413, 415, 429, 307] {

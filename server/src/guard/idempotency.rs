@@ -154,18 +154,43 @@ fn refusal(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
     })
 }
 
+/// What marking a keyed call's answer with its hash gave (see [`stamp_result`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Stamp {
+    /// The message with the mark.
+    Marked(String),
+    /// Not a result (an error answer): it names no context and is kept as it is.
+    NotAResult,
+    /// A result that cannot carry the mark (not an object, or a `_meta` that is not one): kept
+    /// unmarked, a client under another context would take its replay for its own.
+    Unmarkable,
+}
+
 /// Marks a keyed call's result with the hash it was produced under (the extension's rule: a
-/// replayed result names its context, so a client under another one refuses it): the message
-/// with the mark, or `None` for an error answer, a result that is not an object, or a message
-/// that is not JSON. The result's other members are kept as the inner server wrote them.
-pub(crate) fn stamp_result(message: &str, hash: &CapabilityHash) -> Option<String> {
-    type Members<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
-    let mut top: Members<'_> = serde_json::from_str(message).ok()?;
-    let result: &RawValue = top.get("result")?;
+/// replayed result names its context, so a client under another one refuses it). The
+/// result's other members are kept as the inner server wrote them; a `_meta` of `null` (how
+/// some serializers write an absent one) is taken as absent.
+pub(crate) fn stamp_result(message: &str, hash: &CapabilityHash) -> Stamp {
+    let Ok(top) = serde_json::from_str::<Members<'_>>(message) else {
+        return Stamp::Unmarkable;
+    };
+    let Some(result) = top.get("result").copied() else {
+        return Stamp::NotAResult;
+    };
+    mark(top, result, hash).map_or(Stamp::Unmarkable, Stamp::Marked)
+}
+
+/// A JSON object's members as written.
+type Members<'a> = BTreeMap<Cow<'a, str>, &'a RawValue>;
+
+/// `top` with `result` marked; `None` when it cannot carry the mark.
+fn mark(top: Members<'_>, result: &RawValue, hash: &CapabilityHash) -> Option<String> {
+    // Shortened to this function's borrows (the map is covariant): the new members live here.
+    let mut top: Members<'_> = top;
     let mut result: Members<'_> = serde_json::from_str(result.get()).ok()?;
     let mut meta: Members<'_> = match result.get("_meta").copied() {
-        Some(meta) => serde_json::from_str(meta.get()).ok()?,
-        None => Members::new(),
+        Some(meta) if meta.get() != "null" => serde_json::from_str(meta.get()).ok()?,
+        _ => Members::new(),
     };
     let hash = serde_json::value::to_raw_value(hash.as_str()).ok()?;
     meta.insert(RESULT_HASH_META_KEY.into(), &hash);
@@ -232,16 +257,27 @@ mod tests {
     #[test]
     fn stamping_marks_results_only() {
         let h = CapabilityHash::from_stored("sha256:ab");
-        let ok = stamp_result(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#, &h).unwrap();
-        let ok: Value = serde_json::from_str(&ok).unwrap();
+        let marked = |message: &str| match stamp_result(message, &h) {
+            Stamp::Marked(text) => serde_json::from_str::<Value>(&text).unwrap(),
+            other => panic!("{message}: {other:?}"),
+        };
+        let ok = marked(r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#);
         assert_eq!(ok["result"]["_meta"][RESULT_HASH_META_KEY], "sha256:ab");
         assert_eq!(ok["result"]["content"], json!([]));
-        let err = r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#;
-        assert_eq!(stamp_result(err, &h), None);
-        assert_eq!(stamp_result(r#"{"id":1,"result":7}"#, &h), None);
+        let null_meta = marked(r#"{"id":1,"result":{"_meta":null}}"#);
         assert_eq!(
-            stamp_result(r#"{"id":1,"result":{"_meta":null}}"#, &h),
-            None
+            null_meta["result"]["_meta"][RESULT_HASH_META_KEY],
+            "sha256:ab"
+        );
+        let err = r#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}}"#;
+        assert_eq!(stamp_result(err, &h), Stamp::NotAResult);
+        assert_eq!(
+            stamp_result(r#"{"id":1,"result":7}"#, &h),
+            Stamp::Unmarkable
+        );
+        assert_eq!(
+            stamp_result(r#"{"id":1,"result":{"_meta":[]}}"#, &h),
+            Stamp::Unmarkable
         );
     }
 
@@ -249,7 +285,9 @@ mod tests {
     fn stamping_keeps_the_results_members_as_written() {
         let h = CapabilityHash::from_stored("sha256:ab");
         let message = r#"{"jsonrpc":"2.0","id":"a","result":{"n":123456789012345678901234567890,"x":0.10000000000000000555,"_meta":{"k":1e400,"other":"kept"}}}"#;
-        let stamped = stamp_result(message, &h).unwrap();
+        let Stamp::Marked(stamped) = stamp_result(message, &h) else {
+            panic!("not marked");
+        };
         assert!(
             stamped.contains(r#""n":123456789012345678901234567890"#),
             "{stamped}"

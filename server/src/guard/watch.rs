@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::advertise::{self, Parts};
 use super::answer::Answer;
-use super::idempotency::stamp_result;
+use super::idempotency::{stamp_result, Stamp};
 use super::ledger::RequestIds;
 use super::records::{SessionRecord, StoreOp, StoredOutcome};
 use super::resume::RejectReason;
@@ -23,6 +23,35 @@ use crate::ids::{
     CapabilityHash, ClaimToken, EventIdText, IdempotencyKey, InstanceId, SessionId, StreamId,
 };
 use crate::wire::{self, names};
+
+/// Whether a refusal proves the call did not run, so that its key may be claimed again: the
+/// statuses a server answers before acting on a request (the client's own list of them), and
+/// a 503 that asks to come back later. Any other failure may have come after the call ran: a
+/// timeout layer's 408 (tower-http's `TimeoutLayer` answers it once the handler has started),
+/// 409, 422, a 503 without `Retry-After` (a handler's own, a gateway's).
+fn proves_not_run(status: StatusCode, headers: &HeaderMap) -> bool {
+    matches!(
+        status.as_u16(),
+        301 | 302
+            | 307
+            | 308
+            | 400
+            | 401
+            | 403
+            | 404
+            | 405
+            | 406
+            | 411
+            | 413
+            | 414
+            | 415
+            | 417
+            | 421
+            | 429
+            | 431
+    ) || (status == StatusCode::SERVICE_UNAVAILABLE
+        && headers.contains_key(http::header::RETRY_AFTER))
+}
 
 /// How the skin reads the response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,11 +319,7 @@ impl Watch {
                     BodyPlan::Untouched
                 }
                 (false, _) => {
-                    // A refusal proves the call did not run (4xx, or 503 from a server
-                    // draining); any other failure may have come after it ran.
-                    let refused =
-                        status.is_client_error() || status == StatusCode::SERVICE_UNAVAILABLE;
-                    self.settle(if refused {
+                    self.settle(if proves_not_run(status, headers) {
                         Settle::Release
                     } else {
                         Settle::Lost
@@ -635,12 +660,22 @@ impl Watch {
                 *captured = true;
                 // Kept and stamped from the text as it came: its numbers as written.
                 let raw = String::from_utf8_lossy(raw);
-                let stamped = self.hash.as_ref().and_then(|h| stamp_result(&raw, h));
-                match StoredOutcome::from_response(stamped.as_deref().unwrap_or(&raw)) {
+                let stamp = self.hash.as_ref().map(|h| stamp_result(&raw, h));
+                let kept = match &stamp {
+                    Some(Stamp::Marked(text)) => Some(text.as_str()),
+                    // A result without its context's mark is never stored: its replay under
+                    // another context would be taken for that context's answer.
+                    Some(Stamp::Unmarkable) => None,
+                    Some(Stamp::NotAResult) | None => Some(&*raw),
+                };
+                match kept.and_then(StoredOutcome::from_response) {
                     Some(outcome) => self.settle(Settle::Finish(outcome)),
                     None => self.settle(Settle::Lost),
                 }
-                stamped
+                match stamp {
+                    Some(Stamp::Marked(text)) => Some(text),
+                    _ => None,
+                }
             }
             _ => None,
         }

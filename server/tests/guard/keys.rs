@@ -62,6 +62,50 @@ fn a_first_keyed_call_runs_and_its_answer_is_stored() {
     assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Finish { .. })), 1);
 }
 
+// | a keyed result whose `_meta` is `null` (serializers writing an absent `Option`) | stamped
+// as one without `_meta`: the stored answer names its context, so a client under another
+// one refuses its replay; a result that cannot carry the mark (`_meta` not an object) is not
+// stored unmarked: the key is lost |
+#[test]
+fn a_result_with_a_null_meta_is_stamped_and_one_that_cannot_be_is_not_stored() {
+    let (mut w, mut a, hash) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let body = json!({"jsonrpc": "2.0", "id": 2, "result": {"content": [], "_meta": null}});
+    let body = body.to_string();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(body.as_bytes()),
+    );
+    assert_eq!(
+        seen.json()["result"]["_meta"][RESULT_HASH_META_KEY],
+        hash.as_str()
+    );
+    let again = call_body(3, "bump", json!({}), Some("k1"));
+    let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+    assert_eq!(v["result"]["_meta"][RESULT_HASH_META_KEY], hash.as_str());
+
+    let call = call_body(4, "bump", json!({}), Some("k2"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let body = json!({"jsonrpc": "2.0", "id": 4, "result": {"content": [], "_meta": "odd"}});
+    let body = body.to_string();
+    a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(body.as_bytes()),
+    );
+    let again = call_body(5, "bump", json!({}), Some("k2"));
+    let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+    assert_eq!(code(&v), "IDEMPOTENCY_OUTCOME_UNKNOWN");
+}
+
 // | the same key and arguments again, on any instance | answered from the store: the first
 // answer re-addressed to the new id, its hash in `_meta`; the inner server never sees it |
 #[test]
@@ -155,11 +199,18 @@ fn a_key_whose_holder_died_is_lost_for_good() {
     );
 }
 
-// | the inner server refuses the call (4xx, 503) | the key is released: the call provably
-// did not run, and a retry runs it |
+// | the inner server refuses the call with a status that proves it was not processed (400,
+// 404, 429, 503 with `Retry-After`, …) | the key is released: the call provably did not run,
+// and a retry runs it |
 #[test]
 fn a_refused_call_releases_its_key() {
-    for status in [400, 404, 503] {
+    let json_later = || headers(&[("content-type", "application/json"), ("retry-after", "1")]);
+    for (status, head) in [
+        (400, json_head()),
+        (404, json_head()),
+        (429, json_head()),
+        (503, json_later()),
+    ] {
         let (mut w, mut a, _) = session();
         let call = call_body(2, "bump", json!({}), Some("k1"));
         let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
@@ -168,7 +219,7 @@ fn a_refused_call_releases_its_key() {
             w.now,
             &mut watch,
             status,
-            json_head(),
+            head,
             Response::Raw(b"{}"),
         );
         assert_eq!(
@@ -182,11 +233,17 @@ fn a_refused_call_releases_its_key() {
 }
 
 // | the inner server fails after accepting it (500, a 2xx that does not answer it, a
-// stream that ends without its answer) | the key is lost: its outcome is unknown |
+// stream that ends without its answer), or refuses it in words that do not prove it did not
+// run (a timeout layer's 408 after the handler started, 409, 422, a 503 without
+// `Retry-After`) | the key is lost: its outcome is unknown |
 #[test]
 fn a_call_that_may_have_run_without_an_answer_is_lost() {
     let cases: Vec<(u16, http::HeaderMap, Response<'static>)> = vec![
         (500, json_head(), Response::Raw(b"oops")),
+        (408, json_head(), Response::Raw(b"")),
+        (409, json_head(), Response::Raw(b"{}")),
+        (422, json_head(), Response::Raw(b"{}")),
+        (503, json_head(), Response::Raw(b"draining")),
         (
             200,
             json_head(),
