@@ -79,6 +79,9 @@ pub fn claim(entry: &mut Option<KeyState>, claim: &Claim, now: Instant) -> Claim
         return ClaimOutcome::Mismatch;
     }
     match &state.phase {
+        // Its own claim sent again (a client re-sending a command whose reply it did not get):
+        // still its holder's.
+        Phase::Running { .. } if state.holder == *claim.token() => ClaimOutcome::Granted,
         Phase::Running { .. } => ClaimOutcome::InUse,
         Phase::Done(outcome) => ClaimOutcome::Done(outcome.clone()),
         Phase::Lost => ClaimOutcome::Lost,

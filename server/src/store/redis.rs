@@ -118,6 +118,7 @@ if st == 'running' and tonumber(redis.call('HGET', k, 'until')) <= now then
 end
 if redis.call('HGET', k, 'digest') ~= ARGV[1] then return {'mismatch'} end
 if st == 'done' then return {'done', redis.call('HGET', k, 'outcome')} end
+if st == 'running' and redis.call('HGET', k, 'holder') == ARGV[2] then return {'granted'} end
 if st == 'running' then return {'in_use'} end
 return {'lost'}
 "#;

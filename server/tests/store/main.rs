@@ -90,6 +90,7 @@ macro_rules! suite {
 suite!(
     sessions_round_trip_and_are_forgotten,
     a_free_key_is_granted_once_then_in_use,
+    a_claim_repeated_by_its_holder_is_granted_again,
     a_finished_key_answers_its_outcome_to_the_same_call_only,
     a_lapsed_lease_makes_the_key_lost_for_good,
     renewals_keep_a_claim_alive,
@@ -159,6 +160,32 @@ async fn a_free_key_is_granted_once_then_in_use(store: Arc<dyn Store>) {
         store.claim(&claim("k", 2, "b")).await.unwrap(),
         ClaimOutcome::Mismatch
     );
+}
+
+/// A claim's command sent twice (a Redis Cluster client re-sends a command whose reply timed
+/// out, after the first one ran): the second is its holder's own and is granted, instead of
+/// answering the holder "in use" and leaving a call that never ran to be lost when its lease
+/// lapses. Another holder is still refused, and a settled key is never granted again.
+async fn a_claim_repeated_by_its_holder_is_granted_again(store: Arc<dyn Store>) {
+    let first = claim("k", 1, "a");
+    assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Granted);
+    assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Granted);
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::InUse
+    );
+    assert_eq!(
+        store.claim(&claim("k", 2, "a")).await.unwrap(),
+        ClaimOutcome::Mismatch
+    );
+    store
+        .finish(&key("k"), &token("a"), &outcome("done"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(&first).await.unwrap(),
+        ClaimOutcome::Done(_)
+    ));
 }
 
 async fn a_finished_key_answers_its_outcome_to_the_same_call_only(store: Arc<dyn Store>) {
