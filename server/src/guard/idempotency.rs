@@ -123,7 +123,20 @@ pub fn claim_verdict(
 /// answer keyed calls inside their own streams, as the mock cluster does.)
 pub fn claim_message(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
     match outcome {
-        ClaimOutcome::Done(stored) => serde_json::from_str(&stored.addressed_to(id)).ok(),
+        // Never `None`: that would let a finished call run again. A stored answer a `Value`
+        // cannot hold (a number beyond `f64`, kept as the inner server wrote it) is told as
+        // an outcome this caller cannot be given.
+        ClaimOutcome::Done(stored) => Some(
+            serde_json::from_str(&stored.addressed_to(id)).unwrap_or_else(|_| {
+                error_body(
+                    id,
+                    rpc_codes::SERVER,
+                    "The call with this idempotency key ran; its stored answer cannot be \
+                     re-sent here and it will not run again",
+                    Some(json!({"code": codes::IDEMPOTENCY_OUTCOME_UNKNOWN})),
+                )
+            }),
+        ),
         refused => refusal(refused, id),
     }
 }
@@ -252,6 +265,21 @@ mod tests {
             key_of(Some(&empty), &headers(None)),
             KeyFound::Invalid(_)
         ));
+    }
+
+    #[test]
+    fn a_finished_key_is_never_a_call_that_may_run() {
+        use crate::guard::StoredOutcome;
+        let stored = StoredOutcome::from_stored(r#"{"result":{"x":1e400}}"#).unwrap();
+        let message = claim_message(ClaimOutcome::Done(stored), &json!(7)).unwrap();
+        assert_eq!(message["id"], 7);
+        assert_eq!(
+            message["error"]["data"]["code"],
+            codes::IDEMPOTENCY_OUTCOME_UNKNOWN
+        );
+        let stored = StoredOutcome::from_stored(r#"{"result":{"x":1}}"#).unwrap();
+        let message = claim_message(ClaimOutcome::Done(stored), &json!(8)).unwrap();
+        assert_eq!(message["result"]["x"], 1);
     }
 
     #[test]

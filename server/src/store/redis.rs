@@ -13,6 +13,10 @@
 //! Leases are judged by the Redis server's clock (`TIME` inside the scripts), so replicas'
 //! clocks never disagree about them. A keyed call costs two round trips: the claim and the
 //! stored answer (one `EVALSHA` each; scripts are loaded at connect).
+//!
+//! The Redis must not evict keys (`maxmemory-policy noeviction`): every key here has an
+//! expiry, so a `volatile-*` or `allkeys-*` policy may drop a running or finished key under
+//! memory pressure, and the call's re-send would run again.
 
 use std::sync::Arc;
 use std::time::Duration;
