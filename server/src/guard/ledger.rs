@@ -14,12 +14,26 @@ use serde_json::Value;
 use super::records::SessionRecord;
 use crate::ids::{CapabilityHash, SessionId, StreamId};
 
-/// A map that forgets its oldest entries beyond a capacity.
+/// A map that forgets, beyond a capacity, the entries unused the longest: an entry used
+/// ([`Bounded::touch`]) since it was queued goes to the back of the order instead of out.
+/// This approximates least-recent-use at the cost of a stamp per use, with no queue work on
+/// the path that uses an entry.
 #[derive(Debug)]
 pub(crate) struct Bounded<K, V> {
-    map: FxHashMap<K, V>,
-    order: VecDeque<K>,
+    map: FxHashMap<K, Slot<V>>,
+    /// Keys in eviction order, each with the stamp it was queued under: an entry whose slot
+    /// holds another stamp (removed, inserted again, or queued again) is stale and skipped.
+    order: VecDeque<(K, u64)>,
     capacity: usize,
+    /// Counts insertions: the stamps of queueing and use.
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct Slot<V> {
+    value: V,
+    queued: u64,
+    used: u64,
 }
 
 impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
@@ -28,25 +42,64 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
             map: FxHashMap::default(),
             order: VecDeque::new(),
             capacity: capacity.max(1),
+            tick: 0,
         }
     }
 
     pub(crate) fn insert(&mut self, k: K, v: V) {
-        if self.map.insert(k.clone(), v).is_none() {
-            self.order.push_back(k);
+        if let Some(slot) = self.map.get_mut(&k) {
+            slot.value = v;
+            slot.used = self.tick;
+            return;
         }
-        while self.map.len() > self.capacity {
-            match self.order.pop_front() {
-                Some(old) => {
-                    self.map.remove(&old);
-                }
-                None => break,
+        // Room is made before the new entry is queued: it is never the one evicted.
+        while self.map.len() >= self.capacity {
+            let Some((old, stamp)) = self.order.pop_front() else {
+                break;
+            };
+            let Some(slot) = self.map.get_mut(&old) else {
+                continue;
+            };
+            if slot.queued != stamp {
+                continue;
             }
+            if slot.used > slot.queued {
+                // Used since it was queued: it goes round once more. Its stamp is then its
+                // last use, so it is not sent round again before it is used again, and the
+                // loop ends.
+                slot.queued = self.tick;
+                slot.used = self.tick;
+                self.order.push_back((old, self.tick));
+                continue;
+            }
+            self.map.remove(&old);
         }
-        // Removed keys linger in `order`; compact once they are most of it.
+        self.tick += 1;
+        let tick = self.tick;
+        self.order.push_back((k.clone(), tick));
+        self.map.insert(
+            k,
+            Slot {
+                value: v,
+                queued: tick,
+                used: tick,
+            },
+        );
+        // Stale keys linger in `order`; compact once they are most of it.
         if self.order.len() > 2 * self.capacity {
             let map = &self.map;
-            self.order.retain(|k| map.contains_key(k));
+            self.order
+                .retain(|(k, stamp)| map.get(k).is_some_and(|s| s.queued == *stamp));
+        }
+    }
+
+    /// Marks an entry used: it is not among the next evicted.
+    pub(crate) fn touch<Q: Hash + Eq + ?Sized>(&mut self, k: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        if let Some(slot) = self.map.get_mut(k) {
+            slot.used = self.tick;
         }
     }
 
@@ -54,15 +107,20 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
     where
         K: std::borrow::Borrow<Q>,
     {
-        self.map.get(k)
+        self.map.get(k).map(|s| &s.value)
     }
 
+    /// The entry, marked used.
     pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
-        self.map.get_mut(k)
+        let tick = self.tick;
+        self.map.get_mut(k).map(|s| {
+            s.used = tick;
+            &mut s.value
+        })
     }
 
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
-        self.map.remove(k)
+        self.map.remove(k).map(|s| s.value)
     }
 
     pub(crate) fn contains<Q: Hash + Eq + ?Sized>(&self, k: &Q) -> bool
@@ -73,7 +131,7 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
     }
 
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&K, &mut V) -> bool) {
-        self.map.retain(|k, v| keep(k, v));
+        self.map.retain(|k, s| keep(k, &mut s.value));
     }
 }
 
@@ -474,6 +532,11 @@ impl Ledger {
         self.streams.get(&id)
     }
 
+    /// Marks a stream used (a resume of it was authorized): kept over streams unused longer.
+    pub(crate) fn touch_stream(&mut self, id: StreamId) {
+        self.streams.touch(&id);
+    }
+
     /// Numbers an inner event on `stream`; `None` when the stream was forgotten.
     pub(crate) fn record(&mut self, stream: StreamId, inner: &str) -> Option<u64> {
         self.streams.get_mut(&stream).map(|log| log.record(inner))
@@ -566,6 +629,34 @@ mod tests {
             m.remove(&i);
         }
         assert!(m.order.len() <= 4);
+    }
+
+    #[test]
+    fn bounded_maps_keep_what_was_used_over_what_was_not() {
+        let mut m = Bounded::new(3);
+        m.insert(1, "a");
+        m.insert(2, "b");
+        m.insert(3, "c");
+        m.touch(&1);
+        m.insert(4, "d");
+        assert!(
+            m.contains(&1) && !m.contains(&2),
+            "the unused oldest goes first"
+        );
+        m.insert(5, "e");
+        assert!(m.contains(&1) && !m.contains(&3));
+        m.insert(6, "f");
+        assert!(!m.contains(&1), "unused since it went round, it goes");
+        // A key forgotten and inserted again is as new: its old place in the order is stale.
+        m.remove(&4);
+        m.insert(4, "d");
+        m.insert(7, "g");
+        assert!(m.contains(&4) && !m.contains(&5));
+        for i in 0..100 {
+            m.insert(100 + i, "x");
+            m.touch(&(100 + i));
+        }
+        assert!(m.order.len() <= 7);
     }
 
     #[test]

@@ -723,6 +723,7 @@ impl Exchange {
         match inner {
             Ok((cursor, inner)) => {
                 let issued = stream.map_or(cursor.seq, ledger::StreamLog::head);
+                guard.ledger.touch_stream(cursor.stream);
                 let numbering = watch::Numbering::resumed(cursor.stream, cursor.seq, issued, sid);
                 let hash = self.record.as_ref().map(|r| r.hash().clone());
                 let watch = Watch::new(

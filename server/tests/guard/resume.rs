@@ -423,3 +423,45 @@ fn a_resume_that_cannot_be_judged_now_is_deferred() {
     w.store.down = false;
     assert!(w.store.sessions.contains_key(&sid()));
 }
+
+// | a session's listen stream, still in use, then more SSE responses of other sessions than
+// the ledger holds logs | its events stay numbered and a resume of it is forwarded: the logs
+// evicted are those unused the longest, not the oldest opened |
+#[test]
+fn a_stream_in_use_outlives_newer_traffic() {
+    use http::StatusCode;
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    w.initialize(&mut a, "s2", json!({}));
+    let (_, mut listen) = w.get(&mut a, "s1", None).watch();
+    listen.handle_head(&mut a.guard, StatusCode::OK, &mut sse_head());
+    let mut event = |a: &mut Instance, n: usize| {
+        let mut out = bytes::BytesMut::new();
+        let block = format!("id: {n}\ndata: {{}}\n\n");
+        listen.handle_sse(&mut a.guard, block.as_bytes(), &mut out);
+        sse_events(&String::from_utf8_lossy(&out))[0]
+            .0
+            .clone()
+            .unwrap()
+    };
+    let first = event(&mut a, 0);
+    let stream = first.split('-').next().unwrap().to_owned();
+    let call = call_body(2, "echo", json!({}), None);
+    let answer = format!("id: 0\ndata: {}\n\n", result(2, "ok"));
+    // More responses than the ledger holds logs (10,000 by default); the listen stream
+    // carries an event now and then.
+    for n in 1..=10_500 {
+        let (_, mut watch) = w.post(&mut a, Some("s2"), &call, &[]).watch();
+        watch.handle_head(&mut a.guard, StatusCode::OK, &mut sse_head());
+        let mut out = bytes::BytesMut::new();
+        watch.handle_sse(&mut a.guard, answer.as_bytes(), &mut out);
+        if n % 1000 == 0 {
+            event(&mut a, n);
+        }
+    }
+    let last = event(&mut a, 99);
+    assert_eq!(last, format!("{stream}-12"), "still numbered");
+    let (inner, _) = w.get(&mut a, "s1", Some(&last)).watch();
+    assert_eq!(inner.as_deref(), Some("99"));
+}
