@@ -197,7 +197,13 @@ function replaceHeader(req, name, value) {
 
 /** Sends the guard's own answer (a `Sent` array with its head and end). */
 function answer(res, [status, headers, body]) {
-  res.writeHead(status, split(headers ?? ""));
+  if (res.writeHead === ServerResponse.prototype.writeHead) {
+    res.writeHead(status, split(headers ?? ""));
+  } else {
+    // Middleware in front replaced `writeHead` (see `setHeaders`).
+    setHeaders(res, split(headers ?? ""));
+    res.writeHead(status);
+  }
   res.end(body ?? undefined);
 }
 
@@ -210,6 +216,25 @@ const ABORT = 2;
 
 /** A flat name/value list from the addon's NUL-joined string. */
 const split = (joined) => (joined === "" ? [] : joined.split("\0"));
+
+/**
+ * Sets a flat name/value list on the response, one `setHeader` a name (a name given more than
+ * once with its values in order, one given once with its value alone, as `getHeader` reads it
+ * from any handler). For a `writeHead` of middleware in front, which gets the status only: old
+ * ones (on-headers < 1.1.0, under morgan, express-session, compression, response-time) read an
+ * array of headers as `[name, value]` pairs, and a flat list given them would be cut into
+ * characters.
+ */
+function setHeaders(res, flat) {
+  const grouped = new Map();
+  for (let i = 0; i + 1 < flat.length; i += 2) {
+    const name = flat[i].toLowerCase();
+    const values = grouped.get(name);
+    if (values === undefined) grouped.set(name, [flat[i + 1]]);
+    else values.push(flat[i + 1]);
+  }
+  for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? values[0] : values);
+}
 
 /** The handler's `writeHead` headers, with those set before (`setHeader`), as a flat list. */
 function headerList(res, headers) {
@@ -414,7 +439,12 @@ class Interceptor {
     const [status, headers, body, end] = sent;
     if (status !== 0 && !this.gone()) {
       for (const name of res.getHeaderNames()) res.removeHeader(name);
-      this.down.writeHead.call(res, status, split(headers));
+      if (this.down === real) {
+        this.down.writeHead.call(res, status, split(headers));
+      } else {
+        setHeaders(res, split(headers));
+        this.down.writeHead.call(res, status);
+      }
       this.headSent = true;
       // Else the head goes with the first body bytes, in one write.
       if (this.flushWanted && body === null && end === 0) this.down.flushHeaders.call(res);

@@ -21,6 +21,7 @@ import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import { Client, IDEMPOTENCY_META_KEY, InvalidConfigError, OutcomeUnknownError, ResumeSafety, ResumeTransport } from "../index.js";
 import { Deployment, Redis, Replica } from "./support/deployment.mjs";
+import { onHeaders } from "./support/on-headers-1.0.2.mjs";
 
 let redis;
 before(async () => {
@@ -175,6 +176,73 @@ test("a body over the bound reaches a handler that reads it by its data events",
   } finally {
     server.closeAllConnections();
     server.close();
+  }
+});
+
+/** Serves `handler` on 127.0.0.1 (a free port); its base URL and the server. */
+async function serve(handler) {
+  const server = createServer(handler);
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  return { url: `http://127.0.0.1:${server.address().port}/mcp`, server };
+}
+
+function shut(server) {
+  server.closeAllConnections();
+  server.close();
+}
+
+const MCP_HEADERS = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+
+const INITIALIZE = JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "t", version: "1" } } });
+
+/** An initialize's answer, as an SSE stream with its session id. */
+function answerInitialize(req, res) {
+  res.writeHead(200, { "content-type": "text/event-stream", "mcp-session-id": "s-on-headers" });
+  const result = { protocolVersion: "2025-06-18", capabilities: {}, serverInfo: { name: "t", version: "1" } };
+  res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result })}\n\n`);
+}
+
+test("middleware in front on old on-headers (a writeHead reading headers as pairs) gets whole headers", { timeout: 30000 }, async () => {
+  // morgan <= 1.10.0, express-session <= 1.18.1, compression <= 1.8.0, response-time: their
+  // `writeHead` sets an array of headers as [name, value] pairs and passes the status on.
+  const guard = new ResumeSafety({ store: redis.url });
+  const { url, server } = await serve((req, res) => {
+    onHeaders(res, () => res.setHeader("x-response-time", "1ms"));
+    guard.middleware()(req, res, (error) => {
+      if (error) {
+        res.statusCode = 500;
+        res.end(String(error));
+      } else {
+        answerInitialize(req, res);
+      }
+    });
+  });
+  try {
+    // The handler's head, as the guard let it go.
+    const init = await fetch(url, { method: "POST", headers: MCP_HEADERS, body: INITIALIZE, signal: AbortSignal.timeout(5000) });
+    const text = await init.text();
+    assert.equal(init.status, 200, text);
+    assert.equal(init.headers.get("content-type"), "text/event-stream");
+    assert.equal(init.headers.get("mcp-session-id"), "s-on-headers");
+    assert.equal(init.headers.get("x-response-time"), "1ms");
+    assert.match(text, /"serverInfo"/);
+    // The guard's own answer: a keyed call while the store cannot answer (its writes wait
+    // past the store's response timeout) is refused 503 with a one-character Retry-After.
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: `k-${randomUUID()}` }, name: "echo", arguments: {} } });
+    await redis.command("CLIENT", "PAUSE", "3000", "WRITE");
+    let refused;
+    try {
+      refused = await fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
+    } finally {
+      await redis.command("CLIENT", "UNPAUSE");
+    }
+    const refusal = await refused.text();
+    assert.equal(refused.status, 503, refusal);
+    assert.equal(refused.headers.get("retry-after"), "1");
+    assert.equal(refused.headers.get("content-type"), "application/json");
+  } finally {
+    shut(server);
   }
 });
 
