@@ -19,7 +19,9 @@
 //!   continuations live where they were opened), it still knows every event after the
 //!   cursor, no request on the stream was lost, and the context is the one the stream was
 //!   opened under; then the inner server's replay is checked event by event before the
-//!   client sees it. Otherwise: `404`,
+//!   client sees it (a replay longer than `max_body` is not held whole: its head goes, the
+//!   rest is still checked as it passes, and a divergence then cuts the stream and breaks it
+//!   for good). Otherwise: `404`,
 //!   `Mcp-Resume-Rejected: <reason>`, a `SESSION_RESUME_REJECTED` error, the session
 //!   forgotten;
 //! - **idempotency, both eras**: a `tools/call` with a key (`params._meta`, the

@@ -94,11 +94,13 @@ enum Mode {
         open: Option<(SessionId, CapabilityHash, RequestIds)>,
     },
     /// A resumed stream: the inner server's replay must bring `expected` next, and reach
-    /// `issued` (the head when the resume was authorized) before the client sees anything.
+    /// `issued` (the head when the resume was authorized) before the client sees anything,
+    /// unless it is long: `held` counts the bytes of it held with the head.
     Resumed {
         expected: u64,
         issued: u64,
         session: SessionId,
+        held: usize,
     },
 }
 
@@ -124,6 +126,7 @@ impl Numbering {
                 expected: cursor + 1,
                 issued,
                 session,
+                held: 0,
             },
         }
     }
@@ -131,6 +134,21 @@ impl Numbering {
     /// A resumed stream whose replay has not yet brought everything issued.
     fn replay_pending(&self) -> bool {
         matches!(self.mode, Mode::Resumed { expected, issued, .. } if expected <= issued)
+    }
+
+    /// A resumed stream that holds its head until its replay is proven, and has not held
+    /// more than `max` bytes of it yet. A client picks its cursor, so it could ask for a
+    /// replay of the whole log: past one event's bound the head goes, and the rest is checked
+    /// as it passes (a divergence then cuts the stream and breaks it, instead of a 404).
+    fn holds_head(&self, max: usize) -> bool {
+        matches!(self.mode, Mode::Resumed { held, .. } if held <= max) && self.replay_pending()
+    }
+
+    /// `bytes` more of the replay were held with the head.
+    fn held(&mut self, bytes: usize) {
+        if let Mode::Resumed { held, .. } = &mut self.mode {
+            *held = held.saturating_add(bytes);
+        }
     }
 }
 
@@ -391,12 +409,18 @@ impl Watch {
         };
         // Rewritten blocks are about as long as the chunk (ids a few bytes longer).
         out.reserve(chunk.len() + 64);
+        let before = out.len();
         let mut flow = SseFlow::Continue;
         let overflow = splitter.feed(chunk, |block| {
             flow = self.on_block(guard, &block, out);
             flow == SseFlow::Continue
         });
         self.splitter = Some(splitter);
+        if !self.head_sent {
+            if let Some(n) = self.numbering.as_mut() {
+                n.held(out.len() - before);
+            }
+        }
         if flow == SseFlow::Abort {
             self.diverged(guard);
             return SseFlow::Abort;
@@ -436,7 +460,7 @@ impl Watch {
             _ => !self
                 .numbering
                 .as_ref()
-                .is_some_and(Numbering::replay_pending),
+                .is_some_and(|n| n.holds_head(self.max)),
         }
     }
 

@@ -110,3 +110,78 @@ fn an_endless_block_is_bounded() {
         "past the bound the bytes flow untouched instead of piling up"
     );
 }
+
+/// A resume's replay is held with the head until it is proven; a client that asks for a long
+/// one (its cursor far back) must not make the guard hold all of it: past one event's bound
+/// the head goes and the rest is still checked as it passes, a divergence then cutting the
+/// stream (and breaking it for the next resume) instead of answering 404.
+#[test]
+fn a_long_replay_is_not_held_whole() {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let max = GuardConfig::default().max_body();
+    let note = |n: usize| {
+        let text = "x".repeat(max / 2);
+        format!(
+            "id: {n}/0\ndata: {}\n\n",
+            json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": text}})
+        )
+    };
+    let chunks: Vec<String> = std::iter::once("id: 0/0\ndata: \n\n".to_owned())
+        .chain((1..=6).map(note))
+        .collect();
+    let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(refs, true),
+    );
+    let first = seen.events()[0].0.clone().unwrap();
+
+    for diverge in [false, true] {
+        let (_, mut replay) = w.get(&mut a, "s1", Some(&first)).watch();
+        replay.handle_head(&mut a.guard, StatusCode::OK, &mut sse_head());
+        let mut held = 0;
+        let mut flows = Vec::new();
+        for (i, chunk) in chunks[1..].iter().enumerate() {
+            // The diverging replay skips its fifth event.
+            if diverge && i == 4 {
+                continue;
+            }
+            let mut out = bytes::BytesMut::new();
+            flows.push(replay.handle_sse(&mut a.guard, chunk.as_bytes(), &mut out));
+            if replay.head_ready() {
+                break;
+            }
+            held += out.len();
+        }
+        assert!(replay.head_ready(), "the head went before the replay ended");
+        assert!(held <= max + 64 * 1024, "held {held} bytes");
+        let mut head = sse_head();
+        replay.finish_head(&mut head);
+        let mut flow = mcp_resume_server::guard::SseFlow::Continue;
+        for (i, chunk) in chunks[1..].iter().enumerate().skip(flows.len()) {
+            if diverge && i == 4 {
+                continue;
+            }
+            flow = replay.handle_sse(&mut a.guard, chunk.as_bytes(), &mut bytes::BytesMut::new());
+            if flow != mcp_resume_server::guard::SseFlow::Continue {
+                break;
+            }
+        }
+        assert!(replay.take_refusal().is_none(), "the head went: no 404 now");
+        if diverge {
+            assert_eq!(flow, mcp_resume_server::guard::SseFlow::Abort);
+            let again = w.get(&mut a, "s1", Some(&first)).answer();
+            assert_eq!(again.status(), 404, "the broken stream's next resume");
+        } else {
+            assert_eq!(flow, mcp_resume_server::guard::SseFlow::Continue);
+        }
+    }
+}
