@@ -30,9 +30,18 @@ struct KeyInner {
     algorithm: Algorithm,
     jwk: Jwk,
     thumbprint: String,
-    /// The last nonce each server (by origin) handed out.
+    /// The last nonce each server (by origin) handed out: at most [`MAX_NONCES`] of them.
     nonces: Mutex<HashMap<String, String>>,
 }
+
+/// How many servers' nonces a key keeps. A client talks to a handful of servers; every
+/// answer of any of them may name a nonce, and an unbounded map would grow with each new
+/// origin for the life of the key.
+const MAX_NONCES: usize = 32;
+
+/// The longest nonce kept. Servers' nonces are short random strings; a longer one would be
+/// copied into every proof, and a server could make the client hold any amount of it.
+const MAX_NONCE_LEN: usize = 1024;
 
 impl std::fmt::Debug for DpopKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -140,22 +149,73 @@ impl DpopKey {
     /// names one: a request refused for want of a nonce is worth sending again, once, with
     /// it. Not only when the nonce is new to this key: of several requests that went out
     /// with the old nonce and are refused together, the first one seen stores the new nonce,
-    /// and the others need their retry as much.
+    /// and the others need their retry as much. A nonce longer than 1 KiB is not kept (and
+    /// is not worth a retry).
     pub fn observe_nonce(&self, url: &Url, headers: &HeaderMap) -> bool {
         let Some(nonce) = headers
             .get(DPOP_NONCE_HEADER)
             .and_then(|v| v.to_str().ok())
-            .filter(|n| !n.is_empty())
+            .filter(|n| !n.is_empty() && n.len() <= MAX_NONCE_LEN)
         else {
             return false;
         };
+        let scope = nonce_scope(url);
         let mut nonces = self.inner.nonces.lock().unwrap_or_else(|p| p.into_inner());
-        nonces.insert(nonce_scope(url), nonce.to_owned());
+        if nonces.len() >= MAX_NONCES && !nonces.contains_key(&scope) {
+            // Any other server's will do: one evicted only costs it a retry for a new nonce.
+            if let Some(evicted) = nonces.keys().next().cloned() {
+                nonces.remove(&evicted);
+            }
+        }
+        nonces.insert(scope, nonce.to_owned());
         true
     }
 
     fn nonce(&self, url: &Url) -> Option<String> {
         let nonces = self.inner.nonces.lock().unwrap_or_else(|p| p.into_inner());
         nonces.get(&nonce_scope(url)).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nonce_from(key: &DpopKey, origin: &str, nonce: &str) -> bool {
+        let url = Url::parse(&format!("{origin}/token")).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(DPOP_NONCE_HEADER, nonce.parse().unwrap());
+        key.observe_nonce(&url, &headers)
+    }
+
+    fn nonce_for(key: &DpopKey, origin: &str) -> Option<String> {
+        key.nonce(&Url::parse(&format!("{origin}/token")).unwrap())
+    }
+
+    #[test]
+    fn the_nonces_kept_are_bounded_in_number_and_size() {
+        let key = DpopKey::generate().unwrap();
+        for i in 0..1000 {
+            assert!(nonce_from(
+                &key,
+                &format!("https://as{i}.example"),
+                &format!("n{i}")
+            ));
+        }
+        let kept = key.inner.nonces.lock().unwrap().len();
+        assert!(kept <= MAX_NONCES, "{kept} nonces kept");
+        // The latest is kept: the retry of the request it answered needs it.
+        assert_eq!(
+            nonce_for(&key, "https://as999.example").as_deref(),
+            Some("n999")
+        );
+
+        // A nonce no server needs this long is not kept, nor worth a retry.
+        let huge = "n".repeat(2048);
+        assert!(!nonce_from(&key, "https://as999.example", &huge));
+        assert_eq!(
+            nonce_for(&key, "https://as999.example").as_deref(),
+            Some("n999")
+        );
     }
 }
