@@ -99,9 +99,10 @@ enum LedgerChoice {
 
 impl std::fmt::Debug for ClientBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The bearer token and header values may be secrets.
+        // The bearer token and header values may be secrets, and so may the URL's user info
+        // and query.
         f.debug_struct("ClientBuilder")
-            .field("url", &self.url)
+            .field("url", &super::http::redacted_url(&self.url))
             .field("session", &self.session)
             .field("bearer", &self.bearer.as_ref().map(|_| "<redacted>"))
             .field("auth", &self.auth.as_ref().map(|_| "<token provider>"))

@@ -862,7 +862,7 @@ async fn credentials_in_the_mcp_url_stay_out_of_errors_and_debug() {
         .server_url(server)
         .token_store(store.clone())
         .client_credentials(ClientCredentials::secret("m", "s3cret").issuer("https://as.example"));
-    let debug = format!("{builder:?}");
+    let debug = format!("{builder:?} {:?}", Client::builder(server));
     let provider = builder.build().unwrap();
     let mut same = TokenRequest::default();
     same.url = Some(server.to_owned());
