@@ -238,6 +238,168 @@ async def test_a_response_its_app_left_unfinished_is_cut_short() -> None:
     assert sent == []
 
 
+class Scripted:
+    """An inner app whose handler the test sets before each request."""
+
+    def __init__(self) -> None:
+        self.handler: Callable[[Any, Any, Any], Any] | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        assert self.handler is not None
+        await self.handler(scope, receive, send)
+
+
+SSE_HEAD = {"type": "http.response.start", "status": 200,
+            "headers": [(b"content-type", b"text/event-stream")]}
+NOTE = b'{"jsonrpc":"2.0","method":"notifications/message","params":{}}'
+
+
+def event(inner_id: str, data: bytes, more: bool = True) -> dict[str, Any]:
+    return {"type": "http.response.body", "body": f"id: {inner_id}\ndata: ".encode() + data + b"\n\n",
+            "more_body": more}
+
+
+def tool_call(call_id: int, key: str | None = None) -> bytes:
+    meta = f',"_meta":{{"io.github.mcp-resume/idempotency-key":"{key}"}}' if key else ""
+    return (f'{{"jsonrpc":"2.0","id":{call_id},"method":"tools/call","params":'
+            f'{{"name":"echo","arguments":{{}}{meta}}}}}').encode()
+
+
+def tool_result(call_id: int, text: str) -> bytes:
+    return (f'{{"jsonrpc":"2.0","id":{call_id},"result":{{"content":'
+            f'[{{"type":"text","text":"{text}"}}]}}}}').encode()
+
+
+async def request(
+    app: Any, method: str, headers: list[tuple[bytes, bytes]], body: bytes = b"",
+    send: Callable[[dict[str, Any]], Any] | None = None, client_leaves: bool = False,
+) -> list[dict[str, Any]]:
+    """One request to ``app`` as a server makes it: what went to the client (through ``send``
+    when given). The client stays until the response ends, or leaves once its request is read."""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+        "scheme": "http", "path": "/mcp", "raw_path": b"/mcp", "query_string": b"",
+        "root_path": "", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1),
+        "headers": [(b"accept", b"application/json, text/event-stream"), *headers],
+    }
+    incoming: list[dict[str, Any]] = [{"type": "http.request", "body": body, "more_body": False}]
+    if client_leaves:
+        incoming.append({"type": "http.disconnect"})
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if incoming:
+            return incoming.pop(0)
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError("unreachable")
+
+    async def to_client(message: dict[str, Any]) -> None:
+        if send is not None:
+            await send(message)
+        sent.append(message)
+
+    await app(scope, receive, to_client)
+    return sent
+
+
+def body_of(sent: list[dict[str, Any]]) -> bytes:
+    return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def gone_after_first_body(delivered: list[dict[str, Any]]) -> Callable[[dict[str, Any]], Any]:
+    """A server's ``send`` whose client left after the response's first body bytes: it raises
+    an ``OSError`` from then on (ASGI 2.4; uvicorn's ``ClientDisconnected`` is one). What it
+    delivered goes to ``delivered``."""
+
+    async def send(message: dict[str, Any]) -> None:
+        if any(m["type"] == "http.response.body" for m in delivered):
+            raise OSError("the client is gone")
+        delivered.append(message)
+
+    return send
+
+
+POST = [(b"content-type", b"application/json")]
+
+
+async def initialized(inner: Scripted, mw: ResumeSafetyMiddleware, sid: bytes) -> None:
+    async def initialize(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        answer = (b'{"jsonrpc":"2.0","id":0,"result":{"protocolVersion":"2025-06-18",'
+                  b'"capabilities":{"tools":{}},"serverInfo":{"name":"inner","version":"1"}}}')
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"mcp-session-id", sid)]})
+        await send({"type": "http.response.body", "body": answer})
+
+    inner.handler = initialize
+    sent = await request(mw, "POST", POST, INITIALIZE)
+    assert sent[0]["status"] == 200, sent
+
+
+async def test_a_keyed_answer_is_stored_when_sending_to_its_gone_client_raises() -> None:
+    # The client leaves after the first event; the server's send raises on the next one. The
+    # app never hears of it and runs to its answer, which is stored: the re-send gets it.
+    inner = Scripted()
+    mw = ResumeSafetyMiddleware(inner)
+
+    async def answer_later(scope: Any, receive: Any, send: Any) -> None:
+        assert (await receive())["type"] == "http.request"
+        await send(SSE_HEAD)
+        await send(event("e1", NOTE))
+        await asyncio.sleep(0)
+        await send(event("e2", NOTE))  # the client is gone: this send raises
+        await asyncio.sleep(0)
+        await send(event("e3", tool_result(2, "stored"), more=False))
+
+    inner.handler = answer_later
+    await request(mw, "POST", POST, tool_call(2, "k-gone"), send=gone_after_first_body([]),
+                  client_leaves=True)
+
+    async def never(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("a stored call ran again")
+
+    inner.handler = never
+    answer = body_of(await request(mw, "POST", POST, tool_call(2, "k-gone")))
+    assert b"stored" in answer and b"OUTCOME_UNKNOWN" not in answer, answer
+
+
+async def test_an_unkeyed_stream_whose_gone_client_raises_can_be_resumed() -> None:
+    # Sending to the gone client raises into the app (as it would without the guard), and the
+    # stream's requests are not taken for lost: the client's resume reaches the app.
+    inner = Scripted()
+    mw = ResumeSafetyMiddleware(inner)
+    await initialized(inner, mw, b"s1")
+    session = [(b"mcp-session-id", b"s1")]
+
+    async def answer_later(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send(SSE_HEAD)
+        await send(event("0/0", b""))
+        await asyncio.sleep(0)
+        await send(event("1/0", NOTE))
+        await send(event("2/0", tool_result(2, "late"), more=False))
+
+    inner.handler = answer_later
+    delivered: list[dict[str, Any]] = []
+    with pytest.raises(OSError):
+        await request(mw, "POST", POST + session, tool_call(2), send=gone_after_first_body(delivered),
+                      client_leaves=True)
+    # The client got the priming event: it resumes after it.
+    cursor = body_of(delivered).split(b"id: ")[1].split(b"\n")[0]
+    resumed: list[Any] = []
+
+    async def replay(scope: Any, receive: Any, send: Any) -> None:
+        resumed.append(dict(scope["headers"]).get(b"last-event-id"))
+        await send(SSE_HEAD)
+        await send(event("1/0", NOTE))
+        await send(event("2/0", tool_result(2, "late"), more=False))
+
+    inner.handler = replay
+    sent = await request(mw, "GET", session + [(b"last-event-id", cursor)])
+    assert resumed == [b"0/0"], sent
+    assert sent[0]["status"] == 200 and b"late" in body_of(sent), sent
+
+
 def test_settings_are_read_onto_the_guard() -> None:
     app = ResumeSafetyMiddleware(fastmcp_app(), instance_id="replica-7", lease=2.5)
     assert app.instance_id == "replica-7"

@@ -200,6 +200,18 @@ class _Response:
         self.started = False
         self.finished = False
         self.aborted = False
+        #: What the server's ``send`` raised once the client left (ASGI: an ``OSError``);
+        #: nothing more is sent to it.
+        self.gone: OSError | None = None
+
+    async def put(self, message: Message) -> None:
+        """Sends ``message`` to the client, unless it is gone."""
+        if self.gone is not None:
+            return
+        try:
+            await self.send(message)
+        except OSError as e:
+            self.gone = e
 
     async def emit(self, sent: _Sent, start: Message | None = None) -> None:
         head, body, end = sent
@@ -209,14 +221,14 @@ class _Response:
             status, headers = head
             message: Message = dict(start) if start is not None else {}
             message.update(type="http.response.start", status=status, headers=headers)
-            await self.send(message)
+            await self.put(message)
             self.started = True
         if end == "complete":
             self.finished = True
-            await self.send({"type": "http.response.body", "body": body, "more_body": False})
+            await self.put({"type": "http.response.body", "body": body, "more_body": False})
             return
         if body:
-            await self.send({"type": "http.response.body", "body": body, "more_body": True})
+            await self.put({"type": "http.response.body", "body": body, "more_body": True})
         if end == "abort":
             self.finished = True
             self.aborted = True
@@ -243,13 +255,34 @@ async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out
         return message
 
     receive = watched
-    if out.keyed:
+    keyed = out.keyed
+    if keyed:
         # A keyed call runs to its end whoever waits for it: the app never hears that its
-        # client left (its answer is stored for the client's re-send).
+        # client left (its answer is stored for the client's re-send), neither from
+        # ``receive`` nor from a ``send`` the server made raise: the outbound is fed on.
         receive = _until_complete(receive)
     ended = False
+    # An unkeyed call whose client left while the app was sending (the server's ``send``
+    # raised): the outbound was let go without an end, and nothing more crosses it.
+    detached = False
 
     async def guarded_send(message: Message) -> None:
+        nonlocal detached
+        if not detached:
+            try:
+                await through_guard(message)
+            finally:
+                if client.gone is not None and not keyed:
+                    # As when the client left first (below): an end would tell the guard the
+                    # app failed, and the client's resume would be refused.
+                    detached = True
+                    out.close()
+        if detached:
+            # The app hears what the server said.
+            assert client.gone is not None
+            raise client.gone
+
+    async def through_guard(message: Message) -> None:
         nonlocal ended
         kind = message["type"]
         if kind == "http.response.start":
@@ -260,7 +293,7 @@ async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out
             more = message.get("more_body", False)
             if out.untouched:
                 if not client.finished:
-                    await send(message)
+                    await client.put(message)
                     client.finished = not more
                 ended = not more
                 return
@@ -270,16 +303,16 @@ async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out
                 ended = True
                 await client.emit(await _ready(out.end(True)))
         elif not client.finished:
-            await send(message)
+            await client.put(message)
 
     try:
         try:
             await app(scope, receive, guarded_send)
         except BaseException:
-            if not ended:
+            if not ended and not detached:
                 await client.emit(await _ready(out.end(False)))
             raise
-        if not ended and not left:
+        if not ended and not left and not detached:
             # The app returned without ending its response, its client still there: what it
             # sent is all there is.
             await client.emit(await _ready(out.end(False)))
