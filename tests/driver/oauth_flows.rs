@@ -15,7 +15,10 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Json;
-use mcp_resume::client::oauth::{HeadlessAuthorizer, InMemoryTokenStore, OAuth, OAuthProvider};
+use mcp_resume::client::oauth::{
+    HeadlessAuthorizer, InMemoryTokenStore, OAuth, OAuthProvider, TokenStore,
+};
+use mcp_resume::oauth::OAuthError;
 use mcp_resume::{Client, Era, ErrorKind, ReconnectPolicy, TokenProvider, TokenRequest, ToolCall};
 use oauth2::{PkceCodeChallenge, PkceCodeVerifier};
 use serde_json::{json, Value};
@@ -39,6 +42,8 @@ struct Ledger {
     serial: u32,
     /// Holds the next refresh's answer after redeeming its token.
     hold_refresh: Option<Hold>,
+    /// Issues access tokens that end in a line break.
+    malformed_access: bool,
 }
 
 type Shared = Arc<Mutex<Ledger>>;
@@ -159,7 +164,10 @@ fn issue(ledger: &mut Ledger, form: &HashMap<String, String>) -> (Response, Opti
         _ => return (refused(), None),
     }
     ledger.serial += 1;
-    let access = format!("access-{}", ledger.serial);
+    let mut access = format!("access-{}", ledger.serial);
+    if ledger.malformed_access {
+        access.push('\n');
+    }
     let refresh = format!("refresh-{}", ledger.serial);
     ledger.valid.insert(access.clone());
     ledger.refresh.insert(refresh.clone());
@@ -208,10 +216,16 @@ async fn protected() -> (TestServer, String, Arc<AuthServer>) {
 }
 
 fn provider() -> OAuthProvider {
+    provider_with(InMemoryTokenStore::new())
+}
+
+/// [`provider`] keeping its tokens in `store`, for the test to read.
+fn provider_with(store: InMemoryTokenStore) -> OAuthProvider {
     OAuth::builder()
         .client_name("oauth-flows-test")
         .redirect_uri("http://127.0.0.1:9/callback")
         .authorizer(HeadlessAuthorizer::new())
+        .token_store(store)
         .build()
         .unwrap()
 }
@@ -543,6 +557,25 @@ async fn the_authorization_server_is_asked_again_when_refresh_fails() {
         auth.grants(),
         ["authorization_code", "refresh_token", "authorization_code"]
     );
+}
+
+/// An access token that cannot be sent in a header (here one ending in a line break) is
+/// refused when the token endpoint issues it, as the token endpoint's failure: kept, it
+/// would fail every request until it expired.
+#[tokio::test]
+async fn an_access_token_that_cannot_be_sent_is_refused_when_issued() {
+    let (_server, url, auth) = protected().await;
+    auth.ledger.lock().unwrap().malformed_access = true;
+    let store = InMemoryTokenStore::new();
+    let provider = provider_with(store.clone());
+    let client = client(&url, &provider);
+    let err = guarded(client.connect()).await.unwrap_err();
+    let failure = provider.last_failure();
+    assert!(
+        matches!(failure, Some(OAuthError::TokenEndpoint { .. })),
+        "{err}: {failure:?}"
+    );
+    assert_eq!(guarded(store.load_tokens(&url)).await.unwrap(), None);
 }
 
 /// Configurations that cannot work fail at build time, not at the first 401.

@@ -784,6 +784,13 @@ impl Inner {
                 // Useless without the key it is bound to: authorize anew.
                 state.tokens = None;
             }
+            if let Some(tokens) = state.tokens.as_mut() {
+                if !wire::presentable(tokens.access_token.expose()) {
+                    // Kept before such tokens were refused: renewed before any request fails
+                    // for it.
+                    tokens.expires_at = Some(SystemTime::UNIX_EPOCH);
+                }
+            }
             self.note_binding(state.tokens.as_ref());
             if let Some(tokens) = &state.tokens {
                 state.requested = tokens.scopes.clone();

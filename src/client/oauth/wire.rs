@@ -379,7 +379,16 @@ impl TokenEndpoint<'_> {
                 })
             }
         };
-        let mut tokens = TokenSet::new(response.access_token().secret().as_str(), self.issuer);
+        let access_token = response.access_token().secret();
+        if !presentable(access_token) {
+            // Kept, it would fail every request until it expired, each as a connection that
+            // could not be made: refused here, it is the token endpoint's failure.
+            return Err(OAuthError::TokenEndpoint {
+                error: "an access token that cannot be sent in an Authorization header".into(),
+                description: None,
+            });
+        }
+        let mut tokens = TokenSet::new(access_token.as_str(), self.issuer);
         tokens.dpop_bound = dpop_bound;
         tokens.refresh_token = response
             .refresh_token()
@@ -398,6 +407,12 @@ impl TokenEndpoint<'_> {
         tokens.resource = self.resource.map(str::to_owned);
         Ok(tokens)
     }
+}
+
+/// Whether `token` can follow `Bearer ` or `DPoP ` in a header: not empty, and printable
+/// ASCII without spaces (RFC 6750 §2.1 and RFC 9449 §7.1 allow less still).
+pub(super) fn presentable(token: &str) -> bool {
+    !token.is_empty() && token.bytes().all(|b| b.is_ascii_graphic())
 }
 
 fn pair(name: &str, value: &str) -> (String, String) {
