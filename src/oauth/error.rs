@@ -55,7 +55,7 @@ pub enum OAuthError {
     /// The token endpoint refused the request.
     #[error("token endpoint: {error}{}", description.as_deref().map(|d| format!(" ({d})")).unwrap_or_default())]
     TokenEndpoint {
-        /// The OAuth `error` code, or a description of a transport or parse failure.
+        /// The OAuth `error` code, or a description of an answer that cannot be used.
         error: String,
         /// `error_description`, when the server sent one.
         description: Option<String>,
@@ -67,7 +67,9 @@ pub enum OAuthError {
     /// the user declined.
     #[error("authorizer: {0}")]
     Authorizer(String),
-    /// A metadata or registration request failed on the network or answered garbage.
+    /// A metadata, registration or token request failed on the network, got no answer for
+    /// now (a 5xx, 429 or 408), or got one too large to read. Trying again later may
+    /// succeed: the provider keeps its tokens.
     #[error("http: {0}")]
     Http(String),
     /// The provider's configuration cannot work (e.g. a private key that does not parse).

@@ -42,6 +42,8 @@ struct Ledger {
     serial: u32,
     /// Holds the next refresh's answer after redeeming its token.
     hold_refresh: Option<Hold>,
+    /// How many refreshes to come are answered 503 (the refresh token not redeemed).
+    unavailable: u32,
     /// Issues access tokens that end in a line break.
     malformed_access: bool,
 }
@@ -157,6 +159,10 @@ fn issue(ledger: &mut Ledger, form: &HashMap<String, String>) -> (Response, Opti
             }
         }
         "refresh_token" => {
+            if ledger.unavailable > 0 {
+                ledger.unavailable -= 1;
+                return (StatusCode::SERVICE_UNAVAILABLE.into_response(), None);
+            }
             if !ledger.refresh.remove(&form["refresh_token"]) {
                 return (refused(), None);
             }
@@ -556,6 +562,61 @@ async fn the_authorization_server_is_asked_again_when_refresh_fails() {
     assert_eq!(
         auth.grants(),
         ["authorization_code", "refresh_token", "authorization_code"]
+    );
+}
+
+/// The token endpoint is unavailable (503) when a refused token is to be refreshed: the call
+/// fails, but the refresh token is kept, in memory and in the store, since nothing said it
+/// is no good. Once the endpoint is back, the next call refreshes with it: the user is not
+/// sent to authorize again.
+#[tokio::test]
+async fn an_unavailable_token_endpoint_does_not_cost_the_refresh_token() {
+    let (_server, url, auth) = protected().await;
+    let store = InMemoryTokenStore::new();
+    let provider = provider_with(store.clone());
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    {
+        let mut ledger = auth.ledger.lock().unwrap();
+        ledger.valid.clear();
+        ledger.unavailable = 1;
+    }
+    guarded(client.list_tools()).await.unwrap_err();
+    let kept = guarded(store.load_tokens(&url)).await.unwrap();
+    assert!(
+        kept.is_some_and(|t| t.refresh_token.is_some()),
+        "the stored refresh token survives the 503"
+    );
+    assert!(matches!(provider.last_failure(), Some(OAuthError::Http(_))));
+    guarded(client.list_tools()).await.unwrap();
+    assert_eq!(
+        auth.grants(),
+        ["authorization_code", "refresh_token", "refresh_token"]
+    );
+}
+
+/// The same for a token that expired: its renewal meets a 503, and the refresh token is not
+/// dropped for it; the user authorizes once, whatever the calls' fate meanwhile.
+#[tokio::test]
+async fn an_expired_token_meeting_an_unavailable_token_endpoint_is_renewed_later() {
+    // Tokens expire as they are issued: every request renews first.
+    let (listener, url, auth) = servers(0).await;
+    let as_ = auth.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    let provider = provider();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    auth.ledger.lock().unwrap().unavailable = 1;
+    let _ = guarded(client.list_tools()).await;
+    guarded(client.list_tools()).await.unwrap();
+    let grants = auth.grants();
+    assert_eq!(
+        grants.iter().filter(|g| *g == "authorization_code").count(),
+        1,
+        "{grants:?}"
     );
 }
 

@@ -15,6 +15,7 @@ use crate::support;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -878,4 +879,62 @@ async fn credentials_in_the_mcp_url_stay_out_of_errors_and_debug() {
         assert!(!shown.contains(secret), "{secret} in {shown}");
     }
     assert!(err.to_string().contains("http://127.0.0.1:1/mcp"), "{err}");
+}
+
+/// Protected resource metadata that answers 503 for a moment is an error, not "no metadata
+/// here": discovery does not take the 2025-03-26 path, conclude that the authorization
+/// server changed and drop the tokens. Once the metadata is back, the kept token is used.
+#[tokio::test]
+async fn unavailable_resource_metadata_does_not_drop_the_tokens() {
+    let good = authorization_server("good", false, AsOptions::default()).await;
+    let down = Arc::new(AtomicBool::new(false));
+    let (is_down, servers) = (down.clone(), vec![good.url.clone()]);
+    let mcp = Site::start(None, move |site, hit| match hit.path.as_str() {
+        "/.well-known/oauth-protected-resource/mcp" if is_down.load(Ordering::SeqCst) => {
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+        "/.well-known/oauth-protected-resource/mcp" => Json(json!({
+            "resource": format!("{}/mcp", site.url),
+            "authorization_servers": servers,
+        }))
+        .into_response(),
+        _ => StatusCode::NOT_FOUND.into_response(),
+    })
+    .await;
+    let server = format!("{}/mcp", mcp.url);
+    let store = InMemoryTokenStore::new();
+    let provider = OAuth::builder()
+        .redirect_uri(base_redirect())
+        .authorizer(HeadlessAuthorizer::new())
+        .token_store(store.clone())
+        .build()
+        .unwrap();
+    let token = guarded(provider.credential(refusal(&server, None)))
+        .await
+        .unwrap()
+        .unwrap();
+
+    down.store(true, Ordering::SeqCst);
+    let mut again = refusal(&server, None);
+    again.refused_token = Some(token.clone());
+    let err = guarded(provider.credential(again)).await.unwrap_err();
+    assert!(
+        matches!(last_failure(&provider), OAuthError::Http(_)),
+        "{err}"
+    );
+    assert!(
+        mcp.hits_at("/.well-known/oauth-authorization-server")
+            .is_empty(),
+        "no legacy discovery: {:?}",
+        mcp.hits()
+    );
+    assert!(guarded(store.load_tokens(&server)).await.unwrap().is_some());
+
+    down.store(false, Ordering::SeqCst);
+    let mut ordinary = TokenRequest::default();
+    ordinary.url = Some(server);
+    assert_eq!(
+        guarded(provider.credential(ordinary)).await.unwrap(),
+        Some(token)
+    );
 }

@@ -744,6 +744,14 @@ impl State {
     }
 }
 
+/// Whether a failed renewal left the tokens' worth unknown: no answer came (the network, a
+/// 5xx or 429 from the token endpoint or a metadata URL) or the store failed. Only an answer
+/// refusing them (an OAuth error of the token endpoint, another authorization server) has
+/// them dropped; a passing outage must not cost the user an interactive authorization.
+fn unanswered(failure: &OAuthError) -> bool {
+    matches!(failure, OAuthError::Http(_) | OAuthError::Store(_))
+}
+
 /// How long after a failed renewal ahead of expiry the provider keeps the current token
 /// without trying again.
 const RENEW_BACKOFF: Duration = Duration::from_secs(10);
@@ -890,7 +898,7 @@ impl Inner {
             {
                 return Ok(Some(tokens.access_token.expose().to_owned()));
             }
-            match self.renew(state, server).await {
+            let failure = match self.renew(state, server).await {
                 Ok(token) => {
                     state.renew_failed = None;
                     return Ok(Some(token));
@@ -898,12 +906,18 @@ impl Inner {
                 Err(err) => {
                     tracing::debug!(%err, "could not renew the token before its expiry");
                     state.renew_failed = Some(std::time::Instant::now());
+                    err
                 }
-            }
+            };
             if let Some(tokens) = &state.tokens {
                 if !tokens.expires_within(now, Duration::ZERO) {
                     return Ok(Some(tokens.access_token.expose().to_owned()));
                 }
+            }
+            if unanswered(&failure) {
+                // The refresh token may be good: the next request tries it again, rather
+                // than the user being sent to authorize anew.
+                return Err(failure);
             }
             self.forget(state, server).await?;
         }
@@ -959,6 +973,8 @@ impl Inner {
         {
             match self.renew(state, server).await {
                 Ok(token) => return Ok(token),
+                // Kept for the next request to try again, as before its expiry.
+                Err(err) if unanswered(&err) => return Err(err),
                 Err(err) => tracing::debug!(%err, "refresh failed: authorizing again"),
             }
         }

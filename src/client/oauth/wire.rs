@@ -31,7 +31,8 @@ use super::jwt::ClientAssertion;
 const MAX_DOCUMENT: usize = 1 << 20;
 
 /// GETs a JSON document. `Ok(None)` when the server answers anything but 2xx (it is not
-/// there) or a body that is not the document; `Err` only when the server cannot be reached.
+/// there) or a body that is not the document; `Err` when the server cannot be reached or
+/// gives no answer for now ([`unavailable`]).
 pub(super) async fn fetch_document<T: DeserializeOwned>(
     http: &reqwest::Client,
     url: &Url,
@@ -44,6 +45,11 @@ pub(super) async fn fetch_document<T: DeserializeOwned>(
         .await
         .map_err(|e| OAuthError::Http(format!("GET {shown}: {}", e.without_url())))?;
     let status = response.status();
+    if unavailable(status) {
+        // Not "no metadata": read so, a protected resource's would send discovery down the
+        // 2025-03-26 path, to another issuer, and the tokens of the real one would be dropped.
+        return Err(OAuthError::Http(format!("GET {shown}: {status}")));
+    }
     if !status.is_success() {
         tracing::debug!(url = %shown, %status, "no metadata here");
         return Ok(None);
@@ -61,6 +67,14 @@ pub(super) async fn fetch_document<T: DeserializeOwned>(
             Ok(None)
         }
     }
+}
+
+/// Whether `status` says the server gives no answer for now (a 5xx, 429 or 408) rather than
+/// one about the request: trying again later may well succeed.
+fn unavailable(status: reqwest::StatusCode) -> bool {
+    status.is_server_error()
+        || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        || status == reqwest::StatusCode::REQUEST_TIMEOUT
 }
 
 /// Whether the HTTP client followed a redirect to get `response` (an application's client
@@ -560,7 +574,8 @@ impl std::error::Error for HttpFailure {}
 
 /// A token request, sent with our reqwest client; with `dpop`, each attempt carries a fresh
 /// proof, and a refusal for want of the server's nonce (`use_dpop_nonce`) is sent again
-/// once with it (RFC 9449 §8).
+/// once with it (RFC 9449 §8). An answer that is no answer ([`unavailable`]) is a failure,
+/// like an unreachable server.
 async fn send(
     http: reqwest::Client,
     dpop: Option<DpopKey>,
@@ -608,6 +623,14 @@ async fn send(
                 tracing::debug!("the authorization server wants a DPoP nonce: sending again");
                 continue;
             }
+        }
+        if unavailable(status) {
+            // No answer about the grant: a failure to reach the endpoint, not a refusal of
+            // what was presented, which the provider then keeps.
+            return Err(HttpFailure(format!(
+                "{} answered {status}",
+                shown_url(&url)
+            )));
         }
         let mut out = oauth2::HttpResponse::new(body);
         *out.status_mut() = status;
