@@ -105,7 +105,8 @@ fn read_post(
                 "a keyed call whose body cannot be read cannot be guarded",
             ));
         }
-        return Ok(session_plan(RequestIds::none()));
+        // Unreadable here is not proof of no request: the inner server may read it.
+        return Ok(session_plan(RequestIds::unread()));
     };
     let msg = match &value {
         Value::Object(msg) => msg,

@@ -268,6 +268,8 @@ impl Events {
 pub(crate) struct RequestIds {
     first: Option<Value>,
     more: Vec<Value>,
+    /// The body could not be read: it may carry requests whose ids are not known.
+    unread: bool,
 }
 
 impl RequestIds {
@@ -276,11 +278,21 @@ impl RequestIds {
         Self::default()
     }
 
+    /// A body the guard cannot read (over its bound, nested past its reader's depth): what
+    /// requests it carries is not known.
+    pub(crate) fn unread() -> Self {
+        Self {
+            unread: true,
+            ..Self::default()
+        }
+    }
+
     /// One request.
     pub(crate) fn one(id: Value) -> Self {
         Self {
             first: Some(id),
             more: Vec::new(),
+            unread: false,
         }
     }
 
@@ -296,6 +308,7 @@ impl FromIterator<Value> for RequestIds {
         Self {
             first: iter.next(),
             more: iter.collect(),
+            unread: false,
         }
     }
 }
@@ -305,6 +318,10 @@ impl FromIterator<Value> for RequestIds {
 struct Requests {
     first: Option<(Value, RequestState)>,
     more: Vec<(Value, RequestState)>,
+    /// Requests of a body that could not be read: no answer can be matched to them, so
+    /// they are never known answered, only running until the stream fails (then lost) or
+    /// ends cleanly.
+    unread: Option<RequestState>,
 }
 
 impl Requests {
@@ -317,6 +334,7 @@ impl Requests {
             } else {
                 ids.more.into_iter().map(running).collect()
             },
+            unread: ids.unread.then_some(RequestState::Running),
         }
     }
 
@@ -444,7 +462,13 @@ impl StreamLog {
     }
 
     fn lose_running(&mut self) {
-        for (_, state) in self.requests.iter_mut() {
+        let Requests {
+            first,
+            more,
+            unread,
+        } = &mut self.requests;
+        let known = first.iter_mut().chain(more.iter_mut()).map(|(_, s)| s);
+        for state in known.chain(unread.iter_mut()) {
             if *state == RequestState::Running {
                 *state = RequestState::Lost;
             }
@@ -455,7 +479,8 @@ impl StreamLog {
     /// stream before answering it, so a replay would end without its answer (or with an
     /// answer whose request nobody holds).
     pub(crate) fn has_orphans(&self) -> bool {
-        self.requests.iter().any(|(_, s)| *s == RequestState::Lost)
+        self.requests.unread == Some(RequestState::Lost)
+            || self.requests.iter().any(|(_, s)| *s == RequestState::Lost)
     }
 }
 

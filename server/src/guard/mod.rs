@@ -593,7 +593,7 @@ impl Exchange {
         }
         self.plan = if self.session.is_some() {
             Plan::Session {
-                requests: RequestIds::none(),
+                requests: RequestIds::unread(),
             }
         } else {
             Plan::Pass

@@ -465,3 +465,71 @@ fn a_stream_in_use_outlives_newer_traffic() {
     let (inner, _) = w.get(&mut a, "s1", Some(&last)).watch();
     assert_eq!(inner.as_deref(), Some("99"));
 }
+
+// | a call whose body the guard cannot read (over the size bound, nested past the reader's
+// depth), its SSE stream failed before any answer | 404 `orphaned_request`: the stream may
+// owe an answer its replay cannot bring |
+#[test]
+fn a_stream_of_an_unreadable_call_failed_before_answering_is_orphaned() {
+    let big = call_body(
+        2,
+        "echo",
+        json!({"text": "x".repeat(GuardConfig::default().max_body())}),
+        None,
+    );
+    // A batch is read whole, and its reader stops at a depth an inner server may not.
+    let deep = format!(
+        r#"[{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"echo","arguments":{}{}}}}}]"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    )
+    .into_bytes();
+    for (case, body) in [("too large", big), ("too deep", deep)] {
+        let mut w = World::new();
+        let mut a = Instance::new(GuardConfig::default(), 1);
+        w.initialize(&mut a, "s1", json!({}));
+        let (_, mut watch) = w.post(&mut a, Some("s1"), &body, &[]).watch();
+        let seen = a.respond(
+            &mut w.store,
+            w.now,
+            &mut watch,
+            200,
+            sse_head(),
+            Response::Sse(vec!["id: 0/0\ndata: \n\n"], false),
+        );
+        let id = seen.events()[0].0.clone().unwrap();
+        let answer = w.get(&mut a, "s1", Some(&id)).answer();
+        assert_eq!(
+            answer.json()["error"]["data"]["reason"],
+            "orphaned_request",
+            "{case}"
+        );
+    }
+}
+
+// | a call whose body the guard cannot read, its SSE stream ended cleanly | resumable: a clean
+// end leaves no request lost |
+#[test]
+fn a_stream_of_an_unreadable_call_ended_cleanly_resumes() {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    let big = call_body(
+        2,
+        "echo",
+        json!({"text": "x".repeat(GuardConfig::default().max_body())}),
+        None,
+    );
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &big, &[]).watch();
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec!["id: 0/0\ndata: \n\n"], true),
+    );
+    let id = seen.events()[0].0.clone().unwrap();
+    let (inner, _) = w.get(&mut a, "s1", Some(&id)).watch();
+    assert_eq!(inner.as_deref(), Some("0/0"));
+}
