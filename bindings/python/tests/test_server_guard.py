@@ -400,6 +400,64 @@ async def test_an_unkeyed_stream_whose_gone_client_raises_can_be_resumed() -> No
     assert sent[0]["status"] == 200 and b"late" in body_of(sent), sent
 
 
+async def test_a_resume_the_guard_cuts_short_is_cut_at_once() -> None:
+    # Two resumes of one stream from the same cursor: the second numbers two new events, the
+    # first then gets the later one first. Its replay diverged: the guard cuts it, at once,
+    # though its app never ends its stream.
+    inner = Scripted()
+    mw = ResumeSafetyMiddleware(inner)
+    await initialized(inner, mw, b"s1")
+    session = [(b"mcp-session-id", b"s1")]
+
+    async def no_answer(scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        await send(SSE_HEAD)
+        await send(event("0/0", b""))
+        await send(event("1/0", NOTE, more=False))
+
+    inner.handler = no_answer
+    sent = await request(mw, "POST", POST + session, tool_call(2))
+    cursor = body_of(sent).split(b"id: ")[2].split(b"\n")[0]
+    resume = session + [(b"last-event-id", cursor)]
+    go = asyncio.Event()
+    app_sent: list[str] = []
+
+    async def never_ends(scope: Any, receive: Any, send: Any) -> None:
+        await send(SSE_HEAD)
+        await go.wait()
+        await send(event("7/0", NOTE))
+        app_sent.append("7/0")
+        await asyncio.Event().wait()  # the stream stays open: nothing more to send yet
+
+    inner.handler = never_ends
+    first: list[dict[str, Any]] = []
+
+    async def to_first(message: dict[str, Any]) -> None:
+        first.append(message)
+
+    cut = asyncio.create_task(request(mw, "GET", resume, send=to_first))
+    while not first:
+        await asyncio.sleep(0.01)
+    assert first[0]["status"] == 200, first
+
+    async def numbers_two(scope: Any, receive: Any, send: Any) -> None:
+        await send(SSE_HEAD)
+        await send(event("6/0", NOTE))
+        await send(event("7/0", NOTE, more=False))
+
+    inner.handler = numbers_two
+    await request(mw, "GET", resume)
+    go.set()
+    try:
+        with pytest.raises(ResponseAborted):
+            await asyncio.wait_for(cut, 5)
+    finally:
+        cut.cancel()
+    # The app's send raised: it went no further.
+    assert app_sent == [], app_sent
+    assert not any(m.get("more_body") is False for m in first), first
+
+
 def test_settings_are_read_onto_the_guard() -> None:
     app = ResumeSafetyMiddleware(fastmcp_app(), instance_id="replica-7", lease=2.5)
     assert app.instance_id == "replica-7"

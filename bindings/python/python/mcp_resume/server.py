@@ -53,7 +53,9 @@ class ResponseAborted(Exception):
     """Raised to the server once the guard has cut a response short: the inner server's
     replay of a resumed stream diverged from what was sent, or its response failed after
     its head. The server then drops the connection, so the client cannot take what would
-    follow as the stream's continuation."""
+    follow as the stream's continuation. A cut while the app still sends (a diverged replay)
+    is raised into the app's ``send`` at once, and reaches the server as the app unwinds:
+    the connection is dropped then, not when the app would have ended its stream."""
 
 
 class ResumeSafetyMiddleware:
@@ -262,25 +264,26 @@ async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out
         # ``receive`` nor from a ``send`` the server made raise: the outbound is fed on.
         receive = _until_complete(receive)
     ended = False
-    # An unkeyed call whose client left while the app was sending (the server's ``send``
-    # raised): the outbound was let go without an end, and nothing more crosses it.
-    detached = False
+    # What the app's sends raise once an unkeyed call's response is over while the app still
+    # sends: the server's ``send`` raised (its client left), or the guard cut the response
+    # short (raised at once: the server drops the connection as the app unwinds, however
+    # long the app would have kept the stream open). The outbound was let go without an end,
+    # and nothing more crosses it.
+    detached: BaseException | None = None
 
     async def guarded_send(message: Message) -> None:
         nonlocal detached
-        if not detached:
+        if detached is None:
             try:
                 await through_guard(message)
             finally:
-                if client.gone is not None and not keyed:
+                if not keyed and (client.gone is not None or client.aborted):
                     # As when the client left first (below): an end would tell the guard the
                     # app failed, and the client's resume would be refused.
-                    detached = True
+                    detached = client.gone if client.gone is not None else _aborted()
                     out.close()
-        if detached:
-            # The app hears what the server said.
-            assert client.gone is not None
-            raise client.gone
+        if detached is not None:
+            raise detached
 
     async def through_guard(message: Message) -> None:
         nonlocal ended
@@ -308,11 +311,15 @@ async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out
     try:
         try:
             await app(scope, receive, guarded_send)
-        except BaseException:
-            if not ended and not detached:
+        except BaseException as e:
+            if not ended and detached is None:
                 await client.emit(await _ready(out.end(False)))
+            if isinstance(detached, ResponseAborted) and isinstance(e, Exception) and e is not detached:
+                # The app unwound from the cut raised into it (wrapped in a group, or an
+                # error of its own on the way out): the server is told of the cut.
+                raise _aborted() from e
             raise
-        if not ended and not left and not detached:
+        if not ended and not left and detached is None:
             # The app returned without ending its response, its client still there: what it
             # sent is all there is.
             await client.emit(await _ready(out.end(False)))
@@ -322,7 +329,11 @@ async def _forward(app: ASGIApp, scope: Scope, receive: Receive, send: Send, out
     finally:
         out.close()
     if client.aborted:
-        raise ResponseAborted("mcp_resume: the guard cut this response short (see ResponseAborted)")
+        raise _aborted()
+
+
+def _aborted() -> ResponseAborted:
+    return ResponseAborted("mcp_resume: the guard cut this response short (see ResponseAborted)")
 
 
 def _until_complete(receive: Receive) -> Receive:
