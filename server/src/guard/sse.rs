@@ -269,15 +269,18 @@ impl Splitter {
         match name {
             b"id" if !block[start..line_end].contains(&0) => self.id = Some(value),
             b"data" => {
-                self.data = Some(match self.data.take() {
-                    None => value,
-                    Some(earlier) => {
-                        let mut joined = earlier.bytes(block).to_vec();
-                        joined.push(b'\n');
-                        joined.extend_from_slice(value.bytes(block));
-                        Field::Joined(joined)
+                // Joined lines grow in place: each line is copied once, however many follow.
+                let mut joined = match self.data.take() {
+                    None => {
+                        self.data = Some(value);
+                        return;
                     }
-                });
+                    Some(Field::Joined(joined)) => joined,
+                    Some(Field::Span(s, e)) => block[s..e].to_vec(),
+                };
+                joined.push(b'\n');
+                joined.extend_from_slice(&block[start..line_end]);
+                self.data = Some(Field::Joined(joined));
             }
             _ => {}
         }
@@ -410,6 +413,24 @@ mod tests {
             by_lines.write_with(Some(b"s-9"), None, &mut slow);
             assert_eq!(fast, slow, "{:?}", block.raw());
         }
+    }
+
+    // | an event whose data spans many lines | its lines joined by `\n`, each copied once
+    // (joining them anew per line was quadratic in the block) |
+    #[test]
+    fn many_data_lines_are_joined_whole() {
+        let lines = 100_000;
+        let input = format!("id: a\n{}\n", "data: x\n".repeat(lines));
+        let mut s = Splitter::new(input.len());
+        let mut data = None;
+        s.feed(input.as_bytes(), |b| {
+            data = b.data().map(<[u8]>::to_vec);
+            true
+        })
+        .unwrap();
+        let data = data.expect("one event");
+        assert_eq!(data.len(), 2 * lines - 1);
+        assert!(data.chunks(2).all(|c| c == b"x\n" || c == b"x"));
     }
 
     #[test]
