@@ -748,11 +748,17 @@ impl Exchange {
     }
 
     /// Refuses a resume and forgets the session, here and in the store: every later request
-    /// of it is answered 404, so the client starts over.
+    /// of it is answered 404, so the client starts over. A session unknown to both has
+    /// nothing to forget.
     fn reject(&mut self, guard: &mut Guard, sid: SessionId, reason: RejectReason) {
+        self.next = Some(Step::Answer(Answer::rejected(reason)));
+        if reason == RejectReason::UnknownSession {
+            // Neither here nor in the store: nothing to forget. Made-up ids cost no scan of
+            // the streams, no store write and no tombstone.
+            return;
+        }
         guard.ledger.forget(&sid, true);
         self.ops.push_back(StoreOp::ForgetSession(sid));
-        self.next = Some(Step::Answer(Answer::rejected(reason)));
     }
 }
 

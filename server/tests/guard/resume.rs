@@ -371,6 +371,25 @@ fn a_resume_on_another_instance_is_not_owner() {
     assert!(!w.store.sessions.contains_key(&sid()));
 }
 
+// | a resume naming a session no store holds (a made-up id) | 404 `unknown_session`, and
+// nothing to forget: no store write, no tombstone kept |
+#[test]
+fn a_resume_of_an_unknown_session_forgets_nothing() {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    for n in 0..3 {
+        let sid = format!("made-up-{n}");
+        let answer = w.get(&mut a, &sid, Some("0000000000000001-1")).answer();
+        assert_eq!(answer.json()["error"]["data"]["reason"], "unknown_session");
+    }
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::ForgetSession(_))), 0);
+    let body = br#"{"jsonrpc":"2.0","id":9,"method":"tools/list"}"#;
+    assert!(
+        w.post(&mut a, Some("made-up-0"), body, &[]).is_passed(),
+        "no tombstone: the inner server says what the id is"
+    );
+}
+
 #[test]
 fn a_resume_of_an_unknown_session_is_unknown_session() {
     let mut w = World::new();
