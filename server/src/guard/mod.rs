@@ -513,14 +513,23 @@ impl Exchange {
                 self.record = Some(rec);
             }
             Ok(None) => {}
-            Err(StoreUnavailable) => {
-                if let Plan::Resume { .. } = self.plan {
+            Err(StoreUnavailable) => match &self.plan {
+                Plan::Resume { .. } => {
                     // A resume cannot be judged: refuse it for now, forget nothing.
                     let answer = Answer::resume_unavailable(guard.config.retry_after_secs);
                     self.next = Some(Step::Answer(answer));
                     return;
                 }
-            }
+                Plan::Keyed { id, .. } => {
+                    // Run without the session's hash, its answer would be stored and sent
+                    // unstamped, and the client would refuse a call that ran: refused before
+                    // anything is claimed, as when the claim fails.
+                    let answer = Answer::store_unavailable(id, guard.config.retry_after_secs);
+                    self.next = Some(Step::Answer(answer));
+                    return;
+                }
+                _ => {}
+            },
         }
         self.advance(guard);
     }

@@ -28,12 +28,17 @@ pub(crate) struct Store {
     pub(crate) down: bool,
     /// While set, a claim is taken but its reply is lost (a timeout after the store acted).
     pub(crate) claim_replies_lost: bool,
+    /// While set, reading a session record fails (and only that).
+    pub(crate) loads_fail: bool,
 }
 
 impl Store {
     fn run(&mut self, op: &StoreOp, now: Instant) -> Result<Option<Reported>, StoreUnavailable> {
         self.log.push(op.clone());
         if self.down {
+            return Err(StoreUnavailable);
+        }
+        if self.loads_fail && matches!(op, StoreOp::LoadSession(_)) {
             return Err(StoreUnavailable);
         }
         Ok(match op {

@@ -366,3 +366,39 @@ fn what_the_guard_does_not_understand_passes() {
     );
     assert!(fate.is_passed());
 }
+
+// | a keyed call of a session this instance does not hold, its record unreadable (the store
+// failed the read) | 503 `IDEMPOTENCY_STORE_UNAVAILABLE`, nothing claimed, nothing run: run
+// without the record, its answer would go unstamped and the client refuse a call that ran |
+#[test]
+fn a_keyed_call_whose_session_cannot_be_read_is_refused_for_now() {
+    use mcp_resume_server::guard::StoreOp;
+    let mut w = World::new();
+    let mut a = instance();
+    let mut b = Instance::new(GuardConfig::default(), 2);
+    w.initialize(&mut a, "s1", json!({}));
+    w.store.loads_fail = true;
+    let call = call_body(2, "echo", json!({"text": "x"}), Some("k-1"));
+    let answer = w.post(&mut b, Some("s1"), &call, &[]).answer();
+    assert_eq!(answer.status(), 503);
+    assert_eq!(
+        answer.json()["error"]["data"]["code"],
+        "IDEMPOTENCY_STORE_UNAVAILABLE"
+    );
+    assert!(answer.headers().iter().any(|(n, _)| n == "retry-after"));
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+    w.store.loads_fail = false;
+    let (_, mut watch) = w.post(&mut b, Some("s1"), &call, &[]).watch();
+    let seen = b.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(result(2, "x").as_bytes()),
+    );
+    assert!(
+        seen.header("mcp-capability-hash").is_some(),
+        "once the record is read, the call runs guarded"
+    );
+}
