@@ -3,7 +3,7 @@
 // guard. A skin: every rule, the store steps and the rewriting of responses are the Rust
 // guard's, the same one the tower ResumeSafetyLayer and the Python middleware drive; this file
 // moves bytes between Node's request/response objects and it.
-import { ServerResponse } from "node:http";
+import { ServerResponse, validateHeaderName, validateHeaderValue } from "node:http";
 
 import { NativeGuard, NativeOutbound, NativeStep } from "./native.js";
 
@@ -236,26 +236,89 @@ function setHeaders(res, flat) {
   for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? values[0] : values);
 }
 
-/** The handler's `writeHead` headers, with those set before (`setHeader`), as a flat list. */
+/**
+ * The handler's `writeHead` headers, with those set before (`setHeader`) under other names,
+ * as a flat list. Those given here are checked as Node's `writeHead` checks them (`setHeader`
+ * checked the others): one Node refuses throws to the handler, as it would without the guard,
+ * instead of failing later where nobody hears it.
+ */
 function headerList(res, headers) {
-  const merged = new Map();
-  const put = (name, value) => {
-    if (value === undefined) return;
-    merged.set(String(name).toLowerCase(), Array.isArray(value) ? value.map(String) : [String(value)]);
-  };
-  for (const name of res.getHeaderNames()) put(name, res.getHeader(name));
-  if (Array.isArray(headers)) {
-    if (headers.length > 0 && Array.isArray(headers[0])) {
-      for (const [name, value] of headers) put(name, value);
-    } else {
-      for (let i = 0; i + 1 < headers.length; i += 2) put(headers[i], headers[i + 1]);
-    }
-  } else if (headers) {
-    for (const [name, value] of Object.entries(headers)) put(name, value);
-  }
   const flat = [];
-  for (const [name, values] of merged) for (const value of values) flat.push(name, value);
-  return flat;
+  if (Array.isArray(headers)) {
+    // Each name once, with its last value.
+    const merged = new Map();
+    if (headers.length > 0 && Array.isArray(headers[0])) {
+      for (const [name, value] of headers) merged.set(checked(name, value), value);
+    } else {
+      if (headers.length % 2 !== 0) throw nodeError(TypeError, "ERR_INVALID_ARG_VALUE", "The argument 'headers' is invalid.");
+      for (let i = 0; i < headers.length; i += 2) merged.set(checked(headers[i], headers[i + 1]), headers[i + 1]);
+    }
+    for (const [name, value] of merged) put(flat, name, value);
+  } else if (headers) {
+    for (const name of Object.keys(headers)) {
+      if (!name) continue;
+      const value = headers[name];
+      put(flat, checked(name, value), value);
+    }
+  }
+  const names = res.getHeaderNames();
+  if (names.length === 0) return flat;
+  const before = [];
+  for (const name of names) if (!named(flat, name)) put(before, name, res.getHeader(name));
+  return before.length === 0 ? flat : before.concat(flat);
+}
+
+/** Appends a header's values to a flat list. */
+function put(flat, name, value) {
+  if (Array.isArray(value)) {
+    for (const one of value) flat.push(name, String(one));
+  } else {
+    flat.push(name, String(value));
+  }
+}
+
+/** Whether a flat list has the header `name` (lower case). */
+function named(flat, name) {
+  for (let i = 0; i < flat.length; i += 2) if (flat[i] === name) return true;
+  return false;
+}
+
+/** A token's characters: what Node accepts in a header name. */
+const TOKEN = /^[\^_`a-zA-Z\-0-9!#$%&'*+.|~]+$/;
+/** What Node refuses in a header value (and in a reason phrase). */
+const NOT_FIELD_TEXT = /[^\t\x20-\x7e\x80-\xff]/;
+
+/**
+ * A header given to `writeHead`, checked as Node checks it: its name in lower case, or
+ * Node's own error (thrown by Node's checks, run only when the quick ones failed).
+ */
+function checked(name, value) {
+  if (typeof name !== "string" || !TOKEN.test(name)) validateHeaderName(name);
+  if (Array.isArray(value)) {
+    for (const one of value) if (one === undefined || NOT_FIELD_TEXT.test(one)) validateHeaderValue(name, one);
+  } else if (value === undefined || NOT_FIELD_TEXT.test(value)) {
+    validateHeaderValue(name, value);
+  }
+  return String(name).toLowerCase();
+}
+
+/** An error as Node's own `http` throws it: its class, `code` and message. */
+function nodeError(Class, code, message) {
+  const error = new Class(message);
+  /** @type {any} */ (error).code = code;
+  return error;
+}
+
+/** The status Node's `writeHead` would write: a number of three digits, else it throws. */
+function statusOf(status) {
+  const code = status | 0;
+  if (code < 100 || code > 999) throw nodeError(RangeError, "ERR_HTTP_INVALID_STATUS_CODE", `Invalid status code: ${status}`);
+  return code;
+}
+
+/** Refuses what Node's `writeHead` refuses in a reason phrase. */
+function checkReason(reason) {
+  if (NOT_FIELD_TEXT.test(reason)) throw nodeError(TypeError, "ERR_INVALID_CHAR", "Invalid character in statusMessage");
 }
 
 function toBuffer(chunk, encoding) {
@@ -392,6 +455,7 @@ class Interceptor {
     this.heldHead = null;
     this.flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
     this.finished = false; // the client's response is complete (or aborted)
+    this.broken = false; // a step failed: the response was destroyed (see `failed`)
     this.innerEnded = false; // the handler ended its response
     this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
     this.untouched = false; // body chunks pass unchanged, without crossing to the guard
@@ -477,21 +541,34 @@ class Interceptor {
     for (const [event, args] of this.deferred.splice(0)) this.down.emit.call(this.res, event, ...args);
   }
 
+  /**
+   * A step failed (the store, or sending what the guard let go): this response alone is
+   * destroyed, and nothing the handler does afterwards reaches the guard or the client. What
+   * was held for the handler's end (a keyed call's `close`) reaches it now.
+   */
   failed(error) {
+    if (this.broken) return;
+    this.broken = true;
     this.busy = null;
     this.backlog.length = 0;
     this.takePending();
     this.finished = true;
+    this.innerEnded = true;
     this.out.close();
     this.res.destroy(error);
+    for (const [event, args] of this.deferred.splice(0)) this.down.emit.call(this.res, event, ...args);
   }
 
   /** What a step waiting for the store gave: sent, then the steps queued behind it. */
   waited(result) {
     this.busy = result.then(
       (sent) => {
-        this.apply(sent);
-        this.flush();
+        try {
+          this.apply(sent);
+          this.flush();
+        } catch (error) {
+          this.failed(error);
+        }
       },
       (error) => this.failed(error),
     );
@@ -514,19 +591,27 @@ class Interceptor {
     this.settle();
   }
 
-  /** Runs a step of the guard in order; false when it had to wait (or queue). */
+  /**
+   * Runs a step of the guard in order; false when it had to wait (or queue). A step that
+   * throws (or what it sends) fails the response (see `failed`) and throws to the caller.
+   */
   run(step) {
     if (this.detached) return true;
     if (this.busy !== null) {
       this.backlog.push(step);
       return false;
     }
-    const result = step();
-    if (isPromise(result)) {
-      this.waited(result);
-      return false;
+    try {
+      const result = step();
+      if (isPromise(result)) {
+        this.waited(result);
+        return false;
+      }
+      this.apply(result);
+    } catch (error) {
+      this.failed(error);
+      throw error;
     }
-    this.apply(result);
     return true;
   }
 
@@ -572,16 +657,29 @@ class Interceptor {
     if (this.scheduled) return;
     this.scheduled = true;
     setImmediate(() => {
-      if (this.scheduled) this.pushPending();
+      if (!this.scheduled) return;
+      try {
+        this.pushPending();
+      } catch {
+        // Nobody to throw to at the end of the turn: the response failed (see `run`).
+      }
     });
   }
 
   writeHead(status, reason, headers) {
     if (this.headPushed) return;
+    // Checked now, as Node's own `writeHead` does: what it refuses throws to the handler,
+    // which can still write another head.
+    const code = statusOf(status);
+    let given = reason;
+    if (typeof reason === "string") {
+      checkReason(reason);
+      given = headers;
+    }
+    const list = headerList(this.res, given).join("\0");
     this.headPushed = true;
-    const given = typeof reason === "string" ? headers : reason;
-    this.res.statusCode = status;
-    this.heldHead = [status, headerList(this.res, given).join("\0")];
+    this.res.statusCode = code;
+    this.heldHead = [code, list];
   }
 
   flushHeaders() {
@@ -627,11 +725,11 @@ class Interceptor {
     if (this.innerEnded) return;
     if (!this.headPushed) this.writeHead(this.res.statusCode);
     const last = toBuffer(chunk, encoding);
-    this.innerEnded = true;
     if (callback) this.endCallbacks.push(callback);
     const pending = this.takePending();
     const bytes = pending === null ? last : last.length === 0 ? pending : Buffer.concat([pending, last]);
     const [status, headers] = this.takeHead();
+    // Ended once the end went to the guard: a push that threw failed the response (`run`).
     if (this.untouched && bytes.length > 0) {
       // The last bytes pass unchanged: sent as they are, not copied through the guard.
       this.run(() => bytes);
@@ -639,6 +737,7 @@ class Interceptor {
     } else {
       this.run(() => this.out.push(status, headers, bytes.length > 0 ? bytes : null, true));
     }
+    this.innerEnded = true;
     this.settle();
   }
 }

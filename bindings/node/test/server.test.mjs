@@ -246,6 +246,117 @@ test("middleware in front on old on-headers (a writeHead reading headers as pair
   }
 });
 
+test("a head Node would refuse throws to the handler, and the server answers on", { timeout: 30000 }, async () => {
+  const caught = [];
+  const { url, server } = await serve(
+    new ResumeSafety().wrap((req, res) => {
+      if (req.body.method === "initialize") return answerInitialize(req, res);
+      const { id, params } = req.body;
+      const bad = params.arguments.bad;
+      const answerWith = (text) => `event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text }] } })}\n\n`;
+      if (bad === "value") {
+        // A character above U+00FF: Node's writeHead throws ERR_INVALID_CHAR to its caller.
+        try {
+          res.writeHead(200, { "content-type": "text/event-stream", "x-note": "naïve ☕" });
+        } catch (error) {
+          caught.push(error.code);
+          res.writeHead(200, { "content-type": "text/event-stream" });
+        }
+        res.end(answerWith("refused"));
+      } else if (bad === "status") {
+        try {
+          res.writeHead(/** @type {any} */ ("two hundred"), { "content-type": "text/event-stream" });
+        } catch (error) {
+          caught.push(error.code);
+          res.writeHead(200, { "content-type": "text/event-stream" });
+        }
+        res.end(answerWith("refused"));
+      } else if (bad === "uncaught") {
+        // Not caught by the handler: it fails, as it would without the guard.
+        res.writeHead(200, { "content-type": "text/event-stream", "x-note": "naïve ☕" });
+        res.end(answerWith("sent"));
+      } else {
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        res.end(answerWith("fine"));
+      }
+    }),
+  );
+  let headers;
+  const call = (bad, key) =>
+    fetch(url, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { ...(key ? { _meta: { [IDEMPOTENCY_META_KEY]: key } } : {}), name: "t", arguments: { bad } } }),
+      signal: AbortSignal.timeout(5000),
+    });
+  try {
+    // Calls of a session, unkeyed and keyed: the guard routes both responses.
+    const init = await fetch(url, { method: "POST", headers: MCP_HEADERS, body: INITIALIZE, signal: AbortSignal.timeout(5000) });
+    await init.text();
+    headers = { ...MCP_HEADERS, "mcp-session-id": init.headers.get("mcp-session-id"), "mcp-protocol-version": "2025-06-18" };
+    for (const key of [undefined, `k-${randomUUID()}`]) {
+      for (const bad of ["value", "status"]) {
+        const answer = await call(bad, key && `${key}-${bad}`);
+        assert.match(await answer.text(), /"text":"refused"/, `${bad} ${key}`);
+      }
+      const failed = await call("uncaught", key && `${key}-uncaught`).then(async (r) => `${r.status} ${await r.text()}`, (error) => String(error));
+      assert.doesNotMatch(failed, /"text":"sent"/);
+      assert.match(await (await call("none", key && `${key}-none`)).text(), /"text":"fine"/);
+    }
+    assert.deepEqual(caught, ["ERR_INVALID_CHAR", "ERR_HTTP_INVALID_STATUS_CODE", "ERR_INVALID_CHAR", "ERR_HTTP_INVALID_STATUS_CODE"]);
+  } finally {
+    shut(server);
+  }
+});
+
+test("what fails sending a guarded response destroys that response alone", { timeout: 30000 }, async () => {
+  // Middleware in front whose `writeHead` throws (its on-headers listener failed): the guard
+  // calls it at the end of a turn (a stream's head) or once the store answered (a keyed
+  // call's), where nobody hears a throw.
+  const guard = new ResumeSafety({ store: redis.url });
+  const { url, server } = await serve((req, res) => {
+    onHeaders(res, () => {
+      if (req.headers["x-fail"]) throw new Error("the listener failed");
+    });
+    guard.middleware()(req, res, (error) => {
+      if (error) {
+        res.statusCode = 500;
+        res.end();
+      } else if (req.body.method === "initialize") {
+        answerInitialize(req, res);
+      } else {
+        const event = `event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result: { content: [{ type: "text", text: "sent" }] } })}\n\n`;
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        if (req.headers["x-later"]) {
+          res.write(event);
+          setTimeout(() => res.end(), 50);
+        } else {
+          res.end(event);
+        }
+      }
+    });
+  });
+  try {
+    const init = await fetch(url, { method: "POST", headers: MCP_HEADERS, body: INITIALIZE, signal: AbortSignal.timeout(5000) });
+    await init.text();
+    const headers = { ...MCP_HEADERS, "mcp-session-id": init.headers.get("mcp-session-id"), "mcp-protocol-version": "2025-06-18" };
+    const call = (more, key) =>
+      fetch(url, {
+        method: "POST",
+        headers: { ...headers, ...more },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { ...(key ? { _meta: { [IDEMPOTENCY_META_KEY]: key } } : {}), name: "t", arguments: {} } }),
+        signal: AbortSignal.timeout(5000),
+      }).then(async (r) => `${r.status} ${await r.text()}`);
+    await assert.rejects(call({ "x-fail": "1", "x-later": "1" }), /fetch failed|terminated|other side closed/);
+    await assert.rejects(call({ "x-fail": "1" }, `k-${randomUUID()}`), /fetch failed|terminated|other side closed/);
+    await new Promise((resolve) => setTimeout(resolve, 100)); // the handler's late end
+    assert.match(await call({}), /"text":"sent"/);
+    assert.match(await call({}, `k-${randomUUID()}`), /"text":"sent"/);
+  } finally {
+    shut(server);
+  }
+});
+
 test("the event loop runs while the store is slow", { timeout: 30000 }, async () => {
   const replica = await Replica.start("--port", "0", "--redis", redis.url);
   try {
