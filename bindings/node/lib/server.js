@@ -24,7 +24,8 @@ const isPromise = (value) => value !== null && typeof value === "object" && type
  *
  * The request's body is read by the guard and handed on as `req.body` (parsed JSON, as
  * `express.json()` would): pass it to `transport.handleRequest(req, res, req.body)`, as the
- * SDK's examples do. A body over `maxBody` is left unread, for the handler to read.
+ * SDK's examples do. A body over `maxBody` is left unread, for the handler to read, and one
+ * that is not JSON is put back for it to read.
  *
  * The first guard made replaces `writeHead`, `write`, `end`, `flushHeaders` and `emit` of
  * `http.ServerResponse.prototype` with methods that route a guarded response through its
@@ -133,7 +134,8 @@ function readAlready(req) {
 /**
  * The request body: its bytes; when it is longer than `limit`, what was read of it (more
  * than `limit`: the guard looks it through for a key), left for the handler to read (put
- * back); `undefined` when the client left. A complete body is handed on parsed as `req.body`.
+ * back); `undefined` when the client left. A complete body is handed on parsed as `req.body`;
+ * one that is not JSON is put back, for the handler to read.
  *
  * Read in paused mode (`readable` and `read()`), never by `data` with an explicit `pause()`:
  * once the `readable` listener is gone the stream is neither paused nor flowing, so a handler
@@ -162,17 +164,25 @@ function readBody(req, limit) {
           return;
         }
       }
+      // The parser saw the message's end: the body is whole, and its `end` not emitted yet.
+      if (req.complete) whole();
     };
-    const onEnd = () => {
+    const whole = () => {
       const bytes = Buffer.concat(chunks);
       try {
         req.body = JSON.parse(bytes.toString("utf8"));
         req._body = true;
       } catch {
-        // Not JSON: the handler answers it as it would have.
+        // Not JSON: put back, so that the handler reads it as it would have without the
+        // guard (a body parser behind answers its own 400, the SDK its parse error, a handler
+        // reading by `data` gets the bytes) rather than a `req.body` no handler expects. In
+        // this turn, before the stream's `end` (due at the next tick, and then not emitted
+        // until the bytes are read again); after it, a stream cannot take bytes back.
+        if (bytes.length > 0 && !req.readableEnded) req.unshift(bytes);
       }
       done(bytes);
     };
+    const onEnd = () => whole();
     const onGone = () => done(undefined);
     const onClose = () => {
       if (!req.readableEnded) done(undefined);

@@ -179,6 +179,33 @@ test("a body over the bound reaches a handler that reads it by its data events",
   }
 });
 
+test("a body that is not JSON reaches a handler that reads it by its data events", { timeout: 10000 }, async () => {
+  // The guard read it whole (under the bound) and could not hand it on parsed.
+  const server = createServer(
+    new ResumeSafety({ maxBody: 1024 }).wrap((req, res) => {
+      const chunks = [];
+      req.on("data", (chunk) => chunks.push(chunk));
+      req.on("end", () => res.end(`${req.body === undefined} ${Buffer.concat(chunks)}`));
+    }),
+  );
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    for (const body of ["not json", "{\"cut\": ", "x".repeat(1000)]) {
+      const answer = await fetch(`http://127.0.0.1:${server.address().port}/`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body,
+        signal: AbortSignal.timeout(5000),
+      });
+      assert.equal(await answer.text(), `true ${body}`);
+    }
+  } finally {
+    server.closeAllConnections();
+    server.close();
+  }
+});
+
 /** Serves `handler` on 127.0.0.1 (a free port); its base URL and the server. */
 async function serve(handler) {
   const server = createServer(handler);
