@@ -1812,3 +1812,47 @@ fn only_an_era_an_answer_says_is_to_be_remembered() {
         assert_eq!(m.session.era_to_remember(), remembered, "{name}");
     }
 }
+
+/// An MRTR round's request refused unprocessed (here a header mismatch, -32020) is re-sent
+/// as any first send refused so is: the earlier round was answered, so nothing of it may
+/// still run, and the round's own send provably never ran.
+#[test]
+fn a_refused_mrtr_round_is_sent_again_not_ended_unknown() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut refused = false;
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        if body["method"] == "tools/list" {
+            return ok(body, json!({"resultType": "complete", "tools": []}));
+        }
+        if body["params"]["inputResponses"].is_null() {
+            return ok(
+                body,
+                json!({"resultType": "input_required", "requestState": "s1",
+                    "inputRequests": {"q": {"method": "elicitation/create", "params": {}}}}),
+            );
+        }
+        if !refused {
+            refused = true;
+            return (
+                400,
+                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32020,
+                    "message": "Header mismatch"}}),
+            );
+        }
+        ok(
+            body,
+            json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]}),
+        )
+    };
+    let ask = m.submit("ask");
+    m.run(&mut script, SEC);
+    let input = m.server_requests()[0].id.clone();
+    m.session
+        .respond(input, Ok(json!({"action": "accept"})), m.now);
+    m.run(&mut script, 10 * SEC);
+    assert!(matches!(m.result(ask), Some(Ok(_))), "{:?}", m.result(ask));
+    assert_eq!(m.posts_of("ask").len(), 3, "{:#?}", m.posts_of("ask"));
+}

@@ -621,6 +621,9 @@ impl Call {
         self.busy_refusals = 0;
         self.sends = 0;
         self.ran_before = false;
+        // The previous round was answered: none of its sends still runs, so the new round's
+        // first send repeats nothing and may be re-sent when it provably never ran.
+        self.may_have_run = false;
         self.state = CallState::Waiting;
         true
     }
