@@ -207,13 +207,7 @@ function replaceHeader(req, name, value) {
 
 /** Sends the guard's own answer (a `Sent` array with its head and end). */
 function answer(res, [status, headers, body]) {
-  if (res.writeHead === ServerResponse.prototype.writeHead) {
-    res.writeHead(status, split(headers ?? ""));
-  } else {
-    // Middleware in front replaced `writeHead` (see `setHeaders`).
-    setHeaders(res, split(headers ?? ""));
-    res.writeHead(status);
-  }
+  writeHeadOf(res, res.writeHead, status, split(headers ?? ""), res.writeHead === ServerResponse.prototype.writeHead);
   res.end(body ?? undefined);
 }
 
@@ -246,6 +240,29 @@ function setHeaders(res, flat) {
   for (const [name, values] of grouped) res.setHeader(name, values.length === 1 ? values[0] : values);
 }
 
+/** Whether a flat name/value list names a header more than once. */
+function repeats(flat) {
+  for (let i = 2; i < flat.length; i += 2) {
+    for (let j = 0; j < i; j += 2) if (flat[i] === flat[j]) return true;
+  }
+  return false;
+}
+
+/**
+ * Writes the guard's head (a flat list) with `writeHead`: Node's own (`node`) takes the list,
+ * unless a name repeats (Node 20's `writeHead`, on a response with headers set before, keeps
+ * only a repeated name's last value); else the headers are set first (see `setHeaders`) and
+ * `writeHead` gets the status alone.
+ */
+function writeHeadOf(res, writeHead, status, flat, node) {
+  if (node && !repeats(flat)) {
+    writeHead.call(res, status, flat);
+  } else {
+    setHeaders(res, flat);
+    writeHead.call(res, status);
+  }
+}
+
 /**
  * The handler's `writeHead` headers, with those set before (`setHeader`) under other names,
  * as a flat list. Those given here are checked as Node's `writeHead` checks them (`setHeader`
@@ -255,15 +272,13 @@ function setHeaders(res, flat) {
 function headerList(res, headers) {
   const flat = [];
   if (Array.isArray(headers)) {
-    // Each name once, with its last value.
-    const merged = new Map();
+    // A name given more than once is sent with each of its values, as Node sends it.
     if (headers.length > 0 && Array.isArray(headers[0])) {
-      for (const [name, value] of headers) merged.set(checked(name, value), value);
+      for (const [name, value] of headers) put(flat, checked(name, value), value);
     } else {
       if (headers.length % 2 !== 0) throw nodeError(TypeError, "ERR_INVALID_ARG_VALUE", "The argument 'headers' is invalid.");
-      for (let i = 0; i < headers.length; i += 2) merged.set(checked(headers[i], headers[i + 1]), headers[i + 1]);
+      for (let i = 0; i < headers.length; i += 2) put(flat, checked(headers[i], headers[i + 1]), headers[i + 1]);
     }
-    for (const [name, value] of merged) put(flat, name, value);
   } else if (headers) {
     for (const name of Object.keys(headers)) {
       if (!name) continue;
@@ -513,12 +528,7 @@ class Interceptor {
     const [status, headers, body, end] = sent;
     if (status !== 0 && !this.gone()) {
       for (const name of res.getHeaderNames()) res.removeHeader(name);
-      if (this.down === real) {
-        this.down.writeHead.call(res, status, split(headers));
-      } else {
-        setHeaders(res, split(headers));
-        this.down.writeHead.call(res, status);
-      }
+      writeHeadOf(res, this.down.writeHead, status, split(headers), this.down === real);
       this.headSent = true;
       // Else the head goes with the first body bytes, in one write.
       if (this.flushWanted && body === null && end === 0) this.down.flushHeaders.call(res);
@@ -681,11 +691,11 @@ class Interceptor {
     // Checked now, as Node's own `writeHead` does: what it refuses throws to the handler,
     // which can still write another head.
     const code = statusOf(status);
-    let given = reason;
-    if (typeof reason === "string") {
-      checkReason(reason);
-      given = headers;
-    }
+    // The headers are the third argument after a reason phrase, else the second unless a
+    // third is given (`writeHead(200, undefined, headers)`), as Node reads them.
+    let given = headers;
+    if (typeof reason === "string") checkReason(reason);
+    else given ??= reason;
     const list = headerList(this.res, given).join("\0");
     this.headPushed = true;
     this.res.statusCode = code;

@@ -336,6 +336,47 @@ test("a head Node would refuse throws to the handler, and the server answers on"
   }
 });
 
+test("a head given as a flat list keeps its repeated names, and writeHead(status, undefined, headers) its headers", { timeout: 30000 }, async () => {
+  const { url, server } = await serve(
+    new ResumeSafety().wrap((req, res) => {
+      if (req.body.method === "initialize") return answerInitialize(req, res);
+      res.setHeader("x-set-before", "kept");
+      res.setHeader("set-cookie", "replaced=1");
+      if (req.body.params.arguments.form === "flat") {
+        res.writeHead(200, ["content-type", "text/event-stream", "set-cookie", "a=1", "Set-Cookie", "b=2"]);
+      } else {
+        res.writeHead(200, undefined, { "content-type": "text/event-stream", "x-given": "third" });
+      }
+      res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result: { content: [{ type: "text", text: "ok" }] } })}\n\n`);
+    }),
+  );
+  try {
+    const init = await fetch(url, { method: "POST", headers: MCP_HEADERS, body: INITIALIZE, signal: AbortSignal.timeout(5000) });
+    await init.text();
+    const headers = { ...MCP_HEADERS, "mcp-session-id": init.headers.get("mcp-session-id"), "mcp-protocol-version": "2025-06-18" };
+    const call = async (form) => {
+      const answer = await fetch(url, {
+        method: "POST",
+        headers,
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "t", arguments: { form } } }),
+        signal: AbortSignal.timeout(5000),
+      });
+      assert.match(await answer.text(), /"text":"ok"/);
+      return answer.headers;
+    };
+    const flat = await call("flat");
+    assert.deepEqual(flat.getSetCookie(), ["a=1", "b=2"]);
+    assert.equal(flat.get("x-set-before"), "kept");
+    assert.equal(flat.get("content-type"), "text/event-stream");
+    const third = await call("third");
+    assert.equal(third.get("x-given"), "third");
+    assert.equal(third.get("content-type"), "text/event-stream");
+    assert.deepEqual(third.getSetCookie(), ["replaced=1"]);
+  } finally {
+    shut(server);
+  }
+});
+
 test("what fails sending a guarded response destroys that response alone", { timeout: 30000 }, async () => {
   // Middleware in front whose `writeHead` throws (its on-headers listener failed): the guard
   // calls it at the end of a turn (a stream's head) or once the store answered (a keyed
