@@ -681,6 +681,55 @@ async fn the_default_ledger_keeps_the_tasks_calls_leave_behind() {
     cluster.shutdown().await;
 }
 
+/// A task picked up whose call stopped waiting again is the client's to pick up again: a
+/// recovered call that ends leaves nothing of its claim behind, and the task is polled to its
+/// end by the third `recover`, the work run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_recovered_and_left_behind_again_is_recovered_again() {
+    let cluster = strict_modern_cluster().await;
+    let client = Client::builder(cluster.url())
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let call = ToolCall::new("batch_job", json!({"steps": 12, "delay_ms": 100}))
+        .meta(meta::TAG, json!("left-twice"));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1);
+    let err = guarded(recovered.into_iter().next().unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let mut again = guarded(client.recover()).await.unwrap();
+    assert_eq!(
+        again.len(),
+        1,
+        "the task left behind twice is picked up again"
+    );
+    // Polled until it ends, each pick-up waiting a call's time.
+    let result = loop {
+        let call = again.pop().expect("the task's entry stays until it ends");
+        match guarded(call).await {
+            Ok(result) => break result,
+            Err(e) if e.kind() == ErrorKind::Timeout => {
+                again = guarded(client.recover()).await.unwrap();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("done"),
+        "{result}"
+    );
+    assert!(guarded(client.recover()).await.unwrap().is_empty());
+    assert_eq!(cluster.oracle().executions_tagged("left-twice").count(), 1);
+    cluster.shutdown().await;
+}
+
 /// A ledger whose reads never finish.
 struct NeverReads;
 

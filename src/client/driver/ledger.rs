@@ -27,10 +27,13 @@
 //!
 //! Each client is an incarnation (a random id, written into its entries), live from when it
 //! is built until it stops. Within the process, `recover` never takes an entry written by
-//! another live client, nor one a live client picked up already: two clients sharing a
-//! ledger never make each other's calls again while both run (an unkeyed round sent twice,
-//! say). Whether a client of another process still runs cannot be told: across processes,
-//! one ledger name belongs to one process at a time.
+//! another live client, nor one a live client picked up and has not ended yet: two clients
+//! sharing a ledger never make each other's calls again while both run (an unkeyed round sent
+//! twice, say). A call picked up that ends gives its claim back, once its entry is removed or
+//! at once when the entry stays (a task left behind again): the task can be polled again, and
+//! the claims do not pile up in a process that recovers now and then. Whether a client of
+//! another process still runs cannot be told: across processes, one ledger name belongs to
+//! one process at a time.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -124,6 +127,10 @@ struct Line {
     dropped: Vec<(EntryId, Op)>,
     /// Failed writes to try again (the module's docs say which).
     retries: Vec<Retry>,
+    /// Entries picked up whose calls ended and whose removal is queued: their claim goes once
+    /// nothing of theirs is left to write, not before, so that a recovery never takes an
+    /// entry whose call ended here while the ledger still holds it.
+    releasing: FxHashSet<EntryId>,
 }
 
 impl Line {
@@ -165,6 +172,13 @@ impl Line {
         true
     }
 
+    /// Whether a write of `entry` is waiting, held back or due again.
+    fn pending(&self, entry: &EntryId) -> bool {
+        self.waiting.iter().any(|(queued, _)| queued == entry)
+            || self.dropped.iter().any(|(queued, _)| queued == entry)
+            || self.retries.iter().any(|r| &r.entry == entry)
+    }
+
     /// Queues the retries due at `now` (all of them without it).
     fn admit_retries(&mut self, now: Option<tokio::time::Instant>) {
         if self.retries.is_empty() {
@@ -191,7 +205,7 @@ impl Line {
 #[derive(Default)]
 struct Live {
     clients: FxHashSet<Arc<str>>,
-    /// Entry picked up, by the client that did.
+    /// Entry picked up, by the client that did, until the call ends or the client stops.
     picked: FxHashMap<EntryId, Arc<str>>,
 }
 
@@ -291,7 +305,8 @@ impl Writer {
         true
     }
 
-    /// `claim` did not lead to a pick-up after all.
+    /// `claim` did not lead to a pick-up after all, or the call picked up has ended and its
+    /// entry, if the ledger keeps it, may be picked up again.
     pub(crate) fn unclaim(&self, id: &EntryId) {
         let mut live = live();
         if live.picked.get(id) == Some(&self.incarnation) {
@@ -318,11 +333,21 @@ impl Writer {
         self.lock().push(entry, Op::new(write, gate));
     }
 
-    /// Queues the removal of the entry of a call the application dropped: the writer task
-    /// carries it out, so a client whose runtime stopped (and with it that task) never does.
-    fn queue_dropped(&self, entry: EntryId) {
+    /// Queues the removal of `entry`. That of a call the application dropped (`abandoned`)
+    /// waits for the writer task, so a client whose runtime stopped (and with it that task)
+    /// never makes it. When `release`, the claim on an entry picked up goes once the removal
+    /// is done: queued under the same lock, so the removal cannot finish before it is noted.
+    fn queue_removal(&self, entry: EntryId, abandoned: bool, release: bool) {
         let op = Op::new(Write::Remove(entry.clone()), None);
-        self.lock().dropped.push((entry, op));
+        let mut line = self.lock();
+        if release {
+            line.releasing.insert(entry.clone());
+        }
+        if abandoned {
+            line.dropped.push((entry, op));
+        } else {
+            line.push(entry, op);
+        }
     }
 
     /// Lets the removals of dropped calls' entries start: only from the writer task or a
@@ -391,13 +416,23 @@ impl Writer {
         let mut line = self.lock();
         line.running.remove(&entry);
         let retry = match again.filter(|_| failed) {
-            Some(again) => line.retry_later(entry, again),
+            Some(again) => line.retry_later(entry.clone(), again),
             None => false,
         };
+        // Released when its last write is done, whatever its outcome: a removal given up on
+        // leaves an entry the next process would pick up anyway.
+        let release =
+            !line.releasing.is_empty() && line.releasing.contains(&entry) && !line.pending(&entry);
+        if release {
+            line.releasing.remove(&entry);
+        }
         if line.running.is_empty() && line.waiting.is_empty() {
             self.idle.notify_waiters();
         }
         drop(line);
+        if release {
+            self.unclaim(&entry);
+        }
         if retry {
             self.wake.notify_one();
         }
@@ -683,16 +718,21 @@ impl Records {
     /// only gave up waiting (`abandoned`: the application dropped it, and the task was
     /// cancelled with it). An abandoned call's entry is removed by the writer task, never at
     /// once: dropped with a runtime that stops, the call leaves its entry to whoever takes
-    /// over. Returns whether a write was queued.
+    /// over. A call picked up gives up its claim on the entry: at once when the entry stays
+    /// (a task left behind again, for a later `recover` of this client's to poll), once it is
+    /// removed otherwise. Returns whether a write was queued.
     pub(crate) fn ended(&mut self, call: CallId, abandoned: bool) -> bool {
         let Some(record) = self.calls.remove(&call) else {
             return false;
         };
         let left_behind = record.task_open && !abandoned;
+        if record.stored && left_behind {
+            self.writer.unclaim(&record.id);
+        }
         if self.scope == Scope::TasksLeftBehind {
             if !left_behind && record.stored {
                 // A task picked up from its entry, ended: the entry goes.
-                self.remove(record.id, abandoned);
+                self.remove(record.id, abandoned, true);
                 return true;
             }
             // Written once, when the call leaves its task behind: a later `recover` polls it
@@ -718,17 +758,14 @@ impl Records {
         if left_behind {
             return false;
         }
-        self.remove(record.id, abandoned);
+        self.remove(record.id, abandoned, record.stored);
         true
     }
 
-    /// Queues the removal of entry `id`, of a call `abandoned` or not.
-    fn remove(&self, id: EntryId, abandoned: bool) {
-        if abandoned {
-            self.writer.queue_dropped(id);
-        } else {
-            self.writer.queue(id.clone(), Write::Remove(id), None);
-        }
+    /// Queues the removal of entry `id`, of a call `abandoned` or not; `picked`: the call was
+    /// picked up from it, and the claim goes with the entry.
+    fn remove(&self, id: EntryId, abandoned: bool, picked: bool) {
+        self.writer.queue_removal(id, abandoned, picked);
     }
 
     /// Whether entry `id` is a call of this client's in flight.
@@ -822,6 +859,37 @@ mod tests {
         assert!(records.ended(picked, false));
         writer.kick();
         assert!(ledger.is_empty());
+    }
+
+    /// A call picked up holds its entry against every other recovery while it runs, and
+    /// gives it back when it ends: once its removal is done (no recovery takes an entry
+    /// whose call ended here while the ledger still holds it), at once when the entry stays.
+    #[test]
+    fn a_picked_up_calls_claim_goes_when_it_ends() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let (writer, other) = (Writer::new(ledger.clone()), Writer::new(ledger.clone()));
+        let mut records = Records::new(writer.clone(), "http://h/mcp".into(), false, Scope::Calls);
+        let (removed, kept) = (entry("picked-1"), entry("picked-2"));
+        for e in [&removed, &kept] {
+            ledger.put(e.clone()).now_or_never().unwrap().unwrap();
+            assert!(writer.claim(e));
+            assert!(!other.claim(e), "claimed");
+        }
+        let (first, second) = (CallId::next(), CallId::next());
+        records.adopt(first, removed.id().clone(), SystemTime::now(), false);
+        records.adopt(second, kept.id().clone(), SystemTime::now(), true);
+
+        assert!(records.ended(first, false));
+        assert!(!other.claim(&removed), "held until the removal is done");
+        writer.kick();
+        assert!(!live().picked.contains_key(removed.id()));
+
+        assert!(
+            !records.ended(second, false),
+            "a task left behind keeps its entry"
+        );
+        assert!(other.claim(&kept), "given back at once");
+        other.unclaim(kept.id());
     }
 
     /// Fails its next `fail` puts, counting them all.
