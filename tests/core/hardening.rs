@@ -1856,3 +1856,44 @@ fn a_refused_mrtr_round_is_sent_again_not_ended_unknown() {
     assert!(matches!(m.result(ask), Some(Ok(_))), "{:?}", m.result(ask));
     assert_eq!(m.posts_of("ask").len(), 3, "{:#?}", m.posts_of("ask"));
 }
+
+/// A task's input the app could not provide ends the call; the task, left waiting for that
+/// input, is cancelled on the server, and until then it may have run: the error says so.
+#[test]
+fn a_task_input_the_app_cannot_provide_cancels_the_task() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        match body["method"].as_str().unwrap_or_default() {
+            "tools/call" => {
+                let (status, mut answer) = task_is(body, "working");
+                answer["result"]["resultType"] = json!("task");
+                (status, answer)
+            }
+            "tasks/get" => {
+                let (status, mut answer) = task_is(body, "input_required");
+                answer["result"]["inputRequests"] =
+                    json!({"k": {"method": "elicitation/create", "params": {}}});
+                (status, answer)
+            }
+            _ => ok(body, json!({"resultType": "complete"})),
+        }
+    };
+    let call = m.submit("task");
+    m.run(&mut script, SEC);
+    let input = m.server_requests()[0].id.clone();
+    let refused = mcp_resume::RpcError::new(-32603, "no one to ask");
+    m.session.respond(input, Err(refused), m.now);
+    m.run(&mut script, SEC);
+    let error = m.result(call).expect("ended").as_ref().expect_err("failed");
+    assert!(error.may_have_run(), "{error:?}");
+    let cancels: Vec<&Value> = m
+        .seen
+        .iter()
+        .filter(|b| b["method"] == "tasks/cancel")
+        .collect();
+    assert_eq!(cancels.len(), 1, "{:#?}", m.seen);
+    assert_eq!(cancels[0]["params"]["taskId"], "t-1");
+}

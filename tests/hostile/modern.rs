@@ -371,6 +371,9 @@ async fn task_case(
     let probe = Probe::start();
     let (err, took) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
     assert_kind(what, &err, expect);
+    // The task runs on (it is kept to be resumed): a framework retrying the call on the
+    // error's word would run it twice.
+    assert!(err.may_have_run(), "{what}: {err:?}");
     probe.assert_memory(what, MIB);
     eprintln!(
         "{what}: {err} after {took:?}, {} polls",
@@ -477,6 +480,32 @@ async fn a_task_whose_id_changes_between_polls_fails_the_call() {
     let polled = server.matching(polls);
     assert_eq!(polled.len(), 1, "{what}");
     assert_eq!(polled[0].params()["taskId"], "t-1", "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_task_poll_answered_with_a_json_rpc_error_says_the_task_may_have_run() {
+    let what = "tasks/get -32602";
+    let (server, client) = task_case(
+        what,
+        |req| rpc_error(req, 200, -32602, json!(null)),
+        ErrorKind::Rpc,
+    )
+    .await;
+    assert_eq!(server.count(polls), 1, "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
+async fn a_task_poll_refused_4xx_with_a_json_rpc_error_says_the_task_may_have_run() {
+    let what = "tasks/get 400 -32602";
+    let (server, client) = task_case(
+        what,
+        |req| rpc_error(req, 400, -32602, json!(null)),
+        ErrorKind::Rpc,
+    )
+    .await;
+    assert_eq!(server.count(polls), 1, "{what}");
     assert_usable(what, &server, &client).await;
 }
 

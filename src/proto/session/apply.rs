@@ -227,14 +227,30 @@ impl Session {
 
     /// Completes a call, exactly once.
     pub(super) fn complete(&mut self, id: CallId, result: Result<serde_json::Value, Error>) {
+        self.end(id, result, false);
+    }
+
+    /// Completes a task's call with its task's final status: the tool's own answer, which
+    /// says by itself whether it ran, as a JSON-RPC error answering a call does.
+    pub(super) fn complete_task(&mut self, id: CallId, result: Result<serde_json::Value, Error>) {
+        self.end(id, result, true);
+    }
+
+    /// Completes a call, exactly once, with `result`: `outcome` when that is its task's
+    /// final status.
+    fn end(&mut self, id: CallId, result: Result<serde_json::Value, Error>, outcome: bool) {
         let Some(call) = self.remove_call(id) else {
             return;
         };
         // A failure that is not the server's answer tells whether the request may have run.
+        // A task's call is answered only by its task's final status: a JSON-RPC error to a
+        // poll, or a refusal of one, answers `tasks/get` while the task runs on.
+        let answer = match &result {
+            Err(e) => e.kind() == ErrorKind::Rpc && (call.task_id().is_none() || outcome),
+            Ok(_) => true,
+        };
         let result = match result {
-            Err(e) if call.may_have_run() && e.kind() != ErrorKind::Rpc => {
-                Err(e.with_may_have_run())
-            }
+            Err(e) if call.may_have_run() && !answer => Err(e.with_may_have_run()),
             result => result,
         };
         match call.serves() {

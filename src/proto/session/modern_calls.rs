@@ -254,7 +254,11 @@ impl Session {
         match result {
             Ok(value) if for_task => self.task_input_answered(call, key, value, now),
             Err(error) => {
-                // Without the input the server asked for, the call cannot go on.
+                // Without the input the server asked for, the call cannot go on; its task
+                // would wait for that input until the server gives up on it.
+                if for_task {
+                    self.cancel_task(call);
+                }
                 self.complete(
                     call,
                     Err(Error::caused_by(
@@ -373,7 +377,7 @@ impl Session {
             "completed" => {
                 let result = status.get("result").cloned().unwrap_or(json!({}));
                 self.task_finished(id, &task_id);
-                self.complete(id, Ok(result));
+                self.complete_task(id, Ok(result));
             }
             "failed" => {
                 let error = status.get("error").cloned().unwrap_or(Value::Null);
@@ -387,11 +391,11 @@ impl Session {
                     data: error.get("data").cloned(),
                 };
                 self.task_finished(id, &task_id);
-                self.complete(id, Err(Error::rpc(rpc)));
+                self.complete_task(id, Err(Error::rpc(rpc)));
             }
             "cancelled" => {
                 self.task_finished(id, &task_id);
-                self.complete(
+                self.complete_task(
                     id,
                     Err(Error::new(
                         ErrorKind::Rpc,
