@@ -730,6 +730,64 @@ async fn a_task_recovered_and_left_behind_again_is_recovered_again() {
     cluster.shutdown().await;
 }
 
+/// A value in a Redis ledger that is not UTF-8 (damage, or someone else's write), as an
+/// entry or as an id in the index, costs that entry alone: the others are read and recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
+    let redis = mock_server::procs::RedisServer::start()
+        .await
+        .expect("redis-server");
+    let server = TestServer::start(default_reply).await;
+    // An unkeyed call's entry as a client of this server writes it; its writer is gone.
+    let capture = Arc::new(Written::default());
+    let writing = Client::builder(&server.url)
+        .ledger(capture.clone())
+        .build()
+        .unwrap();
+    guarded(writing.call_tool(echo("kept"))).await.unwrap();
+    guarded(writing.close()).await.unwrap();
+    drop(writing);
+    let entry = capture.0.lock().unwrap()[0].clone();
+
+    let identity = "not-text";
+    let ledger =
+        Arc::new(mcp_resume::client::ledger::RedisLedger::new(&redis.url(), identity).unwrap());
+    guarded(ledger.put(entry.clone())).await.unwrap();
+    let prefix = format!("mcp-resume:ledger:{{{identity}}}:");
+    let far = entry
+        .expires_at()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::pipe()
+        .set(format!("{prefix}entry:x"), &b"\xff"[..])
+        .zadd(format!("{prefix}index"), "x", far)
+        .zadd(format!("{prefix}index"), &b"\xfe"[..], far)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let read = guarded(ledger.entries()).await.unwrap();
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].id(), entry.id());
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "{recovered:?}");
+    let call = recovered.into_iter().next().unwrap();
+    assert_eq!(call.entry().id(), entry.id());
+    // Unkeyed, its request may have run: reported, never re-sent.
+    let err = guarded(call).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+}
+
 /// A ledger whose reads never finish.
 struct NeverReads;
 

@@ -250,13 +250,25 @@ impl RedisLedger {
         let mut conn = self.conn().await?;
         let now = unix_ms(SystemTime::now());
         let index = self.index_key();
-        let (_, ids): (i64, Vec<String>) = redis::pipe()
+        // Read as bytes, each checked alone: a value that is not UTF-8 (damage, or someone
+        // else's write) costs its entry, not the reading of every other.
+        let (_, members): (i64, Vec<Vec<u8>>) = redis::pipe()
             .atomic()
             .zrembyscore(&index, "-inf", now)
             .zrangebyscore(&index, format!("({now}"), "+inf")
             .query_async(&mut conn)
             .await
             .map_err(failed)?;
+        let ids: Vec<String> = members
+            .into_iter()
+            .filter_map(|member| match String::from_utf8(member) {
+                Ok(id) => Some(id),
+                Err(_) => {
+                    tracing::error!("ledger index member that is not UTF-8 skipped");
+                    None
+                }
+            })
+            .collect();
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -264,20 +276,21 @@ impl RedisLedger {
             .iter()
             .map(|id| format!("{}entry:{id}", self.prefix))
             .collect();
-        let stored: Vec<Option<String>> = redis::cmd("MGET")
+        let stored: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
             .arg(&keys)
             .query_async(&mut conn)
             .await
             .map_err(failed)?;
         let mut entries = Vec::with_capacity(ids.len());
         let mut gone = Vec::new();
-        for (id, text) in ids.iter().zip(stored) {
-            let Some(text) = text else {
+        for (id, bytes) in ids.iter().zip(stored) {
+            let Some(bytes) = bytes else {
                 // Expired between the two reads.
                 gone.push(id.clone());
                 continue;
             };
-            let parsed = serde_json::from_str(&text)
+            // `from_slice` refuses text that is not UTF-8 as it refuses bad JSON.
+            let parsed = serde_json::from_slice(&bytes)
                 .map_err(|e| Error::with_source(ErrorKind::Ledger, "malformed ledger entry", e))
                 .and_then(|value| LedgerEntry::from_json(&value));
             match parsed {
