@@ -1598,6 +1598,54 @@ fn a_task_cancelled_while_the_session_is_away_is_cancelled_once_it_is_back() {
     assert_eq!(finished(&m), 1);
 }
 
+/// A `tasks/cancel` whose connection could not be made is sent again with the headers its
+/// first send had: a modern server refuses one without `Mcp-Method` and `Mcp-Name`, and the
+/// task would run on.
+#[test]
+fn a_task_cancel_sent_again_after_a_connect_failure_keeps_its_headers() {
+    use mcp_resume::proto::TransportFailure;
+    let mut m = Modern::new(SessionConfig::default());
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        match body["method"].as_str().unwrap_or_default() {
+            "tools/call" => {
+                let (status, mut answer) = task_is(body, "working");
+                answer["result"]["resultType"] = json!("task");
+                (status, answer)
+            }
+            "tasks/get" => task_is(body, "working"),
+            _ => ok(body, json!({"resultType": "complete"})),
+        }
+    };
+    let task = m.submit("task");
+    m.run(&mut script, 50 * Duration::from_millis(1));
+    m.session.cancel(task, m.now);
+    let mut cancels = Vec::new();
+    while cancels.len() < 2 {
+        let Some(Transmit::Send(request)) = m.session.poll_transmit() else {
+            break;
+        };
+        let body: Value =
+            serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+        if body["method"] != "tasks/cancel" {
+            continue;
+        }
+        cancels.push(request.headers.clone());
+        if cancels.len() == 1 {
+            let refused = TransportFailure::Connect("connection refused".into());
+            m.session.handle_error(request.id, refused, m.now);
+        }
+    }
+    assert_eq!(cancels.len(), 2, "sent again");
+    for (nth, headers) in cancels.iter().enumerate() {
+        let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        assert_eq!(header("mcp-method"), Some("tasks/cancel"), "send {nth}");
+        assert_eq!(header("mcp-name"), Some("t-1"), "send {nth}");
+    }
+}
+
 /// A resumed stream whose last event resets the cursor (an empty `id:`) leaves nothing to
 /// resume from: the call is treated as a broken stream without a cursor (an unkeyed one ends
 /// `OutcomeUnknown` at once), not left waiting for its deadline.

@@ -69,9 +69,11 @@ pub(super) enum Fed {
 /// What an exchange's body came to when it ended, cleanly or not.
 #[derive(Debug)]
 pub(super) enum Ended {
-    /// Before any head: a notification's or an answer's body, with the times it was sent, to
-    /// send it again.
-    NoHead { resend: Option<(Bytes, u8)> },
+    /// Before any head: a notification's or an answer's body and headers, with the times it
+    /// was sent, to send it again.
+    NoHead {
+        resend: Option<(Bytes, HeaderMap, u8)>,
+    },
     /// After a head whose body was not read.
     Unread,
     /// A JSON body, as much of it as came.
@@ -99,9 +101,11 @@ pub(super) struct Exchange {
     ended: bool,
     /// What a refused head said, kept for its body's end.
     head: HeadFacts,
-    /// A notification's or an answer's body and how many times it was sent, kept so that a
-    /// POST that never left can be sent again (nothing else would ever send it).
-    resend: Option<(Bytes, u8)>,
+    /// A notification's or an answer's body, its headers and how many times it was sent,
+    /// kept so that a POST that never left can be sent again (nothing else would ever send
+    /// it) as it was first sent: a modern request's headers mirror its body, and a server
+    /// refuses one without them.
+    resend: Option<(Bytes, HeaderMap, u8)>,
 }
 
 impl Exchange {
@@ -296,7 +300,7 @@ impl Exchanges {
             _ => {}
         }
         let resend = match kind {
-            ExKind::Notify | ExKind::Answer => body.clone().map(|b| (b, 1)),
+            ExKind::Notify | ExKind::Answer => body.clone().map(|b| (b, headers.clone(), 1)),
             _ => None,
         };
         self.map.insert(
@@ -327,7 +331,7 @@ impl Exchanges {
     /// Counts a re-sent notification or answer as sent `times` in all (after
     /// [`Exchanges::open`]).
     pub(super) fn sent_times(&mut self, http: HttpId, times: u8) {
-        if let Some((_, sent)) = self.map.get_mut(&http).and_then(|ex| ex.resend.as_mut()) {
+        if let Some((_, _, sent)) = self.map.get_mut(&http).and_then(|ex| ex.resend.as_mut()) {
             *sent = times;
         }
     }

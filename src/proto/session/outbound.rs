@@ -4,6 +4,7 @@
 
 use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
+use http::HeaderMap;
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
@@ -402,13 +403,22 @@ impl Session {
 
     /// POSTs a notification or an answer on the established session.
     fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
-        self.post_nth(kind, body, 1).is_some()
+        let Some(session) = self.life.ready() else {
+            return false;
+        };
+        let headers = session.headers.post(None);
+        self.post_nth(kind, body, headers, 1).is_some()
     }
 
-    /// POSTs a notification or an answer for the `nth` time.
-    fn post_nth(&mut self, kind: ExKind, body: Bytes, nth: u8) -> Option<HttpId> {
+    /// POSTs a notification or an answer with `headers` for the `nth` time.
+    fn post_nth(
+        &mut self,
+        kind: ExKind,
+        body: Bytes,
+        headers: HeaderMap,
+        nth: u8,
+    ) -> Option<HttpId> {
         let session = self.life.ready()?;
-        let headers = session.headers.post(None);
         let http = self.exchanges.open(
             kind,
             HttpMethod::Post,
@@ -423,12 +433,19 @@ impl Session {
 
     /// A notification's or an answer's POST failed where it may never have left (a connection
     /// that could not be made, or a pooled one whose runtime is gone): nothing else would send
-    /// it, and a second copy is harmless, so it goes again, a bounded number of times.
-    pub(super) fn post_again(&mut self, kind: ExKind, body: Bytes, sent: u8) -> bool {
+    /// it, and a second copy is harmless, so it goes again with the `headers` it first had, a
+    /// bounded number of times.
+    pub(super) fn post_again(
+        &mut self,
+        kind: ExKind,
+        body: Bytes,
+        headers: HeaderMap,
+        sent: u8,
+    ) -> bool {
         if sent >= MAX_SENDS_UNSENT {
             return false;
         }
-        self.post_nth(kind, body, sent + 1).is_some()
+        self.post_nth(kind, body, headers, sent + 1).is_some()
     }
 
     /// Sends the app's notifications held while the session was not ready, or while as many as

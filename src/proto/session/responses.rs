@@ -163,8 +163,10 @@ impl Session {
                 // Sent again only into the session it was meant for: an answer to an earlier
                 // session's request could be taken for one of the new server's under its id.
                 let again = match resend {
-                    Some((body, sent)) if maybe_unsent && self.life.is_current(ex.generation()) => {
-                        self.post_again(kind, body, sent)
+                    Some((body, headers, sent))
+                        if maybe_unsent && self.life.is_current(ex.generation()) =>
+                    {
+                        self.post_again(kind, body, headers, sent)
                     }
                     _ => false,
                 };
