@@ -89,8 +89,29 @@ pub fn configure(
         }
         other => Err(errors::invalid_config(
             py,
-            &format!("unknown ledger {other:?}: \"memory\", \"none\" or a redis:// URL"),
+            &format!(
+                "unknown ledger{}: \"memory\", \"none\" or a redis:// URL",
+                scheme_of(other)
+            ),
         )),
+    }
+}
+
+/// What an error may say of a ledger string it refused: its scheme alone (` "valkey://"`),
+/// or nothing. The rest of a URL may carry a password, and errors end up in logs.
+fn scheme_of(text: &str) -> String {
+    let scheme = text.split_once("://").map(|(scheme, _)| scheme);
+    match scheme {
+        Some(scheme)
+            if !scheme.is_empty()
+                && scheme.len() <= 32
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) =>
+        {
+            format!(" {:?}", format!("{scheme}://"))
+        }
+        _ => String::new(),
     }
 }
 

@@ -88,6 +88,14 @@ async def test_the_store_choices_are_read_onto_the_builder(
     with pytest.raises(TypeError):
         Client(c.url, ledger=42)  # type: ignore[arg-type]
 
+    # A refused ledger string is not echoed: a URL of another scheme may carry a password.
+    for refused in ("valkey://:hunter2@cache:6379", "REDIS://:hunter2@cache", ":hunter2@cache"):
+        with pytest.raises(InvalidConfigError) as refusal:
+            Client(c.url, ledger=refused)
+        assert "hunter2" not in str(refusal.value)
+    with pytest.raises(InvalidConfigError, match="valkey://"):
+        Client(c.url, ledger="valkey://:hunter2@cache:6379")
+
     shared = MemoryLedger()
     async with Client(c.url, ledger=shared) as client:
         result = await client.call_tool("echo", {"text": "hi"})
