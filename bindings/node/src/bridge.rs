@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use mcp_resume::bridge::{codes, Bridge, IDEMPOTENCY_META_KEY};
+use mcp_resume::client::telemetry::Otlp;
 use mcp_resume::Client;
 use napi::bindgen_prelude::PromiseRaw;
 use napi::Env;
@@ -17,6 +18,7 @@ use crate::convert::{fits, parse, too_long};
 use crate::errors::{promise, to_js, Failure};
 use crate::options::{configure, BridgeOptions, ClientOptions};
 use crate::streams::{NativeStream, Source};
+use crate::telemetry::flush;
 
 /// The low-level bridge; use `ResumeTransport` from the package.
 #[napi]
@@ -24,6 +26,10 @@ pub struct NativeBridge {
     bridge: Bridge,
     /// Turned true by `close()`: the bridge's event streams end.
     closed: Arc<watch::Sender<bool>>,
+    /// The OTLP exporters, when `otlpEndpoint` was given (flushed by `close()`). Held for the
+    /// bridge's life: dropping them shuts their providers down, and the session's spans would
+    /// then be invalid (not exported, no `traceparent` sent).
+    otlp: Option<Arc<Otlp>>,
 }
 
 #[napi]
@@ -38,7 +44,7 @@ impl NativeBridge {
         bridge_options: Option<BridgeOptions>,
     ) -> napi::Result<Self> {
         let built =
-            configure(Client::builder(url.clone()), options).and_then(|(template, _otlp)| {
+            configure(Client::builder(url.clone()), options).and_then(|(template, otlp)| {
                 let mut builder = Bridge::builder(url).configure(|_| template);
                 if let Some(o) = bridge_options {
                     if let Some(trust) = o.trust_tool_annotations {
@@ -48,12 +54,13 @@ impl NativeBridge {
                         builder = builder.capacity(capacity as usize);
                     }
                 }
-                Ok(builder.build()?)
+                Ok((builder.build()?, otlp))
             });
         match built {
-            Ok(bridge) => Ok(NativeBridge {
+            Ok((bridge, otlp)) => Ok(NativeBridge {
                 bridge,
                 closed: Arc::new(watch::channel(false).0),
+                otlp,
             }),
             Err(failure) => Err(to_js(&env, &failure)),
         }
@@ -119,9 +126,14 @@ impl NativeBridge {
     pub fn close<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
         let bridge = self.bridge.clone();
         let closed = self.closed.clone();
+        let otlp = self.otlp.clone();
         promise(env, async move {
             let outcome = bridge.close().await;
             closed.send_replace(true);
+            // What the exporters hold goes out before the promise resolves.
+            if let Some(otlp) = otlp {
+                flush(otlp).await;
+            }
             Ok(outcome?)
         })
     }

@@ -6,7 +6,8 @@ import { once } from "node:events";
 import http from "node:http";
 import { after, before, test } from "node:test";
 import * as api from "@opentelemetry/api";
-import { Client } from "../index.js";
+import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
+import { Client, ResumeTransport } from "../index.js";
 import { Cluster } from "./support/servers.mjs";
 
 // What an application's SDK installs: a context manager that follows async calls.
@@ -67,6 +68,21 @@ test("spans and metrics reach an OTLP collector, under the span active in JavaSc
   assert.ok(spans.includes(Buffer.from(PARENT.spanId, "hex")), "the caller's span as parent");
   const metrics = otlp.bodies.get("/v1/metrics") ?? Buffer.alloc(0);
   assert.ok(metrics.includes("mcp.client.operation.duration"));
+});
+
+test("ResumeTransport's spans reach the OTLP collector, flushed by close()", async () => {
+  const before = (otlp.bodies.get("/v1/traces") ?? Buffer.alloc(0)).length;
+  const t = new ResumeTransport(cluster.url, { openListenStream: false, otlpEndpoint: otlp.url });
+  const host = new SdkClient({ name: "host", version: "1" });
+  await host.connect(t);
+  const result = await host.callTool({ name: "echo", arguments: { text: "bridged" } });
+  assert.equal(result.content[0].text, "bridged");
+  await t.close();
+
+  // Only what this transport exported: the earlier tests' spans came before.
+  const spans = (otlp.bodies.get("/v1/traces") ?? Buffer.alloc(0)).subarray(before);
+  assert.ok(spans.length > 0, "spans were exported");
+  assert.ok(spans.includes("tools/call"));
 });
 
 test("without otlpEndpoint nothing is propagated", async () => {
