@@ -349,6 +349,40 @@ async fn a_task_that_never_ends_is_bounded_by_the_deadline_and_kept_in_the_ledge
     assert_usable(what, &server, &client).await;
 }
 
+/// A timeout that restarts on progress is still the call's timeout: when it lapses on a
+/// task polled "working", only the wait ends, as at a plain deadline; the task is not
+/// cancelled and stays recorded to be resumed.
+#[tokio::test]
+async fn a_task_silent_past_a_timeout_reset_on_progress_is_kept_not_cancelled() {
+    let what = "endless task, timeout reset on progress";
+    let server = ModernServer::start(|req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-forever", "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        if req.is_rpc("tasks/cancel") {
+            return Some(complete(req, json!({})));
+        }
+        polls(req).then(|| complete(req, task_status("t-forever", "working")))
+    })
+    .await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = builder(&server).ledger(ledger.clone()).build().unwrap();
+    connected(&server, &client).await;
+    let idle = Duration::from_millis(300);
+    let call = echo("x").timeout(idle).reset_timeout_on_progress(true);
+    let (err, took) = failing(what, LIMIT, client.call_tool(call)).await;
+    assert_kind(what, &err, ErrorKind::Timeout);
+    assert!(err.may_have_run(), "{what}: {err:?}");
+    assert!(took >= idle, "{what}: returned after {took:?}");
+    assert!(server.count(polls) >= 2, "{what}: polled while waiting");
+    assert_eq!(pending_tasks(&ledger).await, ["t-forever"], "{what}");
+    // After a request sent later was answered: a cancellation would have gone out before it.
+    assert_usable(what, &server, &client).await;
+    assert_eq!(server.count(|r| r.is_rpc("tasks/cancel")), 0, "{what}");
+}
+
 /// A call that becomes task `t-1`, whose polls `poll` answers: it fails with `expect`, and
 /// the task stays recorded (nothing says it ended), to be resumed.
 async fn task_case(

@@ -750,8 +750,8 @@ impl State {
         }
     }
 
-    /// Calls silent for longer than they allow: abandoned (the server is told) and failed
-    /// with a timeout.
+    /// Calls silent for longer than they allow: failed with a timeout, ended as at their
+    /// deadline (the server is told; a task is left running, its entry kept to be resumed).
     fn idle_expired(&mut self, now: Instant) {
         while let Some(&(at, call)) = self.idle_queue.first() {
             if at > now {
@@ -760,13 +760,12 @@ impl State {
             let period = self.idle.get(&call).map(|(p, _)| *p).unwrap_or_default();
             self.forget(call);
             if let Some(Waiter::Call { reply }) = self.calls.remove(&call) {
-                tracing::debug!(
-                    call = call.0,
-                    ?period,
-                    "no progress in time: call abandoned"
-                );
-                self.session.cancel(call, now.into_std());
-                self.entry_ended(call, true);
+                tracing::debug!(call = call.0, ?period, "no progress in time: the wait ends");
+                // This timeout is the call's own, only restarted by progress: its lapse means
+                // what the deadline's does. Task polls are no progress (an endless "working"
+                // would never time out), so cancelling the task here would end durable work
+                // a plain timeout keeps. The session's completion ends the ledger entry.
+                self.session.expire(call, now.into_std());
                 let timeout =
                     Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"))
                         .with_may_have_run();

@@ -154,6 +154,24 @@ impl Session {
         self.cancel_call(call, Some(unsent), now);
     }
 
+    /// Ends call `call`'s wait now as its deadline would (a driver's own bound on it, such as
+    /// a timeout restarted on progress, lapsed): the server is told as at the deadline, a
+    /// task the call became is left running, to be resumed, and the call completes with
+    /// [`ErrorKind::Timeout`].
+    pub fn expire(&mut self, call: CallId, now: Instant) {
+        self.deadline_passed(call, now);
+    }
+
+    fn deadline_passed(&mut self, id: CallId, now: Instant) {
+        if let Some(call) = self.calls.get(id) {
+            info!(call = id.0, method = %call.method(), "call deadline passed");
+            self.send_cancelled(id, "timeout");
+            // A task is not cancelled: the deadline bounds the wait, not the durable work,
+            // whose id stays recorded to be resumed later.
+            self.apply(id, Failure::DeadlineExpired, now);
+        }
+    }
+
     fn cancel_call(&mut self, call: CallId, unsent: Option<HttpId>, now: Instant) {
         let _ = now;
         let Some(c) = self.calls.get_mut(call) else {
@@ -253,15 +271,7 @@ impl Session {
                 }
                 Timer::ListenBackoff => self.open_listen(now),
                 Timer::CallBackoff(id) => self.fire_retry(id, now),
-                Timer::CallDeadline(id) => {
-                    if let Some(call) = self.calls.get(id) {
-                        info!(call = id.0, method = %call.method(), "call deadline passed");
-                        self.send_cancelled(id, "timeout");
-                        // A task is not cancelled: the deadline bounds the wait, not the
-                        // durable work, whose id stays recorded to be resumed later.
-                        self.apply(id, Failure::DeadlineExpired, now);
-                    }
-                }
+                Timer::CallDeadline(id) => self.deadline_passed(id, now),
             }
         }
     }
