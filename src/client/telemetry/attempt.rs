@@ -14,6 +14,7 @@ use opentelemetry::{Context, KeyValue};
 
 use super::{names, w3c, Instrumentation};
 use crate::client::http::ExchangeEvent;
+use crate::ids::EventId;
 use crate::proto::classify::{content_type, ContentType};
 use crate::proto::TransportFailure;
 use crate::sse::{SseDecoder, SseEvent};
@@ -35,6 +36,11 @@ impl Cursor {
         if id.is_empty() {
             // An empty id resets the stream's cursor.
             ids.clear();
+            return;
+        }
+        if EventId::parse(id).is_err() {
+            // The session refuses such an id, so no resume ever presents it: keeping it would
+            // only hold up to an event's size (not an id's) per entry.
             return;
         }
         if ids.len() == RECENT_IDS {
@@ -260,4 +266,29 @@ fn set_error(cx: &Context, error: String) {
     let span = cx.span();
     span.set_status(Status::error(error.clone()));
     span.set_attribute(KeyValue::new(names::ERROR_TYPE, error));
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::stream;
+    use http::header::{HeaderValue, CONTENT_TYPE};
+
+    use super::*;
+
+    /// Ids the session refuses are never the `Last-Event-ID` of a resume: the cursor keeps
+    /// none of them, however large the stream's events may be.
+    #[tokio::test]
+    async fn the_cursor_keeps_no_id_the_session_refuses() {
+        let cursor = Arc::new(Cursor::default());
+        let traced = Attempt::unrecorded(&Context::new(), cursor.clone(), 16 << 20).begin();
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        let huge = "x".repeat(4 << 20);
+        let chunks = (0..4).map(|_| Ok::<_, ()>(Bytes::from(format!("id: {huge}\ndata:\n\n"))));
+        let body = traced.watch(200, &headers, stream::iter(chunks));
+        let _: Vec<_> = body.collect().await;
+
+        let kept: usize = cursor.0.lock().unwrap().iter().map(String::len).sum();
+        assert!(kept <= RECENT_IDS * EventId::MAX_LEN, "{kept} bytes kept");
+    }
 }
