@@ -13,7 +13,7 @@ use super::builder::{ClientBuilder, ClientConfig};
 use super::driver::{Command, Core, Driver, Inline, Parts, Records, Registration, Scope, Writer};
 use super::events::{EventStream, NotificationStream, Published};
 use super::handle::{CallHandle, GUARD_GRACE, PROGRESS_BUFFER};
-use super::http::{redacted_url, Endpoint};
+use super::http::Endpoint;
 use super::models;
 use super::request::{Request, Submission, Timing};
 use super::results::{CallToolResult, InitializeResult};
@@ -112,7 +112,7 @@ impl Client {
         let records = config.ledger.map(|ledger| {
             Records::new(
                 Writer::new(ledger),
-                redacted_url(endpoint.url.as_str()),
+                endpoint.url.as_str(),
                 config.record_session_ids,
                 scope,
             )

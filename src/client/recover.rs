@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use super::client::Client;
 use super::driver::Registration;
 use super::handle::CallHandle;
-use super::ledger::LedgerEntry;
+use super::ledger::{EntryEndpoint, LedgerEntry};
 use crate::error::{Error, ErrorKind};
 use crate::proto::{CallId, CallStage};
 
@@ -65,8 +65,8 @@ impl Future for RecoveredCall {
 }
 
 impl Client {
-    /// Picks up every call the ledger holds for this client's endpoint and that this client
-    /// does not have in flight: the calls a process (or a client) that stopped left behind.
+    /// Picks up every call the ledger holds for this client's endpoint (the URL it was given,
+    /// query and user info included) and that this client does not have in flight: the calls a process (or a client) that stopped left behind.
     /// Within the process, the calls of another client that still runs on the same ledger
     /// (its own, or ones it picked up) are left to it; across processes nothing tells a live
     /// one from a dead one, so one ledger name belongs to one process at a time.
@@ -134,11 +134,23 @@ impl Client {
                 ))
             }
         };
-        let endpoint = super::http::redacted_url(core.endpoint.url.as_str());
+        let endpoint = EntryEndpoint::of(core.endpoint.url.as_str());
         let now = SystemTime::now();
+        let unknown = entries
+            .iter()
+            .filter(|e| e.has_no_endpoint_digest() && !e.is_expired(now))
+            .count();
+        if unknown > 0 {
+            // Whose they are cannot be told (another tenant's query, other credentials):
+            // left to expire rather than re-sent where they may not belong.
+            tracing::warn!(
+                entries = unknown,
+                "ledger entries of an earlier format name no endpoint digest: not recovered"
+            );
+        }
         let mut entries: Vec<LedgerEntry> = entries
             .into_iter()
-            .filter(|e| e.endpoint() == endpoint && !e.is_expired(now))
+            .filter(|e| e.is_for(&endpoint) && !e.is_expired(now))
             .collect();
         // Oldest deadline first: the order they were most likely made in.
         entries.sort_by_key(|e| e.deadline());

@@ -470,6 +470,49 @@ fn a_client_stopped_with_its_runtime_leaves_its_calls_to_the_next() {
     assert_eq!(oracle.totals.duplicate_side_effects, 0);
 }
 
+/// Entries belong to the endpoint as the client was given it: two URLs that differ only in
+/// what entries do not show (a query naming a tenant, user info) are two endpoints, and the
+/// calls one left are not the other's to recover (re-sent there, a keyed call would run
+/// again, under the other tenant's credentials).
+#[test]
+fn an_endpoint_that_differs_only_in_what_entries_hide_is_another_endpoint() {
+    let (runtime, cluster, ledger, _) = strict_pair_world(6);
+    let at = |query: &str| {
+        Client::builder(format!("{}{query}", cluster.url()))
+            .ledger(ledger.clone())
+            .call_timeout(Duration::from_secs(20))
+    };
+    let stopping = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = at("?t=a").build().unwrap();
+    let slow = json!({"steps": 4, "delay_ms": 150});
+    // Kept in a list, as the calls of a stopping runtime are: not awaited, dropped with it.
+    let calls = stopping.block_on(async {
+        let calls = vec![first.start(slow_increment("keyed-3", true, &slow)).unwrap()];
+        ran_once(&cluster, &["keyed-3"]).await;
+        calls
+    });
+    drop(calls);
+    drop(stopping);
+    drop(first);
+    assert_eq!(ledger.len(), 1);
+
+    let other = at("?t=b").build().unwrap();
+    let same = at("?t=a").build().unwrap();
+    runtime.block_on(async {
+        let recovered = guarded(other.recover()).await.unwrap();
+        assert!(recovered.is_empty(), "another endpoint's call was taken");
+        let recovered = guarded(same.recover()).await.unwrap();
+        assert_eq!(recovered.len(), 1, "its own endpoint recovers it");
+        for call in recovered {
+            assert!(guarded(call).await.is_ok());
+        }
+    });
+    assert_eq!(cluster.oracle().executions_tagged("keyed-3").count(), 1);
+}
+
 /// A call the application drops in a client that goes on has ended: its entry goes (off the
 /// caller's path), and a later `recover` has nothing of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

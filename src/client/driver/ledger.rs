@@ -48,7 +48,7 @@ use futures::{FutureExt, StreamExt};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::Notify;
 
-use crate::client::ledger::{EntryId, Ledger, LedgerEntry};
+use crate::client::ledger::{EntryEndpoint, EntryId, Ledger, LedgerEntry};
 use crate::error::{Error, ErrorKind};
 use crate::proto::methods::TOOLS_CALL;
 use crate::proto::{CallId, CallStage, Checkpoint};
@@ -602,8 +602,8 @@ pub(crate) enum Scope {
 /// The entries of a client's calls in flight, and the writer that keeps them.
 pub(crate) struct Records {
     writer: Arc<Writer>,
-    /// The endpoint as entries name it: without what may carry credentials.
-    endpoint: Arc<str>,
+    /// The endpoint as entries name it.
+    endpoint: EntryEndpoint,
     keep_session_ids: bool,
     scope: Scope,
     calls: FxHashMap<CallId, Record>,
@@ -612,13 +612,13 @@ pub(crate) struct Records {
 impl Records {
     pub(crate) fn new(
         writer: Arc<Writer>,
-        endpoint: String,
+        endpoint: &str,
         keep_session_ids: bool,
         scope: Scope,
     ) -> Self {
         Records {
             writer,
-            endpoint: endpoint.into(),
+            endpoint: EntryEndpoint::of(endpoint),
             keep_session_ids,
             scope,
             calls: FxHashMap::default(),
@@ -677,7 +677,7 @@ impl Records {
         }
         let entry = LedgerEntry::from_checkpoint(
             record.id.clone(),
-            self.endpoint.clone(),
+            &self.endpoint,
             checkpoint,
             record.deadline,
             self.keep_session_ids,
@@ -745,7 +745,7 @@ impl Records {
                 .with_stage(CallStage::Task { task_id });
             let entry = LedgerEntry::from_checkpoint(
                 record.id.clone(),
-                self.endpoint.clone(),
+                &self.endpoint,
                 checkpoint,
                 now,
                 false,
@@ -813,7 +813,7 @@ mod tests {
         let now = SystemTime::now();
         LedgerEntry::from_checkpoint(
             EntryId::parse(id).unwrap(),
-            "http://h/mcp".into(),
+            &EntryEndpoint::of("http://h/mcp"),
             checkpoint,
             now + Duration::from_secs(60),
             false,
@@ -830,7 +830,7 @@ mod tests {
         let writer = Writer::new(ledger.clone());
         let mut records = Records::new(
             writer.clone(),
-            "http://h/mcp".into(),
+            "http://h/mcp",
             false,
             Scope::TasksLeftBehind,
         );
@@ -868,7 +868,7 @@ mod tests {
     fn a_picked_up_calls_claim_goes_when_it_ends() {
         let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
         let (writer, other) = (Writer::new(ledger.clone()), Writer::new(ledger.clone()));
-        let mut records = Records::new(writer.clone(), "http://h/mcp".into(), false, Scope::Calls);
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
         let (removed, kept) = (entry("picked-1"), entry("picked-2"));
         for e in [&removed, &kept] {
             ledger.put(e.clone()).now_or_never().unwrap().unwrap();
@@ -983,7 +983,7 @@ mod tests {
     async fn a_dropped_calls_removal_waits_for_the_writer_task() {
         let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
         let writer = Writer::new(ledger.clone());
-        let mut records = Records::new(writer.clone(), "http://h/mcp".into(), false, Scope::Calls);
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
         let (dropped, ended) = (CallId::next(), CallId::next());
         let now = (Instant::now(), SystemTime::now());
         for call in [dropped, ended] {

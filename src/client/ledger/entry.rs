@@ -94,7 +94,8 @@ impl fmt::Display for EntryId {
 /// idempotency key), where it stands ([`CallStage`]), and until when it matters.
 ///
 /// What it holds is what a new process needs and no more: the endpoint without its query
-/// string or user info, never a token or a header; the session id only when the application
+/// string or user info (its path is kept) and a digest of the whole URL, never a token or a
+/// header; the session id only when the application
 /// asked for it ([`ClientBuilder::record_session_ids`](crate::ClientBuilder::record_session_ids)).
 /// The params are kept as sent, so that a keyed call can be re-sent and an unkeyed one
 /// reported with its arguments: tool arguments that are secrets are written as they are.
@@ -103,6 +104,9 @@ impl fmt::Display for EntryId {
 pub struct LedgerEntry {
     id: EntryId,
     endpoint: Arc<str>,
+    /// A digest of the whole URL, which entries are matched to clients by; `None` in an
+    /// entry written before entries carried one (never picked up: whose it is is unknown).
+    endpoint_digest: Option<Arc<str>>,
     method: String,
     params: Option<Value>,
     idempotency_key: Option<IdempotencyKey>,
@@ -118,11 +122,11 @@ pub struct LedgerEntry {
 }
 
 impl LedgerEntry {
-    /// The record of `checkpoint`, a call of `endpoint` (already stripped of what may carry
-    /// credentials) due at `deadline`; its session id only when `keep_session_id`.
+    /// The record of `checkpoint`, a call of `endpoint` due at `deadline`; its session id
+    /// only when `keep_session_id`.
     pub(crate) fn from_checkpoint(
         id: EntryId,
-        endpoint: Arc<str>,
+        endpoint: &EntryEndpoint,
         checkpoint: Checkpoint,
         deadline: SystemTime,
         keep_session_id: bool,
@@ -134,7 +138,8 @@ impl LedgerEntry {
         };
         LedgerEntry {
             id,
-            endpoint,
+            endpoint: endpoint.shown.clone(),
+            endpoint_digest: Some(endpoint.digest.clone()),
             method: checkpoint.method,
             params: checkpoint.params,
             idempotency_key: checkpoint.idempotency_key,
@@ -175,9 +180,21 @@ impl LedgerEntry {
         &self.id
     }
 
-    /// The endpoint the call was made to: scheme, host, port and path.
+    /// The endpoint the call was made to: scheme, host, port and path (its query and user
+    /// info, which may carry credentials, are not kept).
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// Whether it is a call of `endpoint` (compared by the whole URL, query and user info
+    /// included: two tenants of one path are two endpoints).
+    pub(crate) fn is_for(&self, endpoint: &EntryEndpoint) -> bool {
+        self.endpoint_digest.as_deref() == Some(&*endpoint.digest)
+    }
+
+    /// Whether it was written before entries named their endpoint's digest.
+    pub(crate) fn has_no_endpoint_digest(&self) -> bool {
+        self.endpoint_digest.is_none()
     }
 
     /// The JSON-RPC method.
@@ -308,6 +325,12 @@ impl LedgerEntry {
         if let Some(owner) = &self.owner {
             map.insert("owner".into(), Value::String(owner.to_string()));
         }
+        if let Some(endpoint_digest) = &self.endpoint_digest {
+            map.insert(
+                "endpointDigest".into(),
+                Value::String(endpoint_digest.to_string()),
+            );
+        }
         stored
     }
 
@@ -382,6 +405,7 @@ impl LedgerEntry {
         Ok(LedgerEntry {
             id,
             endpoint: required("endpoint")?.into(),
+            endpoint_digest: text("endpointDigest").map(Arc::from),
             method: required("method")?.to_owned(),
             params,
             idempotency_key,
@@ -406,13 +430,36 @@ pub(crate) fn unix_ms(at: SystemTime) -> u64 {
 /// entry, and cheap. Serializing what was parsed gives back the same text, whether objects
 /// keep their members sorted or in their order.
 fn digest(params: &Value) -> String {
-    let text = params.to_string();
+    fnv1a64(&params.to_string())
+}
+
+/// A stable digest (the same in every process and every build): against corruption and for
+/// telling endpoints apart, not against whoever can write the ledger.
+fn fnv1a64(text: &str) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in text.bytes() {
         hash ^= u64::from(byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("fnv1a64:{hash:016x}")
+}
+
+/// A client's endpoint as its entries name it: shown without what may carry credentials,
+/// matched by a digest of the whole URL.
+#[derive(Debug, Clone)]
+pub(crate) struct EntryEndpoint {
+    shown: Arc<str>,
+    digest: Arc<str>,
+}
+
+impl EntryEndpoint {
+    /// The endpoint at `url` (as the client was given it).
+    pub(crate) fn of(url: &str) -> Self {
+        EntryEndpoint {
+            shown: crate::client::http::redacted_url(url).into(),
+            digest: fnv1a64(url).into(),
+        }
+    }
 }
 
 fn malformed(what: &str) -> Error {
@@ -434,7 +481,7 @@ mod tests {
         .with_stage(stage);
         LedgerEntry::from_checkpoint(
             EntryId::fresh(),
-            "http://127.0.0.1:9/mcp".into(),
+            &EntryEndpoint::of("http://127.0.0.1:9/mcp"),
             checkpoint,
             now + Duration::from_secs(60),
             false,
@@ -539,7 +586,7 @@ mod tests {
         let kept = |keep| {
             LedgerEntry::from_checkpoint(
                 EntryId::fresh(),
-                "http://h/mcp".into(),
+                &EntryEndpoint::of("http://h/mcp"),
                 checkpoint.clone(),
                 now,
                 keep,

@@ -101,7 +101,7 @@ mod tests {
         let checkpoint = Checkpoint::new("tools/call", None, Instant::now());
         LedgerEntry::from_checkpoint(
             EntryId::fresh(),
-            "http://127.0.0.1:9/mcp".into(),
+            &crate::client::ledger::EntryEndpoint::of("http://127.0.0.1:9/mcp"),
             checkpoint,
             due,
             false,

@@ -44,6 +44,7 @@ mod redis;
 
 use futures::future::BoxFuture;
 
+pub(crate) use entry::EntryEndpoint;
 pub use entry::{EntryId, LedgerEntry, TASK_RETENTION};
 pub use memory::MemoryLedger;
 #[cfg(feature = "redis")]
