@@ -1945,3 +1945,34 @@ fn a_task_input_the_app_cannot_provide_cancels_the_task() {
     assert_eq!(cancels.len(), 1, "{:#?}", m.seen);
     assert_eq!(cancels[0]["params"]["taskId"], "t-1");
 }
+
+/// An MRTR call that ends while the app still works out its input (here: the app cancels
+/// it) withdraws that input: no round will take the answer, and its handler is to stop.
+#[test]
+fn an_mrtr_call_that_ends_withdraws_its_unanswered_inputs() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        ok(
+            body,
+            json!({"resultType": "input_required", "requestState": "s1",
+                "inputRequests": {"q": {"method": "elicitation/create", "params": {}}}}),
+        )
+    };
+    let ask = m.submit("ask");
+    m.run(&mut script, SEC);
+    let input = m.server_requests()[0].id.clone();
+    m.session.cancel(ask, m.now);
+    m.run(&mut script, SEC);
+    let withdrawn: Vec<_> = m
+        .outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::ServerRequestWithdrawn(id) => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(withdrawn, [input]);
+}

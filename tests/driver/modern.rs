@@ -373,6 +373,34 @@ async fn input_required_is_answered_by_the_handler_and_the_call_sent_again() {
     assert_eq!(calls[1].params()["_meta"][KEY_META], "confirm-1.round1");
 }
 
+/// An input handler still running when its MRTR call ends (here: its timeout) is cancelled:
+/// its answer could reach no round any more, and it would hold one of the handler slots.
+#[tokio::test]
+async fn an_input_handler_is_cancelled_when_its_call_ends() {
+    let (server, _) = modern().await;
+    let (cancelled_tx, mut cancelled) = tokio::sync::mpsc::unbounded_channel();
+    let client = client(&server)
+        .on_elicitation(move |_req, ctx| {
+            // Work handed elsewhere learns of the cancellation through the context; the
+            // handler's own future is dropped.
+            let cancelled_tx = cancelled_tx.clone();
+            tokio::spawn(async move {
+                let _ = cancelled_tx.send(ctx.cancelled().await);
+            });
+            std::future::pending()
+        })
+        .build()
+        .unwrap();
+    let call = ToolCall::new("confirm", json!({})).timeout(Duration::from_millis(200));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let reason = tokio::time::timeout(Duration::from_secs(1), cancelled.recv()).await;
+    assert!(
+        matches!(reason, Ok(Some(_))),
+        "the handler was not cancelled: {reason:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_broken_stream_reissues_only_a_keyed_call_to_a_deduplicating_server() {
     let (server, store) = modern().await;

@@ -261,9 +261,16 @@ impl Session {
         }
     }
 
-    /// Forgets a call: its indexes, its timers and its exchange.
+    /// Forgets a call: its indexes, its timers and its exchange; the inputs the app is still
+    /// working out for it are withdrawn.
     pub(super) fn remove_call(&mut self, id: CallId) -> Option<super::call::Call> {
-        let call = self.calls.remove(id)?;
+        let (call, unanswered) = self.calls.remove(id)?;
+        // No round or task will take their answers any more: their handlers would run on for
+        // nobody, each holding one of the driver's handler slots.
+        for input in unanswered {
+            self.outputs
+                .push_back(Output::ServerRequestWithdrawn(input));
+        }
         self.timers.cancel(Timer::CallBackoff(id));
         self.timers.cancel(Timer::CallDeadline(id));
         if let Some(http) = call.state().exchange() {

@@ -129,8 +129,12 @@ impl Calls {
         self.by_input.remove(id)
     }
 
-    /// Removes a call and every index that leads to it.
-    pub(in crate::proto::session) fn remove(&mut self, id: CallId) -> Option<Call> {
+    /// Removes a call and every index that leads to it; with it, the ids of the inputs the
+    /// app was asked for it and has not answered, in order.
+    pub(in crate::proto::session) fn remove(
+        &mut self,
+        id: CallId,
+    ) -> Option<(Call, Vec<RequestId>)> {
         let call = self.map.remove(&id)?;
         if let Some(rpc) = call.attempt().rpc() {
             self.by_rpc.remove(rpc);
@@ -141,9 +145,17 @@ impl Calls {
             }
         }
         // An MRTR round's inputs, or a task's: the app's late answers must find nothing.
+        let mut unanswered = Vec::new();
         if call.has_inputs() {
-            self.by_input.retain(|_, (c, _)| *c != id);
+            self.by_input.retain(|input, (c, _)| {
+                let theirs = *c == id;
+                if theirs {
+                    unanswered.push(input.clone());
+                }
+                !theirs
+            });
+            unanswered.sort_unstable();
         }
-        Some(call)
+        Some((call, unanswered))
     }
 }
