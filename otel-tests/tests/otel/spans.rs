@@ -1,19 +1,29 @@
 //! The span tree of a call, for each way a call can go: plain, cut and resumed, cut and
 //! refused with a re-initialization and a keyed re-send, and `OutcomeUnknown`.
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::{header, HeaderMap, HeaderName, Method, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::any;
+use axum::Router;
+use futures::StreamExt;
 use mcp_resume::client::telemetry::names;
-use mcp_resume::{ErrorKind, SessionEvent};
+use mcp_resume::client::SessionIdExport;
+use mcp_resume::{Client, Era, ErrorKind, ReconnectPolicy, SessionEvent};
 use mock_server::{ClusterConfig, Preset};
 use opentelemetry::trace::{
     FutureExt as _, SpanKind, Status, TraceContextExt, Tracer, TracerProvider as _,
 };
 use opentelemetry::Context;
-use serde_json::json;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::support::{
     assert_one_request_resume, attr, cluster, count, cut_slow_call, event_attr, event_names,
-    guarded, text, traceparent, Bench,
+    guarded, text, traceparent, Bench, Exporters,
 };
 
 /// A plain call: one `CLIENT` span named after the method and the tool, a child of the
@@ -175,7 +185,11 @@ async fn a_plain_call_is_one_span_with_one_http_child() {
 /// call's second HTTP child (`resend_count` 1, `resume`), and the call's span says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_and_resumed_call_has_its_resume_as_a_second_http_child() {
-    let seen = cut_slow_call(Preset::Sticky, false, "resumed", |b, _| b).await;
+    // The event id itself, as the session id would be (a digest by default).
+    let seen = cut_slow_call(Preset::Sticky, false, "resumed", |b, e| {
+        b.telemetry(e.telemetry().session_id(SessionIdExport::Expose))
+    })
+    .await;
     let spans = &seen.spans;
     let call = spans.one("tools/call slow");
     assert_eq!(call.status, Status::Unset, "{}", spans.tree());
@@ -495,4 +509,125 @@ async fn a_context_mismatch_ends_the_calls_span_in_error() {
         ),
         seen.oracle.totals.initializes - 1
     );
+}
+
+/// A server as the official Java SDK's is, whose event ids are the session id. Its
+/// `tools/call` stream ends after one event, without the answer; the resume (GET with
+/// `Last-Event-ID`) brings the answer. Returns its URL.
+async fn session_id_as_event_ids(session_id: &'static str) -> String {
+    let call_id = Arc::new(Mutex::new(Value::Null));
+    let mcp = move |method: Method, headers: HeaderMap, body: Bytes| {
+        let call_id = call_id.clone();
+        async move {
+            let sse = |event: String| {
+                ([(header::CONTENT_TYPE, "text/event-stream")], event).into_response()
+            };
+            if method == Method::DELETE {
+                return StatusCode::OK.into_response();
+            }
+            if method == Method::GET {
+                if !headers.contains_key("last-event-id") {
+                    return StatusCode::METHOD_NOT_ALLOWED.into_response();
+                }
+                let id = call_id.lock().unwrap().clone();
+                let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
+                    "content": [{"type": "text", "text": "resumed"}]}});
+                // No id: a replayed event whose id was delivered already is skipped.
+                return sse(format!("data: {answer}\n\n"));
+            }
+            let request: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let id = request["id"].clone();
+            match request["method"].as_str() {
+                _ if id.is_null() => StatusCode::ACCEPTED.into_response(),
+                Some("initialize") => {
+                    let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
+                        "protocolVersion": "2025-11-25",
+                        "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "java-like", "version": "1"}}});
+                    let headers = [
+                        (header::CONTENT_TYPE, "application/json"),
+                        (HeaderName::from_static("mcp-session-id"), session_id),
+                    ];
+                    (headers, answer.to_string()).into_response()
+                }
+                Some("tools/call") => {
+                    *call_id.lock().unwrap() = id;
+                    sse(format!("id: {session_id}\ndata:\n\n"))
+                }
+                _ => {
+                    let answer = json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32601, "message": "no such method"}});
+                    let headers = [(header::CONTENT_TYPE, "application/json")];
+                    (headers, answer.to_string()).into_response()
+                }
+            }
+        }
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    let app = Router::new().route("/mcp", any(mcp));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A server whose event ids are its session id: the resume's span event carries the id the
+/// way `mcp.session.id` carries the session id (a digest by default), so no span says the
+/// session id itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_id_that_is_the_session_id_is_not_exported_raw() {
+    const SESSION_ID: &str = "java-like-session-2f9c41d7e8a04b6c";
+    let url = session_id_as_event_ids(SESSION_ID).await;
+    let exporters = Exporters::new();
+    let client = Client::builder(url)
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(5))
+        .reconnect(
+            ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(10))
+                .with_max_delay(Duration::from_millis(50)),
+        )
+        .telemetry(exporters.telemetry())
+        .build()
+        .expect("valid configuration");
+    let mut events = client.events();
+    let reply = guarded(client.call_tool(mcp_resume::ToolCall::new("echo", json!({}))))
+        .await
+        .expect("the resume answers");
+    assert_eq!(reply.text(), "resumed");
+    let _ = guarded(client.close()).await;
+    drop(client);
+    // The event stream ends with the driver, once every span it held has ended.
+    let events: Vec<SessionEvent> = guarded(events.by_ref().collect()).await;
+    assert_eq!(
+        count(&events, |e| matches!(e, SessionEvent::Resumed { .. })),
+        1
+    );
+
+    let spans = exporters.spans();
+    let call = spans.one("tools/call echo");
+    let digest: String = Sha256::digest(SESSION_ID.as_bytes())[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        event_attr(call, names::EVENT_RESUMED, names::RECOVERY_LAST_EVENT_ID),
+        Some(digest),
+        "{}",
+        spans.tree()
+    );
+    for span in &spans.0 {
+        let attributes = span
+            .attributes
+            .iter()
+            .chain(span.events.iter().flat_map(|e| e.attributes.iter()));
+        for kv in attributes {
+            assert!(
+                !kv.value.as_str().contains(SESSION_ID),
+                "{} of {} says the session id",
+                kv.key,
+                span.name
+            );
+        }
+    }
 }

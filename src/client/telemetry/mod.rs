@@ -35,7 +35,8 @@
 //!   `mcp.client.recovery.*` counters and histogram of [`names`].
 //!
 //! The session id is a credential on many servers: `mcp.session.id` carries a digest of it
-//! unless the application asks otherwise ([`SessionIdExport`]).
+//! unless the application asks otherwise ([`SessionIdExport`]), and so does a resume's
+//! [`names::RECOVERY_LAST_EVENT_ID`], since some servers make every event id the session id.
 
 mod attempt;
 mod calls;
@@ -64,7 +65,8 @@ pub(crate) use tracker::Tracker;
 
 use instruments::Instruments;
 
-/// What of the session id is exported as `mcp.session.id`.
+/// What of the session id is exported as `mcp.session.id`, and of a resume's event id as
+/// [`names::RECOVERY_LAST_EVENT_ID`] (some servers make every event id the session id).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SessionIdExport {
@@ -73,7 +75,7 @@ pub enum SessionIdExport {
     /// id. The default.
     #[default]
     Hash,
-    /// No `mcp.session.id` at all.
+    /// No `mcp.session.id` (nor `mcp.recovery.last_event_id`) at all.
     Omit,
     /// The id itself. Many servers accept it as a credential: whoever reads the telemetry can
     /// then act in the session.
@@ -277,7 +279,8 @@ impl Instrumentation {
         ])
     }
 
-    /// What `mcp.session.id` carries for `id`, if anything.
+    /// What `mcp.session.id` carries for `id`, if anything (and a resume's event id, which
+    /// may be the session id).
     fn session_attribute(&self, id: &str) -> Option<String> {
         match self.0.session_id {
             SessionIdExport::Hash => Some(digest(id)),

@@ -103,7 +103,9 @@ pub const RECOVERY_REJECT_REASON: &str = "mcp.recovery.reject_reason";
 pub const RECOVERY_CAPABILITIES_CHANGED: &str = "mcp.recovery.capabilities_changed";
 /// Whether a re-sent request carried an idempotency key.
 pub const RECOVERY_KEYED: &str = "mcp.recovery.keyed";
-/// The `Last-Event-ID` a resume presented.
+/// The `Last-Event-ID` a resume presented, exported as `mcp.session.id` is (a digest by
+/// default, see [`SessionIdExport`](super::SessionIdExport)): some servers make every event
+/// id the session id.
 pub const RECOVERY_LAST_EVENT_ID: &str = "mcp.recovery.last_event_id";
 
 /// Span event: a stream of this request was resumed with `Last-Event-ID`.

@@ -30,17 +30,13 @@ impl Inner {
                 attributes.push(KeyValue::new(names::RECOVERY_STREAM, stream));
                 instruments.resumes.add(1, &attributes);
                 if let Some(Owner::Call(call)) = owner {
-                    self.call_event(
-                        call,
-                        names::EVENT_RESUMED,
-                        vec![
-                            KeyValue::new(names::RECOVERY_STREAM, stream),
-                            KeyValue::new(
-                                names::RECOVERY_LAST_EVENT_ID,
-                                last_event_id.as_str().to_owned(),
-                            ),
-                        ],
-                    );
+                    let mut event = vec![KeyValue::new(names::RECOVERY_STREAM, stream)];
+                    // Some servers (the official Java SDK's) make every event id the session
+                    // id: the id is exported only as the session id would be.
+                    if let Some(id) = self.inst.session_attribute(last_event_id.as_str()) {
+                        event.push(KeyValue::new(names::RECOVERY_LAST_EVENT_ID, id));
+                    }
+                    self.call_event(call, names::EVENT_RESUMED, event);
                 }
             }
             SessionEvent::ResumeRejected { reason } => {
