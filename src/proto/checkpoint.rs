@@ -83,6 +83,10 @@ pub struct Checkpoint {
     pub session_id: Option<SessionId>,
     /// Its response stream's cursor (legacy era), when it had one.
     pub last_event_id: Option<EventId>,
+    /// The server its request went to deduplicates keyed calls: only then may a new process
+    /// send it again under its key (a key a server ignored protects nothing, whatever the
+    /// server a new process finds).
+    pub server_dedups: bool,
     /// The call's deadline.
     pub deadline: Instant,
 }
@@ -99,8 +103,15 @@ impl Checkpoint {
             era: None,
             session_id: None,
             last_event_id: None,
+            server_dedups: false,
             deadline,
         }
+    }
+
+    /// The same checkpoint, sent to a server that deduplicates keyed calls (or not).
+    pub fn with_server_dedups(mut self, dedups: bool) -> Self {
+        self.server_dedups = dedups;
+        self
     }
 
     /// The same checkpoint with the call's idempotency key.

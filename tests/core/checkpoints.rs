@@ -416,6 +416,27 @@ fn a_call_without_a_key_the_server_honours_is_reported_never_re_sent() {
     );
 }
 
+/// A keyed call sent to a server that ignored its key may have run there unrecorded: the
+/// next process reports it `OutcomeUnknown` without a request, even when the server it
+/// finds deduplicates keys now (a guard rolled out meanwhile would run it a second time).
+#[test]
+fn a_keyed_call_sent_where_keys_were_ignored_is_not_re_sent_where_they_count() {
+    let mut w = world(false, &["a"]);
+    let mut p = Process::start(w.now, true);
+    call(&mut p, &mut w, "act", "a", Some("k-a"));
+    p.run(&mut w);
+    let left = p.die(&mut w);
+    w.server.dedups = true;
+    w.server.hold.clear();
+    let mut next = Process::start(w.now, true);
+    let ids = pick_up(&mut next, &mut w, left);
+    next.run(&mut w);
+    let err = next.result(ids[0]).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert_eq!(w.server.runs["a"], 1, "the side effect ran once");
+    assert_eq!(w.server.posts["a"].len(), 1, "not sent again");
+}
+
 /// A round awaiting the application's answers was never sent: the next process asks its own
 /// handlers and sends it, unkeyed as it is, with the server's state echoed; it runs once.
 #[test]

@@ -114,6 +114,9 @@ pub struct LedgerEntry {
     era: Option<Era>,
     session_id: Option<SessionId>,
     last_event_id: Option<EventId>,
+    /// The server it was sent to deduplicates keyed calls (only then may a new process send
+    /// it again under its key).
+    server_dedups: bool,
     deadline: SystemTime,
     expires_at: SystemTime,
     /// The client that wrote it (one run of one client: an id no other shares), for telling
@@ -147,6 +150,7 @@ impl LedgerEntry {
             era: checkpoint.era,
             session_id: checkpoint.session_id.filter(|_| keep_session_id),
             last_event_id: checkpoint.last_event_id,
+            server_dedups: checkpoint.server_dedups,
             deadline,
             expires_at,
             owner: None,
@@ -168,7 +172,8 @@ impl LedgerEntry {
     pub(crate) fn to_checkpoint(&self, deadline: Instant) -> Checkpoint {
         let mut checkpoint = Checkpoint::new(self.method.clone(), self.params.clone(), deadline)
             .with_idempotency_key(self.idempotency_key.clone())
-            .with_stage(self.stage.clone());
+            .with_stage(self.stage.clone())
+            .with_server_dedups(self.server_dedups);
         checkpoint.era = self.era;
         checkpoint.session_id = self.session_id.clone();
         checkpoint.last_event_id = self.last_event_id.clone();
@@ -284,6 +289,9 @@ impl LedgerEntry {
         };
         if let Some(key) = &self.idempotency_key {
             map.insert("key".into(), Value::String(key.as_str().to_owned()));
+        }
+        if self.server_dedups {
+            map.insert("serverDedups".into(), Value::Bool(true));
         }
         match &self.stage {
             CallStage::Sent { round } => {
@@ -413,6 +421,9 @@ impl LedgerEntry {
             era,
             session_id,
             last_event_id,
+            // Absent (an entry of an earlier release, or a server that ignored keys): a
+            // second send is not safe.
+            server_dedups: map.get("serverDedups").and_then(Value::as_bool) == Some(true),
             deadline: time("deadlineMs")?,
             expires_at: time("expiresMs")?,
             owner,

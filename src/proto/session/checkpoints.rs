@@ -10,10 +10,10 @@ use super::call::{Call, CallState};
 use super::timers::Timer;
 use super::Session;
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
-use crate::proto::{CallId, Output};
+use crate::proto::{CallId, Output, ResendPolicy};
 
 /// Why a picked-up call that may have run cannot be sent again: the process that sent it
-/// stopped before its answer came.
+/// stopped before its answer came, and no key the server kept makes a second send safe.
 pub(super) const SENDER_STOPPED: &str = "the process that sent it stopped before its answer came";
 
 impl Session {
@@ -25,14 +25,23 @@ impl Session {
         if !gets_checkpoints(c) {
             return None;
         }
-        Some(c.checkpoint(self.life.era(), self.session_id().cloned()))
+        let checkpoint = c.checkpoint(self.life.era(), self.session_id().cloned());
+        // Written before its first send here, that send goes to this session's server; the
+        // application may say that server keeps keys without advertising it.
+        let dedups = (if c.sends() > 0 {
+            checkpoint.server_dedups
+        } else {
+            self.life.ready().is_some_and(|s| s.dedups())
+        }) || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
+        Some(checkpoint.with_server_dedups(dedups))
     }
 
     /// Picks up, as call `id`, a call another process left in flight, from its last
     /// checkpoint; `checkpoint.deadline` bounds it here. By the rule that governs every
     /// interruption:
     ///
-    /// - [`CallStage::Sent`]: its request may have run. With an idempotency key, it is re-sent
+    /// - [`CallStage::Sent`]: its request may have run. With an idempotency key that the
+    ///   server it was sent to kept ([`Checkpoint::server_dedups`]), it is re-sent
     ///   under that key (the round's, for an MRTR round) once the session is established,
     ///   if the server deduplicates keys (or the application said it does:
     ///   [`ResendPolicy::AssumeServerDeduplicates`](crate::ResendPolicy)), and reported
@@ -46,9 +55,13 @@ impl Session {
     ///
     /// Whatever happens, the call completes exactly once, as any other. An id already in use
     /// is refused (nothing is sent, nothing reported).
-    pub fn pick_up(&mut self, id: CallId, checkpoint: Checkpoint, now: Instant) {
+    pub fn pick_up(&mut self, id: CallId, mut checkpoint: Checkpoint, now: Instant) {
         if self.refuse(id, "pick-up") {
             return;
+        }
+        if self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates {
+            // The application says the server keeps keys, advertised or not.
+            checkpoint.server_dedups = true;
         }
         let deadline = checkpoint.deadline;
         let awaiting = match &checkpoint.stage {
@@ -70,10 +83,13 @@ impl Session {
         };
         debug!(call = id.0, stage = checkpoint.stage.as_str(), method = %checkpoint.method, "picking a call up");
         let call = Call::picked_up(checkpoint, deadline);
-        let unkeyed = call.is_picked_up() && call.key().is_none();
+        // Sent by another process where its key protects nothing: unkeyed, or to a server
+        // that did not deduplicate keys.
+        let unprotected =
+            call.is_picked_up() && !(call.key().is_some() && call.attempt().server_dedups());
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
-        if unkeyed {
+        if unprotected {
             // Nothing can make a second send of it safe: reported at once.
             return self.unsafe_to_repeat(id, SENDER_STOPPED);
         }

@@ -41,6 +41,15 @@ impl Attempt {
         }
     }
 
+    /// What a checkpoint recorded of a send another process made: only whether its server
+    /// deduplicated keyed calls.
+    pub(in crate::proto::session) fn recorded(server_dedups: bool) -> Self {
+        Attempt {
+            server_dedups,
+            ..Attempt::default()
+        }
+    }
+
     pub(in crate::proto::session) fn rpc(&self) -> Option<&RequestId> {
         self.rpc.as_ref()
     }

@@ -242,6 +242,7 @@ impl Call {
             params,
             idempotency_key: base,
             stage,
+            server_dedups,
             ..
         } = checkpoint;
         // The round the call's last request belonged to: its key, and what the next
@@ -264,6 +265,8 @@ impl Call {
             input,
             task,
             picked_up,
+            // What the send the other process made proves: whether its server kept the key.
+            attempt: Attempt::recorded(server_dedups),
             ..Call::new(method, params, key, deadline)
         }
     }
@@ -353,6 +356,7 @@ impl Call {
             era,
             session_id,
             last_event_id: self.cursor.last.clone(),
+            server_dedups: self.attempt.server_dedups(),
             deadline: self.deadline,
         }
     }
@@ -418,7 +422,10 @@ impl Call {
     pub(super) fn send_may_repeat(&self, dedups: bool) -> bool {
         let earlier_may_have_run = self.picked_up
             || (self.task.is_none() && (self.ran_before || (self.sends > 0 && self.may_have_run)));
-        earlier_may_have_run && !(self.key.is_some() && dedups)
+        // A send another process made counts only where its own server kept the key (in this
+        // process, `resend_safe` asks the same of the last send before any re-send).
+        let key_held = self.key.is_some() && (!self.picked_up || self.attempt.server_dedups());
+        earlier_may_have_run && !(key_held && dedups)
     }
 
     /// Whether any send of it may have run (or a task it became runs): what a failure that
