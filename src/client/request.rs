@@ -24,7 +24,10 @@ use crate::proto::{CallId, CallRequest};
 ///
 /// Such a request carries no idempotency key, so it is never re-sent after an interruption
 /// whose outcome is unknown; [`ToolCall`](super::ToolCall) is the request that can be.
-#[derive(Debug, Clone)]
+///
+/// A clone is another request: it copies everything but the [`Request::id`], and gets an id
+/// of its own.
+#[derive(Debug)]
 #[must_use = "a Request does nothing until passed to Client::request or Client::start"]
 pub struct Request {
     id: CallId,
@@ -32,6 +35,20 @@ pub struct Request {
     params: Value,
     meta: Map<String, Value>,
     pub(crate) timing: Timing,
+}
+
+/// The same method, params, meta and timing under a fresh [`CallId`]: one id names one call,
+/// and two calls in flight under one id would receive each other's answers.
+impl Clone for Request {
+    fn clone(&self) -> Self {
+        Request {
+            id: CallId::next(),
+            method: self.method.clone(),
+            params: self.params.clone(),
+            meta: self.meta.clone(),
+            timing: self.timing,
+        }
+    }
 }
 
 impl Request {
@@ -83,7 +100,8 @@ impl Request {
     }
 
     /// The id this request goes by in [`Client::events`](super::Client::events) and
-    /// [`Client::notifications`](super::Client::notifications), known before it is sent.
+    /// [`Client::notifications`](super::Client::notifications), known before it is sent. A
+    /// clone gets an id of its own.
     pub fn id(&self) -> CallId {
         self.id
     }

@@ -25,7 +25,11 @@ use crate::proto::{CallId, CallRequest};
 ///
 /// Only a call carrying an idempotency key can ever be re-sent after an interruption whose
 /// outcome is unknown, and only when that is safe (see [`crate::ResendPolicy`]).
-#[derive(Debug, Clone)]
+///
+/// A clone is another call: it copies everything (the idempotency key too) but the
+/// [`ToolCall::id`], and gets an id of its own, so a clone started while the original runs
+/// gets its own answer.
+#[derive(Debug)]
 #[must_use = "a ToolCall does nothing until passed to Client::call_tool"]
 pub struct ToolCall {
     id: CallId,
@@ -34,6 +38,22 @@ pub struct ToolCall {
     key: Option<Result<IdempotencyKey, InvalidId>>,
     meta: Map<String, Value>,
     timing: Timing,
+}
+
+/// Another call of the same tool with the same arguments, key, meta and timing, under a fresh
+/// [`CallId`]: one id names one call, and two calls in flight under one id would receive each
+/// other's answers.
+impl Clone for ToolCall {
+    fn clone(&self) -> Self {
+        ToolCall {
+            id: CallId::next(),
+            name: self.name.clone(),
+            arguments: self.arguments.clone(),
+            key: self.key.clone(),
+            meta: self.meta.clone(),
+            timing: self.timing,
+        }
+    }
 }
 
 impl ToolCall {
@@ -109,7 +129,8 @@ impl ToolCall {
     /// The id this call goes by in [`Client::events`](super::Client::events) (re-sends,
     /// unknown outcomes, context mismatches) and in
     /// [`Client::notifications`](super::Client::notifications) (progress on its stream).
-    /// Assigned by [`ToolCall::new`]; a clone keeps it, so make a new `ToolCall` per call.
+    /// Assigned by [`ToolCall::new`]; a clone gets an id of its own (read it from the clone,
+    /// or from the [`CallHandle`](super::CallHandle) it starts).
     pub fn id(&self) -> CallId {
         self.id
     }
@@ -168,6 +189,9 @@ mod tests {
             .progress_token("p")
             .timeout(Duration::from_secs(3));
         let id = call.id();
+        let clone = call.clone();
+        assert_ne!(clone.id(), id, "a clone is another call");
+        assert_eq!(clone.idempotency_key_ref(), call.idempotency_key_ref());
         let sub = call.into_submission(Duration::from_secs(60)).unwrap();
         let req = sub.request;
         assert_eq!(sub.id, id);

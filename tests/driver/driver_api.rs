@@ -38,6 +38,20 @@ fn builder_rejects_bad_configuration_without_a_runtime() {
             "protocol header",
             Client::builder("http://127.0.0.1/mcp").header("Mcp-Session-Id", "x"),
         ),
+        // The 2026-07-28 era mirrors a request's method, name and annotated arguments in
+        // headers: an application's copy would go beside them and contradict the body.
+        (
+            "mirrored method",
+            Client::builder("http://127.0.0.1/mcp").header("Mcp-Method", "ping"),
+        ),
+        (
+            "mirrored name",
+            Client::builder("http://127.0.0.1/mcp").header("Mcp-Name", "x"),
+        ),
+        (
+            "mirrored argument",
+            Client::builder("http://127.0.0.1/mcp").header("Mcp-Param-Region", "eu"),
+        ),
         (
             "bad bearer",
             Client::builder("http://127.0.0.1/mcp").bearer_token("a\r\nb"),
@@ -668,6 +682,44 @@ async fn concurrent_calls_from_clones_each_get_their_own_answer() {
         .filter(|r| r.is_rpc("initialize"))
         .count();
     assert_eq!(inits, 1, "one session for every clone");
+}
+
+/// A `ToolCall` cloned and started twice is two calls: the clone is a call of its own, with
+/// its own id and its own answer, and the first call is left alone (the two used to share an
+/// id: the second took the first's place, the first failed at once, and the second received
+/// the first's answer).
+#[tokio::test]
+async fn a_tool_call_started_twice_makes_two_calls() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = seen.clone();
+    let server = TestServer::start(move |req| {
+        // The first tools/call hangs; later ones are answered.
+        if req.is_rpc("tools/call") && counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            return hang();
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let call = ToolCall::new("echo", json!({"text": "answered"}));
+    let mut first = client.start(call.clone()).unwrap();
+    guarded(server.wait_for(|r| r.is_rpc("tools/call"))).await;
+    let second = client.start(call.clone()).unwrap();
+    assert_ne!(first.id(), second.id(), "each start is a call of its own");
+    let answer = guarded(second).await.unwrap();
+    assert_eq!(answer.text(), "answered");
+    let still = tokio::time::timeout(Duration::from_millis(300), &mut first).await;
+    assert!(still.is_err(), "the first call is still pending: {still:?}");
+    let posts: Vec<_> = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .map(|r| r.rpc_id())
+        .collect();
+    assert_eq!(posts.len(), 2, "both calls were sent: {posts:?}");
+    assert_ne!(posts[0], posts[1]);
+    first.cancel("done");
 }
 
 #[tokio::test]

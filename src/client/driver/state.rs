@@ -243,6 +243,17 @@ impl State {
                 trace,
             } => {
                 tracing::debug!(method = %request.method, "call submitted");
+                if self.calls.contains_key(&id) {
+                    // Two calls under one id would receive each other's answers: the second
+                    // is refused, the first goes on. (A clone of a `ToolCall` or a `Request`
+                    // has an id of its own, so only a bug gets here.)
+                    let error = Error::new(
+                        ErrorKind::InvalidConfig,
+                        "this call is already in flight: make a new ToolCall per call",
+                    );
+                    self.effects.reply(reply, Err(error));
+                    return None;
+                }
                 self.calls.insert(id, Waiter::Call { reply });
                 if let Some(progress) = progress {
                     self.progress.insert(id, progress);
