@@ -36,7 +36,15 @@ const RESERVED_HEADERS: &[&str] = &[
     "idempotency-key",
     "transfer-encoding",
     "connection",
+    // The 2026-07-28 era's mirrors of a request's method and name (and, below, its annotated
+    // arguments): an application's copy would go out beside the protocol's and contradict the
+    // body (a server joining repeated headers refuses the call, a gateway may route on it).
+    "mcp-method",
+    "mcp-name",
 ];
+
+/// The prefix of the headers mirroring a tool's annotated arguments (2026-07-28).
+const RESERVED_PREFIX: &str = "mcp-param-";
 
 /// Everything the driver needs, validated.
 pub(crate) struct ClientConfig {
@@ -277,8 +285,10 @@ impl ClientBuilder {
         self
     }
 
-    /// Whether a 503 with `Retry-After` proves a request was not processed, so the call is
-    /// sent again after that delay, keyed or not (when the delay fits in its deadline).
+    /// Whether a 503 with `Retry-After` in seconds proves a request was not processed, so the
+    /// call is sent again after that delay, keyed or not (when the delay fits in its deadline;
+    /// a `Retry-After` given as an HTTP date is not read, and the 503 leaves the outcome
+    /// unknown).
     /// Default: `true`. Turn it off for a server that may answer 503 after it started
     /// processing: a 503 then leaves the outcome unknown, like any other 5xx. See
     /// [`SessionConfig::unavailable_not_processed`](crate::proto::SessionConfig::unavailable_not_processed).
@@ -310,7 +320,12 @@ impl ClientBuilder {
     }
 
     /// Uses this HTTP client (TLS roots, proxies, …) instead of the built-in one. It should
-    /// not follow redirects: a redirected POST could run twice.
+    /// not follow redirects: a redirected POST could run twice. Nor should its default
+    /// headers name a header the protocol sets (`Mcp-Session-Id`, `Idempotency-Key`,
+    /// `Last-Event-ID`, `Mcp-*`, …): reqwest adds them to every request that lacks them, and
+    /// the requests that lack them on purpose would carry them (an `Idempotency-Key` on every
+    /// unkeyed call, answered from the first call's stored result). [`ClientBuilder::header`]
+    /// refuses such names; these cannot be checked here.
     ///
     /// The built-in client does not follow redirects, connects with `TCP_NODELAY`, and
     /// for a plain `http://` endpoint loads no TLS trust anchors (they are most of an idle
@@ -464,7 +479,9 @@ impl ClientBuilder {
                     e,
                 )
             })?;
-            if RESERVED_HEADERS.contains(&name.as_str()) {
+            if RESERVED_HEADERS.contains(&name.as_str())
+                || name.as_str().starts_with(RESERVED_PREFIX)
+            {
                 return Err(invalid(format!(
                     "header `{name}` is set by the protocol and cannot be overridden"
                 )));

@@ -69,8 +69,9 @@ pub struct SessionConfig {
     pub open_listen_stream: bool,
     /// Re-send rule for keyed calls. Default: [`ResendPolicy::ServerAdvertised`].
     pub resend_policy: ResendPolicy,
-    /// Whether a 503 with `Retry-After` proves the request was not processed, so that the
-    /// call (keyed or not) is sent again after that delay when it fits in the deadline.
+    /// Whether a 503 with `Retry-After` in seconds proves the request was not processed, so
+    /// that the call (keyed or not) is sent again after that delay when it fits in the
+    /// deadline (a `Retry-After` given as an HTTP date is not read: such a 503 proves nothing).
     /// Default: `true`: a server or gateway that names a time to come back is taken to have
     /// refused the request before acting on it (RFC 9110 §15.6.4), which is what load
     /// balancers and overloaded servers do. Set it to `false` for a server that may answer 503
