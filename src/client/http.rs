@@ -3,6 +3,7 @@
 //! transport failure).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,12 +122,15 @@ impl Endpoint {
             request.purpose,
             HttpPurpose::Notify | HttpPurpose::Terminate
         );
+        // Whether a copy of the request may be at the server: false while it waits for its
+        // credentials (none went yet, or a refusal proved the one that went was not taken).
+        let on_wire = AtomicBool::new(false);
         #[cfg(feature = "otel")]
         let traced = outgoing.attempt.begin();
         #[cfg(feature = "otel")]
-        let exchange = self.exchange(request, &traced, sink);
+        let exchange = self.exchange(request, &traced, sink, &on_wire);
         #[cfg(not(feature = "otel"))]
-        let exchange = self.exchange(request, sink);
+        let exchange = self.exchange(request, sink, &on_wire);
         // Requests, resumes and the listen stream are bounded by the session's deadlines or
         // are meant to stay open.
         if !bounded {
@@ -135,7 +139,12 @@ impl Endpoint {
         let limit = self.fire_and_forget_timeout;
         if tokio::time::timeout(limit, exchange).await.is_err() {
             tracing::debug!(http = id.0, "exchange timed out");
-            let failure = TransportFailure::Lost(format!("no answer within {limit:?}"));
+            let failure = if on_wire.load(Ordering::Relaxed) {
+                TransportFailure::Lost(format!("no answer within {limit:?}"))
+            } else {
+                // Never sent: the session sends it again, as after a refused connection.
+                TransportFailure::Connect(format!("no credentials within {limit:?}"))
+            };
             let event = ExchangeEvent::Failed { id, failure };
             #[cfg(feature = "otel")]
             traced.observe(std::slice::from_ref(&event));
@@ -148,6 +157,7 @@ impl Endpoint {
         mut request: HttpRequest,
         #[cfg(feature = "otel")] traced: &super::telemetry::Traced,
         sink: &impl ExchangeSink,
+        on_wire: &AtomicBool,
     ) {
         let id = request.id;
         let mut headers = std::mem::take(&mut request.headers);
@@ -190,6 +200,7 @@ impl Endpoint {
                     return;
                 }
             };
+            on_wire.store(true, Ordering::Relaxed);
             let response = match self.send(&request, attempt, credentials).await {
                 Ok(response) => response,
                 Err(err) => {
@@ -225,6 +236,9 @@ impl Endpoint {
                 // A refusal of the credentials proves the request was not processed: ask once
                 // for a fresh token and send the same request again.
                 retried = true;
+                // The refusal proved the request was not taken: none is at the server while
+                // the fresh token is awaited.
+                on_wire.store(false, Ordering::Relaxed);
                 tracing::debug!(http = id.0, %challenge, "credentials refused: asking for a fresh token");
                 match self.token(Some(challenge.clone()), token.take()).await {
                     Ok(fresh) => {

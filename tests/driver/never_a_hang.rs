@@ -372,3 +372,51 @@ fn an_idle_bounded_call_off_the_drivers_runtime_has_a_guard() {
     );
     drop(drivers);
 }
+
+/// A token provider that takes `delay` to give the first token asked for once `slow` is set.
+struct SlowOnce {
+    slow: Arc<AtomicBool>,
+    delay: Duration,
+}
+
+impl TokenProvider for SlowOnce {
+    fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        let wait = self
+            .slow
+            .swap(false, Ordering::SeqCst)
+            .then_some(self.delay);
+        Box::pin(async move {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            Ok("t-1".to_owned())
+        })
+    }
+}
+
+/// A notification whose token comes later than the bound on fire-and-forget requests was
+/// never sent: it is sent again, not given up as one the server may have had (a lost answer
+/// to a server request, or a lost `tasks/cancel`, leaves the server waiting).
+#[test]
+fn a_notification_that_waited_past_its_bound_for_a_token_is_sent_again() {
+    let runtime = multi(2);
+    let server = runtime.block_on(TestServer::start(default_reply));
+    let slow = Arc::new(AtomicBool::new(false));
+    let client = Client::builder(&server.url)
+        .auth(SlowOnce {
+            slow: slow.clone(),
+            delay: Duration::from_millis(1500),
+        })
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        guarded(client.connect()).await.unwrap();
+        slow.store(true, Ordering::SeqCst);
+        client
+            .notify("notifications/app_event", Some(json!({})))
+            .unwrap();
+        guarded(server.wait_for(|r| r.is_rpc("notifications/app_event"))).await;
+    });
+}
