@@ -11,7 +11,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::client::Client;
-use super::driver::Registration;
+use super::driver::{Command, Registration};
 use super::handle::CallHandle;
 use super::ledger::{EntryEndpoint, LedgerEntry};
 use crate::error::{Error, ErrorKind};
@@ -85,7 +85,10 @@ impl Client {
     ///
     /// Each call ends by its recorded deadline (a task whose call's deadline passed gets
     /// [`ClientBuilder::call_timeout`](super::ClientBuilder::call_timeout) more), and its
-    /// entry goes once it has ended. A ledger that cannot be read (it fails, panics, or has
+    /// entry goes once it has ended. A closed client ([`Client::close`]) fails with
+    /// [`ErrorKind::Closed`] and picks up nothing, leaving every entry to the next client (a
+    /// call it had picked up when the close came fails `Closed`, may have run, its entry
+    /// left too). A ledger that cannot be read (it fails, panics, or has
     /// not answered within the call timeout) fails with [`ErrorKind::Ledger`]; without a ledger ([`super::ClientBuilder::no_ledger`]) there is nothing
     /// to recover.
     ///
@@ -111,6 +114,15 @@ impl Client {
         let Some(writer) = core.writer.clone() else {
             return Ok(Vec::new());
         };
+        // A closed client takes nothing: every entry is left, unclaimed, to the next client.
+        let (reply, open) = oneshot::channel();
+        core.command(Command::EnsureOpen { reply })?;
+        open.await.map_err(|_| {
+            Error::new(
+                ErrorKind::Closed,
+                "the client's driver stopped before the recovery began",
+            )
+        })??;
         // This client's own latest writes first (a call that just ended may have its entry's
         // last write queued), within a call's time: a ledger that never finishes a write
         // delays the recovery, it does not hold it.

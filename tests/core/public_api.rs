@@ -352,6 +352,7 @@ fn sans_io(session: &mut Session, http: HttpId, now: std::time::Instant) {
         .with_stage(CallStage::Sent { round: 0 });
     session.pick_up(CallId::next(), picked, now);
     session.close(now);
+    let _: bool = session.is_closed();
 }
 
 /// The ledger and recovery: the trait, its stores, entries and what `recover` gives back.

@@ -470,6 +470,67 @@ fn a_client_stopped_with_its_runtime_leaves_its_calls_to_the_next() {
     assert_eq!(oracle.totals.duplicate_side_effects, 0);
 }
 
+/// A closed client recovers nothing: `recover` fails `Closed` before it claims an entry, and
+/// every entry stays for the next client (a closed client used to pick them up, fail each at
+/// once as `Closed` saying it had not run, and delete its entry: the keyed call was lost and
+/// the unkeyed one never reported).
+#[test]
+fn a_closed_client_leaves_the_calls_it_would_recover_to_the_next() {
+    let (runtime, cluster, ledger, builder) = strict_pair_world(7);
+
+    let stopping = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = builder.clone().build().unwrap();
+    let slow = json!({"steps": 4, "delay_ms": 150});
+    let calls = stopping.block_on(async {
+        let calls: Vec<_> = [("keyed-7", true), ("unkeyed-7", false)]
+            .into_iter()
+            .map(|(tag, keyed)| first.start(slow_increment(tag, keyed, &slow)).unwrap())
+            .collect();
+        ran_once(&cluster, &["keyed-7", "unkeyed-7"]).await;
+        calls
+    });
+    drop(calls);
+    drop(stopping);
+    drop(first);
+    assert_eq!(ledger.len(), 2, "both calls are in the ledger");
+
+    let closed = builder.clone().build().unwrap();
+    runtime.block_on(async {
+        guarded(closed.close()).await.unwrap();
+        let err = guarded(closed.recover()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+        // Whatever it may have queued is written by now.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    });
+    assert_eq!(ledger.len(), 2, "the entries are left for the next client");
+
+    let next = builder.build().unwrap();
+    runtime.block_on(async {
+        let mut tags = Vec::new();
+        for call in guarded(next.recover()).await.unwrap() {
+            let tag = call.entry().params().unwrap()["_meta"][meta::TAG]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            let outcome = guarded(call).await;
+            match tag.as_str() {
+                "keyed-7" => assert!(outcome.is_ok(), "{outcome:?}"),
+                "unkeyed-7" => {
+                    assert_eq!(outcome.unwrap_err().kind(), ErrorKind::OutcomeUnknown);
+                }
+                other => panic!("unexpected {other}"),
+            }
+            tags.push(tag);
+        }
+        tags.sort();
+        assert_eq!(tags, ["keyed-7", "unkeyed-7"]);
+    });
+    assert_eq!(cluster.oracle().executions_tagged("keyed-7").count(), 1);
+}
+
 /// Entries belong to the endpoint as the client was given it: two URLs that differ only in
 /// what entries do not show (a query naming a tenant, user info) are two endpoints, and the
 /// calls one left are not the other's to recover (re-sent there, a keyed call would run

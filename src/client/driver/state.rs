@@ -59,6 +59,9 @@ pub(crate) enum Command {
     },
     /// Close the session (DELETE).
     Close { reply: Reply },
+    /// Answers `Ok` while the session takes calls, [`ErrorKind::Closed`] once it was closed:
+    /// a recovery asks before it claims any ledger entry.
+    EnsureOpen { reply: Reply },
     /// The last client handle is gone: close (best effort) and stop.
     Shutdown,
 }
@@ -283,6 +286,21 @@ impl State {
                 reply,
             } => {
                 tracing::debug!(method = %entry.method(), entry = %entry.id(), "picking up a call");
+                if self.session.is_closed() {
+                    // Closed since the recovery asked: the entry is not this client's to end.
+                    // It stays in the ledger, unclaimed, for the next client, and the call
+                    // may have run (its entry says it may).
+                    if let Some(records) = &self.records {
+                        records.writer().unclaim(entry.id());
+                    }
+                    let closed = Error::new(
+                        ErrorKind::Closed,
+                        "the client was closed: the call is left in the ledger",
+                    )
+                    .with_may_have_run();
+                    self.effects.reply(reply, Err(closed));
+                    return None;
+                }
                 self.calls.insert(id, Waiter::Call { reply });
                 if let Some(records) = &mut self.records {
                     let task = matches!(entry.stage(), crate::proto::CallStage::Task { .. });
@@ -435,6 +453,14 @@ impl State {
                 let call = self.session.close(now);
                 self.calls
                     .insert(call, Waiter::Close { reply: Some(reply) });
+            }
+            Command::EnsureOpen { reply } => {
+                let open = if self.session.is_closed() {
+                    Err(Error::new(ErrorKind::Closed, "the client was closed"))
+                } else {
+                    Ok(Value::Null)
+                };
+                self.effects.reply(reply, open);
             }
             Command::Shutdown => self.begin_shutdown(),
         }

@@ -182,6 +182,13 @@ impl Session {
     pub fn is_terminated(&self) -> bool {
         self.life.standing() == Standing::Over { deleting: false }
     }
+
+    /// Whether the session was closed ([`Session::close`]), its DELETE perhaps still in
+    /// flight: it takes no call again (a submission or a pick-up completes `Closed` at once).
+    /// A lost session is not closed: the next call reconnects.
+    pub fn is_closed(&self) -> bool {
+        matches!(self.life.standing(), Standing::Over { .. })
+    }
 }
 
 // Read-only views for drivers, bindings and tests.
