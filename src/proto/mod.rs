@@ -16,7 +16,10 @@
 //!   else `Lost`. Calling a request that may have left `Connect` makes the session re-send it.
 //! - A [`Output::ServerRequest`] is answered with [`Session::respond`] unless an
 //!   [`Output::ServerRequestWithdrawn`] for it comes first (its session was replaced or lost):
-//!   then its handler is stopped and nothing is answered.
+//!   then its handler is stopped and nothing is answered. One the server cancels
+//!   (`notifications/cancelled`) and the driver stops unanswered is forgotten with
+//!   [`Session::withdraw_request`]: until then its id stays held (a later request under it is
+//!   ignored) and counts against the bound on requests waiting for an answer.
 //! - [`Transmit::Abort`] drops that HTTP exchange; the session expects no more input for it
 //!   (input that still arrives is ignored).
 //! - Optionally, a driver decodes a success body before it hands it over, so that the session

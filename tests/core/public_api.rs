@@ -291,10 +291,13 @@ fn sans_io(session: &mut Session, http: HttpId, now: std::time::Instant) {
         Some(Output::ServerRequest(request)) => {
             let _: (&mcp_resume::RequestId, &str, &Option<Value>) =
                 (&request.id, &request.method, &request.params);
+            // The server cancelled it and its handler was stopped: nothing is owed.
+            session.withdraw_request(&request.id);
         }
         Some(Output::ServerRequestWithdrawn(id)) => {
             let _: mcp_resume::RequestId = id;
         }
+
         _ => {}
     }
     let _: Option<std::time::Instant> = session.poll_timeout();

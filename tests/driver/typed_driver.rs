@@ -158,7 +158,8 @@ async fn a_refused_token_is_replaced_once_and_the_request_sent_again() {
 }
 
 /// The server cancels a request it sent: the handler's future is dropped and no answer is
-/// posted for it.
+/// posted for it. The id is free again: a later request under it is handled and answered (it
+/// used to stay held for good, the later request ignored and never answered).
 #[tokio::test]
 async fn the_servers_cancellation_drops_the_handler_and_sends_no_answer() {
     let server = TestServer::start(|req| {
@@ -167,6 +168,12 @@ async fn the_servers_cancellation_drops_the_handler_and_sends_no_answer() {
             let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": "s1", "reason": "changed my mind"}});
             return sse_open(sse_event(None, &ask) + &sse_event(None, &cancel));
+        }
+        if req.is_rpc("x/trigger") {
+            // The server asks again under the id it cancelled, on the trigger's stream.
+            let ask = json!({"jsonrpc": "2.0", "id": "s1", "method": "x/quick"});
+            let done = result_msg(req, json!({}));
+            return sse_text(sse_event(None, &ask) + &sse_event(None, &done));
         }
         default_reply(req)
     })
@@ -179,12 +186,15 @@ async fn the_servers_cancellation_drops_the_handler_and_sends_no_answer() {
         }
     }
     let client = builder(&server)
-        .on_server_request(move |_req| {
+        .on_server_request(move |req| {
             let guard = OnDrop(dropped_tx.clone());
+            let slow = req.method == "x/slow";
             async move {
                 let _guard = guard;
-                std::future::pending::<()>().await;
-                Ok::<Value, RpcError>(json!({}))
+                if slow {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<Value, RpcError>(json!({"again": true}))
             }
         })
         .build()
@@ -198,6 +208,14 @@ async fn the_servers_cancellation_drops_the_handler_and_sends_no_answer() {
         .iter()
         .any(|r| r.method == Method::POST && r.rpc_id() == json!("s1"));
     assert!(!answered, "{:?}", server.labels());
+
+    let _: Value = guarded(client.request(mcp_resume::Request::new("x/trigger", None)))
+        .await
+        .unwrap();
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("s1"))
+        .await;
+    assert_eq!(answer.body.unwrap()["result"], json!({"again": true}));
 }
 
 /// A handler may use the client from the moment it is called, before its future runs: the

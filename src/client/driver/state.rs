@@ -377,7 +377,12 @@ impl State {
         self.server_requests.remove(&id);
         match result {
             Some(result) => self.session.respond(id, result, now()),
-            None => tracing::debug!(%id, "server request cancelled: not answered"),
+            // The server's cancellation withdrew the request already; whatever else stops a
+            // handler unanswered owes nothing either.
+            None => {
+                tracing::debug!(%id, "server request cancelled: not answered");
+                self.session.withdraw_request(&id);
+            }
         }
         self.pump();
     }
@@ -813,14 +818,17 @@ impl State {
         }
     }
 
-    /// The server cancels a request it sent: its handler stops, no answer is sent.
+    /// The server cancels a request it sent: its handler stops, no answer is sent, and the
+    /// session forgets the request at once, so the id is free for the server's next request
+    /// (the handler's late answer, if any, answers nothing: its delivery is gone).
     fn on_cancelled(&mut self, cancelled: &Cancelled) {
         let Some(id) = RequestId::from_json(&cancelled.request_id) else {
             return;
         };
-        if let Some(handling) = self.server_requests.get(&id) {
+        if let Some(handling) = self.server_requests.remove(&id) {
             tracing::debug!(%id, reason = ?cancelled.reason, "server cancelled its request");
             handling.cancel(cancelled.reason.as_deref().unwrap_or_default());
+            self.session.withdraw_request(&id);
         }
     }
 

@@ -125,6 +125,18 @@ impl Session {
         self.send_answer(id, result);
     }
 
+    /// Forgets a server request without answering it: the server cancelled it
+    /// (`notifications/cancelled`) and its handler was stopped, so no answer is owed. Its id
+    /// is free again, and a later request under it is handed out as a new one; without this
+    /// the id stays held for good (a later request under it is ignored) and counts against
+    /// the bound on requests waiting for an answer. A later [`Session::respond`] for it is
+    /// dropped. An id no request of this session waits on is ignored.
+    pub fn withdraw_request(&mut self, id: &RequestId) {
+        if self.exchanges.release_request(id) {
+            debug!(%id, "server request withdrawn: not answered");
+        }
+    }
+
     /// Sends an answer to a request of this session's server (through the bounded queue).
     pub(super) fn send_answer(&mut self, id: RequestId, result: Result<Value, RpcError>) {
         if self.life.ready().is_none() {
