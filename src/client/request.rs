@@ -191,11 +191,23 @@ impl Submission {
             .and_then(|m| m.get("progressToken"))
             .is_some();
         if !has_token {
-            let token = Value::String(format!("mcp-resume-{}", self.id.0));
+            let token = Value::String(format!("mcp-resume-{}-{}", process_tag(), self.id.0));
             self.request = self.request.with_meta_entry("progressToken", token)?;
         }
         Ok(self)
     }
+}
+
+/// The part of every automatic progress token that is this process's own: call ids restart at
+/// 1 in every process, and a call picked up from the ledger keeps the token its first process
+/// gave it, so without it a new call here could share a picked-up call's token (and get its
+/// progress, and have its own silence timer reset by it).
+fn process_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let (high, _) = uuid::Uuid::new_v4().as_u64_pair();
+        format!("{high:016x}")
+    })
 }
 
 /// `params` with `meta` merged into its `_meta`.
@@ -292,6 +304,59 @@ mod tests {
         assert!(Submission::new(CallId(1), CallRequest::new("m", None), zero, DEFAULT).is_err());
     }
 
+    /// The token a call under `CallId(1)` gets in this process.
+    fn first_calls_token() -> String {
+        let s = Submission::new(
+            CallId(1),
+            CallRequest::new("m", None),
+            Timing::default(),
+            DEFAULT,
+        )
+        .unwrap()
+        .with_progress()
+        .unwrap();
+        s.request.params().unwrap()["_meta"]["progressToken"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Call ids restart at 1 in every process, and a call picked up from the ledger keeps the
+    /// token its first process gave it: two processes' automatic tokens for the same call id
+    /// must differ, or the picked-up call's progress goes to a new call of the same id.
+    #[test]
+    fn automatic_progress_tokens_differ_between_processes() {
+        const CHILD: &str = "MCP_RESUME_PRINT_FIRST_TOKEN";
+        if std::env::var_os(CHILD).is_some() {
+            println!("token={}", first_calls_token());
+            return;
+        }
+        let ours = first_calls_token();
+        assert_eq!(
+            ours,
+            first_calls_token(),
+            "one token per call id in a process"
+        );
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "client::request::tests::automatic_progress_tokens_differ_between_processes",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let theirs = stdout
+            .lines()
+            .find_map(|l| l.split("token=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("the other process printed no token: {stdout}"));
+        assert!(theirs.starts_with("mcp-resume-"), "{theirs}");
+        assert_ne!(ours, theirs, "another process's call 1 has another token");
+    }
+
     #[test]
     fn progress_tokens_are_added_once_and_meta_merges() {
         let r = Request::new("x/y", json!({"a": 1, "_meta": {"k": 1}})).meta("tag", json!(2));
@@ -300,7 +365,7 @@ mod tests {
         assert_eq!(
             s.request.params(),
             Some(&json!({"a": 1, "_meta": {"k": 1, "tag": 2,
-                                            "progressToken": format!("mcp-resume-{}", id.0)}}))
+                                            "progressToken": format!("mcp-resume-{}-{}", process_tag(), id.0)}}))
         );
         let s = Request::new("x/y", Value::Null)
             .progress_token(7)
