@@ -37,7 +37,9 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 
 /// The JSON-RPC error the host receives for `error`.
 ///
-/// A server's own JSON-RPC error ([`ErrorKind::Rpc`]) reaches the host unchanged. A modern
+/// A server's own JSON-RPC error ([`ErrorKind::Rpc`]) reaches the host unchanged, but for
+/// `"mayHaveRun": true` added to its data when it did not answer the call itself (a task
+/// call's poll refused: the task may run on). A modern
 /// server's `MissingRequiredClientCapability` keeps its code and data, with `kind` added
 /// when the data is an object. Every other kind gets its own code, the error's message, and
 /// `data: {"kind": <name>}`, and `"mayHaveRun": true` for a call that may have run
@@ -50,7 +52,20 @@ pub(crate) fn to_rpc(error: &Error) -> RpcError {
     let code = match error.kind() {
         ErrorKind::Rpc => {
             if let Some(rpc) = error.rpc_error() {
-                return rpc.clone();
+                let mut rpc = rpc.clone();
+                if error.may_have_run() {
+                    // Not the call's own answer (a task's poll refused, say): the host must
+                    // hear that the call may have run, beside the server's data.
+                    match &mut rpc.data {
+                        Some(Value::Object(data)) => {
+                            data.insert("mayHaveRun".to_owned(), Value::Bool(true));
+                        }
+                        None => rpc.data = Some(json!({ "mayHaveRun": true })),
+                        // The server's data is kept as it is.
+                        Some(_) => {}
+                    }
+                }
+                return rpc;
             }
             PROTOCOL
         }
@@ -162,6 +177,20 @@ mod tests {
             data: Some(json!([1])),
         };
         assert_eq!(to_rpc(&Error::rpc(server.clone())), server);
+        // A server's error that does not answer the call itself (a task's poll refused).
+        let poll = RpcError {
+            data: Some(json!({"detail": "unknown task"})),
+            ..server.clone()
+        };
+        let rpc = to_rpc(&Error::rpc(poll.clone()).with_may_have_run());
+        assert_eq!(rpc.code, -32602);
+        assert_eq!(
+            rpc.data,
+            Some(json!({"detail": "unknown task", "mayHaveRun": true}))
+        );
+        let bare = RpcError { data: None, ..poll };
+        let rpc = to_rpc(&Error::rpc(bare).with_may_have_run());
+        assert_eq!(rpc.data, Some(json!({"mayHaveRun": true})));
     }
 
     #[test]
