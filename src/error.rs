@@ -251,8 +251,10 @@ impl Error {
     /// [`ErrorKind::ContextMismatch`]; for a call that failed otherwise (its deadline passed,
     /// its session was lost, the client closed) when it had been sent and nothing proved that
     /// it did not run, or when the client cannot tell (the driver stopped under it). `false`
-    /// when the client knows it never ran, for the server's own answer ([`ErrorKind::Rpc`]),
-    /// and for errors that end no request.
+    /// when the client knows it never ran, for the server's own answer ([`ErrorKind::Rpc`];
+    /// for a call that became a task, only the task's final `failed` or `cancelled` status
+    /// is its answer: any other error, a poll answered with a JSON-RPC error included, says
+    /// it may have run), and for errors that end no request.
     pub fn may_have_run(&self) -> bool {
         self.inner.may_have_run
             || matches!(

@@ -137,7 +137,10 @@ export interface SessionOptions {
 
 /** What a handler is given besides the request's params. */
 export interface HandlerContext {
-  /** Fires when the server cancels its request (or the client is closed). */
+  /**
+   * Fires when the server cancels its request, when its session is replaced, when the MRTR
+   * round or task call it serves ends, or when the client is closed.
+   */
   signal: AbortSignal;
   method: string;
   requestId: string | number;
@@ -246,7 +249,8 @@ export declare class Client {
    * Picks up the calls the ledger holds for this endpoint that this client does not have in
    * flight (what the process it replaces left): keyed calls re-sent under their key where the
    * server deduplicates, MRTR rounds continued, tasks polled, unkeyed calls reported. The
-   * one way a fleet restarts: call it first. Rejects with `LedgerError`. Ask every call's
+   * one way a fleet restarts: call it first. Rejects with `LedgerError`, or `ClosedError`
+   * after `close()` (nothing is picked up: every entry is left to the next process). Ask every call's
    * `outcome()`: until then the call (and its result once it ends) is kept as long as the
    * client is.
    */
@@ -370,9 +374,10 @@ type ServerResponse = import("node:http").ServerResponse;
 /**
  * The resume-safety guard in front of an MCP Streamable HTTP endpoint (the TypeScript SDK's
  * `StreamableHTTPServerTransport`): keyed `tools/call`s deduplicated across replicas,
- * resumes proven before they are served, capability hashes. One per process. The request's
+ * resumes proven before they are served, capability hashes. One per process. A JSON request
  * body is handed on parsed as `req.body`: pass it to `transport.handleRequest(req, res,
- * req.body)`. Throws InvalidConfigError on a bad option, an Error when the Redis store cannot
+ * req.body)`; one that is not JSON, or is longer than `maxBody`, is left for the handler to
+ * read. Throws InvalidConfigError on a bad option, an Error when the Redis store cannot
  * be reached.
  */
 export declare class ResumeSafety {
@@ -398,7 +403,8 @@ export declare class McpResumeError extends Error {
   /**
    * Whether the request this error ended may have run on the server, so that retrying it
    * could run it twice: always for `outcome_unknown` and `context_mismatch`; for a timed-out,
-   * lost or closed call when it had been sent and nothing proved it did not run.
+   * lost or closed call when it had been sent and nothing proved it did not run; for a call
+   * that became a task, for any error but the task's own final status.
    */
   readonly mayHaveRun: boolean;
 }

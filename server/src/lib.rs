@@ -23,7 +23,8 @@
 //!   rest is still checked as it passes, and a divergence then cuts the stream and breaks it
 //!   for good). Otherwise: `404`,
 //!   `Mcp-Resume-Rejected: <reason>`, a `SESSION_RESUME_REJECTED` error, the session
-//!   forgotten;
+//!   forgotten (with `unknown_session` there is nothing to forget: later requests under that
+//!   id reach the inner server);
 //! - **idempotency, both eras**: a `tools/call` with a key (`params._meta`, the
 //!   `Idempotency-Key` header, or `params.idempotencyKey`) is claimed atomically across
 //!   instances; the same call again gets the stored answer re-addressed to its new JSON-RPC
@@ -34,7 +35,9 @@
 //!   long as the store keeps
 //!   the key (by default 24 h in a `MemoryStore`; `RedisOptions::lost_retention`, 7 days by
 //!   default, on Redis). A keyed call's answer is read to its end and stored even when its
-//!   client has gone. "The same call" is the same tool and arguments compared by value (key
+//!   client has gone (a result that cannot carry the capability-hash mark, not an object or
+//!   with a `_meta` that is neither an object nor `null`, is not stored: its key reads
+//!   `IDEMPOTENCY_OUTCOME_UNKNOWN`). "The same call" is the same tool and arguments compared by value (key
 //!   order and a number's spelling do not matter). Keys are one namespace per store, shared by
 //!   every client, unless [`key_scope_header`](ResumeSafetyLayer::key_scope_header) names the
 //!   header that identifies the authenticated client: then each client's keys are its own.

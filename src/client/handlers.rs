@@ -44,7 +44,9 @@ type RootsHandler =
 /// task) learns of it through [`RequestContext::cancelled`]. The same happens to every request
 /// still being handled when the client closes, with the reason `"client closed"`, and when
 /// the session that delivered it is replaced or lost, with `"session replaced"`: its server is
-/// gone, and an answer would reach the next session's.
+/// gone, and an answer would reach the next session's. An input a 2026-07-28 call's MRTR round
+/// or task asked for is stopped the same way (reason `"session replaced"` too) when that call
+/// ends: nobody would read the answer.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     request_id: RequestId,
@@ -87,7 +89,8 @@ impl RequestContext {
         self.cancel.borrow().is_some()
     }
 
-    /// Resolves with the server's reason (possibly empty) once the request is cancelled; never
+    /// Resolves with the reason (the server's, possibly empty; or `"client closed"`, or
+    /// `"session replaced"`, see [`RequestContext`]) once the request is cancelled; never
     /// resolves for a request that is not.
     pub async fn cancelled(&self) -> String {
         let mut rx = self.cancel.clone();

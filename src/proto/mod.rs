@@ -15,7 +15,8 @@
 //!   never left, `Abandoned` when the connection's task went with it taken (written or not),
 //!   else `Lost`. Calling a request that may have left `Connect` makes the session re-send it.
 //! - A [`Output::ServerRequest`] is answered with [`Session::respond`] unless an
-//!   [`Output::ServerRequestWithdrawn`] for it comes first (its session was replaced or lost):
+//!   [`Output::ServerRequestWithdrawn`] for it comes first (its session was replaced or lost,
+//!   or the call whose MRTR round or task asked for it ended):
 //!   then its handler is stopped and nothing is answered. One the server cancels
 //!   (`notifications/cancelled`) and the driver stops unanswered is forgotten with
 //!   [`Session::withdraw_request`]: until then its id stays held (a later request under it is
@@ -425,8 +426,8 @@ pub enum Output {
     /// A request from the server the app must answer.
     ServerRequest(ServerRequest),
     /// A server request handed out earlier will not be answered: its session was replaced or
-    /// lost, so an answer would reach nobody (and [`Session::respond`] drops it). A driver
-    /// stops the request's handler.
+    /// lost, or the call whose MRTR round or task asked for it ended, so an answer would
+    /// reach nobody (and [`Session::respond`] drops it). A driver stops the request's handler.
     ServerRequestWithdrawn(crate::ids::RequestId),
     /// Lifecycle news.
     Event(SessionEvent),

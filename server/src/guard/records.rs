@@ -126,7 +126,8 @@ impl Claim {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ClaimOutcome {
-    /// The key was free: it is now held by the claim's token; the call may run.
+    /// The key was free, or is already held by this claim's own token (the same claim sent
+    /// again): it is held by the claim's token; the call may run.
     Granted,
     /// Another execution of the same call holds the key and its lease is alive.
     InUse,

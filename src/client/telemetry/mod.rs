@@ -174,7 +174,8 @@ impl Telemetry {
         self
     }
 
-    /// What `mcp.session.id` carries. Default: [`SessionIdExport::Hash`].
+    /// What `mcp.session.id`, and a resume's `mcp.recovery.last_event_id`, carry. Default:
+    /// [`SessionIdExport::Hash`].
     pub fn session_id(mut self, export: SessionIdExport) -> Self {
         self.session_id = export;
         self

@@ -402,6 +402,8 @@ class Client:
 
         Raises:
             LedgerError: the ledger cannot be read.
+            ClosedError: the client was closed (nothing is picked up: every entry is left
+                to the next process).
         """
         return await self._raw.recover()
 

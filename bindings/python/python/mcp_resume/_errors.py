@@ -38,7 +38,8 @@ class McpResumeError(Exception):
         may_have_run: whether the request this error ended may have run on the server, so
             that retrying it could run it twice: always for ``outcome_unknown`` and
             ``context_mismatch``; for a timed-out, lost or closed call when it had been sent
-            and nothing proved it did not run.
+            and nothing proved it did not run; for a call that became a task, for any
+            error but the task's own final status.
     """
 
     kind: str = "unknown"

@@ -16,7 +16,9 @@ are the Rust guard's, the same one the tower ``ResumeSafetyLayer`` drives. It
   ``<stream>-<seq>``;
 - lets a resume (``GET`` with ``Last-Event-ID``) through only on the instance that opened the
   stream and only if the inner server's replay proves it; otherwise ``404`` with
-  ``Mcp-Resume-Rejected`` and the session forgotten;
+  ``Mcp-Resume-Rejected`` and the session forgotten (nothing to forget for
+  ``unknown_session``); a replay longer than the body bound is checked as it passes, and a
+  divergence then cuts the stream (``ResponseAborted``);
 - claims keyed ``tools/call`` requests (an idempotency key in ``params._meta`` or the
   ``Idempotency-Key`` header) atomically across instances: the same call again gets the
   stored answer, a call whose first run is still going ``IDEMPOTENCY_KEY_IN_USE``, one whose
