@@ -239,6 +239,44 @@ impl ClientBuilder {
         self
     }
 
+    /// The ledger named as configuration (and the Python and Node bindings) name one:
+    /// `"memory"` (the client's own, the default), `"none"` ([`ClientBuilder::no_ledger`]),
+    /// or a `redis://`/`rediss://` URL with `identity`, the worker's stable name (a
+    /// `RedisLedger`, the `redis` feature). An identity goes with a Redis URL only. Fails
+    /// [`ErrorKind::InvalidConfig`] for anything else; the error names a refused string's
+    /// scheme alone, since the rest of a URL may carry a password.
+    pub fn ledger_named(self, name: &str, identity: Option<&str>) -> Result<Self, Error> {
+        let redis = name.starts_with("redis://") || name.starts_with("rediss://");
+        match (name, identity) {
+            ("memory", None) => Ok(self),
+            ("none", None) => Ok(self.no_ledger()),
+            (url, Some(identity)) if redis => {
+                #[cfg(feature = "redis")]
+                {
+                    let ledger = super::ledger::RedisLedger::new(url, identity)?;
+                    Ok(self.ledger(Arc::new(ledger)))
+                }
+                #[cfg(not(feature = "redis"))]
+                {
+                    let _ = (url, identity);
+                    Err(invalid(
+                        "a Redis ledger needs the `redis` feature".to_owned(),
+                    ))
+                }
+            }
+            (_, None) if redis => Err(invalid(
+                "a Redis ledger needs an identity: the worker's stable name".to_owned(),
+            )),
+            (_, Some(_)) => Err(invalid(
+                "an identity names a Redis ledger: give its redis:// URL".to_owned(),
+            )),
+            (other, None) => Err(invalid(format!(
+                "unknown ledger{}: \"memory\", \"none\" or a redis:// URL",
+                scheme_of(other)
+            ))),
+        }
+    }
+
     /// Records no call at all: nothing is written, and [`Client::recover`] finds nothing.
     /// Default: a [`MemoryLedger`] of this client's own.
     pub fn no_ledger(mut self) -> Self {
@@ -563,4 +601,21 @@ impl ClientBuilder {
 
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidConfig, message)
+}
+
+/// What an error may say of a ledger string it refused: its scheme alone (` "valkey://"`),
+/// or nothing. The rest of a URL may carry a password, and errors end up in logs.
+fn scheme_of(text: &str) -> String {
+    match text.split_once("://") {
+        Some((scheme, _))
+            if !scheme.is_empty()
+                && scheme.len() <= 32
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) =>
+        {
+            format!(" {:?}", format!("{scheme}://"))
+        }
+        _ => String::new(),
+    }
 }

@@ -835,3 +835,31 @@ async fn a_call_performed_by_its_caller_is_not_woken_by_its_own_answer() {
         "the task was woken while it was being polled"
     );
 }
+
+/// The ledger named as configuration names one: `memory`, `none`, or a Redis URL with the
+/// worker's identity; anything else is refused without quoting more than its scheme.
+#[test]
+fn a_ledger_is_named_as_configuration_names_it() {
+    let builder = || Client::builder("http://127.0.0.1/mcp");
+    assert!(builder().ledger_named("memory", None).is_ok());
+    assert!(builder().ledger_named("none", None).is_ok());
+    for (name, identity) in [
+        ("valkey://:hunter2@cache:6379", None),
+        ("REDIS://:hunter2@cache:6379", None),
+        ("redis://:hunter2@cache:6379", None),
+        ("memory", Some("w-1")),
+        ("redis://:hunter2@cache:6379", Some("has{brace}")),
+    ] {
+        let err = builder()
+            .ledger_named(name, identity)
+            .map(|_| ())
+            .expect_err(name);
+        assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{name}: {err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+    let err = builder()
+        .ledger_named("valkey://:hunter2@cache", None)
+        .map(|_| ())
+        .unwrap_err();
+    assert!(err.to_string().contains("\"valkey://\""), "{err}");
+}

@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_resume::client::ledger::RedisLedger;
 use mcp_resume::client::telemetry::Otlp;
 use mcp_resume::client::Telemetry;
 use mcp_resume::{ClientBuilder, Era, ProtocolVersion, ReconnectPolicy, ResendPolicy};
@@ -171,51 +170,15 @@ fn settings(mut b: ClientBuilder, o: ClientOptions) -> Result<ClientBuilder, Fai
     ledger(b, o.ledger, o.ledger_identity)
 }
 
-/// `ledger` and `ledgerIdentity` onto `b`.
+/// `ledger` and `ledgerIdentity` onto `b` (named as the SDK's `ClientBuilder::ledger_named`
+/// reads them; no ledger named is the client's own).
 fn ledger(
     b: ClientBuilder,
     ledger: Option<String>,
     identity: Option<String>,
 ) -> Result<ClientBuilder, Failure> {
-    match (ledger.as_deref(), identity) {
-        (None, None) => Ok(b),
-        // The client's own: the default.
-        (Some("memory"), None) => Ok(b),
-        (Some("none"), None) => Ok(b.no_ledger()),
-        (Some(url), Some(identity))
-            if url.starts_with("redis://") || url.starts_with("rediss://") =>
-        {
-            Ok(b.ledger(Arc::new(RedisLedger::new(url, &identity)?)))
-        }
-        (Some(url), None) if url.starts_with("redis://") || url.starts_with("rediss://") => Err(
-            invalid("a Redis ledger needs ledgerIdentity: the worker's stable name"),
-        ),
-        (_, Some(_)) => Err(invalid(
-            "ledgerIdentity names a Redis ledger: give its URL as ledger",
-        )),
-        (Some(other), None) => Err(invalid(format!(
-            "unknown ledger{}: \"memory\", \"none\" or a redis:// URL",
-            scheme_of(other)
-        ))),
-    }
-}
-
-/// What an error may say of a ledger string it refused: its scheme alone (` "valkey://"`),
-/// or nothing. The rest of a URL may carry a password, and errors end up in logs.
-fn scheme_of(text: &str) -> String {
-    let scheme = text.split_once("://").map(|(scheme, _)| scheme);
-    match scheme {
-        Some(scheme)
-            if !scheme.is_empty()
-                && scheme.len() <= 32
-                && scheme
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) =>
-        {
-            format!(" {:?}", format!("{scheme}://"))
-        }
-        _ => String::new(),
-    }
+    let name = ledger.as_deref().unwrap_or("memory");
+    Ok(b.ledger_named(name, identity.as_deref())?)
 }
 
 /// A duration in milliseconds: finite, not negative, and within what a `Duration` holds.

@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
 
-use mcp_resume::client::ledger::RedisLedger;
 use mcp_resume::proto::CallStage;
 use mcp_resume::{CallHandle, ClientBuilder, LedgerEntry, MemoryLedger, RecoveredCall};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
@@ -73,46 +72,9 @@ pub fn configure(
         ));
     };
     let name = name.to_str()?;
-    match name {
-        // The client's own: the default.
-        "memory" => Ok(builder),
-        "none" => Ok(builder.no_ledger()),
-        url if url.starts_with("redis://") || url.starts_with("rediss://") => {
-            let Some(identity) = identity else {
-                return Err(errors::invalid_config(
-                    py,
-                    "a Redis ledger needs ledger_identity=: the worker's stable name",
-                ));
-            };
-            let ledger = RedisLedger::new(url, &identity).map_err(|e| errors::to_py_err(py, &e))?;
-            Ok(builder.ledger(Arc::new(ledger)))
-        }
-        other => Err(errors::invalid_config(
-            py,
-            &format!(
-                "unknown ledger{}: \"memory\", \"none\" or a redis:// URL",
-                scheme_of(other)
-            ),
-        )),
-    }
-}
-
-/// What an error may say of a ledger string it refused: its scheme alone (` "valkey://"`),
-/// or nothing. The rest of a URL may carry a password, and errors end up in logs.
-fn scheme_of(text: &str) -> String {
-    let scheme = text.split_once("://").map(|(scheme, _)| scheme);
-    match scheme {
-        Some(scheme)
-            if !scheme.is_empty()
-                && scheme.len() <= 32
-                && scheme
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) =>
-        {
-            format!(" {:?}", format!("{scheme}://"))
-        }
-        _ => String::new(),
-    }
+    builder
+        .ledger_named(name, identity.as_deref())
+        .map_err(|e| errors::to_py_err(py, &e))
 }
 
 /// A call ``Client.recover()`` picked up: what its ledger entry says, and (awaited) its
