@@ -368,6 +368,8 @@ async fn ledgers(client: &Client) -> Result<(), Error> {
         .ledger(memory.clone())
         .record_session_ids(false);
     let _: ClientBuilder = Client::builder("http://127.0.0.1:8080/mcp").no_ledger();
+    let _: Result<ClientBuilder, Error> =
+        Client::builder("http://127.0.0.1:8080/mcp").ledger_named("none", None);
     let _ = redis;
     let _: Result<RedisLedger, Error> = RedisLedger::cluster(
         &["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"],
