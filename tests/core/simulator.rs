@@ -1403,3 +1403,37 @@ fn a_post_given_back_unsent_is_cancelled_without_a_word_to_the_server() {
         );
     }
 }
+
+// | a keyed call refused unprocessed (404) is re-sent on a session whose server keeps keys
+// otherwise than the first one | its record is written again before the re-send: a new
+// process reads whether the server that may have run it deduplicates keys, not the first's |
+#[test]
+fn a_re_send_to_a_server_that_keeps_keys_otherwise_is_recorded_first() {
+    let _g = SeedGuard(41);
+    let mut s = sim_with(
+        SessionConfig::default().with_checkpoints(true),
+        ServerConfig::default(),
+        41,
+    );
+    s.server.fault("a", [Fault::NotFound]);
+    // The session the 404 leads to is one whose server ignores keys.
+    s.server.cfg.idempotency = false;
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    assert_eq!(ok_tag(s.result(c)), "a");
+    let recorded: Vec<bool> = s
+        .outputs
+        .iter()
+        .filter_map(|(_, o)| match o {
+            mcp_resume::proto::Output::Checkpoint { call, checkpoint } if *call == c => {
+                Some(checkpoint.server_dedups)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        recorded,
+        [true, false],
+        "one record per server, before its send"
+    );
+}

@@ -21,17 +21,23 @@ impl Session {
     /// one it makes for itself, or one of a read-only method (those get no checkpoints).
     #[must_use]
     pub fn checkpoint(&self, call: CallId) -> Option<Checkpoint> {
+        let sending = self.calls.get(call)?.sends() == 0;
+        self.checkpoint_of(call, sending)
+    }
+
+    /// Call `call`'s durable state; `sending` when it is written before a send, which goes
+    /// to this session's server (else the last send's server is the one that counts). The
+    /// application may say a server keeps keys without advertising it.
+    fn checkpoint_of(&self, call: CallId, sending: bool) -> Option<Checkpoint> {
         let c = self.calls.get(call)?;
         if !gets_checkpoints(c) {
             return None;
         }
         let checkpoint = c.checkpoint(self.life.era(), self.session_id().cloned());
-        // Written before its first send here, that send goes to this session's server; the
-        // application may say that server keeps keys without advertising it.
-        let dedups = (if c.sends() > 0 {
-            checkpoint.server_dedups
-        } else {
+        let dedups = (if sending {
             self.life.ready().is_some_and(|s| s.dedups())
+        } else {
+            checkpoint.server_dedups
         }) || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
         Some(checkpoint.with_server_dedups(dedups))
     }
@@ -112,12 +118,12 @@ impl Session {
     }
 
     /// Reports call `id`'s durable state, when the session makes checkpoints and the call
-    /// gets them.
-    pub(super) fn note_checkpoint(&mut self, id: CallId) {
+    /// gets them; `sending` when a send to this session's server follows.
+    pub(super) fn note_checkpoint(&mut self, id: CallId, sending: bool) {
         if !self.config.checkpoints {
             return;
         }
-        if let Some(checkpoint) = self.checkpoint(id) {
+        if let Some(checkpoint) = self.checkpoint_of(id, sending) {
             self.outputs.push_back(Output::Checkpoint {
                 call: id,
                 checkpoint: Box::new(checkpoint),

@@ -231,7 +231,7 @@ impl Session {
         }
         let kept = self.config.checkpoints.then(|| requests.clone());
         call.await_round(round, state, requests.len(), kept);
-        self.note_checkpoint(id);
+        self.note_checkpoint(id, false);
         for (key, request) in requests {
             let input_id = RequestId::String(format!("input/{}/{round}/{key}", id.0));
             self.ask_app(id, input_id, key, &request);
@@ -316,7 +316,7 @@ impl Session {
                 call: id,
                 task_id,
             }));
-        self.note_checkpoint(id);
+        self.note_checkpoint(id, false);
         self.on_task_status(id, result, now);
     }
 
@@ -338,7 +338,7 @@ impl Session {
         self.calls
             .insert(id, Call::resuming_task(task_id, deadline));
         self.timers.set(Timer::CallDeadline(id), deadline);
-        self.note_checkpoint(id);
+        self.note_checkpoint(id, false);
         if self.life.ready().is_some() {
             self.send_call(id);
         } else {

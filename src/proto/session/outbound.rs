@@ -331,13 +331,15 @@ impl Session {
             };
             return self.unsafe_to_repeat(id, why);
         }
-        // The first send of a request (or of an MRTR round's) is recorded before it leaves.
-        if self
-            .calls
-            .get(id)
-            .is_some_and(|c| c.sends() == 0 && c.task_id().is_none())
-        {
-            self.note_checkpoint(id);
+        // The first send of a request (or of an MRTR round's) is recorded before it leaves,
+        // and so is a re-send to a server that keeps keys otherwise than the last one did: a
+        // new process reads from the record whether a second send under the key is safe.
+        let advertised = session.dedups();
+        let record = self.calls.get(id).is_some_and(|c| {
+            c.task_id().is_none() && (c.sends() == 0 || c.attempt().server_dedups() != advertised)
+        });
+        if record {
+            self.note_checkpoint(id, true);
         }
         let Some(session) = self.life.ready() else {
             return;
@@ -400,7 +402,7 @@ impl Session {
             .open_stream(ExKind::Resume(id), headers, Some(&cursor), session);
         call.resume_on(http);
         // The cursor it resumes from, for the record.
-        self.note_checkpoint(id);
+        self.note_checkpoint(id, false);
     }
 
     /// POSTs `notifications/cancelled` for a call that may be running on this session. (In
