@@ -111,10 +111,8 @@ impl Client {
     pub async fn recover(&self) -> Result<Vec<RecoveredCall>, Error> {
         self.start_driver()?;
         let core = self.core().clone();
-        let Some(writer) = core.writer.clone() else {
-            return Ok(Vec::new());
-        };
-        // A closed client takes nothing: every entry is left, unclaimed, to the next client.
+        // A closed client takes nothing: every entry is left, unclaimed, to the next client
+        // (and one without a ledger says it is closed, as every other client does).
         let (reply, open) = oneshot::channel();
         core.command(Command::EnsureOpen { reply })?;
         open.await.map_err(|_| {
@@ -123,6 +121,9 @@ impl Client {
                 "the client's driver stopped before the recovery began",
             )
         })??;
+        let Some(writer) = core.writer.clone() else {
+            return Ok(Vec::new());
+        };
         // This client's own latest writes first (a call that just ended may have its entry's
         // last write queued), within a call's time: a ledger that never finishes a write
         // delays the recovery, it does not hold it.

@@ -262,6 +262,10 @@ async fn no_ledger_writes_nothing() {
         "x"
     );
     assert!(guarded(client.recover()).await.unwrap().is_empty());
+    // Closed, it says so, as a client with a ledger does.
+    guarded(client.close()).await.unwrap();
+    let err = guarded(client.recover()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
 }
 
 /// A strict two-instance cluster of the 2026-07-28 era (tasks, MRTR rounds).
@@ -529,6 +533,49 @@ fn a_closed_client_leaves_the_calls_it_would_recover_to_the_next() {
         assert_eq!(tags, ["keyed-7", "unkeyed-7"]);
     });
     assert_eq!(cluster.oracle().executions_tagged("keyed-7").count(), 1);
+}
+
+/// A call picked up and still in flight when its client is closed fails `Closed`, says it
+/// may have run, and leaves its entry (and its claim) to the next client, which finishes it.
+#[test]
+fn a_picked_up_call_in_flight_at_close_leaves_its_entry() {
+    let (runtime, cluster, ledger, builder) = strict_pair_world(8);
+    let stopping = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let first = builder.clone().build().unwrap();
+    let slow = json!({"steps": 8, "delay_ms": 150});
+    let calls = stopping.block_on(async {
+        let calls = vec![first.start(slow_increment("keyed-8", true, &slow)).unwrap()];
+        ran_once(&cluster, &["keyed-8"]).await;
+        calls
+    });
+    drop(calls);
+    drop(stopping);
+    drop(first);
+    assert_eq!(ledger.len(), 1);
+
+    let closing = builder.clone().build().unwrap();
+    runtime.block_on(async {
+        let mut recovered = guarded(closing.recover()).await.unwrap();
+        assert_eq!(recovered.len(), 1);
+        let call = recovered.pop().unwrap();
+        // Its first execution still holds the key: the re-send waits it out.
+        let waiting = tokio::spawn(call);
+        guarded(closing.close()).await.unwrap();
+        let err = guarded(waiting).await.unwrap().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+        assert!(err.may_have_run(), "{err}");
+    });
+    assert_eq!(ledger.len(), 1, "its entry is left for the next client");
+    let next = builder.build().unwrap();
+    runtime.block_on(async {
+        for call in guarded(next.recover()).await.unwrap() {
+            assert!(guarded(call).await.is_ok());
+        }
+    });
+    assert_eq!(cluster.oracle().executions_tagged("keyed-8").count(), 1);
 }
 
 /// Entries belong to the endpoint as the client was given it: two URLs that differ only in

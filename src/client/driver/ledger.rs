@@ -720,11 +720,18 @@ impl Records {
     /// once: dropped with a runtime that stops, the call leaves its entry to whoever takes
     /// over. A call picked up gives up its claim on the entry: at once when the entry stays
     /// (a task left behind again, for a later `recover` of this client's to poll), once it is
-    /// removed otherwise. Returns whether a write was queued.
-    pub(crate) fn ended(&mut self, call: CallId, abandoned: bool) -> bool {
+    /// removed otherwise; one failed by the client's close (`closed`) keeps its entry for the
+    /// next client. Returns whether a write was queued.
+    pub(crate) fn ended(&mut self, call: CallId, abandoned: bool, closed: bool) -> bool {
         let Some(record) = self.calls.remove(&call) else {
             return false;
         };
+        if record.stored && closed && !abandoned {
+            // Picked up from its entry and failed by the client's close: the entry (and the
+            // call) go to the next client, as they came to this one.
+            self.writer.unclaim(&record.id);
+            return false;
+        }
         let left_behind = record.task_open && !abandoned;
         if record.stored && left_behind {
             self.writer.unclaim(&record.id);
@@ -839,10 +846,10 @@ mod tests {
         records.task_created(finished, "t-finished");
         records.task_finished(finished);
         records.task_created(dropped, "t-dropped");
-        assert!(records.ended(left, false));
-        assert!(!records.ended(finished, false));
-        assert!(!records.ended(plain, false));
-        assert!(!records.ended(dropped, true));
+        assert!(records.ended(left, false, false));
+        assert!(!records.ended(finished, false, false));
+        assert!(!records.ended(plain, false, false));
+        assert!(!records.ended(dropped, true, false));
         writer.kick();
         let held = ledger.entries().now_or_never().unwrap().unwrap();
         assert_eq!(held.len(), 1, "{held:?}");
@@ -856,7 +863,7 @@ mod tests {
         let picked = CallId::next();
         records.adopt(picked, held[0].id().clone(), SystemTime::now(), true);
         records.task_finished(picked);
-        assert!(records.ended(picked, false));
+        assert!(records.ended(picked, false, false));
         writer.kick();
         assert!(ledger.is_empty());
     }
@@ -879,13 +886,13 @@ mod tests {
         records.adopt(first, removed.id().clone(), SystemTime::now(), false);
         records.adopt(second, kept.id().clone(), SystemTime::now(), true);
 
-        assert!(records.ended(first, false));
+        assert!(records.ended(first, false, false));
         assert!(!other.claim(&removed), "held until the removal is done");
         writer.kick();
         assert!(!live().picked.contains_key(removed.id()));
 
         assert!(
-            !records.ended(second, false),
+            !records.ended(second, false, false),
             "a task left behind keeps its entry"
         );
         assert!(other.claim(&kept), "given back at once");
@@ -992,8 +999,8 @@ mod tests {
         }
         writer.kick();
         assert_eq!(ledger.len(), 2);
-        assert!(records.ended(dropped, true));
-        assert!(records.ended(ended, false));
+        assert!(records.ended(dropped, true, false));
+        assert!(records.ended(ended, false, false));
         writer.kick();
         assert_eq!(ledger.len(), 1, "only the ended call's entry went");
         tokio::time::timeout(Duration::from_secs(5), writer.flush())

@@ -450,7 +450,7 @@ impl State {
                     #[cfg(feature = "otel")]
                     self.telemetry.abandoned(call, None);
                     self.forget(call);
-                    self.entry_ended(call, true);
+                    self.entry_ended(call, true, false);
                 }
             }
             Command::Notify { method, params } => self.session.notify(&method, params, now),
@@ -695,7 +695,8 @@ impl State {
 
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
         self.forget(call);
-        self.entry_ended(call, false);
+        let closed = matches!(&result, Err(e) if e.kind() == ErrorKind::Closed);
+        self.entry_ended(call, false, closed);
         match self.calls.remove(&call) {
             Some(Waiter::Connect { reply }) => {
                 match &result {
@@ -733,10 +734,11 @@ impl State {
         records.gate(call)
     }
 
-    /// `call` ended (`abandoned`: given up by the application): its entry goes.
-    fn entry_ended(&mut self, call: CallId, abandoned: bool) {
+    /// `call` ended (`abandoned`: given up by the application; `closed`: failed by the
+    /// client's close): its entry goes, unless the record says otherwise.
+    fn entry_ended(&mut self, call: CallId, abandoned: bool, closed: bool) {
         if let Some(records) = &mut self.records {
-            if records.ended(call, abandoned) {
+            if records.ended(call, abandoned, closed) {
                 self.effects.ledger(records.writer());
             }
         }
