@@ -84,6 +84,9 @@ export function fromNative(details) {
   if (details.kind === "rpc") {
     const error = new RpcError(details.code, details.rpcMessage ?? details.message, details.data);
     if (details.retryAfterMs !== undefined) error.retryAfterMs = details.retryAfterMs;
+    // A server's error that did not answer the call itself (a task's poll refused) may leave
+    // the call running: retrying it could run it twice.
+    if (details.mayHaveRun !== undefined) error.mayHaveRun = details.mayHaveRun;
     return error;
   }
   const Class = BY_KIND.get(details.kind) ?? McpResumeError;

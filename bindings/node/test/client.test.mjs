@@ -54,6 +54,11 @@ describe("errors: one class per kind, each what really happened", () => {
     }
     // A kind this package predates is still an McpResumeError naming it.
     assert.equal(fromNative({ kind: "newer", message: "m" }).kind, "newer");
+    // A server's error that did not answer the call itself (a task's poll refused) says the
+    // call may have run; the server's answer to the call does not.
+    const poll = { kind: "rpc", message: "m", code: -32602, rpcMessage: "unknown task" };
+    assert.equal(fromNative({ ...poll, mayHaveRun: true }).mayHaveRun, true);
+    assert.equal(fromNative({ ...poll, mayHaveRun: false }).mayHaveRun, false);
   });
 
   test("invalid_config, from the constructor", () => {
