@@ -39,7 +39,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 ///
 /// A server's own JSON-RPC error ([`ErrorKind::Rpc`]) reaches the host unchanged, but for
 /// `"mayHaveRun": true` added to its data when it did not answer the call itself (a task
-/// call's poll refused: the task may run on). A modern
+/// call's poll refused: the task may run on; data that is not an object then goes under
+/// `data.data`). A modern
 /// server's `MissingRequiredClientCapability` keeps its code and data, with `kind` added
 /// when the data is an object. Every other kind gets its own code, the error's message, and
 /// `data: {"kind": <name>}`, and `"mayHaveRun": true` for a call that may have run
@@ -56,14 +57,16 @@ pub(crate) fn to_rpc(error: &Error) -> RpcError {
                 if error.may_have_run() {
                     // Not the call's own answer (a task's poll refused, say): the host must
                     // hear that the call may have run, beside the server's data.
-                    match &mut rpc.data {
-                        Some(Value::Object(data)) => {
+                    rpc.data = Some(match rpc.data.take() {
+                        Some(Value::Object(mut data)) => {
                             data.insert("mayHaveRun".to_owned(), Value::Bool(true));
+                            Value::Object(data)
                         }
-                        None => rpc.data = Some(json!({ "mayHaveRun": true })),
-                        // The server's data is kept as it is.
-                        Some(_) => {}
-                    }
+                        None => json!({ "mayHaveRun": true }),
+                        // Data that cannot take a member goes under `data`: the mark must
+                        // reach the host whatever the server wrote.
+                        Some(other) => json!({ "mayHaveRun": true, "data": other }),
+                    });
                 }
                 return rpc;
             }
@@ -188,9 +191,18 @@ mod tests {
             rpc.data,
             Some(json!({"detail": "unknown task", "mayHaveRun": true}))
         );
-        let bare = RpcError { data: None, ..poll };
+        let bare = RpcError {
+            data: None,
+            ..poll.clone()
+        };
         let rpc = to_rpc(&Error::rpc(bare).with_may_have_run());
         assert_eq!(rpc.data, Some(json!({"mayHaveRun": true})));
+        let listed = RpcError {
+            data: Some(json!([1])),
+            ..poll
+        };
+        let rpc = to_rpc(&Error::rpc(listed).with_may_have_run());
+        assert_eq!(rpc.data, Some(json!({"mayHaveRun": true, "data": [1]})));
     }
 
     #[test]

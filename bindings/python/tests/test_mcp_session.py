@@ -385,3 +385,15 @@ def test_an_mcp_2_client_session_runs_over_the_bridge(
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "from mcp 2"
+
+
+def test_a_servers_error_marked_may_have_run_reads_as_such() -> None:
+    # A server's JSON-RPC error that did not answer the call itself (a task's poll refused):
+    # the SDK keeps the server's error and marks it, without a kind of its own.
+    from mcp_resume.bridge import may_have_run_kind
+
+    assert may_have_run_kind({"mayHaveRun": True}) == "rpc"
+    assert may_have_run_kind({"detail": "unknown task", "mayHaveRun": True}) == "rpc"
+    assert may_have_run_kind({"detail": "unknown task"}) is None
+    assert may_have_run_kind({"kind": "timeout", "mayHaveRun": True}) == "timeout"
+    assert may_have_run_kind({"kind": "timeout"}) is None

@@ -263,13 +263,15 @@ _MAY_HAVE_RUN = frozenset({"outcome_unknown", "context_mismatch"})
 def may_have_run_kind(data: Any) -> str | None:
     """The bridge's error kind if the error ``data`` is of a call that may have run on the
     server (``outcome_unknown``, ``context_mismatch``, or any kind with ``mayHaveRun``, as a
-    timed-out call that had been sent), else ``None``."""
+    timed-out call that had been sent; ``"rpc"`` for a server's own error marked so, as a
+    task's poll refused while the task may run on), else ``None``."""
     if not isinstance(data, dict):
         return None
     kind = data.get("kind")
+    marked = data.get("mayHaveRun") is True
     if not isinstance(kind, str):
-        return None
-    return kind if kind in _MAY_HAVE_RUN or data.get("mayHaveRun") is True else None
+        return "rpc" if marked else None
+    return kind if kind in _MAY_HAVE_RUN or marked else None
 
 
 def interrupted_message(kind: str, tool: str) -> str:
