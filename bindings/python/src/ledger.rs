@@ -64,6 +64,12 @@ pub fn configure(
         };
     };
     if let Ok(shared) = ledger.cast::<PyMemoryLedger>() {
+        if identity.is_some() {
+            return Err(errors::invalid_config(
+                py,
+                "ledger_identity names a Redis ledger, not a MemoryLedger",
+            ));
+        }
         return Ok(builder.ledger(shared.get().inner.clone()));
     }
     let Ok(name) = ledger.cast::<PyString>() else {

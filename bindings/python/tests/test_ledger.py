@@ -84,6 +84,8 @@ async def test_the_store_choices_are_read_onto_the_builder(
     with pytest.raises(InvalidConfigError):
         Client(c.url, ledger_identity="w-1")  # an identity without a Redis ledger
     with pytest.raises(InvalidConfigError):
+        Client(c.url, ledger=MemoryLedger(), ledger_identity="w-1")  # nor with a memory one
+    with pytest.raises(InvalidConfigError):
         Client(c.url, ledger="redis://127.0.0.1:1", ledger_identity="has{brace}")
     with pytest.raises(TypeError):
         Client(c.url, ledger=42)  # type: ignore[arg-type]
