@@ -310,6 +310,35 @@ fn strict_pair_world(
     (runtime, cluster, ledger, builder)
 }
 
+/// A client built from `builder` starts `calls` (tag, keyed) as slow `counter_increment`s of
+/// `steps` steps on a runtime of its own, which stops once each has run: the calls' futures
+/// go first, then its tasks, the driver's among them, and the calls are left in the ledger.
+fn leave_in_flight(
+    builder: mcp_resume::ClientBuilder,
+    cluster: &Cluster,
+    calls: &[(&str, bool)],
+    steps: u64,
+) {
+    let stopping = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = builder.build().unwrap();
+    let slow = json!({"steps": steps, "delay_ms": 150});
+    let tags: Vec<&str> = calls.iter().map(|(tag, _)| *tag).collect();
+    let handles = stopping.block_on(async {
+        let handles: Vec<_> = calls
+            .iter()
+            .map(|(tag, keyed)| client.start(slow_increment(tag, *keyed, &slow)).unwrap())
+            .collect();
+        ran_once(cluster, &tags).await;
+        handles
+    });
+    drop(handles);
+    drop(stopping);
+    drop(client);
+}
+
 /// A slow `counter_increment` tagged `tag`, keyed by `key-<tag>` when `keyed`.
 fn slow_increment(tag: &str, keyed: bool, slow: &Value) -> ToolCall {
     let call = ToolCall::new("counter_increment", slow.clone()).meta(meta::TAG, json!(tag));
@@ -426,24 +455,12 @@ fn a_client_on_the_same_ledger_picks_up_what_a_frozen_one_left() {
 fn a_client_stopped_with_its_runtime_leaves_its_calls_to_the_next() {
     let (runtime, cluster, ledger, builder) = strict_pair_world(5);
 
-    let stopping = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let first = builder.clone().build().unwrap();
-    let slow = json!({"steps": 4, "delay_ms": 150});
-    let calls = stopping.block_on(async {
-        let calls: Vec<_> = [("keyed-2", true), ("unkeyed-2", false)]
-            .into_iter()
-            .map(|(tag, keyed)| first.start(slow_increment(tag, keyed, &slow)).unwrap())
-            .collect();
-        ran_once(&cluster, &["keyed-2", "unkeyed-2"]).await;
-        calls
-    });
-    // The runtime stops: the calls' futures go first, then its tasks, the driver's among them.
-    drop(calls);
-    drop(stopping);
-    drop(first);
+    leave_in_flight(
+        builder.clone(),
+        &cluster,
+        &[("keyed-2", true), ("unkeyed-2", false)],
+        4,
+    );
     assert_eq!(ledger.len(), 2, "both calls are in the ledger");
 
     let second = builder.build().unwrap();
@@ -482,23 +499,12 @@ fn a_client_stopped_with_its_runtime_leaves_its_calls_to_the_next() {
 fn a_closed_client_leaves_the_calls_it_would_recover_to_the_next() {
     let (runtime, cluster, ledger, builder) = strict_pair_world(7);
 
-    let stopping = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let first = builder.clone().build().unwrap();
-    let slow = json!({"steps": 4, "delay_ms": 150});
-    let calls = stopping.block_on(async {
-        let calls: Vec<_> = [("keyed-7", true), ("unkeyed-7", false)]
-            .into_iter()
-            .map(|(tag, keyed)| first.start(slow_increment(tag, keyed, &slow)).unwrap())
-            .collect();
-        ran_once(&cluster, &["keyed-7", "unkeyed-7"]).await;
-        calls
-    });
-    drop(calls);
-    drop(stopping);
-    drop(first);
+    leave_in_flight(
+        builder.clone(),
+        &cluster,
+        &[("keyed-7", true), ("unkeyed-7", false)],
+        4,
+    );
     assert_eq!(ledger.len(), 2, "both calls are in the ledger");
 
     let closed = builder.clone().build().unwrap();
@@ -540,20 +546,7 @@ fn a_closed_client_leaves_the_calls_it_would_recover_to_the_next() {
 #[test]
 fn a_picked_up_call_in_flight_at_close_leaves_its_entry() {
     let (runtime, cluster, ledger, builder) = strict_pair_world(8);
-    let stopping = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let first = builder.clone().build().unwrap();
-    let slow = json!({"steps": 8, "delay_ms": 150});
-    let calls = stopping.block_on(async {
-        let calls = vec![first.start(slow_increment("keyed-8", true, &slow)).unwrap()];
-        ran_once(&cluster, &["keyed-8"]).await;
-        calls
-    });
-    drop(calls);
-    drop(stopping);
-    drop(first);
+    leave_in_flight(builder.clone(), &cluster, &[("keyed-8", true)], 8);
     assert_eq!(ledger.len(), 1);
 
     let closing = builder.clone().build().unwrap();
@@ -590,21 +583,7 @@ fn an_endpoint_that_differs_only_in_what_entries_hide_is_another_endpoint() {
             .ledger(ledger.clone())
             .call_timeout(Duration::from_secs(20))
     };
-    let stopping = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let first = at("?t=a").build().unwrap();
-    let slow = json!({"steps": 4, "delay_ms": 150});
-    // Kept in a list, as the calls of a stopping runtime are: not awaited, dropped with it.
-    let calls = stopping.block_on(async {
-        let calls = vec![first.start(slow_increment("keyed-3", true, &slow)).unwrap()];
-        ran_once(&cluster, &["keyed-3"]).await;
-        calls
-    });
-    drop(calls);
-    drop(stopping);
-    drop(first);
+    leave_in_flight(at("?t=a"), &cluster, &[("keyed-3", true)], 4);
     assert_eq!(ledger.len(), 1);
 
     let other = at("?t=b").build().unwrap();
