@@ -272,7 +272,9 @@ impl Client {
             .shared
             .telemetry
             .as_ref()
-            .map(|t| Box::new(t.start_call(&mut request)));
+            // The application's span processors run as the span starts.
+            .and_then(|t| t.contain(|| t.start_call(&mut request)))
+            .map(Box::new);
         let registration = Registration::Call {
             id,
             request,

@@ -4,6 +4,7 @@
 //! decodes the official protobuf definitions.
 
 mod bridge;
+mod faulty;
 mod metrics;
 mod otlp;
 mod spans;

@@ -12,7 +12,7 @@ use http::header::HeaderMap;
 use opentelemetry::trace::{SpanBuilder, SpanContext, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 
-use super::{names, w3c, Instrumentation};
+use super::{isolate, names, w3c, Instrumentation};
 use crate::client::http::ExchangeEvent;
 use crate::ids::EventId;
 use crate::proto::classify::{content_type, ContentType};
@@ -121,14 +121,16 @@ impl Attempt {
             cursor,
             max_event_size,
         } = *planned;
-        let (cx, carried) = match trace {
+        let (cx, carried, inst) = match trace {
             Trace::Span(inst, builder, parent) => {
-                let span = inst.tracer().build_with_context(builder, &parent);
-                (Some(parent.with_span(span)), None)
+                // The application's span processors run as the span starts.
+                let span = inst.contain(|| inst.tracer().build_with_context(builder, &parent));
+                (span.map(|span| parent.with_span(span)), None, Some(inst))
             }
-            Trace::Carry(carried) => (None, carried),
+            Trace::Carry(carried) => (None, carried, None),
         };
         Traced {
+            inst,
             cx,
             carried,
             mcp,
@@ -142,6 +144,8 @@ impl Attempt {
 /// A started HTTP request's span. Ends when dropped.
 #[derive(Default)]
 pub(crate) struct Traced {
+    /// Whose spans these are (what contains the application's code as they end).
+    inst: Option<Instrumentation>,
     cx: Option<Context>,
     /// The context a request without a span of its own carries.
     carried: Option<SpanContext>,
@@ -253,11 +257,17 @@ impl Traced {
 
 impl Drop for Traced {
     fn drop(&mut self) {
-        if let Some(cx) = &self.cx {
-            cx.span().end();
-        }
-        if let Some(mcp) = &self.mcp {
-            mcp.span().end();
+        // The application's span processors run as the spans end; the contexts go with them
+        // (the last reference to a span ends it too).
+        for cx in [self.cx.take(), self.mcp.take()].into_iter().flatten() {
+            let end = move || {
+                cx.span().end();
+                drop(cx);
+            };
+            match &self.inst {
+                Some(inst) => inst.caught(end),
+                None => isolate(end),
+            };
         }
     }
 }

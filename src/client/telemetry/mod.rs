@@ -34,6 +34,13 @@
 //! - **Metrics**: `mcp.client.operation.duration` and `mcp.client.session.duration`, and the
 //!   `mcp.client.recovery.*` counters and histogram of [`names`].
 //!
+//! The SDK calls the application's span processors as spans start and end, on the client's
+//! driver: a processor that exports as each span ends (the SDK's simple processor) holds up
+//! the client's other calls for as long as its export takes, so give the client a batching
+//! one (`SdkTracerProvider::builder().with_batch_exporter(..)`). A processor that panics fails
+//! none of the client's calls: the client turns its telemetry off, with a warning, and goes
+//! on.
+//!
 //! The session id is a credential on many servers: `mcp.session.id` carries a digest of it
 //! unless the application asks otherwise ([`SessionIdExport`]), and so does a resume's
 //! [`names::RECOVERY_LAST_EVENT_ID`], since some servers make every event id the session id.
@@ -48,6 +55,8 @@ mod tracker;
 mod w3c;
 
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use opentelemetry::global::{self, BoxedTracer};
@@ -204,6 +213,7 @@ impl Telemetry {
             session_id: self.session_id,
             server,
             url: crate::client::http::redacted_url(url.as_str()),
+            broken: AtomicBool::new(false),
         })))
     }
 }
@@ -261,9 +271,38 @@ struct Inner {
     server: Vec<KeyValue>,
     /// `url.full`, without what may carry credentials.
     url: String,
+    /// Application code under it panicked: the client records nothing more.
+    broken: AtomicBool,
 }
 
 impl Instrumentation {
+    /// Runs `f`, telemetry that may call application code: the SDK calls the application's
+    /// span processors (and through them its exporters) when a span starts or ends, on the
+    /// thread that starts or ends it, which is the driver's, often under its lock. A panic
+    /// there must fail nothing of the client's: it is caught, and the first one turns this
+    /// client's telemetry off (a processor that panicked once may do so on every span, and a
+    /// span it left half-exported is not worth more). `None` when `f` panicked or telemetry
+    /// was off already (then `f` does not run).
+    pub(crate) fn contain<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        if self.0.broken.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.caught(f)
+    }
+
+    /// Runs `f` even when telemetry is off (ending a span: dropped, it would end anyway,
+    /// wherever that happens), its panic caught as [`contain`](Self::contain) catches it.
+    pub(crate) fn caught<R>(&self, f: impl FnOnce() -> R) -> Option<R> {
+        let result = isolate(f);
+        if result.is_none() && !self.0.broken.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "an OpenTelemetry span processor or exporter panicked: \
+                 this client's telemetry is off from now on"
+            );
+        }
+        result
+    }
+
     fn tracer(&self) -> &BoxedTracer {
         &self.0.tracer
     }
@@ -289,6 +328,13 @@ impl Instrumentation {
             SessionIdExport::Omit => None,
         }
     }
+}
+
+/// Runs `f` (application telemetry code, or dropping what holds a span, which ends it), with
+/// its panic caught: `None` then. For what must run even once telemetry is off, since a span
+/// not ended explicitly ends when dropped.
+pub(crate) fn isolate<R>(f: impl FnOnce() -> R) -> Option<R> {
+    catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
 /// The first 16 bytes of `id`'s SHA-256, in hex.

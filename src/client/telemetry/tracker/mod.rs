@@ -17,7 +17,7 @@ mod events;
 
 use super::attempt::{Attempt, Cursor};
 use super::calls::{CallTrace, Outcome};
-use super::{names, Instrumentation};
+use super::{isolate, names, Instrumentation};
 use crate::client::http::ExchangeEvent;
 use crate::error::{Error, ErrorKind};
 use crate::proto::{
@@ -140,127 +140,169 @@ impl Tracker {
         }))
     }
 
+    /// Runs `f` on the records, contained ([`Instrumentation::contain`]): these run under
+    /// the driver's lock, where an application's span processor panicking would poison it
+    /// and stop the client. Once telemetry is off the records go, their spans ended (each
+    /// end contained too), and nothing more is recorded.
+    fn with<R>(&mut self, f: impl FnOnce(&mut Inner) -> R) -> Option<R> {
+        let inner = self.0.as_mut()?;
+        let inst = inner.inst.clone();
+        let result = inst.contain(|| f(inner));
+        if result.is_none() {
+            self.shut();
+        }
+        result
+    }
+
+    /// Drops the records, ending their spans, contained.
+    fn shut(&mut self) {
+        if let Some(inner) = self.0.take() {
+            let Inner {
+                calls,
+                exchanges,
+                ambient,
+                listen_parent,
+                initialize,
+                ..
+            } = *inner;
+            // One at a time: a panic ending one span must not leave the others unended,
+            // to end (and panic) later wherever they are dropped.
+            for (_, call) in calls {
+                isolate(move || drop(call));
+            }
+            for (_, exchange) in exchanges {
+                isolate(move || drop(exchange));
+            }
+            for cx in [ambient, listen_parent, initialize].into_iter().flatten() {
+                isolate(move || drop(cx));
+            }
+        }
+    }
+
     /// A call was registered under `call`: what the session does for it next is its child.
     pub(crate) fn registered(&mut self, call: CallId, trace: Option<Box<CallTrace>>) {
-        let (Some(inner), Some(trace)) = (&mut self.0, trace) else {
+        let Some(trace) = trace else {
             return;
         };
-        inner.ambient = Some(trace.cx.clone());
-        inner.calls.insert(call, Call::new(*trace));
+        if self.0.is_none() {
+            // Started before telemetry went off.
+            isolate(move || drop(trace));
+            return;
+        }
+        self.with(|inner| {
+            inner.ambient = Some(trace.cx.clone());
+            inner.calls.insert(call, Call::new(*trace));
+        });
     }
 
     /// The input being applied is done with.
     pub(crate) fn settled(&mut self) {
-        if let Some(inner) = &mut self.0 {
+        self.with(|inner| {
             inner.ambient = None;
             inner.current = None;
-        }
+        });
     }
 
     /// Plans the span of the HTTP request the session asks for.
     pub(crate) fn attempt(&mut self, session: &Session, request: &HttpRequest) -> Attempt {
-        match &mut self.0 {
-            Some(inner) => inner.attempt(session, request),
-            None => Attempt::none(),
-        }
+        self.with(|inner| inner.attempt(session, request))
+            .unwrap_or_else(Attempt::none)
     }
 
     /// An exchange reports `event` (before the session applies it).
     pub(crate) fn exchange_event(&mut self, event: &ExchangeEvent) {
-        if let Some(inner) = &mut self.0 {
-            inner.exchange_event(event);
-        }
+        self.with(|inner| inner.exchange_event(event));
     }
 
     /// The session applied what exchange `id` reported.
     pub(crate) fn exchange_applied(&mut self, id: HttpId) {
-        if let Some(inner) = &mut self.0 {
+        self.with(|inner| {
             inner.exchange_applied(id);
             inner.current = None;
-        }
+        });
     }
 
     /// The session dropped exchange `id`: it had what it needed of it (an answer, an error
     /// it acts on), or gave up on its request.
     pub(crate) fn aborted(&mut self, id: HttpId) {
-        let Some(inner) = &mut self.0 else {
-            return;
-        };
-        let Some(ex) = inner.exchanges.remove(&id) else {
-            return;
-        };
-        if let (Owner::Call(call), Some(status)) = (&ex.owner, ex.status) {
-            if let Some(record) = inner.calls.get_mut(call) {
-                record.last_end = Some(if (200..300).contains(&status) {
-                    End::Answered
-                } else {
-                    End::Refused(status)
-                });
+        self.with(|inner| {
+            let Some(ex) = inner.exchanges.remove(&id) else {
+                return;
+            };
+            if let (Owner::Call(call), Some(status)) = (&ex.owner, ex.status) {
+                if let Some(record) = inner.calls.get_mut(call) {
+                    record.last_end = Some(if (200..300).contains(&status) {
+                        End::Answered
+                    } else {
+                        End::Refused(status)
+                    });
+                }
             }
-        }
+        });
     }
 
     /// A call ended with `result`.
     pub(crate) fn completed(&mut self, call: CallId, result: &Result<Value, Error>) {
-        let Some(inner) = &mut self.0 else {
-            return;
-        };
-        if let Some(record) = inner.calls.remove(&call) {
-            let outcome = match result {
-                Ok(value) => Outcome::Answered(value),
-                Err(err) => Outcome::Failed(err),
-            };
-            record.trace.end(&inner.inst, outcome);
-        }
+        self.with(|inner| {
+            if let Some(record) = inner.calls.remove(&call) {
+                let outcome = match result {
+                    Ok(value) => Outcome::Answered(value),
+                    Err(err) => Outcome::Failed(err),
+                };
+                record.trace.end(&inner.inst, outcome);
+            }
+        });
     }
 
     /// The application gave up on a call (`None`: it cancelled or dropped it), or the driver
     /// failed it with `error`.
     pub(crate) fn abandoned(&mut self, call: CallId, error: Option<&Error>) {
-        let Some(inner) = &mut self.0 else {
-            return;
-        };
-        if let Some(record) = inner.calls.remove(&call) {
-            let outcome = error.map_or(Outcome::Cancelled, Outcome::Failed);
-            record.trace.end(&inner.inst, outcome);
-        }
-        // A POST withdrawn before it was sent is neither ended nor aborted: forget it here.
-        inner
-            .exchanges
-            .retain(|_, ex| !matches!(ex.owner, Owner::Call(owner) if owner == call));
+        self.with(|inner| {
+            if let Some(record) = inner.calls.remove(&call) {
+                let outcome = error.map_or(Outcome::Cancelled, Outcome::Failed);
+                record.trace.end(&inner.inst, outcome);
+            }
+            // A POST withdrawn before it was sent is neither ended nor aborted: forget it
+            // here.
+            inner
+                .exchanges
+                .retain(|_, ex| !matches!(ex.owner, Owner::Call(owner) if owner == call));
+        });
     }
 
     /// The server sent a request on the stream being read (a multi round-trip request's
     /// round asks for input this way).
     pub(crate) fn server_request(&mut self) {
-        let Some(inner) = &mut self.0 else {
-            return;
-        };
-        if let Some(Owner::Call(call)) = inner.current_owner() {
-            if let Some(record) = inner.calls.get_mut(&call) {
-                record.round = true;
+        self.with(|inner| {
+            if let Some(Owner::Call(call)) = inner.current_owner() {
+                if let Some(record) = inner.calls.get_mut(&call) {
+                    record.round = true;
+                }
             }
-        }
+        });
     }
 
     /// A session event (in the session's call ids).
     pub(crate) fn event(&mut self, event: &SessionEvent, session: &Session) {
-        if let Some(inner) = &mut self.0 {
-            inner.event(event, session);
-        }
+        self.with(|inner| inner.event(event, session));
     }
 
     /// The driver stopped: every call still in flight ends `closed`, and so does the session.
     pub(crate) fn stop(&mut self) {
-        let Some(inner) = &mut self.0 else {
-            return;
-        };
-        let closed = Error::new(ErrorKind::Closed, "the client's driver stopped");
-        for (_, record) in inner.calls.drain() {
-            record.trace.end(&inner.inst, Outcome::Failed(&closed));
-        }
-        inner.exchanges.clear();
-        inner.end_session(None);
+        self.with(|inner| {
+            let closed = Error::new(ErrorKind::Closed, "the client's driver stopped");
+            for (_, record) in inner.calls.drain() {
+                record.trace.end(&inner.inst, Outcome::Failed(&closed));
+            }
+            inner.exchanges.clear();
+            inner.end_session(None);
+        });
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.shut();
     }
 }
 
