@@ -53,15 +53,18 @@ impl ServerRequests {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
-        // From here, a server's cancellation (which drops this future) reaches the host.
-        let guard = Pending {
+        // A server's cancellation drops this future: the request is withdrawn, and once the
+        // host has it, the host is told.
+        let mut guard = Pending {
             id,
             requests: Some(Arc::clone(&self)),
+            delivered: false,
         };
         self.out
             .send(request(Some(json!(id)), &req.method, req.params))
             .await
             .map_err(|_| internal("the bridge is closed"))?;
+        guard.delivered = true;
         let answer = rx
             .await
             .map_err(|_| internal("the bridge closed before the host answered"));
@@ -95,10 +98,14 @@ impl ServerRequests {
 }
 
 /// A forwarded request still waiting: dropped before the host answered (the server
-/// cancelled it, or the client closed), it tells the host.
+/// cancelled it, or the client closed), it is withdrawn, and the host told if it had it.
 struct Pending {
     id: i64,
     requests: Option<Arc<ServerRequests>>,
+    /// In the host's queue. A request still waiting for room there is withdrawn without a
+    /// word: a cancellation for it would be news of nothing, and would wait for room itself
+    /// (one task per request a server asks and cancels while the host stalls).
+    delivered: bool,
 }
 
 impl Pending {
@@ -113,6 +120,9 @@ impl Drop for Pending {
             return;
         };
         lock(&requests.pending).remove(&self.id);
+        if !self.delivered {
+            return;
+        }
         let cancelled = request(
             None,
             "notifications/cancelled",

@@ -811,6 +811,64 @@ async fn a_servers_cancellation_reaches_the_host() {
     );
 }
 
+/// A server that asks and cancels at line rate while the host reads nothing: the requests
+/// that never reached the host are withdrawn without a word to it, so nothing waits to tell
+/// it (a task each, before, parked on the full queue for as long as the host stalls).
+#[tokio::test]
+async fn requests_cancelled_before_the_host_got_them_leave_nothing_waiting() {
+    const PAIRS: usize = 2_000;
+    let streamed = Arc::new(Notify::new());
+    let done = streamed.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            let mut chunk = String::new();
+            for i in 0..PAIRS {
+                let ask = json!({"jsonrpc": "2.0", "id": format!("s-{i}"), "method": "roots/list"});
+                let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": format!("s-{i}")}});
+                chunk.push_str(&sse_event(None, &ask));
+                chunk.push_str(&sse_event(None, &cancel));
+            }
+            let done = done.clone();
+            let body =
+                futures::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(chunk)) })
+                    .chain(futures::stream::once(async move {
+                        done.notify_one();
+                        Ok(Bytes::new())
+                    }))
+                    .chain(futures::stream::pending());
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap();
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).capacity(1).build().unwrap());
+    host.initialize("2025-06-18", json!({"roots": {"listChanged": true}}))
+        .await;
+    let before = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    host.send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    // The host reads nothing from here on.
+    streamed.notified().await;
+    // The client has read the whole chunk once the stream goes on to its end: every pair
+    // was handled by then, or is being.
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let alive = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    assert!(
+        alive < before + 64,
+        "{alive} tasks alive after {PAIRS} requests asked and cancelled ({before} before)"
+    );
+}
+
 /// The 2026-07-28 era: an `input_required` round is answered by the host (an elicitation
 /// under the bridge's id), and a task is polled to its end: the host sees plain results.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
