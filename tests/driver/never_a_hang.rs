@@ -420,3 +420,37 @@ fn a_notification_that_waited_past_its_bound_for_a_token_is_sent_again() {
         guarded(server.wait_for(|r| r.is_rpc("notifications/app_event"))).await;
     });
 }
+
+/// A call whose allowed silence lapses says it may have run only if it was sent: one held
+/// back behind a handshake that never ends says what a call at its deadline there says.
+#[tokio::test]
+async fn a_silence_timeout_says_whether_the_call_was_sent() {
+    let hangs_initialize = TestServer::start(|req| {
+        if req.is_rpc("initialize") {
+            return hang();
+        }
+        default_reply(req)
+    })
+    .await;
+    let hangs_calls = TestServer::start(hang_on_tool_calls).await;
+    for (server, sent) in [(&hangs_initialize, false), (&hangs_calls, true)] {
+        let client = Client::builder(&server.url)
+            .open_listen_stream(false)
+            .build()
+            .unwrap();
+        for idle in [false, true] {
+            let call = ToolCall::new("slow", json!({}))
+                .timeout(Duration::from_millis(300))
+                .reset_timeout_on_progress(idle);
+            let err = guarded(client.call_tool(call))
+                .await
+                .expect_err("nothing answers");
+            assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+            assert_eq!(
+                err.may_have_run(),
+                sent,
+                "sent: {sent}, reset on progress: {idle}: {err}"
+            );
+        }
+    }
+}

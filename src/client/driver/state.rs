@@ -168,6 +168,9 @@ pub(crate) struct State {
     idle: FxHashMap<CallId, (Duration, Instant)>,
     /// The same ends, ordered.
     idle_queue: BTreeSet<(Instant, CallId)>,
+    /// Calls whose allowed silence lapsed, with that silence, until the session's own
+    /// completion (which knows whether each had been sent) answers them.
+    idle_lapsed: FxHashMap<CallId, Duration>,
     shutdown: Option<Shutdown>,
     /// The deadline the driver's timer is armed for (`None`: not armed). Whoever adds an
     /// earlier one wakes the driver; later ones it finds when its timer fires.
@@ -219,6 +222,7 @@ impl State {
             progress: FxHashMap::default(),
             idle: FxHashMap::default(),
             idle_queue: BTreeSet::new(),
+            idle_lapsed: FxHashMap::default(),
             shutdown: None,
             armed: None,
             stopped: false,
@@ -355,6 +359,7 @@ impl State {
         self.session.handle_timeout(fired.into_std());
         self.idle_expired(fired);
         self.pump();
+        self.idle_unanswered();
     }
 
     /// A handler's answer to the server request it was handed as `delivery` (`None`: the
@@ -695,6 +700,7 @@ impl State {
 
     fn complete(&mut self, call: CallId, result: Result<Value, Error>) {
         self.forget(call);
+        let result = self.silence_timeout(call, result);
         let closed = matches!(&result, Err(e) if e.kind() == ErrorKind::Closed);
         self.entry_ended(call, false, closed);
         match self.calls.remove(&call) {
@@ -803,13 +809,44 @@ impl State {
             }
             let period = self.idle.get(&call).map(|(p, _)| *p).unwrap_or_default();
             self.forget(call);
-            if let Some(Waiter::Call { reply }) = self.calls.remove(&call) {
+            if matches!(self.calls.get(&call), Some(Waiter::Call { .. })) {
                 tracing::debug!(call = call.0, ?period, "no progress in time: the wait ends");
                 // This timeout is the call's own, only restarted by progress: its lapse means
                 // what the deadline's does. Task polls are no progress (an endless "working"
                 // would never time out), so cancelling the task here would end durable work
-                // a plain timeout keeps. The session's completion ends the ledger entry.
+                // a plain timeout keeps. The session's completion answers the call, saying
+                // whether it may have run, and ends the ledger entry.
+                self.idle_lapsed.insert(call, period);
                 self.session.expire(call, now.into_std());
+            }
+        }
+    }
+
+    /// The error of a call whose allowed silence lapsed, from the session's for it.
+    fn silence_timeout(
+        &mut self,
+        call: CallId,
+        result: Result<Value, Error>,
+    ) -> Result<Value, Error> {
+        match (self.idle_lapsed.remove(&call), result) {
+            (Some(period), Err(err)) if err.kind() == ErrorKind::Timeout => {
+                let timeout =
+                    Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"));
+                Err(if err.may_have_run() {
+                    timeout.with_may_have_run()
+                } else {
+                    timeout
+                })
+            }
+            (_, result) => result,
+        }
+    }
+
+    /// Calls whose silence lapsed and that the session did not end (it had none of them):
+    /// answered here, as ones that may have run, since nothing says otherwise.
+    fn idle_unanswered(&mut self) {
+        for (call, period) in std::mem::take(&mut self.idle_lapsed) {
+            if let Some(Waiter::Call { reply }) = self.calls.remove(&call) {
                 let timeout =
                     Error::new(ErrorKind::Timeout, format!("no progress within {period:?}"))
                         .with_may_have_run();
