@@ -33,7 +33,7 @@ pub(crate) struct HostCalls {
     /// Numbers the host's requests.
     started: AtomicU64,
     /// Tools the last `tools/list` annotated read-only or idempotent.
-    safe_tools: Mutex<FxHashMap<String, bool>>,
+    safe_tools: Mutex<SafeTools>,
     /// What the host set on its session, for the next one.
     pub(crate) session_state: SessionState,
     /// Asks the notification pump to forward what the client published so far.
@@ -110,7 +110,7 @@ impl HostCalls {
             out,
             ids: Mutex::new(Ids::default()),
             started: AtomicU64::new(0),
-            safe_tools: Mutex::new(FxHashMap::default()),
+            safe_tools: Mutex::new(SafeTools::default()),
             session_state: SessionState::default(),
             flush: OnceLock::new(),
         }
@@ -248,7 +248,7 @@ impl HostCalls {
 
     /// Forgets the annotations (the server's capabilities changed: its tools may have).
     pub(crate) fn forget_annotations(&self) {
-        lock(&self.safe_tools).clear();
+        lock(&self.safe_tools).tools.clear();
     }
 
     async fn run(
@@ -261,12 +261,15 @@ impl HostCalls {
             return self.call_tool(client, params).await;
         }
         let first_page = params.as_ref().and_then(|p| p.get("cursor")).is_none();
+        // Read before the list is asked for: a change while it is answered makes the
+        // annotations stale at once, never fresher than they are.
+        let changes = client.capability_changes();
         let result = client
             .send_core(CallRequest::new(method, params.clone()))
             .await;
         if let Ok(answer) = &result {
             match method {
-                "tools/list" => self.remember_annotations(answer, first_page),
+                "tools/list" => self.remember_annotations(answer, first_page, changes),
                 _ => self.session_state.record(method, params.as_ref()),
             }
         }
@@ -275,12 +278,16 @@ impl HostCalls {
 
     async fn call_tool(&self, client: &Client, params: Option<Value>) -> Result<Value, Error> {
         let (params, key) = take_key(params.unwrap_or(Value::Null))?;
-        let resend_on_unknown = key.is_none() && self.trust_annotations && {
+        // The annotations' server, when they allow a re-send: the capability changes seen
+        // when the tools were listed.
+        let listed_at = if key.is_none() && self.trust_annotations {
             let name = params
                 .get("name")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            lock(&self.safe_tools).get(name).copied().unwrap_or(false)
+            lock(&self.safe_tools).allows_resend(name)
+        } else {
+            None
         };
         let request = CallRequest::tool_call(params, key);
         // One deadline spans the call and its re-sends, as it spans the client's own.
@@ -292,12 +299,16 @@ impl HostCalls {
                 Some(left) => request.clone().with_timeout(left.max(MIN_SEND)),
                 None => request.clone(),
             };
-            match client.send_core(send).await {
+            let result = client.send_core(send).await;
+            let Some(listed_at) = listed_at else {
+                return result;
+            };
+            match result {
                 Err(e)
                     if e.kind() == ErrorKind::OutcomeUnknown
-                        && resend_on_unknown
                         && resends < ANNOTATED_RESENDS
-                        && left.is_none_or(|left| left > MIN_SEND) =>
+                        && left.is_none_or(|left| left > MIN_SEND)
+                        && same_server(client, listed_at, deadline).await =>
                 {
                     resends += 1;
                     tracing::info!(resends, "outcome unknown: sent again (annotated safe)");
@@ -307,14 +318,16 @@ impl HostCalls {
         }
     }
 
-    fn remember_annotations(&self, list: &Value, first_page: bool) {
+    fn remember_annotations(&self, list: &Value, first_page: bool, changes: u64) {
         let Some(tools) = list.get("tools").and_then(Value::as_array) else {
             return;
         };
         let mut safe = lock(&self.safe_tools);
-        if first_page {
-            safe.clear();
+        if first_page || safe.listed_at != changes {
+            safe.tools.clear();
         }
+        safe.listed_at = changes;
+        let safe = &mut safe.tools;
         for tool in tools {
             let Some(name) = tool.get("name").and_then(Value::as_str) else {
                 continue;
@@ -331,6 +344,42 @@ impl HostCalls {
             );
         }
     }
+}
+
+/// What the last `tools/list` annotated, and of which server.
+#[derive(Default)]
+struct SafeTools {
+    /// [`Client::capability_changes`] before the list was asked for.
+    listed_at: u64,
+    /// Read-only or idempotent, by tool name.
+    tools: FxHashMap<String, bool>,
+}
+
+impl SafeTools {
+    /// When the tool's annotation allows re-sending a call of unknown outcome: the
+    /// capability changes seen when it was listed.
+    fn allows_resend(&self, tool: &str) -> Option<u64> {
+        self.tools
+            .get(tool)
+            .copied()
+            .unwrap_or(false)
+            .then_some(self.listed_at)
+    }
+}
+
+/// Whether the server a re-send would reach is the one whose `tools/list` was read after
+/// `listed_at` capability changes. The outcome that calls for the re-send may come from a
+/// session being replaced (a resume refused, a 404): waits for the replacement first (within
+/// the call's deadline), so that a change it finds is counted before the answer.
+async fn same_server(client: &Client, listed_at: u64, deadline: Option<Instant>) -> bool {
+    let ready = client.connect();
+    let ready = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, ready)
+            .await
+            .unwrap_or_else(|_| Err(Error::new(ErrorKind::Timeout, "connect"))),
+        None => ready.await,
+    };
+    ready.is_ok() && client.capability_changes() == listed_at
 }
 
 /// Takes the host's idempotency key out of `params._meta`.

@@ -67,8 +67,10 @@
 //!   default. On, a `tools/call` without a key, to a tool the server's last `tools/list`
 //!   (read through the bridge) marked `readOnlyHint: true` or `idempotentHint: true`, is sent
 //!   again when its outcome is unknown, at most [`ANNOTATED_RESENDS`] times, all within
-//!   the call's one deadline. A capability
-//!   change forgets the annotations until the host lists the tools again.
+//!   the call's one deadline, and only to the server that listed it: a re-initialization
+//!   that finds the server's capabilities changed forgets the annotations until the host
+//!   lists the tools again, also for a call whose outcome that re-initialization made
+//!   unknown (the re-send waits for it to end, to know).
 //! - **Server requests** (sampling, elicitation, roots, and any other) go to the host with
 //!   ids the bridge chooses (numbers from 1), and the host's answers go back to the server.
 //!   They are forwarded only as the host's `initialize` declared the capabilities. A server

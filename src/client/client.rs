@@ -403,6 +403,12 @@ impl Client {
         self.shared.published.session_id()
     }
 
+    /// Re-initializations so far that found the server's capabilities changed: what was
+    /// learned of the server before the latest such change may no longer hold.
+    pub(crate) fn capability_changes(&self) -> u64 {
+        self.shared.published.capability_changes()
+    }
+
     /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the session is
     /// DELETEd (a server answering 405 is fine), and later calls fail with `Closed`. With a
     /// [ledger](crate::guide::restarts), it then finishes the writes its calls queued as they

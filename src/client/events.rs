@@ -78,9 +78,21 @@ pub(crate) struct Published {
     status: Mutex<Option<ExtensionStatus>>,
     era: Mutex<Option<Era>>,
     session_id: Mutex<Option<SessionId>>,
+    /// Re-initializations that found the server's capabilities changed.
+    capability_changes: AtomicU64,
 }
 
 impl Published {
+    /// Counts a re-initialization that found the server's capabilities changed.
+    pub(crate) fn capabilities_changed(&self) {
+        self.capability_changes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Re-initializations so far that found the server's capabilities changed.
+    pub(crate) fn capability_changes(&self) -> u64 {
+        self.capability_changes.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn subscribe_events(&self) -> EventStream {
         let tx = self
             .events

@@ -1217,3 +1217,79 @@ async fn annotated_resends_share_one_deadline() {
         .count();
     assert!(sends >= 2, "re-sent once at least: {:?}", server.labels());
 }
+
+/// A call to a tool listed as idempotent whose outcome a re-initialization made unknown, on
+/// a server whose capabilities changed with it: the annotation came from a server that is
+/// gone, so the call is not sent again (the new server's tool may run twice).
+#[tokio::test]
+async fn annotations_of_a_replaced_server_send_nothing_again() {
+    let inits = Arc::new(Mutex::new(0));
+    let seen = inits.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("initialize") {
+            let n = {
+                let mut n = seen.lock().unwrap();
+                *n += 1;
+                *n
+            };
+            let mut result = initialize_result();
+            result["protocolVersion"] = json!(LEGACY);
+            result["capabilities"] = json!({"tools": {}});
+            if n > 1 {
+                result["capabilities"]["tools"] = json!({"listChanged": true});
+            }
+            let mut response = json_result(req, result);
+            let session = format!("{SESSION_ID}-{n}");
+            response
+                .headers_mut()
+                .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
+            return response;
+        }
+        if req.is_rpc("tools/list") {
+            return json_result(
+                req,
+                json!({"tools": [{"name": "inc", "inputSchema": {"type": "object"},
+                    "annotations": {"idempotentHint": true}}]}),
+            );
+        }
+        let first = req.header("mcp-session-id") == Some(&format!("{SESSION_ID}-1"));
+        if first && req.is_rpc("tools/call") {
+            // Its priming event, then the stream breaks (a while later: a reset at once may
+            // overtake the event).
+            let body = futures::stream::iter([Ok(Bytes::from("id: ev-1\ndata: \n\n"))]).chain(
+                futures::stream::once(async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Err::<Bytes, _>(std::io::Error::other("cut"))
+                }),
+            );
+            return Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(body))
+                .unwrap();
+        }
+        if first && req.method == Method::GET {
+            // The resume: the session is gone.
+            return status(404);
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(
+        bridge(&server.url)
+            .trust_tool_annotations(true)
+            .build()
+            .unwrap(),
+    );
+    host.initialize(LEGACY, json!({})).await;
+    host.request("tools/list", json!({})).await;
+    let answer = host
+        .request("tools/call", tool_call("inc", json!({}), json!({})))
+        .await;
+    assert_eq!(error_of(&answer).1, "outcome_unknown", "{answer}");
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(calls, 1, "{:?}", server.labels());
+}

@@ -689,6 +689,15 @@ impl State {
                             self.effects.task(store, op);
                         }
                     }
+                    SessionEvent::Reinitialized {
+                        capabilities_changed: true,
+                        ..
+                    } => {
+                        tracing::info!(event = ?event, "session event");
+                        // Before any waiter of the new session is answered (they come later
+                        // among these outputs): whoever it answers sees the change.
+                        self.published.capabilities_changed();
+                    }
                     SessionEvent::SessionLost => tracing::warn!("session lost"),
                     SessionEvent::Closed => tracing::debug!("session closed"),
                     other => tracing::info!(event = ?other, "session event"),
