@@ -361,10 +361,13 @@ pub fn decide(failure: &Failure, state: &State) -> Decision {
         Failure::HeaderMismatch { refreshed: false } => RefreshTools,
         Failure::HeaderMismatch { refreshed: true } => Report,
         // The server lists what it speaks: a new handshake (probing first) picks it, and the
-        // call (which did not run) goes on the new session.
-        Failure::VersionRefused => Reinitialize {
+        // call (which did not run) goes on the new session. A server whose probe and calls
+        // keep disagreeing (a pool mixing eras) would be probed until the deadline: after
+        // `max_attempts` its refusal is the call's answer.
+        Failure::VersionRefused if state.may_retry() => Reinitialize {
             reason: ReinitReason::VersionRefused,
             call: CallFate::Resend,
         },
+        Failure::VersionRefused => Report,
     }
 }

@@ -561,6 +561,20 @@ fn modern_version_refused_rehandshakes_and_resends_whatever_the_key() {
     );
 }
 
+// | … the server keeps refusing the version it was probed for | after `max_attempts` the
+// refusal is the call's answer, instead of probing again until the deadline |
+#[test]
+fn modern_version_refusals_are_bounded_by_max_attempts() {
+    assert_eq!(
+        decide(&Failure::VersionRefused, &modern_unkeyed().attempts(9)),
+        reinit(ReinitReason::VersionRefused, CallFate::Resend)
+    );
+    assert_eq!(
+        decide(&Failure::VersionRefused, &modern_unkeyed().attempts(10)),
+        Report
+    );
+}
+
 // | deadline | close the stream (that is the cancel); Timeout |
 #[test]
 fn modern_deadline_is_a_timeout() {
