@@ -22,6 +22,11 @@ use crate::proto::{CallId, HttpId, HttpMethod, HttpPurpose, HttpRequest, Transmi
 use crate::sse::{SseDecoder, SseEvent};
 use tracing::{debug, warn};
 
+/// How many times a notification or an answer is sent at most while its POST may never have
+/// left (each time, a pooled connection whose runtime is gone is dropped from the pool: the
+/// next send takes another, or a new one).
+const MAX_SENDS_UNSENT: u8 = 3;
+
 /// What an exchange is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ExKind {
@@ -282,6 +287,36 @@ impl Exchanges {
         )
     }
 
+    /// Opens again, on `session`, a notification's or an answer's POST that failed where it
+    /// may never have left (a connection that could not be made, or a pooled one whose runtime
+    /// is gone): `resend` is what its exchange kept of it ([`Ended::NoHead`]), its body,
+    /// headers and the times it was sent. Nothing else would send it, and a second copy is
+    /// harmless, so it goes again as it first went, up to [`MAX_SENDS_UNSENT`] times in all;
+    /// `false` once it went as many.
+    pub(super) fn post_again(
+        &mut self,
+        kind: ExKind,
+        resend: (Bytes, HeaderMap, u8),
+        session: &Negotiated,
+    ) -> bool {
+        let (body, headers, sent) = resend;
+        if sent >= MAX_SENDS_UNSENT {
+            return false;
+        }
+        let http = self.open(
+            kind,
+            HttpMethod::Post,
+            HttpPurpose::Notify,
+            headers,
+            Some(body),
+            session,
+        );
+        if let Some((_, _, times)) = self.map.get_mut(&http).and_then(|ex| ex.resend.as_mut()) {
+            *times = sent + 1;
+        }
+        true
+    }
+
     /// Opens an exchange sent as `sent` says.
     fn open_sent(
         &mut self,
@@ -326,14 +361,6 @@ impl Exchanges {
             body,
         }));
         id
-    }
-
-    /// Counts a re-sent notification or answer as sent `times` in all (after
-    /// [`Exchanges::open`]).
-    pub(super) fn sent_times(&mut self, http: HttpId, times: u8) {
-        if let Some((_, _, sent)) = self.map.get_mut(&http).and_then(|ex| ex.resend.as_mut()) {
-            *sent = times;
-        }
     }
 
     /// Opens a GET stream with `headers`, resuming after `cursor` when there is one (the

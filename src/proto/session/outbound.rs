@@ -4,7 +4,6 @@
 
 use crate::proto::limits::MAX_QUEUED_NOTIFICATIONS;
 use bytes::Bytes;
-use http::HeaderMap;
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
 
@@ -24,11 +23,6 @@ use crate::proto::{
     jsonrpc, methods, CallId, HttpMethod, HttpPurpose, Output, ResendPolicy, SessionEvent,
 };
 use crate::proto::{CallRequest, HttpId};
-
-/// How many times a notification or an answer is sent at most while its POST may never have
-/// left (each time, a pooled connection whose runtime is gone is dropped from the pool: the
-/// next send takes another, or a new one).
-const MAX_SENDS_UNSENT: u8 = 3;
 
 // The application's commands.
 impl Session {
@@ -426,24 +420,12 @@ impl Session {
     }
 
     /// POSTs a notification or an answer on the established session.
-    fn post(&mut self, kind: ExKind, body: Bytes) -> bool {
+    fn post(&mut self, kind: ExKind, body: Bytes) {
         let Some(session) = self.life.ready() else {
-            return false;
+            return;
         };
         let headers = session.headers.post(None);
-        self.post_nth(kind, body, headers, 1).is_some()
-    }
-
-    /// POSTs a notification or an answer with `headers` for the `nth` time.
-    fn post_nth(
-        &mut self,
-        kind: ExKind,
-        body: Bytes,
-        headers: HeaderMap,
-        nth: u8,
-    ) -> Option<HttpId> {
-        let session = self.life.ready()?;
-        let http = self.exchanges.open(
+        self.exchanges.open(
             kind,
             HttpMethod::Post,
             HttpPurpose::Notify,
@@ -451,25 +433,6 @@ impl Session {
             Some(body),
             session,
         );
-        self.exchanges.sent_times(http, nth);
-        Some(http)
-    }
-
-    /// A notification's or an answer's POST failed where it may never have left (a connection
-    /// that could not be made, or a pooled one whose runtime is gone): nothing else would send
-    /// it, and a second copy is harmless, so it goes again with the `headers` it first had, a
-    /// bounded number of times.
-    pub(super) fn post_again(
-        &mut self,
-        kind: ExKind,
-        body: Bytes,
-        headers: HeaderMap,
-        sent: u8,
-    ) -> bool {
-        if sent >= MAX_SENDS_UNSENT {
-            return false;
-        }
-        self.post_nth(kind, body, headers, sent + 1).is_some()
     }
 
     /// Sends the app's notifications held while the session was not ready, or while as many as

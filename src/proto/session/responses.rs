@@ -162,11 +162,11 @@ impl Session {
             ExKind::Notify | ExKind::Answer => {
                 // Sent again only into the session it was meant for: an answer to an earlier
                 // session's request could be taken for one of the new server's under its id.
-                let again = match resend {
-                    Some((body, headers, sent))
+                let again = match (resend, self.life.ready()) {
+                    (Some(resend), Some(session))
                         if maybe_unsent && self.life.is_current(ex.generation()) =>
                     {
-                        self.post_again(kind, body, headers, sent)
+                        self.exchanges.post_again(kind, resend, session)
                     }
                     _ => false,
                 };
