@@ -345,8 +345,12 @@ enum KeyState {
 /// A map that forgets its oldest entries beyond a capacity.
 #[derive(Debug)]
 struct Bounded<K, V> {
-    map: HashMap<K, V>,
-    order: VecDeque<K>,
+    /// Each entry with the insertion that made it.
+    map: HashMap<K, (u64, V)>,
+    /// Insertions, oldest first: one whose entry was removed (or removed and inserted again,
+    /// a later insertion) is stale, skipped on eviction and dropped when they pile up.
+    order: VecDeque<(K, u64)>,
+    inserted: u64,
     cap: usize,
 }
 
@@ -355,27 +359,58 @@ impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
         Self {
             map: HashMap::new(),
             order: VecDeque::new(),
+            inserted: 0,
             cap,
         }
     }
 
+    fn get<Q>(&self, k: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.map.get(k).map(|(_, v)| v)
+    }
+
+    fn get_mut<Q>(&mut self, k: &Q) -> Option<&mut V>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.map.get_mut(k).map(|(_, v)| v)
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.map.values_mut().map(|(_, v)| v)
+    }
+
+    /// Inserts or replaces `k`'s entry; a replaced one keeps its place in the order.
     fn insert(&mut self, k: K, v: V) {
-        if self.map.insert(k.clone(), v).is_none() {
-            self.order.push_back(k);
-            while self.map.len() > self.cap {
-                match self.order.pop_front() {
-                    Some(old) => {
-                        self.map.remove(&old);
-                    }
-                    None => break,
-                }
+        if let Some((_, old)) = self.map.get_mut(&k) {
+            *old = v;
+            return;
+        }
+        self.inserted += 1;
+        self.map.insert(k.clone(), (self.inserted, v));
+        self.order.push_back((k, self.inserted));
+        while self.map.len() > self.cap {
+            let Some((old, at)) = self.order.pop_front() else {
+                break;
+            };
+            if self.map.get(&old).is_some_and(|(born, _)| *born == at) {
+                self.map.remove(&old);
             }
+        }
+        // Removals leave their insertions behind: drop them before they outgrow the map.
+        if self.order.len() > 2 * self.map.len() + 64 {
+            let map = &self.map;
+            self.order
+                .retain(|(k, at)| map.get(k).is_some_and(|(born, _)| born == at));
         }
     }
 
     fn remove(&mut self, k: &K) -> Option<V> {
-        // The order queue keeps the stale key; it is skipped harmlessly on eviction.
-        self.map.remove(k)
+        self.map.remove(k).map(|(_, v)| v)
     }
 }
 
@@ -445,7 +480,7 @@ impl MemoryStore {
     }
 
     fn collect_after(&self, stream: &str, after: u64) -> (Vec<StoredEvent>, bool) {
-        self.with(|s| match s.streams.map.get(stream) {
+        self.with(|s| match s.streams.get(stream) {
             Some(log) => (
                 log.events
                     .iter()
@@ -466,7 +501,7 @@ impl Store for MemoryStore {
     }
 
     fn get_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<SessionRecord>> {
-        Self::ready(self.with(|s| s.sessions.map.get(id).cloned()))
+        Self::ready(self.with(|s| s.sessions.get(id).cloned()))
     }
 
     fn remove_session<'a>(&'a self, id: &'a str) -> StoreFuture<'a, bool> {
@@ -487,12 +522,12 @@ impl Store for MemoryStore {
     }
 
     fn get_stream<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<StreamRecord>> {
-        Self::ready(self.with(|s| s.streams.map.get(id).map(|l| l.record.clone())))
+        Self::ready(self.with(|s| s.streams.get(id).map(|l| l.record.clone())))
     }
 
     fn append_event<'a>(&'a self, stream: &'a str, event: StoredEvent) -> StoreFuture<'a, ()> {
         self.with(|s| {
-            if let Some(log) = s.streams.map.get_mut(stream) {
+            if let Some(log) = s.streams.get_mut(stream) {
                 log.events.push_back(event);
                 if log.events.len() > MAX_EVENTS_PER_STREAM {
                     log.events.pop_front();
@@ -505,7 +540,7 @@ impl Store for MemoryStore {
 
     fn finish_stream<'a>(&'a self, stream: &'a str, head: u64) -> StoreFuture<'a, ()> {
         self.with(|s| {
-            if let Some(log) = s.streams.map.get_mut(stream) {
+            if let Some(log) = s.streams.get_mut(stream) {
                 log.record.finished = true;
                 log.record.head = head;
             }
@@ -560,12 +595,7 @@ impl Store for MemoryStore {
         session: &'a str,
         request_id: &'a Value,
     ) -> StoreFuture<'a, Option<RequestRecord>> {
-        Self::ready(self.with(|s| {
-            s.requests
-                .map
-                .get(&request_key(session, request_id))
-                .cloned()
-        }))
+        Self::ready(self.with(|s| s.requests.get(&request_key(session, request_id)).cloned()))
     }
 
     fn put_prepared(&self, record: PreparedRecord) -> StoreFuture<'_, ()> {
@@ -574,7 +604,7 @@ impl Store for MemoryStore {
     }
 
     fn get_prepared<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PreparedRecord>> {
-        Self::ready(self.with(|s| s.prepared.map.get(id).cloned()))
+        Self::ready(self.with(|s| s.prepared.get(id).cloned()))
     }
 
     fn idempotency_begin<'a>(
@@ -583,7 +613,7 @@ impl Store for MemoryStore {
         fingerprint: &'a str,
         instance: usize,
     ) -> StoreFuture<'a, IdempotencyBegin> {
-        let answer = self.with(|s| match s.keys.map.get(key) {
+        let answer = self.with(|s| match s.keys.get(key) {
             None => {
                 s.keys.insert(
                     key.to_owned(),
@@ -614,7 +644,7 @@ impl Store for MemoryStore {
         outcome: StoredOutcome,
     ) -> StoreFuture<'a, ()> {
         self.with(|s| {
-            if let Some(state) = s.keys.map.get_mut(key) {
+            if let Some(state) = s.keys.get_mut(key) {
                 let fingerprint = match state {
                     KeyState::Running { fingerprint, .. }
                     | KeyState::Done { fingerprint, .. }
@@ -631,7 +661,7 @@ impl Store for MemoryStore {
 
     fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
         self.with(|s| {
-            if matches!(s.keys.map.get(key), Some(KeyState::Running { .. })) {
+            if matches!(s.keys.get(key), Some(KeyState::Running { .. })) {
                 s.keys.remove(&key.to_owned());
             }
         });
@@ -640,7 +670,7 @@ impl Store for MemoryStore {
 
     fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
         self.with(|s| {
-            if let Some(state) = s.keys.map.get_mut(key) {
+            if let Some(state) = s.keys.get_mut(key) {
                 if let KeyState::Running { fingerprint, .. } = state {
                     *state = KeyState::Lost {
                         fingerprint: std::mem::take(fingerprint),
@@ -657,7 +687,7 @@ impl Store for MemoryStore {
     }
 
     fn get_task<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
-        Self::ready(self.with(|s| s.tasks.map.get(id).cloned()))
+        Self::ready(self.with(|s| s.tasks.get(id).cloned()))
     }
 
     fn increment_counter<'a>(&'a self, name: &'a str) -> StoreFuture<'a, u64> {
@@ -670,17 +700,17 @@ impl Store for MemoryStore {
 
     fn release_instance(&self, instance: usize) -> StoreFuture<'_, ()> {
         self.with(|s| {
-            for r in s.requests.map.values_mut() {
+            for r in s.requests.values_mut() {
                 if r.instance == instance && r.state == RequestState::Running {
                     r.state = RequestState::Lost;
                 }
             }
-            for t in s.tasks.map.values_mut() {
+            for t in s.tasks.values_mut() {
                 if t.instance == instance && t.status.is_working() {
                     t.status = TaskStatus::Lost;
                 }
             }
-            for state in s.keys.map.values_mut() {
+            for state in s.keys.values_mut() {
                 if let KeyState::Running {
                     fingerprint,
                     instance: i,
@@ -710,5 +740,38 @@ impl Store for MemoryStore {
 
     fn journal_entries(&self) -> StoreFuture<'_, Vec<Value>> {
         Self::ready(self.with(|s| s.journal.iter().cloned().collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bounded;
+
+    #[test]
+    fn a_bounded_map_forgets_its_oldest_live_entry() {
+        let mut map = Bounded::new(2);
+        map.insert("a", 1);
+        map.insert("b", 2);
+        // `a` removed and inserted again is the newest entry, not the oldest.
+        map.remove(&"a");
+        map.insert("a", 3);
+        map.insert("c", 4);
+        assert_eq!(map.get(&"a"), Some(&3));
+        assert_eq!(map.get(&"b"), None);
+        assert_eq!(map.get(&"c"), Some(&4));
+    }
+
+    #[test]
+    fn removals_do_not_grow_a_bounded_map() {
+        let mut map = Bounded::new(4);
+        for i in 0..10_000 {
+            map.insert(i, i);
+            map.remove(&i);
+        }
+        assert!(
+            map.order.len() <= 64 + 1,
+            "{} insertions kept",
+            map.order.len()
+        );
     }
 }
