@@ -906,14 +906,27 @@ fn row_resumes_without_progress_are_bounded() {
     let _g = SeedGuard(37);
     let mut s = sim(ServerConfig::default(), 37);
     s.server.fault("a", [Fault::CutAfterPriming]);
+    // Resumes that land and break before any event: no progress, every one.
     s.server
-        .fault("a", std::iter::repeat_n(Fault::ResumeProgressThenCut, 0));
-    // Resumes that land and break before any event: no progress.
-    s.server.fault(
-        "a",
-        std::iter::repeat_n(Fault::ResumeNaiveCleanEnd, 0)
-            .chain(std::iter::repeat_n(Fault::ResumeRefuse, 3)),
-    );
+        .fault("a", std::iter::repeat_n(Fault::ResumeCutNoProgress, 10));
+    let c = s.call("a", None);
+    s.run_until_complete(c, 10 * SEC);
+    // `max_resumes_without_progress` (3) resumes, then the one that shows the bound is
+    // reached: the session is re-initialized, and the unkeyed call (which ran) is not
+    // re-sent. Unbounded, the resumes would go on until the faults ran out and the stream
+    // delivered the answer.
+    assert_eq!(s.server.resumes().len(), 4);
+    assert_eq!(reinitialized(&s), [ReinitReason::UnverifiableCleanEnd]);
+    assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+}
+
+#[test]
+fn row_refused_resumes_are_retried_then_the_response_fetched() {
+    let _g = SeedGuard(37);
+    let mut s = sim(ServerConfig::default(), 37);
+    s.server.fault("a", [Fault::CutAfterPriming]);
+    s.server
+        .fault("a", std::iter::repeat_n(Fault::ResumeRefuse, 3));
     let c = s.call("a", None);
     s.run_until_complete(c, 10 * SEC);
     // Refused resumes are retried within max_attempts and then the response is fetched.

@@ -99,6 +99,8 @@ pub(crate) enum Fault {
     ResumeGap,
     /// 200, replays a response to a request the client never sent.
     ResumeOrphan,
+    /// 200, then the connection breaks before any event: no progress.
+    ResumeCutNoProgress,
     /// 200, one progress notification, then the connection breaks.
     ResumeProgressThenCut,
     /// 200, one progress notification, then a clean end.
@@ -820,6 +822,10 @@ impl Server {
         match fault {
             Fault::ResumeNaiveCleanEnd => {
                 r.finish = Some(Step::End);
+                return r;
+            }
+            Fault::ResumeCutNoProgress => {
+                r.finish = Some(Step::Lost);
                 return r;
             }
             Fault::ResumeGap => {
