@@ -12,10 +12,6 @@ use super::Session;
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
 use crate::proto::{CallId, Output, ResendPolicy};
 
-/// Why a picked-up call that may have run cannot be sent again: the process that sent it
-/// stopped before its answer came, and no key the server kept makes a second send safe.
-pub(super) const SENDER_STOPPED: &str = "the process that sent it stopped before its answer came";
-
 impl Session {
     /// Call `call`'s durable state as of now; `None` for a call this session does not have,
     /// one it makes for itself, or one of a read-only method (those get no checkpoints).
@@ -89,15 +85,14 @@ impl Session {
         };
         debug!(call = id.0, stage = checkpoint.stage.as_str(), method = %checkpoint.method, "picking a call up");
         let call = Call::picked_up(checkpoint, deadline);
-        // Sent by another process where its key protects nothing: unkeyed, or to a server
-        // that did not deduplicate keys.
-        let unprotected =
-            call.is_picked_up() && !(call.key().is_some() && call.attempt().server_dedups());
+        // Sent by another process where its key protects nothing (unkeyed, or to a server
+        // that did not deduplicate keys): a send may repeat it even to a server that keeps keys.
+        let unprotected = call.repeat_risk(true);
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
-        if unprotected {
+        if let Some(why) = unprotected {
             // Nothing can make a second send of it safe: reported at once.
-            return self.unsafe_to_repeat(id, SENDER_STOPPED);
+            return self.unsafe_to_repeat(id, why);
         }
         if let Some(result) = awaiting {
             self.input_required(id, result, now);

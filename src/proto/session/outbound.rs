@@ -12,7 +12,6 @@ use super::Session;
 use std::time::Instant;
 
 use super::call::{Call, CallState, Retry};
-use super::checkpoints::SENDER_STOPPED;
 use super::deadline_after;
 use super::lifecycle::Standing;
 use super::timers::Timer;
@@ -317,12 +316,7 @@ impl Session {
         // the session it was re-sent for may have been replaced by one that does not.
         let dedups =
             session.dedups() || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates;
-        if let Some(call) = self.calls.get(id).filter(|c| c.send_may_repeat(dedups)) {
-            let why = if call.is_picked_up() {
-                SENDER_STOPPED
-            } else {
-                "it may have run, and the session it would be re-sent on does not deduplicate keyed calls"
-            };
+        if let Some(why) = self.calls.get(id).and_then(|c| c.repeat_risk(dedups)) {
             return self.unsafe_to_repeat(id, why);
         }
         // The first send of a request (or of an MRTR round's) is recorded before it leaves,
@@ -342,7 +336,7 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
-        if (call.sends() > 0 || call.is_picked_up()) && call.task_id().is_none() {
+        if call.sends_again() {
             info!(call = id.0, method = %call.method(), "re-sending call");
             self.outputs
                 .push_back(Output::Event(SessionEvent::Redispatched {

@@ -42,6 +42,10 @@ struct InputRound {
     requests: Option<Map<String, Value>>,
 }
 
+/// Why a picked-up call that may have run cannot be sent again: the process that sent it
+/// stopped before its answer came, and no key the server kept makes a second send safe.
+const SENDER_STOPPED: &str = "the process that sent it stopped before its answer came";
+
 /// Times an answer to a task's input is sent again when the task keeps asking for it (its
 /// `tasks/update` may have been lost on the way, or refused by a replica that had not yet
 /// seen the task ask).
@@ -321,10 +325,10 @@ impl Call {
         self.refreshed
     }
 
-    /// Whether it was picked up from another process with its request possibly on the
-    /// server, and not sent here yet.
-    pub(super) fn is_picked_up(&self) -> bool {
-        self.picked_up
+    /// Whether its next send repeats a request that went out before, here or from the process
+    /// it was picked up from (a task's poll repeats nothing).
+    pub(super) fn sends_again(&self) -> bool {
+        (self.sends > 0 || self.picked_up) && self.task.is_none()
     }
 
     /// Its durable state, as of now (see [`crate::proto::checkpoint`]).
@@ -414,18 +418,25 @@ impl Call {
         self.sends
     }
 
-    /// Whether sending it now could run it a second time: an earlier send of this request
-    /// (here, or in the process it was picked up from) may have run, and no key the server
-    /// deduplicates makes another harmless. `dedups`: whether the session it would go out on
-    /// deduplicates keyed calls (or the policy assumes so), which may not be the session
+    /// Why sending it now could run it a second time, when it could: an earlier send of this
+    /// request (here, or in the process it was picked up from) may have run, and no key the
+    /// server deduplicates makes another harmless. `dedups`: whether the session it would go
+    /// out on deduplicates keyed calls (or the policy assumes so), which may not be the session
     /// whose answer the decision to re-send it was taken on.
-    pub(super) fn send_may_repeat(&self, dedups: bool) -> bool {
+    pub(super) fn repeat_risk(&self, dedups: bool) -> Option<&'static str> {
         let earlier_may_have_run = self.picked_up
             || (self.task.is_none() && (self.ran_before || (self.sends > 0 && self.may_have_run)));
         // A send another process made counts only where its own server kept the key (in this
         // process, `resend_safe` asks the same of the last send before any re-send).
         let key_held = self.key.is_some() && (!self.picked_up || self.attempt.server_dedups());
-        earlier_may_have_run && !(key_held && dedups)
+        if !earlier_may_have_run || (key_held && dedups) {
+            return None;
+        }
+        Some(if self.picked_up {
+            SENDER_STOPPED
+        } else {
+            "it may have run, and the session it would be re-sent on does not deduplicate keyed calls"
+        })
     }
 
     /// Whether any send of it may have run (or a task it became runs): what a failure that
