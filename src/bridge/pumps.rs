@@ -2,6 +2,7 @@
 //! and session events (republished; after a re-initialization, the host's session state is
 //! set again, and a capability change is announced as `list_changed`).
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -63,29 +64,45 @@ pub(crate) fn start(
     let calls = Arc::clone(&inner.calls);
     let server_capabilities = Arc::clone(&inner.server_capabilities);
     let announce = runtime.spawn(async move {
-        while let Some(event) = events.recv().await {
-            if matches!(event, SessionEvent::Reinitialized { .. }) {
-                calls.session_state.restore(&session);
-            }
-            if let SessionEvent::Reinitialized {
-                capabilities_changed: true,
-                ..
-            } = &event
-            {
-                calls.forget_annotations();
-                let known = lock(&server_capabilities).clone();
-                for (capability, method) in LISTS {
-                    let declared = match &known {
-                        Some(caps) => caps.get(capability).is_some_and(|c| !c.is_null()),
-                        None => true,
-                    };
-                    if declared && out.send(request(None, method, None)).await.is_err() {
-                        return;
+        // Announcements owed to the host, waiting for room in its queue. The events go on
+        // meanwhile (a pump blocked on the host would fall behind the lossy event stream and
+        // miss a later re-initialization: its session state never set again); a list
+        // already owed is not owed twice (`list_changed` says "list again").
+        let mut owed: VecDeque<&'static str> = VecDeque::new();
+        loop {
+            tokio::select! {
+                event = events.recv() => {
+                    let Some(event) = event else { return };
+                    if matches!(event, SessionEvent::Reinitialized { .. }) {
+                        calls.session_state.restore(&session);
+                    }
+                    if let SessionEvent::Reinitialized {
+                        capabilities_changed: true,
+                        ..
+                    } = &event
+                    {
+                        calls.forget_annotations();
+                        let known = lock(&server_capabilities).clone();
+                        for (capability, method) in LISTS {
+                            let declared = match &known {
+                                Some(caps) => caps.get(capability).is_some_and(|c| !c.is_null()),
+                                None => true,
+                            };
+                            if declared && !owed.contains(&method) {
+                                owed.push_back(method);
+                            }
+                        }
+                    }
+                    // Nobody subscribed is not an error.
+                    let _ = republish.send(event);
+                }
+                room = out.reserve(), if !owed.is_empty() => {
+                    let Ok(room) = room else { return };
+                    if let Some(method) = owed.pop_front() {
+                        room.send(request(None, method, None));
                     }
                 }
             }
-            // Nobody subscribed is not an error.
-            let _ = republish.send(event);
         }
     });
     [forward, announce]

@@ -1293,3 +1293,61 @@ async fn annotations_of_a_replaced_server_send_nothing_again() {
         .count();
     assert_eq!(calls, 1, "{:?}", server.labels());
 }
+
+/// Two re-initializations that change the server's capabilities while the host reads
+/// nothing: the host's session state is set again on each new session, although the
+/// announcements of the first change wait for room in the host's queue.
+#[tokio::test]
+async fn session_state_is_restored_while_announcements_wait_for_the_host() {
+    let inits = Arc::new(Mutex::new(0));
+    let seen = inits.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("initialize") {
+            let n = {
+                let mut n = seen.lock().unwrap();
+                *n += 1;
+                *n
+            };
+            let mut result = initialize_result();
+            result["protocolVersion"] = json!(LEGACY);
+            result["capabilities"] = json!({"tools": {}, "prompts": {}, "logging": {}});
+            result["capabilities"]["tools"]["listChanged"] = json!(n > 1);
+            result["capabilities"]["prompts"]["listChanged"] = json!(n > 2);
+            let mut response = json_result(req, result);
+            let session = format!("{SESSION_ID}-{n}");
+            response
+                .headers_mut()
+                .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
+            return response;
+        }
+        if req.is_rpc("logging/setLevel") {
+            return json_result(req, json!({}));
+        }
+        // The first two sessions expire before the call.
+        let session = req.header("mcp-session-id").unwrap_or_default();
+        if req.is_rpc("tools/call")
+            && [format!("{SESSION_ID}-1"), format!("{SESSION_ID}-2")].contains(&session.to_owned())
+        {
+            return status(404);
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).capacity(1).build().unwrap());
+    host.initialize(LEGACY, json!({})).await;
+    host.request("logging/setLevel", json!({"level": "debug"}))
+        .await;
+    // From here the host reads nothing: one announcement fills its queue.
+    host.send(
+        "tools/call",
+        tool_call("echo", json!({"text": "t"}), json!({})),
+    )
+    .await;
+    let third = format!("{SESSION_ID}-3");
+    let level = server
+        .wait_for(|r| {
+            r.is_rpc("logging/setLevel") && r.header("mcp-session-id") == Some(third.as_str())
+        })
+        .await;
+    assert_eq!(level.params()["level"], "debug");
+}
