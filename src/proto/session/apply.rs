@@ -1,9 +1,7 @@
-//! How a call ends or carries on: a response delivered to it (checked against what the
-//! extension lets us check; what a modern answer asks next is `modern_calls`'), and the
-//! recovery decisions of [`decide`] carried out for it: the one place that schedules resumes
-//! and re-sends and fails calls; a decision to re-initialize goes to the lifecycle
-//! (`reinit`). Calls the session makes for itself (a fresh tool list) end here too, and carry
-//! on the call they serve.
+//! How a call ends or carries on: completed, exactly once, and the recovery decisions of
+//! [`decide`] carried out for it: the one place that schedules resumes and re-sends and fails
+//! calls; a decision to re-initialize goes to the lifecycle (`reinit`). Calls the session
+//! makes for itself (a fresh tool list) end here too, and carry on the call they serve.
 
 use std::time::Instant;
 
@@ -14,9 +12,9 @@ use serde_json::Value;
 use super::call::{Call, CallState, Retry};
 use super::timers::Timer;
 use super::Session;
-use crate::error::{Error, ErrorKind, RpcError};
+use crate::error::{Error, ErrorKind};
 use crate::proto::decide::{decide, CallFate, Decision, Failure, State};
-use crate::proto::{ext, methods, CallId, Output, RejectReason, SessionEvent};
+use crate::proto::{CallId, Output, RejectReason, SessionEvent};
 
 // Recovery decisions carried out, and how a call ends.
 impl Session {
@@ -289,50 +287,6 @@ impl Session {
                 self.complete(id, Err(Error::new(kind, message)));
             }
         }
-    }
-}
-
-// A response delivered to its call.
-impl Session {
-    /// A response reached its call: check what the extension lets us check, then complete.
-    pub(super) fn deliver(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
-        let Some(call) = self.calls.get(id) else {
-            return;
-        };
-        // Read in the terms of the era the call went out in: a modern answer arriving after
-        // the client fell back to legacy is still an `input_required` or a task, not a result.
-        let modern = call.task_id().is_some() || call.attempt().is_modern();
-        let failure = match &result {
-            // A replayed answer may name the context it ran under.
-            Ok(value) if call.method() == methods::TOOLS_CALL => call
-                .expected_hash()
-                .zip(ext::result_capability_hash(value))
-                .filter(|(expected, got)| !got.eq_ignore_ascii_case(expected.as_str()))
-                .map(|_| Failure::CapabilityHashMismatch),
-            Ok(_) => None,
-            Err(error) if call.key().is_some() && call.attempt().server_dedups() => {
-                match ext::key_refusal(error.data.as_ref()) {
-                    Some(ext::KeyRefusal::InUse) => Some(Failure::KeyInUse),
-                    Some(ext::KeyRefusal::OutcomeUnknown) => Some(Failure::KeyOutcomeLost),
-                    None => None,
-                }
-            }
-            Err(_) => None,
-        };
-        if let Some(failure) = failure {
-            let cause = match &result {
-                Err(e) => Error::rpc(e.clone()),
-                Ok(_) => Error::new(ErrorKind::Protocol, "result produced under another hash"),
-            };
-            if !self.apply_because(id, failure, cause, now) {
-                return;
-            }
-        }
-        if modern {
-            return self.deliver_modern(id, result, now);
-        }
-        debug!(call = id.0, ok = result.is_ok(), "call completed");
-        self.complete(id, result.map_err(Error::rpc));
     }
 }
 

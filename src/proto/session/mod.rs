@@ -15,8 +15,8 @@
 //!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
 //!   re-initialization, a session lost and found again. The phase's records keep their
 //!   fields to that module: the rest asks the lifecycle (`ready`, `standing`, `close`…);
-//! - `apply`: how a call ends or carries on: a response delivered to it, or the recovery
-//!   decision of [`decide`](super::decide::decide) carried out for it.
+//! - `apply`: how a call ends or carries on: completed, or the recovery decision of
+//!   [`decide`](super::decide::decide) carried out for it.
 //!
 //! The records they work on keep their own data: `negotiated` (what a session negotiated,
 //! built by a handshake and read by all that is sent on it, which assembles its requests),

@@ -6,8 +6,9 @@
 //! is handed to the lifecycle, whose handshake it is.
 //!
 //! What the bodies carry is read here too: SSE events move their stream's cursor, and the
-//! JSON-RPC messages in them go to the call they answer (delivered by `apply`), to the app,
-//! or to the handshake.
+//! JSON-RPC messages in them go to the call they answer (checked against what the extension
+//! lets us check; what a modern answer asks next is `modern_calls`'), to the app, or to the
+//! handshake.
 
 use std::time::Instant;
 
@@ -25,8 +26,8 @@ use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal, Refused};
 use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
-use crate::proto::methods;
 use crate::proto::probe::ProbeAnswer;
+use crate::proto::{ext, methods};
 use crate::proto::{
     CallId, HttpId, Notification, Output, ServerRequest, SessionEvent, TransportFailure,
 };
@@ -687,6 +688,47 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// A response reached its call: check what the extension lets us check, then complete.
+    fn deliver(&mut self, id: CallId, result: Result<Value, RpcError>, now: Instant) {
+        let Some(call) = self.calls.get(id) else {
+            return;
+        };
+        // Read in the terms of the era the call went out in: a modern answer arriving after
+        // the client fell back to legacy is still an `input_required` or a task, not a result.
+        let modern = call.task_id().is_some() || call.attempt().is_modern();
+        let failure = match &result {
+            // A replayed answer may name the context it ran under.
+            Ok(value) if call.method() == methods::TOOLS_CALL => call
+                .expected_hash()
+                .zip(ext::result_capability_hash(value))
+                .filter(|(expected, got)| !got.eq_ignore_ascii_case(expected.as_str()))
+                .map(|_| Failure::CapabilityHashMismatch),
+            Ok(_) => None,
+            Err(error) if call.key().is_some() && call.attempt().server_dedups() => {
+                match ext::key_refusal(error.data.as_ref()) {
+                    Some(ext::KeyRefusal::InUse) => Some(Failure::KeyInUse),
+                    Some(ext::KeyRefusal::OutcomeUnknown) => Some(Failure::KeyOutcomeLost),
+                    None => None,
+                }
+            }
+            Err(_) => None,
+        };
+        if let Some(failure) = failure {
+            let cause = match &result {
+                Err(e) => Error::rpc(e.clone()),
+                Ok(_) => Error::new(ErrorKind::Protocol, "result produced under another hash"),
+            };
+            if !self.apply_because(id, failure, cause, now) {
+                return;
+            }
+        }
+        if modern {
+            return self.deliver_modern(id, result, now);
+        }
+        debug!(call = id.0, ok = result.is_ok(), "call completed");
+        self.complete(id, result.map_err(Error::rpc));
     }
 
     /// The call a notification is about: a progress notification's by its `progressToken`;
