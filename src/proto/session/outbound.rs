@@ -227,9 +227,9 @@ impl Session {
         self.notifications.clear();
         self.outputs.push_back(Output::Event(SessionEvent::Closed));
         match delete {
-            Some(headers) => {
+            Some((headers, generation)) => {
                 info!("closing session");
-                self.exchanges.open_delete(headers, self.life.generation());
+                self.exchanges.open_delete(headers, generation);
             }
             None => self.outputs.push_back(Output::Completed {
                 call: id,

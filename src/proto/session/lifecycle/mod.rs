@@ -176,11 +176,6 @@ impl Lifecycle {
         }
     }
 
-    /// The current session's generation (its handshake's, while one runs).
-    pub(super) fn generation(&self) -> u64 {
-        self.generation
-    }
-
     /// Whether what was sent on session `generation` was sent on the current one (a
     /// handshake since has replaced it).
     pub(super) fn is_current(&self, generation: u64) -> bool {
@@ -199,9 +194,14 @@ impl Lifecycle {
 
     /// The app closes the session. Returns the headers of the DELETE that ends it, naming the
     /// established session or the one a handshake has obtained so far (`offered`: the version
-    /// `initialize` offered): the session is closing until that DELETE is answered, and then
-    /// `close` completes. With no session to delete, it is over at once.
-    pub(super) fn close(&mut self, offered: ProtocolVersion, close: CallId) -> Option<HeaderMap> {
+    /// `initialize` offered), and that session's generation: the session is closing until that
+    /// DELETE is answered, and then `close` completes. With no session to delete, it is over
+    /// at once.
+    pub(super) fn close(
+        &mut self,
+        offered: ProtocolVersion,
+        close: CallId,
+    ) -> Option<(HeaderMap, u64)> {
         let delete = match &self.phase {
             Phase::Ready(e) => e.session.headers.delete(),
             Phase::Initializing(h) => match &h.step {
@@ -218,7 +218,7 @@ impl Lifecycle {
             Some(_) => Phase::Closing { close },
             None => Phase::Terminated,
         };
-        delete
+        delete.map(|headers| (headers, self.generation))
     }
 
     /// The DELETE closing the session was answered (or failed): the session is over, and the
@@ -275,7 +275,7 @@ impl Lifecycle {
     /// one's revision, and has not worked since: the same refusal again means the server
     /// answers the probe and the calls in different eras, and probing once more would only go
     /// round in circles.
-    pub(super) fn refused_again(&self) -> bool {
+    fn refused_again(&self) -> bool {
         matches!(&self.phase, Phase::Ready(e) if e.after_version_refusal && !e.confirmed)
     }
 
