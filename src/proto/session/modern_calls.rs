@@ -335,8 +335,10 @@ impl Session {
             return;
         }
         let deadline = super::deadline_after(now, timeout.unwrap_or(self.config.call_timeout));
-        self.calls
-            .insert(id, Call::resuming_task(task_id, deadline));
+        // The `tools/call` that became the task, polled from now on.
+        let mut call = Call::new(methods::TOOLS_CALL.to_owned(), None, None, deadline);
+        call.become_task(task_id.to_owned());
+        self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
         self.note_checkpoint(id, false);
         if self.life.ready().is_some() {

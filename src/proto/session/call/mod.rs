@@ -275,14 +275,6 @@ impl Call {
         }
     }
 
-    /// Polls task `task_id`, created before (by another session, or before a restart).
-    pub(super) fn resuming_task(task_id: &str, deadline: Instant) -> Self {
-        Call {
-            task: Some(TaskState::new(task_id.to_owned())),
-            ..Call::new(methods::TOOLS_CALL.to_owned(), None, None, deadline)
-        }
-    }
-
     // ---- what it is ----------------------------------------------------------------------
 
     pub(super) fn method(&self) -> &str {
