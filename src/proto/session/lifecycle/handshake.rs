@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::{Established, Handshake, InitHead, Phase, Step};
+use super::{Established, Handshake, InitHead, Phase, ProbeState, Step};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal};
@@ -656,22 +656,8 @@ impl Session {
     }
 }
 
-/// What the `server/discover` probes of one handshake met so far.
-#[derive(Debug, Default)]
-pub(super) struct ProbeState {
-    /// Probes that got no answer (transport failure, 5xx).
-    unanswered: u32,
-    /// Version refusals retried.
-    version_retries: u32,
-    /// `initialize` was refused the way only a modern server refuses it.
-    after_modern_refusal: bool,
-    /// `initialize` is being tried because the probe met a 5xx: if it gets no answer either,
-    /// the probe is sent again instead of the handshake failing.
-    fell_back: bool,
-    /// The probe's backoff is running (a deadline then names `server/discover`).
-    waiting: bool,
-}
-
+// The probes' record is kept with the phase's other records; only the probe's reading, here,
+// changes it.
 impl ProbeState {
     /// A probe was answered: counts an answer that was none (a transport failure, a 5xx), and
     /// returns the facts [`read_probe`] reads.

@@ -11,8 +11,6 @@ use std::time::Instant;
 mod handshake;
 mod reinit;
 
-use self::handshake::ProbeState;
-
 use super::headers::SessionHeaders;
 use super::negotiated::Negotiated;
 use super::Session;
@@ -62,6 +60,22 @@ enum Step {
 struct InitHead {
     session_id: Option<SessionId>,
     hash: Option<CapabilityHash>,
+}
+
+/// What the `server/discover` probes of one handshake met so far.
+#[derive(Debug, Default)]
+struct ProbeState {
+    /// Probes that got no answer (transport failure, 5xx).
+    unanswered: u32,
+    /// Version refusals retried.
+    version_retries: u32,
+    /// `initialize` was refused the way only a modern server refuses it.
+    after_modern_refusal: bool,
+    /// `initialize` is being tried because the probe met a 5xx: if it gets no answer either,
+    /// the probe is sent again instead of the handshake failing.
+    fell_back: bool,
+    /// The probe's backoff is running (a deadline then names `server/discover`).
+    waiting: bool,
 }
 
 /// A (re-)initialization in progress.
