@@ -964,6 +964,27 @@ fn reinitialize_reports_changed_capability_hash_and_reopens_listen() {
 // | re-initialize keeps failing | while calls wait it keeps trying, backing off; each call
 // ends at its own deadline (`SessionLost`, the last failure as its cause); with none left
 // the client gives up until the next call, which reconnects |
+/// A call in flight on the old session whose deadline passes while another call's
+/// re-initialization keeps failing was not waiting for that re-initialization: it timed out.
+#[test]
+fn row_a_call_in_flight_during_failing_reinits_times_out() {
+    let _g = SeedGuard(39);
+    let mut s = sim(ServerConfig::default(), 39);
+    s.server.slow.insert("a".to_owned(), 10 * SEC);
+    s.server.fault("b", [Fault::NotFound]);
+    s.server
+        .init_faults
+        .extend(std::iter::repeat_n(InitFault::ServerError, 12));
+    s.connect();
+    let a = s.call_with("a", None, Some(3 * SEC));
+    let b = s.call_with("b", None, Some(2 * SEC));
+    s.run_until_complete(b, 60 * SEC);
+    assert_eq!(kind(s.result(b)), ErrorKind::SessionLost);
+    s.run_until_complete(a, 60 * SEC);
+    let err = s.result(a).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err:#}");
+}
+
 #[test]
 fn row_reinit_failures_wait_for_the_deadline_then_session_lost() {
     let _g = SeedGuard(39);

@@ -61,13 +61,14 @@ impl Session {
         let Some(call) = self.calls.get_mut(id) else {
             return false;
         };
-        let state = call.failed(base, failure == Failure::KeyInUse);
         // A call still waiting when its deadline passes, while re-initializations keep failing,
         // ran out of time because the session could not be re-established: the last failure
-        // is what it ended on.
-        let (state, last) = self
-            .life
-            .reinit_facts(state, failure == Failure::DeadlineExpired);
+        // is what it ended on. One still in flight on the old session was not waiting for
+        // them: it timed out.
+        let waited = failure == Failure::DeadlineExpired
+            && matches!(call.state(), CallState::Waiting | CallState::Backoff(_));
+        let state = call.failed(base, failure == Failure::KeyInUse);
+        let (state, last) = self.life.reinit_facts(state, waited);
         if let (Some(last), Some(call)) = (last, self.calls.get_mut(id)) {
             call.set_cause(last.clone());
         }

@@ -261,19 +261,19 @@ impl Lifecycle {
     }
 
     /// Adds to a call's recovery `state` what re-initialization says: the attempts failed in a
-    /// row and, for a call whose deadline passed (`deadline_passed`) while they keep failing
-    /// (or keep replacing sessions that never worked), that it ran out of time waiting for
-    /// one. Returns, then, why the last attempt failed, when that is known: what the call ended
-    /// on.
+    /// row and, for a call whose deadline passed while it waited for one (`waited_out`) and
+    /// they keep failing (or keep replacing sessions that never worked), that it ran out of
+    /// time waiting. Returns, then, why the last attempt failed, when that is known: what the
+    /// call ended on.
     pub(super) fn reinit_facts(
         &self,
         state: State,
-        deadline_passed: bool,
+        waited_out: bool,
     ) -> (State, Option<&crate::Error>) {
         let state = state.reinit_failures(self.reinit_failures);
         let failing = self.handshake().filter(|_| self.reinit_failures > 0);
         match failing {
-            Some(h) if deadline_passed => (state.awaiting_reinit(), h.last_failure.as_ref()),
+            Some(h) if waited_out => (state.awaiting_reinit(), h.last_failure.as_ref()),
             _ => (state, None),
         }
     }
