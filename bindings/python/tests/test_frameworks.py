@@ -118,7 +118,7 @@ async def test_openai_agents_server_class_lists_and_calls_over_the_bridge(
     c = cluster("strict", *ARGS)
     tag = f"agents/{uuid.uuid4()}"
     async with MCPServerResumable(
-        {"url": c.url}, client_session_timeout_seconds=10
+        {"url": c.url}
     ) as server:
         names = {t.name for t in await server.list_tools()}
         assert {"echo", "slow"} <= names
@@ -190,7 +190,6 @@ async def test_openai_agents_retry_attempts_never_rerun_an_interrupted_call(
         {"url": ts_server.url},
         max_retry_attempts=2,
         retry_backoff_seconds_base=0.05,
-        client_session_timeout_seconds=30,
     ) as server:
         # `call_tool` holds the SDK's retry loop (the same session, then a fresh one); a
         # model's tool call goes through it too, and reads the result's text.
@@ -284,25 +283,46 @@ async def test_openai_agents_retry_of_a_keyed_invocation_is_answered_from_the_st
 
     c = cluster("strict", "--idle-timeout-ms", "0")
     tag = f"agents-key/{uuid.uuid4()}"
-    arguments = json.dumps({"steps": 8, "delay_ms": 100})
+    arguments = json.dumps({"steps": 8, "delay_ms": 10})
     async with MCPServerResumable(
         {"url": c.url},
         tool_call_keys=True,
         tool_meta_resolver=lambda _: {TAG: tag},
-        # The SDK's own timeout ends the first attempt while the tool still runs (0.8 s);
-        # its retry, a second later, carries the same key.
-        client_session_timeout_seconds=0.4,
         max_retry_attempts=2,
-        retry_backoff_seconds_base=1.0,
     ) as server:
         slow = next(t for t in await server.list_tools() if t.name == "slow")
         context = ToolContext(
             context=None, tool_name="slow", tool_call_id=f"call_{uuid.uuid4()}", tool_arguments=arguments
         )
-        output = await MCPUtil.invoke_mcp_tool(server, slow, context, arguments)
-        assert "8" in str(output), output
+        # The same invocation run twice (a run replayed, a runner's own retry): the second
+        # carries the same key and is answered from the stored result.
+        for _ in range(2):
+            output = await MCPUtil.invoke_mcp_tool(server, slow, context, arguments)
+            assert "8" in str(output), output
     oracle = c.settled_oracle()
     assert ran_right(oracle, tag), oracle["executions"]
+
+
+@needs("agents")
+async def test_openai_agents_session_timeout_never_ends_a_call_that_still_runs(
+    cluster: Callable[..., Cluster],
+) -> None:
+    from mcp_resume.frameworks.openai_agents import MCPServerResumable
+
+    c = cluster("strict", "--idle-timeout-ms", "0")
+    tag = f"agents-slow/{uuid.uuid4()}"
+    # Longer than the SDK's own session timeout (5 s): that timeout would end the call while
+    # the tool runs, and `max_retry_attempts` would send it again, unkeyed.
+    async with MCPServerResumable({"url": c.url}, max_retry_attempts=2) as server:
+        result = await server.call_tool("slow", {"steps": 6, "delay_ms": 1000}, meta={TAG: tag})
+        assert not is_error(result), result
+    oracle = c.settled_oracle()
+    assert ran_right(oracle, tag), oracle["executions"]
+    # One shorter than the bridge's deadline is refused.
+    for given in ({"client_session_timeout_seconds": 5}, {"bridge_options": {"call_timeout": 30}, "client_session_timeout_seconds": 10}):
+        with pytest.raises(TypeError, match="client_session_timeout_seconds"):
+            MCPServerResumable({"url": c.url}, **given)
+    MCPServerResumable({"url": c.url}, client_session_timeout_seconds=30, bridge_options={"call_timeout": 30})
 
 
 @needs("pydantic_ai")

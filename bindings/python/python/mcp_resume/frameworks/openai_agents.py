@@ -14,6 +14,12 @@ the call may have run (the model reads it as the tool's output) and whose
 ``_meta["io.github.mcp-resume/outcome"]`` names the kind (the bridge's
 ``interrupted_as_result``), so nothing retries it. Every other failure is retried as the SDK's
 setting says.
+
+The bridge's deadline (``bridge_options["call_timeout"]``, else ``params["sse_read_timeout"]``,
+300 s by default) is a call's only one: ``client_session_timeout_seconds`` defaults to ``None``
+here, not to the SDK's 5 s, and a shorter one raises ``TypeError``. The SDK's own timeout ends
+a call that may still be running with an error that does not say so, which its retry answers
+by sending the call again.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from ..bridge import check_options, streamablehttp_client
@@ -85,6 +92,19 @@ class MCPServerResumable(MCPServerStreamableHttp):  # type: ignore[misc, valid-t
                 "MCPServerResumable: interrupted_as_result=False would let the SDK's retries "
                 "run a call that may have run again"
             )
+        # `client_session_timeout_seconds` is the SDK's fourth parameter.
+        if len(args) >= 3:
+            session_timeout = args[2]
+        else:
+            session_timeout = kwargs.setdefault("client_session_timeout_seconds", None)
+        deadline = _seconds(options.get("call_timeout", params.get("sse_read_timeout", 60 * 5)))
+        if session_timeout is not None and _seconds(session_timeout) < deadline:
+            raise TypeError(
+                f"MCPServerResumable: client_session_timeout_seconds={session_timeout} ends a "
+                f"call before the bridge's deadline ({deadline:g} s) while it may still run, "
+                "and the SDK's retry would send it again: leave it unset and set "
+                "bridge_options={'call_timeout': ...}"
+            )
         super().__init__(params, *args, **kwargs)
         self._bridge_options = {**options, "interrupted_as_result": True}
 
@@ -98,6 +118,10 @@ class MCPServerResumable(MCPServerStreamableHttp):  # type: ignore[misc, valid-t
             params["url"], **{**defaults, **given, **self._bridge_options}
         )
         return _pair(streams) if _PAIR else streams
+
+
+def _seconds(value: float | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 @asynccontextmanager
