@@ -13,6 +13,11 @@ export class ResumeTransport {
   #bridge;
   /** @type {Promise<void> | null} The delivery loop, once started. */
   #delivering = null;
+  /**
+   * @type {Map<string, () => void>} By the JSON text of a request's id: what stops listening
+   * to its `options.signal`, until its answer comes.
+   */
+  #aborts = new Map();
 
   /** @type {((message: any) => void) | undefined} Set by the host client. */
   onmessage = undefined;
@@ -56,7 +61,12 @@ export class ResumeTransport {
         // What goes wrong with one message goes to onerror and ends nothing else: the
         // transport ends with the bridge only (the host fails every call in flight then).
         try {
-          this.onmessage?.(JSON.parse(text));
+          const message = JSON.parse(text);
+          if (typeof message?.method !== "string" && message?.id !== undefined) {
+            // An answer: its request's signal has nothing left to cancel.
+            this.#forget(JSON.stringify(message.id));
+          }
+          this.onmessage?.(message);
         } catch (error) {
           this.onerror?.(/** @type {Error} */ (error));
         }
@@ -64,15 +74,62 @@ export class ResumeTransport {
     } catch (error) {
       this.onerror?.(/** @type {Error} */ (error));
     }
+    for (const key of [...this.#aborts.keys()]) this.#forget(key);
     this.onclose?.();
   }
 
   /**
    * One JSON-RPC message to the server; resolves once the bridge took it. A `tools/call` made
-   * by a tool that `withToolCallKeys` wrapped gets the key of its tool call id.
+   * by a tool that `withToolCallKeys` wrapped gets the key of its tool call id. A request's
+   * `options.signal` (the Vercel AI SDK's `abortSignal` and timeout, which it passes only
+   * this way) cancels it as `notifications/cancelled` does: never resumed or re-sent again.
    */
-  async send(message) {
-    await this.#bridge.send(toJson(keyed(message, bridgeConstants.idempotencyMetaKey)));
+  async send(message, options) {
+    const text = toJson(keyed(message, bridgeConstants.idempotencyMetaKey));
+    const signal = options?.signal;
+    if (!signal || typeof message?.method !== "string" || message.id === undefined || message.id === null) {
+      await this.#bridge.send(text);
+      return;
+    }
+    const key = JSON.stringify(message.id);
+    const cancel = () => {
+      const reason = signal.reason instanceof Error ? signal.reason.message : String(signal.reason ?? "aborted");
+      const cancelled = { jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: message.id, reason } };
+      // A bridge closing meanwhile has nothing left to cancel.
+      this.#bridge.send(toJson(cancelled)).catch(() => {});
+    };
+    const onAbort = () => {
+      this.#aborts.delete(key);
+      cancel();
+    };
+    // Listening from the moment the request goes: an abort while it waits for its place in
+    // the bridge ends that wait, and it is never sent.
+    const sent = this.#bridge.send(text);
+    if (signal.aborted) {
+      cancel();
+    } else {
+      this.#forget(key);
+      this.#aborts.set(key, () => signal.removeEventListener("abort", onAbort));
+      signal.addEventListener("abort", onAbort, { once: true });
+    }
+    try {
+      await sent;
+    } catch (error) {
+      this.#forget(key);
+      throw error;
+    }
+    // An abort before the bridge had the request may have found nothing to cancel: sent
+    // again now that it has it (a cancel of an id the bridge holds no more does nothing).
+    if (signal.aborted) {
+      this.#forget(key);
+      cancel();
+    }
+  }
+
+  /** Stops listening to the signal of the request `key` (answered, cancelled, or refused). */
+  #forget(key) {
+    this.#aborts.get(key)?.();
+    this.#aborts.delete(key);
   }
 
   /**

@@ -60,6 +60,26 @@ test("the AI SDK's maxRetries never re-runs a call interrupted by a server crash
   }
 });
 
+test("the AI SDK's abortSignal (its timeout too) cancels the call on the server", async () => {
+  const server = await LoggingServer.v1();
+  try {
+    const client = await createMCPClient({ transport: new ResumeTransport(server.url) });
+    const tools = await client.tools();
+    const mark = server.mark();
+    // The AI SDK passes its signal to the transport's send and sends no
+    // notifications/cancelled itself.
+    await assert.rejects(
+      tools.block.execute({}, { toolCallId: "call-1", messages: [], abortSignal: AbortSignal.timeout(300) }),
+    );
+    const { request_id: id } = await server.waitFor(mark, "tool", (e) => e.name === "block");
+    await server.waitFor(mark, "http_in", (e) => e.rpc_method === "notifications/cancelled", 5000);
+    await server.waitFor(mark, "cancelled", (e) => e.request_id === id, 5000);
+    await client.close();
+  } finally {
+    await server.stop();
+  }
+});
+
 // Stock, for comparison (the README's framework table): the AI SDK's own HTTP transport.
 test("stock: the AI SDK's own transport leaves a call interrupted by a server crash unanswered, so maxRetries never fires", async () => {
   const server = await LoggingServer.v1("--port", String(await freePort()));

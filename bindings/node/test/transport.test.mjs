@@ -2,7 +2,7 @@
 // AbortSignal, what JSON-RPC cannot say as an error with `data.kind`, the server's requests
 // answered by the SDK client's own handlers, and the real session's events.
 import assert from "node:assert/strict";
-import { once } from "node:events";
+import { getEventListeners, once } from "node:events";
 import { createServer } from "node:http";
 import { after, before, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -36,6 +36,53 @@ test("the SDK's AbortSignal cancels the call on the server", async () => {
   await assert.rejects(call);
   await server.waitFor(mark, "cancelled", (e) => e.request_id === id);
   await client.close();
+});
+
+test("send's per-message signal: an aborted one cancels its request, an answered one is let go", async () => {
+  // The Vercel AI SDK's MCPTransport.send(message, {signal}): the host's only word of a cancel.
+  const transport = new ResumeTransport(server.url, FAST);
+  const answers = new Map();
+  const waiting = new Map();
+  transport.onmessage = (message) => {
+    answers.set(message.id, message);
+    waiting.get(message.id)?.(message);
+  };
+  const answer = (id) => answers.get(id) ?? new Promise((resolve) => waiting.set(id, resolve));
+  await transport.start();
+  await transport.send({
+    jsonrpc: "2.0",
+    id: 0,
+    method: "initialize",
+    params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "host", version: "1" } },
+  });
+  await answer(0);
+  await transport.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  const call = (id, name, signal) =>
+    transport.send({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: { text: "hi" } } }, { signal });
+  // Answered: nothing is left listening to its signal.
+  const kept = new AbortController();
+  await call(1, "echo", kept.signal);
+  await answer(1);
+  assert.equal(getEventListeners(kept.signal, "abort").length, 0);
+  // Aborted while it runs: cancelled on the server, and never answered.
+  let mark = server.mark();
+  const running = new AbortController();
+  await call(2, "block", running.signal);
+  const { request_id: id } = await server.waitFor(mark, "tool", (e) => e.name === "block");
+  running.abort("changed my mind");
+  await server.waitFor(mark, "cancelled", (e) => e.request_id === id, 5000);
+  // Aborted already: never run, or cancelled on the server.
+  mark = server.mark();
+  await call(3, "block", AbortSignal.abort("never mind"));
+  await call(4, "echo");
+  await answer(4);
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  await server.synced(mark);
+  for (const { request_id } of server.find(mark, "tool", (e) => e.name === "block")) {
+    await server.waitFor(mark, "cancelled", (e) => e.request_id === request_id, 5000);
+  }
+  assert.equal(answers.has(2) || answers.has(3), false);
+  await transport.close();
 });
 
 test("an interrupted call is an error naming its kind, never a success", async () => {
