@@ -96,11 +96,19 @@ class Endpoint {
     }
     session.checkHeaders(request.headers);
     if (typeof message.method !== "string" || message.id === undefined || message.id === null) {
-      // A notification, or the answer to one of the server's requests.
+      // A notification, or the answer to one of the server's requests. The host's
+      // notifications/cancelled (the TypeScript SDK's timeout and abort send only that) ends
+      // the wait of the request it names: the bridge never answers a cancelled request.
+      if (message.method === "notifications/cancelled") session.cancelled(message);
       await session.send(message);
       return new Response(null, { status: 202 });
     }
     const answer = await session.call(message, signal);
+    if (answer === null) {
+      // Cancelled by the host: no answer, as a server gives none (the host's transport reads
+      // a 202 to a request as nothing to deliver).
+      return new Response(null, { status: 202 });
+    }
     const headers = { "content-type": "application/json" };
     if (message.method === "initialize" && answer.error === undefined) {
       session.initialized = true;
@@ -160,7 +168,11 @@ class Session {
   #capacity;
   /** The application's headers, as the session was started with. */
   #headers;
-  /** @type {Map<string, (answer: any) => void>} By the JSON text of the request's id. */
+  /**
+   * The host's requests waiting for their answers, by the JSON text of the request's id:
+   * `cancel` the host's notifications/cancelled for it, if it sent one.
+   * @type {Map<string, { resolve: (answer: any) => void, cancel: any }>}
+   */
   #pending = new Map();
   /** What waits for the GET stream: the server's requests and notifications. */
   #queue = [];
@@ -199,27 +211,40 @@ class Session {
     await this.#bridge.send(toJson(message));
   }
 
-  /** The answer to the host's request (a JSON-RPC response or error), or the abort's reason. */
+  /**
+   * The answer to the host's request (a JSON-RPC response or error), `null` once the host
+   * cancelled it (notifications/cancelled), or the abort's reason.
+   */
   async call(message, signal) {
     signal?.throwIfAborted();
     const key = JSON.stringify(message.id);
     if (this.#pending.has(key)) {
       return errorAnswer(message.id, -32600, `invalid request: id ${key} is already in flight`);
     }
-    const answered = new Promise((resolve) => this.#pending.set(key, resolve));
+    /** @type {{ resolve: (answer: any) => void, cancel: any }} */
+    const pending = { resolve: () => {}, cancel: null };
+    const answered = new Promise((resolve) => {
+      pending.resolve = resolve;
+    });
+    this.#pending.set(key, pending);
     try {
       // A tools/call made by a tool that withToolCallKeys wrapped gets its tool call's key.
       await this.#bridge.send(toJson(keyed(message, META_KEY)));
     } catch (error) {
-      this.#pending.delete(key);
+      if (this.#pending.get(key) === pending) this.#pending.delete(key);
       throw error;
+    }
+    if (pending.cancel !== null) {
+      // Cancelled before the bridge had it, when the cancel may have found nothing: told
+      // again (a cancel of an id the bridge holds no more does nothing).
+      await this.#bridge.send(toJson(pending.cancel)).catch(() => {});
     }
     if (!signal) return answered;
     // The host cancels the call itself (`notifications/cancelled`): only its wait ends here.
     let onAbort;
     const aborted = new Promise((_, reject) => {
       onAbort = () => {
-        this.#pending.delete(key);
+        if (this.#pending.get(key) === pending) this.#pending.delete(key);
         reject(signal.reason);
       };
       signal.addEventListener("abort", onAbort, { once: true });
@@ -229,6 +254,19 @@ class Session {
     } finally {
       signal.removeEventListener("abort", onAbort);
     }
+  }
+
+  /**
+   * The host cancelled the request `cancel.params.requestId`: its wait ends with no answer
+   * (`null`), and an answer that comes anyway is dropped.
+   */
+  cancelled(cancel) {
+    const key = JSON.stringify(cancel.params?.requestId);
+    const pending = this.#pending.get(key);
+    if (pending === undefined) return;
+    this.#pending.delete(key);
+    pending.cancel = cancel;
+    pending.resolve(null);
   }
 
   /** The GET stream: what the server sends besides answers, as SSE; a new one replaces the last. */
@@ -282,10 +320,10 @@ class Session {
         if (text === null) break;
         const message = JSON.parse(text);
         if (typeof message.method !== "string") {
-          const resolve = this.#pending.get(JSON.stringify(message.id));
-          if (resolve !== undefined) {
+          const pending = this.#pending.get(JSON.stringify(message.id));
+          if (pending !== undefined) {
             this.#pending.delete(JSON.stringify(message.id));
-            resolve(message);
+            pending.resolve(message);
           }
           // An answer nobody waits for was cancelled by the host: dropped, as the host would.
           continue;
@@ -301,7 +339,7 @@ class Session {
     }
     this.closed = true;
     const reason = failure?.message ?? "closed: the session was closed before the answer came";
-    for (const [key, resolve] of this.#pending) {
+    for (const [key, { resolve }] of this.#pending) {
       resolve(errorAnswer(JSON.parse(key), bridgeConstants.errorCodes.closed, reason, { kind: "closed" }));
     }
     this.#pending.clear();
