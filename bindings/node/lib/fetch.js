@@ -170,8 +170,9 @@ class Session {
   #headers;
   /**
    * The host's requests waiting for their answers, by the JSON text of the request's id:
-   * `cancel` the host's notifications/cancelled for it, if it sent one.
-   * @type {Map<string, { resolve: (answer: any) => void, cancel: any }>}
+   * `taken` once the bridge took the request (it may run from then on), `cancel` the host's
+   * notifications/cancelled for it, if it sent one.
+   * @type {Map<string, { resolve: (answer: any) => void, taken: boolean, cancel: any }>}
    */
   #pending = new Map();
   /** What waits for the GET stream: the server's requests and notifications. */
@@ -221,8 +222,8 @@ class Session {
     if (this.#pending.has(key)) {
       return errorAnswer(message.id, -32600, `invalid request: id ${key} is already in flight`);
     }
-    /** @type {{ resolve: (answer: any) => void, cancel: any }} */
-    const pending = { resolve: () => {}, cancel: null };
+    /** @type {{ resolve: (answer: any) => void, taken: boolean, cancel: any }} */
+    const pending = { resolve: () => {}, taken: false, cancel: null };
     const answered = new Promise((resolve) => {
       pending.resolve = resolve;
     });
@@ -234,6 +235,7 @@ class Session {
       if (this.#pending.get(key) === pending) this.#pending.delete(key);
       throw error;
     }
+    pending.taken = true;
     if (pending.cancel !== null) {
       // Cancelled before the bridge had it, when the cancel may have found nothing: told
       // again (a cancel of an id the bridge holds no more does nothing).
@@ -339,8 +341,11 @@ class Session {
     }
     this.closed = true;
     const reason = failure?.message ?? "closed: the session was closed before the answer came";
-    for (const [key, { resolve }] of this.#pending) {
-      resolve(errorAnswer(JSON.parse(key), bridgeConstants.errorCodes.closed, reason, { kind: "closed" }));
+    // The bridge's own answers to what it had taken (which say whether each may have run) are
+    // not read once it is closed: a request it took may have run on the server.
+    for (const [key, { resolve, taken }] of this.#pending) {
+      const data = taken ? { kind: "closed", mayHaveRun: true } : { kind: "closed" };
+      resolve(errorAnswer(JSON.parse(key), bridgeConstants.errorCodes.closed, reason, data));
     }
     this.#pending.clear();
     this.#queue = [];

@@ -1,12 +1,13 @@
 // resumeFetch under the TypeScript SDK's own Streamable HTTP transport (what Mastra's
 // MCPClient runs): a request the host cancels (its timeout sends only
-// `notifications/cancelled`) leaves no POST waiting.
+// `notifications/cancelled`) leaves no POST waiting, and a call cut short by close() says it
+// may have run.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
-import { resumeFetch } from "../index.js";
+import { BRIDGE_ERROR_CODES, resumeFetch } from "../index.js";
 import { LoggingServer } from "./support/servers.mjs";
 
 const FAST = { reconnect: { initialDelay: 10, maxDelay: 100, maxAttempts: 2 } };
@@ -69,4 +70,22 @@ test("a call the host cancels (its timeout) leaves no POST waiting for an answer
   await until(() => server.find(mark, "cancelled").length === 5, "five calls cancelled on the server");
   await client.close();
   await fetch.close();
+});
+
+test("a call cut short by close() is an error saying it may have run", async () => {
+  const fetch = recordingFetch(FAST);
+  const client = await connected(fetch);
+  const mark = server.mark();
+  const call = client.callTool({ name: "block", arguments: {} });
+  const failed = assert.rejects(call, (error) => {
+    assert.ok(error instanceof McpError, String(error));
+    assert.equal(error.code, BRIDGE_ERROR_CODES.closed);
+    assert.equal(error.data?.kind, "closed");
+    assert.equal(error.data?.mayHaveRun, true, JSON.stringify(error.data));
+    return true;
+  });
+  await server.waitFor(mark, "tool", (e) => e.name === "block");
+  await fetch.close();
+  await failed;
+  await client.close();
 });
