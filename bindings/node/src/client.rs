@@ -298,7 +298,8 @@ impl NativeClient {
         call!(self, env, |c| text(&c.read_resource(&uri).await?))
     }
 
-    /// `resources/subscribe` (set again on a new session after a re-initialization).
+    /// `resources/subscribe`. A subscription belongs to the session: after a `reinitialized`
+    /// event, subscribe again.
     #[napi(catch_unwind)]
     pub fn subscribe_resource<'env>(
         &self,
