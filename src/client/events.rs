@@ -9,7 +9,7 @@
 use crate::ids::SessionId;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures::stream::{BoxStream, Stream, StreamExt};
@@ -73,13 +73,67 @@ impl ServerNotification {
 /// holds no buffers, and what is sent before anyone subscribes reaches nobody either way.
 #[derive(Default)]
 pub(crate) struct Published {
-    events: OnceLock<broadcast::Sender<SessionEvent>>,
-    notifications: OnceLock<broadcast::Sender<ServerNotification>>,
+    events: Channel<SessionEvent>,
+    notifications: Channel<ServerNotification>,
     status: Mutex<Option<ExtensionStatus>>,
     era: Mutex<Option<Era>>,
     session_id: Mutex<Option<SessionId>>,
     /// Re-initializations that found the server's capabilities changed.
     capability_changes: AtomicU64,
+}
+
+/// A broadcast channel made by its first subscriber and ended by the client's close.
+struct Channel<T> {
+    state: Mutex<ChannelState<T>>,
+}
+
+struct ChannelState<T> {
+    tx: Option<broadcast::Sender<T>>,
+    closed: bool,
+}
+
+impl<T: Clone> Channel<T> {
+    fn state(&self) -> std::sync::MutexGuard<'_, ChannelState<T>> {
+        // Nothing here can panic half-way through an update.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<T> {
+        let mut state = self.state();
+        if state.closed {
+            // A receiver whose sender is gone: it ends at once.
+            return broadcast::channel(1).1;
+        }
+        state
+            .tx
+            .get_or_insert_with(|| broadcast::channel(EVENT_BUFFER).0)
+            .subscribe()
+    }
+
+    fn send(&self, item: T) {
+        if let Some(tx) = &self.state().tx {
+            let _ = tx.send(item);
+        }
+    }
+
+    fn close(&self) {
+        let mut state = self.state();
+        state.closed = true;
+        state.tx = None;
+    }
+}
+
+impl<T> Default for Channel<T> {
+    fn default() -> Self {
+        Channel {
+            state: Mutex::new(ChannelState {
+                tx: None,
+                closed: false,
+            }),
+        }
+    }
 }
 
 impl Published {
@@ -94,31 +148,28 @@ impl Published {
     }
 
     pub(crate) fn subscribe_events(&self) -> EventStream {
-        let tx = self
-            .events
-            .get_or_init(|| broadcast::channel(EVENT_BUFFER).0);
-        EventStream::new(tx.subscribe())
+        EventStream::new(self.events.subscribe())
     }
 
     pub(crate) fn subscribe_notifications(&self) -> NotificationStream {
-        let tx = self
-            .notifications
-            .get_or_init(|| broadcast::channel(EVENT_BUFFER).0);
-        NotificationStream::new(tx.subscribe())
+        NotificationStream::new(self.notifications.subscribe())
     }
 
     /// Sends to the event subscribers, if any (nobody listening is not an error).
     pub(crate) fn event(&self, event: SessionEvent) {
-        if let Some(tx) = self.events.get() {
-            let _ = tx.send(event);
-        }
+        self.events.send(event);
     }
 
     /// Sends to the notification subscribers, if any.
     pub(crate) fn notification(&self, notification: ServerNotification) {
-        if let Some(tx) = self.notifications.get() {
-            let _ = tx.send(notification);
-        }
+        self.notifications.send(notification);
+    }
+
+    /// The client was closed: its streams end once their subscribers have what was sent
+    /// before, and later ones end at once.
+    pub(crate) fn close(&self) {
+        self.events.close();
+        self.notifications.close();
     }
 
     pub(crate) fn set_status(&self, status: Option<ExtensionStatus>) {
@@ -184,7 +235,8 @@ macro_rules! lossy_stream {
                 }
             }
 
-            /// The next item; `None` once the client and its driver are gone.
+            /// The next item; `None` once the client is closed (after the items sent
+            /// before) or it and its driver are gone.
             pub async fn recv(&mut self) -> Option<$item> {
                 self.next().await
             }

@@ -863,3 +863,27 @@ fn a_ledger_is_named_as_configuration_names_it() {
         .unwrap_err();
     assert!(err.to_string().contains("\"valkey://\""), "{err}");
 }
+
+/// `close()` ends the client's event and notification streams, after what was sent before
+/// (the `Closed` event among it); one made after the close ends at once.
+#[tokio::test]
+async fn close_ends_the_streams() {
+    let server = TestServer::start(default_reply).await;
+    let client = client_for(&server).build().unwrap();
+    let mut events = client.events();
+    let mut notifications = client.notifications();
+    guarded(client.connect()).await.unwrap();
+    guarded(client.close()).await.unwrap();
+    let mut seen = Vec::new();
+    while let Some(event) = guarded(events.next()).await {
+        seen.push(event);
+    }
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, mcp_resume::SessionEvent::Closed)),
+        "{seen:?}"
+    );
+    assert!(guarded(notifications.next()).await.is_none());
+    assert!(guarded(client.events().next()).await.is_none());
+    assert!(guarded(client.notifications().next()).await.is_none());
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from conftest import Cluster
 from mcp_resume import Client, Era, ExtensionStatus, ServerNotification
@@ -69,6 +70,26 @@ async def test_event_iteration_ends_when_the_client_is_gone(
     del client  # the last handle: the driver stops and the stream ends
     seen = [e.type async for e in events]
     assert "connected" in seen, seen
+
+
+async def test_event_iteration_ends_when_the_client_is_closed(
+    cluster: Callable[..., Cluster],
+) -> None:
+    c = cluster("replicated", "--idle-timeout-ms", "0")
+    client = Client(c.url, open_listen_stream=False)
+    events = client.events()
+    notifications = client.notifications()
+    await client.connect()
+    await client.close()
+    # The client is still referenced: the close ends the streams.
+    seen = await asyncio.wait_for(_types(events), 10)
+    assert seen[-1] == "closed", seen
+    assert await asyncio.wait_for(_types(notifications), 10) == []
+    assert client is not None
+
+
+async def _types(stream: Any) -> list[str]:
+    return [getattr(item, "type", getattr(item, "method", "")) async for item in stream]
 
 
 async def test_results_take_part_in_garbage_collection(cluster: Callable[..., Cluster]) -> None:

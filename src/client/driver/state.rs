@@ -702,7 +702,11 @@ impl State {
                     SessionEvent::Closed => tracing::debug!("session closed"),
                     other => tracing::info!(event = ?other, "session event"),
                 }
+                let closed = matches!(event, SessionEvent::Closed);
                 self.published.event(event);
+                if closed {
+                    self.published.close();
+                }
             }
         }
     }

@@ -440,7 +440,7 @@ class Client:
 
         A subscriber more than 256 events behind loses the oldest (counted by ``missed``);
         the client never waits for subscribers. The iteration ends once the client is
-        gone."""
+        closed (after the events before, ``closed`` among them) or gone."""
         return self._raw.events()
 
     def notifications(self) -> NotificationStream:
