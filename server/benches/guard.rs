@@ -9,6 +9,8 @@
 //! - `BENCH_SKIN_ONLY=1`: only the in-process part (for a profiler).
 //! - `BENCH_SKIN_CALLS`: calls per round of the in-process part (default 100,000; 20,000
 //!   with `BENCH_QUICK`), a few thousand for an instruction-counting profiler.
+//! - `BENCH_SKIN_SIDE=bare|guarded`: only that side of the in-process part, so that a
+//!   profiler counts it alone (the other reads as zero).
 //! - `BENCH_PROFILE=bare|memory` (with `BENCH_CALLERS`, default 64): one configuration
 //!   alone, its server's pid printed for a profiler to attach to.
 //! - `BENCH_SERVER_WORKERS`: the servers' runtime worker threads (default 2; with 1, the
@@ -118,24 +120,32 @@ fn skin_cost(rt: &tokio::runtime::Runtime, calls: u32) -> ((f64, f64), (f64, f64
         let init = guarded.call(request(false)).await.unwrap();
         let _ = init.into_body().collect().await.unwrap();
         let mut bare = Canned;
-        let per = |t: Instant, a: u64| {
+        let side = std::env::var("BENCH_SKIN_SIDE").unwrap_or_default();
+        let calls_of = |s: &str| {
+            if side.is_empty() || side == s {
+                calls
+            } else {
+                0
+            }
+        };
+        let per = |t: Instant, a: u64, n: u32| {
             (
-                t.elapsed().as_secs_f64() * 1e6 / f64::from(calls),
-                (allocations() - a) as f64 / f64::from(calls),
+                t.elapsed().as_secs_f64() * 1e6 / f64::from(n.max(1)),
+                (allocations() - a) as f64 / f64::from(n.max(1)),
             )
         };
         let (t, a) = (Instant::now(), allocations());
-        for _ in 0..calls {
+        for _ in 0..calls_of("bare") {
             let r = bare.call(request(true)).await.unwrap();
             let _ = r.into_body().collect().await.unwrap();
         }
-        let b = per(t, a);
+        let b = per(t, a, calls_of("bare"));
         let (t, a) = (Instant::now(), allocations());
-        for _ in 0..calls {
+        for _ in 0..calls_of("guarded") {
             let r = guarded.call(request(true)).await.unwrap();
             let _ = r.into_body().collect().await.unwrap();
         }
-        (b, per(t, a))
+        (b, per(t, a, calls_of("guarded")))
     })
 }
 

@@ -133,6 +133,11 @@ where
             state: State::before(held, inbound),
         }
     }
+
+    /// A call with no inner service to make it (never, see `ResumeSafety::poll_ready`).
+    pub(super) fn failed() -> Self {
+        Self { state: State::Done }
+    }
 }
 
 /// Where a step leads.

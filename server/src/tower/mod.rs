@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -135,17 +136,46 @@ impl<I> Layer<I> for ResumeSafetyLayer {
 
     fn layer(&self, inner: I) -> Self::Service {
         ResumeSafety {
-            inner,
+            inner: Some(inner),
+            spare: Arc::new(OnceLock::new()),
             guard: self.guard.clone(),
         }
     }
 }
 
 /// A service made resume-safe by [`ResumeSafetyLayer`].
-#[derive(Clone)]
 pub struct ResumeSafety<I> {
-    inner: I,
+    /// The service for the next call (polled ready for it); the call takes it.
+    inner: Option<I>,
+    /// What a service is cloned from once a call took the one here, shared by every clone of
+    /// this service; set by the first call.
+    ///
+    /// A router (axum's) clones the service for each request and drops it after one call: the
+    /// call takes the inner service it was polled ready with, and nothing is cloned for a
+    /// next call that never comes. A service called again clones from here when polled.
+    spare: Arc<OnceLock<Mutex<I>>>,
     guard: SharedGuard,
+}
+
+impl<I: Clone> Clone for ResumeSafety<I> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: match &self.inner {
+                Some(inner) => Some(inner.clone()),
+                None => self.spare_clone(),
+            },
+            spare: self.spare.clone(),
+            guard: self.guard.clone(),
+        }
+    }
+}
+
+impl<I: Clone> ResumeSafety<I> {
+    fn spare_clone(&self) -> Option<I> {
+        let spare = self.spare.get()?;
+        // A clone panicking elsewhere leaves the service as it was.
+        Some(spare.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    }
 }
 
 impl<I> std::fmt::Debug for ResumeSafety<I> {
@@ -178,13 +208,33 @@ where
     type Future = ResponseFuture<I, ReqB, ResB>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        if self.inner.is_none() {
+            self.inner = self.spare_clone();
+        }
+        match &mut self.inner {
+            Some(inner) => inner.poll_ready(cx),
+            // Never: only a call takes the service, and it leaves the spare first. The call
+            // that follows answers an internal error.
+            None => Poll::Ready(Ok(())),
+        }
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        // The service that was polled ready goes with this call; the clone stays for the next.
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
+        // The service that was polled ready goes with this call.
+        let inner = match self.inner.take() {
+            Some(inner) => {
+                if self.spare.get().is_none() {
+                    let _ = self.spare.set(Mutex::new(inner.clone()));
+                }
+                inner
+            }
+            // Called without being polled ready after a call: as with any service called
+            // unready, this one goes as it is.
+            None => match self.spare_clone() {
+                Some(inner) => inner,
+                None => return ResponseFuture::failed(),
+            },
+        };
         let inbound = self.guard.begin(req.method(), req.headers());
         ResponseFuture::new(inbound, inner, req)
     }
@@ -752,5 +802,87 @@ where
                 return Poll::Ready(self.error.take().map(Err));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use http_body_util::Full;
+
+    use super::*;
+    use crate::MemoryStore;
+
+    /// Counts its clones, and the calls made without a ready service.
+    #[derive(Default)]
+    struct Counts {
+        clones: AtomicUsize,
+        unready_calls: AtomicUsize,
+    }
+
+    struct Inner {
+        counts: Arc<Counts>,
+        ready: bool,
+    }
+
+    impl Clone for Inner {
+        fn clone(&self) -> Self {
+            self.counts.clones.fetch_add(1, Ordering::Relaxed);
+            Inner {
+                counts: self.counts.clone(),
+                ready: false,
+            }
+        }
+    }
+
+    impl Service<Request<GuardedRequestBody<Full<Bytes>>>> for Inner {
+        type Response = Response<Full<Bytes>>;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            self.ready = true;
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<GuardedRequestBody<Full<Bytes>>>) -> Self::Future {
+            if !std::mem::take(&mut self.ready) {
+                self.counts.unready_calls.fetch_add(1, Ordering::Relaxed);
+            }
+            std::future::ready(Ok(Response::new(Full::new(Bytes::new()))))
+        }
+    }
+
+    async fn ready_and_call(svc: &mut ResumeSafety<Inner>) {
+        std::future::poll_fn(|cx| svc.poll_ready(cx)).await.unwrap();
+        let req = Request::get("/mcp").body(Full::new(Bytes::new())).unwrap();
+        svc.call(req).await.unwrap();
+    }
+
+    // | a router clones the service per request, polls it ready, calls it once, drops it | the
+    // inner service is cloned once per request (the router's clone), once more ever for the
+    // spare |
+    // | one service polled and called again and again (a connection's) | every call gets a
+    // service polled ready for it |
+    #[tokio::test]
+    async fn a_call_takes_the_inner_service_polled_ready_for_it() {
+        let counts = Arc::new(Counts::default());
+        let inner = Inner {
+            counts: counts.clone(),
+            ready: false,
+        };
+        let layered = ResumeSafetyLayer::new(MemoryStore::default()).layer(inner);
+        for _ in 0..3 {
+            ready_and_call(&mut layered.clone()).await;
+        }
+        assert_eq!(counts.clones.load(Ordering::Relaxed), 3 + 1);
+        let mut svc = layered.clone();
+        for _ in 0..3 {
+            ready_and_call(&mut svc).await;
+        }
+        // The clone, then one from the spare for each call after the first.
+        assert_eq!(counts.clones.load(Ordering::Relaxed), 4 + 1 + 2);
+        assert_eq!(counts.unready_calls.load(Ordering::Relaxed), 0);
     }
 }
