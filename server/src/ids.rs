@@ -130,15 +130,11 @@ impl StreamId {
 
     /// The event id of position `seq`, without an allocation (one is written per event).
     pub(crate) fn event_id_text(self, seq: u64) -> EventIdText {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut text = EventIdText {
             buf: [0; EVENT_ID_MAX],
             len: 17,
         };
-        for (at, byte) in self.0.to_be_bytes().into_iter().enumerate() {
-            text.buf[2 * at] = DIGITS[usize::from(byte >> 4)];
-            text.buf[2 * at + 1] = DIGITS[usize::from(byte & 0xf)];
-        }
+        text.buf[..16].copy_from_slice(&hex(self.0));
         text.buf[16] = b'-';
         let mut scratch = [0; 20];
         let digits = itoa(seq, &mut scratch);
@@ -174,6 +170,21 @@ impl fmt::Display for StreamId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:016x}", self.0)
     }
+}
+
+/// `n` in 16 lower-case hex digits, all at once: each nibble spread to a byte of its own,
+/// then each byte made a digit (`0`-`9`, or `a`-`f` for those that reach 16 once 6 is added;
+/// no byte carries into the next).
+fn hex(n: u64) -> [u8; 16] {
+    const BYTES: u128 = 0x0101_0101_0101_0101_0101_0101_0101_0101;
+    let mut x = u128::from(n);
+    x = (x | (x << 32)) & 0x0000_0000_ffff_ffff_0000_0000_ffff_ffff;
+    x = (x | (x << 16)) & 0x0000_ffff_0000_ffff_0000_ffff_0000_ffff;
+    x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff_00ff_00ff_00ff_00ff;
+    x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f_0f0f_0f0f_0f0f_0f0f;
+    let letters = ((x + 6 * BYTES) >> 4) & BYTES;
+    // Byte `k` holds nibble `k` (the lowest first): big-endian, the highest comes first.
+    (x + u128::from(b'0') * BYTES + letters * u128::from(b'a' - b'0' - 10)).to_be_bytes()
 }
 
 /// Writes `n` in decimal into `buf`, returning the digits (ASCII).
@@ -419,6 +430,14 @@ mod tests {
             StreamId::from_u64(0x0123_4567_89ab_cdef).event_id(u64::MAX),
             "0123456789abcdef-18446744073709551615"
         );
+        // Every nibble value in every place, as `format!` writes them.
+        let mut n = 0x0123_4567_89ab_cdef_u64;
+        for _ in 0..64 {
+            let id = StreamId::from_u64(n).event_id(7);
+            assert_eq!(id, format!("{n:016x}-7"));
+            assert_eq!(Cursor::parse(id.as_bytes()).map(|c| c.stream.0), Some(n));
+            n = n.rotate_left(1) ^ 0x9e37_79b9_7f4a_7c15;
+        }
         for bad in [
             &b"ff-42"[..],
             b"00000000000000ff-",

@@ -601,12 +601,14 @@ impl Outbound {
             }
             BodyPlan::Sse => {
                 drop(w);
-                headers.remove(CONTENT_LENGTH);
+                if crate::wire::has_header(&headers, &CONTENT_LENGTH) {
+                    headers.remove(CONTENT_LENGTH);
+                }
                 self.phase = Phase::Sse {
                     head: Some((status, headers)),
                     pending: BytesMut::new(),
                 };
-                self.release_sse_head(BytesMut::new(), None)
+                self.release_sse_head(&[], None)
             }
         }
     }
@@ -640,17 +642,21 @@ impl Outbound {
                     end: None,
                 }
             }
-            Phase::Sse { .. } => {
-                let mut out = BytesMut::new();
+            Phase::Sse { .. } => REWRITTEN.with_borrow_mut(|out| {
+                out.clear();
                 let flow = {
                     let mut w = self.watch.get();
-                    let flow = w.handle_sse(&mut Locked(&self.core), chunk, &mut out);
+                    let flow = w.handle_sse(&mut Locked(&self.core), chunk, out);
                     drain(&mut w, &mut self.ops);
                     flow
                 };
                 let abort = (flow == SseFlow::Abort).then_some(End::Abort);
-                self.release_sse_head(out, abort)
-            }
+                let step = self.release_sse_head(out, abort);
+                if out.capacity() > REWRITTEN_KEPT {
+                    *out = BytesMut::new();
+                }
+                step
+            }),
             Phase::Done => ToClient::default(),
         }
     }
@@ -725,7 +731,7 @@ impl Outbound {
 
     /// After an SSE step: `out` goes to the client, or is held with the head until the watch
     /// lets the head go (or refuses the resume instead).
-    fn release_sse_head(&mut self, out: BytesMut, end: Option<End>) -> ToClient {
+    fn release_sse_head(&mut self, out: &[u8], end: Option<End>) -> ToClient {
         let Phase::Sse { head, pending } = &mut self.phase else {
             return ToClient::default();
         };
@@ -735,11 +741,12 @@ impl Outbound {
             }
             return ToClient {
                 head: None,
-                body: out.freeze(),
+                // Copied at its size: one allocation, which the bytes own alone.
+                body: Bytes::copy_from_slice(out),
                 end,
             };
         }
-        pending.extend_from_slice(&out);
+        pending.extend_from_slice(out);
         let mut w = self.watch.get();
         if let Some(refusal) = w.take_refusal() {
             drop(w);
@@ -786,6 +793,16 @@ impl Drop for Outbound {
         }
     }
 }
+
+thread_local! {
+    /// Where a chunk of SSE is rewritten before it is copied out at its length. Written in a
+    /// buffer of its own, a chunk took two allocations: the buffer (sized before the length
+    /// is known), and the shared header its bytes need when frozen at less than its capacity.
+    static REWRITTEN: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+}
+
+/// The most [`REWRITTEN`] keeps between chunks: a longer chunk's room is given back.
+const REWRITTEN_KEPT: usize = 64 * 1024;
 
 /// An outbound's watch: its own, or shared with the task renewing a keyed call's lease.
 enum WatchCell {

@@ -178,6 +178,30 @@ fn write_number(n: &serde_json::Number, out: &mut String) {
     }
 }
 
+/// The first value of a header, as `HeaderMap::get` gives it. Most heads hold a few names:
+/// comparing each costs less than hashing the one looked up; a long head is looked up.
+pub(crate) fn first_header<'a>(
+    headers: &'a http::HeaderMap,
+    name: &http::HeaderName,
+) -> Option<&'a http::HeaderValue> {
+    if headers.keys_len() > SHORT_HEAD {
+        return headers.get(name);
+    }
+    // A name's first value comes first.
+    headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+}
+
+/// Whether a header is present; see [`first_header`].
+pub(crate) fn has_header(headers: &http::HeaderMap, name: &http::HeaderName) -> bool {
+    if headers.keys_len() > SHORT_HEAD {
+        return headers.contains_key(name);
+    }
+    headers.keys().any(|n| n == name)
+}
+
+/// Heads up to this many names are searched name by name.
+pub(crate) const SHORT_HEAD: usize = 16;
+
 /// Whether two JSON-RPC ids name the same request: equal, or numbers of one value (an inner
 /// server written in JavaScript echoes an id `1.0` as `1`).
 pub(crate) fn same_id(a: &Value, b: &Value) -> bool {

@@ -154,7 +154,10 @@ const INLINE_ID: usize = 22;
 
 /// An inner server's event id. Most are a few bytes (a counter, `0/3`) and are kept inline:
 /// a stream's log then costs one allocation, not one per event, and forgetting it as few.
-#[derive(Debug, Clone)]
+///
+/// Equal ids are equal values: an id is inline exactly when it is short enough, and the bytes
+/// past an inline id's length are zeros (compared whole, a word at a time).
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum InnerId {
     Inline { len: u8, bytes: [u8; INLINE_ID] },
     Heap(Box<str>),
@@ -174,13 +177,6 @@ impl InnerId {
                 InnerId::Inline { len, bytes }
             }
             _ => InnerId::Heap(id.into()),
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        match self {
-            InnerId::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            InnerId::Heap(id) => id.as_bytes(),
         }
     }
 
@@ -232,6 +228,16 @@ impl Events {
         } else {
             self.more.get(at - few)
         }
+    }
+
+    /// How far from the newest `id` is (0: the newest), when held.
+    fn position_from_back(&self, id: &InnerId) -> Option<usize> {
+        if let Some(back) = self.more.iter().rev().position(|i| i == id) {
+            return Some(back);
+        }
+        let few = &self.inline[..usize::from(self.few)];
+        let back = few.iter().rev().position(|i| i == id)?;
+        Some(self.more.len() + back)
     }
 
     fn iter(&self) -> impl DoubleEndedIterator<Item = &InnerId> {
@@ -411,13 +417,12 @@ impl StreamLog {
 
     /// The position of an inner event id: the one it already has, or the next one.
     fn record(&mut self, inner: &str) -> u64 {
+        let id = InnerId::new(inner);
         let known = match &self.by_inner {
             Some(map) => map.get(inner).copied(),
             None => self
                 .inner
-                .iter()
-                .rev()
-                .position(|i| i.as_bytes() == inner.as_bytes())
+                .position_from_back(&id)
                 .map(|back| self.head() - back as u64),
         };
         if let Some(seq) = known {
@@ -427,7 +432,7 @@ impl StreamLog {
         if let Some(map) = &mut self.by_inner {
             map.insert(inner.into(), seq);
         }
-        self.inner.push_back(InnerId::new(inner));
+        self.inner.push_back(id);
         if self.by_inner.is_none() && self.inner.len() > INDEX_FROM {
             let first = self.first;
             let map = self
@@ -565,6 +570,21 @@ impl Ledger {
     /// Numbers an inner event on `stream`; `None` when the stream was forgotten.
     pub(crate) fn record(&mut self, stream: StreamId, inner: &str) -> Option<u64> {
         self.streams.get_mut(&stream).map(|log| log.record(inner))
+    }
+
+    /// [`Ledger::record`], then the event marks `request` answered by it, in one look-up of
+    /// the stream.
+    pub(crate) fn record_answer(
+        &mut self,
+        stream: StreamId,
+        inner: &str,
+        request: &Value,
+    ) -> Option<u64> {
+        self.streams.get_mut(&stream).map(|log| {
+            let seq = log.record(inner);
+            log.answered(request, seq);
+            seq
+        })
     }
 
     pub(crate) fn answered(&mut self, stream: StreamId, request: &Value, seq: u64) {

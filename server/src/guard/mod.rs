@@ -273,7 +273,7 @@ impl<'a> HeadOf<'a> {
     /// Most requests carry a few headers: their names are compared in one pass, which costs
     /// less than hashing each name looked up; a long head is looked up by name.
     fn read(headers: &'a HeaderMap) -> Self {
-        if headers.keys_len() > 16 {
+        if headers.keys_len() > crate::wire::SHORT_HEAD {
             return Self {
                 session: headers.get(names::SESSION_ID),
                 content_length: headers.get(http::header::CONTENT_LENGTH),

@@ -192,40 +192,43 @@ impl Splitter {
     }
 
     /// Scans `src`, whose first byte is the current block's; says how many bytes the blocks
-    /// given out took, and whether `each` wants more.
+    /// given out took, and whether `each` wants more. One turn per line: its end is searched
+    /// for from where the scan stands, and the line is read or ends the block.
     fn scan(&mut self, src: &[u8], each: &mut impl FnMut(Block<'_>) -> bool) -> (usize, bool) {
         let mut base = 0;
-        while base + self.scanned < src.len() {
+        loop {
             let block = &src[base..];
-            let b = block[self.scanned];
-            self.scanned += 1;
             if self.after_cr {
+                let Some(&b) = block.get(self.scanned) else {
+                    break;
+                };
                 self.after_cr = false;
                 if b == b'\n' {
                     // The `\n` of a `\r\n`: the line already ended at the `\r`.
+                    self.scanned += 1;
                     self.line_start = self.scanned;
                     continue;
                 }
             }
-            if b != b'\n' && b != b'\r' {
-                let rest = scan::find2(b'\n', b'\r', &block[self.scanned..]);
-                self.scanned = match rest {
-                    Some(i) => self.scanned + i,
-                    None => block.len(),
-                };
-                continue;
-            }
-            self.after_cr = b == b'\r';
+            let Some(i) = block
+                .get(self.scanned..)
+                .and_then(|rest| scan::find2(b'\n', b'\r', rest))
+            else {
+                self.scanned = block.len();
+                break;
+            };
+            let end = self.scanned + i;
+            self.scanned = end + 1;
+            self.after_cr = block[end] == b'\r';
             self.has_cr |= self.after_cr;
-            if self.line_start == self.scanned - 1 {
-                let end = self.scanned;
-                let done = self.take_block(&block[..end]);
-                base += end;
+            if self.line_start == end {
+                let done = self.take_block(&block[..end + 1]);
+                base += end + 1;
                 if !each(done) {
                     return (base, false);
                 }
             } else {
-                self.read_field(block);
+                self.read_field(block, end);
                 self.line_start = self.scanned;
             }
         }
@@ -249,41 +252,45 @@ impl Splitter {
         }
     }
 
-    /// Reads the line that just ended (`block[line_start..scanned - 1]`).
-    fn read_field(&mut self, block: &[u8]) {
-        let (line_start, line_end) = (self.line_start, self.scanned - 1);
+    /// Reads the line `block[line_start..line_end]`, whose terminator is at `line_end`. Only
+    /// `id` and `data` matter: a line is one of those when it is the name alone or the name
+    /// and a `:` (the name is what comes before the first `:`, and neither holds one).
+    fn read_field(&mut self, block: &[u8], line_end: usize) {
+        let line_start = self.line_start;
         let line = &block[line_start..line_end];
-        let name = field_name(line);
-        let mut start = line_start + name.len();
-        if block[start..line_end].first() == Some(&b':') {
+        let (is_id, name_len) = match line {
+            [b'i', b'd', b':', ..] | [b'i', b'd'] => (true, 2),
+            [b'd', b'a', b't', b'a', b':', ..] | [b'd', b'a', b't', b'a'] => (false, 4),
+            _ => return,
+        };
+        let mut start = line_start + name_len;
+        if block.get(start) == Some(&b':') && start < line_end {
             start += 1;
-            if block[start..line_end].first() == Some(&b' ') {
+            if start < line_end && block[start] == b' ' {
                 start += 1;
             }
         }
         let value = Field::Span(start, line_end);
-        if name == b"id" {
+        if is_id {
             // With its terminator (a `\n`: a block with a `\r` is not spliced).
-            self.id_lines = (self.id_lines.0 + 1, line_start, self.scanned);
-        }
-        match name {
-            b"id" if !block[start..line_end].contains(&0) => self.id = Some(value),
-            b"data" => {
-                // Joined lines grow in place: each line is copied once, however many follow.
-                let mut joined = match self.data.take() {
-                    None => {
-                        self.data = Some(value);
-                        return;
-                    }
-                    Some(Field::Joined(joined)) => joined,
-                    Some(Field::Span(s, e)) => block[s..e].to_vec(),
-                };
-                joined.push(b'\n');
-                joined.extend_from_slice(&block[start..line_end]);
-                self.data = Some(Field::Joined(joined));
+            self.id_lines = (self.id_lines.0 + 1, line_start, line_end + 1);
+            if !block[start..line_end].contains(&0) {
+                self.id = Some(value);
             }
-            _ => {}
+            return;
         }
+        // Joined lines grow in place: each line is copied once, however many follow.
+        let mut joined = match self.data.take() {
+            None => {
+                self.data = Some(value);
+                return;
+            }
+            Some(Field::Joined(joined)) => joined,
+            Some(Field::Span(s, e)) => block[s..e].to_vec(),
+        };
+        joined.push(b'\n');
+        joined.extend_from_slice(&block[start..line_end]);
+        self.data = Some(Field::Joined(joined));
     }
 }
 

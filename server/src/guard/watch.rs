@@ -530,9 +530,30 @@ impl Watch {
     ) -> SseFlow {
         let mut seq = None;
         let mut id_out = None;
-        if let (Some(inner), Some(n)) = (block.id(), self.numbering.as_mut()) {
+        let inner = block.id();
+        let data = block.data().filter(|d| self.reads_messages(d));
+        let waits = self.waits_for_message();
+        // On a fresh stream, the answer an event carries is marked in the step that numbers
+        // the event (a resumed one checks the number first).
+        let fresh = matches!(
+            self.numbering,
+            Some(Numbering {
+                mode: Mode::Fresh { .. },
+                ..
+            })
+        );
+        let mut answer = None;
+        if let (Some(d), Some(_), true, false) = (data, &inner, fresh, waits) {
+            // Only which request an answer belongs to matters here: read that alone.
+            answer = Some(answered_id(d));
+        }
+        if let (Some(inner), Some(n)) = (inner, self.numbering.as_mut()) {
             let stream = n.stream;
-            let Some(at) = guard.with_guard(|g| g.ledger.record(stream, &inner)) else {
+            let at = guard.with_guard(|g| match &answer {
+                Some(Some(id)) => g.ledger.record_answer(stream, &inner, id),
+                _ => g.ledger.record(stream, &inner),
+            });
+            let Some(at) = at else {
                 // The ledger forgot the stream (evicted, or its session was forgotten): its
                 // ids can no longer be numbered truthfully, and a replay not proven yet never
                 // will be.
@@ -558,13 +579,13 @@ impl Watch {
             id_out = Some(n.stream.event_id_text(at));
         }
         let mut data_out = None;
-        if let Some(data) = block.data().filter(|d| self.reads_messages(d)) {
-            if self.waits_for_message() {
+        if let Some(data) = data {
+            if waits {
                 if let Some(mut message) = parse_data::<Value>(data) {
                     data_out = self.on_message(guard, &mut message, data, seq);
                 }
-            } else if let (Some(n), Some(seq)) = (&self.numbering, seq) {
-                // Only which request an answer belongs to matters here: read that alone.
+            } else if let (Some(n), Some(seq), None) = (&self.numbering, seq, &answer) {
+                // A resumed stream's answer, once its number was checked.
                 if let Some(id) = answered_id(data) {
                     let stream = n.stream;
                     guard.with_guard(|g| g.ledger.answered(stream, &id, seq));
@@ -826,7 +847,7 @@ enum Content {
 }
 
 fn content_type(headers: &HeaderMap) -> Content {
-    let Some(v) = headers.get(CONTENT_TYPE) else {
+    let Some(v) = wire::first_header(headers, &CONTENT_TYPE) else {
         return Content::Other;
     };
     // As most servers write them: no parameters, lower case.
