@@ -14,5 +14,5 @@ function load() {
 // The factory gets the error's details as JSON text, as all JSON crossing the boundary.
 native.setErrorFactory((details) => fromNative(JSON.parse(details)));
 
-export const { NativeClient, NativeBridge, CancelToken, NativeGuard, NativeOutbound, NativeStep } = native;
+export const { NativeClient, NativeBridge, CancelToken, NativeGuard, NativeStep } = native;
 export const bridgeConstants = native.bridgeConstants();

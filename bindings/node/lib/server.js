@@ -5,7 +5,7 @@
 // moves bytes between Node's request/response objects and it.
 import { ServerResponse, validateHeaderName, validateHeaderValue } from "node:http";
 
-import { NativeGuard, NativeOutbound, NativeStep } from "./native.js";
+import { NativeGuard, NativeStep } from "./native.js";
 
 const isPromise = (value) => value !== null && typeof value === "object" && typeof value.then === "function";
 
@@ -33,9 +33,12 @@ const isPromise = (value) => value !== null && typeof value === "object" && type
  */
 export class ResumeSafety {
   #guard;
+  #route;
 
   constructor(options = {}) {
-    this.#guard = new NativeGuard(options);
+    const guard = new NativeGuard(options);
+    this.#guard = guard;
+    this.#route = new Route(guard);
     routeResponses();
   }
 
@@ -88,47 +91,64 @@ export class ResumeSafety {
     // Headers cross to the addon as one string (NUL, which Node refuses in headers, between
     // names and values): one conversion instead of one per name and value. A body a parser
     // in front read already goes with them: one crossing instead of two.
-    const body = req.method === "POST" ? readAlready(req) : undefined;
-    const step = this.#guard.begin(req.method, req.rawHeaders.join("\0"), body);
-    return isPromise(step) ? step.then((s) => act(req, res, next, s)) : act(req, res, next, step);
+    const method = req.method;
+    const body = method === "POST" ? readAlready(req) : undefined;
+    const route = this.#route;
+    const step = this.#guard.begin(method, req.rawHeaders.join("\0"), body);
+    return isPromise(step) ? step.then((s) => act(route, req, res, next, s)) : act(route, req, res, next, step);
+  }
+}
+
+/**
+ * What a guard's responses are routed through: the guard, and what closes the outbound of
+ * a response whose interceptor was collected before the response ended or its client left
+ * (the addon keeps each outbound until then).
+ */
+class Route {
+  constructor(guard) {
+    this.guard = guard;
+    this.collected = new FinalizationRegistry((handle) => guard.close(handle));
   }
 }
 
 /** Does what the guard's step says (see the addon's `Step`). */
-function act(req, res, next, step) {
+function act(route, req, res, next, step) {
   if (step === null) return next();
-  if (step instanceof NativeOutbound) {
-    // Only a client's own Last-Event-ID is ever replaced (a resume's cursor).
-    if (req.headers["last-event-id"] !== undefined) {
-      const lastEventId = step.lastEventId;
-      if (lastEventId !== null) replaceHeader(req, "last-event-id", lastEventId);
-    }
-    intercept(res, step);
+  if (typeof step === "number") {
+    intercept(res, route, step);
     return next();
   }
   if (step instanceof NativeStep) {
     const given = (body) => {
       if (body === undefined) return; // the client left while sending: nothing to forward
       const after = step.body(body);
-      return isPromise(after) ? after.then((s) => act(req, res, next, s)) : act(req, res, next, after);
+      return isPromise(after) ? after.then((s) => act(route, req, res, next, s)) : act(route, req, res, next, after);
     };
     const read = readAlready(req);
     if (read !== undefined) return given(read);
     return readBody(req, step.limit).then(given);
   }
+  if (step.length === 2) {
+    // A resume: forwarded with the inner server's own Last-Event-ID for the client's cursor
+    // (only a client's own Last-Event-ID is ever replaced).
+    if (req.headers["last-event-id"] !== undefined) replaceHeader(req, "last-event-id", step[1]);
+    intercept(res, route, step[0]);
+    return next();
+  }
   return answer(res, step);
 }
 
 /**
- * The body a parser in front of the guard read already (`express.json()`), as bytes: what
- * it parsed. `undefined` when it is still to be read.
+ * The body a parser in front of the guard read already (`express.json()`): its bytes, or
+ * the text of what it parsed (the addon reads its UTF-8). `undefined` when it is still to
+ * be read.
  */
 function readAlready(req) {
-  if (!(req._body || req.readableEnded)) return undefined;
+  if (!(req.readableEnded || req._body)) return undefined;
   const parsed = req.body;
-  if (parsed === undefined) return Buffer.alloc(0);
+  if (parsed === undefined) return "";
   if (Buffer.isBuffer(parsed)) return parsed;
-  return Buffer.from(typeof parsed === "string" ? parsed : JSON.stringify(parsed));
+  return typeof parsed === "string" ? parsed : JSON.stringify(parsed);
 }
 
 /**
@@ -220,6 +240,12 @@ const ABORT = 2;
 
 /** A flat name/value list from the addon's NUL-joined string. */
 const split = (joined) => (joined === "" ? [] : joined.split("\0"));
+
+/**
+ * The guard's head when the addon says it is the head given (`given`, a flat list) with
+ * pairs added after it: a NUL, then those pairs joined by NUL (none: a NUL alone).
+ */
+const added = (given, rest) => (rest.length === 1 ? given : given.concat(rest.slice(1).split("\0")));
 
 /**
  * Sets a flat name/value list on the response, one `setHeader` a name (a name given more than
@@ -346,15 +372,23 @@ function checkReason(reason) {
   if (NOT_FIELD_TEXT.test(reason)) throw nodeError(TypeError, "ERR_INVALID_CHAR", "Invalid character in statusMessage");
 }
 
+/** No bytes (never written to: shared). */
+const EMPTY = Buffer.alloc(0);
+
 function toBuffer(chunk, encoding) {
-  if (chunk === undefined || chunk === null) return Buffer.alloc(0);
+  if (chunk === undefined || chunk === null) return EMPTY;
   if (typeof chunk === "string") return Buffer.from(chunk, encoding ?? "utf8");
   if (Buffer.isBuffer(chunk)) return chunk;
   return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
 }
 
-/** Where a response being routed through the guard keeps its interceptor. */
-const INTERCEPTOR = Symbol("mcp-resume.interceptor");
+/**
+ * The interceptor of each response routed through the guard. Kept beside the responses, not
+ * on them: a property added to a response makes it a new shape for V8, and Express gives
+ * every response a shape of its own (`Object.setPrototypeOf`), so that each addition built a
+ * new hidden class and copied its descriptors, on every request.
+ */
+const routes = new WeakMap();
 
 /** The methods `routeResponses` replaces. */
 const ROUTED = ["writeHead", "write", "end", "flushHeaders", "emit"];
@@ -375,30 +409,30 @@ function routeResponses() {
   const proto = /** @type {any} */ (ServerResponse.prototype);
   real = Object.fromEntries(ROUTED.map((name) => [name, proto[name]]));
   proto.writeHead = function writeHead(status, reason, headers) {
-    const routed = this[INTERCEPTOR];
+    const routed = routes.get(this);
     if (routed === undefined) return real.writeHead.apply(this, arguments);
     routed.writeHead(status, reason, headers);
     return this;
   };
   proto.write = function write(chunk, encoding, callback) {
-    const routed = this[INTERCEPTOR];
+    const routed = routes.get(this);
     if (routed === undefined) return real.write.apply(this, arguments);
     return routed.write(chunk, encoding, callback);
   };
   proto.end = function end(chunk, encoding, callback) {
-    const routed = this[INTERCEPTOR];
+    const routed = routes.get(this);
     if (routed === undefined) return real.end.apply(this, arguments);
     routed.end(chunk, encoding, callback);
     return this;
   };
   proto.flushHeaders = function flushHeaders() {
-    const routed = this[INTERCEPTOR];
+    const routed = routes.get(this);
     if (routed === undefined) return real.flushHeaders.apply(this, arguments);
     routed.flushHeaders();
   };
   proto.emit = function emit(event) {
-    const routed = this[INTERCEPTOR];
-    if (routed !== undefined && routed.holds(event)) {
+    const routed = routes.get(this);
+    if (routed !== undefined && routed.sees(event)) {
       routed.hold(event, Array.prototype.slice.call(arguments, 1));
       return true;
     }
@@ -413,13 +447,14 @@ function routeResponses() {
  * and `error` of the response reach it once it has ended, `res.destroyed` reads false until
  * then, and a handler waiting for `drain` gets it when the client leaves.
  */
-function intercept(res, out) {
+function intercept(res, route, handle) {
   const own = ROUTED.some((name) => Object.hasOwn(res, name));
   // Middleware in front of the guard that put its own methods on this response (compression)
   // keeps them, behind the guard: the guard's are put on the response in front of them, and
   // what the guard sends goes through them. Else Node's own send it.
   const down = own ? Object.fromEntries(ROUTED.map((name) => [name, res[name]])) : real;
-  const routed = new Interceptor(res, out, down);
+  const routed = new Interceptor(res, route, handle, down);
+  route.collected.register(routed, handle, routed);
   if (own) {
     res.writeHead = (status, reason, headers) => {
       routed.writeHead(status, reason, headers);
@@ -432,14 +467,14 @@ function intercept(res, out) {
     };
     res.flushHeaders = () => routed.flushHeaders();
     res.emit = (event, ...args) => {
-      if (routed.holds(event)) {
+      if (routed.sees(event)) {
         routed.hold(event, args);
         return true;
       }
       return down.emit.call(res, event, ...args);
     };
   } else {
-    res[INTERCEPTOR] = routed;
+    routes.set(res, routed);
   }
   if (routed.keyed) {
     // What a handler checks before it writes (the TypeScript SDK's transport, through
@@ -455,29 +490,48 @@ function intercept(res, out) {
         routed.clientGone = value;
       },
     });
-  } else {
-    // The client left (or its response was complete) before the handler ended it: the
-    // outbound is let go without an end, as when the tower skin's client drops its body. An
-    // end here would tell the guard the handler failed, and the stream's requests would read
-    // as lost: the client's resume, which the inner server can still serve, would be refused.
-    res.once("close", () => routed.detach());
   }
 }
 
+/** The interceptors whose pending bytes are pushed at the end of this turn (`pushSoon`). */
+let due = [];
+
+/** Pushes the pending bytes of each interceptor due, at the end of the turn they were written in. */
+function pushDue() {
+  const now = due;
+  due = [];
+  for (const routed of now) {
+    // Pushed already (the handler ended, or more than `PUSH_AT` bytes were written).
+    if (!routed.scheduled) continue;
+    try {
+      routed.pushPending();
+    } catch {
+      // Nobody to throw to at the end of the turn: the response failed (see `run`).
+    }
+  }
+}
+
+/** What `end` pushes when no head is held. */
+const NO_HEAD = [0, null];
+
 /** One response's way through the guard (see `intercept`). */
 class Interceptor {
-  constructor(res, out, down) {
+  constructor(res, route, handle, down) {
     this.res = res;
-    this.out = out;
+    this.route = route;
+    this.guard = route.guard;
+    /** The response's outbound in the addon: odd for a keyed call (see the addon's `Step`). */
+    this.handle = handle;
     /** What sends to the client: Node's methods, or those of middleware in front. */
     this.down = down;
-    this.keyed = out.keyed;
+    this.keyed = handle % 2 === 1;
     this.clientGone = false; // a keyed call's client left (`res.destroyed` as Node set it)
     this.headPushed = false; // the handler's head went to the guard
     this.headSent = false; // the guard let the head go to the client
     // The handler's head, held until what follows it (a flush, body bytes, the end) so that
-    // they cross to the guard together: [status, headers].
+    // they cross to the guard together: [status, headers joined].
     this.heldHead = null;
+    this.givenHead = null; // that head's headers, a flat list (the guard's head may add to it)
     this.flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
     this.finished = false; // the client's response is complete (or aborted)
     this.broken = false; // a step failed: the response was destroyed (see `failed`)
@@ -485,13 +539,13 @@ class Interceptor {
     this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
     this.untouched = false; // body chunks pass unchanged, without crossing to the guard
     this.busy = null; // a step waiting for the store
-    this.backlog = [];
+    this.backlog = null; // the steps queued behind it (an array once there is one)
     this.drainWanted = false;
-    this.deferred = []; // a keyed call's `close`/`error`, held until its handler ended
-    this.endCallbacks = [];
+    this.deferred = null; // a keyed call's `close`/`error`, held until its handler ended
+    this.endCallbacks = null;
     // Bytes written in this turn of the event loop, not yet pushed to the guard: what a
     // handler writes in one turn (a flushed head and the events after it) crosses together.
-    this.pending = [];
+    this.pending = null;
     this.pendingSize = 0;
     this.scheduled = false; // a push of what is pending is due at the end of this turn
   }
@@ -500,14 +554,32 @@ class Interceptor {
     return this.keyed ? this.clientGone : this.res.destroyed;
   }
 
-  /** Whether `event` waits for the handler's end (a keyed call's `close` and `error`). */
-  holds(event) {
-    return this.keyed && !this.innerEnded && (event === "close" || event === "error");
+  /** Lets the outbound go before its end (a keyed call that did not reach it is recorded). */
+  close() {
+    this.guard.close(this.handle);
+    this.letGo();
   }
 
-  /** Holds `event` until the handler ended (see `holds`). */
+  /** The outbound is let go (closed, or its end pushed): collecting this needs no close. */
+  letGo() {
+    this.route.collected.unregister(this);
+  }
+
+  /**
+   * Sees an event of the response before its listeners: whether it waits for the handler's
+   * end (a keyed call's `close` and `error`, then `hold` it). An unkeyed call's `close` lets
+   * the outbound go (see `detach`).
+   */
+  sees(event) {
+    if (event !== "close" && event !== "error") return false;
+    if (this.keyed) return !this.innerEnded;
+    if (event === "close") this.detach();
+    return false;
+  }
+
+  /** Holds `event` until the handler ended (see `sees`). */
   hold(event, args) {
-    this.deferred.push([event, args]);
+    (this.deferred ??= []).push([event, args]);
     if (event === "close") {
       // A gone client never drains: a handler waiting for it to (a write returned false)
       // would wait for ever. What it writes now goes to the guard alone.
@@ -521,24 +593,28 @@ class Interceptor {
   apply(sent) {
     const res = this.res;
     if (this.finished || sent === undefined) return;
+    const gone = this.gone();
     if (!Array.isArray(sent)) {
-      if (!this.gone()) this.down.write.call(res, sent);
+      if (!gone) this.down.write.call(res, sent);
       return;
     }
     const [status, headers, body, end] = sent;
-    if (status !== 0 && !this.gone()) {
-      for (const name of res.getHeaderNames()) res.removeHeader(name);
-      writeHeadOf(res, this.down.writeHead, status, split(headers), this.down === real);
+    if (status !== 0 && !gone) {
+      // The guard's head is the whole head: what was set before and is not in it goes (what
+      // is in it is set again by `writeHead`).
+      const flat = headers.charCodeAt(0) === 0 ? added(this.givenHead, headers) : split(headers);
+      for (const name of res.getHeaderNames()) if (!named(flat, name)) res.removeHeader(name);
+      writeHeadOf(res, this.down.writeHead, status, flat, this.down === real);
       this.headSent = true;
       // Else the head goes with the first body bytes, in one write.
       if (this.flushWanted && body === null && end === 0) this.down.flushHeaders.call(res);
     }
     if (end === COMPLETE) {
       this.finished = true;
-      if (!this.gone()) this.down.end.call(res, body ?? undefined);
+      if (!gone) this.down.end.call(res, body ?? undefined);
       return;
     }
-    if (body !== null && !this.gone()) this.down.write.call(res, body);
+    if (body !== null && !gone) this.down.write.call(res, body);
     if (end === ABORT) {
       this.finished = true;
       res.destroy(new Error("mcp-resume: the guard cut this response short"));
@@ -548,7 +624,7 @@ class Interceptor {
   /** A body chunk through the guard; once it says the body is untouched, none crosses. */
   pushBody(bytes) {
     if (this.untouched) return bytes;
-    const sent = this.out.body(bytes);
+    const sent = this.guard.body(this.handle, bytes);
     if (sent !== true) return sent;
     this.untouched = true;
     return bytes;
@@ -556,9 +632,18 @@ class Interceptor {
 
   settle() {
     // The guard let the response go at its end.
-    if (!this.innerEnded || this.busy !== null || this.backlog.length > 0) return;
-    for (const cb of this.endCallbacks.splice(0)) cb();
-    for (const [event, args] of this.deferred.splice(0)) this.down.emit.call(this.res, event, ...args);
+    if (!this.innerEnded || this.busy !== null || (this.backlog !== null && this.backlog.length > 0)) return;
+    const callbacks = this.endCallbacks;
+    this.endCallbacks = null;
+    if (callbacks !== null) for (const cb of callbacks) cb();
+    this.emitDeferred();
+  }
+
+  /** Emits what was held for the handler's end (see `hold`). */
+  emitDeferred() {
+    const deferred = this.deferred;
+    this.deferred = null;
+    if (deferred !== null) for (const [event, args] of deferred) this.down.emit.call(this.res, event, ...args);
   }
 
   /**
@@ -570,13 +655,13 @@ class Interceptor {
     if (this.broken) return;
     this.broken = true;
     this.busy = null;
-    this.backlog.length = 0;
+    this.backlog = null;
     this.takePending();
     this.finished = true;
     this.innerEnded = true;
-    this.out.close();
+    this.close();
     this.res.destroy(error);
-    for (const [event, args] of this.deferred.splice(0)) this.down.emit.call(this.res, event, ...args);
+    this.emitDeferred();
   }
 
   /** What a step waiting for the store gave: sent, then the steps queued behind it. */
@@ -596,7 +681,7 @@ class Interceptor {
 
   flush() {
     this.busy = null;
-    while (this.backlog.length > 0 && !this.detached) {
+    while (this.backlog !== null && this.backlog.length > 0 && !this.detached) {
       const result = this.backlog.shift()();
       if (isPromise(result)) {
         this.waited(result);
@@ -618,7 +703,7 @@ class Interceptor {
   run(step) {
     if (this.detached) return true;
     if (this.busy !== null) {
-      this.backlog.push(step);
+      (this.backlog ??= []).push(step);
       return false;
     }
     try {
@@ -635,55 +720,49 @@ class Interceptor {
     return true;
   }
 
-  /** Takes the held head: [status, headers], or [0, null] when none is held. */
-  takeHead() {
-    const head = this.heldHead ?? [0, null];
-    this.heldHead = null;
-    return head;
-  }
-
+  /**
+   * The client left (or its response was complete) before the handler ended it: the
+   * outbound is let go without an end, as when the tower skin's client drops its body. An
+   * end here would tell the guard the handler failed, and the stream's requests would read
+   * as lost: the client's resume, which the inner server can still serve, would be refused.
+   */
   detach() {
     if (!this.innerEnded && !this.detached) {
       this.detached = true;
       this.finished = true;
-      this.backlog.length = 0;
+      this.backlog = null;
       this.takePending();
-      this.out.close();
+      this.close();
     }
   }
 
   /** What is pending, as one buffer (`null` when nothing is), leaving nothing. */
   takePending() {
     const pending = this.pending;
-    this.pending = [];
+    this.pending = null;
     this.pendingSize = 0;
     this.scheduled = false;
-    if (pending.length === 0) return null;
+    if (pending === null) return null;
     return pending.length === 1 ? pending[0] : Buffer.concat(pending);
   }
 
   /** Pushes the held head and the pending bytes, in one crossing; false when it had to wait. */
   pushPending() {
     const bytes = this.takePending();
-    if (this.heldHead !== null) {
-      const [status, headers] = this.takeHead();
-      return this.run(() => this.out.push(status, headers, bytes, false));
+    const head = this.heldHead;
+    if (head !== null) {
+      this.heldHead = null;
+      return this.run(() => this.guard.push(this.handle, head[0], head[1], bytes, false));
     }
     return bytes === null || this.run(() => this.pushBody(bytes));
   }
 
-  /** Pushes what is pending at the end of this turn of the event loop. */
+  /** Pushes what is pending at the end of this turn of the event loop (see `pushDue`). */
   pushSoon() {
     if (this.scheduled) return;
     this.scheduled = true;
-    setImmediate(() => {
-      if (!this.scheduled) return;
-      try {
-        this.pushPending();
-      } catch {
-        // Nobody to throw to at the end of the turn: the response failed (see `run`).
-      }
-    });
+    if (due.length === 0) setImmediate(pushDue);
+    due.push(this);
   }
 
   writeHead(status, reason, headers) {
@@ -696,10 +775,11 @@ class Interceptor {
     let given = headers;
     if (typeof reason === "string") checkReason(reason);
     else given ??= reason;
-    const list = headerList(this.res, given).join("\0");
+    const list = headerList(this.res, given);
     this.headPushed = true;
     this.res.statusCode = code;
-    this.heldHead = [code, list];
+    this.heldHead = [code, list.join("\0")];
+    this.givenHead = list;
   }
 
   flushHeaders() {
@@ -724,7 +804,7 @@ class Interceptor {
         // Passes unchanged, without crossing to the guard.
         ok = this.run(() => bytes);
       } else {
-        this.pending.push(bytes);
+        (this.pending ??= []).push(bytes);
         this.pendingSize += bytes.length;
         if (this.pendingSize >= PUSH_AT) ok = this.pushPending();
         else this.pushSoon();
@@ -735,8 +815,8 @@ class Interceptor {
       this.drainWanted = true;
       return false;
     }
-    // The client's own backpressure, when it is still there.
-    return this.gone() || !this.res.writableNeedDrain;
+    // The client's own backpressure, when it is still there (none before anything was sent).
+    return !this.headSent || this.gone() || !this.res.writableNeedDrain;
   }
 
   end(chunk, encoding, callback) {
@@ -745,18 +825,21 @@ class Interceptor {
     if (this.innerEnded) return;
     if (!this.headPushed) this.writeHead(this.res.statusCode);
     const last = toBuffer(chunk, encoding);
-    if (callback) this.endCallbacks.push(callback);
+    if (callback) (this.endCallbacks ??= []).push(callback);
     const pending = this.takePending();
     const bytes = pending === null ? last : last.length === 0 ? pending : Buffer.concat([pending, last]);
-    const [status, headers] = this.takeHead();
+    const head = this.heldHead;
+    this.heldHead = null;
+    const [status, headers] = head ?? NO_HEAD;
     // Ended once the end went to the guard: a push that threw failed the response (`run`).
     if (this.untouched && bytes.length > 0) {
       // The last bytes pass unchanged: sent as they are, not copied through the guard.
       this.run(() => bytes);
-      this.run(() => this.out.push(0, null, null, true));
+      this.run(() => this.guard.push(this.handle, 0, null, null, true));
     } else {
-      this.run(() => this.out.push(status, headers, bytes.length > 0 ? bytes : null, true));
+      this.run(() => this.guard.push(this.handle, status, headers, bytes.length > 0 ? bytes : null, true));
     }
+    this.letGo();
     this.innerEnded = true;
     this.settle();
   }

@@ -7,8 +7,9 @@
 //! does), and otherwise returns a promise resolved on the addon's runtime. The JavaScript
 //! thread never waits on the store.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures::FutureExt;
 use mcp_resume_server::guard::Body;
@@ -52,6 +53,47 @@ pub struct GuardOptions {
 #[napi]
 pub struct NativeGuard {
     guard: SharedGuard,
+    outbounds: Arc<Mutex<Outbounds>>,
+}
+
+/// The responses on their way out, by handle: what `begin` (or a body step) returns for a
+/// forwarded request is a number naming its outbound here, not an object wrapping it (an
+/// object per request, with its finalizer, was work for the collector on every request). The
+/// wrapper lets each go at the response's end (`push` with `end`) or when its client left
+/// (`close`), and closes those it dropped without either when they are collected.
+#[derive(Default)]
+struct Outbounds {
+    /// Handed out so far: a handle is this count doubled, plus 1 for a keyed call. Never
+    /// reused (2^52 handles are exact as JavaScript numbers).
+    count: u64,
+    open: HashMap<u64, Outbound>,
+}
+
+impl Outbounds {
+    fn open(&mut self, out: Outbound) -> f64 {
+        self.count += 1;
+        let handle = self.count * 2 + u64::from(out.is_keyed());
+        self.open.insert(handle, out);
+        handle as f64
+    }
+}
+
+impl Drop for Outbounds {
+    fn drop(&mut self) {
+        for (_, out) in self.open.drain() {
+            drop_on_runtime(Some(out));
+        }
+    }
+}
+
+/// A handle from JavaScript as the key it was handed out under (one that is not a handle
+/// names no outbound).
+fn key(handle: f64) -> u64 {
+    if handle.is_finite() && handle >= 0.0 {
+        handle as u64
+    } else {
+        0
+    }
 }
 
 #[napi]
@@ -61,7 +103,10 @@ impl NativeGuard {
     #[napi(constructor, catch_unwind)]
     pub fn new(env: Env, options: Option<GuardOptions>) -> napi::Result<Self> {
         match build(options) {
-            Ok(guard) => Ok(NativeGuard { guard }),
+            Ok(guard) => Ok(NativeGuard {
+                guard,
+                outbounds: Arc::default(),
+            }),
             Err(Built::Invalid(failure)) => Err(to_js(&env, &failure)),
             Err(Built::Unreachable(message)) => Err(napi::Error::from_reason(message)),
         }
@@ -74,11 +119,12 @@ impl NativeGuard {
     }
 
     /// A request head arrived (`raw_headers`: Node's flat name/value list joined by NUL, see
-    /// [`header_map`]), with its body when it was read already (by a body parser in front):
-    /// the first step (see [`Step`]), or a promise of it when the store must be asked. Given
-    /// here, the body is not asked for: one crossing instead of two.
+    /// [`header_map`]), with its body when it was read already (by a body parser in front:
+    /// its bytes, or its text): the first step (see [`Step`]), or a promise of it when the
+    /// store must be asked. Given here, the body is not asked for: one crossing instead of
+    /// two.
     #[napi(
-        ts_return_type = "null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        ts_return_type = "null | number | [handle: number, lastEventId: string] | NativeStep | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | number | [handle: number, lastEventId: string] | NativeStep | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
         catch_unwind
     )]
     pub fn begin<'env>(
@@ -86,14 +132,19 @@ impl NativeGuard {
         env: &'env Env,
         method: String,
         raw_headers: String,
-        body: Option<BufferSlice<'_>>,
+        body: Option<Either<String, BufferSlice<'_>>>,
     ) -> napi::Result<Either<Step, PromiseRaw<'env, Step>>> {
         let method = http::Method::from_bytes(method.as_bytes())
             .map_err(|_| napi::Error::from_reason("not an HTTP method"))?;
         let headers = header_map(&raw_headers);
         let mut inbound = self.guard.begin(&method, &headers);
+        let outbounds = self.outbounds.clone();
         let Some(body) = body else {
-            return next_step(env, inbound, headers);
+            return next_step(env, inbound, headers, outbounds);
+        };
+        let body: &[u8] = match &body {
+            Either::A(text) => text.as_bytes(),
+            Either::B(bytes) => bytes,
         };
         // The steps before the body need no waiting unless the store is slow: the body is
         // then read where it lies; else a copy of it waits with them.
@@ -105,10 +156,10 @@ impl NativeGuard {
             napi::bindgen_prelude::within_runtime_if_available(|| first.as_mut().now_or_never());
         match ready {
             Some((Next::ReadBody { limit }, mut inbound)) => {
-                inbound.handle_body(body_of(&body, limit), &headers);
-                next_step(env, inbound, headers)
+                inbound.handle_body(body_of(body, limit), &headers);
+                next_step(env, inbound, headers, outbounds)
             }
-            Some((next, inbound)) => Ok(Either::A(step(next, inbound, headers))),
+            Some((next, inbound)) => Ok(Either::A(step(next, inbound, headers, &outbounds))),
             None => {
                 let body = body.to_vec();
                 now_or_promise(env, async move {
@@ -117,10 +168,133 @@ impl NativeGuard {
                         inbound.handle_body(body_of(&body, limit), &headers);
                         next = inbound.next().await;
                     }
-                    step(next, inbound, headers)
+                    step(next, inbound, headers, &outbounds)
                 })
             }
         }
+    }
+
+    /// Steps of the response `handle` names that came together, in one crossing and in this
+    /// order: the head when `status` is not 0 (`headers`: a flat name/value list joined by
+    /// NUL), a body chunk when there is one, and the end of a response the handler ended
+    /// (`end`; the response is let go after it). What they say to send (see [`Sent`]),
+    /// merged, once the store operations of all of them ran.
+    #[napi(
+        ts_return_type = "undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        catch_unwind
+    )]
+    pub fn push<'env>(
+        &self,
+        env: &'env Env,
+        handle: f64,
+        status: u16,
+        headers: Option<String>,
+        chunk: Option<BufferSlice<'_>>,
+        end: bool,
+    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
+        let head = match status {
+            0 => None,
+            status => Some((
+                http::StatusCode::from_u16(status)
+                    .map_err(|_| napi::Error::from_reason("not an HTTP status"))?,
+                header_map(headers.as_deref().unwrap_or_default()),
+            )),
+        };
+        let given = head.as_ref().and(headers);
+        let chunk = chunk.as_deref().filter(|c| !c.is_empty());
+        self.send(
+            env,
+            handle,
+            |out| {
+                let mut sent = ToClient::default();
+                if let Some((status, headers)) = head {
+                    merge(&mut sent, out.handle_head(status, headers));
+                }
+                if let Some(chunk) = chunk {
+                    if sent.end.is_none() {
+                        merge(&mut sent, out.handle_body(chunk));
+                    }
+                }
+                if end && sent.end.is_none() {
+                    merge(&mut sent, out.handle_end(true));
+                }
+                sent
+            },
+            end,
+            given,
+        )
+    }
+
+    /// A chunk of the body of the response `handle` names: what to send, or `true` when the
+    /// chunk passes unchanged (and so will every later one: the body is untouched from here
+    /// on).
+    #[napi(
+        ts_return_type = "true | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        catch_unwind
+    )]
+    pub fn body<'env>(
+        &self,
+        env: &'env Env,
+        handle: f64,
+        chunk: BufferSlice<'_>,
+    ) -> napi::Result<Either<Unchanged, Either<Sent, PromiseRaw<'env, Sent>>>> {
+        let untouched = lock(&self.outbounds)
+            .open
+            .get(&key(handle))
+            .is_some_and(Outbound::is_untouched);
+        if untouched {
+            return Ok(Either::A(Unchanged));
+        }
+        self.send(env, handle, |out| out.handle_body(&chunk), false, None)
+            .map(Either::B)
+    }
+
+    /// Done with the response `handle` names (its client left, or its wrapper failed or was
+    /// collected before its end): a keyed call that did not reach its end is recorded as
+    /// such. Nothing when it was let go already.
+    #[napi(catch_unwind)]
+    pub fn close(&self, handle: f64) {
+        let out = lock(&self.outbounds).open.remove(&key(handle));
+        drop_on_runtime(out);
+    }
+}
+
+impl NativeGuard {
+    /// Runs `step` on the outbound `handle` names (when it is still open; else nothing is
+    /// sent), and its store operations here when they need no waiting, else on the runtime
+    /// before what it sends is handed over. `last`: the response is let go after it.
+    /// `given`: the head this step gave (see [`Sent`]).
+    fn send<'env>(
+        &self,
+        env: &'env Env,
+        handle: f64,
+        step: impl FnOnce(&mut Outbound) -> ToClient,
+        last: bool,
+        given: Option<String>,
+    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
+        let key = key(handle);
+        let mut outbounds = lock(&self.outbounds);
+        let Some(out) = outbounds.open.get_mut(&key) else {
+            // Let go: nothing more goes to the client.
+            return Ok(Either::A(Sent::new(ToClient::default())));
+        };
+        let to_client = step(out);
+        let ops = out.take_ops();
+        let done = if last {
+            outbounds.open.remove(&key)
+        } else {
+            None
+        };
+        drop(outbounds);
+        drop_on_runtime(done);
+        let sent = Sent { to_client, given };
+        if ops.is_empty() {
+            return Ok(Either::A(sent));
+        }
+        now_or_promise(env, async move {
+            ops.run().await;
+            sent
+        })
     }
 }
 
@@ -209,15 +383,19 @@ fn store_failure(err: Error) -> Built {
 
 /// What the wrapper does next with a request, as the plainest JavaScript value that says it
 /// (each object made here is work for the collector on every request): `null`, pass it on;
-/// a `NativeOutbound`, forward it and push its response through; a `NativeStep`, read the
-/// body, then `body`; anything else, a `Sent` to answer with.
+/// a number, forward it and push its response through the outbound that number names (see
+/// [`Outbounds`]; odd for a keyed call); `[handle, lastEventId]`, the same with the
+/// `Last-Event-ID` to forward instead of the client's (a resume); a `NativeStep`, read the
+/// body, then `body`; a four-element array, a `Sent` to answer with.
 pub enum Step {
     /// Forward the request; its response passes untouched.
     Pass,
     /// Read the body (up to `limit`), then `NativeStep::body`.
-    ReadBody(NativeStep),
-    /// Forward the request and push its response through.
-    Forward(NativeOutbound),
+    ReadBody(Box<NativeStep>),
+    /// Forward the request and push its response through the outbound with this handle.
+    Forward(f64),
+    /// As `Forward`, with this `Last-Event-ID` instead of the client's.
+    Resume(f64, String),
     /// Send this; the inner handler never sees the request.
     Answer(Sent),
 }
@@ -228,8 +406,11 @@ impl ToNapiValue for Step {
         unsafe {
             match val {
                 Step::Pass => Null::to_napi_value(env, Null),
-                Step::ReadBody(step) => NativeStep::to_napi_value(env, step),
-                Step::Forward(out) => NativeOutbound::to_napi_value(env, out),
+                Step::ReadBody(step) => NativeStep::to_napi_value(env, *step),
+                Step::Forward(handle) => f64::to_napi_value(env, handle),
+                Step::Resume(handle, last_event_id) => {
+                    ToNapiValue::to_napi_value(env, (handle, last_event_id))
+                }
                 Step::Answer(sent) => Sent::to_napi_value(env, sent),
             }
         }
@@ -241,6 +422,7 @@ impl ToNapiValue for Step {
 pub struct NativeStep {
     limit: u32,
     inbound: Option<(Inbound, http::HeaderMap)>,
+    outbounds: Arc<Mutex<Outbounds>>,
 }
 
 #[napi]
@@ -251,28 +433,29 @@ impl NativeStep {
         self.limit
     }
 
-    /// The body was read: its bytes (past `limit` when it is longer: what was read of it), or
-    /// `null` when nothing of it is given. The next step, or a promise of it.
+    /// The body was read: its bytes (past `limit` when it is longer: what was read of it) or
+    /// its text, or `null` when nothing of it is given. The next step, or a promise of it.
     #[napi(
-        ts_return_type = "null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | NativeOutbound | NativeStep | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
+        ts_return_type = "null | number | [handle: number, lastEventId: string] | NativeStep | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<null | number | [handle: number, lastEventId: string] | NativeStep | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
         catch_unwind
     )]
     pub fn body<'env>(
         &mut self,
         env: &'env Env,
-        data: Option<BufferSlice<'_>>,
+        data: Option<Either<String, BufferSlice<'_>>>,
     ) -> napi::Result<Either<Step, PromiseRaw<'env, Step>>> {
         let Some((mut inbound, headers)) = self.inbound.take() else {
             return Err(napi::Error::from_reason(
                 "this step's body was already given",
             ));
         };
-        let body = match data.as_deref() {
-            Some(bytes) => body_of(bytes, self.limit as usize),
+        let body = match &data {
+            Some(Either::A(text)) => body_of(text.as_bytes(), self.limit as usize),
+            Some(Either::B(bytes)) => body_of(bytes, self.limit as usize),
             None => Body::TooLarge(&[]),
         };
         inbound.handle_body(body, &headers);
-        next_step(env, inbound, headers)
+        next_step(env, inbound, headers, self.outbounds.clone())
     }
 }
 
@@ -281,38 +464,64 @@ fn next_step<'env>(
     env: &'env Env,
     mut inbound: Inbound,
     headers: http::HeaderMap,
+    outbounds: Arc<Mutex<Outbounds>>,
 ) -> napi::Result<Either<Step, PromiseRaw<'env, Step>>> {
     now_or_promise(env, async move {
         let next = inbound.next().await;
-        step(next, inbound, headers)
+        step(next, inbound, headers, &outbounds)
     })
 }
 
-fn step(next: Next, inbound: Inbound, headers: http::HeaderMap) -> Step {
+fn step(
+    next: Next,
+    inbound: Inbound,
+    headers: http::HeaderMap,
+    outbounds: &Arc<Mutex<Outbounds>>,
+) -> Step {
     match next {
-        Next::ReadBody { limit } => Step::ReadBody(NativeStep {
+        Next::ReadBody { limit } => Step::ReadBody(Box::new(NativeStep {
             limit: u32::try_from(limit).unwrap_or(u32::MAX),
             inbound: Some((inbound, headers)),
-        }),
+            outbounds: outbounds.clone(),
+        })),
         Next::Pass => Step::Pass,
-        Next::Forward(out) => Step::Forward(NativeOutbound {
-            keyed: out.is_keyed(),
-            last_event_id: out
+        Next::Forward(out) => {
+            let last_event_id = out
                 .last_event_id()
                 .and_then(|v| v.to_str().ok())
-                .map(str::to_owned),
-            inner: Mutex::new(Some(out)),
-        }),
-        Next::Answer(answer) => Step::Answer(Sent(skin::answer_to_client(answer))),
+                .map(str::to_owned);
+            let handle = lock(outbounds).open(out);
+            match last_event_id {
+                Some(last_event_id) => Step::Resume(handle, last_event_id),
+                None => Step::Forward(handle),
+            }
+        }
+        Next::Answer(answer) => Step::Answer(Sent::new(skin::answer_to_client(answer))),
     }
 }
 
 /// What to send the client now, as plain values: `undefined`, nothing yet; a string (UTF-8
 /// text) or a `Buffer` (other bytes), body bytes; `true`, the chunk just given, unchanged
 /// (sent without a copy); otherwise the array `[status, headers, body, end]`: the head when
-/// `status` is not 0 (`headers`: a flat name/value list joined by NUL), body bytes or
-/// `null`, and how the response ends (0: it goes on, 1: complete, 2: abort).
-pub struct Sent(ToClient);
+/// `status` is not 0, body bytes or `null`, and how the response ends (0: it goes on, 1:
+/// complete, 2: abort). `headers` is the flat name/value list joined by NUL; or, when it is
+/// the head given in the same step with pairs added after it (the guard's own headers), a
+/// NUL and the added pairs only (a NUL alone: the head given, unchanged), so that the head
+/// does not cross back whole.
+pub struct Sent {
+    to_client: ToClient,
+    /// The head given in the step that sent this, as it crossed (see [`head_text`]).
+    given: Option<String>,
+}
+
+impl Sent {
+    fn new(to_client: ToClient) -> Self {
+        Sent {
+            to_client,
+            given: None,
+        }
+    }
+}
 
 /// The chunk just given passes unchanged.
 pub struct Unchanged;
@@ -321,7 +530,7 @@ impl ToNapiValue for Sent {
     unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> napi::Result<sys::napi_value> {
         let ToClient {
             head, body, end, ..
-        } = val.0;
+        } = val.to_client;
         let js = Env::from_raw(env);
         // Text (SSE, JSON) as a string, which lives on the engine's heap; other bytes copied
         // into a Buffer. Either way no external memory, whose finalizers and accounting
@@ -344,7 +553,10 @@ impl ToNapiValue for Sent {
                 };
             }
             let (status, headers) = match head {
-                Some((status, headers)) => (status.as_u16(), Some(joined(&headers))),
+                Some((status, headers)) => (
+                    status.as_u16(),
+                    Some(head_text(&headers, val.given.as_deref())),
+                ),
                 None => (0, None),
             };
             let end: u32 = match end {
@@ -361,147 +573,6 @@ impl ToNapiValue for Unchanged {
     unsafe fn to_napi_value(env: sys::napi_env, _: Self) -> napi::Result<sys::napi_value> {
         // SAFETY: a boolean on the environment napi handed over.
         unsafe { bool::to_napi_value(env, true) }
-    }
-}
-
-/// One response on its way out: push the inner handler's head, body chunks and end (what
-/// came together in one `push`; a body chunk alone with `body`); each returns what to send
-/// (a [`Sent`]), or a promise of it when the store must be written first. Once ended, the
-/// response's state is let go.
-#[napi]
-pub struct NativeOutbound {
-    inner: Mutex<Option<Outbound>>,
-    keyed: bool,
-    last_event_id: Option<String>,
-}
-
-impl NativeOutbound {
-    fn with<R>(&self, f: impl FnOnce(&mut Outbound) -> R) -> Option<R> {
-        lock(&self.inner).as_mut().map(f)
-    }
-
-    fn send<'env>(
-        &self,
-        env: &'env Env,
-        step: impl FnOnce(&mut Outbound) -> ToClient,
-        last: bool,
-    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        let mut inner = lock(&self.inner);
-        let Some(out) = inner.as_mut() else {
-            // Finished: nothing more goes to the client.
-            return Ok(Either::A(Sent(ToClient::default())));
-        };
-        let to_client = step(out);
-        let ops = out.take_ops();
-        if last {
-            drop_on_runtime(inner.take());
-        }
-        drop(inner);
-        if ops.is_empty() {
-            return Ok(Either::A(Sent(to_client)));
-        }
-        now_or_promise(env, async move {
-            ops.run().await;
-            Sent(to_client)
-        })
-    }
-}
-
-#[napi]
-impl NativeOutbound {
-    /// A chunk of the inner handler's body: what to send, or `true` when the chunk passes
-    /// unchanged (and so will every later one: the body is untouched from here on).
-    #[napi(
-        ts_return_type = "true | undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
-        catch_unwind
-    )]
-    pub fn body<'env>(
-        &self,
-        env: &'env Env,
-        chunk: BufferSlice<'_>,
-    ) -> napi::Result<Either<Unchanged, Either<Sent, PromiseRaw<'env, Sent>>>> {
-        if self.with(|out| out.is_untouched()) == Some(true) {
-            return Ok(Either::A(Unchanged));
-        }
-        self.send(env, |out| out.handle_body(&chunk), false)
-            .map(Either::B)
-    }
-
-    /// Steps that came together, in one crossing and in this order: the head when `status`
-    /// is not 0 (`headers`: a flat name/value list joined by NUL), a body chunk when there is one, and the end of a
-    /// response the handler ended (`end`; the response is finished after it). What they
-    /// say to send, merged, once the store operations of all of them ran.
-    #[napi(
-        ts_return_type = "undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number] | Promise<undefined | string | Buffer | [status: number, headers: string | null, body: string | Buffer | null, end: number]>",
-        catch_unwind
-    )]
-    pub fn push<'env>(
-        &self,
-        env: &'env Env,
-        status: u16,
-        headers: Option<String>,
-        chunk: Option<BufferSlice<'_>>,
-        end: bool,
-    ) -> napi::Result<Either<Sent, PromiseRaw<'env, Sent>>> {
-        let head = match status {
-            0 => None,
-            status => Some((
-                http::StatusCode::from_u16(status)
-                    .map_err(|_| napi::Error::from_reason("not an HTTP status"))?,
-                header_map(headers.as_deref().unwrap_or_default()),
-            )),
-        };
-        let chunk = chunk.as_deref().filter(|c| !c.is_empty());
-        self.send(
-            env,
-            |out| {
-                let mut sent = ToClient::default();
-                if let Some((status, headers)) = head {
-                    merge(&mut sent, out.handle_head(status, headers));
-                }
-                if let Some(chunk) = chunk {
-                    if sent.end.is_none() {
-                        merge(&mut sent, out.handle_body(chunk));
-                    }
-                }
-                if end && sent.end.is_none() {
-                    merge(&mut sent, out.handle_end(true));
-                }
-                sent
-            },
-            end,
-        )
-    }
-
-    /// The `Last-Event-ID` to forward instead of the client's (a resume).
-    #[napi(getter, catch_unwind)]
-    pub fn last_event_id(&self) -> Option<String> {
-        self.last_event_id.clone()
-    }
-
-    /// Whether the inner handler must run to its end even if the client has gone (a keyed
-    /// call whose answer is not stored yet).
-    #[napi(getter, catch_unwind)]
-    pub fn must_drain(&self) -> bool {
-        self.with(|out| out.must_drain()).unwrap_or(false)
-    }
-
-    /// Whether the call is keyed: the client's leaving must not reach the inner handler.
-    #[napi(getter, catch_unwind)]
-    pub fn keyed(&self) -> bool {
-        self.keyed
-    }
-
-    /// Done with it: a keyed call that did not reach its end is recorded as such.
-    #[napi(catch_unwind)]
-    pub fn close(&self) {
-        drop_on_runtime(lock(&self.inner).take());
-    }
-}
-
-impl Drop for NativeOutbound {
-    fn drop(&mut self) {
-        drop_on_runtime(lock(&self.inner).take());
     }
 }
 
@@ -574,6 +645,24 @@ fn header_map(raw: &str) -> http::HeaderMap {
             .chunks_exact(2)
             .map(|pair| (pair[0].as_bytes(), pair[1].as_bytes())),
     )
+}
+
+/// A head to send as [`Sent`] gives it: relative to the head `given` when it is that head
+/// with pairs added after it.
+fn head_text(headers: &http::HeaderMap, given: Option<&str>) -> String {
+    let all = joined(headers);
+    if let Some(rest) = given
+        .filter(|given| !given.is_empty())
+        .and_then(|given| all.strip_prefix(given))
+    {
+        if rest.is_empty() {
+            return "\0".to_owned();
+        }
+        if rest.starts_with('\0') {
+            return rest.to_owned();
+        }
+    }
+    all
 }
 
 /// Headers as Node's flat name/value list joined by NUL.
