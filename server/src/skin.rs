@@ -707,7 +707,7 @@ impl Outbound {
                 }
             }
             Phase::Sse { head, mut pending } => {
-                w.handle_end(&mut self.core.guard(), clean, &mut pending);
+                w.handle_end_with(&mut Locked(&self.core), clean, &mut pending);
                 drain(&mut w, &mut self.ops);
                 let head = match head {
                     None => None,

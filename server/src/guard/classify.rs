@@ -10,7 +10,7 @@ use super::answer::Answer;
 use super::idempotency::{self, KeyFound};
 use super::ledger::RequestIds;
 use super::records::Claim;
-use super::{scan, Plan};
+use super::{scan, KeyedPlan, Plan};
 use crate::ids::{ClaimToken, IdempotencyKey};
 use crate::wire::{self, names};
 
@@ -18,11 +18,11 @@ use crate::wire::{self, names};
 /// the caller draws the real one).
 fn keyed_plan(id: Value, key: IdempotencyKey, name: &str, args: &Value, lease: Duration) -> Plan {
     let digest = wire::arguments_digest(name, args);
-    Plan::Keyed {
+    Plan::Keyed(Box::new(KeyedPlan {
         requests: RequestIds::one(id.clone()),
         id,
         claim: Claim::new(key, digest, ClaimToken::from_stored(""), lease),
-    }
+    }))
 }
 
 /// Reads a POST body: what it asks, as far as the rules care; `Err` is a refusal (a keyed

@@ -409,15 +409,20 @@ enum Plan {
     /// 2026-07-28 `server/discover`.
     Discover { id: Value },
     /// A keyed `tools/call`; `claimed` once the claim was granted.
-    Keyed {
-        id: Value,
-        claim: Claim,
-        requests: RequestIds,
-    },
+    Keyed(Box<KeyedPlan>),
     /// A GET with `Last-Event-ID`.
     Resume { cursor: Option<Cursor> },
     /// A DELETE of the session.
     Delete,
+}
+
+/// A keyed `tools/call`: boxed in its plan, which every request's exchange holds (most hold
+/// none, and move the exchange a few times).
+#[derive(Debug)]
+struct KeyedPlan {
+    id: Value,
+    claim: Claim,
+    requests: RequestIds,
 }
 
 impl Exchange {
@@ -464,15 +469,11 @@ impl Exchange {
         ) {
             Ok(plan) => guard.with_guard(|g| {
                 self.plan = match plan {
-                    Plan::Keyed {
-                        id,
-                        claim,
-                        requests,
-                    } => {
+                    Plan::Keyed(mut keyed) => {
                         let claim = match &g.config.key_scope {
-                            None => claim,
+                            None => keyed.claim,
                             Some(name) => match headers.get(name).filter(|v| !v.is_empty()) {
-                                Some(scope) => claim.within(scope.as_bytes()),
+                                Some(scope) => keyed.claim.within(scope.as_bytes()),
                                 None => {
                                     // Unscoped, it would share its record with every
                                     // client's key of the same text.
@@ -485,11 +486,8 @@ impl Exchange {
                                 }
                             },
                         };
-                        Plan::Keyed {
-                            id,
-                            claim: claim.with_token(g.token()),
-                            requests,
-                        }
+                        keyed.claim = claim.with_token(g.token());
+                        Plan::Keyed(keyed)
                     }
                     other => other,
                 };
@@ -520,7 +518,8 @@ impl Exchange {
                     self.next = Some(Step::Answer(answer));
                     return;
                 }
-                Plan::Keyed { id, .. } => {
+                Plan::Keyed(keyed) => {
+                    let id = &keyed.id;
                     // Run without the session's hash, its answer would be stored and sent
                     // unstamped, and the client would refuse a call that ran: refused before
                     // anything is claimed, as when the claim fails.
@@ -540,14 +539,14 @@ impl Exchange {
         guard: &mut Guard,
         outcome: Result<ClaimOutcome, StoreUnavailable>,
     ) {
-        let Plan::Keyed {
+        let Plan::Keyed(keyed) = std::mem::replace(&mut self.plan, Plan::Pass) else {
+            return;
+        };
+        let KeyedPlan {
             id,
             claim,
             requests,
-        } = std::mem::replace(&mut self.plan, Plan::Pass)
-        else {
-            return;
-        };
+        } = *keyed;
         let hash = self.record.as_ref().map(|r| r.hash().clone());
         let outcome = match outcome {
             Ok(o) => o,
@@ -666,12 +665,9 @@ impl Exchange {
                 };
                 self.forward(None, Watch::new(kind, None, None, max));
             }
-            keyed @ Plan::Keyed { .. } => {
-                let Plan::Keyed { claim, .. } = &keyed else {
-                    return;
-                };
-                self.next = Some(Step::Store(StoreOp::Claim(claim.clone())));
-                self.plan = keyed;
+            Plan::Keyed(keyed) => {
+                self.next = Some(Step::Store(StoreOp::Claim(keyed.claim.clone())));
+                self.plan = Plan::Keyed(keyed);
             }
             Plan::Resume { cursor } => self.resume(guard, cursor),
             Plan::Delete => {

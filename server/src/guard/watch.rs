@@ -499,13 +499,25 @@ impl Watch {
     /// The body ended: `clean` unless the inner server failed it. Anything held goes to
     /// `out`.
     pub fn handle_end(&mut self, guard: &mut Guard, clean: bool, out: &mut BytesMut) {
+        self.handle_end_with(guard, clean, out);
+    }
+
+    /// [`Watch::handle_end`], reaching the guard only when the end changes what it
+    /// remembers (most ends leave it as it is).
+    pub(crate) fn handle_end_with(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        clean: bool,
+        out: &mut BytesMut,
+    ) {
         if let Some(splitter) = self.splitter.as_mut() {
             // An incomplete last block is not an event; its bytes pass as they came.
             out.extend_from_slice(&splitter.remainder());
         }
         if !clean {
             if let Some(n) = &self.numbering {
-                guard.ledger.lose_running(n.stream);
+                let stream = n.stream;
+                guard.with_guard(|g| g.ledger.lose_running(stream));
             }
         }
         if self

@@ -140,17 +140,6 @@ where
     }
 }
 
-/// Where a step leads.
-// Made and taken within one poll, never stored: its size costs a move, not memory.
-#[allow(clippy::large_enum_variant)]
-enum Then<I, ReqB, ResB>
-where
-    I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>>,
-{
-    Go(State<I, ReqB, ResB>),
-    Answer(Response<GuardedBody<ResB>>),
-}
-
 impl<I, ReqB, ResB> Future for ResponseFuture<I, ReqB, ResB>
 where
     I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
@@ -163,10 +152,12 @@ where
 {
     type Output = Result<Response<GuardedBody<ResB>>, I::Error>;
 
+    // Each way out of a state sets the next one in place: a state is most of this future's
+    // size, and is moved once per step that way.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.project().state;
         loop {
-            let then = match state.as_mut().project() {
+            match state.as_mut().project() {
                 StateProj::Before {
                     held,
                     inbound,
@@ -183,23 +174,26 @@ where
                     match i.next_now() {
                         Some(Next::ReadBody { limit }) => {
                             *reading = Some(Reading::new(limit));
-                            continue;
                         }
-                        Some(next) => match held.take() {
-                            Some(h) => on_next(h, next),
-                            None => return Poll::Ready(Ok(answer_response(Answer::internal()))),
-                        },
+                        Some(next) => {
+                            let Some(h) = held.take() else {
+                                return Poll::Ready(Ok(answer_response(Answer::internal())));
+                            };
+                            if let Some(answer) = on_next(state.as_mut(), h, next) {
+                                return Poll::Ready(Ok(answer));
+                            }
+                        }
                         None => {
                             let (Some(h), Some(mut inbound)) = (held.take(), inbound.take()) else {
                                 return Poll::Ready(Ok(answer_response(Answer::internal())));
                             };
-                            Then::Go(State::Store {
+                            state.set(State::Store {
                                 held: Some(h),
                                 next: Box::pin(async move {
                                     let next = inbound.next().await;
                                     (inbound, next)
                                 }),
-                            })
+                            });
                         }
                     }
                 }
@@ -209,12 +203,16 @@ where
                         return Poll::Ready(Ok(answer_response(Answer::internal())));
                     };
                     match next {
-                        Next::ReadBody { limit } => Then::Go(State::Before {
+                        Next::ReadBody { limit } => state.set(State::Before {
                             held: Some(h),
                             inbound: Some(inbound),
                             reading: Some(Reading::new(limit)),
                         }),
-                        next => on_next(h, next),
+                        next => {
+                            if let Some(answer) = on_next(state.as_mut(), h, next) {
+                                return Poll::Ready(Ok(answer));
+                            }
+                        }
                     }
                 }
                 StateProj::Calling { call, out } => {
@@ -223,15 +221,19 @@ where
                         return Poll::Ready(Ok(answer_response(Answer::internal())));
                     };
                     match respond_or_gather(resp, out) {
-                        Ok(resp) => Then::Answer(resp),
-                        Err(rest) => Then::Go(State::Boxed {
+                        Ok(resp) => {
+                            state.set(State::Done);
+                            return Poll::Ready(Ok(resp));
+                        }
+                        Err(rest) => state.set(State::Boxed {
                             fut: Box::pin(async move { Ok(rest.await) }),
                         }),
                     }
                 }
                 StateProj::Passing { call } => {
                     let resp = ready!(call.poll(cx))?;
-                    Then::Answer(resp.map(GuardedBody::untouched))
+                    state.set(State::Done);
+                    return Poll::Ready(Ok(resp.map(GuardedBody::untouched)));
                 }
                 StateProj::Boxed { fut } => {
                     let out = ready!(fut.as_mut().poll(cx));
@@ -241,20 +243,18 @@ where
                 StateProj::Done => {
                     return Poll::Ready(Ok(answer_response(Answer::internal())));
                 }
-            };
-            match then {
-                Then::Go(next) => state.set(next),
-                Then::Answer(resp) => {
-                    state.set(State::Done);
-                    return Poll::Ready(Ok(resp));
-                }
             }
         }
     }
 }
 
-/// Where a final step (not [`Next::ReadBody`]) leads a request not forwarded yet.
-fn on_next<I, ReqB, ResB>(mut h: Held<I, ReqB>, next: Next) -> Then<I, ReqB, ResB>
+/// Where a final step (not [`Next::ReadBody`]) leads a request not forwarded yet: the state
+/// it is in next, or the response when the guard answers it.
+fn on_next<I, ReqB, ResB>(
+    mut state: Pin<&mut State<I, ReqB, ResB>>,
+    mut h: Held<I, ReqB>,
+    next: Next,
+) -> Option<Response<GuardedBody<ResB>>>
 where
     I: Service<Request<GuardedRequestBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
     I::Future: Send + 'static,
@@ -268,7 +268,7 @@ where
         // `ReadBody` is taken where the request is held; were it here, the request passes.
         Next::Pass | Next::ReadBody { .. } => {
             let call = h.inner.call(Request::from_parts(h.parts, h.body));
-            Then::Go(State::Passing { call })
+            state.set(State::Passing { call });
         }
         Next::Forward(out) => {
             if let Some(id) = out.last_event_id() {
@@ -278,19 +278,23 @@ where
             }
             let req = Request::from_parts(h.parts, h.body);
             if out.must_drain() {
-                Then::Go(State::Boxed {
+                state.set(State::Boxed {
                     fut: Box::pin(keyed(h.inner, req, out)),
-                })
+                });
             } else {
                 let call = h.inner.call(req);
-                Then::Go(State::Calling {
+                state.set(State::Calling {
                     call,
                     out: Some(out),
-                })
+                });
             }
         }
-        Next::Answer(answer) => Then::Answer(answer_response(answer)),
+        Next::Answer(answer) => {
+            state.set(State::Done);
+            return Some(answer_response(answer));
+        }
     }
+    None
 }
 
 impl<I, ReqB, ResB> State<I, ReqB, ResB>

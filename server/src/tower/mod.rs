@@ -617,7 +617,8 @@ enum Kind<B> {
         prefix: Option<Bytes>,
         error: Option<BoxError>,
     },
-    /// An SSE stream rewritten as it passes.
+    /// An SSE stream rewritten as it passes. Boxed: inline, it made every response that
+    /// carries this body longer to move (counted: more than the allocation costs).
     Driven(Box<Driven<B>>),
     /// A keyed call's stream, fed by the task that owns the call.
     Channel(mpsc::Receiver<Result<Bytes, BoxError>>),
