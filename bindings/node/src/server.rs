@@ -635,16 +635,14 @@ where
 /// Node refuses NUL in header names and values, in both directions; were one there anyway,
 /// the pairs would shift and the guard would read headers that are not there, nothing worse.
 fn header_map(raw: &str) -> http::HeaderMap {
-    let parts: Vec<&str> = if raw.is_empty() {
-        Vec::new()
-    } else {
-        raw.split('\0').collect()
-    };
-    skin::header_map(
-        parts
-            .chunks_exact(2)
-            .map(|pair| (pair[0].as_bytes(), pair[1].as_bytes())),
-    )
+    // Pair by pair as they are split (an empty string has none: its one part pairs with
+    // nothing), without collecting the parts first.
+    let mut parts = raw.split('\0');
+    skin::header_map(std::iter::from_fn(|| {
+        let name = parts.next()?;
+        let value = parts.next()?;
+        Some((name.as_bytes(), value.as_bytes()))
+    }))
 }
 
 /// A head to send as [`Sent`] gives it: relative to the head `given` when it is that head
@@ -667,7 +665,11 @@ fn head_text(headers: &http::HeaderMap, given: Option<&str>) -> String {
 
 /// Headers as Node's flat name/value list joined by NUL.
 fn joined(headers: &http::HeaderMap) -> String {
-    let mut out = String::new();
+    let size = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 2)
+        .sum();
+    let mut out = String::with_capacity(size);
     for (name, value) in headers {
         if !out.is_empty() {
             out.push('\0');
