@@ -409,7 +409,23 @@ impl ClaimToken {
 pub struct InvalidId(&'static str);
 
 fn visible_ascii(bytes: &[u8]) -> bool {
-    bytes.iter().all(|b| (0x21..=0x7e).contains(b))
+    // A word at a time: no byte under 0x21 (its subtraction borrows into the high bit of a
+    // byte whose high bit was clear), none over 0x7e (adding 1 reaches the high bit, or it
+    // was set). A flag set falsely needs a true one below it, so the words' verdict is exact.
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        let mut w = [0; 8];
+        w.copy_from_slice(word);
+        let w = u64::from_le_bytes(w);
+        let under = w.wrapping_sub(0x21 * LO) & !w;
+        let over = w.wrapping_add(LO) | w;
+        if (under | over) & HI != 0 {
+            return false;
+        }
+    }
+    words.remainder().iter().all(|b| (0x21..=0x7e).contains(b))
 }
 
 #[cfg(test)]
@@ -430,6 +446,26 @@ mod tests {
             StreamId::from_u64(0x0123_4567_89ab_cdef).event_id(u64::MAX),
             "0123456789abcdef-18446744073709551615"
         );
+        // Every byte value in every place of a word, and lengths past a word.
+        let plain = |b: &[u8]| b.iter().all(|b| (0x21..=0x7e).contains(b));
+        for len in [1, 7, 8, 9, 16, 36] {
+            for at in 0..len {
+                for byte in 0..=255u8 {
+                    let mut v = vec![b'a'; len];
+                    v[at] = byte;
+                    assert_eq!(visible_ascii(&v), plain(&v), "{v:?}");
+                }
+            }
+        }
+        let edges = [0, 0x20, 0x21, 0x22, 0x7d, 0x7e, 0x7f, 0x80, 0xff];
+        for (i, j) in (0..8).flat_map(|i| (0..8).map(move |j| (i, j))) {
+            for (&x, &y) in edges.iter().flat_map(|x| edges.iter().map(move |y| (x, y))) {
+                let mut v = vec![b'a'; 8];
+                v[i] = x;
+                v[j] = y;
+                assert_eq!(visible_ascii(&v), plain(&v), "{v:?}");
+            }
+        }
         // Every nibble value in every place, as `format!` writes them.
         let mut n = 0x0123_4567_89ab_cdef_u64;
         for _ in 0..64 {

@@ -3,6 +3,7 @@
 //! ids and the requests answered on it. Everything is bounded; what is evicted is gone, and a
 //! resume that needs it is refused (`event_gap`), never replayed on trust.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 
 use rustc_hash::FxHashMap;
@@ -47,19 +48,51 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
     }
 
     pub(crate) fn insert(&mut self, k: K, v: V) {
-        if let Some(slot) = self.map.get_mut(&k) {
-            slot.value = v;
-            slot.used = self.tick;
-            return;
+        // One look-up per key: the new key's entry, each candidate's for eviction.
+        if self.map.len() >= self.capacity {
+            if let Some(slot) = self.map.get_mut(&k) {
+                slot.value = v;
+                slot.used = self.tick;
+                return;
+            }
+            // Room is made before the new entry is queued: it is never the one evicted.
+            self.evict();
         }
-        // Room is made before the new entry is queued: it is never the one evicted.
+        let slot = match self.map.entry(k) {
+            Entry::Occupied(mut held) => {
+                let slot = held.get_mut();
+                slot.value = v;
+                slot.used = self.tick;
+                return;
+            }
+            Entry::Vacant(slot) => slot,
+        };
+        self.tick += 1;
+        let tick = self.tick;
+        self.order.push_back((slot.key().clone(), tick));
+        slot.insert(Slot {
+            value: v,
+            queued: tick,
+            used: tick,
+        });
+        // Stale keys linger in `order`; compact once they are most of it.
+        if self.order.len() > 2 * self.capacity {
+            let map = &self.map;
+            self.order
+                .retain(|(k, stamp)| map.get(k).is_some_and(|s| s.queued == *stamp));
+        }
+    }
+
+    /// Evicts until there is room for one more entry.
+    fn evict(&mut self) {
         while self.map.len() >= self.capacity {
             let Some((old, stamp)) = self.order.pop_front() else {
                 break;
             };
-            let Some(slot) = self.map.get_mut(&old) else {
+            let Entry::Occupied(mut held) = self.map.entry(old) else {
                 continue;
             };
+            let slot = held.get_mut();
             if slot.queued != stamp {
                 continue;
             }
@@ -69,27 +102,10 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
                 // loop ends.
                 slot.queued = self.tick;
                 slot.used = self.tick;
-                self.order.push_back((old, self.tick));
+                self.order.push_back((held.key().clone(), self.tick));
                 continue;
             }
-            self.map.remove(&old);
-        }
-        self.tick += 1;
-        let tick = self.tick;
-        self.order.push_back((k.clone(), tick));
-        self.map.insert(
-            k,
-            Slot {
-                value: v,
-                queued: tick,
-                used: tick,
-            },
-        );
-        // Stale keys linger in `order`; compact once they are most of it.
-        if self.order.len() > 2 * self.capacity {
-            let map = &self.map;
-            self.order
-                .retain(|(k, stamp)| map.get(k).is_some_and(|s| s.queued == *stamp));
+            held.remove();
         }
     }
 
@@ -362,8 +378,10 @@ pub(crate) struct StreamLog {
     inner: Events,
     first: u64,
     /// An index of `inner`, built once a stream is long enough for a scan to cost more than
-    /// the map (most streams carry two or three events).
-    by_inner: Option<HashMap<Box<str>, u64>>,
+    /// the map (most streams carry two or three events). Boxed: a log is moved into the
+    /// ledger and out when evicted, and most never build one.
+    #[allow(clippy::box_collection)]
+    by_inner: Option<Box<HashMap<Box<str>, u64>>>,
     max_events: usize,
     requests: Requests,
     /// The stream passed something the guard could not number (a block over the bound):
@@ -441,7 +459,7 @@ impl StreamLog {
                 .enumerate()
                 .map(|(at, i)| (i.as_str().into(), first + at as u64))
                 .collect();
-            self.by_inner = Some(map);
+            self.by_inner = Some(Box::new(map));
         }
         if self.inner.len() > self.max_events {
             if let Some(old) = self.inner.pop_front() {

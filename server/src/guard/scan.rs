@@ -100,11 +100,36 @@ fn leading_zero(digits: &[u8]) -> bool {
 }
 
 fn skip_ws(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(at) {
+    // Most places have none: every byte past a space is not whitespace.
+    while let Some(&b) = bytes.get(at) {
+        if b > b' ' || !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            break;
+        }
         at += 1;
     }
     at
 }
+
+/// What each byte is to [`skip`] and [`nested_end`], one look-up per byte instead of a
+/// comparison per kind.
+static CLASS: [u8; 256] = {
+    let mut class = [0; 256];
+    // Ends a number or literal.
+    class[b',' as usize] = SCALAR_END;
+    class[b' ' as usize] = SCALAR_END;
+    class[b'\t' as usize] = SCALAR_END;
+    class[b'\n' as usize] = SCALAR_END;
+    class[b'\r' as usize] = SCALAR_END;
+    class[b'}' as usize] = SCALAR_END | NESTING;
+    class[b']' as usize] = SCALAR_END | NESTING;
+    // Opens or closes a string or a nested value.
+    class[b'"' as usize] = NESTING;
+    class[b'{' as usize] = NESTING;
+    class[b'[' as usize] = NESTING;
+    class
+};
+const SCALAR_END: u8 = 1;
+const NESTING: u8 = 2;
 
 /// The end of the document once a value ended at `end`: `Some` when only whitespace follows.
 pub(crate) fn at_end(bytes: &[u8], end: usize) -> Option<()> {
@@ -179,7 +204,7 @@ pub(crate) fn skip(bytes: &[u8], start: usize) -> Option<usize> {
         _ => {
             let len = bytes[start..]
                 .iter()
-                .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .position(|&b| CLASS[usize::from(b)] & SCALAR_END != 0)
                 .unwrap_or(bytes.len() - start);
             (len > 0).then_some(start + len)
         }
@@ -193,7 +218,7 @@ fn nested_end(bytes: &[u8], start: usize) -> Option<usize> {
     loop {
         let i = bytes[at..]
             .iter()
-            .position(|b| matches!(b, b'"' | b'{' | b'[' | b'}' | b']'))?;
+            .position(|&b| CLASS[usize::from(b)] & NESTING != 0)?;
         at += i;
         match bytes[at] {
             b'"' => {
