@@ -158,27 +158,37 @@ fn read_post(
 /// keyed or odd, and `initialize`/`server/discover`, whose plans need more of the body.
 /// `key_header`: the request's head names a key in `Idempotency-Key`.
 fn plain_plan(keys: bool, key_header: bool, body: &[u8], in_session: bool) -> Option<Plan> {
+    let read = written_plainly(body).or_else(|| members(body))?;
+    let method = scan::plain_bytes(read.method)?;
+    let id = scan::id(read.id)?;
+    match method {
+        b"initialize" | b"server/discover" if !in_session => return None,
+        b"tools/call" if keys && (read.keyed || key_header) => return None,
+        _ => {}
+    }
+    Some(session_plan(in_session, RequestIds::one(id)))
+}
+
+/// What [`plain_plan`] reads of a request: its method's and id's values as written, and
+/// whether its params name a key in either place (even a null or an invalid one: those are
+/// the deserializer's to judge).
+#[cfg_attr(test, derive(Debug, PartialEq))]
+struct Members<'a> {
+    method: &'a [u8],
+    id: &'a [u8],
+    keyed: bool,
+}
+
+/// The members of a single object whose `method` and `id` are each given once; `None` for
+/// anything else.
+fn members(body: &[u8]) -> Option<Members<'_>> {
     let (mut method, mut id, mut params) = (None, None, None);
     let mut twice = false;
-    // Whether the params name a key in either place (even a null or an invalid one: those
-    // are the deserializer's to judge).
     let mut keyed = false;
     let end = scan::object(body, scan::first(body), |key, at| {
         if key == b"params" {
-            // Read as it is passed over: its key places are all that matter in it.
-            let end = scan::object(body, at, |key, at| {
-                match key {
-                    b"idempotencyKey" => keyed = true,
-                    b"_meta" => {
-                        return scan::object(body, at, |key, at| {
-                            keyed |= key == wire::IDEMPOTENCY_META_KEY.as_bytes();
-                            scan::skip(body, at)
-                        })
-                    }
-                    _ => {}
-                }
-                scan::skip(body, at)
-            })?;
+            let (end, names_key) = params_keyed(body, at)?;
+            keyed = names_key;
             twice |= params.replace(()).is_some();
             return Some(end);
         }
@@ -195,14 +205,100 @@ fn plain_plan(keys: bool, key_header: bool, body: &[u8], in_session: bool) -> Op
     if twice {
         return None;
     }
-    let method = scan::plain_bytes(method?)?;
-    let id = scan::id(id?)?;
-    match method {
-        b"initialize" | b"server/discover" if !in_session => return None,
-        b"tools/call" if keys && (keyed || key_header) => return None,
-        _ => {}
+    Some(Members {
+        method: method?,
+        id: id?,
+        keyed,
+    })
+}
+
+/// [`members`] of a request written as most clients write one, with no space and these
+/// members alone: `jsonrpc`, `id`, `method`, `params` (rmcp, the Python SDK), or the same
+/// sorted (a serialized `serde_json::Value`). Its member names are matched where they must
+/// lie, not searched for; the values are read as [`members`] reads them. `None`: not written
+/// so (read the general way).
+fn written_plainly(body: &[u8]) -> Option<Members<'_>> {
+    const JSONRPC_FIRST: &[u8] = br#"{"jsonrpc":"2.0","id":"#;
+    const ID_FIRST: &[u8] = br#"{"id":"#;
+    const THEN_JSONRPC: &[u8] = br#","jsonrpc":"2.0""#;
+    const THEN_METHOD: &[u8] = br#","method":"#;
+    const THEN_PARAMS: &[u8] = br#","params":"#;
+    let (id_at, sorted) = if body.starts_with(JSONRPC_FIRST) {
+        (JSONRPC_FIRST.len(), false)
+    } else if body.starts_with(ID_FIRST) {
+        (ID_FIRST.len(), true)
+    } else {
+        return None;
+    };
+    let id_end = scan::skip(body, id_at)?;
+    let mut at = id_end;
+    if sorted {
+        at = after(body, at, THEN_JSONRPC)?;
     }
-    Some(session_plan(in_session, RequestIds::one(id)))
+    let method_at = after(body, at, THEN_METHOD)?;
+    if body.get(method_at) != Some(&b'"') {
+        return None;
+    }
+    let method_end = scan::skip(body, method_at)?;
+    let params_at = after(body, method_end, THEN_PARAMS)?;
+    let (end, keyed) = params_keyed(body, params_at)?;
+    if body.get(end..) != Some(b"}") {
+        return None;
+    }
+    Some(Members {
+        method: &body[method_at..method_end],
+        id: &body[id_at..id_end],
+        keyed,
+    })
+}
+
+/// Where `bytes[at..]` continues past `expected`, when it starts with it.
+fn after(bytes: &[u8], at: usize, expected: &[u8]) -> Option<usize> {
+    bytes
+        .get(at..)?
+        .starts_with(expected)
+        .then_some(at + expected.len())
+}
+
+/// Reads the params object at `at` as it is passed over (its key places are all that matter
+/// in it): where it ends, and whether it names a key.
+fn params_keyed(body: &[u8], at: usize) -> Option<(usize, bool)> {
+    if let Some(end) = call_params_plainly(body, at) {
+        return Some((end, false));
+    }
+    let mut keyed = false;
+    let end = scan::object(body, at, |key, at| {
+        match key {
+            b"idempotencyKey" => keyed = true,
+            b"_meta" => {
+                return scan::object(body, at, |key, at| {
+                    keyed |= key == wire::IDEMPOTENCY_META_KEY.as_bytes();
+                    scan::skip(body, at)
+                })
+            }
+            _ => {}
+        }
+        scan::skip(body, at)
+    })?;
+    Some((end, keyed))
+}
+
+/// Where a `tools/call`'s params at `at` end, when they are written with no space and hold
+/// `name` and `arguments` alone, in either order: no key in them.
+fn call_params_plainly(body: &[u8], at: usize) -> Option<usize> {
+    const NAME_FIRST: &[u8] = br#"{"name":"#;
+    const THEN_ARGUMENTS: &[u8] = br#","arguments":"#;
+    const ARGUMENTS_FIRST: &[u8] = br#"{"arguments":"#;
+    const THEN_NAME: &[u8] = br#","name":"#;
+    let end = if let Some(name_at) = after(body, at, NAME_FIRST) {
+        let arguments_at = after(body, scan::skip(body, name_at)?, THEN_ARGUMENTS)?;
+        scan::skip(body, arguments_at)?
+    } else {
+        let arguments_at = after(body, at, ARGUMENTS_FIRST)?;
+        let name_at = after(body, scan::skip(body, arguments_at)?, THEN_NAME)?;
+        scan::skip(body, name_at)?
+    };
+    (body.get(end) == Some(&b'}')).then_some(end + 1)
 }
 
 /// The plan of a request that is not the guard's to answer or claim: a session's (its
@@ -309,20 +405,29 @@ mod tests {
             "[1,{}]",
             "null",
         ]);
-        let params = (key, args)
-            .prop_map(|(key, args)| format!(r#"{{"name":"echo","arguments":{args}{key}}}"#));
+        let params = (key, args, any::<bool>()).prop_map(|(key, args, sorted)| {
+            if sorted {
+                format!(r#"{{"arguments":{args},"name":"echo"{key}}}"#)
+            } else {
+                format!(r#"{{"name":"echo","arguments":{args}{key}}}"#)
+            }
+        });
         let params = prop_oneof![params, Just("null".to_owned()), Just("[]".to_owned())];
         let rarely = || prop::bool::weighted(0.15);
-        let flags = (any::<bool>(), rarely(), rarely(), any::<bool>());
-        (method, id, params, flags).prop_map(|(method, id, params, (a, b, c, d))| {
+        let flags = (0..4usize, rarely(), rarely(), any::<bool>());
+        (method, id, params, flags).prop_map(|(method, id, params, (order, b, c, d))| {
             let mut members = vec![
                 format!(r#""jsonrpc":"2.0""#),
                 format!(r#""method":{method}"#),
                 format!(r#""id":{id}"#),
                 format!(r#""params":{params}"#),
             ];
-            if a {
-                members.swap(1, 3);
+            match order {
+                // As most clients write them: `jsonrpc` first, or sorted.
+                1 => members.swap(1, 2),
+                2 => members = [2, 0, 1, 3].map(|i| members[i].clone()).to_vec(),
+                3 => members.swap(1, 3),
+                _ => {}
             }
             if b {
                 members.remove(2);
@@ -351,6 +456,9 @@ mod tests {
                 headers.insert(wire::IDEMPOTENCY_KEY_HEADER, HeaderValue::from_static("k1"));
             }
             let lease = Duration::from_secs(10);
+            if let Some(fast) = written_plainly(body.as_bytes()) {
+                prop_assert_eq!(Some(fast), members(body.as_bytes()));
+            }
             if let Some(plain) = plain_plan(keys, header, body.as_bytes(), in_session) {
                 let read = read_post(keys, lease, body.as_bytes(), &headers, in_session);
                 prop_assert_eq!(format!("{:?}", Ok::<_, ()>(plain)), format!("{:?}", read.map_err(|_| ())));
@@ -370,5 +478,11 @@ mod tests {
         let standard =
             r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"idempotencyKey":"k"}}"#;
         assert!(plain(standard).is_none());
+        // Written as most clients write them: read where the members must lie.
+        let sorted = r#"{"id":2,"jsonrpc":"2.0","method":"tools/call","params":{"arguments":{"text":"x"},"name":"echo"}}"#;
+        for body in [call, sorted, keyed, standard] {
+            assert!(written_plainly(body.as_bytes()).is_some(), "{body}");
+        }
+        assert!(matches!(plain(sorted), Some(Plan::Session { .. })));
     }
 }
