@@ -205,6 +205,29 @@ async fn a_reinitialization_and_a_keyed_resend_are_invisible() {
     assert!(reinitialized);
 }
 
+/// The answer to the `n`th `initialize` (counted in `inits`): session `{SESSION_ID}-n`, the
+/// legacy revision, `capabilities(n)`.
+fn numbered_session(
+    req: &Recorded,
+    inits: &Mutex<u32>,
+    capabilities: impl Fn(u32) -> Value,
+) -> Response<Body> {
+    let n = {
+        let mut n = inits.lock().unwrap();
+        *n += 1;
+        *n
+    };
+    let mut result = initialize_result();
+    result["protocolVersion"] = json!(LEGACY);
+    result["capabilities"] = capabilities(n);
+    let mut response = json_result(req, result);
+    let session = format!("{SESSION_ID}-{n}");
+    response
+        .headers_mut()
+        .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
+    response
+}
+
 /// A re-initialization that changes the server's capabilities is announced: the host gets
 /// `list_changed` for the lists the server declared, and its call's answer.
 #[tokio::test]
@@ -213,23 +236,11 @@ async fn a_capability_change_is_announced_as_list_changed() {
     let seen = inits.clone();
     let server = TestServer::start(move |req| {
         if req.is_rpc("initialize") {
-            let n = {
-                let mut n = seen.lock().unwrap();
-                *n += 1;
-                *n
-            };
-            let mut result = initialize_result();
-            result["protocolVersion"] = json!(LEGACY);
-            result["capabilities"] = json!({"tools": {}, "prompts": {}});
-            if n > 1 {
-                result["capabilities"]["tools"] = json!({"listChanged": true});
-            }
-            let mut response = json_result(req, result);
-            let session = format!("{SESSION_ID}-{n}");
-            response
-                .headers_mut()
-                .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
-            return response;
+            return numbered_session(
+                req,
+                &seen,
+                |n| json!({"tools": {"listChanged": n > 1}, "prompts": {}}),
+            );
         }
         if [
             "logging/setLevel",
@@ -1223,27 +1234,10 @@ async fn annotated_resends_share_one_deadline() {
 /// gone, so the call is not sent again (the new server's tool may run twice).
 #[tokio::test]
 async fn annotations_of_a_replaced_server_send_nothing_again() {
-    let inits = Arc::new(Mutex::new(0));
-    let seen = inits.clone();
+    let seen = Arc::new(Mutex::new(0));
     let server = TestServer::start(move |req| {
         if req.is_rpc("initialize") {
-            let n = {
-                let mut n = seen.lock().unwrap();
-                *n += 1;
-                *n
-            };
-            let mut result = initialize_result();
-            result["protocolVersion"] = json!(LEGACY);
-            result["capabilities"] = json!({"tools": {}});
-            if n > 1 {
-                result["capabilities"]["tools"] = json!({"listChanged": true});
-            }
-            let mut response = json_result(req, result);
-            let session = format!("{SESSION_ID}-{n}");
-            response
-                .headers_mut()
-                .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
-            return response;
+            return numbered_session(req, &seen, |n| json!({"tools": {"listChanged": n > 1}}));
         }
         if req.is_rpc("tools/list") {
             return json_result(
@@ -1299,26 +1293,13 @@ async fn annotations_of_a_replaced_server_send_nothing_again() {
 /// announcements of the first change wait for room in the host's queue.
 #[tokio::test]
 async fn session_state_is_restored_while_announcements_wait_for_the_host() {
-    let inits = Arc::new(Mutex::new(0));
-    let seen = inits.clone();
+    let seen = Arc::new(Mutex::new(0));
     let server = TestServer::start(move |req| {
         if req.is_rpc("initialize") {
-            let n = {
-                let mut n = seen.lock().unwrap();
-                *n += 1;
-                *n
-            };
-            let mut result = initialize_result();
-            result["protocolVersion"] = json!(LEGACY);
-            result["capabilities"] = json!({"tools": {}, "prompts": {}, "logging": {}});
-            result["capabilities"]["tools"]["listChanged"] = json!(n > 1);
-            result["capabilities"]["prompts"]["listChanged"] = json!(n > 2);
-            let mut response = json_result(req, result);
-            let session = format!("{SESSION_ID}-{n}");
-            response
-                .headers_mut()
-                .insert("mcp-session-id", HeaderValue::from_str(&session).unwrap());
-            return response;
+            return numbered_session(req, &seen, |n| {
+                json!({"tools": {"listChanged": n > 1}, "prompts": {"listChanged": n > 2},
+                    "logging": {}})
+            });
         }
         if req.is_rpc("logging/setLevel") {
             return json_result(req, json!({}));
