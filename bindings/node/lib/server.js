@@ -375,10 +375,11 @@ function checkReason(reason) {
 /** No bytes (never written to: shared). */
 const EMPTY = Buffer.alloc(0);
 
+/** A chunk as bytes: a `Buffer` or any `Uint8Array` as it is (both go to the addon and to Node). */
 function toBuffer(chunk, encoding) {
   if (chunk === undefined || chunk === null) return EMPTY;
   if (typeof chunk === "string") return Buffer.from(chunk, encoding ?? "utf8");
-  if (Buffer.isBuffer(chunk)) return chunk;
+  if (chunk instanceof Uint8Array) return chunk;
   return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
 }
 
@@ -448,7 +449,8 @@ function routeResponses() {
  * then, and a handler waiting for `drain` gets it when the client leaves.
  */
 function intercept(res, route, handle) {
-  const own = ROUTED.some((name) => Object.hasOwn(res, name));
+  let own = false;
+  for (const name of ROUTED) own ||= Object.hasOwn(res, name);
   // Middleware in front of the guard that put its own methods on this response (compression)
   // keeps them, behind the guard: the guard's are put on the response in front of them, and
   // what the guard sends goes through them. Else Node's own send it.
