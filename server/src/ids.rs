@@ -136,10 +136,17 @@ impl StreamId {
         };
         text.buf[..16].copy_from_slice(&hex(self.0));
         text.buf[16] = b'-';
-        let mut scratch = [0; 20];
-        let digits = itoa(seq, &mut scratch);
-        text.buf[17..17 + digits.len()].copy_from_slice(digits);
-        text.len += digits.len();
+        // The digits written where they go, the last first.
+        let mut digits = 1;
+        while digits < 20 && seq >= 10u64.pow(digits as u32) {
+            digits += 1;
+        }
+        text.len += digits;
+        let mut n = seq;
+        for at in (17..text.len).rev() {
+            text.buf[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
         text
     }
 }
@@ -185,20 +192,6 @@ fn hex(n: u64) -> [u8; 16] {
     let letters = ((x + 6 * BYTES) >> 4) & BYTES;
     // Byte `k` holds nibble `k` (the lowest first): big-endian, the highest comes first.
     (x + u128::from(b'0') * BYTES + letters * u128::from(b'a' - b'0' - 10)).to_be_bytes()
-}
-
-/// Writes `n` in decimal into `buf`, returning the digits (ASCII).
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    &buf[at..]
 }
 
 /// A `Last-Event-ID` the guard issued: a stream and a position on it.

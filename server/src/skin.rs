@@ -560,6 +560,11 @@ impl Outbound {
         matches!(self.phase, Phase::Untouched)
     }
 
+    /// Whether the last steps handed out store operations ([`Outbound::take_ops`]).
+    pub(crate) fn has_ops(&self) -> bool {
+        !self.ops.is_empty()
+    }
+
     /// The store operations the last steps handed out: run them before sending what those
     /// steps returned.
     pub fn take_ops(&mut self) -> Ops {

@@ -176,7 +176,7 @@ const INLINE_ID: usize = 22;
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum InnerId {
     Inline { len: u8, bytes: [u8; INLINE_ID] },
-    Heap(Box<str>),
+    Heap(Box<[u8]>),
 }
 
 impl InnerId {
@@ -185,23 +185,20 @@ impl InnerId {
         bytes: [0; INLINE_ID],
     };
 
-    fn new(id: &str) -> Self {
+    fn new(id: &[u8]) -> Self {
         match u8::try_from(id.len()) {
             Ok(len) if id.len() <= INLINE_ID => {
                 let mut bytes = [0; INLINE_ID];
-                bytes[..id.len()].copy_from_slice(id.as_bytes());
+                bytes[..id.len()].copy_from_slice(id);
                 InnerId::Inline { len, bytes }
             }
             _ => InnerId::Heap(id.into()),
         }
     }
 
-    fn as_str(&self) -> &str {
+    fn as_bytes(&self) -> &[u8] {
         match self {
-            // Copied from a `str` whole: always UTF-8.
-            InnerId::Inline { len, bytes } => {
-                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
-            }
+            InnerId::Inline { len, bytes } => &bytes[..usize::from(*len)],
             InnerId::Heap(id) => id,
         }
     }
@@ -381,7 +378,7 @@ pub(crate) struct StreamLog {
     /// the map (most streams carry two or three events). Boxed: a log is moved into the
     /// ledger and out when evicted, and most never build one.
     #[allow(clippy::box_collection)]
-    by_inner: Option<Box<HashMap<Box<str>, u64>>>,
+    by_inner: Option<Box<HashMap<Box<[u8]>, u64>>>,
     max_events: usize,
     requests: Requests,
     /// The stream passed something the guard could not number (a block over the bound):
@@ -426,15 +423,15 @@ impl StreamLog {
     }
 
     /// The inner id of position `seq`, when still known.
-    pub(crate) fn inner_id(&self, seq: u64) -> Option<&str> {
+    pub(crate) fn inner_id(&self, seq: u64) -> Option<&[u8]> {
         let i = seq.checked_sub(self.first)?;
         self.inner
             .get(usize::try_from(i).ok()?)
-            .map(InnerId::as_str)
+            .map(InnerId::as_bytes)
     }
 
     /// The position of an inner event id: the one it already has, or the next one.
-    fn record(&mut self, inner: &str) -> u64 {
+    fn record(&mut self, inner: &[u8]) -> u64 {
         let id = InnerId::new(inner);
         let known = match &self.by_inner {
             Some(map) => map.get(inner).copied(),
@@ -457,14 +454,14 @@ impl StreamLog {
                 .inner
                 .iter()
                 .enumerate()
-                .map(|(at, i)| (i.as_str().into(), first + at as u64))
+                .map(|(at, i)| (i.as_bytes().into(), first + at as u64))
                 .collect();
             self.by_inner = Some(Box::new(map));
         }
         if self.inner.len() > self.max_events {
             if let Some(old) = self.inner.pop_front() {
                 if let Some(map) = &mut self.by_inner {
-                    map.remove(old.as_str());
+                    map.remove(old.as_bytes());
                 }
             }
             self.first += 1;
@@ -586,7 +583,7 @@ impl Ledger {
     }
 
     /// Numbers an inner event on `stream`; `None` when the stream was forgotten.
-    pub(crate) fn record(&mut self, stream: StreamId, inner: &str) -> Option<u64> {
+    pub(crate) fn record(&mut self, stream: StreamId, inner: &[u8]) -> Option<u64> {
         self.streams.get_mut(&stream).map(|log| log.record(inner))
     }
 
@@ -595,7 +592,7 @@ impl Ledger {
     pub(crate) fn record_answer(
         &mut self,
         stream: StreamId,
-        inner: &str,
+        inner: &[u8],
         request: &Value,
     ) -> Option<u64> {
         self.streams.get_mut(&stream).map(|log| {
@@ -642,6 +639,12 @@ mod tests {
     use super::*;
     use crate::ids::InstanceId;
 
+    impl InnerId {
+        fn as_str(&self) -> &str {
+            std::str::from_utf8(self.as_bytes()).unwrap()
+        }
+    }
+
     fn sid(s: &str) -> SessionId {
         SessionId::parse(s.as_bytes()).unwrap()
     }
@@ -659,7 +662,7 @@ mod tests {
                 } else {
                     // Some ids too long to keep inline.
                     let id = if op == 3 { format!("{n}-{}", "x".repeat(30)) } else { n.to_string() };
-                    events.push_back(InnerId::new(&id));
+                    events.push_back(InnerId::new(id.as_bytes()));
                     model.push_back(id);
                 }
                 proptest::prop_assert_eq!(events.len(), model.len());
@@ -731,17 +734,17 @@ mod tests {
         });
         let s = StreamId::from_u64(1);
         ledger.open_stream(s, sid("a"), hash(), RequestIds::none());
-        assert_eq!(ledger.record(s, "x"), Some(1));
-        assert_eq!(ledger.record(s, "y"), Some(2));
-        assert_eq!(ledger.record(s, "x"), Some(1));
-        assert_eq!(ledger.record(s, "z"), Some(3));
-        assert_eq!(ledger.record(s, "w"), Some(4));
+        assert_eq!(ledger.record(s, b"x"), Some(1));
+        assert_eq!(ledger.record(s, b"y"), Some(2));
+        assert_eq!(ledger.record(s, b"x"), Some(1));
+        assert_eq!(ledger.record(s, b"z"), Some(3));
+        assert_eq!(ledger.record(s, b"w"), Some(4));
         let log = ledger.stream(s).unwrap();
         assert_eq!((log.earliest(), log.head()), (2, 4));
         assert_eq!(log.inner_id(1), None);
-        assert_eq!(log.inner_id(4), Some("w"));
+        assert_eq!(log.inner_id(4), Some(&b"w"[..]));
         assert_eq!(
-            ledger.record(s, "x"),
+            ledger.record(s, b"x"),
             Some(5),
             "a forgotten id is a new event"
         );
@@ -757,21 +760,21 @@ mod tests {
         let s = StreamId::from_u64(1);
         ledger.open_stream(s, sid("a"), hash(), RequestIds::none());
         for i in 0..50u64 {
-            assert_eq!(ledger.record(s, &format!("e{i}")), Some(i + 1));
+            assert_eq!(ledger.record(s, format!("e{i}").as_bytes()), Some(i + 1));
         }
         assert_eq!(
-            ledger.record(s, "e30"),
+            ledger.record(s, b"e30"),
             Some(31),
             "an id already numbered keeps its position"
         );
         assert_eq!(
-            ledger.record(s, "e5"),
+            ledger.record(s, b"e5"),
             Some(51),
             "a forgotten id is a new event"
         );
         let log = ledger.stream(s).unwrap();
         assert_eq!((log.earliest(), log.head()), (12, 51));
-        assert_eq!(log.inner_id(12), Some("e11"));
+        assert_eq!(log.inner_id(12), Some(&b"e11"[..]));
     }
 
     #[test]
@@ -787,12 +790,12 @@ mod tests {
         let long = "x".repeat(INLINE_ID + 1);
         let exact = "y".repeat(INLINE_ID);
         for (at, id) in [long.as_str(), exact.as_str(), "z"].into_iter().enumerate() {
-            assert_eq!(ledger.record(s, id), Some(at as u64 + 1));
+            assert_eq!(ledger.record(s, id.as_bytes()), Some(at as u64 + 1));
         }
-        assert_eq!(ledger.record(s, &long), Some(1));
+        assert_eq!(ledger.record(s, long.as_bytes()), Some(1));
         let log = ledger.stream(s).unwrap();
-        assert_eq!(log.inner_id(1), Some(long.as_str()));
-        assert_eq!(log.inner_id(2), Some(exact.as_str()));
+        assert_eq!(log.inner_id(1), Some(long.as_bytes()));
+        assert_eq!(log.inner_id(2), Some(exact.as_bytes()));
         ledger.answered(s, &ids[0], 1);
         ledger.answered(s, &ids[1], 2);
         ledger.lose_running(s);

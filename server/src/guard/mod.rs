@@ -728,7 +728,7 @@ impl Exchange {
         let inner = match (verdict, cursor, stream) {
             (Ok(()), Some(c), Some(log)) => log
                 .inner_id(c.seq)
-                .and_then(|id| HeaderValue::from_str(id).ok())
+                .and_then(|id| HeaderValue::from_bytes(id).ok())
                 .map(|v| (c, v))
                 .ok_or(RejectReason::EventGap),
             (Ok(()), _, _) => Err(RejectReason::EventGap),

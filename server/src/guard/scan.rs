@@ -81,10 +81,15 @@ pub(crate) fn id(value: &[u8]) -> Option<Value> {
     match value.first()? {
         b'"' => plain_str(value).map(Value::from),
         b'-' | b'0'..=b'9' => {
-            if value.len() <= 18 && value.iter().all(u8::is_ascii_digit) && !leading_zero(value) {
-                // Plain digits: the common id, read without the deserializer.
-                let n = value.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
-                return Some(Value::from(n));
+            if value.len() <= 18 && !leading_zero(value) {
+                // Plain digits: the common id, read without the deserializer, in one pass.
+                let n = value.iter().try_fold(0u64, |n, &d| {
+                    let d = d.wrapping_sub(b'0');
+                    (d <= 9).then(|| n * 10 + u64::from(d))
+                });
+                if let Some(n) = n {
+                    return Some(Value::from(n));
+                }
             }
             match serde_json::from_slice::<Value>(value).ok()? {
                 n @ Value::Number(_) => Some(n),

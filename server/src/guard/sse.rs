@@ -43,15 +43,16 @@ impl Field {
 
 impl Block<'_> {
     /// The `id` field's value, when the block sets one (the last one wins, as in the
-    /// specification; a value containing NUL is ignored, as there).
-    pub(crate) fn id(&self) -> Option<Cow<'_, str>> {
+    /// specification; a value containing NUL is ignored, as there), as UTF-8.
+    pub(crate) fn id(&self) -> Option<Cow<'_, [u8]>> {
         self.id.as_ref().map(|f| {
             let bytes = f.bytes(self.raw);
-            // Most are UTF-8 (a plain check is the cheaper one); the others read as a client
+            // Most are ASCII (the cheapest check), or else UTF-8; the others read as a client
             // decodes them.
-            match std::str::from_utf8(bytes) {
-                Ok(id) => Cow::Borrowed(id),
-                Err(_) => String::from_utf8_lossy(bytes),
+            if bytes.is_ascii() || std::str::from_utf8(bytes).is_ok() {
+                Cow::Borrowed(bytes)
+            } else {
+                Cow::Owned(String::from_utf8_lossy(bytes).into_owned().into_bytes())
             }
         })
     }
@@ -373,7 +374,7 @@ mod tests {
             assert_eq!(split_all(input, chunk), whole, "chunk {chunk}");
         }
         assert_eq!(whole.len(), 4);
-        assert_eq!(whole[0].block().id().as_deref(), Some("a"));
+        assert_eq!(whole[0].block().id().as_deref(), Some(&b"a"[..]));
         assert_eq!(whole[0].block().data(), Some(&b"x"[..]));
         assert_eq!(whole[1].block().id().as_deref(), None);
         // A block ends at its blank line's first byte; the stream of bytes is unchanged.
@@ -381,7 +382,7 @@ mod tests {
         assert_eq!(whole[2].block().raw(), b"\n: ping\r\r");
         let joined: Vec<u8> = whole.iter().flat_map(|b| b.raw.clone()).collect();
         assert_eq!(joined, input);
-        assert_eq!(whole[3].block().id().as_deref(), Some("b"));
+        assert_eq!(whole[3].block().id().as_deref(), Some(&b"b"[..]));
         assert_eq!(whole[3].block().data(), Some(&b"1\n2"[..]));
     }
 
@@ -443,7 +444,7 @@ mod tests {
     #[test]
     fn empty_data_and_ids_without_data_are_kept() {
         let b = &split_all(b"id: p\ndata:\n\n", 1)[0];
-        assert_eq!(b.block().id().as_deref(), Some("p"));
+        assert_eq!(b.block().id().as_deref(), Some(&b"p"[..]));
         assert_eq!(b.block().data(), Some(&b""[..]));
         let b = &split_all(b"id: q\n\n", 1)[0];
         assert_eq!(b.block().data(), None);
@@ -470,7 +471,7 @@ mod tests {
             .unwrap();
         let ids: Vec<_> = out
             .iter()
-            .map(|k| k.block().id().unwrap().into_owned())
+            .map(|k| String::from_utf8(k.block().id().unwrap().into_owned()).unwrap())
             .collect();
         assert_eq!(ids, ["a", "b", "c", "d"]);
         assert_eq!(out[1].block().data(), Some(&b"y"[..]));

@@ -785,7 +785,9 @@ where
             };
             // No await in a poll: a stream that is not a keyed call's (those run in a task
             // of their own) lets its operations run beside it.
-            self.out.take_ops().spawn();
+            if self.out.has_ops() {
+                self.out.take_ops().spawn();
+            }
             match step.end {
                 Some(End::Abort) => {
                     self.done = true;
