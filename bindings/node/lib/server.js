@@ -3,7 +3,7 @@
 // guard. A skin: every rule, the store steps and the rewriting of responses are the Rust
 // guard's, the same one the tower ResumeSafetyLayer and the Python middleware drive; this file
 // moves bytes between Node's request/response objects and it.
-import { ServerResponse, validateHeaderName, validateHeaderValue } from "node:http";
+import { OutgoingMessage, ServerResponse, validateHeaderName, validateHeaderValue } from "node:http";
 
 import { NativeGuard, NativeStep } from "./native.js";
 
@@ -102,7 +102,7 @@ export class ResumeSafety {
 /**
  * What a guard's responses are routed through: the guard, and what closes the outbound of
  * a response whose interceptor was collected before the response ended or its client left
- * (the addon keeps each outbound until then).
+ * (the addon keeps each outbound until then; see `intercept` for the responses watched).
  */
 class Route {
   constructor(guard) {
@@ -312,10 +312,10 @@ function headerList(res, headers) {
       put(flat, checked(name, value), value);
     }
   }
-  const names = res.getHeaderNames();
+  const names = getHeaderNames.call(res);
   if (names.length === 0) return flat;
   const before = [];
-  for (const name of names) if (!named(flat, name)) put(before, name, res.getHeader(name));
+  for (const name of names) if (!named(flat, name)) put(before, name, getHeader.call(res, name));
   return before.length === 0 ? flat : before.concat(flat);
 }
 
@@ -333,6 +333,13 @@ function named(flat, name) {
   for (let i = 0; i < flat.length; i += 2) if (flat[i] === name) return true;
   return false;
 }
+
+/**
+ * Node's own methods for the headers set on a response, called as they are rather than
+ * looked up on each response (Express gives every response a hidden class of its own, so
+ * that each lookup missed V8's caches). Node's `writeHead` reads those headers as they do.
+ */
+const { getHeaderNames, getHeader, removeHeader } = OutgoingMessage.prototype;
 
 /** A token's characters: what Node accepts in a header name. */
 const TOKEN = /^[\^_`a-zA-Z\-0-9!#$%&'*+.|~]+$/;
@@ -456,7 +463,6 @@ function intercept(res, route, handle) {
   // what the guard sends goes through them. Else Node's own send it.
   const down = own ? Object.fromEntries(ROUTED.map((name) => [name, res[name]])) : real;
   const routed = new Interceptor(res, route, handle, down);
-  route.collected.register(routed, handle, routed);
   if (own) {
     res.writeHead = (status, reason, headers) => {
       routed.writeHead(status, reason, headers);
@@ -478,12 +484,23 @@ function intercept(res, route, handle) {
   } else {
     routes.set(res, routed);
   }
+  // Its outbound is let go at the response's end, or at its `close` for an unkeyed call. A
+  // keyed call's, and an unkeyed one's whose `close` came already (its client left while a
+  // step waited for the store), are also let go should the interceptor be collected first
+  // (a handler that never ended the response): a keyed call is then recorded as one that did
+  // not reach its end, as the response's own finalizer did when the outbound was an object.
+  // Watching every response cost a runtime call each.
+  const gone = res.destroyed;
+  if (routed.keyed || gone) {
+    route.collected.register(routed, handle, routed);
+    routed.watched = true;
+  }
   if (routed.keyed) {
     // What a handler checks before it writes (the TypeScript SDK's transport, through
     // @hono/node-server, stops streaming its answer to a destroyed response and never ends
     // it): false until it ended. Node sets it when the client leaves; the interceptor reads
     // what Node set.
-    routed.clientGone = res.destroyed;
+    routed.clientGone = gone;
     Object.defineProperty(res, "destroyed", {
       configurable: true,
       enumerable: true,
@@ -524,6 +541,7 @@ class Interceptor {
     this.guard = route.guard;
     /** The response's outbound in the addon: odd for a keyed call (see the addon's `Step`). */
     this.handle = handle;
+    this.watched = false; // closed should this be collected before the outbound was let go
     /** What sends to the client: Node's methods, or those of middleware in front. */
     this.down = down;
     this.keyed = handle % 2 === 1;
@@ -564,7 +582,10 @@ class Interceptor {
 
   /** The outbound is let go (closed, or its end pushed): collecting this needs no close. */
   letGo() {
-    this.route.collected.unregister(this);
+    if (this.watched) {
+      this.watched = false;
+      this.route.collected.unregister(this);
+    }
   }
 
   /**
@@ -605,7 +626,7 @@ class Interceptor {
       // The guard's head is the whole head: what was set before and is not in it goes (what
       // is in it is set again by `writeHead`).
       const flat = headers.charCodeAt(0) === 0 ? added(this.givenHead, headers) : split(headers);
-      for (const name of res.getHeaderNames()) if (!named(flat, name)) res.removeHeader(name);
+      for (const name of getHeaderNames.call(res)) if (!named(flat, name)) removeHeader.call(res, name);
       writeHeadOf(res, this.down.writeHead, status, flat, this.down === real);
       this.headSent = true;
       // Else the head goes with the first body bytes, in one write.
