@@ -256,15 +256,10 @@ class Deployment:
         """How many runs of the call tagged ``tag`` reached their end (not killed mid-run)."""
         return int(self.redis.command("GET", f"done:{tag}") or 0)
 
-    def wait_effect(self, tag: str, timeout: float = 10) -> int:
-        """Waits until the call tagged ``tag`` applied its effect: the replica's pid."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            pid = self.redis.command("GET", f"ran:{tag}")
-            if pid is not None:
-                return int(pid)
-            time.sleep(0.01)
-        raise TimeoutError(f"the call {tag} never ran")
+    def effect_pid(self, tag: str) -> int | None:
+        """The pid of the replica that applied the effect of the call tagged ``tag``, if one has."""
+        pid = self.redis.command("GET", f"ran:{tag}")
+        return None if pid is None else int(pid)
 
     def kill9(self, pid: int) -> None:
         next(r for r in self.replicas if r.pid == pid).kill9()

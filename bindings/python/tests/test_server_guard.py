@@ -611,6 +611,17 @@ async def in_thread(fn: Callable[[], Any]) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
+async def effect_of(d: Deployment, c: Call, call: asyncio.Future) -> int | None:
+    """The pid of the replica that applied ``c``'s effect, once it has; ``None`` if the call
+    ended first (its row then says why the fault missed it, rather than a timeout here). Bounded
+    by the call's own deadline: a loaded machine is slow to run the tool, never wrong."""
+    while not call.done():
+        if (pid := await in_thread(lambda: d.effect_pid(c.tag))) is not None:
+            return pid
+        await asyncio.sleep(0.01)
+    return None
+
+
 async def cut(d: Deployment) -> list[Row]:
     """nginx cuts each call's silent response while the tool waits after its effect."""
     made = calls(d, "cut", CUT_DELAY_MS, ("native", "session"))
@@ -625,11 +636,13 @@ async def kill(d: Deployment) -> list[Row]:
     # One at a time: each kill takes a replica down until it is revived. Both of mcp-resume's
     # calls, and the keyed one of the ClientSession's.
     for c in made[:3]:
-        async def killer(c: Call = c) -> None:
-            pid = await in_thread(lambda: d.wait_effect(c.tag))
-            await in_thread(lambda: d.kill9(pid))
+        call = asyncio.ensure_future(make(d, c))
 
-        reported, _ = await asyncio.gather(make(d, c), killer())
+        async def killer(c: Call = c, call: asyncio.Future = call) -> None:
+            if (pid := await effect_of(d, c, call)) is not None:
+                await in_thread(lambda: d.kill9(pid))
+
+        reported, _ = await asyncio.gather(call, killer())
         rows.extend(judge(d, "kill", [c], [reported]))
         await in_thread(d.revive)
     return rows
@@ -642,13 +655,16 @@ async def drain(d: Deployment) -> list[Row]:
     rows = []
     # One at a time: each drain lands on the one replica running its call.
     for c in calls(d, "drain", DRAIN_DELAY_MS, ("native", "session")):
-        async def restart(c: Call = c) -> None:
-            pid = await in_thread(lambda: d.wait_effect(c.tag))
+        call = asyncio.ensure_future(make(d, c))
+
+        async def restart(c: Call = c, call: asyncio.Future = call) -> None:
+            if (pid := await effect_of(d, c, call)) is None:
+                return
             replica = next(r for r in d.replicas if r.pid == pid)
             await in_thread(replica.drain)
             await in_thread(replica.start)
 
-        reported, _ = await asyncio.gather(make(d, c), restart())
+        reported, _ = await asyncio.gather(call, restart())
         rows.extend(judge(d, "drain", [c], [reported]))
     return rows
 
