@@ -126,6 +126,18 @@ impl<K: Hash + Eq + Clone, V> Bounded<K, V> {
         self.map.get(k).map(|s| &s.value)
     }
 
+    /// The entry, marked used (it is not among the next evicted).
+    pub(crate) fn get_used<Q: Hash + Eq + ?Sized>(&mut self, k: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        let tick = self.tick;
+        self.map.get_mut(k).map(|s| {
+            s.used = tick;
+            &s.value
+        })
+    }
+
     /// The entry, marked used.
     pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         let tick = self.tick;
@@ -531,12 +543,14 @@ impl Ledger {
         }
     }
 
-    /// The record of a session known here (by its id or the id's text).
-    pub(crate) fn session<Q: Hash + Eq + ?Sized>(&self, id: &Q) -> Option<&Arc<SessionRecord>>
+    /// The record of a session known here (by its id or the id's text), marked used: a
+    /// session in use is kept over the ones unused longer, else its keyed calls would find no
+    /// record once enough newer sessions came.
+    pub(crate) fn session<Q: Hash + Eq + ?Sized>(&mut self, id: &Q) -> Option<&Arc<SessionRecord>>
     where
         SessionId: std::borrow::Borrow<Q>,
     {
-        self.sessions.get(id)
+        self.sessions.get_used(id)
     }
 
     pub(crate) fn remember(&mut self, record: Arc<SessionRecord>) {
@@ -809,6 +823,31 @@ mod tests {
         ledger.answered(t, &ids[0], 2);
         ledger.lose_running(t);
         assert!(!ledger.stream(t).unwrap().has_orphans());
+    }
+
+    // | a session looked up (in use) while newer ones are remembered | kept over the ones
+    // unused longer: an active session's record is not the first evicted |
+    #[test]
+    fn a_session_looked_up_is_kept_over_newer_ones_unused() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 2,
+            streams: 4,
+            events_per_stream: 3,
+        });
+        let rec = |s: &str| {
+            Arc::new(SessionRecord::new(
+                sid(s),
+                InstanceId::random(),
+                hash(),
+                "v".into(),
+            ))
+        };
+        ledger.remember(rec("a"));
+        ledger.remember(rec("b"));
+        assert!(ledger.session(&sid("a")).is_some());
+        ledger.remember(rec("c"));
+        assert!(ledger.session(&sid("a")).is_some(), "a was in use");
+        assert!(ledger.session(&sid("b")).is_none());
     }
 
     #[test]

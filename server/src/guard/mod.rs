@@ -510,7 +510,17 @@ impl Exchange {
                 guard.ledger.remember(rec.clone());
                 self.record = Some(rec);
             }
-            Ok(None) => {}
+            Ok(None) => {
+                if let (Plan::Keyed(_), true) = (&self.plan, guard.config.parts.capability_hash) {
+                    // No record anywhere (evicted, expired, or never stored): run, the call
+                    // would go without its context's mark, and its answer be stored unmarked
+                    // for another context to be served. Answered as the inner server answers
+                    // a session it does not know, so the client starts over; a refusal to
+                    // retry would be retried forever, since the record does not come back.
+                    self.next = Some(Step::Answer(Answer::session_not_found()));
+                    return;
+                }
+            }
             Err(StoreUnavailable) => match &self.plan {
                 Plan::Resume { .. } => {
                     // A resume cannot be judged: refuse it for now, forget nothing.

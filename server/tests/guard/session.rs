@@ -402,3 +402,22 @@ fn a_keyed_call_whose_session_cannot_be_read_is_refused_for_now() {
         "once the record is read, the call runs guarded"
     );
 }
+
+// | a keyed call names a session neither this instance nor the store knows (its record was
+// evicted or expired) | answered 404 as the inner server answers an unknown session, so the
+// client starts over; never run without its context's mark |
+#[test]
+fn a_keyed_call_of_a_session_nobody_knows_is_answered_not_found() {
+    use mcp_resume_server::guard::StoreOp;
+    let mut w = World::new();
+    let mut a = instance();
+    let mut b = Instance::new(GuardConfig::default(), 2);
+    w.initialize(&mut a, "s1", json!({}));
+    w.store
+        .sessions
+        .remove(&mcp_resume_server::ids::SessionId::parse(b"s1").unwrap());
+    let call = call_body(2, "echo", json!({"text": "x"}), Some("k-1"));
+    let answer = w.post(&mut b, Some("s1"), &call, &[]).answer();
+    assert_eq!(answer.status(), 404);
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
