@@ -1976,3 +1976,57 @@ fn an_mrtr_call_that_ends_withdraws_its_unanswered_inputs() {
         .collect();
     assert_eq!(withdrawn, [input]);
 }
+
+/// A second copy of an `input_required` answer (here on another call's POST, under the
+/// first call's JSON-RPC id) is a duplicate: the round it opened is not opened again, so the
+/// next round goes out once, not once per copy. Unkeyed, the second would run the tool's
+/// final round twice.
+#[test]
+fn a_duplicate_input_required_does_not_send_the_next_round_twice() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut ask_rpc = Value::Null;
+    let input_required = json!({"resultType": "input_required", "requestState": "s1",
+        "inputRequests": {"q": {"method": "elicitation/create", "params": {}}}});
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        let tag = body["params"]["arguments"]["tag"]
+            .as_str()
+            .unwrap_or_default();
+        match tag {
+            "ask" if body["params"]["inputResponses"].is_null() => {
+                ask_rpc = body["id"].clone();
+                ok(body, input_required.clone())
+            }
+            // The first call's answer again, on this call's POST.
+            "dup" => (
+                200,
+                json!({"jsonrpc": "2.0", "id": ask_rpc, "result": input_required}),
+            ),
+            _ => ok(
+                body,
+                json!({"resultType": "complete", "content": [{"type": "text", "text": tag}]}),
+            ),
+        }
+    };
+    let ask = m.submit("ask");
+    m.run(&mut script, SEC);
+    assert_eq!(m.server_requests().len(), 1);
+    m.submit("dup");
+    m.run(&mut script, SEC);
+    // Whatever the session asked the app, it is answered before anything more is sent.
+    let inputs: Vec<_> = m.server_requests().iter().map(|r| r.id.clone()).collect();
+    for input in inputs {
+        m.session
+            .respond(input, Ok(json!({"action": "accept"})), m.now);
+    }
+    m.run(&mut script, 10 * SEC);
+    let rounds = m
+        .posts_of("ask")
+        .iter()
+        .filter(|b| !b["params"]["inputResponses"].is_null())
+        .count();
+    assert_eq!(rounds, 1, "{:#?}", m.posts_of("ask"));
+    assert!(matches!(m.result(ask), Some(Ok(_))), "{:?}", m.result(ask));
+}

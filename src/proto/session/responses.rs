@@ -675,7 +675,7 @@ impl Session {
                     }
                     return;
                 };
-                match self.calls.by_rpc(&id) {
+                match self.calls.answered(&id) {
                     Some(call) => self.deliver(call, result, now),
                     None if self.calls.was_issued(&id) => {
                         debug!(%id, "duplicate response dropped");

@@ -593,8 +593,13 @@ impl Call {
     /// Once every input of the round is answered, makes the call its next request:
     /// `inputResponses`, `requestState` echoed unchanged, and for a keyed call the round's own
     /// key (derived with [`round_key`], so re-sends of one round stay deduplicated); it waits
-    /// to be sent, as a new request (no stream, no failures). `false` while inputs are missing.
+    /// to be sent, as a new request (no stream, no failures). `false` while inputs are missing,
+    /// and for a call not awaiting its inputs: a round goes out once, and resetting the sends
+    /// of one already out would hide that they may have run.
     pub(super) fn next_round(&mut self) -> bool {
+        if self.state != CallState::AwaitingInput {
+            return false;
+        }
         let Some(round) = self.input.as_mut() else {
             return false;
         };

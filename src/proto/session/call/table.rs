@@ -101,9 +101,11 @@ impl Calls {
         call.sent(attempt, params, http);
     }
 
-    /// The call a response id answers.
-    pub(in crate::proto::session) fn by_rpc(&self, rpc: &RequestId) -> Option<CallId> {
-        self.by_rpc.get(rpc).copied()
+    /// The call a response id answers, which it no longer leads to: a request is answered
+    /// once, and a second copy of its answer (replayed on another stream, say) must not
+    /// act again on a call that moved on (an MRTR round sent twice, a task polled twice).
+    pub(in crate::proto::session) fn answered(&mut self, rpc: &RequestId) -> Option<CallId> {
+        self.by_rpc.remove(rpc)
     }
 
     /// The call a progress token belongs to.
