@@ -442,8 +442,10 @@ impl StreamLog {
             .map(InnerId::as_bytes)
     }
 
-    /// The position of an inner event id: the one it already has, or the next one.
-    fn record(&mut self, inner: &[u8]) -> u64 {
+    /// The position of an inner event id: the one it already has (its latest, when the inner
+    /// server used it more than once), or the next one. A known position before `anew_below`
+    /// is not taken: the id is numbered again, as a new event.
+    fn record(&mut self, inner: &[u8], anew_below: u64) -> u64 {
         let id = InnerId::new(inner);
         let known = match &self.by_inner {
             Some(map) => map.get(inner).copied(),
@@ -452,7 +454,7 @@ impl StreamLog {
                 .position_from_back(&id)
                 .map(|back| self.head() - back as u64),
         };
-        if let Some(seq) = known {
+        if let Some(seq) = known.filter(|&seq| seq >= anew_below) {
             return seq;
         }
         let seq = self.head() + 1;
@@ -473,7 +475,10 @@ impl StreamLog {
         if self.inner.len() > self.max_events {
             if let Some(old) = self.inner.pop_front() {
                 if let Some(map) = &mut self.by_inner {
-                    map.remove(old.as_bytes());
+                    // The id may have been numbered again since: its later position stays.
+                    if map.get(old.as_bytes()) == Some(&self.first) {
+                        map.remove(old.as_bytes());
+                    }
                 }
             }
             self.first += 1;
@@ -598,7 +603,20 @@ impl Ledger {
 
     /// Numbers an inner event on `stream`; `None` when the stream was forgotten.
     pub(crate) fn record(&mut self, stream: StreamId, inner: &[u8]) -> Option<u64> {
-        self.streams.get_mut(&stream).map(|log| log.record(inner))
+        self.record_anew_below(stream, inner, 0)
+    }
+
+    /// [`Ledger::record`], numbering as a new event an id whose known position is before
+    /// `below` (a resumed stream past its proven replay: what comes is new, whatever its id).
+    pub(crate) fn record_anew_below(
+        &mut self,
+        stream: StreamId,
+        inner: &[u8],
+        below: u64,
+    ) -> Option<u64> {
+        self.streams
+            .get_mut(&stream)
+            .map(|log| log.record(inner, below))
     }
 
     /// [`Ledger::record`], then the event marks `request` answered by it, in one look-up of
@@ -610,7 +628,7 @@ impl Ledger {
         request: &Value,
     ) -> Option<u64> {
         self.streams.get_mut(&stream).map(|log| {
-            let seq = log.record(inner);
+            let seq = log.record(inner, 0);
             log.answered(request, seq);
             seq
         })
@@ -789,6 +807,25 @@ mod tests {
         let log = ledger.stream(s).unwrap();
         assert_eq!((log.earliest(), log.head()), (12, 51));
         assert_eq!(log.inner_id(12), Some(&b"e11"[..]));
+    }
+
+    #[test]
+    fn an_id_numbered_again_keeps_its_later_position_when_its_first_is_forgotten() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 20,
+        });
+        let s = StreamId::from_u64(1);
+        ledger.open_stream(s, sid("a"), hash(), RequestIds::none());
+        for i in 0..20u64 {
+            assert_eq!(ledger.record(s, format!("e{i}").as_bytes()), Some(i + 1));
+        }
+        assert_eq!(ledger.record_anew_below(s, b"e0", 21), Some(21));
+        assert_eq!(ledger.record(s, b"e0"), Some(21), "its latest position");
+        assert_eq!(ledger.record(s, b"e20"), Some(22));
+        assert_eq!(ledger.stream(s).unwrap().earliest(), 3);
+        assert_eq!(ledger.record(s, b"e0"), Some(21), "still known");
     }
 
     #[test]

@@ -561,9 +561,19 @@ impl Watch {
         }
         if let (Some(inner), Some(n)) = (inner, self.numbering.as_mut()) {
             let stream = n.stream;
+            // Once a replay is proven, everything after it is new: an inner server that
+            // reuses its event ids (every id its session's, say) sends new events under ids
+            // already numbered. Taken for the events before the cursor, they would be dropped
+            // and the answers they carry never sent.
+            let anew_below = match n.mode {
+                Mode::Resumed {
+                    expected, issued, ..
+                } if expected > issued => expected,
+                _ => 0,
+            };
             let at = guard.with_guard(|g| match &answer {
                 Some(Some(id)) => g.ledger.record_answer(stream, &inner, id),
-                _ => g.ledger.record(stream, &inner),
+                _ => g.ledger.record_anew_below(stream, &inner, anew_below),
             });
             let Some(at) = at else {
                 // The ledger forgot the stream (evicted, or its session was forgotten): its

@@ -552,3 +552,50 @@ fn a_stream_of_an_unreadable_call_ended_cleanly_resumes() {
     let (inner, _) = w.get(&mut a, "s1", Some(&id)).watch();
     assert_eq!(inner.as_deref(), Some("0/0"));
 }
+
+// | the inner server gives every event the same id (the session id, as some do); after the
+// resume is proven, an event comes with that id again | a new event, numbered next and sent:
+// dropped as already sent, the answer it carries would never reach the client |
+#[test]
+fn a_repeated_inner_id_after_the_replay_is_proven_is_a_new_event() {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+    let first = format!("id: s1\ndata: {note}\n\n");
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![&first], true),
+    );
+    let cursor = seen.events()[0].0.clone().unwrap();
+    let (inner, mut watch) = w.get(&mut a, "s1", Some(&cursor)).watch();
+    assert_eq!(inner.as_deref(), Some("s1"));
+    let live = format!(
+        "id: s1\ndata: {note}\n\nid: s1\ndata: {}\n\n",
+        result(2, "ok")
+    );
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![&live], true),
+    );
+    assert_eq!(seen.flow, SseFlow::Continue);
+    assert!(seen.refusal.is_none());
+    let stream = cursor.split('-').next().unwrap();
+    let got: Vec<_> = seen
+        .events()
+        .into_iter()
+        .map(|(id, _)| id.unwrap())
+        .collect();
+    assert_eq!(got, [format!("{stream}-2"), format!("{stream}-3")]);
+    assert!(seen.events()[1].1.contains("\"result\""));
+}
