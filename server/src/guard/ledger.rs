@@ -602,12 +602,14 @@ impl Ledger {
     }
 
     /// Numbers an inner event on `stream`; `None` when the stream was forgotten.
+    #[cfg(test)]
     pub(crate) fn record(&mut self, stream: StreamId, inner: &[u8]) -> Option<u64> {
         self.record_anew_below(stream, inner, 0)
     }
 
-    /// [`Ledger::record`], numbering as a new event an id whose known position is before
-    /// `below` (a resumed stream past its proven replay: what comes is new, whatever its id).
+    /// Numbers an inner event on `stream` (`None` when the stream was forgotten); an id whose
+    /// known position is before `below` is numbered as a new event (a resumed stream past its
+    /// proven replay: a message that comes is new, whatever its id).
     pub(crate) fn record_anew_below(
         &mut self,
         stream: StreamId,
@@ -619,7 +621,7 @@ impl Ledger {
             .map(|log| log.record(inner, below))
     }
 
-    /// [`Ledger::record`], then the event marks `request` answered by it, in one look-up of
+    /// Numbers an inner event, then the event marks `request` answered by it, in one look-up of
     /// the stream.
     pub(crate) fn record_answer(
         &mut self,

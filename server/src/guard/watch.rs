@@ -561,14 +561,17 @@ impl Watch {
         }
         if let (Some(inner), Some(n)) = (inner, self.numbering.as_mut()) {
             let stream = n.stream;
-            // Once a replay is proven, everything after it is new: an inner server that
+            // Once a replay is proven, a message is new whatever its id: an inner server that
             // reuses its event ids (every id its session's, say) sends new events under ids
             // already numbered. Taken for the events before the cursor, they would be dropped
-            // and the answers they carry never sent.
+            // and the answers they carry never sent. An event with no message (the priming
+            // event a server sends again with the cursor's id) is still dropped: nothing in it
+            // is lost.
+            let message = block.data().is_some_and(|d| !d.is_empty());
             let anew_below = match n.mode {
                 Mode::Resumed {
                     expected, issued, ..
-                } if expected > issued => expected,
+                } if message && expected > issued => expected,
                 _ => 0,
             };
             let at = guard.with_guard(|g| match &answer {
