@@ -202,9 +202,17 @@ fn stream_end_with_event_id_out_of_attempts_is_outcome_unknown() {
     assert_eq!(decide(&f, &unkeyed().attempts(10)), UNKNOWN);
 }
 
+// | resume GET could not connect, or answered 409 (the stream still held), 429 or a 5xx | resume
+// again after the backoff, up to `max_attempts` in a row |
 #[test]
 fn resume_connect_failure_resumes_again() {
     assert_eq!(decide(&Failure::ResumeConnectFailed, &unkeyed()), Resume);
+}
+
+#[test]
+fn resume_connect_failure_out_of_attempts_is_outcome_unknown() {
+    let f = Failure::ResumeConnectFailed;
+    assert_eq!(decide(&f, &unkeyed().attempts(10)), UNKNOWN);
 }
 
 // | resume GET answered 404 (any body) | re-initialize; safe keyed re-sent, rest unknown |

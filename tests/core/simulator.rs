@@ -564,6 +564,29 @@ fn row_resume_405_unkeyed_is_outcome_unknown() {
     assert_eq!(s.server.posts_of("a").len(), 1);
 }
 
+// | resume GET answered 409 (the stream still held by the cut connection) |
+#[test]
+fn row_resume_409_resumes_again() {
+    let _g = SeedGuard(25);
+    let mut s = sim(ServerConfig::default(), 25);
+    s.server.fault(
+        "a",
+        [
+            Fault::CutAfterPriming,
+            Fault::ResumeStatus {
+                status: 409,
+                headers: &[],
+            },
+        ],
+    );
+    let c = s.call("a", None);
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.posts_of("a").len(), 1);
+    assert_eq!(s.server.initializes(), 1);
+}
+
 // | resumed stream: capability hash header differs |
 #[test]
 fn row_resumed_stream_with_other_capability_hash_reinitializes() {

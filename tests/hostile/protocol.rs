@@ -194,6 +194,52 @@ async fn hostile_event_ids_never_become_the_cursor() {
     assert_usable("hostile ids", &server, &client).await;
 }
 
+/// A resume answered 409 while the server still maps the cut stream (the TypeScript SDK 1.x
+/// answers so to a resume that comes before it noticed the cut): the stream is still there,
+/// so the call resumes again after its backoff rather than ending with an unknown outcome.
+#[tokio::test]
+async fn a_resume_refused_409_while_the_stream_is_mapped_resumes_again() {
+    let posted = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let seen = posted.clone();
+    let resumes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let server = Server::start(move |req| {
+        if tool_calls(req) {
+            *seen.lock().unwrap() = req.rpc_id();
+            return Reply::sse(&b"id: s-1\ndata:\n\n"[..]);
+        }
+        if req.is_resume() {
+            if resumes.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Reply::json(
+                    409,
+                    &json!({"jsonrpc": "2.0", "error": {"code": -32000,
+                        "message": "Conflict: Stream already has an active connection"},
+                        "id": null}),
+                );
+            }
+            let id = seen.lock().unwrap().clone();
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": echo_result("resumed")});
+            return Reply::sse_open(sse_event(Some("s-2"), &answer));
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    let result = within(
+        "409 resume",
+        Duration::from_secs(3),
+        client.call_tool(echo("x")),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(result.text(), "resumed");
+    let resumes = server.matching(Request::is_resume);
+    assert_eq!(resumes.len(), 2, "{:?}", server.labels());
+    assert!(resumes.iter().all(|r| r.last_event_id() == Some("s-1")));
+    assert_usable("409 resume", &server, &client).await;
+}
+
 /// A server giving every event of the session the same id (the official Java SDK writes the
 /// session id as each response event's id): each call's answer is read, not dropped as a
 /// replay of the first one's.

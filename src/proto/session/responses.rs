@@ -890,6 +890,10 @@ impl Session {
             }
             Refused::NotProcessed { .. } if status == 429 => Failure::ResumeConnectFailed,
             Refused::MayHaveRun if status >= 500 => Failure::ResumeConnectFailed,
+            // A conflict: the server still holds the stream for a connection it has not seen
+            // close (the TypeScript SDK's answer to a resume that beats its notice of the
+            // cut). The stream is there, and free once it notices.
+            Refused::MayHaveRun if status == 409 => Failure::ResumeConnectFailed,
             Refused::NotAllowed | Refused::NotProcessed { .. } | Refused::MayHaveRun => {
                 Failure::ResumeNotAllowed
             }
