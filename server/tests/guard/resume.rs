@@ -576,8 +576,9 @@ fn a_repeated_inner_id_after_the_replay_is_proven_is_a_new_event() {
     let cursor = seen.events()[0].0.clone().unwrap();
     let (inner, mut watch) = w.get(&mut a, "s1", Some(&cursor)).watch();
     assert_eq!(inner.as_deref(), Some("s1"));
+    // The priming event again (no message: dropped), then two new messages.
     let live = format!(
-        "id: s1\ndata: {note}\n\nid: s1\ndata: {}\n\n",
+        "id: s1\ndata: \n\nid: s1\ndata: {note}\n\nid: s1\ndata: {}\n\n",
         result(2, "ok")
     );
     let seen = a.respond(
