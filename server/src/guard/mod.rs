@@ -664,6 +664,7 @@ impl Exchange {
                     instance: guard.config.instance.clone(),
                     parts: guard.config.parts,
                     done: false,
+                    held: 0,
                 };
                 self.forward(None, Watch::new(kind, None, None, max));
             }

@@ -165,6 +165,8 @@ pub(crate) enum WatchKind {
         instance: InstanceId,
         parts: Parts,
         done: bool,
+        /// Bytes written while the head waits for the result (held with it by the skin).
+        held: usize,
     },
     /// `server/discover`: advertise.
     Discover { id: Value, parts: Parts, done: bool },
@@ -419,6 +421,22 @@ impl Watch {
         if !self.head_sent {
             if let Some(n) = self.numbering.as_mut() {
                 n.held(out.len() - before);
+            }
+            if let WatchKind::Initialize {
+                done: false, held, ..
+            } = &mut self.kind
+            {
+                *held = held.saturating_add(out.len() - before);
+                if *held > self.max {
+                    // Held with the head, everything before the result would pile up without
+                    // bound: the head goes without a hash, the result passes unread (nothing
+                    // advertised, no session recorded), as past a block over the bound.
+                    self.passthrough = true;
+                    if let Some(n) = &self.numbering {
+                        let stream = n.stream;
+                        guard.with_guard(|g| g.ledger.break_stream(stream));
+                    }
+                }
             }
         }
         if flow == SseFlow::Abort {
@@ -676,6 +694,7 @@ impl Watch {
                 instance,
                 parts,
                 done,
+                ..
             } if !*done && crate::wire::same_id(want, &id) => {
                 *done = true;
                 let result = message.get_mut("result")?;

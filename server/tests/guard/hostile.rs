@@ -185,3 +185,48 @@ fn a_long_replay_is_not_held_whole() {
         }
     }
 }
+
+/// An `initialize` answered with SSE holds its head until its result: an inner server that
+/// sends notification after notification first must not make the guard hold them all. Past
+/// the bound the head goes without the hash (none is known) and the session is not recorded,
+/// as when a block over the bound comes.
+#[test]
+fn an_initialize_held_past_the_bound_lets_its_head_go_unmarked() {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    let (_, mut watch) = w.post(&mut a, None, &init_body(json!({})), &[]).watch();
+    let mut head = sse_head();
+    head.insert("mcp-session-id", "s1".parse().unwrap());
+    watch.handle_head(&mut a.guard, StatusCode::OK, &mut head);
+    let max = GuardConfig::default().max_body();
+    let text = "x".repeat(16 * 1024);
+    let note = format!(
+        "data: {}\n\n",
+        json!({"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": text}})
+    );
+    let mut held = 0;
+    while !watch.head_ready() {
+        assert!(held <= max + 64 * 1024, "held {held} bytes");
+        let mut out = bytes::BytesMut::new();
+        watch.handle_sse(&mut a.guard, note.as_bytes(), &mut out);
+        held += out.len();
+    }
+    watch.finish_head(&mut head);
+    assert!(!head.contains_key("mcp-capability-hash"));
+    let data = String::from_utf8(init_result(1)).unwrap();
+    let mut out = bytes::BytesMut::new();
+    watch.handle_sse(
+        &mut a.guard,
+        format!("data: {data}\n\n").as_bytes(),
+        &mut out,
+    );
+    drain(&mut w.store, w.now, &mut watch);
+    assert!(
+        w.store.sessions.is_empty(),
+        "no record for a context not stamped"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out).contains("resumeSafety"),
+        "nothing advertised that the head did not carry"
+    );
+}
