@@ -2030,3 +2030,78 @@ fn a_duplicate_input_required_does_not_send_the_next_round_twice() {
     assert_eq!(rounds, 1, "{:#?}", m.posts_of("ask"));
     assert!(matches!(m.result(ask), Some(Ok(_))), "{:?}", m.result(ask));
 }
+
+/// A call's stream resumed on a session that a re-initialization then replaces (the resume
+/// was in flight when another call's 404 started it) still skips what it replays: the
+/// notification the call's first stream delivered reaches the app once, whether the replay
+/// comes while the new session is being set up or once it is.
+#[test]
+fn a_replay_on_a_replaced_sessions_resumed_stream_is_not_delivered_again() {
+    use mcp_resume::proto::TransportFailure;
+    for established in [false, true] {
+        let (mut session, mut now) = legacy_ready();
+        let _ = posts(&mut session);
+        let call = CallId::next();
+        session.submit(
+            call,
+            CallRequest::new("tools/call", Some(json!({"name": "a"}))),
+            now,
+        );
+        let (post, body) = posts(&mut session).pop().expect("sent");
+        let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "info", "data": "working"}});
+        let mut sse = HeaderMap::new();
+        sse.insert("content-type", "text/event-stream".parse().unwrap());
+        session.handle_head(post, 200, &sse, now);
+        session.handle_data(post, format!("id: e1\ndata: {log}\n\n").as_bytes(), now);
+        session.handle_error(post, TransportFailure::Lost("cut".into()), now);
+        // The resume goes out after its backoff.
+        now = session.poll_timeout().expect("a resume is scheduled");
+        session.handle_timeout(now);
+        let get = std::iter::from_fn(|| session.poll_transmit())
+            .find_map(|t| match t {
+                Transmit::Send(r) if r.method == HttpMethod::Get => Some(r.id),
+                _ => None,
+            })
+            .expect("the resume GET");
+        // Another call's 404 starts a re-initialization meanwhile.
+        let other = CallId::next();
+        session.submit(
+            other,
+            CallRequest::new("tools/call", Some(json!({"name": "x"}))),
+            now,
+        );
+        let (refused, _) = posts(&mut session).pop().expect("sent");
+        session.handle_head(refused, 404, &HeaderMap::new(), now);
+        session.handle_end(refused, now);
+        if established {
+            for _ in 0..4 {
+                serve_as_s2(&mut session, now);
+            }
+            assert!(session.is_ready());
+        }
+        // The resume replays the whole stream, then the answer.
+        let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {"content": []}});
+        session.handle_head(get, 200, &sse, now);
+        session.handle_data(
+            get,
+            format!("id: e1\ndata: {log}\n\nid: e2\ndata: {answer}\n\n").as_bytes(),
+            now,
+        );
+        let outputs: Vec<Output> = std::iter::from_fn(|| session.poll_output()).collect();
+        let logs = outputs
+            .iter()
+            .filter(|o| {
+                matches!(o, Output::Notification { notification, .. }
+                    if notification.method == "notifications/message")
+            })
+            .count();
+        assert_eq!(logs, 1, "established: {established}; {outputs:#?}");
+        assert!(
+            outputs
+                .iter()
+                .any(|o| matches!(o, Output::Completed { call: c, result: Ok(_) } if *c == call)),
+            "established: {established}; {outputs:#?}"
+        );
+    }
+}

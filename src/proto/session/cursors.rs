@@ -2,9 +2,11 @@
 //! ids already delivered in the session.
 //!
 //! Event ids are unique across all streams of a session, so one bounded set of delivered ids
-//! serves every stream. A server that replays its whole session log on a resume (the
+//! serves every stream of it. A server that replays its whole session log on a resume (the
 //! reference server does) re-sends events the client already handled: those are skipped,
 //! payload and cursor alike, so nothing reaches the app twice and no cursor moves backwards.
+//! Each session has its own set ([`DeliveredBySession`]): another session numbers its events
+//! on its own, and a stream of the session being replaced may still replay.
 
 use crate::proto::limits::MAX_REMEMBERED_EVENT_IDS;
 use std::collections::{HashSet, VecDeque};
@@ -94,6 +96,47 @@ impl Cursor {
     }
 }
 
+/// Sessions whose delivered ids are kept: the current one and the one it replaced, whose
+/// streams (a resume in flight when the re-initialization began) may still replay.
+const KEPT_SESSIONS: usize = 2;
+
+/// The delivered event ids of the latest sessions, each under its generation.
+#[derive(Debug, Default)]
+pub(super) struct DeliveredBySession {
+    /// Oldest first, at most [`KEPT_SESSIONS`]; the newest is the current session's once it
+    /// has one.
+    sets: VecDeque<(u64, Delivered)>,
+    /// What a stream of a session older than every one kept observes against: emptied on
+    /// each use, it remembers nothing.
+    forgotten: Delivered,
+}
+
+impl DeliveredBySession {
+    /// The ids delivered on the streams of session `generation`. A session newer than any
+    /// seen so far starts its own set, and the oldest kept is forgotten; one older than the
+    /// newest kept and without a set of its own gets an empty one each time, so it can never
+    /// push out the current session's.
+    pub(super) fn of(&mut self, generation: u64) -> &mut Delivered {
+        if let Some(i) = self.sets.iter().position(|(g, _)| *g == generation) {
+            return &mut self.sets[i].1;
+        }
+        if self
+            .sets
+            .back()
+            .is_some_and(|(newest, _)| *newest > generation)
+        {
+            self.forgotten = Delivered::default();
+            return &mut self.forgotten;
+        }
+        if self.sets.len() >= KEPT_SESSIONS {
+            self.sets.pop_front();
+        }
+        self.sets.push_back((generation, Delivered::default()));
+        let last = self.sets.len() - 1;
+        &mut self.sets[last].1
+    }
+}
+
 /// A bounded, insertion-ordered set of delivered event ids.
 #[derive(Debug, Default)]
 pub(super) struct Delivered {
@@ -145,6 +188,24 @@ mod tests {
         assert_eq!(d.order.len(), MAX_REMEMBERED_EVENT_IDS);
         assert!(d.insert(&id(1)));
         assert!(!d.insert(&id(MAX_REMEMBERED_EVENT_IDS)));
+    }
+
+    #[test]
+    fn each_session_has_its_own_delivered_ids_and_the_current_ones_stay() {
+        let mut by = DeliveredBySession::default();
+        assert!(by.of(1).insert(&id(1)));
+        assert!(by.of(2).insert(&id(1)), "another session's id 1");
+        assert!(
+            !by.of(1).insert(&id(1)),
+            "session 1 still remembers its own"
+        );
+        // A third session forgets the first; a stream of the first then remembers nothing,
+        // and takes nothing from the others.
+        assert!(by.of(3).insert(&id(1)));
+        assert!(by.of(1).insert(&id(1)));
+        assert!(by.of(1).insert(&id(1)));
+        assert!(!by.of(2).insert(&id(1)));
+        assert!(!by.of(3).insert(&id(1)));
     }
 
     #[test]

@@ -54,7 +54,7 @@ use serde_json::Value;
 
 pub use self::ahead::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, SseAhead};
 use self::call::Calls;
-use self::cursors::Delivered;
+use self::cursors::DeliveredBySession;
 use self::exchanges::{ExKind, Exchanges};
 use self::lifecycle::{Lifecycle, Standing};
 use self::listen::Listen;
@@ -102,7 +102,8 @@ pub struct Session {
     exchanges: Exchanges,
     timers: Timers,
     listen: Listen,
-    delivered: Delivered,
+    /// The event ids delivered, per session.
+    delivered: DeliveredBySession,
     /// `x-mcp-header` annotations of the tools a modern server listed, by tool name.
     tool_headers: HashMap<String, Vec<ParamHeader>>,
     /// What a modern request says of the client: the configured capabilities with the
@@ -147,7 +148,7 @@ impl Session {
             exchanges: Exchanges::default(),
             timers: Timers::default(),
             listen: Listen::default(),
-            delivered: Delivered::default(),
+            delivered: DeliveredBySession::default(),
             tool_headers: HashMap::new(),
             notifications: VecDeque::new(),
             held_task_messages: VecDeque::new(),

@@ -18,7 +18,7 @@ use tracing::{debug, warn};
 
 use super::ahead::{DecodedEvent, DecodedJson};
 use super::call::CallState;
-use super::cursors::{Delivered, Observed};
+use super::cursors::Observed;
 use super::exchanges::{Ended, ExKind, Exchange, Fed, Hold};
 use super::Session;
 use crate::error::{Error, ErrorKind, RpcError};
@@ -529,14 +529,9 @@ impl Session {
             return;
         };
         let kind = ex.kind();
-        // The delivered ids are the current session's: an earlier session's stream numbers
+        // The delivered ids are those of the stream's own session: another session numbers
         // its events on its own, and the same id there is another event.
-        let mut elsewhere = Delivered::default();
-        let delivered = if self.life.is_current(ex.generation()) {
-            &mut self.delivered
-        } else {
-            &mut elsewhere
-        };
+        let delivered = self.delivered.of(ex.generation());
         let (calls, listen) = (&mut self.calls, &mut self.listen);
         let observed = self.exchanges.observe(http, |expect, replay| match kind {
             ExKind::Post(c) | ExKind::Resume(c) => match calls.get_mut(c) {

@@ -19,7 +19,6 @@ use crate::proto::classify::{self, ContentType, Refusal};
 use crate::proto::ext::ResumeSafety;
 use crate::proto::modern;
 use crate::proto::probe::{read_probe, says_era, ProbeAnswer, ProbeFacts, ProbeVerdict};
-use crate::proto::session::cursors::Delivered;
 use crate::proto::session::exchanges::ExKind;
 use crate::proto::session::headers::initialize_headers;
 use crate::proto::session::negotiated::Negotiated;
@@ -187,8 +186,6 @@ impl Session {
             Some(id) => info!(session = %id, version = %session.version, "session ready"),
             None => info!(version = %session.version, "session ready (no session id)"),
         }
-        // A fresh session has its own event ids.
-        self.delivered = Delivered::default();
         let era = if session.version.is_modern() {
             Era::Modern
         } else {
