@@ -1,9 +1,9 @@
 //! What an input to the session leads to outside it, carried out once the session's lock is
 //! released: the ledger's writes, the (deprecated) task store told of tasks, callers handed
 //! their results, server requests handed to their handlers. Under the lock these are only
-//! collected, so the lock covers the session's bookkeeping and never application code (a
-//! store, a ledger or a handler), and a caller woken by its result never finds the lock held
-//! by the task that woke it.
+//! collected, so the lock covers the session's bookkeeping and never a store, a ledger or a
+//! handler (only the `tracing` subscriber, for the events the bookkeeping logs), and a caller
+//! woken by its result never finds the lock held by the task that woke it.
 // The deprecated task store is still told of tasks, for applications migrating to the ledger.
 #![allow(deprecated)]
 

@@ -11,9 +11,13 @@
 //!
 //! Two tasks do the rest, on the runtime of the first call:
 //! - the **timer** keeps the one timer armed for the session's next deadline (calls,
-//!   backoffs, idle calls, the shutdown's bound) and fires it. It runs no application code
-//!   (no token provider, task store or handler), so application code that blocks cannot
-//!   delay a deadline: a call awaited on this runtime needs no timer of its own;
+//!   backoffs, idle calls, the shutdown's bound) and fires it. It runs no token provider,
+//!   task store or handler, so such code that blocks cannot delay a deadline: a call awaited
+//!   on this runtime needs no timer of its own. It does log (`tracing` events, some under the
+//!   session's lock): a subscriber that blocks delays every deadline, and one that panics
+//!   stops the client as any panic under the lock does (the session's state cannot be
+//!   trusted after it), so subscribers that write to a pipe belong behind a non-blocking
+//!   writer;
 //! - the **exchange runner** polls every other exchange (the handshake, resumes, re-sends,
 //!   the standalone stream, notifications, answers to the server) side by side in a
 //!   `FuturesUnordered` (no task per request), so a slow stream never blocks another, and
