@@ -6,6 +6,8 @@ use sha2::{Digest, Sha256};
 
 use crate::ids::{ArgumentsDigest, CapabilityHash};
 
+mod written;
+
 /// `Mcp-Session-Id`.
 pub const SESSION_ID_HEADER: &str = "mcp-session-id";
 /// `MCP-Protocol-Version`.
@@ -100,6 +102,20 @@ pub fn arguments_digest(tool: &str, arguments: &Value) -> ArgumentsDigest {
     canon.push('\n');
     write_canonical(arguments, &mut canon, write_number);
     ArgumentsDigest::from_hex(hex(&Sha256::digest(canon.as_bytes())))
+}
+
+/// [`arguments_digest`] of the arguments as written (`arguments`, the text of one JSON
+/// value): the same digest, except that integers past 64 bits keep their digits (read into
+/// a [`Value`] they are rounded to doubles, and two of them could digest alike). `None` when
+/// the text is not one JSON value.
+pub fn arguments_digest_of_text(tool: &str, arguments: &[u8]) -> Option<ArgumentsDigest> {
+    let mut canon = String::with_capacity(64 + arguments.len());
+    write_canonical(&Value::from(tool), &mut canon, write_number);
+    canon.push('\n');
+    written::write(arguments, &mut canon)?;
+    Some(ArgumentsDigest::from_hex(hex(&Sha256::digest(
+        canon.as_bytes(),
+    ))))
 }
 
 /// Lowercase hex of `bytes`.
@@ -276,5 +292,40 @@ mod tests {
             arguments_digest("t", &spelled(r#"{"n": 18446744073709551615}"#)),
             arguments_digest("t", &spelled(r#"{"n": 18446744073709551614}"#))
         );
+        // Past 64 bits too, read from the text (a value holds them as doubles).
+        let written = |text: &str| arguments_digest_of_text("t", text.as_bytes()).unwrap();
+        assert_ne!(
+            written(r#"{"n": 100000000000000000001}"#),
+            written(r#"{"n": 100000000000000000002}"#)
+        );
+        assert_ne!(
+            written(r#"{"n": -100000000000000000001}"#),
+            written(r#"{"n": -100000000000000000002}"#)
+        );
+        // Everything else digests from the text as from the value read from it.
+        for text in [
+            r#"{"n": 1, "m": 1.0, "f": 2.5e0, "g": -0.0, "h": 1e300}"#,
+            r#"{"b": [true, false, null, "a\"\u00e9\n", {}, []], "a": {"z": 1, "y": [1, 2]}}"#,
+            r#"{"k": 1, "k": 2, "big": 18446744073709551615, "neg": -9223372036854775808}"#,
+            r#" [ 1 , "x" ] "#,
+            r#""just a string""#,
+        ] {
+            assert_eq!(
+                written(text),
+                arguments_digest("t", &spelled(text)),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            written(r#"{"n": 1}"#),
+            written(r#"{"n": 1.0}"#),
+            "one number, two spellings"
+        );
+        for bad in ["", "{", r#"{"a" 1}"#, "[1,]", "01", "1 2", "tru", r#""a"#] {
+            assert!(
+                arguments_digest_of_text("t", bad.as_bytes()).is_none(),
+                "{bad}"
+            );
+        }
     }
 }

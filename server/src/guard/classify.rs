@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use http::{HeaderMap, StatusCode};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::answer::Answer;
@@ -16,8 +17,18 @@ use crate::wire::{self, names};
 
 /// A keyed call's plan: its claim on the key, for these arguments (with a placeholder token:
 /// the caller draws the real one).
-fn keyed_plan(id: Value, key: IdempotencyKey, name: &str, args: &Value, lease: Duration) -> Plan {
-    let digest = wire::arguments_digest(name, args);
+/// `written`: the arguments' text, when it could be taken from the body (integers past 64
+/// bits are told apart only there).
+fn keyed_plan(
+    id: Value,
+    key: IdempotencyKey,
+    name: &str,
+    (args, written): (&Value, Option<&RawValue>),
+    lease: Duration,
+) -> Plan {
+    let digest = written
+        .and_then(|text| wire::arguments_digest_of_text(name, text.get().as_bytes()))
+        .unwrap_or_else(|| wire::arguments_digest(name, args));
     Plan::Keyed(Box::new(KeyedPlan {
         requests: RequestIds::one(id.clone()),
         id,
@@ -87,7 +98,7 @@ fn read_post(
                         };
                         let name = params.name.as_deref().unwrap_or("");
                         let args = value.pointer("/params/arguments").unwrap_or(&Value::Null);
-                        keyed_plan(id, key, name, args, lease)
+                        keyed_plan(id, key, name, (args, params.arguments), lease)
                     }
                     KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
                     KeyFound::None => session_plan(RequestIds::one(id)),
@@ -145,7 +156,7 @@ fn read_post(
                 let args = params
                     .and_then(|p| p.get("arguments"))
                     .unwrap_or(&Value::Null);
-                keyed_plan(id, key, name, args, lease)
+                keyed_plan(id, key, name, (args, probe::arguments(body)), lease)
             }
             KeyFound::None => session_plan(RequestIds::one(id)),
         },
@@ -315,8 +326,8 @@ fn session_plan(in_session: bool, requests: RequestIds) -> Plan {
 mod probe {
     use std::borrow::Cow;
 
-    use serde::de::IgnoredAny;
     use serde::Deserialize;
+    use serde_json::value::RawValue;
     use serde_json::Value;
 
     #[derive(Deserialize)]
@@ -333,14 +344,33 @@ mod probe {
     pub(super) struct Params<'a> {
         #[serde(borrow, default)]
         pub(super) name: Option<Cow<'a, str>>,
-        #[serde(default, rename = "arguments")]
-        _arguments: Option<IgnoredAny>,
+        #[serde(borrow, default)]
+        pub(super) arguments: Option<&'a RawValue>,
         #[serde(default, rename = "_meta")]
         pub(super) meta: Option<Meta>,
         #[serde(default, rename = "idempotencyKey")]
         pub(super) idempotency_key: Option<Value>,
         #[serde(default)]
         pub(super) capabilities: Option<Value>,
+    }
+
+    /// The text of a single message's `params.arguments`, read alone (a message whose other
+    /// members the probe refused).
+    pub(super) fn arguments(body: &[u8]) -> Option<&RawValue> {
+        #[derive(Deserialize)]
+        struct Message<'a> {
+            #[serde(borrow)]
+            params: Params<'a>,
+        }
+        #[derive(Deserialize)]
+        struct Params<'a> {
+            #[serde(borrow)]
+            arguments: Option<&'a RawValue>,
+        }
+        serde_json::from_slice::<Message<'_>>(body)
+            .ok()?
+            .params
+            .arguments
     }
 
     #[derive(Deserialize)]

@@ -142,6 +142,41 @@ fn the_same_key_for_another_call_is_refused() {
     );
 }
 
+// | the same key, arguments told apart only by digits past 64 bits | refused as another
+// call: two such integers are not one argument because a double cannot tell them apart |
+#[test]
+fn the_same_key_for_integers_apart_past_64_bits_is_refused() {
+    let (mut w, mut a, _) = session();
+    let call = |id: i64, n: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"bump","arguments":{{"n":{n}}},"_meta":{{"{KEY_META}":"k1"}}}}}}"#
+        )
+    };
+    let first = call(2, "100000000000000000001");
+    let (_, mut watch) = w.post(&mut a, Some("s1"), first.as_bytes(), &[]).watch();
+    let body = result(2, "done");
+    a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(body.as_bytes()),
+    );
+    let other = call(3, "100000000000000000002");
+    let v = w
+        .post(&mut a, Some("s1"), other.as_bytes(), &[])
+        .answer()
+        .json();
+    assert_eq!(code(&v), "IDEMPOTENCY_KEY_REUSED");
+    let again = call(4, "100000000000000000001");
+    let v = w
+        .post(&mut a, Some("s1"), again.as_bytes(), &[])
+        .answer()
+        .json();
+    assert_eq!(v["result"]["content"][0]["text"], "done", "{v}");
+}
+
 // | the same key while the first still runs | -32000 `IDEMPOTENCY_KEY_IN_USE` at once |
 #[test]
 fn a_running_key_is_in_use() {
