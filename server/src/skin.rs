@@ -423,6 +423,8 @@ pub enum End {
 pub struct Ops {
     core: Option<Arc<Core>>,
     ops: Vec<StoreOp>,
+    /// A keyed call's watch, told when storing its answer failed.
+    watch: Option<Weak<Mutex<Watch>>>,
 }
 
 impl std::fmt::Debug for Ops {
@@ -437,11 +439,21 @@ impl Ops {
         self.ops.is_empty()
     }
 
-    /// Runs them in order (a failure is logged: the guard chose the safe side already).
+    /// Runs them in order (a failure is logged: the guard chose the safe side already). A
+    /// keyed call's answer that could not be stored is stored again later, on a task of its
+    /// own that renews the lease meanwhile, whether or not the client is still there.
     pub async fn run(self) {
-        let Some(core) = self.core else { return };
-        for op in &self.ops {
-            core.run(op).await;
+        let Ops { core, ops, watch } = self;
+        let Some(core) = core else { return };
+        let Some(watch) = watch.as_ref().and_then(Weak::upgrade) else {
+            for op in &ops {
+                core.run(op).await;
+            }
+            return;
+        };
+        if run_reporting(&core, &watch, ops).await {
+            let weak = Arc::downgrade(&watch);
+            tokio::spawn(renew(core, weak, Some(watch)));
         }
     }
 
@@ -519,7 +531,7 @@ impl Outbound {
             let watch = Arc::new(Mutex::new(*watch));
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    rt.spawn(renew(core.clone(), Arc::downgrade(&watch)));
+                    rt.spawn(renew(core.clone(), Arc::downgrade(&watch), None));
                 }
                 Err(_) => tracing::warn!("no tokio runtime: a keyed call's lease is not renewed"),
             }
@@ -571,9 +583,14 @@ impl Outbound {
         if self.ops.is_empty() {
             return Ops::default();
         }
+        let watch = match &self.watch {
+            WatchCell::Shared(w) if self.keyed => Some(Arc::downgrade(w)),
+            _ => None,
+        };
         Ops {
             core: Some(self.core.clone()),
             ops: std::mem::take(&mut self.ops),
+            watch,
         }
     }
 
@@ -876,30 +893,47 @@ fn drain(w: &mut Watch, ops: &mut Vec<StoreOp>) {
 }
 
 /// Renews a keyed call's lease while it runs: until its answer is settled, or its outbound
-/// is gone.
-async fn renew(core: Arc<Core>, watch: Weak<Mutex<Watch>>) {
+/// is gone. An answer that waits to be stored again keeps the watch (`held`) past its
+/// outbound, until it is stored or given up on.
+async fn renew(core: Arc<Core>, watch: Weak<Mutex<Watch>>, mut held: Option<Arc<Mutex<Watch>>>) {
     loop {
         let due = {
-            let Some(w) = watch.upgrade() else { return };
-            let due = lock(&w).poll_timeout();
-            match due {
-                Some(at) => at,
-                None => return,
-            }
+            let Some(w) = held.clone().or_else(|| watch.upgrade()) else {
+                return;
+            };
+            let w_ = lock(&w);
+            let Some(due) = w_.poll_timeout() else { return };
+            let again = w_.is_storing_again();
+            drop(w_);
+            held = again.then_some(w);
+            due
         };
         tokio::time::sleep_until(due.into()).await;
+        let Some(w) = held.clone().or_else(|| watch.upgrade()) else {
+            return;
+        };
         let mut ops = Vec::new();
         {
-            let Some(w) = watch.upgrade() else { return };
             let mut w = lock(&w);
             w.handle_timeout(now());
-            // Every step drains what it handed out under the lock: these are renewals.
+            // Every step drains what it handed out under the lock: renewals, an answer to
+            // store again.
             drain(&mut w, &mut ops);
         }
-        for op in &ops {
-            core.run(op).await;
+        run_reporting(&core, &w, ops).await;
+    }
+}
+
+/// Runs a keyed call's operations, telling its watch of those that failed; says whether its
+/// answer now waits to be stored again.
+async fn run_reporting(core: &Core, watch: &Mutex<Watch>, ops: Vec<StoreOp>) -> bool {
+    for op in ops {
+        if let Err(e) = store::run(&*core.store, &op).await {
+            tracing::warn!(error = %e, "resume-safety store operation failed");
+            lock(watch).handle_op_failed(op, now());
         }
     }
+    lock(watch).is_storing_again()
 }
 
 /// A guard's own answer as what to send.

@@ -205,7 +205,18 @@ pub struct Watch {
     head_sent: bool,
     /// The resume turned out unprovable before the head was sent: answer this instead.
     refusal: Option<Answer>,
+    /// A keyed call's answer whose storing failed, and when to store it again.
+    finish_retry: Option<(StoreOp, Instant)>,
+    /// How many times storing the answer failed.
+    finish_failures: u32,
 }
+
+/// How many times a keyed call's answer is stored again after storing it failed.
+const FINISH_RETRIES: u32 = 5;
+
+/// The wait before the first new attempt to store an answer; each next one waits twice as
+/// long (at most a renewal period: the lease is renewed meanwhile).
+const FINISH_RETRY_FROM: Duration = Duration::from_millis(100);
 
 impl Watch {
     pub(crate) fn new(
@@ -226,6 +237,8 @@ impl Watch {
             settled: false,
             head_sent: false,
             refusal: None,
+            finish_retry: None,
+            finish_failures: 0,
         }
     }
 
@@ -241,16 +254,20 @@ impl Watch {
 
     /// When to call [`Watch::handle_timeout`] next.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        match &self.kind {
-            WatchKind::Keyed { renew_at, .. } if !self.settled => *renew_at,
+        match (&self.kind, &self.finish_retry) {
+            (WatchKind::Keyed { renew_at, .. }, _) if !self.settled => *renew_at,
+            (WatchKind::Keyed { renew_at, .. }, Some((_, at))) => {
+                Some(renew_at.map_or(*at, |r| r.min(*at)))
+            }
             _ => None,
         }
     }
 
     /// The time of [`Watch::poll_timeout`] has come: a keyed call still running renews its
-    /// claim's lease.
+    /// claim's lease; one whose answer could not be stored renews it too, and stores the
+    /// answer again when its time has come.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.settled {
+        if self.settled && self.finish_retry.is_none() {
             return;
         }
         if let WatchKind::Keyed {
@@ -270,6 +287,41 @@ impl Watch {
                 *renew_at = Some(now + *lease / 3);
             }
         }
+        if self.finish_retry.as_ref().is_some_and(|(_, at)| *at <= now) {
+            if let Some((op, _)) = self.finish_retry.take() {
+                self.ops.push_back(op);
+            }
+        }
+    }
+
+    /// An operation this watch handed out failed (the store could not be reached). A keyed
+    /// call's answer that could not be stored is stored again a few times, waiting longer
+    /// each time (see [`Watch::poll_timeout`]), its lease renewed meanwhile: the answer
+    /// exists, and a lease let lapse would make its key's outcome unknown for good. Any
+    /// other failure changes nothing.
+    pub fn handle_op_failed(&mut self, op: StoreOp, now: Instant) {
+        let WatchKind::Keyed {
+            token,
+            lease,
+            renew_at,
+            ..
+        } = &mut self.kind
+        else {
+            return;
+        };
+        let ours = matches!(&op, StoreOp::Finish { token: t, .. } if t == token);
+        if !ours || self.finish_failures >= FINISH_RETRIES {
+            return;
+        }
+        let wait = (FINISH_RETRY_FROM * 2u32.pow(self.finish_failures)).min(*lease / 3);
+        self.finish_failures += 1;
+        renew_at.get_or_insert(now + *lease / 3);
+        self.finish_retry = Some((op, now + wait));
+    }
+
+    /// Whether a keyed call's answer waits to be stored again.
+    pub fn is_storing_again(&self) -> bool {
+        self.finish_retry.is_some()
     }
 
     /// Whether the inner body must be read to its end even when the client has gone.

@@ -30,6 +30,8 @@ pub(crate) struct Store {
     pub(crate) claim_replies_lost: bool,
     /// While set, reading a session record fails (and only that).
     pub(crate) loads_fail: bool,
+    /// How many of the next `Finish` operations fail (and only those).
+    pub(crate) finishes_fail: usize,
 }
 
 impl Store {
@@ -39,6 +41,10 @@ impl Store {
             return Err(StoreUnavailable);
         }
         if self.loads_fail && matches!(op, StoreOp::LoadSession(_)) {
+            return Err(StoreUnavailable);
+        }
+        if self.finishes_fail > 0 && matches!(op, StoreOp::Finish { .. }) {
+            self.finishes_fail -= 1;
             return Err(StoreUnavailable);
         }
         Ok(match op {
@@ -321,9 +327,12 @@ pub(crate) enum Response<'a> {
     Sse(Vec<&'a str>, bool),
 }
 
+/// Runs what the watch handed out, telling it what failed.
 pub(crate) fn drain(store: &mut Store, now: Instant, watch: &mut Watch) {
     while let Some(op) = watch.poll_op() {
-        let _ = store.run(&op, now);
+        if store.run(&op, now).is_err() {
+            watch.handle_op_failed(op, now);
+        }
     }
 }
 

@@ -177,6 +177,40 @@ fn the_same_key_for_integers_apart_past_64_bits_is_refused() {
     assert_eq!(v["result"]["content"][0]["text"], "done", "{v}");
 }
 
+// | storing the answer fails once | the lease is still renewed and the answer stored
+// again: a re-send long after gets it, not `IDEMPOTENCY_OUTCOME_UNKNOWN` |
+#[test]
+fn an_answer_whose_storing_failed_is_stored_again_while_the_lease_is_held() {
+    let (mut w, mut a, _) = session();
+    w.store.finishes_fail = 1;
+    let call = call_body(2, "bump", json!({"n": 1}), Some("k1"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    watch.start(w.now);
+    let body = result(2, "done");
+    a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        json_head(),
+        Response::Json(body.as_bytes()),
+    );
+    assert!(watch.is_storing_again());
+    let mut steps = 0;
+    while let Some(at) = watch.poll_timeout() {
+        steps += 1;
+        assert!(steps < 100, "never settles");
+        w.now = w.now.max(at);
+        watch.handle_timeout(w.now);
+        drain(&mut w.store, w.now, &mut watch);
+    }
+    assert!(!watch.is_storing_again());
+    w.now += w.lease * 10;
+    let again = call_body(3, "bump", json!({"n": 1}), Some("k1"));
+    let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+    assert_eq!(v["result"]["content"][0]["text"], "done", "{v}");
+}
+
 // | the same key while the first still runs | -32000 `IDEMPOTENCY_KEY_IN_USE` at once |
 #[test]
 fn a_running_key_is_in_use() {
