@@ -2,12 +2,13 @@
 //! replies of awaitables.
 
 use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use crate::errors;
@@ -26,26 +27,51 @@ pub fn opt_to_py(py: Python<'_>, value: Option<&Value>) -> PyResult<Py<PyAny>> {
 }
 
 /// A native Python object as JSON; anything JSON cannot hold (an arbitrary object, a
-/// non-`str` key, an integer beyond 64 bits, a NaN or infinite float) is a `TypeError`.
+/// non-`str` key, an integer beyond 64 bits, a NaN or infinite float, containers nested
+/// deeper than [`MAX_DEPTH`], so also one that holds itself) is a `TypeError`.
 pub fn from_py(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
-    pythonize::depythonize::<Json>(obj)
-        .map(|json| json.0)
+    let mut depythonizer = pythonize::Depythonizer::from_object(obj);
+    Json { depth: 0 }
+        .deserialize(&mut depythonizer)
         .map_err(|e| PyTypeError::new_err(format!("not representable as JSON: {e}")))
 }
 
-/// A JSON value read as `serde_json::Value` reads one, except that a float JSON cannot hold
-/// (NaN, ±infinity) is an error rather than `null`.
-struct Json(Value);
+/// How deeply containers may nest, as `serde_json` reads JSON text. The walk recurses once
+/// per level on the stack of whichever thread converts (a handler's answer, a caller's
+/// arguments): without a bound, a dict that holds itself, or a deep enough one, overflows it
+/// and aborts the whole process. The bound also stops every cycle, so none is tracked.
+const MAX_DEPTH: usize = 128;
 
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(JsonVisitor).map(Json)
+/// A JSON value read as `serde_json::Value` reads one, except that a float JSON cannot hold
+/// (NaN, ±infinity) is an error rather than `null`; `depth` counts the containers around it.
+#[derive(Clone, Copy)]
+struct Json {
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Json {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
     }
 }
 
-struct JsonVisitor;
+impl Json {
+    /// The seed of a container's members, or an error before recursing past the bound.
+    fn inner<E: de::Error>(self) -> Result<Json, E> {
+        if self.depth >= MAX_DEPTH {
+            return Err(E::custom(format!(
+                "nested deeper than {MAX_DEPTH} levels (a container that holds itself?)"
+            )));
+        }
+        Ok(Json {
+            depth: self.depth + 1,
+        })
+    }
+}
 
-impl<'de> Visitor<'de> for JsonVisitor {
+impl<'de> Visitor<'de> for Json {
     type Value = Value;
 
     fn expecting(&self, formatter: &mut fmt::Formatter) -> fmt::Result {
@@ -91,7 +117,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        Json::deserialize(deserializer).map(|json| json.0)
+        self.deserialize(deserializer)
     }
 
     fn visit_unit<E>(self) -> Result<Value, E> {
@@ -99,16 +125,18 @@ impl<'de> Visitor<'de> for JsonVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let inner = self.inner()?;
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        while let Some(Json(item)) = seq.next_element()? {
+        while let Some(item) = seq.next_element_seed(inner)? {
             items.push(item);
         }
         Ok(Value::Array(items))
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let inner = self.inner()?;
         let mut members = Map::new();
-        while let Some((key, Json(value))) = map.next_entry::<String, Json>()? {
+        while let Some((key, value)) = map.next_entry_seed(PhantomData::<String>, inner)? {
             members.insert(key, value);
         }
         Ok(Value::Object(members))

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +84,95 @@ async def test_other_exceptions_are_logged_and_answered_as_internal_errors(
     error = result.structured_content["answer"]["error"]
     assert error["code"] == -32603 and "secret" not in error["message"]
     assert any("sampling/createMessage" in r.getMessage() for r in caplog.records)
+
+
+def run_python(script: str) -> subprocess.CompletedProcess[str]:
+    """Runs `script` in a new interpreter: a conversion that overflowed the stack would abort
+    that process, not the test run."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+async def test_a_handler_answer_that_holds_itself_is_an_internal_error_not_a_crash(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    child = await asyncio.to_thread(
+        run_python,
+        f"""
+        import asyncio, json
+        from mcp_resume import Client
+
+        async def main():
+            client = Client({server.url!r}, era="legacy")
+
+            @client.on_server_request
+            async def cyclic(request):
+                answer = {{}}
+                answer["self"] = answer
+                return answer
+
+            async with client:
+                result = await client.call_tool("ask")
+            print(json.dumps(result.structured_content["answer"]))
+
+        asyncio.run(main())
+        """,
+    )
+    assert child.returncode == 0, child.stderr
+    answer = json.loads(child.stdout.strip().splitlines()[-1])
+    assert answer["error"]["code"] == -32603
+    assert "sampling/createMessage" in child.stderr  # logged, as any failed handler is
+
+
+async def test_arguments_that_hold_themselves_raise_to_the_caller_not_crash(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("legacy")
+    child = await asyncio.to_thread(
+        run_python,
+        f"""
+        import asyncio
+        from mcp_resume import Client
+
+        async def main():
+            cyclic = []
+            cyclic.append(cyclic)
+            deep = 0
+            for _ in range(200_000):
+                deep = {{"d": deep}}
+            async with Client({server.url!r}, era="legacy") as client:
+                for name, kwargs in [
+                    ("arguments", {{"arguments": {{"a": cyclic}}}}),
+                    ("meta", {{"meta": {{"k": cyclic}}}}),
+                    ("progress", {{"progress": cyclic}}),
+                    ("deep", {{"arguments": deep}}),
+                ]:
+                    try:
+                        await client.call_tool("echo", **kwargs)
+                    except (TypeError, ValueError) as e:
+                        print(name, type(e).__name__)
+                # Nesting within the bound still goes.
+                nested = 0
+                for _ in range(100):
+                    nested = [nested]
+                result = await client.call_tool("echo", {{"n": nested}})
+                print("ok", result.is_error)
+
+        asyncio.run(main())
+        """,
+    )
+    assert child.returncode == 0, child.stderr
+    lines = child.stdout.split()
+    assert lines[:8] == [
+        "arguments", "TypeError", "meta", "TypeError", "progress", "TypeError",
+        "deep", "TypeError",
+    ], child.stdout
+    assert lines[8] == "ok", child.stdout
 
 
 async def test_without_a_handler_the_server_gets_method_not_found(
