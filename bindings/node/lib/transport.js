@@ -11,8 +11,13 @@ import { refuseUnsupported } from "./unsupported.js";
 /** `await client.connect(new ResumeTransport(url, options))`. */
 export class ResumeTransport {
   #bridge;
-  /** @type {Promise<void> | null} The delivery loop, once started. */
+  /**
+   * @type {Promise<unknown> | null} The delivery loop, once started; it never rejects, and
+   * resolves with what the host's `onclose` threw, if it did.
+   */
   #delivering = null;
+  /** Whether `close()` was called: an `onclose` that throws then fails it. */
+  #closing = false;
   /**
    * @type {Map<string, () => void>} By the JSON text of a request's id: what stops listening
    * to its `options.signal`, until its answer comes.
@@ -68,14 +73,41 @@ export class ResumeTransport {
           }
           this.onmessage?.(message);
         } catch (error) {
-          this.onerror?.(/** @type {Error} */ (error));
+          this.#report(error);
         }
       }
     } catch (error) {
-      this.onerror?.(/** @type {Error} */ (error));
+      this.#report(error);
     }
     for (const key of [...this.#aborts.keys()]) this.#forget(key);
-    this.onclose?.();
+    // The SDK's Client calls its own onclose from this one, so the host's code runs here: what
+    // it throws fails the host's close(), as the SDK's own transport's close() would (with no
+    // close() under way, the session ended by itself: onerror), and is never an unhandled
+    // rejection of this loop, which kills the process.
+    try {
+      this.onclose?.();
+    } catch (error) {
+      if (this.#closing) return error;
+      this.#report(error);
+    }
+    return undefined;
+  }
+
+  /**
+   * `error` to `onerror`. One that `onerror` throws in turn is the host's bug, reported as a
+   * process warning: escaping here it would end the delivery loop for good, every call in
+   * flight left unanswered, with the session still open.
+   */
+  #report(error) {
+    try {
+      this.onerror?.(/** @type {Error} */ (error));
+    } catch (thrown) {
+      const text = (e) => (e instanceof Error && e.stack) || String(e);
+      process.emitWarning(`ResumeTransport: onerror threw ${text(thrown)}`, {
+        code: "MCP_RESUME_ONERROR_THREW",
+        detail: `while reporting: ${text(error)}`,
+      });
+    }
   }
 
   /**
@@ -135,20 +167,26 @@ export class ResumeTransport {
   /**
    * Closes the session (DELETE); `onclose` is called once the last message was delivered. A
    * DELETE that fails goes to `onerror` and the transport closes all the same: the SDK's own
-   * transport never fails its `close()`, and a host closing after an error must not be left
-   * with a half-closed client.
+   * transport never fails its `close()` for that, and a host closing after an error must not
+   * be left with a half-closed client. Only an `onclose` that throws fails it, with its error.
    */
   async close() {
+    this.#closing = true;
     try {
       await this.#bridge.close();
     } catch (error) {
-      this.onerror?.(/** @type {Error} */ (error));
+      this.#report(error);
     }
     if (this.#delivering === null) {
       this.#delivering = Promise.resolve();
       this.onclose?.();
     }
-    await this.#delivering;
+    const thrown = await this.#delivering;
+    if (thrown !== undefined) {
+      // Once: a second close() has nothing left to fail with.
+      this.#delivering = Promise.resolve();
+      throw thrown;
+    }
   }
 
   /** Called by the host client with the negotiated protocol version. */

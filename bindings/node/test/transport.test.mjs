@@ -231,3 +231,64 @@ test("a DELETE the server fails goes to onerror, and close() still closes", asyn
     failing.close();
   }
 });
+
+/** Records every unhandled rejection until `stop()`; none must come from the transport. */
+function unhandledRejections() {
+  const seen = [];
+  const record = (reason) => seen.push(reason);
+  process.on("unhandledRejection", record);
+  return {
+    seen,
+    async stop() {
+      // Node reports an unhandled rejection once the microtasks of its tick ran.
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      process.off("unhandledRejection", record);
+      return seen;
+    },
+  };
+}
+
+test("a host onclose that throws makes close() reject with its error, and no rejection goes unhandled", async () => {
+  const rejections = unhandledRejections();
+  const { client } = await connected();
+  client.onclose = () => {
+    throw new Error("app bug in onclose");
+  };
+  await assert.rejects(client.close(), /app bug in onclose/);
+  assert.deepEqual(await rejections.stop(), []);
+});
+
+test("a host onerror that throws is contained: delivery goes on and the session closes", async () => {
+  const rejections = unhandledRejections();
+  const warnings = [];
+  const warned = (warning) => warnings.push(warning);
+  process.on("warning", warned);
+  try {
+    const { client, transport } = await connected();
+    const onmessage = transport.onmessage;
+    let failures = 1;
+    transport.onmessage = (message) => {
+      onmessage?.(message);
+      if (failures-- > 0) throw new Error("app bug in onmessage");
+    };
+    const errors = [];
+    transport.onerror = (error) => {
+      errors.push(error);
+      throw new Error("app bug in onerror");
+    };
+    const first = await client.callTool({ name: "echo", arguments: { text: "one" } });
+    assert.equal(first.content[0].text, "one");
+    // Delivered after onmessage then onerror threw: the loop still runs.
+    const second = await client.callTool({ name: "echo", arguments: { text: "two" } });
+    assert.equal(second.content[0].text, "two");
+    const mark = server.mark();
+    await client.close();
+    // The session ended with the transport: onerror throwing did not stop its delivery loop.
+    await server.waitFor(mark, "http_in", (e) => e.method === "DELETE");
+    assert.deepEqual(errors.map((e) => e.message), ["app bug in onmessage"]);
+    assert.ok(warnings.some((w) => /app bug in onerror/.test(String(w.message))), warnings.join());
+  } finally {
+    process.off("warning", warned);
+  }
+  assert.deepEqual(await rejections.stop(), []);
+});
