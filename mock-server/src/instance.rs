@@ -41,7 +41,7 @@ use crate::store::{
     StoredEvent, StreamKind, StreamRecord,
 };
 use crate::tools;
-use mcp_resume_server::guard::{claim_message, ClaimOutcome, StoredOutcome};
+use mcp_resume_server::guard::{call_key, claim_message, Answer, ClaimOutcome, StoredOutcome};
 
 /// JSON-RPC error codes used on the wire.
 pub(crate) mod code {
@@ -296,6 +296,17 @@ fn sse_response(rx: mpsc::UnboundedReceiver<Bytes>) -> Response {
         HeaderValue::from_static("text/event-stream"),
     );
     hs.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// The guard's own answer, as the response to send.
+fn guard_answer(answer: Answer) -> Response {
+    let (status, pairs, body) = answer.into_parts();
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    for (name, value) in pairs {
+        resp.headers_mut().insert(name, value);
+    }
     resp
 }
 
@@ -795,6 +806,18 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
     if requests.is_empty() {
         let resp = StatusCode::ACCEPTED.into_response();
         return inc.with_session_headers(resp, &session);
+    }
+    if inc.settings().extension {
+        // Keys are read by the guard's own rule: one it would refuse is refused here as it
+        // refuses it, before anything runs, not ignored with the call run unkeyed.
+        for (id, method, value) in &requests {
+            if method != "tools/call" {
+                continue;
+            }
+            if let Err(answer) = call_key(id, value.get("params"), &headers) {
+                return inc.with_session_headers(guard_answer(answer), &session);
+            }
+        }
     }
     let use_sse =
         !inc.settings().json_response && requests.iter().any(|(_, m, _)| m == "tools/call");

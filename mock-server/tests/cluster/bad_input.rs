@@ -335,3 +335,24 @@ async fn other_protocol_errors() {
     assert_eq!(r.json().as_array().map(Vec::len), Some(2));
     still_serves(c).await;
 }
+
+/// A key that is not a string, is empty or is over 256 bytes is refused as the guard refuses
+/// it (400 `IDEMPOTENCY_KEY_INVALID`, nothing runs), not ignored with the call run unkeyed.
+#[tokio::test]
+async fn an_invalid_idempotency_key_is_refused_as_the_guard_refuses_it() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let long = "k".repeat(257);
+    for key in [json!(7), json!(""), json!(long)] {
+        let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x"},
+                       "_meta": {"io.github.mcp-resume/idempotency-key": key}}});
+        let r = mcp.post(Some(&sid), body).await;
+        assert_eq!(r.status, 400, "{key}: {}", r.body);
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["error"]["data"]["code"], "IDEMPOTENCY_KEY_INVALID", "{v}");
+        assert_eq!(v["id"], 3);
+    }
+    still_serves(c).await;
+}

@@ -35,6 +35,22 @@ pub(crate) fn key_of(params: Option<&Value>, headers: &HeaderMap) -> KeyFound {
     key_from(meta, standard, headers)
 }
 
+/// The key a `tools/call` carries, read as the guard reads it (`params`: the call's params):
+/// `Ok(None)` when it carries none; `Err` is the guard's refusal (400
+/// `IDEMPOTENCY_KEY_INVALID`, nothing runs) of a key that is not valid, or of two different
+/// keys. A server that honours keys itself reads them by this rule, to answer as the guard.
+pub fn call_key(
+    id: &Value,
+    params: Option<&Value>,
+    headers: &HeaderMap,
+) -> Result<Option<IdempotencyKey>, Answer> {
+    match key_of(params, headers) {
+        KeyFound::None => Ok(None),
+        KeyFound::Key(key) => Ok(Some(key)),
+        KeyFound::Invalid(why) => Err(Answer::invalid_key(id, why)),
+    }
+}
+
 /// Whether raw body bytes name a key's member (`_meta`'s or SEP-3182's): what the guard can
 /// tell of a body too long to read whole.
 pub(crate) fn names_a_key(body: &[u8]) -> bool {

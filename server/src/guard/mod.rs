@@ -52,7 +52,7 @@ mod watch;
 
 pub use advertise::Parts;
 pub use answer::Answer;
-pub use idempotency::{claim_message, claim_verdict, ClaimVerdict};
+pub use idempotency::{call_key, claim_message, claim_verdict, ClaimVerdict};
 pub use records::{Claim, ClaimOutcome, SessionRecord, StoreOp, StoredOutcome};
 pub use resume::{authorize_resume, CursorFacts, RejectReason, ResumeFacts, StreamFacts};
 pub use watch::{BodyPlan, SseFlow, Watch};
