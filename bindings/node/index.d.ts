@@ -315,7 +315,10 @@ export declare class ResumeTransport {
   get sessionId(): string | undefined;
   start(): Promise<void>;
   send(message: JSONRPCMessage, options?: unknown): Promise<void>;
-  /** DELETEs the session; a failed DELETE goes to `onerror` and the transport closes anyway. */
+  /**
+   * DELETEs the session; a failed DELETE goes to `onerror` and the transport closes anyway.
+   * Rejects with what `onclose` threw, if it threw (as the SDK's own transports do).
+   */
   close(): Promise<void>;
   setProtocolVersion(version: string): void;
   events(options?: IterateOptions): AsyncGenerator<SessionEvent, void, undefined>;
