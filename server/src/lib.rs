@@ -46,7 +46,10 @@
 //! that names a key in the header or in its first bytes is refused `413`, never run
 //! unguarded); a store
 //! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
-//! everything else pass.
+//! everything else pass. A keyed call of a session whose record no instance and no store
+//! holds (evicted, expired, or begun before the guard was deployed) is answered `404` as an
+//! unknown session, so its client starts a new one: run, it would go without its context's
+//! mark, and its stored answer could be served to another context.
 //!
 //! # Quickstart
 //!
