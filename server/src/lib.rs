@@ -51,6 +51,15 @@
 //! unknown session, so its client starts a new one: run, it would go without its context's
 //! mark, and its stored answer could be served to another context.
 //!
+//! A session's record lives in the store for its retention (24 h by default:
+//! `MemoryStore::with_limits`, `RedisOptions::retention`) after its last write or touch, and
+//! a session in use keeps it: a request of the session on an instance whose last write or
+//! touch of the record is half a retention old or more has the store touch it again, as does
+//! an instance that reads the record from the store (how old it is there is not known). So a
+//! session in use for days still gets its hash on every response and its resumes judged,
+//! wherever its requests land, and a full `MemoryStore` drops the records of sessions not in
+//! use first; an unkeyed call still costs no store round trip but once per half retention.
+//!
 //! # Quickstart
 //!
 //! An rmcp 3.11 server, resume-safe by one `.layer(...)`:

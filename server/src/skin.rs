@@ -54,6 +54,8 @@ use crate::store::{self, OpResult, Store};
 /// Defaults: a random [`InstanceId`]; every part of the extension enforced (resume checks
 /// with capability hashes and sequenced event ids; idempotency); bodies up to 4 MiB
 /// inspected; a 10 s claim lease; `Retry-After: 1` on retryable refusals; random stream ids.
+/// The record of a session in use is touched in the store once half the store's retention
+/// ([`Store::session_retention`]) passed since this instance wrote or touched it.
 ///
 /// [`build`]: GuardBuilder::build
 #[derive(Clone)]
@@ -84,9 +86,14 @@ impl GuardBuilder {
     /// [`GuardBuilder::new`] with a store already shared (one chosen at run time, such as
     /// [`store::open`]'s).
     pub fn with_shared_store(store: Arc<dyn Store>) -> Self {
+        let mut config = GuardConfig::default();
+        // Records of sessions in use are touched at half the store's own retention.
+        if let Some(retention) = store.session_retention() {
+            config.session_refresh = crate::guard::session_refresh(retention);
+        }
         Self {
             store,
-            config: GuardConfig::default(),
+            config,
             seed: None,
         }
     }
@@ -199,7 +206,9 @@ impl SharedGuard {
 
     /// A request head arrived: the request to drive (see [`Inbound::next`]).
     pub fn begin(&self, method: &Method, headers: &HeaderMap) -> Inbound {
-        let exchange = self.core.guard().begin(method, headers);
+        // Read before the lock is taken: the lock is held for the guard's work alone.
+        let now = now();
+        let exchange = self.core.guard().begin(method, headers, now);
         Inbound {
             core: self.core.clone(),
             exchange,

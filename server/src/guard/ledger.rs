@@ -9,6 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -529,10 +530,18 @@ pub(crate) struct Capacities {
     pub(crate) events_per_stream: usize,
 }
 
+/// A session known here: its record, and when this guard last had the store keep it (wrote
+/// or touched it), which tells when to touch it again.
+#[derive(Debug)]
+struct Known {
+    record: Arc<SessionRecord>,
+    kept_at: Instant,
+}
+
 /// A guard's local memory.
 #[derive(Debug)]
 pub(crate) struct Ledger {
-    sessions: Bounded<SessionId, Arc<SessionRecord>>,
+    sessions: Bounded<SessionId, Known>,
     forgotten: Bounded<SessionId, ()>,
     streams: Bounded<StreamId, StreamLog>,
     events_per_stream: usize,
@@ -555,12 +564,32 @@ impl Ledger {
     where
         SessionId: std::borrow::Borrow<Q>,
     {
-        self.sessions.get_used(id)
+        self.sessions.get_used(id).map(|k| &k.record)
     }
 
-    pub(crate) fn remember(&mut self, record: Arc<SessionRecord>) {
+    /// [`Ledger::session`] for a request at `now`, and whether the store must be asked to
+    /// keep the record again: its last write or touch from here is `every` or more ago. Then
+    /// it counts as kept at `now`, so one request per `every` asks.
+    pub(crate) fn session_in_use(
+        &mut self,
+        id: &SessionId,
+        now: Instant,
+        every: Duration,
+    ) -> Option<(&Arc<SessionRecord>, bool)> {
+        let known = self.sessions.get_mut(id)?;
+        let due = now.saturating_duration_since(known.kept_at) >= every;
+        if due {
+            known.kept_at = now;
+        }
+        Some((&known.record, due))
+    }
+
+    /// Knows a session from now on; the store was last asked to keep its record at
+    /// `kept_at`.
+    pub(crate) fn remember(&mut self, record: Arc<SessionRecord>, kept_at: Instant) {
         self.forgotten.remove(record.session());
-        self.sessions.insert(record.session().clone(), record);
+        let id = record.session().clone();
+        self.sessions.insert(id, Known { record, kept_at });
     }
 
     /// Whether a session was forgotten here (never one [`Ledger::session`] knows: remembering
@@ -881,12 +910,44 @@ mod tests {
                 "v".into(),
             ))
         };
-        ledger.remember(rec("a"));
-        ledger.remember(rec("b"));
+        let now = t0();
+        ledger.remember(rec("a"), now);
+        ledger.remember(rec("b"), now);
         assert!(ledger.session(&sid("a")).is_some());
-        ledger.remember(rec("c"));
+        ledger.remember(rec("c"), now);
         assert!(ledger.session(&sid("a")).is_some(), "a was in use");
         assert!(ledger.session(&sid("b")).is_none());
+    }
+
+    /// A test's own start of time.
+    #[allow(clippy::disallowed_methods)]
+    fn t0() -> Instant {
+        Instant::now()
+    }
+
+    // | a session in use, its record kept at t0; refresh every 10 s | due at t0 + 10 s, not
+    // again before t0 + 20 s; unknown sessions are not due |
+    #[test]
+    fn a_session_in_use_is_due_for_a_touch_once_per_interval() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 3,
+        });
+        let every = Duration::from_secs(10);
+        let t = t0();
+        let rec = SessionRecord::new(sid("a"), InstanceId::random(), hash(), "v".into());
+        ledger.remember(Arc::new(rec), t);
+        let due = |l: &mut Ledger, s: u64| {
+            l.session_in_use(&sid("a"), t + Duration::from_secs(s), every)
+                .map(|(_, due)| due)
+        };
+        assert_eq!(due(&mut ledger, 9), Some(false));
+        assert_eq!(due(&mut ledger, 10), Some(true));
+        assert_eq!(due(&mut ledger, 11), Some(false));
+        assert_eq!(due(&mut ledger, 19), Some(false));
+        assert_eq!(due(&mut ledger, 25), Some(true));
+        assert!(ledger.session_in_use(&sid("b"), t, every).is_none());
     }
 
     #[test]
@@ -897,7 +958,7 @@ mod tests {
             events_per_stream: 3,
         });
         let rec = SessionRecord::new(sid("a"), InstanceId::random(), hash(), "v".into());
-        ledger.remember(Arc::new(rec));
+        ledger.remember(Arc::new(rec), t0());
         ledger.open_stream(StreamId::from_u64(1), sid("a"), hash(), RequestIds::none());
         ledger.open_stream(StreamId::from_u64(2), sid("b"), hash(), RequestIds::none());
         ledger.forget(&sid("a"), true);

@@ -18,7 +18,7 @@
 //! - [`Step::Answer`]: send this response; the inner server never sees the request.
 //!
 //! After every step, run what [`Exchange::poll_op`] hands out (operations that need no
-//! report, such as forgetting a session).
+//! report, such as forgetting a session, or keeping the record of a session in use).
 //!
 //! **Response** — see [`Watch`]: its head, then its body (JSON or SSE), then its end;
 //! [`Watch::poll_op`] hands out the store operations to run (session records, a keyed call's
@@ -32,7 +32,7 @@
 #![deny(clippy::disallowed_methods)]
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 use serde_json::Value;
@@ -76,6 +76,22 @@ pub struct GuardConfig {
     /// The request header whose value scopes idempotency keys (see
     /// [`GuardBuilder::key_scope_header`](crate::skin::GuardBuilder::key_scope_header)).
     pub(crate) key_scope: Option<http::HeaderName>,
+    /// How often a session in use has the store keep its record again: half the store's
+    /// retention (see [`GuardConfig::session_refresh`]).
+    pub(crate) session_refresh: Duration,
+}
+
+/// The retention of a session record assumed when the store does not say its own
+/// ([`Store::session_retention`](crate::store::Store::session_retention)): the default of
+/// every store here.
+pub(crate) const DEFAULT_SESSION_RETENTION: Duration = Duration::from_secs(24 * 3600);
+
+/// The refresh period for a store whose session records are kept `retention` after their
+/// last write or touch: half of it, so a record in use is touched while it has half its life
+/// left, whatever the gaps between the session's requests (up to half the retention) and
+/// wherever its requests land.
+pub(crate) fn session_refresh(retention: Duration) -> Duration {
+    retention / 2
 }
 
 impl Default for GuardConfig {
@@ -91,6 +107,7 @@ impl Default for GuardConfig {
             lease: Duration::from_secs(10),
             retry_after_secs: 1,
             key_scope: None,
+            session_refresh: session_refresh(DEFAULT_SESSION_RETENTION),
             capacities: Capacities {
                 sessions: 100_000,
                 streams: 10_000,
@@ -124,6 +141,15 @@ impl GuardConfig {
     /// The request header whose value scopes idempotency keys, when one does.
     pub fn key_scope_header(&self) -> Option<&http::HeaderName> {
         self.key_scope.as_ref()
+    }
+
+    /// How long after a session record was last written or touched from this instance a
+    /// request of the session has the store touch it again ([`StoreOp::TouchSession`]): half
+    /// the store's retention, so a session in use never loses its record. A record read from
+    /// the store is touched when read (its age is not known). Default: 12 hours (stores keep
+    /// records 24 hours).
+    pub fn session_refresh(&self) -> Duration {
+        self.session_refresh
     }
 }
 
@@ -159,8 +185,8 @@ impl Guard {
         &self.config
     }
 
-    /// A request head arrived: the exchange to drive.
-    pub fn begin(&mut self, method: &Method, headers: &HeaderMap) -> Exchange {
+    /// A request head arrived at `now`: the exchange to drive.
+    pub fn begin(&mut self, method: &Method, headers: &HeaderMap, now: Instant) -> Exchange {
         let head = HeadOf::read(headers);
         let text = head
             .session
@@ -175,6 +201,7 @@ impl Guard {
             None => SessionId::from_checked(text),
         });
         let mut ex = Exchange {
+            at: now,
             session,
             record: None,
             looked_up: false,
@@ -380,6 +407,8 @@ pub struct StoreUnavailable;
 /// One request on its way through the guard (see the [module docs](self)).
 #[derive(Debug)]
 pub struct Exchange {
+    /// When the request came.
+    at: Instant,
     session: Option<SessionId>,
     record: Option<std::sync::Arc<SessionRecord>>,
     looked_up: bool,
@@ -507,7 +536,10 @@ impl Exchange {
         match record {
             Ok(Some(rec)) => {
                 let rec = std::sync::Arc::new(rec);
-                guard.ledger.remember(rec.clone());
+                // How long the store still keeps it is not known here: it is touched now,
+                // then every refresh period while in use here.
+                self.keep(rec.session());
+                guard.ledger.remember(rec.clone(), self.at);
                 self.record = Some(rec);
             }
             Ok(None) => {
@@ -628,10 +660,15 @@ impl Exchange {
         );
         if needs_record && !self.looked_up {
             if let Some(sid) = &self.session {
-                match guard.ledger.session(sid) {
-                    Some(rec) => {
+                let every = guard.config.session_refresh;
+                match guard.ledger.session_in_use(sid, self.at, every) {
+                    Some((rec, due)) => {
                         self.record = Some(rec.clone());
                         self.looked_up = true;
+                        if due {
+                            let sid = sid.clone();
+                            self.keep(&sid);
+                        }
                     }
                     None => {
                         self.next = Some(Step::Store(StoreOp::LoadSession(sid.clone())));
@@ -665,6 +702,7 @@ impl Exchange {
                     parts: guard.config.parts,
                     done: false,
                     held: 0,
+                    at: self.at,
                 };
                 self.forward(None, Watch::new(kind, None, None, max));
             }
@@ -688,6 +726,15 @@ impl Exchange {
                     Watch::new(WatchKind::Delete { session }, None, None, max),
                 );
             }
+        }
+    }
+
+    /// Has the store keep a session's record a full retention from now: the session is in
+    /// use, and a record that expired (or was evicted) while it is would leave its responses
+    /// without their hash and its resumes refused. A DELETE ends the session instead.
+    fn keep(&mut self, sid: &SessionId) {
+        if !matches!(self.plan, Plan::Delete) {
+            self.ops.push_back(StoreOp::TouchSession(sid.clone()));
         }
     }
 

@@ -167,6 +167,9 @@ pub(crate) enum WatchKind {
         done: bool,
         /// Bytes written while the head waits for the result (held with it by the skin).
         held: usize,
+        /// When the request came: the record's write counts from then (a little early, so
+        /// its touches come a little early, never late).
+        at: Instant,
     },
     /// `server/discover`: advertise.
     Discover { id: Value, parts: Parts, done: bool },
@@ -746,6 +749,7 @@ impl Watch {
                 instance,
                 parts,
                 done,
+                at,
                 ..
             } if !*done && crate::wire::same_id(want, &id) => {
                 *done = true;
@@ -776,11 +780,12 @@ impl Watch {
                     let record =
                         SessionRecord::new(sid.clone(), instance.clone(), hash.clone(), version);
                     let shared = std::sync::Arc::new(record.clone());
+                    let at = *at;
                     guard.with_guard(|g| {
                         if let Some(stream) = stream {
                             g.ledger.set_stream_hash(stream, hash);
                         }
-                        g.ledger.remember(shared);
+                        g.ledger.remember(shared, at);
                     });
                     self.ops.push_back(StoreOp::PutSession(record));
                 }

@@ -13,7 +13,8 @@ use crate::{Error, ErrorKind};
 /// Entries of each kind kept at most (sessions, keys); beyond, expired ones are swept and,
 /// if none expired, new claims are refused (retryably) rather than a guarantee dropped.
 const DEFAULT_CAPACITY: usize = 100_000;
-/// How long a session record, a finished or a lost key is kept after its last write.
+/// How long a session record, a finished or a lost key is kept after its last write (a
+/// session record: or its last touch, the guard's while the session is in use).
 const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// The store of one process: the guards of one process share it (clone it, or pass the same
@@ -144,6 +145,23 @@ impl Store for MemoryStore {
             self.lock().sessions.remove(id);
             Ok(())
         })
+    }
+
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let now = now();
+            let mut inner = self.lock();
+            let retention = inner.retention;
+            // Its expiry moves: a full store drops records not in use before this one.
+            if let Some((_, expires)) = inner.sessions.get_mut(id).filter(|(_, e)| *e > now) {
+                *expires = now + retention;
+            }
+            Ok(())
+        })
+    }
+
+    fn session_retention(&self) -> Option<Duration> {
+        Some(self.lock().retention)
     }
 
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {

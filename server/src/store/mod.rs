@@ -38,6 +38,20 @@ pub trait Store: Send + Sync + 'static {
     /// Forgets a session record.
     fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()>;
 
+    /// Keeps a session record a full retention from now, as if written again; a record the
+    /// store does not hold (forgotten, expired) stays absent. The guard asks for it while the
+    /// session is in use ([`StoreOp::TouchSession`]).
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()>;
+
+    /// How long a session record is kept after its last write or touch, when the store
+    /// drops records after a time. The guard touches a record in use once half of it has
+    /// passed since the record was written or touched
+    /// ([`GuardBuilder`](crate::skin::GuardBuilder) reads it). Default: `None`, taken as
+    /// 24 hours.
+    fn session_retention(&self) -> Option<Duration> {
+        None
+    }
+
     /// Claims a key ([`claims::claim`](crate::guard::claims::claim)).
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome>;
 
@@ -78,6 +92,12 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     }
     fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
         (**self).forget_session(id)
+    }
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        (**self).touch_session(id)
+    }
+    fn session_retention(&self) -> Option<Duration> {
+        (**self).session_retention()
     }
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
         (**self).claim(claim)
@@ -163,6 +183,10 @@ pub async fn run<S: Store + ?Sized>(store: &S, op: &StoreOp) -> Result<OpResult,
         StoreOp::LoadSession(id) => OpResult::Session(store.session(id).await?),
         StoreOp::ForgetSession(id) => {
             store.forget_session(id).await?;
+            OpResult::Done
+        }
+        StoreOp::TouchSession(id) => {
+            store.touch_session(id).await?;
             OpResult::Done
         }
         StoreOp::Claim(c) => OpResult::Claim(store.claim(c).await?),

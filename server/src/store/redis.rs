@@ -7,7 +7,7 @@
 //!
 //! | key | type | what | expiry |
 //! |---|---|---|---|
-//! | `{s:<digest of session id>}` | string (JSON) | session record | `retention` after its write |
+//! | `{s:<digest of session id>}` | string (JSON) | session record | `retention` after its write or its last touch (`PEXPIRE`, while the session is in use) |
 //! | `{k:<digest of idempotency key>}` | hash `state`, `digest`, `holder`, `until`, `outcome` | a key's life ([`claims`](crate::guard::claims)) | `retention` (a lost key, and a running one past its lease: `lost_retention`) |
 //!
 //! Leases are judged by the Redis server's clock (`TIME` inside the scripts), so replicas'
@@ -40,8 +40,9 @@ pub struct RedisOptions {
     /// Prefix of every key; stores with different namespaces share a server without seeing
     /// each other. Default: `mcp-resume:`.
     pub namespace: String,
-    /// How long a session record, and a key's stored answer, live after their last write.
-    /// Default: 24 hours.
+    /// How long a session record, and a key's stored answer, live after their last write (a
+    /// session record: or its last touch; the guard touches a record in use once half of
+    /// this has passed, so a session in use keeps its record). Default: 24 hours.
     pub retention: Duration,
     /// How long a key whose outcome is unknown is remembered (it never runs again while it
     /// is). Default: 7 days.
@@ -333,6 +334,20 @@ impl Store for RedisStore {
             cmd.arg(self.key("s", id.expose()));
             self.query::<()>(&cmd).await
         })
+    }
+
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            // On a missing key PEXPIRE does nothing: a forgotten record stays forgotten.
+            let mut cmd = redis::cmd("PEXPIRE");
+            cmd.arg(self.key("s", id.expose()))
+                .arg(ms(self.inner.opts.retention));
+            self.query::<i64>(&cmd).await.map(drop)
+        })
+    }
+
+    fn session_retention(&self) -> Option<Duration> {
+        Some(self.inner.opts.retention)
     }
 
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {

@@ -32,6 +32,11 @@ pub(crate) struct Store {
     pub(crate) loads_fail: bool,
     /// How many of the next `Finish` operations fail (and only those).
     pub(crate) finishes_fail: usize,
+    /// When set, a session record expires this long after its last write (as the real
+    /// stores keep it); a record past its expiry reads as absent.
+    pub(crate) retention: Option<Duration>,
+    /// When each session record expires (with a retention set).
+    pub(crate) expires: HashMap<SessionId, Instant>,
 }
 
 impl Store {
@@ -50,11 +55,25 @@ impl Store {
         Ok(match op {
             StoreOp::PutSession(r) => {
                 self.sessions.insert(r.session().clone(), r.clone());
+                if let Some(retention) = self.retention {
+                    self.expires.insert(r.session().clone(), now + retention);
+                }
                 None
             }
-            StoreOp::LoadSession(id) => Some(Reported::Session(self.sessions.get(id).cloned())),
+            StoreOp::LoadSession(id) => {
+                self.expire(now);
+                Some(Reported::Session(self.sessions.get(id).cloned()))
+            }
             StoreOp::ForgetSession(id) => {
                 self.sessions.remove(id);
+                self.expires.remove(id);
+                None
+            }
+            StoreOp::TouchSession(id) => {
+                self.expire(now);
+                if let (Some(retention), true) = (self.retention, self.sessions.contains_key(id)) {
+                    self.expires.insert(id.clone(), now + retention);
+                }
                 None
             }
             StoreOp::Claim(c) => {
@@ -91,6 +110,20 @@ impl Store {
             }
             _ => None,
         })
+    }
+
+    /// Drops the session records expired at `now`.
+    pub(crate) fn expire(&mut self, now: Instant) {
+        let gone: Vec<SessionId> = self
+            .expires
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            self.sessions.remove(&id);
+            self.expires.remove(&id);
+        }
     }
 
     pub(crate) fn ops(&self, pred: impl Fn(&StoreOp) -> bool) -> usize {
@@ -208,7 +241,7 @@ impl Instance {
         headers: &HeaderMap,
         body: Option<&[u8]>,
     ) -> Fate {
-        let mut ex = self.guard.begin(&method, headers);
+        let mut ex = self.guard.begin(&method, headers, now);
         loop {
             let step = ex.step();
             while let Some(op) = ex.poll_op() {

@@ -54,7 +54,7 @@ proptest! {
         put("idempotency-key", &key);
         put("last-event-id", &last);
         let method = if get { Method::GET } else { Method::POST };
-        let mut ex = a.guard.begin(&method, &h);
+        let mut ex = a.guard.begin(&method, &h, w.now);
         let mut fate = None;
         for _ in 0..8 {
             while ex.poll_op().is_some() {}

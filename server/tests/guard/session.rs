@@ -421,3 +421,91 @@ fn a_keyed_call_of_a_session_nobody_knows_is_answered_not_found() {
     assert_eq!(answer.status(), 404);
     assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
 }
+
+// | a session in use past the store's retention: unkeyed calls at 0.9× and 1.5× the
+// retention after `initialize`, on the instance that saw it and on one that never did |
+// each response carries the hash and the record is still in the store: a session in use
+// keeps its record alive |
+#[test]
+fn a_session_in_use_keeps_its_record_past_the_retention() {
+    let retention = std::time::Duration::from_secs(24 * 3600);
+    let mut w = World::new();
+    w.store.retention = Some(retention);
+    let mut a = instance();
+    let t0 = w.now;
+    let hash = w
+        .initialize(&mut a, "s1", json!({}))
+        .header("mcp-capability-hash")
+        .unwrap()
+        .to_owned();
+    let sid = mcp_resume_server::ids::SessionId::parse(b"s1").unwrap();
+    let call = |w: &mut World, inst: &mut Instance, id: i64| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {}}})
+        .to_string();
+        let (_, mut watch) = w.post(inst, Some("s1"), body.as_bytes(), &[]).watch();
+        let now = w.now;
+        inst.respond(
+            &mut w.store,
+            now,
+            &mut watch,
+            200,
+            json_head(),
+            Response::Json(result(id, "ok").as_bytes()),
+        )
+    };
+    // The instance that saw `initialize` (its ledger holds the session).
+    w.now = t0 + retention.mul_f64(0.9);
+    let seen = call(&mut w, &mut a, 2);
+    assert_eq!(seen.header("mcp-capability-hash"), Some(hash.as_str()));
+    // Another instance, past the retention of the record's first write.
+    let mut b = Instance::new(GuardConfig::default(), 2);
+    w.now = t0 + retention.mul_f64(1.5);
+    let seen = call(&mut w, &mut b, 3);
+    assert_eq!(seen.header("mcp-capability-hash"), Some(hash.as_str()));
+    w.store.expire(w.now);
+    assert!(w.store.sessions.contains_key(&sid), "the record is kept");
+    // And a third one, later still: the second instance's load refreshed it too.
+    let mut c = Instance::new(GuardConfig::default(), 3);
+    w.now = t0 + retention.mul_f64(2.3);
+    let seen = call(&mut w, &mut c, 4);
+    assert_eq!(seen.header("mcp-capability-hash"), Some(hash.as_str()));
+}
+
+// | a session in use, on the instance that saw `initialize` | its record is touched once
+// per half retention, not per call: calls cost no store operation in between |
+#[test]
+fn a_session_in_use_is_touched_once_per_half_retention() {
+    use mcp_resume_server::guard::StoreOp;
+    let retention = std::time::Duration::from_secs(24 * 3600);
+    let mut w = World::new();
+    w.store.retention = Some(retention);
+    let mut a = instance();
+    let t0 = w.now;
+    w.initialize(&mut a, "s1", json!({}));
+    let ops = |w: &World| w.store.log.len();
+    let touches = |w: &World| {
+        w.store
+            .ops(|op| matches!(op, StoreOp::TouchSession(s) if s.expose() == "s1"))
+    };
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let before = ops(&w);
+    for frac in [0.1, 0.3, 0.49] {
+        w.now = t0 + retention.mul_f64(frac);
+        let _ = w.post(&mut a, Some("s1"), body.as_bytes(), &[]).watch();
+    }
+    assert_eq!(
+        ops(&w),
+        before,
+        "no store operation before half the retention"
+    );
+    for frac in [0.5, 0.6, 0.99] {
+        w.now = t0 + retention.mul_f64(frac);
+        let _ = w.post(&mut a, Some("s1"), body.as_bytes(), &[]).watch();
+    }
+    assert_eq!(touches(&w), 1);
+    w.now = t0 + retention.mul_f64(1.0);
+    let _ = w.post(&mut a, Some("s1"), body.as_bytes(), &[]).watch();
+    assert_eq!(touches(&w), 2);
+    assert_eq!(ops(&w), before + 2, "touches only");
+}

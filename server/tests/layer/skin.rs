@@ -248,6 +248,9 @@ impl Store for GatedClaim {
     fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
         self.inner.forget_session(id)
     }
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        self.inner.touch_session(id)
+    }
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
         Box::pin(async move {
             let outcome = self.inner.claim(claim).await;
@@ -316,4 +319,65 @@ async fn a_claim_whose_request_went_away_is_let_go() {
         .await
         .expect("the claim is let go");
     let _ = forwarded(&guard, 2, "k-left").await;
+}
+
+/// A response of `guard` to an unkeyed request of session `s-1`, driven through the skin
+/// (its store operations run): the capability hash it carries.
+async fn unkeyed_hash(guard: &SharedGuard, id: i64) -> Option<String> {
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}).to_string();
+    let head = headers(&[
+        ("content-type", "application/json"),
+        ("mcp-session-id", "s-1"),
+    ]);
+    let Next::Forward(mut out) = request(guard, Method::POST, &head, body.as_bytes()).await else {
+        return None;
+    };
+    let mut sent = out.handle_head(StatusCode::OK, json_head());
+    if sent.head.is_none() {
+        out.handle_body(&answer_of(id, "tools"));
+        sent = out.handle_end(true);
+    }
+    out.take_ops().run().await;
+    let (_, headers) = sent.head.expect("a head");
+    headers
+        .get("mcp-capability-hash")
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+// | two guards sharing a `MemoryStore` of retention R; a session initialized on the first,
+// used there at 0.9 R, then on the second at 1.5 R | the second finds its record and stamps
+// its hash: the skin passes the guard its clock, and the guard touches the record at half
+// the store's own retention |
+#[tokio::test(start_paused = true)]
+async fn a_session_in_use_keeps_its_record_through_the_skin() {
+    let retention = Duration::from_secs(3600);
+    let store = MemoryStore::with_limits(16, retention);
+    let (a, b) = (
+        guard(&store, Duration::from_secs(10)),
+        guard(&store, Duration::from_secs(10)),
+    );
+    assert_eq!(a.config().session_refresh(), retention / 2);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}});
+    let Next::Forward(mut out) =
+        request(&a, Method::POST, &json_head(), init.to_string().as_bytes()).await
+    else {
+        panic!("initialize is forwarded");
+    };
+    let head = headers(&[
+        ("content-type", "application/json"),
+        ("mcp-session-id", "s-1"),
+    ]);
+    out.handle_head(StatusCode::OK, head);
+    let result = json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}});
+    out.handle_body(result.to_string().as_bytes());
+    let (_, sent) = out.handle_end(true).head.expect("the head");
+    out.take_ops().run().await;
+    let hash = sent["mcp-capability-hash"].to_str().unwrap().to_owned();
+    tokio::time::advance(retention.mul_f64(0.9)).await;
+    assert_eq!(unkeyed_hash(&a, 1).await.as_deref(), Some(hash.as_str()));
+    tokio::time::advance(retention.mul_f64(0.6)).await;
+    assert_eq!(unkeyed_hash(&b, 2).await.as_deref(), Some(hash.as_str()));
 }

@@ -312,6 +312,9 @@ impl Store for Down {
     fn forget_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
         down()
     }
+    fn touch_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
+        down()
+    }
     fn claim<'a>(&'a self, _: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
         down()
     }
@@ -355,6 +358,9 @@ impl Store for FinishFailsOnce {
     }
     fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
         self.inner.forget_session(id)
+    }
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        self.inner.touch_session(id)
     }
     fn claim<'a>(&'a self, c: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
         self.inner.claim(c)

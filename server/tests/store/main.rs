@@ -367,6 +367,97 @@ async fn keys_of_any_shape_spread_over_the_cluster(store: Arc<dyn Store>) {
     }
 }
 
+// ---- Session expiry, on stores of a short retention ----
+
+/// The retention of the stores in the session-expiry tests: long enough that no step is
+/// late, short enough to wait past.
+const SHORT: Duration = Duration::from_millis(400);
+
+fn short_options() -> RedisOptions {
+    let mut o = options();
+    o.retention = SHORT;
+    o
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_a_touch_extends_a_session_s_expiry() {
+    let store = Arc::new(MemoryStore::with_limits(16, SHORT));
+    assert_eq!(store.session_retention(), Some(SHORT));
+    a_touch_extends_a_session_s_expiry(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_touch_extends_a_session_s_expiry() {
+    let server = redis_server().await;
+    let store = RedisStore::connect_with(&server.url(), short_options())
+        .await
+        .expect("connects");
+    assert_eq!(store.session_retention(), Some(SHORT));
+    a_touch_extends_a_session_s_expiry(Arc::new(store)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_a_touch_extends_a_session_s_expiry() {
+    let cluster = CLUSTER.get_or_init(RedisCluster::start).await;
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = RedisStore::connect_cluster_with(&nodes, short_options())
+        .await
+        .expect("connects to the cluster");
+    a_touch_extends_a_session_s_expiry(Arc::new(store)).await;
+}
+
+/// A touch moves a record's expiry to a retention from now; it never brings back a record
+/// that is gone (forgotten, or never written).
+async fn a_touch_extends_a_session_s_expiry(store: Arc<dyn Store>) {
+    let sid = SessionId::parse(b"s-{1}").unwrap();
+    store.put_session(&record("s-{1}")).await.unwrap();
+    tokio::time::sleep(SHORT * 5 / 8).await;
+    store.touch_session(&sid).await.unwrap();
+    tokio::time::sleep(SHORT * 5 / 8).await;
+    assert_eq!(
+        store.session(&sid).await.unwrap(),
+        Some(record("s-{1}")),
+        "kept past the retention of its write"
+    );
+    tokio::time::sleep(SHORT * 5 / 8).await;
+    assert_eq!(
+        store.session(&sid).await.unwrap(),
+        None,
+        "a retention after"
+    );
+    store.touch_session(&sid).await.unwrap();
+    assert_eq!(store.session(&sid).await.unwrap(), None, "not brought back");
+    let other = SessionId::parse(b"s-2").unwrap();
+    store.put_session(&record("s-2")).await.unwrap();
+    store.forget_session(&other).await.unwrap();
+    store.touch_session(&other).await.unwrap();
+    assert_eq!(
+        store.session(&other).await.unwrap(),
+        None,
+        "not brought back"
+    );
+}
+
+/// A full in-memory store makes room by dropping the session record that expires first: a
+/// touched one moved its expiry, so an older record of a session not in use goes instead.
+#[tokio::test]
+async fn memory_evicts_a_session_not_in_use_before_a_touched_one() {
+    let store = MemoryStore::with_limits(2, Duration::from_secs(60));
+    let (a, b) = (
+        SessionId::parse(b"a").unwrap(),
+        SessionId::parse(b"b").unwrap(),
+    );
+    store.put_session(&record("a")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    store.put_session(&record("b")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    store.touch_session(&a).await.unwrap();
+    store.put_session(&record("c")).await.unwrap();
+    assert!(store.session(&a).await.unwrap().is_some(), "in use: kept");
+    assert_eq!(store.session(&b).await.unwrap(), None);
+}
+
 // ---- Redis only ----
 
 /// Every key the store writes expires, running, finished and lost ones alike.
