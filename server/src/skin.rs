@@ -432,8 +432,11 @@ pub enum End {
 pub struct Ops {
     core: Option<Arc<Core>>,
     ops: Vec<StoreOp>,
-    /// A keyed call's watch, told when storing its answer failed.
-    watch: Option<Weak<Mutex<Watch>>>,
+    /// A keyed call's watch, told when storing its answer failed. Held, not watched: a skin
+    /// may drop its outbound before it runs the operations that store the answer, and the
+    /// answer must still be stored again if its first attempt fails. Ops are short-lived, so
+    /// the renewal task (which stops once nothing holds the watch) is not kept going.
+    watch: Option<Arc<Mutex<Watch>>>,
 }
 
 impl std::fmt::Debug for Ops {
@@ -450,11 +453,12 @@ impl Ops {
 
     /// Runs them in order (a failure is logged: the guard chose the safe side already). A
     /// keyed call's answer that could not be stored is stored again later, on a task of its
-    /// own that renews the lease meanwhile, whether or not the client is still there.
+    /// own that renews the lease meanwhile, whether or not the client is still there or the
+    /// skin kept its outbound.
     pub async fn run(self) {
         let Ops { core, ops, watch } = self;
         let Some(core) = core else { return };
-        let Some(watch) = watch.as_ref().and_then(Weak::upgrade) else {
+        let Some(watch) = watch else {
             for op in &ops {
                 core.run(op).await;
             }
@@ -593,7 +597,7 @@ impl Outbound {
             return Ops::default();
         }
         let watch = match &self.watch {
-            WatchCell::Shared(w) if self.keyed => Some(Arc::downgrade(w)),
+            WatchCell::Shared(w) if self.keyed => Some(w.clone()),
             _ => None,
         };
         Ops {
@@ -902,8 +906,9 @@ fn drain(w: &mut Watch, ops: &mut Vec<StoreOp>) {
 }
 
 /// Renews a keyed call's lease while it runs: until its answer is settled, or its outbound
-/// is gone. An answer that waits to be stored again keeps the watch (`held`) past its
-/// outbound, until it is stored or given up on.
+/// is gone (with the operations it handed out, which hold the watch only while they run).
+/// An answer that waits to be stored again keeps the watch (`held`) past its outbound, until
+/// it is stored or given up on.
 async fn renew(core: Arc<Core>, watch: Weak<Mutex<Watch>>, mut held: Option<Arc<Mutex<Watch>>>) {
     loop {
         let due = {
