@@ -44,7 +44,13 @@
 //!
 //! What it does not understand passes untouched; bodies over a bound are not read whole (one
 //! that names a key in the header or in its first bytes is refused `413`, never run
-//! unguarded); a store
+//! unguarded). A response the inner server compressed (a `Content-Encoding` other than
+//! `identity`) is not read either: its bytes pass as they are (with the capability hash in
+//! its head): its events keep the inner server's own ids, which the guard does not resume
+//! from, an `initialize` so answered is neither advertised nor recorded, and a keyed call so
+//! answered has its key marked lost (`IDEMPOTENCY_OUTCOME_UNKNOWN`).
+//! Compression belongs in front of the guard (a compression layer outside it, or a proxy),
+//! not in the server it wraps. A store
 //! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
 //! everything else pass. A keyed call of a session whose record no instance and no store
 //! holds (evicted, expired, or begun before the guard was deployed) is answered `404` as an

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderName, CONTENT_TYPE};
+use http::header::{HeaderName, CONTENT_ENCODING, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use serde_json::Value;
 
@@ -951,6 +951,11 @@ fn content_type(headers: &HeaderMap) -> Content {
     let Some(v) = wire::first_header(headers, &CONTENT_TYPE) else {
         return Content::Other;
     };
+    // Compressed by the inner app: its bytes are not the events or the JSON they carry, so
+    // the body is not read (rewriting it would corrupt it), as a type the guard cannot read.
+    if is_encoded(headers) {
+        return Content::Other;
+    }
     // As most servers write them: no parameters, lower case.
     match v.as_bytes() {
         b"text/event-stream" => return Content::Sse,
@@ -968,9 +973,49 @@ fn content_type(headers: &HeaderMap) -> Content {
     }
 }
 
+/// Whether the body has a `Content-Encoding` other than `identity`.
+fn is_encoded(headers: &HeaderMap) -> bool {
+    headers.get_all(CONTENT_ENCODING).iter().any(|v| {
+        v.as_bytes().split(|b| *b == b',').any(|coding| {
+            let coding = coding.trim_ascii();
+            !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_is_read_only_when_it_is_not_encoded() {
+        let head = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (name, value) in pairs {
+                h.append(*name, HeaderValue::from_static(value));
+            }
+            h
+        };
+        let sse = ("content-type", "text/event-stream");
+        assert_eq!(content_type(&head(&[sse])), Content::Sse);
+        let identity = head(&[sse, ("content-encoding", "Identity")]);
+        assert_eq!(content_type(&identity), Content::Sse);
+        for coding in ["gzip", "br", "identity, gzip", ""] {
+            let mut h = head(&[sse, ("content-encoding", "identity")]);
+            h.append(CONTENT_ENCODING, HeaderValue::from_str(coding).unwrap());
+            let expected = if coding.is_empty() {
+                Content::Sse
+            } else {
+                Content::Other
+            };
+            assert_eq!(content_type(&h), expected, "{coding:?}");
+        }
+        let json = head(&[
+            ("content-type", "application/json"),
+            ("content-encoding", "gzip"),
+        ]);
+        assert_eq!(content_type(&json), Content::Other);
+    }
 
     #[test]
     fn event_data_is_read_as_an_sse_client_decodes_it() {

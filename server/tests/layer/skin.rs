@@ -475,3 +475,33 @@ async fn an_answer_whose_outbound_was_dropped_before_its_ops_is_stored_again() {
     let json = answer.json();
     assert_eq!(json["result"]["content"][0]["text"], "t:1", "{json}");
 }
+
+/// A compressed answer (an inner app that compresses its own responses) is not read: its
+/// bytes pass as they are, even a line that reads as an event id, and a keyed call so
+/// answered has its key marked lost, as any answer the guard cannot read.
+#[tokio::test]
+async fn a_compressed_answer_passes_byte_for_byte_and_its_key_is_lost() {
+    let store = MemoryStore::default();
+    let guard = guard(&store, Duration::from_secs(10));
+    let mut out = forwarded(&guard, 1, "k-gzip").await;
+    let head = headers(&[
+        ("content-type", "text/event-stream"),
+        ("content-encoding", "gzip"),
+    ]);
+    let sent = out.handle_head(StatusCode::OK, head);
+    let (status, sent_head) = sent.head.expect("the head passes at once");
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(sent_head["content-encoding"], "gzip");
+    assert!(out.is_untouched());
+    let chunk: &[u8] = b"\x1f\x8b\x08\x00\xffid: 7\n\n\x03\x00data: \xfe\n\n";
+    let sent = out.handle_body(chunk);
+    assert_eq!(&sent.body[..], chunk);
+    let sent = out.handle_end(true);
+    assert_eq!(sent.end, Some(End::Complete));
+    assert!(sent.body.is_empty());
+    out.take_ops().run().await;
+    assert_eq!(
+        refusal_code(&guard, 2, "k-gzip").await.as_deref(),
+        Some("IDEMPOTENCY_OUTCOME_UNKNOWN")
+    );
+}
