@@ -41,6 +41,9 @@
 //!   order and a number's spelling do not matter). Keys are one namespace per store, shared by
 //!   every client, unless [`key_scope_header`](ResumeSafetyLayer::key_scope_header) names the
 //!   header that identifies the authenticated client: then each client's keys are its own.
+//!   A run's lease is renewed for as long as it runs, with no maximum: a tool that never
+//!   answers holds its key `IDEMPOTENCY_KEY_IN_USE` until its instance stops, so a tool that
+//!   can hang should carry its own timeout (a timeout layer's `408` marks the key lost).
 //!
 //! What it does not understand passes untouched; bodies over a bound are not read whole (one
 //! that names a key in the header or in its first bytes is refused `413`, never run
