@@ -16,8 +16,9 @@
 //!   session's bookkeeping only.
 //! - Every call ends by its deadline (plus, for a call awaited off the driver's runtime, a
 //!   2 s grace), whatever the server's streams, the runtime it is awaited on, or application
-//!   code does: the driver's timer task runs no application code, and a call awaited
-//!   anywhere else keeps a guard of its own. A driver whose runtime shuts down (even before it
+//!   code does: the driver's timer task runs no handler, token provider or task store (it
+//!   logs with `tracing`, some of it under the session's lock, so a subscriber must not
+//!   block), and a call awaited anywhere else keeps a guard of its own. A driver whose runtime shuts down (even before it
 //!   ever ran) stops the client: calls fail with `Closed` at once.
 //! - Only a failure to establish the connection is reported as "never sent"; anything later
 //!   (a reset, a body that breaks) may have reached the server.
