@@ -23,8 +23,9 @@
 //!   rest is still checked as it passes, and a divergence then cuts the stream and breaks it
 //!   for good). Otherwise: `404`,
 //!   `Mcp-Resume-Rejected: <reason>`, a `SESSION_RESUME_REJECTED` error, the session
-//!   forgotten (with `unknown_session` there is nothing to forget: later requests under that
-//!   id reach the inner server);
+//!   forgotten (with `unknown_session` there is nothing to forget: later unkeyed requests
+//!   under that id reach the inner server, and a keyed call of a session with no record is
+//!   answered `404` by the guard when it enforces the capability hash);
 //! - **idempotency, both eras**: a `tools/call` with a key (`params._meta`, the
 //!   `Idempotency-Key` header, or `params.idempotencyKey`) is claimed atomically across
 //!   instances; the same call again gets the stored answer re-addressed to its new JSON-RPC
@@ -66,8 +67,10 @@
 //! touch of the record is half a retention old or more has the store touch it again, as does
 //! an instance that reads the record from the store (how old it is there is not known). So a
 //! session in use for days still gets its hash on every response and its resumes judged,
-//! wherever its requests land, and a full `MemoryStore` drops the records of sessions not in
-//! use first; an unkeyed call still costs no store round trip but once per half retention.
+//! wherever its requests land. A full `MemoryStore` drops the record that expires first (the
+//! one written or touched longest ago; a session in use is touched once per half retention,
+//! so it can go before an idle one touched more recently); an unkeyed call still costs no
+//! store round trip but once per half retention.
 //!
 //! # Quickstart
 //!

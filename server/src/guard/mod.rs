@@ -145,7 +145,9 @@ impl GuardConfig {
 
     /// How long after a session record was last written or touched from this instance a
     /// request of the session has the store touch it again ([`StoreOp::TouchSession`]): half
-    /// the store's retention, so a session in use never loses its record. A record read from
+    /// the store's retention, so a session in use keeps its record while the store has room (a
+    /// full `MemoryStore` drops the record that expires first, the one written or touched
+    /// longest ago, which may be a session in use). A record read from
     /// the store is touched when read (its age is not known). Default: 12 hours (stores keep
     /// records 24 hours).
     pub fn session_refresh(&self) -> Duration {
