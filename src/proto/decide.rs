@@ -42,9 +42,13 @@ pub enum Failure {
     ResumeNotFound,
     /// The resume GET was answered with the extension's rejection (body or header).
     ResumeRejected(RejectReason),
-    /// The resume GET was answered 405: the server cannot resume.
+    /// The resume GET was answered 405, or another refusal saying the server will not resume
+    /// this stream (400, 403, 406, 408, 422, …): the server cannot resume.
     ResumeNotAllowed,
-    /// The resume GET did not reach the server (connection refused, 5xx from a gateway).
+    /// The resume GET did not reach the server (connection refused), was answered a 5xx, or
+    /// was told to come back: 409 (the server still holds the stream for a connection it has
+    /// not seen close), 429, or a refusal carrying `Retry-After` (a 503). The stream may still
+    /// be resumable.
     ResumeConnectFailed,
     /// The resumed stream's capability hash differs from the one recorded at `initialize`.
     ResumeCapabilityHashChanged,
