@@ -382,6 +382,8 @@ test("what fails sending a guarded response destroys that response alone", { tim
   // calls it at the end of a turn (a stream's head) or once the store answered (a keyed
   // call's), where nobody hears a throw.
   const guard = new ResumeSafety({ store: redis.url });
+  let lateEnded;
+  const lateEnd = new Promise((resolve) => (lateEnded = resolve));
   const { url, server } = await serve((req, res) => {
     onHeaders(res, () => {
       if (req.headers["x-fail"]) throw new Error("the listener failed");
@@ -397,7 +399,13 @@ test("what fails sending a guarded response destroys that response alone", { tim
         res.writeHead(200, { "content-type": "text/event-stream" });
         if (req.headers["x-later"]) {
           res.write(event);
-          setTimeout(() => res.end(), 50);
+          setTimeout(() => {
+            try {
+              res.end();
+            } finally {
+              lateEnded();
+            }
+          }, 50);
         } else {
           res.end(event);
         }
@@ -417,7 +425,7 @@ test("what fails sending a guarded response destroys that response alone", { tim
       }).then(async (r) => `${r.status} ${await r.text()}`);
     await assert.rejects(call({ "x-fail": "1", "x-later": "1" }), /fetch failed|terminated|other side closed/);
     await assert.rejects(call({ "x-fail": "1" }, `k-${randomUUID()}`), /fetch failed|terminated|other side closed/);
-    await new Promise((resolve) => setTimeout(resolve, 100)); // the handler's late end
+    await lateEnd; // the handler's late end
     assert.match(await call({}), /"text":"sent"/);
     assert.match(await call({}, `k-${randomUUID()}`), /"text":"sent"/);
   } finally {
