@@ -52,6 +52,7 @@ test("the AI SDK's maxRetries never re-runs a call interrupted by a server crash
     const echo = await tools.echo.execute({ text: "after the restart" }, { toolCallId: "call-2", messages: [] });
     assert.equal(echo.content[0].text, "after the restart");
     await client.close();
+    await server.synced(mark);
     // Across both processes: the interrupted call ran once, and was never sent again.
     assert.equal(server.find(mark, "tool", (e) => e.name === "block").length, 1);
     assert.equal(server.find(mark, "http_in", (e) => e.tool === "block").length, 1);

@@ -143,6 +143,7 @@ test("a call interrupted by a server crash fails as outcome_unknown, ran once; t
     const echo = await client.callTool({ name: "echo", arguments: { text: "after the restart" } });
     assert.equal(echo.content[0].text, "after the restart");
     await client.close();
+    await crashing.synced(mark);
     assert.equal(crashing.find(mark, "http_in", (e) => e.tool === "block").length, 1);
   } finally {
     await crashing.stop();

@@ -116,6 +116,7 @@ test("Mastra's reconnect-and-retry never re-runs a call interrupted by a server 
     // Mastra never reconnected to run it again (one host session throughout), and across
     // both server processes the interrupted call ran once, sent once.
     assert.equal(fetch.initializes, 1);
+    await server.synced(mark);
     assert.equal(server.find(mark, "tool", (e) => e.name === "block").length, 1);
     assert.equal(server.find(mark, "http_in", (e) => e.tool === "block").length, 1);
   } finally {
