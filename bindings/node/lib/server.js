@@ -556,6 +556,7 @@ class Interceptor {
     this.finished = false; // the client's response is complete (or aborted)
     this.broken = false; // a step failed: the response was destroyed (see `failed`)
     this.innerEnded = false; // the handler ended its response
+    this.endDue = false; // that end is still to go to the guard, at the end of this turn
     this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
     this.untouched = false; // body chunks pass unchanged, without crossing to the guard
     this.busy = null; // a step waiting for the store
@@ -655,7 +656,7 @@ class Interceptor {
 
   settle() {
     // The guard let the response go at its end.
-    if (!this.innerEnded || this.busy !== null || (this.backlog !== null && this.backlog.length > 0)) return;
+    if (!this.innerEnded || this.endDue || this.busy !== null || (this.backlog !== null && this.backlog.length > 0)) return;
     const callbacks = this.endCallbacks;
     this.endCallbacks = null;
     if (callbacks !== null) for (const cb of callbacks) cb();
@@ -769,10 +770,29 @@ class Interceptor {
     return pending.length === 1 ? pending[0] : Buffer.concat(pending);
   }
 
-  /** Pushes the held head and the pending bytes, in one crossing; false when it had to wait. */
+  /**
+   * Pushes the held head and the pending bytes, in one crossing, with the end when the handler
+   * ended; false when it had to wait.
+   */
   pushPending() {
     const bytes = this.takePending();
     const head = this.heldHead;
+    if (this.endDue) {
+      this.endDue = false;
+      this.heldHead = null;
+      const [status, headers] = head ?? NO_HEAD;
+      // Ended once the end went to the guard: a push that threw failed the response (`run`).
+      if (this.untouched && bytes !== null) {
+        // The last bytes pass unchanged: sent as they are, not copied through the guard.
+        this.run(() => bytes);
+        this.run(() => this.guard.push(this.handle, 0, null, null, true));
+      } else {
+        this.run(() => this.guard.push(this.handle, status, headers, bytes, true));
+      }
+      this.letGo();
+      this.settle();
+      return true;
+    }
     if (head !== null) {
       this.heldHead = null;
       return this.run(() => this.guard.push(this.handle, head[0], head[1], bytes, false));
@@ -819,6 +839,11 @@ class Interceptor {
 
   write(chunk, encoding, callback) {
     if (typeof encoding === "function") [callback, encoding] = [encoding, undefined];
+    if (this.innerEnded) {
+      // Past the end nothing more reaches the client (the guard let the response go).
+      if (callback) process.nextTick(callback);
+      return !this.headSent || this.gone() || !this.res.writableNeedDrain;
+    }
     if (!this.headPushed) this.writeHead(this.res.statusCode);
     const bytes = toBuffer(chunk, encoding);
     let ok = true;
@@ -849,21 +874,15 @@ class Interceptor {
     if (!this.headPushed) this.writeHead(this.res.statusCode);
     const last = toBuffer(chunk, encoding);
     if (callback) (this.endCallbacks ??= []).push(callback);
-    const pending = this.takePending();
-    const bytes = pending === null ? last : last.length === 0 ? pending : Buffer.concat([pending, last]);
-    const head = this.heldHead;
-    this.heldHead = null;
-    const [status, headers] = head ?? NO_HEAD;
-    // Ended once the end went to the guard: a push that threw failed the response (`run`).
-    if (this.untouched && bytes.length > 0) {
-      // The last bytes pass unchanged: sent as they are, not copied through the guard.
-      this.run(() => bytes);
-      this.run(() => this.guard.push(this.handle, 0, null, null, true));
-    } else {
-      this.run(() => this.guard.push(this.handle, status, headers, bytes.length > 0 ? bytes : null, true));
+    if (last.length > 0) {
+      (this.pending ??= []).push(last);
+      this.pendingSize += last.length;
     }
-    this.letGo();
     this.innerEnded = true;
-    this.settle();
+    // The end goes to the guard at the end of this turn, with the other responses ended in it
+    // (see `pushDue`): their crossings come one after the other, while the addon's code is in
+    // the processor's caches, instead of each after a handler's run that evicted it.
+    this.endDue = true;
+    this.pushSoon();
   }
 }
