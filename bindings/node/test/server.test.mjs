@@ -439,18 +439,19 @@ test("the event loop runs while the store is slow", { timeout: 30000 }, async ()
     const client = await connected(replica.url);
     await client.callTool("echo", { text: "warm" });
     // Writes (a claim is one) wait in Redis from now on, for less than the store's response
-    // timeout; the replica's event loop must not wait with them.
-    const pausedUntil = Date.now() + 900;
+    // timeout (1 s; longer, and the claim would fail and the call be refused instead of
+    // waiting); the replica's event loop must not wait with them.
     await redis.command("CLIENT", "PAUSE", "900", "WRITE");
     let keyedDone = false;
     const keyed = client.callTool("echo", { text: "keyed" }, { idempotencyKey: `k-slow-${randomUUID()}` });
     keyed.then(() => (keyedDone = true));
-    await new Promise((resolve) => setTimeout(resolve, 200));
-    assert.equal(keyedDone, false);
+    const claimWaits = async () => /^blocked_clients:[1-9]/m.test(await redis.command("INFO", "clients"));
+    await until("the keyed call's claim to wait in Redis", claimWaits);
     // An unkeyed call of the same session (no store step) is answered while the keyed one's
     // claim still waits in Redis: a loop blocked on the claim would answer it only after.
     assert.equal((await client.callTool("echo", { text: "meanwhile" })).content[0].text, "meanwhile");
-    assert.ok(Date.now() < pausedUntil);
+    assert.ok(await claimWaits(), "the keyed call's claim no longer waited in Redis when the unkeyed call was answered");
+    assert.equal(keyedDone, false);
     assert.equal((await keyed).content[0].text, "keyed");
     await client.close();
   } finally {
