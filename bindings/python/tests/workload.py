@@ -108,14 +108,14 @@ class Run:
         return sum(1 for e in self.events if e.type == kind)
 
 
-async def drain(events: EventStream, quiet: float = 0.2) -> list[SessionEvent]:
-    """The events already sent: stops once none has come for `quiet` seconds."""
-    seen = []
-    while True:
-        try:
-            seen.append(await asyncio.wait_for(events.__anext__(), quiet))
-        except (asyncio.TimeoutError, StopAsyncIteration):
-            return seen
+async def drain(events: EventStream, timeout: float = 10) -> list[SessionEvent]:
+    """Every event of a closed client's stream: `close()` ends the stream after the events
+    sent before it. Fails if the stream has not ended within `timeout` seconds."""
+
+    async def collect() -> list[SessionEvent]:
+        return [event async for event in events]
+
+    return await asyncio.wait_for(collect(), timeout)
 
 
 def build_client(url: str) -> Client:
@@ -173,7 +173,6 @@ async def run_workload(url: str, preset: str, rounds: int = 4) -> Run:
     except McpResumeError:
         pass
     run.seconds = time.monotonic() - started
-    # The stream keeps waiting while the client lives; the events seen so far are enough.
-    await asyncio.sleep(0.05)
-    collector.cancel()
+    # The close ends the stream after every event sent before it: the collector finishes.
+    await asyncio.wait_for(collector, 10)
     return run
