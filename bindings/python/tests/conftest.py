@@ -86,9 +86,11 @@ class Cluster:
             result: dict[str, Any] = json.load(resp)
             return result
 
-    def settled_oracle(self, quiet: float = 0.3, limit: float = 5.0) -> dict[str, Any]:
-        """The oracle once executions stop changing: a call cut off from its client may
-        still be running on an instance (the binary has no idle route)."""
+    def settled_oracle(self, quiet: float = 0.3, limit: float = 10.0) -> dict[str, Any]:
+        """The oracle once its totals stop changing for `quiet` seconds: a call cut off from
+        its client may still be running on an instance. The binary has no idle route, so
+        this is a heuristic; it fails if the totals still change after `limit` seconds
+        rather than hand back an oracle that is still moving."""
         deadline = time.monotonic() + limit
         last = self.oracle()
         while time.monotonic() < deadline:
@@ -97,7 +99,7 @@ class Cluster:
             if now["totals"] == last["totals"]:
                 return now
             last = now
-        return last
+        pytest.fail(f"the cluster's oracle did not settle within {limit} s: {last['totals']}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
