@@ -195,11 +195,18 @@ async def test_a_recover_cancelled_after_it_picked_up_calls_hands_them_to_the_ne
     client = Client(
         c.url, era=Era.LEGACY, ledger=redis_url, ledger_identity=identity, call_timeout=60
     )
+    initializes = c.oracle()["totals"]["initializes"]
     task = asyncio.ensure_future(client.recover())
     await asyncio.sleep(0)  # the recovery starts on the runtime
-    # The loop is held while the runtime picks the calls up and queues them for it: the
+    # The loop is held until the runtime has picked the calls up: this client opens a
+    # session only for a call it registered (a recovery that picks up nothing opens none),
+    # and once the first entry is registered the recovery registers the rest and queues its
+    # outcome for the loop without awaiting again, so it can no longer be cancelled. The
     # task's cancellation then lands after the pick-up, before the hand-over.
-    time.sleep(1.0)
+    deadline = time.monotonic() + 20
+    while c.oracle()["totals"]["initializes"] == initializes:
+        assert time.monotonic() < deadline, "the recovery picked nothing up"
+        time.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
