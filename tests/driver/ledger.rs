@@ -78,6 +78,27 @@ impl Ledger for Faulty {
     }
 }
 
+/// A [`MemoryLedger`] that counts the removals asked of it.
+struct Counting {
+    inner: Arc<MemoryLedger>,
+    removes: AtomicUsize,
+}
+
+impl Ledger for Counting {
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.inner.put(entry)
+    }
+
+    fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.removes.fetch_add(1, Ordering::SeqCst);
+        self.inner.remove(id)
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
+        self.inner.entries()
+    }
+}
+
 /// The plain server, noting for each `tools/call` whether the ledger held its entry (by its
 /// text argument) when the request arrived.
 async fn watching(ledger: Arc<Faulty>) -> (TestServer, Arc<Mutex<Vec<(String, bool)>>>) {
@@ -507,14 +528,31 @@ fn a_closed_client_leaves_the_calls_it_would_recover_to_the_next() {
     );
     assert_eq!(ledger.len(), 2, "both calls are in the ledger");
 
-    let closed = builder.clone().build().unwrap();
+    let counting = Arc::new(Counting {
+        inner: ledger.clone(),
+        removes: AtomicUsize::new(0),
+    });
+    let closed = builder.clone().ledger(counting.clone()).build().unwrap();
     runtime.block_on(async {
         guarded(closed.close()).await.unwrap();
         let err = guarded(closed.recover()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
-        // Whatever it may have queued is written by now.
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Once the client is gone and its writer task has ended (it ends only when nothing
+        // is left to write), nothing holds the ledger but this test: any write the client
+        // queued has been made.
+        drop(closed);
+        guarded(async {
+            while Arc::strong_count(&counting) > 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
     });
+    assert_eq!(
+        counting.removes.load(Ordering::SeqCst),
+        0,
+        "the closed client removed no entry"
+    );
     assert_eq!(ledger.len(), 2, "the entries are left for the next client");
 
     let next = builder.build().unwrap();
