@@ -20,13 +20,23 @@ use crate::server::*;
 /// The server's `retry`: the resume of a cut stream comes no sooner.
 const RETRY_MS: u64 = 150;
 
+/// The `retry` of a control call's stream: longer than [`RETRY_MS`] with the most jitter
+/// the client adds to it (a fifth), so a control call cut after the abandoned ones is
+/// resumed well after any resume of theirs would have been.
+const CONTROL_RETRY_MS: u64 = 4 * RETRY_MS;
+
 /// A call's stream: a priming event (its id names the call), then cut before the response.
 fn cut_after_priming(req: &Request) -> Reply {
     let text = req.params()["arguments"]["text"]
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    Reply::sse(format!("retry: {RETRY_MS}\nid: {text}-1\ndata:\n\n"))
+    let retry = if text.starts_with("control") {
+        CONTROL_RETRY_MS
+    } else {
+        RETRY_MS
+    };
+    Reply::sse(format!("retry: {retry}\nid: {text}-1\ndata:\n\n"))
 }
 
 /// A legacy server that cuts every call's stream after its priming event and holds every
@@ -76,20 +86,24 @@ async fn a_dropped_or_cancelled_legacy_call_is_not_resumed() {
     // Every stream is cut: each call now waits out the server's `retry`.
     drop(dropped);
     cancelled.cancel("the user gave up");
+    // A control call, cut after the abandoned ones and told to wait longer than they were
+    // (jitter included): its resume comes after any of theirs would have.
+    let control = client.start(echo("control")).unwrap();
+    server
+        .wait_for(|r| r.is_resume() && r.last_event_id() == Some("control-1"))
+        .await;
     server
         .wait_for(|r| r.is_resume() && r.last_event_id() == Some("kept-1"))
         .await;
-    // The resumes were due together; let the later ones' jitter pass too.
-    tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
     assert_eq!(resumes_of(&server, "dropped"), 0, "{:?}", server.labels());
     assert_eq!(resumes_of(&server, "cancelled"), 0, "{:?}", server.labels());
     assert_eq!(
         server.count(tool_calls),
-        3,
+        4,
         "never re-sent: {:?}",
         server.labels()
     );
-    drop(kept);
+    drop((kept, control));
 }
 
 /// Legacy: a call whose deadline passed while it waited to resume is never resumed.
@@ -155,7 +169,7 @@ async fn nothing_is_sent_after_close_or_the_last_drop() {
         };
         let outcome = within(what, Duration::from_secs(3), waiting).await.unwrap();
         assert!(outcome.is_err(), "{what}: {outcome:?}");
-        // A control client's resume, due as late as the abandoned one's would have been.
+        // A control client's resume, due later than the abandoned one's would have been.
         let control = builder(&server).build().unwrap();
         let kept = control.start(echo("control")).unwrap();
         server
