@@ -182,27 +182,21 @@ mod tests {
         assert!(covers(&v(&["a"]), None));
     }
 
-    /// 200,000 scopes (a 401's `scope`, a metadata document's `scopes_supported`) are read
-    /// in well under 100 ms (unoptimized), and kept to the cap; before, each was compared
-    /// with every one kept so far (quadratic: seconds).
+    /// 200,000 scopes (a 401's `scope`, a metadata document's `scopes_supported`) are kept
+    /// to the cap, duplicates dropped, and a list too long to check covers nothing. (Before,
+    /// each was compared with every one kept so far: quadratic, seconds.)
     #[test]
-    fn huge_scope_lists_are_linear_and_capped() {
+    fn huge_scope_lists_are_capped() {
         let distinct: Vec<String> = (0..200_000).map(|i| format!("scope:{i}")).collect();
         let header = distinct.join(" ");
         // The same scope over and over never reaches the cap: every item is looked at.
         let repeated = vec!["same".to_owned(); 200_000];
-        let started = std::time::Instant::now();
         let from_challenge = select_initial_scopes(Some(&header), None);
         let from_metadata = select_initial_scopes(None, Some(&distinct));
         let from_repeats = select_initial_scopes(None, Some(&repeated));
         let unioned = union(&from_metadata, Some(&header));
         let covered = covers(&distinct, Some(&header));
         let covered_by_what_was_asked = covers(&from_challenge, Some(&header));
-        let elapsed = started.elapsed();
-        assert!(
-            elapsed < std::time::Duration::from_millis(100),
-            "{elapsed:?}"
-        );
         assert_eq!(from_challenge.len(), MAX_SCOPES);
         assert_eq!(from_challenge[0], "scope:0");
         assert_eq!(from_metadata, from_challenge);
