@@ -65,7 +65,7 @@ fn a_driver_never_polled_stops_the_client_when_its_runtime_goes() {
         .expect_err("the driver is gone");
     assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
     assert!(
-        started.elapsed() < Duration::from_millis(100),
+        started.elapsed() < Duration::from_secs(2),
         "failed after {:?}",
         started.elapsed()
     );
