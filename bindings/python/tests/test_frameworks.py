@@ -51,6 +51,14 @@ async def interrupted(server: TsServer, call: Awaitable[T], tool: str = "block")
     return await asyncio.wait_for(task, 30)
 
 
+def settle(server: TsServer) -> None:
+    """Waits until the server's log holds everything it had under way: `/admin/mark` is
+    logged after it, and every line logged before the mark's is read once the mark's is."""
+    after = server.mark()
+    server.admin("/admin/mark")
+    server.wait_for("admin", after=after, path="/admin/mark")
+
+
 def is_error(result: Any) -> bool:
     """`isError` (`mcp` 1.x) or `is_error` (2.x)."""
     return bool(getattr(result, "isError", None) or getattr(result, "is_error", False))
@@ -199,6 +207,7 @@ async def test_openai_agents_retry_attempts_never_rerun_an_interrupted_call(
         echoed = await server.call_tool("echo", {"text": "after the restart"})
         assert echoed.content[0].text == "after the restart"
     # Run once, never sent again by the SDK's retries.
+    await asyncio.to_thread(settle, ts_server)
     assert ts_server.ran("block") == 1, ts_server.events
     assert ts_server.ran("echo") == 1
 
@@ -227,6 +236,7 @@ async def test_pydantic_ai_agent_loop_never_reruns_an_interrupted_call(
         assert len(failed) == 1 and may_have_run(str(failed[0].content)), run.all_messages()
         again = await Agent(TestModel(call_tools=["echo"]), toolsets=[toolset]).run("echo")
         assert "echo" in again.output, again.output
+    await asyncio.to_thread(settle, ts_server)
     assert ts_server.ran("block") == 1, ts_server.events
     assert ts_server.ran("echo") == 1
 
@@ -247,6 +257,7 @@ async def test_fastmcp_client_gets_the_outcome_and_its_auth_reaches_the_server(
         assert raised.value.error.data["kind"] == "outcome_unknown", raised.value  # type: ignore[attr-defined]
         result = await client.call_tool("echo", {"text": "after the restart"})
         assert result.content[0].text == "after the restart"
+    await asyncio.to_thread(settle, server)
     assert server.ran("block") == 1, server.events
     assert not [e for e in server.events if e.get("ev") == "auth_refused"]
 
@@ -266,6 +277,7 @@ async def test_langchain_retry_and_error_handling_never_rerun_an_interrupted_cal
         assert message.status == "error" and may_have_run(str(message.content)), message
         echoed = await by_name["echo"].ainvoke({"text": "after the restart"})
         assert "after the restart" in str(echoed)
+    await asyncio.to_thread(settle, ts_server)
     assert ts_server.ran("block") == 1, ts_server.events
 
 
