@@ -1217,26 +1217,22 @@ fn refusal(outcome: ClaimOutcome, id: &Value) -> Value {
 }
 
 /// The idempotency key a call carries, when the instance honours keys (the extension is on):
-/// from `params._meta`, else the `Idempotency-Key` header.
+/// the guard's own reading (`params._meta`, the `Idempotency-Key` header or
+/// `params.idempotencyKey`), the one the request was checked with, so a key accepted there is
+/// the key claimed. A key it refuses never gets here: the request was answered 400 first.
 fn idempotency_key(
     inc: &Incarnation,
-    meta_obj: Option<&Value>,
+    id: &Value,
+    params: &Value,
     headers: &HeaderMap,
 ) -> Option<String> {
     if !inc.settings().extension {
         return None;
     }
-    meta_obj
-        .and_then(|m| m.get(meta::IDEMPOTENCY_KEY))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .or_else(|| {
-            headers
-                .get(h::IDEMPOTENCY_KEY)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        })
-        .filter(|k| !k.is_empty() && k.len() <= 256)
+    match call_key(id, Some(params), headers) {
+        Ok(Some(key)) => Some(key.as_str().to_owned()),
+        Ok(None) | Err(_) => None,
+    }
 }
 
 /// A `tools/call`, legacy or (with `modern`, what the request carried) 2026-07-28: the
@@ -1281,7 +1277,7 @@ async fn tools_call(
         Ok(c) => c,
         Err(e) => return rpc_err(id, code::INVALID_PARAMS, &e, None),
     };
-    let key = idempotency_key(inc, meta_obj, headers);
+    let key = idempotency_key(inc, id, &params, headers);
     let mut claim = KeyClaim {
         inc: inc.clone(),
         key: None,

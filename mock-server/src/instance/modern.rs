@@ -341,7 +341,7 @@ async fn tools_call_modern(
             }
         }
     }
-    let keyed = idempotency_key(inc, params.get("_meta"), &headers).is_some();
+    let keyed = idempotency_key(inc, &req.id, &params, &headers).is_some();
     let inc = inc.clone();
     if inc.settings().json_response {
         let (tx, rx) = tokio::sync::oneshot::channel();

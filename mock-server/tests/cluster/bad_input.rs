@@ -356,3 +356,25 @@ async fn an_invalid_idempotency_key_is_refused_as_the_guard_refuses_it() {
     }
     still_serves(c).await;
 }
+
+/// A call keyed only by the standard `params.idempotencyKey` is deduplicated under that key:
+/// the key the check accepts is the key claimed, so the same call sent twice runs once.
+#[tokio::test]
+async fn a_call_keyed_by_params_idempotency_key_runs_once() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    for id in [3, 4] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x"},
+                       "idempotencyKey": "standard-key-1"}});
+        let r = mcp.post(Some(&sid), body).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    assert_eq!(
+        c.oracle().totals.executions,
+        1,
+        "the re-sent call ran again"
+    );
+    still_serves(c).await;
+}
