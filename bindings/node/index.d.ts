@@ -350,7 +350,11 @@ export interface ResumeSafetyOptions {
   store?: string;
   /** The name this process writes as owner of sessions and claims. Default: random. */
   instanceId?: string;
-  /** Bodies and SSE events longer than this (bytes) pass untouched. Default: 4 MiB. */
+  /**
+   * Bodies and SSE events longer than this (bytes) pass untouched, except a keyed call's
+   * request body (its key in the `Idempotency-Key` header or named in the bytes read): it is
+   * refused 413, as it cannot be guarded. Default: 4 MiB.
+   */
   maxBody?: number;
   /** A keyed call's claim lease. Default: 10000. */
   lease?: number;

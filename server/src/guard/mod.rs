@@ -5,8 +5,8 @@
 //! language) feeds it what passes between a client and an MCP Streamable HTTP server and does
 //! what it says. One HTTP exchange is driven in two halves:
 //!
-//! **Request** — [`Guard::begin`] with the request head gives an [`Exchange`]. Then, until it
-//! says otherwise, take its [`Exchange::step`] step:
+//! **Request** — [`Guard::begin`] with the request head and the time it arrived gives an
+//! [`Exchange`]. Then, until it says otherwise, take its [`Exchange::step`] step:
 //! - [`Step::ReadBody`]: read the body up to the limit and report it with
 //!   [`Exchange::handle_body`] (the body is forwarded unchanged either way);
 //! - [`Step::Store`]: run the store operation and report its result
@@ -128,7 +128,9 @@ impl GuardConfig {
         self.parts
     }
 
-    /// Request bodies, JSON response bodies and SSE blocks over this size pass untouched.
+    /// Request bodies, JSON response bodies and SSE blocks over this size pass untouched,
+    /// except a keyed call's request body (its key in the `Idempotency-Key` header or named in
+    /// the bytes read): it is refused 413, as it cannot be guarded.
     pub fn max_body(&self) -> usize {
         self.max_body
     }

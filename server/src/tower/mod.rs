@@ -4,7 +4,9 @@
 //!
 //! What it does with the I/O the guard asks for:
 //! - a POST body is read up to [`ResumeSafetyLayer::max_body`] and forwarded unchanged (a
-//!   longer one passes untouched, unread);
+//!   longer one passes untouched, unread, except a keyed call that long, its key in the
+//!   `Idempotency-Key` header or named in the bytes read: it is refused 413, as it cannot be
+//!   guarded);
 //! - SSE responses are rewritten as they stream, block by block: nothing is held back but a
 //!   partial block;
 //! - a keyed call runs in a task of its own: its inner answer is read to the end and stored
