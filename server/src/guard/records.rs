@@ -202,8 +202,9 @@ pub enum StoreOp {
     /// Forget a session (a rejected resume, a DELETE); nothing to report.
     ForgetSession(SessionId),
     /// Keep a session's record a full retention from now (the session is in use and its
-    /// record was written or touched over half a retention ago); nothing to report. A record
-    /// the store no longer holds stays absent.
+    /// record was written or touched over half a retention ago, or was just read from the
+    /// store, where how long it is still kept is not known); nothing to report. A record the
+    /// store no longer holds stays absent.
     TouchSession(SessionId),
     /// Claim a key; report with [`Exchange::handle_claim`](super::Exchange::handle_claim).
     Claim(Claim),

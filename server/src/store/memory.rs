@@ -34,7 +34,8 @@ struct Inner {
 }
 
 impl Default for MemoryStore {
-    /// Room for 100,000 sessions and 100,000 keys, each kept 24 hours after its last write.
+    /// Room for 100,000 sessions and 100,000 keys, each kept 24 hours after its last write (a
+    /// session record: or touch).
     fn default() -> Self {
         Self::with_limits(DEFAULT_CAPACITY, DEFAULT_RETENTION)
     }
