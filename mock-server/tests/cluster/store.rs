@@ -46,14 +46,20 @@ async fn redis() -> Subject {
     redis_with(RedisOptions::default()).await.0
 }
 
-/// Each suite test, once per store.
+/// Each suite test, once per store; those after `waiting:` also get the store's [`Blocked`].
 macro_rules! suite {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident),* $(,)?; waiting: $($waits:ident),* $(,)?) => {
         mod memory_store {
             $(
                 #[tokio::test]
                 async fn $name() {
                     super::$name(super::memory().await.store).await;
+                }
+            )*
+            $(
+                #[tokio::test]
+                async fn $waits() {
+                    super::$waits(super::memory().await.store, super::Blocked::Memory).await;
                 }
             )*
         }
@@ -65,15 +71,74 @@ macro_rules! suite {
                     super::$name(subject.store.clone()).await;
                 }
             )*
+            $(
+                #[tokio::test]
+                async fn $waits() {
+                    let subject = super::redis().await;
+                    let url = subject._server.as_ref().expect("its redis-server").url();
+                    super::$waits(subject.store.clone(), super::Blocked::Redis(url)).await;
+                }
+            )*
         }
     };
+}
+
+/// How a test tells that a reader has gone to sleep in `wait_events`, so that what it does
+/// next can only reach the reader by waking it.
+enum Blocked {
+    /// The in-memory store reads without awaiting anything and registers for wake-ups
+    /// before it reads: a `wait_events` future that has returned `Pending` is waiting.
+    Memory,
+    /// Redis, at this URL: counts the clients blocked in a command (`XREAD BLOCK`).
+    Redis(String),
+}
+
+impl Blocked {
+    /// Starts `reader`, a `wait_events` on `store`, and returns once it is blocked in the
+    /// store, waiting for an append.
+    async fn start<T: Send + 'static>(
+        &self,
+        reader: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> tokio::task::JoinHandle<T> {
+        let mut reader = Box::pin(reader);
+        assert!(
+            futures::poll!(reader.as_mut()).is_pending(),
+            "the reader returned before anything was appended"
+        );
+        let handle = tokio::spawn(reader);
+        if let Blocked::Redis(url) = self {
+            let client = redis::Client::open(url.as_str()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let blocked = async {
+                loop {
+                    let info: String = redis::cmd("INFO")
+                        .arg("clients")
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
+                    let count = info
+                        .lines()
+                        .find_map(|l| l.strip_prefix("blocked_clients:"))
+                        .and_then(|n| n.trim().parse::<u64>().ok())
+                        .expect("INFO clients reports blocked_clients");
+                    if count > 0 {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(10), blocked)
+                .await
+                .expect("the reader blocked in XREAD");
+        }
+        handle
+    }
 }
 
 suite!(
     sessions_round_trip_and_are_removed,
     streams_keep_their_record_and_finish,
     events_after_returns_events_in_order,
-    wait_events_wakes_on_append_and_finish,
     wait_events_times_out_empty_and_returns_at_once_for_unknown_streams,
     a_stream_sees_only_its_own_events_among_its_sessions_streams,
     requests_round_trip_and_a_released_instance_loses_its_running_ones,
@@ -83,7 +148,8 @@ suite!(
     idempotency_abandon_frees_a_running_key_only,
     idempotency_lose_makes_a_running_key_lost_for_good,
     counters_count,
-    journal_keeps_entries_in_order,
+    journal_keeps_entries_in_order;
+    waiting: wait_events_wakes_on_append_and_finish,
 );
 
 fn stream(id: &str) -> StreamRecord {
@@ -192,15 +258,18 @@ async fn events_after_returns_events_in_order(store: Arc<dyn Store>) {
     assert_eq!(store.events_after("a", 3).await.unwrap(), vec![ev("a", 4)]);
 }
 
-async fn wait_events_wakes_on_append_and_finish(store: Arc<dyn Store>) {
+/// A reader blocked in `wait_events` (see [`Blocked`]: the append and the finish come after it
+/// read and found nothing) wakes when an event is appended, and when the stream finishes.
+async fn wait_events_wakes_on_append_and_finish(store: Arc<dyn Store>, blocked: Blocked) {
     store.create_stream(stream("a")).await.unwrap();
     let s2 = store.clone();
-    let waiter = tokio::spawn(async move {
-        s2.wait_events("a", 0, Duration::from_secs(10))
-            .await
-            .unwrap()
-    });
-    tokio::task::yield_now().await;
+    let waiter = blocked
+        .start(async move {
+            s2.wait_events("a", 0, Duration::from_secs(10))
+                .await
+                .unwrap()
+        })
+        .await;
     store.append_event("a", ev("a", 1)).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
@@ -209,20 +278,19 @@ async fn wait_events_wakes_on_append_and_finish(store: Arc<dyn Store>) {
     assert_eq!(got, vec![ev("a", 1)]);
     // A reader waiting past the last event wakes when the stream finishes.
     let s2 = store.clone();
-    let started = Instant::now();
-    let waiter = tokio::spawn(async move {
-        s2.wait_events("a", 1, Duration::from_secs(10))
-            .await
-            .unwrap()
-    });
-    tokio::task::yield_now().await;
+    let waiter = blocked
+        .start(async move {
+            s2.wait_events("a", 1, Duration::from_secs(10))
+                .await
+                .unwrap()
+        })
+        .await;
     store.finish_stream("a", 1).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .unwrap()
         .unwrap();
     assert!(got.is_empty());
-    assert!(started.elapsed() < Duration::from_secs(5));
     // Once finished, it answers at once.
     let got = store
         .wait_events("a", 1, Duration::from_secs(10))
