@@ -122,7 +122,6 @@ async fn nginx_cuts_an_idle_stream_and_the_resume_follows_the_preset() {
             mcp.notify_initialized(&sid).await;
             // Steps 300 ms apart: nginx's 200 ms idle timeout cuts the stream after the
             // priming event.
-            let started = Instant::now();
             let cut = mcp
                 .call(&sid, 7, "slow", json!({"steps": 2, "delay_ms": 300}), &tag)
                 .await;
@@ -132,7 +131,6 @@ async fn nginx_cuts_an_idle_stream_and_the_resume_follows_the_preset() {
                 "{preset}: nginx should abort the idle stream: {cut:?}"
             );
             assert!(cut.response().is_none(), "{preset}");
-            assert!(started.elapsed() < Duration::from_millis(600), "{preset}");
             let cursor = cut.last_event_id().expect("the priming event");
             let owner = oracle(&c)
                 .await
@@ -225,18 +223,12 @@ async fn replicated_resume_on_another_process_follows_the_live_call_to_its_respo
     let cursor = first[0].id.clone().expect("priming id");
     drop(call);
     let other = Mcp::new(c.instance_url(1).unwrap());
-    let started = Instant::now();
     let resumed = other.get(&sid, Some(&cursor)).await;
     assert_eq!(resumed.status, 200);
+    // Followed to the end: that a waiting reader is woken by an append rather than by its
+    // poll period is the store's test (`wait_events_wakes_on_append_and_finish`).
     let response = resumed.response().expect("the response, followed live");
     assert_eq!(common::result_text(&response), "slow: done after 4 steps");
-    // Followed, not polled for: it ends as the call does (4 × 100 ms), well before a poll
-    // period would add up.
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        started.elapsed()
-    );
     let report = oracle(&c).await;
     assert_eq!(report.totals.cross_instance_resumes, 1);
     assert_eq!(report.totals.executions, 1);
