@@ -99,7 +99,8 @@ impl Driver {
     }
 }
 
-/// The timer task: fires the session's deadlines. Nothing it runs is application code.
+/// The timer task: fires the session's deadlines. It runs no handler, token provider or task
+/// store (only the `tracing` subscriber, for what it logs).
 async fn keep_time(core: Arc<Core>, _stop: StopOnDrop) {
     tracing::debug!("driver started");
     let timer = tokio::time::sleep_until(Instant::now());
