@@ -231,10 +231,19 @@ async fn a_lapsed_lease_makes_the_key_lost_for_good(store: Arc<dyn Store>) {
 }
 
 async fn renewals_keep_a_claim_alive(store: Arc<dyn Store>) {
-    store.claim(&claim("k", 1, "a")).await.unwrap();
-    for _ in 0..4 {
-        tokio::time::sleep(LEASE / 3).await;
-        assert!(store.renew(&key("k"), &token("a"), LEASE).await.unwrap());
+    // A lease of its own, long enough that a renewal due every half lease is not late on a
+    // loaded machine (a second to spare); three keep the claim past one and a half leases.
+    let lease = Duration::from_secs(2);
+    let first = Claim::new(
+        key("k"),
+        arguments_digest("bump", &json!({"n": 1})),
+        token("a"),
+        lease,
+    );
+    store.claim(&first).await.unwrap();
+    for _ in 0..3 {
+        tokio::time::sleep(lease / 2).await;
+        assert!(store.renew(&key("k"), &token("a"), lease).await.unwrap());
     }
     assert_eq!(
         store.claim(&claim("k", 1, "b")).await.unwrap(),
@@ -370,8 +379,9 @@ async fn keys_of_any_shape_spread_over_the_cluster(store: Arc<dyn Store>) {
 // ---- Session expiry, on stores of a short retention ----
 
 /// The retention of the stores in the session-expiry tests: long enough that no step is
-/// late, short enough to wait past.
-const SHORT: Duration = Duration::from_millis(400);
+/// late on a loaded machine (each has three quarters of a second to spare), short enough to
+/// wait past.
+const SHORT: Duration = Duration::from_secs(2);
 
 fn short_options() -> RedisOptions {
     let mut o = options();
