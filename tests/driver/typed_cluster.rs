@@ -2,7 +2,7 @@
 //! stream too), timeouts that restart on progress, the total bound, and paged listing.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::StreamExt;
 use mcp_resume::{Client, ErrorKind, ToolCall};
@@ -72,7 +72,6 @@ async fn progress_restarts_the_timeout_of_a_long_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_silent_for_longer_than_its_timeout_fails_and_is_cancelled() {
     let (cluster, client) = cluster(sticky()).await;
-    let started = Instant::now();
     let err = guarded(
         client.call_tool(
             slow(2, 3000)
@@ -83,12 +82,8 @@ async fn a_call_silent_for_longer_than_its_timeout_fails_and_is_cancelled() {
     .await
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    // Ended by the silence, not by the progress its first step would report after 3 s.
     assert!(err.message().contains("no progress"), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_millis(2500),
-        "{:?}",
-        started.elapsed()
-    );
     // The server was told: its execution stops at once, the cluster goes idle. Left alone
     // the call would run 6 s (its first step alone takes 3 s): idle within 1 s means it was
     // stopped, not that it ended.
@@ -102,7 +97,6 @@ async fn a_call_silent_for_longer_than_its_timeout_fails_and_is_cancelled() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_total_bound_ends_a_call_that_keeps_progressing() {
     let (cluster, client) = cluster(sticky()).await;
-    let started = Instant::now();
     let err = guarded(
         client.call_tool(
             slow(40, 100)
@@ -113,12 +107,8 @@ async fn the_total_bound_ends_a_call_that_keeps_progressing() {
     )
     .await
     .unwrap_err();
+    // Left to run, the call would have answered after its 40 steps (4 s).
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-    assert!(
-        started.elapsed() < Duration::from_millis(3500),
-        "{:?}",
-        started.elapsed()
-    );
     cluster.shutdown().await;
 }
 
