@@ -135,7 +135,15 @@ export class ResumeSafety {
         const pending = safety.#acted(now[at + 1], now[at + 2], now[at + 3], steps[i]);
         if (isPromise(pending)) pending.catch(failed);
       } catch (error) {
-        failed(error);
+        try {
+          failed(error);
+        } catch (thrown) {
+          // Nobody to throw to at the end of the turn: thrown on, uncaught, once the requests
+          // behind it in this batch were guarded rather than left hanging.
+          queueMicrotask(() => {
+            throw thrown;
+          });
+        }
       }
     }
   }
