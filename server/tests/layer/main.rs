@@ -5,4 +5,5 @@ mod keyed_memory;
 mod raw;
 mod server;
 mod skin;
+mod stores;
 mod wire;

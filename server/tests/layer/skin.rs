@@ -382,75 +382,13 @@ async fn a_session_in_use_keeps_its_record_through_the_skin() {
     assert_eq!(unkeyed_hash(&b, 2).await.as_deref(), Some(hash.as_str()));
 }
 
-/// A memory store whose first `finish` fails (after which it works).
-#[derive(Clone, Default)]
-struct FinishFailsOnce {
-    inner: MemoryStore,
-    failed: Arc<AtomicBool>,
-}
-
-impl Store for FinishFailsOnce {
-    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        self.inner.put_session(r)
-    }
-    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
-        self.inner.session(id)
-    }
-    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        self.inner.forget_session(id)
-    }
-    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        self.inner.touch_session(id)
-    }
-    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
-        self.inner.claim(claim)
-    }
-    fn renew<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.renew(key, token, lease)
-    }
-    fn finish<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-        outcome: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
-        if !self.failed.swap(true, Ordering::SeqCst) {
-            return Box::pin(async {
-                Err(mcp_resume_server::Error::store_unavailable(
-                    std::io::Error::other("down"),
-                ))
-            });
-        }
-        self.inner.finish(key, token, outcome)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.release(key, token)
-    }
-    fn mark_lost<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.mark_lost(key, token)
-    }
-}
-
 /// A skin that drops its outbound once the answer is out, before running the operations
 /// that store it (as the Node binding does): a first `finish` that fails is still retried,
 /// the lease still renewed, so a re-send long past the lease gets the stored answer.
 #[tokio::test(start_paused = true)]
 async fn an_answer_whose_outbound_was_dropped_before_its_ops_is_stored_again() {
     let lease = Duration::from_millis(300);
-    let store = FinishFailsOnce::default();
+    let store = crate::stores::FinishFailsOnce::default();
     let guard = GuardBuilder::new(store.clone())
         .lease(lease)
         .seed(3)
@@ -463,10 +401,7 @@ async fn an_answer_whose_outbound_was_dropped_before_its_ops_is_stored_again() {
     let ops = out.take_ops();
     drop(out);
     ops.run().await;
-    assert!(
-        store.failed.load(Ordering::SeqCst),
-        "the first finish failed"
-    );
+    assert!(store.has_failed(), "the first finish failed");
     tokio::time::sleep(lease * 6).await;
     let (head, body) = keyed_call(2, "k-again");
     let Next::Answer(answer) = request(&guard, Method::POST, &head, &body).await else {

@@ -342,62 +342,12 @@ impl Store for Down {
     }
 }
 
-/// A memory store whose first `finish` fails (after which it works).
-#[derive(Default)]
-struct FinishFailsOnce {
-    inner: MemoryStore,
-    failed: std::sync::atomic::AtomicBool,
-}
-
-impl Store for FinishFailsOnce {
-    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        self.inner.put_session(r)
-    }
-    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
-        self.inner.session(id)
-    }
-    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        self.inner.forget_session(id)
-    }
-    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        self.inner.touch_session(id)
-    }
-    fn claim<'a>(&'a self, c: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
-        self.inner.claim(c)
-    }
-    fn renew<'a>(
-        &'a self,
-        k: &'a IdempotencyKey,
-        t: &'a ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.renew(k, t, lease)
-    }
-    fn finish<'a>(
-        &'a self,
-        k: &'a IdempotencyKey,
-        t: &'a ClaimToken,
-        o: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
-        if !self.failed.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return down();
-        }
-        self.inner.finish(k, t, o)
-    }
-    fn release<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        self.inner.release(k, t)
-    }
-    fn mark_lost<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        self.inner.mark_lost(k, t)
-    }
-}
-
 /// Storing a keyed call's answer fails once: the lease is still renewed and the answer
 /// stored again, so a re-send long past the lease gets it (not `IDEMPOTENCY_OUTCOME_UNKNOWN`).
 #[tokio::test]
 async fn an_answer_whose_storing_failed_once_is_stored_again() {
     let lease = Duration::from_millis(300);
-    let layer = ResumeSafetyLayer::new(FinishFailsOnce::default())
+    let layer = ResumeSafetyLayer::new(crate::stores::FinishFailsOnce::default())
         .seed(7)
         .lease(lease);
     let server = Server::start(Some(layer), false).await;
