@@ -486,10 +486,7 @@ fn step(
         })),
         Next::Pass => Step::Pass,
         Next::Forward(out) => {
-            let last_event_id = out
-                .last_event_id()
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
+            let last_event_id = out.last_event_id().map(|v| header_text(v.as_bytes()));
             let handle = lock(outbounds).open(out);
             match last_event_id {
                 Some(last_event_id) => Step::Resume(handle, last_event_id),
@@ -497,6 +494,18 @@ fn step(
             }
         }
         Next::Answer(answer) => Step::Answer(Sent::new(skin::answer_to_client(answer))),
+    }
+}
+
+/// The inner server's own event id as the string it issued: the id came to the guard as
+/// UTF-8 in the body of an SSE stream, which is how a Node server writes its strings, so
+/// their decoding gives back the string its event store compares with (for an id that is
+/// not ASCII too, e.g. `é1`). Bytes that are not UTF-8 (a server writing its own bytes) one
+/// character each, as Node's parser reads a header's bytes.
+fn header_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => bytes.iter().map(|&b| char::from(b)).collect(),
     }
 }
 

@@ -92,6 +92,46 @@ test("a stream's head reaches the client before its first event", { timeout: 300
   }
 });
 
+/** Reads an SSE response until `done(text so far)`; the text. */
+async function readUntil(response, done) {
+  const decoder = new TextDecoder();
+  let text = "";
+  for await (const chunk of response.body) {
+    text += decoder.decode(chunk, { stream: true });
+    if (done(text)) break;
+  }
+  return text;
+}
+
+test("a resume reaches the inner server with the event id it issued when that id is not ASCII", { timeout: 30000 }, async () => {
+  // The SDK's event store issues `é1`, `é2`, …: sent in the stream as UTF-8, taken by the
+  // guard as bytes, and due back to the store as the string it issued, or it knows no such
+  // event and the resumed stream stays open with nothing in it.
+  const replica = await Replica.start("--port", "0", "--store", "memory", "--event-id-prefix", "é");
+  try {
+    const sessionHeaders = await openSession(replica.url);
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "step", arguments: {}, _meta: { progressToken: "p-1" } } });
+    const cut = new AbortController();
+    const stream = await fetch(replica.url, { method: "POST", headers: sessionHeaders, body: call, signal: AbortSignal.any([cut.signal, AbortSignal.timeout(5000)]) });
+    const progress = await readUntil(stream, (text) => /notifications\/progress.*\n\n/s.test(text));
+    const cursor = progress.match(/^id: (.+)$/m)?.[1];
+    assert.match(cursor ?? "", /^[0-9a-f]+-\d+$/, progress);
+    cut.abort();
+    await fetch(replica.url.replace(/\/mcp$/, "/admin/release"), { method: "POST" });
+    const resumed = await fetch(replica.url, {
+      headers: { ...sessionHeaders, accept: "text/event-stream", "last-event-id": cursor },
+      signal: AbortSignal.timeout(5000),
+    });
+    assert.equal(resumed.status, 200, resumed.status === 200 ? "" : await resumed.text());
+    const replay = await readUntil(resumed, (text) => text.includes('"text":"done"'));
+    assert.ok(replay.includes('"text":"done"'), replay);
+    // `é1` was the initialize's answer; the progress, the session's second event.
+    assert.deepEqual(await (await fetch(replica.url.replace(/\/mcp$/, "/admin/replays"))).json(), ["é2"]);
+  } finally {
+    await replica.stop();
+  }
+});
+
 test("what it does not guard passes", { timeout: 30000 }, async () => {
   const replica = await Replica.start("--port", "0", "--store", "memory", "--max-body", "1024");
   try {

@@ -6,7 +6,7 @@
 //   node replica.mjs --port N [--redis URL] [--store memory|redis] [--no-guard]
 //                    [--lease-ms N] [--session-prefix iN-] [--json] [--max-body N] [--plain]
 //                    [--key-scope-header NAME]
-//                    [--tee]
+//                    [--tee] [--event-id-prefix P]
 //
 // Its tool `bump {tag, delay_ms}` applies a side effect first (`INCR effects:<tag>` in Redis,
 // the truth the tests read, and `ran:<tag>` = its pid), waits `delay_ms` (a call to cut, drain
@@ -20,7 +20,9 @@
 // Session ids start with --session-prefix, so that nginx can pin a session to the replica
 // that holds it in memory. With --tee, a middleware in front of the guard puts its own
 // `write` and `end` on each response (as compression does) and keeps the last body they
-// sent that was not empty: `GET /admin/tee`.
+// sent that was not empty: `GET /admin/tee`. The event store's ids are `P1`, `P2`, … (P from
+// --event-id-prefix, default empty); `GET /admin/replays` lists the ids it was asked to replay
+// after, as JSON.
 //
 // Prints `http://127.0.0.1:PORT/mcp` once it listens. SIGTERM drains it as a shutdown that does
 // not wait for open responses does: new connections are refused and every open one is closed at
@@ -53,6 +55,7 @@ const maxBody = option("--max-body", undefined);
 const keyScopeHeader = option("--key-scope-header", undefined);
 const plain = args.includes("--plain");
 const tee = args.includes("--tee");
+const eventIdPrefix = option("--event-id-prefix", "");
 
 /** Just enough of the Redis protocol for the tool's side effect: the replies, in order. */
 function redis(...commands) {
@@ -76,13 +79,16 @@ function redis(...commands) {
   });
 }
 
+/** The ids every event store here was asked to replay after, in order. */
+const replays = [];
+
 class OrderedEventStore {
   constructor() {
     this.next = 1;
     this.events = [];
   }
   async storeEvent(streamId, message) {
-    const id = `${this.next++}`;
+    const id = `${eventIdPrefix}${this.next++}`;
     this.events.push({ id, streamId, message });
     return id;
   }
@@ -90,6 +96,7 @@ class OrderedEventStore {
     return this.events.find((e) => e.id === eventId)?.streamId;
   }
   async replayEventsAfter(lastEventId, { send }) {
+    replays.push(lastEventId);
     const at = this.events.findIndex((e) => e.id === lastEventId);
     if (at < 0) return "";
     const { streamId } = this.events[at];
@@ -229,6 +236,7 @@ if (plain) {
   listener = createServer((req, res) => {
     if (req.url === "/mcp") return guardedMcp(req, res);
     if (req.url === "/health") return res.end("ok");
+    if (req.url === "/admin/replays") return res.end(JSON.stringify(replays));
     res.writeHead(404).end();
   });
 } else {
@@ -259,6 +267,7 @@ if (plain) {
   app.get("/mcp", ...guard, other);
   app.delete("/mcp", ...guard, other);
   app.get("/health", (_req, res) => res.type("text").send("ok"));
+  app.get("/admin/replays", (_req, res) => res.json(replays));
   app.post("/admin/release", (_req, res) => {
     release();
     res.end();
