@@ -30,8 +30,38 @@ use tokio::sync::oneshot;
 
 use crate::convert::IntoPython;
 
-/// Converts a finished future's output, on the loop thread.
-type Deliver = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+/// Converts a finished future's output, on the loop thread. One dropped unconverted (its
+/// awaitable was cancelled as it finished, or its loop closed) is dropped inside the runtime:
+/// the output may spawn store operations as it goes (a keyed call's outbound marks its call
+/// lost), and outside the runtime, on the loop's thread, it could not.
+struct Deliver(Option<Convert>);
+
+type Convert = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+impl Deliver {
+    fn new(convert: impl FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send + 'static) -> Self {
+        Self(Some(Box::new(convert)))
+    }
+
+    #[cfg(unix)]
+    fn convert(mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self.0.take() {
+            Some(convert) => convert(py),
+            None => Err(PyRuntimeError::new_err(
+                "this outcome was already delivered",
+            )),
+        }
+    }
+}
+
+impl Drop for Deliver {
+    fn drop(&mut self) {
+        if let Some(convert) = self.0.take() {
+            let _entered = pyo3_async_runtimes::tokio::get_runtime().enter();
+            drop(convert);
+        }
+    }
+}
 
 /// Spawns `fut` on the binding's runtime and returns an asyncio future of the running loop
 /// that resolves with its output.
@@ -64,7 +94,7 @@ where
             // Cancelled, or the future itself is gone: dropping `fut` cancels the call.
             _ = cancel_rx => return,
         };
-        bridge.complete(target, Box::new(move |py| output.into_python(py)));
+        bridge.complete(target, Deliver::new(move |py| output.into_python(py)));
     });
     Ok(future)
 }
@@ -326,9 +356,10 @@ mod unix {
             .call_method0(pyo3::intern!(py, "cancelled"))?
             .is_truthy()?
         {
+            // Its task is gone: `deliver` is dropped unconverted, inside the runtime.
             return Ok(());
         }
-        match deliver(py) {
+        match deliver.convert(py) {
             Ok(value) => future.call_method1(pyo3::intern!(py, "set_result"), (value,))?,
             Err(err) => future.call_method1(pyo3::intern!(py, "set_exception"), (err,))?,
         };

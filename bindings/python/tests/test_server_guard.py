@@ -376,6 +376,54 @@ async def test_a_keyed_answer_is_stored_when_sending_to_its_gone_client_raises()
     assert b"stored" in answer and b"OUTCOME_UNKNOWN" not in answer, answer
 
 
+async def test_a_keyed_call_cancelled_as_its_claim_is_granted_is_marked_lost_at_once() -> None:
+    # The request's task is cancelled (its server's client left) after Redis granted its
+    # claim but before the event loop took that step: the call its app never saw is marked
+    # lost at once, not left running until its lease ends.
+    redis = Redis()
+    try:
+        inner = Scripted()
+        mw = ResumeSafetyMiddleware(inner, store=redis.url, lease=60)
+
+        async def answer(scope: Any, receive: Any, send: Any) -> None:
+            await receive()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": tool_result(2, "warm")})
+
+        inner.handler = answer
+        assert b"warm" in body_of(await request(mw, "POST", POST, tool_call(2, "k-warm")))
+
+        async def never(scope: Any, receive: Any, send: Any) -> None:
+            raise AssertionError("the app was reached")
+
+        inner.handler = never
+        redis.command("CLIENT", "PAUSE", "300", "WRITE")
+        call = asyncio.create_task(request(mw, "POST", POST, tool_call(2, "k-cut")))
+        deadline = time.monotonic() + 10
+        while "blocked_clients:0" in (await asyncio.to_thread(redis.command, "INFO", "clients")
+                                      or "blocked_clients:0"):
+            assert not call.done(), call
+            assert time.monotonic() < deadline, "the keyed call's claim never waited"
+            await asyncio.sleep(0.005)
+        # The event loop is held while the pause ends and the granted claim reaches the
+        # runtime, which queues the step for the loop; the task is cancelled before the loop
+        # takes it.
+        time.sleep(1.0)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        deadline = time.monotonic() + 5
+        while True:
+            resent = body_of(await request(mw, "POST", POST, tool_call(2, "k-cut")))
+            if b"KEY_IN_USE" not in resent or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert b"IDEMPOTENCY_OUTCOME_UNKNOWN" in resent, resent
+    finally:
+        redis.stop()
+
+
 async def test_an_unkeyed_stream_whose_gone_client_raises_can_be_resumed() -> None:
     # Sending to the gone client raises into the app (as it would without the guard), and the
     # stream's requests are not taken for lost: the client's resume reaches the app.
