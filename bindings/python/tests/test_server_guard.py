@@ -406,9 +406,13 @@ async def test_a_keyed_call_cancelled_as_its_claim_is_granted_is_marked_lost_at_
             assert not call.done(), call
             assert time.monotonic() < deadline, "the keyed call's claim never waited"
             await asyncio.sleep(0.005)
-        # The event loop is held while the pause ends and the granted claim reaches the
-        # runtime, which queues the step for the loop; the task is cancelled before the loop
-        # takes it.
+        # The event loop is held while the pause ends (Redis no longer shows the claim
+        # waiting) and the granted claim reaches the runtime, which queues the step for the
+        # loop; the task is cancelled before the loop takes it. The reply's last hop, from
+        # Redis to the runtime's thread, is given a second.
+        while "blocked_clients:0" not in (redis.command("INFO", "clients") or ""):
+            assert time.monotonic() < deadline, "the keyed call's claim was never granted"
+            time.sleep(0.005)
         time.sleep(1.0)
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
