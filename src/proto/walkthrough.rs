@@ -5,9 +5,9 @@
 //! pipeline of [`Session`](super::Session):
 //!
 //! 1. **The cut.** The driver reports [`Session::handle_error`](super::Session::handle_error)
-//!    for the call's POST exchange. `session/responses.rs` sees an SSE body was being read and
-//!    reports the stream's end; the call's cursor (`session/cursors.rs`) holds `s1-3`, so the
-//!    failure is `Failure::StreamEnded { event_id_seen: true }`.
+//!    for the call's POST exchange. `session/exchanges/responses.rs` sees an SSE body was
+//!    being read and reports the stream's end; the call's cursor (`session/cursors.rs`) holds
+//!    `s1-3`, so the failure is `Failure::StreamEnded { event_id_seen: true }`.
 //! 2. **The decision.** `session/apply.rs` gathers the call's facts into a
 //!    [`State`](super::decide::State) and asks [`decide`](super::decide::decide), which
 //!    answers `Decision::Resume`. `apply` arms the call's backoff in the timer table
@@ -18,10 +18,12 @@
 //! 4. **What the other instance says** is read in one place,
 //!    `proto/classify.rs`:
 //!    - a strict server answers 404 with the `SESSION_RESUME_REJECTED` body:
-//!      `classify::refusal` reads `Refused::Rejected(NotOwner)`; `session/responses.rs` maps
-//!      it, for a resume, to `Failure::ResumeRejected(NotOwner)`;
-//!    - a replaying server answers 200 under another capability hash: `session/responses.rs`
-//!      compares it through `classify::hash_matches` → `Failure::ResumeCapabilityHashChanged`;
+//!      `classify::refusal` reads `Refused::Rejected(NotOwner)`;
+//!      `session/exchanges/responses.rs` maps it, for a resume, to
+//!      `Failure::ResumeRejected(NotOwner)`;
+//!    - a replaying server answers 200 under another capability hash:
+//!      `session/exchanges/responses.rs` compares it through `classify::hash_matches` →
+//!      `Failure::ResumeCapabilityHashChanged`;
 //!    - it replays from another stream's log: the cursor sees `s7-1` where `s1-4` was owed →
 //!      `Failure::EventGap`; a response to a request never sent → `Failure::OrphanedResponse`;
 //!    - it replays nothing and ends cleanly: `Failure::ResumedStreamEnded { clean: true,

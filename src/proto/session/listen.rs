@@ -6,14 +6,13 @@
 
 use std::time::Instant;
 
-use http::HeaderMap;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
 use super::cursors::{Cursor, Delivered, Observed};
 use super::exchanges::ExKind;
 use super::lifecycle::Standing;
-use super::negotiated::{Negotiated, STABLE_SESSION};
+use super::negotiated::STABLE_SESSION;
 use super::timers::Timer;
 use super::Session;
 use crate::ids::RequestId;
@@ -170,12 +169,15 @@ impl Session {
         self.listen.state = ListenState::Open(http);
     }
 
-    /// A 2xx head answered the standalone stream: `true` when its body is to be read, as an
-    /// event stream; otherwise the stream failed (not one, or under another capability hash).
+    /// A 2xx head answered the standalone stream, `resumed` with `Last-Event-ID`, carrying the
+    /// capability hash of the session or not (`hash_matches`): `true` when its body is to be
+    /// read, as an event stream; otherwise the stream failed (not one, or under another
+    /// capability hash).
     pub(super) fn on_listen_head(
         &mut self,
         http: HttpId,
-        headers: &HeaderMap,
+        resumed: bool,
+        hash_matches: bool,
         ct: ContentType,
         now: Instant,
     ) -> bool {
@@ -183,12 +185,7 @@ impl Session {
             self.listen_failed(Failure::ListenNotOffered, Some(http), false, now);
             return false;
         }
-        let Some(ex) = self.exchanges.get(http) else {
-            return false;
-        };
-        let resumed = ex.is_resumed();
-        let expected = self.life.ready().and_then(Negotiated::expected_hash);
-        if !ex.hash_matches(headers, expected) {
+        if !hash_matches {
             let failure = if resumed {
                 Failure::ResumeCapabilityHashChanged
             } else {

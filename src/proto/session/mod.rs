@@ -7,10 +7,11 @@
 //! - `outbound`: the application's commands (`connect`, `submit`, `notify`, `respond`,
 //!   `cancel`, `close`), time passing (`handle_timeout`), and every request the session
 //!   sends for them;
-//! - `responses`: what the server answers (`handle_head`, `handle_data`, `handle_end`,
-//!   `handle_error`, bodies decoded ahead), read through [`classify`](super::classify) into
-//!   successes or [`Failure`](super::decide::Failure)s, and the messages in those bodies,
-//!   routed to their call, the app or the handshake;
+//! - `exchanges::responses`: what the server answers (`handle_head`, `handle_data`,
+//!   `handle_end`, `handle_error`, bodies decoded ahead), read through
+//!   [`classify`](super::classify) into successes or [`Failure`](super::decide::Failure)s, and
+//!   the messages in those bodies, routed to their call, the app or the handshake; it lives
+//!   inside `exchanges`, the only reader of an exchange's record and body;
 //! - `lifecycle`: the phase, each variant carrying its data; with, in `lifecycle::handshake`,
 //!   the handshake of either era, and in `lifecycle::reinit`, a handshake that failed,
 //!   re-initialization, a session lost and found again. The phase's records keep their
@@ -43,7 +44,6 @@ mod listen;
 mod modern_calls;
 mod negotiated;
 mod outbound;
-mod responses;
 mod timers;
 
 use std::collections::{HashMap, VecDeque};
@@ -55,7 +55,7 @@ use serde_json::Value;
 pub use self::ahead::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, SseAhead};
 use self::call::Calls;
 use self::cursors::DeliveredBySession;
-use self::exchanges::{ExKind, Exchanges};
+use self::exchanges::Exchanges;
 use self::lifecycle::{Lifecycle, Standing};
 use self::listen::Listen;
 use self::modern_calls::HeldTaskMessage;
@@ -220,10 +220,7 @@ impl Session {
     /// a handshake or a notification). A driver may perform that exchange wherever the call
     /// is awaited; every other exchange belongs to the session as a whole.
     pub fn exchange_call(&self, http: HttpId) -> Option<CallId> {
-        match self.exchanges.get(http)?.kind() {
-            ExKind::Post(call) => Some(call),
-            _ => None,
-        }
+        self.exchanges.posted_call(http)
     }
 
     /// Number of calls not yet completed.

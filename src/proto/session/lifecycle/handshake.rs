@@ -85,7 +85,9 @@ impl Session {
         if kind == ExKind::Initialize {
             self.on_initialize_head(http, headers, now);
         }
-        self.exchanges.get(http)?;
+        if !self.exchanges.in_flight(http) {
+            return None;
+        }
         let reader = Some(ct).filter(|ct| *ct != ContentType::Other);
         if reader.is_none() {
             if kind == ExKind::Discover {

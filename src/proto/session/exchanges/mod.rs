@@ -1,6 +1,13 @@
 //! The exchange table: every HTTP exchange the session asked the driver for, what each is
 //! for, what is known of it (its body as far as it was read), and the queue of network actions
 //! the driver drains.
+//!
+//! What the driver reports of an exchange (its head, body, end or failure) is read in
+//! `responses`, the one place that looks inside an exchange: the record, its body and what
+//! its end came to stay private to this module, and the rest of the session sees only what
+//! kind of exchange is in flight.
+
+mod responses;
 
 use crate::proto::limits::{
     MAX_ANSWERS_IN_FLIGHT, MAX_NOTIFICATIONS_IN_FLIGHT, MAX_OPEN_SERVER_REQUESTS,
@@ -60,7 +67,7 @@ enum Body {
 
 /// What body bytes fed to an exchange came to.
 #[derive(Debug)]
-pub(super) enum Fed {
+enum Fed {
     /// Read (an SSE body's complete events are in the caller's buffer), or ignored (bytes
     /// before the head, or for an exchange no longer in the table).
     Read,
@@ -73,7 +80,7 @@ pub(super) enum Fed {
 
 /// What an exchange's body came to when it ended, cleanly or not.
 #[derive(Debug)]
-pub(super) enum Ended {
+enum Ended {
     /// Before any head: a notification's or an answer's body and headers, with the times it
     /// was sent, to send it again.
     NoHead {
@@ -91,7 +98,7 @@ pub(super) enum Ended {
 
 /// One exchange in flight.
 #[derive(Debug)]
-pub(super) struct Exchange {
+struct Exchange {
     kind: ExKind,
     sent: Sent,
     status: Option<u16>,
@@ -114,48 +121,44 @@ pub(super) struct Exchange {
 }
 
 impl Exchange {
-    pub(super) fn kind(&self) -> ExKind {
+    fn kind(&self) -> ExKind {
         self.kind
     }
 
     /// The session generation it was sent on.
-    pub(super) fn generation(&self) -> u64 {
+    fn generation(&self) -> u64 {
         self.sent.generation
     }
 
     /// Whether this is a GET with `Last-Event-ID`.
-    pub(super) fn is_resumed(&self) -> bool {
+    fn is_resumed(&self) -> bool {
         self.resumed
     }
 
     /// Whether its stream delivered anything new.
-    pub(super) fn made_progress(&self) -> bool {
+    fn made_progress(&self) -> bool {
         self.progress
     }
 
     /// Whether its request carried a session id.
-    pub(super) fn carried_session_id(&self) -> bool {
+    fn carried_session_id(&self) -> bool {
         self.sent.carried_session_id
     }
 
     /// Whether its payloads may be JSON-RPC batches.
-    pub(super) fn allows_batch(&self) -> bool {
+    fn allows_batch(&self) -> bool {
         self.sent.allow_batch
     }
 
     /// Whether the head `headers` of its answer carries the capability hash `expected` (that
     /// of the session it was sent on), or need not: its session does not check the hash.
-    pub(super) fn hash_matches(
-        &self,
-        headers: &HeaderMap,
-        expected: Option<&CapabilityHash>,
-    ) -> bool {
+    fn hash_matches(&self, headers: &HeaderMap, expected: Option<&CapabilityHash>) -> bool {
         classify::hash_matches(self.sent.checks.hash, headers, expected)
     }
 
     /// A refused exchange's status and what its refusal means ([`classify::refusal`]);
     /// `None` for one that was not refused.
-    pub(super) fn refusal(&self, unavailable_not_processed: bool) -> Option<(u16, Refusal)> {
+    fn refusal(&self, unavailable_not_processed: bool) -> Option<(u16, Refusal)> {
         let Body::Error(body) = &self.body else {
             return None;
         };
@@ -225,7 +228,7 @@ impl Sent {
 
 /// Whether a server request could be held open for the app's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Hold {
+enum Hold {
     /// Held: the app answers it with `Session::respond`.
     Held,
     /// A request of this session with the same id waits for its answer already: one answer
@@ -293,7 +296,7 @@ impl Exchanges {
     /// headers and the times it was sent. Nothing else would send it, and a second copy is
     /// harmless, so it goes again as it first went, up to [`MAX_SENDS_UNSENT`] times in all;
     /// `false` once it went as many.
-    pub(super) fn post_again(
+    fn post_again(
         &mut self,
         kind: ExKind,
         resend: (Bytes, HeaderMap, u8),
@@ -384,18 +387,26 @@ impl Exchanges {
         http
     }
 
-    pub(super) fn get(&self, http: HttpId) -> Option<&Exchange> {
+    fn get(&self, http: HttpId) -> Option<&Exchange> {
         self.map.get(&http)
+    }
+
+    /// Whether exchange `http` is in flight (not ended, failed or finished).
+    pub(super) fn in_flight(&self, http: HttpId) -> bool {
+        self.map.contains_key(&http)
+    }
+
+    /// The call whose request exchange `http` POSTs, if it is a call's POST.
+    pub(super) fn posted_call(&self, http: HttpId) -> Option<CallId> {
+        match self.get(http)?.kind {
+            ExKind::Post(call) => Some(call),
+            _ => None,
+        }
     }
 
     /// Records the response head of exchange `http`, once: its kind when the head is a
     /// success, whose body is the session's to read.
-    pub(super) fn on_head(
-        &mut self,
-        http: HttpId,
-        status: u16,
-        headers: &HeaderMap,
-    ) -> Option<ExKind> {
+    fn on_head(&mut self, http: HttpId, status: u16, headers: &HeaderMap) -> Option<ExKind> {
         let Some(ex) = self.map.get_mut(&http) else {
             debug!(
                 http = http.0,
@@ -420,7 +431,7 @@ impl Exchanges {
 
     /// Starts reading exchange `http`'s success body as its content type `ct` says; one of
     /// neither JSON nor SSE stays unread.
-    pub(super) fn read(&mut self, http: HttpId, ct: ContentType, max_event_size: usize) {
+    fn read(&mut self, http: HttpId, ct: ContentType, max_event_size: usize) {
         let Some(ex) = self.map.get_mut(&http) else {
             return;
         };
@@ -433,7 +444,7 @@ impl Exchanges {
 
     /// Feeds body bytes to exchange `http`: an SSE body's complete events go to `events`; a
     /// JSON body grows up to `max_body`; a refusal's body up to what classifying it needs.
-    pub(super) fn feed(
+    fn feed(
         &mut self,
         http: HttpId,
         data: &[u8],
@@ -480,11 +491,7 @@ impl Exchanges {
     /// The driver reported the end of exchange `http`'s body, cleanly (an SSE body's last
     /// events go to `events`) or not (`None`: an event cut short is dropped): no abort is owed
     /// any more. `None` for an exchange not in the table.
-    pub(super) fn end(
-        &mut self,
-        http: HttpId,
-        events: Option<&mut Vec<SseEvent>>,
-    ) -> Option<Ended> {
+    fn end(&mut self, http: HttpId, events: Option<&mut Vec<SseEvent>>) -> Option<Ended> {
         let ex = self.map.get_mut(&http)?;
         ex.ended = true;
         Some(match &mut ex.body {
@@ -506,7 +513,7 @@ impl Exchanges {
     /// Whether a body read ahead as `ct` takes the place of exchange `http`'s own reading: the
     /// exchange reads its body that way and has read nothing of it yet. A whole JSON body read
     /// ahead is also the body's end: no abort is owed any more.
-    pub(super) fn takes_ahead(&mut self, http: HttpId, ct: ContentType) -> bool {
+    fn takes_ahead(&mut self, http: HttpId, ct: ContentType) -> bool {
         let Some(ex) = self.map.get_mut(&http) else {
             return false;
         };
@@ -524,7 +531,7 @@ impl Exchanges {
     /// given the sequenced id that must come next when the exchange checks the sequence, and
     /// whether the exchange is a resume), and notes progress; `None` for an exchange not in
     /// the table.
-    pub(super) fn observe(
+    fn observe(
         &mut self,
         http: HttpId,
         cursor: impl FnOnce(Option<&mut Option<SequencedEventId>>, bool) -> Observed,
@@ -539,7 +546,7 @@ impl Exchanges {
     }
 
     /// The one place an exchange leaves the table, so per-kind counts stay true.
-    pub(super) fn remove(&mut self, http: HttpId) -> Option<Exchange> {
+    fn remove(&mut self, http: HttpId) -> Option<Exchange> {
         let ex = self.map.remove(&http)?;
         match ex.kind {
             ExKind::Answer => self.answers.in_flight = self.answers.in_flight.saturating_sub(1),
@@ -599,7 +606,7 @@ impl Exchanges {
     }
 
     /// A server request is handed to the app, which now owes it an answer.
-    pub(super) fn hold_request(&mut self, id: &RequestId) -> Hold {
+    fn hold_request(&mut self, id: &RequestId) -> Hold {
         if self.answers.open.contains(id) {
             Hold::AlreadyOpen
         } else if self.answers.open.len() >= MAX_OPEN_SERVER_REQUESTS {

@@ -16,17 +16,18 @@ use http::HeaderMap;
 use serde_json::{json, Value};
 use tracing::{debug, warn};
 
-use super::ahead::{DecodedEvent, DecodedJson};
-use super::call::CallState;
-use super::cursors::Observed;
-use super::exchanges::{Ended, ExKind, Exchange, Fed, Hold};
-use super::Session;
+use super::{Ended, ExKind, Exchange, Fed, Hold};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal, Refused};
 use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::probe::ProbeAnswer;
+use crate::proto::session::ahead::{DecodedEvent, DecodedJson};
+use crate::proto::session::call::CallState;
+use crate::proto::session::cursors::Observed;
+use crate::proto::session::negotiated::Negotiated;
+use crate::proto::session::Session;
 use crate::proto::{ext, methods};
 use crate::proto::{
     CallId, HttpId, Notification, Output, ServerRequest, SessionEvent, TransportFailure,
@@ -205,10 +206,10 @@ impl Session {
         }
     }
 
-    /// Events of an SSE body read ahead by an [`SseAhead`](super::SseAhead): the same as the
+    /// Events of an SSE body read ahead by an [`SseAhead`](crate::proto::session::SseAhead): the same as the
     /// [`Session::handle_data`] that completed them. The body's end is
     /// [`Session::handle_end`] as usual, after the reader's
-    /// [`finish`](super::SseAhead::finish)ed events. An exchange whose body the session reads
+    /// [`finish`](crate::proto::session::SseAhead::finish)ed events. An exchange whose body the session reads
     /// itself, or that is gone, takes nothing.
     pub fn handle_events(&mut self, http: HttpId, events: Vec<DecodedEvent>, now: Instant) {
         if !self.exchanges.takes_ahead(http, ContentType::Sse) {
@@ -391,7 +392,14 @@ impl Session {
             ExKind::Post(call) => self.on_post_head(http, call, status, headers, ct, now),
             ExKind::Resume(call) => self.on_resume_head(http, call, headers, ct, now),
             ExKind::Listen => {
-                if self.on_listen_head(http, headers, ct, now) {
+                let Some(ex) = self.exchanges.get(http) else {
+                    return;
+                };
+                let resumed = ex.is_resumed();
+                // The standalone stream is the session's: its hash is the session's.
+                let expected = self.life.ready().and_then(Negotiated::expected_hash);
+                let hash_matches = ex.hash_matches(headers, expected);
+                if self.on_listen_head(http, resumed, hash_matches, ct, now) {
                     self.read_body(http, ContentType::Sse);
                 }
             }
