@@ -523,6 +523,110 @@ async fn requests_waiting_behind_an_unfinished_authorization_leave_nothing_behin
     assert!(grown < 10, "{grown} tasks left behind by 30 requests");
 }
 
+/// An authorizer that never answers (the user closed the page, a redirect listener that
+/// never hears back) holds the provider only until `authorization_timeout`: then the
+/// failure is recorded, `sign_out` gets the provider's state, and the next request starts a
+/// new authorization instead of waiting behind the first for ever.
+#[tokio::test]
+async fn an_authorizer_that_never_answers_gives_the_provider_back_at_its_timeout() {
+    let (_server, url, _auth) = protected().await;
+    let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let asked_again = Arc::new(Notify::new());
+    let (count, again) = (asked.clone(), asked_again.clone());
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(move |_| {
+            if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+                again.notify_one();
+            }
+            futures::future::pending()
+        })
+        .authorization_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let client = Client::builder(&url)
+        .auth(provider.clone())
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let err = guarded(client.ping()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    // Behind the unfinished authorization until its timeout, then through.
+    guarded(provider.sign_out()).await.unwrap();
+    assert!(
+        matches!(provider.last_failure(), Some(OAuthError::Authorizer(ref m)) if m.contains("did not answer")),
+        "{:?}",
+        provider.last_failure()
+    );
+    let _ = guarded(client.ping()).await;
+    guarded(asked_again.notified()).await;
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// A token store that never answers fails the request that needed it (and `sign_out`) at
+/// `store_timeout`, instead of holding the provider's state for ever.
+#[tokio::test]
+async fn a_token_store_that_never_answers_fails_at_its_timeout() {
+    struct Stuck;
+    impl TokenStore for Stuck {
+        fn load_tokens(
+            &self,
+            _: &str,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<Option<mcp_resume::oauth::TokenSet>, mcp_resume::Error>,
+        > {
+            Box::pin(futures::future::pending())
+        }
+        fn save_tokens(
+            &self,
+            _: &str,
+            _: Option<mcp_resume::oauth::TokenSet>,
+        ) -> futures::future::BoxFuture<'static, Result<(), mcp_resume::Error>> {
+            Box::pin(futures::future::pending())
+        }
+        fn load_client(
+            &self,
+            _: &str,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<Option<mcp_resume::oauth::RegisteredClient>, mcp_resume::Error>,
+        > {
+            Box::pin(futures::future::pending())
+        }
+        fn save_client(
+            &self,
+            _: mcp_resume::oauth::RegisteredClient,
+        ) -> futures::future::BoxFuture<'static, Result<(), mcp_resume::Error>> {
+            Box::pin(futures::future::pending())
+        }
+    }
+    let (_server, url, _auth) = protected().await;
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(HeadlessAuthorizer::new())
+        .token_store(Stuck)
+        .store_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let client = Client::builder(&url)
+        .auth(provider.clone())
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Well before the call's own deadline: the store's timeout is the failure.
+    let err = guarded(client.ping()).await.unwrap_err();
+    assert!(err.to_string().contains("token store"), "{err}");
+    let err = guarded(provider.sign_out()).await.unwrap_err();
+    assert!(err.to_string().contains("token store"), "{err}");
+}
+
 /// A provider holds tokens for one MCP endpoint: asked for another, it refuses rather than
 /// send its token there.
 #[tokio::test]

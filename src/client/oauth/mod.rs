@@ -35,6 +35,7 @@
 //! [`TokenProvider`]: crate::TokenProvider
 
 mod authorizer;
+mod bounded;
 mod dpop;
 mod grant;
 mod jwt;

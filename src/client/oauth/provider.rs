@@ -22,6 +22,7 @@ use crate::oauth::{
 };
 
 use super::authorizer::Authorizer;
+use super::bounded::{BoundedAuthorizer, BoundedStore};
 use super::dpop::DpopKey;
 use super::grant::{IdentityAssertion, MachineGrant, WorkloadIdentity};
 use super::jwt::ClientAssertion;
@@ -139,7 +140,9 @@ pub struct OAuthBuilder {
     pre_registered: Vec<RegisteredClient>,
     machine: Option<ClientCredentials>,
     authorizer: Option<Arc<dyn Authorizer>>,
+    authorization_timeout: Duration,
     store: Arc<dyn TokenStore>,
+    store_timeout: Duration,
     http: Option<reqwest::Client>,
     scopes: Option<Vec<String>>,
     offline_access: bool,
@@ -161,7 +164,9 @@ impl Default for OAuthBuilder {
             pre_registered: Vec::new(),
             machine: None,
             authorizer: None,
+            authorization_timeout: Duration::from_secs(600),
             store: Arc::new(InMemoryTokenStore::new()),
+            store_timeout: Duration::from_secs(30),
             http: None,
             scopes: None,
             offline_access: true,
@@ -230,6 +235,17 @@ impl OAuthBuilder {
         self
     }
 
+    /// How long the [`Authorizer`] (the user) has to return the redirect. Past it the
+    /// authorization fails ([`OAuthError::Authorizer`], in
+    /// [`OAuthProvider::last_failure`]) and the provider is free again: the next request
+    /// that needs a token starts a new one. Until then requests wait behind it (each to its
+    /// own deadline), as do [`OAuthProvider::sign_out`] and the other accessors. Default
+    /// 10 minutes.
+    pub fn authorization_timeout(mut self, limit: Duration) -> Self {
+        self.authorization_timeout = limit;
+        self
+    }
+
     /// The URL of this client's client ID metadata document, used as its `client_id` by
     /// authorization servers that support them (`client_id_metadata_document_supported`) and
     /// promise `iss` in their responses (RFC 9207): the `client_id` and redirect URI are then
@@ -282,6 +298,15 @@ impl OAuthBuilder {
     /// Where tokens and registrations are kept. Default: an [`InMemoryTokenStore`].
     pub fn token_store(mut self, store: impl TokenStore) -> Self {
         self.store = Arc::new(store);
+        self
+    }
+
+    /// How long each [`TokenStore`] operation may take. Past it the operation fails
+    /// ([`ErrorKind::Timeout`], naming the store) as if the store had refused it: tokens
+    /// just obtained stay in use in memory, and the provider is free for the next request.
+    /// Default 30 s.
+    pub fn store_timeout(mut self, limit: Duration) -> Self {
+        self.store_timeout = limit;
         self
     }
 
@@ -443,7 +468,12 @@ impl OAuthBuilder {
                     metadata_document: self.metadata_document,
                     pre_registered: self.pre_registered,
                     machine: self.machine,
-                    authorizer: self.authorizer,
+                    authorizer: self.authorizer.map(|inner| {
+                        Arc::new(BoundedAuthorizer {
+                            inner,
+                            limit: self.authorization_timeout,
+                        }) as Arc<dyn Authorizer>
+                    }),
                     scopes: self.scopes,
                     offline_access: self.offline_access,
                     refresh_margin: self.refresh_margin,
@@ -454,7 +484,10 @@ impl OAuthBuilder {
                     allow_plain_http: self.allow_plain_http,
                 },
                 http,
-                store: self.store,
+                store: Arc::new(BoundedStore {
+                    inner: self.store,
+                    limit: self.store_timeout,
+                }),
                 state: Arc::new(tokio::sync::Mutex::new(State {
                     server,
                     ..State::default()
