@@ -289,6 +289,60 @@ async fn a_provider_panicking_before_its_future_fails_only_the_call() {
     assert_eq!(result.text(), "still");
 }
 
+/// A name resolver (application code inside the application's own `reqwest::Client`) that
+/// resolves to loopback, or panics once told to.
+struct ResolverPanicsWhenTold {
+    told: Arc<AtomicBool>,
+}
+
+impl reqwest::dns::Resolve for ResolverPanicsWhenTold {
+    fn resolve(&self, _: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        assert!(!self.told.load(Ordering::SeqCst), "a resolver's bug");
+        let addrs: reqwest::dns::Addrs = Box::new(std::iter::once(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            0,
+        ))));
+        Box::pin(async move { Ok(addrs) })
+    }
+}
+
+/// The application's HTTP client panicking while a call's first POST is sent from the
+/// caller's own task: the call fails, the caller's task does not unwind, the client goes on.
+#[tokio::test]
+async fn an_http_client_panicking_on_a_calls_own_post_fails_only_the_call() {
+    let server = TestServer::start(default_reply).await;
+    let told = Arc::new(AtomicBool::new(false));
+    let http = reqwest::Client::builder()
+        .dns_resolver(Arc::new(ResolverPanicsWhenTold { told: told.clone() }))
+        // A connection per request: each one asks the resolver.
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let url = server.url.replace("127.0.0.1", "localhost");
+    let client = Client::builder(&url)
+        .http_client(http)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    told.store(true, Ordering::SeqCst);
+    let caller = client.clone();
+    let joined = guarded(tokio::spawn(async move {
+        caller
+            .call_tool(ToolCall::new("echo", json!({"text": "x"})))
+            .await
+    }))
+    .await;
+    let result = joined.expect("the caller's task does not panic");
+    assert!(result.is_err(), "{result:?}");
+    told.store(false, Ordering::SeqCst);
+    let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "still"}))))
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "still");
+}
+
 /// A provider that asks for a re-send after every answer.
 struct ObservesEverything {
     observed: Arc<AtomicUsize>,

@@ -8,15 +8,17 @@
 //! exchange to start. A call whose POST goes out at once and ends with its answer never
 //! involves either.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::effects::Effects;
 use super::ledger::{Gate, Writer};
 use super::state::{Command, Parts, Pending, Registration, State};
-use crate::client::http::{Endpoint, ExchangeEvent, ExchangeSink};
+use crate::client::http::{Endpoint, ExchangeEvent, ExchangeSink, Outgoing};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{CallId, HttpId, TransportFailure};
@@ -249,7 +251,24 @@ impl Core {
     }
 
     /// An exchange panicked: it failed, as if its connection broke (it may have been sent).
-    pub(super) fn panicked(self: &Arc<Self>, id: HttpId) {
+    /// Performs one exchange once its gate (the ledger's record of the call) is passed, in
+    /// whichever task runs it: the runner's, or a caller's own for its call's first POST.
+    /// A panic in what it runs (a token provider's code, the application's HTTP client)
+    /// fails that exchange, never the task running it and with it the caller or the client.
+    pub(super) async fn exchange(self: &Arc<Self>, outgoing: Outgoing, gate: Option<Arc<Gate>>) {
+        let id = outgoing.request.id;
+        if let Some(gate) = &gate {
+            if !self.pass_gate(id, gate).await {
+                return;
+            }
+        }
+        let performed = AssertUnwindSafe(self.endpoint.run(outgoing, self));
+        if performed.catch_unwind().await.is_err() {
+            self.panicked(id);
+        }
+    }
+
+    fn panicked(self: &Arc<Self>, id: HttpId) {
         tracing::error!(http = id.0, "an exchange panicked");
         let failure = TransportFailure::Lost("the exchange panicked".to_owned());
         self.report_one(ExchangeEvent::Failed { id, failure });
@@ -305,15 +324,7 @@ impl Inline {
             registration,
             gate,
         } = self.pending;
-        let id = outgoing.request.id;
-        let exchange = async move {
-            if let Some(gate) = gate {
-                if !core.pass_gate(id, &gate).await {
-                    return;
-                }
-            }
-            core.endpoint.run(outgoing, core).await;
-        };
+        let exchange = core.exchange(outgoing, gate);
         let _ = futures::future::Abortable::new(exchange, registration).await;
     }
 }

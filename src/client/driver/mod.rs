@@ -37,7 +37,6 @@ mod effects;
 mod ledger;
 mod state;
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::future::{Abortable, BoxFuture};
@@ -150,20 +149,7 @@ async fn run_exchanges(core: Arc<Core>, _stop: StopOnDrop) {
         effects.run(core.driver_runtime());
         for pending in starts {
             let sink = core.clone();
-            let id = pending.outgoing.request.id;
-            let exchange = async move {
-                if let Some(gate) = &pending.gate {
-                    if !sink.pass_gate(id, gate).await {
-                        return;
-                    }
-                }
-                let performed = AssertUnwindSafe(sink.endpoint.run(pending.outgoing, &sink));
-                // A panic in what an exchange runs (a token provider's code, say) fails that
-                // exchange, never the runner and with it the client.
-                if performed.catch_unwind().await.is_err() {
-                    sink.panicked(id);
-                }
-            };
+            let exchange = async move { sink.exchange(pending.outgoing, pending.gate).await };
             running.push(Abortable::new(exchange.boxed(), pending.registration));
         }
         tokio::select! {
