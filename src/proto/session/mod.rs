@@ -21,11 +21,11 @@
 //!
 //! The records they work on keep their own data: `negotiated` (what a session negotiated,
 //! built by a handshake and read by all that is sent on it, which assembles its requests),
-//! `call` (the call record and table), `exchanges` (the HTTP exchanges in flight and the
-//! driver's action queue), `cursors` (stream cursors and the event ids already delivered),
-//! `timers` (every deadline and backoff, ordered by expiry), `listen` (the standalone GET
-//! stream). The era's features have their own files: `modern_calls` (a modern call's
-//! rounds of input and its task) and `checkpoints`.
+//! `call` (the call record and table, with what drives a call past its first answer:
+//! `call::modern`, a modern call's rounds of input and its task, and `call::checkpoints`),
+//! `exchanges` (the HTTP exchanges in flight and the driver's action queue), `cursors`
+//! (stream cursors and the event ids already delivered), `timers` (every deadline and
+//! backoff, ordered by expiry), `listen` (the standalone GET stream).
 //!
 //! The [pipeline walkthrough](super::walkthrough) follows a cross-instance resume through
 //! these parts.
@@ -33,7 +33,6 @@
 mod ahead;
 mod apply;
 mod call;
-mod checkpoints;
 mod cursors;
 
 mod exchanges;
@@ -41,7 +40,6 @@ mod headers;
 
 mod lifecycle;
 mod listen;
-mod modern_calls;
 mod negotiated;
 mod outbound;
 mod timers;
@@ -53,12 +51,11 @@ use bytes::Bytes;
 use serde_json::Value;
 
 pub use self::ahead::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, SseAhead};
-use self::call::Calls;
+use self::call::{Calls, HeldTaskMessage};
 use self::cursors::DeliveredBySession;
 use self::exchanges::Exchanges;
 use self::lifecycle::{Lifecycle, Standing};
 use self::listen::Listen;
-use self::modern_calls::HeldTaskMessage;
 use self::timers::Timers;
 use super::config::SessionConfig;
 use super::modern::{ClientMeta, ParamHeader};

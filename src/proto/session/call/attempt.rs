@@ -28,7 +28,7 @@ pub(in crate::proto::session) struct Attempt {
 
 impl Attempt {
     /// A send under `rpc` on the established `session`.
-    pub(in crate::proto::session) fn on(rpc: RequestId, session: &Negotiated) -> Self {
+    pub(super) fn on(rpc: RequestId, session: &Negotiated) -> Self {
         Attempt {
             rpc: Some(rpc),
             generation: session.generation,
@@ -43,14 +43,14 @@ impl Attempt {
 
     /// What a checkpoint recorded of a send another process made: only whether its server
     /// deduplicated keyed calls.
-    pub(in crate::proto::session) fn recorded(server_dedups: bool) -> Self {
+    pub(super) fn recorded(server_dedups: bool) -> Self {
         Attempt {
             server_dedups,
             ..Attempt::default()
         }
     }
 
-    pub(in crate::proto::session) fn rpc(&self) -> Option<&RequestId> {
+    pub(super) fn rpc(&self) -> Option<&RequestId> {
         self.rpc.as_ref()
     }
 
@@ -58,7 +58,7 @@ impl Attempt {
         self.generation
     }
 
-    pub(in crate::proto::session) fn hash(&self) -> Option<&CapabilityHash> {
+    pub(super) fn hash(&self) -> Option<&CapabilityHash> {
         self.hash.as_ref()
     }
 
@@ -70,14 +70,14 @@ impl Attempt {
         self.modern
     }
 
-    pub(in crate::proto::session) fn earlier(&self) -> impl Iterator<Item = &RequestId> {
+    pub(super) fn earlier(&self) -> impl Iterator<Item = &RequestId> {
         self.earlier.iter()
     }
 
     /// `next` replaces this send. This one stays to be told of a cancellation when it may
     /// still be running on the same session (`running`); a send on a replaced session has
     /// nobody to tell.
-    pub(in crate::proto::session) fn follow(&mut self, next: Attempt, running: bool) {
+    pub(super) fn follow(&mut self, next: Attempt, running: bool) {
         let mut earlier = std::mem::take(&mut self.earlier);
         if next.generation != self.generation {
             earlier.clear();

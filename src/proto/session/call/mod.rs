@@ -2,8 +2,15 @@
 //! record's fields are private: every change goes through a method named for what happened
 //! (a send, a failed attempt, progress on its stream, a new MRTR round, a task), so the rules
 //! that keep a call's facts consistent live here once. [`Calls`] is the table of them.
+//!
+//! What drives a call past its first answer is here too, beside the state it changes:
+//! `modern`, a modern call's rounds of input and its task, and `checkpoints`, a call's
+//! durable state and a call picked up from one. The methods of the record that only they
+//! use (a round's, a task's, a checkpoint's) stay private to this module.
 
 mod attempt;
+mod checkpoints;
+mod modern;
 mod table;
 
 use self::attempt::Attempt;
@@ -61,11 +68,21 @@ struct AnsweredInput {
 
 /// What a task's `input_required` asks of the client.
 #[derive(Debug, Default)]
-pub(super) struct TaskAsks {
+struct TaskAsks {
     /// Inputs not answered yet: for the app.
-    pub(super) fresh: Vec<(String, Value)>,
+    fresh: Vec<(String, Value)>,
     /// Answers to send again (bounded): the task still lists their inputs.
-    pub(super) again: Vec<(String, Value)>,
+    again: Vec<(String, Value)>,
+}
+
+/// A `tasks/update` or `tasks/cancel` waiting for the session to be ready (the session holds
+/// them; `modern` makes, sends and drops them).
+#[derive(Debug)]
+pub(super) struct HeldTaskMessage {
+    method: &'static str,
+    params: Value,
+    /// The call whose task it ends, told to the app once it is sent.
+    finishes: Option<(CallId, String)>,
 }
 
 /// A call that became a task: its state is the call's, changed through the call's methods.
@@ -240,7 +257,7 @@ impl Call {
     /// The call `checkpoint` describes, picked up from another process: a request that may be
     /// on the server (its first send here must be safe), a round awaiting its inputs (asked
     /// again by [`Call::await_round`]), or a task to poll.
-    pub(super) fn picked_up(checkpoint: Checkpoint, deadline: Instant) -> Self {
+    fn picked_up(checkpoint: Checkpoint, deadline: Instant) -> Self {
         let Checkpoint {
             method,
             params,
@@ -309,11 +326,11 @@ impl Call {
     }
 
     /// The MRTR rounds so far.
-    pub(super) fn rounds(&self) -> u32 {
+    fn rounds(&self) -> u32 {
         self.input.as_ref().map_or(0, |r| r.round)
     }
 
-    pub(super) fn refreshed(&self) -> bool {
+    fn refreshed(&self) -> bool {
         self.refreshed
     }
 
@@ -324,7 +341,7 @@ impl Call {
     }
 
     /// Its durable state, as of now (see [`crate::proto::checkpoint`]).
-    pub(super) fn checkpoint(&self, era: Option<Era>, session_id: Option<SessionId>) -> Checkpoint {
+    fn checkpoint(&self, era: Option<Era>, session_id: Option<SessionId>) -> Checkpoint {
         let stage = match (&self.task, &self.input) {
             (Some(task), _) => CallStage::Task {
                 task_id: task.task_id.clone(),
@@ -560,7 +577,7 @@ impl Call {
 
     /// An `input_required` answer opened round `round` with `pending` inputs; nothing is sent
     /// until they are in. `requests` is what the server asked, kept for checkpoints.
-    pub(super) fn await_round(
+    fn await_round(
         &mut self,
         round: u32,
         state: Option<String>,
@@ -583,7 +600,7 @@ impl Call {
     }
 
     /// One of the round's inputs was answered.
-    pub(super) fn answer_input(&mut self, key: String, value: Value) {
+    fn answer_input(&mut self, key: String, value: Value) {
         if let Some(round) = self.input.as_mut() {
             round.responses.insert(key, value);
             round.pending = round.pending.saturating_sub(1);
@@ -596,7 +613,7 @@ impl Call {
     /// to be sent, as a new request (no stream, no failures). `false` while inputs are missing,
     /// and for a call not awaiting its inputs: a round goes out once, and resetting the sends
     /// of one already out would hide that they may have run.
-    pub(super) fn next_round(&mut self) -> bool {
+    fn next_round(&mut self) -> bool {
         if self.state != CallState::AwaitingInput {
             return false;
         }
@@ -644,12 +661,12 @@ impl Call {
     }
 
     /// The call was answered with task `task_id`: it is polled from now on.
-    pub(super) fn become_task(&mut self, task_id: String) {
+    fn become_task(&mut self, task_id: String) {
         self.task = Some(TaskState::new(task_id));
     }
 
     /// The server suggests `interval` between polls of its task.
-    pub(super) fn suggest_poll(&mut self, interval: Duration) {
+    fn suggest_poll(&mut self, interval: Duration) {
         if let Some(task) = self.task.as_mut() {
             task.poll = Some(interval);
         }
@@ -659,7 +676,7 @@ impl Call {
     /// nothing is polled until the app answers them. `None` once the task asked more than
     /// `MAX_INPUT_ROUNDS` times (the bound of an MRTR call's rounds too), or for a call that
     /// is no task.
-    pub(super) fn task_asks(&mut self, requests: Map<String, Value>) -> Option<TaskAsks> {
+    fn task_asks(&mut self, requests: Map<String, Value>) -> Option<TaskAsks> {
         let asks = self.task.as_mut()?.ask(requests)?;
         if !asks.fresh.is_empty() {
             self.state = CallState::AwaitingInput;
@@ -670,7 +687,7 @@ impl Call {
 
     /// Its task's input `key` was answered with `value` (the task may list it again until
     /// it sees the answer); `true` once they all are.
-    pub(super) fn task_input_answered(&mut self, key: String, value: Value) -> bool {
+    fn task_input_answered(&mut self, key: String, value: Value) -> bool {
         if let Some(task) = self.task.as_mut() {
             task.answered.push(AnsweredInput {
                 key,
@@ -684,7 +701,7 @@ impl Call {
 
     /// The next poll of its task waits out `Retry::Resend`'s backoff, as a new request:
     /// returns how long, the server's suggested interval or else `default`.
-    pub(super) fn poll_later(&mut self, default: Duration) -> Duration {
+    fn poll_later(&mut self, default: Duration) -> Duration {
         self.state = CallState::Backoff(Retry::Resend);
         self.attempts = 0;
         self.cursor = Cursor::default();

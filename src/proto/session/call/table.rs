@@ -114,20 +114,12 @@ impl Calls {
     }
 
     /// Records an MRTR input of `call` the app is asked to answer under `id`.
-    pub(in crate::proto::session) fn register_input(
-        &mut self,
-        id: RequestId,
-        call: CallId,
-        key: String,
-    ) {
+    pub(super) fn register_input(&mut self, id: RequestId, call: CallId, key: String) {
         self.by_input.insert(id, (call, key));
     }
 
     /// The call and key an input answer belongs to, forgetting it.
-    pub(in crate::proto::session) fn take_input(
-        &mut self,
-        id: &RequestId,
-    ) -> Option<(CallId, String)> {
+    pub(super) fn take_input(&mut self, id: &RequestId) -> Option<(CallId, String)> {
         self.by_input.remove(id)
     }
 

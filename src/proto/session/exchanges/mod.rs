@@ -278,6 +278,26 @@ impl Exchanges {
         self.open_sent(kind, method, purpose, headers, body, Sent::on(session))
     }
 
+    /// Opens, on `session`, the POST of a message whose answer nothing reads: a notification,
+    /// or a modern request answered with an empty acknowledgement (`tasks/update`,
+    /// `tasks/cancel`). It counts among the notifications in flight, and is sent again as one
+    /// if it may never have left.
+    pub(super) fn open_notify(
+        &mut self,
+        headers: HeaderMap,
+        body: Bytes,
+        session: &Negotiated,
+    ) -> HttpId {
+        self.open(
+            ExKind::Notify,
+            HttpMethod::Post,
+            HttpPurpose::Notify,
+            headers,
+            Some(body),
+            session,
+        )
+    }
+
     /// Opens the DELETE that closes the session its `headers` name, of `generation`.
     pub(super) fn open_delete(&mut self, headers: HeaderMap, generation: u64) -> HttpId {
         self.open_sent(

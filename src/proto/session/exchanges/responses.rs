@@ -7,7 +7,7 @@
 //!
 //! What the bodies carry is read here too: SSE events move their stream's cursor, and the
 //! JSON-RPC messages in them go to the call they answer (checked against what the extension
-//! lets us check; what a modern answer asks next is `modern_calls`'), to the app, or to the
+//! lets us check; what a modern answer asks next is `call::modern`'s), to the app, or to the
 //! handshake.
 
 use std::time::Instant;

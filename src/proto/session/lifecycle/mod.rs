@@ -313,6 +313,11 @@ impl Session {
         self.life.era.filter(|_| !self.life.era_inferred)
     }
 
+    /// Whether the server is known to speak the modern era.
+    pub(super) fn is_modern(&self) -> bool {
+        self.life.era() == Some(Era::Modern)
+    }
+
     /// Completes the `connect` calls waiting for the handshake with `result`.
     pub(super) fn answer_connects(&mut self, result: Result<Value, Error>) {
         for waiter in std::mem::take(&mut self.life.connect_waiters) {

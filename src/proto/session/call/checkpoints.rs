@@ -6,10 +6,10 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tracing::debug;
 
-use super::call::{Call, CallState};
-use super::timers::Timer;
-use super::Session;
+use super::{Call, CallState};
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
+use crate::proto::session::timers::Timer;
+use crate::proto::session::Session;
 use crate::proto::{CallId, Output, ResendPolicy};
 
 impl Session {
@@ -114,7 +114,7 @@ impl Session {
 
     /// Reports call `id`'s durable state, when the session makes checkpoints and the call
     /// gets them; `sending` when a send to this session's server follows.
-    pub(super) fn note_checkpoint(&mut self, id: CallId, sending: bool) {
+    pub(in crate::proto::session) fn note_checkpoint(&mut self, id: CallId, sending: bool) {
         if !self.config.checkpoints {
             return;
         }

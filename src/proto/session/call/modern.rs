@@ -17,10 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 use tracing::{debug, info, warn};
 
-use super::call::Call;
-use super::exchanges::ExKind;
-use super::timers::Timer;
-use super::Session;
+use super::{Call, HeldTaskMessage};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::decide::Failure;
@@ -28,9 +25,9 @@ use crate::proto::limits::{
     MAX_ANNOTATED_TOOLS, MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS, MAX_QUEUED_NOTIFICATIONS,
 };
 use crate::proto::modern::{self, ModernError, ResultType};
-use crate::proto::{
-    methods, CallId, Era, HttpMethod, HttpPurpose, Output, ServerRequest, SessionEvent,
-};
+use crate::proto::session::timers::Timer;
+use crate::proto::session::Session;
+use crate::proto::{methods, CallId, Output, ServerRequest, SessionEvent};
 
 /// The fastest a task is polled, whatever the server suggests.
 const MIN_POLL: Duration = Duration::from_millis(10);
@@ -38,14 +35,9 @@ const MIN_POLL: Duration = Duration::from_millis(10);
 const MAX_POLL: Duration = Duration::from_secs(60);
 
 impl Session {
-    /// Whether the server is known to speak the modern era.
-    pub(super) fn is_modern(&self) -> bool {
-        self.life.era() == Some(Era::Modern)
-    }
-
     /// A modern answer: its `resultType` says whether it is the result, a request for
     /// input, or a task; its error may be one only a modern server sends.
-    pub(super) fn deliver_modern(
+    pub(in crate::proto::session) fn deliver_modern(
         &mut self,
         id: CallId,
         result: Result<Value, RpcError>,
@@ -131,7 +123,11 @@ impl Session {
 
     /// What a modern error answering call `id` means, when it is one only a modern server
     /// sends: the recovery failure, and the error the call ends with if it ends.
-    pub(super) fn modern_failure(&self, id: CallId, rpc: &RpcError) -> Option<(Failure, Error)> {
+    pub(in crate::proto::session) fn modern_failure(
+        &self,
+        id: CallId,
+        rpc: &RpcError,
+    ) -> Option<(Failure, Error)> {
         let refreshed = self.calls.get(id).is_some_and(|c| c.refreshed());
         Some(match modern::modern_error(rpc)? {
             ModernError::HeaderMismatch => (
@@ -241,7 +237,7 @@ impl Session {
 
     /// An answer to one of a call's inputs (from [`Session::respond`]), handed to the MRTR
     /// round (or the task) it belongs to; given back when `id` names no input.
-    pub(super) fn input_answered(
+    pub(in crate::proto::session) fn input_answered(
         &mut self,
         id: &RequestId,
         result: Result<Value, RpcError>,
@@ -334,7 +330,8 @@ impl Session {
         if self.refuse(id, "task resumption") {
             return;
         }
-        let deadline = super::deadline_after(now, timeout.unwrap_or(self.config.call_timeout));
+        let deadline =
+            crate::proto::session::deadline_after(now, timeout.unwrap_or(self.config.call_timeout));
         // The `tools/call` that became the task, polled from now on.
         let mut call = Call::new(methods::TOOLS_CALL.to_owned(), None, None, deadline);
         call.become_task(task_id.to_owned());
@@ -509,7 +506,7 @@ impl Session {
 
     /// Tells the server a task's call was given up (best effort: cancellation is
     /// cooperative, and nothing waits for the answer).
-    pub(super) fn cancel_task(&mut self, id: CallId) {
+    pub(in crate::proto::session) fn cancel_task(&mut self, id: CallId) {
         let Some(task_id) = self
             .calls
             .get(id)
@@ -566,7 +563,7 @@ impl Session {
     /// Sends the task messages held while the session was not ready. A session that came
     /// back in the legacy era has no tasks to tell: they are dropped (a cancelled task stays
     /// recorded).
-    pub(super) fn flush_task_messages(&mut self) {
+    pub(in crate::proto::session) fn flush_task_messages(&mut self) {
         while self.life.ready().is_some() {
             let Some(message) = self.held_task_messages.pop_front() else {
                 break;
@@ -590,27 +587,11 @@ impl Session {
         let modern = Some((&self.client_meta, &self.tool_headers));
         let mut params = Some(message.params);
         let (body, headers) = session.request(&rpc, message.method, &mut params, None, modern);
-        self.exchanges.open(
-            ExKind::Notify,
-            HttpMethod::Post,
-            HttpPurpose::Notify,
-            headers,
-            Some(body),
-            session,
-        );
+        self.exchanges.open_notify(headers, body, session);
         if let Some((call, task_id)) = message.finishes {
             self.task_finished(call, &task_id);
         }
     }
-}
-
-/// A `tasks/update` or `tasks/cancel` waiting for the session to be ready.
-#[derive(Debug)]
-pub(super) struct HeldTaskMessage {
-    method: &'static str,
-    params: Value,
-    /// The call whose task it ends, told to the app once it is sent.
-    finishes: Option<(CallId, String)>,
 }
 
 /// Whether a `tasks/get` answer is the state of task `task_id`: one naming another task (its
