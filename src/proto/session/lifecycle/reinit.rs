@@ -127,7 +127,7 @@ impl Session {
     }
 
     /// Starts a handshake: at once, or after `delay` (a re-initialization backing off).
-    pub(in crate::proto::session) fn start_handshake(
+    fn start_handshake(
         &mut self,
         reason: Option<ReinitReason>,
         previous: Option<Negotiated>,
