@@ -898,15 +898,8 @@ async fn a_task_recovered_and_left_behind_again_is_recovered_again() {
     cluster.shutdown().await;
 }
 
-/// A value in a Redis ledger that is not UTF-8 (damage, or someone else's write), as an
-/// entry or as an id in the index, costs that entry alone: the others are read and recovered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
-    let redis = mock_server::procs::RedisServer::start()
-        .await
-        .expect("redis-server");
-    let server = TestServer::start(default_reply).await;
-    // An unkeyed call's entry as a client of this server writes it; its writer is gone.
+/// An unkeyed call's entry as a client of `server` writes it; its writer is gone.
+async fn written_entry(server: &TestServer) -> LedgerEntry {
     let capture = Arc::new(Written::default());
     let writing = Client::builder(&server.url)
         .ledger(capture.clone())
@@ -916,6 +909,60 @@ async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
     guarded(writing.close()).await.unwrap();
     drop(writing);
     let entry = capture.0.lock().unwrap()[0].clone();
+    entry
+}
+
+/// A Redis ledger's index forgets the entries that expired without being removed (a task
+/// left behind, a removal given up during an outage) as it is written to, not only when
+/// someone reads it: a worker that keeps calling and never recovers keeps a bounded index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_ledger_index_drops_expired_ids_as_it_is_written() {
+    let redis = mock_server::procs::RedisServer::start()
+        .await
+        .expect("redis-server");
+    let server = TestServer::start(default_reply).await;
+    let entry = written_entry(&server).await;
+    let identity = "swept";
+    let index = format!("mcp-resume:ledger:{{{identity}}}:index");
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // What an entry that expired unremoved leaves: its id, due a minute ago, its value gone.
+    let due = std::time::SystemTime::now() - Duration::from_secs(60);
+    let due = due
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let _: () = redis::cmd("ZADD")
+        .arg(&index)
+        .arg(due)
+        .arg("expired-unremoved")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ledger = mcp_resume::client::ledger::RedisLedger::new(&redis.url(), identity).unwrap();
+    guarded(ledger.put(entry.clone())).await.unwrap();
+    let ids: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![entry.id().as_str().to_owned()]);
+}
+
+/// A value in a Redis ledger that is not UTF-8 (damage, or someone else's write), as an
+/// entry or as an id in the index, costs that entry alone: the others are read and recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
+    let redis = mock_server::procs::RedisServer::start()
+        .await
+        .expect("redis-server");
+    let server = TestServer::start(default_reply).await;
+    let entry = written_entry(&server).await;
 
     let identity = "not-text";
     let ledger =

@@ -26,11 +26,14 @@ use super::entry::unix_ms;
 use super::{EntryId, Ledger, LedgerEntry};
 use crate::error::{Error, ErrorKind};
 
-/// Writes an entry and indexes it; the index lives as long as its longest-lived entry.
+/// Writes an entry and indexes it; the index lives as long as its longest-lived entry, and
+/// sheds the ids of entries that expired unremoved (a task left behind, a removal given up in
+/// an outage), which a worker that keeps writing would otherwise keep for ever.
 /// KEYS: entry, index. ARGV: the entry's JSON, its TTL (ms), its expiry (ms since the epoch),
-/// its id.
+/// its id, now (ms since the epoch).
 const PUT: &str = r"
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
@@ -211,9 +214,10 @@ impl RedisLedger {
     }
 
     async fn write(&self, entry: LedgerEntry) -> Result<(), Error> {
+        let now = SystemTime::now();
         let ttl = entry
             .expires_at()
-            .duration_since(SystemTime::now())
+            .duration_since(now)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         if ttl == 0 {
             // Past its deadline already: nothing to keep.
@@ -229,6 +233,7 @@ impl RedisLedger {
             .arg(ttl)
             .arg(unix_ms(entry.expires_at()))
             .arg(id.as_str())
+            .arg(unix_ms(now))
             .invoke_async::<i64>(&mut conn)
             .await
             .map(drop)
