@@ -303,12 +303,15 @@ impl HostCalls {
             let Some(listed_at) = listed_at else {
                 return result;
             };
+            // The time left is read after the send (and after any wait for the same
+            // server): what the send used up is not there for a re-send.
             match result {
                 Err(e)
                     if e.kind() == ErrorKind::OutcomeUnknown
                         && resends < ANNOTATED_RESENDS
-                        && left.is_none_or(|left| left > MIN_SEND)
-                        && same_server(client, listed_at, deadline).await =>
+                        && time_for_resend(deadline, Instant::now())
+                        && same_server(client, listed_at, deadline).await
+                        && time_for_resend(deadline, Instant::now()) =>
                 {
                     resends += 1;
                     tracing::info!(resends, "outcome unknown: sent again (annotated safe)");
@@ -382,6 +385,11 @@ async fn same_server(client: &Client, listed_at: u64, deadline: Option<Instant>)
     ready.is_ok() && client.capability_changes() == listed_at
 }
 
+/// Whether a re-send still has its least time ([`MIN_SEND`]) before `deadline`, read `now`.
+fn time_for_resend(deadline: Option<Instant>, now: Instant) -> bool {
+    deadline.is_none_or(|deadline| deadline.saturating_duration_since(now) > MIN_SEND)
+}
+
 /// Takes the host's idempotency key out of `params._meta`.
 fn take_key(mut params: Value) -> Result<(Value, Option<IdempotencyKey>), Error> {
     let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) else {
@@ -416,6 +424,16 @@ fn take_key(mut params: Value) -> Result<(Value, Option<IdempotencyKey>), Error>
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_resend_needs_its_least_time_left_when_it_would_go() {
+        let now = Instant::now();
+        assert!(time_for_resend(None, now));
+        assert!(time_for_resend(Some(now + Duration::from_secs(1)), now));
+        // The call's whole timeout was left when its first send went; 3 ms are left now.
+        assert!(!time_for_resend(Some(now + Duration::from_millis(3)), now));
+        assert!(!time_for_resend(Some(now), now + Duration::from_millis(1)));
+    }
 
     #[test]
     fn the_key_is_taken_out_of_meta() {

@@ -48,9 +48,12 @@
 //!   its place (see the bounds) is never sent.
 //!   A call's deadline is the client's `call_timeout`
 //!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]). A request
-//!   that reuses the id of one still in flight (its answer not yet queued) is answered at
-//!   once with [`codes::INVALID_REQUEST`] and never sent; the one in flight keeps the id and
-//!   its answer.
+//!   sent on to the server that reuses the id of one still in flight (its answer not yet
+//!   queued) is answered at once with [`codes::INVALID_REQUEST`] and never sent; the one in
+//!   flight keeps the id and its answer. The requests the bridge answers itself
+//!   (`initialize`, `server/discover`, those refused before `initialize`) are not held
+//!   under their ids: a host that reuses the id of its `initialize` while `connect` runs gets
+//!   two answers under it.
 //! - **Errors.** A server's JSON-RPC error reaches the host unchanged. What JSON-RPC cannot
 //!   say arrives as a JSON-RPC error with the code of its [`ErrorKind`] (see [`codes`]) and
 //!   `data.kind` set to [`ErrorKind::as_str`] (e.g. `"outcome_unknown"`): never a success,
@@ -73,8 +76,10 @@
 //!   unknown (the re-send waits for it to end, to know).
 //! - **Server requests** (sampling, elicitation, roots, and any other) go to the host with
 //!   ids the bridge chooses (numbers from 1), and the host's answers go back to the server.
-//!   They are forwarded only as the host's `initialize` declared the capabilities. A server
-//!   that cancels one sends the host `notifications/cancelled` with the bridge's id. `ping`
+//!   They are not filtered by the capabilities the host's `initialize` declared (the server
+//!   learned those from it): one for a capability the host did not declare reaches the host,
+//!   whose SDK refuses it. A server that cancels one sends the host `notifications/cancelled`
+//!   with the bridge's id. `ping`
 //!   from the server is answered by the client itself. In the 2026-07-28 era the same
 //!   forwarding answers multi round-trip rounds (`input_required`), and tasks are polled to
 //!   completion: the host sees a plain result.
@@ -94,6 +99,13 @@
 //!   behind them the client buffers [`EVENT_BUFFER`] more, and
 //!   a host that stops reading for longer loses the oldest of those (counted by
 //!   [`Bridge::missed_notifications`]): notifications are informational, answers never are.
+//! - Server requests the host has not answered: at most 32 at once for the whole client (the
+//!   bound of its server-request handlers, see [`crate::guide::client`]), whichever call
+//!   they came with. In the legacy era one holds its place until the host answers, the
+//!   server cancels it, the session is replaced or the bridge closes, not when the call it
+//!   came with ends; past 32 the client answers the server's next requests with an error
+//!   (-32603). A host that never answers them costs the server's requests that; it never
+//!   holds a place of the first bound.
 //! - `capacity` defaults to [`DEFAULT_CAPACITY`]. Each message is bounded by the client's
 //!   `max_event_size` / `max_body_size`.
 //!
