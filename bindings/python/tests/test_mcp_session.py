@@ -299,6 +299,116 @@ async def test_answers_to_server_requests_pass_requests_waiting_for_capacity(
         assert answer["result"]["content"]["text"] == "sampled", answer
 
 
+class Tap:
+    """A session's write stream that keeps the id of each request once the transport has it:
+    an `mcp` 1.x application cancels by hand, naming the id."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.sent: list[tuple[str, Any]] = []
+        self.changed = anyio.Condition()
+
+    async def send(self, message: Any) -> None:
+        await self.inner.send(message)
+        root = message.message.root
+        if isinstance(root, types.JSONRPCRequest):
+            async with self.changed:
+                self.sent.append((root.method, root.id))
+                self.changed.notify_all()
+
+    async def request_id(self, method: str, nth: int) -> Any:
+        """The id of the `nth` request of `method` (from 0), once it was sent."""
+        async with self.changed:
+            while len(ids := [i for m, i in self.sent if m == method]) <= nth:
+                await self.changed.wait()
+        return ids[nth]
+
+    async def __aenter__(self) -> Tap:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self.inner.__aexit__(*exc)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_request_cancelled_while_it_waits_for_its_place_is_never_sent(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    # Capacity 1, one call hanging: the next request waits for a place. The application
+    # cancels it there (by hand, as `mcp` 1.x applications do; 2.x sends the same
+    # notification itself), so its tool must never run, not even once the place frees. The
+    # place frees at the hanging call's deadline, inside the runtime, while the loop is held:
+    # freed by the application's cancel, it would need the loop, which would let a cancel the
+    # skin had put off go out in time on some runs.
+    server = scripted("legacy")
+    started = anyio.Event()
+
+    async def logged(params: types.LoggingMessageNotificationParams) -> None:
+        if params.data == "started":
+            started.set()
+
+    # The hanging call's deadline: past the few milliseconds the steps before the hold take.
+    async with streamablehttp_client(server.url, capacity=1, call_timeout=1) as (read, write, _):
+        tap: Any = Tap(write)
+        async with ClientSession(read, tap, logging_callback=logged) as session:
+            await session.initialize()
+
+            async def hang() -> None:
+                with pytest.raises(McpError):
+                    await session.call_tool("hang")
+
+            echo = types.ClientRequest(
+                types.CallToolRequest(
+                    params=types.CallToolRequestParams(name="echo", arguments={"text": "no"})
+                )
+            )
+            cancel = types.CancelledNotificationParams(requestId=-1)
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as calls:
+                    calls.start_soon(hang)
+                    # Its notification read: the bridge's one place towards the session is free
+                    # for the hanging call's end.
+                    await started.wait()
+                    waiting = anyio.CancelScope()
+
+                    async def cancelled_echo() -> None:
+                        with waiting:
+                            await session.send_request(echo, types.CallToolResult)
+
+                    calls.start_soon(cancelled_echo)
+                    cancel.requestId = await tap.request_id("tools/call", 1)
+                    await session.send_notification(
+                        types.ClientNotification(types.CancelledNotification(params=cancel))
+                    )
+                    # Waits for a place behind whatever still waits for one.
+                    calls.start_soon(session.send_ping)
+                    await tap.request_id("ping", 0)
+                    # The skin handles the session's messages in order: once the server has
+                    # this one, the skin has handled the cancel and the ping.
+                    await session.send_roots_list_changed()
+                    await anyio.to_thread.run_sync(
+                        lambda: _wait(lambda: server.requests("notifications/roots/list_changed"))
+                    )
+                    # The skin is held (the loop's thread is) while the hanging call's deadline
+                    # passes and the place goes to the next request that waits for it: what
+                    # the skin had not sent by now comes too late.
+                    _wait(lambda: len(server.requests("tools/call")) > 1 or server.requests("ping"))
+                    waiting.cancel()
+    assert len(server.requests("tools/call")) == 1, server.requests("tools/call")
+    assert len(server.requests("ping")) == 1
+
+
+def _wait(check: Callable[[], Any], seconds: float = 5) -> None:
+    """Polls `check` on this thread until it holds (failing after `seconds`)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
 @pytest.mark.parametrize("result", [None, [], "ok"], ids=["null", "list", "string"])
 async def test_a_result_that_is_not_an_object_fails_its_call_and_nothing_else(
     scripted: Callable[..., ScriptedServer], result: Any

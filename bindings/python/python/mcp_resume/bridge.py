@@ -181,7 +181,7 @@ async def streamablehttp_client(
                 await read_send.send(SessionMessage(parsed))
 
     # The sends of requests still waiting for the bridge to take them (for a capacity
-    # permit), by id: a cancel of one of them waits for its request's send.
+    # permit), by id: a cancel of one of them goes again once its request's send returned.
     sending: dict[Any, anyio.Event] = {}
     # Set once the block ends: a send the bridge's closing ends is no error of the session.
     closing = False
@@ -211,8 +211,10 @@ async def streamablehttp_client(
     async def session_to_server(tasks: anyio.abc.TaskGroup) -> None:
         # A request may wait for a capacity permit, so it waits in a task of its own: the
         # session's answers to server requests (which the calls in flight may be waiting
-        # for), its notifications and its cancels go on at once. A cancel of a request still
-        # waiting is sent once the bridge took that request, so that it reaches it.
+        # for), its notifications and its cancels go on at once. A cancel goes at once, so it
+        # ends the wait of a request still waiting for its place (never sent then); one of a
+        # request whose send has not returned goes once more after it, in case it came before
+        # the bridge had the request (a cancel of an id the bridge holds no more does nothing).
         async with write_recv:
             async for session_message in write_recv:
                 message = session_message.message.model_dump(
@@ -230,11 +232,11 @@ async def streamablehttp_client(
                     sending[message["id"]] = sent
                     # Handed to the bridge here, in the session's order; awaited apart.
                     tasks.start_soon(send_request, message["id"], bridge.send(message), sent)
-                elif method == "notifications/cancelled" and (
-                    waiting := sending.get(params.get("requestId"))
-                ) is not None:
-                    tasks.start_soon(send_after, waiting, message)
                 else:
+                    if method == "notifications/cancelled" and (
+                        waiting := sending.get(params.get("requestId"))
+                    ) is not None:
+                        tasks.start_soon(send_after, waiting, message)
                     await send(message)
 
     async with anyio.create_task_group() as tasks:
