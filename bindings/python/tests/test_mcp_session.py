@@ -350,8 +350,9 @@ async def test_a_request_cancelled_while_it_waits_for_its_place_is_never_sent(
         if params.data == "started":
             started.set()
 
-    # The hanging call's deadline: past the few milliseconds the steps before the hold take.
-    async with streamablehttp_client(server.url, capacity=1, call_timeout=1) as (read, write, _):
+    # The hanging call's deadline: far past the few milliseconds the steps before the hold
+    # take, also on a loaded machine.
+    async with streamablehttp_client(server.url, capacity=1, call_timeout=3) as (read, write, _):
         tap: Any = Tap(write)
         async with ClientSession(read, tap, logging_callback=logged) as session:
             await session.initialize()
