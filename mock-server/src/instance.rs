@@ -1588,8 +1588,10 @@ async fn authorize_resume(
             events.last().map_or(0, |e| e.seq)
         };
         // Every event from the cursor on must be in the log, in order, up to what was issued.
-        let mut expect = after + 1;
-        let mut gap = false;
+        // The cursor is the client's number: at u64::MAX it has no successor, so it names
+        // nothing issued (a gap) rather than overflowing.
+        let mut gap = after == u64::MAX;
+        let mut expect = after.saturating_add(1);
         for e in events.iter().filter(|e| e.seq > after) {
             if e.seq != expect {
                 gap = true;

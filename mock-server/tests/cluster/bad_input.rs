@@ -250,6 +250,23 @@ async fn bogus_last_event_ids() {
     still_serves(c).await;
 }
 
+/// A cursor at the largest sequence number has no successor: it names nothing issued and is
+/// rejected as a gap, not a panic in the handler (which the balancer would answer 502).
+#[tokio::test]
+async fn a_cursor_at_the_largest_sequence_number_is_a_gap() {
+    let c = cluster(Preset::Replicated).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let r = mcp.call(&sid, 1, "echo", json!({"text": "x"}), "t").await;
+    let last = r.last_event_id().expect("the call's events carry ids");
+    let stream = &last[..last.rfind('-').expect("a sequenced id")];
+    let r = mcp.get(&sid, Some(&format!("{stream}-{}", u64::MAX))).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v.pointer("/error/data/reason"), Some(&json!("event_gap")));
+    still_serves(c).await;
+}
+
 #[tokio::test]
 async fn other_protocol_errors() {
     let c = cluster(Preset::Strict).await;
