@@ -409,6 +409,26 @@ impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
         }
     }
 
+    /// Like [`Bounded::insert`], but only an entry `evictable` allows is forgotten to make
+    /// room for a new key; `false`, with nothing inserted, when every entry must stay.
+    fn insert_evicting(&mut self, k: K, v: V, evictable: impl Fn(&V) -> bool) -> bool {
+        if !self.map.contains_key(&k) && self.map.len() >= self.cap {
+            let map = &self.map;
+            let oldest = self.order.iter().position(|(k, at)| {
+                map.get(k)
+                    .is_some_and(|(born, v)| born == at && evictable(v))
+            });
+            let Some(i) = oldest else {
+                return false;
+            };
+            if let Some((old, _)) = self.order.remove(i) {
+                self.map.remove(&old);
+            }
+        }
+        self.insert(k, v);
+        true
+    }
+
     fn remove(&mut self, k: &K) -> Option<V> {
         self.map.remove(k).map(|(_, v)| v)
     }
@@ -615,27 +635,33 @@ impl Store for MemoryStore {
     ) -> StoreFuture<'a, IdempotencyBegin> {
         let answer = self.with(|s| match s.keys.get(key) {
             None => {
-                s.keys.insert(
-                    key.to_owned(),
-                    KeyState::Running {
-                        fingerprint: fingerprint.to_owned(),
-                        instance,
-                    },
-                );
-                IdempotencyBegin::Started
+                let running = KeyState::Running {
+                    fingerprint: fingerprint.to_owned(),
+                    instance,
+                };
+                // Forgetting a running or lost key would let its call run again: only a
+                // finished one makes room, and with none the claim fails like a store that
+                // cannot answer (the call is refused, never run unguarded).
+                let done = |k: &KeyState| matches!(k, KeyState::Done { .. });
+                if !s.keys.insert_evicting(key.to_owned(), running, done) {
+                    return Err(StoreError(
+                        "idempotency store full: every key is running or lost".into(),
+                    ));
+                }
+                Ok(IdempotencyBegin::Started)
             }
             Some(KeyState::Running { fingerprint: f, .. })
             | Some(KeyState::Done { fingerprint: f, .. })
             | Some(KeyState::Lost { fingerprint: f })
                 if f != fingerprint =>
             {
-                IdempotencyBegin::Mismatch
+                Ok(IdempotencyBegin::Mismatch)
             }
-            Some(KeyState::Running { .. }) => IdempotencyBegin::Running,
-            Some(KeyState::Done { outcome, .. }) => IdempotencyBegin::Done(outcome.clone()),
-            Some(KeyState::Lost { .. }) => IdempotencyBegin::Lost,
+            Some(KeyState::Running { .. }) => Ok(IdempotencyBegin::Running),
+            Some(KeyState::Done { outcome, .. }) => Ok(IdempotencyBegin::Done(outcome.clone())),
+            Some(KeyState::Lost { .. }) => Ok(IdempotencyBegin::Lost),
         });
-        Self::ready(answer)
+        Box::pin(futures::future::ready(answer))
     }
 
     fn idempotency_finish<'a>(

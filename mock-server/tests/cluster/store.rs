@@ -625,6 +625,52 @@ async fn idempotency_lose_makes_a_running_key_lost_for_good(store: Arc<dyn Store
     );
 }
 
+/// The in-memory store's key table is bounded, but a key whose call may have run is never
+/// the one forgotten to make room: a lost key stays lost after 100,000 newer keys, and a new
+/// key is refused (a store failure, so the call is not run) when no finished key can go.
+#[tokio::test]
+async fn memory_store_keeps_a_lost_key_when_newer_keys_fill_it() {
+    let store = memory().await.store;
+    assert_eq!(
+        store.idempotency_begin("k", "f", 0).await.unwrap(),
+        IdempotencyBegin::Started
+    );
+    store.release_instance(0).await.unwrap();
+    let mut refused = 0;
+    for i in 0..100_000 {
+        match store.idempotency_begin(&format!("other-{i}"), "f", 1).await {
+            Ok(begin) => assert_eq!(begin, IdempotencyBegin::Started),
+            Err(_) => refused += 1,
+        }
+    }
+    assert_eq!(
+        store.idempotency_begin("k", "f", 1).await.unwrap(),
+        IdempotencyBegin::Lost
+    );
+    assert_eq!(refused, 1, "the key beyond the cap is refused");
+    // A finished key makes room: it goes, and the refused key now starts.
+    let outcome = StoredOutcome {
+        response: json!({"result": {}}),
+        capability_hash: "h".into(),
+    };
+    store.idempotency_finish("other-5", outcome).await.unwrap();
+    assert_eq!(
+        store
+            .idempotency_begin("other-99999", "f", 1)
+            .await
+            .unwrap(),
+        IdempotencyBegin::Started
+    );
+    assert!(store
+        .idempotency_begin("other-100000", "f", 1)
+        .await
+        .is_err());
+    assert_eq!(
+        store.idempotency_begin("k", "f", 1).await.unwrap(),
+        IdempotencyBegin::Lost
+    );
+}
+
 async fn counters_count(store: Arc<dyn Store>) {
     assert_eq!(store.increment_counter("c").await.unwrap(), 1);
     assert_eq!(store.increment_counter("c").await.unwrap(), 2);
