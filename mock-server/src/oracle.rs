@@ -24,7 +24,7 @@
 //! journaled before the tool runs): when the journal cannot be written, the instance fails
 //! the request instead of acting unrecorded.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::store::{Store, StoreError};
+use crate::store::{Bounded, Store, StoreError, MAX_SESSIONS};
 
 /// Default of [`ClusterConfig::oracle_record_limit`](crate::ClusterConfig::oracle_record_limit):
 /// records kept in detail per list (executions, resumes). Totals keep counting beyond it, and
@@ -292,9 +292,11 @@ impl OracleReport {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct OracleState {
-    truth: HashMap<String, String>,
+    /// The capability hash each session was negotiated under, for as many sessions as the
+    /// store keeps (an older one is forgotten there too, so nothing can run under it).
+    truth: Bounded<String, String>,
     /// Every tag that executed since the last reset. Not capped: the repeat and duplicate
     /// totals depend on it (about 100 bytes per distinct tag).
     executed_tags: HashSet<String>,
@@ -305,6 +307,19 @@ struct OracleState {
     /// Requests that may still execute a tool, from their acceptance until the work they
     /// started has ended (see [`Oracle::in_flight`]).
     in_flight: u64,
+}
+
+impl Default for OracleState {
+    fn default() -> Self {
+        Self {
+            truth: Bounded::new(MAX_SESSIONS),
+            executed_tags: HashSet::new(),
+            record_limit: 0,
+            report: OracleReport::default(),
+            running: 0,
+            in_flight: 0,
+        }
+    }
 }
 
 impl OracleState {
@@ -658,6 +673,26 @@ mod tests {
             carried: None,
             client_capabilities: &Value::Null,
         }
+    }
+
+    /// The truth of each session is kept as long as the store keeps the session, and no
+    /// longer: an `initialize` flood cannot grow it without bound.
+    #[test]
+    fn session_truth_keeps_the_newest_sessions_only() {
+        let mut state = OracleState::default();
+        let n = crate::store::MAX_SESSIONS + 10;
+        for i in 0..n {
+            state.apply(OracleEvent::Initialized {
+                session: format!("s{i}"),
+                capability_hash: "h".into(),
+            });
+        }
+        assert_eq!(state.truth.len(), crate::store::MAX_SESSIONS);
+        assert!(state.truth.get("s0").is_none());
+        assert_eq!(
+            state.truth.get(&format!("s{}", n - 1)).map(String::as_str),
+            Some("h")
+        );
     }
 
     #[tokio::test]

@@ -317,7 +317,8 @@ const MAX_STREAMS: usize = 50_000;
 const MAX_EVENTS_PER_STREAM: usize = 10_000;
 const MAX_REQUESTS: usize = 100_000;
 const MAX_PREPARED: usize = 100_000;
-const MAX_SESSIONS: usize = 100_000;
+/// Sessions kept; the oracle keeps the truth of as many.
+pub(crate) const MAX_SESSIONS: usize = 100_000;
 const MAX_KEYS: usize = 100_000;
 const MAX_TASKS: usize = 100_000;
 const MAX_JOURNAL: usize = 1_000_000;
@@ -344,7 +345,7 @@ enum KeyState {
 
 /// A map that forgets its oldest entries beyond a capacity.
 #[derive(Debug)]
-struct Bounded<K, V> {
+pub(crate) struct Bounded<K, V> {
     /// Each entry with the insertion that made it.
     map: HashMap<K, (u64, V)>,
     /// Insertions, oldest first: one whose entry was removed (or removed and inserted again,
@@ -355,7 +356,7 @@ struct Bounded<K, V> {
 }
 
 impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
-    fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         Self {
             map: HashMap::new(),
             order: VecDeque::new(),
@@ -364,7 +365,7 @@ impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
         }
     }
 
-    fn get<Q>(&self, k: &Q) -> Option<&V>
+    pub(crate) fn get<Q>(&self, k: &Q) -> Option<&V>
     where
         K: std::borrow::Borrow<Q>,
         Q: std::hash::Hash + Eq + ?Sized,
@@ -385,7 +386,7 @@ impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
     }
 
     /// Inserts or replaces `k`'s entry; a replaced one keeps its place in the order.
-    fn insert(&mut self, k: K, v: V) {
+    pub(crate) fn insert(&mut self, k: K, v: V) {
         if let Some((_, old)) = self.map.get_mut(&k) {
             *old = v;
             return;
@@ -429,8 +430,14 @@ impl<K: std::hash::Hash + Eq + Clone, V> Bounded<K, V> {
         true
     }
 
-    fn remove(&mut self, k: &K) -> Option<V> {
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
         self.map.remove(k).map(|(_, v)| v)
+    }
+
+    /// Entries kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
     }
 }
 
