@@ -27,8 +27,8 @@ use serde_json::{json, Map, Value};
 
 use crate::reissue_client::ReissueClient;
 use crate::workload::{
-    call_tagged, client_capabilities, echoed_tag, row, tag, CallRecord, ClientKind, EventCollector,
-    Row, RunReport, WorkloadConfig,
+    call_tagged, client_capabilities, echoed_tag, final_oracle, row, tag, CallRecord, ClientKind,
+    EventCollector, Row, RunReport, WorkloadConfig,
 };
 
 /// The clients of the modern rows, in table order.
@@ -350,10 +350,7 @@ pub(crate) async fn run_modern(
         }
         (connect, caller.calls.calls, Vec::new(), caller.reissued)
     };
-    // Calls cut off from their client may still be running; their executions count too.
-    cluster.wait_idle(Duration::from_secs(5)).await;
-    let oracle = cluster.oracle();
-    cluster.shutdown().await;
+    let (oracle, settled) = final_oracle(cluster).await;
     ModernRun {
         report: RunReport {
             preset,
@@ -362,6 +359,7 @@ pub(crate) async fn run_modern(
             calls,
             events,
             oracle,
+            settled,
             seconds: started.elapsed().as_secs_f64(),
         },
         reissued,

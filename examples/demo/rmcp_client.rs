@@ -44,8 +44,8 @@ use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Map, Value};
 
 use crate::workload::{
-    self, client_capabilities, cluster_config, row, run_calls, tag, CallRecord, ClientKind,
-    EventCollector, Row, RunReport, WorkloadCaller, WorkloadConfig,
+    self, client_capabilities, cluster_config, final_oracle, row, run_calls, tag, CallRecord,
+    ClientKind, EventCollector, Row, RunReport, WorkloadCaller, WorkloadConfig,
 };
 
 /// The rmcp release the demo pins (`Cargo.toml`).
@@ -138,10 +138,7 @@ pub(crate) async fn run_one_on(
         other => panic!("{other:?} is not driven by rmcp"),
     };
 
-    // Calls cut off from their client may still be running; their executions count too.
-    cluster.wait_idle(Duration::from_secs(5)).await;
-    let oracle = cluster.oracle();
-    cluster.shutdown().await;
+    let (oracle, settled) = final_oracle(cluster).await;
     RmcpRun {
         report: RunReport {
             preset,
@@ -150,6 +147,7 @@ pub(crate) async fn run_one_on(
             calls,
             events,
             oracle,
+            settled,
             seconds: started.elapsed().as_secs_f64(),
         },
         resent,

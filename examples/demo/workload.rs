@@ -235,8 +235,21 @@ pub(crate) struct RunReport {
     pub events: Vec<SessionEvent>,
     /// What really happened.
     pub oracle: OracleReport,
+    /// Whether the cluster went idle before the oracle was read: when not, an execution
+    /// still starting may be missing from it.
+    pub settled: bool,
     /// Wall time of the run (cluster start to shutdown).
     pub seconds: f64,
+}
+
+/// The oracle once the cluster is idle (calls cut off from their client may still be
+/// running, and their executions count too), and whether it went idle in time; then the
+/// cluster is shut down.
+pub(crate) async fn final_oracle(cluster: Cluster) -> (OracleReport, bool) {
+    let settled = cluster.wait_idle(Duration::from_secs(5)).await;
+    let oracle = cluster.oracle();
+    cluster.shutdown().await;
+    (oracle, settled)
 }
 
 /// Unique tag of the `n`-th call of a run.
@@ -357,10 +370,7 @@ pub(crate) async fn run_one_on(
     drop(client);
     // The last handle is gone: the driver stops and the event stream ends.
     let events = events.finish().await;
-    // Calls cut off from their client may still be running; their executions count too.
-    cluster.wait_idle(Duration::from_secs(5)).await;
-    let oracle = cluster.oracle();
-    cluster.shutdown().await;
+    let (oracle, settled) = final_oracle(cluster).await;
     RunReport {
         preset,
         client: kind,
@@ -368,6 +378,7 @@ pub(crate) async fn run_one_on(
         calls,
         events,
         oracle,
+        settled,
         seconds: started.elapsed().as_secs_f64(),
     }
 }
@@ -478,6 +489,9 @@ pub(crate) struct Row {
     pub duplicate_side_effects: u64,
     /// Oracle: duplicate side effects of keyed calls.
     pub duplicate_keyed: u64,
+    /// Oracle: executions of unkeyed requests beyond their first (an unkeyed call sent
+    /// again and run again).
+    pub rerun: u64,
     /// Oracle: `initialize` requests beyond the first.
     pub reinitializations: u64,
     /// Client: `Reinitialized` events it reported.
@@ -492,6 +506,9 @@ pub(crate) struct Row {
     pub cross_instance_resumes: u64,
     /// Oracle: resumes rejected, all reasons.
     pub rejected_resumes: u64,
+    /// Whether the cluster went idle before the oracle was read (when not, the oracle's
+    /// counts may be short of a late execution: shown in the table).
+    pub settled: bool,
     /// Wall time of the run.
     pub seconds: f64,
 }
@@ -509,6 +526,7 @@ pub(crate) fn row(report: &RunReport) -> Row {
         unknown_record: 0,
         duplicate_side_effects: 0,
         duplicate_keyed: 0,
+        rerun: oracle.totals.repeated_unkeyed_executions,
         reinitializations: oracle.totals.initializes.saturating_sub(1),
         reinitialized_events: 0,
         resent: 0,
@@ -516,6 +534,7 @@ pub(crate) fn row(report: &RunReport) -> Row {
         errors: BTreeMap::new(),
         cross_instance_resumes: oracle.totals.cross_instance_resumes,
         rejected_resumes: oracle.totals.rejections.values().sum(),
+        settled: report.settled,
         seconds: (report.seconds * 100.0).round() / 100.0,
     };
     if let Err(kind) = report.connect {
@@ -556,7 +575,7 @@ fn render_rows(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<10} {:<12} {:>5} {:>4} {:>6} | {:>5} {:>6} {:>5} | {:>7} {:>6} {:>7} {:>6} | {:<28}",
+        "{:<10} {:<12} {:>5} {:>4} {:>6} | {:>5} {:>6} {:>5} {:>5} | {:>7} {:>6} {:>7} {:>6} | {:<28}",
         "preset",
         "client",
         "calls",
@@ -565,15 +584,16 @@ fn render_rows(rows: &[Row]) -> String {
         "wcap",
         "unkrec",
         "dup",
+        "rerun",
         "re-init",
         "resent",
         "unknown",
         "secs",
         "explicit errors by kind",
     );
-    let _ = writeln!(out, "{}", "-".repeat(124));
+    let _ = writeln!(out, "{}", "-".repeat(130));
     for r in rows {
-        let errors = if r.errors.is_empty() {
+        let mut errors = if r.errors.is_empty() {
             "-".to_owned()
         } else {
             r.errors
@@ -582,9 +602,12 @@ fn render_rows(rows: &[Row]) -> String {
                 .collect::<Vec<_>>()
                 .join(" ")
         };
+        if !r.settled {
+            errors.push_str(" [cluster still busy: oracle counts may be short]");
+        }
         let _ = writeln!(
             out,
-            "{:<10} {:<12} {:>5} {:>4} {:>6} | {:>5} {:>6} {:>5} | {:>7} {:>6} {:>7} {:>6.2} | {}",
+            "{:<10} {:<12} {:>5} {:>4} {:>6} | {:>5} {:>6} {:>5} {:>5} | {:>7} {:>6} {:>7} {:>6.2} | {}",
             r.preset,
             r.client,
             r.calls,
@@ -593,6 +616,7 @@ fn render_rows(rows: &[Row]) -> String {
             r.wrong_capability,
             r.unknown_record,
             r.duplicate_side_effects,
+            r.rerun,
             r.reinitializations,
             r.resent,
             r.outcome_unknown,
@@ -633,7 +657,8 @@ pub(crate) fn render_table(rows: &[Row]) -> String {
          its own ran, the oracle says the call ran under the wrong capabilities, against an \
          unknown record, or twice, or a generate answered at another temperature than \
          negotiated.\nwcap/unkrec/dup: oracle counts \
-         for the run's calls. re-init: initialize requests beyond the first (oracle).\n\
+         for the run's calls. rerun: unkeyed requests a server ran more than once (oracle). \
+         re-init: initialize requests beyond the first (oracle).\n\
          resent/unknown: calls re-sent / ended OutcomeUnknown (client; rmcp: tools/call POSTs \
          of a tag beyond its first).\ndeadline: the demo's deadline ended an rmcp call (rmcp \
          sets none by default)."

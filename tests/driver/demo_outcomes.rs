@@ -117,8 +117,11 @@ async fn resume_aware_has_no_silent_wrong_answers() {
             failures.push(format!("{preset}: {wrong:?}"));
         }
         assert_answers_are_their_own(preset.as_str(), &report);
-        // Keyed side effects never ran twice, whatever the preset.
+        // Keyed side effects never ran twice, and no unkeyed call was run again, whatever
+        // the preset; read from an oracle that had every execution.
         assert_eq!(r.duplicate_keyed, 0, "{preset}: {r:?}");
+        assert_eq!(r.rerun, 0, "{preset}: {r:?}");
+        assert!(report.settled, "{preset}: the cluster never went idle");
         // Every call ends exactly once: the workload recorded one outcome per call.
         let mut tags: Vec<&str> = report.calls.iter().map(|c| c.tag.as_str()).collect();
         tags.sort_unstable();
@@ -179,6 +182,8 @@ async fn rmcp_over_the_bridge_has_no_silent_wrong_answers() {
         assert_eq!(r.silent_wrong, 0, "{preset}: {r:?}");
         assert_answers_are_their_own(preset.as_str(), report);
         assert_eq!(r.duplicate_keyed, 0, "{preset}: {r:?}");
+        assert_eq!(r.rerun, 0, "{preset}: {r:?}");
+        assert!(report.settled, "{preset}: the cluster never went idle");
         let failed: Vec<_> = report.calls.iter().filter(|c| c.outcome.is_err()).collect();
         match preset {
             // The seed's cluster: what cannot be proven right is an explicit error.
@@ -301,6 +306,7 @@ async fn modern_era_resume_aware_never_repeats_an_effect_and_says_what_it_cannot
         assert_eq!(r.duplicate_side_effects, 0, "{preset}: {r:?}");
         assert_eq!(t.duplicate_side_effects, 0, "{preset}: {t:?}");
         assert_eq!(t.repeated_unkeyed_executions, 0, "{preset}: {t:?}");
+        assert!(report.settled, "{preset}: the cluster never went idle");
         assert_eq!(
             r.silent_wrong,
             0,
@@ -376,7 +382,7 @@ async fn modern_era_blind_reissue_runs_side_effects_twice() {
     }
 }
 
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 13] = [
     "preset",
     "client",
     "calls",
@@ -384,10 +390,12 @@ const FIELDS: [&str; 11] = [
     "wrong_capability",
     "unknown_record",
     "duplicate_side_effects",
+    "rerun",
     "reinitializations",
     "resent",
     "outcome_unknown",
     "seconds",
+    "settled",
 ];
 
 fn check_json_document(text: &str) -> Vec<Value> {
@@ -398,10 +406,11 @@ fn check_json_document(text: &str) -> Vec<Value> {
             assert!(r.get(field).is_some(), "{field} missing from {r}");
         }
         assert!(r["preset"].is_string() && r["client"].is_string(), "{r}");
-        for field in &FIELDS[2..10] {
+        for field in &FIELDS[2..11] {
             assert!(r[field].is_u64(), "{field} is not a count in {r}");
         }
         assert!(r["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{r}");
+        assert!(r["settled"].is_boolean(), "{r}");
     }
     rows
 }
