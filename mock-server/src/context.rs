@@ -98,6 +98,9 @@ pub mod meta {
     /// echoes it under the same key in its `_meta` (a stored result replayed for a keyed
     /// call echoes the tag of the execution that produced it).
     pub const TAG: &str = "io.github.mcp-resume/tag";
+    /// The longest tag, in bytes: the oracle keeps every distinct tag that executed, so a
+    /// `tools/call` with a longer one is refused (invalid params) rather than kept.
+    pub const MAX_TAG_LEN: usize = 256;
 }
 
 /// HTTP header names of the transport and of the extension.

@@ -684,25 +684,46 @@ async fn record_trace(
     let header = headers
         .get("traceparent")
         .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+        .map(kept_traceparent);
     let meta = message
         .and_then(|m| m.get("params"))
         .and_then(|p| p.get("_meta"));
-    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-    let meta_traceparent = text(meta.and_then(|m| m.get("traceparent")));
+    fn text(v: Option<&Value>) -> Option<&str> {
+        v.and_then(Value::as_str)
+    }
+    let meta_traceparent = text(meta.and_then(|m| m.get("traceparent"))).map(kept_traceparent);
     if header.is_none() && meta_traceparent.is_none() {
         return;
     }
+    // The record holds what the client sent, so only as much of it as is meaningful: a tag
+    // a call could carry, and a method name of reasonable length.
     let record = TraceRecord {
         instance: inc.env.index,
         http_method: http_method.to_owned(),
-        mcp_method: text(message.and_then(|m| m.get("method"))),
-        tag: text(meta.and_then(|m| m.get(meta::TAG))),
+        mcp_method: text(message.and_then(|m| m.get("method")))
+            .filter(|m| m.len() <= meta::MAX_TAG_LEN)
+            .map(str::to_owned),
+        tag: text(meta.and_then(|m| m.get(meta::TAG)))
+            .filter(|t| t.len() <= meta::MAX_TAG_LEN)
+            .map(str::to_owned),
         traceparent: header,
         meta_traceparent,
     };
     inc.env.oracle.trace(record).await;
 }
+
+/// A W3C `traceparent` (version 00 is 55 bytes) as a trace record keeps it: anything past
+/// that length is cut, so a client cannot make the oracle hold an arbitrarily long one.
+fn kept_traceparent(v: &str) -> String {
+    let mut end = v.len().min(TRACEPARENT_LEN);
+    while !v.is_char_boundary(end) {
+        end -= 1;
+    }
+    v[..end].to_owned()
+}
+
+/// The length of a version-00 `traceparent`.
+const TRACEPARENT_LEN: usize = 55;
 
 async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Response {
     // In flight until it has answered: the work it spawns for a call counts on its own.
@@ -1272,6 +1293,18 @@ async fn tools_call(
         .and_then(|m| m.get(meta::TAG))
         .and_then(Value::as_str)
         .map(str::to_owned);
+    if tag.as_ref().is_some_and(|t| t.len() > meta::MAX_TAG_LEN) {
+        return rpc_err(
+            id,
+            code::INVALID_PARAMS,
+            &format!(
+                "tools/call: _meta[\"{}\"] is longer than {} bytes",
+                meta::TAG,
+                meta::MAX_TAG_LEN
+            ),
+            None,
+        );
+    }
     let progress_token = meta_obj.and_then(|m| m.get("progressToken")).cloned();
     let call = match tools::parse(name, &args, modern.is_some()) {
         Ok(c) => c,

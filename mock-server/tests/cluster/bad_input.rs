@@ -267,6 +267,45 @@ async fn a_cursor_at_the_largest_sequence_number_is_a_gap() {
     still_serves(c).await;
 }
 
+/// What the oracle keeps of a request is bounded: a tag longer than 256 bytes is refused
+/// as invalid params (nothing runs), and a trace record keeps a `traceparent` only up to its
+/// valid length (55 bytes).
+#[tokio::test]
+async fn over_long_tags_are_refused_and_traceparents_truncated() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let traceparent = format!(
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01{}",
+        "x".repeat(300)
+    );
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x"},
+                   "_meta": {"io.github.mcp-resume/tag": "t".repeat(257),
+                             "traceparent": traceparent}}});
+    let r = mcp.post(Some(&sid), body).await;
+    assert_eq!(
+        r.response().unwrap().pointer("/error/code"),
+        Some(&json!(-32602)),
+        "{}",
+        r.body
+    );
+    let report = c.oracle();
+    assert_eq!(report.totals.executions, 0);
+    let trace = report
+        .traces
+        .last()
+        .expect("the call's trace context is recorded");
+    assert_eq!(trace.tag, None);
+    assert_eq!(trace.meta_traceparent.as_deref(), Some(&traceparent[..55]));
+    // A tag of 256 bytes is still a tag.
+    let tag = "t".repeat(256);
+    let r = mcp.call(&sid, 3, "echo", json!({"text": "x"}), &tag).await;
+    assert_eq!(result_text(&r.response().unwrap()), "x");
+    assert_eq!(c.oracle().executions_tagged(&tag).count(), 1);
+    still_serves(c).await;
+}
+
 #[tokio::test]
 async fn other_protocol_errors() {
     let c = cluster(Preset::Strict).await;
