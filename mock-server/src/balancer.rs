@@ -1,7 +1,6 @@
 //! The load balancer: one public port, round-robin or session affinity, streams passed
 //! through frame by frame, and the stream faults a real balancer inflicts.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt;
 use std::future::{poll_fn, Future};
@@ -31,6 +30,7 @@ use crate::cluster::Inner;
 use crate::config::{CutStyle, Faults};
 use crate::context::headers as h;
 use crate::rng::SplitMix;
+use crate::store::{Bounded, MAX_SESSIONS};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -67,7 +67,45 @@ impl std::error::Error for Cut {}
 pub(crate) struct Proxy {
     inner: Arc<Inner>,
     rr: AtomicUsize,
-    pins: Mutex<HashMap<String, usize>>,
+    pins: Mutex<Pins>,
+}
+
+/// Session affinity: the instance each session is pinned to. A client can send any session
+/// id, so only one an instance accepted is pinned, and at most as many as the store keeps
+/// sessions, the oldest forgotten first (its session then goes round robin until it is
+/// served again).
+struct Pins(Bounded<String, usize>);
+
+impl Pins {
+    fn new(cap: usize) -> Self {
+        Pins(Bounded::new(cap))
+    }
+
+    fn get(&self, session: &str) -> Option<usize> {
+        self.0.get(session).copied()
+    }
+
+    /// Records how instance `index` answered a request that carried session `sent`: a
+    /// session it issued, or one it served, is pinned to it; one a DELETE ended is not.
+    fn answered(
+        &mut self,
+        sent: Option<&str>,
+        issued: Option<&str>,
+        index: usize,
+        status: StatusCode,
+        delete: bool,
+    ) {
+        if let Some(sid) = issued {
+            self.0.insert(sid.to_owned(), index);
+        }
+        match sent {
+            Some(sid) if delete => {
+                self.0.remove(&sid.to_owned());
+            }
+            Some(sid) if status.is_success() => self.0.insert(sid.to_owned(), index),
+            _ => {}
+        }
+    }
 }
 
 /// An upstream connection to the instance at an address (a restarted instance has a new one).
@@ -229,7 +267,7 @@ pub(crate) async fn start(inner: Arc<Inner>, listen: SocketAddr) -> io::Result<B
     let proxy = Arc::new(Proxy {
         inner,
         rr: AtomicUsize::new(0),
-        pins: Mutex::new(HashMap::new()),
+        pins: Mutex::new(Pins::new(MAX_SESSIONS)),
     });
     let connections = Arc::new(Mutex::new(JoinSet::new()));
     let conns = connections.clone();
@@ -350,19 +388,13 @@ impl Proxy {
         drop(in_flight);
         let (mut parts, body) = upstream.into_parts();
         strip_hop_headers(&mut parts.headers);
-        if let Some(sid) = parts
-            .headers
-            .get(h::SESSION_ID)
-            .and_then(|v| v.to_str().ok())
-        {
-            if self.inner.affinity {
-                self.pins().insert(sid.to_owned(), index);
-            }
-        }
-        if is_delete {
-            if let Some(s) = &session {
-                self.pins().remove(s);
-            }
+        if self.inner.affinity {
+            let issued = parts
+                .headers
+                .get(h::SESSION_ID)
+                .and_then(|v| v.to_str().ok());
+            self.pins()
+                .answered(session.as_deref(), issued, index, parts.status, is_delete);
         }
         let is_sse = parts
             .headers
@@ -385,7 +417,7 @@ impl Proxy {
         Response::from_parts(parts, body)
     }
 
-    fn pins(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+    fn pins(&self) -> std::sync::MutexGuard<'_, Pins> {
         self.pins.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -395,7 +427,7 @@ impl Proxy {
         let n = backends.len();
         if self.inner.affinity {
             if let Some(sid) = session {
-                if let Some(&i) = self.pins().get(sid) {
+                if let Some(i) = self.pins().get(sid) {
                     if let Some(Some(addr)) = backends.get(i) {
                         return Some((i, *addr));
                     }
@@ -405,11 +437,7 @@ impl Proxy {
         for _ in 0..n {
             let i = self.rr.fetch_add(1, Ordering::Relaxed) % n;
             if let Some(addr) = backends[i] {
-                if self.inner.affinity {
-                    if let Some(sid) = session {
-                        self.pins().insert(sid.to_owned(), i);
-                    }
-                }
+                // Pinned once the instance has answered (see `Pins::answered`).
                 return Some((i, addr));
             }
         }
@@ -695,6 +723,26 @@ mod tests {
             .flat_map(|c| c.iter())
             .filter(|b| s.feed(**b))
             .count() as u32
+    }
+
+    /// A session id is pinned only once an instance has accepted it (a client can send any
+    /// id), and the pins are bounded, the oldest forgotten first.
+    #[test]
+    fn only_accepted_sessions_are_pinned_and_the_pins_are_bounded() {
+        let mut pins = Pins::new(2);
+        pins.answered(Some("bogus"), None, 0, StatusCode::NOT_FOUND, false);
+        assert_eq!(pins.get("bogus"), None);
+        pins.answered(None, Some("a"), 1, StatusCode::OK, false);
+        assert_eq!(pins.get("a"), Some(1));
+        // An accepted session whose instance went down is pinned where it was served.
+        pins.answered(Some("a"), None, 0, StatusCode::OK, false);
+        assert_eq!(pins.get("a"), Some(0));
+        pins.answered(None, Some("b"), 1, StatusCode::OK, false);
+        pins.answered(None, Some("c"), 1, StatusCode::OK, false);
+        assert_eq!(pins.get("a"), None);
+        assert_eq!((pins.get("b"), pins.get("c")), (Some(1), Some(1)));
+        pins.answered(Some("b"), None, 1, StatusCode::OK, true);
+        assert_eq!(pins.get("b"), None);
     }
 
     #[test]
