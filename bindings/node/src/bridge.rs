@@ -100,10 +100,11 @@ impl NativeBridge {
                 drop(text);
                 match (message.get("id"), message.get("method")) {
                     (Some(id), None) => {
+                        // The answer exists: its request ran.
                         let error = json!({
                             "code": codes::TOO_LARGE,
                             "message": reason,
-                            "data": { "kind": "too_large" },
+                            "data": { "kind": "too_large", "mayHaveRun": true },
                         });
                         let answer = json!({ "jsonrpc": "2.0", "id": id, "error": error });
                         return Ok(Some(answer.to_string()));

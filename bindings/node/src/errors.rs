@@ -63,7 +63,11 @@ fn details(failure: &Failure) -> Value {
         Failure::Sdk(error) => sdk_details(error),
         Failure::Invalid(message) => json!({ "kind": "invalid_config", "message": message }),
         Failure::Aborted => json!({ "kind": "aborted", "message": "the call was aborted" }),
-        Failure::TooLarge(message) => json!({ "kind": "too_large", "message": message }),
+        // What JavaScript could not be given is an answer (or what a call returned): the
+        // request it answers ran.
+        Failure::TooLarge(message) => {
+            json!({ "kind": "too_large", "message": message, "mayHaveRun": true })
+        }
     }
 }
 
@@ -134,4 +138,16 @@ where
     env.spawn_future_with_callback(async move { Ok(fut.await) }, |env, outcome| {
         outcome.map_err(|failure| to_js(env, &failure))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_too_long_for_javascript_says_its_request_may_have_run() {
+        let details = details(&Failure::TooLarge("3 GB".to_owned()));
+        assert_eq!(details["kind"], "too_large");
+        assert_eq!(details["mayHaveRun"], true);
+    }
 }
