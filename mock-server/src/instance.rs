@@ -30,6 +30,7 @@ use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinSet};
 
 mod modern;
+mod open_streams;
 
 use crate::config::{ClusterEra, Faults, Placement, ResumePolicy, Scope};
 use crate::context::{self, headers as h, meta};
@@ -124,7 +125,7 @@ pub(crate) struct Incarnation {
     local: MemoryStore,
     tasks: Mutex<JoinSet<()>>,
     running: Mutex<HashMap<(String, String), RunningCall>>,
-    standalone: Mutex<HashMap<String, mpsc::UnboundedSender<Bytes>>>,
+    standalone: Mutex<open_streams::OpenStreams>,
     tombstones: Mutex<HashSet<String>>,
     /// Set before a kill aborts the running calls: from then on, what they held belongs to
     /// the store's record of the death, not to them (see [`KeyClaim`]).
@@ -188,7 +189,9 @@ pub(crate) fn serve(
         local: MemoryStore::new(),
         tasks: Mutex::new(JoinSet::new()),
         running: Mutex::new(HashMap::new()),
-        standalone: Mutex::new(HashMap::new()),
+        standalone: Mutex::new(open_streams::OpenStreams::new(
+            open_streams::MAX_OPEN_STREAMS,
+        )),
         tombstones: Mutex::new(HashSet::new()),
         dying: AtomicBool::new(false),
     });
