@@ -153,6 +153,10 @@ pub struct OracleTotals {
     pub execution_records_dropped: u64,
     /// Resume attempts counted above but missing from `resumes`.
     pub resume_records_dropped: u64,
+    /// Journal entries the store dropped (its journal is capped) since the last reset, for a
+    /// report replayed from the journal: unless this is 0, the totals above miss whatever
+    /// those entries reported, and `executions` may too.
+    pub journal_entries_dropped: u64,
 }
 
 /// What the oracle saw since the last reset. Serialized as the admin route's JSON.
@@ -188,7 +192,7 @@ impl OracleReport {
     /// Whether `executions` holds every execution counted in the totals (the record limit
     /// was not reached). A per-call join over an incomplete list misses executions silently.
     pub fn executions_complete(&self) -> bool {
-        self.totals.execution_records_dropped == 0
+        self.totals.execution_records_dropped == 0 && self.totals.journal_entries_dropped == 0
     }
 }
 
@@ -231,6 +235,11 @@ enum OracleEvent {
     },
     /// [`Oracle::reset`] as a journal entry: counters and records restart, the truth stays.
     Reset,
+    /// Not reported by anyone: what a capped journal reads back first when it has dropped
+    /// `entries` older entries (see [`OracleReport::journal_trimmed_entry`]).
+    JournalTrimmed {
+        entries: u64,
+    },
 }
 
 fn is_false(b: &bool) -> bool {
@@ -289,6 +298,13 @@ impl OracleReport {
     /// journal (what [`Cluster::reset_oracle`](crate::Cluster::reset_oracle) does in process).
     pub fn journal_reset_entry() -> Value {
         serde_json::to_value(OracleEvent::Reset).unwrap_or(Value::Null)
+    }
+
+    /// The entry a store's [`Store::journal_entries`] reads back first when its journal has
+    /// dropped `entries` older entries, so a report replayed from it counts them in
+    /// `journal_entries_dropped` and does not claim to be complete.
+    pub fn journal_trimmed_entry(entries: u64) -> Value {
+        serde_json::to_value(OracleEvent::JournalTrimmed { entries }).unwrap_or(Value::Null)
     }
 }
 
@@ -417,6 +433,9 @@ impl OracleState {
                 if self.report.traces.len() < self.record_limit {
                     self.report.traces.push(record);
                 }
+            }
+            OracleEvent::JournalTrimmed { entries } => {
+                self.report.totals.journal_entries_dropped += entries;
             }
             OracleEvent::Reset => {
                 let n = self.report.totals.requests_per_instance.len();
@@ -908,6 +927,32 @@ mod tests {
         assert_eq!(json["totals"]["execution_records_dropped"], 2);
         o.reset();
         assert!(o.report().executions_complete());
+    }
+
+    /// A journal that dropped its oldest entries cannot vouch for the executions they held:
+    /// the report replayed from it says so instead of under-counting silently.
+    #[tokio::test]
+    async fn a_trimmed_journal_replays_into_an_incomplete_report() {
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::with_journal_cap(3));
+        let o = Oracle::with_journal(1, DEFAULT_ORACLE_RECORD_LIMIT, store.clone());
+        for tag in ["a", "b", "c", "d", "e"] {
+            drop(o.execution(exec(Some(tag), "echo", 0, "h")).await.unwrap());
+        }
+        let entries = store.journal_entries().await.unwrap();
+        let replayed = OracleReport::from_journal(&entries, DEFAULT_ORACLE_RECORD_LIMIT).unwrap();
+        assert_eq!(replayed.totals.executions, 3);
+        assert_eq!(replayed.totals.journal_entries_dropped, 2);
+        assert!(!replayed.executions_complete());
+        // Entries dropped before a reset are no loss to what follows it.
+        store
+            .journal_append(&OracleReport::journal_reset_entry())
+            .await
+            .unwrap();
+        drop(o.execution(exec(Some("f"), "echo", 0, "h")).await.unwrap());
+        let entries = store.journal_entries().await.unwrap();
+        let replayed = OracleReport::from_journal(&entries, DEFAULT_ORACLE_RECORD_LIMIT).unwrap();
+        assert_eq!(replayed.totals.executions, 1);
+        assert!(replayed.executions_complete());
     }
 
     #[tokio::test]

@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use crate::oracle::OracleReport;
+
 mod redis;
 
 pub use self::redis::{RedisOptions, RedisStore};
@@ -304,7 +306,9 @@ pub trait Store: Send + Sync + 'static {
         ))))
     }
 
-    /// Every journal entry still retained, oldest first.
+    /// Every journal entry still retained, oldest first, preceded by
+    /// [`OracleReport::journal_trimmed_entry`](crate::OracleReport::journal_trimmed_entry) when
+    /// the journal (which is capped) has dropped older entries.
     fn journal_entries(&self) -> StoreFuture<'_, Vec<Value>> {
         Box::pin(futures::future::ready(Err(StoreError(
             "this store keeps no journal".into(),
@@ -451,6 +455,10 @@ struct MemoryState {
     keys: Bounded<String, KeyState>,
     counters: HashMap<String, u64>,
     journal: VecDeque<Value>,
+    /// Entries kept in `journal`, the oldest dropped beyond it.
+    journal_cap: usize,
+    /// Entries dropped from the front of `journal`.
+    journal_dropped: u64,
 }
 
 #[derive(Debug)]
@@ -478,6 +486,11 @@ fn request_key(session: &str, id: &Value) -> (String, String) {
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
+        Self::with_journal_cap(MAX_JOURNAL)
+    }
+
+    /// An empty store whose journal keeps `cap` entries.
+    pub(crate) fn with_journal_cap(cap: usize) -> Self {
         Self {
             inner: Arc::new(MemoryInner {
                 state: Mutex::new(MemoryState {
@@ -489,6 +502,8 @@ impl MemoryStore {
                     keys: Bounded::new(MAX_KEYS),
                     counters: HashMap::new(),
                     journal: VecDeque::new(),
+                    journal_cap: cap,
+                    journal_dropped: 0,
                 }),
                 appended: Notify::new(),
             }),
@@ -764,15 +779,23 @@ impl Store for MemoryStore {
     fn journal_append<'a>(&'a self, entry: &'a Value) -> StoreFuture<'a, ()> {
         self.with(|s| {
             s.journal.push_back(entry.clone());
-            if s.journal.len() > MAX_JOURNAL {
+            if s.journal.len() > s.journal_cap {
                 s.journal.pop_front();
+                s.journal_dropped += 1;
             }
         });
         Self::ready(())
     }
 
     fn journal_entries(&self) -> StoreFuture<'_, Vec<Value>> {
-        Self::ready(self.with(|s| s.journal.iter().cloned().collect()))
+        Self::ready(self.with(|s| {
+            let trimmed = (s.journal_dropped > 0)
+                .then(|| OracleReport::journal_trimmed_entry(s.journal_dropped));
+            trimmed
+                .into_iter()
+                .chain(s.journal.iter().cloned())
+                .collect()
+        }))
     }
 }
 

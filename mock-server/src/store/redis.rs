@@ -14,7 +14,8 @@
 //! | `running-requests:<i>`, `running-keys:<i>` | set | what instance `i` holds while it runs (working tasks are in the first) |
 //! | `lease:<holder>` | string with expiry | this handle is alive |
 //! | `counter:<name>` | integer | `counter_increment` |
-//! | `journal:oracle` | stream | the oracle's journal |
+//! | `journal:oracle` | stream, fields `e` (entry), `n` (its number) | the oracle's journal |
+//! | `journal:appended` | integer | entries ever appended to the journal (trimmed ones too) |
 //!
 //! The event log is a Redis stream keyed by session id, as in the incident. `Last-Event-ID`
 //! names one SSE stream: a read takes the session log from the stream's `from` on and keeps
@@ -37,6 +38,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnecti
 use redis::streams::StreamRangeReply;
 use redis::{AsyncConnectionConfig, Client, RedisError, Script};
 use serde_json::Value;
+
+use crate::oracle::OracleReport;
 
 use super::{
     EventKind, IdempotencyBegin, PreparedRecord, RequestRecord, RequestState, SessionRecord, Store,
@@ -109,6 +112,7 @@ struct Scripts {
     abandon: Script,
     lose: Script,
     release: Script,
+    journal_append: Script,
 }
 
 /// The [`Store`] on Redis (see the module docs for the layout). Cheap to clone.
@@ -274,6 +278,14 @@ if i then redis.call('SREM', ARGV[1] .. 'running-keys:' .. i, k) end
 return 1
 "#;
 
+// KEYS: journal stream, its count of entries ever appended. ARGV: cap (`MAXLEN ~`), entry.
+// Numbers each entry, so a reader that finds entry n first knows n - 1 were trimmed.
+const JOURNAL_APPEND: &str = r#"
+local n = redis.call('INCR', KEYS[2])
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'e', ARGV[2], 'n', n)
+return n
+"#;
+
 // KEYS: running-requests set, running-keys set. ARGV: instance.
 const RELEASE: &str = r#"
 for _, r in ipairs(redis.call('SMEMBERS', KEYS[1])) do
@@ -363,6 +375,7 @@ impl RedisStore {
                     abandon: Script::new(ABANDON),
                     lose: Script::new(LOSE),
                     release: Script::new(RELEASE),
+                    journal_append: Script::new(JOURNAL_APPEND),
                 },
             }),
         })
@@ -916,17 +929,18 @@ impl Store for RedisStore {
 
     fn journal_append<'a>(&'a self, entry: &'a Value) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            redis::cmd("XADD")
-                .arg(self.key("journal", "oracle"))
-                .arg("MAXLEN")
-                .arg("~")
+            let _: i64 = self
+                .inner
+                .scripts
+                .journal_append
+                .key(self.key("journal", "oracle"))
+                .key(self.key("journal", "appended"))
                 .arg(self.inner.opts.max_journal)
-                .arg("*")
-                .arg("e")
                 .arg(entry.to_string())
-                .exec_async(&mut self.conn())
+                .invoke_async(&mut self.conn())
                 .await
-                .map_err(err)
+                .map_err(err)?;
+            Ok(())
         })
     }
 
@@ -949,6 +963,13 @@ impl Store for RedisStore {
                     return Ok(out);
                 };
                 from = format!("({}", last.id);
+                if out.is_empty() {
+                    // The first entry kept tells how many before it were trimmed.
+                    let first: Option<u64> = page.ids[0].get("n");
+                    if let Some(dropped) = first.and_then(|n| n.checked_sub(1)).filter(|d| *d > 0) {
+                        out.push(OracleReport::journal_trimmed_entry(dropped));
+                    }
+                }
                 for entry in &page.ids {
                     let body: String = entry.get("e").ok_or_else(|| {
                         StoreError(format!("redis: malformed journal entry {}", entry.id))

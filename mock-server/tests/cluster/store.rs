@@ -743,6 +743,35 @@ async fn redis_claims_of_a_dead_process_read_as_lost_once_its_lease_expires() {
     );
 }
 
+/// A trimmed Redis journal reads back first how many entries it dropped, so a report
+/// replayed from it is not taken for complete.
+#[tokio::test]
+async fn redis_journal_says_how_many_entries_it_trimmed() {
+    let (subject, _) = redis_with(RedisOptions {
+        max_journal: 10,
+        ..RedisOptions::default()
+    })
+    .await;
+    let store = subject.store.clone();
+    for n in 0..500 {
+        store.journal_append(&json!({"n": n})).await.unwrap();
+    }
+    let got = store.journal_entries().await.unwrap();
+    let kept = got.len() as u64 - 1;
+    assert!(kept < 500, "MAXLEN ~ trimmed nothing");
+    assert_eq!(
+        got[0],
+        mock_server::OracleReport::journal_trimmed_entry(500 - kept)
+    );
+    assert_eq!(got[1], json!({"n": 500 - kept}));
+    let report = mock_server::OracleReport::from_journal(
+        &[got[0].clone()],
+        mock_server::DEFAULT_ORACLE_RECORD_LIMIT,
+    )
+    .unwrap();
+    assert!(!report.executions_complete());
+}
+
 #[tokio::test]
 async fn redis_namespaces_do_not_see_each_other_and_clear_empties_one() {
     let (subject, a) = redis_with(RedisOptions {
