@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 use std::time::UNIX_EPOCH;
 
 use mcp_resume::proto::CallStage;
-use mcp_resume::{CallHandle, ClientBuilder, LedgerEntry, MemoryLedger, RecoveredCall};
+use mcp_resume::{ClientBuilder, LedgerEntry, MemoryLedger, RecoveredCall};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyList, PyString};
 use serde_json::Value;
 
 use crate::convert::{opt_to_py, IntoPython, Reply};
@@ -86,26 +86,36 @@ pub fn configure(
 /// A call ``Client.recover()`` picked up: what its ledger entry says, and (awaited) its
 /// outcome. A ``tools/call`` resolves to a ``CallToolResult``, any other method to its raw
 /// result; an unkeyed call that may have run raises ``OutcomeUnknownError`` at once, never
-/// re-sent.
+/// re-sent. One dropped before its outcome was awaited comes back from the next
+/// ``recover()``.
 #[pyclass(frozen, module = "mcp_resume", name = "RecoveredCall")]
 pub struct PyRecoveredCall {
     entry: LedgerEntry,
-    handle: Mutex<Option<CallHandle<Value>>>,
+    /// Until its outcome is awaited.
+    call: Mutex<Option<RecoveredCall>>,
+    unclaimed: Unclaimed,
 }
 
 impl PyRecoveredCall {
-    pub fn new(call: RecoveredCall) -> Self {
-        let (entry, handle) = call.into_parts();
+    fn new(call: RecoveredCall, unclaimed: Unclaimed) -> Self {
         PyRecoveredCall {
-            entry,
-            handle: Mutex::new(Some(handle)),
+            entry: call.entry().clone(),
+            call: Mutex::new(Some(call)),
+            unclaimed,
         }
     }
 }
 
-impl IntoPython for RecoveredCall {
-    fn into_python(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        Ok(Py::new(py, PyRecoveredCall::new(self))?.into_any())
+/// Put back rather than cancelled: Python gives no sign of whether the application ever
+/// received this object (a task cancelled as `recover()`'s list arrives drops the list
+/// unseen), and a dropped handle would abandon the call (a keyed re-send cancelled, an
+/// unkeyed call never reported). A call whose outcome was awaited is the awaiter's to
+/// cancel.
+impl Drop for PyRecoveredCall {
+    fn drop(&mut self) {
+        if let Some(call) = lock(&self.call).take() {
+            lock(&self.unclaimed).push(call);
+        }
     }
 }
 
@@ -115,7 +125,8 @@ pub type Unclaimed = Arc<Mutex<Vec<RecoveredCall>>>;
 /// What one `recover()` hands to Python. The calls Python never receives (its task was
 /// cancelled after the SDK had picked them up, or the recovery failed) go back to the
 /// client's [`Unclaimed`] for the next `recover()`: dropped, they would be abandoned (a keyed
-/// call's re-send cancelled, an unkeyed one never reported).
+/// call's re-send cancelled, an unkeyed one never reported). Once converted, each
+/// `RecoveredCall` object does the same for its own call.
 pub struct Recovered {
     calls: Vec<RecoveredCall>,
     unclaimed: Unclaimed,
@@ -144,7 +155,17 @@ impl Drop for Recovered {
 
 impl IntoPython for Recovered {
     fn into_python(mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        std::mem::take(&mut self.calls).into_python(py)
+        // Each call guarded by its own object before any can fail: whatever is not handed
+        // over goes back by that object's drop.
+        let calls: Vec<PyRecoveredCall> = std::mem::take(&mut self.calls)
+            .into_iter()
+            .map(|call| PyRecoveredCall::new(call, self.unclaimed.clone()))
+            .collect();
+        let list = PyList::empty(py);
+        for call in calls {
+            list.append(Py::new(py, call)?)?;
+        }
+        Ok(list.into_any().unbind())
     }
 }
 
@@ -230,16 +251,13 @@ impl PyRecoveredCall {
     }
 
     fn __await__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let handle = self
-            .handle
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        let Some(handle) = handle else {
+        let call = lock(&self.call).take();
+        let Some(call) = call else {
             return Err(PyRuntimeError::new_err(
                 "a recovered call's outcome is awaited once",
             ));
         };
+        let (_, handle) = call.into_parts();
         let tool = self.entry.method() == "tools/call";
         let awaitable = crate::bridge::awaitable(py, async move {
             Reply(handle.await.and_then(|value| {

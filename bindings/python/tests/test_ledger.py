@@ -6,6 +6,7 @@ worker process killed mid-call on a Redis ledger whose calls the next process re
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shutil
 import socket
@@ -15,7 +16,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -224,4 +225,48 @@ async def test_a_recover_cancelled_after_it_picked_up_calls_hands_them_to_the_ne
     await client.close()
     oracle = c.settled_oracle()
     assert len([e for e in oracle["executions"] if e["tag"] == "py-keyed"]) == 1
+    assert oracle["totals"]["duplicate_side_effects"] == 0
+
+
+async def test_a_recover_cancelled_as_its_result_arrives_hands_its_calls_to_the_next(
+    cluster: Callable[..., Cluster], redis_url: str
+) -> None:
+    c = cluster("strict")
+    identity = f"py-worker-cancel-late-{os.getpid()}"
+    _run_and_kill_worker(c, redis_url, identity)
+    client = Client(
+        c.url, era=Era.LEGACY, ledger=redis_url, ledger_identity=identity, call_timeout=60
+    )
+    # The binding's awaitable is the loop's own future, which the result is set on.
+    fut = cast("asyncio.Future[Any]", client._raw.recover())
+
+    async def take() -> Any:
+        return await fut
+
+    task = asyncio.ensure_future(take())
+    # Registered before the task first awaits, so it runs before the task's wake-up: the
+    # list is handed to the future, then the task is cancelled without ever receiving it.
+    fut.add_done_callback(lambda _: task.cancel())
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    del fut
+    gc.collect()
+    calls = await client.recover()
+    assert sorted((call.params or {})["_meta"][TAG] for call in calls) == [
+        "py-keyed",
+        "py-unkeyed",
+    ]
+    for call in calls:
+        if call.idempotency_key is None:
+            with pytest.raises(OutcomeUnknownError):
+                await call
+        else:
+            result = await call
+            assert isinstance(result, CallToolResult)
+            assert result.structured_content is not None, result
+    assert await client.recover() == [], "every entry went with its call"
+    await client.close()
+    oracle = c.settled_oracle()
+    assert len([e for e in oracle["executions"] if e["tag"] == "py-keyed"]) == 1
+    assert len([e for e in oracle["executions"] if e["tag"] == "py-unkeyed"]) == 1
     assert oracle["totals"]["duplicate_side_effects"] == 0

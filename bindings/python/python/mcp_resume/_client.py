@@ -398,7 +398,8 @@ class Client:
         call that may have run is never re-sent. Await each ``RecoveredCall`` for its
         outcome: ``OutcomeUnknownError`` for those, with ``tool_name`` and ``arguments`` to
         report. Cancelling this coroutine loses nothing: calls it picked up but could not
-        hand over come back from the next ``recover()``.
+        hand over come back from the next ``recover()``, and so does a ``RecoveredCall``
+        dropped before its outcome was awaited.
 
         Raises:
             LedgerError: the ledger cannot be read.
