@@ -320,6 +320,13 @@ async fn tools_call_modern(
     req: ModernRequest,
 ) -> Response {
     let params = req.value.get("params").cloned().unwrap_or(Value::Null);
+    if inc.settings().extension {
+        // As in the legacy era: a key the guard would refuse is refused as it refuses it,
+        // before anything runs, not ignored with the call run unkeyed.
+        if let Err(answer) = call_key(&req.id, Some(&params), &headers) {
+            return guard_answer(answer);
+        }
+    }
     let name = params
         .get("name")
         .and_then(Value::as_str)

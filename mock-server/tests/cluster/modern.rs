@@ -336,6 +336,29 @@ async fn keys_are_deduplicated_across_instances_and_a_repeat_without_one_runs_ag
     c.shutdown().await;
 }
 
+/// A key the guard refuses (here a header and a `_meta` key that disagree) is refused as the
+/// guard refuses it, in this era too: 400 `IDEMPOTENCY_KEY_INVALID`, nothing run.
+#[tokio::test]
+async fn a_conflicting_idempotency_key_is_refused_as_the_guard_refuses_it() {
+    let c = cluster(Preset::Strict, 2, None).await;
+    let mcp = Mcp::new(c.url());
+    let req = Req::new(
+        7,
+        "tools/call",
+        json!({"name": "counter_increment", "arguments": {},
+               "_meta": {TAG: "conflict", KEY: "b"}}),
+        &json!({}),
+    )
+    .header("Idempotency-Key", Some("a"));
+    let r = mcp.modern(req).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["error"]["data"]["code"], "IDEMPOTENCY_KEY_INVALID", "{v}");
+    assert_eq!(v["id"], 7);
+    assert_eq!(c.oracle().totals.executions, 0);
+    c.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_closed_stream_cancels_an_unkeyed_call_and_a_keyed_one_runs_on_to_its_key() {
     let c = cluster(Preset::Strict, 2, Some(2)).await;
