@@ -817,6 +817,26 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
         Ok(None) => return session_not_found(),
         Err(e) => return store_failure(e),
     };
+    // A key claims one call's outcome for one exchange: the guard cannot claim one inside a
+    // batch, so it refuses the batch (any key, even an invalid one) before anything in it is
+    // handled, and so does this.
+    let keyed = |value: &Value| {
+        headers.contains_key(h::IDEMPOTENCY_KEY)
+            || !matches!(
+                call_key(&Value::Null, value.get("params"), &HeaderMap::new()),
+                Ok(None)
+            )
+    };
+    let keyed_call = |m: &Message| matches!(m, Message::Request { method, value, .. } if method == "tools/call" && keyed(value));
+    if inc.settings().extension && batch && messages.iter().any(keyed_call) {
+        let resp = rpc_error(
+            StatusCode::BAD_REQUEST,
+            code::INVALID_REQUEST,
+            "a keyed call in a batch cannot be guarded: send it alone",
+            Some(json!({ "code": mcp_resume_server::wire::codes::IDEMPOTENCY_UNGUARDABLE })),
+        );
+        return inc.with_session_headers(resp, &session);
+    }
     let mut requests = Vec::new();
     for m in messages {
         match m {

@@ -413,6 +413,34 @@ async fn an_invalid_idempotency_key_is_refused_as_the_guard_refuses_it() {
     still_serves(c).await;
 }
 
+/// A keyed call inside a batch is refused as the guard refuses it (400
+/// `IDEMPOTENCY_UNGUARDABLE`, "send it alone"), nothing in the batch run, not deduplicated.
+#[tokio::test]
+async fn a_keyed_call_in_a_batch_is_refused_as_the_guard_refuses_it() {
+    let c = cluster(Preset::Strict).await;
+    let mcp = Mcp::new(c.url());
+    let (sid, _, _) = mcp.initialize(None).await;
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "counter_increment", "arguments": {},
+                       "_meta": {"io.github.mcp-resume/idempotency-key": "batched-1"}}})
+    };
+    let ping = json!({"jsonrpc": "2.0", "id": 9, "method": "ping"});
+    for id in [3, 4] {
+        let r = mcp.post(Some(&sid), json!([call(id), ping])).await;
+        assert_eq!(r.status, 400, "{}", r.body);
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{v}");
+        assert_eq!(v["error"]["data"]["code"], "IDEMPOTENCY_UNGUARDABLE", "{v}");
+    }
+    assert_eq!(c.oracle().totals.executions, 0);
+    // Sent alone, the same call runs.
+    let r = mcp.post(Some(&sid), call(5)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(c.oracle().totals.executions, 1);
+    still_serves(c).await;
+}
+
 /// A call keyed only by the standard `params.idempotencyKey` is deduplicated under that key:
 /// the key the check accepts is the key claimed, so the same call sent twice runs once.
 #[tokio::test]
