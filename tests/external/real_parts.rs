@@ -199,6 +199,8 @@ async fn run_real_logged(
         calls,
         events,
         oracle,
+        // Asserted above.
+        settled: true,
         seconds: started.elapsed().as_secs_f64(),
     };
     (report, logs)
@@ -467,6 +469,8 @@ async fn redis_restarted_mid_run_fails_loudly_and_nothing_is_silently_wrong() {
             calls,
             events,
             oracle: oracle(&cluster).await,
+            // Asserted above.
+            settled: true,
             seconds: 0.0,
         };
         // While Redis was down, no call succeeded: every one failed with an explicit error.

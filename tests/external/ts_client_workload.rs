@@ -133,7 +133,7 @@ async fn run_preset(preset: Preset, cfg: &WorkloadConfig) -> TsRun {
         .unwrap_or_else(|e| panic!("{preset}: summary is not JSON ({e}): {last}"))["summary"]
         .clone();
     // Calls cut off from the client may still be running; their executions count too.
-    cluster.wait_idle(Duration::from_secs(5)).await;
+    let settled = cluster.wait_idle(Duration::from_secs(5)).await;
     let oracle = cluster.oracle();
     cluster.shutdown().await;
 
@@ -170,6 +170,7 @@ async fn run_preset(preset: Preset, cfg: &WorkloadConfig) -> TsRun {
             calls,
             events: Vec::new(),
             oracle,
+            settled,
             seconds: started.elapsed().as_secs_f64(),
         },
         summary,
