@@ -932,7 +932,9 @@ class MemoryLedger:
 class RecoveredCall:
     """A call ``Client.recover()`` picked up: what its ledger entry says, and (awaited) its
     outcome: a ``CallToolResult`` for a ``tools/call``, the raw result otherwise. An unkeyed
-    call that may have run raises ``OutcomeUnknownError`` at once, never re-sent."""
+    call that may have run raises ``OutcomeUnknownError`` at once, never re-sent. Dropped
+    before its outcome was awaited, it is not cancelled: it comes back from the next
+    ``Client.recover()``."""
 
     @property
     def entry_id(self) -> str:
