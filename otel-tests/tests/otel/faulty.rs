@@ -2,7 +2,7 @@
 //! and when it ends, on whatever thread does that) fails none of the client's calls and stops
 //! nothing: the client turns its telemetry off and goes on.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -106,4 +106,69 @@ async fn a_processor_panicking_when_a_span_ends_fails_no_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_processor_panicking_when_a_span_starts_fails_no_call() {
     calls_go_on_when_the_processor_panics_in(Hook::Start).await;
+}
+
+/// Panics as a span ends, once armed.
+#[derive(Debug)]
+struct PanicsOnEndWhenArmed(Arc<AtomicBool>);
+
+impl SpanProcessor for PanicsOnEndWhenArmed {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, _span: SpanData) {
+        if self.0.load(Ordering::SeqCst) {
+            panic!("the application's span processor fails on_end");
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// A call made once the client's driver has stopped (its runtime shut down) fails `Closed`:
+/// the span it had started is dropped unended, and a processor that panics as it ends runs
+/// then, in the caller's task, where its panic is caught as on every other path.
+#[test]
+fn a_call_after_the_driver_stopped_fails_closed_whatever_the_processor_does() {
+    let rt = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let servers = rt();
+    let cluster = servers
+        .block_on(Cluster::start(cluster(Preset::Replicated)))
+        .expect("cluster starts");
+    let armed = Arc::new(AtomicBool::new(false));
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(PanicsOnEndWhenArmed(armed.clone()))
+        .build();
+    let client = Client::builder(cluster.url())
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(5))
+        .telemetry(mcp_resume::client::Telemetry::new().tracer_provider(&provider))
+        .build()
+        .expect("valid configuration");
+    let drivers = rt();
+    drivers
+        .block_on(guarded(client.connect()))
+        .expect("connects");
+    drop(drivers);
+    armed.store(true, Ordering::SeqCst);
+    let callers = rt();
+    let caller = client.clone();
+    let joined = callers.block_on(callers.spawn(async move {
+        guarded(caller.call_tool(ToolCall::new("echo", json!({"text": "late"})))).await
+    }));
+    let err = joined
+        .expect("the caller's task does not panic")
+        .expect_err("the driver has stopped");
+    assert_eq!(err.kind(), mcp_resume::ErrorKind::Closed, "{err}");
 }

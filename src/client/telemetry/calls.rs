@@ -6,7 +6,7 @@ use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use serde_json::Value;
 
-use super::{names, w3c, Instrumentation};
+use super::{isolate, names, w3c, Instrumentation};
 use crate::error::Error;
 use crate::proto::CallRequest;
 
@@ -73,9 +73,9 @@ impl Instrumentation {
 
 impl CallTrace {
     /// Ends the span with the request's outcome and records its duration.
-    pub(super) fn end(self, inst: &Instrumentation, outcome: Outcome<'_>) {
+    pub(super) fn end(mut self, inst: &Instrumentation, outcome: Outcome<'_>) {
         let span = self.cx.span();
-        span.set_attributes(self.facts);
+        span.set_attributes(std::mem::take(&mut self.facts));
         let error = outcome.error_type(&self.method);
         let mut attributes: Vec<KeyValue> = inst.connection().collect();
         attributes.push(KeyValue::new(names::MCP_METHOD_NAME, self.method.clone()));
@@ -102,6 +102,19 @@ impl CallTrace {
         inst.instruments()
             .operation_duration
             .record(self.started.elapsed().as_secs_f64(), &attributes);
+    }
+}
+
+impl Drop for CallTrace {
+    /// A trace dropped without [`end`](Self::end) (its call never registered: the driver
+    /// had stopped) ends its span here, where the application's span processors run: their
+    /// panic is caught, as on every other path, instead of unwinding the caller.
+    fn drop(&mut self) {
+        let cx = std::mem::replace(&mut self.cx, Context::new());
+        isolate(move || {
+            cx.span().end();
+            drop(cx);
+        });
     }
 }
 

@@ -39,7 +39,10 @@
 //! the client's other calls for as long as its export takes, so give the client a batching
 //! one (`SdkTracerProvider::builder().with_batch_exporter(..)`). A processor that panics fails
 //! none of the client's calls: the client turns its telemetry off, with a warning, and goes
-//! on.
+//! on. One such processor cannot be survived: one that panics in `on_start` and again in
+//! `on_end` (a poisoned lock taken in both). The SDK ends the span it was starting while the
+//! first panic unwinds, and Rust aborts the process on a second panic during unwinding,
+//! before any `catch_unwind` sees it.
 //!
 //! The session id is a credential on many servers: `mcp.session.id` carries a digest of it
 //! unless the application asks otherwise ([`SessionIdExport`]), and so does a resume's
