@@ -238,12 +238,21 @@ fn rpc_error(mut err: Map<String, Value>) -> RpcError {
         Some(Value::String(m)) => m,
         _ => String::new(),
     };
-    truncate(&mut message, 1024);
+    cap_error_message(&mut message);
     RpcError {
         code,
         message,
         data: err.remove("data"),
     }
+}
+
+/// The most bytes kept of an error message a server sends.
+pub(crate) const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// Cuts an error message a server sent to [`MAX_ERROR_MESSAGE`] bytes, wherever it came from
+/// (a JSON-RPC error, a task's final status), so a hostile one stays small in logs and errors.
+pub(crate) fn cap_error_message(message: &mut String) {
+    truncate(message, MAX_ERROR_MESSAGE);
 }
 
 /// Truncates at a char boundary, so a hostile message stays small in logs and errors.

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use mcp_resume::proto::limits::{MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS};
 use mcp_resume::proto::CallStage;
 use mcp_resume::{ErrorKind, Ledger, MemoryLedger, ToolCall};
@@ -540,6 +540,82 @@ async fn a_task_poll_refused_4xx_with_a_json_rpc_error_says_the_task_may_have_ru
     )
     .await;
     assert_eq!(server.count(polls), 1, "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+/// A call that becomes task `t-1` whose first poll answers "failed" with `error`: the
+/// call's error, within the limit, on a client whose body limit lets the answer in.
+async fn failed_task(what: &str, error: Value) -> (ModernServer, mcp_resume::Error) {
+    let server = ModernServer::start(move |req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-1", "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        polls(req).then(|| {
+            let mut failed = task_status("t-1", "failed");
+            failed["error"] = error.clone();
+            complete(req, failed)
+        })
+    })
+    .await;
+    let client = builder(&server).max_body_size(4 * MIB).build().unwrap();
+    connected(&server, &client).await;
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    assert_usable(what, &server, &client).await;
+    (server, err)
+}
+
+#[tokio::test]
+async fn a_failed_tasks_megabyte_error_message_is_cut_as_a_json_rpc_errors_is() {
+    let what = "task failed with a 1 MiB message";
+    let (_server, err) =
+        failed_task(what, json!({"code": -32000, "message": "x".repeat(MIB)})).await;
+    assert_kind(what, &err, ErrorKind::Rpc);
+    let rpc = err.rpc_error().unwrap();
+    assert_eq!(rpc.code, -32000, "{what}");
+    assert_eq!(rpc.message.len(), 1024, "{what}");
+    assert!(
+        err.message().len() <= 1100,
+        "{what}: {} bytes",
+        err.message().len()
+    );
+    assert!(err.to_string().len() <= 1100, "{what}");
+}
+
+#[tokio::test]
+async fn a_task_id_of_a_megabyte_fails_the_call_before_it_is_announced_or_polled() {
+    let what = "1 MiB task id";
+    let server = ModernServer::start(|req| {
+        tool_calls(req).then(|| {
+            let mut created = task_status(&"t".repeat(MIB), "working");
+            created["resultType"] = json!("task");
+            complete(req, created)
+        })
+    })
+    .await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = builder(&server)
+        .max_body_size(4 * MIB)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    connected(&server, &client).await;
+    let mut events = client.events();
+    let (err, _) = failing(what, LIMIT, client.call_tool(echo("x"))).await;
+    // The server broke the protocol, as with an over-long session or event id; the task it
+    // made may run on, so the call may have run.
+    assert_kind(what, &err, ErrorKind::Protocol);
+    assert!(err.may_have_run(), "{what}: {err:?}");
+    assert!(err.to_string().len() <= 1100, "{what}");
+    assert_eq!(server.count(polls), 0, "{what}: {:?}", server.labels());
+    assert!(pending_tasks(&ledger).await.is_empty(), "{what}");
+    while let Some(Some(event)) = events.next().now_or_never() {
+        assert!(
+            !matches!(event, mcp_resume::SessionEvent::TaskCreated { .. }),
+            "{what}: announced"
+        );
+    }
     assert_usable(what, &server, &client).await;
 }
 

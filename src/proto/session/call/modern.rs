@@ -19,8 +19,9 @@ use tracing::{debug, info, warn};
 
 use super::{Call, HeldTaskMessage};
 use crate::error::{Error, ErrorKind, RpcError};
-use crate::ids::RequestId;
+use crate::ids::{RequestId, SessionId};
 use crate::proto::decide::Failure;
+use crate::proto::jsonrpc;
 use crate::proto::limits::{
     MAX_ANNOTATED_TOOLS, MAX_INPUTS_PER_ROUND, MAX_INPUT_ROUNDS, MAX_QUEUED_NOTIFICATIONS,
 };
@@ -33,6 +34,9 @@ use crate::proto::{methods, CallId, Output, ServerRequest, SessionEvent};
 const MIN_POLL: Duration = Duration::from_millis(10);
 /// The slowest a task is polled, whatever the server suggests.
 const MAX_POLL: Duration = Duration::from_secs(60);
+/// The longest task id accepted from a server, the bound of every id it hands out
+/// ([`SessionId::MAX_LEN`], [`EventId::MAX_LEN`](crate::ids::EventId::MAX_LEN)).
+const MAX_TASK_ID_LEN: usize = SessionId::MAX_LEN;
 
 impl Session {
     /// A modern answer: its `resultType` says whether it is the result, a request for
@@ -301,6 +305,17 @@ impl Session {
                 )),
             );
         };
+        if task_id.len() > MAX_TASK_ID_LEN {
+            // Refused as an over-long session or event id is: the id would be logged,
+            // announced, stored and sent back with every poll.
+            return self.complete(
+                id,
+                Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("a task id longer than {MAX_TASK_ID_LEN} bytes"),
+                )),
+            );
+        }
         let task_id = task_id.to_owned();
         let Some(call) = self.calls.get_mut(id) else {
             return;
@@ -380,13 +395,17 @@ impl Session {
             }
             "failed" => {
                 let error = status.get("error").cloned().unwrap_or(Value::Null);
+                let mut message = error
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("task failed")
+                    .to_owned();
+                // The task's error is the server's answer to the call: held to the cap of a
+                // JSON-RPC error's message, as it reaches the same errors, logs and telemetry.
+                jsonrpc::cap_error_message(&mut message);
                 let rpc = RpcError {
                     code: error.get("code").and_then(Value::as_i64).unwrap_or(-32603),
-                    message: error
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("task failed")
-                        .to_owned(),
+                    message,
                     data: error.get("data").cloned(),
                 };
                 self.task_finished(id, &task_id);
