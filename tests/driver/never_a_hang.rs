@@ -258,19 +258,9 @@ impl TokenProvider for PanicsWhenTold {
     }
 }
 
-/// A provider panicking in its own code (not in the future it returns) on a call the caller's
-/// task sends: the call fails, the caller's task does not unwind, the client goes on.
-#[tokio::test]
-async fn a_provider_panicking_before_its_future_fails_only_the_call() {
-    let server = TestServer::start(default_reply).await;
-    let told = Arc::new(AtomicBool::new(false));
-    let client = Client::builder(&server.url)
-        .open_listen_stream(false)
-        .auth(PanicsWhenTold { told: told.clone() })
-        // A provider's failure reads as a connection not made: tried again to the deadline.
-        .call_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
+/// With `told` set (application code then panics), a call made from the caller's own task
+/// fails without unwinding that task; unset again, the client answers the next call.
+async fn fails_only_the_call_while_told(client: &Client, told: &AtomicBool) {
     guarded(client.connect()).await.unwrap();
     told.store(true, Ordering::SeqCst);
     let caller = client.clone();
@@ -287,6 +277,22 @@ async fn a_provider_panicking_before_its_future_fails_only_the_call() {
         .await
         .unwrap();
     assert_eq!(result.text(), "still");
+}
+
+/// A provider panicking in its own code (not in the future it returns) on a call the caller's
+/// task sends: the call fails, the caller's task does not unwind, the client goes on.
+#[tokio::test]
+async fn a_provider_panicking_before_its_future_fails_only_the_call() {
+    let server = TestServer::start(default_reply).await;
+    let told = Arc::new(AtomicBool::new(false));
+    let client = Client::builder(&server.url)
+        .open_listen_stream(false)
+        .auth(PanicsWhenTold { told: told.clone() })
+        // A provider's failure reads as a connection not made: tried again to the deadline.
+        .call_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    fails_only_the_call_while_told(&client, &told).await;
 }
 
 /// A name resolver (application code inside the application's own `reqwest::Client`) that
@@ -325,22 +331,7 @@ async fn an_http_client_panicking_on_a_calls_own_post_fails_only_the_call() {
         .call_timeout(Duration::from_secs(5))
         .build()
         .unwrap();
-    guarded(client.connect()).await.unwrap();
-    told.store(true, Ordering::SeqCst);
-    let caller = client.clone();
-    let joined = guarded(tokio::spawn(async move {
-        caller
-            .call_tool(ToolCall::new("echo", json!({"text": "x"})))
-            .await
-    }))
-    .await;
-    let result = joined.expect("the caller's task does not panic");
-    assert!(result.is_err(), "{result:?}");
-    told.store(false, Ordering::SeqCst);
-    let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "still"}))))
-        .await
-        .unwrap();
-    assert_eq!(result.text(), "still");
+    fails_only_the_call_while_told(&client, &told).await;
 }
 
 /// A provider that asks for a re-send after every answer.
