@@ -165,8 +165,8 @@ impl Published {
         self.notifications.send(notification);
     }
 
-    /// The client was closed: its streams end once their subscribers have what was sent
-    /// before, and later ones end at once.
+    /// The client was closed, or its driver stopped: its streams end once their subscribers
+    /// have what was sent before, and later ones end at once.
     pub(crate) fn close(&self) {
         self.events.close();
         self.notifications.close();
@@ -235,8 +235,9 @@ macro_rules! lossy_stream {
                 }
             }
 
-            /// The next item; `None` once the client is closed (after the items sent
-            /// before) or it and its driver are gone.
+            /// The next item; `None` once the client is closed or its driver stopped (its
+            /// runtime shut down), after the items sent before, or once it and its driver
+            /// are gone.
             pub async fn recv(&mut self) -> Option<$item> {
                 self.next().await
             }

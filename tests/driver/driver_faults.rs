@@ -641,3 +641,64 @@ fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
     let later = callers.block_on(guarded(client.call_tool(ToolCall::new("echo", json!({})))));
     assert_eq!(later.unwrap_err().kind(), ErrorKind::Closed);
 }
+
+/// The lifecycle and notification streams end when the driver's runtime shuts down: a
+/// consumer reading them to their end is not left waiting for ever. No
+/// `SessionEvent::Closed` comes first: the app did not close the session, and its server
+/// was never told.
+#[test]
+fn the_event_and_notification_streams_end_when_the_drivers_runtime_shuts_down() {
+    let rt = |workers| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let servers = rt(1);
+    let server = servers.block_on(TestServer::start(hang_on_tool_calls));
+    let client = Client::builder(&server.url)
+        .call_timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let drivers = rt(1);
+    drivers.block_on(guarded(client.connect())).unwrap();
+    let mut events = client.events();
+    let mut notifications = client.notifications();
+
+    let callers = rt(1);
+    let call = callers.spawn({
+        let client = client.clone();
+        async move { client.call_tool(ToolCall::new("slow", json!({}))).await }
+    });
+    servers.block_on(server.wait_for(|r| r.is_rpc("tools/call")));
+    drop(drivers);
+
+    let seen = callers.block_on(async {
+        let mut seen = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(event) = events.recv().await {
+                seen.push(event);
+            }
+        })
+        .await
+        .expect("the event stream never ended");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while notifications.recv().await.is_some() {}
+        })
+        .await
+        .expect("the notification stream never ended");
+        seen
+    });
+    assert!(
+        !seen
+            .iter()
+            .any(|e| matches!(e, mcp_resume::SessionEvent::Closed)),
+        "{seen:?}"
+    );
+    // Subscribed after the stop, a stream ends at once.
+    let late = callers.block_on(guarded(client.events().recv()));
+    assert!(late.is_none(), "{late:?}");
+    let err = callers.block_on(guarded(call)).unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+}

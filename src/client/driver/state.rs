@@ -394,7 +394,7 @@ impl State {
 
     /// The driver stopped (or is gone): every exchange is aborted, every waiting call fails
     /// with [`ErrorKind::Closed`], running handlers learn that nobody will take their answer,
-    /// and nothing more is sent.
+    /// nothing more is sent, and the event and notification streams end.
     pub(super) fn stop(&mut self) {
         if self.stopped {
             return;
@@ -425,6 +425,10 @@ impl State {
         self.progress.clear();
         self.idle.clear();
         self.idle_queue.clear();
+        // Nothing will be published again, but the client holds the senders: only closing
+        // them ends its subscribers' streams. No `SessionEvent::Closed` first, as the app did
+        // not close the session (its server was never told).
+        self.published.close();
         #[cfg(feature = "otel")]
         self.telemetry.stop();
     }
