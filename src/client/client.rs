@@ -369,7 +369,8 @@ impl Client {
     /// Lifecycle events: resumes, rejections, re-initializations, re-sends, unknown outcomes.
     ///
     /// Sees the events sent after it was created, and ends once the client is closed (after
-    /// [`SessionEvent::Closed`](crate::SessionEvent::Closed)). A subscriber that falls more than
+    /// [`SessionEvent::Closed`](crate::SessionEvent::Closed)) or its driver has stopped (its
+    /// runtime shut down; no `Closed` then: the session was not closed). A subscriber that falls more than
     /// [`EVENT_BUFFER`](super::events::EVENT_BUFFER) events behind loses the oldest (counted by
     /// [`EventStream::missed`]); the client itself never waits for subscribers.
     pub fn events(&self) -> EventStream {
