@@ -273,6 +273,41 @@ async fn a_stalled_ledger_costs_the_call_its_deadline_and_nothing_more() {
     guarded(client.ping()).await.unwrap();
 }
 
+/// Writes that never finish neither pile up nor outlive the client: each call fails
+/// `Timeout` at its deadline, and once the client is dropped its writer gives up on them
+/// within a bound and lets the application's ledger go.
+#[tokio::test]
+async fn a_stalled_ledger_is_let_go_when_the_client_is_dropped() {
+    let ledger = Arc::new(Faulty::default());
+    *ledger.stall.lock().unwrap() = Duration::from_secs(3600);
+    let (server, _) = watching(ledger.clone()).await;
+    let base = Arc::strong_count(&ledger);
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    for n in 0..3 {
+        let err = guarded(
+            client.call_tool(echo(&format!("stuck-{n}")).timeout(Duration::from_millis(300))),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    }
+    drop(client);
+    // Observed with a bound: the writer task ends on its own clock, not on this test's.
+    let started = std::time::Instant::now();
+    while Arc::strong_count(&ledger) > base && started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        Arc::strong_count(&ledger),
+        base,
+        "the ledger is still held {:?} after the client was dropped",
+        started.elapsed()
+    );
+}
+
 /// Without a ledger nothing is written and there is nothing to recover.
 #[tokio::test]
 async fn no_ledger_writes_nothing() {

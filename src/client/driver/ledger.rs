@@ -58,6 +58,15 @@ const MAX_RETRIES: u32 = 8;
 /// The wait before the first retry; each next one waits twice as long, up to the longest.
 const FIRST_RETRY: Duration = Duration::from_millis(100);
 const LONGEST_RETRY: Duration = Duration::from_secs(5);
+/// The longest one write may take: one not finished by then counts as failed, as a Redis
+/// ledger's timed-out command does. A ledger that never answers then holds calls back (and
+/// has its retries bounded) as one that fails does, with at most one write of each entry
+/// outstanding, instead of keeping every write it stalled for the life of the client.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the writer task goes on once the client has stopped (as long as a dropped client
+/// waits for its DELETE): what is not written by then is given up on, so that a ledger that
+/// never answers is not kept, with the writes it stalled, for the life of the process.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// One write.
 // An op is moved into its line once and out once: boxing the entry would cost an allocation
@@ -499,17 +508,42 @@ impl Writer {
     }
 
     /// The client stopped: the writer task finishes what is waiting (failed writes tried
-    /// again included), then ends.
+    /// again included), then ends; within [`CLOSE_GRACE`], giving up on what is left then.
     pub(crate) fn close(&self) {
         self.stopped();
         self.closed.store(true, Ordering::Release);
         self.wake.notify_one();
     }
 
+    /// The client stopped [`CLOSE_GRACE`] ago with `stuck` writes still being carried out by
+    /// the writer task: they and whatever waits are given up on. No POST waits at their gates
+    /// any more (the client's stop aborted them), and a flush finds nothing left to wait for.
+    fn give_up(&self, stuck: usize) {
+        let mut line = self.lock();
+        let count = stuck
+            + line.waiting.len()
+            + line.parked.len()
+            + line.dropped.len()
+            + line.retries.len();
+        tracing::error!(
+            left = count,
+            "the ledger did not finish its writes within {CLOSE_GRACE:?} of the client's stop: \
+             given up (the ledger keeps those calls as they stood before)"
+        );
+        // Dropped after the lock is released: the writes are the ledger's code.
+        let unwritten = std::mem::take(&mut *line);
+        drop(line);
+        drop(unwritten);
+        self.idle.notify_waiters();
+    }
+
     /// The writer task: starts what may start, finishes the writes handed to it, side by
-    /// side, and tries failed ones again when they are due.
+    /// side (each within [`WRITE_TIMEOUT`]), and tries failed ones again when they are due.
+    /// Once the client has stopped it ends when nothing is left to write, or [`CLOSE_GRACE`]
+    /// later at the latest.
     pub(crate) async fn run(self: Arc<Self>) {
         let mut writing = FuturesUnordered::new();
+        let mut give_up_at = None;
         loop {
             self.admit_dropped();
             self.lock().admit_retries(Some(tokio::time::Instant::now()));
@@ -523,6 +557,16 @@ impl Writer {
                         gate,
                         again,
                     } = parked;
+                    let work = tokio::time::timeout(WRITE_TIMEOUT, work).map(|done| {
+                        done.unwrap_or_else(|_| {
+                            Err(Error::new(
+                                ErrorKind::Ledger,
+                                format!(
+                                    "the ledger did not finish a write within {WRITE_TIMEOUT:?}"
+                                ),
+                            ))
+                        })
+                    });
                     writing.push(work.map(move |result| (entry, gate, again, result)));
                 }
                 let idle = line.running.is_empty()
@@ -531,23 +575,32 @@ impl Writer {
                     && line.retries.is_empty();
                 (idle, line.retries.iter().map(|r| r.due).min())
             };
-            if idle && writing.is_empty() && self.closed.load(Ordering::Acquire) {
-                break;
-            }
-            let retry = async {
-                match next_retry {
-                    Some(due) => tokio::time::sleep_until(due).await,
-                    None => std::future::pending().await,
+            if self.closed.load(Ordering::Acquire) {
+                if idle && writing.is_empty() {
+                    break;
                 }
-            };
+                give_up_at.get_or_insert_with(|| tokio::time::Instant::now() + CLOSE_GRACE);
+            }
             tokio::select! {
                 () = self.wake.notified() => {}
                 Some((entry, gate, again, result)) = writing.next(), if !writing.is_empty() => {
                     self.finished(entry, gate, again, result);
                 }
-                () = retry => {}
+                () = until(next_retry) => {}
+                () = until(give_up_at) => {
+                    self.give_up(writing.len());
+                    break;
+                }
             }
         }
+    }
+}
+
+/// Sleeps until `at`; for ever without it.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -1056,6 +1109,44 @@ mod tests {
         .unwrap();
         assert_eq!(ledger.log.lock().unwrap()[3], "remove slow-1");
         writer.close();
+    }
+
+    /// A write that never finishes counts as failed after [`WRITE_TIMEOUT`] (its gate says
+    /// so, the entry's next write starts), and once the client has stopped the writer task
+    /// gives up on one after [`CLOSE_GRACE`] and ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_never_finishes_is_bounded() {
+        let ledger = Arc::new(Held::default());
+        let writer = Writer::new(ledger.clone());
+        let task = tokio::spawn(writer.clone().run());
+        let slow = EntryId::parse("slow-1").unwrap();
+        let gate = Gate::new();
+        writer.queue(
+            slow.clone(),
+            Write::Put(entry("slow-1")),
+            Some(gate.clone()),
+        );
+        writer.queue(slow.clone(), Write::Remove(slow), None);
+        writer.kick();
+        let started = tokio::time::Instant::now();
+        let err = gate.wait().await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+        assert_eq!(started.elapsed(), WRITE_TIMEOUT);
+        writer.flush().await;
+        assert_eq!(*ledger.log.lock().unwrap(), ["put slow-1", "remove slow-1"]);
+
+        writer.queue(
+            EntryId::parse("slow-2").unwrap(),
+            Write::Put(entry("slow-2")),
+            None,
+        );
+        writer.kick();
+        writer.close();
+        let closed = tokio::time::Instant::now();
+        task.await.unwrap();
+        assert_eq!(closed.elapsed(), CLOSE_GRACE);
+        assert!(writer.lock().running.is_empty());
+        assert_eq!(Arc::strong_count(&ledger), 2, "the test's and the writer's");
     }
 
     /// A flush returns once the writes queued before it have finished, not before: what a

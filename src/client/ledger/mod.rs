@@ -61,6 +61,15 @@ use crate::error::Error;
 /// work when it is first polled or before: the client creates each only once the one before
 /// it on the same entry has finished.
 ///
+/// A write (`put`, `remove`) that has not finished within 10 seconds is dropped and counts
+/// as failed, as if it had returned an error: a call whose entry it was writing is held back
+/// (and tried again within its deadline), any other write is tried again with backoff, as
+/// above. Once the client has stopped, the writes still unfinished 5 seconds later are dropped
+/// and given up on, and the client lets the ledger go. A write dropped that way may still
+/// land afterwards (after the entry's next write, say): a store on the network should bound
+/// its own operations below 10 seconds, as `RedisLedger` does. `entries` is bounded by
+/// `recover` instead: a read not finished within the call timeout fails it.
+///
 /// An implementation of your own stores [`LedgerEntry::to_json`] under the entry's id, drops
 /// it from [`LedgerEntry::expires_at`] on, and reads it back with [`LedgerEntry::from_json`];
 /// its failures are [`Error::ledger`]. One ledger (one namespace) belongs to one process at a
