@@ -32,11 +32,12 @@ use http::header::{HeaderName, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use crate::guard::{
-    Answer, Body, BodyPlan, Exchange, Guard, GuardAccess, GuardConfig, SseFlow, Step, StoreOp,
-    StoreUnavailable, Watch,
+    Answer, Body, BodyPlan, Claim, ClaimOutcome, Exchange, Guard, GuardAccess, GuardConfig,
+    SseFlow, Step, StoreOp, StoreUnavailable, Watch,
 };
 use crate::ids::InstanceId;
 use crate::store::{self, OpResult, Store};
+use crate::Error;
 
 /// The guard's settings, and the store it keeps what instances share in; [`build`] makes the
 /// [`SharedGuard`].
@@ -212,6 +213,7 @@ impl SharedGuard {
         Inbound {
             core: self.core.clone(),
             exchange,
+            claim: None,
         }
     }
 }
@@ -253,6 +255,9 @@ impl GuardAccess for Locked<'_> {
 pub struct Inbound {
     core: Arc<Core>,
     exchange: Exchange,
+    /// The claim the store granted this request, kept for its call's renewals and answer:
+    /// with it they take back a key the store lost.
+    claim: Option<Arc<Claim>>,
 }
 
 impl std::fmt::Debug for Inbound {
@@ -348,7 +353,10 @@ impl Inbound {
                         (StoreOp::LoadSession(_), _) => {
                             self.exchange.handle_session(&mut g, Err(StoreUnavailable))
                         }
-                        (StoreOp::Claim(_), Ok(OpResult::Claim(c))) => {
+                        (StoreOp::Claim(claim), Ok(OpResult::Claim(c))) => {
+                            if matches!(c, ClaimOutcome::Granted) {
+                                self.claim = Some(Arc::new(claim));
+                            }
                             self.exchange.handle_claim(&mut g, Ok(c))
                         }
                         (StoreOp::Claim(_), _) => {
@@ -384,8 +392,12 @@ impl Inbound {
             Step::Pass => Next::Pass,
             Step::Forward(forward) => {
                 let last_event_id = forward.last_event_id().cloned();
-                let outbound =
-                    Outbound::start(self.core.clone(), forward.into_boxed_watch(), last_event_id);
+                let outbound = Outbound::start(
+                    self.core.clone(),
+                    forward.into_boxed_watch(),
+                    last_event_id,
+                    self.claim.clone(),
+                );
                 Next::Forward(outbound)
             }
             Step::Answer(answer) => Next::Answer(answer),
@@ -437,6 +449,8 @@ pub struct Ops {
     /// answer must still be stored again if its first attempt fails. Ops are short-lived, so
     /// the renewal task (which stops once nothing holds the watch) is not kept going.
     watch: Option<Arc<Mutex<Watch>>>,
+    /// The keyed call's claim (see [`run_held`]).
+    claim: Option<Arc<Claim>>,
 }
 
 impl std::fmt::Debug for Ops {
@@ -456,7 +470,12 @@ impl Ops {
     /// own that renews the lease meanwhile, whether or not the client is still there or the
     /// skin kept its outbound.
     pub async fn run(self) {
-        let Ops { core, ops, watch } = self;
+        let Ops {
+            core,
+            ops,
+            watch,
+            claim,
+        } = self;
         let Some(core) = core else { return };
         let Some(watch) = watch else {
             for op in &ops {
@@ -464,9 +483,9 @@ impl Ops {
             }
             return;
         };
-        if run_reporting(&core, &watch, ops).await {
+        if run_reporting(&core, &watch, ops, claim.as_deref()).await {
             let weak = Arc::downgrade(&watch);
-            tokio::spawn(renew(core, weak, Some(watch)));
+            tokio::spawn(renew(core, weak, Some(watch), claim));
         }
     }
 
@@ -487,6 +506,8 @@ pub struct Outbound {
     phase: Phase,
     ops: Vec<StoreOp>,
     keyed: bool,
+    /// A keyed call's claim (see [`run_held`]).
+    claim: Option<Arc<Claim>>,
 }
 
 impl std::fmt::Debug for Outbound {
@@ -533,7 +554,12 @@ impl Phase {
 }
 
 impl Outbound {
-    fn start(core: Arc<Core>, mut watch: Box<Watch>, last_event_id: Option<HeaderValue>) -> Self {
+    fn start(
+        core: Arc<Core>,
+        mut watch: Box<Watch>,
+        last_event_id: Option<HeaderValue>,
+        claim: Option<Arc<Claim>>,
+    ) -> Self {
         let keyed = watch.must_drain();
         if keyed {
             // Only a keyed call's watch reads the clock (its lease renewals are timed from
@@ -544,7 +570,8 @@ impl Outbound {
             let watch = Arc::new(Mutex::new(*watch));
             match tokio::runtime::Handle::try_current() {
                 Ok(rt) => {
-                    rt.spawn(renew(core.clone(), Arc::downgrade(&watch), None));
+                    let claim = claim.clone();
+                    rt.spawn(renew(core.clone(), Arc::downgrade(&watch), None, claim));
                 }
                 Err(_) => tracing::warn!("no tokio runtime: a keyed call's lease is not renewed"),
             }
@@ -559,6 +586,7 @@ impl Outbound {
             phase: Phase::Head,
             ops: Vec::new(),
             keyed,
+            claim,
         }
     }
 
@@ -604,6 +632,7 @@ impl Outbound {
             core: Some(self.core.clone()),
             ops: std::mem::take(&mut self.ops),
             watch,
+            claim: self.claim.clone(),
         }
     }
 
@@ -909,7 +938,12 @@ fn drain(w: &mut Watch, ops: &mut Vec<StoreOp>) {
 /// is gone (with the operations it handed out, which hold the watch only while they run).
 /// An answer that waits to be stored again keeps the watch (`held`) past its outbound, until
 /// it is stored or given up on.
-async fn renew(core: Arc<Core>, watch: Weak<Mutex<Watch>>, mut held: Option<Arc<Mutex<Watch>>>) {
+async fn renew(
+    core: Arc<Core>,
+    watch: Weak<Mutex<Watch>>,
+    mut held: Option<Arc<Mutex<Watch>>>,
+    claim: Option<Arc<Claim>>,
+) {
     loop {
         let due = {
             let Some(w) = held.clone().or_else(|| watch.upgrade()) else {
@@ -934,20 +968,62 @@ async fn renew(core: Arc<Core>, watch: Weak<Mutex<Watch>>, mut held: Option<Arc<
             // store again.
             drain(&mut w, &mut ops);
         }
-        run_reporting(&core, &w, ops).await;
+        run_reporting(&core, &w, ops, claim.as_deref()).await;
     }
 }
 
 /// Runs a keyed call's operations, telling its watch of those that failed; says whether its
 /// answer now waits to be stored again.
-async fn run_reporting(core: &Core, watch: &Mutex<Watch>, ops: Vec<StoreOp>) -> bool {
+async fn run_reporting(
+    core: &Core,
+    watch: &Mutex<Watch>,
+    ops: Vec<StoreOp>,
+    claim: Option<&Claim>,
+) -> bool {
     for op in ops {
-        if let Err(e) = store::run(&*core.store, &op).await {
+        if let Err(e) = run_held(&*core.store, &op, claim).await {
             tracing::warn!(error = %e, "resume-safety store operation failed");
             lock(watch).handle_op_failed(op, now());
         }
     }
     lock(watch).is_storing_again()
+}
+
+/// Runs one of a keyed call's operations. A renewal or an answer that finds its key gone
+/// (the store lost it: a fail-over before replication, a restart, an eviction) first takes
+/// it back with the call's own claim: left gone, a re-send would be granted the key and run
+/// the call again, and the answer would never be stored.
+async fn run_held(store: &dyn Store, op: &StoreOp, claim: Option<&Claim>) -> Result<(), Error> {
+    match (op, claim) {
+        (StoreOp::Renew { key, token, lease }, Some(claim)) if claim.token() == token => {
+            if !store.renew(key, token, *lease).await? {
+                reclaim(store, claim).await?;
+            }
+        }
+        (
+            StoreOp::Finish {
+                key,
+                token,
+                outcome,
+            },
+            Some(claim),
+        ) if claim.token() == token => {
+            if !store.finish(key, token, outcome).await? && reclaim(store, claim).await? {
+                store.finish(key, token, outcome).await?;
+            }
+        }
+        _ => {
+            store::run(store, op).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Claims a key again for the call that holds it; whether it holds it now. Only a key the
+/// store no longer has is granted (or one still held): a key another claim took, or one
+/// marked lost or answered, is left as it is.
+async fn reclaim(store: &dyn Store, claim: &Claim) -> Result<bool, Error> {
+    Ok(matches!(store.claim(claim).await?, ClaimOutcome::Granted))
 }
 
 /// A guard's own answer as what to send.

@@ -88,7 +88,9 @@ pub fn claim(entry: &mut Option<KeyState>, claim: &Claim, now: Instant) -> Claim
     }
 }
 
-/// The holder renews its lease; `false` when it no longer holds a running claim.
+/// The holder renews its lease; `false` when it no longer holds a running claim. A holder
+/// whose key the store lost (a fail-over, a restart) claims it again with its own token and
+/// digest: the claim grants a missing key, and leaves one another claim took, or one lost.
 pub fn renew(
     entry: &mut Option<KeyState>,
     token: &ClaimToken,
@@ -109,13 +111,17 @@ pub fn renew(
 }
 
 /// The holder stores the answer. A key already marked lost takes it too: the call ran
-/// exactly once, and later claims may as well know how it ended.
-pub fn finish(entry: &mut Option<KeyState>, token: &ClaimToken, outcome: StoredOutcome) {
-    if let Some(state) = entry {
-        if state.holder == *token && !matches!(state.phase, Phase::Done(_)) {
-            state.phase = Phase::Done(outcome);
-        }
+/// exactly once, and later claims may as well know how it ended. `false` when there is no
+/// such key (the store lost it): nothing is stored, and the holder claims it again with its
+/// own token and digest, then stores its answer (the call ran once, here).
+pub fn finish(entry: &mut Option<KeyState>, token: &ClaimToken, outcome: StoredOutcome) -> bool {
+    let Some(state) = entry else {
+        return false;
+    };
+    if state.holder == *token && !matches!(state.phase, Phase::Done(_)) {
+        state.phase = Phase::Done(outcome);
     }
+    true
 }
 
 /// The holder frees the key: its call provably did not run.

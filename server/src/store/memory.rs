@@ -201,12 +201,11 @@ impl Store for MemoryStore {
         key: &'a IdempotencyKey,
         token: &'a ClaimToken,
         outcome: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            self.with_key(key, |state, _| {
+            Ok(self.with_key(key, |state, _| {
                 claims::finish(state, token, outcome.clone())
-            });
-            Ok(())
+            }))
         })
     }
 

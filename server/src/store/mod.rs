@@ -55,7 +55,8 @@ pub trait Store: Send + Sync + 'static {
     /// Claims a key ([`claims::claim`](crate::guard::claims::claim)).
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome>;
 
-    /// Renews a held claim's lease; `false` when it is no longer held.
+    /// Renews a held claim's lease; `false` when it is no longer held (its holder then claims
+    /// it again, taking back a key the store lost).
     fn renew<'a>(
         &'a self,
         key: &'a IdempotencyKey,
@@ -63,13 +64,14 @@ pub trait Store: Send + Sync + 'static {
         lease: Duration,
     ) -> StoreFuture<'a, bool>;
 
-    /// Stores a held key's answer.
+    /// Stores a held key's answer; `false` when the store has no such key (it lost it):
+    /// nothing is stored, and its holder claims it again and stores the answer then.
     fn finish<'a>(
         &'a self,
         key: &'a IdempotencyKey,
         token: &'a ClaimToken,
         outcome: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()>;
+    ) -> StoreFuture<'a, bool>;
 
     /// Frees a held key (its call provably did not run).
     fn release<'a>(&'a self, key: &'a IdempotencyKey, token: &'a ClaimToken)
@@ -115,7 +117,7 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         key: &'a IdempotencyKey,
         token: &'a ClaimToken,
         outcome: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, bool> {
         (**self).finish(key, token, outcome)
     }
     fn release<'a>(

@@ -139,11 +139,13 @@ redis.call('PEXPIRE', k, math.max(tonumber(ARGV[3]), tonumber(ARGV[2]) + tonumbe
 return 1
 "#;
 
-// ARGV: holder, outcome JSON, retention ms. A lost key takes its holder's answer too.
+// ARGV: holder, outcome JSON, retention ms. A lost key takes its holder's answer too. 0: no
+// such key (nothing stored; its holder claims it again, then stores).
 const FINISH: &str = r#"
 local k = KEYS[1]
 local st = redis.call('HGET', k, 'state')
-if not st or st == 'done' or redis.call('HGET', k, 'holder') ~= ARGV[1] then return 0 end
+if not st then return 0 end
+if st == 'done' or redis.call('HGET', k, 'holder') ~= ARGV[1] then return 1 end
 redis.call('HSET', k, 'state', 'done', 'outcome', ARGV[2])
 redis.call('PEXPIRE', k, ARGV[3])
 return 1
@@ -397,13 +399,14 @@ impl Store for RedisStore {
         key: &'a IdempotencyKey,
         token: &'a ClaimToken,
         outcome: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let mut inv = self.inner.scripts.finish.key(self.idem(key));
             inv.arg(token.as_str())
                 .arg(outcome.response())
                 .arg(ms(self.inner.opts.retention));
-            self.invoke::<i64>(inv).await.map(drop)
+            let known: i64 = self.invoke(inv).await?;
+            Ok(known == 1)
         })
     }
 

@@ -274,7 +274,7 @@ impl Store for GatedClaim {
         key: &'a IdempotencyKey,
         token: &'a ClaimToken,
         outcome: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, bool> {
         self.inner.finish(key, token, outcome)
     }
     fn release<'a>(

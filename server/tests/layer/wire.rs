@@ -331,7 +331,7 @@ impl Store for Down {
         _: &'a IdempotencyKey,
         _: &'a ClaimToken,
         _: &'a StoredOutcome,
-    ) -> StoreFuture<'a, ()> {
+    ) -> StoreFuture<'a, bool> {
         down()
     }
     fn release<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
@@ -360,4 +360,73 @@ async fn an_answer_whose_storing_failed_once_is_stored_again() {
     let reply = again.response(3).unwrap();
     assert_eq!(text(&reply), "f:1", "{reply}");
     assert_eq!(server.effects.count("f"), 1);
+}
+
+/// A second handle on the same session (to send while another call is still running).
+fn twin(raw: &Raw) -> Raw {
+    Raw {
+        http: raw.http.clone(),
+        url: raw.url.clone(),
+        session: raw.session.clone(),
+    }
+}
+
+fn refusal(reply: &Value) -> &str {
+    reply["error"]["data"]["code"].as_str().unwrap_or("")
+}
+
+/// The store loses a running call's claim (a fail-over before replication): the holder's
+/// next renewal puts it back, so a re-send meanwhile is told the key is in use instead of
+/// running the tool again, and a re-send after it ends gets its stored answer.
+#[tokio::test]
+async fn a_claim_the_store_lost_while_its_call_runs_is_put_back() {
+    let lease = Duration::from_millis(300);
+    let store = crate::stores::Failover::default();
+    let layer = ResumeSafetyLayer::new(store.clone()).seed(7).lease(lease);
+    let server = Server::start(Some(layer), false).await;
+    let mut raw = Raw::new(&server.url());
+    raw.initialize(json!({})).await;
+    let args = json!({"tag": "v", "delay_ms": 1500});
+    let first = {
+        let (raw, args) = (twin(&raw), args.clone());
+        tokio::spawn(async move { raw.call(2, "bump", args, Some("k-v")).await })
+    };
+    store.until(|s| s.claims() >= 1).await;
+    store.fail_over();
+    store.until(|s| s.renewals_after() >= 1).await;
+    let again = raw.call(3, "bump", args.clone(), Some("k-v")).await;
+    let reply = again.response(3).unwrap();
+    assert_eq!(refusal(&reply), "IDEMPOTENCY_KEY_IN_USE", "{reply}");
+    let first = first.await.unwrap();
+    assert_eq!(text(&first.response(2).unwrap()), "v:1");
+    let later = raw.call(4, "bump", args, Some("k-v")).await;
+    let reply = later.response(4).unwrap();
+    assert_eq!(text(&reply), "v:1", "{reply}");
+    assert_eq!(server.effects.count("v"), 1);
+}
+
+/// The store loses a claim before any renewal (a call shorter than a third of the lease):
+/// its holder's answer is stored all the same, and a re-send gets it without running.
+#[tokio::test]
+async fn an_answer_whose_claim_the_store_lost_is_stored_all_the_same() {
+    let store = crate::stores::Failover::default();
+    let layer = ResumeSafetyLayer::new(store.clone())
+        .seed(7)
+        .lease(Duration::from_secs(30));
+    let server = Server::start(Some(layer), false).await;
+    let mut raw = Raw::new(&server.url());
+    raw.initialize(json!({})).await;
+    let args = json!({"tag": "w", "delay_ms": 300});
+    let first = {
+        let (raw, args) = (twin(&raw), args.clone());
+        tokio::spawn(async move { raw.call(2, "bump", args, Some("k-w")).await })
+    };
+    store.until(|s| s.claims() >= 1).await;
+    store.fail_over();
+    let first = first.await.unwrap();
+    assert_eq!(text(&first.response(2).unwrap()), "w:1");
+    let later = raw.call(3, "bump", args, Some("k-w")).await;
+    let reply = later.response(3).unwrap();
+    assert_eq!(text(&reply), "w:1", "{reply}");
+    assert_eq!(server.effects.count("w"), 1);
 }

@@ -99,6 +99,7 @@ suite!(
     the_holder_s_answer_wins_over_a_lost_mark,
     concurrent_claims_grant_one,
     keys_of_any_shape_spread_over_the_cluster,
+    a_key_the_store_lost_is_told_to_its_holder_and_taken_back,
 );
 
 fn key(k: &str) -> IdempotencyKey {
@@ -134,6 +135,46 @@ fn record(sid: &str) -> SessionRecord {
         "session": sid, "owner": "replica-1", "hash": "sha256:ab", "protocol_version": "2025-11-25"
     }))
     .unwrap()
+}
+
+/// A key the store no longer has (a fail-over before replication, a restart): its holder's
+/// renewal and answer say so (`false`) and store nothing; its holder's claim takes it back
+/// and its answer is stored then. One another claim took meanwhile stays that claim's.
+async fn a_key_the_store_lost_is_told_to_its_holder_and_taken_back(store: Arc<dyn Store>) {
+    for (k, held_by_another) in [("gone", false), ("taken", true)] {
+        assert_eq!(
+            store.claim(&claim(k, 1, "a")).await.unwrap(),
+            ClaimOutcome::Granted
+        );
+        // Gone as a lost write leaves it.
+        store.release(&key(k), &token("a")).await.unwrap();
+        if held_by_another {
+            assert_eq!(
+                store.claim(&claim(k, 1, "b")).await.unwrap(),
+                ClaimOutcome::Granted
+            );
+        }
+        assert!(!store.renew(&key(k), &token("a"), LEASE).await.unwrap());
+        let known = store
+            .finish(&key(k), &token("a"), &outcome("a's"))
+            .await
+            .unwrap();
+        assert_eq!(known, held_by_another, "{k}");
+        let again = store.claim(&claim(k, 1, "a")).await.unwrap();
+        if held_by_another {
+            assert_eq!(again, ClaimOutcome::InUse);
+            continue;
+        }
+        assert_eq!(again, ClaimOutcome::Granted);
+        assert!(store
+            .finish(&key(k), &token("a"), &outcome("a's"))
+            .await
+            .unwrap());
+        assert_eq!(
+            store.claim(&claim(k, 1, "c")).await.unwrap(),
+            ClaimOutcome::Done(outcome("a's"))
+        );
+    }
 }
 
 async fn sessions_round_trip_and_are_forgotten(store: Arc<dyn Store>) {
