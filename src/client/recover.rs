@@ -131,6 +131,9 @@ impl Client {
         // The read too is bounded by a call's time, and guarded whole (what the ledger runs
         // before handing out its future included): a ledger that hangs or panics fails the
         // recovery with `Ledger`, it does not hold the process that is starting.
+        // From before the read to the last pick-up, a call of this client's that ends is
+        // known as ended, its removal done or not: the read may have seen its entry first.
+        let _reading = writer.reading();
         let read = AssertUnwindSafe(async { writer.ledger().entries().await }).catch_unwind();
         let entries = match tokio::time::timeout(self.call_timeout(), read).await {
             Ok(Ok(entries)) => entries?,
@@ -193,7 +196,8 @@ impl Client {
                 deadline,
                 reply,
             };
-            // A call already in flight here is left as it is.
+            // A call already in flight here is left as it is, and one that ended here since
+            // the read is not made again.
             let entry_id = entry.id().clone();
             match core.register_pick_up(registration) {
                 Ok(true) => {}

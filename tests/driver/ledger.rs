@@ -308,6 +308,72 @@ async fn a_stalled_ledger_is_let_go_when_the_client_is_dropped() {
     );
 }
 
+/// A [`MemoryLedger`] whose `entries` takes its snapshot, says so, then waits to be let go.
+#[derive(Default)]
+struct SlowReads {
+    inner: MemoryLedger,
+    read: tokio::sync::Notify,
+    go: tokio::sync::Notify,
+}
+
+impl Ledger for SlowReads {
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.inner.put(entry)
+    }
+
+    fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.inner.remove(id)
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
+        Box::pin(async move {
+            let snapshot = self.inner.entries().await;
+            self.read.notify_one();
+            self.go.notified().await;
+            snapshot
+        })
+    }
+}
+
+/// A call of this client's that ends while a recovery reads the ledger is not picked up
+/// from the entry the read still saw: the application has its outcome already, and a
+/// second one (its stored result again, or an unknown outcome) would contradict it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_that_ends_while_recover_reads_is_not_picked_up() {
+    let ledger = Arc::new(SlowReads::default());
+    let arrived = Arc::new(tokio::sync::Notify::new());
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let seen = arrived.clone();
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/call") {
+            seen.notify_one();
+            // Held on this worker thread (the runtime has others) until the test lets go.
+            let _ = held.lock().unwrap().recv_timeout(GUARD);
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let call = client
+        .start(echo("ending").idempotency_key("key-ending"))
+        .unwrap();
+    guarded(arrived.notified()).await;
+    let recovery = tokio::spawn({
+        let client = client.clone();
+        async move { client.recover().await }
+    });
+    guarded(ledger.read.notified()).await;
+    release.send(()).unwrap();
+    assert_eq!(guarded(call).await.unwrap().text(), "ending");
+    ledger.go.notify_one();
+    let recovered = guarded(recovery).await.unwrap().unwrap();
+    assert!(recovered.is_empty(), "picked up again: {recovered:?}");
+}
+
 /// Without a ledger nothing is written and there is nothing to recover.
 #[tokio::test]
 async fn no_ledger_writes_nothing() {

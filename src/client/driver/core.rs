@@ -129,7 +129,8 @@ impl Core {
     }
 
     /// Registers a call picked up from a ledger entry, unless that entry is one of this
-    /// client's calls in flight already (`false` then: nothing is registered).
+    /// client's calls in flight already, or one that just ended (`false` then: nothing is
+    /// registered).
     pub(crate) fn register_pick_up(&self, registration: Registration) -> Result<bool, Error> {
         self.with(|state| {
             if let Registration::PickUp { entry, .. } = &registration {

@@ -31,9 +31,11 @@
 //! sharing a ledger never make each other's calls again while both run (an unkeyed round sent
 //! twice, say). A call picked up that ends gives its claim back, once its entry is removed or
 //! at once when the entry stays (a task left behind again): the task can be polled again, and
-//! the claims do not pile up in a process that recovers now and then. Whether a client of
-//! another process still runs cannot be told: across processes, one ledger name belongs to
-//! one process at a time.
+//! the claims do not pile up in a process that recovers now and then. Nor does `recover` take
+//! the entry of a call of its own client that ended while it read the ledger: the read may
+//! hold the entry still, and the application has that call's outcome already. Whether a
+//! client of another process still runs cannot be told: across processes, one ledger name
+//! belongs to one process at a time.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -140,6 +142,14 @@ struct Line {
     /// nothing of theirs is left to write, not before, so that a recovery never takes an
     /// entry whose call ended here while the ledger still holds it.
     releasing: FxHashSet<EntryId>,
+    /// Entries of this client's calls that ended, from when their removal is queued until it
+    /// is done, or, if a recovery was reading then, until none is: a read may still hold
+    /// them, and a call whose outcome the application has is never picked up again.
+    ended: FxHashSet<EntryId>,
+    /// Recoveries reading the ledger now.
+    readers: usize,
+    /// Entries of `ended` whose removal was done while a recovery read: kept until none does.
+    removed_while_read: Vec<EntryId>,
 }
 
 impl Line {
@@ -323,6 +333,21 @@ impl Writer {
         }
     }
 
+    /// A recovery is about to read the ledger: until the guard returned is dropped, the
+    /// entries of calls that ended here stay known as such ([`Writer::has_ended`]), their
+    /// removal done or not, since the read may have seen them before it was.
+    pub(crate) fn reading(&self) -> Reading<'_> {
+        self.lock().readers += 1;
+        Reading(self)
+    }
+
+    /// Whether `entry` is one of this client's calls that ended, its removal not done yet or
+    /// done while a recovery reads.
+    pub(crate) fn has_ended(&self, entry: &EntryId) -> bool {
+        let line = self.lock();
+        !line.ended.is_empty() && line.ended.contains(entry)
+    }
+
     /// This client stopped: what it wrote or picked up may be taken over.
     fn stopped(&self) {
         let mut live = live();
@@ -352,6 +377,7 @@ impl Writer {
         if release {
             line.releasing.insert(entry.clone());
         }
+        line.ended.insert(entry.clone());
         if abandoned {
             line.dropped.push((entry, op));
         } else {
@@ -430,10 +456,14 @@ impl Writer {
         };
         // Released when its last write is done, whatever its outcome: a removal given up on
         // leaves an entry the next process would pick up anyway.
-        let release =
-            !line.releasing.is_empty() && line.releasing.contains(&entry) && !line.pending(&entry);
-        if release {
-            line.releasing.remove(&entry);
+        let last = !line.pending(&entry);
+        let release = last && line.releasing.remove(&entry);
+        if last && line.ended.contains(&entry) {
+            if line.readers == 0 {
+                line.ended.remove(&entry);
+            } else {
+                line.removed_while_read.push(entry.clone());
+            }
         }
         if line.running.is_empty() && line.waiting.is_empty() {
             self.idle.notify_waiters();
@@ -530,8 +560,16 @@ impl Writer {
             "the ledger did not finish its writes within {CLOSE_GRACE:?} of the client's stop: \
              given up (the ledger keeps those calls as they stood before)"
         );
-        // Dropped after the lock is released: the writes are the ledger's code.
-        let unwritten = std::mem::take(&mut *line);
+        // Dropped after the lock is released: the writes are the ledger's code. (What
+        // ended here stays known as such: a recovery still reading skips it.)
+        let unwritten = (
+            std::mem::take(&mut line.waiting),
+            std::mem::take(&mut line.parked),
+            std::mem::take(&mut line.dropped),
+            std::mem::take(&mut line.retries),
+        );
+        line.running.clear();
+        line.releasing.clear();
         drop(line);
         drop(unwritten);
         self.idle.notify_waiters();
@@ -591,6 +629,21 @@ impl Writer {
                     self.give_up(writing.len());
                     break;
                 }
+            }
+        }
+    }
+}
+
+/// A recovery reading the ledger ([`Writer::reading`]).
+pub(crate) struct Reading<'a>(&'a Writer);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let mut line = self.0.lock();
+        line.readers = line.readers.saturating_sub(1);
+        if line.readers == 0 && !line.removed_while_read.is_empty() {
+            for entry in std::mem::take(&mut line.removed_while_read) {
+                line.ended.remove(&entry);
             }
         }
     }
@@ -828,9 +881,10 @@ impl Records {
         self.writer.queue_removal(id, abandoned, picked);
     }
 
-    /// Whether entry `id` is a call of this client's in flight.
+    /// Whether entry `id` is a call of this client's in flight, or one that ended whose
+    /// entry a recovery may still read ([`Writer::has_ended`]).
     pub(crate) fn holds(&self, id: &EntryId) -> bool {
-        self.calls.values().any(|r| &r.id == id)
+        self.calls.values().any(|r| &r.id == id) || self.writer.has_ended(id)
     }
 }
 
@@ -950,6 +1004,39 @@ mod tests {
         );
         assert!(other.claim(&kept), "given back at once");
         other.unclaim(kept.id());
+    }
+
+    /// An ended call's entry is known as ended until its removal is done, or, if a recovery
+    /// was reading then, until no recovery reads: never for longer.
+    #[test]
+    fn an_ended_calls_entry_is_known_until_no_read_can_hold_it() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let [quiet, read] = [(); 2].map(|()| {
+            let call = CallId::next();
+            let checkpoint = Checkpoint::new("tools/call", None, now.0 + Duration::from_secs(60));
+            records.checkpoint(call, checkpoint, now);
+            call
+        });
+        writer.kick();
+        let id = |call| records.calls[&call].id.clone();
+        let (quiet_id, read_id) = (id(quiet), id(read));
+
+        assert!(records.ended(quiet, false, false));
+        assert!(records.holds(&quiet_id), "its removal is queued, not done");
+        writer.kick();
+        assert!(!records.holds(&quiet_id), "removed, and no recovery reads");
+
+        let reading = writer.reading();
+        assert!(records.ended(read, false, false));
+        writer.kick();
+        assert!(ledger.is_empty());
+        assert!(records.holds(&read_id), "the read may have seen it");
+        drop(reading);
+        assert!(!records.holds(&read_id));
+        assert!(writer.lock().ended.is_empty());
     }
 
     /// Fails its next `fail` puts, counting them all.

@@ -778,7 +778,8 @@ impl State {
         self.handle_exchange(ExchangeEvent::Failed { id, failure });
     }
 
-    /// Whether ledger entry `id` is one of this client's calls in flight.
+    /// Whether ledger entry `id` is one of this client's calls in flight, or one that ended
+    /// while a recovery may have read its entry.
     pub(super) fn holds_entry(&self, id: &crate::client::ledger::EntryId) -> bool {
         self.records.as_ref().is_some_and(|r| r.holds(id))
     }
