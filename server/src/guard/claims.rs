@@ -51,6 +51,14 @@ impl KeyState {
         }
     }
 
+    /// Bytes of the stored answer (0 until there is one): what a store bounds its memory by.
+    pub fn answer_len(&self) -> usize {
+        match &self.phase {
+            Phase::Done(outcome) => outcome.response().len(),
+            _ => 0,
+        }
+    }
+
     /// Whether the key's outcome is unknown for good.
     pub fn is_lost(&self) -> bool {
         matches!(self.phase, Phase::Lost)

@@ -13,6 +13,9 @@ use crate::{Error, ErrorKind};
 /// Entries of each kind kept at most (sessions, keys); beyond, expired ones are swept and,
 /// if none expired, new claims are refused (retryably) rather than a guarantee dropped.
 const DEFAULT_CAPACITY: usize = 100_000;
+/// Bytes of stored answers kept at most: each may be as long as a response body (`max_body`,
+/// 4 MiB by default) and is kept a retention, so the key count alone would let ~400 GiB in.
+const DEFAULT_ANSWER_BUDGET: usize = 256 << 20;
 /// How long a session record, a finished or a lost key is kept after its last write (a
 /// session record: or its last touch, the guard's while the session is in use).
 const DEFAULT_RETENTION: Duration = Duration::from_secs(24 * 3600);
@@ -31,11 +34,14 @@ struct Inner {
     keys: HashMap<IdempotencyKey, (Option<KeyState>, Instant)>,
     capacity: usize,
     retention: Duration,
+    /// Bytes of the stored answers in `keys` (expired ones included until swept).
+    answer_bytes: usize,
+    answer_budget: usize,
 }
 
 impl Default for MemoryStore {
-    /// Room for 100,000 sessions and 100,000 keys, each kept 24 hours after its last write (a
-    /// session record: or touch).
+    /// Room for 100,000 sessions and 100,000 keys, and 256 MiB of stored answers, each kept
+    /// 24 hours after its last write (a session record: or touch).
     fn default() -> Self {
         Self::with_limits(DEFAULT_CAPACITY, DEFAULT_RETENTION)
     }
@@ -51,8 +57,19 @@ impl MemoryStore {
                 keys: HashMap::new(),
                 capacity: capacity.max(1),
                 retention,
+                answer_bytes: 0,
+                answer_budget: DEFAULT_ANSWER_BUDGET,
             })),
         }
+    }
+
+    /// The most bytes of stored answers kept (default 256 MiB): past it, expired keys are
+    /// swept and, if that is not enough, new claims are refused (retryably) as when the store
+    /// holds as many keys as it may. A claim already granted still stores its answer (its
+    /// call ran), so the store may pass the budget by the answers of the calls then running.
+    pub fn with_answer_budget(self, bytes: usize) -> Self {
+        self.lock().answer_budget = bytes;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -70,9 +87,9 @@ impl MemoryStore {
         let now = now();
         let mut inner = self.lock();
         let retention = inner.retention;
-        let mut state = inner
-            .keys
-            .remove(key)
+        let old = inner.keys.remove(key);
+        inner.answer_bytes -= old.as_ref().map_or(0, |(s, _)| answer_len(s));
+        let mut state = old
             .filter(|(_, expires)| *expires > now)
             .and_then(|(s, _)| s);
         let out = f(&mut state, now);
@@ -80,6 +97,7 @@ impl MemoryStore {
             // A running key outlives its lease by the retention: past the lease it reads as
             // lost, and it must not vanish (and be granted again) while its holder may run.
             let expires = s.lease_ends().map_or(now, |until| until.max(now)) + retention;
+            inner.answer_bytes += s.answer_len();
             inner.keys.insert(key.clone(), (Some(s), expires));
         }
         out
@@ -90,15 +108,28 @@ fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
 
+fn answer_len(state: &Option<KeyState>) -> usize {
+    state.as_ref().map_or(0, KeyState::answer_len)
+}
+
 impl Inner {
     /// Makes room for one more key: expired entries go first. `false` when the store is full
-    /// of live ones.
+    /// of live ones, or of live answers' bytes.
     fn room_for_key(&mut self, now: Instant) -> bool {
-        if self.keys.len() < self.capacity {
+        let room = |i: &Self| i.keys.len() < i.capacity && i.answer_bytes < i.answer_budget;
+        if room(self) {
             return true;
         }
-        self.keys.retain(|_, (_, expires)| *expires > now);
-        self.keys.len() < self.capacity
+        let mut freed = 0;
+        self.keys.retain(|_, (state, expires)| {
+            let live = *expires > now;
+            if !live {
+                freed += answer_len(state);
+            }
+            live
+        });
+        self.answer_bytes -= freed;
+        room(self)
     }
 }
 
@@ -177,7 +208,7 @@ impl Store for MemoryStore {
                 if !known && !inner.room_for_key(now) {
                     return Err(Error::new(
                         ErrorKind::StoreFull,
-                        "the in-memory store holds as many live keys as it may",
+                        "the in-memory store holds as many live keys, or answers' bytes, as it may",
                     ));
                 }
             }

@@ -509,6 +509,36 @@ async fn memory_evicts_a_session_not_in_use_before_a_touched_one() {
     assert_eq!(store.session(&b).await.unwrap(), None);
 }
 
+/// Stored answers count against a byte budget as keys do against their number: past it,
+/// new claims are refused (retryably) rather than memory grown without bound; a key already
+/// known still gets its answer.
+#[tokio::test]
+async fn memory_refuses_new_claims_once_its_answers_fill_its_byte_budget() {
+    let store = MemoryStore::with_limits(1_000, Duration::from_secs(60)).with_answer_budget(4096);
+    let big = outcome(&"x".repeat(1500));
+    let mut refused = None;
+    for i in 0..10 {
+        let k = format!("k{i}");
+        match store.claim(&claim(&k, 1, "a")).await {
+            Ok(ClaimOutcome::Granted) => {}
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => {
+                refused = Some((i, e));
+                break;
+            }
+        }
+        assert!(store.finish(&key(&k), &token("a"), &big).await.unwrap());
+    }
+    let (i, e) = refused.expect("the budget refused a claim");
+    assert_eq!(e.kind(), ErrorKind::StoreFull);
+    assert_eq!(i, 3, "three answers of 1.5 KiB pass 4 KiB");
+    // A known key still answers.
+    assert_eq!(
+        store.claim(&claim("k0", 1, "b")).await.unwrap(),
+        ClaimOutcome::Done(big)
+    );
+}
+
 // ---- Redis only ----
 
 /// Every key the store writes expires, running, finished and lost ones alike.
