@@ -55,6 +55,8 @@ use crate::error::{Error, ErrorKind};
 use crate::proto::methods::TOOLS_CALL;
 use crate::proto::{CallId, CallStage, Checkpoint};
 
+use super::state::CLOSE_GRACE;
+
 /// The most times a write no POST waits for is tried again after it failed.
 const MAX_RETRIES: u32 = 8;
 /// The wait before the first retry; each next one waits twice as long, up to the longest.
@@ -65,10 +67,6 @@ const LONGEST_RETRY: Duration = Duration::from_secs(5);
 /// has its retries bounded) as one that fails does, with at most one write of each entry
 /// outstanding, instead of keeping every write it stalled for the life of the client.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the writer task goes on once the client has stopped (as long as a dropped client
-/// waits for its DELETE): what is not written by then is given up on, so that a ledger that
-/// never answers is not kept, with the writes it stalled, for the life of the process.
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 /// One write.
 // An op is moved into its line once and out once: boxing the entry would cost an allocation
@@ -538,7 +536,9 @@ impl Writer {
     }
 
     /// The client stopped: the writer task finishes what is waiting (failed writes tried
-    /// again included), then ends; within [`CLOSE_GRACE`], giving up on what is left then.
+    /// again included), then ends; within [`CLOSE_GRACE`] (as long as a dropped client waits
+    /// for its DELETE), giving up on what is left then: a ledger that never answers is not
+    /// kept, with the writes it stalled, for the life of the process.
     pub(crate) fn close(&self) {
         self.stopped();
         self.closed.store(true, Ordering::Release);

@@ -37,8 +37,9 @@ use crate::proto::{
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
 /// server cannot make the client spawn without bound.
 const MAX_SERVER_REQUESTS: usize = 32;
-/// How long a dropped client waits for its DELETE before the driver stops anyway.
-const CLOSE_GRACE: Duration = Duration::from_secs(5);
+/// How long a dropped client waits for its DELETE before the driver stops anyway, and its
+/// ledger writer for the writes left.
+pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 pub(crate) type Reply = oneshot::Sender<Result<Value, Error>>;
 
