@@ -157,8 +157,8 @@ impl GuardBuilder {
         self
     }
 
-    /// Seeds the stream ids the guard draws (tests that want the same ids every run).
-    /// Default: random.
+    /// Seeds the stream ids the guard draws (tests that want the same ids every run); its
+    /// claim tokens stay random. Default: random.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
@@ -176,7 +176,11 @@ impl GuardBuilder {
             .unwrap_or_else(|| uuid::Uuid::new_v4().as_u64_pair().0);
         SharedGuard {
             core: Arc::new(Core {
-                guard: Mutex::new(Guard::new(self.config.clone(), seed)),
+                // Tokens from fresh entropy whatever the seed: see `Guard::with_token_seed`.
+                guard: Mutex::new(
+                    Guard::new(self.config.clone(), seed)
+                        .with_token_seed(uuid::Uuid::new_v4().as_u64_pair().1),
+                ),
                 store: self.store,
                 config: self.config,
             }),

@@ -164,13 +164,17 @@ pub struct Guard {
     config: GuardConfig,
     ledger: Ledger,
     rng: SplitMix,
+    /// Where claim tokens come from: apart from the stream ids, so that a seed fixing those
+    /// for a test does not fix the tokens of every guard given it.
+    tokens: SplitMix,
     claims: u64,
     /// The instance's mark in the stream ids it draws (the high 32 bits).
     tag: u32,
 }
 
 impl Guard {
-    /// A guard with `config`; `seed` seeds the stream ids it draws.
+    /// A guard with `config`; `seed` seeds the stream ids it draws, and its claim tokens
+    /// until [`Guard::with_token_seed`] gives them a seed of their own.
     pub fn new(config: GuardConfig, seed: u64) -> Self {
         let ledger = Ledger::new(config.capacities);
         let digest = sha2::Sha256::digest(config.instance.as_str().as_bytes());
@@ -179,9 +183,19 @@ impl Guard {
             config,
             ledger,
             rng: SplitMix(seed),
+            tokens: SplitMix(seed),
             claims: 0,
             tag,
         }
+    }
+
+    /// Seeds its claim tokens apart from its stream ids; give it fresh entropy. A claim by
+    /// the key's holder's own token is granted (a store client's retry of its own claim), so
+    /// two guards drawing the same tokens (the same instance id and seed) would each run a
+    /// key the other holds.
+    pub fn with_token_seed(mut self, seed: u64) -> Self {
+        self.tokens = SplitMix(seed);
+        self
     }
 
     /// Its configuration.
@@ -266,7 +280,7 @@ impl Guard {
 
     fn token(&mut self) -> ClaimToken {
         self.claims += 1;
-        ClaimToken::new(&self.config.instance, self.claims ^ self.rng.next_u64())
+        ClaimToken::new(&self.config.instance, self.claims ^ self.tokens.next_u64())
     }
 
     /// A fresh stream id: this instance's tag, then 32 random bits. Any instance can tell

@@ -440,3 +440,21 @@ async fn a_compressed_answer_passes_byte_for_byte_and_its_key_is_lost() {
         Some("IDEMPOTENCY_OUTCOME_UNKNOWN")
     );
 }
+
+/// Two guards built from one seeded builder (the same settings, the same instance id, the
+/// same seed: a configuration cloned for two servers, or two workers of one) draw their
+/// stream ids alike, but never each other's claim tokens: a key one of them runs is in use
+/// for the other, not granted to it as its own.
+#[tokio::test]
+async fn guards_built_from_one_seeded_builder_do_not_share_their_claims() {
+    let store = MemoryStore::default();
+    let builder = GuardBuilder::new(store.clone())
+        .lease(Duration::from_secs(10))
+        .seed(3);
+    let (first, second) = (builder.clone().build(), builder.build());
+    let _running = forwarded(&first, 1, "k-twins").await;
+    assert_eq!(
+        refusal_code(&second, 2, "k-twins").await.as_deref(),
+        Some("IDEMPOTENCY_KEY_IN_USE")
+    );
+}
