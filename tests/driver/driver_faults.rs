@@ -603,11 +603,20 @@ fn a_call_ends_by_its_guard_when_the_drivers_runtime_is_not_polled() {
     drop(drivers);
 }
 
-/// A call performs its POST in its own task, but the driver keeps its deadline: when the
-/// driver's runtime shuts down under a call in flight, the call fails with `Closed` at once
-/// (nothing is left to enforce its deadline), and later calls fail the same way.
-#[test]
-fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
+/// A driver whose runtime shut down under a call in flight: the runtimes still running (the
+/// server's, the caller's), the client, and the call's task.
+struct StoppedUnderACall {
+    _server: TestServer,
+    _servers: tokio::runtime::Runtime,
+    callers: tokio::runtime::Runtime,
+    client: Client,
+    call: tokio::task::JoinHandle<Result<mcp_resume::CallToolResult, mcp_resume::Error>>,
+}
+
+/// Connects a client on a runtime of its own, runs `before` on it, starts a call the server
+/// never answers (its deadline far away) from another runtime, then shuts the driver's
+/// runtime down once the server has the call.
+fn stopped_under_a_call(before: impl FnOnce(&Client)) -> StoppedUnderACall {
     let rt = |workers| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers)
@@ -617,14 +626,14 @@ fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
     };
     let servers = rt(1);
     let server = servers.block_on(TestServer::start(hang_on_tool_calls));
-    // The call may wait far longer than this test: only the shutdown can end it in time.
+    // The call may wait far longer than a test: only the shutdown can end it in time.
     let client = Client::builder(&server.url)
         .call_timeout(Duration::from_secs(600))
         .build()
         .unwrap();
     let drivers = rt(1);
     drivers.block_on(guarded(client.connect())).unwrap();
-
+    before(&client);
     let callers = rt(1);
     let call = callers.spawn({
         let client = client.clone();
@@ -632,7 +641,26 @@ fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
     });
     servers.block_on(server.wait_for(|r| r.is_rpc("tools/call")));
     drop(drivers);
+    StoppedUnderACall {
+        _server: server,
+        _servers: servers,
+        callers,
+        client,
+        call,
+    }
+}
 
+/// A call performs its POST in its own task, but the driver keeps its deadline: when the
+/// driver's runtime shuts down under a call in flight, the call fails with `Closed` at once
+/// (nothing is left to enforce its deadline), and later calls fail the same way.
+#[test]
+fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
+    let StoppedUnderACall {
+        callers,
+        client,
+        call,
+        ..
+    } = stopped_under_a_call(|_| {});
     let err = callers
         .block_on(guarded(call))
         .unwrap()
@@ -648,31 +676,14 @@ fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
 /// was never told.
 #[test]
 fn the_event_and_notification_streams_end_when_the_drivers_runtime_shuts_down() {
-    let rt = |workers| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(workers)
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let servers = rt(1);
-    let server = servers.block_on(TestServer::start(hang_on_tool_calls));
-    let client = Client::builder(&server.url)
-        .call_timeout(Duration::from_secs(600))
-        .build()
-        .unwrap();
-    let drivers = rt(1);
-    drivers.block_on(guarded(client.connect())).unwrap();
-    let mut events = client.events();
-    let mut notifications = client.notifications();
-
-    let callers = rt(1);
-    let call = callers.spawn({
-        let client = client.clone();
-        async move { client.call_tool(ToolCall::new("slow", json!({}))).await }
-    });
-    servers.block_on(server.wait_for(|r| r.is_rpc("tools/call")));
-    drop(drivers);
+    let mut streams = None;
+    let StoppedUnderACall {
+        callers,
+        client,
+        call,
+        ..
+    } = stopped_under_a_call(|client| streams = Some((client.events(), client.notifications())));
+    let (mut events, mut notifications) = streams.unwrap();
 
     let seen = callers.block_on(async {
         let mut seen = Vec::new();
