@@ -140,14 +140,11 @@ struct Line {
     /// nothing of theirs is left to write, not before, so that a recovery never takes an
     /// entry whose call ended here while the ledger still holds it.
     releasing: FxHashSet<EntryId>,
-    /// Entries of this client's calls that ended, from when their removal is queued until it
-    /// is done, or, if a recovery was reading then, until none is: a read may still hold
-    /// them, and a call whose outcome the application has is never picked up again.
-    ended: FxHashSet<EntryId>,
     /// Recoveries reading the ledger now.
     readers: usize,
-    /// Entries of `ended` whose removal was done while a recovery read: kept until none does.
-    removed_while_read: Vec<EntryId>,
+    /// Entries whose last write was done while a recovery read: the read may hold them as
+    /// they were before, so they count as still being written until no recovery reads.
+    done_while_read: Vec<EntryId>,
 }
 
 impl Line {
@@ -331,19 +328,21 @@ impl Writer {
         }
     }
 
-    /// A recovery is about to read the ledger: until the guard returned is dropped, the
-    /// entries of calls that ended here stay known as such ([`Writer::has_ended`]), their
-    /// removal done or not, since the read may have seen them before it was.
+    /// A recovery is about to read the ledger: until the guard returned is dropped, an entry
+    /// whose last write is done meanwhile still counts as being written
+    /// ([`Writer::is_writing`]), since the read may have seen it before it was.
     pub(crate) fn reading(&self) -> Reading<'_> {
         self.lock().readers += 1;
         Reading(self)
     }
 
-    /// Whether `entry` is one of this client's calls that ended, its removal not done yet or
-    /// done while a recovery reads.
-    pub(crate) fn has_ended(&self, entry: &EntryId) -> bool {
+    /// Whether this client has a write of `entry` not done yet, or done while a recovery
+    /// reads. For an entry whose call is no longer in flight here, that is a call that ended
+    /// here (its removal is the write) whose entry a read may still hold. Derived from the
+    /// queues rather than tracked per call: every call ends, few while a recovery reads.
+    pub(crate) fn is_writing(&self, entry: &EntryId) -> bool {
         let line = self.lock();
-        !line.ended.is_empty() && line.ended.contains(entry)
+        line.running.contains(entry) || line.pending(entry) || line.done_while_read.contains(entry)
     }
 
     /// This client stopped: what it wrote or picked up may be taken over.
@@ -375,7 +374,6 @@ impl Writer {
         if release {
             line.releasing.insert(entry.clone());
         }
-        line.ended.insert(entry.clone());
         if abandoned {
             line.dropped.push((entry, op));
         } else {
@@ -456,12 +454,8 @@ impl Writer {
         // leaves an entry the next process would pick up anyway.
         let last = !line.pending(&entry);
         let release = last && line.releasing.remove(&entry);
-        if last && line.ended.contains(&entry) {
-            if line.readers == 0 {
-                line.ended.remove(&entry);
-            } else {
-                line.removed_while_read.push(entry.clone());
-            }
+        if last && line.readers > 0 {
+            line.done_while_read.push(entry.clone());
         }
         if line.running.is_empty() && line.waiting.is_empty() {
             self.idle.notify_waiters();
@@ -560,8 +554,7 @@ impl Writer {
             "the ledger did not finish its writes within {CLOSE_GRACE:?} of the client's stop: \
              given up (the ledger keeps those calls as they stood before)"
         );
-        // Dropped after the lock is released: the writes are the ledger's code. (What
-        // ended here stays known as such: a recovery still reading skips it.)
+        // Dropped after the lock is released: the writes are the ledger's code.
         let unwritten = (
             std::mem::take(&mut line.waiting),
             std::mem::take(&mut line.parked),
@@ -641,10 +634,8 @@ impl Drop for Reading<'_> {
     fn drop(&mut self) {
         let mut line = self.0.lock();
         line.readers = line.readers.saturating_sub(1);
-        if line.readers == 0 && !line.removed_while_read.is_empty() {
-            for entry in std::mem::take(&mut line.removed_while_read) {
-                line.ended.remove(&entry);
-            }
+        if line.readers == 0 {
+            line.done_while_read.clear();
         }
     }
 }
@@ -882,9 +873,9 @@ impl Records {
     }
 
     /// Whether entry `id` is a call of this client's in flight, or one that ended whose
-    /// entry a recovery may still read ([`Writer::has_ended`]).
+    /// entry a recovery may still read ([`Writer::is_writing`]).
     pub(crate) fn holds(&self, id: &EntryId) -> bool {
-        self.calls.values().any(|r| &r.id == id) || self.writer.has_ended(id)
+        self.calls.values().any(|r| &r.id == id) || self.writer.is_writing(id)
     }
 }
 
@@ -1036,7 +1027,7 @@ mod tests {
         assert!(records.holds(&read_id), "the read may have seen it");
         drop(reading);
         assert!(!records.holds(&read_id));
-        assert!(writer.lock().ended.is_empty());
+        assert!(writer.lock().done_while_read.is_empty());
     }
 
     /// Fails its next `fail` puts, counting them all.
