@@ -55,8 +55,8 @@ struct Ids {
 /// A host request's id while the request waits for a place: the host's cancel reaches it
 /// from its creation until it is taken ([`HostCalls::take`], [`HostCalls::start`]). Dropped
 /// untaken, it is forgotten.
-pub(crate) struct Waiting<'a> {
-    calls: &'a HostCalls,
+pub(crate) struct Waiting {
+    calls: Arc<HostCalls>,
     id: Value,
     key: String,
     number: u64,
@@ -64,7 +64,7 @@ pub(crate) struct Waiting<'a> {
     taken: bool,
 }
 
-impl Waiting<'_> {
+impl Waiting {
     /// Resolves once the host cancels the request.
     pub(crate) async fn cancelled(&mut self) {
         if (&mut self.cancelled).await.is_err() {
@@ -87,12 +87,11 @@ impl Waiting<'_> {
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for Waiting {
     fn drop(&mut self) {
         if !self.taken {
-            let calls = self.calls;
             let number = self.number;
-            let mut ids = lock(&calls.ids);
+            let mut ids = lock(&self.calls.ids);
             if let Some(waiting) = ids.waiting.get_mut(&self.key) {
                 waiting.retain(|(n, _)| *n != number);
                 if waiting.is_empty() {
@@ -134,7 +133,7 @@ impl HostCalls {
 
     /// A host request with this id is about to wait for a place: from now on the host's
     /// cancel reaches it.
-    pub(crate) fn wait(&self, id: Value) -> Waiting<'_> {
+    pub(crate) fn wait(self: &Arc<Self>, id: Value) -> Waiting {
         let key = id_key(&id);
         let number = self.started.fetch_add(1, Ordering::Relaxed);
         let (cancel, cancelled) = oneshot::channel();
@@ -144,7 +143,7 @@ impl HostCalls {
             .or_default()
             .push((number, cancel));
         Waiting {
-            calls: self,
+            calls: self.clone(),
             id,
             key,
             number,
@@ -155,7 +154,7 @@ impl HostCalls {
 
     /// Takes a waiting request the bridge answers itself: its id, or `None` when the host
     /// cancelled it (it is then neither run nor answered).
-    pub(crate) fn take(&self, waiting: Waiting<'_>) -> Option<Value> {
+    pub(crate) fn take(&self, waiting: Waiting) -> Option<Value> {
         waiting.take(&mut lock(&self.ids))
     }
 
@@ -166,7 +165,7 @@ impl HostCalls {
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
         client: Client,
-        waiting: Waiting<'_>,
+        waiting: Waiting,
         method: String,
         params: Option<Value>,
         permit: OwnedSemaphorePermit,

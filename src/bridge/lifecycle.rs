@@ -93,7 +93,7 @@ impl Inner {
     /// One the host cancelled while it waited is dropped: neither run nor answered.
     pub(crate) fn request(
         self: &Arc<Self>,
-        waiting: Waiting<'_>,
+        waiting: Waiting,
         method: String,
         params: Option<Value>,
         permit: OwnedSemaphorePermit,

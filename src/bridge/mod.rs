@@ -122,6 +122,7 @@ pub mod rmcp;
 mod server_requests;
 mod session_state;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -325,29 +326,49 @@ impl Bridge {
     /// [`ErrorKind::Protocol`] for something that is not a JSON-RPC message, and with
     /// [`ErrorKind::Closed`] after [`Bridge::close`].
     /// Cancel-safe: dropped while it waits for room, the message was not taken.
-    pub async fn send(&self, message: Value) -> Result<(), Error> {
-        if *self.inner.closed.borrow() {
-            return Err(closed());
-        }
-        match HostMessage::parse(message)? {
-            HostMessage::Request { id, method, params } => {
-                // The host's cancel reaches the request while it waits for its place too.
-                let mut waiting = self.inner.calls.wait(id);
-                let permit = tokio::select! {
-                    permit = self.inner.permits.clone().acquire_owned() => {
-                        permit.map_err(|_| closed())?
-                    }
-                    // As for a call in flight: never sent, and no answer.
-                    () = waiting.cancelled() => return Ok(()),
-                };
-                self.inner.request(waiting, method, params, permit)
-            }
-            HostMessage::Notification { method, params } => {
-                self.inner.notification(&method, params).await
-            }
-            HostMessage::Response { id, result } => {
-                self.inner.server_requests.answer(&id, result);
-                Ok(())
+    ///
+    /// A request is known to the bridge from this call on, before the future is first
+    /// polled: the host's cancel for it, handed to the bridge after this call, reaches it
+    /// whichever of the two futures runs first (a host SDK's skin that spawns each message's
+    /// future runs them in any order).
+    pub fn send(&self, message: Value) -> impl Future<Output = Result<(), Error>> + Send + 'static {
+        let inner = self.inner.clone();
+        let taken = if *inner.closed.borrow() {
+            Err(closed())
+        } else {
+            HostMessage::parse(message).map(|message| match message {
+                HostMessage::Request { id, method, params } => Taken::Request {
+                    waiting: inner.calls.wait(id),
+                    method,
+                    params,
+                },
+                HostMessage::Notification { method, params } => {
+                    Taken::Notification { method, params }
+                }
+                HostMessage::Response { id, result } => Taken::Response { id, result },
+            })
+        };
+        async move {
+            match taken? {
+                Taken::Request {
+                    mut waiting,
+                    method,
+                    params,
+                } => {
+                    let permit = tokio::select! {
+                        permit = inner.permits.clone().acquire_owned() => {
+                            permit.map_err(|_| closed())?
+                        }
+                        // As for a call in flight: never sent, and no answer.
+                        () = waiting.cancelled() => return Ok(()),
+                    };
+                    inner.request(waiting, method, params, permit)
+                }
+                Taken::Notification { method, params } => inner.notification(&method, params).await,
+                Taken::Response { id, result } => {
+                    inner.server_requests.answer(&id, result);
+                    Ok(())
+                }
             }
         }
     }
@@ -405,6 +426,24 @@ impl Bridge {
             Phase::Idle(_) | Phase::Failed(_) | Phase::Closed => Ok(()),
         }
     }
+}
+
+/// A host message as [`Bridge::send`] took it: a request already reachable by the host's
+/// cancel.
+enum Taken {
+    Request {
+        waiting: host_calls::Waiting,
+        method: String,
+        params: Option<Value>,
+    },
+    Notification {
+        method: String,
+        params: Option<Value>,
+    },
+    Response {
+        id: Value,
+        result: Result<Value, crate::error::RpcError>,
+    },
 }
 
 fn closed() -> Error {

@@ -584,6 +584,32 @@ async fn a_missing_capability_keeps_the_servers_code() {
 
 // ---- cancellation ------------------------------------------------------------------------
 
+/// A request and its cancel handed to the bridge back to back, the cancel's future run first
+/// (as a host SDK's skin that spawns each message's future may run them): the request is
+/// never sent, and never answered.
+#[tokio::test]
+async fn a_cancel_handed_over_right_after_its_request_stops_it_whichever_runs_first() {
+    let server = TestServer::start(default_reply).await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let call = json!({"jsonrpc": "2.0", "id": "c", "method": "tools/call",
+        "params": tool_call("t", json!({}), json!({}))});
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "c"}});
+    let sending = host.bridge.send(call);
+    let cancelling = host.bridge.send(cancel);
+    guarded(cancelling).await.unwrap();
+    guarded(sending).await.unwrap();
+    // The next request's answer is the next message: the cancelled one got none.
+    let ping = host.send("ping", json!({})).await;
+    assert_eq!(host.next_message().await["id"], ping);
+    server.wait_for(|r| r.is_rpc("ping")).await;
+    assert!(
+        !server.requests().iter().any(|r| r.is_rpc("tools/call")),
+        "the cancelled request reached the server"
+    );
+}
+
 /// The host cancels a call while the client resumes its cut stream: the resume is dropped,
 /// the server is told, nothing is sent again, and the host gets no answer for it.
 #[tokio::test]

@@ -170,9 +170,8 @@ class Session {
   #headers;
   /**
    * The host's requests waiting for their answers, by the JSON text of the request's id:
-   * `taken` once the bridge took the request (it may run from then on), `cancel` the host's
-   * notifications/cancelled for it, if it sent one.
-   * @type {Map<string, { resolve: (answer: any) => void, taken: boolean, cancel: any }>}
+   * `taken` once the bridge took the request (it may run from then on).
+   * @type {Map<string, { resolve: (answer: any) => void, taken: boolean }>}
    */
   #pending = new Map();
   /** What waits for the GET stream: the server's requests and notifications. */
@@ -222,8 +221,8 @@ class Session {
     if (this.#pending.has(key)) {
       return errorAnswer(message.id, -32600, `invalid request: id ${key} is already in flight`);
     }
-    /** @type {{ resolve: (answer: any) => void, taken: boolean, cancel: any }} */
-    const pending = { resolve: () => {}, taken: false, cancel: null };
+    /** @type {{ resolve: (answer: any) => void, taken: boolean }} */
+    const pending = { resolve: () => {}, taken: false };
     const answered = new Promise((resolve) => {
       pending.resolve = resolve;
     });
@@ -236,11 +235,6 @@ class Session {
       throw error;
     }
     pending.taken = true;
-    if (pending.cancel !== null) {
-      // Cancelled before the bridge had it, when the cancel may have found nothing: told
-      // again (a cancel of an id the bridge holds no more does nothing).
-      await this.#bridge.send(toJson(pending.cancel)).catch(() => {});
-    }
     if (!signal) return answered;
     // The host cancels the call itself (`notifications/cancelled`): only its wait ends here.
     let onAbort;
@@ -267,7 +261,6 @@ class Session {
     const pending = this.#pending.get(key);
     if (pending === undefined) return;
     this.#pending.delete(key);
-    pending.cancel = cancel;
     pending.resolve(null);
   }
 

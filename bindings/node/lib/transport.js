@@ -150,12 +150,6 @@ export class ResumeTransport {
       this.#forget(key);
       throw error;
     }
-    // An abort before the bridge had the request may have found nothing to cancel: sent
-    // again now that it has it (a cancel of an id the bridge holds no more does nothing).
-    if (signal.aborted) {
-      this.#forget(key);
-      cancel();
-    }
   }
 
   /** Stops listening to the signal of the request `key` (answered, cancelled, or refused). */

@@ -74,11 +74,10 @@ impl NativeBridge {
         env: &'env Env,
         message: String,
     ) -> napi::Result<PromiseRaw<'env, ()>> {
-        let bridge = self.bridge.clone();
-        promise(env, async move {
-            let message = parse(&message, "the message")?;
-            Ok(bridge.send(message).await?)
-        })
+        // Handed to the bridge now, in the order of the calls: a request's cancel sent right
+        // after it reaches it, whichever of their promises' tasks runs first.
+        let sending = parse(&message, "the message").map(|message| self.bridge.send(message));
+        promise(env, async move { Ok(sending?.await?) })
     }
 
     /// Server → host: the next JSON-RPC message (JSON text), or `null` once the bridge is

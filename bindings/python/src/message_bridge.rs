@@ -44,9 +44,10 @@ impl RawBridge {
         py: Python<'py>,
         message: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let message = from_py(&message)?;
-        let bridge = self.bridge.clone();
-        crate::bridge::awaitable(py, async move { Reply(bridge.send(message).await) })
+        // Handed to the bridge now, in the order of the calls: a request's cancel sent right
+        // after it reaches it, whichever of the two is awaited first.
+        let sending = self.bridge.send(from_py(&message)?);
+        crate::bridge::awaitable(py, async move { Reply(sending.await) })
     }
 
     /// Server → host: the next JSON-RPC message (a dict), or `None` once the bridge is

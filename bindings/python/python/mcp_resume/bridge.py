@@ -180,9 +180,6 @@ async def streamablehttp_client(
                         continue
                 await read_send.send(SessionMessage(parsed))
 
-    # The sends of requests still waiting for the bridge to take them (for a capacity
-    # permit), by id: a cancel of one of them goes again once its request's send returned.
-    sending: dict[Any, anyio.Event] = {}
     # Set once the block ends: a send the bridge's closing ends is no error of the session.
     closing = False
 
@@ -193,28 +190,12 @@ async def streamablehttp_client(
             if not closing:
                 raise
 
-    async def send(message: dict[str, Any]) -> None:
-        await taken(bridge.send(message))
-
-    async def send_request(request_id: Any, pending: Awaitable[None], sent: anyio.Event) -> None:
-        try:
-            await taken(pending)
-        finally:
-            sent.set()
-            if sending.get(request_id) is sent:
-                del sending[request_id]
-
-    async def send_after(sent: anyio.Event, message: dict[str, Any]) -> None:
-        await sent.wait()
-        await send(message)
-
     async def session_to_server(tasks: anyio.abc.TaskGroup) -> None:
         # A request may wait for a capacity permit, so it waits in a task of its own: the
         # session's answers to server requests (which the calls in flight may be waiting
-        # for), its notifications and its cancels go on at once. A cancel goes at once, so it
-        # ends the wait of a request still waiting for its place (never sent then); one of a
-        # request whose send has not returned goes once more after it, in case it came before
-        # the bridge had the request (a cancel of an id the bridge holds no more does nothing).
+        # for), its notifications and its cancels go on at once. The bridge knows a request
+        # from the moment it is handed over, so a cancel that follows reaches it, ending the
+        # wait of one still waiting for its place (never sent then).
         async with write_recv:
             async for session_message in write_recv:
                 message = session_message.message.model_dump(
@@ -228,16 +209,10 @@ async def streamablehttp_client(
                     elif method == "notifications/cancelled":
                         calls.pop(params.get("requestId"), None)
                 if method is not None and "id" in message:
-                    sent = anyio.Event()
-                    sending[message["id"]] = sent
                     # Handed to the bridge here, in the session's order; awaited apart.
-                    tasks.start_soon(send_request, message["id"], bridge.send(message), sent)
+                    tasks.start_soon(taken, bridge.send(message))
                 else:
-                    if method == "notifications/cancelled" and (
-                        waiting := sending.get(params.get("requestId"))
-                    ) is not None:
-                        tasks.start_soon(send_after, waiting, message)
-                    await send(message)
+                    await taken(bridge.send(message))
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(server_to_session)
