@@ -66,13 +66,12 @@ impl Transport<RoleClient> for ResumeTransport {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Error>> + Send + 'static {
-        let bridge = self.bridge.clone();
-        async move {
-            let message = serde_json::to_value(&item).map_err(|e| {
-                Error::with_source(ErrorKind::Protocol, "rmcp's message is not JSON", e)
-            })?;
-            bridge.send(message).await
-        }
+        // Handed to the bridge now, in rmcp's order: rmcp runs the futures of its sends apart,
+        // and a request's cancel that follows it reaches it whichever runs first.
+        let sending = serde_json::to_value(&item)
+            .map_err(|e| Error::with_source(ErrorKind::Protocol, "rmcp's message is not JSON", e))
+            .map(|message| self.bridge.send(message));
+        async move { sending?.await }
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
