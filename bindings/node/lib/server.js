@@ -25,7 +25,9 @@ const isPromise = (value) => value !== null && typeof value === "object" && type
  * The request's body is read by the guard and handed on as `req.body` (parsed JSON, as
  * `express.json()` would): pass it to `transport.handleRequest(req, res, req.body)`, as the
  * SDK's examples do. A body over `maxBody` is left unread, for the handler to read, and one
- * that is not JSON is put back for it to read.
+ * that is not JSON is put back for it to read. A body read in front and not left in
+ * `req.body` cannot be looked through for a key: the request is refused (`middleware()`
+ * passes the error to `next`, `wrap()` answers 500), never forwarded.
  *
  * `middleware()` and `wrap()` take a request's first step at the end of the turn of the event
  * loop it arrived in, with the other requests that arrived in it, and the handler runs then;
@@ -194,14 +196,32 @@ function act(route, req, res, next, step) {
 /**
  * The body a parser in front of the guard read already (`express.json()`): its bytes, or
  * the text of what it parsed (the addon reads its UTF-8). `undefined` when it is still to
- * be read.
+ * be read. Throws when it was read and is not in `req.body` (Koa's bodyparser keeps it in
+ * `ctx.request.body`): taken for an empty body, a call keyed in its `_meta` would be
+ * forwarded as an unkeyed one and run again on each re-send.
  */
 function readAlready(req) {
   if (!(req.readableEnded || req._body)) return undefined;
   const parsed = req.body;
-  if (parsed === undefined) return "";
+  if (parsed === undefined) {
+    if (headSaysNoBody(req)) return "";
+    throw new Error(
+      "mcp-resume: the request's body was read before the guard and not left in req.body, so the guard cannot look for an idempotency key in it: put the guard in front of the body parser, or use a parser that sets req.body",
+    );
+  }
   if (Buffer.isBuffer(parsed)) return parsed;
   return typeof parsed === "string" ? parsed : JSON.stringify(parsed);
+}
+
+/**
+ * Whether the request's head says its body is empty: a length of 0, or (HTTP/1, where a
+ * body needs one or the other) neither a length nor chunking. HTTP/2 sends a body without
+ * either.
+ */
+function headSaysNoBody(req) {
+  const length = req.headers["content-length"];
+  if (length !== undefined) return Number(length) === 0;
+  return req.httpVersionMajor === 1 && req.headers["transfer-encoding"] === undefined;
 }
 
 /**

@@ -270,6 +270,60 @@ function answerInitialize(req, res) {
   res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result })}\n\n`);
 }
 
+test("a body read in front and not left in req.body is refused, not taken for an empty one", { timeout: 30000 }, async () => {
+  // As Koa's bodyparser (the body in ctx.request.body) or a handler that drains the request
+  // into a field of its own: the guard cannot see a key in `_meta`, so it must not forward.
+  let runs = 0;
+  const handler = (req, res) => {
+    runs += 1;
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end(JSON.stringify({ jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "ran" }] } }));
+  };
+  const safety = new ResumeSafety();
+  const wrapped = safety.wrap(handler);
+  const nextErrors = [];
+  const { url, server } = await serve((req, res) => {
+    const chunks = [];
+    req.on("data", (chunk) => chunks.push(chunk));
+    req.on("end", () => {
+      req.rawJson = Buffer.concat(chunks).toString("utf8");
+      if (req.url === "/mcp") return wrapped(req, res);
+      safety.middleware()(req, res, (error) => {
+        if (error) {
+          nextErrors.push(error.message);
+          res.statusCode = 500;
+          res.end();
+        } else {
+          handler(req, res);
+        }
+      });
+    });
+  });
+  const logged = [];
+  const consoleError = console.error;
+  console.error = (error) => logged.push(String(error?.message ?? error));
+  try {
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: `k-${randomUUID()}` }, name: "bump", arguments: {} } });
+    for (const at of [url, url, `${url}-middleware`, `${url}-middleware`]) {
+      const answer = await fetch(at, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
+      assert.equal(answer.status, 500, await answer.text());
+    }
+    assert.equal(runs, 0);
+    assert.equal(logged.length, 2);
+    assert.equal(nextErrors.length, 2);
+    for (const message of [...logged, ...nextErrors]) assert.match(message, /req\.body/);
+    // An empty body is still one, read in front or not.
+    for (const at of [url, `${url}-middleware`]) {
+      const empty = await fetch(at, { method: "POST", headers: MCP_HEADERS, signal: AbortSignal.timeout(5000) });
+      assert.equal(empty.status, 200, await empty.text());
+    }
+    assert.equal(runs, 2);
+  } finally {
+    console.error = consoleError;
+    shut(server);
+  }
+});
+
 test("middleware in front on old on-headers (a writeHead reading headers as pairs) gets whole headers", { timeout: 30000 }, async () => {
   // morgan <= 1.10.0, express-session <= 1.18.1, compression <= 1.8.0, response-time: their
   // `writeHead` sets an array of headers as [name, value] pairs and passes the status on.
