@@ -356,8 +356,24 @@ struct Requests {
     unread: Option<RequestState>,
 }
 
+/// The most requests a stream's log keeps by id, and the longest (string) id it keeps: a log
+/// is kept long after its stream ended, for resumes, so its size must not follow what a
+/// client writes. Past either bound the requests are kept as unread: never known answered,
+/// lost if the stream fails, so a resume of a stream that failed is refused, never trusted.
+/// The batch bound also bounds the work of marking an answer, done under the guard's lock.
+const MAX_REQUESTS: usize = 1_000;
+const MAX_ID_BYTES: usize = 1_024;
+
 impl Requests {
     fn running(ids: RequestIds) -> Self {
+        let too_long = |id: &Value| matches!(id, Value::String(s) if s.len() > MAX_ID_BYTES);
+        let count = usize::from(ids.first.is_some()) + ids.more.len();
+        if count > MAX_REQUESTS || ids.first.iter().chain(&ids.more).any(too_long) {
+            return Self {
+                unread: Some(RequestState::Running),
+                ..Self::default()
+            };
+        }
         let running = |id| (id, RequestState::Running);
         Self {
             first: ids.first.map(running),
@@ -891,6 +907,47 @@ mod tests {
         ledger.answered(t, &ids[0], 2);
         ledger.lose_running(t);
         assert!(!ledger.stream(t).unwrap().has_orphans());
+    }
+
+    // | a request id over the bound, or more requests than the bound | kept as unread: its
+    // answer is never matched, and a stream that fails after it reads as orphaned (a resume
+    // is refused, never trusted) |
+    #[test]
+    fn requests_past_the_bounds_are_kept_as_unread() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 40,
+        });
+        let long = Value::from("x".repeat(MAX_ID_BYTES + 1));
+        let many: RequestIds = (0..=MAX_REQUESTS).map(Value::from).collect();
+        let at_bounds: RequestIds = (0..MAX_REQUESTS - 1)
+            .map(Value::from)
+            .chain([Value::from("y".repeat(MAX_ID_BYTES))])
+            .collect();
+        for (n, (ids, kept)) in [
+            (RequestIds::one(long.clone()), false),
+            (many, false),
+            (at_bounds, true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let s = StreamId::from_u64(n as u64 + 1);
+            let first = ids.iter().next().cloned().unwrap();
+            let all: Vec<Value> = ids.iter().cloned().collect();
+            ledger.open_stream(s, sid("a"), hash(), ids);
+            for (at, id) in all.iter().enumerate() {
+                ledger.answered(s, id, at as u64 + 1);
+            }
+            ledger.lose_running(s);
+            let log = ledger.stream(s).unwrap();
+            assert_eq!(!log.has_orphans(), kept, "stream {n}");
+            assert_eq!(
+                log.requests.iter().next().map(|(id, _)| id),
+                kept.then_some(&first)
+            );
+        }
     }
 
     // | a session looked up (in use) while newer ones are remembered | kept over the ones

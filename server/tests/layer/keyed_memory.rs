@@ -2,8 +2,6 @@
 //! stream is drained (the answer must be stored), and what it carries before the answer is
 //! not kept for a client that will never read it.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::convert::Infallible;
 use std::future::Ready;
 use std::task::{Context, Poll};
@@ -17,52 +15,7 @@ use serde_json::json;
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// Counts the bytes each thread holds, and the most it held since [`reset_peak`].
-struct Counting;
-
-thread_local! {
-    static HELD: Cell<isize> = const { Cell::new(0) };
-    static PEAK: Cell<isize> = const { Cell::new(0) };
-}
-
-fn note(change: isize) {
-    let _ = HELD.try_with(|held| {
-        let now = held.get() + change;
-        held.set(now);
-        let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
-    });
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size() as isize);
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note(-(layout.size() as isize));
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, size: usize) -> *mut u8 {
-        note(size as isize - layout.size() as isize);
-        unsafe { System.realloc(ptr, layout, size) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// The most this thread held above what it held when asked to start counting.
-fn peak_since(start: isize) -> isize {
-    PEAK.with(Cell::get) - start
-}
-
-fn reset_peak() -> isize {
-    let now = HELD.with(Cell::get);
-    PEAK.with(|p| p.set(now));
-    now
-}
+use crate::held::{peak_since, reset_peak};
 
 /// Progress events of 4 KiB, this many, before a keyed call's answer.
 const EVENTS: usize = 4_000;

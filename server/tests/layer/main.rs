@@ -1,9 +1,11 @@
 //! The tower layer in front of a real rmcp 3.11 server, on 127.0.0.1: what a client sees on
 //! the wire, and what really ran (the tools' own side-effect counts).
 
+mod held;
 mod keyed_memory;
 mod raw;
 mod server;
 mod skin;
 mod stores;
+mod stream_logs;
 mod wire;
