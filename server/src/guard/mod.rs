@@ -880,6 +880,47 @@ mod tests {
         }
     }
 
+    // | a stream id drawn for a request whose head has not come, opened meanwhile by another
+    // request that drew it too | drawn again when the head comes: the other's log stays |
+    #[test]
+    fn a_stream_id_opened_while_its_request_waited_is_drawn_again() {
+        let now = Instant::now();
+        let config = GuardConfig::default();
+        let first_draw = Guard::new(config.clone(), 1).stream_id();
+        let mut guard = Guard::new(config, 1);
+        let hash = crate::ids::CapabilityHash::from_stored("sha256:00");
+        let record = SessionRecord::new(
+            SessionId::parse(b"s1").unwrap(),
+            guard.config.instance.clone(),
+            hash.clone(),
+            "2025-11-25".into(),
+        );
+        guard.ledger.remember(std::sync::Arc::new(record), now);
+        let mut headers = HeaderMap::new();
+        headers.insert(names::SESSION_ID, HeaderValue::from_static("s1"));
+        let mut ex = guard.begin(&Method::POST, &headers, now);
+        assert!(matches!(ex.step(), Step::ReadBody { .. }));
+        let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+        ex.handle_body(&mut guard, Body::Complete(ping), &headers);
+        let Step::Forward(forward) = ex.step() else {
+            panic!("forwarded");
+        };
+        let mut watch = forward.into_watch();
+        // The other request, which drew the same id, opened its stream first.
+        let other = SessionId::parse(b"s2").unwrap();
+        guard
+            .ledger
+            .open_stream(first_draw, other.clone(), hash, RequestIds::none());
+        let mut head = HeaderMap::new();
+        head.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        watch.handle_head(&mut guard, StatusCode::OK, &mut head);
+        assert_eq!(guard.ledger.stream(first_draw).unwrap().session(), &other);
+        assert_eq!(guard.ledger.stream_count(), 2);
+    }
+
     #[test]
     fn the_head_is_read_in_one_pass_as_by_name() {
         for extra in [0, 20] {

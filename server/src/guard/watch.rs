@@ -420,6 +420,12 @@ impl Watch {
             }) = &mut self.numbering
             {
                 if let Some((session, hash, requests)) = open.take() {
+                    // The id was drawn when the request came, not held then; another request
+                    // that drew it since may have opened it first. Nothing is numbered yet:
+                    // drawn again, so that a live log is never replaced.
+                    if guard.ledger.stream(*stream).is_some() {
+                        *stream = guard.stream_id();
+                    }
                     guard.ledger.open_stream(*stream, session, hash, requests);
                 }
             }
