@@ -921,8 +921,10 @@ class Interceptor {
     const bytes = toBuffer(chunk, encoding);
     let ok = true;
     if (bytes.length > 0) {
-      if (this.untouched && this.heldHead === null) {
-        // Passes unchanged, without crossing to the guard.
+      if (this.untouched && this.heldHead === null && this.pending === null) {
+        // Passes unchanged, without crossing to the guard. Not while bytes written before
+        // it are pending (the guard said untouched, for a chunk queued behind a store step,
+        // after they were written): it goes after them.
         ok = this.run(() => bytes);
       } else {
         (this.pending ??= []).push(bytes);

@@ -20,6 +20,7 @@ import { after, before, test } from "node:test";
 import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import { Client, IDEMPOTENCY_META_KEY, InvalidConfigError, OutcomeUnknownError, ResumeSafety, ResumeTransport } from "../index.js";
+import { NativeGuard } from "../lib/native.js";
 import { Deployment, Redis, Replica } from "./support/deployment.mjs";
 import { onHeaders } from "./support/on-headers-1.0.2.mjs";
 
@@ -645,6 +646,61 @@ test("a keyed call whose connection dropped while its answer was backed up is st
     assert.equal(runs, 1);
   } finally {
     server.close();
+  }
+});
+
+test("bytes written while a store step waits reach the client in the order written", { timeout: 10000 }, async () => {
+  // A step that waits for the store (Redis) answers in a turn nobody picks: here the guard's
+  // push of the head is made to wait until the handler lets it answer, in a turn where the
+  // handler wrote bytes due to the guard at its end. The chunk queued behind that step finds
+  // the body untouched; what the handler writes on the `drain` that follows goes after those
+  // bytes, not before them.
+  const push = NativeGuard.prototype.push;
+  let waited;
+  const waiting = new Promise((resolve) => (waited = resolve));
+  let release;
+  let routed = false; // the initialize's response went through
+  NativeGuard.prototype.push = function delayedPush(...args) {
+    const sent = push.apply(this, args);
+    if (!routed || release !== undefined) {
+      routed ||= args[4] === true;
+      return sent;
+    }
+    const answered = new Promise((resolve) => (release = () => resolve(sent)));
+    waited();
+    return answered;
+  };
+  const big = "A".repeat(64 * 1024);
+  const { url, server } = await serve(
+    new ResumeSafety().wrap(async (req, res) => {
+      if (req.body.method === "initialize") return answerInitialize(req, res);
+      res.writeHead(200, { "content-type": "text/plain" });
+      res.write("X");
+      await waiting; // the head's push (at the end of the turn) waits for the store
+      res.write(big); // queued behind it
+      res.write("B"); // pending, for the end of this turn
+      res.once("drain", () => {
+        res.write("C");
+        res.end();
+      });
+      release();
+    }),
+  );
+  try {
+    // A call of a session: the guard routes its response.
+    const init = await fetch(url, { method: "POST", headers: MCP_HEADERS, body: INITIALIZE, signal: AbortSignal.timeout(5000) });
+    await init.text();
+    const headers = { ...MCP_HEADERS, "mcp-session-id": init.headers.get("mcp-session-id"), "mcp-protocol-version": "2025-06-18" };
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "t", arguments: {} } });
+    const answer = await fetch(url, { method: "POST", headers, body: call, signal: AbortSignal.timeout(5000) });
+    const text = await answer.text();
+    assert.equal(answer.status, 200, text);
+    assert.equal(text.length, big.length + 3);
+    assert.equal(text.slice(1, 1 + big.length), big);
+    assert.equal(text.slice(0, 1) + text.slice(1 + big.length), "XBC");
+  } finally {
+    NativeGuard.prototype.push = push;
+    shut(server);
   }
 });
 
