@@ -883,6 +883,7 @@ mod tests {
     // | a stream id drawn for a request whose head has not come, opened meanwhile by another
     // request that drew it too | drawn again when the head comes: the other's log stays |
     #[test]
+    #[allow(clippy::disallowed_methods)] // A test's own start of time.
     fn a_stream_id_opened_while_its_request_waited_is_drawn_again() {
         let now = Instant::now();
         let config = GuardConfig::default();
