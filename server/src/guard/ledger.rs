@@ -461,10 +461,11 @@ impl StreamLog {
 
     /// The position of an inner event id: the one it already has (its latest, when the inner
     /// server used it more than once), or the next one. A known position before `anew_below`
-    /// is not taken: the id is numbered again, as a new event.
+    /// is not taken: the id is numbered again, as a new event (`u64::MAX`: always).
     fn record(&mut self, inner: &[u8], anew_below: u64) -> u64 {
         let id = InnerId::new(inner);
         let known = match &self.by_inner {
+            _ if anew_below == u64::MAX => None,
             Some(map) => map.get(inner).copied(),
             None => self
                 .inner
@@ -666,16 +667,17 @@ impl Ledger {
             .map(|log| log.record(inner, below))
     }
 
-    /// Numbers an inner event, then the event marks `request` answered by it, in one look-up of
-    /// the stream.
+    /// [`Ledger::record_anew_below`], then the event marks `request` answered by it, in one
+    /// look-up of the stream.
     pub(crate) fn record_answer(
         &mut self,
         stream: StreamId,
         inner: &[u8],
         request: &Value,
+        below: u64,
     ) -> Option<u64> {
         self.streams.get_mut(&stream).map(|log| {
-            let seq = log.record(inner, 0);
+            let seq = log.record(inner, below);
             log.answered(request, seq);
             seq
         })

@@ -648,13 +648,18 @@ impl Watch {
             // is lost.
             let message = block.data().is_some_and(|d| !d.is_empty());
             let anew_below = match n.mode {
+                // Every event of a fresh stream is a new one, whatever its id: the extension
+                // numbers each event one past the last, so an id the inner server uses again
+                // (the same id on every event, as some servers write) never takes the
+                // client's cursor back.
+                Mode::Fresh { .. } => u64::MAX,
                 Mode::Resumed {
                     expected, issued, ..
                 } if message && expected > issued => expected,
-                _ => 0,
+                Mode::Resumed { .. } => 0,
             };
             let at = guard.with_guard(|g| match &answer {
-                Some(Some(id)) => g.ledger.record_answer(stream, &inner, id),
+                Some(Some(id)) => g.ledger.record_answer(stream, &inner, id, anew_below),
                 _ => g.ledger.record_anew_below(stream, &inner, anew_below),
             });
             let Some(at) = at else {

@@ -553,6 +553,47 @@ fn a_stream_of_an_unreadable_call_ended_cleanly_resumes() {
     assert_eq!(inner.as_deref(), Some("0/0"));
 }
 
+// | a fresh stream on which the inner server uses an event id again (`x`, `y`, then `x`
+// with the answer) | each event numbered one past the last (a repeated id taking its old
+// number would take the client's cursor back), and each number names its own event's inner
+// id for a resume |
+#[test]
+fn a_repeated_inner_id_on_a_fresh_stream_is_numbered_as_a_new_event() {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+    let events = format!(
+        "id: x\ndata: {note}\n\nid: y\ndata: {note}\n\nid: x\ndata: {}\n\n",
+        result(2, "ok")
+    );
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![&events], true),
+    );
+    let ids: Vec<String> = seen
+        .events()
+        .into_iter()
+        .map(|(id, _)| id.unwrap())
+        .collect();
+    let stream = ids[0].split('-').next().unwrap().to_owned();
+    assert_eq!(
+        ids,
+        [1, 2, 3].map(|n| format!("{stream}-{n}")),
+        "every event one past the last"
+    );
+    for (cursor, inner_id) in [(&ids[1], "y"), (&ids[2], "x")] {
+        let (inner, _) = w.get(&mut a, "s1", Some(cursor)).watch();
+        assert_eq!(inner.as_deref(), Some(inner_id), "resumed from {cursor}");
+    }
+}
+
 // | the inner server gives every event the same id (the session id, as some do); after the
 // resume is proven, an event comes with that id again | a new event, numbered next and sent:
 // dropped as already sent, the answer it carries would never reach the client |
