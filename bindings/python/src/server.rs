@@ -6,7 +6,8 @@
 //! A step that leaves no store operation to run answers at once (a tuple, or a `RawStep`);
 //! one that does runs them here first when they finish without waiting (the in-memory store
 //! always does), and otherwise returns an awaitable resolved on the binding's runtime. The
-//! event loop never waits on the store.
+//! event loop never waits on the store. A response's store operations run to their end even
+//! when that awaitable is cancelled.
 
 use std::future::Future;
 use std::sync::{Mutex, MutexGuard};
@@ -265,7 +266,7 @@ impl RawOutbound {
         if ops.is_empty() {
             return ToSend(to_client).into_python(py);
         }
-        now_or_awaitable(py, async move {
+        now_or_spawned(py, async move {
             ops.run().await;
             ToSend(to_client)
         })
@@ -392,6 +393,38 @@ where
         Some(out) => out.into_python(py),
         None => Ok(awaitable(py, fut)?.unbind()),
     }
+}
+
+/// As [`now_or_awaitable`], but what is left of `fut` runs on a task of its own, to its end
+/// even when the awaitable is cancelled: a response's store operations must not stop halfway
+/// because the request's task was (a server shutting down, or cancelling the app as its
+/// client left), or a keyed call's answer that found its claim gone would never be stored
+/// again, and a re-send would run the call again.
+fn now_or_spawned<T, F>(py: Python<'_>, fut: F) -> PyResult<Py<PyAny>>
+where
+    T: IntoPython + Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let mut fut = Box::pin(fut);
+    let runtime = pyo3_async_runtimes::tokio::get_runtime();
+    let ready = {
+        let _entered = runtime.enter();
+        fut.as_mut().now_or_never()
+    };
+    if let Some(out) = ready {
+        return out.into_python(py);
+    }
+    // Dropping a join handle leaves its task running.
+    let task = runtime.spawn(fut);
+    let joined = awaitable(py, async move {
+        match task.await {
+            Ok(out) => out,
+            // Carried over so that the awaitable fails as it does for a panic of its own.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => panic!("the runtime stopped before the store operations ran"),
+        }
+    })?;
+    Ok(joined.unbind())
 }
 
 /// ASGI headers (an iterable of `(name, value)` byte pairs) as a header map.

@@ -428,6 +428,63 @@ async def test_a_keyed_call_cancelled_as_its_claim_is_granted_is_marked_lost_at_
         redis.stop()
 
 
+async def test_a_keyed_answer_is_stored_when_the_task_is_cancelled_as_it_is_stored() -> None:
+    # The store lost the claim while the call ran, and the request's task is cancelled (its
+    # server shutting down, or cancelling the app as its client left) while the answer's
+    # first store attempt waits on Redis: the attempt finds the key gone, and the claim is
+    # still taken back and the answer stored, so the re-send gets it instead of a second run.
+    redis = Redis()
+    try:
+        inner = Scripted()
+        mw = ResumeSafetyMiddleware(inner, store=redis.url, lease=60)
+        gate = asyncio.Event()
+        headed = asyncio.Event()
+
+        async def answer(scope: Any, receive: Any, send: Any) -> None:
+            await receive()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            headed.set()
+            await gate.wait()
+            await send({"type": "http.response.body", "body": tool_result(2, "once")})
+
+        inner.handler = answer
+        call = asyncio.create_task(request(mw, "POST", POST, tool_call(2, "k-lost")))
+        await asyncio.wait_for(headed.wait(), 10)
+        claim = redis.command("RANDOMKEY")
+        assert claim is not None and "{k:" in claim, claim
+        assert redis.command("DEL", claim) == "1"
+        redis.command("CLIENT", "PAUSE", "500", "WRITE")
+        gate.set()
+        deadline = time.monotonic() + 10
+        while "blocked_clients:0" in (await asyncio.to_thread(redis.command, "INFO", "clients")
+                                      or "blocked_clients:0"):
+            assert not call.done(), call
+            assert time.monotonic() < deadline, "the answer's store attempt never waited"
+            await asyncio.sleep(0.005)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # Once the pause ends the attempt finds the key gone: the claim is taken back and
+        # the answer stored on the runtime, which the event loop does not wait for.
+        deadline = time.monotonic() + 3
+        while redis.command("EXISTS", claim) != "1" and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        runs = 0
+
+        async def counted(scope: Any, receive: Any, send: Any) -> None:
+            nonlocal runs
+            runs += 1
+            await answer(scope, receive, send)
+
+        inner.handler = counted
+        resent = body_of(await request(mw, "POST", POST, tool_call(2, "k-lost")))
+        assert runs == 0, f"the call ran again: {resent!r}"
+        assert b"once" in resent, resent
+    finally:
+        redis.stop()
+
+
 async def test_an_unkeyed_stream_whose_gone_client_raises_can_be_resumed() -> None:
     # Sending to the gone client raises into the app (as it would without the guard), and the
     # stream's requests are not taken for lost: the client's resume reaches the app.
