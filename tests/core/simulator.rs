@@ -391,6 +391,49 @@ fn row_post_lost_keyed_with_app_opt_in_is_resent() {
     assert_eq!(s.server.executions_of("a"), 1);
 }
 
+// | POST lost before its head, keyed, the application assumes the server deduplicates; the
+// re-send refused as its key's first run still holds it, then as lost | the refusals read
+// as they are when the server advertises keys: wait for the stored result; an unknown
+// outcome that may have run (a plain server error would say it never ran) |
+#[test]
+fn row_post_lost_keyed_with_app_opt_in_reads_the_resends_key_refusals() {
+    let config =
+        SessionConfig::default().with_resend_policy(ResendPolicy::AssumeServerDeduplicates);
+    let server = || ServerConfig {
+        idempotency: false,
+        silent_dedup: true,
+        ..ServerConfig::default()
+    };
+    let _g = SeedGuard(16);
+    let mut s = sim_with(config.clone(), server(), 16);
+    s.server.fault(
+        "a",
+        [Fault::LoseBeforeHead { executed: true }, Fault::KeyInUse],
+    );
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    assert_eq!(ok_tag(s.result(c)), "a");
+    assert_eq!(s.server.posts_of("a").len(), 3);
+    assert_eq!(s.server.executions_of("a"), 1);
+
+    let mut s = sim_with(config, server(), 16);
+    s.server.fault(
+        "a",
+        [
+            Fault::LoseBeforeHead { executed: true },
+            Fault::KeyOutcomeLost,
+        ],
+    );
+    let c = s.call("a", Some("k-a"));
+    s.run_until_complete(c, 5 * SEC);
+    s.settle();
+    let error = s.result(c).clone().unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::OutcomeUnknown, "{error}");
+    assert!(error.may_have_run());
+    assert_eq!(s.server.posts_of("a").len(), 2);
+}
+
 // | response stream ends before the pending response, no event id seen |
 #[test]
 fn row_stream_end_without_event_id_unkeyed_is_outcome_unknown() {
