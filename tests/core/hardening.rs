@@ -1905,6 +1905,45 @@ fn a_refused_mrtr_round_is_sent_again_not_ended_unknown() {
     assert_eq!(m.posts_of("ask").len(), 3, "{:#?}", m.posts_of("ask"));
 }
 
+/// An unkeyed call refused unprocessed (a header mismatch, -32020), whether the refusal
+/// comes with status 400 or in a 200 answer's body: the refusal proves it never ran, so it is
+/// sent again once the tools are fetched again, never ended as an unknown outcome.
+#[test]
+fn a_refusal_in_a_200_body_proves_the_call_never_ran_as_a_400_does() {
+    for status in [400, 200] {
+        let mut m = Modern::new(SessionConfig::default());
+        let mut refused = false;
+        let mut script = |body: &Value| -> (u16, Value) {
+            if let Some(answer) = discover(body) {
+                return answer;
+            }
+            if body["method"] == "tools/list" {
+                return ok(body, json!({"resultType": "complete", "tools": []}));
+            }
+            if !refused {
+                refused = true;
+                return (
+                    status,
+                    json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32020,
+                        "message": "Header mismatch"}}),
+                );
+            }
+            ok(
+                body,
+                json!({"resultType": "complete", "content": [{"type": "text", "text": "done"}]}),
+            )
+        };
+        let call = m.submit("x");
+        m.run(&mut script, 10 * SEC);
+        assert!(
+            matches!(m.result(call), Some(Ok(_))),
+            "status {status}: {:?}",
+            m.result(call)
+        );
+        assert_eq!(m.posts_of("x").len(), 2, "status {status}");
+    }
+}
+
 /// A task's input the app could not provide ends the call; the task, left waiting for that
 /// input, is cancelled on the server, and until then it may have run: the error says so.
 #[test]

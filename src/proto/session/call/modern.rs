@@ -51,6 +51,18 @@ impl Session {
             Ok(value) => value,
             Err(error) => {
                 if let Some((failure, cause)) = self.modern_failure(id, &error) {
+                    // A header mismatch or a version refused turns the request away before it
+                    // runs, in a 200 body as with status 400: the send that got it never ran.
+                    // (A missing capability may be found by a tool already running.)
+                    let unrun = matches!(
+                        modern::modern_error(&error),
+                        Some(ModernError::HeaderMismatch | ModernError::UnsupportedVersion { .. })
+                    );
+                    if unrun {
+                        if let Some(call) = self.calls.get_mut(id) {
+                            call.not_run();
+                        }
+                    }
                     self.apply_because(id, failure, cause, now);
                 } else {
                     self.complete(id, Err(Error::rpc(error)));
