@@ -38,6 +38,9 @@ struct AsConfig {
     nonce: bool,
     /// Refuses every jwt-bearer grant (`invalid_grant`).
     refuse_jwt_bearer: bool,
+    /// Answers the first jwt-bearer grant as a firewall in front of the server would: a 403
+    /// HTML page, no OAuth error.
+    block_first_jwt_bearer: bool,
 }
 
 /// One token (or token exchange) request as the authorization server saw it.
@@ -160,6 +163,14 @@ async fn token(
         )
             .into_response();
     }
+    let jwt_bearers = ledger
+        .calls
+        .iter()
+        .filter(|c| c.form.get("grant_type").map(String::as_str) == Some(JWT_BEARER))
+        .count();
+    if config.block_first_jwt_bearer && jwt_bearers == 1 {
+        return blocked();
+    }
     ledger.serial += 1;
     let token_type = if config.dpop && proof.is_some() {
         "DPoP"
@@ -172,6 +183,16 @@ async fn token(
         "expires_in": 3600,
     }))
     .into_response()
+}
+
+/// What a firewall or CDN in front of a server answers: no OAuth error, nothing refused.
+fn blocked() -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        [(axum::http::header::CONTENT_TYPE, "text/html")],
+        "<h1>blocked</h1>",
+    )
+        .into_response()
 }
 
 /// The enterprise IdP's token exchange: an ID-JAG for a recognised ID token.
@@ -709,6 +730,37 @@ async fn a_refused_workload_assertion_is_not_retried() {
         .collect();
     assert_eq!(grants, [JWT_BEARER]);
     assert!(provider.last_failure().is_some());
+}
+
+/// A workload assertion whose grant met a firewall's 403 page, not an OAuth error, was not
+/// refused: the next connection presents it again and succeeds.
+#[tokio::test]
+async fn a_workload_assertion_blocked_without_an_oauth_error_is_tried_again() {
+    let (listener, url, auth) = servers(AsConfig {
+        block_first_jwt_bearer: true,
+        ..AsConfig::default()
+    })
+    .await;
+    let _server = bearer_server(listener, &auth);
+    let provider = OAuth::builder()
+        .client_credentials(ClientCredentials::public("workload-1").issuer(&auth.url))
+        .workload_identity(WorkloadIdentity::token("workload-jwt"))
+        .build()
+        .unwrap();
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap_err();
+    assert!(matches!(
+        provider.last_failure(),
+        Some(mcp_resume::oauth::OAuthError::Http(_))
+    ));
+    guarded(client.connect()).await.unwrap();
+
+    let grants: Vec<String> = auth
+        .calls("/token")
+        .iter()
+        .map(|c| c.form["grant_type"].clone())
+        .collect();
+    assert_eq!(grants, [JWT_BEARER, JWT_BEARER]);
 }
 
 /// Enterprise-managed authorization: the ID token is exchanged at the IdP for an ID-JAG

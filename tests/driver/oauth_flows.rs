@@ -46,6 +46,8 @@ struct Ledger {
     unavailable: u32,
     /// Issues access tokens that end in a line break.
     malformed_access: bool,
+    /// How many refreshes to come meet a firewall's 403 HTML page (no OAuth error).
+    blocked: u32,
 }
 
 type Shared = Arc<Mutex<Ledger>>;
@@ -162,6 +164,15 @@ fn issue(ledger: &mut Ledger, form: &HashMap<String, String>) -> (Response, Opti
             if ledger.unavailable > 0 {
                 ledger.unavailable -= 1;
                 return (StatusCode::SERVICE_UNAVAILABLE.into_response(), None);
+            }
+            if ledger.blocked > 0 {
+                ledger.blocked -= 1;
+                let page = (
+                    StatusCode::FORBIDDEN,
+                    [(axum::http::header::CONTENT_TYPE, "text/html")],
+                    "<h1>blocked</h1>",
+                );
+                return (page.into_response(), None);
             }
             if !ledger.refresh.remove(&form["refresh_token"]) {
                 return (refused(), None);
@@ -690,6 +701,34 @@ async fn an_unavailable_token_endpoint_does_not_cost_the_refresh_token() {
     assert!(
         kept.is_some_and(|t| t.refresh_token.is_some()),
         "the stored refresh token survives the 503"
+    );
+    assert!(matches!(provider.last_failure(), Some(OAuthError::Http(_))));
+    guarded(client.list_tools()).await.unwrap();
+    assert_eq!(
+        auth.grants(),
+        ["authorization_code", "refresh_token", "refresh_token"]
+    );
+}
+
+/// A refresh answered by a firewall's 403 HTML page, not an OAuth error, was not refused:
+/// the refresh token is kept and tried again, and the user is not sent to authorize anew.
+#[tokio::test]
+async fn a_token_endpoint_answer_that_is_no_oauth_error_does_not_cost_the_refresh_token() {
+    let (_server, url, auth) = protected().await;
+    let store = InMemoryTokenStore::new();
+    let provider = provider_with(store.clone());
+    let client = client(&url, &provider);
+    guarded(client.connect()).await.unwrap();
+    {
+        let mut ledger = auth.ledger.lock().unwrap();
+        ledger.valid.clear();
+        ledger.blocked = 1;
+    }
+    guarded(client.list_tools()).await.unwrap_err();
+    let kept = guarded(store.load_tokens(&url)).await.unwrap();
+    assert!(
+        kept.is_some_and(|t| t.refresh_token.is_some()),
+        "the stored refresh token survives the 403 page"
     );
     assert!(matches!(provider.last_failure(), Some(OAuthError::Http(_))));
     guarded(client.list_tools()).await.unwrap();

@@ -778,7 +778,8 @@ impl State {
 }
 
 /// Whether a failed renewal left the tokens' worth unknown: no answer came (the network, a
-/// 5xx or 429 from the token endpoint or a metadata URL) or the store failed. Only an answer
+/// 5xx or 429 from the token endpoint or a metadata URL), the answer was no OAuth error (a
+/// firewall's HTML page), or the store failed. Only an answer
 /// refusing them (an OAuth error of the token endpoint, another authorization server) has
 /// them dropped; a passing outage must not cost the user an interactive authorization.
 fn unanswered(failure: &OAuthError) -> bool {

@@ -521,12 +521,19 @@ pub(super) async fn identity_assertion_grant(
         .await
         .map_err(|e| OAuthError::Http(e.0))?;
     let answer: Value = serde_json::from_slice(response.body()).unwrap_or(Value::Null);
-    if !response.status().is_success() {
-        let error = answer["error"].as_str().unwrap_or("no error code");
+    let status = response.status();
+    let error = answer["error"].as_str();
+    if !status.is_success() || !answer.is_object() {
+        // Only an OAuth error refuses the ID token; any other answer (a firewall's page)
+        // fails as the network does, and the same ID token may be presented again.
+        let Some(error) = error.filter(|_| !status.is_success()) else {
+            return Err(OAuthError::Http(format!(
+                "the identity provider answered {status} with neither a grant nor an OAuth error"
+            )));
+        };
         let description = answer["error_description"].as_str().unwrap_or_default();
         return Err(OAuthError::IdentityProvider(format!(
-            "token exchange refused ({}): {error} {description}",
-            response.status()
+            "token exchange refused ({status}): {error} {description}"
         )));
     }
     if answer["issued_token_type"].as_str() != Some(ID_JAG) {
@@ -542,6 +549,9 @@ pub(super) async fn identity_assertion_grant(
         .ok_or_else(|| OAuthError::IdentityProvider("the token exchange issued no token".into()))
 }
 
+/// Only an OAuth error refuses what was presented. An answer that is none (a firewall's or
+/// CDN's HTML page, another JSON, an empty body, a 200 that is not JSON) says nothing of the
+/// grant: it fails as the network does, and the provider keeps its tokens and assertions.
 fn token_error(err: Oauth2Error) -> OAuthError {
     match err {
         RequestTokenError::ServerResponse(response) => OAuthError::TokenEndpoint {
@@ -549,14 +559,12 @@ fn token_error(err: Oauth2Error) -> OAuthError {
             description: response.error_description().cloned(),
         },
         RequestTokenError::Request(failure) => OAuthError::Http(failure.0),
-        RequestTokenError::Parse(err, _) => OAuthError::TokenEndpoint {
-            error: format!("unreadable response: {err}"),
-            description: None,
-        },
-        RequestTokenError::Other(message) => OAuthError::TokenEndpoint {
-            error: message,
-            description: None,
-        },
+        RequestTokenError::Parse(err, _) => OAuthError::Http(format!(
+            "the token endpoint's answer is neither tokens nor an OAuth error: {err}"
+        )),
+        RequestTokenError::Other(message) => OAuthError::Http(format!(
+            "the token endpoint's answer is neither tokens nor an OAuth error: {message}"
+        )),
     }
 }
 
