@@ -638,6 +638,75 @@ async fn a_token_store_that_never_answers_fails_at_its_timeout() {
     assert!(err.to_string().contains("token store"), "{err}");
 }
 
+/// A token store whose first load never answers: the request that needed it fails at
+/// `store_timeout`, and the next one loads again and uses the tokens kept there, instead
+/// of taking the store for empty and sending the user to authorize anew.
+#[tokio::test]
+async fn a_failed_token_load_is_tried_again_by_the_next_request() {
+    struct FirstLoadStuck {
+        inner: InMemoryTokenStore,
+        loads: std::sync::atomic::AtomicU32,
+    }
+    impl TokenStore for FirstLoadStuck {
+        fn load_tokens(
+            &self,
+            server: &str,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<Option<mcp_resume::oauth::TokenSet>, mcp_resume::Error>,
+        > {
+            if self.loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                return Box::pin(futures::future::pending());
+            }
+            self.inner.load_tokens(server)
+        }
+        fn save_tokens(
+            &self,
+            server: &str,
+            tokens: Option<mcp_resume::oauth::TokenSet>,
+        ) -> futures::future::BoxFuture<'static, Result<(), mcp_resume::Error>> {
+            self.inner.save_tokens(server, tokens)
+        }
+        fn load_client(
+            &self,
+            issuer: &str,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<Option<mcp_resume::oauth::RegisteredClient>, mcp_resume::Error>,
+        > {
+            self.inner.load_client(issuer)
+        }
+        fn save_client(
+            &self,
+            client: mcp_resume::oauth::RegisteredClient,
+        ) -> futures::future::BoxFuture<'static, Result<(), mcp_resume::Error>> {
+            self.inner.save_client(client)
+        }
+    }
+    let (_server, url, auth) = protected().await;
+    let kept = InMemoryTokenStore::new();
+    // An earlier run authorized and kept its tokens.
+    guarded(client(&url, &provider_with(kept.clone())).connect())
+        .await
+        .unwrap();
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(HeadlessAuthorizer::new())
+        .token_store(FirstLoadStuck {
+            inner: kept.clone(),
+            loads: Default::default(),
+        })
+        .store_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let client = client(&url, &provider);
+    let err = guarded(client.connect()).await.unwrap_err();
+    assert!(err.to_string().contains("token store"), "{err}");
+    guarded(client.connect()).await.unwrap();
+    assert_eq!(auth.grants(), ["authorization_code"]);
+}
+
 /// A provider holds tokens for one MCP endpoint: asked for another, it refuses rather than
 /// send its token there.
 #[tokio::test]

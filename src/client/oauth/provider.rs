@@ -820,8 +820,10 @@ impl Inner {
     ) -> Result<Option<String>, Error> {
         let server = self.bind(&mut state, request.url.as_deref())?;
         if !state.loaded {
-            state.loaded = true;
+            // Marked loaded only once the store answered: a failed load is the next request's
+            // to try again, not an empty store whose tokens a new authorization overwrites.
             state.tokens = self.store.load_tokens(&store_key(&server)).await?;
+            state.loaded = true;
             if self.config.dpop.is_none() && state.tokens.as_ref().is_some_and(|t| t.dpop_bound) {
                 // Useless without the key it is bound to: authorize anew.
                 state.tokens = None;
