@@ -171,7 +171,11 @@ impl<T> Future for CallHandle<T> {
         if let Poll::Ready(outcome) = Pin::new(&mut waiting.rx).poll(cx) {
             this.waiting = None;
             return Poll::Ready(match outcome {
-                Ok(result) => result.and_then(this.convert),
+                // A result that cannot be read as its type is still the server's answer: the
+                // request ran.
+                Ok(result) => {
+                    result.and_then(|value| (this.convert)(value).map_err(Error::with_may_have_run))
+                }
                 Err(_) => Err(Error::new(
                     ErrorKind::Closed,
                     "the client's driver stopped before the call completed",

@@ -74,7 +74,7 @@ pub use methods::MAX_LIST_PAGES;
 pub use models::Content;
 pub use recover::RecoveredCall;
 pub use request::Request;
-pub use results::{CallToolResult, InitializeResult, Tool};
+pub use results::{CallToolResult, InitializeResult, Tool, MAX_CONTENT_ITEMS};
 pub use startable::Startable;
 #[allow(deprecated)]
 pub use task_store::{InMemoryTaskStore, StoredTask, TaskStore};

@@ -126,6 +126,13 @@ impl Tool {
     }
 }
 
+/// The most content items a tool result is read with. A typed item takes up to 296 bytes
+/// where `0,` takes two in the body, so a result within the body bound could otherwise
+/// become gigabytes of items: a result with more is an
+/// [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error, which says the call may have run
+/// (it did: the server answered).
+pub const MAX_CONTENT_ITEMS: usize = 100_000;
+
 /// The result of `tools/call`.
 ///
 /// A tool that failed reports it in-band: `is_error` is `true` and the call itself succeeded.
@@ -152,6 +159,12 @@ impl CallToolResult {
         let obj = as_object(&raw, "tool result")?;
         let content = match obj.get("content") {
             None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) if items.len() > MAX_CONTENT_ITEMS => {
+                return Err(protocol(format!(
+                    "tool result has {} content items, more than {MAX_CONTENT_ITEMS}",
+                    items.len()
+                )))
+            }
             Some(Value::Array(items)) => items.iter().map(Content::from_ref).collect(),
             Some(_) => return Err(protocol("tool result content is not an array")),
         };
@@ -202,6 +215,17 @@ mod tests {
         assert!(matches!(r.content[1], Content::Image(_)));
         assert!(matches!(r.content[2], Content::ResourceLink(_)));
         assert_eq!(r.meta, Some(json!({"k": 2})));
+    }
+
+    // A body of `[0,0,…]` within the body bound would be gigabytes of typed items.
+    #[test]
+    fn a_result_with_more_content_items_than_the_bound_is_a_protocol_error() {
+        let items = |n: usize| json!({"content": vec![0; n]});
+        let read = CallToolResult::from_value(items(MAX_CONTENT_ITEMS)).unwrap();
+        assert_eq!(read.content.len(), MAX_CONTENT_ITEMS);
+        let error = CallToolResult::from_value(items(MAX_CONTENT_ITEMS + 1)).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Protocol);
+        assert!(error.message().contains("100001 content items"), "{error}");
     }
 
     #[test]

@@ -310,6 +310,27 @@ async fn malformed_json_fails_the_call() {
     assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
 }
 
+/// A result that cannot be read as a tool result (here more content items than the client
+/// reads) is still the server's answer: `Protocol`, and the call ran, so the error says it
+/// may have run (an application retrying on "did not run" would run it twice).
+#[tokio::test]
+async fn an_unreadable_result_says_the_call_may_have_run() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/call") {
+            let items = vec![0; mcp_resume::client::MAX_CONTENT_ITEMS + 1];
+            return json_result(req, json!({ "content": items }));
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = client_for(&server).build().unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("echo", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(err.may_have_run(), "{err}");
+}
+
 /// An undecodable SSE message: the stream ends without the response and without an event id.
 /// An unknown outcome (the call is unkeyed); never a success or a hang.
 #[tokio::test]
