@@ -707,6 +707,49 @@ async fn a_failed_token_load_is_tried_again_by_the_next_request() {
     assert_eq!(auth.grants(), ["authorization_code"]);
 }
 
+/// An application's HTTP client, without a timeout of its own, meets a metadata URL that
+/// accepts the connection and never answers: the request fails at the provider's HTTP
+/// timeout, not at its own deadline, and the provider is free again (`sign_out` returns).
+#[tokio::test]
+async fn an_oauth_request_that_never_gets_an_answer_fails_at_the_http_timeout() {
+    let (silent, silent_url) = oauth::listener().await;
+    // Ends with the test's runtime.
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            held.push(connection);
+        }
+    });
+    let (listener, url) = oauth::mcp_listener().await;
+    let _server = TestServer::start_on(listener, move |_| unauthorized(&silent_url));
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(HeadlessAuthorizer::new())
+        .http_client(http)
+        .http_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let client = client(&url, &provider);
+    let started = tokio::time::Instant::now();
+    guarded(client.connect()).await.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failed at the call's deadline, not the HTTP timeout: {:?}",
+        started.elapsed()
+    );
+    assert!(
+        matches!(provider.last_failure(), Some(OAuthError::Http(_))),
+        "{:?}",
+        provider.last_failure()
+    );
+    guarded(provider.sign_out()).await.unwrap();
+}
+
 /// A provider holds tokens for one MCP endpoint: asked for another, it refuses rather than
 /// send its token there.
 #[tokio::test]

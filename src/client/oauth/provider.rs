@@ -27,7 +27,7 @@ use super::dpop::DpopKey;
 use super::grant::{IdentityAssertion, MachineGrant, WorkloadIdentity};
 use super::jwt::ClientAssertion;
 use super::store::{InMemoryTokenStore, TokenStore};
-use super::wire::{self, ClientAuth, CodeFlow, TokenEndpoint};
+use super::wire::{self, ClientAuth, CodeFlow, HttpClient, TokenEndpoint};
 
 /// Entry point: `OAuth::builder()`.
 #[derive(Debug)]
@@ -144,6 +144,7 @@ pub struct OAuthBuilder {
     store: Arc<dyn TokenStore>,
     store_timeout: Duration,
     http: Option<reqwest::Client>,
+    http_timeout: Duration,
     scopes: Option<Vec<String>>,
     offline_access: bool,
     refresh_margin: Duration,
@@ -168,6 +169,7 @@ impl Default for OAuthBuilder {
             store: Arc::new(InMemoryTokenStore::new()),
             store_timeout: Duration::from_secs(30),
             http: None,
+            http_timeout: Duration::from_secs(30),
             scopes: None,
             offline_access: true,
             refresh_margin: Duration::from_secs(60),
@@ -311,7 +313,8 @@ impl OAuthBuilder {
     }
 
     /// The HTTP client for metadata, registration and token requests. Default: a client of
-    /// its own that follows no redirect, with a 30 s timeout.
+    /// its own that follows no redirect. Whatever the client, each of these exchanges is
+    /// bounded by [`OAuthBuilder::http_timeout`], yours having a timeout or not.
     ///
     /// Build yours with `redirect(reqwest::redirect::Policy::none())`. The URL checks (no
     /// loopback, no plain http, see [`OAuthBuilder::dangerous_allow_loopback`]) are made on
@@ -321,6 +324,16 @@ impl OAuthBuilder {
     /// never sent again to where a 307 or 308 points (its body cannot be replayed).
     pub fn http_client(mut self, http: reqwest::Client) -> Self {
         self.http = Some(http);
+        self
+    }
+
+    /// How long each metadata, registration or token exchange (the request sent and its
+    /// answer read, a DPoP nonce's retry included) may take, whatever the HTTP client. Past
+    /// it the request fails ([`OAuthError::Http`], in [`OAuthProvider::last_failure`]) as
+    /// when the server cannot be reached: the tokens are kept, and the provider is free for
+    /// the next request. Default 30 s.
+    pub fn http_timeout(mut self, limit: Duration) -> Self {
+        self.http_timeout = limit;
         self
     }
 
@@ -451,14 +464,18 @@ impl OAuthBuilder {
                     .into(),
             ));
         }
-        let http = match self.http {
+        let client = match self.http {
             Some(http) => http,
+            // Its exchanges are bounded by `http_timeout`, as an application's client's are.
             None => reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .connect_timeout(Duration::from_secs(10))
-                .timeout(Duration::from_secs(30))
                 .build()
                 .map_err(|e| Error::with_source(ErrorKind::InvalidConfig, "HTTP client", e))?,
+        };
+        let http = HttpClient {
+            client,
+            limit: self.http_timeout,
         };
         Ok(OAuthProvider {
             inner: Arc::new(Inner {
@@ -680,7 +697,7 @@ struct Config {
 
 struct Inner {
     config: Config,
-    http: reqwest::Client,
+    http: HttpClient,
     store: Arc<dyn TokenStore>,
     /// Shared with the flow a request starts ([`detached`]), which holds it to its end.
     state: Arc<tokio::sync::Mutex<State>>,

@@ -4,6 +4,7 @@
 //! secrets, assertions) is ever sent again to where a 307 or 308 points, and any redirected
 //! answer is refused.
 
+use std::future::Future;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -30,10 +31,50 @@ use super::jwt::ClientAssertion;
 /// Metadata documents and token responses are small; anything larger is refused unread.
 const MAX_DOCUMENT: usize = 1 << 20;
 
+/// The HTTP client OAuth requests go through, and how long each exchange with it (the
+/// request sent, the answer read) may take. An application's client may have no timeout:
+/// a server that never answers would otherwise hold the provider's state for ever, every
+/// later request waiting behind it and `sign_out` never returning.
+#[derive(Clone)]
+pub(super) struct HttpClient {
+    pub(super) client: reqwest::Client,
+    pub(super) limit: Duration,
+}
+
+impl HttpClient {
+    /// `exchange` within the limit, else `silent`'s failure, told what happened: like an
+    /// unreachable server's, it says nothing of what was presented. Outside a tokio runtime
+    /// (where a flow runs inline) there is no timer to bound it with: it runs unbounded.
+    async fn within<T, E>(
+        &self,
+        exchange: impl Future<Output = Result<T, E>>,
+        silent: impl FnOnce(String) -> E,
+    ) -> Result<T, E> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return exchange.await;
+        }
+        match tokio::time::timeout(self.limit, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(silent(format!("no answer within {:?}", self.limit))),
+        }
+    }
+}
+
 /// GETs a JSON document. `Ok(None)` when the server answers anything but 2xx (it is not
 /// there) or a body that is not the document; `Err` when the server cannot be reached or
-/// gives no answer for now ([`unavailable`]).
+/// gives no answer for now ([`unavailable`]), or none within the client's limit.
 pub(super) async fn fetch_document<T: DeserializeOwned>(
+    http: &HttpClient,
+    url: &Url,
+) -> Result<Option<T>, OAuthError> {
+    let shown = shown_url(url);
+    http.within(get_document(&http.client, url), |silence| {
+        OAuthError::Http(format!("GET {shown}: {silence}"))
+    })
+    .await
+}
+
+async fn get_document<T: DeserializeOwned>(
     http: &reqwest::Client,
     url: &Url,
 ) -> Result<Option<T>, OAuthError> {
@@ -105,6 +146,29 @@ async fn read_limited(response: reqwest::Response) -> Result<Vec<u8>, OAuthError
 
 /// Dynamic client registration (RFC 7591) at `endpoint`, for `issuer`.
 pub(super) async fn register(
+    http: &HttpClient,
+    endpoint: &str,
+    issuer: &str,
+    client_name: &str,
+    redirect_uris: &[String],
+    scope: Option<&str>,
+) -> Result<RegisteredClient, OAuthError> {
+    let target = shown(endpoint);
+    let registration = register_at(
+        &http.client,
+        endpoint,
+        issuer,
+        client_name,
+        redirect_uris,
+        scope,
+    );
+    http.within(registration, |silence| {
+        OAuthError::Http(format!("registration at {target}: {silence}"))
+    })
+    .await
+}
+
+async fn register_at(
     http: &reqwest::Client,
     endpoint: &str,
     issuer: &str,
@@ -174,7 +238,7 @@ impl ClientAuth<'_> {
 
 /// The token endpoint and what every request to it carries.
 pub(super) struct TokenEndpoint<'a> {
-    pub(super) http: &'a reqwest::Client,
+    pub(super) http: &'a HttpClient,
     pub(super) url: &'a str,
     pub(super) issuer: &'a str,
     pub(super) client_id: &'a str,
@@ -492,7 +556,7 @@ fn token_response(
 /// at the IdP (RFC 8693) for an identity assertion authorization grant for `audience` (the
 /// authorization server's issuer) and `resource` (the MCP server).
 pub(super) async fn identity_assertion_grant(
-    http: &reqwest::Client,
+    http: &HttpClient,
     idp: &IdentityAssertion,
     subject: &Secret,
     audience: &str,
@@ -582,9 +646,23 @@ impl std::error::Error for HttpFailure {}
 
 /// A token request, sent with our reqwest client; with `dpop`, each attempt carries a fresh
 /// proof, and a refusal for want of the server's nonce (`use_dpop_nonce`) is sent again
-/// once with it (RFC 9449 §8). An answer that is no answer ([`unavailable`]) is a failure,
-/// like an unreachable server.
+/// once with it (RFC 9449 §8). An answer that is no answer ([`unavailable`]), or none
+/// within the client's limit (the nonce's retry included), is a failure, like an
+/// unreachable server.
 async fn send(
+    http: HttpClient,
+    dpop: Option<DpopKey>,
+    request: oauth2::HttpRequest,
+) -> Result<oauth2::HttpResponse, HttpFailure> {
+    let target = shown(&request.uri().to_string());
+    let exchange = exchange(http.client.clone(), dpop, request);
+    http.within(exchange, |silence| {
+        HttpFailure(format!("{target}: {silence}"))
+    })
+    .await
+}
+
+async fn exchange(
     http: reqwest::Client,
     dpop: Option<DpopKey>,
     request: oauth2::HttpRequest,
