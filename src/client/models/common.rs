@@ -1,7 +1,10 @@
 //! Small types shared by several models.
 
+use serde::de::{DeserializeOwned, Deserializer, Error as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+
+use crate::client::MAX_CONTENT_ITEMS;
 
 /// Who a message is from (`role`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,16 +37,37 @@ pub struct Annotations {
 }
 
 /// A member the protocol allows to be one item or an array of items (sampling content),
-/// kept in the shape it came in so that it is written back unchanged.
-// `Many` is tried first: an item type that accepts any JSON (`Content` keeps unknown shapes
-// whole) would otherwise take an array as one item.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// kept in the shape it came in so that it is written back unchanged. An array is read with
+/// at most [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS) items: a typed item can
+/// take a hundred times the bytes it took in the message.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum OneOrMany<T> {
     /// An array of items.
     Many(Vec<T>),
     /// A single item.
     One(T),
+}
+
+// An array is always `Many`: an item type that accepts any JSON (`Content` keeps unknown
+// shapes whole) would otherwise take an array as one item.
+impl<'de, T: DeserializeOwned> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Value::deserialize(deserializer)? {
+            Value::Array(items) if items.len() > MAX_CONTENT_ITEMS => Err(D::Error::custom(
+                format_args!("{} items, more than {MAX_CONTENT_ITEMS}", items.len()),
+            )),
+            Value::Array(items) => items
+                .into_iter()
+                .map(T::deserialize)
+                .collect::<Result<_, _>>()
+                .map(OneOrMany::Many)
+                .map_err(D::Error::custom),
+            one => T::deserialize(one)
+                .map(OneOrMany::One)
+                .map_err(D::Error::custom),
+        }
+    }
 }
 
 impl<T> OneOrMany<T> {
@@ -98,5 +122,18 @@ mod tests {
         let parsed: OneOrMany<Content> = serde_json::from_value(one.clone()).unwrap();
         assert!(matches!(&parsed, OneOrMany::One(c) if c.as_text() == Some("b")));
         assert_eq!(serde_json::to_value(&parsed).unwrap(), one);
+    }
+
+    // `[0,0,…]` within a message's size bound would be gigabytes of typed items.
+    #[test]
+    fn an_array_of_more_items_than_the_bound_is_refused() {
+        let items = |n: usize| json!(vec![0; n]);
+        let read: OneOrMany<Content> = serde_json::from_value(items(MAX_CONTENT_ITEMS)).unwrap();
+        assert_eq!(read.as_slice().len(), MAX_CONTENT_ITEMS);
+        let refused = serde_json::from_value::<OneOrMany<Content>>(items(MAX_CONTENT_ITEMS + 1));
+        assert!(refused
+            .unwrap_err()
+            .to_string()
+            .contains("more than 100000"));
     }
 }
