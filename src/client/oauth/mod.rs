@@ -40,6 +40,7 @@ mod dpop;
 mod grant;
 mod jwt;
 mod provider;
+mod step_up;
 mod store;
 mod wire;
 

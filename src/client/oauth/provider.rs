@@ -1,6 +1,5 @@
 //! [`OAuthProvider`]: a [`TokenProvider`] that obtains its tokens by MCP authorization.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -26,6 +25,7 @@ use super::bounded::{BoundedAuthorizer, BoundedStore};
 use super::dpop::DpopKey;
 use super::grant::{IdentityAssertion, MachineGrant, WorkloadIdentity};
 use super::jwt::ClientAssertion;
+use super::step_up::StepUps;
 use super::store::{InMemoryTokenStore, TokenStore};
 use super::wire::{self, ClientAuth, CodeFlow, HttpClient, TokenEndpoint};
 
@@ -761,7 +761,7 @@ struct State {
     /// The scopes of the last authorization.
     requested: Vec<String>,
     /// Step-up authorizations made per requested scope set.
-    step_ups: HashMap<String, u32>,
+    step_ups: StepUps,
     /// When renewing ahead of expiry last failed: not tried again on every request.
     renew_failed: Option<std::time::Instant>,
     /// A workload assertion the token endpoint refused, or an enterprise ID token refused by
@@ -1011,11 +1011,9 @@ impl Inner {
         if insufficient {
             let scopes = union(&state.requested, challenge.scope.as_deref());
             let key = scope_param(&scopes).unwrap_or_default();
-            let attempts = state.step_ups.entry(key.clone()).or_default();
-            if *attempts >= self.config.max_step_ups {
+            if !state.step_ups.admit(&key, self.config.max_step_ups) {
                 return Err(OAuthError::StepUpLimit(key));
             }
-            *attempts += 1;
             tracing::debug!(scope = %key, "step-up authorization");
             return self.authorize(state, server, scopes).await;
         }
