@@ -367,11 +367,20 @@ impl Store for RedisStore {
                 Some("in_use") => Ok(ClaimOutcome::InUse),
                 Some("mismatch") => Ok(ClaimOutcome::Mismatch),
                 Some("lost") => Ok(ClaimOutcome::Lost),
-                Some("done") => answer
-                    .get(1)
-                    .and_then(|j| StoredOutcome::from_stored(j))
-                    .map(ClaimOutcome::Done)
-                    .ok_or_else(|| malformed("a stored answer this crate did not write")),
+                // The key ran; an answer this crate cannot read (another version's, or
+                // damaged) is gone: an unknown outcome, and the key never runs again. Read as
+                // a store outage, a client would retry it to its deadline.
+                Some("done") => Ok(
+                    match answer.get(1).and_then(|j| StoredOutcome::from_stored(j)) {
+                        Some(outcome) => ClaimOutcome::Done(outcome),
+                        None => {
+                            tracing::warn!(
+                                "a stored answer this crate cannot read: outcome unknown"
+                            );
+                            ClaimOutcome::Lost
+                        }
+                    },
+                ),
                 _ => Err(malformed("an unexpected claim answer")),
             }
         })

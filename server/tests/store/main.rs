@@ -705,3 +705,45 @@ async fn a_store_is_opened_from_its_name() {
         assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{spec}");
     }
 }
+
+// ---- A stored answer this crate cannot read ----
+
+/// A finished key whose stored answer cannot be read (written by another version, or
+/// damaged) ran, and its answer is gone: an unknown outcome (the key never runs again), not a
+/// store outage a client would retry to its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_an_unreadable_stored_answer_is_an_unknown_outcome() {
+    let server = redis_server().await;
+    let opts = options();
+    let namespace = opts.namespace.clone();
+    let store = RedisStore::connect_with(&server.url(), opts)
+        .await
+        .expect("connects");
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    assert!(store
+        .finish(&key("k"), &token("a"), &outcome("once"))
+        .await
+        .unwrap());
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let _: () = redis::cmd("HSET")
+        .arg(&keys[0])
+        .arg("outcome")
+        .arg("not an answer")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Lost
+    );
+}
