@@ -67,9 +67,10 @@ pub enum OAuthError {
     /// the user declined.
     #[error("authorizer: {0}")]
     Authorizer(String),
-    /// A metadata, registration or token request failed on the network, got no answer for
-    /// now (a 5xx, 429 or 408), or got one too large to read. Trying again later may
-    /// succeed: the provider keeps its tokens.
+    /// A metadata, registration or token request failed on the network, got no answer
+    /// within `OAuthBuilder::http_timeout` or none for now (a 5xx, 429 or 408), got one too
+    /// large to read, or got one that is no OAuth answer (a firewall's HTML page, a body that
+    /// is not JSON). Trying again later may succeed: the provider keeps its tokens.
     #[error("http: {0}")]
     Http(String),
     /// The provider's configuration cannot work (e.g. a private key that does not parse).
