@@ -6,12 +6,13 @@ use serde_json::{json, Value};
 use super::codes::error_object;
 use crate::error::{Error, ErrorKind, RpcError};
 
-/// A message from the host, classified.
+/// A message from the host, classified. A request's `id` is the host's, or what the bridge
+/// made of it once taken (its place among the requests the host's cancel reaches).
 #[derive(Debug)]
-pub(crate) enum HostMessage {
+pub(crate) enum HostMessage<Id = Value> {
     /// A request: it gets exactly one answer under `id`, unless the host cancels it.
     Request {
-        id: Value,
+        id: Id,
         method: String,
         params: Option<Value>,
     },
@@ -25,6 +26,23 @@ pub(crate) enum HostMessage {
         id: Value,
         result: Result<Value, RpcError>,
     },
+}
+
+impl<Id> HostMessage<Id> {
+    /// The same message, a request's id made into `f`'s.
+    pub(crate) fn with_request_id<T>(self, f: impl FnOnce(Id) -> T) -> HostMessage<T> {
+        match self {
+            HostMessage::Request { id, method, params } => HostMessage::Request {
+                id: f(id),
+                method,
+                params,
+            },
+            HostMessage::Notification { method, params } => {
+                HostMessage::Notification { method, params }
+            }
+            HostMessage::Response { id, result } => HostMessage::Response { id, result },
+        }
+    }
 }
 
 impl HostMessage {

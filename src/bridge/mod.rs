@@ -336,22 +336,13 @@ impl Bridge {
         let taken = if *inner.closed.borrow() {
             Err(closed())
         } else {
-            HostMessage::parse(message).map(|message| match message {
-                HostMessage::Request { id, method, params } => Taken::Request {
-                    waiting: inner.calls.wait(id),
-                    method,
-                    params,
-                },
-                HostMessage::Notification { method, params } => {
-                    Taken::Notification { method, params }
-                }
-                HostMessage::Response { id, result } => Taken::Response { id, result },
-            })
+            HostMessage::parse(message)
+                .map(|message| message.with_request_id(|id| inner.calls.wait(id)))
         };
         async move {
             match taken? {
-                Taken::Request {
-                    mut waiting,
+                HostMessage::Request {
+                    id: mut waiting,
                     method,
                     params,
                 } => {
@@ -364,8 +355,10 @@ impl Bridge {
                     };
                     inner.request(waiting, method, params, permit)
                 }
-                Taken::Notification { method, params } => inner.notification(&method, params).await,
-                Taken::Response { id, result } => {
+                HostMessage::Notification { method, params } => {
+                    inner.notification(&method, params).await
+                }
+                HostMessage::Response { id, result } => {
                     inner.server_requests.answer(&id, result);
                     Ok(())
                 }
@@ -426,24 +419,6 @@ impl Bridge {
             Phase::Idle(_) | Phase::Failed(_) | Phase::Closed => Ok(()),
         }
     }
-}
-
-/// A host message as [`Bridge::send`] took it: a request already reachable by the host's
-/// cancel.
-enum Taken {
-    Request {
-        waiting: host_calls::Waiting,
-        method: String,
-        params: Option<Value>,
-    },
-    Notification {
-        method: String,
-        params: Option<Value>,
-    },
-    Response {
-        id: Value,
-        result: Result<Value, crate::error::RpcError>,
-    },
 }
 
 fn closed() -> Error {
