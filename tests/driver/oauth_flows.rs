@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Json;
 use mcp_resume::client::oauth::{
-    HeadlessAuthorizer, InMemoryTokenStore, OAuth, OAuthProvider, TokenStore,
+    Authorizer, HeadlessAuthorizer, InMemoryTokenStore, OAuth, OAuthProvider, TokenStore,
 };
 use mcp_resume::oauth::OAuthError;
 use mcp_resume::{Client, Era, ErrorKind, ReconnectPolicy, TokenProvider, TokenRequest, ToolCall};
@@ -469,6 +469,120 @@ async fn concurrent_refusals_refresh_once() {
         result.unwrap();
     }
     assert_eq!(auth.grants(), ["authorization_code", "refresh_token"]);
+}
+
+/// Hands every request to an [`OAuthProvider`], telling `all_in` once `expected` refused
+/// requests have asked it for a fresh token: each has then begun to wait for the provider
+/// (which notes the flows already ended when asked, before it waits), so a flow released by
+/// `all_in` ends after all of them began waiting, without sleeping on it.
+struct CountingRefusals {
+    inner: OAuthProvider,
+    refused: Arc<std::sync::atomic::AtomicU32>,
+    expected: u32,
+    all_in: Arc<Notify>,
+}
+
+impl TokenProvider for CountingRefusals {
+    fn token(
+        &self,
+        request: TokenRequest,
+    ) -> futures::future::BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        self.inner.token(request)
+    }
+
+    fn credential(
+        &self,
+        request: TokenRequest,
+    ) -> futures::future::BoxFuture<'static, Result<Option<String>, mcp_resume::Error>> {
+        let challenged = request.challenge.is_some();
+        let flow = self.inner.credential(request);
+        if challenged
+            && self
+                .refused
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                + 1
+                == self.expected
+        {
+            self.all_in.notify_one();
+        }
+        flow
+    }
+
+    fn present(
+        &self,
+        token: &str,
+        method: &reqwest::Method,
+        url: &reqwest::Url,
+    ) -> Result<mcp_resume::Presentation, mcp_resume::Error> {
+        self.inner.present(token, method, url)
+    }
+}
+
+/// Several requests refused at once, with no refresh token to renew by, share one
+/// authorization, and when the user declines it they share its failure: the page opens once,
+/// not once per request. A request made after the failure authorizes again.
+#[tokio::test]
+async fn concurrent_refusals_share_a_failed_authorization() {
+    let (_server, url, auth) = protected().await;
+    let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let all_in = Arc::new(Notify::new());
+    let (count, gate) = (asked.clone(), all_in.clone());
+    let headless = Arc::new(HeadlessAuthorizer::new());
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(move |request| {
+            let (headless, gate) = (headless.clone(), gate.clone());
+            let nth = count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                // The first is the connection's; the second, the refusals', is declined.
+                if nth != 1 {
+                    return headless.authorize(request).await;
+                }
+                // Declined only once every refused request waits behind this flow.
+                gate.notified().await;
+                Err(mcp_resume::Error::token_unavailable(std::io::Error::other(
+                    "the user closed the page",
+                )))
+            }
+        })
+        .build()
+        .unwrap();
+    let client = Client::builder(&url)
+        .auth(CountingRefusals {
+            inner: provider.clone(),
+            refused: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            expected: 6,
+            all_in,
+        })
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    {
+        let mut ledger = auth.ledger.lock().unwrap();
+        ledger.valid.clear();
+        ledger.refresh.clear();
+    }
+    let calls = (0..6).map(|_| client.list_tools());
+    for result in guarded(futures::future::join_all(calls)).await {
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    }
+    assert!(
+        matches!(provider.last_failure(), Some(OAuthError::Authorizer(_))),
+        "{:?}",
+        provider.last_failure()
+    );
+    assert_eq!(
+        asked.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "one authorization for six refusals"
+    );
+    guarded(client.list_tools()).await.unwrap();
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
 }
 
 /// A request dropped while its refresh is on the way (an app's `timeout`, a deadline) does

@@ -1,5 +1,6 @@
 //! [`OAuthProvider`]: a [`TokenProvider`] that obtains its tokens by MCP authorization.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -511,6 +512,7 @@ impl OAuthBuilder {
                 })),
                 last_failure: Mutex::new(None),
                 bindings: Mutex::new(Bindings::default()),
+                reauthorizations: AtomicU64::new(0),
             }),
         })
     }
@@ -534,7 +536,7 @@ impl OAuthBuilder {
 /// one are never presented to it.
 ///
 /// Cheap to clone; clones share tokens and state. Concurrent refusals run one flow: the
-/// others wait and get its token.
+/// others wait and get its token, or the failure of an authorization the user declined.
 #[derive(Clone)]
 pub struct OAuthProvider {
     inner: Arc<Inner>,
@@ -655,17 +657,22 @@ impl TokenProvider for OAuthProvider {
 /// dropped while it waits for the state (behind an authorization the user has not finished)
 /// leaves nothing behind. A panic in the flow (an app's authorizer or store) reaches the
 /// awaiting request as before, where the driver turns it into that request's failure.
+///
+/// The reauthorizations ended are counted when the request is made, not once it has the
+/// state: a failed one that ends while the request waits answers it too.
 fn detached(
     inner: Arc<Inner>,
     request: TokenRequest,
     up_front: bool,
 ) -> BoxFuture<'static, Result<Option<String>, Error>> {
+    let waited = inner.reauthorizations.load(Ordering::SeqCst);
     Box::pin(async move {
         let state = inner.state.clone().lock_owned().await;
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return inner.credential(state, request, up_front).await;
+            return inner.credential(state, request, up_front, waited).await;
         };
-        let flow = runtime.spawn(async move { inner.credential(state, request, up_front).await });
+        let flow =
+            runtime.spawn(async move { inner.credential(state, request, up_front, waited).await });
         match flow.await {
             Ok(outcome) => outcome,
             Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
@@ -705,6 +712,9 @@ struct Inner {
     /// Whether the recent access tokens are DPoP-bound: read for every request, where the
     /// state's async lock is not taken.
     bindings: Mutex<Bindings>,
+    /// How many authorizations started by a refused token have ended: read before a request
+    /// waits for the state (which the flow holds), increased under it when one ends.
+    reauthorizations: AtomicU64,
 }
 
 /// The last few access tokens the provider handed out and whether each is DPoP-bound. More
@@ -768,6 +778,10 @@ struct State {
     /// the IdP or whose grant the token endpoint refused, with the answer: the same token is
     /// not presented again (a retry cannot succeed, and servers count it against us).
     refused_assertion: Option<(Secret, OAuthError)>,
+    /// How the last authorization started by a refused token failed, with its number in
+    /// [`Inner::reauthorizations`]; `None` once one succeeds. The requests refused while it
+    /// ran take its failure instead of asking the user again.
+    failed_reauthorization: Option<(u64, OAuthError)>,
 }
 
 impl State {
@@ -834,6 +848,7 @@ impl Inner {
         mut state: OwnedMutexGuard<State>,
         request: TokenRequest,
         up_front: bool,
+        waited: u64,
     ) -> Result<Option<String>, Error> {
         let server = self.bind(&mut state, request.url.as_deref())?;
         if !state.loaded {
@@ -872,6 +887,7 @@ impl Inner {
                     &server,
                     challenge,
                     request.refused_token.as_deref(),
+                    waited,
                 )
                 .await
                 .map(Some),
@@ -983,13 +999,15 @@ impl Inner {
         Ok(None)
     }
 
-    /// The server refused `refused` (or a request without credentials).
+    /// The server refused `refused` (or a request without credentials). `waited` is how many
+    /// reauthorizations had ended when the request was made.
     async fn refused(
         &self,
         state: &mut State,
         server: &Url,
         challenge: &AuthChallenge,
         refused: Option<&str>,
+        waited: u64,
     ) -> Result<String, OAuthError> {
         if challenge.error.as_deref() == Some(USE_DPOP_NONCE) {
             // The token is good; the proof's nonce was not, after the one retry with the
@@ -1005,6 +1023,14 @@ impl Inner {
             let renewed = refused != Some(current.access_token.expose());
             if renewed && (!insufficient || covers(&current.scopes, challenge.scope.as_deref())) {
                 return Ok(current.access_token.expose().to_owned());
+            }
+        }
+        if let Some((ended, failure)) = &state.failed_reauthorization {
+            // Refused while that flow ran: the user just declined (or the flow failed), and
+            // is not asked again once per request that was waiting. A request made after it
+            // starts a flow of its own.
+            if *ended > waited {
+                return Err(failure.clone());
             }
         }
         let discovery = self.discover(state, server, Some(challenge)).await?;
@@ -1035,7 +1061,10 @@ impl Inner {
         } else {
             union(&state.requested, challenge.scope.as_deref())
         };
-        self.authorize(state, server, scopes).await
+        let outcome = self.authorize(state, server, scopes).await;
+        let ended = self.reauthorizations.fetch_add(1, Ordering::SeqCst) + 1;
+        state.failed_reauthorization = outcome.as_ref().err().map(|e| (ended, e.clone()));
+        outcome
     }
 
     fn initial_scopes(&self, discovery: &Discovery, challenge_scope: Option<&str>) -> Vec<String> {
