@@ -478,6 +478,14 @@ async fn a_context_mismatch_ends_the_calls_span_in_error() {
         .await
         .expect_err("an answer under another context is not a result");
     assert_eq!(err.kind(), ErrorKind::ContextMismatch, "{err}");
+    // The mismatch re-initializes the session after the call has failed: a call made now goes
+    // out on the new session, so the re-initialization has ended, and is counted, before the
+    // client is closed (closed during it, the server counted an `initialize` the client never
+    // finished).
+    bench
+        .call("echo", json!({"text": "after"}), false, "after")
+        .await
+        .expect("echo on the new session");
     let seen = bench.finish().await;
     let spans = &seen.spans;
     let call = spans.one("tools/call generate");
