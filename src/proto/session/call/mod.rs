@@ -520,10 +520,14 @@ impl Call {
     /// never runs anything), or a keyed call to a server that deduplicates keyed calls (as
     /// its session advertised, or as `policy` assumes).
     pub(super) fn resend_safe(&self, policy: ResendPolicy) -> bool {
-        self.task.is_some()
-            || (self.key.is_some()
-                && (self.attempt.server_dedups()
-                    || policy == ResendPolicy::AssumeServerDeduplicates))
+        self.task.is_some() || self.key_deduplicated(policy)
+    }
+
+    /// Whether its key is one the server deduplicates (as its session advertised, or as
+    /// `policy` assumes): the server's refusals of the key are then read as such.
+    pub(super) fn key_deduplicated(&self, policy: ResendPolicy) -> bool {
+        self.key.is_some()
+            && (self.attempt.server_dedups() || policy == ResendPolicy::AssumeServerDeduplicates)
     }
 
     /// A resume ended: it made progress (the count starts over) or not.

@@ -20,7 +20,6 @@ use super::{Ended, ExKind, Exchange, Fed, Hold};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::classify::{self, ContentType, Refusal, Refused};
-use crate::proto::config::ResendPolicy;
 use crate::proto::decide::{decide, Decision, Failure};
 use crate::proto::jsonrpc::{self, DecodeError, Decoded, Message};
 use crate::proto::probe::ProbeAnswer;
@@ -713,11 +712,7 @@ impl Session {
             // Read wherever the call's key is trusted to be deduplicated: the server said so,
             // or the application assumes it (a refused re-send then waits for the stored
             // result, or is an unknown outcome, never a plain error saying it did not run).
-            Err(error)
-                if call.key().is_some()
-                    && (call.attempt().server_dedups()
-                        || self.config.resend_policy == ResendPolicy::AssumeServerDeduplicates) =>
-            {
+            Err(error) if call.key_deduplicated(self.config.resend_policy) => {
                 match ext::key_refusal(error.data.as_ref()) {
                     Some(ext::KeyRefusal::InUse) => Some(Failure::KeyInUse),
                     Some(ext::KeyRefusal::OutcomeUnknown) => Some(Failure::KeyOutcomeLost),
