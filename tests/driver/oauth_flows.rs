@@ -906,62 +906,40 @@ async fn the_authorization_server_is_asked_again_when_refresh_fails() {
     );
 }
 
-/// The token endpoint is unavailable (503) when a refused token is to be refreshed: the call
-/// fails, but the refresh token is kept, in memory and in the store, since nothing said it
-/// is no good. Once the endpoint is back, the next call refreshes with it: the user is not
-/// sent to authorize again.
+/// A refused token's refresh meets a token endpoint that is unavailable (503), or a
+/// firewall's 403 HTML page that is no OAuth error: the call fails, but the refresh token is
+/// kept, in memory and in the store, since nothing said it is no good. The next call
+/// refreshes with it: the user is not sent to authorize again.
 #[tokio::test]
-async fn an_unavailable_token_endpoint_does_not_cost_the_refresh_token() {
-    let (_server, url, auth) = protected().await;
-    let store = InMemoryTokenStore::new();
-    let provider = provider_with(store.clone());
-    let client = client(&url, &provider);
-    guarded(client.connect()).await.unwrap();
-    {
-        let mut ledger = auth.ledger.lock().unwrap();
-        ledger.valid.clear();
-        ledger.unavailable = 1;
+async fn a_refresh_that_gets_no_oauth_answer_does_not_cost_the_refresh_token() {
+    for (fault, what) in [((1, 0), "the 503"), ((0, 1), "the 403 page")] {
+        let (_server, url, auth) = protected().await;
+        let store = InMemoryTokenStore::new();
+        let provider = provider_with(store.clone());
+        let client = client(&url, &provider);
+        guarded(client.connect()).await.unwrap();
+        {
+            let mut ledger = auth.ledger.lock().unwrap();
+            ledger.valid.clear();
+            (ledger.unavailable, ledger.blocked) = fault;
+        }
+        guarded(client.list_tools()).await.unwrap_err();
+        let kept = guarded(store.load_tokens(&url)).await.unwrap();
+        assert!(
+            kept.is_some_and(|t| t.refresh_token.is_some()),
+            "the stored refresh token survives {what}"
+        );
+        assert!(
+            matches!(provider.last_failure(), Some(OAuthError::Http(_))),
+            "{what}"
+        );
+        guarded(client.list_tools()).await.unwrap();
+        assert_eq!(
+            auth.grants(),
+            ["authorization_code", "refresh_token", "refresh_token"],
+            "{what}"
+        );
     }
-    guarded(client.list_tools()).await.unwrap_err();
-    let kept = guarded(store.load_tokens(&url)).await.unwrap();
-    assert!(
-        kept.is_some_and(|t| t.refresh_token.is_some()),
-        "the stored refresh token survives the 503"
-    );
-    assert!(matches!(provider.last_failure(), Some(OAuthError::Http(_))));
-    guarded(client.list_tools()).await.unwrap();
-    assert_eq!(
-        auth.grants(),
-        ["authorization_code", "refresh_token", "refresh_token"]
-    );
-}
-
-/// A refresh answered by a firewall's 403 HTML page, not an OAuth error, was not refused:
-/// the refresh token is kept and tried again, and the user is not sent to authorize anew.
-#[tokio::test]
-async fn a_token_endpoint_answer_that_is_no_oauth_error_does_not_cost_the_refresh_token() {
-    let (_server, url, auth) = protected().await;
-    let store = InMemoryTokenStore::new();
-    let provider = provider_with(store.clone());
-    let client = client(&url, &provider);
-    guarded(client.connect()).await.unwrap();
-    {
-        let mut ledger = auth.ledger.lock().unwrap();
-        ledger.valid.clear();
-        ledger.blocked = 1;
-    }
-    guarded(client.list_tools()).await.unwrap_err();
-    let kept = guarded(store.load_tokens(&url)).await.unwrap();
-    assert!(
-        kept.is_some_and(|t| t.refresh_token.is_some()),
-        "the stored refresh token survives the 403 page"
-    );
-    assert!(matches!(provider.last_failure(), Some(OAuthError::Http(_))));
-    guarded(client.list_tools()).await.unwrap();
-    assert_eq!(
-        auth.grants(),
-        ["authorization_code", "refresh_token", "refresh_token"]
-    );
 }
 
 /// The same for a token that expired: its renewal meets a 503, and the refresh token is not
