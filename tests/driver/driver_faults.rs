@@ -731,6 +731,13 @@ fn the_event_and_notification_streams_end_when_the_drivers_runtime_shuts_down() 
     // Subscribed after the stop, a stream ends at once.
     let late = callers.block_on(guarded(client.events().recv()));
     assert!(late.is_none(), "{late:?}");
+    // The call ends too: `Closed`, or `OutcomeUnknown` when the shutdown cut its POST before
+    // the driver's stop reached it (its connection's task went with the runtime); either says
+    // it may have run.
     let err = callers.block_on(guarded(call)).unwrap().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::Closed | ErrorKind::OutcomeUnknown),
+        "{err}"
+    );
+    assert!(err.may_have_run(), "{err}");
 }
