@@ -672,8 +672,10 @@ fn stopped_under_a_call(before: impl FnOnce(&Client)) -> StoppedUnderACall {
 }
 
 /// A call performs its POST in its own task, but the driver keeps its deadline: when the
-/// driver's runtime shuts down under a call in flight, the call fails with `Closed` at once
-/// (nothing is left to enforce its deadline), and later calls fail the same way.
+/// driver's runtime shuts down under a call in flight, the call fails at once (nothing is
+/// left to enforce its deadline): `Closed`, or `OutcomeUnknown` when the shutdown cut its
+/// POST's connection (opened on that runtime) before the driver's stop reached the call;
+/// either says it may have run. Later calls fail with `Closed`.
 #[test]
 fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
     let StoppedUnderACall {
@@ -686,7 +688,11 @@ fn a_call_in_flight_fails_closed_when_the_drivers_runtime_shuts_down() {
         .block_on(guarded(call))
         .unwrap()
         .expect_err("the server never answers");
-    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::Closed | ErrorKind::OutcomeUnknown),
+        "{err}"
+    );
+    assert!(err.may_have_run(), "{err}");
     let later = callers.block_on(guarded(client.call_tool(ToolCall::new("echo", json!({})))));
     assert_eq!(later.unwrap_err().kind(), ErrorKind::Closed);
 }
@@ -731,9 +737,7 @@ fn the_event_and_notification_streams_end_when_the_drivers_runtime_shuts_down() 
     // Subscribed after the stop, a stream ends at once.
     let late = callers.block_on(guarded(client.events().recv()));
     assert!(late.is_none(), "{late:?}");
-    // The call ends too: `Closed`, or `OutcomeUnknown` when the shutdown cut its POST before
-    // the driver's stop reached it (its connection's task went with the runtime); either says
-    // it may have run.
+    // The call ends too, as in the test above.
     let err = callers.block_on(guarded(call)).unwrap().unwrap_err();
     assert!(
         matches!(err.kind(), ErrorKind::Closed | ErrorKind::OutcomeUnknown),
