@@ -32,7 +32,9 @@ pub trait Store: Send + Sync + 'static {
     /// Keeps a session record (replacing one of the same session).
     fn put_session<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()>;
 
-    /// Reads a session record.
+    /// Reads a session record; `None` when the store holds none, or none it can read (a
+    /// damaged record is no context the guard can vouch for: the session's client starts a
+    /// new one, as after the record expired).
     fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>>;
 
     /// Forgets a session record.

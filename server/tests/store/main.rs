@@ -747,3 +747,40 @@ async fn redis_an_unreadable_stored_answer_is_an_unknown_outcome() {
         ClaimOutcome::Lost
     );
 }
+
+/// A session record this crate cannot read (another version's, or damaged), or one kept under
+/// another session's name, is read as no record: the guard then answers the session's keyed
+/// calls and resumes as a session it does not know, and the client starts a new one. Read as
+/// a store outage, a keyed call was refused as retryable to its deadline, again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_an_unreadable_session_record_is_read_as_absent() {
+    let server = redis_server().await;
+    let opts = options();
+    let namespace = opts.namespace.clone();
+    let store = RedisStore::connect_with(&server.url(), opts)
+        .await
+        .expect("connects");
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let other = serde_json::to_string(&record("s-other")).unwrap();
+    for stored in ["not a record", other.as_str()] {
+        store.put_session(&record("s-1")).await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{namespace}*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        let _: () = redis::cmd("SET")
+            .arg(&keys[0])
+            .arg(stored)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let read = store.session(&SessionId::parse(b"s-1").unwrap()).await;
+        assert!(matches!(read, Ok(None)), "{stored}: {read:?}");
+    }
+}
