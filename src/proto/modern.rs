@@ -3,6 +3,8 @@
 //! base64 sentinel, `x-mcp-header` annotations, the modern error codes, `resultType`, and
 //! reading a `server/discover` answer. Pure functions over JSON; the session decides when.
 
+use std::sync::Arc;
+
 use base64::Engine as _;
 use http::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -146,7 +148,31 @@ pub struct ParamHeader {
     /// `Mcp-Param-{name}`.
     pub header: HeaderName,
     /// The chain of `properties` keys leading to the annotated parameter.
-    pub path: Vec<String>,
+    pub path: Arc<ParamPath>,
+}
+
+/// Where a parameter sits in a call's arguments: its `properties` key under the parameter
+/// holding it. The parameters of one object share the path to it, each key held once
+/// however many annotations lie under it: copied per annotation, one long key above
+/// thousands of annotated leaves would take thousands of times the schema's own size.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ParamPath {
+    parent: Option<Arc<ParamPath>>,
+    key: String,
+}
+
+impl ParamPath {
+    /// The keys from the arguments' top level down to the parameter.
+    pub fn keys(&self) -> Vec<&str> {
+        let mut keys = Vec::new();
+        let mut at = Some(self);
+        while let Some(node) = at {
+            keys.push(node.key.as_str());
+            at = node.parent.as_deref();
+        }
+        keys.reverse();
+        keys
+    }
 }
 
 /// Why a tool's `x-mcp-header` annotations are invalid (the tool is dropped from the list).
@@ -160,7 +186,7 @@ pub struct InvalidAnnotation(pub String);
 /// An annotation anywhere else makes the whole tool invalid.
 pub fn param_headers(input_schema: &Value) -> Result<Vec<ParamHeader>, InvalidAnnotation> {
     let mut found = Vec::new();
-    walk_reachable(input_schema, &mut Vec::new(), &mut found)?;
+    walk_reachable(input_schema, None, &mut found)?;
     // Annotations off the `properties` chain (under items, anyOf, $ref targets, …).
     let reachable = found.len();
     let total = count_annotations(input_schema);
@@ -185,13 +211,13 @@ pub fn param_headers(input_schema: &Value) -> Result<Vec<ParamHeader>, InvalidAn
 
 fn walk_reachable(
     schema: &Value,
-    path: &mut Vec<String>,
+    path: Option<&Arc<ParamPath>>,
     out: &mut Vec<ParamHeader>,
 ) -> Result<(), InvalidAnnotation> {
     if let Some(name) = schema.get("x-mcp-header") {
-        if path.is_empty() {
+        let Some(path) = path else {
             return Err(InvalidAnnotation("x-mcp-header on the schema root".into()));
-        }
+        };
         let Some(name) = name.as_str() else {
             return Err(InvalidAnnotation("x-mcp-header is not a string".into()));
         };
@@ -213,14 +239,16 @@ fn walk_reachable(
             .map_err(|_| InvalidAnnotation(format!("x-mcp-header {name:?} is not a header")))?;
         out.push(ParamHeader {
             header,
-            path: path.clone(),
+            path: Arc::clone(path),
         });
     }
     if let Some(Value::Object(props)) = schema.get("properties") {
         for (key, sub) in props {
-            path.push(key.clone());
-            walk_reachable(sub, path, out)?;
-            path.pop();
+            let here = Arc::new(ParamPath {
+                parent: path.cloned(),
+                key: key.clone(),
+            });
+            walk_reachable(sub, Some(&here), out)?;
         }
     }
     Ok(())
@@ -251,7 +279,7 @@ pub fn param_header_values(
     let mut out = Vec::new();
     for h in headers {
         let mut value = arguments;
-        for key in &h.path {
+        for key in h.path.keys() {
             value = value.and_then(|v| v.get(key));
         }
         let text = match value {
@@ -400,6 +428,20 @@ mod tests {
         )));
         // Absent or null: no header.
         assert!(param_header_values(&headers, Some(&json!({"region": null}))).is_empty());
+    }
+
+    #[test]
+    fn annotations_under_one_object_share_its_path() {
+        let long = "k".repeat(4096);
+        let schema = json!({"properties": {long.clone(): {"type": "object", "properties": {
+            "a": {"type": "string", "x-mcp-header": "A"},
+            "b": {"type": "string", "x-mcp-header": "B"}}}}});
+        let headers = param_headers(&schema).unwrap();
+        assert_eq!(headers[0].path.keys(), [long.as_str(), "a"]);
+        assert_eq!(headers[1].path.keys(), [long.as_str(), "b"]);
+        // The long key is held once, not once per annotation under it.
+        let parent = |h: &ParamHeader| h.path.parent.clone().unwrap();
+        assert!(Arc::ptr_eq(&parent(&headers[0]), &parent(&headers[1])));
     }
 
     #[test]

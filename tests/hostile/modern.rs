@@ -1032,6 +1032,42 @@ async fn a_tool_list_annotating_every_property_is_read_in_linear_time() {
 }
 
 #[tokio::test]
+async fn annotations_under_one_long_property_name_share_its_path() {
+    let what = "2,000 annotations under a 64 KiB property name";
+    // About 170 KiB of schema: every annotated leaf sits under the same long name, which a
+    // copy of each leaf's path would hold 2,000 times (128 MiB).
+    let leaves: serde_json::Map<String, Value> = (0..2_000)
+        .map(|i| {
+            let leaf = json!({"type": "string", "x-mcp-header": format!("a{i}")});
+            (format!("a{i}"), leaf)
+        })
+        .collect();
+    let long = "k".repeat(64 * 1024);
+    let tool = Arc::new(
+        json!({"name": "deep", "inputSchema": {"type": "object", "properties": {
+            long: {"type": "object", "properties": leaves}}}})
+        .to_string(),
+    );
+    let server = ModernServer::start(move |req| {
+        req.is_rpc("tools/list").then(|| {
+            let id = req.rpc_id();
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"result":{{"resultType":"complete","tools":[{tool}]}}}}"#
+            );
+            Reply::full(200, &[("Content-Type", "application/json")], body)
+        })
+    })
+    .await;
+    let client = builder(&server).max_body_size(MIB).build().unwrap();
+    connected(&server, &client).await;
+    let probe = Probe::start();
+    let listed = within(what, LIMIT, client.list_tools()).await.unwrap();
+    assert_eq!(listed.unwrap().len(), 1, "{what}");
+    probe.assert_memory(what, 8 * MIB);
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
 async fn a_list_whose_cursors_go_round_in_a_circle_ends_when_one_comes_back() {
     let what = "nextCursor A, B, A, …";
     let server = ModernServer::start(|req| {
