@@ -40,6 +40,8 @@ pub(crate) enum DecodeError {
     Shape(&'static str),
     /// A batch where the negotiated protocol version does not allow one.
     BatchNotAllowed,
+    /// A batch of more than [`MAX_BATCH_LEN`] messages.
+    BatchTooLong,
 }
 
 impl std::fmt::Display for DecodeError {
@@ -48,6 +50,9 @@ impl std::fmt::Display for DecodeError {
             DecodeError::Json(e) => write!(f, "invalid JSON: {e}"),
             DecodeError::Shape(s) => write!(f, "not a JSON-RPC message: {s}"),
             DecodeError::BatchNotAllowed => f.write_str("JSON-RPC batch not allowed"),
+            DecodeError::BatchTooLong => {
+                write!(f, "JSON-RPC batch of more than {MAX_BATCH_LEN} messages")
+            }
         }
     }
 }
@@ -93,6 +98,13 @@ impl Iterator for DecodedIter {
 /// length would let a server make the client hold what it sends many times over.
 const MAX_REQUEST_ID_LEN: usize = 1024;
 
+/// The most messages a batch may carry; one of more is refused whole, as it is read. This
+/// client sends no batch, so a server's holds only its own requests and notifications and
+/// the answers to calls in flight: real ones carry a few. Ten thousand is far beyond them
+/// and keeps a batch's decoded messages near a megabyte beyond its body, where a body of
+/// zeros within the size bound made millions of them, gigabytes.
+pub(crate) const MAX_BATCH_LEN: usize = 10_000;
+
 /// Decodes a body or SSE `data` payload: one message, or a batch when `allow_batch`.
 ///
 /// Each element of a batch is decoded on its own; malformed elements are returned as errors
@@ -105,33 +117,92 @@ pub(crate) fn decode(payload: &[u8], allow_batch: bool) -> Result<Decoded, Decod
     if let Some(one) = decode_object(payload) {
         return Ok(Decoded::One(one));
     }
-    let value: Value =
-        serde_json::from_slice(payload).map_err(|e| DecodeError::Json(e.to_string()))?;
-    match value {
-        Value::Array(items) => {
-            if !allow_batch {
-                return Err(DecodeError::BatchNotAllowed);
-            }
-            if items.is_empty() {
-                return Err(DecodeError::Shape("empty batch"));
-            }
-            Ok(Decoded::Batch(
-                items.into_iter().map(decode_value).collect(),
-            ))
-        }
-        other => Ok(Decoded::One(decode_value(other))),
+    if first_byte(payload) == Some(b'[') {
+        return decode_batch(payload, allow_batch);
     }
+    let value: Value = serde_json::from_slice(payload).map_err(json_error)?;
+    Ok(Decoded::One(decode_value(value)))
 }
 
 /// The common case of [`decode`], one object, when the direct reading accepts it: what
 /// `decode` would make of it. `None` for anything else (`decode` reads it then).
 pub(crate) fn decode_object(payload: &[u8]) -> Option<Result<Message, DecodeError>> {
-    if payload.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    if first_byte(payload) != Some(b'{') {
         return None;
     }
     serde_json::from_slice::<Envelope>(payload)
         .ok()
         .map(Envelope::decode)
+}
+
+fn first_byte(payload: &[u8]) -> Option<u8> {
+    payload.iter().copied().find(|b| !b.is_ascii_whitespace())
+}
+
+fn json_error(e: serde_json::Error) -> DecodeError {
+    DecodeError::Json(e.to_string())
+}
+
+/// A payload that is a JSON array: its elements read one at a time, so that an array refused
+/// (where batches are not allowed, or past [`MAX_BATCH_LEN`]) is never held as a whole.
+fn decode_batch(payload: &[u8], allow_batch: bool) -> Result<Decoded, DecodeError> {
+    use serde::de::{DeserializeSeed as _, IgnoredAny};
+    use serde::Deserialize as _;
+
+    let mut reader = serde_json::Deserializer::from_slice(payload);
+    if !allow_batch {
+        // Skipped, not built: only whether it is JSON at all decides the error.
+        IgnoredAny::deserialize(&mut reader)
+            .and_then(|_| reader.end())
+            .map_err(json_error)?;
+        return Err(DecodeError::BatchNotAllowed);
+    }
+    let mut too_long = false;
+    let read = BatchElements {
+        too_long: &mut too_long,
+    }
+    .deserialize(&mut reader)
+    .and_then(|items| reader.end().map(|()| items));
+    match read {
+        Err(_) if too_long => Err(DecodeError::BatchTooLong),
+        Err(e) => Err(json_error(e)),
+        Ok(items) if items.is_empty() => Err(DecodeError::Shape("empty batch")),
+        Ok(items) => Ok(Decoded::Batch(items)),
+    }
+}
+
+/// Reads a batch's elements, each decoded on its own as it is read, and stops at the one
+/// past [`MAX_BATCH_LEN`], saying so in `too_long`.
+struct BatchElements<'a> {
+    too_long: &'a mut bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for BatchElements<'_> {
+    type Value = Vec<Result<Message, DecodeError>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for BatchElements<'_> {
+    type Value = Vec<Result<Message, DecodeError>>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC batch")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Value>()? {
+            if items.len() == MAX_BATCH_LEN {
+                *self.too_long = true;
+                return Err(serde::de::Error::custom("batch too long"));
+            }
+            items.push(decode_value(item));
+        }
+        Ok(items)
+    }
 }
 
 /// Decodes one JSON value as a JSON-RPC message.
@@ -482,6 +553,35 @@ mod tests {
         assert_eq!(msgs.len(), 2);
         assert!(msgs[0].is_ok());
         assert!(msgs[1].is_err());
+    }
+
+    #[test]
+    fn a_batch_longer_than_the_bound_is_refused_whole() {
+        let batch = |len: usize| {
+            let element = r#"{"jsonrpc":"2.0","method":"m"}"#;
+            format!("[{}]", vec![element; len].join(","))
+        };
+        assert_eq!(
+            decode_vec(batch(MAX_BATCH_LEN).as_bytes(), true).map(|v| v.len()),
+            Ok(MAX_BATCH_LEN)
+        );
+        assert_eq!(
+            decode_vec(batch(MAX_BATCH_LEN + 1).as_bytes(), true),
+            Err(DecodeError::BatchTooLong)
+        );
+        // Where batches are not allowed, any array is refused as one, and garbage as garbage.
+        assert_eq!(
+            decode_vec(batch(MAX_BATCH_LEN + 1).as_bytes(), false),
+            Err(DecodeError::BatchNotAllowed)
+        );
+        assert!(matches!(
+            decode_vec(b"[1,", false),
+            Err(DecodeError::Json(_))
+        ));
+        assert!(matches!(
+            decode_vec(b"[1] x", true),
+            Err(DecodeError::Json(_))
+        ));
     }
 
     #[test]

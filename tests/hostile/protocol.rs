@@ -60,6 +60,40 @@ async fn json_rpc_batch_in_an_sse_event() {
 }
 
 #[tokio::test]
+async fn a_batch_of_millions_of_elements_is_refused_without_reading_each() {
+    let _heavy = heavy().await;
+    // Four million elements in 8 MiB: each a `Value`, then a decoded message, they took
+    // gigabytes where batches are allowed (2025-03-26), and a `Value` each where they are not.
+    let body = bytes::Bytes::from(format!("[{}0]", "0,".repeat(4_000_000)));
+    for version in ["2025-03-26", VERSION] {
+        let what = format!("a batch of four million elements on {version}");
+        let answer = body.clone();
+        let server = Server::start(move |req| {
+            if initializes(req) {
+                let result = json!({"protocolVersion": version, "capabilities": {},
+                    "serverInfo": {"name": "hostile", "version": "1"}});
+                return Reply::json(200, &result_msg(req, result));
+            }
+            if tool_calls(req) {
+                let json = [("Content-Type", "application/json")];
+                return Reply::full(200, &json, answer.clone());
+            }
+            Reply::good()
+        })
+        .await;
+        let client = builder(&server).max_body_size(16 * MIB).build().unwrap();
+        client.connect().await.unwrap();
+        let probe = Probe::start();
+        let (err, _) = failing(&what, Duration::from_secs(5), client.call_tool(echo("x"))).await;
+        // Read like any other body without the call's response, after the call reached the
+        // server.
+        assert_kind(&what, &err, ErrorKind::OutcomeUnknown);
+        probe.assert_memory(&what, 40 * MIB);
+        assert_usable(&what, &server, &client).await;
+    }
+}
+
+#[tokio::test]
 async fn text_html_with_200() {
     // A 200 page from something that is not the MCP server (a portal, a proxy) may or may
     // not have passed the request on: both readings are defensible; success is not.

@@ -608,14 +608,24 @@ impl Session {
 
     /// The messages of one payload, in order, while the exchange lasts.
     fn on_decoded(&mut self, http: HttpId, messages: Decoded, now: Instant) {
+        // Said once for the payload: a batch may hold thousands of elements that are not
+        // messages, and a line for each would flood the log.
+        let mut undecodable = 0usize;
+        let mut first = None;
         for message in messages {
             if self.exchanges.get(http).is_none() {
-                return;
+                break;
             }
             match message {
                 Ok(m) => self.on_message(http, m, now),
-                Err(e) => warn!(error = %e, "undecodable message ignored"),
+                Err(e) => {
+                    undecodable += 1;
+                    first.get_or_insert(e);
+                }
             }
+        }
+        if let Some(e) = first {
+            warn!(error = %e, count = undecodable, "undecodable message ignored");
         }
     }
 
