@@ -10,7 +10,7 @@ use super::models::{
     ReadResourceResult, Resource, ResourceTemplate,
 };
 use super::request::Request;
-use super::results::{protocol, Tool};
+use super::results::{protocol, Tool, MAX_CONTENT_ITEMS};
 use crate::error::Error;
 
 /// Bound on the pages of one list, so a server that keeps sending cursors cannot loop the
@@ -189,28 +189,70 @@ impl Client {
             None => json!({}),
         };
         let raw: Value = self.request(Request::new(list.method, params)).await?;
-        let values = raw
-            .get(list.member)
-            .and_then(Value::as_array)
-            .ok_or_else(|| {
-                protocol(format!(
-                    "{} result lacks a `{}` array",
-                    list.method, list.member
-                ))
-            })?;
-        let items = values
-            .iter()
-            .cloned()
-            .map(list.read)
-            .collect::<Result<Vec<T>, Error>>()?;
-        let next_cursor = raw
-            .get("nextCursor")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        Ok(Page {
-            items,
-            next_cursor,
-            raw,
-        })
+        read_page(list, raw)
+    }
+}
+
+/// Reads one page of `list`'s result, with at most [`MAX_CONTENT_ITEMS`] items: a typed item
+/// can take a hundred times the bytes it took in the body. A page that cannot be read is
+/// still the server's answer: the request ran.
+fn read_page<T>(list: &ListMethod<T>, raw: Value) -> Result<Page<T>, Error> {
+    let values = match raw.get(list.member).and_then(Value::as_array) {
+        None => {
+            return Err(protocol(format!(
+                "{} result lacks a `{}` array",
+                list.method, list.member
+            ))
+            .with_may_have_run())
+        }
+        Some(values) if values.len() > MAX_CONTENT_ITEMS => {
+            return Err(protocol(format!(
+                "{} result has {} {}, more than {MAX_CONTENT_ITEMS}",
+                list.method,
+                values.len(),
+                list.member
+            ))
+            .with_may_have_run())
+        }
+        Some(values) => values,
+    };
+    let items = values
+        .iter()
+        .cloned()
+        .map(list.read)
+        .collect::<Result<Vec<T>, Error>>()
+        .map_err(Error::with_may_have_run)?;
+    let next_cursor = raw
+        .get("nextCursor")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok(Page {
+        items,
+        next_cursor,
+        raw,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    // `{"name":""}` is 12 bytes in the body; a typed tool or prompt is a hundred times that.
+    #[test]
+    fn a_page_of_more_items_than_the_bound_is_refused() {
+        let page = |member: &str, n: usize| json!({ member: vec![json!({"name": ""}); n] });
+        let read = read_page(&TOOLS, page("tools", MAX_CONTENT_ITEMS)).unwrap();
+        assert_eq!(read.items.len(), MAX_CONTENT_ITEMS);
+        for error in [
+            read_page(&TOOLS, page("tools", MAX_CONTENT_ITEMS + 1)).map(drop),
+            read_page(&PROMPTS, page("prompts", MAX_CONTENT_ITEMS + 1)).map(drop),
+        ] {
+            let error = error.unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Protocol);
+            assert!(error.message().contains("more than 100000"), "{error}");
+            // The server answered: the page it was asked for was read.
+            assert!(error.may_have_run(), "{error}");
+        }
     }
 }

@@ -488,3 +488,37 @@ async fn duplicate_session_id_headers_are_used_consistently() {
         Err(message) => panic!("{message}"),
     }
 }
+
+// 29 bytes of body per message, several times that once typed: a body within its bound must
+// not become gigabytes of messages. Refused through the client as in the models.
+#[tokio::test]
+async fn a_prompt_of_more_messages_than_the_bound_is_refused() {
+    let _heavy = heavy().await;
+    let server = Server::start(|req| {
+        if req.is_rpc("prompts/get") {
+            let message = json!({"role": "user", "content": 0});
+            let messages = vec![message; mcp_resume::client::MAX_CONTENT_ITEMS + 1];
+            return Reply::result(req, json!({ "messages": messages }));
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).max_body_size(8 * MIB).build().unwrap();
+    let no_arguments: [(&str, &str); 0] = [];
+    let what = "100,001 prompt messages";
+    let read = within(
+        what,
+        Duration::from_secs(10),
+        client.get_prompt("p", no_arguments),
+    );
+    let err = match read.await {
+        Ok(Err(err)) => err,
+        Ok(Ok(prompt)) => panic!("{what}: read {} messages", prompt.messages.len()),
+        Err(message) => panic!("{message}"),
+    };
+    assert_kind(what, &err, ErrorKind::Protocol);
+    assert!(err.message().contains("more than 100000"), "{err}");
+    // The server answered: the request ran.
+    assert!(err.may_have_run(), "{err}");
+    assert_usable(what, &server, &client).await;
+}

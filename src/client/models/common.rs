@@ -1,6 +1,9 @@
 //! Small types shared by several models.
 
-use serde::de::{DeserializeOwned, Deserializer, Error as _};
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{DeserializeOwned, Deserializer, Error as _, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -54,19 +57,54 @@ pub enum OneOrMany<T> {
 impl<'de, T: DeserializeOwned> Deserialize<'de> for OneOrMany<T> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         match Value::deserialize(deserializer)? {
-            Value::Array(items) if items.len() > MAX_CONTENT_ITEMS => Err(D::Error::custom(
-                format_args!("{} items, more than {MAX_CONTENT_ITEMS}", items.len()),
-            )),
-            Value::Array(items) => items
-                .into_iter()
-                .map(T::deserialize)
-                .collect::<Result<_, _>>()
-                .map(OneOrMany::Many)
-                .map_err(D::Error::custom),
+            many @ Value::Array(_) => bounded(many).map(OneOrMany::Many).map_err(D::Error::custom),
             one => T::deserialize(one)
                 .map(OneOrMany::One)
                 .map_err(D::Error::custom),
         }
+    }
+}
+
+/// Reads an array of typed items from a server, refusing one of more than
+/// [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS) items before typing them: a typed
+/// item can take a hundred times the bytes it took in the message. The field's
+/// `deserialize_with` for every array of typed items the client reads.
+pub(crate) fn bounded<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    deserializer.deserialize_seq(Bounded(PhantomData))
+}
+
+struct Bounded<T>(PhantomData<T>);
+
+impl<'de, T: Deserialize<'de>> Visitor<'de> for Bounded<T> {
+    type Value = Vec<T>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "an array of at most {MAX_CONTENT_ITEMS} items")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+        // A parsed array says its length: refuse it before typing any item. A streamed one is
+        // counted as it comes.
+        let told = seq.size_hint().unwrap_or(0);
+        if told > MAX_CONTENT_ITEMS {
+            return Err(A::Error::custom(format_args!(
+                "{told} items, more than {MAX_CONTENT_ITEMS}"
+            )));
+        }
+        let mut items = Vec::with_capacity(told);
+        while let Some(item) = seq.next_element()? {
+            if items.len() == MAX_CONTENT_ITEMS {
+                return Err(A::Error::custom(format_args!(
+                    "more than {MAX_CONTENT_ITEMS} items"
+                )));
+            }
+            items.push(item);
+        }
+        Ok(items)
     }
 }
 
@@ -135,5 +173,74 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("more than 100000"));
+    }
+
+    // `{"role":"user","content":0}` is 29 bytes in the body; a typed message is several
+    // times that.
+    #[test]
+    fn every_typed_array_takes_at_most_the_bound() {
+        use crate::client::models::{
+            from_result, from_value, CompleteResult, CreateMessageRequest, GetPromptResult, Prompt,
+            ReadResourceResult,
+        };
+        use crate::error::{Error, ErrorKind};
+
+        type Read = fn(Value) -> Result<usize, Error>;
+        let message = json!({"role": "user", "content": 0});
+        // Each case: a body holding one item at `array`, and how the client reads it.
+        let cases: [(&str, Value, Read); 5] = [
+            ("/messages", json!({"messages": message}), |v| {
+                from_result::<GetPromptResult>(v).map(|r| r.messages.len())
+            }),
+            (
+                "/contents",
+                json!({"contents": {"uri": "x:/y", "text": ""}}),
+                |v| from_result::<ReadResourceResult>(v).map(|r| r.contents.len()),
+            ),
+            (
+                "/messages",
+                json!({"maxTokens": 1, "messages": message}),
+                |v| {
+                    from_value::<CreateMessageRequest>(v, "sampling request")
+                        .map(|r| r.messages.len())
+                },
+            ),
+            (
+                "/arguments",
+                json!({"name": "p", "arguments": {"name": ""}}),
+                |v| from_value::<Prompt>(v, "list item").map(|r| r.arguments.len()),
+            ),
+            (
+                "/completion/values",
+                json!({"completion": {"values": ""}}),
+                |v| from_result::<CompleteResult>(v).map(|r| r.completion.values.len()),
+            ),
+        ];
+        for (array, one, read) in cases {
+            let body = |n: usize| {
+                let mut body = one.clone();
+                let slot = body.pointer_mut(array).unwrap();
+                *slot = Value::Array(vec![slot.clone(); n]);
+                body
+            };
+            assert_eq!(
+                read(body(MAX_CONTENT_ITEMS)).unwrap(),
+                MAX_CONTENT_ITEMS,
+                "{array}"
+            );
+            let error = read(body(MAX_CONTENT_ITEMS + 1)).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Protocol, "{array}");
+            assert!(
+                error.message().contains("more than 100000"),
+                "{array}: {error}"
+            );
+        }
+
+        // A result the client cannot read as its type is still the server's answer: the
+        // request ran.
+        let refused = json!({"messages": vec![message; MAX_CONTENT_ITEMS + 1]});
+        assert!(from_result::<GetPromptResult>(refused)
+            .unwrap_err()
+            .may_have_run());
     }
 }

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::common::bounded;
+
 /// What is being completed: a prompt's argument or a resource template's variable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -116,7 +118,9 @@ pub struct CompleteResult {
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct Completion {
-    /// The suggestions (at most 100).
+    /// The suggestions (at most 100 by the specification; read with at most
+    /// [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS)).
+    #[serde(deserialize_with = "bounded")]
     pub values: Vec<String>,
     /// How many suggestions exist in all, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]

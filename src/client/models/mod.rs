@@ -45,11 +45,24 @@ use crate::error::{Error, ErrorKind};
 
 /// Reads a server's JSON into a model; a mismatch is the server breaking the protocol.
 pub(crate) fn from_value<T: DeserializeOwned>(value: Value, what: &str) -> Result<T, Error> {
-    serde_json::from_value(value)
-        .map_err(|e| Error::with_source(ErrorKind::Protocol, format!("malformed {what}"), e))
+    serde_json::from_value(value).map_err(|e| {
+        // What did not fit (a bound passed, a member missing) is worth reading; a value
+        // quoted from the server is cut, since it can be as large as the message.
+        let mut why = e.to_string();
+        if why.len() > WHY_LEN {
+            let end = (0..=WHY_LEN).rev().find(|&i| why.is_char_boundary(i));
+            why.truncate(end.unwrap_or(0));
+            why.push('…');
+        }
+        Error::with_source(ErrorKind::Protocol, format!("malformed {what}: {why}"), e)
+    })
 }
 
-/// Reads a request's `result` into a model.
+/// The most bytes of a reading error kept in a [`from_value`] error's message.
+const WHY_LEN: usize = 200;
+
+/// Reads a request's `result` into a model. A result that does not fit is still the server's
+/// answer: the request ran.
 pub(crate) fn from_result<T: DeserializeOwned>(value: Value) -> Result<T, Error> {
-    from_value(value, "result")
+    from_value(value, "result").map_err(Error::with_may_have_run)
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::common::Role;
+use super::common::{bounded, Role};
 use super::content::Content;
 
 /// A prompt template the server offers (`prompts/list`).
@@ -18,8 +18,12 @@ pub struct Prompt {
     /// Description.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// The arguments it takes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// The arguments it takes (at most [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS)).
+    #[serde(
+        default,
+        deserialize_with = "bounded",
+        skip_serializing_if = "Vec::is_empty"
+    )]
     pub arguments: Vec<PromptArgument>,
     /// `_meta`, as sent.
     #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +60,8 @@ pub struct GetPromptResult {
     /// Description of the rendered prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// The messages.
+    /// The messages (at most [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS)).
+    #[serde(deserialize_with = "bounded")]
     pub messages: Vec<PromptMessage>,
     /// `_meta`, as sent.
     #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]

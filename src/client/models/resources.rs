@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::common::Annotations;
+use super::common::{bounded, Annotations};
 use super::content::ResourceContents;
 
 /// A resource the server offers (`resources/list`).
@@ -72,7 +72,9 @@ pub struct ResourceTemplate {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ReadResourceResult {
-    /// The contents (one resource may have several parts).
+    /// The contents (one resource may have several parts; at most
+    /// [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS)).
+    #[serde(deserialize_with = "bounded")]
     pub contents: Vec<ResourceContents>,
     /// `_meta`, as sent.
     #[serde(rename = "_meta", default, skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::common::{OneOrMany, Role};
+use super::common::{bounded, OneOrMany, Role};
 use super::content::Content;
 
 /// The params of `sampling/createMessage`: the server asks the client's model for a message.
@@ -11,7 +11,9 @@ use super::content::Content;
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct CreateMessageRequest {
-    /// The conversation so far.
+    /// The conversation so far (at most
+    /// [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS) messages).
+    #[serde(deserialize_with = "bounded")]
     pub messages: Vec<SamplingMessage>,
     /// The server's model preferences (hints, priorities), as sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
