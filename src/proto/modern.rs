@@ -254,13 +254,30 @@ fn walk_reachable(
     Ok(())
 }
 
-fn count_annotations(value: &Value) -> usize {
-    match value {
+/// The `x-mcp-header` annotations of `schema` and of every schema inside it, wherever it
+/// sits. A member of that name counts only on a schema: a parameter may be named so, and
+/// the values an instance may take (`default`, `examples`, `const`, `enum`) may hold
+/// anything. A keyword not known here is read as holding schemas, so an annotation under it
+/// counts, and, not on the `properties` chain, invalidates the tool.
+fn count_annotations(schema: &Value) -> usize {
+    match schema {
         Value::Object(map) => {
-            usize::from(map.contains_key("x-mcp-header"))
-                + map.values().map(count_annotations).sum::<usize>()
+            let nested: usize = map
+                .iter()
+                .map(|(keyword, value)| match keyword.as_str() {
+                    "default" | "examples" | "const" | "enum" => 0,
+                    // Maps whose keys are names and whose values are schemas.
+                    "properties" | "patternProperties" | "$defs" | "definitions"
+                    | "dependentSchemas" => match value {
+                        Value::Object(named) => named.values().map(count_annotations).sum(),
+                        other => count_annotations(other),
+                    },
+                    _ => count_annotations(value),
+                })
+                .sum();
+            usize::from(map.contains_key("x-mcp-header")) + nested
         }
-        Value::Array(items) => items.iter().map(count_annotations).sum(),
+        Value::Array(schemas) => schemas.iter().map(count_annotations).sum(),
         _ => 0,
     }
 }
@@ -463,6 +480,27 @@ mod tests {
             assert!(param_headers(&schema).is_err(), "{schema}");
         }
         assert_eq!(param_headers(&json!({"type": "object"})).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn the_name_x_mcp_header_outside_a_schema_is_no_annotation() {
+        let fine = [
+            // A parameter of that name.
+            json!({"properties": {"x-mcp-header": {"type": "string"}}}),
+            // Values an instance may take, not schemas.
+            json!({"properties": {"a": {"type": "object", "default": {"x-mcp-header": "x"}}}}),
+            json!({"properties": {"a": {"examples": [{"x-mcp-header": "x"}]}}}),
+            json!({"properties": {"a": {"const": {"x-mcp-header": "x"}}}}),
+            json!({"properties": {"a": {"enum": [{"x-mcp-header": "x"}]}}}),
+            json!({"$defs": {"x-mcp-header": {"type": "string"}}}),
+        ];
+        for schema in fine {
+            assert_eq!(param_headers(&schema), Ok(vec![]), "{schema}");
+        }
+        // A parameter of that name, annotated, is an annotation like any other.
+        let named =
+            json!({"properties": {"x-mcp-header": {"type": "string", "x-mcp-header": "X"}}});
+        assert_eq!(param_headers(&named).unwrap().len(), 1);
     }
 
     #[test]
