@@ -639,12 +639,20 @@ impl Session {
             Message::Request { id, method, .. } if !current => {
                 // The server that sent it serves a session this client has replaced: what
                 // it asks has nobody to answer it, and an answer would go to the new session.
-                debug!(%id, %method, "request on a stream of an earlier session ignored");
+                debug!(
+                    id = %logged_id(&id),
+                    method = %logged(&method),
+                    "request on a stream of an earlier session ignored"
+                );
             }
             Message::Request { id, method, .. } if self.is_modern() => {
                 // The modern era has no server-to-client requests on a stream (they come as
                 // MRTR inputs), and no client-sent responses to answer one with.
-                warn!(%id, %method, "server request on a modern stream ignored");
+                warn!(
+                    id = %logged_id(&id),
+                    method = %logged(&method),
+                    "server request on a modern stream ignored"
+                );
             }
             Message::Request { id, method, .. } if method == methods::PING => {
                 self.send_answer(id, Ok(json!({})));
@@ -657,10 +665,18 @@ impl Session {
                 })),
                 Hold::AlreadyOpen => {
                     // Its first copy gets the one answer this id may have.
-                    warn!(%id, %method, "server request id reused while it waits: ignored");
+                    warn!(
+                        id = %logged_id(&id),
+                        method = %logged(&method),
+                        "server request id reused while it waits: ignored"
+                    );
                 }
                 Hold::Full => {
-                    warn!(%id, %method, "too many server requests wait: refused");
+                    warn!(
+                        id = %logged_id(&id),
+                        method = %logged(&method),
+                        "too many server requests wait: refused"
+                    );
                     let error =
                         RpcError::new(RpcError::INTERNAL_ERROR, "too many server requests waiting");
                     self.send_answer(id, Err(error));
@@ -691,13 +707,16 @@ impl Session {
                 match self.calls.answered(&id) {
                     Some(call) => self.deliver(call, result, now),
                     None if self.calls.was_issued(&id) => {
-                        debug!(%id, "duplicate response dropped");
+                        debug!(id = %logged_id(&id), "duplicate response dropped");
                     }
                     None if resumed => {
-                        warn!(%id, "resumed stream delivered a response to a request never sent");
+                        warn!(
+                            id = %logged_id(&id),
+                            "resumed stream delivered a response to a request never sent"
+                        );
                         self.stream_violation(http, Failure::OrphanedResponse, now);
                     }
-                    None => warn!(%id, "response to an unknown request ignored"),
+                    None => warn!(id = %logged_id(&id), "response to an unknown request ignored"),
                 }
             }
         }
@@ -925,5 +944,134 @@ impl Session {
             Refused::NotProcessed { .. } | Refused::MayHaveRun => Failure::ResumeConnectFailed,
         };
         self.listen_failed(failure, None, false, now);
+    }
+}
+
+/// A string a server sent (a method, an id) as logged: its start, cut as its error messages
+/// are, since nothing else bounds it and a line per message of megabytes would flood a log.
+fn logged(text: &str) -> String {
+    let mut shown: String = text.chars().take(jsonrpc::MAX_ERROR_MESSAGE).collect();
+    jsonrpc::cap_error_message(&mut shown);
+    shown
+}
+
+/// A server's id as logged: a string one cut as [`logged`] cuts it.
+fn logged_id(id: &RequestId) -> String {
+    match id {
+        RequestId::String(s) => format!("{:?}", logged(s)),
+        number => number.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Write as _;
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use http::HeaderMap;
+    use serde_json::{json, Value};
+    use tracing::field::{Field, Visit};
+
+    use crate::proto::{CallId, CallRequest, Era, Session, SessionConfig, Transmit};
+
+    /// Every event logged while it is the thread's subscriber, one line each.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<String>>>);
+
+    struct Line<'a>(&'a mut String);
+
+    impl Visit for Line<'_> {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, "{}={value:?} ", field.name());
+        }
+    }
+
+    impl tracing::Subscriber for Captured {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut line = String::new();
+            event.record(&mut Line(&mut line));
+            self.0.lock().unwrap().push(line);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    /// A legacy session past its handshake, and the SSE stream of a call it keeps open.
+    fn call_stream() -> (Session, crate::proto::HttpId, Instant) {
+        #[allow(clippy::disallowed_methods)] // the test's origin of time
+        let now = Instant::now();
+        let config = SessionConfig::default()
+            .with_era(Era::Legacy)
+            .with_open_listen_stream(false);
+        let mut session = Session::new(config, now);
+        session.connect(now);
+        session.submit(CallId::next(), CallRequest::new("tools/call", None), now);
+        let mut call = None;
+        while let Some(transmit) = session.poll_transmit() {
+            let Transmit::Send(request) = transmit else {
+                continue;
+            };
+            let body: Value = serde_json::from_slice(request.body.as_deref().unwrap_or(b"null"))
+                .unwrap_or(Value::Null);
+            let mut headers = HeaderMap::new();
+            match body["method"].as_str() {
+                Some("initialize") => {
+                    headers.insert("content-type", "application/json".parse().unwrap());
+                    headers.insert("mcp-session-id", "s-1".parse().unwrap());
+                    let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "serverInfo": {"name": "scripted", "version": "1"}}});
+                    session.handle_head(request.id, 200, &headers, now);
+                    session.handle_data(request.id, answer.to_string().as_bytes(), now);
+                }
+                Some("tools/call") => {
+                    headers.insert("content-type", "text/event-stream".parse().unwrap());
+                    session.handle_head(request.id, 200, &headers, now);
+                    call = Some(request.id);
+                    continue;
+                }
+                _ => session.handle_head(request.id, 202, &headers, now),
+            }
+            session.handle_end(request.id, now);
+        }
+        (session, call.expect("the call is sent"), now)
+    }
+
+    #[test]
+    fn a_servers_megabyte_id_or_method_is_logged_cut() {
+        let long = "x".repeat(1 << 20);
+        let captured = Captured::default();
+        let lines = captured.0.clone();
+        tracing::subscriber::with_default(captured, || {
+            let (mut session, stream, now) = call_stream();
+            let events = [
+                // A response to no request of ours.
+                json!({"jsonrpc": "2.0", "id": long, "result": {}}),
+                // A request whose id is used again while its first copy waits.
+                json!({"jsonrpc": "2.0", "id": 1, "method": long}),
+                json!({"jsonrpc": "2.0", "id": 1, "method": long}),
+            ];
+            for event in events {
+                session.handle_data(stream, format!("data: {event}\n\n").as_bytes(), now);
+            }
+        });
+        let lines = lines.lock().unwrap();
+        let logged = |what: &str| lines.iter().find(|l| l.contains(what)).cloned();
+        for what in [
+            "response to an unknown request ignored",
+            "server request id reused while it waits",
+        ] {
+            let line = logged(what).unwrap_or_else(|| panic!("{what}: not logged: {lines:?}"));
+            assert!(line.len() < 4096, "{what}: a line of {} bytes", line.len());
+        }
     }
 }
