@@ -17,6 +17,14 @@ use crate::error::Error;
 /// client forever.
 pub const MAX_LIST_PAGES: usize = 1000;
 
+/// The most JSON the pages of one whole list ([`Client::list_tools`] and its siblings) may
+/// hold together, measured as the client writes each page's `result` compactly: 16 MiB, the
+/// default body bound. With at most [`MAX_CONTENT_ITEMS`] items in all, a whole list is held
+/// to what one result may be, however many pages a server cuts it into; a list past either
+/// bound is an [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error. Page through a
+/// larger one with `list_*_page`.
+pub const MAX_LIST_BYTES: usize = 16 * 1024 * 1024;
+
 /// A `*/list` method: its name, the member holding its items, and how an item is read.
 struct ListMethod<T> {
     method: &'static str,
@@ -51,7 +59,10 @@ const PROMPTS: ListMethod<Prompt> = ListMethod {
 
 impl Client {
     /// Lists the server's tools (`tools/list`, following `nextCursor` to the end, at most
-    /// [`MAX_LIST_PAGES`] pages).
+    /// [`MAX_LIST_PAGES`] pages). The pages together may hold at most [`MAX_CONTENT_ITEMS`]
+    /// items and [`MAX_LIST_BYTES`] of JSON: a longer list is an
+    /// [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error (read it with
+    /// [`Client::list_tools_page`]).
     pub async fn list_tools(&self) -> Result<Vec<Tool>, Error> {
         self.list_all(&TOOLS).await
     }
@@ -62,7 +73,8 @@ impl Client {
         self.list_page(&TOOLS, cursor).await
     }
 
-    /// Lists the server's resources (`resources/list`, every page).
+    /// Lists the server's resources (`resources/list`, every page, within the bounds of
+    /// [`Client::list_tools`]).
     pub async fn list_resources(&self) -> Result<Vec<Resource>, Error> {
         self.list_all(&RESOURCES).await
     }
@@ -72,7 +84,8 @@ impl Client {
         self.list_page(&RESOURCES, cursor).await
     }
 
-    /// Lists the server's resource templates (`resources/templates/list`, every page).
+    /// Lists the server's resource templates (`resources/templates/list`, every page, within
+    /// the bounds of [`Client::list_tools`]).
     pub async fn list_resource_templates(&self) -> Result<Vec<ResourceTemplate>, Error> {
         self.list_all(&RESOURCE_TEMPLATES).await
     }
@@ -107,7 +120,8 @@ impl Client {
             .await
     }
 
-    /// Lists the server's prompts (`prompts/list`, every page).
+    /// Lists the server's prompts (`prompts/list`, every page, within the bounds of
+    /// [`Client::list_tools`]).
     pub async fn list_prompts(&self) -> Result<Vec<Prompt>, Error> {
         self.list_all(&PROMPTS).await
     }
@@ -165,8 +179,26 @@ impl Client {
         let mut cursor: Option<String> = None;
         // A server naming a cursor again (`A`, `B`, `A`, …) would loop: its list ends there.
         let mut seen = std::collections::HashSet::new();
+        let mut bytes = 0usize;
         for _ in 0..MAX_LIST_PAGES {
             let page = self.list_page(list, cursor.as_deref()).await?;
+            // Each page is within the body bound; without a bound on their sum, 1,000 of
+            // them would all be held before the list ends.
+            bytes = bytes.saturating_add(json_len(&page.raw));
+            let passed = if items.len() + page.items.len() > MAX_CONTENT_ITEMS {
+                Some(format!("{MAX_CONTENT_ITEMS} items"))
+            } else if bytes > MAX_LIST_BYTES {
+                Some(format!("{MAX_LIST_BYTES} bytes of JSON"))
+            } else {
+                None
+            };
+            if let Some(bound) = passed {
+                return Err(protocol(format!(
+                    "{} holds more than {bound} in all its pages",
+                    list.method
+                ))
+                .with_may_have_run());
+            }
             items.extend(page.items);
             match page.next_cursor {
                 Some(next) if seen.insert(next.clone()) => cursor = Some(next),
@@ -191,6 +223,24 @@ impl Client {
         let raw: Value = self.request(Request::new(list.method, params)).await?;
         read_page(list, raw)
     }
+}
+
+/// The length of `value` written as compact JSON, without writing it anywhere.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // A `Value` always serializes (its keys are strings), and counting never fails.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// Reads one page of `list`'s result, with at most [`MAX_CONTENT_ITEMS`] items: a typed item

@@ -522,3 +522,67 @@ async fn a_prompt_of_more_messages_than_the_bound_is_refused() {
     assert!(err.may_have_run(), "{err}");
     assert_usable(what, &server, &client).await;
 }
+
+/// A `tools/list` whose pages never end before `pages` (each with a cursor of its own), each
+/// holding `per_page` tools described by `description` bytes.
+async fn endless_tool_list(per_page: usize, description: usize, pages: u64) -> Server {
+    Server::start(move |req| {
+        if req.is_rpc("tools/list") {
+            let page = req.params()["cursor"]
+                .as_str()
+                .and_then(|c| c.strip_prefix('c'))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            let tool = json!({"name": "t", "description": "d".repeat(description)});
+            let mut result = json!({ "tools": vec![tool; per_page] });
+            if page + 1 < pages {
+                result["nextCursor"] = json!(format!("c{}", page + 1));
+            }
+            return Reply::result(req, result);
+        }
+        Reply::good()
+    })
+    .await
+}
+
+/// Lists `server`'s tools, which must fail, within `memory` bytes of heap.
+async fn list_refused(what: &str, server: &Server, memory: usize) -> mcp_resume::Error {
+    let client = builder(server).build().unwrap();
+    let probe = Probe::start();
+    let listed = within(what, Duration::from_secs(20), client.list_tools()).await;
+    let err = match listed {
+        Ok(Err(err)) => err,
+        Ok(Ok(tools)) => panic!("{what}: listed {} tools", tools.len()),
+        Err(message) => panic!("{message}"),
+    };
+    probe.assert_memory(what, memory);
+    assert_kind(what, &err, ErrorKind::Protocol);
+    // The server answered every page: the requests ran.
+    assert!(err.may_have_run(), "{what}: {err}");
+    assert_usable(what, server, &client).await;
+    err
+}
+
+// Each page within the body bound, the list never ending: without a bound on the whole list,
+// 1,000 pages of a body each would be held before the list ends.
+#[tokio::test]
+async fn a_list_of_more_items_than_the_bound_in_all_is_refused() {
+    let _heavy = heavy().await;
+    // 5,000 tools a page: the 21st page passes 100,000.
+    let server = endless_tool_list(5_000, 0, 40).await;
+    let what = "a list of 5,000 tools a page";
+    let err = list_refused(what, &server, 200 * MIB).await;
+    assert!(err.message().contains("more than 100000"), "{err}");
+    assert_eq!(server.count(|r| r.is_rpc("tools/list")), 21, "{what}");
+}
+
+#[tokio::test]
+async fn a_list_of_more_bytes_than_the_bound_in_all_is_refused() {
+    let _heavy = heavy().await;
+    // One tool of 200 KB a page: the 84th page passes 16 MiB.
+    let server = endless_tool_list(1, 200_000, 120).await;
+    let what = "a list of one 200 KB tool a page";
+    let err = list_refused(what, &server, 48 * MIB).await;
+    assert!(err.message().contains("more than 16777216 bytes"), "{err}");
+    assert_eq!(server.count(|r| r.is_rpc("tools/list")), 84, "{what}");
+}
