@@ -656,6 +656,197 @@ async fn replaced_while_handling(new_asks: bool) {
     assert_eq!(answers, 1);
 }
 
+/// A cancellation the replaced session's server sends, on a call's stream still open from that
+/// session, does not cancel the new session's request under the same id: the new request's
+/// handler runs to its end and its answer reaches the new session.
+#[tokio::test]
+async fn a_cancellation_from_a_replaced_session_leaves_the_new_sessions_request_alone() {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let inits = Arc::new(AtomicUsize::new(0));
+    let (feed, stream) = futures::channel::mpsc::unbounded::<String>();
+    let stream = Arc::new(Mutex::new(Some(stream)));
+    let server = TestServer::start({
+        let inits = inits.clone();
+        move |req| {
+            let session = req.header("mcp-session-id").unwrap_or_default().to_owned();
+            if req.is_rpc("initialize") {
+                let n = inits.fetch_add(1, Ordering::SeqCst) + 1;
+                let mut response = json_result(req, initialize_result());
+                let id = axum::http::HeaderValue::from_str(&format!("s-{n}")).unwrap();
+                response.headers_mut().insert("mcp-session-id", id);
+                return response;
+            }
+            if req.is_rpc("tools/call") && session == "s-1" {
+                // The call's stream stays open for as long as the test feeds it.
+                let body = stream.lock().unwrap().take().expect("one call");
+                let body = body.map(|text| Ok::<_, Infallible>(axum::body::Bytes::from(text)));
+                return axum::http::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::from_stream(body))
+                    .unwrap();
+            }
+            if req.is_rpc("ping") && session == "s-1" {
+                return status(404);
+            }
+            if req.method == Method::GET && session == "s-2" {
+                let ask = json!({"jsonrpc": "2.0", "id": "q", "method": "roots/list"});
+                return sse_open(sse_event(None, &ask));
+            }
+            default_reply(req)
+        }
+    })
+    .await;
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let client = client_for(&server)
+        .on_roots({
+            let release = release.clone();
+            move |ctx| {
+                let (started, release) = (started.clone(), release.clone());
+                async move {
+                    let _ = started.send(ctx.clone());
+                    release.notified().await;
+                    Ok(vec![])
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let mut notes = client.notifications();
+    guarded(client.connect()).await.unwrap();
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_tool(ToolCall::new("echo", json!({}))).await }
+    });
+    let posted = server.wait_for(|r| r.is_rpc("tools/call")).await;
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "working"}});
+    feed.unbounded_send(sse_event(None, &log)).unwrap();
+    let note = guarded(notes.next()).await.unwrap();
+    assert_eq!(note.method, "notifications/message");
+    // s-1 is gone: the client re-initializes, and s-2's server asks `q`.
+    guarded(client.ping()).await.unwrap();
+    let ctx = guarded(starts.recv()).await.unwrap();
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "q"}});
+    feed.unbounded_send(sse_event(None, &cancel)).unwrap();
+    let note = guarded(notes.next()).await.unwrap();
+    assert_eq!(note.method, "notifications/cancelled");
+    assert!(
+        !ctx.is_cancelled(),
+        "s-1's cancellation cancelled s-2's request"
+    );
+    release.notify_one();
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("q"))
+        .await;
+    assert_eq!(answer.header("mcp-session-id"), Some("s-2"));
+    assert_eq!(answer.body.unwrap()["result"], json!({"roots": []}));
+    let done = result_msg(&posted, json!({"content": [], "isError": false}));
+    feed.unbounded_send(sse_event(None, &done)).unwrap();
+    guarded(call).await.unwrap().unwrap();
+}
+
+/// A 2026-07-28 server's `notifications/cancelled` naming the id the client gave an MRTR
+/// input does not stop the input's handler: no request of the server waits on that id, and
+/// the round waits for the handler's answer (cancelling it would leave the call waiting to
+/// its deadline).
+#[tokio::test]
+async fn a_cancellation_naming_an_input_leaves_its_round_to_complete() {
+    use std::convert::Infallible;
+    use std::sync::{Arc, Mutex};
+    const MODERN: &str = "2026-07-28";
+    let (feed, stream) = futures::channel::mpsc::unbounded::<String>();
+    let stream = Arc::new(Mutex::new(Some(stream)));
+    let server = TestServer::start(move |req| {
+        let complete = |mut result: Value| {
+            if result.get("resultType").is_none() {
+                result["resultType"] = json!("complete");
+            }
+            json_result(req, result)
+        };
+        let params = req.params();
+        match req.rpc_method().unwrap_or_default() {
+            "server/discover" => complete(json!({"supportedVersions": [MODERN],
+                "capabilities": {"tools": {}},
+                "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "m", "version": "1"}}})),
+            "tools/list" => complete(json!({"tools": [
+                {"name": "confirm", "inputSchema": {"type": "object"}},
+                {"name": "stream", "inputSchema": {"type": "object"}}]})),
+            "tools/call" if params["name"] == "stream" => {
+                // Open for as long as the test feeds it.
+                let body = stream.lock().unwrap().take().expect("one stream");
+                let body = body.map(|text| Ok::<_, Infallible>(axum::body::Bytes::from(text)));
+                axum::http::Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(axum::body::Body::from_stream(body))
+                    .unwrap()
+            }
+            "tools/call" if params["inputResponses"].is_null() => complete(json!({
+                "resultType": "input_required",
+                "inputRequests": {"ok": {"method": "roots/list"}},
+                "requestState": "state-1"})),
+            "tools/call" => complete(json!({"content": [{"type": "text",
+                "text": params["inputResponses"]["ok"]["roots"].to_string()}]})),
+            _ => status(405),
+        }
+    })
+    .await;
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let client = Client::builder(&server.url)
+        .era(mcp_resume::Era::Modern)
+        .era_cache(mcp_resume::EraCache::new())
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+        .on_roots({
+            let release = release.clone();
+            move |ctx| {
+                let (started, release) = (started.clone(), release.clone());
+                async move {
+                    let _ = started.send(ctx.clone());
+                    release.notified().await;
+                    Ok(vec![])
+                }
+            }
+        })
+        .build()
+        .unwrap();
+    let mut notes = client.notifications();
+    let streaming = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_tool(ToolCall::new("stream", json!({}))).await }
+    });
+    let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "working"}});
+    feed.unbounded_send(sse_event(None, &log)).unwrap();
+    assert_eq!(
+        guarded(notes.next()).await.unwrap().method,
+        "notifications/message"
+    );
+    let confirm = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_tool(ToolCall::new("confirm", json!({}))).await }
+    });
+    let ctx = guarded(starts.recv()).await.unwrap();
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": ctx.request_id().to_json()}});
+    feed.unbounded_send(sse_event(None, &cancel)).unwrap();
+    let note = guarded(notes.next()).await.unwrap();
+    assert_eq!(note.method, "notifications/cancelled");
+    assert!(!ctx.is_cancelled(), "the input's handler was cancelled");
+    release.notify_one();
+    let reply = guarded(confirm).await.unwrap().unwrap();
+    assert_eq!(reply.text(), "[]");
+    let done = json!({"jsonrpc": "2.0", "id": server.requests().iter()
+        .find(|r| r.is_rpc("tools/call") && r.params()["name"] == "stream").unwrap().rpc_id(),
+        "result": {"resultType": "complete", "content": []}});
+    feed.unbounded_send(sse_event(None, &done)).unwrap();
+    guarded(streaming).await.unwrap().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_from_clones_each_get_their_own_answer() {
     let server = TestServer::start(default_reply).await;

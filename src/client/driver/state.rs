@@ -152,6 +152,10 @@ pub(crate) struct State {
     inline: Option<Pending>,
     /// The exchange whose report being applied holds its end.
     pub(super) ending: Option<HttpId>,
+    /// The report being applied is of an exchange of a session since replaced: its server's
+    /// cancellations name its own requests, not the current session's (see
+    /// [`State::on_cancelled`]).
+    from_replaced: bool,
     calls: FxHashMap<CallId, Waiter>,
     /// Server requests being handled; their number is bounded by [`MAX_SERVER_REQUESTS`].
     server_requests: HashMap<RequestId, Handling>,
@@ -215,6 +219,7 @@ impl State {
             inline_for: None,
             inline: None,
             ending: None,
+            from_replaced: false,
             calls: FxHashMap::default(),
             server_requests: HashMap::new(),
             deliveries: 0,
@@ -517,6 +522,8 @@ impl State {
         let now = now();
         #[cfg(feature = "otel")]
         self.telemetry.exchange_event(&event);
+        // Asked before the report is applied: applying it may end the exchange.
+        self.from_replaced = !self.session.exchange_is_current(id);
         match event {
             ExchangeEvent::Head {
                 id,
@@ -540,6 +547,7 @@ impl State {
             ExchangeEvent::TooLarge { id, error } => self.session.handle_too_large(id, error, now),
         }
         self.pump();
+        self.from_replaced = false;
         #[cfg(feature = "otel")]
         self.telemetry.exchange_applied(id);
         self.exchanges.contains_key(&id)
@@ -879,14 +887,25 @@ impl State {
     /// The server cancels a request it sent: its handler stops, no answer is sent, and the
     /// session forgets the request at once, so the id is free for the server's next request
     /// (the handler's late answer, if any, answers nothing: its delivery is gone).
+    ///
+    /// Only a request the session released is the server's to cancel: not one of the current
+    /// session's named on a replaced session's stream (that server's requests were withdrawn
+    /// when it was replaced, and the current server may ask under the same id), nor a
+    /// 2026-07-28 call's input, whose round waits for its answer.
     fn on_cancelled(&mut self, cancelled: &Cancelled) {
         let Some(id) = RequestId::from_json(&cancelled.request_id) else {
             return;
         };
+        if self.from_replaced {
+            tracing::debug!(%id, "cancellation from a replaced session's server ignored");
+            return;
+        }
+        if !self.session.withdraw_request(&id) {
+            return;
+        }
         if let Some(handling) = self.server_requests.remove(&id) {
             tracing::debug!(%id, reason = ?cancelled.reason, "server cancelled its request");
             handling.cancel(cancelled.reason.as_deref().unwrap_or_default());
-            self.session.withdraw_request(&id);
         }
     }
 

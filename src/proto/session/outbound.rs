@@ -123,11 +123,21 @@ impl Session {
     /// is free again, and a later request under it is handed out as a new one; without this
     /// the id stays held for good (a later request under it is ignored) and counts against
     /// the bound on requests waiting for an answer. A later [`Session::respond`] for it is
-    /// dropped. An id no request of this session waits on is ignored.
-    pub fn withdraw_request(&mut self, id: &RequestId) {
-        if self.exchanges.release_request(id) {
+    /// dropped.
+    ///
+    /// Returns whether a request of the current session waited on `id`: only then is there a
+    /// handler to stop. An id no request of this session waits on (one answered already, or a
+    /// 2026-07-28 call's input, which the server cannot cancel this way: the round it belongs
+    /// to waits for its answer) is ignored. The session cannot tell which stream a
+    /// cancellation came on: a driver ignores one read on a stream of a replaced session
+    /// ([`Session::exchange_is_current`]), whose server names its own requests, not the
+    /// current server's under the same ids.
+    pub fn withdraw_request(&mut self, id: &RequestId) -> bool {
+        let released = self.exchanges.release_request(id);
+        if released {
             debug!(%id, "server request withdrawn: not answered");
         }
+        released
     }
 
     /// Sends an answer to a request of this session's server (through the bounded queue).
