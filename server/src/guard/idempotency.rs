@@ -51,13 +51,53 @@ pub fn call_key(
     }
 }
 
-/// Whether raw body bytes name a key's member (`_meta`'s or SEP-3182's): what the guard can
-/// tell of a body too long to read whole.
+/// Whether raw body bytes name a key's member (`_meta`'s or SEP-3182's) in a string followed
+/// by `:`, its name written plainly or with escapes (`\/`, `\u…`): what the guard can tell of
+/// a body too long or too odd to read whole, which an inner server may read all the same.
 pub(crate) fn names_a_key(body: &[u8]) -> bool {
-    let quoted = |name: &str| format!("\"{name}\"");
-    [quoted(IDEMPOTENCY_META_KEY), quoted("idempotencyKey")]
-        .iter()
-        .any(|needle| memchr::memmem::find(body, needle.as_bytes()).is_some())
+    let is_key = |name: &[u8]| {
+        name == IDEMPOTENCY_META_KEY.as_bytes() || name == b"idempotencyKey".as_slice()
+    };
+    let mut at = 0;
+    while let Some(open) = memchr::memchr(b'"', &body[at..]).map(|i| at + i) {
+        // The string's end: the next quote not escaped. Strings are read from the first
+        // quote on, so a quote inside one is never taken for a start.
+        let mut end = open + 1;
+        let mut escaped = false;
+        loop {
+            // A body cut after a backslash leaves nothing to search.
+            let rest = body.get(end..).unwrap_or_default();
+            match memchr::memchr2(b'"', b'\\', rest).map(|i| end + i) {
+                None => return false,
+                Some(i) if body[i] == b'\\' => {
+                    escaped = true;
+                    end = i + 2;
+                }
+                Some(i) => {
+                    end = i;
+                    break;
+                }
+            }
+        }
+        let member = body[end + 1..]
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_some_and(|&b| b == b':');
+        if member {
+            let name = &body[open + 1..end];
+            let named = if escaped {
+                serde_json::from_slice::<String>(&body[open..=end])
+                    .is_ok_and(|n| is_key(n.as_bytes()))
+            } else {
+                is_key(name)
+            };
+            if named {
+                return true;
+            }
+        }
+        at = end + 1;
+    }
+    false
 }
 
 /// [`key_of`] from the two places in the body, already read.
@@ -244,6 +284,35 @@ mod tests {
 
     fn key(k: &str) -> KeyFound {
         KeyFound::Key(IdempotencyKey::new(k).unwrap())
+    }
+
+    #[test]
+    fn a_key_member_is_named_plainly_or_with_escapes_and_only_as_a_member() {
+        let rows: &[(&[u8], bool)] = &[
+            (br#"{"idempotencyKey":"k"}"#, true),
+            (br#"{"idempotencyKey" : "k"}"#, true),
+            (
+                br#"{"_meta":{"io.github.mcp-resume\/idempotency-key":"k"}}"#,
+                true,
+            ),
+            (br#"{"\u0069dempotencyKey":"k"}"#, true),
+            // A value, or text inside another string, names nothing.
+            (br#"{"text":"idempotencyKey"}"#, false),
+            (br#"{"text":"say \"idempotencyKey\": no"}"#, false),
+            // Cut anywhere, even after a backslash: no panic, nothing named.
+            (br#"{"idempotencyKey"#, false),
+            (br#"{"a\"#, false),
+            (b"\\", false),
+            (b"", false),
+        ];
+        for (body, named) in rows {
+            assert_eq!(
+                names_a_key(body),
+                *named,
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
     }
 
     #[test]

@@ -793,3 +793,58 @@ fn unscoped_keys_are_shared_by_every_client() {
         .answer();
     assert_eq!(answer.json()["result"]["content"][0]["text"], "first");
 }
+
+// | a keyed call the guard's reader refuses but a lenient inner server reads (a BOM, `NaN`,
+// as Python's `json.loads` takes them), keyed only in its body | 400
+// `IDEMPOTENCY_UNGUARDABLE`: passed unread, it ran on every re-send |
+#[test]
+fn keyed_bodies_the_reader_refuses_are_refused() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let mut bom = b"\xEF\xBB\xBF".to_vec();
+    bom.extend_from_slice(&spelled_call(1, "kb", r#"{"x":1}"#));
+    let standard = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"idempotencyKey":"ks","name":"pay","arguments":{"x":Infinity}}}"#;
+    for body in [
+        bom,
+        spelled_call(2, "kn", r#"{"x":NaN}"#),
+        standard.to_vec(),
+    ] {
+        let answer = w.post(&mut a, None, &body, &[]).answer();
+        assert_eq!(
+            (answer.status().as_u16(), code(&answer.json())),
+            (400, "IDEMPOTENCY_UNGUARDABLE"),
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+    // Unreadable and naming no key: passes, as before.
+    let unkeyed = br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"pay","arguments":{"x":NaN}}}"#;
+    assert!(w.post(&mut a, None, unkeyed, &[]).is_passed());
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
+
+// | a keyed body over the bound whose key member's name is written with escapes (`\/`, as
+// PHP's `json_encode` writes it; `\u` escapes) | 413, as when it is written plainly |
+#[test]
+fn a_key_member_named_with_escapes_is_seen_in_a_body_over_the_bound() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let pad = "x".repeat(GuardConfig::default().max_body());
+    for name in [
+        KEY_META.replace('/', "\\/"),
+        KEY_META.replace('/', "\\u002f"),
+        "\\u0069dempotencyKey".to_string(),
+    ] {
+        let meta = if name.contains("dempotencyKey") {
+            format!(r#""{name}":"k-esc""#)
+        } else {
+            format!(r#""_meta":{{"{name}":"k-esc"}}"#)
+        };
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{{meta},"name":"upload","arguments":{{"blob":"{pad}"}}}}}}"#
+        );
+        let answer = w.post(&mut a, None, body.as_bytes(), &[]).answer();
+        assert_eq!(answer.status(), 413, "{name}");
+    }
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
