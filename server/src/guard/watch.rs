@@ -53,6 +53,21 @@ fn proves_not_run(status: StatusCode, headers: &HeaderMap) -> bool {
         && headers.contains_key(http::header::RETRY_AFTER))
 }
 
+/// Whether an answer is a 2026-07-28 refusal of the request as sent, made before anything
+/// ran: its mirrored headers disagree with its body (-32020), or its protocol version is not
+/// spoken (-32022). Servers answer them with status 400 (which [`proves_not_run`]) or in a 200
+/// body; the client takes both as never run. A missing capability (-32021) is not among them:
+/// the tool may already have been running when it found the capability missing.
+fn refused_before_running(message: &Value) -> bool {
+    const HEADER_MISMATCH: i64 = -32020;
+    const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    message
+        .get("error")
+        .and_then(|e| e.get("code"))
+        .and_then(Value::as_i64)
+        .is_some_and(|code| code == HEADER_MISMATCH || code == UNSUPPORTED_PROTOCOL_VERSION)
+}
+
 /// How the skin reads the response body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyPlan {
@@ -815,6 +830,12 @@ impl Watch {
                 id: want, captured, ..
             } if !*captured && crate::wire::same_id(want, &id) => {
                 *captured = true;
+                if refused_before_running(message) {
+                    // The client sends it again corrected, under the same key: it must run
+                    // then, not be served this refusal for the key's whole retention.
+                    self.settle(Settle::Release);
+                    return None;
+                }
                 // Kept and stamped from the text as it came: its numbers as written.
                 let raw = String::from_utf8_lossy(raw);
                 let stamp = self.hash.as_ref().map(|h| stamp_result(&raw, h));

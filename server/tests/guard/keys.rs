@@ -848,3 +848,33 @@ fn a_key_member_named_with_escapes_is_seen_in_a_body_over_the_bound() {
     }
     assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
 }
+
+// | a 2026-07-28 refusal in a 200 answer (-32020 header mismatch, -32022 unsupported version)
+// | the key is let go, not stored: the client, told the call never ran, sends it again
+// corrected, and it runs instead of being served the refusal for ever |
+#[test]
+fn a_modern_refusal_in_a_200_answer_lets_the_key_go() {
+    for (n, code) in [(1, -32020), (2, -32022)] {
+        let mut w = World::new();
+        let mut a = instance(n);
+        let key = format!("km{n}");
+        let call = |id| call_body(id, "bump", json!({}), Some(&key));
+        let (_, mut watch) = w.post(&mut a, None, &call(1), &[]).watch();
+        let refusal = json!({"jsonrpc": "2.0", "id": 1,
+            "error": {"code": code, "message": "refused"}})
+        .to_string();
+        a.respond(
+            &mut w.store,
+            w.now,
+            &mut watch,
+            200,
+            json_head(),
+            Response::Json(refusal.as_bytes()),
+        );
+        assert!(
+            matches!(w.post(&mut a, None, &call(2), &[]), Fate::Forwarded { .. }),
+            "{code}: the re-send runs"
+        );
+        assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Finish { .. })), 0);
+    }
+}
