@@ -113,7 +113,10 @@ pub(crate) fn decode(payload: &[u8], allow_batch: bool) -> Result<Decoded, Decod
     // The common case, one object, is read straight into the members decoding looks at: no
     // map is built for the message itself and the members it does not name are skipped.
     // Whatever that reading refuses (a duplicate member, invalid JSON) is read again below,
-    // as a `Value`, so every payload decodes, or fails, exactly as it always has.
+    // as a `Value`, and decodes, or fails, as it would as a `Value` from the start. One
+    // difference remains: a member not named is skipped however deep it nests, where a
+    // `Value` stops at serde_json's 128 levels, so such a message decodes alone but not as a
+    // batch's element. What is never read costs no more for being deep.
     if let Some(one) = decode_object(payload) {
         return Ok(Decoded::One(one));
     }
@@ -553,6 +556,25 @@ mod tests {
         assert_eq!(msgs.len(), 2);
         assert!(msgs[0].is_ok());
         assert!(msgs[1].is_err());
+    }
+
+    #[test]
+    fn a_deep_member_not_read_is_skipped_alone_but_not_in_a_batch() {
+        let deep = format!("{}0{}", "[".repeat(200), "]".repeat(200));
+        let message = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{}},"extra":{deep}}}"#);
+        assert_eq!(
+            one(&message),
+            Ok(Message::Response {
+                id: Some(RequestId::Number(1)),
+                result: Ok(json!({})),
+            })
+        );
+        // As a `Value`, as a batch's elements are read, it is past serde_json's depth limit.
+        assert!(serde_json::from_str::<Value>(&message).is_err());
+        assert!(matches!(
+            decode_vec(format!("[{message}]").as_bytes(), true),
+            Err(DecodeError::Json(_))
+        ));
     }
 
     #[test]
