@@ -45,8 +45,8 @@ type RootsHandler =
 /// still being handled when the client closes, with the reason `"client closed"`, and when
 /// the session that delivered it is replaced or lost, with `"session replaced"`: its server is
 /// gone, and an answer would reach the next session's. An input a 2026-07-28 call's MRTR round
-/// or task asked for is stopped the same way (reason `"session replaced"` too) when that call
-/// ends: nobody would read the answer.
+/// or task asked for is stopped the same way when that call ends (reason `"session replaced"`
+/// too, or `"client closed"` when the close ended it): nobody would read the answer.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     request_id: RequestId,

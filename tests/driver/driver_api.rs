@@ -547,6 +547,70 @@ async fn a_panicking_server_request_handler_still_answers() {
     guarded(client.ping()).await.unwrap();
 }
 
+/// `close()` stops the handlers of the server requests still being handled, with the reason
+/// "client closed", though the client is kept.
+#[tokio::test]
+async fn close_cancels_the_handlers_still_running() {
+    let server = TestServer::start(|req| {
+        if req.method == Method::GET {
+            let ask = json!({"jsonrpc": "2.0", "id": "slow", "method": "roots/list"});
+            return sse_open(sse_event(None, &ask));
+        }
+        default_reply(req)
+    })
+    .await;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (reason_tx, mut reason) = tokio::sync::mpsc::unbounded_channel();
+    let client = client_for(&server)
+        .on_roots(move |ctx| {
+            let _ = started_tx.send(());
+            let reason_tx = reason_tx.clone();
+            // Work handed elsewhere learns of the cancellation through the context.
+            tokio::spawn(async move {
+                let _ = reason_tx.send(ctx.cancelled().await);
+            });
+            std::future::pending()
+        })
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    guarded(started.recv()).await.unwrap();
+    guarded(client.close()).await.unwrap();
+    assert_eq!(guarded(reason.recv()).await.unwrap(), "client closed");
+    drop(client);
+}
+
+/// `close()` stops the handler of a 2026-07-28 call's input with the reason "client closed"
+/// too: the close ended the call.
+#[tokio::test]
+async fn close_cancels_the_handlers_of_inputs_with_the_closes_reason() {
+    let (_feed, stream) = futures::channel::mpsc::unbounded::<String>();
+    let server = mrtr_server(stream).await;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (reason_tx, mut reason) = tokio::sync::mpsc::unbounded_channel();
+    let client = mrtr_client(&server)
+        .on_roots(move |ctx| {
+            let _ = started_tx.send(());
+            let reason_tx = reason_tx.clone();
+            tokio::spawn(async move {
+                let _ = reason_tx.send(ctx.cancelled().await);
+            });
+            std::future::pending()
+        })
+        .build()
+        .unwrap();
+    let confirm = tokio::spawn({
+        let client = client.clone();
+        async move { client.call_tool(ToolCall::new("confirm", json!({}))).await }
+    });
+    guarded(started.recv()).await.unwrap();
+    guarded(client.close()).await.unwrap();
+    assert_eq!(guarded(reason.recv()).await.unwrap(), "client closed");
+    let err = guarded(confirm).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Closed, "{err}");
+    drop(client);
+}
+
 /// A server request still being handled when its session is replaced is not answered into
 /// the new session, even when the new session's server asks under the same id: the earlier
 /// handler is cancelled, the new request goes to a handler of its own, and only its answer is
@@ -749,18 +813,17 @@ async fn a_cancellation_from_a_replaced_session_leaves_the_new_sessions_request_
     guarded(call).await.unwrap().unwrap();
 }
 
-/// A 2026-07-28 server's `notifications/cancelled` naming the id the client gave an MRTR
-/// input does not stop the input's handler: no request of the server waits on that id, and
-/// the round waits for the handler's answer (cancelling it would leave the call waiting to
-/// its deadline).
-#[tokio::test]
-async fn a_cancellation_naming_an_input_leaves_its_round_to_complete() {
+type Feed = futures::channel::mpsc::UnboundedReceiver<String>;
+
+/// A 2026-07-28 server whose tool `confirm` asks for one input (`roots/list`, under the key
+/// `ok`) in its first round, and whose tool `stream` answers with an SSE stream `stream` feeds
+/// (once).
+async fn mrtr_server(stream: Feed) -> TestServer {
     use std::convert::Infallible;
     use std::sync::{Arc, Mutex};
     const MODERN: &str = "2026-07-28";
-    let (feed, stream) = futures::channel::mpsc::unbounded::<String>();
     let stream = Arc::new(Mutex::new(Some(stream)));
-    let server = TestServer::start(move |req| {
+    TestServer::start(move |req| {
         let complete = |mut result: Value| {
             if result.get("resultType").is_none() {
                 result["resultType"] = json!("complete");
@@ -776,7 +839,6 @@ async fn a_cancellation_naming_an_input_leaves_its_round_to_complete() {
                 {"name": "confirm", "inputSchema": {"type": "object"}},
                 {"name": "stream", "inputSchema": {"type": "object"}}]})),
             "tools/call" if params["name"] == "stream" => {
-                // Open for as long as the test feeds it.
                 let body = stream.lock().unwrap().take().expect("one stream");
                 let body = body.map(|text| Ok::<_, Infallible>(axum::body::Bytes::from(text)));
                 axum::http::Response::builder()
@@ -793,14 +855,29 @@ async fn a_cancellation_naming_an_input_leaves_its_round_to_complete() {
             _ => status(405),
         }
     })
-    .await;
-    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
-    let release = Arc::new(tokio::sync::Notify::new());
-    let client = Client::builder(&server.url)
+    .await
+}
+
+fn mrtr_client(server: &TestServer) -> mcp_resume::ClientBuilder {
+    Client::builder(&server.url)
         .era(mcp_resume::Era::Modern)
         .era_cache(mcp_resume::EraCache::new())
         .open_listen_stream(false)
         .call_timeout(Duration::from_secs(10))
+}
+
+/// A 2026-07-28 server's `notifications/cancelled` naming the id the client gave an MRTR
+/// input does not stop the input's handler: no request of the server waits on that id, and
+/// the round waits for the handler's answer (cancelling it would leave the call waiting to
+/// its deadline).
+#[tokio::test]
+async fn a_cancellation_naming_an_input_leaves_its_round_to_complete() {
+    use std::sync::Arc;
+    let (feed, stream) = futures::channel::mpsc::unbounded::<String>();
+    let server = mrtr_server(stream).await;
+    let (started, mut starts) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let client = mrtr_client(&server)
         .on_roots({
             let release = release.clone();
             move |ctx| {

@@ -655,7 +655,14 @@ impl State {
             }
             Output::ServerRequestWithdrawn(id) => {
                 if let Some(handling) = self.server_requests.remove(&id) {
-                    handling.cancel("session replaced");
+                    // Withdrawn by the close itself (its outputs are pumped once it is
+                    // closed), or because its session (or, for an input, its call) ended.
+                    let why = if self.session.is_closed() {
+                        "client closed"
+                    } else {
+                        "session replaced"
+                    };
+                    handling.cancel(why);
                 }
             }
             Output::ServerRequest(request) => {

@@ -207,9 +207,10 @@ impl Session {
         }
     }
 
-    /// Closes the session: fails waiting calls with `Closed` and DELETEs the session. The
-    /// returned call completes when the DELETE is answered (405 tolerated, and a session the
-    /// server no longer knows is closed too).
+    /// Closes the session: fails waiting calls with `Closed`, withdraws the server requests
+    /// still unanswered ([`Output::ServerRequestWithdrawn`]: nobody will send their answers)
+    /// and DELETEs the session. The returned call completes when the DELETE is answered (405
+    /// tolerated, and a session the server no longer knows is closed too).
     pub fn close(&mut self, now: Instant) -> CallId {
         let _ = now;
         let id = CallId::next();
@@ -231,6 +232,7 @@ impl Session {
         // The session to delete: the established one, or the one a handshake has obtained.
         let delete = self.life.close(self.config.protocol_version, id);
         self.fail_everything(ErrorKind::Closed, "session closed", false);
+        self.withdraw_server_requests();
         self.exchanges.finish_all_but_delete();
         self.timers.clear();
         self.stop_listening();

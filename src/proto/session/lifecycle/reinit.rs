@@ -203,9 +203,9 @@ impl Session {
             .push_back(Output::Event(SessionEvent::SessionLost));
     }
 
-    /// The server requests the app has not answered belong to a session that is gone: their
-    /// handlers are told to stop (and their answers would be dropped).
-    fn withdraw_server_requests(&mut self) {
+    /// The server requests the app has not answered belong to a session that is gone (or
+    /// closed): their handlers are told to stop (and their answers would be dropped).
+    pub(in crate::proto::session) fn withdraw_server_requests(&mut self) {
         for id in self.exchanges.forget_answers() {
             self.outputs.push_back(Output::ServerRequestWithdrawn(id));
         }
