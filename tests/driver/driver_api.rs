@@ -467,6 +467,46 @@ async fn unhandled_server_requests_get_method_not_found() {
     assert_eq!(answer.body.unwrap()["error"]["code"], -32601);
 }
 
+/// A server request whose method is longer than any a handler takes is refused without
+/// reaching a handler, and its error does not echo the method: a server must not make the
+/// client hold (or queue answers echoing) megabytes per request.
+#[tokio::test]
+async fn a_server_request_with_an_overlong_method_is_refused_unhandled() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let method = "x".repeat(2048);
+    let server = TestServer::start({
+        let method = method.clone();
+        move |req| {
+            if req.method == Method::GET {
+                let ask = json!({"jsonrpc": "2.0", "id": 7, "method": method});
+                return sse_open(sse_event(None, &ask));
+            }
+            default_reply(req)
+        }
+    })
+    .await;
+    let handled = Arc::new(AtomicBool::new(false));
+    let client = client_for(&server)
+        .on_server_request({
+            let handled = handled.clone();
+            move |_req| {
+                handled.store(true, Ordering::SeqCst);
+                async { Ok::<Value, RpcError>(json!({})) }
+            }
+        })
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let answer = server
+        .wait_for(|r| r.method == Method::POST && r.rpc_id() == json!(7))
+        .await;
+    let error = &answer.body.unwrap()["error"];
+    assert_eq!(error["code"], -32601, "{error}");
+    assert!(error.to_string().len() < 200, "{error}");
+    assert!(!handled.load(Ordering::SeqCst), "the handler ran");
+}
+
 #[tokio::test]
 async fn dropping_every_handle_closes_the_session() {
     let server = TestServer::start(default_reply).await;

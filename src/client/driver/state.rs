@@ -21,7 +21,7 @@ use super::effects::{Effects, TaskOp};
 use super::ledger::{Gate, Records};
 use crate::client::era_cache::EraCache;
 use crate::client::events::{Published, ServerNotification};
-use crate::client::handlers::{internal, not_found, Handlers};
+use crate::client::handlers::{internal, not_found, unreadable, Handlers};
 use crate::client::http::{Endpoint, ExchangeEvent, Outgoing};
 use crate::client::ledger::LedgerEntry;
 use crate::client::models::{Cancelled, Progress, TypedNotification};
@@ -37,6 +37,13 @@ use crate::proto::{
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
 /// server cannot make the client spawn without bound.
 const MAX_SERVER_REQUESTS: usize = 32;
+/// The longest string id of a server request handed to a handler: the bound the decoder puts
+/// on a server's own request ids, which a 2026-07-28 input's id (built from the server's key
+/// for it) is held to here. A handler, its context and its answer each hold a copy.
+const MAX_SERVER_REQUEST_ID: usize = 1024;
+/// The longest method of a server request handed to a handler: far above any method a
+/// handler takes, and a refusal that named the method would echo it to the server.
+const MAX_SERVER_REQUEST_METHOD: usize = 256;
 /// How long a dropped client waits for its DELETE before the driver stops anyway, and its
 /// ledger writer for the writes left.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -918,6 +925,22 @@ impl State {
 
     fn server_request(&mut self, request: ServerRequest) {
         let id = request.id.clone();
+        let id_len = match &id {
+            RequestId::String(s) => s.len(),
+            RequestId::Number(_) => 0,
+        };
+        if id_len > MAX_SERVER_REQUEST_ID || request.method.len() > MAX_SERVER_REQUEST_METHOD {
+            // Answered at once like a method no handler takes, without naming the method: the
+            // answer echoes only the id, which the decoder bounds for a server's request (a
+            // 2026-07-28 input's answer never goes on the wire: its call fails at once).
+            tracing::warn!(
+                id_len,
+                method_len = request.method.len(),
+                "server request with an overlong id or method refused"
+            );
+            self.session.respond(id, Err(unreadable()), now());
+            return;
+        }
         if self.handlers.is_empty() {
             self.session
                 .respond(id, Err(not_found(&request.method)), now());

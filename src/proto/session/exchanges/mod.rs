@@ -685,3 +685,89 @@ impl Exchanges {
         self.transmits.pop_front()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use http::HeaderMap;
+    use serde_json::{json, Value};
+
+    use crate::proto::{CallId, CallRequest, Era, Output, Session, SessionConfig, Transmit};
+
+    /// A legacy session past its handshake, and the SSE stream of a call it keeps open.
+    fn call_stream() -> (Session, crate::proto::HttpId, Instant) {
+        #[allow(clippy::disallowed_methods)] // the test's origin of time
+        let now = Instant::now();
+        let config = SessionConfig::default()
+            .with_era(Era::Legacy)
+            .with_open_listen_stream(false);
+        let mut session = Session::new(config, now);
+        session.connect(now);
+        session.submit(CallId::next(), CallRequest::new("tools/call", None), now);
+        let mut call = None;
+        while let Some(transmit) = session.poll_transmit() {
+            let Transmit::Send(request) = transmit else {
+                continue;
+            };
+            let body: Value = serde_json::from_slice(request.body.as_deref().unwrap_or(b"null"))
+                .unwrap_or(Value::Null);
+            let mut headers = HeaderMap::new();
+            match body["method"].as_str() {
+                Some("initialize") => {
+                    headers.insert("content-type", "application/json".parse().unwrap());
+                    headers.insert("mcp-session-id", "s-1".parse().unwrap());
+                    let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                        "protocolVersion": "2025-11-25", "capabilities": {},
+                        "serverInfo": {"name": "scripted", "version": "1"}}});
+                    session.handle_head(request.id, 200, &headers, now);
+                    session.handle_data(request.id, answer.to_string().as_bytes(), now);
+                }
+                Some("tools/call") => {
+                    headers.insert("content-type", "text/event-stream".parse().unwrap());
+                    session.handle_head(request.id, 200, &headers, now);
+                    call = Some(request.id);
+                    continue;
+                }
+                _ => session.handle_head(request.id, 202, &headers, now),
+            }
+            session.handle_end(request.id, now);
+        }
+        while session.poll_output().is_some() {}
+        (session, call.expect("the call is sent"), now)
+    }
+
+    /// The ids of the server requests handed out, and the bodies sent, after `event`.
+    fn after(event: &Value) -> (Vec<crate::ids::RequestId>, Vec<bytes::Bytes>) {
+        let (mut session, stream, now) = call_stream();
+        session.handle_data(stream, format!("data: {event}\n\n").as_bytes(), now);
+        let mut requests = Vec::new();
+        while let Some(output) = session.poll_output() {
+            if let Output::ServerRequest(request) = output {
+                requests.push(request.id);
+            }
+        }
+        let mut sent = Vec::new();
+        while let Some(transmit) = session.poll_transmit() {
+            if let Transmit::Send(request) = transmit {
+                sent.extend(request.body);
+            }
+        }
+        (requests, sent)
+    }
+
+    #[test]
+    fn a_server_request_with_a_longer_id_than_a_kilobyte_is_neither_handed_out_nor_echoed() {
+        let id = "i".repeat(1024);
+        let (requests, _) = after(&json!({"jsonrpc": "2.0", "id": id, "method": "roots/list"}));
+        assert_eq!(requests.len(), 1, "a 1 KiB id is a request's");
+
+        let id = "i".repeat(2048);
+        let (requests, sent) = after(&json!({"jsonrpc": "2.0", "id": id, "method": "roots/list"}));
+        assert!(requests.is_empty(), "handed out: {requests:?}");
+        assert!(
+            sent.iter().all(|body| body.len() < 1024),
+            "an answer echoes the id"
+        );
+    }
+}
