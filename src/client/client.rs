@@ -61,6 +61,8 @@ struct Shared {
     /// Whether the driver was spawned (read on every call without taking the lock above).
     started: AtomicBool,
     call_timeout: Duration,
+    /// The most one response may carry (its body, or one event of a stream).
+    max_response_size: usize,
     #[cfg(feature = "otel")]
     telemetry: Option<super::telemetry::Instrumentation>,
 }
@@ -90,6 +92,8 @@ impl Client {
     pub(crate) fn from_config(config: ClientConfig) -> Self {
         let published = Arc::new(Published::default());
         let call_timeout = config.session.call_timeout;
+        let (max_body_size, max_event_size) =
+            (config.session.max_body_size, config.session.max_event_size);
         let endpoint = Arc::new(Endpoint {
             http: config.http,
             url: config.url,
@@ -134,6 +138,7 @@ impl Client {
                 published,
                 started: AtomicBool::new(false),
                 call_timeout,
+                max_response_size: max_body_size.max(max_event_size),
                 #[cfg(feature = "otel")]
                 telemetry: config.telemetry,
             }),
@@ -204,6 +209,11 @@ impl Client {
     /// The deadline of a call that sets none ([`ClientBuilder::call_timeout`]).
     pub(crate) fn call_timeout(&self) -> Duration {
         self.shared.call_timeout
+    }
+
+    /// The most one response may carry: its body, or one event of a stream.
+    pub(crate) fn max_response_size(&self) -> usize {
+        self.shared.max_response_size
     }
 
     /// Sends a core request as it is (the bridge's path: its key and deadline already set).

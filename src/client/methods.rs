@@ -17,14 +17,6 @@ use crate::error::Error;
 /// client forever.
 pub const MAX_LIST_PAGES: usize = 1000;
 
-/// The most JSON the pages of one whole list ([`Client::list_tools`] and its siblings) may
-/// hold together, measured as the client writes each page's `result` compactly: 16 MiB, the
-/// default body bound. With at most [`MAX_CONTENT_ITEMS`] items in all, a whole list is held
-/// to what one result may be, however many pages a server cuts it into; a list past either
-/// bound is an [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error. Page through a
-/// larger one with `list_*_page`.
-pub const MAX_LIST_BYTES: usize = 16 * 1024 * 1024;
-
 /// A `*/list` method: its name, the member holding its items, and how an item is read.
 struct ListMethod<T> {
     method: &'static str,
@@ -60,9 +52,12 @@ const PROMPTS: ListMethod<Prompt> = ListMethod {
 impl Client {
     /// Lists the server's tools (`tools/list`, following `nextCursor` to the end, at most
     /// [`MAX_LIST_PAGES`] pages). The pages together may hold at most [`MAX_CONTENT_ITEMS`]
-    /// items and [`MAX_LIST_BYTES`] of JSON: a longer list is an
-    /// [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error (read it with
-    /// [`Client::list_tools_page`]).
+    /// items, and as much JSON (each page's `result` measured as written compactly) as one
+    /// response may carry ([`ClientBuilder::max_body_size`](crate::ClientBuilder::max_body_size)
+    /// or [`max_event_size`](crate::ClientBuilder::max_event_size), whichever is larger: 16 MiB
+    /// by default): a list is held to what one result may be, however many pages a server
+    /// cuts it into. A longer list is an [`ErrorKind::Protocol`](crate::ErrorKind::Protocol)
+    /// error (read it with [`Client::list_tools_page`]).
     pub async fn list_tools(&self) -> Result<Vec<Tool>, Error> {
         self.list_all(&TOOLS).await
     }
@@ -180,6 +175,7 @@ impl Client {
         // A server naming a cursor again (`A`, `B`, `A`, …) would loop: its list ends there.
         let mut seen = std::collections::HashSet::new();
         let mut bytes = 0usize;
+        let max_bytes = self.max_response_size();
         for _ in 0..MAX_LIST_PAGES {
             let page = self.list_page(list, cursor.as_deref()).await?;
             // Each page is within the body bound; without a bound on their sum, 1,000 of
@@ -187,8 +183,8 @@ impl Client {
             bytes = bytes.saturating_add(json_len(&page.raw));
             let passed = if items.len() + page.items.len() > MAX_CONTENT_ITEMS {
                 Some(format!("{MAX_CONTENT_ITEMS} items"))
-            } else if bytes > MAX_LIST_BYTES {
-                Some(format!("{MAX_LIST_BYTES} bytes of JSON"))
+            } else if bytes > max_bytes {
+                Some(format!("{max_bytes} bytes of JSON"))
             } else {
                 None
             };

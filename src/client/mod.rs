@@ -70,7 +70,7 @@ pub use events::{EventStream, NotificationStream, ServerNotification, EVENT_BUFF
 pub use handle::{CallHandle, ProgressStream};
 pub use handlers::RequestContext;
 pub use ledger::{Ledger, LedgerEntry, MemoryLedger};
-pub use methods::{MAX_LIST_BYTES, MAX_LIST_PAGES};
+pub use methods::MAX_LIST_PAGES;
 pub use models::Content;
 pub use recover::RecoveredCall;
 pub use request::Request;

@@ -129,8 +129,7 @@ impl Tool {
 /// The most items the client reads in one array of typed items from a server: a tool
 /// result's content, a prompt's messages and arguments, a resource's contents, completion
 /// values, a sampling request's messages and content, the items of one list page, and those
-/// of one whole list (all its pages together, with
-/// [`MAX_LIST_BYTES`](crate::client::MAX_LIST_BYTES) bounding their bytes). A typed item
+/// of one whole list (all its pages together, their bytes bounded as one response's). A typed item
 /// takes up to 296 bytes where `0,` takes two in the body, so a message within the body
 /// bound could otherwise become gigabytes of items: a result with more is an
 /// [`ErrorKind::Protocol`](crate::ErrorKind::Protocol) error, which says the call may have run

@@ -545,9 +545,19 @@ async fn endless_tool_list(per_page: usize, description: usize, pages: u64) -> S
     .await
 }
 
-/// Lists `server`'s tools, which must fail, within `memory` bytes of heap.
+/// A client taking responses of up to `size` bytes (the harness's own bound is far smaller).
+fn taking(server: &Server, size: usize) -> mcp_resume::Client {
+    builder(server)
+        .max_body_size(size)
+        .max_event_size(size)
+        .build()
+        .unwrap()
+}
+
+/// Lists `server`'s tools, which must fail, within `memory` bytes of heap, with the default
+/// bound on a response (16 MiB), which a whole list is held to.
 async fn list_refused(what: &str, server: &Server, memory: usize) -> mcp_resume::Error {
-    let client = builder(server).build().unwrap();
+    let client = taking(server, 16 * MIB);
     let probe = Probe::start();
     let listed = within(what, Duration::from_secs(20), client.list_tools()).await;
     let err = match listed {
@@ -585,4 +595,9 @@ async fn a_list_of_more_bytes_than_the_bound_in_all_is_refused() {
     let err = list_refused(what, &server, 48 * MIB).await;
     assert!(err.message().contains("more than 16777216 bytes"), "{err}");
     assert_eq!(server.count(|r| r.is_rpc("tools/list")), 84, "{what}");
+    // The bound is one response's: a client that takes larger ones takes the whole list.
+    let server = endless_tool_list(1, 200_000, 120).await;
+    let roomier = taking(&server, 32 * MIB);
+    let listed = within(what, Duration::from_secs(20), roomier.list_tools()).await;
+    assert_eq!(listed.unwrap().unwrap().len(), 120, "{what}");
 }
