@@ -15,12 +15,14 @@
 //!   never left, `Abandoned` when the connection's task went with it taken (written or not),
 //!   else `Lost`. Calling a request that may have left `Connect` makes the session re-send it.
 //! - A [`Output::ServerRequest`] is answered with [`Session::respond`] unless an
-//!   [`Output::ServerRequestWithdrawn`] for it comes first (its session was replaced or lost,
-//!   or the call whose MRTR round or task asked for it ended):
+//!   [`Output::ServerRequestWithdrawn`] for it comes first (its session was replaced, lost or
+//!   closed, or the call whose MRTR round or task asked for it ended):
 //!   then its handler is stopped and nothing is answered. One the server cancels
-//!   (`notifications/cancelled`) and the driver stops unanswered is forgotten with
-//!   [`Session::withdraw_request`]: until then its id stays held (a later request under it is
-//!   ignored) and counts against the bound on requests waiting for an answer.
+//!   (`notifications/cancelled`) is forgotten with [`Session::withdraw_request`], which says
+//!   whether it released a request of the current session (only then does the driver stop
+//!   a handler: a replaced session's cancellation, or one naming an MRTR input's id, stops
+//!   nothing): until then its id stays held (a later request under it is ignored) and counts
+//!   against the bound on requests waiting for an answer.
 //! - [`Transmit::Abort`] drops that HTTP exchange; the session expects no more input for it
 //!   (input that still arrives is ignored).
 //! - Optionally, a driver decodes a success body before it hands it over, so that the session
@@ -425,8 +427,8 @@ pub enum Output {
     },
     /// A request from the server the app must answer.
     ServerRequest(ServerRequest),
-    /// A server request handed out earlier will not be answered: its session was replaced or
-    /// lost, or the call whose MRTR round or task asked for it ended, so an answer would
+    /// A server request handed out earlier will not be answered: its session was replaced,
+    /// lost or closed, or the call whose MRTR round or task asked for it ended, so an answer would
     /// reach nobody (and [`Session::respond`] drops it). A driver stops the request's handler.
     ServerRequestWithdrawn(crate::ids::RequestId),
     /// Lifecycle news.
