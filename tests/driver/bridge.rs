@@ -1254,6 +1254,61 @@ async fn annotated_resends_share_one_deadline() {
     );
 }
 
+/// A call re-sent on its tool's annotation after its first send was cut, the re-send then
+/// refused before it could run (a 429 asking for longer than the call has left): the first
+/// send may have run, so the host hears `mayHaveRun`, never that the call did not run.
+#[tokio::test]
+async fn a_refused_resend_still_says_the_first_send_may_have_run() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let server = TestServer::start(move |req| {
+        if req.is_rpc("tools/list") {
+            return json_result(
+                req,
+                json!({"tools": [{"name": "inc", "inputSchema": {"type": "object"},
+                    "annotations": {"idempotentHint": true}}]}),
+            );
+        }
+        if req.is_rpc("tools/call") {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                // A comment, then the stream breaks: sent, and never answered.
+                let body = futures::stream::iter([
+                    Ok(Bytes::from(": working\n\n")),
+                    Err::<Bytes, _>(std::io::Error::other("cut")),
+                ]);
+                return Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(Body::from_stream(body))
+                    .unwrap();
+            }
+            let mut refused = status(429);
+            refused
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from_static("60"));
+            return refused;
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(
+        bridge(&server.url)
+            .trust_tool_annotations(true)
+            .build()
+            .unwrap(),
+    );
+    host.initialize("2025-06-18", json!({})).await;
+    host.request("tools/list", json!({})).await;
+    let answer = host
+        .request("tools/call", tool_call("inc", json!({}), json!({})))
+        .await;
+    let sends = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(sends, 2, "{:?}", server.labels());
+    assert_eq!(answer["error"]["data"]["mayHaveRun"], true, "{answer}");
+}
+
 /// A call to a tool listed as idempotent whose outcome a re-initialization made unknown, on
 /// a server whose capabilities changed with it: the annotation came from a server that is
 /// gone, so the call is not sent again (the new server's tool may run twice).
