@@ -12,7 +12,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use futures::StreamExt;
-use mcp_resume::{Client, Era, EraCache, ErrorKind, SessionEvent, ToolCall};
+use mcp_resume::{Client, Era, EraCache, ErrorKind, RpcError, SessionEvent, ToolCall};
 use serde_json::{json, Value};
 use support::*;
 
@@ -398,6 +398,25 @@ async fn an_input_handler_is_cancelled_when_its_call_ends() {
     assert!(
         matches!(reason, Ok(Some(_))),
         "the handler was not cancelled: {reason:?}"
+    );
+}
+
+/// An input the app's handler could not provide ends its MRTR call with an error of the
+/// client's own, not as if the server had refused the call: the round before it was answered,
+/// so the call may have run, and the error says so.
+#[tokio::test]
+async fn an_input_the_app_cannot_provide_ends_the_call_as_one_that_may_have_run() {
+    let (server, _) = modern().await;
+    let client = client(&server)
+        .on_server_request(|_req| async move { Err(RpcError::new(-32603, "no")) })
+        .build()
+        .unwrap();
+    let call = ToolCall::new("confirm", json!({})).idempotency_key("c-1");
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert!(err.may_have_run(), "{err:?}");
+    assert!(
+        !(err.kind() == ErrorKind::Rpc && err.rpc_error().is_none()),
+        "{err:?}"
     );
 }
 

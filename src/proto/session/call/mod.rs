@@ -451,7 +451,14 @@ impl Call {
     /// Whether any send of it may have run (or a task it became runs): what a failure that
     /// ends it without the server's answer must say.
     pub(super) fn may_have_run(&self) -> bool {
-        self.picked_up || self.ran_before || self.may_have_run || self.task.is_some()
+        // An MRTR round under way means the server answered an earlier one: a new round
+        // forgets its predecessor's sends (whether to re-send is the current request's
+        // question), not that they reached the server.
+        self.picked_up
+            || self.ran_before
+            || self.may_have_run
+            || self.task.is_some()
+            || self.rounds() > 0
     }
 
     /// Something proves its last send never ran (it never left, or the server refused it

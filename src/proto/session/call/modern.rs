@@ -271,10 +271,14 @@ impl Session {
                 if for_task {
                     self.cancel_task(call);
                 }
+                // The client's failure, not the server's answer (`Rpc` would read as a
+                // refusal of the call, one that never ran): the call stops half-way, after a
+                // round or a task the server took, so what ran of it is not known, and it is
+                // not sent again. The handler's error is the source.
                 self.complete(
                     call,
                     Err(Error::caused_by(
-                        ErrorKind::Rpc,
+                        ErrorKind::OutcomeUnknown,
                         format!("input {key:?} could not be provided"),
                         Error::rpc(error),
                     )),
