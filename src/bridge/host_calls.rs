@@ -245,6 +245,14 @@ impl HostCalls {
         }
     }
 
+    /// The host's `notifications/cancelled` with these params: cancels the request it names,
+    /// if it names one.
+    pub(crate) fn cancel_named(&self, params: Option<&Value>) {
+        if let Some(id) = params.and_then(|p| p.get("requestId")) {
+            self.cancel(id);
+        }
+    }
+
     /// Forgets the annotations (the server's capabilities changed: its tools may have).
     pub(crate) fn forget_annotations(&self) {
         lock(&self.safe_tools).tools.clear();

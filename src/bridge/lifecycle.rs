@@ -10,7 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::codes::{self, to_rpc};
 use super::host_calls::Waiting;
 use super::message::response;
-use super::{closed, lock, pumps, Inner, Phase};
+use super::{closed, lock, pumps, Inner, Phase, CANCELLED};
 use crate::client::{Client, ClientBuilder, InitializeResult};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::proto::ProtocolVersion;
@@ -220,21 +220,16 @@ impl Inner {
         });
     }
 
-    /// A host notification: `initialized` is absorbed (the client sent its own),
-    /// `cancelled` abandons the host's call, the others go to the server.
+    /// A host notification: `initialized` is absorbed (the client sent its own), as is
+    /// `cancelled` (`Bridge::send` applied it when the host handed it over, in the host's
+    /// order), the others go to the server.
     pub(crate) async fn notification(
         &self,
         method: &str,
         params: Option<Value>,
     ) -> Result<(), Error> {
         match method {
-            "notifications/initialized" => Ok(()),
-            "notifications/cancelled" => {
-                if let Some(id) = params.as_ref().and_then(|p| p.get("requestId")) {
-                    self.calls.cancel(id);
-                }
-                Ok(())
-            }
+            "notifications/initialized" | CANCELLED => Ok(()),
             _ => match self.client() {
                 Some(client) => client.notify(method, params),
                 // Before `initialize` the server has no session to tell.

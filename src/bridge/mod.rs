@@ -148,6 +148,9 @@ pub const DEFAULT_CAPACITY: usize = 64;
 /// outcome (with [`BridgeBuilder::trust_tool_annotations`]).
 pub const ANNOTATED_RESENDS: u32 = 2;
 
+/// The host's cancel of one of its requests.
+const CANCELLED: &str = "notifications/cancelled";
+
 /// A virtual MCP session towards a host SDK's client, over a real mcp-resume session towards
 /// the server. See the [module docs](self) for the rules.
 ///
@@ -328,16 +331,24 @@ impl Bridge {
     /// Cancel-safe: dropped while it waits for room, the message was not taken.
     ///
     /// A request is known to the bridge from this call on, before the future is first
-    /// polled: the host's cancel for it, handed to the bridge after this call, reaches it
-    /// whichever of the two futures runs first (a host SDK's skin that spawns each message's
-    /// future runs them in any order).
+    /// polled, and the host's `notifications/cancelled` acts in this call too: a cancel
+    /// reaches exactly the requests handed over before it, whichever of the futures runs
+    /// first (a host SDK's skin that spawns each message's future runs them in any order). A
+    /// request handed over after it, under the same id, is not cancelled (a stale cancel of
+    /// an answered request does not reach a new one that reuses the id).
     pub fn send(&self, message: Value) -> impl Future<Output = Result<(), Error>> + Send + 'static {
         let inner = self.inner.clone();
         let taken = if *inner.closed.borrow() {
             Err(closed())
         } else {
-            HostMessage::parse(message)
-                .map(|message| message.with_request_id(|id| inner.calls.wait(id)))
+            HostMessage::parse(message).map(|message| {
+                if let HostMessage::Notification { method, params } = &message {
+                    if method == CANCELLED {
+                        inner.calls.cancel_named(params.as_ref());
+                    }
+                }
+                message.with_request_id(|id| inner.calls.wait(id))
+            })
         };
         async move {
             match taken? {

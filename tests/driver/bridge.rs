@@ -1111,6 +1111,33 @@ async fn a_cancelled_id_used_again_gets_its_answer() {
     assert!(server.requests().iter().any(|r| r.is_rpc("ping")));
 }
 
+/// A stale cancel (its request long answered: here the host's `initialize`, id 1) handed to
+/// the bridge right before a new request that reuses the id: the cancel reaches only what was
+/// handed over before it, so the new request is answered whichever future runs first.
+#[tokio::test]
+async fn a_stale_cancel_spares_the_next_request_under_its_id_whichever_runs_first() {
+    let server = TestServer::start(default_reply).await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let id = json!(1);
+    for cancel_first in [false, true] {
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": id}});
+        let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping", "params": {}});
+        let cancelling = host.bridge.send(cancel);
+        let sending = host.bridge.send(ping);
+        if cancel_first {
+            guarded(cancelling).await.unwrap();
+            guarded(sending).await.unwrap();
+        } else {
+            guarded(sending).await.unwrap();
+            guarded(cancelling).await.unwrap();
+        }
+        let answer = host.answer(&id).await;
+        assert_eq!(answer["result"], json!({}), "cancel first: {cancel_first}");
+    }
+}
+
 /// A call whose answer waits for room in the host's queue, cancelled, its id then used
 /// again: the new request gets its own answer, never the cancelled call's.
 #[tokio::test]
