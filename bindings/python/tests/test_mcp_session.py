@@ -426,6 +426,28 @@ async def test_a_result_that_is_not_an_object_fails_its_call_and_nothing_else(
                 echoed = await session.call_tool("echo", {"text": "after"})
     assert raised.value.error.code == -32054, raised.value.error
     assert (raised.value.error.data or {}).get("kind") == "protocol", raised.value.error
+    # The server answered it: the call ran, though its result cannot be read.
+    assert (raised.value.error.data or {}).get("mayHaveRun") is True, raised.value.error
+    assert getattr(echoed.content[0], "text", None) == "after", echoed
+
+
+@pytest.mark.parametrize("result", [None, [], "ok"], ids=["null", "list", "string"])
+async def test_a_result_that_is_not_an_object_completes_as_one_that_may_have_run(
+    scripted: Callable[..., ScriptedServer], result: Any
+) -> None:
+    # With `interrupted_as_result`, as every call that may have run: an error result saying
+    # so, which a framework's retry does not run again.
+    server = scripted("legacy")
+    async with streamablehttp_client(server.url, interrupted_as_result=True) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            with anyio.fail_after(5):
+                answered = await session.call_tool("raw", {"result": result})
+                echoed = await session.call_tool("echo", {"text": "after"})
+    assert answered.isError, answered
+    outcome = (answered.meta or {}).get(OUTCOME_META_KEY)
+    assert outcome is not None and outcome["kind"] == "protocol", answered
+    assert "may or may not have run" in outcome["message"], outcome
     assert getattr(echoed.content[0], "text", None) == "after", echoed
 
 

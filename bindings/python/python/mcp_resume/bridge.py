@@ -158,6 +158,7 @@ async def streamablehttp_client(
                 message: Any = await bridge.recv()
                 if message is None:
                     return
+                tool = None
                 if calls and isinstance(message, dict) and "method" not in message:
                     tool = calls.pop(message.get("id"), None)
                     if tool is not None and "error" in message:
@@ -167,8 +168,11 @@ async def streamablehttp_client(
                 except ValidationError as error:
                     # An answer the session cannot read must still end its request (the
                     # session's receive loop only logs an error it is given): it becomes the
-                    # bridge's protocol error under the same id.
+                    # bridge's protocol error under the same id (with `interrupted_as_result`,
+                    # a call's that says it may have run completes as the other interruptions).
                     answer = _unreadable_answer(message)
+                    if answer is not None and tool is not None:
+                        answer = _as_result(answer, tool)
                     try:
                         parsed = messages.validate_python(answer) if answer else None
                     except ValidationError:
@@ -294,9 +298,18 @@ _JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a
 def _unreadable_answer(message: Any) -> dict[str, Any] | None:
     """For a server answer (a result or an error) the session's model cannot read: the
     bridge's protocol error with the same id, as the Rust skins answer it; ``None`` for any
-    other message."""
+    other message. A result says ``mayHaveRun``: the server answered, so the request ran; an
+    error keeps the ``mayHaveRun`` its data had."""
     if not isinstance(message, dict) or "method" in message or message.get("id") is None:
         return None
+    data: dict[str, Any] = {"kind": "protocol"}
+    if "result" in message:
+        data["mayHaveRun"] = True
+    else:
+        error = message.get("error")
+        error_data = error.get("data") if isinstance(error, dict) else None
+        if isinstance(error_data, dict) and error_data.get("mayHaveRun") is True:
+            data["mayHaveRun"] = True
     if "result" in message and not isinstance(message["result"], dict):
         what = _JSON_TYPES.get(type(message["result"]))
         reason = f"its result is {what}, not an object" if what else "its result is not an object"
@@ -308,7 +321,7 @@ def _unreadable_answer(message: Any) -> dict[str, Any] | None:
         "error": {
             "code": _PROTOCOL,
             "message": f"the server's answer could not be read as mcp's model: {reason}",
-            "data": {"kind": "protocol"},
+            "data": data,
         },
     }
 
