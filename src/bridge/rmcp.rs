@@ -112,13 +112,22 @@ fn unreadable_answer(
     if message.get("method").is_some() {
         return None;
     }
+    let mut data = json!({"kind": ErrorKind::Protocol.as_str()});
+    // The bridge's mark on an error it could not itself read in rmcp's terms (a server's code
+    // beyond rmcp's i32, say) still reaches the host: the call may have run.
+    if message
+        .pointer("/error/data/mayHaveRun")
+        .is_some_and(|m| m == true)
+    {
+        data["mayHaveRun"] = Value::Bool(true);
+    }
     let answer = json!({
         "jsonrpc": "2.0",
         "id": id,
         "error": {
             "code": codes::PROTOCOL,
             "message": format!("the server's answer could not be read as rmcp's model: {error}"),
-            "data": {"kind": ErrorKind::Protocol.as_str()},
+            "data": data,
         },
     });
     serde_json::from_value(answer).ok()
@@ -138,6 +147,28 @@ mod tests {
         assert_eq!(back["id"], 7);
         assert_eq!(back["error"]["code"], codes::PROTOCOL);
         assert_eq!(back["error"]["data"]["kind"], "protocol");
+    }
+
+    // rmcp reads codes as i32; the bridge passes a server's i64 code on unchanged, with the
+    // mark it added.
+    #[test]
+    fn an_unreadable_error_keeps_its_may_have_run() {
+        let answer = json!({"jsonrpc": "2.0", "id": 7, "error": {"code": 1_i64 << 31,
+            "message": "poll refused", "data": {"mayHaveRun": true, "k": 1}}});
+        let error = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(answer.clone())
+            .expect_err("rmcp reads codes as i32");
+        let read = unreadable_answer(&answer, &error).expect("an answer is never left out");
+        let back = serde_json::to_value(read).expect("serializes");
+        assert_eq!(back["error"]["code"], codes::PROTOCOL);
+        assert_eq!(back["error"]["data"]["kind"], "protocol");
+        assert_eq!(back["error"]["data"]["mayHaveRun"], true, "{back}");
+        // An answer that did not say it may have run does not start to.
+        let bare = json!({"jsonrpc": "2.0", "id": 8, "error": {"code": 1_i64 << 31,
+            "message": "no"}});
+        let error = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(bare.clone())
+            .expect_err("rmcp reads codes as i32");
+        let back = serde_json::to_value(unreadable_answer(&bare, &error).unwrap()).unwrap();
+        assert_eq!(back["error"]["data"], json!({"kind": "protocol"}));
     }
 
     #[test]
