@@ -420,6 +420,47 @@ async fn an_input_the_app_cannot_provide_ends_the_call_as_one_that_may_have_run(
     );
 }
 
+/// The inputs of the app's own MRTR calls are not held to the bound on a server's concurrent
+/// requests: with every one of its slots taken by a slow handler, one more call's input waits
+/// for its handler like the others, instead of failing its call at once.
+#[tokio::test]
+async fn inputs_beyond_the_server_request_bound_wait_for_their_handlers() {
+    let (server, _) = modern().await;
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel();
+    let (release_tx, release) = tokio::sync::watch::channel(false);
+    let client = client(&server)
+        .on_server_request(move |_req| {
+            let started_tx = started_tx.clone();
+            let mut release = release.clone();
+            async move {
+                let _ = started_tx.send(());
+                let _ = release.wait_for(|go| *go).await;
+                Ok(json!({"action": "accept", "content": {}}))
+            }
+        })
+        .build()
+        .unwrap();
+    let calls: Vec<_> = (0..33)
+        .map(|_| {
+            let client = client.clone();
+            let call = ToolCall::new("confirm", json!({})).timeout(Duration::from_secs(5));
+            tokio::spawn(async move { client.call_tool(call).await })
+        })
+        .collect();
+    for _ in 0..32 {
+        guarded(started.recv()).await.expect("a handler started");
+    }
+    assert!(
+        calls.iter().all(|c| !c.is_finished()),
+        "a call ended while its handlers were held"
+    );
+    release_tx.send_replace(true);
+    for call in calls {
+        let reply = guarded(call).await.unwrap().expect("every call succeeds");
+        assert_eq!(reply.text(), "accept");
+    }
+}
+
 #[tokio::test]
 async fn a_broken_stream_reissues_only_a_keyed_call_to_a_deduplicating_server() {
     let (server, store) = modern().await;

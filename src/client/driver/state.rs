@@ -35,7 +35,10 @@ use crate::proto::{
 };
 
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
-/// server cannot make the client spawn without bound.
+/// server cannot make the client spawn without bound. The inputs of the app's own 2026-07-28
+/// calls do not count: a refusal would not reach the server but end the call the input serves,
+/// on a limit of the client's own, and they are bounded already (16 for each call in flight,
+/// ended with their call, its deadline included).
 const MAX_SERVER_REQUESTS: usize = 32;
 /// The longest string id of a server request handed to a handler: the bound the decoder puts
 /// on a server's own request ids, which a 2026-07-28 input's id (built from the server's key
@@ -952,7 +955,10 @@ impl State {
             // one the server waits on.
             earlier.cancel("superseded");
         }
-        if self.server_requests.len() >= MAX_SERVER_REQUESTS {
+        let input = self.session.awaits_input(&id);
+        if !input
+            && self.server_requests.values().filter(|h| !h.input).count() >= MAX_SERVER_REQUESTS
+        {
             let error = internal("too many concurrent server requests");
             self.session.respond(id, Err(error), now());
             return;
@@ -963,6 +969,7 @@ impl State {
         let handling = Handling {
             delivery,
             cancel: cancel_tx,
+            input,
         };
         self.server_requests.insert(id, handling);
         self.effects.dispatch(Dispatch {
@@ -992,6 +999,9 @@ struct Handling {
     delivery: u64,
     /// Tells the handler that its answer is no longer wanted, and why.
     cancel: watch::Sender<Option<String>>,
+    /// It answers an input of one of the app's calls, not the server: it takes none of the
+    /// `MAX_SERVER_REQUESTS` slots.
+    input: bool,
 }
 
 impl Handling {

@@ -251,6 +251,25 @@ impl Session {
         self.send_round_if_complete(id, now);
     }
 
+    /// Whether `id` names an input a 2026-07-28 call of the app's waits for (an MRTR round's,
+    /// or its task's): its answer goes into the call, never to the server. A driver need not
+    /// hold such inputs to a bound meant for what a server asks at will: they come only from
+    /// the app's own calls, at most [`MAX_INPUTS_PER_ROUND`] for each, and end with them.
+    pub(crate) fn awaits_input(&self, id: &RequestId) -> bool {
+        let RequestId::String(id) = id else {
+            return false;
+        };
+        // The call is named in the id the session built (`ask_app`'s callers); a server's
+        // own request id shaped alike names no call that waits for input.
+        let call = id
+            .strip_prefix("input/")
+            .or_else(|| id.strip_prefix("task/"))
+            .and_then(|rest| rest.split('/').next())
+            .and_then(|call| call.parse().ok());
+        call.and_then(|call| self.calls.get(CallId(call)))
+            .is_some_and(Call::has_inputs)
+    }
+
     /// An answer to one of a call's inputs (from [`Session::respond`]), handed to the MRTR
     /// round (or the task) it belongs to; given back when `id` names no input.
     pub(in crate::proto::session) fn input_answered(
