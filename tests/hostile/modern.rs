@@ -668,6 +668,99 @@ async fn endless_task_inputs_end_after_the_round_limit() {
     assert_usable(what, &server, &client).await;
 }
 
+/// A task id as long as the client takes (1,024 bytes) does not make the ids of its inputs
+/// too long to hand to a handler: the input is answered and the task polled to its end.
+#[tokio::test]
+async fn a_task_with_a_long_id_has_its_inputs_answered() {
+    let what = "task id of 1,020 bytes";
+    let task_id = "t".repeat(1020);
+    let polled = Arc::new(AtomicUsize::new(0));
+    let server = ModernServer::start(move |req| {
+        if tool_calls(req) {
+            let mut created = task_status(&task_id, "working");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        if req.is_rpc("tasks/update") || req.is_rpc("tasks/cancel") {
+            return Some(complete(req, json!({})));
+        }
+        polls(req).then(|| {
+            if polled.fetch_add(1, Ordering::SeqCst) == 0 {
+                let mut status = task_status(&task_id, "input_required");
+                status["inputRequests"] = json!({"k": {"method": "roots/list"}});
+                complete(req, status)
+            } else {
+                let mut status = task_status(&task_id, "completed");
+                status["result"] = json!({"content": []});
+                complete(req, status)
+            }
+        })
+    })
+    .await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let client = builder(&server)
+        .on_server_request(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"roots": []})) }
+        })
+        .build()
+        .unwrap();
+    connected(&server, &client).await;
+    let result = within(what, LIMIT, client.call_tool(echo("x")))
+        .await
+        .unwrap();
+    assert!(result.is_ok(), "{what}: {result:?}");
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "{what}: handler calls");
+    assert_eq!(
+        server.count(|r| r.is_rpc("tasks/cancel")),
+        0,
+        "{what}: {:?}",
+        server.labels()
+    );
+}
+
+/// An MRTR input whose key is a kilobyte long reaches the handler like any other: the
+/// server's key is not what bounds the id the client hands its handler.
+#[tokio::test]
+async fn an_input_with_a_long_key_is_answered() {
+    let what = "MRTR input key of 1,020 bytes";
+    let key = "k".repeat(1020);
+    let server = ModernServer::start(move |req| {
+        tool_calls(req).then(|| {
+            if req.params()["inputResponses"].is_null() {
+                complete(
+                    req,
+                    json!({"resultType": "input_required",
+                        "inputRequests": { key.clone(): {"method": "roots/list"} }}),
+                )
+            } else {
+                complete(req, json!({"content": [{"type": "text", "text": "done"}]}))
+            }
+        })
+    })
+    .await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let counter = asked.clone();
+    let client = builder(&server)
+        .on_server_request(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok(json!({"roots": []})) }
+        })
+        .build()
+        .unwrap();
+    connected(&server, &client).await;
+    let result = within(what, LIMIT, client.call_tool(echo("x")))
+        .await
+        .unwrap();
+    assert_eq!(
+        result.map(|r| r.text()).ok().as_deref(),
+        Some("done"),
+        "{what}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "{what}: handler calls");
+}
+
 #[tokio::test]
 async fn header_mismatch_on_every_retry_refreshes_once_then_fails() {
     let what = "-32020 always";

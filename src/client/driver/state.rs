@@ -41,8 +41,8 @@ use crate::proto::{
 /// ended with their call, its deadline included).
 const MAX_SERVER_REQUESTS: usize = 32;
 /// The longest string id of a server request handed to a handler: the bound the decoder puts
-/// on a server's own request ids, which a 2026-07-28 input's id (built from the server's key
-/// for it) is held to here. A handler, its context and its answer each hold a copy.
+/// on a server's own request ids. A 2026-07-28 input's id is the session's own, far shorter
+/// (its call, round and number). A handler, its context and its answer each hold a copy.
 const MAX_SERVER_REQUEST_ID: usize = 1024;
 /// The longest method of a server request handed to a handler: far above any method a
 /// handler takes, and a refusal that named the method would echo it to the server.

@@ -244,8 +244,8 @@ impl Session {
         let kept = self.config.checkpoints.then(|| requests.clone());
         call.await_round(round, state, requests.len(), kept);
         self.note_checkpoint(id, false);
-        for (key, request) in requests {
-            let input_id = RequestId::String(format!("input/{}/{round}/{key}", id.0));
+        for (n, (key, request)) in requests.into_iter().enumerate() {
+            let input_id = input_id("input", id, round, n);
             self.ask_app(id, input_id, key, &request);
         }
         self.send_round_if_complete(id, now);
@@ -259,8 +259,8 @@ impl Session {
         let RequestId::String(id) = id else {
             return false;
         };
-        // The call is named in the id the session built (`ask_app`'s callers); a server's
-        // own request id shaped alike names no call that waits for input.
+        // The call is named in the id the session built (`input_id`); a server's own
+        // request id shaped alike names no call that waits for input.
         let call = id
             .strip_prefix("input/")
             .or_else(|| id.strip_prefix("task/"))
@@ -502,6 +502,8 @@ impl Session {
                 )),
             );
         };
+        // The task's rounds of input so far, this one included: its inputs' ids.
+        let round = call.task.as_ref().map_or(0, |t| t.input_rounds);
         for (key, value) in asks.again {
             debug!(%task_id, %key, "the task asks again for an answered input: sent again");
             self.send_task_update(&task_id, key, value);
@@ -509,8 +511,8 @@ impl Session {
         if asks.fresh.is_empty() {
             return self.schedule_poll(id, now);
         }
-        for (key, request) in asks.fresh {
-            let input_id = RequestId::String(format!("task/{}/{task_id}/{key}", id.0));
+        for (n, (key, request)) in asks.fresh.into_iter().enumerate() {
+            let input_id = input_id("task", id, round, n);
             self.ask_app(id, input_id, key, &request);
         }
     }
@@ -646,6 +648,14 @@ impl Session {
             self.task_finished(call, &task_id);
         }
     }
+}
+
+/// The id the app's handler sees for input `n` of call `id`'s round `round` (`kind`: an MRTR
+/// round's, `input`, or a task's, `task`). Made of the session's own numbers only: the server's
+/// key for the input (the round's map holds it) or its task id could make it as long as they
+/// are, past what a driver hands a handler, and unique per call and round without them.
+fn input_id(kind: &str, id: CallId, round: u32, n: usize) -> RequestId {
+    RequestId::String(format!("{kind}/{}/{round}/{n}", id.0))
 }
 
 /// Whether a `tasks/get` answer is the state of task `task_id`: one naming another task (its
