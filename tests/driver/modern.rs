@@ -461,6 +461,27 @@ async fn inputs_beyond_the_server_request_bound_wait_for_their_handlers() {
     }
 }
 
+/// A key ending in `.round<n>` is the derived key of an MRTR round: an app's call under one
+/// could be taken by the server for another call's round (and answered with its result), so
+/// it is refused before anything is sent.
+#[tokio::test]
+async fn an_idempotency_key_shaped_like_a_round_key_is_refused() {
+    let (server, _) = modern().await;
+    let client = client(&server).build().unwrap();
+    guarded(client.connect()).await.unwrap();
+    let call = ToolCall::new("echo", json!({"text": "hi"})).idempotency_key("order-7.round1");
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    assert!(
+        !server.requests().iter().any(|r| r.is_rpc("tools/call")),
+        "{:?}",
+        server.labels()
+    );
+    // A suffix that is no round's stays the app's.
+    let call = ToolCall::new("echo", json!({"text": "hi"})).idempotency_key("order-7.roundup");
+    guarded(client.call_tool(call)).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_broken_stream_reissues_only_a_keyed_call_to_a_deduplicating_server() {
     let (server, store) = modern().await;

@@ -761,9 +761,34 @@ fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
     IdempotencyKey::new(text).unwrap_or_else(|_| base.clone())
 }
 
+/// Whether `key` ends as [`round_key`] ends every key it derives (`.round` and digits): such a
+/// key is reserved, since an app's call under it could be taken by a deduplicating server for
+/// a round of another call keyed with what precedes the suffix, and answered with its result.
+fn is_round_key(key: &IdempotencyKey) -> bool {
+    key.as_str()
+        .rsplit_once(".round")
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_ending_as_round_keys_are_reserved() {
+        let key = |k: &str| IdempotencyKey::new(k).unwrap();
+        assert!(is_round_key(&round_key(&key("order-7"), 1)));
+        assert!(is_round_key(&round_key(&key(&"x".repeat(256)), 16)));
+        assert!(is_round_key(&key("order-7.round12")));
+        for free in [
+            "order-7",
+            "order-7.round",
+            "order-7.roundup",
+            "order-7.round1x",
+        ] {
+            assert!(!is_round_key(&key(free)), "{free}");
+        }
+    }
 
     #[test]
     fn round_keys_derive_from_the_base_and_stay_valid() {
