@@ -139,6 +139,8 @@ async fn resume_aware_never_reinitializes_where_resume_is_safe() {
     let cfg = WorkloadConfig::default();
     for preset in [Preset::Replicated, Preset::Sticky] {
         let report = run_one(preset, ClientKind::ResumeAware, &cfg).await;
+        // The counts below are final only once the cluster went idle.
+        assert!(report.settled, "{preset}: the cluster never went idle");
         let totals = &report.oracle.totals;
         assert_eq!(totals.initializes, 1, "{preset}: {totals:?}");
         assert_eq!(totals.wrong_capability, 0, "{preset}: {totals:?}");
@@ -215,6 +217,7 @@ async fn rmcp_on_naive_gives_silent_wrong_answers_with_or_without_cuts() {
         let r = run.row();
         let report = &run.report;
         assert!(report.connect.is_ok(), "{label}: {:?}", report.connect);
+        assert!(report.settled, "{label}: the cluster never went idle");
         // The incident: every call reported as success, no error anywhere, and wrong answers
         // underneath, whether or not a stream was cut (routing alone causes them).
         assert_eq!(r.ok, r.calls, "{label}: {r:?}");
@@ -241,6 +244,7 @@ async fn rmcp_on_strict_loses_the_cut_call_to_the_deadline() {
     let run = rmcp_client::run_one(Preset::Strict, ClientKind::Rmcp, &cfg).await;
     let (report, r) = (&run.report, run.row());
     assert!(report.connect.is_ok(), "{:?}", report.connect);
+    assert!(report.settled, "the cluster never went idle");
     // The cut `slow` call: its resume is rejected and rmcp keeps retrying the GET, so the
     // call ends only by the demo's deadline, although the server ran it to the end.
     let expired: Vec<&str> = run
@@ -278,6 +282,7 @@ async fn rmcp_runs_the_same_workload() {
         report.calls.iter().map(|c| (c.tool, c.keyed)).collect()
     };
     assert_eq!(shape(&rmcp.report), shape(&ours));
+    assert!(rmcp.report.settled, "the cluster never went idle");
     // With affinity nothing goes wrong for rmcp either: each call ran once, correctly.
     let r = rmcp.row();
     assert_eq!(r.ok, r.calls, "{r:?}");

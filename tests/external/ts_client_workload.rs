@@ -304,6 +304,8 @@ async fn official_typescript_client_through_the_demo_workload() {
         let preset = run.report.preset;
         let ctx = || format!("{preset}: {r:?}\n{}", wire_line(run));
         assert!(run.report.connect.is_ok(), "{}", ctx());
+        // The counts below are final only once the cluster went idle.
+        assert!(run.report.settled, "the cluster never went idle: {}", ctx());
         assert!(misrouted(run).is_empty(), "{:?} {}", misrouted(run), ctx());
         // It never re-initializes and never re-sends a call: it only resumes streams.
         assert_eq!(run.report.oracle.totals.initializes, 1, "{}", ctx());
