@@ -865,6 +865,8 @@ function bit(r, json) {
     // was re-sent.
     if (!r.cut) return "nginx never cut the call before its answer";
     if (r.call.keyed && json && r.posts < 2) return "a keyed call whose JSON answer nginx cut was never re-sent";
+    // An SSE answer carries event ids (an event store): the client resumes it, keyed or not.
+    if (!json && r.posts !== 1) return "a call whose SSE answer nginx cut was re-sent, not resumed";
   } else if (r.fault === "kill") {
     // The killed run never reached its end (a re-sent keyed call's second run may have), and
     // the replica running an unkeyed call, sent once, never lived to see its connection close.
@@ -931,6 +933,8 @@ for (const kind of KINDS) {
       assert.ok(rows.some((r) => r.call.keyed && r.effects > 1), details);
       assert.ok(rows.every((r) => r.fault !== "drain" || !r.call.keyed || r.effects > 1), details);
       assert.ok(rows.every((r) => r.call.keyed || r.effects <= 1), details);
+      // A cut SSE answer is resumed, not re-sent: its one run's answer, guard or no guard.
+      assert.ok(rows.every((r) => r.fault !== "cut" || kind.json || (r.effects === 1 && r.reported === firstAnswer(r))), details);
       return;
     }
     for (const r of rows) {

@@ -166,6 +166,11 @@ fn bit(r: &Row) -> Result<(), String> {
         Fault::Cut if r.keyed && r.era == Era::Modern && r.posts < 2 => {
             fail("a keyed call cut in 2026-07-28 was never re-sent")
         }
+        // A 2025-11-25 stream carries event ids: the client resumes it, keyed or not, and a
+        // second `tools/call` would mean it re-sent what it could have resumed.
+        Fault::Cut if r.era == Era::Legacy && r.posts != 1 => {
+            fail("a call cut in 2025-11-25 was re-sent, not resumed")
+        }
         // The drain found the run in flight, let it end, and closed the connection before the
         // answer went: a keyed call was re-sent, an unkeyed one never got its answer.
         Fault::Drain if r.drained == 0 => fail("the drain found the call's run ended"),
@@ -264,6 +269,10 @@ async fn guarded_replicas_run_each_keyed_call_once_and_never_lie() {
         match (r.fault, r.keyed) {
             // Its execution finished: exactly once, with its stored (first) answer.
             (Fault::Cut | Fault::Drain, true) => assert_eq!(r.reported, r.first_answer(), "{what}"),
+            // A 2025-11-25 stream is resumed, so even an unkeyed call gets its answer.
+            (Fault::Cut, false) if r.era == Era::Legacy => {
+                assert_eq!(r.reported, r.first_answer(), "{what}")
+            }
             // Its replica died mid-execution: never success, never a second run.
             (Fault::Kill, _) => assert!(matches!(r.reported, Reported::Unknown(_)), "{what}"),
             // Unkeyed: the answer if the client got it, else an honest unknown.
@@ -291,6 +300,15 @@ async fn unguarded_replicas_run_resent_keyed_calls_twice() {
             assert!(r.effects <= 1, "the client re-sent an unkeyed call: {what}");
         } else if (r.fault, r.era) != (Fault::Cut, Era::Legacy) {
             assert!(r.effects > 1, "a re-sent keyed call ran once: {what}");
+        }
+        // Resumed, not re-sent: the one run's answer, guard or no guard.
+        if (r.fault, r.era) == (Fault::Cut, Era::Legacy) {
+            assert_eq!(r.effects, 1, "a resumed call ran other than once: {what}");
+            assert_eq!(
+                r.reported,
+                r.first_answer(),
+                "a resumed call's answer: {what}"
+            );
         }
     }
 }
