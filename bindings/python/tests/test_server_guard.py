@@ -810,6 +810,10 @@ def bit(r: Row, json: bool) -> str | None:
             return "the killed run ended"
         if not r.call.keyed and r.cut:
             return "the replica running the unkeyed call lived to see its connection cut"
+        # Both runs' clients re-send a keyed call to a server that (says it) deduplicates: an
+        # unknown reported without asking again would be a guess, not the guard's answer.
+        if r.call.keyed and r.posts < 2:
+            return "the killed keyed call was not re-sent"
     else:
         return drain_bit(r)
     if not r.call.keyed and r.posts != 1:

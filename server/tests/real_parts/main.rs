@@ -182,6 +182,9 @@ fn bit(r: &Row) -> Result<(), String> {
         }
         // The killed run never reached its end.
         Fault::Kill if r.done >= r.effects => fail("the killed run ended"),
+        // Both runs' clients re-send a keyed call to a server that (says it) deduplicates: an
+        // unknown reported without asking again would be a guess, not the guard's answer.
+        Fault::Kill if r.keyed && r.posts < 2 => fail("the killed keyed call was not re-sent"),
         _ if !r.keyed && r.posts != 1 => fail("an unkeyed call was sent other than once"),
         _ => Ok(()),
     }
