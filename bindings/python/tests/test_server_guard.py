@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import socket
 import sys
 import time
@@ -380,6 +381,19 @@ async def test_a_keyed_call_cancelled_as_its_claim_is_granted_is_marked_lost_at_
     # The request's task is cancelled (its server's client left) after Redis granted its
     # claim but before the event loop took that step: the call its app never saw is marked
     # lost at once, not left running until its lease ends.
+    # The binding wakes this loop for a finished awaitable by writing a byte to a socket the
+    # loop watches (registered with the loop's first awaitable, the waiting claim's at the
+    # latest): that byte is the granted claim reaching the loop, which the test can wait for
+    # without letting the loop run.
+    loop = asyncio.get_running_loop()
+    watched: list[int] = []
+    add_reader = loop.add_reader
+
+    def spy(fd: Any, callback: Any, *args: Any) -> Any:
+        watched.append(fd if isinstance(fd, int) else fd.fileno())
+        return add_reader(fd, callback, *args)
+
+    loop.add_reader = spy  # type: ignore[method-assign]
     redis = Redis()
     try:
         inner = Scripted()
@@ -408,12 +422,13 @@ async def test_a_keyed_call_cancelled_as_its_claim_is_granted_is_marked_lost_at_
             await asyncio.sleep(0.005)
         # The event loop is held while the pause ends (Redis no longer shows the claim
         # waiting) and the granted claim reaches the runtime, which queues the step for the
-        # loop; the task is cancelled before the loop takes it. The reply's last hop, from
-        # Redis to the runtime's thread, is given a second.
+        # loop and wakes it; the task is cancelled before the loop takes it.
         while "blocked_clients:0" not in (redis.command("INFO", "clients") or ""):
             assert time.monotonic() < deadline, "the keyed call's claim was never granted"
             time.sleep(0.005)
-        time.sleep(1.0)
+        assert len(watched) == 1, f"the binding's wake-up socket: {watched}"
+        woken, _, _ = select.select(watched, [], [], max(0.0, deadline - time.monotonic()))
+        assert woken, "the granted claim never reached the loop"
         call.cancel()
         with pytest.raises(asyncio.CancelledError):
             await call
@@ -426,6 +441,7 @@ async def test_a_keyed_call_cancelled_as_its_claim_is_granted_is_marked_lost_at_
         assert b"IDEMPOTENCY_OUTCOME_UNKNOWN" in resent, resent
     finally:
         redis.stop()
+        loop.add_reader = add_reader  # type: ignore[method-assign]
 
 
 async def test_a_keyed_answer_is_stored_when_the_task_is_cancelled_as_it_is_stored() -> None:
