@@ -168,7 +168,9 @@ impl fmt::Display for RequestId {
 }
 
 /// The idempotency key of a tool call: stays the same across re-sends, while the JSON-RPC id
-/// changes.
+/// changes. A call's key may not end in `.round` and digits: a 2026-07-28 multi-round call
+/// keys its later rounds so (the client refuses such a key with
+/// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig)).
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct IdempotencyKey(String);
 

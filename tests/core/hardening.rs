@@ -2144,3 +2144,21 @@ fn a_replay_on_a_replaced_sessions_resumed_stream_is_not_delivered_again() {
         );
     }
 }
+
+/// A key ending in `.round<n>` is reserved for the rounds of multi-round calls: the session
+/// itself refuses it, before anything is sent, whichever driver submits the call.
+#[test]
+fn a_key_shaped_like_a_round_key_is_refused_by_the_session() {
+    let _g = SeedGuard(106);
+    let mut s = connected(SessionConfig::default(), ServerConfig::default(), 106);
+    let reserved = s.call("r", Some("order-7.round1"));
+    s.run_until_complete(reserved, 5 * SEC);
+    assert_eq!(
+        s.result(reserved).as_ref().unwrap_err().kind(),
+        ErrorKind::InvalidConfig
+    );
+    assert!(s.server.posts_of("r").is_empty());
+    let free = s.call("f", Some("order-7.roundup"));
+    s.run_until_complete(free, 5 * SEC);
+    assert!(s.result(free).is_ok());
+}

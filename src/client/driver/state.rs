@@ -277,18 +277,6 @@ impl State {
                     self.effects.reply(reply, Err(error));
                     return None;
                 }
-                if request
-                    .idempotency_key()
-                    .is_some_and(Session::key_is_reserved)
-                {
-                    let error = Error::new(
-                        ErrorKind::InvalidConfig,
-                        "invalid idempotency key: a key ending in .round<n> is reserved for the \
-                         rounds of multi-round calls",
-                    );
-                    self.effects.reply(reply, Err(error));
-                    return None;
-                }
                 self.calls.insert(id, Waiter::Call { reply });
                 if let Some(progress) = progress {
                     self.progress.insert(id, progress);

@@ -11,7 +11,7 @@ use super::exchanges::ExKind;
 use super::Session;
 use std::time::Instant;
 
-use super::call::{Call, CallState, Retry};
+use super::call::{is_round_key, Call, CallState, Retry};
 use super::deadline_after;
 use super::lifecycle::Standing;
 use super::timers::Timer;
@@ -54,6 +54,19 @@ impl Session {
     /// connects. An id already in use is refused (nothing is sent, nothing reported).
     pub fn submit(&mut self, id: CallId, request: CallRequest, now: Instant) {
         if self.refuse(id, "submission") {
+            return;
+        }
+        if let Some(key) = request.idempotency_key.as_ref().filter(|k| is_round_key(k)) {
+            // Reserved for the rounds of multi-round calls: a server deduplicating keys could
+            // take this call for another call's round and answer it with that round's result.
+            let message = format!(
+                "invalid idempotency key {:?}: a key ending in .round<n> is reserved for the \
+                 rounds of multi-round calls",
+                key.as_str()
+            );
+            let result = Err(Error::new(ErrorKind::InvalidConfig, message));
+            self.outputs
+                .push_back(Output::Completed { call: id, result });
             return;
         }
         let deadline = deadline_after(now, request.timeout.unwrap_or(self.config.call_timeout));

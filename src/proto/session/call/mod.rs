@@ -764,7 +764,7 @@ fn round_key(base: &IdempotencyKey, round: u32) -> IdempotencyKey {
 /// Whether `key` ends as [`round_key`] ends every key it derives (`.round` and digits): such a
 /// key is reserved, since an app's call under it could be taken by a deduplicating server for
 /// a round of another call keyed with what precedes the suffix, and answered with its result.
-fn is_round_key(key: &IdempotencyKey) -> bool {
+pub(super) fn is_round_key(key: &IdempotencyKey) -> bool {
     key.as_str()
         .rsplit_once(".round")
         .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))

@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use super::{Call, HeldTaskMessage};
 use crate::error::{Error, ErrorKind, RpcError};
-use crate::ids::{IdempotencyKey, RequestId, SessionId};
+use crate::ids::{RequestId, SessionId};
 use crate::proto::decide::Failure;
 use crate::proto::jsonrpc;
 use crate::proto::limits::{
@@ -249,13 +249,6 @@ impl Session {
             self.ask_app(id, input_id, key, &request);
         }
         self.send_round_if_complete(id, now);
-    }
-
-    /// Whether the app may key a call with `key`: not with one ending in `.round<n>`, the
-    /// suffix of the key each MRTR round of a keyed call derives from it, which a server
-    /// deduplicating keys could otherwise match with another call's round.
-    pub(crate) fn key_is_reserved(key: &IdempotencyKey) -> bool {
-        super::is_round_key(key)
     }
 
     /// Whether `id` names an input a 2026-07-28 call of the app's waits for (an MRTR round's,
