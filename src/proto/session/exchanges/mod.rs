@@ -696,7 +696,7 @@ mod tests {
     use crate::proto::{CallId, CallRequest, Era, Output, Session, SessionConfig, Transmit};
 
     /// A legacy session past its handshake, and the SSE stream of a call it keeps open.
-    fn call_stream() -> (Session, crate::proto::HttpId, Instant) {
+    pub(super) fn call_stream() -> (Session, crate::proto::HttpId, Instant) {
         #[allow(clippy::disallowed_methods)] // the test's origin of time
         let now = Instant::now();
         let config = SessionConfig::default()

@@ -967,13 +967,11 @@ fn logged_id(id: &RequestId) -> String {
 mod tests {
     use std::fmt::Write as _;
     use std::sync::{Arc, Mutex};
-    use std::time::Instant;
 
-    use http::HeaderMap;
-    use serde_json::{json, Value};
+    use serde_json::json;
     use tracing::field::{Field, Visit};
 
-    use crate::proto::{CallId, CallRequest, Era, Session, SessionConfig, Transmit};
+    use super::super::tests::call_stream;
 
     /// Every event logged while it is the thread's subscriber, one line each.
     #[derive(Clone, Default)]
@@ -1003,47 +1001,6 @@ mod tests {
         }
         fn enter(&self, _: &tracing::span::Id) {}
         fn exit(&self, _: &tracing::span::Id) {}
-    }
-
-    /// A legacy session past its handshake, and the SSE stream of a call it keeps open.
-    fn call_stream() -> (Session, crate::proto::HttpId, Instant) {
-        #[allow(clippy::disallowed_methods)] // the test's origin of time
-        let now = Instant::now();
-        let config = SessionConfig::default()
-            .with_era(Era::Legacy)
-            .with_open_listen_stream(false);
-        let mut session = Session::new(config, now);
-        session.connect(now);
-        session.submit(CallId::next(), CallRequest::new("tools/call", None), now);
-        let mut call = None;
-        while let Some(transmit) = session.poll_transmit() {
-            let Transmit::Send(request) = transmit else {
-                continue;
-            };
-            let body: Value = serde_json::from_slice(request.body.as_deref().unwrap_or(b"null"))
-                .unwrap_or(Value::Null);
-            let mut headers = HeaderMap::new();
-            match body["method"].as_str() {
-                Some("initialize") => {
-                    headers.insert("content-type", "application/json".parse().unwrap());
-                    headers.insert("mcp-session-id", "s-1".parse().unwrap());
-                    let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
-                        "protocolVersion": "2025-11-25", "capabilities": {},
-                        "serverInfo": {"name": "scripted", "version": "1"}}});
-                    session.handle_head(request.id, 200, &headers, now);
-                    session.handle_data(request.id, answer.to_string().as_bytes(), now);
-                }
-                Some("tools/call") => {
-                    headers.insert("content-type", "text/event-stream".parse().unwrap());
-                    session.handle_head(request.id, 200, &headers, now);
-                    call = Some(request.id);
-                    continue;
-                }
-                _ => session.handle_head(request.id, 202, &headers, now),
-            }
-            session.handle_end(request.id, now);
-        }
-        (session, call.expect("the call is sent"), now)
     }
 
     #[test]
