@@ -307,9 +307,10 @@ impl HostCalls {
                 None => request.clone(),
             };
             let result = match client.send_core(send).await {
-                // A re-send ended by anything but the server's answer leaves the call as it
-                // was: an earlier send may have run it, though this one did not.
-                Err(e) if resends > 0 && !is_servers_answer(&e) => Err(e.with_may_have_run()),
+                // Whatever ended a re-send (a refusal, even one the server wrote as a JSON-RPC
+                // error; a timeout; the tool's own error), an earlier send may have run the
+                // call: only a result says more.
+                Err(e) if resends > 0 => Err(e.with_may_have_run()),
                 result => result,
             };
             let Some(listed_at) = listed_at else {
@@ -395,12 +396,6 @@ async fn same_server(client: &Client, listed_at: u64, deadline: Option<Instant>)
         None => ready.await,
     };
     ready.is_ok() && client.capability_changes() == listed_at
-}
-
-/// Whether `error` is the server's own answer to the request (a JSON-RPC error it returned),
-/// not a failure to get one.
-fn is_servers_answer(error: &Error) -> bool {
-    matches!(error.kind(), ErrorKind::Rpc | ErrorKind::MissingCapability)
 }
 
 /// Whether a re-send still has its least time ([`MIN_SEND`]) before `deadline`, read `now`.

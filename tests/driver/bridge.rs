@@ -1286,54 +1286,72 @@ async fn annotated_resends_share_one_deadline() {
 /// send may have run, so the host hears `mayHaveRun`, never that the call did not run.
 #[tokio::test]
 async fn a_refused_resend_still_says_the_first_send_may_have_run() {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let server = TestServer::start(move |req| {
-        if req.is_rpc("tools/list") {
-            return json_result(
-                req,
-                json!({"tools": [{"name": "inc", "inputSchema": {"type": "object"},
-                    "annotations": {"idempotentHint": true}}]}),
-            );
-        }
-        if req.is_rpc("tools/call") {
-            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
-                // A comment, then the stream breaks: sent, and never answered.
-                let body = futures::stream::iter([
-                    Ok(Bytes::from(": working\n\n")),
-                    Err::<Bytes, _>(std::io::Error::other("cut")),
-                ]);
-                return Response::builder()
-                    .header("content-type", "text/event-stream")
-                    .body(Body::from_stream(body))
-                    .unwrap();
-            }
+    // A 429 asking for longer than the call has left; a 400 whose body is a JSON-RPC error
+    // (as the TypeScript SDK answers a request it refuses), read as the server's error.
+    let refusals: [fn() -> Response<Body>; 2] = [
+        || {
             let mut refused = status(429);
             refused
                 .headers_mut()
                 .insert("retry-after", HeaderValue::from_static("60"));
-            return refused;
-        }
-        default_reply(req)
-    })
-    .await;
-    let mut host = Host::new(
-        bridge(&server.url)
-            .trust_tool_annotations(true)
-            .build()
-            .unwrap(),
-    );
-    host.initialize("2025-06-18", json!({})).await;
-    host.request("tools/list", json!({})).await;
-    let answer = host
-        .request("tools/call", tool_call("inc", json!({}), json!({})))
+            refused
+        },
+        || {
+            Response::builder()
+                .status(400)
+                .header("content-type", "application/json")
+                .body(Body::from(
+                    r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request"}}"#,
+                ))
+                .unwrap()
+        },
+    ];
+    for refusal in refusals {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let server = TestServer::start(move |req| {
+            if req.is_rpc("tools/list") {
+                return json_result(
+                    req,
+                    json!({"tools": [{"name": "inc", "inputSchema": {"type": "object"},
+                        "annotations": {"idempotentHint": true}}]}),
+                );
+            }
+            if req.is_rpc("tools/call") {
+                if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // A comment, then the stream breaks: sent, and never answered.
+                    let body = futures::stream::iter([
+                        Ok(Bytes::from(": working\n\n")),
+                        Err::<Bytes, _>(std::io::Error::other("cut")),
+                    ]);
+                    return Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(Body::from_stream(body))
+                        .unwrap();
+                }
+                return refusal();
+            }
+            default_reply(req)
+        })
         .await;
-    let sends = server
-        .requests()
-        .iter()
-        .filter(|r| r.is_rpc("tools/call"))
-        .count();
-    assert_eq!(sends, 2, "{:?}", server.labels());
-    assert_eq!(answer["error"]["data"]["mayHaveRun"], true, "{answer}");
+        let mut host = Host::new(
+            bridge(&server.url)
+                .trust_tool_annotations(true)
+                .build()
+                .unwrap(),
+        );
+        host.initialize("2025-06-18", json!({})).await;
+        host.request("tools/list", json!({})).await;
+        let answer = host
+            .request("tools/call", tool_call("inc", json!({}), json!({})))
+            .await;
+        let sends = server
+            .requests()
+            .iter()
+            .filter(|r| r.is_rpc("tools/call"))
+            .count();
+        assert_eq!(sends, 2, "{:?}", server.labels());
+        assert_eq!(answer["error"]["data"]["mayHaveRun"], true, "{answer}");
+    }
 }
 
 /// A call to a tool listed as idempotent whose outcome a re-initialization made unknown, on
