@@ -184,6 +184,10 @@ fn call_tool(req: &Recorded, params: &Value, store: &Arc<Mutex<Store>>) -> Respo
             }
             assert_eq!(params["requestState"], "state-1");
             let answer = &params["inputResponses"]["ok"];
+            if answer["action"] == "decline" {
+                // The tool, told no, fails its call with a JSON-RPC error.
+                return rpc_error(req, 200, -32603, "declined", Value::Null);
+            }
             complete(req, text(answer["action"].as_str().unwrap_or("none")))
         }
         "missing" => rpc_error(
@@ -418,6 +422,23 @@ async fn an_input_the_app_cannot_provide_ends_the_call_as_one_that_may_have_run(
         !(err.kind() == ErrorKind::Rpc && err.rpc_error().is_none()),
         "{err:?}"
     );
+}
+
+/// A later round answered with the server's JSON-RPC error is the call's answer, and the
+/// rounds before it were the server's too: the tool may have acted before it asked, so the
+/// error says the call may have run.
+#[tokio::test]
+async fn a_later_rounds_error_answer_says_the_call_may_have_run() {
+    let (server, _) = modern().await;
+    let client = client(&server)
+        .on_server_request(|_req| async move { Ok(json!({"action": "decline"})) })
+        .build()
+        .unwrap();
+    let call = ToolCall::new("confirm", json!({})).idempotency_key("c-2");
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rpc, "{err:?}");
+    assert_eq!(err.rpc_error().map(|e| e.code), Some(-32603), "{err:?}");
+    assert!(err.may_have_run(), "{err:?}");
 }
 
 /// The inputs of the app's own MRTR calls are not held to the bound on a server's concurrent

@@ -243,9 +243,15 @@ impl Session {
         };
         // A failure that is not the server's answer tells whether the request may have run.
         // A task's call is answered only by its task's final status: a JSON-RPC error to a
-        // poll, or a refusal of one, answers `tasks/get` while the task runs on.
+        // poll, or a refusal of one, answers `tasks/get` while the task runs on. An MRTR
+        // call's error after an answered round is its answer, yet the tool may have acted
+        // before it asked: it says so too.
         let answer = match &result {
-            Err(e) => e.kind() == ErrorKind::Rpc && (call.task_id().is_none() || outcome),
+            Err(e) => {
+                e.kind() == ErrorKind::Rpc
+                    && (call.task_id().is_none() || outcome)
+                    && call.rounds() == 0
+            }
             Ok(_) => true,
         };
         let result = match result {

@@ -326,7 +326,7 @@ impl Call {
     }
 
     /// The MRTR rounds so far.
-    fn rounds(&self) -> u32 {
+    pub(super) fn rounds(&self) -> u32 {
         self.input.as_ref().map_or(0, |r| r.round)
     }
 
