@@ -25,14 +25,21 @@ fn keyed_plan(
     name: &str,
     (args, written): (&Value, Option<&RawValue>),
     lease: Duration,
+    params: Option<&Value>,
 ) -> Plan {
     let digest = written
         .and_then(|text| wire::arguments_digest_of_text(name, text.get().as_bytes()))
         .unwrap_or_else(|| wire::arguments_digest(name, args));
+    // A 2026-07-28 request names its revision in `_meta`; earlier ones never do.
+    let modern = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(wire::MODERN_VERSION_META_KEY))
+        .is_some_and(Value::is_string);
     Plan::Keyed(Box::new(KeyedPlan {
         requests: RequestIds::one(id.clone()),
         id,
         claim: Claim::new(key, digest, ClaimToken::from_stored(""), lease),
+        modern,
     }))
 }
 
@@ -98,7 +105,8 @@ fn read_post(
                         };
                         let name = params.name.as_deref().unwrap_or("");
                         let args = value.pointer("/params/arguments").unwrap_or(&Value::Null);
-                        keyed_plan(id, key, name, (args, params.arguments), lease)
+                        let read = value.get("params");
+                        keyed_plan(id, key, name, (args, params.arguments), lease, read)
                     }
                     KeyFound::Invalid(why) => return Err(Answer::invalid_key(&id, why)),
                     KeyFound::None => session_plan(RequestIds::one(id)),
@@ -158,7 +166,7 @@ fn read_post(
                 let args = params
                     .and_then(|p| p.get("arguments"))
                     .unwrap_or(&Value::Null);
-                keyed_plan(id, key, name, (args, probe::arguments(body)), lease)
+                keyed_plan(id, key, name, (args, probe::arguments(body)), lease, params)
             }
             KeyFound::None => session_plan(RequestIds::one(id)),
         },

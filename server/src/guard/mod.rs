@@ -470,6 +470,8 @@ struct KeyedPlan {
     id: Value,
     claim: Claim,
     requests: RequestIds,
+    /// A 2026-07-28 request (see [`WatchKind::Keyed`]'s `modern`).
+    modern: bool,
 }
 
 impl Exchange {
@@ -606,6 +608,7 @@ impl Exchange {
             id,
             claim,
             requests,
+            modern,
         } = *keyed;
         let hash = self.record.as_ref().map(|r| r.hash().clone());
         let outcome = match outcome {
@@ -635,6 +638,7 @@ impl Exchange {
                         captured: false,
                         lease: claim.lease(),
                         renew_at: None,
+                        modern,
                     },
                     hash,
                     stream,

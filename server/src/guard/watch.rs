@@ -53,11 +53,11 @@ fn proves_not_run(status: StatusCode, headers: &HeaderMap) -> bool {
         && headers.contains_key(http::header::RETRY_AFTER))
 }
 
-/// Whether an answer is a 2026-07-28 refusal of the request as sent, made before anything
-/// ran: its mirrored headers disagree with its body (-32020), or its protocol version is not
-/// spoken (-32022). Servers answer them with status 400 (which [`proves_not_run`]) or in a 200
-/// body; the client takes both as never run. A missing capability (-32021) is not among them:
-/// the tool may already have been running when it found the capability missing.
+/// Whether an answer to a 2026-07-28 request is a refusal of the request as sent, made before
+/// anything ran: its mirrored headers disagree with its body (-32020), or its protocol version
+/// is not spoken (-32022). Servers answer them with status 400 (which [`proves_not_run`]) or
+/// in a 200 body; the client takes both as never run. A missing capability (-32021) is not
+/// among them: the tool may already have been running when it found the capability missing.
 fn refused_before_running(message: &Value) -> bool {
     const HEADER_MISMATCH: i64 = -32020;
     const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
@@ -196,6 +196,10 @@ pub(crate) enum WatchKind {
         captured: bool,
         lease: Duration,
         renew_at: Option<Instant>,
+        /// A 2026-07-28 request: its refusals of the request as sent (-32020, -32022) may
+        /// come in a 200 answer, and let the key go. In earlier revisions those codes are any
+        /// server's own, which may come after the tool ran.
+        modern: bool,
     },
     /// A DELETE of the session.
     Delete { session: Option<SessionId> },
@@ -827,10 +831,13 @@ impl Watch {
                 advertise::advertise_discover(result, *parts).then(|| message.to_string())
             }
             WatchKind::Keyed {
-                id: want, captured, ..
+                id: want,
+                captured,
+                modern,
+                ..
             } if !*captured && crate::wire::same_id(want, &id) => {
                 *captured = true;
-                if refused_before_running(message) {
+                if *modern && refused_before_running(message) {
                     // The client sends it again corrected, under the same key: it must run
                     // then, not be served this refusal for the key's whole retention.
                     self.settle(Settle::Release);
