@@ -58,7 +58,8 @@
 //! not in the server it wraps. A store
 //! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
 //! everything else pass. A keyed call of a session whose record no instance and no store
-//! holds (evicted, expired, or begun before the guard was deployed) is answered `404` as an
+//! holds (evicted, expired, begun before the guard was deployed, or held in a form the store
+//! cannot read: another version's, damaged) is answered `404` as an
 //! unknown session, so its client starts a new one: run, it would go without its context's
 //! mark, and its stored answer could be served to another context.
 //!

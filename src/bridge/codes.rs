@@ -44,8 +44,9 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 /// server's `MissingRequiredClientCapability` keeps its code and data, with `kind` added
 /// when the data is an object. Every other kind gets its own code, the error's message, and
 /// `data: {"kind": <name>}`, and `"mayHaveRun": true` for a call that may have run
-/// ([`Error::may_have_run`]: always `outcome_unknown` and `context_mismatch`, and a timed-out
-/// or lost call that had been sent). A host must never retry those blindly: their message
+/// ([`Error::may_have_run`], whose docs list every case: always `outcome_unknown` and
+/// `context_mismatch`; a timed-out, lost or closed call that had been sent; a result that
+/// cannot be read). A host must never retry those blindly: their message
 /// says only what happened; the network's words that caused it go to `data.cause`, because
 /// frameworks pick what to retry by reading messages (Mastra re-runs a tool call whose error
 /// says "connection closed").

@@ -64,7 +64,8 @@
 //!   [`IDEMPOTENCY_META_KEY`] (`"io.github.mcp-resume/idempotency-key"`, a string) is a keyed
 //!   call: re-sent after an interruption when the resend policy allows
 //!   ([`ClientBuilder::resend_policy`]). The member is taken out of `_meta`; the client puts
-//!   the key where the server expects it.
+//!   the key where the server expects it. A key ending in `.round` and digits is reserved
+//!   (a multi-round call's later rounds are keyed so) and answered `invalid_config`.
 //! - **Annotations** (opt-in, [`BridgeBuilder::trust_tool_annotations`]). The specification
 //!   says annotations from untrusted servers must not drive decisions, so this is off by
 //!   default. On, a `tools/call` without a key, to a tool the server's last `tools/list`

@@ -423,8 +423,10 @@ impl Client {
         self.shared.published.capability_changes()
     }
 
-    /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the session is
-    /// DELETEd (a server answering 405 is fine), and later calls fail with `Closed`. With a
+    /// Closes the session: waiting calls fail with [`ErrorKind::Closed`], the handlers of
+    /// server requests still being handled are cancelled (reason `"client closed"`), the
+    /// session is DELETEd (a server answering 405 is fine), and later calls fail with
+    /// `Closed`. With a
     /// [ledger](crate::guide::restarts), it then finishes the writes its calls queued as they
     /// ended (each within the call timeout), so a process that closes its client and exits
     /// leaves no entry of a call that ended.

@@ -69,7 +69,8 @@ impl RequestContext {
         }
     }
 
-    /// The server's id of the request.
+    /// The request's id: the server's, or, for an input of one of the app's 2026-07-28
+    /// calls, one the client made (its call, round and number).
     pub fn request_id(&self) -> &RequestId {
         &self.request_id
     }

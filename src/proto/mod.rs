@@ -245,7 +245,8 @@ impl CallRequest {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ServerRequest {
-    /// The server's request id (opaque to the app).
+    /// The request's id (opaque to the app): the server's, or, for an input of a 2026-07-28
+    /// call, one the session made (its call, round and number).
     pub id: crate::ids::RequestId,
     /// Method.
     pub method: String,

@@ -68,7 +68,8 @@ impl<'de, T: DeserializeOwned> Deserialize<'de> for OneOrMany<T> {
 /// Reads an array of typed items from a server, refusing one of more than
 /// [`MAX_CONTENT_ITEMS`](crate::client::MAX_CONTENT_ITEMS) items before typing them: a typed
 /// item can take a hundred times the bytes it took in the message. The field's
-/// `deserialize_with` for every array of typed items the client reads.
+/// `deserialize_with` for every array of modelled items the client reads (arrays of plain
+/// values take no more than the JSON they were read from).
 pub(crate) fn bounded<'de, D, T>(deserializer: D) -> Result<Vec<T>, D::Error>
 where
     D: Deserializer<'de>,

@@ -51,7 +51,10 @@ impl Session {
 
     /// Submits a request as call `id` ([`CallId::next`]): the id its outputs and events name.
     /// Calls submitted before or during (re-)initialization wait for it; the first one
-    /// connects. An id already in use is refused (nothing is sent, nothing reported).
+    /// connects. An id already in use is refused (nothing is sent, nothing reported). A
+    /// request whose idempotency key ends in `.round` and digits (reserved for the keys of a
+    /// multi-round call's rounds) completes at once with [`ErrorKind::InvalidConfig`],
+    /// nothing sent.
     pub fn submit(&mut self, id: CallId, request: CallRequest, now: Instant) {
         if self.refuse(id, "submission") {
             return;
