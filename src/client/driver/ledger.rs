@@ -50,7 +50,7 @@ use futures::{FutureExt, StreamExt};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::Notify;
 
-use crate::client::ledger::{EntryEndpoint, EntryId, Ledger, LedgerEntry};
+use crate::client::ledger::{EntryEndpoint, EntryId, Ledger, LedgerEntry, TASK_RETENTION};
 use crate::error::{Error, ErrorKind};
 use crate::proto::methods::TOOLS_CALL;
 use crate::proto::{CallId, CallStage, Checkpoint};
@@ -140,6 +140,13 @@ struct Line {
     /// nothing of theirs is left to write, not before, so that a recovery never takes an
     /// entry whose call ended here while the ledger still holds it.
     releasing: FxHashSet<EntryId>,
+    /// Entries of calls that ended whose removal is queued, each with when the ledger drops
+    /// it anyway: what a removal given up on is remembered until.
+    removing: FxHashMap<EntryId, SystemTime>,
+    /// Entries whose removal was given up on, until the ledger drops them anyway: the
+    /// ledger still holds them, and a recovery must not make their calls again (the
+    /// application has their outcomes).
+    given_up: FxHashMap<EntryId, SystemTime>,
     /// Recoveries reading the ledger now.
     readers: usize,
     /// Entries whose last write was done while a recovery read: the read may hold them as
@@ -342,7 +349,13 @@ impl Writer {
     /// queues rather than tracked per call: every call ends, few while a recovery reads.
     pub(crate) fn is_writing(&self, entry: &EntryId) -> bool {
         let line = self.lock();
-        line.running.contains(entry) || line.pending(entry) || line.done_while_read.contains(entry)
+        line.running.contains(entry)
+            || line.pending(entry)
+            || line.done_while_read.contains(entry)
+            || line
+                .given_up
+                .get(entry)
+                .is_some_and(|until| SystemTime::now() < *until)
     }
 
     /// This client stopped: what it wrote or picked up may be taken over.
@@ -368,9 +381,12 @@ impl Writer {
     /// waits for the writer task, so a client whose runtime stopped (and with it that task)
     /// never makes it. When `release`, the claim on an entry picked up goes once the removal
     /// is done: queued under the same lock, so the removal cannot finish before it is noted.
-    fn queue_removal(&self, entry: EntryId, abandoned: bool, release: bool) {
+    /// `until`: when the ledger drops the entry anyway (how long a removal given up on is
+    /// remembered).
+    fn queue_removal(&self, entry: EntryId, abandoned: bool, release: bool, until: SystemTime) {
         let op = Op::new(Write::Remove(entry.clone()), None);
         let mut line = self.lock();
+        line.removing.insert(entry.clone(), until);
         if release {
             line.releasing.insert(entry.clone());
         }
@@ -441,6 +457,9 @@ impl Writer {
                 true
             }
         };
+        let removal = again
+            .as_ref()
+            .is_some_and(|a| matches!(a.write, Write::Remove(_)));
         if let Some(gate) = gate {
             gate.settle(result);
         }
@@ -451,8 +470,18 @@ impl Writer {
             None => false,
         };
         // Released when its last write is done, whatever its outcome: a removal given up on
-        // leaves an entry the next process would pick up anyway.
+        // leaves an entry the next process would pick up anyway. This client still knows it
+        // as ended (`given_up`), so its own recoveries never make the call again.
         let last = !line.pending(&entry);
+        if last {
+            if let Some(until) = line.removing.remove(&entry).filter(|_| failed && removal) {
+                // Those that expired meanwhile go, so the set stays as small as the
+                // removals given up on in one entry's lifetime.
+                let now = SystemTime::now();
+                line.given_up.retain(|_, until| now < *until);
+                line.given_up.insert(entry.clone(), until);
+            }
+        }
         let release = last && line.releasing.remove(&entry);
         if last && line.readers > 0 {
             line.done_while_read.push(entry.clone());
@@ -563,6 +592,7 @@ impl Writer {
         );
         line.running.clear();
         line.releasing.clear();
+        line.removing.clear();
         drop(line);
         drop(unwritten);
         self.idle.notify_waiters();
@@ -668,9 +698,24 @@ struct Record {
     task_id: Option<String>,
     /// Its entry is in the ledger (it was picked up from one, or written).
     stored: bool,
+    /// It became a task at some point: its entry may outlive its deadline.
+    was_task: bool,
 }
 
 impl Record {
+    /// When the ledger drops its entry at the latest: its deadline, or for a task's the
+    /// retention a task's entry was last written with ([`LedgerEntry::expires_at`]), which
+    /// is no later than that from now.
+    fn expiry(&self) -> SystemTime {
+        if self.was_task {
+            let now = SystemTime::now();
+            let retained = now.checked_add(TASK_RETENTION).unwrap_or(now);
+            self.deadline.max(retained)
+        } else {
+            self.deadline
+        }
+    }
+
     fn new(id: EntryId, deadline: SystemTime) -> Self {
         Record {
             id,
@@ -680,6 +725,7 @@ impl Record {
             rewrite: false,
             task_id: None,
             stored: false,
+            was_task: false,
         }
     }
 }
@@ -731,6 +777,7 @@ impl Records {
     pub(crate) fn adopt(&mut self, call: CallId, id: EntryId, deadline: SystemTime, task: bool) {
         let mut record = Record::new(id, deadline);
         record.task_open = task;
+        record.was_task = task;
         record.stored = true;
         self.calls.insert(call, record);
     }
@@ -743,6 +790,7 @@ impl Records {
                 .entry(call)
                 .or_insert_with(|| Record::new(EntryId::fresh(), SystemTime::now()));
             record.task_open = true;
+            record.was_task = true;
             record.task_id = Some(task_id.to_owned());
         }
     }
@@ -763,6 +811,7 @@ impl Records {
             CallStage::Sent { .. } => Some(Gate::new()),
             CallStage::Task { .. } => {
                 record.task_open = true;
+                record.was_task = true;
                 None
             }
             _ => None,
@@ -836,7 +885,8 @@ impl Records {
         if self.scope == Scope::TasksLeftBehind {
             if !left_behind && record.stored {
                 // A task picked up from its entry, ended: the entry goes.
-                self.remove(record.id, abandoned, true);
+                let until = record.expiry();
+                self.remove(record.id, abandoned, true, until);
                 return true;
             }
             // Written once, when the call leaves its task behind: a later `recover` polls it
@@ -862,14 +912,15 @@ impl Records {
         if left_behind {
             return false;
         }
-        self.remove(record.id, abandoned, record.stored);
+        let until = record.expiry();
+        self.remove(record.id, abandoned, record.stored, until);
         true
     }
 
     /// Queues the removal of entry `id`, of a call `abandoned` or not; `picked`: the call was
     /// picked up from it, and the claim goes with the entry.
-    fn remove(&self, id: EntryId, abandoned: bool, picked: bool) {
-        self.writer.queue_removal(id, abandoned, picked);
+    fn remove(&self, id: EntryId, abandoned: bool, picked: bool, until: SystemTime) {
+        self.writer.queue_removal(id, abandoned, picked, until);
     }
 
     /// Whether entry `id` is a call of this client's in flight, or one that ended whose
@@ -1030,12 +1081,13 @@ mod tests {
         assert!(writer.lock().done_while_read.is_empty());
     }
 
-    /// Fails its next `fail` puts, counting them all.
+    /// Fails its next `fail` puts, counting them all, and every removal when `fail_removes`.
     #[derive(Default)]
     struct Flaky {
         inner: crate::client::ledger::MemoryLedger,
         fail: std::sync::atomic::AtomicUsize,
         puts: std::sync::atomic::AtomicUsize,
+        fail_removes: AtomicBool,
     }
 
     impl Ledger for Flaky {
@@ -1052,6 +1104,9 @@ mod tests {
         }
 
         fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+            if self.fail_removes.load(Ordering::SeqCst) {
+                return Box::pin(async { Err(Error::new(ErrorKind::Ledger, "unavailable")) });
+            }
             self.inner.remove(id)
         }
 
@@ -1110,6 +1165,39 @@ mod tests {
             3 + 1 + MAX_RETRIES as usize
         );
         assert!(writer.lock().retries.is_empty());
+        writer.close();
+        task.await.unwrap();
+    }
+
+    /// An ended call whose entry's removal was given up on is still known as ended until the
+    /// entry expires: a later recovery of the same client never makes it again (the
+    /// application has its outcome).
+    #[tokio::test(start_paused = true)]
+    async fn a_removal_given_up_on_is_known_until_the_entry_expires() {
+        let ledger = Arc::new(Flaky::default());
+        let writer = Writer::new(ledger.clone());
+        let task = tokio::spawn(writer.clone().run());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let picked = entry("picked-1");
+        ledger
+            .inner
+            .put(picked.clone())
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert!(writer.claim(&picked));
+        let call = CallId::next();
+        records.adopt(call, picked.id().clone(), picked.deadline(), false);
+
+        ledger.fail_removes.store(true, Ordering::SeqCst);
+        assert!(records.ended(call, false, false));
+        writer.kick();
+        for _ in 0..MAX_RETRIES * 2 {
+            tokio::time::sleep(LONGEST_RETRY).await;
+        }
+        assert!(writer.lock().retries.is_empty(), "given up");
+        assert_eq!(ledger.inner.len(), 1, "the ledger still holds it");
+        assert!(records.holds(picked.id()), "its call ended here");
         writer.close();
         task.await.unwrap();
     }
