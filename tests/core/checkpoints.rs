@@ -35,10 +35,15 @@ struct Server {
     /// `tasks/get` polls received, per task id.
     polls: HashMap<String, u32>,
     stored: HashMap<String, Value>,
+    /// The next `tools/call` POST of a tag is refused with this status and a JSON-RPC error
+    /// body, before anything runs (no Retry-After: a refusal that proves it never ran).
+    refuse: HashMap<String, u16>,
 }
 
 enum Reply {
     Json(Value),
+    /// Another status than 200, with a JSON-RPC error body.
+    Status(u16, Value),
     Silence,
 }
 
@@ -79,6 +84,13 @@ impl Server {
                     .entry(tag.clone())
                     .or_default()
                     .push(params.clone());
+                if let Some(status) = self.refuse.remove(&tag) {
+                    return Reply::Status(
+                        status,
+                        json!({"jsonrpc": "2.0", "id": id,
+                            "error": {"code": -32000, "message": "slow down"}}),
+                    );
+                }
                 let key = params["_meta"][KEY_META].as_str().map(str::to_owned);
                 if let Some(stored) = key
                     .as_ref()
@@ -140,7 +152,7 @@ struct Process {
 struct World {
     now: Instant,
     server: Server,
-    queue: BTreeMap<(Instant, u64), (HttpId, Value)>,
+    queue: BTreeMap<(Instant, u64), (HttpId, u16, Value)>,
     seq: u64,
 }
 
@@ -194,11 +206,16 @@ impl Process {
                         self.sends.push((call, stage));
                     }
                 }
-                if let Reply::Json(answer) = world.server.handle(&req) {
-                    world.seq += 1;
-                    let at = world.now + Duration::from_millis(1);
-                    world.queue.insert((at, world.seq), (req.id, answer));
-                }
+                let (status, answer) = match world.server.handle(&req) {
+                    Reply::Json(answer) => (200, answer),
+                    Reply::Status(status, answer) => (status, answer),
+                    Reply::Silence => continue,
+                };
+                world.seq += 1;
+                let at = world.now + Duration::from_millis(1);
+                world
+                    .queue
+                    .insert((at, world.seq), (req.id, status, answer));
             }
             if !progressed {
                 break;
@@ -221,10 +238,10 @@ impl Process {
             world.now = world.now.max(next);
             if io == Some(next) {
                 let key = *world.queue.keys().next().unwrap();
-                let (http, answer) = world.queue.remove(&key).unwrap();
+                let (http, status, answer) = world.queue.remove(&key).unwrap();
                 let mut head = HeaderMap::new();
                 head.insert("content-type", "application/json".parse().unwrap());
-                self.session.handle_head(http, 200, &head, world.now);
+                self.session.handle_head(http, status, &head, world.now);
                 self.session
                     .handle_data(http, &serde_json::to_vec(&answer).unwrap(), world.now);
                 self.session.handle_end(http, world.now);
@@ -384,6 +401,36 @@ fn a_keyed_call_is_re_sent_under_its_key_and_runs_once() {
     assert!(next.events.iter().any(|e| matches!(e,
         SessionEvent::Redispatched { call, idempotency_key: Some(k), .. }
             if *call == ids[0] && k.as_str() == "k-a")));
+}
+
+/// A picked-up keyed call whose re-send is refused unprocessed with a JSON-RPC error (a 429
+/// without Retry-After) was still perhaps run by the process that died: its error says so,
+/// or the app would run it again under a new key.
+#[test]
+fn a_picked_up_call_whose_re_send_is_refused_may_still_have_run() {
+    let mut w = world(true, &["a"]);
+    let mut p = Process::start(w.now, true);
+    call(&mut p, &mut w, "act", "a", Some("k-a"));
+    p.run(&mut w);
+    let left = p.die(&mut w);
+    w.server.hold.clear();
+    w.server.refuse.insert("a".into(), 429);
+    let mut next = Process::start(w.now, true);
+    let ids = pick_up(&mut next, &mut w, left);
+    next.run(&mut w);
+    let err = next.result(ids[0]).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rpc, "{err}");
+    assert!(err.may_have_run(), "{err}");
+    assert_eq!(w.server.posts["a"].len(), 2);
+
+    // Sent once, and refused so: it never ran.
+    w.server.refuse.insert("b".into(), 429);
+    let b = call(&mut next, &mut w, "act", "b", Some("k-b"));
+    next.run(&mut w);
+    let err = next.result(b).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Rpc, "{err}");
+    assert!(!err.may_have_run(), "{err}");
+    assert_eq!(w.server.posts["b"].len(), 1);
 }
 
 /// An unkeyed call is never re-sent: the next process reports it `OutcomeUnknown` at once,

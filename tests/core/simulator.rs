@@ -434,6 +434,45 @@ fn row_post_lost_keyed_with_app_opt_in_reads_the_resends_key_refusals() {
     assert_eq!(s.server.posts_of("a").len(), 2);
 }
 
+// | POST lost before its head, keyed, re-sent; the re-send refused unprocessed with a JSON-RPC
+// error body (a 400; a 429 without Retry-After) | the refusal proves only the re-send never
+// ran: the first send may have, so the error says it may have run. Sent once and refused so,
+// it says the call never ran |
+#[test]
+fn row_post_lost_keyed_then_resend_refused_with_a_jsonrpc_error_may_have_run() {
+    let refused_429 = Fault::Status {
+        status: 429,
+        headers: &[],
+        executed: false,
+    };
+    for (seed, refusal) in [(71, Fault::BadRequestWord), (72, refused_429)] {
+        let _g = SeedGuard(seed);
+        let mut s = sim(ServerConfig::default(), seed);
+        s.server.fault(
+            "a",
+            [Fault::LoseBeforeHead { executed: true }, refusal.clone()],
+        );
+        let c = s.call("a", Some("k-a"));
+        s.run_until_complete(c, 5 * SEC);
+        s.settle();
+        let error = s.result(c).clone().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Rpc, "{refusal:?}: {error}");
+        assert!(error.may_have_run(), "{refusal:?}: {error}");
+        assert_eq!(s.server.posts_of("a").len(), 2);
+        assert_eq!(s.server.executions_of("a"), 1);
+
+        let mut s = sim(ServerConfig::default(), seed);
+        s.server.fault("a", [refusal.clone()]);
+        let c = s.call("a", Some("k-a"));
+        s.run_until_complete(c, 5 * SEC);
+        s.settle();
+        let error = s.result(c).clone().unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Rpc, "{refusal:?}: {error}");
+        assert!(!error.may_have_run(), "{refusal:?}: {error}");
+        assert_eq!(s.server.posts_of("a").len(), 1);
+    }
+}
+
 // | response stream ends before the pending response, no event id seen |
 #[test]
 fn row_stream_end_without_event_id_unkeyed_is_outcome_unknown() {

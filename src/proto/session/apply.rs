@@ -245,11 +245,12 @@ impl Session {
         // A task's call is answered only by its task's final status: a JSON-RPC error to a
         // poll, or a refusal of one, answers `tasks/get` while the task runs on. An MRTR
         // call's error after an answered round is its answer, yet the tool may have acted
-        // before it asked: it says so too.
+        // before it asked: it says so too. So does a call's error after a send of it that may
+        // have run: a JSON-RPC error refusing the re-send proves only that the re-send did not.
         let answer = match &result {
             Err(e) => {
                 e.kind() == ErrorKind::Rpc
-                    && (call.task_id().is_none() || outcome)
+                    && ((call.task_id().is_none() && !call.ran_earlier()) || outcome)
                     && call.rounds() == 0
             }
             Ok(_) => true,

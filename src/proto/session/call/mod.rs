@@ -461,6 +461,13 @@ impl Call {
             || self.rounds() > 0
     }
 
+    /// Whether a send before its latest may have run, here or in the process it was picked
+    /// up from: what proves the latest send never ran (a refusal, even one the server wrote
+    /// as a JSON-RPC error) says nothing of those.
+    pub(super) fn ran_earlier(&self) -> bool {
+        self.picked_up || self.ran_before
+    }
+
     /// Something proves its last send never ran (it never left, or the server refused it
     /// unprocessed).
     pub(super) fn not_run(&mut self) {
