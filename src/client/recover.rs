@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use super::client::Client;
 use super::driver::{Command, Registration};
 use super::handle::CallHandle;
-use super::ledger::{EntryEndpoint, LedgerEntry};
+use super::ledger::{EntryEndpoint, LedgerEntry, TASK_RETENTION};
 use crate::error::{Error, ErrorKind};
 use crate::proto::{CallId, CallStage};
 
@@ -84,8 +84,10 @@ impl Client {
     /// - a call that became a task is polled until the task ends.
     ///
     /// Each call ends by its recorded deadline (a task whose call's deadline passed gets
-    /// [`ClientBuilder::call_timeout`](super::ClientBuilder::call_timeout) more), and its
-    /// entry goes once it has ended. A closed client ([`Client::close`]) fails with
+    /// [`ClientBuilder::call_timeout`](super::ClientBuilder::call_timeout) more), and never
+    /// later than [`TASK_RETENTION`](super::ledger::TASK_RETENTION) from now or the call
+    /// timeout, whichever is longer (a deadline further off is damage or a hostile write);
+    /// its entry goes once it has ended. A closed client ([`Client::close`]) fails with
     /// [`ErrorKind::Closed`] and picks up nothing, leaving every entry to the next client (a
     /// call it had picked up when the close came fails `Closed`, may have run, its entry
     /// left too). A ledger that cannot be read (it fails, panics, or has
@@ -172,16 +174,8 @@ impl Client {
         entries.sort_by_key(|e| e.deadline());
         let mut recovered = Vec::with_capacity(entries.len());
         for entry in entries {
-            let remaining = entry
-                .deadline()
-                .duration_since(now)
-                .ok()
-                .filter(|d| !d.is_zero());
-            let timeout = match (remaining, entry.stage()) {
-                (Some(remaining), _) => remaining,
-                // The task outlived its call's wait: this one waits as long as a call does.
-                (None, CallStage::Task { .. }) => self.call_timeout(),
-                (None, _) => continue,
+            let Some(timeout) = pick_up_timeout(&entry, now, self.call_timeout()) else {
+                continue;
             };
             // Another live client's call (its own, or one it picked up) is left to it.
             if !writer.claim(&entry) {
@@ -217,6 +211,33 @@ impl Client {
     }
 }
 
+/// The longest a call picked up may take, whatever deadline its entry records, unless the
+/// client's call timeout is longer. Anyone who can write the ledger can write any deadline;
+/// the client's call timeout alone would cut short a call given a longer timeout of its own,
+/// so the bound is the ledger's own horizon for a call: as long as it keeps a task left
+/// behind.
+const MAX_PICK_UP_TIMEOUT: Duration = TASK_RETENTION;
+
+/// How long the call picked up from `entry` may take from `now`, by its recorded deadline;
+/// `None` when it is past and the call is not a task (nothing to wait for).
+fn pick_up_timeout(
+    entry: &LedgerEntry,
+    now: SystemTime,
+    call_timeout: Duration,
+) -> Option<Duration> {
+    let remaining = entry
+        .deadline()
+        .duration_since(now)
+        .ok()
+        .filter(|d| !d.is_zero());
+    match (remaining, entry.stage()) {
+        (Some(remaining), _) => Some(remaining.min(call_timeout.max(MAX_PICK_UP_TIMEOUT))),
+        // The task outlived its call's wait: this one waits as long as a call does.
+        (None, CallStage::Task { .. }) => Some(call_timeout),
+        (None, _) => None,
+    }
+}
+
 /// The session's deadline `timeout` from now (far away rather than at once when it cannot be
 /// represented).
 fn deadline_in(timeout: Duration) -> std::time::Instant {
@@ -224,4 +245,52 @@ fn deadline_in(timeout: Duration) -> std::time::Instant {
     now.checked_add(timeout)
         .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
         .into_std()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::client::ledger::{EntryEndpoint, EntryId};
+    use crate::proto::Checkpoint;
+
+    use super::*;
+
+    /// An entry of `stage` due at `deadline`, read back from its stored form.
+    fn entry(stage: CallStage, deadline: SystemTime) -> LedgerEntry {
+        let checkpoint =
+            Checkpoint::new("tools/call", None, std::time::Instant::now()).with_stage(stage);
+        let written = LedgerEntry::from_checkpoint(
+            EntryId::fresh(),
+            &EntryEndpoint::of("http://h/mcp"),
+            checkpoint,
+            deadline,
+            false,
+            SystemTime::now(),
+        );
+        LedgerEntry::from_json(&written.to_json()).unwrap()
+    }
+
+    /// A deadline in the far future (a damaged or hostile entry) does not hold the call
+    /// picked up for as long: it is bounded by [`MAX_PICK_UP_TIMEOUT`], or the client's call
+    /// timeout when that is longer. One within the bound is kept as it is.
+    #[test]
+    fn a_far_deadline_is_bounded() {
+        let now = SystemTime::now();
+        let call_timeout = Duration::from_secs(60);
+        let far = now + Duration::from_secs(1000 * 365 * 24 * 3600);
+        for stage in [
+            CallStage::Sent { round: 0 },
+            CallStage::Task {
+                task_id: "t-1".into(),
+            },
+        ] {
+            let timeout = pick_up_timeout(&entry(stage, far), now, call_timeout).unwrap();
+            assert_eq!(timeout, MAX_PICK_UP_TIMEOUT);
+        }
+        let long = Duration::from_secs(48 * 3600);
+        let timeout = pick_up_timeout(&entry(CallStage::Sent { round: 0 }, far), now, long);
+        assert_eq!(timeout, Some(long));
+        let near = entry(CallStage::Sent { round: 0 }, now + Duration::from_secs(30));
+        let timeout = pick_up_timeout(&near, now, call_timeout).unwrap();
+        assert!(timeout <= Duration::from_secs(30) && timeout >= Duration::from_secs(29));
+    }
 }

@@ -404,11 +404,16 @@ impl LedgerEntry {
         let owner = text("owner")
             .filter(|o| EntryId::parse(o).is_ok())
             .map(Arc::from);
+        // A time this platform's clock cannot hold (any u64 of milliseconds is written) is
+        // damage, as a missing one is: refused, never a panic.
         let time = |name: &str| {
-            map.get(name)
+            let ms = map
+                .get(name)
                 .and_then(Value::as_u64)
-                .map(|ms| UNIX_EPOCH + Duration::from_millis(ms))
-                .ok_or_else(|| malformed(&format!("an entry without its {name}")))
+                .ok_or_else(|| malformed(&format!("an entry without its {name}")))?;
+            UNIX_EPOCH
+                .checked_add(Duration::from_millis(ms))
+                .ok_or_else(|| malformed(&format!("an entry whose {name} cannot be represented")))
         };
         Ok(LedgerEntry {
             id,
@@ -498,6 +503,19 @@ mod tests {
             false,
             now,
         )
+    }
+
+    /// A deadline as far off as a stored time goes is read without a panic: as that time
+    /// where the clock can hold it, refused as malformed where it cannot.
+    #[test]
+    fn the_farthest_stored_time_is_read_or_refused() {
+        let mut stored = entry(CallStage::Sent { round: 0 }).to_json();
+        stored["deadlineMs"] = json!(u64::MAX);
+        stored["expiresMs"] = json!(u64::MAX);
+        match LedgerEntry::from_json(&stored) {
+            Ok(read) => assert_eq!(unix_ms(read.deadline()), u64::MAX),
+            Err(error) => assert_eq!(error.kind(), ErrorKind::Ledger, "{error}"),
+        }
     }
 
     /// Every stage survives its stored form, to the millisecond.
