@@ -433,6 +433,33 @@ fn a_picked_up_call_whose_re_send_is_refused_may_still_have_run() {
     assert_eq!(w.server.posts["b"].len(), 1);
 }
 
+/// A call an older release recorded under an app key ending in `.round<n>` (reserved since)
+/// is never re-sent under it: a deduplicating server could take it for a round of another
+/// call and answer with that round's result. It is reported `OutcomeUnknown`, as it may have
+/// run, without a request.
+#[test]
+fn a_call_recorded_under_a_reserved_key_is_reported_never_re_sent() {
+    let mut w = world(true, &[]);
+    let mut next = Process::start(w.now, true);
+    let recorded = Checkpoint::new(
+        "tools/call",
+        Some(json!({"name": "act", "arguments": {"tag": "r"}})),
+        w.now + Duration::from_secs(30),
+    )
+    .with_idempotency_key(IdempotencyKey::new("k.round1").ok())
+    .with_stage(CallStage::Sent { round: 0 })
+    .with_server_dedups(true);
+    let ids = pick_up(&mut next, &mut w, vec![recorded]);
+    next.run(&mut w);
+    assert_eq!(next.transmits, 0, "nothing sent");
+    assert!(!w.server.posts.contains_key("r"));
+    let err = next.result(ids[0]).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert!(err.may_have_run(), "{err}");
+    assert!(next.events.iter().any(|e| matches!(e,
+        SessionEvent::OutcomeUnknown { call, .. } if *call == ids[0])));
+}
+
 /// An unkeyed call is never re-sent: the next process reports it `OutcomeUnknown` at once,
 /// without a single request; so is a keyed one when the server does not deduplicate keys,
 /// once the session says so.

@@ -6,7 +6,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tracing::debug;
 
-use super::{Call, CallState};
+use super::{Call, CallState, RESERVED_KEY};
 use crate::proto::checkpoint::{is_read_only, CallStage, Checkpoint};
 use crate::proto::session::timers::Timer;
 use crate::proto::session::Session;
@@ -49,7 +49,9 @@ impl Session {
     ///   [`ResendPolicy::AssumeServerDeduplicates`](crate::ResendPolicy)), and reported
     ///   [`SessionEvent::Redispatched`](crate::SessionEvent::Redispatched); otherwise it
     ///   fails [`ErrorKind::OutcomeUnknown`](crate::error::ErrorKind::OutcomeUnknown), unkeyed
-    ///   ones at once, without connecting.
+    ///   ones at once, without connecting; so does one whose key ends in `.round<n>`
+    ///   (reserved, see [`Session::submit`]), which a deduplicating server could answer with
+    ///   another call's round.
     /// - [`CallStage::AwaitingInput`]: the round was never sent. The server's input requests
     ///   go to the application again ([`Output::ServerRequest`]), and the round is sent once
     ///   they are answered.
@@ -87,7 +89,11 @@ impl Session {
         let call = Call::picked_up(checkpoint, deadline);
         // Sent by another process where its key protects nothing (unkeyed, or to a server
         // that did not deduplicate keys): a send may repeat it even to a server that keeps keys.
-        let unprotected = call.repeat_risk(true);
+        // Under a reserved key (an older release's), a send may be answered with another
+        // call's result.
+        let unprotected = call
+            .repeat_risk(true)
+            .or_else(|| call.resends_reserved_key().then_some(RESERVED_KEY));
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
         if let Some(why) = unprotected {

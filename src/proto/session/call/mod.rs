@@ -53,6 +53,10 @@ struct InputRound {
 /// stopped before its answer came, and no key the server kept makes a second send safe.
 const SENDER_STOPPED: &str = "the process that sent it stopped before its answer came";
 
+/// Why a picked-up call under a reserved key is not re-sent ([`Call::resends_reserved_key`]).
+pub(super) const RESERVED_KEY: &str = "the process that sent it stopped before its answer came, \
+     and its idempotency key ends in .round<n>, reserved for the rounds of multi-round calls";
+
 /// Times an answer to a task's input is sent again when the task keeps asking for it (its
 /// `tasks/update` may have been lost on the way, or refused by a replica that had not yet
 /// seen the task ask).
@@ -459,6 +463,15 @@ impl Call {
             || self.may_have_run
             || self.task.is_some()
             || self.rounds() > 0
+    }
+
+    /// Whether its next send would re-send, under the app's own key, a request another
+    /// process left in flight keyed with a key ending in `.round<n>` (which an older release
+    /// accepted; [`Session::submit`](crate::proto::Session::submit) refuses it now). A server
+    /// deduplicating keys could take it for a round of another call and answer with that
+    /// round's result. Its own rounds' keys derive from the key, so never collide.
+    pub(super) fn resends_reserved_key(&self) -> bool {
+        self.picked_up && self.rounds() == 0 && self.key.as_ref().is_some_and(is_round_key)
     }
 
     /// Whether a send before its latest may have run, here or in the process it was picked
