@@ -1104,6 +1104,63 @@ async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
     assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
 }
 
+/// Reading a Redis ledger is bounded whatever was written to its namespace: an entry of more
+/// than 16 MiB is skipped (never read whole), and one read takes the 10,000 entries due first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_ledger_read_is_bounded() {
+    let redis = mock_server::procs::RedisServer::start()
+        .await
+        .expect("redis-server");
+    let server = TestServer::start(default_reply).await;
+    let entry = written_entry(&server).await;
+    let identity = "bounded";
+    let ledger =
+        Arc::new(mcp_resume::client::ledger::RedisLedger::new(&redis.url(), identity).unwrap());
+    guarded(ledger.put(entry.clone())).await.unwrap();
+    let prefix = format!("mcp-resume:ledger:{{{identity}}}:");
+    let far = entry
+        .expires_at()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    // A valid entry, padded past the bound with a member no reader looks at.
+    let mut big = entry.to_json();
+    big["id"] = json!("big");
+    big["pad"] = json!("x".repeat(16 * 1024 * 1024 + 1));
+    let _: () = redis::pipe()
+        .set(format!("{prefix}entry:big"), big.to_string())
+        .zadd(format!("{prefix}index"), "big", far)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let read = guarded(ledger.entries()).await.unwrap();
+    assert_eq!(read.len(), 1, "the oversized entry is skipped");
+    assert_eq!(read[0].id(), entry.id());
+
+    // Many more than one read takes, all due after the real one.
+    let mut many = redis::pipe();
+    many.del(format!("{prefix}entry:big"))
+        .zrem(format!("{prefix}index"), "big")
+        .ignore();
+    for n in 0..10_000 {
+        let id = format!("many-{n}");
+        let mut copy = entry.to_json();
+        copy["id"] = json!(id);
+        many.set(format!("{prefix}entry:{id}"), copy.to_string())
+            .zadd(format!("{prefix}index"), &id, far + 1)
+            .ignore();
+    }
+    let _: () = many.query_async(&mut conn).await.unwrap();
+    let read = guarded(ledger.entries()).await.unwrap();
+    assert_eq!(read.len(), 10_000);
+    assert!(read.iter().any(|e| e.id() == entry.id()), "due first");
+}
+
 /// A ledger whose reads never finish.
 struct NeverReads;
 

@@ -10,7 +10,9 @@
 //! | `index` | sorted set: entry id by expiry (ms since the epoch), with a TTL | the entries, for reading them all; its TTL is the longest of theirs |
 //!
 //! A write is one round trip (a Lua script sets the entry and indexes it); a removal is one
-//! (`DEL` and `ZREM` in a transaction); reading them all is two.
+//! (`DEL` and `ZREM` in a transaction); reading them is one, then one per batch of 64 entries
+//! (a Lua script that reads each entry unless it is too long). What one read takes is
+//! bounded whatever was written to the namespace ([`RedisLedger`] says how).
 
 use std::time::{Duration, SystemTime};
 
@@ -41,6 +43,38 @@ end
 return 1
 ";
 
+/// Reads a batch of entries, each only if it is no longer than the bound: an entry over it is
+/// answered with its length, one that is gone (or not a string) with nothing.
+/// KEYS: the entries. ARGV: the longest entry read, in bytes.
+const READ: &str = r"
+local out = {}
+local most = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  local len = redis.pcall('STRLEN', key)
+  if type(len) ~= 'number' or len == 0 then
+    out[i] = false
+  elseif len > most then
+    out[i] = len
+  else
+    out[i] = redis.call('GET', key)
+  end
+end
+return out
+";
+
+/// The most entries one read ([`Ledger::entries`]) takes: those due first. Anyone who can
+/// write the namespace could otherwise make every recovery hold all it wrote at once; the
+/// rest are read by a later recovery, once these have been removed.
+const MAX_ENTRIES_READ: usize = 10_000;
+/// The longest entry read, in bytes: one longer (no call's params come near it) is skipped,
+/// never read whole, as a malformed one is.
+const MAX_ENTRY_BYTES: usize = 16 * 1024 * 1024;
+/// The most bytes of entries one read takes: those of the entries past it are skipped, left
+/// for a later recovery as those past [`MAX_ENTRIES_READ`] are.
+const MAX_READ_BYTES: usize = 256 * 1024 * 1024;
+/// Entries read per round trip: a batch holds at most this many of [`MAX_ENTRY_BYTES`].
+const READ_BATCH: usize = 64;
+
 /// The longest identity accepted.
 const MAX_IDENTITY_LEN: usize = 128;
 /// The bound on connecting, and on each command's answer.
@@ -56,11 +90,18 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// slots as they move); every command is bounded (2 s), and a failure is an
 /// [`ErrorKind::Ledger`] error: the call it was for is held back and tried again, never sent
 /// unrecorded.
+///
+/// One read of its entries (a recovery's) is bounded, whatever anyone who can write the
+/// namespace put there: it takes the 10,000 entries due first, and at most 256 MiB of them;
+/// an entry longer than 16 MiB is skipped, as a malformed one is (logged, left where it is,
+/// never acted on). Entries past those bounds are left for a later recovery, once the calls
+/// picked up have ended and their entries are gone.
 pub struct RedisLedger {
     backend: Backend,
     /// `mcp-resume:ledger:{<identity>}:`
     prefix: String,
     put: Script,
+    read: Script,
 }
 
 /// One server, or a cluster.
@@ -141,6 +182,7 @@ impl RedisLedger {
             },
             prefix,
             put: Script::new(PUT),
+            read: Script::new(READ),
         })
     }
 
@@ -171,6 +213,7 @@ impl RedisLedger {
             },
             prefix,
             put: Script::new(PUT),
+            read: Script::new(READ),
         })
     }
 
@@ -257,13 +300,27 @@ impl RedisLedger {
         let index = self.index_key();
         // Read as bytes, each checked alone: a value that is not UTF-8 (damage, or someone
         // else's write) costs its entry, not the reading of every other.
-        let (_, members): (i64, Vec<Vec<u8>>) = redis::pipe()
+        let (_, members, indexed): (i64, Vec<Vec<u8>>, usize) = redis::pipe()
             .atomic()
             .zrembyscore(&index, "-inf", now)
-            .zrangebyscore(&index, format!("({now}"), "+inf")
+            .zrangebyscore_limit(
+                &index,
+                format!("({now}"),
+                "+inf",
+                0,
+                MAX_ENTRIES_READ as isize,
+            )
+            .zcard(&index)
             .query_async(&mut conn)
             .await
             .map_err(failed)?;
+        if indexed > members.len() {
+            tracing::warn!(
+                indexed,
+                read = members.len(),
+                "more ledger entries than one read takes: the rest are left for a later one"
+            );
+        }
         let ids: Vec<String> = members
             .into_iter()
             .filter_map(|member| match String::from_utf8(member) {
@@ -274,34 +331,56 @@ impl RedisLedger {
                 }
             })
             .collect();
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let keys: Vec<String> = ids
-            .iter()
-            .map(|id| format!("{}entry:{id}", self.prefix))
-            .collect();
-        let stored: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
-            .arg(&keys)
-            .query_async(&mut conn)
-            .await
-            .map_err(failed)?;
-        let mut entries = Vec::with_capacity(ids.len());
+        let mut entries = Vec::new();
         let mut gone = Vec::new();
-        for (id, bytes) in ids.iter().zip(stored) {
-            let Some(bytes) = bytes else {
-                // Expired between the two reads.
-                gone.push(id.clone());
-                continue;
-            };
-            // `from_slice` refuses text that is not UTF-8 as it refuses bad JSON.
-            let parsed = serde_json::from_slice(&bytes)
-                .map_err(|e| Error::with_source(ErrorKind::Ledger, "malformed ledger entry", e))
-                .and_then(|value| LedgerEntry::from_json(&value));
-            match parsed {
-                Ok(entry) => entries.push(entry),
-                // Left where it is, for whoever looks: never acted on.
-                Err(error) => tracing::error!(entry = %id, %error, "ledger entry skipped"),
+        let mut bytes_read = 0;
+        // In batches, each parsed before the next is asked for: what is held at once is a
+        // batch's bytes, not every entry's.
+        for batch in ids.chunks(READ_BATCH) {
+            if bytes_read >= MAX_READ_BYTES {
+                tracing::warn!(
+                    bytes_read,
+                    "ledger entries past the bytes one read takes: left for a later one"
+                );
+                break;
+            }
+            let mut read = self.read.prepare_invoke();
+            for id in batch {
+                read.key(format!("{}entry:{id}", self.prefix));
+            }
+            let stored: Vec<Value> = read
+                .arg(MAX_ENTRY_BYTES)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(failed)?;
+            for (id, value) in batch.iter().zip(stored) {
+                let bytes = match value {
+                    Value::BulkString(bytes) => bytes,
+                    Value::Int(len) => {
+                        // Left where it is, for whoever looks: never read, never acted on.
+                        tracing::error!(
+                            entry = %id,
+                            len,
+                            "ledger entry longer than {MAX_ENTRY_BYTES} bytes skipped"
+                        );
+                        continue;
+                    }
+                    _ => {
+                        // Expired between the two reads.
+                        gone.push(id.clone());
+                        continue;
+                    }
+                };
+                bytes_read += bytes.len();
+                // `from_slice` refuses text that is not UTF-8 as it refuses bad JSON.
+                let parsed = serde_json::from_slice(&bytes)
+                    .map_err(|e| Error::with_source(ErrorKind::Ledger, "malformed ledger entry", e))
+                    .and_then(|value| LedgerEntry::from_json(&value));
+                match parsed {
+                    Ok(entry) => entries.push(entry),
+                    // Left where it is, for whoever looks: never acted on.
+                    Err(error) => tracing::error!(entry = %id, %error, "ledger entry skipped"),
+                }
             }
         }
         if !gone.is_empty() {
