@@ -33,9 +33,11 @@
 //! at once when the entry stays (a task left behind again): the task can be polled again, and
 //! the claims do not pile up in a process that recovers now and then. Nor does `recover` take
 //! the entry of a call of its own client that ended while it read the ledger: the read may
-//! hold the entry still, and the application has that call's outcome already. Whether a
-//! client of another process still runs cannot be told: across processes, one ledger name
-//! belongs to one process at a time.
+//! hold the entry still, and the application has that call's outcome already. A client that
+//! stops keeps the entries of its ended calls whose removal is still to make from the others
+//! until it is made (or given up); its other entries go to them at once. Whether a client of
+//! another process still runs cannot be told: across processes, one ledger name belongs to
+//! one process at a time.
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
@@ -358,11 +360,18 @@ impl Writer {
                 .is_some_and(|until| SystemTime::now() < *until)
     }
 
-    /// This client stopped: what it wrote or picked up may be taken over.
-    fn stopped(&self) {
+    /// This client stopped: what it wrote or picked up may be taken over, but for the
+    /// entries in `kept` (ended calls whose removal is still to make), claimed until then.
+    fn stopped(&self, kept: &FxHashSet<EntryId>) {
         let mut live = live();
         if live.clients.remove(&self.incarnation) {
-            live.picked.retain(|_, by| *by != self.incarnation);
+            live.picked
+                .retain(|id, by| *by != self.incarnation || kept.contains(id));
+            for id in kept {
+                live.picked
+                    .entry(id.clone())
+                    .or_insert_with(|| self.incarnation.clone());
+            }
         }
     }
 
@@ -558,12 +567,33 @@ impl Writer {
         self.wake.notify_one();
     }
 
-    /// The client stopped: the writer task finishes what is waiting (failed writes tried
-    /// again included), then ends; within [`CLOSE_GRACE`] (as long as a dropped client waits
-    /// for its DELETE), giving up on what is left then: a ledger that never answers is not
-    /// kept, with the writes it stalled, for the life of the process.
+    /// The client stopped: what it wrote or picked up may be taken over, but for the entries
+    /// of its ended calls, until their removal is done. The writer task finishes what is
+    /// waiting (failed writes tried again included), then ends; within [`CLOSE_GRACE`] (as
+    /// long as a dropped client waits for its DELETE), giving up on what is left then: a
+    /// ledger that never answers is not kept, with the writes it stalled, for the life of the
+    /// process.
     pub(crate) fn close(&self) {
-        self.stopped();
+        {
+            let mut line = self.lock();
+            // The entries of calls that ended here stay claimed until their removal is done
+            // or given up ([`Writer::finished`], [`Writer::give_up`]): until then another
+            // client of the process would make again a call whose outcome the application
+            // has. Not those of calls the application dropped: a client stopped with its
+            // runtime never removes them, and leaves them to whoever takes over. Claimed under
+            // the line's lock, so a removal cannot finish before its claim is noted.
+            let dropped: FxHashSet<EntryId> =
+                line.dropped.iter().map(|(id, _)| id.clone()).collect();
+            let ended: Vec<EntryId> = line
+                .removing
+                .keys()
+                .filter(|id| !dropped.contains(*id))
+                .cloned()
+                .collect();
+            line.releasing.retain(|id| !dropped.contains(id));
+            line.releasing.extend(ended);
+            self.stopped(&line.releasing);
+        }
         self.closed.store(true, Ordering::Release);
         self.wake.notify_one();
     }
@@ -591,10 +621,14 @@ impl Writer {
             std::mem::take(&mut line.retries),
         );
         line.running.clear();
-        line.releasing.clear();
         line.removing.clear();
+        // Their removals given up on: whoever takes over may have them.
+        let released = std::mem::take(&mut line.releasing);
         drop(line);
         drop(unwritten);
+        for id in &released {
+            self.unclaim(id);
+        }
         self.idle.notify_waiters();
     }
 
@@ -680,7 +714,10 @@ async fn until(at: Option<tokio::time::Instant>) {
 
 impl Drop for Writer {
     fn drop(&mut self) {
-        self.stopped();
+        // Nothing of it is written any more: whatever it still kept goes.
+        let mut live = live();
+        live.clients.remove(&self.incarnation);
+        live.picked.retain(|_, by| *by != self.incarnation);
     }
 }
 
@@ -1046,6 +1083,44 @@ mod tests {
         );
         assert!(other.claim(&kept), "given back at once");
         other.unclaim(kept.id());
+    }
+
+    /// A client that closes with the removals of ended calls' entries still to make keeps
+    /// those entries from every other client of the process until the removals are done:
+    /// the application has those calls' outcomes.
+    #[tokio::test]
+    async fn a_closing_client_keeps_its_ended_calls_until_their_removal() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let (writer, other) = (Writer::new(ledger.clone()), Writer::new(ledger.clone()));
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let own = CallId::next();
+        let checkpoint = Checkpoint::new("tools/call", None, now.0 + Duration::from_secs(60));
+        records.checkpoint(own, checkpoint, now);
+        writer.kick();
+        let written = ledger.entries().now_or_never().unwrap().unwrap().remove(0);
+        let picked = entry("picked-1");
+        ledger.put(picked.clone()).now_or_never().unwrap().unwrap();
+        assert!(writer.claim(&picked));
+        let adopted = CallId::next();
+        records.adopt(adopted, picked.id().clone(), picked.deadline(), false);
+
+        assert!(records.ended(own, false, false));
+        assert!(records.ended(adopted, false, false));
+        writer.close();
+        for e in [&written, &picked] {
+            assert!(!other.claim(e), "its removal is not done yet");
+        }
+        let task = tokio::spawn(writer.clone().run());
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(ledger.is_empty());
+        for e in [&written, &picked] {
+            assert!(other.claim(e), "released once removed");
+            other.unclaim(e.id());
+        }
     }
 
     /// An ended call's entry is known as ended until its removal is done, or, if a recovery
