@@ -255,8 +255,10 @@ impl Error {
     /// for a call that became a task, only the task's final `failed` or `cancelled` status
     /// is its answer: any other error, a poll answered with a JSON-RPC error included, says
     /// it may have run; so does an MRTR call's answer after a round the server answered with
-    /// `input_required`, as the tool may have acted before it asked), and for errors that end
-    /// no request. A result that cannot be read as
+    /// `input_required`, as the tool may have acted before it asked, and any error of a call
+    /// re-sent after a send that may have run, here or in the process it was picked up from:
+    /// a refusal of the re-send proves only that the re-send did not run), and for errors
+    /// that end no request. A result that cannot be read as
     /// its type ([`ErrorKind::Protocol`]) says it may have run: the server answered it.
     pub fn may_have_run(&self) -> bool {
         self.inner.may_have_run
