@@ -76,12 +76,29 @@ pub(crate) fn to_rpc(error: &Error) -> RpcError {
         ErrorKind::MissingCapability => {
             if let Some(rpc) = error.rpc_error() {
                 let mut rpc = rpc.clone();
+                // An earlier send may have run the call (a re-send was refused so): the host
+                // hears it beside the server's data, as for a server's own error.
+                let ran = error.may_have_run();
                 match &mut rpc.data {
                     Some(Value::Object(data)) => {
                         data.entry("kind").or_insert_with(|| kind_value(error));
+                        if ran {
+                            data.insert("mayHaveRun".to_owned(), Value::Bool(true));
+                        }
                     }
-                    None => rpc.data = Some(json!({ "kind": error.kind().as_str() })),
-                    // The server's data is kept as it is.
+                    None => {
+                        let mut data = json!({ "kind": error.kind().as_str() });
+                        if ran {
+                            data["mayHaveRun"] = Value::Bool(true);
+                        }
+                        rpc.data = Some(data);
+                    }
+                    // The server's data is kept as it is, under `data` when the mark must
+                    // go beside it.
+                    Some(_) if ran => {
+                        let other = rpc.data.take();
+                        rpc.data = Some(json!({ "mayHaveRun": true, "data": other }));
+                    }
                     Some(_) => {}
                 }
                 return rpc;
@@ -198,6 +215,27 @@ mod tests {
         };
         let rpc = to_rpc(&Error::rpc(bare).with_may_have_run());
         assert_eq!(rpc.data, Some(json!({"mayHaveRun": true})));
+        // A modern server's missing-capability refusal of a re-send whose first send may
+        // have run: the mark goes beside its data, whatever shape the data has.
+        for (data, marked) in [
+            (
+                Some(json!({"requiredCapabilities": {}})),
+                json!({"requiredCapabilities": {}, "kind": "missing_capability", "mayHaveRun": true}),
+            ),
+            (
+                None,
+                json!({"kind": "missing_capability", "mayHaveRun": true}),
+            ),
+            (Some(json!([1])), json!({"mayHaveRun": true, "data": [1]})),
+        ] {
+            let refusal = RpcError {
+                code: -32021,
+                message: "needs sampling".into(),
+                data,
+            };
+            let rpc = to_rpc(&Error::missing_capability(refusal).with_may_have_run());
+            assert_eq!((rpc.code, rpc.data), (-32021, Some(marked)));
+        }
         let listed = RpcError {
             data: Some(json!([1])),
             ..poll
