@@ -42,7 +42,8 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 /// call's poll refused: the task may run on; data that is not an object then goes under
 /// `data.data`). A modern
 /// server's `MissingRequiredClientCapability` keeps its code and data, with `kind` added
-/// when the data is an object. Every other kind gets its own code, the error's message, and
+/// when the data is an object, and `"mayHaveRun": true` as for a server's own error when an
+/// earlier send may have run the call. Every other kind gets its own code, the error's message, and
 /// `data: {"kind": <name>}`, and `"mayHaveRun": true` for a call that may have run
 /// ([`Error::may_have_run`], whose docs list every case: always `outcome_unknown` and
 /// `context_mismatch`; a timed-out, lost or closed call that had been sent; a result that
