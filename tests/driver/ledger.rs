@@ -1055,31 +1055,61 @@ async fn a_redis_ledger_index_drops_expired_ids_as_it_is_written() {
     assert_eq!(ids, vec![entry.id().as_str().to_owned()]);
 }
 
-/// A value in a Redis ledger that is not UTF-8 (damage, or someone else's write), as an
-/// entry or as an id in the index, costs that entry alone: the others are read and recovered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
+/// A Redis ledger holding one written entry, with what a test needs to write beside it: the
+/// ledger's key prefix, the entry's expiry as the index scores it, and a raw connection.
+struct InRedis {
+    _redis: mock_server::procs::RedisServer,
+    server: TestServer,
+    entry: LedgerEntry,
+    ledger: Arc<mcp_resume::client::ledger::RedisLedger>,
+    prefix: String,
+    far: u64,
+    conn: redis::aio::MultiplexedConnection,
+}
+
+async fn written_to_redis(identity: &str) -> InRedis {
     let redis = mock_server::procs::RedisServer::start()
         .await
         .expect("redis-server");
     let server = TestServer::start(default_reply).await;
     let entry = written_entry(&server).await;
-
-    let identity = "not-text";
     let ledger =
         Arc::new(mcp_resume::client::ledger::RedisLedger::new(&redis.url(), identity).unwrap());
     guarded(ledger.put(entry.clone())).await.unwrap();
-    let prefix = format!("mcp-resume:ledger:{{{identity}}}:");
     let far = entry
         .expires_at()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
-    let mut conn = redis::Client::open(redis.url())
+    let conn = redis::Client::open(redis.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
         .unwrap();
+    InRedis {
+        _redis: redis,
+        server,
+        entry,
+        ledger,
+        prefix: format!("mcp-resume:ledger:{{{identity}}}:"),
+        far,
+        conn,
+    }
+}
+
+/// A value in a Redis ledger that is not UTF-8 (damage, or someone else's write), as an
+/// entry or as an id in the index, costs that entry alone: the others are read and recovered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
+    let InRedis {
+        _redis,
+        server,
+        entry,
+        ledger,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("not-text").await;
     let _: () = redis::pipe()
         .set(format!("{prefix}entry:x"), &b"\xff"[..])
         .zadd(format!("{prefix}index"), "x", far)
@@ -1108,26 +1138,15 @@ async fn a_redis_value_that_is_not_text_costs_only_its_entry() {
 /// than 16 MiB is skipped (never read whole), and one read takes the 10,000 entries due first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_ledger_read_is_bounded() {
-    let redis = mock_server::procs::RedisServer::start()
-        .await
-        .expect("redis-server");
-    let server = TestServer::start(default_reply).await;
-    let entry = written_entry(&server).await;
-    let identity = "bounded";
-    let ledger =
-        Arc::new(mcp_resume::client::ledger::RedisLedger::new(&redis.url(), identity).unwrap());
-    guarded(ledger.put(entry.clone())).await.unwrap();
-    let prefix = format!("mcp-resume:ledger:{{{identity}}}:");
-    let far = entry
-        .expires_at()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64;
-    let mut conn = redis::Client::open(redis.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let InRedis {
+        _redis,
+        server: _server,
+        entry,
+        ledger,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("bounded").await;
     // A valid entry, padded past the bound with a member no reader looks at.
     let mut big = entry.to_json();
     big["id"] = json!("big");
