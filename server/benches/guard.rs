@@ -13,6 +13,8 @@
 //!   profiler counts it alone (the other reads as zero).
 //! - `BENCH_PROFILE=bare|memory` (with `BENCH_CALLERS`, default 64): one configuration
 //!   alone, its server's pid printed for a profiler to attach to.
+//! - `BENCH_GUARD_PARTS=none|idempotency|resume`: the guarded servers enforce only that
+//!   part of the guard (`none`: the skin's plumbing alone), to see which part costs what.
 //! - `BENCH_SERVER_WORKERS`: the servers' runtime worker threads (default 2; with 1, the
 //!   servers do not pay for waking each other's workers on a machine the client shares).
 //!
@@ -149,6 +151,11 @@ fn skin_cost(rt: &tokio::runtime::Runtime, calls: u32) -> ((f64, f64), (f64, f64
     })
 }
 
+/// Which parts of the guard the guarded servers enforce: `all` (the default), `none` (the
+/// skin's plumbing alone), `idempotency`, `resume` (each alone). Read by the server children,
+/// which inherit it.
+const PARTS_ENV: &str = "BENCH_GUARD_PARTS";
+
 /// Set in the child processes: which server to run (`bare`, `memory`, `redis=<url>`).
 const SERVE_ENV: &str = "GUARD_BENCH_SERVE";
 
@@ -199,6 +206,12 @@ fn serve(what: &str) {
                 Some(ResumeSafetyLayer::new(store))
             }
         };
+        let layer = layer.map(|l| match std::env::var(PARTS_ENV).as_deref() {
+            Ok("none") => l.resume_checks(false).idempotency(false),
+            Ok("idempotency") => l.resume_checks(false),
+            Ok("resume") => l.idempotency(false),
+            _ => l,
+        });
         let server = Server::start(layer, false).await;
         println!("{}", server.url());
         // Each line on stdin asks for the allocations so far.
