@@ -49,13 +49,19 @@
 //!
 //! What it does not understand passes untouched; bodies over a bound are not read whole (one
 //! that names a key in the header or in its first bytes is refused `413`, never run
-//! unguarded). A response the inner server compressed (a `Content-Encoding` other than
+//! unguarded), and a keyed call in a body it cannot read as JSON (a byte order mark, `NaN`,
+//! UTF-16 or UTF-32, which lenient readers such as Python's take) is refused `400`
+//! `IDEMPOTENCY_UNGUARDABLE`. A request body with a `Content-Encoding` other than `identity`
+//! cannot be read at all: while keys are guarded, every such POST, keyed or not (it cannot be
+//! told), is refused `415` `IDEMPOTENCY_UNGUARDABLE` with `Accept-Encoding: identity`, since a
+//! decompressing layer inside the guard would run a keyed call on every re-send. A response
+//! the inner server compressed (a `Content-Encoding` other than
 //! `identity`) is not read either: its bytes pass as they are (with the capability hash in
 //! its head): its events keep the inner server's own ids, which the guard does not resume
 //! from, an `initialize` so answered is neither advertised nor recorded, and a keyed call so
 //! answered has its key marked lost (`IDEMPOTENCY_OUTCOME_UNKNOWN`).
-//! Compression belongs in front of the guard (a compression layer outside it, or a proxy),
-//! not in the server it wraps. A store
+//! Compression, of requests and of responses, belongs in front of the guard (a compression
+//! or decompression layer outside it, or a proxy), not in the server it wraps. A store
 //! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
 //! everything else pass. A keyed call of a session whose record no instance and no store
 //! holds (evicted, expired, begun before the guard was deployed, or held in a form the store

@@ -113,8 +113,8 @@ impl Answer {
         Self::new(StatusCode::BAD_REQUEST, &body)
     }
 
-    /// A keyed call the guard cannot see whole or alone (413 over the bound, 400 in a batch):
-    /// refused rather than run unguarded.
+    /// A keyed call the guard cannot see whole or alone (413 over the bound, 400 in a batch or
+    /// unreadable): refused rather than run unguarded.
     pub(crate) fn unguardable(status: StatusCode, why: &str) -> Self {
         let body = error_body(
             &Value::Null,
@@ -123,6 +123,17 @@ impl Answer {
             Some(json!({"code": codes::IDEMPOTENCY_UNGUARDABLE})),
         );
         Self::new(status, &body)
+    }
+
+    /// 415 `IDEMPOTENCY_UNGUARDABLE` with `Accept-Encoding: identity`: a POST body with a
+    /// content coding, which the guard cannot read, so cannot tell keyed or not.
+    pub(crate) fn encoded_request() -> Self {
+        Self::unguardable(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "a request body with a Content-Encoding cannot be guarded: decompress request \
+             bodies in front of the guard, or send them uncompressed",
+        )
+        .with("accept-encoding", HeaderValue::from_static("identity"))
     }
 
     /// 503 with `Retry-After`: the store cannot be reached, the keyed call did not run.

@@ -51,6 +51,58 @@ pub fn call_key(
     }
 }
 
+/// Whether a body the guard cannot read names a key's member (see [`names_a_key`]), as its
+/// bytes are or as the text they are when they are UTF-16 or UTF-32 (told as RFC 4627 and
+/// Python's `json.loads` tell them: by a byte order mark, else by the NULs among the first four
+/// bytes), which lenient readers take and `serde_json` does not.
+pub(crate) fn body_names_a_key(body: &[u8]) -> bool {
+    names_a_key(body) || wide_text(body).is_some_and(|text| names_a_key(text.as_bytes()))
+}
+
+/// A UTF-16 or UTF-32 body as UTF-8 (what cannot be decoded replaced), `None` for any other;
+/// at most half again as long as the body, which is itself within the guard's bound. A body
+/// cut short (the first bytes of one over the bound) loses only its last partial unit.
+fn wide_text(body: &[u8]) -> Option<String> {
+    let (width, big, mark) = match body {
+        [0, 0, 0xFE, 0xFF, ..] => (4, true, 4),
+        [0xFF, 0xFE, 0, 0, ..] => (4, false, 4),
+        [0xFE, 0xFF, ..] => (2, true, 2),
+        [0xFF, 0xFE, ..] => (2, false, 2),
+        [0, 0, _, _, ..] => (4, true, 0),
+        [0, _, _, _, ..] => (2, true, 0),
+        [_, 0, 0, 0, ..] => (4, false, 0),
+        [_, 0, _, _, ..] => (2, false, 0),
+        _ => return None,
+    };
+    let units = body[mark..].chunks_exact(width);
+    let text = if width == 2 {
+        let units = units.map(|u| {
+            let u = [u[0], u[1]];
+            if big {
+                u16::from_be_bytes(u)
+            } else {
+                u16::from_le_bytes(u)
+            }
+        });
+        char::decode_utf16(units)
+            .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+            .collect()
+    } else {
+        units
+            .map(|u| {
+                let u = [u[0], u[1], u[2], u[3]];
+                let c = if big {
+                    u32::from_be_bytes(u)
+                } else {
+                    u32::from_le_bytes(u)
+                };
+                char::from_u32(c).unwrap_or(char::REPLACEMENT_CHARACTER)
+            })
+            .collect()
+    };
+    Some(text)
+}
+
 /// Whether raw body bytes name a key's member (`_meta`'s or SEP-3182's) in a string followed
 /// by `:`, its name written plainly or with escapes (`\/`, `\u…`): what the guard can tell of
 /// a body too long or too odd to read whole, which an inner server may read all the same.
@@ -313,6 +365,35 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    #[test]
+    fn a_key_member_is_seen_in_utf16_and_utf32_with_or_without_a_mark() {
+        let text = r#"{"params":{"idempotencyKey":"k"}}"#;
+        let u16s = || text.encode_utf16();
+        let u32s = || text.chars().map(u32::from);
+        let rows: &[(&str, Vec<u8>)] = &[
+            ("16le", u16s().flat_map(u16::to_le_bytes).collect()),
+            ("16be", u16s().flat_map(u16::to_be_bytes).collect()),
+            ("32le", u32s().flat_map(u32::to_le_bytes).collect()),
+            ("32be", u32s().flat_map(u32::to_be_bytes).collect()),
+        ];
+        for (name, body) in rows {
+            assert!(body_names_a_key(body), "{name}");
+            let mark: &[u8] = match *name {
+                "16le" => b"\xFF\xFE",
+                "16be" => b"\xFE\xFF",
+                "32le" => b"\xFF\xFE\0\0",
+                _ => b"\0\0\xFE\xFF",
+            };
+            assert!(body_names_a_key(&[mark, body].concat()), "{name} marked");
+            // Cut inside a unit: what came before is still read.
+            assert!(body_names_a_key(&body[..body.len() - 1]), "{name} cut");
+        }
+        let unkeyed: Vec<u8> =
+            r#"{"text":"idempotencyKey"}"#.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        assert!(!body_names_a_key(&unkeyed));
+        assert!(!body_names_a_key(b"\0"));
     }
 
     #[test]

@@ -1013,12 +1013,15 @@ fn content_type(headers: &HeaderMap) -> Content {
 }
 
 /// Whether the body has a `Content-Encoding` other than `identity`.
-fn is_encoded(headers: &HeaderMap) -> bool {
-    headers.get_all(CONTENT_ENCODING).iter().any(|v| {
-        v.as_bytes().split(|b| *b == b',').any(|coding| {
-            let coding = coding.trim_ascii();
-            !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
-        })
+pub(super) fn is_encoded(headers: &HeaderMap) -> bool {
+    headers.get_all(CONTENT_ENCODING).iter().any(names_a_coding)
+}
+
+/// Whether one `Content-Encoding` value names a coding other than `identity`.
+pub(super) fn names_a_coding(value: &http::HeaderValue) -> bool {
+    value.as_bytes().split(|b| *b == b',').any(|coding| {
+        let coding = coding.trim_ascii();
+        !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity")
     })
 }
 

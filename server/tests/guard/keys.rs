@@ -823,6 +823,104 @@ fn keyed_bodies_the_reader_refuses_are_refused() {
     assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
 }
 
+// | a call keyed in its body only, written in UTF-16 (either order, with or without a BOM) or
+// UTF-32 with a BOM, as Python's `json.loads` reads them | 400 `IDEMPOTENCY_UNGUARDABLE`,
+// nothing claimed: an inner server that reads it would run it on every re-send; unkeyed, it
+// passes as before |
+#[test]
+fn keyed_bodies_in_utf16_or_utf32_are_refused() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let text = String::from_utf8(spelled_call(1, "k16", r#"{"x":1}"#)).unwrap();
+    let standard = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pay","arguments":{},"idempotencyKey":"ks"}}"#;
+    let le = |t: &str| {
+        t.encode_utf16()
+            .flat_map(u16::to_le_bytes)
+            .collect::<Vec<u8>>()
+    };
+    let be = |t: &str| {
+        t.encode_utf16()
+            .flat_map(u16::to_be_bytes)
+            .collect::<Vec<u8>>()
+    };
+    let bom = |mark: &[u8], rest: Vec<u8>| [mark.to_vec(), rest].concat();
+    let utf32le = |t: &str| t.chars().flat_map(|c| u32::from(c).to_le_bytes()).collect();
+    for body in [
+        bom(b"\xFF\xFE", le(&text)),
+        le(&text),
+        le(standard),
+        bom(b"\xFE\xFF", be(&text)),
+        be(&text),
+        bom(b"\xFF\xFE\x00\x00", utf32le(&text)),
+    ] {
+        let answer = w.post(&mut a, None, &body, &[]).answer();
+        assert_eq!(
+            (answer.status().as_u16(), code(&answer.json())),
+            (400, "IDEMPOTENCY_UNGUARDABLE"),
+            "{:?}",
+            &body[..8]
+        );
+    }
+    let unkeyed = call_body(3, "pay", json!({"x": 1}), None);
+    let unkeyed = String::from_utf8(unkeyed).unwrap();
+    assert!(w.post(&mut a, None, &le(&unkeyed), &[]).is_passed());
+    assert!(w
+        .post(&mut a, None, &bom(b"\xFE\xFF", be(&unkeyed)), &[])
+        .is_passed());
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
+
+// | a UTF-16 body over the bound whose first bytes name a key | 413, as in UTF-8 |
+#[test]
+fn a_key_named_in_utf16_is_seen_in_a_body_over_the_bound() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    let pad = "x".repeat(GuardConfig::default().max_body());
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"idempotencyKey":"kb","name":"upload","arguments":{{"blob":"{pad}"}}}}}}"#
+    );
+    let body: Vec<u8> = body.encode_utf16().flat_map(u16::to_le_bytes).collect();
+    let answer = w.post(&mut a, None, &body, &[]).answer();
+    assert_eq!(answer.status(), 413);
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
+
+// | a POST with a `Content-Encoding` (gzip, keyed in its body or not) | 415
+// `IDEMPOTENCY_UNGUARDABLE` with `Accept-Encoding: identity`, nothing claimed, nothing run:
+// the guard cannot tell whether it is keyed, and a decompressing layer inside it would run it
+// unguarded; `identity` is no encoding |
+#[test]
+fn a_compressed_request_body_is_refused() {
+    let mut w = World::new();
+    let mut a = instance(1);
+    // `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"pay","arguments":{},
+    // "idempotencyKey":"kz"}}`, gzipped.
+    let keyed: &[u8] = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\x03\x15\xcc\x41\x0e\xc3\x20\x0c\x04\xc0\xbf\xec\x19\x25\x55\x6e\xe1\x0b\x79\x85\x45\xad\x36\x2d\xc6\x08\xc8\x81\x46\xfc\xbd\xe6\xb6\xda\x59\xed\x8d\x4f\xd5\x54\x72\x80\xc7\xb6\x3c\xe0\x70\x3e\xe1\x77\x07\xe1\xf6\x56\x8b\x68\xaa\xb1\xae\x81\x62\x34\xcc\x54\x48\x2a\xfc\x8d\x44\xc2\xa6\x99\xba\xd5\x54\x5e\x97\x70\x6a\x53\xc6\xbc\x60\xc9\xda\x38\x85\x7e\x70\xb7\xd5\xf7\x87\x31\xfe\xc5\xfb\xa9\xb4\x6b\x00\x00\x00";
+    for (body, coding) in [
+        (keyed, "gzip"),
+        (keyed, "identity, GZIP"),
+        (b"\x1f\x8b\x08\x00 anything".as_slice(), "br"),
+    ] {
+        let answer = w
+            .post(&mut a, Some("s1"), body, &[("content-encoding", coding)])
+            .answer();
+        assert_eq!(
+            (answer.status().as_u16(), code(&answer.json())),
+            (415, "IDEMPOTENCY_UNGUARDABLE"),
+            "{coding}"
+        );
+        let accepted = answer
+            .headers()
+            .iter()
+            .find(|(n, _)| n == "accept-encoding");
+        assert_eq!(accepted.map(|(_, v)| v.as_bytes()), Some(&b"identity"[..]));
+    }
+    let plain = call_body(4, "pay", json!({}), None);
+    let fate = w.post(&mut a, None, &plain, &[("content-encoding", "identity")]);
+    assert!(fate.is_passed());
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
+
 // | a keyed body over the bound whose key member's name is written with escapes (`\/`, as
 // PHP's `json_encode` writes it; `\u` escapes) | 413, as when it is written plainly |
 #[test]
