@@ -18,8 +18,11 @@ pub enum ErrorKind {
     /// last failure), or the call kept finding its session gone (`max_attempts` times). Not
     /// terminal: the next call reconnects.
     SessionLost,
-    /// The call was interrupted and it cannot be known whether the server executed it; it was
-    /// not re-sent because re-sending it was not provably safe.
+    /// The call was interrupted and it cannot be known whether the server executed it, or
+    /// all of it. Either the request was cut off and not re-sent because re-sending it was
+    /// not provably safe, or the call stopped half-way because the application could not
+    /// provide an input the server asked for during it ([`Error::input_refused`]): the
+    /// server had taken part of it, and a re-send would only ask for that input again.
     OutcomeUnknown,
     /// The server answered under a negotiated context (capability hash) other than this
     /// session's: the answer may be wrong, so it is not returned as success.
@@ -163,6 +166,9 @@ struct Inner {
     source: Option<Box<dyn std::error::Error + Send + Sync>>,
     /// The request it ended was sent and nothing proved it did not run.
     may_have_run: bool,
+    /// The call stopped because the application could not provide an input it was asked
+    /// for: sending it again would ask for that input again.
+    input_refused: bool,
 }
 
 impl Error {
@@ -177,6 +183,7 @@ impl Error {
                 auth: None,
                 source: None,
                 may_have_run: false,
+                input_refused: false,
             }),
         }
     }
@@ -196,6 +203,7 @@ impl Error {
                 auth: None,
                 source: Some(Box::new(source)),
                 may_have_run: false,
+                input_refused: false,
             }),
         }
     }
@@ -211,6 +219,7 @@ impl Error {
                 auth: None,
                 source: None,
                 may_have_run: false,
+                input_refused: false,
             }),
         }
     }
@@ -268,6 +277,36 @@ impl Error {
             )
     }
 
+    /// Whether the call ended because the application could not provide an input the server
+    /// asked for during it: a 2026-07-28 call's `input_required` round, or its task's, whose
+    /// handler answered with an error (the user could not be asked, the model could not be
+    /// run, no handler takes the method; a user's `decline` is an answer, not this). Such a call ends [`ErrorKind::OutcomeUnknown`]
+    /// and [`may_have_run`](Error::may_have_run): the server took a round of it, and what
+    /// ran before it asked is not known. It must not be sent again as an interrupted call
+    /// would be: a re-send starts the call over, so the server asks for the same input again
+    /// (the user asked once more, a model run once more) and is refused again. The bridge's
+    /// re-send on a tool's annotations ([`BridgeBuilder::trust_tool_annotations`]) leaves
+    /// such a call alone, and so should any re-sender of the application's. The handler's
+    /// error is the [`source`](std::error::Error::source) (a [`ErrorKind::Rpc`] error
+    /// carrying its JSON-RPC error).
+    ///
+    /// [`BridgeBuilder::trust_tool_annotations`]: crate::bridge::BridgeBuilder::trust_tool_annotations
+    pub fn input_refused(&self) -> bool {
+        self.inner.input_refused
+    }
+
+    /// The same error, saying the call stopped for want of an input the application could
+    /// not provide (see [`Error::input_refused`]).
+    pub(crate) fn with_input_refused(self) -> Self {
+        let inner = self.into_inner();
+        Error {
+            inner: Arc::new(Inner {
+                input_refused: true,
+                ..inner
+            }),
+        }
+    }
+
     /// How long the server asked the client to wait before trying again (`Retry-After` on a
     /// 429 or 503), when that wait did not fit in the call's deadline and the call failed
     /// instead. Within the deadline the client waits and re-sends by itself.
@@ -286,6 +325,7 @@ impl Error {
                 auth: None,
                 source: None,
                 may_have_run: false,
+                input_refused: false,
             }),
         }
     }
@@ -313,6 +353,7 @@ impl Error {
                 auth: Some(Box::new(challenge)),
                 source: Some(Box::new(cause)),
                 may_have_run: false,
+                input_refused: false,
             }),
         }
     }
@@ -328,6 +369,7 @@ impl Error {
             auth: shared.auth.clone(),
             source: None,
             may_have_run: shared.may_have_run,
+            input_refused: shared.input_refused,
         })
     }
 
@@ -379,6 +421,7 @@ impl Error {
                 auth: None,
                 source: Some(Box::new(cause)),
                 may_have_run: false,
+                input_refused: false,
             }),
         }
     }
@@ -400,6 +443,9 @@ impl fmt::Debug for Error {
         }
         if self.inner.may_have_run {
             d.field("may_have_run", &true);
+        }
+        if self.inner.input_refused {
+            d.field("input_refused", &true);
         }
         if let Some(source) = &self.inner.source {
             d.field("source", source);
@@ -425,3 +471,30 @@ impl std::error::Error for Error {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mark survives the copies a re-sender makes of the error (`mayHaveRun` added, the
+    /// request named), and an interrupted call's error does not carry it.
+    #[test]
+    fn an_input_refusal_is_told_apart_from_an_interruption() {
+        let refused = Error::caused_by(
+            ErrorKind::OutcomeUnknown,
+            "input \"confirm\" could not be provided",
+            Error::rpc(RpcError::internal_error("the user is away")),
+        )
+        .with_input_refused();
+        let copy = refused.clone().with_may_have_run().during("tools/call");
+        for e in [&refused, &copy] {
+            assert!(e.input_refused(), "{e:?}");
+            assert!(e.may_have_run());
+            assert_eq!(e.kind(), ErrorKind::OutcomeUnknown);
+        }
+        assert!(std::error::Error::source(&refused).is_some());
+        let cut = Error::new(ErrorKind::OutcomeUnknown, "tools/call was interrupted");
+        assert!(!cut.input_refused());
+        assert!(!cut.with_may_have_run().input_refused());
+    }
+}

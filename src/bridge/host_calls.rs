@@ -317,10 +317,13 @@ impl HostCalls {
                 return result;
             };
             // The time left is read after the send (and after any wait for the same
-            // server): what the send used up is not there for a re-send.
+            // server): what the send used up is not there for a re-send. A call whose input
+            // the host refused was not interrupted: a re-send would start it over and ask the
+            // host the same thing again.
             match result {
                 Err(e)
                     if e.kind() == ErrorKind::OutcomeUnknown
+                        && !e.input_refused()
                         && resends < ANNOTATED_RESENDS
                         && time_for_resend(deadline, Instant::now())
                         && same_server(client, listed_at, deadline).await

@@ -74,7 +74,11 @@
 //!   the call's one deadline, and only to the server that listed it: a re-initialization
 //!   that finds the server's capabilities changed forgets the annotations until the host
 //!   lists the tools again, also for a call whose outcome that re-initialization made
-//!   unknown (the re-send waits for it to end, to know).
+//!   unknown (the re-send waits for it to end, to know). A 2026-07-28 call whose input the
+//!   host refused (it answered the server's `elicitation/create` or sampling request with an
+//!   error; [`Error::input_refused`](crate::Error::input_refused)) ends `outcome_unknown`
+//!   too, but is not sent again: a re-send would start the call over and ask the host the
+//!   same thing again.
 //! - **Server requests** (sampling, elicitation, roots, and any other) go to the host with
 //!   ids the bridge chooses (numbers from 1), and the host's answers go back to the server.
 //!   They are not filtered by the capabilities the host's `initialize` declared (the server
@@ -213,7 +217,9 @@ impl BridgeBuilder {
     /// Whether tool annotations (`readOnlyHint`, `idempotentHint`) of the server's last
     /// `tools/list` may make an unkeyed call safe to send again after an unknown outcome.
     /// Default: `false`: the specification says annotations from untrusted servers must
-    /// not drive decisions. Turn it on only for servers you trust.
+    /// not drive decisions. Turn it on only for servers you trust. A call whose input the
+    /// host refused ([`Error::input_refused`](crate::Error::input_refused)) is never sent
+    /// again: the server would ask the host the same thing again.
     pub fn trust_tool_annotations(mut self, trust: bool) -> Self {
         self.trust_annotations = trust;
         self

@@ -1413,6 +1413,54 @@ async fn annotations_of_a_replaced_server_send_nothing_again() {
     assert_eq!(calls, 1, "{:?}", server.labels());
 }
 
+/// A 2026-07-28 call to a tool listed read-only, whose input the host refused (every
+/// `elicitation/create` answered with an error): the call ends `outcome_unknown`, may have
+/// run (the server took a round), and is not sent again on its annotation: a re-send would
+/// start the call over and ask the host the same thing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_input_the_host_refused_is_not_sent_again() {
+    let cluster = cluster(Preset::Strict, ClusterEra::Modern, None).await;
+    let mut host = Host::new(
+        bridge(&cluster.url())
+            .trust_tool_annotations(true)
+            .build()
+            .unwrap(),
+    );
+    host.initialize(LEGACY, json!({"elicitation": {}})).await;
+    let list = host.request("tools/list", json!({})).await;
+    let confirm = list["result"]["tools"]
+        .as_array()
+        .and_then(|tools| tools.iter().find(|t| t["name"] == "confirm"))
+        .unwrap_or_else(|| panic!("no confirm tool: {list}"));
+    assert_eq!(confirm["annotations"]["readOnlyHint"], true, "{confirm}");
+
+    let call = host
+        .send(
+            "tools/call",
+            tool_call("confirm", json!({"question": "ship?"}), tagged("confirm")),
+        )
+        .await;
+    let mut asked = Vec::new();
+    let answer = loop {
+        let message = host.next_message().await;
+        if message.get("method").is_some() && message.get("id").is_some() {
+            host.bridge
+                .send(json!({"jsonrpc": "2.0", "id": message["id"], "error": {
+                    "code": -32603, "message": "the user is away"}}))
+                .await
+                .unwrap();
+            asked.push(message);
+        } else if message.get("method").is_none() && message.get("id") == Some(&call) {
+            break message;
+        }
+    };
+    assert_eq!(asked.len(), 1, "the host was asked again: {asked:?}");
+    assert_eq!(asked[0]["method"], "elicitation/create", "{asked:?}");
+    assert_eq!(error_of(&answer).1, "outcome_unknown", "{answer}");
+    assert_eq!(answer["error"]["data"]["mayHaveRun"], true, "{answer}");
+    finish(host, cluster).await;
+}
+
 /// Two re-initializations that change the server's capabilities while the host reads
 /// nothing: the host's session state is set again on each new session, although the
 /// announcements of the first change wait for room in the host's queue.

@@ -293,14 +293,17 @@ impl Session {
                 // The client's failure, not the server's answer (`Rpc` would read as a
                 // refusal of the call, one that never ran): the call stops half-way, after a
                 // round or a task the server took, so what ran of it is not known, and it is
-                // not sent again. The handler's error is the source.
+                // not sent again. Marked apart from an interrupted call's: a re-send would
+                // start the call over and ask the app the same thing again, so no re-sender
+                // may take it for one. The handler's error is the source.
                 self.complete(
                     call,
                     Err(Error::caused_by(
                         ErrorKind::OutcomeUnknown,
                         format!("input {key:?} could not be provided"),
                         Error::rpc(error),
-                    )),
+                    )
+                    .with_input_refused()),
                 );
             }
             Ok(value) => {
