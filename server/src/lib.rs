@@ -39,7 +39,11 @@
 //!   default, on Redis). A keyed call's answer is read to its end and stored even when its
 //!   client has gone (a result that cannot carry the capability-hash mark, not an object or
 //!   with a `_meta` that is neither an object nor `null`, is not stored: its key reads
-//!   `IDEMPOTENCY_OUTCOME_UNKNOWN`). "The same call" is the same tool and arguments compared by value (key
+//!   `IDEMPOTENCY_OUTCOME_UNKNOWN`). A 2026-07-28 request's refusal of the request as sent
+//!   (`-32020` header mismatch, `-32022` unsupported protocol version) lets the key go even
+//!   when it comes in a `200` answer: nothing is stored, and the call runs when sent again;
+//!   an earlier revision's answer with those codes is the server's own error, stored as the
+//!   call's answer. "The same call" is the same tool and arguments compared by value (key
 //!   order and a number's spelling do not matter). Keys are one namespace per store, shared by
 //!   every client, unless [`key_scope_header`](ResumeSafetyLayer::key_scope_header) names the
 //!   header that identifies the authenticated client: then each client's keys are its own.

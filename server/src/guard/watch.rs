@@ -57,7 +57,11 @@ fn proves_not_run(status: StatusCode, headers: &HeaderMap) -> bool {
 /// anything ran: its mirrored headers disagree with its body (-32020), or its protocol version
 /// is not spoken (-32022). Servers answer them with status 400 (which [`proves_not_run`]) or
 /// in a 200 body; the client takes both as never run. A missing capability (-32021) is not
-/// among them: the tool may already have been running when it found the capability missing.
+/// among them: in a 200 body it may come from a tool already running (one that found mid-run
+/// that the client had not declared what it asked of it), and is stored as the call's
+/// answer. With status 400, as a server that checks a tool's required capabilities before
+/// running it answers, it lets the key go by its status alone, as any 400 does: the guard,
+/// like the client, takes a 400 as sent before anything ran.
 fn refused_before_running(message: &Value) -> bool {
     const HEADER_MISMATCH: i64 = -32020;
     const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
