@@ -104,13 +104,18 @@
 //!   behind them the client buffers [`EVENT_BUFFER`] more, and
 //!   a host that stops reading for longer loses the oldest of those (counted by
 //!   [`Bridge::missed_notifications`]): notifications are informational, answers never are.
-//! - Server requests the host has not answered: at most 32 at once for the whole client (the
-//!   bound of its server-request handlers, see [`crate::guide::client`]), whichever call
-//!   they came with. In the legacy era one holds its place until the host answers, the
-//!   server cancels it, the session is replaced or the bridge closes, not when the call it
-//!   came with ends; past 32 the client answers the server's next requests with an error
-//!   (-32603). A host that never answers them costs the server's requests that; it never
-//!   holds a place of the first bound.
+//! - Server requests the host has not answered. A legacy server's own requests: at most 32
+//!   at once for the whole client (the bound of its server-request handlers, see
+//!   [`crate::guide::client`]), whichever call they came with. One holds its place until the
+//!   host answers, the server cancels it, the session is replaced or the bridge closes, not
+//!   when the call it came with ends; past 32 the client answers the server's next requests
+//!   with an error (-32603). A host that never answers them costs the server's requests
+//!   that; it never holds a place of the first bound. The inputs a 2026-07-28 call asks the
+//!   host for (an MRTR round's, or its task's) are not counted against those 32 (a refusal
+//!   would not reach the server but end the call): at most 16 at once for each call (a
+//!   round asking for more fails the call, `protocol`, before the host is asked), and they
+//!   end with their call (its answer, its deadline, the host's cancel), the host sent
+//!   `notifications/cancelled` for those it had.
 //! - `capacity` defaults to [`DEFAULT_CAPACITY`]. Each message is bounded by the client's
 //!   `max_event_size` / `max_body_size`.
 //!

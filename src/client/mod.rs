@@ -27,9 +27,12 @@
 //! - The application's headers (bearer token, custom headers) go on every request, resumes
 //!   and DELETE included; the protocol's own headers cannot be overridden. A token provider
 //!   is asked for each request's token, and once more when the server refuses it.
-//! - Server requests are answered by the typed handlers through one dispatch function, at
-//!   most 32 at once, each in a task of its own on the driver's runtime; a server's
-//!   cancellation drops the handler and sends no answer.
+//! - Server requests are answered by the typed handlers through one dispatch function, each
+//!   in a task of its own on the driver's runtime; a server's cancellation drops the handler
+//!   and sends no answer. At most 32 of a legacy server's own requests run at once, more
+//!   being refused (-32603). The inputs of the app's own 2026-07-28 calls (an MRTR round's,
+//!   a task's) are not counted: a refusal would end the call they serve; they are bounded
+//!   by it instead, at most 16 at once for each call, and end with it.
 //! - A call that resets its timeout on progress has an idle timer here; the session keeps
 //!   its total deadline.
 //! - Nothing from the network can make it panic. Application code (a handler, a token
