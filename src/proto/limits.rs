@@ -26,9 +26,10 @@ pub const MAX_OPEN_SERVER_REQUESTS: usize = 1024;
 pub const MAX_INPUT_ROUNDS: u32 = 16;
 
 /// Inputs one MRTR round may ask for: each runs an app handler (a sampling request costs a
-/// model call), so a round asking for more fails the call before any handler runs. Small
-/// enough that a round or two fit in what a driver handles at once (the tokio driver runs 32
-/// server requests at a time and refuses the rest, which would fail the round half-answered).
+/// model call), so a round asking for more fails the call before any handler runs. This is
+/// what bounds the handlers a call's inputs run at once: the tokio driver does not count them
+/// against its bound on a legacy server's own requests (32), which refuses what is past it and
+/// would fail a round half-answered.
 pub const MAX_INPUTS_PER_ROUND: usize = 16;
 
 /// Notifications the app sent before the session was ready, or while as many as
