@@ -1001,16 +1001,32 @@ async fn a_task_recovered_and_left_behind_again_is_recovered_again() {
 
 /// An unkeyed call's entry as a client of `server` writes it; its writer is gone.
 async fn written_entry(server: &TestServer) -> LedgerEntry {
+    let (entry, outcome) = entry_of(server, echo("kept")).await;
+    outcome.unwrap();
+    entry
+}
+
+/// The first entry a client of `server` writes for `call`, and how the call ended; its
+/// writer is gone.
+async fn entry_of(
+    server: &TestServer,
+    call: ToolCall,
+) -> (LedgerEntry, mcp_resume::Result<mcp_resume::CallToolResult>) {
     let capture = Arc::new(Written::default());
     let writing = Client::builder(&server.url)
         .ledger(capture.clone())
+        .reconnect(
+            mcp_resume::ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(5))
+                .with_max_attempts(1),
+        )
         .build()
         .unwrap();
-    guarded(writing.call_tool(echo("kept"))).await.unwrap();
+    let outcome = guarded(writing.call_tool(call)).await;
     guarded(writing.close()).await.unwrap();
     drop(writing);
     let entry = capture.0.lock().unwrap()[0].clone();
-    entry
+    (entry, outcome)
 }
 
 /// A Redis ledger's index forgets the entries that expired without being removed (a task
@@ -1081,9 +1097,13 @@ async fn written_to_redis(identity: &str) -> InRedis {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64;
+    // Bounded by the test's guard rather than the client's default 500 ms: a pipeline of
+    // thousands of writes (or one of many MiB) can take longer on a loaded machine.
     let conn = redis::Client::open(redis.url())
         .unwrap()
-        .get_multiplexed_async_connection()
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+        )
         .await
         .unwrap();
     InRedis {
@@ -1174,10 +1194,113 @@ async fn a_redis_ledger_read_is_bounded() {
             .zadd(format!("{prefix}index"), &id, far + 1)
             .ignore();
     }
-    let _: () = many.query_async(&mut conn).await.unwrap();
+    let _: () = guarded(many.query_async(&mut conn)).await.unwrap();
     let read = guarded(ledger.entries()).await.unwrap();
     assert_eq!(read.len(), 10_000);
     assert!(read.iter().any(|e| e.id() == entry.id()), "due first");
+}
+
+/// The longest entry a Redis ledger reads, and so the longest it writes.
+const REDIS_ENTRY_BYTES: usize = 16 * 1024 * 1024;
+
+/// The entry a client writes for an echo of `len` bytes' text, and its length as stored.
+async fn entry_of_echo(server: &TestServer, len: usize) -> (LedgerEntry, usize) {
+    let (entry, _) = entry_of(server, echo(&"a".repeat(len))).await;
+    let stored = entry.to_json().to_string().len();
+    (entry, stored)
+}
+
+/// A Redis ledger writes only what it reads back: an entry of 16 MiB is written and read,
+/// one byte more is refused with `Ledger` and nothing of it is stored (an entry it took and
+/// then skipped on reading would be a call in flight that no recovery ever sees).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_ledger_refuses_an_entry_longer_than_it_reads() {
+    let InRedis {
+        _redis,
+        server,
+        entry: small,
+        ledger,
+        prefix,
+        far: _,
+        mut conn,
+    } = written_to_redis("refusing").await;
+    // What an echo's entry holds besides its text, to size entries to the byte.
+    let (_, base) = entry_of_echo(&server, 0).await;
+    let (longest, stored) = entry_of_echo(&server, REDIS_ENTRY_BYTES - base).await;
+    assert_eq!(stored, REDIS_ENTRY_BYTES);
+    let (over, stored) = entry_of_echo(&server, REDIS_ENTRY_BYTES - base + 1).await;
+    assert_eq!(stored, REDIS_ENTRY_BYTES + 1);
+
+    let err = guarded(ledger.put(over.clone())).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+    let (stored, indexed): (bool, Option<u64>) = redis::pipe()
+        .exists(format!("{prefix}entry:{}", over.id().as_str()))
+        .zscore(format!("{prefix}index"), over.id().as_str())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!stored, "the refused entry was stored");
+    assert_eq!(indexed, None, "the refused entry was indexed");
+
+    guarded(ledger.put(longest.clone())).await.unwrap();
+    let mut read: Vec<EntryId> = guarded(ledger.entries())
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id().clone())
+        .collect();
+    read.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    let mut written = vec![small.id().clone(), longest.id().clone()];
+    written.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    assert_eq!(read, written, "every entry written is read back");
+}
+
+/// A call whose entry is longer than a Redis ledger takes is never sent: it fails, saying
+/// why, the server never runs it, and nothing of it is left in the ledger; the client goes
+/// on. Taken and then skipped by the recovery's read, it would have been a call that may have
+/// run and that no recovery ever reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_too_long_for_a_redis_ledger_is_never_sent() {
+    let redis = mock_server::procs::RedisServer::start()
+        .await
+        .expect("redis-server");
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        // The cluster would take the call: only the ledger stands in its way.
+        max_body_bytes: 64 * 1024 * 1024,
+        ..ClusterConfig::default()
+    })
+    .await
+    .unwrap();
+    let ledger =
+        Arc::new(mcp_resume::client::ledger::RedisLedger::new(&redis.url(), "too-long").unwrap());
+    let client = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .reconnect(
+            mcp_resume::ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(5))
+                .with_max_attempts(3),
+        )
+        .build()
+        .unwrap();
+    let data = "a".repeat(17 * 1024 * 1024);
+    let call = ToolCall::new("counter_increment", json!({ "data": data }))
+        .meta(meta::TAG, json!("too-long"));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+    let why = format!("{err:#}");
+    assert!(why.contains("longer than"), "{why}");
+    assert!(!err.may_have_run(), "{err}");
+    assert_eq!(
+        cluster.oracle().executions_tagged("too-long").count(),
+        0,
+        "the server ran a call the ledger did not hold"
+    );
+    assert!(guarded(ledger.entries()).await.unwrap().is_empty());
+    let after = ToolCall::new("counter_increment", json!({})).meta(meta::TAG, json!("after"));
+    guarded(client.call_tool(after)).await.unwrap();
+    assert_eq!(cluster.oracle().executions_tagged("after").count(), 1);
+    cluster.shutdown().await;
 }
 
 /// A ledger whose reads never finish.

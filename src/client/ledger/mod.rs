@@ -72,9 +72,11 @@ use crate::error::Error;
 ///
 /// An implementation of your own stores [`LedgerEntry::to_json`] under the entry's id, drops
 /// it from [`LedgerEntry::expires_at`] on, and reads it back with [`LedgerEntry::from_json`];
-/// its failures are [`Error::ledger`]. One ledger (one namespace) belongs to one process at a
-/// time: the process that replaces it takes its entries over with `recover`. (Within a
-/// process, `recover` leaves the calls of the other clients still running to them.)
+/// its failures are [`Error::ledger`]. A store that bounds what it reads back refuses a longer
+/// entry when it is written, as `RedisLedger` does: an entry taken and then skipped is a call
+/// no recovery sees. One ledger (one namespace) belongs to one process at a time: the process
+/// that replaces it takes its entries over with `recover`. (Within a process, `recover` leaves
+/// the calls of the other clients still running to them.)
 pub trait Ledger: Send + Sync + 'static {
     /// Writes `entry`, replacing the one with its id.
     fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>>;

@@ -12,7 +12,8 @@
 //! A write is one round trip (a Lua script sets the entry and indexes it); a removal is one
 //! (`DEL` and `ZREM` in a transaction); reading them is one, then one per batch of 64 entries
 //! (a Lua script that reads each entry unless it is too long). What one read takes is
-//! bounded whatever was written to the namespace ([`RedisLedger`] says how).
+//! bounded whatever was written to the namespace ([`RedisLedger`] says how); a write refuses
+//! an entry longer than a read takes, so that what the ledger takes is read back.
 
 use std::time::{Duration, SystemTime};
 
@@ -66,8 +67,10 @@ return out
 /// write the namespace could otherwise make every recovery hold all it wrote at once; the
 /// rest are read by a later recovery, once these have been removed.
 const MAX_ENTRIES_READ: usize = 10_000;
-/// The longest entry read, in bytes: one longer (no call's params come near it) is skipped,
-/// never read whole, as a malformed one is.
+/// The longest entry, in bytes, as stored ([`LedgerEntry::to_json`] as text): a write of a
+/// longer one is refused, and a longer one found on reading (written by someone else) is
+/// skipped, never read whole, as a malformed one is. One bound for both: an entry taken and
+/// then skipped would be a call in flight that no recovery sees.
 const MAX_ENTRY_BYTES: usize = 16 * 1024 * 1024;
 /// The most bytes of entries one read takes: those of the entries past it are skipped, left
 /// for a later recovery as those past [`MAX_ENTRIES_READ`] are.
@@ -91,11 +94,23 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// [`ErrorKind::Ledger`] error: the call it was for is held back and tried again, never sent
 /// unrecorded.
 ///
+/// An entry is at most 16 MiB ([`LedgerEntry::to_json`] as text: about the call's params and
+/// a few hundred bytes more). A write of a longer one is refused with [`ErrorKind::Ledger`]
+/// and stores nothing: the call it was for is never sent, and fails as a call whose record
+/// cannot be written does (held back and tried again, then `Transport` once its attempts run
+/// out, saying why, or `Timeout` when its deadline comes first). The client bounds the
+/// responses it takes ([`ClientBuilder::max_body_size`](crate::ClientBuilder::max_body_size)),
+/// not the requests it sends, so no setting of its own stops such a call before the ledger
+/// does. A rewrite that outgrows the bound (a round's answers
+/// added to its entry) is refused the same way, the entry keeping its last write, and a
+/// round's request waiting for that rewrite is never sent.
+///
 /// One read of its entries (a recovery's) is bounded, whatever anyone who can write the
 /// namespace put there: it takes the 10,000 entries due first, and at most 256 MiB of them;
-/// an entry longer than 16 MiB is skipped, as a malformed one is (logged, left where it is,
-/// never acted on). Entries past those bounds are left for a later recovery, once the calls
-/// picked up have ended and their entries are gone.
+/// an entry longer than 16 MiB (the bound on writes: only someone else's write makes one) is
+/// skipped, as a malformed one is (logged, left where it is, never acted on). Entries past
+/// those bounds are left for a later recovery, once the calls picked up have ended and their
+/// entries are gone.
 pub struct RedisLedger {
     backend: Backend,
     /// `mcp-resume:ledger:{<identity>}:`
@@ -266,9 +281,20 @@ impl RedisLedger {
             // Past its deadline already: nothing to keep.
             return self.delete(entry.id().clone()).await;
         }
+        let json = entry.to_json().to_string();
+        if json.len() > MAX_ENTRY_BYTES {
+            // A read would skip it: taken, it would be a call no recovery sees.
+            return Err(Error::new(
+                ErrorKind::Ledger,
+                format!(
+                    "a ledger entry of {} bytes is longer than the {MAX_ENTRY_BYTES} bytes a \
+                     Redis ledger reads back",
+                    json.len()
+                ),
+            ));
+        }
         let mut conn = self.conn().await?;
         let id = entry.id().clone();
-        let json = entry.to_json().to_string();
         self.put
             .key(self.entry_key(&id))
             .key(self.index_key())
