@@ -17,9 +17,10 @@
 //! - **resume authorization**: a resume is forwarded only if the session has a record, this
 //!   instance opened the stream (a session's POSTs may be served anywhere, its streams'
 //!   continuations live where they were opened), it still knows every event after the
-//!   cursor, no request on the stream was lost (a stream whose POST carried more than 1,000
-//!   requests, or a request id over 1 KiB, keeps them unread: once it fails it cannot be
-//!   resumed), and the context is the one the stream was opened under; then the inner server's replay is checked event by event before the
+//!   cursor, no request on the stream was lost (a stream's log is kept for resumes long
+//!   after the stream ended, 10,000 logs at most, so it keeps the ids of at most 64 requests
+//!   and 4 KiB of id text in all, about 7 KiB: a POST whose requests pass either keeps them
+//!   unread, and once its stream fails it cannot be resumed), and the context is the one the stream was opened under; then the inner server's replay is checked event by event before the
 //!   client sees it (a replay longer than `max_body` is not held whole: its head goes, the
 //!   rest is still checked as it passes, and a divergence then cuts the stream and breaks it
 //!   for good). Otherwise: `404`,

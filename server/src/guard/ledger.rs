@@ -356,19 +356,31 @@ struct Requests {
     unread: Option<RequestState>,
 }
 
-/// The most requests a stream's log keeps by id, and the longest (string) id it keeps: a log
-/// is kept long after its stream ended, for resumes, so its size must not follow what a
-/// client writes. Past either bound the requests are kept as unread: never known answered,
-/// lost if the stream fails, so a resume of a stream that failed is refused, never trusted.
-/// The batch bound also bounds the work of marking an answer, done under the guard's lock.
-const MAX_REQUESTS: usize = 1_000;
-const MAX_ID_BYTES: usize = 1_024;
+/// The most requests a stream's log keeps by id, and the most bytes of (string) ids it keeps
+/// in all: a log is kept long after its stream ended, for resumes, so its size must not
+/// follow what a client writes. One budget for the whole log, not one per id: bounds per id
+/// and per count alone let a batch of 1,000 ids of 1 KiB each be kept, 1 MiB a log, 11 GB
+/// over the 10,000 logs a guard keeps. So a log's ids hold at most 64 entries of 48 bytes and
+/// 4 KiB of text, about 7 KiB (70 MiB over 10,000 logs): room for a batch of 64 requests
+/// with UUID ids, more than clients send. Past either bound the requests are kept as
+/// unread, none of their ids held: never known answered, lost if the stream fails, so a
+/// resume of a stream that failed is refused, never authorized on ids no longer held (a
+/// stream that ended cleanly or still runs lost nothing; a resume of it owes no answer the
+/// ids would prove). The count bound also bounds the work of marking an answer, done under
+/// the guard's lock.
+const MAX_REQUESTS: usize = 64;
+const MAX_ID_BYTES: usize = 4 << 10;
 
 impl Requests {
     fn running(ids: RequestIds) -> Self {
-        let too_long = |id: &Value| matches!(id, Value::String(s) if s.len() > MAX_ID_BYTES);
         let count = usize::from(ids.first.is_some()) + ids.more.len();
-        if count > MAX_REQUESTS || ids.first.iter().chain(&ids.more).any(too_long) {
+        let text: usize = ids
+            .first
+            .iter()
+            .chain(&ids.more)
+            .map(|id| id.as_str().map_or(0, str::len))
+            .sum();
+        if count > MAX_REQUESTS || text > MAX_ID_BYTES {
             return Self {
                 unread: Some(RequestState::Running),
                 ..Self::default()
@@ -949,6 +961,52 @@ mod tests {
                 log.requests.iter().next().map(|(id, _)| id),
                 kept.then_some(&first)
             );
+        }
+    }
+
+    // | a batch of 1,000 requests with 1,000-byte ids; 64 ids of 64 bytes (both budgets
+    // exactly); one id more; one byte more | the first kept as unread, its ids not held; the
+    // second kept by id; the others unread: a log's ids cost at most the count and byte
+    // budgets whatever the client writes, and a stream past them that fails is orphaned |
+    #[test]
+    fn a_logs_ids_stay_within_one_byte_budget() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 40,
+        });
+        let id = |n: usize, len: usize| Value::from(format!("{n:0len$}"));
+        let big: RequestIds = (0..1_000).map(|n| id(n, 1_000)).collect();
+        let each = MAX_ID_BYTES / MAX_REQUESTS;
+        let at_budget: RequestIds = (0..MAX_REQUESTS).map(|n| id(n, each)).collect();
+        let past_budget: RequestIds = (0..MAX_REQUESTS)
+            .map(|n| id(n, each))
+            .chain([Value::from(0)])
+            .collect();
+        let bytes_past: RequestIds = (0..MAX_REQUESTS)
+            .map(|n| id(n, if n == 0 { each + 1 } else { each }))
+            .collect();
+        for (n, (ids, kept)) in [
+            (big, false),
+            (at_budget, true),
+            (past_budget, false),
+            (bytes_past, false),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let s = StreamId::from_u64(n as u64 + 1);
+            ledger.open_stream(s, sid("a"), hash(), ids);
+            let requests = &ledger.stream(s).unwrap().requests;
+            let held: usize = requests
+                .iter()
+                .map(|(id, _)| id.as_str().map_or(0, str::len))
+                .sum();
+            assert!(held <= MAX_ID_BYTES, "stream {n}: {held} bytes of ids");
+            assert!(requests.iter().count() <= MAX_REQUESTS, "stream {n}");
+            assert_eq!(requests.unread.is_none(), kept, "stream {n}");
+            ledger.lose_running(s);
+            assert!(ledger.stream(s).unwrap().has_orphans(), "stream {n}");
         }
     }
 

@@ -95,3 +95,34 @@ async fn a_streams_log_keeps_neither_huge_request_ids_nor_huge_batches() {
     let held = held_since(start);
     assert!(held < 1 << 20, "held {} KiB", held >> 10);
 }
+
+/// Batch POSTs whose ids are each within any one bound (1,020 bytes, 64 or 1,000 of them):
+/// what each stream's log keeps of them once it ended stays within its byte budget (it kept
+/// every id: 1 MiB a log, 11 GB over the 10,000 logs a guard keeps).
+#[tokio::test]
+async fn a_streams_log_keeps_a_bounded_sum_of_request_ids() {
+    let mut guarded = ResumeSafetyLayer::new(MemoryStore::default()).layer(Answering);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}}});
+    exchange(&mut guarded, post(false, &init)).await;
+    let posts = 32;
+    let mut bodies = (0..posts).map(|n| {
+        let size = if n % 2 == 0 { 64 } else { 1_000 };
+        let batch = (0..size)
+            .map(|i| {
+                let id = format!("{n}-{i}-{}", "x".repeat(1_020));
+                json!({"jsonrpc": "2.0", "id": &id[..1_020], "method": "ping"})
+            })
+            .collect();
+        post(true, &serde_json::Value::Array(batch))
+    });
+    // The first opens the ledger's map of streams, the same whatever it keeps.
+    exchange(&mut guarded, bodies.next().unwrap()).await;
+    let start = reset_peak();
+    for req in bodies {
+        exchange(&mut guarded, req).await;
+    }
+    let held = held_since(start);
+    let per_log = held / (posts - 1);
+    assert!(per_log < 8 << 10, "held {per_log} bytes a log");
+}
