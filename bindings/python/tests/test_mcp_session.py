@@ -451,6 +451,52 @@ async def test_a_result_that_is_not_an_object_completes_as_one_that_may_have_run
     assert getattr(echoed.content[0], "text", None) == "after", echoed
 
 
+# Objects `mcp`'s `CallToolResult` cannot read: content that is not a list, an item of a type
+# it does not know.
+UNREADABLE_CALL_RESULTS = [{"content": 5}, {"content": [{"type": "hologram"}]}]
+
+
+@pytest.mark.parametrize("result", UNREADABLE_CALL_RESULTS, ids=["content", "item"])
+async def test_a_call_result_mcp_cannot_read_fails_as_one_that_may_have_run(
+    scripted: Callable[..., ScriptedServer], result: Any
+) -> None:
+    # An object, so a JSON-RPC message, but no `CallToolResult`: without the bridge's word the
+    # session would raise its own validation error, which says nothing of the call having
+    # run, and a framework's retry would run it again. The server answered it: it ran.
+    server = scripted("legacy")
+    async with streamablehttp_client(server.url) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            with anyio.fail_after(5):
+                with pytest.raises(McpError) as raised:
+                    await session.call_tool("raw", {"result": result})
+                echoed = await session.call_tool("echo", {"text": "after"})
+    assert raised.value.error.code == -32054, raised.value.error
+    assert (raised.value.error.data or {}).get("kind") == "protocol", raised.value.error
+    assert (raised.value.error.data or {}).get("mayHaveRun") is True, raised.value.error
+    assert getattr(echoed.content[0], "text", None) == "after", echoed
+    assert len(server.requests("tools/call")) == 2, server.requests("tools/call")
+
+
+@pytest.mark.parametrize("result", UNREADABLE_CALL_RESULTS, ids=["content", "item"])
+async def test_a_call_result_mcp_cannot_read_completes_as_one_that_may_have_run(
+    scripted: Callable[..., ScriptedServer], result: Any
+) -> None:
+    server = scripted("legacy")
+    async with streamablehttp_client(server.url, interrupted_as_result=True) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            with anyio.fail_after(5):
+                answered = await session.call_tool("raw", {"result": result})
+                echoed = await session.call_tool("echo", {"text": "after"})
+    assert answered.isError, answered
+    outcome = (answered.meta or {}).get(OUTCOME_META_KEY)
+    assert outcome is not None and outcome["kind"] == "protocol", answered
+    assert "may or may not have run" in outcome["message"], outcome
+    assert getattr(echoed.content[0], "text", None) == "after", echoed
+    assert len(server.requests("tools/call")) == 2, server.requests("tools/call")
+
+
 async def test_a_call_timed_out_on_the_server_completes_as_one_that_may_have_run(
     scripted: Callable[..., ScriptedServer],
 ) -> None:

@@ -17,10 +17,12 @@ What the bridge promises holds: resumes, re-initializations and re-sends are inv
 re-initialization that changes the server's capabilities arrives as the matching
 ``notifications/*/list_changed``); what JSON-RPC cannot say (an unknown outcome, another
 context, a lost session) raises ``McpError`` with ``error.data["kind"]`` naming it, never a
-silent success; a ``tools/call`` whose ``meta`` holds ``IDEMPOTENCY_META_KEY`` is keyed;
-server requests (sampling, elicitation, roots) reach the session's own callbacks; and a
-``ClientSession`` of ``mcp`` 1.x, which speaks only the legacy lifecycle, reaches a
-2026-07-28-only server (era translation).
+silent success (a ``tools/call`` answered with a result the session cannot read raises the
+``protocol`` kind marked ``mayHaveRun``: the server answered, so the call ran); a
+``tools/call`` whose ``meta`` holds ``IDEMPOTENCY_META_KEY`` is keyed; server requests
+(sampling, elicitation, roots) reach the session's own callbacks; and a ``ClientSession`` of
+``mcp`` 1.x, which speaks only the legacy lifecycle, reaches a 2026-07-28-only server (era
+translation).
 
 Requires ``mcp`` (the ``mcp_resume[mcp]`` extra: 1.x from 1.24, the line the frameworks
 pin, tested with 1.30; and 2.x, whose ``ClientSession`` takes the same streams, tried with
@@ -114,12 +116,12 @@ async def streamablehttp_client(
         jitter_seed: fixes the reconnect jitter (reproducible tests).
         interrupted_as_result: a ``tools/call`` that may have run (``outcome_unknown``,
             ``context_mismatch``, or an error marked ``mayHaveRun``, as a call whose deadline
-            passed while the server ran it) completes as an ``isError`` result whose text
-            says so and whose ``_meta["io.github.mcp-resume/outcome"]`` is ``{"kind",
-            "message"}``, instead of raising ``McpError``: the form in which an agent
-            framework's automatic retry sees a completed call and does not run it again (the
-            framework modules turn it on where their framework retries exceptions). Off by
-            default.
+            passed while the server ran it or one answered with a result the session cannot
+            read) completes as an ``isError`` result whose text says so and whose
+            ``_meta["io.github.mcp-resume/outcome"]`` is ``{"kind", "message"}``, instead of
+            raising ``McpError``: the form in which an agent framework's automatic retry sees
+            a completed call and does not run it again (the framework modules turn it on where
+            their framework retries exceptions). Off by default.
     """
     import anyio
     import anyio.abc
@@ -133,6 +135,7 @@ async def streamablehttp_client(
 
     # `mcp` 1.x models a message as a RootModel, 2.x as a union: an adapter reads both.
     messages: TypeAdapter[Any] = TypeAdapter(JSONRPCMessage)
+    call_result_problem = _call_result_reader()
 
     options = RawClient(
         url,
@@ -148,9 +151,10 @@ async def streamablehttp_client(
     bridge = RawBridge(options, trust_tool_annotations=trust_tool_annotations, capacity=capacity)
     read_send, read_recv = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_send, write_recv = anyio.create_memory_object_stream[SessionMessage](0)
-    # With `interrupted_as_result`: the tool of each `tools/call` still unanswered, by id
-    # (entries leave with their answer, so this holds no more than the calls in flight).
-    calls: dict[Any, str] = {}
+    # Each `tools/call` still unanswered, by id: its tool, and whether its answer is one the
+    # session reads as a `CallToolResult` (not a task-augmented call's, whose answer is a
+    # task). Entries leave with their answer, so this holds no more than the calls in flight.
+    calls: dict[Any, tuple[str, bool]] = {}
 
     async def server_to_session() -> None:
         async with read_send:
@@ -160,9 +164,13 @@ async def streamablehttp_client(
                     return
                 tool = None
                 if calls and isinstance(message, dict) and "method" not in message:
-                    tool = calls.pop(message.get("id"), None)
-                    if tool is not None and "error" in message:
-                        message = _as_result(message, tool)
+                    call = calls.pop(message.get("id"), None)
+                    if call is not None:
+                        tool, read_as_result = call
+                        if read_as_result:
+                            message = _unreadable_call_result(message, call_result_problem)
+                        if interrupted_as_result and "error" in message:
+                            message = _as_result(message, tool)
                 try:
                     parsed = messages.validate_python(message)
                 except ValidationError as error:
@@ -171,7 +179,7 @@ async def streamablehttp_client(
                     # bridge's protocol error under the same id (with `interrupted_as_result`,
                     # a call's that says it may have run completes as the other interruptions).
                     answer = _unreadable_answer(message)
-                    if answer is not None and tool is not None:
+                    if answer is not None and tool is not None and interrupted_as_result:
                         answer = _as_result(answer, tool)
                     try:
                         parsed = messages.validate_python(answer) if answer else None
@@ -207,11 +215,10 @@ async def streamablehttp_client(
                 )
                 method = message.get("method")
                 params = message.get("params") or {}
-                if interrupted_as_result:
-                    if method == "tools/call":
-                        calls[message.get("id")] = str(params.get("name"))
-                    elif method == "notifications/cancelled":
-                        calls.pop(params.get("requestId"), None)
+                if method == "tools/call":
+                    calls[message.get("id")] = (str(params.get("name")), "task" not in params)
+                elif method == "notifications/cancelled":
+                    calls.pop(params.get("requestId"), None)
                 if method is not None and "id" in message:
                     # Handed to the bridge here, in the session's order; awaited apart.
                     tasks.start_soon(taken, bridge.send(message))
@@ -295,11 +302,61 @@ _JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a
                str: "a string", list: "an array"}
 
 
-def _unreadable_answer(message: Any) -> dict[str, Any] | None:
+def _call_result_reader() -> Callable[[dict[str, Any]], str | None]:
+    """What is wrong with a ``tools/call`` result, as the session reads one (``None``: it
+    reads it): ``mcp``'s ``CallToolResult``, or in ``mcp`` 2.x also its ``InputRequiredResult``.
+    A 2.x result tagged with another ``resultType`` is an extension's, which only the session
+    knows whether it reads (those it claims): it is left to the session."""
+    from mcp import types
+    from pydantic import TypeAdapter, ValidationError
+
+    required = getattr(types, "InputRequiredResult", None)
+    core = types.CallToolResult if required is None else types.CallToolResult | required
+    results: TypeAdapter[Any] = TypeAdapter(core)
+
+    def problem(result: dict[str, Any]) -> str | None:
+        tag = result.get("resultType")
+        if required is not None and isinstance(tag, str) and tag not in _CORE_RESULT_TYPES:
+            return None
+        try:
+            results.validate_python(result)
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "result"
+            return f"{where}: {first['msg']}"
+        return None
+
+    return problem
+
+
+#: The ``resultType`` tags of ``mcp`` 2.x's own answers to a ``tools/call``.
+_CORE_RESULT_TYPES = frozenset({"complete", "input_required"})
+
+
+def _unreadable_call_result(
+    message: dict[str, Any], problem: Callable[[dict[str, Any]], str | None]
+) -> dict[str, Any]:
+    """A ``tools/call``'s answer whose result is an object the session cannot read as one
+    (``problem`` says why, from ``_call_result_reader``), as the bridge's protocol error marked
+    ``mayHaveRun``; any other answer unchanged. The session would otherwise raise its own
+    validation error, which does not say that the call ran, and a framework's retry would
+    run it again."""
+    result = message.get("result")
+    if not isinstance(result, dict) or message.get("id") is None:
+        # Not an object: the message itself is unreadable, answered as such further on.
+        return message
+    wrong = problem(result)
+    if wrong is None:
+        return message
+    reason = f"its result is not a tools/call result ({wrong})"
+    return _unreadable_answer(message, reason) or message
+
+
+def _unreadable_answer(message: Any, reason: str | None = None) -> dict[str, Any] | None:
     """For a server answer (a result or an error) the session's model cannot read: the
-    bridge's protocol error with the same id, as the Rust skins answer it; ``None`` for any
-    other message. A result says ``mayHaveRun``: the server answered, so the request ran; an
-    error keeps the ``mayHaveRun`` its data had."""
+    bridge's protocol error with the same id, as the Rust skins answer it, saying ``reason``
+    when given; ``None`` for any other message. A result says ``mayHaveRun``: the server
+    answered, so the request ran; an error keeps the ``mayHaveRun`` its data had."""
     if not isinstance(message, dict) or "method" in message or message.get("id") is None:
         return None
     data: dict[str, Any] = {"kind": "protocol"}
@@ -310,10 +367,10 @@ def _unreadable_answer(message: Any) -> dict[str, Any] | None:
         error_data = error.get("data") if isinstance(error, dict) else None
         if isinstance(error_data, dict) and error_data.get("mayHaveRun") is True:
             data["mayHaveRun"] = True
-    if "result" in message and not isinstance(message["result"], dict):
+    if reason is None and "result" in message and not isinstance(message["result"], dict):
         what = _JSON_TYPES.get(type(message["result"]))
         reason = f"its result is {what}, not an object" if what else "its result is not an object"
-    else:
+    elif reason is None:
         reason = "it is not a JSON-RPC result or error"
     return {
         "jsonrpc": "2.0",
