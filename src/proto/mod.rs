@@ -20,9 +20,11 @@
 //!   then its handler is stopped and nothing is answered. One the server cancels
 //!   (`notifications/cancelled`) is forgotten with [`Session::withdraw_request`], which says
 //!   whether it released a request of the current session (only then does the driver stop
-//!   a handler: a replaced session's cancellation, or one naming an MRTR input's id, stops
-//!   nothing): until then its id stays held (a later request under it is ignored) and counts
-//!   against the bound on requests waiting for an answer.
+//!   a handler: one naming an MRTR input's id stops nothing): until then its id stays held (a
+//!   later request under it is ignored) and counts against the bound on requests waiting for
+//!   an answer. A cancellation read on a stream of a session since replaced is not handed
+//!   out at all: its server names its own requests, and the current server may ask under the
+//!   same ids.
 //! - [`Transmit::Abort`] drops that HTTP exchange; the session expects no more input for it
 //!   (input that still arrives is ignored).
 //! - Optionally, a driver decodes a success body before it hands it over, so that the session
@@ -419,7 +421,9 @@ pub enum Output {
         result: Result<Value, Error>,
     },
     /// A notification from the server; `call` is set when it arrived on that call's stream
-    /// (e.g. progress).
+    /// (e.g. progress). A `notifications/cancelled` read on a stream of a session since
+    /// replaced is not one: it names a request of that session's server, withdrawn already
+    /// ([`Output::ServerRequestWithdrawn`]), not the current server's under the same id.
     Notification {
         /// The call whose stream carried it, if any.
         call: Option<CallId>,

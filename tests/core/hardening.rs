@@ -1202,6 +1202,80 @@ fn what_arrives_for_a_replaced_session_stays_with_it() {
     assert!(sent.is_empty(), "{sent:?}");
 }
 
+/// A cancellation the replaced session's server sends on a stream of that session still open
+/// names one of its own requests, not the new session's under the same id: it is not handed
+/// out, so a driver that withdraws whatever a cancellation names cannot stop the new
+/// session's request with it. One on the new session's stream is handed out.
+#[test]
+fn a_cancellation_on_a_replaced_sessions_stream_is_not_handed_out() {
+    use mcp_resume::RequestId;
+    let cancelled = |session: &mut Session| -> Vec<Value> {
+        std::iter::from_fn(|| session.poll_output())
+            .filter_map(|o| match o {
+                Output::Notification { notification, .. }
+                    if notification.method == "notifications/cancelled" =>
+                {
+                    notification.params
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let (mut session, now) = legacy_ready();
+    let _ = posts(&mut session);
+    let old = server_asks(&mut session, now, &["a"]);
+    assert_eq!(handed(&mut session), ["a"]);
+    reinit_to_s2(&mut session, now);
+    let _ = handed(&mut session);
+    let new = server_asks(&mut session, now, &["a"]);
+    assert_eq!(
+        handed(&mut session),
+        ["a"],
+        "s-2's own request under that id"
+    );
+
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "a"}});
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "working"}});
+    session.handle_data(
+        old,
+        format!("data: {cancel}\n\ndata: {note}\n\n").as_bytes(),
+        now,
+    );
+    let outputs: Vec<Output> = std::iter::from_fn(|| session.poll_output()).collect();
+    let methods: Vec<&str> = outputs
+        .iter()
+        .filter_map(|o| match o {
+            Output::Notification { notification, .. } => Some(notification.method.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        methods,
+        ["notifications/message"],
+        "only the old stream's other notification is handed out"
+    );
+    session.respond(
+        RequestId::from_json(&json!("a")).unwrap(),
+        Ok(json!({"roots": []})),
+        now,
+    );
+    let sent = posts(&mut session);
+    assert_eq!(sent.len(), 1, "s-2's request is still answered: {sent:?}");
+
+    server_asks(&mut session, now, &["b"]);
+    assert_eq!(handed(&mut session), ["b"]);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "b"}});
+    session.handle_data(new, format!("data: {cancel}\n\n").as_bytes(), now);
+    assert_eq!(
+        cancelled(&mut session),
+        [json!({"requestId": "b"})],
+        "the current session's cancellation is handed out"
+    );
+}
+
 /// A keyed call interrupted where it may have run is re-sent only to a server that
 /// deduplicates its key: when the session it was to be re-sent on is replaced by one whose
 /// server does not, it ends `OutcomeUnknown` instead of running a second time.

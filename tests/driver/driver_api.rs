@@ -761,8 +761,9 @@ async fn replaced_while_handling(new_asks: bool) {
 }
 
 /// A cancellation the replaced session's server sends, on a call's stream still open from that
-/// session, does not cancel the new session's request under the same id: the new request's
-/// handler runs to its end and its answer reaches the new session.
+/// session, does not cancel the new session's request under the same id (nor reach the app's
+/// notifications): the new request's handler runs to its end and its answer reaches the new
+/// session.
 #[tokio::test]
 async fn a_cancellation_from_a_replaced_session_leaves_the_new_sessions_request_alone() {
     use std::convert::Infallible;
@@ -836,8 +837,17 @@ async fn a_cancellation_from_a_replaced_session_leaves_the_new_sessions_request_
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
         "params": {"requestId": "q"}});
     feed.unbounded_send(sse_event(None, &cancel)).unwrap();
+    // Read after the cancellation on the same stream: once it is out, so would the
+    // cancellation be.
+    let later = json!({"jsonrpc": "2.0", "method": "notifications/message",
+        "params": {"level": "info", "data": "after"}});
+    feed.unbounded_send(sse_event(None, &later)).unwrap();
     let note = guarded(notes.next()).await.unwrap();
-    assert_eq!(note.method, "notifications/cancelled");
+    assert_eq!(
+        (note.method.as_str(), &note.params),
+        ("notifications/message", &Some(later["params"].clone())),
+        "s-1's cancellation is not handed on"
+    );
     assert!(
         !ctx.is_cancelled(),
         "s-1's cancellation cancelled s-2's request"

@@ -162,10 +162,6 @@ pub(crate) struct State {
     inline: Option<Pending>,
     /// The exchange whose report being applied holds its end.
     pub(super) ending: Option<HttpId>,
-    /// The report being applied is of an exchange of a session since replaced: its server's
-    /// cancellations name its own requests, not the current session's (see
-    /// [`State::on_cancelled`]).
-    from_replaced: bool,
     calls: FxHashMap<CallId, Waiter>,
     /// Server requests being handled; their number is bounded by [`MAX_SERVER_REQUESTS`].
     server_requests: HashMap<RequestId, Handling>,
@@ -229,7 +225,6 @@ impl State {
             inline_for: None,
             inline: None,
             ending: None,
-            from_replaced: false,
             calls: FxHashMap::default(),
             server_requests: HashMap::new(),
             deliveries: 0,
@@ -532,8 +527,6 @@ impl State {
         let now = now();
         #[cfg(feature = "otel")]
         self.telemetry.exchange_event(&event);
-        // Asked before the report is applied: applying it may end the exchange.
-        self.from_replaced = !self.session.exchange_is_current(id);
         match event {
             ExchangeEvent::Head {
                 id,
@@ -557,7 +550,6 @@ impl State {
             ExchangeEvent::TooLarge { id, error } => self.session.handle_too_large(id, error, now),
         }
         self.pump();
-        self.from_replaced = false;
         #[cfg(feature = "otel")]
         self.telemetry.exchange_applied(id);
         self.exchanges.contains_key(&id)
@@ -905,18 +897,14 @@ impl State {
     /// session forgets the request at once, so the id is free for the server's next request
     /// (the handler's late answer, if any, answers nothing: its delivery is gone).
     ///
-    /// Only a request the session released is the server's to cancel: not one of the current
-    /// session's named on a replaced session's stream (that server's requests were withdrawn
-    /// when it was replaced, and the current server may ask under the same id), nor a
-    /// 2026-07-28 call's input, whose round waits for its answer.
+    /// Only a request the session released is the server's to cancel: not a 2026-07-28 call's
+    /// input, whose round waits for its answer. (A replaced session's server names its own
+    /// requests, not the current session's under the same ids: the session hands out no
+    /// cancellation read on such a stream.)
     fn on_cancelled(&mut self, cancelled: &Cancelled) {
         let Some(id) = RequestId::from_json(&cancelled.request_id) else {
             return;
         };
-        if self.from_replaced {
-            tracing::debug!(%id, "cancellation from a replaced session's server ignored");
-            return;
-        }
         if !self.session.withdraw_request(&id) {
             return;
         }

@@ -220,18 +220,6 @@ impl Session {
         self.exchanges.posted_call(http)
     }
 
-    /// Whether exchange `http` is in flight on the current session: `false` for one sent on a
-    /// session since replaced (a call's stream may outlive its session), and for one that
-    /// ended. What the server says on such a stream of the requests it sent is about its own
-    /// session's, not about those of the current session's server, which may use the same ids:
-    /// a driver asks before it applies the exchange's report (see
-    /// [`Session::withdraw_request`]).
-    pub fn exchange_is_current(&self, http: HttpId) -> bool {
-        self.exchanges
-            .generation(http)
-            .is_some_and(|g| self.life.is_current(g))
-    }
-
     /// Number of calls not yet completed.
     pub fn pending_calls(&self) -> usize {
         self.calls.len()

@@ -144,10 +144,10 @@ impl Session {
     /// Returns whether a request of the current session waited on `id`: only then is there a
     /// handler to stop. An id no request of this session waits on (one answered already, or a
     /// 2026-07-28 call's input, which the server cannot cancel this way: the round it belongs
-    /// to waits for its answer) is ignored. The session cannot tell which stream a
-    /// cancellation came on: a driver ignores one read on a stream of a replaced session
-    /// ([`Session::exchange_is_current`]), whose server names its own requests, not the
-    /// current server's under the same ids.
+    /// to waits for its answer) is ignored. A driver may withdraw whatever id a cancellation
+    /// it is handed names: the session hands out none read on a stream of a session since
+    /// replaced, whose server names its own requests, not the current server's under the
+    /// same ids.
     pub fn withdraw_request(&mut self, id: &RequestId) -> bool {
         let released = self.exchanges.release_request(id);
         if released {

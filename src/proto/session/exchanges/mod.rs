@@ -416,11 +416,6 @@ impl Exchanges {
         self.map.contains_key(&http)
     }
 
-    /// The session generation exchange `http` was sent on, while it is in flight.
-    pub(super) fn generation(&self, http: HttpId) -> Option<u64> {
-        self.get(http).map(Exchange::generation)
-    }
-
     /// The call whose request exchange `http` POSTs, if it is a call's POST.
     pub(super) fn posted_call(&self, http: HttpId) -> Option<CallId> {
         match self.get(http)?.kind {

@@ -682,6 +682,12 @@ impl Session {
                     self.send_answer(id, Err(error));
                 }
             },
+            Message::Notification { method, .. } if !current && method == methods::CANCELLED => {
+                // The server of a session since replaced cancels one of its own requests,
+                // withdrawn already; the current server may have asked under the same id, and
+                // a driver that stopped what this names would stop that request instead.
+                debug!("cancellation on a stream of an earlier session ignored");
+            }
             Message::Notification { method, params }
                 if kind == ExKind::Listen && !self.on_subscription(&method, params.as_ref()) => {}
             Message::Notification { method, params } => {
