@@ -38,9 +38,11 @@
 //!   long as the store keeps
 //!   the key (by default 24 h in a `MemoryStore`; `RedisOptions::lost_retention`, 7 days by
 //!   default, on Redis). A keyed call's answer is read to its end and stored even when its
-//!   client has gone (a result that cannot carry the capability-hash mark, not an object or
-//!   with a `_meta` that is neither an object nor `null`, is not stored: its key reads
-//!   `IDEMPOTENCY_OUTCOME_UNKNOWN`). A 2026-07-28 request's refusal of the request as sent
+//!   client has gone, and kept as its text came, however deeply its result nests (it is
+//!   read only as deep as its id, its answer member, the result's `_meta` and an error's
+//!   code). A result that cannot carry the capability-hash mark, not an object or with a
+//!   `_meta` that is neither an object nor `null`, is not stored: its key reads
+//!   `IDEMPOTENCY_OUTCOME_UNKNOWN`. A 2026-07-28 request's refusal of the request as sent
 //!   (`-32020` header mismatch, `-32022` unsupported protocol version) lets the key go even
 //!   when it comes in a `200` answer: nothing is stored, and the call runs when sent again;
 //!   an earlier revision's answer with those codes is the server's own error, stored as the

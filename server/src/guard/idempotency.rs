@@ -228,12 +228,15 @@ pub fn claim_verdict(
 
 /// The JSON-RPC response to the request `id` whose key claim came back `outcome`: the stored
 /// answer re-addressed, or the refusal; `None` when the call may run. (For servers that
-/// answer keyed calls inside their own streams, as the mock cluster does.)
+/// answer keyed calls inside their own streams, as the mock cluster does.) A stored answer
+/// a `Value` cannot hold (nested past serde_json's 128 levels, or a number beyond `f64`) is
+/// told as an `IDEMPOTENCY_OUTCOME_UNKNOWN` error here; [`claim_verdict`] sends it as text.
 pub fn claim_message(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
     match outcome {
         // Never `None`: that would let a finished call run again. A stored answer a `Value`
-        // cannot hold (a number beyond `f64`, kept as the inner server wrote it) is told as
-        // an outcome this caller cannot be given.
+        // cannot hold (a number beyond `f64`, kept as the inner server wrote it, or a result
+        // nested past serde_json's 128 levels) is told as an outcome this caller cannot be
+        // given.
         ClaimOutcome::Done(stored) => Some(
             serde_json::from_str(&stored.addressed_to(id)).unwrap_or_else(|_| {
                 error_body(
@@ -262,8 +265,9 @@ fn refusal(outcome: ClaimOutcome, id: &Value) -> Option<Value> {
         ClaimOutcome::Lost => error_body(
             id,
             rpc_codes::SERVER,
-            "The call with this idempotency key was interrupted by an instance failure; its \
-             outcome is unknown and it will not run again",
+            "The call with this idempotency key may have run, but no answer of it was stored \
+             (its instance failed, or its answer could not be kept); its outcome is unknown and \
+             it will not run again",
             Some(json!({"code": codes::IDEMPOTENCY_OUTCOME_UNKNOWN})),
         ),
         ClaimOutcome::Mismatch => error_body(

@@ -458,12 +458,9 @@ impl Watch {
 
     /// The whole JSON body (after [`BodyPlan::Json`]); `Some` is the body to send instead.
     pub fn handle_json(&mut self, guard: &mut Guard, body: &[u8]) -> Option<Bytes> {
-        let mut message: Value = match serde_json::from_slice(body) {
-            Ok(v) => v,
-            Err(_) => {
-                self.settle(Settle::Lost);
-                return None;
-            }
+        let Some(mut message) = self.read_message(body) else {
+            self.settle(Settle::Lost);
+            return None;
         };
         let changed = self.on_message(guard, &mut message, body, None);
         if matches!(self.kind, WatchKind::Keyed { .. }) && !self.settled {
@@ -713,7 +710,7 @@ impl Watch {
         let mut data_out = None;
         if let Some(data) = data {
             if waits {
-                if let Some(mut message) = parse_data::<Value>(data) {
+                if let Some(mut message) = self.read_message(data) {
                     data_out = self.on_message(guard, &mut message, data, seq);
                 }
             } else if let (Some(n), Some(seq), None) = (&self.numbering, seq, &answer) {
@@ -731,6 +728,19 @@ impl Watch {
             block.write_with(id_out, data_out.as_deref(), out);
         }
         SseFlow::Continue
+    }
+
+    /// A message read for [`Watch::on_message`]. A keyed call's answer nested past the
+    /// reader's depth (serde_json's 128 levels) is still read, as far as its capture looks
+    /// (see [`shallow`]): it is kept and sent from its text as it came, so its depth does not
+    /// matter, and it would otherwise go unstored and its key read as lost.
+    fn read_message(&self, data: &[u8]) -> Option<Value> {
+        let keyed = matches!(self.kind, WatchKind::Keyed { .. });
+        parse_data::<Value>(data).or_else(|| {
+            let raw = parse_data::<Box<serde_json::value::RawValue>>(data).filter(|_| keyed)?;
+            // Only an object can answer; anything else was unreadable for another reason.
+            raw.get().starts_with('{').then(|| shallow(&raw, 2))
+        })
     }
 
     /// Whether something here needs whole messages (to change or keep them), not only which
@@ -905,6 +915,30 @@ fn parse_data<T: serde::de::DeserializeOwned>(data: &[u8]) -> Option<T> {
     }
 }
 
+/// A JSON value as a `Value` when the reader can hold it; else, for an object and `levels`
+/// above 0, its members so read one level down, and `null` in place of what is still too
+/// deep. Raw values are read without recursion, whatever their depth. A keyed call's capture
+/// reads only the top level and the `error`'s (its id, which answer member it has, the
+/// error's code), so a result nested too deep stands as `null`, never sent: the message
+/// goes out from its text.
+fn shallow(raw: &serde_json::value::RawValue, levels: u8) -> Value {
+    type Members<'a> =
+        std::collections::BTreeMap<std::borrow::Cow<'a, str>, &'a serde_json::value::RawValue>;
+    if let Ok(value) = serde_json::from_str(raw.get()) {
+        return value;
+    }
+    match levels
+        .checked_sub(1)
+        .and_then(|below| Some((below, serde_json::from_str::<Members<'_>>(raw.get()).ok()?)))
+    {
+        Some((below, members)) => members
+            .into_iter()
+            .map(|(name, value)| (name.into_owned(), shallow(value, below)))
+            .collect(),
+        None => Value::Null,
+    }
+}
+
 /// The id of the answer an event's data carries, if it carries one: a message with an id and
 /// a `result` or an `error` (not null). Read by its members when they are plain, and only as
 /// far as the id and the answer's member: the rest of the answer is its client's to read.
@@ -1061,6 +1095,25 @@ mod tests {
             ("content-encoding", "gzip"),
         ]);
         assert_eq!(content_type(&json), Content::Other);
+    }
+
+    // | an answer nested 200 deep, in its result or its error's data | read to the depth a
+    // keyed call's capture looks: the id, the answer member (the deep one `null`), the
+    // error's code |
+    #[test]
+    fn a_message_too_deep_for_a_value_is_read_as_far_as_a_capture_looks() {
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        let result = format!(r#"{{"id":7,"result":{{"content":{deep}}}}}"#);
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(&result).unwrap();
+        assert!(serde_json::from_str::<Value>(&result).is_err());
+        let read = shallow(&raw, 2);
+        assert_eq!(read["id"], 7);
+        assert_eq!(read["result"], serde_json::json!({"content": null}));
+        let error = format!(r#"{{"id":7,"error":{{"code":-32020,"data":{deep}}}}}"#);
+        let raw: Box<serde_json::value::RawValue> = serde_json::from_str(&error).unwrap();
+        let read = shallow(&raw, 2);
+        assert!(refused_before_running(&read));
+        assert_eq!(read["error"]["data"], Value::Null);
     }
 
     #[test]

@@ -995,3 +995,42 @@ fn a_modern_refusal_in_a_200_answer_lets_the_key_go() {
         }
     }
 }
+
+// | a keyed call whose result nests 200 levels deep (past a JSON reader's usual 128), answered
+// as JSON and as SSE | marked and stored: the client sees its context's mark, and the same
+// call again gets the stored answer re-addressed, not `IDEMPOTENCY_OUTCOME_UNKNOWN` |
+#[test]
+fn a_deeply_nested_result_is_marked_and_stored() {
+    let (mut w, mut a, hash) = session();
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    let mark = format!("\"{RESULT_HASH_META_KEY}\":\"{hash}\"");
+    for (n, sse) in [(0, false), (1, true)] {
+        let key = format!("k{n}");
+        let id = 2 + 10 * n;
+        let call = call_body(id, "bump", json!({"n": 1}), Some(&key));
+        let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":{deep}}}}}"#);
+        let event = format!("id: e1\ndata: {body}\n\n");
+        let (head, response) = if sse {
+            (sse_head(), Response::Sse(vec![event.as_str()], true))
+        } else {
+            (json_head(), Response::Json(body.as_bytes()))
+        };
+        let seen = a.respond(&mut w.store, w.now, &mut watch, 200, head, response);
+        let seen = String::from_utf8_lossy(&seen.body).into_owned();
+        assert!(
+            seen.contains(&mark),
+            "sse {sse}: the first answer is marked"
+        );
+        assert!(seen.contains(&deep), "sse {sse}: its result as written");
+        let again = call_body(id + 1, "bump", json!({"n": 1}), Some(&key));
+        let answer = w.post(&mut a, Some("s1"), &again, &[]).answer();
+        let text = String::from_utf8_lossy(answer.body()).into_owned();
+        assert!(
+            !text.contains("IDEMPOTENCY_OUTCOME_UNKNOWN"),
+            "sse {sse}: {text}"
+        );
+        assert!(text.contains(&format!("\"id\":{}", id + 1)), "{text}");
+        assert!(text.contains(&mark) && text.contains(&deep), "sse {sse}");
+    }
+}
