@@ -430,7 +430,9 @@ pub enum Output {
         /// The notification.
         notification: Notification,
     },
-    /// A request from the server the app must answer.
+    /// A request from the server the app must answer. A server's own request (not an MRTR
+    /// input) whose method is longer than 256 bytes is not handed out: the session answers it
+    /// at once as a method not found, naming nothing the server sent but the id.
     ServerRequest(ServerRequest),
     /// A server request handed out earlier will not be answered: its session was replaced,
     /// lost or closed, or the call whose MRTR round or task asked for it ended, so an answer would
@@ -489,5 +491,6 @@ unstable_modules! {
 
 pub use checkpoint::{CallStage, Checkpoint};
 pub use config::{Era, ResendPolicy, SessionConfig};
+pub(crate) use session::MAX_REQUEST_METHOD_LEN;
 pub use session::{read_ahead, BodyFormat, DecodedEvent, DecodedJson, Session, SseAhead};
 pub use version::ProtocolVersion;

@@ -1276,6 +1276,40 @@ fn a_cancellation_on_a_replaced_sessions_stream_is_not_handed_out() {
     );
 }
 
+/// A server request whose method is longer than any a handler takes is not handed out: it is
+/// refused at once as a method not found, in an answer that names neither the method nor
+/// anything else the server sent beyond the id. A method at the bound is handed out.
+#[test]
+fn a_server_request_with_an_overlong_method_is_refused_not_handed_out() {
+    // The longest method handed out.
+    const MAX_METHOD: usize = 256;
+    let (mut session, now) = legacy_ready();
+    let _ = posts(&mut session);
+    let stream = server_asks(&mut session, now, &[]);
+    let ask = |id: &str, len: usize| {
+        let method = "m".repeat(len);
+        let ask = json!({"jsonrpc": "2.0", "id": id, "method": method});
+        format!("data: {ask}\n\n")
+    };
+    session.handle_data(stream, ask("long", 1 << 20).as_bytes(), now);
+    assert!(handed(&mut session).is_empty(), "handed out");
+    let sent = posts(&mut session);
+    assert_eq!(sent.len(), 1, "answered at once: {sent:?}");
+    let answer = &sent[0].1;
+    assert_eq!(answer["id"], "long");
+    assert_eq!(answer["error"]["code"], -32601);
+    assert!(
+        answer.to_string().len() < 1024,
+        "the answer echoes the method: {} bytes",
+        answer.to_string().len()
+    );
+
+    let at_bound = ask("ok", MAX_METHOD);
+    session.handle_data(stream, at_bound.as_bytes(), now);
+    assert_eq!(handed(&mut session), ["ok"]);
+    assert!(posts(&mut session).is_empty());
+}
+
 /// A keyed call interrupted where it may have run is re-sent only to a server that
 /// deduplicates its key: when the session it was to be re-sent on is replaced by one whose
 /// server does not, it ends `OutcomeUnknown` instead of running a second time.

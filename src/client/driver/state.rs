@@ -31,7 +31,7 @@ use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
     CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionEvent, Transmit,
-    TransportFailure,
+    TransportFailure, MAX_REQUEST_METHOD_LEN,
 };
 
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
@@ -40,13 +40,6 @@ use crate::proto::{
 /// on a limit of the client's own, and they are bounded already (16 for each call in flight,
 /// ended with their call, its deadline included).
 const MAX_SERVER_REQUESTS: usize = 32;
-/// The longest string id of a server request handed to a handler: the bound the decoder puts
-/// on a server's own request ids. A 2026-07-28 input's id is the session's own, far shorter
-/// (its call, round and number). A handler, its context and its answer each hold a copy.
-const MAX_SERVER_REQUEST_ID: usize = 1024;
-/// The longest method of a server request handed to a handler: far above any method a
-/// handler takes, and a refusal that named the method would echo it to the server.
-const MAX_SERVER_REQUEST_METHOD: usize = 256;
 /// How long a dropped client waits for its DELETE before the driver stops anyway, and its
 /// ledger writer for the writes left.
 pub(super) const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -916,18 +909,14 @@ impl State {
 
     fn server_request(&mut self, request: ServerRequest) {
         let id = request.id.clone();
-        let id_len = match &id {
-            RequestId::String(s) => s.len(),
-            RequestId::Number(_) => 0,
-        };
-        if id_len > MAX_SERVER_REQUEST_ID || request.method.len() > MAX_SERVER_REQUEST_METHOD {
-            // Answered at once like a method no handler takes, without naming the method: the
-            // answer echoes only the id, which the decoder bounds for a server's request (a
-            // 2026-07-28 input's answer never goes on the wire: its call fails at once).
+        let input = self.session.awaits_input(&id);
+        if input && request.method.len() > MAX_REQUEST_METHOD_LEN {
+            // The session refuses a server's own request with an overlong method itself, but
+            // hands out the inputs a 2026-07-28 call asks for whatever their method: one is
+            // refused here, which fails its call at once, before a handler holds a copy.
             tracing::warn!(
-                id_len,
                 method_len = request.method.len(),
-                "server request with an overlong id or method refused"
+                "input with an overlong method refused"
             );
             self.session.respond(id, Err(unreadable()), now());
             return;
@@ -943,7 +932,6 @@ impl State {
             // one the server waits on.
             earlier.cancel("superseded");
         }
-        let input = self.session.awaits_input(&id);
         if !input
             && self.server_requests.values().filter(|h| !h.input).count() >= MAX_SERVER_REQUESTS
         {

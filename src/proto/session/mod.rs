@@ -64,6 +64,12 @@ use super::{CallId, ExtensionStatus, HttpId, Output, Transmit};
 use crate::ids::SessionId;
 use crate::sse::SseEvent;
 
+/// The longest method of a server request handed out: far above any method a handler takes.
+/// A server's request with a longer one is refused at once (as the decoder refuses one with
+/// an overlong id), so that a server cannot make each handler it keeps busy, and the refusal,
+/// hold a copy of a megabyte method.
+pub(crate) const MAX_REQUEST_METHOD_LEN: usize = 256;
+
 /// A call whose deadline cannot be represented (a timeout of centuries) gets this one.
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 

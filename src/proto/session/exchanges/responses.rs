@@ -27,7 +27,7 @@ use crate::proto::session::ahead::{DecodedEvent, DecodedJson};
 use crate::proto::session::call::CallState;
 use crate::proto::session::cursors::Observed;
 use crate::proto::session::negotiated::Negotiated;
-use crate::proto::session::Session;
+use crate::proto::session::{Session, MAX_REQUEST_METHOD_LEN};
 use crate::proto::{ext, methods};
 use crate::proto::{
     CallId, HttpId, Notification, Output, ServerRequest, SessionEvent, TransportFailure,
@@ -658,6 +658,21 @@ impl Session {
                 self.send_answer(id, Ok(json!({})));
             }
             Message::Request { id, method, params } => match self.exchanges.hold_request(&id) {
+                Hold::Held if method.len() > MAX_REQUEST_METHOD_LEN => {
+                    // Refused as a method no handler takes, without naming it: each handler
+                    // and its answer would hold a copy, and the refusal would echo it.
+                    warn!(
+                        id = %logged_id(&id),
+                        method_len = method.len(),
+                        "server request with an overlong method refused"
+                    );
+                    self.exchanges.release_request(&id);
+                    let error = RpcError::new(
+                        RpcError::METHOD_NOT_FOUND,
+                        "method not found: the request's method is too long",
+                    );
+                    self.send_answer(id, Err(error));
+                }
                 Hold::Held => self.outputs.push_back(Output::ServerRequest(ServerRequest {
                     id,
                     method,
@@ -1020,8 +1035,10 @@ mod tests {
                 // A response to no request of ours.
                 json!({"jsonrpc": "2.0", "id": long, "result": {}}),
                 // A request whose id is used again while its first copy waits.
+                json!({"jsonrpc": "2.0", "id": 1, "method": "roots/list"}),
                 json!({"jsonrpc": "2.0", "id": 1, "method": long}),
-                json!({"jsonrpc": "2.0", "id": 1, "method": long}),
+                // A request whose method no handler takes, under the longest id.
+                json!({"jsonrpc": "2.0", "id": "i".repeat(1024), "method": long}),
             ];
             for event in events {
                 session.handle_data(stream, format!("data: {event}\n\n").as_bytes(), now);
@@ -1032,6 +1049,7 @@ mod tests {
         for what in [
             "response to an unknown request ignored",
             "server request id reused while it waits",
+            "server request with an overlong method refused",
         ] {
             let line = logged(what).unwrap_or_else(|| panic!("{what}: not logged: {lines:?}"));
             assert!(line.len() < 4096, "{what}: a line of {} bytes", line.len());
