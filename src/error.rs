@@ -280,9 +280,9 @@ impl Error {
     /// Whether the call ended because the application could not provide an input the server
     /// asked for during it: a 2026-07-28 call's `input_required` round, or its task's, whose
     /// handler answered with an error (the user could not be asked, the model could not be
-    /// run, no handler takes the method; a user's `decline` is an answer, not this). Such a call ends [`ErrorKind::OutcomeUnknown`]
-    /// and [`may_have_run`](Error::may_have_run): the server took a round of it, and what
-    /// ran before it asked is not known. It must not be sent again as an interrupted call
+    /// run, no handler takes the method; a user's `decline` is an answer, not this). Such a
+    /// call ends [`ErrorKind::OutcomeUnknown`] and [`may_have_run`](Error::may_have_run):
+    /// the server took a round of it, and what ran before it asked is not known. It must not be sent again as an interrupted call
     /// would be: a re-send starts the call over, so the server asks for the same input again
     /// (the user asked once more, a model run once more) and is refused again. The bridge's
     /// re-send on a tool's annotations ([`BridgeBuilder::trust_tool_annotations`]) leaves
