@@ -273,7 +273,8 @@ impl HostCalls {
         let changes = client.capability_changes();
         let result = client
             .send_core(CallRequest::new(method, params.clone()))
-            .await;
+            .await
+            .and_then(|answer| an_object(method, answer));
         if let Ok(answer) = &result {
             match method {
                 "tools/list" => self.remember_annotations(answer, first_page, changes),
@@ -306,7 +307,11 @@ impl HostCalls {
                 Some(left) => request.clone().with_timeout(left.max(MIN_SEND)),
                 None => request.clone(),
             };
-            let result = match client.send_core(send).await {
+            let result = match client
+                .send_core(send)
+                .await
+                .and_then(|answer| an_object("tools/call", answer))
+            {
                 // Whatever ended a re-send (a refusal, even one the server wrote as a JSON-RPC
                 // error; a timeout; the tool's own error), an earlier send may have run the
                 // call: only a result says more.
@@ -406,6 +411,27 @@ fn time_for_resend(deadline: Option<Instant>, now: Instant) -> bool {
     deadline.is_none_or(|deadline| deadline.saturating_duration_since(now) > MIN_SEND)
 }
 
+/// The server's answer to a host request, when it is an object, as every MCP result is.
+/// Another value (`null`, a string, a number, an array) is the protocol error, marked as one
+/// that may have run (the server answered, so the request ran): handed on as it is, it is an
+/// answer no host SDK can classify, whose request then waits for the SDK's own timeout, a
+/// timeout that says nothing of a call having run.
+fn an_object(method: &str, answer: Value) -> Result<Value, Error> {
+    let what = match &answer {
+        Value::Object(_) => return Ok(answer),
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+    };
+    Err(Error::new(
+        ErrorKind::Protocol,
+        format!("the server answered {method} with {what}, not a result object"),
+    )
+    .with_may_have_run())
+}
+
 /// Takes the host's idempotency key out of `params._meta`.
 fn take_key(mut params: Value) -> Result<(Value, Option<IdempotencyKey>), Error> {
     let Some(meta) = params.get_mut("_meta").and_then(Value::as_object_mut) else {
@@ -449,6 +475,16 @@ mod tests {
         // The call's whole timeout was left when its first send went; 3 ms are left now.
         assert!(!time_for_resend(Some(now + Duration::from_millis(3)), now));
         assert!(!time_for_resend(Some(now), now + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn only_an_object_is_a_result() {
+        assert_eq!(an_object("ping", json!({})).unwrap(), json!({}));
+        for answer in [json!(null), json!("ok"), json!(5), json!(true), json!([])] {
+            let error = an_object("tools/call", answer.clone()).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::Protocol, "{answer}");
+            assert!(error.may_have_run(), "{answer}");
+        }
     }
 
     #[test]

@@ -60,6 +60,11 @@
 //!   never a hang. The message of an `outcome_unknown` or `context_mismatch` error says only
 //!   that (the network's words that caused it are in `data.cause`), so that no framework
 //!   that retries on messages like "connection closed" re-runs a call that may have run.
+//!   A server's answer whose `result` is not a JSON object (`null`, a string, a number, an
+//!   array: MCP results always are objects) is not handed on: the host gets the protocol
+//!   error ([`codes::PROTOCOL`], `data.kind` `"protocol"`) with `data.mayHaveRun: true`, as
+//!   the server answered, so the request ran. A host SDK cannot tell what such an answer is,
+//!   and would leave its request waiting for its own timeout.
 //! - **Idempotency.** A `tools/call` whose `params._meta` holds
 //!   [`IDEMPOTENCY_META_KEY`] (`"io.github.mcp-resume/idempotency-key"`, a string) is a keyed
 //!   call: re-sent after an interruption when the resend policy allows

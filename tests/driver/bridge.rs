@@ -497,6 +497,72 @@ async fn outcomes_json_rpc_cannot_express_are_errors_with_their_kind() {
     }
 }
 
+/// A server answering a host request with a `result` that is no object (MCP results always
+/// are): the host gets the bridge's protocol error at once, marked `mayHaveRun` (the server
+/// answered, so the call ran), never the bare value, which a host SDK cannot classify and
+/// leaves waiting for its own timeout. Nothing is sent again, and the session goes on.
+#[tokio::test]
+async fn a_result_that_is_no_object_is_a_protocol_error_that_may_have_run() {
+    let results = [json!(null), json!("ok"), json!(5), json!([])];
+    for result in results {
+        let answer = result.clone();
+        let server = TestServer::start(move |req| {
+            if req.is_rpc("tools/call") || req.is_rpc("resources/list") {
+                if req.params()["name"] == "fine" {
+                    return json_result(req, json!({"content": []}));
+                }
+                if req.params()["name"] == "streamed" {
+                    return sse_text(sse_event(None, &result_msg(req, answer.clone())));
+                }
+                return json_result(req, answer.clone());
+            }
+            default_reply(req)
+        })
+        .await;
+        // The call's deadline is far beyond the test's own wait: an answer that came from
+        // it would fail the wait, not pass it.
+        let mut host = Host::new(
+            bridge(&server.url)
+                .configure(|c| c.call_timeout(Duration::from_secs(120)))
+                .build()
+                .unwrap(),
+        );
+        host.initialize(LEGACY, json!({})).await;
+        for (method, params) in [
+            ("tools/call", tool_call("t", json!({}), json!({}))),
+            ("tools/call", tool_call("streamed", json!({}), json!({}))),
+            ("resources/list", json!({})),
+        ] {
+            let id = host.send(method, params).await;
+            let answer = tokio::time::timeout(Duration::from_secs(10), host.answer(&id))
+                .await
+                .unwrap_or_else(|_| panic!("{method} answered {result}: no answer"));
+            let (code, kind) = error_of(&answer);
+            assert_eq!(
+                (code, kind.as_str()),
+                (codes::PROTOCOL, "protocol"),
+                "{method} answered {result}: {answer}"
+            );
+            assert_eq!(
+                answer["error"]["data"]["mayHaveRun"], true,
+                "{method} answered {result}: {answer}"
+            );
+            assert!(answer.get("result").is_none(), "{answer}");
+        }
+        let sends = server
+            .requests()
+            .iter()
+            .filter(|r| r.is_rpc("tools/call"))
+            .count();
+        assert_eq!(sends, 2, "{result}: {:?}", server.labels());
+        let fine = host
+            .request("tools/call", tool_call("fine", json!({}), json!({})))
+            .await;
+        assert_eq!(fine["result"], json!({"content": []}), "{fine}");
+        let _ = guarded(host.bridge.close()).await;
+    }
+}
+
 /// Errors of the bridge's own making: an invalid key in `_meta` never reaches the server; an
 /// invalid session configuration answers `initialize`; the real session closed under a call.
 #[tokio::test]

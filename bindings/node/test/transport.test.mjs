@@ -233,6 +233,61 @@ test("a DELETE the server fails goes to onerror, and close() still closes", asyn
   }
 });
 
+test("a call answered with a result that is no object fails at once as protocol, mayHaveRun, never the SDK's timeout", async () => {
+  // A minimal legacy server answering every tools/call with a bare JSON value: the SDK's Client
+  // cannot classify such an answer, and would wait for its own request timeout.
+  const answers = [null, "ok", 5, []];
+  const calls = [];
+  const scripted = createServer((req, res) => {
+    if (req.method !== "POST") {
+      res.writeHead(req.method === "DELETE" ? 200 : 405).end();
+      return;
+    }
+    let body = "";
+    req.on("data", (chunk) => (body += chunk));
+    req.on("end", () => {
+      const message = JSON.parse(body);
+      if (message.id === undefined) {
+        res.writeHead(202).end();
+        return;
+      }
+      let result = {};
+      if (message.method === "initialize") {
+        result = { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "bare", version: "1" } };
+      } else if (message.method === "tools/call") {
+        calls.push(message.params.name);
+        result = message.params.name === "fine" ? { content: [] } : answers[Number(message.params.name)];
+      }
+      res.writeHead(200, { "content-type": "application/json", "mcp-session-id": "s-1" });
+      res.end(JSON.stringify({ jsonrpc: "2.0", id: message.id, result }));
+    });
+  });
+  scripted.listen(0, "127.0.0.1");
+  await once(scripted, "listening");
+  try {
+    const client = new Client({ name: "host", version: "1" });
+    const url = `http://127.0.0.1:${scripted.address().port}/mcp`;
+    await client.connect(new ResumeTransport(url, { ...FAST, callTimeout: 120_000 }));
+    for (const [index, answer] of answers.entries()) {
+      // The SDK's own timeout is the test's bound: a hang ends as its -32001, not as this.
+      const call = client.callTool({ name: String(index), arguments: {} }, undefined, { timeout: 20_000 });
+      await assert.rejects(call, (e) => {
+        assert.ok(e instanceof McpError, `${JSON.stringify(answer)}: ${e}`);
+        assert.equal(e.code, BRIDGE_ERROR_CODES.protocol, `${JSON.stringify(answer)}: ${e}`);
+        assert.equal(e.data.kind, "protocol");
+        assert.equal(e.data.mayHaveRun, true);
+        return true;
+      });
+    }
+    assert.deepEqual(calls, ["0", "1", "2", "3"]);
+    const fine = await client.callTool({ name: "fine", arguments: {} });
+    assert.deepEqual(fine.content, []);
+    await client.close();
+  } finally {
+    scripted.close();
+  }
+});
+
 /** Records every unhandled rejection until `stop()`; none must come from the transport. */
 function unhandledRejections() {
   const seen = [];
