@@ -1255,10 +1255,36 @@ async fn a_redis_ledger_refuses_an_entry_longer_than_it_reads() {
     assert_eq!(read, written, "every entry written is read back");
 }
 
-/// A call whose entry is longer than a Redis ledger takes is never sent: it fails, saying
-/// why, the server never runs it, and nothing of it is left in the ledger; the client goes
-/// on. Taken and then skipped by the recovery's read, it would have been a call that may have
-/// run and that no recovery ever reports.
+/// A ledger in front of another that counts the writes it is asked for.
+struct CountingPuts<L> {
+    inner: L,
+    puts: AtomicUsize,
+}
+
+impl<L: Ledger> Ledger for CountingPuts<L> {
+    fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.puts.fetch_add(1, Ordering::SeqCst);
+        self.inner.put(entry)
+    }
+
+    fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
+        self.inner.remove(id)
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
+        self.inner.entries()
+    }
+
+    fn max_entry_bytes(&self) -> Option<usize> {
+        self.inner.max_entry_bytes()
+    }
+}
+
+/// A call whose entry is longer than a Redis ledger takes is never sent: it fails at once
+/// with `Ledger`, saying why, without a write of its entry tried (nor tried again with
+/// backoff: no write of it can succeed), the server never runs it, and nothing of it is left
+/// in the ledger; the client goes on. Taken and then skipped by the recovery's read, it would
+/// have been a call that may have run and that no recovery ever reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_too_long_for_a_redis_ledger_is_never_sent() {
     let redis = mock_server::procs::RedisServer::start()
@@ -1272,8 +1298,10 @@ async fn a_call_too_long_for_a_redis_ledger_is_never_sent() {
     })
     .await
     .unwrap();
-    let ledger =
-        Arc::new(mcp_resume::client::ledger::RedisLedger::new(&redis.url(), "too-long").unwrap());
+    let ledger = Arc::new(CountingPuts {
+        inner: mcp_resume::client::ledger::RedisLedger::new(&redis.url(), "too-long").unwrap(),
+        puts: AtomicUsize::new(0),
+    });
     let client = Client::builder(cluster.url())
         .ledger(ledger.clone())
         .reconnect(
@@ -1287,10 +1315,16 @@ async fn a_call_too_long_for_a_redis_ledger_is_never_sent() {
     let call = ToolCall::new("counter_increment", json!({ "data": data }))
         .meta(meta::TAG, json!("too-long"));
     let err = guarded(client.call_tool(call)).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Transport, "{err}");
+    assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
     let why = format!("{err:#}");
     assert!(why.contains("longer than"), "{why}");
+    assert!(!why.contains("could not be reached"), "{why}");
     assert!(!err.may_have_run(), "{err}");
+    assert_eq!(
+        ledger.puts.load(Ordering::SeqCst),
+        0,
+        "a write that cannot succeed was tried"
+    );
     assert_eq!(
         cluster.oracle().executions_tagged("too-long").count(),
         0,

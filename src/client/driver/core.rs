@@ -208,15 +208,16 @@ impl Core {
 
     /// Holds exchange `id` (a call's POST) until the ledger write before it has finished;
     /// `false` when that write failed: the POST is not sent, and the session hears of it as
-    /// of a connection that could not be made.
+    /// of a connection that could not be made, or (the entry is longer than the ledger
+    /// stores) the call ends.
     pub(crate) async fn pass_gate(self: &Arc<Self>, id: HttpId, gate: &Gate) -> bool {
         if let Some(writer) = &self.writer {
             writer.kick();
         }
         match gate.wait().await {
             Ok(()) => true,
-            Err(error) => {
-                let _ = self.with(|state| state.ledger_refused(id, &error));
+            Err(refusal) => {
+                let _ = self.with(|state| state.ledger_refused(id, refusal));
                 false
             }
         }

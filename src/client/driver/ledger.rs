@@ -18,6 +18,11 @@
 //! takes over ("what the first left when it stopped with its runtime"). In a client that goes
 //! on, the writer task removes them at once.
 //!
+//! An entry longer than the ledger stores ([`Ledger::max_entry_bytes`]) is never written: no
+//! write of it can succeed. A POST waiting for it is told so apart from a write that failed,
+//! and its call ends instead of being held back and tried again; any other such write is
+//! dropped, the ledger keeping the call as it stood before.
+//!
 //! A write no POST waits for (a round awaiting input, a task, a resumed stream's cursor, a
 //! removal) that fails is tried again by the writer task, with backoff and a bound, unless a
 //! later write of its entry is queued first (that one carries what is to be written): else the
@@ -246,6 +251,8 @@ fn live() -> MutexGuard<'static, Live> {
 /// side.
 pub(crate) struct Writer {
     ledger: Arc<dyn Ledger>,
+    /// The ledger's [`Ledger::max_entry_bytes`], asked once.
+    max_entry_bytes: Option<usize>,
     /// This client's incarnation: written into its entries, live until it stops.
     incarnation: Arc<str>,
     line: Mutex<Line>,
@@ -260,8 +267,17 @@ pub(crate) struct Writer {
 /// Opens once a checkpoint's write has finished: the POST held behind it leaves, or (the
 /// write failed) it is not sent.
 pub(crate) struct Gate {
-    result: OnceLock<Result<(), Error>>,
+    result: OnceLock<Result<(), Refusal>>,
     settled: Notify,
+}
+
+/// Why a checkpoint's write did not open its gate.
+#[derive(Clone, Debug)]
+pub(crate) enum Refusal {
+    /// The write failed: written again, it may succeed (the store was unreachable, say).
+    Failed(Error),
+    /// The entry is longer than the ledger stores: no write of it can succeed.
+    TooLong(Error),
 }
 
 impl Gate {
@@ -272,7 +288,7 @@ impl Gate {
         })
     }
 
-    fn settle(&self, result: Result<(), Error>) {
+    fn settle(&self, result: Result<(), Refusal>) {
         let _ = self.result.set(result);
         self.settled.notify_waiters();
     }
@@ -282,7 +298,7 @@ impl Gate {
     }
 
     /// Waits until the write has finished: its outcome.
-    pub(crate) async fn wait(&self) -> Result<(), Error> {
+    pub(crate) async fn wait(&self) -> Result<(), Refusal> {
         loop {
             let notified = self.settled.notified();
             tokio::pin!(notified);
@@ -299,8 +315,16 @@ impl Writer {
     pub(crate) fn new(ledger: Arc<dyn Ledger>) -> Arc<Self> {
         let incarnation: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         live().clients.insert(incarnation.clone());
+        let max_entry_bytes =
+            std::panic::catch_unwind(AssertUnwindSafe(|| ledger.max_entry_bytes())).unwrap_or_else(
+                |_| {
+                    tracing::error!("the ledger panicked naming its longest entry: taken as none");
+                    None
+                },
+            );
         Arc::new(Writer {
             ledger,
+            max_entry_bytes,
             incarnation,
             line: Mutex::new(Line::default()),
             wake: Notify::new(),
@@ -437,6 +461,25 @@ impl Writer {
             .boxed()
     }
 
+    /// Why `write` cannot be made: an entry longer than the ledger stores. Measured as the
+    /// ledger would store it, and no further than the bound, outside the session's lock.
+    fn too_long(&self, write: &Write) -> Option<Error> {
+        let (Write::Put(entry), Some(max)) = (write, self.max_entry_bytes) else {
+            return None;
+        };
+        let mut measure = Measure { len: 0, max };
+        if serde_json::to_writer(&mut measure, &entry.to_json()).is_ok() {
+            return None;
+        }
+        Some(Error::new(
+            ErrorKind::Ledger,
+            format!(
+                "the call's ledger entry is longer than the {max} bytes the ledger stores: \
+                 it cannot be recorded, and was not sent"
+            ),
+        ))
+    }
+
     /// The next write that may start: the first waiting of an entry with none being carried
     /// out.
     fn next_startable(&self) -> Option<(EntryId, Op)> {
@@ -457,12 +500,16 @@ impl Writer {
         entry: EntryId,
         gate: Option<Arc<Gate>>,
         again: Option<Again>,
-        result: Result<(), Error>,
+        result: Result<(), Refusal>,
     ) {
         let failed = match &result {
             Ok(()) => false,
-            Err(error) => {
+            Err(Refusal::Failed(error)) => {
                 tracing::warn!(%error, "a ledger write failed");
+                true
+            }
+            Err(Refusal::TooLong(error)) => {
+                tracing::error!(%error, "a ledger entry not written");
                 true
             }
         };
@@ -535,6 +582,11 @@ impl Writer {
     pub(crate) fn kick(&self) {
         let mut handed = !self.lock().dropped.is_empty();
         while let Some((entry, op)) = self.next_startable() {
+            if let Some(error) = self.too_long(&op.write) {
+                // Not tried again: no write of it can succeed.
+                self.finished(entry, op.gate, None, Err(Refusal::TooLong(error)));
+                continue;
+            }
             // A write a POST waits for is made again by that POST if it fails; any other is
             // tried again from a copy.
             let again = op.gate.is_none().then(|| Again {
@@ -544,7 +596,9 @@ impl Writer {
             let mut work = self.start(op.write);
             let waker = futures::task::noop_waker();
             match work.as_mut().poll(&mut Context::from_waker(&waker)) {
-                Poll::Ready(result) => self.finished(entry, op.gate, again, result),
+                Poll::Ready(result) => {
+                    self.finished(entry, op.gate, again, result.map_err(Refusal::Failed))
+                }
                 Poll::Pending => {
                     self.lock().parked.push(Parked {
                         entry,
@@ -679,7 +733,7 @@ impl Writer {
             tokio::select! {
                 () = self.wake.notified() => {}
                 Some((entry, gate, again, result)) = writing.next(), if !writing.is_empty() => {
-                    self.finished(entry, gate, again, result);
+                    self.finished(entry, gate, again, result.map_err(Refusal::Failed));
                 }
                 () = until(next_retry) => {}
                 () = until(give_up_at) => {
@@ -688,6 +742,26 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+/// Counts the bytes written to it, failing once they pass `max`.
+struct Measure {
+    len: usize,
+    max: usize,
+}
+
+impl std::io::Write for Measure {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.len = self.len.saturating_add(buf.len());
+        if self.len > self.max {
+            return Err(std::io::Error::other("past the bound"));
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -737,6 +811,11 @@ struct Record {
     stored: bool,
     /// It became a task at some point: its entry may outlive its deadline.
     was_task: bool,
+    /// A checkpoint of a send of it was queued.
+    sent: bool,
+    /// A send of it may have run, as far as its checkpoints tell: it was picked up, sent
+    /// again, or went past its first request (a round, a task). Erring towards yes.
+    may_have_run: bool,
 }
 
 impl Record {
@@ -763,6 +842,8 @@ impl Record {
             task_id: None,
             stored: false,
             was_task: false,
+            sent: false,
+            may_have_run: false,
         }
     }
 }
@@ -816,6 +897,7 @@ impl Records {
         record.task_open = task;
         record.was_task = task;
         record.stored = true;
+        record.may_have_run = true;
         self.calls.insert(call, record);
     }
 
@@ -844,6 +926,13 @@ impl Records {
             let deadline = now.1 + checkpoint.deadline.saturating_duration_since(now.0);
             Record::new(EntryId::fresh(), deadline)
         });
+        // A send's checkpoint written again after a write it waited for failed is the same
+        // send's; any other after a send is a later one's (a connection refused counts too:
+        // the record cannot tell).
+        let sending = matches!(checkpoint.stage, CallStage::Sent { .. });
+        record.may_have_run |= (sending && record.sent && !record.rewrite)
+            || !matches!(checkpoint.stage, CallStage::Sent { round: 0 });
+        record.sent |= sending;
         let gate = match checkpoint.stage {
             CallStage::Sent { .. } => Some(Gate::new()),
             CallStage::Task { .. } => {
@@ -881,6 +970,12 @@ impl Records {
     pub(crate) fn gate(&mut self, call: CallId) -> Option<Arc<Gate>> {
         let gate = self.calls.get_mut(&call)?.gate.take()?;
         (!gate.is_open()).then_some(gate)
+    }
+
+    /// Whether a send of `call` may have run, as far as its record tells (erring towards
+    /// yes): what a call ended before its POST left says.
+    pub(crate) fn may_have_run(&self, call: CallId) -> bool {
+        self.calls.get(&call).is_some_and(|r| r.may_have_run)
     }
 
     /// A write `call`'s POST waited for failed: the POST was not sent.
@@ -978,6 +1073,8 @@ mod tests {
     struct Held {
         log: Mutex<Vec<String>>,
         go: Notify,
+        /// Its [`Ledger::max_entry_bytes`].
+        max: Option<usize>,
     }
 
     impl Ledger for Held {
@@ -998,6 +1095,10 @@ mod tests {
 
         fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
             Box::pin(async { Ok(Vec::new()) })
+        }
+
+        fn max_entry_bytes(&self) -> Option<usize> {
+            self.max
         }
     }
 
@@ -1352,6 +1453,60 @@ mod tests {
         writer.close();
     }
 
+    /// An entry longer than the ledger stores is never written: a POST waiting for it is told
+    /// that no write of it can succeed, and a write no POST waits for is dropped, not tried
+    /// again; an entry at the bound is written.
+    #[tokio::test(start_paused = true)]
+    async fn an_entry_longer_than_the_ledger_stores_is_never_written() {
+        let at_bound = entry("fits").to_json().to_string().len();
+        let ledger = Arc::new(Held {
+            max: Some(at_bound),
+            ..Held::default()
+        });
+        let writer = Writer::new(ledger.clone());
+        let task = tokio::spawn(writer.clone().run());
+        let long = |id: &str| {
+            let checkpoint = Checkpoint::new(
+                "tools/call",
+                Some(serde_json::json!({"x": "y"})),
+                Instant::now(),
+            );
+            LedgerEntry::from_checkpoint(
+                EntryId::parse(id).unwrap(),
+                &EntryEndpoint::of("http://h/mcp"),
+                checkpoint,
+                SystemTime::now() + Duration::from_secs(60),
+                false,
+                SystemTime::now(),
+            )
+        };
+        let gate = Gate::new();
+        let gated = EntryId::parse("long-1").unwrap();
+        writer.queue(gated, Write::Put(long("long-1")), Some(gate.clone()));
+        writer.queue(
+            EntryId::parse("long-2").unwrap(),
+            Write::Put(long("long-2")),
+            None,
+        );
+        writer.queue(
+            EntryId::parse("fits").unwrap(),
+            Write::Put(entry("fits")),
+            None,
+        );
+        writer.kick();
+        let Err(Refusal::TooLong(err)) = gate.wait().await else {
+            panic!("the gate did not say the entry is too long");
+        };
+        assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+        assert!(err.to_string().contains("longer than"), "{err}");
+        // Past every retry's backoff: nothing was tried again.
+        tokio::time::sleep(LONGEST_RETRY * (MAX_RETRIES + 1)).await;
+        writer.flush().await;
+        assert_eq!(*ledger.log.lock().unwrap(), ["put fits"]);
+        writer.close();
+        task.await.unwrap();
+    }
+
     /// A write that never finishes counts as failed after [`WRITE_TIMEOUT`] (its gate says
     /// so, the entry's next write starts), and once the client has stopped the writer task
     /// gives up on one after [`CLOSE_GRACE`] and ends.
@@ -1370,7 +1525,9 @@ mod tests {
         writer.queue(slow.clone(), Write::Remove(slow), None);
         writer.kick();
         let started = tokio::time::Instant::now();
-        let err = gate.wait().await.unwrap_err();
+        let Refusal::Failed(err) = gate.wait().await.unwrap_err() else {
+            panic!("a write that timed out taken for one that cannot succeed");
+        };
         assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
         assert_eq!(started.elapsed(), WRITE_TIMEOUT);
         writer.flush().await;

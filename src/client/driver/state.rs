@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::core::Core;
 use super::dispatch::Dispatch;
 use super::effects::{Effects, TaskOp};
-use super::ledger::{Gate, Records};
+use super::ledger::{Gate, Records, Refusal};
 use crate::client::era_cache::EraCache;
 use crate::client::events::{Published, ServerNotification};
 use crate::client::handlers::{internal, not_found, unreadable, Handlers};
@@ -779,14 +779,45 @@ impl State {
     }
 
     /// The ledger write exchange `id` (a call's POST) waited for failed: the POST is not
-    /// sent, as if it could not connect, and the call's next POST writes its entry first.
-    pub(super) fn ledger_refused(&mut self, id: HttpId, error: &Error) {
-        if let (Some(records), Some(call)) = (&mut self.records, self.session.exchange_call(id)) {
+    /// sent, as if it could not connect, and the call's next POST writes its entry first. An
+    /// entry longer than the ledger stores ends the call instead: no write of it can succeed,
+    /// and trying again would only wait out the call's attempts or deadline.
+    pub(super) fn ledger_refused(&mut self, id: HttpId, refusal: Refusal) {
+        let call = self.session.exchange_call(id);
+        let error = match (refusal, call) {
+            (Refusal::TooLong(error), Some(call)) => return self.unrecordable(id, call, error),
+            (Refusal::Failed(error) | Refusal::TooLong(error), _) => error,
+        };
+        if let (Some(records), Some(call)) = (&mut self.records, call) {
             records.refused(call);
         }
         let failure =
             TransportFailure::Connect(format!("the ledger could not record the call: {error}"));
         self.handle_exchange(ExchangeEvent::Failed { id, failure });
+    }
+
+    /// `call`'s entry is longer than the ledger stores: its POST, exchange `id`, is dropped
+    /// unsent and the call ends with `error` ([`ErrorKind::Ledger`]), saying it may have run
+    /// only if an earlier send of it may have.
+    fn unrecordable(&mut self, id: HttpId, call: CallId, error: Error) {
+        if self.exchanges.remove(&id).is_none() {
+            // Aborted meanwhile (the call was cancelled, the client stopped).
+            return;
+        }
+        let ran = self
+            .records
+            .as_ref()
+            .is_some_and(|records| records.may_have_run(call));
+        let error = if ran {
+            error.with_may_have_run()
+        } else {
+            error
+        };
+        self.session.cancel_unsent(call, id, now());
+        #[cfg(feature = "otel")]
+        self.telemetry.abandoned(call, Some(&error));
+        self.complete(call, Err(error));
+        self.pump();
     }
 
     /// Whether ledger entry `id` is one of this client's calls in flight, or one that ended

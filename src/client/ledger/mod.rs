@@ -73,8 +73,10 @@ use crate::error::Error;
 /// An implementation of your own stores [`LedgerEntry::to_json`] under the entry's id, drops
 /// it from [`LedgerEntry::expires_at`] on, and reads it back with [`LedgerEntry::from_json`];
 /// its failures are [`Error::ledger`]. A store that bounds what it reads back refuses a longer
-/// entry when it is written, as `RedisLedger` does: an entry taken and then skipped is a call
-/// no recovery sees. One ledger (one namespace) belongs to one process at a time: the process
+/// entry when it is written, as `RedisLedger` does (an entry taken and then skipped is a call
+/// no recovery sees), and names its bound with [`Ledger::max_entry_bytes`], so that the client
+/// ends a call whose entry is longer at once instead of taking the refusal for a passing
+/// fault and trying it again. One ledger (one namespace) belongs to one process at a time: the process
 /// that replaces it takes its entries over with `recover`. (Within a process, `recover` leaves
 /// the calls of the other clients still running to them.)
 pub trait Ledger: Send + Sync + 'static {
@@ -86,4 +88,19 @@ pub trait Ledger: Send + Sync + 'static {
 
     /// Every entry not expired yet, in no particular order.
     fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>>;
+
+    /// The longest entry this ledger stores, in bytes of [`LedgerEntry::to_json`] as text;
+    /// `None` (the default) when it stores any. Asked once, when a client is built with the
+    /// ledger (a panic counts as `None`).
+    ///
+    /// The client measures each entry against it before writing it, and never writes a longer
+    /// one: a call whose entry is longer is not sent and ends at once with
+    /// [`ErrorKind::Ledger`](crate::ErrorKind::Ledger), since no write of it can succeed
+    /// (a write that fails is otherwise taken for a passing fault: the call is held back and
+    /// tried again until its attempts or its deadline run out). Any other entry so long is not
+    /// written either, and the ledger keeps the call as it stood before. `put` should refuse a
+    /// longer entry all the same, for whoever else writes to the store.
+    fn max_entry_bytes(&self) -> Option<usize> {
+        None
+    }
 }

@@ -68,7 +68,7 @@ return out
 /// rest are read by a later recovery, once these have been removed.
 const MAX_ENTRIES_READ: usize = 10_000;
 /// The longest entry, in bytes, as stored ([`LedgerEntry::to_json`] as text): a write of a
-/// longer one is refused, and a longer one found on reading (written by someone else) is
+/// longer one is refused (a client, told by [`Ledger::max_entry_bytes`], tries none), and a longer one found on reading (written by someone else) is
 /// skipped, never read whole, as a malformed one is. One bound for both: an entry taken and
 /// then skipped would be a call in flight that no recovery sees.
 const MAX_ENTRY_BYTES: usize = 16 * 1024 * 1024;
@@ -95,15 +95,16 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// unrecorded.
 ///
 /// An entry is at most 16 MiB ([`LedgerEntry::to_json`] as text: about the call's params and
-/// a few hundred bytes more). A write of a longer one is refused with [`ErrorKind::Ledger`]
-/// and stores nothing: the call it was for is never sent, and fails as a call whose record
-/// cannot be written does (held back and tried again, then `Transport` once its attempts run
-/// out, saying why, or `Timeout` when its deadline comes first). The client bounds the
-/// responses it takes ([`ClientBuilder::max_body_size`](crate::ClientBuilder::max_body_size)),
-/// not the requests it sends, so no setting of its own stops such a call before the ledger
-/// does. A rewrite that outgrows the bound (a round's answers
-/// added to its entry) is refused the same way, the entry keeping its last write, and a
-/// round's request waiting for that rewrite is never sent.
+/// a few hundred bytes more), its [`Ledger::max_entry_bytes`]. A client never writes a longer
+/// one: the call it was for is never sent and ends at once with [`ErrorKind::Ledger`], saying
+/// why (not tried again: no write of it can succeed). The client bounds the responses it
+/// takes ([`ClientBuilder::max_body_size`](crate::ClientBuilder::max_body_size)), not the
+/// requests it sends, so no setting of its own stops such a call before the ledger does. A
+/// rewrite that outgrows the bound (a round's answers added to its entry) is not written
+/// either, the entry keeping its last write, and a round's request waiting for that rewrite
+/// is never sent: its call ends the same way. A write of a longer entry made otherwise (by a
+/// ledger in front of this one that does not pass its bound on, say) is refused with
+/// [`ErrorKind::Ledger`] and stores nothing.
 ///
 /// One read of its entries (a recovery's) is bounded, whatever anyone who can write the
 /// namespace put there: it takes the 10,000 entries due first, and at most 256 MiB of them;
@@ -431,6 +432,10 @@ impl Ledger for RedisLedger {
 
     fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
         self.read().boxed()
+    }
+
+    fn max_entry_bytes(&self) -> Option<usize> {
+        Some(MAX_ENTRY_BYTES)
     }
 }
 
