@@ -863,12 +863,30 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
             }
         }
     }
+    // A keyed call comes alone (a batch holding one was refused above).
+    let claimed = match requests.as_slice() {
+        [(id, method, value)] if !batch && method == "tools/call" => {
+            match claim_up_front(&inc, id, value, &headers, false).await {
+                Ok(claimed) => claimed,
+                Err(refused) => return inc.with_session_headers(refused, &session),
+            }
+        }
+        _ => None,
+    };
     let use_sse =
         !inc.settings().json_response && requests.iter().any(|(_, m, _)| m == "tools/call");
     let resp = if use_sse {
-        respond_sse(inc.clone(), session.clone(), requests, headers).await
+        respond_sse(inc.clone(), session.clone(), requests, headers, claimed).await
     } else {
-        respond_json(inc.clone(), session.clone(), requests, headers, batch).await
+        respond_json(
+            inc.clone(),
+            session.clone(),
+            requests,
+            headers,
+            batch,
+            claimed,
+        )
+        .await
     };
     inc.with_session_headers(resp, &session)
 }
@@ -1017,6 +1035,7 @@ async fn respond_sse(
     session: SessionRecord,
     requests: Vec<(Value, String, Value)>,
     headers: HeaderMap,
+    claimed: Option<Claimed>,
 ) -> Response {
     let stream_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_owned();
     let record = StreamRecord {
@@ -1067,6 +1086,8 @@ async fn respond_sse(
     let ids: Vec<Value> = requests.iter().map(|(id, _, _)| id.clone()).collect();
     let abort = inc.spawn_call(async move {
         let inc = task_inc;
+        // A claimed key is the only request's: a keyed call never comes in a batch.
+        let mut claimed = claimed;
         for (id, method, value) in requests {
             let response = handle_request(
                 &inc,
@@ -1076,6 +1097,7 @@ async fn respond_sse(
                 &value,
                 &headers,
                 Some(&mut emitter),
+                claimed.take(),
             )
             .await;
             let _ = emitter
@@ -1121,6 +1143,7 @@ async fn respond_json(
     requests: Vec<(Value, String, Value)>,
     headers: HeaderMap,
     batch: bool,
+    claimed: Option<Claimed>,
 ) -> Response {
     for (id, _, _) in &requests {
         let rec = RequestRecord {
@@ -1142,9 +1165,22 @@ async fn respond_json(
     let abort = inc.spawn_call(async move {
         let inc = task_inc;
         let mut out = Vec::with_capacity(requests.len());
+        // A claimed key is the only request's: a keyed call never comes in a batch.
+        let mut claimed = claimed;
         for (id, method, value) in requests {
+            let claimed = claimed.take();
             out.push(
-                handle_request(&inc, &task_session, &id, &method, &value, &headers, None).await,
+                handle_request(
+                    &inc,
+                    &task_session,
+                    &id,
+                    &method,
+                    &value,
+                    &headers,
+                    None,
+                    claimed,
+                )
+                .await,
             );
             let rec = RequestRecord {
                 session: task_session.id.clone(),
@@ -1190,6 +1226,9 @@ fn rpc_err(id: &Value, code: i64, message: &str, data: Option<Value>) -> Value {
     json!({ "jsonrpc": "2.0", "id": id, "error": error })
 }
 
+// The request's parts and where its answer goes, each used apart: a struct would only name them
+// again.
+#[allow(clippy::too_many_arguments)]
 async fn handle_request(
     inc: &Arc<Incarnation>,
     session: &SessionRecord,
@@ -1198,11 +1237,12 @@ async fn handle_request(
     value: &Value,
     headers: &HeaderMap,
     emitter: Option<&mut Emitter>,
+    claimed: Option<Claimed>,
 ) -> Value {
     match method {
         "ping" => rpc_result(id, json!({})),
         "tools/list" => rpc_result(id, json!({ "tools": tools::list() })),
-        "tools/call" => tools_call(inc, session, id, value, headers, emitter, None).await,
+        "tools/call" => tools_call(inc, session, id, value, headers, emitter, None, claimed).await,
         "initialize" => rpc_err(
             id,
             code::INVALID_REQUEST,
@@ -1279,45 +1319,44 @@ fn idempotency_key(
     }
 }
 
-/// A `tools/call`, legacy or (with `modern`, what the request carried) 2026-07-28: the
-/// idempotency key claimed, the tool run, the outcome stored under the key.
-async fn tools_call(
-    inc: &Arc<Incarnation>,
-    session: &SessionRecord,
-    id: &Value,
-    value: &Value,
-    headers: &HeaderMap,
-    emitter: Option<&mut Emitter>,
-    modern: Option<modern::Carried<'_>>,
-) -> Value {
-    let params = value.get("params").cloned().unwrap_or(Value::Null);
+/// A `tools/call` as its checks read it: what the claim and the run need.
+struct CheckedCall {
+    name: String,
+    args: Value,
+    tag: Option<String>,
+    call: tools::Call,
+}
+
+/// The checks a `tools/call` passes before its key is claimed: `Err` is its error answer
+/// (nothing claimed, nothing run).
+fn checked_call(id: &Value, params: &Value, modern: bool) -> Result<CheckedCall, Value> {
     let Some(name) = params.get("name").and_then(Value::as_str) else {
-        return rpc_err(
+        return Err(rpc_err(
             id,
             code::INVALID_PARAMS,
             "tools/call: params.name is required",
             None,
-        );
+        ));
     };
     let args = match params.get("arguments") {
         None | Some(Value::Null) => context::empty_object(),
         Some(a @ Value::Object(_)) => a.clone(),
         Some(_) => {
-            return rpc_err(
+            return Err(rpc_err(
                 id,
                 code::INVALID_PARAMS,
                 "tools/call: arguments must be an object",
                 None,
-            )
+            ))
         }
     };
-    let meta_obj = params.get("_meta");
-    let tag = meta_obj
+    let tag = params
+        .get("_meta")
         .and_then(|m| m.get(meta::TAG))
         .and_then(Value::as_str)
         .map(str::to_owned);
     if tag.as_ref().is_some_and(|t| t.len() > meta::MAX_TAG_LEN) {
-        return rpc_err(
+        return Err(rpc_err(
             id,
             code::INVALID_PARAMS,
             &format!(
@@ -1326,48 +1365,135 @@ async fn tools_call(
                 meta::MAX_TAG_LEN
             ),
             None,
-        );
+        ));
     }
-    let progress_token = meta_obj.and_then(|m| m.get("progressToken")).cloned();
-    let call = match tools::parse(name, &args, modern.is_some()) {
-        Ok(c) => c,
-        Err(e) => return rpc_err(id, code::INVALID_PARAMS, &e, None),
+    let call = tools::parse(name, &args, modern)
+        .map_err(|e| rpc_err(id, code::INVALID_PARAMS, &e, None))?;
+    Ok(CheckedCall {
+        name: name.to_owned(),
+        args,
+        tag,
+        call,
+    })
+}
+
+/// What the claim of a keyed call's key, made before its answer begins, decided.
+enum Claimed {
+    /// The key is this call's: run it.
+    Run(KeyClaim),
+    /// The guard's answer instead of a run: the key is in use, lost, another call's, or
+    /// holds this call's stored answer.
+    Answered(Value),
+}
+
+/// `Retry-After` of a keyed call refused while the store cannot take its claim (the guard's
+/// default).
+const STORE_RETRY_AFTER_SECS: u64 = 1;
+
+/// Claims the key of a keyed `tools/call` (`value`, the request) before anything of its
+/// answer is sent, as the guard claims it before the server behind it sees the call: a store
+/// that cannot take the claim (Redis out of reach, a memory store full of running and lost
+/// keys) is then the guard's `503` `IDEMPOTENCY_STORE_UNAVAILABLE` with `Retry-After`
+/// (`Err`), which tells the client nothing ran and to send the call again, rather than an
+/// error inside an answer already begun, which would end the call. `None`: the call is
+/// unkeyed, or fails its checks (answered by its run, its key untouched).
+async fn claim_up_front(
+    inc: &Arc<Incarnation>,
+    id: &Value,
+    value: &Value,
+    headers: &HeaderMap,
+    modern: bool,
+) -> Result<Option<Claimed>, Response> {
+    let params = value.get("params").cloned().unwrap_or(Value::Null);
+    let Some(key) = idempotency_key(inc, id, &params, headers) else {
+        return Ok(None);
     };
-    let key = idempotency_key(inc, id, &params, headers);
-    let mut claim = KeyClaim {
-        inc: inc.clone(),
-        key: None,
-        ran: AtomicBool::new(false),
+    let Ok(checked) = checked_call(id, &params, modern) else {
+        return Ok(None);
     };
-    if let Some(key) = &key {
-        let fp = context::call_fingerprint(name, &args);
-        match inc
-            .env
-            .shared
-            .idempotency_begin(key, &fp, inc.env.index)
-            .await
-        {
-            Ok(crate::store::IdempotencyBegin::Started) => claim.key = Some(key.clone()),
-            // Refusals and stored answers are the guard's own messages.
-            Ok(crate::store::IdempotencyBegin::Running) => {
-                return refusal(ClaimOutcome::InUse, id);
-            }
-            Ok(crate::store::IdempotencyBegin::Lost) => return refusal(ClaimOutcome::Lost, id),
-            Ok(crate::store::IdempotencyBegin::Mismatch) => {
-                return refusal(ClaimOutcome::Mismatch, id);
-            }
-            Ok(crate::store::IdempotencyBegin::Done(outcome)) => {
-                if let Err(e) = inc.env.oracle.idempotent_replay().await {
-                    return rpc_err(id, code::INTERNAL, &e.to_string(), None);
-                }
-                return match StoredOutcome::from_stored(&outcome.response.to_string()) {
+    let fp = context::call_fingerprint(&checked.name, &checked.args);
+    let begun = inc
+        .env
+        .shared
+        .idempotency_begin(&key, &fp, inc.env.index)
+        .await;
+    // Refusals and stored answers are the guard's own messages.
+    let answered = match begun {
+        Ok(crate::store::IdempotencyBegin::Started) => {
+            return Ok(Some(Claimed::Run(KeyClaim {
+                inc: inc.clone(),
+                key: Some(key),
+                ran: AtomicBool::new(false),
+            })))
+        }
+        Ok(crate::store::IdempotencyBegin::Running) => refusal(ClaimOutcome::InUse, id),
+        Ok(crate::store::IdempotencyBegin::Lost) => refusal(ClaimOutcome::Lost, id),
+        Ok(crate::store::IdempotencyBegin::Mismatch) => refusal(ClaimOutcome::Mismatch, id),
+        Ok(crate::store::IdempotencyBegin::Done(outcome)) => {
+            match inc.env.oracle.idempotent_replay().await {
+                Err(e) => rpc_err(id, code::INTERNAL, &e.to_string(), None),
+                Ok(()) => match StoredOutcome::from_stored(&outcome.response.to_string()) {
                     Some(stored) => refusal(ClaimOutcome::Done(stored), id),
                     None => rpc_err(id, code::INTERNAL, "malformed stored outcome", None),
-                };
+                },
             }
-            Err(e) => return rpc_err(id, code::INTERNAL, &e.to_string(), None),
         }
-    }
+        Err(_) => {
+            let answer = Answer::store_unavailable(id, STORE_RETRY_AFTER_SECS);
+            return Err(guard_answer(answer));
+        }
+    };
+    Ok(Some(Claimed::Answered(answered)))
+}
+
+/// A `tools/call`, legacy or (with `modern`, what the request carried) 2026-07-28: its
+/// idempotency key's claim (`claimed`, made by [`claim_up_front`] before the answer began)
+/// honoured, the tool run, the outcome stored under the key.
+// As `handle_request`'s, the parts are used apart.
+#[allow(clippy::too_many_arguments)]
+async fn tools_call(
+    inc: &Arc<Incarnation>,
+    session: &SessionRecord,
+    id: &Value,
+    value: &Value,
+    headers: &HeaderMap,
+    emitter: Option<&mut Emitter>,
+    modern: Option<modern::Carried<'_>>,
+    claimed: Option<Claimed>,
+) -> Value {
+    let params = value.get("params").cloned().unwrap_or(Value::Null);
+    let CheckedCall {
+        name: _,
+        args,
+        tag,
+        call,
+    } = match checked_call(id, &params, modern.is_some()) {
+        Ok(c) => c,
+        Err(refused) => return refused,
+    };
+    let progress_token = params
+        .get("_meta")
+        .and_then(|m| m.get("progressToken"))
+        .cloned();
+    let key = idempotency_key(inc, id, &params, headers);
+    let mut claim = match claimed {
+        Some(Claimed::Run(claim)) => claim,
+        Some(Claimed::Answered(answer)) => return answer,
+        // Every keyed call that passes its checks was claimed before its answer began.
+        None if key.is_some() => {
+            return rpc_err(
+                id,
+                code::INTERNAL,
+                "a keyed call reached its run unclaimed",
+                None,
+            )
+        }
+        None => KeyClaim {
+            inc: inc.clone(),
+            key: None,
+            ran: AtomicBool::new(false),
+        },
+    };
     let ctx = tools::ToolCtx {
         inc: inc.clone(),
         session,

@@ -349,6 +349,11 @@ async fn tools_call_modern(
         }
     }
     let keyed = idempotency_key(inc, &req.id, &params, &headers).is_some();
+    // The key is claimed before anything is answered, as the guard claims it.
+    let claimed = match claim_up_front(inc, &req.id, &req.value, &headers, true).await {
+        Ok(claimed) => claimed,
+        Err(refused) => return refused,
+    };
     let inc = inc.clone();
     if inc.settings().json_response {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -363,6 +368,7 @@ async fn tools_call_modern(
                 &headers,
                 None,
                 Some(req.carried()),
+                claimed,
             );
             let mut tx = tx;
             let response = if keyed {
@@ -408,6 +414,7 @@ async fn tools_call_modern(
                 &headers,
                 Some(&mut emitter),
                 Some(req.carried()),
+                claimed,
             );
             if keyed {
                 work.await

@@ -44,18 +44,22 @@ async fn until_held(store: &GatedStore) {
     }
 }
 
-/// A keyed call whose stream was cut after its priming event, its key's claim held by the
-/// store: nothing has executed yet, and the cluster is not idle until it has.
+/// A keyed call whose key's claim is held by the store (the claim comes before any of its
+/// answer, as the guard's does): nothing has executed yet, and the cluster is not idle until
+/// it has.
 #[tokio::test]
 async fn a_call_waiting_on_its_key_claim_is_not_idle() {
     let store = GatedStore::new(Gated::IdempotencyBegin);
-    let c = cluster(&store, Some(1)).await;
+    let c = cluster(&store, None).await;
     let mcp = Mcp::new(c.url());
     let (sid, _, _) = mcp.initialize(Some(0.2)).await;
-    let cut = mcp
-        .call_keyed(&sid, 1, "counter_increment", json!({}), "late", "key-late")
-        .await;
-    assert!(cut.cut && cut.response().is_none(), "{cut:?}");
+    let waiting = {
+        let mcp = mcp.clone();
+        tokio::spawn(async move {
+            mcp.call_keyed(&sid, 1, "counter_increment", json!({}), "late", "key-late")
+                .await
+        })
+    };
     until_held(&store).await;
     assert!(
         !c.wait_idle(HELD).await,
@@ -63,6 +67,8 @@ async fn a_call_waiting_on_its_key_claim_is_not_idle() {
     );
     assert_eq!(c.oracle().executions_tagged("late").count(), 0);
     store.gate.add_permits(1);
+    let answered = waiting.await.expect("the call's task");
+    assert!(answered.response().is_some(), "{answered:?}");
     assert!(c.wait_idle(STEP).await, "the call ended");
     assert_eq!(c.oracle().executions_tagged("late").count(), 1);
     c.shutdown().await;

@@ -7,6 +7,7 @@
 mod common;
 
 mod bad_input;
+mod guard_answers;
 mod binary;
 mod idle;
 mod kill_keys;

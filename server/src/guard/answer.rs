@@ -136,8 +136,11 @@ impl Answer {
         .with("accept-encoding", HeaderValue::from_static("identity"))
     }
 
-    /// 503 with `Retry-After`: the store cannot be reached, the keyed call did not run.
-    pub(crate) fn store_unavailable(id: &Value, retry_after_secs: u64) -> Self {
+    /// 503 with `Retry-After` (`retry_after_secs`) and `IDEMPOTENCY_STORE_UNAVAILABLE`: the
+    /// store cannot be reached, the keyed call (JSON-RPC id `id`) did not run, and its client
+    /// may send it again. Public so that other servers of the extension (the mock cluster)
+    /// give this answer as the guard gives it.
+    pub fn store_unavailable(id: &Value, retry_after_secs: u64) -> Self {
         let body = error_body(
             id,
             rpc_codes::SERVER,

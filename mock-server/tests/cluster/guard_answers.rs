@@ -1,0 +1,121 @@
+//! Where the mock answers a keyed call itself, it answers as the resume-safety guard does
+//! (`docs/extension.md`): a store that cannot take the claim is `503`
+//! `IDEMPOTENCY_STORE_UNAVAILABLE` with `Retry-After` before anything is streamed.
+
+use crate::common;
+
+use std::sync::Arc;
+
+use common::modern::*;
+use common::*;
+use mock_server::store::StoredOutcome;
+use mock_server::{Cluster, ClusterConfig, ClusterEra, MemoryStore, Preset, Store};
+use serde_json::json;
+
+async fn cluster(preset: Preset, era: ClusterEra, store: &MemoryStore) -> Cluster {
+    Cluster::start(ClusterConfig {
+        preset,
+        era,
+        instances: 2,
+        idle_timeout: None,
+        store: Some(Arc::new(store.clone())),
+        ..Default::default()
+    })
+    .await
+    .expect("cluster starts")
+}
+
+/// Claims keys until the store refuses one: every key it holds is then running, none can
+/// make room. Returns the keys claimed.
+async fn fill_with_running_keys(store: &MemoryStore) -> Vec<String> {
+    let mut keys = Vec::new();
+    loop {
+        let key = format!("filler-{}", keys.len());
+        match store.idempotency_begin(&key, "filler", 0).await {
+            Ok(_) => keys.push(key),
+            Err(_) => return keys,
+        }
+        assert!(keys.len() <= 1_000_000, "the key map has no bound");
+    }
+}
+
+/// The guard's answer to a keyed call while its store cannot take the claim.
+fn assert_store_unavailable(r: &Reply, id: u64) {
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(!r.sse, "answered before anything is streamed: {r:?}");
+    assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+    let v = r.json();
+    assert_eq!(
+        v.pointer("/error/data/code"),
+        Some(&json!("IDEMPOTENCY_STORE_UNAVAILABLE")),
+        "{v}"
+    );
+    assert_eq!(v["id"], json!(id), "{v}");
+}
+
+/// Frees room in a full store: one filler key finishes, so it may be forgotten.
+async fn make_room(store: &MemoryStore, keys: &[String]) {
+    let outcome = StoredOutcome {
+        response: json!({"result": {"content": []}}),
+        capability_hash: String::new(),
+    };
+    store
+        .idempotency_finish(&keys[0], outcome)
+        .await
+        .expect("finishes");
+}
+
+#[tokio::test]
+async fn a_keyed_call_the_full_store_cannot_claim_is_503_store_unavailable_then_runs() {
+    for preset in [Preset::Strict, Preset::Replicated] {
+        let store = MemoryStore::new();
+        let c = cluster(preset, ClusterEra::Legacy, &store).await;
+        let mcp = Mcp::new(c.url());
+        let (sid, _, _) = mcp.initialize(None).await;
+        let keys = fill_with_running_keys(&store).await;
+        let r = mcp
+            .call_keyed(&sid, 1, "counter_increment", json!({}), "full", "k-full")
+            .await;
+        assert_store_unavailable(&r, 1);
+        assert_eq!(c.oracle().executions_tagged("full").count(), 0, "{preset}");
+
+        // The store has room again: the same call, re-sent, runs once.
+        make_room(&store, &keys).await;
+        let r = mcp
+            .call_keyed(&sid, 2, "counter_increment", json!({}), "full", "k-full")
+            .await;
+        assert_eq!(r.status, 200, "{preset}: {}", r.body);
+        let resp = r.response().expect("an answer");
+        assert!(resp.get("result").is_some(), "{preset}: {resp}");
+        assert_eq!(c.oracle().executions_tagged("full").count(), 1, "{preset}");
+        c.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_call_the_full_store_cannot_claim_is_503_store_unavailable_in_2026_07_28() {
+    let store = MemoryStore::new();
+    let c = cluster(Preset::Strict, ClusterEra::Modern, &store).await;
+    let mcp = Mcp::new(c.url());
+    let keys = fill_with_running_keys(&store).await;
+    let keyed = |id: u64| {
+        Req::new(
+            id,
+            "tools/call",
+            json!({"name": "counter_increment", "arguments": {},
+                   "_meta": {TAG: "full", KEY: "k-full"}}),
+            &json!({}),
+        )
+    };
+    assert_store_unavailable(&mcp.modern(keyed(1)).await, 1);
+    assert_eq!(c.oracle().executions_tagged("full").count(), 0);
+    make_room(&store, &keys).await;
+    let r = mcp.modern(keyed(2)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r
+        .response()
+        .and_then(|v| v.get("result").cloned())
+        .is_some());
+    assert_eq!(c.oracle().executions_tagged("full").count(), 1);
+    c.shutdown().await;
+}
