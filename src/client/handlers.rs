@@ -238,16 +238,6 @@ pub(crate) fn not_found(method: &str) -> RpcError {
     }
 }
 
-/// The refusal of a request whose method or id is longer than a handler is given: it names
-/// neither, so that it stays small whatever the server sent.
-pub(crate) fn unreadable() -> RpcError {
-    RpcError {
-        code: METHOD_NOT_FOUND,
-        message: "method not found: the request's method or id is too long".to_owned(),
-        data: None,
-    }
-}
-
 pub(crate) fn internal(message: impl Into<String>) -> RpcError {
     RpcError {
         code: INTERNAL_ERROR,

@@ -1569,6 +1569,102 @@ fn a_modern_answer_after_a_fall_back_to_legacy_is_not_the_calls_result() {
     assert_eq!(asked, 1, "the app is asked for the input");
 }
 
+/// The longest method of an input the session hands out, as of a server's own request.
+const MAX_INPUT_METHOD: usize = 256;
+
+/// An input a 2026-07-28 call's round asks for whose method is longer than any a handler
+/// takes is the server's error, as a round asking too much is: the session hands out none of
+/// the round's inputs (no handler holds a copy of the method) and ends the call `Protocol`,
+/// saying it may have run (the server took the call before it asked), never sending the next
+/// round. A method at the bound is handed out.
+#[test]
+fn a_rounds_input_with_an_overlong_method_fails_its_call_unasked() {
+    for (len, refused) in [
+        (1 << 20, true),
+        (MAX_INPUT_METHOD + 1, true),
+        (MAX_INPUT_METHOD, false),
+    ] {
+        let mut m = Modern::new(SessionConfig::default());
+        let method = "m".repeat(len);
+        let mut script = |body: &Value| -> (u16, Value) {
+            if let Some(answer) = discover(body) {
+                return answer;
+            }
+            if body["params"]["inputResponses"].is_null() {
+                return ok(
+                    body,
+                    json!({"resultType": "input_required", "requestState": "s1",
+                        "inputRequests": {
+                            "a": {"method": "elicitation/create", "params": {}},
+                            "b": {"method": method, "params": {}}}}),
+                );
+            }
+            ok(body, json!({"resultType": "complete", "content": []}))
+        };
+        let call = m.submit("ask");
+        m.run(&mut script, SEC);
+        let asked: Vec<usize> = m.server_requests().iter().map(|r| r.method.len()).collect();
+        if !refused {
+            assert_eq!(asked.len(), 2, "both inputs handed out: {asked:?}");
+            assert!(m.result(call).is_none(), "{:?}", m.result(call));
+            continue;
+        }
+        assert!(asked.is_empty(), "inputs of {asked:?} bytes handed out");
+        let Some(Err(err)) = m.result(call) else {
+            panic!("the call did not fail: {:?}", m.result(call));
+        };
+        assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+        assert!(err.may_have_run(), "{err}");
+        assert!(!err.input_refused(), "the app refused nothing: {err}");
+        assert!(
+            err.to_string().len() < 1024,
+            "the error holds the method: {} bytes",
+            err.to_string().len()
+        );
+        assert_eq!(m.posts_of("ask").len(), 1, "the next round was sent");
+    }
+}
+
+/// The same for a task's input: none of the inputs it asks for at once is handed out, its
+/// task is cancelled, and its call ends `Protocol`.
+#[test]
+fn a_tasks_input_with_an_overlong_method_fails_its_call_unasked() {
+    let mut m = Modern::new(SessionConfig::default());
+    let mut script = |body: &Value| -> (u16, Value) {
+        if let Some(answer) = discover(body) {
+            return answer;
+        }
+        match body["method"].as_str().unwrap_or_default() {
+            "tools/call" => {
+                let (status, mut answer) = task_is(body, "working");
+                answer["result"]["resultType"] = json!("task");
+                (status, answer)
+            }
+            "tasks/get" => {
+                let (status, mut answer) = task_is(body, "input_required");
+                answer["result"]["inputRequests"] = json!({
+                    "a": {"method": "elicitation/create", "params": {}},
+                    "b": {"method": "m".repeat(MAX_INPUT_METHOD + 1), "params": {}}});
+                (status, answer)
+            }
+            _ => ok(body, json!({"resultType": "complete"})),
+        }
+    };
+    let call = m.submit("task");
+    m.run(&mut script, SEC);
+    assert!(m.server_requests().is_empty(), "inputs handed out");
+    let Some(Err(err)) = m.result(call) else {
+        panic!("the call did not fail: {:?}", m.result(call));
+    };
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(err.may_have_run(), "{err}");
+    assert!(!err.input_refused(), "{err}");
+    assert!(
+        m.seen.iter().any(|b| b["method"] == "tasks/cancel"),
+        "the task was left running"
+    );
+}
+
 /// A `tasks/get` answer of task `t-1` with status `status` (polled every 10 ms).
 fn task_is(body: &Value, status: &str) -> (u16, Value) {
     ok(

@@ -190,6 +190,13 @@ fn call_tool(req: &Recorded, params: &Value, store: &Arc<Mutex<Store>>) -> Respo
             }
             complete(req, text(answer["action"].as_str().unwrap_or("none")))
         }
+        "ask_overlong" => complete(
+            req,
+            json!({"resultType": "input_required",
+            "inputRequests": {"ok": {"method": "elicitation/create", "params": {}},
+                "long": {"method": "x".repeat(2048), "params": {}}},
+            "requestState": "state-1"}),
+        ),
         "missing" => rpc_error(
             req,
             400,
@@ -422,6 +429,40 @@ async fn an_input_the_app_cannot_provide_ends_the_call_as_one_that_may_have_run(
         !(err.kind() == ErrorKind::Rpc && err.rpc_error().is_none()),
         "{err:?}"
     );
+}
+
+/// A round asking for an input whose method is longer than any a handler takes is the
+/// server's error: no handler runs for any of the round's inputs, the call ends `Protocol`
+/// saying it may have run (the server took it before it asked), not as an input the app
+/// refused, and the next round is never sent.
+#[tokio::test]
+async fn a_rounds_input_with_an_overlong_method_ends_the_call_unhandled() {
+    let (server, _) = modern().await;
+    let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let client = client(&server)
+        .on_server_request({
+            let handled = handled.clone();
+            move |_req| {
+                handled.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                async { Ok(json!({"action": "accept"})) }
+            }
+        })
+        .build()
+        .unwrap();
+    let err = guarded(client.call_tool(ToolCall::new("ask_overlong", json!({}))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+    assert!(err.may_have_run(), "{err}");
+    assert!(!err.input_refused(), "{err}");
+    assert!(format!("{err:#}").len() < 1024, "{err:#}");
+    assert_eq!(handled.load(std::sync::atomic::Ordering::SeqCst), 0);
+    let calls = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(calls, 1, "the next round was sent");
 }
 
 /// A later round answered with the server's JSON-RPC error is the call's answer, and the

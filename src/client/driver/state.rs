@@ -21,7 +21,7 @@ use super::effects::{Effects, TaskOp};
 use super::ledger::{Gate, Records, Refusal};
 use crate::client::era_cache::EraCache;
 use crate::client::events::{Published, ServerNotification};
-use crate::client::handlers::{internal, not_found, unreadable, Handlers};
+use crate::client::handlers::{internal, not_found, Handlers};
 use crate::client::http::{Endpoint, ExchangeEvent, Outgoing};
 use crate::client::ledger::LedgerEntry;
 use crate::client::models::{Cancelled, Progress, TypedNotification};
@@ -31,7 +31,7 @@ use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
     CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionEvent, Transmit,
-    TransportFailure, MAX_REQUEST_METHOD_LEN,
+    TransportFailure,
 };
 
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
@@ -940,18 +940,9 @@ impl State {
 
     fn server_request(&mut self, request: ServerRequest) {
         let id = request.id.clone();
+        // No bound on the method here: the session hands out no request (a server's own, or
+        // a 2026-07-28 call's input) whose method is longer than a handler could take.
         let input = self.session.awaits_input(&id);
-        if input && request.method.len() > MAX_REQUEST_METHOD_LEN {
-            // The session refuses a server's own request with an overlong method itself, but
-            // hands out the inputs a 2026-07-28 call asks for whatever their method: one is
-            // refused here, which fails its call at once, before a handler holds a copy.
-            tracing::warn!(
-                method_len = request.method.len(),
-                "input with an overlong method refused"
-            );
-            self.session.respond(id, Err(unreadable()), now());
-            return;
-        }
         if self.handlers.is_empty() {
             self.session
                 .respond(id, Err(not_found(&request.method)), now());

@@ -28,7 +28,7 @@ use crate::proto::limits::{
 use crate::proto::modern::{self, ModernError, ResultType};
 use crate::proto::session::timers::Timer;
 use crate::proto::session::Session;
-use crate::proto::{methods, CallId, Output, ServerRequest, SessionEvent};
+use crate::proto::{methods, CallId, Output, ServerRequest, SessionEvent, MAX_REQUEST_METHOD_LEN};
 
 /// The fastest a task is polled, whatever the server suggests.
 const MIN_POLL: Duration = Duration::from_millis(10);
@@ -232,6 +232,9 @@ impl Session {
                 )),
             );
         }
+        if let Some(error) = overlong_method(&requests) {
+            return self.complete(id, Err(error));
+        }
         if requests.is_empty() && state.is_none() {
             return self.complete(
                 id,
@@ -328,6 +331,28 @@ impl Session {
             self.send_call(id);
         }
     }
+}
+
+/// The error ending a call one of whose inputs (`requests`, a round's or its task's, by key)
+/// has a method longer than a server request's may be ([`MAX_REQUEST_METHOD_LEN`]), if one
+/// has. The server's error, as a round asking too much is: no handler takes such a method,
+/// and none of the round's inputs is handed out, so that no handler, nor the refusal, holds a
+/// copy of it (a megabyte, say). Nothing of the server's is named.
+fn overlong_method(requests: &Map<String, Value>) -> Option<Error> {
+    let longest = requests
+        .values()
+        .filter_map(|r| r.get("method").and_then(Value::as_str))
+        .map(str::len)
+        .max()?;
+    (longest > MAX_REQUEST_METHOD_LEN).then(|| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!(
+                "the server asked for an input whose method is {longest} bytes long (at most \
+                 {MAX_REQUEST_METHOD_LEN})"
+            ),
+        )
+    })
 }
 
 // Tasks.
@@ -493,6 +518,10 @@ impl Session {
                 )),
             );
         }
+        if let Some(error) = overlong_method(&requests) {
+            self.cancel_task(id);
+            return self.complete(id, Err(error));
+        }
         let Some(asks) = call.task_asks(requests) else {
             // The same bound as an MRTR call's: a task that keeps asking must not keep the
             // call (and the app's handlers) busy until a deadline that may be a year away.
@@ -521,7 +550,8 @@ impl Session {
     }
 
     /// Hands one input the server asked call `id` for to the app's handlers, as a server
-    /// request `input_id` whose answer goes to the call's input `key`.
+    /// request `input_id` whose answer goes to the call's input `key`. Its method is within
+    /// [`MAX_REQUEST_METHOD_LEN`] ([`overlong_method`] checked the round's).
     fn ask_app(&mut self, id: CallId, input_id: RequestId, key: String, request: &Value) {
         self.calls.register_input(input_id.clone(), id, key);
         self.outputs.push_back(Output::ServerRequest(ServerRequest {
