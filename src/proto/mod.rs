@@ -430,9 +430,11 @@ pub enum Output {
         /// The notification.
         notification: Notification,
     },
-    /// A request from the server the app must answer. A server's own request (not an MRTR
-    /// input) whose method is longer than 256 bytes is not handed out: the session answers it
-    /// at once as a method not found, naming nothing the server sent but the id.
+    /// A request from the server the app must answer. One whose method is longer than 256
+    /// bytes is never handed out: a server's own request is answered at once as a method not
+    /// found, naming nothing the server sent but the id; an MRTR round or a task asking for
+    /// such an input fails its call `Protocol` (it may have run) before any input of the
+    /// round is handed out.
     ServerRequest(ServerRequest),
     /// A server request handed out earlier will not be answered: its session was replaced,
     /// lost or closed, or the call whose MRTR round or task asked for it ended, so an answer would
