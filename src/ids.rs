@@ -171,15 +171,27 @@ impl fmt::Display for RequestId {
 /// changes. A call's key may not end in `.round` and digits: a 2026-07-28 multi-round call
 /// keys its later rounds so (the client refuses such a key with
 /// [`ErrorKind::InvalidConfig`](crate::ErrorKind::InvalidConfig)).
+///
+/// A key is 1 to 256 bytes of printable ASCII (0x20–0x7E) that neither begins nor ends with
+/// a space: a header value that arrives as it was sent. HTTP strips a header value's edge
+/// whitespace, so such a key would reach the server as one key in its `Idempotency-Key`
+/// header and another in the body, and be refused whenever it is sent.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
-    /// Wraps any string; it must be a valid header value (visible ASCII and spaces).
+    /// Validates a key against the rule above.
     pub fn new(key: impl Into<String>) -> Result<Self, InvalidId> {
         let key = key.into();
         if key.is_empty() || key.len() > 256 {
             return Err(InvalidId("idempotency key must be 1 to 256 bytes"));
+        }
+        // Before the byte check, so that a tab at an edge is refused for what it is.
+        let edge = |b: Option<&u8>| matches!(b, Some(b' ' | b'\t'));
+        if edge(key.as_bytes().first()) || edge(key.as_bytes().last()) {
+            return Err(InvalidId(
+                "idempotency key must not begin or end with a space or tab",
+            ));
         }
         if !key.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
             return Err(InvalidId("idempotency key must be printable ASCII"));
@@ -287,6 +299,19 @@ mod tests {
         assert!(SessionId::parse(b"").is_err());
         assert!(SessionId::parse(&[b'a'; 1025]).is_err());
         assert_eq!(SessionId::parse(b"a-b_c~1").unwrap().expose(), "a-b_c~1");
+    }
+
+    #[test]
+    fn idempotency_keys_have_no_edge_whitespace() {
+        // HTTP strips a header value's edge whitespace: such a key would reach a server as
+        // one key in its header and another in `_meta`.
+        for edged in ["k ", " k", "\tk", "k\t", " ", "order-1 "] {
+            let err = IdempotencyKey::new(edged).unwrap_err();
+            assert!(err.to_string().contains("begin or end"), "{edged:?}: {err}");
+        }
+        assert_eq!(IdempotencyKey::new("a b").unwrap().as_str(), "a b");
+        assert!(IdempotencyKey::new("a\tb").is_err());
+        assert!(IdempotencyKey::new("k").is_ok());
     }
 
     #[test]

@@ -222,13 +222,25 @@ impl Cursor {
 }
 
 /// The idempotency key of a tool call: the same across re-sends while the JSON-RPC id changes.
+///
+/// A key is 1 to 256 bytes of printable ASCII (0x20–0x7E) that neither begins nor ends with
+/// a space: a header value that arrives as it was sent. HTTP strips a header value's edge
+/// whitespace, so such a key would reach the server as one key in its `Idempotency-Key`
+/// header and another in the body, and be refused whenever it is sent.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Serialize, Deserialize)]
 pub struct IdempotencyKey(String);
 
 impl IdempotencyKey {
-    /// Validates a key: 1 to 256 bytes of printable ASCII (what fits in a header).
+    /// Validates a key against the rule above.
     pub fn new(key: impl Into<String>) -> Result<Self, InvalidId> {
         let key = key.into();
+        // Before the byte check, so that a tab at an edge is refused for what it is.
+        let edge = |b: Option<&u8>| matches!(b, Some(b' ' | b'\t'));
+        if edge(key.as_bytes().first()) || edge(key.as_bytes().last()) {
+            return Err(InvalidId(
+                "idempotency key must not begin or end with a space or tab",
+            ));
+        }
         if key.is_empty() || key.len() > MAX_KEY || !key.bytes().all(|b| (0x20..=0x7e).contains(&b))
         {
             return Err(InvalidId(
@@ -401,6 +413,13 @@ impl ClaimToken {
 #[error("{0}")]
 pub struct InvalidId(&'static str);
 
+impl InvalidId {
+    /// Why the value is not valid, fit to answer a request with.
+    pub fn reason(&self) -> &'static str {
+        self.0
+    }
+}
+
 fn visible_ascii(bytes: &[u8]) -> bool {
     // A word at a time: no byte under 0x21 (its subtraction borrows into the high bit of a
     // byte whose high bit was clear), none over 0x7e (adding 1 reaches the high bit, or it
@@ -483,6 +502,18 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn keys_have_no_edge_whitespace() {
+        // HTTP strips a header value's edge whitespace: such a key would be one key in a
+        // request's header and another in its body.
+        for edged in ["k ", " k", "\tk", "k\t", " ", "order-1 "] {
+            let err = IdempotencyKey::new(edged).unwrap_err();
+            assert!(err.to_string().contains("begin or end"), "{edged:?}: {err}");
+        }
+        assert_eq!(IdempotencyKey::new("a b").unwrap().as_str(), "a b");
+        assert!(IdempotencyKey::new("a\tb").is_err());
     }
 
     #[test]

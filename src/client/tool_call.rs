@@ -73,7 +73,8 @@ impl ToolCall {
     /// changes. It travels in `params._meta` and in the `Idempotency-Key` header.
     ///
     /// Takes an [`IdempotencyKey`], a [`uuid::Uuid`] or any string; a string that cannot be a
-    /// key fails the call with [`ErrorKind::InvalidConfig`] when it is made (it never panics).
+    /// key (see [`IdempotencyKey`]: one with a space at either edge cannot) fails the call with
+    /// [`ErrorKind::InvalidConfig`] when it is made (it never panics).
     /// Keys ending in `.round` and digits are reserved (a multi-round call's later rounds are
     /// keyed so) and fail the call the same way.
     pub fn idempotency_key<K>(mut self, key: K) -> Self

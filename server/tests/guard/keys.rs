@@ -514,6 +514,28 @@ fn invalid_and_conflicting_keys_are_refused() {
     assert_eq!(code(&answer.json()), "IDEMPOTENCY_KEY_INVALID");
 }
 
+// | a key with a space at either edge | 400 `IDEMPOTENCY_KEY_INVALID`: HTTP strips a header
+// value's edge whitespace, so its header would name another key than its body |
+#[test]
+fn keys_with_edge_whitespace_are_refused() {
+    let (mut w, mut a, _) = session();
+    let call = call_body(2, "bump", json!({}), Some("order-1 "));
+    let answer = w.post(&mut a, Some("s1"), &call, &[]).answer();
+    assert_eq!(answer.status(), 400);
+    assert_eq!(code(&answer.json()), "IDEMPOTENCY_KEY_INVALID");
+    // As it arrives over HTTP/1, the header stripped and the body's key not: the key itself
+    // is refused, not the two places' disagreement.
+    let call = call_body(3, "bump", json!({}), Some(" order-1"));
+    let answer = w
+        .post(&mut a, Some("s1"), &call, &[("idempotency-key", "order-1")])
+        .answer();
+    assert_eq!(answer.status(), 400);
+    let body = answer.json();
+    assert_eq!(code(&body), "IDEMPOTENCY_KEY_INVALID");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(!message.contains("two different"), "{message}");
+}
+
 // | a keyed call in a batch; a keyed body over the bound | refused (400, 413), never
 // forwarded unguarded |
 #[test]
