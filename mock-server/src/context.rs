@@ -173,6 +173,37 @@ pub(crate) fn call_fingerprint(tool: &str, args: &Value) -> String {
         .to_owned()
 }
 
+/// [`call_fingerprint`] of a call's arguments as its body (`body`, one JSON-RPC request)
+/// wrote them, as the guard digests a keyed call (`wire::arguments_digest_of_text`):
+/// integers past 64 bits keep their digits there, where `args`, read into a [`Value`], has
+/// them rounded to doubles, so two calls apart only in such digits are two calls, not one.
+/// Arguments absent or `null` are the empty object, as `args` says; a body whose arguments'
+/// text cannot be taken alone is digested from `args`.
+pub(crate) fn written_call_fingerprint(tool: &str, args: &Value, body: &[u8]) -> String {
+    use serde::Deserialize;
+    use serde_json::value::RawValue;
+
+    #[derive(Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        params: Params<'a>,
+    }
+    #[derive(Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow, default)]
+        arguments: Option<&'a RawValue>,
+    }
+    serde_json::from_slice::<Request<'_>>(body)
+        .ok()
+        .and_then(|r| r.params.arguments)
+        .filter(|text| text.get().starts_with('{'))
+        .and_then(|text| {
+            mcp_resume_server::wire::arguments_digest_of_text(tool, text.get().as_bytes())
+        })
+        .map(|digest| digest.as_str().to_owned())
+        .unwrap_or_else(|| call_fingerprint(tool, args))
+}
+
 /// The sampling temperature a client negotiated (`capabilities.experimental.sampling.temperature`),
 /// 1.0 when absent.
 pub fn negotiated_temperature(client_caps: &Value) -> f64 {

@@ -780,7 +780,7 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
     };
     record_trace(&inc, "POST", &headers, Some(&parsed)).await;
     if modern::serves(inc.settings().era, &headers, &parsed) {
-        return modern::handle_post(&inc, headers, parsed).await;
+        return modern::handle_post(&inc, headers, parsed, &body).await;
     }
     let (items, batch) = match parsed {
         Value::Array(items) if !items.is_empty() => (items, true),
@@ -866,7 +866,7 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
     // A keyed call comes alone (a batch holding one was refused above).
     let claimed = match requests.as_slice() {
         [(id, method, value)] if !batch && method == "tools/call" => {
-            match claim_up_front(&inc, id, value, &headers, false).await {
+            match claim_up_front(&inc, id, value, &body, &headers, false).await {
                 Ok(claimed) => claimed,
                 Err(refused) => return inc.with_session_headers(refused, &session),
             }
@@ -1390,17 +1390,19 @@ enum Claimed {
 /// default).
 const STORE_RETRY_AFTER_SECS: u64 = 1;
 
-/// Claims the key of a keyed `tools/call` (`value`, the request) before anything of its
-/// answer is sent, as the guard claims it before the server behind it sees the call: a store
-/// that cannot take the claim (Redis out of reach, a memory store full of running and lost
-/// keys) is then the guard's `503` `IDEMPOTENCY_STORE_UNAVAILABLE` with `Retry-After`
-/// (`Err`), which tells the client nothing ran and to send the call again, rather than an
-/// error inside an answer already begun, which would end the call. `None`: the call is
-/// unkeyed, or fails its checks (answered by its run, its key untouched).
+/// Claims the key of a keyed `tools/call` (`value`, the request; `body`, its text, whose
+/// arguments are digested as written) before anything of its answer is sent, as the guard
+/// claims it before the server behind it sees the call: a store that cannot take the claim
+/// (Redis out of reach, a memory store full of running and lost keys) is then the guard's
+/// `503` `IDEMPOTENCY_STORE_UNAVAILABLE` with `Retry-After` (`Err`), which tells the client
+/// nothing ran and to send the call again, rather than an error inside an answer already
+/// begun, which would end the call. `None`: the call is unkeyed, or fails its checks
+/// (answered by its run, its key untouched).
 async fn claim_up_front(
     inc: &Arc<Incarnation>,
     id: &Value,
     value: &Value,
+    body: &[u8],
     headers: &HeaderMap,
     modern: bool,
 ) -> Result<Option<Claimed>, Response> {
@@ -1411,7 +1413,7 @@ async fn claim_up_front(
     let Ok(checked) = checked_call(id, &params, modern) else {
         return Ok(None);
     };
-    let fp = context::call_fingerprint(&checked.name, &checked.args);
+    let fp = context::written_call_fingerprint(&checked.name, &checked.args, body);
     let begun = inc
         .env
         .shared

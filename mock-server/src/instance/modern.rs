@@ -248,11 +248,12 @@ fn validate(
     })
 }
 
-/// A POST of the 2026-07-28 era (the body already read and parsed).
+/// A POST of the 2026-07-28 era (the body already read: `body`, and parsed: `parsed`).
 pub(super) async fn handle_post(
     inc: &Arc<Incarnation>,
     headers: HeaderMap,
     parsed: Value,
+    body: &[u8],
 ) -> Response {
     if parsed.is_array() {
         return bad_request("Invalid Request: a POST carries one JSON-RPC message (no batches)");
@@ -294,7 +295,7 @@ pub(super) async fn handle_post(
             &req.id,
             json!({ "tools": tools::list_modern(), "ttlMs": 60_000, "cacheScope": "public" }),
         ),
-        "tools/call" => tools_call_modern(inc, headers, req).await,
+        "tools/call" => tools_call_modern(inc, headers, req, body).await,
         "tasks/get" | "tasks/update" | "tasks/cancel" => task_request(inc, &req).await,
         "subscriptions/listen" => listen(inc, &req),
         other => refusal(
@@ -318,6 +319,7 @@ async fn tools_call_modern(
     inc: &Arc<Incarnation>,
     headers: HeaderMap,
     req: ModernRequest,
+    body: &[u8],
 ) -> Response {
     let params = req.value.get("params").cloned().unwrap_or(Value::Null);
     if inc.settings().extension {
@@ -350,7 +352,7 @@ async fn tools_call_modern(
     }
     let keyed = idempotency_key(inc, &req.id, &params, &headers).is_some();
     // The key is claimed before anything is answered, as the guard claims it.
-    let claimed = match claim_up_front(inc, &req.id, &req.value, &headers, true).await {
+    let claimed = match claim_up_front(inc, &req.id, &req.value, body, &headers, true).await {
         Ok(claimed) => claimed,
         Err(refused) => return refused,
     };

@@ -1,6 +1,7 @@
 //! Where the mock answers a keyed call itself, it answers as the resume-safety guard does
 //! (`docs/extension.md`): a store that cannot take the claim is `503`
-//! `IDEMPOTENCY_STORE_UNAVAILABLE` with `Retry-After` before anything is streamed.
+//! `IDEMPOTENCY_STORE_UNAVAILABLE` with `Retry-After` before anything is streamed, and two
+//! calls under one key are told apart by their arguments as written.
 
 use crate::common;
 
@@ -10,7 +11,7 @@ use common::modern::*;
 use common::*;
 use mock_server::store::StoredOutcome;
 use mock_server::{Cluster, ClusterConfig, ClusterEra, MemoryStore, Preset, Store};
-use serde_json::json;
+use serde_json::{json, Value};
 
 async fn cluster(preset: Preset, era: ClusterEra, store: &MemoryStore) -> Cluster {
     Cluster::start(ClusterConfig {
@@ -118,4 +119,43 @@ async fn a_keyed_call_the_full_store_cannot_claim_is_503_store_unavailable_in_20
         .is_some());
     assert_eq!(c.oracle().executions_tagged("full").count(), 1);
     c.shutdown().await;
+}
+
+/// Integers past 64 bits that a reader into doubles would take for one number: two calls,
+/// not one, so the second is refused, not answered with the first's result.
+#[tokio::test]
+async fn the_same_key_for_integers_apart_past_64_bits_is_refused() {
+    for preset in [Preset::Strict, Preset::Replicated] {
+        let store = MemoryStore::new();
+        let c = cluster(preset, ClusterEra::Legacy, &store).await;
+        let mcp = Mcp::new(c.url());
+        let (sid, _, _) = mcp.initialize(None).await;
+        let call = |id: u64, item: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"prepare","arguments":{{"item":{item}}},"_meta":{{"{TAG}":"big","{KEY}":"k-big"}}}}}}"#
+            )
+        };
+        let first = mcp
+            .post_raw(Some(&sid), call(1, "123456789012345678901"))
+            .await;
+        let first = first.response().expect("an answer");
+        assert!(first.get("result").is_some(), "{preset}: {first}");
+        let second = mcp
+            .post_raw(Some(&sid), call(2, "123456789012345678902"))
+            .await;
+        let second: Value = second.response().expect("an answer");
+        assert_eq!(
+            second.pointer("/error/data/code"),
+            Some(&json!("IDEMPOTENCY_KEY_REUSED")),
+            "{preset}: {second}"
+        );
+        // The first call, sent again, is still the first call: its stored answer.
+        let again = mcp
+            .post_raw(Some(&sid), call(3, "123456789012345678901"))
+            .await;
+        let again = again.response().expect("an answer");
+        assert_eq!(again["result"], first["result"], "{preset}: {again}");
+        assert_eq!(c.oracle().executions_tagged("big").count(), 1, "{preset}");
+        c.shutdown().await;
+    }
 }

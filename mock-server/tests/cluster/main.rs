@@ -7,8 +7,8 @@
 mod common;
 
 mod bad_input;
-mod guard_answers;
 mod binary;
+mod guard_answers;
 mod idle;
 mod kill_keys;
 mod modern;
