@@ -185,8 +185,7 @@ pub(crate) fn key_from(
 }
 
 fn merge(found: &mut Option<IdempotencyKey>, text: &str) -> Result<(), &'static str> {
-    let key = IdempotencyKey::new(text)
-        .map_err(|_| "the idempotency key must be 1 to 256 bytes of printable ASCII")?;
+    let key = IdempotencyKey::new(text).map_err(|e| e.reason())?;
     match found {
         Some(k) if *k != key => Err("the request names two different idempotency keys"),
         Some(_) => Ok(()),
