@@ -650,30 +650,54 @@ fn classify(v: &Value) -> Option<Message> {
     }
 }
 
+/// A POST body, read whole within `max_body_bytes`. One over the bound is `413`: with the
+/// extension on, the guard's `IDEMPOTENCY_UNGUARDABLE` when the request names a key (its
+/// header, or a key's member in the bound's worth of its first bytes, which are read to
+/// tell), as the guard refuses a keyed call it cannot see whole rather than run it; else the
+/// server's own.
 async fn read_body(inc: &Incarnation, req: Request) -> Result<(HeaderMap, Bytes), Response> {
     let max = inc.settings().max_body_bytes;
-    let too_large = || {
-        rpc_error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            code::INVALID_REQUEST,
-            &format!("Request body larger than {max} bytes"),
-            None,
-        )
+    let (parts, mut body) = req.into_parts();
+    let too_large = |read: &[u8]| {
+        let keyed = inc
+            .settings()
+            .extension
+            .then(|| Answer::for_unguardable_body(&parts.headers, read, true))
+            .flatten();
+        match keyed {
+            Some(answer) => guard_answer(answer),
+            None => rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                code::INVALID_REQUEST,
+                &format!("Request body larger than {max} bytes"),
+                None,
+            ),
+        }
     };
-    let (parts, body) = req.into_parts();
     let declared = parts
         .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(too_large());
+    // Declared over the bound: what it says matters only for a key it may name.
+    let settled = !inc.settings().extension || parts.headers.contains_key(h::IDEMPOTENCY_KEY);
+    if settled && declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large(&[]));
     }
-    match http_body_util::Limited::new(body, max).collect().await {
-        Ok(c) => Ok((parts.headers, c.to_bytes())),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-        Err(_) => Err(bad_request("Bad Request: could not read the request body")),
+    let mut read = Vec::with_capacity(declared.map_or(0, |n| n.min(max as u64) as usize));
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(bad_request("Bad Request: could not read the request body"));
+        };
+        if let Ok(data) = frame.into_data() {
+            read.extend_from_slice(&data);
+            if read.len() > max {
+                read.truncate(max);
+                return Err(too_large(&read));
+            }
+        }
     }
+    Ok((parts.headers, Bytes::from(read)))
 }
 
 /// Tells the oracle the W3C trace context a request carried (its `traceparent` header, and a
@@ -735,6 +759,14 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
     if let Err(r) = inc.check_origin(req.headers()) {
         return r;
     }
+    // A body with a content coding cannot be read to tell keyed or not: refused as the guard
+    // refuses it, keyed or not, rather than decoded here (which behind a guard would run a
+    // keyed call unguarded on every re-send).
+    if inc.settings().extension {
+        if let Some(answer) = Answer::for_encoded_body(req.headers()) {
+            return guard_answer(answer);
+        }
+    }
     if !(accepts(req.headers(), "application/json") && accepts(req.headers(), "text/event-stream"))
     {
         return rpc_error(
@@ -770,12 +802,19 @@ async fn handle_post(State(inc): State<Arc<Incarnation>>, req: Request) -> Respo
     let parsed: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(_) => {
+            // A keyed call the guard cannot read it refuses rather than let a lenient reader
+            // behind it run the call unguarded.
+            if inc.settings().extension {
+                if let Some(answer) = Answer::for_unguardable_body(&headers, &body, false) {
+                    return guard_answer(answer);
+                }
+            }
             return rpc_error(
                 StatusCode::BAD_REQUEST,
                 code::PARSE_ERROR,
                 "Parse error",
                 None,
-            )
+            );
         }
     };
     record_trace(&inc, "POST", &headers, Some(&parsed)).await;

@@ -159,3 +159,140 @@ async fn the_same_key_for_integers_apart_past_64_bits_is_refused() {
         c.shutdown().await;
     }
 }
+
+/// A body bound small enough for a test's call to pass it.
+const MAX_BODY: usize = 1024;
+
+async fn bounded(preset: Preset) -> Cluster {
+    Cluster::start(ClusterConfig {
+        preset,
+        instances: 2,
+        max_body_bytes: MAX_BODY,
+        ..Default::default()
+    })
+    .await
+    .expect("cluster starts")
+}
+
+/// The guard's refusal of a call it cannot see whole: `status`, `IDEMPOTENCY_UNGUARDABLE`.
+fn assert_unguardable(r: &Reply, status: u16) {
+    assert_eq!(r.status, status, "{}", r.body);
+    let v = r.json();
+    assert_eq!(
+        v.pointer("/error/data/code"),
+        Some(&json!("IDEMPOTENCY_UNGUARDABLE")),
+        "{v}"
+    );
+}
+
+/// `data.code` of a JSON error reply, if any.
+fn data_code(r: &Reply) -> Option<Value> {
+    r.json().pointer("/error/data/code").cloned()
+}
+
+async fn post_streamed(mcp: &Mcp, sid: &str, body: String, key_header: Option<&str>) -> Reply {
+    let chunks = vec![Ok::<_, std::io::Error>(body.into_bytes())];
+    let mut req = mcp
+        .http
+        .post(&mcp.url)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", VERSION)
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)));
+    if let Some(key) = key_header {
+        req = req.header("idempotency-key", key);
+    }
+    Mcp::read(req.send().await.expect("request sent")).await
+}
+
+#[tokio::test]
+async fn a_keyed_body_over_the_bound_is_413_unguardable_and_an_unkeyed_one_plain_413() {
+    for preset in [Preset::Strict, Preset::Replicated] {
+        let c = bounded(preset).await;
+        let mcp = Mcp::new(c.url());
+        let (sid, _, _) = mcp.initialize(None).await;
+        let call = |meta: Value| {
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"_meta": meta, "name": "echo",
+                              "arguments": {"text": "x".repeat(4 * MAX_BODY)}}})
+            .to_string()
+        };
+        // Key in its first bytes: declared over the bound, then streamed without a length.
+        let keyed = call(json!({KEY: "k-big", TAG: "big"}));
+        assert_unguardable(&mcp.post_raw(Some(&sid), keyed.clone()).await, 413);
+        assert_unguardable(&post_streamed(&mcp, &sid, keyed, None).await, 413);
+        // Key in the header.
+        let unkeyed = call(json!({TAG: "big"}));
+        assert_unguardable(
+            &post_streamed(&mcp, &sid, unkeyed.clone(), Some("k-big")).await,
+            413,
+        );
+        // No key: the server's own 413.
+        let r = mcp.post_raw(Some(&sid), unkeyed).await;
+        assert_eq!(r.status, 413, "{preset}: {}", r.body);
+        assert_eq!(data_code(&r), None, "{preset}: {}", r.body);
+        assert_eq!(c.oracle().totals.executions, 0, "{preset}");
+        c.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_body_that_cannot_be_read_is_400_unguardable_and_an_unkeyed_one_a_parse_error() {
+    for preset in [Preset::Strict, Preset::Replicated] {
+        let c = bounded(preset).await;
+        let mcp = Mcp::new(c.url());
+        let (sid, _, _) = mcp.initialize(None).await;
+        // `NaN`, which lenient readers take.
+        let call = |meta: &str| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo","arguments":{{"text":"x","n":NaN}},"_meta":{{{meta}}}}}}}"#
+            )
+        };
+        let keyed = call(&format!(r#""{KEY}":"k-nan","{TAG}":"nan""#));
+        assert_unguardable(&mcp.post_raw(Some(&sid), keyed).await, 400);
+        let r = mcp
+            .post_raw(Some(&sid), call(&format!(r#""{TAG}":"nan""#)))
+            .await;
+        assert_eq!(r.status, 400, "{preset}: {}", r.body);
+        assert_eq!(r.json()["error"]["code"], json!(-32700), "{preset}");
+        assert_eq!(data_code(&r), None, "{preset}: {}", r.body);
+        assert_eq!(c.oracle().totals.executions, 0, "{preset}");
+        c.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_request_body_with_a_content_encoding_is_415_unguardable_keyed_or_not() {
+    for preset in [Preset::Strict, Preset::Replicated] {
+        let c = bounded(preset).await;
+        let mcp = Mcp::new(c.url());
+        let (sid, _, _) = mcp.initialize(None).await;
+        for (coding, meta) in [
+            ("gzip", json!({TAG: "gz", KEY: "k-gz"})),
+            ("identity, br", json!({TAG: "gz"})),
+        ] {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                              "params": {"name": "echo", "arguments": {"text": "x"},
+                                         "_meta": meta}});
+            let req = mcp
+                .http
+                .post(&mcp.url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .header("content-encoding", coding)
+                .header("mcp-session-id", &sid)
+                .header("mcp-protocol-version", VERSION)
+                .body(body.to_string());
+            let r = Mcp::read(req.send().await.expect("request sent")).await;
+            assert_unguardable(&r, 415);
+            assert_eq!(
+                r.header("accept-encoding").as_deref(),
+                Some("identity"),
+                "{preset} {coding}"
+            );
+        }
+        assert_eq!(c.oracle().totals.executions, 0, "{preset}");
+        c.shutdown().await;
+    }
+}

@@ -1,13 +1,13 @@
 //! Responses the guard gives itself, without the inner server: refusals and stored answers.
 
 use bytes::Bytes;
-use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
 use serde_json::{json, Value};
 
 use super::resume::RejectReason;
 use crate::ids::CapabilityHash;
-use crate::wire::{codes, rpc_codes, CAPABILITY_HASH_HEADER, RESUME_REJECTED_HEADER};
+use crate::wire::{codes, names, rpc_codes, CAPABILITY_HASH_HEADER, RESUME_REJECTED_HEADER};
 
 /// A complete response for the skin to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +134,45 @@ impl Answer {
              bodies in front of the guard, or send them uncompressed",
         )
         .with("accept-encoding", HeaderValue::from_static("identity"))
+    }
+
+    /// The guard's answer to a POST whose head names a `Content-Encoding` other than
+    /// `identity` (in any of its values), when keys are guarded: [`Answer::encoded_request`]'s
+    /// 415, keyed or not, since the body cannot be read to tell. `None`: the body is readable.
+    /// Public so that other servers of the extension (the mock cluster) refuse by the guard's
+    /// rule and with its answer.
+    pub fn for_encoded_body(headers: &HeaderMap) -> Option<Self> {
+        super::watch::is_encoded(headers).then(Self::encoded_request)
+    }
+
+    /// The guard's answer to a POST body it cannot read whole (`over_bound`: `413`) or as JSON
+    /// (`400`), when keys are guarded and the request names one: in its `Idempotency-Key`
+    /// header, or a key's member in `read` (what was read of the body, its first bytes when
+    /// over the bound; as UTF-16 or UTF-32 text too). `IDEMPOTENCY_UNGUARDABLE`: the call is
+    /// refused rather than run unguarded. `None`: no key named, the body is the server's to
+    /// answer. Public so that other servers of the extension (the mock cluster) refuse by the
+    /// guard's rule and with its answer.
+    pub fn for_unguardable_body(
+        headers: &HeaderMap,
+        read: &[u8],
+        over_bound: bool,
+    ) -> Option<Self> {
+        let keyed = headers.contains_key(names::IDEMPOTENCY_KEY)
+            || super::idempotency::body_names_a_key(read);
+        if !keyed {
+            return None;
+        }
+        Some(if over_bound {
+            Self::unguardable(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "a keyed call's body is over the guard's bound: it cannot be guarded",
+            )
+        } else {
+            Self::unguardable(
+                StatusCode::BAD_REQUEST,
+                "a keyed call whose body cannot be read cannot be guarded",
+            )
+        })
     }
 
     /// 503 with `Retry-After` (`retry_after_secs`) and `IDEMPOTENCY_STORE_UNAVAILABLE`: the
