@@ -91,7 +91,9 @@ impl Answer {
         )
     }
 
-    /// 404 for a session this guard forgot (a rejected resume): every later request of it.
+    /// 404 for a session the guard does not hold: one it forgot (a rejected resume: every
+    /// later request of it), or one neither this instance nor the store knows while the
+    /// capability hash is enforced.
     pub(crate) fn session_not_found() -> Self {
         let body = error_body(
             &Value::Null,

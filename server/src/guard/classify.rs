@@ -116,16 +116,14 @@ fn read_post(
         });
     }
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
-        if keys
-            && (headers.contains_key(names::IDEMPOTENCY_KEY) || idempotency::body_names_a_key(body))
+        // Keyed, and unreadable here (nested past the reader's bound; a BOM, `NaN`, UTF-16
+        // or UTF-32, which lenient readers such as Python's take): an inner server that reads
+        // it anyway would run it unguarded, on every re-send.
+        if let Some(refusal) = keys
+            .then(|| Answer::for_unguardable_body(headers, body, false))
+            .flatten()
         {
-            // Keyed, and unreadable here (nested past the reader's bound; a BOM, `NaN`, UTF-16
-            // or UTF-32, which lenient readers such as Python's take): an inner server that
-            // reads it anyway would run it unguarded, on every re-send.
-            return Err(Answer::unguardable(
-                StatusCode::BAD_REQUEST,
-                "a keyed call whose body cannot be read cannot be guarded",
-            ));
+            return Err(refusal);
         }
         // Unreadable here is not proof of no request: the inner server may read it.
         return Ok(session_plan(RequestIds::unread()));

@@ -671,15 +671,11 @@ impl Exchange {
     /// a key's member name in what was read), anything else passes (with its session's hash).
     /// A key named only past the bytes read is not seen: the header carries it for such calls.
     fn too_large(&mut self, guard: &mut Guard, headers: &HeaderMap, read: &[u8]) {
-        let keyed =
-            headers.contains_key(names::IDEMPOTENCY_KEY) || idempotency::body_names_a_key(read);
-        if guard.config.parts.idempotency && keyed {
-            let answer = Answer::unguardable(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "a keyed call's body is over the guard's bound: it cannot be guarded",
-            );
-            self.next = Some(Step::Answer(answer));
-            return;
+        if guard.config.parts.idempotency {
+            if let Some(answer) = Answer::for_unguardable_body(headers, read, true) {
+                self.next = Some(Step::Answer(answer));
+                return;
+            }
         }
         self.plan = if self.session.is_some() {
             Plan::Session {
