@@ -139,8 +139,8 @@ impl Answer {
     }
 
     /// The guard's answer to a POST whose head names a `Content-Encoding` other than
-    /// `identity` (in any of its values), when keys are guarded: [`Answer::encoded_request`]'s
-    /// 415, keyed or not, since the body cannot be read to tell. `None`: the body is readable.
+    /// `identity` (in any of its values), when keys are guarded: 415 `IDEMPOTENCY_UNGUARDABLE`
+    /// with `Accept-Encoding: identity`, keyed or not, since the body cannot be read to tell. `None`: the body is readable.
     /// Public so that other servers of the extension (the mock cluster) refuse by the guard's
     /// rule and with its answer.
     pub fn for_encoded_body(headers: &HeaderMap) -> Option<Self> {
