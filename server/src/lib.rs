@@ -25,8 +25,9 @@
 //!   rest is still checked as it passes, and a divergence then cuts the stream and breaks it
 //!   for good). Otherwise: `404`,
 //!   `Mcp-Resume-Rejected: <reason>`, a `SESSION_RESUME_REJECTED` error, the session
-//!   forgotten (with `unknown_session` there is nothing to forget, nothing is written or
-//!   kept: later requests under that id are answered as a session no store holds, below);
+//!   forgotten (with `unknown_session` there is nothing to forget: later unkeyed requests
+//!   under that id reach the inner server, and a keyed call of a session with no record is
+//!   answered `404` by the guard when it enforces the capability hash);
 //! - **idempotency, both eras**: a `tools/call` with a key (`params._meta`, the
 //!   `Idempotency-Key` header, or `params.idempotencyKey`) is claimed atomically across
 //!   instances; the same call again gets the stored answer re-addressed to its new JSON-RPC
@@ -69,16 +70,11 @@
 //! Compression, of requests and of responses, belongs in front of the guard (a compression
 //! or decompression layer outside it, or a proxy), not in the server it wraps. A store
 //! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
-//! everything else pass. While the guard enforces the capability hash, a request of a
-//! session (a POST, keyed or not, or a GET) whose record no instance and no store holds
-//! (evicted, expired, forgotten by another instance that refused its resume, begun before the
-//! guard was deployed, or held in a form the store cannot read: another version's, damaged)
-//! is answered `404` as an unknown session, so its client starts a new one: run, its answer
-//! would go without its context's mark, which the client reads as another context (failing a
-//! call that ran in the right one), and a keyed call's stored answer could be served to
-//! another context. A session begun before the guard was deployed so gets one `404` and
-//! starts over. Only the store's answer that it holds no record does this: while it cannot be
-//! reached, such a session's unkeyed requests pass untouched.
+//! everything else pass. A keyed call of a session whose record no instance and no store
+//! holds (evicted, expired, begun before the guard was deployed, or held in a form the store
+//! cannot read: another version's, damaged) is answered `404` as an
+//! unknown session, so its client starts a new one: run, it would go without its context's
+//! mark, and its stored answer could be served to another context.
 //!
 //! A session's record lives in the store for its retention (24 h by default:
 //! `MemoryStore::with_limits`, `RedisOptions::retention`) after its last write or touch, and

@@ -92,8 +92,8 @@ impl Answer {
     }
 
     /// 404 for a session the guard does not hold: one it forgot (a rejected resume: every
-    /// later request of it), or one neither this instance nor the store knows while the
-    /// capability hash is enforced.
+    /// later request of it), or, for a keyed call while the capability hash is enforced, one
+    /// neither this instance nor the store knows.
     pub(crate) fn session_not_found() -> Self {
         let body = error_body(
             &Value::Null,

@@ -576,16 +576,12 @@ impl Exchange {
                 self.record = Some(rec);
             }
             Ok(None) => {
-                let hashes = guard.config.parts.capability_hash;
-                if hashes && matches!(self.plan, Plan::Keyed(_) | Plan::Session { .. }) {
-                    // No record anywhere (evicted, expired, unreadable, never stored, or
-                    // forgotten by an instance that refused its resume): run, the request
-                    // would be answered without its context's mark, which the client reads
-                    // as another context (failing a call that ran in the right one), and a
-                    // keyed call's answer be stored unmarked for another context to be
-                    // served. Answered as the inner server answers a session it does not
-                    // know, so the client starts over; a refusal to retry would be retried
-                    // forever, since the record does not come back.
+                if let (Plan::Keyed(_), true) = (&self.plan, guard.config.parts.capability_hash) {
+                    // No record anywhere (evicted, expired, or never stored): run, the call
+                    // would go without its context's mark, and its answer be stored unmarked
+                    // for another context to be served. Answered as the inner server answers
+                    // a session it does not know, so the client starts over; a refusal to
+                    // retry would be retried forever, since the record does not come back.
                     self.next = Some(Step::Answer(Answer::session_not_found()));
                     return;
                 }
@@ -719,8 +715,7 @@ impl Exchange {
             Plan::Pass => self.next = Some(Step::Pass),
             Plan::Session { requests } => {
                 if self.record.is_none() {
-                    // The store could not be asked (an unkeyed request does not wait for
-                    // it), or no hash is enforced: the inner server will say what it is.
+                    // A session nobody here knows: the inner server will say what it is.
                     self.next = Some(Step::Pass);
                     return;
                 }
@@ -848,9 +843,8 @@ impl Exchange {
     }
 
     /// Refuses a resume and forgets the session, here and in the store: every later request
-    /// of it is answered 404 (here by the tombstone; while the capability hash is enforced,
-    /// on every instance that does not hold the record itself, as a session the store does
-    /// not hold), so the client starts over. A session unknown to both has nothing to forget.
+    /// of it is answered 404, so the client starts over. A session unknown to both has
+    /// nothing to forget.
     fn reject(&mut self, guard: &mut Guard, sid: SessionId, reason: RejectReason) {
         self.next = Some(Step::Answer(Answer::rejected(reason)));
         if reason == RejectReason::UnknownSession {

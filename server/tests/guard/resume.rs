@@ -371,24 +371,6 @@ fn a_resume_on_another_instance_is_not_owner() {
     assert!(!w.store.sessions.contains_key(&sid()));
 }
 
-// | three instances over one store: a resume rejected `not_owner` on B forgets the session;
-// an unkeyed call of it then lands on C, which never held its record | 404 on C as on B: passed,
-// it ran and came back without the hash, and the client failed it `ContextMismatch` |
-#[test]
-fn a_session_forgotten_on_one_instance_is_not_found_on_another() {
-    let Setup { mut w, ids, .. } = setup(false, true);
-    let mut b = Instance::new(GuardConfig::default(), 2);
-    let mut c = Instance::new(GuardConfig::default(), 3);
-    let answer = w.get(&mut b, "s1", Some(&ids[0])).answer();
-    assert_eq!(answer.status(), 404);
-    let call = call_body(7, "echo", json!({"text": "x"}), None);
-    for inst in [&mut b, &mut c] {
-        let answer = w.post(inst, Some("s1"), &call, &[]).answer();
-        assert_eq!(answer.status(), 404);
-        assert_eq!(answer.json()["error"]["code"], -32001);
-    }
-}
-
 // | a resume naming a session no store holds (a made-up id) | 404 `unknown_session`, and
 // nothing to forget: no store write, no tombstone kept |
 #[test]
@@ -402,13 +384,9 @@ fn a_resume_of_an_unknown_session_forgets_nothing() {
     }
     assert_eq!(w.store.ops(|op| matches!(op, StoreOp::ForgetSession(_))), 0);
     let body = br#"{"jsonrpc":"2.0","id":9,"method":"tools/list"}"#;
-    let loads = w.store.ops(|op| matches!(op, StoreOp::LoadSession(_)));
-    let answer = w.post(&mut a, Some("made-up-0"), body, &[]).answer();
-    assert_eq!(answer.status(), 404);
-    assert_eq!(
-        w.store.ops(|op| matches!(op, StoreOp::LoadSession(_))),
-        loads + 1,
-        "no tombstone: the store is asked again, and holds none"
+    assert!(
+        w.post(&mut a, Some("made-up-0"), body, &[]).is_passed(),
+        "no tombstone: the inner server says what the id is"
     );
 }
 
