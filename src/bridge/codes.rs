@@ -47,7 +47,9 @@ pub const METHOD_NOT_FOUND: i64 = -32601;
 /// `data: {"kind": <name>}`, and `"mayHaveRun": true` for a call that may have run
 /// ([`Error::may_have_run`], whose docs list every case: always `outcome_unknown` and
 /// `context_mismatch`; a timed-out, lost or closed call that had been sent; a result that
-/// cannot be read). A host must never retry those blindly: their message
+/// cannot be read), and `"inputRefused": true` for a call that stopped because the host could
+/// not provide an input the server asked for ([`Error::input_refused`]: not one to send
+/// again). A host must never retry those blindly: their message
 /// says only what happened; the network's words that caused it go to `data.cause`, because
 /// frameworks pick what to retry by reading messages (Mastra re-runs a tool call whose error
 /// says "connection closed").
@@ -125,6 +127,10 @@ pub(crate) fn to_rpc(error: &Error) -> RpcError {
     }
     if error.may_have_run() {
         data.insert("mayHaveRun".to_owned(), Value::Bool(true));
+    }
+    if error.input_refused() {
+        // Told apart from an interruption: sent again, it would ask the host the same thing.
+        data.insert("inputRefused".to_owned(), Value::Bool(true));
     }
     let message = match split_cause(error).filter(|_| error.may_have_run()) {
         Some((own, cause)) => {

@@ -1524,6 +1524,8 @@ async fn a_call_whose_input_the_host_refused_is_not_sent_again() {
     assert_eq!(asked[0]["method"], "elicitation/create", "{asked:?}");
     assert_eq!(error_of(&answer).1, "outcome_unknown", "{answer}");
     assert_eq!(answer["error"]["data"]["mayHaveRun"], true, "{answer}");
+    // The host can tell it from an interruption: not one to send again.
+    assert_eq!(answer["error"]["data"]["inputRefused"], true, "{answer}");
     finish(host, cluster).await;
 }
 
