@@ -199,6 +199,24 @@ impl IdempotencyKey {
         Ok(IdempotencyKey(key))
     }
 
+    /// A key as a release before the edge rule wrote it to a ledger: [`IdempotencyKey::new`]
+    /// without refusing a space at an edge. Those releases took such a key, and the call
+    /// under it may have run: refused, its entry would be a call no recovery reports. For
+    /// reading what an earlier release wrote only, never for a key to send under.
+    pub(crate) fn from_earlier_release(key: impl Into<String>) -> Result<Self, InvalidId> {
+        let key = key.into();
+        if !key.starts_with(' ') && !key.ends_with(' ') {
+            return IdempotencyKey::new(key);
+        }
+        if key.len() > 256 {
+            return Err(InvalidId("idempotency key must be 1 to 256 bytes"));
+        }
+        if !key.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+            return Err(InvalidId("idempotency key must be printable ASCII"));
+        }
+        Ok(IdempotencyKey(key))
+    }
+
     /// A fresh random (UUID v4) key.
     pub fn random() -> Self {
         IdempotencyKey(uuid::Uuid::new_v4().to_string())

@@ -12,7 +12,7 @@ use mcp_resume::proto::{
     CallId, CallRequest, CallStage, Checkpoint, Era, HttpId, HttpMethod, HttpRequest, Output,
     ServerRequest, Session, SessionConfig, SessionEvent, Transmit,
 };
-use mcp_resume::{Error, ErrorKind};
+use mcp_resume::{Error, ErrorKind, LedgerEntry};
 use serde_json::{json, Value};
 
 const MODERN: &str = "2026-07-28";
@@ -453,6 +453,51 @@ fn a_call_recorded_under_a_reserved_key_is_reported_never_re_sent() {
     next.run(&mut w);
     assert_eq!(next.transmits, 0, "nothing sent");
     assert!(!w.server.posts.contains_key("r"));
+    let err = next.result(ids[0]).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert!(err.may_have_run(), "{err}");
+    assert!(next.events.iter().any(|e| matches!(e,
+        SessionEvent::OutcomeUnknown { call, .. } if *call == ids[0])));
+}
+
+/// A call an earlier release recorded under a key with a space at an edge (refused since:
+/// HTTP strips it from the header, so the key reaches a server as two keys) is read back
+/// from its entry and reported `OutcomeUnknown` at once, as it may have run, without a
+/// request: a re-send could not be deduplicated against the run it may have had.
+#[test]
+fn a_call_recorded_under_a_key_with_edge_whitespace_is_reported_never_re_sent() {
+    let params = json!({"name": "act", "arguments": {"tag": "e"}, "_meta": {(KEY_META): "k "}});
+    let digest = params
+        .to_string()
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+    let stored = json!({
+        "v": 1,
+        "id": "entry-e",
+        "endpoint": "http://127.0.0.1:9/mcp",
+        "method": "tools/call",
+        "digest": format!("fnv1a64:{digest:016x}"),
+        "params": params,
+        "stage": "sent",
+        "round": 0,
+        "key": "k ",
+        "serverDedups": true,
+        "deadlineMs": 4_000_000_000_000_u64,
+        "expiresMs": 4_000_000_000_000_u64,
+    });
+    let entry = LedgerEntry::from_json(&stored).expect("an earlier release's entry is read");
+    let mut w = world(true, &[]);
+    let mut next = Process::start(w.now, true);
+    let recorded = Checkpoint::new("tools/call", entry.params().cloned(), w.now)
+        .with_idempotency_key(entry.idempotency_key().cloned())
+        .with_stage(entry.stage().clone())
+        .with_server_dedups(true);
+    let ids = pick_up(&mut next, &mut w, vec![recorded]);
+    next.run(&mut w);
+    assert_eq!(next.transmits, 0, "nothing sent");
+    assert!(!w.server.posts.contains_key("e"));
     let err = next.result(ids[0]).as_ref().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
     assert!(err.may_have_run(), "{err}");

@@ -226,7 +226,9 @@ impl LedgerEntry {
         self.params.as_ref().and_then(|p| p.get("arguments"))
     }
 
-    /// The call's own idempotency key (an MRTR round's derives from it).
+    /// The call's own idempotency key (an MRTR round's derives from it). From an entry an
+    /// earlier release wrote, it may begin or end with a space, which
+    /// [`IdempotencyKey::new`] refuses now: such a call is never sent again under it.
     pub fn idempotency_key(&self) -> Option<&IdempotencyKey> {
         self.idempotency_key.as_ref()
     }
@@ -344,7 +346,9 @@ impl LedgerEntry {
 
     /// An entry read back from its stored form ([`LedgerEntry::to_json`]). Anything
     /// malformed, of another version, or whose params do not match their digest is an
-    /// [`ErrorKind::Ledger`] error: such an entry is never acted on.
+    /// [`ErrorKind::Ledger`] error: such an entry is never acted on. A key with a space at an
+    /// edge, which an earlier release took, is read as written (the call under it may have
+    /// run); picked up, that call ends `OutcomeUnknown` rather than be sent under it again.
     pub fn from_json(stored: &Value) -> Result<Self, Error> {
         let map = stored
             .as_object()
@@ -393,8 +397,14 @@ impl LedgerEntry {
             },
             _ => return Err(malformed("an entry of an unknown stage")),
         };
+        // A key an earlier release took with a space at an edge is read as it was written:
+        // the call under it may have run, and skipped it would be one no recovery reports.
+        // Picked up, it is never sent again under that key.
         let idempotency_key = text("key")
-            .map(|k| IdempotencyKey::new(k).map_err(|_| malformed("an invalid idempotency key")))
+            .map(|k| {
+                IdempotencyKey::from_earlier_release(k)
+                    .map_err(|_| malformed("an invalid idempotency key"))
+            })
             .transpose()?;
         let era = text("era").and_then(|e| e.parse().ok());
         let session_id = text("sessionId").and_then(|s| SessionId::parse(s.as_bytes()).ok());
@@ -603,6 +613,28 @@ mod tests {
         {
             let err = LedgerEntry::from_json(&bad).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+        }
+    }
+
+    /// A key an earlier release took and this one refuses for a space at an edge is still
+    /// read back: its entry is a call that may have run, and skipped as malformed it would be
+    /// one no recovery reports. A key no release took (a tab is not printable) is damage.
+    #[test]
+    fn a_key_with_edge_whitespace_an_earlier_release_wrote_is_read_back() {
+        for edged in ["k ", " k", " ", "order-1 "] {
+            let mut stored = entry(CallStage::Sent { round: 0 }).to_json();
+            stored["key"] = json!(edged);
+            let read = LedgerEntry::from_json(&stored).expect(edged);
+            assert_eq!(
+                read.idempotency_key().map(IdempotencyKey::as_str),
+                Some(edged)
+            );
+        }
+        for bad in ["", "k\t", "\tk", "k\u{7f}", &"k ".repeat(129)] {
+            let mut stored = entry(CallStage::Sent { round: 0 }).to_json();
+            stored["key"] = json!(bad);
+            let err = LedgerEntry::from_json(&stored).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Ledger, "{bad:?}: {err}");
         }
     }
 

@@ -12,6 +12,22 @@ use crate::proto::session::timers::Timer;
 use crate::proto::session::Session;
 use crate::proto::{CallId, Output, ResendPolicy};
 
+/// Why a picked-up call under a key with a space at an edge is not sent again.
+const EDGED_KEY: &str = "the process that sent it stopped before its answer came, \
+     and its idempotency key begins or ends with a space, which no send keeps";
+
+/// Whether picking `checkpoint` up would send a request under its key, or a round's key
+/// derived from it, when that key begins or ends with a space (an older release's: HTTP
+/// strips the header's, so the server would see one key in the header and another in the
+/// body). A task is only polled, under no key.
+fn sends_under_edged_key(checkpoint: &Checkpoint) -> bool {
+    let edged = checkpoint
+        .idempotency_key
+        .as_ref()
+        .is_some_and(|k| k.as_str().starts_with(' ') || k.as_str().ends_with(' '));
+    edged && !matches!(checkpoint.stage, CallStage::Task { .. })
+}
+
 impl Session {
     /// Call `call`'s durable state as of now; `None` for a call this session does not have,
     /// one it makes for itself, or one of a read-only method (those get no checkpoints).
@@ -51,7 +67,10 @@ impl Session {
     ///   fails [`ErrorKind::OutcomeUnknown`](crate::error::ErrorKind::OutcomeUnknown), unkeyed
     ///   ones at once, without connecting; so does one whose key ends in `.round<n>`
     ///   (reserved, see [`Session::submit`]), which a deduplicating server could answer with
-    ///   another call's round.
+    ///   another call's round, and one whose key begins or ends with a space (which an older
+    ///   release took, and [`IdempotencyKey::new`](crate::ids::IdempotencyKey::new) refuses
+    ///   now: HTTP strips it from the header, so no send of it could be deduplicated). So
+    ///   does a round awaiting its inputs under such a key, whose round's key derives from it.
     /// - [`CallStage::AwaitingInput`]: the round was never sent. The server's input requests
     ///   go to the application again ([`Output::ServerRequest`]), and the round is sent once
     ///   they are answered.
@@ -86,14 +105,18 @@ impl Session {
             _ => None,
         };
         debug!(call = id.0, stage = checkpoint.stage.as_str(), method = %checkpoint.method, "picking a call up");
+        let edged = sends_under_edged_key(&checkpoint);
         let call = Call::picked_up(checkpoint, deadline);
         // Sent by another process where its key protects nothing (unkeyed, or to a server
         // that did not deduplicate keys): a send may repeat it even to a server that keeps keys.
         // Under a reserved key (an older release's), a send may be answered with another
-        // call's result.
+        // call's result; under a key with a space at an edge (an older release's too), a send
+        // reaches the server as two keys, header and body, and cannot be deduplicated
+        // against the run it may have had.
         let unprotected = call
             .repeat_risk(true)
-            .or_else(|| call.resends_reserved_key().then_some(RESERVED_KEY));
+            .or_else(|| call.resends_reserved_key().then_some(RESERVED_KEY))
+            .or_else(|| edged.then_some(EDGED_KEY));
         self.calls.insert(id, call);
         self.timers.set(Timer::CallDeadline(id), deadline);
         if let Some(why) = unprotected {
