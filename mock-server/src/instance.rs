@@ -38,8 +38,8 @@ use crate::oracle::{Oracle, ResumeRecord, TraceRecord};
 use crate::rng::SplitMix;
 use crate::sse;
 use crate::store::{
-    EventKind, MemoryStore, RequestRecord, RequestState, SessionRecord, Store, StoreError,
-    StoredEvent, StreamKind, StreamRecord,
+    EventKind, IdempotencyBegin, MemoryStore, RequestRecord, RequestState, SessionRecord, Store,
+    StoreError, StoredEvent, StreamKind, StreamRecord,
 };
 use crate::tools;
 use mcp_resume_server::guard::{call_key, claim_message, Answer, ClaimOutcome, StoredOutcome};
@@ -1425,6 +1425,16 @@ enum Claimed {
     Answered(Value),
 }
 
+/// What the store answered a key's claim, as the task that took it hands it over.
+enum Begun {
+    /// The key was free: it is now this claim's.
+    Claimed(KeyClaim),
+    /// The key is in use, lost, or another call's.
+    Refused(ClaimOutcome),
+    /// The key holds this call's stored outcome.
+    Done(crate::store::StoredOutcome),
+}
+
 /// `Retry-After` of a keyed call refused while the store cannot take its claim (the guard's
 /// default).
 const STORE_RETRY_AFTER_SECS: u64 = 1;
@@ -1453,33 +1463,45 @@ async fn claim_up_front(
         return Ok(None);
     };
     let fp = context::written_call_fingerprint(&checked.name, &checked.args, body);
-    let begun = inc
-        .env
-        .shared
-        .idempotency_begin(&key, &fp, inc.env.index)
-        .await;
+    // On a task of its own: the store may take the claim after this request's handler was
+    // dropped (its client left while Redis was answering). The task then still makes the
+    // `KeyClaim`, which nobody reads and which, dropped, lets the unrun call's key go;
+    // made here, after the await, it would never exist, and the key would stay running
+    // under this live instance, every re-send refused as in use.
+    let claiming = {
+        let inc = inc.clone();
+        tokio::spawn(async move {
+            let begun = inc
+                .env
+                .shared
+                .idempotency_begin(&key, &fp, inc.env.index)
+                .await;
+            begun.map(|begun| match begun {
+                IdempotencyBegin::Started => Begun::Claimed(KeyClaim {
+                    inc,
+                    key: Some(key),
+                    ran: AtomicBool::new(false),
+                }),
+                IdempotencyBegin::Running => Begun::Refused(ClaimOutcome::InUse),
+                IdempotencyBegin::Lost => Begun::Refused(ClaimOutcome::Lost),
+                IdempotencyBegin::Mismatch => Begun::Refused(ClaimOutcome::Mismatch),
+                IdempotencyBegin::Done(outcome) => Begun::Done(outcome),
+            })
+        })
+    };
     // Refusals and stored answers are the guard's own messages.
-    let answered = match begun {
-        Ok(crate::store::IdempotencyBegin::Started) => {
-            return Ok(Some(Claimed::Run(KeyClaim {
-                inc: inc.clone(),
-                key: Some(key),
-                ran: AtomicBool::new(false),
-            })))
-        }
-        Ok(crate::store::IdempotencyBegin::Running) => refusal(ClaimOutcome::InUse, id),
-        Ok(crate::store::IdempotencyBegin::Lost) => refusal(ClaimOutcome::Lost, id),
-        Ok(crate::store::IdempotencyBegin::Mismatch) => refusal(ClaimOutcome::Mismatch, id),
-        Ok(crate::store::IdempotencyBegin::Done(outcome)) => {
-            match inc.env.oracle.idempotent_replay().await {
-                Err(e) => rpc_err(id, code::INTERNAL, &e.to_string(), None),
-                Ok(()) => match StoredOutcome::from_stored(&outcome.response.to_string()) {
-                    Some(stored) => refusal(ClaimOutcome::Done(stored), id),
-                    None => rpc_err(id, code::INTERNAL, "malformed stored outcome", None),
-                },
-            }
-        }
-        Err(_) => {
+    let answered = match claiming.await {
+        Ok(Ok(Begun::Claimed(claim))) => return Ok(Some(Claimed::Run(claim))),
+        Ok(Ok(Begun::Refused(outcome))) => refusal(outcome, id),
+        Ok(Ok(Begun::Done(outcome))) => match inc.env.oracle.idempotent_replay().await {
+            Err(e) => rpc_err(id, code::INTERNAL, &e.to_string(), None),
+            Ok(()) => match StoredOutcome::from_stored(&outcome.response.to_string()) {
+                Some(stored) => refusal(ClaimOutcome::Done(stored), id),
+                None => rpc_err(id, code::INTERNAL, "malformed stored outcome", None),
+            },
+        },
+        // A claim task that failed is a store that could not answer: nothing ran.
+        Ok(Err(_)) | Err(_) => {
             let answer = Answer::store_unavailable(id, STORE_RETRY_AFTER_SECS);
             return Err(guard_answer(answer));
         }

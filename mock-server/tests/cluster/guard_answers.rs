@@ -296,3 +296,152 @@ async fn a_request_body_with_a_content_encoding_is_415_unguardable_keyed_or_not(
         c.shutdown().await;
     }
 }
+
+/// Whether a client of `redis` (its `CLIENT LIST`) is held back by `CLIENT PAUSE` in a
+/// script: the keyed call's claim, when nothing else writes meanwhile.
+async fn a_script_is_paused(mut redis: redis::aio::MultiplexedConnection) -> bool {
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut redis)
+        .await
+        .expect("CLIENT LIST");
+    clients.lines().any(|l| {
+        let field = |name: &str| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix(name))
+                .unwrap_or("")
+                .to_owned()
+        };
+        field("flags=").contains('b') && field("cmd=") == "evalsha"
+    })
+}
+
+/// Waits, at most [`STEP`], until `done` holds; false if it never did.
+async fn until<F: std::future::Future<Output = bool>>(mut done: impl FnMut() -> F) -> bool {
+    tokio::time::timeout(STEP, async {
+        while !done().await {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+/// A keyed call whose client left while the claim of its key was waiting on Redis never
+/// ran: the key is let go once the store has taken the claim, and the call sent again runs.
+/// Before the fix the claim was dropped with the request's handler, the key stayed running
+/// under the live instance, and every re-send was answered `IDEMPOTENCY_KEY_IN_USE`.
+#[tokio::test]
+async fn a_claim_whose_client_left_while_redis_was_busy_lets_the_key_go() {
+    use tokio::io::AsyncWriteExt;
+
+    let server = mock_server::procs::RedisServer::start()
+        .await
+        .unwrap_or_else(|e| panic!("this test needs redis-server: {e}"));
+    // No lease renewal and no deadline inside the pause: the claim is the only write held.
+    let opts = mock_server::RedisOptions {
+        lease: std::time::Duration::from_secs(600),
+        response_timeout: std::time::Duration::from_secs(600),
+        ..Default::default()
+    };
+    let store = mock_server::RedisStore::connect_with(&server.url(), opts)
+        .await
+        .expect("connects to its own redis-server");
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        instances: 1,
+        idle_timeout: None,
+        store: Some(Arc::new(store)),
+        ..Default::default()
+    })
+    .await
+    .expect("cluster starts");
+    let url = cluster.instance_url(0).expect("instance 0 is up");
+    let mcp = Mcp::new(url.clone());
+    let (sid, _, _) = mcp.initialize(None).await;
+    // Redis knows the claim's script from then on: a first claim is sent by its digest, and
+    // refused unknown, only to be sent again whole by a sender no longer there to do it.
+    let warm = mcp
+        .call_keyed(&sid, 1, "counter_increment", json!({}), "warm", "warm-key")
+        .await;
+    assert!(
+        warm.response().is_some_and(|r| r.get("result").is_some()),
+        "{warm:?}"
+    );
+
+    let mut redis = redis::Client::open(server.url().as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(600_000)
+        .arg("WRITE")
+        .query_async(&mut redis)
+        .await
+        .expect("CLIENT PAUSE");
+
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "counter_increment", "arguments": {},
+                          "_meta": {TAG: "left", KEY: "left-key"}}})
+    };
+    let body = call(2).to_string();
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/mcp"))
+        .expect("http://addr/mcp");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\n\
+         content-type: application/json\r\nmcp-session-id: {sid}\r\n\
+         mcp-protocol-version: {VERSION}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    assert!(
+        until(|| a_script_is_paused(redis.clone())).await,
+        "the claim reached Redis"
+    );
+    drop(conn);
+    // The handler is gone: nothing of the request is in flight any more.
+    assert!(
+        cluster.wait_idle(STEP).await,
+        "the request's handler was dropped"
+    );
+
+    let _: () = redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut redis)
+        .await
+        .expect("CLIENT UNPAUSE");
+    assert!(
+        until(|| {
+            let redis = redis.clone();
+            async move { !a_script_is_paused(redis).await }
+        })
+        .await,
+        "the claim ran once Redis was let go"
+    );
+    // The claim is let go in the background: wait for its record to go before sending again
+    // (never, before the fix: then the assertion below says what was answered).
+    until(|| {
+        let mut redis = redis.clone();
+        async move {
+            let held: bool = redis::cmd("EXISTS")
+                .arg("mcp:idem:left-key")
+                .query_async(&mut redis)
+                .await
+                .expect("EXISTS");
+            !held
+        }
+    })
+    .await;
+
+    let again = mcp.post(Some(&sid), call(3)).await;
+    let resp = again.response().expect("an answer");
+    assert!(resp.get("result").is_some(), "the call ran: {resp}");
+    assert_eq!(cluster.oracle().executions_tagged("left").count(), 1);
+    cluster.shutdown().await;
+}
