@@ -5,6 +5,7 @@ reaching a 2026-07-28-only server)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -452,11 +453,16 @@ async def test_a_result_that_is_not_an_object_completes_as_one_that_may_have_run
 
 
 # Objects `mcp`'s `CallToolResult` cannot read: content that is not a list, an item of a type
-# it does not know.
-UNREADABLE_CALL_RESULTS = [{"content": 5}, {"content": [{"type": "hologram"}]}]
+# it does not know; and one it reads but whose tag says it is no call's outcome (a task).
+UNREADABLE_CALL_RESULTS = [
+    {"content": 5},
+    {"content": [{"type": "hologram"}]},
+    {"content": [], "resultType": "task", "task": {"taskId": "t-1", "status": "working"}},
+]
+UNREADABLE_IDS = ["content", "item", "tagged"]
 
 
-@pytest.mark.parametrize("result", UNREADABLE_CALL_RESULTS, ids=["content", "item"])
+@pytest.mark.parametrize("result", UNREADABLE_CALL_RESULTS, ids=UNREADABLE_IDS)
 async def test_a_call_result_mcp_cannot_read_fails_as_one_that_may_have_run(
     scripted: Callable[..., ScriptedServer], result: Any
 ) -> None:
@@ -478,7 +484,7 @@ async def test_a_call_result_mcp_cannot_read_fails_as_one_that_may_have_run(
     assert len(server.requests("tools/call")) == 2, server.requests("tools/call")
 
 
-@pytest.mark.parametrize("result", UNREADABLE_CALL_RESULTS, ids=["content", "item"])
+@pytest.mark.parametrize("result", UNREADABLE_CALL_RESULTS, ids=UNREADABLE_IDS)
 async def test_a_call_result_mcp_cannot_read_completes_as_one_that_may_have_run(
     scripted: Callable[..., ScriptedServer], result: Any
 ) -> None:
@@ -494,6 +500,80 @@ async def test_a_call_result_mcp_cannot_read_completes_as_one_that_may_have_run(
     assert outcome is not None and outcome["kind"] == "protocol", answered
     assert "may or may not have run" in outcome["message"], outcome
     assert getattr(echoed.content[0], "text", None) == "after", echoed
+    assert len(server.requests("tools/call")) == 2, server.requests("tools/call")
+
+
+# What an `mcp` 2.x session reads as no `CallToolResult` but as an answer of its own: a round
+# asking for input (`requestState`), a task. The Rust bridge completes a multi-round call and a
+# task itself, so a `tools/call` that was not asked as a task never legitimately gets either.
+MCP2_NON_CALL_RESULTS = [
+    {"requestState": "x"},
+    {"resultType": "task", "task": {"taskId": "t-1", "status": "working"}},
+]
+
+# Run in the `mcp` 2.x virtualenv (argv: the URL, the result as JSON, `interrupted_as_result`):
+# prints how the call on `raw` ended, as JSON, then calls `echo` to show the session goes on.
+_MCP2_RAW_CALL = """
+import asyncio, json, sys
+
+from mcp import ClientSession
+
+from mcp_resume.bridge import OUTCOME_META_KEY, streamablehttp_client
+
+
+async def main(url, result, as_result):
+    async with streamablehttp_client(url, interrupted_as_result=as_result) as (read, write, _):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            try:
+                answered = await session.call_tool("raw", {"result": result})
+            except Exception as error:
+                data = getattr(getattr(error, "error", None), "data", None)
+                code = getattr(getattr(error, "error", None), "code", None)
+                ended = {"raised": type(error).__name__, "code": code, "data": data}
+            else:
+                ended = {"is_error": answered.is_error,
+                         "outcome": (answered.meta or {}).get(OUTCOME_META_KEY)}
+            echoed = await session.call_tool("echo", {"text": "after"})
+            ended["after"] = echoed.content[0].text
+            print(json.dumps(ended))
+
+
+asyncio.run(asyncio.wait_for(main(sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"), 30))
+"""
+
+
+@pytest.mark.parametrize("as_result", [False, True], ids=["raises", "as_result"])
+@pytest.mark.parametrize("result", MCP2_NON_CALL_RESULTS, ids=["input_required", "task"])
+def test_an_mcp_2_session_reads_a_call_result_of_another_kind_as_one_that_may_have_run(
+    scripted: Callable[..., ScriptedServer], tmp_path: Path, result: Any, as_result: bool
+) -> None:
+    # `mcp` 2.x's session reads either as an answer of its own and raises an error of its own
+    # for it (its validation error, or one asking for `allow_input_required`), which says
+    # nothing of the call having run: a framework's retry would run it again.
+    python = os.environ.get("MCP_RESUME_MCP2_PYTHON")
+    if not python:
+        pytest.fail("MCP_RESUME_MCP2_PYTHON is not set: run the suite through bindings/python/test.sh")
+    server = scripted("legacy")
+    out = subprocess.run(
+        [python, "-c", _MCP2_RAW_CALL, server.url, json.dumps(result), "1" if as_result else "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    ended = json.loads(out.stdout)
+    if as_result:
+        assert ended.get("is_error") is True, ended
+        outcome = ended.get("outcome") or {}
+        assert outcome.get("kind") == "protocol", ended
+        assert "may or may not have run" in outcome.get("message", ""), ended
+    else:
+        assert ended.get("raised") == "MCPError" and ended.get("code") == -32054, ended
+        assert (ended.get("data") or {}).get("kind") == "protocol", ended
+        assert (ended.get("data") or {}).get("mayHaveRun") is True, ended
+    assert ended["after"] == "after", ended
     assert len(server.requests("tools/call")) == 2, server.requests("tools/call")
 
 

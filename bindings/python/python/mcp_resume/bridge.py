@@ -32,6 +32,7 @@ pin, tested with 1.30; and 2.x, whose ``ClientSession`` takes the same streams, 
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -303,21 +304,23 @@ _JSON_TYPES = {type(None): "null", bool: "a boolean", int: "a number", float: "a
 
 
 def _call_result_reader() -> Callable[[dict[str, Any]], str | None]:
-    """What is wrong with a ``tools/call`` result, as the session reads one (``None``: it
-    reads it): ``mcp``'s ``CallToolResult``, or in ``mcp`` 2.x also its ``InputRequiredResult``.
-    A 2.x result tagged with another ``resultType`` is an extension's, which only the session
-    knows whether it reads (those it claims): it is left to the session."""
+    """What is wrong with the result of a ``tools/call`` not asked as a task (``None``:
+    nothing): ``mcp``'s ``CallToolResult`` only, in either major. The Rust bridge completes a
+    multi-round call and a task itself, so any other answer (``mcp`` 2.x's
+    ``InputRequiredResult``, a task, an extension's tagged result) is not the call's outcome,
+    and the session would raise an error of its own for it that says nothing of the call
+    having run, or (a 1.x session, or a 2.x one reading an unclaimed tag) take it for one."""
     from mcp import types
     from pydantic import TypeAdapter, ValidationError
 
-    required = getattr(types, "InputRequiredResult", None)
-    core = types.CallToolResult if required is None else types.CallToolResult | required
-    results: TypeAdapter[Any] = TypeAdapter(core)
+    results: TypeAdapter[Any] = TypeAdapter(types.CallToolResult)
 
     def problem(result: dict[str, Any]) -> str | None:
-        tag = result.get("resultType")
-        if required is not None and isinstance(tag, str) and tag not in _CORE_RESULT_TYPES:
-            return None
+        # `CallToolResult` in 2.x takes any tag, and a 2.x session routes a claimed one to
+        # its extension: only the final result's tag, or none, is the call's outcome.
+        tag = result.get("resultType", "complete")
+        if tag != "complete":
+            return f"resultType: {json.dumps(tag)} is not a complete call's"
         try:
             results.validate_python(result)
         except ValidationError as error:
@@ -327,10 +330,6 @@ def _call_result_reader() -> Callable[[dict[str, Any]], str | None]:
         return None
 
     return problem
-
-
-#: The ``resultType`` tags of ``mcp`` 2.x's own answers to a ``tools/call``.
-_CORE_RESULT_TYPES = frozenset({"complete", "input_required"})
 
 
 def _unreadable_call_result(
