@@ -8,7 +8,7 @@ import { randomUUID } from "node:crypto";
 import { test } from "node:test";
 import { createMCPClient } from "@ai-sdk/mcp";
 import { BRIDGE_ERROR_CODES, ResumeTransport, toolCallKey, withToolCallKeys } from "../index.js";
-import { Cluster, LoggingServer, freePort } from "./support/servers.mjs";
+import { Cluster, LoggingServer } from "./support/servers.mjs";
 
 const CUTS = ["--idle-timeout-ms", "0", "--cut-after-events", "3"];
 
@@ -32,7 +32,7 @@ test("createMCPClient over ResumeTransport lists and executes a tool", async () 
 });
 
 test("the AI SDK's maxRetries never re-runs a call interrupted by a server crash", async () => {
-  const server = await LoggingServer.v1("--port", String(await freePort()));
+  const server = await LoggingServer.v1OnFixedPort();
   try {
     const client = await createMCPClient({ transport: new ResumeTransport(server.url), maxRetries: 2 });
     const tools = await client.tools();
@@ -83,7 +83,7 @@ test("the AI SDK's abortSignal (its timeout too) cancels the call on the server"
 
 // Stock, for comparison (the README's framework table): the AI SDK's own HTTP transport.
 test("stock: the AI SDK's own transport leaves a call interrupted by a server crash unanswered, so maxRetries never fires", async () => {
-  const server = await LoggingServer.v1("--port", String(await freePort()));
+  const server = await LoggingServer.v1OnFixedPort();
   const client = await createMCPClient({ transport: { type: "http", url: server.url }, maxRetries: 2 });
   try {
     const tools = await client.tools();

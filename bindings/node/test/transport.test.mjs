@@ -9,7 +9,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { CreateMessageRequestSchema, ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
 import { BRIDGE_ERROR_CODES, ResumeTransport } from "../index.js";
-import { LoggingServer, freePort } from "./support/servers.mjs";
+import { LoggingServer } from "./support/servers.mjs";
 
 const FAST = { reconnect: { initialDelay: 10, maxDelay: 100, maxAttempts: 2 } };
 
@@ -127,7 +127,7 @@ test("the server's sampling request reaches the SDK client's own handler", async
 });
 
 test("a call interrupted by a server crash fails as outcome_unknown, ran once; the next call works", async () => {
-  const crashing = await LoggingServer.v1("--port", String(await freePort()));
+  const crashing = await LoggingServer.v1OnFixedPort();
   try {
     const client = new Client({ name: "host", version: "1" });
     await client.connect(new ResumeTransport(crashing.url, FAST));
@@ -152,7 +152,7 @@ test("a call interrupted by a server crash fails as outcome_unknown, ran once; t
 
 // Stock, for comparison (the README's framework table): the SDK's own transport, same crash.
 test("stock: the SDK's own transport leaves a call interrupted by a server crash unanswered until its timeout, and keeps the dead session", async () => {
-  const crashing = await LoggingServer.v1("--port", String(await freePort()));
+  const crashing = await LoggingServer.v1OnFixedPort();
   const client = new Client({ name: "host", version: "1" });
   try {
     await client.connect(new StreamableHTTPClientTransport(new URL(crashing.url)));

@@ -129,6 +129,22 @@ export class LoggingServer extends Process {
     return LoggingServer.#start(`${REPO}/tests/interop/ts-server.mjs`, args);
   }
 
+  /**
+   * `v1` on a port of its own (`--port`), so that `restart` brings it back at the same URL.
+   * A port found free can be taken before the server binds it (by any process's outgoing
+   * connection, on a machine running many tests): a server that exits before printing its
+   * URL is started again on another port, a few times.
+   */
+  static async v1OnFixedPort(...args) {
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await LoggingServer.v1("--port", String(await freePort()), ...args);
+      } catch (error) {
+        if (attempt >= 5 || !/before printing its URL/.test(String(error))) throw error;
+      }
+    }
+  }
+
   /** tests/interop-modern/server.mjs (TypeScript SDK v2, 2026-07-28 only by default). */
   static v2(...args) {
     return LoggingServer.#start(`${REPO}/tests/interop-modern/server.mjs`, args);
