@@ -307,6 +307,20 @@ fn call(p: &mut Process, w: &mut World, tool: &str, tag: &str, key: Option<&str>
 }
 
 /// A new process picks up every checkpoint the dead one left; returns the new ids.
+/// Picks `recorded` up in `next` and checks it ends `OutcomeUnknown` (may have run, the event
+/// emitted) without a request: nothing transmitted, no POST tagged `tag` at the server.
+fn reported_never_sent(next: &mut Process, w: &mut World, recorded: Checkpoint, tag: &str) {
+    let ids = pick_up(next, w, vec![recorded]);
+    next.run(w);
+    assert_eq!(next.transmits, 0, "nothing sent");
+    assert!(!w.server.posts.contains_key(tag));
+    let err = next.result(ids[0]).as_ref().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
+    assert!(err.may_have_run(), "{err}");
+    assert!(next.events.iter().any(|e| matches!(e,
+        SessionEvent::OutcomeUnknown { call, .. } if *call == ids[0])));
+}
+
 fn pick_up(p: &mut Process, w: &mut World, left: Vec<Checkpoint>) -> Vec<CallId> {
     let ids: Vec<CallId> = left
         .into_iter()
@@ -449,15 +463,7 @@ fn a_call_recorded_under_a_reserved_key_is_reported_never_re_sent() {
     .with_idempotency_key(IdempotencyKey::new("k.round1").ok())
     .with_stage(CallStage::Sent { round: 0 })
     .with_server_dedups(true);
-    let ids = pick_up(&mut next, &mut w, vec![recorded]);
-    next.run(&mut w);
-    assert_eq!(next.transmits, 0, "nothing sent");
-    assert!(!w.server.posts.contains_key("r"));
-    let err = next.result(ids[0]).as_ref().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
-    assert!(err.may_have_run(), "{err}");
-    assert!(next.events.iter().any(|e| matches!(e,
-        SessionEvent::OutcomeUnknown { call, .. } if *call == ids[0])));
+    reported_never_sent(&mut next, &mut w, recorded, "r");
 }
 
 /// A call an earlier release recorded under a key with a space at an edge (refused since:
@@ -494,15 +500,7 @@ fn a_call_recorded_under_a_key_with_edge_whitespace_is_reported_never_re_sent() 
         .with_idempotency_key(entry.idempotency_key().cloned())
         .with_stage(entry.stage().clone())
         .with_server_dedups(true);
-    let ids = pick_up(&mut next, &mut w, vec![recorded]);
-    next.run(&mut w);
-    assert_eq!(next.transmits, 0, "nothing sent");
-    assert!(!w.server.posts.contains_key("e"));
-    let err = next.result(ids[0]).as_ref().unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::OutcomeUnknown, "{err}");
-    assert!(err.may_have_run(), "{err}");
-    assert!(next.events.iter().any(|e| matches!(e,
-        SessionEvent::OutcomeUnknown { call, .. } if *call == ids[0])));
+    reported_never_sent(&mut next, &mut w, recorded, "e");
 }
 
 /// An unkeyed call is never re-sent: the next process reports it `OutcomeUnknown` at once,
