@@ -403,7 +403,10 @@ export declare class ResumeSafety {
 
 /** Every error of this package: `kind` names what happened (the Rust SDK's `ErrorKind`). */
 export declare class McpResumeError extends Error {
-  constructor(message: string, details?: { kind?: string; retryAfterMs?: number; mayHaveRun?: boolean });
+  constructor(
+    message: string,
+    details?: { kind?: string; retryAfterMs?: number; mayHaveRun?: boolean; inputRefused?: boolean },
+  );
   readonly kind: string;
   /** The wait the server asked for (`Retry-After`) when it did not fit in the deadline. */
   readonly retryAfterMs?: number;
@@ -414,6 +417,14 @@ export declare class McpResumeError extends Error {
    * that became a task, for any error but the task's own final status.
    */
   readonly mayHaveRun: boolean;
+  /**
+   * Whether the call ended because the application's handler could not provide an input the
+   * server asked for during it (a 2026-07-28 call's `input_required` round, or its task's,
+   * whose handler threw; a user's `decline` is an answer, not this). Such an error is
+   * `outcome_unknown` and `mayHaveRun`, but must not be re-sent as an interrupted call
+   * would be: a re-send starts the call over and asks for the same input again.
+   */
+  readonly inputRefused: boolean;
 }
 export declare class TransportError extends McpResumeError {}
 export declare class McpTimeoutError extends McpResumeError {}

@@ -16,6 +16,9 @@ export class McpResumeError extends Error {
     // Whether the request it ended may have run (retrying it could run it twice).
     this.mayHaveRun =
       details.mayHaveRun ?? (this.kind === "outcome_unknown" || this.kind === "context_mismatch");
+    // Whether the call stopped because the app's handler could not provide an input the
+    // server asked for: re-sent, it would only ask for that input again.
+    this.inputRefused = details.inputRefused ?? false;
   }
 }
 

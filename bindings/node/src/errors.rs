@@ -3,9 +3,10 @@
 //! The error classes are defined in JavaScript (`lib/errors.js`, one per `ErrorKind`, all
 //! under `McpResumeError`), because a class made from Rust cannot extend `Error`. At load
 //! time the JavaScript side registers a factory (`setErrorFactory`) taking one object as
-//! JSON text (`kind`, `message`, and `code`, `data`, `retryAfterMs`, `authChallenge` when
-//! the failure has them; text, as all JSON crossing the boundary, see `convert`) and
-//! returning the instance; promises and constructors reject and throw with that instance.
+//! JSON text (`kind`, `message`; `mayHaveRun` and `inputRefused` for the SDK's errors; and
+//! `code`, `data`, `retryAfterMs`, `authChallenge` when the failure has them; text, as all
+//! JSON crossing the boundary, see `convert`) and returning the instance; promises and
+//! constructors reject and throw with that instance.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -84,6 +85,7 @@ fn sdk_details(error: &Error) -> Value {
         details["retryAfterMs"] = json!(after.as_millis() as u64);
     }
     details["mayHaveRun"] = json!(error.may_have_run());
+    details["inputRefused"] = json!(error.input_refused());
     if let Some(challenge) = error.auth_challenge() {
         details["authChallenge"] = challenge_json(challenge);
     }

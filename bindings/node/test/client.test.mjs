@@ -131,7 +131,11 @@ describe("errors: one class per kind, each what really happened", () => {
     const mark = server.mark();
     const call = client.callTool("block", {});
     // Expected from the start: the call may fail before the admin request's own answer comes.
-    const failed = assert.rejects(call, (e) => e instanceof OutcomeUnknownError && e.kind === "outcome_unknown");
+    // Interrupted, not refused: the app was asked nothing.
+    const failed = assert.rejects(
+      call,
+      (e) => e instanceof OutcomeUnknownError && e.kind === "outcome_unknown" && e.inputRefused === false,
+    );
     await blockRunning(mark);
     await server.admin("/admin/drop-sessions");
     await failed;
@@ -189,6 +193,32 @@ describe("errors: one class per kind, each what really happened", () => {
         return true;
       });
       await client.close();
+    } finally {
+      await cluster.stop();
+    }
+  });
+
+  test("outcome_unknown, inputRefused: a 2026-07-28 call whose elicitation the app's handler refused", async () => {
+    const cluster = await Cluster.start("replicated", "--era", "modern");
+    try {
+      const asked = [];
+      const client = new Client(cluster.url, {
+        onElicitation: (params) => {
+          asked.push(params.message);
+          throw new RpcError(-32000, "the user cannot be asked");
+        },
+      });
+      await assert.rejects(client.callTool("confirm", { question: "sure?" }, { meta: { [TAG]: "refused" } }), (e) => {
+        assert.ok(e instanceof OutcomeUnknownError, String(e));
+        assert.equal(e.inputRefused, true);
+        assert.equal(e.mayHaveRun, true);
+        return true;
+      });
+      await client.close();
+      // Asked once and never sent again: the tool never got its answer, so never ran.
+      assert.deepEqual(asked, ["sure?"]);
+      const oracle = await cluster.oracle();
+      assert.deepEqual(oracle.executions.filter((e) => e.tool === "confirm"), []);
     } finally {
       await cluster.stop();
     }

@@ -40,8 +40,8 @@ fn class_name(kind: ErrorKind) -> Option<&'static str> {
     })
 }
 
-/// The exception for `err`: its class, message, `retry_after` and, for JSON-RPC errors,
-/// `code`, `message` and `data`.
+/// The exception for `err`: its class, message, `retry_after`, `may_have_run`,
+/// `input_refused` and, for JSON-RPC errors, `code`, `message` and `data`.
 pub fn to_py_err(py: Python<'_>, err: &Error) -> PyErr {
     build(py, err).unwrap_or_else(|e| e)
 }
@@ -77,6 +77,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         }
     };
     instance.setattr("may_have_run", err.may_have_run())?;
+    instance.setattr("input_refused", err.input_refused())?;
     Ok(PyErr::from_value(instance))
 }
 

@@ -22,6 +22,7 @@ from mcp_resume import (
     ElicitResult,
     InvalidConfigError,
     ListRootsRequest,
+    OutcomeUnknownError,
     Root,
     RpcError,
     ServerRequest,
@@ -329,6 +330,27 @@ async def test_typed_elicitation_answers_modern_input_requests(
     assert result.text == "accept"
     calls = server.requests("tools/call")
     assert calls[1]["params"]["inputResponses"]["ok"] == {"action": "accept", "content": {}}
+
+
+async def test_a_modern_input_the_handler_refused_ends_the_call_input_refused(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    server = scripted("modern")
+    client = Client(server.url, era="modern")
+
+    @client.on_elicitation
+    async def refuse(request: ElicitRequest) -> ElicitResult:
+        raise RpcError(-32000, "the user cannot be asked")
+
+    async with client:
+        with pytest.raises(OutcomeUnknownError) as raised:
+            await client.call_tool("confirm", {}, idempotency_key="confirm-refused")
+    assert raised.value.input_refused is True
+    assert raised.value.may_have_run is True
+    # Stopped at the input: never sent again, with or without an answer.
+    assert len(server.requests("tools/call")) == 1
+    # An error that is not a refused input says so.
+    assert OutcomeUnknownError("interrupted").input_refused is False
 
 
 async def test_notify_roots_changed_reaches_the_server(

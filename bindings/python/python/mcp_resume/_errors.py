@@ -40,12 +40,19 @@ class McpResumeError(Exception):
             ``context_mismatch``; for a timed-out, lost or closed call when it had been sent
             and nothing proved it did not run; for a call that became a task, for any
             error but the task's own final status.
+        input_refused: whether the call ended because the application's handler could not
+            provide an input the server asked for during it (a 2026-07-28 call's
+            ``input_required`` round, or its task's, whose handler raised; a user's
+            ``decline`` is an answer, not this). Such an error is ``outcome_unknown`` and
+            ``may_have_run``, but must not be sent again as an interrupted call would be: a
+            re-send starts the call over and asks for the same input again.
     """
 
     kind: str = "unknown"
     message: str
     retry_after: float | None
     may_have_run: bool = False
+    input_refused: bool = False
 
     def __init__(
         self, message: str, *, kind: str | None = None, retry_after: float | None = None
