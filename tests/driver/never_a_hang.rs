@@ -499,3 +499,29 @@ async fn a_silence_timeout_says_whether_the_call_was_sent() {
         }
     }
 }
+
+/// A deadline so far off that the session's clock can hold it and the wall clock cannot (the
+/// wall clock is decades ahead of the monotonic one): the ledger dates the call's entry as
+/// far as it goes instead of overflowing under the session's lock, which would stop the
+/// client. The call is answered, and so is the next.
+#[tokio::test]
+async fn a_deadline_past_the_wall_clocks_range_is_kept_with_a_ledger() {
+    let server = TestServer::start(default_reply).await;
+    let ledger = Arc::new(mcp_resume::MemoryLedger::new());
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    // Within `Instant`'s range (seconds since boot) but past `SystemTime`'s (since 1970).
+    let far = Duration::from_secs(i64::MAX as u64 - 1_000_000_000);
+    let call = ToolCall::new("echo", json!({"text": "far"})).timeout(far);
+    let result = guarded(client.call_tool(call))
+        .await
+        .expect("a far deadline is a deadline");
+    assert_eq!(result.text(), "far");
+    let next = ToolCall::new("echo", json!({"text": "next"}));
+    let result = guarded(client.call_tool(next))
+        .await
+        .expect("the client goes on");
+    assert_eq!(result.text(), "next");
+}

@@ -75,6 +75,10 @@ const LONGEST_RETRY: Duration = Duration::from_secs(5);
 /// outstanding, instead of keeping every write it stalled for the life of the client.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How far off a call's entry is dated when its deadline lies past the wall clock's range:
+/// as far as a session dates a deadline past its own clock's.
+const FAR_WALL_DEADLINE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// One write.
 // An op is moved into its line once and out once: boxing the entry would cost an allocation
 // per write for nothing.
@@ -923,7 +927,15 @@ impl Records {
         now: (std::time::Instant, SystemTime),
     ) {
         let record = self.calls.entry(call).or_insert_with(|| {
-            let deadline = now.1 + checkpoint.deadline.saturating_duration_since(now.0);
+            // A deadline the session's clock holds may lie past the wall clock's range (it
+            // starts decades later): dated as far as the wall clock goes, not a panic under
+            // the session's lock, which would stop the client.
+            let left = checkpoint.deadline.saturating_duration_since(now.0);
+            let deadline = now
+                .1
+                .checked_add(left)
+                .or_else(|| now.1.checked_add(FAR_WALL_DEADLINE))
+                .unwrap_or(now.1);
             Record::new(EntryId::fresh(), deadline)
         });
         // A send's checkpoint written again after a write it waited for failed is the same
