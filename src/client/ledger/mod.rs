@@ -59,7 +59,11 @@ use crate::error::Error;
 /// operation at a time and in order, for different entries possibly at the same time. A panic
 /// costs the operation, never the call or the client. An operation's future may start its
 /// work when it is first polled or before: the client creates each only once the one before
-/// it on the same entry has finished.
+/// it on the same entry has finished. An operation must not block its thread: its future is
+/// first polled in the task that creates it (a caller's own, most often), and handed to the
+/// client's writer task only if it is not done then, so blocking I/O in it holds that
+/// caller's result, past the call's deadline if it lasts that long; run blocking storage with
+/// `tokio::task::spawn_blocking`.
 ///
 /// A write (`put`, `remove`) that has not finished within 10 seconds is dropped and counts
 /// as failed, as if it had returned an error: a call whose entry it was writing is held back
