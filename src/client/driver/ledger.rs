@@ -928,8 +928,8 @@ impl Records {
     ) {
         let record = self.calls.entry(call).or_insert_with(|| {
             // A deadline the session's clock holds may lie past the wall clock's range (it
-            // starts decades later): dated as far as the wall clock goes, not a panic under
-            // the session's lock, which would stop the client.
+            // starts decades later): dated far off instead, as the session dates one past its
+            // own clock's, not a panic under the session's lock, which would stop the client.
             let left = checkpoint.deadline.saturating_duration_since(now.0);
             let deadline = now
                 .1
