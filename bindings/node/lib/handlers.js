@@ -48,7 +48,7 @@ function dispatcher(callbacks) {
       return toJson(answer);
     } catch (error) {
       // An answer JSON cannot hold (a cycle).
-      process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} answered with what is not JSON: ${error instanceof Error ? error.stack : error}`);
+      process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} answered with what is not JSON: ${describe(error)}`);
       return toJson({ error: { code: -32603, message: "internal error" } });
     }
   };
@@ -69,15 +69,35 @@ function call(callbacks, running) {
           : await callback(message.params, context);
       return { result: result ?? {} };
     } catch (error) {
-      if (error instanceof RpcError) {
-        return { error: { code: error.code, message: error.message, data: error.data ?? null } };
+      // Reading what was thrown runs the application's code again (getters, a Proxy's traps,
+      // toString), which may throw in turn: that is this handler's failure too, reported as
+      // such rather than left to reject the dispatch unreported.
+      try {
+        if (error instanceof RpcError) {
+          return { error: { code: error.code, message: error.message, data: error.data ?? null } };
+        }
+      } catch {
+        // Not an answer the server can be given: the internal error below.
       }
       // Its text may hold what the server should not see: logged here, not sent. A handler
       // that ends because the server cancelled its request has no one to answer.
-      if (!controller.signal.aborted) process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} failed: ${error instanceof Error ? error.stack : error}`);
+      if (!controller.signal.aborted) process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} failed: ${describe(error)}`);
       return { error: { code: -32603, message: "internal error" } };
     } finally {
       running.delete(message.id);
     }
   };
+}
+
+/**
+ * What a handler threw, as text for its warning: its stack, else its string; never throws,
+ * whatever was thrown (an object without `toString`, one whose `toString` or `stack` throws,
+ * a revoked Proxy).
+ */
+function describe(error) {
+  try {
+    return error instanceof Error ? String(error.stack) : String(error);
+  } catch {
+    return `a value of type ${typeof error} that cannot be written as text`;
+  }
 }

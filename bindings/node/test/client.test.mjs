@@ -388,6 +388,37 @@ describe("handlers", () => {
       process.off("warning", onWarning);
     }
   });
+  test("a handler that throws what cannot be written as text is still reported, and still answered as an internal error", async () => {
+    const warned = [];
+    const onWarning = (w) => warned.push(String(w.message));
+    process.on("warning", onWarning);
+    try {
+      // Each thrown value makes String() throw: no toString, one that throws, a Proxy whose
+      // prototype cannot be read; and an RpcError whose data cannot be read.
+      const unreadable = new RpcError(-32000, "x");
+      Object.defineProperty(unreadable, "data", { get() { throw new Error("data unreadable"); } });
+      for (const [n, thrown] of [
+        Object.create(null),
+        { toString() { throw new Error("no text"); } },
+        new Proxy({}, { getPrototypeOf() { throw new Error("no prototype"); } }),
+        unreadable,
+      ].entries()) {
+        const client = new Client(server.url, { onElicitation: () => { throw thrown; } });
+        await client.connect();
+        const before = warned.length;
+        const refused = await client.callTool("elicit").catch((e) => e);
+        // The client goes on: the next call is answered.
+        assert.equal(textOf(await client.callTool("echo", { text: "next" })), "next");
+        await client.close();
+        assert.ok(refused instanceof RpcError, `${n}: ${String(refused)}`);
+        assert.equal(refused.code, -32603, `${n}`);
+        for (let i = 0; i < 100 && warned.length === before; i++) await new Promise((r) => setTimeout(r, 10));
+        assert.ok(warned.slice(before).some((w) => w.includes("onElicitation") && w.includes("failed")), `${n}: ${warned.slice(before).join("\n")}`);
+      }
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
 });
 
 describe("events, notifications, and the rest of the surface", () => {
