@@ -69,8 +69,11 @@
 //! answered has its key marked lost (`IDEMPOTENCY_OUTCOME_UNKNOWN`).
 //! Compression, of requests and of responses, belongs in front of the guard (a compression
 //! or decompression layer outside it, or a proxy), not in the server it wraps. A store
-//! that cannot be reached makes keyed calls `503` (retryable), never run unguarded, and lets
-//! everything else pass. A keyed call of a session whose record no instance and no store
+//! that cannot be reached, or does not answer within its deadline (a `RedisStore`'s
+//! `RedisOptions::response_timeout`, 1 s by default, bounds each command), makes keyed calls
+//! `503` (retryable), never run unguarded; a resume on an instance that must read its
+//! session's record from the store is `503` too (it cannot be judged then), and everything
+//! else passes. A keyed call of a session whose record no instance and no store
 //! holds (evicted, expired, begun before the guard was deployed, or held in a form the store
 //! cannot read: another version's, damaged) is answered `404` as an
 //! unknown session, so its client starts a new one: run, it would go without its context's

@@ -3,8 +3,9 @@
 //!
 //! One trait, [`Store`]; [`MemoryStore`] for one process (the default) and, with the `redis`
 //! feature, [`RedisStore`] for a fleet (Redis or Redis Cluster). Every implementation follows
-//! the key life of [`guard::claims`](crate::guard::claims). A store that fails makes the
-//! guard refuse keyed calls retryably (`503` + `Retry-After`), never run them unguarded;
+//! the key life of [`guard::claims`](crate::guard::claims). A store that fails, or does not
+//! answer in time, makes the guard refuse keyed calls retryably (`503` + `Retry-After`),
+//! never run them unguarded, and resumes it cannot judge without a session's record;
 //! unkeyed traffic passes.
 
 use std::future::Future;
@@ -28,6 +29,12 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Se
 
 /// The shared memory of a fleet of guards. Each method is one atomic step (one round trip
 /// for a networked store).
+///
+/// Each ends in bounded time, failing with
+/// [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable) when the store does not
+/// answer: the guard sets no deadline of its own, so a request waits on its store's step as
+/// long as the step takes ([`RedisStore`] bounds every command by
+/// [`RedisOptions::response_timeout`], 1 s by default).
 pub trait Store: Send + Sync + 'static {
     /// Keeps a session record (replacing one of the same session).
     fn put_session<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()>;

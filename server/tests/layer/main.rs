@@ -6,6 +6,11 @@ mod keyed_memory;
 mod raw;
 mod server;
 mod skin;
+#[cfg(feature = "redis")]
+#[path = "../support/stall_proxy.rs"]
+mod stall_proxy;
+#[cfg(feature = "redis")]
+mod stalled_store;
 mod stores;
 mod stream_logs;
 mod wire;

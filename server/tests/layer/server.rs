@@ -88,11 +88,47 @@ impl Server {
     /// rmcp behind `layer` (none: the bare server), `json`: JSON responses.
     pub(crate) async fn start(layer: Option<ResumeSafetyLayer>, json: bool) -> Server {
         let effects = Effects::default();
+        let mcp = Self::mcp(&effects, json);
+        let app = match layer {
+            Some(layer) => axum::Router::new().nest_service(
+                "/mcp",
+                tower::ServiceBuilder::new().layer(layer).service(mcp),
+            ),
+            None => axum::Router::new().nest_service("/mcp", mcp),
+        };
+        Self::serve(app, effects).await
+    }
+
+    /// One rmcp server (its sessions shared) behind two guards, as two instances of a fleet
+    /// are: `/mcp` behind `first`, `/other` behind `second`.
+    pub(crate) async fn start_pair(first: ResumeSafetyLayer, second: ResumeSafetyLayer) -> Server {
+        let effects = Effects::default();
+        let mcp = Self::mcp(&effects, false);
+        let app = axum::Router::new()
+            .nest_service(
+                "/mcp",
+                tower::ServiceBuilder::new()
+                    .layer(first)
+                    .service(mcp.clone()),
+            )
+            .nest_service(
+                "/other",
+                tower::ServiceBuilder::new().layer(second).service(mcp),
+            );
+        Self::serve(app, effects).await
+    }
+
+    /// The second guard's URL of a [`Server::start_pair`].
+    pub(crate) fn other_url(&self) -> String {
+        format!("http://{}/other", self.addr)
+    }
+
+    fn mcp(effects: &Effects, json: bool) -> StreamableHttpService<Tools, LocalSessionManager> {
         let e = effects.clone();
         let config = StreamableHttpServerConfig::default()
             .with_sse_keep_alive(None)
             .with_json_response(json);
-        let mcp: StreamableHttpService<Tools, LocalSessionManager> = StreamableHttpService::new(
+        StreamableHttpService::new(
             move || {
                 Ok(Tools {
                     effects: e.clone(),
@@ -101,14 +137,10 @@ impl Server {
             },
             Default::default(),
             config,
-        );
-        let app = match layer {
-            Some(layer) => axum::Router::new().nest_service(
-                "/mcp",
-                tower::ServiceBuilder::new().layer(layer).service(mcp),
-            ),
-            None => axum::Router::new().nest_service("/mcp", mcp),
-        };
+        )
+    }
+
+    async fn serve(app: axum::Router, effects: Effects) -> Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         // Small SSE writes must not wait on Nagle's algorithm.

@@ -5,6 +5,9 @@
 
 #[path = "../support/redis_cluster.rs"]
 mod redis_cluster;
+#[path = "../support/stall_proxy.rs"]
+mod stall_proxy;
+mod stalls;
 
 use std::sync::Arc;
 use std::time::Duration;

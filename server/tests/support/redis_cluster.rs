@@ -88,6 +88,25 @@ impl RedisCluster {
             .map(|node| format!("redis://127.0.0.1:{}", node.port))
             .collect()
     }
+
+    /// Stops every node (`SIGSTOP`): each keeps its connections and takes new ones, and
+    /// answers nothing until [`RedisCluster::continue_all`].
+    pub(crate) fn stop_all(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets stopped nodes run again (`SIGCONT`).
+    pub(crate) fn continue_all(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        for node in &self.nodes {
+            let pid = libc::pid_t::try_from(node.child.id()).expect("a pid");
+            // SAFETY: a signal to a child this handle owns and has not reaped.
+            assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "signalled");
+        }
+    }
 }
 
 /// Starts node `i` and waits until it listens. Its ports are free when picked, not reserved:
