@@ -45,9 +45,14 @@ function dispatcher(callbacks) {
     }
     const answer = await run(message);
     try {
+      // JSON writes a symbol or a function as nothing: `{result}` would lose its member and
+      // reach the SDK as neither answer nor error.
+      if ("result" in answer && toJson(answer.result) === undefined) {
+        throw new TypeError(`a ${typeof answer.result}, which JSON cannot write`);
+      }
       return toJson(answer);
     } catch (error) {
-      // An answer JSON cannot hold (a cycle).
+      // An answer JSON cannot hold (a cycle, a symbol).
       process.emitWarning(`mcp-resume: the ${KINDS[message.kind]} handler for ${message.method} answered with what is not JSON: ${describe(error)}`);
       return toJson({ error: { code: -32603, message: "internal error" } });
     }

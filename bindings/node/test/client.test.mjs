@@ -388,6 +388,27 @@ describe("handlers", () => {
       process.off("warning", onWarning);
     }
   });
+  test("a handler that answers what JSON writes as nothing (a symbol, a function) is reported, and answered as an internal error", async () => {
+    const warned = [];
+    const onWarning = (w) => warned.push(String(w.message));
+    process.on("warning", onWarning);
+    try {
+      for (const answer of [Symbol("secret"), () => "secret"]) {
+        const client = new Client(server.url, { onElicitation: () => answer });
+        await client.connect();
+        const before = warned.length;
+        const refused = await client.callTool("elicit").catch((e) => e);
+        await client.close();
+        assert.ok(refused instanceof RpcError, `${typeof answer}: ${String(refused)}`);
+        assert.equal(refused.code, -32603, typeof answer);
+        for (let i = 0; i < 100 && warned.length === before; i++) await new Promise((r) => setTimeout(r, 10));
+        assert.ok(warned.slice(before).some((w) => w.includes("onElicitation") && /not JSON/.test(w)), `${typeof answer}: ${warned.slice(before).join("\n")}`);
+      }
+    } finally {
+      process.off("warning", onWarning);
+    }
+  });
+
   test("a handler that throws what cannot be written as text is still reported, and still answered as an internal error", async () => {
     const warned = [];
     const onWarning = (w) => warned.push(String(w.message));
