@@ -237,13 +237,58 @@ impl Core {
     }
 
     /// Runs an operation that answers nobody; a failure is logged (the guard already chose
-    /// the safe side for it).
+    /// the safe side for it), and a release is tried again ([`Core::failed`]).
     async fn run(&self, op: &StoreOp) {
         if let Err(e) = store::run(&*self.store, op).await {
             tracing::warn!(error = %e, "resume-safety store operation failed");
+            self.failed(op);
         }
     }
+
+    /// An operation failed. A release is tried again on a task of its own until the store
+    /// takes it: it lets go of a claim whose call did not run, and a claim may have landed
+    /// although its answer never came (the store went away mid-command, and was away for the
+    /// release too). Left held by nobody, the key would read as in use to the call's re-send,
+    /// then, past its lease, as of unknown outcome for as long as the store keeps lost keys:
+    /// a call that never ran, refused for good. A release frees only a running key held by
+    /// its own token, so trying it again never touches another claim's key.
+    fn failed(&self, op: &StoreOp) {
+        if !matches!(op, StoreOp::Release { .. }) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("no tokio runtime: a failed release is not tried again");
+            return;
+        };
+        let store = self.store.clone();
+        let op = op.clone();
+        // Past the lease the key reads as lost to the next claim, which a release no longer
+        // undoes; until a claim comes, it still frees it. Tried for a lease at least.
+        let give_up = now() + self.config.lease().max(RELEASE_RETRIES_FOR);
+        runtime.spawn(async move {
+            let mut wait = RELEASE_RETRY_FROM;
+            loop {
+                tokio::time::sleep(wait).await;
+                match store::run(&*store, &op).await {
+                    Ok(_) => return,
+                    Err(e) if now() >= give_up => {
+                        tracing::warn!(error = %e, "resume-safety release given up");
+                        return;
+                    }
+                    Err(_) => wait = (wait * 2).min(RELEASE_RETRY_UP_TO),
+                }
+            }
+        });
+    }
 }
+
+/// The first wait before a failed release is tried again; it doubles on each failure, up to
+/// [`RELEASE_RETRY_UP_TO`].
+const RELEASE_RETRY_FROM: Duration = Duration::from_millis(50);
+/// The longest wait between two tries of a failed release.
+const RELEASE_RETRY_UP_TO: Duration = Duration::from_secs(1);
+/// How long a failed release is tried again (at least a claim's lease).
+const RELEASE_RETRIES_FOR: Duration = Duration::from_secs(60);
 
 /// The guard under the core's lock, one step at a time: reading and rewriting SSE happens
 /// outside it.
@@ -987,6 +1032,7 @@ async fn run_reporting(
     for op in ops {
         if let Err(e) = run_held(&*core.store, &op, claim).await {
             tracing::warn!(error = %e, "resume-safety store operation failed");
+            core.failed(&op);
             lock(watch).handle_op_failed(op, now());
         }
     }

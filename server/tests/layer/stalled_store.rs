@@ -50,12 +50,34 @@ async fn guard(proxy: &StallProxy, namespace: &str, timeout: Duration) -> Resume
 
 /// Two guards of one fleet on one Redis, behind a proxy that can stall it.
 async fn fleet(timeout: Duration) -> (StallProxy, Server) {
+    let (proxy, server, _) = fleet_in(timeout).await;
+    (proxy, server)
+}
+
+/// [`fleet`], and the namespace of its keys.
+async fn fleet_in(timeout: Duration) -> (StallProxy, Server, String) {
     let redis = redis_server().await;
     let proxy = StallProxy::start(([127, 0, 0, 1], redis.port()).into()).await;
     let namespace = format!("t{}:", uuid::Uuid::new_v4().simple());
     let first = guard(&proxy, &namespace, timeout).await;
     let second = guard(&proxy, &namespace, timeout).await;
-    (proxy, Server::start_pair(first, second).await)
+    (proxy, Server::start_pair(first, second).await, namespace)
+}
+
+/// How many idempotency keys the Redis holds under `namespace` (read past the proxy).
+async fn keys_held(namespace: &str) -> usize {
+    let redis = redis_server().await;
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}{{k:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    keys.len()
 }
 
 /// Runs a request; it must end (a hang fails the test rather than waiting on it) within the
@@ -285,4 +307,61 @@ async fn a_keyed_call_refused_while_the_store_stalls_runs_when_sent_again() {
         assert_eq!(again.status, 200, "{name}: {}", again.body);
         assert_eq!(server.effects.count("r"), 1, "{name}: {}", again.body);
     }
+}
+
+/// Redis goes away mid-claim: it ran the claim, and the connection broke before its answer
+/// came; the guard refuses the call (it did not run) and lets the key go, but the store is
+/// down for that too. Once the store is back, the key the unrun call left must be let go
+/// still: its re-send runs, once, instead of being told the key is in use (and, past the
+/// lease, that its outcome is unknown, for as long as the store keeps lost keys).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_cut_off_mid_command_leaves_no_key_behind() {
+    let (proxy, server, namespace) = fleet_in(Duration::from_secs(5)).await;
+    let mut here = Raw::new(&server.url());
+    here.initialize(json!({})).await;
+    proxy.set(Mode::Deaf);
+    let keyed = {
+        let here = Raw {
+            http: here.http.clone(),
+            url: here.url.clone(),
+            session: here.session.clone(),
+        };
+        tokio::spawn(async move {
+            here.call(2, "bump", json!({"tag": "m"}), Some("key-m"))
+                .await
+        })
+    };
+    // The claim ran in Redis; its answer is on its way when the server goes.
+    let landed = tokio::time::timeout(Duration::from_secs(10), async {
+        while keys_held(&namespace).await == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(landed.is_ok(), "the claim never reached the store");
+    proxy.set(Mode::Refuse);
+    proxy.cut();
+    let reply = tokio::time::timeout(Duration::from_secs(20), keyed)
+        .await
+        .expect("the keyed call is answered")
+        .unwrap();
+    refused_retryably("a claim cut off", &reply);
+    proxy.set(Mode::Pass);
+    // Re-sent as a client does: again after a 503, and after "key in use" (waiting out a
+    // first run), until the call is answered.
+    let again = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let r = here
+                .call(3, "bump", json!({"tag": "m"}), Some("key-m"))
+                .await;
+            if r.status != 503 && !r.body.contains("IDEMPOTENCY_KEY_IN_USE") {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the re-send runs: the key the unrun call left is let go");
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(server.effects.count("m"), 1, "{}", again.body);
 }
