@@ -99,7 +99,10 @@ async def streamablehttp_client(
         timeout: the TCP connect timeout, in seconds (as ``mcp``'s HTTP timeout).
         sse_read_timeout: how long one request may wait for its answer, in seconds, across
             every resume and re-send (the client's call timeout; default 300). A
-            ``ClientSession``'s own ``read_timeout_seconds`` still applies on top.
+            ``ClientSession``'s own ``read_timeout_seconds`` still applies on top. The
+            deadline ends the request at the bridge; the session learns of it only through
+            its receive loop, which a 1.x ``ClientSession`` blocks while its sampling,
+            elicitation or roots callback runs: bound those callbacks yourself there.
         call_timeout: the same deadline under the name it has everywhere else in mcp-resume;
             giving both is an error.
         terminate_on_close: DELETE the session on exit (the default, as ``mcp``'s). As
