@@ -214,7 +214,7 @@ async fn a_keyed_call_ending_while_the_store_stalls_ends_in_time() {
                     Some("key-s"),
                 )
                 .await;
-            if r.status != 503 && r.status != 409 {
+            if r.status != 503 && !r.body.contains("IDEMPOTENCY_KEY_IN_USE") {
                 return r;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -222,6 +222,12 @@ async fn a_keyed_call_ending_while_the_store_stalls_ends_in_time() {
     })
     .await
     .expect("the re-send is answered");
+    let answer = again.response(3).expect(&again.body);
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "s:1",
+        "the stored answer: {}",
+        again.body
+    );
     assert_eq!(server.effects.count("s"), 1, "{}", again.body);
 }
 
