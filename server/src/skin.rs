@@ -32,7 +32,7 @@ use http::header::{HeaderName, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderMap, HeaderValue, Method, StatusCode};
 
 use crate::guard::{
-    Answer, Body, BodyPlan, Claim, ClaimOutcome, Exchange, Guard, GuardAccess, GuardConfig,
+    Answer, Body, BodyPlan, Claim, ClaimOutcome, Exchange, Guard, GuardAccess, GuardConfig, Retry,
     SseFlow, Step, StoreOp, StoreUnavailable, Watch,
 };
 use crate::ids::InstanceId;
@@ -245,50 +245,34 @@ impl Core {
         }
     }
 
-    /// An operation failed. A release is tried again on a task of its own until the store
-    /// takes it: it lets go of a claim whose call did not run, and a claim may have landed
-    /// although its answer never came (the store went away mid-command, and was away for the
-    /// release too). Left held by nobody, the key would read as in use to the call's re-send,
-    /// then, past its lease, as of unknown outcome for as long as the store keeps lost keys:
-    /// a call that never ran, refused for good. A release frees only a running key held by
-    /// its own token, so trying it again never touches another claim's key.
+    /// An operation failed: one worth trying again ([`Retry`]) is, on a task of its own,
+    /// when the core says.
     fn failed(&self, op: &StoreOp) {
-        if !matches!(op, StoreOp::Release { .. }) {
+        let Some(mut retry) = Retry::after_failure(op, now(), self.config.lease()) else {
             return;
-        }
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!("no tokio runtime: a failed release is not tried again");
             return;
         };
         let store = self.store.clone();
-        let op = op.clone();
-        // Past the lease the key reads as lost to the next claim, which a release no longer
-        // undoes; until a claim comes, it still frees it. Tried for a lease at least.
-        let give_up = now() + self.config.lease().max(RELEASE_RETRIES_FOR);
         runtime.spawn(async move {
-            let mut wait = RELEASE_RETRY_FROM;
             loop {
-                tokio::time::sleep(wait).await;
-                match store::run(&*store, &op).await {
-                    Ok(_) => return,
-                    Err(e) if now() >= give_up => {
+                tokio::time::sleep_until(retry.poll_timeout().into()).await;
+                let Err(e) = store::run(&*store, retry.op()).await else {
+                    return;
+                };
+                match retry.handle_failed(now()) {
+                    Some(next) => retry = next,
+                    None => {
                         tracing::warn!(error = %e, "resume-safety release given up");
                         return;
                     }
-                    Err(_) => wait = (wait * 2).min(RELEASE_RETRY_UP_TO),
                 }
             }
         });
     }
 }
-
-/// The first wait before a failed release is tried again; it doubles on each failure, up to
-/// [`RELEASE_RETRY_UP_TO`].
-const RELEASE_RETRY_FROM: Duration = Duration::from_millis(50);
-/// The longest wait between two tries of a failed release.
-const RELEASE_RETRY_UP_TO: Duration = Duration::from_secs(1);
-/// How long a failed release is tried again (at least a claim's lease).
-const RELEASE_RETRIES_FOR: Duration = Duration::from_secs(60);
 
 /// The guard under the core's lock, one step at a time: reading and rewriting SSE happens
 /// outside it.

@@ -18,7 +18,9 @@
 //! - [`Step::Answer`]: send this response; the inner server never sees the request.
 //!
 //! After every step, run what [`Exchange::poll_op`] hands out (operations that need no
-//! report, such as forgetting a session, or keeping the record of a session in use).
+//! report, such as forgetting a session, or keeping the record of a session in use). One of
+//! those that fails is worth trying again when [`Retry::after_failure`] says so (a release
+//! of a key whose call did not run).
 //!
 //! **Response** — see [`Watch`]: its head, then its body (JSON or SSE), then its end;
 //! [`Watch::poll_op`] hands out the store operations to run (session records, a keyed call's
@@ -46,6 +48,7 @@ mod idempotency;
 mod ledger;
 mod records;
 mod resume;
+mod retry;
 mod scan;
 mod sse;
 mod watch;
@@ -55,6 +58,7 @@ pub use answer::Answer;
 pub use idempotency::{call_key, claim_message, claim_verdict, ClaimVerdict};
 pub use records::{Claim, ClaimOutcome, SessionRecord, StoreOp, StoredOutcome};
 pub use resume::{authorize_resume, CursorFacts, RejectReason, ResumeFacts, StreamFacts};
+pub use retry::Retry;
 pub use watch::{BodyPlan, SseFlow, Watch};
 
 use ledger::{Capacities, Ledger, RequestIds};

@@ -1,0 +1,155 @@
+//! When to try again a store operation that failed and that no watch waits on.
+
+use std::time::{Duration, Instant};
+
+use super::StoreOp;
+
+/// The first wait before a failed release is tried again; it doubles on each failure, up to
+/// [`RETRY_UP_TO`].
+const RETRY_FROM: Duration = Duration::from_millis(50);
+
+/// The longest wait between two tries.
+const RETRY_UP_TO: Duration = Duration::from_secs(1);
+
+/// How long a failed release is tried again at least. Past the key's lease the next claim
+/// reads it as lost, which a release no longer undoes; until a claim comes, the release
+/// still frees it: tried for a lease when that is longer.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// A store operation that failed, to be tried again.
+///
+/// A keyed call's stored answer is tried again by its [`Watch`](super::Watch), which renews
+/// the lease meanwhile. A release has no watch: it follows a refusal (the claim's answer was
+/// lost, the client left mid-claim) or a keyed call its server refused before running it. A claim
+/// may have landed although its answer never came (the store went away mid-command, and was
+/// still away for the release): left held by nobody, the key reads as in use to the call's
+/// re-send, then, past its lease, as of unknown outcome for as long as the store keeps lost
+/// keys, for a call that never ran. So a failed release is tried again until the store takes
+/// it. A release frees only a running key held by its own token: trying it again never
+/// touches another claim's key.
+///
+/// Created by [`Retry::after_failure`]; run [`Retry::op`] at [`Retry::poll_timeout`], then
+/// report a failure with [`Retry::handle_failed`] (a success ends it).
+#[derive(Debug, Clone)]
+pub struct Retry {
+    op: StoreOp,
+    at: Instant,
+    wait: Duration,
+    until: Instant,
+}
+
+impl Retry {
+    /// `op` failed at `now`: `Some` when it is worth trying again (a release), given the
+    /// guard's claim `lease`.
+    pub fn after_failure(op: &StoreOp, now: Instant, lease: Duration) -> Option<Self> {
+        if !matches!(op, StoreOp::Release { .. }) {
+            return None;
+        }
+        Some(Self {
+            op: op.clone(),
+            at: now + RETRY_FROM,
+            wait: RETRY_FROM,
+            until: now + lease.max(RETRY_FOR),
+        })
+    }
+
+    /// The operation to run again.
+    pub fn op(&self) -> &StoreOp {
+        &self.op
+    }
+
+    /// When to run it.
+    pub fn poll_timeout(&self) -> Instant {
+        self.at
+    }
+
+    /// The try failed again at `now`: the next one (`None`: given up).
+    pub fn handle_failed(mut self, now: Instant) -> Option<Self> {
+        if now >= self.until {
+            return None;
+        }
+        self.wait = (self.wait * 2).min(RETRY_UP_TO);
+        self.at = now + self.wait;
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ClaimToken, IdempotencyKey};
+
+    /// A test's own start of time.
+    #[allow(clippy::disallowed_methods)]
+    fn t0() -> Instant {
+        Instant::now()
+    }
+
+    fn release() -> StoreOp {
+        StoreOp::Release {
+            key: IdempotencyKey::new("k").unwrap(),
+            token: ClaimToken::from_stored("t"),
+        }
+    }
+
+    #[test]
+    fn only_a_release_is_tried_again() {
+        let now = t0();
+        let lease = Duration::from_secs(10);
+        assert!(Retry::after_failure(&release(), now, lease).is_some());
+        let others = [
+            StoreOp::MarkLost {
+                key: IdempotencyKey::new("k").unwrap(),
+                token: ClaimToken::from_stored("t"),
+            },
+            StoreOp::ForgetSession(crate::ids::SessionId::parse(b"s").unwrap()),
+        ];
+        for op in others {
+            assert!(Retry::after_failure(&op, now, lease).is_none(), "{op:?}");
+        }
+    }
+
+    #[test]
+    fn waits_double_up_to_a_second_until_given_up() {
+        // | failures | wait before the next try |
+        let rows = [
+            (0, 50),
+            (1, 100),
+            (2, 200),
+            (3, 400),
+            (4, 800),
+            (5, 1000),
+            (6, 1000),
+        ];
+        let start = t0();
+        let mut retry = Retry::after_failure(&release(), start, Duration::from_secs(10)).unwrap();
+        let mut now = start;
+        for (failures, wait_ms) in rows {
+            assert_eq!(
+                retry.poll_timeout() - now,
+                Duration::from_millis(wait_ms),
+                "after {failures} failures"
+            );
+            now = retry.poll_timeout();
+            retry = retry.handle_failed(now).unwrap();
+        }
+        assert_eq!(retry.op(), &release());
+    }
+
+    #[test]
+    fn it_is_given_up_after_a_minute_or_a_lease_if_longer() {
+        // | lease | still tried at (s) | given up at (s) |
+        let rows = [(10, 59, 60), (30, 59, 60), (120, 119, 120)];
+        for (lease, tried, given_up) in rows {
+            let start = t0();
+            let lease = Duration::from_secs(lease);
+            let retry = Retry::after_failure(&release(), start, lease).unwrap();
+            let at = |s| start + Duration::from_secs(s);
+            assert!(
+                retry.clone().handle_failed(at(tried)).is_some(),
+                "{lease:?}"
+            );
+            assert!(retry.handle_failed(at(given_up)).is_none(), "{lease:?}");
+        }
+    }
+}
