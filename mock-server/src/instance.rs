@@ -14,7 +14,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -42,7 +42,10 @@ use crate::store::{
     StoreError, StoredEvent, StreamKind, StreamRecord,
 };
 use crate::tools;
-use mcp_resume_server::guard::{call_key, claim_message, Answer, ClaimOutcome, StoredOutcome};
+use mcp_resume_server::guard::{
+    call_key, claim_message, Answer, ClaimOutcome, Retry, StoreOp, StoredOutcome,
+};
+use mcp_resume_server::ids::{ClaimToken, IdempotencyKey};
 
 /// JSON-RPC error codes used on the wire.
 pub(crate) mod code {
@@ -1309,6 +1312,8 @@ async fn handle_request(
 struct KeyClaim {
     inc: Arc<Incarnation>,
     key: Option<String>,
+    /// Names this claim in the store (see [`Store::idempotency_abandon`]).
+    claim: String,
     /// Set once the tool reached its execution (see [`tools::ToolCtx::ran`]).
     ran: AtomicBool,
 }
@@ -1320,18 +1325,57 @@ impl Drop for KeyClaim {
         }
         if let Some(key) = self.key.take() {
             let store = self.inc.env.shared.clone();
-            let ran = self.ran.load(Ordering::SeqCst);
-            if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move {
-                    let _ = if ran {
-                        store.idempotency_lose(&key).await
-                    } else {
-                        store.idempotency_abandon(&key).await
-                    };
-                });
+            if self.ran.load(Ordering::SeqCst) {
+                if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                    rt.spawn(async move {
+                        let _ = store.idempotency_lose(&key).await;
+                    });
+                }
+            } else {
+                release(store, key, std::mem::take(&mut self.claim));
             }
         }
     }
+}
+
+/// A name for a new claim, unique across instances and processes sharing a store.
+fn new_claim() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Lets go of `claim`'s hold on `key` (its call never ran), on a task of its own, tried
+/// again on the guard's schedule ([`Retry`]) while the store fails: a claim may have landed
+/// although its reply never came (the store went away mid-command, and was still away for
+/// the release). Left held by nobody, the key would answer the call's every re-send "in
+/// use" under this live instance, for a call that never ran. The release frees only a key
+/// `claim` holds, so trying it again never touches another claim's key.
+fn release(store: Arc<dyn Store>, key: String, claim: String) {
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        if store.idempotency_abandon(&key, &claim).await.is_ok() {
+            return;
+        }
+        // The guard's own schedule, read off the operation it would retry.
+        let Ok(id) = IdempotencyKey::new(key.as_str()) else {
+            return;
+        };
+        let op = StoreOp::Release {
+            key: id,
+            token: ClaimToken::from_stored(claim.as_str()),
+        };
+        // No lease of its own: a running key of a live instance never lapses here.
+        let mut retry = Retry::after_failure(&op, Instant::now(), Duration::ZERO);
+        while let Some(next) = retry {
+            tokio::time::sleep_until(next.poll_timeout().into()).await;
+            if store.idempotency_abandon(&key, &claim).await.is_ok() {
+                return;
+            }
+            retry = next.handle_failed(Instant::now());
+        }
+        tracing::warn!(key, "the release of a claimed key given up");
+    });
 }
 
 /// The guard's answer to a claim that does not let the call run.
@@ -1463,6 +1507,7 @@ async fn claim_up_front(
         return Ok(None);
     };
     let fp = context::written_call_fingerprint(&checked.name, &checked.args, body);
+    let claim = new_claim();
     // On a task of its own: the store may take the claim after this request's handler was
     // dropped (its client left while Redis was answering). The task then still makes the
     // `KeyClaim`, which nobody reads and which, dropped, lets the unrun call's key go;
@@ -1470,16 +1515,19 @@ async fn claim_up_front(
     // under this live instance, every re-send refused as in use.
     let claiming = {
         let inc = inc.clone();
+        let claim = claim.clone();
+        let key = key.clone();
         tokio::spawn(async move {
             let begun = inc
                 .env
                 .shared
-                .idempotency_begin(&key, &fp, inc.env.index)
+                .idempotency_begin(&key, &fp, inc.env.index, &claim)
                 .await;
             begun.map(|begun| match begun {
                 IdempotencyBegin::Started => Begun::Claimed(KeyClaim {
                     inc,
                     key: Some(key),
+                    claim,
                     ran: AtomicBool::new(false),
                 }),
                 IdempotencyBegin::Running => Begun::Refused(ClaimOutcome::InUse),
@@ -1500,8 +1548,11 @@ async fn claim_up_front(
                 None => rpc_err(id, code::INTERNAL, "malformed stored outcome", None),
             },
         },
-        // A claim task that failed is a store that could not answer: nothing ran.
+        // A claim task that failed is a store that could not answer: nothing ran. The
+        // claim may have landed though its reply was lost: it is let go, as the guard lets
+        // it go, so the call sent again after the 503 is not refused "in use".
         Ok(Err(_)) | Err(_) => {
+            release(inc.env.shared.clone(), key, claim);
             let answer = Answer::store_unavailable(id, STORE_RETRY_AFTER_SECS);
             return Err(guard_answer(answer));
         }
@@ -1554,6 +1605,7 @@ async fn tools_call(
         None => KeyClaim {
             inc: inc.clone(),
             key: None,
+            claim: String::new(),
             ran: AtomicBool::new(false),
         },
     };

@@ -263,12 +263,15 @@ pub trait Store: Send + Sync + 'static {
     /// Looks a prepared record up.
     fn get_prepared<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<PreparedRecord>>;
 
-    /// Claims an idempotency key for a call with this fingerprint on behalf of `instance`.
+    /// Claims an idempotency key for a call with this fingerprint on behalf of `instance`;
+    /// `claim` names this claim (unique to it), the one [`Store::idempotency_abandon`] must
+    /// name to let the key go.
     fn idempotency_begin<'a>(
         &'a self,
         key: &'a str,
         fingerprint: &'a str,
         instance: usize,
+        claim: &'a str,
     ) -> StoreFuture<'a, IdempotencyBegin>;
     /// Records the outcome of a claimed key.
     fn idempotency_finish<'a>(
@@ -276,8 +279,11 @@ pub trait Store: Send + Sync + 'static {
         key: &'a str,
         outcome: StoredOutcome,
     ) -> StoreFuture<'a, ()>;
-    /// Releases a claimed key without an outcome (the call was cancelled before it ran).
-    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()>;
+    /// Releases a claimed key without an outcome (the call was cancelled before it ran, or
+    /// its claim failed): only a running key taken by `claim`. A claim whose reply was lost
+    /// may have found the key another call's; the release must leave that one alone, or
+    /// the call would run twice.
+    fn idempotency_abandon<'a>(&'a self, key: &'a str, claim: &'a str) -> StoreFuture<'a, ()>;
     /// Marks a claimed key lost: its call ran and ended without an outcome (cancelled
     /// mid-run), so it may have applied its effect and must never run again. A key that is
     /// not running is left as it is.
@@ -338,6 +344,8 @@ enum KeyState {
     Running {
         fingerprint: String,
         instance: usize,
+        /// The claim that took it (see [`Store::idempotency_abandon`]).
+        claim: String,
     },
     Done {
         fingerprint: String,
@@ -654,12 +662,14 @@ impl Store for MemoryStore {
         key: &'a str,
         fingerprint: &'a str,
         instance: usize,
+        claim: &'a str,
     ) -> StoreFuture<'a, IdempotencyBegin> {
         let answer = self.with(|s| match s.keys.get(key) {
             None => {
                 let running = KeyState::Running {
                     fingerprint: fingerprint.to_owned(),
                     instance,
+                    claim: claim.to_owned(),
                 };
                 // Forgetting a running or lost key would let its call run again: only a
                 // finished one makes room, and with none the claim fails like a store that
@@ -707,9 +717,9 @@ impl Store for MemoryStore {
         Self::ready(())
     }
 
-    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+    fn idempotency_abandon<'a>(&'a self, key: &'a str, claim: &'a str) -> StoreFuture<'a, ()> {
         self.with(|s| {
-            if matches!(s.keys.get(key), Some(KeyState::Running { .. })) {
+            if matches!(s.keys.get(key), Some(KeyState::Running { claim: c, .. }) if c == claim) {
                 s.keys.remove(&key.to_owned());
             }
         });
@@ -762,6 +772,7 @@ impl Store for MemoryStore {
                 if let KeyState::Running {
                     fingerprint,
                     instance: i,
+                    ..
                 } = state
                 {
                     if *i == instance {

@@ -10,7 +10,7 @@
 //! | `request:<session>:<rpc id>` | hash `rec`, `state`, `instance`, `holder` | request record |
 //! | `prepared:<id>` | string (JSON) | `prepare`'s record |
 //! | `task:<id>` | hash `rec`, `state`, `instance`, `holder` | task record (2026-07-28 tasks extension); `state` is `running` while it works |
-//! | `idem:<key>` | hash `state`, `fp`, `instance`, `holder`, `outcome` | idempotency key |
+//! | `idem:<key>` | hash `state`, `fp`, `instance`, `holder`, `claim`, `outcome` | idempotency key; `claim` names the claim that took it |
 //! | `running-requests:<i>`, `running-keys:<i>` | set | what instance `i` holds while it runs (working tasks are in the first) |
 //! | `lease:<holder>` | string with expiry | this handle is alive |
 //! | `counter:<name>` | integer | `counter_increment` |
@@ -224,12 +224,12 @@ return {v[1], state}
 "#;
 
 // KEYS: idem key, running-keys set of the instance. ARGV: fingerprint, instance, holder,
-// namespace.
+// namespace, claim.
 const BEGIN: &str = r#"
 local k = KEYS[1]
 local st = redis.call('HGET', k, 'state')
 if not st then
-  redis.call('HSET', k, 'state', 'running', 'fp', ARGV[1], 'instance', ARGV[2], 'holder', ARGV[3])
+  redis.call('HSET', k, 'state', 'running', 'fp', ARGV[1], 'instance', ARGV[2], 'holder', ARGV[3], 'claim', ARGV[5])
   redis.call('SADD', KEYS[2], k)
   return {'started'}
 end
@@ -257,10 +257,11 @@ if i then redis.call('SREM', ARGV[3] .. 'running-keys:' .. i, k) end
 return 1
 "#;
 
-// KEYS: idem key. ARGV: namespace.
+// KEYS: idem key. ARGV: namespace, claim. Only the claim that took the key lets it go.
 const ABANDON: &str = r#"
 local k = KEYS[1]
 if redis.call('HGET', k, 'state') ~= 'running' then return 0 end
+if redis.call('HGET', k, 'claim') ~= ARGV[2] then return 0 end
 local i = redis.call('HGET', k, 'instance')
 redis.call('DEL', k)
 if i then redis.call('SREM', ARGV[1] .. 'running-keys:' .. i, k) end
@@ -423,11 +424,20 @@ impl RedisStore {
         format!("{}{kind}:{id}", self.inner.opts.namespace)
     }
 
-    /// Runs `script` (abandon, lose) on an idempotency key's record.
-    async fn settle_key(&self, script: &Script, key: &str) -> Result<(), StoreError> {
-        let _: i64 = script
-            .key(self.key("idem", key))
-            .arg(&self.inner.opts.namespace)
+    /// Runs `script` (abandon, lose) on an idempotency key's record, with `claim` (the
+    /// abandoning claim) after the namespace when given.
+    async fn settle_key(
+        &self,
+        script: &Script,
+        key: &str,
+        claim: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut invocation = script.key(self.key("idem", key));
+        invocation.arg(&self.inner.opts.namespace);
+        if let Some(claim) = claim {
+            invocation.arg(claim);
+        }
+        let _: i64 = invocation
             .invoke_async(&mut self.conn())
             .await
             .map_err(err)?;
@@ -779,6 +789,7 @@ impl Store for RedisStore {
         key: &'a str,
         fingerprint: &'a str,
         instance: usize,
+        claim: &'a str,
     ) -> StoreFuture<'a, IdempotencyBegin> {
         Box::pin(async move {
             let answer: Vec<String> = self
@@ -791,6 +802,7 @@ impl Store for RedisStore {
                 .arg(instance)
                 .arg(&self.inner.holder)
                 .arg(&self.inner.opts.namespace)
+                .arg(claim)
                 .invoke_async(&mut self.conn())
                 .await
                 .map_err(err)?;
@@ -836,12 +848,12 @@ impl Store for RedisStore {
         })
     }
 
-    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(self.settle_key(&self.inner.scripts.abandon, key))
+    fn idempotency_abandon<'a>(&'a self, key: &'a str, claim: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(self.settle_key(&self.inner.scripts.abandon, key, Some(claim)))
     }
 
     fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        Box::pin(self.settle_key(&self.inner.scripts.lose, key))
+        Box::pin(self.settle_key(&self.inner.scripts.lose, key, None))
     }
 
     fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {

@@ -32,7 +32,7 @@ async fn fill_with_running_keys(store: &MemoryStore) -> Vec<String> {
     let mut keys = Vec::new();
     loop {
         let key = format!("filler-{}", keys.len());
-        match store.idempotency_begin(&key, "filler", 0).await {
+        match store.idempotency_begin(&key, "filler", 0, &key).await {
             Ok(_) => keys.push(key),
             Err(_) => return keys,
         }

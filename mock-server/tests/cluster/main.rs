@@ -11,6 +11,7 @@ mod binary;
 mod guard_answers;
 mod idle;
 mod kill_keys;
+mod lost_claims;
 mod modern;
 mod presets;
 mod presets_on_redis;

@@ -487,15 +487,15 @@ async fn tasks_round_trip_and_a_released_instance_loses_its_working_ones(store: 
 
 async fn idempotency_semantics(store: Arc<dyn Store>) {
     assert_eq!(
-        store.idempotency_begin("k", "f", 0).await.unwrap(),
+        store.idempotency_begin("k", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
     assert_eq!(
-        store.idempotency_begin("k", "f", 1).await.unwrap(),
+        store.idempotency_begin("k", "f", 1, "c").await.unwrap(),
         IdempotencyBegin::Running
     );
     assert_eq!(
-        store.idempotency_begin("k", "g", 1).await.unwrap(),
+        store.idempotency_begin("k", "g", 1, "c").await.unwrap(),
         IdempotencyBegin::Mismatch
     );
     let outcome = StoredOutcome {
@@ -507,27 +507,27 @@ async fn idempotency_semantics(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(
-        store.idempotency_begin("k", "f", 2).await.unwrap(),
+        store.idempotency_begin("k", "f", 2, "c").await.unwrap(),
         IdempotencyBegin::Done(outcome.clone())
     );
     assert_eq!(
-        store.idempotency_begin("j", "f", 3).await.unwrap(),
+        store.idempotency_begin("j", "f", 3, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
     // The instance holding "j" dies: its effect may have been applied, so the key must
     // never run again, though an outcome stored late still wins.
     store.release_instance(3).await.unwrap();
     assert_eq!(
-        store.idempotency_begin("j", "f", 0).await.unwrap(),
+        store.idempotency_begin("j", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Lost
     );
     assert_eq!(
-        store.idempotency_begin("j", "g", 0).await.unwrap(),
+        store.idempotency_begin("j", "g", 0, "c").await.unwrap(),
         IdempotencyBegin::Mismatch
     );
-    store.idempotency_abandon("j").await.unwrap();
+    store.idempotency_abandon("j", "c").await.unwrap();
     assert_eq!(
-        store.idempotency_begin("j", "f", 0).await.unwrap(),
+        store.idempotency_begin("j", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Lost
     );
     store
@@ -535,19 +535,25 @@ async fn idempotency_semantics(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(
-        store.idempotency_begin("j", "f", 0).await.unwrap(),
+        store.idempotency_begin("j", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Done(outcome)
     );
 }
 
 async fn idempotency_abandon_frees_a_running_key_only(store: Arc<dyn Store>) {
     assert_eq!(
-        store.idempotency_begin("k", "f", 0).await.unwrap(),
+        store.idempotency_begin("k", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
-    store.idempotency_abandon("k").await.unwrap();
+    // Another claim's release (one whose reply was lost, the key found in use) leaves it.
+    store.idempotency_abandon("k", "other").await.unwrap();
     assert_eq!(
-        store.idempotency_begin("k", "g", 1).await.unwrap(),
+        store.idempotency_begin("k", "f", 1, "other").await.unwrap(),
+        IdempotencyBegin::Running
+    );
+    store.idempotency_abandon("k", "c").await.unwrap();
+    assert_eq!(
+        store.idempotency_begin("k", "g", 1, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
     let outcome = StoredOutcome {
@@ -558,9 +564,9 @@ async fn idempotency_abandon_frees_a_running_key_only(store: Arc<dyn Store>) {
         .idempotency_finish("k", outcome.clone())
         .await
         .unwrap();
-    store.idempotency_abandon("k").await.unwrap();
+    store.idempotency_abandon("k", "c").await.unwrap();
     assert_eq!(
-        store.idempotency_begin("k", "g", 1).await.unwrap(),
+        store.idempotency_begin("k", "g", 1, "c").await.unwrap(),
         IdempotencyBegin::Done(outcome)
     );
     // Finishing a key nobody claimed stores nothing.
@@ -575,32 +581,32 @@ async fn idempotency_abandon_frees_a_running_key_only(store: Arc<dyn Store>) {
         .await
         .unwrap();
     assert_eq!(
-        store.idempotency_begin("never", "f", 0).await.unwrap(),
+        store.idempotency_begin("never", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
 }
 
 async fn idempotency_lose_makes_a_running_key_lost_for_good(store: Arc<dyn Store>) {
     assert_eq!(
-        store.idempotency_begin("k", "f", 0).await.unwrap(),
+        store.idempotency_begin("k", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
     store.idempotency_lose("k").await.unwrap();
     for _ in 0..2 {
         assert_eq!(
-            store.idempotency_begin("k", "f", 1).await.unwrap(),
+            store.idempotency_begin("k", "f", 1, "c").await.unwrap(),
             IdempotencyBegin::Lost
         );
     }
     assert_eq!(
-        store.idempotency_begin("k", "g", 1).await.unwrap(),
+        store.idempotency_begin("k", "g", 1, "c").await.unwrap(),
         IdempotencyBegin::Mismatch
     );
     // Neither a release nor its instance's death frees it.
-    store.idempotency_abandon("k").await.unwrap();
+    store.idempotency_abandon("k", "c").await.unwrap();
     store.release_instance(0).await.unwrap();
     assert_eq!(
-        store.idempotency_begin("k", "f", 1).await.unwrap(),
+        store.idempotency_begin("k", "f", 1, "c").await.unwrap(),
         IdempotencyBegin::Lost
     );
     // Only a running key is lost: a finished one keeps its outcome, an unknown one stays free.
@@ -608,19 +614,19 @@ async fn idempotency_lose_makes_a_running_key_lost_for_good(store: Arc<dyn Store
         response: json!({"result": {}}),
         capability_hash: "h".into(),
     };
-    store.idempotency_begin("d", "f", 0).await.unwrap();
+    store.idempotency_begin("d", "f", 0, "c").await.unwrap();
     store
         .idempotency_finish("d", outcome.clone())
         .await
         .unwrap();
     store.idempotency_lose("d").await.unwrap();
     assert_eq!(
-        store.idempotency_begin("d", "f", 0).await.unwrap(),
+        store.idempotency_begin("d", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Done(outcome)
     );
     store.idempotency_lose("never").await.unwrap();
     assert_eq!(
-        store.idempotency_begin("never", "f", 0).await.unwrap(),
+        store.idempotency_begin("never", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
 }
@@ -632,19 +638,22 @@ async fn idempotency_lose_makes_a_running_key_lost_for_good(store: Arc<dyn Store
 async fn memory_store_keeps_a_lost_key_when_newer_keys_fill_it() {
     let store = memory().await.store;
     assert_eq!(
-        store.idempotency_begin("k", "f", 0).await.unwrap(),
+        store.idempotency_begin("k", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Started
     );
     store.release_instance(0).await.unwrap();
     let mut refused = 0;
     for i in 0..100_000 {
-        match store.idempotency_begin(&format!("other-{i}"), "f", 1).await {
+        match store
+            .idempotency_begin(&format!("other-{i}"), "f", 1, "c")
+            .await
+        {
             Ok(begin) => assert_eq!(begin, IdempotencyBegin::Started),
             Err(_) => refused += 1,
         }
     }
     assert_eq!(
-        store.idempotency_begin("k", "f", 1).await.unwrap(),
+        store.idempotency_begin("k", "f", 1, "c").await.unwrap(),
         IdempotencyBegin::Lost
     );
     assert_eq!(refused, 1, "the key beyond the cap is refused");
@@ -656,17 +665,17 @@ async fn memory_store_keeps_a_lost_key_when_newer_keys_fill_it() {
     store.idempotency_finish("other-5", outcome).await.unwrap();
     assert_eq!(
         store
-            .idempotency_begin("other-99999", "f", 1)
+            .idempotency_begin("other-99999", "f", 1, "c")
             .await
             .unwrap(),
         IdempotencyBegin::Started
     );
     assert!(store
-        .idempotency_begin("other-100000", "f", 1)
+        .idempotency_begin("other-100000", "f", 1, "c")
         .await
         .is_err());
     assert_eq!(
-        store.idempotency_begin("k", "f", 1).await.unwrap(),
+        store.idempotency_begin("k", "f", 1, "c").await.unwrap(),
         IdempotencyBegin::Lost
     );
 }
@@ -704,7 +713,7 @@ async fn redis_claims_of_a_dead_process_read_as_lost_once_its_lease_expires() {
         // Another process: it claims a key and a running request, then dies silently.
         let doomed = RedisStore::connect_with(&url, opts).await.unwrap();
         assert_eq!(
-            doomed.idempotency_begin("k", "f", 1).await.unwrap(),
+            doomed.idempotency_begin("k", "f", 1, "c").await.unwrap(),
             IdempotencyBegin::Started
         );
         doomed
@@ -713,7 +722,7 @@ async fn redis_claims_of_a_dead_process_read_as_lost_once_its_lease_expires() {
             .unwrap();
         // Still alive: the key is in use, the request running.
         assert_eq!(
-            survivor.idempotency_begin("k", "f", 0).await.unwrap(),
+            survivor.idempotency_begin("k", "f", 0, "c").await.unwrap(),
             IdempotencyBegin::Running
         );
     }
@@ -733,12 +742,12 @@ async fn redis_claims_of_a_dead_process_read_as_lost_once_its_lease_expires() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(
-        survivor.idempotency_begin("k", "f", 0).await.unwrap(),
+        survivor.idempotency_begin("k", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Lost
     );
     // For good: a key found lost stays lost.
     assert_eq!(
-        survivor.idempotency_begin("k", "f", 0).await.unwrap(),
+        survivor.idempotency_begin("k", "f", 0, "c").await.unwrap(),
         IdempotencyBegin::Lost
     );
 }
@@ -813,7 +822,7 @@ async fn redis_fails_loudly_while_the_server_is_down_and_recovers_with_its_data(
     let started = Instant::now();
     assert!(store.get_session("a").await.is_err());
     assert!(store.events_after("a", 0).await.is_err());
-    assert!(store.idempotency_begin("k", "f", 0).await.is_err());
+    assert!(store.idempotency_begin("k", "f", 0, "c").await.is_err());
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "{:?}",

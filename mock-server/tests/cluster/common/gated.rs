@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mock_server::store::{
-    IdempotencyBegin, PreparedRecord, RequestRecord, SessionRecord, StoreFuture, StoredEvent,
-    StoredOutcome, StreamRecord, TaskRecord,
+    IdempotencyBegin, PreparedRecord, RequestRecord, SessionRecord, StoreError, StoreFuture,
+    StoredEvent, StoredOutcome, StreamRecord, TaskRecord,
 };
 use mock_server::{MemoryStore, Store};
 use serde_json::Value;
@@ -23,11 +23,15 @@ pub enum Gated {
     IdempotencyBegin,
     /// A session's lookup (every request of a session, `initialize` aside).
     GetSession,
+    /// Nothing: only the store's failures ([`GatedStore::lost_claim_replies`],
+    /// [`GatedStore::failing_releases`]) are made.
+    Nothing,
 }
 
 /// A [`MemoryStore`] whose [`Gated`] operation waits until the test opens the gate
 /// (`gate.add_permits`), counting the calls that arrived at it; it also counts the keys
-/// released without an outcome.
+/// released without an outcome, and fails claims and releases as a store gone mid-command
+/// does, when told to.
 #[derive(Clone)]
 pub struct GatedStore {
     pub inner: MemoryStore,
@@ -36,6 +40,11 @@ pub struct GatedStore {
     /// Operations that reached the gate (passed or waiting).
     pub arrived: Arc<AtomicUsize>,
     pub abandoned: Arc<AtomicUsize>,
+    /// Claims still to be taken whose reply is then lost (the claim lands, the caller is
+    /// told the store failed): a store gone mid-command.
+    pub lost_claim_replies: Arc<AtomicUsize>,
+    /// Releases still to fail without touching the key: the store still gone.
+    pub failing_releases: Arc<AtomicUsize>,
 }
 
 impl GatedStore {
@@ -47,7 +56,16 @@ impl GatedStore {
             gated,
             arrived: Arc::new(AtomicUsize::new(0)),
             abandoned: Arc::new(AtomicUsize::new(0)),
+            lost_claim_replies: Arc::new(AtomicUsize::new(0)),
+            failing_releases: Arc::new(AtomicUsize::new(0)),
         }
+    }
+
+    /// Takes one from `count` if it is not zero yet: whether this operation fails.
+    fn fails(count: &AtomicUsize) -> bool {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Waits at the gate when `op` is the one held back.
@@ -121,12 +139,18 @@ impl Store for GatedStore {
         key: &'a str,
         fingerprint: &'a str,
         instance: usize,
+        claim: &'a str,
     ) -> StoreFuture<'a, IdempotencyBegin> {
         Box::pin(async move {
             let _permit = self.pass(Gated::IdempotencyBegin).await;
-            self.inner
-                .idempotency_begin(key, fingerprint, instance)
-                .await
+            let begun = self
+                .inner
+                .idempotency_begin(key, fingerprint, instance, claim)
+                .await;
+            if Self::fails(&self.lost_claim_replies) {
+                return Err(StoreError("the claim's reply was lost".into()));
+            }
+            begun
         })
     }
     fn idempotency_finish<'a>(
@@ -136,9 +160,12 @@ impl Store for GatedStore {
     ) -> StoreFuture<'a, ()> {
         self.inner.idempotency_finish(key, outcome)
     }
-    fn idempotency_abandon<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
+    fn idempotency_abandon<'a>(&'a self, key: &'a str, claim: &'a str) -> StoreFuture<'a, ()> {
         self.abandoned.fetch_add(1, Ordering::SeqCst);
-        self.inner.idempotency_abandon(key)
+        if Self::fails(&self.failing_releases) {
+            return Box::pin(async { Err(StoreError("the store is gone".into())) });
+        }
+        self.inner.idempotency_abandon(key, claim)
     }
     fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
         self.inner.idempotency_lose(key)
