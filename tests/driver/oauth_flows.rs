@@ -691,6 +691,179 @@ async fn an_authorizer_that_never_answers_gives_the_provider_back_at_its_timeout
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
 
+/// Sets its flag and wakes the test when the authorizer's future is dropped.
+struct DropGuard(Arc<std::sync::atomic::AtomicBool>, Arc<Notify>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.1.notify_one();
+    }
+}
+
+/// A provider whose authorizer never answers: `entered` is notified when it is asked,
+/// `dropped` (and its flag) when its future is dropped.
+fn unanswered_authorization() -> (
+    OAuthProvider,
+    Arc<Notify>,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<Notify>,
+) {
+    let entered = Arc::new(Notify::new());
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let dropped_note = Arc::new(Notify::new());
+    let (enter, flag, note) = (entered.clone(), dropped.clone(), dropped_note.clone());
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(move |_| {
+            let guard = DropGuard(flag.clone(), note.clone());
+            enter.notify_one();
+            async move {
+                let _guard = guard;
+                futures::future::pending::<Result<reqwest::Url, mcp_resume::Error>>().await
+            }
+        })
+        .build()
+        .unwrap();
+    (provider, entered, dropped, dropped_note)
+}
+
+fn waiting_client(url: &str, provider: OAuthProvider) -> Client {
+    Client::builder(url)
+        .auth(provider)
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// Dropping the last clone of the client ends the authorization its calls started, the same.
+#[tokio::test]
+async fn dropping_the_client_cancels_its_pending_authorization() {
+    let (_server, url, _auth) = protected().await;
+    let (provider, entered, dropped, dropped_note) = unanswered_authorization();
+    let client = waiting_client(&url, provider.clone());
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.ping().await }
+    });
+    guarded(entered.notified()).await;
+    call.abort();
+    let _ = call.await;
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(5), dropped_note.notified())
+        .await
+        .expect("the authorizer still runs after the client was dropped");
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+    drop(provider);
+}
+
+/// A clone of the provider that says when a request asked it (the clone has then joined
+/// the flow holding the provider), and when it is gone (dropped with its client).
+struct Watched {
+    provider: OAuthProvider,
+    asked: Arc<Notify>,
+    _gone: Gone,
+}
+
+struct Gone(Arc<Notify>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+impl TokenProvider for Watched {
+    fn token(
+        &self,
+        request: TokenRequest,
+    ) -> futures::future::BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        let token = self.provider.token(request);
+        self.asked.notify_one();
+        token
+    }
+
+    fn credential(
+        &self,
+        request: TokenRequest,
+    ) -> futures::future::BoxFuture<'static, Result<Option<String>, mcp_resume::Error>> {
+        let credential = self.provider.credential(request);
+        self.asked.notify_one();
+        credential
+    }
+}
+
+/// Two clients share a provider: the first's request starts the authorization, the
+/// second's waits on it. Dropping the first client does not end it (the second still
+/// wants it): once the user answers, the second's call goes through with that
+/// authorization, the user asked once.
+#[tokio::test]
+async fn an_authorization_another_client_waits_on_outlives_the_first_client() {
+    let (_server, url, _auth) = protected().await;
+    let entered = Arc::new(Notify::new());
+    let answer = Arc::new(Notify::new());
+    let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (enter, go, count) = (entered.clone(), answer.clone(), asked.clone());
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(move |request| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            enter.notify_one();
+            let go = go.clone();
+            async move {
+                go.notified().await;
+                HeadlessAuthorizer::new().authorize(request).await
+            }
+        })
+        .build()
+        .unwrap();
+    let first_gone = Arc::new(Notify::new());
+    let first = Client::builder(&url)
+        .auth(Watched {
+            provider: provider.clone(),
+            asked: Arc::new(Notify::new()),
+            _gone: Gone(first_gone.clone()),
+        })
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let second_asked = Arc::new(Notify::new());
+    let second = Client::builder(&url)
+        .auth(Watched {
+            provider: provider.clone(),
+            asked: second_asked.clone(),
+            _gone: Gone(Arc::new(Notify::new())),
+        })
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let started = tokio::spawn({
+        let first = first.clone();
+        async move { first.ping().await }
+    });
+    guarded(entered.notified()).await;
+    let waiting = tokio::spawn({
+        let second = second.clone();
+        async move { second.ping().await }
+    });
+    guarded(second_asked.notified()).await;
+    started.abort();
+    let _ = started.await;
+    drop(first);
+    guarded(first_gone.notified()).await;
+    answer.notify_one();
+    guarded(waiting).await.unwrap().unwrap();
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 /// A token store that never answers fails the request that needed it (and `sign_out`) at
 /// `store_timeout`, instead of holding the provider's state for ever.
 #[tokio::test]

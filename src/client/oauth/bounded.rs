@@ -1,4 +1,5 @@
-//! The application's hooks ([`Authorizer`], [`TokenStore`]) bounded in time.
+//! The application's hooks ([`Authorizer`], [`TokenStore`]) bounded in time, and the
+//! authorizer by the life of the clients it serves.
 //!
 //! A flow holds the provider's state from its first step to its last (see `detached` in the
 //! provider): a hook that never answers would hold it for ever, every later request waiting
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use reqwest::Url;
+use tokio::sync::watch;
 
 use super::authorizer::{AuthorizationRequest, Authorizer};
 use super::store::TokenStore;
@@ -26,6 +28,38 @@ pub(super) struct BoundedAuthorizer {
 impl Authorizer for BoundedAuthorizer {
     fn authorize(&self, request: AuthorizationRequest) -> BoxFuture<'static, Result<Url, Error>> {
         bounded(self.inner.authorize(request), self.limit, "the authorizer")
+    }
+}
+
+/// An [`Authorizer`] no longer waited for (its future dropped, the authorization failed) once
+/// `ended` is `true`: every client whose requests wanted this authorization is gone, and
+/// nothing of theirs may keep the user's browser, a redirect listener or other application
+/// code running for them until the authorization timeout.
+pub(super) struct OwnedAuthorizer {
+    pub(super) inner: Arc<dyn Authorizer>,
+    pub(super) ended: watch::Receiver<bool>,
+}
+
+impl Authorizer for OwnedAuthorizer {
+    fn authorize(&self, request: AuthorizationRequest) -> BoxFuture<'static, Result<Url, Error>> {
+        let hook = self.inner.authorize(request);
+        let mut ended = self.ended.clone();
+        Box::pin(async move {
+            let ended = async move {
+                if ended.wait_for(|ended| *ended).await.is_err() {
+                    // No longer told: only the authorizer's own answer or timeout ends it.
+                    futures::future::pending::<()>().await;
+                }
+            };
+            futures::pin_mut!(ended);
+            match futures::future::select(hook, ended).await {
+                futures::future::Either::Left((answer, _)) => answer,
+                futures::future::Either::Right(_) => Err(Error::new(
+                    ErrorKind::Closed,
+                    "the clients that wanted this authorization have ended",
+                )),
+            }
+        })
     }
 }
 

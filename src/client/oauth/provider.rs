@@ -1,5 +1,6 @@
 //! [`OAuthProvider`]: a [`TokenProvider`] that obtains its tokens by MCP authorization.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -7,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use futures::future::BoxFuture;
 use http::{HeaderMap, Method};
 use reqwest::Url;
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{watch, OwnedMutexGuard};
 
 use crate::auth::AuthChallenge;
 use crate::client::auth::{Presentation, TokenProvider, TokenRequest};
@@ -22,7 +23,7 @@ use crate::oauth::{
 };
 
 use super::authorizer::Authorizer;
-use super::bounded::{BoundedAuthorizer, BoundedStore};
+use super::bounded::{BoundedAuthorizer, BoundedStore, OwnedAuthorizer};
 use super::dpop::DpopKey;
 use super::grant::{IdentityAssertion, MachineGrant, WorkloadIdentity};
 use super::jwt::ClientAssertion;
@@ -242,7 +243,8 @@ impl OAuthBuilder {
     /// authorization fails ([`OAuthError::Authorizer`], in
     /// [`OAuthProvider::last_failure`]) and the provider is free again: the next request
     /// that needs a token starts a new one. Until then requests wait behind it (each to its
-    /// own deadline), as do [`OAuthProvider::sign_out`] and the other accessors. Default
+    /// own deadline), as do [`OAuthProvider::sign_out`] and the other accessors. It fails
+    /// sooner when every client that wanted it is dropped (see [`OAuthProvider`]). Default
     /// 10 minutes.
     pub fn authorization_timeout(mut self, limit: Duration) -> Self {
         self.authorization_timeout = limit;
@@ -479,6 +481,7 @@ impl OAuthBuilder {
             limit: self.http_timeout,
         };
         Ok(OAuthProvider {
+            handle: 0,
             inner: Arc::new(Inner {
                 config: Config {
                     client_name: self.client_name,
@@ -513,6 +516,8 @@ impl OAuthBuilder {
                 last_failure: Mutex::new(None),
                 bindings: Mutex::new(Bindings::default()),
                 reauthorizations: AtomicU64::new(0),
+                handles: AtomicU64::new(1),
+                owners: Mutex::new(Owners::default()),
             }),
         })
     }
@@ -537,9 +542,34 @@ impl OAuthBuilder {
 ///
 /// Cheap to clone; clones share tokens and state. Concurrent refusals run one flow: the
 /// others wait and get its token, or the failure of an authorization the user declined.
-#[derive(Clone)]
+///
+/// An authorization lives as long as a client that wants it: once every clone of the
+/// provider whose requests started or waited on it is dropped (with the client it was given
+/// to, [`ClientBuilder::auth`](crate::ClientBuilder::auth)), the [`Authorizer`]'s future is
+/// dropped and the authorization fails, freeing the provider, instead of running to
+/// [`OAuthBuilder::authorization_timeout`] for nobody. A request that ends (its deadline, a
+/// dropped future) does not end it: its client may ask again, and another may wait on it.
+/// A token exchange already under way is finished, so that tokens the authorization server
+/// issued reach the store.
 pub struct OAuthProvider {
     inner: Arc<Inner>,
+    /// Which clone this is: the authorizations its requests wanted end with it.
+    handle: u64,
+}
+
+impl Clone for OAuthProvider {
+    fn clone(&self) -> Self {
+        OAuthProvider {
+            inner: self.inner.clone(),
+            handle: self.inner.handles.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for OAuthProvider {
+    fn drop(&mut self) {
+        self.inner.release(self.handle);
+    }
 }
 
 impl std::fmt::Debug for OAuthProvider {
@@ -589,7 +619,7 @@ impl TokenProvider for OAuthProvider {
     /// The token of the next request; without one yet, discovery runs up front (the
     /// well-known URIs) and the provider authorizes before answering.
     fn token(&self, request: TokenRequest) -> BoxFuture<'static, Result<String, Error>> {
-        let flow = detached(self.inner.clone(), request, true);
+        let flow = detached(self.inner.clone(), self.handle, request, true);
         Box::pin(async move {
             match flow.await? {
                 Some(token) => Ok(token),
@@ -602,7 +632,7 @@ impl TokenProvider for OAuthProvider {
         &self,
         request: TokenRequest,
     ) -> BoxFuture<'static, Result<Option<String>, Error>> {
-        detached(self.inner.clone(), request, false)
+        detached(self.inner.clone(), self.handle, request, false)
     }
 
     /// A DPoP-bound token with the `DPoP` scheme and a proof made for this request; a
@@ -659,20 +689,32 @@ impl TokenProvider for OAuthProvider {
 /// awaiting request as before, where the driver turns it into that request's failure.
 ///
 /// The reauthorizations ended are counted when the request is made, not once it has the
-/// state: a failed one that ends while the request waits answers it too.
+/// state: a failed one that ends while the request waits answers it too. So is the
+/// request's clone of the provider (`handle`) among those the running flow serves: the flow
+/// it waits behind is its client's as much as the one that started it.
 fn detached(
     inner: Arc<Inner>,
+    handle: u64,
     request: TokenRequest,
     up_front: bool,
 ) -> BoxFuture<'static, Result<Option<String>, Error>> {
     let waited = inner.reauthorizations.load(Ordering::SeqCst);
+    let waiting = Waiting::new(inner.clone(), handle);
     Box::pin(async move {
-        let state = inner.state.clone().lock_owned().await;
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return inner.credential(state, request, up_front, waited).await;
+        let mut state = inner.state.clone().lock_owned().await;
+        let (flow, ended) = inner.start(handle);
+        drop(waiting);
+        state.ended = Some(ended);
+        // Made here, not in the flow: a flow whose task never ran is over all the same.
+        let running = Running(inner.clone(), flow);
+        let run = async move {
+            let _running = running;
+            inner.credential(state, request, up_front, waited).await
         };
-        let flow =
-            runtime.spawn(async move { inner.credential(state, request, up_front, waited).await });
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return run.await;
+        };
+        let flow = runtime.spawn(run);
         match flow.await {
             Ok(outcome) => outcome,
             Err(ended) if ended.is_panic() => std::panic::resume_unwind(ended.into_panic()),
@@ -715,6 +757,104 @@ struct Inner {
     /// How many authorizations started by a refused token have ended: read before a request
     /// waits for the state (which the flow holds), increased under it when one ends.
     reauthorizations: AtomicU64,
+    /// The next clone's [`OAuthProvider::handle`].
+    handles: AtomicU64,
+    /// Which clones the flow holding the state serves.
+    owners: Mutex<Owners>,
+}
+
+/// The clones of the provider (each the one a client was given) with requests waiting for
+/// the state, and those the flow holding it serves: the flow's authorization is waited for
+/// while one of them lives.
+#[derive(Default)]
+struct Owners {
+    /// Requests waiting for the state, per clone.
+    waiting: HashMap<u64, usize>,
+    flows: u64,
+    running: Option<Flow>,
+}
+
+struct Flow {
+    id: u64,
+    owners: HashSet<u64>,
+    ended: watch::Sender<bool>,
+}
+
+impl Inner {
+    fn owners(&self) -> std::sync::MutexGuard<'_, Owners> {
+        self.owners.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state is `handle`'s request's: a flow starts, serving it and every clone with a
+    /// request waiting behind it. The receiver turns `true` once they have all ended.
+    fn start(&self, handle: u64) -> (u64, watch::Receiver<bool>) {
+        let mut owners = self.owners();
+        owners.flows += 1;
+        let id = owners.flows;
+        let mut served: HashSet<u64> = owners.waiting.keys().copied().collect();
+        served.insert(handle);
+        let (ended, receiver) = watch::channel(false);
+        owners.running = Some(Flow {
+            id,
+            owners: served,
+            ended,
+        });
+        (id, receiver)
+    }
+
+    /// `handle` is dropped: the flow running ends its authorization if it served no other.
+    fn release(&self, handle: u64) {
+        let mut owners = self.owners();
+        owners.waiting.remove(&handle);
+        if let Some(flow) = owners.running.as_mut() {
+            if flow.owners.remove(&handle) && flow.owners.is_empty() {
+                tracing::debug!(
+                    "every client that wanted this authorization has ended: it is abandoned"
+                );
+                flow.ended.send_replace(true);
+            }
+        }
+    }
+}
+
+/// A request of the clone `handle` waiting for the state; it joins the flow holding it.
+struct Waiting(Arc<Inner>, u64);
+
+impl Waiting {
+    fn new(inner: Arc<Inner>, handle: u64) -> Self {
+        {
+            let mut owners = inner.owners();
+            *owners.waiting.entry(handle).or_default() += 1;
+            if let Some(flow) = owners.running.as_mut() {
+                flow.owners.insert(handle);
+            }
+        }
+        Waiting(inner, handle)
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut owners = self.0.owners();
+        if let Some(count) = owners.waiting.get_mut(&self.1) {
+            *count -= 1;
+            if *count == 0 {
+                owners.waiting.remove(&self.1);
+            }
+        }
+    }
+}
+
+/// The flow `.1` holds the state until this is dropped (its end, or its task's).
+struct Running(Arc<Inner>, u64);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut owners = self.0.owners();
+        if owners.running.as_ref().is_some_and(|f| f.id == self.1) {
+            owners.running = None;
+        }
+    }
 }
 
 /// The last few access tokens the provider handed out and whether each is DPoP-bound. More
@@ -782,6 +922,8 @@ struct State {
     /// [`Inner::reauthorizations`]; `None` once one succeeds. The requests refused while it
     /// ran take its failure instead of asking the user again.
     failed_reauthorization: Option<(u64, OAuthError)>,
+    /// Turns `true` when every client the flow holding the state serves has ended.
+    ended: Option<watch::Receiver<bool>>,
 }
 
 impl State {
@@ -1206,8 +1348,15 @@ impl Inner {
                 let authorizer = self
                     .config
                     .authorizer
-                    .as_deref()
+                    .clone()
                     .ok_or_else(|| OAuthError::Config("no authorizer".into()))?;
+                let authorizer = OwnedAuthorizer {
+                    inner: authorizer,
+                    ended: state
+                        .ended
+                        .clone()
+                        .unwrap_or_else(|| watch::channel(false).1),
+                };
                 if let Some(metadata) = &discovery.metadata {
                     if !metadata.supports_pkce_s256() {
                         return Err(OAuthError::PkceUnsupported);
@@ -1232,7 +1381,7 @@ impl Inner {
                     iss_parameter_supported,
                     scopes: &scopes,
                 };
-                endpoint.authorization_code(flow, authorizer).await?
+                endpoint.authorization_code(flow, &authorizer).await?
             }
         };
         state.requested = scopes;
