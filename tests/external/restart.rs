@@ -28,6 +28,8 @@ use serde_json::{json, Value};
 use crate::workload;
 
 #[path = "../../server/tests/support/redis_cluster.rs"]
+// Shared with the guard's tests, which also stop and continue its nodes.
+#[allow(dead_code)]
 mod redis_cluster;
 
 /// Hang guard for waits: generous, never a stand-in for synchronisation.
