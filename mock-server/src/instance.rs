@@ -1522,8 +1522,17 @@ async fn claim_up_front(
                 .env
                 .shared
                 .idempotency_begin(&key, &fp, inc.env.index, &claim)
-                .await;
-            begun.map(|begun| match begun {
+                .await?;
+            // The instance died while its claim was on the way: the store may have recorded
+            // the death before the claim, which would then stay running under a dead
+            // instance, held by nobody, every re-send refused "in use" for good. Its claim
+            // is a dead holder's, as a guard's that died mid-claim, whose lease lapses to
+            // lost: marked lost, as the death's record makes what it finds.
+            if begun == IdempotencyBegin::Started && inc.dying.load(Ordering::SeqCst) {
+                let _ = inc.env.shared.idempotency_lose(&key).await;
+                return Ok(Begun::Refused(ClaimOutcome::Lost));
+            }
+            Ok::<_, StoreError>(match begun {
                 IdempotencyBegin::Started => Begun::Claimed(KeyClaim {
                     inc,
                     key: Some(key),

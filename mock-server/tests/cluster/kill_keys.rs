@@ -90,3 +90,85 @@ async fn a_key_held_by_a_killed_instance_never_runs_again() {
         cluster.shutdown().await;
     }
 }
+
+/// The claim of a call whose instance is killed meanwhile reaches the store after the kill's
+/// record: nobody holds the key any more, as after a guard that died mid-claim, and it reads
+/// as lost (`IDEMPOTENCY_OUTCOME_UNKNOWN`), as the death's record would have made it and as
+/// a dead holder's lease makes it. Before the fix it stayed running under the dead
+/// instance's index, and every re-send was refused "in use" for good.
+#[tokio::test]
+async fn a_claim_landing_after_its_instance_died_is_lost_not_held_by_nobody() {
+    use tokio::io::AsyncWriteExt;
+
+    let store = GatedStore::new(Gated::IdempotencyBegin);
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        instances: 2,
+        idle_timeout: None,
+        store: Some(Arc::new(store.clone())),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let url0 = cluster.instance_url(0).expect("instance 0 is up");
+    let mcp1 = Mcp::new(cluster.instance_url(1).expect("instance 1 is up"));
+    let (sid, _, _) = mcp1.initialize(None).await;
+    assert_eq!(mcp1.notify_initialized(&sid).await.status, 202);
+
+    let call = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "counter_increment", "arguments": {},
+                          "_meta": {TAG: "late", KEY: "late-key"}}})
+    };
+    // Sent to instance 0 by hand: its connection dies with the instance.
+    let body = call(1).to_string();
+    let addr = url0
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/mcp"))
+        .expect("http://addr/mcp");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\n\
+         content-type: application/json\r\nmcp-session-id: {sid}\r\n\
+         mcp-protocol-version: {VERSION}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let waited = tokio::time::timeout(STEP, async {
+        while store.arrived.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "the claim reached the store");
+
+    // The death is recorded while the claim waits; then the claim lands.
+    assert!(cluster.kill_instance(0).await);
+    store.gate.add_permits(100);
+    let landed = tokio::time::timeout(STEP, async {
+        while store.claimed.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(landed.is_ok(), "the claim landed");
+    // The key is marked lost after its claim (never, before the fix: then the assertion
+    // below says what was answered).
+    let _ = tokio::time::timeout(STEP, async {
+        while store.lost.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    let again = mcp1.post(Some(&sid), call(2)).await;
+    assert_eq!(
+        error_code(&again).as_deref(),
+        Some("IDEMPOTENCY_OUTCOME_UNKNOWN"),
+        "{again:?}"
+    );
+    let oracle = cluster.oracle();
+    assert_eq!(oracle.executions_tagged("late").count(), 0);
+    drop(conn);
+    cluster.shutdown().await;
+}

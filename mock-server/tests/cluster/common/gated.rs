@@ -40,6 +40,10 @@ pub struct GatedStore {
     /// Operations that reached the gate (passed or waiting).
     pub arrived: Arc<AtomicUsize>,
     pub abandoned: Arc<AtomicUsize>,
+    /// Keys marked lost ([`Store::idempotency_lose`] done).
+    pub lost: Arc<AtomicUsize>,
+    /// Claims the store has taken (or answered), past the gate.
+    pub claimed: Arc<AtomicUsize>,
     /// Claims still to be taken whose reply is then lost (the claim lands, the caller is
     /// told the store failed): a store gone mid-command.
     pub lost_claim_replies: Arc<AtomicUsize>,
@@ -56,6 +60,8 @@ impl GatedStore {
             gated,
             arrived: Arc::new(AtomicUsize::new(0)),
             abandoned: Arc::new(AtomicUsize::new(0)),
+            lost: Arc::new(AtomicUsize::new(0)),
+            claimed: Arc::new(AtomicUsize::new(0)),
             lost_claim_replies: Arc::new(AtomicUsize::new(0)),
             failing_releases: Arc::new(AtomicUsize::new(0)),
         }
@@ -147,6 +153,7 @@ impl Store for GatedStore {
                 .inner
                 .idempotency_begin(key, fingerprint, instance, claim)
                 .await;
+            self.claimed.fetch_add(1, Ordering::SeqCst);
             if Self::fails(&self.lost_claim_replies) {
                 return Err(StoreError("the claim's reply was lost".into()));
             }
@@ -168,7 +175,11 @@ impl Store for GatedStore {
         self.inner.idempotency_abandon(key, claim)
     }
     fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
-        self.inner.idempotency_lose(key)
+        Box::pin(async move {
+            let lost = self.inner.idempotency_lose(key).await;
+            self.lost.fetch_add(1, Ordering::SeqCst);
+            lost
+        })
     }
     fn put_task(&self, record: TaskRecord) -> StoreFuture<'_, ()> {
         self.inner.put_task(record)
