@@ -323,12 +323,27 @@ impl Client {
     /// the [`TaskStore`](super::TaskStore)) until it ends, and returns its final result.
     ///
     /// `timeout` bounds the whole wait (every poll and re-send); `None` means the client's
-    /// call timeout. A task may run far longer than a call: give it the time it needs.
+    /// call timeout. A task may run far longer than a call: give it the time it needs. A
+    /// zero timeout fails with [`ErrorKind::InvalidConfig`] at once, as a call's does, and
+    /// nothing is polled or written.
+    ///
+    /// With a [ledger](crate::guide::restarts) given to the builder, the task is recorded
+    /// there while it is polled, and kept when the wait ends before the task does (a
+    /// timeout, a server that cannot be asked): a later [`Client::recover`] polls it again.
+    /// The record is the task's, one per task id and endpoint: resuming the same task again,
+    /// here or in another process, rewrites it rather than adding one, so a recovery polls
+    /// each task once however many resumptions of it failed.
     pub async fn resume_task(
         &self,
         task_id: &str,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
+        if timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a task's timeout must be greater than zero",
+            ));
+        }
         self.start_driver()?;
         let (reply, rx) = oneshot::channel();
         let id = CallId::next();

@@ -1367,3 +1367,97 @@ async fn a_ledger_that_never_reads_fails_the_recovery_in_time() {
     let err = guarded(client.recover()).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
 }
+
+/// The task entries in `ledger`, by task id.
+async fn task_entries(ledger: &MemoryLedger) -> Vec<String> {
+    let mut ids: Vec<String> = ledger
+        .entries()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|e| match e.stage() {
+            mcp_resume::proto::CallStage::Task { task_id } => Some(task_id.clone()),
+            _ => None,
+        })
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A task whose resumption fails (here a server without `tasks/get`) is kept for a later
+/// `recover`, once: resuming it again and failing again adds no second entry, so the
+/// recovery polls the task once, not once per failed attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_resumed_and_failed_twice_is_recovered_once() {
+    let server = TestServer::start(default_reply).await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let err = guarded(client.resume_task("t1", Some(Duration::from_secs(2))))
+            .await
+            .unwrap_err();
+        assert_ne!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    }
+    guarded(client.close()).await.unwrap();
+    drop(client);
+    assert_eq!(task_entries(&ledger).await, ["t1"]);
+    let next = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let recovered = guarded(next.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "one call per task left behind");
+    drop(recovered);
+    guarded(next.close()).await.unwrap();
+}
+
+/// The same with resumptions that time out, the task still working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_resumed_and_timed_out_twice_is_recovered_once() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tasks/get") {
+            return json_result(
+                req,
+                json!({"taskId": "t1", "status": "working", "pollIntervalMs": 20}),
+            );
+        }
+        default_reply(req)
+    })
+    .await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let err = guarded(client.resume_task("t1", Some(Duration::from_millis(200))))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    }
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "one call per task left behind");
+    assert_eq!(task_entries(&ledger).await, ["t1"]);
+}
+
+/// A zero timeout is refused as `ToolCall::timeout(ZERO)` is, before anything is written:
+/// `InvalidConfig`, and the ledger as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_task_with_a_zero_timeout_is_refused_unwritten() {
+    let server = TestServer::start(default_reply).await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let err = guarded(client.resume_task("t1", Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    guarded(client.close()).await.unwrap();
+    assert!(ledger.entries().await.unwrap().is_empty());
+    assert!(!server.requests().iter().any(|r| r.is_rpc("tasks/get")));
+}

@@ -171,6 +171,15 @@ impl Line {
         if !self.retries.is_empty() {
             self.retries.retain(|r| r.entry != entry);
         }
+        if matches!(op.write, Write::Put(_)) {
+            // An entry keyed by its task is written again by a later call polling the task:
+            // a dropped call's removal still held back would take that call's entry, and one
+            // given up on would hide it from this client's recoveries.
+            if !self.dropped.is_empty() {
+                self.dropped.retain(|(queued, _)| *queued != entry);
+            }
+            self.given_up.remove(&entry);
+        }
         self.waiting.push_back((entry, op));
     }
 
@@ -908,10 +917,11 @@ impl Records {
     /// `call` became task `task_id` (what a ledger of tasks left behind keeps of it).
     pub(crate) fn task_created(&mut self, call: CallId, task_id: &str) {
         if self.scope == Scope::TasksLeftBehind {
-            let record = self
-                .calls
-                .entry(call)
-                .or_insert_with(|| Record::new(EntryId::fresh(), SystemTime::now()));
+            let record = self.calls.entry(call).or_insert_with(|| {
+                // Keyed by the task, as a resumed task's entry is: one entry per task.
+                let id = EntryId::of_task(&self.endpoint, task_id);
+                Record::new(id, SystemTime::now())
+            });
             record.task_open = true;
             record.was_task = true;
             record.task_id = Some(task_id.to_owned());
@@ -936,7 +946,14 @@ impl Records {
                 .checked_add(left)
                 .or_else(|| now.1.checked_add(FAR_WALL_DEADLINE))
                 .unwrap_or(now.1);
-            Record::new(EntryId::fresh(), deadline)
+            // A call whose first checkpoint is a task's is a task resumed by its id: its
+            // entry is keyed by the task, so that each resumption of it (each left behind
+            // by a failed wait, say) writes the same entry instead of one more to recover.
+            let id = match &checkpoint.stage {
+                CallStage::Task { task_id } => EntryId::of_task(&self.endpoint, task_id),
+                _ => EntryId::fresh(),
+            };
+            Record::new(id, deadline)
         });
         // A send's checkpoint written again after a write it waited for failed is the same
         // send's; any other after a send is a later one's (a connection refused counts too:
@@ -1165,6 +1182,38 @@ mod tests {
         assert!(records.ended(picked, false, false));
         writer.kick();
         assert!(ledger.is_empty());
+    }
+
+    /// A task resumed by its id has one entry whatever number of calls poll it: a second
+    /// resumption rewrites the first's, and the removal the first left when the application
+    /// dropped it (held back for the writer task) does not take the second's entry.
+    #[tokio::test]
+    async fn a_task_resumed_again_keeps_one_entry() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let resume = |records: &mut Records, call| {
+            let checkpoint = Checkpoint::new("tools/call", None, now.0 + Duration::from_secs(60))
+                .with_stage(CallStage::Task {
+                    task_id: "t1".into(),
+                });
+            records.checkpoint(call, checkpoint, now);
+        };
+        let (failed, dropped, again) = (CallId::next(), CallId::next(), CallId::next());
+        resume(&mut records, failed);
+        assert!(!records.ended(failed, false, false), "left behind");
+        resume(&mut records, dropped);
+        assert!(records.ended(dropped, true, false));
+        resume(&mut records, again);
+        assert!(!records.ended(again, false, false), "left behind");
+        writer.flush().await;
+        let held = ledger.entries().await.unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!(
+            held[0].id(),
+            &EntryId::of_task(&EntryEndpoint::of("http://h/mcp"), "t1")
+        );
     }
 
     /// A call picked up holds its entry against every other recovery while it runs, and

@@ -22,7 +22,9 @@ const FORMAT: u64 = 1;
 const MAX_ID_LEN: usize = 128;
 
 /// Names one entry: unique across processes (a per-process random prefix and a counter), and
-/// the same for the whole life of its call, across every write and every pick-up.
+/// the same for the whole life of its call, across every write and every pick-up. A task
+/// polled by its id alone (`Client::resume_task`) has an entry named after the task instead,
+/// which each call polling it writes: one entry per task.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntryId(Arc<str>);
 
@@ -56,6 +58,22 @@ impl EntryId {
         // Hex digits, a dash and decimal digits: ASCII.
         let text = std::str::from_utf8(&buf[start..]).unwrap_or("entry");
         EntryId(Arc::from(text))
+    }
+
+    /// The id of task `task_id`'s entry at `endpoint` when no call's entry records it (a
+    /// task resumed by id, or left behind where only tasks are written): the same in every
+    /// process, so that each write for the task replaces the last and the ledger holds one
+    /// entry per task, not one per attempt to poll it. Never equal to a fresh id (those
+    /// start with hex digits), and 128 bits of a stable digest of the endpoint's and the
+    /// task's: task ids are the server's and as long as it likes.
+    pub(crate) fn of_task(endpoint: &EntryEndpoint, task_id: &str) -> Self {
+        let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+        let named = [endpoint.digest.as_bytes(), b"\n", task_id.as_bytes()];
+        for byte in named.into_iter().flatten() {
+            hash ^= u128::from(*byte);
+            hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+        }
+        EntryId(Arc::from(format!("task-{hash:032x}")))
     }
 
     /// An id read back from storage: 1 to 128 visible ASCII characters.
@@ -495,6 +513,25 @@ fn malformed(what: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A task's entry id is the same wherever it is made, its task's alone at its endpoint,
+    /// and reads back as written.
+    #[test]
+    fn a_tasks_entry_id_names_the_task_at_its_endpoint() {
+        let here = EntryEndpoint::of("http://h/mcp");
+        let there = EntryEndpoint::of("http://h/mcp?tenant=2");
+        let id = EntryId::of_task(&here, "t1");
+        assert_eq!(
+            id,
+            EntryId::of_task(&EntryEndpoint::of("http://h/mcp"), "t1")
+        );
+        assert_ne!(id, EntryId::of_task(&here, "t2"));
+        assert_ne!(id, EntryId::of_task(&there, "t1"));
+        assert_ne!(id, EntryId::fresh());
+        assert_eq!(EntryId::parse(id.as_str()).unwrap(), id);
+        let long = "x".repeat(4096);
+        assert!(EntryId::parse(EntryId::of_task(&here, &long).as_str()).is_ok());
+    }
 
     fn entry(stage: CallStage) -> LedgerEntry {
         let now = SystemTime::now();
