@@ -99,6 +99,13 @@ pub trait TokenProvider: Send + Sync + 'static {
         let _ = (url, status, headers, challenge);
         false
     }
+
+    /// The client this provider was given to has stopped (closed, dropped, or its runtime
+    /// shut down): end what the provider runs on that client's behalf alone, such as an
+    /// authorization waiting on the user, so that no application code keeps running for a
+    /// client that is gone. Called without the client's locks, possibly more than once for
+    /// one client (each of its driver's tasks stops it). The default does nothing.
+    fn close(&self) {}
 }
 
 /// How one request presents its token: the `Authorization` header, and for a DPoP-bound

@@ -739,6 +739,29 @@ fn waiting_client(url: &str, provider: OAuthProvider) -> Client {
         .unwrap()
 }
 
+/// Closing the client ends the authorization its calls started: the authorizer's future is
+/// dropped, though the application still holds the client (and its own clone of the
+/// provider).
+#[tokio::test]
+async fn closing_the_client_cancels_its_pending_authorization() {
+    let (_server, url, _auth) = protected().await;
+    let (provider, entered, dropped, dropped_note) = unanswered_authorization();
+    let client = waiting_client(&url, provider.clone());
+    let call = tokio::spawn({
+        let client = client.clone();
+        async move { client.ping().await }
+    });
+    guarded(entered.notified()).await;
+    let _ = client.close().await;
+    tokio::time::timeout(Duration::from_secs(5), dropped_note.notified())
+        .await
+        .expect("the authorizer still runs after the client was closed");
+    assert!(dropped.load(std::sync::atomic::Ordering::SeqCst));
+    let ended = guarded(call).await.unwrap();
+    assert_eq!(ended.unwrap_err().kind(), mcp_resume::ErrorKind::Closed);
+    drop((client, provider));
+}
+
 /// Dropping the last clone of the client ends the authorization its calls started, the same.
 #[tokio::test]
 async fn dropping_the_client_cancels_its_pending_authorization() {

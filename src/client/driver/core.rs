@@ -204,6 +204,9 @@ impl Core {
         if let Some(writer) = &self.writer {
             writer.close();
         }
+        if let Some(auth) = &self.endpoint.auth {
+            auth.close();
+        }
     }
 
     /// Holds exchange `id` (a call's POST) until the ledger write before it has finished;

@@ -544,8 +544,9 @@ impl OAuthBuilder {
 /// others wait and get its token, or the failure of an authorization the user declined.
 ///
 /// An authorization lives as long as a client that wants it: once every clone of the
-/// provider whose requests started or waited on it is dropped (with the client it was given
-/// to, [`ClientBuilder::auth`](crate::ClientBuilder::auth)), the [`Authorizer`]'s future is
+/// provider whose requests started or waited on it is closed or dropped (with the client it
+/// was given to, [`ClientBuilder::auth`](crate::ClientBuilder::auth); see
+/// [`TokenProvider::close`]), the [`Authorizer`]'s future is
 /// dropped and the authorization fails, freeing the provider, instead of running to
 /// [`OAuthBuilder::authorization_timeout`] for nobody. A request that ends (its deadline, a
 /// dropped future) does not end it: its client may ask again, and another may wait on it.
@@ -674,6 +675,12 @@ impl TokenProvider for OAuthProvider {
         };
         let named = key.observe_nonce(url, headers);
         named && challenge.is_some_and(|c| c.error.as_deref() == Some(USE_DPOP_NONCE))
+    }
+
+    /// Ends the authorization this client's requests started or waited on, unless another
+    /// client of the provider still wants it (as when the client is dropped).
+    fn close(&self) {
+        self.inner.release(self.handle);
     }
 }
 
