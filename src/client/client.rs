@@ -444,7 +444,9 @@ impl Client {
     /// `Closed`. With a
     /// [ledger](crate::guide::restarts), it then finishes the writes its calls queued as they
     /// ended (each within the call timeout), so a process that closes its client and exits
-    /// leaves no entry of a call that ended.
+    /// leaves no entry of a call that ended; and a closed client no longer counts as running
+    /// for [`Client::recover`]: what it left for recovery (a task its call stopped waiting
+    /// for) is another client's to pick up as soon as `close` returns, dropped or not.
     pub async fn close(&self) -> Result<(), Error> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Close { reply })?;
@@ -459,6 +461,11 @@ impl Client {
         // here. A ledger that never finishes a write delays close, it does not hold it.
         if let Some(writer) = self.core().writer.clone() {
             let _ = tokio::time::timeout(self.shared.call_timeout, writer.flush()).await;
+            // A closed client runs no call: what it left in the ledger (a task its call
+            // stopped waiting for) is another client's to recover from now, not once this
+            // one is dropped. Its ended calls' removals not done yet stay claimed until they
+            // are.
+            writer.release();
         }
         closed
     }

@@ -68,7 +68,8 @@ impl Client {
     /// Picks up every call the ledger holds for this client's endpoint (the URL it was given,
     /// query and user info included) and that this client does not have in flight: the calls a process (or a client) that stopped left behind.
     /// Within the process, the calls of another client that still runs on the same ledger
-    /// (its own, or ones it picked up) are left to it; across processes nothing tells a live
+    /// (its own, or ones it picked up) are left to it (a closed one no longer runs, dropped or
+    /// not: what it left is picked up); across processes nothing tells a live
     /// one from a dead one, so one ledger name belongs to one process at a time.
     /// **The one way a fleet restarts**: build the client on the same ledger (for a fleet, a
     /// `RedisLedger` under the worker's stable name) and call this before anything else.

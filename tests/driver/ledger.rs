@@ -1461,3 +1461,30 @@ async fn resume_task_with_a_zero_timeout_is_refused_unwritten() {
     assert!(ledger.entries().await.unwrap().is_empty());
     assert!(!server.requests().iter().any(|r| r.is_rpc("tasks/get")));
 }
+
+/// A closed client is no longer running: the task it left behind is the next client's to
+/// recover as soon as `close` returns, not only once the closed client is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_clients_task_left_behind_is_recovered_before_it_is_dropped() {
+    let server = TestServer::start(default_reply).await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let closed = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let err = guarded(closed.resume_task("t1", Some(Duration::from_secs(2))))
+        .await
+        .unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    guarded(closed.close()).await.unwrap();
+    assert_eq!(task_entries(&ledger).await, ["t1"]);
+    let next = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let recovered = guarded(next.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "the closed client's task is the next's");
+    drop(recovered);
+    guarded(next.close()).await.unwrap();
+    drop(closed);
+}

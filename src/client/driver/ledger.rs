@@ -31,7 +31,7 @@
 //! held back and writes its entry again first.)
 //!
 //! Each client is an incarnation (a random id, written into its entries), live from when it
-//! is built until it stops. Within the process, `recover` never takes an entry written by
+//! is built until it is closed or stops (a closed client runs no call, dropped or not). Within the process, `recover` never takes an entry written by
 //! another live client, nor one a live client picked up and has not ended yet: two clients
 //! sharing a ledger never make each other's calls again while both run (an unkeyed round sent
 //! twice, say). A call picked up that ends gives its claim back, once its entry is removed or
@@ -275,6 +275,8 @@ pub(crate) struct Writer {
     idle: Notify,
     /// The client stopped: the writer task ends once nothing is left to write.
     closed: AtomicBool,
+    /// The client was closed or stopped: its claims were let go ([`Writer::release`]).
+    released: AtomicBool,
 }
 
 /// Opens once a checkpoint's write has finished: the POST held behind it leaves, or (the
@@ -343,6 +345,7 @@ impl Writer {
             wake: Notify::new(),
             idle: Notify::new(),
             closed: AtomicBool::new(false),
+            released: AtomicBool::new(false),
         })
     }
 
@@ -641,6 +644,20 @@ impl Writer {
     /// ledger that never answers is not kept, with the writes it stalled, for the life of the
     /// process.
     pub(crate) fn close(&self) {
+        self.release();
+        self.closed.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// The client was closed (or stopped): it runs no call any more, so what it wrote or
+    /// picked up may be taken over by another client of the process from now on, but for the
+    /// entries of its ended calls, until their removal is done. The writer task goes on (a
+    /// closed client that is not dropped still finishes what it queued, and may be flushed).
+    /// Once is enough: later calls change nothing.
+    pub(crate) fn release(&self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
         {
             let mut line = self.lock();
             // The entries of calls that ended here stay claimed until their removal is done
@@ -661,8 +678,6 @@ impl Writer {
             line.releasing.extend(ended);
             self.stopped(&line.releasing);
         }
-        self.closed.store(true, Ordering::Release);
-        self.wake.notify_one();
     }
 
     /// The client stopped [`CLOSE_GRACE`] ago with `stuck` writes still being carried out by
