@@ -106,6 +106,16 @@ pub trait TokenProvider: Send + Sync + 'static {
     /// client that is gone. Called without the client's locks, possibly more than once for
     /// one client (each of its driver's tasks stops it). The default does nothing.
     fn close(&self) {}
+
+    /// This provider for one more client: a [`ClientBuilder`](crate::ClientBuilder) is a
+    /// template, and every client built from it (or from its clones) would share the one
+    /// provider it was given. A provider that keeps state per client, such as what
+    /// [`TokenProvider::close`] ends, answers an instance of its own for each client, sharing
+    /// the rest (tokens, the flow in progress), so that one client's close ends only its own
+    /// part. The default, `None`, shares this one.
+    fn for_client(&self) -> Option<std::sync::Arc<dyn TokenProvider>> {
+        None
+    }
 }
 
 /// How one request presents its token: the `Authorization` header, and for a DPoP-bound

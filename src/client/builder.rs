@@ -592,7 +592,9 @@ impl ClientBuilder {
             private_ledger,
             record_session_ids: self.record_session_ids,
             handlers: self.handlers,
-            auth: self.auth,
+            // Each client its own instance where the provider keeps state per client (what
+            // `TokenProvider::close` ends): a builder is a template for many clients.
+            auth: self.auth.map(|auth| auth.for_client().unwrap_or(auth)),
             #[cfg(feature = "otel")]
             telemetry,
         })

@@ -887,6 +887,48 @@ async fn an_authorization_another_client_waits_on_outlives_the_first_client() {
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
+/// Two clients built from one builder (a template) share its provider: closing the one
+/// that asked for nothing leaves the other's authorization running, and once the user
+/// answers, its call goes through, the user asked once.
+#[tokio::test]
+async fn closing_a_sibling_client_of_one_builder_leaves_the_others_authorization() {
+    let (_server, url, _auth) = protected().await;
+    let entered = Arc::new(Notify::new());
+    let answer = Arc::new(Notify::new());
+    let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (enter, go, count) = (entered.clone(), answer.clone(), asked.clone());
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(move |request| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            enter.notify_one();
+            let go = go.clone();
+            async move {
+                go.notified().await;
+                HeadlessAuthorizer::new().authorize(request).await
+            }
+        })
+        .build()
+        .unwrap();
+    let template = Client::builder(&url)
+        .auth(provider)
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(30));
+    let idle = template.clone().build().unwrap();
+    let busy = template.build().unwrap();
+    let waiting = tokio::spawn({
+        let busy = busy.clone();
+        async move { busy.ping().await }
+    });
+    guarded(entered.notified()).await;
+    guarded(idle.close()).await.unwrap();
+    answer.notify_one();
+    guarded(waiting).await.unwrap().unwrap();
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 /// A token store that never answers fails the request that needed it (and `sign_out`) at
 /// `store_timeout`, instead of holding the provider's state for ever.
 #[tokio::test]

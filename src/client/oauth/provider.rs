@@ -682,6 +682,11 @@ impl TokenProvider for OAuthProvider {
     fn close(&self) {
         self.inner.release(self.handle);
     }
+
+    /// A clone: each client its own part in the authorizations it wants.
+    fn for_client(&self) -> Option<Arc<dyn TokenProvider>> {
+        Some(Arc::new(self.clone()))
+    }
 }
 
 /// Runs [`Inner::credential`] in a task of its own (on the current tokio runtime; inline
@@ -834,6 +839,11 @@ impl Waiting {
             *owners.waiting.entry(handle).or_default() += 1;
             if let Some(flow) = owners.running.as_mut() {
                 flow.owners.insert(handle);
+                // A flow whose clients all ended, not yet at (or past) its authorizer, is
+                // wanted again: left ended, it would fail this live client's request with
+                // the others' abandonment.
+                flow.ended
+                    .send_if_modified(|ended| std::mem::replace(ended, false));
             }
         }
         Waiting(inner, handle)
@@ -1717,5 +1727,46 @@ impl Inner {
             Some(err) => Err(err),
             None => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider() -> OAuthProvider {
+        OAuth::builder()
+            .client_name("owners-test")
+            .redirect_uri("http://127.0.0.1:9/callback")
+            .authorizer(super::super::HeadlessAuthorizer::new())
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_flow_ends_once_the_last_client_that_wanted_it_is_gone() {
+        let provider = provider();
+        let (a, b) = (provider.clone(), provider.clone());
+        let waiting_b = Waiting::new(provider.inner.clone(), b.handle);
+        let (_, ended) = provider.inner.start(a.handle);
+        drop(waiting_b);
+        drop(a);
+        assert!(!*ended.borrow(), "b joined the flow: it still wants it");
+        drop(b);
+        assert!(*ended.borrow());
+    }
+
+    #[test]
+    fn a_client_joining_an_ended_flow_wants_it_again() {
+        let provider = provider();
+        let (a, b) = (provider.clone(), provider.clone());
+        let (_, ended) = provider.inner.start(a.handle);
+        drop(a);
+        assert!(*ended.borrow());
+        let _waiting = Waiting::new(provider.inner.clone(), b.handle);
+        assert!(
+            !*ended.borrow(),
+            "b's request joined it before its authorizer gave up"
+        );
     }
 }
