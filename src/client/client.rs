@@ -332,7 +332,9 @@ impl Client {
     /// timeout, a server that cannot be asked): a later [`Client::recover`] polls it again.
     /// The record is the task's, one per task id and endpoint: resuming the same task again,
     /// here or in another process, rewrites it rather than adding one, so a recovery polls
-    /// each task once however many resumptions of it failed.
+    /// each task once however many resumptions of it failed. A call recorded in the ledger
+    /// that became a task has its entry under the same name: resuming that task adds no
+    /// second one.
     pub async fn resume_task(
         &self,
         task_id: &str,

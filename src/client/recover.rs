@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use super::client::Client;
 use super::driver::{Command, Registration};
 use super::handle::CallHandle;
-use super::ledger::{EntryEndpoint, LedgerEntry, TASK_RETENTION};
+use super::ledger::{EntryEndpoint, EntryId, LedgerEntry, TASK_RETENTION};
 use crate::error::{Error, ErrorKind};
 use crate::proto::{CallId, CallStage};
 
@@ -82,7 +82,8 @@ impl Client {
     ///   never re-sent (an unkeyed one at once, without connecting);
     /// - a call that was waiting for the application's answers to an MRTR round asks this
     ///   client's handlers again, then sends the round;
-    /// - a call that became a task is polled until the task ends.
+    /// - a call that became a task is polled until the task ends, once however many entries
+    ///   name the task (the extra ones go when it is picked up).
     ///
     /// Each call ends by its recorded deadline (a task whose call's deadline passed gets
     /// [`ClientBuilder::call_timeout`](super::ClientBuilder::call_timeout) more), and never
@@ -173,13 +174,30 @@ impl Client {
             .collect();
         // Oldest deadline first: the order they were most likely made in.
         entries.sort_by_key(|e| e.deadline());
+        let entries = one_per_task(entries, &endpoint);
         let mut recovered = Vec::with_capacity(entries.len());
-        for entry in entries {
+        for (entry, duplicates) in entries {
             let Some(timeout) = pick_up_timeout(&entry, now, self.call_timeout()) else {
                 continue;
             };
             // Another live client's call (its own, or one it picked up) is left to it.
             if !writer.claim(&entry) {
+                continue;
+            }
+            // A task's other entries go with the one picked up, unless another client has
+            // one of them, or this one writes it still (a call of its own moving to the
+            // task's entry): then the task is in flight, and all of them are left.
+            let mut claimed = Vec::with_capacity(duplicates.len());
+            for duplicate in &duplicates {
+                if writer.is_writing(duplicate.id()) || !writer.claim(duplicate) {
+                    break;
+                }
+                claimed.push(duplicate);
+            }
+            if claimed.len() < duplicates.len() {
+                for id in std::iter::once(&entry).chain(claimed).map(LedgerEntry::id) {
+                    writer.unclaim(id);
+                }
                 continue;
             }
             let id = CallId::next();
@@ -194,22 +212,66 @@ impl Client {
             // A call already in flight here is left as it is, and one that ended here since
             // the read is not made again.
             let entry_id = entry.id().clone();
+            let unclaim = || {
+                for id in std::iter::once(&entry_id).chain(duplicates.iter().map(|d| d.id())) {
+                    writer.unclaim(id);
+                }
+            };
             match core.register_pick_up(registration) {
                 Ok(true) => {}
                 Ok(false) => {
-                    writer.unclaim(&entry_id);
+                    unclaim();
                     continue;
                 }
                 Err(error) => {
-                    writer.unclaim(&entry_id);
+                    unclaim();
                     return Err(error);
                 }
+            }
+            // The entry picked up stands for the task until its call ends: the others may
+            // go at once.
+            for duplicate in &duplicates {
+                writer.retire(duplicate);
+            }
+            if !duplicates.is_empty() {
+                writer.kick();
             }
             let handle = CallHandle::new(id, core.clone(), rx, Some(timeout), None, None, Ok);
             recovered.push(RecoveredCall { entry, handle });
         }
         Ok(recovered)
     }
+}
+
+/// `entries` (of one endpoint) with each task's entries as one: the task's own entry (the one
+/// named after it) or else the first, with the others. A task has two while a call's entry
+/// moves to the task's id, and had one per call and per resumption before calls' entries
+/// moved: polled once, not once per entry. Order kept, by the first of each task's.
+fn one_per_task(
+    entries: Vec<LedgerEntry>,
+    endpoint: &EntryEndpoint,
+) -> Vec<(LedgerEntry, Vec<LedgerEntry>)> {
+    let mut out: Vec<(LedgerEntry, Vec<LedgerEntry>)> = Vec::with_capacity(entries.len());
+    let mut tasks: rustc_hash::FxHashMap<String, usize> = rustc_hash::FxHashMap::default();
+    for entry in entries {
+        let CallStage::Task { task_id } = entry.stage() else {
+            out.push((entry, Vec::new()));
+            continue;
+        };
+        let Some(&at) = tasks.get(task_id) else {
+            tasks.insert(task_id.clone(), out.len());
+            out.push((entry, Vec::new()));
+            continue;
+        };
+        let named = EntryId::of_task(endpoint, task_id);
+        let (first, others) = &mut out[at];
+        if *entry.id() == named {
+            others.push(std::mem::replace(first, entry));
+        } else {
+            others.push(entry);
+        }
+    }
+    out
 }
 
 /// The longest a call picked up may take, whatever deadline its entry records, unless the
@@ -250,7 +312,6 @@ fn deadline_in(timeout: Duration) -> std::time::Instant {
 
 #[cfg(test)]
 mod tests {
-    use crate::client::ledger::{EntryEndpoint, EntryId};
     use crate::proto::Checkpoint;
 
     use super::*;

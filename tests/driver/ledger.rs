@@ -1488,3 +1488,79 @@ async fn a_closed_clients_task_left_behind_is_recovered_before_it_is_dropped() {
     guarded(next.close()).await.unwrap();
     drop(closed);
 }
+
+/// A call that became a task and a later `resume_task` of that task (a deprecated task
+/// store drained, say) share one entry, the task's: both left behind, the recovery polls the
+/// task once, and the ledger holds one entry of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_calls_task_resumed_by_its_id_keeps_one_entry() {
+    let cluster = strict_modern_cluster().await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let call = ToolCall::new("batch_job", json!({"steps": 20, "delay_ms": 100}))
+        .meta(meta::TAG, json!("resumed-task"))
+        .timeout(Duration::from_millis(600));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let tasks = task_entries(&ledger).await;
+    assert_eq!(tasks.len(), 1, "{tasks:?}");
+    let err = guarded(client.resume_task(&tasks[0], Some(Duration::from_millis(300))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert_eq!(task_entries(&ledger).await, tasks, "one entry of the task");
+    assert_eq!(ledger.len(), 1);
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "the task is polled once");
+    for call in recovered {
+        guarded(call).await.unwrap();
+    }
+    assert!(ledger.is_empty());
+    assert_eq!(
+        cluster.oracle().executions_tagged("resumed-task").count(),
+        1
+    );
+    cluster.shutdown().await;
+}
+
+/// Two entries of one task (a call's entry whose move to the task's id was cut short by a
+/// crash, or one an earlier version wrote beside a resumption's) are one call to `recover`:
+/// the task is polled once, and both entries go when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_entries_of_one_task_are_recovered_as_one() {
+    let cluster = strict_modern_cluster().await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = Client::builder(cluster.url())
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let call = ToolCall::new("batch_job", json!({"steps": 10, "delay_ms": 100}))
+        .meta(meta::TAG, json!("twice-entered"))
+        .timeout(Duration::from_millis(600));
+    let err = guarded(client.call_tool(call)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let held = ledger.entries().await.unwrap();
+    assert_eq!(held.len(), 1);
+    let mut stored = held[0].to_json();
+    stored["id"] = json!("0123456789abcdef-1");
+    ledger
+        .put(LedgerEntry::from_json(&stored).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(task_entries(&ledger).await.len(), 2);
+    let recovered = guarded(client.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "the task is polled once");
+    for call in recovered {
+        guarded(call).await.unwrap();
+    }
+    guarded(client.close()).await.unwrap();
+    assert!(ledger.is_empty(), "{:?}", ledger.entries().await.unwrap());
+    assert_eq!(
+        cluster.oracle().executions_tagged("twice-entered").count(),
+        1
+    );
+    cluster.shutdown().await;
+}

@@ -158,6 +158,10 @@ struct Line {
     /// ledger still holds them, and a recovery must not make their calls again (the
     /// application has their outcomes).
     given_up: FxHashMap<EntryId, SystemTime>,
+    /// Entries moved to another id (a call's that became a task, moved to the task's), by
+    /// the id they moved to: the old one is removed once a write of the new one is done, not
+    /// before, so that the task always has an entry.
+    moving: FxHashMap<EntryId, Moved>,
     /// Recoveries reading the ledger now.
     readers: usize,
     /// Entries whose last write was done while a recovery read: the read may hold them as
@@ -165,7 +169,30 @@ struct Line {
     done_while_read: Vec<EntryId>,
 }
 
+/// An entry moved to another id ([`Line::moving`]), and how to remove it once it may go.
+struct Moved {
+    old: EntryId,
+    /// It was picked up: its claim goes with it.
+    release: bool,
+    /// When the ledger drops it anyway.
+    until: SystemTime,
+}
+
 impl Line {
+    /// Queues the removal of `entry` (see [`Writer::queue_removal`]).
+    fn queue_removal(&mut self, entry: EntryId, abandoned: bool, release: bool, until: SystemTime) {
+        let op = Op::new(Write::Remove(entry.clone()), None);
+        self.removing.insert(entry.clone(), until);
+        if release {
+            self.releasing.insert(entry.clone());
+        }
+        if abandoned {
+            self.dropped.push((entry, op));
+        } else {
+            self.push(entry, op);
+        }
+    }
+
     /// Queues `op` of `entry`: a write of it waiting to be tried again is superseded.
     fn push(&mut self, entry: EntryId, op: Op) {
         if !self.retries.is_empty() {
@@ -213,11 +240,13 @@ impl Line {
         true
     }
 
-    /// Whether a write of `entry` is waiting, held back or due again.
+    /// Whether a write of `entry` is waiting, held back or due again (an entry moved away
+    /// counts until its removal is queued).
     fn pending(&self, entry: &EntryId) -> bool {
         self.waiting.iter().any(|(queued, _)| queued == entry)
             || self.dropped.iter().any(|(queued, _)| queued == entry)
             || self.retries.iter().any(|r| &r.entry == entry)
+            || self.moving.values().any(|m| &m.old == entry)
     }
 
     /// Queues the retries due at `now` (all of them without it).
@@ -433,17 +462,32 @@ impl Writer {
     /// `until`: when the ledger drops the entry anyway (how long a removal given up on is
     /// remembered).
     fn queue_removal(&self, entry: EntryId, abandoned: bool, release: bool, until: SystemTime) {
-        let op = Op::new(Write::Remove(entry.clone()), None);
+        self.lock().queue_removal(entry, abandoned, release, until);
+    }
+
+    /// Queues the put of `entry` under its new id, moved from `old`: `old` is removed once a
+    /// write of the new id is done (the task has an entry at every moment; two for a while,
+    /// which a recovery takes as one), and kept if the new one's writes are given up on.
+    /// `release`: `old` was picked up, its claim goes with it.
+    fn queue_move(&self, entry: LedgerEntry, old: EntryId, release: bool, until: SystemTime) {
+        let new = entry.id().clone();
         let mut line = self.lock();
-        line.removing.insert(entry.clone(), until);
-        if release {
-            line.releasing.insert(entry.clone());
-        }
-        if abandoned {
-            line.dropped.push((entry, op));
-        } else {
-            line.push(entry, op);
-        }
+        // Noted under the same lock as the put is queued: the put cannot finish unnoticed.
+        line.moving.insert(
+            new.clone(),
+            Moved {
+                old,
+                release,
+                until,
+            },
+        );
+        line.push(new, Op::new(Write::Put(entry), None));
+    }
+
+    /// Entry `entry`, a duplicate of a task's entry a recovery picked up, goes: claimed by
+    /// this client (by [`Writer::claim`]) until its removal is done.
+    pub(crate) fn retire(&self, entry: &LedgerEntry) {
+        self.queue_removal(entry.id().clone(), false, true, entry.expires_at());
     }
 
     /// Lets the removals of dropped calls' entries start: only from the writer task or a
@@ -541,6 +585,19 @@ impl Writer {
             Some(again) => line.retry_later(entry.clone(), again),
             None => false,
         };
+        // An entry moved here: the old one goes once this one's write is done; if this one's
+        // writes are given up on (none is tried again or waits), the old one stays, the
+        // task's entry still.
+        let mut let_go = None;
+        if line.moving.contains_key(&entry) && (!failed || (!retry && !line.pending(&entry))) {
+            if let Some(moved) = line.moving.remove(&entry) {
+                if failed {
+                    let_go = moved.release.then_some(moved.old);
+                } else {
+                    line.queue_removal(moved.old, false, moved.release, moved.until);
+                }
+            }
+        }
         // Released when its last write is done, whatever its outcome: a removal given up on
         // leaves an entry the next process would pick up anyway. This client still knows it
         // as ended (`given_up`), so its own recoveries never make the call again.
@@ -564,6 +621,9 @@ impl Writer {
         drop(line);
         if release {
             self.unclaim(&entry);
+        }
+        if let Some(old) = let_go {
+            self.unclaim(&old);
         }
         if retry {
             self.wake.notify_one();
@@ -704,6 +764,7 @@ impl Writer {
         );
         line.running.clear();
         line.removing.clear();
+        line.moving.clear();
         // Their removals given up on: whoever takes over may have them.
         let released = std::mem::take(&mut line.releasing);
         drop(line);
@@ -991,6 +1052,18 @@ impl Records {
         if gate.is_some() {
             record.gate = gate.clone();
         }
+        // A call that became a task moves to the task's id, the one `resume_task` writes
+        // (here or in another process): the task has one entry, not the call's and the
+        // resumption's, each polled by a recovery. The call's entry says so first, so that
+        // until its removal (once the task's is written) a recovery reading both takes them
+        // as one.
+        let moved = match &checkpoint.stage {
+            CallStage::Task { task_id } => {
+                let keyed = EntryId::of_task(&self.endpoint, task_id);
+                (record.id != keyed).then(|| std::mem::replace(&mut record.id, keyed))
+            }
+            _ => None,
+        };
         let entry = LedgerEntry::from_checkpoint(
             record.id.clone(),
             &self.endpoint,
@@ -1000,8 +1073,18 @@ impl Records {
             now.1,
         )
         .with_owner(self.writer.incarnation.clone());
-        self.writer
-            .queue(record.id.clone(), Write::Put(entry), gate);
+        match moved {
+            None => self
+                .writer
+                .queue(record.id.clone(), Write::Put(entry), gate),
+            Some(old) => {
+                let until = record.expiry();
+                let release = record.stored;
+                let call_entry = entry.clone().with_id(old.clone());
+                self.writer.queue(old.clone(), Write::Put(call_entry), gate);
+                self.writer.queue_move(entry, old, release, until);
+            }
+        }
     }
 
     /// Whether `call`'s next POST must write its entry again first (a write it waited for
@@ -1197,6 +1280,70 @@ mod tests {
         assert!(records.ended(picked, false, false));
         writer.kick();
         assert!(ledger.is_empty());
+    }
+
+    /// Refuses the puts of task-named entries while `refuse` is set.
+    #[derive(Default)]
+    struct RefusesTasks {
+        inner: crate::client::ledger::MemoryLedger,
+        refuse: AtomicBool,
+    }
+
+    impl Ledger for RefusesTasks {
+        fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>> {
+            if self.refuse.load(Ordering::SeqCst) && entry.id().as_str().starts_with("task-") {
+                return Box::pin(async { Err(Error::new(ErrorKind::Ledger, "unavailable")) });
+            }
+            self.inner.put(entry)
+        }
+
+        fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+            self.inner.remove(id)
+        }
+
+        fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
+            self.inner.entries()
+        }
+    }
+
+    /// A call that becomes a task moves its entry to the task's id, and its own entry goes
+    /// only once the task's is written: while that write fails, the call's entry stays (it
+    /// names the task) and the client counts it as being written; once it succeeds, the
+    /// ledger holds the task's entry alone.
+    #[tokio::test(start_paused = true)]
+    async fn a_calls_entry_moves_to_its_tasks_only_once_that_is_written() {
+        let ledger = Arc::new(RefusesTasks::default());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let call = CallId::next();
+        let deadline = now.0 + Duration::from_secs(60);
+        records.checkpoint(call, Checkpoint::new("tools/call", None, deadline), now);
+        writer.kick();
+        let old = records.calls[&call].id.clone();
+        assert!(ledger.inner.entries().now_or_never().unwrap().unwrap()[0].id() == &old);
+
+        ledger.refuse.store(true, Ordering::SeqCst);
+        let task = CallStage::Task {
+            task_id: "t1".into(),
+        };
+        let checkpoint = Checkpoint::new("tools/call", None, deadline).with_stage(task.clone());
+        records.checkpoint(call, checkpoint, now);
+        writer.kick();
+        let held = ledger.inner.entries().now_or_never().unwrap().unwrap();
+        assert_eq!(held.len(), 1, "the task's entry is not written yet");
+        assert_eq!((held[0].id(), held[0].stage()), (&old, &task));
+        assert!(writer.is_writing(&old), "the call's entry is still moving");
+
+        ledger.refuse.store(false, Ordering::SeqCst);
+        tokio::time::timeout(Duration::from_secs(5), writer.flush())
+            .await
+            .unwrap();
+        let held = ledger.inner.entries().now_or_never().unwrap().unwrap();
+        let keyed = EntryId::of_task(&EntryEndpoint::of("http://h/mcp"), "t1");
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!((held[0].id(), held[0].stage()), (&keyed, &task));
+        assert!(!writer.is_writing(&old));
     }
 
     /// A task resumed by its id has one entry whatever number of calls poll it: a second

@@ -60,9 +60,9 @@ impl EntryId {
         EntryId(Arc::from(text))
     }
 
-    /// The id of task `task_id`'s entry at `endpoint` when no call's entry records it (a
-    /// task resumed by id, or left behind where only tasks are written): the same in every
-    /// process, so that each write for the task replaces the last and the ledger holds one
+    /// The id of task `task_id`'s entry at `endpoint` (a task resumed by id, left behind
+    /// where only tasks are written, or a call's entry once the call became the task): the
+    /// same in every process, so that each write for the task replaces the last and the ledger holds one
     /// entry per task, not one per attempt to poll it. Never equal to a fresh id (those
     /// start with hex digits), and 128 bits of a stable digest of the endpoint's and the
     /// task's: task ids are the server's and as long as it likes.
@@ -173,6 +173,12 @@ impl LedgerEntry {
             expires_at,
             owner: None,
         }
+    }
+
+    /// The same entry under `id` (a call's entry moved to its task's id).
+    pub(crate) fn with_id(mut self, id: EntryId) -> Self {
+        self.id = id;
+        self
     }
 
     /// The same entry, written by client `owner`.
