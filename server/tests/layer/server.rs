@@ -100,7 +100,8 @@ impl Server {
     }
 
     /// One rmcp server (its sessions shared) behind two guards, as two instances of a fleet
-    /// are: `/mcp` behind `first`, `/other` behind `second`.
+    /// are: `/mcp` behind `first`, `/other` behind `second`. (Only the Redis tests use it.)
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) async fn start_pair(first: ResumeSafetyLayer, second: ResumeSafetyLayer) -> Server {
         let effects = Effects::default();
         let mcp = Self::mcp(&effects, false);
@@ -119,6 +120,7 @@ impl Server {
     }
 
     /// The second guard's URL of a [`Server::start_pair`].
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn other_url(&self) -> String {
         format!("http://{}/other", self.addr)
     }
