@@ -1518,11 +1518,21 @@ async fn claim_up_front(
         let claim = claim.clone();
         let key = key.clone();
         tokio::spawn(async move {
-            let begun = inc
+            let begun = match inc
                 .env
                 .shared
                 .idempotency_begin(&key, &fp, inc.env.index, &claim)
-                .await?;
+                .await
+            {
+                Ok(begun) => begun,
+                // The claim may have landed though its reply was lost: it is let go, as
+                // the guard lets it go, so the call sent again after the 503 is not refused
+                // "in use". Here, not in the handler, which may be gone by now.
+                Err(e) => {
+                    release(inc.env.shared.clone(), key, claim);
+                    return Err(e);
+                }
+            };
             // The instance died while its claim was on the way: the store may have recorded
             // the death before the claim, which would then stay running under a dead
             // instance, held by nobody, every re-send refused "in use" for good. Its claim
@@ -1557,10 +1567,15 @@ async fn claim_up_front(
                 None => rpc_err(id, code::INTERNAL, "malformed stored outcome", None),
             },
         },
-        // A claim task that failed is a store that could not answer: nothing ran. The
-        // claim may have landed though its reply was lost: it is let go, as the guard lets
-        // it go, so the call sent again after the 503 is not refused "in use".
-        Ok(Err(_)) | Err(_) => {
+        // A claim task that failed is a store that could not answer: nothing ran. The task
+        // let go of a claim whose reply was lost itself.
+        Ok(Err(_)) => {
+            let answer = Answer::store_unavailable(id, STORE_RETRY_AFTER_SECS);
+            return Err(guard_answer(answer));
+        }
+        // The task ended before letting go of anything (it panicked): the claim it may have
+        // left is let go here.
+        Err(_) => {
             release(inc.env.shared.clone(), key, claim);
             let answer = Answer::store_unavailable(id, STORE_RETRY_AFTER_SECS);
             return Err(guard_answer(answer));

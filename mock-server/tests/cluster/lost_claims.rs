@@ -114,3 +114,90 @@ async fn a_lost_claim_reply_frees_no_other_calls_key() {
     assert_eq!(oracle.totals.repeated_executions, 0);
     cluster.shutdown().await;
 }
+
+/// The client leaves while its call's claim waits on the store; the store then takes the
+/// claim and its reply is lost. Nobody is left to hear the failure, yet the claim that may
+/// have landed is let go: before the fix only the request's handler let it go, the handler
+/// was gone, and the key stayed running under the live instance for good, every re-send
+/// refused `IDEMPOTENCY_KEY_IN_USE` for a call that never ran.
+#[tokio::test]
+async fn a_lost_claim_reply_nobody_waits_for_still_lets_the_key_go() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let store = GatedStore::new(Gated::IdempotencyBegin);
+    store.lost_claim_replies.store(1, Ordering::SeqCst);
+    let cluster = Cluster::start(ClusterConfig {
+        preset: Preset::Strict,
+        instances: 1,
+        idle_timeout: None,
+        store: Some(Arc::new(store.clone())),
+        ..Default::default()
+    })
+    .await
+    .expect("cluster starts");
+    let url = cluster.instance_url(0).expect("instance 0 is up");
+    let mcp = Mcp::new(url.clone());
+    let (sid, _, _) = mcp.initialize(None).await;
+    assert_eq!(mcp.notify_initialized(&sid).await.status, 202);
+
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "counter_increment", "arguments": {},
+                                 "_meta": {TAG: "left", KEY: "left-key"}}})
+    .to_string();
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/mcp"))
+        .expect("http://addr/mcp");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\n\
+         content-type: application/json\r\nmcp-session-id: {sid}\r\n\
+         mcp-protocol-version: {VERSION}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let waited = tokio::time::timeout(STEP, async {
+        while store.arrived.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "the claim reached the store");
+
+    // The client leaves: the server, seeing its end closed mid-request, closes the
+    // connection, dropping the request's handler with it; the closed connection is the
+    // sign the handler is gone.
+    conn.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(STEP, conn.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "the server closes the connection the client left"
+    );
+    assert!(rest.is_empty(), "nothing was answered: {rest:?}");
+    drop(conn);
+
+    // The claim lands, its reply lost, with nobody waiting for it.
+    store.gate.add_permits(100);
+    let landed = tokio::time::timeout(STEP, async {
+        while store.claimed.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(landed.is_ok(), "the claim landed");
+    let released = releases_asked(&store, 1).await;
+
+    let again = mcp
+        .call_keyed(&sid, 2, "counter_increment", json!({}), "left", "left-key")
+        .await;
+    let resp = again.response().expect("an answer");
+    assert!(
+        resp.get("result").is_some(),
+        "the call sent again runs (released: {released}): {resp}"
+    );
+    let oracle = cluster.oracle();
+    assert_eq!(oracle.executions_tagged("left").count(), 1);
+    assert_eq!(oracle.totals.repeated_executions, 0);
+    cluster.shutdown().await;
+}
