@@ -257,11 +257,14 @@ if i then redis.call('SREM', ARGV[3] .. 'running-keys:' .. i, k) end
 return 1
 "#;
 
-// KEYS: idem key. ARGV: namespace, claim. Only the claim that took the key lets it go.
+// KEYS: idem key. ARGV: namespace, claim. Only the claim that took the key lets it go; a
+// key written before keys named their claim (no `claim` field) is let go by any, or no
+// release would ever free it.
 const ABANDON: &str = r#"
 local k = KEYS[1]
 if redis.call('HGET', k, 'state') ~= 'running' then return 0 end
-if redis.call('HGET', k, 'claim') ~= ARGV[2] then return 0 end
+local c = redis.call('HGET', k, 'claim')
+if c and c ~= ARGV[2] then return 0 end
 local i = redis.call('HGET', k, 'instance')
 redis.call('DEL', k)
 if i then redis.call('SREM', ARGV[1] .. 'running-keys:' .. i, k) end

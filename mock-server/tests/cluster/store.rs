@@ -752,6 +752,36 @@ async fn redis_claims_of_a_dead_process_read_as_lost_once_its_lease_expires() {
     );
 }
 
+/// A running key written before keys named their claim (no `claim` field) can still be let
+/// go: before the fix no release ever matched it, and it stayed running for good.
+#[tokio::test]
+async fn redis_abandons_a_running_key_written_without_its_claim() {
+    let (subject, _) = redis_with(RedisOptions::default()).await;
+    let store = subject.store.clone();
+    assert_eq!(
+        store.idempotency_begin("k", "f", 0, "c").await.unwrap(),
+        IdempotencyBegin::Started
+    );
+    let url = subject._server.as_ref().expect("its redis-server").url();
+    let mut raw = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let removed: u64 = redis::cmd("HDEL")
+        .arg(format!("{}idem:k", RedisOptions::default().namespace))
+        .arg("claim")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(removed, 1, "the key had its claim");
+    store.idempotency_abandon("k", "c").await.unwrap();
+    assert_eq!(
+        store.idempotency_begin("k", "f", 1, "d").await.unwrap(),
+        IdempotencyBegin::Started
+    );
+}
+
 /// A trimmed Redis journal reads back first how many entries it dropped, so a report
 /// replayed from it is not taken for complete.
 #[tokio::test]
