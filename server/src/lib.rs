@@ -75,7 +75,9 @@
 //! session's record from the store is `503` too (it cannot be judged then), and everything
 //! else passes. A claim whose answer was lost with the store (it went away mid-command) may
 //! have landed: the refused call's key is let go once the store is back (tried again for a
-//! minute, or a lease if longer), so its re-send runs. A keyed call of a session whose record no instance and no store
+//! minute, or a lease if longer, even when the client has left; at most 1,000 keys at once,
+//! `guard::Retry::MOST_AT_ONCE`, so that a long outage costs bounded memory and store load),
+//! so its re-send runs. A keyed call of a session whose record no instance and no store
 //! holds (evicted, expired, begun before the guard was deployed, or held in a form the store
 //! cannot read: another version's, damaged) is answered `404` as an
 //! unknown session, so its client starts a new one: run, it would go without its context's

@@ -24,6 +24,8 @@
 //! by a task of its own on the current tokio runtime while the call runs, so [`Inbound::next`]
 //! must run inside one (every skin's futures do).
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -183,6 +185,7 @@ impl GuardBuilder {
                 ),
                 store: self.store,
                 config: self.config,
+                retrying: AtomicUsize::new(0),
             }),
         }
     }
@@ -228,6 +231,9 @@ pub(crate) struct Core {
     guard: Mutex<Guard>,
     store: Arc<dyn Store>,
     config: GuardConfig,
+    /// Failed operations being tried again, each on a task of its own (at most
+    /// [`Retry::MOST_AT_ONCE`]).
+    retrying: AtomicUsize,
 }
 
 impl Core {
@@ -238,7 +244,7 @@ impl Core {
 
     /// Runs an operation that answers nobody; a failure is logged (the guard already chose
     /// the safe side for it), and a release is tried again ([`Core::failed`]).
-    async fn run(&self, op: &StoreOp) {
+    async fn run(self: &Arc<Self>, op: &StoreOp) {
         if let Err(e) = store::run(&*self.store, op).await {
             tracing::warn!(error = %e, "resume-safety store operation failed");
             self.failed(op);
@@ -246,8 +252,11 @@ impl Core {
     }
 
     /// An operation failed: one worth trying again ([`Retry`]) is, on a task of its own,
-    /// when the core says.
-    fn failed(&self, op: &StoreOp) {
+    /// when the core says; at most [`Retry::MOST_AT_ONCE`] at a time: during a long outage
+    /// every refused call would leave one more task and one more command a second aimed at
+    /// the store, without bound. One past the bound is left (its key, if its claim landed,
+    /// reads as in use, then lost, as before any was tried again).
+    fn failed(self: &Arc<Self>, op: &StoreOp) {
         let Some(mut retry) = Retry::after_failure(op, now(), self.config.lease()) else {
             return;
         };
@@ -255,11 +264,16 @@ impl Core {
             tracing::warn!("no tokio runtime: a failed release is not tried again");
             return;
         };
-        let store = self.store.clone();
+        let Some(slot) = RetrySlot::take(self) else {
+            tracing::warn!("too many failed releases being tried again: this one is left");
+            return;
+        };
         runtime.spawn(async move {
+            let _slot = slot;
+            let store = &_slot.0.store;
             loop {
                 tokio::time::sleep_until(retry.poll_timeout().into()).await;
-                let Err(e) = store::run(&*store, retry.op()).await else {
+                let Err(e) = store::run(&**store, retry.op()).await else {
                     return;
                 };
                 match retry.handle_failed(now()) {
@@ -271,6 +285,61 @@ impl Core {
                 }
             }
         });
+    }
+}
+
+/// One of a core's [`Retry::MOST_AT_ONCE`] retries, given back when dropped (its task ended,
+/// or was dropped with its runtime).
+struct RetrySlot(Arc<Core>);
+
+impl RetrySlot {
+    fn take(core: &Arc<Core>) -> Option<Self> {
+        core.retrying
+            .fetch_update(AtomicOrdering::AcqRel, AtomicOrdering::Acquire, |n| {
+                (n < Retry::MOST_AT_ONCE).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| RetrySlot(core.clone()))
+    }
+}
+
+impl Drop for RetrySlot {
+    fn drop(&mut self) {
+        self.0.retrying.fetch_sub(1, AtomicOrdering::AcqRel);
+    }
+}
+
+/// Operations that answer nobody, run in order where the request is; those not finished when
+/// the request goes away (its client left, a timeout around the service) run on a task of
+/// their own: cancelled, the release after a claim whose answer was lost would leave the key
+/// held by nobody. Each is safe to run twice.
+struct Unfinished {
+    core: Arc<Core>,
+    ops: VecDeque<StoreOp>,
+}
+
+impl Unfinished {
+    async fn run(&mut self) {
+        while let Some(op) = self.ops.front() {
+            self.core.run(op).await;
+            self.ops.pop_front();
+        }
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.ops.is_empty() {
+            return;
+        }
+        let (core, ops) = (self.core.clone(), std::mem::take(&mut self.ops));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for op in &ops {
+                    core.run(op).await;
+                }
+            });
+        }
     }
 }
 
@@ -367,9 +436,11 @@ impl Inbound {
     pub async fn next(&mut self) -> Next {
         loop {
             let step = self.exchange.step();
-            while let Some(op) = self.exchange.poll_op() {
-                self.core.run(&op).await;
-            }
+            let mut ops = Unfinished {
+                core: self.core.clone(),
+                ops: std::iter::from_fn(|| self.exchange.poll_op()).collect(),
+            };
+            ops.run().await;
             match step {
                 Step::Store(op) => {
                     let in_flight = ClaimInFlight::of(&self.core, &op);
@@ -1008,7 +1079,7 @@ async fn renew(
 /// Runs a keyed call's operations, telling its watch of those that failed; says whether its
 /// answer now waits to be stored again.
 async fn run_reporting(
-    core: &Core,
+    core: &Arc<Core>,
     watch: &Mutex<Watch>,
     ops: Vec<StoreOp>,
     claim: Option<&Claim>,
@@ -1087,4 +1158,30 @@ pub fn header_map<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> 
         }
     }
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{ClaimToken, IdempotencyKey};
+    use crate::MemoryStore;
+
+    /// However many releases fail during an outage, at most [`Retry::MOST_AT_ONCE`] are tried
+    /// again at once.
+    #[tokio::test]
+    async fn failed_releases_tried_again_are_bounded() {
+        let guard = GuardBuilder::new(MemoryStore::default()).seed(1).build();
+        let core = &guard.core;
+        for n in 0..Retry::MOST_AT_ONCE + 100 {
+            core.failed(&StoreOp::Release {
+                key: IdempotencyKey::new(format!("k-{n}")).unwrap(),
+                token: ClaimToken::from_stored("t"),
+            });
+        }
+        // Each waits 50 ms before its first try: none has ended yet.
+        assert_eq!(
+            core.retrying.load(AtomicOrdering::Acquire),
+            Retry::MOST_AT_ONCE
+        );
+    }
 }

@@ -39,6 +39,11 @@ pub struct Retry {
 }
 
 impl Retry {
+    /// The most failed operations a guard tries again at once (each a task of its skin's,
+    /// and a store command every second or so); one past it is left, so that a long outage
+    /// under steady traffic costs bounded memory and store load.
+    pub const MOST_AT_ONCE: usize = 1_000;
+
     /// `op` failed at `now`: `Some` when it is worth trying again (a release), given the
     /// guard's claim `lease`.
     pub fn after_failure(op: &StoreOp, now: Instant, lease: Duration) -> Option<Self> {

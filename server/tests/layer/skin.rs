@@ -321,6 +321,112 @@ async fn a_claim_whose_request_went_away_is_let_go() {
     let _ = forwarded(&guard, 2, "k-left").await;
 }
 
+/// A memory store whose first claim lands but whose answer is lost (the store went away
+/// mid-command), and whose first release waits for `open` (the store still away), saying so.
+#[derive(Clone)]
+struct LostClaimReply {
+    inner: MemoryStore,
+    release_gated: Arc<AtomicBool>,
+    releasing: Arc<Notify>,
+    open: Arc<Notify>,
+    released: Arc<Notify>,
+}
+
+impl Store for LostClaimReply {
+    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        self.inner.put_session(r)
+    }
+    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        self.inner.session(id)
+    }
+    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        self.inner.forget_session(id)
+    }
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        self.inner.touch_session(id)
+    }
+    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        Box::pin(async move {
+            let landed = self.inner.claim(claim).await?;
+            if landed == ClaimOutcome::Granted && self.release_gated.load(Ordering::SeqCst) {
+                return Err(mcp_resume_server::Error::store_unavailable(
+                    std::io::Error::other("the answer was lost"),
+                ));
+            }
+            Ok(landed)
+        })
+    }
+    fn renew<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.renew(key, token, lease)
+    }
+    fn finish<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+        outcome: &'a StoredOutcome,
+    ) -> StoreFuture<'a, bool> {
+        self.inner.finish(key, token, outcome)
+    }
+    fn release<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            if self.release_gated.swap(false, Ordering::SeqCst) {
+                self.releasing.notify_one();
+                self.open.notified().await;
+            }
+            let done = self.inner.release(key, token).await;
+            self.released.notify_one();
+            done
+        })
+    }
+    fn mark_lost<'a>(
+        &'a self,
+        key: &'a IdempotencyKey,
+        token: &'a ClaimToken,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.mark_lost(key, token)
+    }
+}
+
+/// A claim lands but its answer is lost: the guard refuses the call (503) and lets the claim
+/// go. A request that goes away while that release waits on the store (its client left, a
+/// timeout around the service) still has it run: the re-send of the call, which never ran,
+/// runs, instead of finding the key held by nobody.
+#[tokio::test]
+async fn a_release_whose_request_went_away_still_runs() {
+    let store = LostClaimReply {
+        inner: MemoryStore::default(),
+        release_gated: Arc::new(AtomicBool::new(true)),
+        releasing: Arc::default(),
+        open: Arc::default(),
+        released: Arc::default(),
+    };
+    let guard = GuardBuilder::new(store.clone()).seed(5).build();
+    let (head, body) = keyed_call(1, "k-lost");
+    let first = guard.clone();
+    let gone = tokio::spawn(async move {
+        request(&first, Method::POST, &head, &body).await;
+    });
+    let wait = Duration::from_secs(5);
+    tokio::time::timeout(wait, store.releasing.notified())
+        .await
+        .expect("the claim is being let go");
+    gone.abort();
+    let _ = gone.await;
+    tokio::time::timeout(wait, store.released.notified())
+        .await
+        .expect("the claim is let go all the same");
+    let _ = forwarded(&guard, 2, "k-lost").await;
+}
+
 /// A response of `guard` to an unkeyed request of session `s-1`, driven through the skin
 /// (its store operations run): the capability hash it carries.
 async fn unkeyed_hash(guard: &SharedGuard, id: i64) -> Option<String> {
