@@ -1564,3 +1564,75 @@ async fn two_entries_of_one_task_are_recovered_as_one() {
     );
     cluster.shutdown().await;
 }
+
+/// Two resumptions of one task in one client share its entry: the one the application gives
+/// up (dropped; the server is told, but keeps the task working) leaves the entry to the other,
+/// which ends later by timing out with the task still working: the task stays recorded, and
+/// the next client's recovery polls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_left_behind_by_the_last_of_two_resumptions_is_recovered() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tasks/get") {
+            return json_result(
+                req,
+                json!({"taskId": "t1", "status": "working", "pollIntervalMs": 20}),
+            );
+        }
+        default_reply(req)
+    })
+    .await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = Arc::new(
+        Client::builder(&server.url)
+            .ledger(ledger.clone())
+            .build()
+            .unwrap(),
+    );
+    let polls = |server: &TestServer, method: &str| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.is_rpc(method))
+            .count()
+    };
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .resume_task("t1", Some(Duration::from_secs(30)))
+                .await
+        }
+    });
+    let last = tokio::spawn({
+        let client = client.clone();
+        async move { client.resume_task("t1", Some(Duration::from_secs(2))).await }
+    });
+    // Both poll the task (each has written the entry) before the first is given up.
+    guarded(async {
+        while polls(&server, "tasks/get") < 4 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    // The driver has taken the first as given up (the server is told) before the last ends.
+    guarded(async {
+        while polls(&server, "notifications/cancelled") == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let err = guarded(last).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    guarded(client.close()).await.unwrap();
+    assert_eq!(task_entries(&ledger).await, ["t1"], "the task left behind");
+    let next = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let recovered = guarded(next.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "the task left behind is recovered");
+    drop(recovered);
+    guarded(next.close()).await.unwrap();
+}

@@ -1126,7 +1126,8 @@ impl Records {
     /// over. A call picked up gives up its claim on the entry: at once when the entry stays
     /// (a task left behind again, for a later `recover` of this client's to poll), once it is
     /// removed otherwise; one failed by the client's close (`closed`) keeps its entry for the
-    /// next client. Returns whether a write was queued.
+    /// next client. An entry shared with another call still in flight (one task polled by
+    /// both) is the last one's to remove or keep. Returns whether a write was queued.
     pub(crate) fn ended(&mut self, call: CallId, abandoned: bool, closed: bool) -> bool {
         let Some(record) = self.calls.remove(&call) else {
             return false;
@@ -1169,6 +1170,21 @@ impl Records {
             return true;
         }
         if left_behind {
+            return false;
+        }
+        // A task's entry is keyed by the task: another call in flight here that polls the
+        // same task (a second resumption of it, or the call that became it) shares it. The
+        // last of them to end decides whether it stays, or one that ends later leaving the
+        // task behind would find it removed and write nothing, and no recovery would poll the
+        // task. A claim on it passes to those that remain. (Only a task's id can be shared: a
+        // call's own is fresh.)
+        let mut shared = false;
+        let siblings = self.calls.values_mut().filter(|_| record.was_task);
+        for other in siblings.filter(|r| r.id == record.id) {
+            other.stored |= record.stored;
+            shared = true;
+        }
+        if shared {
             return false;
         }
         let until = record.expiry();
@@ -1280,6 +1296,57 @@ mod tests {
         assert!(records.ended(picked, false, false));
         writer.kick();
         assert!(ledger.is_empty());
+    }
+
+    /// Two calls in flight polling one task share its entry: whichever ends first, by the
+    /// task's end or given up, leaves it to the other; the last decides, keeping it when it
+    /// leaves the task behind and removing it otherwise, a claim on it passed along.
+    #[test]
+    fn a_shared_task_entry_is_the_last_calls_to_remove_or_keep() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let resume = |records: &mut Records, call| {
+            let checkpoint = Checkpoint::new(TOOLS_CALL, None, now.0 + Duration::from_secs(60))
+                .with_stage(CallStage::Task {
+                    task_id: "t1".into(),
+                });
+            records.checkpoint(call, checkpoint, now);
+        };
+
+        let [finished, dropped, left] = [(); 3].map(|()| CallId::next());
+        for call in [finished, dropped, left] {
+            resume(&mut records, call);
+        }
+        writer.kick();
+        assert_eq!(ledger.len(), 1, "one entry of the task");
+        records.task_finished(finished);
+        assert!(!records.ended(finished, false, false));
+        assert!(!records.ended(dropped, true, false));
+        writer.flush().now_or_never().unwrap();
+        assert_eq!(ledger.len(), 1, "the last call still polls the task");
+        assert!(!records.ended(left, false, false));
+        writer.flush().now_or_never().unwrap();
+        assert_eq!(ledger.len(), 1, "the last left the task behind");
+
+        // Picked up, and resumed by its id meanwhile: the claim passes to the resumption,
+        // which goes with the entry.
+        let id = ledger.entries().now_or_never().unwrap().unwrap()[0].clone();
+        assert!(writer.claim(&id));
+        let (picked, resumed) = (CallId::next(), CallId::next());
+        records.adopt(picked, id.id().clone(), id.deadline(), true);
+        resume(&mut records, resumed);
+        assert!(!records.ended(picked, true, false));
+        assert!(writer.lock().releasing.is_empty(), "the claim is kept");
+        records.task_finished(resumed);
+        assert!(records.ended(resumed, false, false));
+        writer.flush().now_or_never().unwrap();
+        assert!(ledger.is_empty(), "the task ended with the last");
+        assert!(
+            !live().picked.contains_key(id.id()),
+            "released once removed"
+        );
     }
 
     /// Refuses the puts of task-named entries while `refuse` is set.
