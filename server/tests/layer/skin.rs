@@ -427,6 +427,81 @@ async fn a_release_whose_request_went_away_still_runs() {
     let _ = forwarded(&guard, 2, "k-lost").await;
 }
 
+/// A store that never answers anything.
+struct Silent;
+
+fn silent<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
+    Box::pin(std::future::pending())
+}
+
+impl Store for Silent {
+    fn put_session<'a>(&'a self, _: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        silent()
+    }
+    fn forget_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn touch_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn claim<'a>(&'a self, _: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        silent()
+    }
+    fn renew<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: &'a ClaimToken,
+        _: Duration,
+    ) -> StoreFuture<'a, bool> {
+        silent()
+    }
+    fn finish<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: &'a ClaimToken,
+        _: &'a StoredOutcome,
+    ) -> StoreFuture<'a, bool> {
+        silent()
+    }
+    fn release<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn mark_lost<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        silent()
+    }
+}
+
+/// A store that never answers holds no request past the guard's own bound on a store step:
+/// a keyed call is refused 503 (retryable, never run), a request of a session the instance
+/// does not hold passes.
+#[tokio::test]
+async fn a_store_that_never_answers_holds_no_request() {
+    let guard = GuardBuilder::new(Silent)
+        .store_timeout(Duration::from_millis(50))
+        .build();
+    let bound = Duration::from_secs(5);
+    let (head, body) = keyed_call(1, "k-silent");
+    match tokio::time::timeout(bound, request(&guard, Method::POST, &head, &body))
+        .await
+        .expect("a keyed call ends")
+    {
+        Next::Answer(answer) => assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE),
+        other => panic!("not refused: {other:?}"),
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let head = headers(&[
+        ("content-type", "application/json"),
+        ("mcp-session-id", "s-unknown"),
+    ]);
+    let next = tokio::time::timeout(bound, request(&guard, Method::POST, &head, body.as_bytes()))
+        .await
+        .expect("an unkeyed request ends");
+    assert!(matches!(next, Next::Pass | Next::Forward(_)), "{next:?}");
+}
+
 /// A response of `guard` to an unkeyed request of session `s-1`, driven through the skin
 /// (its store operations run): the capability hash it carries.
 async fn unkeyed_hash(guard: &SharedGuard, id: i64) -> Option<String> {
