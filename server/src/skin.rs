@@ -455,11 +455,16 @@ impl Inbound {
     pub async fn next(&mut self) -> Next {
         loop {
             let step = self.exchange.step();
-            let mut ops = Unfinished {
-                core: self.core.clone(),
-                ops: std::iter::from_fn(|| self.exchange.poll_op()).collect(),
-            };
-            ops.run().await;
+            // Most steps hand out none: no clone of the core for them.
+            if let Some(first) = self.exchange.poll_op() {
+                let mut ops = Unfinished {
+                    core: self.core.clone(),
+                    ops: VecDeque::from([first]),
+                };
+                ops.ops
+                    .extend(std::iter::from_fn(|| self.exchange.poll_op()));
+                ops.run().await;
+            }
             match step {
                 Step::Store(op) => {
                     let in_flight = ClaimInFlight::of(&self.core, &op);
