@@ -819,13 +819,14 @@ impl TokenProvider for Watched {
     }
 }
 
-/// Two clients share a provider: the first's request starts the authorization, the
-/// second's waits on it. Dropping the first client does not end it (the second still
-/// wants it): once the user answers, the second's call goes through with that
-/// authorization, the user asked once.
-#[tokio::test]
-async fn an_authorization_another_client_waits_on_outlives_the_first_client() {
-    let (_server, url, _auth) = protected().await;
+/// A provider whose authorizer counts its asks (`asked`), says when it is asked (`entered`),
+/// and authorizes once `answer` is notified.
+fn answered_when_told() -> (
+    OAuthProvider,
+    Arc<Notify>,
+    Arc<Notify>,
+    Arc<std::sync::atomic::AtomicU32>,
+) {
     let entered = Arc::new(Notify::new());
     let answer = Arc::new(Notify::new());
     let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -844,6 +845,17 @@ async fn an_authorization_another_client_waits_on_outlives_the_first_client() {
         })
         .build()
         .unwrap();
+    (provider, entered, answer, asked)
+}
+
+/// Two clients share a provider: the first's request starts the authorization, the
+/// second's waits on it. Dropping the first client does not end it (the second still
+/// wants it): once the user answers, the second's call goes through with that
+/// authorization, the user asked once.
+#[tokio::test]
+async fn an_authorization_another_client_waits_on_outlives_the_first_client() {
+    let (_server, url, _auth) = protected().await;
+    let (provider, entered, answer, asked) = answered_when_told();
     let first_gone = Arc::new(Notify::new());
     let first = Client::builder(&url)
         .auth(Watched {
@@ -893,24 +905,7 @@ async fn an_authorization_another_client_waits_on_outlives_the_first_client() {
 #[tokio::test]
 async fn closing_a_sibling_client_of_one_builder_leaves_the_others_authorization() {
     let (_server, url, _auth) = protected().await;
-    let entered = Arc::new(Notify::new());
-    let answer = Arc::new(Notify::new());
-    let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let (enter, go, count) = (entered.clone(), answer.clone(), asked.clone());
-    let provider = OAuth::builder()
-        .client_name("oauth-flows-test")
-        .redirect_uri("http://127.0.0.1:9/callback")
-        .authorizer(move |request| {
-            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            enter.notify_one();
-            let go = go.clone();
-            async move {
-                go.notified().await;
-                HeadlessAuthorizer::new().authorize(request).await
-            }
-        })
-        .build()
-        .unwrap();
+    let (provider, entered, answer, asked) = answered_when_told();
     let template = Client::builder(&url)
         .auth(provider)
         .era(Era::Legacy)

@@ -333,8 +333,6 @@ async fn until<F: std::future::Future<Output = bool>>(mut done: impl FnMut() -> 
 /// under the live instance, and every re-send was answered `IDEMPOTENCY_KEY_IN_USE`.
 #[tokio::test]
 async fn a_claim_whose_client_left_while_redis_was_busy_lets_the_key_go() {
-    use tokio::io::AsyncWriteExt;
-
     let server = mock_server::procs::RedisServer::start()
         .await
         .unwrap_or_else(|e| panic!("this test needs redis-server: {e}"));
@@ -388,18 +386,7 @@ async fn a_claim_whose_client_left_while_redis_was_busy_lets_the_key_go() {
                           "_meta": {TAG: "left", KEY: "left-key"}}})
     };
     let body = call(2).to_string();
-    let addr = url
-        .strip_prefix("http://")
-        .and_then(|u| u.strip_suffix("/mcp"))
-        .expect("http://addr/mcp");
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\n\
-         content-type: application/json\r\nmcp-session-id: {sid}\r\n\
-         mcp-protocol-version: {VERSION}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(request.as_bytes()).await.unwrap();
+    let conn = post_by_hand(&url, &sid, &body).await;
     assert!(
         until(|| a_script_is_paused(redis.clone())).await,
         "the claim reached Redis"

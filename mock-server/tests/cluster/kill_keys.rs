@@ -98,8 +98,6 @@ async fn a_key_held_by_a_killed_instance_never_runs_again() {
 /// instance's index, and every re-send was refused "in use" for good.
 #[tokio::test]
 async fn a_claim_landing_after_its_instance_died_is_lost_not_held_by_nobody() {
-    use tokio::io::AsyncWriteExt;
-
     let store = GatedStore::new(Gated::IdempotencyBegin);
     let cluster = Cluster::start(ClusterConfig {
         preset: Preset::Strict,
@@ -122,18 +120,7 @@ async fn a_claim_landing_after_its_instance_died_is_lost_not_held_by_nobody() {
     };
     // Sent to instance 0 by hand: its connection dies with the instance.
     let body = call(1).to_string();
-    let addr = url0
-        .strip_prefix("http://")
-        .and_then(|u| u.strip_suffix("/mcp"))
-        .expect("http://addr/mcp");
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\n\
-         content-type: application/json\r\nmcp-session-id: {sid}\r\n\
-         mcp-protocol-version: {VERSION}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(request.as_bytes()).await.unwrap();
+    let conn = post_by_hand(&url0, &sid, &body).await;
     let waited = tokio::time::timeout(STEP, async {
         while store.arrived.load(Ordering::SeqCst) < 1 {
             tokio::task::yield_now().await;

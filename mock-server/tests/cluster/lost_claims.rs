@@ -144,18 +144,7 @@ async fn a_lost_claim_reply_nobody_waits_for_still_lets_the_key_go() {
                       "params": {"name": "counter_increment", "arguments": {},
                                  "_meta": {TAG: "left", KEY: "left-key"}}})
     .to_string();
-    let addr = url
-        .strip_prefix("http://")
-        .and_then(|u| u.strip_suffix("/mcp"))
-        .expect("http://addr/mcp");
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\n\
-         content-type: application/json\r\nmcp-session-id: {sid}\r\n\
-         mcp-protocol-version: {VERSION}\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut conn = post_by_hand(&url, &sid, &body).await;
     let waited = tokio::time::timeout(STEP, async {
         while store.arrived.load(Ordering::SeqCst) < 1 {
             tokio::task::yield_now().await;

@@ -215,30 +215,38 @@ async fn an_initialize_streams_its_head_only_with_its_result() {
     assert_eq!(sent.end, Some(End::Complete));
 }
 
-/// A memory store whose first claim lands, says so, then waits for `open` before answering;
-/// it says when a key is released.
-#[derive(Clone)]
-struct GatedClaim {
+/// A memory store that can hold its first claim after it lands (saying so, `landed`) until
+/// `open`; lose the answer of its first claim that lands (the store gone mid-command); and
+/// hold its first release (saying so, `releasing`) until `open`. It says when a key is
+/// released.
+#[derive(Clone, Default)]
+struct Gated {
     inner: MemoryStore,
-    gated: Arc<AtomicBool>,
+    hold_claim: Arc<AtomicBool>,
+    lose_claim_reply: Arc<AtomicBool>,
+    hold_release: Arc<AtomicBool>,
     landed: Arc<Notify>,
+    releasing: Arc<Notify>,
     open: Arc<Notify>,
     released: Arc<Notify>,
 }
 
-impl GatedClaim {
-    fn new() -> Self {
-        Self {
-            inner: MemoryStore::default(),
-            gated: Arc::new(AtomicBool::new(true)),
-            landed: Arc::default(),
-            open: Arc::default(),
-            released: Arc::default(),
-        }
+impl Gated {
+    fn holding_its_claim() -> Self {
+        let store = Self::default();
+        store.hold_claim.store(true, Ordering::SeqCst);
+        store
+    }
+
+    fn losing_a_claim_reply_then_holding_its_release() -> Self {
+        let store = Self::default();
+        store.lose_claim_reply.store(true, Ordering::SeqCst);
+        store.hold_release.store(true, Ordering::SeqCst);
+        store
     }
 }
 
-impl Store for GatedClaim {
+impl Store for Gated {
     fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
         self.inner.put_session(r)
     }
@@ -254,9 +262,15 @@ impl Store for GatedClaim {
     fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
         Box::pin(async move {
             let outcome = self.inner.claim(claim).await;
-            if self.gated.swap(false, Ordering::SeqCst) {
+            if self.hold_claim.swap(false, Ordering::SeqCst) {
                 self.landed.notify_one();
                 self.open.notified().await;
+            }
+            let granted = matches!(outcome, Ok(ClaimOutcome::Granted));
+            if granted && self.lose_claim_reply.swap(false, Ordering::SeqCst) {
+                return Err(mcp_resume_server::Error::store_unavailable(
+                    std::io::Error::other("the answer was lost"),
+                ));
             }
             outcome
         })
@@ -283,6 +297,10 @@ impl Store for GatedClaim {
         token: &'a ClaimToken,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            if self.hold_release.swap(false, Ordering::SeqCst) {
+                self.releasing.notify_one();
+                self.open.notified().await;
+            }
             let done = self.inner.release(key, token).await;
             self.released.notify_one();
             done
@@ -302,7 +320,7 @@ impl Store for GatedClaim {
 /// finding the key held, then lost for good.
 #[tokio::test]
 async fn a_claim_whose_request_went_away_is_let_go() {
-    let store = GatedClaim::new();
+    let store = Gated::holding_its_claim();
     let guard = GuardBuilder::new(store.clone()).seed(3).build();
     let (head, body) = keyed_call(1, "k-left");
     let first = guard.clone();
@@ -321,94 +339,13 @@ async fn a_claim_whose_request_went_away_is_let_go() {
     let _ = forwarded(&guard, 2, "k-left").await;
 }
 
-/// A memory store whose first claim lands but whose answer is lost (the store went away
-/// mid-command), and whose first release waits for `open` (the store still away), saying so.
-#[derive(Clone)]
-struct LostClaimReply {
-    inner: MemoryStore,
-    release_gated: Arc<AtomicBool>,
-    releasing: Arc<Notify>,
-    open: Arc<Notify>,
-    released: Arc<Notify>,
-}
-
-impl Store for LostClaimReply {
-    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        self.inner.put_session(r)
-    }
-    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
-        self.inner.session(id)
-    }
-    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        self.inner.forget_session(id)
-    }
-    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        self.inner.touch_session(id)
-    }
-    fn claim<'a>(&'a self, claim: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
-        Box::pin(async move {
-            let landed = self.inner.claim(claim).await?;
-            if landed == ClaimOutcome::Granted && self.release_gated.load(Ordering::SeqCst) {
-                return Err(mcp_resume_server::Error::store_unavailable(
-                    std::io::Error::other("the answer was lost"),
-                ));
-            }
-            Ok(landed)
-        })
-    }
-    fn renew<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.renew(key, token, lease)
-    }
-    fn finish<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-        outcome: &'a StoredOutcome,
-    ) -> StoreFuture<'a, bool> {
-        self.inner.finish(key, token, outcome)
-    }
-    fn release<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            if self.release_gated.swap(false, Ordering::SeqCst) {
-                self.releasing.notify_one();
-                self.open.notified().await;
-            }
-            let done = self.inner.release(key, token).await;
-            self.released.notify_one();
-            done
-        })
-    }
-    fn mark_lost<'a>(
-        &'a self,
-        key: &'a IdempotencyKey,
-        token: &'a ClaimToken,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.mark_lost(key, token)
-    }
-}
-
 /// A claim lands but its answer is lost: the guard refuses the call (503) and lets the claim
 /// go. A request that goes away while that release waits on the store (its client left, a
 /// timeout around the service) still has it run: the re-send of the call, which never ran,
 /// runs, instead of finding the key held by nobody.
 #[tokio::test]
 async fn a_release_whose_request_went_away_still_runs() {
-    let store = LostClaimReply {
-        inner: MemoryStore::default(),
-        release_gated: Arc::new(AtomicBool::new(true)),
-        releasing: Arc::default(),
-        open: Arc::default(),
-        released: Arc::default(),
-    };
+    let store = Gated::losing_a_claim_reply_then_holding_its_release();
     let guard = GuardBuilder::new(store.clone()).seed(5).build();
     let (head, body) = keyed_call(1, "k-lost");
     let first = guard.clone();

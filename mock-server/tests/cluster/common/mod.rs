@@ -22,6 +22,26 @@ pub const STEP: Duration = Duration::from_secs(10);
 /// themselves, this one only if they were stopped.
 pub const STOPS: Duration = Duration::from_secs(2);
 
+/// Sends a POST of `body` in session `sid` to the MCP endpoint `url` over a connection of
+/// its own, written by hand and not read: the test decides when the client leaves (drops or
+/// shuts the connection), or the connection dies with its instance.
+pub async fn post_by_hand(url: &str, sid: &str, body: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let addr = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/mcp"))
+        .expect("http://addr/mcp");
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {addr}\r\naccept: application/json, text/event-stream\r\n\
+         content-type: application/json\r\nmcp-session-id: {sid}\r\n\
+         mcp-protocol-version: {VERSION}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(request.as_bytes()).await.unwrap();
+    conn
+}
+
 /// One SSE event as a client sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
