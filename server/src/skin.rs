@@ -375,38 +375,26 @@ impl std::fmt::Debug for Inbound {
 /// held by nobody, and would read as running, then lost, for a call that never ran. Dropped
 /// unanswered, it is let go on a task of its own (a release frees only a running key held by
 /// this claim's token: harmless when the claim never landed).
-struct ClaimInFlight {
-    pending: Option<(Arc<Core>, StoreOp)>,
-}
+struct ClaimInFlight(Option<Unfinished>);
 
 impl ClaimInFlight {
     fn of(core: &Arc<Core>, op: &StoreOp) -> Self {
-        let pending = match op {
-            StoreOp::Claim(claim) => Some((
-                core.clone(),
-                StoreOp::Release {
+        Self(match op {
+            StoreOp::Claim(claim) => Some(Unfinished {
+                core: core.clone(),
+                ops: VecDeque::from([StoreOp::Release {
                     key: claim.key().clone(),
                     token: claim.token().clone(),
-                },
-            )),
+                }]),
+            }),
             _ => None,
-        };
-        Self { pending }
+        })
     }
 
     /// The store answered: what it says is the request's to act on.
     fn taken(mut self) {
-        self.pending = None;
-    }
-}
-
-impl Drop for ClaimInFlight {
-    fn drop(&mut self) {
-        let Some((core, release)) = self.pending.take() else {
-            return;
-        };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { core.run(&release).await });
+        if let Some(release) = &mut self.0 {
+            release.ops.clear();
         }
     }
 }
