@@ -64,16 +64,11 @@ impl EntryId {
     /// where only tasks are written, or a call's entry once the call became the task): the
     /// same in every process, so that each write for the task replaces the last and the ledger holds one
     /// entry per task, not one per attempt to poll it. Never equal to a fresh id (those
-    /// start with hex digits), and 128 bits of a stable digest of the endpoint's and the
-    /// task's: task ids are the server's and as long as it likes.
+    /// start with hex digits), and the stable digest entries use elsewhere ([`fnv1a64`]) of
+    /// the endpoint's and the task's: task ids are the server's and as long as it likes.
     pub(crate) fn of_task(endpoint: &EntryEndpoint, task_id: &str) -> Self {
-        let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-        let named = [endpoint.digest.as_bytes(), b"\n", task_id.as_bytes()];
-        for byte in named.into_iter().flatten() {
-            hash ^= u128::from(*byte);
-            hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
-        }
-        EntryId(Arc::from(format!("task-{hash:032x}")))
+        let named = fnv1a64(&format!("{}\n{task_id}", endpoint.digest));
+        EntryId(Arc::from(format!("task-{named}")))
     }
 
     /// An id read back from storage: 1 to 128 visible ASCII characters.
