@@ -1,7 +1,6 @@
 //! [`Client::recover`]: the calls a stopped process left in flight, made calls again.
 
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
@@ -11,7 +10,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::client::Client;
-use super::driver::{Command, Registration};
+use super::driver::{Command, Contained, Registration};
 use super::handle::CallHandle;
 use super::ledger::{EntryEndpoint, EntryId, LedgerEntry, TASK_RETENTION};
 use crate::error::{Error, ErrorKind};
@@ -138,7 +137,8 @@ impl Client {
         // From before the read to the last pick-up, a call of this client's that ends is
         // known as ended, its removal done or not: the read may have seen its entry first.
         let _reading = writer.reading();
-        let read = AssertUnwindSafe(async { writer.ledger().entries().await }).catch_unwind();
+        let ledger = writer.ledger().clone();
+        let read = Contained::new(async move { ledger.entries().await }.boxed());
         let entries = match tokio::time::timeout(self.call_timeout(), read).await {
             Ok(Ok(entries)) => entries?,
             Ok(Err(_)) => {

@@ -1337,8 +1337,17 @@ async fn a_call_too_long_for_a_redis_ledger_is_never_sent() {
     cluster.shutdown().await;
 }
 
-/// A ledger whose reads never finish.
-struct NeverReads;
+/// A ledger whose reads never finish; with `true`, one panics when it is dropped.
+struct NeverReads(bool);
+
+/// Panics when dropped.
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a ledger's bug in a drop");
+    }
+}
 
 impl Ledger for NeverReads {
     fn put(&self, _: LedgerEntry) -> BoxFuture<'_, Result<(), mcp_resume::Error>> {
@@ -1350,22 +1359,29 @@ impl Ledger for NeverReads {
     }
 
     fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, mcp_resume::Error>> {
-        Box::pin(futures::future::pending())
+        let bomb = self.0.then_some(Bomb);
+        Box::pin(async move {
+            let _bomb = bomb;
+            futures::future::pending().await
+        })
     }
 }
 
 /// A ledger that never answers a read fails the recovery with `Ledger` within a call's time:
-/// it does not hold the process that is starting.
+/// it does not hold the process that is starting; nor does one whose read panics as the
+/// recovery gives up on it.
 #[tokio::test]
 async fn a_ledger_that_never_reads_fails_the_recovery_in_time() {
     let server = TestServer::start(default_reply).await;
-    let client = Client::builder(&server.url)
-        .ledger(Arc::new(NeverReads))
-        .call_timeout(Duration::from_millis(300))
-        .build()
-        .unwrap();
-    let err = guarded(client.recover()).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+    for panics in [false, true] {
+        let client = Client::builder(&server.url)
+            .ledger(Arc::new(NeverReads(panics)))
+            .call_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap();
+        let err = guarded(client.recover()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Ledger, "{err}");
+    }
 }
 
 /// The task entries in `ledger`, by task id.

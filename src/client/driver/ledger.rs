@@ -45,7 +45,9 @@
 //! one process at a time.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
@@ -510,10 +512,9 @@ impl Writer {
                 Write::Remove(id) => ledger.remove(id).await,
             }
         };
-        AssertUnwindSafe(work)
-            .catch_unwind()
+        Contained::new(work.boxed())
             .map(|outcome| {
-                outcome.unwrap_or_else(|_| {
+                outcome.unwrap_or_else(|()| {
                     tracing::error!("the ledger panicked: a record may be missing");
                     Err(Error::new(ErrorKind::Ledger, "the ledger panicked"))
                 })
@@ -830,6 +831,51 @@ impl Writer {
                     break;
                 }
             }
+        }
+    }
+}
+
+/// A future of the application's ledger, whose panics stay inside it: one in a poll is its
+/// outcome (`Err`), one as it is dropped unfinished (a write past [`WRITE_TIMEOUT`], a read
+/// past the call timeout) is logged. Unwinding from a drop would reach whoever dropped it:
+/// the writer task, which every later write of the client goes through, or the
+/// application's `recover`.
+pub(crate) struct Contained<T>(Option<BoxFuture<'static, T>>);
+
+impl<T> Contained<T> {
+    pub(crate) fn new(work: BoxFuture<'static, T>) -> Self {
+        Self(Some(work))
+    }
+}
+
+impl<T> Future for Contained<T> {
+    type Output = Result<T, ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(work) = self.0.as_mut() else {
+            return Poll::Ready(Err(()));
+        };
+        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => {
+                self.0 = None;
+                Poll::Ready(Ok(out))
+            }
+            Err(_) => {
+                // What is left of it is dropped here, where a second panic is caught too.
+                let left = std::panic::catch_unwind(AssertUnwindSafe(|| drop(self.0.take())));
+                drop(left);
+                Poll::Ready(Err(()))
+            }
+        }
+    }
+}
+
+impl<T> Drop for Contained<T> {
+    fn drop(&mut self) {
+        let work = self.0.take();
+        if work.is_some() && std::panic::catch_unwind(AssertUnwindSafe(|| drop(work))).is_err() {
+            tracing::error!("the ledger panicked as its unfinished work was dropped");
         }
     }
 }
@@ -1633,6 +1679,74 @@ mod tests {
         assert!(writer.lock().retries.is_empty());
         writer.close();
         task.await.unwrap();
+    }
+
+    /// Never finishes a put of an entry named `stuck…`, and panics when such a put is dropped.
+    #[derive(Default)]
+    struct PanicsOnDrop {
+        inner: crate::client::ledger::MemoryLedger,
+    }
+
+    struct Bomb;
+
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("a ledger's bug in a drop");
+        }
+    }
+
+    impl Ledger for PanicsOnDrop {
+        fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>> {
+            if !entry.id().as_str().starts_with("stuck") {
+                return self.inner.put(entry);
+            }
+            Box::pin(async move {
+                let _bomb = Bomb;
+                std::future::pending::<()>().await;
+                Ok(())
+            })
+        }
+
+        fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+            self.inner.remove(id)
+        }
+
+        fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
+            self.inner.entries()
+        }
+    }
+
+    /// A write the ledger never finishes is dropped after [`WRITE_TIMEOUT`]; one that panics
+    /// as it is dropped costs that write, never the writer task every later write of the
+    /// client goes through.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_panics_when_dropped_costs_only_itself() {
+        let ledger = Arc::new(PanicsOnDrop::default());
+        let writer = Writer::new(ledger.clone());
+        let task = tokio::spawn(writer.clone().run());
+        let stuck = EntryId::parse("stuck-1").unwrap();
+        let gate = Gate::new();
+        writer.queue(stuck, Write::Put(entry("stuck-1")), Some(gate.clone()));
+        writer.kick();
+        let waited = tokio::time::timeout(WRITE_TIMEOUT * 2, gate.wait()).await;
+        assert!(
+            matches!(waited, Ok(Err(_))),
+            "the write failed at its timeout"
+        );
+
+        let fine = EntryId::parse("fine-1").unwrap();
+        let gate = Gate::new();
+        writer.queue(fine, Write::Put(entry("fine-1")), Some(gate.clone()));
+        writer.kick();
+        writer.nudge();
+        tokio::time::timeout(Duration::from_secs(60), gate.wait())
+            .await
+            .expect("the writer still writes")
+            .unwrap();
+        assert_eq!(ledger.inner.len(), 1);
+        assert!(!task.is_finished(), "the writer task lives");
+        writer.close();
+        task.await.expect("the writer task ended without a panic");
     }
 
     /// An ended call whose entry's removal was given up on is still known as ended until the

@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub(crate) use self::core::{Core, Inline};
-pub(crate) use self::ledger::{Records, Scope, Writer};
+pub(crate) use self::ledger::{Contained, Records, Scope, Writer};
 pub(crate) use self::state::{Command, Parts, Registration};
 use super::http::redacted_url;
 

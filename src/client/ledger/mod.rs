@@ -57,7 +57,8 @@ use crate::error::Error;
 /// The client calls it outside the session's lock, from the task of the call it serves or
 /// from its driver's own tasks (never the one that keeps deadlines); for one entry one
 /// operation at a time and in order, for different entries possibly at the same time. A panic
-/// costs the operation, never the call or the client. An operation's future may start its
+/// (in a poll, or as an unfinished operation's future is dropped at its timeout) costs the
+/// operation, never the call or the client. An operation's future may start its
 /// work when it is first polled or before: the client creates each only once the one before
 /// it on the same entry has finished. An operation must not block its thread: its future is
 /// first polled in the task that creates it (a caller's own, most often), and handed to the
