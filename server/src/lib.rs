@@ -70,8 +70,10 @@
 //! Compression, of requests and of responses, belongs in front of the guard (a compression
 //! or decompression layer outside it, or a proxy), not in the server it wraps. A store
 //! that cannot be reached, or does not answer within its deadline (a `RedisStore`'s
-//! `RedisOptions::response_timeout`, 1 s by default, bounds each command), makes keyed calls
-//! `503` (retryable), never run unguarded; a resume on an instance that must read its
+//! `RedisOptions::response_timeout`, 1 s by default, bounds each command; the guard bounds
+//! every step of any store too, `store_timeout`, 5 s by default, on a timer thread of its
+//! own, so a runtime without timers is fine), makes keyed calls `503` (retryable), never run
+//! unguarded; a resume on an instance that must read its
 //! session's record from the store is `503` too (it cannot be judged then), and everything
 //! else passes. A claim whose answer was lost with the store (it went away mid-command) may
 //! have landed: the refused call's key is let go once the store is back (tried again for a

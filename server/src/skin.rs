@@ -56,7 +56,8 @@ use crate::Error;
 ///
 /// Defaults: a random [`InstanceId`]; every part of the extension enforced (resume checks
 /// with capability hashes and sequenced event ids; idempotency); bodies up to 4 MiB
-/// inspected; a 10 s claim lease; `Retry-After: 1` on retryable refusals; random stream ids.
+/// inspected; a 10 s claim lease; `Retry-After: 1` on retryable refusals; each store step
+/// bounded at 5 s; random stream ids.
 /// The record of a session in use is touched in the store once half the store's retention
 /// ([`Store::session_retention`]) passed since this instance wrote or touched it.
 ///
@@ -67,6 +68,7 @@ pub struct GuardBuilder {
     store: Arc<dyn Store>,
     config: GuardConfig,
     seed: Option<u64>,
+    store_timeout: Duration,
 }
 
 impl std::fmt::Debug for GuardBuilder {
@@ -98,6 +100,7 @@ impl GuardBuilder {
             store,
             config,
             seed: None,
+            store_timeout: STORE_TIMEOUT,
         }
     }
 
@@ -159,6 +162,16 @@ impl GuardBuilder {
         self
     }
 
+    /// The longest the guard waits on one step of its store (a claim, a session's record):
+    /// past it the step fails as unreachable (keyed calls `503`, never run; unkeyed traffic
+    /// passes), so that a store that never answers holds no request. A last resort above the
+    /// store's own bounds ([`RedisOptions`](crate::RedisOptions)' 1 s per command). At least
+    /// 10 ms. Default: 5 s.
+    pub fn store_timeout(mut self, limit: Duration) -> Self {
+        self.store_timeout = limit.max(Duration::from_millis(10));
+        self
+    }
+
     /// Seeds the stream ids the guard draws (tests that want the same ids every run); its
     /// claim tokens stay random. Default: random.
     pub fn seed(mut self, seed: u64) -> Self {
@@ -183,13 +196,19 @@ impl GuardBuilder {
                     Guard::new(self.config.clone(), seed)
                         .with_token_seed(uuid::Uuid::new_v4().as_u64_pair().1),
                 ),
-                store: self.store,
+                store: Arc::new(store::Timed {
+                    inner: self.store,
+                    limit: self.store_timeout,
+                }),
                 config: self.config,
                 retrying: AtomicUsize::new(0),
             }),
         }
     }
 }
+
+/// [`GuardBuilder::store_timeout`]'s default.
+const STORE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One process's guard and its store: every request of the wrapped endpoint goes through the
 /// same one. Cheap to clone.

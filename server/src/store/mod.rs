@@ -19,10 +19,12 @@ use crate::Error;
 mod memory;
 #[cfg(feature = "redis")]
 mod redis;
+mod timed;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore};
+pub(crate) use timed::Timed;
 
 /// What every [`Store`] method returns: a boxed future of owned data.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
@@ -30,11 +32,12 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Se
 /// The shared memory of a fleet of guards. Each method is one atomic step (one round trip
 /// for a networked store).
 ///
-/// Each ends in bounded time, failing with
+/// Each should end in bounded time, failing with
 /// [`ErrorKind::StoreUnavailable`](crate::ErrorKind::StoreUnavailable) when the store does not
-/// answer: the guard sets no deadline of its own, so a request waits on its store's step as
-/// long as the step takes ([`RedisStore`] bounds every command by
-/// [`RedisOptions::response_timeout`], 1 s by default).
+/// answer ([`RedisStore`] bounds every command by [`RedisOptions::response_timeout`], 1 s by
+/// default). The guard bounds each step too, as a last resort
+/// ([`GuardBuilder::store_timeout`](crate::skin::GuardBuilder::store_timeout), 5 s by
+/// default): a step past it fails as unreachable.
 pub trait Store: Send + Sync + 'static {
     /// Keeps a session record (replacing one of the same session).
     fn put_session<'a>(&'a self, record: &'a SessionRecord) -> StoreFuture<'a, ()>;

@@ -72,7 +72,8 @@ impl ResumeSafetyLayer {
     ///
     /// Defaults: a random [`InstanceId`]; every part of the extension enforced (resume checks
     /// with capability hashes and sequenced event ids; idempotency); bodies up to 4 MiB
-    /// inspected; a 10 s claim lease; `Retry-After: 1` on retryable refusals.
+    /// inspected; a 10 s claim lease; `Retry-After: 1` on retryable refusals; each store step
+    /// bounded at 5 s.
     pub fn new<S: Store>(store: S) -> Self {
         Self::from_builder(GuardBuilder::new(store))
     }
@@ -110,6 +111,11 @@ impl ResumeSafetyLayer {
     /// [`GuardBuilder::idempotency`]. Default: on.
     pub fn idempotency(self, on: bool) -> Self {
         self.with(|b| b.idempotency(on))
+    }
+
+    /// [`GuardBuilder::store_timeout`]. Default: 5 s.
+    pub fn store_timeout(self, limit: Duration) -> Self {
+        self.with(|b| b.store_timeout(limit))
     }
 
     /// [`GuardBuilder::retry_after`]. Default: 1.

@@ -364,6 +364,166 @@ async fn a_release_whose_request_went_away_still_runs() {
     let _ = forwarded(&guard, 2, "k-lost").await;
 }
 
+/// A store that never answers anything.
+struct Silent;
+
+fn silent<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
+    Box::pin(std::future::pending())
+}
+
+impl Store for Silent {
+    fn put_session<'a>(&'a self, _: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        silent()
+    }
+    fn forget_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn touch_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn claim<'a>(&'a self, _: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        silent()
+    }
+    fn renew<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: &'a ClaimToken,
+        _: Duration,
+    ) -> StoreFuture<'a, bool> {
+        silent()
+    }
+    fn finish<'a>(
+        &'a self,
+        _: &'a IdempotencyKey,
+        _: &'a ClaimToken,
+        _: &'a StoredOutcome,
+    ) -> StoreFuture<'a, bool> {
+        silent()
+    }
+    fn release<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        silent()
+    }
+    fn mark_lost<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        silent()
+    }
+}
+
+/// A store that never answers holds no request past the guard's own bound on a store step:
+/// a keyed call is refused 503 (retryable, never run), a request of a session the instance
+/// does not hold passes.
+#[tokio::test]
+async fn a_store_that_never_answers_holds_no_request() {
+    let guard = GuardBuilder::new(Silent)
+        .store_timeout(Duration::from_millis(50))
+        .build();
+    let bound = Duration::from_secs(5);
+    let (head, body) = keyed_call(1, "k-silent");
+    match tokio::time::timeout(bound, request(&guard, Method::POST, &head, &body))
+        .await
+        .expect("a keyed call ends")
+    {
+        Next::Answer(answer) => assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE),
+        other => panic!("not refused: {other:?}"),
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let head = headers(&[
+        ("content-type", "application/json"),
+        ("mcp-session-id", "s-unknown"),
+    ]);
+    let next = tokio::time::timeout(bound, request(&guard, Method::POST, &head, body.as_bytes()))
+        .await
+        .expect("an unkeyed request ends");
+    assert!(matches!(next, Next::Pass | Next::Forward(_)), "{next:?}");
+}
+
+/// The memory store, each step waiting once (woken at once) before it answers: the guard's
+/// bound on it is armed.
+struct Waits(MemoryStore);
+
+fn waiting<'a, T: Send + 'a>(step: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+    let mut yielded = false;
+    let mut step = step;
+    Box::pin(std::future::poll_fn(move |cx| {
+        if !yielded {
+            yielded = true;
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        step.as_mut().poll(cx)
+    }))
+}
+
+impl Store for Waits {
+    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        waiting(self.0.put_session(r))
+    }
+    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        waiting(self.0.session(id))
+    }
+    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        waiting(self.0.forget_session(id))
+    }
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        waiting(self.0.touch_session(id))
+    }
+    fn claim<'a>(&'a self, c: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        waiting(self.0.claim(c))
+    }
+    fn renew<'a>(
+        &'a self,
+        k: &'a IdempotencyKey,
+        t: &'a ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        waiting(self.0.renew(k, t, lease))
+    }
+    fn finish<'a>(
+        &'a self,
+        k: &'a IdempotencyKey,
+        t: &'a ClaimToken,
+        o: &'a StoredOutcome,
+    ) -> StoreFuture<'a, bool> {
+        waiting(self.0.finish(k, t, o))
+    }
+    fn release<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        waiting(self.0.release(k, t))
+    }
+    fn mark_lost<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        waiting(self.0.mark_lost(k, t))
+    }
+}
+
+/// The guard's bound on a store step needs no timer of the runtime's: on a runtime built
+/// without timers, steps that wait are bounded and answered as on any other (a keyed
+/// call's claim granted, its session's record found on a second instance).
+#[test]
+fn store_steps_are_bounded_on_a_runtime_without_timers() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = Waits(MemoryStore::default());
+        let first = GuardBuilder::new(store.0.clone()).build();
+        let guard = GuardBuilder::new(store).build();
+        // A session known to the store only: the second guard must read its record.
+        initialize(&first, "s-timerless").await;
+        let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "bump", "arguments": {"tag": "t"},
+                       "_meta": {"io.github.mcp-resume/idempotency-key": "k-timerless"}}});
+        let head = headers(&[
+            ("content-type", "application/json"),
+            ("mcp-session-id", "s-timerless"),
+        ]);
+        match request(&guard, Method::POST, &head, body.to_string().as_bytes()).await {
+            Next::Forward(out) => assert!(out.is_keyed()),
+            other => panic!("not forwarded: {other:?}"),
+        }
+    });
+}
+
 /// A response of `guard` to an unkeyed request of session `s-1`, driven through the skin
 /// (its store operations run): the capability hash it carries.
 async fn unkeyed_hash(guard: &SharedGuard, id: i64) -> Option<String> {
@@ -387,6 +547,34 @@ async fn unkeyed_hash(guard: &SharedGuard, id: i64) -> Option<String> {
         .map(|v| v.to_str().unwrap().to_owned())
 }
 
+/// Session `session` initialized through `guard` (its record stored): its capability hash.
+async fn initialize(guard: &SharedGuard, session: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "1"}}});
+    let Next::Forward(mut out) = request(
+        guard,
+        Method::POST,
+        &json_head(),
+        init.to_string().as_bytes(),
+    )
+    .await
+    else {
+        panic!("initialize is forwarded");
+    };
+    let head = headers(&[
+        ("content-type", "application/json"),
+        ("mcp-session-id", session),
+    ]);
+    out.handle_head(StatusCode::OK, head);
+    let result = json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}});
+    out.handle_body(result.to_string().as_bytes());
+    let (_, sent) = out.handle_end(true).head.expect("the head");
+    out.take_ops().run().await;
+    sent["mcp-capability-hash"].to_str().unwrap().to_owned()
+}
+
 // | two guards sharing a `MemoryStore` of retention R; a session initialized on the first,
 // used there at 0.9 R, then on the second at 1.5 R | the second finds its record and stamps
 // its hash: the skin passes the guard its clock, and the guard touches the record at half
@@ -400,25 +588,7 @@ async fn a_session_in_use_keeps_its_record_through_the_skin() {
         guard(&store, Duration::from_secs(10)),
     );
     assert_eq!(a.config().session_refresh(), retention / 2);
-    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": "t", "version": "1"}}});
-    let Next::Forward(mut out) =
-        request(&a, Method::POST, &json_head(), init.to_string().as_bytes()).await
-    else {
-        panic!("initialize is forwarded");
-    };
-    let head = headers(&[
-        ("content-type", "application/json"),
-        ("mcp-session-id", "s-1"),
-    ]);
-    out.handle_head(StatusCode::OK, head);
-    let result = json!({"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25",
-        "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}});
-    out.handle_body(result.to_string().as_bytes());
-    let (_, sent) = out.handle_end(true).head.expect("the head");
-    out.take_ops().run().await;
-    let hash = sent["mcp-capability-hash"].to_str().unwrap().to_owned();
+    let hash = initialize(&a, "s-1").await;
     tokio::time::advance(retention.mul_f64(0.9)).await;
     assert_eq!(unkeyed_hash(&a, 1).await.as_deref(), Some(hash.as_str()));
     tokio::time::advance(retention.mul_f64(0.6)).await;
