@@ -846,6 +846,14 @@ impl<T> Contained<T> {
     pub(crate) fn new(work: BoxFuture<'static, T>) -> Self {
         Self(Some(work))
     }
+
+    /// Drops the work (finished or not) where a panic of its drop is caught.
+    fn let_go(&mut self) {
+        let work = self.0.take();
+        if work.is_some() && std::panic::catch_unwind(AssertUnwindSafe(|| drop(work))).is_err() {
+            tracing::error!("the ledger panicked as its work was dropped");
+        }
+    }
 }
 
 impl<T> Future for Contained<T> {
@@ -855,28 +863,19 @@ impl<T> Future for Contained<T> {
         let Some(work) = self.0.as_mut() else {
             return Poll::Ready(Err(()));
         };
-        match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(out)) => {
-                self.0 = None;
-                Poll::Ready(Ok(out))
-            }
-            Err(_) => {
-                // What is left of it is dropped here, where a second panic is caught too.
-                let left = std::panic::catch_unwind(AssertUnwindSafe(|| drop(self.0.take())));
-                drop(left);
-                Poll::Ready(Err(()))
-            }
-        }
+        let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(out)) => Ok(out),
+            Err(_) => Err(()),
+        };
+        self.let_go();
+        Poll::Ready(outcome)
     }
 }
 
 impl<T> Drop for Contained<T> {
     fn drop(&mut self) {
-        let work = self.0.take();
-        if work.is_some() && std::panic::catch_unwind(AssertUnwindSafe(|| drop(work))).is_err() {
-            tracing::error!("the ledger panicked as its unfinished work was dropped");
-        }
+        self.let_go();
     }
 }
 
