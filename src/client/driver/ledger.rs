@@ -161,8 +161,9 @@ struct Line {
     /// application has their outcomes).
     given_up: FxHashMap<EntryId, SystemTime>,
     /// Entries moved to another id (a call's that became a task, moved to the task's), by
-    /// the id they moved to: the old one is removed once a write of the new one is done, not
-    /// before, so that the task always has an entry.
+    /// the id they moved to: the new one is written once the old one names the task, and the
+    /// old one removed once a write of the new one is done, not before, so that the task
+    /// always has an entry and a recovery takes the two as one.
     moving: FxHashMap<EntryId, Moved>,
     /// Recoveries reading the ledger now.
     readers: usize,
@@ -178,6 +179,10 @@ struct Moved {
     release: bool,
     /// When the ledger drops it anyway.
     until: SystemTime,
+    /// The old entry's rewrite naming the task is done (or given up on): the new one's
+    /// writes may start. Before, the ledger may hold the old one as the call's send, which
+    /// beside the task's entry a recovery would take for a second call.
+    ready: bool,
 }
 
 impl Line {
@@ -467,20 +472,31 @@ impl Writer {
         self.lock().queue_removal(entry, abandoned, release, until);
     }
 
-    /// Queues the put of `entry` under its new id, moved from `old`: `old` is removed once a
-    /// write of the new id is done (the task has an entry at every moment; two for a while,
-    /// which a recovery takes as one), and kept if the new one's writes are given up on.
-    /// `release`: `old` was picked up, its claim goes with it.
-    fn queue_move(&self, entry: LedgerEntry, old: EntryId, release: bool, until: SystemTime) {
-        let new = entry.id().clone();
+    /// Queues the move of an entry to a new id: the put of `renamed` (the entry under its old
+    /// id, naming the task), then that of `entry` under its new id, started only once the
+    /// first is done (or given up on), then the old one's removal, once a write of the new id
+    /// is done. The ledger holds at every moment an entry naming the task, and never the
+    /// old one still at the call's send beside the new one (two of one call for a recovery);
+    /// the two for a while, which a recovery takes as one. The old one is kept if the new
+    /// one's writes are given up on. `release`: `old` was picked up, its claim goes with it.
+    fn queue_move(
+        &self,
+        entry: LedgerEntry,
+        renamed: LedgerEntry,
+        release: bool,
+        until: SystemTime,
+    ) {
+        let (new, old) = (entry.id().clone(), renamed.id().clone());
         let mut line = self.lock();
-        // Noted under the same lock as the put is queued: the put cannot finish unnoticed.
+        // Noted under the same lock as the puts are queued: neither can finish unnoticed.
+        line.push(old.clone(), Op::new(Write::Put(renamed), None));
         line.moving.insert(
             new.clone(),
             Moved {
                 old,
                 release,
                 until,
+                ready: false,
             },
         );
         line.push(new, Op::new(Write::Put(entry), None));
@@ -545,10 +561,9 @@ impl Writer {
     /// out.
     fn next_startable(&self) -> Option<(EntryId, Op)> {
         let mut line = self.lock();
-        let at = line
-            .waiting
-            .iter()
-            .position(|(entry, _)| !line.running.contains(entry))?;
+        let at = line.waiting.iter().position(|(entry, _)| {
+            !line.running.contains(entry) && line.moving.get(entry).is_none_or(|m| m.ready)
+        })?;
         let (entry, op) = line.waiting.remove(at)?;
         line.running.insert(entry.clone());
         Some((entry, op))
@@ -586,6 +601,14 @@ impl Writer {
             Some(again) => line.retry_later(entry.clone(), again),
             None => false,
         };
+        // An entry moved from here names the task now, or never will (its rewrite was given
+        // up on: the task's entry is written anyway, the task never left without one): the
+        // new one's writes may start.
+        if !retry && !line.waiting.iter().any(|(queued, _)| *queued == entry) {
+            for moved in line.moving.values_mut().filter(|m| m.old == entry) {
+                moved.ready = true;
+            }
+        }
         // An entry moved here: the old one goes once this one's write is done; if this one's
         // writes are given up on (none is tried again or waits), the old one stays, the
         // task's entry still.
@@ -1125,9 +1148,8 @@ impl Records {
             Some(old) => {
                 let until = record.expiry();
                 let release = record.stored;
-                let call_entry = entry.clone().with_id(old.clone());
-                self.writer.queue(old.clone(), Write::Put(call_entry), gate);
-                self.writer.queue_move(entry, old, release, until);
+                let renamed = entry.clone().with_id(old);
+                self.writer.queue_move(entry, renamed, release, until);
             }
         }
     }
@@ -1456,6 +1478,132 @@ mod tests {
         assert_eq!(held.len(), 1, "{held:?}");
         assert_eq!((held[0].id(), held[0].stage()), (&keyed, &task));
         assert!(!writer.is_writing(&old));
+    }
+
+    /// Holds the puts of entries not keyed by a task while `hold` is set, until `go` (each
+    /// made once let go), and fails the next `fail` of them: a call's entry whose rewrite is
+    /// slow or fails, and the instants between two writes a crash would leave the ledger at.
+    #[derive(Default)]
+    struct HoldsCalls {
+        inner: crate::client::ledger::MemoryLedger,
+        hold: AtomicBool,
+        fail: std::sync::atomic::AtomicUsize,
+        go: Notify,
+    }
+
+    impl Ledger for HoldsCalls {
+        fn put(&self, entry: LedgerEntry) -> BoxFuture<'_, Result<(), Error>> {
+            if entry.id().as_str().starts_with("task-") {
+                return self.inner.put(entry);
+            }
+            let failing = self
+                .fail
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                return Box::pin(async { Err(Error::new(ErrorKind::Ledger, "unavailable")) });
+            }
+            let hold = self.hold.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if hold {
+                    self.go.notified().await;
+                }
+                self.inner.put(entry).await
+            })
+        }
+
+        fn remove(&self, id: EntryId) -> BoxFuture<'_, Result<(), Error>> {
+            self.inner.remove(id)
+        }
+
+        fn entries(&self) -> BoxFuture<'_, Result<Vec<LedgerEntry>, Error>> {
+            self.inner.entries()
+        }
+    }
+
+    /// What a recovery reading `ledger` now (a process that died now) would find of a call
+    /// that became task `t1`: a task's entry never stands beside an entry of the call that
+    /// does not name the task (the call would be made again or reported unknown, and its
+    /// task recovered too).
+    fn assert_one_call(ledger: &crate::client::ledger::MemoryLedger, at: &str) {
+        let held = ledger.entries().now_or_never().unwrap().unwrap();
+        let task = CallStage::Task {
+            task_id: "t1".into(),
+        };
+        if held.iter().any(|e| e.id().as_str().starts_with("task-")) {
+            for e in &held {
+                assert_eq!(e.stage(), &task, "{at}: {held:?}");
+            }
+        }
+        assert!(!held.is_empty(), "{at}: the call has an entry");
+    }
+
+    /// A call that becomes a task has its own entry name the task before the task's entry is
+    /// written: whatever instant the process dies at, the ledger never holds the call's
+    /// entry at its send beside the task's, a call a recovery would surface twice. A rewrite
+    /// of the call's entry that fails holds the task's back until it is tried again and
+    /// succeeds.
+    #[tokio::test(start_paused = true)]
+    async fn a_calls_entry_names_its_task_before_the_tasks_entry_is_written() {
+        let ledger = Arc::new(HoldsCalls::default());
+        let writer = Writer::new(ledger.clone());
+        let run = tokio::spawn(writer.clone().run());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let deadline = now.0 + Duration::from_secs(60);
+        let became_task = |records: &mut Records, call| {
+            let task = CallStage::Task {
+                task_id: "t1".into(),
+            };
+            let checkpoint = Checkpoint::new("tools/call", None, deadline).with_stage(task);
+            records.checkpoint(call, checkpoint, now);
+        };
+
+        // Its rewrite slow: the task's entry waits for it.
+        let call = CallId::next();
+        records.checkpoint(call, Checkpoint::new("tools/call", None, deadline), now);
+        writer.kick();
+        ledger.hold.store(true, Ordering::SeqCst);
+        became_task(&mut records, call);
+        writer.kick();
+        tokio::task::yield_now().await;
+        assert_one_call(&ledger.inner, "the call's rewrite held");
+        ledger.go.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), writer.flush())
+            .await
+            .unwrap();
+        assert_one_call(&ledger.inner, "moved");
+        assert_eq!(ledger.inner.len(), 1);
+        records.task_finished(call);
+        assert!(records.ended(call, false, false));
+        writer.flush().await;
+        assert!(ledger.inner.is_empty());
+
+        // Its rewrite failing: the task's entry waits until it is tried again and succeeds.
+        ledger.hold.store(false, Ordering::SeqCst);
+        let call = CallId::next();
+        records.checkpoint(call, Checkpoint::new("tools/call", None, deadline), now);
+        writer.kick();
+        ledger.fail.store(2, Ordering::SeqCst);
+        became_task(&mut records, call);
+        writer.kick();
+        assert_one_call(&ledger.inner, "the call's rewrite failed");
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while ledger.fail.load(Ordering::SeqCst) > 0 {
+                assert_one_call(&ledger.inner, "the call's rewrite tried again");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(60), writer.flush())
+            .await
+            .unwrap();
+        let held = ledger.inner.entries().now_or_never().unwrap().unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert!(held[0].id().as_str().starts_with("task-"));
+        writer.close();
+        run.await.unwrap();
     }
 
     /// A task resumed by its id has one entry whatever number of calls poll it: a second
