@@ -183,6 +183,9 @@ struct Moved {
     /// writes may start. Before, the ledger may hold the old one as the call's send, which
     /// beside the task's entry a recovery would take for a second call.
     ready: bool,
+    /// Its call ended leaving the task behind: should the new one's writes be given up on,
+    /// the old one stays as the task's entry, no longer moving.
+    left: bool,
 }
 
 impl Line {
@@ -478,7 +481,8 @@ impl Writer {
     /// is done. The ledger holds at every moment an entry naming the task, and never the
     /// old one still at the call's send beside the new one (two of one call for a recovery);
     /// the two for a while, which a recovery takes as one. The old one is kept if the new
-    /// one's writes are given up on. `release`: `old` was picked up, its claim goes with it.
+    /// one's writes are given up on, until the call ends ([`Writer::moved_call_ended`]).
+    /// `release`: `old` was picked up, its claim goes with it.
     fn queue_move(
         &self,
         entry: LedgerEntry,
@@ -497,9 +501,42 @@ impl Writer {
                 release,
                 until,
                 ready: false,
+                left: false,
             },
         );
         line.push(new, Op::new(Write::Put(entry), None));
+    }
+
+    /// The call whose entry moved to `new` ended. Its entry leaving with it (`kept` false)
+    /// takes the old one along whatever became of the move (a call whose outcome the
+    /// application has leaves nothing to recover), removed as its own is (`abandoned`).
+    /// Kept (its task left behind, or left to the next client), the old one stays until a
+    /// write of the new one is done; if none is, it stays, no longer moving, the task's
+    /// entry for a recovery to take.
+    fn moved_call_ended(&self, new: &EntryId, kept: bool, abandoned: bool) {
+        let mut line = self.lock();
+        if !kept {
+            if let Some(moved) = line.moving.remove(new) {
+                line.queue_removal(moved.old, abandoned, moved.release, moved.until);
+            }
+            return;
+        }
+        let writing = line.running.contains(new) || line.pending(new);
+        let Some(moved) = line.moving.get_mut(new) else {
+            return;
+        };
+        if writing {
+            moved.left = true;
+            return;
+        }
+        let moved = line.moving.remove(new);
+        drop(line);
+        if let Some(Moved {
+            old, release: true, ..
+        }) = moved
+        {
+            self.unclaim(&old);
+        }
     }
 
     /// Entry `entry`, a duplicate of a task's entry a recovery picked up, goes: claimed by
@@ -609,11 +646,18 @@ impl Writer {
                 moved.ready = true;
             }
         }
-        // An entry moved here: the old one goes once this one's write is done; if this one's
-        // writes are given up on (none is tried again or waits), the old one stays, the
-        // task's entry still.
+        // An entry moved here: the old one goes once a write of this one is done. If this
+        // one's writes are given up on (none is tried again or waits), the old one stays, the
+        // task's entry still, and still moving while its call runs: a later write of this one
+        // (the call's next, its removal) may succeed, and the call's end removes it anyway
+        // ([`Writer::moved_call_ended`]). A call that left its task behind leaves it then.
         let mut let_go = None;
-        if line.moving.contains_key(&entry) && (!failed || (!retry && !line.pending(&entry))) {
+        let given_up = failed && !retry && !line.pending(&entry);
+        let settled = match line.moving.get(&entry) {
+            Some(moved) => !failed || (given_up && moved.left),
+            None => false,
+        };
+        if settled {
             if let Some(moved) = line.moving.remove(&entry) {
                 if failed {
                     let_go = moved.release.then_some(moved.old);
@@ -1203,6 +1247,7 @@ impl Records {
             // Picked up from its entry and failed by the client's close: the entry (and the
             // call) go to the next client, as they came to this one.
             self.writer.unclaim(&record.id);
+            self.writer.moved_call_ended(&record.id, true, false);
             return false;
         }
         let left_behind = record.task_open && !abandoned;
@@ -1237,6 +1282,7 @@ impl Records {
             return true;
         }
         if left_behind {
+            self.writer.moved_call_ended(&record.id, true, false);
             return false;
         }
         // A task's entry is keyed by the task: another call in flight here that polls the
@@ -1255,6 +1301,7 @@ impl Records {
             return false;
         }
         let until = record.expiry();
+        self.writer.moved_call_ended(&record.id, false, abandoned);
         self.remove(record.id, abandoned, record.stored, until);
         true
     }
@@ -1602,6 +1649,65 @@ mod tests {
         let held = ledger.inner.entries().now_or_never().unwrap().unwrap();
         assert_eq!(held.len(), 1, "{held:?}");
         assert!(held[0].id().as_str().starts_with("task-"));
+        writer.close();
+        run.await.unwrap();
+    }
+
+    /// A move whose writes of the task's entry were given up on still takes the call's entry
+    /// away when the call ends (its outcome delivered, nothing of it is left to recover); a
+    /// call that leaves its task behind keeps it, the task's one entry, for a recovery of
+    /// this client's to take.
+    #[tokio::test(start_paused = true)]
+    async fn a_move_given_up_on_removes_the_calls_entry_when_it_ends() {
+        let ledger = Arc::new(RefusesTasks::default());
+        let writer = Writer::new(ledger.clone());
+        let run = tokio::spawn(writer.clone().run());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let deadline = now.0 + Duration::from_secs(60);
+        let task = |task_id: &str| CallStage::Task {
+            task_id: task_id.into(),
+        };
+        let [finished, left] = [(); 2].map(|()| CallId::next());
+        for call in [finished, left] {
+            records.checkpoint(call, Checkpoint::new("tools/call", None, deadline), now);
+        }
+        writer.kick();
+        let old = |records: &Records, call| records.calls[&call].id.clone();
+        let (finished_old, left_old) = (old(&records, finished), old(&records, left));
+
+        ledger.refuse.store(true, Ordering::SeqCst);
+        for (call, task_id) in [(finished, "t1"), (left, "t2")] {
+            let checkpoint =
+                Checkpoint::new("tools/call", None, deadline).with_stage(task(task_id));
+            records.checkpoint(call, checkpoint, now);
+        }
+        writer.kick();
+        for _ in 0..MAX_RETRIES * 2 {
+            tokio::time::sleep(LONGEST_RETRY).await;
+        }
+        assert!(writer.lock().retries.is_empty(), "given up");
+        ledger.refuse.store(false, Ordering::SeqCst);
+
+        records.task_finished(finished);
+        assert!(records.ended(finished, false, false));
+        tokio::time::timeout(Duration::from_secs(60), writer.flush())
+            .await
+            .unwrap();
+        let held = ledger.inner.entries().now_or_never().unwrap().unwrap();
+        assert!(
+            held.iter().all(|e| e.id() != &finished_old),
+            "the ended call's entry went: {held:?}"
+        );
+
+        assert!(!records.ended(left, false, false), "left behind");
+        tokio::time::timeout(Duration::from_secs(60), writer.flush())
+            .await
+            .unwrap();
+        let held = ledger.inner.entries().now_or_never().unwrap().unwrap();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert_eq!((held[0].id(), held[0].stage()), (&left_old, &task("t2")));
+        assert!(!records.holds(&left_old), "a recovery may take it");
         writer.close();
         run.await.unwrap();
     }
