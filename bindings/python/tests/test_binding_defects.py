@@ -1,18 +1,22 @@
 """Defects of the binding found in review, each pinned: where handlers run, which event loop
-a client belongs to, an awaitable whose Rust side panicked, a forked process, and a server
-that cancels its own request."""
+a client belongs to, an awaitable whose Rust side panicked, a forked process, a server that
+cancels its own request, and a handler that will not be cancelled."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mcp_resume import Client, ServerRequest, _mcp_resume
+from mcp_resume import Client, ServerRequest, _handlers, _mcp_resume
 from scripted_server import ScriptedServer
 
 
@@ -142,6 +146,81 @@ async def test_the_servers_cancellation_cancels_the_python_handler(
         await asyncio.wait_for(cancelled.wait(), 5)
     # No answer was sent for the cancelled request.
     assert result.structured_content["answer"] is None
+
+
+@pytest.mark.parametrize("cancelled_by", ["deadline", "server", "close"])
+def test_a_handler_that_ignores_its_cancellation_holds_neither_the_call_nor_the_shutdown(
+    scripted: Callable[..., ScriptedServer], cancelled_by: str
+) -> None:
+    # The handler catches every `CancelledError` and waits on. In a process of its own: were
+    # the binding to wait for it, `asyncio.run` (which cancels and awaits every task left)
+    # would never return.
+    server = scripted("legacy")
+    script = Path(__file__).parent / "scripts" / "stubborn_handler.py"
+    try:
+        out = subprocess.run(
+            [sys.executable, str(script), server.url, cancelled_by],
+            capture_output=True, text=True, timeout=30,
+        )
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"the process did not end within 30 s; it printed {hung.stdout!r}")
+    assert out.returncode == 0, out.stderr
+    steps = {line["step"]: line for line in map(json.loads, out.stdout.splitlines())}
+    ended = {"deadline": "call_timed_out", "server": "call_returned", "close": "call_closed"}
+    assert ended[cancelled_by] in steps, out.stdout
+    if cancelled_by == "deadline":
+        assert steps["call_timed_out"]["secs"] < 3, steps  # its 1 s deadline, not the handler
+    # The handler had its grace from its first cancellation, no less and not much more, and
+    # was then closed; the shutdown waited for nothing else.
+    handler = steps["run_returned"]["handler"]
+    assert handler["started"] == 1 and handler["cancellations"] >= 1, handler
+    grace = handler["closed"] - handler["first_cancelled"]
+    assert _handlers.CANCEL_GRACE - 0.05 <= grace < _handlers.CANCEL_GRACE + 2, handler
+    assert steps["run_returned"]["secs"] - handler["closed"] < 1, steps
+    assert "ignored its cancellation" in out.stderr, out.stderr
+
+
+async def test_a_handlers_own_timeout_is_not_taken_for_its_cancellation(
+    scripted: Callable[..., ScriptedServer], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # `wait_for` (from 3.12 on, `asyncio.timeout`) cancels the handler's own task and takes
+    # the cancellation back: the handler goes on past the grace and its answer is sent.
+    monkeypatch.setattr(_handlers, "CANCEL_GRACE", 0.1)
+    server = scripted("legacy")
+
+    async def patient(request: ServerRequest) -> dict[str, Any]:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.sleep(30), 0.05)
+        await asyncio.sleep(0.3)
+        return {"answered": True}
+
+    async with Client(server.url, era="legacy", on_server_request=patient) as client:
+        result = await client.call_tool("ask")
+    assert result.structured_content["answer"]["result"] == {"answered": True}
+    assert "ignored its cancellation" not in caplog.text
+
+
+async def test_a_cancelled_handler_finishes_its_cleanup_within_the_grace(
+    scripted: Callable[..., ScriptedServer], caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = scripted("legacy")
+    cleaned = asyncio.Event()
+
+    async def tidy(request: ServerRequest) -> dict[str, Any]:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.05)  # awaits after its cancellation, then lets it through
+            cleaned.set()
+            raise
+        return {}
+
+    async with Client(server.url, era="legacy", on_server_request=tidy) as client:
+        result = await client.call_tool("ask", {"cancel_after_ms": 100})
+        await asyncio.wait_for(cleaned.wait(), 5)
+    assert result.structured_content["answer"] is None
+    assert "ignored its cancellation" not in caplog.text
 
 
 async def test_a_float_json_cannot_hold_is_a_type_error_and_nothing_is_sent(
