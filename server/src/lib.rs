@@ -72,8 +72,7 @@
 //! that cannot be reached, or does not answer within its deadline (a `RedisStore`'s
 //! `RedisOptions::response_timeout`, 1 s by default, bounds each command; the guard bounds
 //! every step of any store too, `store_timeout`, 5 s by default, on a timer thread of its
-//! own, so a runtime without timers is fine), makes keyed calls `503` (retryable), never run
-//! unguarded; a resume on an instance that must read its
+//! own, not the runtime's), makes keyed calls `503` (retryable), never run unguarded; a resume on an instance that must read its
 //! session's record from the store is `503` too (it cannot be judged then), and everything
 //! else passes. A claim whose answer was lost with the store (it went away mid-command) may
 //! have landed: the refused call's key is let go once the store is back (tried again for a
@@ -152,6 +151,10 @@
 //! [`InstanceId`](ids::InstanceId) (the default is random per process, which is right).
 //! Route legacy sessions by `Mcp-Session-Id` (the inner server keeps them in memory);
 //! 2026-07-28 requests may go anywhere.
+//!
+//! The skin runs on tokio. Keyed calls need its timers (`enable_time`, which
+//! `#[tokio::main]` and `Runtime::new` turn on): a call's lease is renewed, and a release
+//! the store refused is tried again, on the runtime's clock. Unkeyed traffic needs none.
 //!
 //! # Layers of this crate
 //!
