@@ -189,6 +189,17 @@ struct Moved {
 }
 
 impl Line {
+    /// Nothing is being written, and what waits can start only once a write tried again
+    /// later is done (a task's entry waiting for its call's entry's rewrite): as far as a
+    /// flush can take the ledger now.
+    fn is_settled(&self) -> bool {
+        self.running.is_empty()
+            && self
+                .waiting
+                .iter()
+                .all(|(entry, _)| self.moving.get(entry).is_some_and(|m| !m.ready))
+    }
+
     /// Queues the removal of `entry` (see [`Writer::queue_removal`]).
     fn queue_removal(&mut self, entry: EntryId, abandoned: bool, release: bool, until: SystemTime) {
         let op = Op::new(Write::Remove(entry.clone()), None);
@@ -517,6 +528,24 @@ impl Writer {
         let mut line = self.lock();
         if !kept {
             if let Some(moved) = line.moving.remove(new) {
+                if !moved.ready {
+                    // The old one is not rewritten yet: the new one's writes, which waited
+                    // for that, are not made at all (its removal follows), else one could
+                    // land beside the old one still at the call's send.
+                    let (unwritten, kept): (VecDeque<_>, VecDeque<_>) =
+                        std::mem::take(&mut line.waiting)
+                            .into_iter()
+                            .partition(|(entry, _)| entry == new);
+                    line.waiting = kept;
+                    for (_, op) in unwritten {
+                        if let Some(gate) = op.gate {
+                            gate.settle(Err(Refusal::Failed(Error::new(
+                                ErrorKind::Ledger,
+                                "the call ended before its entry was written",
+                            ))));
+                        }
+                    }
+                }
                 line.queue_removal(moved.old, abandoned, moved.release, moved.until);
             }
             return;
@@ -683,7 +712,7 @@ impl Writer {
         if last && line.readers > 0 {
             line.done_while_read.push(entry.clone());
         }
-        if line.running.is_empty() && line.waiting.is_empty() {
+        if line.is_settled() {
             self.idle.notify_waiters();
         }
         drop(line);
@@ -710,11 +739,8 @@ impl Writer {
             idle.as_mut().enable();
             self.admit_dropped();
             self.kick();
-            {
-                let line = self.lock();
-                if line.running.is_empty() && line.waiting.is_empty() {
-                    return;
-                }
+            if self.lock().is_settled() {
+                return;
             }
             idle.await;
         }
@@ -1651,6 +1677,58 @@ mod tests {
         assert!(held[0].id().as_str().starts_with("task-"));
         writer.close();
         run.await.unwrap();
+    }
+
+    /// A call dropped while its entry's rewrite naming its task is still under way: the
+    /// task's entry, which waited for that rewrite, is not written after all (the call's
+    /// entries go), so a process that dies then never leaves it beside the call's send.
+    #[tokio::test]
+    async fn a_call_dropped_mid_move_never_leaves_its_send_beside_its_task() {
+        let ledger = Arc::new(HoldsCalls::default());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let deadline = now.0 + Duration::from_secs(60);
+        let call = CallId::next();
+        records.checkpoint(call, Checkpoint::new("tools/call", None, deadline), now);
+        writer.kick();
+        ledger.hold.store(true, Ordering::SeqCst);
+        let task = CallStage::Task {
+            task_id: "t1".into(),
+        };
+        let checkpoint = Checkpoint::new("tools/call", None, deadline).with_stage(task);
+        records.checkpoint(call, checkpoint, now);
+        writer.kick();
+        assert_one_call(&ledger.inner, "the call's rewrite held");
+        assert!(records.ended(call, true, false));
+        writer.kick();
+        assert_one_call(&ledger.inner, "the call dropped mid-move");
+    }
+
+    /// A flush while the rewrite of a moved call's entry fails: it tries that rewrite once
+    /// more and returns, the task's entry still waiting for a later try, instead of waiting
+    /// out every retry.
+    #[tokio::test]
+    async fn a_flush_does_not_wait_out_a_failing_moves_retries() {
+        let ledger = Arc::new(HoldsCalls::default());
+        let writer = Writer::new(ledger.clone());
+        let mut records = Records::new(writer.clone(), "http://h/mcp", false, Scope::Calls);
+        let now = (Instant::now(), SystemTime::now());
+        let deadline = now.0 + Duration::from_secs(60);
+        let call = CallId::next();
+        records.checkpoint(call, Checkpoint::new("tools/call", None, deadline), now);
+        writer.kick();
+        ledger.fail.store(usize::MAX, Ordering::SeqCst);
+        let task = CallStage::Task {
+            task_id: "t1".into(),
+        };
+        let checkpoint = Checkpoint::new("tools/call", None, deadline).with_stage(task);
+        records.checkpoint(call, checkpoint, now);
+        writer.kick();
+        tokio::time::timeout(Duration::from_secs(5), writer.flush())
+            .await
+            .expect("the flush returned");
+        assert_one_call(&ledger.inner, "the call's rewrite failing");
     }
 
     /// A move whose writes of the task's entry were given up on still takes the call's entry
