@@ -101,11 +101,12 @@ impl Drop for Running {
             return;
         };
         // The GIL is taken on the blocking pool, never on a runtime worker. Outside a
-        // runtime (it is shutting down, and the loop's task with it) there is nothing to
-        // cancel from here: the reference is just let go.
+        // runtime (it is shutting down, and the loop's task with it), or once the
+        // interpreter is exiting, there is nothing to cancel from here: the reference is
+        // just let go.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn_blocking(move || {
-                Python::attach(|py| {
+                crate::exit::attach(|py| {
                     let _ = task.bind(py).call_method0(pyo3::intern!(py, "cancel"));
                 })
             });
@@ -386,15 +387,18 @@ impl Handlers {
     }
 }
 
-/// Runs `f` attached to the interpreter on tokio's blocking pool.
+/// Runs `f` attached to the interpreter on tokio's blocking pool; an internal error, with `f`
+/// not run, once the interpreter is exiting (no handler can run then).
 async fn attached<T, F>(f: F) -> Result<T, RpcError>
 where
     F: for<'py> FnOnce(Python<'py>) -> Result<T, RpcError> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(move || Python::attach(f))
+    tokio::task::spawn_blocking(move || crate::exit::attach(f))
         .await
-        .unwrap_or_else(|_| Err(RpcError::internal_error("internal error")))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Err(RpcError::internal_error("internal error")))
 }
 
 /// `mcp_resume._handlers.invoke`: calls a handler on the loop, awaiting what it returns.

@@ -12,6 +12,7 @@ mod bridge;
 mod client;
 mod convert;
 mod errors;
+mod exit;
 mod handler;
 mod ledger;
 mod message_bridge;
@@ -42,6 +43,8 @@ fn _mcp_resume(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .worker_threads(workers);
     pyo3_async_runtimes::tokio::init(runtime);
 
+    // Before finalization begins, no runtime thread may be left attached or about to attach.
+    exit::register(m)?;
     m.add_class::<client::RawClient>()?;
     m.add_class::<message_bridge::RawBridge>()?;
     m.add_class::<oauth::PyOAuth>()?;

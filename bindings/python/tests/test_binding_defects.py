@@ -1,6 +1,7 @@
 """Defects of the binding found in review, each pinned: where handlers run, which event loop
 a client belongs to, an awaitable whose Rust side panicked, a forked process, a server that
-cancels its own request, and a handler that will not be cancelled."""
+cancels its own request, a handler that will not be cancelled, and a process that exits while
+a handler is in flight."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +180,35 @@ def test_a_handler_that_ignores_its_cancellation_holds_neither_the_call_nor_the_
     assert _handlers.CANCEL_GRACE - 0.05 <= grace < _handlers.CANCEL_GRACE + 2, handler
     assert steps["run_returned"]["secs"] - handler["closed"] < 1, steps
     assert "ignored its cancellation" in out.stderr, out.stderr
+
+
+def test_a_process_that_closed_a_client_mid_handler_exits_cleanly(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    # The client is closed while its handler runs, and the interpreter then exits as any
+    # program's does. A runtime thread that was starting the handler (or cancelling it) when
+    # the loop took over could reach the interpreter again once it was finalizing: an abort
+    # (`PyGILState_Release`) or a segfault after `asyncio.run` had returned. The race is
+    # narrow, so the scenario runs many times, side by side (contention widens it).
+    server = scripted("legacy")
+    script = Path(__file__).parent / "scripts" / "close_mid_handler.py"
+    manners = ["polite"] * 40 + ["stubborn"] * 4
+
+    def run(manner: str) -> tuple[str, int | str, str, str]:
+        try:
+            out = subprocess.run(
+                [sys.executable, str(script), server.url, manner],
+                capture_output=True, text=True, timeout=20,
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
+            )
+        except subprocess.TimeoutExpired as hung:
+            return manner, "timed out", str(hung.stdout), str(hung.stderr)
+        return manner, out.returncode, out.stdout, out.stderr
+
+    with ThreadPoolExecutor(8) as pool:
+        runs = list(pool.map(run, manners))
+    failed = [r for r in runs if r[1] != 0 or r[2] != "returned\n"]
+    assert not failed, f"{len(failed)} of {len(runs)} runs failed; the first: {failed[0]}"
 
 
 async def test_a_handlers_own_timeout_is_not_taken_for_its_cancellation(
