@@ -458,7 +458,8 @@ class Client:
         an ``async def``; it runs on the client's event loop (plain functions too, on the loop's
         thread), and is cancelled when the server cancels its request (or the call it serves
         ends, or the client closes): one still running 2 s later, having caught its
-        ``CancelledError``, is abandoned with a warning on the ``mcp_resume`` logger. Raise
+        ``CancelledError``, is abandoned with a warning on the ``mcp_resume`` logger (its own
+        coroutine, closed where it waits; not the tasks it started). Raise
         ``RpcError(code, message, data)`` to answer with that error. Without a handler the
         client answers "method not found"; ``ping`` is always answered for you. It declares
         no capability: pass what it answers in ``capabilities``.

@@ -5,10 +5,14 @@ loop's thread, a coroutine function awaited there.
 A cancelled handler (the server cancelled its request, the call it served ended, the client
 was closed, or the loop is shutting down) gets ``CANCEL_GRACE`` seconds to end. One still
 running then, having caught its ``CancelledError`` and carried on, is abandoned: it is closed
-where it waits (``GeneratorExit``, so its ``finally`` clauses run) and a warning is logged on
-the ``mcp_resume`` logger. Its task then ends as cancelled, so neither the request nor the
-shutdown of the loop (``asyncio.run`` cancels every task left and waits for them all) is held
-by it."""
+where it waits (``GeneratorExit``: its ``finally`` and ``__aexit__`` code runs up to its
+first ``await``) and a warning is logged on the ``mcp_resume`` logger. Its task then ends as
+cancelled, so neither the request nor the shutdown of the loop (``asyncio.run`` cancels every
+task left and waits for them all) is held by it. Only the handler's own coroutine can be
+abandoned so: a task it started (``asyncio.gather``, a ``TaskGroup``, ``wait_for`` before
+3.12) that ignores its cancellation still holds ``asyncio.run``. On 3.10, which does not
+count cancellations, a ``CancelledError`` the handler catches from anything (its own
+``wait_for`` included) starts the grace."""
 
 from __future__ import annotations
 
@@ -29,8 +33,16 @@ _log = logging.getLogger("mcp_resume")
 async def invoke(callback: Callable[[Any], Any], argument: Any) -> Any:
     result = callback(argument)
     if inspect.isawaitable(result):
-        result = await _bounded(result.__await__(), callback)
+        result = await _bounded(_driven(result), callback)
     return result
+
+
+def _driven(awaitable: Any) -> Generator[Any, None, Any]:
+    """What ``await awaitable`` drives, with ``send``, ``throw`` and ``close`` whatever it
+    is: an ``__await__`` may answer a plain iterator, and a generator-based coroutine has no
+    ``__await__`` at all."""
+    inner = awaitable.__await__() if hasattr(awaitable, "__await__") else awaitable
+    return (yield from inner)
 
 
 @types.coroutine
@@ -55,6 +67,10 @@ def _bounded(steps: Generator[Any, None, Any], callback: Any) -> Generator[Any, 
             and _cancellation_pending(task)
         ):
             give_up_at = loop.time() + CANCEL_GRACE
+        elif give_up_at is not None and not _cancellation_pending(task):
+            # Taken back (the handler's own `asyncio.timeout` whose cleanup awaited): the
+            # task is not being cancelled any more, and the handler owes nothing.
+            give_up_at = None
         thrown = None
         if give_up_at is not None and loop.time() >= give_up_at:
             _abandon(steps, waiting, callback)
@@ -101,7 +117,8 @@ def _cancellation_pending(task: asyncio.Task[Any] | None) -> bool:
 
 def _abandon(steps: Generator[Any, None, Any], waiting: Any, callback: Any) -> None:
     _log.warning(
-        "handler %r ignored its cancellation for %s s; it is abandoned (closed where it waits)",
+        "handler %r did not end within %s s of its cancellation; it is abandoned "
+        "(closed where it waits)",
         callback,
         CANCEL_GRACE,
     )
