@@ -14,7 +14,7 @@
 //! held are let go unreleased), and the hook waits, with the GIL released so that they can
 //! finish, for the threads attached or waiting to attach when it closed.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -66,18 +66,41 @@ pub fn attach<R>(f: impl for<'py> FnOnce(Python<'py>) -> R) -> Option<R> {
     Some(Python::attach(f))
 }
 
+/// The process the hook was registered in. A child forked from it inherits the hook and the
+/// gate as they stood, threads counted inside that do not exist in it, maybe the gate's lock
+/// held by one of them: its exit has no runtime thread to wait for, and must not take the lock.
+static REGISTERED_IN: OnceLock<u32> = OnceLock::new();
+
 /// The `atexit` hook: closes the gate and waits for the threads inside.
 #[pyfunction]
 fn close_gate(py: Python<'_>) {
+    if REGISTERED_IN.get() != Some(&std::process::id()) {
+        return;
+    }
     gate().closed = true;
-    py.detach(|| {
+    let stuck = py.detach(|| {
         let gate = gate();
-        let _ = LEFT.wait_timeout_while(gate, DRAIN, |gate| gate.inside > 0);
+        match LEFT.wait_timeout_while(gate, DRAIN, |gate| gate.inside > 0) {
+            Ok((gate, _)) => gate.inside,
+            Err(poisoned) => poisoned.into_inner().0.inside,
+        }
     });
+    if stuck > 0 {
+        // Not hidden: one still attached may crash the interpreter as it finalizes.
+        let message = format!(
+            "{stuck} of the extension's threads still used the interpreter {DRAIN:?} into its exit \
+             (an answer's conversion running the application's code?); the exit goes on"
+        );
+        let _ = py
+            .import("logging")
+            .and_then(|logging| logging.call_method1("getLogger", ("mcp_resume",)))
+            .and_then(|logger| logger.call_method1("warning", (message,)));
+    }
 }
 
 /// Registers the hook with `atexit` (not as a member of the module: it is no API).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let _ = REGISTERED_IN.set(std::process::id());
     let hook = wrap_pyfunction!(close_gate, m)?;
     m.py().import("atexit")?.call_method1("register", (hook,))?;
     Ok(())

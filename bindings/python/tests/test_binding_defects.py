@@ -212,6 +212,22 @@ def test_a_process_that_closed_a_client_mid_handler_exits_cleanly(
     assert not failed, f"{len(failed)} of {len(runs)} runs failed; the first: {failed[0]}"
 
 
+def test_a_child_forked_while_an_answer_is_converted_exits_without_waiting(
+    scripted: Callable[..., ScriptedServer],
+) -> None:
+    # The child inherits the exit hook and the count of the parent's threads then using the
+    # interpreter, none of which exists in the child: its exit waits for none of them (it
+    # waited out the whole 2 s bound).
+    server = scripted("legacy")
+    script = Path(__file__).parent / "scripts" / "fork_mid_conversion.py"
+    out = subprocess.run(
+        [sys.executable, str(script), server.url],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.split()[0]) < 0.5, out.stdout
+
+
 async def test_a_handlers_own_timeout_is_not_taken_for_its_cancellation(
     scripted: Callable[..., ScriptedServer], monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
