@@ -17,6 +17,8 @@ use mcp_resume_server::MemoryStore;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
+use crate::stores::{EachStep, Silent, WaitsOnce};
+
 fn guard(store: &MemoryStore, lease: Duration) -> SharedGuard {
     GuardBuilder::new(store.clone())
         .lease(lease)
@@ -364,59 +366,12 @@ async fn a_release_whose_request_went_away_still_runs() {
     let _ = forwarded(&guard, 2, "k-lost").await;
 }
 
-/// A store that never answers anything.
-struct Silent;
-
-fn silent<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
-    Box::pin(std::future::pending())
-}
-
-impl Store for Silent {
-    fn put_session<'a>(&'a self, _: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        silent()
-    }
-    fn session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
-        silent()
-    }
-    fn forget_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
-        silent()
-    }
-    fn touch_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
-        silent()
-    }
-    fn claim<'a>(&'a self, _: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
-        silent()
-    }
-    fn renew<'a>(
-        &'a self,
-        _: &'a IdempotencyKey,
-        _: &'a ClaimToken,
-        _: Duration,
-    ) -> StoreFuture<'a, bool> {
-        silent()
-    }
-    fn finish<'a>(
-        &'a self,
-        _: &'a IdempotencyKey,
-        _: &'a ClaimToken,
-        _: &'a StoredOutcome,
-    ) -> StoreFuture<'a, bool> {
-        silent()
-    }
-    fn release<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        silent()
-    }
-    fn mark_lost<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        silent()
-    }
-}
-
 /// A store that never answers holds no request past the guard's own bound on a store step:
 /// a keyed call is refused 503 (retryable, never run), a request of a session the instance
 /// does not hold passes.
 #[tokio::test]
 async fn a_store_that_never_answers_holds_no_request() {
-    let guard = GuardBuilder::new(Silent)
+    let guard = GuardBuilder::new(EachStep::new(Silent))
         .store_timeout(Duration::from_millis(50))
         .build();
     let bound = Duration::from_secs(5);
@@ -439,63 +394,6 @@ async fn a_store_that_never_answers_holds_no_request() {
     assert!(matches!(next, Next::Pass | Next::Forward(_)), "{next:?}");
 }
 
-/// The memory store, each step waiting once (woken at once) before it answers: the guard's
-/// bound on it is armed.
-struct Waits(MemoryStore);
-
-fn waiting<'a, T: Send + 'a>(step: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
-    let mut yielded = false;
-    let mut step = step;
-    Box::pin(std::future::poll_fn(move |cx| {
-        if !yielded {
-            yielded = true;
-            cx.waker().wake_by_ref();
-            return std::task::Poll::Pending;
-        }
-        step.as_mut().poll(cx)
-    }))
-}
-
-impl Store for Waits {
-    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        waiting(self.0.put_session(r))
-    }
-    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
-        waiting(self.0.session(id))
-    }
-    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        waiting(self.0.forget_session(id))
-    }
-    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
-        waiting(self.0.touch_session(id))
-    }
-    fn claim<'a>(&'a self, c: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
-        waiting(self.0.claim(c))
-    }
-    fn renew<'a>(
-        &'a self,
-        k: &'a IdempotencyKey,
-        t: &'a ClaimToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, bool> {
-        waiting(self.0.renew(k, t, lease))
-    }
-    fn finish<'a>(
-        &'a self,
-        k: &'a IdempotencyKey,
-        t: &'a ClaimToken,
-        o: &'a StoredOutcome,
-    ) -> StoreFuture<'a, bool> {
-        waiting(self.0.finish(k, t, o))
-    }
-    fn release<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        waiting(self.0.release(k, t))
-    }
-    fn mark_lost<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        waiting(self.0.mark_lost(k, t))
-    }
-}
-
 /// The guard's bound on a store step needs no timer of the runtime's: on a runtime built
 /// without timers, a step that waits is bounded and answered as on any other (a session's
 /// record read by a second instance, its request stamped with the session's hash).
@@ -505,7 +403,7 @@ fn store_steps_are_bounded_on_a_runtime_without_timers() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let store = Waits(MemoryStore::default());
+        let store = EachStep::new(WaitsOnce);
         let first = GuardBuilder::new(store.0.clone()).build();
         let second = GuardBuilder::new(store).build();
         // A session known to the store only: the second guard must read its record.

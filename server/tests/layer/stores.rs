@@ -184,3 +184,98 @@ impl Store for Failover {
         self.now().mark_lost(key, token)
     }
 }
+
+/// What a test store does with each step of a memory store (see [`EachStep`]).
+pub(crate) trait Step: Send + Sync + 'static {
+    /// The step as the store answers it, given the memory store's answer.
+    fn step<'a, T: Send + 'a>(&'a self, memory: StoreFuture<'a, T>) -> StoreFuture<'a, T>;
+}
+
+/// A memory store whose every step goes through `S`.
+pub(crate) struct EachStep<S>(pub(crate) MemoryStore, pub(crate) S);
+
+impl<S> EachStep<S> {
+    pub(crate) fn new(step: S) -> Self {
+        Self(MemoryStore::default(), step)
+    }
+}
+
+impl<S: Step> Store for EachStep<S> {
+    fn put_session<'a>(&'a self, r: &'a SessionRecord) -> StoreFuture<'a, ()> {
+        self.1.step(self.0.put_session(r))
+    }
+    fn session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
+        self.1.step(self.0.session(id))
+    }
+    fn forget_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        self.1.step(self.0.forget_session(id))
+    }
+    fn touch_session<'a>(&'a self, id: &'a SessionId) -> StoreFuture<'a, ()> {
+        self.1.step(self.0.touch_session(id))
+    }
+    fn claim<'a>(&'a self, c: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
+        self.1.step(self.0.claim(c))
+    }
+    fn renew<'a>(
+        &'a self,
+        k: &'a IdempotencyKey,
+        t: &'a ClaimToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, bool> {
+        self.1.step(self.0.renew(k, t, lease))
+    }
+    fn finish<'a>(
+        &'a self,
+        k: &'a IdempotencyKey,
+        t: &'a ClaimToken,
+        o: &'a StoredOutcome,
+    ) -> StoreFuture<'a, bool> {
+        self.1.step(self.0.finish(k, t, o))
+    }
+    fn release<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        self.1.step(self.0.release(k, t))
+    }
+    fn mark_lost<'a>(&'a self, k: &'a IdempotencyKey, t: &'a ClaimToken) -> StoreFuture<'a, ()> {
+        self.1.step(self.0.mark_lost(k, t))
+    }
+}
+
+/// Every step fails as unreachable.
+pub(crate) struct Down;
+
+impl Step for Down {
+    fn step<'a, T: Send + 'a>(&'a self, _: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+        Box::pin(async {
+            Err(mcp_resume_server::Error::store_unavailable(
+                std::io::Error::other("down"),
+            ))
+        })
+    }
+}
+
+/// No step ever answers.
+pub(crate) struct Silent;
+
+impl Step for Silent {
+    fn step<'a, T: Send + 'a>(&'a self, _: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+        Box::pin(std::future::pending())
+    }
+}
+
+/// Each step waits once (woken at once) before the memory store answers it.
+pub(crate) struct WaitsOnce;
+
+impl Step for WaitsOnce {
+    fn step<'a, T: Send + 'a>(&'a self, memory: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+        let mut yielded = false;
+        let mut memory = memory;
+        Box::pin(std::future::poll_fn(move |cx| {
+            if !yielded {
+                yielded = true;
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            memory.as_mut().poll(cx)
+        }))
+    }
+}

@@ -3,14 +3,12 @@
 
 use std::time::Duration;
 
-use mcp_resume_server::guard::{Claim, ClaimOutcome, SessionRecord, StoredOutcome};
-use mcp_resume_server::ids::{ClaimToken, IdempotencyKey, SessionId};
-use mcp_resume_server::store::{Store, StoreFuture};
-use mcp_resume_server::{Error, MemoryStore, ResumeSafetyLayer};
+use mcp_resume_server::{MemoryStore, ResumeSafetyLayer};
 use serde_json::{json, Value};
 
 use crate::raw::Raw;
 use crate::server::Server;
+use crate::stores::{Down, EachStep};
 
 fn layer() -> ResumeSafetyLayer {
     ResumeSafetyLayer::new(MemoryStore::default()).seed(7)
@@ -193,7 +191,7 @@ async fn a_resume_of_a_running_call_replays_and_continues() {
 /// unkeyed ones pass.
 #[tokio::test]
 async fn a_down_store_refuses_keyed_calls_and_passes_the_rest() {
-    let server = Server::start(Some(ResumeSafetyLayer::new(Down)), false).await;
+    let server = Server::start(Some(ResumeSafetyLayer::new(EachStep::new(Down))), false).await;
     let mut raw = Raw::new(&server.url());
     raw.initialize(json!({})).await;
     let keyed = raw.call(2, "bump", json!({"tag": "d"}), Some("k")).await;
@@ -293,53 +291,6 @@ async fn stateless_keyed(json: bool) {
         assert_eq!(text(&reply.response(id).expect(&reply.body)), "m:1");
     }
     assert_eq!(server.effects.count("m"), 1);
-}
-
-/// A store that is never there.
-struct Down;
-
-fn down<'a, T: Send + 'a>() -> StoreFuture<'a, T> {
-    Box::pin(async { Err(Error::store_unavailable(std::io::Error::other("down"))) })
-}
-
-impl Store for Down {
-    fn put_session<'a>(&'a self, _: &'a SessionRecord) -> StoreFuture<'a, ()> {
-        down()
-    }
-    fn session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, Option<SessionRecord>> {
-        down()
-    }
-    fn forget_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
-        down()
-    }
-    fn touch_session<'a>(&'a self, _: &'a SessionId) -> StoreFuture<'a, ()> {
-        down()
-    }
-    fn claim<'a>(&'a self, _: &'a Claim) -> StoreFuture<'a, ClaimOutcome> {
-        down()
-    }
-    fn renew<'a>(
-        &'a self,
-        _: &'a IdempotencyKey,
-        _: &'a ClaimToken,
-        _: Duration,
-    ) -> StoreFuture<'a, bool> {
-        down()
-    }
-    fn finish<'a>(
-        &'a self,
-        _: &'a IdempotencyKey,
-        _: &'a ClaimToken,
-        _: &'a StoredOutcome,
-    ) -> StoreFuture<'a, bool> {
-        down()
-    }
-    fn release<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        down()
-    }
-    fn mark_lost<'a>(&'a self, _: &'a IdempotencyKey, _: &'a ClaimToken) -> StoreFuture<'a, ()> {
-        down()
-    }
 }
 
 /// Storing a keyed call's answer fails once: the lease is still renewed and the answer
