@@ -119,6 +119,7 @@ async fn redis_a_slow_server_within_the_timeout_still_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_connection_dropped_mid_command_fails_it_and_recovers() {
     let (proxy, store) = behind_proxy().await;
+    let kept = proxy.kept();
     proxy.set(Mode::Stall);
     let claiming = {
         let store = store.clone();
@@ -128,7 +129,10 @@ async fn redis_a_connection_dropped_mid_command_fails_it_and_recovers() {
             (r, started.elapsed())
         })
     };
-    tokio::time::sleep(TIMEOUT / 3).await;
+    // The claim waits in the proxy: the connection goes mid-command.
+    tokio::time::timeout(Duration::from_secs(5), proxy.kept_past(kept))
+        .await
+        .expect("the claim reached the proxy");
     proxy.cut();
     proxy.set(Mode::Pass);
     let (r, took) = tokio::time::timeout(Duration::from_secs(20), claiming)

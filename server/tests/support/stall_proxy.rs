@@ -6,11 +6,13 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 
 /// What the proxy does with the bytes it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +38,16 @@ pub(crate) struct StallProxy {
     mode: watch::Sender<Mode>,
     /// Bumped to drop every open connection.
     cut: watch::Sender<u64>,
+    held: Arc<Held>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// Counts the reads kept instead of forwarded at once: a test knows a command reached the
+/// proxy and waits there.
+#[derive(Default)]
+struct Held {
+    reads: AtomicU64,
+    more: Notify,
 }
 
 impl StallProxy {
@@ -47,6 +58,8 @@ impl StallProxy {
         let (mode, _) = watch::channel(Mode::Pass);
         let (cut, _) = watch::channel(0u64);
         let (mode_rx, cut_rx) = (mode.subscribe(), cut.subscribe());
+        let held = Arc::new(Held::default());
+        let counted = held.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let (mode, mut cut) = (mode_rx.clone(), cut_rx.clone());
@@ -55,6 +68,7 @@ impl StallProxy {
                     continue;
                 }
                 cut.mark_unchanged();
+                let held = counted.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else {
                         return;
@@ -64,8 +78,8 @@ impl StallProxy {
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
                     tokio::select! {
-                        _ = pump(cr, sw, mode.clone(), false) => {}
-                        _ = pump(sr, cw, mode, true) => {}
+                        _ = pump(cr, sw, mode.clone(), false, &held) => {}
+                        _ = pump(sr, cw, mode, true, &held) => {}
                         _ = cut.changed() => {}
                     }
                 });
@@ -75,6 +89,7 @@ impl StallProxy {
             addr,
             mode,
             cut,
+            held,
             task,
         }
     }
@@ -87,6 +102,25 @@ impl StallProxy {
     /// From now on, does this with what it reads.
     pub(crate) fn set(&self, mode: Mode) {
         self.mode.send_replace(mode);
+    }
+
+    /// Reads kept so far (see [`StallProxy::kept_past`]).
+    pub(crate) fn kept(&self) -> u64 {
+        self.held.reads.load(Ordering::SeqCst)
+    }
+
+    /// Waits until more than `n` reads were kept: a command sent since [`StallProxy::kept`]
+    /// answered `n` waits in the proxy.
+    pub(crate) async fn kept_past(&self, n: u64) {
+        loop {
+            let more = self.held.more.notified();
+            tokio::pin!(more);
+            more.as_mut().enable();
+            if self.kept() > n {
+                return;
+            }
+            more.await;
+        }
     }
 
     /// Drops every open connection (what was kept, unsent), as a server that went away
@@ -110,6 +144,7 @@ async fn pump(
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
     answers: bool,
+    held: &Held,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
@@ -117,6 +152,7 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        let mut counted = false;
         loop {
             let now = *mode.borrow_and_update();
             match now {
@@ -129,6 +165,11 @@ async fn pump(
                     break;
                 }
                 Mode::Stall | Mode::Deaf | Mode::Refuse => {
+                    if !counted {
+                        counted = true;
+                        held.reads.fetch_add(1, Ordering::SeqCst);
+                        held.more.notify_waiters();
+                    }
                     if mode.changed().await.is_err() {
                         return;
                     }
