@@ -1652,3 +1652,75 @@ async fn a_task_left_behind_by_the_last_of_two_resumptions_is_recovered() {
     drop(recovered);
     guarded(next.close()).await.unwrap();
 }
+
+/// Two clients of one process sharing a ledger, each resuming one task, share its entry as
+/// two resumptions in one client do: the client whose call is given up first (dropped) leaves
+/// the entry to the other's call still polling the task, which ends later by timing out with
+/// the task still working: the task stays recorded, and a third client's recovery polls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_left_behind_by_the_last_of_two_clients_resumptions_is_recovered() {
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tasks/get") {
+            return json_result(
+                req,
+                json!({"taskId": "t1", "status": "working", "pollIntervalMs": 20}),
+            );
+        }
+        default_reply(req)
+    })
+    .await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let client = |name: &str| {
+        Arc::new(
+            Client::builder(&server.url)
+                .ledger(ledger.clone())
+                .header("x-client", name)
+                .build()
+                .unwrap(),
+        )
+    };
+    let (first, last) = (client("first"), client("last"));
+    let polls = |server: &TestServer, method: &str, by: &str| {
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.is_rpc(method) && r.header("x-client") == Some(by))
+            .count()
+    };
+    let given_up = tokio::spawn({
+        let first = first.clone();
+        async move { first.resume_task("t1", Some(Duration::from_secs(30))).await }
+    });
+    let timed_out = tokio::spawn({
+        let last = last.clone();
+        async move { last.resume_task("t1", Some(Duration::from_secs(2))).await }
+    });
+    // Both poll the task (each has written the entry, before its first poll) before the
+    // first is given up.
+    guarded(async {
+        while polls(&server, "tasks/get", "first") < 2 || polls(&server, "tasks/get", "last") < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    given_up.abort();
+    assert!(given_up.await.unwrap_err().is_cancelled());
+    // The first client has taken its call as given up (the server is told) before the last
+    // call ends.
+    guarded(async {
+        while polls(&server, "notifications/cancelled", "first") == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let err = guarded(timed_out).await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    guarded(first.close()).await.unwrap();
+    guarded(last.close()).await.unwrap();
+    assert_eq!(task_entries(&ledger).await, ["t1"], "the task left behind");
+    let next = client("next");
+    let recovered = guarded(next.recover()).await.unwrap();
+    assert_eq!(recovered.len(), 1, "the task left behind is recovered");
+    drop(recovered);
+    guarded(next.close()).await.unwrap();
+}

@@ -43,6 +43,10 @@
 //! until it is made (or given up); its other entries go to them at once. Whether a client of
 //! another process still runs cannot be told: across processes, one ledger name belongs to
 //! one process at a time.
+//!
+//! A task's entry is shared by every call in flight polling the task, whichever client of the
+//! process runs it, among the clients given the same ledger (one `Arc`): the last of them to
+//! end decides whether it stays (a call left behind keeps it for a later `recover`) or goes.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -291,13 +295,18 @@ impl Line {
 }
 
 /// The clients of this process that run, and the entries they picked up: what `recover`
-/// never takes from them. Changed as clients start and stop and as they recover, never per
-/// call.
+/// never takes from them. Changed as clients start and stop and as they recover, and as
+/// calls poll tasks, never per plain call.
 #[derive(Default)]
 struct Live {
     clients: FxHashSet<Arc<str>>,
     /// Entry picked up, by the client that did, until the call ends or the client stops.
     picked: FxHashMap<EntryId, Arc<str>>,
+    /// Calls in flight keyed by a task's entry, by ledger (its address) and entry, whichever
+    /// client runs them: clients sharing a ledger share a task's entry as calls of one client
+    /// do, and the last of the process's calls polling the task decides whether it stays
+    /// ([`Records::ended`]). A count left over errs on keeping the entry, never removing it.
+    polling: FxHashMap<(usize, EntryId), usize>,
 }
 
 fn live() -> MutexGuard<'static, Live> {
@@ -314,6 +323,9 @@ fn live() -> MutexGuard<'static, Live> {
 /// side.
 pub(crate) struct Writer {
     ledger: Arc<dyn Ledger>,
+    /// The ledger's identity within the process (the address of its data): what the clients
+    /// sharing it share a task's entry by ([`Live::polling`]).
+    ledger_key: usize,
     /// The ledger's [`Ledger::max_entry_bytes`], asked once.
     max_entry_bytes: Option<usize>,
     /// This client's incarnation: written into its entries, live until it stops.
@@ -387,8 +399,10 @@ impl Writer {
                     None
                 },
             );
+        let ledger_key = Arc::as_ptr(&ledger) as *const () as usize;
         Arc::new(Writer {
             ledger,
+            ledger_key,
             max_entry_bytes,
             incarnation,
             line: Mutex::new(Line::default()),
@@ -425,6 +439,38 @@ impl Writer {
         if live.picked.get(id) == Some(&self.incarnation) {
             live.picked.remove(id);
         }
+    }
+
+    /// A call of this client's in flight is keyed by task entry `id` from now on
+    /// ([`Live::polling`]).
+    fn polls(&self, id: &EntryId) {
+        *live()
+            .polling
+            .entry((self.ledger_key, id.clone()))
+            .or_default() += 1;
+    }
+
+    /// Calls of this client's keyed by the entries `ids` (one per call) are no longer in
+    /// flight under them. Returns whether another call of the process still is, under the
+    /// last of them.
+    fn polled(&self, ids: impl IntoIterator<Item = EntryId>) -> bool {
+        let mut live = live();
+        let mut others = false;
+        for id in ids {
+            let key = (self.ledger_key, id);
+            others = match live.polling.get_mut(&key) {
+                Some(count) if *count > 1 => {
+                    *count -= 1;
+                    true
+                }
+                Some(_) => {
+                    live.polling.remove(&key);
+                    false
+                }
+                None => false,
+            };
+        }
+        others
     }
 
     /// A recovery is about to read the ledger: until the guard returned is dropped, an entry
@@ -1043,6 +1089,9 @@ struct Record {
     /// A send of it may have run, as far as its checkpoints tell: it was picked up, sent
     /// again, or went past its first request (a round, a task). Erring towards yes.
     may_have_run: bool,
+    /// It counts among the calls of the process polling the task its id names
+    /// ([`Live::polling`]), until it leaves the records.
+    polling: bool,
 }
 
 impl Record {
@@ -1071,6 +1120,7 @@ impl Record {
             was_task: false,
             sent: false,
             may_have_run: false,
+            polling: false,
         }
     }
 }
@@ -1125,6 +1175,10 @@ impl Records {
         record.was_task = task;
         record.stored = true;
         record.may_have_run = true;
+        if task {
+            self.writer.polls(&record.id);
+            record.polling = true;
+        }
         self.calls.insert(call, record);
     }
 
@@ -1139,6 +1193,10 @@ impl Records {
             record.task_open = true;
             record.was_task = true;
             record.task_id = Some(task_id.to_owned());
+            if !record.polling {
+                self.writer.polls(&record.id);
+                record.polling = true;
+            }
         }
     }
 
@@ -1198,7 +1256,15 @@ impl Records {
         let moved = match &checkpoint.stage {
             CallStage::Task { task_id } => {
                 let keyed = EntryId::of_task(&self.endpoint, task_id);
-                (record.id != keyed).then(|| std::mem::replace(&mut record.id, keyed))
+                let moved = (record.id != keyed).then(|| std::mem::replace(&mut record.id, keyed));
+                if !record.polling || moved.is_some() {
+                    if let Some(old) = moved.as_ref().filter(|_| record.polling) {
+                        self.writer.polled([old.clone()]);
+                    }
+                    self.writer.polls(&record.id);
+                    record.polling = true;
+                }
+                moved
             }
             _ => None,
         };
@@ -1264,11 +1330,13 @@ impl Records {
     /// (a task left behind again, for a later `recover` of this client's to poll), once it is
     /// removed otherwise; one failed by the client's close (`closed`) keeps its entry for the
     /// next client. An entry shared with another call still in flight (one task polled by
-    /// both) is the last one's to remove or keep. Returns whether a write was queued.
+    /// both), of this client or of another of the process on the same ledger, is the last
+    /// one's to remove or keep. Returns whether a write was queued.
     pub(crate) fn ended(&mut self, call: CallId, abandoned: bool, closed: bool) -> bool {
         let Some(record) = self.calls.remove(&call) else {
             return false;
         };
+        let polled_elsewhere = record.polling && self.writer.polled([record.id.clone()]);
         if record.stored && closed && !abandoned {
             // Picked up from its entry and failed by the client's close: the entry (and the
             // call) go to the next client, as they came to this one.
@@ -1326,6 +1394,16 @@ impl Records {
         if shared {
             return false;
         }
+        // So does a call of another client sharing the ledger: the entry stays as if this call
+        // left the task behind, for that one to decide. A claim cannot pass to another
+        // client's call: it goes at once, as when the entry stays.
+        if polled_elsewhere {
+            if record.stored {
+                self.writer.unclaim(&record.id);
+            }
+            self.writer.moved_call_ended(&record.id, true, false);
+            return false;
+        }
         let until = record.expiry();
         self.writer.moved_call_ended(&record.id, false, abandoned);
         self.remove(record.id, abandoned, record.stored, until);
@@ -1342,6 +1420,15 @@ impl Records {
     /// entry a recovery may still read ([`Writer::is_writing`]).
     pub(crate) fn holds(&self, id: &EntryId) -> bool {
         self.calls.values().any(|r| &r.id == id) || self.writer.is_writing(id)
+    }
+}
+
+impl Drop for Records {
+    fn drop(&mut self) {
+        // The client stopped with these calls in flight: they poll their tasks no more, and
+        // the entries are the remaining calls' of the process to remove or keep.
+        let polling = self.calls.values().filter(|r| r.polling);
+        self.writer.polled(polling.map(|r| r.id.clone()));
     }
 }
 
@@ -1486,6 +1573,59 @@ mod tests {
         assert!(
             !live().picked.contains_key(id.id()),
             "released once removed"
+        );
+    }
+
+    /// Two clients of one process sharing a ledger, each polling one task, share its entry as
+    /// two calls of one client do: the one whose call ends first with the task's end leaves it
+    /// to the other's still in flight, which keeps it when it leaves the task behind. A client
+    /// that stops with its call in flight leaves no count behind.
+    #[test]
+    fn a_task_entry_shared_by_two_clients_is_the_last_calls_to_remove_or_keep() {
+        let ledger = Arc::new(crate::client::ledger::MemoryLedger::new());
+        let records = || {
+            let writer = Writer::new(ledger.clone());
+            Records::new(writer, "http://h/mcp", false, Scope::Calls)
+        };
+        let (mut first, mut last) = (records(), records());
+        let now = (Instant::now(), SystemTime::now());
+        let resume = |records: &mut Records, call| {
+            let checkpoint = Checkpoint::new(TOOLS_CALL, None, now.0 + Duration::from_secs(60))
+                .with_stage(CallStage::Task {
+                    task_id: "t2".into(),
+                });
+            records.checkpoint(call, checkpoint, now);
+        };
+
+        let (finished, left) = (CallId::next(), CallId::next());
+        resume(&mut first, finished);
+        resume(&mut last, left);
+        first.writer().kick();
+        last.writer().kick();
+        assert_eq!(ledger.len(), 1, "one entry of the task");
+        first.task_finished(finished);
+        assert!(!first.ended(finished, false, false));
+        first.writer().flush().now_or_never().unwrap();
+        assert_eq!(
+            ledger.len(),
+            1,
+            "the other client's call still polls the task"
+        );
+        assert!(!last.ended(left, false, false));
+        last.writer().flush().now_or_never().unwrap();
+        assert_eq!(ledger.len(), 1, "the last left the task behind");
+
+        // A client stopped with its call in flight: the entry is the other's again to remove.
+        let (stopped, finished) = (CallId::next(), CallId::next());
+        resume(&mut first, stopped);
+        resume(&mut last, finished);
+        drop(first);
+        last.task_finished(finished);
+        assert!(last.ended(finished, false, false));
+        last.writer().flush().now_or_never().unwrap();
+        assert!(
+            ledger.is_empty(),
+            "the task ended with the last call in flight"
         );
     }
 
