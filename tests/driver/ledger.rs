@@ -1384,6 +1384,31 @@ async fn a_ledger_that_never_reads_fails_the_recovery_in_time() {
     }
 }
 
+/// A server whose task `t1` keeps working.
+async fn working_task_server() -> TestServer {
+    TestServer::start(|req| {
+        if req.is_rpc("tasks/get") {
+            return json_result(
+                req,
+                json!({"taskId": "t1", "status": "working", "pollIntervalMs": 20}),
+            );
+        }
+        default_reply(req)
+    })
+    .await
+}
+
+/// How many calls a client started now over `ledger` recovers (then closed).
+async fn recovered_by_next(server: &TestServer, ledger: &Arc<MemoryLedger>) -> usize {
+    let next = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .build()
+        .unwrap();
+    let recovered = guarded(next.recover()).await.unwrap().len();
+    guarded(next.close()).await.unwrap();
+    recovered
+}
+
 /// The task entries in `ledger`, by task id.
 async fn task_entries(ledger: &MemoryLedger) -> Vec<String> {
     let mut ids: Vec<String> = ledger
@@ -1420,29 +1445,17 @@ async fn a_task_resumed_and_failed_twice_is_recovered_once() {
     guarded(client.close()).await.unwrap();
     drop(client);
     assert_eq!(task_entries(&ledger).await, ["t1"]);
-    let next = Client::builder(&server.url)
-        .ledger(ledger.clone())
-        .build()
-        .unwrap();
-    let recovered = guarded(next.recover()).await.unwrap();
-    assert_eq!(recovered.len(), 1, "one call per task left behind");
-    drop(recovered);
-    guarded(next.close()).await.unwrap();
+    assert_eq!(
+        recovered_by_next(&server, &ledger).await,
+        1,
+        "one call per task left behind"
+    );
 }
 
 /// The same with resumptions that time out, the task still working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_resumed_and_timed_out_twice_is_recovered_once() {
-    let server = TestServer::start(|req| {
-        if req.is_rpc("tasks/get") {
-            return json_result(
-                req,
-                json!({"taskId": "t1", "status": "working", "pollIntervalMs": 20}),
-            );
-        }
-        default_reply(req)
-    })
-    .await;
+    let server = working_task_server().await;
     let ledger = Arc::new(MemoryLedger::new());
     let client = Client::builder(&server.url)
         .ledger(ledger.clone())
@@ -1494,14 +1507,11 @@ async fn a_closed_clients_task_left_behind_is_recovered_before_it_is_dropped() {
     assert_ne!(err.kind(), ErrorKind::InvalidConfig, "{err}");
     guarded(closed.close()).await.unwrap();
     assert_eq!(task_entries(&ledger).await, ["t1"]);
-    let next = Client::builder(&server.url)
-        .ledger(ledger.clone())
-        .build()
-        .unwrap();
-    let recovered = guarded(next.recover()).await.unwrap();
-    assert_eq!(recovered.len(), 1, "the closed client's task is the next's");
-    drop(recovered);
-    guarded(next.close()).await.unwrap();
+    assert_eq!(
+        recovered_by_next(&server, &ledger).await,
+        1,
+        "the closed client's task is the next's"
+    );
     drop(closed);
 }
 
@@ -1587,16 +1597,7 @@ async fn two_entries_of_one_task_are_recovered_as_one() {
 /// the next client's recovery polls it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_left_behind_by_the_last_of_two_resumptions_is_recovered() {
-    let server = TestServer::start(|req| {
-        if req.is_rpc("tasks/get") {
-            return json_result(
-                req,
-                json!({"taskId": "t1", "status": "working", "pollIntervalMs": 20}),
-            );
-        }
-        default_reply(req)
-    })
-    .await;
+    let server = working_task_server().await;
     let ledger = Arc::new(MemoryLedger::new());
     let client = Arc::new(
         Client::builder(&server.url)
@@ -1643,14 +1644,11 @@ async fn a_task_left_behind_by_the_last_of_two_resumptions_is_recovered() {
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
     guarded(client.close()).await.unwrap();
     assert_eq!(task_entries(&ledger).await, ["t1"], "the task left behind");
-    let next = Client::builder(&server.url)
-        .ledger(ledger.clone())
-        .build()
-        .unwrap();
-    let recovered = guarded(next.recover()).await.unwrap();
-    assert_eq!(recovered.len(), 1, "the task left behind is recovered");
-    drop(recovered);
-    guarded(next.close()).await.unwrap();
+    assert_eq!(
+        recovered_by_next(&server, &ledger).await,
+        1,
+        "the task left behind is recovered"
+    );
 }
 
 /// Two clients of one process sharing a ledger, each resuming one task, share its entry as
@@ -1659,16 +1657,7 @@ async fn a_task_left_behind_by_the_last_of_two_resumptions_is_recovered() {
 /// the task still working: the task stays recorded, and a third client's recovery polls it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_left_behind_by_the_last_of_two_clients_resumptions_is_recovered() {
-    let server = TestServer::start(|req| {
-        if req.is_rpc("tasks/get") {
-            return json_result(
-                req,
-                json!({"taskId": "t1", "status": "working", "pollIntervalMs": 20}),
-            );
-        }
-        default_reply(req)
-    })
-    .await;
+    let server = working_task_server().await;
     let ledger = Arc::new(MemoryLedger::new());
     let client = |name: &str| {
         Arc::new(
