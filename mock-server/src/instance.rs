@@ -39,7 +39,7 @@ use crate::rng::SplitMix;
 use crate::sse;
 use crate::store::{
     EventKind, IdempotencyBegin, MemoryStore, RequestRecord, RequestState, SessionRecord, Store,
-    StoreError, StoredEvent, StreamKind, StreamRecord,
+    StoreError, StoreFuture, StoredEvent, StreamKind, StreamRecord,
 };
 use crate::tools;
 use mcp_resume_server::guard::{
@@ -1326,11 +1326,7 @@ impl Drop for KeyClaim {
         if let Some(key) = self.key.take() {
             let store = self.inc.env.shared.clone();
             if self.ran.load(Ordering::SeqCst) {
-                if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                    rt.spawn(async move {
-                        let _ = store.idempotency_lose(&key).await;
-                    });
-                }
+                lose(store, key);
             } else {
                 release(store, key, std::mem::take(&mut self.claim));
             }
@@ -1344,37 +1340,97 @@ fn new_claim() -> String {
 }
 
 /// Lets go of `claim`'s hold on `key` (its call never ran), on a task of its own, tried
-/// again on the guard's schedule ([`Retry`]) while the store fails: a claim may have landed
-/// although its reply never came (the store went away mid-command, and was still away for
-/// the release). Left held by nobody, the key would answer the call's every re-send "in
-/// use" under this live instance, for a call that never ran. The release frees only a key
-/// `claim` holds, so trying it again never touches another claim's key.
+/// again while the store fails ([`until_taken`]): a claim may have landed although its reply
+/// never came (the store went away mid-command, and was still away for the release). Left
+/// held by nobody, the key would answer the call's every re-send "in use" under this live
+/// instance, for a call that never ran. The release frees only a key `claim` holds, so
+/// trying it again never touches another claim's key.
 fn release(store: Arc<dyn Store>, key: String, claim: String) {
+    until_taken(key, "release", move |key| {
+        let (store, claim) = (store.clone(), claim.clone());
+        Box::pin(async move { store.idempotency_abandon(&key, &claim).await })
+    });
+}
+
+/// Marks `key` lost (its call ran and ended without an outcome kept), on a task of its own,
+/// tried again while the store fails ([`until_taken`]): left running, the key would answer
+/// its every re-send "in use" under this live instance, for good.
+fn lose(store: Arc<dyn Store>, key: String) {
+    until_taken(key, "lost mark", move |key| {
+        let store = store.clone();
+        Box::pin(async move { store.idempotency_lose(&key).await })
+    });
+}
+
+/// Runs `op` on `key` on a task of its own until the store takes it, on the guard's
+/// schedule for a failed release ([`Retry`]), read off the operation it would retry: with no
+/// lease of its own, a running key of a live instance never lapses here.
+fn until_taken<F>(key: String, what: &'static str, op: F)
+where
+    F: Fn(String) -> StoreFuture<'static, ()> + Send + 'static,
+{
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         return;
     };
     rt.spawn(async move {
-        if store.idempotency_abandon(&key, &claim).await.is_ok() {
+        if op(key.clone()).await.is_ok() {
             return;
         }
-        // The guard's own schedule, read off the operation it would retry.
         let Ok(id) = IdempotencyKey::new(key.as_str()) else {
             return;
         };
-        let op = StoreOp::Release {
+        let schedule = StoreOp::Release {
             key: id,
-            token: ClaimToken::from_stored(claim.as_str()),
+            token: ClaimToken::from_stored(""),
         };
-        // No lease of its own: a running key of a live instance never lapses here.
-        let mut retry = Retry::after_failure(&op, Instant::now(), Duration::ZERO);
+        let mut retry = Retry::after_failure(&schedule, Instant::now(), Duration::ZERO);
         while let Some(next) = retry {
             tokio::time::sleep_until(next.poll_timeout().into()).await;
-            if store.idempotency_abandon(&key, &claim).await.is_ok() {
+            if op(key.clone()).await.is_ok() {
                 return;
             }
             retry = next.handle_failed(Instant::now());
         }
-        tracing::warn!(key, "the release of a claimed key given up");
+        tracing::warn!(key, what, "a store operation on a key given up");
+    });
+}
+
+/// How a keyed call's outcome the store failed to keep is stored again, as the guard's
+/// watch does: the waits before each further try. Then the key is marked lost ([`lose`]).
+const FINISH_RETRY_WAITS: [Duration; 5] = [
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+    Duration::from_millis(800),
+    Duration::from_millis(1600),
+];
+
+/// Stores `outcome` as `key`'s; when the store fails, stores it again on a task of its own
+/// ([`FINISH_RETRY_WAITS`]) and, given up on, marks the key lost: left running, the key would
+/// answer its every re-send "in use" under this live instance, for a call that ran.
+async fn finish(store: Arc<dyn Store>, key: String, outcome: crate::store::StoredOutcome) {
+    if store
+        .idempotency_finish(&key, outcome.clone())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    rt.spawn(async move {
+        for wait in FINISH_RETRY_WAITS {
+            tokio::time::sleep(wait).await;
+            if store
+                .idempotency_finish(&key, outcome.clone())
+                .await
+                .is_ok()
+            {
+                return;
+            }
+        }
+        lose(store, key);
     });
 }
 
@@ -1539,7 +1595,10 @@ async fn claim_up_front(
             // is a dead holder's, as a guard's that died mid-claim, whose lease lapses to
             // lost: marked lost, as the death's record makes what it finds.
             if begun == IdempotencyBegin::Started && inc.dying.load(Ordering::SeqCst) {
-                let _ = inc.env.shared.idempotency_lose(&key).await;
+                // Marked before the refusal goes, so that a re-send finds it lost.
+                if inc.env.shared.idempotency_lose(&key).await.is_err() {
+                    lose(inc.env.shared.clone(), key);
+                }
                 return Ok(Begun::Refused(ClaimOutcome::Lost));
             }
             Ok::<_, StoreError>(match begun {
@@ -1669,7 +1728,7 @@ async fn tools_call(
             response: response.clone(),
             capability_hash: session.capability_hash.clone(),
         };
-        let _ = inc.env.shared.idempotency_finish(&key, stored).await;
+        finish(inc.env.shared.clone(), key, stored).await;
     }
     response["jsonrpc"] = json!("2.0");
     response["id"] = id.clone();

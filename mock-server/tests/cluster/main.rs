@@ -12,6 +12,7 @@ mod guard_answers;
 mod idle;
 mod kill_keys;
 mod lost_claims;
+mod lost_outcomes;
 mod modern;
 mod presets;
 mod presets_on_redis;

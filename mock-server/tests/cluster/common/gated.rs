@@ -24,7 +24,8 @@ pub enum Gated {
     /// A session's lookup (every request of a session, `initialize` aside).
     GetSession,
     /// Nothing: only the store's failures ([`GatedStore::lost_claim_replies`],
-    /// [`GatedStore::failing_releases`]) are made.
+    /// [`GatedStore::failing_releases`], [`GatedStore::failing_finishes`],
+    /// [`GatedStore::failing_loses`]) are made.
     Nothing,
 }
 
@@ -49,6 +50,12 @@ pub struct GatedStore {
     pub lost_claim_replies: Arc<AtomicUsize>,
     /// Releases still to fail without touching the key: the store still gone.
     pub failing_releases: Arc<AtomicUsize>,
+    /// Outcomes asked to be stored (failed or taken).
+    pub finishes: Arc<AtomicUsize>,
+    /// Outcomes still to fail without being stored.
+    pub failing_finishes: Arc<AtomicUsize>,
+    /// Lost marks still to fail without touching the key.
+    pub failing_loses: Arc<AtomicUsize>,
 }
 
 impl GatedStore {
@@ -64,6 +71,9 @@ impl GatedStore {
             claimed: Arc::new(AtomicUsize::new(0)),
             lost_claim_replies: Arc::new(AtomicUsize::new(0)),
             failing_releases: Arc::new(AtomicUsize::new(0)),
+            finishes: Arc::new(AtomicUsize::new(0)),
+            failing_finishes: Arc::new(AtomicUsize::new(0)),
+            failing_loses: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -165,6 +175,10 @@ impl Store for GatedStore {
         key: &'a str,
         outcome: StoredOutcome,
     ) -> StoreFuture<'a, ()> {
+        self.finishes.fetch_add(1, Ordering::SeqCst);
+        if Self::fails(&self.failing_finishes) {
+            return Box::pin(async { Err(StoreError("the store is gone".into())) });
+        }
         self.inner.idempotency_finish(key, outcome)
     }
     fn idempotency_abandon<'a>(&'a self, key: &'a str, claim: &'a str) -> StoreFuture<'a, ()> {
@@ -176,6 +190,9 @@ impl Store for GatedStore {
     }
     fn idempotency_lose<'a>(&'a self, key: &'a str) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            if Self::fails(&self.failing_loses) {
+                return Err(StoreError("the store is gone".into()));
+            }
             let lost = self.inner.idempotency_lose(key).await;
             self.lost.fetch_add(1, Ordering::SeqCst);
             lost
