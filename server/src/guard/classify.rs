@@ -73,8 +73,13 @@ fn read_post(
 ) -> Result<Plan, Answer> {
     let session_plan = |requests| session_plan(in_session, requests);
     // A single message, read without building it: only what the rules look at is kept
-    // (method, id, the call's name and key); the rest is skipped.
-    if let Ok(m) = serde_json::from_slice::<probe::Message<'_>>(body) {
+    // (method, id, the call's name and key); the rest is skipped. Only an object: a derived
+    // struct also takes an array, by position, so a batch `[null, <keyed call>]` would read
+    // as one message with no method and pass, the call in it run unguarded.
+    let probe = (body.get(scan::first(body)) == Some(&b'{'))
+        .then(|| serde_json::from_slice::<probe::Message<'_>>(body).ok())
+        .flatten();
+    if let Some(m) = probe {
         let id = match m.id {
             Some(id @ (Value::String(_) | Value::Number(_))) if m.method.is_some() => id,
             _ => return Ok(session_plan(RequestIds::none())),

@@ -580,6 +580,38 @@ fn keyed_calls_the_guard_cannot_see_whole_are_refused() {
     assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
 }
 
+// | a batch whose first element is `null` or a string, a keyed call after it (an array the
+// deserializer would take, by position, for one message's members) | refused 400 as any
+// keyed call in a batch, never forwarded unguarded |
+#[test]
+fn a_keyed_call_in_a_batch_read_by_position_is_refused() {
+    let (mut w, mut a, _) = session();
+    let keyed: Value =
+        serde_json::from_slice(&call_body(2, "bump", json!({}), Some("k1"))).unwrap();
+    let unkeyed: Value = serde_json::from_slice(&call_body(3, "bump", json!({}), None)).unwrap();
+    let rows: [(Value, &[(&str, &str)]); 4] = [
+        (json!([null, keyed]), &[]),
+        (json!(["tools/call", keyed]), &[]),
+        (
+            json!([null, keyed, {"jsonrpc": "2.0", "id": 4, "method": "ping"}]),
+            &[],
+        ),
+        (json!([null, unkeyed]), &[("idempotency-key", "k2")]),
+    ];
+    for (batch, extra) in rows {
+        let fate = w.post(&mut a, Some("s1"), batch.to_string().as_bytes(), extra);
+        let Fate::Answered(answer) = fate else {
+            panic!("{batch}: forwarded unguarded: {fate:?}");
+        };
+        assert_eq!(
+            (answer.status().as_u16(), code(&answer.json())),
+            (400, "IDEMPOTENCY_UNGUARDABLE"),
+            "{batch}"
+        );
+    }
+    assert_eq!(w.store.ops(|op| matches!(op, StoreOp::Claim(_))), 0);
+}
+
 // | 2026-07-28: no session, the key in the header, in `_meta`, or SEP-3182's
 // `params.idempotencyKey` | claimed alike; the answer carries no hash (there is no session) |
 #[test]
