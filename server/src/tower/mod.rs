@@ -419,7 +419,7 @@ async fn drive_keyed<I, ReqB, ResB>(
     got.add(out.handle_head(parts.status, parts.headers));
     out.take_ops().run().await;
     let mut head_tx = Some(head_tx);
-    let mut client: Option<mpsc::Sender<Result<Bytes, BoxError>>> = None;
+    let mut client: Option<mpsc::Sender<Fed>> = None;
     loop {
         if let Some(tx) = head_tx.take_if(|_| got.head.is_some()) {
             let Some((status, headers)) = got.head.take() else {
@@ -449,13 +449,13 @@ async fn drive_keyed<I, ReqB, ResB>(
             if tx
                 .send(Ok(Response::from_parts(head, GuardedBody::channel(rx))))
                 .is_ok()
-                && (prefix.is_empty() || send_or_give_up(&ctx, Ok(prefix)).await)
+                && (prefix.is_empty() || send_or_give_up(&ctx, Fed::Data(prefix)).await)
             {
                 client = Some(ctx);
             }
         } else if let Some(tx) = &client {
             let bytes = std::mem::take(&mut got.body).freeze();
-            if !bytes.is_empty() && !send_or_give_up(tx, Ok(bytes)).await {
+            if !bytes.is_empty() && !send_or_give_up(tx, Fed::Data(bytes)).await {
                 client = None;
             }
         } else if head_tx.is_none() {
@@ -464,8 +464,12 @@ async fn drive_keyed<I, ReqB, ResB>(
             got.body.clear();
         }
         if let Some(end) = got.end {
-            if let (End::Abort, Some(tx)) = (end, &client) {
-                let _ = tx.send(Err(Box::new(InnerFailed))).await;
+            if let Some(tx) = &client {
+                let last = match end {
+                    End::Abort => Fed::Failed(Box::new(InnerFailed)),
+                    End::Complete => Fed::End,
+                };
+                send_or_give_up(tx, last).await;
             }
             return;
         }
@@ -488,10 +492,7 @@ async fn drive_keyed<I, ReqB, ResB>(
 
 /// Sends a frame to a keyed call's client, giving up on a client that does not read for
 /// a while (the call goes on without it). `false` once the client is gone.
-async fn send_or_give_up(
-    tx: &mpsc::Sender<Result<Bytes, BoxError>>,
-    frame: Result<Bytes, BoxError>,
-) -> bool {
+async fn send_or_give_up(tx: &mpsc::Sender<Fed>, frame: Fed) -> bool {
     matches!(
         tokio::time::timeout(Duration::from_secs(30), tx.send(frame)).await,
         Ok(Ok(()))
@@ -607,7 +608,7 @@ impl<B> std::fmt::Debug for GuardedBody<B> {
             Kind::Chained { .. } => "chained",
             Kind::Failed { .. } => "failed",
             Kind::Driven(_) => "driven",
-            Kind::Channel(_) => "channel",
+            Kind::Channel { .. } => "channel",
         };
         f.debug_struct("GuardedBody").field("kind", &kind).finish()
     }
@@ -628,8 +629,12 @@ enum Kind<B> {
     /// An SSE stream rewritten as it passes. Boxed: inline, it made every response that
     /// carries this body longer to move (counted: more than the allocation costs).
     Driven(Box<Driven<B>>),
-    /// A keyed call's stream, fed by the task that owns the call.
-    Channel(mpsc::Receiver<Result<Bytes, BoxError>>),
+    /// A keyed call's stream, fed by the task that owns the call; `ended` once it told
+    /// how the stream ends.
+    Channel {
+        rx: mpsc::Receiver<Fed>,
+        ended: bool,
+    },
 }
 
 struct Driven<B> {
@@ -683,9 +688,9 @@ impl<B> GuardedBody<B> {
         }
     }
 
-    fn channel(rx: mpsc::Receiver<Result<Bytes, BoxError>>) -> Self {
+    fn channel(rx: mpsc::Receiver<Fed>) -> Self {
         Self {
-            kind: Kind::Channel(rx),
+            kind: Kind::Channel { rx, ended: false },
         }
     }
 }
@@ -700,6 +705,22 @@ struct ReplayDiverged;
 #[derive(Debug, thiserror::Error)]
 #[error("the inner server's response failed")]
 struct InnerFailed;
+
+/// The error a keyed call's stream ends with when the task feeding it stopped without
+/// saying the stream was whole: the inner server's body panicked, the runtime stopped, or
+/// the client read too slowly and was given up on.
+#[derive(Debug, thiserror::Error)]
+#[error("the keyed call's stream was cut before its end")]
+struct KeyedStreamCut;
+
+/// What a keyed call's task feeds its client's stream. The stream is whole only when `End`
+/// came: a task that stops without sending it (a panic in the inner body it reads) leaves
+/// the stream failed, not ended.
+enum Fed {
+    Data(Bytes),
+    Failed(BoxError),
+    End,
+}
 
 impl<B> Body for GuardedBody<B>
 where
@@ -737,7 +758,32 @@ where
                 }
                 Poll::Ready(error.take().map(Err))
             }
-            Kind::Channel(rx) => rx.poll_recv(cx).map(|m| m.map(|r| r.map(Frame::data))),
+            Kind::Channel { rx, ended } => {
+                if *ended {
+                    return Poll::Ready(None);
+                }
+                let fed = match rx.poll_recv(cx) {
+                    Poll::Ready(fed) => fed,
+                    Poll::Pending => return Poll::Pending,
+                };
+                match fed {
+                    Some(Fed::Data(bytes)) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                    Some(Fed::Failed(e)) => {
+                        *ended = true;
+                        Poll::Ready(Some(Err(e)))
+                    }
+                    Some(Fed::End) => {
+                        *ended = true;
+                        Poll::Ready(None)
+                    }
+                    // The task stopped before it said how the stream ends: what came is not
+                    // the whole answer, and must not read as if it were.
+                    None => {
+                        *ended = true;
+                        Poll::Ready(Some(Err(Box::new(KeyedStreamCut))))
+                    }
+                }
+            }
             Kind::Driven(state) => state.poll_frame(cx),
         }
     }

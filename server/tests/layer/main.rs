@@ -3,6 +3,7 @@
 
 mod held;
 mod keyed_memory;
+mod panics;
 mod raw;
 mod server;
 mod skin;
