@@ -107,16 +107,21 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 "#;
 
-// ARGV: digest, holder, lease ms, retention ms, lost retention ms.
+// ARGV: digest, holder, lease ms, retention ms, lost retention ms. A key this crate cannot
+// read (a value of another type under its name, a running key's lease end that is no
+// number: another version's, or damaged) may have run: lost, as its answer would be, rather
+// than an error every claim of it would meet for as long as it is kept.
 const CLAIM: &str = r#"
 local k = KEYS[1]
-local st = redis.call('HGET', k, 'state')
+local st = redis.pcall('HGET', k, 'state')
+if type(st) == 'table' and st.err then return {'lost'} end
 if not st then
   redis.call('HSET', k, 'state', 'running', 'digest', ARGV[1], 'holder', ARGV[2], 'until', now + tonumber(ARGV[3]))
   redis.call('PEXPIRE', k, math.max(tonumber(ARGV[4]), tonumber(ARGV[3]) + tonumber(ARGV[5])))
   return {'granted'}
 end
-if st == 'running' and tonumber(redis.call('HGET', k, 'until')) <= now then
+local ends = tonumber(redis.call('HGET', k, 'until'))
+if st == 'running' and (not ends or ends <= now) then
   redis.call('HSET', k, 'state', 'lost')
   redis.call('PEXPIRE', k, ARGV[5])
   st = 'lost'
@@ -178,6 +183,13 @@ fn script(body: &str) -> Script {
 
 fn unavailable(e: RedisError) -> Error {
     Error::with_source(ErrorKind::StoreUnavailable, "redis is unavailable", e)
+}
+
+/// Whether Redis refused a command for the type of the value under its key.
+fn is_wrong_type(e: &Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<RedisError>())
+        .is_some_and(|e| e.code() == Some("WRONGTYPE"))
 }
 
 fn malformed(what: &'static str) -> Error {
@@ -318,7 +330,16 @@ impl Store for RedisStore {
         Box::pin(async move {
             let mut cmd = redis::cmd("GET");
             cmd.arg(self.key("s", id.expose()));
-            let json: Option<String> = self.query(&cmd).await?;
+            let json: Option<String> = match self.query(&cmd).await {
+                Ok(json) => json,
+                // Another type under the record's name (another version's): no record this
+                // crate can read, as below.
+                Err(e) if is_wrong_type(&e) => {
+                    tracing::warn!("a session record this crate cannot read: read as absent");
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            };
             let Some(json) = json else { return Ok(None) };
             let record = serde_json::from_str::<SessionRecord>(&json)
                 .ok()

@@ -787,3 +787,91 @@ async fn redis_an_unreadable_session_record_is_read_as_absent() {
         assert!(matches!(read, Ok(None)), "{stored}: {read:?}");
     }
 }
+
+/// The one key a test's namespace holds, and a connection to change it by hand.
+async fn only_key(
+    server: &RedisServer,
+    namespace: &str,
+) -> (String, redis::aio::MultiplexedConnection) {
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    (keys[0].clone(), conn)
+}
+
+/// A key's state this crate cannot read (a running key's lease end damaged, or a value of
+/// another type under the key's name, another version's) is an unknown outcome: the key
+/// never runs again, and its calls are told so, instead of a store outage that refused them
+/// as retryable, again and again, for as long as the key is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_an_unreadable_key_is_an_unknown_outcome() {
+    let server = redis_server().await;
+    let opts = options();
+    let namespace = opts.namespace.clone();
+    let store = RedisStore::connect_with(&server.url(), opts)
+        .await
+        .expect("connects");
+    store.claim(&claim("k", 1, "a")).await.unwrap();
+    let (name, mut conn) = only_key(server, &namespace).await;
+    let _: () = redis::cmd("HSET")
+        .arg(&name)
+        .arg("until")
+        .arg("soon")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Lost,
+        "a damaged lease"
+    );
+    let _: () = redis::cmd("SET")
+        .arg(&name)
+        .arg("another version's key")
+        .arg("PX")
+        .arg(60_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Lost,
+        "a value of another type"
+    );
+}
+
+/// A session's record kept as another type than this crate writes (another version's) is
+/// read as absent, as a record it cannot parse is, not as a store outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_a_session_record_of_another_type_is_read_as_absent() {
+    let server = redis_server().await;
+    let opts = options();
+    let namespace = opts.namespace.clone();
+    let store = RedisStore::connect_with(&server.url(), opts)
+        .await
+        .expect("connects");
+    store.put_session(&record("s-1")).await.unwrap();
+    let (name, mut conn) = only_key(server, &namespace).await;
+    let _: () = redis::cmd("DEL")
+        .arg(&name)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&name)
+        .arg("session")
+        .arg("s-1")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let read = store.session(&SessionId::parse(b"s-1").unwrap()).await;
+    assert!(matches!(read, Ok(None)), "{read:?}");
+}
