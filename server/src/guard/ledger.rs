@@ -407,6 +407,13 @@ impl Requests {
     }
 }
 
+/// The most bytes of inner event ids a stream's log keeps: the inner server picks its ids,
+/// and a log is kept long after its stream ended, so what it costs must not follow their
+/// length (an id as long as an SSE block, 4 MiB, on each of a log's 4,096 events, was 16 GiB
+/// a log). Ids of a few dozen bytes (a counter, a UUID) keep more than a thousand positions
+/// within it; past it the oldest are forgotten, as past the count.
+const MAX_INNER_BYTES: usize = 64 << 10;
+
 /// One numbered SSE stream.
 #[derive(Debug)]
 pub(crate) struct StreamLog {
@@ -421,6 +428,8 @@ pub(crate) struct StreamLog {
     #[allow(clippy::box_collection)]
     by_inner: Option<Box<HashMap<Box<[u8]>, u64>>>,
     max_events: usize,
+    /// Bytes of the inner ids in `inner` (at most [`MAX_INNER_BYTES`]).
+    inner_bytes: usize,
     requests: Requests,
     /// The stream passed something the guard could not number (a block over the bound):
     /// continuity from any cursor on it cannot be proven any more.
@@ -436,6 +445,7 @@ impl StreamLog {
             first: 1,
             by_inner: None,
             max_events: max.max(1),
+            inner_bytes: 0,
             requests: Requests::running(requests),
             broken: false,
         }
@@ -502,13 +512,19 @@ impl StreamLog {
                 .collect();
             self.by_inner = Some(Box::new(map));
         }
-        if self.inner.len() > self.max_events {
-            if let Some(old) = self.inner.pop_front() {
-                if let Some(map) = &mut self.by_inner {
-                    // The id may have been numbered again since: its later position stays.
-                    if map.get(old.as_bytes()) == Some(&self.first) {
-                        map.remove(old.as_bytes());
-                    }
+        self.inner_bytes += inner.len();
+        // The oldest positions are forgotten past either bound; an id longer than the byte
+        // budget on its own is not kept at all (it is still numbered, and a resume from it
+        // is refused as any from a forgotten position).
+        while self.inner.len() > self.max_events || self.inner_bytes > MAX_INNER_BYTES {
+            let Some(old) = self.inner.pop_front() else {
+                break;
+            };
+            self.inner_bytes -= old.as_bytes().len();
+            if let Some(map) = &mut self.by_inner {
+                // The id may have been numbered again since: its later position stays.
+                if map.get(old.as_bytes()) == Some(&self.first) {
+                    map.remove(old.as_bytes());
                 }
             }
             self.first += 1;
@@ -1008,6 +1024,58 @@ mod tests {
             ledger.lose_running(s);
             assert!(ledger.stream(s).unwrap().has_orphans(), "stream {n}");
         }
+    }
+
+    // | an inner server whose event ids are 4 KiB, then one of 1 MiB, on a stream kept for
+    // 4,096 events | the oldest ids are forgotten once the log holds 64 KiB of them, and
+    // the 1 MiB one is not kept at all: a log's inner ids cost at most that budget, whatever
+    // the inner server writes (a resume from a forgotten position is refused, `event_gap`) |
+    #[test]
+    fn a_logs_inner_ids_stay_within_one_byte_budget() {
+        let budget = MAX_INNER_BYTES;
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 4096,
+        });
+        let s = StreamId::from_u64(1);
+        ledger.open_stream(s, sid("a"), hash(), RequestIds::none());
+        let held = |l: &Ledger| {
+            let log = l.stream(s).unwrap();
+            (log.earliest()..=log.head())
+                .filter_map(|seq| log.inner_id(seq))
+                .map(<[u8]>::len)
+                .sum::<usize>()
+        };
+        for n in 0..200u64 {
+            let id = format!("{n:04096}");
+            assert_eq!(ledger.record(s, id.as_bytes()), Some(n + 1));
+            assert!(
+                held(&ledger) <= budget,
+                "event {n}: {} bytes",
+                held(&ledger)
+            );
+        }
+        let log = ledger.stream(s).unwrap();
+        assert_eq!(log.head(), 200);
+        assert_eq!(log.inner_id(200), Some(format!("{:04096}", 199).as_bytes()));
+        assert_eq!(log.inner_id(200 - 16), None, "the oldest went");
+        assert_eq!(
+            ledger.record(s, format!("{:04096}", 199).as_bytes()),
+            Some(200),
+            "a kept id keeps its position"
+        );
+        let huge = vec![b'h'; 1 << 20];
+        assert_eq!(ledger.record(s, &huge), Some(201));
+        assert!(held(&ledger) <= budget);
+        let log = ledger.stream(s).unwrap();
+        assert_eq!(log.head(), 201, "numbered all the same");
+        assert_eq!(
+            log.inner_id(201),
+            None,
+            "not kept: a resume from it is refused"
+        );
+        assert_eq!(ledger.record(s, b"next"), Some(202));
     }
 
     // | a session looked up (in use) while newer ones are remembered | kept over the ones
