@@ -334,6 +334,75 @@ async fn an_http_client_panicking_on_a_calls_own_post_fails_only_the_call() {
     fails_only_the_call_while_told(&client, &told).await;
 }
 
+/// Panics as it is dropped, unless it is dropped by an unwinding panic already.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("a token provider's cleanup bug");
+        }
+    }
+}
+
+/// A provider whose token, once told, never comes, and whose future panics as it is dropped
+/// unfinished.
+struct NeverAnswersWhenTold {
+    told: Arc<AtomicBool>,
+}
+
+impl TokenProvider for NeverAnswersWhenTold {
+    fn token(&self, _: TokenRequest) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        let never = self.told.load(Ordering::SeqCst);
+        Box::pin(async move {
+            if never {
+                let _bomb = PanicsOnDrop;
+                std::future::pending::<()>().await;
+            }
+            Ok("t-1".to_owned())
+        })
+    }
+}
+
+/// A token future that panics as the call's deadline drops it fails that call alone, with
+/// its timeout: whether the driver's exchange runner drops it (a call started as a handle)
+/// or the caller's own task (a call awaited where it is made). Unwinding from the drop
+/// stopped the runner, and with it the client, or unwound the caller's task.
+#[tokio::test]
+async fn a_token_future_panicking_as_it_is_dropped_fails_only_its_call() {
+    let server = TestServer::start(default_reply).await;
+    let told = Arc::new(AtomicBool::new(false));
+    let client = Client::builder(&server.url)
+        .open_listen_stream(false)
+        .auth(NeverAnswersWhenTold { told: told.clone() })
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    told.store(true, Ordering::SeqCst);
+    let call = || ToolCall::new("echo", json!({"text": "x"})).timeout(Duration::from_millis(300));
+
+    let started = client.start(call()).unwrap();
+    let err = guarded(started).await.expect_err("its token never comes");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    told.store(false, Ordering::SeqCst);
+    guarded(client.ping())
+        .await
+        .expect("the runner survives the token future's panic");
+
+    told.store(true, Ordering::SeqCst);
+    let caller = client.clone();
+    let joined = guarded(tokio::spawn(async move { caller.call_tool(call()).await })).await;
+    let err = joined
+        .expect("the caller's task does not unwind")
+        .expect_err("its token never comes");
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    told.store(false, Ordering::SeqCst);
+    let result = guarded(client.call_tool(ToolCall::new("echo", json!({"text": "still"}))))
+        .await
+        .unwrap();
+    assert_eq!(result.text(), "still");
+}
+
 /// A provider that asks for a re-send after every answer.
 struct ObservesEverything {
     observed: Arc<AtomicUsize>,

@@ -8,10 +8,12 @@
 //! exchange to start. A call whose POST goes out at once and ends with its answer never
 //! involves either.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::task::{Context, Poll};
 
-use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::Notify;
 
@@ -255,11 +257,12 @@ impl Core {
         self.lock().ok()?.idle_end(call)
     }
 
-    /// An exchange panicked: it failed, as if its connection broke (it may have been sent).
     /// Performs one exchange once its gate (the ledger's record of the call) is passed, in
     /// whichever task runs it: the runner's, or a caller's own for its call's first POST.
     /// A panic in what it runs (a token provider's code, the application's HTTP client)
     /// fails that exchange, never the task running it and with it the caller or the client.
+    /// One as the exchange is dropped unfinished (its call's deadline, a cancellation) is
+    /// logged and costs nothing else.
     pub(super) async fn exchange(self: &Arc<Self>, outgoing: Outgoing, gate: Option<Arc<Gate>>) {
         let id = outgoing.request.id;
         if let Some(gate) = &gate {
@@ -267,12 +270,13 @@ impl Core {
                 return;
             }
         }
-        let performed = AssertUnwindSafe(self.endpoint.run(outgoing, self));
-        if performed.catch_unwind().await.is_err() {
+        let performed = std::pin::pin!(Some(self.endpoint.run(outgoing, self)));
+        if Caught(performed).await.is_err() {
             self.panicked(id);
         }
     }
 
+    /// An exchange panicked: it failed, as if its connection broke (it may have been sent).
     fn panicked(self: &Arc<Self>, id: HttpId) {
         tracing::error!(http = id.0, "an exchange panicked");
         let failure = TransportFailure::Lost("the exchange panicked".to_owned());
@@ -312,6 +316,49 @@ impl ExchangeSink for Arc<Core> {
         });
         events.clear();
         reported.unwrap_or(false)
+    }
+}
+
+/// A future run where it is, whose panics stay inside it: one in a poll is its outcome
+/// (`Err`), one as it is dropped, finished or not, is logged. An exchange runs application
+/// code whose futures it drops when it is aborted (a token provider's), and whoever drops
+/// an exchange must not unwind: the exchange runner, every other exchange of the client with
+/// it, or a caller awaiting its call.
+struct Caught<'a, F>(Pin<&'a mut Option<F>>);
+
+impl<F> Caught<'_, F> {
+    /// Drops the future where a panic of its drop is caught.
+    fn let_go(&mut self) {
+        if self.0.is_none() {
+            return;
+        }
+        let mut slot = self.0.as_mut();
+        if std::panic::catch_unwind(AssertUnwindSafe(|| slot.set(None))).is_err() {
+            tracing::error!("an exchange panicked as it was dropped");
+        }
+    }
+}
+
+impl<F: Future> Future for Caught<'_, F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(work) = self.0.as_mut().as_pin_mut() else {
+            return Poll::Ready(Err(()));
+        };
+        let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work.poll(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(out)) => Ok(out),
+            Err(_) => Err(()),
+        };
+        self.let_go();
+        Poll::Ready(outcome)
+    }
+}
+
+impl<F> Drop for Caught<'_, F> {
+    fn drop(&mut self) {
+        self.let_go();
     }
 }
 
