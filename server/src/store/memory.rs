@@ -96,7 +96,10 @@ impl MemoryStore {
         if let Some(s) = state {
             // A running key outlives its lease by the retention: past the lease it reads as
             // lost, and it must not vanish (and be granted again) while its holder may run.
-            let expires = s.lease_ends().map_or(now, |until| until.max(now)) + retention;
+            let expires = later(
+                s.lease_ends().map_or(now, |until| until.max(now)),
+                retention,
+            );
             inner.answer_bytes += s.answer_len();
             inner.keys.insert(key.clone(), (Some(s), expires));
         }
@@ -106,6 +109,16 @@ impl MemoryStore {
 
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
+}
+
+/// `retention` after `from`, or as late as the clock goes: a retention no clock can add
+/// (`Duration::MAX`, "for ever") keeps the entry for good instead of overflowing.
+fn later(from: Instant, retention: Duration) -> Instant {
+    /// Longer than any process runs; an `Instant` holds it wherever it holds `from`.
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    from.checked_add(retention)
+        .or_else(|| from.checked_add(CENTURY))
+        .unwrap_or(from)
 }
 
 fn answer_len(state: &Option<KeyState>) -> usize {
@@ -152,7 +165,7 @@ impl Store for MemoryStore {
                     }
                 }
             }
-            let expires = now + inner.retention;
+            let expires = later(now, inner.retention);
             inner
                 .sessions
                 .insert(record.session().clone(), (record.clone(), expires));
@@ -186,7 +199,7 @@ impl Store for MemoryStore {
             let retention = inner.retention;
             // Its expiry moves: a full store drops records not in use before this one.
             if let Some((_, expires)) = inner.sessions.get_mut(id).filter(|(_, e)| *e > now) {
-                *expires = now + retention;
+                *expires = later(now, retention);
             }
             Ok(())
         })

@@ -875,3 +875,34 @@ async fn redis_a_session_record_of_another_type_is_read_as_absent() {
     let read = store.session(&SessionId::parse(b"s-1").unwrap()).await;
     assert!(matches!(read, Ok(None)), "{read:?}");
 }
+
+/// A memory store told to keep its entries for as long as a `Duration` goes (for ever, in
+/// effect) works as one with a long retention, instead of overflowing the clock in every
+/// step that dates an entry.
+#[tokio::test]
+async fn memory_keeps_entries_for_ever_when_told_to() {
+    let store = MemoryStore::with_limits(4, Duration::MAX);
+    store.put_session(&record("s-1")).await.unwrap();
+    store
+        .touch_session(&SessionId::parse(b"s-1").unwrap())
+        .await
+        .unwrap();
+    assert!(store
+        .session(&SessionId::parse(b"s-1").unwrap())
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(
+        store.claim(&claim("k", 1, "a")).await.unwrap(),
+        ClaimOutcome::Granted
+    );
+    assert!(store.renew(&key("k"), &token("a"), LEASE).await.unwrap());
+    assert!(store
+        .finish(&key("k"), &token("a"), &outcome("kept"))
+        .await
+        .unwrap());
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Done(outcome("kept"))
+    );
+}
