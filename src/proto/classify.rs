@@ -123,15 +123,29 @@ impl HeadFacts {
             .map(|v| ext::reject_reason(&String::from_utf8_lossy(v.as_bytes())));
         let retry_after = headers
             .get(http::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(|s| Duration::from_secs(s).min(MAX_RETRY_AFTER));
+            .and_then(|v| delay_seconds(v.as_bytes()));
         HeadFacts {
             rejected,
             retry_after,
             auth: AuthChallenge::from_response(status, headers),
         }
     }
+}
+
+/// A `Retry-After` in delta-seconds (RFC 9110: ASCII digits alone, optional whitespace
+/// around), clamped to [`MAX_RETRY_AFTER`]; `None` for anything else. Only digits count: a
+/// 503 with a time to come back proves its request was not processed, so a value `u64`'s
+/// parser would also take (`+5`) must not make an unkeyed call that may have run go again.
+fn delay_seconds(value: &[u8]) -> Option<Duration> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let seconds = digits.iter().fold(0u64, |acc, digit| {
+        acc.saturating_mul(10)
+            .saturating_add(u64::from(digit - b'0'))
+    });
+    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 /// What a refusal is read against: how its request was sent, and the application's rules.
@@ -503,6 +517,34 @@ mod tests {
             headers.insert(http::header::RETRY_AFTER, odd.parse().unwrap());
             assert_eq!(HeadFacts::read(503, &headers).retry_after, None, "{odd}");
         }
+    }
+
+    #[test]
+    fn a_retry_after_that_is_not_delay_seconds_proves_nothing() {
+        // RFC 9110 delay-seconds are ASCII digits alone: a sign or anything else makes the
+        // header unreadable, and a 503 without a readable one may have run.
+        for odd in ["+5", "+0", "5s", "5 5", "0x10"] {
+            let mut headers = HeaderMap::new();
+            headers.insert(http::header::RETRY_AFTER, odd.parse().unwrap());
+            let head = HeadFacts::read(503, &headers);
+            assert_eq!(head.retry_after, None, "{odd}");
+            assert_eq!(
+                refusal(503, &head, b"", EXTENSION).class,
+                Refused::MayHaveRun,
+                "{odd}"
+            );
+        }
+        // Digits alone, however many, are a time to come back: one past what `u64` holds is
+        // clamped like any other too long a wait.
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            http::header::RETRY_AFTER,
+            "99999999999999999999999".parse().unwrap(),
+        );
+        assert_eq!(
+            HeadFacts::read(503, &headers).retry_after,
+            Some(MAX_RETRY_AFTER)
+        );
     }
 
     #[test]

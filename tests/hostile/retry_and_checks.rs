@@ -155,3 +155,23 @@ async fn defect_12_malformed_capability_hash_degrades_checks_visibly() {
     let r = client.call_tool(echo("still")).await.unwrap();
     assert_eq!(r.text(), "still");
 }
+
+#[tokio::test]
+async fn a_503_whose_retry_after_is_not_delay_seconds_may_have_run() {
+    // "+0" is no delay-seconds (RFC 9110: digits alone): the 503 names no time to come back,
+    // so it proves nothing, and the unkeyed call that may have run is never sent again.
+    let what = "503 + Retry-After: +0";
+    let server = Server::start(|req| {
+        if tool_calls(req) {
+            return Reply::full(503, &[("Retry-After", "+0")], "");
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    client.connect().await.unwrap();
+    let (err, _) = failing(what, Duration::from_secs(4), client.call_tool(echo("x"))).await;
+    assert_kind(what, &err, ErrorKind::OutcomeUnknown);
+    assert_eq!(err.retry_after(), None, "{what}");
+    assert_eq!(server.count(tool_calls), 1, "{what}: {:?}", server.labels());
+}
