@@ -775,8 +775,7 @@ impl Watch {
         raw: &[u8],
         seq: Option<u64>,
     ) -> Option<String> {
-        let is_response = message.get("result").is_some() || message.get("error").is_some();
-        if !is_response {
+        if !is_answer(message) {
             return None;
         }
         let id = message.get("id").cloned()?;
@@ -900,6 +899,22 @@ impl Watch {
             Settle::Lost => StoreOp::MarkLost { key, token },
         });
     }
+}
+
+/// Whether a message is an answer as a client takes one (this crate's client; the SDKs take
+/// no more): `jsonrpc` "2.0", no `method` (with one it is a request or a notification to the
+/// client, whatever else it holds), and a `result`, or an `error` object, not both. Taken
+/// for a keyed call's answer, anything else with its id (a server's request reusing it, a
+/// message the client drops) would be stored and served to every re-send in place of the
+/// answer the client took.
+fn is_answer(message: &Value) -> bool {
+    message.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+        && message.get("method").is_none()
+        && match (message.get("result"), message.get("error")) {
+            (Some(_), None) => true,
+            (None, Some(error)) => error.is_object(),
+            _ => false,
+        }
 }
 
 /// An event's data read as JSON. Read as bytes (the parser checks its strings' UTF-8 as it

@@ -383,6 +383,51 @@ fn an_sse_answer_is_captured_from_its_event() {
     assert_eq!(v["result"]["content"][0]["text"], "ours");
 }
 
+// | before a keyed call's answer, events with its id that no client takes for its answer: a
+// message with a `method` (a request or notification to the client, whatever else it
+// holds), one without `jsonrpc: "2.0"`, one with both `result` and `error`, one whose
+// `error` is not an object | passed, not captured: the answer stored is the one the client
+// took, never one it ignored (served to every re-send as the call's answer) |
+#[test]
+fn only_what_a_client_takes_for_the_answer_is_captured() {
+    let fake = json!({"content": [{"type": "text", "text": "fake"}]});
+    let rows = [
+        json!({"jsonrpc": "2.0", "id": 2, "method": "notifications/message",
+            "params": {"level": "info", "data": "x"}, "result": fake}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "sampling/createMessage", "result": fake}),
+        json!({"id": 2, "result": fake}),
+        json!({"jsonrpc": "1.0", "id": 2, "result": fake}),
+        json!({"jsonrpc": "2.0", "id": 2, "result": fake, "error": {"code": 1, "message": "x"}}),
+        json!({"jsonrpc": "2.0", "id": 2, "result": fake, "error": null}),
+        json!({"jsonrpc": "2.0", "id": 2, "error": "fake"}),
+    ];
+    for (n, not_an_answer) in rows.iter().enumerate() {
+        let (mut w, mut a, _) = session();
+        let key = format!("k{n}");
+        let call = call_body(2, "bump", json!({}), Some(&key));
+        let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+        let ours = result(2, "ours");
+        let chunks = [
+            format!("id: 0/0\ndata: {not_an_answer}\n\n"),
+            format!("id: 1/0\ndata: {ours}\n\n"),
+        ];
+        a.respond(
+            &mut w.store,
+            w.now,
+            &mut watch,
+            200,
+            sse_head(),
+            Response::Sse(chunks.iter().map(String::as_str).collect(), true),
+        );
+        let again = call_body(3, "bump", json!({}), Some(&key));
+        let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+        assert_eq!(
+            v["result"]["content"][0]["text"], "ours",
+            "{not_an_answer}: the re-send got {v}"
+        );
+    }
+}
+
 // | a keyed answer with numbers a `f64` cannot hold (beyond 64 bits, long decimals) | the
 // client sees them as the inner server wrote them, first from the server (JSON and SSE) and
 // again from the store; only the hash is added |
