@@ -196,9 +196,18 @@ fn malformed(what: &'static str) -> Error {
     Error::new(ErrorKind::StoreData, what)
 }
 
+/// Milliseconds for Redis, at least 1 and at most [`LONGEST_MS`].
 fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(d.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, LONGEST_MS)
 }
+
+/// The longest a duration is told to Redis (about 31,000 years: for ever, in effect). The
+/// scripts add two of them to the server's clock as Lua numbers, which are doubles: past
+/// 2^53 they are no longer whole, and an expiry past what Redis takes is refused, after
+/// the script's earlier writes landed without it.
+const LONGEST_MS: u64 = 1_000_000_000_000_000;
 
 impl RedisStore {
     /// Connects to one Redis server (`redis://host:port[/db]`) with default

@@ -906,3 +906,57 @@ async fn memory_keeps_entries_for_ever_when_told_to() {
         ClaimOutcome::Done(outcome("kept"))
     );
 }
+
+/// A Redis store told to keep what it writes for as long as a `Duration` goes (for ever, in
+/// effect) works as one with a long retention, every key still given an expiry, instead of
+/// every write refused by Redis as an expiry out of its range (every keyed call refused as
+/// retryable, no session's record kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_keeps_entries_for_ever_when_told_to() {
+    let server = redis_server().await;
+    let mut opts = options();
+    opts.retention = Duration::MAX;
+    opts.lost_retention = Duration::MAX;
+    let namespace = opts.namespace.clone();
+    let store = RedisStore::connect_with(&server.url(), opts)
+        .await
+        .expect("connects");
+    let sid = SessionId::parse(b"s-1").unwrap();
+    store.put_session(&record("s-1")).await.unwrap();
+    store.touch_session(&sid).await.unwrap();
+    assert!(store.session(&sid).await.unwrap().is_some());
+    assert_eq!(
+        store.claim(&claim("k", 1, "a")).await.unwrap(),
+        ClaimOutcome::Granted
+    );
+    assert!(store.renew(&key("k"), &token("a"), LEASE).await.unwrap());
+    assert!(store
+        .finish(&key("k"), &token("a"), &outcome("kept"))
+        .await
+        .unwrap());
+    assert_eq!(
+        store.claim(&claim("k", 1, "b")).await.unwrap(),
+        ClaimOutcome::Done(outcome("kept"))
+    );
+    store.claim(&claim("lost", 1, "a")).await.unwrap();
+    store.mark_lost(&key("lost"), &token("a")).await.unwrap();
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{namespace}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    for k in keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert!(ttl > 0, "{k} has no expiry");
+    }
+}
