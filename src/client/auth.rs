@@ -104,7 +104,9 @@ pub trait TokenProvider: Send + Sync + 'static {
     /// shut down): end what the provider runs on that client's behalf alone, such as an
     /// authorization waiting on the user, so that no application code keeps running for a
     /// client that is gone. Called without the client's locks, possibly more than once for
-    /// one client (each of its driver's tasks stops it). The default does nothing.
+    /// one client (each of its driver's tasks stops it). A panic here is caught and logged:
+    /// it costs the provider's own cleanup, nothing else of the close. The default does
+    /// nothing.
     fn close(&self) {}
 
     /// This provider for one more client: a [`ClientBuilder`](crate::ClientBuilder) is a

@@ -455,9 +455,7 @@ impl Client {
         let closed = self.wait(rx, self.shared.call_timeout).await.map(drop);
         // After the session's DELETE, which may need a token: what the token provider runs
         // for this client alone (an authorization waiting on the user) ends with it.
-        if let Some(auth) = &self.core().endpoint.auth {
-            auth.close();
-        }
+        self.core().endpoint.close_auth();
         // A call's entry is removed after the call has ended, off its caller's path: what
         // the calls ended by now (those this close failed included) left queued is written
         // here. A ledger that never finishes a write delays close, it does not hold it.

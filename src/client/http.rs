@@ -286,6 +286,19 @@ impl Endpoint {
 }
 
 impl Endpoint {
+    /// Tells the token provider, if any, that its client has stopped
+    /// ([`TokenProvider::close`]). Its panic is caught: it costs the provider's own cleanup,
+    /// not the rest of a close (the ledger's claims let go) nor the task that closes, which
+    /// may be a driver task already unwinding, where a second panic aborts the process.
+    pub(crate) fn close_auth(&self) {
+        let Some(provider) = &self.auth else {
+            return;
+        };
+        if catch_unwind(AssertUnwindSafe(|| provider.close())).is_err() {
+            tracing::error!("the token provider panicked as its client stopped");
+        }
+    }
+
     /// The provider's token, if one is configured and it has one; a provider's failure means
     /// the request is never sent. `challenge` and `refused_token` come from a refusal. The
     /// request is built only for a provider: a client without one pays nothing per exchange.

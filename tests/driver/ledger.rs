@@ -1515,6 +1515,52 @@ async fn a_closed_clients_task_left_behind_is_recovered_before_it_is_dropped() {
     drop(closed);
 }
 
+/// A token provider whose `close` panics.
+struct PanicsAsClosed;
+
+impl mcp_resume::TokenProvider for PanicsAsClosed {
+    fn token(
+        &self,
+        _: mcp_resume::TokenRequest,
+    ) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        Box::pin(async { Ok("t-1".to_owned()) })
+    }
+
+    fn close(&self) {
+        panic!("a token provider's close bug");
+    }
+}
+
+/// A token provider panicking as the client closes it costs nothing but its own cleanup:
+/// `close` returns instead of unwinding its caller, having done the rest (the task the
+/// closed client left behind is the next client's at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_panicking_as_the_client_closes_it_fails_nothing() {
+    let server = TestServer::start(default_reply).await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let closed = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .auth(PanicsAsClosed)
+        .build()
+        .unwrap();
+    let err = guarded(closed.resume_task("t1", Some(Duration::from_secs(2))))
+        .await
+        .unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    let closing = closed.clone();
+    guarded(tokio::spawn(async move { closing.close().await }))
+        .await
+        .expect("close does not unwind its caller")
+        .expect("the session is closed");
+    assert_eq!(task_entries(&ledger).await, ["t1"]);
+    assert_eq!(
+        recovered_by_next(&server, &ledger).await,
+        1,
+        "the closed client's task is the next's"
+    );
+    drop(closed);
+}
+
 /// A call that became a task and a later `resume_task` of that task (a deprecated task
 /// store drained, say) share one entry, the task's: both left behind, the recovery polls the
 /// task once, and the ledger holds one entry of it.

@@ -206,9 +206,7 @@ impl Core {
         if let Some(writer) = &self.writer {
             writer.close();
         }
-        if let Some(auth) = &self.endpoint.auth {
-            auth.close();
-        }
+        self.endpoint.close_auth();
     }
 
     /// Holds exchange `id` (a call's POST) until the ledger write before it has finished;
