@@ -196,3 +196,16 @@ async fn a_keyed_call_whose_service_panics_fails_alone() {
         assert!(body.unwrap().contains("done"), "{at:?}");
     }
 }
+
+/// A lease told as for ever (`Duration::MAX`: a key whose instance died is never taken for
+/// lost) runs keyed calls as a long lease does, instead of overflowing the clock in each.
+#[tokio::test]
+async fn a_lease_for_ever_runs_keyed_calls() {
+    let layer = ResumeSafetyLayer::new(MemoryStore::default()).lease(Duration::MAX);
+    let mut svc = layer.layer(Panicky(Where::Nowhere));
+    for id in [1, 2] {
+        let (status, body) = answer(&mut svc, keyed(id, "k-ever")).await;
+        assert_eq!(status, 200);
+        assert!(body.unwrap().contains("done"));
+    }
+}
