@@ -21,6 +21,9 @@ pub(crate) struct Block<'a> {
     /// `raw[start..end]` is the block's only `id` line with its `\n`, when the block has one
     /// and no `\r` anywhere: the block is then rewritten by splicing, not line by line.
     lone_id_line: Option<(usize, usize)>,
+    /// Bytes before its first line: the byte order mark a stream may open with (the first
+    /// block's), which is no part of any line.
+    lead: usize,
 }
 
 /// A field's value: most are one line, read in place from the block's bytes (no copy per
@@ -72,6 +75,8 @@ impl Block<'_> {
     /// Writes the block with `id` as its only `id` line (first), and `data` replacing its
     /// data lines when given; every other line as received, `\n`-terminated.
     pub(crate) fn write_with(&self, id: Option<&[u8]>, data: Option<&str>, out: &mut BytesMut) {
+        // A byte order mark stays where a client looks for it: first in the stream.
+        out.put_slice(&self.raw[..self.lead]);
         if let Some(id) = id {
             out.put_slice(b"id: ");
             out.put_slice(id);
@@ -79,12 +84,12 @@ impl Block<'_> {
         }
         if let (Some(_), None, Some((start, end))) = (id, data, self.lone_id_line) {
             // Every other line is written as received: the bytes around the id line.
-            out.put_slice(&self.raw[..start]);
+            out.put_slice(&self.raw[self.lead..start]);
             out.put_slice(&self.raw[end..]);
             return;
         }
         let mut data_written = false;
-        for line in lines(self.raw) {
+        for line in lines(&self.raw[self.lead..]) {
             if line.is_empty() {
                 continue;
             }
@@ -131,7 +136,15 @@ pub(crate) struct Splitter {
     /// has a `\r`.
     id_lines: (u32, usize, usize),
     has_cr: bool,
+    /// No line of the stream has ended yet: the first may open with a byte order mark.
+    first_line: bool,
+    /// The current block opens with a byte order mark this long.
+    lead: usize,
 }
+
+/// UTF-8's byte order mark: an SSE stream may open with one, which a client skips (as any
+/// decoder of the `text/event-stream` type does), so the first line is read past it.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// A block grew over the bound: splitting stops; `pending` are the bytes held so far, to be
 /// passed on untouched with everything after them.
@@ -154,6 +167,8 @@ impl Splitter {
             data: None,
             id_lines: (0, 0, 0),
             has_cr: false,
+            first_line: true,
+            lead: 0,
         }
     }
 
@@ -222,6 +237,12 @@ impl Splitter {
             self.scanned = end + 1;
             self.after_cr = block[end] == b'\r';
             self.has_cr |= self.after_cr;
+            if std::mem::take(&mut self.first_line) && block[..end].starts_with(BOM) {
+                // Unread, the mark would hide the first line's field (`id`, `data`) from the
+                // guard, not from the client.
+                self.line_start = BOM.len();
+                self.lead = BOM.len();
+            }
             if self.line_start == end {
                 let done = self.take_block(&block[..end + 1]);
                 base += end + 1;
@@ -250,6 +271,7 @@ impl Splitter {
             id: self.id.take(),
             data: self.data.take(),
             lone_id_line,
+            lead: std::mem::take(&mut self.lead),
         }
     }
 
@@ -332,6 +354,7 @@ mod tests {
         id: Option<Field>,
         data: Option<Field>,
         lone_id_line: Option<(usize, usize)>,
+        lead: usize,
     }
 
     impl Kept {
@@ -341,6 +364,7 @@ mod tests {
                 id: self.id.clone(),
                 data: self.data.clone(),
                 lone_id_line: self.lone_id_line,
+                lead: self.lead,
             }
         }
     }
@@ -352,6 +376,7 @@ mod tests {
                 id: b.id,
                 data: b.data,
                 lone_id_line: b.lone_id_line,
+                lead: b.lead,
             });
             true
         }
@@ -421,6 +446,45 @@ mod tests {
             by_lines.write_with(Some(b"s-9"), None, &mut slow);
             assert_eq!(fast, slow, "{:?}", block.raw());
         }
+    }
+
+    // | a stream opening with a byte order mark, cut anywhere; a mark later on, or bytes that
+    // only begin one | the first line read past the mark (as a client reads it), the mark
+    // kept first when the block is written with another id; anywhere else, or not whole, it
+    // is the line's own bytes |
+    #[test]
+    fn a_byte_order_mark_opening_the_stream_is_read_past_and_kept() {
+        let input = b"\xEF\xBB\xBFid: a\ndata: x\n\n\xEF\xBB\xBFid: b\n\n";
+        for chunk in 1..input.len() {
+            let blocks = split_all(input, chunk);
+            assert_eq!(blocks.len(), 2, "chunk {chunk}");
+            let first = blocks[0].block();
+            assert_eq!(first.id().as_deref(), Some(&b"a"[..]), "chunk {chunk}");
+            assert_eq!(first.data(), Some(&b"x"[..]));
+            assert_eq!(
+                blocks[1].block().id(),
+                None,
+                "a mark past the start is no mark"
+            );
+            for spliced in [true, false] {
+                let block = Block {
+                    lone_id_line: first.lone_id_line.filter(|_| spliced),
+                    ..first.clone()
+                };
+                let mut out = BytesMut::new();
+                block.write_with(Some(b"s-1"), None, &mut out);
+                assert_eq!(&out[..], b"\xEF\xBB\xBFid: s-1\ndata: x\n\n");
+            }
+        }
+        let blank = split_all(b"\xEF\xBB\xBF\nid: c\n\n", 1);
+        assert_eq!(
+            blank[0].block().raw(),
+            b"\xEF\xBB\xBF\n",
+            "a mark alone is a blank line"
+        );
+        assert_eq!(blank[1].block().id().as_deref(), Some(&b"c"[..]));
+        let almost = split_all(b"\xEF\xBBid: d\n\n", 1);
+        assert_eq!(almost[0].block().id(), None);
     }
 
     // | an event whose data spans many lines | its lines joined by `\n`, each copied once

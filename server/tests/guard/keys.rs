@@ -428,6 +428,27 @@ fn only_what_a_client_takes_for_the_answer_is_captured() {
     }
 }
 
+// | a keyed call's SSE answer in the first event of a stream opening with a byte order mark
+// (which a client skips) | captured: its re-send gets it, not "outcome unknown" |
+#[test]
+fn an_sse_answer_after_a_byte_order_mark_is_captured() {
+    let (mut w, mut a, _) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let first = format!("\u{feff}data: {}\n\n", result(2, "ours"));
+    a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![&first], true),
+    );
+    let again = call_body(3, "bump", json!({}), Some("k1"));
+    let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+    assert_eq!(v["result"]["content"][0]["text"], "ours", "{v}");
+}
+
 // | a keyed answer with numbers a `f64` cannot hold (beyond 64 bits, long decimals) | the
 // client sees them as the inner server wrote them, first from the server (JSON and SSE) and
 // again from the store; only the hash is added |

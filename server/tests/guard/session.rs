@@ -291,6 +291,35 @@ fn sse_ids_are_sequenced_per_stream() {
     assert!(String::from_utf8_lossy(&seen.body).contains(": keep-alive\n"));
 }
 
+// | an SSE response that opens with a byte order mark (which a client skips: no part of the
+// first line) | its first event's id is numbered like the others, not passed as the inner
+// server wrote it |
+#[test]
+fn a_stream_opening_with_a_byte_order_mark_is_sequenced_from_its_first_event() {
+    let mut w = World::new();
+    let mut a = instance();
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({"text": "x"}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let response = result(2, "x");
+    let tail = format!("id: 1/0\ndata: {response}\n\n");
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec!["\u{feff}id: 0/0\ndata: \n\n", &tail], true),
+    );
+    // Read as a client reads it: the mark skipped.
+    let body = String::from_utf8(seen.body.clone()).unwrap();
+    let events = sse_events(body.strip_prefix('\u{feff}').unwrap_or(&body));
+    let ids: Vec<_> = events.iter().map(|(id, _)| id.clone().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{body:?}");
+    let stream = ids[1].strip_suffix("-2").expect("ours, second");
+    assert_eq!(ids[0], format!("{stream}-1"), "{body:?}");
+}
+
 // | the GET listen stream | sequenced as a stream of its own |
 #[test]
 fn the_listen_stream_is_sequenced_too() {
