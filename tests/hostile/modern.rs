@@ -486,6 +486,21 @@ async fn a_task_poll_answered_with_garbage_is_retried_boundedly() {
 }
 
 #[tokio::test]
+async fn a_task_completed_without_its_result_fails_the_call() {
+    // A completed task carries its final result (SEP-2663); one that does not has lost it, or
+    // is not yet readable: an empty result in its place would be a success nobody produced.
+    let what = "task completed without a result";
+    let (server, client) = task_case(
+        what,
+        |req| complete(req, task_status("t-1", "completed")),
+        ErrorKind::Protocol,
+    )
+    .await;
+    assert_eq!(server.count(polls), 1, "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
 async fn a_task_poll_answered_with_something_not_a_task_fails_the_call() {
     let what = "tasks/get answers no task";
     let (server, client) = task_case(

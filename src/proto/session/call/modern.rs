@@ -452,7 +452,19 @@ impl Session {
             .unwrap_or("working")
         {
             "completed" => {
-                let result = status.get("result").cloned().unwrap_or(json!({}));
+                let Some(result) = status.get("result").cloned() else {
+                    // A completed task carries its final result: without it there is no
+                    // answer to give, and an empty one would be a success the tool never
+                    // produced. The task stays recorded, to be polled again once the server
+                    // answers sense.
+                    return self.complete(
+                        id,
+                        Err(Error::new(
+                            ErrorKind::Protocol,
+                            format!("task {task_id} completed without its result"),
+                        )),
+                    );
+                };
                 self.task_finished(id, &task_id);
                 self.complete_task(id, Ok(result));
             }
