@@ -11,7 +11,7 @@ use super::models::{
 };
 use super::request::Request;
 use super::results::{protocol, Tool, MAX_CONTENT_ITEMS};
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 
 /// Bound on the pages of one list, so a server that keeps sending cursors cannot loop the
 /// client forever.
@@ -57,7 +57,10 @@ impl Client {
     /// or [`max_event_size`](crate::ClientBuilder::max_event_size), whichever is larger: 16 MiB
     /// by default): a list is held to what one result may be, however many pages a server
     /// cuts it into. A longer list is an [`ErrorKind::Protocol`](crate::ErrorKind::Protocol)
-    /// error (read it with [`Client::list_tools_page`]).
+    /// error (read it with [`Client::list_tools_page`]). The whole list, every page of it,
+    /// takes at most the client's call timeout
+    /// ([`ClientBuilder::call_timeout`](crate::ClientBuilder::call_timeout)), as one call does:
+    /// past it, [`ErrorKind::Timeout`](crate::ErrorKind::Timeout).
     pub async fn list_tools(&self) -> Result<Vec<Tool>, Error> {
         self.list_all(&TOOLS).await
     }
@@ -65,7 +68,7 @@ impl Client {
     /// One page of `tools/list`: the first with `None`, then each
     /// [`Page::next_cursor`] in turn.
     pub async fn list_tools_page(&self, cursor: Option<&str>) -> Result<Page<Tool>, Error> {
-        self.list_page(&TOOLS, cursor).await
+        self.list_page(&TOOLS, cursor, None).await
     }
 
     /// Lists the server's resources (`resources/list`, every page, within the bounds of
@@ -76,7 +79,7 @@ impl Client {
 
     /// One page of `resources/list`.
     pub async fn list_resources_page(&self, cursor: Option<&str>) -> Result<Page<Resource>, Error> {
-        self.list_page(&RESOURCES, cursor).await
+        self.list_page(&RESOURCES, cursor, None).await
     }
 
     /// Lists the server's resource templates (`resources/templates/list`, every page, within
@@ -90,7 +93,7 @@ impl Client {
         &self,
         cursor: Option<&str>,
     ) -> Result<Page<ResourceTemplate>, Error> {
-        self.list_page(&RESOURCE_TEMPLATES, cursor).await
+        self.list_page(&RESOURCE_TEMPLATES, cursor, None).await
     }
 
     /// Reads a resource (`resources/read`).
@@ -123,7 +126,7 @@ impl Client {
 
     /// One page of `prompts/list`.
     pub async fn list_prompts_page(&self, cursor: Option<&str>) -> Result<Page<Prompt>, Error> {
-        self.list_page(&PROMPTS, cursor).await
+        self.list_page(&PROMPTS, cursor, None).await
     }
 
     /// Renders a prompt (`prompts/get`) with its arguments (name to string value).
@@ -170,6 +173,11 @@ impl Client {
     }
 
     async fn list_all<T>(&self, list: &ListMethod<T>) -> Result<Vec<T>, Error> {
+        // One deadline for the whole list, as for any call: a server answering each page
+        // within the call timeout, and naming a next one, would otherwise hold the list for
+        // up to a call timeout per page, a thousand of them.
+        let timeout = self.call_timeout();
+        let deadline = tokio::time::Instant::now().checked_add(timeout);
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         // A server naming a cursor again (`A`, `B`, `A`, …) would loop: its list ends there.
@@ -177,7 +185,17 @@ impl Client {
         let mut bytes = 0usize;
         let max_bytes = self.max_response_size();
         for _ in 0..MAX_LIST_PAGES {
-            let page = self.list_page(list, cursor.as_deref()).await?;
+            let left = deadline.map_or(timeout, |d| {
+                d.saturating_duration_since(tokio::time::Instant::now())
+            });
+            if left.is_zero() {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{} did not end within {timeout:?}", list.method),
+                )
+                .with_may_have_run());
+            }
+            let page = self.list_page(list, cursor.as_deref(), Some(left)).await?;
             // Each page is within the body bound; without a bound on their sum, 1,000 of
             // them would all be held before the list ends.
             bytes = bytes.saturating_add(json_len(&page.raw));
@@ -207,16 +225,23 @@ impl Client {
         )))
     }
 
+    /// One page of `list`, within `timeout` when given (else the call timeout).
     async fn list_page<T>(
         &self,
         list: &ListMethod<T>,
         cursor: Option<&str>,
+        timeout: Option<std::time::Duration>,
     ) -> Result<Page<T>, Error> {
         let params = match cursor {
             Some(cursor) => json!({ "cursor": cursor }),
             None => json!({}),
         };
-        let raw: Value = self.request(Request::new(list.method, params)).await?;
+        let request = Request::new(list.method, params);
+        let request = match timeout {
+            Some(timeout) => request.timeout(timeout),
+            None => request,
+        };
+        let raw: Value = self.request(request).await?;
         read_page(list, raw)
     }
 }
@@ -282,7 +307,6 @@ fn read_page<T>(list: &ListMethod<T>, raw: Value) -> Result<Page<T>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ErrorKind;
 
     // `{"name":""}` is 12 bytes in the body; a typed tool or prompt is a hundred times that.
     #[test]

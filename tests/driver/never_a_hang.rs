@@ -403,6 +403,67 @@ async fn a_token_future_panicking_as_it_is_dropped_fails_only_its_call() {
     assert_eq!(result.text(), "still");
 }
 
+/// A JSON answer whose body comes `delay` after its head.
+fn late_json(value: &Value, delay: Duration) -> axum::response::Response {
+    let body = axum::body::Bytes::from(value.to_string());
+    let late = futures::stream::once(async move {
+        tokio::time::sleep(delay).await;
+        Ok::<_, std::convert::Infallible>(body)
+    });
+    axum::response::Response::builder()
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from_stream(late))
+        .unwrap()
+}
+
+/// A server answering every page of a list well within the call timeout, each page naming
+/// another: the list as a whole ends by the call timeout, as any call does, instead of taking
+/// up to a call timeout per page for its thousand pages.
+#[tokio::test]
+async fn a_list_whose_pages_never_end_ends_by_the_call_timeout() {
+    const TIMEOUT: Duration = Duration::from_millis(600);
+    let server = TestServer::start(|req| {
+        if req.is_rpc("tools/list") {
+            let page = req.params()["cursor"]
+                .as_str()
+                .and_then(|c| c.parse::<u64>().ok())
+                .unwrap_or(0);
+            let answer = result_msg(
+                req,
+                json!({"tools": [], "nextCursor": format!("{}", page + 1)}),
+            );
+            return late_json(&answer, TIMEOUT / 4);
+        }
+        default_reply(req)
+    })
+    .await;
+    let client = Client::builder(&server.url)
+        .open_listen_stream(false)
+        .call_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let started = Instant::now();
+    let err = guarded(client.list_tools())
+        .await
+        .expect_err("the list never ends");
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        took < TIMEOUT * 3,
+        "a list bounded by {TIMEOUT:?} ended after {took:?}"
+    );
+    let pages = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/list"))
+        .count();
+    assert!(
+        pages <= 5,
+        "{pages} pages asked for within one call timeout"
+    );
+}
+
 /// A provider that asks for a re-send after every answer.
 struct ObservesEverything {
     observed: Arc<AtomicUsize>,
