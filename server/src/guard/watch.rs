@@ -613,16 +613,21 @@ impl Watch {
             // An incomplete last block is not an event; its bytes pass as they came.
             out.extend_from_slice(&splitter.remainder());
         }
-        if !clean {
+        // A body not read as SSE (a resume answered 503, 405 or JSON) carried nothing of the
+        // stream: it neither failed the stream's requests nor ended its replay short, and a
+        // resume tried again may still be proven.
+        let streamed = self.splitter.is_some();
+        if !clean && streamed {
             if let Some(n) = &self.numbering {
                 let stream = n.stream;
                 guard.with_guard(|g| g.ledger.lose_running(stream));
             }
         }
-        if self
-            .numbering
-            .as_ref()
-            .is_some_and(Numbering::replay_pending)
+        if streamed
+            && self
+                .numbering
+                .as_ref()
+                .is_some_and(Numbering::replay_pending)
             && !self.passthrough
         {
             // The replay ended before bringing back what was issued: not a resume.

@@ -284,6 +284,37 @@ fn a_replay_that_ends_short_is_refused() {
     );
 }
 
+// | a resume the inner server answers with no stream (503, 405, a JSON body), its end
+// reported as `BodyPlan::Untouched` allows | nothing was replayed, so nothing diverged: the
+// stream is not broken, and the resume tried again is authorized |
+#[test]
+fn a_resume_answered_without_a_stream_breaks_nothing() {
+    let Setup { mut w, mut a, ids } = setup(false, true);
+    for (status, head) in [(503, json_head()), (405, json_head()), (200, json_head())] {
+        let (_, mut watch) = w.get(&mut a, "s1", Some(&ids[0])).watch();
+        let mut head = head;
+        let plan = watch.handle_head(
+            &mut a.guard,
+            http::StatusCode::from_u16(status).unwrap(),
+            &mut head,
+        );
+        assert_eq!(plan, mcp_resume_server::guard::BodyPlan::Untouched);
+        watch.finish_head(&mut head);
+        watch.handle_end(&mut a.guard, true, &mut bytes::BytesMut::new());
+        assert!(watch.take_refusal().is_none());
+        drain(&mut w.store, w.now, &mut watch);
+        assert!(
+            w.store.sessions.contains_key(&sid()),
+            "{status}: not forgotten"
+        );
+    }
+    let again = w.get(&mut a, "s1", Some(&ids[0]));
+    assert!(
+        matches!(again, Fate::Forwarded { .. }),
+        "the resume tried again: {again:?}"
+    );
+}
+
 // | the replay's first block is over the size bound (another stream replayed, say) | refused:
 // 404 `event_gap`; nothing of it passes as if the resume were proven |
 #[test]
