@@ -394,17 +394,23 @@ impl Store for RedisStore {
                 .arg(ms(claim.lease()))
                 .arg(ms(o.retention))
                 .arg(ms(o.lost_retention));
-            let answer: Vec<String> = self.invoke(inv).await?;
-            match answer.first().map(String::as_str) {
-                Some("granted") => Ok(ClaimOutcome::Granted),
-                Some("in_use") => Ok(ClaimOutcome::InUse),
-                Some("mismatch") => Ok(ClaimOutcome::Mismatch),
-                Some("lost") => Ok(ClaimOutcome::Lost),
+            // Bytes, not text: a stored answer that is no text (another version's, kept
+            // compressed) is read as one this crate cannot read, below, not as an outage.
+            let answer: Vec<Vec<u8>> = self.invoke(inv).await?;
+            match answer.first().map(Vec::as_slice) {
+                Some(b"granted") => Ok(ClaimOutcome::Granted),
+                Some(b"in_use") => Ok(ClaimOutcome::InUse),
+                Some(b"mismatch") => Ok(ClaimOutcome::Mismatch),
+                Some(b"lost") => Ok(ClaimOutcome::Lost),
                 // The key ran; an answer this crate cannot read (another version's, or
                 // damaged) is gone: an unknown outcome, and the key never runs again. Read as
                 // a store outage, a client would retry it to its deadline.
-                Some("done") => Ok(
-                    match answer.get(1).and_then(|j| StoredOutcome::from_stored(j)) {
+                Some(b"done") => Ok(
+                    match answer
+                        .get(1)
+                        .and_then(|j| std::str::from_utf8(j).ok())
+                        .and_then(StoredOutcome::from_stored)
+                    {
                         Some(outcome) => ClaimOutcome::Done(outcome),
                         None => {
                             tracing::warn!(

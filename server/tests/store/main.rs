@@ -738,17 +738,21 @@ async fn redis_an_unreadable_stored_answer_is_an_unknown_outcome() {
         .await
         .unwrap();
     assert_eq!(keys.len(), 1, "{keys:?}");
-    let _: () = redis::cmd("HSET")
-        .arg(&keys[0])
-        .arg("outcome")
-        .arg("not an answer")
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(
-        store.claim(&claim("k", 1, "b")).await.unwrap(),
-        ClaimOutcome::Lost
-    );
+    // Text that is no answer, and bytes that are no text (an answer kept compressed).
+    for stored in [&b"not an answer"[..], &b"\x1f\x8b\x08\xff"[..]] {
+        let _: () = redis::cmd("HSET")
+            .arg(&keys[0])
+            .arg("outcome")
+            .arg(stored)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            store.claim(&claim("k", 1, "b")).await.unwrap(),
+            ClaimOutcome::Lost,
+            "{stored:?}"
+        );
+    }
 }
 
 /// A session record this crate cannot read (another version's, or damaged), or one kept under
