@@ -339,7 +339,8 @@ impl Store for RedisStore {
         Box::pin(async move {
             let mut cmd = redis::cmd("GET");
             cmd.arg(self.key("s", id.expose()));
-            let json: Option<String> = match self.query(&cmd).await {
+            // Bytes, not text: a record that is no text is one this crate cannot read, below.
+            let json: Option<Vec<u8>> = match self.query(&cmd).await {
                 Ok(json) => json,
                 // Another type under the record's name (another version's): no record this
                 // crate can read, as below.
@@ -350,7 +351,7 @@ impl Store for RedisStore {
                 Err(e) => return Err(e),
             };
             let Some(json) = json else { return Ok(None) };
-            let record = serde_json::from_str::<SessionRecord>(&json)
+            let record = serde_json::from_slice::<SessionRecord>(&json)
                 .ok()
                 .filter(|r| r.session() == id);
             if record.is_none() {

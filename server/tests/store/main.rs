@@ -773,7 +773,12 @@ async fn redis_an_unreadable_session_record_is_read_as_absent() {
         .await
         .unwrap();
     let other = serde_json::to_string(&record("s-other")).unwrap();
-    for stored in ["not a record", other.as_str()] {
+    // Text that is no record, another session's record, and bytes that are no text.
+    for stored in [
+        &b"not a record"[..],
+        other.as_bytes(),
+        &b"\x1f\x8b\x08\xff"[..],
+    ] {
         store.put_session(&record("s-1")).await.unwrap();
         let keys: Vec<String> = redis::cmd("KEYS")
             .arg(format!("{namespace}*"))
@@ -788,7 +793,7 @@ async fn redis_an_unreadable_session_record_is_read_as_absent() {
             .await
             .unwrap();
         let read = store.session(&SessionId::parse(b"s-1").unwrap()).await;
-        assert!(matches!(read, Ok(None)), "{stored}: {read:?}");
+        assert!(matches!(read, Ok(None)), "{stored:?}: {read:?}");
     }
 }
 
