@@ -20,7 +20,10 @@
 //!   cursor, no request on the stream was lost (a stream's log is kept for resumes long
 //!   after the stream ended, 10,000 logs at most, so it keeps the ids of at most 64 requests
 //!   and 4 KiB of id text in all, about 7 KiB: a POST whose requests pass either keeps them
-//!   unread, and once its stream fails it cannot be resumed), and the context is the one the stream was opened under; then the inner server's replay is checked event by event before the
+//!   unread, and once its stream fails it cannot be resumed; of the inner server's own event
+//!   ids it keeps the last 4,096 and at most 64 KiB, a resume from before them refused
+//!   `event_gap`), and the context is the one the stream was opened under; then the inner
+//!   server's replay is checked event by event before the
 //!   client sees it (a replay longer than `max_body` is not held whole: its head goes, the
 //!   rest is still checked as it passes, and a divergence then cuts the stream and breaks it
 //!   for good). Otherwise: `404`,
