@@ -305,6 +305,7 @@ mod tests {
         // Everything else digests from the text as from the value read from it.
         for text in [
             r#"{"n": 1, "m": 1.0, "f": 2.5e0, "g": -0.0, "h": 1e300}"#,
+            r#"{"z": -0, "y": [-0, 0, -0.0]}"#,
             r#"{"b": [true, false, null, "a\"\u00e9\n", {}, []], "a": {"z": 1, "y": [1, 2]}}"#,
             r#"{"k": 1, "k": 2, "big": 18446744073709551615, "neg": -9223372036854775808}"#,
             r#" [ 1 , "x" ] "#,
@@ -320,6 +321,11 @@ mod tests {
             written(r#"{"n": 1}"#),
             written(r#"{"n": 1.0}"#),
             "one number, two spellings"
+        );
+        assert_eq!(
+            written(r#"{"n": -0}"#),
+            written(r#"{"n": 0}"#),
+            "zero, with its sign or without"
         );
         for bad in ["", "{", r#"{"a" 1}"#, "[1,]", "01", "1 2", "tru", r#""a"#] {
             assert!(

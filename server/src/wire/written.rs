@@ -109,7 +109,9 @@ fn read(b: &[u8], at: usize, depth: usize) -> Option<(Canon, usize)> {
             let digits = span.strip_prefix('-').unwrap_or(span);
             let integer = digits.bytes().all(|c| c.is_ascii_digit());
             let mut leaf = String::new();
-            if integer && !(n.is_i64() || n.is_u64()) {
+            // `-0` is the one integer read as a double within 64 bits: it is zero.
+            let past_64_bits = !(n.is_i64() || n.is_u64()) && n.as_f64() != Some(0.0);
+            if integer && past_64_bits {
                 // Past 64 bits: its digits as written (JSON allows no leading zeros, so one
                 // integer has one spelling).
                 leaf.push_str(span);
