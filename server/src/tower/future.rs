@@ -47,6 +47,8 @@ struct Reading {
     first: Option<Bytes>,
     buf: BytesMut,
     limit: usize,
+    /// The body's trailers, forwarded after its bytes.
+    trailers: Option<http::HeaderMap>,
 }
 
 impl Reading {
@@ -55,6 +57,7 @@ impl Reading {
             first: None,
             buf: BytesMut::new(),
             limit,
+            trailers: None,
         }
     }
 
@@ -330,8 +333,8 @@ where
     };
     loop {
         match ready!(Pin::new(&mut *rest).poll_frame(cx)) {
-            Some(Ok(frame)) => {
-                if let Ok(mut data) = frame.into_data() {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(mut data) => {
                     read.add(data.copy_to_bytes(data.remaining()));
                     if read.len() > read.limit {
                         let prefix = read.take();
@@ -342,20 +345,22 @@ where
                         return Poll::Ready(());
                     }
                 }
-            }
+                // Trailers: the inner service gets them too, after the bytes.
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        read.trailers = Some(trailers);
+                    }
+                }
+            },
             Some(Err(e)) => {
                 let prefix = read.take();
-                h.body = GuardedRequestBody {
-                    prefix: Some(prefix.clone()),
-                    rest: None,
-                    error: Some(e.into()),
-                };
+                h.body = GuardedRequestBody::failed(prefix.clone(), read.trailers.take(), e.into());
                 inbound.handle_body(SeenBody::TooLarge(&prefix), &h.parts.headers);
                 return Poll::Ready(());
             }
             None => {
                 let bytes = read.take();
-                h.body = GuardedRequestBody::full(bytes.clone());
+                h.body = GuardedRequestBody::full(bytes.clone(), read.trailers.take());
                 inbound.handle_body(SeenBody::Complete(&bytes), &h.parts.headers);
                 return Poll::Ready(());
             }

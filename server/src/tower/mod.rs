@@ -514,6 +514,8 @@ fn answer_response<B>(answer: Answer) -> Response<GuardedBody<B>> {
 #[derive(Debug)]
 pub struct GuardedRequestBody<B> {
     prefix: Option<Bytes>,
+    /// The trailers of a body read whole (after the prefix, as they came after its bytes).
+    trailers: Option<http::HeaderMap>,
     rest: Option<B>,
     error: Option<BoxError>,
 }
@@ -522,14 +524,16 @@ impl<B> GuardedRequestBody<B> {
     fn untouched(body: B) -> Self {
         Self {
             prefix: None,
+            trailers: None,
             rest: Some(body),
             error: None,
         }
     }
 
-    fn full(bytes: Bytes) -> Self {
+    fn full(bytes: Bytes, trailers: Option<http::HeaderMap>) -> Self {
         Self {
             prefix: Some(bytes),
+            trailers,
             rest: None,
             error: None,
         }
@@ -538,8 +542,18 @@ impl<B> GuardedRequestBody<B> {
     fn chained(prefix: Bytes, rest: B) -> Self {
         Self {
             prefix: Some(prefix),
+            trailers: None,
             rest: Some(rest),
             error: None,
+        }
+    }
+
+    fn failed(prefix: Bytes, trailers: Option<http::HeaderMap>, error: BoxError) -> Self {
+        Self {
+            prefix: Some(prefix),
+            trailers,
+            rest: None,
+            error: Some(error),
         }
     }
 }
@@ -561,6 +575,9 @@ where
                 return Poll::Ready(Some(Ok(Frame::data(prefix))));
             }
         }
+        if let Some(trailers) = self.trailers.take() {
+            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+        }
         if let Some(e) = self.error.take() {
             return Poll::Ready(Some(Err(e)));
         }
@@ -574,6 +591,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         self.prefix.as_ref().is_none_or(Bytes::is_empty)
+            && self.trailers.is_none()
             && self.error.is_none()
             && self.rest.as_ref().is_none_or(Body::is_end_stream)
     }

@@ -14,4 +14,5 @@ mod stall_proxy;
 mod stalled_store;
 mod stores;
 mod stream_logs;
+mod trailers;
 mod wire;
