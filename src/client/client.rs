@@ -40,10 +40,12 @@ use crate::proto::{CallId, CallRequest, Era, ExtensionStatus, Session};
 /// Every call ends by its deadline, whatever the server's streams or application code do: on
 /// the driver's runtime the driver's timer task keeps it, which runs no handler, token
 /// provider or task store (it does log with `tracing`, some of it under the session's lock,
-/// so a subscriber must not block); a call awaited elsewhere, or through a [`CallHandle`], also keeps a guard of its own that
-/// ends it at most 2 s after its bound even if that runtime stops being polled. A panic in
-/// application code (a handler, a token provider, a task store) fails the request it served,
-/// never the client.
+/// so a subscriber must not block, and with telemetry, the `otel` feature, it ends the spans
+/// of the calls it ends, so a span processor must not block either: a batching one does
+/// not); a call awaited elsewhere, or through a [`CallHandle`], also keeps a guard of its
+/// own that ends it at most 2 s after its bound even if that runtime stops being polled. A
+/// panic in application code (a handler, a token provider, a task store) fails the request it
+/// served, never the client.
 ///
 /// After [`Client::close`] every call fails with [`ErrorKind::Closed`]. A lost session
 /// ([`SessionEvent::SessionLost`](crate::SessionEvent::SessionLost), or calls failing with
@@ -298,7 +300,7 @@ impl Client {
         // A call awaited where it is made (`inline`: by `perform`), on the driver's runtime,
         // needs no guard of its own: that runtime runs the driver's timer task whenever it
         // runs this one, and that task, which runs no handler, token provider or task store
-        // (only a `tracing` subscriber, when it logs), keeps the call's
+        // (only a `tracing` subscriber, when it logs, and span processors), keeps the call's
         // deadline and its allowed silence (short of application code blocking every worker
         // of the runtime, which stalls this task too). A timer per call there would cost
         // every call a trip through the runtime's timer wheel, which its workers share. A

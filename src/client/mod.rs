@@ -18,8 +18,10 @@
 //!   2 s grace), whatever the server's streams, the runtime it is awaited on, or application
 //!   code does: the driver's timer task runs no handler, token provider or task store (it
 //!   logs with `tracing`, some of it under the session's lock, so a subscriber must not
-//!   block), and a call awaited anywhere else keeps a guard of its own. A driver whose runtime shuts down (even before it
-//!   ever ran) stops the client: calls fail with `Closed` at once.
+//!   block; with telemetry it ends the spans of the calls it ends, so a span processor must
+//!   not block either), and a call awaited anywhere else keeps a guard of its own. A driver
+//!   whose runtime shuts down (even before it ever ran) stops the client: calls fail with
+//!   `Closed` at once.
 //! - Only a failure to establish the connection is reported as "never sent"; anything later
 //!   (a reset, a body that breaks) may have reached the server.
 //! - One timer, armed for the session's next deadline. Exchanges the session sets no deadline

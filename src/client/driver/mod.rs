@@ -17,7 +17,10 @@
 //!   session's lock): a subscriber that blocks delays every deadline, and one that panics
 //!   stops the client as any panic under the lock does (the session's state cannot be
 //!   trusted after it), so subscribers that write to a pipe belong behind a non-blocking
-//!   writer;
+//!   writer. With telemetry it also ends the spans of the calls it ends (a deadline, an
+//!   allowed silence), under the session's lock, where the application's span processors
+//!   run: one that exports as each span ends (the SDK's simple processor) delays every
+//!   deadline by its export;
 //! - the **exchange runner** polls every other exchange (the handshake, resumes, re-sends,
 //!   the standalone stream, notifications, answers to the server) side by side in a
 //!   `FuturesUnordered` (no task per request), so a slow stream never blocks another, and
@@ -99,7 +102,8 @@ impl Driver {
 }
 
 /// The timer task: fires the session's deadlines. It runs no handler, token provider or task
-/// store (only the `tracing` subscriber, for what it logs).
+/// store (only the `tracing` subscriber, for what it logs, and with telemetry the span
+/// processors of the calls it ends).
 async fn keep_time(core: Arc<Core>, _stop: StopOnDrop) {
     tracing::debug!("driver started");
     let timer = tokio::time::sleep_until(Instant::now());
