@@ -47,8 +47,9 @@ struct Reading {
     first: Option<Bytes>,
     buf: BytesMut,
     limit: usize,
-    /// The body's trailers, forwarded after its bytes.
-    trailers: Option<http::HeaderMap>,
+    /// The body's trailers, forwarded after its bytes (boxed: rare, and this is moved with
+    /// every request).
+    trailers: Option<Box<http::HeaderMap>>,
 }
 
 impl Reading {
@@ -348,7 +349,7 @@ where
                 // Trailers: the inner service gets them too, after the bytes.
                 Err(frame) => {
                     if let Ok(trailers) = frame.into_trailers() {
-                        read.trailers = Some(trailers);
+                        read.trailers = Some(Box::new(trailers));
                     }
                 }
             },

@@ -514,8 +514,9 @@ fn answer_response<B>(answer: Answer) -> Response<GuardedBody<B>> {
 #[derive(Debug)]
 pub struct GuardedRequestBody<B> {
     prefix: Option<Bytes>,
-    /// The trailers of a body read whole (after the prefix, as they came after its bytes).
-    trailers: Option<http::HeaderMap>,
+    /// The trailers of a body read whole (after the prefix, as they came after its bytes);
+    /// boxed: rare, and this is moved with every request.
+    trailers: Option<Box<http::HeaderMap>>,
     rest: Option<B>,
     error: Option<BoxError>,
 }
@@ -530,7 +531,7 @@ impl<B> GuardedRequestBody<B> {
         }
     }
 
-    fn full(bytes: Bytes, trailers: Option<http::HeaderMap>) -> Self {
+    fn full(bytes: Bytes, trailers: Option<Box<http::HeaderMap>>) -> Self {
         Self {
             prefix: Some(bytes),
             trailers,
@@ -548,7 +549,7 @@ impl<B> GuardedRequestBody<B> {
         }
     }
 
-    fn failed(prefix: Bytes, trailers: Option<http::HeaderMap>, error: BoxError) -> Self {
+    fn failed(prefix: Bytes, trailers: Option<Box<http::HeaderMap>>, error: BoxError) -> Self {
         Self {
             prefix: Some(prefix),
             trailers,
@@ -576,7 +577,7 @@ where
             }
         }
         if let Some(trailers) = self.trailers.take() {
-            return Poll::Ready(Some(Ok(Frame::trailers(trailers))));
+            return Poll::Ready(Some(Ok(Frame::trailers(*trailers))));
         }
         if let Some(e) = self.error.take() {
             return Poll::Ready(Some(Err(e)));
