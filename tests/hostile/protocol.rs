@@ -490,6 +490,51 @@ async fn reconnect_storm_replaying_the_cursor() {
 }
 
 #[tokio::test]
+async fn a_keyed_call_whose_every_resume_is_refused_is_resent_at_most_max_attempts_times() {
+    // A cluster without affinity: each POST stream sends its priming event and closes, and
+    // each resume lands where the session is unknown (404). The keyed call is re-sent on a
+    // new session each time, and none of those sessions ever answers anything. A priming
+    // event is no progress of the call: its failed attempts add up, and after
+    // `max_attempts` it ends with its outcome unknown, instead of re-initializing and
+    // re-sending as fast as the server answers until its deadline.
+    let what = "keyed call, every resume refused 404";
+    let server = Server::start(|req| {
+        if tool_calls(req) {
+            Reply::sse("id: s1\ndata:\n\n")
+        } else if req.is_resume() {
+            Reply::status(404)
+        } else {
+            Reply::good()
+        }
+    })
+    .await;
+    let policy = mcp_resume::ReconnectPolicy::default().with_max_delay(Duration::from_millis(50));
+    let client = builder(&server)
+        .resend_policy(mcp_resume::ResendPolicy::AssumeServerDeduplicates)
+        .reconnect(policy.clone())
+        .call_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    client.connect().await.unwrap();
+    let probe = Probe::start();
+    let call = echo("x").random_idempotency_key();
+    let (err, took) = failing(what, Duration::from_secs(7), client.call_tool(call)).await;
+    assert_kind(what, &err, ErrorKind::OutcomeUnknown);
+    assert!(err.may_have_run(), "{what}: {err:?}");
+    assert!(
+        took < Duration::from_secs(4),
+        "{what}: ended after {took:?}"
+    );
+    probe.assert_memory(what, 4 * MIB);
+    let max = policy.max_attempts as usize;
+    let posts = server.count(tool_calls);
+    assert!(posts <= max, "{what}: {posts} POSTs of one call");
+    let inits = server.count(initializes);
+    assert!(inits <= max + 1, "{what}: {inits} initialize");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
 async fn listen_stream_storm_gives_up() {
     let server = Server::start(|req| {
         if req.is_get() {

@@ -587,8 +587,12 @@ impl Call {
     ) -> Observed {
         let observed = self.cursor.observe(event, expect, delivered, replay);
         // Only progress proves the server is reachable and the stream alive; a head alone
-        // does not (a replaying instance answers 200 too).
-        if matches!(observed, Observed::New { progressed: true }) {
+        // does not (a replaying instance answers 200 too). Nor does a bare event id on the
+        // request's own stream (a priming event): it proves the POST reached a server, not
+        // that what follows can be had, and a cluster that primes every POST and refuses
+        // every resume would otherwise have the call re-initialized and re-sent without end.
+        let progressed = matches!(observed, Observed::New { progressed: true });
+        if progressed && (replay || !event.data.is_empty()) {
             self.attempts = 0;
         }
         observed
