@@ -451,24 +451,34 @@ impl Client {
     /// leaves no entry of a call that ended; and a closed client no longer counts as running
     /// for [`Client::recover`]: what it left for recovery (a task its call stopped waiting
     /// for) is another client's to pick up as soon as `close` returns, dropped or not.
+    ///
+    /// The session is closed once `close` is first polled: a `close` dropped before it
+    /// returns (an application's own timeout, a handler that closes its client, stopped by
+    /// that close) closes the session all the same, and the client lets go as it would
+    /// (its token provider told, what it left for recovery another client's), the writes
+    /// still queued left to the ledger's writer.
     pub async fn close(&self) -> Result<(), Error> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Close { reply })?;
+        // The session is closed from here, whether this future is awaited to its end or
+        // dropped half way (an application's own timeout, a handler that closes its client
+        // and is stopped by that close): what the closed client holds for no call any more
+        // goes either way.
+        let mut letting_go = LettingGo {
+            core: self.core(),
+            auth_closed: false,
+        };
         let closed = self.wait(rx, self.shared.call_timeout).await.map(drop);
         // After the session's DELETE, which may need a token: what the token provider runs
         // for this client alone (an authorization waiting on the user) ends with it.
-        self.core().endpoint.close_auth();
+        letting_go.close_auth();
         // A call's entry is removed after the call has ended, off its caller's path: what
         // the calls ended by now (those this close failed included) left queued is written
         // here. A ledger that never finishes a write delays close, it does not hold it.
         if let Some(writer) = self.core().writer.clone() {
             let _ = tokio::time::timeout(self.shared.call_timeout, writer.flush()).await;
-            // A closed client runs no call: what it left in the ledger (a task its call
-            // stopped waiting for) is another client's to recover from now, not once this
-            // one is dropped. Its ended calls' removals not done yet stay claimed until they
-            // are.
-            writer.release();
         }
+        drop(letting_go);
         closed
     }
 
@@ -523,6 +533,33 @@ impl Client {
                 Err(Error::new(ErrorKind::Timeout, "the call's deadline passed")
                     .with_may_have_run())
             }
+        }
+    }
+}
+
+/// What a closed client lets go of, as [`Client::close`] ends or is dropped: its token
+/// provider's part (once), and its ledger's claims.
+struct LettingGo<'a> {
+    core: &'a Core,
+    auth_closed: bool,
+}
+
+impl LettingGo<'_> {
+    fn close_auth(&mut self) {
+        if !std::mem::replace(&mut self.auth_closed, true) {
+            self.core.endpoint.close_auth();
+        }
+    }
+}
+
+impl Drop for LettingGo<'_> {
+    fn drop(&mut self) {
+        self.close_auth();
+        // A closed client runs no call: what it left in the ledger (a task its call stopped
+        // waiting for) is another client's to recover from now, not once this one is
+        // dropped. Its ended calls' removals not done yet stay claimed until they are.
+        if let Some(writer) = &self.core.writer {
+            writer.release();
         }
     }
 }

@@ -1561,6 +1561,65 @@ async fn a_provider_panicking_as_the_client_closes_it_fails_nothing() {
     drop(closed);
 }
 
+/// A token provider counting the times its client told it it stopped.
+struct CountsCloses(Arc<AtomicUsize>);
+
+impl mcp_resume::TokenProvider for CountsCloses {
+    fn token(
+        &self,
+        _: mcp_resume::TokenRequest,
+    ) -> BoxFuture<'static, Result<String, mcp_resume::Error>> {
+        Box::pin(async { Ok("t-1".to_owned()) })
+    }
+
+    fn close(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A `close` dropped half way (an application's own timeout, a handler that closes its
+/// client and is stopped by that close) has closed the session all the same: the closed
+/// client lets go of what it holds for no call any more, the task it left behind is the
+/// next client's at once and its token provider is told, instead of both waiting for the
+/// client to be dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_dropped_half_way_still_lets_go() {
+    // The first DELETE is never answered; the next client's is.
+    let deletes = AtomicUsize::new(0);
+    let server = TestServer::start(move |req| match req.method {
+        http::Method::DELETE if deletes.fetch_add(1, Ordering::SeqCst) == 0 => hang(),
+        _ => default_reply(req),
+    })
+    .await;
+    let ledger = Arc::new(MemoryLedger::new());
+    let closes = Arc::new(AtomicUsize::new(0));
+    let closed = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .auth(CountsCloses(closes.clone()))
+        .build()
+        .unwrap();
+    let err = guarded(closed.resume_task("t1", Some(Duration::from_secs(2))))
+        .await
+        .unwrap_err();
+    assert_ne!(err.kind(), ErrorKind::InvalidConfig, "{err}");
+    // Given up once its DELETE is at the server, which never answers it.
+    tokio::select! {
+        _ = closed.close() => panic!("the DELETE is never answered"),
+        _ = server.wait_for(|r| r.method == http::Method::DELETE) => {}
+    }
+    assert!(
+        closes.load(Ordering::SeqCst) > 0,
+        "the token provider is told"
+    );
+    assert_eq!(task_entries(&ledger).await, ["t1"]);
+    assert_eq!(
+        recovered_by_next(&server, &ledger).await,
+        1,
+        "the closed client's task is the next's"
+    );
+    drop(closed);
+}
+
 /// A call that became a task and a later `resume_task` of that task (a deprecated task
 /// store drained, say) share one entry, the task's: both left behind, the recovery polls the
 /// task once, and the ledger holds one entry of it.
