@@ -959,36 +959,73 @@ fn shallow(raw: &serde_json::value::RawValue, levels: u8) -> Value {
     }
 }
 
-/// The id of the answer an event's data carries, if it carries one: a message with an id and
-/// a `result` or an `error` (not null). Read by its members when they are plain, and only as
-/// far as the id and the answer's member: the rest of the answer is its client's to read.
-/// Anything else is read by the deserializer.
+/// The id of the answer an event's data carries, if it carries one: a message a client takes
+/// for an answer, as [`is_answer`] tells one (`jsonrpc` "2.0", no `method`, a `result`, or
+/// an `error` object, not both). It marks its request answered on the stream, so that a
+/// resume of a stream the inner server failed is refused only when it owes the client an
+/// answer: taken for an answer, a message the client ignores would have such a resume
+/// authorized, the client left waiting for an answer no replay brings; passed over, an
+/// answer the client took would have it refused, the session forgotten. Read by its members
+/// when they are plain, and only as far as a `result` that is not `null` (the rest of the
+/// answer is its client's to read: a member after it, a `method` or an `error` that would
+/// make the message no answer, is not looked for); anything else is read whole. What cannot
+/// be read plainly is read by the deserializer.
 fn answered_id(data: &[u8]) -> Option<Value> {
     if let Some(id) = plain_answer_id(data) {
         return Some(id);
     }
-    let (mut id, mut answers, mut twice, mut stopped) = (None, false, false, false);
+    let (mut id, mut twice, mut stopped) = (None, false, false);
+    let (mut version, mut method, mut result, mut error) = (false, false, false, None);
+    let answers = |id: bool, version: bool, method: bool, result: bool, error: Option<bool>| {
+        id && version
+            && !method
+            && match (result, error) {
+                (true, None) => true,
+                (false, Some(object)) => object,
+                _ => false,
+            }
+    };
     let read = scan::object(data, scan::first(data), |key, at| {
         let mut end = None;
+        // Only a result that is not `null` stops the reading: an error, or a `null`, is
+        // short to read past, and an `error` after it would make the message no answer.
+        let mut big_result = false;
         match key {
             b"id" => {
                 end = Some(scan::skip(data, at)?);
                 twice |= id.replace(&data[at..end?]).is_some();
             }
-            b"result" | b"error" if !data[at..].starts_with(b"null") => answers = true,
+            b"jsonrpc" => {
+                end = Some(scan::skip(data, at)?);
+                let value = &data[at..end?];
+                version = match scan::plain_bytes(value) {
+                    Some(text) => text == b"2.0",
+                    // A string written with escapes is read the long way.
+                    None if value.starts_with(b"\"") => return None,
+                    None => false,
+                };
+            }
+            b"method" => method = true,
+            b"result" => {
+                result = true;
+                big_result = !data[at..].starts_with(b"null");
+            }
+            // An error is one only as an object.
+            b"error" => error = Some(data[at..].starts_with(b"{")),
             _ => {}
         }
         // Stopping is a `None` too, told from a give-up by `stopped`. The answer's own
         // member is not read when it comes last (as it does from most servers).
-        stopped = answers && id.is_some();
+        stopped = big_result && answers(id.is_some(), version, method, result, error);
         if stopped {
             return None;
         }
         end.or_else(|| scan::skip(data, at))
     });
-    if stopped || read.is_some_and(|end| scan::at_end(data, end).is_some()) {
-        if !stopped || twice {
-            // Read whole and no answer; or an id given twice (the deserializer refuses it).
+    let whole = read.is_some_and(|end| scan::at_end(data, end).is_some());
+    if stopped || whole {
+        if twice || !(stopped || answers(id.is_some(), version, method, result, error)) {
+            // An id given twice (the deserializer refuses it); or read whole and no answer.
             return None;
         }
         // An id written with escapes (or not a string or number) is read the long way.
@@ -997,38 +1034,54 @@ fn answered_id(data: &[u8]) -> Option<Value> {
         }
     }
     let probe = parse_data::<AnswerProbe>(data)?;
-    if probe.result.is_some() || probe.error.is_some() {
-        probe.id
-    } else {
-        None
-    }
+    let answers = probe.jsonrpc.as_ref().and_then(Value::as_str) == Some("2.0")
+        && probe.method.is_none()
+        && match (probe.result, probe.error) {
+            (Some(_), None) => true,
+            (None, Some(error)) => error.is_object(),
+            _ => false,
+        };
+    probe.id.filter(|_| answers)
 }
 
 /// [`answered_id`] of an answer written as most servers write one: `jsonrpc`, then a plain
-/// `id`, then `result` or `error` (not null), no space between; the members are read as the
+/// `id`, then a `result` that is not `null`, no space between; the members are read as the
 /// general reading would read them, without walking them one by one. `None`: read it the
 /// general way.
 fn plain_answer_id(data: &[u8]) -> Option<Value> {
     let rest = data.strip_prefix(br#"{"jsonrpc":"2.0","id":"#)?;
     let end = scan::skip(rest, 0)?;
-    let answer = rest[end..]
-        .strip_prefix(br#","result":"#)
-        .or_else(|| rest[end..].strip_prefix(br#","error":"#))?;
-    if answer.starts_with(b"null") {
+    let result = rest[end..].strip_prefix(br#","result":"#)?;
+    if result.starts_with(b"null") {
         return None;
     }
     scan::id(&rest[..end])
 }
 
-/// An answer's id, its body skipped.
+/// An answer's id and the members that tell an answer (see [`is_answer`]), its body skipped.
+/// A member given as `null` is present (a `null` result is a result, a `null` error makes a
+/// message with a result no answer), as a client reads it.
 #[derive(serde::Deserialize)]
 struct AnswerProbe {
     #[serde(default)]
     id: Option<Value>,
     #[serde(default)]
+    jsonrpc: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    method: Option<serde::de::IgnoredAny>,
+    #[serde(default, deserialize_with = "present")]
     result: Option<serde::de::IgnoredAny>,
-    #[serde(default)]
-    error: Option<serde::de::IgnoredAny>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Value>,
+}
+
+/// A member as present, whatever its value (`null` included).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
 }
 
 enum Settle {
@@ -1150,33 +1203,72 @@ mod tests {
         assert!(parse_data::<Value>(b"{\"id\":").is_none());
     }
 
+    // | event data of every shape | an answer exactly when a client takes it for one
+    // (`is_answer`), whichever way it is read (at once, member by member, by the
+    // deserializer): never a message the client ignores, never not an answer it takes |
     #[test]
-    fn an_answer_is_told_by_its_id_and_a_result_or_error_that_is_not_null() {
-        let cases: [(&[u8], Option<Value>); 11] = [
+    fn an_answer_is_told_as_a_client_tells_it() {
+        let cases: [(&[u8], Option<Value>); 21] = [
             (
                 br#"{"jsonrpc":"2.0","id":7,"result":{"a":"}"}}"#,
                 Some(7.into()),
             ),
-            (br#"{"error":{"code":1},"id":"x"}"#, Some("x".into())),
-            (br#"{"id":"a\"b","result":1}"#, Some("a\"b".into())),
-            (br#"{"id":7,"result":null}"#, None),
-            (br#"{"id":7,"method":"ping"}"#, None),
-            (br#"{"result":{}}"#, None),
-            (br#"{"id":7,"id":8,"result":{}}"#, None),
             (
-                br#"{"id":{"x":1},"result":{}}"#,
+                br#"{"error":{"code":1},"id":"x","jsonrpc":"2.0"}"#,
+                Some("x".into()),
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":"a\"b","result":1}"#,
+                Some("a\"b".into()),
+            ),
+            (br#"{"id":7,"jsonrpc":"2.0","result":null}"#, Some(7.into())),
+            (
+                br#"{"id":7,"jsonrpc":"2.0","result":null,"error":{}}"#,
+                None,
+            ),
+            (
+                br#"{"id":7,"jsonrpc":"2.0","result":null,"error":null}"#,
+                None,
+            ),
+            (br#"{"id":7,"jsonrpc":"2.0","error":null}"#, None),
+            (br#"{"id":7,"jsonrpc":"2.0","error":"boom"}"#, None),
+            (br#"{"id":7,"jsonrpc":"2.0","error":{},"result":1}"#, None),
+            (br#"{"id":7,"method":"ping","jsonrpc":"2.0"}"#, None),
+            (
+                br#"{"id":7,"method":"ping","jsonrpc":"2.0","result":{}}"#,
+                None,
+            ),
+            (br#"{"id":7,"result":{}}"#, None),
+            (br#"{"jsonrpc":"1.0","id":7,"result":{}}"#, None),
+            (
+                br#"{"jsonrpc":"2\u002e0","id":7,"result":{}}"#,
+                Some(7.into()),
+            ),
+            (br#"{"jsonrpc":"2.0","result":{}}"#, None),
+            (br#"{"jsonrpc":"2.0","id":7,"id":8,"result":{}}"#, None),
+            (br#"{"jsonrpc":"2.0","id":"\u0037","error":7}"#, None),
+            (
+                br#"{"jsonrpc":"2.0","id":{"x":1},"result":{}}"#,
                 Some(serde_json::json!({"x":1})),
             ),
-            // Known by its id and answer member: the rest is the client's to read.
-            (br#"{"id":7,"result":{}"#, Some(7.into())),
-            (br#"{"result":[1,{"id":2}],"id":9}"#, Some(9.into())),
-            (br#"{"id":7,"params":{"result":1}}"#, None),
+            // Known by its members up to the answer's: the rest is the client's to read.
+            (br#"{"jsonrpc":"2.0","id":7,"result":{}"#, Some(7.into())),
+            (
+                br#"{"jsonrpc":"2.0","result":[1,{"id":2}],"id":9}"#,
+                Some(9.into()),
+            ),
+            (br#"{"jsonrpc":"2.0","id":7,"params":{"result":1}}"#, None),
         ];
-        for (data, want) in cases {
-            assert_eq!(answered_id(data), want, "{}", String::from_utf8_lossy(data));
+        for (data, want) in &cases {
+            assert_eq!(
+                answered_id(data),
+                *want,
+                "{}",
+                String::from_utf8_lossy(data)
+            );
         }
         // As most servers write them: read at once, alike.
-        let plain: [(&[u8], Option<Value>); 9] = [
+        let plain: [(&[u8], Option<Value>); 11] = [
             (
                 br#"{"jsonrpc":"2.0","id":2,"result":{"a":1}}"#,
                 Some(2.into()),
@@ -1185,11 +1277,13 @@ mod tests {
                 br#"{"jsonrpc":"2.0","id":"x-1","error":{"code":1}}"#,
                 Some("x-1".into()),
             ),
-            (br#"{"jsonrpc":"2.0","id":7,"result":null}"#, None),
+            (br#"{"jsonrpc":"2.0","id":7,"result":null}"#, Some(7.into())),
             (
                 br#"{"jsonrpc":"2.0","id":7,"result":null,"error":{}}"#,
-                Some(7.into()),
+                None,
             ),
+            (br#"{"jsonrpc":"2.0","id":7,"error":"boom"}"#, None),
+            (br#"{"jsonrpc":"2.0","id":7,"error":null}"#, None),
             (
                 br#"{"jsonrpc":"2.0","id":"a\"b","result":1}"#,
                 Some("a\"b".into()),
@@ -1199,14 +1293,33 @@ mod tests {
                 Some(1.5.into()),
             ),
             (br#"{"jsonrpc":"2.0","id":null,"result":1}"#, None),
-            (
-                br#"{"jsonrpc":"2.0","id":3,"method":"x","result":1}"#,
-                Some(3.into()),
-            ),
+            (br#"{"jsonrpc":"2.0","id":3,"method":"x","result":1}"#, None),
             (br#"{"jsonrpc":"2.0","id":3,"id":4,"result":1}"#, None),
         ];
-        for (data, want) in plain {
-            assert_eq!(answered_id(data), want, "{}", String::from_utf8_lossy(data));
+        for (data, want) in &plain {
+            assert_eq!(
+                answered_id(data),
+                *want,
+                "{}",
+                String::from_utf8_lossy(data)
+            );
+        }
+        // Whatever the shape, the reading agrees with the one a keyed call's capture makes
+        // (of a message with one id: without one it answers no request, and one given twice
+        // is refused by the deserializer, which reads none).
+        for (data, want) in cases.iter().chain(&plain) {
+            let ids = String::from_utf8_lossy(data).matches(r#""id":"#).count();
+            let message = serde_json::from_slice::<Value>(data)
+                .ok()
+                .filter(|_| ids == 1);
+            if let Some(message) = message.filter(|m| !m["id"].is_null()) {
+                assert_eq!(
+                    is_answer(&message),
+                    want.is_some(),
+                    "{}",
+                    String::from_utf8_lossy(data)
+                );
+            }
         }
     }
 }

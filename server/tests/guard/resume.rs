@@ -672,3 +672,65 @@ fn a_repeated_inner_id_after_the_replay_is_proven_is_a_new_event() {
     assert_eq!(got, [format!("{stream}-2"), format!("{stream}-3")]);
     assert!(seen.events()[1].1.contains("\"result\""));
 }
+
+/// An unkeyed call's stream (id 2) that carried `message` after its priming event, then
+/// failed or ended as `clean` says; the client's id of the priming event.
+fn call_stream_with(message: &str, clean: bool) -> (World, Instance, String) {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let second = format!("id: 1/0\ndata: {message}\n\n");
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec!["id: 0/0\ndata: \n\n", &second], clean),
+    );
+    let id = seen.events()[0].0.clone().unwrap();
+    (w, a, id)
+}
+
+// | an unkeyed call's stream carries a message with the call's id that a client does not
+// take for its answer (an error that is no object, no `jsonrpc` "2.0", a `method`), then
+// the inner server fails the stream | 404 `orphaned_request`: the client still waits for
+// the answer, which a replay would never bring |
+#[test]
+fn a_message_no_client_takes_for_the_answer_answers_nothing() {
+    for message in [
+        r#"{"jsonrpc":"2.0","id":2,"error":"boom"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"error":7}"#,
+        r#"{"id":2,"result":{}}"#,
+        r#"{"jsonrpc":"1.0","id":2,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping","result":{}}"#,
+        r#"{"method":"ping","jsonrpc":"2.0","id":2,"result":{}}"#,
+        r#"{"jsonrpc":"2.0", "id":2, "error":"boom"}"#,
+        r#"{"jsonrpc":"2.0","id":"\u0032","error":"boom"}"#,
+    ] {
+        let (mut w, mut a, id) = call_stream_with(message, false);
+        let answer = w.get(&mut a, "s1", Some(&id)).answer();
+        assert_eq!(
+            answer.json()["error"]["data"]["reason"],
+            "orphaned_request",
+            "{message}"
+        );
+    }
+}
+
+// | an unkeyed call's stream carries its answer `"result": null` (a client takes it for the
+// answer), then the inner server fails the stream | resumable: nothing on it is owed, and
+// the session is not forgotten |
+#[test]
+fn a_null_result_answers_its_call() {
+    for message in [
+        r#"{"jsonrpc":"2.0","id":2,"result":null}"#,
+        r#"{"id":2,"jsonrpc":"2.0","result":null}"#,
+    ] {
+        let (mut w, mut a, id) = call_stream_with(message, false);
+        let (inner, _) = w.get(&mut a, "s1", Some(&id)).watch();
+        assert_eq!(inner.as_deref(), Some("0/0"), "{message}");
+    }
+}
