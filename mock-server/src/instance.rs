@@ -1408,7 +1408,13 @@ const FINISH_RETRY_WAITS: [Duration; 5] = [
 /// Stores `outcome` as `key`'s; when the store fails, stores it again on a task of its own
 /// ([`FINISH_RETRY_WAITS`]) and, given up on, marks the key lost: left running, the key would
 /// answer its every re-send "in use" under this live instance, for a call that ran.
-async fn finish(store: Arc<dyn Store>, key: String, outcome: crate::store::StoredOutcome) {
+///
+/// The task is the incarnation's, ended by its death: the death's record makes the key lost,
+/// and the store's finish takes any key, so a retry after it would turn the lost key into a
+/// finished one, after a re-send had been told the outcome was unknown.
+async fn finish(inc: &Arc<Incarnation>, key: String, outcome: crate::store::StoredOutcome) {
+    let store = inc.env.shared.clone();
+    let this = inc.clone();
     if store
         .idempotency_finish(&key, outcome.clone())
         .await
@@ -1416,12 +1422,13 @@ async fn finish(store: Arc<dyn Store>, key: String, outcome: crate::store::Store
     {
         return;
     }
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    rt.spawn(async move {
+    inc.spawn_task(async move {
         for wait in FINISH_RETRY_WAITS {
             tokio::time::sleep(wait).await;
+            // A task spawned as the kill aborted the others is not aborted with them.
+            if this.dying.load(Ordering::SeqCst) {
+                return;
+            }
             if store
                 .idempotency_finish(&key, outcome.clone())
                 .await
@@ -1728,7 +1735,7 @@ async fn tools_call(
             response: response.clone(),
             capability_hash: session.capability_hash.clone(),
         };
-        finish(inc.env.shared.clone(), key, stored).await;
+        finish(inc, key, stored).await;
     }
     response["jsonrpc"] = json!("2.0");
     response["id"] = id.clone();

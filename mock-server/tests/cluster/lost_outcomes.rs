@@ -102,3 +102,44 @@ async fn an_outcome_never_kept_leaves_the_key_lost() {
     assert_eq!(oracle.totals.repeated_executions, 0);
     cluster.shutdown().await;
 }
+
+/// The instance that ran the call is killed while its outcome is being stored again: its
+/// death marks the key lost, and the killed instance stores nothing after it (everything of
+/// an incarnation ends with it). Before the fix its retries went on and turned the lost key
+/// into a finished one, after a re-send had been told the outcome was unknown.
+#[tokio::test]
+async fn a_killed_instance_stores_no_outcome_after_its_death() {
+    let store = GatedStore::new(Gated::Nothing);
+    // The first try and two more fail: the third retry comes 700 ms after the first try,
+    // well after the kill.
+    store.failing_finishes.store(3, Ordering::SeqCst);
+    let cluster = cluster(&store).await;
+    let mcp = Mcp::new(cluster.url());
+    let (sid, _, _) = mcp.initialize(None).await; // I0
+    assert_eq!(mcp.notify_initialized(&sid).await.status, 202); // I1
+    let call = |id| mcp.call_keyed(&sid, id, "counter_increment", json!({}), "dead", "dead-key");
+
+    assert!(call(1).await.response().expect("an answer")["result"].is_object()); // I0
+    assert!(cluster.kill_instance(0).await);
+    let tried = store.finishes.load(Ordering::SeqCst);
+    assert!(
+        tried <= 3,
+        "the kill came before the outcome was kept ({tried} tries)"
+    );
+    // Every try the schedule would make, and one more: none comes.
+    assert!(
+        !reaches(&store.finishes, 4, Duration::from_secs(4)).await,
+        "the killed instance stored the outcome again ({} tries)",
+        store.finishes.load(Ordering::SeqCst)
+    );
+    let again = call(2).await; // I1
+    assert_eq!(
+        data_code(&again).as_deref(),
+        Some("IDEMPOTENCY_OUTCOME_UNKNOWN"),
+        "{again:?}"
+    );
+    let oracle = cluster.oracle();
+    assert_eq!(oracle.executions_tagged("dead").count(), 1);
+    assert_eq!(oracle.totals.repeated_executions, 0);
+    cluster.shutdown().await;
+}
