@@ -535,6 +535,52 @@ async fn a_keyed_call_whose_every_resume_is_refused_is_resent_at_most_max_attemp
 }
 
 #[tokio::test]
+async fn a_call_whose_stream_primes_after_failed_sends_still_resumes() {
+    // The call's first POST is answered 502 (it may have run: the keyed call is re-sent), its
+    // second primes its stream and the connection drops. The priming event proves the server
+    // reached again: the failures before it are no longer "in a row", and a stream with an
+    // event id seen is resumed, as the recovery guide says, instead of the call ending
+    // OutcomeUnknown on attempts the server's answer had ended.
+    let what = "primed after a failed send";
+    let posted = std::sync::Arc::new(std::sync::Mutex::new(Value::Null));
+    let seen = posted.clone();
+    let server = Server::start(move |req| {
+        if tool_calls(req) {
+            let mut last = seen.lock().unwrap();
+            let first = last.is_null();
+            *last = req.rpc_id();
+            if first {
+                return Reply::status(502);
+            }
+            return Reply::sse("id: p1\ndata:\n\n");
+        }
+        if req.is_resume() {
+            let id = seen.lock().unwrap().clone();
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": echo_result("resumed")});
+            return Reply::sse_open(sse_event(Some("p2"), &answer));
+        }
+        Reply::good()
+    })
+    .await;
+    let client = builder(&server)
+        .resend_policy(mcp_resume::ResendPolicy::AssumeServerDeduplicates)
+        .reconnect(fast_policy().with_max_attempts(2))
+        .build()
+        .unwrap();
+    client.connect().await.unwrap();
+    let call = echo("x").random_idempotency_key();
+    let result = within(what, Duration::from_secs(4), client.call_tool(call))
+        .await
+        .unwrap();
+    let resumes = server.matching(Request::is_resume);
+    assert_eq!(resumes.len(), 1, "{what}: {:?}", server.labels());
+    assert_eq!(resumes[0].last_event_id(), Some("p1"), "{what}");
+    assert_eq!(result.unwrap().text(), "resumed", "{what}");
+    assert_eq!(server.count(tool_calls), 2, "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
 async fn listen_stream_storm_gives_up() {
     let server = Server::start(|req| {
         if req.is_get() {

@@ -193,6 +193,8 @@ pub(super) struct Call {
     no_progress: u32,
     /// Sends of its current request refused because its key's first execution still runs.
     busy_refusals: u32,
+    /// A bare event id on its own POST stream (a priming event) once reset `attempts`.
+    primed: bool,
     /// It may be running on the server (it was sent, and nothing proves otherwise).
     may_have_run: bool,
     /// A send before the latest of its current request may have run. Sticky: what proves a
@@ -243,6 +245,7 @@ impl Call {
             cursor: Cursor::default(),
             attempts: 0,
             busy_refusals: 0,
+            primed: false,
             no_progress: 0,
             may_have_run: false,
             ran_before: false,
@@ -403,8 +406,8 @@ impl Call {
         random: u64,
     ) -> Duration {
         self.state = CallState::Backoff(then);
-        // Refusals of a busy key grow the wait as failures do: the refusal's own events (an
-        // SSE priming event) reset `attempts`, not them.
+        // Refusals of a busy key grow the wait as failures do: the refusal's own events reset
+        // `attempts`, not them.
         let waited = self.attempts.saturating_add(self.busy_refusals);
         reconnect.delay(waited.saturating_sub(1), random, self.cursor.retry)
     }
@@ -587,12 +590,15 @@ impl Call {
     ) -> Observed {
         let observed = self.cursor.observe(event, expect, delivered, replay);
         // Only progress proves the server is reachable and the stream alive; a head alone
-        // does not (a replaying instance answers 200 too). Nor does a bare event id on the
-        // request's own stream (a priming event): it proves the POST reached a server, not
-        // that what follows can be had, and a cluster that primes every POST and refuses
-        // every resume would otherwise have the call re-initialized and re-sent without end.
+        // does not (a replaying instance answers 200 too). A bare event id on the request's
+        // own stream (a priming event) proves the POST reached a server, so the failures
+        // before it are no longer in a row and the stream it primed is resumed; but not that
+        // what follows can be had: only the call's first one counts, or a cluster that
+        // primes every POST and refuses every resume would have the call re-initialized and
+        // re-sent without end.
         let progressed = matches!(observed, Observed::New { progressed: true });
-        if progressed && (replay || !event.data.is_empty()) {
+        let priming = !replay && event.data.is_empty();
+        if progressed && !(priming && std::mem::replace(&mut self.primed, true)) {
             self.attempts = 0;
         }
         observed
