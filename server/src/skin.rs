@@ -124,7 +124,10 @@ impl GuardBuilder {
     /// after its last renewal. At least 30 ms, at most a century (`Duration::MAX` is taken
     /// as that: for ever, in effect). Default: 10 s.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.config.lease = lease.clamp(Duration::from_millis(30), LONGEST_LEASE);
+        self.config.lease = lease.clamp(
+            Duration::from_millis(30),
+            crate::guard::claims::LONGEST_LEASE,
+        );
         self
     }
 
@@ -210,10 +213,6 @@ impl GuardBuilder {
 
 /// [`GuardBuilder::store_timeout`]'s default.
 const STORE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The longest lease: every claim, renewal and store dates its key a lease from now, and a
-/// longer one than the clock can add panicked in each.
-const LONGEST_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// One process's guard and its store: every request of the wrapped endpoint goes through the
 /// same one. Cheap to clone.

@@ -65,6 +65,17 @@ impl KeyState {
     }
 }
 
+/// When a lease taken at `now` lapses: a lease no clock can add (`Duration::MAX`, for a key
+/// never taken for lost; a store's own [`Claim`] may carry any) lapses a century on, for ever
+/// in effect, instead of overflowing the clock.
+fn lease_end(now: Instant, lease: Duration) -> Instant {
+    now.checked_add(lease.min(LONGEST_LEASE)).unwrap_or(now)
+}
+
+/// The longest lease a key is dated by, a century: every claim and renewal dates its key a
+/// lease from now, and a longer one than the clock can add would overflow it.
+pub(crate) const LONGEST_LEASE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A claim of the key whose state is `entry`, at `now`.
 pub fn claim(entry: &mut Option<KeyState>, claim: &Claim, now: Instant) -> ClaimOutcome {
     let Some(state) = entry else {
@@ -72,7 +83,7 @@ pub fn claim(entry: &mut Option<KeyState>, claim: &Claim, now: Instant) -> Claim
             digest: claim.digest().clone(),
             holder: claim.token().clone(),
             phase: Phase::Running {
-                until: now + claim.lease(),
+                until: lease_end(now, claim.lease()),
             },
         });
         return ClaimOutcome::Granted;
@@ -111,7 +122,7 @@ pub fn renew(
             phase: Phase::Running { until },
             ..
         }) if holder == token => {
-            *until = now + lease;
+            *until = lease_end(now, lease);
             true
         }
         _ => false,

@@ -128,3 +128,30 @@ proptest! {
         }
     }
 }
+
+/// A lease no clock can add (`Duration::MAX`, from a store's own claim: `Claim::new` takes
+/// any) is for ever, as the builder's longest lease is, instead of overflowing the clock in
+/// the claim and the renewal.
+#[test]
+fn a_lease_no_clock_can_add_is_for_ever() {
+    let key = mcp_resume_server::ids::IdempotencyKey::new("k").unwrap();
+    let digest = mcp_resume_server::wire::arguments_digest("bump", &json!({}));
+    let token = |t: &str| mcp_resume_server::ids::ClaimToken::from_stored(t);
+    let now = Instant::now();
+    let mut state: Option<KeyState> = None;
+    let first = Claim::new(key.clone(), digest.clone(), token("a"), Duration::MAX);
+    assert!(matches!(
+        claims::claim(&mut state, &first, now),
+        ClaimOutcome::Granted
+    ));
+    assert!(claims::renew(&mut state, &token("a"), Duration::MAX, now));
+    let later = now + Duration::from_secs(10 * 365 * 24 * 3600);
+    let second = Claim::new(key, digest, token("b"), LEASE);
+    assert!(
+        matches!(
+            claims::claim(&mut state, &second, later),
+            ClaimOutcome::InUse
+        ),
+        "a key held for ever is still running ten years on"
+    );
+}
