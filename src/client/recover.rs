@@ -5,7 +5,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
-use futures::FutureExt;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -138,7 +137,10 @@ impl Client {
         // known as ended, its removal done or not: the read may have seen its entry first.
         let _reading = writer.reading();
         let ledger = writer.ledger().clone();
-        let read = Contained::new(async move { ledger.entries().await }.boxed());
+        let read = async move {
+            let work = std::pin::pin!(Some(async move { ledger.entries().await }));
+            Contained::new(work, "the ledger's read").await
+        };
         let entries = match tokio::time::timeout(self.call_timeout(), read).await {
             Ok(Ok(entries)) => entries?,
             Ok(Err(_)) => {

@@ -8,15 +8,12 @@
 //! exchange to start. A call whose POST goes out at once and ends with its answer never
 //! involves either.
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::task::{Context, Poll};
 
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use super::contained::Contained;
 use super::effects::Effects;
 use super::ledger::{Gate, Writer};
 use super::state::{Command, Parts, Pending, Registration, State};
@@ -269,7 +266,7 @@ impl Core {
             }
         }
         let performed = std::pin::pin!(Some(self.endpoint.run(outgoing, self)));
-        if Caught(performed).await.is_err() {
+        if Contained::new(performed, "an exchange").await.is_err() {
             self.panicked(id);
         }
     }
@@ -314,49 +311,6 @@ impl ExchangeSink for Arc<Core> {
         });
         events.clear();
         reported.unwrap_or(false)
-    }
-}
-
-/// A future run where it is, whose panics stay inside it: one in a poll is its outcome
-/// (`Err`), one as it is dropped, finished or not, is logged. An exchange runs application
-/// code whose futures it drops when it is aborted (a token provider's), and whoever drops
-/// an exchange must not unwind: the exchange runner, every other exchange of the client with
-/// it, or a caller awaiting its call.
-struct Caught<'a, F>(Pin<&'a mut Option<F>>);
-
-impl<F> Caught<'_, F> {
-    /// Drops the future where a panic of its drop is caught.
-    fn let_go(&mut self) {
-        if self.0.is_none() {
-            return;
-        }
-        let mut slot = self.0.as_mut();
-        if std::panic::catch_unwind(AssertUnwindSafe(|| slot.set(None))).is_err() {
-            tracing::error!("an exchange panicked as it was dropped");
-        }
-    }
-}
-
-impl<F: Future> Future for Caught<'_, F> {
-    type Output = Result<F::Output, ()>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(work) = self.0.as_mut().as_pin_mut() else {
-            return Poll::Ready(Err(()));
-        };
-        let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work.poll(cx))) {
-            Ok(Poll::Pending) => return Poll::Pending,
-            Ok(Poll::Ready(out)) => Ok(out),
-            Err(_) => Err(()),
-        };
-        self.let_go();
-        Poll::Ready(outcome)
-    }
-}
-
-impl<F> Drop for Caught<'_, F> {
-    fn drop(&mut self) {
-        self.let_go();
     }
 }
 

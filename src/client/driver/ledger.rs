@@ -49,9 +49,7 @@
 //! end decides whether it stays (a call left behind keeps it for a later `recover`) or goes.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
@@ -68,6 +66,7 @@ use crate::error::{Error, ErrorKind};
 use crate::proto::methods::TOOLS_CALL;
 use crate::proto::{CallId, CallStage, Checkpoint};
 
+use super::contained::Contained;
 use super::state::CLOSE_GRACE;
 
 /// The most times a write no POST waits for is tried again after it failed.
@@ -634,20 +633,21 @@ impl Writer {
     /// The future carrying out `write`; a panic in the ledger is its failure.
     fn start(&self, write: Write) -> BoxFuture<'static, Result<(), Error>> {
         let ledger = self.ledger.clone();
-        let work = async move {
-            match write {
-                Write::Put(entry) => ledger.put(entry).await,
-                Write::Remove(id) => ledger.remove(id).await,
-            }
-        };
-        Contained::new(work.boxed())
-            .map(|outcome| {
-                outcome.unwrap_or_else(|()| {
+        async move {
+            let work = std::pin::pin!(Some(async move {
+                match write {
+                    Write::Put(entry) => ledger.put(entry).await,
+                    Write::Remove(id) => ledger.remove(id).await,
+                }
+            }));
+            Contained::new(work, "the ledger")
+                .await
+                .unwrap_or_else(|()| {
                     tracing::error!("the ledger panicked: a record may be missing");
                     Err(Error::new(ErrorKind::Ledger, "the ledger panicked"))
                 })
-            })
-            .boxed()
+        }
+        .boxed()
     }
 
     /// Why `write` cannot be made: an entry longer than the ledger stores. Measured as the
@@ -971,50 +971,6 @@ impl Writer {
                 }
             }
         }
-    }
-}
-
-/// A future of the application's ledger, whose panics stay inside it: one in a poll is its
-/// outcome (`Err`), one as it is dropped unfinished (a write past [`WRITE_TIMEOUT`], a read
-/// past the call timeout) is logged. Unwinding from a drop would reach whoever dropped it:
-/// the writer task, which every later write of the client goes through, or the
-/// application's `recover`.
-pub(crate) struct Contained<T>(Option<BoxFuture<'static, T>>);
-
-impl<T> Contained<T> {
-    pub(crate) fn new(work: BoxFuture<'static, T>) -> Self {
-        Self(Some(work))
-    }
-
-    /// Drops the work (finished or not) where a panic of its drop is caught.
-    fn let_go(&mut self) {
-        let work = self.0.take();
-        if work.is_some() && std::panic::catch_unwind(AssertUnwindSafe(|| drop(work))).is_err() {
-            tracing::error!("the ledger panicked as its work was dropped");
-        }
-    }
-}
-
-impl<T> Future for Contained<T> {
-    type Output = Result<T, ()>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(work) = self.0.as_mut() else {
-            return Poll::Ready(Err(()));
-        };
-        let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
-            Ok(Poll::Pending) => return Poll::Pending,
-            Ok(Poll::Ready(out)) => Ok(out),
-            Err(_) => Err(()),
-        };
-        self.let_go();
-        Poll::Ready(outcome)
-    }
-}
-
-impl<T> Drop for Contained<T> {
-    fn drop(&mut self) {
-        self.let_go();
     }
 }
 

@@ -34,6 +34,7 @@
 //! ([`effects`]). Server-request handlers run in tasks of their own on the driver's runtime
 //! ([`dispatch`]).
 
+mod contained;
 mod core;
 mod dispatch;
 mod effects;
@@ -49,7 +50,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 pub(crate) use self::core::{Core, Inline};
-pub(crate) use self::ledger::{Contained, Records, Scope, Writer};
+pub(crate) use self::contained::Contained;
+pub(crate) use self::ledger::{Records, Scope, Writer};
 pub(crate) use self::state::{Command, Parts, Registration};
 use super::http::redacted_url;
 
