@@ -585,8 +585,9 @@ impl Ops {
         self.ops.is_empty()
     }
 
-    /// Runs them in order (a failure is logged: the guard chose the safe side already). A
-    /// keyed call's answer that could not be stored is stored again later, on a task of its
+    /// Runs them in order (a failure is logged: the guard chose the safe side already); those
+    /// not finished when this future is dropped run on a task of their own. A keyed call's
+    /// answer that could not be stored is stored again later, on a task of its
     /// own that renews the lease meanwhile, whether or not the client is still there or the
     /// skin kept its outbound.
     pub async fn run(self) {
@@ -598,9 +599,13 @@ impl Ops {
         } = self;
         let Some(core) = core else { return };
         let Some(watch) = watch else {
-            for op in &ops {
-                core.run(op).await;
-            }
+            // Those left when this is dropped (the request went away) still run: a session's
+            // record or its forgetting dropped with its request would be lost for good.
+            let mut ops = Unfinished {
+                core,
+                ops: ops.into(),
+            };
+            ops.run().await;
             return;
         };
         if run_reporting(&core, &watch, ops, claim.as_deref()).await {

@@ -11,13 +11,15 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, Method, StatusCode};
 use mcp_resume_server::guard::{Body, Claim, ClaimOutcome, SessionRecord, StoredOutcome};
 use mcp_resume_server::ids::{ClaimToken, IdempotencyKey, SessionId};
-use mcp_resume_server::skin::{End, GuardBuilder, Inbound, Next, Outbound, SharedGuard, ToClient};
+use mcp_resume_server::skin::{
+    End, GuardBuilder, Inbound, Next, Ops, Outbound, SharedGuard, ToClient,
+};
 use mcp_resume_server::store::{Store, StoreFuture};
 use mcp_resume_server::MemoryStore;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
-use crate::stores::{EachStep, Silent, WaitsOnce};
+use crate::stores::{EachStep, Gate, Silent, WaitsOnce};
 
 fn guard(store: &MemoryStore, lease: Duration) -> SharedGuard {
     GuardBuilder::new(store.clone())
@@ -437,6 +439,14 @@ async fn unkeyed_hash(guard: &SharedGuard, id: i64) -> Option<String> {
 
 /// Session `session` initialized through `guard` (its record stored): its capability hash.
 async fn initialize(guard: &SharedGuard, session: &str) -> String {
+    let (ops, hash) = initialized(guard, session).await;
+    ops.run().await;
+    hash
+}
+
+/// Session `session` initialized through `guard` as far as its answer: the operations that
+/// store its record, not run yet, and its capability hash.
+async fn initialized(guard: &SharedGuard, session: &str) -> (Ops, String) {
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                    "clientInfo": {"name": "t", "version": "1"}}});
@@ -459,8 +469,8 @@ async fn initialize(guard: &SharedGuard, session: &str) -> String {
         "capabilities": {"tools": {}}, "serverInfo": {"name": "s", "version": "1"}}});
     out.handle_body(result.to_string().as_bytes());
     let (_, sent) = out.handle_end(true).head.expect("the head");
-    out.take_ops().run().await;
-    sent["mcp-capability-hash"].to_str().unwrap().to_owned()
+    let hash = sent["mcp-capability-hash"].to_str().unwrap().to_owned();
+    (out.take_ops(), hash)
 }
 
 // | two guards sharing a `MemoryStore` of retention R; a session initialized on the first,
@@ -558,4 +568,35 @@ async fn guards_built_from_one_seeded_builder_do_not_share_their_claims() {
         refusal_code(&second, 2, "k-twins").await.as_deref(),
         Some("IDEMPOTENCY_KEY_IN_USE")
     );
+}
+
+/// Operations that answer nobody (here a session's record, written as its `initialize` is
+/// answered) still run when the request carrying them goes away mid-step (its client left):
+/// before, the write was dropped with the request, and the session had no record for good
+/// (its keyed calls refused 404 on every other instance, its unkeyed ones unstamped).
+#[tokio::test]
+async fn a_store_write_whose_request_goes_away_still_lands() {
+    let gate = Gate::default();
+    let store = EachStep::new(gate.clone());
+    let memory = store.0.clone();
+    let guard = GuardBuilder::new(store).build();
+    let (ops, _) = initialized(&guard, "s-cut").await;
+    let mut run = Box::pin(ops.run());
+    tokio::select! {
+        _ = &mut run => panic!("the record's write waits at the gate"),
+        _ = gate.arrived.notified() => {}
+    }
+    drop(run);
+    gate.open();
+    let id = SessionId::parse(b"s-cut").unwrap();
+    let stored = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if memory.session(&id).await.unwrap().is_some() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(stored.is_ok(), "the session's record was never written");
 }

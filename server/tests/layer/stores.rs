@@ -279,3 +279,38 @@ impl Step for WaitsOnce {
         }))
     }
 }
+
+/// Each step waits until the test opens the gate ([`Gate::open`]); `arrived` is told of each
+/// step that reaches it.
+#[derive(Clone)]
+pub(crate) struct Gate {
+    permits: Arc<tokio::sync::Semaphore>,
+    pub(crate) arrived: Arc<tokio::sync::Notify>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self {
+            permits: Arc::new(tokio::sync::Semaphore::new(0)),
+            arrived: Arc::default(),
+        }
+    }
+}
+
+impl Gate {
+    /// Lets every step through, from now on.
+    pub(crate) fn open(&self) {
+        self.permits
+            .add_permits(tokio::sync::Semaphore::MAX_PERMITS / 2);
+    }
+}
+
+impl Step for Gate {
+    fn step<'a, T: Send + 'a>(&'a self, memory: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+        Box::pin(async move {
+            self.arrived.notify_one();
+            let _permit = self.permits.acquire().await;
+            memory.await
+        })
+    }
+}
