@@ -1395,19 +1395,10 @@ where
     });
 }
 
-/// How a keyed call's outcome the store failed to keep is stored again, as the guard's
-/// watch does: the waits before each further try. Then the key is marked lost ([`lose`]).
-const FINISH_RETRY_WAITS: [Duration; 5] = [
-    Duration::from_millis(100),
-    Duration::from_millis(200),
-    Duration::from_millis(400),
-    Duration::from_millis(800),
-    Duration::from_millis(1600),
-];
-
 /// Stores `outcome` as `key`'s; when the store fails, stores it again on a task of its own
-/// ([`FINISH_RETRY_WAITS`]) and, given up on, marks the key lost: left running, the key would
-/// answer its every re-send "in use" under this live instance, for a call that ran.
+/// on the guard's schedule ([`Retry::finish_wait`], with no lease of its own) and, given up
+/// on, marks the key lost: left running, the key would answer its every re-send "in use"
+/// under this live instance, for a call that ran.
 ///
 /// The task is the incarnation's, ended by its death: the death's record makes the key lost,
 /// and the store's finish takes any key, so a retry after it would turn the lost key into a
@@ -1423,7 +1414,9 @@ async fn finish(inc: &Arc<Incarnation>, key: String, outcome: crate::store::Stor
         return;
     }
     inc.spawn_task(async move {
-        for wait in FINISH_RETRY_WAITS {
+        let mut failures = 0;
+        while let Some(wait) = Retry::finish_wait(failures, Duration::MAX) {
+            failures += 1;
             tokio::time::sleep(wait).await;
             // A task spawned as the kill aborted the others is not aborted with them.
             if this.dying.load(Ordering::SeqCst) {

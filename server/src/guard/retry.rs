@@ -16,6 +16,13 @@ const RETRY_UP_TO: Duration = Duration::from_secs(1);
 /// still frees it: tried for a lease when that is longer.
 const RETRY_FOR: Duration = Duration::from_secs(60);
 
+/// How many times a keyed call's answer is stored again after storing it failed.
+const FINISH_RETRIES: u32 = 5;
+
+/// The wait before the first new attempt to store an answer; each next one waits twice as
+/// long.
+const FINISH_RETRY_FROM: Duration = Duration::from_millis(100);
+
 /// A store operation that failed, to be tried again.
 ///
 /// A keyed call's stored answer is tried again by its [`Watch`](super::Watch), which renews
@@ -56,6 +63,14 @@ impl Retry {
             wait: RETRY_FROM,
             until: now + lease.max(RETRY_FOR),
         })
+    }
+
+    /// How long a keyed call's answer whose storing failed waits before it is stored again,
+    /// after `failures` earlier failures (0 for the first), given its claim's `lease`: from
+    /// 100 ms, doubling, at most a third of the lease (the lease is renewed meanwhile);
+    /// `None` after five tries: given up, the key is left to be taken for lost.
+    pub fn finish_wait(failures: u32, lease: Duration) -> Option<Duration> {
+        (failures < FINISH_RETRIES).then(|| (FINISH_RETRY_FROM * 2u32.pow(failures)).min(lease / 3))
     }
 
     /// The operation to run again.
@@ -111,6 +126,29 @@ mod tests {
         ];
         for op in others {
             assert!(Retry::after_failure(&op, now, lease).is_none(), "{op:?}");
+        }
+    }
+
+    #[test]
+    fn an_answer_is_stored_again_five_times_doubling_within_a_third_of_the_lease() {
+        let long = Duration::from_secs(10);
+        // | failures so far | lease | wait before the next try (ms), or given up |
+        let rows = [
+            (0, long, Some(100)),
+            (1, long, Some(200)),
+            (2, long, Some(400)),
+            (3, long, Some(800)),
+            (4, long, Some(1600)),
+            (5, long, None),
+            (2, Duration::from_millis(600), Some(200)),
+            (4, Duration::MAX, Some(1600)),
+        ];
+        for (failures, lease, wait) in rows {
+            assert_eq!(
+                Retry::finish_wait(failures, lease),
+                wait.map(Duration::from_millis),
+                "{failures} failures, lease {lease:?}"
+            );
         }
     }
 

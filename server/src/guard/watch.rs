@@ -16,6 +16,7 @@ use super::idempotency::{stamp_result, Stamp};
 use super::ledger::RequestIds;
 use super::records::{SessionRecord, StoreOp, StoredOutcome};
 use super::resume::RejectReason;
+use super::retry::Retry;
 use super::scan;
 use super::sse::{Block, Splitter};
 use super::{Guard, GuardAccess};
@@ -237,13 +238,6 @@ pub struct Watch {
     finish_failures: u32,
 }
 
-/// How many times a keyed call's answer is stored again after storing it failed.
-const FINISH_RETRIES: u32 = 5;
-
-/// The wait before the first new attempt to store an answer; each next one waits twice as
-/// long (at most a renewal period: the lease is renewed meanwhile).
-const FINISH_RETRY_FROM: Duration = Duration::from_millis(100);
-
 impl Watch {
     pub(crate) fn new(
         kind: WatchKind,
@@ -336,10 +330,12 @@ impl Watch {
             return;
         };
         let ours = matches!(&op, StoreOp::Finish { token: t, .. } if t == token);
-        if !ours || self.finish_failures >= FINISH_RETRIES {
+        if !ours {
             return;
         }
-        let wait = (FINISH_RETRY_FROM * 2u32.pow(self.finish_failures)).min(*lease / 3);
+        let Some(wait) = Retry::finish_wait(self.finish_failures, *lease) else {
+            return;
+        };
         self.finish_failures += 1;
         renew_at.get_or_insert(now + *lease / 3);
         self.finish_retry = Some((op, now + wait));
