@@ -501,6 +501,36 @@ async fn a_task_completed_without_its_result_fails_the_call() {
 }
 
 #[tokio::test]
+async fn a_task_created_completed_without_its_result_is_polled_for_it() {
+    // The call's own answer is the task, already completed (a quick tool): a task's final
+    // result is what `tasks/get` returns, so it is polled for, once, instead of the call
+    // failing on an answer that never was to carry the result.
+    let what = "task created completed";
+    let server = ModernServer::start(|req| {
+        if tool_calls(req) {
+            let mut created = task_status("t-1", "completed");
+            created["resultType"] = json!("task");
+            return Some(complete(req, created));
+        }
+        polls(req).then(|| {
+            let mut status = task_status("t-1", "completed");
+            status["result"] = crate::server::echo_result("done");
+            complete(req, status)
+        })
+    })
+    .await;
+    let client = builder(&server).build().unwrap();
+    connected(&server, &client).await;
+    let result = within(what, LIMIT, client.call_tool(echo("x")))
+        .await
+        .unwrap();
+    assert_eq!(result.unwrap().text(), "done", "{what}");
+    assert_eq!(server.count(polls), 1, "{what}");
+    assert_eq!(server.count(tool_calls), 1, "{what}");
+    assert_usable(what, &server, &client).await;
+}
+
+#[tokio::test]
 async fn a_task_poll_answered_with_something_not_a_task_fails_the_call() {
     let what = "tasks/get answers no task";
     let (server, client) = task_case(

@@ -391,7 +391,7 @@ impl Session {
                 task_id,
             }));
         self.note_checkpoint(id, false);
-        self.on_task_status(id, result, now);
+        self.on_task_status(id, result, now, false);
     }
 
     /// Polls a task created before (by another session, or before a restart): the returned
@@ -429,14 +429,14 @@ impl Session {
             return;
         };
         match check_poll_answer(task_id, &answer) {
-            Ok(()) => self.on_task_status(id, answer, now),
+            Ok(()) => self.on_task_status(id, answer, now, true),
             Err(error) => self.complete(id, Err(error)),
         }
     }
 
-    /// A `tasks/get` answer (or the task a call was answered with): go on polling, ask for
-    /// input, or complete the call.
-    fn on_task_status(&mut self, id: CallId, status: Value, now: Instant) {
+    /// A `tasks/get` answer (`polled`), or the task a call was answered with: go on polling,
+    /// ask for input, or complete the call.
+    fn on_task_status(&mut self, id: CallId, status: Value, now: Instant, polled: bool) {
         let Some(call) = self.calls.get_mut(id) else {
             return;
         };
@@ -453,10 +453,16 @@ impl Session {
         {
             "completed" => {
                 let Some(result) = status.get("result").cloned() else {
-                    // A completed task carries its final result: without it there is no
-                    // answer to give, and an empty one would be a success the tool never
-                    // produced. The task stays recorded, to be polled again once the server
-                    // answers sense.
+                    if !polled {
+                        // The call's own answer names its task; the final result is what
+                        // `tasks/get` returns: a task done before it was answered (a quick
+                        // tool) is polled for it.
+                        return self.schedule_poll(id, now);
+                    }
+                    // A completed task's status carries its final result: without it there
+                    // is no answer to give, and an empty one would be a success the tool
+                    // never produced. The task stays recorded, to be polled again once the
+                    // server answers sense.
                     return self.complete(
                         id,
                         Err(Error::new(
