@@ -717,21 +717,13 @@ async fn a_store_is_opened_from_its_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_an_unreadable_stored_answer_is_an_unknown_outcome() {
     let server = redis_server().await;
-    let opts = options();
-    let namespace = opts.namespace.clone();
-    let store = RedisStore::connect_with(&server.url(), opts)
-        .await
-        .expect("connects");
+    let (store, namespace) = store_with(server, options()).await;
     store.claim(&claim("k", 1, "a")).await.unwrap();
     assert!(store
         .finish(&key("k"), &token("a"), &outcome("once"))
         .await
         .unwrap());
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = raw(server).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{namespace}*"))
         .query_async(&mut conn)
@@ -762,16 +754,8 @@ async fn redis_an_unreadable_stored_answer_is_an_unknown_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_an_unreadable_session_record_is_read_as_absent() {
     let server = redis_server().await;
-    let opts = options();
-    let namespace = opts.namespace.clone();
-    let store = RedisStore::connect_with(&server.url(), opts)
-        .await
-        .expect("connects");
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let (store, namespace) = store_with(server, options()).await;
+    let mut conn = raw(server).await;
     let other = serde_json::to_string(&record("s-other")).unwrap();
     // Text that is no record, another session's record, and bytes that are no text.
     for stored in [
@@ -797,16 +781,30 @@ async fn redis_an_unreadable_session_record_is_read_as_absent() {
     }
 }
 
+/// A store on `server` with `opts`, and its namespace.
+async fn store_with(server: &RedisServer, opts: RedisOptions) -> (RedisStore, String) {
+    let namespace = opts.namespace.clone();
+    let store = RedisStore::connect_with(&server.url(), opts)
+        .await
+        .expect("connects");
+    (store, namespace)
+}
+
+/// A connection of the test's own to `server`, to read and damage what a store wrote.
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
 /// The one key a test's namespace holds, and a connection to change it by hand.
 async fn only_key(
     server: &RedisServer,
     namespace: &str,
 ) -> (String, redis::aio::MultiplexedConnection) {
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = raw(server).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{namespace}*"))
         .query_async(&mut conn)
@@ -823,11 +821,7 @@ async fn only_key(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_an_unreadable_key_is_an_unknown_outcome() {
     let server = redis_server().await;
-    let opts = options();
-    let namespace = opts.namespace.clone();
-    let store = RedisStore::connect_with(&server.url(), opts)
-        .await
-        .expect("connects");
+    let (store, namespace) = store_with(server, options()).await;
     store.claim(&claim("k", 1, "a")).await.unwrap();
     let (name, mut conn) = only_key(server, &namespace).await;
     let _: () = redis::cmd("HSET")
@@ -862,11 +856,7 @@ async fn redis_an_unreadable_key_is_an_unknown_outcome() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_session_record_of_another_type_is_read_as_absent() {
     let server = redis_server().await;
-    let opts = options();
-    let namespace = opts.namespace.clone();
-    let store = RedisStore::connect_with(&server.url(), opts)
-        .await
-        .expect("connects");
+    let (store, namespace) = store_with(server, options()).await;
     store.put_session(&record("s-1")).await.unwrap();
     let (name, mut conn) = only_key(server, &namespace).await;
     let _: () = redis::cmd("DEL")
@@ -926,10 +916,7 @@ async fn redis_keeps_entries_for_ever_when_told_to() {
     let mut opts = options();
     opts.retention = Duration::MAX;
     opts.lost_retention = Duration::MAX;
-    let namespace = opts.namespace.clone();
-    let store = RedisStore::connect_with(&server.url(), opts)
-        .await
-        .expect("connects");
+    let (store, namespace) = store_with(server, opts).await;
     let sid = SessionId::parse(b"s-1").unwrap();
     store.put_session(&record("s-1")).await.unwrap();
     store.touch_session(&sid).await.unwrap();
@@ -949,11 +936,7 @@ async fn redis_keeps_entries_for_ever_when_told_to() {
     );
     store.claim(&claim("lost", 1, "a")).await.unwrap();
     store.mark_lost(&key("lost"), &token("a")).await.unwrap();
-    let mut conn = redis::Client::open(server.url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut conn = raw(server).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{namespace}*"))
         .query_async(&mut conn)
