@@ -13,14 +13,7 @@ use std::sync::Arc;
 use common::gated::{Gated, GatedStore};
 use common::*;
 use mock_server::{Cluster, ClusterConfig, Preset};
-use serde_json::{json, Value};
-
-fn error_code(reply: &Reply) -> Option<String> {
-    let resp = reply.response()?;
-    resp.pointer("/error/data/code")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
+use serde_json::json;
 
 /// The kill's record reaches the store only after the killed instance's running call has
 /// been dropped. Before the fix, dropping the call released its key ("abandoned", as for a
@@ -62,7 +55,7 @@ async fn a_key_held_by_a_killed_instance_never_runs_again() {
         .call_keyed(&sid, 2, "slow", args.clone(), "slow-k", "key-1")
         .await; // I1, the only one up
     assert_eq!(
-        error_code(&again).as_deref(),
+        again.data_code().as_deref(),
         Some("IDEMPOTENCY_KEY_IN_USE"),
         "{again:?}"
     );
@@ -74,7 +67,7 @@ async fn a_key_held_by_a_killed_instance_never_runs_again() {
         .call_keyed(&sid, 3, "slow", args, "slow-k", "key-1")
         .await;
     assert_eq!(
-        error_code(&after).as_deref(),
+        after.data_code().as_deref(),
         Some("IDEMPOTENCY_OUTCOME_UNKNOWN"),
         "{after:?}"
     );
@@ -150,7 +143,7 @@ async fn a_claim_landing_after_its_instance_died_is_lost_not_held_by_nobody() {
 
     let again = mcp1.post(Some(&sid), call(2)).await;
     assert_eq!(
-        error_code(&again).as_deref(),
+        again.data_code().as_deref(),
         Some("IDEMPOTENCY_OUTCOME_UNKNOWN"),
         "{again:?}"
     );

@@ -12,14 +12,7 @@ use std::sync::Arc;
 use common::gated::{Gated, GatedStore};
 use common::*;
 use mock_server::{Cluster, ClusterConfig, Preset};
-use serde_json::{json, Value};
-
-fn data_code(r: &Reply) -> Option<String> {
-    r.response()?
-        .pointer("/error/data/code")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-}
+use serde_json::json;
 
 async fn cluster(store: &GatedStore, cut_after_events: Option<u32>) -> Cluster {
     Cluster::start(ClusterConfig {
@@ -62,7 +55,7 @@ async fn a_claim_that_landed_though_its_reply_was_lost_lets_the_key_go() {
     let refused = call(1).await;
     assert_eq!(refused.status, 503, "{refused:?}");
     assert_eq!(
-        data_code(&refused).as_deref(),
+        refused.data_code().as_deref(),
         Some("IDEMPOTENCY_STORE_UNAVAILABLE")
     );
     assert_eq!(cluster.oracle().executions_tagged("lost").count(), 0);
@@ -105,7 +98,7 @@ async fn a_lost_claim_reply_frees_no_other_calls_key() {
     );
     let again = call(3).await;
     assert_eq!(
-        data_code(&again).as_deref(),
+        again.data_code().as_deref(),
         Some("IDEMPOTENCY_KEY_IN_USE"),
         "{again:?}"
     );

@@ -12,7 +12,7 @@ use std::time::Duration;
 use common::gated::{Gated, GatedStore};
 use common::*;
 use mock_server::{Cluster, ClusterConfig, Preset};
-use serde_json::{json, Value};
+use serde_json::json;
 
 async fn cluster(store: &GatedStore) -> Cluster {
     Cluster::start(ClusterConfig {
@@ -35,13 +35,6 @@ async fn reaches(count: &AtomicUsize, n: usize, within: Duration) -> bool {
     })
     .await
     .is_ok()
-}
-
-fn data_code(r: &Reply) -> Option<String> {
-    r.response()?
-        .pointer("/error/data/code")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
 }
 
 /// Before the fix the outcome was tried once: the key stayed running and every re-send was
@@ -93,7 +86,7 @@ async fn an_outcome_never_kept_leaves_the_key_lost() {
     );
     let again = call(2).await;
     assert_eq!(
-        data_code(&again).as_deref(),
+        again.data_code().as_deref(),
         Some("IDEMPOTENCY_OUTCOME_UNKNOWN"),
         "{again:?}"
     );
@@ -134,7 +127,7 @@ async fn a_killed_instance_stores_no_outcome_after_its_death() {
     );
     let again = call(2).await; // I1
     assert_eq!(
-        data_code(&again).as_deref(),
+        again.data_code().as_deref(),
         Some("IDEMPOTENCY_OUTCOME_UNKNOWN"),
         "{again:?}"
     );

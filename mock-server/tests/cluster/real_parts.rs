@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{Mcp, KEY, TAG};
 use mock_server::procs::{ProcessCluster, ProcessClusterConfig, TempDir};
 use mock_server::{OracleReport, Preset};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const BIN: &str = env!("CARGO_BIN_EXE_mock-cluster");
 
@@ -29,14 +29,6 @@ async fn cluster(
 
 async fn oracle(c: &ProcessCluster) -> OracleReport {
     c.oracle().await.expect("the journal reads back")
-}
-
-fn error_code(reply: &common::Reply) -> Option<String> {
-    reply
-        .response()?
-        .pointer("/error/data/code")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
 }
 
 #[test]
@@ -306,7 +298,7 @@ async fn a_killed_instance_process_leaves_its_keyed_call_outcome_unknown_for_goo
                     &key,
                 )
                 .await;
-            let code = error_code(&again);
+            let code = again.data_code();
             match code.as_deref() {
                 // Silent death: the key is in use until the lease lapses.
                 Some("IDEMPOTENCY_KEY_IN_USE") if !announced && Instant::now() < deadline => {
@@ -332,7 +324,7 @@ async fn a_killed_instance_process_leaves_its_keyed_call_outcome_unknown_for_goo
             )
             .await;
         assert_eq!(
-            error_code(&again).as_deref(),
+            again.data_code().as_deref(),
             Some("IDEMPOTENCY_OUTCOME_UNKNOWN")
         );
         let report = oracle(&c).await;

@@ -87,6 +87,15 @@ impl Reply {
             .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
     }
 
+    /// `error.data.code` of its JSON-RPC answer, if any: where the guard's refusals name
+    /// themselves (`IDEMPOTENCY_KEY_IN_USE`, `IDEMPOTENCY_OUTCOME_UNKNOWN`, ...).
+    pub fn data_code(&self) -> Option<String> {
+        self.response()?
+            .pointer("/error/data/code")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    }
+
     /// The JSON-RPC response in the reply, JSON or SSE.
     pub fn response(&self) -> Option<Value> {
         if self.sse {
