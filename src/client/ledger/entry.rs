@@ -364,7 +364,8 @@ impl LedgerEntry {
     }
 
     /// An entry read back from its stored form ([`LedgerEntry::to_json`]). Anything
-    /// malformed, of another version, or whose params do not match their digest is an
+    /// malformed (a field of the wrong type included, never read as absent), of another
+    /// version, or whose params do not match their digest is an
     /// [`ErrorKind::Ledger`] error: such an entry is never acted on. A key with a space at an
     /// edge, which an earlier release took, is read as written (the call under it may have
     /// run); picked up, that call ends `OutcomeUnknown` rather than be sent under it again.
@@ -375,6 +376,16 @@ impl LedgerEntry {
         if map.get("v").and_then(Value::as_u64) != Some(FORMAT) {
             return Err(malformed("an entry of an unknown version"));
         }
+        // A field present with a value of another type is damage, never read as absent:
+        // absent, a key would make a keyed call unkeyed, a round would be sent without its
+        // state or answers, an owner would leave a live client's call to another.
+        let wrong = |name: &str| malformed(&format!("an entry whose {name} is of the wrong type"));
+        let optional = |name: &str| map.get(name).filter(|v| !v.is_null());
+        let opt_text = |name: &str| -> Result<Option<&str>, Error> {
+            optional(name)
+                .map(|v| v.as_str().ok_or_else(|| wrong(name)))
+                .transpose()
+        };
         let text = |name: &str| map.get(name).and_then(Value::as_str);
         let required = |name: &str| {
             text(name).ok_or_else(|| malformed(&format!("an entry without its {name}")))
@@ -404,11 +415,10 @@ impl LedgerEntry {
             "sent" => CallStage::Sent { round: round()? },
             "awaiting_input" => CallStage::AwaitingInput {
                 round: round()?,
-                request_state: text("requestState").map(str::to_owned),
-                input_requests: map
-                    .get("inputRequests")
-                    .and_then(Value::as_object)
-                    .cloned()
+                request_state: opt_text("requestState")?.map(str::to_owned),
+                input_requests: optional("inputRequests")
+                    .map(|v| v.as_object().cloned().ok_or_else(|| wrong("inputRequests")))
+                    .transpose()?
                     .unwrap_or_else(Map::new),
             },
             "task" => CallStage::Task {
@@ -419,20 +429,25 @@ impl LedgerEntry {
         // A key an earlier release took with a space at an edge is read as it was written:
         // the call under it may have run, and skipped it would be one no recovery reports.
         // Picked up, it is never sent again under that key.
-        let idempotency_key = text("key")
+        let idempotency_key = opt_text("key")?
             .map(|k| {
                 IdempotencyKey::from_earlier_release(k)
                     .map_err(|_| malformed("an invalid idempotency key"))
             })
             .transpose()?;
-        let era = text("era").and_then(|e| e.parse().ok());
-        let session_id = text("sessionId").and_then(|s| SessionId::parse(s.as_bytes()).ok());
-        let last_event_id = text("lastEventId").and_then(|c| EventId::parse(c).ok());
-        // Only ever compared with the ids of this process's clients: one that could be none
+        let era = opt_text("era")?.and_then(|e| e.parse().ok());
+        let session_id = opt_text("sessionId")?.and_then(|s| SessionId::parse(s.as_bytes()).ok());
+        let last_event_id = opt_text("lastEventId")?.and_then(|c| EventId::parse(c).ok());
+        // Only ever compared with the ids of this process's clients: text that could be none
         // of them is as good as none.
-        let owner = text("owner")
+        let owner = opt_text("owner")?
             .filter(|o| EntryId::parse(o).is_ok())
             .map(Arc::from);
+        let endpoint_digest = opt_text("endpointDigest")?.map(Arc::from);
+        let server_dedups = optional("serverDedups")
+            .map(|v| v.as_bool().ok_or_else(|| wrong("serverDedups")))
+            .transpose()?
+            == Some(true);
         // A time this platform's clock cannot hold (any u64 of milliseconds is written) is
         // damage, as a missing one is: refused, never a panic.
         let time = |name: &str| {
@@ -447,7 +462,7 @@ impl LedgerEntry {
         Ok(LedgerEntry {
             id,
             endpoint: required("endpoint")?.into(),
-            endpoint_digest: text("endpointDigest").map(Arc::from),
+            endpoint_digest,
             method: required("method")?.to_owned(),
             params,
             idempotency_key,
@@ -457,7 +472,7 @@ impl LedgerEntry {
             last_event_id,
             // Absent (an entry of an earlier release, or a server that ignored keys): a
             // second send is not safe.
-            server_dedups: map.get("serverDedups").and_then(Value::as_bool) == Some(true),
+            server_dedups,
             deadline: time("deadlineMs")?,
             expires_at: time("expiresMs")?,
             owner,
@@ -673,6 +688,36 @@ mod tests {
             stored["key"] = json!(bad);
             let err = LedgerEntry::from_json(&stored).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Ledger, "{bad:?}: {err}");
+        }
+    }
+
+    /// A field present with a value of the wrong type (damage, or a write of something
+    /// else) refuses the entry instead of reading as absent: absent, a key would make a keyed
+    /// call an unkeyed one, a round's state or answers would be sent without them, an owner
+    /// would leave a live client's call to another.
+    #[test]
+    fn a_field_of_the_wrong_type_refuses_the_entry() {
+        let awaiting = CallStage::AwaitingInput {
+            round: 1,
+            request_state: Some("s-1".into()),
+            input_requests: Map::new(),
+        };
+        let fields = [
+            ("key", json!(7)),
+            ("requestState", json!(7)),
+            ("inputRequests", json!("confirm")),
+            ("owner", json!(7)),
+            ("endpointDigest", json!(7)),
+            ("serverDedups", json!("yes")),
+            ("era", json!(7)),
+            ("sessionId", json!(7)),
+            ("lastEventId", json!(7)),
+        ];
+        for (name, value) in fields {
+            let mut stored = entry(awaiting.clone()).to_json();
+            stored[name] = value;
+            let err = LedgerEntry::from_json(&stored).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Ledger, "{name}: {err}");
         }
     }
 
