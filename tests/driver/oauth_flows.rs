@@ -40,7 +40,7 @@ struct Ledger {
     /// `expires_in` of the access tokens it issues.
     expires_in: u64,
     serial: u32,
-    /// Holds the next refresh's answer after redeeming its token.
+    /// Holds the next refresh's answer (after redeeming its token, when it is redeemed).
     hold_refresh: Option<Hold>,
     /// How many refreshes to come are answered 503 (the refresh token not redeemed).
     unavailable: u32,
@@ -163,7 +163,8 @@ fn issue(ledger: &mut Ledger, form: &HashMap<String, String>) -> (Response, Opti
         "refresh_token" => {
             if ledger.unavailable > 0 {
                 ledger.unavailable -= 1;
-                return (StatusCode::SERVICE_UNAVAILABLE.into_response(), None);
+                let held = ledger.hold_refresh.take();
+                return (StatusCode::SERVICE_UNAVAILABLE.into_response(), held);
             }
             if ledger.blocked > 0 {
                 ledger.blocked -= 1;
@@ -583,6 +584,58 @@ async fn concurrent_refusals_share_a_failed_authorization() {
     );
     guarded(client.list_tools()).await.unwrap();
     assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// Several requests refused at once whose refresh gets no answer (the token endpoint is
+/// down) share that one refresh's failure, as they would share its token: the token endpoint
+/// is asked once, not once per refused request. A request made after the failure refreshes
+/// again, with the refresh token that was kept.
+#[tokio::test]
+async fn concurrent_refusals_share_a_refresh_that_got_no_answer() {
+    let (_server, url, auth) = protected().await;
+    let provider = provider();
+    let all_in = Arc::new(Notify::new());
+    let client = Client::builder(&url)
+        .auth(CountingRefusals {
+            inner: provider.clone(),
+            refused: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            expected: 6,
+            all_in: all_in.clone(),
+        })
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    {
+        let mut ledger = auth.ledger.lock().unwrap();
+        ledger.valid.clear();
+        ledger.unavailable = 100;
+        // The 503 is held until every refused request waits behind its refresh.
+        ledger.hold_refresh = Some((Arc::new(Notify::new()), all_in));
+    }
+    let calls = (0..6).map(|_| client.list_tools());
+    for result in guarded(futures::future::join_all(calls)).await {
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    }
+    assert!(
+        matches!(provider.last_failure(), Some(OAuthError::Http(_))),
+        "{:?}",
+        provider.last_failure()
+    );
+    assert_eq!(
+        auth.grants(),
+        ["authorization_code", "refresh_token"],
+        "one refresh for six refusals"
+    );
+    auth.ledger.lock().unwrap().unavailable = 0;
+    guarded(client.list_tools()).await.unwrap();
+    assert_eq!(
+        auth.grants(),
+        ["authorization_code", "refresh_token", "refresh_token"]
+    );
 }
 
 /// A request dropped while its refresh is on the way (an app's `timeout`, a deadline) does

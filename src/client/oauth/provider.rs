@@ -541,7 +541,8 @@ impl OAuthBuilder {
 /// one are never presented to it.
 ///
 /// Cheap to clone; clones share tokens and state. Concurrent refusals run one flow: the
-/// others wait and get its token, or the failure of an authorization the user declined.
+/// others wait and get its token, or its failure (an authorization the user declined, a
+/// refresh the token endpoint gave no answer to).
 ///
 /// An authorization lives as long as a client that wants it: once every clone of the
 /// provider whose requests started or waited on it is closed or dropped (with the client it
@@ -766,8 +767,9 @@ struct Inner {
     /// Whether the recent access tokens are DPoP-bound: read for every request, where the
     /// state's async lock is not taken.
     bindings: Mutex<Bindings>,
-    /// How many authorizations started by a refused token have ended: read before a request
-    /// waits for the state (which the flow holds), increased under it when one ends.
+    /// How many flows started by a refused token (a refresh, a new or step-up authorization)
+    /// have ended: read before a request waits for the state (which the flow holds),
+    /// increased under it when one ends.
     reauthorizations: AtomicU64,
     /// The next clone's [`OAuthProvider::handle`].
     handles: AtomicU64,
@@ -935,9 +937,10 @@ struct State {
     /// the IdP or whose grant the token endpoint refused, with the answer: the same token is
     /// not presented again (a retry cannot succeed, and servers count it against us).
     refused_assertion: Option<(Secret, OAuthError)>,
-    /// How the last authorization started by a refused token failed, with its number in
-    /// [`Inner::reauthorizations`]; `None` once one succeeds. The requests refused while it
-    /// ran take its failure instead of asking the user again.
+    /// How the last flow started by a refused token failed (the user declined, the token
+    /// endpoint gave no answer), with its number in [`Inner::reauthorizations`]; `None` once
+    /// one succeeds. The requests refused while it ran take its failure instead of asking
+    /// the user, or the token endpoint, again each.
     failed_reauthorization: Option<(u64, OAuthError)>,
     /// Turns `true` when every client the flow holding the state serves has ended.
     ended: Option<watch::Receiver<bool>>,
@@ -1185,13 +1188,30 @@ impl Inner {
             }
         }
         if let Some((ended, failure)) = &state.failed_reauthorization {
-            // Refused while that flow ran: the user just declined (or the flow failed), and
-            // is not asked again once per request that was waiting. A request made after it
-            // starts a flow of its own.
+            // Refused while that flow ran: the user just declined, the token endpoint gave no
+            // answer (or the flow failed otherwise), and is not asked again once per request
+            // that was waiting. A request made after it starts a flow of its own.
             if *ended > waited {
                 return Err(failure.clone());
             }
         }
+        let outcome = self
+            .reauthorize(state, server, challenge, insufficient)
+            .await;
+        let ended = self.reauthorizations.fetch_add(1, Ordering::SeqCst) + 1;
+        state.failed_reauthorization = outcome.as_ref().err().map(|e| (ended, e.clone()));
+        outcome
+    }
+
+    /// A fresh token after the server refused the current one (or none): a refresh, else a
+    /// new authorization; a step-up for `insufficient` scope.
+    async fn reauthorize(
+        &self,
+        state: &mut State,
+        server: &Url,
+        challenge: &AuthChallenge,
+        insufficient: bool,
+    ) -> Result<String, OAuthError> {
         let discovery = self.discover(state, server, Some(challenge)).await?;
         if insufficient {
             let scopes = union(&state.requested, challenge.scope.as_deref());
@@ -1220,10 +1240,7 @@ impl Inner {
         } else {
             union(&state.requested, challenge.scope.as_deref())
         };
-        let outcome = self.authorize(state, server, scopes).await;
-        let ended = self.reauthorizations.fetch_add(1, Ordering::SeqCst) + 1;
-        state.failed_reauthorization = outcome.as_ref().err().map(|e| (ended, e.clone()));
-        outcome
+        self.authorize(state, server, scopes).await
     }
 
     fn initial_scopes(&self, discovery: &Discovery, challenge_scope: Option<&str>) -> Vec<String> {
