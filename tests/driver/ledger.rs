@@ -1818,3 +1818,49 @@ async fn a_task_left_behind_by_the_last_of_two_clients_resumptions_is_recovered(
     drop(recovered);
     guarded(next.close()).await.unwrap();
 }
+
+/// An entry under a Redis key that names another id than its own (a copy, a rename, damage)
+/// is skipped and left where it is, never picked up: the call's removal would go to the id
+/// the entry names, not to the key that holds it, and every later recovery would pick the
+/// same call up again (an unkeyed call reported again, a keyed one sent again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_entry_under_another_ids_key_is_never_recovered() {
+    let InRedis {
+        _redis,
+        server,
+        entry,
+        ledger,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("misnamed").await;
+    let index = format!("{prefix}index");
+    let _: () = redis::pipe()
+        .del(format!("{prefix}entry:{}", entry.id()))
+        .zrem(&index, entry.id().as_str())
+        .set(format!("{prefix}entry:copy"), entry.to_json().to_string())
+        .zadd(&index, "copy", far)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let mut picked = 0;
+    for _ in 0..2 {
+        let client = Client::builder(&server.url)
+            .ledger(ledger.clone())
+            .build()
+            .unwrap();
+        let recovered = guarded(client.recover()).await.unwrap();
+        picked += recovered.len();
+        for call in recovered {
+            let _ = guarded(call).await;
+        }
+        guarded(client.close()).await.unwrap();
+    }
+    assert_eq!(picked, 0, "an entry under another id's key is skipped");
+    let kept: bool = redis::cmd("EXISTS")
+        .arg(format!("{prefix}entry:copy"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(kept, "left where it is, for whoever looks");
+}

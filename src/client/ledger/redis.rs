@@ -109,7 +109,8 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// One read of its entries (a recovery's) is bounded, whatever anyone who can write the
 /// namespace put there: it takes the 10,000 entries due first, and at most 256 MiB of them;
 /// an entry longer than 16 MiB (the bound on writes: only someone else's write makes one) is
-/// skipped, as a malformed one is (logged, left where it is, never acted on). Entries past
+/// skipped, as a malformed one is (logged, left where it is, never acted on), and so is an
+/// entry under the key of another id than its own (its removal would miss it). Entries past
 /// those bounds are left for a later recovery, once the calls picked up have ended and their
 /// entries are gone.
 pub struct RedisLedger {
@@ -404,6 +405,14 @@ impl RedisLedger {
                     .map_err(|e| Error::with_source(ErrorKind::Ledger, "malformed ledger entry", e))
                     .and_then(|value| LedgerEntry::from_json(&value));
                 match parsed {
+                    // Its removal goes to the id it names: taken from another id's key (a
+                    // copy, a rename, damage), it would be left there for every later
+                    // recovery to pick up again.
+                    Ok(entry) if entry.id().as_str() != id => tracing::error!(
+                        entry = %id,
+                        names = %entry.id(),
+                        "ledger entry under another id's key skipped"
+                    ),
                     Ok(entry) => entries.push(entry),
                     // Left where it is, for whoever looks: never acted on.
                     Err(error) => tracing::error!(entry = %id, %error, "ledger entry skipped"),
