@@ -19,8 +19,8 @@ export class ResumeTransport {
   /** Whether `close()` was called: an `onclose` that throws then fails it. */
   #closing = false;
   /**
-   * @type {Map<string, () => void>} By the JSON text of a request's id: what stops listening
-   * to its `options.signal`, until its answer comes.
+   * @type {Map<string, () => void>} By the key of a request's answer (`answerKey`): what
+   * stops listening to its `options.signal`, until its answer comes.
    */
   #aborts = new Map();
 
@@ -123,7 +123,7 @@ export class ResumeTransport {
       await this.#bridge.send(text);
       return;
     }
-    const key = JSON.stringify(message.id);
+    const key = answerKey(message.id);
     const cancel = () => {
       const reason = signal.reason instanceof Error ? signal.reason.message : String(signal.reason ?? "aborted");
       const cancelled = { jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: message.id, reason } };
@@ -192,4 +192,13 @@ export class ResumeTransport {
   events(options) {
     return iterate(this.#bridge.events(), options);
   }
+}
+
+/**
+ * The key of the answer to a request of id `id`: the JSON text of that id as the answer's
+ * `JSON.parse` gives it back. A BigInt id is sent as its integer (`toJson`), which
+ * `JSON.stringify` alone refuses, and one past 2^53 comes back as the nearest number.
+ */
+function answerKey(id) {
+  return JSON.stringify(JSON.parse(/** @type {string} */ (toJson(id))));
 }

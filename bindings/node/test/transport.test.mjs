@@ -85,6 +85,37 @@ test("send's per-message signal: an aborted one cancels its request, an answered
   await transport.close();
 });
 
+test("send's per-message signal takes a BigInt id as the integer it is: sent, answered, and let go", async () => {
+  // JSON crosses as JSON.stringify writes it, a BigInt as its integer: with a signal too.
+  const transport = new ResumeTransport(server.url, FAST);
+  const answers = new Map();
+  const waiting = new Map();
+  transport.onmessage = (message) => {
+    answers.set(JSON.stringify(message.id), message);
+    waiting.get(JSON.stringify(message.id))?.(message);
+  };
+  const answer = (id) => answers.get(id) ?? new Promise((resolve) => waiting.set(id, resolve));
+  await transport.start();
+  await transport.send({
+    jsonrpc: "2.0",
+    id: 0,
+    method: "initialize",
+    params: { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "host", version: "1" } },
+  });
+  await answer("0");
+  await transport.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  // One within 2^53 and one past it, whose answer names it as the nearest number.
+  for (const [id, text] of [[7n, "7"], [2n ** 70n, JSON.stringify(Number(2n ** 70n))]]) {
+    const kept = new AbortController();
+    await transport.send({ jsonrpc: "2.0", id, method: "tools/call", params: { name: "echo", arguments: { text: "hi" } } }, { signal: kept.signal });
+    const answered = await answer(text);
+    assert.equal(answered.result.content[0].text, "hi");
+    // Answered: nothing is left listening to its signal.
+    assert.equal(getEventListeners(kept.signal, "abort").length, 0, text);
+  }
+  await transport.close();
+});
+
 test("an interrupted call is an error naming its kind, never a success", async () => {
   const { client, transport } = await connected();
   const events = [];
