@@ -1864,3 +1864,43 @@ async fn a_redis_entry_under_another_ids_key_is_never_recovered() {
         .unwrap();
     assert!(kept, "left where it is, for whoever looks");
 }
+
+/// One read of a Redis ledger holds at most 256 MiB of entries, even when they all fall in
+/// one batch of its reads: 18 entries of 15 MiB each (each under the bound on one entry) are
+/// not all read at once; the rest are left for a later read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_ledger_read_holds_no_more_bytes_than_it_takes() {
+    let InRedis {
+        _redis,
+        server: _server,
+        entry,
+        ledger,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("batch-bytes").await;
+    const LONG: usize = 15 * 1024 * 1024;
+    let pad = "x".repeat(LONG);
+    for n in 0..18 {
+        let id = format!("long-{n}");
+        let mut copy = entry.to_json();
+        copy["id"] = json!(id);
+        copy["pad"] = json!(pad);
+        let _: () = guarded(
+            redis::pipe()
+                .set(format!("{prefix}entry:{id}"), copy.to_string())
+                .zadd(format!("{prefix}index"), &id, far + 1)
+                .query_async(&mut conn),
+        )
+        .await
+        .unwrap();
+    }
+    let read = guarded(ledger.entries()).await.unwrap();
+    let long = read.iter().filter(|e| e.id() != entry.id()).count();
+    assert!(read.iter().any(|e| e.id() == entry.id()), "due first");
+    assert!(
+        long * LONG <= 256 * 1024 * 1024,
+        "{long} entries of 15 MiB read at once"
+    );
+    assert!(long > 0, "as many as the bound takes");
+}

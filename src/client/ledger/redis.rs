@@ -11,9 +11,10 @@
 //!
 //! A write is one round trip (a Lua script sets the entry and indexes it); a removal is one
 //! (`DEL` and `ZREM` in a transaction); reading them is one, then one per batch of 64 entries
-//! (a Lua script that reads each entry unless it is too long). What one read takes is
-//! bounded whatever was written to the namespace ([`RedisLedger`] says how); a write refuses
-//! an entry longer than a read takes, so that what the ledger takes is read back.
+//! (a Lua script that reads each entry unless it is too long, or past the bytes the read
+//! has left). What one read takes is bounded whatever was written to the namespace
+//! ([`RedisLedger`] says how); a write refuses an entry longer than a read takes, so that
+//! what the ledger takes is read back.
 
 use std::time::{Duration, SystemTime};
 
@@ -44,19 +45,25 @@ end
 return 1
 ";
 
-/// Reads a batch of entries, each only if it is no longer than the bound: an entry over it is
-/// answered with its length, one that is gone (or not a string) with nothing.
-/// KEYS: the entries. ARGV: the longest entry read, in bytes.
+/// Reads a batch of entries, each only if it is no longer than the bound and fits in what the
+/// read has left: an entry over the bound is answered with its length, one that does not fit
+/// (nor any after it) with -1, one that is gone (or not a string) with nothing.
+/// KEYS: the entries. ARGV: the longest entry read, the bytes the read has left.
 const READ: &str = r"
 local out = {}
 local most = tonumber(ARGV[1])
+local left = tonumber(ARGV[2])
 for i, key in ipairs(KEYS) do
   local len = redis.pcall('STRLEN', key)
   if type(len) ~= 'number' or len == 0 then
     out[i] = false
   elseif len > most then
     out[i] = len
+  elseif len > left then
+    left = -1
+    out[i] = -1
   else
+    left = left - len
     out[i] = redis.call('GET', key)
   end
 end
@@ -362,10 +369,12 @@ impl RedisLedger {
         let mut entries = Vec::new();
         let mut gone = Vec::new();
         let mut bytes_read = 0;
-        // In batches, each parsed before the next is asked for: what is held at once is a
-        // batch's bytes, not every entry's.
+        let mut full = false;
+        // In batches, each parsed before the next is asked for, and each told what the read
+        // has left: a batch of entries each under the bound may hold several times what one
+        // read takes.
         for batch in ids.chunks(READ_BATCH) {
-            if bytes_read >= MAX_READ_BYTES {
+            if full {
                 tracing::warn!(
                     bytes_read,
                     "ledger entries past the bytes one read takes: left for a later one"
@@ -378,12 +387,18 @@ impl RedisLedger {
             }
             let stored: Vec<Value> = read
                 .arg(MAX_ENTRY_BYTES)
+                .arg(MAX_READ_BYTES.saturating_sub(bytes_read))
                 .invoke_async(&mut conn)
                 .await
                 .map_err(failed)?;
             for (id, value) in batch.iter().zip(stored) {
                 let bytes = match value {
                     Value::BulkString(bytes) => bytes,
+                    Value::Int(len) if len < 0 => {
+                        // Past what the read has left: read by a later one.
+                        full = true;
+                        continue;
+                    }
                     Value::Int(len) => {
                         // Left where it is, for whoever looks: never read, never acted on.
                         tracing::error!(
