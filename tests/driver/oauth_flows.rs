@@ -1272,6 +1272,78 @@ async fn an_access_token_that_cannot_be_sent_is_refused_when_issued() {
     assert_eq!(guarded(store.load_tokens(&url)).await.unwrap(), None);
 }
 
+/// An MCP server naming a new authorization server on every refusal (each with metadata of
+/// its own, each registering the client with a 64 KiB `client_id`) does not grow the default
+/// token store without end: it keeps a bounded number of registrations, the oldest dropped.
+#[tokio::test]
+async fn registrations_at_ever_new_authorization_servers_are_bounded() {
+    let (listener, url) = oauth::mcp_listener().await;
+    let (as_listener, as_url) = oauth::listener().await;
+    let issued = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (resource, base) = (url.clone(), as_url.clone());
+    let prm = get(move || {
+        let n = issued.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let issuer = format!("{base}/as-{n}");
+        async move { Json(json!({"resource": resource, "authorization_servers": [issuer]})) }
+    });
+    let base = as_url.clone();
+    let metadata = get(
+        move |axum::extract::Path(tenant): axum::extract::Path<String>| {
+            let issuer = format!("{base}/{tenant}");
+            async move {
+                Json(json!({
+                    "issuer": issuer,
+                    "authorization_endpoint": format!("{issuer}/authorize"),
+                    "token_endpoint": format!("{issuer}/token"),
+                    "registration_endpoint": format!("{issuer}/register"),
+                    "code_challenge_methods_supported": ["S256"],
+                }))
+            }
+        },
+    );
+    let register = post(|| async {
+        let client_id = "c".repeat(64 << 10);
+        (StatusCode::CREATED, Json(json!({"client_id": client_id})))
+    });
+    let app = axum::Router::new()
+        .route("/prm", prm)
+        .route("/.well-known/oauth-authorization-server/{tenant}", metadata)
+        .route("/{tenant}/register", register);
+    let _served = oauth::serve(as_listener, app);
+    let refusing = as_url.clone();
+    let _server = TestServer::start_on(listener, move |_| unauthorized(&refusing));
+    let store = InMemoryTokenStore::new();
+    let provider = OAuth::builder()
+        .client_name("oauth-flows-test")
+        .redirect_uri("http://127.0.0.1:9/callback")
+        .authorizer(|_| async {
+            Err(mcp_resume::Error::token_unavailable(std::io::Error::other(
+                "the user closed the page",
+            )))
+        })
+        .token_store(store.clone())
+        .build()
+        .unwrap();
+    let client = client(&url, &provider);
+    for _ in 0..80 {
+        let err = guarded(client.ping()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    }
+    assert!(
+        matches!(provider.last_failure(), Some(OAuthError::Authorizer(_))),
+        "{:?}",
+        provider.last_failure()
+    );
+    let shown = format!("{store:?}");
+    let kept: usize = shown
+        .split("registrations: ")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(kept <= 32, "{kept} registrations kept: {shown}");
+}
+
 /// Configurations that cannot work fail at build time, not at the first 401.
 #[test]
 fn bad_configurations_are_refused_up_front() {

@@ -18,6 +18,11 @@ use crate::oauth::{RegisteredClient, TokenSet};
 /// `expose()` and should encrypt or keep them in the platform's credential store. The default
 /// is an [`InMemoryTokenStore`]. A server's key is its URL without user info or fragment.
 ///
+/// The authorization server, and so the issuer a registration is kept under, is the one the
+/// MCP server names: a hostile one can name a new issuer on every refusal, each registering
+/// the client anew. A store that keeps every registration grows with each; the default keeps
+/// a bounded number.
+///
 /// One provider serializes its own refreshes; the store is not asked to. A store shared by
 /// several processes (or providers) has no compare-and-swap here: two of them refreshing at
 /// once both redeem the same refresh token, and an authorization server that detects refresh
@@ -42,16 +47,25 @@ pub trait TokenStore: Send + Sync + 'static {
 }
 
 /// A [`TokenStore`] in memory: tokens last as long as the process. Clones share the same
-/// contents.
+/// contents. It keeps the registrations of the last 32 authorization servers: a registration
+/// older than that is dropped, and made again should its server be named again.
 #[derive(Clone, Default)]
 pub struct InMemoryTokenStore {
     inner: Arc<Mutex<Contents>>,
 }
 
+/// How many registrations the in-memory store keeps. A client meets a handful of
+/// authorization servers; a server naming a new one on every refusal would otherwise grow
+/// the store by a registration (its `client_id` and secret as long as the answer that gave
+/// them) each time.
+const MAX_REGISTRATIONS: usize = 32;
+
 #[derive(Default)]
 struct Contents {
     tokens: HashMap<String, TokenSet>,
-    clients: HashMap<String, RegisteredClient>,
+    /// Per issuer, the registration and when it was saved (a count), for the oldest to go.
+    clients: HashMap<String, (u64, RegisteredClient)>,
+    saved: u64,
 }
 
 impl InMemoryTokenStore {
@@ -97,12 +111,25 @@ impl TokenStore for InMemoryTokenStore {
         &self,
         issuer: &str,
     ) -> BoxFuture<'static, Result<Option<RegisteredClient>, Error>> {
-        let client = self.with(|c| c.clients.get(issuer).cloned());
+        let client = self.with(|c| c.clients.get(issuer).map(|(_, client)| client.clone()));
         Box::pin(async move { Ok(client) })
     }
 
     fn save_client(&self, client: RegisteredClient) -> BoxFuture<'static, Result<(), Error>> {
-        self.with(|c| c.clients.insert(client.issuer.clone(), client));
+        self.with(|c| {
+            if c.clients.len() >= MAX_REGISTRATIONS && !c.clients.contains_key(&client.issuer) {
+                let oldest = c
+                    .clients
+                    .iter()
+                    .min_by_key(|(_, (saved, _))| *saved)
+                    .map(|(issuer, _)| issuer.clone());
+                if let Some(oldest) = oldest {
+                    c.clients.remove(&oldest);
+                }
+            }
+            c.saved += 1;
+            c.clients.insert(client.issuer.clone(), (c.saved, client));
+        });
         Box::pin(async { Ok(()) })
     }
 }
