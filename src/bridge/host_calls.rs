@@ -179,18 +179,28 @@ impl HostCalls {
             let Some(id) = waiting.take(&mut ids) else {
                 return;
             };
-            if ids.in_flight.contains_key(&key) {
+            if let Some((holder, _)) = ids.in_flight.get(&key) {
                 // JSON-RPC ids name one request at a time: the one in flight keeps the id and
                 // gets its own answer; this one is refused at once, never sent.
+                let holder = *holder;
                 drop(ids);
-                let out = self.out.clone();
+                let this = Arc::clone(self);
                 let refusal = RpcError::new(
                     codes::INVALID_REQUEST,
                     format!("request id {id} is already in flight"),
                 );
                 runtime.spawn(async move {
                     let _permit = permit;
-                    let _ = out.send(response(id, Err(refusal))).await;
+                    let room = this.out.reserve().await;
+                    // Only while the request it names still holds the id: once that one's
+                    // answer is queued (or the host cancelled it) the id is the host's again,
+                    // and a refusal behind it would answer the host's next request under it.
+                    let ids = lock(&this.ids);
+                    if ids.in_flight.get(&key).is_some_and(|(n, _)| *n == holder) {
+                        if let Ok(room) = room {
+                            room.send(response(id, Err(refusal)));
+                        }
+                    }
                 });
                 return;
             }

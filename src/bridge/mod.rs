@@ -50,7 +50,10 @@
 //!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]). A request
 //!   sent on to the server that reuses the id of one still in flight (its answer not yet
 //!   queued) is answered at once with [`codes::INVALID_REQUEST`] and never sent; the one in
-//!   flight keeps the id and its answer. The requests the bridge answers itself
+//!   flight keeps the id and its answer. The refusal is queued only while the one in flight
+//!   holds the id: one still waiting for room in the host's queue when that one's answer is
+//!   queued (or the host cancels it) is dropped, so it never answers a later request that
+//!   uses the id again. The requests the bridge answers itself
 //!   (`initialize`, `server/discover`, those refused before `initialize`) are not held
 //!   under their ids: a host that reuses the id of its `initialize` while `connect` runs gets
 //!   two answers under it.

@@ -1156,6 +1156,36 @@ async fn a_reused_request_id_gets_both_answers() {
     assert!(server.requests().iter().all(|r| !r.is_rpc("ping")));
 }
 
+/// A request reusing the id of one whose answer waits for room in the host's queue: once the
+/// first answer is queued the id is the host's to use again, so the refusal of the reuse must
+/// not follow it, or it answers the host's next request under the id (a call that then runs
+/// while the host reads "invalid request", and may send it again).
+#[tokio::test]
+async fn a_refusal_never_answers_a_later_request_under_the_id() {
+    let server = TestServer::start(default_reply).await;
+    let mut host = Host::new(bridge(&server.url).capacity(2).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    // Answered by the bridge at once, without the network: an invalid key.
+    let invalid = || tool_call("t", json!({}), json!({ IDEMPOTENCY_META_KEY: 3 }));
+    host.send_with_id(json!("f1"), "tools/call", invalid())
+        .await;
+    host.send_with_id(json!("f2"), "tools/call", invalid())
+        .await;
+    // Taken once both answers above are queued: the queue is full, so this answer waits.
+    let id = json!("x");
+    host.send_with_id(id.clone(), "tools/call", invalid()).await;
+    host.send_with_id(id.clone(), "ping", json!({})).await;
+    assert_eq!(host.next_message().await["id"], "f1");
+    assert_eq!(host.next_message().await["id"], "f2");
+    let first = host.answer(&id).await;
+    assert_eq!(error_of(&first).0, codes::INVALID_CONFIG, "{first}");
+    // The host got its answer under the id and uses it again.
+    host.send_with_id(id.clone(), "ping", json!({})).await;
+    let next = host.answer(&id).await;
+    assert_eq!(next["result"], json!({}), "{next}");
+    server.wait_for(|r| r.is_rpc("ping")).await;
+}
+
 /// An id the host cancelled may be used again at once: the new request runs and is answered,
 /// though the cancelled one's task ends after it took the id again.
 #[tokio::test]
