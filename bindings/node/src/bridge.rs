@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use crate::convert::{fits, parse, too_long};
 use crate::errors::{promise, to_js, Failure};
-use crate::options::{configure, BridgeOptions, ClientOptions};
+use crate::options::{configure, count, BridgeOptions, ClientOptions};
 use crate::streams::{NativeStream, Source};
 use crate::telemetry::flush;
 
@@ -51,7 +51,7 @@ impl NativeBridge {
                         builder = builder.trust_tool_annotations(trust);
                     }
                     if let Some(capacity) = o.capacity {
-                        builder = builder.capacity(capacity as usize);
+                        builder = builder.capacity(count(capacity, "capacity")? as usize);
                     }
                 }
                 Ok((builder.build()?, otlp))

@@ -38,11 +38,11 @@ pub struct ReconnectOptions {
     /// Jitter, as a fraction of the delay (0 to 1).
     pub jitter: Option<f64>,
     /// Attempts to reach the server for one call or stream.
-    pub max_attempts: Option<u32>,
+    pub max_attempts: Option<f64>,
     /// Resumes of one stream delivering nothing new before it counts as an unverifiable end.
-    pub max_resumes_without_progress: Option<u32>,
+    pub max_resumes_without_progress: Option<f64>,
     /// Failed re-initializations in a row after which an idle client stops trying.
-    pub max_reinit_failures: Option<u32>,
+    pub max_reinit_failures: Option<f64>,
 }
 
 /// The client's options (the SDK's `ClientBuilder`).
@@ -94,7 +94,7 @@ pub struct BridgeOptions {
     /// Let tool annotations make unkeyed calls safe to re-send (off by default).
     pub trust_tool_annotations: Option<bool>,
     /// The bound of each direction, in messages.
-    pub capacity: Option<u32>,
+    pub capacity: Option<f64>,
 }
 
 /// `b` with every setting of `options` (absent: every default), each checked and converted as
@@ -200,6 +200,18 @@ fn size(n: f64, name: &str) -> Result<usize, Failure> {
     }
 }
 
+/// A count: a whole number from 0 to 2^32 - 1. Read as napi reads a `u32`, -1 would be
+/// 4,294,967,295 and 1.5 would be 1, another setting than the one given.
+pub(crate) fn count(n: f64, name: &str) -> Result<u32, Failure> {
+    if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) {
+        Ok(n as u32)
+    } else {
+        Err(invalid(format!(
+            "{name} must be a non-negative integer no larger than 4294967295 (got {n})"
+        )))
+    }
+}
+
 fn reconnect(o: ReconnectOptions) -> Result<ReconnectPolicy, Failure> {
     let mut policy = ReconnectPolicy::default();
     if let Some(ms) = o.initial_delay {
@@ -215,13 +227,13 @@ fn reconnect(o: ReconnectOptions) -> Result<ReconnectPolicy, Failure> {
         policy.jitter = j;
     }
     if let Some(n) = o.max_attempts {
-        policy.max_attempts = n;
+        policy.max_attempts = count(n, "reconnect.maxAttempts")?;
     }
     if let Some(n) = o.max_resumes_without_progress {
-        policy.max_resumes_without_progress = n;
+        policy.max_resumes_without_progress = count(n, "reconnect.maxResumesWithoutProgress")?;
     }
     if let Some(n) = o.max_reinit_failures {
-        policy.max_reinit_failures = n;
+        policy.max_reinit_failures = count(n, "reconnect.maxReinitFailures")?;
     }
     policy.validate()?;
     Ok(policy)

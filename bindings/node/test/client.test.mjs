@@ -70,6 +70,14 @@ describe("errors: one class per kind, each what really happened", () => {
       });
     }
     assert.throws(() => new Client("ftp://example.com/mcp"), InvalidConfigError);
+    // A count that is negative or not whole is refused, not wrapped or cut to another count
+    // (-1 read as 4,294,967,295 attempts, or in flight for the bridge).
+    for (const count of [-1, 1.5, 2 ** 32, Number.POSITIVE_INFINITY]) {
+      for (const name of ["maxAttempts", "maxResumesWithoutProgress", "maxReinitFailures"]) {
+        assert.throws(() => new Client("http://127.0.0.1:1/mcp", { reconnect: { [name]: count } }), InvalidConfigError, `${name} ${count}`);
+      }
+      assert.throws(() => new ResumeTransport("http://127.0.0.1:1/mcp", { capacity: count }), InvalidConfigError, `capacity ${count}`);
+    }
     // A value of the wrong type is napi's conversion error, naming the option.
     assert.throws(() => new Client("http://127.0.0.1:1/mcp", { callTimeout: "soon" }), /ClientOptions\.callTimeout/);
   });
