@@ -481,6 +481,8 @@ struct CountingRefusals {
     refused: Arc<std::sync::atomic::AtomicU32>,
     expected: u32,
     all_in: Arc<Notify>,
+    /// Counts the ordinary requests instead (no challenge).
+    ordinary: bool,
 }
 
 impl TokenProvider for CountingRefusals {
@@ -495,9 +497,9 @@ impl TokenProvider for CountingRefusals {
         &self,
         request: TokenRequest,
     ) -> futures::future::BoxFuture<'static, Result<Option<String>, mcp_resume::Error>> {
-        let challenged = request.challenge.is_some();
+        let counted = request.challenge.is_some() != self.ordinary;
         let flow = self.inner.credential(request);
-        if challenged
+        if counted
             && self
                 .refused
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
@@ -555,6 +557,7 @@ async fn concurrent_refusals_share_a_failed_authorization() {
             refused: Arc::new(std::sync::atomic::AtomicU32::new(0)),
             expected: 6,
             all_in,
+            ordinary: false,
         })
         .era(Era::Legacy)
         .open_listen_stream(false)
@@ -601,6 +604,7 @@ async fn concurrent_refusals_share_a_refresh_that_got_no_answer() {
             refused: Arc::new(std::sync::atomic::AtomicU32::new(0)),
             expected: 6,
             all_in: all_in.clone(),
+            ordinary: false,
         })
         .era(Era::Legacy)
         .open_listen_stream(false)
@@ -635,6 +639,55 @@ async fn concurrent_refusals_share_a_refresh_that_got_no_answer() {
     assert_eq!(
         auth.grants(),
         ["authorization_code", "refresh_token", "refresh_token"]
+    );
+}
+
+/// The same for requests whose token expired as they waited for its renewal: when the
+/// token endpoint gives no answer, they take that renewal's failure instead of each asking
+/// again.
+#[tokio::test]
+async fn concurrent_renewals_of_an_expired_token_share_one_that_got_no_answer() {
+    // Tokens expire as they are issued: every request renews first.
+    let (listener, url, auth) = servers(0).await;
+    let as_ = auth.clone();
+    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+        Some(token) if as_.is_valid(&token) => default_reply(req),
+        _ => unauthorized(&as_.url),
+    });
+    let provider = provider();
+    let all_in = Arc::new(Notify::new());
+    let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let client = Client::builder(&url)
+        .auth(CountingRefusals {
+            inner: provider.clone(),
+            refused: asked.clone(),
+            expected: 6,
+            all_in: all_in.clone(),
+            ordinary: true,
+        })
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+        .reconnect(ReconnectPolicy::default().with_max_attempts(1))
+        .build()
+        .unwrap();
+    guarded(client.connect()).await.unwrap();
+    let before = auth.grants().len();
+    asked.store(0, std::sync::atomic::Ordering::SeqCst);
+    {
+        let mut ledger = auth.ledger.lock().unwrap();
+        ledger.unavailable = 100;
+        // The 503 is held until every request waits behind the renewal.
+        ledger.hold_refresh = Some((Arc::new(Notify::new()), all_in));
+    }
+    let calls = (0..6).map(|_| client.list_tools());
+    for result in guarded(futures::future::join_all(calls)).await {
+        result.unwrap_err();
+    }
+    assert_eq!(
+        auth.grants()[before..],
+        ["refresh_token"],
+        "one renewal for six requests"
     );
 }
 

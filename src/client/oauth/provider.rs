@@ -767,9 +767,9 @@ struct Inner {
     /// Whether the recent access tokens are DPoP-bound: read for every request, where the
     /// state's async lock is not taken.
     bindings: Mutex<Bindings>,
-    /// How many flows started by a refused token (a refresh, a new or step-up authorization)
-    /// have ended: read before a request waits for the state (which the flow holds),
-    /// increased under it when one ends.
+    /// How many flows started by a refused token (a refresh, a new or step-up authorization),
+    /// or by an expired one whose renewal got no answer, have ended: read before a request
+    /// waits for the state (which the flow holds), increased under it when one ends.
     reauthorizations: AtomicU64,
     /// The next clone's [`OAuthProvider::handle`].
     handles: AtomicU64,
@@ -938,9 +938,10 @@ struct State {
     /// not presented again (a retry cannot succeed, and servers count it against us).
     refused_assertion: Option<(Secret, OAuthError)>,
     /// How the last flow started by a refused token failed (the user declined, the token
-    /// endpoint gave no answer), with its number in [`Inner::reauthorizations`]; `None` once
-    /// one succeeds. The requests refused while it ran take its failure instead of asking
-    /// the user, or the token endpoint, again each.
+    /// endpoint gave no answer), or the renewal of an expired one got no answer, with its
+    /// number in [`Inner::reauthorizations`]; `None` once one succeeds. The requests refused
+    /// (or whose token expired) while it ran take its failure instead of asking the user, or
+    /// the token endpoint, again each.
     failed_reauthorization: Option<(u64, OAuthError)>,
     /// Turns `true` when every client the flow holding the state serves has ended.
     ended: Option<watch::Receiver<bool>>,
@@ -1042,7 +1043,7 @@ impl Inner {
                 Ok(None)
             }
             (Err(insecure), _) => Err(insecure),
-            (Ok(()), None) => self.ordinary(&mut state, &server, up_front).await,
+            (Ok(()), None) => self.ordinary(&mut state, &server, up_front, waited).await,
             (Ok(()), Some(challenge)) => self
                 .refused(
                     &mut state,
@@ -1113,11 +1114,13 @@ impl Inner {
     }
 
     /// An ordinary request: the current token, renewed first when it is about to expire.
+    /// `waited` is how many reauthorizations had ended when the request was made.
     async fn ordinary(
         &self,
         state: &mut State,
         server: &Url,
         up_front: bool,
+        waited: u64,
     ) -> Result<Option<String>, OAuthError> {
         let now = SystemTime::now();
         if let Some(tokens) = &state.tokens {
@@ -1129,9 +1132,18 @@ impl Inner {
             {
                 return Ok(Some(tokens.access_token.expose().to_owned()));
             }
+            if let Some((ended, failure)) = &state.failed_reauthorization {
+                // The token expired, and its renewal got no answer while this request
+                // waited: the token endpoint is not asked again once per waiting request.
+                let expired = tokens.expires_within(now, Duration::ZERO);
+                if expired && *ended > waited && unanswered(failure) {
+                    return Err(failure.clone());
+                }
+            }
             let failure = match self.renew(state, server).await {
                 Ok(token) => {
                     state.renew_failed = None;
+                    state.failed_reauthorization = None;
                     return Ok(Some(token));
                 }
                 Err(err) => {
@@ -1148,6 +1160,8 @@ impl Inner {
             if unanswered(&failure) {
                 // The refresh token may be good: the next request tries it again, rather
                 // than the user being sent to authorize anew.
+                let ended = self.reauthorizations.fetch_add(1, Ordering::SeqCst) + 1;
+                state.failed_reauthorization = Some((ended, failure.clone()));
                 return Err(failure);
             }
             self.forget(state, server).await?;
