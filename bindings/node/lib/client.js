@@ -49,7 +49,7 @@ export class Client {
   /** Every tool (following `nextCursor`). */
   listTools() { return parsed(this.#native.listTools()); }
   /** One page of `tools/list`: `{tools, nextCursor?}`. */
-  listToolsPage(cursor) { return parsed(this.#native.listToolsPage(cursor)); }
+  listToolsPage(cursor) { return parsed(settled(() => this.#native.listToolsPage(cursor))); }
 
   /**
    * `tools/call`. Options: `idempotencyKey` (re-sent after an interruption only where the
@@ -76,24 +76,24 @@ export class Client {
   /** Every resource. */
   listResources() { return parsed(this.#native.listResources()); }
   /** One page of `resources/list`. */
-  listResourcesPage(cursor) { return parsed(this.#native.listResourcesPage(cursor)); }
+  listResourcesPage(cursor) { return parsed(settled(() => this.#native.listResourcesPage(cursor))); }
   /** Every resource template. */
   listResourceTemplates() { return parsed(this.#native.listResourceTemplates()); }
   /** One page of `resources/templates/list`. */
-  listResourceTemplatesPage(cursor) { return parsed(this.#native.listResourceTemplatesPage(cursor)); }
+  listResourceTemplatesPage(cursor) { return parsed(settled(() => this.#native.listResourceTemplatesPage(cursor))); }
   /** `resources/read`: `{contents}`. */
-  readResource(uri) { return parsed(this.#native.readResource(uri)); }
+  readResource(uri) { return parsed(settled(() => this.#native.readResource(uri))); }
   /** `resources/subscribe`: updates arrive on `notifications()`. */
-  subscribeResource(uri) { return this.#native.subscribeResource(uri); }
+  subscribeResource(uri) { return settled(() => this.#native.subscribeResource(uri)); }
   /** `resources/unsubscribe`. */
-  unsubscribeResource(uri) { return this.#native.unsubscribeResource(uri); }
+  unsubscribeResource(uri) { return settled(() => this.#native.unsubscribeResource(uri)); }
 
   /** Every prompt. */
   listPrompts() { return parsed(this.#native.listPrompts()); }
   /** One page of `prompts/list`. */
-  listPromptsPage(cursor) { return parsed(this.#native.listPromptsPage(cursor)); }
+  listPromptsPage(cursor) { return parsed(settled(() => this.#native.listPromptsPage(cursor))); }
   /** `prompts/get` with string arguments. */
-  getPrompt(name, args) { return parsed(this.#native.getPrompt(name, args)); }
+  getPrompt(name, args) { return parsed(settled(() => this.#native.getPrompt(name, args))); }
 
   /**
    * `completion/complete` of `argument` (`{name, value}`) of `ref` (`{type: "ref/prompt",
@@ -101,11 +101,11 @@ export class Client {
    * (`context`): the result's `completion` (`{values, total?, hasMore?}`).
    */
   complete(ref, argument, context) {
-    return parsed(this.#native.complete(ref, argument.name, argument.value, context));
+    return parsed(settled(() => this.#native.complete(ref, argument.name, argument.value, context)));
   }
 
   /** `logging/setLevel`: messages arrive on `notifications()`. */
-  setLoggingLevel(level) { return this.#native.setLoggingLevel(level); }
+  setLoggingLevel(level) { return settled(() => this.#native.setLoggingLevel(level)); }
   /** Tells the server the roots changed. */
   notifyRootsChanged() { this.#native.notifyRootsChanged(); }
 
@@ -123,6 +123,22 @@ export class Client {
   events(options) { return iterate(this.#native.events(), options); }
   /** Server notifications sent from now on (progress, log messages, list changes, …). */
   notifications(options) { return iterate(this.#native.notifications(), options); }
+}
+
+/**
+ * What `start()` returns, or a promise rejected with what it threw: the addon refuses an
+ * argument of the wrong type by throwing, and every failure of a call rejects its promise
+ * (thrown, it would escape the caller's `.catch()`).
+ * @template T
+ * @param {() => Promise<T>} start
+ * @returns {Promise<T>}
+ */
+function settled(start) {
+  try {
+    return start();
+  } catch (error) {
+    return Promise.reject(error);
+  }
 }
 
 /**

@@ -82,6 +82,35 @@ describe("errors: one class per kind, each what really happened", () => {
     assert.throws(() => new Client("http://127.0.0.1:1/mcp", { callTimeout: "soon" }), /ClientOptions\.callTimeout/);
   });
 
+  test("an argument of the wrong type rejects its call's promise, never throws from the call", async () => {
+    // Thrown, it would escape a caller's .catch() (in a callback, an uncaught exception).
+    const client = new Client("http://127.0.0.1:1/mcp");
+    const calls = {
+      listToolsPage: () => client.listToolsPage(/** @type {any} */ (5)),
+      listResourcesPage: () => client.listResourcesPage(/** @type {any} */ (5)),
+      listResourceTemplatesPage: () => client.listResourceTemplatesPage(/** @type {any} */ (5)),
+      listPromptsPage: () => client.listPromptsPage(/** @type {any} */ (5)),
+      readResource: () => client.readResource(/** @type {any} */ (5)),
+      subscribeResource: () => client.subscribeResource(/** @type {any} */ (5)),
+      unsubscribeResource: () => client.unsubscribeResource(/** @type {any} */ (5)),
+      getPrompt: () => client.getPrompt("p", /** @type {any} */ ({ a: 1 })),
+      complete: () => client.complete({ type: "ref/prompt", name: "p" }, /** @type {any} */ (undefined)),
+      setLoggingLevel: () => client.setLoggingLevel(/** @type {any} */ (5)),
+      callTool: () => client.callTool(/** @type {any} */ (5)),
+      request: () => client.request(/** @type {any} */ (5)),
+    };
+    for (const [name, call] of Object.entries(calls)) {
+      let outcome;
+      try {
+        outcome = call();
+      } catch (error) {
+        assert.fail(`${name} threw ${error}`);
+      }
+      await assert.rejects(outcome, Error, name);
+    }
+    await client.close();
+  });
+
   test("the TypeScript SDK's authProvider is refused, not ignored (no OAuth here)", () => {
     const authProvider = { tokens: async () => ({ access_token: "t", token_type: "Bearer" }) };
     for (const make of [
