@@ -71,7 +71,12 @@ export class ResumeTransport {
             // An answer: its request's signal has nothing left to cancel.
             this.#forget(JSON.stringify(message.id));
           }
-          this.onmessage?.(message);
+          const delivered = /** @type {unknown} */ (this.onmessage?.(message));
+          // An async onmessage: what it rejects with goes to onerror as what it throws does,
+          // instead of an unhandled rejection, which ends the process.
+          if (typeof (/** @type {any} */ (delivered)?.then) === "function") {
+            /** @type {PromiseLike<unknown>} */ (delivered).then(undefined, (error) => this.#report(error));
+          }
         } catch (error) {
           this.#report(error);
         }

@@ -379,3 +379,24 @@ test("a host onerror that throws is contained: delivery goes on and the session 
   }
   assert.deepEqual(await rejections.stop(), []);
 });
+
+test("a host onmessage that rejects (an async one) goes to onerror, never an unhandled rejection, and delivery goes on", async () => {
+  const rejections = unhandledRejections();
+  const { client, transport } = await connected();
+  const onmessage = transport.onmessage;
+  let failures = 1;
+  transport.onmessage = async (message) => {
+    onmessage?.(message);
+    await null;
+    if (failures-- > 0) throw new Error("app bug in an async onmessage");
+  };
+  const errors = [];
+  transport.onerror = (error) => errors.push(error);
+  const first = await client.callTool({ name: "echo", arguments: { text: "one" } });
+  assert.equal(first.content[0].text, "one");
+  const second = await client.callTool({ name: "echo", arguments: { text: "two" } });
+  assert.equal(second.content[0].text, "two");
+  await client.close();
+  assert.deepEqual(errors.map((e) => e.message), ["app bug in an async onmessage"]);
+  assert.deepEqual(await rejections.stop(), []);
+});
