@@ -317,7 +317,9 @@ export declare class ResumeTransport {
   send(message: JSONRPCMessage, options?: unknown): Promise<void>;
   /**
    * DELETEs the session; a failed DELETE goes to `onerror` and the transport closes anyway.
-   * Rejects with what `onclose` threw, if it threw (as the SDK's own transports do).
+   * Rejects with what `onclose` threw, if it threw (as the SDK's own transports do); an async
+   * `onclose` is not waited for, and what it rejects with goes to `onerror`, as what an async
+   * `onmessage` rejects with does.
    */
   close(): Promise<void>;
   setProtocolVersion(version: string): void;

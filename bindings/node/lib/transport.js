@@ -71,12 +71,7 @@ export class ResumeTransport {
             // An answer: its request's signal has nothing left to cancel.
             this.#forget(JSON.stringify(message.id));
           }
-          const delivered = /** @type {unknown} */ (this.onmessage?.(message));
-          // An async onmessage: what it rejects with goes to onerror as what it throws does,
-          // instead of an unhandled rejection, which ends the process.
-          if (typeof (/** @type {any} */ (delivered)?.then) === "function") {
-            /** @type {PromiseLike<unknown>} */ (delivered).then(undefined, (error) => this.#report(error));
-          }
+          this.#contain(this.onmessage?.(message));
         } catch (error) {
           this.#report(error);
         }
@@ -90,7 +85,7 @@ export class ResumeTransport {
     // close() under way, the session ended by itself: onerror), and is never an unhandled
     // rejection of this loop, which kills the process.
     try {
-      this.onclose?.();
+      this.#contain(this.onclose?.());
     } catch (error) {
       if (this.#closing) return error;
       this.#report(error);
@@ -99,19 +94,35 @@ export class ResumeTransport {
   }
 
   /**
+   * What a host callback returned, when it is a promise (an async `onmessage` or `onclose`):
+   * what it rejects with goes to `onerror`, instead of an unhandled rejection, which ends the
+   * process. Not waited for: one that never settles holds nothing (`close()` included).
+   */
+  #contain(returned) {
+    const then = /** @type {any} */ (returned)?.then;
+    if (typeof then === "function") then.call(returned, undefined, (error) => this.#report(error));
+  }
+
+  /**
    * `error` to `onerror`. One that `onerror` throws in turn is the host's bug, reported as a
    * process warning: escaping here it would end the delivery loop for good, every call in
    * flight left unanswered, with the session still open.
    */
   #report(error) {
-    try {
-      this.onerror?.(/** @type {Error} */ (error));
-    } catch (thrown) {
+    const warn = (thrown) => {
       const text = (e) => (e instanceof Error && e.stack) || String(e);
       process.emitWarning(`ResumeTransport: onerror threw ${text(thrown)}`, {
         code: "MCP_RESUME_ONERROR_THREW",
         detail: `while reporting: ${text(error)}`,
       });
+    };
+    try {
+      const reported = /** @type {any} */ (this.onerror?.(/** @type {Error} */ (error)));
+      // An async onerror: what it rejects with is what it throws, never an unhandled rejection.
+      const then = reported?.then;
+      if (typeof then === "function") then.call(reported, undefined, warn);
+    } catch (thrown) {
+      warn(thrown);
     }
   }
 
@@ -167,7 +178,8 @@ export class ResumeTransport {
    * Closes the session (DELETE); `onclose` is called once the last message was delivered. A
    * DELETE that fails goes to `onerror` and the transport closes all the same: the SDK's own
    * transport never fails its `close()` for that, and a host closing after an error must not
-   * be left with a half-closed client. Only an `onclose` that throws fails it, with its error.
+   * be left with a half-closed client. Only an `onclose` that throws fails it, with its error;
+   * an async one is not waited for, and what it rejects with goes to `onerror`.
    */
   async close() {
     this.#closing = true;
@@ -178,7 +190,7 @@ export class ResumeTransport {
     }
     if (this.#delivering === null) {
       this.#delivering = Promise.resolve();
-      this.onclose?.();
+      this.#contain(this.onclose?.());
     }
     const thrown = await this.#delivering;
     if (thrown !== undefined) {

@@ -400,3 +400,47 @@ test("a host onmessage that rejects (an async one) goes to onerror, never an unh
   assert.deepEqual(errors.map((e) => e.message), ["app bug in an async onmessage"]);
   assert.deepEqual(await rejections.stop(), []);
 });
+
+test("a host's async onclose and onerror that reject are contained: to onerror, then a warning, never an unhandled rejection, close() never waiting for them", async () => {
+  const rejections = unhandledRejections();
+  const warnings = [];
+  const warned = (warning) => warnings.push(warning);
+  process.on("warning", warned);
+  try {
+    const { client, transport } = await connected();
+    transport.onerror = async () => {
+      throw new Error("app bug in an async onerror");
+    };
+    const onmessage = transport.onmessage;
+    let failures = 1;
+    transport.onmessage = (message) => {
+      onmessage?.(message);
+      if (failures-- > 0) throw new Error("app bug in onmessage");
+    };
+    assert.equal((await client.callTool({ name: "echo", arguments: { text: "one" } })).content[0].text, "one");
+    await client.close();
+    // onclose as the transport's own host sets it (a host client's wraps its own): called by
+    // the delivery loop once started, by close() itself when never started.
+    for (const started of [true, false]) {
+      const bare = new ResumeTransport(server.url, FAST);
+      const reported = new Promise((resolve) => {
+        bare.onerror = resolve;
+      });
+      bare.onclose = async () => {
+        throw new Error(`app bug in an async onclose (started: ${started})`);
+      };
+      if (started) await bare.start();
+      await bare.close();
+      assert.match(String(await reported), new RegExp(`app bug in an async onclose \\(started: ${started}\\)`));
+      // One that never settles holds nothing.
+      const stuck = new ResumeTransport(server.url, FAST);
+      stuck.onclose = () => new Promise(() => {});
+      if (started) await stuck.start();
+      await stuck.close();
+    }
+    assert.ok(warnings.some((w) => /app bug in an async onerror/.test(String(w.message))), warnings.join());
+  } finally {
+    process.off("warning", warned);
+  }
+  assert.deepEqual(await rejections.stop(), []);
+});
