@@ -18,7 +18,9 @@
 //! .build()?)`. A keyed call puts its key in `params._meta` under
 //! [`IDEMPOTENCY_META_KEY`](super::IDEMPOTENCY_META_KEY); the outcomes JSON-RPC cannot
 //! express reach rmcp as `ServiceError::McpError` with the codes of [`super::codes`]
-//! and `data.kind` naming the [`crate::ErrorKind`].
+//! and `data.kind` naming the [`crate::ErrorKind`]. A server request rmcp cannot read (params
+//! by position, say) never reaches the `ClientHandler`: the transport answers it with
+//! JSON-RPC error -32602 (invalid params), so the server is not left waiting for it.
 
 use std::future::Future;
 
@@ -84,10 +86,20 @@ impl Transport<RoleClient> for ResumeTransport {
                     Err(error) => {
                         // An answer rmcp cannot read must still end its request, or the
                         // request would hang: it becomes an error answer with the same id.
-                        // Anything else (a notification or server request of a shape rmcp
-                        // does not know) is left out, as rmcp's own transports do.
+                        // A notification of a shape rmcp does not know is left out, as
+                        // rmcp's own transports do.
                         if let Some(answer) = unreadable_answer(&message, &error) {
                             return Some(answer);
+                        }
+                        // A server request rmcp cannot read is refused for it: left out, it
+                        // would hold the server (and a 2026-07-28 call asking it) waiting on
+                        // an answer no one gives.
+                        if let Some(refusal) = unreadable_request(&message, &error) {
+                            tracing::warn!(%error, "a server request rmcp cannot read was refused");
+                            // An answer to a server request never waits for a place; a
+                            // bridge closed meanwhile has no server to answer.
+                            let _ = bridge.send(refusal).await;
+                            continue;
                         }
                         tracing::warn!(%error, "a message rmcp cannot read was left out");
                     }
@@ -131,6 +143,24 @@ fn unreadable_answer(
         },
     });
     serde_json::from_value(answer).ok()
+}
+
+/// JSON-RPC "invalid params": a server request whose params rmcp cannot read.
+const INVALID_PARAMS: i64 = -32602;
+
+/// For a server request rmcp could not read: the host's error answer to it, as rmcp's own
+/// service answers a request it cannot take.
+fn unreadable_request(message: &Value, error: &serde_json::Error) -> Option<Value> {
+    let id = message.get("id")?;
+    let method = message.get("method")?.as_str()?;
+    Some(json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": INVALID_PARAMS,
+            "message": format!("{method}: the request could not be read as rmcp's model: {error}"),
+        },
+    }))
 }
 
 #[cfg(test)]

@@ -853,6 +853,43 @@ async fn a_sampling_request_goes_to_the_host_and_back() {
     assert_eq!(reply.body.unwrap()["result"]["model"], "host-model");
 }
 
+/// Through rmcp's transport, a server request rmcp cannot read (by-position params, as
+/// JSON-RPC allows): it is answered "invalid params" for the host, so the server is not left
+/// waiting on a request no one will answer (a 2026-07-28 call would wait out its deadline).
+#[tokio::test]
+async fn the_rmcp_skin_answers_a_server_request_rmcp_cannot_read() {
+    use mcp_resume::bridge::rmcp::ResumeTransport;
+    use rmcp::transport::Transport;
+
+    let server = TestServer::start(|req| {
+        if req.method == Method::POST && req.rpc_id() == json!("srv-9") {
+            return status(202);
+        }
+        if req.is_rpc("tools/call") {
+            let ask = json!({"jsonrpc": "2.0", "id": "srv-9", "method": "acme/ask",
+                "params": [1, 2]});
+            return support::sse_open(sse_event(None, &ask));
+        }
+        default_reply(req)
+    })
+    .await;
+    let mut host = Host::new(bridge(&server.url).build().unwrap());
+    host.initialize("2025-06-18", json!({})).await;
+    let mut transport = ResumeTransport::with_bridge(host.bridge.clone());
+    let reading = tokio::spawn(async move { while transport.receive().await.is_some() {} });
+    host.send("tools/call", tool_call("ask", json!({}), json!({})))
+        .await;
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        server.wait_for(|r| r.method == Method::POST && r.rpc_id() == json!("srv-9")),
+    )
+    .await
+    .expect("the server's request was answered");
+    assert_eq!(reply.body.unwrap()["error"]["code"], -32602);
+    guarded(host.bridge.close()).await.unwrap();
+    guarded(reading).await.unwrap();
+}
+
 /// The server cancels its request: the host is told under the bridge's id, and its late
 /// answer goes nowhere.
 #[tokio::test]
