@@ -1904,3 +1904,51 @@ async fn a_redis_ledger_read_holds_no_more_bytes_than_it_takes() {
     );
     assert!(long > 0, "as many as the bound takes");
 }
+
+/// Bytes Redis has sent its clients so far.
+async fn redis_bytes_out(conn: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query_async(conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_net_output_bytes:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("total_net_output_bytes")
+}
+
+/// Ids in a Redis ledger's index longer than any entry's id (someone else's write, damage)
+/// are not read at all: a read takes up to 10,000 ids, and 64 MiB of two of them cost it
+/// nothing; the entry beside them is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_ledger_read_takes_no_id_longer_than_an_entrys() {
+    let InRedis {
+        _redis,
+        server: _server,
+        entry,
+        ledger,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("long-ids").await;
+    for n in 0..2u8 {
+        let mut member = vec![b'a' + n; 32 * 1024 * 1024];
+        member[0] = b'0' + n;
+        let _: () = guarded(
+            redis::cmd("ZADD")
+                .arg(format!("{prefix}index"))
+                .arg(far + 1)
+                .arg(member)
+                .query_async(&mut conn),
+        )
+        .await
+        .unwrap();
+    }
+    let before = redis_bytes_out(&mut conn).await;
+    let read = guarded(ledger.entries()).await.unwrap();
+    let sent = redis_bytes_out(&mut conn).await - before;
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].id(), entry.id());
+    assert!(sent < 1024 * 1024, "{sent} bytes read for one entry");
+}

@@ -19,7 +19,7 @@ pub const TASK_RETENTION: Duration = Duration::from_secs(24 * 3600);
 /// The stored form's version: a reader refuses any other.
 const FORMAT: u64 = 1;
 /// The longest id accepted when read back.
-const MAX_ID_LEN: usize = 128;
+pub(crate) const MAX_ID_LEN: usize = 128;
 
 /// Names one entry: unique across processes (a per-process random prefix and a counter), and
 /// the same for the whole life of its call, across every write and every pick-up. A task

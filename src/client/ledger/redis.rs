@@ -26,7 +26,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
 use tokio::sync::OnceCell;
 
-use super::entry::unix_ms;
+use super::entry::{unix_ms, MAX_ID_LEN};
 use super::{EntryId, Ledger, LedgerEntry};
 use crate::error::{Error, ErrorKind};
 
@@ -43,6 +43,28 @@ if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[2])
 end
 return 1
+";
+
+/// Reads the index: drops the ids of expired entries, then answers how many ids it holds,
+/// and the first of those due (at most ARGV[2]) no longer than any entry's id; the longer
+/// ones (someone else's write: no entry read back is named so) are dropped from it unread,
+/// and counted.
+/// KEYS: index. ARGV: now (ms since the epoch), the most ids read, the longest id.
+const INDEX: &str = r"
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'LIMIT', 0, ARGV[2])
+local longest = tonumber(ARGV[3])
+local ids = {}
+local long = 0
+for _, id in ipairs(due) do
+  if string.len(id) <= longest then
+    ids[#ids + 1] = id
+  else
+    long = long + 1
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return {redis.call('ZCARD', KEYS[1]), long, ids}
 ";
 
 /// Reads a batch of entries, each only if it is no longer than the bound and fits in what the
@@ -117,7 +139,8 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// namespace put there: it takes the 10,000 entries due first, and at most 256 MiB of them;
 /// an entry longer than 16 MiB (the bound on writes: only someone else's write makes one) is
 /// skipped, as a malformed one is (logged, left where it is, never acted on), and so is an
-/// entry under the key of another id than its own (its removal would miss it). Entries past
+/// entry under the key of another id than its own (its removal would miss it); an id in the
+/// index longer than any entry's (128 bytes) is dropped from it unread. Entries past
 /// those bounds are left for a later recovery, once the calls picked up have ended and their
 /// entries are gone.
 pub struct RedisLedger {
@@ -125,6 +148,7 @@ pub struct RedisLedger {
     /// `mcp-resume:ledger:{<identity>}:`
     prefix: String,
     put: Script,
+    index: Script,
     read: Script,
 }
 
@@ -206,6 +230,7 @@ impl RedisLedger {
             },
             prefix,
             put: Script::new(PUT),
+            index: Script::new(INDEX),
             read: Script::new(READ),
         })
     }
@@ -237,6 +262,7 @@ impl RedisLedger {
             },
             prefix,
             put: Script::new(PUT),
+            index: Script::new(INDEX),
             read: Script::new(READ),
         })
     }
@@ -334,21 +360,23 @@ impl RedisLedger {
         let now = unix_ms(SystemTime::now());
         let index = self.index_key();
         // Read as bytes, each checked alone: a value that is not UTF-8 (damage, or someone
-        // else's write) costs its entry, not the reading of every other.
-        let (_, members, indexed): (i64, Vec<Vec<u8>>, usize) = redis::pipe()
-            .atomic()
-            .zrembyscore(&index, "-inf", now)
-            .zrangebyscore_limit(
-                &index,
-                format!("({now}"),
-                "+inf",
-                0,
-                MAX_ENTRIES_READ as isize,
-            )
-            .zcard(&index)
-            .query_async(&mut conn)
+        // else's write) costs its entry, not the reading of every other. An id longer than
+        // any entry's is not sent at all: ids are read by the thousand.
+        let (indexed, long, members): (usize, usize, Vec<Vec<u8>>) = self
+            .index
+            .key(&index)
+            .arg(now)
+            .arg(MAX_ENTRIES_READ)
+            .arg(MAX_ID_LEN)
+            .invoke_async(&mut conn)
             .await
             .map_err(failed)?;
+        if long > 0 {
+            tracing::error!(
+                ids = long,
+                "ledger index ids longer than any entry's dropped unread"
+            );
+        }
         if indexed > members.len() {
             tracing::warn!(
                 indexed,
