@@ -255,6 +255,19 @@ impl HostCalls {
         }
     }
 
+    /// The bridge is gone: every call in flight is abandoned as the host's cancel abandons
+    /// it, since nobody is left to take its answer, and each holds the session open (its
+    /// client) until it ends.
+    pub(crate) fn abandon_all(&self) {
+        let mut ids = lock(&self.ids);
+        for (_, (_, cancel)) in ids.in_flight.drain() {
+            let _ = cancel.send(());
+        }
+        for (_, cancel) in ids.waiting.drain().flat_map(|(_, waiting)| waiting) {
+            let _ = cancel.send(());
+        }
+    }
+
     /// The host's `notifications/cancelled` with these params: cancels the request it names,
     /// if it names one.
     pub(crate) fn cancel_named(&self, params: Option<&Value>) {

@@ -173,7 +173,9 @@ const CANCELLED: &str = "notifications/cancelled";
 /// the server. See the [module docs](self) for the rules.
 ///
 /// Cheap to clone: clones share the session. When the last clone is dropped the session is
-/// closed (as when the last [`Client`] is dropped).
+/// closed (as when the last [`Client`] is dropped), the host's calls still in flight
+/// abandoned first, as the host's `notifications/cancelled` abandons one (nobody is left to
+/// read their answers).
 #[derive(Clone)]
 pub struct Bridge {
     inner: Arc<Inner>,
@@ -318,6 +320,9 @@ impl Drop for Inner {
         for pump in lock(&self.pumps).drain(..) {
             pump.abort();
         }
+        // Each call's task holds the client: left running, it would keep the session open
+        // (and its resumes and re-sends going) until its deadline, for an answer no one reads.
+        self.calls.abandon_all();
     }
 }
 

@@ -1166,6 +1166,28 @@ async fn host_of_hanging_tools(timeout: Duration, capacity: usize) -> (TestServe
     (server, host)
 }
 
+/// A host that drops its bridge (every clone) without closing it, a call in flight: the calls
+/// are abandoned with it, so the session closes then (its DELETE), not once the last call's
+/// deadline has passed with nobody left to read its answer.
+#[tokio::test]
+async fn dropping_the_bridge_abandons_its_calls_and_closes_the_session() {
+    let (server, mut host) = host_of_hanging_tools(Duration::from_secs(60), DEFAULT_CAPACITY).await;
+    host.send("tools/call", tool_call("t", json!({}), json!({})))
+        .await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    drop(host);
+    let deleted = tokio::time::timeout(
+        Duration::from_secs(10),
+        server.wait_for(|r| r.method == Method::DELETE),
+    )
+    .await;
+    assert!(
+        deleted.is_ok(),
+        "the session stayed open: {:?}",
+        server.labels()
+    );
+}
+
 /// A host that reuses the id of a request still in flight gets both answered: the second at
 /// once with "invalid request", the first with its own outcome (here its deadline).
 #[tokio::test]
