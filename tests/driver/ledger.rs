@@ -1952,3 +1952,76 @@ async fn a_redis_ledger_read_takes_no_id_longer_than_an_entrys() {
     assert_eq!(read[0].id(), entry.id());
     assert!(sent < 1024 * 1024, "{sent} bytes read for one entry");
 }
+
+/// A TCP proxy to `target` that passes what comes back at `rate` bytes a second, as a
+/// network slower than a loopback's does; its address.
+async fn slow_proxy(target: u16, rate: usize) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = listener.accept().await {
+            let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                continue;
+            };
+            let (mut in_read, mut in_write) = inbound.into_split();
+            let (mut out_read, mut out_write) = outbound.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut in_read, &mut out_write).await;
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                let started = tokio::time::Instant::now();
+                let mut sent = 0usize;
+                while let Ok(n) = out_read.read(&mut buf).await {
+                    if n == 0 || in_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    sent += n;
+                    let due = started + Duration::from_secs_f64(sent as f64 / rate as f64);
+                    tokio::time::sleep_until(due).await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Entries as long as a Redis ledger takes are read back over a network slower than a
+/// loopback (here 48 MiB/s, a few hundred Mbit/s): each round trip of a read carries at most
+/// about one entry's bound, so none takes longer than a command may, and 120 MiB of entries,
+/// each of 15 MiB, are all read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_ledger_reads_long_entries_over_a_slower_network() {
+    let InRedis {
+        _redis: redis,
+        server: _server,
+        entry,
+        ledger: _,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("slow-network").await;
+    const LONG: usize = 15 * 1024 * 1024;
+    let pad = "x".repeat(LONG);
+    for n in 0..8 {
+        let id = format!("long-{n}");
+        let mut copy = entry.to_json();
+        copy["id"] = json!(id);
+        copy["pad"] = json!(pad);
+        let _: () = guarded(
+            redis::pipe()
+                .set(format!("{prefix}entry:{id}"), copy.to_string())
+                .zadd(format!("{prefix}index"), &id, far + 1)
+                .query_async(&mut conn),
+        )
+        .await
+        .unwrap();
+    }
+    let proxy = slow_proxy(redis.port(), 48 * 1024 * 1024).await;
+    let ledger =
+        mcp_resume::client::ledger::RedisLedger::new(&format!("redis://{proxy}"), "slow-network")
+            .unwrap();
+    let read = guarded(ledger.entries()).await.unwrap();
+    assert_eq!(read.len(), 9, "every entry read");
+}

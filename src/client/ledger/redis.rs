@@ -10,11 +10,12 @@
 //! | `index` | sorted set: entry id by expiry (ms since the epoch), with a TTL | the entries, for reading them all; its TTL is the longest of theirs |
 //!
 //! A write is one round trip (a Lua script sets the entry and indexes it); a removal is one
-//! (`DEL` and `ZREM` in a transaction); reading them is one, then one per batch of 64 entries
-//! (a Lua script that reads each entry unless it is too long, or past the bytes the read
-//! has left). What one read takes is bounded whatever was written to the namespace
-//! ([`RedisLedger`] says how); a write refuses an entry longer than a read takes, so that
-//! what the ledger takes is read back.
+//! (`DEL` and `ZREM` in a transaction); reading them is one, then one per batch of at most 64
+//! entries and 16 MiB of them, which a command's time bound lets arrive (a Lua script that
+//! reads each entry unless it is too long, or past the bytes the batch or the read has left).
+//! What one read takes is bounded whatever was written to the namespace ([`RedisLedger`] says
+//! how); a write refuses an entry longer than a read takes, so that what the ledger takes is
+//! read back.
 
 use std::time::{Duration, SystemTime};
 
@@ -67,10 +68,10 @@ end
 return {redis.call('ZCARD', KEYS[1]), long, ids}
 ";
 
-/// Reads a batch of entries, each only if it is no longer than the bound and fits in what the
-/// read has left: an entry over the bound is answered with its length, one that does not fit
-/// (nor any after it) with -1, one that is gone (or not a string) with nothing.
-/// KEYS: the entries. ARGV: the longest entry read, the bytes the read has left.
+/// Reads a batch of entries, each only if it is no longer than the bound and fits in the
+/// bytes the batch may answer: an entry over the bound is answered with its length, one that
+/// does not fit (nor any after it) with -1, one that is gone (or not a string) with nothing.
+/// KEYS: the entries. ARGV: the longest entry read, the bytes the batch may answer.
 const READ: &str = r"
 local out = {}
 local most = tonumber(ARGV[1])
@@ -104,8 +105,12 @@ const MAX_ENTRY_BYTES: usize = 16 * 1024 * 1024;
 /// The most bytes of entries one read takes: those of the entries past it are skipped, left
 /// for a later recovery as those past [`MAX_ENTRIES_READ`] are.
 const MAX_READ_BYTES: usize = 256 * 1024 * 1024;
-/// Entries read per round trip: a batch holds at most this many of [`MAX_ENTRY_BYTES`].
+/// Entries read per round trip, at most.
 const READ_BATCH: usize = 64;
+/// The most bytes of entries one round trip answers (at least one entry's bound, so that each
+/// reads one at least): its answer has a command's time ([`TIMEOUT`]) to arrive, and 64
+/// entries of [`MAX_ENTRY_BYTES`] would take longer than that on most networks.
+const READ_BATCH_BYTES: usize = MAX_ENTRY_BYTES;
 
 /// The longest identity accepted.
 const MAX_IDENTITY_LEN: usize = 128;
@@ -384,7 +389,7 @@ impl RedisLedger {
                 "more ledger entries than one read takes: the rest are left for a later one"
             );
         }
-        let ids: Vec<String> = members
+        let mut ids: std::collections::VecDeque<String> = members
             .into_iter()
             .filter_map(|member| match String::from_utf8(member) {
                 Ok(id) => Some(id),
@@ -397,34 +402,28 @@ impl RedisLedger {
         let mut entries = Vec::new();
         let mut gone = Vec::new();
         let mut bytes_read = 0;
-        let mut full = false;
-        // In batches, each parsed before the next is asked for, and each told what the read
-        // has left: a batch of entries each under the bound may hold several times what one
-        // read takes.
-        for batch in ids.chunks(READ_BATCH) {
-            if full {
-                tracing::warn!(
-                    bytes_read,
-                    "ledger entries past the bytes one read takes: left for a later one"
-                );
-                break;
-            }
+        // In batches, each parsed before the next is asked for, and each answering at most
+        // what one round trip carries in time and what the read has left: those past the
+        // round trip's bytes go in the next, those past the read's are left for a later one.
+        while !ids.is_empty() {
+            let budget = READ_BATCH_BYTES.min(MAX_READ_BYTES.saturating_sub(bytes_read));
+            let batch: Vec<String> = ids.drain(..ids.len().min(READ_BATCH)).collect();
             let mut read = self.read.prepare_invoke();
-            for id in batch {
+            for id in &batch {
                 read.key(format!("{}entry:{id}", self.prefix));
             }
             let stored: Vec<Value> = read
                 .arg(MAX_ENTRY_BYTES)
-                .arg(MAX_READ_BYTES.saturating_sub(bytes_read))
+                .arg(budget)
                 .invoke_async(&mut conn)
                 .await
                 .map_err(failed)?;
+            let mut unread = Vec::new();
             for (id, value) in batch.iter().zip(stored) {
                 let bytes = match value {
                     Value::BulkString(bytes) => bytes,
                     Value::Int(len) if len < 0 => {
-                        // Past what the read has left: read by a later one.
-                        full = true;
+                        unread.push(id.clone());
                         continue;
                     }
                     Value::Int(len) => {
@@ -460,6 +459,21 @@ impl RedisLedger {
                     // Left where it is, for whoever looks: never acted on.
                     Err(error) => tracing::error!(entry = %id, %error, "ledger entry skipped"),
                 }
+            }
+            if unread.is_empty() {
+                continue;
+            }
+            if budget < READ_BATCH_BYTES {
+                tracing::warn!(
+                    bytes_read,
+                    "ledger entries past the bytes one read takes: left for a later one"
+                );
+                break;
+            }
+            // A round trip's full answer: the next takes them first. Each round trip reads
+            // one entry at least (none is longer than its bytes).
+            for id in unread.into_iter().rev() {
+                ids.push_front(id);
             }
         }
         if !gone.is_empty() {
