@@ -1,6 +1,7 @@
 //! Host requests as mcp-resume calls: one call each, the host's id on the answer, its
 //! cancellation, its idempotency key, and the opt-in annotation policy.
 
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -45,8 +46,10 @@ pub(crate) struct HostCalls {
 #[derive(Default)]
 struct Ids {
     /// Each in-flight request's cancel switch, by host id, with the number of the request
-    /// that holds the id (a cancelled id may be taken again before its first request ends).
-    in_flight: FxHashMap<String, (u64, oneshot::Sender<()>)>,
+    /// that holds the id (a cancelled id may be taken again before its first request ends)
+    /// and the [`fingerprint`] of its method and params (the same request handed over again
+    /// is told from another under the id).
+    in_flight: FxHashMap<String, (u64, oneshot::Sender<()>, u64)>,
     /// The requests waiting in `Bridge::send` for a place, by host id, with their numbers and
     /// cancel switches (a host may send an id again before the first is taken).
     waiting: FxHashMap<String, Vec<(u64, oneshot::Sender<()>)>>,
@@ -173,13 +176,21 @@ impl HostCalls {
         let key = waiting.key.clone();
         let number = waiting.number;
         let (cancel, cancelled) = oneshot::channel();
+        let print = fingerprint(&method, params.as_ref());
         let id = {
             let mut ids = lock(&self.ids);
             // Taken and put in flight under one lock: a cancel finds it in one or the other.
             let Some(id) = waiting.take(&mut ids) else {
                 return;
             };
-            if let Some((holder, _)) = ids.in_flight.get(&key) {
+            if let Some((holder, _, held)) = ids.in_flight.get(&key) {
+                if *held == print {
+                    // The request in flight handed over again (a host or skin that sends a
+                    // message twice): the host made one request and gets one answer, that
+                    // call's. A refusal would reach it first, saying "invalid request" of a
+                    // call that runs.
+                    return;
+                }
                 // JSON-RPC ids name one request at a time: the one in flight keeps the id and
                 // gets its own answer; this one is refused at once, never sent.
                 let holder = *holder;
@@ -196,7 +207,7 @@ impl HostCalls {
                     // answer is queued (or the host cancelled it) the id is the host's again,
                     // and a refusal behind it would answer the host's next request under it.
                     let ids = lock(&this.ids);
-                    if ids.in_flight.get(&key).is_some_and(|(n, _)| *n == holder) {
+                    if ids.in_flight.get(&key).is_some_and(|(n, ..)| *n == holder) {
                         if let Ok(room) = room {
                             room.send(response(id, Err(refusal)));
                         }
@@ -204,7 +215,7 @@ impl HostCalls {
                 });
                 return;
             }
-            ids.in_flight.insert(key.clone(), (number, cancel));
+            ids.in_flight.insert(key.clone(), (number, cancel, print));
             id
         };
         let this = Arc::clone(self);
@@ -226,7 +237,7 @@ impl HostCalls {
                 // the id (the cancel freed it).
                 let room = this.out.reserve().await;
                 let mut ids = lock(&this.ids);
-                if ids.in_flight.get(&key).is_some_and(|(n, _)| *n == number) {
+                if ids.in_flight.get(&key).is_some_and(|(n, ..)| *n == number) {
                     ids.in_flight.remove(&key);
                     if let Ok(room) = room {
                         room.send(response(id, result.map_err(|e| to_rpc(&e))));
@@ -247,7 +258,7 @@ impl HostCalls {
     pub(crate) fn cancel(&self, request_id: &Value) {
         let key = id_key(request_id);
         let mut ids = lock(&self.ids);
-        if let Some((_, cancel)) = ids.in_flight.remove(&key) {
+        if let Some((_, cancel, _)) = ids.in_flight.remove(&key) {
             let _ = cancel.send(());
         }
         for (_, cancel) in ids.waiting.remove(&key).into_iter().flatten() {
@@ -260,7 +271,7 @@ impl HostCalls {
     /// client) until it ends.
     pub(crate) fn abandon_all(&self) {
         let mut ids = lock(&self.ids);
-        for (_, (_, cancel)) in ids.in_flight.drain() {
+        for (_, (_, cancel, _)) in ids.in_flight.drain() {
             let _ = cancel.send(());
         }
         for (_, cancel) in ids.waiting.drain().flat_map(|(_, waiting)| waiting) {
@@ -429,6 +440,53 @@ async fn same_server(client: &Client, listed_at: u64, deadline: Option<Instant>)
     ready.is_ok() && client.capability_changes() == listed_at
 }
 
+/// A digest of a request's method and params: equal for the same request handed over again.
+fn fingerprint(method: &str, params: Option<&Value>) -> u64 {
+    fn walk(value: &Value, hasher: &mut impl Hasher) {
+        match value {
+            Value::Null => hasher.write_u8(0),
+            Value::Bool(b) => {
+                hasher.write_u8(1);
+                hasher.write_u8(u8::from(*b));
+            }
+            Value::Number(n) => {
+                hasher.write_u8(2);
+                match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                    (Some(u), ..) => hasher.write_u64(u),
+                    (None, Some(i), _) => hasher.write_i64(i),
+                    (None, None, f) => hasher.write_u64(f.unwrap_or(f64::NAN).to_bits()),
+                }
+            }
+            Value::String(s) => {
+                hasher.write_u8(3);
+                s.hash(hasher);
+            }
+            Value::Array(items) => {
+                hasher.write_u8(4);
+                hasher.write_usize(items.len());
+                for item in items {
+                    walk(item, hasher);
+                }
+            }
+            Value::Object(members) => {
+                hasher.write_u8(5);
+                hasher.write_usize(members.len());
+                for (name, member) in members {
+                    name.hash(hasher);
+                    walk(member, hasher);
+                }
+            }
+        }
+    }
+    let mut hasher = rustc_hash::FxHasher::default();
+    method.hash(&mut hasher);
+    match params {
+        Some(params) => walk(params, &mut hasher),
+        None => hasher.write_u8(6),
+    }
+    hasher.finish()
+}
+
 /// Whether a re-send still has its least time ([`MIN_SEND`]) before `deadline`, read `now`.
 fn time_for_resend(deadline: Option<Instant>, now: Instant) -> bool {
     deadline.is_none_or(|deadline| deadline.saturating_duration_since(now) > MIN_SEND)
@@ -498,6 +556,17 @@ mod tests {
         // The call's whole timeout was left when its first send went; 3 ms are left now.
         assert!(!time_for_resend(Some(now + Duration::from_millis(3)), now));
         assert!(!time_for_resend(Some(now), now + Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn the_same_request_has_the_same_fingerprint() {
+        let params = json!({"name": "t", "arguments": {"n": [1, -2, 0.5, "x", null, true]}});
+        let print = fingerprint("tools/call", Some(&params));
+        assert_eq!(print, fingerprint("tools/call", Some(&params.clone())));
+        assert_ne!(print, fingerprint("tools/list", Some(&params)));
+        assert_ne!(print, fingerprint("tools/call", None));
+        let other = json!({"name": "t", "arguments": {"n": [1, -2, 0.5, "x", null, false]}});
+        assert_ne!(print, fingerprint("tools/call", Some(&other)));
     }
 
     #[test]

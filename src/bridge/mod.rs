@@ -50,12 +50,14 @@
 //!   ([`ClientBuilder::call_timeout`], set through [`BridgeBuilder::configure`]). A request
 //!   sent on to the server that reuses the id of one still in flight (its answer not yet
 //!   queued) is answered at once with [`codes::INVALID_REQUEST`] and never sent; the one in
-//!   flight keeps the id and its answer. The refusal is queued only while the one in flight
-//!   holds the id: one still waiting for room in the host's queue when that one's answer is
-//!   queued (or the host cancels it) is dropped, so it never answers a later request that
-//!   uses the id again. The requests the bridge answers itself
-//!   (`initialize`, `server/discover`, those refused before `initialize`) are not held
-//!   under their ids: a host that reuses the id of its `initialize` while `connect` runs gets
+//!   flight keeps the id and its answer. The same request handed over again (same method
+//!   and params: a host or skin that sends a message twice) is neither sent nor refused:
+//!   the host made one request, and gets one answer, the call's own. The refusal of another
+//!   is queued only while the one in flight holds the id: one still waiting for room in the
+//!   host's queue when that one's answer is queued (or the host cancels it) is dropped, so
+//!   it never answers a later request that uses the id again. The requests the bridge
+//!   answers itself (`initialize`, `server/discover`, those refused before `initialize`) are
+//!   not held under their ids: a host that reuses the id of its `initialize` while `connect` runs gets
 //!   two answers under it.
 //! - **Errors.** A server's JSON-RPC error reaches the host unchanged. What JSON-RPC cannot
 //!   say arrives as a JSON-RPC error with the code of its [`ErrorKind`] (see [`codes`]) and

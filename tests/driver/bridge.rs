@@ -1215,6 +1215,34 @@ async fn a_reused_request_id_gets_both_answers() {
     assert!(server.requests().iter().all(|r| !r.is_rpc("ping")));
 }
 
+/// A host that hands the bridge the same request twice (its id still in flight): the copy is
+/// the request the host already made, so it is neither sent nor refused, and the host's one
+/// request gets one answer, its call's own. A refusal would reach the host first, telling
+/// it "invalid request" of a call that runs (and may be sent again).
+#[tokio::test]
+async fn the_same_request_handed_over_twice_gets_one_answer_its_own() {
+    let (server, mut host) =
+        host_of_hanging_tools(Duration::from_millis(300), DEFAULT_CAPACITY).await;
+    let id = json!("twice");
+    let params = tool_call("t", json!({"n": 1}), json!({}));
+    host.send_with_id(id.clone(), "tools/call", params.clone())
+        .await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    host.send_with_id(id.clone(), "tools/call", params).await;
+    let answer = host.answer(&id).await;
+    assert_eq!(error_of(&answer).1, "timeout", "{answer}");
+    // Nothing more under the id: the next request's answer is the next message.
+    let ping = host.send("ping", json!({})).await;
+    let next = host.next_message().await;
+    assert_eq!(next["id"], ping, "{next}");
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(calls, 1, "{:?}", server.labels());
+}
+
 /// A request reusing the id of one whose answer waits for room in the host's queue: once the
 /// first answer is queued the id is the host's to use again, so the refusal of the reuse must
 /// not follow it, or it answers the host's next request under the id (a call that then runs
