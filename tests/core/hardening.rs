@@ -2366,3 +2366,32 @@ fn a_key_shaped_like_a_round_key_is_refused_by_the_session() {
     s.run_until_complete(free, 5 * SEC);
     assert!(s.result(free).is_ok());
 }
+
+/// A standalone GET stream refused its credentials (a 401 with a challenge, which the
+/// driver's one retry with a fresh token already met) is given up on at once: tried again,
+/// each try cost a token refresh, `max_attempts` of them in a row, and then gave up anyway.
+/// Calls go on.
+#[test]
+fn a_listen_stream_refused_its_credentials_is_not_tried_again() {
+    const CHALLENGE: &[(&str, &str)] = &[(
+        "www-authenticate",
+        r#"Bearer error="invalid_token", resource_metadata="https://as.example/prm""#,
+    )];
+    let _g = SeedGuard(2417);
+    let server = ServerConfig {
+        listen_refusal: Some((401, CHALLENGE)),
+        ..ServerConfig::default()
+    };
+    let mut s = connected(SessionConfig::default(), server, 2417);
+    s.run_for(Duration::from_secs(60));
+    let gets = s
+        .server
+        .seen
+        .iter()
+        .filter(|x| x.method == HttpMethod::Get)
+        .count();
+    assert_eq!(gets, 1, "a GET refused its credentials is not sent again");
+    let c = s.call("a", None);
+    s.run_until_complete(c, SEC);
+    assert!(s.result(c).is_ok(), "{:?}", s.result(c));
+}

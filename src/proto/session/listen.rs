@@ -206,6 +206,14 @@ impl Session {
         true
     }
 
+    /// The standalone stream was refused its credentials (after the driver's one retry with
+    /// a fresh token): not tried again in this session. Each try would cost a token refresh,
+    /// and a stream is not what the credentials lack; the session's calls say so themselves.
+    pub(super) fn listen_unauthorized(&mut self) {
+        warn!("standalone GET stream refused its credentials; not listening");
+        self.listen.state = ListenState::GaveUp;
+    }
+
     /// The standalone stream failed: the recovery decision says whether to listen again, stop,
     /// or start over with a new session. `http`: the exchange still open, finished here unless
     /// the decision is to keep reading it.

@@ -143,6 +143,9 @@ pub(crate) struct ServerConfig {
     pub init_sse: bool,
     /// Answer JSON responses as one-element batches (only valid under 2025-03-26).
     pub batch: bool,
+    /// Answer a GET without `Last-Event-ID` with this status and these headers (a server
+    /// refusing the stream's credentials).
+    pub listen_refusal: Option<(u16, &'static [(&'static str, &'static str)])>,
 }
 
 impl Default for ServerConfig {
@@ -161,6 +164,7 @@ impl Default for ServerConfig {
             listen_404: false,
             init_sse: false,
             batch: false,
+            listen_refusal: None,
         }
     }
 }
@@ -745,6 +749,9 @@ impl Server {
             );
         }
         let Some(lei) = last_event_id else {
+            if let Some((status, headers)) = self.cfg.listen_refusal {
+                return status_reply(status, headers);
+            }
             if !self.cfg.listen {
                 return Reply::status(if self.cfg.listen_404 { 404 } else { 405 });
             }

@@ -827,6 +827,9 @@ impl Session {
             }
             ExKind::Post(call) => self.call_refused(call, status, refusal, now),
             ExKind::Resume(call) => self.resume_refused(call, status, refusal, now),
+            ExKind::Listen if refusal.error.kind() == ErrorKind::Unauthorized => {
+                self.listen_unauthorized()
+            }
             ExKind::Listen => self.listen_refused(refusal.class, now),
             ExKind::Notify | ExKind::Answer => match refusal.class {
                 // Only about the session it was sent on: that an earlier one is gone is known.
