@@ -49,8 +49,8 @@ use futures::{FutureExt, StreamExt};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-pub(crate) use self::core::{Core, Inline};
 pub(crate) use self::contained::Contained;
+pub(crate) use self::core::{Core, Inline};
 pub(crate) use self::ledger::{Records, Scope, Writer};
 pub(crate) use self::state::{Command, Parts, Registration};
 use super::http::redacted_url;
