@@ -2025,3 +2025,30 @@ async fn a_redis_ledger_reads_long_entries_over_a_slower_network() {
     let read = guarded(ledger.entries()).await.unwrap();
     assert_eq!(read.len(), 9, "every entry read");
 }
+
+/// A client whose calls may take longer than Redis can keep a key for (a call timeout of 2^60
+/// seconds, to wait for good) still records them on a Redis ledger, kept for as long as Redis
+/// can, and makes them: a write Redis refused for its expiry held every call back until it
+/// failed, never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waiting_longer_than_redis_keeps_keys_is_recorded_and_made() {
+    let redis = mock_server::procs::RedisServer::start()
+        .await
+        .expect("redis-server");
+    let server = TestServer::start(default_reply).await;
+    let ledger =
+        Arc::new(mcp_resume::client::ledger::RedisLedger::new(&redis.url(), "for-good").unwrap());
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .call_timeout(Duration::from_secs(1 << 60))
+        .reconnect(
+            mcp_resume::ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(5))
+                .with_max_attempts(2),
+        )
+        .build()
+        .unwrap();
+    let outcome = guarded(client.call_tool(echo("for good"))).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    guarded(client.close()).await.unwrap();
+}

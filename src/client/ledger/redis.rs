@@ -112,6 +112,11 @@ const READ_BATCH: usize = 64;
 /// entries of [`MAX_ENTRY_BYTES`] would take longer than that on most networks.
 const READ_BATCH_BYTES: usize = MAX_ENTRY_BYTES;
 
+/// The longest a key is kept, in ms (about 31,000 years): Redis refuses an expiry past what
+/// its clock holds, and an entry whose call may wait longer (a timeout meant as for good) is
+/// kept this long rather than not written at all (which held its call back until it failed).
+const MAX_TTL_MS: u64 = 1_000_000_000_000_000;
+
 /// The longest identity accepted.
 const MAX_IDENTITY_LEN: usize = 128;
 /// The bound on connecting, and on each command's answer.
@@ -122,8 +127,8 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// a systemd instance), the same in the process that replaces it. One identity belongs to one
 /// process at a time.
 ///
-/// Entries expire with their calls' deadlines (Redis TTLs), so what a fleet leaves behind is
-/// bounded. It connects on first use and reconnects by itself (on a cluster, following the
+/// Entries expire with their calls' deadlines (Redis TTLs; at most about 31,000 years, the
+/// longest Redis surely takes), so what a fleet leaves behind is bounded. It connects on first use and reconnects by itself (on a cluster, following the
 /// slots as they move); every command is bounded (2 s), and a failure is an
 /// [`ErrorKind::Ledger`] error: the call it was for is held back and tried again, never sent
 /// unrecorded.
@@ -316,7 +321,8 @@ impl RedisLedger {
         let ttl = entry
             .expires_at()
             .duration_since(now)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .min(MAX_TTL_MS);
         if ttl == 0 {
             // Past its deadline already: nothing to keep.
             return self.delete(entry.id().clone()).await;
