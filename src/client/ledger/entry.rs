@@ -396,7 +396,7 @@ impl LedgerEntry {
             Some(params) => Some(params.clone()),
         };
         let check = params.clone().unwrap_or(Value::Null);
-        if text("digest") != Some(digest(&check).as_str()) {
+        if !digest_matches(text("digest"), &check) {
             return Err(malformed("an entry whose params do not match their digest"));
         }
         // No call goes past the core's last round: a higher one is damage (or a hostile
@@ -486,22 +486,102 @@ pub(crate) fn unix_ms(at: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// FNV-1a (64 bits) of the params' JSON text: enough to catch a truncated or corrupted
-/// entry, and cheap. Serializing what was parsed gives back the same text, whether objects
-/// keep their members sorted or in their order.
+/// FNV-1a (64 bits) of the params' JSON text with every object's members sorted: enough to
+/// catch a truncated or corrupted entry, and cheap. Sorted, it is the same in every build,
+/// whether its `serde_json` keeps members in their order (`preserve_order`, which any crate
+/// of a program may turn on) or sorts them: an entry one build wrote, another reads back. It is
+/// the text a build that sorts members serializes, as earlier releases digested it.
 fn digest(params: &Value) -> String {
-    fnv1a64(&params.to_string())
+    let mut hash = Fnv1a64::default();
+    sorted_json(params, &mut hash);
+    hash.to_string()
+}
+
+/// Whether `stored` is the digest of `params`: sorted, or in the members' order as read (what
+/// an earlier release that kept them in their order digested).
+fn digest_matches(stored: Option<&str>, params: &Value) -> bool {
+    let Some(stored) = stored else {
+        return false;
+    };
+    stored == digest(params) || stored == fnv1a64(&params.to_string())
+}
+
+/// Writes `value` as compact JSON, each object's members sorted by name, into `out`.
+fn sorted_json(value: &Value, out: &mut Fnv1a64) {
+    use std::io::Write as _;
+    // Writing into a hash cannot fail, nor can serializing a `Value`'s leaves.
+    match value {
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            let _ = out.write_all(b"{");
+            for (n, (name, member)) in members.into_iter().enumerate() {
+                if n > 0 {
+                    let _ = out.write_all(b",");
+                }
+                let _ = serde_json::to_writer(&mut *out, name);
+                let _ = out.write_all(b":");
+                sorted_json(member, out);
+            }
+            let _ = out.write_all(b"}");
+        }
+        Value::Array(items) => {
+            let _ = out.write_all(b"[");
+            for (n, item) in items.iter().enumerate() {
+                if n > 0 {
+                    let _ = out.write_all(b",");
+                }
+                sorted_json(item, out);
+            }
+            let _ = out.write_all(b"]");
+        }
+        leaf => {
+            let _ = serde_json::to_writer(&mut *out, leaf);
+        }
+    }
 }
 
 /// A stable digest (the same in every process and every build): against corruption and for
 /// telling endpoints apart, not against whoever can write the ledger.
 fn fnv1a64(text: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    let mut hash = Fnv1a64::default();
+    hash.add(text.as_bytes());
+    hash.to_string()
+}
+
+/// FNV-1a, 64 bits, fed as bytes are written.
+struct Fnv1a64(u64);
+
+impl Default for Fnv1a64 {
+    fn default() -> Self {
+        Fnv1a64(0xcbf2_9ce4_8422_2325)
     }
-    format!("fnv1a64:{hash:016x}")
+}
+
+impl Fnv1a64 {
+    fn add(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 ^= u64::from(*byte);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+impl std::io::Write for Fnv1a64 {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.add(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl fmt::Display for Fnv1a64 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fnv1a64:{:016x}", self.0)
+    }
 }
 
 /// A client's endpoint as its entries name it: shown without what may carry credentials,
@@ -718,6 +798,26 @@ mod tests {
             stored[name] = value;
             let err = LedgerEntry::from_json(&stored).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::Ledger, "{name}: {err}");
+        }
+    }
+
+    /// The digest an entry is written with is the same whatever order its params' members
+    /// are in (a build whose `serde_json` keeps their order, `preserve_order`, which any crate
+    /// of a program may turn on, or sorts them), and the one a build that sorts them computes
+    /// on reading: an entry one build writes, any other reads back. (Run with
+    /// `--features serde_json/preserve_order` too: only such a build keeps their order.)
+    #[test]
+    fn the_digest_does_not_depend_on_the_order_of_members() {
+        let sorted = r#"{"arguments":{"cents":500,"currency":"eur"},"name":"charge"}"#;
+        let given = r#"{"name":"charge","arguments":{"currency":"eur","cents":500}}"#;
+        for text in [given, sorted] {
+            let params: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(digest(&params), fnv1a64(sorted), "{text}");
+            let mut stored = entry(CallStage::Sent { round: 0 }).to_json();
+            stored["params"] = params.clone();
+            stored["digest"] = json!(digest(&params));
+            let read = LedgerEntry::from_json(&stored).unwrap();
+            assert_eq!(read.params(), Some(&params));
         }
     }
 
