@@ -486,11 +486,12 @@ pub(crate) fn unix_ms(at: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// FNV-1a (64 bits) of the params' JSON text with every object's members sorted: enough to
-/// catch a truncated or corrupted entry, and cheap. Sorted, it is the same in every build,
-/// whether its `serde_json` keeps members in their order (`preserve_order`, which any crate
-/// of a program may turn on) or sorts them: an entry one build wrote, another reads back. It is
-/// the text a build that sorts members serializes, as earlier releases digested it.
+/// FNV-1a (64 bits) of the params' JSON text with every object's members sorted and every
+/// number as read: enough to catch a truncated or corrupted entry, and cheap. So written, it
+/// is the same in every build, whether its `serde_json` keeps members in their order
+/// (`preserve_order`, which any crate of a program may turn on) or sorts them, keeps numbers
+/// as written (`arbitrary_precision`) or reads them: an entry one build wrote, another reads
+/// back. It is the text a build with neither serializes, as earlier releases digested it.
 fn digest(params: &Value) -> String {
     let mut hash = Fnv1a64::default();
     sorted_json(params, &mut hash);
@@ -534,6 +535,20 @@ fn sorted_json(value: &Value, out: &mut Fnv1a64) {
                 sorted_json(item, out);
             }
             let _ = out.write_all(b"]");
+        }
+        // As a build that reads numbers writes them (an integer that fits 64 bits as one, any
+        // other as the nearest f64), whether this one does or keeps their text as written
+        // (`arbitrary_precision`: `1e2`, `1.50`, integers past 64 bits).
+        Value::Number(number) => {
+            let _ = if let Some(n) = number.as_u64() {
+                serde_json::to_writer(&mut *out, &n)
+            } else if let Some(n) = number.as_i64() {
+                serde_json::to_writer(&mut *out, &n)
+            } else if let Some(n) = number.as_f64().filter(|n| n.is_finite()) {
+                serde_json::to_writer(&mut *out, &n)
+            } else {
+                serde_json::to_writer(&mut *out, number)
+            };
         }
         leaf => {
             let _ = serde_json::to_writer(&mut *out, leaf);
@@ -818,6 +833,27 @@ mod tests {
             stored["digest"] = json!(digest(&params));
             let read = LedgerEntry::from_json(&stored).unwrap();
             assert_eq!(read.params(), Some(&params));
+        }
+    }
+
+    /// The digest an entry is written with is the same whether its params' numbers are kept
+    /// as they were written (a build whose `serde_json` keeps them: `arbitrary_precision`)
+    /// or read as numbers, and the one a build that reads them computes: an entry one build
+    /// writes, any other reads back. (Run with `--features serde_json/arbitrary_precision`
+    /// too: only such a build keeps their text.)
+    #[test]
+    fn the_digest_does_not_depend_on_how_numbers_are_kept() {
+        let read = r#"{"amount":100.0,"big":1.2345678901234568e29,"rate":1.5,"n":-7,"m":7}"#;
+        let given =
+            r#"{"amount":1e2,"big":123456789012345678901234567890,"rate":1.50,"n":-7,"m":7}"#;
+        let canonical = digest(&serde_json::from_str::<Value>(read).unwrap());
+        for text in [given, read] {
+            let params: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(digest(&params), canonical, "{text}");
+            let mut stored = entry(CallStage::Sent { round: 0 }).to_json();
+            stored["params"] = params.clone();
+            stored["digest"] = json!(digest(&params));
+            assert!(LedgerEntry::from_json(&stored).is_ok(), "{text}");
         }
     }
 
