@@ -1954,11 +1954,13 @@ async fn a_redis_ledger_read_takes_no_id_longer_than_an_entrys() {
 }
 
 /// A TCP proxy to `target` that passes what comes back at `rate` bytes a second, as a
-/// network slower than a loopback's does; its address.
-async fn slow_proxy(target: u16, rate: usize) -> std::net::SocketAddr {
+/// network slower than a loopback's does; its address, and the bytes it has passed back.
+async fn slow_proxy(target: u16, rate: usize) -> (std::net::SocketAddr, Arc<AtomicUsize>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let passed = Arc::new(AtomicUsize::new(0));
+    let counted = passed.clone();
     tokio::spawn(async move {
         while let Ok((inbound, _)) = listener.accept().await {
             let Ok(outbound) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
@@ -1969,6 +1971,7 @@ async fn slow_proxy(target: u16, rate: usize) -> std::net::SocketAddr {
             tokio::spawn(async move {
                 let _ = tokio::io::copy(&mut in_read, &mut out_write).await;
             });
+            let counted = counted.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 let started = tokio::time::Instant::now();
@@ -1978,13 +1981,14 @@ async fn slow_proxy(target: u16, rate: usize) -> std::net::SocketAddr {
                         break;
                     }
                     sent += n;
+                    counted.fetch_add(n, Ordering::SeqCst);
                     let due = started + Duration::from_secs_f64(sent as f64 / rate as f64);
                     tokio::time::sleep_until(due).await;
                 }
             });
         }
     });
-    addr
+    (addr, passed)
 }
 
 /// Entries as long as a Redis ledger takes are read back over a network slower than a
@@ -2018,7 +2022,7 @@ async fn a_redis_ledger_reads_long_entries_over_a_slower_network() {
         .await
         .unwrap();
     }
-    let proxy = slow_proxy(redis.port(), 48 * 1024 * 1024).await;
+    let (proxy, _) = slow_proxy(redis.port(), 48 * 1024 * 1024).await;
     let ledger =
         mcp_resume::client::ledger::RedisLedger::new(&format!("redis://{proxy}"), "slow-network")
             .unwrap();
@@ -2051,4 +2055,81 @@ async fn a_call_waiting_longer_than_redis_keeps_keys_is_recorded_and_made() {
     let outcome = guarded(client.call_tool(echo("for good"))).await;
     assert!(outcome.is_ok(), "{outcome:?}");
     guarded(client.close()).await.unwrap();
+}
+
+/// An id a Redis ledger's read found without its entry (removed, or expired) is dropped from
+/// the index only if its entry is still gone when the read ends: an entry written again under
+/// that id meanwhile (a task's, which each resumption of the task writes) stays indexed,
+/// instead of being left for no recovery to find.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_written_again_while_a_redis_ledger_reads_stays_indexed() {
+    let InRedis {
+        _redis: redis,
+        server: _server,
+        entry,
+        ledger: _,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("rewritten").await;
+    let index = format!("{prefix}index");
+    const LONG: usize = 15 * 1024 * 1024;
+    let pad = "x".repeat(LONG);
+    // Due first, its entry gone; then two long entries, read in two round trips.
+    let _: () = redis::cmd("ZADD")
+        .arg(&index)
+        .arg(far - 1000)
+        .arg("task-again")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    for n in 0..2 {
+        let id = format!("long-{n}");
+        let mut copy = entry.to_json();
+        copy["id"] = json!(id);
+        copy["pad"] = json!(pad);
+        let _: () = guarded(
+            redis::pipe()
+                .set(format!("{prefix}entry:{id}"), copy.to_string())
+                .zadd(&index, &id, far + 1)
+                .query_async(&mut conn),
+        )
+        .await
+        .unwrap();
+    }
+    let (proxy, passed) = slow_proxy(redis.port(), 12 * 1024 * 1024).await;
+    let ledger =
+        mcp_resume::client::ledger::RedisLedger::new(&format!("redis://{proxy}"), "rewritten")
+            .unwrap();
+    let read = tokio::spawn(async move { ledger.entries().await.map(|e| e.len()) });
+    // The first round trip has answered (the entry found gone), the second not.
+    guarded(async {
+        while passed.load(Ordering::SeqCst) < LONG {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let mut again = entry.to_json();
+    again["id"] = json!("task-again");
+    let _: () = redis::pipe()
+        .set(format!("{prefix}entry:task-again"), again.to_string())
+        .zadd(&index, "task-again", far)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        passed.load(Ordering::SeqCst) < 2 * LONG,
+        "written before the read ended"
+    );
+    assert_eq!(guarded(read).await.unwrap().unwrap(), 3);
+    let indexed: Option<u64> = redis::cmd("ZSCORE")
+        .arg(&index)
+        .arg("task-again")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        indexed.is_some(),
+        "the entry written again was dropped from the index"
+    );
 }

@@ -12,8 +12,9 @@
 //! A write is one round trip (a Lua script sets the entry and indexes it); a removal is one
 //! (`DEL` and `ZREM` in a transaction); reading them is one, then one per batch of at most 64
 //! entries and 16 MiB of them, which a command's time bound lets arrive (a Lua script that
-//! reads each entry unless it is too long, or past the bytes the batch or the read has left).
-//! What one read takes is bounded whatever was written to the namespace ([`RedisLedger`] says
+//! reads each entry unless it is too long, or past the bytes the batch or the read has left),
+//! and one more when it found ids whose entries are gone (dropped from the index unless written
+//! again since). What one read takes is bounded whatever was written to the namespace ([`RedisLedger`] says
 //! how); a write refuses an entry longer than a read takes, so that what the ledger takes is
 //! read back.
 
@@ -66,6 +67,18 @@ for _, id in ipairs(due) do
   end
 end
 return {redis.call('ZCARD', KEYS[1]), long, ids}
+";
+
+/// Drops from the index the ids whose entries a read found gone, each only if its entry is
+/// gone still: one written again meanwhile (a task's) stays indexed.
+/// KEYS: index, then the entries. ARGV: their ids, in the same order.
+const GONE: &str = r"
+for i, id in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return 1
 ";
 
 /// Reads a batch of entries, each only if it is no longer than the bound and fits in the
@@ -160,6 +173,7 @@ pub struct RedisLedger {
     put: Script,
     index: Script,
     read: Script,
+    gone: Script,
 }
 
 /// One server, or a cluster.
@@ -242,6 +256,7 @@ impl RedisLedger {
             put: Script::new(PUT),
             index: Script::new(INDEX),
             read: Script::new(READ),
+            gone: Script::new(GONE),
         })
     }
 
@@ -274,6 +289,7 @@ impl RedisLedger {
             put: Script::new(PUT),
             index: Script::new(INDEX),
             read: Script::new(READ),
+            gone: Script::new(GONE),
         })
     }
 
@@ -483,11 +499,12 @@ impl RedisLedger {
             }
         }
         if !gone.is_empty() {
-            let _ = redis::cmd("ZREM")
-                .arg(&index)
-                .arg(&gone)
-                .exec_async(&mut conn)
-                .await;
+            let mut drop = self.gone.prepare_invoke();
+            drop.key(&index);
+            for id in &gone {
+                drop.key(format!("{}entry:{id}", self.prefix)).arg(id);
+            }
+            let _ = drop.invoke_async::<i64>(&mut conn).await;
         }
         Ok(entries)
     }
