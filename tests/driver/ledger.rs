@@ -2133,3 +2133,36 @@ async fn an_entry_written_again_while_a_redis_ledger_reads_stays_indexed() {
         "the entry written again was dropped from the index"
     );
 }
+
+/// A key of another type under a Redis ledger's entry name (someone else's write, damage)
+/// costs that id alone: skipped, and its id dropped from the index, as an entry gone is; the
+/// entry beside it is read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_key_of_another_type_is_dropped_from_the_index() {
+    let InRedis {
+        _redis,
+        server: _server,
+        entry,
+        ledger,
+        prefix,
+        far,
+        mut conn,
+    } = written_to_redis("other-type").await;
+    let index = format!("{prefix}index");
+    let _: () = redis::pipe()
+        .hset(format!("{prefix}entry:hash"), "v", 1)
+        .zadd(&index, "hash", far)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let read = guarded(ledger.entries()).await.unwrap();
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].id(), entry.id());
+    let indexed: Option<u64> = redis::cmd("ZSCORE")
+        .arg(&index)
+        .arg("hash")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(indexed, None, "an id of no entry stays indexed");
+}

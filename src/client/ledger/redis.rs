@@ -69,12 +69,13 @@ end
 return {redis.call('ZCARD', KEYS[1]), long, ids}
 ";
 
-/// Drops from the index the ids whose entries a read found gone, each only if its entry is
-/// gone still: one written again meanwhile (a task's) stays indexed.
+/// Drops from the index the ids whose entries a read found gone (or of another type than an
+/// entry's), each only if it is so still: an entry written again meanwhile (a task's) stays
+/// indexed.
 /// KEYS: index, then the entries. ARGV: their ids, in the same order.
 const GONE: &str = r"
 for i, id in ipairs(ARGV) do
-  if redis.call('EXISTS', KEYS[i + 1]) == 0 then
+  if redis.call('TYPE', KEYS[i + 1]).ok ~= 'string' then
     redis.call('ZREM', KEYS[1], id)
   end
 end
@@ -458,7 +459,7 @@ impl RedisLedger {
                         continue;
                     }
                     _ => {
-                        // Expired between the two reads.
+                        // Gone (expired between the two reads), or of another type.
                         gone.push(id.clone());
                         continue;
                     }
