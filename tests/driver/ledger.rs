@@ -2166,3 +2166,51 @@ async fn a_redis_key_of_another_type_is_dropped_from_the_index() {
         .unwrap();
     assert_eq!(indexed, None, "an id of no entry stays indexed");
 }
+
+/// A Redis ledger whose index name holds a value of another type (someone else's write,
+/// damage), which lists no entry, takes it for an empty index: calls are recorded and made,
+/// and recovered, instead of every write failing on it (each call held back until it failed,
+/// never sent) and every recovery too, for as long as the value was there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_index_of_another_type_is_taken_for_an_empty_one() {
+    let redis = mock_server::procs::RedisServer::start()
+        .await
+        .expect("redis-server");
+    let server = TestServer::start(default_reply).await;
+    let mut conn = redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("mcp-resume:ledger:{foreign-index}:index")
+        .arg("not an index")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let ledger = Arc::new(
+        mcp_resume::client::ledger::RedisLedger::new(&redis.url(), "foreign-index").unwrap(),
+    );
+    let recovered = guarded(
+        Client::builder(&server.url)
+            .ledger(ledger.clone())
+            .build()
+            .unwrap()
+            .recover(),
+    )
+    .await
+    .map(|calls| calls.len());
+    assert_eq!(recovered.unwrap(), 0);
+    let client = Client::builder(&server.url)
+        .ledger(ledger.clone())
+        .reconnect(
+            mcp_resume::ReconnectPolicy::default()
+                .with_initial_delay(Duration::from_millis(5))
+                .with_max_attempts(2),
+        )
+        .build()
+        .unwrap();
+    let outcome = guarded(client.call_tool(echo("recorded"))).await;
+    assert!(outcome.is_ok(), "{outcome:?}");
+    guarded(client.close()).await.unwrap();
+}

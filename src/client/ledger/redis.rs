@@ -34,10 +34,15 @@ use crate::error::{Error, ErrorKind};
 
 /// Writes an entry and indexes it; the index lives as long as its longest-lived entry, and
 /// sheds the ids of entries that expired unremoved (a task left behind, a removal given up in
-/// an outage), which a worker that keeps writing would otherwise keep for ever.
+/// an outage), which a worker that keeps writing would otherwise keep for ever. An index of
+/// another type (someone else's write, damage) lists no entry: replaced.
 /// KEYS: entry, index. ARGV: the entry's JSON, its TTL (ms), its expiry (ms since the epoch),
 /// its id, now (ms since the epoch).
 const PUT: &str = r"
+local kind = redis.call('TYPE', KEYS[2]).ok
+if kind ~= 'zset' and kind ~= 'none' then
+  redis.call('DEL', KEYS[2])
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
@@ -51,8 +56,14 @@ return 1
 /// and the first of those due (at most ARGV[2]) no longer than any entry's id; the longer
 /// ones (someone else's write: no entry read back is named so) are dropped from it unread,
 /// and counted.
+/// An index of another type (someone else's write, damage) lists no entry: answered as
+/// empty, and as such (-1 ids in it), left for the next write to replace.
 /// KEYS: index. ARGV: now (ms since the epoch), the most ids read, the longest id.
 const INDEX: &str = r"
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'zset' and kind ~= 'none' then
+  return {-1, 0, {}}
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf', 'LIMIT', 0, ARGV[2])
 local longest = tonumber(ARGV[3])
@@ -164,9 +175,10 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// an entry longer than 16 MiB (the bound on writes: only someone else's write makes one) is
 /// skipped, as a malformed one is (logged, left where it is, never acted on), and so is an
 /// entry under the key of another id than its own (its removal would miss it); an id in the
-/// index longer than any entry's (128 bytes) is dropped from it unread. Entries past
-/// those bounds are left for a later recovery, once the calls picked up have ended and their
-/// entries are gone.
+/// index longer than any entry's (128 bytes) is dropped from it unread, and an index of
+/// another type, which lists nothing, is read as empty and replaced by the next write.
+/// Entries past those bounds are left for a later recovery, once the calls picked up have
+/// ended and their entries are gone.
 pub struct RedisLedger {
     backend: Backend,
     /// `mcp-resume:ledger:{<identity>}:`
@@ -390,7 +402,7 @@ impl RedisLedger {
         // Read as bytes, each checked alone: a value that is not UTF-8 (damage, or someone
         // else's write) costs its entry, not the reading of every other. An id longer than
         // any entry's is not sent at all: ids are read by the thousand.
-        let (indexed, long, members): (usize, usize, Vec<Vec<u8>>) = self
+        let (indexed, long, members): (i64, usize, Vec<Vec<u8>>) = self
             .index
             .key(&index)
             .arg(now)
@@ -405,7 +417,10 @@ impl RedisLedger {
                 "ledger index ids longer than any entry's dropped unread"
             );
         }
-        if indexed > members.len() {
+        if indexed < 0 {
+            tracing::error!("ledger index of another type than an index: read as empty");
+        }
+        if usize::try_from(indexed).is_ok_and(|indexed| indexed > members.len()) {
             tracing::warn!(
                 indexed,
                 read = members.len(),
