@@ -153,8 +153,10 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// process at a time.
 ///
 /// Entries expire with their calls' deadlines (Redis TTLs; at most about 31,000 years, the
-/// longest Redis surely takes), so what a fleet leaves behind is bounded. It connects on first use and reconnects by itself (on a cluster, following the
-/// slots as they move); every command is bounded (2 s), and a failure is an
+/// longest Redis surely takes), so what a fleet leaves behind is bounded. It connects on
+/// first use and reconnects by itself (on a cluster, following the slots as they move);
+/// every command is bounded (2 s; one that must connect first to a server that does not
+/// answer, about 4 s: the connection is tried twice), and a failure is an
 /// [`ErrorKind::Ledger`] error: the call it was for is held back and tried again, never sent
 /// unrecorded.
 ///
