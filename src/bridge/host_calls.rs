@@ -1,7 +1,8 @@
 //! Host requests as mcp-resume calls: one call each, the host's id on the answer, its
 //! cancellation, its idempotency key, and the opt-in annotation policy.
 
-use std::hash::{Hash, Hasher};
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -39,6 +40,8 @@ pub(crate) struct HostCalls {
     pub(crate) session_state: SessionState,
     /// Asks the notification pump to forward what the client published so far.
     flush: OnceLock<mpsc::Sender<oneshot::Sender<()>>>,
+    /// The secret keys of each request's [`fingerprint`].
+    prints: RandomState,
 }
 
 /// The host's requests by id, under one lock: a request goes from waiting to in flight
@@ -115,6 +118,7 @@ impl HostCalls {
             safe_tools: Mutex::new(SafeTools::default()),
             session_state: SessionState::default(),
             flush: OnceLock::new(),
+            prints: RandomState::new(),
         }
     }
 
@@ -176,7 +180,7 @@ impl HostCalls {
         let key = waiting.key.clone();
         let number = waiting.number;
         let (cancel, cancelled) = oneshot::channel();
-        let print = fingerprint(&method, params.as_ref());
+        let print = fingerprint(&self.prints, &method, params.as_ref());
         let id = {
             let mut ids = lock(&self.ids);
             // Taken and put in flight under one lock: a cancel finds it in one or the other.
@@ -441,7 +445,10 @@ async fn same_server(client: &Client, listed_at: u64, deadline: Option<Instant>)
 }
 
 /// A digest of a request's method and params: equal for the same request handed over again.
-fn fingerprint(method: &str, params: Option<&Value>) -> u64 {
+/// Keyed with secret `keys` (SipHash): two requests whose digests are equal are taken for one
+/// and the second is left unanswered, so two that differ must not be made to collide, as
+/// their arguments (a model's, a user's) could be under an unkeyed hash.
+fn fingerprint(keys: &RandomState, method: &str, params: Option<&Value>) -> u64 {
     fn walk(value: &Value, hasher: &mut impl Hasher) {
         match value {
             Value::Null => hasher.write_u8(0),
@@ -478,7 +485,7 @@ fn fingerprint(method: &str, params: Option<&Value>) -> u64 {
             }
         }
     }
-    let mut hasher = rustc_hash::FxHasher::default();
+    let mut hasher = keys.build_hasher();
     method.hash(&mut hasher);
     match params {
         Some(params) => walk(params, &mut hasher),
@@ -560,13 +567,22 @@ mod tests {
 
     #[test]
     fn the_same_request_has_the_same_fingerprint() {
+        let keys = RandomState::new();
+        let print = |method: &str, params: Option<&Value>| fingerprint(&keys, method, params);
         let params = json!({"name": "t", "arguments": {"n": [1, -2, 0.5, "x", null, true]}});
-        let print = fingerprint("tools/call", Some(&params));
-        assert_eq!(print, fingerprint("tools/call", Some(&params.clone())));
-        assert_ne!(print, fingerprint("tools/list", Some(&params)));
-        assert_ne!(print, fingerprint("tools/call", None));
+        let same = print("tools/call", Some(&params));
+        assert_eq!(same, print("tools/call", Some(&params.clone())));
+        assert_ne!(same, print("tools/list", Some(&params)));
+        assert_ne!(same, print("tools/call", None));
         let other = json!({"name": "t", "arguments": {"n": [1, -2, 0.5, "x", null, false]}});
-        assert_ne!(print, fingerprint("tools/call", Some(&other)));
+        assert_ne!(same, print("tools/call", Some(&other)));
+        // A pair an unkeyed multiply-and-add hash (FxHash) takes for one.
+        const K: u64 = 0xf1357aea2e62a9c5;
+        let lookalike = 0u64.wrapping_sub(K.wrapping_mul(K));
+        assert_ne!(
+            print("tools/call", Some(&json!([0u64, 0u64]))),
+            print("tools/call", Some(&json!([1u64, lookalike])))
+        );
     }
 
     #[test]

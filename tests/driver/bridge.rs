@@ -1243,6 +1243,41 @@ async fn the_same_request_handed_over_twice_gets_one_answer_its_own() {
     assert_eq!(calls, 1, "{:?}", server.labels());
 }
 
+/// Another request under an id in flight, whose arguments a weak (unkeyed, linear) hash
+/// could not tell from the first's: it is refused as any other reuse of the id, never taken
+/// for the same request handed over again (left unanswered while the host read the first
+/// call's answer as its own).
+#[tokio::test]
+async fn another_request_under_an_id_in_flight_is_refused_whatever_its_digest() {
+    let (server, mut host) =
+        host_of_hanging_tools(Duration::from_millis(300), DEFAULT_CAPACITY).await;
+    let id = json!("lookalike");
+    // Under an unkeyed multiply-and-add hash, [1, b - K*K] ends in the state [0, b] does.
+    const K: u64 = 0xf1357aea2e62a9c5;
+    let lookalike = 0u64.wrapping_sub(K.wrapping_mul(K));
+    let first = tool_call("t", json!({"n": [0u64, 0u64]}), json!({}));
+    let second = tool_call("t", json!({"n": [1u64, lookalike]}), json!({}));
+    host.send_with_id(id.clone(), "tools/call", first).await;
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    host.send_with_id(id.clone(), "tools/call", second).await;
+    let refusal = tokio::time::timeout(Duration::from_millis(200), host.answer(&id))
+        .await
+        .expect("the second request is answered at once");
+    assert_eq!(
+        refusal["error"]["code"],
+        codes::INVALID_REQUEST,
+        "{refusal}"
+    );
+    let answer = host.answer(&id).await;
+    assert_eq!(error_of(&answer).1, "timeout", "{answer}");
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(calls, 1, "{:?}", server.labels());
+}
+
 /// A request reusing the id of one whose answer waits for room in the host's queue: once the
 /// first answer is queued the id is the host's to use again, so the refusal of the reuse must
 /// not follow it, or it answers the host's next request under the id (a call that then runs
