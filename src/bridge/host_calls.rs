@@ -68,6 +68,12 @@ pub(crate) struct Waiting {
     number: u64,
     cancelled: oneshot::Receiver<()>,
     taken: bool,
+    /// The [`fingerprint`] of its method and params.
+    print: u64,
+    /// The same request (its id, method and params) was in flight when this one was handed
+    /// over: this one is that request handed over again, never to be run, however long it
+    /// waits for its place (the first one's answer may be queued by then).
+    twin: bool,
 }
 
 impl Waiting {
@@ -139,17 +145,24 @@ impl HostCalls {
     }
 
     /// A host request with this id is about to wait for a place: from now on the host's
-    /// cancel reaches it.
-    pub(crate) fn wait(self: &Arc<Self>, id: Value) -> Waiting {
+    /// cancel reaches it. `print` is its [`HostCalls::fingerprint`].
+    pub(crate) fn wait(self: &Arc<Self>, id: Value, print: u64) -> Waiting {
         let key = id_key(&id);
         let number = self.started.fetch_add(1, Ordering::Relaxed);
         let (cancel, cancelled) = oneshot::channel();
-        lock(&self.ids)
-            .waiting
-            .entry(key.clone())
-            .or_default()
-            .push((number, cancel));
+        let twin = {
+            let mut ids = lock(&self.ids);
+            ids.waiting
+                .entry(key.clone())
+                .or_default()
+                .push((number, cancel));
+            ids.in_flight
+                .get(&key)
+                .is_some_and(|(_, _, held)| *held == print)
+        };
         Waiting {
+            print,
+            twin,
             calls: self.clone(),
             id,
             key,
@@ -157,6 +170,11 @@ impl HostCalls {
             cancelled,
             taken: false,
         }
+    }
+
+    /// The [`fingerprint`] of a host request, for [`HostCalls::wait`].
+    pub(crate) fn fingerprint(&self, method: &str, params: Option<&Value>) -> u64 {
+        fingerprint(&self.prints, method, params)
     }
 
     /// Takes a waiting request the bridge answers itself: its id, or `None` when the host
@@ -180,21 +198,23 @@ impl HostCalls {
         let key = waiting.key.clone();
         let number = waiting.number;
         let (cancel, cancelled) = oneshot::channel();
-        let print = fingerprint(&self.prints, &method, params.as_ref());
+        let (print, twin) = (waiting.print, waiting.twin);
         let id = {
             let mut ids = lock(&self.ids);
             // Taken and put in flight under one lock: a cancel finds it in one or the other.
             let Some(id) = waiting.take(&mut ids) else {
                 return;
             };
-            if let Some((holder, _, held)) = ids.in_flight.get(&key) {
-                if *held == print {
-                    // The request in flight handed over again (a host or skin that sends a
-                    // message twice): the host made one request and gets one answer, that
-                    // call's. A refusal would reach it first, saying "invalid request" of a
-                    // call that runs.
-                    return;
-                }
+            let held = ids.in_flight.get(&key);
+            if twin || held.is_some_and(|(_, _, held)| *held == print) {
+                // The request in flight handed over again (a host or skin that sends a
+                // message twice): the host made one request and gets one answer, that call's,
+                // even when this copy got its place only after that answer. A refusal would
+                // reach the host first, saying "invalid request" of a call that runs; a run
+                // would make the call twice.
+                return;
+            }
+            if let Some((holder, ..)) = held {
                 // JSON-RPC ids name one request at a time: the one in flight keeps the id and
                 // gets its own answer; this one is refused at once, never sent.
                 let holder = *holder;

@@ -51,8 +51,9 @@
 //!   sent on to the server that reuses the id of one still in flight (its answer not yet
 //!   queued) is answered at once with [`codes::INVALID_REQUEST`] and never sent; the one in
 //!   flight keeps the id and its answer. The same request handed over again (same method
-//!   and params: a host or skin that sends a message twice) is neither sent nor refused:
-//!   the host made one request, and gets one answer, the call's own. The refusal of another
+//!   and params: a host or skin that sends a message twice) is neither sent nor refused,
+//!   even when it gets its place (see the bounds) only after that one's answer: the host
+//!   made one request, and gets one answer, the call's own. The refusal of another
 //!   is queued only while the one in flight holds the id: one still waiting for room in the
 //!   host's queue when that one's answer is queued (or the host cancels it) is dropped, so
 //!   it never answers a later request that uses the id again. The requests the bridge
@@ -374,7 +375,13 @@ impl Bridge {
                         inner.calls.cancel_named(params.as_ref());
                     }
                 }
-                message.with_request_id(|id| inner.calls.wait(id))
+                let print = match &message {
+                    HostMessage::Request { method, params, .. } => {
+                        inner.calls.fingerprint(method, params.as_ref())
+                    }
+                    _ => 0,
+                };
+                message.with_request_id(|id| inner.calls.wait(id, print))
             })
         };
         async move {

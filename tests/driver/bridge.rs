@@ -1278,6 +1278,37 @@ async fn another_request_under_an_id_in_flight_is_refused_whatever_its_digest() 
     assert_eq!(calls, 1, "{:?}", server.labels());
 }
 
+/// The same request handed over again while the first is in flight, the copy waiting for a
+/// place (the bridge at its capacity): it is the request the host already made, whenever it
+/// gets its place, so it is never sent, and the host's one request gets one answer. Taken
+/// as a new request once the first was answered, it ran the call a second time and answered
+/// the id twice.
+#[tokio::test]
+async fn the_same_request_handed_over_twice_at_capacity_runs_once() {
+    let (server, mut host) = host_of_hanging_tools(Duration::from_millis(300), 1).await;
+    let id = json!("twice");
+    let message = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": tool_call("t", json!({"n": 1}), json!({}))});
+    guarded(host.bridge.send(message.clone())).await.unwrap();
+    server.wait_for(|r| r.is_rpc("tools/call")).await;
+    // Handed over now, taken (the send settles) once the first call's place frees.
+    let bridge = host.bridge.clone();
+    let copy = tokio::spawn(bridge.send(message));
+    let answer = host.answer(&id).await;
+    assert_eq!(error_of(&answer).1, "timeout", "{answer}");
+    guarded(copy).await.unwrap().unwrap();
+    // Nothing more under the id: the next request's answer is the next message.
+    let ping = host.send("ping", json!({})).await;
+    let next = host.next_message().await;
+    assert_eq!(next["id"], ping, "{next}");
+    let calls = server
+        .requests()
+        .iter()
+        .filter(|r| r.is_rpc("tools/call"))
+        .count();
+    assert_eq!(calls, 1, "{:?}", server.labels());
+}
+
 /// A request reusing the id of one whose answer waits for room in the host's queue: once the
 /// first answer is queued the id is the host's to use again, so the refusal of the reuse must
 /// not follow it, or it answers the host's next request under the id (a call that then runs
