@@ -2368,30 +2368,45 @@ fn a_key_shaped_like_a_round_key_is_refused_by_the_session() {
 }
 
 /// A standalone GET stream refused its credentials (a 401 with a challenge, which the
-/// driver's one retry with a fresh token already met) is given up on at once: tried again,
-/// each try cost a token refresh, `max_attempts` of them in a row, and then gave up anyway.
-/// Calls go on.
+/// driver's one retry with a fresh token already met) is opened again only once a request of
+/// the session is answered, at most `max_attempts` times in a row: tried again on a timer,
+/// each try cost a token refresh, `max_attempts` of them within two seconds. Calls go on.
 #[test]
-fn a_listen_stream_refused_its_credentials_is_not_tried_again() {
+fn a_listen_stream_refused_its_credentials_waits_for_them_to_work() {
     const CHALLENGE: &[(&str, &str)] = &[(
         "www-authenticate",
         r#"Bearer error="invalid_token", resource_metadata="https://as.example/prm""#,
     )];
-    let _g = SeedGuard(2417);
-    let server = ServerConfig {
-        listen_refusal: Some((401, CHALLENGE)),
-        ..ServerConfig::default()
+    let max = ReconnectPolicy::default().max_attempts as usize;
+    let gets = |s: &Sim| {
+        s.server
+            .seen
+            .iter()
+            .filter(|x| x.method == HttpMethod::Get)
+            .count()
     };
-    let mut s = connected(SessionConfig::default(), server, 2417);
-    s.run_for(Duration::from_secs(60));
-    let gets = s
-        .server
-        .seen
-        .iter()
-        .filter(|x| x.method == HttpMethod::Get)
-        .count();
-    assert_eq!(gets, 1, "a GET refused its credentials is not sent again");
-    let c = s.call("a", None);
-    s.run_until_complete(c, SEC);
-    assert!(s.result(c).is_ok(), "{:?}", s.result(c));
+    // | GETs refused | calls answered | GETs sent |
+    let rows = [
+        (u32::MAX, 0, 1),
+        (u32::MAX, 3, 4),
+        (u32::MAX, 2 * max, max),
+        (1, 1, 2),
+        (1, 3, 2),
+    ];
+    for (refused, calls, sent) in rows {
+        let _g = SeedGuard(2417);
+        let server = ServerConfig {
+            listen_refusal: Some((401, CHALLENGE, refused)),
+            ..ServerConfig::default()
+        };
+        let mut s = connected(SessionConfig::default(), server, 2417);
+        s.run_for(Duration::from_secs(60));
+        for n in 0..calls {
+            let c = s.call(&format!("c{n}"), None);
+            s.run_until_complete(c, SEC);
+            assert!(s.result(c).is_ok(), "{:?}", s.result(c));
+            s.run_for(Duration::from_secs(5));
+        }
+        assert_eq!(gets(&s), sent, "{refused} refused, {calls} calls");
+    }
 }

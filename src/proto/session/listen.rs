@@ -31,6 +31,9 @@ enum ListenState {
     Open(HttpId),
     /// Waiting out a backoff (its timer is armed).
     Backoff,
+    /// The server refused its credentials: opened again once a request of the session is
+    /// answered (the credentials work again).
+    Unauthorized,
     /// The server does not offer it.
     NotOffered,
     /// It kept failing.
@@ -206,12 +209,28 @@ impl Session {
         true
     }
 
-    /// The standalone stream was refused its credentials (after the driver's one retry with
-    /// a fresh token): not tried again in this session. Each try would cost a token refresh,
-    /// and a stream is not what the credentials lack; the session's calls say so themselves.
+    /// The standalone stream was refused its credentials (after the driver's one retry, with
+    /// a fresh token when one could be had): opened again only once a request of the session
+    /// is answered ([`Session::credentials_work`]), at most `max_attempts` times in a row.
+    /// Tried again on a timer, each try cost a token refresh, as fast as the backoff went.
     pub(super) fn listen_unauthorized(&mut self) {
-        warn!("standalone GET stream refused its credentials; not listening");
-        self.listen.state = ListenState::GaveUp;
+        self.listen.attempts = self.listen.attempts.saturating_add(1);
+        if self.listen.attempts >= self.config.reconnect.max_attempts {
+            warn!("standalone GET stream refused its credentials again and again; giving up on it");
+            self.listen.state = ListenState::GaveUp;
+        } else {
+            debug!("standalone GET stream refused its credentials; reopened once they work");
+            self.listen.state = ListenState::Unauthorized;
+        }
+    }
+
+    /// A request of the session was answered: its credentials work. A stream refused them is
+    /// opened again.
+    pub(super) fn credentials_work(&mut self, now: Instant) {
+        if self.listen.state == ListenState::Unauthorized {
+            self.listen.state = ListenState::Off;
+            self.open_listen(now);
+        }
     }
 
     /// The standalone stream failed: the recovery decision says whether to listen again, stop,

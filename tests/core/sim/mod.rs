@@ -143,9 +143,9 @@ pub(crate) struct ServerConfig {
     pub init_sse: bool,
     /// Answer JSON responses as one-element batches (only valid under 2025-03-26).
     pub batch: bool,
-    /// Answer a GET without `Last-Event-ID` with this status and these headers (a server
-    /// refusing the stream's credentials).
-    pub listen_refusal: Option<(u16, &'static [(&'static str, &'static str)])>,
+    /// Answer so many GETs without `Last-Event-ID` with this status and these headers (a
+    /// server refusing the stream's credentials).
+    pub listen_refusal: Option<(u16, &'static [(&'static str, &'static str)], u32)>,
 }
 
 impl Default for ServerConfig {
@@ -749,7 +749,8 @@ impl Server {
             );
         }
         let Some(lei) = last_event_id else {
-            if let Some((status, headers)) = self.cfg.listen_refusal {
+            if let Some((status, headers, left @ 1..)) = self.cfg.listen_refusal {
+                self.cfg.listen_refusal = Some((status, headers, left - 1));
                 return status_reply(status, headers);
             }
             if !self.cfg.listen {

@@ -780,6 +780,8 @@ impl Session {
                 return;
             }
         }
+        // Answered, an error included: the server took the request's credentials.
+        self.credentials_work(now);
         if modern {
             return self.deliver_modern(id, result, now);
         }
