@@ -114,6 +114,9 @@ pub(crate) enum InitFault {
     ServerError,
 }
 
+/// Headers a test gives a reply.
+pub(crate) type Headers = &'static [(&'static str, &'static str)];
+
 #[derive(Debug, Clone)]
 pub(crate) struct ServerConfig {
     /// Advertise and enforce the resume-safety extension.
@@ -145,7 +148,7 @@ pub(crate) struct ServerConfig {
     pub batch: bool,
     /// Answer so many GETs without `Last-Event-ID` with this status and these headers (a
     /// server refusing the stream's credentials).
-    pub listen_refusal: Option<(u16, &'static [(&'static str, &'static str)], u32)>,
+    pub listen_refusal: Option<(u16, Headers, u32)>,
 }
 
 impl Default for ServerConfig {
