@@ -38,7 +38,8 @@ pub struct AuthorizationRequest {
 /// The provider checks what comes back (`state`, RFC 9207 `iss`, `error`) before sending the
 /// code anywhere. An error here (the user closed the window, declined) fails the
 /// authorization. Any `Fn(AuthorizationRequest) -> impl Future<Output = Result<Url, Error>>`
-/// is an authorizer.
+/// is an authorizer. The call itself, before it returns its future, must not block: only
+/// the future is bounded (`authorization_timeout`); wait for the user in the future.
 pub trait Authorizer: Send + Sync + 'static {
     /// Shows `request.url` and waits for the redirect.
     fn authorize(&self, request: AuthorizationRequest) -> BoxFuture<'static, Result<Url, Error>>;

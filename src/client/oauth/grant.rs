@@ -66,6 +66,9 @@ impl WorkloadIdentity {
     }
 
     /// A token `read` anew for each grant (e.g. from the file the platform rotates it in).
+    /// `read` runs on the runtime, inside the token flow: it must not block (a small file read
+    /// is fine; a network call is not), or it holds a worker thread, and on a current-thread
+    /// runtime every timer, past any deadline.
     pub fn from_fn(read: impl Fn() -> Result<String, Error> + Send + Sync + 'static) -> Self {
         WorkloadIdentity {
             token: TokenSource::Read(Arc::new(read)),
@@ -102,6 +105,7 @@ impl IdentityAssertion {
     }
 
     /// Like [`IdentityAssertion::new`], with the ID token `read` anew for each exchange.
+    /// `read` must not block, as [`WorkloadIdentity::from_fn`]'s.
     pub fn from_fn(
         idp_token_endpoint: impl Into<String>,
         read: impl Fn() -> Result<String, Error> + Send + Sync + 'static,
