@@ -1200,6 +1200,103 @@ fn cancel_posts_notifications_cancelled_and_reports_nothing() {
     assert!(s.server.resumes().is_empty());
 }
 
+/// The `notifications/cancelled` bodies the server saw, in order.
+fn cancels_seen(s: &Sim) -> Vec<Value> {
+    s.server
+        .seen
+        .iter()
+        .filter(|x| x.rpc_method.as_deref() == Some("notifications/cancelled"))
+        .map(|x| x.body.clone().expect("a notification has a body"))
+        .collect()
+}
+
+/// Where in what the server saw its first DELETE is.
+fn delete_seen_at(s: &Sim) -> usize {
+    s.server
+        .seen
+        .iter()
+        .position(|x| x.method == HttpMethod::Delete)
+        .expect("the DELETE was sent")
+}
+
+/// Closing a legacy session tells the server of a call still running on it, before the
+/// DELETE: a server that keeps the session (one that answers DELETE 405) would otherwise run
+/// the tool on for nobody.
+#[test]
+fn close_cancels_a_call_still_running() {
+    let _g = SeedGuard(43);
+    let mut s = sim(ServerConfig::default(), 43);
+    s.server.slow.insert("a".into(), 10 * SEC);
+    let c = s.call("a", None);
+    s.run_for(s.elapsed() + Duration::from_millis(50));
+    assert!(!s.completions.contains_key(&c), "the tool is still running");
+    let close = s.close();
+    s.run_until_complete(close, SEC);
+    assert!(s.result(close).is_ok());
+    assert_eq!(kind(s.result(c)), ErrorKind::Closed);
+    let cancels = cancels_seen(&s);
+    assert_eq!(cancels.len(), 1, "{cancels:?}");
+    let rpc = s.server.posts_of("a")[0].rpc_id.clone().unwrap();
+    assert_eq!(cancels[0]["params"]["requestId"], rpc);
+    let cancel_at = s
+        .server
+        .seen
+        .iter()
+        .position(|x| x.rpc_method.as_deref() == Some("notifications/cancelled"))
+        .unwrap();
+    assert!(
+        cancel_at < delete_seen_at(&s),
+        "the cancel goes before the DELETE"
+    );
+}
+
+/// A call dropped just before the session closes keeps the cancellation it queued: closing
+/// does not take it back.
+#[test]
+fn a_cancel_queued_just_before_close_is_still_sent() {
+    let _g = SeedGuard(44);
+    let mut s = sim(ServerConfig::default(), 44);
+    s.server.slow.insert("a".into(), 10 * SEC);
+    let c = s.call("a", None);
+    s.run_for(s.elapsed() + Duration::from_millis(50));
+    s.session.cancel(c, s.now);
+    let close = s.session.close(s.now);
+    s.pump();
+    s.run_until_complete(close, SEC);
+    assert!(s.result(close).is_ok());
+    assert!(
+        !s.completions.contains_key(&c),
+        "a cancelled call reports nothing"
+    );
+    let cancels = cancels_seen(&s);
+    assert_eq!(cancels.len(), 1, "one cancellation: {cancels:?}");
+    let rpc = s.server.posts_of("a")[0].rpc_id.clone().unwrap();
+    assert_eq!(cancels[0]["params"]["requestId"], rpc);
+    delete_seen_at(&s);
+}
+
+/// A call whose POST had not left when the session closed never ran: the server is told
+/// nothing of it.
+#[test]
+fn close_says_nothing_of_a_call_whose_post_never_left() {
+    let _g = SeedGuard(45);
+    let mut s = sim(ServerConfig::default(), 45);
+    let c = mcp_resume::proto::CallId::next();
+    let request = mcp_resume::proto::CallRequest::tool_call(
+        serde_json::json!({"name": "echo", "arguments": {"tag": "a"}}),
+        None,
+    );
+    s.session.submit(c, request, s.now);
+    let close = s.session.close(s.now);
+    s.pump();
+    s.run_until_complete(close, SEC);
+    assert!(s.result(close).is_ok());
+    assert_eq!(kind(s.result(c)), ErrorKind::Closed);
+    assert!(s.server.posts_of("a").is_empty());
+    assert!(cancels_seen(&s).is_empty(), "{:?}", cancels_seen(&s));
+    delete_seen_at(&s);
+}
+
 // ---------------------------------------------------------------- dangerous_trust_replay
 
 fn trusting() -> SessionConfig {

@@ -147,7 +147,8 @@ async fn a_legacy_call_past_its_deadline_is_not_resumed() {
 }
 
 /// Legacy: once `close()` returns nothing more is sent, though a call was waiting to resume;
-/// once the last clone is dropped, nothing but the drop's own DELETE.
+/// once the last clone is dropped, nothing but the drop's own close: the waiting call's
+/// cancellation (it may be running) and the DELETE. Either way the call is cancelled once.
 #[tokio::test]
 async fn nothing_is_sent_after_close_or_the_last_drop() {
     for by_drop in [false, true] {
@@ -177,9 +178,16 @@ async fn nothing_is_sent_after_close_or_the_last_drop() {
             .await;
         drop(kept);
         let late = seen_since(&server, moment, |r| {
-            r.session_id() != Some("hostile-1") || (by_drop && r.is_delete())
+            r.session_id() != Some("hostile-1")
+                || (by_drop && (r.is_delete() || r.rpc_method() == Some("notifications/cancelled")))
         });
         assert!(late.is_empty(), "{what}: sent afterwards: {late:?}");
+        assert_eq!(
+            server.count(|r| r.session_id() == Some("hostile-1")
+                && r.rpc_method() == Some("notifications/cancelled")),
+            1,
+            "{what}: the waiting call is cancelled"
+        );
         assert_eq!(
             server.count(|r| r.is_delete() && r.session_id() == Some("hostile-1")),
             1,

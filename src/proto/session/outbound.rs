@@ -227,6 +227,12 @@ impl Session {
     /// still unanswered ([`Output::ServerRequestWithdrawn`]: nobody will send their answers)
     /// and DELETEs the session. The returned call completes when the DELETE is answered (405
     /// tolerated, and a session the server no longer knows is closed too).
+    ///
+    /// Before a legacy-era session is deleted, every call that may be running on it is
+    /// cancelled (`notifications/cancelled`, queued ahead of the DELETE), and notifications
+    /// already queued or in flight (a dropped call's cancellation among them) still go: a
+    /// server that refuses the DELETE would run the calls on otherwise. The close call does
+    /// not wait for them.
     pub fn close(&mut self, now: Instant) -> CallId {
         let _ = now;
         let id = CallId::next();
@@ -245,11 +251,18 @@ impl Session {
             });
             return id;
         }
+        // A legacy server runs a call until it is told to stop, and one that keeps the
+        // session (answering the DELETE 405) would run it on for nobody: each call that may
+        // be running is cancelled, ahead of the DELETE, while the session still takes POSTs.
+        for call in self.calls.ids() {
+            self.send_cancelled(call, "the client closed its session");
+        }
         // The session to delete: the established one, or the one a handshake has obtained.
         let delete = self.life.close(self.config.protocol_version, id);
         self.fail_everything(ErrorKind::Closed, "session closed", false);
         self.withdraw_server_requests();
-        self.exchanges.finish_all_but_delete();
+        // Those cancellations go, and so do the ones queued before (a call dropped just now).
+        self.exchanges.finish_all_but_delete_and_notifications();
         self.timers.clear();
         self.stop_listening();
         self.notifications.clear();
@@ -433,7 +446,17 @@ impl Session {
         if !self.life.is_current(call.attempt().generation()) {
             return;
         }
-        let running: Vec<RequestId> = call.running_ids().cloned().collect();
+        // A POST still queued has not left (and is taken back with the call): its id names
+        // nothing the server has seen.
+        let unsent = match call.state() {
+            CallState::Posting(http) if self.exchanges.unsent(http) => call.attempt().rpc(),
+            _ => None,
+        };
+        let running: Vec<RequestId> = call
+            .running_ids()
+            .filter(|rpc| Some(*rpc) != unsent)
+            .cloned()
+            .collect();
         for rpc in running {
             let params = json!({"requestId": rpc.to_json(), "reason": reason});
             let body = jsonrpc::encode_notification(methods::CANCELLED, Some(&params));

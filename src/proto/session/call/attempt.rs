@@ -50,7 +50,7 @@ impl Attempt {
         }
     }
 
-    pub(super) fn rpc(&self) -> Option<&RequestId> {
+    pub(in crate::proto::session) fn rpc(&self) -> Option<&RequestId> {
         self.rpc.as_ref()
     }
 

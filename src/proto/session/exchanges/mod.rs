@@ -607,10 +607,23 @@ impl Exchanges {
 
     /// Finishes every exchange but a DELETE in flight.
     pub(super) fn finish_all_but_delete(&mut self) {
+        self.finish_all_but(&[ExKind::Delete]);
+    }
+
+    /// Finishes every exchange but a DELETE and the notifications, queued or in flight: what
+    /// closing leaves to go. A notification may be the `notifications/cancelled` of a call the
+    /// server runs, which nothing else would stop on a server that keeps the session; each
+    /// has its own bound in the driver, and what it is answered is of no consequence.
+    pub(super) fn finish_all_but_delete_and_notifications(&mut self) {
+        self.finish_all_but(&[ExKind::Delete, ExKind::Notify]);
+    }
+
+    /// Finishes every exchange of a kind not in `keep`.
+    fn finish_all_but(&mut self, keep: &[ExKind]) {
         let mut ids: Vec<HttpId> = self
             .map
             .iter()
-            .filter(|(_, e)| e.kind != ExKind::Delete)
+            .filter(|(_, e)| !keep.contains(&e.kind))
             .map(|(id, _)| *id)
             .collect();
         // In the order they were opened, so a run replays the same way.
