@@ -1200,6 +1200,32 @@ async fn a_redis_ledger_read_is_bounded() {
     assert!(read.iter().any(|e| e.id() == entry.id()), "due first");
 }
 
+/// Writes `n` copies of `entry` under the ids `long-0`, `long-1`, ..., each carrying `pad`,
+/// due at `due`: entries as long as a test needs, straight into the Redis ledger's namespace.
+async fn write_long_copies(
+    conn: &mut redis::aio::MultiplexedConnection,
+    prefix: &str,
+    entry: &LedgerEntry,
+    due: u64,
+    n: usize,
+    pad: &str,
+) {
+    for n in 0..n {
+        let id = format!("long-{n}");
+        let mut copy = entry.to_json();
+        copy["id"] = json!(id);
+        copy["pad"] = json!(pad);
+        let _: () = guarded(
+            redis::pipe()
+                .set(format!("{prefix}entry:{id}"), copy.to_string())
+                .zadd(format!("{prefix}index"), &id, due)
+                .query_async(conn),
+        )
+        .await
+        .unwrap();
+    }
+}
+
 /// The longest entry a Redis ledger reads, and so the longest it writes.
 const REDIS_ENTRY_BYTES: usize = 16 * 1024 * 1024;
 
@@ -1881,20 +1907,7 @@ async fn a_redis_ledger_read_holds_no_more_bytes_than_it_takes() {
     } = written_to_redis("batch-bytes").await;
     const LONG: usize = 15 * 1024 * 1024;
     let pad = "x".repeat(LONG);
-    for n in 0..18 {
-        let id = format!("long-{n}");
-        let mut copy = entry.to_json();
-        copy["id"] = json!(id);
-        copy["pad"] = json!(pad);
-        let _: () = guarded(
-            redis::pipe()
-                .set(format!("{prefix}entry:{id}"), copy.to_string())
-                .zadd(format!("{prefix}index"), &id, far + 1)
-                .query_async(&mut conn),
-        )
-        .await
-        .unwrap();
-    }
+    write_long_copies(&mut conn, &prefix, &entry, far + 1, 18, &pad).await;
     let read = guarded(ledger.entries()).await.unwrap();
     let long = read.iter().filter(|e| e.id() != entry.id()).count();
     assert!(read.iter().any(|e| e.id() == entry.id()), "due first");
@@ -2008,20 +2021,7 @@ async fn a_redis_ledger_reads_long_entries_over_a_slower_network() {
     } = written_to_redis("slow-network").await;
     const LONG: usize = 15 * 1024 * 1024;
     let pad = "x".repeat(LONG);
-    for n in 0..8 {
-        let id = format!("long-{n}");
-        let mut copy = entry.to_json();
-        copy["id"] = json!(id);
-        copy["pad"] = json!(pad);
-        let _: () = guarded(
-            redis::pipe()
-                .set(format!("{prefix}entry:{id}"), copy.to_string())
-                .zadd(format!("{prefix}index"), &id, far + 1)
-                .query_async(&mut conn),
-        )
-        .await
-        .unwrap();
-    }
+    write_long_copies(&mut conn, &prefix, &entry, far + 1, 8, &pad).await;
     let (proxy, _) = slow_proxy(redis.port(), 48 * 1024 * 1024).await;
     let ledger =
         mcp_resume::client::ledger::RedisLedger::new(&format!("redis://{proxy}"), "slow-network")
@@ -2083,20 +2083,7 @@ async fn an_entry_written_again_while_a_redis_ledger_reads_stays_indexed() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    for n in 0..2 {
-        let id = format!("long-{n}");
-        let mut copy = entry.to_json();
-        copy["id"] = json!(id);
-        copy["pad"] = json!(pad);
-        let _: () = guarded(
-            redis::pipe()
-                .set(format!("{prefix}entry:{id}"), copy.to_string())
-                .zadd(&index, &id, far + 1)
-                .query_async(&mut conn),
-        )
-        .await
-        .unwrap();
-    }
+    write_long_copies(&mut conn, &prefix, &entry, far + 1, 2, &pad).await;
     let (proxy, passed) = slow_proxy(redis.port(), 12 * 1024 * 1024).await;
     let ledger =
         mcp_resume::client::ledger::RedisLedger::new(&format!("redis://{proxy}"), "rewritten")
