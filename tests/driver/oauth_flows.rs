@@ -521,6 +521,16 @@ impl TokenProvider for CountingRefusals {
     }
 }
 
+/// A legacy client of `url` whose requests go through `counting`, with no standalone stream
+/// (its requests would be counted too) and a call timeout the tests never reach.
+fn counted_client(url: &str, counting: CountingRefusals) -> mcp_resume::ClientBuilder {
+    Client::builder(url)
+        .auth(counting)
+        .era(Era::Legacy)
+        .open_listen_stream(false)
+        .call_timeout(Duration::from_secs(10))
+}
+
 /// Several requests refused at once, with no refresh token to renew by, share one
 /// authorization, and when the user declines it they share its failure: the page opens once,
 /// not once per request. A request made after the failure authorizes again.
@@ -551,19 +561,18 @@ async fn concurrent_refusals_share_a_failed_authorization() {
         })
         .build()
         .unwrap();
-    let client = Client::builder(&url)
-        .auth(CountingRefusals {
+    let client = counted_client(
+        &url,
+        CountingRefusals {
             inner: provider.clone(),
-            refused: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            refused: Arc::default(),
             expected: 6,
             all_in,
             ordinary: false,
-        })
-        .era(Era::Legacy)
-        .open_listen_stream(false)
-        .call_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+        },
+    )
+    .build()
+    .unwrap();
     guarded(client.connect()).await.unwrap();
     {
         let mut ledger = auth.ledger.lock().unwrap();
@@ -598,19 +607,18 @@ async fn concurrent_refusals_share_a_refresh_that_got_no_answer() {
     let (_server, url, auth) = protected().await;
     let provider = provider();
     let all_in = Arc::new(Notify::new());
-    let client = Client::builder(&url)
-        .auth(CountingRefusals {
+    let client = counted_client(
+        &url,
+        CountingRefusals {
             inner: provider.clone(),
-            refused: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            refused: Arc::default(),
             expected: 6,
             all_in: all_in.clone(),
             ordinary: false,
-        })
-        .era(Era::Legacy)
-        .open_listen_stream(false)
-        .call_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+        },
+    )
+    .build()
+    .unwrap();
     guarded(client.connect()).await.unwrap();
     {
         let mut ledger = auth.ledger.lock().unwrap();
@@ -657,20 +665,19 @@ async fn concurrent_renewals_of_an_expired_token_share_one_that_got_no_answer() 
     let provider = provider();
     let all_in = Arc::new(Notify::new());
     let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let client = Client::builder(&url)
-        .auth(CountingRefusals {
+    let client = counted_client(
+        &url,
+        CountingRefusals {
             inner: provider.clone(),
             refused: asked.clone(),
             expected: 6,
             all_in: all_in.clone(),
             ordinary: true,
-        })
-        .era(Era::Legacy)
-        .open_listen_stream(false)
-        .call_timeout(Duration::from_secs(10))
-        .reconnect(ReconnectPolicy::default().with_max_attempts(1))
-        .build()
-        .unwrap();
+        },
+    )
+    .reconnect(ReconnectPolicy::default().with_max_attempts(1))
+    .build()
+    .unwrap();
     guarded(client.connect()).await.unwrap();
     let before = auth.grants().len();
     asked.store(0, std::sync::atomic::Ordering::SeqCst);
