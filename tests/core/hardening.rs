@@ -996,7 +996,8 @@ fn an_answer_whose_post_never_left_is_sent_again() {
 
 /// A call of the ready session `s-1` is refused with 404: the session is re-initialized as
 /// `s-2` (its `initialize` and `notifications/initialized` answered; re-sent calls left open).
-fn reinit_to_s2(session: &mut Session, now: Instant) {
+/// `s-1` never answered a call, so the re-initialization backs off first: the time after it.
+fn reinit_to_s2(session: &mut Session, now: Instant) -> Instant {
     let call = CallId::next();
     session.submit(
         call,
@@ -1006,12 +1007,25 @@ fn reinit_to_s2(session: &mut Session, now: Instant) {
     let (http, _) = posts(session).pop().expect("sent");
     session.handle_head(http, 404, &HeaderMap::new(), now);
     session.handle_end(http, now);
-    let mut initialized = false;
+    serve_reinit_as_s2(session, now)
+}
+
+/// Serves a re-initialization under way as `s-2`, its backoff run out first; the time then.
+fn serve_reinit_as_s2(session: &mut Session, mut now: Instant) -> Instant {
+    let mut initialized = serve_as_s2(session, now).0;
     for _ in 0..4 {
+        if session.is_ready() && initialized {
+            break;
+        }
+        if let Some(at) = session.poll_timeout().filter(|at| *at > now) {
+            now = at;
+            session.handle_timeout(now);
+        }
         initialized |= serve_as_s2(session, now).0;
     }
     assert!(initialized, "a new session was initialized");
     assert!(session.is_ready());
+    now
 }
 
 /// Runs the session in virtual time, `serve` answering what it sends, until `call` ends (or
@@ -1098,7 +1112,7 @@ fn an_answer_reaches_only_the_session_whose_server_asked() {
 
     // The session is replaced (its server forgot it); the new one's server asks under "b",
     // an id the old one's request still waiting for an answer had.
-    reinit_to_s2(&mut session, now);
+    let now = reinit_to_s2(&mut session, now);
     let _ = handed(&mut session);
     session.respond(id("b"), answer(4), now);
     assert!(
@@ -1161,7 +1175,7 @@ fn what_arrives_for_a_replaced_session_stays_with_it() {
     );
     let (note_post, _) = posts(&mut session).pop().expect("the notification is sent");
 
-    reinit_to_s2(&mut session, now);
+    let now = reinit_to_s2(&mut session, now);
     let withdrawn: Vec<RequestId> = std::iter::from_fn(|| session.poll_output())
         .filter_map(|o| match o {
             Output::ServerRequestWithdrawn(id) => Some(id),
@@ -1225,7 +1239,7 @@ fn a_cancellation_on_a_replaced_sessions_stream_is_not_handed_out() {
     let _ = posts(&mut session);
     let old = server_asks(&mut session, now, &["a"]);
     assert_eq!(handed(&mut session), ["a"]);
-    reinit_to_s2(&mut session, now);
+    let now = reinit_to_s2(&mut session, now);
     let _ = handed(&mut session);
     let new = server_asks(&mut session, now, &["a"]);
     assert_eq!(
@@ -1334,7 +1348,7 @@ fn a_keyed_resend_waits_for_a_server_that_deduplicates_or_ends_unknown() {
     session.handle_data(http, format!("data: {progress}\n\n").as_bytes(), now);
     session.handle_error(http, TransportFailure::Lost("cut".into()), now);
     // Before its re-send, the session is replaced by one whose server has no idempotency.
-    reinit_to_s2(&mut session, now);
+    let now = reinit_to_s2(&mut session, now);
     let outputs: Vec<Output> = std::iter::from_fn(|| session.poll_output()).collect();
     let ended = outputs.iter().find_map(|o| match o {
         Output::Completed { call, result } if *call == keyed => Some(result),
@@ -2318,10 +2332,7 @@ fn a_replay_on_a_replaced_sessions_resumed_stream_is_not_delivered_again() {
         session.handle_head(refused, 404, &HeaderMap::new(), now);
         session.handle_end(refused, now);
         if established {
-            for _ in 0..4 {
-                serve_as_s2(&mut session, now);
-            }
-            assert!(session.is_ready());
+            now = serve_reinit_as_s2(&mut session, now);
         }
         // The resume replays the whole stream, then the answer.
         let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {"content": []}});

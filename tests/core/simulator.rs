@@ -591,6 +591,58 @@ fn row_resume_404_safe_keyed_is_resent_on_new_session() {
     assert_no_stale_session_id(&s);
 }
 
+// | re-initialization keeps "succeeding" into sessions that never work |
+#[test]
+fn row_reinit_into_sessions_whose_calls_are_only_cut_backs_off() {
+    // Every call's POST is answered 200 with a priming event and cut, and its resume finds
+    // the session unknown: each session is replaced, and none ever answers a call. A 2xx head
+    // is no proof that a session works (only a success answer, a message, or 5 s of life
+    // are): each re-initialization backs off, longer each time, instead of re-initializing
+    // as fast as the server answers.
+    let _g = SeedGuard(71);
+    let mut s = sim(ServerConfig::default(), 71);
+    let tags = ["a", "b", "c"];
+    for tag in tags {
+        s.server
+            .fault(tag, [Fault::CutAfterPriming, Fault::ResumeNotFound]);
+    }
+    for tag in tags {
+        let c = s.call(tag, None);
+        s.run_until_complete(c, 30 * SEC);
+        assert_eq!(kind(s.result(c)), ErrorKind::OutcomeUnknown);
+    }
+    s.run_for(SEC);
+    assert_eq!(reinitialized(&s).len(), tags.len());
+    let initializes: Vec<Duration> = s
+        .server
+        .seen
+        .iter()
+        .filter(|r| r.rpc_method.as_deref() == Some("initialize"))
+        .map(|r| r.at)
+        .collect();
+    let refused: Vec<Duration> = s
+        .server
+        .seen
+        .iter()
+        .filter(|r| r.last_event_id.is_some())
+        .map(|r| r.at)
+        .collect();
+    assert_eq!(refused.len(), tags.len());
+    let initial = ReconnectPolicy::default().initial_delay;
+    for (i, resume) in refused.iter().enumerate() {
+        let next = initializes
+            .iter()
+            .find(|at| *at > resume)
+            .expect("re-initialized");
+        let waited = *next - *resume;
+        assert!(
+            waited >= initial * (1 << i),
+            "re-initialization {} came {waited:?} after the refused resume",
+            i + 1
+        );
+    }
+}
+
 // | resume GET answered with the resume-rejection body |
 #[test]
 fn row_resume_rejection_body_names_the_reason() {
@@ -1016,6 +1068,8 @@ fn row_resumes_without_progress_are_bounded() {
         .fault("a", std::iter::repeat_n(Fault::ResumeCutNoProgress, 10));
     let c = s.call("a", None);
     s.run_until_complete(c, 10 * SEC);
+    // The session answered no call: its re-initialization backs off, and comes after.
+    s.run_for(SEC);
     // `max_resumes_without_progress` (3) resumes, then the one that shows the bound is
     // reached: the session is re-initialized, and the unkeyed call (which ran) is not
     // re-sent. Unbounded, the resumes would go on until the faults ran out and the stream

@@ -463,13 +463,6 @@ impl Session {
         {
             return;
         }
-        if self
-            .calls
-            .get(id)
-            .is_some_and(|c| self.life.is_current(c.attempt().generation()))
-        {
-            self.life.confirm();
-        }
         self.read_body(http, ct);
     }
 
@@ -782,6 +775,17 @@ impl Session {
         }
         // Answered, an error included: the server took the request's credentials.
         self.credentials_work(now);
+        // A success answer, not a 2xx head (a session whose every call is refused or cut
+        // after its head does not work), is what proves the session works: until then a
+        // re-initialization it causes backs off (see `start_reinit`).
+        if result.is_ok()
+            && self
+                .calls
+                .get(id)
+                .is_some_and(|c| self.life.is_current(c.attempt().generation()))
+        {
+            self.life.confirm();
+        }
         if modern {
             return self.deliver_modern(id, result, now);
         }
