@@ -13,7 +13,11 @@
 //! - **capability hash**: `Mcp-Capability-Hash` on every response of a session, the digest
 //!   of what its `initialize` negotiated, recorded with the instance that owns the session;
 //! - **sequenced event ids**: SSE ids rewritten to `<stream>-<seq>` (the inner server's own ids
-//!   kept to translate a `Last-Event-ID` back for its replay);
+//!   kept to translate a `Last-Event-ID` back for its replay); an event whose `id:` is empty,
+//!   with which the inner server resets its client's cursor (no resume point there), reaches
+//!   the client with its `id:` empty and takes no number, the next event numbered one past
+//!   the last, and a resume from before it is refused `event_gap` (nothing proves the inner
+//!   server's replay would bring back an event it gave no id);
 //! - **resume authorization**: a resume is forwarded only if the session has a record, this
 //!   instance opened the stream (a session's POSTs may be served anywhere, its streams'
 //!   continuations live where they were opened), it still knows every event after the

@@ -1,7 +1,9 @@
 //! What one guard remembers locally: the sessions it knows, the sessions it forgot, and for
 //! each SSE stream it numbered the map from its sequence numbers to the inner server's event
 //! ids and the requests answered on it. Everything is bounded; what is evicted is gone, and a
-//! resume that needs it is refused (`event_gap`), never replayed on trust.
+//! resume that needs it is refused (`event_gap`), never replayed on trust. So is what came
+//! before an event the inner server gave an empty id (it reset its client's cursor there:
+//! see [`StreamLog::reset`]).
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -172,7 +174,8 @@ const INDEX_FROM: usize = 16;
 pub(crate) enum RequestState {
     /// Forwarded; its response has not passed yet.
     Running,
-    /// Its response passed as the event at this position.
+    /// Its response passed as the event at this position (or, in an event whose inner id
+    /// was empty, which takes no position, right after it).
     Answered(u64),
     /// The inner server failed the stream before answering it: it will never be answered.
     Lost,
@@ -532,6 +535,22 @@ impl StreamLog {
         seq
     }
 
+    /// An event whose inner id is empty passed: the inner server resets its client's
+    /// cursor there, saying it has no resume point for it. The event takes no position (its
+    /// client's cursor is reset to nothing, as without the guard), and every position issued
+    /// before it is forgotten, as positions past the bounds are: a resume from one would need
+    /// the inner server's replay to bring the event back, and it gave the event no id to be
+    /// found by, so nothing proves it would (a replay that skipped it would check out, event
+    /// by event, with the event lost). Such a resume is refused `event_gap`. The numbering
+    /// goes on from the head, never from 1 again: a position is issued once, so no cursor
+    /// from before the reset names an event after it.
+    fn reset(&mut self) {
+        self.first = self.head() + 1;
+        self.inner = Events::new();
+        self.by_inner = None;
+        self.inner_bytes = 0;
+    }
+
     fn answered(&mut self, request: &Value, seq: u64) {
         if let Some((_, state)) = self
             .requests
@@ -711,6 +730,19 @@ impl Ledger {
         })
     }
 
+    /// An event whose inner id is empty passed on `stream` (see [`StreamLog::reset`]),
+    /// answering `request` when it carries an answer: the client has it, and a resume, from
+    /// a cursor after the event, never owes it.
+    pub(crate) fn reset_stream(&mut self, stream: StreamId, request: Option<&Value>) {
+        if let Some(log) = self.streams.get_mut(&stream) {
+            log.reset();
+            if let Some(request) = request {
+                let at = log.head();
+                log.answered(request, at);
+            }
+        }
+    }
+
     pub(crate) fn answered(&mut self, stream: StreamId, request: &Value, seq: u64) {
         if let Some(log) = self.streams.get_mut(&stream) {
             log.answered(request, seq);
@@ -857,6 +889,38 @@ mod tests {
             Some(5),
             "a forgotten id is a new event"
         );
+    }
+
+    // | an event with an empty inner id between numbered ones, on a short stream and on an
+    // indexed one; one carrying a request's answer | it takes no position; every position
+    // before it is forgotten (head kept, earliest past it: a resume from before it is a
+    // gap), an id seen before it is a new event after it, the numbering goes on from the
+    // head; the answer it carries marks its request answered |
+    #[test]
+    fn an_empty_inner_id_forgets_every_position_before_it() {
+        let mut ledger = Ledger::new(Capacities {
+            sessions: 4,
+            streams: 4,
+            events_per_stream: 40,
+        });
+        for (n, events) in [2u64, INDEX_FROM as u64 + 2].into_iter().enumerate() {
+            let s = StreamId::from_u64(n as u64 + 1);
+            ledger.open_stream(s, sid("a"), hash(), RequestIds::one(Value::from(7)));
+            for i in 0..events {
+                assert_eq!(ledger.record(s, format!("e{i}").as_bytes()), Some(i + 1));
+            }
+            ledger.reset_stream(s, Some(&Value::from(7)));
+            let log = ledger.stream(s).unwrap();
+            assert_eq!((log.head(), log.earliest()), (events, events + 1));
+            assert_eq!(log.inner_id(events), None);
+            assert_eq!(ledger.record(s, b"e0"), Some(events + 1), "a new event");
+            assert_eq!(ledger.record(s, b"f"), Some(events + 2));
+            assert_eq!(ledger.record(s, b"e0"), Some(events + 1), "known since");
+            ledger.lose_running(s);
+            let log = ledger.stream(s).unwrap();
+            assert_eq!(log.earliest(), events + 1);
+            assert!(!log.has_orphans(), "answered in the reset event");
+        }
     }
 
     #[test]

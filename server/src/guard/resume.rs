@@ -20,8 +20,9 @@ pub enum RejectReason {
     /// The session is owned by another instance, which alone holds its streams.
     NotOwner,
     /// Continuity from the cursor to the head cannot be proven (unknown stream, cursor
-    /// beyond what was issued, positions forgotten, or the stream passed something that
-    /// could not be numbered).
+    /// beyond what was issued, positions forgotten: past the log's bounds, or before an event
+    /// whose inner id was empty, which the inner server gave no resume point; or the stream
+    /// passed something that could not be numbered).
     EventGap,
     /// A request whose answer the replay would owe cannot be resolved any more.
     OrphanedRequest,
@@ -67,7 +68,8 @@ pub struct StreamFacts {
     pub of_session: bool,
     /// The last position issued on it.
     pub head: u64,
-    /// The earliest position whose inner event id is still known.
+    /// The earliest position whose inner event id is still known (one past `head` when none
+    /// is: every position was forgotten, as before an event whose inner id was empty).
     pub earliest: u64,
     /// The stream passed something that could not be numbered.
     pub broken: bool,

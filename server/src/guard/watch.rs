@@ -1,5 +1,6 @@
 //! The response half of an exchange: the head gains the session's capability hash, SSE ids
-//! are numbered `<stream>-<seq>`, `initialize` and `server/discover` results gain the
+//! are numbered `<stream>-<seq>` (an empty one, which resets the client's cursor, passes
+//! empty and takes no number), `initialize` and `server/discover` results gain the
 //! advertisement, and a keyed call's answer is captured for its key.
 
 use std::collections::VecDeque;
@@ -643,6 +644,9 @@ impl Watch {
         let mut seq = None;
         let mut id_out = None;
         let inner = block.id();
+        if self.numbering.is_some() && inner.as_deref().is_some_and(<[u8]>::is_empty) {
+            return self.on_reset(guard, block, out);
+        }
         let data = block.data().filter(|d| self.reads_messages(d));
         let waits = self.waits_for_message();
         // On a fresh stream, the answer an event carries is marked in the step that numbers
@@ -727,6 +731,42 @@ impl Watch {
         } else {
             let id_out = id_out.as_ref().map(EventIdText::as_bytes);
             block.write_with(id_out, data_out.as_deref(), out);
+        }
+        SseFlow::Continue
+    }
+
+    /// A block whose `id:` is empty, on a numbered stream: the inner server resets its
+    /// client's cursor there (no resume point), and the client gets it so, its `id:` empty,
+    /// as without the guard. It takes no number; the ledger forgets every position before it
+    /// (see its `StreamLog::reset`), and marks the answer it carries, which the client has.
+    /// On a resumed stream whose replay is not yet proven, it is none of the events issued
+    /// after the cursor (each of those had an id): the replay diverged.
+    fn on_reset(
+        &mut self,
+        guard: &mut impl GuardAccess,
+        block: &Block<'_>,
+        out: &mut BytesMut,
+    ) -> SseFlow {
+        let Some(n) = &self.numbering else {
+            return SseFlow::Continue;
+        };
+        if n.replay_pending() {
+            return SseFlow::Abort;
+        }
+        let stream = n.stream;
+        let data = block.data().filter(|d| self.reads_messages(d));
+        let answer = data.and_then(answered_id);
+        guard.with_guard(|g| g.ledger.reset_stream(stream, answer.as_ref()));
+        let data_out = match data {
+            Some(data) if self.waits_for_message() => self
+                .read_message(data)
+                .and_then(|mut message| self.on_message(guard, &mut message, data, None)),
+            _ => None,
+        };
+        match data_out {
+            // As it came: its `id:` lines, the last of them empty, are the client's to read.
+            None => out.extend_from_slice(block.raw()),
+            Some(data) => block.write_with(Some(b""), Some(&data), out),
         }
         SseFlow::Continue
     }

@@ -383,6 +383,37 @@ fn an_sse_answer_is_captured_from_its_event() {
     assert_eq!(v["result"]["content"][0]["text"], "ours");
 }
 
+// | a keyed call's SSE answer in an event whose `id:` is empty (the inner server resets the
+// client's cursor there), after a priming event | captured and stamped with the hash, and
+// sent with its `id:` still empty, as the inner server wrote it: never given a number the
+// client would resume from |
+#[test]
+fn an_sse_answer_in_an_event_with_an_empty_id_is_captured_and_keeps_it_empty() {
+    let (mut w, mut a, hash) = session();
+    let call = call_body(2, "bump", json!({}), Some("k1"));
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let ours = format!("id:\ndata: {}\n\n", result(2, "ours"));
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec!["id: 0/0\ndata: \n\n", &ours], true),
+    );
+    let events = seen.events();
+    assert!(events[0].0.as_deref().unwrap().ends_with("-1"));
+    assert_eq!(events[1].0.as_deref(), Some(""), "{events:?}");
+    let delivered: Value = serde_json::from_str(&events[1].1).unwrap();
+    assert_eq!(
+        delivered["result"]["_meta"][RESULT_HASH_META_KEY],
+        hash.as_str()
+    );
+    let again = call_body(3, "bump", json!({}), Some("k1"));
+    let v = w.post(&mut a, Some("s1"), &again, &[]).answer().json();
+    assert_eq!(v["result"]["content"][0]["text"], "ours");
+}
+
 // | before a keyed call's answer, events with its id that no client takes for its answer: a
 // message with a `method` (a request or notification to the client, whatever else it
 // holds), one without `jsonrpc: "2.0"`, one with both `result` and `error`, one whose

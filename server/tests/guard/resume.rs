@@ -734,3 +734,123 @@ fn a_null_result_answers_its_call() {
         assert_eq!(inner.as_deref(), Some("0/0"), "{message}");
     }
 }
+
+/// A call's stream (id 2) carrying, after its priming event `0/0`, the event `reset` whose
+/// `id:` is empty, then `after` with the inner id `1/0`; ended as `clean` says. The client's
+/// view: the body as sent and its ids.
+fn stream_with_reset(reset: &str, after: &str, clean: bool) -> (World, Instance, Seen) {
+    let mut w = World::new();
+    let mut a = Instance::new(GuardConfig::default(), 1);
+    w.initialize(&mut a, "s1", json!({}));
+    let call = call_body(2, "echo", json!({}), None);
+    let (_, mut watch) = w.post(&mut a, Some("s1"), &call, &[]).watch();
+    let reset = format!("id:\ndata: {reset}\n\n");
+    let after = format!("id: 1/0\ndata: {after}\n\n");
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec!["id: 0/0\ndata: \n\n", &reset, &after], clean),
+    );
+    (w, a, seen)
+}
+
+const NOTE: &str = r#"{"jsonrpc":"2.0","method":"notifications/message","params":{}}"#;
+
+// | an inner event whose `id:` is empty (the inner server resets the client's cursor: no
+// resume point there) between two with ids | it reaches the client with its `id:` empty,
+// as the inner server wrote it, and takes no number: the events around it are `<stream>-1`
+// and `<stream>-2`; a resume from `<stream>-2` is forwarded with the inner server's own
+// `1/0`, and a resume from `<stream>-1`, before the reset, is refused `event_gap` (the
+// inner server gave no point to replay across the reset from: nothing proves its replay
+// would bring the reset event back) |
+#[test]
+fn an_empty_inner_id_resets_the_clients_cursor_and_takes_no_number() {
+    let answer = result(2, "ok");
+    let (mut w, mut a, seen) = stream_with_reset(NOTE, &answer, true);
+    let ids: Vec<_> = seen.events().into_iter().map(|(id, _)| id).collect();
+    let first = ids[0].clone().unwrap();
+    let stream = first.strip_suffix("-1").expect("ours, first").to_owned();
+    assert_eq!(
+        String::from_utf8(seen.body.clone()).unwrap(),
+        format!(
+            "id: {stream}-1\ndata: \n\nid:\ndata: {NOTE}\n\nid: {stream}-2\ndata: {answer}\n\n"
+        ),
+        "the reset passes as written; the numbering skips it"
+    );
+    let (inner, _) = w.get(&mut a, "s1", Some(&format!("{stream}-2"))).watch();
+    assert_eq!(
+        inner.as_deref(),
+        Some("1/0"),
+        "never an empty Last-Event-ID"
+    );
+    let refused = w.get(&mut a, "s1", Some(&first)).answer();
+    assert_eq!(refused.json()["error"]["data"]["reason"], "event_gap");
+}
+
+// | a call's answer comes in the event with the empty id, then an event with an id, then
+// the inner server fails the stream | a resume from the cursor after the reset is
+// forwarded: the answer passed (the client has it, and no replay from after it owes it),
+// so the call is not orphaned |
+#[test]
+fn an_answer_in_an_event_with_an_empty_id_answers_its_call() {
+    let (mut w, mut a, seen) = stream_with_reset(&result(2, "ok"), NOTE, false);
+    let events = seen.events();
+    assert_eq!(events[1].0.as_deref(), Some(""));
+    let cursor = events[2].0.clone().unwrap();
+    assert!(cursor.ends_with("-2"), "{cursor}");
+    let (inner, _) = w.get(&mut a, "s1", Some(&cursor)).watch();
+    assert_eq!(inner.as_deref(), Some("1/0"));
+}
+
+// | a resumed stream: the inner server's replay sends an event with an empty id before
+// bringing back what was issued; or, once the replay is proven, a live one | the first is
+// no event that was issued after the cursor (each had an id): refused `event_gap` before
+// anything is sent. The second passes with its `id:` empty and takes no number, the next
+// event numbered one past the last issued; a resume from before it is refused |
+#[test]
+fn an_empty_inner_id_on_a_resumed_stream() {
+    let (mut w, mut a, seen) = stream_with_reset(NOTE, NOTE, true);
+    let ids: Vec<String> = seen.events().into_iter().filter_map(|(id, _)| id).collect();
+    let stream = ids[0].strip_suffix("-1").unwrap().to_owned();
+    let (inner, mut watch) = w.get(&mut a, "s1", Some(&ids[2])).watch();
+    assert_eq!(inner.as_deref(), Some("1/0"));
+    let answer = result(2, "ok");
+    let live = format!("id: 1/0\ndata: \n\nid:\ndata: {NOTE}\n\nid: 2/0\ndata: {answer}\n\n");
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![&live], true),
+    );
+    assert!(seen.refusal.is_none());
+    assert_eq!(
+        String::from_utf8(seen.body.clone()).unwrap(),
+        format!("id:\ndata: {NOTE}\n\nid: {stream}-3\ndata: {answer}\n\n")
+    );
+    let (inner, _) = w.get(&mut a, "s1", Some(&format!("{stream}-3"))).watch();
+    assert_eq!(inner.as_deref(), Some("2/0"));
+    let refused = w.get(&mut a, "s1", Some(&ids[2])).answer();
+    assert_eq!(refused.json()["error"]["data"]["reason"], "event_gap");
+
+    // Resumed from `<stream>-1`? Refused (the reset lies after it). From a stream with
+    // events issued after the cursor, a replay opening with a reset diverges.
+    let Setup { mut w, mut a, ids } = setup(false, true);
+    let (_, mut watch) = w.get(&mut a, "s1", Some(&ids[0])).watch();
+    let replay = format!("id:\ndata: {NOTE}\n\nid: 1/0\ndata: {NOTE}\n\n");
+    let seen = a.respond(
+        &mut w.store,
+        w.now,
+        &mut watch,
+        200,
+        sse_head(),
+        Response::Sse(vec![&replay], true),
+    );
+    assert!(seen.body.is_empty(), "nothing of the replay passes");
+    let refusal = seen.refusal.expect("a rejection instead of the stream");
+    assert_eq!(refusal.json()["error"]["data"]["reason"], "event_gap");
+}

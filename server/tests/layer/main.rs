@@ -1,6 +1,7 @@
 //! The tower layer in front of a real rmcp 3.11 server, on 127.0.0.1: what a client sees on
 //! the wire, and what really ran (the tools' own side-effect counts).
 
+mod empty_ids;
 mod held;
 mod keyed_memory;
 mod panics;
