@@ -69,6 +69,8 @@ pub(crate) enum Fault {
     KeyInUse,
     /// Nothing runs: the key's first execution was lost (`IDEMPOTENCY_OUTCOME_UNKNOWN`).
     KeyOutcomeLost,
+    /// `KeyInUse` answered with `id: null` (a server that did not attribute its refusal).
+    KeyInUseWithoutId,
     /// Answered `status` with these headers and a JSON-RPC error body (the extension's
     /// rejection body when a header is `mcp-resume-rejected`); the call runs first when
     /// `executed`.
@@ -590,8 +592,13 @@ impl Server {
                     "error":{"code":-32602,"message":"invalid params: session_name is required"}}),
                 );
             }
-            Fault::KeyInUse | Fault::KeyOutcomeLost => {
-                let code = if fault == Fault::KeyInUse {
+            Fault::KeyInUse | Fault::KeyOutcomeLost | Fault::KeyInUseWithoutId => {
+                let id = if fault == Fault::KeyInUseWithoutId {
+                    Value::Null
+                } else {
+                    id
+                };
+                let code = if fault != Fault::KeyOutcomeLost {
                     "IDEMPOTENCY_KEY_IN_USE"
                 } else {
                     "IDEMPOTENCY_OUTCOME_UNKNOWN"

@@ -711,9 +711,10 @@ impl Session {
                 }
                 let Some(id) = id else {
                     // An error the server could not attribute: on a call's own POST it can
-                    // only be about that call.
+                    // only be about that call, and is read as its answer would be (a key
+                    // refusal included).
                     match (kind, result) {
-                        (ExKind::Post(c), Err(e)) => self.complete(c, Err(Error::rpc(e))),
+                        (ExKind::Post(c), Err(e)) => self.deliver(c, Err(e), now),
                         _ => warn!("response without id ignored"),
                     }
                     return;
