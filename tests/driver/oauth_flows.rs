@@ -1,8 +1,8 @@
 //! `OAuthProvider` against a small authorization server of our own (axum, 127.0.0.1) and the
 //! scriptable MCP server of the driver tests: a token refreshed in the middle of a resumed
-//! stream, a re-initialization with a refreshed token, refresh before expiry, one refresh for
-//! concurrent refusals, a request dropped during its refresh, a provider that refuses to hand
-//! its token to another server.
+//! stream, a re-initialization with a refreshed token, refresh before expiry (no earlier than
+//! half a token's life, not on every request), one refresh for concurrent refusals, a request
+//! dropped during its refresh, a provider that refuses to hand its token to another server.
 
 use crate::support;
 
@@ -224,7 +224,12 @@ async fn servers(expires_in: u64) -> (TcpListener, String, Arc<AuthServer>) {
 
 /// An MCP server that answers only the tokens `auth` issued (valid an hour), and `auth`.
 async fn protected() -> (TestServer, String, Arc<AuthServer>) {
-    let (listener, url, auth) = servers(3600).await;
+    protected_for(3600).await
+}
+
+/// [`protected`], with tokens valid `expires_in` seconds.
+async fn protected_for(expires_in: u64) -> (TestServer, String, Arc<AuthServer>) {
+    let (listener, url, auth) = servers(expires_in).await;
     let as_ = auth.clone();
     let server = TestServer::start_on(listener, move |req| match bearer(req) {
         Some(token) if as_.is_valid(&token) => default_reply(req),
@@ -430,12 +435,12 @@ async fn a_reinitialization_with_a_refreshed_token() {
 /// refused.
 #[tokio::test]
 async fn a_token_is_refreshed_before_it_expires() {
-    // Tokens live 30 s; the provider refreshes those within 60 s of their expiry.
-    let (listener, url, auth) = servers(30).await;
+    // Tokens live 1 s: the margin (60 s) is capped at half of that, which the test waits out.
+    let (listener, url, auth) = servers(1).await;
     let as_ = auth.clone();
     let refusals = Arc::new(Mutex::new(0u32));
     let counted = refusals.clone();
-    let _server = TestServer::start_on(listener, move |req| match bearer(req) {
+    let server = TestServer::start_on(listener, move |req| match bearer(req) {
         Some(token) if as_.is_valid(&token) => default_reply(req),
         Some(_) => {
             *counted.lock().unwrap() += 1;
@@ -446,14 +451,46 @@ async fn a_token_is_refreshed_before_it_expires() {
     let provider = provider();
     let client = client(&url, &provider);
     guarded(client.connect()).await.unwrap();
+    let granted = auth.grants().len();
+    tokio::time::sleep(Duration::from_millis(600)).await;
     guarded(client.list_tools()).await.unwrap();
     let grants = auth.grants();
     assert_eq!(grants[0], "authorization_code");
     assert!(
-        grants[1..].iter().all(|g| g == "refresh_token") && grants.len() >= 3,
-        "each request after the first refreshes the short-lived token: {grants:?}"
+        grants[1..].iter().all(|g| g == "refresh_token") && grants.len() > granted,
+        "the request past the token's half-life refreshed it first: {grants:?}"
     );
+    let requests = server.requests();
+    let first = requests.iter().find_map(bearer);
+    let listed = requests
+        .iter()
+        .rev()
+        .find(|r| r.is_rpc("tools/list"))
+        .and_then(bearer);
+    assert!(listed.is_some(), "tools/list carried a token");
+    assert_ne!(listed, first, "tools/list carried the refreshed token");
     assert_eq!(*refusals.lock().unwrap(), 0, "no token was refused");
+}
+
+/// A token the authorization server grants for no longer than the refresh margin (60 s) is
+/// not renewed by every request, as if always about to expire: renewal waits for half its
+/// lifetime, so a run of calls within it costs the token endpoint no grant after the first.
+#[tokio::test]
+async fn a_token_shorter_than_the_refresh_margin_is_not_renewed_by_every_request() {
+    for expires_in in [30, 60] {
+        let (_server, url, auth) = protected_for(expires_in).await;
+        let provider = provider();
+        let client = client(&url, &provider);
+        guarded(client.connect()).await.unwrap();
+        for _ in 0..10 {
+            guarded(client.list_tools()).await.unwrap();
+        }
+        assert_eq!(
+            auth.grants(),
+            ["authorization_code"],
+            "a token granted for {expires_in} s was renewed within its first half"
+        );
+    }
 }
 
 /// Several requests refused at once share one refresh: the first refreshes, the others see

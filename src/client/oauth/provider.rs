@@ -358,7 +358,15 @@ impl OAuthBuilder {
         self
     }
 
-    /// How long before its expiry a token is refreshed. Default 60 s.
+    /// How long before its expiry a token is renewed (refreshed, or granted anew to a
+    /// machine client). Default 60 s.
+    ///
+    /// The margin is capped at half the token's lifetime: the time from when the provider
+    /// got it (from the token endpoint, or from the store) to its expiry. A token granted for
+    /// an hour is renewed 60 s before it expires; one granted for 30 s (no longer than the
+    /// margin, so otherwise due from the moment it arrives) is used for 15 s, instead of
+    /// costing a grant and a round trip on every request. A token without an expiry is
+    /// renewed only once the server refuses it.
     pub fn refresh_margin(mut self, margin: Duration) -> Self {
         self.refresh_margin = margin;
         self
@@ -527,8 +535,9 @@ impl OAuthBuilder {
 /// give it to [`ClientBuilder::auth`](crate::ClientBuilder::auth).
 ///
 /// An ordinary request is sent with the current token, refreshed first when it expires
-/// within the refresh margin, or without credentials when there is none yet. The server's
-/// 401 then starts the flow: protected resource metadata (from the challenge's
+/// within the refresh margin (at most half its lifetime: [`OAuthBuilder::refresh_margin`]),
+/// or without credentials when there is none yet. The server's 401 then starts the flow:
+/// protected resource metadata (from the challenge's
 /// `resource_metadata`, else the well-known URIs), its `resource` checked against the
 /// server's URL, the authorization server's metadata (RFC 8414 or OpenID Connect, `issuer`
 /// checked), a registration (pre-registered, client ID metadata document, or dynamic), the
@@ -927,6 +936,10 @@ struct State {
     loaded: bool,
     discovery: Option<Discovery>,
     tokens: Option<TokenSet>,
+    /// When the provider got [`State::tokens`] (from the token endpoint or the store): the
+    /// lifetime they are known to have runs from here to their expiry, and caps the margin
+    /// they are renewed ahead of it ([`renewal_due`]). Unknown, it is taken as now.
+    received: Option<SystemTime>,
     /// The scopes of the last authorization.
     requested: Vec<String>,
     /// Step-up authorizations made per requested scope set.
@@ -984,6 +997,19 @@ fn unanswered(failure: &OAuthError) -> bool {
 /// without trying again.
 const RENEW_BACKOFF: Duration = Duration::from_secs(10);
 
+/// Whether `tokens`, which the provider got at `received`, are to be renewed at `now`: once
+/// they expire within `margin`, capped at half the lifetime they had when received. Uncapped,
+/// a token granted for no longer than the margin would be due from the moment it arrived,
+/// and every request would renew it. A token without an expiry is never due; one received
+/// already expired is due at once.
+fn renewal_due(tokens: &TokenSet, received: SystemTime, now: SystemTime, margin: Duration) -> bool {
+    let lifetime = tokens
+        .expires_at
+        .and_then(|at| at.duration_since(received).ok())
+        .unwrap_or_default();
+    tokens.expires_within(now, margin.min(lifetime / 2))
+}
+
 /// What discovery settled: the authorization server and how to reach it.
 #[derive(Clone, Debug)]
 struct Discovery {
@@ -1018,6 +1044,9 @@ impl Inner {
             // Marked loaded only once the store answered: a failed load is the next request's
             // to try again, not an empty store whose tokens a new authorization overwrites.
             state.tokens = self.store.load_tokens(&store_key(&server)).await?;
+            // The store keeps no time of issue: the lifetime known is what is left of it, and
+            // a token loaded near its expiry is renewed no earlier than one granted for as long.
+            state.received = Some(SystemTime::now());
             state.loaded = true;
             if self.config.dpop.is_none() && state.tokens.as_ref().is_some_and(|t| t.dpop_bound) {
                 // Useless without the key it is bound to: authorize anew.
@@ -1127,7 +1156,8 @@ impl Inner {
             let backing_off = state
                 .renew_failed
                 .is_some_and(|at| at.elapsed() < RENEW_BACKOFF);
-            if !tokens.expires_within(now, self.config.refresh_margin)
+            let received = state.received.unwrap_or(now);
+            if !renewal_due(tokens, received, now, self.config.refresh_margin)
                 || (backing_off && !tokens.expires_within(now, Duration::ZERO))
             {
                 return Ok(Some(tokens.access_token.expose().to_owned()));
@@ -1292,6 +1322,7 @@ impl Inner {
         let token = tokens.access_token.expose().to_owned();
         self.note_binding(Some(&tokens));
         state.tokens = Some(tokens.clone());
+        state.received = Some(SystemTime::now());
         self.store
             .save_tokens(&store_key(server), Some(tokens))
             .await
@@ -1785,6 +1816,49 @@ mod tests {
         assert!(!*ended.borrow(), "b joined the flow: it still wants it");
         drop(b);
         assert!(*ended.borrow());
+    }
+
+    #[test]
+    fn a_token_is_renewed_by_the_margin_at_most_half_its_lifetime_early() {
+        let margin = Duration::from_secs(60);
+        let received = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |secs| received + Duration::from_secs(secs);
+        let granted = |lifetime| {
+            let mut tokens = TokenSet::new("a", "https://as.example");
+            tokens.expires_at = Some(at(lifetime));
+            tokens
+        };
+        let due = |tokens: &TokenSet, now| renewal_due(tokens, received, now, margin);
+        // An hour: the whole margin.
+        let hour = granted(3600);
+        assert!(!due(&hour, at(3539)));
+        assert!(due(&hour, at(3540)));
+        // No longer than the margin: half its lifetime.
+        for lifetime in [30, 60] {
+            let short = granted(lifetime);
+            assert!(!due(&short, received), "{lifetime} s, as it arrives");
+            assert!(!due(&short, at(lifetime / 2 - 1)), "{lifetime} s");
+            assert!(due(&short, at(lifetime / 2)), "{lifetime} s");
+        }
+        // Between the two: the margin while it is under half the lifetime.
+        assert!(!due(&granted(150), at(89)));
+        assert!(due(&granted(150), at(90)));
+        // Received expired: due at once.
+        assert!(due(&granted(0), received));
+        let mut expired = granted(0);
+        expired.expires_at = Some(SystemTime::UNIX_EPOCH);
+        assert!(due(&expired, received));
+        // No expiry: never due, whatever the margin.
+        let forever = TokenSet::new("a", "https://as.example");
+        assert!(!renewal_due(
+            &forever,
+            received,
+            at(u32::MAX.into()),
+            Duration::MAX
+        ));
+        // A margin past what the clock can represent is capped all the same.
+        assert!(!renewal_due(&hour, received, at(1799), Duration::MAX));
+        assert!(renewal_due(&hour, received, at(1800), Duration::MAX));
     }
 
     #[test]
