@@ -184,9 +184,9 @@ export interface CallOptions {
 /** A session event: `type` names it; the other members depend on it. */
 export interface SessionEvent {
   type:
-    | "connected" | "listening" | "resumed" | "resume_rejected" | "reinitialized" | "redispatched"
-    | "outcome_unknown" | "context_mismatch" | "checks_degraded" | "era_detected" | "task_created"
-    | "task_finished" | "session_lost" | "closed" | "other";
+    | "connected" | "listening" | "listen_stopped" | "resumed" | "resume_rejected" | "reinitialized"
+    | "redispatched" | "outcome_unknown" | "context_mismatch" | "checks_degraded" | "era_detected"
+    | "task_created" | "task_finished" | "session_lost" | "closed" | "other";
   call?: number;
   method?: string;
   idempotencyKey?: string | null;

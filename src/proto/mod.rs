@@ -304,6 +304,27 @@ pub enum RejectReason {
     Other(String),
 }
 
+/// Why the client stopped trying to open the stream of server-initiated messages
+/// ([`SessionEvent::ListenStopped`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ListenStopReason {
+    /// It failed this many times in a row (connections refused or lost, 5xx answers, streams
+    /// cut before they carried anything) and the attempts of the reconnect policy
+    /// ([`crate::ReconnectPolicy::max_attempts`]) ran out.
+    GaveUp {
+        /// Consecutive failed attempts.
+        attempts: u32,
+    },
+    /// The server answered it in a way that trying again would not change (a stream under
+    /// another capability hash, say).
+    Refused,
+    /// The server refused its credentials (a 401, the driver's retry with a fresh token
+    /// included): opened again once a request of the session is answered, which shows they
+    /// work again, at most [`crate::ReconnectPolicy::max_attempts`] times in a row.
+    Unauthorized,
+}
+
 /// What the session tells the application about itself. Delivered on `Client::events()`.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -317,6 +338,19 @@ pub enum SessionEvent {
     /// the modern era an acknowledged `subscriptions/listen`): what the server sends outside
     /// any call reaches the client from now on.
     Listening,
+    /// The stream of server-initiated messages is closed and the client has stopped trying to
+    /// open it: what the server sends outside any call does not reach the client. Reported
+    /// once per stop; [`SessionEvent::Listening`] follows if the stream is opened again
+    /// (after [`ListenStopReason::Unauthorized`], once a request of the session is answered;
+    /// otherwise only on a new session, after [`SessionEvent::Reinitialized`], whose stream
+    /// is reported afresh). A server that does not offer the stream (405 to the GET, an
+    /// answer that is not an event stream, a new session's GET refused as "session gone"
+    /// again, a modern server that sends no list changes) is not reported: there was nothing
+    /// to stop.
+    ListenStopped {
+        /// Why.
+        reason: ListenStopReason,
+    },
     /// A dropped stream was resumed with `Last-Event-ID`.
     Resumed {
         /// The cursor presented.

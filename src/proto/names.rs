@@ -5,7 +5,7 @@
 use std::str::FromStr;
 
 use super::config::{Era, ResendPolicy};
-use super::{ReinitReason, RejectReason, SessionEvent};
+use super::{ListenStopReason, ReinitReason, RejectReason, SessionEvent};
 use crate::error::{Error, ErrorKind};
 
 /// `as_str` and `FromStr` for an enum of unit variants, from one table.
@@ -91,12 +91,24 @@ impl ReinitReason {
     }
 }
 
+impl ListenStopReason {
+    /// The stable name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ListenStopReason::GaveUp { .. } => "gave_up",
+            ListenStopReason::Refused => "refused",
+            ListenStopReason::Unauthorized => "unauthorized",
+        }
+    }
+}
+
 impl SessionEvent {
     /// The stable name of the event's kind.
     pub const fn kind(&self) -> &'static str {
         match self {
             SessionEvent::Connected { .. } => "connected",
             SessionEvent::Listening => "listening",
+            SessionEvent::ListenStopped { .. } => "listen_stopped",
             SessionEvent::Resumed { .. } => "resumed",
             SessionEvent::ResumeRejected { .. } => "resume_rejected",
             SessionEvent::Reinitialized { .. } => "reinitialized",

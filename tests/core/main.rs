@@ -8,6 +8,7 @@ mod sim;
 mod checkpoints;
 mod decide_table;
 mod hardening;
+mod listen_stopped;
 mod modern_props;
 mod probe_table;
 mod public_api;

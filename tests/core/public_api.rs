@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use mcp_resume::client::ledger::{EntryId, RedisLedger, TASK_RETENTION};
 use mcp_resume::proto::{
-    CallRequest, CallStage, Checkpoint, HttpId, HttpMethod, HttpPurpose, Output, Session,
-    SessionConfig, Transmit, TransportFailure,
+    CallRequest, CallStage, Checkpoint, HttpId, HttpMethod, HttpPurpose, ListenStopReason, Output,
+    Session, SessionConfig, Transmit, TransportFailure,
 };
 #[allow(deprecated)]
 use mcp_resume::StoredTask;
@@ -140,6 +140,7 @@ fn events(event: &SessionEvent) -> &'static str {
     match event {
         SessionEvent::Connected { protocol_version } => protocol_version.as_str(),
         SessionEvent::Listening => "listening",
+        SessionEvent::ListenStopped { reason } => reason.as_str(),
         SessionEvent::Resumed { last_event_id } => {
             let _: &EventId = last_event_id;
             "resumed"
@@ -246,8 +247,21 @@ fn configuration_and_lifecycle_names_are_stable() {
     ] {
         assert_eq!(reason.as_str(), name);
     }
+    for (reason, name) in [
+        (ListenStopReason::GaveUp { attempts: 3 }, "gave_up"),
+        (ListenStopReason::Refused, "refused"),
+        (ListenStopReason::Unauthorized, "unauthorized"),
+    ] {
+        assert_eq!(reason.as_str(), name);
+    }
     let kinds = [
         (SessionEvent::Listening, "listening"),
+        (
+            SessionEvent::ListenStopped {
+                reason: ListenStopReason::Refused,
+            },
+            "listen_stopped",
+        ),
         (SessionEvent::SessionLost, "session_lost"),
         (SessionEvent::Closed, "closed"),
         (

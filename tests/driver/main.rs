@@ -23,6 +23,7 @@ mod driver_api;
 mod driver_cluster;
 mod driver_faults;
 mod ledger;
+mod listen_stopped;
 mod modern;
 mod modern_mrtr_stream_end;
 mod never_a_hang;

@@ -514,8 +514,8 @@ impl From<mcp_resume::ExtensionStatus> for PyExtensionStatus {
 #[pyclass(frozen, weakref, module = "mcp_resume", name = "SessionEvent")]
 #[derive(Default)]
 pub struct PySessionEvent {
-    /// `"connected"`, `"listening"`, `"resumed"`, `"resume_rejected"`, `"reinitialized"`,
-    /// `"redispatched"`,
+    /// `"connected"`, `"listening"`, `"listen_stopped"`, `"resumed"`, `"resume_rejected"`,
+    /// `"reinitialized"`, `"redispatched"`,
     /// `"outcome_unknown"`, `"context_mismatch"`, `"checks_degraded"`, `"era_detected"`,
     /// `"task_created"`, `"task_finished"`, `"session_lost"`, `"closed"`, or `"other"` for an
     /// event this binding predates.

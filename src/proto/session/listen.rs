@@ -19,7 +19,9 @@ use crate::ids::RequestId;
 use crate::ids::{EventId, SequencedEventId};
 use crate::proto::classify::ContentType;
 use crate::proto::decide::{decide, Decision, Failure};
-use crate::proto::{methods, modern, HttpId, HttpMethod, HttpPurpose, Output, SessionEvent};
+use crate::proto::{
+    methods, modern, HttpId, HttpMethod, HttpPurpose, ListenStopReason, Output, SessionEvent,
+};
 use crate::sse::SseEvent;
 
 /// Where the standalone stream stands.
@@ -54,6 +56,10 @@ pub(super) struct Listen {
     subscription: Option<RequestId>,
     /// Modern era: when the `subscriptions/listen` request was sent.
     opened: Option<Instant>,
+    /// [`SessionEvent::ListenStopped`] was reported for this session and no
+    /// [`SessionEvent::Listening`] since: a stream retried and stopped again (refused its
+    /// credentials once more) is not reported twice.
+    stop_reported: bool,
 }
 
 impl Listen {
@@ -200,8 +206,7 @@ impl Session {
             }
         }
         self.listen.answered();
-        self.outputs
-            .push_back(Output::Event(SessionEvent::Listening));
+        self.listening();
         if let (true, Some(last_event_id)) = (resumed, self.listen.last_event_id().cloned()) {
             self.outputs
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
@@ -222,6 +227,9 @@ impl Session {
             debug!("standalone GET stream refused its credentials; reopened once they work");
             self.listen.state = ListenState::Unauthorized;
         }
+        // Nothing reopens it but a call answered: an app waiting only for notifications
+        // would wait for ever unless told.
+        self.listen_stopped(ListenStopReason::Unauthorized);
     }
 
     /// A request of the session was answered: its credentials work. A stream refused them is
@@ -312,6 +320,7 @@ impl Session {
             Decision::Fail(_) if matches!(failure, Failure::ListenHashMismatch) => {
                 warn!("standalone GET stream under another capability hash; not listening");
                 self.listen.state = ListenState::GaveUp;
+                self.listen_stopped(ListenStopReason::Refused);
             }
             Decision::RetryReinitialize
             | Decision::Report
@@ -319,7 +328,31 @@ impl Session {
             | Decision::Fail(_) => {
                 warn!("standalone GET stream keeps failing; giving up on it");
                 self.listen.state = ListenState::GaveUp;
+                // Stopped with attempts left: what the server answered, not their number,
+                // is why.
+                let reason = if attempts < state.max_attempts {
+                    ListenStopReason::Refused
+                } else {
+                    ListenStopReason::GaveUp { attempts }
+                };
+                self.listen_stopped(reason);
             }
+        }
+    }
+
+    /// The stream is open: reported, and a later stop is news again.
+    fn listening(&mut self) {
+        self.listen.stop_reported = false;
+        self.outputs
+            .push_back(Output::Event(SessionEvent::Listening));
+    }
+
+    /// The core stopped trying to open the stream for this session: reported once, until it
+    /// is open again.
+    fn listen_stopped(&mut self, reason: ListenStopReason) {
+        if !std::mem::replace(&mut self.listen.stop_reported, true) {
+            self.outputs
+                .push_back(Output::Event(SessionEvent::ListenStopped { reason }));
         }
     }
 
@@ -340,8 +373,7 @@ impl Session {
         if method == methods::SUBSCRIPTIONS_ACKNOWLEDGED {
             debug!("subscription acknowledged");
             self.life.confirm();
-            self.outputs
-                .push_back(Output::Event(SessionEvent::Listening));
+            self.listening();
             return false;
         }
         true

@@ -56,6 +56,7 @@ __all__ = [
 _EventType = Literal[
     "connected",
     "listening",
+    "listen_stopped",
     "resumed",
     "resume_rejected",
     "reinitialized",
