@@ -1348,7 +1348,7 @@ fn a_keyed_resend_waits_for_a_server_that_deduplicates_or_ends_unknown() {
     session.handle_data(http, format!("data: {progress}\n\n").as_bytes(), now);
     session.handle_error(http, TransportFailure::Lost("cut".into()), now);
     // Before its re-send, the session is replaced by one whose server has no idempotency.
-    let now = reinit_to_s2(&mut session, now);
+    reinit_to_s2(&mut session, now);
     let outputs: Vec<Output> = std::iter::from_fn(|| session.poll_output()).collect();
     let ended = outputs.iter().find_map(|o| match o {
         Output::Completed { call, result } if *call == keyed => Some(result),
