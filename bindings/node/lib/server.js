@@ -585,6 +585,22 @@ function intercept(res, route, handle) {
   }
 }
 
+/**
+ * Whether a response's connection was destroyed by this process (a final handler's, Express's
+ * and connect's, when a handler failed after its head went; `res.destroy()`, as
+ * `stream.pipeline` does when what it pipes fails; a handler destroying its socket) while its
+ * server still listens. Not when the client left (its end was read, or the connection itself
+ * failed: a read or write that errored), nor when the server was shutting down (it no longer
+ * listens: `close()`, then `closeAllConnections()`): a keyed call's run then goes on, and its
+ * answer is stored for the client's re-send.
+ */
+function destroyedHere(socket) {
+  if (socket == null || socket.readableEnded) return false;
+  const error = socket.errored;
+  if (error != null && typeof error.syscall === "string") return false;
+  return socket.server?.listening !== false;
+}
+
 /** The interceptors whose pending bytes are pushed at the end of this turn (`pushSoon`). */
 let due = [];
 
@@ -627,7 +643,7 @@ class Interceptor {
     this.givenHead = null; // that head's headers, a flat list (the guard's head may add to it)
     this.flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
     this.finished = false; // the client's response is complete (or aborted)
-    this.broken = false; // a step failed: the response was destroyed (see `failed`)
+    this.broken = false; // a step failed, or the response was destroyed here (see `stop`)
     this.innerEnded = false; // the handler ended its response
     this.endDue = false; // that end is still to go to the guard, at the end of this turn
     this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
@@ -665,11 +681,22 @@ class Interceptor {
   /**
    * Sees an event of the response before its listeners: whether it waits for the handler's
    * end (a keyed call's `close` and `error`, then `hold` it). An unkeyed call's `close` lets
-   * the outbound go (see `detach`).
+   * the outbound go (see `detach`). A keyed call's `close` of a connection this process
+   * destroyed (see `destroyedHere`) is no client leaving but the response failing: the call
+   * ends there (see `stop`), as one whose handler failed before its head.
    */
   sees(event) {
     if (event !== "close" && event !== "error") return false;
-    if (this.keyed) return !this.innerEnded;
+    if (this.keyed) {
+      if (this.innerEnded) return false;
+      if (event === "close" && destroyedHere(this.res.socket)) {
+        // No client left to hide this from: its `close` is the handler's to hear now.
+        this.stop();
+        this.emitDeferred();
+        return false;
+      }
+      return true;
+    }
     if (event === "close") this.detach();
     return false;
   }
@@ -750,6 +777,18 @@ class Interceptor {
    */
   failed(error) {
     if (this.broken) return;
+    this.stop();
+    this.res.destroy(error);
+    this.emitDeferred();
+  }
+
+  /**
+   * Ends the response's way through the guard where it is: its outbound is closed (a keyed
+   * call that did not reach its end is recorded as such: its key reads
+   * `IDEMPOTENCY_OUTCOME_UNKNOWN`), and nothing the handler does afterwards reaches the guard
+   * or the client.
+   */
+  stop() {
     this.broken = true;
     this.busy = null;
     this.backlog = null;
@@ -757,8 +796,6 @@ class Interceptor {
     this.finished = true;
     this.innerEnded = true;
     this.close();
-    this.res.destroy(error);
-    this.emitDeferred();
   }
 
   /** What a step waiting for the store gave: sent, then the steps queued behind it. */

@@ -19,6 +19,7 @@ import { createConnection } from "node:net";
 import { after, before, test } from "node:test";
 import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
+import express from "express";
 import { Client, IDEMPOTENCY_META_KEY, InvalidConfigError, OutcomeUnknownError, ResumeSafety, ResumeTransport } from "../index.js";
 import { NativeGuard } from "../lib/native.js";
 import { Deployment, Redis, Replica } from "./support/deployment.mjs";
@@ -611,6 +612,8 @@ test("a keyed call whose connection dropped while its answer was backed up is st
   let runs = 0;
   let ended;
   const handlerEnded = new Promise((resolve) => (ended = resolve));
+  let backedUp;
+  const isBackedUp = new Promise((resolve) => (backedUp = resolve));
   const server = createServer(
     new ResumeSafety().wrap(async (req, res) => {
       runs++;
@@ -623,8 +626,8 @@ test("a keyed call whose connection dropped while its answer was backed up is st
           await once(res, "drain"); // the guard's own step waited
           continue;
         }
-        // Backed up in the client's connection; the connection drops: it never drains.
-        req.socket.destroy();
+        // Backed up in the client's connection, which drops (below): it never drains.
+        backedUp();
         break;
       }
       // As a handler streaming with backpressure does (the TypeScript SDK's transport).
@@ -636,16 +639,116 @@ test("a keyed call whose connection dropped while its answer was backed up is st
   server.listen(0, "127.0.0.1");
   await once(server, "listening");
   try {
-    const url = `http://127.0.0.1:${server.address().port}/mcp`;
+    const { port } = server.address();
+    const url = `http://127.0.0.1:${port}/mcp`;
     const headers = { "content-type": "application/json", accept: "application/json, text/event-stream" };
     const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: "k-backed-up" }, name: "bump", arguments: {} } });
-    await assert.rejects(fetch(url, { method: "POST", headers, body: call }).then((r) => r.text()));
+    // A client that reads nothing of its answer, then drops its connection (a reset).
+    const socket = createConnection(port, "127.0.0.1");
+    await once(socket, "connect");
+    const head = Object.entries({ ...headers, host: `127.0.0.1:${port}`, "content-length": Buffer.byteLength(call) })
+      .map(([name, value]) => `${name}: ${value}\r\n`)
+      .join("");
+    socket.write(`POST /mcp HTTP/1.1\r\n${head}\r\n${call}`);
+    await isBackedUp;
+    socket.resetAndDestroy();
     await handlerEnded;
     const again = await (await fetch(url, { method: "POST", headers, body: call })).text();
     assert.ok(again.includes('"text":"ran"'), again);
     assert.equal(runs, 1);
   } finally {
     server.close();
+  }
+});
+
+test("a keyed call whose Express handler fails after its head ends there: its re-send is told its outcome is unknown", { timeout: 30000 }, async () => {
+  // Express 5 hands a handler's rejection to its final handler, which destroys the connection
+  // once the head went (or to an error handler, which may destroy the response with the
+  // error): the handler never ends its response. The call ends there, its key marked lost, as
+  // a failure before the head ends it; not "in use" until the response is collected (each is
+  // kept reachable here, so collection cannot be what ends it).
+  const kept = [];
+  let runs = 0;
+  let release;
+  const app = express();
+  app.set("env", "test"); // the final handler's log of the error, not wanted here
+  const failing = async (req, res) => {
+    runs += 1;
+    kept.push(res);
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.flushHeaders();
+    await new Promise((resolve) => (release = resolve)); // the client has the head
+    throw new Error("the tool failed");
+  };
+  const safety = new ResumeSafety();
+  app.post("/mcp", safety.middleware(), failing);
+  app.post("/destroyed", safety.middleware(), failing, (error, _req, res, _next) => res.destroy(error));
+  const server = app.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    for (const path of ["/mcp", "/destroyed"]) {
+      const url = `http://127.0.0.1:${server.address().port}${path}`;
+      const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: `k-${randomUUID()}` }, name: "bump", arguments: {} } });
+      const post = () => fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
+      runs = 0;
+      const first = await post();
+      assert.equal(first.status, 200);
+      release();
+      await assert.rejects(first.text(), /terminated|other side closed/);
+      // The client's re-send: the key is let go on the runtime, just behind the connection's
+      // close, so a re-send may find it held for a moment, never for longer.
+      let again;
+      await until(
+        `the key of the call to ${path} to be let go`,
+        async () => {
+          again = await (await post()).text();
+          return !again.includes("IDEMPOTENCY_KEY_IN_USE");
+        },
+        2000,
+      );
+      assert.ok(again.includes("IDEMPOTENCY_OUTCOME_UNKNOWN"), again);
+      assert.equal(runs, 1);
+    }
+    assert.equal(kept.length, 2);
+  } finally {
+    shut(server);
+  }
+});
+
+test("a keyed call whose connection its server's shutdown closed runs on and is stored", { timeout: 30000 }, async () => {
+  // A shutdown that does not wait for open responses (close, then closeAllConnections)
+  // destroys their connections too: the client comes back elsewhere, and the answer the run
+  // goes on to must be there for it, not its key marked lost.
+  const safety = new ResumeSafety();
+  let runs = 0;
+  let release;
+  let ended;
+  const handlerEnded = new Promise((resolve) => (ended = resolve));
+  const handler = safety.wrap(async (req, res) => {
+    runs += 1;
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.flushHeaders();
+    await new Promise((resolve) => (release = resolve));
+    res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result: { content: [{ type: "text", text: "ran" }] } })}\n\n`);
+    ended();
+  });
+  const draining = await serve(handler);
+  const elsewhere = await serve(handler); // another server behind the same guard
+  try {
+    const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: `k-${randomUUID()}` }, name: "bump", arguments: {} } });
+    const post = (url) => fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
+    const first = await post(draining.url);
+    assert.equal(first.status, 200);
+    draining.server.close();
+    draining.server.closeAllConnections();
+    await assert.rejects(first.text(), /terminated|other side closed/);
+    release();
+    await handlerEnded;
+    const again = await (await post(elsewhere.url)).text();
+    assert.ok(again.includes('"text":"ran"'), again);
+    assert.equal(runs, 1);
+  } finally {
+    shut(elsewhere.server);
   }
 });
 
