@@ -22,6 +22,7 @@ mod demo_outcomes;
 mod driver_api;
 mod driver_cluster;
 mod driver_faults;
+mod last_drop;
 mod ledger;
 mod listen_stopped;
 mod modern;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::future::{AbortHandle, AbortRegistration};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -30,8 +30,8 @@ use crate::client::task_store::{StoredTask, TaskStore};
 use crate::error::{Error, ErrorKind, RpcError};
 use crate::ids::RequestId;
 use crate::proto::{
-    CallId, CallRequest, HttpId, Output, ServerRequest, Session, SessionEvent, Transmit,
-    TransportFailure,
+    CallId, CallRequest, HttpId, HttpPurpose, Output, ServerRequest, Session, SessionEvent,
+    Transmit, TransportFailure,
 };
 
 /// Server-to-client requests handled at once; more are answered with an error at once, so a
@@ -147,6 +147,10 @@ pub(crate) struct State {
     /// Exchanges in flight, wherever they run. Reports for an id not in here (aborted,
     /// finished) are dropped.
     exchanges: FxHashMap<HttpId, AbortHandle>,
+    /// Those of them that are notification POSTs (or answers to the server): a dropped
+    /// client's driver lets them finish, as a dropped call's future promised its server a
+    /// cancellation. Each is bounded by the endpoint's own timeout for them.
+    notifying: FxHashSet<HttpId>,
     /// Exchanges for the driver to start.
     pub(super) to_start: Vec<Pending>,
     /// The call whose registration is being pumped, when its caller performs the call's first
@@ -214,6 +218,7 @@ impl State {
             records: parts.records,
             core,
             exchanges: FxHashMap::default(),
+            notifying: FxHashSet::default(),
             to_start: Vec::new(),
             inline_for: None,
             inline: None,
@@ -343,19 +348,28 @@ impl State {
         !self.to_start.is_empty() || !self.deferred.is_empty() || self.shutdown.is_some()
     }
 
-    /// The earliest of the session's next deadline, the idle timers and the shutdown's bound.
+    /// The earliest of the session's next deadline, the idle timers and the shutdown's bound
+    /// (until it passes: notifications still in flight then wake the driver as they end).
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let session = self.session.poll_timeout().map(Instant::from_std);
         let idle = self.idle_queue.first().map(|(at, _)| *at);
-        let shutdown = self.shutdown.as_ref().map(|s| s.deadline);
+        let shutdown = self
+            .shutdown
+            .as_ref()
+            .map(|s| s.deadline)
+            .filter(|d| Instant::now() < *d);
         [session, idle, shutdown].into_iter().flatten().min()
     }
 
-    /// Whether the driver may stop: the client is gone and its DELETE answered or overdue.
+    /// Whether the driver may stop: the client is gone, its DELETE answered or overdue, and
+    /// no notification it sent still in flight (a server answering the DELETE first would
+    /// otherwise see a dropped call's cancellation cut off).
     pub(super) fn may_stop(&self) -> bool {
-        self.shutdown
-            .as_ref()
-            .is_some_and(|s| s.close.is_none() || Instant::now() >= s.deadline)
+        self.notifying.is_empty()
+            && self
+                .shutdown
+                .as_ref()
+                .is_some_and(|s| s.close.is_none() || Instant::now() >= s.deadline)
     }
 
     /// The driver's timer fired for `fired`: whatever is due then fires.
@@ -407,6 +421,7 @@ impl State {
         for (_, exchange) in self.exchanges.drain() {
             exchange.abort();
         }
+        self.notifying.clear();
         self.to_start.clear();
         for (_, handling) in self.server_requests.drain() {
             handling.cancel("client closed");
@@ -493,7 +508,7 @@ impl State {
             .iter()
             .position(|p| session.exchange_call(p.outgoing.request.id) == Some(call))?;
         let id = self.to_start.remove(at).outgoing.request.id;
-        self.exchanges.remove(&id);
+        self.forget_exchange(id);
         Some(id)
     }
 
@@ -508,6 +523,13 @@ impl State {
             close: Some(call),
             deadline: Instant::now() + CLOSE_GRACE,
         });
+    }
+
+    /// Exchange `id` is over (ended, failed, aborted or withdrawn): its abort handle, if it
+    /// was still in flight.
+    fn forget_exchange(&mut self, id: HttpId) -> Option<AbortHandle> {
+        self.notifying.remove(&id);
+        self.exchanges.remove(&id)
     }
 
     /// One event of an exchange, then the pump. Returns whether the exchange is still wanted
@@ -528,15 +550,15 @@ impl State {
             } => self.session.handle_head(id, status, &headers, now),
             ExchangeEvent::Data { id, bytes } => self.session.handle_data(id, &bytes, now),
             ExchangeEvent::End { id } => {
-                self.exchanges.remove(&id);
+                self.forget_exchange(id);
                 self.session.handle_end(id, now);
             }
             ExchangeEvent::Failed { id, failure } => {
-                self.exchanges.remove(&id);
+                self.forget_exchange(id);
                 self.session.handle_error(id, failure, now);
             }
             ExchangeEvent::Json { id, body, decoded } => {
-                self.exchanges.remove(&id);
+                self.forget_exchange(id);
                 self.session.handle_json_body(id, &body, decoded, now);
             }
             ExchangeEvent::Events { id, events } => self.session.handle_events(id, events, now),
@@ -582,6 +604,11 @@ impl State {
                 if let Some(old) = self.exchanges.insert(id, abort) {
                     old.abort();
                 }
+                if request.purpose == HttpPurpose::Notify {
+                    self.notifying.insert(id);
+                } else {
+                    self.notifying.remove(&id);
+                }
                 let call = self.session.exchange_call(id);
                 let gate = call.and_then(|call| self.ledger_gate(call));
                 let outgoing = Outgoing {
@@ -605,7 +632,7 @@ impl State {
             Transmit::Abort(id) => {
                 #[cfg(feature = "otel")]
                 self.telemetry.aborted(id);
-                if let Some(exchange) = self.exchanges.remove(&id) {
+                if let Some(exchange) = self.forget_exchange(id) {
                     // One whose end is in the report being applied stops by itself: aborting
                     // it would only wake the task reading it, from inside its own poll.
                     if self.ending != Some(id) {
@@ -800,7 +827,7 @@ impl State {
     /// unsent and the call ends with `error` ([`ErrorKind::Ledger`]), saying it may have run
     /// only if an earlier send of it may have.
     fn unrecordable(&mut self, id: HttpId, call: CallId, error: Error) {
-        if self.exchanges.remove(&id).is_none() {
+        if self.forget_exchange(id).is_none() {
             // Aborted meanwhile (the call was cancelled, the client stopped).
             return;
         }
