@@ -1028,6 +1028,48 @@ fn serve_reinit_as_s2(session: &mut Session, mut now: Instant) -> Instant {
     now
 }
 
+/// A session whose call was answered with a JSON-RPC error works: the server holds it and
+/// answered. Its replacement (another call's 404) is not a failed re-initialization, and
+/// goes out at once, where a session none of whose calls was ever answered backs off.
+#[test]
+fn an_error_answer_proves_a_session_works() {
+    for answered in [true, false] {
+        let (mut session, now) = legacy_ready();
+        let _ = posts(&mut session);
+        let first = CallId::next();
+        session.submit(
+            first,
+            CallRequest::new("tools/call", Some(json!({"name": "a"}))),
+            now,
+        );
+        let (http, body) = posts(&mut session).pop().expect("sent");
+        let mut json = HeaderMap::new();
+        json.insert("content-type", "application/json".parse().unwrap());
+        if answered {
+            let error = json!({"jsonrpc": "2.0", "id": body["id"],
+                "error": {"code": -32602, "message": "no such argument"}});
+            session.handle_head(http, 200, &json, now);
+            session.handle_data(http, &serde_json::to_vec(&error).unwrap(), now);
+        } else {
+            session.handle_head(http, 200, &json, now);
+        }
+        session.handle_end(http, now);
+        let other = CallId::next();
+        session.submit(
+            other,
+            CallRequest::new("tools/call", Some(json!({"name": "b"}))),
+            now,
+        );
+        let (refused, _) = posts(&mut session).pop().expect("sent");
+        session.handle_head(refused, 404, &HeaderMap::new(), now);
+        session.handle_end(refused, now);
+        let at_once = posts(&mut session)
+            .iter()
+            .any(|(_, b)| b["method"] == "initialize");
+        assert_eq!(at_once, answered, "answered: {answered}");
+    }
+}
+
 /// Runs the session in virtual time, `serve` answering what it sends, until `call` ends (or
 /// nothing is left to do): its result, if it ended.
 fn until_ended(
@@ -2030,6 +2072,75 @@ fn a_modern_only_refusal_probes_once_when_the_probe_still_says_legacy() {
     );
     assert_eq!(count("initialize"), 2);
     assert_eq!(m.posts_of("act").len(), 2);
+}
+
+/// A session set up after a version refusal (its probe still said legacy) whose call was
+/// answered with an error, or not answered but that lived longer than a session takes to
+/// prove itself: the server redeployed modern-only meanwhile, and the next refusal probes
+/// again, instead of being taken for the earlier one's circle and failing every later call.
+#[test]
+fn a_refusal_long_after_a_probe_that_said_legacy_probes_again() {
+    for (name, later) in [("error answer", SEC), ("no answer", 10 * SEC)] {
+        let mut m = Modern::auto(SessionConfig::default());
+        let refused = std::cell::Cell::new(false);
+        let refusal = |body: &Value| {
+            (
+                400,
+                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                    "message": "Unsupported protocol version",
+                    "data": {"supported": [MODERN]}}}),
+            )
+        };
+        let mut script = |body: &Value| -> (u16, Value) {
+            if let Some(answer) = legacy_handshake(body) {
+                return answer;
+            }
+            match body["method"].as_str().unwrap_or_default() {
+                "server/discover" => method_not_found(body),
+                _ if !refused.replace(true) => refusal(body),
+                _ if name == "no answer" => (202, Value::Null),
+                _ => (
+                    200,
+                    json!({"jsonrpc": "2.0", "id": body["id"],
+                        "error": {"code": -32602, "message": "no such argument"}}),
+                ),
+            }
+        };
+        let connect = m.session.connect(m.now);
+        m.run(&mut script, SEC);
+        assert!(m.result(connect).is_some_and(|r| r.is_ok()), "{name}");
+        let first = m.submit("act");
+        m.run(&mut script, SEC);
+        assert!(m.result(first).is_some_and(|r| r.is_err()), "{name}");
+        let before = m.seen.len();
+        // Redeployed, `later` after: every legacy request refused, the probe answered.
+        m.now += later;
+        let mut script = |body: &Value| {
+            let enveloped =
+                body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
+            if !enveloped {
+                return refusal(body);
+            }
+            discover(body).unwrap_or_else(|| {
+                ok(
+                    body,
+                    json!({"resultType": "complete", "content": [{"type": "text", "text": "ran"}]}),
+                )
+            })
+        };
+        let call = m.submit("next");
+        m.run(&mut script, 10 * SEC);
+        assert!(
+            matches!(m.result(call), Some(Ok(_))),
+            "{name}: {:?}",
+            m.result(call)
+        );
+        let probes = m.seen[before..]
+            .iter()
+            .filter(|b| b["method"] == "server/discover")
+            .count();
+        assert_eq!(probes, 1, "{name}");
+    }
 }
 
 /// An era read from an answer to the probe that says nothing about it (a rate limiter's 429,

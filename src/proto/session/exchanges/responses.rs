@@ -765,6 +765,13 @@ impl Session {
             }
             Err(_) => None,
         };
+        // An answer, an error included, is what proves the session works, unless it refuses
+        // the call or names another context; a 2xx head is not (a session whose every call
+        // is cut after its head does not work): until then a re-initialization it causes
+        // backs off (see `start_reinit`). A modern error is read by `deliver_modern`.
+        let works = failure.is_none()
+            && !(modern && result.is_err())
+            && self.life.is_current(call.attempt().generation());
         if let Some(failure) = failure {
             let cause = match &result {
                 Err(e) => Error::rpc(e.clone()),
@@ -774,19 +781,11 @@ impl Session {
                 return;
             }
         }
-        // Answered, an error included: the server took the request's credentials.
-        self.credentials_work(now);
-        // A success answer, not a 2xx head (a session whose every call is refused or cut
-        // after its head does not work), is what proves the session works: until then a
-        // re-initialization it causes backs off (see `start_reinit`).
-        if result.is_ok()
-            && self
-                .calls
-                .get(id)
-                .is_some_and(|c| self.life.is_current(c.attempt().generation()))
-        {
+        if works {
             self.life.confirm();
         }
+        // Answered, an error included: the server took the request's credentials.
+        self.credentials_work(now);
         if modern {
             return self.deliver_modern(id, result, now);
         }
@@ -893,7 +892,7 @@ impl Session {
             self.apply_because(id, failure, cause, now);
             return;
         }
-        if let Some(rpc) = rpc.filter(|rpc| !modern && self.refused_as_modern_only(rpc)) {
+        if let Some(rpc) = rpc.filter(|rpc| !modern && self.refused_as_modern_only(rpc, now)) {
             // The server now speaks the other era (a redeploy): a new handshake probes, and
             // the call, which did not run, goes on the era it finds.
             let cause = Error::rpc(rpc.clone());

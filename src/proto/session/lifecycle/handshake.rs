@@ -608,7 +608,11 @@ impl Session {
     /// and no legacy one, with the era free to change. Not on a session a probe for the same
     /// refusal has just found legacy, until it works: that server answers the probe and the
     /// calls in different eras, and the refusal is the call's answer.
-    pub(in crate::proto::session) fn refused_as_modern_only(&self, rpc: &RpcError) -> bool {
+    pub(in crate::proto::session) fn refused_as_modern_only(
+        &self,
+        rpc: &RpcError,
+        now: Instant,
+    ) -> bool {
         let Some(modern::ModernError::UnsupportedVersion { supported }) = modern::modern_error(rpc)
         else {
             return false;
@@ -616,7 +620,7 @@ impl Session {
         modern::pick_version(&supported).is_some()
             && !self.may_fall_back_to(&supported)
             && self.may_switch_era()
-            && !self.life.refused_again()
+            && !self.life.refused_again(now)
     }
 
     /// A recognised discovery: the session is the modern one.

@@ -12,7 +12,7 @@ mod handshake;
 mod reinit;
 
 use super::headers::SessionHeaders;
-use super::negotiated::Negotiated;
+use super::negotiated::{Negotiated, STABLE_SESSION};
 use super::Session;
 use crate::error::Error;
 use crate::ids::{CapabilityHash, RequestId, SessionId};
@@ -27,8 +27,8 @@ use serde_json::Value;
 struct Established {
     session: Negotiated,
     since: Instant,
-    /// A call got a success answer, or the server sent a message on its stream: the session
-    /// works. Until then a re-initialization counts as a failed one.
+    /// A call got an answer (not a refusal), or the server sent a message on its stream: the
+    /// session works. Until then a re-initialization counts as a failed one.
     confirmed: bool,
     /// Set up by a handshake a version refusal called for (its probe found this era).
     after_version_refusal: bool,
@@ -286,11 +286,14 @@ impl Lifecycle {
     }
 
     /// Whether the established session was set up because the server refused the previous
-    /// one's revision, and has not worked since: the same refusal again means the server
-    /// answers the probe and the calls in different eras, and probing once more would only go
-    /// round in circles.
-    fn refused_again(&self) -> bool {
-        matches!(&self.phase, Phase::Ready(e) if e.after_version_refusal && !e.confirmed)
+    /// one's revision, and has not worked since (nor lived [`STABLE_SESSION`]): the same
+    /// refusal again means the server answers the probe and the calls in different eras, and
+    /// probing once more would only go round in circles. A session that lived that long may
+    /// have met a real redeploy since.
+    fn refused_again(&self, now: Instant) -> bool {
+        matches!(&self.phase, Phase::Ready(e) if e.after_version_refusal
+            && !e.confirmed
+            && now.saturating_duration_since(e.since) < STABLE_SESSION)
     }
 
     /// The current session works: re-initializations start counting afresh.
