@@ -182,8 +182,8 @@ pub use error::{Error, ErrorKind, Result, RpcError};
 pub use ids::{CapabilityHash, EventId, IdempotencyKey, RequestId, SessionId};
 pub use policy::ReconnectPolicy;
 pub use proto::{
-    CallId, Era, ExtensionStatus, ProtocolVersion, ReinitReason, RejectReason, ResendPolicy,
-    ServerRequest, SessionEvent,
+    CallId, Era, ExtensionStatus, ListenStopReason, ProtocolVersion, ReinitReason, RejectReason,
+    ResendPolicy, ServerRequest, SessionEvent,
 };
 
 // The README's quickstart is compiled too, so it cannot drift from the API.

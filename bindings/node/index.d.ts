@@ -192,7 +192,14 @@ export interface SessionEvent {
   idempotencyKey?: string | null;
   protocolVersion?: string;
   lastEventId?: string;
+  /**
+   * Why the session was re-initialized (`reinitialized`), what is missing
+   * (`checks_degraded`), or why the client stopped opening the stream of server messages
+   * (`listen_stopped`: `"gave_up"`, `"refused"`, `"unauthorized"`).
+   */
   reason?: string;
+  /** Consecutive failed attempts (`listen_stopped` with `reason` `"gave_up"`). */
+  attempts?: number | null;
   rejectReason?: string | null;
   capabilitiesChanged?: boolean;
   status?: ExtensionStatus;

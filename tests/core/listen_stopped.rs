@@ -123,3 +123,79 @@ fn a_new_session_reports_its_own_listen_stream() {
         assert_eq!(stream_events(&s), told, "{times} GETs refused");
     }
 }
+
+/// A stream that sends an event past the size bound is not opened again (a hostile stream
+/// would only repeat itself): the app is told it stopped, as for any other stop.
+#[test]
+fn a_listen_stream_broken_by_an_oversized_event_is_reported_stopped() {
+    use http::HeaderMap;
+    use mcp_resume::proto::{HttpMethod, Output, Session, Transmit};
+    use serde_json::{json, Value};
+
+    let now = std::time::Instant::now();
+    let config = SessionConfig::default()
+        .with_era(mcp_resume::Era::Legacy)
+        .with_max_event_size(1024);
+    let mut session = Session::new(config, now);
+    session.connect(now);
+    let mut get = None;
+    for _ in 0..4 {
+        while let Some(transmit) = session.poll_transmit() {
+            let Transmit::Send(request) = transmit else {
+                continue;
+            };
+            if request.method == HttpMethod::Get {
+                get = Some(request.id);
+                continue;
+            }
+            let body: Value =
+                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
+            let mut headers = HeaderMap::new();
+            if body["method"] == "initialize" {
+                headers.insert("content-type", "application/json".parse().unwrap());
+                headers.insert("mcp-session-id", "s-1".parse().unwrap());
+                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
+                    "protocolVersion": "2025-11-25", "capabilities": {},
+                    "serverInfo": {"name": "scripted", "version": "1"}}});
+                session.handle_head(request.id, 200, &headers, now);
+                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
+            } else {
+                session.handle_head(request.id, 202, &headers, now);
+            }
+            session.handle_end(request.id, now);
+        }
+    }
+    let get = get.expect("the standalone stream is opened");
+    let mut sse = HeaderMap::new();
+    sse.insert("content-type", "text/event-stream".parse().unwrap());
+    session.handle_head(get, 200, &sse, now);
+    session.handle_data(
+        get,
+        format!("data: {}\n\n", "x".repeat(4096)).as_bytes(),
+        now,
+    );
+    let told: Vec<SessionEvent> = std::iter::from_fn(|| session.poll_output())
+        .filter_map(|o| match o {
+            Output::Event(e @ (SessionEvent::Listening | SessionEvent::ListenStopped { .. })) => {
+                Some(e)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(
+            told.as_slice(),
+            [
+                SessionEvent::Listening,
+                SessionEvent::ListenStopped {
+                    reason: ListenStopReason::Refused
+                }
+            ]
+        ),
+        "{told:?}"
+    );
+    // Not opened again.
+    session.handle_timeout(now + Duration::from_secs(60));
+    assert!(!std::iter::from_fn(|| session.poll_transmit())
+        .any(|t| matches!(t, Transmit::Send(r) if r.method == HttpMethod::Get)));
+}

@@ -11,7 +11,9 @@
 use std::time::UNIX_EPOCH;
 
 use mcp_resume::proto::CallStage;
-use mcp_resume::{ExtensionStatus, LedgerEntry, RejectReason, ServerNotification, SessionEvent};
+use mcp_resume::{
+    ExtensionStatus, LedgerEntry, ListenStopReason, RejectReason, ServerNotification, SessionEvent,
+};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -149,6 +151,13 @@ pub(crate) fn event(event: SessionEvent) -> Value {
             "reason": reason,
         }),
         SessionEvent::EraDetected { era } => json!({"era": era.as_str()}),
+        SessionEvent::ListenStopped { reason } => json!({
+            "reason": reason.as_str(),
+            "attempts": match reason {
+                ListenStopReason::GaveUp { attempts } => Some(attempts),
+                _ => None,
+            },
+        }),
         SessionEvent::TaskCreated { call, task_id }
         | SessionEvent::TaskFinished { call, task_id } => {
             json!({"call": call.get(), "taskId": task_id})

@@ -4,7 +4,7 @@
 //! members become native dicts and lists once, when the object is built. `to_dict()` returns
 //! a fresh copy of the server's JSON each time, so callers may mutate it freely.
 
-use mcp_resume::{Content, Era, SessionEvent};
+use mcp_resume::{Content, Era, ListenStopReason, SessionEvent};
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -536,10 +536,14 @@ pub struct PySessionEvent {
     /// The cursor presented (`resumed`).
     #[pyo3(get)]
     last_event_id: Option<String>,
-    /// Why the session was re-initialized (`reinitialized`), or what is missing
-    /// (`checks_degraded`).
+    /// Why the session was re-initialized (`reinitialized`), what is missing
+    /// (`checks_degraded`), or why the client stopped opening the stream of server messages
+    /// (`listen_stopped`: `"gave_up"`, `"refused"` or `"unauthorized"`).
     #[pyo3(get)]
     reason: Option<String>,
+    /// Consecutive failed attempts (`listen_stopped` with `reason` `"gave_up"`).
+    #[pyo3(get)]
+    attempts: Option<u32>,
     /// The server's reason for rejecting a resume (`resume_rejected`, and `reinitialized`
     /// after one), when it gave one.
     #[pyo3(get)]
@@ -582,7 +586,7 @@ impl PySessionEvent {
             last_event_id,
             reason
         );
-        put!(reject_reason, capabilities_changed, task_id, detail);
+        put!(reject_reason, capabilities_changed, task_id, detail, attempts);
         if let Some(status) = &self.status {
             dict.set_item("status", status.get().to_dict(py)?)?;
         }
@@ -641,6 +645,12 @@ impl IntoPython for SessionEvent {
                 e.reason = Some(reason);
             }
             SessionEvent::EraDetected { era } => e.era = Some(era_to_py(py, era)?),
+            SessionEvent::ListenStopped { reason } => {
+                e.reason = Some(reason.as_str().to_owned());
+                if let ListenStopReason::GaveUp { attempts } = reason {
+                    e.attempts = Some(attempts);
+                }
+            }
             SessionEvent::TaskCreated { call, task_id }
             | SessionEvent::TaskFinished { call, task_id } => {
                 e.call = Some(call.get());

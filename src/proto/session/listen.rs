@@ -84,12 +84,6 @@ impl Listen {
         self.caused_reinit = false;
     }
 
-    /// The stream sent what it should not (an event past the size bound): a hostile stream
-    /// would only repeat itself, so it is not opened again.
-    pub(super) fn give_up(&mut self) {
-        self.state = ListenState::GaveUp;
-    }
-
     /// The last event id seen on the stream, which a reopened stream resumes from.
     pub(super) fn last_event_id(&self) -> Option<&EventId> {
         self.cursor.last.as_ref()
@@ -338,6 +332,13 @@ impl Session {
                 self.listen_stopped(reason);
             }
         }
+    }
+
+    /// The stream sent what it should not (an event past the size bound): a hostile stream
+    /// would only repeat itself, so it is not opened again, and the app is told.
+    pub(in crate::proto::session) fn listen_broken(&mut self) {
+        self.listen.state = ListenState::GaveUp;
+        self.listen_stopped(ListenStopReason::Refused);
     }
 
     /// The stream is open: reported, and a later stop is news again.

@@ -671,8 +671,13 @@ class SessionEvent:
     def reason(self) -> str | None:
         """Why the session was re-initialized (``reinitialized``: ``"session_not_found"``,
         ``"resume_rejected"``, ``"unverifiable_clean_end"``, ``"event_gap"``,
-        ``"orphaned_response"``, ``"capability_mismatch"``, ``"version_refused"``), or what
-        is missing (``checks_degraded``)."""
+        ``"orphaned_response"``, ``"capability_mismatch"``, ``"version_refused"``), what
+        is missing (``checks_degraded``), or why the client stopped opening the stream of
+        server messages (``listen_stopped``: ``"gave_up"``, ``"refused"``,
+        ``"unauthorized"``)."""
+    @property
+    def attempts(self) -> int | None:
+        """Consecutive failed attempts (``listen_stopped`` with ``reason`` ``"gave_up"``)."""
     @property
     def reject_reason(self) -> str | None:
         """The server's reason for rejecting a resume (``"unknown_session"``,

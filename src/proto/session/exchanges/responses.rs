@@ -334,7 +334,7 @@ impl Session {
             // Not an answer to read: a legacy server's page, say (`read_probe` decides).
             ExKind::Discover => self.probe_answered(ProbeAnswer::NoResponse, error, now),
             ExKind::Post(c) | ExKind::Resume(c) => self.complete(c, Err(error)),
-            ExKind::Listen => self.listen.give_up(),
+            ExKind::Listen => self.listen_broken(),
             _ => {}
         }
     }
