@@ -2074,6 +2074,50 @@ fn a_modern_only_refusal_probes_once_when_the_probe_still_says_legacy() {
     assert_eq!(m.posts_of("act").len(), 2);
 }
 
+/// In the modern era too, a call answered with a JSON-RPC error proves the session works: a
+/// version refusal of the next call probes again at once, where a session none of whose
+/// calls was answered backs off first.
+#[test]
+fn a_modern_error_answer_proves_a_session_works() {
+    for answered in [true, false] {
+        let mut m = Modern::new(SessionConfig::default());
+        let mut first = true;
+        let mut script = |body: &Value| -> (u16, Value) {
+            if let Some(answer) = discover(body) {
+                return answer;
+            }
+            if std::mem::take(&mut first) && answered {
+                return (
+                    200,
+                    json!({"jsonrpc": "2.0", "id": body["id"],
+                        "error": {"code": -32602, "message": "no such argument"}}),
+                );
+            }
+            (
+                400,
+                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+                    "message": "Unsupported protocol version",
+                    "data": {"supported": [MODERN]}}}),
+            )
+        };
+        let connect = m.session.connect(m.now);
+        m.run(&mut script, SEC);
+        assert!(m.result(connect).is_some_and(|r| r.is_ok()));
+        if answered {
+            let a = m.submit("a");
+            m.run(&mut script, Duration::ZERO);
+            assert!(m.result(a).is_some_and(|r| r.is_err()));
+        }
+        let before = m.seen.len();
+        let _b = m.submit("b");
+        m.run(&mut script, Duration::ZERO);
+        let probed = m.seen[before..]
+            .iter()
+            .any(|b| b["method"] == "server/discover");
+        assert_eq!(probed, answered, "answered: {answered}");
+    }
+}
+
 /// A session set up after a version refusal (its probe still said legacy) whose call was
 /// answered with an error, or not answered but that lived longer than a session takes to
 /// prove itself: the server redeployed modern-only meanwhile, and the next refusal probes

@@ -42,7 +42,8 @@ fn stream_events(s: &Sim) -> Vec<String> {
 
 /// A stream the core stops trying to open is reported once, whatever the number of tries
 /// behind it; a stream refused its credentials is reopened once a call is answered, and
-/// reported open then; a server that does not offer one (405) has nothing to stop.
+/// reported open then, or given up once refused as many times as it may be; a server that
+/// does not offer one (405) has nothing to stop.
 #[test]
 fn a_listen_stream_given_up_is_reported_once() {
     let max = ReconnectPolicy::default().max_attempts;
@@ -52,7 +53,13 @@ fn a_listen_stream_given_up_is_reported_once() {
         (500, &[], u32::MAX, 0, vec![&gave_up]),
         (503, &[], u32::MAX, 3, vec![&gave_up]),
         (500, &[], 1, 0, vec!["listening"]),
-        (401, CHALLENGE, u32::MAX, 2 * max, vec!["unauthorized"]),
+        (
+            401,
+            CHALLENGE,
+            u32::MAX,
+            2 * max,
+            vec!["unauthorized", &gave_up],
+        ),
         (401, CHALLENGE, 1, 1, vec!["unauthorized", "listening"]),
         (401, CHALLENGE, 2, 3, vec!["unauthorized", "listening"]),
     ];
@@ -122,6 +129,44 @@ fn a_new_session_reports_its_own_listen_stream() {
         s.run_for(s.elapsed() + Duration::from_secs(120));
         assert_eq!(stream_events(&s), told, "{times} GETs refused");
     }
+}
+
+/// A stream refused its credentials, then reopened once they work and failing until its
+/// attempts run out, is reported stopped for good: the app was told it would be reopened,
+/// and must hear that it will not. Refused its credentials as many times as it may be, it is
+/// reported given up at once.
+#[test]
+fn a_listen_stream_given_up_after_its_credentials_were_refused_is_reported() {
+    let max = ReconnectPolicy::default().max_attempts;
+    let _g = SeedGuard(3107);
+    let server = ServerConfig {
+        listen_refusal: Some((401, CHALLENGE, 1)),
+        ..ServerConfig::default()
+    };
+    let mut s = connected(server, 3107);
+    s.run_for(Duration::from_secs(10));
+    s.server.cfg.listen_refusal = Some((500, &[], u32::MAX));
+    let c = s.call("a", None);
+    s.run_until_complete(c, SEC);
+    assert!(s.result(c).is_ok(), "{:?}", s.result(c));
+    s.run_for(s.elapsed() + Duration::from_secs(300));
+    assert_eq!(
+        stream_events(&s),
+        ["unauthorized".to_owned(), format!("gave_up after {max}")]
+    );
+
+    let _g = SeedGuard(3108);
+    let config =
+        SessionConfig::default().with_reconnect(ReconnectPolicy::default().with_max_attempts(1));
+    let server = ServerConfig {
+        listen_refusal: Some((401, CHALLENGE, u32::MAX)),
+        ..ServerConfig::default()
+    };
+    let mut s = Sim::new(config, server, 3108);
+    let c = s.connect();
+    s.run_until_complete(c, SEC);
+    s.run_for(Duration::from_secs(10));
+    assert_eq!(stream_events(&s), ["gave_up after 1"]);
 }
 
 /// A stream that sends an event past the size bound is not opened again (a hostile stream

@@ -56,10 +56,10 @@ pub(super) struct Listen {
     subscription: Option<RequestId>,
     /// Modern era: when the `subscriptions/listen` request was sent.
     opened: Option<Instant>,
-    /// [`SessionEvent::ListenStopped`] was reported for this session and no
-    /// [`SessionEvent::Listening`] since: a stream retried and stopped again (refused its
-    /// credentials once more) is not reported twice.
-    stop_reported: bool,
+    /// The [`SessionEvent::ListenStopped`] reported for this session since the last
+    /// [`SessionEvent::Listening`]: a stream retried and refused its credentials once more is
+    /// not reported twice, but one that then stops for good is.
+    stop_reported: Option<ListenStopReason>,
 }
 
 impl Listen {
@@ -217,13 +217,15 @@ impl Session {
         if self.listen.attempts >= self.config.reconnect.max_attempts {
             warn!("standalone GET stream refused its credentials again and again; giving up on it");
             self.listen.state = ListenState::GaveUp;
+            let attempts = self.listen.attempts;
+            self.listen_stopped(ListenStopReason::GaveUp { attempts });
         } else {
             debug!("standalone GET stream refused its credentials; reopened once they work");
             self.listen.state = ListenState::Unauthorized;
+            // Nothing reopens it but a call answered: an app waiting only for notifications
+            // would wait for ever unless told.
+            self.listen_stopped(ListenStopReason::Unauthorized);
         }
-        // Nothing reopens it but a call answered: an app waiting only for notifications
-        // would wait for ever unless told.
-        self.listen_stopped(ListenStopReason::Unauthorized);
     }
 
     /// A request of the session was answered: its credentials work. A stream refused them is
@@ -343,15 +345,22 @@ impl Session {
 
     /// The stream is open: reported, and a later stop is news again.
     fn listening(&mut self) {
-        self.listen.stop_reported = false;
+        self.listen.stop_reported = None;
         self.outputs
             .push_back(Output::Event(SessionEvent::Listening));
     }
 
     /// The core stopped trying to open the stream for this session: reported once, until it
-    /// is open again.
+    /// is open again; after [`ListenStopReason::Unauthorized`] (the app told it would be
+    /// reopened once a call is answered), a stop for good is reported too.
     fn listen_stopped(&mut self, reason: ListenStopReason) {
-        if !std::mem::replace(&mut self.listen.stop_reported, true) {
+        let news = match self.listen.stop_reported {
+            None => true,
+            Some(ListenStopReason::Unauthorized) => reason != ListenStopReason::Unauthorized,
+            Some(_) => false,
+        };
+        if news {
+            self.listen.stop_reported = Some(reason);
             self.outputs
                 .push_back(Output::Event(SessionEvent::ListenStopped { reason }));
         }

@@ -768,9 +768,13 @@ impl Session {
         // An answer, an error included, is what proves the session works, unless it refuses
         // the call or names another context; a 2xx head is not (a session whose every call
         // is cut after its head does not work): until then a re-initialization it causes
-        // backs off (see `start_reinit`). A modern error is read by `deliver_modern`.
+        // backs off (see `start_reinit`). A modern error refusing the call (a header
+        // mismatch, a version or capability missing) is one.
         let works = failure.is_none()
-            && !(modern && result.is_err())
+            && !(modern
+                && result
+                    .as_ref()
+                    .is_err_and(|e| self.modern_failure(id, e).is_some()))
             && self.life.is_current(call.attempt().generation());
         if let Some(failure) = failure {
             let cause = match &result {
