@@ -341,7 +341,8 @@ pub enum SessionEvent {
     /// The stream of server-initiated messages is closed and the client has stopped trying to
     /// open it: what the server sends outside any call does not reach the client. Reported
     /// once per stop; [`SessionEvent::Listening`] follows if the stream is opened again
-    /// (after [`ListenStopReason::Unauthorized`], once a request of the session is answered;
+    /// (after [`ListenStopReason::Unauthorized`], once a request of the session is answered,
+    /// or another `ListenStopped` if it then fails for good;
     /// otherwise only on a new session, after [`SessionEvent::Reinitialized`], whose stream
     /// is reported afresh). A server that does not offer the stream (405 to the GET, an
     /// answer that is not an event stream, a new session's GET refused as "session gone"
