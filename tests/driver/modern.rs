@@ -645,9 +645,17 @@ async fn change_notifications_come_on_subscriptions_listen() {
     let (server, _) = modern().await;
     let client = client(&server).open_listen_stream(true).build().unwrap();
     let mut notes = client.notifications();
+    let mut events = client.events();
     guarded(client.connect()).await.unwrap();
     let note = guarded(notes.next()).await.unwrap();
     assert_eq!(note.method, "notifications/tools/list_changed");
+    // Listening once the server acknowledged the subscription, not also at its head: the
+    // events before the notification were all sent before it.
+    let mut listening = 0;
+    while let Some(Some(event)) = futures::FutureExt::now_or_never(events.next()) {
+        listening += usize::from(matches!(event, SessionEvent::Listening));
+    }
+    assert_eq!(listening, 1);
     assert_eq!(
         note.params.as_ref().unwrap()["_meta"]["io.modelcontextprotocol/subscriptionId"],
         server

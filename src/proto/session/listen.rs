@@ -200,7 +200,10 @@ impl Session {
             }
         }
         self.listen.answered();
-        self.listening();
+        // A subscription listens once the server acknowledges it (`on_subscription`).
+        if !self.is_modern() {
+            self.listening();
+        }
         if let (true, Some(last_event_id)) = (resumed, self.listen.last_event_id().cloned()) {
             self.outputs
                 .push_back(Output::Event(SessionEvent::Resumed { last_event_id }));
