@@ -69,8 +69,9 @@ impl Request {
         self
     }
 
-    /// Asks for progress notifications under `token` (`_meta.progressToken`). A request
-    /// started as a [`CallHandle`](super::CallHandle) gets a token of its own when it has none.
+    /// Asks for progress notifications under `token` (`_meta.progressToken`: a string or a
+    /// number, else the request fails `InvalidConfig` unsent). A request started as a
+    /// [`CallHandle`](super::CallHandle) gets a token of its own when it has none.
     pub fn progress_token(self, token: impl Into<Value>) -> Self {
         self.meta("progressToken", token.into())
     }
@@ -160,6 +161,18 @@ impl Submission {
             return Err(Error::new(
                 ErrorKind::InvalidConfig,
                 "a call timeout must be greater than zero",
+            ));
+        }
+        let token = request
+            .params()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"));
+        if token.is_some_and(|t| !t.is_string() && !t.is_number()) {
+            // The specification's progress token is a string or a number: a server refuses
+            // any other, and the call would fail there, having cost a round trip.
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a progress token must be a string or a number",
             ));
         }
         let timeout = timing.timeout.unwrap_or(default_timeout);
@@ -381,6 +394,20 @@ mod tests {
             .meta("k", json!(1))
             .into_submission(DEFAULT)
             .is_err());
+        for token in [json!({"t": 1}), json!([1]), json!(true), Value::Null] {
+            let refused = Request::new("x/y", Value::Null)
+                .progress_token(token.clone())
+                .into_submission(DEFAULT)
+                .err()
+                .map(|e| e.kind());
+            assert_eq!(refused, Some(ErrorKind::InvalidConfig), "{token}");
+        }
+        for token in [json!("t"), json!(-3), json!(1.5)] {
+            assert!(Request::new("x/y", Value::Null)
+                .progress_token(token)
+                .into_submission(DEFAULT)
+                .is_ok());
+        }
         assert_eq!(
             Request::new("ping", Value::Null)
                 .into_submission(DEFAULT)
