@@ -33,9 +33,9 @@ const isPromise = (value) => value !== null && typeof value === "object" && type
  * loop it arrived in, with the other requests that arrived in it, and the handler runs then;
  * a response's end goes to the guard at the end of the turn it was written in.
  *
- * The first guard made replaces `writeHead`, `write`, `end`, `flushHeaders` and `emit` of
- * `http.ServerResponse.prototype` with methods that route a guarded response through its
- * interceptor; every other response goes straight to Node's own.
+ * The first guard made replaces `writeHead`, `write`, `end`, `flushHeaders`, `emit` and
+ * `destroy` of `http.ServerResponse.prototype` with methods that route a guarded response
+ * through its interceptor; every other response goes straight to Node's own.
  */
 export class ResumeSafety {
   #guard;
@@ -55,12 +55,16 @@ export class ResumeSafety {
 
   /** An Express/connect middleware: `next()` runs the handler behind the guard. */
   middleware() {
-    return (req, res, next) => this.#defer(req, res, next, next);
+    return (req, res, next) => {
+      arrivedOn(req);
+      this.#defer(req, res, next, next);
+    };
   }
 
   /** A `(req, res)` handler (node:http's, an Express route's) behind the guard. */
   wrap(handler) {
     return (req, res, ...rest) => {
+      arrivedOn(req);
       const failed = (error) => {
         if (!res.headersSent) {
           res.writeHead(500, { "content-type": "text/plain" });
@@ -74,6 +78,7 @@ export class ResumeSafety {
 
   /** Guards one request; `next()` runs the handler (not called when the guard answers). */
   async handle(req, res, next) {
+    arrivedOn(req);
     await this.#handle(req, res, next);
   }
 
@@ -153,6 +158,20 @@ export class ResumeSafety {
 
 /** The requests that arrived in this turn, five entries each: guard, req, res, next, failed. */
 let arrived = [];
+
+/**
+ * The request that came to a guard last on each connection. Pipelined requests run side by
+ * side, the first one's response on the connection: a bare destroy of the connection is the
+ * doing of any of them, so it is pinned on that response only when no request came after it
+ * (see `destroyedHere`).
+ */
+const lastOn = new WeakMap();
+
+/** Notes `req` as the request that came to a guard last on its connection. */
+function arrivedOn(req) {
+  const socket = req.socket;
+  if (socket != null) lastOn.set(socket, req);
+}
 
 /**
  * What a guard's responses are routed through: the guard, and what closes the outbound of
@@ -472,7 +491,7 @@ function toBuffer(chunk, encoding) {
 const routes = new WeakMap();
 
 /** The methods `routeResponses` replaces. */
-const ROUTED = ["writeHead", "write", "end", "flushHeaders", "emit"];
+const ROUTED = ["writeHead", "write", "end", "flushHeaders", "emit", "destroy"];
 
 /** Those methods as Node defines them. */
 let real = null;
@@ -519,6 +538,10 @@ function routeResponses() {
     }
     return real.emit.apply(this, arguments);
   };
+  proto.destroy = function destroy(error) {
+    routes.get(this)?.destroying();
+    return real.destroy.apply(this, arguments);
+  };
 }
 
 /**
@@ -554,6 +577,10 @@ function intercept(res, route, handle) {
       }
       return down.emit.call(res, event, ...args);
     };
+    res.destroy = (error) => {
+      routed.destroying();
+      return down.destroy.call(res, error);
+    };
   } else {
     routes.set(res, routed);
   }
@@ -586,19 +613,35 @@ function intercept(res, route, handle) {
 }
 
 /**
- * Whether a response's connection was destroyed by this process (a final handler's, Express's
- * and connect's, when a handler failed after its head went; `res.destroy()`, as
- * `stream.pipeline` does when what it pipes fails; a handler destroying its socket) while its
- * server still listens. Not when the client left (its end was read, or the connection itself
- * failed: a read or write that errored), nor when the server was shutting down (it no longer
- * listens: `close()`, then `closeAllConnections()`): a keyed call's run then goes on, and its
- * answer is stored for the client's re-send.
+ * Whether a response's connection, destroyed bare (not by `res.destroy()`, see `destroying`),
+ * was destroyed by its own call's failure: a final handler's, Express's and connect's, when a
+ * handler failed after its head went, or a handler destroying its socket, while the server
+ * still listens. Not when the client left (its end was read, or the connection itself failed:
+ * a read or write that errored), nor when it sent what Node could not read or did not finish
+ * a head in time after the call (a parse error, the headers timeout), nor when the server was
+ * shutting down (it no longer listens: `close()`, then `closeAllConnections()`): a keyed
+ * call's run then goes on, and its answer is stored for the client's re-send. Nor when a
+ * request came after the call's on the connection (pipelined): the destroy may be that
+ * request's failure, and is not pinned on this call.
  */
-function destroyedHere(socket) {
+function destroyedHere(res) {
+  const socket = res.socket;
   if (socket == null || socket.readableEnded) return false;
   const error = socket.errored;
-  if (error != null && typeof error.syscall === "string") return false;
+  if (error != null && byClient(error)) return false;
+  if (lastOn.get(socket) !== res.req) return false;
   return socket.server?.listening !== false;
+}
+
+/**
+ * Whether the error a connection was destroyed with is the client's doing: the connection
+ * failed (a read or write: an error of a system call), or Node could not read what the client
+ * sent (llhttp's `HPE_*`) or the client did not send a request's head in time.
+ */
+function byClient(error) {
+  if (typeof error.syscall === "string") return true;
+  const code = error.code;
+  return typeof code === "string" && (code.startsWith("HPE_") || code === "ERR_HTTP_REQUEST_TIMEOUT");
 }
 
 /** The interceptors whose pending bytes are pushed at the end of this turn (`pushSoon`). */
@@ -644,6 +687,7 @@ class Interceptor {
     this.flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
     this.finished = false; // the client's response is complete (or aborted)
     this.broken = false; // a step failed, or the response was destroyed here (see `stop`)
+    this.timedOut = false; // a keyed call's connection timed out (see `sees`)
     this.innerEnded = false; // the handler ended its response
     this.endDue = false; // that end is still to go to the guard, at the end of this turn
     this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
@@ -683,13 +727,22 @@ class Interceptor {
    * end (a keyed call's `close` and `error`, then `hold` it). An unkeyed call's `close` lets
    * the outbound go (see `detach`). A keyed call's `close` of a connection this process
    * destroyed (see `destroyedHere`) is no client leaving but the response failing: the call
-   * ends there (see `stop`), as one whose handler failed before its head.
+   * ends there (see `stop`), as one whose handler failed before its head (one destroyed by
+   * `res.destroy()` ended there already, see `destroying`). One whose connection timed out
+   * first is not: Node's idle timeout (`server.setTimeout`, `req.setTimeout` without a
+   * callback) destroys a connection nobody heard the timeout of, bare, while the handler may
+   * still be working without writing.
    */
   sees(event) {
+    if (event === "timeout") {
+      // Node emits it on the response before it destroys the connection, when nobody heard it.
+      if (this.keyed) this.timedOut = true;
+      return false;
+    }
     if (event !== "close" && event !== "error") return false;
     if (this.keyed) {
       if (this.innerEnded) return false;
-      if (event === "close" && destroyedHere(this.res.socket)) {
+      if (event === "close" && !this.timedOut && destroyedHere(this.res)) {
         // No client left to hide this from: its `close` is the handler's to hear now.
         this.stop();
         this.emitDeferred();
@@ -699,6 +752,22 @@ class Interceptor {
     }
     if (event === "close") this.detach();
     return false;
+  }
+
+  /**
+   * The response is being destroyed by `res.destroy()` (an error handler's, `stream.pipeline`
+   * when what it pipes fails): a keyed call whose handler did not end it failed, whatever the
+   * error (one a system call failed with, as reading a file or reaching an upstream does, is
+   * no client leaving). It ends here (see `stop`), not at the `close` that follows: a response
+   * queued behind another on its connection (pipelined) never hears one once that connection
+   * is gone, and one whose client left heard it already (held).
+   */
+  destroying() {
+    if (!this.keyed || this.innerEnded || this.finished) return;
+    this.stop();
+    // What was held reaches the handler as Node emits a destroyed response's events: after
+    // the destroy returned.
+    if (this.deferred !== null) process.nextTick(() => this.emitDeferred());
   }
 
   /** Holds `event` until the handler ended (see `sees`). */

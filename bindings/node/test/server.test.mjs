@@ -14,9 +14,12 @@
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
+import { createReadStream } from "node:fs";
 import { createServer } from "node:http";
 import { createConnection } from "node:net";
+import { pipeline } from "node:stream";
 import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import express from "express";
@@ -749,6 +752,299 @@ test("a keyed call whose connection its server's shutdown closed runs on and is 
     assert.equal(runs, 1);
   } finally {
     shut(elsewhere.server);
+  }
+});
+
+/** A keyed `tools/call` to the tool `name`, its key fresh. */
+const keyedCall = (name) => JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: `k-${randomUUID()}` }, name, arguments: {} } });
+
+/** A POST of `body` to `path`, as bytes on a connection (`host` and length added). */
+function rawPost(port, path, body) {
+  const head = Object.entries({ ...MCP_HEADERS, host: `127.0.0.1:${port}`, "content-length": Buffer.byteLength(body) })
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join("");
+  return `POST ${path} HTTP/1.1\r\n${head}\r\n${body}`;
+}
+
+/**
+ * A promise of the close of the next connection `server` accepts, once the server has seen it
+ * (the responses on it heard it too), not only its client.
+ */
+function nextClosed(server) {
+  return new Promise((resolve) => server.once("connection", (socket) => socket.once("close", () => setImmediate(resolve))));
+}
+
+/**
+ * A handler that flushes its head, waits until `release()`, then ends with the answer "ran":
+ * `runs`, `release` (set once it waits), `ended` (a promise of its end) and whether it heard
+ * its response close before it ended.
+ */
+function heldHandler() {
+  const held = { runs: 0, release: null, heardClose: false };
+  let ended;
+  held.ended = new Promise((resolve) => (ended = resolve));
+  let waiting;
+  held.waiting = new Promise((resolve) => (waiting = resolve));
+  held.handler = async (req, res) => {
+    held.runs += 1;
+    let ending = false;
+    res.on("close", () => {
+      if (!ending) held.heardClose = true;
+    });
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.flushHeaders();
+    await new Promise((resolve) => {
+      held.release = resolve;
+      waiting();
+    });
+    ending = true;
+    res.end(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result: { content: [{ type: "text", text: "ran" }] } })}\n\n`);
+    ended();
+  };
+  return held;
+}
+
+test("a keyed call whose connection its server timed out runs on and is stored", { timeout: 30000 }, async () => {
+  // Node's idle timeout (server.setTimeout, or req.setTimeout without a callback) destroys a
+  // connection nobody hears the timeout of, with no error: a handler working without writing
+  // has not failed, and the client comes back for the answer its run goes on to.
+  for (const where of ["server", "request"]) {
+    const held = heldHandler();
+    const safety = new ResumeSafety();
+    const { url, server } = await serve(
+      safety.wrap((req, res) => {
+        if (where === "request") req.setTimeout(300);
+        return held.handler(req, res);
+      }),
+    );
+    if (where === "server") server.setTimeout(300);
+    try {
+      const call = keyedCall("bump");
+      const post = () => fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
+      const closed = nextClosed(server);
+      const first = await post();
+      assert.equal(first.status, 200);
+      await assert.rejects(first.text(), /terminated|other side closed/);
+      await closed;
+      held.release();
+      await held.ended;
+      const again = await (await post()).text();
+      assert.ok(again.includes('"text":"ran"'), `${where}: ${again}`);
+      assert.equal(held.runs, 1);
+      assert.equal(held.heardClose, false);
+    } finally {
+      shut(server);
+    }
+  }
+});
+
+test("a keyed call whose connection failed on a later request's head runs on and is stored", { timeout: 30000 }, async () => {
+  // What the client sends after its call on the same connection, when Node cannot read it
+  // (not HTTP: a parse error; a head that never ends: the headers timeout), makes Node
+  // destroy the connection with that error: the client's doing, not the call's failure.
+  const cases = [
+    ["a parse error", "NOT HTTP\r\n\r\n"],
+    ["a headers timeout", "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\n"],
+  ];
+  for (const [what, after] of cases) {
+    const held = heldHandler();
+    const server = createServer({ headersTimeout: 200, requestTimeout: 300, connectionsCheckingInterval: 50 }, new ResumeSafety().wrap(held.handler));
+    server.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    try {
+      const { port } = server.address();
+      const call = keyedCall("bump");
+      const closed = nextClosed(server);
+      const socket = createConnection(port, "127.0.0.1");
+      await once(socket, "connect");
+      socket.write(rawPost(port, "/mcp", call));
+      await once(socket, "data"); // the call's head
+      await held.waiting;
+      socket.write(after);
+      await closed;
+      held.release();
+      await held.ended;
+      const again = await (await fetch(`http://127.0.0.1:${port}/mcp`, { method: "POST", headers: MCP_HEADERS, body: call })).text();
+      assert.ok(again.includes('"text":"ran"'), `${what}: ${again}`);
+      assert.equal(held.runs, 1);
+      assert.equal(held.heardClose, false);
+    } finally {
+      shut(server);
+    }
+  }
+});
+
+test("a keyed call whose response its server destroys with a system call's error ends there", { timeout: 30000 }, async () => {
+  // An error a system call failed with (a file that cannot be read, an upstream refusing the
+  // connection) given to `res.destroy`, as stream.pipeline and error handlers give it, is the
+  // call's failure, not its client leaving: its key is marked lost at once, not held "in use"
+  // until the response is collected (each is kept reachable here).
+  const kept = [];
+  let runs = 0;
+  let release;
+  let waiting;
+  const app = express();
+  app.set("env", "test");
+  const started = (res) => {
+    runs += 1;
+    kept.push(res);
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.flushHeaders();
+    return new Promise((resolve) => {
+      release = resolve;
+      waiting();
+    });
+  };
+  const safety = new ResumeSafety();
+  // What it pipes fails: a directory read as a file (EISDIR, syscall "read").
+  app.post("/piped", safety.middleware(), async (_req, res) => {
+    await started(res);
+    pipeline(createReadStream(fileURLToPath(new URL(".", import.meta.url))), res, () => {});
+  });
+  // An error handler destroying the response with an upstream's refusal.
+  app.post(
+    "/refused",
+    safety.middleware(),
+    async (_req, res) => {
+      await started(res);
+      throw Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:1"), { code: "ECONNREFUSED", syscall: "connect" });
+    },
+    (error, _req, res, _next) => res.destroy(error),
+  );
+  // The same behind middleware in front of the guard that put its own methods on the response
+  // (as compression does): the guard's go on the response, in front of them.
+  app.post(
+    "/own",
+    (_req, res, next) => {
+      const { write, end } = res;
+      res.write = (...args) => write.apply(res, args);
+      res.end = (...args) => end.apply(res, args);
+      next();
+    },
+    safety.middleware(),
+    async (_req, res) => {
+      await started(res);
+      pipeline(createReadStream(fileURLToPath(new URL(".", import.meta.url))), res, () => {});
+    },
+  );
+  const server = app.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    for (const path of ["/piped", "/refused", "/own"]) {
+      const url = `http://127.0.0.1:${server.address().port}${path}`;
+      const call = keyedCall("bump");
+      const post = () => fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
+      runs = 0;
+      const isWaiting = new Promise((resolve) => (waiting = resolve));
+      const first = await post();
+      assert.equal(first.status, 200);
+      await isWaiting;
+      release();
+      await assert.rejects(first.text(), /terminated|other side closed/);
+      // The key is let go on the runtime, just behind the connection's close.
+      let again;
+      await until(
+        `the key of the call to ${path} to be let go`,
+        async () => {
+          again = await (await post()).text();
+          return !again.includes("IDEMPOTENCY_KEY_IN_USE");
+        },
+        2000,
+      );
+      assert.ok(again.includes("IDEMPOTENCY_OUTCOME_UNKNOWN"), `${path}: ${again}`);
+      assert.equal(runs, 1);
+    }
+    assert.equal(kept.length, 3);
+  } finally {
+    shut(server);
+  }
+});
+
+test("a keyed call whose connection a pipelined request behind it destroyed runs on and is stored", { timeout: 30000 }, async () => {
+  // Requests pipelined on one connection run side by side, the first one's response on the
+  // connection: a later one failing after its head (Express's final handler destroys the
+  // connection) is not the first one's failure, whose run goes on and is stored.
+  const held = heldHandler();
+  const app = express();
+  app.set("env", "test");
+  app.post("/mcp", new ResumeSafety().middleware(), async (req, res) => {
+    if (req.body.params.name !== "fail") return held.handler(req, res);
+    await held.waiting;
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.flushHeaders();
+    await until("the failing call's head to be written", async () => res.headersSent);
+    throw new Error("the tool failed");
+  });
+  const server = app.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    const { port } = server.address();
+    const call = keyedCall("bump");
+    const failing = JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "fail", arguments: {} } });
+    const closed = nextClosed(server);
+    const socket = createConnection(port, "127.0.0.1");
+    await once(socket, "connect");
+    socket.resume();
+    socket.write(rawPost(port, "/mcp", call) + rawPost(port, "/mcp", failing));
+    await closed;
+    held.release();
+    await held.ended;
+    const again = await (await fetch(`http://127.0.0.1:${port}/mcp`, { method: "POST", headers: MCP_HEADERS, body: call })).text();
+    assert.ok(again.includes('"text":"ran"'), again);
+    assert.equal(held.runs, 1);
+    assert.equal(held.heardClose, false);
+  } finally {
+    shut(server);
+  }
+});
+
+test("a keyed call queued behind another on its connection whose response is destroyed ends there", { timeout: 30000 }, async () => {
+  // A pipelined request's response waits behind the first one's, without its connection: it
+  // hears no `close` when destroyed. `res.destroy()` ends its call there all the same (its
+  // response is kept reachable here, so collection cannot be what ends it).
+  const held = heldHandler();
+  const kept = [];
+  const app = express();
+  app.set("env", "test");
+  app.post(
+    "/mcp",
+    new ResumeSafety().middleware(),
+    async (req, res) => {
+      if (req.body.params.name !== "fail") return held.handler(req, res);
+      kept.push(res);
+      throw new Error("the tool failed");
+    },
+    (error, _req, res, _next) => res.destroy(error),
+  );
+  const server = app.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    const { port } = server.address();
+    const url = `http://127.0.0.1:${port}/mcp`;
+    const failing = keyedCall("fail");
+    const socket = createConnection(port, "127.0.0.1");
+    await once(socket, "connect");
+    let received = "";
+    socket.on("data", (chunk) => (received += chunk));
+    socket.write(rawPost(port, "/mcp", keyedCall("bump")) + rawPost(port, "/mcp", failing));
+    await held.waiting;
+    let again;
+    await until(
+      "the key of the queued call to be let go",
+      async () => {
+        again = await (await fetch(url, { method: "POST", headers: MCP_HEADERS, body: failing })).text();
+        return !again.includes("IDEMPOTENCY_KEY_IN_USE");
+      },
+      2000,
+    );
+    assert.ok(again.includes("IDEMPOTENCY_OUTCOME_UNKNOWN"), again);
+    assert.equal(kept.length, 1);
+    // The first call is answered on the connection, which the destroyed response then ends.
+    held.release();
+    await once(socket, "close");
+    assert.ok(received.includes('"text":"ran"'), received);
+  } finally {
+    shut(server);
   }
 });
 
