@@ -498,6 +498,16 @@ fn method_not_found(body: &Value) -> (u16, Value) {
     )
 }
 
+/// `body` refused by a server that speaks only the modern revision now (a redeploy).
+fn modern_only(body: &Value) -> (u16, Value) {
+    (
+        400,
+        json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
+            "message": "Unsupported protocol version",
+            "data": {"supported": [MODERN]}}}),
+    )
+}
+
 /// `server/discover` answered (tasks extension included); anything else is `None`.
 fn discover(body: &Value) -> Option<(u16, Value)> {
     (body["method"] == "server/discover").then(|| {
@@ -531,12 +541,7 @@ fn issue24_defect_1_a_reinitialization_does_not_resend_a_call_awaiting_input() {
             ),
             "other" if !refused_once => {
                 refused_once = true;
-                (
-                    400,
-                    json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
-                        "message": "Unsupported protocol version",
-                        "data": {"supported": [MODERN]}}}),
-                )
+                modern_only(body)
             }
             _ => ok(
                 body,
@@ -865,16 +870,32 @@ fn legacy_ready() -> (Session, Instant) {
 
 /// [`legacy_ready`], its server's `initialize` answering `capabilities`.
 fn legacy_ready_with(capabilities: Value) -> (Session, Instant) {
-    let now = Instant::now();
     let config = SessionConfig::default()
         .with_era(Era::Legacy)
         .with_open_listen_stream(false);
+    let (session, now, _) = legacy_connected(config, capabilities);
+    (session, now)
+}
+
+/// A legacy session on `config` through its handshake (`initialize` answering
+/// `capabilities`, anything else 202), and the GET of its standalone stream, left unanswered,
+/// if it opened one.
+pub(crate) fn legacy_connected(
+    config: SessionConfig,
+    capabilities: Value,
+) -> (Session, Instant, Option<mcp_resume::proto::HttpId>) {
+    let now = Instant::now();
     let mut session = Session::new(config, now);
     session.connect(now);
+    let mut get = None;
     while let Some(transmit) = session.poll_transmit() {
         let Transmit::Send(request) = transmit else {
             continue;
         };
+        if request.method == HttpMethod::Get {
+            get = Some(request.id);
+            continue;
+        }
         let body: Value = serde_json::from_slice(request.body.as_deref().unwrap_or(b"null"))
             .unwrap_or(Value::Null);
         let mut headers = HeaderMap::new();
@@ -891,7 +912,7 @@ fn legacy_ready_with(capabilities: Value) -> (Session, Instant) {
         }
         session.handle_end(request.id, now);
     }
-    (session, now)
+    (session, now, get)
 }
 
 /// The POSTs the session sends next: their exchange ids and bodies.
@@ -1559,12 +1580,7 @@ fn a_modern_answer_after_a_fall_back_to_legacy_is_not_the_calls_result() {
                     open.push((request.id, body["id"].clone()));
                     continue;
                 } else if body["params"]["arguments"]["tag"] == "refused" {
-                    (
-                        400,
-                        json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
-                            "message": "Unsupported protocol version",
-                            "data": {"supported": [MODERN]}}}),
-                    )
+                    modern_only(&body)
                 } else {
                     (202, Value::Null)
                 };
@@ -1821,12 +1837,7 @@ fn a_task_cancelled_while_the_session_is_away_is_cancelled_once_it_is_back() {
             }
             ("tools/call", Some("refused")) => {
                 down.set(true);
-                (
-                    400,
-                    json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
-                        "message": "Unsupported protocol version",
-                        "data": {"supported": [MODERN]}}}),
-                )
+                modern_only(body)
             }
             ("tasks/get", _) => task_is(body, "working"),
             _ => ok(body, json!({"resultType": "complete"})),
@@ -1978,12 +1989,7 @@ fn a_legacy_session_refused_as_by_a_modern_only_server_probes_again() {
         let enveloped =
             body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
         if !enveloped {
-            return (
-                400,
-                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
-                    "message": "Unsupported protocol version",
-                    "data": {"supported": [MODERN]}}}),
-            );
+            return modern_only(body);
         }
         discover(body).unwrap_or_else(|| {
             ok(
@@ -2045,12 +2051,7 @@ fn a_modern_only_refusal_probes_once_when_the_probe_still_says_legacy() {
         }
         match body["method"].as_str().unwrap_or_default() {
             "server/discover" => method_not_found(body),
-            _ => (
-                400,
-                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
-                    "message": "Unsupported protocol version",
-                    "data": {"supported": [MODERN]}}}),
-            ),
+            _ => modern_only(body),
         }
     };
     let connect = m.session.connect(m.now);
@@ -2093,12 +2094,7 @@ fn a_modern_error_answer_proves_a_session_works() {
                         "error": {"code": -32602, "message": "no such argument"}}),
                 );
             }
-            (
-                400,
-                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
-                    "message": "Unsupported protocol version",
-                    "data": {"supported": [MODERN]}}}),
-            )
+            modern_only(body)
         };
         let connect = m.session.connect(m.now);
         m.run(&mut script, SEC);
@@ -2127,21 +2123,13 @@ fn a_refusal_long_after_a_probe_that_said_legacy_probes_again() {
     for (name, later) in [("error answer", SEC), ("no answer", 10 * SEC)] {
         let mut m = Modern::auto(SessionConfig::default());
         let refused = std::cell::Cell::new(false);
-        let refusal = |body: &Value| {
-            (
-                400,
-                json!({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32022,
-                    "message": "Unsupported protocol version",
-                    "data": {"supported": [MODERN]}}}),
-            )
-        };
         let mut script = |body: &Value| -> (u16, Value) {
             if let Some(answer) = legacy_handshake(body) {
                 return answer;
             }
             match body["method"].as_str().unwrap_or_default() {
                 "server/discover" => method_not_found(body),
-                _ if !refused.replace(true) => refusal(body),
+                _ if !refused.replace(true) => modern_only(body),
                 _ if name == "no answer" => (202, Value::Null),
                 _ => (
                     200,
@@ -2163,7 +2151,7 @@ fn a_refusal_long_after_a_probe_that_said_legacy_probes_again() {
             let enveloped =
                 body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
             if !enveloped {
-                return refusal(body);
+                return modern_only(body);
             }
             discover(body).unwrap_or_else(|| {
                 ok(

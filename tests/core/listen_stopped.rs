@@ -174,42 +174,12 @@ fn a_listen_stream_given_up_after_its_credentials_were_refused_is_reported() {
 #[test]
 fn a_listen_stream_broken_by_an_oversized_event_is_reported_stopped() {
     use http::HeaderMap;
-    use mcp_resume::proto::{HttpMethod, Output, Session, Transmit};
-    use serde_json::{json, Value};
+    use mcp_resume::proto::{HttpMethod, Output, Transmit};
 
-    let now = std::time::Instant::now();
     let config = SessionConfig::default()
         .with_era(mcp_resume::Era::Legacy)
         .with_max_event_size(1024);
-    let mut session = Session::new(config, now);
-    session.connect(now);
-    let mut get = None;
-    for _ in 0..4 {
-        while let Some(transmit) = session.poll_transmit() {
-            let Transmit::Send(request) = transmit else {
-                continue;
-            };
-            if request.method == HttpMethod::Get {
-                get = Some(request.id);
-                continue;
-            }
-            let body: Value =
-                serde_json::from_slice(request.body.as_deref().unwrap_or(b"null")).unwrap();
-            let mut headers = HeaderMap::new();
-            if body["method"] == "initialize" {
-                headers.insert("content-type", "application/json".parse().unwrap());
-                headers.insert("mcp-session-id", "s-1".parse().unwrap());
-                let answer = json!({"jsonrpc": "2.0", "id": body["id"], "result": {
-                    "protocolVersion": "2025-11-25", "capabilities": {},
-                    "serverInfo": {"name": "scripted", "version": "1"}}});
-                session.handle_head(request.id, 200, &headers, now);
-                session.handle_data(request.id, &serde_json::to_vec(&answer).unwrap(), now);
-            } else {
-                session.handle_head(request.id, 202, &headers, now);
-            }
-            session.handle_end(request.id, now);
-        }
-    }
+    let (mut session, now, get) = crate::hardening::legacy_connected(config, serde_json::json!({}));
     let get = get.expect("the standalone stream is opened");
     let mut sse = HeaderMap::new();
     sse.insert("content-type", "text/event-stream".parse().unwrap());

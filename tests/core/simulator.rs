@@ -391,39 +391,11 @@ fn row_post_lost_keyed_with_app_opt_in_is_resent() {
     assert_eq!(s.server.executions_of("a"), 1);
 }
 
-// | the re-send of a keyed call refused "in use" by an error without an id | read as the
-// refusal it is: an error the server did not attribute, on the call's own POST, is that
-// call's; a plain error would say the call failed while its first run still held the key |
-#[test]
-fn row_a_key_refusal_without_an_id_is_read_as_one() {
-    let config =
-        SessionConfig::default().with_resend_policy(ResendPolicy::AssumeServerDeduplicates);
-    let server = ServerConfig {
-        idempotency: false,
-        silent_dedup: true,
-        ..ServerConfig::default()
-    };
-    let _g = SeedGuard(17);
-    let mut s = sim_with(config, server, 17);
-    s.server.fault(
-        "a",
-        [
-            Fault::LoseBeforeHead { executed: true },
-            Fault::KeyInUseWithoutId,
-        ],
-    );
-    let c = s.call("a", Some("k-a"));
-    s.run_until_complete(c, 5 * SEC);
-    s.settle();
-    assert_eq!(ok_tag(s.result(c)), "a");
-    assert_eq!(s.server.posts_of("a").len(), 3);
-    assert_eq!(s.server.executions_of("a"), 1);
-}
-
 // | POST lost before its head, keyed, the application assumes the server deduplicates; the
 // re-send refused as its key's first run still holds it, then as lost | the refusals read
 // as they are when the server advertises keys: wait for the stored result; an unknown
-// outcome that may have run (a plain server error would say it never ran) |
+// outcome that may have run (a plain server error would say it never ran); an "in use"
+// refusal without an id, on the call's own POST, is that call's and read so too |
 #[test]
 fn row_post_lost_keyed_with_app_opt_in_reads_the_resends_key_refusals() {
     let config =
@@ -434,17 +406,17 @@ fn row_post_lost_keyed_with_app_opt_in_reads_the_resends_key_refusals() {
         ..ServerConfig::default()
     };
     let _g = SeedGuard(16);
-    let mut s = sim_with(config.clone(), server(), 16);
-    s.server.fault(
-        "a",
-        [Fault::LoseBeforeHead { executed: true }, Fault::KeyInUse],
-    );
-    let c = s.call("a", Some("k-a"));
-    s.run_until_complete(c, 5 * SEC);
-    s.settle();
-    assert_eq!(ok_tag(s.result(c)), "a");
-    assert_eq!(s.server.posts_of("a").len(), 3);
-    assert_eq!(s.server.executions_of("a"), 1);
+    for in_use in [Fault::KeyInUse, Fault::KeyInUseWithoutId] {
+        let mut s = sim_with(config.clone(), server(), 16);
+        s.server
+            .fault("a", [Fault::LoseBeforeHead { executed: true }, in_use]);
+        let c = s.call("a", Some("k-a"));
+        s.run_until_complete(c, 5 * SEC);
+        s.settle();
+        assert_eq!(ok_tag(s.result(c)), "a");
+        assert_eq!(s.server.posts_of("a").len(), 3);
+        assert_eq!(s.server.executions_of("a"), 1);
+    }
 
     let mut s = sim_with(config, server(), 16);
     s.server.fault(
