@@ -347,7 +347,8 @@ pub enum SessionEvent {
     /// is reported afresh). A server that does not offer the stream (405 to the GET, an
     /// answer that is not an event stream, a new session's GET refused as "session gone"
     /// again, a modern server that sends no list changes) is not reported: there was nothing
-    /// to stop.
+    /// to stop (but found so after [`ListenStopReason::Unauthorized`], it is reported
+    /// [`ListenStopReason::Refused`]: the app was told the stream would be reopened).
     ListenStopped {
         /// Why.
         reason: ListenStopReason,

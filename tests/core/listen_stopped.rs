@@ -155,6 +155,22 @@ fn a_listen_stream_given_up_after_its_credentials_were_refused_is_reported() {
         ["unauthorized".to_owned(), format!("gave_up after {max}")]
     );
 
+    // Reopened, and then not offered (a server checking credentials before it routes):
+    // told it will not be reopened after all.
+    let _g = SeedGuard(3109);
+    let server = ServerConfig {
+        listen_refusal: Some((401, CHALLENGE, 1)),
+        ..ServerConfig::default()
+    };
+    let mut s = connected(server, 3109);
+    s.run_for(Duration::from_secs(10));
+    s.server.cfg.listen_refusal = Some((405, &[], u32::MAX));
+    let c = s.call("a", None);
+    s.run_until_complete(c, SEC);
+    assert!(s.result(c).is_ok(), "{:?}", s.result(c));
+    s.run_for(s.elapsed() + Duration::from_secs(300));
+    assert_eq!(stream_events(&s), ["unauthorized", "refused"]);
+
     let _g = SeedGuard(3108);
     let config =
         SessionConfig::default().with_reconnect(ReconnectPolicy::default().with_max_attempts(1));

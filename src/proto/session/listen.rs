@@ -120,7 +120,7 @@ impl Session {
         let filter = session.list_changes();
         if filter.is_empty() {
             // Nothing the server would ever send on it.
-            self.listen.state = ListenState::NotOffered;
+            self.not_offered();
             return;
         }
         let rpc = self.calls.new_rpc();
@@ -291,7 +291,7 @@ impl Session {
             // worked on it: the endpoint does not offer the stream (a server that says 404
             // where it means 405). Re-initializing again would loop.
             warn!("standalone GET stream refused twice in a row; not offered");
-            self.listen.state = ListenState::NotOffered;
+            self.not_offered();
             return;
         }
         match decision {
@@ -314,7 +314,7 @@ impl Session {
             }
             Decision::Fail(_) if matches!(failure, Failure::ListenNotOffered) => {
                 debug!("the server offers no standalone GET stream");
-                self.listen.state = ListenState::NotOffered;
+                self.not_offered();
             }
             Decision::Fail(_) if matches!(failure, Failure::ListenHashMismatch) => {
                 warn!("standalone GET stream under another capability hash; not listening");
@@ -344,6 +344,16 @@ impl Session {
     pub(in crate::proto::session) fn listen_broken(&mut self) {
         self.listen.state = ListenState::GaveUp;
         self.listen_stopped(ListenStopReason::Refused);
+    }
+
+    /// The server does not offer the stream: nothing was stopped, and nothing is said,
+    /// unless the app was told it would be reopened once its credentials work
+    /// ([`ListenStopReason::Unauthorized`]): then it is told it will not be.
+    fn not_offered(&mut self) {
+        self.listen.state = ListenState::NotOffered;
+        if self.listen.stop_reported == Some(ListenStopReason::Unauthorized) {
+            self.listen_stopped(ListenStopReason::Refused);
+        }
     }
 
     /// The stream is open: reported, and a later stop is news again.
