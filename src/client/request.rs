@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, ErrorKind};
+use crate::ids::RequestId;
 use crate::proto::{CallId, CallRequest};
 
 /// A request of any method: its params and how long it may take.
@@ -69,8 +70,8 @@ impl Request {
         self
     }
 
-    /// Asks for progress notifications under `token` (`_meta.progressToken`: a string or a
-    /// number, else the request fails `InvalidConfig` unsent). A request started as a
+    /// Asks for progress notifications under `token` (`_meta.progressToken`: a string or an
+    /// integer, else the request fails `InvalidConfig` unsent). A request started as a
     /// [`CallHandle`](super::CallHandle) gets a token of its own when it has none.
     pub fn progress_token(self, token: impl Into<Value>) -> Self {
         self.meta("progressToken", token.into())
@@ -115,12 +116,7 @@ impl Request {
     pub(crate) fn into_submission(self, default_timeout: Duration) -> Result<Submission, Error> {
         let params = with_meta(self.params, self.meta)?;
         let request = CallRequest::new(self.method, params);
-        let submission = Submission::new(self.id, request, self.timing, default_timeout)?;
-        if submission.wants_progress {
-            submission.with_progress()
-        } else {
-            Ok(submission)
-        }
+        Submission::of_app(self.id, request, self.timing, default_timeout)
     }
 }
 
@@ -163,18 +159,6 @@ impl Submission {
                 "a call timeout must be greater than zero",
             ));
         }
-        let token = request
-            .params()
-            .and_then(|p| p.get("_meta"))
-            .and_then(|m| m.get("progressToken"));
-        if token.is_some_and(|t| !t.is_string() && !t.is_number()) {
-            // The specification's progress token is a string or a number: a server refuses
-            // any other, and the call would fail there, having cost a round trip.
-            return Err(Error::new(
-                ErrorKind::InvalidConfig,
-                "a progress token must be a string or a number",
-            ));
-        }
         let timeout = timing.timeout.unwrap_or(default_timeout);
         let (deadline, idle, total) = if timing.reset_on_progress {
             // The core keeps one deadline per call, spanning resumes and re-sends: it gets
@@ -192,6 +176,36 @@ impl Submission {
             total,
             wants_progress: idle.is_some(),
         })
+    }
+
+    /// A request the application built (a [`Request`], a [`ToolCall`](super::ToolCall)):
+    /// its progress token one the client can match the server's progress to (a string or an
+    /// integer: a float or an integer past 64 bits would never match, and a call timed by its
+    /// progress would be cut for a silence that is not one), and a token of its own added when
+    /// its progress is wanted. A host's own request through the bridge keeps its token as
+    /// sent, and goes through [`Submission::new`] alone.
+    pub(crate) fn of_app(
+        id: CallId,
+        request: CallRequest,
+        timing: Timing,
+        default_timeout: Duration,
+    ) -> Result<Self, Error> {
+        let token = request
+            .params()
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"));
+        if token.is_some_and(|t| RequestId::from_json(t).is_none()) {
+            return Err(Error::new(
+                ErrorKind::InvalidConfig,
+                "a progress token must be a string or an integer",
+            ));
+        }
+        let submission = Submission::new(id, request, timing, default_timeout)?;
+        if submission.wants_progress {
+            submission.with_progress()
+        } else {
+            Ok(submission)
+        }
     }
 
     /// Makes sure the server sends this call's progress: a token of its own when it has none.
@@ -394,7 +408,14 @@ mod tests {
             .meta("k", json!(1))
             .into_submission(DEFAULT)
             .is_err());
-        for token in [json!({"t": 1}), json!([1]), json!(true), Value::Null] {
+        for token in [
+            json!({"t": 1}),
+            json!([1]),
+            json!(true),
+            Value::Null,
+            json!(1.5),
+            json!(u64::MAX),
+        ] {
             let refused = Request::new("x/y", Value::Null)
                 .progress_token(token.clone())
                 .into_submission(DEFAULT)
@@ -402,7 +423,7 @@ mod tests {
                 .map(|e| e.kind());
             assert_eq!(refused, Some(ErrorKind::InvalidConfig), "{token}");
         }
-        for token in [json!("t"), json!(-3), json!(1.5)] {
+        for token in [json!("t"), json!(-3), json!(i64::MAX)] {
             assert!(Request::new("x/y", Value::Null)
                 .progress_token(token)
                 .into_submission(DEFAULT)

@@ -98,8 +98,8 @@ impl ToolCall {
         self
     }
 
-    /// Asks the server for progress notifications under `token` (`_meta.progressToken`);
-    /// they arrive on [`Client::notifications`](super::Client::notifications) with the call's
+    /// Asks the server for progress notifications under `token` (`_meta.progressToken`: a
+    /// string or an integer, else the call fails `InvalidConfig` unsent); they arrive on [`Client::notifications`](super::Client::notifications) with the call's
     /// [`CallId`](crate::proto::CallId) when they came on its stream.
     pub fn progress_token(self, token: impl Into<Value>) -> Self {
         self.meta("progressToken", token.into())
@@ -170,12 +170,7 @@ impl ToolCall {
             params.insert("_meta".to_owned(), Value::Object(self.meta));
         }
         let request = CallRequest::tool_call(Value::Object(params), idempotency_key);
-        let submission = Submission::new(self.id, request, self.timing, default_timeout)?;
-        if submission.wants_progress {
-            submission.with_progress()
-        } else {
-            Ok(submission)
-        }
+        Submission::of_app(self.id, request, self.timing, default_timeout)
     }
 }
 

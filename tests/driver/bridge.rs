@@ -124,6 +124,22 @@ async fn a_legacy_session_is_the_hosts_own() {
     assert!(progress
         .iter()
         .all(|p| p["params"]["progressToken"] == "host-token"));
+    // A token the client refuses from its own application (a float: it could not match the
+    // progress to the call) is the host's to choose, and travels as sent.
+    let id = json!("call-2");
+    let mut meta = tagged("slow-2");
+    meta["progressToken"] = json!(1.5);
+    host.send_with_id(
+        id.clone(),
+        "tools/call",
+        tool_call("slow", json!({"steps": 1, "delay_ms": 0}), meta),
+    )
+    .await;
+    let answer = host.answer(&id).await;
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "slow: done after 1 steps",
+        "{answer}"
+    );
 
     let unknown = host.request("no/such-method", json!({})).await;
     let (code, kind) = error_of(&unknown);
