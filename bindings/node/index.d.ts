@@ -177,7 +177,10 @@ export interface CallOptions {
   timeout?: number;
   /** Members added to `_meta`. */
   meta?: { [key: string]: Json };
-  /** `_meta.progressToken`: progress arrives under it on `notifications()`. */
+  /**
+   * `_meta.progressToken` (a string or an integer, else the call rejects with
+   * `InvalidConfigError` unsent): progress arrives under it on `notifications()`.
+   */
   progressToken?: string | number;
 }
 
