@@ -160,17 +160,24 @@ export class ResumeSafety {
 let arrived = [];
 
 /**
- * The request that came to a guard last on each connection. Pipelined requests run side by
- * side, the first one's response on the connection: a bare destroy of the connection is the
- * doing of any of them, so it is pinned on that response only when no request came after it
- * (see `destroyedHere`).
+ * How many requests came to a guard on each connection. Pipelined requests run side by side,
+ * the first one's response on the connection: a bare destroy of the connection is the doing
+ * of any of them, so it is pinned on that response only when no request came after it (see
+ * `destroyedHere`). A count, not the last request: a connection kept open for the client's
+ * next request keeps nothing of the one it carried (its parsed body, its response).
  */
-const lastOn = new WeakMap();
+const arrivals = new WeakMap();
 
-/** Notes `req` as the request that came to a guard last on its connection. */
+/** Which of its connection's requests each request was (see `arrivals`). */
+const arrivalOf = new WeakMap();
+
+/** Counts `req` on its connection (see `arrivals`). */
 function arrivedOn(req) {
   const socket = req.socket;
-  if (socket != null) lastOn.set(socket, req);
+  if (socket == null) return;
+  const count = (arrivals.get(socket) ?? 0) + 1;
+  arrivals.set(socket, count);
+  arrivalOf.set(req, count);
 }
 
 /**
@@ -617,19 +624,21 @@ function intercept(res, route, handle) {
  * was destroyed by its own call's failure: a final handler's, Express's and connect's, when a
  * handler failed after its head went, or a handler destroying its socket, while the server
  * still listens. Not when the client left (its end was read, or the connection itself failed:
- * a read or write that errored), nor when it sent what Node could not read or did not finish
- * a head in time after the call (a parse error, the headers timeout), nor when the server was
- * shutting down (it no longer listens: `close()`, then `closeAllConnections()`): a keyed
- * call's run then goes on, and its answer is stored for the client's re-send. Nor when a
- * request came after the call's on the connection (pipelined): the destroy may be that
- * request's failure, and is not pinned on this call.
+ * a read or write that errored), nor when the server was shutting down (it no longer listens:
+ * `close()`, then `closeAllConnections()`): a keyed call's run then goes on, and its answer is
+ * stored for the client's re-send. Nor when the client sent anything on the connection after
+ * the call was read: Node refuses some of what it reads by destroying the connection, some
+ * with an error (a parse error, the headers timeout), some bare (a CONNECT no listener takes,
+ * an app's `clientError` listener destroying the socket), and a request pipelined behind the
+ * call may have failed; none of these is pinned on this call. A request that came to a guard
+ * after this one on the connection counts too, for one read with it in the same chunk.
  */
-function destroyedHere(res) {
-  const socket = res.socket;
+function destroyedHere(routed) {
+  const socket = routed.res.socket;
   if (socket == null || socket.readableEnded) return false;
   const error = socket.errored;
   if (error != null && byClient(error)) return false;
-  if (lastOn.get(socket) !== res.req) return false;
+  if (socket.bytesRead !== routed.readBefore || arrivals.get(socket) !== routed.arrival) return false;
   return socket.server?.listening !== false;
 }
 
@@ -687,7 +696,15 @@ class Interceptor {
     this.flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
     this.finished = false; // the client's response is complete (or aborted)
     this.broken = false; // a step failed, or the response was destroyed here (see `stop`)
-    this.timedOut = false; // a keyed call's connection timed out (see `sees`)
+    this.timedOut = false; // Node timed a keyed call's connection out (see `sees`)
+    // A keyed call's (see `destroyedHere`): what was read on its connection once the call had
+    // been, and which of the connection's requests it was.
+    this.readBefore = -1;
+    this.arrival = 0;
+    if (this.keyed) {
+      this.readBefore = (res.req?.socket ?? res.socket)?.bytesRead ?? -1;
+      this.arrival = arrivalOf.get(res.req) ?? 0;
+    }
     this.innerEnded = false; // the handler ended its response
     this.endDue = false; // that end is still to go to the guard, at the end of this turn
     this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
@@ -731,18 +748,26 @@ class Interceptor {
    * `res.destroy()` ended there already, see `destroying`). One whose connection timed out
    * first is not: Node's idle timeout (`server.setTimeout`, `req.setTimeout` without a
    * callback) destroys a connection nobody heard the timeout of, bare, while the handler may
-   * still be working without writing.
+   * still be working without writing. A timeout someone heard (`res.setTimeout(ms, callback)`)
+   * destroys nothing, and a later destroy is judged as if it never came.
    */
   sees(event) {
     if (event === "timeout") {
-      // Node emits it on the response before it destroys the connection, when nobody heard it.
-      if (this.keyed) this.timedOut = true;
+      if (this.keyed) {
+        // Node emits it on the response, then destroys the connection at once when nobody
+        // heard it: still open by the next tick, the connection was kept.
+        this.timedOut = true;
+        const socket = this.res.socket;
+        process.nextTick(() => {
+          if (socket == null || !socket.destroyed) this.timedOut = false;
+        });
+      }
       return false;
     }
     if (event !== "close" && event !== "error") return false;
     if (this.keyed) {
       if (this.innerEnded) return false;
-      if (event === "close" && !this.timedOut && destroyedHere(this.res)) {
+      if (event === "close" && !this.timedOut && destroyedHere(this)) {
         // No client left to hide this from: its `close` is the handler's to hear now.
         this.stop();
         this.emitDeferred();

@@ -15,11 +15,13 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { createReadStream } from "node:fs";
-import { createServer } from "node:http";
+import { Agent, createServer, request as httpRequest } from "node:http";
 import { createConnection } from "node:net";
 import { pipeline } from "node:stream";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { McpError } from "@modelcontextprotocol/sdk/types.js";
 import express from "express";
@@ -718,6 +720,61 @@ test("a keyed call whose Express handler fails after its head ends there: its re
   }
 });
 
+test("a keyed call whose Express handler heard its own timeout, then fails after its head, ends there", { timeout: 30000 }, async () => {
+  // A handler listening to its response's timeout keeps Node from destroying the connection:
+  // the timeout is no longer why a later bare destroy came. Its failure after its head
+  // (Express's final handler destroys the connection) ends the call, its key marked lost,
+  // not held "in use" until the response is collected (it is kept reachable here).
+  const kept = [];
+  let runs = 0;
+  let release;
+  let waiting;
+  const app = express();
+  app.set("env", "test");
+  const safety = new ResumeSafety();
+  app.post("/mcp", safety.middleware(), async (req, res) => {
+    runs += 1;
+    kept.push(res);
+    const timedOut = new Promise((resolve) => res.setTimeout(150, resolve));
+    res.writeHead(200, { "content-type": "text/event-stream" });
+    res.flushHeaders();
+    await new Promise((resolve) => {
+      release = resolve;
+      waiting();
+    });
+    await timedOut;
+    await new Promise((resolve) => setImmediate(resolve)); // past the turn Node timed it out in
+    throw new Error("the tool failed");
+  });
+  const server = app.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  try {
+    const url = `http://127.0.0.1:${server.address().port}/mcp`;
+    const call = keyedCall("bump");
+    const post = () => fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
+    const isWaiting = new Promise((resolve) => (waiting = resolve));
+    const first = await post();
+    assert.equal(first.status, 200);
+    await isWaiting;
+    release();
+    await assert.rejects(first.text(), /terminated|other side closed/);
+    let again;
+    await until(
+      "the key of the call to be let go",
+      async () => {
+        again = await (await post()).text();
+        return !again.includes("IDEMPOTENCY_KEY_IN_USE");
+      },
+      2000,
+    );
+    assert.ok(again.includes("IDEMPOTENCY_OUTCOME_UNKNOWN"), again);
+    assert.equal(runs, 1);
+    assert.equal(kept.length, 1);
+  } finally {
+    shut(server);
+  }
+});
+
 test("a keyed call whose connection its server's shutdown closed runs on and is stored", { timeout: 30000 }, async () => {
   // A shutdown that does not wait for open responses (close, then closeAllConnections)
   // destroys their connections too: the client comes back elsewhere, and the answer the run
@@ -857,6 +914,45 @@ test("a keyed call whose connection failed on a later request's head runs on and
       const closed = nextClosed(server);
       const socket = createConnection(port, "127.0.0.1");
       await once(socket, "connect");
+      socket.write(rawPost(port, "/mcp", call));
+      await once(socket, "data"); // the call's head
+      await held.waiting;
+      socket.write(after);
+      await closed;
+      held.release();
+      await held.ended;
+      const again = await (await fetch(`http://127.0.0.1:${port}/mcp`, { method: "POST", headers: MCP_HEADERS, body: call })).text();
+      assert.ok(again.includes('"text":"ran"'), `${what}: ${again}`);
+      assert.equal(held.runs, 1);
+      assert.equal(held.heardClose, false);
+    } finally {
+      shut(server);
+    }
+  }
+});
+
+test("a keyed call whose connection was destroyed bare for a later request runs on and is stored", { timeout: 30000 }, async () => {
+  // Node refuses some requests by destroying their connection with no error: a CONNECT on a
+  // server with no `connect` listener; an app's `clientError` listener destroying the socket
+  // on a parse error. What the client sent after its call on that connection is the cause,
+  // not the call's failure: its run goes on and is stored.
+  const cases = [
+    ["a CONNECT nobody listens for", "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n", false],
+    ["a parse error its clientError listener destroyed for", "NOT HTTP\r\n\r\n", true],
+  ];
+  for (const [what, after, listens] of cases) {
+    const held = heldHandler();
+    const server = createServer(new ResumeSafety().wrap(held.handler));
+    if (listens) server.on("clientError", (_error, socket) => socket.destroy());
+    server.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    try {
+      const { port } = server.address();
+      const call = keyedCall("bump");
+      const closed = nextClosed(server);
+      const socket = createConnection(port, "127.0.0.1");
+      await once(socket, "connect");
+      socket.on("error", () => {});
       socket.write(rawPost(port, "/mcp", call));
       await once(socket, "data"); // the call's head
       await held.waiting;
@@ -1044,6 +1140,51 @@ test("a keyed call queued behind another on its connection whose response is des
     await once(socket, "close");
     assert.ok(received.includes('"text":"ran"'), received);
   } finally {
+    shut(server);
+  }
+});
+
+test("an unkeyed call's request is not kept by its idle keep-alive connection", { timeout: 30000 }, async () => {
+  // Unkeyed calls pass as they would without the guard: once answered, nothing of theirs (the
+  // request, the body the guard parsed onto it) stays reachable from the connection kept open
+  // for the client's next request.
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc");
+  let seen = null;
+  const server = createServer(
+    new ResumeSafety().wrap((req, res) => {
+      seen = new WeakRef(req);
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify({ jsonrpc: "2.0", id: req.body.id, result: { content: [] } }));
+    }),
+  );
+  let connection = null;
+  server.on("connection", (socket) => (connection = socket));
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const agent = new Agent({ keepAlive: true });
+  try {
+    const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "bump", arguments: { data: "x".repeat(3 << 20) } } });
+    const res = await new Promise((resolve, reject) => {
+      const req = httpRequest({ host: "127.0.0.1", port: server.address().port, path: "/mcp", method: "POST", headers: MCP_HEADERS, agent }, resolve);
+      req.on("error", reject);
+      req.end(body);
+    });
+    assert.equal(res.statusCode, 200);
+    res.resume();
+    await once(res, "end");
+    assert.ok(seen !== null);
+    await until(
+      "the answered request to be collected",
+      async () => {
+        for (let i = 0; i < 3; i++) gc();
+        return seen.deref() === undefined;
+      },
+      2000,
+    );
+    assert.equal(connection.destroyed, false);
+  } finally {
+    agent.destroy();
     shut(server);
   }
 });
