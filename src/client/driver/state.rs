@@ -566,7 +566,7 @@ impl State {
         }
         self.pump();
         #[cfg(feature = "otel")]
-        self.telemetry.exchange_applied(id);
+        self.telemetry.exchange_applied(id, &self.session);
         self.exchanges.contains_key(&id)
     }
 

@@ -115,8 +115,15 @@ impl Inner {
                     record.polling = true;
                 }
             }
-            SessionEvent::SessionLost => self.end_session(Some("session_lost")),
-            SessionEvent::Closed => self.end_session(None),
+            SessionEvent::SessionLost => {
+                // No re-initialization under way any more: the next comes from a call.
+                self.reinit_parent = None;
+                self.end_session(Some("session_lost"));
+            }
+            SessionEvent::Closed => {
+                self.reinit_parent = None;
+                self.end_session(None);
+            }
             _ => {}
         }
     }

@@ -45,6 +45,10 @@ struct Inner {
     listen_parent: Option<Context>,
     /// The latest `initialize`'s span.
     initialize: Option<Context>,
+    /// What started the re-initialization under way (the context of the exchange whose
+    /// failure the session answered with it): its handshake's parent when it goes out later,
+    /// after its backoff, from a timer.
+    reinit_parent: Option<Context>,
     listen_cut: Option<Instant>,
     session: SessionClock,
 }
@@ -134,6 +138,7 @@ impl Tracker {
                 current: None,
                 listen_parent: None,
                 initialize: None,
+                reinit_parent: None,
                 listen_cut: None,
                 session: SessionClock::default(),
             })
@@ -163,6 +168,7 @@ impl Tracker {
                 ambient,
                 listen_parent,
                 initialize,
+                reinit_parent,
                 ..
             } = *inner;
             // One at a time: a panic ending one span must not leave the others unended,
@@ -173,7 +179,10 @@ impl Tracker {
             for (_, exchange) in exchanges {
                 isolate(move || drop(exchange));
             }
-            for cx in [ambient, listen_parent, initialize].into_iter().flatten() {
+            for cx in [ambient, listen_parent, initialize, reinit_parent]
+                .into_iter()
+                .flatten()
+            {
                 isolate(move || drop(cx));
             }
         }
@@ -215,8 +224,14 @@ impl Tracker {
     }
 
     /// The session applied what exchange `id` reported.
-    pub(crate) fn exchange_applied(&mut self, id: HttpId) {
+    pub(crate) fn exchange_applied(&mut self, id: HttpId, session: &Session) {
         self.with(|inner| {
+            if session.is_ready() {
+                inner.reinit_parent = None;
+            } else if inner.reinit_parent.is_none() {
+                // A re-initialization it started, which may go out later from a timer.
+                inner.reinit_parent = inner.current_owner().map(|owner| inner.owner_cx(&owner));
+            }
             inner.exchange_applied(id);
             inner.current = None;
         });
@@ -476,7 +491,11 @@ impl Inner {
     fn ambient_cx(&self) -> Context {
         match self.current_owner() {
             Some(owner) => self.owner_cx(&owner),
-            None => self.ambient.clone().unwrap_or_else(Context::current),
+            None => self
+                .ambient
+                .clone()
+                .or_else(|| self.reinit_parent.clone())
+                .unwrap_or_else(Context::current),
         }
     }
 
