@@ -55,16 +55,12 @@ export class ResumeSafety {
 
   /** An Express/connect middleware: `next()` runs the handler behind the guard. */
   middleware() {
-    return (req, res, next) => {
-      arrivedOn(req);
-      this.#defer(req, res, next, next);
-    };
+    return (req, res, next) => this.#defer(req, res, next, next);
   }
 
   /** A `(req, res)` handler (node:http's, an Express route's) behind the guard. */
   wrap(handler) {
     return (req, res, ...rest) => {
-      arrivedOn(req);
       const failed = (error) => {
         if (!res.headersSent) {
           res.writeHead(500, { "content-type": "text/plain" });
@@ -78,7 +74,6 @@ export class ResumeSafety {
 
   /** Guards one request; `next()` runs the handler (not called when the guard answers). */
   async handle(req, res, next) {
-    arrivedOn(req);
     await this.#handle(req, res, next);
   }
 
@@ -158,27 +153,6 @@ export class ResumeSafety {
 
 /** The requests that arrived in this turn, five entries each: guard, req, res, next, failed. */
 let arrived = [];
-
-/**
- * How many requests came to a guard on each connection. Pipelined requests run side by side,
- * the first one's response on the connection: a bare destroy of the connection is the doing
- * of any of them, so it is pinned on that response only when no request came after it (see
- * `destroyedHere`). A count, not the last request: a connection kept open for the client's
- * next request keeps nothing of the one it carried (its parsed body, its response).
- */
-const arrivals = new WeakMap();
-
-/** Which of its connection's requests each request was (see `arrivals`). */
-const arrivalOf = new WeakMap();
-
-/** Counts `req` on its connection (see `arrivals`). */
-function arrivedOn(req) {
-  const socket = req.socket;
-  if (socket == null) return;
-  const count = (arrivals.get(socket) ?? 0) + 1;
-  arrivals.set(socket, count);
-  arrivalOf.set(req, count);
-}
 
 /**
  * What a guard's responses are routed through: the guard, and what closes the outbound of
@@ -619,40 +593,6 @@ function intercept(res, route, handle) {
   }
 }
 
-/**
- * Whether a response's connection, destroyed bare (not by `res.destroy()`, see `destroying`),
- * was destroyed by its own call's failure: a final handler's, Express's and connect's, when a
- * handler failed after its head went, or a handler destroying its socket, while the server
- * still listens. Not when the client left (its end was read, or the connection itself failed:
- * a read or write that errored), nor when the server was shutting down (it no longer listens:
- * `close()`, then `closeAllConnections()`): a keyed call's run then goes on, and its answer is
- * stored for the client's re-send. Nor when the client sent anything on the connection after
- * the call was read: Node refuses some of what it reads by destroying the connection, some
- * with an error (a parse error, the headers timeout), some bare (a CONNECT no listener takes,
- * an app's `clientError` listener destroying the socket), and a request pipelined behind the
- * call may have failed; none of these is pinned on this call. A request that came to a guard
- * after this one on the connection counts too, for one read with it in the same chunk.
- */
-function destroyedHere(routed) {
-  const socket = routed.res.socket;
-  if (socket == null || socket.readableEnded) return false;
-  const error = socket.errored;
-  if (error != null && byClient(error)) return false;
-  if (socket.bytesRead !== routed.readBefore || arrivals.get(socket) !== routed.arrival) return false;
-  return socket.server?.listening !== false;
-}
-
-/**
- * Whether the error a connection was destroyed with is the client's doing: the connection
- * failed (a read or write: an error of a system call), or Node could not read what the client
- * sent (llhttp's `HPE_*`) or the client did not send a request's head in time.
- */
-function byClient(error) {
-  if (typeof error.syscall === "string") return true;
-  const code = error.code;
-  return typeof code === "string" && (code.startsWith("HPE_") || code === "ERR_HTTP_REQUEST_TIMEOUT");
-}
-
 /** The interceptors whose pending bytes are pushed at the end of this turn (`pushSoon`). */
 let due = [];
 
@@ -695,16 +635,7 @@ class Interceptor {
     this.givenHead = null; // that head's headers, a flat list (the guard's head may add to it)
     this.flushWanted = false; // the handler flushed its head: it goes as soon as the guard lets it
     this.finished = false; // the client's response is complete (or aborted)
-    this.broken = false; // a step failed, or the response was destroyed here (see `stop`)
-    this.timedOut = false; // Node timed a keyed call's connection out (see `sees`)
-    // A keyed call's (see `destroyedHere`): what was read on its connection once the call had
-    // been, and which of the connection's requests it was.
-    this.readBefore = -1;
-    this.arrival = 0;
-    if (this.keyed) {
-      this.readBefore = (res.req?.socket ?? res.socket)?.bytesRead ?? -1;
-      this.arrival = arrivalOf.get(res.req) ?? 0;
-    }
+    this.broken = false; // a step failed, or `res.destroy()` ended the call (see `stop`)
     this.innerEnded = false; // the handler ended its response
     this.endDue = false; // that end is still to go to the guard, at the end of this turn
     this.detached = false; // an unkeyed call's client left: nothing more goes through the guard
@@ -742,39 +673,16 @@ class Interceptor {
   /**
    * Sees an event of the response before its listeners: whether it waits for the handler's
    * end (a keyed call's `close` and `error`, then `hold` it). An unkeyed call's `close` lets
-   * the outbound go (see `detach`). A keyed call's `close` of a connection this process
-   * destroyed (see `destroyedHere`) is no client leaving but the response failing: the call
-   * ends there (see `stop`), as one whose handler failed before its head (one destroyed by
-   * `res.destroy()` ended there already, see `destroying`). One whose connection timed out
-   * first is not: Node's idle timeout (`server.setTimeout`, `req.setTimeout` without a
-   * callback) destroys a connection nobody heard the timeout of, bare, while the handler may
-   * still be working without writing. A timeout someone heard (`res.setTimeout(ms, callback)`)
-   * destroys nothing, and a later destroy is judged as if it never came.
+   * the outbound go (see `detach`). A keyed call's `close` is held whatever destroyed the
+   * connection: a bare destroy (Express's and connect's final handler, Node's idle timeout, a
+   * shutdown, what Node does with what it cannot read) may be the failure of any request the
+   * connection carried, before the call on keep-alive or beside it pipelined, or the client's
+   * leaving, and nothing on the connection tells which. The run goes on and its answer is
+   * stored; only `res.destroy()` of the call's own response is its failure (see `destroying`).
    */
   sees(event) {
-    if (event === "timeout") {
-      if (this.keyed) {
-        // Node emits it on the response, then destroys the connection at once when nobody
-        // heard it: still open by the next tick, the connection was kept.
-        this.timedOut = true;
-        const socket = this.res.socket;
-        process.nextTick(() => {
-          if (socket == null || !socket.destroyed) this.timedOut = false;
-        });
-      }
-      return false;
-    }
     if (event !== "close" && event !== "error") return false;
-    if (this.keyed) {
-      if (this.innerEnded) return false;
-      if (event === "close" && !this.timedOut && destroyedHere(this)) {
-        // No client left to hide this from: its `close` is the handler's to hear now.
-        this.stop();
-        this.emitDeferred();
-        return false;
-      }
-      return true;
-    }
+    if (this.keyed) return !this.innerEnded;
     if (event === "close") this.detach();
     return false;
   }

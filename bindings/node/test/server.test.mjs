@@ -666,17 +666,15 @@ test("a keyed call whose connection dropped while its answer was backed up is st
   }
 });
 
-test("a keyed call whose Express handler fails after its head ends there: its re-send is told its outcome is unknown", { timeout: 30000 }, async () => {
-  // Express 5 hands a handler's rejection to its final handler, which destroys the connection
-  // once the head went (or to an error handler, which may destroy the response with the
-  // error): the handler never ends its response. The call ends there, its key marked lost, as
-  // a failure before the head ends it; not "in use" until the response is collected (each is
-  // kept reachable here, so collection cannot be what ends it).
+test("a keyed call whose handler fails after its head ends there under an error handler destroying its response, or wrap(): its re-send is told its outcome is unknown", { timeout: 30000 }, async () => {
+  // Express 5 hands a handler's rejection to an error handler, which may destroy the response
+  // with the error; wrap() ends the response itself. The handler never ends its response: the
+  // call ends there, its key marked lost, as a failure before the head ends it; not "in use"
+  // until the response is collected (each is kept reachable here, so collection cannot be
+  // what ends it).
   const kept = [];
   let runs = 0;
   let release;
-  const app = express();
-  app.set("env", "test"); // the final handler's log of the error, not wanted here
   const failing = async (req, res) => {
     runs += 1;
     kept.push(res);
@@ -685,65 +683,79 @@ test("a keyed call whose Express handler fails after its head ends there: its re
     await new Promise((resolve) => (release = resolve)); // the client has the head
     throw new Error("the tool failed");
   };
-  const safety = new ResumeSafety();
-  app.post("/mcp", safety.middleware(), failing);
-  app.post("/destroyed", safety.middleware(), failing, (error, _req, res, _next) => res.destroy(error));
-  const server = app.listen(0, "127.0.0.1");
-  await once(server, "listening");
+  const app = express();
+  app.set("env", "test"); // the final handler's log of the error, not wanted here
+  app.post("/mcp", new ResumeSafety().middleware(), failing, (error, _req, res, _next) => res.destroy(error));
+  const viaExpress = app.listen(0, "127.0.0.1");
+  await once(viaExpress, "listening");
+  const wrapped = await serve(new ResumeSafety().wrap(failing));
+  // wrap() logs what its handler threw: kept here instead.
+  const logged = [];
+  const log = console.error;
+  console.error = (error) => logged.push(error);
   try {
-    for (const path of ["/mcp", "/destroyed"]) {
-      const url = `http://127.0.0.1:${server.address().port}${path}`;
-      const call = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { _meta: { [IDEMPOTENCY_META_KEY]: `k-${randomUUID()}` }, name: "bump", arguments: {} } });
+    for (const [what, url] of [
+      ["an error handler", `http://127.0.0.1:${viaExpress.address().port}/mcp`],
+      ["wrap()", wrapped.url],
+    ]) {
+      const call = keyedCall("bump");
       const post = () => fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
       runs = 0;
       const first = await post();
       assert.equal(first.status, 200);
       release();
-      await assert.rejects(first.text(), /terminated|other side closed/);
-      // The client's re-send: the key is let go on the runtime, just behind the connection's
-      // close, so a re-send may find it held for a moment, never for longer.
+      // The error handler cuts the response; wrap() ends it, with no answer in it.
+      await first.text().catch((error) => assert.match(error.message, /terminated|other side closed/));
+      // The client's re-send: the key is let go on the runtime, just behind the response's
+      // end, so a re-send may find it held for a moment, never for longer.
       let again;
       await until(
-        `the key of the call to ${path} to be let go`,
+        `the key of the call under ${what} to be let go`,
         async () => {
           again = await (await post()).text();
           return !again.includes("IDEMPOTENCY_KEY_IN_USE");
         },
         2000,
       );
-      assert.ok(again.includes("IDEMPOTENCY_OUTCOME_UNKNOWN"), again);
-      assert.equal(runs, 1);
+      assert.ok(again.includes("IDEMPOTENCY_OUTCOME_UNKNOWN"), `${what}: ${again}`);
+      assert.equal(runs, 1, what);
     }
     assert.equal(kept.length, 2);
+    assert.equal(logged.length, 1);
+    assert.match(logged[0].message, /the tool failed/);
   } finally {
-    shut(server);
+    console.error = log;
+    shut(viaExpress);
+    shut(wrapped.server);
   }
 });
 
-test("a keyed call whose Express handler heard its own timeout, then fails after its head, ends there", { timeout: 30000 }, async () => {
-  // A handler listening to its response's timeout keeps Node from destroying the connection:
-  // the timeout is no longer why a later bare destroy came. Its failure after its head
-  // (Express's final handler destroys the connection) ends the call, its key marked lost,
-  // not held "in use" until the response is collected (it is kept reachable here).
-  const kept = [];
+test("a keyed call whose Express handler fails after its head, its connection destroyed bare, is held in use until its response is collected", { timeout: 30000 }, async () => {
+  // Express's final handler destroys the connection when a handler fails after its head went:
+  // a bare destroy, which may as well be another request's failure on the connection or its
+  // client leaving. The call is not ended there: its handler hears no `close`, its key reads
+  // "in use" while its response is reachable, then "outcome unknown" once it is collected
+  // (the handler never ended it), and it never runs twice.
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc");
+  let kept = [];
   let runs = 0;
+  let heardClose = false;
   let release;
   let waiting;
+  const isWaiting = new Promise((resolve) => (waiting = resolve));
   const app = express();
   app.set("env", "test");
-  const safety = new ResumeSafety();
-  app.post("/mcp", safety.middleware(), async (req, res) => {
+  app.post("/mcp", new ResumeSafety().middleware(), async (_req, res) => {
     runs += 1;
     kept.push(res);
-    const timedOut = new Promise((resolve) => res.setTimeout(150, resolve));
+    res.on("close", () => (heardClose = true));
     res.writeHead(200, { "content-type": "text/event-stream" });
     res.flushHeaders();
     await new Promise((resolve) => {
       release = resolve;
       waiting();
     });
-    await timedOut;
-    await new Promise((resolve) => setImmediate(resolve)); // past the turn Node timed it out in
     throw new Error("the tool failed");
   });
   const server = app.listen(0, "127.0.0.1");
@@ -752,24 +764,31 @@ test("a keyed call whose Express handler heard its own timeout, then fails after
     const url = `http://127.0.0.1:${server.address().port}/mcp`;
     const call = keyedCall("bump");
     const post = () => fetch(url, { method: "POST", headers: MCP_HEADERS, body: call, signal: AbortSignal.timeout(5000) });
-    const isWaiting = new Promise((resolve) => (waiting = resolve));
+    let serverHeardClose = false;
+    nextClosed(server).then(() => (serverHeardClose = true));
     const first = await post();
     assert.equal(first.status, 200);
     await isWaiting;
     release();
     await assert.rejects(first.text(), /terminated|other side closed/);
+    await until("the server to hear its connection close", async () => serverHeardClose, 2000);
+    assert.equal(heardClose, false);
+    const held = await (await post()).text();
+    assert.ok(held.includes("IDEMPOTENCY_KEY_IN_USE"), held);
+    assert.equal(runs, 1);
+    kept = null;
     let again;
     await until(
-      "the key of the call to be let go",
+      "the response to be collected",
       async () => {
+        for (let i = 0; i < 3; i++) gc();
         again = await (await post()).text();
         return !again.includes("IDEMPOTENCY_KEY_IN_USE");
       },
-      2000,
+      5000,
     );
     assert.ok(again.includes("IDEMPOTENCY_OUTCOME_UNKNOWN"), again);
     assert.equal(runs, 1);
-    assert.equal(kept.length, 1);
   } finally {
     shut(server);
   }
@@ -965,6 +984,73 @@ test("a keyed call whose connection was destroyed bare for a later request runs 
       assert.equal(held.runs, 1);
       assert.equal(held.heardClose, false);
     } finally {
+      shut(server);
+    }
+  }
+});
+
+test("a keyed call on a keep-alive connection an earlier request's failure destroyed runs on and is stored", { timeout: 30000 }, async () => {
+  // A handler that answered, then failed, makes Express's final handler destroy the connection
+  // its request came on, bare: by then a keep-alive client may have sent its next request on
+  // it, a keyed call still running. Nothing on the connection tells whose failure that destroy
+  // was: the call runs on and its answer is stored, as when its client left.
+  for (const guarded of [false, true]) {
+    const held = heldHandler();
+    const safety = new ResumeSafety();
+    const app = express();
+    app.set("env", "test"); // the final handler's log of the error, not wanted here
+    const side = async (_req, res) => {
+      res.json({});
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      throw new Error("late");
+    };
+    if (guarded) app.post("/side", safety.middleware(), side);
+    else app.post("/side", side);
+    app.post("/mcp", safety.middleware(), held.handler);
+    const server = app.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    let connections = 0;
+    server.on("connection", () => (connections += 1));
+    let serverHeardClose = false;
+    nextClosed(server).then(() => (serverHeardClose = true));
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    const { port } = server.address();
+    const post = (path, body, through) =>
+      new Promise((resolve, reject) => {
+        const req = httpRequest({ host: "127.0.0.1", port, path, method: "POST", headers: MCP_HEADERS, agent: through }, (res) => resolve({ res, socket: req.socket }));
+        req.on("error", reject);
+        req.end(body);
+      });
+    try {
+      const unkeyed = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "side", arguments: {} } });
+      const first = await post("/side", unkeyed, agent);
+      assert.equal(first.res.statusCode, 200);
+      first.res.resume();
+      await once(first.res, "end");
+      const call = keyedCall("bump");
+      const keyed = await post("/mcp", call, agent);
+      assert.equal(keyed.res.statusCode, 200);
+      assert.equal(keyed.socket, first.socket);
+      keyed.res.on("error", () => {});
+      keyed.res.resume();
+      assert.equal(connections, 1);
+      await held.waiting;
+      if (!keyed.socket.destroyed) await once(keyed.socket, "close");
+      await until("the server to hear its connection close", async () => serverHeardClose, 2000);
+      held.release();
+      await held.ended;
+      const fresh = new Agent();
+      const again = await post("/mcp", call, fresh);
+      let text = "";
+      again.res.setEncoding("utf8");
+      for await (const chunk of again.res) text += chunk;
+      fresh.destroy();
+      const what = guarded ? "guarded" : "unguarded";
+      assert.ok(text.includes('"text":"ran"'), `${what}: ${text}`);
+      assert.equal(held.runs, 1, what);
+      assert.equal(held.heardClose, false, what);
+    } finally {
+      agent.destroy();
       shut(server);
     }
   }
