@@ -57,28 +57,52 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Subscriptions: updates arrive as notifications; read the resource again. They travel on
     // the stream the server opens outside any request, and a server may drop what it sends
-    // before that stream is up: wait for it.
+    // before that stream is up: wait for it (or for word that it will not come).
     let mut notifications = client.notifications();
-    while let Some(event) = events.recv().await {
-        if matches!(event, SessionEvent::Listening) {
-            break;
+    let listening = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = events.recv().await {
+            match event {
+                SessionEvent::Listening => return true,
+                SessionEvent::ListenStopped { reason } => {
+                    println!(
+                        "no stream of server messages ({}): no updates",
+                        reason.as_str()
+                    );
+                    return false;
+                }
+                _ => {}
+            }
         }
-    }
-    client.subscribe_resource("mem://notes/2").await?;
-    client
-        .call_tool(ToolCall::new(
-            "touch_resource",
-            json!({"uri": "mem://notes/2"}),
-        ))
-        .await?;
-    while let Some(n) = notifications.recv().await {
-        if let TypedNotification::ResourceUpdated { uri } = n.typed() {
-            let again = client.read_resource(&uri).await?;
-            println!("{uri} changed: {:?}", again.text());
-            break;
+        false
+    })
+    .await
+    .unwrap_or(false);
+    if listening {
+        client.subscribe_resource("mem://notes/2").await?;
+        client
+            .call_tool(ToolCall::new(
+                "touch_resource",
+                json!({"uri": "mem://notes/2"}),
+            ))
+            .await?;
+        let updated = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(n) = notifications.recv().await {
+                if let TypedNotification::ResourceUpdated { uri } = n.typed() {
+                    return Some(uri);
+                }
+            }
+            None
+        })
+        .await;
+        match updated {
+            Ok(Some(uri)) => {
+                let again = client.read_resource(&uri).await?;
+                println!("{uri} changed: {:?}", again.text());
+            }
+            _ => println!("no update came within 10 s"),
         }
+        client.unsubscribe_resource("mem://notes/2").await?;
     }
-    client.unsubscribe_resource("mem://notes/2").await?;
 
     // Prompts and their arguments' completions.
     for prompt in client.list_prompts().await? {
