@@ -508,6 +508,21 @@ fn modern_only(body: &Value) -> (u16, Value) {
     )
 }
 
+/// A server redeployed to speak only the modern revision: a legacy request refused, the
+/// probe answered, a modern call run.
+fn redeployed_modern_only(body: &Value) -> (u16, Value) {
+    let enveloped = body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
+    if !enveloped {
+        return modern_only(body);
+    }
+    discover(body).unwrap_or_else(|| {
+        ok(
+            body,
+            json!({"resultType": "complete", "content": [{"type": "text", "text": "ran"}]}),
+        )
+    })
+}
+
 /// `server/discover` answered (tasks extension included); anything else is `None`.
 fn discover(body: &Value) -> Option<(u16, Value)> {
     (body["method"] == "server/discover").then(|| {
@@ -1985,19 +2000,7 @@ fn a_legacy_session_refused_as_by_a_modern_only_server_probes_again() {
     let before = m.seen.len();
 
     // Redeployed: the modern envelope or a refusal naming the modern revision.
-    let mut script = |body: &Value| {
-        let enveloped =
-            body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
-        if !enveloped {
-            return modern_only(body);
-        }
-        discover(body).unwrap_or_else(|| {
-            ok(
-                body,
-                json!({"resultType": "complete", "content": [{"type": "text", "text": "ran"}]}),
-            )
-        })
-    };
+    let mut script = redeployed_modern_only;
     let call = m.submit("act");
     m.run(&mut script, 10 * SEC);
     assert!(
@@ -2147,19 +2150,7 @@ fn a_refusal_long_after_a_probe_that_said_legacy_probes_again() {
         let before = m.seen.len();
         // Redeployed, `later` after: every legacy request refused, the probe answered.
         m.now += later;
-        let mut script = |body: &Value| {
-            let enveloped =
-                body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN;
-            if !enveloped {
-                return modern_only(body);
-            }
-            discover(body).unwrap_or_else(|| {
-                ok(
-                    body,
-                    json!({"resultType": "complete", "content": [{"type": "text", "text": "ran"}]}),
-                )
-            })
-        };
+        let mut script = redeployed_modern_only;
         let call = m.submit("next");
         m.run(&mut script, 10 * SEC);
         assert!(

@@ -928,27 +928,37 @@ test("a keyed call whose connection failed on a later request's head runs on and
     server.listen(0, "127.0.0.1");
     await once(server, "listening");
     try {
-      const { port } = server.address();
-      const call = keyedCall("bump");
-      const closed = nextClosed(server);
-      const socket = createConnection(port, "127.0.0.1");
-      await once(socket, "connect");
-      socket.write(rawPost(port, "/mcp", call));
-      await once(socket, "data"); // the call's head
-      await held.waiting;
-      socket.write(after);
-      await closed;
-      held.release();
-      await held.ended;
-      const again = await (await fetch(`http://127.0.0.1:${port}/mcp`, { method: "POST", headers: MCP_HEADERS, body: call })).text();
-      assert.ok(again.includes('"text":"ran"'), `${what}: ${again}`);
-      assert.equal(held.runs, 1);
-      assert.equal(held.heardClose, false);
+      await runsOnAfterLaterBytes(server, held, what, after);
     } finally {
       shut(server);
     }
   }
 });
+
+/**
+ * A keyed call sent on a raw connection, `after` sent on it once the call's head came back,
+ * the connection closed by the server for it: the call's run goes on and is stored (its
+ * re-send gets the answer, it ran once, its handler never heard the close).
+ */
+async function runsOnAfterLaterBytes(server, held, what, after) {
+  const { port } = server.address();
+  const call = keyedCall("bump");
+  const closed = nextClosed(server);
+  const socket = createConnection(port, "127.0.0.1");
+  await once(socket, "connect");
+  socket.on("error", () => {});
+  socket.write(rawPost(port, "/mcp", call));
+  await once(socket, "data"); // the call's head
+  await held.waiting;
+  socket.write(after);
+  await closed;
+  held.release();
+  await held.ended;
+  const again = await (await fetch(`http://127.0.0.1:${port}/mcp`, { method: "POST", headers: MCP_HEADERS, body: call })).text();
+  assert.ok(again.includes('"text":"ran"'), `${what}: ${again}`);
+  assert.equal(held.runs, 1);
+  assert.equal(held.heardClose, false);
+}
 
 test("a keyed call whose connection was destroyed bare for a later request runs on and is stored", { timeout: 30000 }, async () => {
   // Node refuses some requests by destroying their connection with no error: a CONNECT on a
@@ -966,23 +976,7 @@ test("a keyed call whose connection was destroyed bare for a later request runs 
     server.listen(0, "127.0.0.1");
     await once(server, "listening");
     try {
-      const { port } = server.address();
-      const call = keyedCall("bump");
-      const closed = nextClosed(server);
-      const socket = createConnection(port, "127.0.0.1");
-      await once(socket, "connect");
-      socket.on("error", () => {});
-      socket.write(rawPost(port, "/mcp", call));
-      await once(socket, "data"); // the call's head
-      await held.waiting;
-      socket.write(after);
-      await closed;
-      held.release();
-      await held.ended;
-      const again = await (await fetch(`http://127.0.0.1:${port}/mcp`, { method: "POST", headers: MCP_HEADERS, body: call })).text();
-      assert.ok(again.includes('"text":"ran"'), `${what}: ${again}`);
-      assert.equal(held.runs, 1);
-      assert.equal(held.heardClose, false);
+      await runsOnAfterLaterBytes(server, held, what, after);
     } finally {
       shut(server);
     }
